@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs everything flashseek needs to build and test on a fresh Debian 12 machine.
+# Debian packages for the build; PyPI packages only for test oracles and tools.
+# Usage: scripts/install_deps.sh [--oracle]   (--oracle also installs torch + transformers for regenerating goldens)
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+debs=(build-essential cmake ninja-build pkg-config git
+      nlohmann-json3-dev libfmt-dev libcli11-dev libcpp-httplib-dev libpcre2-dev
+      libgtest-dev libgmock-dev libbenchmark-dev python3 python3-pip curl)
+missing=()
+for p in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+PY=${PYTHON:-python3}
+pip_pkgs=(numpy safetensors tokenizers openai regex)
+need_pip=0
+for m in numpy safetensors tokenizers openai regex; do
+  $PY -c "import $m" 2>/dev/null || need_pip=1
+done
+if [ $need_pip = 1 ]; then
+  $PY -m pip install -q "${pip_pkgs[@]}" 2>/dev/null || $PY -m pip install -q --break-system-packages "${pip_pkgs[@]}"
+fi
+if [ "${1:-}" = "--oracle" ]; then
+  $PY -m pip install -q torch "transformers>=5.15"
+fi
+echo "install_deps: done"
