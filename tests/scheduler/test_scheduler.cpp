@@ -1,0 +1,371 @@
+// Scheduler unit tests on a fake backend with real block accounting: continuous batching, chunked prefill under a
+// token budget, admission against the pool, preemption by recompute (outputs identical to unpreempted runs),
+// cancellation and deadlines freeing state at once, backend failures, and a randomized churn test that audits the
+// pool exactly after every step. Seeds are fresh per run and printed on failure.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+
+#include "fake_backend.h"
+#include "scheduler/scheduler.h"
+#include "util/error.h"
+
+using namespace flashseek;
+using flashseek::test::FakeBackend;
+
+namespace {
+
+uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}(); }
+
+std::vector<int32_t> random_prompt(std::mt19937_64& rng, int n, int vocab = 1000) {
+    std::vector<int32_t> p(static_cast<size_t>(n));
+    for (auto& t : p) t = int32_t(2 + rng() % uint64_t(vocab - 2));
+    return p;
+}
+
+GenerationParams params(int64_t max_new, float temperature = 0.f, uint64_t seed = 0) {
+    GenerationParams g;
+    g.max_new_tokens = max_new;
+    g.sample.temperature = temperature;
+    g.sample.seed = seed;
+    g.stop_token_ids = {1};
+    return g;
+}
+
+// Runs the scheduler until idle, collecting tokens and finish reasons; checks the audit after every step.
+struct Outcome {
+    std::map<uint64_t, std::vector<int32_t>> tokens;
+    std::map<uint64_t, FinishReason> finish;
+};
+void drain(Scheduler& s, Outcome& out, int max_steps = 100000) {
+    for (int i = 0; i < max_steps && !s.idle(); ++i) {
+        for (const auto& ev : s.step()) {
+            if (ev.has_token) out.tokens[ev.id].push_back(ev.sample.token);
+            if (ev.finish != FinishReason::None) out.finish[ev.id] = ev.finish;
+        }
+        const SchedulerAudit a = s.audit();
+        ASSERT_TRUE(a.ok) << a.detail;
+    }
+    ASSERT_TRUE(s.idle()) << "scheduler did not drain";
+}
+
+// The continuation a prompt gets when it runs alone in a roomy pool.
+std::vector<int32_t> reference(const std::vector<int32_t>& prompt, const GenerationParams& g) {
+    FakeBackend b(100000, 16, 4);
+    Scheduler s(b, {});
+    const uint64_t id = s.submit(prompt, g);
+    Outcome o;
+    drain(s, o);
+    return o.tokens[id];
+}
+
+void expect_empty_pool(const Scheduler& s, const FakeBackend& b) {
+    const SchedulerAudit a = s.audit();
+    EXPECT_TRUE(a.ok) << a.detail;
+    EXPECT_EQ(b.memory().used_blocks, 0);
+    EXPECT_EQ(b.memory().live_sequences, 0);
+    EXPECT_EQ(a.running + a.waiting, 0);
+}
+
+}  // namespace
+
+TEST(Scheduler, SingleRequestRunsToMaxTokens) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    FakeBackend b(1000, 16, 8);
+    Scheduler s(b, {});
+    const int n_new = 5 + int(rng() % 20);
+    const uint64_t id = s.submit(random_prompt(rng, 30), params(n_new));
+    Outcome o;
+    drain(s, o);
+    EXPECT_EQ(int(o.tokens[id].size()), n_new);
+    EXPECT_EQ(o.finish[id], FinishReason::Length);
+    expect_empty_pool(s, b);
+    EXPECT_EQ(s.counters().generated_tokens, uint64_t(n_new));
+}
+
+TEST(Scheduler, StopTokenEndsRequest) {
+    FakeBackend b(1000, 16, 8);
+    b.eos_after = 12;  // the sequence samples EOS once it holds 12 tokens
+    Scheduler s(b, {});
+    std::mt19937_64 rng(fresh_seed());
+    const uint64_t id = s.submit(random_prompt(rng, 10), params(100));
+    Outcome o;
+    drain(s, o);
+    // computed lengths 10 (prefill) -> token, 11 -> token, 12 -> EOS: three tokens, the last is EOS.
+    ASSERT_EQ(o.tokens[id].size(), 3u);
+    EXPECT_EQ(o.tokens[id].back(), 1);
+    EXPECT_EQ(o.finish[id], FinishReason::Stop);
+    expect_empty_pool(s, b);
+}
+
+TEST(Scheduler, ContinuousBatchingMatchesSoloRuns) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    FakeBackend b(100000, 16, 16);
+    SchedulerOptions opt;
+    opt.max_batch_tokens = 64;
+    opt.prefill_chunk = 24;
+    Scheduler s(b, opt);
+    std::map<uint64_t, std::pair<std::vector<int32_t>, GenerationParams>> submitted;
+    Outcome o;
+    // Requests arrive while others are decoding: join between steps.
+    for (int wave = 0; wave < 5; ++wave) {
+        for (int i = 0; i < 4; ++i) {
+            auto p = random_prompt(rng, 1 + int(rng() % 90));
+            auto g = params(1 + int64_t(rng() % 30), (rng() % 2) ? 0.7f : 0.f, rng());
+            submitted[s.submit(p, g)] = {p, g};
+        }
+        for (int k = 0; k < 3; ++k)
+            for (const auto& ev : s.step()) {
+                if (ev.has_token) o.tokens[ev.id].push_back(ev.sample.token);
+                EXPECT_LE(b.tokens_this_call, int64_t(1) << 40);
+            }
+        EXPECT_LE(s.counters().last_step_tokens, opt.max_batch_tokens);
+    }
+    drain(s, o);
+    for (const auto& [id, pg] : submitted) EXPECT_EQ(o.tokens[id], reference(pg.first, pg.second)) << "request " << id;
+    expect_empty_pool(s, b);
+}
+
+TEST(Scheduler, ChunkedPrefillKeepsDecodesFlowing) {
+    FakeBackend b(100000, 16, 8);
+    SchedulerOptions opt;
+    opt.max_batch_tokens = 40;
+    opt.prefill_chunk = 32;
+    Scheduler s(b, opt);
+    std::mt19937_64 rng(fresh_seed());
+    const uint64_t decoder = s.submit(random_prompt(rng, 8), params(200));
+    s.step();  // prefill of the short one; it is decoding from now on
+    const uint64_t longp = s.submit(random_prompt(rng, 2000), params(4));
+    int decoder_tokens = 0, steps = 0;
+    bool long_started_decoding = false;
+    while (!long_started_decoding && steps < 1000) {
+        bool decoder_got = false;
+        for (const auto& ev : s.step()) {
+            if (ev.id == decoder && ev.has_token) decoder_got = true;
+            if (ev.id == longp && ev.has_token) long_started_decoding = true;
+        }
+        ++steps;
+        EXPECT_TRUE(decoder_got) << "decode starved at step " << steps;
+        EXPECT_LE(s.counters().last_step_tokens, opt.max_batch_tokens);
+        decoder_tokens += decoder_got;
+    }
+    // 2000 prompt tokens with 39 tokens of budget left per step (chunk cap 32) take ceil(2000/32) = 63 steps.
+    EXPECT_EQ(steps, 63);
+    EXPECT_EQ(decoder_tokens, steps);
+    Outcome o;
+    drain(s, o);
+    expect_empty_pool(s, b);
+}
+
+TEST(Scheduler, PreemptionByRecomputeReproducesOutputs) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    // Pool of 60 blocks of 8 tokens; 12 requests that each grow to ~100 tokens (14 blocks): about 10x oversubscribed.
+    FakeBackend b(60, 8, 32);
+    SchedulerOptions opt;
+    opt.max_batch_tokens = 64;
+    opt.prefill_chunk = 16;
+    Scheduler s(b, opt);
+    std::map<uint64_t, std::pair<std::vector<int32_t>, GenerationParams>> submitted;
+    for (int i = 0; i < 12; ++i) {
+        auto p = random_prompt(rng, 20 + int(rng() % 20));
+        auto g = params(60 + int64_t(rng() % 20), (i % 2) ? 0.9f : 0.f, rng());
+        submitted[s.submit(p, g)] = {p, g};
+    }
+    Outcome o;
+    drain(s, o);
+    EXPECT_GT(s.counters().preemptions, 0u);
+    for (const auto& [id, pg] : submitted) {
+        EXPECT_EQ(o.tokens[id], reference(pg.first, pg.second)) << "request " << id;
+        EXPECT_EQ(o.finish[id], FinishReason::Length);
+    }
+    expect_empty_pool(s, b);
+}
+
+TEST(Scheduler, RequestLargerThanPoolIsRejectedAndOthersRun) {
+    FakeBackend b(20, 8, 8);  // holds at most 19 * 8 = 152 tokens in one sequence
+    Scheduler s(b, {});
+    EXPECT_EQ(s.max_sequence_tokens(), 152);
+    std::mt19937_64 rng(fresh_seed());
+    try {
+        s.submit(random_prompt(rng, 100), params(53));
+        FAIL() << "expected an Error";
+    } catch (const Error& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("max_tokens"), std::string::npos) << m;
+        EXPECT_NE(m.find("100"), std::string::npos) << m;
+        EXPECT_NE(m.find("152"), std::string::npos) << m;
+    }
+    const uint64_t ok = s.submit(random_prompt(rng, 100), params(52));  // exactly at the limit
+    Outcome o;
+    drain(s, o);
+    EXPECT_EQ(o.tokens[ok].size(), 52u);
+    expect_empty_pool(s, b);
+}
+
+TEST(Scheduler, InvalidSubmissionsNameTheField) {
+    FakeBackend b(100, 8, 8, 500);
+    Scheduler s(b, {});
+    auto expect_error = [&](std::vector<int32_t> p, int64_t max_new, const char* field) {
+        try {
+            s.submit(std::move(p), params(max_new));
+            ADD_FAILURE() << "expected an Error about " << field;
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+        }
+    };
+    expect_error({}, 4, "prompt");
+    expect_error({5, -1}, 4, "prompt");
+    expect_error({5, 500}, 4, "prompt");
+    expect_error({5}, 0, "max_tokens");
+    expect_error({5}, -3, "max_tokens");
+    EXPECT_TRUE(s.idle());
+}
+
+TEST(Scheduler, CancelFreesStateImmediatelyAndIsolatesOthers) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    FakeBackend b(100000, 16, 1);  // one running slot: the rest queue
+    Scheduler s(b, {});
+    auto p = random_prompt(rng, 40);
+    const GenerationParams g = params(30);
+    const uint64_t runner = s.submit(p, g);
+    std::vector<uint64_t> queued;
+    for (int i = 0; i < 8; ++i) queued.push_back(s.submit(random_prompt(rng, 30), params(30)));
+    Outcome o;
+    for (int k = 0; k < 5; ++k)
+        for (const auto& ev : s.step())
+            if (ev.has_token) o.tokens[ev.id].push_back(ev.sample.token);
+    for (uint64_t q : queued) EXPECT_TRUE(s.finish(q, FinishReason::Cancelled));
+    EXPECT_FALSE(s.finish(queued[0], FinishReason::Cancelled));  // already gone
+    EXPECT_EQ(s.waiting(), 0);
+    drain(s, o);
+    EXPECT_EQ(o.tokens[runner], reference(p, g));
+    for (uint64_t q : queued) EXPECT_EQ(o.tokens.count(q), 0u);
+    expect_empty_pool(s, b);
+
+    // Cancelling a running request releases its blocks before finish() returns.
+    const uint64_t r2 = s.submit(random_prompt(rng, 50), params(30));
+    s.step();
+    EXPECT_GT(b.memory().used_blocks, 0);
+    EXPECT_TRUE(s.finish(r2, FinishReason::Cancelled));
+    expect_empty_pool(s, b);
+    EXPECT_EQ(s.counters().cancelled, 9u);
+}
+
+TEST(Scheduler, DeadlinesExpireWaitingAndRunning) {
+    FakeBackend b(100000, 16, 1);
+    Scheduler s(b, {});
+    std::mt19937_64 rng(fresh_seed());
+    const auto t0 = Clock::now();
+    GenerationParams g1 = params(1000);
+    g1.deadline = t0 + std::chrono::milliseconds(50);
+    GenerationParams g2 = params(1000);
+    g2.deadline = t0 + std::chrono::milliseconds(30);
+    const uint64_t running = s.submit(random_prompt(rng, 10), g1, t0);
+    const uint64_t waiting = s.submit(random_prompt(rng, 10), g2, t0);
+    s.step(t0);
+    s.step(t0 + std::chrono::milliseconds(10));
+    EXPECT_EQ(s.running(), 1);
+    EXPECT_EQ(s.waiting(), 1);
+    auto ev = s.step(t0 + std::chrono::milliseconds(40));
+    bool waiting_expired = false;
+    for (const auto& e : ev) waiting_expired |= e.id == waiting && e.finish == FinishReason::Deadline;
+    EXPECT_TRUE(waiting_expired);
+    ev = s.step(t0 + std::chrono::milliseconds(60));
+    bool running_expired = false;
+    for (const auto& e : ev) running_expired |= e.id == running && e.finish == FinishReason::Deadline;
+    EXPECT_TRUE(running_expired);
+    expect_empty_pool(s, b);
+    EXPECT_EQ(s.counters().deadline_expired, 2u);
+}
+
+TEST(Scheduler, BackendFailureEndsBatchAndServerRecovers) {
+    FakeBackend b(100000, 16, 8);
+    Scheduler s(b, {});
+    std::mt19937_64 rng(fresh_seed());
+    const uint64_t a = s.submit(random_prompt(rng, 10), params(10));
+    const uint64_t c = s.submit(random_prompt(rng, 10), params(10));
+    b.fail_next_call();
+    auto ev = s.step();
+    ASSERT_EQ(ev.size(), 2u);
+    for (const auto& e : ev) {
+        EXPECT_EQ(e.finish, FinishReason::Error);
+        EXPECT_NE(e.error.find("injected"), std::string::npos);
+        EXPECT_TRUE(e.id == a || e.id == c);
+    }
+    expect_empty_pool(s, b);
+    const uint64_t d = s.submit(random_prompt(rng, 10), params(7));
+    Outcome o;
+    drain(s, o);
+    EXPECT_EQ(o.tokens[d].size(), 7u);
+    expect_empty_pool(s, b);
+}
+
+TEST(Scheduler, SeedsMakeSamplingReproducible) {
+    std::mt19937_64 rng(fresh_seed());
+    auto p = random_prompt(rng, 12);
+    const auto a = reference(p, params(20, 0.8f, 42));
+    const auto a2 = reference(p, params(20, 0.8f, 42));
+    const auto c = reference(p, params(20, 0.8f, 43));
+    EXPECT_EQ(a, a2);
+    EXPECT_NE(a, c);
+}
+
+TEST(Scheduler, RandomChurnKeepsExactAudit) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    FakeBackend b(80, 8, 12);
+    SchedulerOptions opt;
+    opt.max_batch_tokens = 48;
+    opt.prefill_chunk = 20;
+    Scheduler s(b, opt);
+    std::vector<uint64_t> live;
+    std::map<uint64_t, std::pair<std::vector<int32_t>, GenerationParams>> submitted;
+    std::map<uint64_t, std::vector<int32_t>> got;
+    std::map<uint64_t, FinishReason> finished;
+    for (int it = 0; it < 3000; ++it) {
+        const uint64_t action = rng() % 10;
+        if (action < 3) {
+            auto p = random_prompt(rng, 1 + int(rng() % 60));
+            auto g = params(1 + int64_t(rng() % 40), (rng() % 2) ? 1.0f : 0.f, rng());
+            const uint64_t id = s.submit(p, g);
+            live.push_back(id);
+            submitted[id] = {p, g};
+        } else if (action == 3 && !live.empty()) {
+            const uint64_t id = live[rng() % live.size()];
+            if (s.finish(id, FinishReason::Cancelled)) finished[id] = FinishReason::Cancelled;
+        } else {
+            for (const auto& ev : s.step()) {
+                if (ev.has_token) got[ev.id].push_back(ev.sample.token);
+                if (ev.finish != FinishReason::None) finished[ev.id] = ev.finish;
+            }
+        }
+        const SchedulerAudit a = s.audit();
+        ASSERT_TRUE(a.ok) << "iteration " << it << ": " << a.detail;
+    }
+    Outcome o;
+    drain(s, o);
+    for (auto& [id, toks] : o.tokens) got[id].insert(got[id].end(), toks.begin(), toks.end());
+    for (auto& [id, f] : o.finish) finished[id] = f;
+    expect_empty_pool(s, b);
+    // Every request that completed normally produced exactly its solo continuation, preempted or not.
+    int checked = 0;
+    for (const auto& [id, pg] : submitted) {
+        ASSERT_TRUE(finished.count(id)) << "request " << id << " never finished";
+        if (finished[id] != FinishReason::Length) continue;
+        EXPECT_EQ(got[id], reference(pg.first, pg.second)) << "request " << id;
+        ++checked;
+    }
+    EXPECT_GT(checked, 10);
+    EXPECT_GT(s.counters().preemptions, 0u);
+}
