@@ -1,0 +1,121 @@
+// Device helpers shared by the attention-side kernels (norm, rope, mhc, compressor, indexer, attention): launch
+// checks, block reductions, the reference's quantization simulations (FP8 e4m3 / FP4 e2m1 with power-of-two
+// scales), RoPE rotation and the 128-point Hadamard transform. Everything matches src/cpu/ops.h bit for bit where
+// the CPU op is exact (scales from exponent bits, round-to-nearest-even conversions, cos/sin of the fp32 angle
+// evaluated in double), so the GPU and CPU paths differ only by fp32 summation order.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "util/error.h"
+
+// Throws flashseek::Error with the failing call, file and line.
+#define FS_ATTN_CUDA_CHECK(call)                                                                          \
+    do {                                                                                                  \
+        cudaError_t fs_attn_err_ = (call);                                                                \
+        if (fs_attn_err_ != cudaSuccess)                                                                  \
+            ::flashseek::fail("CUDA error {} ({}) in {} at {}:{}", cudaGetErrorName(fs_attn_err_),        \
+                              cudaGetErrorString(fs_attn_err_), #call, __FILE__, __LINE__);               \
+    } while (0)
+// Checks the launch just issued (configuration errors surface here rather than at the next synchronization).
+#define FS_ATTN_LAUNCHED() FS_ATTN_CUDA_CHECK(cudaPeekAtLastError())
+
+namespace flashseek::cuda::attn_detail {
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Block-wide sum; every thread gets the result. `scratch` holds at least 32 floats; blockDim.x % 32 == 0.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();  // scratch may still be read by a previous call
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float r = lane < n_warps ? scratch[lane] : 0.f;
+    return warp_sum(r);
+}
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float r = lane < n_warps ? scratch[lane] : -INFINITY;
+    return warp_max(r);
+}
+
+__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// 2^ceil(log2(v)) for finite v > 0, exact (from the exponent bits, like the CPU op's frexp).
+__device__ __forceinline__ float pow2_ceil(float v) {
+    int e;
+    const float m = frexpf(v, &e);
+    return m == 0.5f ? ldexpf(1.f, e - 1) : ldexpf(1.f, e);
+}
+// Biased E8M0 exponent byte of a power of two s (s = 2^(byte - 127)).
+__device__ __forceinline__ uint8_t e8m0_byte(float pow2) {
+    return uint8_t((__float_as_uint(pow2) >> 23) & 0xff);
+}
+__device__ __forceinline__ float e8m0_value(uint8_t b) { return __uint_as_float(uint32_t(b) << 23); }
+
+// e4m3fn byte of x (already clamped to +-448), round to nearest even.
+__device__ __forceinline__ uint8_t to_e4m3(float x) {
+    return uint8_t(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+__device__ __forceinline__ float from_e4m3(uint8_t b) {
+    __half_raw h = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(b), __NV_E4M3);
+    return __half2float(__half(h));
+}
+
+// e2m1 code (bit 3 = sign) nearest to x, ties to the even mantissa code, saturating at 6 (as util/numeric.h).
+__device__ __forceinline__ uint8_t to_e2m1(float x) {
+    const uint8_t sign = signbit(x) ? 8 : 0;
+    const float a = fabsf(x);
+    uint8_t code;
+    if (a <= 0.25f) code = 0;        // tie 0.25 -> 0 (even)
+    else if (a < 0.75f) code = 1;
+    else if (a <= 1.25f) code = 2;   // the tie 0.75 goes up to code 2 (even)
+    else if (a < 1.75f) code = 3;
+    else if (a <= 2.5f) code = 4;
+    else if (a < 3.5f) code = 5;
+    else if (a <= 5.f) code = 6;
+    else code = 7;
+    return sign | code;
+}
+__device__ __forceinline__ float from_e2m1(uint8_t code) {
+    const int e = (code >> 1) & 3, mant = code & 1;  // magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6
+    const float v = e == 0 ? 0.5f * float(mant) : ldexpf(1.f + 0.5f * float(mant), e - 1);
+    return (code & 8) ? -v : v;
+}
+
+// cos/sin of the fp32 angle pos * inv_freq, evaluated in double and rounded to fp32 (as the CPU op does).
+__device__ __forceinline__ void rope_cos_sin(int64_t pos, float inv_freq, float& c, float& s) {
+    const float angle = float(pos) * inv_freq;
+    double sd, cd;
+    sincos(double(angle), &sd, &cd);
+    c = float(cd);
+    s = float(sd);
+}
+// Rotates the pair (x0, x1) by +angle (or -angle when inverse).
+__device__ __forceinline__ void rope_rotate(float& x0, float& x1, float c, float s, bool inverse) {
+    if (inverse) s = -s;
+    const float a = x0, b = x1;
+    x0 = a * c - b * s;
+    x1 = b * c + a * s;
+}
+
+}  // namespace flashseek::cuda::attn_detail
