@@ -1,0 +1,101 @@
+// Linear layers on the GPU with weights kept in their checkpoint formats (FP8 e4m3 + 128x128 block scales,
+// packed FP4 e2m1 + per-32 scales, or BF16): y[m, o] = sum_k x[m, k] * W[o, k], for M (tokens) from 1 to
+// thousands. Two steps:
+//   1. prepare_activation: x (bf16 or fp32, [M, K] row-major) -> a PreparedActivation: f16 values with one fp32
+//      power-of-two scale per (token, 128-column block), laid out for the tensor-core fragments of the weight
+//      format that will consume it. With ActNumerics::FP8_BLOCK128 the values are exactly the official
+//      act_quant (e4m3 codes, ue8m0 scale 2^ceil(log2(max(amax,1e-4)/448))); with ActNumerics::EXACT they are
+//      x itself (bf16 inputs are represented exactly, fp32 inputs to 11 bits). BF16 weights take plain bf16 x.
+//      One prepared activation serves every linear that reads the same input with the same weight format.
+//   2. linear: streams every weight byte once per 32 tokens through mma.sync (weights as the 16-row A operand,
+//      tokens as N; FP8/FP4 widened to f16 in registers, scales applied in fp32 per 128-K step), split-K over
+//      CTAs when the matrix is too small to fill the GPU, with a deterministic in-kernel reduction.
+// Works on sm_80 and later (f16/bf16 mma.sync only); all host entry points take raw device pointers and a stream,
+// allocate nothing, and are safe to capture in a CUDA graph.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace flashseek::cuda {
+
+enum class WeightKind : uint8_t {
+    BF16,          // uint16 bf16 [out, in]
+    FP8_BLOCK128,  // uint8 e4m3fn [out, in]; scale [ceil(out/128), ceil(in/128)]
+    FP4_BLOCK32,   // uint8 [out, in/2], element 2i in the low nibble; scale [out, ceil(in/32)]; in must be even
+};
+enum class ScaleKind : uint8_t { NONE, E8M0, F32 };  // E8M0 bytes (2^(b-127)) or fp32, row-major as stored
+
+// One weight matrix on the device, exactly as the checkpoint stores it (row-major, `in` contiguous).
+struct DeviceLinear {
+    WeightKind kind = WeightKind::BF16;
+    ScaleKind scale_kind = ScaleKind::NONE;
+    int64_t out = 0, in = 0;
+    const void* weight = nullptr;
+    const void* scale = nullptr;  // nullptr for BF16
+};
+
+enum class ActNumerics : uint8_t {
+    EXACT,         // reference numerics: the activation is used as is (bf16 activations, fp32 accumulation)
+    FP8_BLOCK128,  // release numerics: act_quant to e4m3 per 1x128 block with ue8m0 scales (official kernel.py)
+};
+enum class OutKind : uint8_t { BF16, F32 };
+
+// The prepared activation. Memory is owned by the caller: `values` holds m_pad * k_pad uint16 and `scales`
+// m_pad * (k_pad / 128) floats, with m_pad = round_up(M, 8) and k_pad = round_up(K, 128). Padding is written as 0.
+struct PreparedActivation {
+    WeightKind layout = WeightKind::BF16;  // the weight format it was prepared for
+    int64_t m = 0, k = 0, m_pad = 0, k_pad = 0;
+    uint16_t* values = nullptr;  // f16 (FP8/FP4 layouts, permuted inside each group of 4 / 8) or bf16 (natural)
+    float* scales = nullptr;     // per (token, 128-block) power-of-two scale; 1 for the BF16 layout
+};
+size_t prepared_values_bytes(int64_t m, int64_t k);
+size_t prepared_scales_bytes(int64_t m, int64_t k);
+
+// x: [M, K] with row stride ld_x elements, bf16 (x_is_f32 = false) or fp32. `out` must have values/scales set
+// and room for (M, K); its m/k/layout fields are filled in. For layout BF16 numerics must be EXACT.
+void prepare_activation(const void* x, bool x_is_f32, int64_t M, int64_t K, int64_t ld_x, WeightKind layout,
+                        ActNumerics numerics, PreparedActivation& out, cudaStream_t stream);
+
+// Scratch for split-K partial sums: `partials` (bytes) and `counters` (n_counters uint32, zeroed once by
+// create; kernels leave them zero). One workspace per stream: two linears in flight may not share one.
+struct GemmWorkspace {
+    float* partials = nullptr;
+    size_t partial_bytes = 0;
+    uint32_t* counters = nullptr;
+    int n_counters = 0;
+};
+inline constexpr size_t kDefaultGemmPartialBytes = size_t(32) << 20;
+inline constexpr int kDefaultGemmCounters = 1 << 16;
+GemmWorkspace create_gemm_workspace(size_t partial_bytes = kDefaultGemmPartialBytes,
+                                    int n_counters = kDefaultGemmCounters);  // cudaMalloc + memset
+void destroy_gemm_workspace(GemmWorkspace& ws);
+
+// y = x W^T. x prepared for w.kind (x.k == w.in). y: [M, w.out] with row stride ld_y elements, bf16 or fp32.
+// ws may be null (then no split-K). Throws Error on mismatched shapes or formats.
+void linear(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind y_kind, int64_t ld_y,
+            const GemmWorkspace* ws, cudaStream_t stream);
+
+// Grouped linear (attention wo_a): W is [G * R, Kg] (group g = rows g*R .. g*R+R-1) and x is [M, G * Kg];
+// y[m, g*R + i] = sum_c W[g*R + i, c] * x[m, g*Kg + c]. x prepared over its full width G*Kg.
+// Requires Kg % 128 == 0 and R % 16 == 0 (true for every DeepSeek-V4 shape).
+void grouped_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y, OutKind y_kind,
+                    int64_t ld_y, const GemmWorkspace* ws, cudaStream_t stream);
+
+// Convenience for tests and one-off calls: prepares into caller scratch (values/scales sized as above) and runs
+// linear(). Returns the prepared activation it used.
+PreparedActivation prepare_and_linear(const void* x, bool x_is_f32, int64_t M, int64_t ld_x, const DeviceLinear& w,
+                                      ActNumerics numerics, uint16_t* scratch_values, float* scratch_scales,
+                                      void* y, OutKind y_kind, int64_t ld_y, const GemmWorkspace* ws,
+                                      cudaStream_t stream);
+
+// Which path linear() takes for M tokens (for tests and benchmarks): tokens per pass (8, 16 or 32) and split-K.
+struct LinearPlan {
+    int tokens_per_pass = 8;
+    int k_splits = 1;
+    bool aligned = true;  // vectorized loads (in % 128 == 0 and aligned pointers); else the guarded scalar path
+};
+LinearPlan plan_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, const GemmWorkspace* ws);
+
+}  // namespace flashseek::cuda
