@@ -10,15 +10,49 @@
 
 #include <cstdint>
 
-#include "util/error.h"
+#include <sstream>
+#include <string>
+#include <utility>
+
+namespace flashseek::cuda::attn_detail {
+// Throws flashseek::Error(msg) (defined in cuda/attention/attn_error.cpp: util/error.h pulls in fmt, whose C++20
+// consteval checks nvcc cannot compile, so CUDA sources format messages here with "{}" placeholders instead).
+[[noreturn]] void throw_error(const std::string& msg);
+
+inline void format_into(std::ostringstream& os, const char* f) { os << f; }
+template <typename T, typename... Rest>
+void format_into(std::ostringstream& os, const char* f, T&& v, Rest&&... rest) {
+    for (; *f; ++f) {
+        if (f[0] == '{' && f[1] == '}') {
+            os << v;
+            format_into(os, f + 2, std::forward<Rest>(rest)...);
+            return;
+        }
+        os << *f;
+    }
+}
+template <typename... Args>
+[[noreturn]] void fail_rt(const char* f, Args&&... args) {
+    std::ostringstream os;
+    format_into(os, f, std::forward<Args>(args)...);
+    throw_error(os.str());
+}
+}  // namespace flashseek::cuda::attn_detail
+
+// FS_ATTN_REQUIRE(cond, "message {}", value): throws flashseek::Error when cond is false (host code).
+#define FS_ATTN_REQUIRE(cond, ...)                                          \
+    do {                                                                    \
+        if (!(cond)) ::flashseek::cuda::attn_detail::fail_rt(__VA_ARGS__); \
+    } while (0)
 
 // Throws flashseek::Error with the failing call, file and line.
-#define FS_ATTN_CUDA_CHECK(call)                                                                          \
-    do {                                                                                                  \
-        cudaError_t fs_attn_err_ = (call);                                                                \
-        if (fs_attn_err_ != cudaSuccess)                                                                  \
-            ::flashseek::fail("CUDA error {} ({}) in {} at {}:{}", cudaGetErrorName(fs_attn_err_),        \
-                              cudaGetErrorString(fs_attn_err_), #call, __FILE__, __LINE__);               \
+#define FS_ATTN_CUDA_CHECK(call)                                                                             \
+    do {                                                                                                     \
+        cudaError_t fs_attn_err_ = (call);                                                                   \
+        if (fs_attn_err_ != cudaSuccess)                                                                     \
+            ::flashseek::cuda::attn_detail::fail_rt("CUDA error {} ({}) in {} at {}:{}",                     \
+                                                    cudaGetErrorName(fs_attn_err_),                          \
+                                                    cudaGetErrorString(fs_attn_err_), #call, __FILE__, __LINE__); \
     } while (0)
 // Checks the launch just issued (configuration errors surface here rather than at the next synchronization).
 #define FS_ATTN_LAUNCHED() FS_ATTN_CUDA_CHECK(cudaPeekAtLastError())

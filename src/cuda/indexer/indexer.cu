@@ -1,0 +1,300 @@
+// Indexer kernels.
+//  * prepare_q: one warp per head vector, head_dim/32 consecutive elements per lane; the Hadamard butterflies run
+//    in registers (in-lane stages) and through xor shuffles (cross-lane stages), in the CPU op's exact order.
+//  * scores: CTA per (query, tile of 64 entries); q (all heads) and the key tile live in shared memory as bf16;
+//    thread (entry, head group) accumulates sum_h w_h ReLU(q_h . k) over its heads, reduced across groups.
+//  * top-k: CTA per query; 4-pass 8-bit radix select of the k-th largest order-preserving key, then two block
+//    scans place the selected indices in ascending order (ties to the lower index), matching cpu::topk_indices.
+#include <algorithm>
+
+#include "cuda/common/attn_helpers.cuh"
+#include "cuda/indexer/indexer.cuh"
+
+namespace flashseek::cuda {
+
+using namespace attn_detail;
+
+namespace {
+
+template <int E>  // elements per lane: head_dim / 32
+__global__ void prepare_q_kernel(bf16* q, int64_t stride, int n_tokens, int n_heads, const int32_t* positions,
+                                 RopeTable rope) {
+    constexpr int D = 32 * E;
+    const int row = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= n_tokens * n_heads) return;
+    const int t = row / n_heads, h = row % n_heads;
+    bf16* v = q + t * stride + int64_t(h) * D;
+    float x[E];
+#pragma unroll
+    for (int i = 0; i < E; ++i) x[i] = __bfloat162float(v[lane * E + i]);
+    const int rope_first = D - 2 * rope.n_pairs;
+    const int64_t pos = positions[t];
+#pragma unroll
+    for (int i = 0; i < E; i += 2) {
+        const int d = lane * E + i;
+        if (E >= 2 && d >= rope_first) {
+            float c, s;
+            rope_cos_sin(pos, rope.inv_freq[(d - rope_first) / 2], c, s);
+            rope_rotate(x[i], x[i + 1], c, s, false);
+            x[i] = round_bf16(x[i]);
+            x[i + 1] = round_bf16(x[i + 1]);
+        }
+    }
+    if constexpr (E == 1) {  // pairs straddle lanes
+        const float other = __shfl_xor_sync(0xffffffffu, x[0], 1);
+        const int d = lane;
+        if (d >= rope_first) {
+            float c, s;
+            rope_cos_sin(pos, rope.inv_freq[(d - rope_first) / 2], c, s);
+            float x0 = (lane & 1) ? other : x[0], x1 = (lane & 1) ? x[0] : other;
+            rope_rotate(x0, x1, c, s, false);
+            x[0] = round_bf16((lane & 1) ? x1 : x0);
+        }
+    }
+    // Hadamard: stage h pairs element j with j + h (j's bit h clear): low = a + b, high = a - b.
+#pragma unroll
+    for (int h = 1; h < E; h *= 2) {
+#pragma unroll
+        for (int i = 0; i < E; ++i) {
+            if ((i & h) == 0) {
+                const float a = x[i], b = x[i + h];
+                x[i] = a + b;
+                x[i + h] = a - b;
+            }
+        }
+    }
+#pragma unroll
+    for (int lh = 1; lh < 32; lh *= 2) {
+        const bool high = (lane & lh) != 0;
+#pragma unroll
+        for (int i = 0; i < E; ++i) {
+            const float other = __shfl_xor_sync(0xffffffffu, x[i], lh);
+            x[i] = high ? other - x[i] : x[i] + other;
+        }
+    }
+    const float scale = 1.f / sqrtf(float(D));
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < E; ++i) {
+        x[i] = round_bf16(x[i] * scale);
+        amax = fmaxf(amax, fabsf(x[i]));
+    }
+    constexpr int kLanesPerBlock = 32 / E;  // FP4 block of 32 elements
+#pragma unroll
+    for (int o = 1; o < kLanesPerBlock; o *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float s = pow2_ceil(fmaxf(amax, 6.f * 1.17549435e-38f) / 6.f);
+#pragma unroll
+    for (int i = 0; i < E; ++i) v[lane * E + i] = __float2bfloat16_rn(from_e2m1(to_e2m1(x[i] / s)) * s);
+}
+
+constexpr int kScoreTile = 64;
+constexpr int kScoreThreads = 256;
+constexpr int kHeadGroups = kScoreThreads / kScoreTile;
+
+__device__ __forceinline__ int visible_entries(int64_t pos, int ratio) { return int((pos + 1) / ratio); }
+
+__global__ void __launch_bounds__(kScoreThreads) scores_kernel(IndexerSelectParams p, float* __restrict__ scores) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int t = blockIdx.x;
+    const int n_vis = visible_entries(p.batch.token_pos[t], p.ratio);
+    if (n_vis <= p.topk) return;  // every entry is selected: no scoring
+    const int j0 = blockIdx.y * kScoreTile;
+    if (j0 >= n_vis) return;
+    const int H = p.n_heads, D = p.head_dim, kd = D + 2;  // key rows padded by one word: conflict-free
+    bf16* qs = reinterpret_cast<bf16*>(smem_raw);          // [H][D]
+    bf16* ks = qs + H * D;                                  // [kScoreTile][kd]
+    float* ws = reinterpret_cast<float*>(ks + kScoreTile * kd);  // [H]
+    float* part = ws + H;                                   // [kHeadGroups][kScoreTile]
+    const bf16* qt = p.q + t * p.q_stride;
+    for (int i = threadIdx.x; i < H * D; i += blockDim.x) qs[i] = qt[i];
+    for (int h = threadIdx.x; h < H; h += blockDim.x)
+        ws[h] = __bfloat162float(p.weights[t * p.weights_stride + h]) * p.weights_scale;
+    const int slot = p.batch.seq_slot[p.batch.token_seq[t]];
+    const IndexFormat fmt = IndexFormat(p.keys.format);
+    for (int i = threadIdx.x; i < kScoreTile * (D / 2); i += blockDim.x) {
+        const int e = i / (D / 2), d = 2 * (i % (D / 2));
+        float2 val = make_float2(0.f, 0.f);
+        if (j0 + e < n_vis) {
+            const uint8_t* src = paged_entry(p.keys, slot, j0 + e);
+            if (fmt == IndexFormat::BF16) {
+                val = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(src)[d / 2]);
+            } else {
+                const uint8_t b = src[d / 2];
+                const float s = e8m0_value(src[D / 2 + d / 32]);
+                val = make_float2(from_e2m1(b & 0xf) * s, from_e2m1(b >> 4) * s);
+            }
+        }
+        reinterpret_cast<__nv_bfloat162*>(ks + e * kd)[d / 2] = __floats2bfloat162_rn(val.x, val.y);
+    }
+    __syncthreads();
+    const int e = threadIdx.x % kScoreTile, g = threadIdx.x / kScoreTile;
+    const __nv_bfloat162* krow = reinterpret_cast<const __nv_bfloat162*>(ks + e * kd);
+    float acc = 0.f;
+    for (int h = g; h < H; h += kHeadGroups) {
+        const __nv_bfloat162* qrow = reinterpret_cast<const __nv_bfloat162*>(qs + h * D);
+        float dot = 0.f;
+        for (int d2 = 0; d2 < D / 2; ++d2) {
+            const float2 kk = __bfloat1622float2(krow[d2]);
+            const float2 qq = __bfloat1622float2(qrow[d2]);
+            dot = fmaf(qq.x, kk.x, dot);
+            dot = fmaf(qq.y, kk.y, dot);
+        }
+        acc = fmaf(ws[h], fmaxf(dot, 0.f), acc);
+    }
+    part[g * kScoreTile + e] = acc;
+    __syncthreads();
+    if (threadIdx.x < kScoreTile && j0 + threadIdx.x < n_vis) {
+        float s = 0.f;
+        for (int gg = 0; gg < kHeadGroups; ++gg) s += part[gg * kScoreTile + threadIdx.x];
+        scores[int64_t(t) * p.max_entries + j0 + threadIdx.x] = s;
+    }
+}
+
+constexpr int kTopkThreads = 1024;
+
+__device__ __forceinline__ uint32_t order_key(float f) {
+    const uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Exclusive block scan of v (kTopkThreads threads); returns the prefix, *total gets the sum.
+__device__ int block_exclusive_scan(int v, int* warp_sums, int* total) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int x = v;
+#pragma unroll
+    for (int o = 1; o < 32; o *= 2) {
+        const int y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    __syncthreads();
+    if (lane == 31) warp_sums[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        int w = lane < kTopkThreads / 32 ? warp_sums[lane] : 0;
+#pragma unroll
+        for (int o = 1; o < 32; o *= 2) {
+            const int y = __shfl_up_sync(0xffffffffu, w, o);
+            if (lane >= o) w += y;
+        }
+        warp_sums[lane] = w;  // inclusive
+    }
+    __syncthreads();
+    *total = warp_sums[kTopkThreads / 32 - 1];
+    return (warp > 0 ? warp_sums[warp - 1] : 0) + x - v;
+}
+
+__global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerSelectParams p, const float* __restrict__ scores) {
+    __shared__ int hist[256];
+    __shared__ int warp_sums[32];
+    __shared__ uint32_t sh_prefix;
+    __shared__ int sh_remaining;
+    const int t = blockIdx.x;
+    const int n = visible_entries(p.batch.token_pos[t], p.ratio);
+    int32_t* out = p.selected + int64_t(t) * p.topk;
+    if (n <= p.topk) {
+        for (int i = threadIdx.x; i < p.topk; i += blockDim.x) out[i] = i < n ? i : -1;
+        return;
+    }
+    const float* row = scores + int64_t(t) * p.max_entries;
+    uint32_t prefix = 0, mask = 0;
+    int remaining = p.topk;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            const uint32_t k = order_key(row[i]);
+            if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255], 1);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int above = 0, b = 255;
+            for (; b > 0; --b) {
+                if (above + hist[b] >= remaining) break;
+                above += hist[b];
+            }
+            sh_prefix = prefix | (uint32_t(b) << shift);
+            sh_remaining = remaining - above;
+        }
+        __syncthreads();
+        prefix = sh_prefix;
+        remaining = sh_remaining;
+        mask |= 255u << shift;
+    }
+    // prefix is the k-th largest key; `remaining` elements equal to it are taken, lowest indices first.
+    const int chunk = (n + blockDim.x - 1) / blockDim.x;
+    const int i0 = threadIdx.x * chunk, i1 = min(n, i0 + chunk);
+    int ties = 0, greater = 0;
+    for (int i = i0; i < i1; ++i) {
+        const uint32_t k = order_key(row[i]);
+        ties += k == prefix;
+        greater += k > prefix;
+    }
+    int total;
+    const int tie_rank = block_exclusive_scan(ties, warp_sums, &total);
+    const int take_ties = max(0, min(ties, remaining - tie_rank));
+    const int mine = greater + take_ties;
+    int out_pos = block_exclusive_scan(mine, warp_sums, &total);
+    int taken_ties = 0;
+    for (int i = i0; i < i1; ++i) {
+        const uint32_t k = order_key(row[i]);
+        bool take = k > prefix;
+        if (k == prefix && taken_ties < take_ties) {
+            take = true;
+            ++taken_ties;
+        }
+        if (take) out[out_pos++] = i;
+    }
+    for (int i = total + threadIdx.x; i < p.topk; i += blockDim.x) out[i] = -1;
+}
+
+}  // namespace
+
+void indexer_prepare_q(bf16* q, int64_t stride, int n_tokens, int n_heads, int head_dim, const int32_t* positions,
+                       const RopeTable& rope, cudaStream_t stream) {
+    FS_ATTN_REQUIRE(2 * rope.n_pairs <= head_dim, "indexer: rope_dim {} exceeds index_head_dim {}", 2 * rope.n_pairs,
+                    head_dim);
+    if (n_tokens <= 0 || n_heads <= 0) return;
+    const int rows = n_tokens * n_heads, warps = 8;
+    const int blocks = (rows + warps - 1) / warps;
+    switch (head_dim) {
+        case 32: prepare_q_kernel<1><<<blocks, warps * 32, 0, stream>>>(q, stride, n_tokens, n_heads, positions, rope); break;
+        case 64: prepare_q_kernel<2><<<blocks, warps * 32, 0, stream>>>(q, stride, n_tokens, n_heads, positions, rope); break;
+        case 128: prepare_q_kernel<4><<<blocks, warps * 32, 0, stream>>>(q, stride, n_tokens, n_heads, positions, rope); break;
+        case 256: prepare_q_kernel<8><<<blocks, warps * 32, 0, stream>>>(q, stride, n_tokens, n_heads, positions, rope); break;
+        default: fail_rt("indexer: index_head_dim must be 32, 64, 128 or 256, got {}", head_dim);
+    }
+    FS_ATTN_LAUNCHED();
+}
+
+size_t indexer_select_workspace_bytes(int n_tokens, int max_entries) {
+    return size_t(std::max(n_tokens, 1)) * size_t(std::max(max_entries, 1)) * sizeof(float);
+}
+
+void indexer_select(const IndexerSelectParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+    FS_ATTN_REQUIRE(p.topk > 0, "indexer: index_topk must be positive, got {}", p.topk);
+    FS_ATTN_REQUIRE(p.ratio >= 1, "indexer: ratio must be >= 1, got {}", p.ratio);
+    FS_ATTN_REQUIRE(p.selected != nullptr, "indexer: the selected output is required");
+    const int n_tokens = p.batch.n_tokens;
+    if (n_tokens <= 0) return;
+    if (p.max_entries > p.topk) {  // some query has more entries than index_topk: score them
+        FS_ATTN_REQUIRE(p.head_dim % 32 == 0 && p.n_heads > 0, "indexer: index_head_dim {} must be a multiple of 32",
+                        p.head_dim);
+        FS_ATTN_REQUIRE(p.keys.entry_bytes == index_entry_bytes(IndexFormat(p.keys.format), p.head_dim),
+                        "indexer: key entry_bytes {} does not match the key format", p.keys.entry_bytes);
+        const size_t need = indexer_select_workspace_bytes(n_tokens, p.max_entries);
+        FS_ATTN_REQUIRE(workspace && workspace_bytes >= need,
+                        "indexer: workspace of {} bytes is smaller than the {} needed", workspace_bytes, need);
+        const size_t smem = size_t(p.n_heads) * p.head_dim * 2 + size_t(kScoreTile) * (p.head_dim + 2) * 2 +
+                            size_t(p.n_heads) * 4 + size_t(kHeadGroups) * kScoreTile * 4;
+        if (smem > 48 * 1024)
+            FS_ATTN_CUDA_CHECK(cudaFuncSetAttribute(scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        const dim3 grid(n_tokens, (p.max_entries + kScoreTile - 1) / kScoreTile);
+        scores_kernel<<<grid, kScoreThreads, smem, stream>>>(p, static_cast<float*>(workspace));
+        FS_ATTN_LAUNCHED();
+    }
+    topk_kernel<<<n_tokens, kTopkThreads, 0, stream>>>(p, static_cast<const float*>(workspace));
+    FS_ATTN_LAUNCHED();
+}
+
+}  // namespace flashseek::cuda

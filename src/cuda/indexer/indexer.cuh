@@ -1,0 +1,43 @@
+// The lightning indexer (dsv4-model.md §2.6) on the GPU: query preparation, scoring and top-k selection of the
+// compressed entries each query attends to in a ratio-4 (CSA) layer. The indexer's keys come from its compressor
+// (cuda/compressor), its q from the attention's q-latent through wq_b (a linear-layer GEMM).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/attention/kv_cache.cuh"
+#include "cuda/rope/rope.cuh"
+
+namespace flashseek::cuda {
+
+// In place on q [n_tokens, n_heads, head_dim] bf16 (the wq_b output, token rows `stride` elements apart): RoPE on
+// the last 2*rope.n_pairs dims at positions[token] -> bf16 -> Hadamard (Sylvester, 1/sqrt(head_dim)) -> bf16 ->
+// FP4 e2m1 simulation, block 32, power-of-two scales -> bf16. head_dim in {32, 64, 128, 256}.
+void indexer_prepare_q(__nv_bfloat16* q, int64_t stride, int n_tokens, int n_heads, int head_dim,
+                       const int32_t* positions, const RopeTable& rope, cudaStream_t stream);
+
+struct IndexerSelectParams {
+    TokenBatch batch;
+    int n_heads = 0, head_dim = 0;
+    int ratio = 4;
+    int topk = 0;                        // index_topk
+    const __nv_bfloat16* q = nullptr;    // [n_tokens, n_heads, head_dim] prepared by indexer_prepare_q
+    int64_t q_stride = 0;                // elements between token rows
+    const __nv_bfloat16* weights = nullptr;  // [n_tokens, n_heads] weights_proj(x) (bf16 GEMM output)
+    int64_t weights_stride = 0;
+    float weights_scale = 0.f;           // head_dim^-1/2 * n_heads^-1/2; w = weights * weights_scale in fp32
+    PagedEntries keys;                   // the indexer compressor's entries (IndexFormat)
+    int max_entries = 0;                 // host bound on (pos+1)/ratio over the step's tokens (workspace, grid)
+    int32_t* selected = nullptr;         // [n_tokens, topk] output
+};
+
+// Per query token at position p with n = (p+1)/ratio visible entries: when n <= topk, selected = 0..n-1 (no
+// scoring: every valid entry is attended); otherwise score(j) = sum_h w_h * ReLU(q_h . K_j) over j < n (fp32) and
+// selected = the topk best in ascending index order (ties to the lower index). Unused slots are -1.
+size_t indexer_select_workspace_bytes(int n_tokens, int max_entries);
+void indexer_select(const IndexerSelectParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace flashseek::cuda

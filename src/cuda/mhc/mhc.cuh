@@ -1,0 +1,50 @@
+// Manifold-constrained hyper-connections on the GPU (dsv4-model.md §2.2, §2.12).
+//
+// mhc_pre (per token, streams X [N, D] bf16): mu = (fn . flatten(X)) / sqrt(mean(X^2) + rms_eps) with fn
+// [n_mix, N*D] fp32; pre/post/comb from mu (sigmoid + hc_eps, 2*sigmoid, Sinkhorn with hc_eps, exact order of
+// §2.2); y = sum_j pre_j X_j rounded to bf16; then, fused, the sub-block's RMSNorm (attn_norm / ffn_norm) of y.
+// Head mode (hc_head, §2.12): n_mix = N, only pre (scale[0]), no Sinkhorn, no post/comb; the fused norm is the
+// final `norm`.
+// Two launches: a split-K partial kernel (fn read once per 4 tokens, the 16384-long reduction spread over many
+// CTAs so that batch 1 still fills the GPU) and a per-token finalize (reduce, Sinkhorn, collapse, norm).
+//
+// mhc_post: X'_k = post_k * o + sum_j comb[j, k] X_j (comb consumed transposed), rounded to bf16. In place allowed.
+// Limits: N = hc_mult in 1..4.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace flashseek::cuda {
+
+struct MhcPreParams {
+    int n_tokens = 0;
+    int n_streams = 4;  // N
+    int dim = 0;        // D
+    bool head_mode = false;
+    const __nv_bfloat16* x = nullptr;  // [n_tokens, N, D]
+    const float* fn = nullptr;         // [n_mix, N*D], n_mix = head_mode ? N : (2+N)*N
+    const float* base = nullptr;       // [n_mix]
+    const float* scale = nullptr;      // [3] ([1] in head mode)
+    float rms_eps = 1e-6f;             // rms_norm_eps (flattened-stream RMS)
+    float hc_eps = 1e-6f;
+    int sinkhorn_iters = 20;
+    const __nv_bfloat16* norm_weight = nullptr;  // [D] RMSNorm weight of the collapsed vector; nullptr = no norm
+    float norm_eps = 1e-6f;
+    __nv_bfloat16* y = nullptr;        // [n_tokens, D] (normed when norm_weight is given)
+    float* post = nullptr;             // [n_tokens, N]     (not in head mode)
+    float* comb = nullptr;             // [n_tokens, N, N]  comb[t][j][k] (not in head mode)
+};
+
+// Device scratch mhc_pre needs for up to max_tokens tokens (fp32 partial sums).
+size_t mhc_pre_workspace_bytes(int max_tokens, int n_streams, int dim, bool head_mode);
+void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// x, x_out [n_tokens, N, D] bf16 (x_out may equal x); o [n_tokens, D] bf16; post [n_tokens, N];
+// comb [n_tokens, N, N].
+void mhc_post(int n_tokens, int n_streams, int dim, const __nv_bfloat16* x, const __nv_bfloat16* o, const float* post,
+              const float* comb, __nv_bfloat16* x_out, cudaStream_t stream);
+
+}  // namespace flashseek::cuda

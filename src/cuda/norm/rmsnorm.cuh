@@ -1,0 +1,26 @@
+// RMSNorm kernels (dsv4-model.md §2): out = w * x / sqrt(mean(x^2) + eps), fp32 math on bf16 rows, bf16 result.
+// One warp per row. The fused variant also applies the interleaved RoPE to the last rope_dim dims of each row at
+// its token's position: that is the query path (unweighted per-head norm + RoPE, §2.4 step 2-3) in one launch.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/rope/rope.cuh"
+
+namespace flashseek::cuda {
+
+// in [rows, dim] (row i at in + i * in_stride), out likewise (may alias in). weight [dim] bf16 or nullptr
+// (unweighted). dim must be even.
+void rmsnorm(const __nv_bfloat16* in, int64_t in_stride, __nv_bfloat16* out, int64_t out_stride,
+             const __nv_bfloat16* weight, int rows, int dim, float eps, cudaStream_t stream);
+
+// In place on x [n_tokens, n_heads, head_dim] (token rows token_stride elements apart): each head vector is
+// RMS-normalized (weight [head_dim] or nullptr), then its last 2*rope.n_pairs dims are rotated at
+// positions[token] (rope.n_pairs == 0: no rotation).
+void head_rmsnorm_rope(__nv_bfloat16* x, int64_t token_stride, int n_tokens, int n_heads, int head_dim,
+                       const __nv_bfloat16* weight, float eps, const int32_t* positions, const RopeTable& rope,
+                       cudaStream_t stream);
+
+}  // namespace flashseek::cuda
