@@ -1,0 +1,75 @@
+// Mixture-of-experts on the GPU (dsv4-model.md §2.9), experts kept in checkpoint format (FP4 e2m1 + E8M0/32 for
+// routed experts, FP8 + 128x128 scales for the shared expert). Per MoE layer and step:
+//   1. router logits = gate_weight . x in fp32: a BF16 linear (gemm/linear.cuh, OutKind::F32), [M, E];
+//   2. moe_route: s = sqrt(softplus(logits)); experts = top-k of s + bias (ties -> lower id), or tid2eid[token]
+//      on hash layers; weights g = s_sel / sum(s_sel) * route_scale, in selection order;
+//   3. moe_group: (token, j) pairs grouped by expert: counts, offsets, the list of active experts, and for every
+//      grouped "slot" its token and weight (slot order inside an expert does not affect any result);
+//   4. moe_expert_up: for every active expert, w1 and w3 over its tokens in one pass over the weights, then
+//      SwiGLU with clamp (gate <= limit, |up| <= limit), times the routing weight, rounded to bf16, and written
+//      directly as the prepared activation of w2 (act_quant per 128 in release numerics) - no extra launch;
+//   5. moe_expert_down: w2 per active expert, fp32 rows per slot;
+//   6. moe_combine: out[t] = sum_j y[slot(t, j)] (selection order) + shared[t], fp32 sum, written bf16 or fp32.
+// The shared expert runs through the same up/down kernels in "dense" mode (grouping == nullptr: one expert, every
+// token, weight 1). Kernel grids are sized for the worst case (min(E, M*k) experts) so a step can be captured in
+// a CUDA graph; CTAs of inactive expert slots exit at once.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/gemm/linear.cuh"
+
+namespace flashseek::cuda {
+
+// logits [M, E] fp32 (row stride ld_logits); bias [E] fp32 or null; hash routing when tid2eid (int64
+// [vocab, top_k]) and token_ids [M] are given (vocab bounds the token ids; out-of-range ids select nothing).
+// expert_idx [M, top_k] int32 and expert_weight [M, top_k] fp32 out. E <= 1024, top_k <= 32.
+void moe_route(const float* logits, int64_t M, int E, int64_t ld_logits, const float* bias, const int64_t* tid2eid,
+               const int32_t* token_ids, int64_t vocab, int top_k, float route_scale, int32_t* expert_idx,
+               float* expert_weight, cudaStream_t stream);
+
+// Grouping buffers (device, caller-owned; carve them from one allocation with moe_grouping_view).
+struct MoeGrouping {
+    int E = 0;
+    int64_t max_pairs = 0;            // capacity in (token, j) pairs
+    int32_t* expert_count = nullptr;  // [E]
+    int32_t* expert_offset = nullptr; // [E + 1]
+    int32_t* active = nullptr;        // [E] ids of experts with tokens, ascending; first *n_active valid
+    int32_t* n_active = nullptr;      // [1]
+    int32_t* slot_token = nullptr;    // [max_pairs] token of grouped slot
+    float* slot_weight = nullptr;     // [max_pairs] routing weight of grouped slot
+    int32_t* pair_slot = nullptr;     // [max_pairs] slot of pair (t * top_k + j); -1 when the expert id was invalid
+};
+size_t moe_grouping_bytes(int E, int64_t max_pairs);
+MoeGrouping moe_grouping_view(void* memory, int E, int64_t max_pairs);
+void moe_group(const int32_t* expert_idx, const float* expert_weight, int64_t M, int top_k, const MoeGrouping& g,
+               cudaStream_t stream);
+
+// Per-expert weight pointers (device arrays of E pointers each, built once when weights are loaded).
+struct ExpertTable {
+    WeightKind kind = WeightKind::FP4_BLOCK32;  // FP4_BLOCK32 or FP8_BLOCK128, same for w1, w2, w3
+    ScaleKind scale_kind = ScaleKind::E8M0;
+    int64_t hidden = 0, inter = 0;  // w1, w3: [inter, hidden]; w2: [hidden, inter]; both multiples of 128
+    const void* const* w1 = nullptr;
+    const void* const* w1_scale = nullptr;
+    const void* const* w3 = nullptr;
+    const void* const* w3_scale = nullptr;
+    const void* const* w2 = nullptr;
+    const void* const* w2_scale = nullptr;
+};
+
+// x: [M, hidden] prepared for table.kind. grouping == nullptr: dense mode (expert 0, slot = token, weight 1).
+// h: output storage (values/scales sized for rows = M*top_k (routed) or M (dense), k = inter); filled in as the
+// prepared activation of w2 (layout table.kind, numerics h_numerics).
+void moe_expert_up(const PreparedActivation& x, const ExpertTable& table, const MoeGrouping* grouping, int64_t M,
+                   int top_k, float swiglu_limit, ActNumerics h_numerics, PreparedActivation& h, cudaStream_t stream);
+// y: [rows, hidden] fp32, row = grouped slot (routed) or token (dense).
+void moe_expert_down(const PreparedActivation& h, const ExpertTable& table, const MoeGrouping* grouping, int64_t M,
+                     int top_k, float* y, cudaStream_t stream);
+// out[t, :] = sum_j y_routed[pair_slot[t*top_k + j], :] + y_shared[t, :] (y_shared may be null).
+void moe_combine(const float* y_routed, const MoeGrouping& g, const float* y_shared, int64_t M, int top_k,
+                 int64_t hidden, void* out, OutKind out_kind, int64_t ld_out, cudaStream_t stream);
+
+}  // namespace flashseek::cuda
