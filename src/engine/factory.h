@@ -26,7 +26,15 @@ struct BackendOptions {
     std::function<bool(size_t, size_t)> progress;
 };
 
-// model_dir must hold config.json and safetensors weights. Throws Error naming the problem.
+// model_dir must hold config.json and safetensors weights. Throws Error naming the problem. opt.backend "cpu"
+// gives the CPU reference; "cuda" calls create_cuda_backend, which exists only in builds with FLASHSEEK_HAVE_CUDA
+// (otherwise "cuda" is an Error saying this build has no CUDA).
 std::unique_ptr<Backend> create_backend(const std::string& model_dir, const BackendOptions& opt);
+
+// Defined by the CUDA backend (src/cuda/backend) in builds with FLASHSEEK_HAVE_CUDA.
+std::unique_ptr<Backend> create_cuda_backend(const std::string& model_dir, const BackendOptions& opt);
+
+// Parses "exact" / "release" (Error naming the value otherwise).
+Numerics parse_numerics(const std::string& name);
 
 }  // namespace flashseek
