@@ -1,0 +1,356 @@
+// Sparse attention kernels (see sparse_attention.cuh for the math and the candidate rules).
+// Main kernel, per CTA (query t, heads h0..h0+7, split s), 256 threads, tiles of 32 candidates:
+//  1. load: each thread dequantizes 8-dim chunks of the tile's entries into bf16 shared rows padded by one word
+//     (row stride = 257 words for 512 dims), so lane-per-entry reads below are bank-conflict free;
+//  2. QK: thread (entry = lane, slice = warp) forms partial dots over head_dim/8 dims for all 8 heads; a second
+//     pass sums the 8 slices: thread (head = warp, entry = lane);
+//  3. online softmax per head (one warp per head), probabilities rounded to bf16;
+//  4. PV: thread owns dim pairs (tid, tid+256) for all 8 heads, accumulating in fp32 registers.
+// Candidate lists are per query (window from the ring, compressed ids from top-k or all visible), so decode and
+// chunked prefill use the same kernel.
+#include <algorithm>
+
+#include "cuda/attention/kv_entry.cuh"
+#include "cuda/attention/sparse_attention.cuh"
+
+namespace flashseek::cuda {
+
+using namespace attn_detail;
+
+namespace {
+
+constexpr int kHeads = 8;      // heads per CTA
+constexpr int kTile = 32;      // candidates per tile
+constexpr int kThreads = 256;
+constexpr int kSlices = kThreads / kTile;  // dim slices in the QK pass
+constexpr int kMaxPairs = 2;   // dim pairs per thread in the PV pass: head_dim <= 2 * 2 * 256 = 1024
+
+struct Candidates {
+    int n_win, n_comp_slots, n_vis;
+    int64_t pos;
+    int slot;
+};
+
+__device__ __forceinline__ Candidates candidates_of(const SparseAttentionParams& p, int t) {
+    Candidates c;
+    c.pos = p.batch.token_pos[t];
+    c.slot = p.batch.seq_slot[p.batch.token_seq[t]];
+    c.n_win = c.pos + 1 < p.window ? int(c.pos + 1) : p.window;
+    c.n_vis = p.ratio > 0 ? int((c.pos + 1) / p.ratio) : 0;
+    c.n_comp_slots = p.ratio > 0 ? (p.topk ? p.topk_width : c.n_vis) : 0;
+    return c;
+}
+
+// Entry address of candidate i, or nullptr when the slot is empty / not visible.
+__device__ __forceinline__ const uint8_t* candidate_entry(const SparseAttentionParams& p, const Candidates& c, int t,
+                                                          int i, KvFormat& fmt) {
+    if (i < c.n_win) {
+        fmt = p.ring.format;
+        return ring_entry(p.ring, c.slot, c.pos - c.n_win + 1 + i);
+    }
+    const int j = i - c.n_win;
+    const int w = p.topk ? p.topk[t * p.topk_stride + j] : j;
+    if (w < 0 || w >= c.n_vis) return nullptr;
+    fmt = KvFormat(p.comp.format);
+    return paged_entry(p.comp, c.slot, w);
+}
+
+// 8 dims [d, d+8) of an entry as 4 bf16 pairs.
+__device__ __forceinline__ void load_chunk8(const uint8_t* src, KvFormat fmt, int dim, int rope_dim, int d,
+                                            __nv_bfloat162 out[4]) {
+    const int nope = dim - rope_dim;
+    if (fmt == KvFormat::BF16 || d >= nope) {
+        const uint8_t* base = fmt == KvFormat::BF16 ? src + 2 * d : src + nope + 2 * (d - nope);
+        const uint2 a = *reinterpret_cast<const uint2*>(base);  // entries are 8-byte aligned
+        const uint2 b = *reinterpret_cast<const uint2*>(base + 8);
+        out[0] = *reinterpret_cast<const __nv_bfloat162*>(&a.x);
+        out[1] = *reinterpret_cast<const __nv_bfloat162*>(&a.y);
+        out[2] = *reinterpret_cast<const __nv_bfloat162*>(&b.x);
+        out[3] = *reinterpret_cast<const __nv_bfloat162*>(&b.y);
+        return;
+    }
+    const uint2 q = *reinterpret_cast<const uint2*>(src + d);
+    const float s = e8m0_value(src[nope + 2 * rope_dim + d / 64]);
+    const uint32_t w[2] = {q.x, q.y};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const uint32_t word = w[i / 2] >> (16 * (i % 2));
+        out[i] = __floats2bfloat162_rn(from_e4m3(uint8_t(word & 0xff)) * s, from_e4m3(uint8_t((word >> 8) & 0xff)) * s);
+    }
+}
+
+struct Smem {
+    float* q;      // [kHeads][D]
+    bf16* kv;      // [kTile][D + 2]
+    float* part;   // [kSlices][kHeads][kTile]
+    float* prob;   // [kHeads][kTile]
+    float* alpha;  // [kHeads]
+    int* valid;    // [kTile]
+};
+
+__device__ __forceinline__ Smem carve(unsigned char* raw, int D) {
+    Smem s;
+    s.q = reinterpret_cast<float*>(raw);
+    s.kv = reinterpret_cast<bf16*>(s.q + kHeads * D);
+    s.part = reinterpret_cast<float*>(s.kv + kTile * (D + 2));
+    s.prob = s.part + kSlices * kHeads * kTile;
+    s.alpha = s.prob + kHeads * kTile;
+    s.valid = reinterpret_cast<int*>(s.alpha + kHeads);
+    return s;
+}
+
+size_t smem_bytes(int D) {
+    return size_t(kHeads) * D * 4 + size_t(kTile) * (D + 2) * 2 + size_t(kSlices) * kHeads * kTile * 4 +
+           size_t(kHeads) * kTile * 4 + kHeads * 4 + kTile * 4;
+}
+
+// Writes out_h for the pair d2 of head h: value (already normalized) de-rotated at pos.
+__device__ __forceinline__ void write_out_pair(const SparseAttentionParams& p, int t, int h, int d2, float x0, float x1,
+                                               int64_t pos) {
+    const int D = p.head_dim;
+    const int rope_first_pair = D / 2 - p.rope.n_pairs;
+    if (d2 >= rope_first_pair) {
+        // the reference rounds the attention output to bf16 before de-rotating it
+        x0 = round_bf16(x0);
+        x1 = round_bf16(x1);
+        float c, s;
+        rope_cos_sin(pos, p.rope.inv_freq[d2 - rope_first_pair], c, s);
+        rope_rotate(x0, x1, c, s, true);
+    }
+    reinterpret_cast<__nv_bfloat162*>(p.out + t * p.out_stride + int64_t(h) * D)[d2] = __floats2bfloat162_rn(x0, x1);
+}
+
+__global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionParams p, int n_splits, float* ws_o,
+                                                             float* ws_ml) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int D = p.head_dim, H = p.n_heads;
+    const Smem sm = carve(smem_raw, D);
+    const int t = blockIdx.x, h0 = blockIdx.y * kHeads, split = blockIdx.z;
+    const int n_heads_here = min(kHeads, H - h0);
+    const Candidates c = candidates_of(p, t);
+    const int total = c.n_win + c.n_comp_slots;
+    const int per_split = (total + n_splits - 1) / n_splits;
+    const int c_begin = split * per_split, c_end = min(total, c_begin + per_split);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+    for (int i = threadIdx.x; i < kHeads * D; i += kThreads) {
+        const int h = i / D, d = i % D;
+        sm.q[i] = h < n_heads_here ? __bfloat162float(p.q[t * p.q_stride + int64_t(h0 + h) * D + d]) : 0.f;
+    }
+    float m_run = -INFINITY, l_run = 0.f;  // per head `warp` (all lanes hold the same values)
+    float acc[kMaxPairs][kHeads][2];
+#pragma unroll
+    for (int k = 0; k < kMaxPairs; ++k)
+#pragma unroll
+        for (int h = 0; h < kHeads; ++h) acc[k][h][0] = acc[k][h][1] = 0.f;
+
+    const int chunks = D / 8;
+    const int kv_rope_dim = p.rope_dim;
+    for (int base = c_begin; base < c_end; base += kTile) {
+        __syncthreads();  // previous tile fully consumed
+        for (int i = threadIdx.x; i < kTile * chunks; i += kThreads) {
+            const int e = i / chunks, d = (i % chunks) * 8;
+            __nv_bfloat162 v[4];
+            const uint8_t* src = nullptr;
+            KvFormat fmt = KvFormat::BF16;
+            if (base + e < c_end) src = candidate_entry(p, c, t, base + e, fmt);
+            if (src) {
+                load_chunk8(src, fmt, D, kv_rope_dim, d, v);
+            } else {
+                v[0] = v[1] = v[2] = v[3] = __floats2bfloat162_rn(0.f, 0.f);
+            }
+            __nv_bfloat162* row = reinterpret_cast<__nv_bfloat162*>(sm.kv + e * (D + 2));
+#pragma unroll
+            for (int k = 0; k < 4; ++k) row[d / 2 + k] = v[k];
+            if (d == 0) sm.valid[e] = src != nullptr;
+        }
+        __syncthreads();
+        {  // QK partials: entry = lane, slice = warp
+            const int e = lane, sl = warp;
+            const int d_begin = sl * (D / kSlices), d_end = d_begin + D / kSlices;
+            float dot[kHeads];
+#pragma unroll
+            for (int h = 0; h < kHeads; ++h) dot[h] = 0.f;
+            const __nv_bfloat162* row = reinterpret_cast<const __nv_bfloat162*>(sm.kv + e * (D + 2));
+            for (int d = d_begin; d < d_end; d += 2) {
+                const float2 kk = __bfloat1622float2(row[d / 2]);
+#pragma unroll
+                for (int h = 0; h < kHeads; ++h) {
+                    const float2 qq = *reinterpret_cast<const float2*>(sm.q + h * D + d);
+                    dot[h] = fmaf(qq.x, kk.x, dot[h]);
+                    dot[h] = fmaf(qq.y, kk.y, dot[h]);
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < kHeads; ++h) sm.part[(sl * kHeads + h) * kTile + e] = dot[h];
+        }
+        __syncthreads();
+        {  // scores + online softmax: head = warp, entry = lane
+            const int h = warp, e = lane;
+            float s = 0.f;
+#pragma unroll
+            for (int sl = 0; sl < kSlices; ++sl) s += sm.part[(sl * kHeads + h) * kTile + e];
+            s = sm.valid[e] ? s * p.softmax_scale : -INFINITY;
+            const float m_new = fmaxf(m_run, warp_max(s));
+            const float pe = m_new == -INFINITY ? 0.f : expf(s - m_new);
+            const float alpha = m_new == -INFINITY ? 1.f : expf(m_run - m_new);
+            l_run = l_run * alpha + warp_sum(pe);
+            m_run = m_new;
+            sm.prob[h * kTile + e] = round_bf16(pe);
+            if (lane == 0) sm.alpha[h] = alpha;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < kMaxPairs; ++k) {  // PV
+            const int d2 = threadIdx.x + k * kThreads;
+            if (d2 >= D / 2) break;
+#pragma unroll
+            for (int h = 0; h < kHeads; ++h) {
+                acc[k][h][0] *= sm.alpha[h];
+                acc[k][h][1] *= sm.alpha[h];
+            }
+            for (int e = 0; e < kTile; ++e) {
+                const float2 v = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(sm.kv + e * (D + 2))[d2]);
+#pragma unroll
+                for (int h = 0; h < kHeads; ++h) {
+                    const float pe = sm.prob[h * kTile + e];
+                    acc[k][h][0] = fmaf(pe, v.x, acc[k][h][0]);
+                    acc[k][h][1] = fmaf(pe, v.y, acc[k][h][1]);
+                }
+            }
+        }
+    }
+    // publish m, l of every head (held by warp h) through shared memory
+    __syncthreads();
+    if (lane == 0) {
+        sm.alpha[warp] = m_run;
+        sm.prob[warp] = l_run;
+    }
+    __syncthreads();
+    if (n_splits == 1) {
+#pragma unroll
+        for (int k = 0; k < kMaxPairs; ++k) {
+            const int d2 = threadIdx.x + k * kThreads;
+            if (d2 >= D / 2) break;
+            for (int h = 0; h < n_heads_here; ++h) {
+                const float m = sm.alpha[h], l = sm.prob[h];
+                const float sink = p.sink[h0 + h];
+                const float M = fmaxf(m, sink);
+                const float scale_acc = m == -INFINITY ? 0.f : expf(m - M);
+                const float denom = l * scale_acc + expf(sink - M);
+                const float f = scale_acc / denom;
+                write_out_pair(p, t, h0 + h, d2, acc[k][h][0] * f, acc[k][h][1] * f, c.pos);
+            }
+        }
+        return;
+    }
+    const int64_t part = (int64_t(t) * n_splits + split) * H;
+#pragma unroll
+    for (int k = 0; k < kMaxPairs; ++k) {
+        const int d2 = threadIdx.x + k * kThreads;
+        if (d2 >= D / 2) break;
+        for (int h = 0; h < n_heads_here; ++h) {
+            float2* o = reinterpret_cast<float2*>(ws_o + (part + h0 + h) * D);
+            o[d2] = make_float2(acc[k][h][0], acc[k][h][1]);
+        }
+    }
+    if (threadIdx.x < n_heads_here) {
+        ws_ml[(part + h0 + threadIdx.x) * 2] = sm.alpha[threadIdx.x];
+        ws_ml[(part + h0 + threadIdx.x) * 2 + 1] = sm.prob[threadIdx.x];
+    }
+}
+
+__global__ void combine_kernel(SparseAttentionParams p, int n_splits, const float* ws_o, const float* ws_ml) {
+    const int t = blockIdx.x, h = blockIdx.y, D = p.head_dim, H = p.n_heads;
+    const float sink = p.sink[h];
+    float M = sink;
+    for (int s = 0; s < n_splits; ++s) M = fmaxf(M, ws_ml[((int64_t(t) * n_splits + s) * H + h) * 2]);
+    float denom = expf(sink - M);
+    for (int s = 0; s < n_splits; ++s) {
+        const float m = ws_ml[((int64_t(t) * n_splits + s) * H + h) * 2];
+        if (m != -INFINITY) denom += ws_ml[((int64_t(t) * n_splits + s) * H + h) * 2 + 1] * expf(m - M);
+    }
+    const int64_t pos = p.batch.token_pos[t];
+    for (int d2 = threadIdx.x; d2 < D / 2; d2 += blockDim.x) {
+        float x0 = 0.f, x1 = 0.f;
+        for (int s = 0; s < n_splits; ++s) {
+            const int64_t idx = (int64_t(t) * n_splits + s) * H + h;
+            const float m = ws_ml[idx * 2];
+            if (m == -INFINITY) continue;
+            const float f = expf(m - M);
+            const float2 o = reinterpret_cast<const float2*>(ws_o + idx * D)[d2];
+            x0 = fmaf(o.x, f, x0);
+            x1 = fmaf(o.y, f, x1);
+        }
+        write_out_pair(p, t, h, d2, x0 / denom, x1 / denom, pos);
+    }
+}
+
+int sm_count() {
+    static int n = [] {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            return 132;
+        return v;
+    }();
+    return n;
+}
+
+int splits_for(int n_tokens, int n_heads, int max_candidates) {
+    const int groups = (n_heads + kHeads - 1) / kHeads;
+    const int ctas = std::max(1, n_tokens * groups);
+    const int want = (2 * sm_count() + ctas - 1) / ctas;
+    const int most = std::max(1, (max_candidates + kTile - 1) / kTile);
+    return std::clamp(want, 1, std::min(most, 64));
+}
+
+}  // namespace
+
+size_t sparse_attention_workspace_bytes(int max_tokens, int n_heads, int head_dim, int max_candidates) {
+    size_t best = 0;
+    for (int t = 1; t <= std::max(1, max_tokens); ++t) {
+        const int s = splits_for(t, n_heads, max_candidates);
+        if (s > 1) best = std::max(best, size_t(t) * s * n_heads * (size_t(head_dim) + 2) * sizeof(float));
+    }
+    return best;
+}
+
+void sparse_attention(const SparseAttentionParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+    const int D = p.head_dim;
+    FS_ATTN_REQUIRE(D >= 16 && D % 16 == 0 && D <= 2 * kMaxPairs * kThreads,
+                    "sparse_attention: head_dim must be a multiple of 16 in [16, {}], got {}", 2 * kMaxPairs * kThreads, D);
+    FS_ATTN_REQUIRE(p.n_heads > 0 && p.q && p.out && p.sink, "sparse_attention: q, out and attn_sink are required");
+    FS_ATTN_REQUIRE(p.window >= 1 && p.ring.base && p.ring.ring_entries >= p.window,
+                    "sparse_attention: the ring ({} entries) must hold the window ({})", p.ring.ring_entries, p.window);
+    FS_ATTN_REQUIRE(2 * p.rope.n_pairs <= D && p.rope_dim >= 0 && p.rope_dim < D,
+                    "sparse_attention: rope_dim {} (table {}) must be below head_dim {}", p.rope_dim, 2 * p.rope.n_pairs, D);
+    FS_ATTN_REQUIRE(p.ring.format == KvFormat::BF16 || (D - p.rope_dim) % 64 == 0,
+                    "sparse_attention: FP8 entries need head_dim - rope_dim to be a multiple of 64");
+    FS_ATTN_REQUIRE(p.ratio == 0 || p.comp.base, "sparse_attention: compressed entries are required when ratio > 0");
+    FS_ATTN_REQUIRE(p.max_candidates >= 1, "sparse_attention: max_candidates must be positive");
+    if (p.batch.n_tokens <= 0) return;
+    const int splits = splits_for(p.batch.n_tokens, p.n_heads, p.max_candidates);
+    float *ws_o = nullptr, *ws_ml = nullptr;
+    if (splits > 1) {
+        const size_t need = size_t(p.batch.n_tokens) * splits * p.n_heads * (size_t(D) + 2) * sizeof(float);
+        FS_ATTN_REQUIRE(workspace && workspace_bytes >= need,
+                        "sparse_attention: workspace of {} bytes is smaller than the {} needed", workspace_bytes, need);
+        ws_o = static_cast<float*>(workspace);
+        ws_ml = ws_o + size_t(p.batch.n_tokens) * splits * p.n_heads * D;
+    }
+    const size_t smem = smem_bytes(D);
+    static size_t configured = 0;
+    if (smem > 48 * 1024 && smem > configured) {
+        FS_ATTN_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        configured = smem;
+    }
+    const dim3 grid(p.batch.n_tokens, (p.n_heads + kHeads - 1) / kHeads, splits);
+    attention_kernel<<<grid, kThreads, smem, stream>>>(p, splits, ws_o, ws_ml);
+    FS_ATTN_LAUNCHED();
+    if (splits > 1) {
+        combine_kernel<<<dim3(p.batch.n_tokens, p.n_heads), 256, 0, stream>>>(p, splits, ws_o, ws_ml);
+        FS_ATTN_LAUNCHED();
+    }
+}
+
+}  // namespace flashseek::cuda
