@@ -4,6 +4,13 @@ if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
   set(CMAKE_CUDA_ARCHITECTURES "80;89;90a;100a;120a")
 endif()
 enable_language(CUDA)
+# CMake 3.25 has no C++20 dialect entry for nvcc and fails at generate time ("requires the language dialect
+# CUDA20") once a target with .cu files inherits the C++20 standard: teach it the flag nvcc >= 12 accepts.
+if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION OR CMAKE_CUDA20_STANDARD_COMPILE_OPTION STREQUAL "")
+  set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+  set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
+endif()
 set(CMAKE_CUDA_STANDARD 20)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 # CMake 3.25 does not know that nvcc >= 12 accepts C++20 for CUDA, so it would silently compile .cu files as
