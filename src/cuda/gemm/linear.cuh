@@ -23,7 +23,7 @@ namespace flashseek::cuda {
 enum class WeightKind : uint8_t {
     BF16,          // uint16 bf16 [out, in]
     FP8_BLOCK128,  // uint8 e4m3fn [out, in]; scale [ceil(out/128), ceil(in/128)]
-    FP4_BLOCK32,   // uint8 [out, in/2], element 2i in the low nibble; scale [out, ceil(in/32)]; in must be even
+    FP4_BLOCK32,   // uint8 [out, in/2], element 2i in the low nibble; scale [out, in/32]; in % 32 == 0
 };
 enum class ScaleKind : uint8_t { NONE, E8M0, F32 };  // E8M0 bytes (2^(b-127)) or fp32, row-major as stored
 

@@ -1,0 +1,420 @@
+// Linear layers: activation preparation (bf16/fp32 -> permuted f16 + per-128 power-of-two scales, or bf16) and the
+// weight-streaming tensor-core GEMM of linear.cuh for FP8 / FP4 / BF16 checkpoint weights. The per-step fragment
+// math lives in mma_core.cuh. One CTA = 4 warps = 64 weight rows; grid = (row blocks, K splits, token passes).
+// Split-K partials go to a workspace and the last CTA of each (row block, token pass) sums them in split order,
+// so results are deterministic and no second launch is needed.
+#include "cuda/gemm/linear.cuh"
+
+#include <algorithm>
+
+#include "cuda/common/arch.cuh"
+#include "cuda/common/check.cuh"
+#include "cuda/common/numeric.cuh"
+#include "cuda/gemm/mma_core.cuh"
+
+namespace flashseek::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kRowsPerCta = 16 * kWarps;
+
+int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+// ---- activation preparation ---------------------------------------------------------------------------------
+
+// Stored position of physical column p inside its 128-block for each layout (see mma_core.cuh).
+__device__ __forceinline__ int stored_pos(WeightKind layout, int p) {
+    if (layout == WeightKind::FP8_BLOCK128) {
+        const int r = p & 3;
+        return (p & ~3) | (r == 1 ? 2 : (r == 2 ? 1 : r));
+    }
+    if (layout == WeightKind::FP4_BLOCK32) return (p & ~7) | (2 * (p & 3) + ((p >> 2) & 1));
+    return p;
+}
+
+// One warp per (token, 128-column block); lane holds columns 4*lane .. 4*lane+3.
+__global__ void prepare_kernel(const void* __restrict__ x, int x_is_f32, int64_t M, int64_t K, int64_t ld_x,
+                               WeightKind layout, ActNumerics numerics, int64_t m_pad, int64_t k_pad,
+                               uint16_t* __restrict__ values, float* __restrict__ scales) {
+    const int lane = threadIdx.x & 31;
+    const int64_t blk = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    const int64_t m = blockIdx.y;
+    const int64_t n_blk = k_pad / 128;
+    if (blk >= n_blk || m >= m_pad) return;
+    float v[4];
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int64_t k = blk * 128 + 4 * lane + i;
+        float f = 0.f;
+        if (m < M && k < K) {
+            if (x_is_f32)
+                f = reinterpret_cast<const float*>(x)[m * ld_x + k];
+            else
+                f = bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(x)[m * ld_x + k]);
+        }
+        v[i] = f;
+        amax = fmaxf(amax, fabsf(f));
+    }
+    amax = warp_max(amax);
+    uint16_t* out = values + m * k_pad + blk * 128;
+    if (layout == WeightKind::BF16) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) out[4 * lane + i] = f32_to_bf16_bits(v[i]);
+        if (lane == 0) scales[m * n_blk + blk] = 1.f;
+        return;
+    }
+    float s = 1.f;
+    if (numerics == ActNumerics::FP8_BLOCK128) {
+        s = exp2i(max(-126, min(127, ceil_log2(fmaxf(amax, 1e-4f) / 448.f))));
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[i] = round_e4m3(fminf(fmaxf(v[i] / s, -448.f), 448.f));
+    } else if (amax > 0.f) {
+        s = exp2i(max(-126, min(127, ceil_log2(amax) - 14)));
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[i] = v[i] / s;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        out[stored_pos(layout, 4 * lane + i)] = __half_as_ushort(__float2half_rn(v[i]));
+    if (lane == 0) scales[m * n_blk + blk] = s;
+}
+
+// ---- the GEMM -----------------------------------------------------------------------------------------------
+
+struct GemmArgs {
+    const uint8_t* w;
+    const void* scale;
+    int scale_kind;
+    int64_t N, K;            // rows (all groups), columns per row
+    int64_t w_row_bytes;
+    int64_t scale_ld;        // FP8: ceil(K/128) per 128-row block; FP4: ceil(K/32) per row
+    const uint16_t* x;
+    const float* xs;
+    int64_t x_ld, xs_ld;     // prepared k_pad and k_pad/128
+    int64_t M, m_pad;
+    int64_t rows_per_group;  // grouped: x columns offset (row / rows_per_group) * x_group_cols
+    int64_t x_group_cols;
+    int n_steps, steps_per_split, k_splits;
+    void* y;
+    int y_f32;
+    int64_t ld_y;
+    float* partials;
+    uint32_t* counters;
+};
+
+template <WeightKind WK>
+constexpr int steps_in_flight() { return WK == WeightKind::FP4_BLOCK32 ? 8 : (WK == WeightKind::FP8_BLOCK128 ? 4 : 2); }
+
+template <WeightKind WK, int NT, bool ALIGNED>
+__global__ void __launch_bounds__(kWarps * 32) gemm_kernel(const GemmArgs a) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int64_t row0 = int64_t(blockIdx.x) * kRowsPerCta + 16 * warp;
+    const int split = blockIdx.y;
+    const int64_t n0 = int64_t(blockIdx.z) * (NT * 8);
+    const int s_begin = split * a.steps_per_split;
+    const int s_end = min(a.n_steps, s_begin + a.steps_per_split);
+    const bool warp_active = row0 < a.N;
+
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+
+    if (warp_active) {
+        const int64_t r_lo = min(row0 + g, a.N - 1), r_hi = min(row0 + g + 8, a.N - 1);
+        const uint8_t* w_lo = a.w + r_lo * a.w_row_bytes;
+        const uint8_t* w_hi = a.w + r_hi * a.w_row_bytes;
+        const int64_t x_col0 = (row0 / a.rows_per_group) * a.x_group_cols;  // grouped linear's input slice
+        const int64_t xs_col0 = x_col0 / 128;
+        int n_tiles = 0;  // token tiles of 8 that exist in the prepared activation
+#pragma unroll
+        for (int j = 0; j < NT; ++j) n_tiles += (n0 + 8 * j < a.m_pad) ? 1 : 0;
+        constexpr int U = steps_in_flight<WK>();
+        for (int s0 = s_begin; s0 < s_end; s0 += U) {
+            mma::RawRow<WK> raw_lo[U], raw_hi[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int s = s0 + u;
+                if (s < s_end) {
+                    const int64_t k0 = int64_t(s) * 128;
+                    if constexpr (ALIGNED) {
+                        mma::load_row<WK>(raw_lo[u], w_lo + k0 * mma::step_bytes<WK>() / 128, t);
+                        mma::load_row<WK>(raw_hi[u], w_hi + k0 * mma::step_bytes<WK>() / 128, t);
+                    } else {
+                        mma::load_row_guarded<WK>(raw_lo[u], w_lo, k0, a.K, t);
+                        mma::load_row_guarded<WK>(raw_hi[u], w_hi, k0, a.K, t);
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int s = s0 + u;
+                if (s >= s_end) break;
+                uint32_t alo[16], ahi[16];
+                mma::widen_row<WK>(raw_lo[u], alo);
+                mma::widen_row<WK>(raw_hi[u], ahi);
+                float f_lo = 1.f, f_hi = 1.f;
+                if constexpr (WK == WeightKind::FP8_BLOCK128) {
+                    f_lo = f_hi = mma::load_scale(a.scale, a.scale_kind, (row0 / 128) * a.scale_ld + s) * 256.f;
+                } else if constexpr (WK == WeightKind::FP4_BLOCK32) {
+                    const uint8_t* sb = reinterpret_cast<const uint8_t*>(a.scale);
+                    const int esz = a.scale_kind == int(ScaleKind::F32) ? 4 : 1;
+                    f_lo = mma::fold_fp4_scales(alo, sb + r_lo * a.scale_ld * esz, a.scale_kind, int64_t(s) * 4,
+                                                a.scale_ld, t);
+                    f_hi = mma::fold_fp4_scales(ahi, sb + r_hi * a.scale_ld * esz, a.scale_kind, int64_t(s) * 4,
+                                                a.scale_ld, t);
+                }
+#pragma unroll
+                for (int j = 0; j < NT; ++j) {
+                    if (j >= n_tiles) break;
+                    const int64_t tok = n0 + 8 * j + g;  // this lane's B column
+                    uint32_t b[16];
+                    mma::load_x<WK>(b, a.x + tok * a.x_ld + x_col0 + int64_t(s) * 128, t);
+                    float c[4] = {0.f, 0.f, 0.f, 0.f};
+                    mma::mma_step<WK>(c, alo, ahi, b);
+                    // c0,c1: row g, tokens 2t, 2t+1; c2,c3: row g+8.
+                    const int64_t tc = n0 + 8 * j + 2 * t;
+                    const float x0 = a.xs[tc * a.xs_ld + xs_col0 + s];
+                    const float x1 = a.xs[(tc + 1) * a.xs_ld + xs_col0 + s];
+                    acc[j][0] += c[0] * (f_lo * x0);
+                    acc[j][1] += c[1] * (f_lo * x1);
+                    acc[j][2] += c[2] * (f_hi * x0);
+                    acc[j][3] += c[3] * (f_hi * x1);
+                }
+            }
+        }
+    }
+
+    auto store = [&](int64_t row, int64_t tok, float v) {
+        if (row >= a.N || tok >= a.M) return;
+        if (a.y_f32)
+            reinterpret_cast<float*>(a.y)[tok * a.ld_y + row] = v;
+        else
+            reinterpret_cast<uint16_t*>(a.y)[tok * a.ld_y + row] = f32_to_bf16_bits(v);
+    };
+    if (a.k_splits == 1) {
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            const int64_t tc = n0 + 8 * j + 2 * t;
+            store(row0 + g, tc, acc[j][0]);
+            store(row0 + g, tc + 1, acc[j][1]);
+            store(row0 + g + 8, tc, acc[j][2]);
+            store(row0 + g + 8, tc + 1, acc[j][3]);
+        }
+        return;
+    }
+    // Split-K: partials[split][token][row] for the tokens of this pass (tokens < m_pad exist).
+    auto put = [&](int64_t row, int64_t tok, float v) {
+        if (row >= a.N || tok >= a.m_pad) return;
+        a.partials[(int64_t(split) * a.m_pad + tok) * a.N + row] = v;
+    };
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+        const int64_t tc = n0 + 8 * j + 2 * t;
+        put(row0 + g, tc, acc[j][0]);
+        put(row0 + g, tc + 1, acc[j][1]);
+        put(row0 + g + 8, tc, acc[j][2]);
+        put(row0 + g + 8, tc + 1, acc[j][3]);
+    }
+    __threadfence();
+    __syncthreads();
+    __shared__ int is_last;
+    const int counter = blockIdx.z * gridDim.x + blockIdx.x;
+    if (threadIdx.x == 0) is_last = atomicAdd(&a.counters[counter], 1u) == uint32_t(a.k_splits - 1);
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    const int64_t rbase = int64_t(blockIdx.x) * kRowsPerCta;
+    for (int i = threadIdx.x; i < kRowsPerCta * NT * 8; i += blockDim.x) {
+        const int64_t row = rbase + (i % kRowsPerCta), tok = n0 + i / kRowsPerCta;
+        if (row >= a.N || tok >= a.M) continue;
+        float sum = 0.f;
+        for (int sp = 0; sp < a.k_splits; ++sp) sum += __ldcg(&a.partials[(int64_t(sp) * a.m_pad + tok) * a.N + row]);
+        store(row, tok, sum);
+    }
+    if (threadIdx.x == 0) a.counters[counter] = 0;
+}
+
+using GemmKernel = void (*)(GemmArgs);
+
+template <WeightKind WK, bool ALIGNED>
+GemmKernel pick_nt(int nt) {
+    if (nt == 1) return gemm_kernel<WK, 1, ALIGNED>;
+    if (nt == 2) return gemm_kernel<WK, 2, ALIGNED>;
+    return gemm_kernel<WK, 4, ALIGNED>;
+}
+template <WeightKind WK>
+GemmKernel pick_aligned(int nt, bool aligned) {
+    return aligned ? pick_nt<WK, true>(nt) : pick_nt<WK, false>(nt);
+}
+GemmKernel pick_kernel(WeightKind wk, int nt, bool aligned) {
+    switch (wk) {
+        case WeightKind::FP8_BLOCK128: return pick_aligned<WeightKind::FP8_BLOCK128>(nt, aligned);
+        case WeightKind::FP4_BLOCK32: return pick_aligned<WeightKind::FP4_BLOCK32>(nt, aligned);
+        default: return pick_aligned<WeightKind::BF16>(nt, aligned);
+    }
+}
+
+const char* kind_name(WeightKind k) {
+    switch (k) {
+        case WeightKind::FP8_BLOCK128: return "FP8_BLOCK128";
+        case WeightKind::FP4_BLOCK32: return "FP4_BLOCK32";
+        default: return "BF16";
+    }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+void check_linear_args(const PreparedActivation& x, const DeviceLinear& w, int groups) {
+    FS_REQUIRE(w.weight != nullptr, "linear: weight pointer is null");
+    FS_REQUIRE(w.out > 0 && w.in > 0, "linear: weight shape [", w.out, ", ", w.in, "] must be positive");
+    FS_REQUIRE(x.values && x.scales, "linear: prepared activation has no storage");
+    FS_REQUIRE(x.layout == w.kind, "linear: activation prepared for ", kind_name(x.layout), " but weight is ",
+               kind_name(w.kind));
+    FS_REQUIRE(x.k == w.in * groups, "linear: activation has ", x.k, " columns, weight expects ", w.in * groups);
+    FS_REQUIRE(x.m > 0, "linear: no tokens (M = ", x.m, ")");
+    if (w.kind == WeightKind::BF16) {
+        FS_REQUIRE(w.scale_kind == ScaleKind::NONE, "linear: BF16 weight must have no scale");
+    } else {
+        FS_REQUIRE(w.scale != nullptr && w.scale_kind != ScaleKind::NONE, "linear: ", kind_name(w.kind),
+                   " weight needs a scale tensor");
+    }
+    if (w.kind == WeightKind::FP4_BLOCK32)
+        FS_REQUIRE(w.in % 32 == 0, "linear: FP4 weight in (", w.in, ") must be a multiple of 32 (one scale per 32)");
+    if (groups > 1) {
+        FS_REQUIRE(w.in % 128 == 0, "grouped_linear: group input width ", w.in, " must be a multiple of 128");
+        FS_REQUIRE(w.out % groups == 0 && (w.out / groups) % 16 == 0, "grouped_linear: rows ", w.out,
+                   " must split into ", groups, " groups of a multiple of 16");
+    }
+}
+
+void run_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y, OutKind y_kind,
+                int64_t ld_y, const GemmWorkspace* ws, cudaStream_t stream) {
+    check_linear_args(x, w, groups);
+    FS_REQUIRE(y != nullptr, "linear: output pointer is null");
+    FS_REQUIRE(ld_y >= w.out, "linear: output row stride ", ld_y, " < ", w.out, " outputs");
+    const LinearPlan plan = plan_linear(x, w, groups, ws);
+    GemmArgs a{};
+    a.w = reinterpret_cast<const uint8_t*>(w.weight);
+    a.scale = w.scale;
+    a.scale_kind = int(w.scale_kind);
+    a.N = w.out;
+    a.K = w.in;
+    a.w_row_bytes = w.kind == WeightKind::FP8_BLOCK128 ? w.in : (w.kind == WeightKind::FP4_BLOCK32 ? w.in / 2 : w.in * 2);
+    a.scale_ld = w.kind == WeightKind::FP8_BLOCK128 ? (w.in + 127) / 128 : (w.in + 31) / 32;
+    a.x = x.values;
+    a.xs = x.scales;
+    a.x_ld = x.k_pad;
+    a.xs_ld = x.k_pad / 128;
+    a.M = x.m;
+    a.m_pad = x.m_pad;
+    a.rows_per_group = groups > 1 ? w.out / groups : w.out;
+    a.x_group_cols = groups > 1 ? w.in : 0;
+    a.n_steps = int((w.in + 127) / 128);
+    a.k_splits = plan.k_splits;
+    a.steps_per_split = (a.n_steps + plan.k_splits - 1) / plan.k_splits;
+    a.y = y;
+    a.y_f32 = y_kind == OutKind::F32;
+    a.ld_y = ld_y;
+    a.partials = ws ? ws->partials : nullptr;
+    a.counters = ws ? ws->counters : nullptr;
+    const int nt = plan.tokens_per_pass / 8;
+    dim3 grid(unsigned((w.out + kRowsPerCta - 1) / kRowsPerCta), unsigned(plan.k_splits),
+              unsigned((x.m_pad + plan.tokens_per_pass - 1) / plan.tokens_per_pass));
+    FS_REQUIRE(grid.z <= 65535, "linear: too many tokens (", x.m, ") for one launch");
+    pick_kernel(w.kind, nt, plan.aligned)<<<grid, kWarps * 32, 0, stream>>>(a);
+    CUDA_CHECK_LAUNCH("gemm_kernel");
+}
+
+}  // namespace
+
+size_t prepared_values_bytes(int64_t m, int64_t k) { return size_t(round_up(m, 8) * round_up(k, 128)) * 2; }
+size_t prepared_scales_bytes(int64_t m, int64_t k) { return size_t(round_up(m, 8) * (round_up(k, 128) / 128)) * 4; }
+
+void prepare_activation(const void* x, bool x_is_f32, int64_t M, int64_t K, int64_t ld_x, WeightKind layout,
+                        ActNumerics numerics, PreparedActivation& out, cudaStream_t stream) {
+    FS_REQUIRE(x != nullptr, "prepare_activation: input pointer is null");
+    FS_REQUIRE(M > 0 && K > 0, "prepare_activation: shape [", M, ", ", K, "] must be positive");
+    FS_REQUIRE(ld_x >= K, "prepare_activation: row stride ", ld_x, " < K = ", K);
+    FS_REQUIRE(out.values && out.scales, "prepare_activation: output storage is null");
+    FS_REQUIRE(!(layout == WeightKind::BF16 && numerics != ActNumerics::EXACT),
+               "prepare_activation: BF16 weights take EXACT activations (no FP8 act_quant)");
+    out.layout = layout;
+    out.m = M;
+    out.k = K;
+    out.m_pad = round_up(M, 8);
+    out.k_pad = round_up(K, 128);
+    const int64_t n_blk = out.k_pad / 128;
+    FS_REQUIRE(out.m_pad <= 65535, "prepare_activation: too many tokens (", M, ")");
+    dim3 grid(unsigned((n_blk + 3) / 4), unsigned(out.m_pad));
+    prepare_kernel<<<grid, 128, 0, stream>>>(x, x_is_f32 ? 1 : 0, M, K, ld_x, layout, numerics, out.m_pad, out.k_pad,
+                                             out.values, out.scales);
+    CUDA_CHECK_LAUNCH("prepare_kernel");
+}
+
+GemmWorkspace create_gemm_workspace(size_t partial_bytes, int n_counters) {
+    GemmWorkspace ws;
+    CUDA_CHECK(cudaMalloc(&ws.partials, partial_bytes));
+    CUDA_CHECK(cudaMalloc(&ws.counters, size_t(n_counters) * 4));
+    CUDA_CHECK(cudaMemset(ws.counters, 0, size_t(n_counters) * 4));
+    ws.partial_bytes = partial_bytes;
+    ws.n_counters = n_counters;
+    return ws;
+}
+
+void destroy_gemm_workspace(GemmWorkspace& ws) {
+    if (ws.partials) cudaFree(ws.partials);
+    if (ws.counters) cudaFree(ws.counters);
+    ws = GemmWorkspace{};
+}
+
+LinearPlan plan_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, const GemmWorkspace* ws) {
+    LinearPlan p;
+    p.tokens_per_pass = x.m <= 8 ? 8 : (x.m <= 16 ? 16 : 32);
+    const int64_t unit = w.kind == WeightKind::FP4_BLOCK32 ? 32 : 16;  // weight bytes must stay 16-aligned per row
+    p.aligned = w.in % 128 == 0 && aligned16(w.weight) && aligned16(x.values) &&
+                (w.kind != WeightKind::FP4_BLOCK32 || w.in % unit == 0);
+    const int n_steps = int((w.in + 127) / 128);
+    const int64_t row_blocks = (w.out + kRowsPerCta - 1) / kRowsPerCta;
+    const int64_t passes = (x.m_pad + p.tokens_per_pass - 1) / p.tokens_per_pass;
+    const int64_t base = row_blocks * passes;
+    const int64_t target = 4 * int64_t(current_arch().sm_count);
+    int splits = 1;
+    if (ws && ws->partials && base < target && groups >= 1) {
+        splits = int(std::min<int64_t>((target + base - 1) / base, n_steps));
+        const size_t per_split = size_t(x.m_pad) * size_t(w.out) * 4;
+        splits = int(std::min<int64_t>(splits, int64_t(ws->partial_bytes / per_split)));
+        if (base > ws->n_counters) splits = 1;
+        splits = std::max(splits, 1);
+        const int per = (n_steps + splits - 1) / splits;
+        splits = (n_steps + per - 1) / per;
+    }
+    p.k_splits = splits;
+    return p;
+}
+
+void linear(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind y_kind, int64_t ld_y,
+            const GemmWorkspace* ws, cudaStream_t stream) {
+    run_linear(x, w, 1, y, y_kind, ld_y, ws, stream);
+}
+
+void grouped_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y, OutKind y_kind,
+                    int64_t ld_y, const GemmWorkspace* ws, cudaStream_t stream) {
+    FS_REQUIRE(groups >= 1, "grouped_linear: groups (", groups, ") must be >= 1");
+    run_linear(x, w, groups, y, y_kind, ld_y, ws, stream);
+}
+
+PreparedActivation prepare_and_linear(const void* x, bool x_is_f32, int64_t M, int64_t ld_x, const DeviceLinear& w,
+                                      ActNumerics numerics, uint16_t* scratch_values, float* scratch_scales,
+                                      void* y, OutKind y_kind, int64_t ld_y, const GemmWorkspace* ws,
+                                      cudaStream_t stream) {
+    PreparedActivation p;
+    p.values = scratch_values;
+    p.scales = scratch_scales;
+    prepare_activation(x, x_is_f32, M, w.in, ld_x, w.kind, numerics, p, stream);
+    linear(p, w, y, y_kind, ld_y, ws, stream);
+    return p;
+}
+
+}  // namespace flashseek::cuda

@@ -1,0 +1,555 @@
+// MoE kernels (see moe.cuh): router, grouping, the fused expert up-projection (w1 + w3 + SwiGLU clamp + routing
+// weight + activation preparation for w2), the expert down-projection and the combine. The expert GEMMs reuse
+// the weight-streaming mma.sync core of gemm/mma_core.cuh: one CTA streams a 128-row (up) or 64-row (down) slice
+// of one expert's weights exactly once per 8 or 32 of its tokens, with tokens gathered through the grouping.
+#include "cuda/moe/moe.cuh"
+
+#include <algorithm>
+
+#include "cuda/common/arch.cuh"
+#include "cuda/common/check.cuh"
+#include "cuda/common/numeric.cuh"
+#include "cuda/gemm/mma_core.cuh"
+
+namespace flashseek::cuda {
+namespace {
+
+// ---- router ------------------------------------------------------------------------------------------------
+constexpr int kMaxRouteE = 1024, kMaxTopK = 32;
+
+__device__ __forceinline__ float softplus_f(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+
+// One warp per token; lane holds experts lane, lane+32, ...
+__global__ void route_kernel(const float* __restrict__ logits, int64_t M, int E, int64_t ld, const float* __restrict__ bias,
+                             const int64_t* __restrict__ tid2eid, const int32_t* __restrict__ token_ids, int64_t vocab,
+                             int top_k, float route_scale, int32_t* __restrict__ idx_out, float* __restrict__ w_out) {
+    const int lane = threadIdx.x & 31;
+    const int64_t m = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    if (m >= M) return;
+    constexpr int kPer = kMaxRouteE / 32;
+    float score[kPer], sel[kPer];
+    const int per = (E + 31) / 32;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+        const int e = lane + 32 * i;
+        score[i] = 0.f;
+        sel[i] = -INFINITY;
+        if (i < per && e < E) {
+            score[i] = sqrtf(softplus_f(logits[m * ld + e]));
+            sel[i] = score[i] + (bias ? bias[e] : 0.f);
+        }
+    }
+    int chosen[kMaxTopK];
+    float chosen_s[kMaxTopK];
+    float sum = 0.f;
+    if (tid2eid) {
+        const int64_t tok = token_ids[m];
+        for (int j = 0; j < top_k; ++j) {
+            int e = -1;
+            if (tok >= 0 && tok < vocab) {
+                const int64_t v = tid2eid[tok * top_k + j];
+                e = (v >= 0 && v < E) ? int(v) : -1;
+            }
+            float s = 0.f;
+            if (e >= 0) {
+                const int owner = e % 32, slot = e / 32;
+                float mine = 0.f;
+#pragma unroll
+                for (int i = 0; i < kPer; ++i)
+                    if (i == slot) mine = score[i];
+                s = __shfl_sync(0xffffffffu, mine, owner);
+            }
+            chosen[j] = e;
+            chosen_s[j] = s;
+            sum += s;
+        }
+    } else {
+        for (int j = 0; j < top_k; ++j) {
+            float best = -INFINITY;
+            int best_e = E;
+#pragma unroll
+            for (int i = 0; i < kPer; ++i) {
+                const int e = lane + 32 * i;
+                if (sel[i] > best || (sel[i] == best && e < best_e)) {
+                    best = sel[i];
+                    best_e = e;
+                }
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+                const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+                if (ob > best || (ob == best && oe < best_e)) {
+                    best = ob;
+                    best_e = oe;
+                }
+            }
+            float s = 0.f;
+            if (best_e < E) {
+                const int owner = best_e % 32, slot = best_e / 32;
+                float mine = 0.f;
+#pragma unroll
+                for (int i = 0; i < kPer; ++i)
+                    if (i == slot && lane == owner) {
+                        mine = score[i];
+                        sel[i] = -INFINITY;  // taken
+                    }
+                s = __shfl_sync(0xffffffffu, mine, owner);
+            } else {
+                best_e = -1;
+            }
+            chosen[j] = best_e;
+            chosen_s[j] = s;
+            sum += s;
+        }
+    }
+    if (lane == 0) {
+        for (int j = 0; j < top_k; ++j) {
+            idx_out[m * top_k + j] = chosen[j];
+            w_out[m * top_k + j] = sum > 0.f ? chosen_s[j] / sum * route_scale : 0.f;
+        }
+    }
+}
+
+// ---- grouping: one CTA ----------------------------------------------------------------------------------------
+__global__ void group_kernel(const int32_t* __restrict__ idx, const float* __restrict__ wts, int64_t n_pairs, int top_k,
+                             MoeGrouping g) {
+    extern __shared__ int32_t sh[];
+    int32_t* count = sh;           // [E]
+    int32_t* cursor = sh + g.E;    // [E]
+    for (int e = threadIdx.x; e < g.E; e += blockDim.x) count[e] = 0;
+    __syncthreads();
+    for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
+        const int e = idx[p];
+        if (e >= 0 && e < g.E) atomicAdd(&count[e], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int32_t off = 0, n_act = 0;
+        for (int e = 0; e < g.E; ++e) {
+            g.expert_offset[e] = off;
+            g.expert_count[e] = count[e];
+            cursor[e] = off;
+            if (count[e] > 0) g.active[n_act++] = e;
+            off += count[e];
+        }
+        g.expert_offset[g.E] = off;
+        *g.n_active = n_act;
+    }
+    __syncthreads();
+    for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
+        const int e = idx[p];
+        if (e >= 0 && e < g.E) {
+            const int32_t slot = atomicAdd(&cursor[e], 1);
+            g.slot_token[slot] = int32_t(p / top_k);
+            g.slot_weight[slot] = wts[p];
+            g.pair_slot[p] = slot;
+        } else {
+            g.pair_slot[p] = -1;
+        }
+    }
+}
+
+// ---- expert GEMMs --------------------------------------------------------------------------------------------
+struct ExpertArgs {
+    const void* const* w_a;  // w1 (up) or w2 (down)
+    const void* const* s_a;
+    const void* const* w_b;  // w3 (up only)
+    const void* const* s_b;
+    int scale_kind;
+    int64_t N, K;  // rows per expert, row length
+    const uint16_t* x;
+    const float* xs;
+    int64_t x_ld, xs_ld;
+    // grouping (null active => dense mode with `dense_m` tokens)
+    const int32_t* active;
+    const int32_t* n_active;
+    const int32_t* count;
+    const int32_t* offset;
+    const int32_t* slot_token;
+    const float* slot_weight;
+    int64_t dense_m;
+    bool gather_x;  // up: x row = token of slot; down: x row = slot
+    // outputs
+    float limit;
+    int h_numerics;
+    uint16_t* h;
+    float* hs;
+    int64_t h_ld, hs_ld;
+    float* y;
+};
+
+template <WeightKind WK, bool GLU>
+constexpr int expert_steps_in_flight() {
+    return WK == WeightKind::FP4_BLOCK32 ? (GLU ? 4 : 8) : (GLU ? 2 : 4);
+}
+
+__device__ __forceinline__ int stored_pos_dev(WeightKind layout, int p) {
+    if (layout == WeightKind::FP8_BLOCK128) {
+        const int r = p & 3;
+        return (p & ~3) | (r == 1 ? 2 : (r == 2 ? 1 : r));
+    }
+    return (p & ~7) | (2 * (p & 3) + ((p >> 2) & 1));
+}
+
+template <WeightKind WK, int NT, bool GLU>
+__global__ void __launch_bounds__((GLU ? 8 : 4) * 32) expert_kernel(const ExpertArgs a) {
+    constexpr int kW = GLU ? 8 : 4;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    int e = 0, count = 0, offset = 0;
+    if (a.active) {
+        if (int(blockIdx.y) >= *a.n_active) return;
+        e = a.active[blockIdx.y];
+        count = a.count[e];
+        offset = a.offset[e];
+    } else {
+        count = int(a.dense_m);
+    }
+    const int64_t row0 = int64_t(blockIdx.x) * (16 * kW) + 16 * warp;
+    const uint8_t* wa = reinterpret_cast<const uint8_t*>(a.w_a[e]);
+    const uint8_t* wb = GLU ? reinterpret_cast<const uint8_t*>(a.w_b[e]) : nullptr;
+    const void* sa = a.s_a[e];
+    const void* sb = GLU ? a.s_b[e] : nullptr;
+    constexpr int kStepBytes = mma::step_bytes<WK>();
+    const int64_t row_bytes = int64_t(a.K) * kStepBytes / 128;
+    const int64_t scale_ld = WK == WeightKind::FP8_BLOCK128 ? a.K / 128 : a.K / 32;
+    const int esz = a.scale_kind == int(ScaleKind::F32) ? 4 : 1;
+    const int n_steps = int(a.K / 128);
+    __shared__ float col_max[kW][NT * 8];
+
+    for (int c0 = 0; c0 < count; c0 += NT * 8) {
+        // x rows of this lane's B column and of the C columns 2t, 2t+1, per token tile (-1 = no token).
+        int64_t brow[NT], crow0[NT], crow1[NT];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+            auto xrow = [&](int col) -> int64_t {
+                if (col >= count) return -1;
+                if (!a.active) return col;
+                return a.gather_x ? int64_t(a.slot_token[offset + col]) : int64_t(offset + col);
+            };
+            brow[j] = xrow(c0 + 8 * j + g);
+            crow0[j] = xrow(c0 + 8 * j + 2 * t);
+            crow1[j] = xrow(c0 + 8 * j + 2 * t + 1);
+        }
+        float acc_a[NT][4], acc_b[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) acc_a[j][q] = acc_b[j][q] = 0.f;
+        const int64_t r_lo = row0 + g, r_hi = row0 + g + 8;
+        constexpr int U = expert_steps_in_flight<WK, GLU>();
+        for (int s0 = 0; s0 < n_steps; s0 += U) {
+            mma::RawRow<WK> ra_lo[U], ra_hi[U], rb_lo[GLU ? U : 1], rb_hi[GLU ? U : 1];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                if (s0 + u < n_steps) {
+                    const int64_t off = int64_t(s0 + u) * kStepBytes;
+                    mma::load_row<WK>(ra_lo[u], wa + r_lo * row_bytes + off, t);
+                    mma::load_row<WK>(ra_hi[u], wa + r_hi * row_bytes + off, t);
+                    if constexpr (GLU) {
+                        mma::load_row<WK>(rb_lo[u], wb + r_lo * row_bytes + off, t);
+                        mma::load_row<WK>(rb_hi[u], wb + r_hi * row_bytes + off, t);
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int s = s0 + u;
+                if (s >= n_steps) break;
+                // activation registers and scales of every token tile, shared by both matrices
+                uint32_t b[NT][16];
+                float xs0[NT], xs1[NT];
+#pragma unroll
+                for (int j = 0; j < NT; ++j) {
+                    if (brow[j] >= 0)
+                        mma::load_x<WK>(b[j], a.x + brow[j] * a.x_ld + int64_t(s) * 128, t);
+                    else
+#pragma unroll
+                        for (int q = 0; q < 16; ++q) b[j][q] = 0u;
+                    xs0[j] = crow0[j] >= 0 ? a.xs[crow0[j] * a.xs_ld + s] : 0.f;
+                    xs1[j] = crow1[j] >= 0 ? a.xs[crow1[j] * a.xs_ld + s] : 0.f;
+                }
+#pragma unroll
+                for (int mat = 0; mat < (GLU ? 2 : 1); ++mat) {
+                    const mma::RawRow<WK>& lo = mat == 0 ? ra_lo[u] : rb_lo[GLU ? u : 0];
+                    const mma::RawRow<WK>& hi = mat == 0 ? ra_hi[u] : rb_hi[GLU ? u : 0];
+                    const void* sc = mat == 0 ? sa : sb;
+                    uint32_t alo[16], ahi[16];
+                    mma::widen_row<WK>(lo, alo);
+                    mma::widen_row<WK>(hi, ahi);
+                    float f_lo, f_hi;
+                    if constexpr (WK == WeightKind::FP8_BLOCK128) {
+                        f_lo = f_hi = mma::load_scale(sc, a.scale_kind, (row0 / 128) * scale_ld + s) * 256.f;
+                    } else {
+                        const uint8_t* sbase = reinterpret_cast<const uint8_t*>(sc);
+                        f_lo = mma::fold_fp4_scales(alo, sbase + r_lo * scale_ld * esz, a.scale_kind, int64_t(s) * 4,
+                                                    scale_ld, t);
+                        f_hi = mma::fold_fp4_scales(ahi, sbase + r_hi * scale_ld * esz, a.scale_kind, int64_t(s) * 4,
+                                                    scale_ld, t);
+                    }
+#pragma unroll
+                    for (int j = 0; j < NT; ++j) {
+                        if (c0 + 8 * j >= count) break;
+                        float c[4] = {0.f, 0.f, 0.f, 0.f};
+                        mma::mma_step<WK>(c, alo, ahi, b[j]);
+                        float* acc = mat == 0 ? acc_a[j] : acc_b[j];
+                        acc[0] += c[0] * (f_lo * xs0[j]);
+                        acc[1] += c[1] * (f_lo * xs1[j]);
+                        acc[2] += c[2] * (f_hi * xs0[j]);
+                        acc[3] += c[3] * (f_hi * xs1[j]);
+                    }
+                }
+            }
+        }
+        if constexpr (!GLU) {
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const int64_t rows[4] = {r_lo, r_lo, r_hi, r_hi};
+                const int64_t outs[4] = {crow0[j], crow1[j], crow0[j], crow1[j]};
+#pragma unroll
+                for (int q = 0; q < 4; ++q)
+                    if (outs[q] >= 0) a.y[outs[q] * a.N + rows[q]] = acc_a[j][q];
+            }
+        } else {
+            // SwiGLU with clamp, routing weight, bf16 rounding; then per-column amax over the CTA's 128 rows.
+            float act[NT][4];
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const int col0 = c0 + 8 * j + 2 * t;
+                const float w0 = crow0[j] < 0 ? 0.f : (a.active ? a.slot_weight[offset + col0] : 1.f);
+                const float w1 = crow1[j] < 0 ? 0.f : (a.active ? a.slot_weight[offset + col0 + 1] : 1.f);
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const float gate = fminf(acc_a[j][q], a.limit);
+                    const float up = fminf(fmaxf(acc_b[j][q], -a.limit), a.limit);
+                    const float silu = gate / (1.f + expf(-gate));
+                    act[j][q] = round_bf16(silu * up * ((q & 1) ? w1 : w0));
+                }
+                float m0 = fmaxf(fabsf(act[j][0]), fabsf(act[j][2])), m1 = fmaxf(fabsf(act[j][1]), fabsf(act[j][3]));
+#pragma unroll
+                for (int o = 4; o < 32; o <<= 1) {
+                    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, o));
+                    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, o));
+                }
+                if (g == 0) {
+                    col_max[warp][8 * j + 2 * t] = m0;
+                    col_max[warp][8 * j + 2 * t + 1] = m1;
+                }
+            }
+            __syncthreads();
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                float sc[2];
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    float amax = 0.f;
+#pragma unroll
+                    for (int w = 0; w < kW; ++w) amax = fmaxf(amax, col_max[w][8 * j + 2 * t + h]);
+                    float s = 1.f;
+                    if (a.h_numerics == int(ActNumerics::FP8_BLOCK128))
+                        s = exp2i(max(-126, min(127, ceil_log2(fmaxf(amax, 1e-4f) / 448.f))));
+                    else if (amax > 0.f)
+                        s = exp2i(max(-126, min(127, ceil_log2(amax) - 14)));
+                    sc[h] = s;
+                }
+                const int64_t hrow[2] = {a.active ? int64_t(offset + c0 + 8 * j + 2 * t) : int64_t(c0 + 8 * j + 2 * t),
+                                         0};
+                const bool valid[2] = {crow0[j] >= 0, crow1[j] >= 0};
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int h = q & 1;
+                    if (!valid[h]) continue;
+                    float v = act[j][q] / sc[h];
+                    if (a.h_numerics == int(ActNumerics::FP8_BLOCK128)) v = round_e4m3(fminf(fmaxf(v, -448.f), 448.f));
+                    const int row_in_blk = 16 * warp + g + ((q & 2) ? 8 : 0);
+                    const int64_t r = hrow[0] + h;
+                    a.h[r * a.h_ld + int64_t(blockIdx.x) * 128 + stored_pos_dev(WK, row_in_blk)] =
+                        __half_as_ushort(__float2half_rn(v));
+                }
+                if (warp == 0 && g == 0) {
+                    if (valid[0]) a.hs[hrow[0] * a.hs_ld + blockIdx.x] = sc[0];
+                    if (valid[1]) a.hs[(hrow[0] + 1) * a.hs_ld + blockIdx.x] = sc[1];
+                }
+            }
+            __syncthreads();  // col_max is reused by the next token chunk
+        }
+    }
+}
+
+using ExpertKernel = void (*)(ExpertArgs);
+template <bool GLU>
+ExpertKernel pick_expert(WeightKind k, int nt) {
+    if (k == WeightKind::FP4_BLOCK32)
+        return nt == 1 ? expert_kernel<WeightKind::FP4_BLOCK32, 1, GLU> : expert_kernel<WeightKind::FP4_BLOCK32, 4, GLU>;
+    return nt == 1 ? expert_kernel<WeightKind::FP8_BLOCK128, 1, GLU> : expert_kernel<WeightKind::FP8_BLOCK128, 4, GLU>;
+}
+
+// ---- combine ------------------------------------------------------------------------------------------------
+__global__ void combine_kernel(const float* __restrict__ y, const int32_t* __restrict__ pair_slot,
+                               const float* __restrict__ shared, int64_t M, int top_k, int64_t D, void* out, int out_f32,
+                               int64_t ld_out) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= M * D) return;
+    const int64_t m = i / D, d = i % D;
+    float sum = 0.f;
+    for (int j = 0; j < top_k; ++j) {
+        const int32_t slot = pair_slot[m * top_k + j];
+        if (slot >= 0) sum += y[int64_t(slot) * D + d];
+    }
+    if (shared) sum += shared[m * D + d];
+    if (out_f32)
+        static_cast<float*>(out)[m * ld_out + d] = sum;
+    else
+        static_cast<uint16_t*>(out)[m * ld_out + d] = f32_to_bf16_bits(sum);
+}
+
+void check_table(const ExpertTable& t, const char* who) {
+    FS_REQUIRE(t.kind == WeightKind::FP4_BLOCK32 || t.kind == WeightKind::FP8_BLOCK128, who,
+               ": experts must be FP4_BLOCK32 or FP8_BLOCK128");
+    FS_REQUIRE(t.scale_kind != ScaleKind::NONE, who, ": experts need scales");
+    FS_REQUIRE(t.hidden > 0 && t.inter > 0 && t.hidden % 128 == 0 && t.inter % 128 == 0, who, ": hidden (", t.hidden,
+               ") and inter (", t.inter, ") must be positive multiples of 128");
+}
+
+}  // namespace
+
+void moe_route(const float* logits, int64_t M, int E, int64_t ld_logits, const float* bias, const int64_t* tid2eid,
+               const int32_t* token_ids, int64_t vocab, int top_k, float route_scale, int32_t* expert_idx,
+               float* expert_weight, cudaStream_t stream) {
+    FS_REQUIRE(E > 0 && E <= kMaxRouteE, "moe_route: n_routed_experts ", E, " must be in [1, ", kMaxRouteE, "]");
+    FS_REQUIRE(top_k > 0 && top_k <= kMaxTopK && top_k <= E, "moe_route: top_k ", top_k, " must be in [1, min(",
+               kMaxTopK, ", E)]");
+    FS_REQUIRE(M > 0 && ld_logits >= E, "moe_route: M ", M, " / logits stride ", ld_logits, " invalid");
+    FS_REQUIRE(!tid2eid || token_ids, "moe_route: hash routing needs token ids");
+    const int warps = 4;
+    route_kernel<<<unsigned((M + warps - 1) / warps), 32 * warps, 0, stream>>>(
+        logits, M, E, ld_logits, bias, tid2eid, token_ids, vocab, top_k, route_scale, expert_idx, expert_weight);
+    CUDA_CHECK_LAUNCH("route_kernel");
+}
+
+size_t moe_grouping_bytes(int E, int64_t max_pairs) {
+    return size_t(4) * (size_t(E) * 3 + 2 + size_t(max_pairs) * 3) + 64;
+}
+
+MoeGrouping moe_grouping_view(void* memory, int E, int64_t max_pairs) {
+    MoeGrouping g;
+    g.E = E;
+    g.max_pairs = max_pairs;
+    int32_t* p = static_cast<int32_t*>(memory);
+    g.expert_count = p;
+    p += E;
+    g.expert_offset = p;
+    p += E + 1;
+    g.active = p;
+    p += E;
+    g.n_active = p;
+    p += 1;
+    g.slot_token = p;
+    p += max_pairs;
+    g.slot_weight = reinterpret_cast<float*>(p);
+    p += max_pairs;
+    g.pair_slot = p;
+    return g;
+}
+
+void moe_group(const int32_t* expert_idx, const float* expert_weight, int64_t M, int top_k, const MoeGrouping& g,
+               cudaStream_t stream) {
+    FS_REQUIRE(g.E > 0 && g.E <= 4096, "moe_group: expert count ", g.E, " out of range");
+    FS_REQUIRE(M * top_k <= g.max_pairs, "moe_group: ", M, " tokens x top_k ", top_k, " exceed the grouping capacity ",
+               g.max_pairs);
+    group_kernel<<<1, 1024, size_t(g.E) * 8, stream>>>(expert_idx, expert_weight, M * top_k, top_k, g);
+    CUDA_CHECK_LAUNCH("group_kernel");
+}
+
+void moe_expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGrouping* grouping, int64_t M, int top_k,
+                   float swiglu_limit, ActNumerics h_numerics, PreparedActivation& h, cudaStream_t stream) {
+    check_table(t, "moe_expert_up");
+    FS_REQUIRE(x.layout == t.kind && x.k == t.hidden && x.m >= M, "moe_expert_up: activation (", x.m, " x ", x.k,
+               ") not prepared for these experts (hidden ", t.hidden, ")");
+    FS_REQUIRE(h.values && h.scales, "moe_expert_up: output storage is null");
+    const int64_t rows = grouping ? M * top_k : M;
+    h.layout = t.kind;
+    h.m = rows;
+    h.k = t.inter;
+    h.m_pad = (rows + 7) / 8 * 8;
+    h.k_pad = t.inter;
+    ExpertArgs a{};
+    a.w_a = t.w1;
+    a.s_a = t.w1_scale;
+    a.w_b = t.w3;
+    a.s_b = t.w3_scale;
+    a.scale_kind = int(t.scale_kind);
+    a.N = t.inter;
+    a.K = t.hidden;
+    a.x = x.values;
+    a.xs = x.scales;
+    a.x_ld = x.k_pad;
+    a.xs_ld = x.k_pad / 128;
+    if (grouping) {
+        a.active = grouping->active;
+        a.n_active = grouping->n_active;
+        a.count = grouping->expert_count;
+        a.offset = grouping->expert_offset;
+        a.slot_token = grouping->slot_token;
+        a.slot_weight = grouping->slot_weight;
+    }
+    a.dense_m = M;
+    a.gather_x = true;
+    a.limit = swiglu_limit;
+    a.h_numerics = int(h_numerics);
+    a.h = h.values;
+    a.hs = h.scales;
+    a.h_ld = h.k_pad;
+    a.hs_ld = h.k_pad / 128;
+    const int nt = M <= 16 ? 1 : 4;
+    const int64_t experts = grouping ? std::min<int64_t>(grouping->E, M * top_k) : 1;
+    dim3 grid(unsigned(t.inter / 128), unsigned(experts));
+    pick_expert<true>(t.kind, nt)<<<grid, 256, 0, stream>>>(a);
+    CUDA_CHECK_LAUNCH("expert_kernel<up>");
+}
+
+void moe_expert_down(const PreparedActivation& h, const ExpertTable& t, const MoeGrouping* grouping, int64_t M,
+                     int top_k, float* y, cudaStream_t stream) {
+    check_table(t, "moe_expert_down");
+    const int64_t rows = grouping ? M * top_k : M;
+    FS_REQUIRE(h.layout == t.kind && h.k == t.inter && h.m >= rows, "moe_expert_down: intermediate (", h.m, " x ",
+               h.k, ") does not match the experts (inter ", t.inter, ")");
+    ExpertArgs a{};
+    a.w_a = t.w2;
+    a.s_a = t.w2_scale;
+    a.scale_kind = int(t.scale_kind);
+    a.N = t.hidden;
+    a.K = t.inter;
+    a.x = h.values;
+    a.xs = h.scales;
+    a.x_ld = h.k_pad;
+    a.xs_ld = h.k_pad / 128;
+    if (grouping) {
+        a.active = grouping->active;
+        a.n_active = grouping->n_active;
+        a.count = grouping->expert_count;
+        a.offset = grouping->expert_offset;
+        a.slot_token = grouping->slot_token;
+        a.slot_weight = grouping->slot_weight;
+    }
+    a.dense_m = M;
+    a.gather_x = false;
+    a.y = y;
+    const int nt = M <= 16 ? 1 : 4;
+    const int64_t experts = grouping ? std::min<int64_t>(grouping->E, M * top_k) : 1;
+    dim3 grid(unsigned(t.hidden / 64), unsigned(experts));
+    pick_expert<false>(t.kind, nt)<<<grid, 128, 0, stream>>>(a);
+    CUDA_CHECK_LAUNCH("expert_kernel<down>");
+}
+
+void moe_combine(const float* y_routed, const MoeGrouping& g, const float* y_shared, int64_t M, int top_k,
+                 int64_t hidden, void* out, OutKind out_kind, int64_t ld_out, cudaStream_t stream) {
+    FS_REQUIRE(ld_out >= hidden, "moe_combine: output stride ", ld_out, " < hidden ", hidden);
+    const int64_t n = M * hidden;
+    combine_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(y_routed, g.pair_slot, y_shared, M, top_k, hidden, out,
+                                                                  out_kind == OutKind::F32, ld_out);
+    CUDA_CHECK_LAUNCH("combine_kernel");
+}
+
+}  // namespace flashseek::cuda

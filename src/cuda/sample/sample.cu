@@ -1,0 +1,310 @@
+// GPU sampler (see sample.cuh). One 1024-thread CTA per row:
+//   1. max / argmax and log-sum-exp at temperature 1 (block reductions, double accumulation);
+//   2. top-k threshold: radix select of the k-th largest order-preserving key (4 passes of 8 bits, counts);
+//   3. top-p threshold: the same radix walk over probability mass inside the top-k set (ties at the top-k
+//      threshold weighted by the fraction of them that top-k keeps, which is exact since tied logits have
+//      equal mass);
+//   4. draw: kept set = keys above the final threshold plus the lowest-id ties at it; inverse CDF of the
+//      temperature weights in token-id order over contiguous per-thread chunks (block scan).
+#include "cuda/sample/sample.cuh"
+
+#include <cfloat>
+
+#include "cuda/common/check.cuh"
+
+namespace flashseek::cuda {
+namespace {
+
+constexpr int kThreads = 1024;
+
+__device__ __forceinline__ uint32_t order_key(float f) {
+    const uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+// Same as sampling.cpp counter_uniform.
+__device__ __forceinline__ double counter_uniform(uint64_t seed, uint64_t draw_index) {
+    const uint64_t h = mix64(mix64(seed + 0x9e3779b97f4a7c15ull) ^ (draw_index * 0xd1b54a32d192ed03ull + 1));
+    return double(h >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// Block-wide reductions over kThreads threads (scratch: 32 slots).
+template <typename T, typename Op>
+__device__ T block_reduce(T v, Op op, T* scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = scratch[lane];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (lane == 0) scratch[0] = v;
+    }
+    __syncthreads();
+    const T r = scratch[0];
+    __syncthreads();
+    return r;
+}
+
+// Exclusive block scan (double), returns this thread's exclusive prefix; *total gets the sum.
+__device__ double block_exclusive_scan(double v, double* scratch, double* total) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    double inc = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const double n = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += n;
+    }
+    __syncthreads();
+    if (lane == 31) scratch[warp] = inc;
+    __syncthreads();
+    if (warp == 0) {
+        double w = scratch[lane];
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const double n = __shfl_up_sync(0xffffffffu, w, o);
+            if (lane >= o) w += n;
+        }
+        scratch[lane] = w;  // inclusive over warps
+    }
+    __syncthreads();
+    const double base = warp > 0 ? scratch[warp - 1] : 0.0;
+    *total = scratch[31];
+    __syncthreads();
+    return base + inc - v;
+}
+
+struct Select {
+    uint32_t key;     // threshold key
+    int64_t n_ties;   // how many tokens with key == threshold are kept (lowest ids first)
+};
+
+// Radix walk from the top: finds the threshold key where the cumulative measure of keys >= it reaches target.
+// measure(i) = 1 (count) or the token's mass; `in_set` restricts the walk; tie_key/tie_frac weight tokens whose key
+// equals tie_key (the top-k threshold ties) by tie_frac.
+template <bool MASS>
+__device__ Select radix_select(const float* row, int64_t vocab, double target, float mx, bool restrict_set,
+                               uint32_t set_key, double tie_frac, float* hist_f, uint32_t* hist_c, double* dscratch) {
+    uint32_t prefix = 0, prefix_mask = 0;
+    double above = 0.0;  // measure of keys strictly above the current prefix range
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+            hist_f[b] = 0.f;
+            hist_c[b] = 0u;
+        }
+        __syncthreads();
+        for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+            const float l = row[i];
+            const uint32_t k = order_key(l);
+            if ((k & prefix_mask) != prefix) continue;
+            if (restrict_set && k < set_key) continue;
+            const uint32_t bin = (k >> shift) & 255u;
+            if (MASS) {
+                float m = __expf(l - mx);
+                if (restrict_set && k == set_key) m *= float(tie_frac);
+                atomicAdd(&hist_f[bin], m);
+            } else {
+                atomicAdd(&hist_c[bin], 1u);
+            }
+        }
+        __syncthreads();
+        // Thread 0 walks the bins from the top.
+        if (threadIdx.x == 0) {
+            double acc = above;
+            int chosen = 0;
+            for (int b = 255; b >= 0; --b) {
+                const double m = MASS ? double(hist_f[b]) : double(hist_c[b]);
+                if (acc + m >= target) {
+                    chosen = b;
+                    break;
+                }
+                acc += m;
+                chosen = b;  // if never reached (rounding), end at the lowest non-empty bin
+            }
+            dscratch[0] = acc;
+            dscratch[1] = double(chosen);
+        }
+        __syncthreads();
+        above = dscratch[0];
+        const uint32_t chosen = uint32_t(dscratch[1]);
+        prefix |= chosen << shift;
+        prefix_mask |= 255u << shift;
+        __syncthreads();
+    }
+    // prefix is the threshold key; `above` is the measure of keys > threshold. Ties needed to reach target:
+    Select s;
+    s.key = prefix;
+    if (MASS) {
+        // every tie has the same mass
+        float l_t;
+        const uint32_t u = (prefix & 0x80000000u) ? (prefix & 0x7fffffffu) : ~prefix;
+        l_t = __uint_as_float(u);
+        const double m_t = double(__expf(l_t - mx));
+        const double need = (target - above) / m_t;
+        s.n_ties = int64_t(ceil(need - 1e-9));
+    } else {
+        s.n_ties = int64_t(target - above + 0.5);
+    }
+    if (s.n_ties < 1) s.n_ties = 1;
+    return s;
+}
+
+__global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restrict__ logits, int64_t vocab, int64_t ld,
+                                                          const DeviceSampleParams* __restrict__ params,
+                                                          int32_t* __restrict__ out_token, float* __restrict__ out_lp) {
+    __shared__ float fscratch[32];
+    __shared__ double dscratch[32];
+    __shared__ float hist_f[256];
+    __shared__ uint32_t hist_c[256];
+    __shared__ unsigned long long ullscratch[32];
+    const int64_t r = blockIdx.x;
+    const float* row = logits + r * ld;
+    const DeviceSampleParams p = params[r];
+    const bool valid = isfinite(p.temperature) && p.temperature >= 0.f && p.top_p > 0.f && p.top_p <= 1.f && p.top_k >= 0;
+    if (!valid) {
+        if (threadIdx.x == 0) {
+            out_token[r] = -1;
+            if (out_lp) out_lp[r] = NAN;
+        }
+        return;
+    }
+    // 1. max with argmax (ties -> lower id): pack (key, ~id) into 64 bits.
+    unsigned long long best = 0;
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const unsigned long long packed = (unsigned long long)order_key(row[i]) << 32 | (0xffffffffu - uint32_t(i));
+        best = packed > best ? packed : best;
+    }
+    best = block_reduce(best, [](unsigned long long a, unsigned long long b) { return a > b ? a : b; }, ullscratch);
+    const int32_t argmax = int32_t(0xffffffffu - uint32_t(best & 0xffffffffu));
+    const float mx = row[argmax];
+    double z = 0.0;
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) z += double(__expf(row[i] - mx));
+    z = block_reduce(z, [](double a, double b) { return a + b; }, dscratch);
+    const float log_z = float(log(z)) + mx;
+    int32_t token = argmax;
+    if (p.temperature > 0.f) {
+        // 2./3. thresholds
+        bool have_threshold = false;
+        uint32_t th_key = 0;
+        int64_t th_ties = 0;
+        double zk = z;
+        if (p.top_k > 0 && p.top_k < vocab) {
+            const Select s = radix_select<false>(row, vocab, double(p.top_k), mx, false, 0, 1.0, hist_f, hist_c, dscratch);
+            have_threshold = true;
+            th_key = s.key;
+            th_ties = s.n_ties;
+            // mass of the top-k set (ties weighted by the kept fraction)
+            double m = 0.0;
+            uint32_t eq = 0;
+            for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+                const uint32_t k = order_key(row[i]);
+                if (k > th_key) m += double(__expf(row[i] - mx));
+                if (k == th_key) ++eq;
+            }
+            m = block_reduce(m, [](double a, double b) { return a + b; }, dscratch);
+            const double eq_total = double(block_reduce(eq, [](uint32_t a, uint32_t b) { return a + b; },
+                                                        reinterpret_cast<uint32_t*>(fscratch)));
+            const uint32_t u = (th_key & 0x80000000u) ? (th_key & 0x7fffffffu) : ~th_key;
+            const double m_t = double(__expf(__uint_as_float(u) - mx));
+            if (th_ties > int64_t(eq_total)) th_ties = int64_t(eq_total);
+            zk = m + double(th_ties) * m_t;
+        }
+        if (p.top_p < 1.f) {
+            const double frac = have_threshold ? 1.0 : 1.0;
+            double tie_frac = 1.0;
+            if (have_threshold) {
+                uint32_t eq = 0;
+                for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) eq += order_key(row[i]) == th_key ? 1u : 0u;
+                const double eq_total = double(block_reduce(eq, [](uint32_t a, uint32_t b) { return a + b; },
+                                                            reinterpret_cast<uint32_t*>(fscratch)));
+                tie_frac = eq_total > 0 ? double(th_ties) / eq_total : 1.0;
+            }
+            (void)frac;
+            const Select s = radix_select<true>(row, vocab, double(p.top_p) * zk, mx, have_threshold, th_key, tie_frac,
+                                                hist_f, hist_c, dscratch);
+            if (!have_threshold || s.key > th_key) {
+                th_key = s.key;
+                th_ties = s.n_ties;
+            } else {
+                th_ties = s.n_ties < th_ties ? s.n_ties : th_ties;  // s.key == th_key: fewer ties
+            }
+            have_threshold = true;
+        }
+        // 4. draw in id order over contiguous chunks.
+        const int64_t chunk = (vocab + blockDim.x - 1) / blockDim.x;
+        const int64_t c0 = int64_t(threadIdx.x) * chunk, c1 = c0 + chunk < vocab ? c0 + chunk : vocab;
+        double tie_base = 0.0, dummy = 0.0;
+        if (have_threshold) {
+            double ties = 0.0;
+            for (int64_t i = c0; i < c1; ++i) ties += order_key(row[i]) == th_key ? 1.0 : 0.0;
+            tie_base = block_exclusive_scan(ties, dscratch, &dummy);
+        }
+        const float inv_t = 1.f / p.temperature;
+        auto kept = [&](int64_t i, int64_t& tie_rank) -> bool {
+            if (!have_threshold) return true;
+            const uint32_t k = order_key(row[i]);
+            if (k > th_key) return true;
+            if (k == th_key) return tie_rank++ < th_ties;
+            return false;
+        };
+        double local = 0.0;
+        int64_t last_kept = -1;
+        {
+            int64_t rank = int64_t(tie_base);
+            for (int64_t i = c0; i < c1; ++i)
+                if (kept(i, rank)) {
+                    local += exp(double(row[i] - mx) * double(inv_t));
+                    last_kept = i;
+                }
+        }
+        double total = 0.0;
+        const double before = block_exclusive_scan(local, dscratch, &total);
+        const unsigned long long last = block_reduce((unsigned long long)(last_kept + 1),
+                                                     [](unsigned long long a, unsigned long long b) { return a > b ? a : b; },
+                                                     ullscratch);
+        const double target = counter_uniform(p.seed, p.draw_index) * total;
+        __shared__ int32_t picked;
+        if (threadIdx.x == 0) picked = int32_t(last) - 1;
+        __syncthreads();
+        if (local > 0.0 && target >= before && target < before + local) {
+            int64_t rank = int64_t(tie_base);
+            double acc = before;
+            for (int64_t i = c0; i < c1; ++i)
+                if (kept(i, rank)) {
+                    acc += exp(double(row[i] - mx) * double(inv_t));
+                    if (acc > target) {
+                        picked = int32_t(i);
+                        break;
+                    }
+                }
+        }
+        __syncthreads();
+        token = picked;
+    }
+    if (threadIdx.x == 0) {
+        out_token[r] = token;
+        if (out_lp) out_lp[r] = row[token] - log_z;
+    }
+}
+
+}  // namespace
+
+void sample_rows(const float* logits, int64_t rows, int64_t vocab, int64_t ld, const DeviceSampleParams* params,
+                 int32_t* out_token, float* out_logprob, cudaStream_t stream) {
+    FS_REQUIRE(logits && params && out_token, "sample_rows: null pointer argument");
+    FS_REQUIRE(vocab > 0 && vocab < (int64_t(1) << 31), "sample_rows: vocabulary size ", vocab, " out of range");
+    FS_REQUIRE(rows > 0 && rows <= 2147483647, "sample_rows: rows ", rows, " out of range");
+    FS_REQUIRE(ld == 0 || ld >= vocab, "sample_rows: row stride ", ld, " < vocab ", vocab);
+    sample_kernel<<<unsigned(rows), kThreads, 0, stream>>>(logits, vocab, ld, params, out_token, out_logprob);
+    CUDA_CHECK_LAUNCH("sample_kernel");
+}
+
+}  // namespace flashseek::cuda

@@ -1,0 +1,61 @@
+// Shared helpers of the linear-algebra GPU harness: fresh random seeds (printed on failure), device buffers that
+// are poisoned before every run, random weights in each checkpoint format, and error metrics.
+#pragma once
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/common/check.cuh"
+#include "util/error.h"
+#include "util/numeric.h"
+
+namespace flashseek::test {
+
+// A fresh seed per test (std::random_device), overridable with FS_TEST_SEED for reproduction.
+uint64_t fresh_seed();
+
+template <typename T>
+struct DeviceArray {
+    T* ptr = nullptr;
+    size_t n = 0;
+    DeviceArray() = default;
+    explicit DeviceArray(size_t count) : n(count) { CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(1, n) * sizeof(T))); }
+    explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
+    ~DeviceArray() { if (ptr) cudaFree(ptr); }
+    DeviceArray(const DeviceArray&) = delete;
+    DeviceArray& operator=(const DeviceArray&) = delete;
+    DeviceArray(DeviceArray&& o) noexcept : ptr(o.ptr), n(o.n) { o.ptr = nullptr; o.n = 0; }
+    void upload(const std::vector<T>& host) {
+        CUDA_CHECK(cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    }
+    std::vector<T> download() const {
+        std::vector<T> h(n);
+        CUDA_CHECK(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
+        return h;
+    }
+    void poison() { CUDA_CHECK(cudaMemset(ptr, 0xff, std::max<size_t>(1, n) * sizeof(T))); }  // NaN for floats
+};
+
+inline std::vector<uint16_t> random_bf16(std::mt19937_64& rng, size_t n, float sigma) {
+    std::normal_distribution<float> d(0.f, sigma);
+    std::vector<uint16_t> v(n);
+    for (auto& x : v) x = f32_to_bf16(d(rng));
+    return v;
+}
+inline std::vector<float> bf16_to_f32_vec(const std::vector<uint16_t>& v) {
+    std::vector<float> r(v.size());
+    for (size_t i = 0; i < v.size(); ++i) r[i] = bf16_to_f32(v[i]);
+    return r;
+}
+
+// ||a - b|| / ||b|| over all elements; NaN/inf anywhere gives +inf.
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b);
+// max_i |a_i - b_i| / (|b_i| + floor).
+double max_rel(const std::vector<float>& a, const std::vector<float>& b, double floor);
+
+}  // namespace flashseek::test

@@ -1,0 +1,261 @@
+// Op-consistency cases for the GPU linear layers (cuda/gemm/linear.cuh) against cpu::dequantize_linear +
+// cpu::act_quant_fp8_block128 + cpu::linear_f32 / cpu::grouped_out_proj, on random data with fresh seeds and
+// odd shapes. Outputs are poisoned (NaN) before every run, so an unwritten element fails the comparison.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "cpu/ops.h"
+#include "cuda/gemm/linear.cuh"
+#include "harness.h"
+#include "weights.h"
+
+namespace flashseek::test {
+namespace {
+
+using cuda::ActNumerics;
+using cuda::OutKind;
+using cuda::ScaleKind;
+using cuda::WeightKind;
+
+struct LinearCase {
+    WeightKind kind;
+    ScaleKind scale;
+    ActNumerics numerics;
+    int64_t M, N, K;
+    OutKind out;
+    bool f32_input = false;
+};
+
+// Thresholds on ||gpu - cpu|| / ||cpu||: fp32 outputs differ only by accumulation order (2e-5), except FP4 with
+// F32 scales, where per-group scale ratios are rounded to f16 (1e-3), and fp32 inputs, which are rounded to f16
+// (1e-3); bf16 outputs add one bf16 rounding (4e-3).
+double threshold(const LinearCase& c) {
+    double t = 2e-5;
+    if ((c.kind == WeightKind::FP4_BLOCK32 && c.scale == ScaleKind::F32) || c.f32_input) t = 1e-3;
+    if (c.out == OutKind::BF16) t = std::max(t, 4e-3);
+    return t;
+}
+
+std::string describe(const LinearCase& c, uint64_t seed) {
+    std::ostringstream os;
+    os << "kind=" << int(c.kind) << " scale=" << int(c.scale) << " numerics=" << int(c.numerics) << " M=" << c.M
+       << " N=" << c.N << " K=" << c.K << " out=" << (c.out == OutKind::F32 ? "f32" : "bf16")
+       << " f32_input=" << c.f32_input << " seed=" << seed << " (FS_TEST_SEED to reproduce)";
+    return os.str();
+}
+
+// CPU reference: x [M, K] fp32 (already bf16-exact unless f32_input), optional act_quant, dequantized W.
+std::vector<float> reference(const LinearCase& c, const std::vector<float>& x, const TestWeight& w) {
+    std::vector<float> xq = x;
+    if (c.numerics == ActNumerics::FP8_BLOCK128)
+        for (int64_t m = 0; m < c.M; ++m) cpu::act_quant_fp8_block128(&x[m * c.K], c.K, &xq[m * c.K]);
+    const std::vector<float> wf = w.dequantized();
+    std::vector<float> y(size_t(c.M * c.N));
+    cpu::linear_f32(xq.data(), c.M, wf.data(), c.N, c.K, y.data(), nullptr);
+    return y;
+}
+
+struct GpuRun {
+    std::vector<float> y;
+    cuda::LinearPlan plan;
+};
+
+GpuRun run_gpu(const LinearCase& c, const std::vector<float>& x, const TestWeight& w, const cuda::GemmWorkspace* ws,
+               int64_t ld_y_extra = 3) {
+    // Input on the device as bf16 or fp32, with a row stride wider than K to exercise ld_x.
+    const int64_t ld_x = c.K + 5;
+    std::unique_ptr<DeviceArray<uint16_t>> xb;
+    std::unique_ptr<DeviceArray<float>> xf;
+    if (c.f32_input) {
+        std::vector<float> h(size_t(c.M * ld_x), 0.f);
+        for (int64_t m = 0; m < c.M; ++m)
+            for (int64_t k = 0; k < c.K; ++k) h[m * ld_x + k] = x[m * c.K + k];
+        xf = std::make_unique<DeviceArray<float>>(h);
+    } else {
+        std::vector<uint16_t> h(size_t(c.M * ld_x), 0);
+        for (int64_t m = 0; m < c.M; ++m)
+            for (int64_t k = 0; k < c.K; ++k) h[m * ld_x + k] = f32_to_bf16(x[m * c.K + k]);
+        xb = std::make_unique<DeviceArray<uint16_t>>(h);
+    }
+    DeviceArray<uint16_t> pv(cuda::prepared_values_bytes(c.M, c.K) / 2);
+    DeviceArray<float> ps(cuda::prepared_scales_bytes(c.M, c.K) / 4);
+    pv.poison();
+    ps.poison();
+    const int64_t ld_y = c.N + ld_y_extra;
+    GpuRun r;
+    const void* xin = c.f32_input ? static_cast<const void*>(xf->ptr) : static_cast<const void*>(xb->ptr);
+    if (c.out == OutKind::F32) {
+        DeviceArray<float> y(size_t(c.M * ld_y));
+        y.poison();
+        auto p = cuda::prepare_and_linear(xin, c.f32_input, c.M, ld_x, w.device(), c.numerics, pv.ptr, ps.ptr, y.ptr,
+                                          c.out, ld_y, ws, nullptr);
+        r.plan = cuda::plan_linear(p, w.device(), 1, ws);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        auto h = y.download();
+        for (int64_t m = 0; m < c.M; ++m)
+            for (int64_t n = 0; n < c.N; ++n) r.y.push_back(h[m * ld_y + n]);
+    } else {
+        DeviceArray<uint16_t> y(size_t(c.M * ld_y));
+        y.poison();
+        auto p = cuda::prepare_and_linear(xin, c.f32_input, c.M, ld_x, w.device(), c.numerics, pv.ptr, ps.ptr, y.ptr,
+                                          c.out, ld_y, ws, nullptr);
+        r.plan = cuda::plan_linear(p, w.device(), 1, ws);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        auto h = y.download();
+        for (int64_t m = 0; m < c.M; ++m)
+            for (int64_t n = 0; n < c.N; ++n) r.y.push_back(bf16_to_f32(h[m * ld_y + n]));
+    }
+    return r;
+}
+
+void check_case(const LinearCase& c, const cuda::GemmWorkspace* ws) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(describe(c, seed));
+    std::mt19937_64 rng(seed);
+    TestWeight w = make_weight(rng, c.kind, c.scale, c.N, c.K);
+    std::vector<float> x(size_t(c.M * c.K));
+    std::normal_distribution<float> d(0.f, 1.f);
+    for (auto& v : x) v = c.f32_input ? d(rng) : round_bf16(d(rng));
+    const auto ref = reference(c, x, w);
+    const auto gpu = run_gpu(c, x, w, ws);
+    const double err = rel_l2(gpu.y, ref);
+    EXPECT_LE(err, threshold(c)) << "plan: tokens/pass " << gpu.plan.tokens_per_pass << " k_splits "
+                                 << gpu.plan.k_splits << " aligned " << gpu.plan.aligned;
+}
+
+class LinearTest : public ::testing::Test {
+protected:
+    void SetUp() override { ws_ = cuda::create_gemm_workspace(size_t(8) << 20, 4096); }
+    void TearDown() override { cuda::destroy_gemm_workspace(ws_); }
+    cuda::GemmWorkspace ws_;
+};
+
+const std::vector<std::array<int64_t, 3>> kShapes = {
+    {1, 1024, 4096},  // wq_a-like decode row, split-K
+    {1, 77, 256},     // odd row count
+    {3, 200, 384},    // odd tokens, rows not a multiple of 16
+    {16, 512, 1024},  // two token tiles per pass
+    {5, 130, 416},    // K not a multiple of 128: guarded path
+    {33, 96, 640},    // three token passes
+    {64, 256, 512},   // prefill-like
+    {9, 19, 160},     // tiny, K % 128 != 0
+};
+
+TEST_F(LinearTest, Fp8E8m0BothNumerics) {
+    for (auto numerics : {ActNumerics::EXACT, ActNumerics::FP8_BLOCK128})
+        for (const auto& s : kShapes)
+            check_case({WeightKind::FP8_BLOCK128, ScaleKind::E8M0, numerics, s[0], s[1], s[2], OutKind::F32}, &ws_);
+}
+
+TEST_F(LinearTest, Fp8F32ScalesBf16Out) {
+    for (const auto& s : kShapes)
+        check_case({WeightKind::FP8_BLOCK128, ScaleKind::F32, ActNumerics::FP8_BLOCK128, s[0], s[1], s[2],
+                    OutKind::BF16},
+                   &ws_);
+}
+
+TEST_F(LinearTest, Fp4BothNumerics) {
+    for (auto numerics : {ActNumerics::EXACT, ActNumerics::FP8_BLOCK128})
+        for (const auto& s : kShapes)
+            if (s[2] % 32 == 0)
+                check_case({WeightKind::FP4_BLOCK32, ScaleKind::E8M0, numerics, s[0], s[1], s[2], OutKind::F32},
+                           &ws_);
+    check_case({WeightKind::FP4_BLOCK32, ScaleKind::F32, ActNumerics::EXACT, 4, 256, 512, OutKind::F32}, &ws_);
+}
+
+TEST_F(LinearTest, Bf16WeightsF32AndBf16Out) {
+    for (const auto& s : kShapes) {
+        check_case({WeightKind::BF16, ScaleKind::NONE, ActNumerics::EXACT, s[0], s[1], s[2], OutKind::F32}, &ws_);
+        check_case({WeightKind::BF16, ScaleKind::NONE, ActNumerics::EXACT, s[0], s[1], s[2], OutKind::BF16}, &ws_);
+    }
+}
+
+TEST_F(LinearTest, Fp32InputAndNoWorkspace) {
+    check_case({WeightKind::FP8_BLOCK128, ScaleKind::E8M0, ActNumerics::EXACT, 7, 300, 1024, OutKind::F32, true},
+               &ws_);
+    check_case({WeightKind::BF16, ScaleKind::NONE, ActNumerics::EXACT, 2, 160, 256, OutKind::F32, true}, nullptr);
+    check_case({WeightKind::FP8_BLOCK128, ScaleKind::E8M0, ActNumerics::EXACT, 1, 512, 4096, OutKind::F32}, nullptr);
+}
+
+TEST_F(LinearTest, SplitKIsDeterministic) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    LinearCase c{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, ActNumerics::EXACT, 2, 512, 4096, OutKind::F32};
+    TestWeight w = make_weight(rng, c.kind, c.scale, c.N, c.K);
+    std::vector<float> x(size_t(c.M * c.K));
+    std::normal_distribution<float> d(0.f, 1.f);
+    for (auto& v : x) v = round_bf16(d(rng));
+    const auto a = run_gpu(c, x, w, &ws_);
+    const auto b = run_gpu(c, x, w, &ws_);
+    EXPECT_GT(a.plan.k_splits, 1);
+    EXPECT_EQ(a.y, b.y);
+}
+
+// wo_a: G groups of [R, Kg] against cpu::grouped_out_proj.
+TEST_F(LinearTest, GroupedOutProjection) {
+    struct G { int64_t M, G, R, Kg; ActNumerics numerics; };
+    for (const G& g : {G{1, 8, 64, 256, ActNumerics::EXACT}, G{3, 4, 48, 384, ActNumerics::FP8_BLOCK128},
+                       G{17, 8, 1024, 128, ActNumerics::EXACT}}) {
+        const uint64_t seed = fresh_seed();
+        std::ostringstream desc;
+        desc << "M=" << g.M << " G=" << g.G << " R=" << g.R << " Kg=" << g.Kg << " seed=" << seed;
+        SCOPED_TRACE(desc.str());
+        std::mt19937_64 rng(seed);
+        TestWeight w = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, g.G * g.R, g.Kg);
+        const int64_t K = g.G * g.Kg, N = g.G * g.R;
+        std::vector<float> x(size_t(g.M * K));
+        std::normal_distribution<float> d(0.f, 1.f);
+        for (auto& v : x) v = round_bf16(d(rng));
+        std::vector<float> xq = x;
+        if (g.numerics == ActNumerics::FP8_BLOCK128)
+            for (int64_t m = 0; m < g.M; ++m) cpu::act_quant_fp8_block128(&x[m * K], K, &xq[m * K]);
+        std::vector<float> ref(size_t(g.M * N));
+        const auto wf = w.dequantized();
+        cpu::grouped_out_proj(xq.data(), g.M, int(g.G), g.R, g.Kg, wf.data(), ref.data(), nullptr);
+        std::vector<uint16_t> xb(x.size());
+        for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
+        DeviceArray<uint16_t> xd(xb), pv(cuda::prepared_values_bytes(g.M, K) / 2);
+        DeviceArray<float> ps(cuda::prepared_scales_bytes(g.M, K) / 4), y(size_t(g.M * N));
+        y.poison();
+        cuda::PreparedActivation p;
+        p.values = pv.ptr;
+        p.scales = ps.ptr;
+        cuda::prepare_activation(xd.ptr, false, g.M, K, K, WeightKind::FP8_BLOCK128, g.numerics, p, nullptr);
+        cuda::grouped_linear(p, w.device(), int(g.G), y.ptr, OutKind::F32, N, &ws_, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_LE(rel_l2(y.download(), ref), 2e-5);  // fp32 output: accumulation order only
+    }
+}
+
+TEST_F(LinearTest, BadArgumentsThrowNamedErrors) {
+    std::mt19937_64 rng(1);
+    TestWeight w = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, 128, 256);
+    DeviceArray<uint16_t> pv(cuda::prepared_values_bytes(2, 256) / 2);
+    DeviceArray<float> ps(cuda::prepared_scales_bytes(2, 256) / 4), y(512);
+    DeviceArray<uint16_t> x(512);
+    cuda::PreparedActivation p;
+    p.values = pv.ptr;
+    p.scales = ps.ptr;
+    cuda::prepare_activation(x.ptr, false, 2, 256, 256, WeightKind::BF16, ActNumerics::EXACT, p, nullptr);
+    try {
+        cuda::linear(p, w.device(), y.ptr, OutKind::F32, 128, nullptr, nullptr);
+        FAIL() << "layout mismatch not detected";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("prepared for BF16"), std::string::npos) << e.what();
+    }
+    cuda::DeviceLinear bad = w.device();
+    bad.scale = nullptr;
+    cuda::prepare_activation(x.ptr, false, 2, 256, 256, WeightKind::FP8_BLOCK128, ActNumerics::EXACT, p, nullptr);
+    EXPECT_THROW(cuda::linear(p, bad, y.ptr, OutKind::F32, 128, nullptr, nullptr), Error);
+    cuda::DeviceLinear wide = w.device();
+    wide.in = 512;
+    EXPECT_THROW(cuda::linear(p, wide, y.ptr, OutKind::F32, 128, nullptr, nullptr), Error);
+    EXPECT_THROW(cuda::prepare_activation(x.ptr, false, 2, 256, 100, WeightKind::FP8_BLOCK128, ActNumerics::EXACT, p,
+                                          nullptr),
+                 Error);
+}
+
+}  // namespace
+}  // namespace flashseek::test

@@ -1,0 +1,138 @@
+// Cases for the GPU sampler (cuda/sample/sample.cuh) against the host sampler's semantics (engine/sampling.cpp):
+// greedy exactly (token and logprob, ties to the lower id), sampling statistically: the empirical distribution of
+// many draws (different draw_index) must match the exact distribution the host rules define (top-k, then top-p
+// over the renormalized temperature-1 probabilities, then temperature), and never leave its support.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+
+#include "cuda/sample/sample.cuh"
+#include "harness.h"
+
+namespace flashseek::test {
+namespace {
+
+using cuda::DeviceSampleParams;
+
+// Exact distribution of one draw under the host rules.
+std::vector<double> host_distribution(const std::vector<float>& l, const DeviceSampleParams& p) {
+    const int64_t V = int64_t(l.size());
+    std::vector<int32_t> order(size_t(V));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+    const float mx = l[order[0]];
+    size_t keep = size_t(V);
+    if (p.top_k > 0) keep = std::min<size_t>(keep, size_t(p.top_k));
+    if (p.top_p < 1.f) {
+        double zk = 0;
+        for (size_t i = 0; i < keep; ++i) zk += std::exp(double(l[order[i]]) - mx);
+        double cum = 0;
+        size_t n = 0;
+        while (n < keep) {
+            cum += std::exp(double(l[order[n]]) - mx) / zk;
+            ++n;
+            if (cum >= double(p.top_p)) break;
+        }
+        keep = std::max<size_t>(1, n);
+    }
+    std::vector<double> d(size_t(V), 0.0);
+    double total = 0;
+    for (size_t i = 0; i < keep; ++i) total += std::exp((double(l[order[i]]) - mx) / double(p.temperature));
+    for (size_t i = 0; i < keep; ++i) d[size_t(order[i])] = std::exp((double(l[order[i]]) - mx) / double(p.temperature)) / total;
+    return d;
+}
+
+TEST(Sample, GreedyMatchesHostArgmaxAndLogprob) {
+    for (int64_t V : {int64_t(129280), int64_t(1007), int64_t(3)}) {
+        const uint64_t seed = fresh_seed();
+        SCOPED_TRACE(::testing::Message() << "V=" << V << " seed=" << seed);
+        std::mt19937_64 rng(seed);
+        std::normal_distribution<float> nd(0.f, 3.f);
+        const int rows = 5;
+        std::vector<float> logits(size_t(rows * V));
+        for (auto& v : logits) v = nd(rng);
+        // row 1: a tie for the maximum; the lower id must win
+        if (V > 10) {
+            const float m = *std::max_element(logits.begin() + V, logits.begin() + 2 * V) + 1.f;
+            logits[size_t(V + 7)] = m;
+            logits[size_t(V + 3)] = m;
+        }
+        std::vector<DeviceSampleParams> params(size_t(rows));
+        DeviceArray<float> dl(logits), lp(size_t(rows));
+        DeviceArray<DeviceSampleParams> dp(params);
+        DeviceArray<int32_t> tok(size_t(rows));
+        tok.poison();
+        lp.poison();
+        cuda::sample_rows(dl.ptr, rows, V, V, dp.ptr, tok.ptr, lp.ptr, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const auto t = tok.download();
+        const auto g = lp.download();
+        for (int r = 0; r < rows; ++r) {
+            const float* row = &logits[size_t(r * V)];
+            int32_t best = 0;
+            for (int32_t i = 1; i < V; ++i)
+                if (row[i] > row[best]) best = i;
+            double z = 0;
+            for (int64_t i = 0; i < V; ++i) z += std::exp(double(row[i]) - row[best]);
+            EXPECT_EQ(t[size_t(r)], best) << "row " << r;
+            EXPECT_NEAR(g[size_t(r)], double(row[best]) - row[best] - std::log(z), 1e-4) << "row " << r;
+        }
+        if (V > 10) EXPECT_EQ(t[1], 3);
+    }
+}
+
+TEST(Sample, DistributionMatchesHostRules) {
+    struct C { float t, top_p; int top_k; };
+    for (const C& c : {C{1.f, 1.f, 0}, C{0.7f, 1.f, 10}, C{1.3f, 0.8f, 0}, C{1.f, 0.5f, 20}, C{2.f, 0.95f, 5}}) {
+        const uint64_t seed = fresh_seed();
+        SCOPED_TRACE(::testing::Message() << "T=" << c.t << " top_p=" << c.top_p << " top_k=" << c.top_k
+                                          << " seed=" << seed);
+        std::mt19937_64 rng(seed);
+        std::normal_distribution<float> nd(0.f, 1.5f);
+        const int64_t V = 97;
+        std::vector<float> logits(size_t(V));
+        for (auto& v : logits) v = nd(rng);
+        const int N = 60000;
+        std::vector<DeviceSampleParams> params(size_t(N));
+        for (int i = 0; i < N; ++i) params[size_t(i)] = {c.t, c.top_p, c.top_k, 0, seed, uint64_t(i)};
+        DeviceArray<float> dl(logits);
+        DeviceArray<DeviceSampleParams> dp(params);
+        DeviceArray<int32_t> tok(size_t(N));
+        tok.poison();
+        cuda::sample_rows(dl.ptr, N, V, 0, dp.ptr, tok.ptr, nullptr, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const auto t = tok.download();
+        const auto expect = host_distribution(logits, {c.t, c.top_p, c.top_k, 0, seed, 0});
+        std::vector<double> hist(size_t(V), 0.0);
+        for (int32_t x : t) {
+            ASSERT_TRUE(x >= 0 && x < V) << "token " << x;
+            EXPECT_GT(expect[size_t(x)], 0.0) << "token " << x << " is outside the host's candidate set";
+            hist[size_t(x)] += 1.0 / N;
+        }
+        double tv = 0;
+        for (int64_t i = 0; i < V; ++i) tv += 0.5 * std::fabs(hist[size_t(i)] - expect[size_t(i)]);
+        // Sampling noise of the total-variation distance at N = 60000 over <= 97 outcomes is about 0.01.
+        EXPECT_LE(tv, 0.02);
+        // Same (seed, draw_index) -> same token.
+        cuda::sample_rows(dl.ptr, N, V, 0, dp.ptr, tok.ptr, nullptr, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(tok.download(), t);
+    }
+}
+
+TEST(Sample, InvalidParametersGiveMinusOne) {
+    std::vector<float> logits = {0.f, 1.f, 2.f};
+    std::vector<DeviceSampleParams> params = {{-1.f, 1.f, 0, 0, 1, 0}, {1.f, 0.f, 0, 0, 1, 0}, {1.f, 1.f, -2, 0, 1, 0}};
+    DeviceArray<float> dl(logits);
+    DeviceArray<DeviceSampleParams> dp(params);
+    DeviceArray<int32_t> tok(3);
+    cuda::sample_rows(dl.ptr, 3, 3, 0, dp.ptr, tok.ptr, nullptr, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    for (int32_t x : tok.download()) EXPECT_EQ(x, -1);
+    EXPECT_THROW(cuda::sample_rows(dl.ptr, 3, 3, 2, dp.ptr, tok.ptr, nullptr, nullptr), Error);
+}
+
+}  // namespace
+}  // namespace flashseek::test
