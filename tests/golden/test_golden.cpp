@@ -1,0 +1,191 @@
+// The golden test (acceptance "exact numerics vs goldens <= 1e-4"): for every committed golden, regenerate its
+// checkpoint with `flashseek gen-checkpoint` (recorded seed), check the content hash recorded when the golden was
+// made, run `flashseek logits` with the recorded tokens and prefill length (CPU backend, exact numerics), and
+// require ||ours_t - golden_t|| / ||golden_t|| <= 1e-4 at every position t. The goldens come from HF transformers
+// (scripts/make_goldens.py), so no torch is needed here. Also unit tests of the harness itself.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <cmath>
+#include <unistd.h>
+
+#include "golden_case.h"
+#include "util/error.h"
+
+namespace fs = std::filesystem;
+using namespace flashseek::golden;
+
+namespace {
+
+const fs::path kGoldenRoot = fs::path(FLASHSEEK_SOURCE_DIR) / "tests" / "data" / "goldens";
+
+struct TempDir {
+    fs::path path;
+    explicit TempDir(const std::string& tag) {
+        path = fs::temp_directory_path() / ("flashseek-golden-" + tag + "-" + std::to_string(getpid()));
+        fs::remove_all(path);
+        fs::create_directories(path);
+    }
+    ~TempDir() { fs::remove_all(path); }
+};
+
+std::string flashseek_cmd(const std::string& args) { return shell_quote(FLASHSEEK_BIN) + " " + args; }
+
+uint32_t fresh_seed() {
+    std::random_device rd;
+    return rd();
+}
+
+class Golden : public ::testing::TestWithParam<fs::path> {};
+
+TEST_P(Golden, MatchesHfTransformersWithin1e4) {
+    const GoldenCase g = load_golden_case(GetParam());
+    TempDir tmp(g.name);
+    const fs::path model = tmp.path / "model";
+
+    auto gen = run_command(flashseek_cmd("gen-checkpoint --config " + shell_quote(g.config_path.string()) +
+                                         " --out " + shell_quote(model.string()) + " --seed " +
+                                         std::to_string(g.seed)));
+    ASSERT_EQ(gen.exit_code, 0) << "gen-checkpoint failed:\n" << gen.output;
+    auto inspect = run_command(flashseek_cmd("inspect --model " + shell_quote(model.string())));
+    ASSERT_EQ(inspect.exit_code, 0) << "inspect failed:\n" << inspect.output;
+    ASSERT_EQ(parse_content_hash(inspect.output), g.content_hash)
+        << "golden '" << g.name << "': gen-checkpoint no longer produces the checkpoint the golden was made from; "
+        << "regenerate the golden with scripts/make_goldens.py (see its meta.json 'command')";
+
+    const fs::path tokens = tmp.path / "tokens.txt";
+    {
+        std::ofstream out(tokens);
+        for (size_t i = 0; i < g.tokens.size(); ++i) out << g.tokens[i] << (i + 1 < g.tokens.size() ? ' ' : '\n');
+    }
+    const fs::path logits = tmp.path / "logits.bin";
+    auto run = run_command(flashseek_cmd("logits --model " + shell_quote(model.string()) + " --tokens " +
+                                         shell_quote(tokens.string()) + " --prefill " + std::to_string(g.prefill) +
+                                         " --output " + shell_quote(logits.string())));
+    ASSERT_EQ(run.exit_code, 0) << "flashseek logits failed:\n" << run.output;
+
+    const int64_t n = int64_t(g.n_tokens) * g.vocab_size;
+    const auto ours = read_f32_file(logits, n);
+    const auto golden = read_f32_file(g.logits_path, n);
+    const auto err = per_position_rel_err(ours.data(), golden.data(), g.n_tokens, g.vocab_size);
+    int worst = 0, n_bad = 0, first_bad = -1;
+    for (int t = 0; t < g.n_tokens; ++t) {
+        if (err[size_t(t)] > err[size_t(worst)]) worst = t;
+        if (!(err[size_t(t)] <= g.tolerance)) {
+            ++n_bad;
+            if (first_bad < 0) first_bad = t;
+        }
+    }
+    std::printf("[golden %s] %d tokens (prefill %d + %d decode): max rel err %.3e at t=%d (tolerance %.0e)\n",
+                g.name.c_str(), g.n_tokens, g.prefill, g.n_tokens - g.prefill, err[size_t(worst)], worst,
+                g.tolerance);
+    EXPECT_EQ(n_bad, 0) << "golden '" << g.name << "': " << n_bad << " positions exceed " << g.tolerance
+                        << "; first at t=" << first_bad << " (rel err " << (first_bad >= 0 ? err[size_t(first_bad)] : 0)
+                        << ", " << (first_bad >= g.prefill ? "decode" : "prefill") << "), worst t=" << worst
+                        << " (rel err " << err[size_t(worst)] << ")";
+}
+
+std::vector<fs::path> golden_dirs() { return list_golden_dirs(kGoldenRoot); }
+
+std::string golden_test_name(const ::testing::TestParamInfo<fs::path>& info) {
+    std::string s = info.param.filename().string();
+    for (char& c : s)
+        if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+    return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Committed, Golden, ::testing::ValuesIn(golden_dirs()), golden_test_name);
+
+// The issue asks for at least two configs that together cover every layer type and both routing kinds.
+TEST(GoldenSet, AtLeastTwoConfigsCoverEveryLayerTypeAndRouting) {
+    const auto dirs = golden_dirs();
+    ASSERT_GE(dirs.size(), 2u) << "expected >= 2 goldens under " << kGoldenRoot;
+    std::set<std::string> configs;
+    for (const auto& d : dirs) {
+        const GoldenCase g = load_golden_case(d);
+        std::ifstream in(g.config_path);
+        configs.insert(std::string(std::istreambuf_iterator<char>(in), {}));
+    }
+    EXPECT_GE(configs.size(), 2u) << "the goldens must use at least two different configs";
+}
+
+// ---- the harness itself ----
+
+TEST(GoldenHarness, RelErrIsZeroForIdenticalAndMeasuresPerturbation) {
+    const uint32_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.f, 3.f);
+    const int rows = 7, cols = 301;
+    std::vector<float> a(rows * cols), b;
+    for (auto& x : a) x = nd(rng);
+    b = a;
+    for (double e : per_position_rel_err(a.data(), b.data(), rows, cols)) EXPECT_EQ(e, 0.0);
+    // Scale row 3 by (1 + 2e-4): its relative error is exactly 2e-4 (up to rounding), the others stay 0.
+    for (int c = 0; c < cols; ++c) b[3 * cols + c] = float(double(a[3 * cols + c]) * (1 + 2e-4));
+    const auto err = per_position_rel_err(b.data(), a.data(), rows, cols);
+    EXPECT_NEAR(err[3], 2e-4, 1e-6);
+    EXPECT_EQ(err[2], 0.0);
+    b[5 * cols + 11] = NAN;
+    EXPECT_TRUE(std::isinf(per_position_rel_err(b.data(), a.data(), rows, cols)[5])) << "NaN must fail, not pass";
+}
+
+TEST(GoldenHarness, MalformedMetaNamesFileAndField) {
+    TempDir tmp("meta");
+    auto write = [&](const std::string& text) { std::ofstream(tmp.path / "meta.json") << text; };
+    auto message = [&]() -> std::string {
+        try {
+            load_golden_case(tmp.path);
+        } catch (const flashseek::Error& e) {
+            return e.what();
+        }
+        return "";
+    };
+    write("{not json");
+    EXPECT_NE(message().find("meta.json: not valid JSON"), std::string::npos) << message();
+    write(R"({"name": "x", "gen_checkpoint_seed": 1, "content_hash": "fnv1a64:1", "n_tokens": 2, "vocab_size": 8,
+              "tokens": [1, 2]})");
+    EXPECT_NE(message().find("missing field 'prefill'"), std::string::npos) << message();
+    write(R"({"name": "x", "gen_checkpoint_seed": 1, "content_hash": "fnv1a64:1", "n_tokens": 2, "prefill": 3,
+              "vocab_size": 8, "tokens": [1, 2]})");
+    EXPECT_NE(message().find("'prefill' = 3 is outside [1, 2]"), std::string::npos) << message();
+    write(R"({"name": "x", "gen_checkpoint_seed": 1, "content_hash": "fnv1a64:1", "n_tokens": 2, "prefill": 1,
+              "vocab_size": 8, "tokens": [1, 9]})");
+    EXPECT_NE(message().find("tokens[1] = 9 is outside"), std::string::npos) << message();
+    write(R"({"name": "x", "gen_checkpoint_seed": 1, "content_hash": null, "n_tokens": 2, "prefill": 1,
+              "vocab_size": 8, "tokens": [1, 2]})");
+    EXPECT_NE(message().find("'content_hash'"), std::string::npos) << message();
+    write(R"({"name": "x", "gen_checkpoint_seed": 1, "content_hash": "fnv1a64:1", "n_tokens": 2, "prefill": 1,
+              "vocab_size": 8, "tokens": [1, 2]})");
+    std::ofstream(tmp.path / "config.json") << "{}";
+    std::ofstream(tmp.path / "logits.bin") << "short";
+    EXPECT_NE(message().find("logits.bin: 5 bytes, expected"), std::string::npos) << message();
+}
+
+TEST(GoldenHarness, ReadF32FileChecksSize) {
+    TempDir tmp("f32");
+    const fs::path p = tmp.path / "x.bin";
+    const float v[3] = {1.5f, -2.f, 3.25f};
+    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(v), sizeof v);
+    EXPECT_EQ(read_f32_file(p, 3), (std::vector<float>{1.5f, -2.f, 3.25f}));
+    try {
+        read_f32_file(p, 4);
+        FAIL() << "size mismatch not detected";
+    } catch (const flashseek::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("x.bin: 12 bytes, expected 4 float32"), std::string::npos) << e.what();
+    }
+}
+
+TEST(GoldenHarness, ParsesInspectHashAndRunsCommands) {
+    EXPECT_EQ(parse_content_hash("tensors: 3\ncontent-hash: fnv1a64:00ff12\nconfig: ok\n"), "fnv1a64:00ff12");
+    EXPECT_THROW(parse_content_hash("tensors: 3\n"), flashseek::Error);
+    auto r = run_command("echo " + shell_quote("it's") + "; exit 3");
+    EXPECT_EQ(r.exit_code, 3);
+    EXPECT_EQ(r.output, "it's\n");
+}
+
+}  // namespace
