@@ -27,6 +27,9 @@ struct GenerationParams {
     int64_t max_new_tokens = 16;
     std::vector<int32_t> stop_token_ids;   // sampling one of these ends the request with Stop
     Clock::time_point deadline = Clock::time_point::max();
+    // Test hook (server flag --enable-debug-hooks): the i-th generated token is forced_tokens[i] instead of the
+    // sampled one while i < size(), so end-to-end tests can drive exact outputs (tool calls, stop strings).
+    std::vector<int32_t> forced_tokens;
 };
 
 enum class RequestState { Waiting, Running, Finished };
@@ -57,6 +60,7 @@ struct RequestEvent {
     std::string error;  // set when finish == Error
     int64_t prompt_len = 0;
     int64_t generated = 0;
+    Clock::time_point first_scheduled{};  // when its first tokens ran (end of queue time)
 };
 
 }  // namespace flashseek

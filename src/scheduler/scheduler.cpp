@@ -55,6 +55,10 @@ uint64_t Scheduler::submit(std::vector<int32_t> prompt, GenerationParams params,
     for (size_t i = 0; i < prompt.size(); ++i)
         FS_CHECK(prompt[i] >= 0 && prompt[i] < vocab, "prompt: token {} at position {} is outside the vocabulary [0, {})",
                  prompt[i], i, vocab);
+    for (size_t i = 0; i < params.forced_tokens.size(); ++i)
+        FS_CHECK(params.forced_tokens[i] >= 0 && params.forced_tokens[i] < vocab,
+                 "debug_forced_tokens: token {} at position {} is outside the vocabulary [0, {})",
+                 params.forced_tokens[i], i, vocab);
     FS_CHECK(params.max_new_tokens >= 1, "max_tokens: must be >= 1 (got {})", params.max_new_tokens);
     const int64_t n = int64_t(prompt.size());
     FS_CHECK(n + params.max_new_tokens <= max_sequence_tokens_,
@@ -104,6 +108,7 @@ void Scheduler::finish_request(Request& r, FinishReason reason, std::vector<Requ
     ev.error = std::move(error);
     ev.prompt_len = r.prompt_len;
     ev.generated = r.generated;
+    ev.first_scheduled = r.first_scheduled;
     events.push_back(std::move(ev));
     if (reason == FinishReason::Deadline) ++counters_.deadline_expired;
     if (reason == FinishReason::Error) ++counters_.errors;
@@ -241,7 +246,11 @@ std::vector<RequestEvent> Scheduler::step(Clock::time_point now) {
         if (r.computed < r.prompt_len || n > 1) counters_.prompt_tokens_computed += uint64_t(n);
         r.computed += n;
         if (r.computed < int64_t(r.tokens.size())) continue;  // a prefill chunk that is not the last one
-        const SampleResult& s = results_[i];
+        SampleResult s = results_[i];
+        if (r.generated < int64_t(r.params.forced_tokens.size())) {
+            s.token = r.params.forced_tokens[size_t(r.generated)];
+            s.top_logprobs.clear();
+        }
         FS_CHECK(s.token >= 0 && s.token < backend_.config().vocab_size,
                  "backend {}: sampled token {} outside the vocabulary", backend_.name(), s.token);
         r.tokens.push_back(s.token);
@@ -253,6 +262,7 @@ std::vector<RequestEvent> Scheduler::step(Clock::time_point now) {
         ev.sample = s;
         ev.prompt_len = r.prompt_len;
         ev.generated = r.generated;
+        ev.first_scheduled = r.first_scheduled;
         const auto& stops = r.params.stop_token_ids;
         FinishReason reason = FinishReason::None;
         if (std::find(stops.begin(), stops.end(), s.token) != stops.end()) reason = FinishReason::Stop;

@@ -369,3 +369,17 @@ TEST(Scheduler, RandomChurnKeepsExactAudit) {
     EXPECT_GT(checked, 10);
     EXPECT_GT(s.counters().preemptions, 0u);
 }
+
+TEST(Scheduler, ForcedTokensReplaceSamplesAndStillStop) {
+    FakeBackend b(1000, 16, 4);
+    Scheduler s(b, {});
+    std::mt19937_64 rng(fresh_seed());
+    GenerationParams g = params(10);
+    g.forced_tokens = {7, 8, 9, 1};  // the 4th forced token is EOS: the request stops there
+    const uint64_t id = s.submit(random_prompt(rng, 5), g);
+    Outcome o;
+    drain(s, o);
+    EXPECT_EQ(o.tokens[id], (std::vector<int32_t>{7, 8, 9, 1}));
+    EXPECT_EQ(o.finish[id], FinishReason::Stop);
+    expect_empty_pool(s, b);
+}

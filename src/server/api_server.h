@@ -1,0 +1,53 @@
+// The OpenAI-compatible HTTP API over one Engine: routes, API-key gate, overload and shutdown answers, and the
+// request handlers (parse → tokenize → submit → stream or wait). Handlers run on HTTP worker threads; only the
+// engine thread touches the backend.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "server/engine.h"
+#include "server/http.h"
+#include "server/metrics.h"
+#include "server/protocol.h"
+
+namespace flashseek::server {
+
+struct ApiServerOptions {
+    HttpOptions http;
+    std::string api_key;           // empty = no authentication
+    ProtocolLimits limits;         // model_name and vocab_size are filled in from the engine when empty/0
+    double request_timeout_s = 600;  // per-request deadline (queue + generation)
+    int retry_after_s = 1;         // Retry-After on 429/503
+};
+
+class ApiServer {
+public:
+    ApiServer(Engine& engine, const tokenizer::Tokenizer& tok, Metrics& metrics, ApiServerOptions options);
+    int bind() { return http_.bind(); }
+    int port() const { return http_.port(); }
+    void run() { http_.run(); }
+    void stop() { http_.stop(); }
+    // New generation requests get 503 and /health turns 503; running ones continue.
+    void begin_shutdown() { shutting_down_ = true; }
+    int64_t open_requests() const { return open_requests_.load(); }
+
+private:
+    void generate(const HttpRequest& req, HttpResponse& res, Endpoint endpoint);
+    void models(const HttpRequest& req, HttpResponse& res);
+    void health(const HttpRequest& req, HttpResponse& res);
+    void metrics(const HttpRequest& req, HttpResponse& res);
+    bool authorized(const HttpRequest& req) const;
+    void fail(HttpResponse& res, const ApiError& e);
+
+    Engine& engine_;
+    const tokenizer::Tokenizer& tok_;
+    Metrics& metrics_;
+    ApiServerOptions options_;
+    HttpServer http_;
+    std::atomic<bool> shutting_down_{false};
+    std::atomic<int64_t> open_requests_{0};
+    int64_t started_ = 0;
+};
+
+}  // namespace flashseek::server

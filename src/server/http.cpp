@@ -1,0 +1,267 @@
+// cpp-httplib behind HttpServer (see http.h). The library reads a body into memory before calling a handler and
+// has no chunked-body limit, so POST routes use its content-reader form and enforce the limit while reading; a
+// too-large Content-Length is refused in the pre-routing hook, before any of the body is read, and the connection
+// is closed so the unread body is never parsed as a request. The connection probe finds the handler's socket by
+// its address pair (the library does not expose it) and peeks at it.
+#include "server/http.h"
+
+#include <httplib.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <dirent.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+
+#include "server/api_error.h"
+#include "util/error.h"
+
+namespace flashseek::server {
+
+std::string HttpRequest::header(std::string_view name) const {
+    for (const auto& [k, v] : headers)
+        if (k.size() == name.size() &&
+            std::equal(k.begin(), k.end(), name.begin(), [](char a, char b) { return std::tolower(a) == std::tolower(b); }))
+            return v;
+    return {};
+}
+
+namespace {
+
+// The fd of the accepted socket whose local port and peer match; -1 if none (already closed).
+int find_connection_fd(int local_port, const std::string& peer_addr, int peer_port) {
+    DIR* dir = opendir("/proc/self/fd");
+    if (!dir) return -1;
+    int found = -1;
+    while (dirent* e = readdir(dir)) {
+        char* end = nullptr;
+        const long fd = std::strtol(e->d_name, &end, 10);
+        if (end == e->d_name || *end) continue;
+        sockaddr_storage local{}, peer{};
+        socklen_t ll = sizeof(local), pl = sizeof(peer);
+        if (getsockname(int(fd), reinterpret_cast<sockaddr*>(&local), &ll) != 0) continue;
+        if (getpeername(int(fd), reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
+        char buf[INET6_ADDRSTRLEN] = {0};
+        int lport = -1, pport = -1;
+        if (peer.ss_family == AF_INET) {
+            auto* p = reinterpret_cast<sockaddr_in*>(&peer);
+            inet_ntop(AF_INET, &p->sin_addr, buf, sizeof(buf));
+            pport = ntohs(p->sin_port);
+            lport = ntohs(reinterpret_cast<sockaddr_in*>(&local)->sin_port);
+        } else if (peer.ss_family == AF_INET6) {
+            auto* p = reinterpret_cast<sockaddr_in6*>(&peer);
+            inet_ntop(AF_INET6, &p->sin6_addr, buf, sizeof(buf));
+            pport = ntohs(p->sin6_port);
+            lport = ntohs(reinterpret_cast<sockaddr_in6*>(&local)->sin6_port);
+        } else {
+            continue;
+        }
+        if (lport == local_port && pport == peer_port && peer_addr == buf) {
+            found = int(fd);
+            break;
+        }
+    }
+    closedir(dir);
+    return found;
+}
+
+bool socket_open(int fd) {
+    pollfd p{fd, POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, 0) < 0) return false;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return false;
+    if (p.revents & POLLIN) {
+        char c;
+        const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0) return false;
+    }
+    return true;
+}
+
+HttpRequest convert(const httplib::Request& req) {
+    HttpRequest r;
+    r.method = req.method;
+    r.path = req.path;
+    r.remote_addr = req.remote_addr;
+    r.remote_port = req.remote_port;
+    for (const auto& [k, v] : req.headers) r.headers.emplace_back(k, v);
+    const int local_port = req.local_port;
+    const std::string addr = req.remote_addr;
+    const int port = req.remote_port;
+    auto fd = std::make_shared<int>(-2);
+    r.connection_alive = [fd, local_port, addr, port]() {
+        if (*fd == -2) *fd = find_connection_fd(local_port, addr, port);
+        return *fd >= 0 && socket_open(*fd);
+    };
+    return r;
+}
+
+class SinkAdapter : public StreamSink {
+public:
+    explicit SinkAdapter(httplib::DataSink& sink) : sink_(sink) {}
+    bool write(std::string_view data) override { return ok_ = ok_ && sink_.write(data.data(), data.size()); }
+    bool alive() override { return ok_ && sink_.is_writable(); }
+    bool ok() const { return ok_; }
+
+private:
+    httplib::DataSink& sink_;
+    bool ok_ = true;
+};
+
+void apply(const HttpResponse& in, httplib::Response& out) {
+    out.status = in.status;
+    for (const auto& [k, v] : in.headers) out.set_header(k, v);
+    if (in.stream) {
+        auto stream = in.stream;
+        auto on_close = in.on_close;
+        auto closed = std::make_shared<std::once_flag>();
+        out.set_chunked_content_provider(
+            in.content_type,
+            [stream](size_t, httplib::DataSink& sink) {
+                SinkAdapter a(sink);
+                const StreamStatus st = stream(a);
+                if (st == StreamStatus::Failed || !a.ok()) return false;
+                if (st == StreamStatus::Done) sink.done();
+                return true;
+            },
+            [on_close, closed](bool success) {
+                if (on_close) std::call_once(*closed, [&] { on_close(success); });
+            });
+    } else {
+        out.set_content(in.body, in.content_type);
+    }
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+    HttpOptions options;
+    httplib::Server svr;
+    std::function<bool(const HttpRequest&, HttpResponse&)> gate;
+    int port = -1;
+};
+
+HttpServer::HttpServer(HttpOptions options) : impl_(std::make_unique<Impl>()) {
+    impl_->options = options;
+    auto& svr = impl_->svr;
+    const int threads = std::max(4, options.threads);
+    svr.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+    svr.set_read_timeout(options.read_timeout_s, 0);
+    svr.set_write_timeout(options.write_timeout_s, 0);
+    svr.set_keep_alive_timeout(options.keep_alive_timeout_s);
+    svr.set_payload_max_length(options.max_body_bytes);
+    Impl* impl = impl_.get();
+    svr.set_pre_routing_handler([impl](const httplib::Request& req, httplib::Response& res) {
+        const std::string len = req.get_header_value("Content-Length");
+        if (!len.empty()) {
+            char* end = nullptr;
+            const unsigned long long n = std::strtoull(len.c_str(), &end, 10);
+            if (end == len.c_str() || *end || n > impl->options.max_body_bytes) {
+                res.status = (end == len.c_str() || *end) ? 400 : 413;
+                res.set_header("Connection", "close");
+                res.set_content(res.status == 413
+                                    ? error_body(413, fmt::format("request body of {} bytes exceeds the limit of {} bytes",
+                                                                  len, impl->options.max_body_bytes),
+                                                 "body", "invalid_request_error", "request_too_large")
+                                    : error_body(400, "invalid Content-Length header", "Content-Length"),
+                                "application/json");
+                return httplib::Server::HandlerResponse::Handled;
+            }
+        }
+        if (impl->gate) {
+            HttpRequest r = convert(req);
+            HttpResponse out;
+            if (!impl->gate(r, out)) {
+                apply(out, res);
+                return httplib::Server::HandlerResponse::Handled;
+            }
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
+    });
+    svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return;
+        std::string msg = res.status == 404   ? fmt::format("no route for {} {}", req.method, req.path)
+                          : res.status == 413 ? std::string("request body exceeds the size limit")
+                          : res.status == 405 ? fmt::format("method {} not allowed on {}", req.method, req.path)
+                                              : fmt::format("HTTP error {}", res.status);
+        res.set_content(error_body(res.status, msg, res.status == 413 ? "body" : ""), "application/json");
+    });
+    svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "internal error";
+        try {
+            if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+            what = e.what();
+        } catch (...) {
+        }
+        res.status = 500;
+        res.set_content(error_body(500, what), "application/json");
+    });
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+void HttpServer::get(const std::string& path, HttpHandler handler) {
+    impl_->svr.Get(path, [handler](const httplib::Request& req, httplib::Response& res) {
+        HttpRequest r = convert(req);
+        HttpResponse out;
+        handler(r, out);
+        apply(out, res);
+    });
+}
+
+void HttpServer::post(const std::string& path, HttpHandler handler) {
+    const size_t limit = impl_->options.max_body_bytes;
+    impl_->svr.Post(path, [handler, limit](const httplib::Request& req, httplib::Response& res,
+                                           const httplib::ContentReader& reader) {
+        HttpRequest r = convert(req);
+        bool too_big = false;
+        const bool read_ok = reader([&](const char* data, size_t n) {
+            if (r.body.size() + n > limit) {
+                too_big = true;
+                return false;
+            }
+            r.body.append(data, n);
+            return true;
+        });
+        if (too_big || !read_ok) {
+            res.status = too_big ? 413 : 400;
+            res.set_header("Connection", "close");
+            res.set_content(too_big ? error_body(413, fmt::format("request body exceeds the limit of {} bytes", limit),
+                                                 "body", "invalid_request_error", "request_too_large")
+                                    : error_body(400, "could not read the request body", "body"),
+                            "application/json");
+            return;
+        }
+        HttpResponse out;
+        handler(r, out);
+        apply(out, res);
+    });
+}
+
+void HttpServer::set_gate(std::function<bool(const HttpRequest&, HttpResponse&)> gate) { impl_->gate = std::move(gate); }
+
+int HttpServer::bind() {
+    const auto& o = impl_->options;
+    if (o.port == 0) {
+        impl_->port = impl_->svr.bind_to_any_port(o.host.c_str());
+        FS_CHECK(impl_->port > 0, "--host/--port: cannot bind {}:<any>", o.host);
+    } else {
+        FS_CHECK(impl_->svr.bind_to_port(o.host.c_str(), o.port),
+                 "--host/--port: cannot bind {}:{} (in use, or not a local address?)", o.host, o.port);
+        impl_->port = o.port;
+    }
+    return impl_->port;
+}
+
+int HttpServer::port() const { return impl_->port; }
+
+void HttpServer::run() { impl_->svr.listen_after_bind(); }
+
+void HttpServer::stop() {
+    if (impl_->svr.is_running()) impl_->svr.stop();
+}
+
+}  // namespace flashseek::server

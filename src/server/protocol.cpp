@@ -1,0 +1,390 @@
+// OpenAI request parsing and validation (see protocol.h). Known fields are type- and range-checked; fields that
+// would change the output but that the engine cannot honour (penalties, logit_bias, echo, best_of) are rejected
+// with 400 rather than silently ignored; purely informational fields (user, metadata, …) are accepted.
+#include "server/protocol.h"
+
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "util/error.h"
+
+namespace flashseek::server {
+
+using json = nlohmann::json;
+
+std::string error_body(int status, const std::string& message, const std::string& param, const std::string& type,
+                       const std::string& code) {
+    std::string t = type;
+    if (t.empty()) {
+        if (status == 401) t = "authentication_error";
+        else if (status == 404) t = "not_found_error";
+        else if (status == 429) t = "rate_limit_error";
+        else if (status == 503) t = "service_unavailable_error";
+        else if (status >= 500) t = "server_error";
+        else t = "invalid_request_error";
+    }
+    json e = {{"message", message},
+              {"type", t},
+              {"param", param.empty() ? json(nullptr) : json(param)},
+              {"code", code.empty() ? json(nullptr) : json(code)}};
+    return json({{"error", e}, {"object", "error"}}).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string error_body(const ApiError& e) { return error_body(e.status, e.what(), e.param, e.type, e.code); }
+
+json parse_json_body(std::string_view body) {
+    if (body.empty()) bad_param("body", "the request body is empty; expected a JSON object");
+    // A parser callback sees every key; a set per open object catches duplicates at any depth (nlohmann would
+    // silently keep the last one, so two validators could disagree about which value counts).
+    std::vector<std::set<std::string>> keys;
+    std::string duplicate;
+    auto cb = [&](int /*depth*/, json::parse_event_t ev, json& parsed) {
+        if (ev == json::parse_event_t::object_start) keys.emplace_back();
+        else if (ev == json::parse_event_t::object_end) keys.pop_back();
+        else if (ev == json::parse_event_t::key && !keys.empty()) {
+            const std::string k = parsed.get<std::string>();
+            if (!keys.back().insert(k).second && duplicate.empty()) duplicate = k;
+        }
+        return true;
+    };
+    json j;
+    try {
+        j = json::parse(body.begin(), body.end(), cb);
+    } catch (const json::exception& e) {
+        bad_param("body", "the request body is not valid JSON: {}", e.what());
+    }
+    if (!duplicate.empty()) bad_param(duplicate, "duplicate key '{}' in the request body", duplicate);
+    if (!j.is_object()) bad_param("body", "the request body must be a JSON object, got {}", j.type_name());
+    return j;
+}
+
+namespace {
+
+const json* field(const json& body, const char* name) {
+    auto it = body.find(name);
+    if (it == body.end() || it->is_null()) return nullptr;
+    return &*it;
+}
+
+bool get_bool(const json& body, const char* name, bool def) {
+    const json* v = field(body, name);
+    if (!v) return def;
+    if (!v->is_boolean()) bad_param(name, "'{}' must be a boolean, got {}", name, v->type_name());
+    return v->get<bool>();
+}
+
+double get_number(const json& body, const char* name, double def) {
+    const json* v = field(body, name);
+    if (!v) return def;
+    if (!v->is_number()) bad_param(name, "'{}' must be a number, got {}", name, v->type_name());
+    const double d = v->get<double>();
+    if (!std::isfinite(d)) bad_param(name, "'{}' must be finite", name);
+    return d;
+}
+
+std::optional<int64_t> get_int(const json& body, const char* name) {
+    const json* v = field(body, name);
+    if (!v) return std::nullopt;
+    if (v->is_number_unsigned()) {
+        const uint64_t u = v->get<uint64_t>();
+        if (u > uint64_t(INT64_MAX)) bad_param(name, "'{}' is too large ({})", name, u);
+        return int64_t(u);
+    }
+    if (v->is_number_integer()) return v->get<int64_t>();
+    if (v->is_number_float()) {
+        const double d = v->get<double>();
+        if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return int64_t(d);
+        bad_param(name, "'{}' must be an integer, got {}", name, v->dump());
+    }
+    bad_param(name, "'{}' must be an integer, got {}", name, v->type_name());
+}
+
+// Fields that change the output and that this engine does not implement: accept only their neutral value.
+void reject_unsupported(const json& body) {
+    for (const char* pen : {"presence_penalty", "frequency_penalty"}) {
+        const double v = get_number(body, pen, 0.0);
+        if (v < -2.0 || v > 2.0) bad_param(pen, "'{}' must be in [-2, 2], got {}", pen, v);
+        if (v != 0.0) bad_param(pen, "'{}' is not supported by this server (only 0)", pen);
+    }
+    const double rep = get_number(body, "repetition_penalty", 1.0);
+    if (rep <= 0.0) bad_param("repetition_penalty", "'repetition_penalty' must be > 0, got {}", rep);
+    if (rep != 1.0) bad_param("repetition_penalty", "'repetition_penalty' is not supported by this server (only 1)");
+    const double min_p = get_number(body, "min_p", 0.0);
+    if (min_p < 0.0 || min_p > 1.0) bad_param("min_p", "'min_p' must be in [0, 1], got {}", min_p);
+    if (min_p != 0.0) bad_param("min_p", "'min_p' is not supported by this server (only 0)");
+    if (const json* lb = field(body, "logit_bias")) {
+        if (!lb->is_object()) bad_param("logit_bias", "'logit_bias' must be an object of token id -> bias");
+        if (!lb->empty()) bad_param("logit_bias", "'logit_bias' is not supported by this server (only {{}})");
+    }
+    if (const auto best_of = get_int(body, "best_of"); best_of && *best_of != 1)
+        bad_param("best_of", "'best_of' is not supported by this server (only 1)");
+    if (const json* s = field(body, "suffix")) {
+        if (!s->is_string()) bad_param("suffix", "'suffix' must be a string");
+        if (!s->get<std::string>().empty()) bad_param("suffix", "'suffix' is not supported by this server");
+    }
+}
+
+std::vector<int32_t> parse_token_list(const json& v, const std::string& param, int64_t vocab) {
+    std::vector<int32_t> out;
+    out.reserve(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+        const json& t = v[i];
+        if (!t.is_number_integer()) bad_param(param, "'{}[{}]' must be an integer token id, got {}", param, i, t.dump());
+        if (t.is_number_unsigned() ? t.get<uint64_t>() >= uint64_t(vocab) : (t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab))
+            bad_param(param, "'{}[{}]' = {} is not a token id (valid: 0 to {})", param, i, t.dump(), vocab - 1);
+        out.push_back(int32_t(t.get<int64_t>()));
+    }
+    return out;
+}
+
+void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest& r) {
+    if (const json* m = field(body, "model")) {
+        if (!m->is_string()) bad_param("model", "'model' must be a string, got {}", m->type_name());
+        r.model = m->get<std::string>();
+        if (r.model != limits.model_name)
+            throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", r.model,
+                                            limits.model_name),
+                           "model", "invalid_request_error", "model_not_found");
+    } else {
+        r.model = limits.model_name;
+    }
+    reject_unsupported(body);
+
+    const double temperature = get_number(body, "temperature", 1.0);
+    if (temperature < 0.0 || temperature > 2.0)
+        bad_param("temperature", "'temperature' must be in [0, 2], got {}", temperature);
+    r.temperature = float(temperature);
+    const double top_p = get_number(body, "top_p", 1.0);
+    if (!(top_p > 0.0 && top_p <= 1.0)) bad_param("top_p", "'top_p' must be in (0, 1], got {}", top_p);
+    r.top_p = float(top_p);
+    if (auto k = get_int(body, "top_k")) {
+        if (*k < -1) bad_param("top_k", "'top_k' must be -1 (off), 0 (off) or positive, got {}", *k);
+        if (*k > limits.vocab_size) bad_param("top_k", "'top_k' must be at most the vocabulary size {}, got {}",
+                                              limits.vocab_size, *k);
+        r.top_k = *k <= 0 ? 0 : int(*k);
+    }
+    if (const json* s = field(body, "seed")) {
+        if (!s->is_number_integer()) bad_param("seed", "'seed' must be an integer, got {}", s->dump());
+        r.seed = s->is_number_unsigned() ? s->get<uint64_t>() : uint64_t(s->get<int64_t>());
+    }
+    if (auto n = get_int(body, "n")) {
+        if (*n < 1 || *n > limits.max_n) bad_param("n", "'n' must be between 1 and {}, got {}", limits.max_n, *n);
+        r.n = int(*n);
+    }
+    if (r.n > 1 && r.temperature == 0.f)
+        bad_param("n", "'n' > 1 needs temperature > 0 (greedy decoding would return {} identical choices)", r.n);
+
+    if (const json* s = field(body, "stop")) {
+        if (s->is_string()) {
+            r.stop.push_back(s->get<std::string>());
+        } else if (s->is_array()) {
+            if (int(s->size()) > limits.max_stop)
+                bad_param("stop", "'stop' has {} entries; at most {} are allowed", s->size(), limits.max_stop);
+            for (size_t i = 0; i < s->size(); ++i) {
+                if (!(*s)[i].is_string()) bad_param("stop", "'stop[{}]' must be a string", i);
+                r.stop.push_back((*s)[i].get<std::string>());
+            }
+        } else {
+            bad_param("stop", "'stop' must be a string or an array of strings, got {}", s->type_name());
+        }
+        for (size_t i = 0; i < r.stop.size(); ++i) {
+            if (r.stop[i].empty()) bad_param("stop", "'stop[{}]' is empty", i);
+            if (r.stop[i].size() > limits.max_stop_bytes)
+                bad_param("stop", "'stop[{}]' is {} bytes; at most {} are allowed", i, r.stop[i].size(),
+                          limits.max_stop_bytes);
+            if (tokenizer::find_invalid_utf8(r.stop[i])) bad_param("stop", "'stop[{}]' is not valid UTF-8", i);
+        }
+    }
+    if (const json* s = field(body, "stop_token_ids")) {
+        if (!s->is_array()) bad_param("stop_token_ids", "'stop_token_ids' must be an array of token ids");
+        if (int(s->size()) > limits.max_stop)
+            bad_param("stop_token_ids", "'stop_token_ids' has {} entries; at most {} are allowed", s->size(),
+                      limits.max_stop);
+        r.stop_token_ids = parse_token_list(*s, "stop_token_ids", limits.vocab_size);
+    }
+    r.ignore_eos = get_bool(body, "ignore_eos", false);
+
+    r.stream = get_bool(body, "stream", false);
+    if (const json* so = field(body, "stream_options")) {
+        if (!so->is_object()) bad_param("stream_options", "'stream_options' must be an object");
+        if (!r.stream) bad_param("stream_options", "'stream_options' is only allowed when 'stream' is true");
+        r.include_usage = get_bool(*so, "include_usage", false);
+        (void)get_bool(*so, "continuous_usage_stats", false);
+    }
+
+    for (const char* name : {"max_tokens", "max_completion_tokens"}) {
+        if (auto m = get_int(body, name)) {
+            if (*m < 1) bad_param(name, "'{}' must be at least 1, got {}", name, *m);
+            r.max_tokens = r.max_tokens ? std::min(*r.max_tokens, *m) : *m;
+        }
+    }
+
+    if (const json* f = field(body, "debug_forced_tokens")) {
+        if (!limits.debug_hooks)
+            bad_param("debug_forced_tokens", "'debug_forced_tokens' needs the server flag --enable-debug-hooks");
+        if (!f->is_array()) bad_param("debug_forced_tokens", "'debug_forced_tokens' must be an array of token ids");
+        r.forced_tokens = parse_token_list(*f, "debug_forced_tokens", limits.vocab_size);
+    }
+}
+
+// ChatRequest::from_json names the field at the start of its message ("messages[2].role: ..."); keep it as param.
+std::string param_from_message(const std::string& msg) {
+    const size_t end = msg.find_first_of(" :");
+    if (end == std::string::npos || end == 0) return "messages";
+    const std::string head = msg.substr(0, end);
+    for (char c : head)
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '[' || c == ']' || c == '\''))
+            return "messages";
+    return head;
+}
+
+}  // namespace
+
+ParsedRequest parse_chat_request(const json& body, const ProtocolLimits& limits) {
+    ParsedRequest r;
+    r.endpoint = Endpoint::Chat;
+    parse_common(body, limits, r);
+    r.skip_special_tokens = false;
+    const json* msgs = field(body, "messages");
+    if (!msgs) bad_param("messages", "'messages' is required");
+    if (!msgs->is_array()) bad_param("messages", "'messages' must be an array, got {}", msgs->type_name());
+    if (msgs->empty()) bad_param("messages", "'messages' must contain at least one message");
+    if (const json* lp = field(body, "logprobs")) {
+        if (!lp->is_boolean()) bad_param("logprobs", "'logprobs' must be a boolean for chat completions");
+        r.logprobs = lp->get<bool>();
+    }
+    if (auto tl = get_int(body, "top_logprobs")) {
+        if (*tl < 0 || *tl > limits.max_logprobs)
+            bad_param("top_logprobs", "'top_logprobs' must be between 0 and {}, got {}", limits.max_logprobs, *tl);
+        if (!r.logprobs && *tl > 0) bad_param("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        r.top_logprobs = int(*tl);
+    }
+    if (const json* rf = field(body, "response_format")) {
+        if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+            bad_param("response_format", "'response_format' must be an object with a string 'type'");
+        const std::string t = (*rf)["type"].get<std::string>();
+        if (t != "text" && t != "json_object" && t != "json_schema")
+            bad_param("response_format", "'response_format.type' must be text, json_object or json_schema, got '{}'", t);
+        if (t == "json_schema" && (!rf->contains("json_schema") || !(*rf)["json_schema"].is_object()))
+            bad_param("response_format", "'response_format' of type json_schema needs a 'json_schema' object");
+    }
+    if (const json* tools = field(body, "tools")) {
+        if (!tools->is_array()) bad_param("tools", "'tools' must be an array");
+        for (size_t i = 0; i < tools->size(); ++i) {
+            const json& t = (*tools)[i];
+            if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+                !t["function"].is_object() || !t["function"].contains("name") || !t["function"]["name"].is_string())
+                bad_param("tools", "'tools[{}]' must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}", i);
+            if (t["function"].contains("parameters") && !t["function"]["parameters"].is_object())
+                bad_param("tools", "'tools[{}].function.parameters' must be a JSON Schema object", i);
+        }
+        r.has_tools = !tools->empty();
+    }
+    if (const json* tc = field(body, "tool_choice")) {
+        if (tc->is_string()) {
+            r.tool_choice = tc->get<std::string>();
+            if (r.tool_choice != "auto" && r.tool_choice != "none" && r.tool_choice != "required")
+                bad_param("tool_choice", "'tool_choice' must be auto, none, required or a function object");
+        } else if (tc->is_object() && tc->contains("function") && (*tc)["function"].is_object() &&
+                   (*tc)["function"].contains("name") && (*tc)["function"]["name"].is_string()) {
+            r.tool_choice = (*tc)["function"]["name"].get<std::string>();
+        } else {
+            bad_param("tool_choice", "'tool_choice' must be auto, none, required or {{\"function\": {{\"name\"}}}}");
+        }
+        if (r.tool_choice != "auto" && r.tool_choice != "none" && !r.has_tools)
+            bad_param("tool_choice", "'tool_choice' = '{}' needs 'tools'", r.tool_choice);
+    }
+    if (const json* ctk = field(body, "chat_template_kwargs"))
+        if (!ctk->is_object()) bad_param("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    if (const json* re = field(body, "reasoning_effort"))
+        if (!re->is_string()) bad_param("reasoning_effort", "'reasoning_effort' must be a string");
+    try {
+        r.chat = chat::ChatRequest::from_json(body);
+    } catch (const Error& e) {
+        const std::string msg = e.what();
+        throw ApiError(400, msg, param_from_message(msg));
+    } catch (const json::exception& e) {
+        throw ApiError(400, fmt::format("messages: {}", e.what()), "messages");
+    }
+    if (r.tool_choice == "none") {
+        // The DeepSeek template has no "tools disabled" switch; not showing the tools is how the model is told.
+        for (auto& m : r.chat.messages) m.tools = nullptr;
+        r.has_tools = false;
+    }
+    return r;
+}
+
+ParsedRequest parse_completion_request(const json& body, const ProtocolLimits& limits) {
+    ParsedRequest r;
+    r.endpoint = Endpoint::Completion;
+    parse_common(body, limits, r);
+    r.skip_special_tokens = get_bool(body, "skip_special_tokens", true);
+    if (get_bool(body, "echo", false)) bad_param("echo", "'echo' is not supported by this server");
+    if (auto lp = get_int(body, "logprobs")) {
+        if (*lp < 0 || *lp > limits.max_logprobs)
+            bad_param("logprobs", "'logprobs' must be between 0 and {}, got {}", limits.max_logprobs, *lp);
+        r.logprobs = true;
+        r.top_logprobs = int(*lp);
+    }
+    const json* p = field(body, "prompt");
+    if (!p) bad_param("prompt", "'prompt' is required");
+    auto add_text = [&](const json& s, const std::string& where) {
+        std::string text = s.get<std::string>();
+        if (text.empty()) bad_param("prompt", "'{}' is empty", where);
+        if (auto bad = tokenizer::find_invalid_utf8(text))
+            bad_param("prompt", "'{}' is not valid UTF-8 (byte offset {})", where, *bad);
+        r.prompt_texts.push_back(std::move(text));
+    };
+    auto add_tokens = [&](const json& a, const std::string& where) {
+        if (a.empty()) bad_param("prompt", "'{}' is an empty token list", where);
+        r.prompt_tokens.push_back(parse_token_list(a, where, limits.vocab_size));
+    };
+    if (p->is_string()) {
+        add_text(*p, "prompt");
+    } else if (p->is_array()) {
+        if (p->empty()) bad_param("prompt", "'prompt' is an empty list");
+        if ((*p)[0].is_number()) {
+            add_tokens(*p, "prompt");
+        } else {
+            if (int(p->size()) > limits.max_prompts)
+                bad_param("prompt", "'prompt' has {} prompts; at most {} are allowed", p->size(), limits.max_prompts);
+            for (size_t i = 0; i < p->size(); ++i) {
+                const json& e = (*p)[i];
+                const std::string where = fmt::format("prompt[{}]", i);
+                if (e.is_string()) add_text(e, where);
+                else if (e.is_array()) add_tokens(e, where);
+                else bad_param("prompt", "'{}' must be a string or a list of token ids, got {}", where, e.type_name());
+            }
+        }
+    } else {
+        bad_param("prompt", "'prompt' must be a string, a list of strings or token ids, got {}", p->type_name());
+    }
+    if (!r.prompt_texts.empty() && !r.prompt_tokens.empty())
+        bad_param("prompt", "'prompt' mixes text and token-id prompts; send one kind per request");
+    if (int(r.prompt_count()) * r.n > limits.max_n * limits.max_prompts)
+        bad_param("n", "{} prompts x n = {} choices is too many", r.prompt_count(), r.n);
+    return r;
+}
+
+int64_t resolve_max_tokens(const ParsedRequest& req, int64_t prompt_tokens, int64_t max_model_len) {
+    const char* param = req.endpoint == Endpoint::Chat ? "messages" : "prompt";
+    if (prompt_tokens >= max_model_len)
+        throw ApiError(400,
+                       fmt::format("This model's maximum context length is {} tokens. However, your prompt has {} "
+                                   "tokens, which leaves no room for any output token.",
+                                   max_model_len, prompt_tokens),
+                       param, "invalid_request_error", "context_length_exceeded");
+    if (!req.max_tokens) return max_model_len - prompt_tokens;
+    const int64_t want = *req.max_tokens;
+    if (want > max_model_len - prompt_tokens)
+        throw ApiError(400,
+                       fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens "
+                                   "({} in the prompt, {} in the completion). Reduce the prompt or max_tokens.",
+                                   max_model_len, want > INT64_MAX - prompt_tokens ? INT64_MAX : prompt_tokens + want,
+                                   prompt_tokens, want),
+                       "max_tokens", "invalid_request_error", "context_length_exceeded");
+    return want;
+}
+
+}  // namespace flashseek::server

@@ -1,0 +1,71 @@
+// OpenAI API request parsing and validation (chat and legacy completions) into one engine-facing description.
+// Every rule that can reject a request lives here, so the HTTP handlers stay thin and the validation matrix is
+// testable without a model. Errors are ApiError (4xx) naming the parameter.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/api_error.h"
+#include "tokenizer/chat_encoding.h"
+
+namespace flashseek::server {
+
+enum class Endpoint { Chat, Completion };
+
+// Server-wide caps and facts the validation needs.
+struct ProtocolLimits {
+    std::string model_name = "flashseek";
+    int64_t vocab_size = 0;
+    int max_n = 16;
+    int max_logprobs = 20;
+    int max_stop = 16;            // stop strings (plus stop_token_ids, counted separately)
+    size_t max_stop_bytes = 256;  // one stop string
+    int max_prompts = 16;         // completions: prompts in one request
+    bool debug_hooks = false;     // accept debug_forced_tokens (tests only)
+};
+
+struct ParsedRequest {
+    Endpoint endpoint = Endpoint::Chat;
+    std::string model;
+    // Chat: the conversation, rendered by the chat encoder. Completions: one or more prompts, text or token ids.
+    chat::ChatRequest chat;
+    std::vector<std::string> prompt_texts;             // completions, text prompts
+    std::vector<std::vector<int32_t>> prompt_tokens;   // completions, token-id prompts
+    std::optional<int64_t> max_tokens;                 // absent = the remaining context
+    float temperature = 1.f;
+    float top_p = 1.f;
+    int top_k = 0;                                     // 0 = off (-1 is accepted as off too)
+    std::optional<uint64_t> seed;
+    std::vector<std::string> stop;
+    std::vector<int32_t> stop_token_ids;
+    bool ignore_eos = false;
+    bool skip_special_tokens = true;                   // completions only; chat keeps markers for its parser
+    bool stream = false;
+    bool include_usage = false;
+    int n = 1;
+    bool logprobs = false;
+    int top_logprobs = 0;
+    bool echo = false;                                 // completions: rejected with 400 (not supported)
+    bool has_tools = false;
+    std::string tool_choice = "auto";                  // auto | none | required | a function name
+    std::vector<int32_t> forced_tokens;                // debug hook: replaces sampled tokens in order
+
+    size_t prompt_count() const { return endpoint == Endpoint::Chat ? 1 : prompt_texts.size() + prompt_tokens.size(); }
+};
+
+// Parses JSON text strictly: invalid JSON, duplicate keys (at any depth) or a non-object body give 400.
+nlohmann::json parse_json_body(std::string_view body);
+
+ParsedRequest parse_chat_request(const nlohmann::json& body, const ProtocolLimits& limits);
+ParsedRequest parse_completion_request(const nlohmann::json& body, const ProtocolLimits& limits);
+
+// Context check shared by both endpoints: prompt + max_tokens must fit max_model_len. Returns the max_tokens to
+// use (the remaining context when the request gave none). Throws 400 code context_length_exceeded with both numbers.
+int64_t resolve_max_tokens(const ParsedRequest& req, int64_t prompt_tokens, int64_t max_model_len);
+
+}  // namespace flashseek::server

@@ -1,0 +1,280 @@
+// OpenAI response assembly (see response_builder.h). The same per-event path serves streaming and non-streaming,
+// so the concatenated SSE deltas and the non-streamed message are built from identical pieces.
+#include "server/response_builder.h"
+
+namespace flashseek::server {
+
+using ojson = nlohmann::ordered_json;
+
+namespace {
+ojson bytes_of(const std::string& s) {
+    ojson b = ojson::array();
+    for (unsigned char c : s) b.push_back(int(c));
+    return b;
+}
+std::string tool_call_id(const std::string& req_id, size_t choice, size_t k) {
+    return fmt::format("call_{}_{}_{}", req_id.substr(req_id.find('-') + 1), choice, k);
+}
+}  // namespace
+
+ResponseBuilder::ResponseBuilder(const ParsedRequest& req, const tokenizer::Tokenizer& tok, std::string id,
+                                 int64_t created, std::vector<int64_t> prompt_lens)
+    : req_(req), tok_(tok), id_(std::move(id)), created_(created), prompt_lens_(std::move(prompt_lens)) {
+    choices_.resize(req.prompt_count() * size_t(req.n));
+    if (req.endpoint == Endpoint::Chat)
+        for (auto& c : choices_) c.parser = std::make_unique<chat::StreamingParser>(req.chat.thinking);
+}
+
+std::string ResponseBuilder::sse(const ojson& j) const {
+    return "data: " + j.dump(-1, ' ', false, ojson::error_handler_t::replace) + "\n\n";
+}
+
+ojson ResponseBuilder::chunk_base() const {
+    ojson j;
+    j["id"] = id_;
+    j["object"] = req_.endpoint == Endpoint::Chat ? "chat.completion.chunk" : "text_completion";
+    j["created"] = created_;
+    j["model"] = req_.model;
+    j["system_fingerprint"] = "flashseek";
+    return j;
+}
+
+ojson ResponseBuilder::token_logprob(const TokenOut& t) const {
+    const std::string& b = tok_.token_bytes(t.id);
+    ojson e;
+    e["token"] = tokenizer::utf8_lossy(b);
+    e["logprob"] = t.logprob;
+    e["bytes"] = bytes_of(b);
+    ojson top = ojson::array();
+    for (size_t i = 0; i < t.top.size() && int(i) < req_.top_logprobs; ++i) {
+        const std::string& tb = tok_.token_bytes(t.top[i].first);
+        top.push_back(ojson{{"token", tokenizer::utf8_lossy(tb)}, {"logprob", t.top[i].second}, {"bytes", bytes_of(tb)}});
+    }
+    e["top_logprobs"] = top;
+    return e;
+}
+
+std::string ResponseBuilder::final_reason(const Choice& c) const {
+    if (req_.endpoint == Endpoint::Chat && !c.parsed.tool_calls.empty()) return "tool_calls";
+    return c.finish_reason;
+}
+
+ojson ResponseBuilder::apply(const OutputEvent& ev, bool streaming) {
+    Choice& c = choices_.at(size_t(ev.choice));
+    ojson delta = ojson::object();
+    ojson lp = nullptr;
+    const bool chat = req_.endpoint == Endpoint::Chat;
+    if (req_.logprobs && !ev.tokens.empty()) {
+        if (chat) {
+            ojson content = ojson::array();
+            for (const auto& t : ev.tokens) {
+                ojson e = token_logprob(t);
+                c.logprobs.push_back(e);
+                content.push_back(std::move(e));
+            }
+            lp = ojson{{"content", content}};
+        } else {
+            ojson toks = ojson::array(), lps = ojson::array(), tops = ojson::array(), offs = ojson::array();
+            for (const auto& t : ev.tokens) {
+                const std::string s = tokenizer::utf8_lossy(tok_.token_bytes(t.id));
+                ojson top = ojson::object();
+                for (size_t i = 0; i < t.top.size() && int(i) < req_.top_logprobs; ++i)
+                    top[tokenizer::utf8_lossy(tok_.token_bytes(t.top[i].first))] = t.top[i].second;
+                toks.push_back(s);
+                lps.push_back(t.logprob);
+                tops.push_back(top);
+                offs.push_back(c.text_bytes);
+                c.cmpl_tokens.push_back(s);
+                c.cmpl_token_logprobs.push_back(t.logprob);
+                c.cmpl_top.push_back(top);
+                c.cmpl_offsets.push_back(c.text_bytes);
+            }
+            lp = ojson{{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+        }
+    }
+    std::string reasoning_piece, content_piece;
+    if (chat) {
+        chat::StreamingParser::Delta d = c.parser->push(ev.text);
+        if (ev.finished) {
+            chat::StreamingParser::Delta last = c.parser->finish(&c.parsed);
+            d.reasoning_content += last.reasoning_content;
+            d.content += last.content;
+        }
+        if (!d.reasoning_content.empty() && d.content.empty()) c.reasoning_tokens += int64_t(ev.tokens.size());
+        reasoning_piece = std::move(d.reasoning_content);
+        content_piece = std::move(d.content);
+        c.reasoning += reasoning_piece;
+        c.text += content_piece;
+    } else {
+        content_piece = ev.text;
+        c.text += ev.text;
+    }
+    c.text_bytes += ev.text.size();
+    c.completion_tokens += int64_t(ev.tokens.size());
+    if (ev.finished) {
+        c.finished = true;
+        c.finish_reason = ev.finish_reason;
+        c.error = ev.error;
+        c.completion_tokens = ev.completion_tokens;
+    }
+    if (!streaming) return nullptr;
+
+    ojson choice;
+    choice["index"] = ev.choice;
+    if (chat) {
+        if (!reasoning_piece.empty()) delta["reasoning_content"] = reasoning_piece;
+        if (!content_piece.empty()) delta["content"] = content_piece;
+        if (ev.finished && !c.parsed.tool_calls.empty()) {
+            ojson calls = ojson::array();
+            for (size_t k = 0; k < c.parsed.tool_calls.size(); ++k)
+                calls.push_back(ojson{{"index", k},
+                                      {"id", tool_call_id(id_, size_t(ev.choice), k)},
+                                      {"type", "function"},
+                                      {"function", {{"name", c.parsed.tool_calls[k].name},
+                                                    {"arguments", c.parsed.tool_calls[k].arguments}}}});
+            delta["tool_calls"] = calls;
+        }
+        choice["delta"] = delta;
+    } else {
+        choice["text"] = content_piece;
+    }
+    choice["logprobs"] = lp;
+    choice["finish_reason"] = ev.finished && (c.finish_reason == "stop" || c.finish_reason == "length")
+                                  ? ojson(final_reason(c))
+                                  : ojson(nullptr);
+    return choice;
+}
+
+std::string ResponseBuilder::first_chunks() {
+    if (req_.endpoint != Endpoint::Chat) return {};
+    std::string out;
+    for (size_t i = 0; i < choices_.size(); ++i) {
+        ojson j = chunk_base();
+        j["choices"] = ojson::array({ojson{{"index", i},
+                                           {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                           {"logprobs", nullptr},
+                                           {"finish_reason", nullptr}}});
+        if (req_.include_usage) j["usage"] = nullptr;
+        out += sse(j);
+    }
+    return out;
+}
+
+std::string ResponseBuilder::stream(const std::vector<OutputEvent>& events) {
+    std::string out;
+    for (const OutputEvent& ev : events) {
+        ojson choice = apply(ev, true);
+        const Choice& c = choices_.at(size_t(ev.choice));
+        const bool abnormal = ev.finished && c.finish_reason != "stop" && c.finish_reason != "length";
+        const bool has_payload = choice["finish_reason"] != nullptr || choice["logprobs"] != nullptr ||
+                                 (choice.contains("delta") && !choice["delta"].empty()) ||
+                                 (choice.contains("text") && !choice["text"].get<std::string>().empty());
+        if (has_payload) {
+            ojson j = chunk_base();
+            j["choices"] = ojson::array({choice});
+            if (req_.include_usage) j["usage"] = nullptr;
+            out += sse(j);
+        }
+        if (abnormal && !error_sent_) {
+            // Streams cannot change their status code any more: an error event, then [DONE] as usual.
+            error_sent_ = true;
+            const std::optional<ApiError> f = failure();
+            if (f) out += "data: " + error_body(*f) + "\n\n";
+        }
+    }
+    return out;
+}
+
+ojson ResponseBuilder::usage() const {
+    int64_t prompt = 0, completion = 0, reasoning = 0;
+    for (int64_t p : prompt_lens_) prompt += p;
+    for (const Choice& c : choices_) {
+        completion += c.completion_tokens;
+        reasoning += c.reasoning_tokens;
+    }
+    return ojson{{"prompt_tokens", prompt},
+                 {"completion_tokens", completion},
+                 {"total_tokens", prompt + completion},
+                 {"prompt_tokens_details", {{"cached_tokens", 0}}},
+                 {"completion_tokens_details", {{"reasoning_tokens", reasoning}}}};
+}
+
+std::string ResponseBuilder::last_chunks() {
+    std::string out;
+    if (req_.include_usage) {
+        ojson j = chunk_base();
+        j["choices"] = ojson::array();
+        j["usage"] = usage();
+        out += sse(j);
+    }
+    out += "data: [DONE]\n\n";
+    return out;
+}
+
+void ResponseBuilder::absorb(const std::vector<OutputEvent>& events) {
+    for (const OutputEvent& ev : events) apply(ev, false);
+}
+
+std::optional<ApiError> ResponseBuilder::failure() const {
+    for (const Choice& c : choices_) {
+        if (!c.finished || c.finish_reason == "stop" || c.finish_reason == "length") continue;
+        if (c.finish_reason == "deadline")
+            return ApiError(408, "the request did not finish before its deadline (--request-timeout)", "",
+                            "timeout_error", "deadline_exceeded");
+        if (c.finish_reason == "shutdown" || c.finish_reason == "cancelled")
+            return ApiError(503, "the server is shutting down", "", "service_unavailable_error", "shutting_down");
+        // A request the scheduler refused (it validates prompt ids and sizes again) is the client's fault.
+        if (c.error.rfind("prompt", 0) == 0 || c.error.rfind("max_tokens", 0) == 0 ||
+            c.error.rfind("debug_forced_tokens", 0) == 0)
+            return ApiError(400, c.error, c.error.substr(0, c.error.find(':')));
+        return ApiError(500, "generation failed: " + c.error, "", "server_error", "engine_error");
+    }
+    return std::nullopt;
+}
+
+ojson ResponseBuilder::final_json() const {
+    ojson j;
+    const bool chat = req_.endpoint == Endpoint::Chat;
+    j["id"] = id_;
+    j["object"] = chat ? "chat.completion" : "text_completion";
+    j["created"] = created_;
+    j["model"] = req_.model;
+    j["system_fingerprint"] = "flashseek";
+    ojson choices = ojson::array();
+    for (size_t i = 0; i < choices_.size(); ++i) {
+        const Choice& c = choices_[i];
+        ojson ch;
+        ch["index"] = i;
+        if (chat) {
+            ojson msg;
+            msg["role"] = "assistant";
+            msg["content"] = c.text.empty() && !c.parsed.tool_calls.empty() ? ojson(nullptr) : ojson(c.text);
+            msg["reasoning_content"] = c.reasoning.empty() ? ojson(nullptr) : ojson(c.reasoning);
+            if (!c.parsed.tool_calls.empty()) {
+                ojson calls = ojson::array();
+                for (size_t k = 0; k < c.parsed.tool_calls.size(); ++k)
+                    calls.push_back(ojson{{"id", tool_call_id(id_, i, k)},
+                                          {"type", "function"},
+                                          {"function", {{"name", c.parsed.tool_calls[k].name},
+                                                        {"arguments", c.parsed.tool_calls[k].arguments}}}});
+                msg["tool_calls"] = calls;
+            }
+            ch["message"] = msg;
+            ch["logprobs"] = req_.logprobs ? ojson{{"content", c.logprobs}} : ojson(nullptr);
+        } else {
+            ch["text"] = c.text;
+            ch["logprobs"] = req_.logprobs ? ojson{{"tokens", c.cmpl_tokens},
+                                                   {"token_logprobs", c.cmpl_token_logprobs},
+                                                   {"top_logprobs", c.cmpl_top},
+                                                   {"text_offset", c.cmpl_offsets}}
+                                           : ojson(nullptr);
+        }
+        ch["finish_reason"] = final_reason(c);
+        choices.push_back(ch);
+    }
+    j["choices"] = choices;
+    j["usage"] = usage();
+    return j;
+}
+
+}  // namespace flashseek::server

@@ -1,0 +1,68 @@
+// Turns engine OutputEvents of one HTTP request into OpenAI responses: SSE chunks while streaming, or the final
+// JSON object. Chat output goes through the DeepSeek-V4 output parser (reasoning_content / content / tool_calls);
+// completions return raw text. Logprobs, usage (with reasoning token count) and finish_reason are assembled here.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/api_error.h"
+#include "server/engine.h"
+#include "server/protocol.h"
+
+namespace flashseek::server {
+
+class ResponseBuilder {
+public:
+    ResponseBuilder(const ParsedRequest& req, const tokenizer::Tokenizer& tok, std::string id, int64_t created,
+                    std::vector<int64_t> prompt_lens);
+
+    // Streaming. first_chunk: the role delta of every chat choice (empty for completions).
+    std::string first_chunks();
+    std::string stream(const std::vector<OutputEvent>& events);
+    std::string last_chunks();  // usage chunk when requested, then [DONE]
+
+    // Non-streaming.
+    void absorb(const std::vector<OutputEvent>& events);
+    nlohmann::ordered_json final_json() const;
+    // When a choice ended abnormally (deadline, backend error, shutdown): the error to return instead.
+    std::optional<ApiError> failure() const;
+
+private:
+    struct Choice {
+        std::unique_ptr<chat::StreamingParser> parser;
+        chat::ParsedMessage parsed;
+        std::string text;  // completions: all text; chat: content collected (non-streaming)
+        std::string reasoning;
+        nlohmann::ordered_json logprobs = nlohmann::ordered_json::array();  // chat: content entries
+        nlohmann::ordered_json cmpl_tokens = nlohmann::ordered_json::array();
+        nlohmann::ordered_json cmpl_token_logprobs = nlohmann::ordered_json::array();
+        nlohmann::ordered_json cmpl_top = nlohmann::ordered_json::array();
+        nlohmann::ordered_json cmpl_offsets = nlohmann::ordered_json::array();
+        size_t text_bytes = 0;
+        std::string finish_reason;
+        std::string error;
+        int64_t completion_tokens = 0;
+        int64_t reasoning_tokens = 0;
+        bool finished = false;
+    };
+    // Applies one event to its choice; returns the chat delta / completion text produced (for streaming).
+    nlohmann::ordered_json apply(const OutputEvent& ev, bool streaming);
+    nlohmann::ordered_json chunk_base() const;
+    nlohmann::ordered_json usage() const;
+    nlohmann::ordered_json token_logprob(const TokenOut& t) const;
+    std::string sse(const nlohmann::ordered_json& j) const;
+    std::string final_reason(const Choice& c) const;
+
+    const ParsedRequest& req_;
+    const tokenizer::Tokenizer& tok_;
+    std::string id_;
+    int64_t created_;
+    std::vector<int64_t> prompt_lens_;
+    std::vector<Choice> choices_;
+    bool error_sent_ = false;
+};
+
+}  // namespace flashseek::server
