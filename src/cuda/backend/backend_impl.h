@@ -1,0 +1,171 @@
+// Internals of the CUDA backend shared by its translation units: the model on the device (weights bound in
+// checkpoint formats, RoPE tables), the per-step activation buffers, and the CudaBackendImpl class. Not a public
+// interface: the rest of the program sees Backend (engine/backend.h) and CudaBackendExtras (cuda_backend.h).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "cuda/attention/kv_cache.cuh"
+#include "cuda/backend/cuda_backend.h"
+#include "cuda/backend/cuda_util.h"
+#include "cuda/backend/device_weights.h"
+#include "cuda/backend/op_profiler.h"
+#include "cuda/backend/state_pool.h"
+#include "cuda/gemm/linear.cuh"
+#include "cuda/rope/rope.cuh"
+
+namespace flashseek::cuda {
+
+using bf16 = __nv_bfloat16;
+
+DeviceLinear to_device_linear(const Linear& l);
+
+struct CompressorLinears {
+    bool present = false;
+    int ratio = 0, dim = 0;
+    DeviceLinear wkv, wgate;
+    const float* ape = nullptr;
+    const bf16* norm = nullptr;
+};
+
+struct LayerDev {
+    int ratio = 0;
+    bool hash = false;
+    RopeTable rope;
+    const bf16 *attn_norm = nullptr, *ffn_norm = nullptr;
+    const float *hc_attn_fn = nullptr, *hc_attn_base = nullptr, *hc_attn_scale = nullptr;
+    const float *hc_ffn_fn = nullptr, *hc_ffn_base = nullptr, *hc_ffn_scale = nullptr;
+    DeviceLinear wq_a, wq_b, wkv, wo_a, wo_b;
+    const bf16 *q_norm = nullptr, *kv_norm = nullptr;
+    const float* attn_sink = nullptr;
+    CompressorLinears compressor, index_compressor;
+    DeviceLinear index_wq_b, index_weights_proj;
+    DeviceLinear gate;                // bf16 [E, D]
+    const float* gate_bias = nullptr;  // [E] or null (hash layers)
+    const int64_t* tid2eid = nullptr;  // [vocab, K] or null
+    std::vector<DeviceLinear> w1, w2, w3;  // routed experts
+    DeviceLinear shared_w1, shared_w2, shared_w3;
+};
+
+// A prepared-activation buffer with room for (max_rows, max_k).
+struct PrepBuffer {
+    DeviceBuffer values, scales;
+    PreparedActivation act;
+    void allocate(int64_t max_rows, int64_t max_k);
+};
+
+// Step metadata, laid out as one int32 array so that one copy uploads it (host side pinned).
+struct StepMeta {
+    int capacity = 0;  // rows
+    int32_t *host = nullptr, *dev = nullptr;
+    // offsets into the arrays, each `capacity` long
+    enum Field { kTokens, kSeqSlot, kSeqFirstRow, kSeqNTokens, kSeqStartPos, kTokenSeq, kTokenPos, kHeadRows, kCount };
+    int32_t* h(Field f) const { return host + size_t(f) * size_t(capacity); }
+    int32_t* d(Field f) const { return dev + size_t(f) * size_t(capacity); }
+};
+
+// One pass of the forward: rows [0, n_rows) from n_seqs sequences, head on n_head_rows rows.
+struct PassShape {
+    int n_rows = 0, n_seqs = 0, n_head_rows = 0, max_seq_tokens = 0;
+    bool need_indexer = true;  // some sequence has more compressed entries than index_topk
+    int max_entries = 1;       // power-of-two bound on visible ratio-4 entries (indexer grid and workspace)
+    int max_context = 1;       // power-of-two bound on positions + 1 (attention grid)
+    bool operator<(const PassShape& o) const {
+        return std::tie(n_rows, n_seqs, n_head_rows, max_seq_tokens, need_indexer, max_entries, max_context) <
+               std::tie(o.n_rows, o.n_seqs, o.n_head_rows, o.max_seq_tokens, o.need_indexer, o.max_entries,
+                        o.max_context);
+    }
+};
+
+class CudaBackendImpl final : public Backend, public CudaBackendExtras {
+public:
+    CudaBackendImpl(const ModelConfig& cfg, const BackendOptions& opt, DeviceTensorStore store);
+    ~CudaBackendImpl() override;
+
+    // Backend
+    const ModelConfig& config() const override { return cfg_; }
+    std::string name() const override { return "cuda"; }
+    StateMemoryStats memory() const override { return pool_->stats(); }
+    int64_t blocks_for(int64_t n) const override { return pool_->blocks_for(n); }
+    int max_sequences() const override { return pool_->max_sequences(); }
+    int create_sequence() override;
+    void free_sequence(int seq_id) override;
+    int64_t sequence_length(int seq_id) const override;
+    void forward(std::span<const SequenceStep> steps, std::vector<float>& logits) override;
+
+    // CudaBackendExtras
+    StepProfile profile_step(std::span<const SequenceStep> steps) override;
+    void decode_greedy(std::span<const SequenceStep> steps, std::vector<int32_t>& next_tokens) override;
+    std::string device_name() const override { return facts_.name; }
+    double weight_bytes_on_device() const override { return double(store_.total_bytes); }
+    void set_use_graphs(bool on) override { use_graphs_ = on; }
+
+private:
+    friend struct LayerRunner;
+    enum class Output { Logits, Argmax };
+    void validate(std::span<const SequenceStep> steps) const;
+    void run_steps(std::span<const SequenceStep> steps, Output out, std::vector<float>* logits,
+                   std::vector<int32_t>* tokens);
+    // Enqueues the whole forward of one pass on stream_ (graph-capturable).
+    void enqueue_pass(const PassShape& shape);
+    void enqueue_attention(int l, const PassShape& shape);
+    void enqueue_moe(int l, const PassShape& shape);
+    void enqueue_head(const PassShape& shape);
+    void enqueue_sparse_attention(int l, const PassShape& shape);
+    void init_moe_buffers();
+    void launch_pass(const PassShape& shape, bool graph_ok);
+    TokenBatch token_batch(const PassShape& shape) const;
+    RingView ring_view(int l) const;
+    PagedEntries comp_entries(int l) const;
+    PagedEntries index_entries(int l) const;
+    // Prepares x [rows, K] for weight w into buf (EXACT for BF16 weights, else the backend's numerics).
+    const PreparedActivation& prep(PrepBuffer& buf, const void* x, bool x_f32, int rows, int64_t K, int64_t ld,
+                                   const DeviceLinear& w);
+    void lin(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind kind, int64_t ld);
+    void account_bytes(const PassShape& shape);
+
+    ModelConfig cfg_;
+    BackendOptions opt_;
+    DeviceFacts facts_;
+    DeviceTensorStore store_;
+    ModelWeights weights_;
+    std::vector<LayerDev> layers_;
+    const bf16 *embed_ = nullptr, *final_norm_ = nullptr;
+    DeviceLinear head_;
+    const float *hc_head_fn_ = nullptr, *hc_head_base_ = nullptr, *hc_head_scale_ = nullptr;
+    ActNumerics act_numerics_ = ActNumerics::EXACT;
+    KvFormat kv_format_ = KvFormat::BF16;
+    IndexFormat index_format_ = IndexFormat::BF16;
+    std::unique_ptr<StatePool> pool_;
+    std::vector<int> seq_slot_of_id_;  // seq id == slot
+
+    cudaStream_t stream_ = nullptr;
+    GemmWorkspace gemm_ws_{};
+    int max_rows_ = 0, chunk_tokens_ = 0;
+    StepMeta meta_;
+    DeviceBuffer meta_dev_;
+    // activations
+    DeviceBuffer X_, Xh_, y_, post_, comb_, mhc_ws_, qr_, q_, kv_, o_, z_, sub_out_, logits_, argmax_;
+    DeviceBuffer ca_, cz_, ica_, icz_, iq_, iw_;
+    DeviceBuffer selected_, indexer_ws_;  // indexer top-k [rows, index_topk] and its scoring workspace
+    DeviceBuffer attn_ws_;
+    DeviceBuffer moe_scratch_;
+    size_t mhc_ws_bytes_ = 0;
+    PrepBuffer prep_x_, prep_x_bf16_, prep_qr_, prep_o_, prep_z_, prep_moe_;
+    float* logits_host_ = nullptr;
+    int32_t* argmax_host_ = nullptr;
+
+    bool use_graphs_ = true;
+    std::map<PassShape, cudaGraphExec_t> graphs_;
+    std::map<PassShape, int> seen_;
+    OpProfiler prof_;
+    bool profiling_ = false;
+    StepProfile last_profile_;
+};
+
+}  // namespace flashseek::cuda

@@ -1,0 +1,68 @@
+// OpProfiler (see op_profiler.h). Events are pooled and reused between profiled steps.
+#include "cuda/backend/op_profiler.h"
+
+#include <algorithm>
+#include <map>
+
+#include "cuda/backend/cuda_util.h"
+
+namespace flashseek::cuda {
+
+OpProfiler::~OpProfiler() {
+    for (cudaEvent_t e : pool_) cudaEventDestroy(e);
+}
+
+void OpProfiler::enable(cudaStream_t s) {
+    on_ = true;
+    stream_ = s;
+    records_.clear();
+    used_ = 0;
+}
+
+cudaEvent_t OpProfiler::take_event() {
+    if (used_ == pool_.size()) {
+        cudaEvent_t e;
+        FS_CUDA_TRY(cudaEventCreate(&e));
+        pool_.push_back(e);
+    }
+    return pool_[used_++];
+}
+
+void OpProfiler::begin(const char* op) {
+    if (!on_) return;
+    open_ = op;
+    open_start_ = take_event();
+    FS_CUDA_TRY(cudaEventRecord(open_start_, stream_));
+}
+
+void OpProfiler::end() {
+    if (!on_ || !open_) return;
+    cudaEvent_t stop = take_event();
+    FS_CUDA_TRY(cudaEventRecord(stop, stream_));
+    records_.push_back({open_, open_start_, stop});
+    open_ = nullptr;
+}
+
+std::vector<OpTime> OpProfiler::collect(double* total_us) {
+    FS_CUDA_TRY(cudaStreamSynchronize(stream_));
+    std::map<std::string, OpTime> by;
+    double total = 0;
+    for (const Record& r : records_) {
+        float ms = 0;
+        FS_CUDA_TRY(cudaEventElapsedTime(&ms, r.start, r.stop));
+        OpTime& t = by[r.op];
+        t.op = r.op;
+        t.calls += 1;
+        t.total_us += ms * 1e3;
+        total += ms * 1e3;
+    }
+    records_.clear();
+    used_ = 0;
+    std::vector<OpTime> out;
+    for (auto& [k, v] : by) out.push_back(v);
+    std::sort(out.begin(), out.end(), [](const OpTime& a, const OpTime& b) { return a.total_us > b.total_us; });
+    if (total_us) *total_us = total;
+    return out;
+}
+
+}  // namespace flashseek::cuda

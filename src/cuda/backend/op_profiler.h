@@ -1,0 +1,51 @@
+// Per-op GPU timing for `flashseek bench`: when enabled, every op of a step is bracketed by a pair of CUDA events
+// on the step's stream, and the elapsed times are summed per op name after the step. Disabled (the default, and
+// always inside graph capture) it records nothing and costs one branch per op.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <string>
+#include <vector>
+
+#include "cuda/backend/cuda_backend.h"
+
+namespace flashseek::cuda {
+
+class OpProfiler {
+public:
+    ~OpProfiler();
+    void enable(cudaStream_t s);
+    void disable() { on_ = false; }
+    bool enabled() const { return on_; }
+    void begin(const char* op);
+    void end();
+    // Waits for the stream and returns the table (sorted by time, largest first); clears the records.
+    std::vector<OpTime> collect(double* total_us);
+
+    class Scope {
+    public:
+        Scope(OpProfiler& p, const char* op) : p_(p) { p_.begin(op); }
+        ~Scope() { p_.end(); }
+        Scope(const Scope&) = delete;
+        Scope& operator=(const Scope&) = delete;
+
+    private:
+        OpProfiler& p_;
+    };
+
+private:
+    struct Record {
+        std::string op;
+        cudaEvent_t start, stop;
+    };
+    cudaEvent_t take_event();
+    bool on_ = false;
+    cudaStream_t stream_ = nullptr;
+    std::vector<Record> records_;
+    std::vector<cudaEvent_t> pool_;
+    size_t used_ = 0;
+    const char* open_ = nullptr;
+    cudaEvent_t open_start_ = nullptr;
+};
+
+}  // namespace flashseek::cuda
