@@ -13,11 +13,6 @@ if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION OR CMAKE_CUDA20_STANDARD_COM
 endif()
 set(CMAKE_CUDA_STANDARD 20)
 set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-# CMake 3.25 does not know that nvcc >= 12 accepts C++20 for CUDA, so it would silently compile .cu files as
-# C++17 (no std::span in shared headers): pass the dialect ourselves.
-if(CMAKE_VERSION VERSION_LESS 3.26 AND NOT CMAKE_CUDA_FLAGS MATCHES "-std=")
-  string(APPEND CMAKE_CUDA_FLAGS " -std=c++20")
-endif()
 # fmt turns its constexpr support off under nvcc, which then breaks its own consteval format-string checks in
 # .cu files (FS_CHECK, fmt::format); nvcc 13 handles the constexpr code, so switch it back on.
 add_compile_options($<$<COMPILE_LANGUAGE:CUDA>:-DFMT_USE_CONSTEXPR=1>)
