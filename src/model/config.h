@@ -81,12 +81,26 @@ struct ModelConfig {
     bool expert_dtype_explicit = false;  // true when config.json names expert_dtype
     std::string torch_dtype = "bfloat16";
     std::string model_type = "deepseek_v4";
+    // identity keys of the official file (kept so that model_config_to_json round-trips them)
+    std::vector<std::string> architectures = {"DeepseekV4ForCausalLM"};
+    std::string transformers_version = "4.57.1";
+    double initializer_range = 0.02;
+    bool use_cache = true;
+    double attention_dropout = 0.0;
+    // keys of config.json this parser does not know (ignored; e.g. the 0731 release's dspark_*)
+    std::vector<std::string> unknown_keys;
 
     int n_layers() const { return num_hidden_layers; }
     int ratio(int layer) const { return compress_ratios.at(size_t(layer)); }
     bool is_hash_layer(int layer) const { return layer < num_hash_layers; }
     int rope_dim() const { return qk_rope_head_dim; }
     int nope_dim() const { return head_dim - qk_rope_head_dim; }
+    int n_mtp_layers() const { return num_nextn_predict_layers; }
+    // compress ratio of MTP layer i (its trailing compress_ratios entry, else 0 = sliding window only)
+    int mtp_ratio(int i) const {
+        return size_t(i) < mtp_compress_ratios.size() ? mtp_compress_ratios[size_t(i)] : 0;
+    }
+    bool quantized() const { return quantization.present; }
 };
 
 // Parses config.json text; `source` (a file name) is used in error messages.

@@ -73,10 +73,19 @@ struct LayerWeights {
     MoeWeights ffn;
 };
 
+// One multi-token-prediction layer (`mtp.{i}.*`, spec §2.13): a full block plus its input projections and head.
+struct MtpWeights {
+    LayerWeights layer;       // sliding or compressed attention per its trailing compress_ratios entry; gate has bias
+    Linear e_proj, h_proj;    // [D, D]
+    TensorView enorm, hnorm, norm;  // bf16 [D]
+    HyperConnection hc_head;  // [hc, hc*D], [hc], [1]
+};
+
 struct ModelWeights {
-    TensorView embed, head, norm;
+    TensorView embed, head, norm;  // head aliases embed when tie_word_embeddings
     HyperConnection hc_head;
     std::vector<LayerWeights> layers;
+    std::vector<MtpWeights> mtp;   // num_nextn_predict_layers entries (the forward may ignore them)
 };
 
 // One expected tensor.
@@ -97,6 +106,18 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& cfg, const Inventory
 // Binds views for every tensor the forward needs and validates the whole checkpoint against the inventory:
 // missing, unexpected, wrongly typed or mis-shaped tensors are reported together, by name, in one Error.
 // Expert format (FP4 vs FP8) and scale dtype (E8M0 vs F32) are read from the tensor headers.
+// Scale tensors are scanned for NaN-coded E8M0 bytes (255) and non-positive/non-finite F32 values, and hash
+// tables (tid2eid) for ids outside [0, n_routed_experts) or repeated within a row.
 ModelWeights bind_weights(const ModelConfig& cfg, const Checkpoint& ckpt);
+
+struct BindOptions {
+    bool check_values = true;  // the scale and tid2eid scans above (reads those tensors' bytes)
+};
+ModelWeights bind_weights(const ModelConfig& cfg, const Checkpoint& ckpt, const BindOptions& opt);
+
+// The logical [out, in] shape of a linear's weight and its storage shapes, per format (spec §3.4).
+std::vector<int64_t> linear_weight_shape(WeightFormat f, int64_t out, int64_t in);
+std::vector<int64_t> linear_scale_shape(WeightFormat f, int64_t out, int64_t in);  // empty for BF16/F32
+const char* weight_format_name(WeightFormat f);
 
 }  // namespace flashseek
