@@ -49,6 +49,9 @@ struct ChatRequest {
     // chat_template_kwargs.thinking / enable_thinking), reasoning_effort (low/medium/high → high; xhigh/max → max),
     // drop_thinking. Throws flashseek::Error naming the offending field, e.g. "messages[2].role".
     static ChatRequest from_json(const nlohmann::json& body, ThinkingMode default_thinking = ThinkingMode::chat);
+    // Same, keeping the key order of the request (tool schemas are rendered in that order, as Python would).
+    static ChatRequest from_ordered_json(const nlohmann::ordered_json& body,
+                                         ThinkingMode default_thinking = ThinkingMode::chat);
 };
 
 struct PromptSegment {

@@ -4,6 +4,8 @@
 
 #include <pcre2.h>
 
+#include <algorithm>
+
 #include "tokenizer/deepseek_splitter.h"
 #include "util/error.h"
 

@@ -274,6 +274,16 @@ std::vector<TokenId> Tokenizer::encode_with_specials(std::string_view text) cons
     return out;
 }
 
+std::vector<Tokenizer::AddedSpan> Tokenizer::split_added(std::string_view text) const {
+    FS_CHECK(text.size() < (1ULL << 32), "text too long to tokenize ({} bytes, limit 4 GiB)", text.size());
+    std::vector<TextOrToken> parts;
+    impl_->added_splitter.split(text, parts);
+    std::vector<AddedSpan> out;
+    out.reserve(parts.size());
+    for (const auto& p : parts) out.push_back({p.begin, p.end, p.id});
+    return out;
+}
+
 std::string Tokenizer::decode(std::span<const TokenId> ids, bool skip_special) const {
     std::string bytes;
     for (const TokenId id : ids) {

@@ -38,6 +38,14 @@ public:
     // Text → ids with added tokens matched literally, identical to HF `Tokenizer.encode(text, add_special_tokens=False)`.
     std::vector<TokenId> encode_with_specials(std::string_view text) const;
 
+    // Splits text on added tokens exactly as encode_with_specials does (HF AddedVocabulary semantics): spans with
+    // id >= 0 are added tokens, spans with id == -1 are text to be encoded with encode().
+    struct AddedSpan {
+        std::size_t begin = 0, end = 0;
+        TokenId id = -1;
+    };
+    std::vector<AddedSpan> split_added(std::string_view text) const;
+
     // Ids → text (ByteLevel decoder; invalid UTF-8 from partial tokens becomes U+FFFD as in HF). Control tokens are
     // kept unless skip_special (HF "special" tokens only, as in HF). Throws on ids outside [0, vocab_size()).
     std::string decode(std::span<const TokenId> ids, bool skip_special = false) const;
