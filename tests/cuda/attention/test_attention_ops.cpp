@@ -1,0 +1,473 @@
+// GPU vs CPU reference: window KV store (bf16 and 584-byte FP8 rings), sparse attention with sink (decode with
+// split-KV and prefill, window + compressed candidates, top-k lists with holes, inverse RoPE), the compressors
+// (ratio 4 overlapping and ratio 128, main and indexer, chunked over several steps), indexer q preparation and
+// top-k selection. Every output buffer is poisoned before the kernel runs.
+#include <map>
+#include <set>
+
+#include "cpu/ops.h"
+#include "cuda/attention/kv_store.cuh"
+#include "cuda/attention/sparse_attention.cuh"
+#include "cuda/compressor/compressor.cuh"
+#include "cuda/indexer/indexer.cuh"
+#include "kv_test_util.h"
+
+namespace flashseek::cuda::test {
+namespace {
+
+RopeTable yarn_table(int rope_dim) {
+    RopeScaling y;
+    y.type = "yarn";
+    y.factor = 16;
+    y.original_max_position_embeddings = 65536;
+    return make_rope_table(rope_dim, 160000.0, &y);
+}
+std::vector<float> inv_of(const RopeTable& r) { return std::vector<float>(r.inv_freq, r.inv_freq + r.n_pairs); }
+
+TEST(CudaKvStore, WindowEntriesMatchCpu) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    for (KvFormat fmt : {KvFormat::BF16, KvFormat::FP8}) {
+        for (auto [D, R] : {std::pair{512, 64}, std::pair{192, 64}}) {
+            const int ring_entries = 40, n_slots = 4;
+            BatchHost bh;
+            bh.add(2, 0, 5);
+            bh.add(0, 37, 1);
+            bh.add(3, 1000, 9);
+            BatchDev bd(bh);
+            const int T = bd.batch.n_tokens;
+            const int64_t stride = D + 4;
+            auto kv = bf16_round(rng.normals(size_t(T) * stride, 2.f));
+            auto w = bf16_round(rng.normals(D, 0.5f));
+            const RopeTable rope = yarn_table(R);
+            const int eb = int(kv_entry_bytes(fmt, D, R));
+            Dev<uint16_t> dkv(to_bf16_bits(kv)), dw(to_bf16_bits(w)), dfinal(size_t(T) * D);
+            Dev<uint8_t> ring(size_t(n_slots) * ring_entries * eb);
+            ring.poison();
+            dfinal.poison();
+            RingView rv{ring.ptr, int64_t(ring_entries) * eb, ring_entries, eb, fmt};
+            kv_store_window(bf(dkv), stride, D, R, bf(dw), 1e-6f, rope, bd.batch, rv, bf(dfinal), nullptr);
+            auto ring_h = ring.download();
+            auto final_h = from_bf16_bits(dfinal.download());
+            std::vector<float> want, got_ring;
+            const auto inv = inv_of(rope);
+            for (int t = 0; t < T; ++t) {
+                std::vector<float> v(D);
+                cpu::rmsnorm(kv.data() + t * stride, w.data(), D, 1e-6f, v.data());
+                cpu::round_bf16_inplace(v.data(), D);
+                cpu::rope_interleaved(v.data() + D - R, R, inv.data(), bh.token_pos[t]);
+                cpu::round_bf16_inplace(v.data(), D);
+                cpu::kv_fp8_sim_block64(v.data(), D - R);
+                want.insert(want.end(), v.begin(), v.end());
+                const int slot = bh.slot[bh.token_seq[t]];
+                const uint8_t* e = ring_h.data() + (int64_t(slot) * ring_entries + bh.token_pos[t] % ring_entries) * eb;
+                auto dec = decode_kv_entry(e, D, R, fmt);
+                got_ring.insert(got_ring.end(), dec.begin(), dec.end());
+            }
+            // FP8: a one-ulp bf16 flip before quantization may move an element by one e4m3 step (6%), rarely
+            const double tol = fmt == KvFormat::FP8 ? 1e-2 : 2e-3;
+            EXPECT_CLOSE(final_h, want, tol, "kv final D " << D << " fmt " << int(fmt));
+            EXPECT_CLOSE(got_ring, want, tol, "kv ring D " << D << " fmt " << int(fmt));
+        }
+    }
+}
+
+struct AttnCase {
+    int H, D, R, window, ratio;
+    bool use_topk;
+    KvFormat fmt;
+    int tokens_per_seq;  // 1 = decode
+};
+
+TEST(CudaSparseAttention, MatchesCpuReference) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    const AttnCase cases[] = {
+        {64, 512, 64, 128, 4, true, KvFormat::FP8, 1},    // CSA decode, split-KV
+        {64, 512, 64, 128, 128, false, KvFormat::BF16, 1},  // HCA decode
+        {64, 512, 64, 128, 4, true, KvFormat::BF16, 13},  // CSA prefill chunk
+        {12, 128, 64, 16, 0, false, KvFormat::BF16, 7},   // window only, odd head count
+        {5, 192, 64, 8, 4, false, KvFormat::FP8, 3},      // all visible compressed entries, FP8
+        {3, 64, 32, 4, 128, false, KvFormat::BF16, 1},
+    };
+    for (const AttnCase& c : cases) {
+        const int n_slots = 5, topk_width = 24;
+        const int ring_entries = c.window + c.tokens_per_seq + 3;
+        BatchHost bh;
+        bh.add(3, rng.uniform_int(0, 3), c.tokens_per_seq);
+        bh.add(1, rng.uniform_int(c.window, 700), c.tokens_per_seq);
+        bh.add(4, rng.uniform_int(800, 1400), c.tokens_per_seq);
+        BatchDev bd(bh);
+        const int T = bd.batch.n_tokens, H = c.H, D = c.D, R = c.R;
+        const int eb = int(kv_entry_bytes(c.fmt, D, R));
+        // ring: every sequence's last ring_entries positions
+        std::vector<uint8_t> ring_h(size_t(n_slots) * ring_entries * eb, 0x5A);
+        std::map<std::pair<int, int>, std::vector<float>> ring_val;  // (slot, pos) -> decoded entry
+        for (size_t s = 0; s < bh.slot.size(); ++s) {
+            const int end = bh.start[s] + bh.n_tok[s];
+            for (int pos = std::max(0, end - ring_entries); pos < end; ++pos) {
+                auto v = bf16_round(rng.normals(D, 1.5f));
+                std::vector<float> dec(D);
+                encode_kv_entry(v.data(), D, R, c.fmt, ring_h.data() + (int64_t(bh.slot[s]) * ring_entries + pos % ring_entries) * eb, dec.data());
+                ring_val[{bh.slot[s], pos}] = dec;
+            }
+        }
+        // compressed entries
+        const int max_entries = c.ratio ? 1500 / c.ratio + 2 : 1;
+        PagedPool pool(n_slots, max_entries, 8, eb, rng);
+        std::map<std::pair<int, int>, std::vector<float>> comp_val;
+        if (c.ratio) {
+            for (size_t s = 0; s < bh.slot.size(); ++s) {
+                const int n_e = (bh.start[s] + bh.n_tok[s]) / c.ratio;
+                for (int e = 0; e < n_e; ++e) {
+                    auto v = bf16_round(rng.normals(D, 1.5f));
+                    std::vector<float> dec(D);
+                    encode_kv_entry(v.data(), D, R, c.fmt, pool.entry(bh.slot[s], e), dec.data());
+                    comp_val[{bh.slot[s], e}] = dec;
+                }
+            }
+        }
+        std::vector<int32_t> topk(size_t(T) * topk_width, -1);
+        if (c.use_topk) {
+            for (int t = 0; t < T; ++t) {
+                const int n_vis = (bh.token_pos[t] + 1) / c.ratio;
+                for (int i = 0; i < topk_width; ++i)
+                    topk[size_t(t) * topk_width + i] = rng.uniform_int(0, 4) == 0 || n_vis == 0 ? -1 : rng.uniform_int(0, n_vis - 1);
+            }
+        }
+        auto q = bf16_round(rng.normals(size_t(T) * H * D));
+        auto sink = rng.normals(H, 1.f);
+        const RopeTable rope = yarn_table(R);
+        Dev<uint16_t> dq(to_bf16_bits(q)), dout(size_t(T) * H * D);
+        Dev<float> dsink(sink);
+        Dev<uint8_t> dring(ring_h), dpool(pool.bytes);
+        Dev<int32_t> dtables(pool.tables), dtopk(topk);
+        dout.poison();
+        SparseAttentionParams p;
+        p.batch = bd.batch;
+        p.n_heads = H;
+        p.head_dim = D;
+        p.rope_dim = R;
+        p.softmax_scale = 1.f / std::sqrt(float(D));
+        p.q = bf(dq);
+        p.q_stride = int64_t(H) * D;
+        p.out = bf(dout);
+        p.out_stride = int64_t(H) * D;
+        p.sink = dsink.ptr;
+        p.rope = rope;
+        p.window = c.window;
+        p.ring = RingView{dring.ptr, int64_t(ring_entries) * eb, ring_entries, eb, c.fmt};
+        p.ratio = c.ratio;
+        p.comp = pool.view(dpool.ptr, dtables.ptr, int32_t(c.fmt));
+        p.topk = c.use_topk ? dtopk.ptr : nullptr;
+        p.topk_stride = topk_width;
+        p.topk_width = topk_width;
+        p.max_candidates = c.window + (c.ratio ? (c.use_topk ? topk_width : 1500 / c.ratio + 1) : 0);
+        const size_t ws_bytes = sparse_attention_workspace_bytes(T, H, D, p.max_candidates);
+        Dev<uint8_t> ws(ws_bytes);
+        sparse_attention(p, ws.ptr, ws_bytes, nullptr);
+        CUDA_OK(cudaDeviceSynchronize());
+        auto got = from_bf16_bits(dout.download());
+        std::vector<float> want(got.size());
+        const auto inv = inv_of(rope);
+        for (int t = 0; t < T; ++t) {
+            const int slot = bh.slot[bh.token_seq[t]], pos = bh.token_pos[t];
+            std::vector<float> kv;
+            std::vector<int32_t> idx;
+            for (int j = std::max(0, pos - c.window + 1); j <= pos; ++j) {
+                idx.push_back(int32_t(kv.size() / D));
+                kv.insert(kv.end(), ring_val[{slot, j}].begin(), ring_val[{slot, j}].end());
+            }
+            if (c.ratio) {
+                const int n_vis = (pos + 1) / c.ratio;
+                for (int i = 0; i < (c.use_topk ? topk_width : n_vis); ++i) {
+                    const int w = c.use_topk ? topk[size_t(t) * topk_width + i] : i;
+                    if (w < 0 || w >= n_vis) {
+                        idx.push_back(-1);
+                        continue;
+                    }
+                    idx.push_back(int32_t(kv.size() / D));
+                    kv.insert(kv.end(), comp_val[{slot, w}].begin(), comp_val[{slot, w}].end());
+                }
+            }
+            float* o = want.data() + size_t(t) * H * D;
+            cpu::sparse_attention_sink(q.data() + size_t(t) * H * D, H, D, kv.data(), idx.data(), int(idx.size()),
+                                       sink.data(), p.softmax_scale, true, o);
+            for (int h = 0; h < H; ++h) {
+                cpu::round_bf16_inplace(o + h * D, D);
+                cpu::rope_interleaved(o + h * D + D - R, R, inv.data(), pos, true);
+                cpu::round_bf16_inplace(o + h * D, D);
+            }
+        }
+        // bf16 output; probabilities rounded to bf16 in both; online-softmax rescaling and summation order differ
+        EXPECT_CLOSE(got, want, 5e-3, "attention H " << H << " D " << D << " ratio " << c.ratio << " tokens "
+                                                     << c.tokens_per_seq << " fmt " << int(c.fmt));
+    }
+}
+
+struct CompCase {
+    int ratio, dim, rope;
+    bool indexer;
+    int32_t format;
+};
+
+// Runs the compressor over two sequences in several chunks and checks every emitted entry.
+TEST(CudaCompressor, ChunkedEntriesMatchCpu) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    const CompCase cases[] = {
+        {4, 512, 64, false, int32_t(KvFormat::FP8)}, {4, 512, 64, false, int32_t(KvFormat::BF16)},
+        {4, 128, 64, true, int32_t(IndexFormat::FP4)}, {4, 128, 64, true, int32_t(IndexFormat::BF16)},
+        {128, 512, 64, false, int32_t(KvFormat::FP8)}, {128, 64, 32, true, int32_t(IndexFormat::FP4)},
+    };
+    for (const CompCase& c : cases) {
+        const int m = c.ratio, co = m == 4 ? 2 : 1, width = co * c.dim, n_slots = 3;
+        const int total_len = m == 4 ? 45 : 300;
+        // token data for both sequences: kv, gate (without ape)
+        std::vector<std::vector<float>> kv(2), gate(2);
+        for (int s = 0; s < 2; ++s) {
+            kv[s] = rng.normals(size_t(total_len) * width, 1.f);
+            gate[s] = rng.normals(size_t(total_len) * width, 1.f);
+        }
+        auto ape = rng.normals(size_t(m) * width, 0.5f);
+        auto nw = bf16_round(rng.normals(c.dim, 0.4f));
+        const RopeTable rope = yarn_table(c.rope);
+        const int eb = int(c.indexer ? index_entry_bytes(IndexFormat(c.format), c.dim)
+                                     : kv_entry_bytes(KvFormat(c.format), c.dim, c.rope));
+        PagedPool pool(n_slots, total_len / m + 1, 4, eb, rng);
+        Dev<uint8_t> dpool(pool.bytes);
+        Dev<int32_t> dtables(pool.tables);
+        Dev<float> dape(ape);
+        Dev<uint16_t> dnw(to_bf16_bits(nw));
+        const size_t state_bytes = compressor_state_bytes(m, c.dim);
+        Dev<uint8_t> state(state_bytes * n_slots);
+        state.poison();  // never-written slots must never be read
+        const int slots[2] = {2, 0};
+        int pos[2] = {0, 0};
+        while (pos[0] < total_len || pos[1] < total_len) {
+            BatchHost bh;
+            std::vector<float> hkv, hgate;
+            for (int s = 0; s < 2; ++s) {
+                int n = std::min(total_len - pos[s], rng.uniform_int(0, 3) == 0 ? rng.uniform_int(1, 2 * m + 3) : 1);
+                if (n <= 0) continue;
+                bh.add(slots[s], pos[s], n);
+                hkv.insert(hkv.end(), kv[s].begin() + size_t(pos[s]) * width, kv[s].begin() + size_t(pos[s] + n) * width);
+                hgate.insert(hgate.end(), gate[s].begin() + size_t(pos[s]) * width, gate[s].begin() + size_t(pos[s] + n) * width);
+                pos[s] += n;
+            }
+            BatchDev bd(bh);
+            Dev<float> dkv(hkv), dgate(hgate);
+            CompressorParams p;
+            p.batch = bd.batch;
+            p.ratio = m;
+            p.dim = c.dim;
+            p.rope_dim = c.rope;
+            p.indexer = c.indexer;
+            p.kv = dkv.ptr;
+            p.kv_stride = width;
+            p.gate = dgate.ptr;
+            p.gate_stride = width;
+            p.ape = dape.ptr;
+            p.norm_weight = bf(dnw);
+            p.rope = rope;
+            p.state = state.ptr;
+            p.state_stride = int64_t(state_bytes);
+            p.out = pool.view(dpool.ptr, dtables.ptr, c.format);
+            compressor_forward(p, nullptr);
+            CUDA_OK(cudaDeviceSynchronize());
+        }
+        pool.bytes = dpool.download();
+        const auto inv = inv_of(rope);
+        std::vector<float> got, want;
+        for (int s = 0; s < 2; ++s) {
+            for (int w = 0; w < total_len / m; ++w) {
+                std::vector<float> skv, ssc;
+                auto add_slot = [&](int t, int col0) {
+                    for (int ch = 0; ch < c.dim; ++ch) {
+                        skv.push_back(kv[s][size_t(t) * width + col0 + ch]);
+                        ssc.push_back(gate[s][size_t(t) * width + col0 + ch] + ape[size_t(t % m) * width + col0 + ch]);
+                    }
+                };
+                if (m == 4)
+                    for (int t = (w - 1) * m; t < w * m; ++t)
+                        if (t >= 0) add_slot(t, 0);
+                for (int t = w * m; t < (w + 1) * m; ++t) add_slot(t, m == 4 ? c.dim : 0);
+                std::vector<float> e(c.dim);
+                cpu::compressor_pool(skv.data(), ssc.data(), int(skv.size() / c.dim), c.dim, e.data());
+                cpu::round_bf16_inplace(e.data(), c.dim);
+                cpu::rmsnorm(e.data(), nw.data(), c.dim, 1e-6f, e.data());
+                cpu::round_bf16_inplace(e.data(), c.dim);
+                cpu::rope_interleaved(e.data() + c.dim - c.rope, c.rope, inv.data(), int64_t(w) * m);
+                cpu::round_bf16_inplace(e.data(), c.dim);
+                const uint8_t* src = pool.entry(slots[s], w);
+                std::vector<float> dec(c.dim);
+                if (c.indexer) {
+                    cpu::hadamard_transform(e.data(), c.dim);
+                    cpu::round_bf16_inplace(e.data(), c.dim);
+                    cpu::fp4_sim_block32(e.data(), c.dim);
+                    for (int d = 0; d < c.dim; ++d) {
+                        if (IndexFormat(c.format) == IndexFormat::BF16) {
+                            uint16_t b;
+                            std::memcpy(&b, src + 2 * d, 2);
+                            dec[d] = bf16_to_f32(b);
+                        } else {
+                            const uint8_t byte = src[d / 2];
+                            dec[d] = e2m1_to_f32(d % 2 ? byte >> 4 : byte & 0xf) * e8m0_to_f32(src[c.dim / 2 + d / 32]);
+                        }
+                    }
+                } else {
+                    cpu::kv_fp8_sim_block64(e.data(), c.dim - c.rope);
+                    dec = decode_kv_entry(src, c.dim, c.rope, KvFormat(c.format));
+                }
+                want.insert(want.end(), e.begin(), e.end());
+                got.insert(got.end(), dec.begin(), dec.end());
+            }
+        }
+        // quantized outputs: a rare one-ulp bf16 flip before FP8 (FP4) quantization moves one element by a step
+        const double tol = c.indexer && IndexFormat(c.format) == IndexFormat::FP4 ? 3e-2 : 1e-2;
+        EXPECT_CLOSE(got, want, tol, "compressor ratio " << m << " dim " << c.dim << " indexer " << c.indexer
+                                                         << " format " << c.format);
+    }
+}
+
+TEST(CudaIndexer, PrepareQMatchesCpu) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    for (auto [D, R] : {std::pair{128, 64}, std::pair{64, 32}, std::pair{256, 64}, std::pair{32, 16}}) {
+        const int T = rng.uniform_int(1, 6), H = rng.uniform_int(1, 17);
+        const int64_t stride = int64_t(H) * D + 32;
+        auto q = bf16_round(rng.normals(size_t(T) * stride, 1.f));
+        std::vector<int32_t> pos(T);
+        for (auto& p : pos) p = rng.uniform_int(0, 200000);
+        const RopeTable rope = yarn_table(R);
+        Dev<uint16_t> dq(to_bf16_bits(q));
+        Dev<int32_t> dpos(pos);
+        indexer_prepare_q(bf(dq), stride, T, H, D, dpos.ptr, rope, nullptr);
+        auto got_all = from_bf16_bits(dq.download());
+        const auto inv = inv_of(rope);
+        std::vector<float> got, want;
+        for (int t = 0; t < T; ++t)
+            for (int h = 0; h < H; ++h) {
+                std::vector<float> v(q.begin() + t * stride + h * D, q.begin() + t * stride + (h + 1) * D);
+                cpu::rope_interleaved(v.data() + D - R, R, inv.data(), pos[t]);
+                cpu::round_bf16_inplace(v.data(), D);
+                cpu::hadamard_transform(v.data(), D);
+                cpu::round_bf16_inplace(v.data(), D);
+                cpu::fp4_sim_block32(v.data(), D);
+                want.insert(want.end(), v.begin(), v.end());
+                got.insert(got.end(), got_all.begin() + t * stride + h * D, got_all.begin() + t * stride + (h + 1) * D);
+            }
+        EXPECT_CLOSE(got, want, 3e-2, "indexer q D " << D);  // FP4 output: rare one-step flips
+    }
+}
+
+TEST(CudaIndexer, SelectMatchesCpuTopk) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    for (IndexFormat fmt : {IndexFormat::FP4, IndexFormat::BF16}) {
+        const int H = 16, D = 128, topk = 37, ratio = 4, n_slots = 3;
+        BatchHost bh;
+        bh.add(1, 700, 1);   // 175 entries > topk: scored
+        bh.add(2, 60, 1);    // 15 entries <= topk: all selected
+        bh.add(0, 400, 6);   // prefill chunk, causal limits per row
+        BatchDev bd(bh);
+        const int T = bd.batch.n_tokens;
+        const int max_entries = (706 + 1) / ratio;
+        const int eb = int(index_entry_bytes(fmt, D));
+        PagedPool pool(n_slots, max_entries + 4, 16, eb, rng);
+        std::map<std::pair<int, int>, std::vector<float>> keys;
+        for (size_t s = 0; s < bh.slot.size(); ++s) {
+            const int n_e = (bh.start[s] + bh.n_tok[s]) / ratio;
+            for (int e = 0; e < n_e; ++e) {
+                auto v = bf16_round(rng.normals(D));
+                cpu::fp4_sim_block32(v.data(), D);  // keys are FP4-representable
+                uint8_t* dst = pool.entry(bh.slot[s], e);
+                for (int b = 0; b < D / 32; ++b) {
+                    float amax = 6.f * std::ldexp(1.f, -126);
+                    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[b * 32 + i]));
+                    const float sc = pow2_ceil_host(amax / 6.f);
+                    int ex;
+                    std::frexp(sc, &ex);
+                    if (fmt == IndexFormat::FP4) dst[D / 2 + b] = uint8_t(ex - 1 + 127);
+                    for (int i = 0; i < 32; ++i) {
+                        const int d = b * 32 + i;
+                        if (fmt == IndexFormat::FP4) {
+                            const uint8_t code = f32_to_e2m1(v[d] / sc);
+                            dst[d / 2] = d % 2 ? uint8_t((dst[d / 2] & 0xf) | (code << 4)) : uint8_t((dst[d / 2] & 0xf0) | code);
+                        } else {
+                            const uint16_t bits = f32_to_bf16(v[d]);
+                            std::memcpy(dst + 2 * d, &bits, 2);
+                        }
+                    }
+                }
+                keys[{bh.slot[s], e}] = v;
+            }
+        }
+        auto q = bf16_round(rng.normals(size_t(T) * H * D));
+        auto wraw = bf16_round(rng.normals(size_t(T) * H));
+        const float wscale = 1.f / std::sqrt(float(D)) / std::sqrt(float(H));
+        Dev<uint16_t> dq(to_bf16_bits(q)), dw(to_bf16_bits(wraw));
+        Dev<uint8_t> dpool(pool.bytes);
+        Dev<int32_t> dtables(pool.tables), dsel(size_t(T) * topk);
+        dsel.poison();
+        IndexerSelectParams p;
+        p.batch = bd.batch;
+        p.n_heads = H;
+        p.head_dim = D;
+        p.ratio = ratio;
+        p.topk = topk;
+        p.q = bf(dq);
+        p.q_stride = int64_t(H) * D;
+        p.weights = bf(dw);
+        p.weights_stride = H;
+        p.weights_scale = wscale;
+        p.keys = pool.view(dpool.ptr, dtables.ptr, int32_t(fmt));
+        p.max_entries = max_entries;
+        p.selected = dsel.ptr;
+        const size_t ws_bytes = indexer_select_workspace_bytes(T, max_entries);
+        Dev<uint8_t> ws(ws_bytes);
+        indexer_select(p, ws.ptr, ws_bytes, nullptr);
+        CUDA_OK(cudaDeviceSynchronize());
+        auto sel = dsel.download();
+        for (int t = 0; t < T; ++t) {
+            const int slot = bh.slot[bh.token_seq[t]];
+            const int n = (bh.token_pos[t] + 1) / ratio;
+            std::vector<float> kk, w(H), scores(n);
+            for (int e = 0; e < n; ++e) kk.insert(kk.end(), keys[{slot, e}].begin(), keys[{slot, e}].end());
+            for (int h = 0; h < H; ++h) w[h] = wraw[size_t(t) * H + h] * wscale;
+            cpu::indexer_scores(q.data() + size_t(t) * H * D, H, D, w.data(), kk.data(), n, scores.data());
+            std::vector<int32_t> want;
+            cpu::topk_indices(scores.data(), n, topk, want);
+            std::vector<int32_t> got(sel.begin() + size_t(t) * topk, sel.begin() + size_t(t + 1) * topk);
+            const size_t k = std::min<size_t>(topk, size_t(n));
+            for (size_t i = k; i < size_t(topk); ++i) EXPECT_EQ(got[i], -1) << "row " << t << " slot " << i;
+            got.resize(k);
+            // fp32 scores in another summation order: only near-ties at the threshold may swap
+            std::vector<float> sorted(scores);
+            std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+            const float kth = sorted[k - 1];
+            std::set<int32_t> gs(got.begin(), got.end()), ws_(want.begin(), want.end());
+            EXPECT_EQ(gs.size(), k) << "row " << t << ": duplicate indices";
+            EXPECT_TRUE(std::is_sorted(got.begin(), got.end())) << "row " << t << ": not in ascending order";
+            for (int32_t i : gs) {
+                ASSERT_TRUE(i >= 0 && i < n) << "row " << t << " index " << i;
+                if (!ws_.count(i)) {
+                    EXPECT_NEAR(scores[size_t(i)], kth, 1e-4f * (1 + std::fabs(kth))) << "row " << t;
+                }
+            }
+        }
+    }
+}
+
+}  // namespace
+}  // namespace flashseek::cuda::test

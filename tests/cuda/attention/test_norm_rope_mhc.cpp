@@ -1,0 +1,208 @@
+// GPU vs CPU reference: RMSNorm, per-head norm + RoPE, RoPE forward/inverse, mHC pre/post/head. Thresholds sit next
+// to each case: outputs are bf16, so a correct kernel differs from the CPU op by at most one bf16 rounding flip of
+// a few elements (rel_l2 ~1e-3); fp32 outputs (post, comb) only by summation order (~1e-5).
+#include <memory>
+
+#include "attn_test_util.h"
+#include "cpu/ops.h"
+#include "cuda/mhc/mhc.cuh"
+#include "cuda/norm/rmsnorm.cuh"
+#include "cuda/rope/rope.cuh"
+
+namespace flashseek::cuda::test {
+namespace {
+
+RopeTable yarn_table(int rope_dim) {
+    RopeScaling y;
+    y.type = "yarn";
+    y.factor = 16;
+    y.original_max_position_embeddings = 65536;
+    return make_rope_table(rope_dim, 160000.0, &y);
+}
+
+TEST(CudaNorm, RmsnormMatchesCpu) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    for (int dim : {512, 1024, 4096, 130, 62}) {
+        for (bool weighted : {true, false}) {
+            const int rows = rng.uniform_int(1, 9);
+            const int64_t in_stride = dim + 6, out_stride = dim + 2;
+            auto x = bf16_round(rng.normals(size_t(rows) * in_stride, 2.f));
+            auto w = bf16_round(rng.normals(dim, 0.5f));
+            Dev<uint16_t> dx(to_bf16_bits(x)), dw(to_bf16_bits(w)), dy(size_t(rows) * out_stride);
+            dy.poison();
+            rmsnorm(bf(dx), in_stride, bf(dy), out_stride, weighted ? bf(dw) : nullptr, rows, dim, 1e-6f, nullptr);
+            auto got_all = from_bf16_bits(dy.download());
+            std::vector<float> got, want;
+            for (int r = 0; r < rows; ++r) {
+                std::vector<float> o(dim);
+                cpu::rmsnorm(x.data() + r * in_stride, weighted ? w.data() : nullptr, dim, 1e-6f, o.data());
+                for (int d = 0; d < dim; ++d) {
+                    want.push_back(round_bf16(o[d]));
+                    got.push_back(got_all[r * out_stride + d]);
+                }
+            }
+            EXPECT_CLOSE(got, want, 2e-3, "rmsnorm dim " << dim << " weighted " << weighted);  // bf16 output
+        }
+    }
+}
+
+TEST(CudaNorm, HeadNormRopeMatchesCpu) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    struct Shape { int heads, dim, rope; };
+    for (Shape s : {Shape{64, 512, 64}, Shape{3, 512, 64}, Shape{5, 128, 64}, Shape{2, 96, 32}}) {
+        const int T = rng.uniform_int(1, 7);
+        const RopeTable rope = yarn_table(s.rope);
+        const std::vector<float> inv(rope.inv_freq, rope.inv_freq + rope.n_pairs);
+        auto x = bf16_round(rng.normals(size_t(T) * s.heads * s.dim, 3.f));
+        std::vector<int32_t> pos(T);
+        for (auto& p : pos) p = rng.uniform_int(0, 1 << 20);
+        Dev<uint16_t> dx(to_bf16_bits(x));
+        Dev<int32_t> dpos(pos);
+        head_rmsnorm_rope(bf(dx), int64_t(s.heads) * s.dim, T, s.heads, s.dim, nullptr, 1e-6f, dpos.ptr, rope, nullptr);
+        auto got = from_bf16_bits(dx.download());
+        std::vector<float> want(x.size());
+        for (int t = 0; t < T; ++t)
+            for (int h = 0; h < s.heads; ++h) {
+                float* v = want.data() + (size_t(t) * s.heads + h) * s.dim;
+                cpu::rmsnorm(x.data() + (size_t(t) * s.heads + h) * s.dim, nullptr, s.dim, 1e-6f, v);
+                cpu::round_bf16_inplace(v, s.dim);
+                cpu::rope_interleaved(v + s.dim - s.rope, s.rope, inv.data(), pos[t]);
+                cpu::round_bf16_inplace(v, s.dim);
+            }
+        EXPECT_CLOSE(got, want, 2e-3, "head norm+rope heads " << s.heads << " dim " << s.dim);  // bf16 output
+    }
+}
+
+TEST(CudaRope, ForwardAndInverseMatchCpu) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    for (bool inverse : {false, true}) {
+        for (bool yarn : {false, true}) {
+            const int T = rng.uniform_int(1, 11), H = rng.uniform_int(1, 9), D = 192, R = 64;
+            const RopeTable rope = yarn ? yarn_table(R) : make_rope_table(R, 10000.0, nullptr);
+            const std::vector<float> inv(rope.inv_freq, rope.inv_freq + rope.n_pairs);
+            const int64_t stride = int64_t(H) * D + 8;
+            auto x = bf16_round(rng.normals(size_t(T) * stride));
+            std::vector<int32_t> pos(T);
+            for (auto& p : pos) p = rng.uniform_int(0, 1000000);
+            Dev<uint16_t> dx(to_bf16_bits(x));
+            Dev<int32_t> dpos(pos);
+            rope_apply(bf(dx), stride, T, H, D, dpos.ptr, rope, inverse, nullptr);
+            auto got = from_bf16_bits(dx.download());
+            auto want = x;
+            for (int t = 0; t < T; ++t)
+                for (int h = 0; h < H; ++h) {
+                    float* v = want.data() + t * stride + int64_t(h) * D + (D - R);
+                    cpu::rope_interleaved(v, R, inv.data(), pos[t], inverse);
+                    cpu::round_bf16_inplace(v, R);
+                }
+            EXPECT_CLOSE(got, want, 2e-3, "rope inverse " << inverse << " yarn " << yarn);  // bf16 output
+        }
+    }
+}
+
+struct MhcCase { int T, N, D; bool head; bool norm; };
+
+TEST(CudaMhc, PreMatchesCpu) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    for (MhcCase c : {MhcCase{1, 4, 4096, false, true}, MhcCase{7, 4, 4096, false, false},
+                      MhcCase{5, 4, 200, false, true}, MhcCase{3, 4, 4096, true, true}, MhcCase{9, 2, 136, true, false},
+                      MhcCase{2, 3, 520, false, true}}) {
+        const int T = c.T, N = c.N, D = c.D;
+        const int n_mix = c.head ? N : (2 + N) * N;
+        auto x = bf16_round(rng.normals(size_t(T) * N * D));
+        auto fn = rng.normals(size_t(n_mix) * N * D, 0.02f);
+        auto base = rng.normals(n_mix, 0.5f);
+        auto scale = rng.normals(3, 0.5f);
+        auto nw = bf16_round(rng.normals(D, 0.3f));
+        Dev<uint16_t> dx(to_bf16_bits(x)), dnw(to_bf16_bits(nw)), dy(size_t(T) * D);
+        Dev<float> dfn(fn), dbase(base), dscale(scale), dpost(size_t(T) * N), dcomb(size_t(T) * N * N);
+        Dev<unsigned char> ws(mhc_pre_workspace_bytes(T, N, D, c.head));
+        dy.poison();
+        dpost.poison();
+        dcomb.poison();
+        MhcPreParams p;
+        p.n_tokens = T;
+        p.n_streams = N;
+        p.dim = D;
+        p.head_mode = c.head;
+        p.x = bf(dx);
+        p.fn = dfn.ptr;
+        p.base = dbase.ptr;
+        p.scale = dscale.ptr;
+        p.norm_weight = c.norm ? bf(dnw) : nullptr;
+        p.y = bf(dy);
+        p.post = c.head ? nullptr : dpost.ptr;
+        p.comb = c.head ? nullptr : dcomb.ptr;
+        mhc_pre(p, ws.ptr, ws.n, nullptr);
+        CUDA_OK(cudaDeviceSynchronize());
+        auto got_y = from_bf16_bits(dy.download());
+        auto got_post = dpost.download();
+        auto got_comb = dcomb.download();
+        std::vector<float> want_y, want_post, want_comb;
+        for (int t = 0; t < T; ++t) {
+            std::vector<float> y(D), post(N), comb(size_t(N) * N);
+            const float* xt = x.data() + size_t(t) * N * D;
+            if (c.head) {
+                cpu::hc_head(xt, N, D, fn.data(), base.data(), scale.data(), 1e-6f, 1e-6f, y.data());
+            } else {
+                cpu::mhc_pre(xt, N, D, fn.data(), base.data(), scale.data(), 1e-6f, 1e-6f, 20, y.data(), post.data(),
+                             comb.data());
+                want_post.insert(want_post.end(), post.begin(), post.end());
+                want_comb.insert(want_comb.end(), comb.begin(), comb.end());
+            }
+            cpu::round_bf16_inplace(y.data(), D);
+            if (c.norm) cpu::rmsnorm(y.data(), nw.data(), D, 1e-6f, y.data());
+            cpu::round_bf16_inplace(y.data(), D);
+            want_y.insert(want_y.end(), y.begin(), y.end());
+        }
+        const std::string what = "mhc T " + std::to_string(T) + " N " + std::to_string(N) + " D " +
+                                 std::to_string(D) + (c.head ? " head" : "");
+        EXPECT_CLOSE(got_y, want_y, 3e-3, what + " y");  // bf16 output, fp32 split-K sums in another order
+        if (!c.head) {
+            EXPECT_CLOSE(got_post, want_post, 1e-4, what + " post");  // fp32
+            EXPECT_CLOSE(got_comb, want_comb, 1e-4, what + " comb");  // fp32 after 20 Sinkhorn iterations
+        }
+    }
+}
+
+TEST(CudaMhc, PostMatchesCpu) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    for (auto [T, N, D] : {std::tuple{1, 4, 4096}, std::tuple{6, 4, 333}, std::tuple{3, 1, 64}}) {
+        auto x = bf16_round(rng.normals(size_t(T) * N * D));
+        auto o = bf16_round(rng.normals(size_t(T) * D));
+        auto post = rng.normals(size_t(T) * N);
+        auto comb = rng.normals(size_t(T) * N * N);
+        Dev<uint16_t> dx(to_bf16_bits(x)), dout(size_t(T) * N * D), dob(to_bf16_bits(o));
+        Dev<float> dpost(post), dcomb(comb);
+        dout.poison();
+        mhc_post(T, N, D, bf(dx), bf(dob), dpost.ptr, dcomb.ptr, bf(dout), nullptr);
+        auto got = from_bf16_bits(dout.download());
+        std::vector<float> want(got.size());
+        for (int t = 0; t < T; ++t)
+            cpu::mhc_post(x.data() + size_t(t) * N * D, o.data() + size_t(t) * D, post.data() + t * N,
+                          comb.data() + t * N * N, N, D, want.data() + size_t(t) * N * D);
+        cpu::round_bf16_inplace(want.data(), int64_t(want.size()));
+        EXPECT_CLOSE(got, want, 2e-3, "mhc_post T " << T << " N " << N << " D " << D);  // bf16 output
+        // in place
+        mhc_post(T, N, D, bf(dx), bf(dob), dpost.ptr, dcomb.ptr, bf(dx), nullptr);
+        EXPECT_CLOSE(from_bf16_bits(dx.download()), want, 2e-3, "mhc_post in place");
+    }
+}
+
+}  // namespace
+}  // namespace flashseek::cuda::test
