@@ -63,7 +63,7 @@ void forward(const CpuModel& m, std::span<const StepInput> steps, std::vector<fl
     const int64_t R = b.rows;
 
     // Streams X [R, N, D], initialized to N copies of the embedding.
-    std::vector<float> X(size_t(R * N * D)), X2(X.size());
+    std::vector<float> X(static_cast<size_t>(R * N * D)), X2(X.size());
     parallel_for(pool, R, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
             float* x = X.data() + r * N * D;
@@ -72,7 +72,7 @@ void forward(const CpuModel& m, std::span<const StepInput> steps, std::vector<fl
         }
     });
 
-    std::vector<float> xn(size_t(R * D)), o(size_t(R * D)), post(size_t(R * N)), comb(size_t(R * N * N));
+    std::vector<float> xn(static_cast<size_t>(R * D)), o(static_cast<size_t>(R * D)), post(static_cast<size_t>(R * N)), comb(static_cast<size_t>(R * N * N));
     auto sub_block = [&](const HcParams& hc, const std::vector<float>& norm_w, auto&& body) {
         parallel_for(pool, R, [&](int64_t r0, int64_t r1) {
             for (int64_t r = r0; r < r1; ++r) {
@@ -114,7 +114,7 @@ void forward(const CpuModel& m, std::span<const StepInput> steps, std::vector<fl
         }
     }
     const int64_t RL = int64_t(out_rows.size());
-    std::vector<float> hy(size_t(RL * D));
+    std::vector<float> hy(static_cast<size_t>(RL * D));
     parallel_for(pool, RL, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
             float* y = hy.data() + i * D;

@@ -119,7 +119,7 @@ void attention_block(const CpuModel& m, int l, const Batch& b, const float* x, f
     const float* inv_freq = p.inv_freq.data();
 
     // Query latent and queries.
-    std::vector<float> qr(size_t(R * QL)), q(size_t(R * H * d)), kv(size_t(R * d));
+    std::vector<float> qr(static_cast<size_t>(R * QL)), q(static_cast<size_t>(R * H * d)), kv(static_cast<size_t>(R * d));
     apply_linear(p.wq_a, x, R, qr.data(), rel, pool);
     parallel_for(pool, R, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r) {
@@ -200,7 +200,7 @@ void attention_block(const CpuModel& m, int l, const Batch& b, const float* x, f
     }
 
     // Sparse attention with sink per query row, then inverse RoPE at the query position.
-    std::vector<float> o(size_t(R * H * d));
+    std::vector<float> o(static_cast<size_t>(R * H * d));
     const float scale = float(1.0 / std::sqrt(double(d)));
     parallel_for(pool, R, [&](int64_t r0, int64_t r1) {
         std::vector<int32_t> idx, top;
@@ -247,7 +247,7 @@ void attention_block(const CpuModel& m, int l, const Batch& b, const float* x, f
     // Grouped low-rank output projection.
     const int G = cfg.o_groups;
     const int64_t OL = cfg.o_lora_rank, group_in = int64_t(H) * d / G;
-    std::vector<float> z(size_t(R * G * OL));
+    std::vector<float> z(static_cast<size_t>(R * G * OL));
     grouped_out_proj(o.data(), R, G, OL, group_in, p.wo_a.w.data(), z.data(), pool);
     if (rel) round_bf16_inplace(z.data(), int64_t(z.size()));  // the reference's bf16 einsum
     apply_linear(p.wo_b, z.data(), R, out, rel, pool);

@@ -3,6 +3,7 @@
 // Rows are grouped by expert so each expert runs one batched product; every row still accumulates its experts in
 // ascending expert order, so a row's result does not depend on the rest of the batch.
 #include <algorithm>
+#include <cmath>
 
 #include "cpu/forward_internal.h"
 #include "cpu/ops.h"
@@ -15,7 +16,7 @@ namespace {
 void run_expert(const ExpertParams& e, const float* x, int64_t n, const float* weight, float limit, bool rel,
                 float* y, ThreadPool* pool) {
     const int64_t I = e.w1.out;
-    std::vector<float> g(size_t(n * I)), u(size_t(n * I)), h(size_t(n * I));
+    std::vector<float> g(static_cast<size_t>(n * I)), u(static_cast<size_t>(n * I)), h(static_cast<size_t>(n * I));
     apply_linear(e.w1, x, n, g.data(), rel, pool);
     apply_linear(e.w3, x, n, u.data(), rel, pool);
     swiglu_clamp(g.data(), u.data(), n * I, limit, h.data());
@@ -45,20 +46,38 @@ void moe_block(const CpuModel& m, int l, const Batch& b, const float* x, float* 
     const float limit = float(cfg.swiglu_limit);
     const bool rel = m.release;
 
-    std::vector<float> logits(size_t(R * E));
+    std::vector<float> logits(static_cast<size_t>(R * E));
     apply_linear(p.gate, x, R, logits.data(), false, pool);  // router math is fp32
-    std::vector<int32_t> sel(size_t(R * K));
-    std::vector<float> wsel(size_t(R * K));
+    std::vector<int32_t> sel(static_cast<size_t>(R * K));
+    std::vector<float> wsel(static_cast<size_t>(R * K));
     const bool hash = !p.tid2eid.empty();
+    const bool sqrt_softplus = cfg.scoring_func == "sqrtsoftplus", softmax = cfg.scoring_func == "softmax";
     parallel_for(pool, R, [&](int64_t r0, int64_t r1) {
         std::vector<int64_t> ids(static_cast<size_t>(K));
+        std::vector<float> sc(static_cast<size_t>(E));
         for (int64_t r = r0; r < r1; ++r) {
             if (hash)
                 for (int k = 0; k < K; ++k)
                     ids[size_t(k)] = p.tid2eid[size_t(int64_t(b.row_token[size_t(r)]) * K + k)];
-            router_select(logits.data() + r * E, E, p.gate_bias.empty() ? nullptr : p.gate_bias.data(),
-                          hash ? ids.data() : nullptr, K, float(cfg.routed_scaling_factor), sel.data() + r * K,
-                          wsel.data() + r * K);
+            const float* lg = logits.data() + r * E;
+            const float* bias = p.gate_bias.empty() ? nullptr : p.gate_bias.data();
+            if (sqrt_softplus && cfg.norm_topk_prob) {
+                router_select(lg, E, bias, hash ? ids.data() : nullptr, K, float(cfg.routed_scaling_factor),
+                              sel.data() + r * K, wsel.data() + r * K);
+                continue;
+            }
+            if (sqrt_softplus) {
+                for (int e = 0; e < E; ++e) sc[size_t(e)] = std::sqrt(softplus(lg[e]));
+            } else if (softmax) {
+                const float mx = *std::max_element(lg, lg + E);
+                float z = 0.f;
+                for (int e = 0; e < E; ++e) z += (sc[size_t(e)] = std::exp(lg[e] - mx));
+                for (int e = 0; e < E; ++e) sc[size_t(e)] /= z;
+            } else {  // sigmoid
+                for (int e = 0; e < E; ++e) sc[size_t(e)] = sigmoidf(lg[e]);
+            }
+            router_select_scores(sc.data(), E, bias, hash ? ids.data() : nullptr, K, float(cfg.routed_scaling_factor),
+                                 cfg.norm_topk_prob, sel.data() + r * K, wsel.data() + r * K);
         }
     });
 
@@ -86,7 +105,7 @@ void moe_block(const CpuModel& m, int l, const Batch& b, const float* x, float* 
             for (int64_t c = 0; c < D; ++c) o[c] += ye[size_t(i * D + c)];
         }
     }
-    std::vector<float> ys(size_t(R * D));
+    std::vector<float> ys(static_cast<size_t>(R * D));
     run_expert(p.shared, x, R, nullptr, limit, rel, ys.data(), pool);
     for (int64_t i = 0; i < R * D; ++i) out[i] += ys[size_t(i)];
     if (rel) round_bf16_inplace(out, R * D);

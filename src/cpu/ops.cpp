@@ -251,7 +251,7 @@ void sparse_attention_sink(const float* q, int H, int d, const float* kv, const 
 
 void grouped_out_proj(const float* o, int64_t rows, int G, int64_t R, int64_t group_in, const float* wo_a, float* z,
                       ThreadPool* pool) {
-    std::vector<float> xg(size_t(rows * group_in)), zg(size_t(rows * R));
+    std::vector<float> xg(static_cast<size_t>(rows * group_in)), zg(static_cast<size_t>(rows * R));
     for (int g = 0; g < G; ++g) {
         for (int64_t r = 0; r < rows; ++r)
             std::copy_n(o + r * G * group_in + g * group_in, group_in, xg.data() + r * group_in);
@@ -264,6 +264,11 @@ void router_select(const float* logits, int E, const float* bias, const int64_t*
                    int32_t* idx, float* weight) {
     std::vector<float> s(static_cast<size_t>(E));
     for (int e = 0; e < E; ++e) s[size_t(e)] = std::sqrt(softplus(logits[e]));
+    router_select_scores(s.data(), E, bias, hash_ids, k, route_scale, true, idx, weight);
+}
+
+void router_select_scores(const float* s, int E, const float* bias, const int64_t* hash_ids, int k,
+                          float route_scale, bool renormalize, int32_t* idx, float* weight) {
     if (hash_ids) {
         for (int i = 0; i < k; ++i) {
             FS_CHECK(hash_ids[i] >= 0 && hash_ids[i] < E, "tid2eid: expert id {} out of range [0, {})", hash_ids[i], E);
@@ -272,7 +277,7 @@ void router_select(const float* logits, int E, const float* bias, const int64_t*
     } else {
         std::vector<int32_t> order(static_cast<size_t>(E));
         std::iota(order.begin(), order.end(), 0);
-        auto biased = [&](int32_t e) { return s[size_t(e)] + (bias ? bias[e] : 0.f); };
+        auto biased = [&](int32_t e) { return s[e] + (bias ? bias[e] : 0.f); };
         std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
             const float ba = biased(a), bb = biased(b);
             if (ba != bb) return ba > bb;
@@ -281,8 +286,8 @@ void router_select(const float* logits, int E, const float* bias, const int64_t*
         for (int i = 0; i < k; ++i) idx[i] = order[size_t(i)];
     }
     float sum = 0.f;
-    for (int i = 0; i < k; ++i) sum += s[size_t(idx[i])];
-    for (int i = 0; i < k; ++i) weight[i] = s[size_t(idx[i])] / sum * route_scale;
+    for (int i = 0; i < k; ++i) sum += s[idx[i]];
+    for (int i = 0; i < k; ++i) weight[i] = (renormalize ? s[idx[i]] / sum : s[idx[i]]) * route_scale;
 }
 
 void swiglu_clamp(const float* gate, const float* up, int64_t n, float limit, float* out) {

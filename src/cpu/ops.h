@@ -131,6 +131,10 @@ void grouped_out_proj(const float* o, int64_t rows, int G, int64_t R, int64_t gr
 // g_i = s_sel / sum(s_sel) * route_scale. idx [k], weight [k], in selection order (hash order, or descending).
 void router_select(const float* logits, int E, const float* bias, const int64_t* hash_ids, int k, float route_scale,
                    int32_t* idx, float* weight);
+// The same selection and weighting from precomputed scores s [E] (for scoring functions other than sqrt-softplus:
+// softmax or sigmoid of the logits). renormalize = norm_topk_prob (false: g_i = s_sel * route_scale).
+void router_select_scores(const float* s, int E, const float* bias, const int64_t* hash_ids, int k,
+                          float route_scale, bool renormalize, int32_t* idx, float* weight);
 // SwiGLU with clamp: out = silu(min(gate, limit)) * clamp(up, -limit, limit), n elements.
 void swiglu_clamp(const float* gate, const float* up, int64_t n, float limit, float* out);
 

@@ -182,7 +182,7 @@ void tensor_row_to_f32(const TensorView& t, int64_t row, float* out) {
 std::vector<float> dequantize_linear(const Linear& lin) {
     check_present(lin.weight, "weight");
     const int64_t out = lin.out, in = lin.in;
-    std::vector<float> w(size_t(out * in));
+    std::vector<float> w(static_cast<size_t>(out * in));
     switch (lin.format) {
         case WeightFormat::BF16:
         case WeightFormat::F32: {

@@ -57,7 +57,7 @@ TEST(Linear, MatchesDoubleAndIsBatchInvariant) {
     ThreadPool pool(3);
     for (auto [rows, out, in] : {std::tuple{1, 5, 7}, {7, 33, 130}, {13, 64, 256}, {4, 3, 16}}) {
         auto x = r.vec(size_t(rows * in)), w = r.vec(size_t(out * in));
-        std::vector<float> y(size_t(rows * out));
+        std::vector<float> y(static_cast<size_t>(rows * out));
         linear_f32(x.data(), rows, w.data(), out, in, y.data(), &pool);
         for (int i = 0; i < rows; ++i)
             for (int o = 0; o < out; ++o) {
@@ -337,7 +337,7 @@ TEST(Mhc, PrePostHeadMatchNaive) {
     }
     // post: X'_k = post_k o + sum_j comb[j,k] X_j (comb transposed)
     auto o = r.vec(size_t(D));
-    std::vector<float> Xo(size_t(N * D));
+    std::vector<float> Xo(static_cast<size_t>(N * D));
     mhc_post(X.data(), o.data(), post.data(), comb.data(), N, D, Xo.data());
     for (int k = 0; k < N; ++k)
         for (int64_t d = 0; d < D; ++d) {
@@ -441,7 +441,7 @@ TEST(Attention, GroupedOutputProjection) {
     const int rows = 3, G = 2;
     const int64_t R = 5, gin = 6;
     auto o = r.vec(size_t(rows * G * gin)), wa = r.vec(size_t(G * R * gin));
-    std::vector<float> z(size_t(rows * G * R));
+    std::vector<float> z(static_cast<size_t>(rows * G * R));
     grouped_out_proj(o.data(), rows, G, R, gin, wa.data(), z.data(), nullptr);
     for (int t = 0; t < rows; ++t)
         for (int g = 0; g < G; ++g)
