@@ -17,6 +17,7 @@
 #include "cuda/backend/op_profiler.h"
 #include "cuda/backend/state_pool.h"
 #include "cuda/gemm/linear.cuh"
+#include "cuda/moe/moe.cuh"
 #include "cuda/rope/rope.cuh"
 
 namespace flashseek::cuda {
@@ -50,6 +51,9 @@ struct LayerDev {
     const int64_t* tid2eid = nullptr;  // [vocab, K] or null
     std::vector<DeviceLinear> w1, w2, w3;  // routed experts
     DeviceLinear shared_w1, shared_w2, shared_w3;
+    ExpertTable routed, shared;            // device pointer arrays (into CudaBackendImpl::expert_ptrs_)
+    double dense_bytes = 0;                // every weight byte of the layer except the routed experts
+    double expert_bytes = 0;               // one routed expert (w1, w2, w3 and scales)
 };
 
 // A prepared-activation buffer with room for (max_rows, max_k).
@@ -118,14 +122,16 @@ private:
     void enqueue_head(const PassShape& shape);
     void enqueue_sparse_attention(int l, const PassShape& shape);
     void init_moe_buffers();
+    void init_byte_counts();
     void launch_pass(const PassShape& shape, bool graph_ok);
     TokenBatch token_batch(const PassShape& shape) const;
     RingView ring_view(int l) const;
     PagedEntries comp_entries(int l) const;
     PagedEntries index_entries(int l) const;
     // Prepares x [rows, K] for weight w into buf (EXACT for BF16 weights, else the backend's numerics).
+    // force_exact: no activation quantization whatever the numerics (wo_a: the reference's bf16 einsum).
     const PreparedActivation& prep(PrepBuffer& buf, const void* x, bool x_f32, int rows, int64_t K, int64_t ld,
-                                   const DeviceLinear& w);
+                                   const DeviceLinear& w, bool force_exact = false);
     void lin(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind kind, int64_t ld);
     void account_bytes(const PassShape& shape);
 
@@ -154,7 +160,13 @@ private:
     DeviceBuffer ca_, cz_, ica_, icz_, iq_, iw_;
     DeviceBuffer selected_, indexer_ws_;  // indexer top-k [rows, index_topk] and its scoring workspace
     DeviceBuffer attn_ws_;
-    DeviceBuffer moe_scratch_;
+    DeviceBuffer expert_ptrs_;                      // all layers' ExpertTable pointer arrays
+    DeviceBuffer router_logits_, expert_idx_, expert_weight_, grouping_mem_, y_routed_, y_shared_;
+    PrepBuffer moe_h_, moe_h_shared_, prep_x_expert_;
+    MoeGrouping grouping_{};
+    size_t attn_ws_bytes_ = 0;
+    int distinct_experts_ = 0;   // summed over layers in a profiled pass
+    double global_bytes_ = 0;    // head, final norm, hc_head (read every step)
     size_t mhc_ws_bytes_ = 0;
     PrepBuffer prep_x_, prep_x_bf16_, prep_qr_, prep_o_, prep_z_, prep_moe_;
     float* logits_host_ = nullptr;

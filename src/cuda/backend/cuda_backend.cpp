@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "cuda/backend/backend_impl.h"
+#include "cuda/attention/sparse_attention.cuh"
 #include "cuda/backend/glue.cuh"
 #include "cuda/compressor/compressor.cuh"
 #include "cuda/indexer/indexer.cuh"
@@ -219,7 +220,13 @@ CudaBackendImpl::CudaBackendImpl(const ModelConfig& cfg, const BackendOptions& o
     int64_t e2 = 1;
     while (e2 < max_entries_all) e2 *= 2;
     indexer_ws_.allocate(std::max<size_t>(indexer_select_workspace_bytes(int(T), int(e2)), 256), "indexer workspace");
+    int64_t ctx2 = 1;
+    while (ctx2 < pool_->max_context()) ctx2 *= 2;
+    const int max_cand = cfg_.sliding_window + int(std::max<int64_t>(cfg_.index_topk, ctx2 / 128 + 1));
+    attn_ws_bytes_ = std::max<size_t>(sparse_attention_workspace_bytes(int(T), int(H), int(hd), max_cand), 256);
+    attn_ws_.allocate(attn_ws_bytes_, "attention workspace");
     init_moe_buffers();
+    init_byte_counts();
 }
 
 CudaBackendImpl::~CudaBackendImpl() {
@@ -261,9 +268,9 @@ void CudaBackendImpl::validate(std::span<const SequenceStep> steps) const {
 }
 
 const PreparedActivation& CudaBackendImpl::prep(PrepBuffer& buf, const void* x, bool x_f32, int rows, int64_t K,
-                                                int64_t ld, const DeviceLinear& w) {
+                                                int64_t ld, const DeviceLinear& w, bool force_exact) {
     prof_.begin("prepare activation");
-    const ActNumerics num = w.kind == WeightKind::BF16 ? ActNumerics::EXACT : act_numerics_;
+    const ActNumerics num = (w.kind == WeightKind::BF16 || force_exact) ? ActNumerics::EXACT : act_numerics_;
     prepare_activation(x, x_f32, rows, K, ld, w.kind, num, buf.act, stream_);
     prof_.end();
     return buf.act;

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "cuda/attention/kv_store.cuh"
+#include "cuda/attention/sparse_attention.cuh"
 #include "cuda/backend/backend_impl.h"
 #include "cuda/compressor/compressor.cuh"
 #include "cuda/indexer/indexer.cuh"
@@ -97,37 +98,36 @@ void CudaBackendImpl::enqueue_attention(int l, const PassShape& s) {
                 indexer_prepare_q(iq_.as<bf16>(), int64_t(nI) * dI, T, nI, dI, pos, L.rope, stream_);
             }
             const PreparedActivation& aw = prep(prep_x_bf16_, y_.get(), false, T, D, D, L.index_weights_proj);
-            OpProfiler::Scope sc(prof_, "indexer.weights_proj gemm");
-            lin(aw, L.index_weights_proj, iw_.get(), OutKind::BF16, nI);
+            {
+                OpProfiler::Scope sc(prof_, "indexer.weights_proj gemm");
+                lin(aw, L.index_weights_proj, iw_.get(), OutKind::BF16, nI);
+            }
+            IndexerSelectParams ip;
+            ip.batch = batch;
+            ip.n_heads = nI;
+            ip.head_dim = dI;
+            ip.ratio = 4;
+            ip.topk = cfg_.index_topk;
+            ip.q = iq_.as<bf16>();
+            ip.q_stride = int64_t(nI) * dI;
+            ip.weights = iw_.as<bf16>();
+            ip.weights_stride = nI;
+            ip.weights_scale = float(1.0 / std::sqrt(double(dI)) / std::sqrt(double(nI)));
+            ip.keys = index_entries(l);
+            ip.max_entries = s.max_entries;
+            ip.selected = selected_.as<int32_t>();
+            OpProfiler::Scope sc2(prof_, "indexer.score + top-k");
+            indexer_select(ip, indexer_ws_.get(), indexer_ws_.bytes(), stream_);
         }
-        IndexerSelectParams ip;
-        ip.batch = batch;
-        ip.n_heads = nI;
-        ip.head_dim = dI;
-        ip.ratio = 4;
-        ip.topk = cfg_.index_topk;
-        ip.q = iq_.as<bf16>();
-        ip.q_stride = int64_t(nI) * dI;
-        ip.weights = iw_.as<bf16>();
-        ip.weights_stride = nI;
-        ip.weights_scale = float(1.0 / std::sqrt(double(dI)) / std::sqrt(double(nI)));
-        ip.keys = index_entries(l);
-        ip.max_entries = s.max_entries;
-        ip.selected = selected_.as<int32_t>();
-        OpProfiler::Scope sc(prof_, s.need_indexer ? "indexer.score + top-k" : "indexer.select all (skip)");
-        indexer_select(ip, indexer_ws_.get(), indexer_ws_.bytes(), stream_);
     }
     if (L.ratio > 0) run_compressor(L.compressor, false, ca_, cz_);
 
     // Sparse attention over window + compressed entries, then the output projection.
     enqueue_sparse_attention(l, s);
-    {
-        OpProfiler::Scope sc(prof_, "attn.inverse rope");
-        rope_apply(o_.as<bf16>(), int64_t(H) * hd, T, H, hd, pos, L.rope, /*inverse=*/true, stream_);
-    }
     const int G = cfg_.o_groups;
     const int64_t GO = int64_t(G) * cfg_.o_lora_rank;
-    const PreparedActivation& ao = prep(prep_o_, o_.get(), false, T, int64_t(H) * hd, int64_t(H) * hd, L.wo_a);
+    const PreparedActivation& ao =
+        prep(prep_o_, o_.get(), false, T, int64_t(H) * hd, int64_t(H) * hd, L.wo_a, /*force_exact=*/true);
     {
         OpProfiler::Scope sc(prof_, "attn.wo_a grouped gemm");
         grouped_linear(ao, L.wo_a, G, z_.get(), OutKind::BF16, GO, &gemm_ws_, stream_);
@@ -135,6 +135,42 @@ void CudaBackendImpl::enqueue_attention(int l, const PassShape& s) {
     const PreparedActivation& az = prep(prep_z_, z_.get(), false, T, GO, GO, L.wo_b);
     OpProfiler::Scope sc(prof_, "attn.wo_b gemm");
     lin(az, L.wo_b, sub_out_.get(), OutKind::BF16, D);
+}
+
+// Window + compressed candidates; the indexer's selection in CSA layers when some sequence needed scoring, else
+// every visible entry (no more than index_topk of them). The inverse RoPE of the output is fused in the kernel.
+void CudaBackendImpl::enqueue_sparse_attention(int l, const PassShape& s) {
+    const LayerDev& L = layers_[size_t(l)];
+    const int H = cfg_.num_attention_heads, hd = cfg_.head_dim;
+    SparseAttentionParams p;
+    p.batch = token_batch(s);
+    p.n_heads = H;
+    p.head_dim = hd;
+    p.rope_dim = cfg_.qk_rope_head_dim;
+    p.softmax_scale = float(1.0 / std::sqrt(double(hd)));
+    p.q = q_.as<bf16>();
+    p.q_stride = int64_t(H) * hd;
+    p.out = o_.as<bf16>();
+    p.out_stride = int64_t(H) * hd;
+    p.sink = L.attn_sink;
+    p.rope = L.rope;
+    p.window = cfg_.sliding_window;
+    p.ring = ring_view(l);
+    p.ratio = L.ratio;
+    int compressed = 0;
+    if (L.ratio > 0) {
+        p.comp = comp_entries(l);
+        compressed = std::max(1, s.max_context / L.ratio);
+        if (L.ratio == 4 && s.need_indexer) {
+            p.topk = selected_.as<int32_t>();
+            p.topk_stride = cfg_.index_topk;
+            p.topk_width = cfg_.index_topk;
+            compressed = cfg_.index_topk;
+        }
+    }
+    p.max_candidates = cfg_.sliding_window + compressed;
+    OpProfiler::Scope sc(prof_, "attn.sparse attention + inverse rope");
+    sparse_attention(p, attn_ws_.get(), attn_ws_bytes_, stream_);
 }
 
 }  // namespace flashseek::cuda

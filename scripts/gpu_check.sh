@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# The one-script GPU harness of flashseek (issue 4, item 9), run on the H200 with logs under $OUT:
+#   1. every GPU test executable (label "gpu": tests/cuda/*, the op-consistency harness of each CUDA part);
+#   2. end to end, `flashseek logits --backend cuda` on the tiny configs: exact-numerics ("reference": bf16
+#      activations, bf16 KV) against the goldens (tests/data/goldens/*, or the CPU exact numerics where no golden
+#      exists), and release numerics ("production": FP8 KV, FP8 activations) against the CPU release numerics;
+#      scripts/compare_logits.py checks rel err <= 2e-2 and argmax agreement >= 99% per position;
+#   3. compute-sanitizer memcheck and racecheck on the backend test and one end-to-end run;
+#   4. `flashseek bench --dummy-weights --layers 20 --context 256 --concurrency 1,16` on the full V4-Flash config.
+# The device image has no fmt/gtest/CLI11 development packages, so binaries are built on the workstation with
+# `scripts/gpu_check.sh --bundle` (sm_90a, nvcc 13.0 as on the device) into .gpucheck/ and carried; without a
+# bundle the script configures (-DCMAKE_CUDA_ARCHITECTURES=90a) and builds in place with every core.
+# Usage: scripts/gpu_check.sh --bundle            (workstation: build + stage .gpucheck/)
+#        scripts/gpu_check.sh [--quick] [--no-bench] [--no-sanitizer]   (device)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+TARGETS=(flashseek test_cuda_backend test_cuda_linear test_cuda_attention)
+
+if [ "${1:-}" = "--bundle" ]; then
+  set -e
+  BUILD=${BUILD:-build-gpucheck}
+  [ -f "$BUILD/CMakeCache.txt" ] || cmake -S . -B "$BUILD" -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release
+  built=()
+  for t in "${TARGETS[@]}"; do
+    if cmake --build "$BUILD" -j"${JOBS:-2}" --target "$t"; then built+=("$t"); else echo "gpu_check: target $t failed to build" >&2; fi
+  done
+  grep -qx '/.gpucheck/' .git/info/exclude 2>/dev/null || echo '/.gpucheck/' >> .git/info/exclude
+  rm -rf .gpucheck && mkdir -p .gpucheck
+  for t in "${built[@]}"; do
+    f=$(find "$BUILD" -type f -name "$t" -perm -u+x | head -1)
+    [ -n "$f" ] && cp "$f" .gpucheck/
+  done
+  for f in .gpucheck/*; do
+    ldd "$f" | awk '/=> \// {print $3}' | grep -E 'libfmt|libgtest|libgmock|libpcre2|libcpp-httplib|libbenchmark' || true
+  done | sort -u | while read -r lib; do cp -L "$lib" .gpucheck/; done
+  du -sh .gpucheck; ls -la .gpucheck
+  exit 0
+fi
+
+QUICK=0; BENCH=1; SANITIZE=1
+for a in "$@"; do
+  case "$a" in
+    --quick) QUICK=1 ;;
+    --no-bench) BENCH=0 ;;
+    --no-sanitizer) SANITIZE=0 ;;
+    *) echo "gpu_check: unknown option $a" >&2; exit 2 ;;
+  esac
+done
+OUT=${OUT:-$ROOT/out/gpu_check}
+LOG=$OUT/logs
+mkdir -p "$LOG"
+SUMMARY=$OUT/summary.txt
+: > "$SUMMARY"
+note() { echo "$*" | tee -a "$SUMMARY"; }
+export PYTHONUNBUFFERED=1
+
+if [ -d .gpucheck ]; then
+  BIN=$ROOT/.gpucheck
+  export LD_LIBRARY_PATH=$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+else
+  BUILD=$ROOT/build-gpu
+  cmake -S . -B "$BUILD" -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release > "$LOG/configure.log" 2>&1 \
+    || { note "configure FAILED (see logs/configure.log)"; tail -20 "$LOG/configure.log"; }
+  cmake --build "$BUILD" -j"$(nproc)" --target "${TARGETS[@]}" > "$LOG/build.log" 2>&1 || note "build FAILED (logs/build.log)"
+  BIN=$BUILD/bin; mkdir -p "$BIN"
+  for t in "${TARGETS[@]}"; do f=$(find "$BUILD" -type f -name "$t" -perm -u+x | head -1); [ -n "$f" ] && cp "$f" "$BIN/"; done
+fi
+FS=$BIN/flashseek
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader | tee "$LOG/gpu.txt"
+note "gpu_check $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown) on $(head -1 "$LOG/gpu.txt")"
+
+# 1. GPU tests.
+note "== 1. GPU op tests"
+for t in test_cuda_linear test_cuda_attention test_cuda_backend; do
+  if [ ! -x "$BIN/$t" ]; then note "$t: MISSING (not built)"; continue; fi
+  timeout "${TEST_TIMEOUT:-240}" "$BIN/$t" --gtest_brief=1 > "$LOG/$t.log" 2>&1
+  rc=$?
+  pass=$(grep -c '^\[       OK \]' "$LOG/$t.log"); fail=$(grep -c '^\[  FAILED  \]' "$LOG/$t.log")
+  note "$t: exit $rc, $(grep -E '^\[  PASSED  \]|tests? ran' "$LOG/$t.log" | tail -1) $(grep -E '^\[  FAILED  \] [0-9]+ test' "$LOG/$t.log")"
+  grep -E '^\[  FAILED  \] [A-Za-z]' "$LOG/$t.log" | sort -u | head -20 | tee -a "$SUMMARY"
+done
+
+# 2. End to end on the tiny configs.
+note "== 2. end to end: flashseek logits --backend cuda"
+E2E=$OUT/e2e.jsonl; : > "$E2E"
+WORK=$(mktemp -d)
+cases=()
+for d in tests/data/goldens/*/; do [ -f "$d/meta.json" ] && cases+=("golden:$d"); done
+for c in tests/data/configs/tiny-a.json tests/data/configs/tiny-b.json; do [ -f "$c" ] && cases+=("config:$c"); done
+for c in "${cases[@]}"; do
+  kind=${c%%:*}; path=${c#*:}
+  if [ "$kind" = golden ]; then
+    name=$(basename "$path")
+    read -r seed prefill vocab < <(python3 -c "import json,sys; m=json.load(open('$path/meta.json')); print(m['seed'], m['prefill'], m.get('vocab_size', json.load(open('$path/config.json'))['vocab_size']))")
+    python3 -c "import json; m=json.load(open('$path/meta.json')); print(' '.join(map(str, m['tokens'])))" > "$WORK/$name.tok"
+    cfg=$path/config.json
+  else
+    name=$(basename "$path" .json); cfg=$path; seed=7; prefill=150
+    vocab=$(python3 -c "import json; print(json.load(open('$cfg'))['vocab_size'])")
+    python3 -c "import random; r=random.Random(11); print(' '.join(str(r.randrange(2, $vocab)) for _ in range(300)))" > "$WORK/$name.tok"
+  fi
+  "$FS" gen-checkpoint --config "$cfg" --out "$WORK/$name" --seed "$seed" > "$LOG/e2e_$name.log" 2>&1 || { note "$name: gen-checkpoint FAILED"; continue; }
+  run() { # backend numerics out
+    timeout 300 "$FS" logits --model "$WORK/$name" --tokens "$WORK/$name.tok" --prefill "$prefill" --backend "$1" \
+      --numerics "$2" --output "$3" >> "$LOG/e2e_$name.log" 2>&1 || note "$name: logits --backend $1 --numerics $2 FAILED (logs/e2e_$name.log)"
+  }
+  if [ "$kind" = golden ]; then ref_exact=$path/logits.bin; ref_label="exact golden"; else
+    run cpu exact "$WORK/$name.cpu_exact.bin"; ref_exact=$WORK/$name.cpu_exact.bin; ref_label="CPU exact"; fi
+  run cuda exact "$WORK/$name.cuda_exact.bin"
+  run cpu release "$WORK/$name.cpu_release.bin"
+  run cuda release "$WORK/$name.cuda_release.bin"
+  python3 scripts/compare_logits.py --ours "$WORK/$name.cuda_exact.bin" --ref "$ref_exact" --vocab "$vocab" \
+    --label "$name cuda reference vs $ref_label" --json "$E2E" 2>&1 | tee -a "$SUMMARY"
+  python3 scripts/compare_logits.py --ours "$WORK/$name.cuda_release.bin" --ref "$WORK/$name.cpu_release.bin" \
+    --vocab "$vocab" --label "$name cuda production vs CPU release" --json "$E2E" 2>&1 | tee -a "$SUMMARY"
+done
+
+# 3. compute-sanitizer.
+if [ $SANITIZE = 1 ] && command -v compute-sanitizer > /dev/null; then
+  note "== 3. compute-sanitizer"
+  for tool in memcheck racecheck; do
+    if [ -x "$BIN/test_cuda_backend" ]; then
+      timeout 240 compute-sanitizer --tool $tool --print-limit 20 --error-exitcode 99 "$BIN/test_cuda_backend" \
+        --gtest_brief=1 > "$LOG/sanitizer_${tool}_backend.log" 2>&1
+      note "test_cuda_backend under $tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOG/sanitizer_${tool}_backend.log" | tail -1))"
+    fi
+    n=tiny-a
+    if [ -d "$WORK/$n" ]; then
+      timeout 240 compute-sanitizer --tool $tool --print-limit 20 --error-exitcode 99 "$FS" logits --model "$WORK/$n" \
+        --tokens "$WORK/$n.tok" --prefill 150 --backend cuda --numerics release --output "$WORK/san.bin" \
+        > "$LOG/sanitizer_${tool}_e2e.log" 2>&1
+      note "flashseek logits ($n, cuda release) under $tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOG/sanitizer_${tool}_e2e.log" | tail -1))"
+    fi
+  done
+fi
+
+# 4. bench on full-size V4-Flash layers with dummy weights.
+if [ $BENCH = 1 ]; then
+  note "== 4. bench"
+  ol=32; [ $QUICK = 1 ] && ol=8
+  timeout 400 "$FS" bench --model tests/data/configs/v4-flash.json --dummy-weights --layers 20 --context 256 \
+    --concurrency 1,16 --output-len $ol --json "$OUT/bench.json" > "$LOG/bench.log" 2>&1
+  note "bench exit $?"
+  grep -E "copy bandwidth|^== |prefill:|decode:|bytes/step" "$LOG/bench.log" | tee -a "$SUMMARY"
+fi
+rm -rf "$WORK"
+tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOG"
+note "logs: logs.tar.gz"
