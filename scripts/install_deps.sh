@@ -19,9 +19,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 PY=${PYTHON:-python3}
-pip_pkgs=(numpy safetensors tokenizers openai regex)
+pip_pkgs=(numpy safetensors tokenizers openai regex pytest)
 need_pip=0
-for m in numpy safetensors tokenizers openai regex; do
+for m in numpy safetensors tokenizers openai regex pytest; do
   $PY -c "import $m" 2>/dev/null || need_pip=1
 done
 if [ $need_pip = 1 ]; then

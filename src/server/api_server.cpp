@@ -68,6 +68,7 @@ ApiServer::ApiServer(Engine& engine, const tokenizer::Tokenizer& tok, Metrics& m
     });
     http_.post("/v1/chat/completions", [this](const HttpRequest& q, HttpResponse& r) { generate(q, r, Endpoint::Chat); });
     http_.post("/v1/completions", [this](const HttpRequest& q, HttpResponse& r) { generate(q, r, Endpoint::Completion); });
+    http_.post("/tokenize", [this](const HttpRequest& q, HttpResponse& r) { tokenize(q, r); });
     http_.get("/v1/models", [this](const HttpRequest& q, HttpResponse& r) { models(q, r); });
     http_.get("/health", [this](const HttpRequest& q, HttpResponse& r) { health(q, r); });
     http_.get("/metrics", [this](const HttpRequest& q, HttpResponse& r) { this->metrics(q, r); });
@@ -99,6 +100,32 @@ void ApiServer::models(const HttpRequest&, HttpResponse& res) {
                  {"max_model_len", engine_.max_model_len()},
                  {"permission", json::array()}};
     res.body = json({{"object", "list"}, {"data", json::array({card})}}).dump();
+}
+
+void ApiServer::tokenize(const HttpRequest& hreq, HttpResponse& res) {
+    try {
+        const json body = parse_json_body(hreq.body);
+        std::vector<int32_t> ids;
+        if (body.contains("messages")) {
+            const ParsedRequest pr = parse_chat_request(body, options_.limits);
+            try {
+                ids = chat::encode_prompt(tok_, chat::render_prompt(pr.chat));
+            } catch (const Error& e) {
+                bad_param("messages", "could not tokenize the prompt: {}", e.what());
+            }
+        } else {
+            const ParsedRequest pr = parse_completion_request(body, options_.limits);
+            if (pr.prompt_texts.size() + pr.prompt_tokens.size() != 1)
+                bad_param("prompt", "'/tokenize' takes exactly one prompt");
+            if (!pr.prompt_tokens.empty()) ids = pr.prompt_tokens[0];
+            else ids = tok_.encode_with_specials(pr.prompt_texts[0]);
+        }
+        res.body = json({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine_.max_model_len()}}).dump();
+    } catch (const ApiError& e) {
+        fail(res, e);
+    } catch (const Error& e) {
+        fail(res, ApiError(400, e.what(), ""));
+    }
 }
 
 void ApiServer::health(const HttpRequest&, HttpResponse& res) {
@@ -156,14 +183,8 @@ void ApiServer::generate(const HttpRequest& hreq, HttpResponse& res, Endpoint en
             if (endpoint == Endpoint::Chat) {
                 prompts.push_back(chat::encode_prompt(tok_, chat::render_prompt(pr.chat)));
             } else {
-                for (const std::string& text : pr.prompt_texts) {
-                    std::vector<int32_t> ids;
-                    const std::vector<int32_t> body_ids = tok_.encode_with_specials(text);
-                    const int32_t bos = tok_.bos_id();
-                    if (body_ids.empty() || body_ids.front() != bos) ids.push_back(bos);
-                    ids.insert(ids.end(), body_ids.begin(), body_ids.end());
-                    prompts.push_back(std::move(ids));
-                }
+                // As HF encodes it: added tokens matched literally, no BOS (DeepSeek-V4's add_bos_token is false).
+                for (const std::string& text : pr.prompt_texts) prompts.push_back(tok_.encode_with_specials(text));
                 for (auto& ids : pr.prompt_tokens) prompts.push_back(ids);
             }
         } catch (const Error& e) {

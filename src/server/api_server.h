@@ -35,6 +35,7 @@ public:
 private:
     void generate(const HttpRequest& req, HttpResponse& res, Endpoint endpoint);
     void models(const HttpRequest& req, HttpResponse& res);
+    void tokenize(const HttpRequest& req, HttpResponse& res);  // vLLM-style extra: prompt ids and count
     void health(const HttpRequest& req, HttpResponse& res);
     void metrics(const HttpRequest& req, HttpResponse& res);
     bool authorized(const HttpRequest& req) const;

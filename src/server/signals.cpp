@@ -4,6 +4,8 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <csignal>
+
 namespace flashseek::server {
 
 namespace {
