@@ -80,12 +80,14 @@ __device__ __forceinline__ void load_chunk8(const uint8_t* src, KvFormat fmt, in
 }
 
 struct Smem {
-    float* q;      // [kHeads][D]
+    float* q;      // [D][kHeads] (dim-major: one 32-byte broadcast gives a dim's 8 heads)
     bf16* kv;      // [kTile][D + 2]
     float* part;   // [kSlices][kHeads][kTile]
-    float* prob;   // [kHeads][kTile]
+    float* prob;   // [kTile][kHeads]
     float* alpha;  // [kHeads]
     int* valid;    // [kTile]
+    const uint8_t** ptr;  // [kTile] entry addresses of the tile's candidates (nullptr = masked)
+    int* fmt;      // [kTile]
 };
 
 __device__ __forceinline__ Smem carve(unsigned char* raw, int D) {
@@ -96,12 +98,14 @@ __device__ __forceinline__ Smem carve(unsigned char* raw, int D) {
     s.prob = s.part + kSlices * kHeads * kTile;
     s.alpha = s.prob + kHeads * kTile;
     s.valid = reinterpret_cast<int*>(s.alpha + kHeads);
+    s.fmt = s.valid + kTile;
+    s.ptr = reinterpret_cast<const uint8_t**>(s.fmt + kTile);  // 8-byte aligned: every size above is
     return s;
 }
 
 size_t smem_bytes(int D) {
     return size_t(kHeads) * D * 4 + size_t(kTile) * (D + 2) * 2 + size_t(kSlices) * kHeads * kTile * 4 +
-           size_t(kHeads) * kTile * 4 + kHeads * 4 + kTile * 4;
+           size_t(kHeads) * kTile * 4 + kHeads * 4 + kTile * 4 + kTile * 4 + kTile * 8;
 }
 
 // Writes out_h for the pair d2 of head h: value (already normalized) de-rotated at pos.
@@ -135,7 +139,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionPara
 
     for (int i = threadIdx.x; i < kHeads * D; i += kThreads) {
         const int h = i / D, d = i % D;
-        sm.q[i] = h < n_heads_here ? __bfloat162float(p.q[t * p.q_stride + int64_t(h0 + h) * D + d]) : 0.f;
+        sm.q[d * kHeads + h] = h < n_heads_here ? __bfloat162float(p.q[t * p.q_stride + int64_t(h0 + h) * D + d]) : 0.f;
     }
     float m_run = -INFINITY, l_run = 0.f;  // per head `warp` (all lanes hold the same values)
     float acc[kMaxPairs][kHeads][2];
@@ -148,21 +152,38 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionPara
     const int kv_rope_dim = p.rope_dim;
     for (int base = c_begin; base < c_end; base += kTile) {
         __syncthreads();  // previous tile fully consumed
-        for (int i = threadIdx.x; i < kTile * chunks; i += kThreads) {
-            const int e = i / chunks, d = (i % chunks) * 8;
-            __nv_bfloat162 v[4];
-            const uint8_t* src = nullptr;
+        if (threadIdx.x < kTile) {  // resolve the tile's entry addresses once (a chain of dependent loads each)
             KvFormat fmt = KvFormat::BF16;
-            if (base + e < c_end) src = candidate_entry(p, c, t, base + e, fmt);
-            if (src) {
-                load_chunk8(src, fmt, D, kv_rope_dim, d, v);
-            } else {
-                v[0] = v[1] = v[2] = v[3] = __floats2bfloat162_rn(0.f, 0.f);
-            }
-            __nv_bfloat162* row = reinterpret_cast<__nv_bfloat162*>(sm.kv + e * (D + 2));
+            const uint8_t* src = base + threadIdx.x < c_end ? candidate_entry(p, c, t, base + threadIdx.x, fmt) : nullptr;
+            sm.ptr[threadIdx.x] = src;
+            sm.fmt[threadIdx.x] = int(fmt);
+            sm.valid[threadIdx.x] = src != nullptr;
+        }
+        __syncthreads();
+        // Dequantize the tile into shared memory: kLoadBatch independent 8-dim chunks per thread in flight.
+        constexpr int kLoadBatch = 8;
+        for (int i0 = threadIdx.x; i0 < kTile * chunks; i0 += kLoadBatch * kThreads) {
+            __nv_bfloat162 v[kLoadBatch][4];
 #pragma unroll
-            for (int k = 0; k < 4; ++k) row[d / 2 + k] = v[k];
-            if (d == 0) sm.valid[e] = src != nullptr;
+            for (int k = 0; k < kLoadBatch; ++k) {
+                const int i = i0 + k * kThreads;
+                const int e = i / chunks, d = (i % chunks) * 8;
+                const uint8_t* src = i < kTile * chunks ? sm.ptr[e] : nullptr;
+                if (src) {
+                    load_chunk8(src, KvFormat(sm.fmt[e]), D, kv_rope_dim, d, v[k]);
+                } else {
+                    v[k][0] = v[k][1] = v[k][2] = v[k][3] = __floats2bfloat162_rn(0.f, 0.f);
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < kLoadBatch; ++k) {
+                const int i = i0 + k * kThreads;
+                if (i >= kTile * chunks) break;
+                const int e = i / chunks, d = (i % chunks) * 8;
+                __nv_bfloat162* row = reinterpret_cast<__nv_bfloat162*>(sm.kv + e * (D + 2));
+#pragma unroll
+                for (int j = 0; j < 4; ++j) row[d / 2 + j] = v[k][j];
+            }
         }
         __syncthreads();
         {  // QK partials: entry = lane, slice = warp
@@ -174,11 +195,15 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionPara
             const __nv_bfloat162* row = reinterpret_cast<const __nv_bfloat162*>(sm.kv + e * (D + 2));
             for (int d = d_begin; d < d_end; d += 2) {
                 const float2 kk = __bfloat1622float2(row[d / 2]);
+                float q0[kHeads], q1[kHeads];
+                *reinterpret_cast<float4*>(q0) = *reinterpret_cast<const float4*>(sm.q + d * kHeads);
+                *reinterpret_cast<float4*>(q0 + 4) = *reinterpret_cast<const float4*>(sm.q + d * kHeads + 4);
+                *reinterpret_cast<float4*>(q1) = *reinterpret_cast<const float4*>(sm.q + (d + 1) * kHeads);
+                *reinterpret_cast<float4*>(q1 + 4) = *reinterpret_cast<const float4*>(sm.q + (d + 1) * kHeads + 4);
 #pragma unroll
                 for (int h = 0; h < kHeads; ++h) {
-                    const float2 qq = *reinterpret_cast<const float2*>(sm.q + h * D + d);
-                    dot[h] = fmaf(qq.x, kk.x, dot[h]);
-                    dot[h] = fmaf(qq.y, kk.y, dot[h]);
+                    dot[h] = fmaf(q0[h], kk.x, dot[h]);
+                    dot[h] = fmaf(q1[h], kk.y, dot[h]);
                 }
             }
 #pragma unroll
@@ -196,7 +221,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionPara
             const float alpha = m_new == -INFINITY ? 1.f : expf(m_run - m_new);
             l_run = l_run * alpha + warp_sum(pe);
             m_run = m_new;
-            sm.prob[h * kTile + e] = round_bf16(pe);
+            sm.prob[e * kHeads + h] = round_bf16(pe);
             if (lane == 0) sm.alpha[h] = alpha;
         }
         __syncthreads();
@@ -211,11 +236,13 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionPara
             }
             for (int e = 0; e < kTile; ++e) {
                 const float2 v = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(sm.kv + e * (D + 2))[d2]);
+                float pr[kHeads];
+                *reinterpret_cast<float4*>(pr) = *reinterpret_cast<const float4*>(sm.prob + e * kHeads);
+                *reinterpret_cast<float4*>(pr + 4) = *reinterpret_cast<const float4*>(sm.prob + e * kHeads + 4);
 #pragma unroll
                 for (int h = 0; h < kHeads; ++h) {
-                    const float pe = sm.prob[h * kTile + e];
-                    acc[k][h][0] = fmaf(pe, v.x, acc[k][h][0]);
-                    acc[k][h][1] = fmaf(pe, v.y, acc[k][h][1]);
+                    acc[k][h][0] = fmaf(pr[h], v.x, acc[k][h][0]);
+                    acc[k][h][1] = fmaf(pr[h], v.y, acc[k][h][1]);
                 }
             }
         }

@@ -14,7 +14,7 @@ using namespace attn_detail;
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 512;  // one channel per thread for d_c = 512
 
 __host__ __device__ int coff(int ratio) { return ratio == 4 ? 2 : 1; }
 
@@ -72,25 +72,40 @@ __global__ void __launch_bounds__(kThreads) compressor_emit_kernel(CompressorPar
             score = sscore[r];
         }
     };
+    // Per channel softmax pooling over the slots. Slots are fetched kBatch at a time into registers so that their
+    // loads are in flight together (the pooling is latency-bound otherwise); up to kBatch slots (ratio 4) the
+    // softmax is the exact two-pass form, beyond that (ratio 128) batches merge online.
+    constexpr int kBatch = 16;
+    const int n_a = c == 2 ? (w > 0 ? m : 0) : 0;  // A slots: tokens (w-1)m .. wm-1 (ratio 4 only)
+    const int n_slots = n_a + m;
     for (int ch = threadIdx.x; ch < p.dim; ch += blockDim.x) {
-        float mx = -INFINITY;
-        const int a_first = c == 2 ? max(0, (w - 1) * m) : 0, a_end = c == 2 ? w * m : 0;
         const int b_col = c == 2 ? p.dim + ch : ch;
-        float kvv, sc;
-        for (int t = a_first; t < a_end; ++t) { fetch(t, ch, kvv, sc); mx = fmaxf(mx, sc); }
-        for (int t = w * m; t < (w + 1) * m; ++t) { fetch(t, b_col, kvv, sc); mx = fmaxf(mx, sc); }
-        float den = 0.f, num = 0.f;
-        for (int t = a_first; t < a_end; ++t) {
-            fetch(t, ch, kvv, sc);
-            const float e = expf(sc - mx);
-            den += e;
-            num += e * kvv;
-        }
-        for (int t = w * m; t < (w + 1) * m; ++t) {
-            fetch(t, b_col, kvv, sc);
-            const float e = expf(sc - mx);
-            den += e;
-            num += e * kvv;
+        float mx = -INFINITY, den = 0.f, num = 0.f;
+        for (int s0 = 0; s0 < n_slots; s0 += kBatch) {
+            float kvv[kBatch], sc[kBatch];
+#pragma unroll
+            for (int i = 0; i < kBatch; ++i) {
+                const int sl = s0 + i;
+                sc[i] = -INFINITY;
+                kvv[i] = 0.f;
+                if (sl < n_slots) {
+                    if (sl < n_a) fetch((w - 1) * m + sl, ch, kvv[i], sc[i]);
+                    else fetch(w * m + (sl - n_a), b_col, kvv[i], sc[i]);
+                }
+            }
+            float bm = mx;
+#pragma unroll
+            for (int i = 0; i < kBatch; ++i) bm = fmaxf(bm, sc[i]);
+            const float rescale = mx == -INFINITY ? 0.f : expf(mx - bm);
+            den *= rescale;
+            num *= rescale;
+#pragma unroll
+            for (int i = 0; i < kBatch; ++i) {
+                const float e = sc[i] == -INFINITY ? 0.f : expf(sc[i] - bm);
+                den += e;
+                num += e * kvv[i];
+            }
+            mx = bm;
         }
         v[ch] = round_bf16(num / den);
     }

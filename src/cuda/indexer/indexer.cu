@@ -94,6 +94,10 @@ constexpr int kHeadGroups = kScoreThreads / kScoreTile;
 
 __device__ __forceinline__ int visible_entries(int64_t pos, int ratio) { return int((pos + 1) / ratio); }
 
+// Heads padded to a multiple of 16 (zero q, zero weight) so each of the 4 head groups reads its heads' q values
+// for one dim as float4 broadcasts from the dim-major q tile.
+__host__ __device__ inline int padded_heads(int h) { return (h + 15) / 16 * 16; }
+
 __global__ void __launch_bounds__(kScoreThreads) scores_kernel(IndexerSelectParams p, float* __restrict__ scores) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int t = blockIdx.x;
@@ -101,15 +105,18 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(IndexerSelectPara
     if (n_vis <= p.topk) return;  // every entry is selected: no scoring
     const int j0 = blockIdx.y * kScoreTile;
     if (j0 >= n_vis) return;
-    const int H = p.n_heads, D = p.head_dim, kd = D + 2;  // key rows padded by one word: conflict-free
-    bf16* qs = reinterpret_cast<bf16*>(smem_raw);          // [H][D]
-    bf16* ks = qs + H * D;                                  // [kScoreTile][kd]
-    float* ws = reinterpret_cast<float*>(ks + kScoreTile * kd);  // [H]
-    float* part = ws + H;                                   // [kHeadGroups][kScoreTile]
+    const int H = p.n_heads, Hp = padded_heads(H), D = p.head_dim, kd = D + 2;  // key rows padded by one word
+    float* qs = reinterpret_cast<float*>(smem_raw);         // [D][Hp] dim-major
+    float* ws = qs + D * Hp;                                // [Hp]
+    float* part = ws + Hp;                                  // [kHeadGroups][kScoreTile]
+    bf16* ks = reinterpret_cast<bf16*>(part + kHeadGroups * kScoreTile);  // [kScoreTile][kd]
     const bf16* qt = p.q + t * p.q_stride;
-    for (int i = threadIdx.x; i < H * D; i += blockDim.x) qs[i] = qt[i];
-    for (int h = threadIdx.x; h < H; h += blockDim.x)
-        ws[h] = __bfloat162float(p.weights[t * p.weights_stride + h]) * p.weights_scale;
+    for (int i = threadIdx.x; i < Hp * D; i += blockDim.x) {
+        const int h = i / D, d = i % D;
+        qs[d * Hp + h] = h < H ? __bfloat162float(qt[i]) : 0.f;
+    }
+    for (int h = threadIdx.x; h < Hp; h += blockDim.x)
+        ws[h] = h < H ? __bfloat162float(p.weights[t * p.weights_stride + h]) * p.weights_scale : 0.f;
     const int slot = p.batch.seq_slot[p.batch.token_seq[t]];
     const IndexFormat fmt = IndexFormat(p.keys.format);
     for (int i = threadIdx.x; i < kScoreTile * (D / 2); i += blockDim.x) {
@@ -129,18 +136,22 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(IndexerSelectPara
     }
     __syncthreads();
     const int e = threadIdx.x % kScoreTile, g = threadIdx.x / kScoreTile;
+    const int hpg = Hp / kHeadGroups;  // a multiple of 4
     const __nv_bfloat162* krow = reinterpret_cast<const __nv_bfloat162*>(ks + e * kd);
     float acc = 0.f;
-    for (int h = g; h < H; h += kHeadGroups) {
-        const __nv_bfloat162* qrow = reinterpret_cast<const __nv_bfloat162*>(qs + h * D);
-        float dot = 0.f;
+    for (int h4 = g * hpg; h4 < (g + 1) * hpg; h4 += 4) {
+        float dot[4] = {0.f, 0.f, 0.f, 0.f};
         for (int d2 = 0; d2 < D / 2; ++d2) {
             const float2 kk = __bfloat1622float2(krow[d2]);
-            const float2 qq = __bfloat1622float2(qrow[d2]);
-            dot = fmaf(qq.x, kk.x, dot);
-            dot = fmaf(qq.y, kk.y, dot);
+            const float4 q0 = *reinterpret_cast<const float4*>(qs + (2 * d2) * Hp + h4);
+            const float4 q1 = *reinterpret_cast<const float4*>(qs + (2 * d2 + 1) * Hp + h4);
+            dot[0] = fmaf(q1.x, kk.y, fmaf(q0.x, kk.x, dot[0]));
+            dot[1] = fmaf(q1.y, kk.y, fmaf(q0.y, kk.x, dot[1]));
+            dot[2] = fmaf(q1.z, kk.y, fmaf(q0.z, kk.x, dot[2]));
+            dot[3] = fmaf(q1.w, kk.y, fmaf(q0.w, kk.x, dot[3]));
         }
-        acc = fmaf(ws[h], fmaxf(dot, 0.f), acc);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc = fmaf(ws[h4 + i], fmaxf(dot[i], 0.f), acc);
     }
     part[g * kScoreTile + e] = acc;
     __syncthreads();
@@ -285,10 +296,14 @@ void indexer_select(const IndexerSelectParams& p, void* workspace, size_t worksp
         const size_t need = indexer_select_workspace_bytes(n_tokens, p.max_entries);
         FS_ATTN_REQUIRE(workspace && workspace_bytes >= need,
                         "indexer: workspace of {} bytes is smaller than the {} needed", workspace_bytes, need);
-        const size_t smem = size_t(p.n_heads) * p.head_dim * 2 + size_t(kScoreTile) * (p.head_dim + 2) * 2 +
-                            size_t(p.n_heads) * 4 + size_t(kHeadGroups) * kScoreTile * 4;
-        if (smem > 48 * 1024)
+        const int Hp = padded_heads(p.n_heads);
+        const size_t smem = size_t(Hp) * p.head_dim * 4 + size_t(Hp) * 4 + size_t(kHeadGroups) * kScoreTile * 4 +
+                            size_t(kScoreTile) * (p.head_dim + 2) * 2;
+        static size_t configured = 48 * 1024;  // the opt-in is per function: raise it once, outside graph replays
+        if (smem > configured) {
             FS_ATTN_CUDA_CHECK(cudaFuncSetAttribute(scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+            configured = smem;
+        }
         const dim3 grid(n_tokens, (p.max_entries + kScoreTile - 1) / kScoreTile);
         scores_kernel<<<grid, kScoreThreads, smem, stream>>>(p, static_cast<float*>(workspace));
         FS_ATTN_LAUNCHED();

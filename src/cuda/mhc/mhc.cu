@@ -15,7 +15,7 @@ namespace {
 
 constexpr int kTok = 4;         // tokens per partial CTA (fn is read once per tile)
 constexpr int kMixMax = 24;     // (2 + N) * N for N <= 4
-constexpr int kChunk = 512;     // K elements per partial CTA
+constexpr int kChunk = 256;     // K elements per partial CTA (64 CTAs per token tile at N*D = 16384)
 constexpr int kThreads = 256;
 constexpr int kMaxStreams = 4;
 
@@ -96,37 +96,38 @@ __global__ void __launch_bounds__(kThreads) mhc_finalize_kernel(MhcPreParams p, 
         red[threadIdx.x] = s;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (threadIdx.x < 32) {  // warp 0: pre/post on lanes < N, the N x N Sinkhorn with one lane per element
+        const int lane = threadIdx.x;
         const float rho = 1.f / sqrtf(red[n_mix] / float(K) + p.rms_eps);
-        for (int j = 0; j < N; ++j) pre[j] = sigmoid_acc(red[j] * rho * p.scale[0] + p.base[j]) + p.hc_eps;
+        if (lane < N) pre[lane] = sigmoid_acc(red[lane] * rho * p.scale[0] + p.base[lane]) + p.hc_eps;
         if (!p.head_mode) {
-            float C[kMaxStreams * kMaxStreams];
-            for (int j = 0; j < N; ++j)
-                p.post[int64_t(t) * N + j] = 2.f * sigmoid_acc(red[N + j] * rho * p.scale[1] + p.base[N + j]);
-            for (int i = 0; i < N * N; ++i) C[i] = red[2 * N + i] * rho * p.scale[2] + p.base[2 * N + i];
+            if (lane < N)
+                p.post[int64_t(t) * N + lane] = 2.f * sigmoid_acc(red[N + lane] * rho * p.scale[1] + p.base[N + lane]);
+            const bool mine = lane < N * N;
+            const int j = lane / N, k = lane % N;
             const float eps = p.hc_eps;
-            for (int j = 0; j < N; ++j) {  // row softmax + eps
-                float m = C[j * N];
-                for (int k = 1; k < N; ++k) m = fmaxf(m, C[j * N + k]);
+            float c = mine ? red[2 * N + lane] * rho * p.scale[2] + p.base[2 * N + lane] : 0.f;
+            // sums in the CPU op's order (k = 0..N-1 along a row, j = 0..N-1 down a column)
+            auto row_sum = [&](float v) {
                 float s = 0.f;
-                for (int k = 0; k < N; ++k) s += (C[j * N + k] = expf(C[j * N + k] - m));
-                for (int k = 0; k < N; ++k) C[j * N + k] = C[j * N + k] / s + eps;
+                for (int kk = 0; kk < N; ++kk) s += __shfl_sync(0xffffffffu, v, (j * N + kk) & 31);
+                return s;
+            };
+            auto col_sum = [&](float v) {
+                float s = 0.f;
+                for (int jj = 0; jj < N; ++jj) s += __shfl_sync(0xffffffffu, v, (jj * N + k) & 31);
+                return s;
+            };
+            float m = -INFINITY;
+            for (int kk = 0; kk < N; ++kk) m = fmaxf(m, __shfl_sync(0xffffffffu, c, (j * N + kk) & 31));
+            const float e = expf(c - m);
+            c = e / row_sum(e) + eps;  // row softmax + eps
+            c = c / (col_sum(c) + eps);
+            for (int it = 1; it < p.sinkhorn_iters; ++it) {
+                c = c / (row_sum(c) + eps);
+                c = c / (col_sum(c) + eps);
             }
-            for (int it = 0; it < p.sinkhorn_iters; ++it) {
-                if (it > 0) {  // row normalization (every iteration after the first, which starts on columns)
-                    for (int j = 0; j < N; ++j) {
-                        float s = 0.f;
-                        for (int k = 0; k < N; ++k) s += C[j * N + k];
-                        for (int k = 0; k < N; ++k) C[j * N + k] /= (s + eps);
-                    }
-                }
-                for (int k = 0; k < N; ++k) {  // column normalization
-                    float s = 0.f;
-                    for (int j = 0; j < N; ++j) s += C[j * N + k];
-                    for (int j = 0; j < N; ++j) C[j * N + k] /= (s + eps);
-                }
-            }
-            for (int i = 0; i < N * N; ++i) p.comb[int64_t(t) * N * N + i] = C[i];
+            if (mine) p.comb[int64_t(t) * N * N + lane] = c;
         }
     }
     __syncthreads();
@@ -197,9 +198,12 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
                                                       ws);
     FS_ATTN_LAUNCHED();
     const size_t smem = size_t(p.dim) * sizeof(float);
-    if (smem > 48 * 1024)
+    static size_t configured = 48 * 1024;
+    if (smem > configured) {
         FS_ATTN_CUDA_CHECK(cudaFuncSetAttribute(mhc_finalize_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 int(smem)));
+        configured = smem;
+    }
     mhc_finalize_kernel<<<p.n_tokens, kThreads, smem, stream>>>(p, ws, splits);
     FS_ATTN_LAUNCHED();
 }

@@ -95,6 +95,7 @@ TEST(CudaSparseAttention, MatchesCpuReference) {
         {3, 64, 32, 4, 128, false, KvFormat::BF16, 1},
     };
     for (const AttnCase& c : cases) {
+        if (std::getenv("FS_ATTN_SMALL") && c.H > 12) continue;  // sanitizer runs: the small cases cover every path
         const int n_slots = 5, topk_width = 24;
         const int ring_entries = c.window + c.tokens_per_seq + 3;
         BatchHost bh;
