@@ -106,6 +106,7 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& cfg, const Inventory
 // Binds views for every tensor the forward needs and validates the whole checkpoint against the inventory:
 // missing, unexpected, wrongly typed or mis-shaped tensors are reported together, by name, in one Error.
 // Expert format (FP4 vs FP8) and scale dtype (E8M0 vs F32) are read from the tensor headers.
+// The returned views point into the checkpoint's mappings: keep the Checkpoint alive while they are used.
 // Scale tensors are scanned for NaN-coded E8M0 bytes (255) and non-positive/non-finite F32 values, and hash
 // tables (tid2eid) for ids outside [0, n_routed_experts) or repeated within a row.
 ModelWeights bind_weights(const ModelConfig& cfg, const Checkpoint& ckpt);
