@@ -1,0 +1,154 @@
+// Unit tests of the server pieces that need no model: stop-string matching over random splits of streamed text,
+// strict JSON parsing (duplicate keys at any depth), request validation naming the parameter, context checks, and
+// the Prometheus text format (cumulative buckets, +Inf, sum and count). Random inputs use a fresh seed per run.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "server/metrics.h"
+#include "server/protocol.h"
+#include "server/stop_matcher.h"
+
+using namespace flashseek::server;
+using json = nlohmann::json;
+
+namespace {
+uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}(); }
+
+std::string reference_cut(const std::string& text, const std::vector<std::string>& stops, bool* matched) {
+    size_t cut = std::string::npos;
+    for (const auto& s : stops) cut = std::min(cut, text.find(s));
+    *matched = cut != std::string::npos;
+    return *matched ? text.substr(0, cut) : text;
+}
+
+ProtocolLimits limits() {
+    ProtocolLimits l;
+    l.model_name = "m";
+    l.vocab_size = 1000;
+    return l;
+}
+
+void expect_param(const std::function<void()>& f, const std::string& param, int status = 400) {
+    try {
+        f();
+        ADD_FAILURE() << "expected ApiError for " << param;
+    } catch (const ApiError& e) {
+        EXPECT_EQ(e.param, param) << e.what();
+        EXPECT_EQ(e.status, status) << e.what();
+    }
+}
+}  // namespace
+
+TEST(StopMatcher, RandomSplitsMatchWholeTextSearch) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    const std::string alphabet = "abcab ";
+    for (int trial = 0; trial < 2000; ++trial) {
+        std::string text;
+        for (int i = 0, n = int(rng() % 40); i < n; ++i) text += alphabet[rng() % alphabet.size()];
+        std::vector<std::string> stops;
+        for (int k = 0, n = 1 + int(rng() % 3); k < n; ++k) {
+            std::string s;
+            for (int i = 0, m = 1 + int(rng() % 4); i < m; ++i) s += alphabet[rng() % alphabet.size()];
+            stops.push_back(s);
+        }
+        StopMatcher m(stops);
+        std::string out;
+        size_t pos = 0;
+        while (pos < text.size()) {
+            const size_t len = 1 + rng() % 5;
+            out += m.push(std::string_view(text).substr(pos, len));
+            pos += len;
+        }
+        out += m.flush();
+        bool matched = false;
+        ASSERT_EQ(out, reference_cut(text, stops, &matched)) << "text '" << text << "'";
+        ASSERT_EQ(m.matched(), matched);
+    }
+}
+
+TEST(StopMatcher, HoldsBackOnlyPossiblePrefixes) {
+    StopMatcher m({"STOP"});
+    EXPECT_EQ(m.push("hello ST"), "hello ");
+    EXPECT_EQ(m.push("AR"), "STAR");
+    EXPECT_EQ(m.push("xS"), "x");
+    EXPECT_EQ(m.push("TOP and more"), "");
+    EXPECT_TRUE(m.matched());
+    EXPECT_EQ(m.push("later"), "");
+}
+
+TEST(Protocol, StrictJson) {
+    expect_param([] { parse_json_body(R"({"a": 1, "a": 2})"); }, "a");
+    expect_param([] { parse_json_body(R"({"m": [{"x": 1, "y": {"z": 1, "z": 2}}]})"); }, "z");
+    EXPECT_NO_THROW(parse_json_body(R"({"m": [{"x": 1}, {"x": 2}]})"));  // same key in sibling objects is fine
+    expect_param([] { parse_json_body("[1]"); }, "body");
+    expect_param([] { parse_json_body(""); }, "body");
+    expect_param([] { parse_json_body("{\"a\": \"\xff\"}"); }, "body");
+}
+
+TEST(Protocol, CompletionValidation) {
+    const auto L = limits();
+    auto parse = [&](const char* text) { return parse_completion_request(parse_json_body(text), L); };
+    const ParsedRequest ok = parse(R"({"model": "m", "prompt": [1, 2, 3], "max_tokens": 5, "seed": 7, "n": 2,
+                                       "temperature": 0.5, "stop": ["x"], "logprobs": 3})");
+    EXPECT_EQ(ok.prompt_tokens.at(0), (std::vector<int32_t>{1, 2, 3}));
+    EXPECT_EQ(*ok.max_tokens, 5);
+    EXPECT_EQ(*ok.seed, 7u);
+    EXPECT_EQ(ok.n, 2);
+    EXPECT_EQ(ok.top_logprobs, 3);
+    expect_param([&] { parse(R"({"prompt": [1000]})"); }, "prompt");
+    expect_param([&] { parse(R"({"prompt": "x", "model": "other"})"); }, "model", 404);
+    expect_param([&] { parse(R"({"prompt": "x", "max_tokens": 9223372036854775808})"); }, "max_tokens");
+    expect_param([&] { parse(R"({"prompt": "x", "n": 2, "temperature": 0})"); }, "n");
+    expect_param([&] { parse(R"({"prompt": "x", "top_p": 0})"); }, "top_p");
+    expect_param([&] { parse(R"({"prompt": "x", "stream_options": {"include_usage": true}})"); }, "stream_options");
+}
+
+TEST(Protocol, ContextCheckNamesBothNumbers) {
+    ParsedRequest r;
+    r.endpoint = Endpoint::Completion;
+    EXPECT_EQ(resolve_max_tokens(r, 10, 100), 90);
+    r.max_tokens = 90;
+    EXPECT_EQ(resolve_max_tokens(r, 10, 100), 90);
+    r.max_tokens = 91;
+    try {
+        resolve_max_tokens(r, 10, 100);
+        FAIL();
+    } catch (const ApiError& e) {
+        const std::string m = e.what();
+        EXPECT_EQ(e.code, "context_length_exceeded");
+        EXPECT_NE(m.find("100"), std::string::npos);
+        EXPECT_NE(m.find("101"), std::string::npos);
+        EXPECT_NE(m.find("91"), std::string::npos);
+    }
+    r.max_tokens = INT64_MAX;
+    EXPECT_THROW(resolve_max_tokens(r, 10, 100), ApiError);
+    r.max_tokens.reset();
+    EXPECT_THROW(resolve_max_tokens(r, 100, 100), ApiError);
+}
+
+TEST(Metrics, PrometheusHistogramIsCumulative) {
+    Metrics m("model \"x\"");
+    m.on_first_token(0.003);
+    m.on_first_token(0.05);
+    m.on_first_token(1e6);
+    m.on_request_finished("stop", 10, 5, 1.0, 0.1, 0.2, 0.15);
+    MetricsSnapshotInput in;
+    in.running = 3;
+    in.state_total_blocks = 10;
+    in.state_used_blocks = 4;
+    const std::string t = m.render(in);
+    EXPECT_NE(t.find("flashseek:num_requests_running{model_name=\"model \\\"x\\\"\"} 3"), std::string::npos) << t;
+    EXPECT_NE(t.find("flashseek:kv_cache_usage_perc{model_name=\"model \\\"x\\\"\"} 0.4"), std::string::npos);
+    EXPECT_NE(t.find("flashseek:time_to_first_token_seconds_bucket{model_name=\"model \\\"x\\\"\",le=\"0.005\"} 1"),
+              std::string::npos);
+    EXPECT_NE(t.find("flashseek:time_to_first_token_seconds_bucket{model_name=\"model \\\"x\\\"\",le=\"0.06\"} 2"),
+              std::string::npos);
+    EXPECT_NE(t.find("le=\"+Inf\"} 3"), std::string::npos);
+    EXPECT_NE(t.find("flashseek:time_to_first_token_seconds_count{model_name=\"model \\\"x\\\"\"} 3"), std::string::npos);
+    EXPECT_NE(t.find("flashseek:request_success_total{model_name=\"model \\\"x\\\"\",finished_reason=\"stop\"} 1"),
+              std::string::npos);
+    EXPECT_NE(t.find("# TYPE flashseek:e2e_request_latency_seconds histogram"), std::string::npos);
+}

@@ -1,0 +1,177 @@
+// `flashseek serve`: the OpenAI-compatible server. Loads the model (progress bar, Ctrl-C cancels), starts the
+// engine thread and the HTTP server on 127.0.0.1 unless --host says otherwise, and on SIGTERM/SIGINT drains:
+// new requests get 503, in-flight ones may finish for --shutdown-timeout seconds, then the rest are aborted.
+// A second signal exits at once. Without --model it serves the embedded default tiny model.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <cstdio>
+#include <thread>
+
+#include "command.h"
+#include "engine/factory.h"
+#include "model/default_model.h"
+#include "server/api_server.h"
+#include "server/load_progress.h"
+#include "server/signals.h"
+#include "tokenizer/tokenizer.h"
+#include "util/error.h"
+
+namespace {
+
+using namespace flashseek;
+using namespace flashseek::server;
+
+// "512KiB", "2GiB", "1000000" -> bytes; "" -> 0 (backend default).
+int64_t parse_byte_size(const std::string& text, const char* flag) {
+    if (text.empty()) return 0;
+    size_t used = 0;
+    double v = 0;
+    try {
+        v = std::stod(text, &used);
+    } catch (const std::exception&) {
+        fail("{}: '{}' is not a size (examples: 1000000, 64KiB, 2GiB)", flag, text);
+    }
+    const std::string unit = text.substr(used);
+    double mult = 1;
+    if (unit == "" || unit == "B") mult = 1;
+    else if (unit == "KiB" || unit == "K") mult = 1024.0;
+    else if (unit == "MiB" || unit == "M") mult = 1024.0 * 1024;
+    else if (unit == "GiB" || unit == "G") mult = 1024.0 * 1024 * 1024;
+    else fail("{}: unknown unit '{}' in '{}' (use B, KiB, MiB or GiB)", flag, unit, text);
+    FS_CHECK(v > 0 && v * mult < 9e18, "{}: '{}' is out of range", flag, text);
+    return int64_t(v * mult);
+}
+
+int run_serve(int argc, char** argv) {
+    CLI::App app{"Serve a DeepSeek-V4 model over the OpenAI API (chat/completions, completions, models, health, "
+                 "metrics)"};
+    std::string model_dir, served_name, backend = "cpu", numerics = "exact";
+    ApiServerOptions api;
+    EngineOptions eng;
+    BackendOptions bopt;
+    double shutdown_timeout = 30;
+    std::string state_memory;
+    bool debug_hooks = false;
+    app.add_option("--model", model_dir, "model directory (config.json, safetensors, tokenizer.json); default: the "
+                                         "embedded tiny model");
+    app.add_option("--served-model-name", served_name, "model id in the API (default: the directory name)");
+    app.add_option("--host", api.http.host, "address to bind (default 127.0.0.1; 0.0.0.0 exposes it)");
+    app.add_option("--port", api.http.port, "port (0 = any free port, printed at start-up)");
+    app.add_option("--api-key", api.api_key, "require 'Authorization: Bearer KEY' on every route except /health "
+                                             "(also read from FLASHSEEK_API_KEY)");
+    app.add_option("--backend", backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+    app.add_option("--numerics", numerics, "exact or release")->check(CLI::IsMember({"exact", "release"}));
+    app.add_option("--threads", bopt.threads, "CPU backend threads (0 = all cores)");
+    app.add_option("--layers", bopt.layers, "run only the first N layers (0 = all; for tests and benchmarks)");
+    app.add_flag("--dummy-weights", bopt.dummy_weights, "CUDA: random weights generated on the device");
+    app.add_option("--max-num-seqs", bopt.max_sequences, "most sequences in the running batch");
+    app.add_option("--max-model-len", bopt.max_context, "context limit per sequence (0 = the model's)");
+    app.add_option("--state-memory", state_memory, "state-memory pool size: bytes or with KiB/MiB/GiB (default: the "
+                                                   "backend's)");
+    app.add_option("--max-batch-tokens", eng.scheduler.max_batch_tokens, "tokens per engine step (decode + prefill)");
+    app.add_option("--prefill-chunk", eng.scheduler.prefill_chunk, "largest prefill piece of one request per step");
+    app.add_option("--max-queue", eng.max_waiting, "queued requests beyond the running batch before 429");
+    app.add_option("--watchdog", eng.watchdog_seconds, "/health reports 503 when one engine step takes longer (s)");
+    app.add_option("--request-timeout", api.request_timeout_s, "per-request deadline in seconds (queue + generation)");
+    app.add_option("--shutdown-timeout", shutdown_timeout, "seconds in-flight requests may finish after SIGTERM");
+    app.add_option("--http-threads", api.http.threads, "HTTP worker threads (each open stream holds one)");
+    app.add_option("--max-body-bytes", api.http.max_body_bytes, "request body limit (413 above it)");
+    app.add_option("--max-n", api.limits.max_n, "largest accepted n");
+    app.add_option("--max-logprobs", api.limits.max_logprobs, "largest accepted top_logprobs / logprobs");
+    app.add_flag("--enable-debug-hooks", debug_hooks, "accept test-only request fields (debug_forced_tokens)");
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    if (api.api_key.empty())
+        if (const char* k = std::getenv("FLASHSEEK_API_KEY")) api.api_key = k;
+    FS_CHECK(api.http.threads >= 4, "--http-threads must be >= 4 (got {})", api.http.threads);
+    FS_CHECK(shutdown_timeout >= 0, "--shutdown-timeout must be >= 0 (got {})", shutdown_timeout);
+    FS_CHECK(api.request_timeout_s > 0, "--request-timeout must be > 0 (got {})", api.request_timeout_s);
+    FS_CHECK(eng.max_waiting >= 0, "--max-queue must be >= 0 (got {})", eng.max_waiting);
+
+    SignalWatcher signals;  // before any other thread exists, so all of them inherit the blocked mask
+
+    if (model_dir.empty()) {
+        std::fprintf(stderr, "serve: no --model given; using the embedded default model\n");
+        model_dir = ensure_default_model();
+    }
+    const std::string tokenizer_path = model_dir + "/tokenizer.json";
+    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tokenizer_path);
+
+    bopt.backend = backend;
+    eng.scheduler.max_context = bopt.max_context;
+    eng.scheduler.max_running = bopt.max_sequences;
+    bopt.numerics = numerics == "release" ? Numerics::Release : Numerics::Exact;
+    bopt.state_memory_bytes = parse_byte_size(state_memory, "--state-memory");
+    LoadProgress progress([&] { return signals.stop_requested(); }, isatty(STDERR_FILENO) != 0);
+    bopt.progress = [&](size_t done, size_t total) { return progress(done, total); };
+    std::unique_ptr<Backend> be;
+    try {
+        be = create_backend(model_dir, bopt);
+    } catch (const std::exception& e) {
+        if (signals.stop_requested()) {
+            std::fprintf(stderr, "\nserve: model load interrupted\n");
+            return 130;
+        }
+        throw;
+    }
+    progress.finish();
+    if (signals.stop_requested()) {
+        std::fprintf(stderr, "serve: interrupted during start-up\n");
+        return 130;
+    }
+
+    if (served_name.empty()) {
+        std::string d = model_dir;
+        while (d.size() > 1 && d.back() == '/') d.pop_back();
+        served_name = d.substr(d.find_last_of('/') + 1);
+    }
+    api.limits.model_name = served_name;
+    api.limits.debug_hooks = debug_hooks;
+    api.limits.vocab_size = int64_t(tok.vocab_size());
+    FS_CHECK(api.limits.vocab_size <= be->config().vocab_size,
+             "{}: the tokenizer has {} ids but the model's vocab_size is {}", tokenizer_path, api.limits.vocab_size,
+             be->config().vocab_size);
+
+    Metrics metrics(served_name);
+    const StateMemoryStats mem = be->memory();
+    const std::string backend_desc = be->name();
+    Engine engine(std::move(be), tok, eng, metrics);
+    ApiServer server(engine, tok, metrics, api);
+    const int port = server.bind();
+    std::fprintf(stderr,
+                 "serve: model '%s' on %s, max_model_len %lld, state memory %lld blocks x %lld tokens\n"
+                 "serve: listening on http://%s:%d%s\n",
+                 served_name.c_str(), backend_desc.c_str(), (long long)engine.max_model_len(),
+                 (long long)mem.total_blocks, (long long)mem.block_tokens, api.http.host.c_str(), port,
+                 api.api_key.empty() ? "" : " (API key required)");
+    std::fflush(stderr);
+    std::thread http_thread([&] { server.run(); });
+
+    signals.wait_for_count(1, std::chrono::hours(24 * 365 * 100));
+    std::fprintf(stderr, "serve: shutting down: new requests get 503; waiting up to %.0f s for %lld in flight\n",
+                 shutdown_timeout, (long long)engine.status().in_flight);
+    server.begin_shutdown();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(shutdown_timeout * 1000));
+    while (std::chrono::steady_clock::now() < deadline && signals.count() < 2 &&
+           (engine.status().in_flight > 0 || server.open_requests() > 0))
+        signals.wait_for_count(2, std::chrono::milliseconds(50));
+    engine.stop_accepting();
+    engine.abort_all();
+    // Let aborted streams send their error event and [DONE] before the sockets close.
+    const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (std::chrono::steady_clock::now() < grace && server.open_requests() > 0 && signals.count() < 2)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    server.stop();
+    http_thread.join();
+    std::fprintf(stderr, "serve: stopped\n");
+    return 0;
+}
+
+FLASHSEEK_COMMAND("serve", "OpenAI-compatible server (chat/completions, completions, models, health, metrics)",
+                  run_serve);
+
+}  // namespace
