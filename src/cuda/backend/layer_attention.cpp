@@ -4,6 +4,7 @@
 // attention with sink over window + compressed entries -> inverse RoPE -> grouped wo_a -> wo_b.
 // The indexer's scoring is skipped when no sequence of the pass has more than index_topk entries
 // (indexer_select then selects every visible entry); its compressor always runs.
+#include <algorithm>
 #include <cmath>
 
 #include "cuda/attention/kv_store.cuh"
@@ -161,6 +162,8 @@ void CudaBackendImpl::enqueue_sparse_attention(int l, const PassShape& s) {
     if (L.ratio > 0) {
         p.comp = comp_entries(l);
         compressed = std::max(1, s.max_context / L.ratio);
+        // Without scoring every sequence has at most index_topk visible entries (PassShape::need_indexer).
+        if (L.ratio == 4) compressed = std::min(compressed, cfg_.index_topk);
         if (L.ratio == 4 && s.need_indexer) {
             p.topk = selected_.as<int32_t>();
             p.topk_stride = cfg_.index_topk;

@@ -1,0 +1,76 @@
+// Implementation of test_support.h.
+#include "test_support.h"
+
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include "model/checkpoint_gen.h"
+#include "model/config.h"
+
+namespace flashseek::test {
+
+uint64_t fresh_seed() {
+    if (const char* s = std::getenv("FLASHSEEK_TEST_SEED")) return std::strtoull(s, nullptr, 10);
+    return uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) % 1000000007ull;
+}
+
+bool have_gpu() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return n > 0;
+}
+
+std::string tiny_checkpoint(const std::string& config, uint64_t seed) {
+    static std::mutex mu;
+    static std::map<std::pair<std::string, uint64_t>, std::string> made;
+    std::lock_guard<std::mutex> lock(mu);
+    auto key = std::make_pair(config, seed);
+    if (auto it = made.find(key); it != made.end()) return it->second;
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("flashseek_cuda_backend_test_" + std::to_string(::getpid()) + "_" + config + "_" +
+                      std::to_string(seed));
+    const ModelConfig cfg = load_model_config(std::string(FLASHSEEK_SOURCE_DIR) + "/tests/data/configs/" + config + ".json");
+    GenOptions opt;
+    opt.seed = seed;
+    generate_checkpoint(cfg, dir.string(), opt);
+    made[key] = dir.string();
+    return dir.string();
+}
+
+Agreement compare_rows(const std::vector<float>& ours, const std::vector<float>& ref, int64_t vocab) {
+    Agreement a;
+    const int64_t rows = int64_t(ref.size()) / vocab;
+    if (rows == 0 || ours.size() != ref.size()) {
+        a.max_rel = INFINITY;
+        return a;
+    }
+    int agree = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+        double num = 0, den = 0;
+        int64_t ao = 0, ar = 0;
+        for (int64_t j = 0; j < vocab; ++j) {
+            const double o = ours[size_t(r * vocab + j)], f = ref[size_t(r * vocab + j)];
+            num += (o - f) * (o - f);
+            den += f * f;
+            if (o > ours[size_t(r * vocab + ao)]) ao = j;
+            if (f > ref[size_t(r * vocab + ar)]) ar = j;
+        }
+        const double rel = std::isfinite(num) ? std::sqrt(num / std::max(den, 1e-30)) : INFINITY;
+        a.max_rel = std::max(a.max_rel, rel);
+        a.mean_rel += rel / double(rows);
+        agree += ao == ar;
+    }
+    a.argmax = double(agree) / double(rows);
+    return a;
+}
+
+}  // namespace flashseek::test
