@@ -10,7 +10,7 @@
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
-#include "cuda/gemm/mma_core.cuh"
+#include "cuda/gemm/tile_pipe.cuh"
 
 namespace flashseek::cuda {
 namespace {
@@ -103,11 +103,13 @@ struct GemmArgs {
     uint32_t* counters;
 };
 
-template <WeightKind WK>
-constexpr int steps_in_flight() { return WK == WeightKind::FP4_BLOCK32 ? 8 : (WK == WeightKind::FP8_BLOCK128 ? 4 : 2); }
-
 template <WeightKind WK, int NT, bool ALIGNED>
 __global__ void __launch_bounds__(kWarps * 32) gemm_kernel(const GemmArgs a) {
+    constexpr int U = mma::batch_steps<WK, 1>();
+    constexpr int CH = mma::chunk_steps<NT>();
+    constexpr int XLD = CH * 128 + 8;  // +16 B per row: conflict-free fragment reads
+    __shared__ __align__(16) uint16_t xsm[NT * 8 * XLD];
+    __shared__ float xss[NT * 8 * CH];
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const int64_t row0 = int64_t(blockIdx.x) * kRowsPerCta + 16 * warp;
@@ -117,71 +119,57 @@ __global__ void __launch_bounds__(kWarps * 32) gemm_kernel(const GemmArgs a) {
     const int s_end = min(a.n_steps, s_begin + a.steps_per_split);
     const bool warp_active = row0 < a.N;
 
-    float acc[NT][4];
+    float acc[1][NT][4];
 #pragma unroll
-    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    for (int j = 0; j < NT; ++j) acc[0][j][0] = acc[0][j][1] = acc[0][j][2] = acc[0][j][3] = 0.f;
 
-    if (warp_active) {
-        const int64_t r_lo = min(row0 + g, a.N - 1), r_hi = min(row0 + g + 8, a.N - 1);
-        const uint8_t* w_lo = a.w + r_lo * a.w_row_bytes;
-        const uint8_t* w_hi = a.w + r_hi * a.w_row_bytes;
-        const int64_t x_col0 = (row0 / a.rows_per_group) * a.x_group_cols;  // grouped linear's input slice
-        const int64_t xs_col0 = x_col0 / 128;
-        int n_tiles = 0;  // token tiles of 8 that exist in the prepared activation
+    const int64_t r_lo = min(row0 + g, a.N - 1), r_hi = min(row0 + g + 8, a.N - 1);
+    mma::MatRows m[1];
+    m[0].w_lo = a.w + r_lo * a.w_row_bytes;
+    m[0].w_hi = a.w + r_hi * a.w_row_bytes;
+    m[0].scale = a.scale;
+    if (WK == WeightKind::FP8_BLOCK128) {
+        m[0].scale_lo = m[0].scale_hi = (min(row0, a.N - 1) / 128) * a.scale_ld;
+    } else {
+        m[0].scale_lo = r_lo * a.scale_ld;
+        m[0].scale_hi = r_hi * a.scale_ld;
+    }
+    mma::PipeParams pp{a.K, a.scale_ld, a.scale_kind,
+                       a.scale_kind == int(ScaleKind::E8M0) && ALIGNED && (a.scale_ld % 4 == 0) &&
+                           (reinterpret_cast<uintptr_t>(a.scale) & 3) == 0};
+    // Grouped linear: the CTA's 64 rows lie in one group (rows_per_group % 64 == 0, checked on the host), whose
+    // input slice starts at column group * x_group_cols.
+    const int64_t cta_col0 = (int64_t(blockIdx.x) * kRowsPerCta / a.rows_per_group) * a.x_group_cols;
+    int n_tiles = 0;
 #pragma unroll
-        for (int j = 0; j < NT; ++j) n_tiles += (n0 + 8 * j < a.m_pad) ? 1 : 0;
-        constexpr int U = steps_in_flight<WK>();
-        for (int s0 = s_begin; s0 < s_end; s0 += U) {
-            mma::RawRow<WK> raw_lo[U], raw_hi[U];
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int s = s0 + u;
-                if (s < s_end) {
-                    const int64_t k0 = int64_t(s) * 128;
-                    if constexpr (ALIGNED) {
-                        mma::load_row<WK>(raw_lo[u], w_lo + k0 * mma::step_bytes<WK>() / 128, t);
-                        mma::load_row<WK>(raw_hi[u], w_hi + k0 * mma::step_bytes<WK>() / 128, t);
-                    } else {
-                        mma::load_row_guarded<WK>(raw_lo[u], w_lo, k0, a.K, t);
-                        mma::load_row_guarded<WK>(raw_hi[u], w_hi, k0, a.K, t);
-                    }
-                }
+    for (int j = 0; j < NT; ++j) n_tiles += (n0 + 8 * j < a.m_pad) ? 1 : 0;
+    auto row_of = [&](int r) -> int64_t { return n0 + r < a.m_pad ? n0 + r : -1; };
+
+    mma::Batch<WK, 1, U> bA, bB;
+    if (warp_active) mma::load_batch<WK, 1, U, ALIGNED>(bA, m, s_begin, s_end, pp, t);
+    int chunk_s0 = s_begin;
+    for (int s0 = s_begin; s0 < s_end; s0 += 2 * U) {
+        if ((s0 - s_begin) % CH == 0) {
+            __syncthreads();
+            mma::stage_x<NT, CH>(xsm, XLD, xss, a.x, a.x_ld, a.xs, a.xs_ld, cta_col0, s0, s_end, row_of);
+            chunk_s0 = s0;
+            __syncthreads();
+        }
+        if (warp_active) {
+            mma::load_batch<WK, 1, U, ALIGNED>(bB, m, s0 + U, s_end, pp, t);
+            mma::compute_batch<WK, 1, U, NT, CH>(bA, m, s0, s_end, pp, xsm, XLD, xss, chunk_s0, n_tiles, acc, g, t);
+        }
+        if (s0 + U < s_end) {
+            if ((s0 + U - s_begin) % CH == 0) {
+                __syncthreads();
+                mma::stage_x<NT, CH>(xsm, XLD, xss, a.x, a.x_ld, a.xs, a.xs_ld, cta_col0, s0 + U, s_end, row_of);
+                chunk_s0 = s0 + U;
+                __syncthreads();
             }
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int s = s0 + u;
-                if (s >= s_end) break;
-                uint32_t alo[16], ahi[16];
-                mma::widen_row<WK>(raw_lo[u], alo);
-                mma::widen_row<WK>(raw_hi[u], ahi);
-                float f_lo = 1.f, f_hi = 1.f;
-                if constexpr (WK == WeightKind::FP8_BLOCK128) {
-                    f_lo = f_hi = mma::load_scale(a.scale, a.scale_kind, (row0 / 128) * a.scale_ld + s) * 256.f;
-                } else if constexpr (WK == WeightKind::FP4_BLOCK32) {
-                    const uint8_t* sb = reinterpret_cast<const uint8_t*>(a.scale);
-                    const int esz = a.scale_kind == int(ScaleKind::F32) ? 4 : 1;
-                    f_lo = mma::fold_fp4_scales(alo, sb + r_lo * a.scale_ld * esz, a.scale_kind, int64_t(s) * 4,
-                                                a.scale_ld, t);
-                    f_hi = mma::fold_fp4_scales(ahi, sb + r_hi * a.scale_ld * esz, a.scale_kind, int64_t(s) * 4,
-                                                a.scale_ld, t);
-                }
-#pragma unroll
-                for (int j = 0; j < NT; ++j) {
-                    if (j >= n_tiles) break;
-                    const int64_t tok = n0 + 8 * j + g;  // this lane's B column
-                    uint32_t b[16];
-                    mma::load_x<WK>(b, a.x + tok * a.x_ld + x_col0 + int64_t(s) * 128, t);
-                    float c[4] = {0.f, 0.f, 0.f, 0.f};
-                    mma::mma_step<WK>(c, alo, ahi, b);
-                    // c0,c1: row g, tokens 2t, 2t+1; c2,c3: row g+8.
-                    const int64_t tc = n0 + 8 * j + 2 * t;
-                    const float x0 = a.xs[tc * a.xs_ld + xs_col0 + s];
-                    const float x1 = a.xs[(tc + 1) * a.xs_ld + xs_col0 + s];
-                    acc[j][0] += c[0] * (f_lo * x0);
-                    acc[j][1] += c[1] * (f_lo * x1);
-                    acc[j][2] += c[2] * (f_hi * x0);
-                    acc[j][3] += c[3] * (f_hi * x1);
-                }
+            if (warp_active) {
+                mma::load_batch<WK, 1, U, ALIGNED>(bA, m, s0 + 2 * U, s_end, pp, t);
+                mma::compute_batch<WK, 1, U, NT, CH>(bB, m, s0 + U, s_end, pp, xsm, XLD, xss, chunk_s0, n_tiles, acc,
+                                                     g, t);
             }
         }
     }
@@ -197,10 +185,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemm_kernel(const GemmArgs a) {
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
             const int64_t tc = n0 + 8 * j + 2 * t;
-            store(row0 + g, tc, acc[j][0]);
-            store(row0 + g, tc + 1, acc[j][1]);
-            store(row0 + g + 8, tc, acc[j][2]);
-            store(row0 + g + 8, tc + 1, acc[j][3]);
+            store(row0 + g, tc, acc[0][j][0]);
+            store(row0 + g, tc + 1, acc[0][j][1]);
+            store(row0 + g + 8, tc, acc[0][j][2]);
+            store(row0 + g + 8, tc + 1, acc[0][j][3]);
         }
         return;
     }
@@ -212,10 +200,10 @@ __global__ void __launch_bounds__(kWarps * 32) gemm_kernel(const GemmArgs a) {
 #pragma unroll
     for (int j = 0; j < NT; ++j) {
         const int64_t tc = n0 + 8 * j + 2 * t;
-        put(row0 + g, tc, acc[j][0]);
-        put(row0 + g, tc + 1, acc[j][1]);
-        put(row0 + g + 8, tc, acc[j][2]);
-        put(row0 + g + 8, tc + 1, acc[j][3]);
+        put(row0 + g, tc, acc[0][j][0]);
+        put(row0 + g, tc + 1, acc[0][j][1]);
+        put(row0 + g + 8, tc, acc[0][j][2]);
+        put(row0 + g + 8, tc + 1, acc[0][j][3]);
     }
     __threadfence();
     __syncthreads();
@@ -284,8 +272,8 @@ void check_linear_args(const PreparedActivation& x, const DeviceLinear& w, int g
         FS_REQUIRE(w.in % 32 == 0, "linear: FP4 weight in (", w.in, ") must be a multiple of 32 (one scale per 32)");
     if (groups > 1) {
         FS_REQUIRE(w.in % 128 == 0, "grouped_linear: group input width ", w.in, " must be a multiple of 128");
-        FS_REQUIRE(w.out % groups == 0 && (w.out / groups) % 16 == 0, "grouped_linear: rows ", w.out,
-                   " must split into ", groups, " groups of a multiple of 16");
+        FS_REQUIRE(w.out % groups == 0 && (w.out / groups) % kRowsPerCta == 0, "grouped_linear: rows ", w.out,
+                   " must split into ", groups, " groups of a multiple of ", kRowsPerCta);
     }
 }
 

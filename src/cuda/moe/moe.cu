@@ -9,7 +9,7 @@
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
-#include "cuda/gemm/mma_core.cuh"
+#include "cuda/gemm/tile_pipe.cuh"
 
 namespace flashseek::cuda {
 namespace {
@@ -179,11 +179,6 @@ struct ExpertArgs {
     float* y;
 };
 
-template <WeightKind WK, bool GLU>
-constexpr int expert_steps_in_flight() {
-    return WK == WeightKind::FP4_BLOCK32 ? (GLU ? 4 : 8) : (GLU ? 2 : 4);
-}
-
 __device__ __forceinline__ int stored_pos_dev(WeightKind layout, int p) {
     if (layout == WeightKind::FP8_BLOCK128) {
         const int r = p & 3;
@@ -195,6 +190,13 @@ __device__ __forceinline__ int stored_pos_dev(WeightKind layout, int p) {
 template <WeightKind WK, int NT, bool GLU>
 __global__ void __launch_bounds__((GLU ? 8 : 4) * 32) expert_kernel(const ExpertArgs a) {
     constexpr int kW = GLU ? 8 : 4;
+    constexpr int MATS = GLU ? 2 : 1;
+    constexpr int U = mma::batch_steps<WK, MATS>();
+    constexpr int CH = mma::chunk_steps<NT>();
+    constexpr int XLD = CH * 128 + 8;
+    __shared__ __align__(16) uint16_t xsm[NT * 8 * XLD];
+    __shared__ float xss[NT * 8 * CH];
+    __shared__ float col_max[kW][NT * 8];
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     int e = 0, count = 0, offset = 0;
@@ -207,101 +209,79 @@ __global__ void __launch_bounds__((GLU ? 8 : 4) * 32) expert_kernel(const Expert
         count = int(a.dense_m);
     }
     const int64_t row0 = int64_t(blockIdx.x) * (16 * kW) + 16 * warp;
-    const uint8_t* wa = reinterpret_cast<const uint8_t*>(a.w_a[e]);
-    const uint8_t* wb = GLU ? reinterpret_cast<const uint8_t*>(a.w_b[e]) : nullptr;
-    const void* sa = a.s_a[e];
-    const void* sb = GLU ? a.s_b[e] : nullptr;
+    const int64_t r_lo = row0 + g, r_hi = row0 + g + 8;
     constexpr int kStepBytes = mma::step_bytes<WK>();
     const int64_t row_bytes = int64_t(a.K) * kStepBytes / 128;
     const int64_t scale_ld = WK == WeightKind::FP8_BLOCK128 ? a.K / 128 : a.K / 32;
-    const int esz = a.scale_kind == int(ScaleKind::F32) ? 4 : 1;
     const int n_steps = int(a.K / 128);
-    __shared__ float col_max[kW][NT * 8];
+    mma::MatRows m[MATS];
+#pragma unroll
+    for (int mat = 0; mat < MATS; ++mat) {
+        const uint8_t* w = reinterpret_cast<const uint8_t*>(mat == 0 ? a.w_a[e] : a.w_b[e]);
+        m[mat].w_lo = w + r_lo * row_bytes;
+        m[mat].w_hi = w + r_hi * row_bytes;
+        m[mat].scale = mat == 0 ? a.s_a[e] : a.s_b[e];
+        if (WK == WeightKind::FP8_BLOCK128) {
+            m[mat].scale_lo = m[mat].scale_hi = (row0 / 128) * scale_ld;
+        } else {
+            m[mat].scale_lo = r_lo * scale_ld;
+            m[mat].scale_hi = r_hi * scale_ld;
+        }
+    }
+    bool scales_aligned = true;  // the u32 prefetch of 4 E8M0 group scales needs 4-byte aligned scale rows
+#pragma unroll
+    for (int mat = 0; mat < MATS; ++mat) scales_aligned &= (reinterpret_cast<uintptr_t>(m[mat].scale) & 3) == 0;
+    const mma::PipeParams pp{a.K, scale_ld, a.scale_kind, a.scale_kind == int(ScaleKind::E8M0) && scales_aligned};
 
     for (int c0 = 0; c0 < count; c0 += NT * 8) {
-        // x rows of this lane's B column and of the C columns 2t, 2t+1, per token tile (-1 = no token).
-        int64_t brow[NT], crow0[NT], crow1[NT];
+        auto xrow = [&](int col) -> int64_t {
+            if (col >= count) return -1;
+            if (!a.active) return col;
+            return a.gather_x ? int64_t(a.slot_token[offset + col]) : int64_t(offset + col);
+        };
+        int64_t crow0[NT], crow1[NT];
+        int n_tiles = 0;
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
-            auto xrow = [&](int col) -> int64_t {
-                if (col >= count) return -1;
-                if (!a.active) return col;
-                return a.gather_x ? int64_t(a.slot_token[offset + col]) : int64_t(offset + col);
-            };
-            brow[j] = xrow(c0 + 8 * j + g);
             crow0[j] = xrow(c0 + 8 * j + 2 * t);
             crow1[j] = xrow(c0 + 8 * j + 2 * t + 1);
+            n_tiles += (c0 + 8 * j < count) ? 1 : 0;
         }
-        float acc_a[NT][4], acc_b[NT][4];
+        auto row_of = [&](int r) -> int64_t { return xrow(c0 + r); };
+        float acc[MATS][NT][4];
 #pragma unroll
-        for (int j = 0; j < NT; ++j)
+        for (int mat = 0; mat < MATS; ++mat)
 #pragma unroll
-            for (int q = 0; q < 4; ++q) acc_a[j][q] = acc_b[j][q] = 0.f;
-        const int64_t r_lo = row0 + g, r_hi = row0 + g + 8;
-        constexpr int U = expert_steps_in_flight<WK, GLU>();
-        for (int s0 = 0; s0 < n_steps; s0 += U) {
-            mma::RawRow<WK> ra_lo[U], ra_hi[U], rb_lo[GLU ? U : 1], rb_hi[GLU ? U : 1];
+            for (int j = 0; j < NT; ++j)
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
-                if (s0 + u < n_steps) {
-                    const int64_t off = int64_t(s0 + u) * kStepBytes;
-                    mma::load_row<WK>(ra_lo[u], wa + r_lo * row_bytes + off, t);
-                    mma::load_row<WK>(ra_hi[u], wa + r_hi * row_bytes + off, t);
-                    if constexpr (GLU) {
-                        mma::load_row<WK>(rb_lo[u], wb + r_lo * row_bytes + off, t);
-                        mma::load_row<WK>(rb_hi[u], wb + r_hi * row_bytes + off, t);
-                    }
-                }
+                for (int q = 0; q < 4; ++q) acc[mat][j][q] = 0.f;
+        float(&acc_a)[NT][4] = acc[0];
+        float(&acc_b)[NT][4] = acc[MATS - 1];
+        mma::Batch<WK, MATS, U> bA, bB;
+        mma::load_batch<WK, MATS, U, true>(bA, m, 0, n_steps, pp, t);
+        int chunk_s0 = 0;
+        for (int s0 = 0; s0 < n_steps; s0 += 2 * U) {
+            if (s0 % CH == 0) {
+                __syncthreads();
+                mma::stage_x<NT, CH>(xsm, XLD, xss, a.x, a.x_ld, a.xs, a.xs_ld, 0, s0, n_steps, row_of);
+                chunk_s0 = s0;
+                __syncthreads();
             }
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int s = s0 + u;
-                if (s >= n_steps) break;
-                // activation registers and scales of every token tile, shared by both matrices
-                uint32_t b[NT][16];
-                float xs0[NT], xs1[NT];
-#pragma unroll
-                for (int j = 0; j < NT; ++j) {
-                    if (brow[j] >= 0)
-                        mma::load_x<WK>(b[j], a.x + brow[j] * a.x_ld + int64_t(s) * 128, t);
-                    else
-#pragma unroll
-                        for (int q = 0; q < 16; ++q) b[j][q] = 0u;
-                    xs0[j] = crow0[j] >= 0 ? a.xs[crow0[j] * a.xs_ld + s] : 0.f;
-                    xs1[j] = crow1[j] >= 0 ? a.xs[crow1[j] * a.xs_ld + s] : 0.f;
+            mma::load_batch<WK, MATS, U, true>(bB, m, s0 + U, n_steps, pp, t);
+            mma::compute_batch<WK, MATS, U, NT, CH>(bA, m, s0, n_steps, pp, xsm, XLD, xss, chunk_s0, n_tiles, acc, g, t);
+            if (s0 + U < n_steps) {
+                if ((s0 + U) % CH == 0) {
+                    __syncthreads();
+                    mma::stage_x<NT, CH>(xsm, XLD, xss, a.x, a.x_ld, a.xs, a.xs_ld, 0, s0 + U, n_steps, row_of);
+                    chunk_s0 = s0 + U;
+                    __syncthreads();
                 }
-#pragma unroll
-                for (int mat = 0; mat < (GLU ? 2 : 1); ++mat) {
-                    const mma::RawRow<WK>& lo = mat == 0 ? ra_lo[u] : rb_lo[GLU ? u : 0];
-                    const mma::RawRow<WK>& hi = mat == 0 ? ra_hi[u] : rb_hi[GLU ? u : 0];
-                    const void* sc = mat == 0 ? sa : sb;
-                    uint32_t alo[16], ahi[16];
-                    mma::widen_row<WK>(lo, alo);
-                    mma::widen_row<WK>(hi, ahi);
-                    float f_lo, f_hi;
-                    if constexpr (WK == WeightKind::FP8_BLOCK128) {
-                        f_lo = f_hi = mma::load_scale(sc, a.scale_kind, (row0 / 128) * scale_ld + s) * 256.f;
-                    } else {
-                        const uint8_t* sbase = reinterpret_cast<const uint8_t*>(sc);
-                        f_lo = mma::fold_fp4_scales(alo, sbase + r_lo * scale_ld * esz, a.scale_kind, int64_t(s) * 4,
-                                                    scale_ld, t);
-                        f_hi = mma::fold_fp4_scales(ahi, sbase + r_hi * scale_ld * esz, a.scale_kind, int64_t(s) * 4,
-                                                    scale_ld, t);
-                    }
-#pragma unroll
-                    for (int j = 0; j < NT; ++j) {
-                        if (c0 + 8 * j >= count) break;
-                        float c[4] = {0.f, 0.f, 0.f, 0.f};
-                        mma::mma_step<WK>(c, alo, ahi, b[j]);
-                        float* acc = mat == 0 ? acc_a[j] : acc_b[j];
-                        acc[0] += c[0] * (f_lo * xs0[j]);
-                        acc[1] += c[1] * (f_lo * xs1[j]);
-                        acc[2] += c[2] * (f_hi * xs0[j]);
-                        acc[3] += c[3] * (f_hi * xs1[j]);
-                    }
-                }
+                mma::load_batch<WK, MATS, U, true>(bA, m, s0 + 2 * U, n_steps, pp, t);
+                mma::compute_batch<WK, MATS, U, NT, CH>(bB, m, s0 + U, n_steps, pp, xsm, XLD, xss, chunk_s0, n_tiles,
+                                                        acc, g, t);
             }
         }
+        (void)acc_b;
         if constexpr (!GLU) {
 #pragma unroll
             for (int j = 0; j < NT; ++j) {

@@ -47,7 +47,8 @@ MoeGrouping moe_grouping_view(void* memory, int E, int64_t max_pairs);
 void moe_group(const int32_t* expert_idx, const float* expert_weight, int64_t M, int top_k, const MoeGrouping& g,
                cudaStream_t stream);
 
-// Per-expert weight pointers (device arrays of E pointers each, built once when weights are loaded).
+// Per-expert weight pointers (device arrays of E pointers each, built once when weights are loaded). Every weight
+// pointer must be 16-byte aligned (the kernels stream it with 16-byte loads); scale pointers need no alignment.
 struct ExpertTable {
     WeightKind kind = WeightKind::FP4_BLOCK32;  // FP4_BLOCK32 or FP8_BLOCK128, same for w1, w2, w3
     ScaleKind scale_kind = ScaleKind::E8M0;

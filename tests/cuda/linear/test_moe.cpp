@@ -27,18 +27,18 @@ TEST(MoeRoute, BiasedTopKAndHashMatchCpu) {
             SCOPED_TRACE(d.str());
             std::mt19937_64 rng(seed);
             std::normal_distribution<float> nd(0.f, 2.f);
-            std::vector<float> logits(size_t(M * E)), bias(size_t(E));
+            std::vector<float> logits(size_t(M * E)), bias(static_cast<size_t>(E));
             for (auto& v : logits) v = nd(rng);
             for (auto& v : bias) v = nd(rng) * 0.1f;
             const int64_t vocab = 1000;
             std::vector<int64_t> tid2eid(size_t(vocab * K));
             for (int64_t t = 0; t < vocab; ++t) {
-                std::vector<int> perm(size_t(E));
+                std::vector<int> perm(static_cast<size_t>(E));
                 for (int e = 0; e < E; ++e) perm[size_t(e)] = e;
                 std::shuffle(perm.begin(), perm.end(), rng);
                 for (int j = 0; j < K; ++j) tid2eid[size_t(t * K + j)] = perm[size_t(j)];
             }
-            std::vector<int32_t> tokens(size_t(M));
+            std::vector<int32_t> tokens(static_cast<size_t>(M));
             for (auto& t : tokens) t = int32_t(rng() % vocab);
             DeviceArray<float> dl(logits), db(bias), w(size_t(M * K));
             DeviceArray<int64_t> dt(tid2eid);
@@ -51,8 +51,8 @@ TEST(MoeRoute, BiasedTopKAndHashMatchCpu) {
             const auto gi = idx.download();
             const auto gw = w.download();
             for (int m = 0; m < M; ++m) {
-                std::vector<int32_t> ri(size_t(K));
-                std::vector<float> rw(size_t(K));
+                std::vector<int32_t> ri(static_cast<size_t>(K));
+                std::vector<float> rw(static_cast<size_t>(K));
                 cpu::router_select(&logits[size_t(m * E)], E, hash ? nullptr : bias.data(),
                                    hash ? &tid2eid[size_t(tokens[size_t(m)]) * K] : nullptr, K, 1.5f, ri.data(),
                                    rw.data());
@@ -104,7 +104,7 @@ std::vector<float> cpu_expert(const ExpertSet& s, int e, const std::vector<float
     const int64_t D = s.table.hidden, I = s.table.inter;
     std::vector<float> xq = x;
     if (numerics == ActNumerics::FP8_BLOCK128) cpu::act_quant_fp8_block128(x.data(), D, xq.data());
-    std::vector<float> gate(size_t(I)), up(size_t(I)), act(size_t(I)), y(size_t(D));
+    std::vector<float> gate(static_cast<size_t>(I)), up(static_cast<size_t>(I)), act(static_cast<size_t>(I)), y(static_cast<size_t>(D));
     const auto w1 = s.w1[size_t(e)].dequantized(), w3 = s.w3[size_t(e)].dequantized(),
                w2 = s.w2[size_t(e)].dequantized();
     cpu::linear_f32(xq.data(), 1, w1.data(), I, D, gate.data(), nullptr);
@@ -134,7 +134,7 @@ TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
             ExpertSet routed = make_experts(rng, E, WeightKind::FP4_BLOCK32, D, I);
             ExpertSet shared = make_experts(rng, 1, WeightKind::FP8_BLOCK128, D, I);
             std::normal_distribution<float> nd(0.f, 1.f);
-            std::vector<float> x(size_t(M * D)), logits(size_t(M * E)), bias(size_t(E));
+            std::vector<float> x(size_t(M * D)), logits(size_t(M * E)), bias(static_cast<size_t>(E));
             for (auto& v : x) v = round_bf16(nd(rng));
             for (auto& v : logits) v = nd(rng);
             for (auto& v : bias) v = 0.1f * nd(rng);
@@ -175,8 +175,8 @@ TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
             // CPU
             std::vector<float> ref(size_t(M * D), 0.f);
             for (int m = 0; m < M; ++m) {
-                std::vector<int32_t> ri(size_t(K));
-                std::vector<float> rw(size_t(K));
+                std::vector<int32_t> ri(static_cast<size_t>(K));
+                std::vector<float> rw(static_cast<size_t>(K));
                 cpu::router_select(&logits[size_t(m * E)], E, bias.data(), nullptr, K, scale, ri.data(), rw.data());
                 std::vector<float> xm(x.begin() + m * D, x.begin() + (m + 1) * D);
                 for (int j = 0; j < K; ++j) {

@@ -19,7 +19,7 @@ using cuda::DeviceSampleParams;
 // Exact distribution of one draw under the host rules.
 std::vector<double> host_distribution(const std::vector<float>& l, const DeviceSampleParams& p) {
     const int64_t V = int64_t(l.size());
-    std::vector<int32_t> order(size_t(V));
+    std::vector<int32_t> order(static_cast<size_t>(V));
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
     const float mx = l[order[0]];
@@ -59,10 +59,10 @@ TEST(Sample, GreedyMatchesHostArgmaxAndLogprob) {
             logits[size_t(V + 7)] = m;
             logits[size_t(V + 3)] = m;
         }
-        std::vector<DeviceSampleParams> params(size_t(rows));
-        DeviceArray<float> dl(logits), lp(size_t(rows));
+        std::vector<DeviceSampleParams> params(static_cast<size_t>(rows));
+        DeviceArray<float> dl(logits), lp(static_cast<size_t>(rows));
         DeviceArray<DeviceSampleParams> dp(params);
-        DeviceArray<int32_t> tok(size_t(rows));
+        DeviceArray<int32_t> tok(static_cast<size_t>(rows));
         tok.poison();
         lp.poison();
         cuda::sample_rows(dl.ptr, rows, V, V, dp.ptr, tok.ptr, lp.ptr, nullptr);
@@ -79,7 +79,9 @@ TEST(Sample, GreedyMatchesHostArgmaxAndLogprob) {
             EXPECT_EQ(t[size_t(r)], best) << "row " << r;
             EXPECT_NEAR(g[size_t(r)], double(row[best]) - row[best] - std::log(z), 1e-4) << "row " << r;
         }
-        if (V > 10) EXPECT_EQ(t[1], 3);
+        if (V > 10) {
+            EXPECT_EQ(t[1], 3);
+        }
     }
 }
 
@@ -92,14 +94,14 @@ TEST(Sample, DistributionMatchesHostRules) {
         std::mt19937_64 rng(seed);
         std::normal_distribution<float> nd(0.f, 1.5f);
         const int64_t V = 97;
-        std::vector<float> logits(size_t(V));
+        std::vector<float> logits(static_cast<size_t>(V));
         for (auto& v : logits) v = nd(rng);
         const int N = 60000;
-        std::vector<DeviceSampleParams> params(size_t(N));
+        std::vector<DeviceSampleParams> params(static_cast<size_t>(N));
         for (int i = 0; i < N; ++i) params[size_t(i)] = {c.t, c.top_p, c.top_k, 0, seed, uint64_t(i)};
         DeviceArray<float> dl(logits);
         DeviceArray<DeviceSampleParams> dp(params);
-        DeviceArray<int32_t> tok(size_t(N));
+        DeviceArray<int32_t> tok(static_cast<size_t>(N));
         tok.poison();
         cuda::sample_rows(dl.ptr, N, V, 0, dp.ptr, tok.ptr, nullptr, nullptr);
         CUDA_CHECK(cudaDeviceSynchronize());
