@@ -71,25 +71,43 @@ inline float load_weight(const uint16_t* w, int64_t i) {
     return f;
 }
 
-// NR rows of x against one weight row. Lane j of acc accumulates elements i with i % 16 == j; the lanes are then
-// summed in a fixed tree and the tail (in % 16) added last, identically for every NR.
+// 8-lane vectors (GCC/Clang vector extensions): one AVX register in the AVX2 clone, two SSE registers in the
+// baseline one; lane-wise operations either way, so both clones round identically.
+typedef float v8f __attribute__((vector_size(32)));
+typedef uint32_t v8u __attribute__((vector_size(32)));
+typedef uint16_t v8h __attribute__((vector_size(16)));
+
+inline __attribute__((always_inline)) v8f load8(const float* p) {
+    v8f v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+inline __attribute__((always_inline)) v8f load8(const uint16_t* p) {
+    v8h h;
+    std::memcpy(&h, p, sizeof h);
+    const v8u u = __builtin_convertvector(h, v8u) << 16;
+    v8f v;
+    std::memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+// NR rows of x against one weight row. Lane j of the 16 accumulator lanes sums elements i with i % 16 == j;
+// the lanes are then summed in a fixed tree and the tail (in % 16) added last, identically for every NR.
 template <int NR, typename WT>
 inline __attribute__((always_inline)) void dot_rows(const float* const* xr, const WT* w, int64_t in, float* out) {
-    float acc[NR][16];
-    for (int r = 0; r < NR; ++r)
-        for (int j = 0; j < 16; ++j) acc[r][j] = 0.f;
+    v8f lo[NR], hi[NR];
+    for (int r = 0; r < NR; ++r) lo[r] = hi[r] = v8f{0, 0, 0, 0, 0, 0, 0, 0};
     int64_t i = 0;
     for (; i + 16 <= in; i += 16) {
-        float wv[16];
-        for (int j = 0; j < 16; ++j) wv[j] = load_weight(w, i + j);
+        const v8f w0 = load8(w + i), w1 = load8(w + i + 8);
         for (int r = 0; r < NR; ++r) {
-            const float* x = xr[r] + i;
-            for (int j = 0; j < 16; ++j) acc[r][j] += x[j] * wv[j];
+            lo[r] += load8(xr[r] + i) * w0;
+            hi[r] += load8(xr[r] + i + 8) * w1;
         }
     }
     for (int r = 0; r < NR; ++r) {
-        float s8[8], s4[4];
-        for (int j = 0; j < 8; ++j) s8[j] = acc[r][j] + acc[r][j + 8];
+        const v8f s8 = lo[r] + hi[r];
+        float s4[4];
         for (int j = 0; j < 4; ++j) s4[j] = s8[j] + s8[j + 4];
         float s = (s4[0] + s4[2]) + (s4[1] + s4[3]);
         float tail = 0.f;

@@ -1,0 +1,132 @@
+// CpuBackend tests: sequence lifecycle, block accounting, OutOfStateMemory raised before any state changes,
+// context and sequence limits, forward_sample, and the factory's backend dispatch.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
+
+#include "engine/backend.h"
+#include "engine/cpu_backend.h"
+#include "engine/factory.h"
+#include "engine_test_util.h"
+
+using namespace flashseek;
+
+TEST(CpuBackend, LifecycleAndAccounting) {
+    const auto& tm = engine_test::tiny_model();
+    BackendOptions opt;
+    opt.max_sequences = 2;
+    auto be = create_backend(tm.dir, opt);
+    EXPECT_EQ(be->name(), "cpu");
+    auto mem = be->memory();
+    EXPECT_EQ(mem.used_blocks, 0);
+    EXPECT_GT(mem.total_blocks, 0);
+    EXPECT_EQ(mem.block_tokens, 64);
+    EXPECT_EQ(be->blocks_for(0), 0);
+    EXPECT_EQ(be->blocks_for(65) - be->blocks_for(64), 1);
+    const int a = be->create_sequence(), b = be->create_sequence();
+    EXPECT_THROW(be->create_sequence(), std::exception);  // max_sequences
+    const auto tok = engine_test::random_tokens(70, be->config().vocab_size, 1);
+    std::vector<float> logits;
+    SequenceStep s[2] = {{a, tok.data(), 70, false}, {b, tok.data(), 5, true}};
+    be->forward(s, logits);
+    EXPECT_EQ(logits.size(), size_t(6 * be->config().vocab_size));
+    EXPECT_EQ(be->sequence_length(a), 70);
+    EXPECT_EQ(be->sequence_length(b), 5);
+    EXPECT_EQ(be->memory().used_blocks, be->blocks_for(70) + be->blocks_for(5));
+    EXPECT_EQ(be->memory().live_sequences, 2);
+    be->free_sequence(a);
+    EXPECT_EQ(be->memory().used_blocks, be->blocks_for(5));
+    EXPECT_THROW(be->sequence_length(a), std::exception);
+    EXPECT_THROW(be->free_sequence(a), std::exception);
+    SequenceStep bad = {a, tok.data(), 1, false};
+    EXPECT_THROW(be->forward(std::span<const SequenceStep>(&bad, 1), logits), std::exception);
+    // forward_sample: greedy = argmax of the last row
+    SequenceStep one = {b, tok.data() + 5, 3, false};
+    std::vector<float> ref;
+    auto be2 = create_backend(tm.dir, opt);
+    const int c = be2->create_sequence();
+    SequenceStep pre = {c, tok.data(), 5, false}, one2 = {c, tok.data() + 5, 3, false};
+    be2->forward(std::span<const SequenceStep>(&pre, 1), ref);
+    be2->forward(std::span<const SequenceStep>(&one2, 1), ref);
+    std::vector<SampleResult> res;
+    SampleParams sp;
+    be->forward_sample(std::span<const SequenceStep>(&one, 1), std::span<const SampleParams>(&sp, 1), res);
+    ASSERT_EQ(res.size(), 1u);
+    EXPECT_EQ(res[0].token, int32_t(std::max_element(ref.begin(), ref.end()) - ref.begin()));
+}
+
+TEST(CpuBackend, OutOfStateMemoryChangesNothing) {
+    const auto& tm = engine_test::tiny_model();
+    BackendOptions probe_opt;
+    auto probe = create_backend(tm.dir, probe_opt);
+    const int64_t bpb = probe->memory().bytes_per_block;
+    const int64_t fixed = probe->blocks_for(1) - 1;
+    BackendOptions opt;
+    opt.state_memory_bytes = bpb * (fixed + 2) + bpb / 2;  // room for one sequence of up to 128 tokens
+    auto be = create_backend(tm.dir, opt);
+    ASSERT_EQ(be->memory().total_blocks, fixed + 2);
+    const int a = be->create_sequence(), b = be->create_sequence();
+    const auto tok = engine_test::random_tokens(200, be->config().vocab_size, 2);
+    std::vector<float> logits = {42.f};
+    SequenceStep sa = {a, tok.data(), 100, false};
+    be->forward(std::span<const SequenceStep>(&sa, 1), logits);
+    const auto after_a = logits;
+    // b cannot start (needs fixed + 1 blocks), and a batch holding a fitting entry changes nothing either
+    SequenceStep both[2] = {{a, tok.data() + 100, 1, false}, {b, tok.data(), 1, false}};
+    EXPECT_THROW(be->forward(both, logits), OutOfStateMemory);
+    EXPECT_EQ(be->sequence_length(a), 100);
+    EXPECT_EQ(be->sequence_length(b), 0);
+    EXPECT_EQ(be->memory().used_blocks, be->blocks_for(100));
+    // a may grow inside its last block; beyond 128 tokens no sequence could ever fit: the context limit
+    SequenceStep grow = {a, tok.data() + 100, 28, false};
+    be->forward(std::span<const SequenceStep>(&grow, 1), logits);
+    SequenceStep over = {a, tok.data() + 128, 1, false};
+    EXPECT_THROW(be->forward(std::span<const SequenceStep>(&over, 1), logits), std::exception);
+    EXPECT_EQ(be->sequence_length(a), 128);
+    EXPECT_EQ(static_cast<CpuBackend*>(be.get())->max_context(), 128);
+    // freeing a makes room for b, and b's results equal a fresh run (a's failed steps left no trace)
+    be->free_sequence(a);
+    SequenceStep sb = {b, tok.data(), 100, false};
+    be->forward(std::span<const SequenceStep>(&sb, 1), logits);
+    EXPECT_EQ(logits, after_a);
+}
+
+TEST(CpuBackend, ContextLimitAndOptions) {
+    const auto& tm = engine_test::tiny_model();
+    BackendOptions opt;
+    opt.max_context = 50;
+    auto be = create_backend(tm.dir, opt);
+    const int a = be->create_sequence();
+    const auto tok = engine_test::random_tokens(60, be->config().vocab_size, 3);
+    std::vector<float> logits;
+    SequenceStep s = {a, tok.data(), 51, false};
+    try {
+        be->forward(std::span<const SequenceStep>(&s, 1), logits);
+        FAIL() << "expected a context-limit error";
+    } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("context limit"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(be->sequence_length(a), 0);
+    s.n_tokens = 50;
+    be->forward(std::span<const SequenceStep>(&s, 1), logits);
+    opt.max_sequences = 0;
+    EXPECT_THROW(create_backend(tm.dir, opt), std::exception);
+    BackendOptions bad;
+    bad.backend = "tpu";
+    EXPECT_THROW(create_backend(tm.dir, bad), std::exception);
+    EXPECT_THROW(create_backend("/nonexistent/flashseek-model", BackendOptions{}), std::exception);
+    EXPECT_EQ(parse_numerics("exact"), Numerics::Exact);
+    EXPECT_EQ(parse_numerics("release"), Numerics::Release);
+    EXPECT_THROW(parse_numerics("fast"), std::exception);
+#ifndef FLASHSEEK_HAVE_CUDA
+    BackendOptions cuda;
+    cuda.backend = "cuda";
+    try {
+        create_backend(tm.dir, cuda);
+        FAIL() << "expected an error";
+    } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("no CUDA"), std::string::npos) << e.what();
+    }
+#endif
+}
