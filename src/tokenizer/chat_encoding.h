@@ -52,6 +52,9 @@ struct ChatRequest {
     // Same, keeping the key order of the request (tool schemas are rendered in that order, as Python would).
     static ChatRequest from_ordered_json(const nlohmann::ordered_json& body,
                                          ThinkingMode default_thinking = ThinkingMode::chat);
+
+private:
+    static ChatRequest parse_request(const nlohmann::ordered_json& body, ThinkingMode default_thinking);
 };
 
 struct PromptSegment {

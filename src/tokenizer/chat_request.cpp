@@ -105,12 +105,25 @@ Message read_message(const nlohmann::ordered_json& om, std::size_t index) {
 
 ChatRequest ChatRequest::from_json(const nlohmann::json& body_in, ThinkingMode default_thinking) {
     FS_CHECK(body_in.is_object(), "request body: expected a JSON object");
-    // Tool schemas are rendered in the request's key order, so work on an order-preserving copy.
-    const nlohmann::ordered_json body = to_ordered(body_in);
+    nlohmann::ordered_json body;
+    try {
+        body = to_ordered(body_in);
+    } catch (const nlohmann::json::exception& e) {
+        fail("request body: {}", e.what());
+    }
     return from_ordered_json(body, default_thinking);
 }
 
 ChatRequest ChatRequest::from_ordered_json(const nlohmann::ordered_json& body, ThinkingMode default_thinking) {
+    try {
+        return parse_request(body, default_thinking);
+    } catch (const nlohmann::json::exception& e) {
+        // e.g. a string that is not valid UTF-8 (type_error 316) in a body built in memory rather than parsed.
+        fail("request body: {}", e.what());
+    }
+}
+
+ChatRequest ChatRequest::parse_request(const nlohmann::ordered_json& body, ThinkingMode default_thinking) {
     FS_CHECK(body.is_object(), "request body: expected a JSON object");
     const json b = json::parse(body.dump());
     ChatRequest req;
