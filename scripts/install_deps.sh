@@ -8,7 +8,8 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 debs=(build-essential cmake ninja-build pkg-config git
       nlohmann-json3-dev libfmt-dev libcli11-dev libcpp-httplib-dev libpcre2-dev
-      libgtest-dev libgmock-dev libbenchmark-dev python3 python3-pip curl)
+      libgtest-dev libgmock-dev libbenchmark-dev python3 python3-pip curl
+      clang-14 libclang-rt-14-dev unicode-data)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,9 +20,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 PY=${PYTHON:-python3}
-pip_pkgs=(numpy safetensors tokenizers openai regex pytest)
+pip_pkgs=(numpy safetensors tokenizers openai regex pytest unicodedata2==16.0.0)
 need_pip=0
-for m in numpy safetensors tokenizers openai regex pytest; do
+for m in numpy safetensors tokenizers openai regex pytest unicodedata2; do
   $PY -c "import $m" 2>/dev/null || need_pip=1
 done
 if [ $need_pip = 1 ]; then
