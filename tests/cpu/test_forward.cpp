@@ -9,7 +9,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
+#include <unistd.h>
 
 #include "cpu/forward.h"
 #include "cpu/model.h"
@@ -34,7 +36,16 @@ struct TinyModel {
     uint64_t seed = 0;
 };
 
+struct Cleanup {
+    std::vector<std::string> dirs;
+    ~Cleanup() {
+        std::error_code ec;
+        for (const auto& d : dirs) fs::remove_all(d, ec);
+    }
+};
+
 const TinyModel& tiny_model(const std::string& config) {
+    static Cleanup cleanup;
     static std::map<std::string, TinyModel> cache;
     auto it = cache.find(config);
     if (it != cache.end()) return it->second;
@@ -43,6 +54,7 @@ const TinyModel& tiny_model(const std::string& config) {
     t.dir = (fs::temp_directory_path() / ("flashseek-test-cpu-" + std::to_string(::getpid()) + "-" + config)).string();
     GenOptions opt;
     opt.seed = t.seed;
+    cleanup.dirs.push_back(t.dir);
     generate_checkpoint(load_model_config(config_path(config)), t.dir, opt);
     return cache.emplace(config, t).first->second;
 }

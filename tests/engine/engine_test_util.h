@@ -20,7 +20,21 @@ struct TinyModel {
     int64_t vocab = 0;
 };
 
+// Removes the files and folders registered with it when the test process exits.
+struct TempPaths {
+    std::vector<std::string> paths;
+    ~TempPaths() {
+        std::error_code ec;
+        for (const auto& p : paths) std::filesystem::remove_all(p, ec);
+    }
+};
+inline TempPaths& temp_paths() {
+    static TempPaths t;
+    return t;
+}
+
 inline const TinyModel& tiny_model() {
+    temp_paths();  // constructed first, so destroyed after the model below
     static const TinyModel m = [] {
         TinyModel t;
         t.seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
@@ -31,6 +45,7 @@ inline const TinyModel& tiny_model() {
                                                 "/tests/cpu/configs/tiny_all_types.json");
         flashseek::GenOptions opt;
         opt.seed = t.seed;
+        temp_paths().paths.push_back(t.dir);
         flashseek::generate_checkpoint(cfg, t.dir, opt);
         t.vocab = cfg.vocab_size;
         std::fprintf(stderr, "engine tests: tiny checkpoint %s, seed %llu\n", t.dir.c_str(),

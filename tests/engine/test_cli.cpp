@@ -35,7 +35,10 @@ RunResult run(const std::string& args) {
 }
 
 std::string temp_path(const std::string& name) {
-    return (fs::temp_directory_path() / ("flashseek-test-cli-" + std::to_string(::getpid()) + "-" + name)).string();
+    const std::string p =
+        (fs::temp_directory_path() / ("flashseek-test-cli-" + std::to_string(::getpid()) + "-" + name)).string();
+    engine_test::temp_paths().paths.push_back(p);
+    return p;
 }
 
 std::string write_tokens(const std::string& name, const std::vector<int32_t>& ids) {
