@@ -125,14 +125,17 @@ void reject_unsupported(const json& body) {
     }
 }
 
-std::vector<int32_t> parse_token_list(const json& v, const std::string& param, int64_t vocab) {
+// `where` names the list in messages ("prompt[2]"); `param` is the top-level parameter reported in the error.
+std::vector<int32_t> parse_token_list(const json& v, const std::string& param, int64_t vocab,
+                                      const std::string& where = {}) {
+    const std::string& name = where.empty() ? param : where;
     std::vector<int32_t> out;
     out.reserve(v.size());
     for (size_t i = 0; i < v.size(); ++i) {
         const json& t = v[i];
-        if (!t.is_number_integer()) bad_param(param, "'{}[{}]' must be an integer token id, got {}", param, i, t.dump());
+        if (!t.is_number_integer()) bad_param(param, "'{}[{}]' must be an integer token id, got {}", name, i, t.dump());
         if (t.is_number_unsigned() ? t.get<uint64_t>() >= uint64_t(vocab) : (t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab))
-            bad_param(param, "'{}[{}]' = {} is not a token id (valid: 0 to {})", param, i, t.dump(), vocab - 1);
+            bad_param(param, "'{}[{}]' = {} is not a token id (valid: 0 to {})", name, i, t.dump(), vocab - 1);
         out.push_back(int32_t(t.get<int64_t>()));
     }
     return out;
@@ -338,7 +341,7 @@ ParsedRequest parse_completion_request(const json& body, const ProtocolLimits& l
     };
     auto add_tokens = [&](const json& a, const std::string& where) {
         if (a.empty()) bad_param("prompt", "'{}' is an empty token list", where);
-        r.prompt_tokens.push_back(parse_token_list(a, where, limits.vocab_size));
+        r.prompt_tokens.push_back(parse_token_list(a, "prompt", limits.vocab_size, where));
     };
     if (p->is_string()) {
         add_text(*p, "prompt");

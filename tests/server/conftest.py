@@ -39,7 +39,8 @@ def tiny_model_dir():
     cfg = os.path.join(HERE, "tiny_server_config.json")
     tok_dir = os.path.join(SOURCE_DIR, "assets", "tokenizer", "deepseek-v4")
     digest = hashlib.sha256(open(cfg, "rb").read()).hexdigest()[:12]
-    root = os.environ.get("FLASHSEEK_TEST_CACHE", os.path.join(tempfile.gettempdir(), "flashseek-test-models"))
+    root = os.environ.get("FLASHSEEK_TEST_CACHE",
+                          os.path.join(os.path.expanduser("~"), ".cache", "flashseek", "test-models"))
     out = os.path.join(root, f"tiny-server-{digest}")
     if os.path.exists(os.path.join(out, "ready")):
         return out

@@ -128,15 +128,17 @@ def test_cancel_isolation(model_dir):
 
 
 def test_state_memory_pressure_preempts_and_completes(model_dir):
-    # About 10% of the demand: 24 requests of ~110 tokens each need ~24 * 3 blocks of 64 tokens plus fixed blocks.
-    srv = Server("--state-memory", "64KiB", "--max-num-seqs", "24", "--max-batch-tokens", "256", model=model_dir)
+    # On the tiny model a block is 20 KiB (64 tokens) and every sequence holds 6 fixed blocks (window rings,
+    # compressor state). 8 requests growing to ~290 tokens need 8 x 11 = 88 blocks; the pool has 17 (~20%), so two
+    # run at a time and they preempt each other as they grow.
+    srv = Server("--state-memory", "340KiB", "--max-num-seqs", "8", "--max-batch-tokens", "256", model=model_dir)
     try:
         total = srv.metric("flashseek:state_memory_total_blocks")
         max_len = json.loads(http_request("GET", srv.url("/v1/models"))[1])["data"][0]["max_model_len"]
         print(f"pool {total} blocks, max_model_len {max_len}")
         rng = random.Random()
-        prompts = [f"pressure {k} " + "x " * rng.randint(5, 30) for k in range(24)]
-        out_len = min(80, max_len - 80)
+        prompts = [f"pressure {k} " + "x " * rng.randint(5, 30) for k in range(8)]
+        out_len = 260
         bodies = [{"model": "tiny", "prompt": p, "max_tokens": out_len, "ignore_eos": True, "temperature": 0}
                   for p in prompts]
         stop = threading.Event()
@@ -151,7 +153,7 @@ def test_state_memory_pressure_preempts_and_completes(model_dir):
                 last = cur
         th = threading.Thread(target=sampler)
         th.start()
-        with cf.ThreadPoolExecutor(24) as ex:
+        with cf.ThreadPoolExecutor(8) as ex:
             results = list(ex.map(lambda b: post_json(srv.url(CMPL), b, timeout=600), bodies))
         stop.set()
         th.join()
@@ -166,18 +168,18 @@ def test_state_memory_pressure_preempts_and_completes(model_dir):
         # Greedy outputs of preempted requests against unpressured runs (recompute is a multi-token prefill, so
         # bit-identity is not guaranteed; the measured agreement is printed and must stay high).
         same = 0
-        for b, (_, j, _) in zip(bodies[:8], results[:8]):
+        for b, (_, j, _) in zip(bodies[:4], results[:4]):
             ref = post_json(srv.url(CMPL), b, timeout=600)[1]["choices"][0]["text"]
             same += ref == j["choices"][0]["text"]
-        print(f"preempted vs sequential greedy agreement: {same}/8")
-        assert same >= 6
+        print(f"preempted vs sequential greedy agreement: {same}/4")
+        assert same >= 3
         srv.wait_idle_and_audit()
     finally:
         srv.stop()
 
 
 def test_request_larger_than_pool(model_dir):
-    srv = Server("--state-memory", "48KiB", model=model_dir)
+    srv = Server("--state-memory", "200KiB", model=model_dir)  # 10 blocks: one sequence of at most 256 tokens
     try:
         max_len = json.loads(http_request("GET", srv.url("/v1/models"))[1])["data"][0]["max_model_len"]
         assert max_len < 2048  # the pool, not the model's context, is the limit here
@@ -237,10 +239,20 @@ def test_long_prompt_fairness_and_huge_body(model_dir):
             assert http_request("GET", srv.url("/health"))[0] == 200
             health.append(time.perf_counter() - t0)
             time.sleep(0.02)
-        # A 27 MB body is refused quickly without disturbing anything.
+        # A 27 MB body is refused quickly (413 before the body is read) without disturbing anything.
         t0 = time.perf_counter()
-        s, text, _ = http_request("POST", srv.url(CMPL), b"{" + b" " * (27 << 20) + b"}")
-        assert s == 413 and time.perf_counter() - t0 < 1.0 + (27 / 200)  # transfer time on loopback included
+        sock = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % (27 << 20))
+        try:
+            for _ in range(16):
+                sock.sendall(b" " * 65536)
+        except OSError:
+            pass  # the server answered and closed without reading the rest
+        reply = sock.recv(4096)
+        sock.close()
+        assert reply.startswith(b"HTTP/1.1 413"), reply[:100]
+        assert time.perf_counter() - t0 < 1.0
         for d in decoders:
             d.join(300)
         lt.join()

@@ -95,7 +95,8 @@ BAD = [
     (CHAT, chat(response_format="json"), 400, "response_format"),
     (CHAT, chat(chat_template_kwargs=[1]), 400, "chat_template_kwargs"),
     (CHAT, chat(reasoning_effort=3), 400, "reasoning_effort"),
-    (CHAT, chat(debug_forced_tokens=[1]), 400, "debug_forced_tokens"),
+    (CHAT, chat(debug_forced_tokens=[-5]), 400, "debug_forced_tokens"),
+    (CHAT, chat(debug_forced_tokens="abc"), 400, "debug_forced_tokens"),
     (CMPL, cmpl(prompt=""), 400, "prompt"),
     (CMPL, cmpl(prompt=[]), 400, "prompt"),
     (CMPL, cmpl(prompt=[[]]), 400, "prompt"),
@@ -205,7 +206,7 @@ def test_context_overflow_and_boundary(server):
     assert s == 200, j
     assert j["usage"]["completion_tokens"] == 1 and j["choices"][0]["finish_reason"] == "length"
     # Omitted max_tokens is clamped to the remaining context.
-    s, j, _ = post_json(server.url(CMPL), {"model": "tiny", "prompt": ids[:max_len - 3], "ignore_eos": True},
+    s, j, _ = post_json(server.url(CMPL), {"model": "tiny", "prompt": boundary[:max_len - 3], "ignore_eos": True},
                         timeout=300)
     assert s == 200, j
     assert j["usage"]["completion_tokens"] == 3 and j["choices"][0]["finish_reason"] == "length"
@@ -279,6 +280,9 @@ def test_api_key_and_default_bind(model_dir):
         s, _, _ = http_request("GET", srv.url("/v1/models"), None, {"X-Api-Key": key})
         assert s == 200
         assert http_request("GET", srv.url("/health"))[0] == 200
+        # The test hook is refused unless the server was started with --enable-debug-hooks.
+        s, text, _ = http_request("POST", srv.url(CMPL), cmpl(debug_forced_tokens=[5]), {"Authorization": "Bearer " + key})
+        assert s == 400 and json.loads(text)["error"]["param"] == "debug_forced_tokens"
         # Default bind: a loopback listener only.
         port_hex = "%04X" % srv.port
         listeners = []
