@@ -20,7 +20,7 @@ for f in src/cpu/ops.cpp src/cpu/ops_quant.cpp src/cpu/ops_linear.cpp src/cpu/th
   $CXX -ffp-contract=off -c $f -o $O/cpu_$(basename $f).o &
 done
 wait
-g++ -o .attn_dev/test_cuda_attention $O/t_*.o $O/*.cu.o $O/cpu_*.o build-attn/src/loader/libflashseek_loader.a \
+g++ -o .attn_dev/test_cuda_attention $O/t_*.o $O/[a-z]*.cu.o $O/cpu_*.o build-attn/src/loader/libflashseek_loader.a \
     build-attn/src/util/libflashseek_util.a -L/usr/local/cuda/lib64 -lcudart_static -lgtest_main -lgtest -lfmt \
     -lpthread -ldl -lrt
 cp -L /lib/x86_64-linux-gnu/libfmt.so.9 .attn_dev/

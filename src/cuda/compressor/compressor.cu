@@ -60,14 +60,16 @@ __global__ void __launch_bounds__(kThreads) compressor_emit_kernel(CompressorPar
     const int first_row = p.batch.seq_first_row[seq];
     const float* skv = reinterpret_cast<const float*>(p.state + int64_t(slot) * p.state_stride);
     const float* sscore = skv + int64_t(ring) * width;
-    // slot list: (token, column offset) for A halves (overlap) and the main/B part
-    auto fetch = [&](int t, int col, float& kv, float& score) {
+    const bool ring_pow2 = (ring & (ring - 1)) == 0;
+    // Slot (token t, column col, ape row = t % m, known by the caller): from this step's rows when t is in the
+    // chunk, else from the state ring.
+    auto fetch = [&](int t, int col, int ape_row, float& kv, float& score) {
         if (t >= start) {
             const int64_t row = first_row + (t - start);
             kv = p.kv[row * p.kv_stride + col];
-            score = p.gate[row * p.gate_stride + col] + p.ape[int64_t(t % m) * width + col];
+            score = p.gate[row * p.gate_stride + col] + p.ape[int64_t(ape_row) * width + col];
         } else {
-            const int64_t r = int64_t(t % ring) * width + col;
+            const int64_t r = int64_t(ring_pow2 ? (t & (ring - 1)) : t % ring) * width + col;
             kv = skv[r];
             score = sscore[r];
         }
@@ -89,8 +91,8 @@ __global__ void __launch_bounds__(kThreads) compressor_emit_kernel(CompressorPar
                 sc[i] = -INFINITY;
                 kvv[i] = 0.f;
                 if (sl < n_slots) {
-                    if (sl < n_a) fetch((w - 1) * m + sl, ch, kvv[i], sc[i]);
-                    else fetch(w * m + (sl - n_a), b_col, kvv[i], sc[i]);
+                    if (sl < n_a) fetch((w - 1) * m + sl, ch, sl, kvv[i], sc[i]);
+                    else fetch(w * m + (sl - n_a), b_col, sl - n_a, kvv[i], sc[i]);
                 }
             }
             float bm = mx;

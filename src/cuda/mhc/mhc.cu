@@ -1,7 +1,10 @@
-// mHC kernels. Partial: CTA (token tile of 4, K chunk of 512) accumulates fn . x for every mix row and the sum of
-// squares, in registers, then reduces across the CTA (warp shuffles + shared memory) into a workspace slot; a fixed
-// reduction order keeps results deterministic. Finalize: one CTA per token sums the K-split partials in order,
-// runs the 4x4 Sinkhorn on one thread (a few hundred flops), collapses the streams and applies the fused RMSNorm.
+// mHC kernels, shaped for decode latency (batch 1 to 64), where the work is tiny and every dependent step costs.
+// Partial: CTA = (tile of 4 tokens, K chunk of 256 = 8 elements per lane); warp w owns mix rows w, w+8, w+16 and
+// keeps the 4 tokens' x chunk in registers, so fn is read once per tile with 16-byte loads and each warp reduces
+// only its 12 dot products (shuffle butterflies interleaved for ILP; warp 0 adds the 4 sums of squares).
+// Finalize: one CTA per token; warps sum the K-split partials row by row, warp 0 computes pre/post and runs the
+// Sinkhorn (one lane per matrix element, compile-time N) while the other warps already collapse the streams with
+// pre, then the fused RMSNorm. Sums run in fixed orders, so results are deterministic.
 #include <algorithm>
 
 #include "cuda/common/attn_helpers.cuh"
@@ -13,10 +16,13 @@ using namespace attn_detail;
 
 namespace {
 
-constexpr int kTok = 4;         // tokens per partial CTA (fn is read once per tile)
-constexpr int kMixMax = 24;     // (2 + N) * N for N <= 4
-constexpr int kChunk = 256;     // K elements per partial CTA (64 CTAs per token tile at N*D = 16384)
+constexpr int kTok = 4;          // tokens per partial CTA (fn is read once per tile)
+constexpr int kMixMax = 24;      // (2 + N) * N for N <= 4
+constexpr int kPerLane = 8;      // K elements per lane
+constexpr int kChunk = 32 * kPerLane;  // K elements per partial CTA (64 CTAs per token tile at N*D = 16384)
 constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kRowsPerWarp = kMixMax / kWarps;  // 3
 constexpr int kMaxStreams = 4;
 
 __host__ __device__ int n_mix_of(int n, bool head) { return head ? n : (2 + n) * n; }
@@ -26,59 +32,112 @@ __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(const bf16* __res
                                                                int n_tokens, int64_t K, int n_mix,
                                                                float* __restrict__ ws) {
     const int t0 = blockIdx.x * kTok;
-    const int64_t k0 = int64_t(blockIdx.y) * kChunk;
-    const int64_t k1 = min(K, k0 + kChunk);
-    float acc[kTok][kMixMax];
-    float ss[kTok];
-#pragma unroll
-    for (int tt = 0; tt < kTok; ++tt) {
-        ss[tt] = 0.f;
-#pragma unroll
-        for (int o = 0; o < kMixMax; ++o) acc[tt][o] = 0.f;
-    }
-    for (int64_t k = k0 + threadIdx.x; k < k1; k += kThreads) {
-        float xv[kTok];
-#pragma unroll
-        for (int tt = 0; tt < kTok; ++tt)
-            xv[tt] = t0 + tt < n_tokens ? __bfloat162float(x[int64_t(t0 + tt) * K + k]) : 0.f;
-#pragma unroll
-        for (int o = 0; o < kMixMax; ++o) {
-            if (o < n_mix) {
-                const float w = __ldg(fn + int64_t(o) * K + k);
-#pragma unroll
-                for (int tt = 0; tt < kTok; ++tt) acc[tt][o] = fmaf(w, xv[tt], acc[tt][o]);
-            }
-        }
-#pragma unroll
-        for (int tt = 0; tt < kTok; ++tt) ss[tt] = fmaf(xv[tt], xv[tt], ss[tt]);
-    }
-    __shared__ float red[kThreads / 32][kTok][kMixMax + 1];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t kb = int64_t(blockIdx.y) * kChunk + lane * kPerLane;  // this lane's first element
+    const bool full = kb + kPerLane <= K && K % kPerLane == 0;         // 16-byte aligned vector path
+    float xv[kTok][kPerLane];
 #pragma unroll
     for (int tt = 0; tt < kTok; ++tt) {
+        const bool tok = t0 + tt < n_tokens;
+        const bf16* src = x + int64_t(t0 + tt) * K + kb;
+        if (tok && full) {
+            const uint4 raw = *reinterpret_cast<const uint4*>(src);
+            const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
-        for (int o = 0; o < kMixMax; ++o) {
-            if (o < n_mix) {
-                const float v = warp_sum(acc[tt][o]);
-                if (lane == 0) red[warp][tt][o] = v;
+            for (int i = 0; i < kPerLane / 2; ++i) {
+                const float2 f = __bfloat1622float2(h2[i]);
+                xv[tt][2 * i] = f.x;
+                xv[tt][2 * i + 1] = f.y;
             }
+        } else {
+#pragma unroll
+            for (int i = 0; i < kPerLane; ++i) xv[tt][i] = tok && kb + i < K ? __bfloat162float(src[i]) : 0.f;
         }
-        const float v = warp_sum(ss[tt]);
-        if (lane == 0) red[warp][tt][kMixMax] = v;
     }
-    __syncthreads();
+    float dot[kRowsPerWarp + 1][kTok];  // the extra row: sums of squares (warp 0)
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+        const int o = warp + kWarps * r;
+        float w[kPerLane];
+        const float* src = fn + int64_t(o) * K + kb;
+        if (o < n_mix && full) {
+            *reinterpret_cast<float4*>(w) = __ldg(reinterpret_cast<const float4*>(src));
+            *reinterpret_cast<float4*>(w + 4) = __ldg(reinterpret_cast<const float4*>(src) + 1);
+        } else {
+#pragma unroll
+            for (int i = 0; i < kPerLane; ++i) w[i] = o < n_mix && kb + i < K ? __ldg(src + i) : 0.f;
+        }
+#pragma unroll
+        for (int tt = 0; tt < kTok; ++tt) {
+            float acc = 0.f;
+#pragma unroll
+            for (int i = 0; i < kPerLane; ++i) acc = fmaf(w[i], xv[tt][i], acc);
+            dot[r][tt] = acc;
+        }
+    }
+#pragma unroll
+    for (int tt = 0; tt < kTok; ++tt) {
+        float acc = 0.f;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) acc = fmaf(xv[tt][i], xv[tt][i], acc);
+        dot[kRowsPerWarp][tt] = acc;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+        for (int r = 0; r <= kRowsPerWarp; ++r)
+#pragma unroll
+            for (int tt = 0; tt < kTok; ++tt) dot[r][tt] += __shfl_xor_sync(0xffffffffu, dot[r][tt], off);
+    }
+    if (lane != 0) return;
     const int n_out = n_mix + 1;
-    for (int i = threadIdx.x; i < kTok * n_out; i += kThreads) {
-        const int tt = i / n_out, o = i % n_out;
+#pragma unroll
+    for (int tt = 0; tt < kTok; ++tt) {
         if (t0 + tt >= n_tokens) continue;
-        const int src = o == n_mix ? kMixMax : o;
-        float s = 0.f;
-        for (int w = 0; w < kThreads / 32; ++w) s += red[w][tt][src];
-        ws[(int64_t(t0 + tt) * gridDim.y + blockIdx.y) * n_out + o] = s;
+        float* dst = ws + (int64_t(t0 + tt) * gridDim.y + blockIdx.y) * n_out;
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r)
+            if (warp + kWarps * r < n_mix) dst[warp + kWarps * r] = dot[r][tt];
+        if (warp == 0) dst[n_mix] = dot[kRowsPerWarp][tt];
     }
 }
 
 __device__ float sigmoid_acc(float v) { return 1.f / (1.f + expf(-v)); }
+
+// Sinkhorn-Knopp of cpu::sinkhorn on warp 0, lane j*N + k holding C[j][k]; sums in the CPU op's order.
+template <int N>
+__device__ float sinkhorn_lane(float c, int lane, int iters, float eps) {
+    const int j = lane / N, k = lane % N;
+    auto row_sum = [&](float v) {
+        float t[N];
+#pragma unroll
+        for (int kk = 0; kk < N; ++kk) t[kk] = __shfl_sync(0xffffffffu, v, (j * N + kk) & 31);
+        float s = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < N; ++kk) s += t[kk];
+        return s;
+    };
+    auto col_sum = [&](float v) {
+        float t[N];
+#pragma unroll
+        for (int jj = 0; jj < N; ++jj) t[jj] = __shfl_sync(0xffffffffu, v, (jj * N + k) & 31);
+        float s = 0.f;
+#pragma unroll
+        for (int jj = 0; jj < N; ++jj) s += t[jj];
+        return s;
+    };
+    float m = -INFINITY;
+#pragma unroll
+    for (int kk = 0; kk < N; ++kk) m = fmaxf(m, __shfl_sync(0xffffffffu, c, (j * N + kk) & 31));
+    const float e = expf(c - m);
+    c = e / row_sum(e) + eps;  // row softmax + eps
+    c = c / (col_sum(c) + eps);
+    for (int it = 1; it < iters; ++it) {
+        c = c / (row_sum(c) + eps);
+        c = c / (col_sum(c) + eps);
+    }
+    return c;
+}
 
 __global__ void __launch_bounds__(kThreads) mhc_finalize_kernel(MhcPreParams p, const float* __restrict__ ws,
                                                                 int n_splits) {
@@ -90,62 +149,49 @@ __global__ void __launch_bounds__(kThreads) mhc_finalize_kernel(MhcPreParams p, 
     const int N = p.n_streams, D = p.dim;
     const int64_t K = int64_t(N) * D;
     const int n_mix = n_mix_of(N, p.head_mode), n_out = n_mix + 1;
-    if (threadIdx.x < n_out) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = warp; o < n_out; o += kWarps) {  // split-K sums, one warp per row
         float s = 0.f;
-        for (int i = 0; i < n_splits; ++i) s += ws[(int64_t(t) * n_splits + i) * n_out + threadIdx.x];
-        red[threadIdx.x] = s;
+        for (int i = lane; i < n_splits; i += 32) s += ws[(int64_t(t) * n_splits + i) * n_out + o];
+        s = warp_sum(s);
+        if (lane == 0) red[o] = s;
     }
     __syncthreads();
-    if (threadIdx.x < 32) {  // warp 0: pre/post on lanes < N, the N x N Sinkhorn with one lane per element
-        const int lane = threadIdx.x;
-        const float rho = 1.f / sqrtf(red[n_mix] / float(K) + p.rms_eps);
-        if (lane < N) pre[lane] = sigmoid_acc(red[lane] * rho * p.scale[0] + p.base[lane]) + p.hc_eps;
-        if (!p.head_mode) {
-            if (lane < N)
-                p.post[int64_t(t) * N + lane] = 2.f * sigmoid_acc(red[N + lane] * rho * p.scale[1] + p.base[N + lane]);
-            const bool mine = lane < N * N;
-            const int j = lane / N, k = lane % N;
-            const float eps = p.hc_eps;
-            float c = mine ? red[2 * N + lane] * rho * p.scale[2] + p.base[2 * N + lane] : 0.f;
-            // sums in the CPU op's order (k = 0..N-1 along a row, j = 0..N-1 down a column)
-            auto row_sum = [&](float v) {
-                float s = 0.f;
-                for (int kk = 0; kk < N; ++kk) s += __shfl_sync(0xffffffffu, v, (j * N + kk) & 31);
-                return s;
-            };
-            auto col_sum = [&](float v) {
-                float s = 0.f;
-                for (int jj = 0; jj < N; ++jj) s += __shfl_sync(0xffffffffu, v, (jj * N + k) & 31);
-                return s;
-            };
-            float m = -INFINITY;
-            for (int kk = 0; kk < N; ++kk) m = fmaxf(m, __shfl_sync(0xffffffffu, c, (j * N + kk) & 31));
-            const float e = expf(c - m);
-            c = e / row_sum(e) + eps;  // row softmax + eps
-            c = c / (col_sum(c) + eps);
-            for (int it = 1; it < p.sinkhorn_iters; ++it) {
-                c = c / (row_sum(c) + eps);
-                c = c / (col_sum(c) + eps);
-            }
-            if (mine) p.comb[int64_t(t) * N * N + lane] = c;
-        }
-    }
+    const float rho = 1.f / sqrtf(red[n_mix] / float(K) + p.rms_eps);
+    if (threadIdx.x < N) pre[threadIdx.x] = sigmoid_acc(red[threadIdx.x] * rho * p.scale[0] + p.base[threadIdx.x]) + p.hc_eps;
     __syncthreads();
     const bf16* xt = p.x + int64_t(t) * K;
     float ss = 0.f;
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        float s = 0.f;
-        for (int j = 0; j < N; ++j) s += pre[j] * __bfloat162float(xt[int64_t(j) * D + d]);
-        s = round_bf16(s);  // the reference returns y in bf16 before the norm
-        ybuf[d] = s;
-        ss += s * s;
+    if (warp == 0) {
+        if (!p.head_mode) {
+            if (lane < N)
+                p.post[int64_t(t) * N + lane] = 2.f * sigmoid_acc(red[N + lane] * rho * p.scale[1] + p.base[N + lane]);
+            const float c0 = lane < N * N ? red[2 * N + lane] * rho * p.scale[2] + p.base[2 * N + lane] : 0.f;
+            float c = 0.f;
+            switch (N) {
+                case 1: c = sinkhorn_lane<1>(c0, lane, p.sinkhorn_iters, p.hc_eps); break;
+                case 2: c = sinkhorn_lane<2>(c0, lane, p.sinkhorn_iters, p.hc_eps); break;
+                case 3: c = sinkhorn_lane<3>(c0, lane, p.sinkhorn_iters, p.hc_eps); break;
+                default: c = sinkhorn_lane<4>(c0, lane, p.sinkhorn_iters, p.hc_eps); break;
+            }
+            if (lane < N * N) p.comb[int64_t(t) * N * N + lane] = c;
+        }
+    } else {  // the other warps collapse the streams meanwhile
+        for (int d = threadIdx.x - 32; d < D; d += kThreads - 32) {
+            float s = 0.f;
+            for (int j = 0; j < N; ++j) s += pre[j] * __bfloat162float(xt[int64_t(j) * D + d]);
+            s = round_bf16(s);  // the reference returns y in bf16 before the norm
+            ybuf[d] = s;
+            ss += s * s;
+        }
     }
     bf16* yt = p.y + int64_t(t) * D;
     if (!p.norm_weight) {
+        __syncthreads();
         for (int d = threadIdx.x; d < D; d += blockDim.x) yt[d] = __float2bfloat16_rn(ybuf[d]);
         return;
     }
-    ss = block_sum(ss, scratch);
+    ss = block_sum(ss, scratch);  // its barriers also publish ybuf
     const float r = 1.f / sqrtf(ss / float(D) + p.norm_eps);
     for (int d = threadIdx.x; d < D; d += blockDim.x)
         yt[d] = __float2bfloat16_rn(__bfloat162float(p.norm_weight[d]) * (ybuf[d] * r));
