@@ -9,7 +9,7 @@ cmake --build "$BUILD" -j"${JOBS:-2}" --target test_cuda_linear
 grep -qx '/.devcarry/' .git/info/exclude 2>/dev/null || echo '/.devcarry/' >> .git/info/exclude
 rm -rf .devcarry && mkdir -p .devcarry
 cp "$BUILD/tests/cuda/linear/test_cuda_linear" .devcarry/
-ldd .devcarry/test_cuda_linear | awk '/=> \// {print $3}' | grep -E 'libfmt|libgtest|libpcre2|libnlohmann' | while read -r lib; do
+ldd .devcarry/test_cuda_linear | awk '/=> \// {print $3}' | grep -E 'libfmt|libgtest|libpcre2|libnlohmann|libcudart' | while read -r lib; do
   cp -L "$lib" .devcarry/
 done
 ls -la .devcarry

@@ -104,7 +104,8 @@ struct GemmArgs {
 };
 
 template <WeightKind WK, int NT, bool ALIGNED>
-__global__ void __launch_bounds__(kWarps * 32) gemm_kernel(const GemmArgs a) {
+// NT = 1 (decode) is capped at 170 registers so that 3 CTAs (12 warps) stay resident per SM.
+__global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 3 : 2) gemm_kernel(const GemmArgs a) {
     constexpr int U = mma::batch_steps<WK, 1>();
     constexpr int CH = mma::chunk_steps<NT>();
     constexpr int XLD = CH * 128 + 8;  // +16 B per row: conflict-free fragment reads
@@ -367,6 +368,9 @@ LinearPlan plan_linear(const PreparedActivation& x, const DeviceLinear& w, int g
     const int64_t row_blocks = (w.out + kRowsPerCta - 1) / kRowsPerCta;
     const int64_t passes = (x.m_pad + p.tokens_per_pass - 1) / p.tokens_per_pass;
     const int64_t base = row_blocks * passes;
+    // Split K until the grid has ~4 CTAs per SM. Measured on the H200 (docs/perf.md, runs 2 and 3): more, shorter
+    // CTAs beat fewer, longer ones at decode sizes (wq_b at M=1: 39% of copy bandwidth with 2 splits of 4 steps,
+    // 34% unsplit; wo_b 45% with 8 splits, 33% with 7 splits of >= 4 steps).
     const int64_t target = 4 * int64_t(current_arch().sm_count);
     int splits = 1;
     if (ws && ws->partials && base < target && groups >= 1) {

@@ -32,8 +32,9 @@ constexpr int batch_steps() {
     if constexpr (WK == WeightKind::FP4_BLOCK32) return MATS == 1 ? 4 : 2;
     return 1;
 }
+// ~33 KB of shared memory per CTA whatever the token count: fewer chunks (barriers) when tokens are few.
 template <int NT>
-constexpr int chunk_steps() { return NT >= 4 ? 4 : 8; }
+constexpr int chunk_steps() { return NT >= 4 ? 4 : (NT == 2 ? 8 : 16); }
 
 struct PipeParams {
     int64_t K;          // row length in elements

@@ -188,7 +188,9 @@ __device__ __forceinline__ int stored_pos_dev(WeightKind layout, int p) {
 }
 
 template <WeightKind WK, int NT, bool GLU>
-__global__ void __launch_bounds__((GLU ? 8 : 4) * 32) expert_kernel(const ExpertArgs a) {
+// The decode down kernel (4 warps, 8 tokens) is capped for 3 resident CTAs per SM; the fused up kernel keeps
+// 8 warps and its registers (two matrices in flight).
+__global__ void __launch_bounds__((GLU ? 8 : 4) * 32, (GLU || NT > 1) ? 1 : 3) expert_kernel(const ExpertArgs a) {
     constexpr int kW = GLU ? 8 : 4;
     constexpr int MATS = GLU ? 2 : 1;
     constexpr int U = mma::batch_steps<WK, MATS>();
@@ -197,6 +199,7 @@ __global__ void __launch_bounds__((GLU ? 8 : 4) * 32) expert_kernel(const Expert
     __shared__ __align__(16) uint16_t xsm[NT * 8 * XLD];
     __shared__ float xss[NT * 8 * CH];
     __shared__ float col_max[kW][NT * 8];
+    __shared__ int64_t srow[NT * 8];  // prepared-activation row of each token slot of the current chunk (-1: none)
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     int e = 0, count = 0, offset = 0;
@@ -247,7 +250,10 @@ __global__ void __launch_bounds__((GLU ? 8 : 4) * 32) expert_kernel(const Expert
             crow1[j] = xrow(c0 + 8 * j + 2 * t + 1);
             n_tiles += (c0 + 8 * j < count) ? 1 : 0;
         }
-        auto row_of = [&](int r) -> int64_t { return xrow(c0 + r); };
+        // Gathered rows looked up once per token chunk (the staging loop then issues independent loads only).
+        // Safe to overwrite here: every warp has passed the last staging barrier of the previous chunk.
+        if (threadIdx.x < NT * 8) srow[threadIdx.x] = xrow(c0 + int(threadIdx.x));
+        auto row_of = [&](int r) -> int64_t { return srow[r]; };
         float acc[MATS][NT][4];
 #pragma unroll
         for (int mat = 0; mat < MATS; ++mat)
