@@ -9,6 +9,7 @@
 // Candidate lists are per query (window from the ring, compressed ids from top-k or all visible), so decode and
 // chunked prefill use the same kernel.
 #include <algorithm>
+#include <cstdlib>
 
 #include "cuda/attention/kv_entry.cuh"
 #include "cuda/attention/sparse_attention.cuh"
@@ -287,6 +288,239 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionPara
     }
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// Tensor-core variant: CTA = (query, 16 heads, split); 8 warps; tiles of 32 candidates.
+//  QK: S[16 heads x 32 entries] with mma.sync m16n8k16 (A = q rows from shared memory, B = KV rows, which are
+//      exactly the "col" operand); warp w takes entries 8*(w%4).. over half the dims (w/4), halves summed in smem.
+//  softmax: warp w owns heads 2w, 2w+1, lane = entry (as the SIMT path); P rounded to bf16 into shared memory.
+//  PV: O[16 heads x D] += P[16 x 32] V[32 x D]; warp w owns dims [w*D/8, (w+1)*D/8), V fragments through
+//      ldmatrix.trans, fp32 accumulators in registers (D/16 per thread). head_dim % 64 == 0, <= 512.
+constexpr int kMmaHeads = 16;
+constexpr int kMmaPad = 8;  // bf16 row padding: 16-byte aligned rows, conflict-free ldmatrix
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t& r0, uint32_t& r1) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+__device__ __forceinline__ void mma_16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                          uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+struct MmaSmem {
+    bf16* q;       // [16][D + pad]
+    bf16* kv;      // [kTile][D + pad]
+    float* sp;     // [2][16][kTile + 1] QK partials of the two dim halves
+    bf16* pr;      // [16][kTile + pad] probabilities
+    float* alpha;  // [16]
+    float* ml;     // [16][2] final m, l
+    int* valid;    // [kTile]
+    int* fmt;      // [kTile]
+    const uint8_t** ptr;  // [kTile]
+};
+
+__host__ __device__ inline size_t mma_smem_layout(int D, MmaSmem* s, unsigned char* raw) {
+    size_t off = 0;
+    auto take = [&](size_t bytes) {
+        const size_t o = off;
+        off = (off + bytes + 15) / 16 * 16;
+        return raw ? raw + o : nullptr;
+    };
+    unsigned char* q = take(size_t(kMmaHeads) * (D + kMmaPad) * 2);
+    unsigned char* kv = take(size_t(kTile) * (D + kMmaPad) * 2);
+    unsigned char* sp = take(size_t(2) * kMmaHeads * (kTile + 1) * 4);
+    unsigned char* pr = take(size_t(kMmaHeads) * (kTile + kMmaPad) * 2);
+    unsigned char* alpha = take(kMmaHeads * 4);
+    unsigned char* ml = take(kMmaHeads * 2 * 4);
+    unsigned char* valid = take(kTile * 4);
+    unsigned char* fmt = take(kTile * 4);
+    unsigned char* ptr = take(kTile * sizeof(void*));
+    if (s) {
+        s->q = reinterpret_cast<bf16*>(q);
+        s->kv = reinterpret_cast<bf16*>(kv);
+        s->sp = reinterpret_cast<float*>(sp);
+        s->pr = reinterpret_cast<bf16*>(pr);
+        s->alpha = reinterpret_cast<float*>(alpha);
+        s->ml = reinterpret_cast<float*>(ml);
+        s->valid = reinterpret_cast<int*>(valid);
+        s->fmt = reinterpret_cast<int*>(fmt);
+        s->ptr = reinterpret_cast<const uint8_t**>(ptr);
+    }
+    return off;
+}
+size_t mma_smem_bytes(int D) { return mma_smem_layout(D, nullptr, nullptr); }
+
+__global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttentionParams p, int n_splits, float* ws_o,
+                                                                 float* ws_ml) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int D = p.head_dim, H = p.n_heads, DP = D + kMmaPad;
+    MmaSmem sm;
+    mma_smem_layout(D, &sm, smem_raw);
+    const int t = blockIdx.x, h0 = blockIdx.y * kMmaHeads, split = blockIdx.z;
+    const int n_heads_here = min(kMmaHeads, H - h0);
+    const Candidates c = candidates_of(p, t);
+    const int total = c.n_win + c.n_comp_slots;
+    const int per_split = (total + n_splits - 1) / n_splits;
+    const int c_begin = split * per_split, c_end = min(total, c_begin + per_split);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+    // q rows (bf16, 16-byte chunks); heads past H are zero
+    for (int i = threadIdx.x; i < kMmaHeads * (D / 8); i += kThreads) {
+        const int h = i / (D / 8), d = (i % (D / 8)) * 8;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (h < n_heads_here) v = *reinterpret_cast<const uint4*>(p.q + t * p.q_stride + int64_t(h0 + h) * D + d);
+        *reinterpret_cast<uint4*>(sm.q + h * DP + d) = v;
+    }
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};  // heads 2*warp, 2*warp+1
+    constexpr int kMaxNt = 512 / 64;   // PV n-tiles per warp for D <= 512
+    const int nt_count = D / 64;       // D/8 dims per warp, 8 per n-tile
+    float acc[kMaxNt][4];
+#pragma unroll
+    for (int j = 0; j < kMaxNt; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    const int chunks = D / 8;
+
+    for (int base = c_begin; base < c_end; base += kTile) {
+        __syncthreads();  // previous tile fully consumed
+        if (threadIdx.x < kTile) {
+            KvFormat fmt = KvFormat::BF16;
+            const uint8_t* src = base + threadIdx.x < c_end ? candidate_entry(p, c, t, base + threadIdx.x, fmt) : nullptr;
+            sm.ptr[threadIdx.x] = src;
+            sm.fmt[threadIdx.x] = int(fmt);
+            sm.valid[threadIdx.x] = src != nullptr;
+        }
+        __syncthreads();
+        constexpr int kLoadBatch = 8;
+        for (int i0 = threadIdx.x; i0 < kTile * chunks; i0 += kLoadBatch * kThreads) {
+            __nv_bfloat162 v[kLoadBatch][4];
+#pragma unroll
+            for (int k = 0; k < kLoadBatch; ++k) {
+                const int i = i0 + k * kThreads;
+                const int e = i / chunks, d = (i % chunks) * 8;
+                const uint8_t* src = i < kTile * chunks ? sm.ptr[e] : nullptr;
+                if (src) {
+                    load_chunk8(src, KvFormat(sm.fmt[e]), D, p.rope_dim, d, v[k]);
+                } else {
+                    v[k][0] = v[k][1] = v[k][2] = v[k][3] = __floats2bfloat162_rn(0.f, 0.f);
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < kLoadBatch; ++k) {
+                const int i = i0 + k * kThreads;
+                if (i >= kTile * chunks) break;
+                const int e = i / chunks, d = (i % chunks) * 8;
+                *reinterpret_cast<uint4*>(sm.kv + e * DP + d) = *reinterpret_cast<const uint4*>(v[k]);
+            }
+        }
+        __syncthreads();
+        {  // QK: entries 8*(warp%4).., dims of half warp/4
+            const int nt = warp % 4, kh = warp / 4;
+            float sc[4] = {0.f, 0.f, 0.f, 0.f};
+            const int k_begin = kh * (D / 2), k_end = k_begin + D / 2;
+            const uint32_t a_base = smem_u32(sm.q + (lane % 16) * DP + (lane / 16) * 8);
+            const uint32_t b_base = smem_u32(sm.kv + (nt * 8 + lane % 8) * DP + ((lane / 8) % 2) * 8);
+            for (int k0 = k_begin; k0 < k_end; k0 += 16) {
+                uint32_t a0, a1, a2, a3, b0, b1;
+                ldsm_x4(a_base + k0 * 2, a0, a1, a2, a3);
+                ldsm_x2(b_base + k0 * 2, b0, b1);
+                mma_16816(sc, a0, a1, a2, a3, b0, b1);
+            }
+            const int r = lane / 4, col = nt * 8 + 2 * (lane % 4);
+            float* dst = sm.sp + kh * kMmaHeads * (kTile + 1);
+            dst[r * (kTile + 1) + col] = sc[0];
+            dst[r * (kTile + 1) + col + 1] = sc[1];
+            dst[(r + 8) * (kTile + 1) + col] = sc[2];
+            dst[(r + 8) * (kTile + 1) + col + 1] = sc[3];
+        }
+        __syncthreads();
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {  // online softmax: heads 2*warp + hh, lane = entry
+            const int h = 2 * warp + hh, e = lane;
+            float s = sm.sp[h * (kTile + 1) + e] + sm.sp[kMmaHeads * (kTile + 1) + h * (kTile + 1) + e];
+            s = sm.valid[e] ? s * p.softmax_scale : -INFINITY;
+            const float m_new = fmaxf(m_run[hh], warp_max(s));
+            const float pe = m_new == -INFINITY ? 0.f : expf(s - m_new);
+            const float alpha = m_new == -INFINITY ? 1.f : expf(m_run[hh] - m_new);
+            l_run[hh] = l_run[hh] * alpha + warp_sum(pe);
+            m_run[hh] = m_new;
+            sm.pr[h * (kTile + kMmaPad) + e] = __float2bfloat16_rn(pe);
+            if (lane == 0) sm.alpha[h] = alpha;
+        }
+        __syncthreads();
+        {  // PV: dims [warp*D/8, (warp+1)*D/8)
+            const float al0 = sm.alpha[lane / 4], al1 = sm.alpha[lane / 4 + 8];
+#pragma unroll
+            for (int j = 0; j < kMaxNt; ++j) {
+                acc[j][0] *= al0;
+                acc[j][1] *= al0;
+                acc[j][2] *= al1;
+                acc[j][3] *= al1;
+            }
+            const int n_base = warp * (D / 8);
+#pragma unroll
+            for (int ks = 0; ks < kTile / 16; ++ks) {
+                uint32_t a0, a1, a2, a3;
+                ldsm_x4(smem_u32(sm.pr + (lane % 16) * (kTile + kMmaPad) + ks * 16 + (lane / 16) * 8), a0, a1, a2, a3);
+                const int v_row = ks * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+#pragma unroll
+                for (int j = 0; j < kMaxNt; j += 2) {
+                    if (j >= nt_count) break;
+                    uint32_t b0, b1, b2, b3;
+                    ldsm_x4_t(smem_u32(sm.kv + v_row * DP + n_base + j * 8 + (lane / 16) * 8), b0, b1, b2, b3);
+                    mma_16816(acc[j], a0, a1, a2, a3, b0, b1);
+                    if (j + 1 < nt_count) mma_16816(acc[j + 1], a0, a1, a2, a3, b2, b3);
+                }
+            }
+        }
+    }
+    __syncthreads();
+    if (lane == 0) {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            sm.ml[(2 * warp + hh) * 2] = m_run[hh];
+            sm.ml[(2 * warp + hh) * 2 + 1] = l_run[hh];
+        }
+    }
+    __syncthreads();
+    const int n_base = warp * (D / 8);
+    const int64_t part = (int64_t(t) * n_splits + split) * H;
+#pragma unroll
+    for (int j = 0; j < kMaxNt; ++j) {
+        if (j >= nt_count) break;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int hl = lane / 4 + 8 * half;
+            if (hl >= n_heads_here) continue;
+            const int dim = n_base + j * 8 + 2 * (lane % 4);
+            const float x0 = acc[j][2 * half], x1 = acc[j][2 * half + 1];
+            if (n_splits == 1) {
+                const float m = sm.ml[hl * 2], l = sm.ml[hl * 2 + 1];
+                const float sink = p.sink[h0 + hl];
+                const float M = fmaxf(m, sink);
+                const float scale_acc = m == -INFINITY ? 0.f : expf(m - M);
+                const float f = scale_acc / (l * scale_acc + expf(sink - M));
+                write_out_pair(p, t, h0 + hl, dim / 2, x0 * f, x1 * f, c.pos);
+            } else {
+                reinterpret_cast<float2*>(ws_o + (part + h0 + hl) * D)[dim / 2] = make_float2(x0, x1);
+            }
+        }
+    }
+    if (n_splits > 1 && threadIdx.x < n_heads_here) {
+        ws_ml[(part + h0 + threadIdx.x) * 2] = sm.ml[threadIdx.x * 2];
+        ws_ml[(part + h0 + threadIdx.x) * 2 + 1] = sm.ml[threadIdx.x * 2 + 1];
+    }
+}
+
 __global__ void combine_kernel(SparseAttentionParams p, int n_splits, const float* ws_o, const float* ws_ml) {
     const int t = blockIdx.x, h = blockIdx.y, D = p.head_dim, H = p.n_heads;
     const float sink = p.sink[h];
@@ -323,8 +557,8 @@ int sm_count() {
     return n;
 }
 
-int splits_for(int n_tokens, int n_heads, int max_candidates) {
-    const int groups = (n_heads + kHeads - 1) / kHeads;
+int splits_for(int n_tokens, int n_heads, int max_candidates, int heads_per_cta) {
+    const int groups = (n_heads + heads_per_cta - 1) / heads_per_cta;
     const int ctas = std::max(1, n_tokens * groups);
     const int want = (2 * sm_count() + ctas - 1) / ctas;
     const int most = std::max(1, (max_candidates + kTile - 1) / kTile);
@@ -336,8 +570,10 @@ int splits_for(int n_tokens, int n_heads, int max_candidates) {
 size_t sparse_attention_workspace_bytes(int max_tokens, int n_heads, int head_dim, int max_candidates) {
     size_t best = 0;
     for (int t = 1; t <= std::max(1, max_tokens); ++t) {
-        const int s = splits_for(t, n_heads, max_candidates);
-        if (s > 1) best = std::max(best, size_t(t) * s * n_heads * (size_t(head_dim) + 2) * sizeof(float));
+        for (int hpc : {kHeads, kMmaHeads}) {
+            const int s = splits_for(t, n_heads, max_candidates, hpc);
+            if (s > 1) best = std::max(best, size_t(t) * s * n_heads * (size_t(head_dim) + 2) * sizeof(float));
+        }
     }
     return best;
 }
@@ -356,7 +592,21 @@ void sparse_attention(const SparseAttentionParams& p, void* workspace, size_t wo
     FS_ATTN_REQUIRE(p.ratio == 0 || p.comp.base, "sparse_attention: compressed entries are required when ratio > 0");
     FS_ATTN_REQUIRE(p.max_candidates >= 1, "sparse_attention: max_candidates must be positive");
     if (p.batch.n_tokens <= 0) return;
-    const int splits = splits_for(p.batch.n_tokens, p.n_heads, p.max_candidates);
+    bool mma = p.kernel == AttnKernel::Mma;
+    if (p.kernel == AttnKernel::Auto) {
+        static const bool env_mma = [] {
+            const char* e = std::getenv("FLASHSEEK_ATTN_MMA");
+            return e && e[0] == '1';
+        }();
+        mma = env_mma;
+    }
+    if (mma) {
+        FS_ATTN_REQUIRE(D % 64 == 0 && D <= 512 && p.q_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0,
+                        "sparse_attention (mma): head_dim must be a multiple of 64 up to 512 and q 16-byte aligned, "
+                        "got head_dim {}", D);
+    }
+    const int hpc = mma ? kMmaHeads : kHeads;
+    const int splits = splits_for(p.batch.n_tokens, p.n_heads, p.max_candidates, hpc);
     float *ws_o = nullptr, *ws_ml = nullptr;
     if (splits > 1) {
         const size_t need = size_t(p.batch.n_tokens) * splits * p.n_heads * (size_t(D) + 2) * sizeof(float);
@@ -365,14 +615,24 @@ void sparse_attention(const SparseAttentionParams& p, void* workspace, size_t wo
         ws_o = static_cast<float*>(workspace);
         ws_ml = ws_o + size_t(p.batch.n_tokens) * splits * p.n_heads * D;
     }
-    const size_t smem = smem_bytes(D);
-    static size_t configured = 0;
-    if (smem > 48 * 1024 && smem > configured) {
-        FS_ATTN_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        configured = smem;
+    const dim3 grid(p.batch.n_tokens, (p.n_heads + hpc - 1) / hpc, splits);
+    if (mma) {
+        const size_t smem = mma_smem_bytes(D);
+        static size_t configured = 48 * 1024;
+        if (smem > configured) {
+            FS_ATTN_CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+            configured = smem;
+        }
+        attention_mma_kernel<<<grid, kThreads, smem, stream>>>(p, splits, ws_o, ws_ml);
+    } else {
+        const size_t smem = smem_bytes(D);
+        static size_t configured = 48 * 1024;
+        if (smem > configured) {
+            FS_ATTN_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+            configured = smem;
+        }
+        attention_kernel<<<grid, kThreads, smem, stream>>>(p, splits, ws_o, ws_ml);
     }
-    const dim3 grid(p.batch.n_tokens, (p.n_heads + kHeads - 1) / kHeads, splits);
-    attention_kernel<<<grid, kThreads, smem, stream>>>(p, splits, ws_o, ws_ml);
     FS_ATTN_LAUNCHED();
     if (splits > 1) {
         combine_kernel<<<dim3(p.batch.n_tokens, p.n_heads), 256, 0, stream>>>(p, splits, ws_o, ws_ml);

@@ -25,6 +25,11 @@
 
 namespace flashseek::cuda {
 
+// Which kernel computes the scores and the PV product: SIMT fp32 (the first, verified path) or tensor-core
+// mma.sync m16n8k16 bf16 (16 heads per CTA, sm_80+; needs head_dim % 64 == 0 and <= 512). Auto = SIMT unless the environment
+// sets FLASHSEEK_ATTN_MMA=1.
+enum class AttnKernel : int32_t { Auto = 0, Simt = 1, Mma = 2 };
+
 struct SparseAttentionParams {
     TokenBatch batch;
     int n_heads = 0, head_dim = 0;  // head_dim a multiple of 16, <= 1024
@@ -44,6 +49,7 @@ struct SparseAttentionParams {
     int64_t topk_stride = 0;
     int topk_width = 0;
     int max_candidates = 0;            // host bound on window + compressed candidates of any query in the step
+    AttnKernel kernel = AttnKernel::Auto;
 };
 
 // Workspace for any step of at most max_tokens query rows with at most max_candidates candidates each.

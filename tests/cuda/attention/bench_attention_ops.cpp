@@ -207,7 +207,11 @@ TEST(CudaAttnBench, DecodeOps) {
                 p.topk_width = topk;
                 p.max_candidates = W + (use_topk ? topk : ctx / ratio);
                 Dev<uint8_t> aws(std::max<size_t>(1, sparse_attention_workspace_bytes(T, H, hd, p.max_candidates)));
-                row(ratio == 4 ? "sparse attn CSA (fp8)" : "sparse attn HCA (fp8)",
+                p.kernel = AttnKernel::Simt;
+                row(ratio == 4 ? "sparse attn CSA (fp8) simt" : "sparse attn HCA (fp8) simt",
+                    time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s); }));
+                p.kernel = AttnKernel::Mma;
+                row(ratio == 4 ? "sparse attn CSA (fp8) mma" : "sparse attn HCA (fp8) mma",
                     time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s); }));
             }
             cudaError_t e = cudaDeviceSynchronize();

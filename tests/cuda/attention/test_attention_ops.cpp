@@ -170,10 +170,7 @@ TEST(CudaSparseAttention, MatchesCpuReference) {
         p.max_candidates = c.window + (c.ratio ? (c.use_topk ? topk_width : 1500 / c.ratio + 1) : 0);
         const size_t ws_bytes = sparse_attention_workspace_bytes(T, H, D, p.max_candidates);
         Dev<uint8_t> ws(ws_bytes);
-        sparse_attention(p, ws.ptr, ws_bytes, nullptr);
-        CUDA_OK(cudaDeviceSynchronize());
-        auto got = from_bf16_bits(dout.download());
-        std::vector<float> want(got.size());
+        std::vector<float> want(size_t(T) * H * D);
         const auto inv = inv_of(rope);
         for (int t = 0; t < T; ++t) {
             const int slot = bh.slot[bh.token_seq[t]], pos = bh.token_pos[t];
@@ -204,9 +201,18 @@ TEST(CudaSparseAttention, MatchesCpuReference) {
                 cpu::round_bf16_inplace(o + h * D, D);
             }
         }
-        // bf16 output; probabilities rounded to bf16 in both; online-softmax rescaling and summation order differ
-        EXPECT_CLOSE(got, want, 5e-3, "attention H " << H << " D " << D << " ratio " << c.ratio << " tokens "
-                                                     << c.tokens_per_seq << " fmt " << int(c.fmt));
+        for (AttnKernel kernel : {AttnKernel::Simt, AttnKernel::Mma}) {
+            if (kernel == AttnKernel::Mma && (D % 64 != 0 || D > 512)) continue;
+            p.kernel = kernel;
+            dout.poison();
+            sparse_attention(p, ws.ptr, ws_bytes, nullptr);
+            CUDA_OK(cudaDeviceSynchronize());
+            auto got = from_bf16_bits(dout.download());
+            // bf16 output; probabilities rounded to bf16 in both; online-softmax rescaling and summation order differ
+            EXPECT_CLOSE(got, want, 5e-3, "attention " << (kernel == AttnKernel::Mma ? "mma" : "simt") << " H " << H
+                                                       << " D " << D << " ratio " << c.ratio << " tokens "
+                                                       << c.tokens_per_seq << " fmt " << int(c.fmt));
+        }
     }
 }
 
