@@ -115,10 +115,10 @@ int run_bench(int argc, char** argv) {
         for (int B : concs) {
             std::vector<int> ids;
             for (int i = 0; i < B; ++i) ids.push_back(be->create_sequence());
-            std::vector<std::vector<int32_t>> prompts(size_t(B), std::vector<int32_t>(size_t(ctx)));
+            std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B), std::vector<int32_t>(static_cast<size_t>(ctx)));
             for (auto& p : prompts)
                 for (auto& t : p) t = tok(rng);
-            std::vector<SequenceStep> steps(size_t(B));
+            std::vector<SequenceStep> steps(static_cast<size_t>(B));
             for (int i = 0; i < B; ++i) steps[size_t(i)] = {ids[size_t(i)], prompts[size_t(i)].data(), ctx, false};
             std::vector<int32_t> next;
             auto t0 = std::chrono::steady_clock::now();

@@ -60,6 +60,12 @@ struct LayerDev {
 struct PrepBuffer {
     DeviceBuffer values, scales;
     PreparedActivation act;
+    // What act holds, so a second linear on the same input in the same sub-block reuses it.
+    const void* src = nullptr;
+    int rows = 0;
+    WeightKind layout = WeightKind::BF16;
+    ActNumerics numerics = ActNumerics::EXACT;
+    uint64_t generation = 0;
     void allocate(int64_t max_rows, int64_t max_k);
 };
 
@@ -172,6 +178,7 @@ private:
     float* logits_host_ = nullptr;
     int32_t* argmax_host_ = nullptr;
 
+    uint64_t prep_generation_ = 1;  // bumped whenever a sub-block starts (its inputs are rewritten)
     bool use_graphs_ = true;
     std::map<PassShape, cudaGraphExec_t> graphs_;
     std::map<PassShape, int> seen_;
