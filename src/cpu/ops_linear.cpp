@@ -166,7 +166,7 @@ void linear_any(const float* x, int64_t rows, const WT* w, int64_t out, int64_t 
     const int64_t threads = pool ? pool->size() : 1;
     const bool split_out = out >= 16 * threads || rows < 4 * threads;
     if (split_out) {
-        const int64_t min_chunk = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, in * rows));
+        const int64_t min_chunk = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, in * rows));
         parallel_for(pool, out, [&](int64_t o0, int64_t o1) {
             for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) tile(x, r0, std::min(rows, r0 + kRowBlock), w, o0, o1, in, y, out);
         }, min_chunk);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -237,3 +238,26 @@ TEST(Forward, ReleaseNumericsStayCloseToExact) {
     EXPECT_GE(agree, 32);
 }
 
+
+// The acceptance run size: 720 tokens of a hidden-256, 6-layer, 16-expert model with the real vocabulary (129280),
+// all logits kept (the `flashseek logits` contract: prefill 200, then 520 decode steps). Measured in process CPU
+// time so that other jobs on the machine do not make it flaky; about 5-10 CPU-seconds is expected.
+TEST(Forward, PerfConfig720TokensRunsInSeconds) {
+    const TinyModel& tm = tiny_model("perf_h256_l6_e16.json");
+    ThreadPool pool(0);
+    CpuModelOptions mo;
+    mo.pool = &pool;
+    auto m = load_cpu_model(tm.dir, mo);
+    const auto tokens = random_tokens(720, m->cfg.vocab_size, fresh_seed());
+    const std::clock_t c0 = std::clock();
+    const auto w0 = std::chrono::steady_clock::now();
+    std::vector<int> sizes = {200};
+    sizes.resize(521, 1);
+    const auto logits = run_steps(*m, tokens, sizes, &pool);
+    const double cpu_s = double(std::clock() - c0) / CLOCKS_PER_SEC;
+    const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+    std::printf("720-token run (prefill 200 + 520 decode, vocab %lld): %.2f CPU-s, %.2f s wall, %d threads\n",
+                (long long)m->cfg.vocab_size, cpu_s, wall_s, pool.size());
+    ASSERT_EQ(logits.size(), size_t(720) * size_t(m->cfg.vocab_size));
+    EXPECT_LT(cpu_s, 120.0);
+}
