@@ -56,7 +56,7 @@ struct HttpOptions {
     size_t max_body_bytes = 8u << 20;
     int read_timeout_s = 10;
     int write_timeout_s = 10;
-    int keep_alive_timeout_s = 5;
+    int keep_alive_timeout_s = 10;  // also how long a fresh connection may take to send its request
 };
 
 class HttpServer {

@@ -5,6 +5,7 @@
 
 #include <random>
 
+#include "server/load_progress.h"
 #include "server/metrics.h"
 #include "server/protocol.h"
 #include "server/stop_matcher.h"
@@ -15,11 +16,21 @@ using json = nlohmann::json;
 namespace {
 uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}(); }
 
-std::string reference_cut(const std::string& text, const std::vector<std::string>& stops, bool* matched) {
-    size_t cut = std::string::npos;
-    for (const auto& s : stops) cut = std::min(cut, text.find(s));
-    *matched = cut != std::string::npos;
-    return *matched ? text.substr(0, cut) : text;
+// What a client must see: after each streamed piece, if the text so far contains a stop string, the output is the
+// text before the earliest one found (the first stop to complete wins, as in vLLM's per-token check).
+std::string reference_cut(const std::string& text, const std::vector<size_t>& piece_ends,
+                          const std::vector<std::string>& stops, bool* matched) {
+    for (size_t end : piece_ends) {
+        const std::string so_far = text.substr(0, end);
+        size_t cut = std::string::npos;
+        for (const auto& s : stops) cut = std::min(cut, so_far.find(s));
+        if (cut != std::string::npos) {
+            *matched = true;
+            return text.substr(0, cut);
+        }
+    }
+    *matched = false;
+    return text;
 }
 
 ProtocolLimits limits() {
@@ -56,15 +67,17 @@ TEST(StopMatcher, RandomSplitsMatchWholeTextSearch) {
         }
         StopMatcher m(stops);
         std::string out;
+        std::vector<size_t> ends;
         size_t pos = 0;
         while (pos < text.size()) {
             const size_t len = 1 + rng() % 5;
             out += m.push(std::string_view(text).substr(pos, len));
-            pos += len;
+            pos = std::min(text.size(), pos + len);
+            ends.push_back(pos);
         }
         out += m.flush();
         bool matched = false;
-        ASSERT_EQ(out, reference_cut(text, stops, &matched)) << "text '" << text << "'";
+        ASSERT_EQ(out, reference_cut(text, ends, stops, &matched)) << "text '" << text << "'";
         ASSERT_EQ(m.matched(), matched);
     }
 }
@@ -151,4 +164,18 @@ TEST(Metrics, PrometheusHistogramIsCumulative) {
     EXPECT_NE(t.find("flashseek:request_success_total{model_name=\"model \\\"x\\\"\",finished_reason=\"stop\"} 1"),
               std::string::npos);
     EXPECT_NE(t.find("# TYPE flashseek:e2e_request_latency_seconds histogram"), std::string::npos);
+}
+
+TEST(LoadProgress, LogLinesPerDecileAndCancellation) {
+    bool cancel = false;
+    LoadProgress p([&] { return cancel; }, /*tty=*/false);
+    testing::internal::CaptureStderr();
+    for (size_t done = 0; done <= 1000; done += 50) EXPECT_TRUE(p(done, 1000));
+    const std::string log = testing::internal::GetCapturedStderr();
+    size_t lines = 0;
+    for (char c : log) lines += c == '\n';
+    EXPECT_EQ(lines, 11u) << log;  // 0%, 10%, ..., 100%
+    EXPECT_NE(log.find("GB/s"), std::string::npos);
+    cancel = true;
+    EXPECT_FALSE(p(10, 1000));  // Ctrl-C during loading: the loader is told to stop
 }
