@@ -29,12 +29,12 @@ __host__ __device__ int n_mix_of(int n, bool head) { return head ? n : (2 + n) *
 int n_splits_of(int64_t k) { return int((k + kChunk - 1) / kChunk); }
 
 __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(const bf16* __restrict__ x, const float* __restrict__ fn,
-                                                               int n_tokens, int64_t K, int n_mix,
+                                                               int n_tokens, int64_t K, int n_mix, bool aligned,
                                                                float* __restrict__ ws) {
     const int t0 = blockIdx.x * kTok;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t kb = int64_t(blockIdx.y) * kChunk + lane * kPerLane;  // this lane's first element
-    const bool full = kb + kPerLane <= K && K % kPerLane == 0;         // 16-byte aligned vector path
+    const bool full = aligned && kb + kPerLane <= K;                   // 16-byte aligned vector path
     float xv[kTok][kPerLane];
 #pragma unroll
     for (int tt = 0; tt < kTok; ++tt) {
@@ -240,8 +240,10 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
     FS_ATTN_REQUIRE(splits <= 65535, "mhc_pre: hc_mult * hidden_size {} too large", K);
     float* ws = static_cast<float*>(workspace);
     const dim3 grid((p.n_tokens + kTok - 1) / kTok, splits);
+    const bool aligned = K % kPerLane == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
+                         reinterpret_cast<uintptr_t>(p.fn) % 16 == 0;
     mhc_partial_kernel<<<grid, kThreads, 0, stream>>>(p.x, p.fn, p.n_tokens, K, n_mix_of(p.n_streams, p.head_mode),
-                                                      ws);
+                                                      aligned, ws);
     FS_ATTN_LAUNCHED();
     const size_t smem = size_t(p.dim) * sizeof(float);
     static size_t configured = 48 * 1024;

@@ -118,7 +118,7 @@ TEST(CudaMhc, PreMatchesCpu) {
     Rng rng(seed);
     for (MhcCase c : {MhcCase{1, 4, 4096, false, true}, MhcCase{7, 4, 4096, false, false},
                       MhcCase{5, 4, 200, false, true}, MhcCase{3, 4, 4096, true, true}, MhcCase{9, 2, 136, true, false},
-                      MhcCase{2, 3, 520, false, true}}) {
+                      MhcCase{2, 3, 520, false, true}, MhcCase{3, 3, 130, false, true} /* K % 8 != 0: scalar path */}) {
         const int T = c.T, N = c.N, D = c.D;
         const int n_mix = c.head ? N : (2 + N) * N;
         auto x = bf16_round(rng.normals(size_t(T) * N * D));
