@@ -79,7 +79,8 @@ void linear(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind
 
 // Grouped linear (attention wo_a): W is [G * R, Kg] (group g = rows g*R .. g*R+R-1) and x is [M, G * Kg];
 // y[m, g*R + i] = sum_c W[g*R + i, c] * x[m, g*Kg + c]. x prepared over its full width G*Kg.
-// Requires Kg % 128 == 0 and R % 64 == 0 (true for every DeepSeek-V4 shape).
+// Kg % 128 == 0 and R % 64 == 0 (every DeepSeek-V4 shape) take the tensor-core path; other shapes (tiny test
+// configs) a slow element-wise fallback.
 void grouped_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y, OutKind y_kind,
                     int64_t ld_y, const GemmWorkspace* ws, cudaStream_t stream);
 

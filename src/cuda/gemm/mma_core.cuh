@@ -53,6 +53,17 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
 }
 __device__ __forceinline__ uint4 ld_cached(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
+// Stored position of physical column p (0..127) inside its 128-column block of a prepared activation: FP8 layout
+// swaps the middle pair of every 4 columns, FP4 layout interleaves every 8 as 0,4,1,5,2,6,3,7, BF16 is natural.
+__device__ __forceinline__ int prepared_pos(WeightKind layout, int p) {
+    if (layout == WeightKind::FP8_BLOCK128) {
+        const int r = p & 3;
+        return (p & ~3) | (r == 1 ? 2 : (r == 2 ? 1 : r));
+    }
+    if (layout == WeightKind::FP4_BLOCK32) return (p & ~7) | (2 * (p & 3) + ((p >> 2) & 1));
+    return p;
+}
+
 // Raw weight registers of one row for one step.
 template <WeightKind WK>
 struct RawRow;

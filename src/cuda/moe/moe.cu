@@ -9,6 +9,7 @@
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
+#include "cuda/gemm/generic_values.cuh"
 #include "cuda/gemm/tile_pipe.cuh"
 
 namespace flashseek::cuda {
@@ -179,14 +180,6 @@ struct ExpertArgs {
     float* y;
 };
 
-__device__ __forceinline__ int stored_pos_dev(WeightKind layout, int p) {
-    if (layout == WeightKind::FP8_BLOCK128) {
-        const int r = p & 3;
-        return (p & ~3) | (r == 1 ? 2 : (r == 2 ? 1 : r));
-    }
-    return (p & ~7) | (2 * (p & 3) + ((p >> 2) & 1));
-}
-
 template <WeightKind WK, int NT, bool GLU>
 // The decode down kernel (4 warps, 8 tokens) is capped for 3 resident CTAs per SM; the fused up kernel keeps
 // 8 warps and its registers (two matrices in flight).
@@ -350,7 +343,7 @@ __global__ void __launch_bounds__((GLU ? 8 : 4) * 32, (GLU || NT > 1) ? 1 : 3) e
                     if (a.h_numerics == int(ActNumerics::FP8_BLOCK128)) v = round_e4m3(fminf(fmaxf(v, -448.f), 448.f));
                     const int row_in_blk = 16 * warp + g + ((q & 2) ? 8 : 0);
                     const int64_t r = hrow[0] + h;
-                    a.h[r * a.h_ld + int64_t(blockIdx.x) * 128 + stored_pos_dev(WK, row_in_blk)] =
+                    a.h[r * a.h_ld + int64_t(blockIdx.x) * 128 + mma::prepared_pos(WK, row_in_blk)] =
                         __half_as_ushort(__float2half_rn(v));
                 }
                 if (warp == 0 && g == 0) {
@@ -390,12 +383,158 @@ __global__ void combine_kernel(const float* __restrict__ y, const int32_t* __res
         static_cast<uint16_t*>(out)[m * ld_out + d] = f32_to_bf16_bits(sum);
 }
 
+// ---- shape-agnostic fallback (hidden or inter not a multiple of 128: tiny test configs) ------------------------
+// Expert of grouped slot `slot`: the last expert whose offset is <= slot (empty experts share their successor's
+// offset and come first).
+__device__ __forceinline__ int expert_of_slot(const int32_t* offset, int E, int32_t slot) {
+    int lo = 0, hi = E - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (offset[mid] <= slot) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+struct GenericMoeArgs {
+    WeightKind kind;
+    int scale_kind;
+    int64_t hidden, inter, rows;  // rows: M*top_k (routed) or M (dense)
+    const void* const* w_a;
+    const void* const* s_a;
+    const void* const* w_b;
+    const void* const* s_b;
+    const int32_t* offset;  // null = dense
+    int E;
+    const int32_t* slot_token;
+    const float* slot_weight;
+    generic::PreparedView x;
+    float limit;
+    int h_numerics;
+    uint16_t* h;
+    float* hs;
+    int64_t h_kpad;
+    float* y;
+};
+
+// Resolves a row to (expert, activation row, routing weight); false when the slot does not exist.
+__device__ __forceinline__ bool resolve_row(const GenericMoeArgs& a, int64_t r, int& e, int64_t& xrow, float& wgt) {
+    if (!a.offset) {
+        e = 0;
+        xrow = r;
+        wgt = 1.f;
+        return true;
+    }
+    if (r >= a.offset[a.E]) return false;
+    e = expert_of_slot(a.offset, a.E, int32_t(r));
+    xrow = a.slot_token[r];
+    wgt = a.slot_weight[r];
+    return true;
+}
+
+// Warp per (row, j): gate/up dot products, SwiGLU clamp x routing weight, rounded to bf16 into h (natural order).
+__global__ void generic_up_kernel(GenericMoeArgs a) {
+    const int lane = threadIdx.x & 31;
+    const int64_t idx = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    if (idx >= a.rows * a.inter) return;
+    const int64_t r = idx / a.inter, j = idx % a.inter;
+    int e;
+    int64_t xrow;
+    float wgt;
+    if (!resolve_row(a, r, e, xrow, wgt)) return;
+    const generic::WeightView w1{a.kind, a.scale_kind, a.inter, a.hidden, static_cast<const uint8_t*>(a.w_a[e]), a.s_a[e]};
+    const generic::WeightView w3{a.kind, a.scale_kind, a.inter, a.hidden, static_cast<const uint8_t*>(a.w_b[e]), a.s_b[e]};
+    float gate = 0.f, up = 0.f;
+    for (int64_t k = lane; k < a.hidden; k += 32) {
+        const float xv = generic::prepared_value(a.x, xrow, k);
+        gate += generic::weight_value(w1, j, k) * xv;
+        up += generic::weight_value(w3, j, k) * xv;
+    }
+    gate = fminf(warp_sum(gate), a.limit);
+    up = fminf(fmaxf(warp_sum(up), -a.limit), a.limit);
+    if (lane == 0) a.h[r * a.h_kpad + j] = f32_to_bf16_bits(gate / (1.f + expf(-gate)) * up * wgt);
+}
+
+// Warp per (row, 128-block): in-place conversion of the bf16 row of h into the prepared layout of w2.
+__global__ void generic_quant_kernel(GenericMoeArgs a) {
+    const int lane = threadIdx.x & 31;
+    const int64_t n_blk = a.h_kpad / 128;
+    const int64_t idx = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    if (idx >= a.rows * n_blk) return;
+    const int64_t r = idx / n_blk, blk = idx % n_blk;
+    int e;
+    int64_t xrow;
+    float wgt;
+    if (!resolve_row(a, r, e, xrow, wgt)) return;
+    uint16_t* row = a.h + r * a.h_kpad + blk * 128;
+    float v[4], amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int64_t col = blk * 128 + 4 * lane + i;
+        v[i] = col < a.inter ? bf16_bits_to_f32(row[4 * lane + i]) : 0.f;
+        amax = fmaxf(amax, fabsf(v[i]));
+    }
+    amax = warp_max(amax);  // also orders every lane's reads before any lane's writes
+    float sc = 1.f;
+    if (a.h_numerics == int(ActNumerics::FP8_BLOCK128))
+        sc = exp2i(max(-126, min(127, ceil_log2(fmaxf(amax, 1e-4f) / 448.f))));
+    else if (amax > 0.f)
+        sc = exp2i(max(-126, min(127, ceil_log2(amax) - 14)));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        float q = v[i] / sc;
+        if (a.h_numerics == int(ActNumerics::FP8_BLOCK128)) q = round_e4m3(fminf(fmaxf(q, -448.f), 448.f));
+        row[mma::prepared_pos(a.kind, 4 * lane + i)] = __half_as_ushort(__float2half_rn(q));
+    }
+    if (lane == 0) a.hs[r * n_blk + blk] = sc;
+}
+
+// Warp per (row, n): y[row, n] = sum_k W2[n, k] * h[row, k].
+__global__ void generic_down_kernel(GenericMoeArgs a) {
+    const int lane = threadIdx.x & 31;
+    const int64_t idx = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    if (idx >= a.rows * a.hidden) return;
+    const int64_t r = idx / a.hidden, n = idx % a.hidden;
+    int e;
+    int64_t xrow;
+    float wgt;
+    if (!resolve_row(a, r, e, xrow, wgt)) return;
+    const generic::WeightView w2{a.kind, a.scale_kind, a.hidden, a.inter, static_cast<const uint8_t*>(a.w_a[e]), a.s_a[e]};
+    float acc = 0.f;
+    for (int64_t k = lane; k < a.inter; k += 32) acc += generic::weight_value(w2, n, k) * generic::prepared_value(a.x, r, k);
+    acc = warp_sum(acc);
+    if (lane == 0) a.y[r * a.hidden + n] = acc;
+}
+
+unsigned warp_blocks(int64_t warps_needed) { return unsigned((warps_needed + 7) / 8); }
+
 void check_table(const ExpertTable& t, const char* who) {
     FS_REQUIRE(t.kind == WeightKind::FP4_BLOCK32 || t.kind == WeightKind::FP8_BLOCK128, who,
                ": experts must be FP4_BLOCK32 or FP8_BLOCK128");
     FS_REQUIRE(t.scale_kind != ScaleKind::NONE, who, ": experts need scales");
-    FS_REQUIRE(t.hidden > 0 && t.inter > 0 && t.hidden % 128 == 0 && t.inter % 128 == 0, who, ": hidden (", t.hidden,
-               ") and inter (", t.inter, ") must be positive multiples of 128");
+    FS_REQUIRE(t.hidden > 0 && t.inter > 0, who, ": hidden (", t.hidden, ") and inter (", t.inter,
+               ") must be positive");
+    if (t.kind == WeightKind::FP4_BLOCK32)
+        FS_REQUIRE(t.hidden % 32 == 0 && t.inter % 32 == 0, who, ": FP4 experts need hidden (", t.hidden,
+                   ") and inter (", t.inter, ") to be multiples of 32");
+}
+
+// The tensor-core expert kernels need both sizes in whole 128-column steps; other shapes use the fallback.
+bool tensor_core_shape(const ExpertTable& t) { return t.hidden % 128 == 0 && t.inter % 128 == 0; }
+
+GenericMoeArgs generic_args(const ExpertTable& t, const MoeGrouping* g, int64_t rows) {
+    GenericMoeArgs a{};
+    a.kind = t.kind;
+    a.scale_kind = int(t.scale_kind);
+    a.hidden = t.hidden;
+    a.inter = t.inter;
+    a.rows = rows;
+    if (g) {
+        a.offset = g->expert_offset;
+        a.E = g->E;
+        a.slot_token = g->slot_token;
+        a.slot_weight = g->slot_weight;
+    }
+    return a;
 }
 
 }  // namespace
@@ -459,7 +598,25 @@ void moe_expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeG
     h.m = rows;
     h.k = t.inter;
     h.m_pad = (rows + 7) / 8 * 8;
-    h.k_pad = t.inter;
+    h.k_pad = (t.inter + 127) / 128 * 128;
+    if (!tensor_core_shape(t)) {
+        GenericMoeArgs g = generic_args(t, grouping, rows);
+        g.w_a = t.w1;
+        g.s_a = t.w1_scale;
+        g.w_b = t.w3;
+        g.s_b = t.w3_scale;
+        g.x = generic::view_of(x);
+        g.limit = swiglu_limit;
+        g.h_numerics = int(h_numerics);
+        g.h = h.values;
+        g.hs = h.scales;
+        g.h_kpad = h.k_pad;
+        generic_up_kernel<<<warp_blocks(rows * t.inter), 256, 0, stream>>>(g);
+        CUDA_CHECK_LAUNCH("generic_up_kernel");
+        generic_quant_kernel<<<warp_blocks(rows * (h.k_pad / 128)), 256, 0, stream>>>(g);
+        CUDA_CHECK_LAUNCH("generic_quant_kernel");
+        return;
+    }
     ExpertArgs a{};
     a.w_a = t.w1;
     a.s_a = t.w1_scale;
@@ -501,6 +658,16 @@ void moe_expert_down(const PreparedActivation& h, const ExpertTable& t, const Mo
     const int64_t rows = grouping ? M * top_k : M;
     FS_REQUIRE(h.layout == t.kind && h.k == t.inter && h.m >= rows, "moe_expert_down: intermediate (", h.m, " x ",
                h.k, ") does not match the experts (inter ", t.inter, ")");
+    if (!tensor_core_shape(t)) {
+        GenericMoeArgs g = generic_args(t, grouping, rows);
+        g.w_a = t.w2;
+        g.s_a = t.w2_scale;
+        g.x = generic::view_of(h);
+        g.y = y;
+        generic_down_kernel<<<warp_blocks(rows * t.hidden), 256, 0, stream>>>(g);
+        CUDA_CHECK_LAUNCH("generic_down_kernel");
+        return;
+    }
     ExpertArgs a{};
     a.w_a = t.w2;
     a.s_a = t.w2_scale;

@@ -52,7 +52,9 @@ void moe_group(const int32_t* expert_idx, const float* expert_weight, int64_t M,
 struct ExpertTable {
     WeightKind kind = WeightKind::FP4_BLOCK32;  // FP4_BLOCK32 or FP8_BLOCK128, same for w1, w2, w3
     ScaleKind scale_kind = ScaleKind::E8M0;
-    int64_t hidden = 0, inter = 0;  // w1, w3: [inter, hidden]; w2: [hidden, inter]; both multiples of 128
+    int64_t hidden = 0, inter = 0;  // w1, w3: [inter, hidden]; w2: [hidden, inter]. Multiples of 128 take the
+                                    // tensor-core kernels, others (tiny configs) an element-wise fallback;
+                                    // FP4 needs multiples of 32
     const void* const* w1 = nullptr;
     const void* const* w1_scale = nullptr;
     const void* const* w3 = nullptr;

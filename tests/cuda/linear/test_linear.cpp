@@ -198,7 +198,9 @@ TEST_F(LinearTest, SplitKIsDeterministic) {
 TEST_F(LinearTest, GroupedOutProjection) {
     struct G { int64_t M, G, R, Kg; ActNumerics numerics; };
     for (const G& g : {G{1, 8, 64, 256, ActNumerics::EXACT}, G{3, 4, 64, 384, ActNumerics::FP8_BLOCK128},
-                       G{17, 8, 1024, 128, ActNumerics::EXACT}}) {
+                       G{17, 8, 1024, 128, ActNumerics::EXACT},
+                       // shapes of the tiny configs: element-wise fallback (R % 64 != 0 or Kg % 128 != 0)
+                       G{2, 4, 24, 192, ActNumerics::EXACT}, G{3, 2, 32, 256, ActNumerics::EXACT}}) {
         const uint64_t seed = fresh_seed();
         std::ostringstream desc;
         desc << "M=" << g.M << " G=" << g.G << " R=" << g.R << " Kg=" << g.Kg << " seed=" << seed;

@@ -123,13 +123,17 @@ std::vector<float> cpu_expert(const ExpertSet& s, int e, const std::vector<float
 // elements when the fp32 sums differ in their last bits.
 TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
     for (auto numerics : {ActNumerics::EXACT, ActNumerics::FP8_BLOCK128})
-        for (auto [M, E, K] : {std::tuple<int, int, int>{1, 16, 4}, {5, 16, 4}, {23, 8, 3}}) {
+        // Sizes that are multiples of 128 take the tensor-core kernels; 160/96 (golden-b) the element-wise fallback.
+        for (auto [M, E, K, D, I] : {std::tuple<int, int, int, int64_t, int64_t>{1, 16, 4, 256, 384},
+                                     {5, 16, 4, 256, 384},
+                                     {23, 8, 3, 256, 384},
+                                     {5, 16, 3, 160, 96}}) {
             const uint64_t seed = fresh_seed();
             std::ostringstream d;
-            d << "numerics=" << int(numerics) << " M=" << M << " E=" << E << " K=" << K << " seed=" << seed;
+            d << "numerics=" << int(numerics) << " M=" << M << " E=" << E << " K=" << K << " D=" << D << " I=" << I
+              << " seed=" << seed;
             SCOPED_TRACE(d.str());
             std::mt19937_64 rng(seed);
-            const int64_t D = 256, I = 384;
             const float limit = 10.f, scale = 1.5f;
             ExpertSet routed = make_experts(rng, E, WeightKind::FP4_BLOCK32, D, I);
             ExpertSet shared = make_experts(rng, 1, WeightKind::FP8_BLOCK128, D, I);
