@@ -139,8 +139,9 @@ __global__ void compressor_save_kernel(CompressorParams p) {
     const int seq = blockIdx.x;
     const int start = p.batch.seq_start_pos[seq], n = p.batch.seq_n_tokens[seq];
     const int m = p.ratio, c = coff(m), width = c * p.dim, ring = c * m;
-    const int t = start + n - ring + int(blockIdx.y);  // the chunk's last `ring` positions, one per CTA
-    if (t < start || t < 0) return;
+    const int kept = min(n, ring);  // the chunk's last `ring` tokens are all a later step can need
+    if (int(blockIdx.y) >= kept) return;
+    const int t = start + n - kept + int(blockIdx.y);
     const int64_t row = p.batch.seq_first_row[seq] + (t - start);
     float* skv = reinterpret_cast<float*>(p.state + int64_t(p.batch.seq_slot[seq]) * p.state_stride);
     float* sscore = skv + int64_t(ring) * width;
@@ -181,7 +182,8 @@ void compressor_forward(const CompressorParams& p, cudaStream_t stream) {
     compressor_emit_kernel<<<dim3(p.batch.n_seqs, max_emits), kThreads, smem, stream>>>(p);
     FS_ATTN_LAUNCHED();
     const int ring = coff(p.ratio) * p.ratio;
-    compressor_save_kernel<<<dim3(p.batch.n_seqs, ring), kThreads, 0, stream>>>(p);
+    const int save_rows = std::max(1, std::min(ring, p.batch.max_seq_tokens));  // decode: one row per sequence
+    compressor_save_kernel<<<dim3(p.batch.n_seqs, save_rows), 256, 0, stream>>>(p);
     FS_ATTN_LAUNCHED();
 }
 
