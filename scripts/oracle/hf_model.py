@@ -149,14 +149,23 @@ def check_randomized(state_dict):
         raise CheckpointError("checkpoint leaves HF-initialised parameters untested: " + "; ".join(problems))
 
 
-def load_hf_model(model_dir):
-    """(model, official_config_dict) for the checkpoint folder `model_dir`; fp32, eval mode, strict load."""
+def load_hf_model(model_dir, n_layers=None):
+    """(model, official_config_dict) for the checkpoint folder `model_dir`; fp32, eval mode, strict load.
+    n_layers: keep only the first N layers (then hc_head, norm, head), as `flashseek logits --layers N`."""
     import torch
     from transformers import DeepseekV4ForCausalLM
 
     with open(f"{model_dir}/config.json") as f:
         official = json.load(f)
     tensors = read_checkpoint_dir(model_dir)
+    if n_layers:
+        if not 1 <= n_layers <= official["num_hidden_layers"]:
+            raise CheckpointError(f"n_layers {n_layers} outside [1, {official['num_hidden_layers']}]")
+        official = dict(official, num_hidden_layers=n_layers,
+                        num_hash_layers=min(n_layers, official.get("num_hash_layers", 3)))
+        keep = re.compile(r"^layers\.(\d+)\.")
+        tensors = {k: v for k, v in tensors.items()
+                   if not keep.match(k) or int(keep.match(k).group(1)) < n_layers}
     sd = official_to_hf_state_dict(tensors, official)
     check_randomized(sd)
     config = make_hf_config(official)
