@@ -23,4 +23,4 @@ printf '\x02\x12\x34\xab\xcd\x00\x01\x7f\xff' > "$WORK/corpus/seed2"
 printf '\x03{"messages":[{"role":"system","content":"s"},{"role":"user","content":"u"},{"role":"assistant","content":"a","tool_calls":[{"id":"1","function":{"name":"f","arguments":"{\\"k\\": 1}"}}]},{"role":"tool","tool_call_id":"1","content":"r"}],"tools":[{"type":"function","function":{"name":"f"}}],"thinking":true}' > "$WORK/corpus/seed3"
 printf '\x04r</think>c\n\n<\xef\xbd\x9cDSML\xef\xbd\x9ctool_calls>\n<\xef\xbd\x9cDSML\xef\xbd\x9cinvoke name="f">\n<\xef\xbd\x9cDSML\xef\xbd\x9cparameter name="a" string="false">[1]</\xef\xbd\x9cDSML\xef\xbd\x9cparameter>\n</\xef\xbd\x9cDSML\xef\xbd\x9cinvoke>\n</\xef\xbd\x9cDSML\xef\xbd\x9ctool_calls>' > "$WORK/corpus/seed4"
 cd "$WORK"
-"$BIN" -max_total_time="$SECONDS_TO_RUN" -max_len=4096 -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 corpus
+"$BIN" -max_total_time="$SECONDS_TO_RUN" -max_len=4096 -timeout=120 -rss_limit_mb=4096 -print_final_stats=1 corpus

@@ -77,7 +77,7 @@ bool parse_tool_calls(std::string_view block, std::vector<ParsedToolCall>* calls
         if (head.substr(0, 6) != "name=\"" || head.size() < 8 || head.substr(head.size() - 2) != "\">")
             return *error = fmt::format("tool calls: bad invoke header '{}'", std::string(head.substr(0, 60))), false;
         ParsedToolCall call;
-        call.name = std::string(head.substr(6, head.size() - 8));
+        call.name = tokenizer::utf8_lossy(head.substr(6, head.size() - 8));
         std::string args = "{";
         std::vector<std::string> seen;
         while (which == 0) {  // at "<｜DSML｜parameter"
@@ -92,8 +92,11 @@ bool parse_tool_calls(std::string_view block, std::vector<ParsedToolCall>* calls
             const bool is_string = t != std::string_view::npos && (f == std::string_view::npos || t < f);
             const std::size_t cut = is_string ? t : f;
             if (cut == std::string_view::npos) return *error = "tool calls: parameter lacks string=\"true|false\"", false;
-            const std::string key(param.substr(0, cut));
-            const std::string_view value = param.substr(cut + (is_string ? 16 : 17));
+            // Generated text decoded by the tokenizer is valid UTF-8; other callers may pass anything, and the
+            // arguments must stay valid JSON, so invalid bytes become U+FFFD.
+            const std::string key = tokenizer::utf8_lossy(param.substr(0, cut));
+            const std::string value_text = tokenizer::utf8_lossy(param.substr(cut + (is_string ? 16 : 17)));
+            const std::string_view value = value_text;
             if (std::find(seen.begin(), seen.end(), key) != seen.end())
                 return *error = fmt::format("tool calls: duplicate parameter '{}'", key), false;
             seen.push_back(key);

@@ -347,11 +347,11 @@ TokenId Tokenizer::require_added(std::string_view content) const {
 // ---- IncrementalDecoder ----
 
 IncrementalDecoder::IncrementalDecoder(const Tokenizer& tokenizer, bool skip_special)
-    : tokenizer_(&tokenizer), skip_special_(skip_special) {}
+    : tokenizer_(tokenizer), skip_special_(skip_special) {}
 
 std::string IncrementalDecoder::push(TokenId id) {
-    const std::string& bytes = tokenizer_->token_bytes(id);
-    if (skip_special_ && tokenizer_->is_special(id)) return {};
+    const std::string& bytes = tokenizer_.token_bytes(id);
+    if (skip_special_ && tokenizer_.is_special(id)) return {};
     pending_ += bytes;
     // Everything except a trailing sequence that may still be completed by the next token can be emitted now;
     // bytes that are already invalid become U+FFFD exactly as decode() would turn them.

@@ -79,7 +79,7 @@ public:
     std::size_t pending_bytes() const { return pending_.size(); }
 
 private:
-    const Tokenizer* tokenizer_;
+    Tokenizer tokenizer_;  // a shared handle: the decoder stays valid even if the caller's Tokenizer goes away
     bool skip_special_;
     std::string pending_;
 };

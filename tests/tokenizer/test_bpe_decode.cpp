@@ -1,5 +1,7 @@
 // BPE merge variants, decoding (lossy U+FFFD like HF), the streaming detokenizer, and malformed tokenizer.json files.
+#include <atomic>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "test_support.h"
 #include "tokenizer/bpe.h"
@@ -128,6 +130,28 @@ TEST(Decode, IncrementalDecoderNeverSplitsACodePointAndMatchesDecode) {
     std::string out;
     for (std::size_t k = 0; k + 1 < ids.size(); ++k) EXPECT_EQ(dec.push(ids[k]), "");
     EXPECT_EQ(dec.push(ids.back()), "😀");
+}
+
+TEST(Encode, ConcurrentCallsFromManyThreadsAgreeWithOneThread) {
+    // The word cache and scratch buffers are per thread; a shared Tokenizer must give identical ids everywhere.
+    const auto& tok = test::v4();
+    std::vector<std::string> texts;
+    for (int i = 0; i < 64; ++i)
+        texts.push_back("Sample " + std::to_string(i * 7919) + " 中文テキスト Привет 😀 e\u0301  \r\n code(x) + y_" + std::to_string(i));
+    std::vector<std::vector<TokenId>> expected;
+    for (const auto& t : texts) expected.push_back(tok.encode(t));
+    std::atomic<int> mismatches{0};
+    std::vector<std::thread> threads;
+    for (int th = 0; th < 4; ++th)
+        threads.emplace_back([&, th] {
+            for (int rep = 0; rep < 20; ++rep)
+                for (std::size_t i = 0; i < texts.size(); ++i) {
+                    const std::size_t k = (i + static_cast<std::size_t>(th) * 13) % texts.size();
+                    if (tok.encode(texts[k]) != expected[k]) ++mismatches;
+                }
+        });
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(mismatches.load(), 0);
 }
 
 TEST(LoadErrors, MalformedTokenizerJsonNamesTheKey) {

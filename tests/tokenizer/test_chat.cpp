@@ -226,6 +226,17 @@ TEST(ChatParser, ChatModeTruncationAndMalformedDsml) {
     EXPECT_FALSE(m.errors.empty());
 }
 
+TEST(ChatParser, InvalidUtf8InsideDsmlStillGivesJsonArguments) {
+    // Found by the fuzzer: a parameter name with a stray 0xFE byte produced arguments that were not valid JSON.
+    const std::string text = "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\xff\">\n<｜DSML｜parameter name=\"\xfe" "a\" "
+                             "string=\"false\">[0]</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+    const auto m = chat::parse_completion(text, ThinkingMode::chat);
+    ASSERT_EQ(m.tool_calls.size(), 1u);
+    EXPECT_TRUE(nlohmann::json::accept(m.tool_calls[0].arguments)) << m.tool_calls[0].arguments;
+    EXPECT_EQ(nlohmann::json::parse(m.tool_calls[0].arguments)["\uFFFDa"], nlohmann::json::array({0}));
+    EXPECT_EQ(m.tool_calls[0].name, "f\uFFFD");
+}
+
 TEST(ChatParser, RoundTripsRenderedAssistantTurnsAndStreamingMatchesWholeText) {
     // Render an assistant turn with the encoder, then parse its text back (the generation side of the same format).
     const auto cases = goldens();
