@@ -119,6 +119,8 @@ std::unique_ptr<CpuModel> load_cpu_model(const std::string& model_dir, const Cpu
         p.wq_b = dense(a.wq_b);
         p.wkv = dense(a.wkv);
         p.wo_a = dense(a.wo_a);
+        // The reference dequantizes wo_a to bf16 and runs its grouped einsum in bf16 (exact for E8M0 scales).
+        if (opt.release) round_bf16_inplace(p.wo_a.w.data(), int64_t(p.wo_a.w.size()));
         p.wo_b = dense(a.wo_b);
         p.q_norm = vec(a.q_norm, cfg.q_lora_rank);
         p.kv_norm = vec(a.kv_norm, cfg.head_dim);
