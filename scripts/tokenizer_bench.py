@@ -26,11 +26,19 @@ def main():
     ap.add_argument("--bench", required=True)
     ap.add_argument("--tokenizer", default=os.path.join(ROOT, "assets/tokenizer/deepseek-v4/tokenizer.json"))
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--join", type=int, default=0,
+                    help="concatenate the corpus into this many large texts (amortizes HF's per-call Python overhead)")
     args = ap.parse_args()
     out = tempfile.mkdtemp(prefix="tokbench_")
     subprocess.run([sys.executable, os.path.join(ROOT, "scripts/tokenizer_hf_oracle.py"), "--tokenizer", args.tokenizer,
                     "--out", out, "--seed", "1", "--no-codepoints"], check=True, stdout=subprocess.DEVNULL)
     texts = [json.loads(line)["text"] for line in open(os.path.join(out, "corpus.jsonl"), encoding="utf-8")]
+    if args.join:
+        per = (len(texts) + args.join - 1) // args.join
+        texts = ["\n".join(texts[i:i + per]) for i in range(0, len(texts), per)]
+        with open(os.path.join(out, "corpus.jsonl"), "w", encoding="utf-8") as f:
+            for t in texts:
+                f.write(json.dumps({"text": t}, ensure_ascii=False) + "\n")
     nbytes = sum(len(t.encode("utf-8")) for t in texts)
     hf_times, ours = [], []
     for _ in range(args.repeats):
