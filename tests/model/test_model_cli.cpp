@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 
 #include "model_test_util.h"
 
@@ -58,4 +59,33 @@ TEST(Cli, Errors) {
     r = run("inspect --model " + dir.file("nothing"));
     EXPECT_NE(r.code, 0);
     EXPECT_NE(r.output.find("nothing"), std::string::npos) << r.output;
+}
+
+// The independent Python oracle (torch's float8 decoders + the official safetensors reader) accepts generated
+// checkpoints in every variant. Skipped where torch or safetensors is not installed.
+TEST(Cli, PythonOracleAcceptsGeneratedCheckpoints) {
+    if (run("sh -c 'python3 -c \"import torch, safetensors\"'").code != 0 ||
+        std::system("python3 -c 'import torch, safetensors' >/dev/null 2>&1") != 0)
+        GTEST_SKIP() << "python3 with torch and safetensors not available";
+    const std::string script = std::string(FLASHSEEK_SOURCE_DIR) + "/scripts/check_checkpoint.py";
+    struct Variant {
+        const char* config;
+        const char* flags;
+    };
+    for (const Variant& v : {Variant{"tiny-a.json", "--shards 3"}, Variant{"tiny-a.json", "--expert-dtype fp8"},
+                             Variant{"tiny-b.json", "--f32-scales --expert-dtype fp4"}}) {
+        SCOPED_TRACE(std::string(v.config) + " " + v.flags);
+        TempDir dir;
+        auto r = run("gen-checkpoint --config " + config_path(v.config) + " --out " + dir.str() + " --seed 11 " +
+                     v.flags);
+        ASSERT_EQ(r.code, 0) << r.output;
+        const std::string cmd = "python3 " + script + " " + dir.str() + " 2>&1";
+        FILE* p = ::popen(cmd.c_str(), "r");
+        std::string out;
+        char buf[4096];
+        size_t n;
+        while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+        EXPECT_EQ(WEXITSTATUS(::pclose(p)), 0) << out;
+        EXPECT_NE(out.find("check_checkpoint: OK"), std::string::npos) << out;
+    }
 }
