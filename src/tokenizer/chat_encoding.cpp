@@ -344,4 +344,9 @@ std::vector<TokenId> encode_prompt(const tokenizer::Tokenizer& tok, const std::v
     return ids;
 }
 
+EncodedPrompt encode_chat(const tokenizer::Tokenizer& tok, const ChatRequest& request) {
+    const auto segments = render_prompt(request);
+    return {prompt_text(segments), encode_prompt(tok, segments)};
+}
+
 }  // namespace flashseek::chat

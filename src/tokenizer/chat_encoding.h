@@ -69,6 +69,13 @@ std::string prompt_text(const std::vector<PromptSegment>& segments);
 // text and content alike) is concatenated and BPE-encoded as HF would encode the whole string.
 std::vector<TokenId> encode_prompt(const tokenizer::Tokenizer& tok, const std::vector<PromptSegment>& segments);
 
+// Convenience for callers that want both: the prompt text (for logs, /tokenize) and its ids.
+struct EncodedPrompt {
+    std::string text;
+    std::vector<TokenId> ids;
+};
+EncodedPrompt encode_chat(const tokenizer::Tokenizer& tok, const ChatRequest& request);
+
 // ---- Output parsing -------------------------------------------------------------------------------------------
 
 struct ParsedToolCall {
@@ -88,7 +95,8 @@ struct ParsedMessage {
 // the reasoning (the prompt ended with <think>). Lenient: a missing EOS or </think> (length stop) is accepted.
 ParsedMessage parse_completion(std::string_view text, ThinkingMode mode);
 
-// Incremental parse for streaming: feed decoded text deltas, get reasoning/content deltas as soon as they cannot be
+// Incremental parse for streaming: feed the text deltas of an IncrementalDecoder created with skip_special = false
+// (the parser needs </think>, ｜DSML｜ and the EOS text), get reasoning/content deltas, get reasoning/content deltas as soon as they cannot be
 // the start of a marker; tool calls are complete at finish().
 class StreamingParser {
 public:

@@ -29,6 +29,9 @@ TEST(ChatEncoding, GoldensFromTheOfficialEncoder) {
         const auto segments = chat::render_prompt(req);
         EXPECT_EQ(chat::prompt_text(segments), c["prompt"].get<std::string>());
         EXPECT_EQ(chat::encode_prompt(test::v4(), segments), c["ids"].get<std::vector<TokenId>>());
+        const auto encoded = chat::encode_chat(test::v4(), req);
+        EXPECT_EQ(encoded.text, c["prompt"].get<std::string>());
+        EXPECT_EQ(encoded.ids, c["ids"].get<std::vector<TokenId>>());
     }
 }
 
