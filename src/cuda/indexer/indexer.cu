@@ -92,7 +92,11 @@ constexpr int kScoreTile = 64;
 constexpr int kScoreThreads = 256;
 constexpr int kHeadGroups = kScoreThreads / kScoreTile;
 
-__device__ __forceinline__ int visible_entries(int64_t pos, int ratio) { return int((pos + 1) / ratio); }
+// Entries visible to a query at pos; clamped to the workspace row (max_entries is a host-side contract, the clamp
+// only keeps a violated contract from writing out of bounds).
+__device__ __forceinline__ int visible_entries(int64_t pos, int ratio, int max_entries) {
+    return min(int((pos + 1) / ratio), max_entries);
+}
 
 // Heads padded to a multiple of 16 (zero q, zero weight) so each of the 4 head groups reads its heads' q values
 // for one dim as float4 broadcasts from the dim-major q tile.
@@ -101,7 +105,7 @@ __host__ __device__ inline int padded_heads(int h) { return (h + 15) / 16 * 16; 
 __global__ void __launch_bounds__(kScoreThreads) scores_kernel(IndexerSelectParams p, float* __restrict__ scores) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int t = blockIdx.x;
-    const int n_vis = visible_entries(p.batch.token_pos[t], p.ratio);
+    const int n_vis = visible_entries(p.batch.token_pos[t], p.ratio, p.max_entries);
     if (n_vis <= p.topk) return;  // every entry is selected: no scoring
     const int j0 = blockIdx.y * kScoreTile;
     if (j0 >= n_vis) return;
@@ -201,7 +205,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerSelectParams 
     __shared__ uint32_t sh_prefix;
     __shared__ int sh_remaining;
     const int t = blockIdx.x;
-    const int n = visible_entries(p.batch.token_pos[t], p.ratio);
+    const int n = visible_entries(p.batch.token_pos[t], p.ratio, p.max_entries);
     int32_t* out = p.selected + int64_t(t) * p.topk;
     if (n <= p.topk) {
         for (int i = threadIdx.x; i < p.topk; i += blockDim.x) out[i] = i < n ? i : -1;

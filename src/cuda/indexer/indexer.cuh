@@ -30,7 +30,7 @@ struct IndexerSelectParams {
     int64_t weights_stride = 0;
     float weights_scale = 0.f;           // head_dim^-1/2 * n_heads^-1/2; w = weights * weights_scale in fp32
     PagedEntries keys;                   // the indexer compressor's entries (IndexFormat)
-    int max_entries = 0;                 // host bound on (pos+1)/ratio over the step's tokens (workspace, grid)
+    int max_entries = 0;                 // must be >= (pos+1)/ratio for every token of the step (workspace rows, grid)
     int32_t* selected = nullptr;         // [n_tokens, topk] output
 };
 
