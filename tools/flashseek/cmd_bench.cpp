@@ -85,6 +85,7 @@ int run_bench(int argc, char** argv) {
     const std::vector<int> ctxs = parse_int_list(context_s, "--context");
     if (seed == 0) seed = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
 
+    cuda::require_cuda_device();
     std::printf("measuring device-to-device copy bandwidth ...\n");
     const double bw = cuda::measure_copy_bandwidth();
     std::printf("copy bandwidth: %.1f GB/s (read + write)\n", bw / 1e9);

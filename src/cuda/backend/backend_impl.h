@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <map>
+#include <set>
 #include <memory>
 #include <tuple>
 #include <vector>
@@ -182,6 +183,7 @@ private:
     bool use_graphs_ = true;
     std::map<PassShape, cudaGraphExec_t> graphs_;
     std::map<PassShape, int> seen_;
+    std::set<PassShape> no_graph_;  // shapes whose capture failed: run eagerly
     OpProfiler prof_;
     bool profiling_ = false;
     StepProfile last_profile_;

@@ -3,6 +3,7 @@
 // keyed by their shape), the embedding and the output head. Layer sub-blocks are in layer_attention.cpp and
 // layer_moe.cpp; create_cuda_backend is at the end.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "cuda/backend/backend_impl.h"
@@ -421,18 +422,37 @@ void CudaBackendImpl::launch_pass(const PassShape& s, bool graph_ok) {
             enqueue_pass(s);
             return;
         }
-        cudaGraph_t graph;
+        if (no_graph_.count(s)) {
+            enqueue_pass(s);
+            return;
+        }
+        // A capture that fails (an op that synchronizes or allocates) leaves this shape eager, with a warning:
+        // graphs are an optimization, never a reason to fail a step.
+        cudaGraph_t graph = nullptr;
         FS_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+        std::string why;
         try {
             enqueue_pass(s);
-        } catch (...) {
-            cudaStreamEndCapture(stream_, &graph);
-            throw;
+        } catch (const std::exception& e) {
+            why = e.what();
         }
-        FS_CUDA_TRY(cudaStreamEndCapture(stream_, &graph));
-        cudaGraphExec_t exec;
-        FS_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0));
-        cudaGraphDestroy(graph);
+        const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+        cudaGraphExec_t exec = nullptr;
+        if (why.empty() && end == cudaSuccess && graph) {
+            const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+            if (inst != cudaSuccess) why = std::string("instantiate: ") + cudaGetErrorString(inst);
+        } else if (why.empty()) {
+            why = std::string("end capture: ") + cudaGetErrorString(end);
+        }
+        if (graph) cudaGraphDestroy(graph);
+        if (!why.empty()) {
+            cudaGetLastError();
+            no_graph_.insert(s);
+            std::fprintf(stderr, "flashseek cuda: decode pass of %d rows runs without a CUDA graph (%s)\n", s.n_rows,
+                         why.c_str());
+            enqueue_pass(s);
+            return;
+        }
         it = graphs_.emplace(s, exec).first;
     }
     FS_CUDA_TRY(cudaGraphLaunch(it->second, stream_));
@@ -591,11 +611,7 @@ StepProfile CudaBackendImpl::profile_step(std::span<const SequenceStep> steps) {
 namespace flashseek {
 
 std::unique_ptr<Backend> create_cuda_backend(const std::string& model_dir, const BackendOptions& opt) {
-    int n_dev = 0;
-    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
-        cudaGetLastError();
-        fail("backend cuda: no CUDA device is available");
-    }
+    cuda::require_cuda_device();
     // model_dir is a checkpoint directory, or (with dummy weights) a directory or a config.json path.
     const bool is_json = model_dir.size() > 5 && model_dir.substr(model_dir.size() - 5) == ".json";
     const std::string config_path = is_json ? model_dir : model_dir + "/config.json";

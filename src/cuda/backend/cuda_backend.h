@@ -45,6 +45,9 @@ struct CudaBackendExtras {
     virtual void set_use_graphs(bool on) = 0;
 };
 
+// Throws Error ("no CUDA device ...", with the runtime's reason) when no usable GPU is present.
+void require_cuda_device();
+
 // Device-to-device copy bandwidth in bytes/s counting bytes read plus bytes written (median of `reps` copies of
 // `bytes` each, after a warm-up): the memory roofline bench compares against.
 double measure_copy_bandwidth(size_t bytes = size_t(2) << 30, int reps = 20);

@@ -1,6 +1,7 @@
 // Out-of-line parts of cuda_util.h (allocation with a readable out-of-memory message, device facts).
 #include "cuda/backend/cuda_util.h"
 
+#include "cuda/backend/cuda_backend.h"
 #include "util/error.h"
 
 namespace flashseek::cuda {
@@ -29,6 +30,15 @@ void DeviceBuffer::release() noexcept {
     if (ptr_) cudaFree(ptr_);
     ptr_ = nullptr;
     bytes_ = 0;
+}
+
+void require_cuda_device() {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        cudaGetLastError();
+        fail("no CUDA device is available ({})", e != cudaSuccess ? cudaGetErrorString(e) : "no devices");
+    }
 }
 
 DeviceFacts query_device(int device) {

@@ -31,7 +31,7 @@ std::unique_ptr<Backend> make(const std::string& dir, const std::string& backend
 
 std::vector<int32_t> random_tokens(std::mt19937_64& rng, int n, int64_t vocab) {
     std::uniform_int_distribution<int32_t> d(2, int32_t(vocab - 1));
-    std::vector<int32_t> t(size_t(n));
+    std::vector<int32_t> t(static_cast<size_t>(n));
     for (auto& x : t) x = d(rng);
     return t;
 }

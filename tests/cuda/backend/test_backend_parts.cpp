@@ -100,7 +100,7 @@ void check_dummy_formats(const cuda::DeviceTensorStore& store, const ModelConfig
             case DType::I64: {
                 const int64_t k = v.shape.back();
                 for (size_t r = 0; r < h.size() / 8 / size_t(k); ++r) {
-                    std::vector<int64_t> ids(size_t(k));
+                    std::vector<int64_t> ids(static_cast<size_t>(k));
                     std::memcpy(ids.data(), &h[r * size_t(k) * 8], size_t(k) * 8);
                     for (int64_t j = 0; j < k; ++j) {
                         ASSERT_GE(ids[size_t(j)], 0) << name;
@@ -206,7 +206,7 @@ TEST_F(CudaParts, GlueKernelsMatchHost) {
     std::normal_distribution<float> nd;
     for (int64_t vocab : {int64_t(1), int64_t(1000), int64_t(129280), int64_t(4097)}) {
         const int rows = 5;
-        std::vector<float> h(size_t(rows * vocab));
+        std::vector<float> h(static_cast<size_t>(rows * vocab));
         for (auto& x : h) x = nd(rng);
         if (vocab > 10) {  // a tie: the lower index must win
             h[7] = 50.f;
@@ -236,7 +236,7 @@ TEST_F(CudaParts, GlueKernelsMatchHost) {
     // embed_streams and gather_rows.
     const int64_t V = 37, D = 72;
     const int N = 3, T = 6;
-    std::vector<uint16_t> emb(size_t(V * D));
+    std::vector<uint16_t> emb(static_cast<size_t>(V * D));
     for (auto& e : emb) e = f32_to_bf16(nd(rng));
     std::vector<int32_t> toks(T);
     for (auto& t : toks) t = int32_t(rng() % V);
@@ -251,7 +251,7 @@ TEST_F(CudaParts, GlueKernelsMatchHost) {
     cudaMemset(d_x, 0xFF, size_t(T * N * D) * 2);
     cuda::embed_streams(reinterpret_cast<const __nv_bfloat16*>(d_emb), V, d_t, T, N, D,
                         reinterpret_cast<__nv_bfloat16*>(d_x), nullptr);
-    std::vector<uint16_t> x(size_t(T * N * D));
+    std::vector<uint16_t> x(static_cast<size_t>(T * N * D));
     cudaMemcpy(x.data(), d_x, x.size() * 2, cudaMemcpyDeviceToHost);
     for (int t = 0; t < T; ++t)
         for (int j = 0; j < N; ++j)

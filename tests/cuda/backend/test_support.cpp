@@ -10,6 +10,8 @@
 #include <map>
 #include <mutex>
 
+#include <unistd.h>
+
 #include "model/checkpoint_gen.h"
 #include "model/config.h"
 
