@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <map>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "loader/safetensors.h"
@@ -238,7 +239,13 @@ void run_parallel(const std::vector<std::pair<const Job*, int64_t>>& work, uint6
         }
     };
     std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+    for (int t = 1; t < threads; ++t) {
+        try {
+            pool.emplace_back(worker);
+        } catch (const std::system_error&) {
+            break;  // no more threads available (a loaded machine): the remaining ones share the work
+        }
+    }
     worker();
     for (auto& t : pool) t.join();
     if (error) std::rethrow_exception(error);

@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -135,7 +136,8 @@ std::string ensure_default_model() {
     std::error_code ec;
     fs::create_directories(root, ec);
     FS_CHECK(!ec, "default model: cannot create the cache folder {}: {}", root.string(), ec.message());
-    const fs::path tmp = root / fmt::format("default-model.tmp-{}", ::getpid());
+    static std::atomic<int> attempt{0};  // unique per call, so concurrent callers never share a folder
+    const fs::path tmp = root / fmt::format("default-model.tmp-{}-{}", ::getpid(), attempt++);
     fs::remove_all(tmp, ec);
     try {
         const ModelConfig cfg = parse_model_config(kDefaultConfig, "default model config");
@@ -151,7 +153,7 @@ std::string ensure_default_model() {
     }
     // Replace a stale folder; if another process finished first, keep its (identical) result.
     if (fs::exists(dir, ec) && !is_complete(dir, fp)) {
-        const fs::path old = root / fmt::format("default-model.old-{}", ::getpid());
+        const fs::path old = root / fmt::format("default-model.old-{}-{}", ::getpid(), attempt++);
         fs::rename(dir, old, ec);
         fs::remove_all(old, ec);
     }
