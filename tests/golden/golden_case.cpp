@@ -103,14 +103,14 @@ std::vector<float> read_f32_file(const fs::path& path, int64_t count) {
     FS_CHECK(size == count * 4, "{}: {} bytes, expected {} float32 values ({} bytes)", path.string(), size, count,
              count * 4);
     in.seekg(0);
-    std::vector<float> v(size_t(count));
+    std::vector<float> v(static_cast<size_t>(count));
     in.read(reinterpret_cast<char*>(v.data()), std::streamsize(size));
     FS_CHECK(in.good(), "{}: read failed", path.string());
     return v;
 }
 
 std::vector<double> per_position_rel_err(const float* ours, const float* golden, int64_t rows, int64_t cols) {
-    std::vector<double> err(size_t(rows));
+    std::vector<double> err(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) {
         double num = 0, den = 0;
         for (int64_t c = 0; c < cols; ++c) {

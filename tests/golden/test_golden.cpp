@@ -5,6 +5,8 @@
 // (scripts/make_goldens.py), so no torch is needed here. Also unit tests of the harness itself.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -115,17 +117,48 @@ std::string golden_test_name(const ::testing::TestParamInfo<fs::path>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Committed, Golden, ::testing::ValuesIn(golden_dirs()), golden_test_name);
 
-// The issue asks for at least two configs that together cover every layer type and both routing kinds.
-TEST(GoldenSet, AtLeastTwoConfigsCoverEveryLayerTypeAndRouting) {
+// The issue asks for at least two configs that together exercise every layer type, both routing kinds, a sliding
+// window shorter than the prompt, many compression windows (several of ratio 128), prefill lengths that are not
+// multiples of the ratios, and index_topk below the number of compressed entries with index_n_heads >= 16.
+TEST(GoldenSet, CoversEveryLayerTypeRoutingAndWindowCase) {
     const auto dirs = golden_dirs();
     ASSERT_GE(dirs.size(), 2u) << "expected >= 2 goldens under " << kGoldenRoot;
     std::set<std::string> configs;
+    std::set<int> ratios;
+    bool hash = false, biased = false, short_window = false, many_hca = false, odd_prefill = false;
+    bool topk_binds = false, decode_only_rest = false;
     for (const auto& d : dirs) {
         const GoldenCase g = load_golden_case(d);
         std::ifstream in(g.config_path);
-        configs.insert(std::string(std::istreambuf_iterator<char>(in), {}));
+        const std::string text(std::istreambuf_iterator<char>(in), {});
+        configs.insert(text);
+        const auto c = nlohmann::json::parse(text);
+        const int n_layers = c.at("num_hidden_layers").get<int>();
+        const int n_hash = c.at("num_hash_layers").get<int>();
+        hash |= n_hash > 0;
+        biased |= n_hash < n_layers;
+        EXPECT_GE(c.at("index_n_heads").get<int>(), 16) << g.name << ": fewer heads make tied zero index scores";
+        bool has_hca = false, has_csa = false;
+        for (int i = 0; i < n_layers; ++i) {
+            const int r = c.at("compress_ratios").at(size_t(i)).get<int>();
+            ratios.insert(r);
+            has_hca |= r == 128;
+            has_csa |= r == 4;
+        }
+        short_window |= c.at("sliding_window").get<int>() < g.n_tokens;
+        many_hca |= has_hca && g.n_tokens / 128 >= 3;
+        odd_prefill |= g.prefill % 4 != 0 && g.prefill % 128 != 0;
+        topk_binds |= has_csa && c.at("index_topk").get<int>() < g.n_tokens / 4;
+        decode_only_rest |= g.n_tokens - g.prefill > g.prefill;
     }
     EXPECT_GE(configs.size(), 2u) << "the goldens must use at least two different configs";
+    EXPECT_TRUE(ratios.count(0) && ratios.count(4) && ratios.count(128)) << "layer types 0, 4 and 128";
+    EXPECT_TRUE(hash && biased) << "hash-routed and bias-routed layers";
+    EXPECT_TRUE(short_window) << "a sliding window shorter than the prompt";
+    EXPECT_TRUE(many_hca) << "a prompt crossing >= 3 ratio-128 windows";
+    EXPECT_TRUE(odd_prefill) << "a prefill length that is not a multiple of 4 or 128";
+    EXPECT_TRUE(topk_binds) << "index_topk smaller than the number of compressed entries";
+    EXPECT_TRUE(decode_only_rest) << "more decode steps than prefill tokens in some golden";
 }
 
 // ---- the harness itself ----
