@@ -6,10 +6,12 @@
 #include "cuda/gemm/linear.cuh"
 
 #include <algorithm>
+#include <atomic>
 
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
+#include "cuda/gemm/gemv.cuh"
 #include "cuda/gemm/linear_generic.cuh"
 #include "cuda/gemm/tile_pipe.cuh"
 
@@ -277,6 +279,10 @@ void run_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, 
         generic::linear(x, w, x.m, w.out / groups, w.in, y, y_kind, ld_y, stream);
         return;
     }
+    if (gemv::eligible(x, w, groups)) {
+        gemv::run(x, w, groups, y, y_kind, ld_y, ws, stream);
+        return;
+    }
     const LinearPlan plan = plan_linear(x, w, groups, ws);
     GemmArgs a{};
     a.w = reinterpret_cast<const uint8_t*>(w.weight);
@@ -352,8 +358,20 @@ void destroy_gemm_workspace(GemmWorkspace& ws) {
     ws = GemmWorkspace{};
 }
 
+namespace {
+std::atomic<bool> g_small_m_gemv{true};
+}  // namespace
+void set_small_m_gemv(bool enabled) { g_small_m_gemv.store(enabled); }
+bool small_m_gemv_enabled() { return g_small_m_gemv.load(); }
+
 LinearPlan plan_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, const GemmWorkspace* ws) {
     LinearPlan p;
+    if (gemv::eligible(x, w, groups)) {
+        p.gemv = true;
+        p.tokens_per_pass = int(x.m);
+        p.k_splits = gemv::plan_splits(x, w, ws);
+        return p;
+    }
     p.tokens_per_pass = x.m <= 8 ? 8 : (x.m <= 16 ? 16 : 32);
     const int64_t unit = w.kind == WeightKind::FP4_BLOCK32 ? 32 : 16;  // weight bytes must stay 16-aligned per row
     p.aligned = w.in % 128 == 0 && aligned16(w.weight) && aligned16(x.values) &&

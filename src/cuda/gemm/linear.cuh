@@ -96,7 +96,15 @@ struct LinearPlan {
     int tokens_per_pass = 8;
     int k_splits = 1;
     bool aligned = true;  // vectorized loads (in % 128 == 0 and aligned pointers); else the guarded scalar path
+    bool gemv = false;    // the small-M GEMV (gemv.cu) instead of the mma.sync kernel; k_splits is then its own
 };
+
+// FP8/FP4 linears with M <= kGemvMaxTokens (and in % 128 == 0, aligned pointers) take a bandwidth-bound GEMV
+// instead of the tensor-core kernel. The switch is process-wide, on by default; tests and benchmarks turn it off
+// to compare the two paths (not thread-safe against concurrent launches: set it before launching).
+inline constexpr int64_t kGemvMaxTokens = 8;
+void set_small_m_gemv(bool enabled);
+bool small_m_gemv_enabled();
 LinearPlan plan_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, const GemmWorkspace* ws);
 
 }  // namespace flashseek::cuda

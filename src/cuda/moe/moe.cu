@@ -11,6 +11,7 @@
 #include "cuda/common/numeric.cuh"
 #include "cuda/gemm/generic_values.cuh"
 #include "cuda/gemm/tile_pipe.cuh"
+#include "cuda/moe/moe_gemv.cuh"
 
 namespace flashseek::cuda {
 namespace {
@@ -617,6 +618,10 @@ void moe_expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeG
         CUDA_CHECK_LAUNCH("generic_quant_kernel");
         return;
     }
+    if (moe_gemv::eligible(t, M, x)) {  // decode: bandwidth-bound GEMV kernels (moe_gemv.cu)
+        moe_gemv::expert_up(x, t, grouping, M, top_k, swiglu_limit, h_numerics, h, stream);
+        return;
+    }
     ExpertArgs a{};
     a.w_a = t.w1;
     a.s_a = t.w1_scale;
@@ -666,6 +671,10 @@ void moe_expert_down(const PreparedActivation& h, const ExpertTable& t, const Mo
         g.y = y;
         generic_down_kernel<<<warp_blocks(rows * t.hidden), 256, 0, stream>>>(g);
         CUDA_CHECK_LAUNCH("generic_down_kernel");
+        return;
+    }
+    if (moe_gemv::eligible(t, M, h)) {
+        moe_gemv::expert_down(h, t, grouping, M, top_k, y, stream);
         return;
     }
     ExpertArgs a{};

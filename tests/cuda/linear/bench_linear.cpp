@@ -138,6 +138,7 @@ void bench_dense(double copy_bw, std::vector<BenchRow>& rows) {
         {"shared w2 2048->4096", cuda::WeightKind::FP8_BLOCK128, 4096, 2048, 1},
         {"compressor wkv bf16 4096->1024", cuda::WeightKind::BF16, 1024, 4096, 1},
         {"head bf16 4096->129280", cuda::WeightKind::BF16, 129280, 4096, 1},
+        {"fp4 expert-shaped 4096->2048", cuda::WeightKind::FP4_BLOCK32, 2048, 4096, 1},
     };
     cuda::GemmWorkspace ws = cuda::create_gemm_workspace();
     for (const auto& sh : shapes) {
@@ -148,7 +149,12 @@ void bench_dense(double copy_bw, std::vector<BenchRow>& rows) {
         const int copies = int(std::max<size_t>(1, (size_t(400) << 20) / one + 1));
         std::vector<WeightCopy> ws_copies;
         for (int i = 0; i < copies; ++i) ws_copies.push_back(alloc_weight(sh.kind, sh.out, sh.in, 100 + i));
-        for (int64_t M : {1, 16, 64}) {
+        for (int64_t M : {1, 3, 8, 16, 64}) {
+          // FP8/FP4 at M <= kGemvMaxTokens: time the small-M GEMV and the mma.sync kernel side by side.
+          const bool both = sh.kind != cuda::WeightKind::BF16 && M <= cuda::kGemvMaxTokens;
+          if (!both && M != 1 && M != 16 && M != 64) continue;
+          for (int path = 0; path < (both ? 2 : 1); ++path) {
+            cuda::set_small_m_gemv(path == 0);
             void* x = nullptr;
             CUDA_CHECK(cudaMalloc(&x, size_t(M * K) * 2));
             cuda::fill_random(x, size_t(M * K), cuda::FillKind::BF16, 3, 1.f, nullptr);
@@ -188,13 +194,16 @@ void bench_dense(double copy_bw, std::vector<BenchRow>& rows) {
             r.us = us;
             r.gbps = double(one) / (us * 1e-6) / 1e9;
             r.fraction = r.gbps * 1e9 / copy_bw;
-            r.note = "splits=" + std::to_string(plan.k_splits) + " tok/pass=" + std::to_string(plan.tokens_per_pass);
+            r.note = std::string(plan.gemv ? "gemv " : "mma ") + "splits=" + std::to_string(plan.k_splits) +
+                     " tok/pass=" + std::to_string(plan.tokens_per_pass);
             rows.push_back(r);
             print_row(r);
             CUDA_CHECK(cudaFree(x));
             CUDA_CHECK(cudaFree(pv));
             CUDA_CHECK(cudaFree(ps));
             CUDA_CHECK(cudaFree(y));
+          }
+          cuda::set_small_m_gemv(true);
         }
         for (auto& c : ws_copies) free_weight(c);
     }
@@ -209,10 +218,11 @@ void print_row(const BenchRow& r) {
 
 int run_benchmarks(int argc, char** argv) {
     std::string json_path;
-    bool only_moe = false;
+    bool only_moe = false, only_dense = false;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
         if (std::strcmp(argv[i], "--moe-only") == 0) only_moe = true;
+        if (std::strcmp(argv[i], "--dense-only") == 0) only_dense = true;
     }
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -221,7 +231,7 @@ int run_benchmarks(int argc, char** argv) {
                 prop.minor, prop.multiProcessorCount, bw / 1e9);
     std::vector<BenchRow> rows;
     if (!only_moe) bench_dense(bw, rows);
-    bench_moe(bw, rows);
+    if (!only_dense) bench_moe(bw, rows);
     if (!json_path.empty()) {
         FILE* f = std::fopen(json_path.c_str(), "w");
         if (f) {

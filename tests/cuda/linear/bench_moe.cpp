@@ -56,7 +56,7 @@ void bench_moe(double copy_bw, std::vector<BenchRow>& rows) {
         tables.push_back(t);
     }
     std::mt19937_64 rng(42);
-    for (int64_t M : {1, 16, 64}) {
+    for (int64_t M : {1, 8, 16, 64}) {
         // Uniform random top-6 per token.
         std::vector<int32_t> idx(size_t(M * K));
         std::vector<float> wts(size_t(M * K), 1.f / K);
@@ -95,6 +95,10 @@ void bench_moe(double copy_bw, std::vector<BenchRow>& rows) {
         cuda::PreparedActivation h;
         h.values = hv;
         h.scales = hs;
+        // M <= kGemvMaxTokens: the small-M GEMV expert kernels and the mma.sync ones side by side.
+        const bool both = M <= cuda::kGemvMaxTokens;
+        for (int path = 0; path < (both ? 2 : 1); ++path) {
+        cuda::set_small_m_gemv(path == 0);
         const double us = time_graph_per_call(
             [&](cudaStream_t s, int i) {
                 const auto& t = tables[size_t(i % sets)];
@@ -109,9 +113,11 @@ void bench_moe(double copy_bw, std::vector<BenchRow>& rows) {
         r.us = us;
         r.gbps = r.bytes / (us * 1e-6) / 1e9;
         r.fraction = r.gbps * 1e9 / copy_bw;
-        r.note = "up+down";
+        r.note = std::string(both && path == 0 ? "gemv " : "mma ") + "up+down";
         rows.push_back(r);
         print_row(r);
+        }
+        cuda::set_small_m_gemv(true);
         for (void* q : {didx, dw, gmem, x, y}) CUDA_CHECK(cudaFree(q));
         for (void* q : {static_cast<void*>(pv), static_cast<void*>(ps), static_cast<void*>(hv), static_cast<void*>(hs)})
             CUDA_CHECK(cudaFree(q));

@@ -121,17 +121,30 @@ std::vector<float> cpu_expert(const ExpertSet& s, int e, const std::vector<float
 // shared FP8 expert, combine. Threshold 3e-3 on ||gpu - cpu|| / ||cpu||: both sides compute the same fp32 math,
 // but a bf16 (intermediate) or e4m3 (release act_quant) rounding can land on the other side of a tie for a few
 // elements when the fp32 sums differ in their last bits.
+// Each case runs twice for M <= 8: through the small-M GEMV expert kernels (moe_gemv.cu, the default) and, with
+// the GEMV switched off, through the mma.sync expert kernels; the threshold is the same for both.
+struct GemvSwitch {
+    explicit GemvSwitch(bool on) { cuda::set_small_m_gemv(on); }
+    ~GemvSwitch() { cuda::set_small_m_gemv(true); }
+};
+
 TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
+    for (int path = 0; path < 2; ++path)
     for (auto numerics : {ActNumerics::EXACT, ActNumerics::FP8_BLOCK128})
-        // Sizes that are multiples of 128 take the tensor-core kernels; 160/96 (golden-b) the element-wise fallback.
+        // Sizes that are multiples of 128 take the GEMV (M <= 8) or tensor-core kernels; 160/96 (golden-b) the
+        // element-wise fallback.
         for (auto [M, E, K, D, I] : {std::tuple<int, int, int, int64_t, int64_t>{1, 16, 4, 256, 384},
                                      {5, 16, 4, 256, 384},
+                                     {3, 16, 6, 384, 640},   // odd tokens, 3 / 5 steps
+                                     {8, 32, 6, 512, 256},   // 8 tokens: GEMV 8-token tile
                                      {23, 8, 3, 256, 384},
                                      {5, 16, 3, 160, 96}}) {
+            if (path == 1 && M > cuda::kGemvMaxTokens) continue;  // same kernels as path 0
+            GemvSwitch gemv(path == 0);
             const uint64_t seed = fresh_seed();
             std::ostringstream d;
-            d << "numerics=" << int(numerics) << " M=" << M << " E=" << E << " K=" << K << " D=" << D << " I=" << I
-              << " seed=" << seed;
+            d << "gemv=" << (path == 0) << " numerics=" << int(numerics) << " M=" << M << " E=" << E << " K=" << K
+              << " D=" << D << " I=" << I << " seed=" << seed;
             SCOPED_TRACE(d.str());
             std::mt19937_64 rng(seed);
             const float limit = 10.f, scale = 1.5f;

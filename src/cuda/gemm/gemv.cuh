@@ -1,0 +1,26 @@
+// Small-M (decode) path of linear() for FP8 block-scaled and FP4 weights: a bandwidth-bound GEMV, chosen by
+// linear.cu when M <= kGemvMaxTokens and the shape is on the aligned grid. See gemv.cu for the kernel design.
+// Internal to src/cuda/gemm: callers use linear()/grouped_linear() of linear.cuh.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "cuda/gemm/linear.cuh"
+
+namespace flashseek::cuda::gemv {
+
+inline constexpr int kRowsPerWarp = 4;
+inline constexpr int kWarps = 4;
+inline constexpr int kRowsPerCta = kRowsPerWarp * kWarps;
+
+// True when the GEMV path can run this problem: FP8/FP4 weights, 1 <= M <= kGemvMaxTokens, in % 128 == 0,
+// 16-byte aligned weight and activation pointers, and (grouped) every 16-row CTA inside one group.
+bool eligible(const PreparedActivation& x, const DeviceLinear& w, int groups);
+
+// K splits the GEMV would use for this problem (1 without a workspace).
+int plan_splits(const PreparedActivation& x, const DeviceLinear& w, const GemmWorkspace* ws);
+
+// y = x W^T (grouped as in grouped_linear when groups > 1). Arguments already validated by linear.cu.
+void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y, OutKind y_kind, int64_t ld_y,
+         const GemmWorkspace* ws, cudaStream_t stream);
+
+}  // namespace flashseek::cuda::gemv

@@ -1,0 +1,167 @@
+// Device core of the small-M GEMV kernels (gemm/gemv.cu for linear layers, moe/moe_gemv.cu for experts):
+//   - stage_x: T activation rows of a prepared activation, columns [col0, col0 + len), into shared memory as fp32
+//     multiplied by their power-of-two block scale (exact), in the stored (prepared) order. That order is the one
+//     in which numeric.cuh's register widening emits weights (e4m3 words -> (b0,b2),(b1,b3); e2m1 words ->
+//     (n0,n4),(n1,n5),...), so no permutation is needed. Each lane-chunk (16 FP8 / 32 FP4 columns) gets 4 floats
+//     of padding: the float4 reads of 8 consecutive lanes then hit distinct banks.
+//   - accumulate: R weight rows x T tokens over one staged chunk. A lane reads 16 contiguous bytes of each row
+//     per iteration (coalesced across the warp, ld.global.nc.L1::no_allocate, 2 iterations = 2R loads in
+//     flight), widens to f16 x 2^-8 (FP8) or x 2^-14 (FP4), converts to fp32 and dots against the staged
+//     activations (exact products, fp32 sums); the weight scale (times 2^8 / 2^14) is applied once per
+//     16-column piece, which lies inside one 128-block (FP8) or one 32-group (FP4).
+// Numerics therefore equal the mma path's (exact products, fp32 sums, per-block scaling) up to summation order.
+#pragma once
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/common/numeric.cuh"
+#include "cuda/gemm/linear.cuh"
+#include "cuda/gemm/mma_core.cuh"
+
+namespace flashseek::cuda::gemv {
+
+constexpr int kUnroll = 2;            // lane iterations whose loads are issued together
+constexpr int kSmemBudget = 24576;    // bytes of staged activation per CTA (several CTAs per SM stay resident)
+
+template <WeightKind WK>
+constexpr int cols_per_lane() { return WK == WeightKind::FP4_BLOCK32 ? 32 : 16; }
+template <WeightKind WK>
+constexpr int lane_stride() { return cols_per_lane<WK>() + 4; }  // floats per lane-chunk in shared memory
+
+// Host-side: staged columns per pass (multiple of 128, >= 128, <= cap) and the shared memory they need.
+inline int chunk_columns(WeightKind kind, int T, int64_t cap) {
+    const int ls = kind == WeightKind::FP4_BLOCK32 ? 36 : 20, cpl = kind == WeightKind::FP4_BLOCK32 ? 32 : 16;
+    const int64_t fit = int64_t(kSmemBudget) / (int64_t(T) * 4 * ls) * cpl;
+    const int64_t c = fit / 128 * 128 < cap ? fit / 128 * 128 : cap;
+    return int(c < 128 ? 128 : c);
+}
+inline size_t smem_bytes(WeightKind kind, int T, int chunk) {
+    const int ls = kind == WeightKind::FP4_BLOCK32 ? 36 : 20, cpl = kind == WeightKind::FP4_BLOCK32 ? 32 : 16;
+    return size_t(T) * size_t(chunk / cpl) * size_t(ls) * 4;
+}
+inline int token_tile(int64_t M) { return M <= 1 ? 1 : (M <= 2 ? 2 : (M <= 4 ? 4 : 8)); }
+
+__device__ __forceinline__ float2 h2f(uint32_t v) { return __half22float2(*reinterpret_cast<const __half2*>(&v)); }
+
+// Dot of 16 weight columns (4 FP8 words or 2 FP4 words) with 16 staged floats.
+template <WeightKind WK>
+__device__ __forceinline__ float dot16(const uint32_t* words, const float* xv) {
+    float p = 0.f;
+    if constexpr (WK == WeightKind::FP8_BLOCK128) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            uint32_t lo, hi;
+            e4m3x4_to_f16x2x2_scaled(words[i], lo, hi);
+            const float2 a = h2f(lo), b = h2f(hi);
+            p = fmaf(a.x, xv[4 * i + 0], p);
+            p = fmaf(a.y, xv[4 * i + 1], p);
+            p = fmaf(b.x, xv[4 * i + 2], p);
+            p = fmaf(b.y, xv[4 * i + 3], p);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            uint32_t h[4];
+            e2m1x8_to_f16x2x4_scaled(words[i], h);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float2 a = h2f(h[j]);
+                p = fmaf(a.x, xv[8 * i + 2 * j], p);
+                p = fmaf(a.y, xv[8 * i + 2 * j + 1], p);
+            }
+        }
+    }
+    return p;
+}
+
+// Whole CTA: stage rows row_of(t) (t < T; < 0 = zeros) of the prepared activation x, columns [col0, col0 + len)
+// (len a multiple of 8), into xsm with t_stride floats per token. Caller syncs before and after.
+template <WeightKind WK, int T, class RowOf>
+__device__ __forceinline__ void stage_x(float* xsm, int t_stride, const uint16_t* __restrict__ x, int64_t x_ld,
+                                        const float* __restrict__ xs, int64_t xs_ld, int64_t col0, int len,
+                                        RowOf row_of) {
+    constexpr int CPL = cols_per_lane<WK>(), LS = lane_stride<WK>();
+    const int per_row = len / 8;
+    for (int i = threadIdx.x; i < T * per_row; i += blockDim.x) {
+        const int t = i / per_row, c = (i % per_row) * 8;
+        float4* dst = reinterpret_cast<float4*>(xsm + t * t_stride + (c / CPL) * LS + (c % CPL));
+        const int64_t xr = row_of(t);
+        if (xr < 0) {
+            dst[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+            dst[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+            continue;
+        }
+        const int64_t col = col0 + c;
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + xr * x_ld + col));
+        const float s = __ldg(xs + xr * xs_ld + col / 128);
+        const float2 f0 = h2f(v.x), f1 = h2f(v.y), f2 = h2f(v.z), f3 = h2f(v.w);
+        dst[0] = make_float4(f0.x * s, f0.y * s, f1.x * s, f1.y * s);
+        dst[1] = make_float4(f2.x * s, f2.y * s, f3.x * s, f3.y * s);
+    }
+}
+
+// One warp: acc[r][t] += sum over staged columns [0, len) of W[row r, kw0 + c] * xsm[t][c]. wrow[r] points at
+// the row's first byte, sidx[r] at the row's scale-row start (FP8: its 128-row block's, FP4: its own).
+template <WeightKind WK, int R, int T>
+__device__ __forceinline__ void accumulate(float (&acc)[R][T], const uint8_t* const (&wrow)[R],
+                                           const int64_t (&sidx)[R], const void* scale, int scale_kind,
+                                           const float* xsm, int t_stride, int64_t kw0, int len, int lane) {
+    constexpr int CPL = cols_per_lane<WK>(), LS = lane_stride<WK>(), WARP_COLS = 32 * CPL;
+    constexpr int TG = T < 4 ? T : 4;  // tokens whose activations sit in registers at once
+    constexpr float kWiden = WK == WeightKind::FP8_BLOCK128 ? 256.f : 16384.f;
+    for (int kk = 0; kk < len; kk += kUnroll * WARP_COLS) {
+        uint4 raw[kUnroll][R];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int col = kk + u * WARP_COLS + lane * CPL;
+            if (col < len) {
+                const int64_t byte = WK == WeightKind::FP4_BLOCK32 ? (kw0 + col) / 2 : (kw0 + col);
+#pragma unroll
+                for (int r = 0; r < R; ++r) raw[u][r] = mma::ld_stream(wrow[r] + byte);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int col = kk + u * WARP_COLS + lane * CPL;
+            if (col >= len) continue;
+            const int64_t kabs = kw0 + col;
+            float sc[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                sc[r] = mma::load_scale(scale, scale_kind,
+                                        sidx[r] + (WK == WeightKind::FP8_BLOCK128 ? kabs / 128 : kabs / 32)) *
+                        kWiden;
+            const float* xlane = xsm + (col / CPL) * LS;
+#pragma unroll
+            for (int sub = 0; sub < CPL / 16; ++sub) {
+#pragma unroll
+                for (int tg = 0; tg < T; tg += TG) {
+                    float xv[TG][16];
+#pragma unroll
+                    for (int tt = 0; tt < TG; ++tt) {
+                        const float4* src = reinterpret_cast<const float4*>(xlane + (tg + tt) * t_stride + 16 * sub);
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) {
+                            const float4 f = src[q];
+                            xv[tt][4 * q + 0] = f.x;
+                            xv[tt][4 * q + 1] = f.y;
+                            xv[tt][4 * q + 2] = f.z;
+                            xv[tt][4 * q + 3] = f.w;
+                        }
+                    }
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        const uint32_t all[4] = {raw[u][r].x, raw[u][r].y, raw[u][r].z, raw[u][r].w};
+                        const uint32_t* words = all + (WK == WeightKind::FP8_BLOCK128 ? 0 : 2 * sub);
+#pragma unroll
+                        for (int tt = 0; tt < TG; ++tt)
+                            acc[r][tg + tt] = fmaf(dot16<WK>(words, xv[tt]), sc[r], acc[r][tg + tt]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+}  // namespace flashseek::cuda::gemv

@@ -1,0 +1,20 @@
+// Small-M (decode) path of moe_expert_up / moe_expert_down (moe.cuh): bandwidth-bound GEMV kernels over each
+// active expert's weights, used by moe.cu when M <= kGemvMaxTokens (so every expert has at most 8 tokens) and
+// hidden / inter are multiples of 128. See moe_gemv.cu for the design. Internal to src/cuda/moe.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "cuda/moe/moe.cuh"
+
+namespace flashseek::cuda::moe_gemv {
+
+// True when the GEMV path serves this call (same switch as the linear GEMV: set_small_m_gemv).
+bool eligible(const ExpertTable& t, int64_t M, const PreparedActivation& x);
+
+// Same contracts as moe_expert_up / moe_expert_down; arguments already validated by moe.cu, h's fields set.
+void expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGrouping* grouping, int64_t M, int top_k,
+               float swiglu_limit, ActNumerics h_numerics, PreparedActivation& h, cudaStream_t stream);
+void expert_down(const PreparedActivation& h, const ExpertTable& t, const MoeGrouping* grouping, int64_t M, int top_k,
+                 float* y, cudaStream_t stream);
+
+}  // namespace flashseek::cuda::moe_gemv
