@@ -185,8 +185,8 @@ void fill_stripe(const Job& job, int64_t stripe, uint64_t seed, int n_experts, b
     }
 }
 
-// Two passes over the spec list would need the scale next to its weight; the inventory guarantees
-// `X.weight` is immediately followed by `X.scale` for quantized linears.
+// One job per tensor, except that a quantized weight and its scale form one job (they are computed together); the
+// inventory guarantees that `X.scale` immediately follows `X.weight` for quantized linears.
 std::vector<Job> make_jobs(const std::vector<TensorSpec>& specs, std::vector<TensorData>& storage) {
     std::vector<Job> jobs;
     storage.resize(specs.size());

@@ -153,6 +153,18 @@ TEST(Safetensors, RejectsDamagedFiles) {
     EXPECT_GE(cases.size(), 20u);
 }
 
+TEST(Safetensors, DeeplyNestedHeadersAreRejectedWithoutCrashing) {
+    TempDir dir;
+    const int depth = 200000;
+    write_bytes(dir.file("deep1.safetensors"), raw_safetensors(std::string(depth, '[') + std::string(depth, ']'), ""));
+    expect_error([&] { SafetensorsFile::open(dir.file("deep1.safetensors")); }, {"not a JSON object"});
+    std::string nested;
+    for (int i = 0; i < depth; ++i) nested += "{\"a\":";
+    nested += "1" + std::string(depth, '}');
+    write_bytes(dir.file("deep2.safetensors"), raw_safetensors(nested, ""));
+    expect_error([&] { SafetensorsFile::open(dir.file("deep2.safetensors")); }, {"'a'"});
+}
+
 TEST(Safetensors, RejectsTruncatedAtEveryLength) {
     TempDir dir;
     std::mt19937_64 rng(fresh_seed());
