@@ -32,6 +32,7 @@ def main():
     ap.add_argument("--min-argmax", type=float, default=0.99)
     ap.add_argument("--label", default="")
     ap.add_argument("--json", default=None, help="append a JSON line with the figures to this file")
+    ap.add_argument("--profile", action="store_true", help="also print the error at a few positions (localization)")
     a = ap.parse_args()
     if a.vocab <= 0:
         print(f"compare_logits: --vocab must be positive, got {a.vocab}", file=sys.stderr)
@@ -52,6 +53,9 @@ def main():
     print(f"{a.label or a.ours}: {ours.shape[0]} positions, rel err max {np.max(rel):.3e} (pos {worst}) "
           f"median {np.median(rel):.3e} mean {np.mean(rel):.3e}; argmax agreement {100 * agree:.2f}% "
           f"[limits {a.max_rel:g}, {100 * a.min_argmax:g}%] -> {'PASS' if ok else 'FAIL'}")
+    if a.profile:
+        picks = sorted(set(list(range(min(12, len(rel)))) + list(range(12, len(rel), max(1, len(rel) // 16)))))
+        print("  rel err by position: " + " ".join(f"{p}:{rel[p]:.1e}" for p in picks))
     if a.json:
         with open(a.json, "a") as f:
             f.write(json.dumps({"label": a.label, "ours": a.ours, "ref": a.ref, "positions": int(ours.shape[0]),

@@ -378,6 +378,7 @@ void CudaBackendImpl::enqueue_pass(const PassShape& s) {
 }
 
 void CudaBackendImpl::enqueue_head(const PassShape& s) {
+    if (s.n_head_rows == 0) return;  // a prefill chunk that is not the last one needs no logits
     const int N = cfg_.hc_mult;
     const int64_t D = cfg_.hidden_size;
     {
