@@ -15,25 +15,21 @@ namespace {
 // y [n, D] = expert(x [n, D]); rows scaled by weight (release: before w2, in bf16, as the reference; exact: after).
 void run_expert(const ExpertParams& e, const float* x, int64_t n, const float* weight, float limit, bool rel,
                 float* y, ThreadPool* pool) {
+    if (!rel) {  // exact: HF transformers' order (routing weight applied after w2)
+        swiglu_expert(x, n, e.w1.w.data(), e.w3.w.data(), e.w2.w.data(), e.w1.out, e.w1.in, limit, weight, y, pool);
+        return;
+    }
+    // release: the reference scales the intermediate by the routing weight and rounds it to bf16 before w2
     const int64_t I = e.w1.out;
-    std::vector<float> g(static_cast<size_t>(n * I)), u(static_cast<size_t>(n * I)), h(static_cast<size_t>(n * I));
+    std::vector<float> g(static_cast<size_t>(n * I)), u(static_cast<size_t>(n * I));
     apply_linear(e.w1, x, n, g.data(), rel, pool);
     apply_linear(e.w3, x, n, u.data(), rel, pool);
-    swiglu_clamp(g.data(), u.data(), n * I, limit, h.data());
-    if (rel) {
-        if (weight)
-            for (int64_t r = 0; r < n; ++r)
-                for (int64_t i = 0; i < I; ++i) h[size_t(r * I + i)] *= weight[r];
-        round_bf16_inplace(h.data(), n * I);
-        apply_linear(e.w2, h.data(), n, y, rel, pool);
-    } else {
-        apply_linear(e.w2, h.data(), n, y, rel, pool);
-        if (weight) {
-            const int64_t D = e.w2.out;
-            for (int64_t r = 0; r < n; ++r)
-                for (int64_t c = 0; c < D; ++c) y[r * D + c] *= weight[r];
-        }
-    }
+    swiglu_clamp(g.data(), u.data(), n * I, limit, g.data());
+    if (weight)
+        for (int64_t r = 0; r < n; ++r)
+            for (int64_t i = 0; i < I; ++i) g[size_t(r * I + i)] *= weight[r];
+    round_bf16_inplace(g.data(), n * I);
+    apply_linear(e.w2, g.data(), n, y, rel, pool);
 }
 
 }  // namespace

@@ -65,19 +65,11 @@ ExpertParams expert(const ExpertWeights& e) { return {dense(e.w1), dense(e.w2), 
 }  // namespace
 
 void apply_linear(const DenseLinear& lin, const float* x, int64_t rows, float* y, bool release, ThreadPool* pool) {
-    if (!release || lin.format == WeightFormat::F32) {
-        linear_f32(x, rows, lin.w.data(), lin.out, lin.in, y, pool);
-        return;
-    }
-    if (lin.format == WeightFormat::FP8_BLOCK128 || lin.format == WeightFormat::FP4_BLOCK32) {
-        // The reference quantizes activations to FP8 per 1x128 block before FP8 and FP4 GEMMs.
-        std::vector<float> xq(static_cast<size_t>(rows * lin.in));
-        for (int64_t r = 0; r < rows; ++r) act_quant_fp8_block128(x + r * lin.in, lin.in, xq.data() + r * lin.in);
-        linear_f32(xq.data(), rows, lin.w.data(), lin.out, lin.in, y, pool);
+    if (release) {
+        linear_release(x, rows, lin.w.data(), lin.format, lin.out, lin.in, y, pool);
     } else {
         linear_f32(x, rows, lin.w.data(), lin.out, lin.in, y, pool);
     }
-    round_bf16_inplace(y, rows * lin.out);  // GEMM outputs are bf16 in the reference
 }
 
 std::unique_ptr<CpuModel> load_cpu_model(const std::string& model_dir, const CpuModelOptions& opt) {

@@ -298,4 +298,16 @@ void swiglu_clamp(const float* gate, const float* up, int64_t n, float limit, fl
     }
 }
 
+void swiglu_expert(const float* x, int64_t rows, const float* w1, const float* w3, const float* w2, int64_t I,
+                   int64_t D, float limit, const float* weight, float* y, ThreadPool* pool) {
+    std::vector<float> g(static_cast<size_t>(rows * I)), u(static_cast<size_t>(rows * I));
+    linear_f32(x, rows, w1, I, D, g.data(), pool);
+    linear_f32(x, rows, w3, I, D, u.data(), pool);
+    swiglu_clamp(g.data(), u.data(), rows * I, limit, g.data());
+    linear_f32(g.data(), rows, w2, D, I, y, pool);
+    if (weight)
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < D; ++c) y[r * D + c] *= weight[r];
+}
+
 }  // namespace flashseek::cpu

@@ -37,6 +37,12 @@ void linear_f32(const float* x, int64_t rows, const float* w, int64_t out, int64
 void linear_bf16w(const float* x, int64_t rows, const uint16_t* w, int64_t out, int64_t in, float* y,
                   ThreadPool* pool);
 
+// Release numerics of one linear layer, given its dequantized fp32 weight and stored format: FP8/FP4 layers
+// quantize each activation row to FP8 per 1x128 block (act_quant_fp8_block128) before the product and round the
+// output to bf16; BF16 layers round the output to bf16; F32 layers are plain fp32 (the reference's fp32 paths).
+void linear_release(const float* x, int64_t rows, const float* w, WeightFormat format, int64_t out, int64_t in,
+                    float* y, ThreadPool* pool);
+
 // ---------------------------------------------------------------------------------------------------------------
 // Release-mode quantization simulations (the official reference's QAT emulation), in place or out of place.
 
@@ -137,5 +143,10 @@ void router_select_scores(const float* s, int E, const float* bias, const int64_
                           float route_scale, bool renormalize, int32_t* idx, float* weight);
 // SwiGLU with clamp: out = silu(min(gate, limit)) * clamp(up, -limit, limit), n elements.
 void swiglu_clamp(const float* gate, const float* up, int64_t n, float limit, float* out);
+
+// One SwiGLU expert in fp32 (exact numerics, as HF transformers): y = (w2 . swiglu_clamp(w1 . x, w3 . x)) * weight.
+// x [rows, D]; w1, w3 [I, D] (gate, up); w2 [D, I]; weight [rows] (nullptr = 1, the shared expert); y [rows, D].
+void swiglu_expert(const float* x, int64_t rows, const float* w1, const float* w3, const float* w2, int64_t I,
+                   int64_t D, float limit, const float* weight, float* y, ThreadPool* pool);
 
 }  // namespace flashseek::cpu

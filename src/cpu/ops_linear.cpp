@@ -253,4 +253,20 @@ void linear_bf16w(const float* x, int64_t rows, const uint16_t* w, int64_t out, 
     linear_any(x, rows, w, out, in, y, pool, gemm_tile_bf16);
 }
 
+void linear_release(const float* x, int64_t rows, const float* w, WeightFormat format, int64_t out, int64_t in,
+                    float* y, ThreadPool* pool) {
+    if (format == WeightFormat::F32) {
+        linear_f32(x, rows, w, out, in, y, pool);
+        return;
+    }
+    if (format == WeightFormat::FP8_BLOCK128 || format == WeightFormat::FP4_BLOCK32) {
+        std::vector<float> xq(static_cast<size_t>(rows * in));
+        for (int64_t r = 0; r < rows; ++r) act_quant_fp8_block128(x + r * in, in, xq.data() + r * in);
+        linear_f32(xq.data(), rows, w, out, in, y, pool);
+    } else {
+        linear_f32(x, rows, w, out, in, y, pool);
+    }
+    round_bf16_inplace(y, rows * out);  // GEMM outputs are bf16 in the reference
+}
+
 }  // namespace flashseek::cpu

@@ -479,3 +479,54 @@ TEST(Moe, RouterAndSwiglu) {
     EXPECT_NEAR(out[2], 1.0 / (1 + std::exp(-1.0)) * 2.0, 1e-6);
     EXPECT_EQ(out[3], 0.f);
 }
+
+TEST(Linear, ReleasePathsQuantizeAndRound) {
+    Rand r;
+    SEED_TRACE(r);
+    const int rows = 3, out = 9, in = 200;
+    auto x = r.vec(rows * in), w = r.vec(out * in, 0.1f);
+    std::vector<float> y(rows * out), ref(rows * out), xq(rows * in);
+    // FP8 layer: activation quantized per 1x128 block, output rounded to bf16
+    linear_release(x.data(), rows, w.data(), WeightFormat::FP8_BLOCK128, out, in, y.data(), nullptr);
+    for (int i = 0; i < rows; ++i) act_quant_fp8_block128(x.data() + i * in, in, xq.data() + i * in);
+    linear_f32(xq.data(), rows, w.data(), out, in, ref.data(), nullptr);
+    for (int i = 0; i < rows * out; ++i) EXPECT_EQ(y[size_t(i)], round_bf16(ref[size_t(i)]));
+    // the quantization is visible: not the plain product
+    std::vector<float> plain(rows * out);
+    linear_f32(x.data(), rows, w.data(), out, in, plain.data(), nullptr);
+    double diff = 0;
+    for (int i = 0; i < rows * out; ++i) diff += std::fabs(round_bf16(plain[size_t(i)]) - y[size_t(i)]);
+    EXPECT_GT(diff, 0.0);
+    // BF16 layer: plain product rounded; F32 layer: plain product
+    linear_release(x.data(), rows, w.data(), WeightFormat::BF16, out, in, y.data(), nullptr);
+    for (int i = 0; i < rows * out; ++i) EXPECT_EQ(y[size_t(i)], round_bf16(plain[size_t(i)]));
+    linear_release(x.data(), rows, w.data(), WeightFormat::F32, out, in, y.data(), nullptr);
+    for (int i = 0; i < rows * out; ++i) EXPECT_EQ(y[size_t(i)], plain[size_t(i)]);
+}
+
+TEST(Moe, SwigluExpertMatchesNaive) {
+    Rand r;
+    SEED_TRACE(r);
+    const int rows = 2, D = 24, I = 10;
+    auto x = r.vec(rows * D), w1 = r.vec(I * D, 2.f), w3 = r.vec(I * D, 2.f), w2 = r.vec(D * I), wt = r.vec(rows);
+    std::vector<float> y(rows * D);
+    swiglu_expert(x.data(), rows, w1.data(), w3.data(), w2.data(), I, D, 3.f, wt.data(), y.data(), nullptr);
+    for (int t = 0; t < rows; ++t) {
+        std::vector<double> h(I);
+        for (int i = 0; i < I; ++i) {
+            double g = 0, u = 0;
+            for (int c = 0; c < D; ++c) {
+                g += double(w1[size_t(i * D + c)]) * x[size_t(t * D + c)];
+                u += double(w3[size_t(i * D + c)]) * x[size_t(t * D + c)];
+            }
+            g = std::min(g, 3.0);
+            u = std::clamp(u, -3.0, 3.0);
+            h[size_t(i)] = g / (1 + std::exp(-g)) * u;
+        }
+        for (int c = 0; c < D; ++c) {
+            double s = 0;
+            for (int i = 0; i < I; ++i) s += double(w2[size_t(c * I + i)]) * h[size_t(i)];
+            EXPECT_NEAR(y[size_t(t * D + c)], s * wt[size_t(t)], 1e-3 * (1 + std::fabs(s)));
+        }
+    }
+}
