@@ -1,10 +1,14 @@
 // mHC kernels, shaped for decode latency (batch 1 to 64), where the work is tiny and every dependent step costs.
-// Partial: CTA = (tile of 4 tokens, K chunk of 256 = 8 elements per lane); warp w owns mix rows w, w+8, w+16 and
-// keeps the 4 tokens' x chunk in registers, so fn is read once per tile with 16-byte loads and each warp reduces
-// only its 12 dot products (shuffle butterflies interleaved for ILP; warp 0 adds the 4 sums of squares).
-// Finalize: one CTA per token; warps sum the K-split partials row by row, warp 0 computes pre/post and runs the
-// Sinkhorn (one lane per matrix element, compile-time N) while the other warps already collapse the streams with
-// pre, then the fused RMSNorm. Sums run in fixed orders, so results are deterministic.
+// Partial (split-K): CTA = (tile of 8 tokens, K chunk of 128 = 4 elements per lane), so at V4 shapes (K = N*D =
+// 16384) batch 1 already spreads fn over 128 CTAs and fn is read once per 8 tokens (twice at batch 16). Warp w owns
+// mix rows w, w+8, w+16 and holds the tile's x chunk in registers; its 32 sums (3 rows + the sum of squares, x 8
+// tokens) are reduced by one transpose-reduce butterfly (31 shuffles instead of 160), after which lane L owns sum L.
+// Partials are stored [token][row][split] so that the finalize reads them coalesced.
+// Finalize: one CTA of 17 warps per token. The 16 collapse warps prefetch their 8-wide chunk of every stream (and
+// of the norm weight) with 16-byte loads before anything else, so the x latency overlaps the partial reduction;
+// then warp 0 runs post + the Sinkhorn (one lane per matrix element, compile-time N) while the others collapse the
+// streams with pre, then the fused RMSNorm. Sums run in fixed orders, so results are deterministic.
+// Post: one thread per (token, 8 features): N + 1 16-byte loads, N 16-byte stores, in place allowed.
 #include <algorithm>
 
 #include "cuda/common/attn_helpers.cuh"
@@ -16,90 +20,120 @@ using namespace attn_detail;
 
 namespace {
 
-constexpr int kTok = 4;          // tokens per partial CTA (fn is read once per tile)
-constexpr int kMixMax = 24;      // (2 + N) * N for N <= 4
-constexpr int kPerLane = 8;      // K elements per lane
-constexpr int kChunk = 32 * kPerLane;  // K elements per partial CTA (64 CTAs per token tile at N*D = 16384)
+constexpr int kTok = 8;                // tokens per partial CTA (fn is read once per tile)
+constexpr int kMixMax = 24;            // (2 + N) * N for N <= 4
+constexpr int kPerLane = 4;            // K elements per lane
+constexpr int kChunk = 32 * kPerLane;  // K elements per partial CTA (128 CTAs per token tile at N*D = 16384)
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerWarp = kMixMax / kWarps;  // 3
+constexpr int kSums = (kRowsPerWarp + 1) * kTok;  // per-lane values the butterfly reduces
+static_assert(kSums == 32, "the transpose-reduce leaves exactly one sum per lane");
 constexpr int kMaxStreams = 4;
+constexpr int kFinThreads = 32 + 512;  // warp 0: Sinkhorn; 512 collapse threads = D/8 at hidden 4096
+constexpr int kPostThreads = 128;
 
 __host__ __device__ int n_mix_of(int n, bool head) { return head ? n : (2 + n) * n; }
 int n_splits_of(int64_t k) { return int((k + kChunk - 1) / kChunk); }
 
+__device__ __forceinline__ void bf16x8_to_float(const uint4& raw, float* f) {
+    const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 v = __bfloat1622float2(h2[i]);
+        f[2 * i] = v.x;
+        f[2 * i + 1] = v.y;
+    }
+}
+__device__ __forceinline__ uint4 float_to_bf16x8(const float* f) {
+    uint4 raw;
+    __nv_bfloat162* h2 = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) h2[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    return raw;
+}
+
+// One step of the transpose-reduce over v[0, 2*OFF): keeps [0, OFF) (lane bit OFF clear) or [OFF, 2*OFF) (set),
+// re-indexed to [0, OFF), plus the partner lane's copy. Compile-time OFF keeps v in registers.
+template <int OFF>
+__device__ __forceinline__ void butterfly_step(float* v, int lane) {
+    const bool upper = lane & OFF;
+#pragma unroll
+    for (int i = 0; i < OFF; ++i) {
+        const float lo = v[i], hi = v[i + OFF];
+        const float send = upper ? lo : hi;
+        const float keep = upper ? hi : lo;
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, OFF);
+    }
+}
+
+// ws layout: [n_tokens][n_mix + 1][n_splits] (the last row holds the sums of squares).
 __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(const bf16* __restrict__ x, const float* __restrict__ fn,
                                                                int n_tokens, int64_t K, int n_mix, bool aligned,
                                                                float* __restrict__ ws) {
     const int t0 = blockIdx.x * kTok;
+    const int nt = min(kTok, n_tokens - t0);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t kb = int64_t(blockIdx.y) * kChunk + lane * kPerLane;  // this lane's first element
-    const bool full = aligned && kb + kPerLane <= K;                   // 16-byte aligned vector path
+    const bool full = aligned && kb + kPerLane <= K;                   // vector path (8-byte x, 16-byte fn)
+    // fn first: its loads are the long pole, x rows follow while they are in flight
+    float w[kRowsPerWarp][kPerLane];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+        const int o = warp + kWarps * r;
+        const float* src = fn + int64_t(o) * K + kb;
+        if (o < n_mix && full) {
+            *reinterpret_cast<float4*>(w[r]) = __ldg(reinterpret_cast<const float4*>(src));
+        } else {
+#pragma unroll
+            for (int i = 0; i < kPerLane; ++i) w[r][i] = o < n_mix && kb + i < K ? __ldg(src + i) : 0.f;
+        }
+    }
     float xv[kTok][kPerLane];
 #pragma unroll
     for (int tt = 0; tt < kTok; ++tt) {
-        const bool tok = t0 + tt < n_tokens;
+        const bool tok = tt < nt;
         const bf16* src = x + int64_t(t0 + tt) * K + kb;
         if (tok && full) {
-            const uint4 raw = *reinterpret_cast<const uint4*>(src);
+            const uint2 raw = __ldg(reinterpret_cast<const uint2*>(src));
             const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-            for (int i = 0; i < kPerLane / 2; ++i) {
-                const float2 f = __bfloat1622float2(h2[i]);
-                xv[tt][2 * i] = f.x;
-                xv[tt][2 * i + 1] = f.y;
-            }
+            const float2 a = __bfloat1622float2(h2[0]), b = __bfloat1622float2(h2[1]);
+            xv[tt][0] = a.x;
+            xv[tt][1] = a.y;
+            xv[tt][2] = b.x;
+            xv[tt][3] = b.y;
         } else {
 #pragma unroll
             for (int i = 0; i < kPerLane; ++i) xv[tt][i] = tok && kb + i < K ? __bfloat162float(src[i]) : 0.f;
         }
     }
-    float dot[kRowsPerWarp + 1][kTok];  // the extra row: sums of squares (warp 0)
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-        const int o = warp + kWarps * r;
-        float w[kPerLane];
-        const float* src = fn + int64_t(o) * K + kb;
-        if (o < n_mix && full) {
-            *reinterpret_cast<float4*>(w) = __ldg(reinterpret_cast<const float4*>(src));
-            *reinterpret_cast<float4*>(w + 4) = __ldg(reinterpret_cast<const float4*>(src) + 1);
-        } else {
-#pragma unroll
-            for (int i = 0; i < kPerLane; ++i) w[i] = o < n_mix && kb + i < K ? __ldg(src + i) : 0.f;
-        }
-#pragma unroll
-        for (int tt = 0; tt < kTok; ++tt) {
-            float acc = 0.f;
-#pragma unroll
-            for (int i = 0; i < kPerLane; ++i) acc = fmaf(w[i], xv[tt][i], acc);
-            dot[r][tt] = acc;
-        }
-    }
+    float v[kSums];  // v[r * kTok + tt]; r == kRowsPerWarp: sum of squares
 #pragma unroll
     for (int tt = 0; tt < kTok; ++tt) {
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) {
+            float acc = 0.f;
+#pragma unroll
+            for (int i = 0; i < kPerLane; ++i) acc = fmaf(w[r][i], xv[tt][i], acc);
+            v[r * kTok + tt] = acc;
+        }
         float acc = 0.f;
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) acc = fmaf(xv[tt][i], xv[tt][i], acc);
-        dot[kRowsPerWarp][tt] = acc;
+        v[kRowsPerWarp * kTok + tt] = acc;
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-#pragma unroll
-        for (int r = 0; r <= kRowsPerWarp; ++r)
-#pragma unroll
-            for (int tt = 0; tt < kTok; ++tt) dot[r][tt] += __shfl_xor_sync(0xffffffffu, dot[r][tt], off);
-    }
-    if (lane != 0) return;
-    const int n_out = n_mix + 1;
-#pragma unroll
-    for (int tt = 0; tt < kTok; ++tt) {
-        if (t0 + tt >= n_tokens) continue;
-        float* dst = ws + (int64_t(t0 + tt) * gridDim.y + blockIdx.y) * n_out;
-#pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r)
-            if (warp + kWarps * r < n_mix) dst[warp + kWarps * r] = dot[r][tt];
-        if (warp == 0) dst[n_mix] = dot[kRowsPerWarp][tt];
-    }
+    // Transpose-reduce: at each step a lane keeps the half of its array selected by its lane bit and adds the
+    // partner's copy of that half, so after 5 steps lane L holds the warp-wide sum of value L.
+    butterfly_step<16>(v, lane);
+    butterfly_step<8>(v, lane);
+    butterfly_step<4>(v, lane);
+    butterfly_step<2>(v, lane);
+    butterfly_step<1>(v, lane);
+    const int r = lane / kTok, tt = lane % kTok;
+    if (tt >= nt) return;
+    const int row = r < kRowsPerWarp ? warp + kWarps * r : n_mix;
+    if (r < kRowsPerWarp ? row >= n_mix : warp != 0) return;
+    ws[(int64_t(t0 + tt) * (n_mix + 1) + row) * gridDim.y + blockIdx.y] = v[0];
 }
 
 __device__ float sigmoid_acc(float v) { return 1.f / (1.f + expf(-v)); }
@@ -139,9 +173,10 @@ __device__ float sinkhorn_lane(float c, int lane, int iters, float eps) {
     return c;
 }
 
-__global__ void __launch_bounds__(kThreads) mhc_finalize_kernel(MhcPreParams p, const float* __restrict__ ws,
-                                                                int n_splits) {
-    extern __shared__ float ybuf[];  // [D]
+// vec: D % 8 == 0 and x, y, norm_weight 16-byte aligned (host-checked).
+__global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams p, const float* __restrict__ ws,
+                                                                   int n_splits, bool vec) {
+    extern __shared__ float ybuf[];  // [D]; each collapse thread reads back only what it wrote
     __shared__ float red[kMixMax + 1];
     __shared__ float pre[kMaxStreams];
     __shared__ float scratch[32];
@@ -149,18 +184,31 @@ __global__ void __launch_bounds__(kThreads) mhc_finalize_kernel(MhcPreParams p, 
     const int N = p.n_streams, D = p.dim;
     const int64_t K = int64_t(N) * D;
     const int n_mix = n_mix_of(N, p.head_mode), n_out = n_mix + 1;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int o = warp; o < n_out; o += kWarps) {  // split-K sums, one warp per row
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    const bf16* xt = p.x + int64_t(t) * K;
+    const int ct = int(threadIdx.x) - 32, n_ct = int(blockDim.x) - 32;  // collapse thread index / count
+    const int n8 = vec ? D / 8 : 0;
+    // prefetch of the first chunk, in flight during the reduction and the Sinkhorn
+    uint4 xr[kMaxStreams], wr = make_uint4(0, 0, 0, 0);
+    if (ct >= 0 && ct < n8) {
+#pragma unroll
+        for (int j = 0; j < kMaxStreams; ++j)
+            if (j < N) xr[j] = __ldg(reinterpret_cast<const uint4*>(xt + int64_t(j) * D) + ct);
+        if (p.norm_weight) wr = __ldg(reinterpret_cast<const uint4*>(p.norm_weight) + ct);
+    }
+    for (int o = warp; o < n_out; o += n_warps) {  // split-K sums, one warp per row, coalesced
+        const float* src = ws + (int64_t(t) * n_out + o) * n_splits;
         float s = 0.f;
-        for (int i = lane; i < n_splits; i += 32) s += ws[(int64_t(t) * n_splits + i) * n_out + o];
+#pragma unroll 4
+        for (int i = lane; i < n_splits; i += 32) s += src[i];
         s = warp_sum(s);
         if (lane == 0) red[o] = s;
     }
     __syncthreads();
     const float rho = 1.f / sqrtf(red[n_mix] / float(K) + p.rms_eps);
-    if (threadIdx.x < N) pre[threadIdx.x] = sigmoid_acc(red[threadIdx.x] * rho * p.scale[0] + p.base[threadIdx.x]) + p.hc_eps;
+    if (threadIdx.x < N)
+        pre[threadIdx.x] = sigmoid_acc(red[threadIdx.x] * rho * p.scale[0] + p.base[threadIdx.x]) + p.hc_eps;
     __syncthreads();
-    const bf16* xt = p.x + int64_t(t) * K;
     float ss = 0.f;
     if (warp == 0) {
         if (!p.head_mode) {
@@ -177,26 +225,107 @@ __global__ void __launch_bounds__(kThreads) mhc_finalize_kernel(MhcPreParams p, 
             if (lane < N * N) p.comb[int64_t(t) * N * N + lane] = c;
         }
     } else {  // the other warps collapse the streams meanwhile
-        for (int d = threadIdx.x - 32; d < D; d += kThreads - 32) {
+        float pr[kMaxStreams];
+#pragma unroll
+        for (int j = 0; j < kMaxStreams; ++j) pr[j] = j < N ? pre[j] : 0.f;
+        for (int c = ct; c < n8; c += n_ct) {
+            if (c != ct) {
+#pragma unroll
+                for (int j = 0; j < kMaxStreams; ++j)
+                    if (j < N) xr[j] = __ldg(reinterpret_cast<const uint4*>(xt + int64_t(j) * D) + c);
+            }
+            float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int j = 0; j < kMaxStreams; ++j) {
+                if (j >= N) break;
+                float xf[8];
+                bf16x8_to_float(xr[j], xf);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) acc[e] += pr[j] * xf[e];
+            }
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                const float s = round_bf16(acc[e]);  // the reference returns y in bf16 before the norm
+                ybuf[8 * c + e] = s;
+                ss += s * s;
+            }
+        }
+        for (int d = 8 * n8 + ct; d < D; d += n_ct) {  // scalar path (D % 8 != 0 or unaligned)
             float s = 0.f;
-            for (int j = 0; j < N; ++j) s += pre[j] * __bfloat162float(xt[int64_t(j) * D + d]);
-            s = round_bf16(s);  // the reference returns y in bf16 before the norm
+            for (int j = 0; j < N; ++j) s += pr[j] * __bfloat162float(xt[int64_t(j) * D + d]);
+            s = round_bf16(s);
             ybuf[d] = s;
             ss += s * s;
         }
     }
-    bf16* yt = p.y + int64_t(t) * D;
-    if (!p.norm_weight) {
-        __syncthreads();
-        for (int d = threadIdx.x; d < D; d += blockDim.x) yt[d] = __float2bfloat16_rn(ybuf[d]);
-        return;
+    float r = 1.f;
+    if (p.norm_weight) {
+        ss = block_sum(ss, scratch);
+        r = 1.f / sqrtf(ss / float(D) + p.norm_eps);
     }
-    ss = block_sum(ss, scratch);  // its barriers also publish ybuf
-    const float r = 1.f / sqrtf(ss / float(D) + p.norm_eps);
-    for (int d = threadIdx.x; d < D; d += blockDim.x)
-        yt[d] = __float2bfloat16_rn(__bfloat162float(p.norm_weight[d]) * (ybuf[d] * r));
+    if (ct < 0) return;
+    bf16* yt = p.y + int64_t(t) * D;
+    for (int c = ct; c < n8; c += n_ct) {
+        float out[8];
+        if (p.norm_weight) {
+            if (c != ct) wr = __ldg(reinterpret_cast<const uint4*>(p.norm_weight) + c);
+            float wf[8];
+            bf16x8_to_float(wr, wf);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) out[e] = wf[e] * (ybuf[8 * c + e] * r);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) out[e] = ybuf[8 * c + e];
+        }
+        reinterpret_cast<uint4*>(yt)[c] = float_to_bf16x8(out);
+    }
+    for (int d = 8 * n8 + ct; d < D; d += n_ct)
+        yt[d] = __float2bfloat16_rn(p.norm_weight ? __bfloat162float(p.norm_weight[d]) * (ybuf[d] * r) : ybuf[d]);
 }
 
+// One thread per (token, 8 consecutive features). x may alias x_out: a thread reads all its x before it writes.
+__global__ void __launch_bounds__(kPostThreads) mhc_post_vec_kernel(int n_tokens, int N, int D, const bf16* x,
+                                                                    const bf16* __restrict__ o,
+                                                                    const float* __restrict__ post,
+                                                                    const float* __restrict__ comb, bf16* x_out) {
+    const int n8 = D / 8;
+    const int64_t total = int64_t(n_tokens) * n8;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t t = i / n8, c = i % n8;
+        const int64_t base = t * N * D + 8 * c;
+        uint4 xr[kMaxStreams];
+#pragma unroll
+        for (int j = 0; j < kMaxStreams; ++j)
+            if (j < N) xr[j] = *reinterpret_cast<const uint4*>(x + base + int64_t(j) * D);
+        float of[8];
+        bf16x8_to_float(__ldg(reinterpret_cast<const uint4*>(o + t * D + 8 * c)), of);
+        float xf[kMaxStreams][8];
+#pragma unroll
+        for (int j = 0; j < kMaxStreams; ++j)
+            if (j < N) bf16x8_to_float(xr[j], xf[j]);
+        const float* cm = comb + t * N * N;
+#pragma unroll
+        for (int k = 0; k < kMaxStreams; ++k) {
+            if (k >= N) break;
+            const float pk = __ldg(post + t * N + k);
+            float ck[kMaxStreams];
+#pragma unroll
+            for (int j = 0; j < kMaxStreams; ++j) ck[j] = j < N ? __ldg(cm + j * N + k) : 0.f;
+            float out[8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                float s = pk * of[e];
+#pragma unroll
+                for (int j = 0; j < kMaxStreams; ++j)
+                    if (j < N) s += ck[j] * xf[j][e];
+                out[e] = s;
+            }
+            *reinterpret_cast<uint4*>(x_out + base + int64_t(k) * D) = float_to_bf16x8(out);
+        }
+    }
+}
+
+// Scalar fallback (D % 8 != 0 or unaligned pointers).
 __global__ void mhc_post_kernel(int n_tokens, int N, int D, const bf16* x, const bf16* o, const float* post,
                                 const float* comb, bf16* x_out) {
     const int64_t total = int64_t(n_tokens) * D;
@@ -216,6 +345,8 @@ __global__ void mhc_post_kernel(int n_tokens, int N, int D, const bf16* x, const
         for (int k = 0; k < N; ++k) x_out[t * N * D + int64_t(k) * D + d] = __float2bfloat16_rn(outv[k]);
     }
 }
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 }  // namespace
 
@@ -240,19 +371,20 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
     FS_ATTN_REQUIRE(splits <= 65535, "mhc_pre: hc_mult * hidden_size {} too large", K);
     float* ws = static_cast<float*>(workspace);
     const dim3 grid((p.n_tokens + kTok - 1) / kTok, splits);
-    const bool aligned = K % kPerLane == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
-                         reinterpret_cast<uintptr_t>(p.fn) % 16 == 0;
+    const bool aligned = K % kPerLane == 0 && reinterpret_cast<uintptr_t>(p.x) % 8 == 0 && aligned16(p.fn);
     mhc_partial_kernel<<<grid, kThreads, 0, stream>>>(p.x, p.fn, p.n_tokens, K, n_mix_of(p.n_streams, p.head_mode),
                                                       aligned, ws);
     FS_ATTN_LAUNCHED();
     const size_t smem = size_t(p.dim) * sizeof(float);
+    FS_ATTN_REQUIRE(smem <= 200 * 1024, "mhc_pre: hidden_size {} exceeds the finalize kernel's shared memory", p.dim);
     static size_t configured = 48 * 1024;
     if (smem > configured) {
         FS_ATTN_CUDA_CHECK(cudaFuncSetAttribute(mhc_finalize_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 int(smem)));
         configured = smem;
     }
-    mhc_finalize_kernel<<<p.n_tokens, kThreads, smem, stream>>>(p, ws, splits);
+    const bool vec = p.dim % 8 == 0 && aligned16(p.x) && aligned16(p.y) && (!p.norm_weight || aligned16(p.norm_weight));
+    mhc_finalize_kernel<<<p.n_tokens, kFinThreads, smem, stream>>>(p, ws, splits, vec);
     FS_ATTN_LAUNCHED();
 }
 
@@ -260,11 +392,18 @@ void mhc_post(int n_tokens, int n_streams, int dim, const bf16* x, const bf16* o
               bf16* x_out, cudaStream_t stream) {
     FS_ATTN_REQUIRE(n_streams >= 1 && n_streams <= kMaxStreams, "mhc_post: hc_mult must be in 1..{}, got {}", kMaxStreams,
              n_streams);
+    FS_ATTN_REQUIRE(dim > 0, "mhc_post: hidden_size must be positive, got {}", dim);
     if (n_tokens <= 0) return;
-    const int64_t total = int64_t(n_tokens) * dim;
-    const int threads = 256;
-    const int blocks = int(std::min<int64_t>((total + threads - 1) / threads, 8192));
-    mhc_post_kernel<<<blocks, threads, 0, stream>>>(n_tokens, n_streams, dim, x, o, post, comb, x_out);
+    if (dim % 8 == 0 && aligned16(x) && aligned16(o) && aligned16(x_out)) {
+        const int64_t total = int64_t(n_tokens) * (dim / 8);
+        const int blocks = int(std::min<int64_t>((total + kPostThreads - 1) / kPostThreads, 8192));
+        mhc_post_vec_kernel<<<blocks, kPostThreads, 0, stream>>>(n_tokens, n_streams, dim, x, o, post, comb, x_out);
+    } else {
+        const int64_t total = int64_t(n_tokens) * dim;
+        const int threads = 256;
+        const int blocks = int(std::min<int64_t>((total + threads - 1) / threads, 8192));
+        mhc_post_kernel<<<blocks, threads, 0, stream>>>(n_tokens, n_streams, dim, x, o, post, comb, x_out);
+    }
     FS_ATTN_LAUNCHED();
 }
 

@@ -99,6 +99,11 @@ TEST(CudaAttnBench, DecodeOps) {
                 row("mhc_post", time_op([&](cudaStream_t s) {
                         mhc_post(T, N, D, bf(X), bf(yb), post.ptr, comb.ptr, bf(X), s);
                     }));
+                MhcPreParams hp = mp;  // hc_head + final norm: fn [N, N*D], pre only
+                hp.head_mode = true;
+                hp.post = nullptr;
+                hp.comb = nullptr;
+                row("hc_head + norm", time_op([&](cudaStream_t s) { mhc_pre(hp, mws.ptr, mws.n, s); }));
                 Dev<uint16_t> q(to_bf16_bits(rng.normals(size_t(T) * H * hd)));
                 row("q head norm + rope", time_op([&](cudaStream_t s) {
                         head_rmsnorm_rope(bf(q), int64_t(H) * hd, T, H, hd, nullptr, 1e-6f, bd.batch.token_pos, rope, s);

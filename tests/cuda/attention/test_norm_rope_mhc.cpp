@@ -109,16 +109,23 @@ TEST(CudaRope, ForwardAndInverseMatchCpu) {
     }
 }
 
-struct MhcCase { int T, N, D; bool head; bool norm; };
+// shift: x and y start one element past a 16-byte boundary (the kernels' scalar fallbacks).
+struct MhcCase { int T, N, D; bool head; bool norm; bool shift = false; };
 
 TEST(CudaMhc, PreMatchesCpu) {
     REQUIRE_GPU();
     const uint64_t seed = test_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     Rng rng(seed);
+    // V4 shapes at decode batches 1/3/16/64 (token tiles of 8: partial and full), odd shapes, and the scalar paths:
+    // D % 8 != 0 (finalize), K % 4 != 0 (partial), misaligned x/y (both).
     for (MhcCase c : {MhcCase{1, 4, 4096, false, true}, MhcCase{7, 4, 4096, false, false},
-                      MhcCase{5, 4, 200, false, true}, MhcCase{3, 4, 4096, true, true}, MhcCase{9, 2, 136, true, false},
-                      MhcCase{2, 3, 520, false, true}, MhcCase{3, 3, 130, false, true} /* K % 8 != 0: scalar path */}) {
+                      MhcCase{16, 4, 4096, false, true}, MhcCase{64, 4, 4096, false, true},
+                      MhcCase{5, 4, 200, false, true}, MhcCase{3, 4, 4096, true, true}, MhcCase{1, 4, 4096, true, true},
+                      MhcCase{16, 4, 4096, true, true}, MhcCase{9, 2, 136, true, false},
+                      MhcCase{2, 3, 520, false, true}, MhcCase{3, 3, 130, false, true} /* K % 4 != 0 */,
+                      MhcCase{3, 4, 4100, false, true} /* D % 8 != 0, last K split partial */,
+                      MhcCase{11, 4, 4096, false, true, true}, MhcCase{2, 4, 4096, true, true, true}}) {
         const int T = c.T, N = c.N, D = c.D;
         const int n_mix = c.head ? N : (2 + N) * N;
         auto x = bf16_round(rng.normals(size_t(T) * N * D));
@@ -126,7 +133,10 @@ TEST(CudaMhc, PreMatchesCpu) {
         auto base = rng.normals(n_mix, 0.5f);
         auto scale = rng.normals(3, 0.5f);
         auto nw = bf16_round(rng.normals(D, 0.3f));
-        Dev<uint16_t> dx(to_bf16_bits(x)), dnw(to_bf16_bits(nw)), dy(size_t(T) * D);
+        const int sh = c.shift ? 1 : 0;
+        std::vector<float> x_dev(sh, 0.f);
+        x_dev.insert(x_dev.end(), x.begin(), x.end());
+        Dev<uint16_t> dx(to_bf16_bits(x_dev)), dnw(to_bf16_bits(nw)), dy(size_t(T) * D + sh);
         Dev<float> dfn(fn), dbase(base), dscale(scale), dpost(size_t(T) * N), dcomb(size_t(T) * N * N);
         Dev<unsigned char> ws(mhc_pre_workspace_bytes(T, N, D, c.head));
         dy.poison();
@@ -137,17 +147,18 @@ TEST(CudaMhc, PreMatchesCpu) {
         p.n_streams = N;
         p.dim = D;
         p.head_mode = c.head;
-        p.x = bf(dx);
+        p.x = bf(dx) + sh;
         p.fn = dfn.ptr;
         p.base = dbase.ptr;
         p.scale = dscale.ptr;
         p.norm_weight = c.norm ? bf(dnw) : nullptr;
-        p.y = bf(dy);
+        p.y = bf(dy) + sh;
         p.post = c.head ? nullptr : dpost.ptr;
         p.comb = c.head ? nullptr : dcomb.ptr;
         mhc_pre(p, ws.ptr, ws.n, nullptr);
         CUDA_OK(cudaDeviceSynchronize());
         auto got_y = from_bf16_bits(dy.download());
+        got_y.erase(got_y.begin(), got_y.begin() + sh);
         auto got_post = dpost.download();
         auto got_comb = dcomb.download();
         std::vector<float> want_y, want_post, want_comb;
@@ -168,7 +179,7 @@ TEST(CudaMhc, PreMatchesCpu) {
             want_y.insert(want_y.end(), y.begin(), y.end());
         }
         const std::string what = "mhc T " + std::to_string(T) + " N " + std::to_string(N) + " D " +
-                                 std::to_string(D) + (c.head ? " head" : "");
+                                 std::to_string(D) + (c.head ? " head" : "") + (c.shift ? " misaligned" : "");
         EXPECT_CLOSE(got_y, want_y, 3e-3, what + " y");  // bf16 output, fp32 split-K sums in another order
         if (!c.head) {
             EXPECT_CLOSE(got_post, want_post, 1e-4, what + " post");  // fp32
@@ -182,7 +193,9 @@ TEST(CudaMhc, PostMatchesCpu) {
     const uint64_t seed = test_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     Rng rng(seed);
-    for (auto [T, N, D] : {std::tuple{1, 4, 4096}, std::tuple{6, 4, 333}, std::tuple{3, 1, 64}}) {
+    // vector path (D % 8 == 0) at decode batches 1/16/64 and N = 3, 1; scalar path D = 333
+    for (auto [T, N, D] : {std::tuple{1, 4, 4096}, std::tuple{16, 4, 4096}, std::tuple{64, 4, 4096},
+                           std::tuple{5, 3, 520}, std::tuple{6, 4, 333}, std::tuple{3, 1, 64}}) {
         auto x = bf16_round(rng.normals(size_t(T) * N * D));
         auto o = bf16_round(rng.normals(size_t(T) * D));
         auto post = rng.normals(size_t(T) * N);
