@@ -154,6 +154,19 @@ HttpServer::HttpServer(HttpOptions options) : impl_(std::make_unique<Impl>()) {
     svr.set_payload_max_length(options.max_body_bytes);
     Impl* impl = impl_.get();
     svr.set_pre_routing_handler([impl](const httplib::Request& req, httplib::Response& res) {
+        // The library caps each header line (8 KiB, else 400) but not their number or total size.
+        size_t header_bytes = 0;
+        for (const auto& [k, v] : req.headers) header_bytes += k.size() + v.size() + 4;
+        if (req.headers.size() > impl->options.max_headers || header_bytes > impl->options.max_header_bytes) {
+            res.status = 431;
+            res.set_header("Connection", "close");
+            res.set_content(error_body(431, fmt::format("request headers too large: {} headers, {} bytes (limits {}, {})",
+                                                        req.headers.size(), header_bytes, impl->options.max_headers,
+                                                        impl->options.max_header_bytes),
+                                       "headers", "invalid_request_error", "request_header_fields_too_large"),
+                            "application/json");
+            return httplib::Server::HandlerResponse::Handled;
+        }
         const std::string len = req.get_header_value("Content-Length");
         if (!len.empty()) {
             char* end = nullptr;

@@ -54,6 +54,8 @@ struct HttpOptions {
     int port = 8000;        // 0 = any free port (see HttpServer::port())
     int threads = 64;       // worker threads = concurrent connections served (each stream holds one)
     size_t max_body_bytes = 8u << 20;
+    size_t max_headers = 100;          // more headers, or more header bytes, gives 431
+    size_t max_header_bytes = 16u << 10;
     int read_timeout_s = 10;
     int write_timeout_s = 10;
     int keep_alive_timeout_s = 10;  // also how long a fresh connection may take to send its request

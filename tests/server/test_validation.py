@@ -257,6 +257,16 @@ def test_http_size_limits(model_dir):
         out = raw_http(srv.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                                  b"Transfer-Encoding: chunked\r\n\r\n" + chunks)
         assert out.startswith(b"HTTP/1.1 413"), out[:200]
+        # Headers: more than 100, or more than 16 KiB in total, give 431; one line over 8 KiB gives 400 (the
+        # HTTP library's own per-line limit, answered before our code runs).
+        many = b"".join(b"X-H%d: v\r\n" % i for i in range(150))
+        out = raw_http(srv.port, b"GET /health HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
+        assert out.startswith(b"HTTP/1.1 431"), out[:100]
+        big = b"".join(b"X-B%d: %s\r\n" % (i, b"v" * 4000) for i in range(5))
+        out = raw_http(srv.port, b"GET /health HTTP/1.1\r\nHost: x\r\n" + big + b"\r\n")
+        assert out.startswith(b"HTTP/1.1 431"), out[:100]
+        out = raw_http(srv.port, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 20000 + b"\r\n\r\n")
+        assert out.startswith(b"HTTP/1.1 400"), out[:100]
         # The server is still fine.
         s, j, _ = post_json(srv.url(CMPL), {"model": "tiny", "prompt": "ok", "max_tokens": 2})
         assert s == 200, j
