@@ -39,13 +39,14 @@ if [ "${1:-}" = "--bundle" ]; then
   exit 0
 fi
 
-QUICK=0; BENCH=1; SANITIZE=1; DIAGNOSE=0
+QUICK=0; BENCH=1; SANITIZE=1; DIAGNOSE=0; ABLATION=0
 for a in "$@"; do
   case "$a" in
     --quick) QUICK=1 ;;
     --no-bench) BENCH=0 ;;
     --no-sanitizer) SANITIZE=0 ;;
     --diagnose) DIAGNOSE=1 ;;
+    --ablation) ABLATION=1 ;;
     *) echo "gpu_check: unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -71,6 +72,38 @@ fi
 FS=$BIN/flashseek
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader | tee "$LOG/gpu.txt"
 note "gpu_check $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown) on $(head -1 "$LOG/gpu.txt")"
+
+# 0. Ablation only (--ablation): the tiny configs with index_topk raised past every sequence's entry count, so the
+# indexer's top-k never decides anything; separates top-k selection sensitivity from the rest of the forward. Then
+# racecheck on a short end-to-end run. Exits afterwards.
+if [ $ABLATION = 1 ]; then
+  WORK=$(mktemp -d)
+  note "== ablation: index_topk = 100000 (no top-k decisions), CUDA vs CPU"
+  for c in tiny-a tiny-b; do
+    python3 -c "import json; c=json.load(open('tests/data/configs/$c.json')); c['index_topk']=100000; json.dump(c, open('$WORK/$c.json','w'))"
+    vocab=$(python3 -c "import json; print(json.load(open('$WORK/$c.json'))['vocab_size'])")
+    python3 -c "import random; r=random.Random(11); print(' '.join(str(r.randrange(2, $vocab)) for _ in range(300)))" > "$WORK/$c.tok"
+    "$FS" gen-checkpoint --config "$WORK/$c.json" --out "$WORK/$c" --seed 7 > /dev/null 2>&1
+    for num in exact release; do
+      for b in cpu cuda; do
+        timeout 60 "$FS" logits --model "$WORK/$c" --tokens "$WORK/$c.tok" --prefill 150 --backend $b --numerics $num \
+          --output "$WORK/$c.$b.$num.bin" >> "$LOG/ablation.log" 2>&1
+      done
+      python3 scripts/compare_logits.py --ours "$WORK/$c.cuda.$num.bin" --ref "$WORK/$c.cpu.$num.bin" --vocab "$vocab" \
+        --label "$c (no top-k) cuda vs cpu, $num" --json "$OUT/e2e.jsonl" --profile 2>&1 | tee -a "$SUMMARY"
+    done
+  done
+  if command -v compute-sanitizer > /dev/null; then
+    awk '{NF=60; print}' "$WORK/tiny-a.tok" > "$WORK/short.tok"
+    timeout "${SAN_TIMEOUT:-240}" compute-sanitizer --tool racecheck --print-limit 20 --error-exitcode 99 "$FS" logits \
+      --model "$WORK/tiny-a" --tokens "$WORK/short.tok" --prefill 40 --backend cuda --numerics release \
+      --output "$WORK/san.bin" > "$LOG/racecheck_e2e.log" 2>&1
+    note "flashseek logits (tiny-a, 60 tokens, cuda release) under racecheck: exit $? ($(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$LOG/racecheck_e2e.log" | tail -1))"
+  fi
+  rm -rf "$WORK"
+  tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOG"
+  exit 0
+fi
 
 # 1. GPU tests.
 note "== 1. GPU op tests"
