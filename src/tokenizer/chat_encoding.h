@@ -47,7 +47,9 @@ struct ChatRequest {
     // Reads an OpenAI chat request body: messages (content as string or text parts), top-level tools (attached to the
     // first system message, inserted if absent), thinking ({"type":"enabled"|"disabled"} or bool, or
     // chat_template_kwargs.thinking / enable_thinking), reasoning_effort (low/medium/high → high; xhigh/max → max),
-    // drop_thinking. Throws flashseek::Error naming the offending field, e.g. "messages[2].role".
+    // drop_thinking. Throws flashseek::Error naming the offending field, e.g. "messages[2].role". Note: a
+    // nlohmann::json body has sorted keys, so tool schemas render in sorted key order; use from_ordered_json (parse
+    // the body with nlohmann::ordered_json) to reproduce the official encoder byte for byte.
     static ChatRequest from_json(const nlohmann::json& body, ThinkingMode default_thinking = ThinkingMode::chat);
     // Same, keeping the key order of the request (tool schemas are rendered in that order, as Python would).
     static ChatRequest from_ordered_json(const nlohmann::ordered_json& body,

@@ -206,7 +206,7 @@ StreamingParser::Delta StreamingParser::finish(ParsedMessage* result) {
         all += pending_;
         pending_.clear();
     }
-    if (!tool_text_.empty() || state_ == State::tool_calls || (state_ == State::done && !message_.tool_calls.empty())) {
+    if (!tool_text_.empty() || state_ == State::tool_calls) {
         std::string error;
         std::vector<ParsedToolCall> calls;
         if (parse_tool_calls(tool_text_, &calls, &error)) {

@@ -40,11 +40,9 @@ bool optional_bool(const json& m, const char* key, bool fallback, const std::str
     return m[key].get<bool>();
 }
 
-nlohmann::ordered_json to_ordered(const json& j) {
-    // nlohmann::json sorts object keys; re-parse through text is not possible after the fact, so callers that need
-    // the request's key order pass the ordered body. This conversion keeps whatever order `j` has.
-    return nlohmann::ordered_json::parse(j.dump());
-}
+// nlohmann::json has already sorted the object keys, so a body that went through it renders tool schemas in sorted
+// key order; callers that need Python's insertion order (the official encoder's) use from_ordered_json.
+nlohmann::ordered_json to_ordered(const json& j) { return nlohmann::ordered_json::parse(j.dump()); }
 
 Message read_message(const nlohmann::ordered_json& om, std::size_t index) {
     const std::string where = fmt::format("messages[{}]", index);
