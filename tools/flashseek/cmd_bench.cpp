@@ -25,6 +25,7 @@ namespace {
 
 using namespace flashseek;
 
+#ifdef FLASHSEEK_HAVE_CUDA
 std::vector<int> parse_int_list(const std::string& s, const char* what) {
     std::vector<int> out;
     std::stringstream ss(s);
@@ -52,7 +53,6 @@ double percentile(std::vector<double> v, double p) {
     return v[i];
 }
 
-#ifdef FLASHSEEK_HAVE_CUDA
 int run_bench(int argc, char** argv) {
     CLI::App app{"Offline decode/prefill benchmark of the CUDA backend (dummy weights or a checkpoint)"};
     std::string model, concurrency_s = "1,16,64", context_s = "256,8192", numerics = "release", json_path;
