@@ -107,7 +107,8 @@ bool parse_tool_calls(std::string_view block, std::vector<ParsedToolCall>* calls
             } else {
                 // A string="false" value is JSON text; if the model wrote something that is not JSON, keep it as a
                 // string so the arguments stay valid JSON, and report it.
-                bool valid = nlohmann::json::accept(value);
+                // (nlohmann's accept() stops at a NUL byte, so text with one is never taken as JSON.)
+                const bool valid = value.find('\0') == std::string_view::npos && nlohmann::json::accept(value);
                 if (valid) {
                     args += std::string(trim_ws(value));
                 } else {

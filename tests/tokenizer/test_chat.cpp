@@ -238,6 +238,14 @@ TEST(ChatParser, InvalidUtf8InsideDsmlStillGivesJsonArguments) {
     EXPECT_TRUE(nlohmann::json::accept(m.tool_calls[0].arguments)) << m.tool_calls[0].arguments;
     EXPECT_EQ(nlohmann::json::parse(m.tool_calls[0].arguments)["\uFFFDa"], nlohmann::json::array({0}));
     EXPECT_EQ(m.tool_calls[0].name, "f\uFFFD");
+    // Also found by the fuzzer: a NUL byte after a JSON value made the raw value look like valid JSON.
+    const std::string with_nul = std::string("\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter "
+                                             "name=\"a\" string=\"false\">[2]") + std::string(1, '\0') +
+                                 "x</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+    const auto n = chat::parse_completion(with_nul, ThinkingMode::chat);
+    ASSERT_EQ(n.tool_calls.size(), 1u);
+    EXPECT_TRUE(nlohmann::json::accept(n.tool_calls[0].arguments)) << n.tool_calls[0].arguments;
+    EXPECT_EQ(nlohmann::json::parse(n.tool_calls[0].arguments)["a"], std::string("[2]") + std::string(1, '\0') + "x");
 }
 
 TEST(ChatParser, RoundTripsRenderedAssistantTurnsAndStreamingMatchesWholeText) {
