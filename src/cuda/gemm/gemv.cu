@@ -142,7 +142,7 @@ int64_t row_blocks(const DeviceLinear& w) { return (w.out + kRowsPerCta - 1) / k
 
 bool eligible(const PreparedActivation& x, const DeviceLinear& w, int groups) {
     if (w.kind != WeightKind::FP8_BLOCK128 && w.kind != WeightKind::FP4_BLOCK32) return false;
-    if (x.m < 1 || x.m > kGemvMaxTokens || !small_m_gemv_enabled()) return false;
+    if (x.m < 1 || x.m > small_m_gemv_max_tokens()) return false;
     if (w.in % 128 != 0 || !aligned16(w.weight) || !aligned16(x.values) || x.k_pad % 8 != 0) return false;
     if (groups > 1 && (w.out / groups) % kRowsPerCta != 0) return false;
     return true;

@@ -1,5 +1,6 @@
 // Small-M (decode) path of linear() for FP8 block-scaled and FP4 weights: a bandwidth-bound GEMV, chosen by
-// linear.cu when M <= kGemvMaxTokens and the shape is on the aligned grid. See gemv.cu for the kernel design.
+// linear.cu when M <= small_m_gemv_max_tokens() (1 by default, at most 8) and the shape is on the aligned grid.
+// See gemv.cu for the kernel design.
 // Internal to src/cuda/gemm: callers use linear()/grouped_linear() of linear.cuh.
 #pragma once
 #include <cuda_runtime.h>
@@ -12,7 +13,7 @@ inline constexpr int kRowsPerWarp = 4;
 inline constexpr int kWarps = 4;
 inline constexpr int kRowsPerCta = kRowsPerWarp * kWarps;
 
-// True when the GEMV path can run this problem: FP8/FP4 weights, 1 <= M <= kGemvMaxTokens, in % 128 == 0,
+// True when the GEMV path serves this problem: FP8/FP4 weights, 1 <= M <= small_m_gemv_max_tokens(), in % 128 == 0,
 // 16-byte aligned weight and activation pointers, and (grouped) every 16-row CTA inside one group.
 bool eligible(const PreparedActivation& x, const DeviceLinear& w, int groups);
 

@@ -360,9 +360,14 @@ void destroy_gemm_workspace(GemmWorkspace& ws) {
 
 namespace {
 std::atomic<bool> g_small_m_gemv{true};
+std::atomic<int64_t> g_small_m_gemv_max{kGemvDefaultMaxTokens};
 }  // namespace
 void set_small_m_gemv(bool enabled) { g_small_m_gemv.store(enabled); }
 bool small_m_gemv_enabled() { return g_small_m_gemv.load(); }
+void set_small_m_gemv_max_tokens(int64_t max_tokens) {
+    g_small_m_gemv_max.store(std::clamp<int64_t>(max_tokens, 1, kGemvMaxTokens));
+}
+int64_t small_m_gemv_max_tokens() { return g_small_m_gemv.load() ? g_small_m_gemv_max.load() : 0; }
 
 LinearPlan plan_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, const GemmWorkspace* ws) {
     LinearPlan p;

@@ -99,12 +99,17 @@ struct LinearPlan {
     bool gemv = false;    // the small-M GEMV (gemv.cu) instead of the mma.sync kernel; k_splits is then its own
 };
 
-// FP8/FP4 linears with M <= kGemvMaxTokens (and in % 128 == 0, aligned pointers) take a bandwidth-bound GEMV
-// instead of the tensor-core kernel. The switch is process-wide, on by default; tests and benchmarks turn it off
-// to compare the two paths (not thread-safe against concurrent launches: set it before launching).
+// FP8/FP4 linears and experts with M <= small_m_gemv_max_tokens() (and in % 128 == 0, aligned pointers) take a
+// bandwidth-bound GEMV (gemv.cu, moe_gemv.cu) instead of the tensor-core kernels. The kernels handle up to
+// kGemvMaxTokens tokens; the default limit is 1 because on the H200 the GEMV wins at M = 1 (FP8 33.6 MB: 40-45%
+// of copy bandwidth vs 29-31%; routed FP4 MoE 29% vs 22%) and loses from M = 3 on (docs/perf.md). Process-wide
+// settings for tests and benchmarks (not thread-safe against concurrent launches: set them before launching).
 inline constexpr int64_t kGemvMaxTokens = 8;
+inline constexpr int64_t kGemvDefaultMaxTokens = 1;
 void set_small_m_gemv(bool enabled);
 bool small_m_gemv_enabled();
+void set_small_m_gemv_max_tokens(int64_t max_tokens);  // clamped to [1, kGemvMaxTokens]
+int64_t small_m_gemv_max_tokens();                     // 0 when disabled
 LinearPlan plan_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, const GemmWorkspace* ws);
 
 }  // namespace flashseek::cuda

@@ -218,7 +218,7 @@ void launch(Kernel k, const Args& a, WeightKind kind, int T, const MoeGrouping* 
 }  // namespace
 
 bool eligible(const ExpertTable& t, int64_t M, const PreparedActivation& x) {
-    return small_m_gemv_enabled() && M >= 1 && M <= kGemvMaxTokens && t.hidden % 128 == 0 && t.inter % 128 == 0 &&
+    return M >= 1 && M <= small_m_gemv_max_tokens() && t.hidden % 128 == 0 && t.inter % 128 == 0 &&
            (reinterpret_cast<uintptr_t>(x.values) & 15) == 0;
 }
 

@@ -1,5 +1,5 @@
 // Small-M (decode) path of moe_expert_up / moe_expert_down (moe.cuh): bandwidth-bound GEMV kernels over each
-// active expert's weights, used by moe.cu when M <= kGemvMaxTokens (so every expert has at most 8 tokens) and
+// active expert's weights, used by moe.cu when M <= small_m_gemv_max_tokens() (1 by default, at most 8) and
 // hidden / inter are multiples of 128. See moe_gemv.cu for the design. Internal to src/cuda/moe.
 #pragma once
 #include <cuda_runtime.h>
@@ -8,7 +8,7 @@
 
 namespace flashseek::cuda::moe_gemv {
 
-// True when the GEMV path serves this call (same switch as the linear GEMV: set_small_m_gemv).
+// True when the GEMV path serves this call (same settings as the linear GEMV, linear.cuh).
 bool eligible(const ExpertTable& t, int64_t M, const PreparedActivation& x);
 
 // Same contracts as moe_expert_up / moe_expert_down; arguments already validated by moe.cu, h's fields set.

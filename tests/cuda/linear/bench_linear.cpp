@@ -155,6 +155,7 @@ void bench_dense(double copy_bw, std::vector<BenchRow>& rows) {
           if (!both && M != 1 && M != 16 && M != 64) continue;
           for (int path = 0; path < (both ? 2 : 1); ++path) {
             cuda::set_small_m_gemv(path == 0);
+            cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens);  // time the GEMV at M <= 8 too
             void* x = nullptr;
             CUDA_CHECK(cudaMalloc(&x, size_t(M * K) * 2));
             cuda::fill_random(x, size_t(M * K), cuda::FillKind::BF16, 3, 1.f, nullptr);
@@ -204,6 +205,7 @@ void bench_dense(double copy_bw, std::vector<BenchRow>& rows) {
             CUDA_CHECK(cudaFree(y));
           }
           cuda::set_small_m_gemv(true);
+          cuda::set_small_m_gemv_max_tokens(cuda::kGemvDefaultMaxTokens);
         }
         for (auto& c : ws_copies) free_weight(c);
     }

@@ -99,6 +99,7 @@ void bench_moe(double copy_bw, std::vector<BenchRow>& rows) {
         const bool both = M <= cuda::kGemvMaxTokens;
         for (int path = 0; path < (both ? 2 : 1); ++path) {
         cuda::set_small_m_gemv(path == 0);
+        cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens);  // time the GEMV at M <= 8 too
         const double us = time_graph_per_call(
             [&](cudaStream_t s, int i) {
                 const auto& t = tables[size_t(i % sets)];
@@ -118,6 +119,7 @@ void bench_moe(double copy_bw, std::vector<BenchRow>& rows) {
         print_row(r);
         }
         cuda::set_small_m_gemv(true);
+        cuda::set_small_m_gemv_max_tokens(cuda::kGemvDefaultMaxTokens);
         for (void* q : {didx, dw, gmem, x, y}) CUDA_CHECK(cudaFree(q));
         for (void* q : {static_cast<void*>(pv), static_cast<void*>(ps), static_cast<void*>(hv), static_cast<void*>(hs)})
             CUDA_CHECK(cudaFree(q));

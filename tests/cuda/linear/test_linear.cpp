@@ -132,6 +132,11 @@ struct GemvOff {
     GemvOff() { cuda::set_small_m_gemv(false); }
     ~GemvOff() { cuda::set_small_m_gemv(true); }
 };
+// Lets the GEMV serve up to 8 tokens for one scope (production default: M = 1 only).
+struct GemvUpTo8 {
+    GemvUpTo8() { cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens); }
+    ~GemvUpTo8() { cuda::set_small_m_gemv_max_tokens(cuda::kGemvDefaultMaxTokens); }
+};
 
 class LinearTest : public ::testing::Test {
 protected:
@@ -208,7 +213,7 @@ TEST_F(LinearTest, GroupedOutProjection) {
     struct G { int64_t M, G, R, Kg; ActNumerics numerics; };
     for (const G& g : {G{1, 8, 64, 256, ActNumerics::EXACT}, G{3, 4, 64, 384, ActNumerics::FP8_BLOCK128},
                        G{17, 8, 1024, 128, ActNumerics::EXACT},
-                       G{8, 4, 64, 640, ActNumerics::FP8_BLOCK128},  // small-M GEMV, 5 steps per group
+                       G{1, 4, 64, 640, ActNumerics::FP8_BLOCK128},  // small-M GEMV, 5 steps per group
                        // shapes of the tiny configs: element-wise fallback (R % 64 != 0 or Kg % 128 != 0)
                        G{2, 4, 24, 192, ActNumerics::EXACT}, G{3, 2, 32, 256, ActNumerics::EXACT}}) {
         const uint64_t seed = fresh_seed();
@@ -242,12 +247,13 @@ TEST_F(LinearTest, GroupedOutProjection) {
     }
 }
 
-// The small-M GEMV (gemv.cu): M = 1..8 with odd row counts (not multiples of 4 or 16), K with a number of
+// The small-M GEMV (gemv.cu), allowed up to its 8-token capacity: M = 1..8 with odd row counts (not multiples of 4 or 16), K with a number of
 // 128-steps that does not fill a warp iteration (512 FP8 / 1024 FP4 columns), both scale kinds and numerics,
 // with and without split-K. Thresholds: fp32 outputs differ from the CPU only by summation order (2e-5; FP4
 // with F32 scales too: the GEMV applies them in fp32, not folded into f16 as the mma path does); bf16 outputs
 // add one bf16 rounding (4e-3).
 TEST_F(LinearTest, SmallMGemvMatchesCpu) {
+    GemvUpTo8 up_to_8;
     const std::vector<std::array<int64_t, 3>> shapes = {
         {1, 1024, 4096},  // wq_a-like: split-K
         {1, 77, 384},     // 3 steps, 77 rows
@@ -293,6 +299,7 @@ TEST_F(LinearTest, SmallMMmaPathMatchesCpu) {
 
 // GEMV split-K is deterministic and agrees with the mma path to summation order.
 TEST_F(LinearTest, GemvSplitKDeterministicAndMatchesMma) {
+    GemvUpTo8 up_to_8;
     const uint64_t seed = fresh_seed();
     SCOPED_TRACE(seed);
     std::mt19937_64 rng(seed);

@@ -123,9 +123,16 @@ std::vector<float> cpu_expert(const ExpertSet& s, int e, const std::vector<float
 // elements when the fp32 sums differ in their last bits.
 // Each case runs twice for M <= 8: through the small-M GEMV expert kernels (moe_gemv.cu, the default) and, with
 // the GEMV switched off, through the mma.sync expert kernels; the threshold is the same for both.
+// (production default: the GEMV serves M = 1 only; here it is allowed up to its 8-token capacity).
 struct GemvSwitch {
-    explicit GemvSwitch(bool on) { cuda::set_small_m_gemv(on); }
-    ~GemvSwitch() { cuda::set_small_m_gemv(true); }
+    explicit GemvSwitch(bool on) {
+        cuda::set_small_m_gemv(on);
+        cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens);
+    }
+    ~GemvSwitch() {
+        cuda::set_small_m_gemv(true);
+        cuda::set_small_m_gemv_max_tokens(cuda::kGemvDefaultMaxTokens);
+    }
 };
 
 TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
