@@ -63,6 +63,9 @@ struct RingView {
     int32_t ring_entries = 0;
     int32_t entry_bytes = 0;
     KvFormat format = KvFormat::BF16;
+    // false (BF16 format only): entries are stored without the FP8 simulation of the no-rope dims (the reference
+    // configuration, compared against the CPU exact numerics, which have none).
+    bool fp8_sim = true;
 };
 
 // Paged entries of one layer (compressed KV or indexer keys): entry e of state slot k lives at

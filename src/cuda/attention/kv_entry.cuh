@@ -9,10 +9,16 @@ namespace flashseek::cuda::attn_detail {
 
 // Block-cooperative: v[0, dim) (shared memory, fp32 values already rounded to bf16) -> entry at dst. Every warp
 // of the block takes 64-dim tiles of the no-rope part; the rope part is copied as bf16. Writes v back with the
-// simulated values when write_back (so callers can reuse the final vector).
-__device__ inline void store_kv_entry(float* v, int dim, int rope_dim, KvFormat fmt, uint8_t* dst, bool write_back) {
+// simulated values when write_back (so callers can reuse the final vector). fp8_sim = false (BF16 entries only,
+// the reference configuration, whose CPU counterpart has no quantization simulation) stores v unchanged.
+__device__ inline void store_kv_entry(float* v, int dim, int rope_dim, KvFormat fmt, uint8_t* dst, bool write_back,
+                                      bool fp8_sim = true) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
     const int nope = dim - rope_dim;
+    if (!fp8_sim && fmt == KvFormat::BF16) {
+        for (int i = threadIdx.x; i < dim; i += blockDim.x) reinterpret_cast<bf16*>(dst)[i] = __float2bfloat16_rn(v[i]);
+        return;
+    }
     for (int tile = warp; tile < nope / 64; tile += n_warps) {
         const int d0 = tile * 64 + 2 * lane;
         const float a = v[d0], b = v[d0 + 1];

@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kThreads) kv_store_kernel(const bf16* __restri
     __syncthreads();
     const int seq = batch.token_seq[t];
     uint8_t* dst = ring_entry(ring, batch.seq_slot[seq], pos);
-    store_kv_entry(v, dim, rope_dim, ring.format, dst, final_kv != nullptr);
+    store_kv_entry(v, dim, rope_dim, ring.format, dst, final_kv != nullptr, ring.fp8_sim);
     if (final_kv) {
         __syncthreads();
         for (int d = threadIdx.x; d < dim; d += blockDim.x) final_kv[int64_t(t) * dim + d] = __float2bfloat16_rn(v[d]);
@@ -65,6 +65,8 @@ void kv_store_window(const bf16* kv, int64_t kv_stride, int dim, int rope_dim, c
                     "kv_store_window: ring entry_bytes {} does not match the format ({} expected)", ring.entry_bytes,
                     kv_entry_bytes(ring.format, dim, rope_dim));
     FS_ATTN_REQUIRE(norm_weight != nullptr, "kv_store_window: kv_norm weight is required");
+    FS_ATTN_REQUIRE(ring.fp8_sim || ring.format == KvFormat::BF16,
+                    "kv_store_window: FP8 ring entries are always quantized (fp8_sim = false needs BF16 entries)");
     if (batch.n_tokens <= 0) return;
     const size_t smem = size_t(dim) * sizeof(float);
     kv_store_kernel<<<batch.n_tokens, kThreads, smem, stream>>>(kv, kv_stride, dim, rope_dim, norm_weight, eps, rope,

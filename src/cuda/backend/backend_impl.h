@@ -154,6 +154,9 @@ private:
     ActNumerics act_numerics_ = ActNumerics::EXACT;
     KvFormat kv_format_ = KvFormat::BF16;
     IndexFormat index_format_ = IndexFormat::BF16;
+    // Release (production) numerics simulate the reference's FP8 KV and Hadamard + FP4 indexer quantization; the
+    // exact (reference) configuration does not, like the CPU exact numerics it is compared against.
+    bool quant_sim_ = true;
     std::unique_ptr<StatePool> pool_;
     std::vector<int> seq_slot_of_id_;  // seq id == slot
 

@@ -78,6 +78,7 @@ CudaBackendImpl::CudaBackendImpl(const ModelConfig& cfg, const BackendOptions& o
     act_numerics_ = release ? ActNumerics::FP8_BLOCK128 : ActNumerics::EXACT;
     kv_format_ = release ? KvFormat::FP8 : KvFormat::BF16;
     index_format_ = release ? IndexFormat::FP4 : IndexFormat::BF16;
+    quant_sim_ = release;
 
     embed_ = bf16_ptr(weights_.embed);
     final_norm_ = bf16_ptr(weights_.norm);
@@ -310,6 +311,7 @@ RingView CudaBackendImpl::ring_view(int l) const {
     r.ring_entries = pool_->geometry().ring_entries;
     r.entry_bytes = int32_t(pool_->geometry().kv_entry_bytes);
     r.format = kv_format_;
+    r.fp8_sim = quant_sim_;
     return r;
 }
 

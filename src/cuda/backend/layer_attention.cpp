@@ -3,7 +3,8 @@
 // simulation, ring store) -> indexer compressor and indexer top-k (ratio 4) -> attention compressor -> sparse
 // attention with sink over window + compressed entries -> inverse RoPE -> grouped wo_a -> wo_b.
 // The indexer's scoring is skipped when no sequence of the pass has more than index_topk entries
-// (indexer_select then selects every visible entry); its compressor always runs.
+// (indexer_select then selects every visible entry); its compressor always runs. In the exact (reference)
+// configuration the FP8 KV and Hadamard + FP4 indexer simulations are off (quant_sim_), as in the CPU exact numerics.
 #include <algorithm>
 #include <cmath>
 
@@ -71,6 +72,7 @@ void CudaBackendImpl::enqueue_attention(int l, const PassShape& s) {
         p.dim = c.dim;
         p.rope_dim = rd;
         p.indexer = indexer;
+        p.quant_sim = quant_sim_;
         p.kv = a.as<float>();
         p.kv_stride = width;
         p.gate = z.as<float>();
@@ -96,7 +98,7 @@ void CudaBackendImpl::enqueue_attention(int l, const PassShape& s) {
             }
             {
                 OpProfiler::Scope sc(prof_, "indexer.q prepare");
-                indexer_prepare_q(iq_.as<bf16>(), int64_t(nI) * dI, T, nI, dI, pos, L.rope, stream_);
+                indexer_prepare_q(iq_.as<bf16>(), int64_t(nI) * dI, T, nI, dI, pos, L.rope, stream_, quant_sim_);
             }
             const PreparedActivation& aw = prep(prep_x_bf16_, y_.get(), false, T, D, D, L.index_weights_proj);
             {

@@ -131,8 +131,13 @@ __global__ void __launch_bounds__(kThreads) compressor_emit_kernel(CompressorPar
     }
     __syncthreads();
     uint8_t* dst = paged_entry(p.out, slot, w);
-    if (p.indexer) finish_index_key(v, p.dim, IndexFormat(p.out.format), dst);
-    else store_kv_entry(v, p.dim, p.rope_dim, KvFormat(p.out.format), dst, false);
+    if (!p.quant_sim) {  // reference configuration: the bf16 entry as it is (BF16 formats, checked on the host)
+        for (int ch = threadIdx.x; ch < p.dim; ch += blockDim.x) reinterpret_cast<bf16*>(dst)[ch] = __float2bfloat16_rn(v[ch]);
+    } else if (p.indexer) {
+        finish_index_key(v, p.dim, IndexFormat(p.out.format), dst);
+    } else {
+        store_kv_entry(v, p.dim, p.rope_dim, KvFormat(p.out.format), dst, false);
+    }
 }
 
 __global__ void compressor_save_kernel(CompressorParams p) {
@@ -176,6 +181,8 @@ void compressor_forward(const CompressorParams& p, cudaStream_t stream) {
         FS_ATTN_REQUIRE(p.out.entry_bytes == kv_entry_bytes(KvFormat(p.out.format), p.dim, p.rope_dim),
                         "compressor: kv entry_bytes {} does not match its format", p.out.entry_bytes);
     }
+    FS_ATTN_REQUIRE(p.quant_sim || p.out.format == 0,  // KvFormat::BF16 == IndexFormat::BF16 == 0
+                    "compressor: quantized entry formats are always simulated (quant_sim = false needs BF16 entries)");
     if (p.batch.n_seqs <= 0 || p.batch.n_tokens <= 0) return;
     const int max_emits = p.batch.max_seq_tokens / p.ratio + 1;
     const size_t smem = size_t(p.dim) * sizeof(float);

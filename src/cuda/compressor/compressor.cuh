@@ -32,6 +32,9 @@ struct CompressorParams {
     int dim = 0;       // d_c
     int rope_dim = 0;  // qk_rope_head_dim
     bool indexer = false;  // true: Hadamard + FP4 keys (IndexFormat); false: FP8-simulated KV (KvFormat)
+    // false (BF16 entry formats only, the reference configuration): no FP8 simulation of KV entries and neither
+    // Hadamard nor FP4 simulation of indexer keys, as in the CPU exact numerics; the entry is the bf16 vector.
+    bool quant_sim = true;
     const float* kv = nullptr;    // [n_tokens, c*dim], rows kv_stride floats apart
     int64_t kv_stride = 0;
     const float* gate = nullptr;  // [n_tokens, c*dim], rows gate_stride floats apart

@@ -18,7 +18,7 @@ namespace {
 
 template <int E>  // elements per lane: head_dim / 32
 __global__ void prepare_q_kernel(bf16* q, int64_t stride, int n_tokens, int n_heads, const int32_t* positions,
-                                 RopeTable rope) {
+                                 RopeTable rope, bool quant_sim) {
     constexpr int D = 32 * E;
     const int row = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
@@ -51,6 +51,11 @@ __global__ void prepare_q_kernel(bf16* q, int64_t stride, int n_tokens, int n_he
             rope_rotate(x0, x1, c, s, false);
             x[0] = round_bf16((lane & 1) ? x1 : x0);
         }
+    }
+    if (!quant_sim) {  // reference configuration: the roped bf16 query, no Hadamard / FP4 (CPU exact numerics)
+#pragma unroll
+        for (int i = 0; i < E; ++i) v[lane * E + i] = __float2bfloat16_rn(x[i]);
+        return;
     }
     // Hadamard: stage h pairs element j with j + h (j's bit h clear): low = a + b, high = a - b.
 #pragma unroll
@@ -266,17 +271,17 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerSelectParams 
 }  // namespace
 
 void indexer_prepare_q(bf16* q, int64_t stride, int n_tokens, int n_heads, int head_dim, const int32_t* positions,
-                       const RopeTable& rope, cudaStream_t stream) {
+                       const RopeTable& rope, cudaStream_t stream, bool quant_sim) {
     FS_ATTN_REQUIRE(2 * rope.n_pairs <= head_dim, "indexer: rope_dim {} exceeds index_head_dim {}", 2 * rope.n_pairs,
                     head_dim);
     if (n_tokens <= 0 || n_heads <= 0) return;
     const int rows = n_tokens * n_heads, warps = 8;
     const int blocks = (rows + warps - 1) / warps;
     switch (head_dim) {
-        case 32: prepare_q_kernel<1><<<blocks, warps * 32, 0, stream>>>(q, stride, n_tokens, n_heads, positions, rope); break;
-        case 64: prepare_q_kernel<2><<<blocks, warps * 32, 0, stream>>>(q, stride, n_tokens, n_heads, positions, rope); break;
-        case 128: prepare_q_kernel<4><<<blocks, warps * 32, 0, stream>>>(q, stride, n_tokens, n_heads, positions, rope); break;
-        case 256: prepare_q_kernel<8><<<blocks, warps * 32, 0, stream>>>(q, stride, n_tokens, n_heads, positions, rope); break;
+        case 32: prepare_q_kernel<1><<<blocks, warps * 32, 0, stream>>>(q, stride, n_tokens, n_heads, positions, rope, quant_sim); break;
+        case 64: prepare_q_kernel<2><<<blocks, warps * 32, 0, stream>>>(q, stride, n_tokens, n_heads, positions, rope, quant_sim); break;
+        case 128: prepare_q_kernel<4><<<blocks, warps * 32, 0, stream>>>(q, stride, n_tokens, n_heads, positions, rope, quant_sim); break;
+        case 256: prepare_q_kernel<8><<<blocks, warps * 32, 0, stream>>>(q, stride, n_tokens, n_heads, positions, rope, quant_sim); break;
         default: fail_rt("indexer: index_head_dim must be 32, 64, 128 or 256, got {}", head_dim);
     }
     FS_ATTN_LAUNCHED();

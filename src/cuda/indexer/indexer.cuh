@@ -15,9 +15,10 @@ namespace flashseek::cuda {
 
 // In place on q [n_tokens, n_heads, head_dim] bf16 (the wq_b output, token rows `stride` elements apart): RoPE on
 // the last 2*rope.n_pairs dims at positions[token] -> bf16 -> Hadamard (Sylvester, 1/sqrt(head_dim)) -> bf16 ->
-// FP4 e2m1 simulation, block 32, power-of-two scales -> bf16. head_dim in {32, 64, 128, 256}.
+// FP4 e2m1 simulation, block 32, power-of-two scales -> bf16. head_dim in {32, 64, 128, 256}. quant_sim = false
+// (the reference configuration, with BF16 keys stored without simulation): RoPE -> bf16 only.
 void indexer_prepare_q(__nv_bfloat16* q, int64_t stride, int n_tokens, int n_heads, int head_dim,
-                       const int32_t* positions, const RopeTable& rope, cudaStream_t stream);
+                       const int32_t* positions, const RopeTable& rope, cudaStream_t stream, bool quant_sim = true);
 
 struct IndexerSelectParams {
     TokenBatch batch;
