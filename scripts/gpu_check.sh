@@ -13,6 +13,9 @@
 # Usage: scripts/gpu_check.sh --bundle            (workstation: build + stage .gpucheck/)
 #        scripts/gpu_check.sh [--quick] [--no-bench] [--no-sanitizer] [--diagnose]   (device; --diagnose adds a
 #        per-layer CPU/CUDA comparison on the tiny configs to localize a mismatch)
+#        scripts/gpu_check.sh --e2e   (device, short: test_cuda_backend, the end-to-end comparison, and a
+#        sensitivity probe: the same CUDA run with the SIMT vs the tensor-core attention kernel, i.e. the spread two
+#        equally valid GPU summation orders give; no other tests, sanitizers or bench)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -39,7 +42,7 @@ if [ "${1:-}" = "--bundle" ]; then
   exit 0
 fi
 
-QUICK=0; BENCH=1; SANITIZE=1; DIAGNOSE=0; ABLATION=0
+QUICK=0; BENCH=1; SANITIZE=1; DIAGNOSE=0; ABLATION=0; E2E_ONLY=0
 for a in "$@"; do
   case "$a" in
     --quick) QUICK=1 ;;
@@ -47,6 +50,7 @@ for a in "$@"; do
     --no-sanitizer) SANITIZE=0 ;;
     --diagnose) DIAGNOSE=1 ;;
     --ablation) ABLATION=1 ;;
+    --e2e) E2E_ONLY=1; BENCH=0; SANITIZE=0 ;;
     *) echo "gpu_check: unknown option $a" >&2; exit 2 ;;
   esac
 done
@@ -107,7 +111,9 @@ fi
 
 # 1. GPU tests.
 note "== 1. GPU op tests"
-for t in test_cuda_linear test_cuda_attention test_cuda_backend; do
+GPU_TESTS=(test_cuda_linear test_cuda_attention test_cuda_backend)
+[ $E2E_ONLY = 1 ] && GPU_TESTS=(test_cuda_backend)
+for t in "${GPU_TESTS[@]}"; do
   if [ ! -x "$BIN/$t" ]; then note "$t: MISSING (not built)"; continue; fi
   timeout "${TEST_TIMEOUT:-240}" "$BIN/$t" --gtest_brief=1 > "$LOG/$t.log" 2>&1
   rc=$?
@@ -153,6 +159,13 @@ for c in "${cases[@]}"; do
     --label "$name cuda reference vs $ref_label" --json "$E2E" --profile 2>&1 | tee -a "$SUMMARY"
   python3 scripts/compare_logits.py --ours "$WORK/$name.cuda_release.bin" --ref "$WORK/$name.cpu_release.bin" \
     --vocab "$vocab" --label "$name cuda production vs CPU release" --json "$E2E" --profile 2>&1 | tee -a "$SUMMARY"
+  if [ $E2E_ONLY = 1 ]; then  # sensitivity probe: CUDA vs CUDA with the other (equally valid) attention kernel
+    for num in exact release; do
+      FLASHSEEK_ATTN_MMA=1 run cuda $num "$WORK/$name.cuda_mma_$num.bin"
+      python3 scripts/compare_logits.py --ours "$WORK/$name.cuda_mma_$num.bin" --ref "$WORK/$name.cuda_$num.bin" \
+        --vocab "$vocab" --label "$name cuda (mma attention) vs cuda (simt attention), $num" --json "$E2E" 2>&1 | tee -a "$SUMMARY"
+    done
+  fi
 done
 
 # 2b. Per-layer localization (--diagnose): CUDA vs CPU with only the first N layers.
