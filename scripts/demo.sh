@@ -11,4 +11,4 @@ cmake --build "$BUILD_DIR" -j"$(nproc)" --target flashseek >/dev/null
 if [ $# -eq 0 ]; then
   set -- --prompt "Hello! What can you do?" --chat --max-new 32
 fi
-exec "$BUILD_DIR/flashseek" generate "$@"
+exec "$BUILD_DIR/tools/flashseek/flashseek" generate "$@"
