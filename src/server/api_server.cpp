@@ -107,7 +107,7 @@ void ApiServer::tokenize(const HttpRequest& hreq, HttpResponse& res) {
         const json body = parse_json_body(hreq.body);
         std::vector<int32_t> ids;
         if (body.contains("messages")) {
-            const ParsedRequest pr = parse_chat_request(body, options_.limits);
+            const ParsedRequest pr = parse_chat_request(body, options_.limits, hreq.body);
             try {
                 ids = chat::encode_prompt(tok_, chat::render_prompt(pr.chat));
             } catch (const Error& e) {
@@ -171,7 +171,7 @@ void ApiServer::generate(const HttpRequest& hreq, HttpResponse& res, Endpoint en
             throw ApiError(503, "the server is shutting down", "", "service_unavailable_error", "shutting_down");
         const json body = parse_json_body(hreq.body);
         auto st = std::make_shared<StreamState>();
-        st->request = endpoint == Endpoint::Chat ? parse_chat_request(body, options_.limits)
+        st->request = endpoint == Endpoint::Chat ? parse_chat_request(body, options_.limits, hreq.body)
                                                  : parse_completion_request(body, options_.limits);
         ParsedRequest& pr = st->request;
         if (pr.tool_choice != "auto" && pr.tool_choice != "none")

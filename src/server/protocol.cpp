@@ -244,7 +244,7 @@ std::string param_from_message(const std::string& msg) {
 
 }  // namespace
 
-ParsedRequest parse_chat_request(const json& body, const ProtocolLimits& limits) {
+ParsedRequest parse_chat_request(const json& body, const ProtocolLimits& limits, std::string_view raw_body) {
     ParsedRequest r;
     r.endpoint = Endpoint::Chat;
     parse_common(body, limits, r);
@@ -303,7 +303,8 @@ ParsedRequest parse_chat_request(const json& body, const ProtocolLimits& limits)
     if (const json* re = field(body, "reasoning_effort"))
         if (!re->is_string()) bad_param("reasoning_effort", "'reasoning_effort' must be a string");
     try {
-        r.chat = chat::ChatRequest::from_json(body);
+        r.chat = raw_body.empty() ? chat::ChatRequest::from_json(body)
+                                  : chat::ChatRequest::from_ordered_json(nlohmann::ordered_json::parse(raw_body));
     } catch (const Error& e) {
         const std::string msg = e.what();
         throw ApiError(400, msg, param_from_message(msg));

@@ -61,7 +61,10 @@ struct ParsedRequest {
 // Parses JSON text strictly: invalid JSON, duplicate keys (at any depth) or a non-object body give 400.
 nlohmann::json parse_json_body(std::string_view body);
 
-ParsedRequest parse_chat_request(const nlohmann::json& body, const ProtocolLimits& limits);
+// raw_body (the text `body` was parsed from) keeps the request's key order for the chat encoder: tool schemas are
+// rendered in the client's order, as the official encoder (Python dicts) would.
+ParsedRequest parse_chat_request(const nlohmann::json& body, const ProtocolLimits& limits,
+                                 std::string_view raw_body = {});
 ParsedRequest parse_completion_request(const nlohmann::json& body, const ProtocolLimits& limits);
 
 // Context check shared by both endpoints: prompt + max_tokens must fit max_model_len. Returns the max_tokens to

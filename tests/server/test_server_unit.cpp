@@ -179,3 +179,19 @@ TEST(LoadProgress, LogLinesPerDecileAndCancellation) {
     cancel = true;
     EXPECT_FALSE(p(10, 1000));  // Ctrl-C during loading: the loader is told to stop
 }
+
+// Tool schemas must reach the chat encoder in the client's key order (the official encoder renders Python dicts in
+// insertion order); the sorted nlohmann::json body alone would reorder them.
+TEST(Protocol, ChatToolSchemasKeepClientKeyOrder) {
+    const std::string raw = R"({"model":"flashseek","messages":[{"role":"user","content":"hi"}],
+        "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object",
+        "properties":{"zeta":{"type":"string"},"alpha":{"type":"integer"}}}}}]})";
+    const ProtocolLimits limits;
+    const ParsedRequest ordered = parse_chat_request(parse_json_body(raw), limits, raw);
+    const std::string text = flashseek::chat::prompt_text(flashseek::chat::render_prompt(ordered.chat));
+    ASSERT_NE(text.find("zeta"), std::string::npos) << text;
+    EXPECT_LT(text.find("zeta"), text.find("alpha")) << text;
+    const ParsedRequest sorted = parse_chat_request(parse_json_body(raw), limits);
+    const std::string sorted_text = flashseek::chat::prompt_text(flashseek::chat::render_prompt(sorted.chat));
+    EXPECT_GT(sorted_text.find("zeta"), sorted_text.find("alpha"));
+}
