@@ -114,7 +114,7 @@ void CudaBackendImpl::enqueue_moe(int l, const PassShape& s) {
     {
         OpProfiler::Scope sc(prof_, "moe.combine");
         moe_combine(y_routed_.as<float>(), grouping_, y_shared_.as<float>(), T, K, D, sub_out_.get(), OutKind::BF16, D,
-                    stream_);
+                    stream_, /*round_terms=*/act_numerics_ == ActNumerics::FP8_BLOCK128);
     }
     if (profiling_) {  // count the experts this layer touched (outside any graph: profiling runs eagerly)
         int32_t n_active = 0;

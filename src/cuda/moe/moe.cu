@@ -301,8 +301,10 @@ __global__ void __launch_bounds__((GLU ? 8 : 4) * 32, (GLU || NT > 1) ? 1 : 3) e
                 const float w1 = crow1[j] < 0 ? 0.f : (a.active ? a.slot_weight[offset + col0 + 1] : 1.f);
 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
-                    const float gate = fminf(acc_a[j][q], a.limit);
-                    const float up = fminf(fmaxf(acc_b[j][q], -a.limit), a.limit);
+                    // Release: w1/w3 outputs are bf16 in the reference (its GEMMs output bf16), then SwiGLU.
+                    const bool rnd = a.h_numerics == int(ActNumerics::FP8_BLOCK128);
+                    const float gate = fminf(rnd ? round_bf16(acc_a[j][q]) : acc_a[j][q], a.limit);
+                    const float up = fminf(fmaxf(rnd ? round_bf16(acc_b[j][q]) : acc_b[j][q], -a.limit), a.limit);
                     const float silu = gate / (1.f + expf(-gate));
                     act[j][q] = round_bf16(silu * up * ((q & 1) ? w1 : w0));
                 }
@@ -368,16 +370,16 @@ ExpertKernel pick_expert(WeightKind k, int nt) {
 // ---- combine ------------------------------------------------------------------------------------------------
 __global__ void combine_kernel(const float* __restrict__ y, const int32_t* __restrict__ pair_slot,
                                const float* __restrict__ shared, int64_t M, int top_k, int64_t D, void* out, int out_f32,
-                               int64_t ld_out) {
+                               int64_t ld_out, int round_terms) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= M * D) return;
     const int64_t m = i / D, d = i % D;
     float sum = 0.f;
     for (int j = 0; j < top_k; ++j) {
         const int32_t slot = pair_slot[m * top_k + j];
-        if (slot >= 0) sum += y[int64_t(slot) * D + d];
+        if (slot >= 0) sum += round_terms ? round_bf16(y[int64_t(slot) * D + d]) : y[int64_t(slot) * D + d];
     }
-    if (shared) sum += shared[m * D + d];
+    if (shared) sum += round_terms ? round_bf16(shared[m * D + d]) : shared[m * D + d];
     if (out_f32)
         static_cast<float*>(out)[m * ld_out + d] = sum;
     else
@@ -450,8 +452,14 @@ __global__ void generic_up_kernel(GenericMoeArgs a) {
         gate += generic::weight_value(w1, j, k) * xv;
         up += generic::weight_value(w3, j, k) * xv;
     }
-    gate = fminf(warp_sum(gate), a.limit);
-    up = fminf(fmaxf(warp_sum(up), -a.limit), a.limit);
+    gate = warp_sum(gate);
+    up = warp_sum(up);
+    if (a.h_numerics == int(ActNumerics::FP8_BLOCK128)) {  // release: the reference's w1/w3 outputs are bf16
+        gate = round_bf16(gate);
+        up = round_bf16(up);
+    }
+    gate = fminf(gate, a.limit);
+    up = fminf(fmaxf(up, -a.limit), a.limit);
     if (lane == 0) a.h[r * a.h_kpad + j] = f32_to_bf16_bits(gate / (1.f + expf(-gate)) * up * wgt);
 }
 
@@ -706,11 +714,11 @@ void moe_expert_down(const PreparedActivation& h, const ExpertTable& t, const Mo
 }
 
 void moe_combine(const float* y_routed, const MoeGrouping& g, const float* y_shared, int64_t M, int top_k,
-                 int64_t hidden, void* out, OutKind out_kind, int64_t ld_out, cudaStream_t stream) {
+                 int64_t hidden, void* out, OutKind out_kind, int64_t ld_out, cudaStream_t stream, bool round_terms) {
     FS_REQUIRE(ld_out >= hidden, "moe_combine: output stride ", ld_out, " < hidden ", hidden);
     const int64_t n = M * hidden;
     combine_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(y_routed, g.pair_slot, y_shared, M, top_k, hidden, out,
-                                                                  out_kind == OutKind::F32, ld_out);
+                                                                  out_kind == OutKind::F32, ld_out, int(round_terms));
     CUDA_CHECK_LAUNCH("combine_kernel");
 }
 

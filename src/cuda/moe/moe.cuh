@@ -71,8 +71,10 @@ void moe_expert_up(const PreparedActivation& x, const ExpertTable& table, const 
 // y: [rows, hidden] fp32, row = grouped slot (routed) or token (dense).
 void moe_expert_down(const PreparedActivation& h, const ExpertTable& table, const MoeGrouping* grouping, int64_t M,
                      int top_k, float* y, cudaStream_t stream);
-// out[t, :] = sum_j y_routed[pair_slot[t*top_k + j], :] + y_shared[t, :] (y_shared may be null).
+// out[t, :] = sum_j y_routed[pair_slot[t*top_k + j], :] + y_shared[t, :] (y_shared may be null). round_terms
+// (release numerics): every term is rounded to bf16 first, as the reference's expert GEMMs output bf16.
 void moe_combine(const float* y_routed, const MoeGrouping& g, const float* y_shared, int64_t M, int top_k,
-                 int64_t hidden, void* out, OutKind out_kind, int64_t ld_out, cudaStream_t stream);
+                 int64_t hidden, void* out, OutKind out_kind, int64_t ld_out, cudaStream_t stream,
+                 bool round_terms = false);
 
 }  // namespace flashseek::cuda

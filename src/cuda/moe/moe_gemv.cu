@@ -45,6 +45,7 @@ struct Args {
     int64_t dense_m;
     int chunk_cols;
     float limit;
+    int round_glu;           // up, release numerics: w1/w3 outputs rounded to bf16 before SwiGLU (GEMM outputs are bf16)
     uint16_t* h;             // up: bf16 [rows, h_ld], natural order (quantized in place afterwards)
     int64_t h_ld;
     float* y;                // down: fp32 [rows, N]
@@ -124,8 +125,10 @@ __global__ void __launch_bounds__(kWarps * 32, T <= 2 ? 4 : 2) expert_gemv_kerne
 #pragma unroll
                     for (int r = 0; r < kRows; ++r) {
                         if (row0 + r >= a.N) continue;
-                        const float gate = fminf(acc_a[r][t], a.limit);
-                        const float up = fminf(fmaxf(acc_b[r][t], -a.limit), a.limit);
+                        const float g0 = a.round_glu ? round_bf16(acc_a[r][t]) : acc_a[r][t];
+                        const float u0 = a.round_glu ? round_bf16(acc_b[r][t]) : acc_b[r][t];
+                        const float gate = fminf(g0, a.limit);
+                        const float up = fminf(fmaxf(u0, -a.limit), a.limit);
                         const float silu = gate / (1.f + expf(-gate));
                         a.h[out_row * a.h_ld + row0 + r] = f32_to_bf16_bits(silu * up * wgt);
                     }
@@ -234,6 +237,7 @@ void expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGroup
     a.K = t.hidden;
     a.chunk_cols = chunk_columns(t.kind, T, t.hidden);
     a.limit = swiglu_limit;
+    a.round_glu = h_numerics == ActNumerics::FP8_BLOCK128;
     a.h = h.values;
     a.h_ld = h.k_pad;
     launch(pick<true>(t.kind, T), a, t.kind, T, grouping, M, top_k, "expert_gemv_kernel<up>", stream);
