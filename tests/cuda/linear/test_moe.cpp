@@ -98,7 +98,8 @@ ExpertSet make_experts(std::mt19937_64& rng, int E, WeightKind kind, int64_t D, 
     return s;
 }
 
-// One expert on the CPU: w2 . q(round_bf16(swiglu_clamp(w1 . q(x), w3 . q(x)) * weight)), q = act_quant or identity.
+// One expert on the CPU: w2 . q(round_bf16(swiglu_clamp(w1 . q(x), w3 . q(x)) * weight)), q = act_quant or identity;
+// in release numerics w1 . q(x) and w3 . q(x) are rounded to bf16 first (the reference's GEMM outputs).
 std::vector<float> cpu_expert(const ExpertSet& s, int e, const std::vector<float>& x, float weight, float limit,
                               ActNumerics numerics) {
     const int64_t D = s.table.hidden, I = s.table.inter;
@@ -109,6 +110,10 @@ std::vector<float> cpu_expert(const ExpertSet& s, int e, const std::vector<float
                w2 = s.w2[size_t(e)].dequantized();
     cpu::linear_f32(xq.data(), 1, w1.data(), I, D, gate.data(), nullptr);
     cpu::linear_f32(xq.data(), 1, w3.data(), I, D, up.data(), nullptr);
+    if (numerics == ActNumerics::FP8_BLOCK128) {  // release: the reference's expert GEMMs output bf16
+        for (auto& v : gate) v = round_bf16(v);
+        for (auto& v : up) v = round_bf16(v);
+    }
     cpu::swiglu_clamp(gate.data(), up.data(), I, limit, act.data());
     for (auto& v : act) v = round_bf16(v * weight);
     std::vector<float> aq = act;
