@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "command.h"
+#include "token_ids.h"
 #include "engine/backend.h"
 #include "engine/factory.h"
 #include "model/default_model.h"
@@ -21,28 +22,11 @@ namespace {
 using namespace flashseek;
 
 std::vector<int32_t> parse_prompt_tokens(const std::string& text) {
-    std::vector<int32_t> ids;
     std::string t = text;
     for (char& ch : t)
         if (ch == ',') ch = ' ';
     std::istringstream in(t);
-    std::string word;
-    while (in >> word) {
-        size_t used = 0;
-        long long v = 0;
-        try {
-            v = std::stoll(word, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        FS_CHECK(used == word.size() && used > 0, "--prompt-tokens: '{}' (token {}) is not an integer", word,
-                 ids.size());
-        FS_CHECK(v >= 0 && v <= INT32_MAX, "--prompt-tokens: token id {} (token {}) is negative or too large", v,
-                 ids.size());
-        ids.push_back(int32_t(v));
-    }
-    FS_CHECK(!ids.empty(), "--prompt-tokens: no token ids given");
-    return ids;
+    return cli::parse_token_ids(in, "--prompt-tokens");
 }
 
 int run_generate(int argc, char** argv) {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "command.h"
+#include "token_ids.h"
 #include "engine/backend.h"
 #include "engine/factory.h"
 #include "util/error.h"
@@ -20,24 +21,7 @@ using namespace flashseek;
 std::vector<int32_t> read_token_file(const std::string& path) {
     std::ifstream f(path);
     FS_CHECK(f.good(), "--tokens: cannot open token file '{}'", path);
-    std::vector<int32_t> ids;
-    std::string word;
-    while (f >> word) {
-        size_t used = 0;
-        long long v = 0;
-        try {
-            v = std::stoll(word, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        FS_CHECK(used == word.size() && used > 0, "--tokens: '{}' (token {} of {}) is not an integer", word,
-                 ids.size(), path);
-        FS_CHECK(v >= 0 && v <= INT32_MAX, "--tokens: token id {} (token {} of {}) is negative or too large", v,
-                 ids.size(), path);
-        ids.push_back(int32_t(v));
-    }
-    FS_CHECK(!ids.empty(), "--tokens: token file '{}' holds no token ids", path);
-    return ids;
+    return cli::parse_token_ids(f, fmt::format("--tokens (file '{}')", path));
 }
 
 int run_logits(int argc, char** argv) {
