@@ -120,11 +120,11 @@ bool tensor_needed(const std::string& name, int n_layers) {
 DeviceTensorStore upload_checkpoint(const Checkpoint& ckpt, int n_layers,
                                     const std::function<bool(size_t, size_t)>& progress) {
     DeviceTensorStore store;
-    std::vector<const TensorView*> todo;
+    std::vector<const TensorView*> pending_uploads;
     size_t total = 0;
     for (const auto& [name, view] : ckpt.all()) {
         if (!tensor_needed(name, n_layers)) continue;
-        todo.push_back(view);
+        pending_uploads.push_back(view);
         total = align_up(total, 256) + view->nbytes;
     }
     store.arena.allocate(std::max<size_t>(total, 1), "model weights");
@@ -135,7 +135,7 @@ DeviceTensorStore upload_checkpoint(const Checkpoint& ckpt, int n_layers,
     FS_CUDA_TRY(cudaMallocHost(&staging, chunk));
     size_t off = 0, done = 0;
     try {
-        for (const TensorView* v : todo) {
+        for (const TensorView* v : pending_uploads) {
             off = align_up(off, 256);
             uint8_t* dst = store.arena.as<uint8_t>() + off;
             for (size_t pos = 0; pos < v->nbytes; pos += chunk) {
