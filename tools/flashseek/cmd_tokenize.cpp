@@ -18,15 +18,9 @@ namespace {
 using flashseek::tokenizer::TokenId;
 using flashseek::tokenizer::Tokenizer;
 
-// Errors on a line name the line number; the tool stops at the first bad line with a non-zero exit code.
-int run_tokenize(int argc, char** argv) {
-    CLI::App app{"Encode JSON lines {\"text\": ...} into token id arrays (HF encode, add_special_tokens=False)"};
-    std::string path;
-    bool no_specials = false;
-    app.add_option("--tokenizer", path, "tokenizer.json")->required();
-    app.add_flag("--no-special-matching", no_specials, "treat added-token text as plain text (untrusted content mode)");
-    CLI11_PARSE(app, argc, argv);
-    const Tokenizer tok = Tokenizer::load(path);
+// Calls fn(json, line_no) for every non-empty stdin line; a line that is not JSON stops with an error naming it.
+template <typename Fn>
+void for_each_json_line(Fn&& fn) {
     std::string line;
     std::size_t line_no = 0;
     std::ios::sync_with_stdio(false);
@@ -39,13 +33,27 @@ int run_tokenize(int argc, char** argv) {
         } catch (const nlohmann::json::exception& e) {
             flashseek::fail("stdin line {}: invalid JSON: {}", line_no, e.what());
         }
+        fn(j, line_no);
+    }
+    std::cout.flush();
+}
+
+// Errors on a line name the line number; the tool stops at the first bad line with a non-zero exit code.
+int run_tokenize(int argc, char** argv) {
+    CLI::App app{"Encode JSON lines {\"text\": ...} into token id arrays (HF encode, add_special_tokens=False)"};
+    std::string path;
+    bool no_specials = false;
+    app.add_option("--tokenizer", path, "tokenizer.json")->required();
+    app.add_flag("--no-special-matching", no_specials, "treat added-token text as plain text (untrusted content mode)");
+    CLI11_PARSE(app, argc, argv);
+    const Tokenizer tok = Tokenizer::load(path);
+    for_each_json_line([&](const nlohmann::json& j, std::size_t line_no) {
         FS_CHECK(j.is_object() && j.contains("text") && j["text"].is_string(),
                  "stdin line {}: expected an object with a string field \"text\"", line_no);
         const auto& text = j["text"].get_ref<const std::string&>();
         const auto ids = no_specials ? tok.encode(text) : tok.encode_with_specials(text);
         std::cout << nlohmann::json(ids).dump() << '\n';
-    }
-    std::cout.flush();
+    });
     return 0;
 }
 
@@ -57,18 +65,7 @@ int run_detokenize(int argc, char** argv) {
     app.add_flag("--skip-special-tokens", skip_special, "drop tokens marked special (BOS, EOS, ...)");
     CLI11_PARSE(app, argc, argv);
     const Tokenizer tok = Tokenizer::load(path);
-    std::string line;
-    std::size_t line_no = 0;
-    std::ios::sync_with_stdio(false);
-    while (std::getline(std::cin, line)) {
-        ++line_no;
-        if (line.empty() || line == "\r") continue;
-        nlohmann::json j;
-        try {
-            j = nlohmann::json::parse(line);
-        } catch (const nlohmann::json::exception& e) {
-            flashseek::fail("stdin line {}: invalid JSON: {}", line_no, e.what());
-        }
+    for_each_json_line([&](const nlohmann::json& j, std::size_t line_no) {
         FS_CHECK(j.is_array(), "stdin line {}: expected a JSON array of token ids", line_no);
         std::vector<TokenId> ids;
         ids.reserve(j.size());
@@ -79,8 +76,7 @@ int run_detokenize(int argc, char** argv) {
             ids.push_back(static_cast<TokenId>(j[i].get<std::int64_t>()));
         }
         std::cout << nlohmann::json{{"text", tok.decode(ids, skip_special)}}.dump() << '\n';
-    }
-    std::cout.flush();
+    });
     return 0;
 }
 
