@@ -596,6 +596,19 @@ void moe_group(const int32_t* expert_idx, const float* expert_weight, int64_t M,
     CUDA_CHECK_LAUNCH("group_kernel");
 }
 
+// The token->expert grouping fields shared by the up and down projections (absent grouping = one dense expert).
+static void set_grouping(ExpertArgs& a, const MoeGrouping* grouping, int64_t M) {
+    if (grouping) {
+        a.active = grouping->active;
+        a.n_active = grouping->n_active;
+        a.count = grouping->expert_count;
+        a.offset = grouping->expert_offset;
+        a.slot_token = grouping->slot_token;
+        a.slot_weight = grouping->slot_weight;
+    }
+    a.dense_m = M;
+}
+
 void moe_expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGrouping* grouping, int64_t M, int top_k,
                    float swiglu_limit, ActNumerics h_numerics, PreparedActivation& h, cudaStream_t stream) {
     check_table(t, "moe_expert_up");
@@ -642,15 +655,7 @@ void moe_expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeG
     a.xs = x.scales;
     a.x_ld = x.k_pad;
     a.xs_ld = x.k_pad / 128;
-    if (grouping) {
-        a.active = grouping->active;
-        a.n_active = grouping->n_active;
-        a.count = grouping->expert_count;
-        a.offset = grouping->expert_offset;
-        a.slot_token = grouping->slot_token;
-        a.slot_weight = grouping->slot_weight;
-    }
-    a.dense_m = M;
+    set_grouping(a, grouping, M);
     a.gather_x = true;
     a.limit = swiglu_limit;
     a.h_numerics = int(h_numerics);
@@ -695,15 +700,7 @@ void moe_expert_down(const PreparedActivation& h, const ExpertTable& t, const Mo
     a.xs = h.scales;
     a.x_ld = h.k_pad;
     a.xs_ld = h.k_pad / 128;
-    if (grouping) {
-        a.active = grouping->active;
-        a.n_active = grouping->n_active;
-        a.count = grouping->expert_count;
-        a.offset = grouping->expert_offset;
-        a.slot_token = grouping->slot_token;
-        a.slot_weight = grouping->slot_weight;
-    }
-    a.dense_m = M;
+    set_grouping(a, grouping, M);
     a.gather_x = false;
     a.y = y;
     const int nt = M <= 16 ? 1 : 4;
