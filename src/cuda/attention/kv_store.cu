@@ -4,6 +4,7 @@
 
 #include "cuda/attention/kv_entry.cuh"
 #include "cuda/attention/kv_store.cuh"
+#include "cuda/common/pdl.cuh"
 
 namespace flashseek::cuda {
 
@@ -17,6 +18,8 @@ __global__ void __launch_bounds__(kThreads) kv_store_kernel(const bf16* __restri
                                                             int rope_dim, const bf16* __restrict__ w, float eps,
                                                             RopeTable rope, TokenBatch batch, RingView ring,
                                                             bf16* final_kv) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
     extern __shared__ float v[];
     __shared__ float scratch[32];
     const int t = blockIdx.x;
@@ -69,8 +72,8 @@ void kv_store_window(const bf16* kv, int64_t kv_stride, int dim, int rope_dim, c
                     "kv_store_window: FP8 ring entries are always quantized (fp8_sim = false needs BF16 entries)");
     if (batch.n_tokens <= 0) return;
     const size_t smem = size_t(dim) * sizeof(float);
-    kv_store_kernel<<<batch.n_tokens, kThreads, smem, stream>>>(kv, kv_stride, dim, rope_dim, norm_weight, eps, rope,
-                                                                batch, ring, final_kv);
+    launch_pdl("kv_store_kernel", kv_store_kernel, dim3(batch.n_tokens), dim3(kThreads), smem, stream, kv, kv_stride,
+               dim, rope_dim, norm_weight, eps, rope, batch, ring, final_kv);
     FS_ATTN_LAUNCHED();
 }
 

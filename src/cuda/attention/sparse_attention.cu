@@ -13,6 +13,7 @@
 
 #include "cuda/attention/kv_entry.cuh"
 #include "cuda/attention/sparse_attention.cuh"
+#include "cuda/common/pdl.cuh"
 
 namespace flashseek::cuda {
 
@@ -127,6 +128,8 @@ __device__ __forceinline__ void write_out_pair(const SparseAttentionParams& p, i
 
 __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionParams p, int n_splits, float* ws_o,
                                                              float* ws_ml) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int D = p.head_dim, H = p.n_heads;
     const Smem sm = carve(smem_raw, D);
@@ -363,6 +366,8 @@ size_t mma_smem_bytes(int D) { return mma_smem_layout(D, nullptr, nullptr); }
 
 __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttentionParams p, int n_splits, float* ws_o,
                                                                  float* ws_ml) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int D = p.head_dim, H = p.n_heads, DP = D + kMmaPad;
     MmaSmem sm;
@@ -522,6 +527,8 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
 }
 
 __global__ void combine_kernel(SparseAttentionParams p, int n_splits, const float* ws_o, const float* ws_ml) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
     const int t = blockIdx.x, h = blockIdx.y, D = p.head_dim, H = p.n_heads;
     const float sink = p.sink[h];
     float M = sink;
@@ -623,7 +630,8 @@ void sparse_attention(const SparseAttentionParams& p, void* workspace, size_t wo
             FS_ATTN_CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
             configured = smem;
         }
-        attention_mma_kernel<<<grid, kThreads, smem, stream>>>(p, splits, ws_o, ws_ml);
+        launch_pdl("attention_mma_kernel", attention_mma_kernel, dim3(grid), dim3(kThreads), smem, stream, p, splits,
+                   ws_o, ws_ml);
     } else {
         const size_t smem = smem_bytes(D);
         static size_t configured = 48 * 1024;
@@ -631,11 +639,13 @@ void sparse_attention(const SparseAttentionParams& p, void* workspace, size_t wo
             FS_ATTN_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
             configured = smem;
         }
-        attention_kernel<<<grid, kThreads, smem, stream>>>(p, splits, ws_o, ws_ml);
+        launch_pdl("attention_kernel", attention_kernel, dim3(grid), dim3(kThreads), smem, stream, p, splits, ws_o,
+                   ws_ml);
     }
     FS_ATTN_LAUNCHED();
     if (splits > 1) {
-        combine_kernel<<<dim3(p.batch.n_tokens, p.n_heads), 256, 0, stream>>>(p, splits, ws_o, ws_ml);
+        launch_pdl("combine_kernel", combine_kernel, dim3(dim3(p.batch.n_tokens, p.n_heads)), dim3(256), 0, stream, p,
+                   splits, ws_o, ws_ml);
         FS_ATTN_LAUNCHED();
     }
 }

@@ -3,6 +3,7 @@
 
 #include "cuda/backend/cuda_util.h"
 #include "cuda/backend/glue.cuh"
+#include "cuda/common/pdl.cuh"
 
 namespace flashseek::cuda {
 
@@ -11,6 +12,8 @@ namespace {
 __global__ void embed_streams_kernel(const __nv_bfloat16* __restrict__ embed, int64_t vocab,
                                      const int32_t* __restrict__ tokens, int n_streams, int64_t dim,
                                      __nv_bfloat16* __restrict__ X) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
     const int t = blockIdx.x;
     int64_t tok = tokens[t];
     if (tok < 0 || tok >= vocab) tok = 0;  // validated on the host; never read out of bounds
@@ -33,6 +36,8 @@ __global__ void embed_streams_kernel(const __nv_bfloat16* __restrict__ embed, in
 
 __global__ void gather_rows_kernel(const __nv_bfloat16* __restrict__ src, const int32_t* __restrict__ rows,
                                    int64_t row_elems, __nv_bfloat16* __restrict__ dst) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
     const int i = blockIdx.x;
     const __nv_bfloat16* s = src + int64_t(rows[i]) * row_elems;
     __nv_bfloat16* d = dst + int64_t(i) * row_elems;
@@ -45,6 +50,8 @@ __global__ void gather_rows_kernel(const __nv_bfloat16* __restrict__ src, const 
 }
 
 __global__ void argmax_rows_kernel(const float* __restrict__ logits, int64_t vocab, int32_t* __restrict__ out) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
     const float* row = logits + int64_t(blockIdx.x) * vocab;
     float best = -FLT_MAX;
     int64_t best_i = vocab;  // sentinel larger than any index
@@ -92,20 +99,21 @@ __global__ void argmax_rows_kernel(const float* __restrict__ logits, int64_t voc
 void embed_streams(const __nv_bfloat16* embed, int64_t vocab, const int32_t* tokens, int n_tokens, int n_streams,
                    int64_t dim, __nv_bfloat16* X, cudaStream_t stream) {
     if (n_tokens <= 0) return;
-    embed_streams_kernel<<<n_tokens, 256, 0, stream>>>(embed, vocab, tokens, n_streams, dim, X);
+    launch_pdl("embed_streams_kernel", embed_streams_kernel, dim3(n_tokens), dim3(256), 0, stream, embed, vocab, tokens,
+               n_streams, dim, X);
     FS_CUDA_LAUNCHED("embed_streams");
 }
 
 void gather_rows(const __nv_bfloat16* src, const int32_t* rows, int n_rows, int64_t row_elems, __nv_bfloat16* dst,
                  cudaStream_t stream) {
     if (n_rows <= 0) return;
-    gather_rows_kernel<<<n_rows, 256, 0, stream>>>(src, rows, row_elems, dst);
+    launch_pdl("gather_rows_kernel", gather_rows_kernel, dim3(n_rows), dim3(256), 0, stream, src, rows, row_elems, dst);
     FS_CUDA_LAUNCHED("gather_rows");
 }
 
 void argmax_rows(const float* logits, int n_rows, int64_t vocab, int32_t* out, cudaStream_t stream) {
     if (n_rows <= 0) return;
-    argmax_rows_kernel<<<n_rows, 1024, 0, stream>>>(logits, vocab, out);
+    launch_pdl("argmax_rows_kernel", argmax_rows_kernel, dim3(n_rows), dim3(1024), 0, stream, logits, vocab, out);
     FS_CUDA_LAUNCHED("argmax_rows");
 }
 

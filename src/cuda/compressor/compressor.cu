@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "cuda/attention/kv_entry.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/compressor/compressor.cuh"
 
 namespace flashseek::cuda {
@@ -49,6 +50,8 @@ __device__ void finish_index_key(float* v, int dim, IndexFormat fmt, uint8_t* ds
 }
 
 __global__ void __launch_bounds__(kThreads) compressor_emit_kernel(CompressorParams p) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
     extern __shared__ float v[];  // [dim]
     __shared__ float scratch[32];
     const int seq = blockIdx.x;
@@ -141,6 +144,8 @@ __global__ void __launch_bounds__(kThreads) compressor_emit_kernel(CompressorPar
 }
 
 __global__ void compressor_save_kernel(CompressorParams p) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
     const int seq = blockIdx.x;
     const int start = p.batch.seq_start_pos[seq], n = p.batch.seq_n_tokens[seq];
     const int m = p.ratio, c = coff(m), width = c * p.dim, ring = c * m;
@@ -186,11 +191,13 @@ void compressor_forward(const CompressorParams& p, cudaStream_t stream) {
     if (p.batch.n_seqs <= 0 || p.batch.n_tokens <= 0) return;
     const int max_emits = p.batch.max_seq_tokens / p.ratio + 1;
     const size_t smem = size_t(p.dim) * sizeof(float);
-    compressor_emit_kernel<<<dim3(p.batch.n_seqs, max_emits), kThreads, smem, stream>>>(p);
+    launch_pdl("compressor_emit_kernel", compressor_emit_kernel, dim3(p.batch.n_seqs, max_emits), dim3(kThreads), smem,
+               stream, p);
     FS_ATTN_LAUNCHED();
     const int ring = coff(p.ratio) * p.ratio;
     const int save_rows = std::max(1, std::min(ring, p.batch.max_seq_tokens));  // decode: one row per sequence
-    compressor_save_kernel<<<dim3(p.batch.n_seqs, save_rows), 256, 0, stream>>>(p);
+    launch_pdl("compressor_save_kernel", compressor_save_kernel, dim3(p.batch.n_seqs, save_rows), dim3(256), 0, stream,
+               p);
     FS_ATTN_LAUNCHED();
 }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "cuda/common/attn_helpers.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/indexer/indexer.cuh"
 
 namespace flashseek::cuda {
@@ -19,6 +20,8 @@ namespace {
 template <int E>  // elements per lane: head_dim / 32
 __global__ void prepare_q_kernel(bf16* q, int64_t stride, int n_tokens, int n_heads, const int32_t* positions,
                                  RopeTable rope, bool quant_sim) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
     constexpr int D = 32 * E;
     const int row = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
@@ -108,6 +111,8 @@ __device__ __forceinline__ int visible_entries(int64_t pos, int ratio, int max_e
 __host__ __device__ inline int padded_heads(int h) { return (h + 15) / 16 * 16; }
 
 __global__ void __launch_bounds__(kScoreThreads) scores_kernel(IndexerSelectParams p, float* __restrict__ scores) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int t = blockIdx.x;
     const int n_vis = visible_entries(p.batch.token_pos[t], p.ratio, p.max_entries);
@@ -205,6 +210,8 @@ __device__ int block_exclusive_scan(int v, int* warp_sums, int* total) {
 }
 
 __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerSelectParams p, const float* __restrict__ scores) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
     __shared__ int hist[256];
     __shared__ int warp_sums[32];
     __shared__ uint32_t sh_prefix;
@@ -278,10 +285,22 @@ void indexer_prepare_q(bf16* q, int64_t stride, int n_tokens, int n_heads, int h
     const int rows = n_tokens * n_heads, warps = 8;
     const int blocks = (rows + warps - 1) / warps;
     switch (head_dim) {
-        case 32: prepare_q_kernel<1><<<blocks, warps * 32, 0, stream>>>(q, stride, n_tokens, n_heads, positions, rope, quant_sim); break;
-        case 64: prepare_q_kernel<2><<<blocks, warps * 32, 0, stream>>>(q, stride, n_tokens, n_heads, positions, rope, quant_sim); break;
-        case 128: prepare_q_kernel<4><<<blocks, warps * 32, 0, stream>>>(q, stride, n_tokens, n_heads, positions, rope, quant_sim); break;
-        case 256: prepare_q_kernel<8><<<blocks, warps * 32, 0, stream>>>(q, stride, n_tokens, n_heads, positions, rope, quant_sim); break;
+        case 32:
+            launch_pdl("prepare_q_kernel", prepare_q_kernel<1>, dim3(blocks), dim3(warps * 32), 0, stream, q, stride,
+                       n_tokens, n_heads, positions, rope, quant_sim);
+            break;
+        case 64:
+            launch_pdl("prepare_q_kernel", prepare_q_kernel<2>, dim3(blocks), dim3(warps * 32), 0, stream, q, stride,
+                       n_tokens, n_heads, positions, rope, quant_sim);
+            break;
+        case 128:
+            launch_pdl("prepare_q_kernel", prepare_q_kernel<4>, dim3(blocks), dim3(warps * 32), 0, stream, q, stride,
+                       n_tokens, n_heads, positions, rope, quant_sim);
+            break;
+        case 256:
+            launch_pdl("prepare_q_kernel", prepare_q_kernel<8>, dim3(blocks), dim3(warps * 32), 0, stream, q, stride,
+                       n_tokens, n_heads, positions, rope, quant_sim);
+            break;
         default: fail_rt("indexer: index_head_dim must be 32, 64, 128 or 256, got {}", head_dim);
     }
     FS_ATTN_LAUNCHED();
@@ -314,10 +333,12 @@ void indexer_select(const IndexerSelectParams& p, void* workspace, size_t worksp
             configured = smem;
         }
         const dim3 grid(n_tokens, (p.max_entries + kScoreTile - 1) / kScoreTile);
-        scores_kernel<<<grid, kScoreThreads, smem, stream>>>(p, static_cast<float*>(workspace));
+        launch_pdl("scores_kernel", scores_kernel, dim3(grid), dim3(kScoreThreads), smem, stream, p,
+                   static_cast<float*>(workspace));
         FS_ATTN_LAUNCHED();
     }
-    topk_kernel<<<n_tokens, kTopkThreads, 0, stream>>>(p, static_cast<const float*>(workspace));
+    launch_pdl("topk_kernel", topk_kernel, dim3(n_tokens), dim3(kTopkThreads), 0, stream, p,
+               static_cast<const float*>(workspace));
     FS_ATTN_LAUNCHED();
 }
 

@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "cuda/common/attn_helpers.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/mhc/mhc.cuh"
 
 namespace flashseek::cuda {
@@ -71,6 +72,8 @@ __device__ __forceinline__ void butterfly_step(float* v, int lane) {
 __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(const bf16* __restrict__ x, const float* __restrict__ fn,
                                                                int n_tokens, int64_t K, int n_mix, bool aligned,
                                                                float* __restrict__ ws) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
     const int t0 = blockIdx.x * kTok;
     const int nt = min(kTok, n_tokens - t0);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -176,6 +179,8 @@ __device__ float sinkhorn_lane(float c, int lane, int iters, float eps) {
 // vec: D % 8 == 0 and x, y, norm_weight 16-byte aligned (host-checked).
 __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams p, const float* __restrict__ ws,
                                                                    int n_splits, bool vec) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
     extern __shared__ float ybuf[];  // [D]; each collapse thread reads back only what it wrote
     __shared__ float red[kMixMax + 1];
     __shared__ float pre[kMaxStreams];
@@ -288,6 +293,8 @@ __global__ void __launch_bounds__(kPostThreads) mhc_post_vec_kernel(int n_tokens
                                                                     const bf16* __restrict__ o,
                                                                     const float* __restrict__ post,
                                                                     const float* __restrict__ comb, bf16* x_out) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
     const int n8 = D / 8;
     const int64_t total = int64_t(n_tokens) * n8;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -328,6 +335,8 @@ __global__ void __launch_bounds__(kPostThreads) mhc_post_vec_kernel(int n_tokens
 // Scalar fallback (D % 8 != 0 or unaligned pointers).
 __global__ void mhc_post_kernel(int n_tokens, int N, int D, const bf16* x, const bf16* o, const float* post,
                                 const float* comb, bf16* x_out) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
     const int64_t total = int64_t(n_tokens) * D;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
         const int64_t t = i / D, d = i % D;
@@ -372,8 +381,8 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
     float* ws = static_cast<float*>(workspace);
     const dim3 grid((p.n_tokens + kTok - 1) / kTok, splits);
     const bool aligned = K % kPerLane == 0 && reinterpret_cast<uintptr_t>(p.x) % 8 == 0 && aligned16(p.fn);
-    mhc_partial_kernel<<<grid, kThreads, 0, stream>>>(p.x, p.fn, p.n_tokens, K, n_mix_of(p.n_streams, p.head_mode),
-                                                      aligned, ws);
+    launch_pdl("mhc_partial_kernel", mhc_partial_kernel, dim3(grid), dim3(kThreads), 0, stream, p.x, p.fn, p.n_tokens,
+               K, n_mix_of(p.n_streams, p.head_mode), aligned, ws);
     FS_ATTN_LAUNCHED();
     const size_t smem = size_t(p.dim) * sizeof(float);
     FS_ATTN_REQUIRE(smem <= 200 * 1024, "mhc_pre: hidden_size {} exceeds the finalize kernel's shared memory", p.dim);
@@ -384,7 +393,8 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
         configured = smem;
     }
     const bool vec = p.dim % 8 == 0 && aligned16(p.x) && aligned16(p.y) && (!p.norm_weight || aligned16(p.norm_weight));
-    mhc_finalize_kernel<<<p.n_tokens, kFinThreads, smem, stream>>>(p, ws, splits, vec);
+    launch_pdl("mhc_finalize_kernel", mhc_finalize_kernel, dim3(p.n_tokens), dim3(kFinThreads), smem, stream, p, ws,
+               splits, vec);
     FS_ATTN_LAUNCHED();
 }
 
@@ -397,12 +407,14 @@ void mhc_post(int n_tokens, int n_streams, int dim, const bf16* x, const bf16* o
     if (dim % 8 == 0 && aligned16(x) && aligned16(o) && aligned16(x_out)) {
         const int64_t total = int64_t(n_tokens) * (dim / 8);
         const int blocks = int(std::min<int64_t>((total + kPostThreads - 1) / kPostThreads, 8192));
-        mhc_post_vec_kernel<<<blocks, kPostThreads, 0, stream>>>(n_tokens, n_streams, dim, x, o, post, comb, x_out);
+        launch_pdl("mhc_post_vec_kernel", mhc_post_vec_kernel, dim3(blocks), dim3(kPostThreads), 0, stream, n_tokens,
+                   n_streams, dim, x, o, post, comb, x_out);
     } else {
         const int64_t total = int64_t(n_tokens) * dim;
         const int threads = 256;
         const int blocks = int(std::min<int64_t>((total + threads - 1) / threads, 8192));
-        mhc_post_kernel<<<blocks, threads, 0, stream>>>(n_tokens, n_streams, dim, x, o, post, comb, x_out);
+        launch_pdl("mhc_post_kernel", mhc_post_kernel, dim3(blocks), dim3(threads), 0, stream, n_tokens, n_streams, dim,
+                   x, o, post, comb, x_out);
     }
     FS_ATTN_LAUNCHED();
 }

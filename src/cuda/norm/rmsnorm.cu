@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "cuda/common/attn_helpers.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/norm/rmsnorm.cuh"
 
 namespace flashseek::cuda {
@@ -16,6 +17,8 @@ constexpr int kWarpsPerBlock = 8;
 __global__ void rmsnorm_rope_kernel(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride,
                                     const bf16* weight, int rows, int heads_per_token, int dim, float eps,
                                     const int32_t* positions, RopeTable rope) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
     const int row = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
     if (row >= rows) return;
@@ -60,8 +63,8 @@ void launch(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride, co
     FS_ATTN_REQUIRE(rope.n_pairs == 0 || positions != nullptr, "rmsnorm: RoPE needs positions");
     if (rows <= 0) return;
     const int blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-    rmsnorm_rope_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(in, in_stride, out, out_stride, weight, rows,
-                                                                     heads, dim, eps, positions, rope);
+    launch_pdl("rmsnorm_rope_kernel", rmsnorm_rope_kernel, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, stream, in,
+               in_stride, out, out_stride, weight, rows, heads, dim, eps, positions, rope);
     FS_ATTN_LAUNCHED();
 }
 

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "cuda/common/attn_helpers.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/rope/rope.cuh"
 
 namespace flashseek::cuda {
@@ -12,6 +13,8 @@ namespace {
 
 __global__ void rope_kernel(bf16* x, int64_t token_stride, int n_tokens, int n_heads, int head_dim,
                             const int32_t* positions, RopeTable rope, bool inverse) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
     const int pairs = rope.n_pairs;
     const int64_t total = int64_t(n_tokens) * n_heads * pairs;
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -38,7 +41,8 @@ void rope_apply(bf16* x, int64_t token_stride, int n_tokens, int n_heads, int he
     const int64_t total = int64_t(n_tokens) * n_heads * rope.n_pairs;
     const int threads = 256;
     const int blocks = int(std::min<int64_t>((total + threads - 1) / threads, 4096));
-    rope_kernel<<<blocks, threads, 0, stream>>>(x, token_stride, n_tokens, n_heads, head_dim, positions, rope, inverse);
+    launch_pdl("rope_kernel", rope_kernel, dim3(blocks), dim3(threads), 0, stream, x, token_stride, n_tokens, n_heads,
+               head_dim, positions, rope, inverse);
     FS_ATTN_LAUNCHED();
 }
 

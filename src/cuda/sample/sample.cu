@@ -6,11 +6,11 @@
 //      equal mass);
 //   4. draw: kept set = keys above the final threshold plus the lowest-id ties at it; inverse CDF of the
 //      temperature weights in token-id order over contiguous per-thread chunks (block scan).
-#include "cuda/sample/sample.cuh"
-
 #include <cfloat>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/pdl.cuh"
+#include "cuda/sample/sample.cuh"
 
 namespace flashseek::cuda {
 namespace {
@@ -160,6 +160,8 @@ __device__ Select radix_select(const float* row, int64_t vocab, double target, f
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restrict__ logits, int64_t vocab, int64_t ld,
                                                           const DeviceSampleParams* __restrict__ params,
                                                           int32_t* __restrict__ out_token, float* __restrict__ out_lp) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
     __shared__ float fscratch[32];
     __shared__ double dscratch[32];
     __shared__ float hist_f[256];
@@ -303,7 +305,8 @@ void sample_rows(const float* logits, int64_t rows, int64_t vocab, int64_t ld, c
     FS_REQUIRE(vocab > 0 && vocab < (int64_t(1) << 31), "sample_rows: vocabulary size ", vocab, " out of range");
     FS_REQUIRE(rows > 0 && rows <= 2147483647, "sample_rows: rows ", rows, " out of range");
     FS_REQUIRE(ld == 0 || ld >= vocab, "sample_rows: row stride ", ld, " < vocab ", vocab);
-    sample_kernel<<<unsigned(rows), kThreads, 0, stream>>>(logits, vocab, ld, params, out_token, out_logprob);
+    launch_pdl("sample_kernel", sample_kernel, dim3(unsigned(rows)), dim3(kThreads), 0, stream, logits, vocab, ld,
+               params, out_token, out_logprob);
     CUDA_CHECK_LAUNCH("sample_kernel");
 }
 

@@ -1,0 +1,68 @@
+// Programmatic dependent launch (PDL, sm_90+): lets a kernel's CTAs be scheduled while the kernel before it in the
+// stream is still finishing, so the ~1-3 us launch gap between the many small dependent kernels of a decode step
+// (about 40 per layer) overlaps the previous kernel's tail instead of adding to it. Works inside CUDA graphs
+// (captured as programmatic edges).
+//
+// Contract for a kernel launched with launch_pdl():
+//   - every CTA calls pdl_wait() before its first read of memory written by an earlier kernel and before it
+//     writes anything an earlier kernel may still read; in practice: first statement of the kernel, before any
+//     early return. pdl_wait() returns once the preceding grid has completed and its writes are visible, so
+//     ordering stays transitive along the stream (each kernel completes only after its own wait returned).
+//   - pdl_trigger() (optional) lets the next kernel's CTAs start launching before this one ends.
+// On pre-Hopper devices, or with FLASHSEEK_PDL=0 in the environment, launch_pdl() is an ordinary launch and both
+// device calls compile to nothing / are no-ops.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "cuda/common/arch.cuh"
+#include "cuda/common/check.cuh"
+
+namespace flashseek::cuda {
+
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Whether launches on the current device use PDL: compute capability >= 9.0 and FLASHSEEK_PDL is not "0".
+inline bool pdl_enabled() {
+    static const bool env_on = [] {
+        const char* v = std::getenv("FLASHSEEK_PDL");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    return env_on && current_arch().cc >= 90;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-stream-serialization attribute when
+// pdl_enabled(). The kernel must follow the contract above. Launch errors are checked here.
+template <typename... Params, typename... Args>
+void launch_pdl(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args&&... args) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    if (pdl_enabled()) {
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+    }
+    const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+    if (err != cudaSuccess) throw_cuda_error(err, name, __FILE__, __LINE__);
+}
+
+}  // namespace flashseek::cuda
