@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -48,9 +49,53 @@ std::string read_text_file(const std::string& path, uintmax_t limit) {
     return ss.str();
 }
 
+std::mutex g_transform_mutex;
+ScopedCheckpointTransform* g_transform = nullptr;  // guarded by g_transform_mutex
+
 }  // namespace
 
+ScopedCheckpointTransform::ScopedCheckpointTransform(std::function<void(Checkpoint&)> transform)
+    : transform_(std::move(transform)) {
+    FS_CHECK(transform_ != nullptr, "ScopedCheckpointTransform: empty transformation");
+    std::lock_guard<std::mutex> lock(g_transform_mutex);
+    FS_CHECK(g_transform == nullptr, "ScopedCheckpointTransform: another checkpoint transformation is installed");
+    g_transform = this;
+}
+
+ScopedCheckpointTransform::~ScopedCheckpointTransform() {
+    std::lock_guard<std::mutex> lock(g_transform_mutex);
+    if (g_transform == this) g_transform = nullptr;
+}
+
+int ScopedCheckpointTransform::applications() const {
+    std::lock_guard<std::mutex> lock(g_transform_mutex);
+    return applications_;
+}
+
 std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& dir) {
+    std::unique_ptr<Checkpoint> ck = open_files(dir);
+    std::lock_guard<std::mutex> lock(g_transform_mutex);
+    if (g_transform) {
+        g_transform->transform_(*ck);
+        ++g_transform->applications_;
+    }
+    return ck;
+}
+
+void Checkpoint::replace_tensor_data(const std::string& name, std::vector<uint8_t> bytes) {
+    const auto it = index_.find(name);
+    FS_CHECK(it != index_.end(), "{}: cannot replace tensor '{}': not in the checkpoint", dir_, name);
+    FS_CHECK(bytes.size() == it->second->nbytes, "{}: cannot replace tensor '{}' ({} bytes) with {} bytes", dir_,
+             name, it->second->nbytes, bytes.size());
+    auto owned = std::make_unique<OwnedTensor>();
+    owned->view = *it->second;
+    owned->bytes = std::move(bytes);
+    owned->view.data = owned->bytes.data();
+    it->second = &owned->view;
+    owned_[name] = std::move(owned);  // frees a previous replacement, whose view index_ no longer points to
+}
+
+std::unique_ptr<Checkpoint> Checkpoint::open_files(const std::string& dir) {
     std::error_code ec;
     FS_CHECK(fs::is_directory(dir, ec), "{}: not a checkpoint directory (it does not exist or is not a directory)",
              dir);

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -65,10 +66,40 @@ public:
     const std::map<std::string, const TensorView*>& all() const { return index_; }
     size_t total_bytes() const;
 
+    // Replaces the bytes of tensor `name` by `bytes` (same size; dtype and shape stay), owned by this checkpoint:
+    // find/get/all return the new bytes from then on, the mapped file is not touched. For load-time weight
+    // transformations (ScopedCheckpointTransform). Throws Error naming the tensor when absent or the size differs.
+    void replace_tensor_data(const std::string& name, std::vector<uint8_t> bytes);
+
 private:
+    struct OwnedTensor {
+        TensorView view;
+        std::vector<uint8_t> bytes;
+    };
+    static std::unique_ptr<Checkpoint> open_files(const std::string& dir);
     std::string dir_;
     std::vector<std::unique_ptr<SafetensorsFile>> files_;
     std::map<std::string, const TensorView*> index_;
+    std::map<std::string, std::unique_ptr<OwnedTensor>> owned_;
+};
+
+// A load-time transformation that Checkpoint::open applies to every checkpoint it opens while the guard lives.
+// Backends open their checkpoints themselves (CPU and CUDA alike), so a command that changes the weights for
+// every backend (`flashseek logits --perturb-norms`) installs one around create_backend. Process-wide, one at a
+// time (a second guard while one lives is an Error); the transformation runs under a lock.
+class ScopedCheckpointTransform {
+public:
+    explicit ScopedCheckpointTransform(std::function<void(Checkpoint&)> transform);
+    ~ScopedCheckpointTransform();
+    ScopedCheckpointTransform(const ScopedCheckpointTransform&) = delete;
+    ScopedCheckpointTransform& operator=(const ScopedCheckpointTransform&) = delete;
+    // How many checkpoints it has transformed so far.
+    int applications() const;
+
+private:
+    std::function<void(Checkpoint&)> transform_;
+    int applications_ = 0;
+    friend class Checkpoint;
 };
 
 // Writes tensors to one safetensors file (used by gen-checkpoint and by tests that build damaged files).

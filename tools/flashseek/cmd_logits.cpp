@@ -1,6 +1,7 @@
 // `flashseek logits`: teacher-forced logits of a token file, the contract that checks outside the test suite use:
 // one forward over the first P tokens (or chunks of --chunk C), then one decode step per remaining token; OUT gets
-// T x vocab little-endian float32 rows, row t = the logits after consuming token t.
+// T x vocab little-endian float32 rows, row t = the logits after consuming token t. --perturb-norms SEED runs the
+// same with every RMSNorm weight moved by one bf16 rounding (model/perturb.h): the reference's own sensitivity.
 #include <CLI/CLI.hpp>
 #include <bit>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include "token_ids.h"
 #include "engine/backend.h"
 #include "engine/factory.h"
+#include "model/perturb.h"
 #include "util/error.h"
 
 namespace {
@@ -26,7 +28,7 @@ std::vector<int32_t> read_token_file(const std::string& path) {
 
 int run_logits(int argc, char** argv) {
     CLI::App app{"Teacher-forced logits: prefill P tokens, then decode the rest one at a time"};
-    std::string model_dir, tokens_path, output_path, backend = "cpu", numerics;
+    std::string model_dir, tokens_path, output_path, backend = "cpu", numerics, perturb_seed;
     int64_t prefill = -1, chunk = 0;
     int threads = 0, layers = 0;
     app.add_option("--model", model_dir, "model directory (config.json + safetensors)")->required();
@@ -39,6 +41,10 @@ int run_logits(int argc, char** argv) {
     app.add_option("--chunk", chunk, "prefill in chunks of C tokens (0 = all P at once)");
     app.add_option("--threads", threads, "CPU threads (0 = all cores)");
     app.add_option("--layers", layers, "run only the first N layers (0 = all; debugging)");
+    app.add_option("--perturb-norms", perturb_seed,
+                   "multiply every RMSNorm weight by (1 +- 2^-8) per channel (signs from SEED), rounded to bf16: "
+                   "the reference's own sensitivity to one rounding error")
+        ->type_name("SEED");
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
@@ -57,7 +63,21 @@ int run_logits(int argc, char** argv) {
     opt.max_sequences = 1;
     opt.threads = threads;
     opt.layers = layers;
-    auto be = create_backend(model_dir, opt);
+    std::unique_ptr<Backend> be;
+    if (app.count("--perturb-norms")) {
+        const uint64_t seed = parse_perturbation_seed(perturb_seed);
+        NormPerturbationSummary sum;
+        auto guard = install_norm_perturbation(seed, &sum);
+        be = create_backend(model_dir, opt);
+        FS_CHECK(guard->applications() == 1, "--perturb-norms: backend '{}' opened {} checkpoints through the "
+                 "loader, expected exactly 1; the perturbation would not apply to the weights it runs", backend,
+                 guard->applications());
+        std::fprintf(stderr, "logits: --perturb-norms %llu: %d norm tensors, %lld of %lld values changed by one "
+                     "bf16 step (x (1 +- 2^-8))\n", (unsigned long long)seed, sum.tensors, (long long)sum.changed,
+                     (long long)sum.values);
+    } else {
+        be = create_backend(model_dir, opt);
+    }
     const int64_t V = be->config().vocab_size;
     for (int64_t i = 0; i < T; ++i)
         FS_CHECK(tokens[size_t(i)] < V, "--tokens: token id {} (token {} of {}) is >= the vocabulary size {}",
