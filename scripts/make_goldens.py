@@ -8,6 +8,10 @@
 # Example:
 #   scripts/make_goldens.py --flashseek build-cpu/tools/flashseek/flashseek \
 #       --config tests/data/configs/golden-a.json --name golden-a --seed 11 --prefill 203 --tokens 520
+# A decision-free golden (every expert active, index_topk above every query's entry count; the literal
+# accuracy criterion of issue 4 is meaningful on it, see docs/perf.md):
+#   scripts/make_goldens.py --flashseek build-acc/tools/flashseek/flashseek --no-decisions \
+#       --config tests/data/configs/golden-d.json --name golden-d-no-decisions --seed 15 --prefill 143 --tokens 300
 import argparse
 import datetime
 import json
@@ -57,6 +61,10 @@ def main():
                     "(development only: the golden then records no hash and the test rejects it)")
     ap.add_argument("--out-root", default=os.path.join(REPO, "tests/data/goldens"))
     ap.add_argument("--max-attempts", type=int, default=8, help="token seeds to try when margins are too small")
+    ap.add_argument("--no-decisions", action="store_true",
+                    help="require a decision-free golden (no router top-k choice: num_experts_per_tok = "
+                         "n_routed_experts; no indexer top-k choice: index_topk >= every query's ratio-4 entries), "
+                         "so that the literal accuracy criterion is meaningful on it; refuse to write otherwise")
     args = ap.parse_args()
     if not 1 <= args.prefill <= args.tokens:
         raise SystemExit(f"--prefill {args.prefill} must be in [1, --tokens {args.tokens}]")
@@ -96,6 +104,17 @@ def main():
                 raise SystemExit(f"top-k margin {worst:.3g} < {MIN_RELATIVE_MARGIN}: near-tie, pick other seeds")
             token_seed += 1
 
+        decision_free = margins.router_min == float("inf") and margins.indexer_choices == 0
+        if args.no_decisions:
+            cfg = json.load(open(args.config))
+            if cfg["num_experts_per_tok"] != cfg["n_routed_experts"]:
+                raise SystemExit(f"--no-decisions: {args.config} has num_experts_per_tok "
+                                 f"{cfg['num_experts_per_tok']} < n_routed_experts {cfg['n_routed_experts']}")
+            if not decision_free:
+                raise SystemExit(f"--no-decisions: the oracle made {margins.indexer_choices} indexer top-k choices "
+                                 f"(raise index_topk above {args.tokens // 4}) and router margin "
+                                 f"{margins.router_min:.3g} (inf = no choice)")
+
         full = run_full(model, tokens)
         self_err = per_position_rel_err(cached, full)
         print(f"[{args.name}] HF cached (prefill {args.prefill} + {args.tokens - args.prefill} decode steps) vs HF "
@@ -132,6 +151,7 @@ def main():
                     margins.indexer_min if margins.indexer_min != float("inf") else None,
                 "indexer_topk_choices": margins.indexer_choices,
                 "swiglu_clamped_fraction": margins.swiglu_clamped / max(1, margins.swiglu_total),
+                "decision_free": decision_free,
             },
             "created": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "command": " ".join(os.path.relpath(a, REPO) if os.path.exists(a) else a for a in sys.argv),
