@@ -204,7 +204,21 @@ for c in "${cases[@]}"; do
   fi
 done
 
-# The end-to-end verdicts side by side (both criteria; "-" where a comparison had no envelope).
+# --perturb-norms reaches the GPU's weights: on the decision-free tiny-a, CUDA exact with the flag must differ from
+# CUDA exact without it by about the CPU envelope, and agree with CPU exact with the flag as closely as the
+# unperturbed runs agree.
+n=tiny-a-no-decisions
+if [ $CPU_ONLY = 0 ] && [ -f "$WORK/$n.cuda_exact.bin" ]; then
+  name=$n; prefill=150; vocab=$(python3 -c "import json; print(json.load(open('$WORK/$n/config.json'))['vocab_size'])")
+  run cuda exact "$WORK/$n.cuda_exact_perturbed.bin" --perturb-norms "$PERTURB_SEED"
+  python3 scripts/compare_logits.py --ours "$WORK/$n.cuda_exact_perturbed.bin" --ref "$WORK/$n.cuda_exact.bin" \
+    --vocab "$vocab" --label "$n flag check: cuda exact --perturb-norms vs cuda exact (expect ~ the CPU envelope)" 2>&1 | tee -a "$SUMMARY"
+  python3 scripts/compare_logits.py --ours "$WORK/$n.cuda_exact_perturbed.bin" --ref "$WORK/$n.cpu_exact_perturbed.bin" \
+    --vocab "$vocab" --label "$n flag check: cuda vs cpu, both --perturb-norms (expect ~ cuda vs cpu unperturbed)" 2>&1 | tee -a "$SUMMARY"
+fi
+
+# The end-to-end verdicts side by side: both criteria for every comparison that has an envelope (in
+# --cpu-envelopes mode: the envelopes themselves with their literal verdicts).
 [ -s "$E2E" ] && python3 - "$E2E" <<'PY' 2>&1 | tee -a "$SUMMARY"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
