@@ -3,12 +3,14 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <sstream>
 
 #include <unistd.h>
 
@@ -56,6 +58,8 @@ Agreement compare_rows(const std::vector<float>& ours, const std::vector<float>&
         return a;
     }
     int agree = 0;
+    std::vector<double> rels;
+    rels.reserve(size_t(rows));
     for (int64_t r = 0; r < rows; ++r) {
         double num = 0, den = 0;
         int64_t ao = 0, ar = 0;
@@ -69,10 +73,28 @@ Agreement compare_rows(const std::vector<float>& ours, const std::vector<float>&
         const double rel = std::isfinite(num) ? std::sqrt(num / std::max(den, 1e-30)) : INFINITY;
         a.max_rel = std::max(a.max_rel, rel);
         a.mean_rel += rel / double(rows);
+        rels.push_back(rel);
         agree += ao == ar;
     }
     a.argmax = double(agree) / double(rows);
+    std::sort(rels.begin(), rels.end());
+    a.median_rel = rels[rels.size() / 2];
+    a.p90_rel = rels[std::min(rels.size() - 1, size_t(double(rels.size()) * 0.9))];
     return a;
+}
+
+std::string envelope_violation(const Agreement& ours, const Agreement& env) {
+    constexpr double kFactor = 1.5, kFloor = 2e-2, kArgmaxSlack = 0.02;
+    std::ostringstream why;
+    const double med_lim = std::max(kFactor * env.median_rel, kFloor), p90_lim = std::max(kFactor * env.p90_rel, kFloor);
+    if (!(ours.median_rel <= med_lim)) why << "median rel " << ours.median_rel << " > " << med_lim << "; ";
+    if (!(ours.p90_rel <= p90_lim)) why << "p90 rel " << ours.p90_rel << " > " << p90_lim << "; ";
+    if (!(ours.argmax >= env.argmax - kArgmaxSlack))
+        why << "argmax " << ours.argmax << " < " << env.argmax - kArgmaxSlack << "; ";
+    if (!why.str().empty())
+        why << "(envelope: median " << env.median_rel << ", p90 " << env.p90_rel << ", max " << env.max_rel
+            << ", argmax " << env.argmax << ")";
+    return why.str();
 }
 
 }  // namespace flashseek::test
