@@ -20,6 +20,7 @@
 #include "cuda/gemm/linear.cuh"
 #include "cuda/moe/moe.cuh"
 #include "cuda/rope/rope.cuh"
+#include "cuda/sample/sample.cuh"
 
 namespace flashseek::cuda {
 
@@ -108,6 +109,9 @@ public:
     void free_sequence(int seq_id) override;
     int64_t sequence_length(int seq_id) const override;
     void forward(std::span<const SequenceStep> steps, std::vector<float>& logits) override;
+    // Samples on the device (sample/sample.cuh) unless an entry asks for top logprobs (then the host sampler).
+    void forward_sample(std::span<const SequenceStep> steps, std::span<const SampleParams> params,
+                        std::vector<SampleResult>& out) override;
 
     // CudaBackendExtras
     StepProfile profile_step(std::span<const SequenceStep> steps) override;
@@ -118,10 +122,11 @@ public:
 
 private:
     friend struct LayerRunner;
-    enum class Output { Logits, Argmax };
+    enum class Output { Logits, Argmax, Sample };
     void validate(std::span<const SequenceStep> steps) const;
     void run_steps(std::span<const SequenceStep> steps, Output out, std::vector<float>* logits,
-                   std::vector<int32_t>* tokens);
+                   std::vector<int32_t>* tokens, std::span<const SampleParams> sample_params = {},
+                   std::vector<float>* logprobs = nullptr);
     // Enqueues the whole forward of one pass on stream_ (graph-capturable).
     void enqueue_pass(const PassShape& shape);
     void enqueue_attention(int l, const PassShape& shape);
@@ -181,6 +186,9 @@ private:
     PrepBuffer prep_x_, prep_x_bf16_, prep_qr_, prep_o_, prep_z_, prep_moe_;
     float* logits_host_ = nullptr;
     int32_t* argmax_host_ = nullptr;
+    DeviceBuffer sample_params_, sample_logprob_;  // per head row: the entry's sampling parameters, its result
+    DeviceSampleParams* sample_params_host_ = nullptr;
+    float* sample_logprob_host_ = nullptr;
 
     uint64_t prep_generation_ = 1;  // bumped whenever a sub-block starts (its inputs are rewritten)
     bool use_graphs_ = true;

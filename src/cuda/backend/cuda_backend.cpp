@@ -3,6 +3,7 @@
 // keyed by their shape), the embedding and the output head. Layer sub-blocks are in layer_attention.cpp and
 // layer_moe.cpp; create_cuda_backend is at the end.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -211,6 +212,10 @@ CudaBackendImpl::CudaBackendImpl(const ModelConfig& cfg, const BackendOptions& o
     argmax_.allocate(size_t(T) * 4, "argmax");
     FS_CUDA_TRY(cudaMallocHost(&logits_host_, size_t(T * V) * 4));
     FS_CUDA_TRY(cudaMallocHost(&argmax_host_, size_t(T) * 4));
+    sample_params_.allocate(size_t(T) * sizeof(DeviceSampleParams), "sampling parameters");
+    sample_logprob_.allocate(size_t(T) * 4, "sampled logprobs");
+    FS_CUDA_TRY(cudaMallocHost(&sample_params_host_, size_t(T) * sizeof(DeviceSampleParams)));
+    FS_CUDA_TRY(cudaMallocHost(&sample_logprob_host_, size_t(T) * 4));
     prep_x_.allocate(T, D);
     prep_x_bf16_.allocate(T, D);
     prep_qr_.allocate(T, QL);
@@ -237,6 +242,8 @@ CudaBackendImpl::~CudaBackendImpl() {
     if (meta_.host) cudaFreeHost(meta_.host);
     if (logits_host_) cudaFreeHost(logits_host_);
     if (argmax_host_) cudaFreeHost(argmax_host_);
+    if (sample_params_host_) cudaFreeHost(sample_params_host_);
+    if (sample_logprob_host_) cudaFreeHost(sample_logprob_host_);
     if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -462,7 +469,8 @@ void CudaBackendImpl::launch_pass(const PassShape& s, bool graph_ok) {
 }
 
 void CudaBackendImpl::run_steps(std::span<const SequenceStep> steps, Output out, std::vector<float>* logits,
-                                std::vector<int32_t>* tokens) {
+                                std::vector<int32_t>* tokens, std::span<const SampleParams> sample_params,
+                                std::vector<float>* logprobs) {
     validate(steps);
     // Reserve every block the step needs first: OutOfStateMemory leaves all state unchanged.
     std::vector<std::pair<int, int64_t>> req;
@@ -474,6 +482,10 @@ void CudaBackendImpl::run_steps(std::span<const SequenceStep> steps, Output out,
     for (const auto& s : steps) total_rows += s.all_logits ? s.n_tokens : 1;
     if (logits) logits->resize(size_t(total_rows * V));
     if (tokens) tokens->assign(steps.size(), -1);
+    if (logprobs) logprobs->assign(steps.size(), 0.f);
+    FS_CHECK(out != Output::Sample || (sample_params.size() == steps.size() && tokens && logprobs),
+             "CUDA backend: sampling needs one parameter set per step entry ({} for {})", sample_params.size(),
+             steps.size());
 
     // Progress per entry: tokens consumed so far in this step.
     std::vector<int> done(steps.size(), 0);
@@ -562,10 +574,33 @@ void CudaBackendImpl::run_steps(std::span<const SequenceStep> steps, Output out,
             if (out == Output::Logits) {
                 FS_CUDA_TRY(cudaMemcpyAsync(logits_host_, logits_.get(), size_t(head_rows) * size_t(V) * 4,
                                             cudaMemcpyDeviceToHost, stream_));
-            } else {
+            } else if (out == Output::Argmax) {
                 argmax_rows(logits_.as<float>(), head_rows, V, argmax_.as<int32_t>(), stream_);
                 FS_CUDA_TRY(cudaMemcpyAsync(argmax_host_, argmax_.get(), size_t(head_rows) * 4, cudaMemcpyDeviceToHost,
                                             stream_));
+            } else {
+                // Head rows past head_dst are padding rows of a decode bucket: sampled greedily, results unused.
+                for (int h = 0; h < head_rows; ++h) {
+                    DeviceSampleParams d;
+                    if (size_t(h) < head_dst.size()) {
+                        const SampleParams& sp = sample_params[head_dst[size_t(h)].entry];
+                        d.temperature = sp.temperature;
+                        d.top_p = sp.top_p;
+                        d.top_k = sp.top_k;
+                        d.seed = sp.seed;
+                        d.draw_index = sp.draw_index;
+                    }
+                    sample_params_host_[h] = d;
+                }
+                FS_CUDA_TRY(cudaMemcpyAsync(sample_params_.get(), sample_params_host_,
+                                            size_t(head_rows) * sizeof(DeviceSampleParams), cudaMemcpyHostToDevice,
+                                            stream_));
+                sample_rows(logits_.as<float>(), head_rows, V, V, sample_params_.as<DeviceSampleParams>(),
+                            argmax_.as<int32_t>(), sample_logprob_.as<float>(), stream_);
+                FS_CUDA_TRY(cudaMemcpyAsync(argmax_host_, argmax_.get(), size_t(head_rows) * 4, cudaMemcpyDeviceToHost,
+                                            stream_));
+                FS_CUDA_TRY(cudaMemcpyAsync(sample_logprob_host_, sample_logprob_.get(), size_t(head_rows) * 4,
+                                            cudaMemcpyDeviceToHost, stream_));
             }
         }
         FS_CUDA_TRY(cudaStreamSynchronize(stream_));
@@ -574,6 +609,7 @@ void CudaBackendImpl::run_steps(std::span<const SequenceStep> steps, Output out,
                 std::memcpy(logits->data() + head_dst[h].dst_row * V, logits_host_ + int64_t(h) * V, size_t(V) * 4);
             } else {
                 (*tokens)[head_dst[h].entry] = argmax_host_[h];
+                if (out == Output::Sample) (*logprobs)[head_dst[h].entry] = sample_logprob_host_[h];
             }
         }
         for (const Part& p : parts) {
@@ -585,6 +621,33 @@ void CudaBackendImpl::run_steps(std::span<const SequenceStep> steps, Output out,
 
 void CudaBackendImpl::forward(std::span<const SequenceStep> steps, std::vector<float>& logits) {
     run_steps(steps, Output::Logits, &logits, nullptr);
+}
+
+void CudaBackendImpl::forward_sample(std::span<const SequenceStep> steps, std::span<const SampleParams> params,
+                                    std::vector<SampleResult>& out) {
+    FS_CHECK(steps.size() == params.size(), "forward_sample: {} steps but {} sample parameter sets", steps.size(),
+             params.size());
+    // Top logprobs need the whole row on the host: the host sampler does everything for such a step.
+    if (std::any_of(params.begin(), params.end(), [](const SampleParams& p) { return p.n_logprobs > 0; }))
+        return Backend::forward_sample(steps, params, out);
+    for (size_t i = 0; i < params.size(); ++i) {
+        const SampleParams& p = params[i];
+        FS_CHECK(std::isfinite(p.temperature) && p.temperature >= 0.f,
+                 "forward_sample: entry {}: temperature {} is not a finite value >= 0", i, p.temperature);
+        FS_CHECK(p.top_p > 0.f && p.top_p <= 1.f, "forward_sample: entry {}: top_p {} is outside (0, 1]", i,
+                 p.top_p);
+        FS_CHECK(p.top_k >= 0, "forward_sample: entry {}: top_k {} is negative", i, p.top_k);
+    }
+    std::vector<int32_t> tokens;
+    std::vector<float> logprobs;
+    run_steps(steps, Output::Sample, nullptr, &tokens, params, &logprobs);
+    out.assign(steps.size(), SampleResult{});
+    for (size_t i = 0; i < steps.size(); ++i) {
+        FS_CHECK(tokens[i] >= 0 && tokens[i] < cfg_.vocab_size, "CUDA sampler returned token {} for entry {}",
+                 tokens[i], i);
+        out[i].token = tokens[i];
+        out[i].logprob = logprobs[i];
+    }
 }
 
 void CudaBackendImpl::decode_greedy(std::span<const SequenceStep> steps, std::vector<int32_t>& next_tokens) {

@@ -6,6 +6,7 @@
 // clear errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -186,6 +187,72 @@ TEST_F(CudaBackendBatch, GraphsMatchEager) {
     const auto a = teacher_forced(*with, toks, 30, 30), b = teacher_forced(*without, toks, 30, 30);
     ASSERT_EQ(a.size(), b.size());
     EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin()));
+}
+
+// forward_sample on the device: greedy picks the argmax of the logits forward() gives for the same step (the same
+// kernels, so the same logits); sampling with top-k keeps to the k best tokens and reports the token's temperature-1
+// log-softmax; a step asking for top logprobs takes the host path; bad parameters are refused before any state
+// changes.
+TEST_F(CudaBackendBatch, DeviceSamplingAgreesWithLogits) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE("seed=" + std::to_string(seed));
+    const std::string dir = test::tiny_checkpoint("tiny-a", seed % 997 + 1);
+    auto gpu = make(dir, "cuda", Numerics::Release, 4);
+    const int64_t V = gpu->config().vocab_size;
+    std::mt19937_64 rng(seed);
+    const auto toks = random_tokens(rng, 40, V);
+    const int a = gpu->create_sequence(), b = gpu->create_sequence();
+    std::vector<float> logits;
+    std::vector<SampleResult> res;
+    for (int t = 0; t < 40; t += (t == 0 ? 24 : 1)) {  // a 24-token prefill, then 16 decode steps
+        const int n = t == 0 ? 24 : 1;
+        SequenceStep sa{a, toks.data() + t, n, false}, sb{b, toks.data() + t, n, false};
+        gpu->forward(std::span<const SequenceStep>(&sa, 1), logits);
+        ASSERT_EQ(int64_t(logits.size()), V);
+        const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
+        double z = 0;
+        const float mx = logits[size_t(best)];
+        for (float v : logits) z += std::exp(double(v) - mx);
+        const bool greedy = t % 2 == 0;
+        SampleParams p;
+        p.temperature = greedy ? 0.f : 0.9f;
+        p.top_k = greedy ? 0 : 5;
+        p.seed = seed;
+        p.draw_index = uint64_t(t);
+        gpu->forward_sample(std::span<const SequenceStep>(&sb, 1), std::span<const SampleParams>(&p, 1), res);
+        ASSERT_EQ(res.size(), 1u);
+        const int32_t tok = res[0].token;
+        ASSERT_GE(tok, 0);
+        ASSERT_LT(tok, V);
+        if (greedy) {
+            EXPECT_EQ(tok, best) << "step " << t;
+        } else {
+            int better = 0;
+            for (float v : logits) better += v > logits[size_t(tok)];
+            EXPECT_LT(better, 5) << "step " << t << ": sampled token outside the top-5";
+        }
+        EXPECT_NEAR(res[0].logprob, double(logits[size_t(tok)]) - mx - std::log(z), 1e-3) << "step " << t;
+    }
+    EXPECT_EQ(gpu->sequence_length(a), 40);
+    EXPECT_EQ(gpu->sequence_length(b), 40);
+    // Top logprobs: the host path, with the requested number of alternatives.
+    SampleParams lp;
+    lp.n_logprobs = 3;
+    SequenceStep sb{b, toks.data(), 1, false};
+    gpu->forward_sample(std::span<const SequenceStep>(&sb, 1), std::span<const SampleParams>(&lp, 1), res);
+    ASSERT_EQ(res.size(), 1u);
+    EXPECT_EQ(res[0].top_logprobs.size(), 3u);
+    // Bad parameters: an Error naming the field, and the sequence does not advance.
+    SampleParams bad;
+    bad.top_p = 0.f;
+    const int64_t len = gpu->sequence_length(b);
+    try {
+        gpu->forward_sample(std::span<const SequenceStep>(&sb, 1), std::span<const SampleParams>(&bad, 1), res);
+        FAIL() << "top_p = 0 accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("top_p"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(gpu->sequence_length(b), len);
 }
 
 TEST_F(CudaBackendBatch, BadInputAndExhaustedPool) {
