@@ -117,7 +117,7 @@ void check_dummy_formats(const cuda::DeviceTensorStore& store, const ModelConfig
 }
 
 TEST_F(CudaParts, DummyWeightsTinyAreValidAndReproducible) {
-    const ModelConfig cfg = load_model_config(std::string(FLASHSEEK_SOURCE_DIR) + "/tests/data/configs/tiny-b.json");
+    const ModelConfig cfg = load_model_config(test::source_dir() + "/tests/data/configs/tiny-b.json");
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE("seed=" + std::to_string(seed));
     auto a = cuda::generate_dummy_weights(cfg, cfg.num_hidden_layers, seed);
@@ -134,7 +134,7 @@ TEST_F(CudaParts, DummyWeightsTinyAreValidAndReproducible) {
 // The full V4-Flash config with dummy weights: two layers generated on the device, valid formats, and a forward
 // of two sequences gives finite logits.
 TEST_F(CudaParts, DummyWeightsFullConfigForward) {
-    const std::string path = std::string(FLASHSEEK_SOURCE_DIR) + "/tests/data/configs/v4-flash.json";
+    const std::string path = test::source_dir() + "/tests/data/configs/v4-flash.json";
     const ModelConfig cfg = load_model_config(path);
     {
         auto store = cuda::generate_dummy_weights(cfg, 1, 3);

@@ -24,6 +24,11 @@ uint64_t fresh_seed() {
     return uint64_t(std::chrono::steady_clock::now().time_since_epoch().count()) % 1000000007ull;
 }
 
+std::string source_dir() {
+    const char* env = std::getenv("FLASHSEEK_SOURCE_DIR");
+    return env && *env ? std::string(env) : std::string(FLASHSEEK_SOURCE_DIR);
+}
+
 bool have_gpu() {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
@@ -42,7 +47,7 @@ std::string tiny_checkpoint(const std::string& config, uint64_t seed) {
     const auto dir = std::filesystem::temp_directory_path() /
                      ("flashseek_cuda_backend_test_" + std::to_string(::getpid()) + "_" + config + "_" +
                       std::to_string(seed));
-    const ModelConfig cfg = load_model_config(std::string(FLASHSEEK_SOURCE_DIR) + "/tests/data/configs/" + config + ".json");
+    const ModelConfig cfg = load_model_config(source_dir() + "/tests/data/configs/" + config + ".json");
     GenOptions opt;
     opt.seed = seed;
     generate_checkpoint(cfg, dir.string(), opt);

@@ -7,7 +7,9 @@
 
 namespace flashseek::test {
 
-uint64_t fresh_seed();  // from the clock unless FLASHSEEK_TEST_SEED is set
+uint64_t fresh_seed();
+// The source tree (test data): the build's, unless FLASHSEEK_SOURCE_DIR is set (binaries carried to another machine).
+std::string source_dir();  // from the clock unless FLASHSEEK_TEST_SEED is set
 // Writes (once per process) a checkpoint of tests/data/configs/<config>.json with gen-checkpoint's generator and
 // returns its folder.
 std::string tiny_checkpoint(const std::string& config, uint64_t seed);
