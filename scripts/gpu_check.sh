@@ -30,6 +30,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+export FLASHSEEK_SOURCE_DIR=$ROOT  # test data for binaries built in another checkout
 TARGETS=(flashseek test_cuda_backend test_cuda_linear test_cuda_attention)
 
 if [ "${1:-}" = "--bundle" ]; then
