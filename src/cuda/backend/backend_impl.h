@@ -142,8 +142,9 @@ private:
     PagedEntries index_entries(int l) const;
     // Prepares x [rows, K] for weight w into buf (EXACT for BF16 weights, else the backend's numerics).
     // force_exact: no activation quantization whatever the numerics (wo_a: the reference's bf16 einsum).
+    // allow_raw: the consumer takes a raw activation when w's small-M GEMV serves rows (no preparation launch).
     const PreparedActivation& prep(PrepBuffer& buf, const void* x, bool x_f32, int rows, int64_t K, int64_t ld,
-                                   const DeviceLinear& w, bool force_exact = false);
+                                   const DeviceLinear& w, bool force_exact = false, bool allow_raw = true);
     void lin(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind kind, int64_t ld);
     void account_bytes(const PassShape& shape);
 

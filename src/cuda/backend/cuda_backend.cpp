@@ -277,14 +277,28 @@ void CudaBackendImpl::validate(std::span<const SequenceStep> steps) const {
 }
 
 const PreparedActivation& CudaBackendImpl::prep(PrepBuffer& buf, const void* x, bool x_f32, int rows, int64_t K,
-                                                int64_t ld, const DeviceLinear& w, bool force_exact) {
+                                                int64_t ld, const DeviceLinear& w, bool force_exact, bool allow_raw) {
     const ActNumerics num = (w.kind == WeightKind::BF16 || force_exact) ? ActNumerics::EXACT : act_numerics_;
+    // Small-M GEMV consumers can take the raw bf16 rows and prepare them while staging (bit-identical, no launch).
+    // Off: measured slower on the H200 (docs/perf.md, run C: every 16-row CTA re-quantizes its whole K range, e.g.
+    // wo_b at C=1 28 -> 84 us per call), and M = 1 linears use the SIMT GEMV, which needs a prepared activation.
+    // Not for the grouped wo_a (force_exact) either: its GEMV eligibility also depends on the group size.
+    constexpr bool kRawActivations = false;
+    const bool raw = kRawActivations && allow_raw && !x_f32 && !force_exact && w.kind != WeightKind::BF16 && ld % 8 == 0 &&
+                     (reinterpret_cast<uintptr_t>(x) & 15) == 0 && linear_takes_raw(rows, w);
     if (buf.generation == prep_generation_ && buf.src == x && buf.rows == rows && buf.act.k == K &&
-        buf.layout == w.kind && buf.numerics == num)
+        buf.layout == w.kind && buf.numerics == num && buf.act.raw == raw)
         return buf.act;  // the same input already prepared for this format in this sub-block
-    prof_.begin("prepare activation");
-    prepare_activation(x, x_f32, rows, K, ld, w.kind, num, buf.act, stream_);
-    prof_.end();
+    buf.act.values = buf.values.as<uint16_t>();  // a raw descriptor may have pointed them at the input
+    buf.act.scales = buf.scales.as<float>();
+    buf.act.raw = false;
+    if (raw) {
+        buf.act = raw_activation(x, rows, K, ld, w.kind, num);
+    } else {
+        prof_.begin("prepare activation");
+        prepare_activation(x, x_f32, rows, K, ld, w.kind, num, buf.act, stream_);
+        prof_.end();
+    }
     buf.generation = prep_generation_;
     buf.src = x;
     buf.rows = rows;

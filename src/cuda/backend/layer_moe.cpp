@@ -92,7 +92,10 @@ void CudaBackendImpl::enqueue_moe(int l, const PassShape& s) {
         moe_group(expert_idx_.as<int32_t>(), expert_weight_.as<float>(), T, K, grouping_, stream_);
     }
     const DeviceLinear& w1 = L.w1[0];
-    const PreparedActivation& ax = prep(prep_x_expert_, y_.get(), false, T, D, D, w1);
+    // Raw input (prepared inside the GEMV expert kernels) only when every consumer of ax takes it.
+    const bool raw_ok = moe_expert_takes_raw(L.routed, T) &&
+                        (L.shared_w1.kind != w1.kind || moe_expert_takes_raw(L.shared, T));
+    const PreparedActivation& ax = prep(prep_x_expert_, y_.get(), false, T, D, D, w1, false, raw_ok);
     {
         OpProfiler::Scope sc(prof_, "moe.routed w1+w3+swiglu");
         moe_expert_up(ax, L.routed, &grouping_, T, K, limit, act_numerics_, moe_h_.act, stream_);
@@ -102,7 +105,9 @@ void CudaBackendImpl::enqueue_moe(int l, const PassShape& s) {
         moe_expert_down(moe_h_.act, L.routed, &grouping_, T, K, y_routed_.as<float>(), stream_);
     }
     const PreparedActivation& axs =
-        L.shared_w1.kind == w1.kind ? ax : prep(prep_x_, y_.get(), false, T, D, D, L.shared_w1);
+        L.shared_w1.kind == w1.kind ? ax
+                                    : prep(prep_x_, y_.get(), false, T, D, D, L.shared_w1, false,
+                                           moe_expert_takes_raw(L.shared, T));
     {
         OpProfiler::Scope sc(prof_, "moe.shared w1+w3+swiglu");
         moe_expert_up(axs, L.shared, nullptr, T, 1, limit, act_numerics_, moe_h_shared_.act, stream_);

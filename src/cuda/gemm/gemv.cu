@@ -1,14 +1,14 @@
-// Decode GEMV for FP8 (e4m3 + 128x128 block scales) and FP4 (e2m1 + per-32 scales) weights, M <= 8 tokens.
-// Why: the mma.sync path (linear.cu) spends most of a decode step issuing widen + mma work for 8-token tiles of
-// which one token is real, and reaches 36-45% of the copy bandwidth on the 33.6 MB matrices at M = 1. Here
-// each weight byte costs a couple of integer ops and T fp32 FMAs, so weights can stream at DRAM speed.
-// Design (device core in gemv_core.cuh):
-//   - CTA = 4 warps x 4 rows = 16 rows; grid = (row blocks, K splits). Each CTA stages its activation slice in
-//     shared memory (fp32, scaled) chunk by chunk, then every warp streams its 4 rows with 16-byte loads.
-//   - Lane partials are reduced with warp shuffles. K is split over CTAs until the grid has ~4 CTAs per SM
-//     (wq_a / wkv have 1024 / 512 rows); partials go to the GEMM workspace and the last CTA of a row block sums
-//     them in split order (deterministic, one launch), as in linear.cu.
-// Only integer ops, f16->f32 conversion, fp32 FMA and 16-byte loads: runs on every target (sm_80 and later).
+// Decode GEMV for FP8 (e4m3 + 128x128 block scales) and FP4 (e2m1 + per-32 scales) weights, M <= 16 tokens, on
+// the tensor-core GEMV core of gemv_mma.cuh. Why: the mma.sync GEMM (linear.cu) computes 8-32-token tiles with
+// one real token and stages activations per chunk behind CTA barriers (29-31% of the copy bandwidth on the 33.6 MB
+// matrices at M = 1), and the former SIMT GEMV spent one fp32 FMA per weight and token (45% at M = 1, 13% at M = 8).
+// Design: CTA = KW warps on the same 16 rows (KW = 1 by default: one long-lived warp streams the tile's whole K
+// range; KW = 4: a quarter each, summed in shared memory in a fixed order), each warp with its own activation
+// staging (prepared activation, or raw bf16 rows prepared on the fly) and PF steps of weights + scales in flight.
+// grid = (row tiles, K splits): K is split over CTAs until the grid is ~12 (KW = 1) / ~4 (KW = 4) CTAs per SM
+// (wq_a / wkv have 64 / 32 row tiles); partials go to the GEMM workspace and the last CTA of a row tile sums
+// them in split order (deterministic, one launch), as in linear.cu. M = 1 takes gemv_simt.cu instead.
+// f16 mma.sync + integer widening only: runs on every target (sm_80 and later).
 #include "cuda/gemm/gemv.cuh"
 
 #include <algorithm>
@@ -16,10 +16,15 @@
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
-#include "cuda/gemm/gemv_core.cuh"
+#include "cuda/gemm/gemv_mma.cuh"
 
 namespace flashseek::cuda::gemv {
 namespace {
+
+using gmma::ActSrc;
+using gmma::MatRows;
+
+constexpr int kStageBudget = 9216;  // staged activation bytes per warp (4 warps + reduction stay under 48 KB)
 
 struct Args {
     const uint8_t* w;
@@ -27,14 +32,12 @@ struct Args {
     int scale_kind;
     int64_t N, K;            // rows (all groups), columns per row
     int64_t w_row_bytes;
-    int64_t scale_ld;        // FP8: ceil(K/128) per 128-row block; FP4: K/32 per row
-    const uint16_t* x;
-    const float* xs;
-    int64_t x_ld, xs_ld;
+    int64_t scale_ld;        // FP8: K/128 per 128-row block; FP4: K/32 per row
+    ActSrc src;
     int64_t M;
     int64_t rows_per_group, x_group_cols;
-    int64_t k_per_split;     // multiple of 128
-    int chunk_cols;          // staged columns per pass (multiple of 128)
+    int64_t steps_per_split;
+    int chunk_steps;         // staging chunk per warp (steps)
     int k_splits;
     void* y;
     int y_f32;
@@ -43,72 +46,78 @@ struct Args {
     uint32_t* counters;
 };
 
-template <WeightKind WK, int T>
-__global__ void __launch_bounds__(kWarps * 32, T <= 2 ? 4 : (T <= 4 ? 3 : 2)) gemv_kernel(const Args a) {
-    constexpr int CPL = cols_per_lane<WK>();
-    constexpr int LS = lane_stride<WK>();
-    extern __shared__ __align__(16) float xsm[];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    const int64_t cta_row0 = int64_t(blockIdx.x) * kRowsPerCta;
-    const int64_t row0 = cta_row0 + kRowsPerWarp * warp;
+template <WeightKind WK, int NG, int KW>
+__global__ void __launch_bounds__(KW * 32, KW == 1 ? 12 : 3) gemv_kernel(const Args a) {
+    constexpr int TP = NG * gmma::group_tokens<WK>();
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int64_t row0 = int64_t(blockIdx.x) * kRowsPerCta;
     const int split = blockIdx.y;
-    const int64_t k_begin = int64_t(split) * a.k_per_split;
-    const int64_t k_end = min(a.K, k_begin + a.k_per_split);
-    const bool warp_active = row0 < a.N;
-    const int64_t cta_col0 = (cta_row0 / a.rows_per_group) * a.x_group_cols;
-    const int t_stride = (a.chunk_cols / CPL) * LS;
-
-    const uint8_t* wrow[kRowsPerWarp];
-    int64_t sidx[kRowsPerWarp];
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-        const int64_t row = min(row0 + r, a.N - 1);
-        wrow[r] = a.w + row * a.w_row_bytes;
-        sidx[r] = WK == WeightKind::FP8_BLOCK128 ? (row / 128) * a.scale_ld : row * a.scale_ld;
+    const int64_t n_steps = a.K / 128;
+    const int64_t cs_begin = min(n_steps, int64_t(split) * a.steps_per_split);
+    const int64_t cs_end = min(n_steps, cs_begin + a.steps_per_split);
+    const int64_t per = (cs_end - cs_begin + KW - 1) / KW;
+    const int64_t s_begin = min(cs_end, cs_begin + warp * per), s_end = min(cs_end, s_begin + per);
+    MatRows m[1];
+    {
+        const int64_t lo = min(row0 + g, a.N - 1), hi = min(row0 + g + 8, a.N - 1);
+        m[0].w_lo = a.w + lo * a.w_row_bytes;
+        m[0].w_hi = a.w + hi * a.w_row_bytes;
+        m[0].scale = a.scale;
+        if (WK == WeightKind::FP8_BLOCK128) {
+            m[0].s_lo = m[0].s_hi = (row0 / 128) * a.scale_ld;
+        } else {
+            m[0].s_lo = lo * a.scale_ld;
+            m[0].s_hi = hi * a.scale_ld;
+        }
     }
-    float acc[kRowsPerWarp][T];
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r)
-#pragma unroll
-        for (int t = 0; t < T; ++t) acc[r][t] = 0.f;
-    // Tokens >= M read as zero (their rows exist in the prepared padding, but need not be staged).
-    auto row_of = [&](int t) -> int64_t { return t < a.M ? int64_t(t) : -1; };
-    for (int64_t k0 = k_begin; k0 < k_end; k0 += a.chunk_cols) {
-        const int len = int(min(int64_t(a.chunk_cols), k_end - k0));
-        __syncthreads();
-        stage_x<WK, T>(xsm, t_stride, a.x, a.x_ld, a.xs, a.xs_ld, cta_col0 + k0, len, row_of);
-        __syncthreads();
-        if (warp_active)
-            accumulate<WK, kRowsPerWarp, T>(acc, wrow, sidx, a.scale, a.scale_kind, xsm, t_stride, k0, len, lane);
-    }
-
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r)
-#pragma unroll
-        for (int t = 0; t < T; ++t) acc[r][t] = warp_sum(acc[r][t]);
+    // Grouped linear: the CTA's 16 rows lie in one group, whose input slice starts at group * x_group_cols.
+    const int64_t x_col0 = (row0 / a.rows_per_group) * a.x_group_cols;
+    const int region = gmma::staged_bytes(TP, 128 * a.chunk_steps);
+    unsigned char* stage = smem;
+    __half* xsm = reinterpret_cast<__half*>(stage + warp * region);
+    float* xss = reinterpret_cast<float*>(stage + warp * region + TP * gmma::staged_row_halves(128 * a.chunk_steps) * 2);
+    float* red = reinterpret_cast<float*>(stage + KW * region);  // [warp][16 rows][TP]
 
     auto store = [&](int64_t row, int64_t tok, float v) {
-        if (row >= a.N || tok >= a.M) return;
         if (a.y_f32)
             reinterpret_cast<float*>(a.y)[tok * a.ld_y + row] = v;
         else
             reinterpret_cast<uint16_t*>(a.y)[tok * a.ld_y + row] = f32_to_bf16_bits(v);
     };
-    if (a.k_splits == 1) {
-        if (lane == 0 && warp_active)
+    for (int64_t c0 = 0; c0 < a.M; c0 += TP) {
+        const int ntok = int(min(int64_t(TP), a.M - c0));
+        auto row_of = [&](int tk) -> int64_t { return tk < ntok ? c0 + tk : -1; };
+        float acc[1][NG][4];
 #pragma unroll
-            for (int r = 0; r < kRowsPerWarp; ++r)
+        for (int p = 0; p < NG; ++p) acc[0][p][0] = acc[0][p][1] = acc[0][p][2] = acc[0][p][3] = 0.f;
+        gmma::warp_range<WK, 1, NG>(acc, m, a.scale_kind, s_begin, s_end, a.src, x_col0, ntok, row_of, xsm, xss,
+                                    a.chunk_steps, lane);
+        gmma::finish_quad<WK, 1, NG>(acc);
+        if (gmma::acc_owner<WK>(t)) {
 #pragma unroll
-                for (int t = 0; t < T; ++t) store(row0 + r, t, acc[r][t]);
-        return;
+            for (int p = 0; p < NG; ++p)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int tok = gmma::acc_token<WK>(p, r, t);
+                    if (tok < TP) red[(warp * kRowsPerCta + gmma::acc_row(r, g)) * TP + tok] = acc[0][p][r];
+                }
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < kRowsPerCta * ntok; idx += blockDim.x) {
+            const int r = idx % kRowsPerCta, tok = idx / kRowsPerCta;
+            if (row0 + r >= a.N) continue;
+            float v = 0.f;
+            for (int w = 0; w < KW; ++w) v += red[(w * kRowsPerCta + r) * TP + tok];
+            if (a.k_splits == 1)
+                store(row0 + r, c0 + tok, v);
+            else
+                a.partials[(int64_t(split) * a.M + c0 + tok) * a.N + row0 + r] = v;
+        }
+        __syncthreads();
     }
-    // Split-K: partials[split][token][row]; the last CTA of the row block sums them in split order.
-    if (lane == 0 && warp_active)
-#pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r)
-#pragma unroll
-            for (int t = 0; t < T; ++t)
-                if (row0 + r < a.N && t < a.M) a.partials[(int64_t(split) * a.M + t) * a.N + row0 + r] = acc[r][t];
+    if (a.k_splits == 1) return;
+    // Split-K: the last CTA of the row tile sums the partials in split order.
     __threadfence();
     __syncthreads();
     __shared__ int is_last;
@@ -116,9 +125,9 @@ __global__ void __launch_bounds__(kWarps * 32, T <= 2 ? 4 : (T <= 4 ? 3 : 2)) ge
     __syncthreads();
     if (!is_last) return;
     __threadfence();
-    for (int i = threadIdx.x; i < kRowsPerCta * T; i += blockDim.x) {
-        const int64_t row = cta_row0 + (i % kRowsPerCta), tok = i / kRowsPerCta;
-        if (row >= a.N || tok >= a.M) continue;
+    for (int64_t i = threadIdx.x; i < kRowsPerCta * a.M; i += blockDim.x) {
+        const int64_t row = row0 + (i % kRowsPerCta), tok = i / kRowsPerCta;
+        if (row >= a.N) continue;
         float sum = 0.f;
         for (int sp = 0; sp < a.k_splits; ++sp) sum += __ldcg(&a.partials[(int64_t(sp) * a.M + tok) * a.N + row]);
         store(row, tok, sum);
@@ -127,25 +136,35 @@ __global__ void __launch_bounds__(kWarps * 32, T <= 2 ? 4 : (T <= 4 ? 3 : 2)) ge
 }
 
 using Kernel = void (*)(Args);
-template <WeightKind WK>
-Kernel pick_tokens(int T) {
-    if (T == 1) return gemv_kernel<WK, 1>;
-    if (T == 2) return gemv_kernel<WK, 2>;
-    if (T <= 4) return gemv_kernel<WK, 4>;
-    return gemv_kernel<WK, 8>;
+// Token groups per pass: FP8 8-token tiles (1 or 2), FP4 pairs (1 or 2; more tokens take several passes).
+int groups_for(WeightKind kind, int64_t M) {
+    if (kind == WeightKind::FP4_BLOCK32) return M <= 2 ? 1 : 2;
+    return M <= 8 ? 1 : 2;
 }
+template <int KW>
+Kernel pick_kw(WeightKind kind, int ng) {
+    if (kind == WeightKind::FP4_BLOCK32)
+        return ng <= 1 ? gemv_kernel<WeightKind::FP4_BLOCK32, 1, KW> : gemv_kernel<WeightKind::FP4_BLOCK32, 2, KW>;
+    return ng <= 1 ? gemv_kernel<WeightKind::FP8_BLOCK128, 1, KW> : gemv_kernel<WeightKind::FP8_BLOCK128, 2, KW>;
+}
+Kernel pick(WeightKind kind, int ng, int kw) { return kw == 1 ? pick_kw<1>(kind, ng) : pick_kw<4>(kind, ng); }
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 int64_t row_blocks(const DeviceLinear& w) { return (w.out + kRowsPerCta - 1) / kRowsPerCta; }
 
 }  // namespace
 
-bool eligible(const PreparedActivation& x, const DeviceLinear& w, int groups) {
+bool serves(int64_t M, const DeviceLinear& w, int groups) {
     if (w.kind != WeightKind::FP8_BLOCK128 && w.kind != WeightKind::FP4_BLOCK32) return false;
-    if (x.m < 1 || x.m > small_m_gemv_max_tokens()) return false;
-    if (w.in % 128 != 0 || !aligned16(w.weight) || !aligned16(x.values) || x.k_pad % 8 != 0) return false;
+    if (M < 1 || M > small_m_gemv_max_tokens()) return false;
+    if (w.in % 128 != 0 || !aligned16(w.weight)) return false;
     if (groups > 1 && (w.out / groups) % kRowsPerCta != 0) return false;
     return true;
+}
+
+bool eligible(const PreparedActivation& x, const DeviceLinear& w, int groups) {
+    if (!serves(x.m, w, groups) || !aligned16(x.values)) return false;
+    return x.raw ? x.raw_ld % 8 == 0 : x.k_pad % 8 == 0;
 }
 
 int plan_splits(const PreparedActivation& x, const DeviceLinear& w, const GemmWorkspace* ws) {
@@ -153,10 +172,11 @@ int plan_splits(const PreparedActivation& x, const DeviceLinear& w, const GemmWo
     const int64_t base = row_blocks(w);
     if (base > ws->n_counters) return 1;
     const int64_t n_steps = w.in / 128;
-    // ~4 CTAs (16 warps) per SM keep enough loads in flight; every split keeps >= 4 steps (512 columns) so that
-    // a warp streams at least one full iteration per row.
-    const int64_t target = 4 * int64_t(current_arch().sm_count);
-    int64_t splits = std::min<int64_t>((target + base - 1) / base, std::max<int64_t>(1, n_steps / 4));
+    // ~12 (one-warp CTAs) or ~4 (four-warp CTAs) CTAs per SM keep enough loads in flight; every split keeps >= 4
+    // steps (one per warp, four-warp CTAs) or >= 8 steps (one-warp CTAs: one warp streams the split).
+    const int kw = gmma::warps_per_tile();
+    const int64_t target = (kw == 1 ? 12 : 4) * int64_t(current_arch().sm_count);
+    int64_t splits = std::min<int64_t>((target + base - 1) / base, std::max<int64_t>(1, n_steps / (kw == 1 ? 8 : 4)));
     const size_t per_split = size_t(x.m) * size_t(w.out) * 4;
     splits = std::min<int64_t>(splits, int64_t(ws->partial_bytes / per_split));
     splits = std::max<int64_t>(splits, 1);
@@ -166,9 +186,10 @@ int plan_splits(const PreparedActivation& x, const DeviceLinear& w, const GemmWo
 
 void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y, OutKind y_kind, int64_t ld_y,
          const GemmWorkspace* ws, cudaStream_t stream) {
-    const int T = token_tile(x.m);
     const int splits = plan_splits(x, w, ws);
     const int64_t n_steps = w.in / 128;
+    const int ng = groups_for(w.kind, x.m);
+    const int tp = ng * (w.kind == WeightKind::FP4_BLOCK32 ? 2 : 8);
     Args a{};
     a.w = reinterpret_cast<const uint8_t*>(w.weight);
     a.scale = w.scale;
@@ -177,26 +198,34 @@ void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y
     a.K = w.in;
     a.w_row_bytes = w.kind == WeightKind::FP8_BLOCK128 ? w.in : w.in / 2;
     a.scale_ld = w.kind == WeightKind::FP8_BLOCK128 ? w.in / 128 : w.in / 32;
-    a.x = x.values;
-    a.xs = x.scales;
-    a.x_ld = x.k_pad;
-    a.xs_ld = x.k_pad / 128;
+    a.src.x = x.values;
+    if (x.raw) {
+        a.src.raw = 1;
+        a.src.ld = x.raw_ld;
+        a.src.numerics = int(x.numerics);
+    } else {
+        a.src.xs = x.scales;
+        a.src.ld = x.k_pad;
+        a.src.xs_ld = x.k_pad / 128;
+    }
     a.M = x.m;
     a.rows_per_group = groups > 1 ? w.out / groups : w.out;
     a.x_group_cols = groups > 1 ? w.in : 0;
-    a.k_per_split = ((n_steps + splits - 1) / splits) * 128;
-    a.chunk_cols = chunk_columns(w.kind, T, a.k_per_split);
+    a.steps_per_split = (n_steps + splits - 1) / splits;
+    const int kw = gmma::warps_per_tile();
+    const int64_t per_warp = (a.steps_per_split + kw - 1) / kw * 128;
+    a.chunk_steps = gmma::staged_chunk_cols(tp, per_warp, kStageBudget) / 128;
     a.k_splits = splits;
     a.y = y;
     a.y_f32 = y_kind == OutKind::F32;
     a.ld_y = ld_y;
     a.partials = ws ? ws->partials : nullptr;
     a.counters = ws ? ws->counters : nullptr;
-    const Kernel k = w.kind == WeightKind::FP8_BLOCK128 ? pick_tokens<WeightKind::FP8_BLOCK128>(T)
-                                                        : pick_tokens<WeightKind::FP4_BLOCK32>(T);
-    const size_t smem = smem_bytes(w.kind, T, a.chunk_cols);
+    const size_t smem = size_t(kw) * gmma::staged_bytes(tp, 128 * a.chunk_steps) + size_t(kw) * kRowsPerCta * tp * 4;
     dim3 grid(unsigned(row_blocks(w)), unsigned(splits));
-    k<<<grid, kWarps * 32, smem, stream>>>(a);
+    const Kernel k = pick(w.kind, ng, kw);
+    gmma::allow_smem(reinterpret_cast<const void*>(k), smem);
+    k<<<grid, kw * 32, smem, stream>>>(a);
     CUDA_CHECK_LAUNCH("gemv_kernel");
 }
 

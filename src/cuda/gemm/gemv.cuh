@@ -1,5 +1,6 @@
-// Small-M (decode) path of linear() for FP8 block-scaled and FP4 weights: a bandwidth-bound GEMV, chosen by
-// linear.cu when M <= small_m_gemv_max_tokens() (1 by default, at most 8) and the shape is on the aligned grid.
+// Small-M (decode) path of linear() for FP8 block-scaled and FP4 weights: a bandwidth-bound tensor-core GEMV, chosen
+// by linear.cu when M <= small_m_gemv_max_tokens() and the shape is on the aligned grid. Takes prepared or raw
+// (PreparedActivation::raw) activations.
 // See gemv.cu for the kernel design.
 // Internal to src/cuda/gemm: callers use linear()/grouped_linear() of linear.cuh.
 #pragma once
@@ -9,12 +10,12 @@
 
 namespace flashseek::cuda::gemv {
 
-inline constexpr int kRowsPerWarp = 4;
-inline constexpr int kWarps = 4;
-inline constexpr int kRowsPerCta = kRowsPerWarp * kWarps;
+inline constexpr int kRowsPerCta = 16;  // one mma row tile per CTA (warps per CTA: gmma::warps_per_tile())
 
-// True when the GEMV path serves this problem: FP8/FP4 weights, 1 <= M <= small_m_gemv_max_tokens(), in % 128 == 0,
-// 16-byte aligned weight and activation pointers, and (grouped) every 16-row CTA inside one group.
+// True when the GEMV path serves M tokens of this weight: FP8/FP4, 1 <= M <= small_m_gemv_max_tokens(),
+// in % 128 == 0, 16-byte aligned weight, and (grouped) every 16-row CTA inside one group.
+bool serves(int64_t M, const DeviceLinear& w, int groups);
+// serves() and the activation is usable (16-byte aligned; raw rows with a stride that keeps 16-byte rows).
 bool eligible(const PreparedActivation& x, const DeviceLinear& w, int groups);
 
 // K splits the GEMV would use for this problem (1 without a workspace).

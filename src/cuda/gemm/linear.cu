@@ -12,6 +12,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/gemm/gemv.cuh"
+#include "cuda/gemm/gemv_simt.cuh"
 #include "cuda/gemm/linear_generic.cuh"
 #include "cuda/gemm/tile_pipe.cuh"
 
@@ -251,7 +252,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 void check_linear_args(const PreparedActivation& x, const DeviceLinear& w, int groups) {
     FS_REQUIRE(w.weight != nullptr, "linear: weight pointer is null");
     FS_REQUIRE(w.out > 0 && w.in > 0, "linear: weight shape [", w.out, ", ", w.in, "] must be positive");
-    FS_REQUIRE(x.values && x.scales, "linear: prepared activation has no storage");
+    FS_REQUIRE(x.values && (x.scales || x.raw), "linear: prepared activation has no storage");
     FS_REQUIRE(x.layout == w.kind, "linear: activation prepared for ", kind_name(x.layout), " but weight is ",
                kind_name(w.kind));
     FS_REQUIRE(x.k == w.in * groups, "linear: activation has ", x.k, " columns, weight expects ", w.in * groups);
@@ -273,16 +274,21 @@ void run_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, 
     check_linear_args(x, w, groups);
     FS_REQUIRE(y != nullptr, "linear: output pointer is null");
     FS_REQUIRE(ld_y >= w.out, "linear: output row stride ", ld_y, " < ", w.out, " outputs");
-    if (groups > 1 && (w.in % 128 != 0 || (w.out / groups) % kRowsPerCta != 0)) {
+    if (groups > 1 && (w.in % 128 != 0 || (w.out / groups) % kRowsPerCta != 0) && !x.raw) {
         // Groups that do not start on a 128-column block or split a 64-row CTA: element-wise fallback (tiny
         // configs only; every DeepSeek-V4 shape takes the tensor-core path).
         generic::linear(x, w, x.m, w.out / groups, w.in, y, y_kind, ld_y, stream);
+        return;
+    }
+    if (gemv_simt::eligible(x, w, groups)) {  // one token: the SIMT GEMV streams fastest
+        gemv_simt::run(x, w, groups, y, y_kind, ld_y, ws, stream);
         return;
     }
     if (gemv::eligible(x, w, groups)) {
         gemv::run(x, w, groups, y, y_kind, ld_y, ws, stream);
         return;
     }
+    FS_REQUIRE(!x.raw, "linear: a raw activation needs the small-M GEMV path (M = ", x.m, ")");
     const LinearPlan plan = plan_linear(x, w, groups, ws);
     GemmArgs a{};
     a.w = reinterpret_cast<const uint8_t*>(w.weight);
@@ -369,8 +375,34 @@ void set_small_m_gemv_max_tokens(int64_t max_tokens) {
 }
 int64_t small_m_gemv_max_tokens() { return g_small_m_gemv.load() ? g_small_m_gemv_max.load() : 0; }
 
+bool linear_takes_raw(int64_t M, const DeviceLinear& w, int groups) { return gemv::serves(M, w, groups); }
+
+PreparedActivation raw_activation(const void* x_bf16, int64_t M, int64_t K, int64_t ld, WeightKind layout,
+                                  ActNumerics numerics) {
+    FS_REQUIRE(x_bf16 != nullptr && M > 0 && K > 0 && ld >= K, "raw_activation: bad input [", M, ", ", K, "] ld ", ld);
+    FS_REQUIRE(layout != WeightKind::BF16, "raw_activation: only for FP8/FP4 weights");
+    PreparedActivation p;
+    p.layout = layout;
+    p.m = M;
+    p.k = K;
+    p.m_pad = round_up(M, 8);
+    p.k_pad = round_up(K, 128);
+    p.values = static_cast<uint16_t*>(const_cast<void*>(x_bf16));
+    p.scales = nullptr;
+    p.raw = true;
+    p.numerics = numerics;
+    p.raw_ld = ld;
+    return p;
+}
+
 LinearPlan plan_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, const GemmWorkspace* ws) {
     LinearPlan p;
+    if (gemv_simt::eligible(x, w, groups)) {
+        p.gemv = true;
+        p.tokens_per_pass = 1;
+        p.k_splits = gemv_simt::plan_splits(x, w, ws);
+        return p;
+    }
     if (gemv::eligible(x, w, groups)) {
         p.gemv = true;
         p.tokens_per_pass = int(x.m);

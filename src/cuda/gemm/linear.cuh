@@ -49,6 +49,12 @@ struct PreparedActivation {
     int64_t m = 0, k = 0, m_pad = 0, k_pad = 0;
     uint16_t* values = nullptr;  // f16 (FP8/FP4 layouts, permuted inside each group of 4 / 8) or bf16 (natural)
     float* scales = nullptr;     // per (token, 128-block) power-of-two scale; 1 for the BF16 layout
+    // Deferred preparation (FP8/FP4 layouts, small-M GEMV kernels only; see raw_activation): `values` holds the
+    // caller's raw bf16 rows [m, k] with row stride raw_ld elements, nothing was prepared, and the GEMV kernels
+    // apply prepare_activation's math (for `layout`, with `numerics`) while staging. `scales` is unused.
+    bool raw = false;
+    ActNumerics numerics = ActNumerics::EXACT;
+    int64_t raw_ld = 0;
 };
 size_t prepared_values_bytes(int64_t m, int64_t k);
 size_t prepared_scales_bytes(int64_t m, int64_t k);
@@ -100,16 +106,23 @@ struct LinearPlan {
 };
 
 // FP8/FP4 linears and experts with M <= small_m_gemv_max_tokens() (and in % 128 == 0, aligned pointers) take a
-// bandwidth-bound GEMV (gemv.cu, moe_gemv.cu) instead of the tensor-core kernels. The kernels handle up to
-// kGemvMaxTokens tokens; the default limit is 1 because on the H200 the GEMV wins at M = 1 (FP8 33.6 MB: 40-45%
-// of copy bandwidth vs 29-31%; routed FP4 MoE 29% vs 22%) and loses from M = 3 on (docs/perf.md). Process-wide
-// settings for tests and benchmarks (not thread-safe against concurrent launches: set them before launching).
-inline constexpr int64_t kGemvMaxTokens = 8;
-inline constexpr int64_t kGemvDefaultMaxTokens = 1;
+// bandwidth-bound tensor-core GEMV (gemv.cu, moe_gemv.cu on gemv_mma.cuh) instead of the tile GEMM kernels, up to
+// kGemvMaxTokens tokens (the default). Process-wide settings for tests and benchmarks (not thread-safe against
+// concurrent launches: set them before launching).
+inline constexpr int64_t kGemvMaxTokens = 16;
+inline constexpr int64_t kGemvDefaultMaxTokens = 16;
 void set_small_m_gemv(bool enabled);
 bool small_m_gemv_enabled();
 void set_small_m_gemv_max_tokens(int64_t max_tokens);  // clamped to [1, kGemvMaxTokens]
 int64_t small_m_gemv_max_tokens();                     // 0 when disabled
+
+// Deferred activation preparation: when linear_takes_raw(M, w, groups) is true, linear()/grouped_linear() accept
+// raw_activation(x, ...) in place of a prepared activation and apply prepare_activation's math (same act_quant
+// scales and e4m3 rounding, or the exact f16 form) inside the GEMV kernels: no separate preparation launch, and
+// bit-identical results. x: bf16 [M, K], row stride ld (a multiple of 8), 16-byte aligned.
+bool linear_takes_raw(int64_t M, const DeviceLinear& w, int groups = 1);
+PreparedActivation raw_activation(const void* x_bf16, int64_t M, int64_t K, int64_t ld, WeightKind layout,
+                                  ActNumerics numerics);
 LinearPlan plan_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, const GemmWorkspace* ws);
 
 }  // namespace flashseek::cuda

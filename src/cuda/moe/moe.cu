@@ -12,6 +12,7 @@
 #include "cuda/gemm/generic_values.cuh"
 #include "cuda/gemm/tile_pipe.cuh"
 #include "cuda/moe/moe_gemv.cuh"
+#include "cuda/moe/moe_gemv_simt.cuh"
 
 namespace flashseek::cuda {
 namespace {
@@ -615,8 +616,11 @@ void moe_expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeG
     FS_REQUIRE(x.layout == t.kind && x.k == t.hidden && x.m >= M, "moe_expert_up: activation (", x.m, " x ", x.k,
                ") not prepared for these experts (hidden ", t.hidden, ")");
     FS_REQUIRE(h.values && h.scales, "moe_expert_up: output storage is null");
+    FS_REQUIRE(!x.raw || (tensor_core_shape(t) && moe_gemv::eligible(t, M, x)),
+               "moe_expert_up: a raw activation needs the small-M GEMV path (M = ", M, ")");
     const int64_t rows = grouping ? M * top_k : M;
     h.layout = t.kind;
+    h.raw = false;  // the GEMV path below hands h on as raw bf16 rows
     h.m = rows;
     h.k = t.inter;
     h.m_pad = (rows + 7) / 8 * 8;
@@ -637,6 +641,10 @@ void moe_expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeG
         CUDA_CHECK_LAUNCH("generic_up_kernel");
         generic_quant_kernel<<<warp_blocks(rows * (h.k_pad / 128)), 256, 0, stream>>>(g);
         CUDA_CHECK_LAUNCH("generic_quant_kernel");
+        return;
+    }
+    if (moe_gemv_simt::eligible(t, M, x)) {  // opt-in (FLASHSEEK_MOE_SIMT=1): the SIMT GEMV at M = 1
+        moe_gemv_simt::expert_up(x, t, grouping, M, top_k, swiglu_limit, h_numerics, h, stream);
         return;
     }
     if (moe_gemv::eligible(t, M, x)) {  // decode: bandwidth-bound GEMV kernels (moe_gemv.cu)
@@ -686,7 +694,13 @@ void moe_expert_down(const PreparedActivation& h, const ExpertTable& t, const Mo
         CUDA_CHECK_LAUNCH("generic_down_kernel");
         return;
     }
-    if (moe_gemv::eligible(t, M, h)) {
+    if (moe_gemv_simt::eligible(t, M, h)) {
+        moe_gemv_simt::expert_down(h, t, grouping, M, top_k, y, stream);
+        return;
+    }
+    if (h.raw || moe_gemv::eligible(t, M, h)) {  // raw h comes only from the GEMV up-projection
+        FS_REQUIRE(moe_gemv::eligible(t, M, h), "moe_expert_down: raw intermediate but the GEMV path does not serve M = ",
+                   M);
         moe_gemv::expert_down(h, t, grouping, M, top_k, y, stream);
         return;
     }
@@ -709,6 +723,8 @@ void moe_expert_down(const PreparedActivation& h, const ExpertTable& t, const Mo
     pick_expert<false>(t.kind, nt)<<<grid, 128, 0, stream>>>(a);
     CUDA_CHECK_LAUNCH("expert_kernel<down>");
 }
+
+bool moe_expert_takes_raw(const ExpertTable& t, int64_t M) { return moe_gemv::serves(t, M); }
 
 void moe_combine(const float* y_routed, const MoeGrouping& g, const float* y_shared, int64_t M, int top_k,
                  int64_t hidden, void* out, OutKind out_kind, int64_t ld_out, cudaStream_t stream, bool round_terms) {

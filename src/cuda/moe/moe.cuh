@@ -7,7 +7,8 @@
 //      grouped "slot" its token and weight (slot order inside an expert does not affect any result);
 //   4. moe_expert_up: for every active expert, w1 and w3 over its tokens in one pass over the weights, then
 //      SwiGLU with clamp (gate <= limit, |up| <= limit), times the routing weight, rounded to bf16, and written
-//      directly as the prepared activation of w2 (act_quant per 128 in release numerics) - no extra launch;
+//      directly as the prepared activation of w2 (act_quant per 128 in release numerics) - no extra launch (the
+//      small-M GEMV path writes raw bf16 rows that its down-projection prepares while staging);
 //   5. moe_expert_down: w2 per active expert, fp32 rows per slot;
 //   6. moe_combine: out[t] = sum_j y[slot(t, j)] (selection order) + shared[t], fp32 sum, written bf16 or fp32.
 // The shared expert runs through the same up/down kernels in "dense" mode (grouping == nullptr: one expert, every
@@ -68,6 +69,9 @@ struct ExpertTable {
 // prepared activation of w2 (layout table.kind, numerics h_numerics).
 void moe_expert_up(const PreparedActivation& x, const ExpertTable& table, const MoeGrouping* grouping, int64_t M,
                    int top_k, float swiglu_limit, ActNumerics h_numerics, PreparedActivation& h, cudaStream_t stream);
+// True when moe_expert_up accepts a raw activation (raw_activation of linear.cuh: bf16 rows prepared inside the
+// small-M GEMV kernels) for M tokens of these experts.
+bool moe_expert_takes_raw(const ExpertTable& table, int64_t M);
 // y: [rows, hidden] fp32, row = grouped slot (routed) or token (dense).
 void moe_expert_down(const PreparedActivation& h, const ExpertTable& table, const MoeGrouping* grouping, int64_t M,
                      int top_k, float* y, cudaStream_t stream);

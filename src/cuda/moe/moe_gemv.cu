@@ -1,30 +1,34 @@
-// Decode GEMV kernels for the routed (and shared, dense-mode) experts, M <= 8 tokens. Why: the mma.sync expert
-// kernels (moe.cu) give the fused up-projection only inter/128 x experts CTAs (96 at M = 1 for V4-Flash: fewer
-// than the SMs) and spend their issue slots on 8-token tiles holding one token; routed FP4 MoE reached 22% of
-// the copy bandwidth at M = 1. Here:
-//   - up: CTA = 4 warps x 4 rows = 16 rows of w1 and the same 16 rows of w3 of one active expert (grid =
-//     (inter / 16, max experts)); the expert's gathered tokens (slot_token) are staged once per chunk (fp32,
-//     scaled) and both matrices streamed with the core of gemm/gemv_core.cuh. SwiGLU with clamp, the routing
-//     weight and the bf16 rounding follow moe.cu's fused kernel exactly; the bf16 result goes to h in natural
-//     order, and a second small kernel turns each (row, 128-block) of h in place into the prepared layout of w2
-//     (act_quant per 128 in release numerics), because a 16-row CTA cannot see the 128-column amax.
-//   - down: CTA = 16 rows of w2 of one expert (grid = (hidden / 16, max experts)), rows of h by slot, fp32 out.
-// Grids are sized for the worst case (min(E, M*top_k) experts) so a step can be captured in a CUDA graph; CTAs of
-// inactive expert slots exit at once. Numerics equal the mma path's up to fp32 summation order.
+// Decode GEMV kernels for the routed experts (and the shared expert in dense mode) at M <= 16 tokens, on the
+// tensor-core GEMV core of gemm/gemv_mma.cuh. Why: the mma.sync expert kernels of moe.cu give the up-projection
+// only inter/128 x experts CTAs and compute 8-token tiles for experts that hold 1-3 tokens; the former SIMT GEMV
+// was issue-bound (one fp32 FMA per weight and token) and needed a second kernel to quantize h. Here:
+//   - up: CTA = 4 warps on the same 16 rows of w1 and w3 of one active expert, each warp a quarter of K
+//     (grid = (inter / 16, max experts): ~6 CTAs per SM at M = 1). Every warp stages its K range of the expert's
+//     gathered tokens (slot_token) itself and streams both matrices; the CTA sums the four K quarters in a fixed
+//     order, then SwiGLU with clamp, the routing weight and the bf16 rounding exactly as moe.cu's fused kernel.
+//     h is written in natural bf16 order and a small kernel turns each (row, 128-block) in place into the prepared
+//     layout of w2 (act_quant per 128 in release numerics): a 16-row CTA cannot see the 128-column amax.
+//   - down: the same with 16 rows of w2 (grid = (hidden / 16, max experts)), prepared h rows by slot, fp32 out.
+// x may also be raw bf16 rows (raw_activation), prepared by each warp while staging (bit-identical).
+// Tokens of an expert are processed in passes of group_tokens x NG (2/4 for FP4, 8/16 for FP8); token groups
+// beyond the expert's count are skipped at run time. Grids are sized for the worst case (min(E, M*top_k) experts)
+// so a step can be captured in a CUDA graph; CTAs of inactive expert slots exit at once.
 #include "cuda/moe/moe_gemv.cuh"
 
 #include <algorithm>
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
-#include "cuda/gemm/gemv_core.cuh"
+#include "cuda/gemm/gemv_mma.cuh"
 
 namespace flashseek::cuda::moe_gemv {
 namespace {
 
-using namespace flashseek::cuda::gemv;
+using gmma::ActSrc;
+using gmma::MatRows;
 
-constexpr int kWarps = 4, kRows = 4, kCtaRows = kWarps * kRows;
+constexpr int kRows = 16;
+constexpr int kStageBudget = 9216;  // staged activation bytes per warp (4 warps + reduction stay under 48 KB)
 
 struct Args {
     const void* const* w_a;  // w1 (up) or w2 (down)
@@ -33,9 +37,7 @@ struct Args {
     const void* const* s_b;
     int scale_kind;
     int64_t N, K;            // rows per expert, row length (multiples of 128)
-    const uint16_t* x;
-    const float* xs;
-    int64_t x_ld, xs_ld;
+    ActSrc src;
     const int32_t* active;   // null: dense mode (expert 0, dense_m tokens, weight 1)
     const int32_t* n_active;
     const int32_t* count;
@@ -43,31 +45,36 @@ struct Args {
     const int32_t* slot_token;
     const float* slot_weight;
     int64_t dense_m;
-    int chunk_cols;
+    int chunk_steps;         // staging chunk per warp (steps)
     float limit;
-    int round_glu;           // up, release numerics: w1/w3 outputs rounded to bf16 before SwiGLU (GEMM outputs are bf16)
-    uint16_t* h;             // up: bf16 [rows, h_ld], natural order (quantized in place afterwards)
+    int round_glu;           // up, release numerics: w1/w3 outputs rounded to bf16 before SwiGLU
+    uint16_t* h;             // up: bf16 [rows, h_ld], natural order
     int64_t h_ld;
     float* y;                // down: fp32 [rows, N]
 };
 
 template <WeightKind WK>
-__device__ __forceinline__ void row_pointers(const void* w, int64_t row0, int64_t K, int64_t N,
-                                             const uint8_t* (&wrow)[kRows], int64_t (&sidx)[kRows]) {
+__device__ __forceinline__ MatRows mat_rows(const void* w, const void* s, int64_t row0, int g, int64_t K, int64_t N) {
     const int64_t row_bytes = WK == WeightKind::FP4_BLOCK32 ? K / 2 : K;
-    const int64_t scale_ld = WK == WeightKind::FP4_BLOCK32 ? K / 32 : K / 128;
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-        const int64_t row = min(row0 + r, N - 1);
-        wrow[r] = reinterpret_cast<const uint8_t*>(w) + row * row_bytes;
-        sidx[r] = WK == WeightKind::FP8_BLOCK128 ? (row / 128) * scale_ld : row * scale_ld;
+    const int64_t lo = min(row0 + g, N - 1), hi = min(row0 + g + 8, N - 1);
+    MatRows m;
+    m.w_lo = static_cast<const uint8_t*>(w) + lo * row_bytes;
+    m.w_hi = static_cast<const uint8_t*>(w) + hi * row_bytes;
+    m.scale = s;
+    if (WK == WeightKind::FP4_BLOCK32) {
+        m.s_lo = lo * (K / 32);
+        m.s_hi = hi * (K / 32);
+    } else {
+        m.s_lo = m.s_hi = (row0 / 128) * (K / 128);
     }
+    return m;
 }
 
-template <WeightKind WK, int T, bool UP>
-__global__ void __launch_bounds__(kWarps * 32, T <= 2 ? 4 : 2) expert_gemv_kernel(const Args a) {
-    constexpr int CPL = cols_per_lane<WK>(), LS = lane_stride<WK>();
-    extern __shared__ __align__(16) float xsm[];
+template <WeightKind WK, bool UP, int NG, int KW>
+__global__ void __launch_bounds__(KW * 32, KW == 1 ? 12 : 3) expert_kernel(const Args a) {
+    constexpr int NM = UP ? 2 : 1;
+    constexpr int TP = NG * gmma::group_tokens<WK>();
+    extern __shared__ __align__(16) unsigned char smem[];
     int e = 0, count = int(a.dense_m), offset = 0;
     if (a.active) {
         if (int(blockIdx.y) >= *a.n_active) return;
@@ -75,75 +82,79 @@ __global__ void __launch_bounds__(kWarps * 32, T <= 2 ? 4 : 2) expert_gemv_kerne
         count = a.count[e];
         offset = a.offset[e];
     }
-    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    const int64_t row0 = int64_t(blockIdx.x) * kCtaRows + kRows * warp;
-    const int t_stride = (a.chunk_cols / CPL) * LS;
-    const uint8_t* wa[kRows];
-    const uint8_t* wb[kRows];
-    int64_t sa[kRows], sb[kRows];
-    row_pointers<WK>(a.w_a[e], row0, a.K, a.N, wa, sa);
-    if constexpr (UP) row_pointers<WK>(a.w_b[e], row0, a.K, a.N, wb, sb);
-    const void* scale_a = a.s_a[e];
-    const void* scale_b = UP ? a.s_b[e] : nullptr;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int64_t row0 = int64_t(blockIdx.x) * kRows;
+    const int64_t n_steps = a.K / 128, per = (n_steps + KW - 1) / KW;
+    const int64_t s_begin = min(n_steps, warp * per), s_end = min(n_steps, s_begin + per);
+    MatRows m[NM];
+    m[0] = mat_rows<WK>(a.w_a[e], a.s_a[e], row0, g, a.K, a.N);
+    if constexpr (UP) m[1] = mat_rows<WK>(a.w_b[e], a.s_b[e], row0, g, a.K, a.N);
 
-    for (int c0 = 0; c0 < count; c0 += T) {
-        // Activation row of token slot t of this chunk: the token (up, gathered) or the slot (down); -1 = none.
-        auto row_of = [&](int t) -> int64_t {
-            const int c = c0 + t;
-            if (c >= count) return -1;
+    const int region = gmma::staged_bytes(TP, 128 * a.chunk_steps);
+    unsigned char* stage = smem;
+    __half* xsm = reinterpret_cast<__half*>(stage + warp * region);
+    float* xss = reinterpret_cast<float*>(stage + warp * region + TP * gmma::staged_row_halves(128 * a.chunk_steps) * 2);
+    float* red = reinterpret_cast<float*>(stage + KW * region);  // [warp][NM][16 rows][TP]
+
+    for (int c0 = 0; c0 < count; c0 += TP) {
+        const int ntok = min(TP, count - c0);
+        auto row_of = [&](int tk) -> int64_t {
+            if (tk >= ntok) return -1;
+            const int c = c0 + tk;
             if (!a.active) return c;
             return UP ? int64_t(a.slot_token[offset + c]) : int64_t(offset + c);
         };
-        float acc_a[kRows][T], acc_b[kRows][T];
+        float acc[NM][NG][4];
 #pragma unroll
-        for (int r = 0; r < kRows; ++r)
+        for (int i = 0; i < NM; ++i)
 #pragma unroll
-            for (int t = 0; t < T; ++t) acc_a[r][t] = acc_b[r][t] = 0.f;
-        for (int64_t k0 = 0; k0 < a.K; k0 += a.chunk_cols) {
-            const int len = int(min(int64_t(a.chunk_cols), a.K - k0));
-            __syncthreads();
-            stage_x<WK, T>(xsm, t_stride, a.x, a.x_ld, a.xs, a.xs_ld, k0, len, row_of);
-            __syncthreads();
-            accumulate<WK, kRows, T>(acc_a, wa, sa, scale_a, a.scale_kind, xsm, t_stride, k0, len, lane);
-            if constexpr (UP) accumulate<WK, kRows, T>(acc_b, wb, sb, scale_b, a.scale_kind, xsm, t_stride, k0, len, lane);
-        }
+            for (int p = 0; p < NG; ++p) acc[i][p][0] = acc[i][p][1] = acc[i][p][2] = acc[i][p][3] = 0.f;
+        gmma::warp_range<WK, NM, NG>(acc, m, a.scale_kind, s_begin, s_end, a.src, 0, ntok, row_of, xsm, xss,
+                                     a.chunk_steps, lane);
+        gmma::finish_quad<WK, NM, NG>(acc);
+        if (gmma::acc_owner<WK>(t)) {
 #pragma unroll
-        for (int r = 0; r < kRows; ++r)
+            for (int i = 0; i < NM; ++i)
 #pragma unroll
-            for (int t = 0; t < T; ++t) {
-                acc_a[r][t] = warp_sum(acc_a[r][t]);
-                if constexpr (UP) acc_b[r][t] = warp_sum(acc_b[r][t]);
-            }
-        if (lane == 0) {
+                for (int p = 0; p < NG; ++p)
 #pragma unroll
-            for (int t = 0; t < T; ++t) {
-                const int c = c0 + t;
-                if (c >= count) continue;
-                const int64_t out_row = a.active ? int64_t(offset + c) : int64_t(c);
-                if constexpr (UP) {
-                    const float wgt = a.active ? a.slot_weight[offset + c] : 1.f;
-#pragma unroll
-                    for (int r = 0; r < kRows; ++r) {
-                        if (row0 + r >= a.N) continue;
-                        const float g0 = a.round_glu ? round_bf16(acc_a[r][t]) : acc_a[r][t];
-                        const float u0 = a.round_glu ? round_bf16(acc_b[r][t]) : acc_b[r][t];
-                        const float gate = fminf(g0, a.limit);
-                        const float up = fminf(fmaxf(u0, -a.limit), a.limit);
-                        const float silu = gate / (1.f + expf(-gate));
-                        a.h[out_row * a.h_ld + row0 + r] = f32_to_bf16_bits(silu * up * wgt);
+                    for (int r = 0; r < 4; ++r) {
+                        const int tok = gmma::acc_token<WK>(p, r, t);
+                        if (tok < TP) red[((warp * NM + i) * kRows + gmma::acc_row(r, g)) * TP + tok] = acc[i][p][r];
                     }
-                } else {
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < kRows * ntok; idx += blockDim.x) {
+            const int r = idx % kRows, tok = idx / kRows;
+            if (row0 + r >= a.N) continue;
+            float s[NM];
 #pragma unroll
-                    for (int r = 0; r < kRows; ++r)
-                        if (row0 + r < a.N) a.y[out_row * a.N + row0 + r] = acc_a[r][t];
-                }
+            for (int i = 0; i < NM; ++i) {
+                s[i] = 0.f;
+                for (int w = 0; w < KW; ++w) s[i] += red[((w * NM + i) * kRows + r) * TP + tok];
+            }
+            const int c = c0 + tok;
+            const int64_t out_row = a.active ? int64_t(offset + c) : int64_t(c);
+            if constexpr (UP) {
+                const float wgt = a.active ? a.slot_weight[offset + c] : 1.f;
+                const float g0 = a.round_glu ? round_bf16(s[0]) : s[0];
+                const float u0 = a.round_glu ? round_bf16(s[NM - 1]) : s[NM - 1];
+                const float gate = fminf(g0, a.limit);
+                const float up = fminf(fmaxf(u0, -a.limit), a.limit);
+                const float silu = gate / (1.f + expf(-gate));
+                a.h[out_row * a.h_ld + row0 + r] = f32_to_bf16_bits(silu * up * wgt);
+            } else {
+                a.y[out_row * a.N + row0 + r] = s[0];
             }
         }
+        __syncthreads();
     }
 }
 
 // Warp per (row, 128-block) of h: natural-order bf16 -> prepared layout (act_quant per 128 in FP8 numerics),
-// in place. Rows past the grouped slots (routed) or M (dense) are left alone.
+// in place (a 16-row CTA of the up-projection cannot see the 128-column amax). Rows past the grouped slots
+// (routed) or M (dense) are left alone. Preparing h once here costs one small launch; preparing it inside every
+// down-projection CTA (raw h) was measured 2.5x slower (docs/perf.md, run B/C).
 __global__ void quantize_h_kernel(uint16_t* __restrict__ h, float* __restrict__ hs, int64_t rows, int64_t h_kpad,
                                   int64_t inter, const int32_t* __restrict__ offset_end, WeightKind layout,
                                   int numerics) {
@@ -177,27 +188,61 @@ __global__ void quantize_h_kernel(uint16_t* __restrict__ h, float* __restrict__ 
 }
 
 using Kernel = void (*)(Args);
-template <bool UP>
-Kernel pick(WeightKind kind, int T) {
-    if (kind == WeightKind::FP4_BLOCK32) {
-        if (T == 1) return expert_gemv_kernel<WeightKind::FP4_BLOCK32, 1, UP>;
-        if (T == 2) return expert_gemv_kernel<WeightKind::FP4_BLOCK32, 2, UP>;
-        if (T <= 4) return expert_gemv_kernel<WeightKind::FP4_BLOCK32, 4, UP>;
-        return expert_gemv_kernel<WeightKind::FP4_BLOCK32, 8, UP>;
+template <WeightKind WK, bool UP, int KW>
+Kernel pick_groups(int ng) {
+    return ng <= 1 ? expert_kernel<WK, UP, 1, KW> : expert_kernel<WK, UP, 2, KW>;
+}
+template <WeightKind WK, bool UP>
+Kernel pick_kw(int ng, int kw) {
+    return kw == 1 ? pick_groups<WK, UP, 1>(ng) : pick_groups<WK, UP, 4>(ng);
+}
+// Token groups per pass for M tokens: FP4 pairs (1 or 2: an expert with more than 4 tokens takes several passes;
+// 4 pairs spill registers), FP8 8-token tiles (1 or 2).
+int groups_for(WeightKind kind, int64_t M) {
+    if (kind == WeightKind::FP4_BLOCK32) return M <= 2 ? 1 : 2;
+    return M <= 8 ? 1 : 2;
+}
+
+ActSrc source_of(const PreparedActivation& x) {
+    ActSrc s;
+    s.x = x.values;
+    if (x.raw) {
+        s.raw = 1;
+        s.ld = x.raw_ld;
+        s.numerics = int(x.numerics);
+    } else {
+        s.xs = x.scales;
+        s.ld = x.k_pad;
+        s.xs_ld = x.k_pad / 128;
     }
-    if (T == 1) return expert_gemv_kernel<WeightKind::FP8_BLOCK128, 1, UP>;
-    if (T == 2) return expert_gemv_kernel<WeightKind::FP8_BLOCK128, 2, UP>;
-    if (T <= 4) return expert_gemv_kernel<WeightKind::FP8_BLOCK128, 4, UP>;
-    return expert_gemv_kernel<WeightKind::FP8_BLOCK128, 8, UP>;
+    return s;
+}
+
+void launch(bool up, const Args& base, WeightKind kind, const MoeGrouping* g, int64_t M, int top_k, cudaStream_t stream) {
+    Args a = base;
+    const int kw = gmma::warps_per_tile();
+    const int ng = groups_for(kind, M);
+    const int tp = ng * (kind == WeightKind::FP4_BLOCK32 ? 2 : 8);
+    const int64_t per_warp = (a.K / 128 + kw - 1) / kw * 128;
+    a.chunk_steps = gmma::staged_chunk_cols(tp, per_warp, kStageBudget) / 128;
+    const int nm = up ? 2 : 1;
+    const size_t smem = size_t(kw) * gmma::staged_bytes(tp, 128 * a.chunk_steps) + size_t(kw) * nm * kRows * tp * 4;
+    Kernel k;
+    if (kind == WeightKind::FP4_BLOCK32)
+        k = up ? pick_kw<WeightKind::FP4_BLOCK32, true>(ng, kw) : pick_kw<WeightKind::FP4_BLOCK32, false>(ng, kw);
+    else
+        k = up ? pick_kw<WeightKind::FP8_BLOCK128, true>(ng, kw) : pick_kw<WeightKind::FP8_BLOCK128, false>(ng, kw);
+    const int64_t experts = g ? std::min<int64_t>(g->E, M * top_k) : 1;
+    dim3 grid(unsigned((a.N + kRows - 1) / kRows), unsigned(experts));
+    gmma::allow_smem(reinterpret_cast<const void*>(k), smem);
+    k<<<grid, kw * 32, smem, stream>>>(a);
+    CUDA_CHECK_LAUNCH(up ? "moe_gemv expert_kernel<up>" : "moe_gemv expert_kernel<down>");
 }
 
 Args base_args(const PreparedActivation& x, const ExpertTable& t, const MoeGrouping* g, int64_t M) {
     Args a{};
     a.scale_kind = int(t.scale_kind);
-    a.x = x.values;
-    a.xs = x.scales;
-    a.x_ld = x.k_pad;
-    a.xs_ld = x.k_pad / 128;
+    a.src = source_of(x);
     if (g) {
         a.active = g->active;
         a.n_active = g->n_active;
@@ -210,24 +255,22 @@ Args base_args(const PreparedActivation& x, const ExpertTable& t, const MoeGroup
     return a;
 }
 
-void launch(Kernel k, const Args& a, WeightKind kind, int T, const MoeGrouping* g, int64_t M, int top_k,
-            const char* what, cudaStream_t stream) {
-    const int64_t experts = g ? std::min<int64_t>(g->E, M * top_k) : 1;
-    dim3 grid(unsigned((a.N + kCtaRows - 1) / kCtaRows), unsigned(experts));
-    k<<<grid, kWarps * 32, smem_bytes(kind, T, a.chunk_cols), stream>>>(a);
-    CUDA_CHECK_LAUNCH(what);
-}
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
 
-bool eligible(const ExpertTable& t, int64_t M, const PreparedActivation& x) {
+bool serves(const ExpertTable& t, int64_t M) {
     return M >= 1 && M <= small_m_gemv_max_tokens() && t.hidden % 128 == 0 && t.inter % 128 == 0 &&
-           (reinterpret_cast<uintptr_t>(x.values) & 15) == 0;
+           (t.kind == WeightKind::FP4_BLOCK32 || t.kind == WeightKind::FP8_BLOCK128);
+}
+
+bool eligible(const ExpertTable& t, int64_t M, const PreparedActivation& x) {
+    if (!serves(t, M) || !aligned16(x.values)) return false;
+    return x.raw ? x.raw_ld % 8 == 0 : true;
 }
 
 void expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGrouping* grouping, int64_t M, int top_k,
                float swiglu_limit, ActNumerics h_numerics, PreparedActivation& h, cudaStream_t stream) {
-    const int T = token_tile(M);
     Args a = base_args(x, t, grouping, M);
     a.w_a = t.w1;
     a.s_a = t.w1_scale;
@@ -235,12 +278,11 @@ void expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGroup
     a.s_b = t.w3_scale;
     a.N = t.inter;
     a.K = t.hidden;
-    a.chunk_cols = chunk_columns(t.kind, T, t.hidden);
     a.limit = swiglu_limit;
     a.round_glu = h_numerics == ActNumerics::FP8_BLOCK128;
     a.h = h.values;
     a.h_ld = h.k_pad;
-    launch(pick<true>(t.kind, T), a, t.kind, T, grouping, M, top_k, "expert_gemv_kernel<up>", stream);
+    launch(true, a, t.kind, grouping, M, top_k, stream);
     const int64_t warps = h.m * (h.k_pad / 128);
     quantize_h_kernel<<<unsigned((warps + 7) / 8), 256, 0, stream>>>(
         h.values, h.scales, h.m, h.k_pad, t.inter, grouping ? grouping->expert_offset + grouping->E : nullptr, t.kind,
@@ -250,15 +292,13 @@ void expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGroup
 
 void expert_down(const PreparedActivation& h, const ExpertTable& t, const MoeGrouping* grouping, int64_t M, int top_k,
                  float* y, cudaStream_t stream) {
-    const int T = token_tile(M);
     Args a = base_args(h, t, grouping, M);
     a.w_a = t.w2;
     a.s_a = t.w2_scale;
     a.N = t.hidden;
     a.K = t.inter;
-    a.chunk_cols = chunk_columns(t.kind, T, t.inter);
     a.y = y;
-    launch(pick<false>(t.kind, T), a, t.kind, T, grouping, M, top_k, "expert_gemv_kernel<down>", stream);
+    launch(false, a, t.kind, grouping, M, top_k, stream);
 }
 
 }  // namespace flashseek::cuda::moe_gemv

@@ -1,6 +1,6 @@
-// Small-M (decode) path of moe_expert_up / moe_expert_down (moe.cuh): bandwidth-bound GEMV kernels over each
-// active expert's weights, used by moe.cu when M <= small_m_gemv_max_tokens() (1 by default, at most 8) and
-// hidden / inter are multiples of 128. See moe_gemv.cu for the design. Internal to src/cuda/moe.
+// Small-M (decode) path of moe_expert_up / moe_expert_down (moe.cuh): bandwidth-bound tensor-core GEMV kernels over
+// each active expert's weights, used by moe.cu when M <= small_m_gemv_max_tokens() and hidden / inter are multiples
+// of 128. The up-projection leaves h as raw bf16 rows (PreparedActivation::raw) that the down-projection prepares. See moe_gemv.cu for the design. Internal to src/cuda/moe.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -8,7 +8,9 @@
 
 namespace flashseek::cuda::moe_gemv {
 
-// True when the GEMV path serves this call (same settings as the linear GEMV, linear.cuh).
+// True when the GEMV path serves M tokens for these experts (same settings as the linear GEMV, linear.cuh).
+bool serves(const ExpertTable& t, int64_t M);
+// serves() and the activation is usable (16-byte aligned; raw rows with a stride that keeps 16-byte rows).
 bool eligible(const ExpertTable& t, int64_t M, const PreparedActivation& x);
 
 // Same contracts as moe_expert_up / moe_expert_down; arguments already validated by moe.cu, h's fields set.

@@ -3,6 +3,7 @@
 // odd shapes. Outputs are poisoned (NaN) before every run, so an unwritten element fails the comparison.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <sstream>
 
 #include "cpu/ops.h"
@@ -132,7 +133,8 @@ struct GemvOff {
     GemvOff() { cuda::set_small_m_gemv(false); }
     ~GemvOff() { cuda::set_small_m_gemv(true); }
 };
-// Lets the GEMV serve up to 8 tokens for one scope (production default: M = 1 only).
+// Lets the GEMV serve up to its capacity for one scope (kGemvMaxTokens; also the production default since the
+// tensor-core GEMV, kept so that the tests do not depend on the default).
 struct GemvUpTo8 {
     GemvUpTo8() { cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens); }
     ~GemvUpTo8() { cuda::set_small_m_gemv_max_tokens(cuda::kGemvDefaultMaxTokens); }
@@ -247,8 +249,8 @@ TEST_F(LinearTest, GroupedOutProjection) {
     }
 }
 
-// The small-M GEMV (gemv.cu), allowed up to its 8-token capacity: M = 1..8 with odd row counts (not multiples of 4 or 16), K with a number of
-// 128-steps that does not fill a warp iteration (512 FP8 / 1024 FP4 columns), both scale kinds and numerics,
+// The small-M GEMV (gemv.cu), up to its 16-token capacity: M = 1..16 with odd row counts (not multiples of 16),
+// K with step counts that do not divide among the CTA's 4 warps, both scale kinds and numerics,
 // with and without split-K. Thresholds: fp32 outputs differ from the CPU only by summation order (2e-5; FP4
 // with F32 scales too: the GEMV applies them in fp32, not folded into f16 as the mma path does); bf16 outputs
 // add one bf16 rounding (4e-3).
@@ -262,6 +264,8 @@ TEST_F(LinearTest, SmallMGemvMatchesCpu) {
         {2, 33, 128},     // one step
         {5, 500, 2304},   // 5 tokens (8-token tile), 18 steps
         {4, 1000, 8192},  // long rows: several staged chunks per CTA
+        {11, 96, 1024},   // 11 tokens: two FP8 token tiles, FP4 in passes of 4
+        {16, 272, 4096},  // 16 tokens, split-K
     };
     for (const cuda::GemmWorkspace* ws : {static_cast<const cuda::GemmWorkspace*>(&ws_),
                                           static_cast<const cuda::GemmWorkspace*>(nullptr)})
@@ -303,7 +307,7 @@ TEST_F(LinearTest, GemvSplitKDeterministicAndMatchesMma) {
     const uint64_t seed = fresh_seed();
     SCOPED_TRACE(seed);
     std::mt19937_64 rng(seed);
-    for (int64_t M : {1, 3, 8}) {
+    for (int64_t M : {1, 3, 8, 16}) {
         LinearCase c{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, ActNumerics::FP8_BLOCK128, M, 512, 4096, OutKind::F32};
         TestWeight w = make_weight(rng, c.kind, c.scale, c.N, c.K);
         std::vector<float> x(size_t(c.M * c.K));
@@ -318,6 +322,71 @@ TEST_F(LinearTest, GemvSplitKDeterministicAndMatchesMma) {
         const auto m = run_gpu(c, x, w, &ws_);
         EXPECT_FALSE(m.plan.gemv);
         EXPECT_LE(rel_l2(a.y, m.y), 2e-5) << "M=" << M;
+    }
+}
+
+// Raw activations (raw_activation: bf16 rows prepared inside the tensor-core GEMV kernels) give bit-identical
+// outputs to a prepare_activation + linear pair for M > 1: same act_quant scales, same e4m3 / f16 rounding, same
+// kernels and summation order (a prepared single token takes the SIMT GEMV: summation order only, 2e-5). Covers both numerics, FP8 (E8M0 / F32 scales) and FP4, M = 1..16, split-K or not, grouped (wo_a-like)
+// and a row stride wider than K; outputs poisoned; also against the CPU (2e-5, fp32 output).
+TEST_F(LinearTest, RawActivationMatchesPreparedBitwise) {
+    GemvUpTo8 up_to_16;
+    struct R { WeightKind kind; ScaleKind scale; int64_t M, N, K; int groups; };
+    for (const R& c : {R{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, 1, 1024, 4096, 1},
+                       R{WeightKind::FP8_BLOCK128, ScaleKind::F32, 3, 203, 1152, 1},
+                       R{WeightKind::FP4_BLOCK32, ScaleKind::E8M0, 2, 130, 640, 1},
+                       R{WeightKind::FP4_BLOCK32, ScaleKind::E8M0, 7, 77, 2048, 1},
+                       R{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, 16, 512, 2048, 1},
+                       R{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, 5, 4 * 64, 512, 4}}) {
+        for (auto numerics : {ActNumerics::EXACT, ActNumerics::FP8_BLOCK128})
+            for (const cuda::GemmWorkspace* ws : {static_cast<const cuda::GemmWorkspace*>(&ws_),
+                                                  static_cast<const cuda::GemmWorkspace*>(nullptr)}) {
+                const uint64_t seed = fresh_seed();
+                std::ostringstream desc;
+                desc << "kind=" << int(c.kind) << " scale=" << int(c.scale) << " M=" << c.M << " N=" << c.N
+                     << " K=" << c.K << " groups=" << c.groups << " numerics=" << int(numerics) << " ws=" << (ws != nullptr)
+                     << " seed=" << seed;
+                SCOPED_TRACE(desc.str());
+                std::mt19937_64 rng(seed);
+                const int64_t Kx = c.K * c.groups;  // activation width
+                TestWeight w = make_weight(rng, c.kind, c.scale, c.N, c.K);
+                const int64_t ld_x = Kx + 24;  // wider than K, a multiple of 8
+                std::normal_distribution<float> d(0.f, 1.f);
+                std::vector<float> x(size_t(c.M * Kx));
+                for (auto& v : x) v = round_bf16(d(rng) * (rng() % 4 == 0 ? 1e-3f : 1.f));  // uneven block amax
+                std::vector<uint16_t> xb(size_t(c.M * ld_x), 0);
+                for (int64_t m = 0; m < c.M; ++m)
+                    for (int64_t k = 0; k < Kx; ++k) xb[size_t(m * ld_x + k)] = f32_to_bf16(x[size_t(m * Kx + k)]);
+                DeviceArray<uint16_t> xd(xb), pv(cuda::prepared_values_bytes(c.M, Kx) / 2);
+                DeviceArray<float> ps(cuda::prepared_scales_bytes(c.M, Kx) / 4), ya(size_t(c.M * c.N)),
+                    yb(size_t(c.M * c.N));
+                ya.poison();
+                yb.poison();
+                cuda::PreparedActivation p;
+                p.values = pv.ptr;
+                p.scales = ps.ptr;
+                cuda::prepare_activation(xd.ptr, false, c.M, Kx, ld_x, c.kind, numerics, p, nullptr);
+                ASSERT_TRUE(cuda::linear_takes_raw(c.M, w.device(), c.groups));
+                const cuda::PreparedActivation r = cuda::raw_activation(xd.ptr, c.M, Kx, ld_x, c.kind, numerics);
+                if (c.groups > 1) {
+                    cuda::grouped_linear(p, w.device(), c.groups, ya.ptr, OutKind::F32, c.N, ws, nullptr);
+                    cuda::grouped_linear(r, w.device(), c.groups, yb.ptr, OutKind::F32, c.N, ws, nullptr);
+                } else {
+                    cuda::linear(p, w.device(), ya.ptr, OutKind::F32, c.N, ws, nullptr);
+                    cuda::linear(r, w.device(), yb.ptr, OutKind::F32, c.N, ws, nullptr);
+                }
+                CUDA_CHECK(cudaDeviceSynchronize());
+                const auto a = ya.download(), b = yb.download();
+                ASSERT_EQ(a.size(), b.size());
+                if (c.M > 1)  // same kernel both ways (one prepared token takes the SIMT GEMV instead)
+                    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+                else
+                    EXPECT_LE(rel_l2(b, a), 2e-5);
+                if (c.groups == 1) {
+                    LinearCase lc{c.kind, c.scale, numerics, c.M, c.N, c.K, OutKind::F32};
+                    EXPECT_LE(rel_l2(b, reference(lc, x, w)), 2e-5);
+                }
+            }
     }
 }
 

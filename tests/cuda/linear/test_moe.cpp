@@ -4,6 +4,7 @@
 // cpu::swiglu_clamp. Random data, fresh seeds, outputs poisoned before each run.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <sstream>
 
 #include "cpu/ops.h"
@@ -126,9 +127,9 @@ std::vector<float> cpu_expert(const ExpertSet& s, int e, const std::vector<float
 // shared FP8 expert, combine. Threshold 3e-3 on ||gpu - cpu|| / ||cpu||: both sides compute the same fp32 math,
 // but a bf16 (intermediate) or e4m3 (release act_quant) rounding can land on the other side of a tie for a few
 // elements when the fp32 sums differ in their last bits.
-// Each case runs twice for M <= 8: through the small-M GEMV expert kernels (moe_gemv.cu, the default) and, with
-// the GEMV switched off, through the mma.sync expert kernels; the threshold is the same for both.
-// (production default: the GEMV serves M = 1 only; here it is allowed up to its 8-token capacity).
+// Each case runs twice for M <= 16: through the small-M GEMV expert kernels (moe_gemv.cu, the default) and, with
+// the GEMV switched off, through the mma.sync expert kernels; the threshold is the same for both. The GEMV path
+// also runs with raw bf16 inputs (raw_activation), which must give bit-identical outputs.
 struct GemvSwitch {
     explicit GemvSwitch(bool on) {
         cuda::set_small_m_gemv(on);
@@ -148,7 +149,9 @@ TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
         for (auto [M, E, K, D, I] : {std::tuple<int, int, int, int64_t, int64_t>{1, 16, 4, 256, 384},
                                      {5, 16, 4, 256, 384},
                                      {3, 16, 6, 384, 640},   // odd tokens, 3 / 5 steps
-                                     {8, 32, 6, 512, 256},   // 8 tokens: GEMV 8-token tile
+                                     {8, 32, 6, 512, 256},   // 8 tokens
+                                     {16, 64, 6, 512, 384},  // decode C=16: 1-4+ tokens per expert, FP8 2 tiles
+                                     {11, 128, 6, 256, 256}, // odd token count, many single-token experts
                                      {23, 8, 3, 256, 384},
                                      {5, 16, 3, 160, 96}}) {
             if (path == 1 && M > cuda::kGemvMaxTokens) continue;  // same kernels as path 0
@@ -201,6 +204,21 @@ TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
             cuda::moe_combine(y.ptr, g, ys.ptr, M, K, D, out.ptr, cuda::OutKind::F32, D, nullptr);
             CUDA_CHECK(cudaDeviceSynchronize());
             const auto gpu = out.download();
+            if (path == 0 && cuda::moe_expert_takes_raw(routed.table, M) && cuda::moe_expert_takes_raw(shared.table, M)) {
+                // Raw bf16 input (prepared inside the GEMV kernels): bit-identical to the prepared input.
+                for (auto* a : {&y, &ys, &out}) a->poison();
+                hv.poison();
+                const auto r4 = cuda::raw_activation(dx.ptr, M, D, D, WeightKind::FP4_BLOCK32, numerics);
+                const auto r8 = cuda::raw_activation(dx.ptr, M, D, D, WeightKind::FP8_BLOCK128, numerics);
+                cuda::moe_expert_up(r4, routed.table, &g, M, K, limit, numerics, h, nullptr);
+                cuda::moe_expert_down(h, routed.table, &g, M, K, y.ptr, nullptr);
+                cuda::moe_expert_up(r8, shared.table, nullptr, M, K, limit, numerics, hsh, nullptr);
+                cuda::moe_expert_down(hsh, shared.table, nullptr, M, K, ys.ptr, nullptr);
+                cuda::moe_combine(y.ptr, g, ys.ptr, M, K, D, out.ptr, cuda::OutKind::F32, D, nullptr);
+                CUDA_CHECK(cudaDeviceSynchronize());
+                const auto raw = out.download();
+                EXPECT_EQ(std::memcmp(raw.data(), gpu.data(), gpu.size() * sizeof(float)), 0) << "raw input differs";
+            }
             // CPU
             std::vector<float> ref(size_t(M * D), 0.f);
             for (int m = 0; m < M; ++m) {
