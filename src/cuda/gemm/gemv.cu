@@ -2,8 +2,8 @@
 // the tensor-core GEMV core of gemv_mma.cuh. Why: the mma.sync GEMM (linear.cu) computes 8-32-token tiles with
 // one real token and stages activations per chunk behind CTA barriers (29-31% of the copy bandwidth on the 33.6 MB
 // matrices at M = 1), and the former SIMT GEMV spent one fp32 FMA per weight and token (45% at M = 1, 13% at M = 8).
-// Design: CTA = KW warps on the same 16 rows (KW = 1 by default: one long-lived warp streams the tile's whole K
-// range; KW = 4: a quarter each, summed in shared memory in a fixed order), each warp with its own activation
+// Design: CTA = KW warps on the same 16 rows (KW = 4 by default: a quarter of the K range each, summed in shared
+// memory in a fixed order; KW = 1: one long-lived warp streams the whole range), each warp with its own activation
 // staging (prepared activation, or raw bf16 rows prepared on the fly) and PF steps of weights + scales in flight.
 // grid = (row tiles, K splits): K is split over CTAs until the grid is ~12 (KW = 1) / ~4 (KW = 4) CTAs per SM
 // (wq_a / wkv have 64 / 32 row tiles); partials go to the GEMM workspace and the last CTA of a row tile sums

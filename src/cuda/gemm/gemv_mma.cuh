@@ -17,9 +17,9 @@
 // shared loads. Activations are staged per warp (its own K range, chunk by chunk, __syncwarp only) either from a
 // prepared activation or from raw bf16 rows with prepare_activation's exact math (act_quant per 128 columns).
 // Weights are prefetched PF steps ahead in registers together with their scales (no second dependent round trip).
-// Measured on the H200 (docs/perf.md): the per-byte rate is latency/occupancy-bound (22-35% of the copy bandwidth,
-// independent of the token count), so these kernels serve 2-16 tokens (dense) and the experts, where the token count
-// no longer costs time; M = 1 dense linears keep the SIMT GEMV (gemv_simt.cu), which streams faster per byte.
+// Measured on the H200 (docs/perf.md): the per-byte rate is latency/occupancy-bound (25-35% of the copy bandwidth,
+// nearly independent of the token count), so these kernels serve 2-16 tokens (dense) and the experts, where the
+// token count no longer costs time; M = 1 dense linears keep the SIMT GEMV (gemv_simt.cu), faster per byte there.
 // Numerics: exact products (f16 x f16 in fp32), fp32 sums, power-of-two scales: the mma path's, up to summation order.
 #pragma once
 #include <cuda_fp16.h>
@@ -70,15 +70,19 @@ inline void allow_smem(const void* kernel, size_t bytes) {
     done.emplace_back(kernel, bytes);
 }
 
-// Warps per 16-row tile (each a contiguous share of the tile's K range): 1 = long-lived warps that stream their whole
-// range (default), 4 = the CTA splits K four ways and sums in shared memory. FLASHSEEK_GEMV_KW overrides (bench).
-inline int warps_per_tile() {
+// Warps per 16-row tile (each a contiguous share of the tile's K range): 4 (default) = the CTA splits K four ways and
+// sums in shared memory; 1 = one long-lived warp streams the whole range (FLASHSEEK_GEMV_KW=1, bench). Measured on
+// the H200 (docs/perf.md, run D): 4 wins end to end (C=1 TPOT 6.37 vs 7.75 ms: with one warp per tile the shared
+// expert at M=1 has only 128 warps) and on every dense shape; 1 is ~2% faster only on the routed MoE at M=16.
+inline int warps_per_tile_override() {  // FLASHSEEK_GEMV_KW=1 or 4, else 0
     static const int kw = [] {
         const char* e = std::getenv("FLASHSEEK_GEMV_KW");
-        return e && std::atoi(e) == 4 ? 4 : 1;
+        const int v = e ? std::atoi(e) : 0;
+        return v == 1 || v == 4 ? v : 0;
     }();
     return kw;
 }
+inline int warps_per_tile() { return warps_per_tile_override() ? warps_per_tile_override() : 4; }
 
 // Largest chunk (multiple of 128 columns, >= 128, <= cap) whose staging fits `budget` bytes.
 inline int staged_chunk_cols(int tokens, int64_t cap, int budget) {

@@ -2,13 +2,15 @@
 // tensor-core GEMV core of gemm/gemv_mma.cuh. Why: the mma.sync expert kernels of moe.cu give the up-projection
 // only inter/128 x experts CTAs and compute 8-token tiles for experts that hold 1-3 tokens; the former SIMT GEMV
 // was issue-bound (one fp32 FMA per weight and token) and needed a second kernel to quantize h. Here:
-//   - up: CTA = 4 warps on the same 16 rows of w1 and w3 of one active expert, each warp a quarter of K
-//     (grid = (inter / 16, max experts): ~6 CTAs per SM at M = 1). Every warp stages its K range of the expert's
+//   - up: CTA = 4 warps (gmma::warps_per_tile(); 1 with FLASHSEEK_GEMV_KW=1) on the same 16 rows of w1 and w3 of
+//     one active expert, each warp a quarter of K (grid = (inter / 16, max experts): ~6 CTAs per SM at M = 1,
+//     several waves at M = 16). Every warp stages its K range of the expert's
 //     gathered tokens (slot_token) itself and streams both matrices; the CTA sums the four K quarters in a fixed
 //     order, then SwiGLU with clamp, the routing weight and the bf16 rounding exactly as moe.cu's fused kernel.
 //     h is written in natural bf16 order and a small kernel turns each (row, 128-block) in place into the prepared
 //     layout of w2 (act_quant per 128 in release numerics): a 16-row CTA cannot see the 128-column amax.
-//   - down: the same with 16 rows of w2 (grid = (hidden / 16, max experts)), prepared h rows by slot, fp32 out.
+//   - down: the same with 16 rows of w2 (grid = (hidden / 16, max experts)), prepared h rows by slot, fp32 out;
+//     one warp per tile streaming all of K when the grid has enough tiles (routed experts), else four.
 // x may also be raw bf16 rows (raw_activation), prepared by each warp while staging (bit-identical).
 // Tokens of an expert are processed in passes of group_tokens x NG (2/4 for FP4, 8/16 for FP8); token groups
 // beyond the expert's count are skipped at run time. Grids are sized for the worst case (min(E, M*top_k) experts)
@@ -17,6 +19,7 @@
 
 #include <algorithm>
 
+#include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
@@ -29,6 +32,8 @@ using gmma::MatRows;
 
 constexpr int kRows = 16;
 constexpr int kStageBudget = 9216;  // staged activation bytes per warp (4 warps + reduction stay under 48 KB)
+// Measured (docs/perf.md, run D, H200): routed FP4 MoE up+down 65.9 us / 28.8% of the copy bandwidth at M = 1
+// (6 experts; mma path 86.0), 712 us / 33.7% at M = 16 (76 experts; mma path 822).
 
 struct Args {
     const void* const* w_a;  // w1 (up) or w2 (down)
@@ -220,7 +225,14 @@ ActSrc source_of(const PreparedActivation& x) {
 
 void launch(bool up, const Args& base, WeightKind kind, const MoeGrouping* g, int64_t M, int top_k, cudaStream_t stream) {
     Args a = base;
-    const int kw = gmma::warps_per_tile();
+    // Warps per 16-row tile: the down-projection takes one long-lived warp per tile when that still gives ~12 warps
+    // per SM (routed experts; measured in the real backend, run D: routed w2 528 vs 625 us at C=1, 5737 vs 6488 us at
+    // C=16, eager, 20 layers); the up-projection and the single shared expert keep four (KW=1 lost there: routed up
+    // 1203 vs 848 us at C=1, shared up 1297 vs 485 us). FLASHSEEK_GEMV_KW overrides both.
+    const int64_t slots = g ? std::min<int64_t>(g->E, M * top_k) : 1;
+    const int64_t tile_warps = (a.N + kRows - 1) / kRows * slots;
+    int kw = !up && tile_warps >= 12 * int64_t(current_arch().sm_count) ? 1 : 4;
+    if (gmma::warps_per_tile_override()) kw = gmma::warps_per_tile_override();
     const int ng = groups_for(kind, M);
     const int tp = ng * (kind == WeightKind::FP4_BLOCK32 ? 2 : 8);
     const int64_t per_warp = (a.K / 128 + kw - 1) / kw * 128;
