@@ -25,10 +25,13 @@ TEST(CudaNorm, RmsnormMatchesCpu) {
     const uint64_t seed = test_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     Rng rng(seed);
-    for (int dim : {512, 1024, 4096, 130, 62}) {
-        for (bool weighted : {true, false}) {
+    // Padded strides (rows not 16-byte aligned) take the general kernel; packed rows with dim % 8 == 0 and
+    // dim <= 2048 the register-resident one (q_norm: 1024); 4096, 130 and 62 the general one either way.
+    for (int dim : {512, 1024, 2048, 4096, 136, 130, 62}) {
+        for (int variant = 0; variant < 4; ++variant) {
+            const bool weighted = variant & 1, packed = variant & 2;
             const int rows = rng.uniform_int(1, 9);
-            const int64_t in_stride = dim + 6, out_stride = dim + 2;
+            const int64_t in_stride = packed ? dim : dim + 6, out_stride = packed ? dim : dim + 2;
             auto x = bf16_round(rng.normals(size_t(rows) * in_stride, 2.f));
             auto w = bf16_round(rng.normals(dim, 0.5f));
             Dev<uint16_t> dx(to_bf16_bits(x)), dw(to_bf16_bits(w)), dy(size_t(rows) * out_stride);
@@ -44,7 +47,7 @@ TEST(CudaNorm, RmsnormMatchesCpu) {
                     got.push_back(got_all[r * out_stride + d]);
                 }
             }
-            EXPECT_CLOSE(got, want, 2e-3, "rmsnorm dim " << dim << " weighted " << weighted);  // bf16 output
+            EXPECT_CLOSE(got, want, 2e-3, "rmsnorm dim " << dim << " weighted " << weighted << " packed " << packed);
         }
     }
 }
