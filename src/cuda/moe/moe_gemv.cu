@@ -295,6 +295,11 @@ void expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGroup
     a.h = h.values;
     a.h_ld = h.k_pad;
     launch(true, a, t.kind, grouping, M, top_k, stream);
+    quantize_h(h, t, grouping, h_numerics, stream);
+}
+
+void quantize_h(PreparedActivation& h, const ExpertTable& t, const MoeGrouping* grouping, ActNumerics h_numerics,
+                cudaStream_t stream) {
     const int64_t warps = h.m * (h.k_pad / 128);
     quantize_h_kernel<<<unsigned((warps + 7) / 8), 256, 0, stream>>>(
         h.values, h.scales, h.m, h.k_pad, t.inter, grouping ? grouping->expert_offset + grouping->E : nullptr, t.kind,

@@ -16,6 +16,9 @@ bool eligible(const ExpertTable& t, int64_t M, const PreparedActivation& x);
 // Same contracts as moe_expert_up / moe_expert_down; arguments already validated by moe.cu, h's fields set.
 void expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGrouping* grouping, int64_t M, int top_k,
                float swiglu_limit, ActNumerics h_numerics, PreparedActivation& h, cudaStream_t stream);
+// h (natural-order bf16 rows written by an up-projection, fields set) -> prepared layout of w2 in place.
+void quantize_h(PreparedActivation& h, const ExpertTable& t, const MoeGrouping* grouping, ActNumerics h_numerics,
+                cudaStream_t stream);
 void expert_down(const PreparedActivation& h, const ExpertTable& t, const MoeGrouping* grouping, int64_t M, int top_k,
                  float* y, cudaStream_t stream);
 

@@ -95,10 +95,22 @@ void bench_moe(double copy_bw, std::vector<BenchRow>& rows) {
         cuda::PreparedActivation h;
         h.values = hv;
         h.scales = hs;
-        // M <= kGemvMaxTokens: the small-M GEMV expert kernels and the mma.sync ones side by side.
+        // M <= kGemvMaxTokens: the persistent streaming kernels (moe_stream.cu; default and ring/chunk/CTA variants),
+        // the per-tile GEMV kernels (moe_gemv.cu) and the mma.sync ones side by side.
+        struct Variant {
+            const char* note;
+            int stream, ring_kb, cb, ctas;
+            bool gemv;
+        };
+        const Variant variants[] = {{"stream ", 1, 0, 0, 0, true},          {"stream r64x2 ", 1, 64, 0, 2, true},
+                                    {"stream r64 ", 1, 64, 0, 1, true},     {"stream r192 ", 1, 192, 0, 1, true},
+                                    {"stream cb1024 ", 1, 0, 1024, 1, true}, {"stream cb256 ", 1, 0, 256, 1, true},
+                                    {"gemv ", 0, 0, 0, 0, true},            {"mma ", 0, 0, 0, 0, false}};
         const bool both = M <= cuda::kGemvMaxTokens;
-        for (int path = 0; path < (both ? 2 : 1); ++path) {
-        cuda::set_small_m_gemv(path == 0);
+        for (const Variant& v : variants) {
+        if (!both && v.gemv) continue;
+        cuda::set_moe_stream(v.stream, v.ring_kb, v.cb, v.ctas);
+        cuda::set_small_m_gemv(v.gemv);
         cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens);  // time the GEMV at M <= 8 too
         const double us = time_graph_per_call(
             [&](cudaStream_t s, int i) {
@@ -114,10 +126,11 @@ void bench_moe(double copy_bw, std::vector<BenchRow>& rows) {
         r.us = us;
         r.gbps = r.bytes / (us * 1e-6) / 1e9;
         r.fraction = r.gbps * 1e9 / copy_bw;
-        r.note = std::string(both && path == 0 ? "gemv " : "mma ") + "up+down";
+        r.note = std::string(v.note) + "up+down";
         rows.push_back(r);
         print_row(r);
         }
+        cuda::set_moe_stream(-1);
         cuda::set_small_m_gemv(true);
         cuda::set_small_m_gemv_max_tokens(cuda::kGemvDefaultMaxTokens);
         for (void* q : {didx, dw, gmem, x, y}) CUDA_CHECK(cudaFree(q));

@@ -127,22 +127,26 @@ std::vector<float> cpu_expert(const ExpertSet& s, int e, const std::vector<float
 // shared FP8 expert, combine. Threshold 3e-3 on ||gpu - cpu|| / ||cpu||: both sides compute the same fp32 math,
 // but a bf16 (intermediate) or e4m3 (release act_quant) rounding can land on the other side of a tie for a few
 // elements when the fp32 sums differ in their last bits.
-// Each case runs twice for M <= 16: through the small-M GEMV expert kernels (moe_gemv.cu, the default) and, with
-// the GEMV switched off, through the mma.sync expert kernels; the threshold is the same for both. The GEMV path
-// also runs with raw bf16 inputs (raw_activation), which must give bit-identical outputs.
+// Each case runs through four expert paths for M <= 16 (below); the threshold is the same for all. The per-tile
+// GEMV path also runs with raw bf16 inputs (raw_activation), which must give bit-identical outputs.
 struct GemvSwitch {
-    explicit GemvSwitch(bool on) {
-        cuda::set_small_m_gemv(on);
+    explicit GemvSwitch(int path) {
+        cuda::set_small_m_gemv(path != 1);
         cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens);
+        if (path == 3)
+            cuda::set_moe_stream(1, 1, 256, 2);
+        else
+            cuda::set_moe_stream(path == 0 ? 1 : 0);
     }
     ~GemvSwitch() {
         cuda::set_small_m_gemv(true);
         cuda::set_small_m_gemv_max_tokens(cuda::kGemvDefaultMaxTokens);
+        cuda::set_moe_stream(-1);
     }
 };
 
 TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
-    for (int path = 0; path < 2; ++path)
+    for (int path = 0; path < 4; ++path)
     for (auto numerics : {ActNumerics::EXACT, ActNumerics::FP8_BLOCK128})
         // Sizes that are multiples of 128 take the GEMV (M <= 8) or tensor-core kernels; 160/96 (golden-b) the
         // element-wise fallback.
@@ -152,13 +156,16 @@ TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
                                      {8, 32, 6, 512, 256},   // 8 tokens
                                      {16, 64, 6, 512, 384},  // decode C=16: 1-4+ tokens per expert, FP8 2 tiles
                                      {11, 128, 6, 256, 256}, // odd token count, many single-token experts
+                                     {16, 8, 4, 2048, 1024}, // ~8 tokens per expert (stream: 2-3 passes), aligned
+                                                             // scales, 2 / 1 chunks per row
+                                     {1, 4, 2, 1024, 2048},  // M = 1, one expert slot per 64 / 128 tiles
                                      {23, 8, 3, 256, 384},
                                      {5, 16, 3, 160, 96}}) {
-            if (path == 1 && M > cuda::kGemvMaxTokens) continue;  // same kernels as path 0
-            GemvSwitch gemv(path == 0);
+            if (path >= 1 && M > cuda::kGemvMaxTokens) continue;  // same kernels as path 0
+            GemvSwitch gemv(path);
             const uint64_t seed = fresh_seed();
             std::ostringstream d;
-            d << "gemv=" << (path == 0) << " numerics=" << int(numerics) << " M=" << M << " E=" << E << " K=" << K
+            d << "path=" << path << " numerics=" << int(numerics) << " M=" << M << " E=" << E << " K=" << K
               << " D=" << D << " I=" << I << " seed=" << seed;
             SCOPED_TRACE(d.str());
             std::mt19937_64 rng(seed);
@@ -204,7 +211,7 @@ TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
             cuda::moe_combine(y.ptr, g, ys.ptr, M, K, D, out.ptr, cuda::OutKind::F32, D, nullptr);
             CUDA_CHECK(cudaDeviceSynchronize());
             const auto gpu = out.download();
-            if (path == 0 && cuda::moe_expert_takes_raw(routed.table, M) && cuda::moe_expert_takes_raw(shared.table, M)) {
+            if (path == 2 && cuda::moe_expert_takes_raw(routed.table, M) && cuda::moe_expert_takes_raw(shared.table, M)) {
                 // Raw bf16 input (prepared inside the GEMV kernels): bit-identical to the prepared input.
                 for (auto* a : {&y, &ys, &out}) a->poison();
                 hv.poison();

@@ -1,0 +1,450 @@
+// Persistent streaming kernels for the routed FP4 experts at decode (M <= 16 tokens): moe_expert_up (w1 and w3 +
+// SwiGLU) and moe_expert_down (w2), FP4 e2m1 + E8M0/32 weights, prepared activations.
+// Why: the per-tile GEMV kernels (moe_gemv.cu) each load a few KB, wait one DRAM latency, compute and exit; measured
+// on the H200 they stream at 25-35% of the copy bandwidth even with no arithmetic (docs/perf.md, runs A-D): the
+// limit is bytes in flight per SM over time. Little's law at ~4.2 TB/s and ~1.5-2 us loaded latency wants ~64 KB in
+// flight per SM, continuously, including across tile boundaries. Here:
+//   - Work items: (active expert slot, 16-row tile) in slot-major order, T = n_active x N/16 (n_active read on the
+//     device from the grouping: graph-capturable, no atomics). Persistent CTAs (grid = SMs x ctas_per_sm) take
+//     contiguous item ranges [b*T/G, (b+1)*T/G): consecutive tiles of one expert = contiguous weight rows. An expert
+//     with more than TP tokens is walked in several passes over the same tile (rare at decode).
+//   - Weights stream through a shared-memory ring of S stages (cp.async.cg 16 B, one commit group per stage,
+//     wait_group(S-2) + one __syncthreads per stage). Stage = one chunk: 16 rows x CB contiguous bytes of each row
+//     (CB = 512: 1024 columns = 8 steps of 128), of w1 and w3 together for up, plus the 16 rows' E8M0 scales of
+//     that range. The producer side walks the CTA's whole chunk sequence, across item boundaries, so a new tile
+//     never starts with an empty pipeline (S-1 chunks, up to ~128 KB, in flight per CTA).
+//     Smem layout of a stage: [mat][16 rows][CB] weights, 16-byte unit u of row r stored at u ^ 4*(r & 1) (the
+//     fragment loads of rows g, g+1 then hit disjoint banks), then [mat][16 rows][CB/16] scale bytes.
+//   - Compute: the 8 warps split each chunk's steps (warp w: steps w, w+8, ...); every step is gemv_mma.cuh's
+//     compute_stage (f16 widening, mma.sync m16n8k16 with the block-diagonal FP4 scale trick, fp32 per-group
+//     scaling) on fragments read from shared memory; fp32 accumulators in registers across the item's chunks, then
+//     summed over the quad and across warps through shared memory in a fixed order; epilogue as moe_gemv.cu (up:
+//     clamp + SwiGLU + routing weight + bf16 h in natural order, then moe_gemv::quantize_h prepares it; down: fp32
+//     rows per slot).
+//   - Activations (the pass's <= TP tokens of the item's expert, whole K, prepared f16 + scales) are staged in
+//     shared memory only when the (slot, pass) changes; the ring keeps streaming meanwhile.
+// Numerics: the moe_gemv/mma paths' (exact products, fp32 sums, power-of-two scales), up to fp32 summation order.
+#include "cuda/moe/moe_stream.cuh"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "cuda/common/arch.cuh"
+#include "cuda/common/check.cuh"
+#include "cuda/common/numeric.cuh"
+#include "cuda/gemm/gemv_mma.cuh"
+#include "cuda/moe/moe_gemv.cuh"
+
+namespace flashseek::cuda {
+namespace {
+
+constexpr WeightKind kWK = WeightKind::FP4_BLOCK32;
+constexpr int kRows = 16, kWarps = 8, kThreads = kWarps * 32;
+constexpr int kMaxStages = 16;
+
+struct StreamConfig {
+    int mode = -1;            // -1: FLASHSEEK_MOE_STREAM (default on), 0 off, 1 on
+    int ring_kb = 0;          // 0: FLASHSEEK_MOE_STREAM_RING or 128
+    int chunk_bytes = 0;      // 0: FLASHSEEK_MOE_STREAM_CB or 512
+    int ctas_per_sm = 0;      // 0: FLASHSEEK_MOE_STREAM_CTAS or 1
+};
+StreamConfig g_config;
+
+int env_int(const char* name, int fallback) {
+    const char* e = std::getenv(name);
+    return e && *e ? std::atoi(e) : fallback;
+}
+// The environment's settings, read once.
+struct EnvConfig {
+    int mode = env_int("FLASHSEEK_MOE_STREAM", 0) != 0 ? 1 : 0;
+    int ring_kb = env_int("FLASHSEEK_MOE_STREAM_RING", 128);
+    int chunk_bytes = env_int("FLASHSEEK_MOE_STREAM_CB", 512);
+    int ctas_per_sm = env_int("FLASHSEEK_MOE_STREAM_CTAS", 1);
+};
+const EnvConfig& env_config() {
+    static const EnvConfig c;
+    return c;
+}
+
+struct Args {
+    const void* const* w_a;  // w1 (up) or w2 (down)
+    const void* const* s_a;
+    const void* const* w_b;  // w3 (up only)
+    const void* const* s_b;
+    int64_t N, K;            // rows per expert, row length (multiples of 128)
+    const uint16_t* x;       // prepared activation values (f16, FP4 order), [rows, x_ld]
+    const float* xs;         // its scales [rows, xs_ld]
+    int64_t x_ld, xs_ld;
+    const int32_t* active;
+    const int32_t* n_active;
+    const int32_t* count;
+    const int32_t* offset;
+    const int32_t* slot_token;
+    const float* slot_weight;
+    int chunk_bytes;         // CB: bytes of each row per stage (multiple of 256)
+    int stages;              // S
+    int stage_bytes;
+    float limit;
+    int round_glu;
+    uint16_t* h;             // up: bf16 [rows, h_ld], natural order
+    int64_t h_ld;
+    float* y;                // down: fp32 [rows, N]
+};
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+    const uint32_t sa = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+// wait_group takes an immediate: dispatch the run-time pending count (S - 2, CTA-uniform).
+__device__ __forceinline__ void cp_async_wait_dyn(int n) {
+    switch (n) {
+        case 0: cp_async_wait<0>(); break;
+        case 1: cp_async_wait<1>(); break;
+        case 2: cp_async_wait<2>(); break;
+        case 3: cp_async_wait<3>(); break;
+        case 4: cp_async_wait<4>(); break;
+        case 5: cp_async_wait<5>(); break;
+        case 6: cp_async_wait<6>(); break;
+        case 7: cp_async_wait<7>(); break;
+        case 8: cp_async_wait<8>(); break;
+        case 9: cp_async_wait<9>(); break;
+        case 10: cp_async_wait<10>(); break;
+        case 11: cp_async_wait<11>(); break;
+        case 12: cp_async_wait<12>(); break;
+        case 13: cp_async_wait<13>(); break;
+        default: cp_async_wait<14>(); break;
+    }
+}
+
+// Position in a CTA's chunk sequence: item (slot x tile), pass over the expert's tokens, chunk of the K range.
+template <int NM>
+struct Cursor {
+    int64_t item = 0, end = 0;
+    int pass = 0, chunk = 0;
+    int64_t slot = -1;
+    int e = 0, count = 0, offset = 0, npass = 1;
+    const uint8_t* w[NM];
+    const uint8_t* s[NM];
+};
+
+template <int NM, int TP>
+__device__ __forceinline__ void load_slot(Cursor<NM>& c, const Args& a, int64_t tiles) {
+    const int64_t slot = c.item / tiles;
+    if (slot == c.slot) return;
+    c.slot = slot;
+    c.e = __ldg(a.active + slot);
+    c.count = __ldg(a.count + c.e);
+    c.offset = __ldg(a.offset + c.e);
+    c.npass = max(1, (c.count + TP - 1) / TP);
+    c.w[0] = static_cast<const uint8_t*>(a.w_a[c.e]);
+    c.s[0] = static_cast<const uint8_t*>(a.s_a[c.e]);
+    if constexpr (NM == 2) {
+        c.w[1] = static_cast<const uint8_t*>(a.w_b[c.e]);
+        c.s[1] = static_cast<const uint8_t*>(a.s_b[c.e]);
+    }
+}
+
+template <int NM, int TP>
+__device__ __forceinline__ void advance(Cursor<NM>& c, const Args& a, int64_t tiles, int nch) {
+    if (++c.chunk < nch) return;
+    c.chunk = 0;
+    if (++c.pass < c.npass) return;
+    c.pass = 0;
+    if (++c.item < c.end) load_slot<NM, TP>(c, a, tiles);
+}
+
+// Issue the copies of the cursor's chunk into ring stage `dst` (no commit). Weights: 16 rows x ns*64 bytes per
+// matrix by cp.async; scales likewise when 16-byte aligned, else byte by byte (synchronous, still before the
+// consumer's barrier).
+template <int NM>
+__device__ __forceinline__ void issue_chunk(const Cursor<NM>& c, const Args& a, unsigned char* dst, int64_t tiles,
+                                            int64_t n_steps, int spc) {
+    if (c.item >= c.end) return;
+    const int CB = a.chunk_bytes;
+    const int ns = int(min(int64_t(spc), n_steps - int64_t(c.chunk) * spc));
+    const int64_t row0 = (c.item % tiles) * kRows;
+    const int64_t row_bytes = a.K / 2, row_scales = a.K / 32;
+    const int upr = ns * 4;  // 16-byte units per row
+#pragma unroll
+    for (int i = 0; i < NM; ++i) {
+        const uint8_t* src = c.w[i] + row0 * row_bytes + int64_t(c.chunk) * CB;
+        unsigned char* d = dst + i * kRows * CB;
+        for (int u = threadIdx.x; u < kRows * upr; u += kThreads) {
+            const int r = u / upr, cu = u % upr;
+            cp_async16(d + r * CB + 16 * (cu ^ ((r & 1) << 2)), src + r * row_bytes + 16 * cu);
+        }
+        const uint8_t* ssrc = c.s[i] + row0 * row_scales + int64_t(c.chunk) * (CB / 16);
+        unsigned char* sd = dst + NM * kRows * CB + i * kRows * (CB / 16);
+        const bool aligned = (reinterpret_cast<uintptr_t>(c.s[i]) & 15) == 0 && row_scales % 16 == 0 && upr % 16 == 0;
+        if (aligned) {
+            const int su = upr / 16;
+            for (int u = threadIdx.x; u < kRows * su; u += kThreads) {
+                const int r = u / su, cu = u % su;
+                cp_async16(sd + r * (CB / 16) + 16 * cu, ssrc + r * row_scales + 16 * cu);
+            }
+        } else {
+            for (int u = threadIdx.x; u < kRows * upr; u += kThreads) {
+                const int r = u / upr, b = u % upr;
+                sd[r * (CB / 16) + b] = __ldg(ssrc + r * row_scales + b);
+            }
+        }
+    }
+}
+
+template <bool UP, int NG>
+__global__ void __launch_bounds__(kThreads, 2) stream_kernel(const Args a) {
+    constexpr int NM = UP ? 2 : 1;
+    constexpr int TP = NG * 2;  // tokens per pass (FP4 pairs)
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int64_t tiles = a.N / kRows, n_steps = a.K / 128;
+    const int CB = a.chunk_bytes, spc = CB / 64, S = a.stages;
+    const int nch = int((n_steps + spc - 1) / spc);
+    const int64_t total = int64_t(*a.n_active) * tiles;
+    const int64_t begin = total * blockIdx.x / gridDim.x, end = total * (blockIdx.x + 1) / gridDim.x;
+    if (begin >= end) return;
+
+    unsigned char* ring = smem;
+    const int xrh = int(a.K) + 8;  // staged row, halves
+    __half* xsm = reinterpret_cast<__half*>(smem + size_t(S) * a.stage_bytes);
+    float* xss = reinterpret_cast<float*>(xsm + TP * xrh);
+    float* red = xss + TP * n_steps;  // [warp][NM][16 rows][TP]
+
+    Cursor<NM> pc, cc;
+    pc.item = cc.item = begin;
+    pc.end = cc.end = end;
+    load_slot<NM, TP>(pc, a, tiles);
+    cc = pc;
+    for (int i = 0; i < S - 1; ++i) {
+        issue_chunk<NM>(pc, a, ring + size_t(i) * a.stage_bytes, tiles, n_steps, spc);
+        cp_async_commit();
+        advance<NM, TP>(pc, a, tiles, nch);
+    }
+    int64_t staged_slot = -1;
+    int staged_pass = -1, ntok = 0;
+    float acc[NM][NG][4];
+    for (int64_t q = 0; cc.item < cc.end; ++q) {
+        cp_async_wait_dyn(S - 2);
+        __syncthreads();  // chunk q landed for every thread; every thread is done with chunk q-1's stage
+        issue_chunk<NM>(pc, a, ring + size_t((q + S - 1) % S) * a.stage_bytes, tiles, n_steps, spc);
+        cp_async_commit();
+        advance<NM, TP>(pc, a, tiles, nch);
+
+        if (cc.chunk == 0) {
+            if (cc.slot != staged_slot || cc.pass != staged_pass) {  // stage the pass's tokens (CTA-uniform)
+                staged_slot = cc.slot;
+                staged_pass = cc.pass;
+                const int c0 = cc.pass * TP;
+                ntok = min(TP, cc.count - c0);
+                const int per_row = int(a.K / 8);
+                for (int i = threadIdx.x; i < TP * per_row; i += kThreads) {
+                    const int tk = i / per_row, col = (i % per_row) * 8;
+                    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+                    if (tk < ntok) {
+                        const int64_t r = UP ? int64_t(__ldg(a.slot_token + cc.offset + c0 + tk)) : int64_t(cc.offset + c0 + tk);
+                        v = __ldg(reinterpret_cast<const uint4*>(a.x + r * a.x_ld + col));
+                    }
+                    *reinterpret_cast<uint4*>(xsm + tk * xrh + col) = v;
+                }
+                for (int i = threadIdx.x; i < TP * n_steps; i += kThreads) {
+                    const int tk = int(i / n_steps), b = int(i % n_steps);
+                    float v = 0.f;
+                    if (tk < ntok) {
+                        const int64_t r = UP ? int64_t(__ldg(a.slot_token + cc.offset + c0 + tk)) : int64_t(cc.offset + c0 + tk);
+                        v = __ldg(a.xs + r * a.xs_ld + b);
+                    }
+                    xss[i] = v;
+                }
+                __syncthreads();
+            }
+#pragma unroll
+            for (int i = 0; i < NM; ++i)
+#pragma unroll
+                for (int p = 0; p < NG; ++p) acc[i][p][0] = acc[i][p][1] = acc[i][p][2] = acc[i][p][3] = 0.f;
+        }
+
+        // Compute this chunk: warp w takes steps w, w + 8, ...
+        const unsigned char* st_base = ring + size_t(q % S) * a.stage_bytes;
+        const int ns = int(min(int64_t(spc), n_steps - int64_t(cc.chunk) * spc));
+        const int ngroups = (ntok + 1) / 2;
+        for (int j = warp; j < ns; j += kWarps) {
+            gmma::Stage<kWK, NM> st;
+            const int sw = ((4 * j + t) ^ ((g & 1) << 2)) * 16;
+#pragma unroll
+            for (int i = 0; i < NM; ++i) {
+                const unsigned char* wm = st_base + i * kRows * CB;
+                st.lo[i].v = *reinterpret_cast<const uint4*>(wm + g * CB + sw);
+                st.hi[i].v = *reinterpret_cast<const uint4*>(wm + (g + 8) * CB + sw);
+                const unsigned char* sm = st_base + NM * kRows * CB + i * kRows * (CB / 16);
+                st.s_lo[i] = sm[g * (CB / 16) + 4 * j + t];
+                st.s_hi[i] = sm[(g + 8) * (CB / 16) + 4 * j + t];
+            }
+            const int64_t gs = int64_t(cc.chunk) * spc + j;
+            gmma::compute_stage<kWK, NM, NG>(acc, st, int(ScaleKind::E8M0), xsm + 128 * gs, xrh, xss + gs,
+                                             int(n_steps), ngroups, g, t);
+        }
+
+        if (cc.chunk == nch - 1) {  // end of the pass: reduce over the quad and the warps, epilogue
+            gmma::finish_quad<kWK, NM, NG>(acc);
+            if (t == 0) {
+#pragma unroll
+                for (int i = 0; i < NM; ++i)
+#pragma unroll
+                    for (int p = 0; p < NG; ++p)
+#pragma unroll
+                        for (int r = 0; r < 4; ++r)
+                            red[((warp * NM + i) * kRows + gmma::acc_row(r, g)) * TP + gmma::acc_token<kWK>(p, r, t)] =
+                                acc[i][p][r];
+            }
+            __syncthreads();
+            const int64_t row0 = (cc.item % tiles) * kRows;
+            for (int idx = threadIdx.x; idx < kRows * ntok; idx += kThreads) {
+                const int r = idx % kRows, tok = idx / kRows;
+                float s[NM];
+#pragma unroll
+                for (int i = 0; i < NM; ++i) {
+                    s[i] = 0.f;
+                    for (int w = 0; w < kWarps; ++w) s[i] += red[((w * NM + i) * kRows + r) * TP + tok];
+                }
+                const int64_t out_row = cc.offset + cc.pass * TP + tok;
+                if constexpr (UP) {
+                    const float wgt = a.slot_weight[out_row];
+                    const float g0 = a.round_glu ? round_bf16(s[0]) : s[0];
+                    const float u0 = a.round_glu ? round_bf16(s[NM - 1]) : s[NM - 1];
+                    const float gate = fminf(g0, a.limit);
+                    const float up = fminf(fmaxf(u0, -a.limit), a.limit);
+                    const float silu = gate / (1.f + expf(-gate));
+                    a.h[out_row * a.h_ld + row0 + r] = f32_to_bf16_bits(silu * up * wgt);
+                } else {
+                    a.y[out_row * a.N + row0 + r] = s[0];
+                }
+            }
+            // red and the epilogue's reads are ordered before the next pass's writes by the next stage barrier.
+        }
+        advance<NM, TP>(cc, a, tiles, nch);
+    }
+    cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
+}
+
+using Kernel = void (*)(Args);
+
+int resolved_mode() {
+    return g_config.mode >= 0 ? g_config.mode : env_config().mode;
+}
+
+// Launch geometry: chunk bytes, ring depth (ring budget / stage bytes, 3..16, reduced until the CTA's shared memory
+// fits the device), shared memory, grid. smem == 0: does not fit (needs a device of >= ~60 KB per block).
+struct Plan {
+    int chunk_bytes = 512, stages = 3, stage_bytes = 0, grid = 1;
+    size_t smem = 0;
+};
+Plan plan(bool up, int64_t K, int64_t M) {
+    Plan p;
+    const int cb = g_config.chunk_bytes ? g_config.chunk_bytes : env_config().chunk_bytes;
+    p.chunk_bytes = cb >= 256 && cb % 256 == 0 ? cb : 512;
+    const int ring_kb = g_config.ring_kb ? g_config.ring_kb : env_config().ring_kb;
+    const int per_sm =
+        std::clamp(g_config.ctas_per_sm ? g_config.ctas_per_sm : env_config().ctas_per_sm, 1, 2);
+    const int nm = up ? 2 : 1, tp = M <= 1 ? 2 : 4;
+    p.stage_bytes = nm * kRows * (p.chunk_bytes + p.chunk_bytes / 16);
+    const size_t fixed = size_t(tp) * size_t(K + 8) * 2 + size_t(tp) * size_t(K / 128) * 4 +
+                         size_t(kWarps) * nm * kRows * tp * 4;
+    const ArchInfo& arch = current_arch();
+    // Per CTA: the device's per-block limit, or its share of the SM's when two CTAs share an SM.
+    size_t limit = size_t(arch.max_smem_per_block_optin);
+    if (per_sm == 2) limit = std::min(limit, size_t(arch.max_smem_per_block_optin) / 2 - 1024);
+    p.stages = std::clamp(ring_kb * 1024 / p.stage_bytes, 3, kMaxStages);
+    while (p.stages > 3 && fixed + size_t(p.stages) * p.stage_bytes > limit) --p.stages;
+    p.smem = fixed + size_t(p.stages) * p.stage_bytes;
+    if (p.smem > size_t(arch.max_smem_per_block_optin)) p.smem = 0;
+    p.grid = arch.sm_count * per_sm;
+    return p;
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+void launch(bool up, Args a, const MoeGrouping& g, int64_t M, int top_k, cudaStream_t stream) {
+    const int64_t slots = std::min<int64_t>(g.E, M * top_k);
+    const Plan p = plan(up, a.K, M);
+    FS_REQUIRE(p.smem > 0, "moe_stream: the ring does not fit the device's shared memory");
+    a.chunk_bytes = p.chunk_bytes;
+    a.stages = p.stages;
+    a.stage_bytes = p.stage_bytes;
+    const int grid = int(std::max<int64_t>(1, std::min<int64_t>(p.grid, slots * (a.N / kRows))));
+    Kernel k;
+    if (up)
+        k = M <= 1 ? stream_kernel<true, 1> : stream_kernel<true, 2>;
+    else
+        k = M <= 1 ? stream_kernel<false, 1> : stream_kernel<false, 2>;
+    gmma::allow_smem(reinterpret_cast<const void*>(k), p.smem);
+    k<<<unsigned(grid), kThreads, p.smem, stream>>>(a);
+    CUDA_CHECK_LAUNCH(up ? "moe_stream up" : "moe_stream down");
+}
+
+Args base_args(const PreparedActivation& x, const MoeGrouping& g) {
+    Args a{};
+    a.x = x.values;
+    a.xs = x.scales;
+    a.x_ld = x.k_pad;
+    a.xs_ld = x.k_pad / 128;
+    a.active = g.active;
+    a.n_active = g.n_active;
+    a.count = g.expert_count;
+    a.offset = g.expert_offset;
+    a.slot_token = g.slot_token;
+    a.slot_weight = g.slot_weight;
+    return a;
+}
+
+}  // namespace
+
+void set_moe_stream(int mode, int ring_kb, int chunk_bytes, int ctas_per_sm) {
+    g_config.mode = mode;
+    g_config.ring_kb = ring_kb;
+    g_config.chunk_bytes = chunk_bytes;
+    g_config.ctas_per_sm = ctas_per_sm;
+}
+
+namespace moe_stream {
+
+bool eligible(const ExpertTable& t, int64_t M, const PreparedActivation& x, const MoeGrouping* g) {
+    if (!g || resolved_mode() == 0 || x.raw || !aligned16(x.values)) return false;
+    if (M < 1 || M > small_m_gemv_max_tokens() || M > kGemvMaxTokens) return false;
+    if (t.kind != WeightKind::FP4_BLOCK32 || t.scale_kind != ScaleKind::E8M0) return false;
+    if (t.hidden % 128 != 0 || t.inter % 128 != 0 || x.k_pad % 8 != 0) return false;
+    return plan(true, t.hidden, M).smem > 0 && plan(false, t.inter, M).smem > 0;
+}
+
+void expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGrouping& g, int64_t M, int top_k,
+               float swiglu_limit, ActNumerics h_numerics, PreparedActivation& h, cudaStream_t stream) {
+    Args a = base_args(x, g);
+    a.w_a = t.w1;
+    a.s_a = t.w1_scale;
+    a.w_b = t.w3;
+    a.s_b = t.w3_scale;
+    a.N = t.inter;
+    a.K = t.hidden;
+    a.limit = swiglu_limit;
+    a.round_glu = h_numerics == ActNumerics::FP8_BLOCK128;
+    a.h = h.values;
+    a.h_ld = h.k_pad;
+    launch(true, a, g, M, top_k, stream);
+    moe_gemv::quantize_h(h, t, &g, h_numerics, stream);
+}
+
+void expert_down(const PreparedActivation& h, const ExpertTable& t, const MoeGrouping& g, int64_t M, int top_k,
+                 float* y, cudaStream_t stream) {
+    Args a = base_args(h, g);
+    a.w_a = t.w2;
+    a.s_a = t.w2_scale;
+    a.N = t.hidden;
+    a.K = t.inter;
+    a.y = y;
+    launch(false, a, g, M, top_k, stream);
+}
+
+}  // namespace moe_stream
+}  // namespace flashseek::cuda
