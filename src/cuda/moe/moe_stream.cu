@@ -172,9 +172,15 @@ __device__ __forceinline__ void issue_chunk(const Cursor<NM>& c, const Args& a, 
     for (int i = 0; i < NM; ++i) {
         const uint8_t* src = c.w[i] + row0 * row_bytes + int64_t(c.chunk) * CB;
         unsigned char* d = dst + i * kRows * CB;
-        for (int u = threadIdx.x; u < kRows * upr; u += kThreads) {
-            const int r = u / upr, cu = u % upr;
-            cp_async16(d + r * CB + 16 * (cu ^ ((r & 1) << 2)), src + r * row_bytes + 16 * cu);
+        if (kThreads % upr == 0) {  // full chunks of power-of-two steps: one division per chunk
+            const int cu = threadIdx.x % upr;
+            for (int r = threadIdx.x / upr; r < kRows; r += kThreads / upr)
+                cp_async16(d + r * CB + 16 * (cu ^ ((r & 1) << 2)), src + r * row_bytes + 16 * cu);
+        } else {
+            for (int u = threadIdx.x; u < kRows * upr; u += kThreads) {
+                const int r = u / upr, cu = u % upr;
+                cp_async16(d + r * CB + 16 * (cu ^ ((r & 1) << 2)), src + r * row_bytes + 16 * cu);
+            }
         }
         const uint8_t* ssrc = c.s[i] + row0 * row_scales + int64_t(c.chunk) * (CB / 16);
         unsigned char* sd = dst + NM * kRows * CB + i * kRows * (CB / 16);
