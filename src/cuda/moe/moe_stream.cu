@@ -39,7 +39,7 @@ namespace flashseek::cuda {
 namespace {
 
 constexpr WeightKind kWK = WeightKind::FP4_BLOCK32;
-constexpr int kRows = 16, kWarps = 8, kThreads = kWarps * 32;
+constexpr int kRows = 16;
 constexpr int kMaxStages = 16;
 
 struct StreamConfig {
@@ -47,6 +47,9 @@ struct StreamConfig {
     int ring_kb = 0;          // 0: FLASHSEEK_MOE_STREAM_RING or 128
     int chunk_bytes = 0;      // 0: FLASHSEEK_MOE_STREAM_CB or 512
     int ctas_per_sm = 0;      // 0: FLASHSEEK_MOE_STREAM_CTAS or 1
+    int warps = 0;            // 0: FLASHSEEK_MOE_STREAM_WARPS or 8 (8 or 16 per CTA)
+    int l2 = -1;              // -1: FLASHSEEK_MOE_STREAM_L2 or 0 (cp.async L2 prefetch hint: 0, 1 = 128 B, 2 = 256 B)
+    int probe = 0;            // bench only: 1 = stream without arithmetic, 2 = arithmetic without weight copies
 };
 StreamConfig g_config;
 
@@ -60,6 +63,8 @@ struct EnvConfig {
     int ring_kb = env_int("FLASHSEEK_MOE_STREAM_RING", 128);
     int chunk_bytes = env_int("FLASHSEEK_MOE_STREAM_CB", 512);
     int ctas_per_sm = env_int("FLASHSEEK_MOE_STREAM_CTAS", 1);
+    int warps = env_int("FLASHSEEK_MOE_STREAM_WARPS", 8);
+    int l2 = env_int("FLASHSEEK_MOE_STREAM_L2", 0);
 };
 const EnvConfig& env_config() {
     static const EnvConfig c;
@@ -82,6 +87,8 @@ struct Args {
     const int32_t* slot_token;
     const float* slot_weight;
     int chunk_bytes;         // CB: bytes of each row per stage (multiple of 256)
+    int l2;                  // cp.async L2 prefetch hint: 0 none, 1 128 B, 2 256 B
+    int probe;               // bench only: 1 = no arithmetic (stream only), 2 = no weight copies (compute only)
     int stages;              // S
     int stage_bytes;
     float limit;
@@ -91,9 +98,15 @@ struct Args {
     float* y;                // down: fp32 [rows, N]
 };
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+// 16-byte cp.async bypassing L1; l2 = 1 / 2: with the L2::128B / L2::256B prefetch-size hint.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int l2) {
     const uint32_t sa = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem));
+    if (l2 == 2)
+        asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem));
+    else if (l2 == 1)
+        asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem));
+    else
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gmem));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -124,16 +137,14 @@ template <int NM>
 struct Cursor {
     int64_t item = 0, end = 0;
     int pass = 0, chunk = 0;
-    int64_t slot = -1;
+    int slot = -1, tile = 0;  // item = slot * tiles + tile, tracked without divisions
     int e = 0, count = 0, offset = 0, npass = 1;
     const uint8_t* w[NM];
     const uint8_t* s[NM];
 };
 
 template <int NM, int TP>
-__device__ __forceinline__ void load_slot(Cursor<NM>& c, const Args& a, int64_t tiles) {
-    const int64_t slot = c.item / tiles;
-    if (slot == c.slot) return;
+__device__ __forceinline__ void load_slot(Cursor<NM>& c, const Args& a, int slot) {
     c.slot = slot;
     c.e = __ldg(a.active + slot);
     c.count = __ldg(a.count + c.e);
@@ -148,24 +159,28 @@ __device__ __forceinline__ void load_slot(Cursor<NM>& c, const Args& a, int64_t 
 }
 
 template <int NM, int TP>
-__device__ __forceinline__ void advance(Cursor<NM>& c, const Args& a, int64_t tiles, int nch) {
+__device__ __forceinline__ void advance(Cursor<NM>& c, const Args& a, int tiles, int nch) {
     if (++c.chunk < nch) return;
     c.chunk = 0;
     if (++c.pass < c.npass) return;
     c.pass = 0;
-    if (++c.item < c.end) load_slot<NM, TP>(c, a, tiles);
+    ++c.item;
+    if (++c.tile == tiles) {
+        c.tile = 0;
+        if (c.item < c.end) load_slot<NM, TP>(c, a, c.slot + 1);
+    }
 }
 
 // Issue the copies of the cursor's chunk into ring stage `dst` (no commit). Weights: 16 rows x ns*64 bytes per
 // matrix by cp.async; scales likewise when 16-byte aligned, else byte by byte (synchronous, still before the
 // consumer's barrier).
-template <int NM>
-__device__ __forceinline__ void issue_chunk(const Cursor<NM>& c, const Args& a, unsigned char* dst, int64_t tiles,
-                                            int64_t n_steps, int spc) {
-    if (c.item >= c.end) return;
+template <int NM, int kThreads>
+__device__ __forceinline__ void issue_chunk(const Cursor<NM>& c, const Args& a, unsigned char* dst, int64_t n_steps,
+                                            int spc) {
+    if (c.item >= c.end || a.probe == 2) return;
     const int CB = a.chunk_bytes;
     const int ns = int(min(int64_t(spc), n_steps - int64_t(c.chunk) * spc));
-    const int64_t row0 = (c.item % tiles) * kRows;
+    const int64_t row0 = int64_t(c.tile) * kRows;
     const int64_t row_bytes = a.K / 2, row_scales = a.K / 32;
     const int upr = ns * 4;  // 16-byte units per row
 #pragma unroll
@@ -175,11 +190,11 @@ __device__ __forceinline__ void issue_chunk(const Cursor<NM>& c, const Args& a, 
         if (kThreads % upr == 0) {  // full chunks of power-of-two steps: one division per chunk
             const int cu = threadIdx.x % upr;
             for (int r = threadIdx.x / upr; r < kRows; r += kThreads / upr)
-                cp_async16(d + r * CB + 16 * (cu ^ ((r & 1) << 2)), src + r * row_bytes + 16 * cu);
+                cp_async16(d + r * CB + 16 * (cu ^ ((r & 1) << 2)), src + r * row_bytes + 16 * cu, a.l2);
         } else {
             for (int u = threadIdx.x; u < kRows * upr; u += kThreads) {
                 const int r = u / upr, cu = u % upr;
-                cp_async16(d + r * CB + 16 * (cu ^ ((r & 1) << 2)), src + r * row_bytes + 16 * cu);
+                cp_async16(d + r * CB + 16 * (cu ^ ((r & 1) << 2)), src + r * row_bytes + 16 * cu, a.l2);
             }
         }
         const uint8_t* ssrc = c.s[i] + row0 * row_scales + int64_t(c.chunk) * (CB / 16);
@@ -189,7 +204,7 @@ __device__ __forceinline__ void issue_chunk(const Cursor<NM>& c, const Args& a, 
             const int su = upr / 16;
             for (int u = threadIdx.x; u < kRows * su; u += kThreads) {
                 const int r = u / su, cu = u % su;
-                cp_async16(sd + r * (CB / 16) + 16 * cu, ssrc + r * row_scales + 16 * cu);
+                cp_async16(sd + r * (CB / 16) + 16 * cu, ssrc + r * row_scales + 16 * cu, a.l2);
             }
         } else {
             for (int u = threadIdx.x; u < kRows * upr; u += kThreads) {
@@ -200,13 +215,15 @@ __device__ __forceinline__ void issue_chunk(const Cursor<NM>& c, const Args& a, 
     }
 }
 
-template <bool UP, int NG>
-__global__ void __launch_bounds__(kThreads, 2) stream_kernel(const Args a) {
+template <bool UP, int NG, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, 16 / kWarps) stream_kernel(const Args a) {
+    constexpr int kThreads = kWarps * 32;
     constexpr int NM = UP ? 2 : 1;
     constexpr int TP = NG * 2;  // tokens per pass (FP4 pairs)
     extern __shared__ __align__(16) unsigned char smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int64_t tiles = a.N / kRows, n_steps = a.K / 128;
+    const int tiles = int(a.N / kRows);
+    const int64_t n_steps = a.K / 128;
     const int CB = a.chunk_bytes, spc = CB / 64, S = a.stages;
     const int nch = int((n_steps + spc - 1) / spc);
     const int64_t total = int64_t(*a.n_active) * tiles;
@@ -220,23 +237,26 @@ __global__ void __launch_bounds__(kThreads, 2) stream_kernel(const Args a) {
     float* red = xss + TP * n_steps;  // [warp][NM][16 rows][TP]
 
     Cursor<NM> pc, cc;
-    pc.item = cc.item = begin;
-    pc.end = cc.end = end;
-    load_slot<NM, TP>(pc, a, tiles);
+    pc.item = begin;
+    pc.end = end;
+    pc.tile = int(begin % tiles);
+    load_slot<NM, TP>(pc, a, int(begin / tiles));
     cc = pc;
     for (int i = 0; i < S - 1; ++i) {
-        issue_chunk<NM>(pc, a, ring + size_t(i) * a.stage_bytes, tiles, n_steps, spc);
+        issue_chunk<NM, kThreads>(pc, a, ring + size_t(i) * a.stage_bytes, n_steps, spc);
         cp_async_commit();
         advance<NM, TP>(pc, a, tiles, nch);
     }
-    int64_t staged_slot = -1;
+    int wslot = S - 1, rslot = 0;  // ring stages being written / read
+    int staged_slot = -1;
     int staged_pass = -1, ntok = 0;
     float acc[NM][NG][4];
-    for (int64_t q = 0; cc.item < cc.end; ++q) {
+    while (cc.item < cc.end) {
         cp_async_wait_dyn(S - 2);
         __syncthreads();  // chunk q landed for every thread; every thread is done with chunk q-1's stage
-        issue_chunk<NM>(pc, a, ring + size_t((q + S - 1) % S) * a.stage_bytes, tiles, n_steps, spc);
+        issue_chunk<NM, kThreads>(pc, a, ring + size_t(wslot) * a.stage_bytes, n_steps, spc);
         cp_async_commit();
+        wslot = wslot + 1 == S ? 0 : wslot + 1;
         advance<NM, TP>(pc, a, tiles, nch);
 
         if (cc.chunk == 0) {
@@ -273,10 +293,11 @@ __global__ void __launch_bounds__(kThreads, 2) stream_kernel(const Args a) {
         }
 
         // Compute this chunk: warp w takes steps w, w + 8, ...
-        const unsigned char* st_base = ring + size_t(q % S) * a.stage_bytes;
+        const unsigned char* st_base = ring + size_t(rslot) * a.stage_bytes;
+        rslot = rslot + 1 == S ? 0 : rslot + 1;
         const int ns = int(min(int64_t(spc), n_steps - int64_t(cc.chunk) * spc));
         const int ngroups = (ntok + 1) / 2;
-        for (int j = warp; j < ns; j += kWarps) {
+        for (int j = warp; j < ns && a.probe != 1; j += kWarps) {
             gmma::Stage<kWK, NM> st;
             const int sw = ((4 * j + t) ^ ((g & 1) << 2)) * 16;
 #pragma unroll
@@ -306,7 +327,7 @@ __global__ void __launch_bounds__(kThreads, 2) stream_kernel(const Args a) {
                                 acc[i][p][r];
             }
             __syncthreads();
-            const int64_t row0 = (cc.item % tiles) * kRows;
+            const int64_t row0 = int64_t(cc.tile) * kRows;
             for (int idx = threadIdx.x; idx < kRows * ntok; idx += kThreads) {
                 const int r = idx % kRows, tok = idx / kRows;
                 float s[NM];
@@ -344,7 +365,7 @@ int resolved_mode() {
 // Launch geometry: chunk bytes, ring depth (ring budget / stage bytes, 3..16, reduced until the CTA's shared memory
 // fits the device), shared memory, grid. smem == 0: does not fit (needs a device of >= ~60 KB per block).
 struct Plan {
-    int chunk_bytes = 512, stages = 3, stage_bytes = 0, grid = 1;
+    int chunk_bytes = 512, stages = 3, stage_bytes = 0, grid = 1, warps = 8, l2 = 0;
     size_t smem = 0;
 };
 Plan plan(bool up, int64_t K, int64_t M) {
@@ -354,10 +375,12 @@ Plan plan(bool up, int64_t K, int64_t M) {
     const int ring_kb = g_config.ring_kb ? g_config.ring_kb : env_config().ring_kb;
     const int per_sm =
         std::clamp(g_config.ctas_per_sm ? g_config.ctas_per_sm : env_config().ctas_per_sm, 1, 2);
+    p.warps = (g_config.warps ? g_config.warps : env_config().warps) == 16 ? 16 : 8;
+    p.l2 = std::clamp(g_config.l2 >= 0 ? g_config.l2 : env_config().l2, 0, 2);
     const int nm = up ? 2 : 1, tp = M <= 1 ? 2 : 4;
     p.stage_bytes = nm * kRows * (p.chunk_bytes + p.chunk_bytes / 16);
     const size_t fixed = size_t(tp) * size_t(K + 8) * 2 + size_t(tp) * size_t(K / 128) * 4 +
-                         size_t(kWarps) * nm * kRows * tp * 4;
+                         size_t(p.warps) * nm * kRows * tp * 4;
     const ArchInfo& arch = current_arch();
     // Per CTA: the device's per-block limit, or its share of the SM's when two CTAs share an SM.
     size_t limit = size_t(arch.max_smem_per_block_optin);
@@ -379,14 +402,19 @@ void launch(bool up, Args a, const MoeGrouping& g, int64_t M, int top_k, cudaStr
     a.chunk_bytes = p.chunk_bytes;
     a.stages = p.stages;
     a.stage_bytes = p.stage_bytes;
+    a.l2 = p.l2;
+    a.probe = g_config.probe;
     const int grid = int(std::max<int64_t>(1, std::min<int64_t>(p.grid, slots * (a.N / kRows))));
     Kernel k;
+    const bool w16 = p.warps == 16;
     if (up)
-        k = M <= 1 ? stream_kernel<true, 1> : stream_kernel<true, 2>;
+        k = M <= 1 ? (w16 ? stream_kernel<true, 1, 16> : stream_kernel<true, 1, 8>)
+                   : (w16 ? stream_kernel<true, 2, 16> : stream_kernel<true, 2, 8>);
     else
-        k = M <= 1 ? stream_kernel<false, 1> : stream_kernel<false, 2>;
+        k = M <= 1 ? (w16 ? stream_kernel<false, 1, 16> : stream_kernel<false, 1, 8>)
+                   : (w16 ? stream_kernel<false, 2, 16> : stream_kernel<false, 2, 8>);
     gmma::allow_smem(reinterpret_cast<const void*>(k), p.smem);
-    k<<<unsigned(grid), kThreads, p.smem, stream>>>(a);
+    k<<<unsigned(grid), p.warps * 32, p.smem, stream>>>(a);
     CUDA_CHECK_LAUNCH(up ? "moe_stream up" : "moe_stream down");
 }
 
@@ -407,11 +435,14 @@ Args base_args(const PreparedActivation& x, const MoeGrouping& g) {
 
 }  // namespace
 
-void set_moe_stream(int mode, int ring_kb, int chunk_bytes, int ctas_per_sm) {
+void set_moe_stream(int mode, int ring_kb, int chunk_bytes, int ctas_per_sm, int warps, int l2, int probe) {
     g_config.mode = mode;
     g_config.ring_kb = ring_kb;
     g_config.chunk_bytes = chunk_bytes;
     g_config.ctas_per_sm = ctas_per_sm;
+    g_config.warps = warps;
+    g_config.l2 = l2;
+    g_config.probe = probe;
 }
 
 namespace moe_stream {

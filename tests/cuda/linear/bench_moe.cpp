@@ -99,17 +99,26 @@ void bench_moe(double copy_bw, std::vector<BenchRow>& rows) {
         // the per-tile GEMV kernels (moe_gemv.cu) and the mma.sync ones side by side.
         struct Variant {
             const char* note;
-            int stream, ring_kb, cb, ctas;
-            bool gemv;
+            int stream, ring_kb, cb, ctas, warps, l2, probe;
+            bool gemv, all_m;  // all_m: also at M = 8
         };
-        const Variant variants[] = {{"stream ", 1, 0, 0, 0, true},          {"stream r64x2 ", 1, 64, 0, 2, true},
-                                    {"stream r64 ", 1, 64, 0, 1, true},     {"stream r192 ", 1, 192, 0, 1, true},
-                                    {"stream cb1024 ", 1, 0, 1024, 1, true}, {"stream cb256 ", 1, 0, 256, 1, true},
-                                    {"gemv ", 0, 0, 0, 0, true},            {"mma ", 0, 0, 0, 0, false}};
+        const Variant variants[] = {
+            {"stream ", 1, 0, 0, 0, 0, -1, 0, true, true},
+            {"stream cb1024 ", 1, 0, 1024, 1, 8, 0, 0, true, false},
+            {"stream cb1024 w16 ", 1, 0, 1024, 1, 16, 0, 0, true, true},
+            {"stream cb1024 w16 l2 ", 1, 0, 1024, 1, 16, 2, 0, true, false},
+            {"stream l2 ", 1, 0, 512, 1, 8, 2, 0, true, false},
+            {"stream r64x2 ", 1, 64, 512, 2, 8, 0, 0, true, false},
+            {"stream r64x2 l2 ", 1, 64, 512, 2, 8, 2, 0, true, false},
+            {"stream probe-loads ", 1, 0, 512, 1, 8, 0, 1, true, false},
+            {"stream probe-compute ", 1, 0, 512, 1, 8, 0, 2, true, false},
+            {"stream cb1024 w16 probe-loads ", 1, 0, 1024, 1, 16, 0, 1, true, false},
+            {"gemv ", 0, 0, 0, 0, 0, -1, 0, true, true},
+            {"mma ", 0, 0, 0, 0, 0, -1, 0, false, true}};
         const bool both = M <= cuda::kGemvMaxTokens;
         for (const Variant& v : variants) {
-        if (!both && v.gemv) continue;
-        cuda::set_moe_stream(v.stream, v.ring_kb, v.cb, v.ctas);
+        if ((!both && v.gemv) || (M == 8 && !v.all_m)) continue;
+        cuda::set_moe_stream(v.stream, v.ring_kb, v.cb, v.ctas, v.warps, v.l2, v.probe);
         cuda::set_small_m_gemv(v.gemv);
         cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens);  // time the GEMV at M <= 8 too
         const double us = time_graph_per_call(

@@ -129,12 +129,16 @@ std::vector<float> cpu_expert(const ExpertSet& s, int e, const std::vector<float
 // elements when the fp32 sums differ in their last bits.
 // Each case runs through four expert paths for M <= 16 (below); the threshold is the same for all. The per-tile
 // GEMV path also runs with raw bf16 inputs (raw_activation), which must give bit-identical outputs.
+// Paths: 0 = persistent streaming kernels for the routed FP4 experts (moe_stream.cu, default settings), 1 = mma.sync
+// kernels (GEMV off), 2 = per-tile GEMV kernels (moe_gemv.cu, stream off; also checks raw inputs), 3 = streaming
+// kernels with the smallest ring (3 stages), 256-byte chunks, two CTAs per SM, 16 warps and the L2::256B hint
+// (ring wrap-around, many chunks, the other kernel instance).
 struct GemvSwitch {
     explicit GemvSwitch(int path) {
         cuda::set_small_m_gemv(path != 1);
         cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens);
         if (path == 3)
-            cuda::set_moe_stream(1, 1, 256, 2);
+            cuda::set_moe_stream(1, 1, 256, 2, 16, 2);
         else
             cuda::set_moe_stream(path == 0 ? 1 : 0);
     }
