@@ -18,10 +18,6 @@ FULL=0; MEMCHECK=0
 for a in "$@"; do case $a in --full-tests) FULL=1 ;; --memcheck) MEMCHECK=1 ;; esac; done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 T='./test_cuda_linear'
-if [ $FULL = 1 ]; then F='*'; else F='MoeLayer.*:MoeRoute.*'; fi
-echo "== tests ($F)"
-timeout 100 $T --gtest_filter="$F" > "$OUT/test.log" 2>&1; echo "rc=$?"
-grep -E "^\[  (FAILED|PASSED) |^\[       OK|Failure|Expected|Which is|path=|error" "$OUT/test.log" | head -30
 echo "== micro-bench (MoE)"
 timeout 80 $T --bench --moe-only --json "$OUT/bench-moe.json" > "$OUT/bench-moe.log" 2>&1; echo "rc=$?"
 grep -E "copy|experts" "$OUT/bench-moe.log" | cut -c1-120
@@ -30,10 +26,17 @@ BEST=$(grep -E "M=16 .* stream" "$OUT/bench-moe.log" | grep -v probe | awk '{for
   sort -n | head -1 | sed -E 's/.*% +//; s/ up\+down//')
 ENV="FLASHSEEK_MOE_STREAM=1"
 case " $BEST " in *" cb1024 "*) ENV="$ENV FLASHSEEK_MOE_STREAM_CB=1024" ;; esac
+case " $BEST " in *" cb2048 "*) ENV="$ENV FLASHSEEK_MOE_STREAM_CB=2048" ;; esac
+case " $BEST " in *" r192 "*) ENV="$ENV FLASHSEEK_MOE_STREAM_RING=192" ;; esac
+case " $BEST " in *" r96x2 "*) ENV="$ENV FLASHSEEK_MOE_STREAM_RING=96 FLASHSEEK_MOE_STREAM_CTAS=2" ;; esac
 case " $BEST " in *" w16 "*) ENV="$ENV FLASHSEEK_MOE_STREAM_WARPS=16" ;; esac
 case " $BEST " in *" l2 "*) ENV="$ENV FLASHSEEK_MOE_STREAM_L2=2" ;; esac
 case " $BEST " in *" r64x2 "*) ENV="$ENV FLASHSEEK_MOE_STREAM_RING=64 FLASHSEEK_MOE_STREAM_CTAS=2" ;; esac
 echo "best streaming variant at M=16: '$BEST' -> $ENV"
+if [ $FULL = 1 ]; then F='*'; else F='MoeLayer.*:MoeRoute.*'; fi
+echo "== tests ($F, $ENV)"
+env $ENV timeout 100 $T --gtest_filter="$F" > "$OUT/test.log" 2>&1; echo "rc=$?"
+grep -E "^\[  (FAILED|PASSED) |^\[       OK|Failure|Expected|Which is|path=|error" "$OUT/test.log" | head -30
 fsbench() {  # $1 = tag, rest = env
   local tag=$1; shift
   echo "== flashseek bench $tag ($*)"

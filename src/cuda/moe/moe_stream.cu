@@ -235,6 +235,7 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps) stream_kernel(const 
     __half* xsm = reinterpret_cast<__half*>(smem + size_t(S) * a.stage_bytes);
     float* xss = reinterpret_cast<float*>(xsm + TP * xrh);
     float* red = xss + TP * n_steps;  // [warp][NM][16 rows][TP]
+    float* wsm = red + kWarps * NM * kRows * TP;  // [TP] routing weights of the pass's slots
 
     Cursor<NM> pc, cc;
     pc.item = begin;
@@ -275,6 +276,8 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps) stream_kernel(const 
                     }
                     *reinterpret_cast<uint4*>(xsm + tk * xrh + col) = v;
                 }
+                if (UP && threadIdx.x < TP)
+                    wsm[threadIdx.x] = int(threadIdx.x) < ntok ? __ldg(a.slot_weight + cc.offset + c0 + threadIdx.x) : 0.f;
                 for (int i = threadIdx.x; i < TP * n_steps; i += kThreads) {
                     const int tk = int(i / n_steps), b = int(i % n_steps);
                     float v = 0.f;
@@ -338,7 +341,7 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps) stream_kernel(const 
                 }
                 const int64_t out_row = cc.offset + cc.pass * TP + tok;
                 if constexpr (UP) {
-                    const float wgt = a.slot_weight[out_row];
+                    const float wgt = wsm[tok];
                     const float g0 = a.round_glu ? round_bf16(s[0]) : s[0];
                     const float u0 = a.round_glu ? round_bf16(s[NM - 1]) : s[NM - 1];
                     const float gate = fminf(g0, a.limit);
@@ -372,6 +375,7 @@ Plan plan(bool up, int64_t K, int64_t M) {
     Plan p;
     const int cb = g_config.chunk_bytes ? g_config.chunk_bytes : env_config().chunk_bytes;
     p.chunk_bytes = cb >= 256 && cb % 256 == 0 ? cb : 512;
+    p.chunk_bytes = int(std::min<int64_t>(p.chunk_bytes, (K / 2 + 255) / 256 * 256));  // at most one whole row
     const int ring_kb = g_config.ring_kb ? g_config.ring_kb : env_config().ring_kb;
     const int per_sm =
         std::clamp(g_config.ctas_per_sm ? g_config.ctas_per_sm : env_config().ctas_per_sm, 1, 2);
@@ -380,13 +384,13 @@ Plan plan(bool up, int64_t K, int64_t M) {
     const int nm = up ? 2 : 1, tp = M <= 1 ? 2 : 4;
     p.stage_bytes = nm * kRows * (p.chunk_bytes + p.chunk_bytes / 16);
     const size_t fixed = size_t(tp) * size_t(K + 8) * 2 + size_t(tp) * size_t(K / 128) * 4 +
-                         size_t(p.warps) * nm * kRows * tp * 4;
+                         size_t(p.warps) * nm * kRows * tp * 4 + size_t(tp) * 4;
     const ArchInfo& arch = current_arch();
     // Per CTA: the device's per-block limit, or its share of the SM's when two CTAs share an SM.
     size_t limit = size_t(arch.max_smem_per_block_optin);
     if (per_sm == 2) limit = std::min(limit, size_t(arch.max_smem_per_block_optin) / 2 - 1024);
-    p.stages = std::clamp(ring_kb * 1024 / p.stage_bytes, 3, kMaxStages);
-    while (p.stages > 3 && fixed + size_t(p.stages) * p.stage_bytes > limit) --p.stages;
+    p.stages = std::clamp(ring_kb * 1024 / p.stage_bytes, 2, kMaxStages);
+    while (p.stages > 2 && fixed + size_t(p.stages) * p.stage_bytes > limit) --p.stages;
     p.smem = fixed + size_t(p.stages) * p.stage_bytes;
     if (p.smem > size_t(arch.max_smem_per_block_optin)) p.smem = 0;
     p.grid = arch.sm_count * per_sm;

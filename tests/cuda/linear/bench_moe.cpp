@@ -102,17 +102,18 @@ void bench_moe(double copy_bw, std::vector<BenchRow>& rows) {
             int stream, ring_kb, cb, ctas, warps, l2, probe;
             bool gemv, all_m;  // all_m: also at M = 8
         };
+        // ring KB, chunk bytes per row (clamped to one row), CTAs per SM, warps per CTA, L2 hint, probe.
         const Variant variants[] = {
             {"stream ", 1, 0, 0, 0, 0, -1, 0, true, true},
-            {"stream cb1024 ", 1, 0, 1024, 1, 8, 0, 0, true, false},
-            {"stream cb1024 w16 ", 1, 0, 1024, 1, 16, 0, 0, true, true},
             {"stream cb1024 w16 l2 ", 1, 0, 1024, 1, 16, 2, 0, true, false},
-            {"stream l2 ", 1, 0, 512, 1, 8, 2, 0, true, false},
-            {"stream r64x2 ", 1, 64, 512, 2, 8, 0, 0, true, false},
+            {"stream cb2048 w16 r192 ", 1, 192, 2048, 1, 16, 0, 0, true, true},
+            {"stream cb2048 w16 r192 l2 ", 1, 192, 2048, 1, 16, 2, 0, true, false},
             {"stream r64x2 l2 ", 1, 64, 512, 2, 8, 2, 0, true, false},
-            {"stream probe-loads ", 1, 0, 512, 1, 8, 0, 1, true, false},
-            {"stream probe-compute ", 1, 0, 512, 1, 8, 0, 2, true, false},
-            {"stream cb1024 w16 probe-loads ", 1, 0, 1024, 1, 16, 0, 1, true, false},
+            {"stream cb1024 r64x2 l2 ", 1, 64, 1024, 2, 8, 2, 0, true, false},
+            {"stream r96x2 l2 ", 1, 96, 512, 2, 8, 2, 0, true, false},
+            {"stream cb2048 w16 r192 probe-loads ", 1, 192, 2048, 1, 16, 0, 1, true, false},
+            {"stream cb2048 w16 r192 probe-compute ", 1, 192, 2048, 1, 16, 0, 2, true, false},
+            {"stream r64x2 l2 probe-loads ", 1, 64, 512, 2, 8, 2, 1, true, false},
             {"gemv ", 0, 0, 0, 0, 0, -1, 0, true, true},
             {"mma ", 0, 0, 0, 0, 0, -1, 0, false, true}};
         const bool both = M <= cuda::kGemvMaxTokens;
