@@ -50,6 +50,7 @@ struct StreamConfig {
     int warps = 0;            // 0: FLASHSEEK_MOE_STREAM_WARPS or 8 (8 or 16 per CTA)
     int l2 = -1;              // -1: FLASHSEEK_MOE_STREAM_L2 or 0 (cp.async L2 prefetch hint: 0, 1 = 128 B, 2 = 256 B)
     int probe = 0;            // bench only: 1 = stream without arithmetic, 2 = arithmetic without weight copies
+    int ws = -1;              // -1: FLASHSEEK_MOE_STREAM_WS or 0 (1 = warp-specialized kernel, variant B)
 };
 StreamConfig g_config;
 
@@ -65,6 +66,7 @@ struct EnvConfig {
     int ctas_per_sm = env_int("FLASHSEEK_MOE_STREAM_CTAS", 1);
     int warps = env_int("FLASHSEEK_MOE_STREAM_WARPS", 8);
     int l2 = env_int("FLASHSEEK_MOE_STREAM_L2", 0);
+    int ws = env_int("FLASHSEEK_MOE_STREAM_WS", 0);
 };
 const EnvConfig& env_config() {
     static const EnvConfig c;
@@ -176,7 +178,7 @@ __device__ __forceinline__ void advance(Cursor<NM>& c, const Args& a, int tiles,
 // consumer's barrier).
 template <int NM, int kThreads>
 __device__ __forceinline__ void issue_chunk(const Cursor<NM>& c, const Args& a, unsigned char* dst, int64_t n_steps,
-                                            int spc) {
+                                            int spc, int tid) {
     if (c.item >= c.end || a.probe == 2) return;
     const int CB = a.chunk_bytes;
     const int ns = int(min(int64_t(spc), n_steps - int64_t(c.chunk) * spc));
@@ -188,11 +190,11 @@ __device__ __forceinline__ void issue_chunk(const Cursor<NM>& c, const Args& a, 
         const uint8_t* src = c.w[i] + row0 * row_bytes + int64_t(c.chunk) * CB;
         unsigned char* d = dst + i * kRows * CB;
         if (kThreads % upr == 0) {  // full chunks of power-of-two steps: one division per chunk
-            const int cu = threadIdx.x % upr;
-            for (int r = threadIdx.x / upr; r < kRows; r += kThreads / upr)
+            const int cu = tid % upr;
+            for (int r = tid / upr; r < kRows; r += kThreads / upr)
                 cp_async16(d + r * CB + 16 * (cu ^ ((r & 1) << 2)), src + r * row_bytes + 16 * cu, a.l2);
         } else {
-            for (int u = threadIdx.x; u < kRows * upr; u += kThreads) {
+            for (int u = tid; u < kRows * upr; u += kThreads) {
                 const int r = u / upr, cu = u % upr;
                 cp_async16(d + r * CB + 16 * (cu ^ ((r & 1) << 2)), src + r * row_bytes + 16 * cu, a.l2);
             }
@@ -202,12 +204,12 @@ __device__ __forceinline__ void issue_chunk(const Cursor<NM>& c, const Args& a, 
         const bool aligned = (reinterpret_cast<uintptr_t>(c.s[i]) & 15) == 0 && row_scales % 16 == 0 && upr % 16 == 0;
         if (aligned) {
             const int su = upr / 16;
-            for (int u = threadIdx.x; u < kRows * su; u += kThreads) {
+            for (int u = tid; u < kRows * su; u += kThreads) {
                 const int r = u / su, cu = u % su;
                 cp_async16(sd + r * (CB / 16) + 16 * cu, ssrc + r * row_scales + 16 * cu, a.l2);
             }
         } else {
-            for (int u = threadIdx.x; u < kRows * upr; u += kThreads) {
+            for (int u = tid; u < kRows * upr; u += kThreads) {
                 const int r = u / upr, b = u % upr;
                 sd[r * (CB / 16) + b] = __ldg(ssrc + r * row_scales + b);
             }
@@ -215,6 +217,145 @@ __device__ __forceinline__ void issue_chunk(const Cursor<NM>& c, const Args& a, 
     }
 }
 
+// Shared-memory pieces of a CTA (both kernels): ring, staged activation, cross-warp partial sums, routing weights.
+template <bool UP, int NG>
+struct Smem {
+    static constexpr int NM = UP ? 2 : 1, TP = NG * 2;
+    unsigned char* ring;
+    __half* xsm;  // [TP][K + 8]
+    float* xss;   // [TP][K / 128]
+    float* red;   // [warps][NM][16 rows][TP]
+    float* wsm;   // [TP]
+    int xrh;
+    __device__ Smem(unsigned char* base, const Args& a, int warps) {
+        ring = base;
+        xrh = int(a.K) + 8;
+        xsm = reinterpret_cast<__half*>(base + size_t(a.stages) * a.stage_bytes);
+        xss = reinterpret_cast<float*>(xsm + TP * xrh);
+        red = xss + TP * (a.K / 128);
+        wsm = red + warps * NM * kRows * TP;
+    }
+};
+
+// Stage the pass's tokens of the cursor's expert (threads tid < nthr of the calling group); returns their count.
+template <bool UP, int NG, int NM>
+__device__ __forceinline__ int stage_tokens(const Smem<UP, NG>& sm, const Cursor<NM>& cc, const Args& a, int tid,
+                                            int nthr) {
+    constexpr int TP = NG * 2;
+    const int64_t n_steps = a.K / 128;
+    const int c0 = cc.pass * TP;
+    const int ntok = min(TP, cc.count - c0);
+    const int per_row = int(a.K / 8);
+    for (int i = tid; i < TP * per_row; i += nthr) {
+        const int tk = i / per_row, col = (i % per_row) * 8;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (tk < ntok) {
+            const int64_t r = UP ? int64_t(__ldg(a.slot_token + cc.offset + c0 + tk)) : int64_t(cc.offset + c0 + tk);
+            v = __ldg(reinterpret_cast<const uint4*>(a.x + r * a.x_ld + col));
+        }
+        *reinterpret_cast<uint4*>(sm.xsm + tk * sm.xrh + col) = v;
+    }
+    if (UP && tid < TP) sm.wsm[tid] = tid < ntok ? __ldg(a.slot_weight + cc.offset + c0 + tid) : 0.f;
+    for (int i = tid; i < TP * n_steps; i += nthr) {
+        const int tk = int(i / n_steps), b = int(i % n_steps);
+        float v = 0.f;
+        if (tk < ntok) {
+            const int64_t r = UP ? int64_t(__ldg(a.slot_token + cc.offset + c0 + tk)) : int64_t(cc.offset + c0 + tk);
+            v = __ldg(a.xs + r * a.xs_ld + b);
+        }
+        sm.xss[i] = v;
+    }
+    return ntok;
+}
+
+// acc += the chunk's steps w, w + nw, ... of this warp (fragments from ring stage st_base).
+template <bool UP, int NG, int NM>
+__device__ __forceinline__ void compute_chunk(float (&acc)[NM][NG][4], const Smem<UP, NG>& sm,
+                                              const unsigned char* st_base, const Cursor<NM>& cc, const Args& a,
+                                              int ntok, int w, int nw, int g, int t) {
+    const int CB = a.chunk_bytes, spc = CB / 64;
+    const int64_t n_steps = a.K / 128;
+    const int ns = int(min(int64_t(spc), n_steps - int64_t(cc.chunk) * spc));
+    const int ngroups = (ntok + 1) / 2;
+    for (int j = w; j < ns && a.probe != 1; j += nw) {
+        gmma::Stage<kWK, NM> st;
+        const int sw = ((4 * j + t) ^ ((g & 1) << 2)) * 16;
+#pragma unroll
+        for (int i = 0; i < NM; ++i) {
+            const unsigned char* wm = st_base + i * kRows * CB;
+            st.lo[i].v = *reinterpret_cast<const uint4*>(wm + g * CB + sw);
+            st.hi[i].v = *reinterpret_cast<const uint4*>(wm + (g + 8) * CB + sw);
+            const unsigned char* sc = st_base + NM * kRows * CB + i * kRows * (CB / 16);
+            st.s_lo[i] = sc[g * (CB / 16) + 4 * j + t];
+            st.s_hi[i] = sc[(g + 8) * (CB / 16) + 4 * j + t];
+        }
+        const int64_t gs = int64_t(cc.chunk) * spc + j;
+        gmma::compute_stage<kWK, NM, NG>(acc, st, int(ScaleKind::E8M0), sm.xsm + 128 * gs, sm.xrh, sm.xss + gs,
+                                         int(n_steps), ngroups, g, t);
+    }
+}
+
+// Quad sums into red (lanes t == 0 of warp w).
+template <bool UP, int NG, int NM>
+__device__ __forceinline__ void store_partials(float (&acc)[NM][NG][4], const Smem<UP, NG>& sm, int w, int g, int t) {
+    constexpr int TP = NG * 2;
+    gmma::finish_quad<kWK, NM, NG>(acc);
+    if (t == 0) {
+#pragma unroll
+        for (int i = 0; i < NM; ++i)
+#pragma unroll
+            for (int p = 0; p < NG; ++p)
+#pragma unroll
+                for (int r = 0; r < 4; ++r)
+                    sm.red[((w * NM + i) * kRows + gmma::acc_row(r, g)) * TP + gmma::acc_token<kWK>(p, r, t)] =
+                        acc[i][p][r];
+    }
+}
+
+// Sum over the nw warps' partials in a fixed order, then the epilogue (threads tid < nthr).
+template <bool UP, int NG, int NM>
+__device__ __forceinline__ void epilogue(const Smem<UP, NG>& sm, const Cursor<NM>& cc, const Args& a, int ntok, int nw,
+                                         int tid, int nthr) {
+    constexpr int TP = NG * 2;
+    const int64_t row0 = int64_t(cc.tile) * kRows;
+    for (int idx = tid; idx < kRows * ntok; idx += nthr) {
+        const int r = idx % kRows, tok = idx / kRows;
+        float s[NM];
+#pragma unroll
+        for (int i = 0; i < NM; ++i) {
+            s[i] = 0.f;
+            for (int w = 0; w < nw; ++w) s[i] += sm.red[((w * NM + i) * kRows + r) * TP + tok];
+        }
+        const int64_t out_row = cc.offset + cc.pass * TP + tok;
+        if constexpr (UP) {
+            const float wgt = sm.wsm[tok];
+            const float g0 = a.round_glu ? round_bf16(s[0]) : s[0];
+            const float u0 = a.round_glu ? round_bf16(s[NM - 1]) : s[NM - 1];
+            const float gate = fminf(g0, a.limit);
+            const float up = fminf(fmaxf(u0, -a.limit), a.limit);
+            const float silu = gate / (1.f + expf(-gate));
+            a.h[out_row * a.h_ld + row0 + r] = f32_to_bf16_bits(silu * up * wgt);
+        } else {
+            a.y[out_row * a.N + row0 + r] = s[0];
+        }
+    }
+}
+
+// The CTA's item range [begin, end) and the cursor at its start; false when the CTA has nothing to do.
+template <int NM, int TP>
+__device__ __forceinline__ bool start_cursor(Cursor<NM>& c, const Args& a) {
+    const int tiles = int(a.N / kRows);
+    const int64_t total = int64_t(*a.n_active) * tiles;
+    const int64_t begin = total * blockIdx.x / gridDim.x, end = total * (blockIdx.x + 1) / gridDim.x;
+    if (begin >= end) return false;
+    c.item = begin;
+    c.end = end;
+    c.tile = int(begin % tiles);
+    load_slot<NM, TP>(c, a, int(begin / tiles));
+    return true;
+}
+
+// Variant A (default): every warp produces and consumes; one wait_group + one CTA barrier per stage.
 template <bool UP, int NG, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps) stream_kernel(const Args a) {
     constexpr int kThreads = kWarps * 32;
@@ -224,69 +365,32 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps) stream_kernel(const 
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int tiles = int(a.N / kRows);
     const int64_t n_steps = a.K / 128;
-    const int CB = a.chunk_bytes, spc = CB / 64, S = a.stages;
+    const int spc = a.chunk_bytes / 64, S = a.stages;
     const int nch = int((n_steps + spc - 1) / spc);
-    const int64_t total = int64_t(*a.n_active) * tiles;
-    const int64_t begin = total * blockIdx.x / gridDim.x, end = total * (blockIdx.x + 1) / gridDim.x;
-    if (begin >= end) return;
-
-    unsigned char* ring = smem;
-    const int xrh = int(a.K) + 8;  // staged row, halves
-    __half* xsm = reinterpret_cast<__half*>(smem + size_t(S) * a.stage_bytes);
-    float* xss = reinterpret_cast<float*>(xsm + TP * xrh);
-    float* red = xss + TP * n_steps;  // [warp][NM][16 rows][TP]
-    float* wsm = red + kWarps * NM * kRows * TP;  // [TP] routing weights of the pass's slots
-
-    Cursor<NM> pc, cc;
-    pc.item = begin;
-    pc.end = end;
-    pc.tile = int(begin % tiles);
-    load_slot<NM, TP>(pc, a, int(begin / tiles));
-    cc = pc;
+    Cursor<NM> pc;
+    if (!start_cursor<NM, TP>(pc, a)) return;
+    const Smem<UP, NG> sm(smem, a, kWarps);
+    Cursor<NM> cc = pc;
     for (int i = 0; i < S - 1; ++i) {
-        issue_chunk<NM, kThreads>(pc, a, ring + size_t(i) * a.stage_bytes, n_steps, spc);
+        issue_chunk<NM, kThreads>(pc, a, sm.ring + size_t(i) * a.stage_bytes, n_steps, spc, threadIdx.x);
         cp_async_commit();
         advance<NM, TP>(pc, a, tiles, nch);
     }
     int wslot = S - 1, rslot = 0;  // ring stages being written / read
-    int staged_slot = -1;
-    int staged_pass = -1, ntok = 0;
+    int staged_slot = -1, staged_pass = -1, ntok = 0;
     float acc[NM][NG][4];
     while (cc.item < cc.end) {
         cp_async_wait_dyn(S - 2);
-        __syncthreads();  // chunk q landed for every thread; every thread is done with chunk q-1's stage
-        issue_chunk<NM, kThreads>(pc, a, ring + size_t(wslot) * a.stage_bytes, n_steps, spc);
+        __syncthreads();  // this chunk landed for every thread; every thread is done with the previous one's stage
+        issue_chunk<NM, kThreads>(pc, a, sm.ring + size_t(wslot) * a.stage_bytes, n_steps, spc, threadIdx.x);
         cp_async_commit();
         wslot = wslot + 1 == S ? 0 : wslot + 1;
         advance<NM, TP>(pc, a, tiles, nch);
-
         if (cc.chunk == 0) {
-            if (cc.slot != staged_slot || cc.pass != staged_pass) {  // stage the pass's tokens (CTA-uniform)
+            if (cc.slot != staged_slot || cc.pass != staged_pass) {  // CTA-uniform
                 staged_slot = cc.slot;
                 staged_pass = cc.pass;
-                const int c0 = cc.pass * TP;
-                ntok = min(TP, cc.count - c0);
-                const int per_row = int(a.K / 8);
-                for (int i = threadIdx.x; i < TP * per_row; i += kThreads) {
-                    const int tk = i / per_row, col = (i % per_row) * 8;
-                    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-                    if (tk < ntok) {
-                        const int64_t r = UP ? int64_t(__ldg(a.slot_token + cc.offset + c0 + tk)) : int64_t(cc.offset + c0 + tk);
-                        v = __ldg(reinterpret_cast<const uint4*>(a.x + r * a.x_ld + col));
-                    }
-                    *reinterpret_cast<uint4*>(xsm + tk * xrh + col) = v;
-                }
-                if (UP && threadIdx.x < TP)
-                    wsm[threadIdx.x] = int(threadIdx.x) < ntok ? __ldg(a.slot_weight + cc.offset + c0 + threadIdx.x) : 0.f;
-                for (int i = threadIdx.x; i < TP * n_steps; i += kThreads) {
-                    const int tk = int(i / n_steps), b = int(i % n_steps);
-                    float v = 0.f;
-                    if (tk < ntok) {
-                        const int64_t r = UP ? int64_t(__ldg(a.slot_token + cc.offset + c0 + tk)) : int64_t(cc.offset + c0 + tk);
-                        v = __ldg(a.xs + r * a.xs_ld + b);
-                    }
-                    xss[i] = v;
-                }
+                ntok = stage_tokens<UP, NG, NM>(sm, cc, a, threadIdx.x, kThreads);
                 __syncthreads();
             }
 #pragma unroll
@@ -294,69 +398,122 @@ __global__ void __launch_bounds__(kWarps * 32, 16 / kWarps) stream_kernel(const 
 #pragma unroll
                 for (int p = 0; p < NG; ++p) acc[i][p][0] = acc[i][p][1] = acc[i][p][2] = acc[i][p][3] = 0.f;
         }
-
-        // Compute this chunk: warp w takes steps w, w + 8, ...
-        const unsigned char* st_base = ring + size_t(rslot) * a.stage_bytes;
+        compute_chunk<UP, NG, NM>(acc, sm, sm.ring + size_t(rslot) * a.stage_bytes, cc, a, ntok, warp, kWarps, g, t);
         rslot = rslot + 1 == S ? 0 : rslot + 1;
-        const int ns = int(min(int64_t(spc), n_steps - int64_t(cc.chunk) * spc));
-        const int ngroups = (ntok + 1) / 2;
-        for (int j = warp; j < ns && a.probe != 1; j += kWarps) {
-            gmma::Stage<kWK, NM> st;
-            const int sw = ((4 * j + t) ^ ((g & 1) << 2)) * 16;
-#pragma unroll
-            for (int i = 0; i < NM; ++i) {
-                const unsigned char* wm = st_base + i * kRows * CB;
-                st.lo[i].v = *reinterpret_cast<const uint4*>(wm + g * CB + sw);
-                st.hi[i].v = *reinterpret_cast<const uint4*>(wm + (g + 8) * CB + sw);
-                const unsigned char* sm = st_base + NM * kRows * CB + i * kRows * (CB / 16);
-                st.s_lo[i] = sm[g * (CB / 16) + 4 * j + t];
-                st.s_hi[i] = sm[(g + 8) * (CB / 16) + 4 * j + t];
-            }
-            const int64_t gs = int64_t(cc.chunk) * spc + j;
-            gmma::compute_stage<kWK, NM, NG>(acc, st, int(ScaleKind::E8M0), xsm + 128 * gs, xrh, xss + gs,
-                                             int(n_steps), ngroups, g, t);
-        }
-
-        if (cc.chunk == nch - 1) {  // end of the pass: reduce over the quad and the warps, epilogue
-            gmma::finish_quad<kWK, NM, NG>(acc);
-            if (t == 0) {
-#pragma unroll
-                for (int i = 0; i < NM; ++i)
-#pragma unroll
-                    for (int p = 0; p < NG; ++p)
-#pragma unroll
-                        for (int r = 0; r < 4; ++r)
-                            red[((warp * NM + i) * kRows + gmma::acc_row(r, g)) * TP + gmma::acc_token<kWK>(p, r, t)] =
-                                acc[i][p][r];
-            }
+        if (cc.chunk == nch - 1) {  // end of the pass
+            store_partials<UP, NG, NM>(acc, sm, warp, g, t);
             __syncthreads();
-            const int64_t row0 = int64_t(cc.tile) * kRows;
-            for (int idx = threadIdx.x; idx < kRows * ntok; idx += kThreads) {
-                const int r = idx % kRows, tok = idx / kRows;
-                float s[NM];
-#pragma unroll
-                for (int i = 0; i < NM; ++i) {
-                    s[i] = 0.f;
-                    for (int w = 0; w < kWarps; ++w) s[i] += red[((w * NM + i) * kRows + r) * TP + tok];
-                }
-                const int64_t out_row = cc.offset + cc.pass * TP + tok;
-                if constexpr (UP) {
-                    const float wgt = wsm[tok];
-                    const float g0 = a.round_glu ? round_bf16(s[0]) : s[0];
-                    const float u0 = a.round_glu ? round_bf16(s[NM - 1]) : s[NM - 1];
-                    const float gate = fminf(g0, a.limit);
-                    const float up = fminf(fmaxf(u0, -a.limit), a.limit);
-                    const float silu = gate / (1.f + expf(-gate));
-                    a.h[out_row * a.h_ld + row0 + r] = f32_to_bf16_bits(silu * up * wgt);
-                } else {
-                    a.y[out_row * a.N + row0 + r] = s[0];
-                }
-            }
-            // red and the epilogue's reads are ordered before the next pass's writes by the next stage barrier.
+            epilogue<UP, NG, NM>(sm, cc, a, ntok, kWarps, threadIdx.x, kThreads);
+            // red's reads here are ordered before the next pass's writes by the next stage barrier.
         }
         advance<NM, TP>(cc, a, tiles, nch);
     }
     cp_async_wait<0>();  // no copy may outlive the CTA's shared memory
+}
+
+// ---- variant B: warp-specialized (FLASHSEEK_MOE_STREAM_WS=1) --------------------------------------------------
+// Warp 0 only streams: for stage k it waits on empty[k % S], issues the chunk's cp.async and arms full[k % S] with
+// cp.async.mbarrier.arrive.noinc (fires when its copies land). Warps 1..kWarps consume independently: wait on
+// full, compute, arrive on empty; they meet (named barrier 1) only to stage activations and reduce a tile. So a
+// warp stalled on its arithmetic or an epilogue never delays the copies, and the consumers need no per-stage barrier.
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void mbar_init(uint64_t* b, int count) {
+    asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* b) {
+    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_on_copies(uint64_t* b) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* b, uint32_t parity) {
+    uint32_t done = 0;
+    do {
+        asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(smem_u32(b)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void consumer_sync(int nthr) { asm volatile("bar.sync 1, %0;\n" ::"r"(nthr) : "memory"); }
+
+constexpr int kBarBytes = 2 * kMaxStages * 8;  // full[S], empty[S] ahead of the ring
+
+template <bool UP, int NG, int kWarps>
+__global__ void __launch_bounds__((kWarps + 1) * 32, 1) stream_ws_kernel(const Args a) {
+    constexpr int NM = UP ? 2 : 1;
+    constexpr int TP = NG * 2;
+    constexpr int kCons = kWarps * 32;
+    extern __shared__ __align__(16) unsigned char smem[];
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem);
+    uint64_t* empty = full + kMaxStages;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int tiles = int(a.N / kRows);
+    const int64_t n_steps = a.K / 128;
+    const int spc = a.chunk_bytes / 64, S = a.stages;
+    const int nch = int((n_steps + spc - 1) / spc);
+    Cursor<NM> c;
+    if (!start_cursor<NM, TP>(c, a)) return;
+    const Smem<UP, NG> sm(smem + kBarBytes, a, kWarps);
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < S; ++i) {
+            mbar_init(&full[i], 32);      // the producer warp's 32 lanes, each once per fill (noinc)
+            mbar_init(&empty[i], kWarps); // one lane per consumer warp, once per use
+        }
+    }
+    __syncthreads();
+    if (warp == 0) {  // producer
+        int stage = 0;
+        uint32_t parity = 1;  // a fresh barrier counts as released for the first round
+        while (c.item < c.end) {
+            mbar_wait(&empty[stage], parity);
+            issue_chunk<NM, 32>(c, a, sm.ring + size_t(stage) * a.stage_bytes, n_steps, spc, lane);
+            __threadfence_block();  // the unaligned-scale path's plain stores, before the arrive
+            mbar_arrive_on_copies(&full[stage]);
+            advance<NM, TP>(c, a, tiles, nch);
+            if (++stage == S) {
+                stage = 0;
+                parity ^= 1u;
+            }
+        }
+        cp_async_wait<0>();
+        return;
+    }
+    const int cw = warp - 1, ctid = threadIdx.x - 32;
+    int stage = 0;
+    uint32_t parity = 0;
+    int staged_slot = -1, staged_pass = -1, ntok = 0;
+    float acc[NM][NG][4];
+    while (c.item < c.end) {
+        if (c.chunk == 0) {
+            if (c.slot != staged_slot || c.pass != staged_pass) {  // uniform over the consumers
+                staged_slot = c.slot;
+                staged_pass = c.pass;
+                consumer_sync(kCons);  // everyone is done with the previous tokens
+                ntok = stage_tokens<UP, NG, NM>(sm, c, a, ctid, kCons);
+                consumer_sync(kCons);
+            }
+#pragma unroll
+            for (int i = 0; i < NM; ++i)
+#pragma unroll
+                for (int p = 0; p < NG; ++p) acc[i][p][0] = acc[i][p][1] = acc[i][p][2] = acc[i][p][3] = 0.f;
+        }
+        mbar_wait(&full[stage], parity);
+        compute_chunk<UP, NG, NM>(acc, sm, sm.ring + size_t(stage) * a.stage_bytes, c, a, ntok, cw, kWarps, g, t);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[stage]);
+        if (++stage == S) {
+            stage = 0;
+            parity ^= 1u;
+        }
+        if (c.chunk == nch - 1) {  // end of the pass
+            store_partials<UP, NG, NM>(acc, sm, cw, g, t);
+            consumer_sync(kCons);
+            epilogue<UP, NG, NM>(sm, c, a, ntok, kWarps, ctid, kCons);
+            consumer_sync(kCons);  // red is read before any warp writes the next pass's partials
+        }
+        advance<NM, TP>(c, a, tiles, nch);
+    }
 }
 
 using Kernel = void (*)(Args);
@@ -368,7 +525,7 @@ int resolved_mode() {
 // Launch geometry: chunk bytes, ring depth (ring budget / stage bytes, 3..16, reduced until the CTA's shared memory
 // fits the device), shared memory, grid. smem == 0: does not fit (needs a device of >= ~60 KB per block).
 struct Plan {
-    int chunk_bytes = 512, stages = 3, stage_bytes = 0, grid = 1, warps = 8, l2 = 0;
+    int chunk_bytes = 512, stages = 3, stage_bytes = 0, grid = 1, warps = 8, l2 = 0, ws = 0;
     size_t smem = 0;
 };
 Plan plan(bool up, int64_t K, int64_t M) {
@@ -381,10 +538,11 @@ Plan plan(bool up, int64_t K, int64_t M) {
         std::clamp(g_config.ctas_per_sm ? g_config.ctas_per_sm : env_config().ctas_per_sm, 1, 2);
     p.warps = (g_config.warps ? g_config.warps : env_config().warps) == 16 ? 16 : 8;
     p.l2 = std::clamp(g_config.l2 >= 0 ? g_config.l2 : env_config().l2, 0, 2);
+    p.ws = (g_config.ws >= 0 ? g_config.ws : env_config().ws) != 0 ? 1 : 0;
     const int nm = up ? 2 : 1, tp = M <= 1 ? 2 : 4;
     p.stage_bytes = nm * kRows * (p.chunk_bytes + p.chunk_bytes / 16);
     const size_t fixed = size_t(tp) * size_t(K + 8) * 2 + size_t(tp) * size_t(K / 128) * 4 +
-                         size_t(p.warps) * nm * kRows * tp * 4 + size_t(tp) * 4;
+                         size_t(p.warps) * nm * kRows * tp * 4 + size_t(tp) * 4 + (p.ws ? kBarBytes : 0);
     const ArchInfo& arch = current_arch();
     // Per CTA: the device's per-block limit, or its share of the SM's when two CTAs share an SM.
     size_t limit = size_t(arch.max_smem_per_block_optin);
@@ -411,14 +569,21 @@ void launch(bool up, Args a, const MoeGrouping& g, int64_t M, int top_k, cudaStr
     const int grid = int(std::max<int64_t>(1, std::min<int64_t>(p.grid, slots * (a.N / kRows))));
     Kernel k;
     const bool w16 = p.warps == 16;
-    if (up)
+    if (p.ws) {
+        if (up)
+            k = M <= 1 ? (w16 ? stream_ws_kernel<true, 1, 16> : stream_ws_kernel<true, 1, 8>)
+                       : (w16 ? stream_ws_kernel<true, 2, 16> : stream_ws_kernel<true, 2, 8>);
+        else
+            k = M <= 1 ? (w16 ? stream_ws_kernel<false, 1, 16> : stream_ws_kernel<false, 1, 8>)
+                       : (w16 ? stream_ws_kernel<false, 2, 16> : stream_ws_kernel<false, 2, 8>);
+    } else if (up)
         k = M <= 1 ? (w16 ? stream_kernel<true, 1, 16> : stream_kernel<true, 1, 8>)
                    : (w16 ? stream_kernel<true, 2, 16> : stream_kernel<true, 2, 8>);
     else
         k = M <= 1 ? (w16 ? stream_kernel<false, 1, 16> : stream_kernel<false, 1, 8>)
                    : (w16 ? stream_kernel<false, 2, 16> : stream_kernel<false, 2, 8>);
     gmma::allow_smem(reinterpret_cast<const void*>(k), p.smem);
-    k<<<unsigned(grid), p.warps * 32, p.smem, stream>>>(a);
+    k<<<unsigned(grid), (p.warps + p.ws) * 32, p.smem, stream>>>(a);
     CUDA_CHECK_LAUNCH(up ? "moe_stream up" : "moe_stream down");
 }
 
@@ -439,7 +604,8 @@ Args base_args(const PreparedActivation& x, const MoeGrouping& g) {
 
 }  // namespace
 
-void set_moe_stream(int mode, int ring_kb, int chunk_bytes, int ctas_per_sm, int warps, int l2, int probe) {
+void set_moe_stream(int mode, int ring_kb, int chunk_bytes, int ctas_per_sm, int warps, int l2, int probe, int ws) {
+    g_config.ws = ws;
     g_config.mode = mode;
     g_config.ring_kb = ring_kb;
     g_config.chunk_bytes = chunk_bytes;

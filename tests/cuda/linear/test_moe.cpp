@@ -127,18 +127,21 @@ std::vector<float> cpu_expert(const ExpertSet& s, int e, const std::vector<float
 // shared FP8 expert, combine. Threshold 3e-3 on ||gpu - cpu|| / ||cpu||: both sides compute the same fp32 math,
 // but a bf16 (intermediate) or e4m3 (release act_quant) rounding can land on the other side of a tie for a few
 // elements when the fp32 sums differ in their last bits.
-// Each case runs through four expert paths for M <= 16 (below); the threshold is the same for all. The per-tile
+// Each case runs through five expert paths for M <= 16 (below); the threshold is the same for all. The per-tile
 // GEMV path also runs with raw bf16 inputs (raw_activation), which must give bit-identical outputs.
 // Paths: 0 = persistent streaming kernels for the routed FP4 experts (moe_stream.cu, default settings), 1 = mma.sync
 // kernels (GEMV off), 2 = per-tile GEMV kernels (moe_gemv.cu, stream off; also checks raw inputs), 3 = streaming
 // kernels with the smallest ring (3 stages), 256-byte chunks, two CTAs per SM, 16 warps and the L2::256B hint
-// (ring wrap-around, many chunks, the other kernel instance).
+// (ring wrap-around, many chunks, the other kernel instance), 4 = warp-specialized streaming kernel (mbarrier
+// handoff) with a 2-stage ring of 256-byte chunks.
 struct GemvSwitch {
     explicit GemvSwitch(int path) {
         cuda::set_small_m_gemv(path != 1);
         cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens);
         if (path == 3)
             cuda::set_moe_stream(1, 1, 256, 2, 16, 2);
+        else if (path == 4)
+            cuda::set_moe_stream(1, 1, 256, 1, 8, 0, 0, 1);
         else
             cuda::set_moe_stream(path == 0 ? 1 : 0);
     }
@@ -150,7 +153,7 @@ struct GemvSwitch {
 };
 
 TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
-    for (int path = 0; path < 4; ++path)
+    for (int path = 0; path < 5; ++path)
     for (auto numerics : {ActNumerics::EXACT, ActNumerics::FP8_BLOCK128})
         // Sizes that are multiples of 128 take the GEMV (M <= 8) or tensor-core kernels; 160/96 (golden-b) the
         // element-wise fallback.
