@@ -1,28 +1,32 @@
 // Persistent streaming kernels for the routed FP4 experts at decode (M <= 16 tokens): moe_expert_up (w1 and w3 +
-// SwiGLU) and moe_expert_down (w2), FP4 e2m1 + E8M0/32 weights, prepared activations.
-// Why: the per-tile GEMV kernels (moe_gemv.cu) each load a few KB, wait one DRAM latency, compute and exit; measured
-// on the H200 they stream at 25-35% of the copy bandwidth even with no arithmetic (docs/perf.md, runs A-D): the
-// limit is bytes in flight per SM over time. Little's law at ~4.2 TB/s and ~1.5-2 us loaded latency wants ~64 KB in
-// flight per SM, continuously, including across tile boundaries. Here:
+// SwiGLU) and moe_expert_down (w2), FP4 e2m1 + E8M0/32 weights, prepared activations. OPT-IN (FLASHSEEK_MOE_STREAM=1):
+// measured slower than the per-tile GEMV kernels of moe_gemv.cu, which stay the default (docs/perf.md, "Persistent
+// streaming kernels", runs 1-3: best variant 66.4 vs 66.7 us at M=1, 770 vs 679 us at M=16; end to end C=1 6.41 vs
+// 6.26 ms, C=16 23.9 vs 22.6 ms).
+// Why it was built: the per-tile kernels each load a few KB, wait one DRAM latency, compute and exit (25-35% of the
+// copy bandwidth even with no arithmetic); Little's law wants ~64 KB in flight per SM continuously, across tiles.
 //   - Work items: (active expert slot, 16-row tile) in slot-major order, T = n_active x N/16 (n_active read on the
 //     device from the grouping: graph-capturable, no atomics). Persistent CTAs (grid = SMs x ctas_per_sm) take
 //     contiguous item ranges [b*T/G, (b+1)*T/G): consecutive tiles of one expert = contiguous weight rows. An expert
-//     with more than TP tokens is walked in several passes over the same tile (rare at decode).
-//   - Weights stream through a shared-memory ring of S stages (cp.async.cg 16 B, one commit group per stage,
-//     wait_group(S-2) + one __syncthreads per stage). Stage = one chunk: 16 rows x CB contiguous bytes of each row
-//     (CB = 512: 1024 columns = 8 steps of 128), of w1 and w3 together for up, plus the 16 rows' E8M0 scales of
-//     that range. The producer side walks the CTA's whole chunk sequence, across item boundaries, so a new tile
-//     never starts with an empty pipeline (S-1 chunks, up to ~128 KB, in flight per CTA).
-//     Smem layout of a stage: [mat][16 rows][CB] weights, 16-byte unit u of row r stored at u ^ 4*(r & 1) (the
-//     fragment loads of rows g, g+1 then hit disjoint banks), then [mat][16 rows][CB/16] scale bytes.
-//   - Compute: the 8 warps split each chunk's steps (warp w: steps w, w+8, ...); every step is gemv_mma.cuh's
-//     compute_stage (f16 widening, mma.sync m16n8k16 with the block-diagonal FP4 scale trick, fp32 per-group
-//     scaling) on fragments read from shared memory; fp32 accumulators in registers across the item's chunks, then
-//     summed over the quad and across warps through shared memory in a fixed order; epilogue as moe_gemv.cu (up:
-//     clamp + SwiGLU + routing weight + bf16 h in natural order, then moe_gemv::quantize_h prepares it; down: fp32
-//     rows per slot).
-//   - Activations (the pass's <= TP tokens of the item's expert, whole K, prepared f16 + scales) are staged in
-//     shared memory only when the (slot, pass) changes; the ring keeps streaming meanwhile.
+//     with more than TP tokens (2 at M = 1, else 4) is walked in several passes over the same tile.
+//   - Weights stream through a shared-memory ring of S stages filled with 16-byte cp.async.cg (optional L2::256B
+//     prefetch hint). Stage = 16 rows x CB contiguous bytes of each row (CB clamped to one row), of w1 and w3
+//     together for up, plus the 16 rows' E8M0 scales of that range; the producer walks the CTA's whole chunk
+//     sequence across item boundaries. Smem layout of a stage: [mat][16 rows][CB] weights, 16-byte unit u of row r
+//     stored at u ^ 4*(r & 1) (fragment loads of rows g, g+1 hit disjoint banks), then [mat][16 rows][CB/16] scales.
+//   - Compute: the warps split each chunk's steps; every step is gemv_mma.cuh's compute_stage (f16 widening,
+//     mma.sync m16n8k16 with the block-diagonal FP4 scale trick, fp32 per-group scaling) on fragments from shared
+//     memory; fp32 accumulators in registers across the tile's chunks, summed over the quad and across warps in a
+//     fixed order; epilogue as moe_gemv.cu (up: clamp + SwiGLU + routing weight + bf16 h, then moe_gemv::quantize_h;
+//     down: fp32 rows per slot). Tokens and routing weights are staged when the (slot, pass) changes.
+//   - Variant A (default): every warp produces and consumes, cp.async.wait_group(S-2) + one CTA barrier per stage.
+//     Measured best: 1 KB chunks, 64 KB ring, 2 CTAs of 8 warps per SM, L2::256B (the defaults below).
+//     Variant B (FLASHSEEK_MOE_STREAM_WS=1): one producer warp + 8/16 consumer warps, mbarrier full/empty handoff
+//     (cp.async.mbarrier.arrive.noinc); 2x slower: one warp cannot keep enough cp.async in flight.
+// What the probes said (H200): the achieved stream rate follows the number of warps issuing cp.async, not the ring
+// depth (3 to 11 stages: same time), and reached at most 53% with no arithmetic at all (16 warps, whole-row stages);
+// the arithmetic alone (no copies) takes 750-1000 us at M=16, and the two add up rather than overlap. See perf.md for
+// the next steps (bulk async copies issued by one thread, fewer instructions per weight).
 // Numerics: the moe_gemv/mma paths' (exact products, fp32 sums, power-of-two scales), up to fp32 summation order.
 #include "cuda/moe/moe_stream.cuh"
 
@@ -43,12 +47,12 @@ constexpr int kRows = 16;
 constexpr int kMaxStages = 16;
 
 struct StreamConfig {
-    int mode = -1;            // -1: FLASHSEEK_MOE_STREAM (default on), 0 off, 1 on
-    int ring_kb = 0;          // 0: FLASHSEEK_MOE_STREAM_RING or 128
-    int chunk_bytes = 0;      // 0: FLASHSEEK_MOE_STREAM_CB or 512
-    int ctas_per_sm = 0;      // 0: FLASHSEEK_MOE_STREAM_CTAS or 1
+    int mode = -1;            // -1: FLASHSEEK_MOE_STREAM (default off), 0 off, 1 on
+    int ring_kb = 0;          // 0: FLASHSEEK_MOE_STREAM_RING or 64
+    int chunk_bytes = 0;      // 0: FLASHSEEK_MOE_STREAM_CB or 1024
+    int ctas_per_sm = 0;      // 0: FLASHSEEK_MOE_STREAM_CTAS or 2
     int warps = 0;            // 0: FLASHSEEK_MOE_STREAM_WARPS or 8 (8 or 16 per CTA)
-    int l2 = -1;              // -1: FLASHSEEK_MOE_STREAM_L2 or 0 (cp.async L2 prefetch hint: 0, 1 = 128 B, 2 = 256 B)
+    int l2 = -1;              // -1: FLASHSEEK_MOE_STREAM_L2 or 2 (cp.async L2 prefetch hint: 0, 1 = 128 B, 2 = 256 B)
     int probe = 0;            // bench only: 1 = stream without arithmetic, 2 = arithmetic without weight copies
     int ws = -1;              // -1: FLASHSEEK_MOE_STREAM_WS or 0 (1 = warp-specialized kernel, variant B)
 };
@@ -61,11 +65,12 @@ int env_int(const char* name, int fallback) {
 // The environment's settings, read once.
 struct EnvConfig {
     int mode = env_int("FLASHSEEK_MOE_STREAM", 0) != 0 ? 1 : 0;
-    int ring_kb = env_int("FLASHSEEK_MOE_STREAM_RING", 128);
-    int chunk_bytes = env_int("FLASHSEEK_MOE_STREAM_CB", 512);
-    int ctas_per_sm = env_int("FLASHSEEK_MOE_STREAM_CTAS", 1);
+    // Defaults = the fastest variant measured (perf.md, run 3; MoeLayer passed with exactly these).
+    int ring_kb = env_int("FLASHSEEK_MOE_STREAM_RING", 64);
+    int chunk_bytes = env_int("FLASHSEEK_MOE_STREAM_CB", 1024);
+    int ctas_per_sm = env_int("FLASHSEEK_MOE_STREAM_CTAS", 2);
     int warps = env_int("FLASHSEEK_MOE_STREAM_WARPS", 8);
-    int l2 = env_int("FLASHSEEK_MOE_STREAM_L2", 0);
+    int l2 = env_int("FLASHSEEK_MOE_STREAM_L2", 2);
     int ws = env_int("FLASHSEEK_MOE_STREAM_WS", 0);
 };
 const EnvConfig& env_config() {

@@ -1,6 +1,6 @@
-// Persistent cp.async-ring kernels for the routed FP4 experts at decode (moe_stream.cu: design and why). Used by
-// moe.cu ahead of the per-tile GEMV kernels (moe_gemv.cu) when eligible; FLASHSEEK_MOE_STREAM=0 or
-// set_moe_stream(0, ...) (moe.cuh) selects the old kernels for A/B runs. Internal to src/cuda/moe.
+// Persistent cp.async-ring kernels for the routed FP4 experts at decode (moe_stream.cu: design, why, measurements).
+// Opt-in (FLASHSEEK_MOE_STREAM=1 or set_moe_stream(1, ...), moe.cuh): when on and eligible, moe.cu uses them ahead of
+// the per-tile GEMV kernels (moe_gemv.cu), which stay the default (faster on the H200). Internal to src/cuda/moe.
 #pragma once
 #include <cuda_runtime.h>
 
