@@ -13,7 +13,6 @@
 #include "cuda/gemm/tile_pipe.cuh"
 #include "cuda/moe/moe_gemv.cuh"
 #include "cuda/moe/moe_gemv_simt.cuh"
-#include "cuda/moe/moe_stream.cuh"
 
 namespace flashseek::cuda {
 namespace {
@@ -648,10 +647,6 @@ void moe_expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeG
         moe_gemv_simt::expert_up(x, t, grouping, M, top_k, swiglu_limit, h_numerics, h, stream);
         return;
     }
-    if (moe_stream::eligible(t, M, x, grouping)) {  // decode, routed FP4: persistent streaming kernels
-        moe_stream::expert_up(x, t, *grouping, M, top_k, swiglu_limit, h_numerics, h, stream);
-        return;
-    }
     if (moe_gemv::eligible(t, M, x)) {  // decode: bandwidth-bound GEMV kernels (moe_gemv.cu)
         moe_gemv::expert_up(x, t, grouping, M, top_k, swiglu_limit, h_numerics, h, stream);
         return;
@@ -701,10 +696,6 @@ void moe_expert_down(const PreparedActivation& h, const ExpertTable& t, const Mo
     }
     if (moe_gemv_simt::eligible(t, M, h)) {
         moe_gemv_simt::expert_down(h, t, grouping, M, top_k, y, stream);
-        return;
-    }
-    if (moe_stream::eligible(t, M, h, grouping)) {
-        moe_stream::expert_down(h, t, *grouping, M, top_k, y, stream);
         return;
     }
     if (h.raw || moe_gemv::eligible(t, M, h)) {  // raw h comes only from the GEMV up-projection

@@ -72,15 +72,6 @@ void moe_expert_up(const PreparedActivation& x, const ExpertTable& table, const 
 // True when moe_expert_up accepts a raw activation (raw_activation of linear.cuh: bf16 rows prepared inside the
 // small-M GEMV kernels) for M tokens of these experts.
 bool moe_expert_takes_raw(const ExpertTable& table, int64_t M);
-// Routed FP4 experts at decode may take the persistent cp.async-ring kernels (moe_stream.cu). Process-wide
-// switch for tests and A/B benches: mode -1 = environment (FLASHSEEK_MOE_STREAM, default 0: measured slower),
-// 0 = off (per-tile GEMV kernels), 1 = on; ring_kb / chunk_bytes / ctas_per_sm: 0 = environment (FLASHSEEK_MOE_STREAM_RING=64,
-// _CB=1024, _CTAS=2), warps (8 or 16 per CTA; _WARPS=8), l2 (cp.async L2 prefetch hint 0 / 128 B / 256 B; -1 =
-// _L2=2); probe (bench only): 1 = stream without arithmetic, 2 = arithmetic without weight copies (wrong results).
-// ws: 1 = warp-specialized variant (one producer warp + `warps` consumer warps, mbarrier handoff), -1 = _WS=0.
-// Not thread-safe against concurrent launches.
-void set_moe_stream(int mode, int ring_kb = 0, int chunk_bytes = 0, int ctas_per_sm = 0, int warps = 0, int l2 = -1,
-                    int probe = 0, int ws = -1);
 // y: [rows, hidden] fp32, row = grouped slot (routed) or token (dense).
 void moe_expert_down(const PreparedActivation& h, const ExpertTable& table, const MoeGrouping* grouping, int64_t M,
                      int top_k, float* y, cudaStream_t stream);

@@ -95,34 +95,17 @@ void bench_moe(double copy_bw, std::vector<BenchRow>& rows) {
         cuda::PreparedActivation h;
         h.values = hv;
         h.scales = hs;
-        // M <= kGemvMaxTokens: the persistent streaming kernels (moe_stream.cu; default and ring/chunk/CTA variants),
-        // the per-tile GEMV kernels (moe_gemv.cu) and the mma.sync ones side by side.
+        // M <= kGemvMaxTokens: the per-tile GEMV kernels (moe_gemv.cu) and the mma.sync ones side by side.
         struct Variant {
             const char* note;
-            int stream, ring_kb, cb, ctas, warps, l2, probe, ws;
             bool gemv, all_m;  // all_m: also at M = 8
         };
-        // ring KB, chunk bytes per row (clamped to one row), CTAs per SM, warps per CTA (consumers for ws), L2 hint,
-        // probe, warp-specialized.
         const Variant variants[] = {
-            {"stream ", 1, 0, 0, 0, 0, -1, 0, 0, true, true},
-            {"stream cb1024 w16 l2 ", 1, 0, 1024, 1, 16, 2, 0, 0, true, false},
-            {"stream cb2048 w16 r192 ", 1, 192, 2048, 1, 16, 0, 0, 0, true, true},
-            {"stream r64x2 l2 ", 1, 64, 512, 2, 8, 2, 0, 0, true, false},
-            {"stream cb1024 r64x2 l2 ", 1, 64, 1024, 2, 8, 2, 0, 0, true, false},
-            {"stream ws cb1024 r192 ", 1, 192, 1024, 1, 8, 0, 0, 1, true, true},
-            {"stream ws cb1024 w16 r192 ", 1, 192, 1024, 1, 16, 0, 0, 1, true, false},
-            {"stream ws cb512 r192 l2 ", 1, 192, 512, 1, 8, 2, 0, 1, true, false},
-            {"stream ws cb2048 r192 ", 1, 192, 2048, 1, 8, 0, 0, 1, true, false},
-            {"stream ws cb1024 r192 probe-loads ", 1, 192, 1024, 1, 8, 0, 1, 1, true, false},
-            {"stream ws cb1024 r192 probe-compute ", 1, 192, 1024, 1, 8, 0, 2, 1, true, false},
-            {"stream cb2048 w16 r192 probe-loads ", 1, 192, 2048, 1, 16, 0, 1, 0, true, false},
-            {"gemv ", 0, 0, 0, 0, 0, -1, 0, 0, true, true},
-            {"mma ", 0, 0, 0, 0, 0, -1, 0, 0, false, true}};
+            {"gemv ", true, true},
+            {"mma ", false, true}};
         const bool both = M <= cuda::kGemvMaxTokens;
         for (const Variant& v : variants) {
         if ((!both && v.gemv) || (M == 8 && !v.all_m)) continue;
-        cuda::set_moe_stream(v.stream, v.ring_kb, v.cb, v.ctas, v.warps, v.l2, v.probe, v.ws);
         cuda::set_small_m_gemv(v.gemv);
         cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens);  // time the GEMV at M <= 8 too
         const double us = time_graph_per_call(
@@ -143,7 +126,6 @@ void bench_moe(double copy_bw, std::vector<BenchRow>& rows) {
         rows.push_back(r);
         print_row(r);
         }
-        cuda::set_moe_stream(-1);
         cuda::set_small_m_gemv(true);
         cuda::set_small_m_gemv_max_tokens(cuda::kGemvDefaultMaxTokens);
         for (void* q : {didx, dw, gmem, x, y}) CUDA_CHECK(cudaFree(q));
