@@ -4,8 +4,7 @@
 # Build here first: BUILD=build-gemv scripts/cuda_linear_build.sh, then copy the stripped flashseek binary,
 # libpcre2 and libcpp-httplib into .devcarry/. Usage on the device: bash scripts/gemv_device.sh
 # Variants (environment): FLASHSEEK_GEMV_KW=4 (four warps split K per 16-row tile; default 1 = one long-lived warp),
-# FLASHSEEK_GEMV_SIMT1=0 (M = 1 dense linears on the tensor-core GEMV, default: SIMT GEMV),
-# FLASHSEEK_MOE_SIMT=1 (M = 1 experts on the SIMT GEMV, default: tensor-core GEMV).
+# FLASHSEEK_GEMV_SIMT1=0 (M = 1 dense linears on the tensor-core GEMV, default: SIMT GEMV).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -21,7 +20,7 @@ echo "== tests (default)"
 timeout 120 $T > "$OUT/test.log" 2>&1; echo "rc=$?"
 grep -E "^\[  (FAILED|PASSED) |Failure|Expected|Which is|seed=|error" "$OUT/test.log" | head -20
 GF='LinearTest.SmallM*:LinearTest.Raw*:LinearTest.Gemv*:LinearTest.Grouped*:LinearTest.Fp*:MoeLayer.*'
-for v in "FLASHSEEK_GEMV_KW=4" "FLASHSEEK_MOE_SIMT=1" "FLASHSEEK_GEMV_SIMT1=0"; do
+for v in "FLASHSEEK_GEMV_KW=4" "FLASHSEEK_GEMV_SIMT1=0"; do
   echo "== tests $v"
   env $v timeout 90 $T --gtest_filter="$GF" > "$OUT/test-$v.log" 2>&1; echo "rc=$?"
   grep -E "^\[  (FAILED|PASSED) |Failure|Expected|Which is|seed=|error" "$OUT/test-$v.log" | head -10
@@ -35,9 +34,6 @@ grep -E "gemv" "$OUT/bench-kw4.log" | grep -E "wq_b|wo_b|shared w1|experts" | gr
 echo "== micro-bench FLASHSEEK_GEMV_SIMT1=0 (M=1 dense on the tensor GEMV)"
 FLASHSEEK_GEMV_SIMT1=0 timeout 100 $T --bench --dense-only > "$OUT/bench-nosimt.log" 2>&1; echo "rc=$?"
 grep -E "M=1 .*gemv" "$OUT/bench-nosimt.log" | cut -c1-100
-echo "== micro-bench FLASHSEEK_MOE_SIMT=1"
-FLASHSEEK_MOE_SIMT=1 timeout 100 $T --bench --moe-only > "$OUT/bench-moesimt.log" 2>&1; echo "rc=$?"
-grep -E "M=1 .*gemv" "$OUT/bench-moesimt.log" | cut -c1-100
 fsbench() {  # $1 = tag, rest = env
   local tag=$1; shift
   echo "== flashseek bench $tag"
@@ -49,7 +45,6 @@ fsbench() {  # $1 = tag, rest = env
 fsbench default FLASHSEEK_NONE=0
 grep -E "op  |prepare|moe\.|attn.w" "$OUT/fsbench-default.log" | cut -c1-80
 fsbench kw4 FLASHSEEK_GEMV_KW=4
-fsbench moesimt FLASHSEEK_MOE_SIMT=1
 if command -v compute-sanitizer >/dev/null; then
   echo "== memcheck (GEMV cases)"
   timeout 150 compute-sanitizer --tool memcheck --print-limit 10 $T \

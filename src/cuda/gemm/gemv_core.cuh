@@ -1,4 +1,4 @@
-// Device core of the SIMT GEMV kernels (gemm/gemv_simt.cu for one-token linears, moe/moe_gemv_simt.cu for experts):
+// Device core of the SIMT GEMV kernels (gemm/gemv_simt.cu, one-token linears):
 //   - stage_x: T activation rows of a prepared activation, columns [col0, col0 + len), into shared memory as fp32
 //     multiplied by their power-of-two block scale (exact), in the stored (prepared) order. That order is the one
 //     in which numeric.cuh's register widening emits weights (e4m3 words -> (b0,b2),(b1,b3); e2m1 words ->

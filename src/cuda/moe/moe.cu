@@ -12,7 +12,6 @@
 #include "cuda/gemm/generic_values.cuh"
 #include "cuda/gemm/tile_pipe.cuh"
 #include "cuda/moe/moe_gemv.cuh"
-#include "cuda/moe/moe_gemv_simt.cuh"
 
 namespace flashseek::cuda {
 namespace {
@@ -643,10 +642,6 @@ void moe_expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeG
         CUDA_CHECK_LAUNCH("generic_quant_kernel");
         return;
     }
-    if (moe_gemv_simt::eligible(t, M, x)) {  // opt-in (FLASHSEEK_MOE_SIMT=1): the SIMT GEMV at M = 1
-        moe_gemv_simt::expert_up(x, t, grouping, M, top_k, swiglu_limit, h_numerics, h, stream);
-        return;
-    }
     if (moe_gemv::eligible(t, M, x)) {  // decode: bandwidth-bound GEMV kernels (moe_gemv.cu)
         moe_gemv::expert_up(x, t, grouping, M, top_k, swiglu_limit, h_numerics, h, stream);
         return;
@@ -692,10 +687,6 @@ void moe_expert_down(const PreparedActivation& h, const ExpertTable& t, const Mo
         g.y = y;
         generic_down_kernel<<<warp_blocks(rows * t.hidden), 256, 0, stream>>>(g);
         CUDA_CHECK_LAUNCH("generic_down_kernel");
-        return;
-    }
-    if (moe_gemv_simt::eligible(t, M, h)) {
-        moe_gemv_simt::expert_down(h, t, grouping, M, top_k, y, stream);
         return;
     }
     if (h.raw || moe_gemv::eligible(t, M, h)) {  // raw h comes only from the GEMV up-projection
