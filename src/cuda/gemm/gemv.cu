@@ -167,21 +167,24 @@ bool eligible(const PreparedActivation& x, const DeviceLinear& w, int groups) {
     return x.raw ? x.raw_ld % 8 == 0 : x.k_pad % 8 == 0;
 }
 
-int plan_splits(const PreparedActivation& x, const DeviceLinear& w, const GemmWorkspace* ws) {
-    if (!ws || !ws->partials || !ws->counters) return 1;
-    const int64_t base = row_blocks(w);
-    if (base > ws->n_counters) return 1;
-    const int64_t n_steps = w.in / 128;
-    // ~12 (one-warp CTAs) or ~4 (four-warp CTAs) CTAs per SM keep enough loads in flight; every split keeps >= 4
-    // steps (one per warp, four-warp CTAs) or >= 8 steps (one-warp CTAs: one warp streams the split).
-    const int kw = gmma::warps_per_tile();
-    const int64_t target = (kw == 1 ? 12 : 4) * int64_t(current_arch().sm_count);
-    int64_t splits = std::min<int64_t>((target + base - 1) / base, std::max<int64_t>(1, n_steps / (kw == 1 ? 8 : 4)));
-    const size_t per_split = size_t(x.m) * size_t(w.out) * 4;
+int split_k(int64_t row_blocks, int64_t n_steps, int64_t m, int64_t out, int64_t ctas_per_sm, int64_t min_steps,
+            const GemmWorkspace* ws) {
+    if (!ws || !ws->partials || !ws->counters || row_blocks > ws->n_counters) return 1;
+    const int64_t target = ctas_per_sm * int64_t(current_arch().sm_count);
+    int64_t splits =
+        std::min<int64_t>((target + row_blocks - 1) / row_blocks, std::max<int64_t>(1, n_steps / min_steps));
+    const size_t per_split = size_t(m) * size_t(out) * 4;
     splits = std::min<int64_t>(splits, int64_t(ws->partial_bytes / per_split));
     splits = std::max<int64_t>(splits, 1);
     const int64_t per = (n_steps + splits - 1) / splits;
     return int((n_steps + per - 1) / per);
+}
+
+int plan_splits(const PreparedActivation& x, const DeviceLinear& w, const GemmWorkspace* ws) {
+    // ~12 (one-warp CTAs) or ~4 (four-warp CTAs) CTAs per SM keep enough loads in flight; every split keeps >= 4
+    // steps (one per warp, four-warp CTAs) or >= 8 steps (one-warp CTAs: one warp streams the split).
+    const bool one_warp = gmma::warps_per_tile() == 1;
+    return split_k(row_blocks(w), w.in / 128, x.m, w.out, one_warp ? 12 : 4, one_warp ? 8 : 4, ws);
 }
 
 void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y, OutKind y_kind, int64_t ld_y,

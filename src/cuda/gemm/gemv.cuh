@@ -21,6 +21,12 @@ bool eligible(const PreparedActivation& x, const DeviceLinear& w, int groups);
 // K splits the GEMV would use for this problem (1 without a workspace).
 int plan_splits(const PreparedActivation& x, const DeviceLinear& w, const GemmWorkspace* ws);
 
+// The split-K rule of both decode GEMVs (this one and gemv_simt): enough CTAs for `ctas_per_sm` per SM over
+// `row_blocks` row CTAs, each split at least `min_steps` 128-column steps of the n_steps, within the workspace's
+// counters and fp32 partials (m x out per split); splits are then evened out. 1 without a workspace.
+int split_k(int64_t row_blocks, int64_t n_steps, int64_t m, int64_t out, int64_t ctas_per_sm, int64_t min_steps,
+            const GemmWorkspace* ws);
+
 // y = x W^T (grouped as in grouped_linear when groups > 1). Arguments already validated by linear.cu.
 void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y, OutKind y_kind, int64_t ld_y,
          const GemmWorkspace* ws, cudaStream_t stream);

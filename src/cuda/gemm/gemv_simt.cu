@@ -16,6 +16,7 @@
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
+#include "cuda/gemm/gemv.cuh"
 #include "cuda/gemm/gemv_core.cuh"
 
 namespace flashseek::cuda::gemv_simt {
@@ -156,19 +157,9 @@ bool eligible(const PreparedActivation& x, const DeviceLinear& w, int groups) {
 }
 
 int plan_splits(const PreparedActivation& x, const DeviceLinear& w, const GemmWorkspace* ws) {
-    if (!ws || !ws->partials || !ws->counters) return 1;
-    const int64_t base = row_blocks(w);
-    if (base > ws->n_counters) return 1;
-    const int64_t n_steps = w.in / 128;
     // ~4 CTAs (16 warps) per SM keep enough loads in flight; every split keeps >= 4 steps (512 columns) so that
     // a warp streams at least one full iteration per row.
-    const int64_t target = 4 * int64_t(current_arch().sm_count);
-    int64_t splits = std::min<int64_t>((target + base - 1) / base, std::max<int64_t>(1, n_steps / 4));
-    const size_t per_split = size_t(x.m) * size_t(w.out) * 4;
-    splits = std::min<int64_t>(splits, int64_t(ws->partial_bytes / per_split));
-    splits = std::max<int64_t>(splits, 1);
-    const int64_t per = (n_steps + splits - 1) / splits;
-    return int((n_steps + per - 1) / per);
+    return gemv::split_k(row_blocks(w), w.in / 128, x.m, w.out, 4, 4, ws);
 }
 
 void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y, OutKind y_kind, int64_t ld_y,
