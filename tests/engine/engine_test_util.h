@@ -1,9 +1,11 @@
 // Shared helpers of the engine tests: one tiny generated checkpoint per test process (fresh seed, printed by the
-// tests that depend on it) and random token ids.
+// tests that depend on it), random token ids, temporary paths and running the built `flashseek` binary.
 #pragma once
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -31,6 +33,34 @@ struct TempPaths {
 inline TempPaths& temp_paths() {
     static TempPaths t;
     return t;
+}
+
+// A path under the temp folder, unique to this process (`prefix` names the test file), removed at exit.
+inline std::string temp_path(const std::string& prefix, const std::string& name) {
+    const std::string p = (std::filesystem::temp_directory_path() /
+                           ("flashseek-test-" + prefix + "-" + std::to_string(::getpid()) + "-" + name))
+                              .string();
+    temp_paths().paths.push_back(p);
+    return p;
+}
+
+struct RunResult {
+    int status = -1;
+    std::string output;  // stdout + stderr
+};
+
+// Runs `flashseek ARGS` (the binary built with the tests) and collects its exit status and output.
+inline RunResult run_flashseek(const std::string& args) {
+    const std::string cmd = std::string(FLASHSEEK_BIN) + " " + args + " 2>&1";
+    RunResult r;
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return r;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+    const int st = pclose(p);
+    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return r;
 }
 
 inline const TinyModel& tiny_model() {

@@ -18,30 +18,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct RunResult {
-    int status = -1;
-    std::string output;
-};
-
-RunResult run(const std::string& args) {
-    const std::string cmd = std::string(FLASHSEEK_BIN) + " " + args + " 2>&1";
-    RunResult r;
-    FILE* p = popen(cmd.c_str(), "r");
-    if (!p) return r;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-    const int st = pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return r;
-}
-
-std::string temp_path(const std::string& name) {
-    const std::string p =
-        (fs::temp_directory_path() / ("flashseek-test-perturb-" + std::to_string(::getpid()) + "-" + name)).string();
-    engine_test::temp_paths().paths.push_back(p);
-    return p;
-}
+using engine_test::RunResult;
+RunResult run(const std::string& args) { return engine_test::run_flashseek(args); }
+std::string temp_path(const std::string& name) { return engine_test::temp_path("perturb", name); }
 
 std::string read_file(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
