@@ -284,25 +284,14 @@ void indexer_prepare_q(bf16* q, int64_t stride, int n_tokens, int n_heads, int h
     if (n_tokens <= 0 || n_heads <= 0) return;
     const int rows = n_tokens * n_heads, warps = 8;
     const int blocks = (rows + warps - 1) / warps;
-    switch (head_dim) {
-        case 32:
-            launch_pdl("prepare_q_kernel", prepare_q_kernel<1>, dim3(blocks), dim3(warps * 32), 0, stream, q, stride,
-                       n_tokens, n_heads, positions, rope, quant_sim);
-            break;
-        case 64:
-            launch_pdl("prepare_q_kernel", prepare_q_kernel<2>, dim3(blocks), dim3(warps * 32), 0, stream, q, stride,
-                       n_tokens, n_heads, positions, rope, quant_sim);
-            break;
-        case 128:
-            launch_pdl("prepare_q_kernel", prepare_q_kernel<4>, dim3(blocks), dim3(warps * 32), 0, stream, q, stride,
-                       n_tokens, n_heads, positions, rope, quant_sim);
-            break;
-        case 256:
-            launch_pdl("prepare_q_kernel", prepare_q_kernel<8>, dim3(blocks), dim3(warps * 32), 0, stream, q, stride,
-                       n_tokens, n_heads, positions, rope, quant_sim);
-            break;
-        default: fail_rt("indexer: index_head_dim must be 32, 64, 128 or 256, got {}", head_dim);
-    }
+    auto* kernel = head_dim == 32    ? prepare_q_kernel<1>
+                   : head_dim == 64  ? prepare_q_kernel<2>
+                   : head_dim == 128 ? prepare_q_kernel<4>
+                   : head_dim == 256 ? prepare_q_kernel<8>
+                                     : nullptr;
+    if (!kernel) fail_rt("indexer: index_head_dim must be 32, 64, 128 or 256, got {}", head_dim);
+    launch_pdl("prepare_q_kernel", kernel, dim3(blocks), dim3(warps * 32), 0, stream, q, stride, n_tokens, n_heads,
+               positions, rope, quant_sim);
     FS_ATTN_LAUNCHED();
 }
 
