@@ -57,6 +57,7 @@ void CudaBackendImpl::init_moe_buffers() {
             t.w3_scale = b + 3 * n;
             t.w2 = b + 4 * n;
             t.w2_scale = b + 5 * n;
+            t.scales_aligned16 = true;  // device_weights places every tensor on a 256-byte boundary
             return t;
         };
         d.routed = table(base, E, d.w1[0]);
@@ -93,7 +94,7 @@ void CudaBackendImpl::enqueue_moe(int l, const PassShape& s) {
     }
     const DeviceLinear& w1 = L.w1[0];
     // Raw input (prepared inside the GEMV expert kernels) only when every consumer of ax takes it.
-    const bool raw_ok = moe_expert_takes_raw(L.routed, T) &&
+    const bool raw_ok = moe_expert_takes_raw(L.routed, T, &grouping_, act_numerics_) &&
                         (L.shared_w1.kind != w1.kind || moe_expert_takes_raw(L.shared, T));
     const PreparedActivation& ax = prep(prep_x_expert_, y_.get(), false, T, D, D, w1, false, raw_ok);
     {

@@ -336,6 +336,8 @@ void prepare_activation(const void* x, bool x_is_f32, int64_t M, int64_t K, int6
     FS_REQUIRE(!(layout == WeightKind::BF16 && numerics != ActNumerics::EXACT),
                "prepare_activation: BF16 weights take EXACT activations (no FP8 act_quant)");
     out.layout = layout;
+    out.raw = false;
+    out.numerics = numerics;
     out.m = M;
     out.k = K;
     out.m_pad = round_up(M, 8);

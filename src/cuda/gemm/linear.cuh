@@ -53,7 +53,7 @@ struct PreparedActivation {
     // caller's raw bf16 rows [m, k] with row stride raw_ld elements, nothing was prepared, and the GEMV kernels
     // apply prepare_activation's math (for `layout`, with `numerics`) while staging. `scales` is unused.
     bool raw = false;
-    ActNumerics numerics = ActNumerics::EXACT;
+    ActNumerics numerics = ActNumerics::EXACT;  // prepared: the numerics it was prepared with; raw: to apply
     int64_t raw_ld = 0;
 };
 size_t prepared_values_bytes(int64_t m, int64_t k);

@@ -11,6 +11,7 @@
 #include "cuda/common/numeric.cuh"
 #include "cuda/gemm/generic_values.cuh"
 #include "cuda/gemm/tile_pipe.cuh"
+#include "cuda/moe/moe_bulk.cuh"
 #include "cuda/moe/moe_gemv.cuh"
 
 namespace flashseek::cuda {
@@ -620,6 +621,7 @@ void moe_expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeG
     const int64_t rows = grouping ? M * top_k : M;
     h.layout = t.kind;
     h.raw = false;  // the GEMV path below hands h on as raw bf16 rows
+    h.numerics = h_numerics;
     h.m = rows;
     h.k = t.inter;
     h.m_pad = (rows + 7) / 8 * 8;
@@ -640,6 +642,10 @@ void moe_expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeG
         CUDA_CHECK_LAUNCH("generic_up_kernel");
         generic_quant_kernel<<<warp_blocks(rows * (h.k_pad / 128)), 256, 0, stream>>>(g);
         CUDA_CHECK_LAUNCH("generic_quant_kernel");
+        return;
+    }
+    if (grouping && h_numerics == ActNumerics::FP8_BLOCK128 && moe_bulk::eligible(t, grouping, M, x)) {
+        moe_bulk::expert_up(x, t, *grouping, M, top_k, swiglu_limit, h, stream);  // decode, sm_90+: bulk copies
         return;
     }
     if (moe_gemv::eligible(t, M, x)) {  // decode: bandwidth-bound GEMV kernels (moe_gemv.cu)
@@ -689,6 +695,10 @@ void moe_expert_down(const PreparedActivation& h, const ExpertTable& t, const Mo
         CUDA_CHECK_LAUNCH("generic_down_kernel");
         return;
     }
+    if (grouping && moe_bulk::eligible(t, grouping, M, h)) {
+        moe_bulk::expert_down(h, t, *grouping, M, top_k, y, stream);
+        return;
+    }
     if (h.raw || moe_gemv::eligible(t, M, h)) {  // raw h comes only from the GEMV up-projection
         FS_REQUIRE(moe_gemv::eligible(t, M, h), "moe_expert_down: raw intermediate but the GEMV path does not serve M = ",
                    M);
@@ -715,7 +725,15 @@ void moe_expert_down(const PreparedActivation& h, const ExpertTable& t, const Mo
     CUDA_CHECK_LAUNCH("expert_kernel<down>");
 }
 
-bool moe_expert_takes_raw(const ExpertTable& t, int64_t M) { return moe_gemv::serves(t, M); }
+bool moe_expert_takes_raw(const ExpertTable& t, int64_t M, const MoeGrouping* grouping, ActNumerics numerics) {
+    if (numerics == ActNumerics::FP8_BLOCK128 && moe_bulk::serves(t, grouping, M)) return false;
+    return moe_gemv::serves(t, M);
+}
+
+bool moe_expert_bulk_path(const ExpertTable& t, const MoeGrouping* grouping, int64_t M, const PreparedActivation& x) {
+    return moe_bulk::eligible(t, grouping, M, x);
+}
+void set_moe_bulk_path(bool enabled) { moe_bulk::set_enabled(enabled); }
 
 void moe_combine(const float* y_routed, const MoeGrouping& g, const float* y_shared, int64_t M, int top_k,
                  int64_t hidden, void* out, OutKind out_kind, int64_t ld_out, cudaStream_t stream, bool round_terms) {

@@ -62,6 +62,7 @@ struct ExpertTable {
     const void* const* w3_scale = nullptr;
     const void* const* w2 = nullptr;
     const void* const* w2_scale = nullptr;
+    bool scales_aligned16 = false;  // every scale pointer 16-byte aligned: enables the bulk-copy path (moe_bulk.cu)
 };
 
 // x: [M, hidden] prepared for table.kind. grouping == nullptr: dense mode (expert 0, slot = token, weight 1).
@@ -71,7 +72,14 @@ void moe_expert_up(const PreparedActivation& x, const ExpertTable& table, const 
                    int top_k, float swiglu_limit, ActNumerics h_numerics, PreparedActivation& h, cudaStream_t stream);
 // True when moe_expert_up accepts a raw activation (raw_activation of linear.cuh: bf16 rows prepared inside the
 // small-M GEMV kernels) for M tokens of these experts.
-bool moe_expert_takes_raw(const ExpertTable& table, int64_t M);
+// grouping != nullptr asks for the routed experts, whose FP4 decode path in release numerics (moe_bulk.cu, sm_90+)
+// needs a prepared activation.
+bool moe_expert_takes_raw(const ExpertTable& table, int64_t M, const MoeGrouping* grouping = nullptr,
+                          ActNumerics numerics = ActNumerics::EXACT);
+// Whether moe_expert_up/down take the bulk-copy FP4 path (moe_bulk.cu) for this activation (tests, benchmarks), and
+// a process-wide switch for it (default on; FLASHSEEK_MOE_BULK=0 also turns it off). Set before launching.
+bool moe_expert_bulk_path(const ExpertTable& table, const MoeGrouping* grouping, int64_t M, const PreparedActivation& x);
+void set_moe_bulk_path(bool enabled);
 // y: [rows, hidden] fp32, row = grouped slot (routed) or token (dense).
 void moe_expert_down(const PreparedActivation& h, const ExpertTable& table, const MoeGrouping* grouping, int64_t M,
                      int top_k, float* y, cudaStream_t stream);

@@ -53,6 +53,7 @@ void bench_moe(double copy_bw, std::vector<BenchRow>& rows) {
             dev[i] = static_cast<const void**>(p);
         }
         t.w1 = dev[0]; t.w1_scale = dev[1]; t.w3 = dev[2]; t.w3_scale = dev[3]; t.w2 = dev[4]; t.w2_scale = dev[5];
+        t.scales_aligned16 = true;
         tables.push_back(t);
     }
     std::mt19937_64 rng(42);
@@ -98,16 +99,19 @@ void bench_moe(double copy_bw, std::vector<BenchRow>& rows) {
         // M <= kGemvMaxTokens: the per-tile GEMV kernels (moe_gemv.cu) and the mma.sync ones side by side.
         struct Variant {
             const char* note;
-            bool gemv, all_m;  // all_m: also at M = 8
+            bool gemv, all_m, bulk;  // all_m: also at M = 8; bulk: the bulk-copy kernels (moe_bulk.cu) where they apply
         };
         const Variant variants[] = {
-            {"gemv ", true, true},
-            {"mma ", false, true}};
+            {"bulk ", true, true, true},
+            {"gemv ", true, true, false},
+            {"mma ", false, true, false}};
         const bool both = M <= cuda::kGemvMaxTokens;
         for (const Variant& v : variants) {
         if ((!both && v.gemv) || (M == 8 && !v.all_m)) continue;
         cuda::set_small_m_gemv(v.gemv);
         cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens);  // time the GEMV at M <= 8 too
+        cuda::set_moe_bulk_path(v.bulk);
+        if (v.bulk && !cuda::moe_expert_bulk_path(tables[0], &g, M, p)) continue;
         const double us = time_graph_per_call(
             [&](cudaStream_t s, int i) {
                 const auto& t = tables[size_t(i % sets)];
@@ -128,6 +132,7 @@ void bench_moe(double copy_bw, std::vector<BenchRow>& rows) {
         }
         cuda::set_small_m_gemv(true);
         cuda::set_small_m_gemv_max_tokens(cuda::kGemvDefaultMaxTokens);
+        cuda::set_moe_bulk_path(true);
         for (void* q : {didx, dw, gmem, x, y}) CUDA_CHECK(cudaFree(q));
         for (void* q : {static_cast<void*>(pv), static_cast<void*>(ps), static_cast<void*>(hv), static_cast<void*>(hs)})
             CUDA_CHECK(cudaFree(q));

@@ -4,10 +4,13 @@
 // cpu::swiglu_clamp. Random data, fresh seeds, outputs poisoned before each run.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
 #include "cpu/ops.h"
+#include "cuda/common/arch.cuh"
 #include "cuda/moe/moe.cuh"
 #include "harness.h"
 #include "weights.h"
@@ -96,6 +99,7 @@ ExpertSet make_experts(std::mt19937_64& rng, int E, WeightKind kind, int64_t D, 
     s.table.w3_scale = s.ptrs[3]->ptr;
     s.table.w2 = s.ptrs[4]->ptr;
     s.table.w2_scale = s.ptrs[5]->ptr;
+    s.table.scales_aligned16 = true;  // every scale is its own cudaMalloc
     return s;
 }
 
@@ -127,24 +131,27 @@ std::vector<float> cpu_expert(const ExpertSet& s, int e, const std::vector<float
 // shared FP8 expert, combine. Threshold 3e-3 on ||gpu - cpu|| / ||cpu||: both sides compute the same fp32 math,
 // but a bf16 (intermediate) or e4m3 (release act_quant) rounding can land on the other side of a tie for a few
 // elements when the fp32 sums differ in their last bits.
-// Each case runs through both expert paths for M <= 16 (below); the threshold is the same for both. The per-tile
+// Each case runs through every expert path for M <= 16 (below); the threshold is the same for all. The per-tile
 // GEMV path also runs with raw bf16 inputs (raw_activation), which must give bit-identical outputs.
-// Paths: 1 = mma.sync kernels (GEMV off), 2 = per-tile GEMV kernels (moe_gemv.cu; also checks raw inputs). (Path
-// numbers kept from when persistent streaming kernels were paths 0, 3 and 4: measured slower, racecheck hazards,
-// removed; docs/perf.md.)
+// Paths: 1 = mma.sync kernels (GEMV off), 2 = per-tile GEMV kernels (moe_gemv.cu; also checks raw inputs), 3 = the
+// bulk-copy FP4 kernels for the routed experts (moe_bulk.cu: release numerics, sizes multiple of 512, sm_90+; the
+// case asserts the path was taken where it applies). (Path numbers kept from when persistent streaming kernels were
+// paths 0, 3 and 4: measured slower, racecheck hazards, removed; docs/perf.md.)
 struct GemvSwitch {
     explicit GemvSwitch(int path) {
         cuda::set_small_m_gemv(path != 1);
         cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens);
+        cuda::set_moe_bulk_path(path == 3);
     }
     ~GemvSwitch() {
         cuda::set_small_m_gemv(true);
         cuda::set_small_m_gemv_max_tokens(cuda::kGemvDefaultMaxTokens);
+        cuda::set_moe_bulk_path(true);
     }
 };
 
 TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
-    for (int path = 1; path <= 2; ++path)
+    for (int path = 1; path <= 3; ++path)
     for (auto numerics : {ActNumerics::EXACT, ActNumerics::FP8_BLOCK128})
         // Sizes that are multiples of 128 take the GEMV (M <= 8) or tensor-core kernels; 160/96 (golden-b) the
         // element-wise fallback.
@@ -158,8 +165,16 @@ TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
                                                              // scales, 2 / 1 chunks per row
                                      {1, 4, 2, 1024, 2048},  // M = 1, one expert slot per 64 / 128 tiles
                                      {23, 8, 3, 256, 384},
-                                     {5, 16, 3, 160, 96}}) {
-            if (path == 2 && M > cuda::kGemvMaxTokens) continue;  // no GEMV above 16 tokens: same kernels as path 1
+                                     {5, 16, 3, 160, 96},
+                                     // bulk-copy path shapes (multiples of 512, M >= 8): C=16-like with 1-3 tokens
+                                     // per expert, 9-16 tokens on one expert (two token tiles), odd counts
+                                     {16, 64, 6, 512, 512},
+                                     {16, 4, 4, 1024, 512},
+                                     {11, 128, 6, 512, 1024},
+                                     {9, 16, 6, 2048, 512}}) {
+            if (path >= 2 && M > cuda::kGemvMaxTokens) continue;  // no GEMV above 16 tokens: same kernels as path 1
+            const bool bulk_shape = D % 512 == 0 && I % 512 == 0 && M >= 8 && numerics == ActNumerics::FP8_BLOCK128;
+            if (path == 3 && !bulk_shape) continue;  // path 3 would take path 2's kernels
             GemvSwitch gemv(path);
             const uint64_t seed = fresh_seed();
             std::ostringstream d;
@@ -202,6 +217,9 @@ TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
             h.scales = hs.ptr;
             hsh.values = hsv.ptr;
             hsh.scales = hss.ptr;
+            if (path == 3 && cuda::current_arch().cc >= 90) {
+                EXPECT_TRUE(cuda::moe_expert_bulk_path(routed.table, &g, M, p4)) << "bulk path not taken";
+            }
             cuda::moe_expert_up(p4, routed.table, &g, M, K, limit, numerics, h, nullptr);
             cuda::moe_expert_down(h, routed.table, &g, M, K, y.ptr, nullptr);
             cuda::moe_expert_up(p8, shared.table, nullptr, M, K, limit, numerics, hsh, nullptr);
@@ -240,6 +258,132 @@ TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
             }
             EXPECT_LE(rel_l2(gpu, ref), 3e-3);
         }
+}
+
+float half_bits_to_f32(uint16_t h) {  // f16 (finite) -> fp32
+    const int e = (h >> 10) & 31, m = h & 1023;
+    const float v = e == 0 ? std::ldexp(float(m), -24) : std::ldexp(float(m | 1024), e - 25);
+    return (h >> 15) ? -v : v;
+}
+
+// The bulk-copy path (moe_bulk.cu) against the per-tile GEMV path on the same inputs, stage by stage: the
+// up-projection's prepared h (act_quant codes x scales) and the down-projection from the same h. Both compute the same
+// fp32 math up to summation order and the FP8 tensor cores' sums of 32 exact products, so the down-projection must
+// agree to rel 1e-4; h may differ where a bf16 / e4m3 rounding lands on the other side (rel <= 3e-3).
+TEST(MoeLayer, BulkPathMatchesGemvPathPerStage) {
+    if (cuda::current_arch().cc < 90) GTEST_SKIP() << "bulk path needs sm_90";
+    for (auto [M, E, K, D, I] : {std::tuple<int, int, int, int64_t, int64_t>{8, 4, 2, 1024, 2048},
+                                 {16, 8, 4, 2048, 1024},
+                                 {16, 64, 6, 512, 512}}) {
+        const uint64_t seed = fresh_seed();
+        std::ostringstream d;
+        d << "M=" << M << " E=" << E << " K=" << K << " D=" << D << " I=" << I << " seed=" << seed;
+        SCOPED_TRACE(d.str());
+        std::mt19937_64 rng(seed);
+        ExpertSet routed = make_experts(rng, E, WeightKind::FP4_BLOCK32, D, I);
+        std::normal_distribution<float> nd(0.f, 1.f);
+        std::vector<float> logits(size_t(M * E));
+        std::vector<uint16_t> xb(size_t(M * D));
+        for (auto& v : xb) v = f32_to_bf16(nd(rng));
+        for (auto& v : logits) v = nd(rng);
+        DeviceArray<uint16_t> dx(xb);
+        DeviceArray<float> dl(logits), w(size_t(M * K));
+        DeviceArray<int32_t> idx(size_t(M * K));
+        DeviceArray<uint8_t> gmem(cuda::moe_grouping_bytes(E, M * K));
+        const cuda::MoeGrouping g = cuda::moe_grouping_view(gmem.ptr, E, M * K);
+        cuda::moe_route(dl.ptr, M, E, E, nullptr, nullptr, nullptr, 0, K, 1.5f, idx.ptr, w.ptr, nullptr);
+        cuda::moe_group(idx.ptr, w.ptr, M, K, g, nullptr);
+        DeviceArray<uint16_t> pv(cuda::prepared_values_bytes(M, D) / 2);
+        DeviceArray<float> ps(cuda::prepared_scales_bytes(M, D) / 4);
+        cuda::PreparedActivation p{WeightKind::FP4_BLOCK32, 0, 0, 0, 0, pv.ptr, ps.ptr};
+        cuda::prepare_activation(dx.ptr, false, M, D, D, WeightKind::FP4_BLOCK32, ActNumerics::FP8_BLOCK128, p, nullptr);
+        std::vector<float> hq[2], yv[2];
+        DeviceArray<uint16_t> hv(cuda::prepared_values_bytes(M * K, I) / 2);
+        DeviceArray<float> hs(cuda::prepared_scales_bytes(M * K, I) / 4), y(size_t(M * K * D));
+        cuda::PreparedActivation h{};
+        for (int bulk = 0; bulk < 2; ++bulk) {  // up with each path; h of the GEMV path kept for both downs
+            cuda::set_moe_bulk_path(bulk == 1);
+            EXPECT_EQ(cuda::moe_expert_bulk_path(routed.table, &g, M, p), bulk == 1);
+            hv.poison();
+            hs.poison();
+            h = cuda::PreparedActivation{};
+            h.values = hv.ptr;
+            h.scales = hs.ptr;
+            cuda::moe_expert_up(p, routed.table, &g, M, K, 10.f, ActNumerics::FP8_BLOCK128, h, nullptr);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            const auto vals = hv.download();
+            const auto scs = hs.download();
+            const int64_t nb = h.k_pad / 128;
+            for (int64_t r = 0; r < int64_t(M) * K; ++r)
+                for (int64_t c = 0; c < I; ++c)
+                    hq[bulk].push_back(half_bits_to_f32(vals[size_t(r * h.k_pad + c)]) * scs[size_t(r * nb + c / 128)]);
+        }
+        cuda::set_moe_bulk_path(false);  // h from the GEMV path for both downs
+        h.values = hv.ptr;
+        cuda::moe_expert_up(p, routed.table, &g, M, K, 10.f, ActNumerics::FP8_BLOCK128, h, nullptr);
+        for (int bulk = 0; bulk < 2; ++bulk) {
+            cuda::set_moe_bulk_path(bulk == 1);
+            y.poison();
+            cuda::moe_expert_down(h, routed.table, &g, M, K, y.ptr, nullptr);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            yv[bulk] = y.download();
+        }
+        cuda::set_moe_bulk_path(true);
+        const double eh = rel_l2(hq[1], hq[0]), ey = rel_l2(yv[1], yv[0]);
+        std::printf("  bulk vs gemv: h rel %.3e, y (same h) rel %.3e  [%s]\n", eh, ey, d.str().c_str());
+        EXPECT_LE(eh, 3e-3);
+        EXPECT_LE(ey, 1e-4);
+    }
+}
+
+// The bulk-copy down-projection on one-hot activations: token t is 1.0 at column j_t only, so y[t][row] must be
+// exactly w2[row][j_t] (dequantized): any permutation or scale mix-up in the fragment bookkeeping shows as a
+// mismatch at a recognizable (lane, k-block, stage) position. The first mismatches are printed.
+TEST(MoeLayer, BulkDownOneHotPicksWeightColumn) {
+    if (cuda::current_arch().cc < 90) GTEST_SKIP() << "bulk path needs sm_90";
+    const int M = 16, E = 1, K = 1;
+    const int64_t D = 512, I = 1024;
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed=" + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    ExpertSet routed = make_experts(rng, E, WeightKind::FP4_BLOCK32, D, I);
+    const auto w2 = routed.w2[0].dequantized();  // [D, I]
+    std::vector<int64_t> col(M);
+    std::vector<uint16_t> hb(size_t(M * I), f32_to_bf16(0.f));
+    for (int t = 0; t < M; ++t) {
+        col[size_t(t)] = (t * 73 + 5 + int64_t(rng() % 8)) % I;  // spread over lanes, k-blocks and both stages
+        hb[size_t(t * I + col[size_t(t)])] = f32_to_bf16(1.f);
+    }
+    DeviceArray<uint16_t> dh(hb);
+    std::vector<float> logits(size_t(M * E), 1.f);
+    DeviceArray<float> dl(logits), w(size_t(M * K));
+    DeviceArray<int32_t> idx(size_t(M * K));
+    DeviceArray<uint8_t> gmem(cuda::moe_grouping_bytes(E, M * K));
+    const cuda::MoeGrouping g = cuda::moe_grouping_view(gmem.ptr, E, M * K);
+    cuda::moe_route(dl.ptr, M, E, E, nullptr, nullptr, nullptr, 0, K, 1.f, idx.ptr, w.ptr, nullptr);
+    cuda::moe_group(idx.ptr, w.ptr, M, K, g, nullptr);
+    DeviceArray<uint16_t> hv(cuda::prepared_values_bytes(M, I) / 2);
+    DeviceArray<float> hs(cuda::prepared_scales_bytes(M, I) / 4), y(size_t(M * D));
+    cuda::PreparedActivation h{WeightKind::FP4_BLOCK32, 0, 0, 0, 0, hv.ptr, hs.ptr};
+    cuda::prepare_activation(dh.ptr, false, M, I, I, WeightKind::FP4_BLOCK32, ActNumerics::FP8_BLOCK128, h, nullptr);
+    ASSERT_TRUE(cuda::moe_expert_bulk_path(routed.table, &g, M, h));
+    y.poison();
+    cuda::moe_expert_down(h, routed.table, &g, M, K, y.ptr, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const auto gy = y.download();
+    std::vector<int32_t> slots(static_cast<size_t>(M));
+    CUDA_CHECK(cudaMemcpy(slots.data(), g.slot_token, size_t(M) * 4, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int s = 0; s < M; ++s) {
+        const int t = slots[size_t(s)];
+        for (int64_t r = 0; r < D; ++r) {
+            const float want = w2[size_t(r * I + col[size_t(t)])], got = gy[size_t(s * D + r)];
+            if (got != want && ++bad <= 12)
+                std::printf("  slot %d token %d col %lld row %lld: got %g want %g\n", s, t, (long long)col[size_t(t)],
+                            (long long)r, got, want);
+        }
+    }
+    EXPECT_EQ(bad, 0);
 }
 
 }  // namespace

@@ -1,0 +1,416 @@
+// Routed FP4 experts at decode (M <= 16 tokens, release numerics) on sm_90+: weights streamed into shared memory by
+// bulk asynchronous copies, FP4 turned into e4m3 by bit moves, products on the FP8 tensor cores.
+// Why: the f16 GEMV kernels (moe_gemv.cu) reach 29-35% of the copy bandwidth: per-thread loads keep too few bytes
+// in flight, and widening FP4 to f16 plus per-32 scales costs many instructions per weight. A probe
+// (scripts/probes/stream_probe.cu, docs/perf.md) measured bulk copies alone at ~100% of the copy bandwidth on 1 GB,
+// and a conversion + mma loop at 48-62% with four to eight warps per SM.
+// Design:
+//   - Persistent CTAs (two per SM, 8 warps each: 16 warps per SM, 128 registers per thread); every warp owns a ring
+//     of 3 stages and streams its own work items: item = (active expert, 16 rows of w1 and the same rows of w3) for
+//     the up-projection, (active expert, 32 rows of w2) for the down-projection, dealt round robin (neighbouring
+//     warps of a CTA mostly share an expert, so its activation rows stay in L1). A stage = 32 weight rows x 128
+//     bytes (256 FP4 weights), filled by 32 bulk copies (one per lane) completing on one mbarrier, refilled 2 stages
+//     ahead across item boundaries, so the copy engine does not drain between items. E8M0 scales (8 bytes per row
+//     and stage) come through ordinary loads issued with the activation loads (bulk copies need 16 bytes).
+//   - FP4 -> e4m3: nibble s.e1.e0.m moved to byte bits 7 and 4..2 is the e4m3 code of value * 2^-6 (subnormal
+//     0.5 included), ~4 integer ops per 4 weights; even nibbles form A registers a0/a1, odd ones a2/a3, so the
+//     logical k order of an mma is phys 8t + {0,2,4,6} then 8t + {1,3,5,7}; B is gathered in the same order.
+//   - One mma.sync m16n8k32 e4m3 covers exactly one FP4 scale group per row: partial sums are scaled by the weight
+//     scale (x 2^6) per k-block and by the activation's power-of-two scale per 128 columns, in fp32; the activation
+//     is the prepared one (e4m3 codes as f16), turned back into e4m3 bytes with cvt (exact).
+//   - Shared-memory rows are padded by 16 bytes: the 4-byte fragment reads of lanes (g, t) hit 32 distinct banks.
+// Measured (H200, docs/perf.md): MoE micro-benchmark up+down at M=16 (76 experts, 1 GB) 631 us = 38% of the copy
+// bandwidth (moe_gemv 681 us); at M=1 slower than moe_gemv (93 vs 66 us), hence kMinTokens.
+// Numerics are those of moe_gemv (exact products, fp32 sums, bf16 rounding of w1/w3 outputs before SwiGLU), up to
+// summation order.
+#include "cuda/moe/moe_bulk.cuh"
+
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda/common/arch.cuh"
+#include "cuda/common/check.cuh"
+#include "cuda/common/numeric.cuh"
+#include "cuda/common/pdl.cuh"
+#include "cuda/gemm/gemv_mma.cuh"
+#include "cuda/moe/moe_gemv.cuh"
+
+namespace flashseek::cuda::moe_bulk {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kCtasPerSm = 2;                  // 16 warps per SM: the per-warp chains are latency-bound
+constexpr int kStages = 3;
+constexpr int kRowBytes = 128;                 // weight bytes per row per stage (256 FP4 weights)
+constexpr int kStride = kRowBytes + 16;        // padded shared row
+constexpr int kStageBytes = 32 * kStride;
+constexpr int kGroupsPerStage = kRowBytes / 16;  // mma k-blocks (32 weights, one E8M0 scale) per stage
+// Fewer tokens than this keep moe_gemv: with few active experts most warps have no item, and one warp streaming a
+// whole 16-row tile is slower than moe_gemv's four warps per tile (measured, H200, MoE micro-benchmark up+down:
+// M=1 93 vs 66 us; M=8 382 vs 415; M=16 631 vs 681).
+constexpr int64_t kMinTokens = 8;
+constexpr size_t kSmemBytes = size_t(kWarps) * kStages * kStageBytes + size_t(kWarps) * kStages * 8;
+
+struct Args {
+    const void* const* w_a;  // w1 (up) or w2 (down), per expert
+    const void* const* s_a;
+    const void* const* w_b;  // w3 (up only)
+    const void* const* s_b;
+    int64_t N, K;            // rows per expert, weights per row
+    const uint16_t* x;       // prepared activation values (FP4 layout, e4m3 codes as f16)
+    const float* xs;         // its per-128 scales
+    int64_t x_ld, xs_ld;
+    const int32_t* active;
+    const int32_t* n_active;
+    const int32_t* count;
+    const int32_t* offset;
+    const int32_t* slot_token;  // up: activation row of a slot; down: null (row = slot)
+    const float* slot_weight;
+    int max_experts;         // grid was sized for this many active experts
+    float limit;
+    uint16_t* h;             // up: bf16 [slots, h_ld]
+    int64_t h_ld;
+    float* y;                // down: fp32 [slots, N]
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void mbar_init(uint64_t* b) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(b)));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* b, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* b, uint32_t parity) {
+    asm volatile(
+        "{\n .reg .pred p;\n WAIT_%=: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra WAIT_%=;\n}\n" ::"r"(
+            smem_u32(b)),
+        "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
+        "l"(src), "r"(bytes), "r"(smem_u32(bar))
+        : "memory");
+}
+
+// 8 FP4 nibbles (element 2i in the low nibble of byte i) -> even elements' e4m3 codes (lo) and odd ones' (hi), each
+// the code of value * 2^-6: sign to bit 7, e1.e0.m to bits 4..2.
+__device__ __forceinline__ void fp4x8_to_e4m3(uint32_t x, uint32_t& lo, uint32_t& hi) {
+    hi = ((x & 0x70707070u) >> 2) | (x & 0x80808080u);
+    lo = ((x & 0x07070707u) << 2) | ((x << 4) & 0x80808080u);
+}
+
+__device__ __forceinline__ uint32_t f16x2_to_e4m3x2(uint32_t v) {  // exact for e4m3 codes
+    __half2_raw r;
+    r.x = uint16_t(v & 0xffffu);
+    r.y = uint16_t(v >> 16);
+    return uint32_t(__nv_cvt_halfraw2_to_fp8x2(r, __NV_SATFINITE, __NV_E4M3));
+}
+
+// Prepared FP4-layout activation, 8 values of k-block phys [8t, 8t+8) stored x0 x4 x1 x5 x2 x6 x3 x7 ->
+// b0 = [x0 x2 x4 x6], b1 = [x1 x3 x5 x7] (e4m3 bytes, the order of fp4x8_to_e4m3's lo / hi).
+__device__ __forceinline__ void act_fragment(const uint4& v, uint32_t& b0, uint32_t& b1) {
+    const uint32_t p = f16x2_to_e4m3x2(v.x) | (f16x2_to_e4m3x2(v.y) << 16);  // x0 x4 x1 x5
+    const uint32_t q = f16x2_to_e4m3x2(v.z) | (f16x2_to_e4m3x2(v.w) << 16);  // x2 x6 x3 x7
+    b0 = __byte_perm(p, q, 0x5140);
+    b1 = __byte_perm(p, q, 0x7362);
+}
+
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%11,%12,%13};"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f), "f"(0.f), "f"(0.f), "f"(0.f));
+}
+
+__device__ __forceinline__ float e8m0_times_64(uint32_t b) {  // 2^(b - 127) * 2^6; b = 0 -> 2^-121
+    return __uint_as_float((b + 6u) << 23);
+}
+#endif
+
+// One stage x one token tile J: B fragments of the stage's k-blocks, the activation scales and the weight scales
+// (8 E8M0 bytes per row, plain loads: bulk copies of 8 bytes are not allowed) are loaded first (one round trip,
+// overlapping the weights' mbarrier wait), then one mma per k-block and weight m-tile; partial sums are scaled by the
+// weight scale per k-block and by the activation scale once per 128 columns. Rows of tokens past the expert's count
+// are clamped to a valid row: their C columns are never stored.
+template <int J>
+__device__ __forceinline__ void stage_tile(float (&acc)[2][2][4], const unsigned char* sw, const uint16_t* x,
+                                           const float* xs, int x_ld, int xs_ld, int s_ld, int xrow,
+                                           int srow_lo, int srow_hi, const uint8_t* s_a, const uint8_t* s_b,
+                                           int srow0, int chunk, uint64_t* bar, uint32_t parity, bool wait, int g,
+                                           int t) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr int kBlocks = kGroupsPerStage / 4;  // 128-column activation blocks per stage
+    const int k0 = chunk * (2 * kRowBytes);
+    const uint16_t* xr = x + int64_t(xrow) * x_ld;
+    const float* xs_lo = xs + int64_t(srow_lo) * xs_ld;
+    const float* xs_hi = xs + int64_t(srow_hi) * xs_ld;
+    uint4 braw[4];  // one 128-column block (registers: 16 warps per SM leave 128 per thread)
+#pragma unroll
+    for (int kq = 0; kq < 4; ++kq) braw[kq] = __ldg(reinterpret_cast<const uint4*>(xr + k0 + 32 * kq + 8 * t));
+    float as_lo = __ldg(xs_lo + k0 / 128), as_hi = __ldg(xs_hi + k0 / 128);
+    // Weight scales of stage rows 16i + g + 8h: up: w1 (i = 0) / w3 (i = 1) row srow0 + 8h; down: w2 row
+    // srow0 + 16i + 8h.
+    uint2 wsc[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const uint8_t* base = i == 1 && s_b ? s_b : s_a;
+            const int row = srow0 + 8 * h + (s_b ? 0 : 16 * i);
+            wsc[i][h] = __ldg(reinterpret_cast<const uint2*>(base + int64_t(row) * s_ld + chunk * kGroupsPerStage));
+        }
+    if (wait) mbar_wait(bar, parity);
+#pragma unroll 1
+    for (int b = 0; b < kBlocks; ++b) {
+        if (b > 0) {
+#pragma unroll
+            for (int kq = 0; kq < 4; ++kq)
+                braw[kq] = __ldg(reinterpret_cast<const uint4*>(xr + k0 + 128 * b + 32 * kq + 8 * t));
+            as_lo = __ldg(xs_lo + k0 / 128 + b);
+            as_hi = __ldg(xs_hi + k0 / 128 + b);
+        }
+        float part[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+        for (int kq = 0; kq < 4; ++kq) {
+            const int kb = 4 * b + kq;
+            uint32_t b0, b1;
+            act_fragment(braw[kq], b0, b1);
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const int r_lo = 16 * i + g, r_hi = r_lo + 8;
+                const uint32_t x_lo = *reinterpret_cast<const uint32_t*>(sw + r_lo * kStride + kb * 16 + 4 * t);
+                const uint32_t x_hi = *reinterpret_cast<const uint32_t*>(sw + r_hi * kStride + kb * 16 + 4 * t);
+                uint32_t af[4];
+                fp4x8_to_e4m3(x_lo, af[0], af[2]);
+                fp4x8_to_e4m3(x_hi, af[1], af[3]);
+                const uint32_t w_lo = (b == 0 ? wsc[i][0].x : wsc[i][0].y) >> (8 * kq) & 0xffu;
+                const uint32_t w_hi = (b == 0 ? wsc[i][1].x : wsc[i][1].y) >> (8 * kq) & 0xffu;
+                const float ws_lo = e8m0_times_64(w_lo), ws_hi = e8m0_times_64(w_hi);
+                float d[4];
+                mma_e4m3(d, af, b0, b1);
+                part[i][0] = fmaf(d[0], ws_lo, part[i][0]);
+                part[i][1] = fmaf(d[1], ws_lo, part[i][1]);
+                part[i][2] = fmaf(d[2], ws_hi, part[i][2]);
+                part[i][3] = fmaf(d[3], ws_hi, part[i][3]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            acc[i][J][0] = fmaf(part[i][0], as_lo, acc[i][J][0]);
+            acc[i][J][1] = fmaf(part[i][1], as_hi, acc[i][J][1]);
+            acc[i][J][2] = fmaf(part[i][2], as_lo, acc[i][J][2]);
+            acc[i][J][3] = fmaf(part[i][3], as_hi, acc[i][J][3]);
+        }
+    }
+#endif
+}
+
+template <bool UP>
+__global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_expert_kernel(const Args a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    unsigned char* ring = smem + size_t(warp) * kStages * kStageBytes;
+    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + size_t(kWarps) * kStages * kStageBytes) + warp * kStages;
+    if (lane < kStages) mbar_init(&bars[lane]);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    __syncwarp();
+    pdl_wait();
+
+    constexpr int kTileRows = UP ? 16 : 32;  // output rows per item
+    const int64_t tiles = a.N / kTileRows;
+    const int64_t n_items = int64_t(min(*a.n_active, a.max_experts)) * tiles;
+    const int64_t gw = int64_t(blockIdx.x) * kWarps + warp, nw = int64_t(gridDim.x) * kWarps;
+    const int64_t my_items = gw < n_items ? (n_items - gw + nw - 1) / nw : 0;
+    const int64_t row_bytes = a.K / 2;
+    const int chunks = int(row_bytes / kRowBytes);
+    const int64_t total = my_items * chunks;
+
+    // Fill cursor: lane l copies stage row l (up: w1 rows 0-15, then w3 rows 0-15; down: w2 rows 0-31); the row
+    // pointers are looked up once per item.
+    int64_t f_item = gw - nw;
+    int f_chunk = chunks;
+    const uint8_t* f_w = nullptr;
+    auto fill = [&](int64_t q) {
+        if (++f_chunk >= chunks) {
+            f_chunk = 0;
+            f_item += nw;
+            const int e = a.active[int(f_item / tiles)];
+            const int64_t row0 = (f_item % tiles) * kTileRows;
+            const bool second = UP && lane >= 16;
+            const int64_t row = UP ? row0 + (lane & 15) : row0 + lane;
+            f_w = static_cast<const uint8_t*>(second ? a.w_b[e] : a.w_a[e]) + row * row_bytes;
+        }
+        const int st = int(q % kStages);
+        unsigned char* dst = ring + st * kStageBytes;
+        if (lane == 0) mbar_expect_tx(&bars[st], 32u * kRowBytes);
+        __syncwarp();
+        bulk_copy(dst + lane * kStride, f_w + int64_t(f_chunk) * kRowBytes, kRowBytes, &bars[st]);
+    };
+    for (int64_t q = 0; q < kStages - 1 && q < total; ++q) fill(q);
+
+    float acc[2][2][4];  // [m-tile (up: w1 / w3; down: rows 0-15 / 16-31)][token tile][fragment]
+    int64_t item = gw - nw;
+    int chunk = chunks - 1;
+    int e = 0, count = 0, offset = 0;
+    int64_t row0 = 0;
+    int xrow[2] = {0, 0};                     // activation row of B column g, per token tile
+    int srow_lo[2] = {0, 0}, srow_hi[2] = {0, 0};  // activation rows of C columns 2t, 2t+1
+    const uint8_t* s_a = nullptr;             // weight scales (up: w1, w3; down: w2, s_b null)
+    const uint8_t* s_b = nullptr;
+    for (int64_t q = 0; q < total; ++q) {
+        if (++chunk == chunks) {
+            chunk = 0;
+            item += nw;
+            e = a.active[int(item / tiles)];
+            count = a.count[e];
+            offset = a.offset[e];
+            row0 = (item % tiles) * kTileRows;
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int j = 0; j < 2; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
+            auto row_of = [&](int c) -> int {
+                c = min(c, count - 1);
+                return a.slot_token ? a.slot_token[offset + c] : offset + c;
+            };
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                xrow[j] = row_of(8 * j + g);
+                srow_lo[j] = row_of(8 * j + 2 * t);
+                srow_hi[j] = row_of(8 * j + 2 * t + 1);
+            }
+            s_a = static_cast<const uint8_t*>(a.s_a[e]);
+            s_b = UP ? static_cast<const uint8_t*>(a.s_b[e]) : nullptr;
+        }
+        if (q + kStages - 1 < total) {
+            __syncwarp();  // every lane is done reading the stage refilled now (consumed at q - 1)
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            fill(q + kStages - 1);
+        }
+        const int st = int(q % kStages);
+        const unsigned char* sw = ring + st * kStageBytes;
+        const uint32_t parity = uint32_t((q / kStages) & 1);
+        const int srow0 = int(row0) + g;
+        const int x_ld = int(a.x_ld), xs_ld = int(a.xs_ld), s_ld = int(a.K / 32);
+        stage_tile<0>(acc, sw, a.x, a.xs, x_ld, xs_ld, s_ld, xrow[0], srow_lo[0], srow_hi[0], s_a, s_b, srow0, chunk, &bars[st], parity, true, g, t);
+        if (count > 8)
+            stage_tile<1>(acc, sw, a.x, a.xs, x_ld, xs_ld, s_ld, xrow[1], srow_lo[1], srow_hi[1], s_a, s_b, srow0, chunk, &bars[st], parity, false,
+                          g, t);
+        if (chunk == chunks - 1) {  // item done: epilogue
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int c = 8 * j + 2 * t + (r & 1);
+                    if (c >= count) continue;
+                    const int64_t slot = offset + c;
+                    const int64_t row = row0 + g + ((r & 2) ? 8 : 0);
+                    if constexpr (UP) {
+                        const float g0 = round_bf16(acc[0][j][r]), u0 = round_bf16(acc[1][j][r]);
+                        const float gate = fminf(g0, a.limit);
+                        const float up = fminf(fmaxf(u0, -a.limit), a.limit);
+                        const float silu = gate / (1.f + expf(-gate));
+                        a.h[slot * a.h_ld + row] = f32_to_bf16_bits(silu * up * a.slot_weight[slot]);
+                    } else {
+                        a.y[slot * a.N + row] = acc[0][j][r];
+                        a.y[slot * a.N + row + 16] = acc[1][j][r];
+                    }
+                }
+            }
+        }
+    }
+#else
+    __trap();
+#endif
+}
+
+std::atomic<bool> g_enabled{[] {
+    const char* v = std::getenv("FLASHSEEK_MOE_BULK");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+}()};
+
+bool bulk_enabled() { return g_enabled.load() && current_arch().cc >= 90; }
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+template <bool UP>
+void launch(const Args& a, const MoeGrouping& g, int64_t M, int top_k, cudaStream_t stream) {
+    Args args = a;
+    args.max_experts = int(std::min<int64_t>(g.E, M * top_k));
+    const int64_t tiles = a.N / (UP ? 16 : 32);
+    const int64_t items = tiles * args.max_experts;
+    const int64_t ctas = std::min<int64_t>(int64_t(current_arch().sm_count) * kCtasPerSm, (items + kWarps - 1) / kWarps);
+    auto kernel = bulk_expert_kernel<UP>;
+    gmma::allow_smem(reinterpret_cast<const void*>(kernel), kSmemBytes);
+    launch_pdl(UP ? "moe_bulk expert_kernel<up>" : "moe_bulk expert_kernel<down>", kernel, dim3(unsigned(ctas)),
+               dim3(kWarps * 32), kSmemBytes, stream, args);
+}
+
+Args base_args(const PreparedActivation& x, const MoeGrouping& g) {
+    Args a{};
+    a.x = x.values;
+    a.xs = x.scales;
+    a.x_ld = x.k_pad;
+    a.xs_ld = x.k_pad / 128;
+    a.active = g.active;
+    a.n_active = g.n_active;
+    a.count = g.expert_count;
+    a.offset = g.expert_offset;
+    a.slot_weight = g.slot_weight;
+    return a;
+}
+
+}  // namespace
+
+void set_enabled(bool enabled) { g_enabled.store(enabled); }
+
+bool serves(const ExpertTable& t, const MoeGrouping* grouping, int64_t M) {
+    return bulk_enabled() && grouping != nullptr && t.kind == WeightKind::FP4_BLOCK32 &&
+           t.scale_kind == ScaleKind::E8M0 && t.scales_aligned16 && M >= kMinTokens && M <= 16 &&
+           M <= small_m_gemv_max_tokens() && t.hidden % 512 == 0 && t.inter % 512 == 0;
+}
+
+bool eligible(const ExpertTable& t, const MoeGrouping* grouping, int64_t M, const PreparedActivation& x) {
+    return serves(t, grouping, M) && !x.raw && x.numerics == ActNumerics::FP8_BLOCK128 && x.layout == t.kind &&
+           aligned16(x.values);
+}
+
+void expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGrouping& grouping, int64_t M, int top_k,
+               float swiglu_limit, PreparedActivation& h, cudaStream_t stream) {
+    Args a = base_args(x, grouping);
+    a.w_a = t.w1;
+    a.s_a = t.w1_scale;
+    a.w_b = t.w3;
+    a.s_b = t.w3_scale;
+    a.N = t.inter;
+    a.K = t.hidden;
+    a.slot_token = grouping.slot_token;
+    a.limit = swiglu_limit;
+    a.h = h.values;
+    a.h_ld = h.k_pad;
+    launch<true>(a, grouping, M, top_k, stream);
+    moe_gemv::quantize_h(h, t, &grouping, ActNumerics::FP8_BLOCK128, stream);
+}
+
+void expert_down(const PreparedActivation& h, const ExpertTable& t, const MoeGrouping& grouping, int64_t M, int top_k,
+                 float* y, cudaStream_t stream) {
+    Args a = base_args(h, grouping);
+    a.w_a = t.w2;
+    a.s_a = t.w2_scale;
+    a.N = t.hidden;
+    a.K = t.inter;
+    a.slot_token = nullptr;
+    a.y = y;
+    launch<false>(a, grouping, M, top_k, stream);
+}
+
+}  // namespace flashseek::cuda::moe_bulk
