@@ -11,6 +11,7 @@
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
+#include "cuda/gemm/bulk_gemv.cuh"
 #include "cuda/gemm/gemv.cuh"
 #include "cuda/gemm/gemv_simt.cuh"
 #include "cuda/gemm/linear_generic.cuh"
@@ -280,6 +281,10 @@ void run_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, 
         generic::linear(x, w, x.m, w.out / groups, w.in, y, y_kind, ld_y, stream);
         return;
     }
+    if (bulk_gemv::eligible(x, w, groups)) {  // sm_90+, release numerics: bulk copies + FP8 tensor cores
+        bulk_gemv::run(x, w, groups, y, y_kind, ld_y, ws, stream);
+        return;
+    }
     if (gemv_simt::eligible(x, w, groups)) {  // one token: the SIMT GEMV streams fastest
         gemv_simt::run(x, w, groups, y, y_kind, ld_y, ws, stream);
         return;
@@ -372,6 +377,7 @@ std::atomic<int64_t> g_small_m_gemv_max{kGemvDefaultMaxTokens};
 }  // namespace
 void set_small_m_gemv(bool enabled) { g_small_m_gemv.store(enabled); }
 bool small_m_gemv_enabled() { return g_small_m_gemv.load(); }
+void set_bulk_gemv(bool enabled) { bulk_gemv::set_enabled(enabled); }
 void set_small_m_gemv_max_tokens(int64_t max_tokens) {
     g_small_m_gemv_max.store(std::clamp<int64_t>(max_tokens, 1, kGemvMaxTokens));
 }
@@ -399,6 +405,12 @@ PreparedActivation raw_activation(const void* x_bf16, int64_t M, int64_t K, int6
 
 LinearPlan plan_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, const GemmWorkspace* ws) {
     LinearPlan p;
+    if (bulk_gemv::eligible(x, w, groups)) {
+        p.gemv = p.bulk = true;
+        p.tokens_per_pass = int(x.m);
+        p.k_splits = bulk_gemv::plan_splits(x, w, ws);
+        return p;
+    }
     if (gemv_simt::eligible(x, w, groups)) {
         p.gemv = true;
         p.tokens_per_pass = 1;

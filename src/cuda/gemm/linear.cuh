@@ -103,6 +103,7 @@ struct LinearPlan {
     int k_splits = 1;
     bool aligned = true;  // vectorized loads (in % 128 == 0 and aligned pointers); else the guarded scalar path
     bool gemv = false;    // the small-M GEMV (gemv.cu) instead of the mma.sync kernel; k_splits is then its own
+    bool bulk = false;    // ... and that GEMV is the bulk-copy FP8 one (bulk_gemv.cu: sm_90+, release numerics)
 };
 
 // FP8/FP4 linears and experts with M <= small_m_gemv_max_tokens() (and in % 128 == 0, aligned pointers) take a
@@ -115,6 +116,8 @@ void set_small_m_gemv(bool enabled);
 bool small_m_gemv_enabled();
 void set_small_m_gemv_max_tokens(int64_t max_tokens);  // clamped to [1, kGemvMaxTokens]
 int64_t small_m_gemv_max_tokens();                     // 0 when disabled
+// The bulk-copy FP8 GEMV (sm_90+, release numerics, M <= 16; default on, FLASHSEEK_BULK_GEMV=0 turns it off).
+void set_bulk_gemv(bool enabled);
 
 // Deferred activation preparation: when linear_takes_raw(M, w, groups) is true, linear()/grouped_linear() accept
 // raw_activation(x, ...) in place of a prepared activation and apply prepare_activation's math (same act_quant

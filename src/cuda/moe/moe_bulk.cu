@@ -25,14 +25,13 @@
 // summation order.
 #include "cuda/moe/moe_bulk.cuh"
 
-#include <cuda_fp8.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
 
 #include "cuda/common/arch.cuh"
+#include "cuda/common/bulk_copy.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
@@ -78,41 +77,7 @@ struct Args {
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-
-__device__ __forceinline__ void mbar_init(uint64_t* b) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(b)));
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* b, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* b, uint32_t parity) {
-    asm volatile(
-        "{\n .reg .pred p;\n WAIT_%=: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra WAIT_%=;\n}\n" ::"r"(
-            smem_u32(b)),
-        "r"(parity)
-        : "memory");
-}
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
-        "l"(src), "r"(bytes), "r"(smem_u32(bar))
-        : "memory");
-}
-
-// 8 FP4 nibbles (element 2i in the low nibble of byte i) -> even elements' e4m3 codes (lo) and odd ones' (hi), each
-// the code of value * 2^-6: sign to bit 7, e1.e0.m to bits 4..2.
-__device__ __forceinline__ void fp4x8_to_e4m3(uint32_t x, uint32_t& lo, uint32_t& hi) {
-    hi = ((x & 0x70707070u) >> 2) | (x & 0x80808080u);
-    lo = ((x & 0x07070707u) << 2) | ((x << 4) & 0x80808080u);
-}
-
-__device__ __forceinline__ uint32_t f16x2_to_e4m3x2(uint32_t v) {  // exact for e4m3 codes
-    __half2_raw r;
-    r.x = uint16_t(v & 0xffffu);
-    r.y = uint16_t(v >> 16);
-    return uint32_t(__nv_cvt_halfraw2_to_fp8x2(r, __NV_SATFINITE, __NV_E4M3));
-}
+using namespace bulk;
 
 // Prepared FP4-layout activation, 8 values of k-block phys [8t, 8t+8) stored x0 x4 x1 x5 x2 x6 x3 x7 ->
 // b0 = [x0 x2 x4 x6], b1 = [x1 x3 x5 x7] (e4m3 bytes, the order of fp4x8_to_e4m3's lo / hi).
@@ -123,16 +88,7 @@ __device__ __forceinline__ void act_fragment(const uint4& v, uint32_t& b0, uint3
     b1 = __byte_perm(p, q, 0x7362);
 }
 
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%10,%11,%12,%13};"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f), "f"(0.f), "f"(0.f), "f"(0.f));
-}
-
-__device__ __forceinline__ float e8m0_times_64(uint32_t b) {  // 2^(b - 127) * 2^6; b = 0 -> 2^-121
-    return __uint_as_float((b + 6u) << 23);
-}
+__device__ __forceinline__ float e8m0_times_64(uint32_t b) { return e8m0_to_f32_scaled(b, 6u); }  // FP4 as e4m3
 #endif
 
 // One stage x one token tile J: B fragments of the stage's k-blocks, the activation scales and the weight scales
@@ -221,7 +177,7 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_expert_kernel(co
     unsigned char* ring = smem + size_t(warp) * kStages * kStageBytes;
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + size_t(kWarps) * kStages * kStageBytes) + warp * kStages;
     if (lane < kStages) mbar_init(&bars[lane]);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init_fence();
     __syncwarp();
     pdl_wait();
 
@@ -253,7 +209,7 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_expert_kernel(co
         unsigned char* dst = ring + st * kStageBytes;
         if (lane == 0) mbar_expect_tx(&bars[st], 32u * kRowBytes);
         __syncwarp();
-        bulk_copy(dst + lane * kStride, f_w + int64_t(f_chunk) * kRowBytes, kRowBytes, &bars[st]);
+        copy_g2s(dst + lane * kStride, f_w + int64_t(f_chunk) * kRowBytes, kRowBytes, &bars[st]);
     };
     for (int64_t q = 0; q < kStages - 1 && q < total; ++q) fill(q);
 
@@ -293,7 +249,7 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_expert_kernel(co
         }
         if (q + kStages - 1 < total) {
             __syncwarp();  // every lane is done reading the stage refilled now (consumed at q - 1)
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+            fence_proxy_async();
             fill(q + kStages - 1);
         }
         const int st = int(q % kStages);

@@ -150,11 +150,13 @@ void bench_dense(double copy_bw, std::vector<BenchRow>& rows) {
         std::vector<WeightCopy> ws_copies;
         for (int i = 0; i < copies; ++i) ws_copies.push_back(alloc_weight(sh.kind, sh.out, sh.in, 100 + i));
         for (int64_t M : {1, 3, 8, 16, 64}) {
-          // FP8/FP4 at M <= kGemvMaxTokens: time the small-M GEMV and the mma.sync kernel side by side.
+          // FP8/FP4 at M <= kGemvMaxTokens: time the bulk-copy GEMV (where it applies), the f16 small-M GEMV and the
+          // mma.sync kernel side by side.
           const bool both = sh.kind != cuda::WeightKind::BF16 && M <= cuda::kGemvMaxTokens;
           if (!both && M != 1 && M != 16 && M != 64) continue;
-          for (int path = 0; path < (both ? 2 : 1); ++path) {
-            cuda::set_small_m_gemv(path == 0);
+          for (int path = both ? 0 : 1; path < (both ? 3 : 2); ++path) {
+            cuda::set_small_m_gemv(path <= 1);
+            cuda::set_bulk_gemv(path == 0);
             cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens);  // time the GEMV at M <= 8 too
             void* x = nullptr;
             CUDA_CHECK(cudaMalloc(&x, size_t(M * K) * 2));
@@ -169,6 +171,14 @@ void bench_dense(double copy_bw, std::vector<BenchRow>& rows) {
             const auto numerics = sh.kind == cuda::WeightKind::BF16 ? cuda::ActNumerics::EXACT
                                                                     : cuda::ActNumerics::FP8_BLOCK128;
             cuda::prepare_activation(x, false, M, K, K, sh.kind, numerics, p, nullptr);
+            if (path == 0 && !cuda::plan_linear(p, cuda::DeviceLinear{sh.kind, cuda::ScaleKind::E8M0, sh.out, sh.in,
+                                                                      ws_copies[0].w, ws_copies[0].s},
+                                                sh.groups, &ws).bulk) {
+                CUDA_CHECK(cudaFree(x));
+                CUDA_CHECK(cudaFree(pv));
+                CUDA_CHECK(cudaFree(ps));
+                continue;
+            }
             const bool f32_out = sh.kind == cuda::WeightKind::BF16;
             void* y = nullptr;
             CUDA_CHECK(cudaMalloc(&y, size_t(M * sh.out) * 4));
@@ -195,7 +205,7 @@ void bench_dense(double copy_bw, std::vector<BenchRow>& rows) {
             r.us = us;
             r.gbps = double(one) / (us * 1e-6) / 1e9;
             r.fraction = r.gbps * 1e9 / copy_bw;
-            r.note = std::string(plan.gemv ? "gemv " : "mma ") + "splits=" + std::to_string(plan.k_splits) +
+            r.note = std::string(plan.bulk ? "bulk " : (plan.gemv ? "gemv " : "mma ")) + "splits=" + std::to_string(plan.k_splits) +
                      " tok/pass=" + std::to_string(plan.tokens_per_pass);
             rows.push_back(r);
             print_row(r);
@@ -205,6 +215,7 @@ void bench_dense(double copy_bw, std::vector<BenchRow>& rows) {
             CUDA_CHECK(cudaFree(y));
           }
           cuda::set_small_m_gemv(true);
+          cuda::set_bulk_gemv(true);
           cuda::set_small_m_gemv_max_tokens(cuda::kGemvDefaultMaxTokens);
         }
         for (auto& c : ws_copies) free_weight(c);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cpu/ops.h"
+#include "cuda/common/arch.cuh"
 #include "cuda/gemm/linear.cuh"
 #include "harness.h"
 #include "weights.h"
@@ -138,6 +139,13 @@ struct GemvOff {
 struct GemvUpTo8 {
     GemvUpTo8() { cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens); }
     ~GemvUpTo8() { cuda::set_small_m_gemv_max_tokens(cuda::kGemvDefaultMaxTokens); }
+};
+
+// Turns the bulk-copy FP8 GEMV (bulk_gemv.cu) off for one scope: the tests written for the f16 GEMV kernels
+// (raw vs prepared bit-identity) keep testing those kernels on sm_90.
+struct BulkGemvOff {
+    BulkGemvOff() { cuda::set_bulk_gemv(false); }
+    ~BulkGemvOff() { cuda::set_bulk_gemv(true); }
 };
 
 class LinearTest : public ::testing::Test {
@@ -331,6 +339,7 @@ TEST_F(LinearTest, GemvSplitKDeterministicAndMatchesMma) {
 // and a row stride wider than K; outputs poisoned; also against the CPU (2e-5, fp32 output).
 TEST_F(LinearTest, RawActivationMatchesPreparedBitwise) {
     GemvUpTo8 up_to_16;
+    BulkGemvOff bulk_off;
     struct R { WeightKind kind; ScaleKind scale; int64_t M, N, K; int groups; };
     for (const R& c : {R{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, 1, 1024, 4096, 1},
                        R{WeightKind::FP8_BLOCK128, ScaleKind::F32, 3, 203, 1152, 1},
@@ -387,6 +396,65 @@ TEST_F(LinearTest, RawActivationMatchesPreparedBitwise) {
                     EXPECT_LE(rel_l2(b, reference(lc, x, w)), 2e-5);
                 }
             }
+    }
+}
+
+// The bulk-copy FP8 GEMV (sm_90+, release numerics, M <= 16, K % 256 == 0, rows % 16 == 0): against the CPU on
+// decode shapes (single stage, split-K, two token tiles, F32 / E8M0 scales, bf16 / fp32 out, with and without a
+// workspace), deterministic, and against the f16 GEMV on a grouped (wo_a-like) projection. Thresholds as the other
+// GEMV cases: fp32 sums of exact products differ by summation order only.
+TEST_F(LinearTest, BulkGemvMatchesCpu) {
+    if (cuda::current_arch().cc < 90) GTEST_SKIP() << "bulk GEMV needs sm_90";
+    GemvUpTo8 up_to_16;
+    const std::vector<std::array<int64_t, 3>> shapes = {
+        {1, 1024, 4096},   // wq_a-like: split-K
+        {1, 4096, 8192},   // wo_b-like: many splits
+        {2, 32, 256},      // one stage, two tiles
+        {5, 512, 768},     // 3 stages, odd tokens
+        {9, 272, 2048},    // two token tiles
+        {16, 2048, 1024},  // wq_b-like rows, 16 tokens
+    };
+    for (const cuda::GemmWorkspace* ws : {static_cast<const cuda::GemmWorkspace*>(&ws_),
+                                          static_cast<const cuda::GemmWorkspace*>(nullptr)})
+        for (const auto& s : shapes) {
+            auto p = check_case({WeightKind::FP8_BLOCK128, ScaleKind::E8M0, ActNumerics::FP8_BLOCK128, s[0], s[1],
+                                 s[2], OutKind::F32}, ws, 2e-5);
+            EXPECT_TRUE(p.bulk) << "M=" << s[0] << " N=" << s[1] << " K=" << s[2];
+            if (ws && s[2] >= 1024) EXPECT_GT(p.k_splits, 1);
+            p = check_case({WeightKind::FP8_BLOCK128, ScaleKind::F32, ActNumerics::FP8_BLOCK128, s[0], s[1], s[2],
+                            OutKind::BF16}, ws, 4e-3);
+            EXPECT_TRUE(p.bulk);
+        }
+    // Determinism (split-K) and agreement with the f16 GEMV, plain and grouped.
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    for (int groups : {1, 4}) {
+        const int64_t M = 7, N = 4 * 64, K = 1024, Kx = K * groups;
+        TestWeight w = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, N, K);
+        std::vector<uint16_t> xb = random_bf16(rng, size_t(M * Kx), 1.f);
+        DeviceArray<uint16_t> xd(xb), pv(cuda::prepared_values_bytes(M, Kx) / 2);
+        DeviceArray<float> ps(cuda::prepared_scales_bytes(M, Kx) / 4), y(size_t(M * N));
+        cuda::PreparedActivation p;
+        p.values = pv.ptr;
+        p.scales = ps.ptr;
+        cuda::prepare_activation(xd.ptr, false, M, Kx, Kx, WeightKind::FP8_BLOCK128, ActNumerics::FP8_BLOCK128, p,
+                                 nullptr);
+        std::vector<float> out[3];
+        for (int run = 0; run < 3; ++run) {
+            cuda::set_bulk_gemv(run < 2);
+            EXPECT_EQ(cuda::plan_linear(p, w.device(), groups, &ws_).bulk, run < 2);
+            y.poison();
+            if (groups > 1)
+                cuda::grouped_linear(p, w.device(), groups, y.ptr, OutKind::F32, N, &ws_, nullptr);
+            else
+                cuda::linear(p, w.device(), y.ptr, OutKind::F32, N, &ws_, nullptr);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            out[run] = y.download();
+        }
+        cuda::set_bulk_gemv(true);
+        EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)), 0) << "groups=" << groups;
+        EXPECT_LE(rel_l2(out[0], out[2]), 2e-5) << "groups=" << groups;
     }
 }
 

@@ -1,0 +1,70 @@
+// Device helpers of the bulk-copy streaming kernels (moe/moe_bulk.cu, gemm/bulk_gemv.cu), sm_90+ only (callers
+// guard their bodies with __CUDA_ARCH__ >= 900): mbarriers, cp.async.bulk global -> shared, and the e4m3 tensor-core
+// pieces (FP4 -> e4m3 bit moves, f16 e4m3 codes -> bytes, mma.sync m16n8k32 e4m3).
+// Why bulk copies: one instruction moves a whole weight row segment and completes on an mbarrier, so a warp keeps
+// kilobytes in flight without registers; per-thread 16-byte loads reached 24-53% of the copy bandwidth, bulk copies
+// ~100% (scripts/probes/stream_probe.cu, docs/perf.md).
+#pragma once
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace flashseek::cuda::bulk {
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void mbar_init(uint64_t* b) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(b)));
+}
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* b, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* b, uint32_t parity) {
+    asm volatile(
+        "{\n .reg .pred p;\n WAIT_%=: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra WAIT_%=;\n}\n" ::"r"(
+            smem_u32(b)),
+        "r"(parity)
+        : "memory");
+}
+// Orders this thread's earlier generic-proxy shared-memory accesses before later bulk copies into the same memory
+// (a stage is refilled only after every lane of the warp read it: __syncwarp first).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// bytes % 16 == 0, src and dst 16-byte aligned.
+__device__ __forceinline__ void copy_g2s(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
+        "l"(src), "r"(bytes), "r"(smem_u32(bar))
+        : "memory");
+}
+
+// 8 FP4 nibbles (element 2i in the low nibble of byte i) -> even elements' e4m3 codes (lo) and odd ones' (hi), each
+// the code of value * 2^-6: sign to bit 7, e1.e0.m to bits 4..2 (FP4 subnormal 0.5 -> e4m3 subnormal).
+__device__ __forceinline__ void fp4x8_to_e4m3(uint32_t x, uint32_t& lo, uint32_t& hi) {
+    hi = ((x & 0x70707070u) >> 2) | (x & 0x80808080u);
+    lo = ((x & 0x07070707u) << 2) | ((x << 4) & 0x80808080u);
+}
+
+// Two f16 that hold e4m3 values exactly (prepared release activations) -> two e4m3 bytes, low half -> low byte.
+__device__ __forceinline__ uint32_t f16x2_to_e4m3x2(uint32_t v) {
+    __half2_raw r;
+    r.x = uint16_t(v & 0xffffu);
+    r.y = uint16_t(v >> 16);
+    return uint32_t(__nv_cvt_halfraw2_to_fp8x2(r, __NV_SATFINITE, __NV_E4M3));
+}
+
+// d = A (16 x 32, e4m3) * B (32 x 8, e4m3), fp32, C = 0. Not volatile: the compiler may overlap independent mmas.
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%11,%12,%13};"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f), "f"(0.f), "f"(0.f), "f"(0.f));
+}
+
+__device__ __forceinline__ float e8m0_to_f32_scaled(uint32_t b, uint32_t log2_extra) {  // 2^(b - 127 + extra)
+    return __uint_as_float((b + log2_extra) << 23);
+}
+#endif
+
+}  // namespace flashseek::cuda::bulk
