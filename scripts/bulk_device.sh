@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device run for the bulk-copy kernels (gemm/bulk_gemv.cu, moe/moe_bulk.cu): their correctness cases and the f16
 # GEMV cases next to them, the linear + MoE micro-benchmark (bulk vs f16 GEMV vs mma per shape), and the end-to-end
-# decode bench A/B: both bulk paths on, the dense bulk GEMV off, both off (alternating variants).
+# decode bench A/B: both bulk paths on, the dense bulk GEMV off, both off, PDL off (alternating variants).
 # Usage (device): scripts/bulk_device.sh [--memcheck] [--no-micro]; expects .gpubundle/gpucheck.tar.xz
 # (scripts/gpu_check.sh --bundle, then tar -cJf of .gpucheck). Logs under $OUT.
 set -uo pipefail
@@ -23,8 +23,12 @@ fi
 if [ $MICRO = 1 ]; then
   echo "== micro"; timeout 300 "$B/test_cuda_linear" --bench > "$OUT/micro.log" 2>&1; grep -E " M=(1|8|16) " "$OUT/micro.log" | grep -vE "head|compressor" | head -60
 fi
+if [ -x "$B/test_cuda_backend" ]; then
+  echo "== backend"; timeout 400 "$B/test_cuda_backend" > "$OUT/backend.log" 2>&1; echo "rc=$?"
+  grep -E "^\[  (PASSED|FAILED)|Failure" "$OUT/backend.log" | head -10
+fi
 echo "== e2e A/B"
 BENCH_ARGS="${BENCH_ARGS:---layers 20 --context 256 --concurrency 1,16 --output-len 16}" ROUNDS=${ROUNDS:-1} OUT=$OUT/ab \
   timeout 500 scripts/bench_ab.sh "$B/flashseek" "bulk=FLASHSEEK_BULK_GEMV=1" "nodense=FLASHSEEK_BULK_GEMV=0" \
-  "none=FLASHSEEK_BULK_GEMV=0 FLASHSEEK_MOE_BULK=0"
+  "none=FLASHSEEK_BULK_GEMV=0 FLASHSEEK_MOE_BULK=0" "nopdl=FLASHSEEK_PDL=0"
 grep -E "^\s+(attn|moe|prepare|mhc|head)" "$OUT/ab/bench_bulk_1.log" | head -48

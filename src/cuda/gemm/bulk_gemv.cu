@@ -42,6 +42,8 @@ constexpr int kRowBytes = 256;  // weight bytes (= columns) per row per stage
 constexpr int kStride = kRowBytes + 32;
 constexpr int kStageBytes = kRows * kStride;
 constexpr size_t kSmemBytes = size_t(kWarps) * kStages * kStageBytes + size_t(kWarps) * kStages * 8;
+constexpr int64_t kMinTokens = 2;
+constexpr int64_t kMinWeightBytes = int64_t(16) << 20;
 
 struct Args {
     const uint8_t* w;
@@ -122,6 +124,7 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_gemv_kernel(cons
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     unsigned char* ring = smem + size_t(warp) * kStages * kStageBytes;
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + size_t(kWarps) * kStages * kStageBytes) + warp * kStages;
+    pdl_trigger();  // let the next PDL kernel be scheduled (its own contract: nothing before its wait depends on us)
     if (lane < kStages) mbar_init(&bars[lane]);
     mbar_init_fence();
     __syncwarp();
@@ -232,6 +235,7 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_gemv_kernel(cons
 #endif
 }
 
+std::atomic<bool> g_any_size{false};
 std::atomic<bool> g_enabled{[] {
     const char* v = std::getenv("FLASHSEEK_BULK_GEMV");
     return v == nullptr || std::strcmp(v, "0") != 0;
@@ -243,14 +247,21 @@ int warps_total() { return int(current_arch().sm_count) * kCtasPerSm * kWarps; }
 
 }  // namespace
 
-void set_enabled(bool e) { g_enabled.store(e); }
+void set_enabled(bool e, bool any_size) {
+    g_enabled.store(e);
+    g_any_size.store(any_size);
+}
 bool enabled() { return g_enabled.load() && current_arch().cc >= 90; }
 
 bool eligible(const PreparedActivation& x, const DeviceLinear& w, int groups) {
     if (!enabled() || w.kind != WeightKind::FP8_BLOCK128 || x.raw || x.numerics != ActNumerics::FP8_BLOCK128 ||
         x.layout != WeightKind::FP8_BLOCK128)
         return false;
+    // Where it was measured faster than the f16 / SIMT GEMVs (H200, docs/perf.md): 2-16 tokens on >= 16 MB weights
+    // (wq_b, wo_a, wo_b at M=8: 22 vs 24-28 us); one token keeps the SIMT GEMV (19.3 vs 17.6 us on wq_b), small
+    // matrices (wq_a, wkv) the f16 GEMV.
     if (x.m < 1 || x.m > 16 || x.m > small_m_gemv_max_tokens()) return false;
+    if (!g_any_size.load() && (x.m < kMinTokens || w.out * w.in < kMinWeightBytes)) return false;
     if (w.in % kRowBytes != 0 || w.out % kRows != 0 || !aligned16(w.weight) || !aligned16(x.values)) return false;
     if (w.scale_kind != ScaleKind::E8M0 && w.scale_kind != ScaleKind::F32) return false;
     if (groups > 1 && (w.out % groups != 0 || (w.out / groups) % kRows != 0)) return false;

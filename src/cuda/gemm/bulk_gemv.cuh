@@ -8,10 +8,11 @@
 namespace flashseek::cuda::bulk_gemv {
 
 // FP8_BLOCK128 weight with in % 256 == 0 and out % 16 == 0 (grouped: rows per group % 16 == 0), 16-byte aligned,
-// 1 <= M <= min(16, small_m_gemv_max_tokens()), a prepared (not raw) activation in release numerics
-// (FP8_BLOCK128), compute capability >= 9.0, and the process-wide switch on (set_enabled / FLASHSEEK_BULK_GEMV=0).
+// 2 <= M <= min(16, small_m_gemv_max_tokens()) and >= 16 MB of weights (where it beats the other GEMVs), a prepared
+// (not raw) activation in release numerics (FP8_BLOCK128), compute capability >= 9.0, and the process-wide switch on
+// (set_enabled / FLASHSEEK_BULK_GEMV=0). any_size drops the token and size floors (tests of edge shapes).
 bool eligible(const PreparedActivation& x, const DeviceLinear& w, int groups);
-void set_enabled(bool enabled);
+void set_enabled(bool enabled, bool any_size = false);
 bool enabled();
 
 // K splits it would use (1 without a workspace).

@@ -11,6 +11,7 @@
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/gemm/bulk_gemv.cuh"
 #include "cuda/gemm/gemv.cuh"
 #include "cuda/gemm/gemv_simt.cuh"
@@ -31,6 +32,8 @@ int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 __global__ void prepare_kernel(const void* __restrict__ x, int x_is_f32, int64_t M, int64_t K, int64_t ld_x,
                                WeightKind layout, ActNumerics numerics, int64_t m_pad, int64_t k_pad,
                                uint16_t* __restrict__ values, float* __restrict__ scales) {
+    pdl_wait();  // PDL: x may come from the kernel before; the previous consumer of `values` must be done
+    pdl_trigger();
     const int lane = threadIdx.x & 31;
     const int64_t blk = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     const int64_t m = blockIdx.y;
@@ -350,9 +353,9 @@ void prepare_activation(const void* x, bool x_is_f32, int64_t M, int64_t K, int6
     const int64_t n_blk = out.k_pad / 128;
     FS_REQUIRE(out.m_pad <= 65535, "prepare_activation: too many tokens (", M, ")");
     dim3 grid(unsigned((n_blk + 3) / 4), unsigned(out.m_pad));
-    prepare_kernel<<<grid, 128, 0, stream>>>(x, x_is_f32 ? 1 : 0, M, K, ld_x, layout, numerics, out.m_pad, out.k_pad,
-                                             out.values, out.scales);
-    CUDA_CHECK_LAUNCH("prepare_kernel");
+    // PDL (when on): lets the weight prefetch of a following bulk GEMV (issued before its wait) overlap this kernel.
+    launch_pdl("prepare_kernel", prepare_kernel, grid, dim3(128), 0, stream, x, x_is_f32 ? 1 : 0, M, K, ld_x, layout,
+               numerics, out.m_pad, out.k_pad, out.values, out.scales);
 }
 
 GemmWorkspace create_gemm_workspace(size_t partial_bytes, int n_counters) {
@@ -377,7 +380,7 @@ std::atomic<int64_t> g_small_m_gemv_max{kGemvDefaultMaxTokens};
 }  // namespace
 void set_small_m_gemv(bool enabled) { g_small_m_gemv.store(enabled); }
 bool small_m_gemv_enabled() { return g_small_m_gemv.load(); }
-void set_bulk_gemv(bool enabled) { bulk_gemv::set_enabled(enabled); }
+void set_bulk_gemv(bool enabled, bool any_size) { bulk_gemv::set_enabled(enabled, any_size); }
 void set_small_m_gemv_max_tokens(int64_t max_tokens) {
     g_small_m_gemv_max.store(std::clamp<int64_t>(max_tokens, 1, kGemvMaxTokens));
 }

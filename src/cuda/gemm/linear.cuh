@@ -116,8 +116,9 @@ void set_small_m_gemv(bool enabled);
 bool small_m_gemv_enabled();
 void set_small_m_gemv_max_tokens(int64_t max_tokens);  // clamped to [1, kGemvMaxTokens]
 int64_t small_m_gemv_max_tokens();                     // 0 when disabled
-// The bulk-copy FP8 GEMV (sm_90+, release numerics, M <= 16; default on, FLASHSEEK_BULK_GEMV=0 turns it off).
-void set_bulk_gemv(bool enabled);
+// The bulk-copy FP8 GEMV (sm_90+, release numerics, 2-16 tokens, >= 16 MB weights; default on, FLASHSEEK_BULK_GEMV=0
+// turns it off). any_size (tests): also 1 token and small matrices.
+void set_bulk_gemv(bool enabled, bool any_size = false);
 
 // Deferred activation preparation: when linear_takes_raw(M, w, groups) is true, linear()/grouped_linear() accept
 // raw_activation(x, ...) in place of a prepared activation and apply prepare_activation's math (same act_quant

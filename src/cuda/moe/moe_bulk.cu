@@ -176,6 +176,7 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_expert_kernel(co
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     unsigned char* ring = smem + size_t(warp) * kStages * kStageBytes;
     uint64_t* bars = reinterpret_cast<uint64_t*>(smem + size_t(kWarps) * kStages * kStageBytes) + warp * kStages;
+    pdl_trigger();
     if (lane < kStages) mbar_init(&bars[lane]);
     mbar_init_fence();
     __syncwarp();

@@ -403,9 +403,15 @@ TEST_F(LinearTest, RawActivationMatchesPreparedBitwise) {
 // decode shapes (single stage, split-K, two token tiles, F32 / E8M0 scales, bf16 / fp32 out, with and without a
 // workspace), deterministic, and against the f16 GEMV on a grouped (wo_a-like) projection. Thresholds as the other
 // GEMV cases: fp32 sums of exact products differ by summation order only.
+struct BulkGemvAnySize {  // the bulk GEMV also for 1 token and small matrices (edge shapes), for one scope
+    BulkGemvAnySize() { cuda::set_bulk_gemv(true, true); }
+    ~BulkGemvAnySize() { cuda::set_bulk_gemv(true); }
+};
+
 TEST_F(LinearTest, BulkGemvMatchesCpu) {
     if (cuda::current_arch().cc < 90) GTEST_SKIP() << "bulk GEMV needs sm_90";
     GemvUpTo8 up_to_16;
+    BulkGemvAnySize any_size;
     const std::vector<std::array<int64_t, 3>> shapes = {
         {1, 1024, 4096},   // wq_a-like: split-K
         {1, 4096, 8192},   // wo_b-like: many splits
@@ -425,6 +431,25 @@ TEST_F(LinearTest, BulkGemvMatchesCpu) {
                             OutKind::BF16}, ws, 4e-3);
             EXPECT_TRUE(p.bulk);
         }
+    // The production floors: one token and small matrices keep the other GEMVs, 2+ tokens on 16 MB take this one.
+    {
+        cuda::set_bulk_gemv(true);
+        for (auto [M, N, K, want] : {std::tuple<int64_t, int64_t, int64_t, bool>{1, 4096, 4096, false},
+                                     {2, 4096, 4096, true},
+                                     {8, 1024, 4096, false}}) {
+            cuda::PreparedActivation p;
+            p.layout = WeightKind::FP8_BLOCK128;
+            p.numerics = ActNumerics::FP8_BLOCK128;
+            p.m = M;
+            p.k = p.k_pad = K;
+            p.m_pad = (M + 7) / 8 * 8;
+            p.values = reinterpret_cast<uint16_t*>(uintptr_t(256));  // eligibility only looks at the alignment
+            cuda::DeviceLinear d{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, N, K,
+                                 reinterpret_cast<const void*>(uintptr_t(4096)), nullptr};
+            EXPECT_EQ(cuda::plan_linear(p, d, 1, &ws_).bulk, want) << "M=" << M << " N=" << N << " K=" << K;
+        }
+        cuda::set_bulk_gemv(true, true);
+    }
     // Determinism (split-K) and agreement with the f16 GEMV, plain and grouped.
     const uint64_t seed = fresh_seed();
     SCOPED_TRACE(seed);
@@ -442,7 +467,7 @@ TEST_F(LinearTest, BulkGemvMatchesCpu) {
                                  nullptr);
         std::vector<float> out[3];
         for (int run = 0; run < 3; ++run) {
-            cuda::set_bulk_gemv(run < 2);
+            cuda::set_bulk_gemv(run < 2, true);
             EXPECT_EQ(cuda::plan_linear(p, w.device(), groups, &ws_).bulk, run < 2);
             y.poison();
             if (groups > 1)
@@ -452,7 +477,7 @@ TEST_F(LinearTest, BulkGemvMatchesCpu) {
             CUDA_CHECK(cudaDeviceSynchronize());
             out[run] = y.download();
         }
-        cuda::set_bulk_gemv(true);
+        cuda::set_bulk_gemv(true, true);
         EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)), 0) << "groups=" << groups;
         EXPECT_LE(rel_l2(out[0], out[2]), 2e-5) << "groups=" << groups;
     }
