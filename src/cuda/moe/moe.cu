@@ -115,31 +115,68 @@ __global__ void route_kernel(const float* __restrict__ logits, int64_t M, int E,
 }
 
 // ---- grouping: one CTA ----------------------------------------------------------------------------------------
+// Counts per expert (shared atomics), then offsets and the ascending active list by a block-wide exclusive scan over
+// the experts (one expert per thread and pass; was a serial loop in thread 0: ~256 dependent global stores per MoE
+// layer on the decode critical path), then slots in pair order per expert (atomic cursor: slot order inside an
+// expert does not affect any result).
 __global__ void group_kernel(const int32_t* __restrict__ idx, const float* __restrict__ wts, int64_t n_pairs, int top_k,
                              MoeGrouping g) {
     extern __shared__ int32_t sh[];
     int32_t* count = sh;           // [E]
     int32_t* cursor = sh + g.E;    // [E]
+    __shared__ int32_t warp_sum[2][32];
+    __shared__ int32_t carry[2];
     for (int e = threadIdx.x; e < g.E; e += blockDim.x) count[e] = 0;
+    if (threadIdx.x < 2) carry[threadIdx.x] = 0;
     __syncthreads();
     for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
         const int e = idx[p];
         if (e >= 0 && e < g.E) atomicAdd(&count[e], 1);
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        int32_t off = 0, n_act = 0;
-        for (int e = 0; e < g.E; ++e) {
-            g.expert_offset[e] = off;
-            g.expert_count[e] = count[e];
-            cursor[e] = off;
-            if (count[e] > 0) g.active[n_act++] = e;
-            off += count[e];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    for (int base = 0; base < g.E; base += blockDim.x) {  // exclusive scans of count and (count > 0)
+        const int e = base + threadIdx.x;
+        const int c = e < g.E ? count[e] : 0, a = c > 0 ? 1 : 0;
+        int ic = c, ia = a;  // inclusive within the warp
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int vc = __shfl_up_sync(0xffffffffu, ic, o), va = __shfl_up_sync(0xffffffffu, ia, o);
+            if (lane >= o) {
+                ic += vc;
+                ia += va;
+            }
         }
-        g.expert_offset[g.E] = off;
-        *g.n_active = n_act;
+        if (lane == 31) {
+            warp_sum[0][warp] = ic;
+            warp_sum[1][warp] = ia;
+        }
+        __syncthreads();
+        int pc = carry[0], pa = carry[1];
+        for (int w = 0; w < warp; ++w) {
+            pc += warp_sum[0][w];
+            pa += warp_sum[1][w];
+        }
+        if (e < g.E) {
+            const int off = pc + ic - c;
+            g.expert_offset[e] = off;
+            g.expert_count[e] = c;
+            cursor[e] = off;
+            if (a) g.active[pa + ia - 1] = e;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int w = 0; w < n_warps; ++w) {
+                carry[0] += warp_sum[0][w];
+                carry[1] += warp_sum[1][w];
+            }
+        }
+        __syncthreads();
     }
-    __syncthreads();
+    if (threadIdx.x == 0) {
+        g.expert_offset[g.E] = carry[0];
+        *g.n_active = carry[1];
+    }
     for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
         const int e = idx[p];
         if (e >= 0 && e < g.E) {

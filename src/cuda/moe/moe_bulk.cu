@@ -47,7 +47,7 @@ constexpr int kStages = 3;
 constexpr int kRowBytes = 128;                 // weight bytes per row per stage (256 FP4 weights)
 constexpr int kStride = kRowBytes + 16;        // padded shared row
 constexpr int kStageBytes = 32 * kStride;
-constexpr int kGroupsPerStage = kRowBytes / 16;  // mma k-blocks (32 weights, one E8M0 scale) per stage
+[[maybe_unused]] constexpr int kGroupsPerStage = kRowBytes / 16;  // mma k-blocks (32 weights, one E8M0 scale) per stage
 // Fewer tokens than this keep moe_gemv: with few active experts most warps have no item, and one warp streaming a
 // whole 16-row tile is slower than moe_gemv's four warps per tile (measured, H200, MoE micro-benchmark up+down:
 // M=1 93 vs 66 us; M=8 382 vs 415; M=16 631 vs 681).
