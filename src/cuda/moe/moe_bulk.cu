@@ -88,7 +88,11 @@ __device__ __forceinline__ void act_fragment(const uint4& v, uint32_t& b0, uint3
     b1 = __byte_perm(p, q, 0x7362);
 }
 
-__device__ __forceinline__ float e8m0_times_64(uint32_t b) { return e8m0_to_f32_scaled(b, 6u); }  // FP4 as e4m3
+// Byte j of w as an E8M0 scale times 2^6 (FP4 read as e4m3 is value * 2^-6): one byte permute + one integer
+// multiply-add ((b + 6) << 23 as fp32 bits; b = 0 gives 2^-121, as e8m0_to_f32_scaled).
+__device__ __forceinline__ float e8m0_byte_times_64(uint32_t w, int j) {
+    return __uint_as_float(__byte_perm(w, 0u, 0x4440u | uint32_t(j)) * (1u << 23) + (6u << 23));
+}
 #endif
 
 // One stage x one token tile J: B fragments of the stage's k-blocks, the activation scales and the weight scales
@@ -134,6 +138,12 @@ __device__ __forceinline__ void stage_tile(float (&acc)[2][2][4], const unsigned
             as_hi = __ldg(xs_hi + k0 / 128 + b);
         }
         float part[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        // This block's 4 scale bytes per row (one per k-block), picked once per block.
+        uint32_t wq[2][2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) wq[i][h] = b == 0 ? wsc[i][h].x : wsc[i][h].y;
 #pragma unroll
         for (int kq = 0; kq < 4; ++kq) {
             const int kb = 4 * b + kq;
@@ -147,9 +157,7 @@ __device__ __forceinline__ void stage_tile(float (&acc)[2][2][4], const unsigned
                 uint32_t af[4];
                 fp4x8_to_e4m3(x_lo, af[0], af[2]);
                 fp4x8_to_e4m3(x_hi, af[1], af[3]);
-                const uint32_t w_lo = (b == 0 ? wsc[i][0].x : wsc[i][0].y) >> (8 * kq) & 0xffu;
-                const uint32_t w_hi = (b == 0 ? wsc[i][1].x : wsc[i][1].y) >> (8 * kq) & 0xffu;
-                const float ws_lo = e8m0_times_64(w_lo), ws_hi = e8m0_times_64(w_hi);
+                const float ws_lo = e8m0_byte_times_64(wq[i][0], kq), ws_hi = e8m0_byte_times_64(wq[i][1], kq);
                 float d[4];
                 mma_e4m3(d, af, b0, b1);
                 part[i][0] = fmaf(d[0], ws_lo, part[i][0]);
