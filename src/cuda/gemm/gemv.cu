@@ -16,6 +16,7 @@
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
 
 namespace flashseek::cuda::gemv {
@@ -48,6 +49,8 @@ struct Args {
 
 template <WeightKind WK, int NG, int KW>
 __global__ void __launch_bounds__(KW * 32, KW == 1 ? 12 : 3) gemv_kernel(const Args a) {
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
+    pdl_trigger();
     constexpr int TP = NG * gmma::group_tokens<WK>();
     extern __shared__ __align__(16) unsigned char smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -228,8 +231,7 @@ void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y
     dim3 grid(unsigned(row_blocks(w)), unsigned(splits));
     const Kernel k = pick(w.kind, ng, kw);
     gmma::allow_smem(reinterpret_cast<const void*>(k), smem);
-    k<<<grid, kw * 32, smem, stream>>>(a);
-    CUDA_CHECK_LAUNCH("gemv_kernel");
+    launch_pdl("gemv_kernel", k, grid, dim3(kw * 32), smem, stream, a);
 }
 
 }  // namespace flashseek::cuda::gemv

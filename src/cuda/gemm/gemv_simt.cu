@@ -16,6 +16,7 @@
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/gemm/gemv.cuh"
 #include "cuda/gemm/gemv_core.cuh"
 
@@ -48,6 +49,8 @@ struct Args {
 
 template <WeightKind WK, int T>
 __global__ void __launch_bounds__(kWarps * 32, T <= 2 ? 4 : (T <= 4 ? 3 : 2)) gemv_kernel(const Args a) {
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
+    pdl_trigger();
     constexpr int CPL = cols_per_lane<WK>();
     constexpr int LS = lane_stride<WK>();
     extern __shared__ __align__(16) float xsm[];
@@ -194,8 +197,7 @@ void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y
                                                         : pick_tokens<WeightKind::FP4_BLOCK32>(T);
     const size_t smem = smem_bytes(w.kind, T, a.chunk_cols);
     dim3 grid(unsigned(row_blocks(w)), unsigned(splits));
-    k<<<grid, kWarps * 32, smem, stream>>>(a);
-    CUDA_CHECK_LAUNCH("gemv_simt_kernel");
+    launch_pdl("gemv_simt_kernel", k, grid, dim3(kWarps * 32), smem, stream, a);
 }
 
 }  // namespace flashseek::cuda::gemv_simt

@@ -9,6 +9,7 @@
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/gemm/generic_values.cuh"
 #include "cuda/gemm/tile_pipe.cuh"
 #include "cuda/moe/moe_bulk.cuh"
@@ -26,6 +27,8 @@ __device__ __forceinline__ float softplus_f(float x) { return x > 20.f ? x : log
 __global__ void route_kernel(const float* __restrict__ logits, int64_t M, int E, int64_t ld, const float* __restrict__ bias,
                              const int64_t* __restrict__ tid2eid, const int32_t* __restrict__ token_ids, int64_t vocab,
                              int top_k, float route_scale, int32_t* __restrict__ idx_out, float* __restrict__ w_out) {
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
+    pdl_trigger();
     const int lane = threadIdx.x & 31;
     const int64_t m = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     if (m >= M) return;
@@ -121,6 +124,8 @@ __global__ void route_kernel(const float* __restrict__ logits, int64_t M, int E,
 // expert does not affect any result).
 __global__ void group_kernel(const int32_t* __restrict__ idx, const float* __restrict__ wts, int64_t n_pairs, int top_k,
                              MoeGrouping g) {
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
+    pdl_trigger();
     extern __shared__ int32_t sh[];
     int32_t* count = sh;           // [E]
     int32_t* cursor = sh + g.E;    // [E]
@@ -409,6 +414,8 @@ ExpertKernel pick_expert(WeightKind k, int nt) {
 __global__ void combine_kernel(const float* __restrict__ y, const int32_t* __restrict__ pair_slot,
                                const float* __restrict__ shared, int64_t M, int top_k, int64_t D, void* out, int out_f32,
                                int64_t ld_out, int round_terms) {
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
+    pdl_trigger();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= M * D) return;
     const int64_t m = i / D, d = i % D;
@@ -595,9 +602,8 @@ void moe_route(const float* logits, int64_t M, int E, int64_t ld_logits, const f
     FS_REQUIRE(M > 0 && ld_logits >= E, "moe_route: M ", M, " / logits stride ", ld_logits, " invalid");
     FS_REQUIRE(!tid2eid || token_ids, "moe_route: hash routing needs token ids");
     const int warps = 4;
-    route_kernel<<<unsigned((M + warps - 1) / warps), 32 * warps, 0, stream>>>(
-        logits, M, E, ld_logits, bias, tid2eid, token_ids, vocab, top_k, route_scale, expert_idx, expert_weight);
-    CUDA_CHECK_LAUNCH("route_kernel");
+    launch_pdl("route_kernel", route_kernel, dim3(unsigned((M + warps - 1) / warps)), dim3(32 * warps), 0, stream, logits,
+               M, E, ld_logits, bias, tid2eid, token_ids, vocab, top_k, route_scale, expert_idx, expert_weight);
 }
 
 size_t moe_grouping_bytes(int E, int64_t max_pairs) {
@@ -630,8 +636,8 @@ void moe_group(const int32_t* expert_idx, const float* expert_weight, int64_t M,
     FS_REQUIRE(g.E > 0 && g.E <= 4096, "moe_group: expert count ", g.E, " out of range");
     FS_REQUIRE(M * top_k <= g.max_pairs, "moe_group: ", M, " tokens x top_k ", top_k, " exceed the grouping capacity ",
                g.max_pairs);
-    group_kernel<<<1, 1024, size_t(g.E) * 8, stream>>>(expert_idx, expert_weight, M * top_k, top_k, g);
-    CUDA_CHECK_LAUNCH("group_kernel");
+    launch_pdl("group_kernel", group_kernel, dim3(1), dim3(1024), size_t(g.E) * 8, stream, expert_idx, expert_weight,
+               M * top_k, top_k, g);
 }
 
 // The token->expert grouping fields shared by the up and down projections (absent grouping = one dense expert).
@@ -776,9 +782,8 @@ void moe_combine(const float* y_routed, const MoeGrouping& g, const float* y_sha
                  int64_t hidden, void* out, OutKind out_kind, int64_t ld_out, cudaStream_t stream, bool round_terms) {
     FS_REQUIRE(ld_out >= hidden, "moe_combine: output stride ", ld_out, " < hidden ", hidden);
     const int64_t n = M * hidden;
-    combine_kernel<<<unsigned((n + 255) / 256), 256, 0, stream>>>(y_routed, g.pair_slot, y_shared, M, top_k, hidden, out,
-                                                                  out_kind == OutKind::F32, ld_out, int(round_terms));
-    CUDA_CHECK_LAUNCH("combine_kernel");
+    launch_pdl("combine_kernel", combine_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, stream, y_routed,
+               g.pair_slot, y_shared, M, top_k, hidden, out, out_kind == OutKind::F32, ld_out, int(round_terms));
 }
 
 }  // namespace flashseek::cuda

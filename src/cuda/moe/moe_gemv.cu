@@ -22,6 +22,7 @@
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
+#include "cuda/common/pdl.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
 
 namespace flashseek::cuda::moe_gemv {
@@ -77,6 +78,8 @@ __device__ __forceinline__ MatRows mat_rows(const void* w, const void* s, int64_
 
 template <WeightKind WK, bool UP, int NG, int KW>
 __global__ void __launch_bounds__(KW * 32, KW == 1 ? 12 : 3) expert_kernel(const Args a) {
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
+    pdl_trigger();
     constexpr int NM = UP ? 2 : 1;
     constexpr int TP = NG * gmma::group_tokens<WK>();
     extern __shared__ __align__(16) unsigned char smem[];
@@ -163,6 +166,8 @@ __global__ void __launch_bounds__(KW * 32, KW == 1 ? 12 : 3) expert_kernel(const
 __global__ void quantize_h_kernel(uint16_t* __restrict__ h, float* __restrict__ hs, int64_t rows, int64_t h_kpad,
                                   int64_t inter, const int32_t* __restrict__ offset_end, WeightKind layout,
                                   int numerics) {
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
+    pdl_trigger();
     const int lane = threadIdx.x & 31;
     const int64_t n_blk = h_kpad / 128;
     const int64_t idx = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
@@ -247,8 +252,8 @@ void launch(bool up, const Args& base, WeightKind kind, const MoeGrouping* g, in
     const int64_t experts = g ? std::min<int64_t>(g->E, M * top_k) : 1;
     dim3 grid(unsigned((a.N + kRows - 1) / kRows), unsigned(experts));
     gmma::allow_smem(reinterpret_cast<const void*>(k), smem);
-    k<<<grid, kw * 32, smem, stream>>>(a);
-    CUDA_CHECK_LAUNCH(up ? "moe_gemv expert_kernel<up>" : "moe_gemv expert_kernel<down>");
+    launch_pdl(up ? "moe_gemv expert_kernel<up>" : "moe_gemv expert_kernel<down>", k, grid, dim3(kw * 32), smem,
+               stream, a);
 }
 
 Args base_args(const PreparedActivation& x, const ExpertTable& t, const MoeGrouping* g, int64_t M) {
@@ -301,10 +306,9 @@ void expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGroup
 void quantize_h(PreparedActivation& h, const ExpertTable& t, const MoeGrouping* grouping, ActNumerics h_numerics,
                 cudaStream_t stream) {
     const int64_t warps = h.m * (h.k_pad / 128);
-    quantize_h_kernel<<<unsigned((warps + 7) / 8), 256, 0, stream>>>(
-        h.values, h.scales, h.m, h.k_pad, t.inter, grouping ? grouping->expert_offset + grouping->E : nullptr, t.kind,
-        int(h_numerics));
-    CUDA_CHECK_LAUNCH("quantize_h_kernel");
+    launch_pdl("quantize_h_kernel", quantize_h_kernel, dim3(unsigned((warps + 7) / 8)), dim3(256), 0, stream, h.values,
+               h.scales, h.m, h.k_pad, t.inter, grouping ? grouping->expert_offset + grouping->E : nullptr, t.kind,
+               int(h_numerics));
 }
 
 void expert_down(const PreparedActivation& h, const ExpertTable& t, const MoeGrouping* grouping, int64_t M, int top_k,
