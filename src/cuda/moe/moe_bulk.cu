@@ -1,5 +1,7 @@
 // Routed FP4 experts at decode (M <= 16 tokens, release numerics) on sm_90+: weights streamed into shared memory by
-// bulk asynchronous copies, FP4 turned into e4m3 by bit moves, products on the FP8 tensor cores.
+// bulk asynchronous copies, FP4 turned into e4m3 by bit moves, products by mma.sync e4m3 (native FP8 tensor cores on
+// sm_89 / sm_120; on sm_90 ptxas lowers it to f16 HMMA plus e4m3 -> f16 unpacks, which caps this kernel's arithmetic
+// at ~55% of the copy bandwidth: docs/perf.md, "sm_90 has no FP8 mma.sync"; wgmma is the sm_90 way).
 // Why: the f16 GEMV kernels (moe_gemv.cu) reach 29-35% of the copy bandwidth: per-thread loads keep too few bytes
 // in flight, and widening FP4 to f16 plus per-32 scales costs many instructions per weight. A probe
 // (scripts/probes/stream_probe.cu, docs/perf.md) measured bulk copies alone at ~100% of the copy bandwidth on 1 GB,
@@ -13,14 +15,15 @@
 //     ahead across item boundaries, so the copy engine does not drain between items. E8M0 scales (8 bytes per row
 //     and stage) come through ordinary loads issued with the activation loads (bulk copies need 16 bytes).
 //   - FP4 -> e4m3: nibble s.e1.e0.m moved to byte bits 7 and 4..2 is the e4m3 code of value * 2^-6 (subnormal
-//     0.5 included), ~4 integer ops per 4 weights; even nibbles form A registers a0/a1, odd ones a2/a3, so the
+//     0.5 included), 7 integer ops per 8 weights; even nibbles form A registers a0/a1, odd ones a2/a3, so the
 //     logical k order of an mma is phys 8t + {0,2,4,6} then 8t + {1,3,5,7}; B is gathered in the same order.
 //   - One mma.sync m16n8k32 e4m3 covers exactly one FP4 scale group per row: partial sums are scaled by the weight
 //     scale (x 2^6) per k-block and by the activation's power-of-two scale per 128 columns, in fp32; the activation
 //     is the prepared one (e4m3 codes as f16), turned back into e4m3 bytes with cvt (exact).
 //   - Shared-memory rows are padded by 16 bytes: the 4-byte fragment reads of lanes (g, t) hit 32 distinct banks.
-// Measured (H200, docs/perf.md): MoE micro-benchmark up+down at M=16 (76 experts, 1 GB) 631 us = 38% of the copy
-// bandwidth (moe_gemv 681 us); at M=1 slower than moe_gemv (93 vs 66 us), hence kMinTokens.
+// Measured (H200, docs/perf.md): MoE micro-benchmark up+down at M=16 (76 experts, 1 GB) 628 us = 38% of the copy
+// bandwidth (moe_gemv 678 us; streaming alone 88%, arithmetic alone 55%); at M=1 slower than moe_gemv (93 vs 66 us),
+// hence kMinTokens.
 // Numerics are those of moe_gemv (exact products, fp32 sums, bf16 rounding of w1/w3 outputs before SwiGLU), up to
 // summation order.
 #include "cuda/moe/moe_bulk.cuh"
