@@ -313,7 +313,9 @@ def test_sigterm_drains_in_flight_and_refuses_new(model_dir):
     result = {}
 
     def long_stream():
-        result["events"] = sse_events(srv, CMPL, {"model": "tiny", "prompt": "drain me", "max_tokens": 60,
+        # Long enough to still be running after the 0.3 s below on a fast machine (60 tokens once finished first,
+        # so the server had drained and exited before the refused request could be sent).
+        result["events"] = sse_events(srv, CMPL, {"model": "tiny", "prompt": "drain me", "max_tokens": 600,
                                                   "ignore_eos": True, "stream": True})
     t = threading.Thread(target=long_stream)
     t.start()
