@@ -11,6 +11,11 @@
 
 namespace flashseek::cuda::bulk {
 
+// Dynamic shared memory of the per-warp rings: [warps][stages][stage_bytes] slots, then [warps][stages] mbarriers.
+constexpr size_t ring_smem_bytes(int warps, int stages, int stage_bytes) {
+    return size_t(warps) * stages * stage_bytes + size_t(warps) * stages * 8;
+}
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
@@ -60,6 +65,22 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], 
         "{%10,%11,%12,%13};"
         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f), "f"(0.f), "f"(0.f), "f"(0.f));
+}
+
+// This warp's ring in that layout; lanes < stages initialise its mbarriers (count 1), made visible to the async proxy.
+struct WarpRing {
+    unsigned char* slots;
+    uint64_t* bars;
+};
+template <int kWarps, int kStages, int kStageBytes>
+__device__ __forceinline__ WarpRing warp_ring(unsigned char* smem, int warp, int lane) {
+    WarpRing r;
+    r.slots = smem + size_t(warp) * kStages * kStageBytes;
+    r.bars = reinterpret_cast<uint64_t*>(smem + size_t(kWarps) * kStages * kStageBytes) + warp * kStages;
+    if (lane < kStages) mbar_init(&r.bars[lane]);
+    mbar_init_fence();
+    __syncwarp();
+    return r;
 }
 
 __device__ __forceinline__ float e8m0_to_f32_scaled(uint32_t b, uint32_t log2_extra) {  // 2^(b - 127 + extra)

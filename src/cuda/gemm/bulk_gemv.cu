@@ -44,7 +44,7 @@ constexpr int kRows = 16;
 constexpr int kRowBytes = 256;  // weight bytes (= columns) per row per stage
 constexpr int kStride = kRowBytes + 32;
 constexpr int kStageBytes = kRows * kStride;
-constexpr size_t kSmemBytes = size_t(kWarps) * kStages * kStageBytes + size_t(kWarps) * kStages * 8;
+constexpr size_t kSmemBytes = bulk::ring_smem_bytes(kWarps, kStages, kStageBytes);
 constexpr int64_t kMinTokens = 2;
 constexpr int64_t kMinWeightBytes = int64_t(16) << 20;
 
@@ -125,12 +125,10 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_gemv_kernel(cons
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) unsigned char smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    unsigned char* ring = smem + size_t(warp) * kStages * kStageBytes;
-    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + size_t(kWarps) * kStages * kStageBytes) + warp * kStages;
     pdl_trigger();  // let the next PDL kernel be scheduled (its own contract: nothing before its wait depends on us)
-    if (lane < kStages) mbar_init(&bars[lane]);
-    mbar_init_fence();
-    __syncwarp();
+    const WarpRing wr = warp_ring<kWarps, kStages, kStageBytes>(smem, warp, lane);
+    unsigned char* const ring = wr.slots;
+    uint64_t* const bars = wr.bars;
 
     const int tiles = int(a.N / kRows);
     const int n_items = tiles * a.splits;

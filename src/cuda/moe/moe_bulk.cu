@@ -55,7 +55,7 @@ constexpr int kStageBytes = 32 * kStride;
 // whole 16-row tile is slower than moe_gemv's four warps per tile (measured, H200, MoE micro-benchmark up+down:
 // M=1 93 vs 66 us; M=8 382 vs 415; M=16 631 vs 681).
 constexpr int64_t kMinTokens = 8;
-constexpr size_t kSmemBytes = size_t(kWarps) * kStages * kStageBytes + size_t(kWarps) * kStages * 8;
+constexpr size_t kSmemBytes = bulk::ring_smem_bytes(kWarps, kStages, kStageBytes);
 
 struct Args {
     const void* const* w_a;  // w1 (up) or w2 (down), per expert
@@ -185,12 +185,10 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_expert_kernel(co
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) unsigned char smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    unsigned char* ring = smem + size_t(warp) * kStages * kStageBytes;
-    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + size_t(kWarps) * kStages * kStageBytes) + warp * kStages;
     pdl_trigger();
-    if (lane < kStages) mbar_init(&bars[lane]);
-    mbar_init_fence();
-    __syncwarp();
+    const WarpRing wr = warp_ring<kWarps, kStages, kStageBytes>(smem, warp, lane);
+    unsigned char* const ring = wr.slots;
+    uint64_t* const bars = wr.bars;
     pdl_wait();
 
     constexpr int kTileRows = UP ? 16 : 32;  // output rows per item
