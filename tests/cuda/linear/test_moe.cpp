@@ -68,6 +68,22 @@ TEST(MoeRoute, BiasedTopKAndHashMatchCpu) {
         }
 }
 
+// Routes M tokens over E experts on the device (biased top-K of `logits` with route_scale `scale`; bias may be
+// empty) and groups the (token, expert) pairs: the setup every expert-path case below starts from.
+struct DeviceRouting {
+    DeviceArray<float> logits, bias, weight;
+    DeviceArray<int32_t> idx;
+    DeviceArray<uint8_t> mem;
+    cuda::MoeGrouping g;
+    DeviceRouting(const std::vector<float>& lg, const std::vector<float>& b, int M, int E, int K, float scale)
+        : logits(lg), bias(b), weight(size_t(M * K)), idx(size_t(M * K)), mem(cuda::moe_grouping_bytes(E, M * K)) {
+        g = cuda::moe_grouping_view(mem.ptr, E, M * K);
+        cuda::moe_route(logits.ptr, M, E, E, b.empty() ? nullptr : bias.ptr, nullptr, nullptr, 0, K, scale, idx.ptr,
+                        weight.ptr, nullptr);
+        cuda::moe_group(idx.ptr, weight.ptr, M, K, g, nullptr);
+    }
+};
+
 struct ExpertSet {
     std::vector<TestWeight> w1, w3, w2;
     std::unique_ptr<DeviceArray<const void*>> ptrs[6];
@@ -194,10 +210,6 @@ TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
             for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
             // GPU
             DeviceArray<uint16_t> dx(xb);
-            DeviceArray<float> dl(logits), db(bias), w(size_t(M * K));
-            DeviceArray<int32_t> idx(size_t(M * K));
-            DeviceArray<uint8_t> gmem(cuda::moe_grouping_bytes(E, M * K));
-            const cuda::MoeGrouping g = cuda::moe_grouping_view(gmem.ptr, E, M * K);
             DeviceArray<uint16_t> pv4(cuda::prepared_values_bytes(M, D) / 2), pv8(cuda::prepared_values_bytes(M, D) / 2),
                 hv(cuda::prepared_values_bytes(M * K, I) / 2), hsv(cuda::prepared_values_bytes(M, I) / 2);
             DeviceArray<float> ps4(cuda::prepared_scales_bytes(M, D) / 4), ps8(cuda::prepared_scales_bytes(M, D) / 4),
@@ -206,8 +218,8 @@ TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
             for (auto* a : {&y, &ys, &out}) a->poison();
             hv.poison();
             hs.poison();
-            cuda::moe_route(dl.ptr, M, E, E, db.ptr, nullptr, nullptr, 0, K, scale, idx.ptr, w.ptr, nullptr);
-            cuda::moe_group(idx.ptr, w.ptr, M, K, g, nullptr);
+            const DeviceRouting routing(logits, bias, M, E, K, scale);
+            const cuda::MoeGrouping& g = routing.g;
             cuda::PreparedActivation p4{WeightKind::FP4_BLOCK32, 0, 0, 0, 0, pv4.ptr, ps4.ptr};
             cuda::PreparedActivation p8{WeightKind::FP8_BLOCK128, 0, 0, 0, 0, pv8.ptr, ps8.ptr};
             cuda::prepare_activation(dx.ptr, false, M, D, D, WeightKind::FP4_BLOCK32, numerics, p4, nullptr);
@@ -287,12 +299,8 @@ TEST(MoeLayer, BulkPathMatchesGemvPathPerStage) {
         for (auto& v : xb) v = f32_to_bf16(nd(rng));
         for (auto& v : logits) v = nd(rng);
         DeviceArray<uint16_t> dx(xb);
-        DeviceArray<float> dl(logits), w(size_t(M * K));
-        DeviceArray<int32_t> idx(size_t(M * K));
-        DeviceArray<uint8_t> gmem(cuda::moe_grouping_bytes(E, M * K));
-        const cuda::MoeGrouping g = cuda::moe_grouping_view(gmem.ptr, E, M * K);
-        cuda::moe_route(dl.ptr, M, E, E, nullptr, nullptr, nullptr, 0, K, 1.5f, idx.ptr, w.ptr, nullptr);
-        cuda::moe_group(idx.ptr, w.ptr, M, K, g, nullptr);
+        const DeviceRouting routing(logits, {}, M, E, K, 1.5f);
+        const cuda::MoeGrouping& g = routing.g;
         DeviceArray<uint16_t> pv(cuda::prepared_values_bytes(M, D) / 2);
         DeviceArray<float> ps(cuda::prepared_scales_bytes(M, D) / 4);
         cuda::PreparedActivation p{WeightKind::FP4_BLOCK32, 0, 0, 0, 0, pv.ptr, ps.ptr};
@@ -356,12 +364,8 @@ TEST(MoeLayer, BulkDownOneHotPicksWeightColumn) {
     }
     DeviceArray<uint16_t> dh(hb);
     std::vector<float> logits(size_t(M * E), 1.f);
-    DeviceArray<float> dl(logits), w(size_t(M * K));
-    DeviceArray<int32_t> idx(size_t(M * K));
-    DeviceArray<uint8_t> gmem(cuda::moe_grouping_bytes(E, M * K));
-    const cuda::MoeGrouping g = cuda::moe_grouping_view(gmem.ptr, E, M * K);
-    cuda::moe_route(dl.ptr, M, E, E, nullptr, nullptr, nullptr, 0, K, 1.f, idx.ptr, w.ptr, nullptr);
-    cuda::moe_group(idx.ptr, w.ptr, M, K, g, nullptr);
+    const DeviceRouting routing(logits, {}, M, E, K, 1.f);
+    const cuda::MoeGrouping& g = routing.g;
     DeviceArray<uint16_t> hv(cuda::prepared_values_bytes(M, I) / 2);
     DeviceArray<float> hs(cuda::prepared_scales_bytes(M, I) / 4), y(size_t(M * D));
     cuda::PreparedActivation h{WeightKind::FP4_BLOCK32, 0, 0, 0, 0, hv.ptr, hs.ptr};
