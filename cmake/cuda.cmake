@@ -18,3 +18,7 @@ set(CMAKE_CUDA_STANDARD_REQUIRED ON)
 add_compile_options($<$<COMPILE_LANGUAGE:CUDA>:-DFMT_USE_CONSTEXPR=1>)
 find_package(CUDAToolkit REQUIRED)
 add_compile_definitions(FLASHSEEK_HAVE_CUDA=1)
+# wgmma kernels exist only in the arch-specific sm_90a build; host code enables them only when it is compiled in.
+if("90a" IN_LIST CMAKE_CUDA_ARCHITECTURES OR "90a-real" IN_LIST CMAKE_CUDA_ARCHITECTURES)
+  add_compile_definitions(FLASHSEEK_SM90A_BUILD=1)
+endif()

@@ -2,6 +2,7 @@
 // (bf16 gate in fp32), route (sqrt-softplus + bias top-k, or the token-id hash table), grouping by expert, the
 // fused w1/w3 + SwiGLU(clamp) + routing weight per active expert, w2, the shared expert in dense mode, and the
 // combine. Also builds the per-layer expert pointer tables the kernels index (once, at start-up).
+#include <algorithm>
 #include <vector>
 
 #include "cuda/backend/backend_impl.h"
@@ -68,6 +69,9 @@ void CudaBackendImpl::init_moe_buffers() {
     expert_weight_.allocate(size_t(T * K) * 4, "expert weights");
     grouping_mem_.allocate(moe_grouping_bytes(E, T * K), "expert grouping");
     grouping_ = moe_grouping_view(grouping_mem_.get(), E, T * K);
+    const int64_t tile_k = (std::max(D, I) + 127) / 128 * 128;
+    act_tiles_mem_.allocate(moe_act_tile_bytes(E, T * K, tile_k), "expert activation tiles");
+    moe_attach_act_tiles(grouping_, act_tiles_mem_.get(), tile_k);
     y_routed_.allocate(size_t(T * K * D) * 4, "routed expert outputs");
     y_shared_.allocate(size_t(T * D) * 4, "shared expert output");
     moe_h_.allocate(T * K, I);

@@ -10,10 +10,12 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/wgmma.cuh"
 #include "cuda/gemm/generic_values.cuh"
 #include "cuda/gemm/tile_pipe.cuh"
 #include "cuda/moe/moe_bulk.cuh"
 #include "cuda/moe/moe_gemv.cuh"
+#include "cuda/moe/moe_wgmma.cuh"
 
 namespace flashseek::cuda {
 namespace {
@@ -631,6 +633,21 @@ MoeGrouping moe_grouping_view(void* memory, int E, int64_t max_pairs) {
     return g;
 }
 
+size_t moe_act_tile_bytes(int E, int64_t max_pairs, int64_t max_k) {
+    const int64_t experts = std::min<int64_t>(E, max_pairs);
+    return size_t(experts) * size_t(max_k / 32) * wgmma::kStepBytes + size_t(experts) * size_t(max_k / 128) * 16 * 4;
+}
+
+void moe_attach_act_tiles(MoeGrouping& g, void* memory, int64_t max_k) {
+    FS_REQUIRE(memory && (reinterpret_cast<uintptr_t>(memory) & 15) == 0 && max_k > 0 && max_k % 128 == 0,
+               "moe_attach_act_tiles: need 16-byte aligned memory and max_k a positive multiple of 128 (got ", max_k, ")");
+    const int64_t experts = std::min<int64_t>(g.E, g.max_pairs);
+    g.act_tiles = static_cast<uint8_t*>(memory);
+    g.act_tile_scales = reinterpret_cast<float*>(g.act_tiles + size_t(experts) * size_t(max_k / 32) * wgmma::kStepBytes);
+    g.act_tile_k = max_k;
+    g.act_tile_experts = int(experts);
+}
+
 void moe_group(const int32_t* expert_idx, const float* expert_weight, int64_t M, int top_k, const MoeGrouping& g,
                cudaStream_t stream) {
     FS_REQUIRE(g.E > 0 && g.E <= 4096, "moe_group: expert count ", g.E, " out of range");
@@ -687,6 +704,10 @@ void moe_expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeG
         CUDA_CHECK_LAUNCH("generic_quant_kernel");
         return;
     }
+    if (grouping && h_numerics == ActNumerics::FP8_BLOCK128 && moe_wgmma::eligible(t, grouping, M, x)) {
+        moe_wgmma::expert_up(x, t, *grouping, M, top_k, swiglu_limit, h, stream);  // decode, sm_90a: wgmma
+        return;
+    }
     if (grouping && h_numerics == ActNumerics::FP8_BLOCK128 && moe_bulk::eligible(t, grouping, M, x)) {
         moe_bulk::expert_up(x, t, *grouping, M, top_k, swiglu_limit, h, stream);  // decode, sm_90+: bulk copies
         return;
@@ -738,6 +759,10 @@ void moe_expert_down(const PreparedActivation& h, const ExpertTable& t, const Mo
         CUDA_CHECK_LAUNCH("generic_down_kernel");
         return;
     }
+    if (grouping && moe_wgmma::eligible(t, grouping, M, h)) {
+        moe_wgmma::expert_down(h, t, *grouping, M, top_k, y, stream);
+        return;
+    }
     if (grouping && moe_bulk::eligible(t, grouping, M, h)) {
         moe_bulk::expert_down(h, t, *grouping, M, top_k, y, stream);
         return;
@@ -769,7 +794,8 @@ void moe_expert_down(const PreparedActivation& h, const ExpertTable& t, const Mo
 }
 
 bool moe_expert_takes_raw(const ExpertTable& t, int64_t M, const MoeGrouping* grouping, ActNumerics numerics) {
-    if (numerics == ActNumerics::FP8_BLOCK128 && moe_bulk::serves(t, grouping, M)) return false;
+    if (numerics == ActNumerics::FP8_BLOCK128 && (moe_bulk::serves(t, grouping, M) || moe_wgmma::serves(t, grouping, M)))
+        return false;
     return moe_gemv::serves(t, M);
 }
 
@@ -777,6 +803,10 @@ bool moe_expert_bulk_path(const ExpertTable& t, const MoeGrouping* grouping, int
     return moe_bulk::eligible(t, grouping, M, x);
 }
 void set_moe_bulk_path(bool enabled) { moe_bulk::set_enabled(enabled); }
+bool moe_expert_wgmma_path(const ExpertTable& t, const MoeGrouping* grouping, int64_t M, const PreparedActivation& x) {
+    return moe_wgmma::eligible(t, grouping, M, x);
+}
+void set_moe_wgmma_path(bool enabled) { moe_wgmma::set_enabled(enabled); }
 
 void moe_combine(const float* y_routed, const MoeGrouping& g, const float* y_shared, int64_t M, int top_k,
                  int64_t hidden, void* out, OutKind out_kind, int64_t ld_out, cudaStream_t stream, bool round_terms) {

@@ -42,9 +42,19 @@ struct MoeGrouping {
     int32_t* slot_token = nullptr;    // [max_pairs] token of grouped slot
     float* slot_weight = nullptr;     // [max_pairs] routing weight of grouped slot
     int32_t* pair_slot = nullptr;     // [max_pairs] slot of pair (t * top_k + j); -1 when the expert id was invalid
+    // Optional (moe_attach_act_tiles): packed activation tiles of the sm_90 wgmma expert kernels (moe_wgmma.cu),
+    // one per active expert position; without them those kernels are not used.
+    uint8_t* act_tiles = nullptr;
+    float* act_tile_scales = nullptr;
+    int64_t act_tile_k = 0;    // largest K (hidden or inter) the tiles hold
+    int act_tile_experts = 0;  // min(E, max_pairs)
 };
 size_t moe_grouping_bytes(int E, int64_t max_pairs);
 MoeGrouping moe_grouping_view(void* memory, int E, int64_t max_pairs);
+// Device memory for the packed activation tiles of a grouping (E, max_pairs) and K up to max_k (a multiple of
+// 128: max(hidden, inter)), and attaching it (caller-owned, 16-byte aligned).
+size_t moe_act_tile_bytes(int E, int64_t max_pairs, int64_t max_k);
+void moe_attach_act_tiles(MoeGrouping& g, void* memory, int64_t max_k);
 void moe_group(const int32_t* expert_idx, const float* expert_weight, int64_t M, int top_k, const MoeGrouping& g,
                cudaStream_t stream);
 
@@ -80,6 +90,11 @@ bool moe_expert_takes_raw(const ExpertTable& table, int64_t M, const MoeGrouping
 // a process-wide switch for it (default on; FLASHSEEK_MOE_BULK=0 also turns it off). Set before launching.
 bool moe_expert_bulk_path(const ExpertTable& table, const MoeGrouping* grouping, int64_t M, const PreparedActivation& x);
 void set_moe_bulk_path(bool enabled);
+// The same for the sm_90a wgmma kernels (moe_wgmma.cu), which take precedence over the bulk-copy ones where they
+// apply (they need act tiles attached to the grouping); FLASHSEEK_MOE_WGMMA=0 also turns them off.
+bool moe_expert_wgmma_path(const ExpertTable& table, const MoeGrouping* grouping, int64_t M,
+                           const PreparedActivation& x);
+void set_moe_wgmma_path(bool enabled);
 // y: [rows, hidden] fp32, row = grouped slot (routed) or token (dense).
 void moe_expert_down(const PreparedActivation& h, const ExpertTable& table, const MoeGrouping* grouping, int64_t M,
                      int top_k, float* y, cudaStream_t stream);

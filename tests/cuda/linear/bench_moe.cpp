@@ -71,13 +71,15 @@ void bench_moe(double copy_bw, std::vector<BenchRow>& rows) {
                 distinct.insert(perm[size_t(j)]);
             }
         }
-        void *didx = nullptr, *dw = nullptr, *gmem = nullptr, *x = nullptr, *y = nullptr;
+        void *didx = nullptr, *dw = nullptr, *gmem = nullptr, *tmem = nullptr, *x = nullptr, *y = nullptr;
         CUDA_CHECK(cudaMalloc(&didx, idx.size() * 4));
         CUDA_CHECK(cudaMalloc(&dw, wts.size() * 4));
         CUDA_CHECK(cudaMemcpy(didx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemcpy(dw, wts.data(), wts.size() * 4, cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMalloc(&gmem, cuda::moe_grouping_bytes(E, M * K)));
-        const cuda::MoeGrouping g = cuda::moe_grouping_view(gmem, E, M * K);
+        cuda::MoeGrouping g = cuda::moe_grouping_view(gmem, E, M * K);
+        CUDA_CHECK(cudaMalloc(&tmem, cuda::moe_act_tile_bytes(E, M * K, D)));
+        cuda::moe_attach_act_tiles(g, tmem, D);
         cuda::moe_group(static_cast<int32_t*>(didx), static_cast<float*>(dw), M, K, g, nullptr);
         CUDA_CHECK(cudaMalloc(&x, size_t(M * D) * 2));
         cuda::fill_random(x, size_t(M * D), cuda::FillKind::BF16, 9, 1.f, nullptr);
@@ -99,19 +101,23 @@ void bench_moe(double copy_bw, std::vector<BenchRow>& rows) {
         // M <= kGemvMaxTokens: the per-tile GEMV kernels (moe_gemv.cu) and the mma.sync ones side by side.
         struct Variant {
             const char* note;
-            bool gemv, all_m, bulk;  // all_m: also at M = 8; bulk: the bulk-copy kernels (moe_bulk.cu) where they apply
+            bool gemv, all_m, bulk, wgmma;  // all_m: also at M = 8; bulk / wgmma: the kernels of moe_bulk.cu /
+                                            // moe_wgmma.cu where they apply
         };
         const Variant variants[] = {
-            {"bulk ", true, true, true},
-            {"gemv ", true, true, false},
-            {"mma ", false, true, false}};
+            {"wgmma ", true, true, false, true},
+            {"bulk ", true, true, true, false},
+            {"gemv ", true, true, false, false},
+            {"mma ", false, true, false, false}};
         const bool both = M <= cuda::kGemvMaxTokens;
         for (const Variant& v : variants) {
         if ((!both && v.gemv) || (M == 8 && !v.all_m)) continue;
         cuda::set_small_m_gemv(v.gemv);
         cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens);  // time the GEMV at M <= 8 too
         cuda::set_moe_bulk_path(v.bulk);
+        cuda::set_moe_wgmma_path(v.wgmma);
         if (v.bulk && !cuda::moe_expert_bulk_path(tables[0], &g, M, p)) continue;
+        if (v.wgmma && !cuda::moe_expert_wgmma_path(tables[0], &g, M, p)) continue;
         const double us = time_graph_per_call(
             [&](cudaStream_t s, int i) {
                 const auto& t = tables[size_t(i % sets)];
@@ -133,7 +139,8 @@ void bench_moe(double copy_bw, std::vector<BenchRow>& rows) {
         cuda::set_small_m_gemv(true);
         cuda::set_small_m_gemv_max_tokens(cuda::kGemvDefaultMaxTokens);
         cuda::set_moe_bulk_path(true);
-        for (void* q : {didx, dw, gmem, x, y}) CUDA_CHECK(cudaFree(q));
+        cuda::set_moe_wgmma_path(true);
+        for (void* q : {didx, dw, gmem, tmem, x, y}) CUDA_CHECK(cudaFree(q));
         for (void* q : {static_cast<void*>(pv), static_cast<void*>(ps), static_cast<void*>(hv), static_cast<void*>(hs)})
             CUDA_CHECK(cudaFree(q));
     }

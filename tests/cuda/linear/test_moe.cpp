@@ -69,15 +69,19 @@ TEST(MoeRoute, BiasedTopKAndHashMatchCpu) {
 }
 
 // Routes M tokens over E experts on the device (biased top-K of `logits` with route_scale `scale`; bias may be
-// empty) and groups the (token, expert) pairs: the setup every expert-path case below starts from.
+// empty) and groups the (token, expert) pairs: the setup every expert-path case below starts from. The grouping
+// carries activation tiles for K up to 4096 (the wgmma expert kernels, moe_wgmma.cu).
 struct DeviceRouting {
     DeviceArray<float> logits, bias, weight;
     DeviceArray<int32_t> idx;
-    DeviceArray<uint8_t> mem;
+    DeviceArray<uint8_t> mem, tiles;
     cuda::MoeGrouping g;
     DeviceRouting(const std::vector<float>& lg, const std::vector<float>& b, int M, int E, int K, float scale)
-        : logits(lg), bias(b), weight(size_t(M * K)), idx(size_t(M * K)), mem(cuda::moe_grouping_bytes(E, M * K)) {
+        : logits(lg), bias(b), weight(size_t(M * K)), idx(size_t(M * K)), mem(cuda::moe_grouping_bytes(E, M * K)),
+          tiles(cuda::moe_act_tile_bytes(E, M * K, 4096)) {
         g = cuda::moe_grouping_view(mem.ptr, E, M * K);
+        cuda::moe_attach_act_tiles(g, tiles.ptr, 4096);
+        tiles.poison();
         cuda::moe_route(logits.ptr, M, E, E, b.empty() ? nullptr : bias.ptr, nullptr, nullptr, 0, K, scale, idx.ptr,
                         weight.ptr, nullptr);
         cuda::moe_group(idx.ptr, weight.ptr, M, K, g, nullptr);
@@ -151,23 +155,25 @@ std::vector<float> cpu_expert(const ExpertSet& s, int e, const std::vector<float
 // GEMV path also runs with raw bf16 inputs (raw_activation), which must give bit-identical outputs.
 // Paths: 1 = mma.sync kernels (GEMV off), 2 = per-tile GEMV kernels (moe_gemv.cu; also checks raw inputs), 3 = the
 // bulk-copy FP4 kernels for the routed experts (moe_bulk.cu: release numerics, sizes multiple of 512, sm_90+; the
-// case asserts the path was taken where it applies). (Path numbers kept from when persistent streaming kernels were
+// case asserts the path was taken where it applies), 4 = the wgmma FP4 kernels (moe_wgmma.cu, sm_90a, same shapes). (Path numbers kept from when persistent streaming kernels were
 // paths 0, 3 and 4: measured slower, racecheck hazards, removed; docs/perf.md.)
 struct GemvSwitch {
     explicit GemvSwitch(int path) {
         cuda::set_small_m_gemv(path != 1);
         cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens);
         cuda::set_moe_bulk_path(path == 3);
+        cuda::set_moe_wgmma_path(path == 4);
     }
     ~GemvSwitch() {
         cuda::set_small_m_gemv(true);
         cuda::set_small_m_gemv_max_tokens(cuda::kGemvDefaultMaxTokens);
         cuda::set_moe_bulk_path(true);
+        cuda::set_moe_wgmma_path(true);
     }
 };
 
 TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
-    for (int path = 1; path <= 3; ++path)
+    for (int path = 1; path <= 4; ++path)
     for (auto numerics : {ActNumerics::EXACT, ActNumerics::FP8_BLOCK128})
         // Sizes that are multiples of 128 take the GEMV (M <= 8) or tensor-core kernels; 160/96 (golden-b) the
         // element-wise fallback.
@@ -190,7 +196,7 @@ TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
                                      {9, 16, 6, 2048, 512}}) {
             if (path >= 2 && M > cuda::kGemvMaxTokens) continue;  // no GEMV above 16 tokens: same kernels as path 1
             const bool bulk_shape = D % 512 == 0 && I % 512 == 0 && M >= 8 && numerics == ActNumerics::FP8_BLOCK128;
-            if (path == 3 && !bulk_shape) continue;  // path 3 would take path 2's kernels
+            if (path >= 3 && !bulk_shape) continue;  // paths 3 and 4 would take path 2's kernels
             GemvSwitch gemv(path);
             const uint64_t seed = fresh_seed();
             std::ostringstream d;
@@ -231,6 +237,9 @@ TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
             hsh.scales = hss.ptr;
             if (path == 3 && cuda::current_arch().cc >= 90) {
                 EXPECT_TRUE(cuda::moe_expert_bulk_path(routed.table, &g, M, p4)) << "bulk path not taken";
+            }
+            if (path == 4 && cuda::current_arch().cc == 90) {
+                EXPECT_TRUE(cuda::moe_expert_wgmma_path(routed.table, &g, M, p4)) << "wgmma path not taken";
             }
             cuda::moe_expert_up(p4, routed.table, &g, M, K, limit, numerics, h, nullptr);
             cuda::moe_expert_down(h, routed.table, &g, M, K, y.ptr, nullptr);
@@ -278,18 +287,44 @@ float half_bits_to_f32(uint16_t h) {  // f16 (finite) -> fp32
     return (h >> 15) ? -v : v;
 }
 
-// The bulk-copy path (moe_bulk.cu) against the per-tile GEMV path on the same inputs, stage by stage: the
-// up-projection's prepared h (act_quant codes x scales) and the down-projection from the same h. Both compute the same
-// fp32 math up to summation order and the FP8 tensor cores' sums of 32 exact products, so the down-projection must
-// agree to rel 1e-4; h may differ where a bf16 / e4m3 rounding lands on the other side (rel <= 3e-3).
+// Selects one routed-expert path for 8-16 tokens: 0 = per-tile GEMV (moe_gemv.cu), 1 = bulk-copy mma.sync
+// (moe_bulk.cu), 2 = wgmma (moe_wgmma.cu); restores the defaults when destroyed.
+struct FastPath {
+    explicit FastPath(int v) { set(v); }
+    ~FastPath() {
+        cuda::set_moe_bulk_path(true);
+        cuda::set_moe_wgmma_path(true);
+    }
+    static void set(int v) {
+        cuda::set_moe_bulk_path(v == 1);
+        cuda::set_moe_wgmma_path(v == 2);
+    }
+    static bool taken(int v, const cuda::ExpertTable& t, const cuda::MoeGrouping& g, int64_t M,
+                      const cuda::PreparedActivation& x) {
+        return v == 1 ? cuda::moe_expert_bulk_path(t, &g, M, x) : cuda::moe_expert_wgmma_path(t, &g, M, x);
+    }
+    static bool available(int v) { return v == 1 ? cuda::current_arch().cc >= 90 : cuda::current_arch().cc == 90; }
+};
+
+// The bulk-copy (moe_bulk.cu) and wgmma (moe_wgmma.cu) paths against the per-tile GEMV path on the same inputs,
+// stage by stage: the up-projection's prepared h (act_quant codes x scales) and the down-projection from the same
+// h. All compute the same fp32 math up to summation order and the FP8 tensor cores' sums of 32 exact products, so
+// the down-projection must agree to rel 1e-4; h may differ where a bf16 / e4m3 rounding lands on the other side
+// (rel <= 3e-3).
 TEST(MoeLayer, BulkPathMatchesGemvPathPerStage) {
     if (cuda::current_arch().cc < 90) GTEST_SKIP() << "bulk path needs sm_90";
+    for (int fast = 1; fast <= 2; ++fast)
     for (auto [M, E, K, D, I] : {std::tuple<int, int, int, int64_t, int64_t>{8, 4, 2, 1024, 2048},
                                  {16, 8, 4, 2048, 1024},
-                                 {16, 64, 6, 512, 512}}) {
+                                 {16, 64, 6, 512, 512},
+                                 {12, 32, 6, 768, 256}}) {
+        if (!FastPath::available(fast)) continue;
+        const bool bulk_shape = D % 512 == 0 && I % 512 == 0;
+        if (fast == 1 && !bulk_shape) continue;
         const uint64_t seed = fresh_seed();
         std::ostringstream d;
-        d << "M=" << M << " E=" << E << " K=" << K << " D=" << D << " I=" << I << " seed=" << seed;
+        d << "path=" << (fast == 1 ? "bulk" : "wgmma") << " M=" << M << " E=" << E << " K=" << K << " D=" << D
+          << " I=" << I << " seed=" << seed;
         SCOPED_TRACE(d.str());
         std::mt19937_64 rng(seed);
         ExpertSet routed = make_experts(rng, E, WeightKind::FP4_BLOCK32, D, I);
@@ -309,9 +344,10 @@ TEST(MoeLayer, BulkPathMatchesGemvPathPerStage) {
         DeviceArray<uint16_t> hv(cuda::prepared_values_bytes(M * K, I) / 2);
         DeviceArray<float> hs(cuda::prepared_scales_bytes(M * K, I) / 4), y(size_t(M * K * D));
         cuda::PreparedActivation h{};
-        for (int bulk = 0; bulk < 2; ++bulk) {  // up with each path; h of the GEMV path kept for both downs
-            cuda::set_moe_bulk_path(bulk == 1);
-            EXPECT_EQ(cuda::moe_expert_bulk_path(routed.table, &g, M, p), bulk == 1);
+        const FastPath restore(0);
+        for (int i = 0; i < 2; ++i) {  // up with the GEMV path (i = 0) and the fast one (i = 1)
+            FastPath::set(i == 0 ? 0 : fast);
+            EXPECT_EQ(FastPath::taken(fast, routed.table, g, M, p), i == 1);
             hv.poison();
             hs.poison();
             h = cuda::PreparedActivation{};
@@ -324,21 +360,21 @@ TEST(MoeLayer, BulkPathMatchesGemvPathPerStage) {
             const int64_t nb = h.k_pad / 128;
             for (int64_t r = 0; r < int64_t(M) * K; ++r)
                 for (int64_t c = 0; c < I; ++c)
-                    hq[bulk].push_back(half_bits_to_f32(vals[size_t(r * h.k_pad + c)]) * scs[size_t(r * nb + c / 128)]);
+                    hq[i].push_back(half_bits_to_f32(vals[size_t(r * h.k_pad + c)]) * scs[size_t(r * nb + c / 128)]);
         }
-        cuda::set_moe_bulk_path(false);  // h from the GEMV path for both downs
+        FastPath::set(0);  // h from the GEMV path for both downs
         h.values = hv.ptr;
         cuda::moe_expert_up(p, routed.table, &g, M, K, 10.f, ActNumerics::FP8_BLOCK128, h, nullptr);
-        for (int bulk = 0; bulk < 2; ++bulk) {
-            cuda::set_moe_bulk_path(bulk == 1);
+        for (int i = 0; i < 2; ++i) {
+            FastPath::set(i == 0 ? 0 : fast);
+            EXPECT_EQ(FastPath::taken(fast, routed.table, g, M, h), i == 1);
             y.poison();
             cuda::moe_expert_down(h, routed.table, &g, M, K, y.ptr, nullptr);
             CUDA_CHECK(cudaDeviceSynchronize());
-            yv[bulk] = y.download();
+            yv[i] = y.download();
         }
-        cuda::set_moe_bulk_path(true);
         const double eh = rel_l2(hq[1], hq[0]), ey = rel_l2(yv[1], yv[0]);
-        std::printf("  bulk vs gemv: h rel %.3e, y (same h) rel %.3e  [%s]\n", eh, ey, d.str().c_str());
+        std::printf("  fast vs gemv: h rel %.3e, y (same h) rel %.3e  [%s]\n", eh, ey, d.str().c_str());
         EXPECT_LE(eh, 3e-3);
         EXPECT_LE(ey, 1e-4);
     }
@@ -349,6 +385,10 @@ TEST(MoeLayer, BulkPathMatchesGemvPathPerStage) {
 // mismatch at a recognizable (lane, k-block, stage) position. The first mismatches are printed.
 TEST(MoeLayer, BulkDownOneHotPicksWeightColumn) {
     if (cuda::current_arch().cc < 90) GTEST_SKIP() << "bulk path needs sm_90";
+    for (int fast = 1; fast <= 2; ++fast) {
+    if (!FastPath::available(fast)) continue;
+    const FastPath path(fast);
+    SCOPED_TRACE(fast == 1 ? "path=bulk" : "path=wgmma");
     const int M = 16, E = 1, K = 1;
     const int64_t D = 512, I = 1024;
     const uint64_t seed = fresh_seed();
@@ -370,7 +410,7 @@ TEST(MoeLayer, BulkDownOneHotPicksWeightColumn) {
     DeviceArray<float> hs(cuda::prepared_scales_bytes(M, I) / 4), y(size_t(M * D));
     cuda::PreparedActivation h{WeightKind::FP4_BLOCK32, 0, 0, 0, 0, hv.ptr, hs.ptr};
     cuda::prepare_activation(dh.ptr, false, M, I, I, WeightKind::FP4_BLOCK32, ActNumerics::FP8_BLOCK128, h, nullptr);
-    ASSERT_TRUE(cuda::moe_expert_bulk_path(routed.table, &g, M, h));
+    ASSERT_TRUE(FastPath::taken(fast, routed.table, g, M, h));
     y.poison();
     cuda::moe_expert_down(h, routed.table, &g, M, K, y.ptr, nullptr);
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -388,6 +428,7 @@ TEST(MoeLayer, BulkDownOneHotPicksWeightColumn) {
         }
     }
     EXPECT_EQ(bad, 0);
+    }
 }
 
 }  // namespace

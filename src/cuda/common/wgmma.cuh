@@ -1,0 +1,68 @@
+// Warpgroup tensor-core pieces (sm_90a only: wgmma exists on Hopper alone and needs the arch-specific build), used
+// by the FP4 expert kernel of moe/moe_wgmma.cu. Callers guard their bodies with FS_WGMMA_AVAILABLE.
+// Why wgmma: Hopper has no native FP8 mma.sync; ptxas lowers mma.sync e4m3 to f16 HMMA plus e4m3 -> f16 unpacks
+// of every operand register (cuobjdump, docs/perf.md), which made the FP4 expert kernel arithmetic-bound.
+//
+// Operand conventions (PTX ISA, "asynchronous warpgroup level matrix" sections):
+//   - A (64 x 32 e4m3) from registers: warp w of the warpgroup holds rows 16w..16w+15 in the fragment layout of
+//     mma.sync m16n8k32 (a0: row g, k 4t..4t+3; a1: row g+8; a2: row g, k 16+4t..; a3: row g+8, k 16+4t..).
+//   - B (32 x N e4m3, K-major) from shared memory through a matrix descriptor, no swizzle: 8 x 16-byte core
+//     matrices (8 columns n, 16 consecutive k each, 128 contiguous bytes); byte (k, n) at
+//     (n / 8) * SBO + (k / 16) * LBO + (n % 8) * 16 + k % 16.
+//   - D (64 x N fp32): warp w rows 16w.., d[4i + 0/1] at row g, columns 8i + 2t + 0/1; d[4i + 2/3] at row g + 8.
+#pragma once
+#include <cstdint>
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FS_WGMMA_AVAILABLE 1
+#else
+#define FS_WGMMA_AVAILABLE 0
+#endif
+
+namespace flashseek::cuda::wgmma {
+
+// The B tile layout above with LBO = 128 (the two 16-byte k halves of a column block adjacent) and SBO = 256 (the
+// two 8-column blocks of N = 16): one 32 x 16 k-step is 512 contiguous bytes.
+constexpr int kLbo = 128;
+constexpr int kSbo = 256;
+constexpr int kStepBytes = 512;
+// Offset of B element (k in 0..31, n in 0..15) inside one k-step.
+__host__ __device__ constexpr int b_offset(int k, int n) { return (n >> 3) * kSbo + (k >> 4) * kLbo + (n & 7) * 16 + (k & 15); }
+
+#if FS_WGMMA_AVAILABLE
+// No-swizzle descriptor of the B tile at shared address `addr` (16-byte aligned).
+__device__ __forceinline__ uint64_t b_descriptor(uint32_t addr) {
+    return uint64_t((addr >> 4) & 0x3fff) | (uint64_t(kLbo >> 4) << 16) | (uint64_t(kSbo >> 4) << 32);
+}
+
+__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Pins a register operand of an in-flight wgmma at this point of the instruction stream: D is written and A read
+// asynchronously, so the compiler must neither read D nor reuse A's registers before the matching wait.
+__device__ __forceinline__ void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void fence_operand(uint32_t& r) { asm volatile("" : "+r"(r)::"memory"); }
+
+// d = A * B (C = 0): m64n16k32, e4m3 x e4m3 -> fp32, A from registers.
+__device__ __forceinline__ void mma_n16(float (&d)[8], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, 0, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, "
+        "1;\n}\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+// The same for N = 8 (columns 0..7 of the tile: only the first 8-column block is read).
+__device__ __forceinline__ void mma_n8(float (&d)[4], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, 0, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, 1, 1;\n}\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+#endif
+
+}  // namespace flashseek::cuda::wgmma

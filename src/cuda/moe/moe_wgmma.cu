@@ -1,0 +1,440 @@
+// Routed FP4 experts at decode (8-16 tokens, release numerics) on sm_90a with warpgroup tensor cores (wgmma).
+// Why: the bulk-copy kernel of moe_bulk.cu streams weights at 88% of the copy bandwidth but its arithmetic caps it
+// at ~55%: Hopper has no native FP8 mma.sync, ptxas lowers it to f16 HMMA plus an e4m3 -> f16 unpack of every
+// operand register, and it re-converted each weight fragment once per 8-token tile. wgmma e4m3 is native: one
+// instruction per 64 rows x 16 tokens x 32 k, the activation read from shared memory, no unpacks.
+// Design:
+//   - Activations are packed first (pack_tiles_kernel) into per-expert B tiles in the wgmma K-major layout
+//     (common/wgmma.cuh: 512 bytes per 32-k step, 16 token columns, e4m3 codes) plus their per-128 scales, so one
+//     bulk copy per stage brings them next to the weights. Columns past the expert's token count are zero.
+//   - Persistent CTAs of one warpgroup (128 threads, three per SM). Item = (active expert, 64 rows of w1 and the
+//     same 64 rows of w3) for the up-projection, (active expert, 128 rows of w2) for the down-projection: two
+//     64-row "parts" either way. A stage = 128 weight rows x 128 bytes (256 FP4 weights per row) + the B tile of
+//     those 256 k (4 KB) + 2 x 16 activation scales; each thread copies one weight row (cp.async.bulk), thread 0
+//     the B tile and scales, all completing on the stage's mbarrier. Three stages per CTA, refilled across items.
+//   - FP4 -> e4m3 by bit moves (bulk_copy.cuh fp4x8_to_e4m3, FP4 value x 2^-6): one 32-bit word per row and
+//     k-step per thread gives the even weights (a0 / a1) and the odd ones (a2 / a3), so the logical k order of a
+//     step is phys {0,2,..,30} then {1,3,..,31} within each 8-weight group; pack_tiles_kernel writes the B tile in
+//     that order.
+//   - Per 128-k block and part: four wgmma m64n16k32 (one per FP4 scale group, each its own fp32 result), then
+//     per row the weight scales (x 2^6) and per column the activation scale, in fp32. Blocks are pipelined one
+//     deep (convert and issue block i + 1 before waiting for block i).
+// Numerics: those of moe_bulk / moe_gemv (exact e4m3 x e4m3 products, fp32 sums per 32, bf16 rounding of the
+// w1 / w3 outputs before SwiGLU) up to summation order.
+#include "cuda/moe/moe_wgmma.cuh"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda/common/arch.cuh"
+#include "cuda/common/bulk_copy.cuh"
+#include "cuda/common/check.cuh"
+#include "cuda/common/numeric.cuh"
+#include "cuda/common/pdl.cuh"
+#include "cuda/common/wgmma.cuh"
+#include "cuda/gemm/gemv_mma.cuh"
+#include "cuda/gemm/mma_core.cuh"
+#include "cuda/moe/moe_gemv.cuh"
+
+namespace flashseek::cuda::moe_wgmma {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kCtasPerSm = 3;
+constexpr int kStages = 3;
+constexpr int kRowBytes = 128;                          // FP4 bytes per weight row per stage: 8 k-steps of 32
+constexpr int kStride = kRowBytes + 16;                 // padded: the fragment reads of a warp hit 32 banks
+constexpr int kRows = 128;                              // two 64-row parts
+constexpr int kSteps = kRowBytes / 16;                  // 32-k steps per stage
+constexpr int kTileBytes = kSteps * wgmma::kStepBytes;  // B tile bytes per stage
+constexpr int kScaleFloats = 2 * 16;                    // 2 blocks of 128 k x 16 columns
+constexpr int kWeightBytes = kRows * kStride;
+constexpr int kStageBytes = kWeightBytes + kTileBytes + kScaleFloats * 4;
+constexpr uint32_t kStageTx = kRows * kRowBytes + kTileBytes + kScaleFloats * 4;
+constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kStages * 8;
+static_assert(kWeightBytes % 128 == 0 && kStageBytes % 128 == 0, "tile and stage alignment");
+constexpr int64_t kMinTokens = 8;  // below: moe_gemv (few experts; measured per path in docs/perf.md)
+
+struct Args {
+    const void* const* w_a;  // up: w1, down: w2 (per expert)
+    const void* const* s_a;
+    const void* const* w_b;  // up: w3; down: null (part 1 = the next 64 rows of w2)
+    const void* const* s_b;
+    int N, K;                // rows per expert, weights per row
+    const uint8_t* tiles;    // packed activations per active position: [K / 32][512]
+    const float* tile_scales;  // [K / 128][16]
+    const int32_t* active;
+    const int32_t* n_active;
+    const int32_t* count;
+    const int32_t* offset;
+    const float* slot_weight;
+    int max_experts;
+    float limit;
+    uint16_t* h;  // up: bf16 [slots, h_ld]
+    int64_t h_ld;
+    float* y;     // down: fp32 [slots, N]
+};
+
+struct PackArgs {
+    const uint16_t* values;  // prepared FP4-layout activation (e4m3 codes as f16), row stride ld
+    const float* scales;     // per-128 scales, row stride sld
+    int64_t ld, sld;
+    int K;
+    const int32_t* slot_token;  // up: activation row of a slot; down: null (row = slot)
+    const int32_t* active;
+    const int32_t* n_active;
+    const int32_t* count;
+    const int32_t* offset;
+    int max_experts;
+    uint8_t* tiles;
+    float* tile_scales;
+};
+
+// Logical position (in the B tile's k order) of natural position p (0..31) of a 32-weight step: even p belong to
+// a0/a1 (k = 4t + j for p = 8t + 2j), odd ones to a2/a3 (k = 16 + 4t + j).
+__host__ __device__ constexpr int logical_k(int p) { return (p & 1) * 16 + 4 * (p >> 3) + ((p & 7) >> 1); }
+
+// One warp per (active position, tile column c): the column's activation row, K values -> e4m3 bytes at their
+// logical positions, scales copied; columns past the expert's count become zeros (scale 0).
+__global__ void pack_tiles_kernel(const PackArgs a) {
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
+    pdl_trigger();
+    const int lane = threadIdx.x & 31;
+    const int w = int(blockIdx.x) * (blockDim.x / 32) + int(threadIdx.x / 32);
+    const int pos = w / 16, c = w % 16;
+    if (pos >= min(*a.n_active, a.max_experts)) return;
+    const int e = a.active[pos];
+    const bool valid = c < a.count[e];
+    const int64_t slot = a.offset[e] + c;
+    const int64_t row = !valid ? 0 : a.slot_token ? a.slot_token[slot] : slot;
+    uint8_t* tile = a.tiles + int64_t(pos) * (a.K / 32) * wgmma::kStepBytes;
+    float* ts = a.tile_scales + int64_t(pos) * (a.K / 128) * 16;
+    const uint16_t* xr = a.values + row * a.ld;
+    for (int blk = 0; blk < a.K / 128; ++blk) {
+        const int nat = 4 * lane;  // natural positions nat..nat+3 of this 128-block
+        uint8_t b[4] = {0, 0, 0, 0};
+        if (valid) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const uint16_t v = xr[blk * 128 + mma::prepared_pos(WeightKind::FP4_BLOCK32, nat + i)];
+                b[i] = f32_to_e4m3(__half2float(__ushort_as_half(v)));  // exact: the value is an e4m3 code
+            }
+        }
+        const int step = blk * 4 + nat / 32, p = nat % 32;  // p % 4 == 0: p, p + 2 even; p + 1, p + 3 odd
+        uint8_t* st = tile + int64_t(step) * wgmma::kStepBytes;
+        const int k_even = logical_k(p), k_odd = logical_k(p + 1);
+        *reinterpret_cast<uint16_t*>(st + wgmma::b_offset(k_even, c)) = uint16_t(b[0] | b[2] << 8);
+        *reinterpret_cast<uint16_t*>(st + wgmma::b_offset(k_odd, c)) = uint16_t(b[1] | b[3] << 8);
+        if (lane == 0) ts[blk * 16 + c] = valid ? a.scales[row * a.sld + blk] : 0.f;
+    }
+}
+
+#if FS_WGMMA_AVAILABLE
+using namespace bulk;
+
+// Byte j (0..3) of w as an E8M0 scale times 2^6 (FP4 read as e4m3 is value x 2^-6).
+__device__ __forceinline__ float e8m0_byte_times_64(uint32_t w, int j) {
+    return __uint_as_float(__byte_perm(w, 0u, 0x4440u | uint32_t(j)) * (1u << 23) + (6u << 23));
+}
+
+// Converted A fragments and results of one 128-k block of one part (four 32-k steps).
+struct Block {
+    uint32_t a[4][4];
+    float d[4][8];
+};
+
+// Converts the part's rows (16w + g, + 8) of steps 4b..4b+3 from the stage and issues their four wgmmas.
+__device__ __forceinline__ void issue_block(Block& k, const unsigned char* sw, uint32_t tile_addr, int part, int b,
+                                            int warp, int g, int t) {
+    const unsigned char* r_lo = sw + (64 * part + 16 * warp + g) * kStride + 4 * t;
+    const unsigned char* r_hi = r_lo + 8 * kStride;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        const int s = 4 * b + q;
+        fp4x8_to_e4m3(*reinterpret_cast<const uint32_t*>(r_lo + 16 * s), k.a[q][0], k.a[q][2]);
+        fp4x8_to_e4m3(*reinterpret_cast<const uint32_t*>(r_hi + 16 * s), k.a[q][1], k.a[q][3]);
+    }
+    wgmma::fence();
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+        wgmma::mma_n16(k.d[q], k.a[q], wgmma::b_descriptor(tile_addr + uint32_t(4 * b + q) * wgmma::kStepBytes));
+    wgmma::commit();
+}
+
+// After the block's wgmmas completed: acc += (sum over steps of d x weight scale) x activation scale.
+__device__ __forceinline__ void finish_block(Block& k, float (&acc)[8], uint2 ws_lo, uint2 ws_hi, const float* ss,
+                                             int b, int t) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) wgmma::fence_operand(k.d[q][j]);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) wgmma::fence_operand(k.a[q][j]);
+    }
+    const uint32_t wl = b == 0 ? ws_lo.x : ws_lo.y, wh = b == 0 ? ws_hi.x : ws_hi.y;
+    float part[8];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+        const float sl = e8m0_byte_times_64(wl, q), sh = e8m0_byte_times_64(wh, q);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const float s = (j & 2) ? sh : sl;
+            part[j] = q == 0 ? k.d[q][j] * s : fmaf(k.d[q][j], s, part[j]);
+        }
+    }
+    const float2 c0 = *reinterpret_cast<const float2*>(ss + b * 16 + 2 * t);
+    const float2 c1 = *reinterpret_cast<const float2*>(ss + b * 16 + 8 + 2 * t);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const float as = j < 4 ? ((j & 1) ? c0.y : c0.x) : ((j & 1) ? c1.y : c1.x);
+        acc[j] = fmaf(part[j], as, acc[j]);
+    }
+}
+#endif
+
+template <bool UP>
+__global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(const Args a) {
+#if FS_WGMMA_AVAILABLE
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    pdl_trigger();
+    uint64_t* const bars = reinterpret_cast<uint64_t*>(smem + size_t(kStages) * kStageBytes);
+    if (tid < kStages) mbar_init(&bars[tid]);
+    mbar_init_fence();
+    __syncthreads();
+    pdl_wait();
+
+    constexpr int kItemRows = UP ? 64 : 128;
+    const int tiles = a.N / kItemRows;
+    const int n_items = min(*a.n_active, a.max_experts) * tiles;
+    const int my_items = int(blockIdx.x) < n_items ? (n_items - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x) : 0;
+    const int chunks = a.K / 256;
+    const int total = my_items * chunks;
+    const int64_t row_bytes = a.K / 2;
+    const int s_ld = a.K / 32;
+    const int64_t tile_stride = int64_t(a.K / 32) * wgmma::kStepBytes;
+
+    // Producer side: every thread copies weight row `tid` of the stage (part tid / 64); thread 0 adds the B tile
+    // and the activation scales and arms the barrier.
+    auto fill = [&](int q) {
+        const int item = int(blockIdx.x) + (q / chunks) * int(gridDim.x), chunk = q % chunks;
+        const int pos = item / tiles, e = a.active[pos];
+        const int row0 = (item % tiles) * kItemRows;
+        const int part = tid / 64;
+        const uint8_t* w;
+        int64_t row;
+        if (UP) {
+            w = static_cast<const uint8_t*>(part ? a.w_b[e] : a.w_a[e]);
+            row = row0 + (tid & 63);
+        } else {
+            w = static_cast<const uint8_t*>(a.w_a[e]);
+            row = row0 + tid;
+        }
+        const int st = q % kStages;
+        unsigned char* stage = smem + size_t(st) * kStageBytes;
+        if (tid == 0) {
+            mbar_expect_tx(&bars[st], kStageTx);
+            copy_g2s(stage + kWeightBytes, a.tiles + pos * tile_stride + int64_t(chunk) * kTileBytes, kTileBytes,
+                     &bars[st]);
+            copy_g2s(stage + kWeightBytes + kTileBytes, a.tile_scales + (int64_t(pos) * (a.K / 128) + 2 * chunk) * 16,
+                     kScaleFloats * 4, &bars[st]);
+        }
+        copy_g2s(stage + tid * kStride, w + row * row_bytes + int64_t(chunk) * kRowBytes, kRowBytes, &bars[st]);
+    };
+    for (int q = 0; q < kStages - 1 && q < total; ++q) fill(q);
+
+    // Weight scales of this thread's rows (part p: rows 16w + g and + 8) for one stage: 8 E8M0 bytes each.
+    auto load_scales = [&](int q, uint2 (&ws)[2][2]) {
+        const int item = int(blockIdx.x) + (q / chunks) * int(gridDim.x), chunk = q % chunks;
+        const int e = a.active[item / tiles];
+        const int row0 = (item % tiles) * kItemRows + 16 * warp + g;
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {
+            const uint8_t* s = static_cast<const uint8_t*>(UP && p ? a.s_b[e] : a.s_a[e]);
+            const int r = row0 + (UP ? 0 : 64 * p);
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                ws[p][h] = __ldg(reinterpret_cast<const uint2*>(s + int64_t(r + 8 * h) * s_ld + chunk * 8));
+        }
+    };
+    uint2 ws_next[2][2];
+    if (total > 0) load_scales(0, ws_next);
+
+    float acc[2][8];
+    Block blk[2];
+    for (int q = 0; q < total; ++q) {
+        const int chunk = q % chunks;
+        if (chunk == 0) {
+#pragma unroll
+            for (int p = 0; p < 2; ++p)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc[p][j] = 0.f;
+        }
+        if (q + kStages - 1 < total) {
+            __syncthreads();  // every thread is done with the stage refilled now (consumed at q - 1, wgmmas waited)
+            fence_proxy_async();
+            fill(q + kStages - 1);
+        }
+        uint2 ws[2][2];
+#pragma unroll
+        for (int p = 0; p < 2; ++p) ws[p][0] = ws_next[p][0], ws[p][1] = ws_next[p][1];
+        if (q + 1 < total) load_scales(q + 1, ws_next);  // one stage ahead: its latency hides behind this stage
+        const int st = q % kStages;
+        const unsigned char* stage = smem + size_t(st) * kStageBytes;
+        const uint32_t tile_addr = smem_u32(stage + kWeightBytes);
+        const float* ss = reinterpret_cast<const float*>(stage + kWeightBytes + kTileBytes);
+        mbar_wait(&bars[st], uint32_t((q / kStages) & 1));
+        // Four blocks (part, 128-k block), one in flight while the next is converted and issued.
+        issue_block(blk[0], stage, tile_addr, 0, 0, warp, g, t);
+        issue_block(blk[1], stage, tile_addr, 0, 1, warp, g, t);
+        wgmma::wait<1>();
+        finish_block(blk[0], acc[0], ws[0][0], ws[0][1], ss, 0, t);
+        issue_block(blk[0], stage, tile_addr, 1, 0, warp, g, t);
+        wgmma::wait<1>();
+        finish_block(blk[1], acc[0], ws[0][0], ws[0][1], ss, 1, t);
+        issue_block(blk[1], stage, tile_addr, 1, 1, warp, g, t);
+        wgmma::wait<1>();
+        finish_block(blk[0], acc[1], ws[1][0], ws[1][1], ss, 0, t);
+        wgmma::wait<0>();
+        finish_block(blk[1], acc[1], ws[1][0], ws[1][1], ss, 1, t);
+
+        if (chunk == chunks - 1) {  // item done: epilogue
+            const int item = int(blockIdx.x) + (q / chunks) * int(gridDim.x);
+            const int e = a.active[item / tiles];
+            const int count = a.count[e], offset = a.offset[e];
+            const int row0 = (item % tiles) * kItemRows + 16 * warp + g;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const int c = (j >> 2) * 8 + 2 * t + (j & 1);
+                if (c >= count) continue;
+                const int64_t slot = offset + c;
+                const int row = row0 + ((j & 2) ? 8 : 0);
+                if constexpr (UP) {
+                    const float g0 = round_bf16(acc[0][j]), u0 = round_bf16(acc[1][j]);
+                    const float gate = fminf(g0, a.limit);
+                    const float up = fminf(fmaxf(u0, -a.limit), a.limit);
+                    const float silu = gate / (1.f + expf(-gate));
+                    a.h[slot * a.h_ld + row] = f32_to_bf16_bits(silu * up * a.slot_weight[slot]);
+                } else {
+                    a.y[slot * a.N + row] = acc[0][j];
+                    a.y[slot * a.N + row + 64] = acc[1][j];
+                }
+            }
+        }
+    }
+#else
+    __trap();
+#endif
+}
+
+std::atomic<bool> g_enabled{[] {
+    const char* v = std::getenv("FLASHSEEK_MOE_WGMMA");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+}()};
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+void pack(const PreparedActivation& x, const MoeGrouping& g, int max_experts, const int32_t* slot_token,
+          cudaStream_t stream) {
+    PackArgs p{};
+    p.values = x.values;
+    p.scales = x.scales;
+    p.ld = x.k_pad;
+    p.sld = x.k_pad / 128;
+    p.K = int(x.k);
+    p.slot_token = slot_token;
+    p.active = g.active;
+    p.n_active = g.n_active;
+    p.count = g.expert_count;
+    p.offset = g.expert_offset;
+    p.max_experts = max_experts;
+    p.tiles = g.act_tiles;
+    p.tile_scales = g.act_tile_scales;
+    const int warps = max_experts * 16;
+    launch_pdl("moe_wgmma pack_tiles_kernel", pack_tiles_kernel, dim3(unsigned((warps + 7) / 8)), dim3(256), 0, stream,
+               p);
+}
+
+template <bool UP>
+void launch(Args a, const MoeGrouping& g, int64_t M, int top_k, cudaStream_t stream) {
+    a.max_experts = int(std::min<int64_t>(g.E, M * top_k));
+    a.tiles = g.act_tiles;
+    a.tile_scales = g.act_tile_scales;
+    a.active = g.active;
+    a.n_active = g.n_active;
+    a.count = g.expert_count;
+    a.offset = g.expert_offset;
+    a.slot_weight = g.slot_weight;
+    const int64_t items = int64_t(a.N / (UP ? 64 : 128)) * a.max_experts;
+    const int64_t ctas = std::min<int64_t>(int64_t(current_arch().sm_count) * kCtasPerSm, items);
+    auto kernel = wgmma_expert_kernel<UP>;
+    gmma::allow_smem(reinterpret_cast<const void*>(kernel), kSmemBytes);
+    launch_pdl(UP ? "moe_wgmma expert_kernel<up>" : "moe_wgmma expert_kernel<down>", kernel, dim3(unsigned(ctas)),
+               dim3(kThreads), kSmemBytes, stream, a);
+}
+
+bool prepared_release(const PreparedActivation& x) {
+    return !x.raw && x.numerics == ActNumerics::FP8_BLOCK128 && x.layout == WeightKind::FP4_BLOCK32 &&
+           x.values != nullptr && x.scales != nullptr;
+}
+
+}  // namespace
+
+bool build_has_wgmma() {
+#if defined(FLASHSEEK_SM90A_BUILD)
+    return true;
+#else
+    return false;
+#endif
+}
+
+void set_enabled(bool enabled) { g_enabled.store(enabled); }
+
+bool serves(const ExpertTable& t, const MoeGrouping* grouping, int64_t M) {
+    if (!g_enabled.load() || !build_has_wgmma() || !has_wgmma(current_arch().cc) || grouping == nullptr) return false;
+    // Tiles for min(E, max_pairs) experts cover every step the grouping can hold (M * top_k <= max_pairs).
+    return t.kind == WeightKind::FP4_BLOCK32 && t.scale_kind == ScaleKind::E8M0 && t.scales_aligned16 &&
+           M >= kMinTokens && M <= 16 && M <= small_m_gemv_max_tokens() && t.hidden % 256 == 0 &&
+           t.inter % 256 == 0 && t.hidden <= grouping->act_tile_k && t.inter <= grouping->act_tile_k &&
+           grouping->act_tiles != nullptr && grouping->act_tile_scales != nullptr &&
+           grouping->act_tile_experts >= std::min<int64_t>(grouping->E, grouping->max_pairs);
+}
+
+bool eligible(const ExpertTable& t, const MoeGrouping* grouping, int64_t M, const PreparedActivation& x) {
+    return serves(t, grouping, M) && prepared_release(x) && aligned16(x.values);
+}
+
+void expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGrouping& g, int64_t M, int top_k,
+               float swiglu_limit, PreparedActivation& h, cudaStream_t stream) {
+    const int max_experts = int(std::min<int64_t>(g.E, M * top_k));
+    pack(x, g, max_experts, g.slot_token, stream);
+    Args a{};
+    a.w_a = t.w1;
+    a.s_a = t.w1_scale;
+    a.w_b = t.w3;
+    a.s_b = t.w3_scale;
+    a.N = int(t.inter);
+    a.K = int(t.hidden);
+    a.limit = swiglu_limit;
+    a.h = h.values;
+    a.h_ld = h.k_pad;
+    launch<true>(a, g, M, top_k, stream);
+    moe_gemv::quantize_h(h, t, &g, ActNumerics::FP8_BLOCK128, stream);
+}
+
+void expert_down(const PreparedActivation& h, const ExpertTable& t, const MoeGrouping& g, int64_t M, int top_k,
+                 float* y, cudaStream_t stream) {
+    const int max_experts = int(std::min<int64_t>(g.E, M * top_k));
+    pack(h, g, max_experts, nullptr, stream);
+    Args a{};
+    a.w_a = t.w2;
+    a.s_a = t.w2_scale;
+    a.N = int(t.hidden);
+    a.K = int(t.inter);
+    a.y = y;
+    launch<false>(a, g, M, top_k, stream);
+}
+
+}  // namespace flashseek::cuda::moe_wgmma
