@@ -139,14 +139,16 @@ __device__ __forceinline__ float e8m0_byte_times_64(uint32_t w, int j) {
     return __uint_as_float(__byte_perm(w, 0u, 0x4440u | uint32_t(j)) * (1u << 23) + (6u << 23));
 }
 
-// Converted A fragments and results of one 128-k block of one part (four 32-k steps).
+// Converted A fragments and results of one 128-k block of one part (four 32-k steps), N token columns.
+template <int N>
 struct Block {
     uint32_t a[4][4];
-    float d[4][8];
+    float d[4][N / 2];
 };
 
 // Converts the part's rows (16w + g, + 8) of steps 4b..4b+3 from the stage and issues their four wgmmas.
-__device__ __forceinline__ void issue_block(Block& k, const unsigned char* sw, uint32_t tile_addr, int part, int b,
+template <int N>
+__device__ __forceinline__ void issue_block(Block<N>& k, const unsigned char* sw, uint32_t tile_addr, int part, int b,
                                             int warp, int g, int t) {
     const unsigned char* r_lo = sw + (64 * part + 16 * warp + g) * kStride + 4 * t;
     const unsigned char* r_hi = r_lo + 8 * kStride;
@@ -158,39 +160,66 @@ __device__ __forceinline__ void issue_block(Block& k, const unsigned char* sw, u
     }
     wgmma::fence();
 #pragma unroll
-    for (int q = 0; q < 4; ++q)
-        wgmma::mma_n16(k.d[q], k.a[q], wgmma::b_descriptor(tile_addr + uint32_t(4 * b + q) * wgmma::kStepBytes));
+    for (int q = 0; q < 4; ++q) {
+        const uint64_t desc = wgmma::b_descriptor(tile_addr + uint32_t(4 * b + q) * wgmma::kStepBytes);
+        if constexpr (N == 16)
+            wgmma::mma_n16(k.d[q], k.a[q], desc);
+        else
+            wgmma::mma_n8(k.d[q], k.a[q], desc);
+    }
     wgmma::commit();
 }
 
 // After the block's wgmmas completed: acc += (sum over steps of d x weight scale) x activation scale.
-__device__ __forceinline__ void finish_block(Block& k, float (&acc)[8], uint2 ws_lo, uint2 ws_hi, const float* ss,
+template <int N>
+__device__ __forceinline__ void finish_block(Block<N>& k, float (&acc)[8], uint2 ws_lo, uint2 ws_hi, const float* ss,
                                              int b, int t) {
+    constexpr int J = N / 2;
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) wgmma::fence_operand(k.d[q][j]);
+        for (int j = 0; j < J; ++j) wgmma::fence_operand(k.d[q][j]);
 #pragma unroll
         for (int j = 0; j < 4; ++j) wgmma::fence_operand(k.a[q][j]);
     }
     const uint32_t wl = b == 0 ? ws_lo.x : ws_lo.y, wh = b == 0 ? ws_hi.x : ws_hi.y;
-    float part[8];
+    float part[J];
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
         const float sl = e8m0_byte_times_64(wl, q), sh = e8m0_byte_times_64(wh, q);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
+        for (int j = 0; j < J; ++j) {
             const float s = (j & 2) ? sh : sl;
             part[j] = q == 0 ? k.d[q][j] * s : fmaf(k.d[q][j], s, part[j]);
         }
     }
     const float2 c0 = *reinterpret_cast<const float2*>(ss + b * 16 + 2 * t);
-    const float2 c1 = *reinterpret_cast<const float2*>(ss + b * 16 + 8 + 2 * t);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        const float as = j < 4 ? ((j & 1) ? c0.y : c0.x) : ((j & 1) ? c1.y : c1.x);
-        acc[j] = fmaf(part[j], as, acc[j]);
+    for (int j = 0; j < 4; ++j) acc[j] = fmaf(part[j], (j & 1) ? c0.y : c0.x, acc[j]);
+    if constexpr (N == 16) {
+        const float2 c1 = *reinterpret_cast<const float2*>(ss + b * 16 + 8 + 2 * t);
+#pragma unroll
+        for (int j = 4; j < 8; ++j) acc[j] = fmaf(part[j], (j & 1) ? c1.y : c1.x, acc[j]);
     }
+}
+
+// One stage: four blocks (part, 128-k block), one in flight while the next is converted and issued.
+template <int N>
+__device__ __forceinline__ void run_stage(float (&acc)[2][8], const unsigned char* stage, uint32_t tile_addr,
+                                          const float* ss, const uint2 (&ws)[2][2], int warp, int g, int t) {
+    Block<N> blk[2];
+    issue_block<N>(blk[0], stage, tile_addr, 0, 0, warp, g, t);
+    issue_block<N>(blk[1], stage, tile_addr, 0, 1, warp, g, t);
+    wgmma::wait<1>();
+    finish_block<N>(blk[0], acc[0], ws[0][0], ws[0][1], ss, 0, t);
+    issue_block<N>(blk[0], stage, tile_addr, 1, 0, warp, g, t);
+    wgmma::wait<1>();
+    finish_block<N>(blk[1], acc[0], ws[0][0], ws[0][1], ss, 1, t);
+    issue_block<N>(blk[1], stage, tile_addr, 1, 1, warp, g, t);
+    wgmma::wait<1>();
+    finish_block<N>(blk[0], acc[1], ws[1][0], ws[1][1], ss, 0, t);
+    wgmma::wait<0>();
+    finish_block<N>(blk[1], acc[1], ws[1][0], ws[1][1], ss, 1, t);
 }
 #endif
 
@@ -216,57 +245,74 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     const int s_ld = a.K / 32;
     const int64_t tile_stride = int64_t(a.K / 32) * wgmma::kStepBytes;
 
-    // Producer side: every thread copies weight row `tid` of the stage (part tid / 64); thread 0 adds the B tile
-    // and the activation scales and arms the barrier.
+    // Producer cursor: every thread copies weight row `tid` of a stage (part tid / 64); thread 0 adds the B tile
+    // and the activation scales and arms the barrier. Pointers are looked up once per item (dependent loads of
+    // the active list and the pointer tables would otherwise stall every stage).
+    int f_chunk = chunks, f_item = int(blockIdx.x) - int(gridDim.x);
+    const uint8_t* f_w = nullptr;
+    const uint8_t* f_tile = nullptr;
+    const float* f_ts = nullptr;
     auto fill = [&](int q) {
-        const int item = int(blockIdx.x) + (q / chunks) * int(gridDim.x), chunk = q % chunks;
-        const int pos = item / tiles, e = a.active[pos];
-        const int row0 = (item % tiles) * kItemRows;
-        const int part = tid / 64;
-        const uint8_t* w;
-        int64_t row;
-        if (UP) {
-            w = static_cast<const uint8_t*>(part ? a.w_b[e] : a.w_a[e]);
-            row = row0 + (tid & 63);
-        } else {
-            w = static_cast<const uint8_t*>(a.w_a[e]);
-            row = row0 + tid;
+        if (++f_chunk >= chunks) {
+            f_chunk = 0;
+            f_item += int(gridDim.x);
+            const int pos = f_item / tiles, e = a.active[pos];
+            const int row0 = (f_item % tiles) * kItemRows;
+            const int part = tid / 64;
+            if (UP)
+                f_w = static_cast<const uint8_t*>(part ? a.w_b[e] : a.w_a[e]) + int64_t(row0 + (tid & 63)) * row_bytes;
+            else
+                f_w = static_cast<const uint8_t*>(a.w_a[e]) + int64_t(row0 + tid) * row_bytes;
+            f_tile = a.tiles + pos * tile_stride;
+            f_ts = a.tile_scales + int64_t(pos) * (a.K / 128) * 16;
         }
         const int st = q % kStages;
         unsigned char* stage = smem + size_t(st) * kStageBytes;
         if (tid == 0) {
             mbar_expect_tx(&bars[st], kStageTx);
-            copy_g2s(stage + kWeightBytes, a.tiles + pos * tile_stride + int64_t(chunk) * kTileBytes, kTileBytes,
-                     &bars[st]);
-            copy_g2s(stage + kWeightBytes + kTileBytes, a.tile_scales + (int64_t(pos) * (a.K / 128) + 2 * chunk) * 16,
-                     kScaleFloats * 4, &bars[st]);
+            copy_g2s(stage + kWeightBytes, f_tile + int64_t(f_chunk) * kTileBytes, kTileBytes, &bars[st]);
+            copy_g2s(stage + kWeightBytes + kTileBytes, f_ts + 2 * f_chunk * 16, kScaleFloats * 4, &bars[st]);
         }
-        copy_g2s(stage + tid * kStride, w + row * row_bytes + int64_t(chunk) * kRowBytes, kRowBytes, &bars[st]);
+        copy_g2s(stage + tid * kStride, f_w + int64_t(f_chunk) * kRowBytes, kRowBytes, &bars[st]);
     };
     for (int q = 0; q < kStages - 1 && q < total; ++q) fill(q);
 
-    // Weight scales of this thread's rows (part p: rows 16w + g and + 8) for one stage: 8 E8M0 bytes each.
-    auto load_scales = [&](int q, uint2 (&ws)[2][2]) {
-        const int item = int(blockIdx.x) + (q / chunks) * int(gridDim.x), chunk = q % chunks;
-        const int e = a.active[item / tiles];
-        const int row0 = (item % tiles) * kItemRows + 16 * warp + g;
+    // Weight-scale cursor, one stage ahead of the consumer: this thread's rows (part p: rows 16w + g and + 8),
+    // 8 E8M0 bytes each per stage.
+    int s_chunk = chunks, s_item = int(blockIdx.x) - int(gridDim.x);
+    const uint8_t* s_row[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
+    auto load_scales = [&](uint2 (&ws)[2][2]) {
+        if (++s_chunk >= chunks) {
+            s_chunk = 0;
+            s_item += int(gridDim.x);
+            const int e = a.active[s_item / tiles];
+            const int row0 = (s_item % tiles) * kItemRows + 16 * warp + g;
 #pragma unroll
-        for (int p = 0; p < 2; ++p) {
-            const uint8_t* s = static_cast<const uint8_t*>(UP && p ? a.s_b[e] : a.s_a[e]);
-            const int r = row0 + (UP ? 0 : 64 * p);
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                ws[p][h] = __ldg(reinterpret_cast<const uint2*>(s + int64_t(r + 8 * h) * s_ld + chunk * 8));
+            for (int p = 0; p < 2; ++p) {
+                const uint8_t* base = static_cast<const uint8_t*>(UP && p ? a.s_b[e] : a.s_a[e]);
+                const int r = row0 + (UP ? 0 : 64 * p);
+                s_row[p][0] = base + int64_t(r) * s_ld;
+                s_row[p][1] = base + int64_t(r + 8) * s_ld;
+            }
         }
+#pragma unroll
+        for (int p = 0; p < 2; ++p)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) ws[p][h] = __ldg(reinterpret_cast<const uint2*>(s_row[p][h] + s_chunk * 8));
     };
     uint2 ws_next[2][2];
-    if (total > 0) load_scales(0, ws_next);
+    if (total > 0) load_scales(ws_next);
 
     float acc[2][8];
-    Block blk[2];
+    int item = int(blockIdx.x) - int(gridDim.x), count = 0, offset = 0, e_row0 = 0;
     for (int q = 0; q < total; ++q) {
         const int chunk = q % chunks;
         if (chunk == 0) {
+            item += int(gridDim.x);
+            const int e = a.active[item / tiles];
+            count = a.count[e];
+            offset = a.offset[e];
+            e_row0 = (item % tiles) * kItemRows + 16 * warp + g;
 #pragma unroll
             for (int p = 0; p < 2; ++p)
 #pragma unroll
@@ -280,35 +326,23 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
         uint2 ws[2][2];
 #pragma unroll
         for (int p = 0; p < 2; ++p) ws[p][0] = ws_next[p][0], ws[p][1] = ws_next[p][1];
-        if (q + 1 < total) load_scales(q + 1, ws_next);  // one stage ahead: its latency hides behind this stage
+        if (q + 1 < total) load_scales(ws_next);  // one stage ahead: its latency hides behind this stage
         const int st = q % kStages;
         const unsigned char* stage = smem + size_t(st) * kStageBytes;
         const uint32_t tile_addr = smem_u32(stage + kWeightBytes);
         const float* ss = reinterpret_cast<const float*>(stage + kWeightBytes + kTileBytes);
         mbar_wait(&bars[st], uint32_t((q / kStages) & 1));
-        // Four blocks (part, 128-k block), one in flight while the next is converted and issued.
-        issue_block(blk[0], stage, tile_addr, 0, 0, warp, g, t);
-        issue_block(blk[1], stage, tile_addr, 0, 1, warp, g, t);
-        wgmma::wait<1>();
-        finish_block(blk[0], acc[0], ws[0][0], ws[0][1], ss, 0, t);
-        issue_block(blk[0], stage, tile_addr, 1, 0, warp, g, t);
-        wgmma::wait<1>();
-        finish_block(blk[1], acc[0], ws[0][0], ws[0][1], ss, 1, t);
-        issue_block(blk[1], stage, tile_addr, 1, 1, warp, g, t);
-        wgmma::wait<1>();
-        finish_block(blk[0], acc[1], ws[1][0], ws[1][1], ss, 0, t);
-        wgmma::wait<0>();
-        finish_block(blk[1], acc[1], ws[1][0], ws[1][1], ss, 1, t);
+        if (count <= 8)  // most experts at decode: half the tensor work, results and scale arithmetic
+            run_stage<8>(acc, stage, tile_addr, ss, ws, warp, g, t);
+        else
+            run_stage<16>(acc, stage, tile_addr, ss, ws, warp, g, t);
 
         if (chunk == chunks - 1) {  // item done: epilogue
-            const int item = int(blockIdx.x) + (q / chunks) * int(gridDim.x);
-            const int e = a.active[item / tiles];
-            const int count = a.count[e], offset = a.offset[e];
-            const int row0 = (item % tiles) * kItemRows + 16 * warp + g;
+            const int row0 = e_row0;
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
                 const int c = (j >> 2) * 8 + 2 * t + (j & 1);
-                if (c >= count) continue;
+                if (c >= count) continue;  // (columns 8-15 hold nothing when the N = 8 stage ran: count <= 8)
                 const int64_t slot = offset + c;
                 const int row = row0 + ((j & 2) ? 8 : 0);
                 if constexpr (UP) {
