@@ -64,14 +64,24 @@ __global__ void stream_kernel(const uint8_t* w, int64_t n_items, int64_t row_byt
     __syncwarp();
     const int64_t gw = int64_t(blockIdx.x) * nwarps + warp, nw = int64_t(gridDim.x) * nwarps;
     const int64_t chunks = row_bytes / RB;  // items are (tile, chunk)
+    // MODE 2 ("sweep", touch only): a warp streams its tiles' chunks in order (tile gw: chunk 0, 1, ..., then tile
+    // gw + nw), as the MoE kernels do; modes 0/1 deal (tile, chunk) items round robin, so neighbouring warps read
+    // neighbouring chunks of the same rows at the same time.
+    const int64_t n_tiles = n_items / chunks;
     auto issue = [&](int64_t it, int stage) {
-        const int64_t tile = it / chunks, chunk = it % chunks;
+        int64_t tile = it / chunks, chunk = it % chunks;
+        if (MODE == 2) {
+            const int64_t s = (it - gw) / nw;
+            tile = gw + (s / chunks) * nw;
+            chunk = s % chunks;
+        }
         if (lane == 0) mbar_expect_tx(&bars[stage], 16 * RB);
         __syncwarp();
         if (lane < 16)
             bulk_g2s(ring + stage * kStage + lane * kStride, w + (tile * 16 + lane) * row_bytes + chunk * RB, RB, &bars[stage]);
     };
     int64_t my_n = gw < n_items ? (n_items - gw + nw - 1) / nw : 0;
+    if (MODE == 2) my_n = gw < n_tiles ? (n_tiles - gw + nw - 1) / nw * chunks : 0;
     for (int s = 0; s < S - 1 && s < my_n; ++s) issue(gw + s * nw, s);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     uint32_t bact0 = 0x38383838u ^ uint32_t(lane), bact1 = 0x30303030u ^ uint32_t(lane);
@@ -85,7 +95,7 @@ __global__ void stream_kernel(const uint8_t* w, int64_t n_items, int64_t row_byt
         }
         mbar_wait(&bars[stage], uint32_t((i / S) & 1));
         const unsigned char* st = ring + stage * kStage;
-        if (MODE == 0) {
+        if (MODE != 1) {
             acc[0] += float(*reinterpret_cast<const uint32_t*>(st + g * kStride + 4 * t) & 0xff);
         } else {
 #pragma unroll 4
@@ -163,6 +173,11 @@ int main() {
         auto rep = [&](const char* v, float ms) {
             printf("%-24s %-30s %9.1f %6.1f%%\n", sz.name, v, ms * 1e3, 100.0 * sz.bytes / (ms * 1e-3) / 1e9 / copy_bw);
         };
+        rep("S3 RB128 W8 C2 touch", run<3, 128, 0>(w, sz.bytes, 2048, 8, 2, sms, out, 9));
+        rep("S3 RB128 W8 C2 sweep", run<3, 128, 2>(w, sz.bytes, 2048, 8, 2, sms, out, 9));
+        rep("S6 RB128 W8 C2 sweep", run<6, 128, 2>(w, sz.bytes, 2048, 8, 2, sms, out, 9));
+        rep("S3 RB256 W8 C2 sweep", run<3, 256, 2>(w, sz.bytes, 2048, 8, 2, sms, out, 9));
+        rep("S3 RB512 W4 C2 sweep", run<3, 512, 2>(w, sz.bytes, 2048, 4, 2, sms, out, 9));
         rep("S3 RB1024 W4 C1 touch", run<3, 1024, 0>(w, sz.bytes, 2048, 4, 1, sms, out, 9));
         rep("S6 RB512 W4 C1 touch", run<6, 512, 0>(w, sz.bytes, 2048, 4, 1, sms, out, 9));
         rep("S4 RB512 W6 C1 touch", run<4, 512, 0>(w, sz.bytes, 2048, 6, 1, sms, out, 9));

@@ -83,6 +83,15 @@ __device__ __forceinline__ WarpRing warp_ring(unsigned char* smem, int warp, int
     return r;
 }
 
+// Starts moving the cache lines of [p, p + bytes) (bytes <= 256, any alignment) into L2, so later loads hit L2.
+// Prefetches never fault.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+    const char* c = static_cast<const char*>(p);
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(c));
+    if (bytes > 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(c + 128));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + bytes - 1));  // the third line a range of <= 256 bytes can touch
+}
+
 __device__ __forceinline__ float e8m0_to_f32_scaled(uint32_t b, uint32_t log2_extra) {  // 2^(b - 127 + extra)
     return __uint_as_float((b + log2_extra) << 23);
 }

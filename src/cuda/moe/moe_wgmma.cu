@@ -96,39 +96,34 @@ struct PackArgs {
 // a0/a1 (k = 4t + j for p = 8t + 2j), odd ones to a2/a3 (k = 16 + 4t + j).
 __host__ __device__ constexpr int logical_k(int p) { return (p & 1) * 16 + 4 * (p >> 3) + ((p & 7) >> 1); }
 
-// One warp per (active position, tile column c): the column's activation row, K values -> e4m3 bytes at their
-// logical positions, scales copied; columns past the expert's count become zeros (scale 0).
+// One warp per (active position, tile column c, 128-k block): the column's activation values -> e4m3 bytes at their
+// logical positions, the block's scale copied; columns past the expert's count become zeros (scale 0).
 __global__ void pack_tiles_kernel(const PackArgs a) {
     pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
     pdl_trigger();
     const int lane = threadIdx.x & 31;
-    const int w = int(blockIdx.x) * (blockDim.x / 32) + int(threadIdx.x / 32);
-    const int pos = w / 16, c = w % 16;
+    const int blocks = a.K / 128;
+    const int64_t w = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    const int blk = int(w % blocks), c = int((w / blocks) % 16), pos = int(w / (16 * blocks));
     if (pos >= min(*a.n_active, a.max_experts)) return;
     const int e = a.active[pos];
     const bool valid = c < a.count[e];
     const int64_t slot = a.offset[e] + c;
     const int64_t row = !valid ? 0 : a.slot_token ? a.slot_token[slot] : slot;
     uint8_t* tile = a.tiles + int64_t(pos) * (a.K / 32) * wgmma::kStepBytes;
-    float* ts = a.tile_scales + int64_t(pos) * (a.K / 128) * 16;
-    const uint16_t* xr = a.values + row * a.ld;
-    for (int blk = 0; blk < a.K / 128; ++blk) {
-        const int nat = 4 * lane;  // natural positions nat..nat+3 of this 128-block
-        uint8_t b[4] = {0, 0, 0, 0};
-        if (valid) {
+    const int nat = 4 * lane;  // natural positions nat..nat+3 of this 128-block
+    uint8_t b[4] = {0, 0, 0, 0};
+    if (valid) {
+        const uint16_t* xr = a.values + row * a.ld + blk * 128;
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const uint16_t v = xr[blk * 128 + mma::prepared_pos(WeightKind::FP4_BLOCK32, nat + i)];
-                b[i] = f32_to_e4m3(__half2float(__ushort_as_half(v)));  // exact: the value is an e4m3 code
-            }
-        }
-        const int step = blk * 4 + nat / 32, p = nat % 32;  // p % 4 == 0: p, p + 2 even; p + 1, p + 3 odd
-        uint8_t* st = tile + int64_t(step) * wgmma::kStepBytes;
-        const int k_even = logical_k(p), k_odd = logical_k(p + 1);
-        *reinterpret_cast<uint16_t*>(st + wgmma::b_offset(k_even, c)) = uint16_t(b[0] | b[2] << 8);
-        *reinterpret_cast<uint16_t*>(st + wgmma::b_offset(k_odd, c)) = uint16_t(b[1] | b[3] << 8);
-        if (lane == 0) ts[blk * 16 + c] = valid ? a.scales[row * a.sld + blk] : 0.f;
+        for (int i = 0; i < 4; ++i)  // exact: the values are e4m3 codes
+            b[i] = f32_to_e4m3(__half2float(__ushort_as_half(xr[mma::prepared_pos(WeightKind::FP4_BLOCK32, nat + i)])));
     }
+    const int step = blk * 4 + nat / 32, p = nat % 32;  // p % 4 == 0: p, p + 2 even; p + 1, p + 3 odd
+    uint8_t* st = tile + int64_t(step) * wgmma::kStepBytes;
+    *reinterpret_cast<uint16_t*>(st + wgmma::b_offset(logical_k(p), c)) = uint16_t(b[0] | b[2] << 8);
+    *reinterpret_cast<uint16_t*>(st + wgmma::b_offset(logical_k(p + 1), c)) = uint16_t(b[1] | b[3] << 8);
+    if (lane == 0) a.tile_scales[(int64_t(pos) * blocks + blk) * 16 + c] = valid ? a.scales[row * a.sld + blk] : 0.f;
 }
 
 #if FS_WGMMA_AVAILABLE
@@ -259,10 +254,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
             const int pos = f_item / tiles, e = a.active[pos];
             const int row0 = (f_item % tiles) * kItemRows;
             const int part = tid / 64;
-            if (UP)
-                f_w = static_cast<const uint8_t*>(part ? a.w_b[e] : a.w_a[e]) + int64_t(row0 + (tid & 63)) * row_bytes;
-            else
-                f_w = static_cast<const uint8_t*>(a.w_a[e]) + int64_t(row0 + tid) * row_bytes;
+            const int64_t row = UP ? row0 + (tid & 63) : row0 + tid;
+            f_w = static_cast<const uint8_t*>(UP && part ? a.w_b[e] : a.w_a[e]) + row * row_bytes;
+            // The consumer reads this row's weight scales 8 bytes per stage, one stage ahead: under full load a
+            // DRAM round trip is longer than a stage, so the whole scale row goes to L2 now.
+            prefetch_l2(static_cast<const uint8_t*>(UP && part ? a.s_b[e] : a.s_a[e]) + row * s_ld, uint32_t(s_ld));
             f_tile = a.tiles + pos * tile_stride;
             f_ts = a.tile_scales + int64_t(pos) * (a.K / 128) * 16;
         }
@@ -386,7 +382,7 @@ void pack(const PreparedActivation& x, const MoeGrouping& g, int max_experts, co
     p.max_experts = max_experts;
     p.tiles = g.act_tiles;
     p.tile_scales = g.act_tile_scales;
-    const int warps = max_experts * 16;
+    const int64_t warps = int64_t(max_experts) * 16 * (x.k / 128);
     launch_pdl("moe_wgmma pack_tiles_kernel", pack_tiles_kernel, dim3(unsigned((warps + 7) / 8)), dim3(256), 0, stream,
                p);
 }

@@ -309,8 +309,8 @@ struct FastPath {
 // The bulk-copy (moe_bulk.cu) and wgmma (moe_wgmma.cu) paths against the per-tile GEMV path on the same inputs,
 // stage by stage: the up-projection's prepared h (act_quant codes x scales) and the down-projection from the same
 // h. All compute the same fp32 math up to summation order and the FP8 tensor cores' sums of 32 exact products, so
-// the down-projection must agree to rel 1e-4; h may differ where a bf16 / e4m3 rounding lands on the other side
-// (rel <= 3e-3).
+// the down-projection must agree to rel 1e-4 (wgmma: 2e-4); h may differ where a bf16 / e4m3 rounding lands on the
+// other side (rel <= 3e-3; wgmma 1e-2, see below).
 TEST(MoeLayer, BulkPathMatchesGemvPathPerStage) {
     if (cuda::current_arch().cc < 90) GTEST_SKIP() << "bulk path needs sm_90";
     for (int fast = 1; fast <= 2; ++fast)
@@ -375,8 +375,11 @@ TEST(MoeLayer, BulkPathMatchesGemvPathPerStage) {
         }
         const double eh = rel_l2(hq[1], hq[0]), ey = rel_l2(yv[1], yv[0]);
         std::printf("  fast vs gemv: h rel %.3e, y (same h) rel %.3e  [%s]\n", eh, ey, d.str().c_str());
-        EXPECT_LE(eh, 3e-3);
-        EXPECT_LE(ey, 1e-4);
+        // wgmma's FP8 sums of 32 products are not exact fp32 sums (y differs from the GEMV by 4-6e-5 relative,
+        // measured, where mma.sync gives ~1e-8), so more of h's bf16 / e4m3 roundings land on the other side:
+        // 0.4-3.9e-3 over the seeds measured.
+        EXPECT_LE(eh, fast == 2 ? 1e-2 : 3e-3);
+        EXPECT_LE(ey, fast == 2 ? 2e-4 : 1e-4);
     }
 }
 
