@@ -222,12 +222,25 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_gemv_kernel(cons
         last = __shfl_sync(0xffffffffu, last, 0);
         if (!last) continue;
         __threadfence();
-        for (int i = lane; i < kRows * a.M; i += 32) {
-            const int64_t row = row0 + (i % kRows);
-            const int tok = i / kRows;
-            float sum = 0.f;
-            for (int sp = 0; sp < a.splits; ++sp) sum += __ldcg(&a.partials[(int64_t(sp) * a.M + tok) * a.N + row]);
-            store(row, tok, sum);
+        // Element lane + 32 i (i < 8: 16 rows x <= 16 tokens); splits outer so that a split's loads are in flight
+        // together (split inner waits one L2 round trip per load), each sum still in split order.
+        constexpr int kPer = kRows * 16 / 32;
+        float sum[kPer];
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) sum[i] = 0.f;
+#pragma unroll 4
+        for (int sp = 0; sp < a.splits; ++sp) {  // unrolled: 4 splits' loads in flight at a time
+            const float* part = a.partials + int64_t(sp) * a.M * a.N + row0;
+#pragma unroll
+            for (int i = 0; i < kPer; ++i) {
+                const int e = lane + 32 * i, tok = e / kRows;
+                if (tok < a.M) sum[i] += __ldcg(part + int64_t(tok) * a.N + e % kRows);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) {
+            const int e = lane + 32 * i, tok = e / kRows;
+            if (tok < a.M) store(row0 + e % kRows, tok, sum[i]);
         }
         if (lane == 0) a.counters[tile] = 0;
     }

@@ -13,6 +13,7 @@
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/gemm/bulk_gemv.cuh"
+#include "cuda/gemm/wgmma_gemv.cuh"
 #include "cuda/gemm/gemv.cuh"
 #include "cuda/gemm/gemv_simt.cuh"
 #include "cuda/gemm/linear_generic.cuh"
@@ -284,6 +285,10 @@ void run_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, 
         generic::linear(x, w, x.m, w.out / groups, w.in, y, y_kind, ld_y, stream);
         return;
     }
+    if (wgmma_gemv::eligible(x, w, groups)) {  // sm_90a, release numerics: bulk copies + wgmma
+        wgmma_gemv::run(x, w, groups, y, y_kind, ld_y, ws, stream);
+        return;
+    }
     if (bulk_gemv::eligible(x, w, groups)) {  // sm_90+, release numerics: bulk copies + FP8 tensor cores
         bulk_gemv::run(x, w, groups, y, y_kind, ld_y, ws, stream);
         return;
@@ -381,6 +386,7 @@ std::atomic<int64_t> g_small_m_gemv_max{kGemvDefaultMaxTokens};
 void set_small_m_gemv(bool enabled) { g_small_m_gemv.store(enabled); }
 bool small_m_gemv_enabled() { return g_small_m_gemv.load(); }
 void set_bulk_gemv(bool enabled, bool any_size) { bulk_gemv::set_enabled(enabled, any_size); }
+void set_wgmma_gemv(bool enabled, bool any_size) { wgmma_gemv::set_enabled(enabled, any_size); }
 void set_small_m_gemv_max_tokens(int64_t max_tokens) {
     g_small_m_gemv_max.store(std::clamp<int64_t>(max_tokens, 1, kGemvMaxTokens));
 }
@@ -408,6 +414,12 @@ PreparedActivation raw_activation(const void* x_bf16, int64_t M, int64_t K, int6
 
 LinearPlan plan_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, const GemmWorkspace* ws) {
     LinearPlan p;
+    if (wgmma_gemv::eligible(x, w, groups)) {
+        p.gemv = p.wgmma = true;
+        p.tokens_per_pass = int(x.m);
+        p.k_splits = wgmma_gemv::plan_splits(x, w, ws);
+        return p;
+    }
     if (bulk_gemv::eligible(x, w, groups)) {
         p.gemv = p.bulk = true;
         p.tokens_per_pass = int(x.m);

@@ -104,6 +104,7 @@ struct LinearPlan {
     bool aligned = true;  // vectorized loads (in % 128 == 0 and aligned pointers); else the guarded scalar path
     bool gemv = false;    // the small-M GEMV (gemv.cu) instead of the mma.sync kernel; k_splits is then its own
     bool bulk = false;    // ... and that GEMV is the bulk-copy FP8 one (bulk_gemv.cu: sm_90+, release numerics)
+    bool wgmma = false;   // ... or the wgmma FP8 one (wgmma_gemv.cu: sm_90a, release numerics; taken first)
 };
 
 // FP8/FP4 linears and experts with M <= small_m_gemv_max_tokens() (and in % 128 == 0, aligned pointers) take a
@@ -119,6 +120,9 @@ int64_t small_m_gemv_max_tokens();                     // 0 when disabled
 // The bulk-copy FP8 GEMV (sm_90+, release numerics, 2-16 tokens, >= 16 MB weights; default on, FLASHSEEK_BULK_GEMV=0
 // turns it off). any_size (tests): also 1 token and small matrices.
 void set_bulk_gemv(bool enabled, bool any_size = false);
+// The wgmma FP8 GEMV (sm_90a build on compute capability 9.0, release numerics, 2-16 tokens on >= 4 MB weights;
+// default on, FLASHSEEK_WGMMA_GEMV=0 turns it off); taken before the bulk-copy one. any_size (tests): any size.
+void set_wgmma_gemv(bool enabled, bool any_size = false);
 
 // Deferred activation preparation: when linear_takes_raw(M, w, groups) is true, linear()/grouped_linear() accept
 // raw_activation(x, ...) in place of a prepared activation and apply prepare_activation's math (same act_quant

@@ -154,9 +154,11 @@ void bench_dense(double copy_bw, std::vector<BenchRow>& rows) {
           // mma.sync kernel side by side.
           const bool both = sh.kind != cuda::WeightKind::BF16 && M <= cuda::kGemvMaxTokens;
           if (!both && M != 1 && M != 16 && M != 64) continue;
-          for (int path = both ? 0 : 1; path < (both ? 3 : 2); ++path) {
-            cuda::set_small_m_gemv(path <= 1);
-            cuda::set_bulk_gemv(path == 0);
+          // paths: 0 wgmma GEMV (also at M = 1), 1 bulk-copy GEMV, 2 f16 GEMV, 3 mma.sync tiles
+          for (int path = both ? 0 : 2; path < (both ? 4 : 3); ++path) {
+            cuda::set_small_m_gemv(path <= 2);
+            cuda::set_wgmma_gemv(path == 0, true);
+            cuda::set_bulk_gemv(path == 1);
             cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens);  // time the GEMV at M <= 8 too
             void* x = nullptr;
             CUDA_CHECK(cudaMalloc(&x, size_t(M * K) * 2));
@@ -171,9 +173,10 @@ void bench_dense(double copy_bw, std::vector<BenchRow>& rows) {
             const auto numerics = sh.kind == cuda::WeightKind::BF16 ? cuda::ActNumerics::EXACT
                                                                     : cuda::ActNumerics::FP8_BLOCK128;
             cuda::prepare_activation(x, false, M, K, K, sh.kind, numerics, p, nullptr);
-            if (path == 0 && !cuda::plan_linear(p, cuda::DeviceLinear{sh.kind, cuda::ScaleKind::E8M0, sh.out, sh.in,
+            const auto want = cuda::plan_linear(p, cuda::DeviceLinear{sh.kind, cuda::ScaleKind::E8M0, sh.out, sh.in,
                                                                       ws_copies[0].w, ws_copies[0].s},
-                                                sh.groups, &ws).bulk) {
+                                                sh.groups, &ws);
+            if ((path == 0 && !want.wgmma) || (path == 1 && !want.bulk)) {
                 CUDA_CHECK(cudaFree(x));
                 CUDA_CHECK(cudaFree(pv));
                 CUDA_CHECK(cudaFree(ps));
@@ -205,7 +208,7 @@ void bench_dense(double copy_bw, std::vector<BenchRow>& rows) {
             r.us = us;
             r.gbps = double(one) / (us * 1e-6) / 1e9;
             r.fraction = r.gbps * 1e9 / copy_bw;
-            r.note = std::string(plan.bulk ? "bulk " : (plan.gemv ? "gemv " : "mma ")) + "splits=" + std::to_string(plan.k_splits) +
+            r.note = std::string(plan.wgmma ? "wgmma " : plan.bulk ? "bulk " : (plan.gemv ? "gemv " : "mma ")) + "splits=" + std::to_string(plan.k_splits) +
                      " tok/pass=" + std::to_string(plan.tokens_per_pass);
             rows.push_back(r);
             print_row(r);
@@ -216,6 +219,7 @@ void bench_dense(double copy_bw, std::vector<BenchRow>& rows) {
           }
           cuda::set_small_m_gemv(true);
           cuda::set_bulk_gemv(true);
+          cuda::set_wgmma_gemv(true);
           cuda::set_small_m_gemv_max_tokens(cuda::kGemvDefaultMaxTokens);
         }
         for (auto& c : ws_copies) free_weight(c);

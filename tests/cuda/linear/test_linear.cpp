@@ -143,15 +143,29 @@ struct GemvUpTo8 {
 
 // Turns the bulk-copy FP8 GEMV (bulk_gemv.cu) off for one scope: the tests written for the f16 GEMV kernels
 // (raw vs prepared bit-identity) keep testing those kernels on sm_90.
-struct BulkGemvOff {
-    BulkGemvOff() { cuda::set_bulk_gemv(false); }
-    ~BulkGemvOff() { cuda::set_bulk_gemv(true); }
+struct BulkGemvOff {  // (and the wgmma one, wgmma_gemv.cu, which is taken first)
+    BulkGemvOff() {
+        cuda::set_bulk_gemv(false);
+        cuda::set_wgmma_gemv(false);
+    }
+    ~BulkGemvOff() {
+        cuda::set_bulk_gemv(true);
+        cuda::set_wgmma_gemv(true);
+    }
 };
 
+// The wgmma GEMV (taken first for FP8 in release numerics on sm_90a) is off in every case but WgmmaGemvMatchesCpu,
+// so that each case keeps testing the kernel (and the threshold) it was written for.
 class LinearTest : public ::testing::Test {
 protected:
-    void SetUp() override { ws_ = cuda::create_gemm_workspace(size_t(8) << 20, 4096); }
-    void TearDown() override { cuda::destroy_gemm_workspace(ws_); }
+    void SetUp() override {
+        ws_ = cuda::create_gemm_workspace(size_t(8) << 20, 4096);
+        cuda::set_wgmma_gemv(false);
+    }
+    void TearDown() override {
+        cuda::destroy_gemm_workspace(ws_);
+        cuda::set_wgmma_gemv(true);
+    }
     cuda::GemmWorkspace ws_;
 };
 
@@ -403,9 +417,15 @@ TEST_F(LinearTest, RawActivationMatchesPreparedBitwise) {
 // decode shapes (single stage, split-K, two token tiles, F32 / E8M0 scales, bf16 / fp32 out, with and without a
 // workspace), deterministic, and against the f16 GEMV on a grouped (wo_a-like) projection. Thresholds as the other
 // GEMV cases: fp32 sums of exact products differ by summation order only.
-struct BulkGemvAnySize {  // the bulk GEMV also for 1 token and small matrices (edge shapes), for one scope
-    BulkGemvAnySize() { cuda::set_bulk_gemv(true, true); }
-    ~BulkGemvAnySize() { cuda::set_bulk_gemv(true); }
+struct BulkGemvAnySize {  // the bulk GEMV also for 1 token and small matrices (edge shapes), wgmma off, one scope
+    BulkGemvAnySize() {
+        cuda::set_bulk_gemv(true, true);
+        cuda::set_wgmma_gemv(false);
+    }
+    ~BulkGemvAnySize() {
+        cuda::set_bulk_gemv(true);
+        cuda::set_wgmma_gemv(true);
+    }
 };
 
 TEST_F(LinearTest, BulkGemvMatchesCpu) {
@@ -480,6 +500,94 @@ TEST_F(LinearTest, BulkGemvMatchesCpu) {
         cuda::set_bulk_gemv(true, true);
         EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)), 0) << "groups=" << groups;
         EXPECT_LE(rel_l2(out[0], out[2]), 2e-5) << "groups=" << groups;
+    }
+}
+
+struct WgmmaGemvAnySize {  // the wgmma GEMV also for 1 token, for one scope
+    WgmmaGemvAnySize() { cuda::set_wgmma_gemv(true, true); }
+    ~WgmmaGemvAnySize() { cuda::set_wgmma_gemv(true); }
+};
+
+// The wgmma FP8 GEMV (wgmma_gemv.cu, sm_90a) against the CPU reference on random shapes (split-K with and without a
+// workspace, odd token counts, one and two 8-token column blocks), then split-K determinism and agreement with the
+// bulk-copy GEMV, plain and grouped. Thresholds: fp32 out 3e-4 (the tensor core's FP8 sums of 128 products are not
+// exact fp32 additions: 1.0-1.3e-4 relative measured on the H200 for every shape here), bf16 out 4e-3 (bf16
+// rounding).
+TEST_F(LinearTest, WgmmaGemvMatchesCpu) {
+    if (cuda::current_arch().cc != 90) GTEST_SKIP() << "wgmma GEMV needs sm_90a";
+    GemvUpTo8 up_to_16;
+    WgmmaGemvAnySize any_size;
+    const std::vector<std::array<int64_t, 3>> shapes = {
+        {1, 1024, 4096},   // wq_a-like: split-K
+        {1, 4096, 8192},   // wo_b-like: many splits
+        {2, 64, 256},      // one stage, one tile
+        {5, 512, 768},     // 3 stages, odd tokens
+        {9, 320, 2048},    // two 8-token column blocks
+        {16, 2048, 1024},  // wq_b-like rows, 16 tokens
+    };
+    for (const cuda::GemmWorkspace* ws : {static_cast<const cuda::GemmWorkspace*>(&ws_),
+                                          static_cast<const cuda::GemmWorkspace*>(nullptr)})
+        for (const auto& s : shapes) {
+            auto p = check_case({WeightKind::FP8_BLOCK128, ScaleKind::E8M0, ActNumerics::FP8_BLOCK128, s[0], s[1],
+                                 s[2], OutKind::F32}, ws, 3e-4);
+            EXPECT_TRUE(p.wgmma) << "M=" << s[0] << " N=" << s[1] << " K=" << s[2];
+            if (ws && s[2] >= 1024) EXPECT_GT(p.k_splits, 1);
+            p = check_case({WeightKind::FP8_BLOCK128, ScaleKind::F32, ActNumerics::FP8_BLOCK128, s[0], s[1], s[2],
+                            OutKind::BF16}, ws, 4e-3);
+            EXPECT_TRUE(p.wgmma);
+        }
+    // The production floors: 2+ tokens on >= 4 MB of weights.
+    cuda::set_wgmma_gemv(true);
+    for (auto [M, N, K, want] : {std::tuple<int64_t, int64_t, int64_t, bool>{1, 32768, 1024, false},  // wq_b
+                                 {1, 4096, 8192, false},                                             // wo_b
+                                 {2, 1024, 4096, true},                                              // wq_a
+                                 {16, 32768, 1024, true},
+                                 {8, 512, 4096, false}}) {                                           // wkv
+        cuda::PreparedActivation p;
+        p.layout = WeightKind::FP8_BLOCK128;
+        p.numerics = ActNumerics::FP8_BLOCK128;
+        p.m = M;
+        p.k = p.k_pad = K;
+        p.m_pad = (M + 7) / 8 * 8;
+        p.values = reinterpret_cast<uint16_t*>(uintptr_t(256));  // eligibility only looks at the alignment
+        cuda::DeviceLinear d{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, N, K,
+                             reinterpret_cast<const void*>(uintptr_t(4096)), nullptr};
+        EXPECT_EQ(cuda::plan_linear(p, d, 1, &ws_).wgmma, want) << "M=" << M << " N=" << N << " K=" << K;
+    }
+    cuda::set_wgmma_gemv(true, true);
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    for (int groups : {1, 4}) {
+        const int64_t M = 11, N = 4 * 64, K = 1024, Kx = K * groups;
+        TestWeight w = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, N, K);
+        std::vector<uint16_t> xb = random_bf16(rng, size_t(M * Kx), 1.f);
+        DeviceArray<uint16_t> xd(xb), pv(cuda::prepared_values_bytes(M, Kx) / 2);
+        DeviceArray<float> ps(cuda::prepared_scales_bytes(M, Kx) / 4), y(size_t(M * N));
+        cuda::PreparedActivation p;
+        p.values = pv.ptr;
+        p.scales = ps.ptr;
+        cuda::prepare_activation(xd.ptr, false, M, Kx, Kx, WeightKind::FP8_BLOCK128, ActNumerics::FP8_BLOCK128, p,
+                                 nullptr);
+        std::vector<float> out[3];
+        for (int run = 0; run < 3; ++run) {
+            cuda::set_wgmma_gemv(run < 2, true);
+            cuda::set_bulk_gemv(true, true);
+            const auto plan = cuda::plan_linear(p, w.device(), groups, &ws_);
+            EXPECT_EQ(plan.wgmma, run < 2);
+            EXPECT_EQ(plan.bulk, run == 2);
+            y.poison();
+            if (groups > 1)
+                cuda::grouped_linear(p, w.device(), groups, y.ptr, OutKind::F32, N, &ws_, nullptr);
+            else
+                cuda::linear(p, w.device(), y.ptr, OutKind::F32, N, &ws_, nullptr);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            out[run] = y.download();
+        }
+        cuda::set_bulk_gemv(true);
+        cuda::set_wgmma_gemv(true, true);
+        EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)), 0) << "groups=" << groups;
+        EXPECT_LE(rel_l2(out[0], out[2]), 3e-4) << "groups=" << groups;
     }
 }
 
