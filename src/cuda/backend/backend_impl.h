@@ -177,7 +177,8 @@ private:
     DeviceBuffer selected_, indexer_ws_;  // indexer top-k [rows, index_topk] and its scoring workspace
     DeviceBuffer attn_ws_;
     DeviceBuffer expert_ptrs_;                      // all layers' ExpertTable pointer arrays
-    DeviceBuffer router_logits_, expert_idx_, expert_weight_, grouping_mem_, act_tiles_mem_, y_routed_, y_shared_;
+    DeviceBuffer router_logits_, expert_idx_, expert_weight_, grouping_mem_, act_tiles_mem_, y_routed_, y_shared_,
+        shared_gu_;
     PrepBuffer moe_h_, moe_h_shared_, prep_x_expert_;
     MoeGrouping grouping_{};
     size_t attn_ws_bytes_ = 0;

@@ -95,6 +95,11 @@ void set_moe_bulk_path(bool enabled);
 bool moe_expert_wgmma_path(const ExpertTable& table, const MoeGrouping* grouping, int64_t M,
                            const PreparedActivation& x);
 void set_moe_wgmma_path(bool enabled);
+// A dense expert run as two linears (w1 -> g, w3 -> u, bf16 [M, inter] with row stride ld): h = the prepared
+// activation (layout, numerics) of round_bf16(silu(min(g, limit)) * clamp(u, +-limit)), as moe_expert_up writes it.
+// h: values/scales sized for (M, inter); its other fields are filled in.
+void moe_swiglu_prepare(const uint16_t* g, const uint16_t* u, int64_t ld, int64_t M, int64_t inter, float limit,
+                        WeightKind layout, ActNumerics numerics, PreparedActivation& h, cudaStream_t stream);
 // y: [rows, hidden] fp32, row = grouped slot (routed) or token (dense).
 void moe_expert_down(const PreparedActivation& h, const ExpertTable& table, const MoeGrouping* grouping, int64_t M,
                      int top_k, float* y, cudaStream_t stream);

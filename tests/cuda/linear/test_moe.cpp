@@ -434,5 +434,54 @@ TEST(MoeLayer, BulkDownOneHotPicksWeightColumn) {
     }
 }
 
+// moe_swiglu_prepare (the shared expert's SwiGLU when w1 / w3 run as linears) against the CPU: h =
+// act_quant(round_bf16(silu(min(g, limit)) * clamp(u))) read back through the prepared layout (FP8: stored
+// x0 x2 x1 x3 per group of four). Both numerics, a row stride wider than inter, inter not a multiple of 128
+// (a partial last block), values large enough to hit the clamp. Threshold 1e-3: the GPU's expf may differ from the
+// CPU's in the last bit and move a bf16 / e4m3 rounding for a few elements.
+TEST(MoeSwiglu, PrepareMatchesCpu) {
+    const int64_t M = 5, inter = 600, ld = 704;
+    const float limit = 7.f;
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed=" + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> nd(0.f, 4.f);
+    std::vector<uint16_t> gb(size_t(M * ld)), ub(size_t(M * ld));
+    for (auto& v : gb) v = f32_to_bf16(nd(rng));
+    for (auto& v : ub) v = f32_to_bf16(nd(rng));
+    DeviceArray<uint16_t> g(gb), u(ub);
+    for (auto numerics : {ActNumerics::EXACT, ActNumerics::FP8_BLOCK128}) {
+        DeviceArray<uint16_t> hv(cuda::prepared_values_bytes(M, inter) / 2);
+        DeviceArray<float> hs(cuda::prepared_scales_bytes(M, inter) / 4);
+        hv.poison();
+        hs.poison();
+        cuda::PreparedActivation h{};
+        h.values = hv.ptr;
+        h.scales = hs.ptr;
+        cuda::moe_swiglu_prepare(g.ptr, u.ptr, ld, M, inter, limit, WeightKind::FP8_BLOCK128, numerics, h, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        ASSERT_EQ(h.k_pad, 640);
+        const auto vals = hv.download();
+        const auto scs = hs.download();
+        std::vector<float> got, want;
+        for (int64_t r = 0; r < M; ++r) {
+            std::vector<float> act(static_cast<size_t>(inter)), q(static_cast<size_t>(inter));
+            for (int64_t c = 0; c < inter; ++c) {
+                const float gate = std::min(bf16_to_f32(gb[size_t(r * ld + c)]), limit);
+                const float up = std::min(std::max(bf16_to_f32(ub[size_t(r * ld + c)]), -limit), limit);
+                act[size_t(c)] = round_bf16(gate / (1.f + std::exp(-gate)) * up);
+            }
+            q = act;
+            if (numerics == ActNumerics::FP8_BLOCK128) cpu::act_quant_fp8_block128(act.data(), inter, q.data());
+            for (int64_t c = 0; c < inter; ++c) {
+                const int64_t p = c % 4, stored = (c & ~int64_t(3)) | (p == 1 ? 2 : p == 2 ? 1 : p);
+                got.push_back(half_bits_to_f32(vals[size_t(r * h.k_pad + stored)]) * scs[size_t(r * 5 + c / 128)]);
+                want.push_back(q[size_t(c)]);
+            }
+        }
+        EXPECT_LE(rel_l2(got, want), 1e-3) << "numerics=" << int(numerics);
+    }
+}
+
 }  // namespace
 }  // namespace flashseek::test
