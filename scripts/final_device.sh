@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-of-session GPU check (device): every GPU test executable (op harness + backend), compute-sanitizer memcheck on
-# the bulk-copy kernels' cases, and the decode bench on full-size V4-Flash layers. Logs under $OUT.
+# the bulk-copy and wgmma kernels' cases, racecheck on the small ones, and the decode bench on full-size V4-Flash
+# layers. Logs under $OUT.
 # Usage (device): scripts/final_device.sh ; expects .gpubundle/gpucheck.tar.xz (scripts/gpu_check.sh --bundle).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,8 +15,12 @@ for t in test_cuda_linear test_cuda_attention test_cuda_backend; do
   timeout 400 "$B/$t" --gtest_filter='-*Bench*' > "$OUT/$t.log" 2>&1; echo "$t rc=$?"
   grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|tests? ran" "$OUT/$t.log" | head -8
 done
-timeout 300 compute-sanitizer --tool memcheck "$B/test_cuda_linear" --gtest_filter='LinearTest.BulkGemv*:MoeLayer.Bulk*' \
+timeout 400 compute-sanitizer --tool memcheck "$B/test_cuda_linear" \
+  --gtest_filter='LinearTest.BulkGemv*:LinearTest.WgmmaGemv*:MoeLayer.Bulk*:MoeSwiglu.*' \
   > "$OUT/memcheck.log" 2>&1; echo "memcheck rc=$?"; tail -2 "$OUT/memcheck.log"
+timeout 240 compute-sanitizer --tool racecheck "$B/test_cuda_linear" \
+  --gtest_filter='MoeLayer.BulkDownOneHot*:MoeSwiglu.*' > "$OUT/racecheck.log" 2>&1; echo "racecheck rc=$?"
+grep -E "RACECHECK SUMMARY|hazard|PASSED|FAILED" "$OUT/racecheck.log" | tail -4
 timeout 300 "$B/flashseek" bench --model tests/data/configs/v4-flash.json --dummy-weights --layers 20 --context 256 \
   --concurrency 1,16 --output-len 32 --seed 1 --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1; echo "bench rc=$?"
 grep -vE "^\s+(attn|moe|mhc|head|prepare|embed|final|sample|hc)" "$OUT/bench.log" | tail -25
