@@ -3,6 +3,8 @@
 // fused w1/w3 + SwiGLU(clamp) + routing weight per active expert, w2, the shared expert in dense mode, and the
 // combine. Also builds the per-layer expert pointer tables the kernels index (once, at start-up).
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "cuda/backend/backend_impl.h"
@@ -114,10 +116,20 @@ void CudaBackendImpl::enqueue_moe(int l, const PassShape& s) {
         L.shared_w1.kind == w1.kind ? ax
                                     : prep(prep_x_, y_.get(), false, T, D, D, L.shared_w1, false,
                                            moe_expert_takes_raw(L.shared, T));
-    // Where the linears take the wgmma GEMV (FP8, 2-16 tokens, release numerics, sm_90a), the shared expert runs as
-    // w1 and w3 linears + SwiGLU-and-prepare + a w2 linear: measured faster than the fused expert kernels there.
+    // Where the linears take the wgmma GEMV (FP8, 2-16 tokens, sm_90a), the shared expert runs as w1 and w3 linears
+    // + SwiGLU-and-prepare + a w2 linear: measured faster than the fused expert kernels there (C=16 -0.35 ms; at one
+    // token the SIMT-GEMV linears measured no faster: docs/perf.md). FLASHSEEK_SHARED_LINEAR=0 keeps the fused
+    // kernels (A/B).
+    static const bool shared_linear_on = [] {
+        const char* v = std::getenv("FLASHSEEK_SHARED_LINEAR");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
     const int64_t I = cfg_.moe_intermediate_size;
-    if (plan_linear(axs, L.shared_w1, 1, &gemm_ws_).wgmma && plan_linear(axs, L.shared_w3, 1, &gemm_ws_).wgmma) {
+    auto linear_path = [&](const DeviceLinear& w) { return plan_linear(axs, w, 1, &gemm_ws_).wgmma; };
+    // Release numerics only: there the w1 / w3 outputs are rounded to bf16 before SwiGLU (the reference's expert
+    // GEMMs output bf16), which the bf16 linear outputs reproduce; exact numerics keep them in fp32.
+    if (shared_linear_on && act_numerics_ == ActNumerics::FP8_BLOCK128 && L.shared_w1.kind != WeightKind::BF16 &&
+        linear_path(L.shared_w1) && linear_path(L.shared_w3)) {
         uint16_t* g = shared_gu_.as<uint16_t>();
         uint16_t* u = g + size_t(T) * size_t(I);
         {
