@@ -806,7 +806,7 @@ void set_moe_bulk_path(bool enabled) { moe_bulk::set_enabled(enabled); }
 bool moe_expert_wgmma_path(const ExpertTable& t, const MoeGrouping* grouping, int64_t M, const PreparedActivation& x) {
     return moe_wgmma::eligible(t, grouping, M, x);
 }
-void set_moe_wgmma_path(bool enabled) { moe_wgmma::set_enabled(enabled); }
+void set_moe_wgmma_path(bool enabled, bool any_tokens) { moe_wgmma::set_enabled(enabled, any_tokens); }
 
 void moe_combine(const float* y_routed, const MoeGrouping& g, const float* y_shared, int64_t M, int top_k,
                  int64_t hidden, void* out, OutKind out_kind, int64_t ld_out, cudaStream_t stream, bool round_terms) {

@@ -94,7 +94,7 @@ void set_moe_bulk_path(bool enabled);
 // apply (they need act tiles attached to the grouping); FLASHSEEK_MOE_WGMMA=0 also turns them off.
 bool moe_expert_wgmma_path(const ExpertTable& table, const MoeGrouping* grouping, int64_t M,
                            const PreparedActivation& x);
-void set_moe_wgmma_path(bool enabled);
+void set_moe_wgmma_path(bool enabled, bool any_tokens = false);  // any_tokens: also below its token floor
 // A dense expert run as two linears (w1 -> g, w3 -> u, bf16 [M, inter] with row stride ld): h = the prepared
 // activation (layout, numerics) of round_bf16(silu(min(g, limit)) * clamp(u, +-limit)), as moe_expert_up writes it.
 // h: values/scales sized for (M, inter); its other fields are filled in.

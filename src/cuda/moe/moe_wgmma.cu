@@ -55,7 +55,17 @@ constexpr int kStageBytes = kWeightBytes + kTileBytes + kScaleFloats * 4;
 constexpr uint32_t kStageTx = kRows * kRowBytes + kTileBytes + kScaleFloats * 4;
 constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kStages * 8;
 static_assert(kWeightBytes % 128 == 0 && kStageBytes % 128 == 0, "tile and stage alignment");
-constexpr int64_t kMinTokens = 8;  // below: moe_gemv (few experts; measured per path in docs/perf.md)
+// Fewest tokens served (default 8; FLASHSEEK_MOE_WGMMA_MIN_TOKENS overrides it for A/B runs, set_enabled's
+// any_tokens drops it for tests). Below: moe_gemv (few experts; measured per path in docs/perf.md).
+int64_t min_tokens() {
+    static const int64_t v = [] {
+        const char* e = std::getenv("FLASHSEEK_MOE_WGMMA_MIN_TOKENS");
+        const int64_t n = e ? std::atoll(e) : 8;
+        return n >= 1 && n <= 16 ? n : int64_t(8);
+    }();
+    return v;
+}
+std::atomic<bool> g_any_tokens{false};
 
 struct Args {
     const void* const* w_a;  // up: w1, down: w2 (per expert)
@@ -420,13 +430,16 @@ bool build_has_wgmma() {
 #endif
 }
 
-void set_enabled(bool enabled) { g_enabled.store(enabled); }
+void set_enabled(bool enabled, bool any_tokens) {
+    g_enabled.store(enabled);
+    g_any_tokens.store(any_tokens);
+}
 
 bool serves(const ExpertTable& t, const MoeGrouping* grouping, int64_t M) {
     if (!g_enabled.load() || !build_has_wgmma() || !has_wgmma(current_arch().cc) || grouping == nullptr) return false;
     // Tiles for min(E, max_pairs) experts cover every step the grouping can hold (M * top_k <= max_pairs).
     return t.kind == WeightKind::FP4_BLOCK32 && t.scale_kind == ScaleKind::E8M0 && t.scales_aligned16 &&
-           M >= kMinTokens && M <= 16 && M <= small_m_gemv_max_tokens() && t.hidden % 256 == 0 &&
+           M >= (g_any_tokens.load() ? 1 : min_tokens()) && M <= 16 && M <= small_m_gemv_max_tokens() && t.hidden % 256 == 0 &&
            t.inter % 256 == 0 && t.hidden <= grouping->act_tile_k && t.inter <= grouping->act_tile_k &&
            grouping->act_tiles != nullptr && grouping->act_tile_scales != nullptr &&
            grouping->act_tile_experts >= std::min<int64_t>(grouping->E, grouping->max_pairs);

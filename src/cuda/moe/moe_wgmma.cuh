@@ -14,7 +14,7 @@ bool build_has_wgmma();
 // multiples of 256 within the tiles' K, 8 <= M <= 16 tokens (and within small_m_gemv_max_tokens()), on a
 // compute capability 9.0 device with the sm_90a build; FLASHSEEK_MOE_WGMMA=0 or set_enabled(false) turns it off.
 bool serves(const ExpertTable& t, const MoeGrouping* grouping, int64_t M);
-void set_enabled(bool enabled);
+void set_enabled(bool enabled, bool any_tokens = false);  // any_tokens (tests, benchmarks): also below 8 tokens
 // serves() and x a prepared (not raw) FP4-layout activation in release numerics (e4m3 codes), 16-byte aligned.
 bool eligible(const ExpertTable& t, const MoeGrouping* grouping, int64_t M, const PreparedActivation& x);
 

@@ -115,7 +115,7 @@ void bench_moe(double copy_bw, std::vector<BenchRow>& rows) {
         cuda::set_small_m_gemv(v.gemv);
         cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens);  // time the GEMV at M <= 8 too
         cuda::set_moe_bulk_path(v.bulk);
-        cuda::set_moe_wgmma_path(v.wgmma);
+        cuda::set_moe_wgmma_path(v.wgmma, true);  // below its token floor too (M = 1)
         if (v.bulk && !cuda::moe_expert_bulk_path(tables[0], &g, M, p)) continue;
         if (v.wgmma && !cuda::moe_expert_wgmma_path(tables[0], &g, M, p)) continue;
         const double us = time_graph_per_call(

@@ -162,7 +162,7 @@ struct GemvSwitch {
         cuda::set_small_m_gemv(path != 1);
         cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens);
         cuda::set_moe_bulk_path(path == 3);
-        cuda::set_moe_wgmma_path(path == 4);
+        cuda::set_moe_wgmma_path(path == 4, true);  // path 4 below its production token floor too
     }
     ~GemvSwitch() {
         cuda::set_small_m_gemv(true);
@@ -196,7 +196,8 @@ TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
                                      {9, 16, 6, 2048, 512}}) {
             if (path >= 2 && M > cuda::kGemvMaxTokens) continue;  // no GEMV above 16 tokens: same kernels as path 1
             const bool bulk_shape = D % 512 == 0 && I % 512 == 0 && M >= 8 && numerics == ActNumerics::FP8_BLOCK128;
-            if (path >= 3 && !bulk_shape) continue;  // paths 3 and 4 would take path 2's kernels
+            const bool wgmma_shape = D % 256 == 0 && I % 256 == 0 && numerics == ActNumerics::FP8_BLOCK128;
+            if ((path == 3 && !bulk_shape) || (path == 4 && !wgmma_shape)) continue;  // would take path 2's kernels
             GemvSwitch gemv(path);
             const uint64_t seed = fresh_seed();
             std::ostringstream d;
@@ -297,7 +298,7 @@ struct FastPath {
     }
     static void set(int v) {
         cuda::set_moe_bulk_path(v == 1);
-        cuda::set_moe_wgmma_path(v == 2);
+        cuda::set_moe_wgmma_path(v == 2, true);  // also below its production token floor
     }
     static bool taken(int v, const cuda::ExpertTable& t, const cuda::MoeGrouping& g, int64_t M,
                       const cuda::PreparedActivation& x) {
@@ -317,9 +318,11 @@ TEST(MoeLayer, BulkPathMatchesGemvPathPerStage) {
     for (auto [M, E, K, D, I] : {std::tuple<int, int, int, int64_t, int64_t>{8, 4, 2, 1024, 2048},
                                  {16, 8, 4, 2048, 1024},
                                  {16, 64, 6, 512, 512},
-                                 {12, 32, 6, 768, 256}}) {
+                                 {12, 32, 6, 768, 256},
+                                 {1, 16, 6, 1024, 512},
+                                 {3, 32, 4, 512, 768}}) {
         if (!FastPath::available(fast)) continue;
-        const bool bulk_shape = D % 512 == 0 && I % 512 == 0;
+        const bool bulk_shape = D % 512 == 0 && I % 512 == 0 && M >= 8;
         if (fast == 1 && !bulk_shape) continue;
         const uint64_t seed = fresh_seed();
         std::ostringstream d;
