@@ -6,11 +6,7 @@
 # (scripts/gpu_check.sh --bundle, then tar -cJf of .gpucheck). Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT" x
-tar -xJf .gpubundle/gpucheck.tar.xz -C x
-B=$(dirname "$(find x -name flashseek -type f | head -1)")
-export LD_LIBRARY_PATH=$PWD/$B:${LD_LIBRARY_PATH:-} FLASHSEEK_SOURCE_DIR=$PWD
+source scripts/device_bundle.sh
 MEMCHECK=0; MICRO=1
 for a in "$@"; do case "$a" in --memcheck) MEMCHECK=1 ;; --no-micro) MICRO=0 ;; esac; done
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader

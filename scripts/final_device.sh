@@ -5,11 +5,7 @@
 # Usage (device): scripts/final_device.sh ; expects .gpubundle/gpucheck.tar.xz (scripts/gpu_check.sh --bundle).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT" x
-tar -xJf .gpubundle/gpucheck.tar.xz -C x
-B=x
-export LD_LIBRARY_PATH=$PWD/x:${LD_LIBRARY_PATH:-} FLASHSEEK_SOURCE_DIR=$PWD
+source scripts/device_bundle.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 for t in test_cuda_linear test_cuda_attention test_cuda_backend; do
   timeout 400 "$B/$t" --gtest_filter='-*Bench*' > "$OUT/$t.log" 2>&1; echo "$t rc=$?"

@@ -5,11 +5,7 @@
 # Usage (device): scripts/wgmma_device.sh [--memcheck] [--full]; expects .gpubundle/gpucheck.tar.xz. Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT" x
-tar -xJf .gpubundle/gpucheck.tar.xz -C x
-B=$(dirname "$(find x -name flashseek -type f | head -1)")
-export LD_LIBRARY_PATH=$PWD/$B:${LD_LIBRARY_PATH:-} FLASHSEEK_SOURCE_DIR=$PWD
+source scripts/device_bundle.sh
 MEMCHECK=0; FULL=0
 for a in "$@"; do case "$a" in --memcheck) MEMCHECK=1 ;; --full) FULL=1 ;; esac; done
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader

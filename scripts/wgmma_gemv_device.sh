@@ -4,11 +4,7 @@
 # GEMV on/off. Usage (device): scripts/wgmma_gemv_device.sh; expects .gpubundle/gpucheck.tar.xz. Logs under $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT" x
-tar -xJf .gpubundle/gpucheck.tar.xz -C x
-B=$(dirname "$(find x -name flashseek -type f | head -1)")
-export LD_LIBRARY_PATH=$PWD/$B:${LD_LIBRARY_PATH:-} FLASHSEEK_SOURCE_DIR=$PWD
+source scripts/device_bundle.sh
 echo "== tests"; timeout 300 "$B/test_cuda_linear" --gtest_filter='LinearTest.*' > "$OUT/tests.log" 2>&1; echo "rc=$?"
 grep -E "^\[  (PASSED|FAILED)|Failure|actual|Which is|rel_l2|Expected" "$OUT/tests.log" | head -30
 echo "== micro"; timeout 200 "$B/test_cuda_linear" --bench --dense-only > "$OUT/micro.log" 2>&1

@@ -41,6 +41,16 @@ inline bool has_fp8_mma(int cc) { return cc >= 89; }                   // mma.sy
 inline bool has_wgmma(int cc) { return cc == 90; }                     // wgmma needs the sm_90a build
 inline bool has_block_scaled_mma(int cc) { return cc >= 120 && cc < 130; }  // mma.sync kind::mxf8f6f4 (sm_120a)
 
+// wgmma kernels can run here: a compute capability 9.0 device and this binary built with the sm_90a target
+// (cmake/cuda.cmake defines FLASHSEEK_SM90A_BUILD; a plain sm_90 build has no wgmma code).
+inline bool wgmma_usable() {
+#if defined(FLASHSEEK_SM90A_BUILD)
+    return has_wgmma(current_arch().cc);
+#else
+    return false;
+#endif
+}
+
 }  // namespace flashseek::cuda
 
 // Device-side architecture guards (only meaningful inside __device__ code).

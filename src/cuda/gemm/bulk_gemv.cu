@@ -33,6 +33,7 @@
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
+#include "cuda/gemm/stream_gemv.cuh"
 
 namespace flashseek::cuda::bulk_gemv {
 namespace {
@@ -48,24 +49,7 @@ constexpr size_t kSmemBytes = bulk::ring_smem_bytes(kWarps, kStages, kStageBytes
 constexpr int64_t kMinTokens = 2;
 constexpr int64_t kMinWeightBytes = int64_t(16) << 20;
 
-struct Args {
-    const uint8_t* w;
-    const void* scale;
-    int scale_f32;           // 1: fp32 scales, 0: E8M0 bytes
-    int64_t N, K;            // rows (all groups), columns per row
-    int64_t scale_ld;        // ceil(K / 128)
-    const uint16_t* x;       // prepared FP8-layout activation (e4m3 codes as f16)
-    const float* xs;
-    int64_t x_ld, xs_ld;
-    int M;
-    int64_t rows_per_group, x_group_cols;
-    int splits, stages_per_split;
-    void* y;
-    int y_f32;
-    int64_t ld_y;
-    float* partials;
-    uint32_t* counters;
-};
+using stream_gemv::Args;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 using namespace bulk;
@@ -76,11 +60,6 @@ __device__ __forceinline__ void act_fragment(const uint4& v, uint32_t& b0, uint3
     const uint32_t q = f16x2_to_e4m3x2(v.z) | (f16x2_to_e4m3x2(v.w) << 16);  // x4 x6 x5 x7
     b0 = __byte_perm(p, 0u, 0x3120);
     b1 = __byte_perm(q, 0u, 0x3120);
-}
-
-__device__ __forceinline__ float weight_scale(const void* scale, int f32, int64_t idx) {
-    return f32 ? __ldg(static_cast<const float*>(scale) + idx)
-               : e8m0_to_f32_scaled(__ldg(static_cast<const uint8_t*>(scale) + idx), 0u);
 }
 
 // One stage (256 columns = two 128-blocks) for token tile J: acc[J] += W_stage x_stage. xr: activation row of B
@@ -188,19 +167,13 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_gemv_kernel(cons
             const int st = q % kStages;
             const unsigned char* sw = ring + st * kStageBytes;
             const int64_t col0 = x_col0 + int64_t(s) * kRowBytes;
-            const float ws0 = weight_scale(a.scale, a.scale_f32, s_row + int64_t(s) * 2);
-            const float ws1 = weight_scale(a.scale, a.scale_f32, s_row + int64_t(s) * 2 + 1);
+            const float ws0 = stream_gemv::weight_scale(a, s_row + int64_t(s) * 2);
+            const float ws1 = stream_gemv::weight_scale(a, s_row + int64_t(s) * 2 + 1);
             const uint32_t parity = uint32_t((q / kStages) & 1);
             stage_tile<0>(acc, sw, xr[0], xs_lo[0], xs_hi[0], col0, ws0, ws1, &bars[st], parity, true, g, t);
             if (NT > 1) stage_tile<1>(acc, sw, xr[1], xs_lo[1], xs_hi[1], col0, ws0, ws1, &bars[st], parity, false, g, t);
         }
         // Epilogue: C fragment (rows g, g + 8; tokens 2t, 2t + 1 of tile j).
-        auto store = [&](int64_t row, int tok, float v) {
-            if (a.y_f32)
-                reinterpret_cast<float*>(a.y)[tok * a.ld_y + row] = v;
-            else
-                reinterpret_cast<uint16_t*>(a.y)[tok * a.ld_y + row] = f32_to_bf16_bits(v);
-        };
 #pragma unroll
         for (int j = 0; j < NT; ++j)
 #pragma unroll
@@ -209,7 +182,7 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_gemv_kernel(cons
                 const int64_t row = row0 + g + ((r & 2) ? 8 : 0);
                 if (tok >= a.M) continue;
                 if (a.splits == 1)
-                    store(row, tok, acc[j][r]);
+                    stream_gemv::store(a, row, tok, acc[j][r]);
                 else
                     a.partials[(int64_t(split) * a.M + tok) * a.N + row] = acc[j][r];
             }
@@ -222,26 +195,7 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_gemv_kernel(cons
         last = __shfl_sync(0xffffffffu, last, 0);
         if (!last) continue;
         __threadfence();
-        // Element lane + 32 i (i < 8: 16 rows x <= 16 tokens); splits outer so that a split's loads are in flight
-        // together (split inner waits one L2 round trip per load), each sum still in split order.
-        constexpr int kPer = kRows * 16 / 32;
-        float sum[kPer];
-#pragma unroll
-        for (int i = 0; i < kPer; ++i) sum[i] = 0.f;
-#pragma unroll 4
-        for (int sp = 0; sp < a.splits; ++sp) {  // unrolled: 4 splits' loads in flight at a time
-            const float* part = a.partials + int64_t(sp) * a.M * a.N + row0;
-#pragma unroll
-            for (int i = 0; i < kPer; ++i) {
-                const int e = lane + 32 * i, tok = e / kRows;
-                if (tok < a.M) sum[i] += __ldcg(part + int64_t(tok) * a.N + e % kRows);
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < kPer; ++i) {
-            const int e = lane + 32 * i, tok = e / kRows;
-            if (tok < a.M) store(row0 + e % kRows, tok, sum[i]);
-        }
+        stream_gemv::sum_partials<kRows, 32>(a, row0, lane);
         if (lane == 0) a.counters[tile] = 0;
     }
 #else
@@ -283,41 +237,14 @@ bool eligible(const PreparedActivation& x, const DeviceLinear& w, int groups) {
 }
 
 int plan_splits(const PreparedActivation& x, const DeviceLinear& w, const GemmWorkspace* ws) {
-    const int64_t tiles = w.out / kRows, stages = w.in / kRowBytes;
-    if (!ws || !ws->partials || !ws->counters || tiles > ws->n_counters || stages < 4) return 1;
-    // ~2 items per warp of the GPU, every split >= 2 stages, partials within the workspace.
-    int64_t splits = std::min<int64_t>((2 * int64_t(warps_total()) + tiles - 1) / tiles, stages / 2);
-    splits = std::min<int64_t>(splits, int64_t(ws->partial_bytes / (size_t(x.m) * size_t(w.out) * 4)));
-    splits = std::max<int64_t>(splits, 1);
-    const int64_t per = (stages + splits - 1) / splits;
-    return int((stages + per - 1) / per);
+    // ~2 items per warp of the GPU, every split >= 2 stages, no split below 4 stages.
+    return stream_gemv::plan_splits(w.out / kRows, w.in / kRowBytes, warps_total(), 4, 2, x.m, w.out, ws);
 }
 
 void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y, OutKind y_kind, int64_t ld_y,
          const GemmWorkspace* ws, cudaStream_t stream) {
     const int splits = plan_splits(x, w, ws);
-    const int64_t stages = w.in / kRowBytes;
-    Args a{};
-    a.w = static_cast<const uint8_t*>(w.weight);
-    a.scale = w.scale;
-    a.scale_f32 = w.scale_kind == ScaleKind::F32 ? 1 : 0;
-    a.N = w.out;
-    a.K = w.in;
-    a.scale_ld = (w.in + 127) / 128;
-    a.x = x.values;
-    a.xs = x.scales;
-    a.x_ld = x.k_pad;
-    a.xs_ld = x.k_pad / 128;
-    a.M = int(x.m);
-    a.rows_per_group = groups > 1 ? w.out / groups : w.out;
-    a.x_group_cols = groups > 1 ? w.in : 0;
-    a.splits = splits;
-    a.stages_per_split = int((stages + splits - 1) / splits);
-    a.y = y;
-    a.y_f32 = y_kind == OutKind::F32;
-    a.ld_y = ld_y;
-    a.partials = ws ? ws->partials : nullptr;
-    a.counters = ws ? ws->counters : nullptr;
+    const Args a = stream_gemv::make_args(x, w, groups, y, y_kind, ld_y, ws, splits, kRowBytes);
     const int64_t items = (w.out / kRows) * splits;
     const int64_t ctas = std::min<int64_t>(int64_t(current_arch().sm_count) * kCtasPerSm, (items + kWarps - 1) / kWarps);
     auto kernel = x.m > 8 ? bulk_gemv_kernel<2> : bulk_gemv_kernel<1>;

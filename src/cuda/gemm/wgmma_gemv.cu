@@ -34,6 +34,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
+#include "cuda/gemm/stream_gemv.cuh"
 
 namespace flashseek::cuda::wgmma_gemv {
 namespace {
@@ -52,29 +53,7 @@ static_assert(kWeightBytes % 128 == 0 && kStageBytes % 128 == 0, "tile and stage
 constexpr int64_t kMinTokens = 2;                      // one token: gemv_simt.cu (see eligible())
 constexpr int64_t kMinWeightBytes = int64_t(4) << 20;  // smaller matrices: the f16 GEMV (see eligible())
 
-struct Args {
-    const uint8_t* w;
-    const void* scale;
-    int scale_f32;       // 1: fp32 scales, 0: E8M0 bytes
-    int N, K;            // rows (all groups), columns per row
-    int scale_ld;        // ceil(K / 128)
-    const uint16_t* x;   // prepared FP8-layout activation (e4m3 codes as f16)
-    const float* xs;
-    int64_t x_ld, xs_ld;
-    int M;
-    int rows_per_group, x_group_cols;
-    int splits, stages_per_split;
-    void* y;
-    int y_f32;
-    int64_t ld_y;
-    float* partials;
-    uint32_t* counters;
-};
-
-__device__ __forceinline__ float weight_scale(const void* scale, int f32, int64_t idx) {
-    return f32 ? __ldg(static_cast<const float*>(scale) + idx)
-               : __uint_as_float(uint32_t(__ldg(static_cast<const uint8_t*>(scale) + idx)) << 23);
-}
+using stream_gemv::Args;
 
 #if FS_WGMMA_AVAILABLE
 using namespace bulk;
@@ -173,9 +152,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_gemv_kernel(const 
     mbar_init_fence();
     __syncthreads();
 
-    const int tiles = a.N / kRows;
+    const int tiles = int(a.N / kRows);
     const int n_items = tiles * a.splits;
-    const int total_stages = a.K / kRowBytes;
+    const int total_stages = int(a.K / kRowBytes);
     // Items in this CTA's order and their stage ranges: item -> (tile = item % tiles, split = item / tiles).
     auto range = [&](int item, int& s0, int& s1) {
         s0 = min(total_stages, (item / tiles) * a.stages_per_split);
@@ -242,8 +221,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_gemv_kernel(const 
             store_act(act, tile_b, ss, an, ab, at, a.M);
             fence_proxy_async();  // B is read by wgmma (async proxy)
             next_act(act);        // loads for the next stage, in flight during this one
-            const float ws0 = weight_scale(a.scale, a.scale_f32, s_row + 2 * s);
-            const float ws1 = weight_scale(a.scale, a.scale_f32, s_row + 2 * s + 1);
+            const float ws0 = stream_gemv::weight_scale(a, s_row + 2 * s);
+            const float ws1 = stream_gemv::weight_scale(a, s_row + 2 * s + 1);
             __syncthreads();  // B tile and scales of this stage written
             mbar_wait(&bars[st], uint32_t((q / kStages) & 1));
             const uint32_t tile_addr = smem_u32(tile_b);
@@ -257,19 +236,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_gemv_kernel(const 
             finish_block<N>(d1, a1, acc, ws1, ss, 1, t);
         }
         // Epilogue: rows 16w + g (+ 8), token columns (j >> 2) * 8 + 2t + (j & 1).
-        auto store = [&](int64_t row, int tok, float v) {
-            if (a.y_f32)
-                reinterpret_cast<float*>(a.y)[tok * a.ld_y + row] = v;
-            else
-                reinterpret_cast<uint16_t*>(a.y)[tok * a.ld_y + row] = f32_to_bf16_bits(v);
-        };
 #pragma unroll
         for (int j = 0; j < N / 2; ++j) {
             const int tok = (j >> 2) * 8 + 2 * t + (j & 1);
             const int64_t row = row0 + 16 * warp + g + ((j & 2) ? 8 : 0);
             if (tok >= a.M) continue;
             if (a.splits == 1)
-                store(row, tok, acc[j]);
+                stream_gemv::store(a, row, tok, acc[j]);
             else
                 a.partials[(int64_t(split) * a.M + tok) * a.N + row] = acc[j];
         }
@@ -281,26 +254,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_gemv_kernel(const 
         __syncthreads();
         if (!last_flag) continue;
         __threadfence();
-        // Element tid + 128 i (i < 8: 64 rows x <= 16 tokens); splits outer so that the 8 loads of a split are in
-        // flight together (split inner would wait one L2 round trip per load), each sum still in split order.
-        constexpr int kPer = kRows * 16 / kThreads;
-        float sum[kPer];
-#pragma unroll
-        for (int i = 0; i < kPer; ++i) sum[i] = 0.f;
-#pragma unroll 4
-        for (int sp = 0; sp < a.splits; ++sp) {  // unrolled: 4 splits' loads in flight at a time
-            const float* part = a.partials + int64_t(sp) * a.M * a.N + row0;
-#pragma unroll
-            for (int i = 0; i < kPer; ++i) {
-                const int e = tid + kThreads * i, tok = e / kRows;
-                if (tok < a.M) sum[i] += __ldcg(part + int64_t(tok) * a.N + e % kRows);
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < kPer; ++i) {
-            const int e = tid + kThreads * i, tok = e / kRows;
-            if (tok < a.M) store(row0 + e % kRows, tok, sum[i]);
-        }
+        stream_gemv::sum_partials<kRows, kThreads>(a, row0, tid);
         if (tid == 0) a.counters[tile] = 0;
     }
 #else
@@ -320,21 +274,13 @@ int cta_slots() { return int(current_arch().sm_count) * kCtasPerSm; }
 
 }  // namespace
 
-bool build_has_wgmma() {
-#if defined(FLASHSEEK_SM90A_BUILD)
-    return true;
-#else
-    return false;
-#endif
-}
-
 void set_enabled(bool e, bool any_size) {
     g_enabled.store(e);
     g_any_size.store(any_size);
 }
 
 bool eligible(const PreparedActivation& x, const DeviceLinear& w, int groups) {
-    if (!g_enabled.load() || !build_has_wgmma() || !has_wgmma(current_arch().cc)) return false;
+    if (!g_enabled.load() || !wgmma_usable()) return false;
     if (w.kind != WeightKind::FP8_BLOCK128 || x.raw || x.numerics != ActNumerics::FP8_BLOCK128 ||
         x.layout != WeightKind::FP8_BLOCK128)
         return false;
@@ -350,42 +296,14 @@ bool eligible(const PreparedActivation& x, const DeviceLinear& w, int groups) {
 }
 
 int plan_splits(const PreparedActivation& x, const DeviceLinear& w, const GemmWorkspace* ws) {
-    const int64_t tiles = w.out / kRows, stages = w.in / kRowBytes;
-    if (!ws || !ws->partials || !ws->counters || tiles > ws->n_counters || stages < 2) return 1;
-    // ~2 items per CTA slot of the GPU (the last wave of items then costs at most a third), >= 1 stage per split,
-    // partials within the workspace.
-    int64_t splits = std::min<int64_t>((2 * int64_t(cta_slots()) + tiles - 1) / tiles, stages);
-    splits = std::min<int64_t>(splits, int64_t(ws->partial_bytes / (size_t(x.m) * size_t(w.out) * 4)));
-    splits = std::max<int64_t>(splits, 1);
-    const int64_t per = (stages + splits - 1) / splits;
-    return int((stages + per - 1) / per);
+    // ~2 items per CTA slot of the GPU (the last wave of items then costs at most a third), >= 1 stage per split.
+    return stream_gemv::plan_splits(w.out / kRows, w.in / kRowBytes, cta_slots(), 2, 1, x.m, w.out, ws);
 }
 
 void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y, OutKind y_kind, int64_t ld_y,
          const GemmWorkspace* ws, cudaStream_t stream) {
     const int splits = plan_splits(x, w, ws);
-    const int64_t stages = w.in / kRowBytes;
-    Args a{};
-    a.w = static_cast<const uint8_t*>(w.weight);
-    a.scale = w.scale;
-    a.scale_f32 = w.scale_kind == ScaleKind::F32 ? 1 : 0;
-    a.N = int(w.out);
-    a.K = int(w.in);
-    a.scale_ld = int((w.in + 127) / 128);
-    a.x = x.values;
-    a.xs = x.scales;
-    a.x_ld = x.k_pad;
-    a.xs_ld = x.k_pad / 128;
-    a.M = int(x.m);
-    a.rows_per_group = int(groups > 1 ? w.out / groups : w.out);
-    a.x_group_cols = int(groups > 1 ? w.in : 0);
-    a.splits = splits;
-    a.stages_per_split = int((stages + splits - 1) / splits);
-    a.y = y;
-    a.y_f32 = y_kind == OutKind::F32;
-    a.ld_y = ld_y;
-    a.partials = ws ? ws->partials : nullptr;
-    a.counters = ws ? ws->counters : nullptr;
+    const Args a = stream_gemv::make_args(x, w, groups, y, y_kind, ld_y, ws, splits, kRowBytes);
     const int64_t items = (w.out / kRows) * splits;
     const int64_t ctas = std::min<int64_t>(cta_slots(), items);
     auto kernel = x.m > 8 ? wgmma_gemv_kernel<16> : wgmma_gemv_kernel<8>;

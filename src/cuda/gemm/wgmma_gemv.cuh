@@ -8,7 +8,6 @@
 
 namespace flashseek::cuda::wgmma_gemv {
 
-bool build_has_wgmma();  // built with the sm_90a target
 // FP8_BLOCK128 weight (E8M0 or fp32 scales) with in % 256 == 0 and out % 64 == 0 (grouped: rows per group % 64 ==
 // 0), 16-byte aligned, 2 <= M <= min(16, small_m_gemv_max_tokens()), >= 4 MB of weights, a prepared (not raw)
 // activation in release numerics, a compute capability 9.0 device with the sm_90a build, and the process-wide

@@ -12,6 +12,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/gemm/generic_values.cuh"
+#include "cuda/gemm/prepare_block.cuh"
 #include "cuda/gemm/tile_pipe.cuh"
 #include "cuda/moe/moe_bulk.cuh"
 #include "cuda/moe/moe_gemv.cuh"
@@ -522,26 +523,13 @@ __global__ void generic_quant_kernel(GenericMoeArgs a) {
     float wgt;
     if (!resolve_row(a, r, e, xrow, wgt)) return;
     uint16_t* row = a.h + r * a.h_kpad + blk * 128;
-    float v[4], amax = 0.f;
+    float v[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int64_t col = blk * 128 + 4 * lane + i;
         v[i] = col < a.inter ? bf16_bits_to_f32(row[4 * lane + i]) : 0.f;
-        amax = fmaxf(amax, fabsf(v[i]));
     }
-    amax = warp_max(amax);  // also orders every lane's reads before any lane's writes
-    float sc = 1.f;
-    if (a.h_numerics == int(ActNumerics::FP8_BLOCK128))
-        sc = exp2i(max(-126, min(127, ceil_log2(fmaxf(amax, 1e-4f) / 448.f))));
-    else if (amax > 0.f)
-        sc = exp2i(max(-126, min(127, ceil_log2(amax) - 14)));
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        float q = v[i] / sc;
-        if (a.h_numerics == int(ActNumerics::FP8_BLOCK128)) q = round_e4m3(fminf(fmaxf(q, -448.f), 448.f));
-        row[mma::prepared_pos(a.kind, 4 * lane + i)] = __half_as_ushort(__float2half_rn(q));
-    }
-    if (lane == 0) a.hs[r * n_blk + blk] = sc;
+    store_prepared_block(v, lane, a.kind, a.h_numerics, row, a.hs + r * n_blk + blk);
 }
 
 // Warp per (row, n): y[row, n] = sum_k W2[n, k] * h[row, k].

@@ -24,6 +24,7 @@
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
+#include "cuda/gemm/prepare_block.cuh"
 
 namespace flashseek::cuda::moe_gemv {
 namespace {
@@ -175,26 +176,13 @@ __global__ void quantize_h_kernel(uint16_t* __restrict__ h, float* __restrict__ 
     const int64_t r = idx / n_blk, blk = idx % n_blk;
     if (offset_end && r >= *offset_end) return;
     uint16_t* row = h + r * h_kpad + blk * 128;
-    float v[4], amax = 0.f;
+    float v[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int64_t col = blk * 128 + 4 * lane + i;
         v[i] = col < inter ? bf16_bits_to_f32(row[4 * lane + i]) : 0.f;
-        amax = fmaxf(amax, fabsf(v[i]));
     }
-    amax = warp_max(amax);  // also orders every lane's reads before any lane's writes
-    float sc = 1.f;
-    if (numerics == int(ActNumerics::FP8_BLOCK128))
-        sc = exp2i(max(-126, min(127, ceil_log2(fmaxf(amax, 1e-4f) / 448.f))));
-    else if (amax > 0.f)
-        sc = exp2i(max(-126, min(127, ceil_log2(amax) - 14)));
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        float q = v[i] / sc;
-        if (numerics == int(ActNumerics::FP8_BLOCK128)) q = round_e4m3(fminf(fmaxf(q, -448.f), 448.f));
-        row[mma::prepared_pos(layout, 4 * lane + i)] = __half_as_ushort(__float2half_rn(q));
-    }
-    if (lane == 0) hs[r * n_blk + blk] = sc;
+    store_prepared_block(v, lane, layout, numerics, row, hs + r * n_blk + blk);
 }
 
 using Kernel = void (*)(Args);

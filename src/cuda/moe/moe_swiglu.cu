@@ -3,13 +3,13 @@
 // Why: at 2-16 tokens the FP8 linears' wgmma GEMV (gemm/wgmma_gemv.cu) streams the shared expert's weights about
 // twice as fast as the fused up/down expert kernels (moe_gemv.cu), whose SwiGLU this kernel supplies.
 // Layout: one warp per (row, 128-column block), 4 columns per lane; the same rounding and act_quant as the fused
-// path (moe_gemv.cu quantize_h), so both give identical h for identical g and u.
+// path (gemm/prepare_block.cuh, shared with moe_gemv.cu quantize_h), so both give identical h for identical g, u.
 #include <cuda_runtime.h>
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
-#include "cuda/gemm/mma_core.cuh"
+#include "cuda/gemm/prepare_block.cuh"
 #include "cuda/moe/moe.cuh"
 
 namespace flashseek::cuda {
@@ -25,7 +25,7 @@ __global__ void swiglu_prepare_kernel(const uint16_t* __restrict__ g, const uint
     const int64_t idx = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     if (idx >= rows * n_blk) return;
     const int64_t r = idx / n_blk, blk = idx % n_blk;
-    float v[4], amax = 0.f;
+    float v[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int64_t col = blk * 128 + 4 * lane + i;
@@ -35,22 +35,8 @@ __global__ void swiglu_prepare_kernel(const uint16_t* __restrict__ g, const uint
             const float up = fminf(fmaxf(bf16_bits_to_f32(u[r * ld + col]), -limit), limit);
             v[i] = round_bf16(gate / (1.f + expf(-gate)) * up);
         }
-        amax = fmaxf(amax, fabsf(v[i]));
     }
-    amax = warp_max(amax);
-    float sc = 1.f;
-    if (numerics == int(ActNumerics::FP8_BLOCK128))
-        sc = exp2i(max(-126, min(127, ceil_log2(fmaxf(amax, 1e-4f) / 448.f))));
-    else if (amax > 0.f)
-        sc = exp2i(max(-126, min(127, ceil_log2(amax) - 14)));
-    uint16_t* row = h + r * h_kpad + blk * 128;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        float q = v[i] / sc;
-        if (numerics == int(ActNumerics::FP8_BLOCK128)) q = round_e4m3(fminf(fmaxf(q, -448.f), 448.f));
-        row[mma::prepared_pos(layout, 4 * lane + i)] = __half_as_ushort(__float2half_rn(q));
-    }
-    if (lane == 0) hs[r * n_blk + blk] = sc;
+    store_prepared_block(v, lane, layout, numerics, h + r * h_kpad + blk * 128, hs + r * n_blk + blk);
 }
 
 }  // namespace

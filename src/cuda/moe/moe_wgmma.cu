@@ -422,21 +422,13 @@ bool prepared_release(const PreparedActivation& x) {
 
 }  // namespace
 
-bool build_has_wgmma() {
-#if defined(FLASHSEEK_SM90A_BUILD)
-    return true;
-#else
-    return false;
-#endif
-}
-
 void set_enabled(bool enabled, bool any_tokens) {
     g_enabled.store(enabled);
     g_any_tokens.store(any_tokens);
 }
 
 bool serves(const ExpertTable& t, const MoeGrouping* grouping, int64_t M) {
-    if (!g_enabled.load() || !build_has_wgmma() || !has_wgmma(current_arch().cc) || grouping == nullptr) return false;
+    if (!g_enabled.load() || !wgmma_usable() || grouping == nullptr) return false;
     // Tiles for min(E, max_pairs) experts cover every step the grouping can hold (M * top_k <= max_pairs).
     return t.kind == WeightKind::FP4_BLOCK32 && t.scale_kind == ScaleKind::E8M0 && t.scales_aligned16 &&
            M >= (g_any_tokens.load() ? 1 : min_tokens()) && M <= 16 && M <= small_m_gemv_max_tokens() && t.hidden % 256 == 0 &&

@@ -8,8 +8,6 @@
 
 namespace flashseek::cuda::moe_wgmma {
 
-// Whether this binary was built with the sm_90a target (wgmma is arch-specific; a plain sm_90 build has none).
-bool build_has_wgmma();
 // Routed (grouping with act tiles attached) FP4 experts with E8M0 scales 16-byte aligned, hidden and inter
 // multiples of 256 within the tiles' K, 8 <= M <= 16 tokens (and within small_m_gemv_max_tokens()), on a
 // compute capability 9.0 device with the sm_90a build; FLASHSEEK_MOE_WGMMA=0 or set_enabled(false) turns it off.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <sstream>
 
 #include "cpu/ops.h"
@@ -417,6 +418,57 @@ TEST_F(LinearTest, RawActivationMatchesPreparedBitwise) {
 // decode shapes (single stage, split-K, two token tiles, F32 / E8M0 scales, bf16 / fp32 out, with and without a
 // workspace), deterministic, and against the f16 GEMV on a grouped (wo_a-like) projection. Thresholds as the other
 // GEMV cases: fp32 sums of exact products differ by summation order only.
+// plan_linear's choice (the LinearPlan member `flag`) for an FP8 release-numerics activation of M tokens against an
+// [N, K] weight: eligibility only looks at shapes and pointer alignment, so no memory is touched.
+bool planned(const cuda::GemmWorkspace& ws, int64_t M, int64_t N, int64_t K, bool cuda::LinearPlan::*flag) {
+    cuda::PreparedActivation p;
+    p.layout = WeightKind::FP8_BLOCK128;
+    p.numerics = ActNumerics::FP8_BLOCK128;
+    p.m = M;
+    p.k = p.k_pad = K;
+    p.m_pad = (M + 7) / 8 * 8;
+    p.values = reinterpret_cast<uint16_t*>(uintptr_t(256));
+    cuda::DeviceLinear d{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, N, K, reinterpret_cast<const void*>(uintptr_t(4096)),
+                         nullptr};
+    return cuda::plan_linear(p, d, 1, &ws).*flag;
+}
+
+// Split-K determinism of a streaming GEMV and its agreement with another path, plain and grouped (wo_a-like):
+// select(run) sets the paths for runs 0 and 1 (the GEMV under test, whose plan has `flag`) and run 2 (the other
+// path); runs 0 and 1 must match bit for bit, run 2 within max_rel.
+void check_split_k_and_agreement(const cuda::GemmWorkspace& ws, int64_t M, double max_rel,
+                                 bool cuda::LinearPlan::*flag, const std::function<void(int)>& select) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    for (int groups : {1, 4}) {
+        const int64_t N = 4 * 64, K = 1024, Kx = K * groups;
+        TestWeight w = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, N, K);
+        std::vector<uint16_t> xb = random_bf16(rng, size_t(M * Kx), 1.f);
+        DeviceArray<uint16_t> xd(xb), pv(cuda::prepared_values_bytes(M, Kx) / 2);
+        DeviceArray<float> ps(cuda::prepared_scales_bytes(M, Kx) / 4), y(size_t(M * N));
+        cuda::PreparedActivation p;
+        p.values = pv.ptr;
+        p.scales = ps.ptr;
+        cuda::prepare_activation(xd.ptr, false, M, Kx, Kx, WeightKind::FP8_BLOCK128, ActNumerics::FP8_BLOCK128, p,
+                                 nullptr);
+        std::vector<float> out[3];
+        for (int run = 0; run < 3; ++run) {
+            select(run);
+            EXPECT_EQ(cuda::plan_linear(p, w.device(), groups, &ws).*flag, run < 2);
+            y.poison();
+            if (groups > 1)
+                cuda::grouped_linear(p, w.device(), groups, y.ptr, OutKind::F32, N, &ws, nullptr);
+            else
+                cuda::linear(p, w.device(), y.ptr, OutKind::F32, N, &ws, nullptr);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            out[run] = y.download();
+        }
+        EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)), 0) << "groups=" << groups;
+        EXPECT_LE(rel_l2(out[0], out[2]), max_rel) << "groups=" << groups;
+    }
+}
+
 struct BulkGemvAnySize {  // the bulk GEMV also for 1 token and small matrices (edge shapes), wgmma off, one scope
     BulkGemvAnySize() {
         cuda::set_bulk_gemv(true, true);
@@ -452,55 +504,13 @@ TEST_F(LinearTest, BulkGemvMatchesCpu) {
             EXPECT_TRUE(p.bulk);
         }
     // The production floors: one token and small matrices keep the other GEMVs, 2+ tokens on 16 MB take this one.
-    {
-        cuda::set_bulk_gemv(true);
-        for (auto [M, N, K, want] : {std::tuple<int64_t, int64_t, int64_t, bool>{1, 4096, 4096, false},
-                                     {2, 4096, 4096, true},
-                                     {8, 1024, 4096, false}}) {
-            cuda::PreparedActivation p;
-            p.layout = WeightKind::FP8_BLOCK128;
-            p.numerics = ActNumerics::FP8_BLOCK128;
-            p.m = M;
-            p.k = p.k_pad = K;
-            p.m_pad = (M + 7) / 8 * 8;
-            p.values = reinterpret_cast<uint16_t*>(uintptr_t(256));  // eligibility only looks at the alignment
-            cuda::DeviceLinear d{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, N, K,
-                                 reinterpret_cast<const void*>(uintptr_t(4096)), nullptr};
-            EXPECT_EQ(cuda::plan_linear(p, d, 1, &ws_).bulk, want) << "M=" << M << " N=" << N << " K=" << K;
-        }
-        cuda::set_bulk_gemv(true, true);
-    }
-    // Determinism (split-K) and agreement with the f16 GEMV, plain and grouped.
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(seed);
-    std::mt19937_64 rng(seed);
-    for (int groups : {1, 4}) {
-        const int64_t M = 7, N = 4 * 64, K = 1024, Kx = K * groups;
-        TestWeight w = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, N, K);
-        std::vector<uint16_t> xb = random_bf16(rng, size_t(M * Kx), 1.f);
-        DeviceArray<uint16_t> xd(xb), pv(cuda::prepared_values_bytes(M, Kx) / 2);
-        DeviceArray<float> ps(cuda::prepared_scales_bytes(M, Kx) / 4), y(size_t(M * N));
-        cuda::PreparedActivation p;
-        p.values = pv.ptr;
-        p.scales = ps.ptr;
-        cuda::prepare_activation(xd.ptr, false, M, Kx, Kx, WeightKind::FP8_BLOCK128, ActNumerics::FP8_BLOCK128, p,
-                                 nullptr);
-        std::vector<float> out[3];
-        for (int run = 0; run < 3; ++run) {
-            cuda::set_bulk_gemv(run < 2, true);
-            EXPECT_EQ(cuda::plan_linear(p, w.device(), groups, &ws_).bulk, run < 2);
-            y.poison();
-            if (groups > 1)
-                cuda::grouped_linear(p, w.device(), groups, y.ptr, OutKind::F32, N, &ws_, nullptr);
-            else
-                cuda::linear(p, w.device(), y.ptr, OutKind::F32, N, &ws_, nullptr);
-            CUDA_CHECK(cudaDeviceSynchronize());
-            out[run] = y.download();
-        }
-        cuda::set_bulk_gemv(true, true);
-        EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)), 0) << "groups=" << groups;
-        EXPECT_LE(rel_l2(out[0], out[2]), 2e-5) << "groups=" << groups;
-    }
+    cuda::set_bulk_gemv(true);
+    EXPECT_FALSE(planned(ws_, 1, 4096, 4096, &cuda::LinearPlan::bulk));
+    EXPECT_TRUE(planned(ws_, 2, 4096, 4096, &cuda::LinearPlan::bulk));
+    EXPECT_FALSE(planned(ws_, 8, 1024, 4096, &cuda::LinearPlan::bulk));
+    // Determinism (split-K) and agreement with the f16 GEMV.
+    check_split_k_and_agreement(ws_, 7, 2e-5, &cuda::LinearPlan::bulk, [](int run) { cuda::set_bulk_gemv(run < 2, true); });
+    cuda::set_bulk_gemv(true, true);
 }
 
 struct WgmmaGemvAnySize {  // the wgmma GEMV also for 1 token, for one scope
@@ -538,57 +548,18 @@ TEST_F(LinearTest, WgmmaGemvMatchesCpu) {
         }
     // The production floors: 2+ tokens on >= 4 MB of weights.
     cuda::set_wgmma_gemv(true);
-    for (auto [M, N, K, want] : {std::tuple<int64_t, int64_t, int64_t, bool>{1, 32768, 1024, false},  // wq_b
-                                 {1, 4096, 8192, false},                                             // wo_b
-                                 {2, 1024, 4096, true},                                              // wq_a
-                                 {16, 32768, 1024, true},
-                                 {8, 512, 4096, false}}) {                                           // wkv
-        cuda::PreparedActivation p;
-        p.layout = WeightKind::FP8_BLOCK128;
-        p.numerics = ActNumerics::FP8_BLOCK128;
-        p.m = M;
-        p.k = p.k_pad = K;
-        p.m_pad = (M + 7) / 8 * 8;
-        p.values = reinterpret_cast<uint16_t*>(uintptr_t(256));  // eligibility only looks at the alignment
-        cuda::DeviceLinear d{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, N, K,
-                             reinterpret_cast<const void*>(uintptr_t(4096)), nullptr};
-        EXPECT_EQ(cuda::plan_linear(p, d, 1, &ws_).wgmma, want) << "M=" << M << " N=" << N << " K=" << K;
-    }
+    EXPECT_FALSE(planned(ws_, 1, 32768, 1024, &cuda::LinearPlan::wgmma));  // wq_b, one token
+    EXPECT_FALSE(planned(ws_, 1, 4096, 8192, &cuda::LinearPlan::wgmma));   // wo_b, one token
+    EXPECT_TRUE(planned(ws_, 2, 1024, 4096, &cuda::LinearPlan::wgmma));     // wq_a
+    EXPECT_TRUE(planned(ws_, 16, 32768, 1024, &cuda::LinearPlan::wgmma));
+    EXPECT_FALSE(planned(ws_, 8, 512, 4096, &cuda::LinearPlan::wgmma));     // wkv, 2 MB
+    // Determinism (split-K) and agreement with the bulk-copy GEMV.
+    check_split_k_and_agreement(ws_, 11, 3e-4, &cuda::LinearPlan::wgmma, [](int run) {
+        cuda::set_wgmma_gemv(run < 2, true);
+        cuda::set_bulk_gemv(true, true);
+    });
+    cuda::set_bulk_gemv(true);
     cuda::set_wgmma_gemv(true, true);
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(seed);
-    std::mt19937_64 rng(seed);
-    for (int groups : {1, 4}) {
-        const int64_t M = 11, N = 4 * 64, K = 1024, Kx = K * groups;
-        TestWeight w = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, N, K);
-        std::vector<uint16_t> xb = random_bf16(rng, size_t(M * Kx), 1.f);
-        DeviceArray<uint16_t> xd(xb), pv(cuda::prepared_values_bytes(M, Kx) / 2);
-        DeviceArray<float> ps(cuda::prepared_scales_bytes(M, Kx) / 4), y(size_t(M * N));
-        cuda::PreparedActivation p;
-        p.values = pv.ptr;
-        p.scales = ps.ptr;
-        cuda::prepare_activation(xd.ptr, false, M, Kx, Kx, WeightKind::FP8_BLOCK128, ActNumerics::FP8_BLOCK128, p,
-                                 nullptr);
-        std::vector<float> out[3];
-        for (int run = 0; run < 3; ++run) {
-            cuda::set_wgmma_gemv(run < 2, true);
-            cuda::set_bulk_gemv(true, true);
-            const auto plan = cuda::plan_linear(p, w.device(), groups, &ws_);
-            EXPECT_EQ(plan.wgmma, run < 2);
-            EXPECT_EQ(plan.bulk, run == 2);
-            y.poison();
-            if (groups > 1)
-                cuda::grouped_linear(p, w.device(), groups, y.ptr, OutKind::F32, N, &ws_, nullptr);
-            else
-                cuda::linear(p, w.device(), y.ptr, OutKind::F32, N, &ws_, nullptr);
-            CUDA_CHECK(cudaDeviceSynchronize());
-            out[run] = y.download();
-        }
-        cuda::set_bulk_gemv(true);
-        cuda::set_wgmma_gemv(true, true);
-        EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)), 0) << "groups=" << groups;
-        EXPECT_LE(rel_l2(out[0], out[2]), 3e-4) << "groups=" << groups;
-    }
 }
 
 TEST_F(LinearTest, BadArgumentsThrowNamedErrors) {
