@@ -78,7 +78,8 @@ void CudaBackendImpl::init_moe_buffers() {
     y_shared_.allocate(size_t(T * D) * 4, "shared expert output");
     moe_h_.allocate(T * K, I);
     moe_h_shared_.allocate(T, I);
-    shared_gu_.allocate(size_t(2 * T * I) * 2, "shared expert w1 / w3 outputs");
+    // Only the shared expert's linear path uses it, and that path needs the wgmma GEMV: at most kGemvMaxTokens rows.
+    shared_gu_.allocate(size_t(2 * std::min<int64_t>(T, kGemvMaxTokens) * I) * 2, "shared expert w1 / w3 outputs");
     prep_x_expert_.allocate(T, D);
 }
 
@@ -130,6 +131,8 @@ void CudaBackendImpl::enqueue_moe(int l, const PassShape& s) {
     // GEMMs output bf16), which the bf16 linear outputs reproduce; exact numerics keep them in fp32.
     if (shared_linear_on && act_numerics_ == ActNumerics::FP8_BLOCK128 && L.shared_w1.kind != WeightKind::BF16 &&
         linear_path(L.shared_w1) && linear_path(L.shared_w3)) {
+        FS_CHECK(size_t(2 * T * I) * 2 <= shared_gu_.bytes(), "CUDA backend: {} rows exceed the shared expert's "
+                 "linear-path buffer", T);
         uint16_t* g = shared_gu_.as<uint16_t>();
         uint16_t* u = g + size_t(T) * size_t(I);
         {
