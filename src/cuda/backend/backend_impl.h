@@ -71,6 +71,25 @@ struct PrepBuffer {
     void allocate(int64_t max_rows, int64_t max_k);
 };
 
+// Where an op is enqueued: a stream and the split-K workspace its linears use (linears running at the same time on
+// two streams must not share partial sums and counters).
+struct Lane {
+    cudaStream_t stream = nullptr;
+    const GemmWorkspace* ws = nullptr;
+};
+
+// A side stream for one independent branch of a sub-block (the window KV, the compressors, the shared expert):
+// forked from the main stream by an event and joined back by another, so that a captured graph holds the branch as
+// parallel nodes and its latency-bound kernels overlap the main path's.
+struct SideStream {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t forked = nullptr, done = nullptr;
+    GemmWorkspace ws{};
+    bool open = false;  // forked and not yet joined
+    void create();
+    void destroy() noexcept;
+};
+
 // Step metadata, laid out as one int32 array so that one copy uploads it (host side pinned).
 struct StepMeta {
     int capacity = 0;  // rows
@@ -119,6 +138,11 @@ public:
     std::string device_name() const override { return facts_.name; }
     double weight_bytes_on_device() const override { return double(store_.total_bytes); }
     void set_use_graphs(bool on) override { use_graphs_ = on; }
+    void set_use_branches(bool on) override {
+        branches_ = on;
+        for (auto& [shape, exec] : graphs_) cudaGraphExecDestroy(exec);  // captured with the other setting
+        graphs_.clear();
+    }
 
 private:
     friend struct LayerRunner;
@@ -144,8 +168,18 @@ private:
     // force_exact: no activation quantization whatever the numerics (wo_a: the reference's bf16 einsum).
     // allow_raw: the consumer takes a raw activation when w's small-M GEMV serves rows (no preparation launch).
     const PreparedActivation& prep(PrepBuffer& buf, const void* x, bool x_f32, int rows, int64_t K, int64_t ld,
-                                   const DeviceLinear& w, bool force_exact = false, bool allow_raw = true);
-    void lin(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind kind, int64_t ld);
+                                   const DeviceLinear& w, bool force_exact = false, bool allow_raw = true,
+                                   const Lane* lane = nullptr);
+    // lane null: the main stream.
+    void lin(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind kind, int64_t ld,
+             const Lane* lane = nullptr);
+    Lane main_lane() const { return {stream_, &gemm_ws_}; }
+    // Starts a branch on s (after everything enqueued on the main stream so far) and returns its lane; with
+    // branches off (FLASHSEEK_BRANCHES=0, or a profiled step, whose per-op events need one stream) the main lane.
+    Lane fork(SideStream& s);
+    // Makes the main stream wait for everything enqueued on s since fork (no-op when s was not forked).
+    void join(SideStream& s);
+    void enqueue_shared_expert(int l, int rows, const PreparedActivation& routed_x, const Lane& lane);
     void account_bytes(const PassShape& shape);
 
     ModelConfig cfg_;
@@ -168,6 +202,8 @@ private:
 
     cudaStream_t stream_ = nullptr;
     GemmWorkspace gemm_ws_{};
+    SideStream kv_side_, aux_side_;  // window KV; compressors (attention) and the shared expert (MoE)
+    bool branches_ = true;
     int max_rows_ = 0, chunk_tokens_ = 0;
     StepMeta meta_;
     DeviceBuffer meta_dev_;
@@ -185,7 +221,7 @@ private:
     int distinct_experts_ = 0;   // summed over layers in a profiled pass
     double global_bytes_ = 0;    // head, final norm, hc_head (read every step)
     size_t mhc_ws_bytes_ = 0;
-    PrepBuffer prep_x_, prep_x_bf16_, prep_qr_, prep_o_, prep_z_, prep_moe_;
+    PrepBuffer prep_x_, prep_x_bf16_, prep_qr_, prep_o_, prep_z_, prep_kv_;
     float* logits_host_ = nullptr;
     int32_t* argmax_host_ = nullptr;
     DeviceBuffer sample_params_, sample_logprob_;  // per head row: the entry's sampling parameters, its result

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "cuda/backend/backend_impl.h"
@@ -177,6 +178,9 @@ CudaBackendImpl::CudaBackendImpl(const ModelConfig& cfg, const BackendOptions& o
     // Buffers for passes of up to max_rows_ rows (a prefill chunk or the largest decode bucket).
     FS_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     gemm_ws_ = create_gemm_workspace();
+    kv_side_.create();
+    aux_side_.create();
+    if (const char* v = std::getenv("FLASHSEEK_BRANCHES")) branches_ = std::strcmp(v, "0") != 0;
     int bucket = 1;
     while (bucket < pool_->max_sequences()) bucket *= 2;
     max_rows_ = std::max(chunk_tokens_, bucket);
@@ -221,7 +225,7 @@ CudaBackendImpl::CudaBackendImpl(const ModelConfig& cfg, const BackendOptions& o
     prep_qr_.allocate(T, QL);
     prep_o_.allocate(T, H * hd);
     prep_z_.allocate(T, GO);
-    prep_moe_.allocate(T, std::max<int64_t>(cfg_.moe_intermediate_size, D));
+    prep_kv_.allocate(T, D);
     selected_.allocate(size_t(T) * size_t(cfg_.index_topk) * 4, "indexer selection");
     const int64_t max_entries_all = std::max<int64_t>(1, pool_->max_context() / 4);
     int64_t e2 = 1;
@@ -239,6 +243,8 @@ CudaBackendImpl::CudaBackendImpl(const ModelConfig& cfg, const BackendOptions& o
 CudaBackendImpl::~CudaBackendImpl() {
     for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
     destroy_gemm_workspace(gemm_ws_);
+    kv_side_.destroy();
+    aux_side_.destroy();
     if (meta_.host) cudaFreeHost(meta_.host);
     if (logits_host_) cudaFreeHost(logits_host_);
     if (argmax_host_) cudaFreeHost(argmax_host_);
@@ -276,8 +282,41 @@ void CudaBackendImpl::validate(std::span<const SequenceStep> steps) const {
     }
 }
 
+void SideStream::create() {
+    FS_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    FS_CUDA_TRY(cudaEventCreateWithFlags(&forked, cudaEventDisableTiming));
+    FS_CUDA_TRY(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    ws = create_gemm_workspace();
+}
+
+void SideStream::destroy() noexcept {
+    destroy_gemm_workspace(ws);
+    if (forked) cudaEventDestroy(forked);
+    if (done) cudaEventDestroy(done);
+    if (stream) cudaStreamDestroy(stream);
+    forked = done = nullptr;
+    stream = nullptr;
+}
+
+Lane CudaBackendImpl::fork(SideStream& s) {
+    if (!branches_ || profiling_) return main_lane();
+    FS_CHECK(!s.open, "CUDA backend: a side stream was forked twice without a join");
+    FS_CUDA_TRY(cudaEventRecord(s.forked, stream_));
+    FS_CUDA_TRY(cudaStreamWaitEvent(s.stream, s.forked, 0));
+    s.open = true;
+    return {s.stream, &s.ws};
+}
+
+void CudaBackendImpl::join(SideStream& s) {
+    if (!s.open) return;
+    s.open = false;
+    FS_CUDA_TRY(cudaEventRecord(s.done, s.stream));
+    FS_CUDA_TRY(cudaStreamWaitEvent(stream_, s.done, 0));
+}
+
 const PreparedActivation& CudaBackendImpl::prep(PrepBuffer& buf, const void* x, bool x_f32, int rows, int64_t K,
-                                                int64_t ld, const DeviceLinear& w, bool force_exact, bool allow_raw) {
+                                                int64_t ld, const DeviceLinear& w, bool force_exact, bool allow_raw,
+                                                const Lane* lane) {
     const ActNumerics num = (w.kind == WeightKind::BF16 || force_exact) ? ActNumerics::EXACT : act_numerics_;
     // Small-M GEMV consumers can take the raw bf16 rows and prepare them while staging (bit-identical, no launch).
     // Off: measured slower on the H200 (docs/perf.md, run C: every 16-row CTA re-quantizes its whole K range, e.g.
@@ -296,7 +335,7 @@ const PreparedActivation& CudaBackendImpl::prep(PrepBuffer& buf, const void* x, 
         buf.act = raw_activation(x, rows, K, ld, w.kind, num);
     } else {
         prof_.begin("prepare activation");
-        prepare_activation(x, x_f32, rows, K, ld, w.kind, num, buf.act, stream_);
+        prepare_activation(x, x_f32, rows, K, ld, w.kind, num, buf.act, lane ? lane->stream : stream_);
         prof_.end();
     }
     buf.generation = prep_generation_;
@@ -307,8 +346,10 @@ const PreparedActivation& CudaBackendImpl::prep(PrepBuffer& buf, const void* x, 
     return buf.act;
 }
 
-void CudaBackendImpl::lin(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind kind, int64_t ld) {
-    linear(x, w, y, kind, ld, &gemm_ws_, stream_);
+void CudaBackendImpl::lin(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind kind, int64_t ld,
+                          const Lane* lane) {
+    const Lane l = lane ? *lane : main_lane();
+    linear(x, w, y, kind, ld, l.ws, l.stream);
 }
 
 TokenBatch CudaBackendImpl::token_batch(const PassShape& s) const {
@@ -360,6 +401,7 @@ PagedEntries CudaBackendImpl::index_entries(int l) const {
 void CudaBackendImpl::enqueue_pass(const PassShape& s) {
     const int N = cfg_.hc_mult;
     const int64_t D = cfg_.hidden_size;
+    kv_side_.open = aux_side_.open = false;  // a pass that threw mid-branch (its capture was discarded) left them open
     {
         OpProfiler::Scope sc(prof_, "embedding");
         embed_streams(embed_, cfg_.vocab_size, meta_.d(StepMeta::kTokens), s.n_rows, N, D, X_.as<bf16>(), stream_);

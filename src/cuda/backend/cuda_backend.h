@@ -43,6 +43,9 @@ struct CudaBackendExtras {
     virtual std::string device_name() const = 0;
     virtual double weight_bytes_on_device() const = 0;
     virtual void set_use_graphs(bool on) = 0;
+    // Independent parts of a sub-block (window KV, compressors, shared expert) on side streams (default on;
+    // FLASHSEEK_BRANCHES=0 turns them off at start-up): off runs every op on one stream, for A/B runs and tests.
+    virtual void set_use_branches(bool on) = 0;
 };
 
 // Throws Error ("no CUDA device ...", with the runtime's reason) when no usable GPU is present.

@@ -1,7 +1,9 @@
 // The attention sub-block of one layer on the GPU, in the CPU forward's order (src/cpu/forward_attention.cpp):
 // q latent (wq_a, q_norm) -> queries (wq_b, per-head RMS + RoPE) -> window KV (wkv, kv_norm, RoPE, FP8
 // simulation, ring store) -> indexer compressor and indexer top-k (ratio 4) -> attention compressor -> sparse
-// attention with sink over window + compressed entries -> inverse RoPE -> grouped wo_a -> wo_b.
+// attention with sink over window + compressed entries -> inverse RoPE -> grouped wo_a -> wo_b. The window KV and
+// the compressors run as side branches beside the query path (CudaBackendImpl::fork / join); each kernel computes
+// what it did in sequence, so the results are the same bit for bit.
 // The indexer's scoring is skipped when no sequence of the pass has more than index_topk entries
 // (indexer_select then selects every visible entry); its compressor always runs. In the exact (reference)
 // configuration the FP8 KV and Hadamard + FP4 indexer simulations are off (quant_sim_), as in the CPU exact numerics.
@@ -27,44 +29,31 @@ void CudaBackendImpl::enqueue_attention(int l, const PassShape& s) {
     const TokenBatch batch = token_batch(s);
     const int32_t* pos = batch.token_pos;
 
-    // Query latent and queries.
+    // The window KV and the compressors do not depend on the queries: side branches (their own streams), joined
+    // before the indexer and the attention. They are latency-bound small kernels and overlap the query path's.
     const PreparedActivation& ax = prep(prep_x_, y_.get(), false, T, D, D, L.wq_a);
     {
-        OpProfiler::Scope sc(prof_, "attn.wq_a gemm");
-        lin(ax, L.wq_a, qr_.get(), OutKind::BF16, QL);
-    }
-    {
-        OpProfiler::Scope sc(prof_, "attn.q_norm");
-        rmsnorm(qr_.as<bf16>(), QL, qr_.as<bf16>(), QL, L.q_norm, T, int(QL), eps, stream_);
-    }
-    const PreparedActivation& aq = prep(prep_qr_, qr_.get(), false, T, QL, QL, L.wq_b);
-    {
-        OpProfiler::Scope sc(prof_, "attn.wq_b gemm");
-        lin(aq, L.wq_b, q_.get(), OutKind::BF16, int64_t(H) * hd);
-    }
-    {
-        OpProfiler::Scope sc(prof_, "attn.q head norm + rope");
-        head_rmsnorm_rope(q_.as<bf16>(), int64_t(H) * hd, T, H, hd, nullptr, eps, pos, L.rope, stream_);
-    }
-    // Window KV into the ring (wkv shares wq_a's prepared input when both have the same format).
-    const PreparedActivation& akv = L.wkv.kind == L.wq_a.kind ? ax : prep(prep_x_, y_.get(), false, T, D, D, L.wkv);
-    {
-        OpProfiler::Scope sc(prof_, "attn.wkv gemm");
-        lin(akv, L.wkv, kv_.get(), OutKind::BF16, hd);
-    }
-    {
+        // Window KV into the ring (wkv shares wq_a's prepared input when both have the same format).
+        const Lane kv = fork(kv_side_);
+        const PreparedActivation& akv =
+            L.wkv.kind == L.wq_a.kind ? ax : prep(prep_kv_, y_.get(), false, T, D, D, L.wkv, false, true, &kv);
+        {
+            OpProfiler::Scope sc(prof_, "attn.wkv gemm");
+            lin(akv, L.wkv, kv_.get(), OutKind::BF16, hd, &kv);
+        }
         OpProfiler::Scope sc(prof_, "attn.kv norm + rope + store");
-        kv_store_window(kv_.as<bf16>(), hd, hd, rd, L.kv_norm, eps, L.rope, batch, ring_view(l), nullptr, stream_);
+        kv_store_window(kv_.as<bf16>(), hd, hd, rd, L.kv_norm, eps, L.rope, batch, ring_view(l), nullptr, kv.stream);
     }
 
     // Compressors: the bf16 projections in fp32, then pooling/emission into the paged entries.
-    auto run_compressor = [&](const CompressorLinears& c, bool indexer, DeviceBuffer& a, DeviceBuffer& z) {
-        const PreparedActivation& ab = prep(prep_x_bf16_, y_.get(), false, T, D, D, c.wkv);
+    auto run_compressor = [&](const CompressorLinears& c, bool indexer, DeviceBuffer& a, DeviceBuffer& z,
+                              const Lane& lane) {
+        const PreparedActivation& ab = prep(prep_x_bf16_, y_.get(), false, T, D, D, c.wkv, false, true, &lane);
         const int64_t width = c.wkv.out;
         {
             OpProfiler::Scope sc(prof_, indexer ? "indexer.compressor gemm" : "attn.compressor gemm");
-            lin(ab, c.wkv, a.get(), OutKind::F32, width);
-            lin(ab, c.wgate, z.get(), OutKind::F32, width);
+            lin(ab, c.wkv, a.get(), OutKind::F32, width, &lane);
+            lin(ab, c.wgate, z.get(), OutKind::F32, width, &lane);
         }
         CompressorParams p;
         p.batch = batch;
@@ -85,45 +74,69 @@ void CudaBackendImpl::enqueue_attention(int l, const PassShape& s) {
         p.state_stride = pool_->compressor_state_stride(l, indexer);
         p.out = indexer ? index_entries(l) : comp_entries(l);
         OpProfiler::Scope sc(prof_, indexer ? "indexer.compressor" : "attn.compressor");
-        compressor_forward(p, stream_);
+        compressor_forward(p, lane.stream);
     };
-    if (L.ratio == 4) {
-        run_compressor(L.index_compressor, true, ica_, icz_);
-        const int nI = cfg_.index_n_heads, dI = cfg_.index_head_dim;
-        if (s.need_indexer) {
-            const PreparedActivation& aiq = prep(prep_qr_, qr_.get(), false, T, QL, QL, L.index_wq_b);
-            {
-                OpProfiler::Scope sc(prof_, "indexer.wq_b gemm");
-                lin(aiq, L.index_wq_b, iq_.get(), OutKind::BF16, int64_t(nI) * dI);
-            }
-            {
-                OpProfiler::Scope sc(prof_, "indexer.q prepare");
-                indexer_prepare_q(iq_.as<bf16>(), int64_t(nI) * dI, T, nI, dI, pos, L.rope, stream_, quant_sim_);
-            }
-            const PreparedActivation& aw = prep(prep_x_bf16_, y_.get(), false, T, D, D, L.index_weights_proj);
-            {
-                OpProfiler::Scope sc(prof_, "indexer.weights_proj gemm");
-                lin(aw, L.index_weights_proj, iw_.get(), OutKind::BF16, nI);
-            }
-            IndexerSelectParams ip;
-            ip.batch = batch;
-            ip.n_heads = nI;
-            ip.head_dim = dI;
-            ip.ratio = 4;
-            ip.topk = cfg_.index_topk;
-            ip.q = iq_.as<bf16>();
-            ip.q_stride = int64_t(nI) * dI;
-            ip.weights = iw_.as<bf16>();
-            ip.weights_stride = nI;
-            ip.weights_scale = float(1.0 / std::sqrt(double(dI)) / std::sqrt(double(nI)));
-            ip.keys = index_entries(l);
-            ip.max_entries = s.max_entries;
-            ip.selected = selected_.as<int32_t>();
-            OpProfiler::Scope sc2(prof_, "indexer.score + top-k");
-            indexer_select(ip, indexer_ws_.get(), indexer_ws_.bytes(), stream_);
-        }
+    if (L.ratio > 0) {
+        const Lane c = fork(aux_side_);
+        if (L.ratio == 4) run_compressor(L.index_compressor, true, ica_, icz_, c);
+        run_compressor(L.compressor, false, ca_, cz_, c);
     }
-    if (L.ratio > 0) run_compressor(L.compressor, false, ca_, cz_);
+
+    // Query latent and queries (main stream).
+    {
+        OpProfiler::Scope sc(prof_, "attn.wq_a gemm");
+        lin(ax, L.wq_a, qr_.get(), OutKind::BF16, QL);
+    }
+    {
+        OpProfiler::Scope sc(prof_, "attn.q_norm");
+        rmsnorm(qr_.as<bf16>(), QL, qr_.as<bf16>(), QL, L.q_norm, T, int(QL), eps, stream_);
+    }
+    const PreparedActivation& aq = prep(prep_qr_, qr_.get(), false, T, QL, QL, L.wq_b);
+    {
+        OpProfiler::Scope sc(prof_, "attn.wq_b gemm");
+        lin(aq, L.wq_b, q_.get(), OutKind::BF16, int64_t(H) * hd);
+    }
+    {
+        OpProfiler::Scope sc(prof_, "attn.q head norm + rope");
+        head_rmsnorm_rope(q_.as<bf16>(), int64_t(H) * hd, T, H, hd, nullptr, eps, pos, L.rope, stream_);
+    }
+    join(kv_side_);
+    join(aux_side_);
+
+    // Indexer top-k over the index compressor's entries (ratio 4, when some sequence needs scoring).
+    if (L.ratio == 4 && s.need_indexer) {
+        const int nI = cfg_.index_n_heads, dI = cfg_.index_head_dim;
+        const PreparedActivation& aiq = prep(prep_qr_, qr_.get(), false, T, QL, QL, L.index_wq_b);
+        {
+            OpProfiler::Scope sc(prof_, "indexer.wq_b gemm");
+            lin(aiq, L.index_wq_b, iq_.get(), OutKind::BF16, int64_t(nI) * dI);
+        }
+        {
+            OpProfiler::Scope sc(prof_, "indexer.q prepare");
+            indexer_prepare_q(iq_.as<bf16>(), int64_t(nI) * dI, T, nI, dI, pos, L.rope, stream_, quant_sim_);
+        }
+        const PreparedActivation& aw = prep(prep_x_bf16_, y_.get(), false, T, D, D, L.index_weights_proj);
+        {
+            OpProfiler::Scope sc(prof_, "indexer.weights_proj gemm");
+            lin(aw, L.index_weights_proj, iw_.get(), OutKind::BF16, nI);
+        }
+        IndexerSelectParams ip;
+        ip.batch = batch;
+        ip.n_heads = nI;
+        ip.head_dim = dI;
+        ip.ratio = 4;
+        ip.topk = cfg_.index_topk;
+        ip.q = iq_.as<bf16>();
+        ip.q_stride = int64_t(nI) * dI;
+        ip.weights = iw_.as<bf16>();
+        ip.weights_stride = nI;
+        ip.weights_scale = float(1.0 / std::sqrt(double(dI)) / std::sqrt(double(nI)));
+        ip.keys = index_entries(l);
+        ip.max_entries = s.max_entries;
+        ip.selected = selected_.as<int32_t>();
+        OpProfiler::Scope sc2(prof_, "indexer.score + top-k");
+        indexer_select(ip, indexer_ws_.get(), indexer_ws_.bytes(), stream_);
+    }
 
     // Sparse attention over window + compressed entries, then the output projection.
     enqueue_sparse_attention(l, s);

@@ -1,7 +1,7 @@
 // The MoE sub-block of one layer on the GPU, in the CPU forward's order (src/cpu/forward_moe.cpp): router logits
 // (bf16 gate in fp32), route (sqrt-softplus + bias top-k, or the token-id hash table), grouping by expert, the
-// fused w1/w3 + SwiGLU(clamp) + routing weight per active expert, w2, the shared expert in dense mode, and the
-// combine. Also builds the per-layer expert pointer tables the kernels index (once, at start-up).
+// fused w1/w3 + SwiGLU(clamp) + routing weight per active expert, w2, the shared expert in dense mode (a side
+// branch beside the routing, CudaBackendImpl::fork / join), and the combine. Also builds the per-layer expert pointer tables the kernels index (once, at start-up).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -88,6 +88,17 @@ void CudaBackendImpl::enqueue_moe(int l, const PassShape& s) {
     const int T = s.n_rows, E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok;
     const int64_t D = cfg_.hidden_size;
     const float limit = float(cfg_.swiglu_limit);
+    const DeviceLinear& w1 = L.w1[0];
+    // Raw input (prepared inside the GEMV expert kernels) only when every consumer of ax takes it.
+    const bool raw_ok = moe_expert_takes_raw(L.routed, T, &grouping_, act_numerics_) &&
+                        (L.shared_w1.kind != w1.kind || moe_expert_takes_raw(L.shared, T));
+    const PreparedActivation& ax = prep(prep_x_expert_, y_.get(), false, T, D, D, w1, false, raw_ok);
+    // The shared expert does not depend on the routing: a side branch beside the router and the routed experts,
+    // joined before the combine.
+    {
+        const Lane shared = fork(aux_side_);
+        enqueue_shared_expert(l, T, ax, shared);
+    }
     {
         const PreparedActivation& ag = prep(prep_x_bf16_, y_.get(), false, T, D, D, L.gate);
         OpProfiler::Scope sc(prof_, "moe.router gemm");
@@ -100,11 +111,6 @@ void CudaBackendImpl::enqueue_moe(int l, const PassShape& s) {
                   expert_weight_.as<float>(), stream_);
         moe_group(expert_idx_.as<int32_t>(), expert_weight_.as<float>(), T, K, grouping_, stream_);
     }
-    const DeviceLinear& w1 = L.w1[0];
-    // Raw input (prepared inside the GEMV expert kernels) only when every consumer of ax takes it.
-    const bool raw_ok = moe_expert_takes_raw(L.routed, T, &grouping_, act_numerics_) &&
-                        (L.shared_w1.kind != w1.kind || moe_expert_takes_raw(L.shared, T));
-    const PreparedActivation& ax = prep(prep_x_expert_, y_.get(), false, T, D, D, w1, false, raw_ok);
     {
         OpProfiler::Scope sc(prof_, "moe.routed w1+w3+swiglu");
         moe_expert_up(ax, L.routed, &grouping_, T, K, limit, act_numerics_, moe_h_.act, stream_);
@@ -113,48 +119,7 @@ void CudaBackendImpl::enqueue_moe(int l, const PassShape& s) {
         OpProfiler::Scope sc(prof_, "moe.routed w2");
         moe_expert_down(moe_h_.act, L.routed, &grouping_, T, K, y_routed_.as<float>(), stream_);
     }
-    const PreparedActivation& axs =
-        L.shared_w1.kind == w1.kind ? ax
-                                    : prep(prep_x_, y_.get(), false, T, D, D, L.shared_w1, false,
-                                           moe_expert_takes_raw(L.shared, T));
-    // Where the linears take the wgmma GEMV (FP8, 2-16 tokens, sm_90a), the shared expert runs as w1 and w3 linears
-    // + SwiGLU-and-prepare + a w2 linear: measured faster than the fused expert kernels there (C=16 -0.35 ms; at one
-    // token the SIMT-GEMV linears measured no faster: docs/perf.md). FLASHSEEK_SHARED_LINEAR=0 keeps the fused
-    // kernels (A/B).
-    static const bool shared_linear_on = [] {
-        const char* v = std::getenv("FLASHSEEK_SHARED_LINEAR");
-        return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
-    const int64_t I = cfg_.moe_intermediate_size;
-    auto linear_path = [&](const DeviceLinear& w) { return plan_linear(axs, w, 1, &gemm_ws_).wgmma; };
-    // Release numerics only: there the w1 / w3 outputs are rounded to bf16 before SwiGLU (the reference's expert
-    // GEMMs output bf16), which the bf16 linear outputs reproduce; exact numerics keep them in fp32.
-    if (shared_linear_on && act_numerics_ == ActNumerics::FP8_BLOCK128 && L.shared_w1.kind != WeightKind::BF16 &&
-        linear_path(L.shared_w1) && linear_path(L.shared_w3)) {
-        FS_CHECK(size_t(2 * T * I) * 2 <= shared_gu_.bytes(), "CUDA backend: {} rows exceed the shared expert's "
-                 "linear-path buffer", T);
-        uint16_t* g = shared_gu_.as<uint16_t>();
-        uint16_t* u = g + size_t(T) * size_t(I);
-        {
-            OpProfiler::Scope sc(prof_, "moe.shared w1+w3+swiglu");
-            lin(axs, L.shared_w1, g, OutKind::BF16, I);
-            lin(axs, L.shared_w3, u, OutKind::BF16, I);
-            moe_swiglu_prepare(g, u, I, T, I, limit, L.shared_w2.kind, act_numerics_, moe_h_shared_.act, stream_);
-        }
-        {
-            OpProfiler::Scope sc(prof_, "moe.shared w2");
-            lin(moe_h_shared_.act, L.shared_w2, y_shared_.get(), OutKind::F32, D);
-        }
-    } else {
-        {
-            OpProfiler::Scope sc(prof_, "moe.shared w1+w3+swiglu");
-            moe_expert_up(axs, L.shared, nullptr, T, 1, limit, act_numerics_, moe_h_shared_.act, stream_);
-        }
-        {
-            OpProfiler::Scope sc(prof_, "moe.shared w2");
-            moe_expert_down(moe_h_shared_.act, L.shared, nullptr, T, 1, y_shared_.as<float>(), stream_);
-        }
-    }
+    join(aux_side_);
     {
         OpProfiler::Scope sc(prof_, "moe.combine");
         moe_combine(y_routed_.as<float>(), grouping_, y_shared_.as<float>(), T, K, D, sub_out_.get(), OutKind::BF16, D,
@@ -166,6 +131,52 @@ void CudaBackendImpl::enqueue_moe(int l, const PassShape& s) {
         FS_CUDA_TRY(cudaStreamSynchronize(stream_));
         distinct_experts_ += n_active;
     }
+}
+
+// The shared expert on `lane` into y_shared_. routed_x: the routed experts' prepared input, shared when the formats
+// match (prepared on the main stream before the fork).
+void CudaBackendImpl::enqueue_shared_expert(int l, int rows, const PreparedActivation& routed_x, const Lane& lane) {
+    const LayerDev& L = layers_[size_t(l)];
+    const int T = rows;
+    const int64_t D = cfg_.hidden_size, I = cfg_.moe_intermediate_size;
+    const float limit = float(cfg_.swiglu_limit);
+    const PreparedActivation& axs =
+        L.shared_w1.kind == L.w1[0].kind ? routed_x
+                                         : prep(prep_x_, y_.get(), false, T, D, D, L.shared_w1, false,
+                                                moe_expert_takes_raw(L.shared, T), &lane);
+    // Where the linears take the wgmma GEMV (FP8, 2-16 tokens, sm_90a), the shared expert runs as w1 and w3 linears
+    // + SwiGLU-and-prepare + a w2 linear: measured faster than the fused expert kernels there (C=16 -0.35 ms; at one
+    // token the SIMT-GEMV linears measured no faster: docs/perf.md). FLASHSEEK_SHARED_LINEAR=0 keeps the fused
+    // kernels (A/B).
+    static const bool shared_linear_on = [] {
+        const char* v = std::getenv("FLASHSEEK_SHARED_LINEAR");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    auto linear_path = [&](const DeviceLinear& w) { return plan_linear(axs, w, 1, lane.ws).wgmma; };
+    // Release numerics only: there the w1 / w3 outputs are rounded to bf16 before SwiGLU (the reference's expert
+    // GEMMs output bf16), which the bf16 linear outputs reproduce; exact numerics keep them in fp32.
+    if (shared_linear_on && act_numerics_ == ActNumerics::FP8_BLOCK128 && L.shared_w1.kind != WeightKind::BF16 &&
+        linear_path(L.shared_w1) && linear_path(L.shared_w3)) {
+        FS_CHECK(size_t(2 * T * I) * 2 <= shared_gu_.bytes(), "CUDA backend: {} rows exceed the shared expert's "
+                 "linear-path buffer", T);
+        uint16_t* g = shared_gu_.as<uint16_t>();
+        uint16_t* u = g + size_t(T) * size_t(I);
+        {
+            OpProfiler::Scope sc(prof_, "moe.shared w1+w3+swiglu");
+            lin(axs, L.shared_w1, g, OutKind::BF16, I, &lane);
+            lin(axs, L.shared_w3, u, OutKind::BF16, I, &lane);
+            moe_swiglu_prepare(g, u, I, T, I, limit, L.shared_w2.kind, act_numerics_, moe_h_shared_.act, lane.stream);
+        }
+        OpProfiler::Scope sc(prof_, "moe.shared w2");
+        lin(moe_h_shared_.act, L.shared_w2, y_shared_.get(), OutKind::F32, D, &lane);
+        return;
+    }
+    {
+        OpProfiler::Scope sc(prof_, "moe.shared w1+w3+swiglu");
+        moe_expert_up(axs, L.shared, nullptr, T, 1, limit, act_numerics_, moe_h_shared_.act, lane.stream);
+    }
+    OpProfiler::Scope sc(prof_, "moe.shared w2");
+    moe_expert_down(moe_h_shared_.act, L.shared, nullptr, T, 1, y_shared_.as<float>(), lane.stream);
 }
 
 }  // namespace flashseek::cuda

@@ -186,6 +186,49 @@ TEST_F(CudaBackendBatch, GraphsMatchEager) {
     EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin()));
 }
 
+// The side-stream branches (window KV, compressors, shared expert beside the main path) change only when kernels
+// run, not what they compute: prefill chunks and batched decode equal the one-stream order bit for bit, in both
+// numerics, with and without graphs.
+TEST_F(CudaBackendBatch, SideBranchesMatchOneStream) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE("seed=" + std::to_string(seed));
+    const std::string dir = test::tiny_checkpoint("tiny-a", seed % 997 + 1);
+    for (const Numerics num : {Numerics::Release, Numerics::Exact}) {
+        for (const bool graphs : {true, false}) {
+            SCOPED_TRACE(std::string(num == Numerics::Release ? "release" : "exact") + (graphs ? ", graphs" : ", eager"));
+            auto branched = make(dir, "cuda", num, 3), single = make(dir, "cuda", num, 3);
+            dynamic_cast<cuda::CudaBackendExtras&>(*branched).set_use_graphs(graphs);
+            dynamic_cast<cuda::CudaBackendExtras&>(*single).set_use_graphs(graphs);
+            dynamic_cast<cuda::CudaBackendExtras&>(*branched).set_use_branches(true);
+            dynamic_cast<cuda::CudaBackendExtras&>(*single).set_use_branches(false);
+            std::mt19937_64 rng(seed);
+            const int64_t V = branched->config().vocab_size;
+            const std::vector<int> lens = {5, 170, 33};  // 170: two prefill chunks
+            std::vector<std::vector<int32_t>> toks;
+            for (int n : lens) toks.push_back(random_tokens(rng, n + 12, V));
+            auto run = [&](Backend& b) {
+                std::vector<int> ids;
+                std::vector<SequenceStep> steps;
+                for (size_t i = 0; i < lens.size(); ++i) ids.push_back(b.create_sequence());
+                for (size_t i = 0; i < lens.size(); ++i) steps.push_back({ids[i], toks[i].data(), lens[i], true});
+                std::vector<float> all, l;
+                b.forward(steps, all);
+                for (int t = 0; t < 12; ++t) {
+                    steps.clear();
+                    for (size_t i = 0; i < lens.size(); ++i) steps.push_back({ids[i], toks[i].data() + lens[i] + t, 1, false});
+                    b.forward(steps, l);
+                    all.insert(all.end(), l.begin(), l.end());
+                }
+                return all;
+            };
+            const auto a = run(*branched), b = run(*single);
+            ASSERT_EQ(a.size(), b.size());
+            ASSERT_EQ(a.size(), size_t((5 + 170 + 33 + 12 * 3) * V));
+            EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin()));
+        }
+    }
+}
+
 // forward_sample on the device: greedy picks the argmax of the logits forward() gives for the same step (the same
 // kernels, so the same logits); sampling with top-k keeps to the k best tokens and reports the token's temperature-1
 // log-softmax; a step asking for top logprobs takes the host path; bad parameters are refused before any state
