@@ -202,7 +202,8 @@ private:
 
     cudaStream_t stream_ = nullptr;
     GemmWorkspace gemm_ws_{};
-    SideStream kv_side_, aux_side_;  // window KV; compressors (attention) and the shared expert (MoE)
+    // window KV; the indexer's compressor; the attention compressor (attention) and the shared expert (MoE)
+    SideStream kv_side_, index_side_, aux_side_;
     bool branches_ = true;
     int max_rows_ = 0, chunk_tokens_ = 0;
     StepMeta meta_;
@@ -221,7 +222,7 @@ private:
     int distinct_experts_ = 0;   // summed over layers in a profiled pass
     double global_bytes_ = 0;    // head, final norm, hc_head (read every step)
     size_t mhc_ws_bytes_ = 0;
-    PrepBuffer prep_x_, prep_x_bf16_, prep_qr_, prep_o_, prep_z_, prep_kv_;
+    PrepBuffer prep_x_, prep_x_bf16_, prep_qr_, prep_o_, prep_z_, prep_kv_, prep_index_x_;
     float* logits_host_ = nullptr;
     int32_t* argmax_host_ = nullptr;
     DeviceBuffer sample_params_, sample_logprob_;  // per head row: the entry's sampling parameters, its result

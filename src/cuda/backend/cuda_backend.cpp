@@ -179,6 +179,7 @@ CudaBackendImpl::CudaBackendImpl(const ModelConfig& cfg, const BackendOptions& o
     FS_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     gemm_ws_ = create_gemm_workspace();
     kv_side_.create();
+    index_side_.create();
     aux_side_.create();
     if (const char* v = std::getenv("FLASHSEEK_BRANCHES")) branches_ = std::strcmp(v, "0") != 0;
     int bucket = 1;
@@ -226,6 +227,7 @@ CudaBackendImpl::CudaBackendImpl(const ModelConfig& cfg, const BackendOptions& o
     prep_o_.allocate(T, H * hd);
     prep_z_.allocate(T, GO);
     prep_kv_.allocate(T, D);
+    prep_index_x_.allocate(T, D);
     selected_.allocate(size_t(T) * size_t(cfg_.index_topk) * 4, "indexer selection");
     const int64_t max_entries_all = std::max<int64_t>(1, pool_->max_context() / 4);
     int64_t e2 = 1;
@@ -244,6 +246,7 @@ CudaBackendImpl::~CudaBackendImpl() {
     for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
     destroy_gemm_workspace(gemm_ws_);
     kv_side_.destroy();
+    index_side_.destroy();
     aux_side_.destroy();
     if (meta_.host) cudaFreeHost(meta_.host);
     if (logits_host_) cudaFreeHost(logits_host_);
@@ -401,7 +404,7 @@ PagedEntries CudaBackendImpl::index_entries(int l) const {
 void CudaBackendImpl::enqueue_pass(const PassShape& s) {
     const int N = cfg_.hc_mult;
     const int64_t D = cfg_.hidden_size;
-    kv_side_.open = aux_side_.open = false;  // a pass that threw mid-branch (its capture was discarded) left them open
+    kv_side_.open = index_side_.open = aux_side_.open = false;  // a pass that threw mid-branch (its capture was discarded) left them open
     {
         OpProfiler::Scope sc(prof_, "embedding");
         embed_streams(embed_, cfg_.vocab_size, meta_.d(StepMeta::kTokens), s.n_rows, N, D, X_.as<bf16>(), stream_);

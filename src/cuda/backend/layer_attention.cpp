@@ -46,9 +46,11 @@ void CudaBackendImpl::enqueue_attention(int l, const PassShape& s) {
     }
 
     // Compressors: the bf16 projections in fp32, then pooling/emission into the paged entries.
+    // Each branch prepares its own copy of the input (the two may run at once).
     auto run_compressor = [&](const CompressorLinears& c, bool indexer, DeviceBuffer& a, DeviceBuffer& z,
                               const Lane& lane) {
-        const PreparedActivation& ab = prep(prep_x_bf16_, y_.get(), false, T, D, D, c.wkv, false, true, &lane);
+        PrepBuffer& buf = indexer ? prep_index_x_ : prep_x_bf16_;
+        const PreparedActivation& ab = prep(buf, y_.get(), false, T, D, D, c.wkv, false, true, &lane);
         const int64_t width = c.wkv.out;
         {
             OpProfiler::Scope sc(prof_, indexer ? "indexer.compressor gemm" : "attn.compressor gemm");
@@ -76,11 +78,12 @@ void CudaBackendImpl::enqueue_attention(int l, const PassShape& s) {
         OpProfiler::Scope sc(prof_, indexer ? "indexer.compressor" : "attn.compressor");
         compressor_forward(p, lane.stream);
     };
-    if (L.ratio > 0) {
-        const Lane c = fork(aux_side_);
-        if (L.ratio == 4) run_compressor(L.index_compressor, true, ica_, icz_, c);
-        run_compressor(L.compressor, false, ca_, cz_, c);
+    if (L.ratio == 4) {  // the indexer's compressor on a third stream: two compressors in one branch were longer
+                         // than the query path
+        const Lane ic = fork(index_side_);
+        run_compressor(L.index_compressor, true, ica_, icz_, ic);
     }
+    if (L.ratio > 0) run_compressor(L.compressor, false, ca_, cz_, fork(aux_side_));
 
     // Query latent and queries (main stream).
     {
@@ -101,6 +104,7 @@ void CudaBackendImpl::enqueue_attention(int l, const PassShape& s) {
         head_rmsnorm_rope(q_.as<bf16>(), int64_t(H) * hd, T, H, hd, nullptr, eps, pos, L.rope, stream_);
     }
     join(kv_side_);
+    join(index_side_);
     join(aux_side_);
 
     // Indexer top-k over the index compressor's entries (ratio 4, when some sequence needs scoring).
