@@ -599,16 +599,17 @@ void sparse_attention(const SparseAttentionParams& p, void* workspace, size_t wo
     FS_ATTN_REQUIRE(p.ratio == 0 || p.comp.base, "sparse_attention: compressed entries are required when ratio > 0");
     FS_ATTN_REQUIRE(p.max_candidates >= 1, "sparse_attention: max_candidates must be positive");
     if (p.batch.n_tokens <= 0) return;
+    const bool mma_fits = D % 64 == 0 && D <= 512 && p.q_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0;
     bool mma = p.kernel == AttnKernel::Mma;
     if (p.kernel == AttnKernel::Auto) {
-        static const bool env_mma = [] {
+        static const bool env_simt = [] {
             const char* e = std::getenv("FLASHSEEK_ATTN_MMA");
-            return e && e[0] == '1';
+            return e && e[0] == '0';
         }();
-        mma = env_mma;
+        mma = mma_fits && !env_simt;
     }
     if (mma) {
-        FS_ATTN_REQUIRE(D % 64 == 0 && D <= 512 && p.q_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0,
+        FS_ATTN_REQUIRE(mma_fits,
                         "sparse_attention (mma): head_dim must be a multiple of 64 up to 512 and q 16-byte aligned, "
                         "got head_dim {}", D);
     }

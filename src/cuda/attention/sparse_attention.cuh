@@ -26,8 +26,9 @@
 namespace flashseek::cuda {
 
 // Which kernel computes the scores and the PV product: SIMT fp32 (the first, verified path) or tensor-core
-// mma.sync m16n8k16 bf16 (16 heads per CTA, sm_80+; needs head_dim % 64 == 0 and <= 512). Auto = SIMT unless the environment
-// sets FLASHSEEK_ATTN_MMA=1.
+// mma.sync m16n8k16 bf16 (16 heads per CTA, sm_80+; needs head_dim % 64 == 0 and <= 512). Auto = the tensor-core
+// kernel where it applies (measured faster end to end: C=16 -0.33 ms per step, docs/perf.md), else SIMT;
+// FLASHSEEK_ATTN_MMA=0 keeps SIMT everywhere (A/B).
 enum class AttnKernel : int32_t { Auto = 0, Simt = 1, Mma = 2 };
 
 struct SparseAttentionParams {

@@ -173,6 +173,11 @@ private:
     // lane null: the main stream.
     void lin(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind kind, int64_t ld,
              const Lane* lane = nullptr);
+    // The kind a sub-block's fused producer (mhc_pre's norm) can also write y_ prepared for: its FP8 / FP4 first
+    // linear (sub 0: wq_a, sub 1: the routed experts); BF16 weights read y_ itself (see prep).
+    PrepBuffer* fused_prep_target(const LayerDev& L, int sub, WeightKind& kind);
+    // Records that buf holds src [rows, K] prepared for kind (written by a producer kernel of this sub-block).
+    void adopt_prepared(PrepBuffer& buf, const void* src, int rows, int64_t K, WeightKind kind);
     Lane main_lane() const { return {stream_, &gemm_ws_}; }
     // Starts a branch on s (after everything enqueued on the main stream so far) and returns its lane; with
     // branches off (FLASHSEEK_BRANCHES=0, or a profiled step, whose per-op events need one stream) the main lane.
@@ -209,6 +214,7 @@ private:
     StepMeta meta_;
     DeviceBuffer meta_dev_;
     // activations
+    DeviceBuffer ones_;  // 1.0f per (row, 128-block) of y_: the scales of its BF16 "prepared" form, which is y_ itself
     DeviceBuffer X_, Xh_, y_, post_, comb_, mhc_ws_, qr_, q_, kv_, o_, z_, sub_out_, logits_, argmax_;
     DeviceBuffer ca_, cz_, ica_, icz_, iq_, iw_;
     DeviceBuffer selected_, indexer_ws_;  // indexer top-k [rows, index_topk] and its scoring workspace

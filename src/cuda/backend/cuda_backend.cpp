@@ -196,6 +196,14 @@ CudaBackendImpl::CudaBackendImpl(const ModelConfig& cfg, const BackendOptions& o
     X_.allocate(size_t(T * N * D) * 2, "residual streams");
     Xh_.allocate(size_t(T * N * D) * 2, "head streams");
     y_.allocate(size_t(T * D) * 2, "sub-block input");
+    // Zeroed once: BF16 linears read y_ in place (prep), including the rows up to the next multiple of 8 past a
+    // pass's rows, whose outputs are discarded; those rows then hold zeros or earlier finite values, never garbage.
+    FS_CUDA_TRY(cudaMemset(y_.get(), 0, y_.bytes()));
+    {
+        const std::vector<float> ones(size_t(T) * size_t((D + 127) / 128), 1.f);
+        ones_.allocate(ones.size() * 4, "unit activation scales");
+        FS_CUDA_TRY(cudaMemcpy(ones_.get(), ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+    }
     post_.allocate(size_t(T * N) * 4, "mHC post");
     comb_.allocate(size_t(T * N * N) * 4, "mHC comb");
     mhc_ws_bytes_ = std::max(mhc_pre_workspace_bytes(int(T), int(N), int(D), false),
@@ -285,6 +293,10 @@ void CudaBackendImpl::validate(std::span<const SequenceStep> steps) const {
     }
 }
 
+namespace {
+int64_t round_up8(int64_t v) { return (v + 7) / 8 * 8; }  // PreparedActivation::m_pad
+}  // namespace
+
 void SideStream::create() {
     FS_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     FS_CUDA_TRY(cudaEventCreateWithFlags(&forked, cudaEventDisableTiming));
@@ -331,6 +343,26 @@ const PreparedActivation& CudaBackendImpl::prep(PrepBuffer& buf, const void* x, 
     if (buf.generation == prep_generation_ && buf.src == x && buf.rows == rows && buf.act.k == K &&
         buf.layout == w.kind && buf.numerics == num && buf.act.raw == raw)
         return buf.act;  // the same input already prepared for this format in this sub-block
+    if (w.kind == WeightKind::BF16 && x == y_.get() && !x_f32 && ld == K && K % 128 == 0 &&
+        size_t(round_up8(rows)) * size_t(K / 128) * 4 <= ones_.bytes()) {
+        // BF16 weights take bf16 rows as they are (the prepared form is the same bytes with scale 1): read y_ in
+        // place instead of copying it (no launch). Its padding rows are finite (zeroed at allocation).
+        buf.act.layout = WeightKind::BF16;
+        buf.act.raw = false;
+        buf.act.numerics = ActNumerics::EXACT;
+        buf.act.m = rows;
+        buf.act.k = K;
+        buf.act.m_pad = round_up8(rows);
+        buf.act.k_pad = K;
+        buf.act.values = static_cast<uint16_t*>(const_cast<void*>(x));
+        buf.act.scales = ones_.as<float>();
+        buf.generation = prep_generation_;
+        buf.src = x;
+        buf.rows = rows;
+        buf.layout = w.kind;
+        buf.numerics = num;
+        return buf.act;
+    }
     buf.act.values = buf.values.as<uint16_t>();  // a raw descriptor may have pointed them at the input
     buf.act.scales = buf.scales.as<float>();
     buf.act.raw = false;
@@ -347,6 +379,30 @@ const PreparedActivation& CudaBackendImpl::prep(PrepBuffer& buf, const void* x, 
     buf.layout = w.kind;
     buf.numerics = num;
     return buf.act;
+}
+
+PrepBuffer* CudaBackendImpl::fused_prep_target(const LayerDev& L, int sub, WeightKind& kind) {
+    const DeviceLinear& w = sub == 0 ? L.wq_a : L.w1[0];
+    if (w.kind != WeightKind::FP8_BLOCK128 && w.kind != WeightKind::FP4_BLOCK32) return nullptr;
+    kind = w.kind;
+    return sub == 0 ? &prep_x_ : &prep_x_expert_;
+}
+
+void CudaBackendImpl::adopt_prepared(PrepBuffer& buf, const void* src, int rows, int64_t K, WeightKind kind) {
+    buf.act.layout = kind;
+    buf.act.raw = false;
+    buf.act.numerics = act_numerics_;
+    buf.act.m = rows;
+    buf.act.k = K;
+    buf.act.m_pad = round_up8(rows);
+    buf.act.k_pad = (K + 127) / 128 * 128;
+    buf.act.values = buf.values.as<uint16_t>();
+    buf.act.scales = buf.scales.as<float>();
+    buf.generation = prep_generation_;
+    buf.src = src;
+    buf.rows = rows;
+    buf.layout = kind;
+    buf.numerics = act_numerics_;
 }
 
 void CudaBackendImpl::lin(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind kind, int64_t ld,
@@ -428,11 +484,21 @@ void CudaBackendImpl::enqueue_pass(const PassShape& s) {
             p.y = y_.as<bf16>();
             p.post = post_.as<float>();
             p.comb = comb_.as<float>();
+            // The norm also writes y_ prepared for the sub-block's first FP8 / FP4 linear (one launch fewer).
+            WeightKind kind = WeightKind::BF16;
+            PrepBuffer* fused = fused_prep_target(L, sub, kind);
+            if (fused) {
+                p.prepared_values = fused->values.as<uint16_t>();
+                p.prepared_scales = fused->scales.as<float>();
+                p.prepared_layout = int(kind);
+                p.prepared_numerics = int(act_numerics_);
+            }
             {
                 OpProfiler::Scope sc(prof_, "mhc_pre + norm");
                 mhc_pre(p, mhc_ws_.get(), mhc_ws_bytes_, stream_);
             }
             ++prep_generation_;  // y_ was rewritten: earlier prepared activations are stale
+            if (fused) adopt_prepared(*fused, y_.get(), s.n_rows, D, kind);
             if (sub == 0)
                 enqueue_attention(l, s);
             else

@@ -91,8 +91,19 @@ void CudaBackendImpl::enqueue_attention(int l, const PassShape& s) {
         lin(ax, L.wq_a, qr_.get(), OutKind::BF16, QL);
     }
     {
+        // The norm also writes its output prepared for wq_b (FP8 / FP4 weights): no preparation launch.
         OpProfiler::Scope sc(prof_, "attn.q_norm");
-        rmsnorm(qr_.as<bf16>(), QL, qr_.as<bf16>(), QL, L.q_norm, T, int(QL), eps, stream_);
+        const bool fuse = L.wq_b.kind == WeightKind::FP8_BLOCK128 || L.wq_b.kind == WeightKind::FP4_BLOCK32;
+        PreparedActivation* out = nullptr;
+        if (fuse) {
+            prep_qr_.act.values = prep_qr_.values.as<uint16_t>();
+            prep_qr_.act.scales = prep_qr_.scales.as<float>();
+            prep_qr_.act.layout = L.wq_b.kind;
+            prep_qr_.act.numerics = act_numerics_;
+            out = &prep_qr_.act;
+        }
+        rmsnorm(qr_.as<bf16>(), QL, qr_.as<bf16>(), QL, L.q_norm, T, int(QL), eps, stream_, out);
+        if (fuse) adopt_prepared(prep_qr_, qr_.get(), T, QL, L.wq_b.kind);
     }
     const PreparedActivation& aq = prep(prep_qr_, qr_.get(), false, T, QL, QL, L.wq_b);
     {

@@ -106,10 +106,9 @@ void CudaBackendImpl::enqueue_moe(int l, const PassShape& s) {
     }
     {
         OpProfiler::Scope sc(prof_, "moe.route + group");
-        moe_route(router_logits_.as<float>(), T, E, E, L.gate_bias, L.tid2eid, meta_.d(StepMeta::kTokens),
-                  cfg_.vocab_size, K, float(cfg_.routed_scaling_factor), expert_idx_.as<int32_t>(),
-                  expert_weight_.as<float>(), stream_);
-        moe_group(expert_idx_.as<int32_t>(), expert_weight_.as<float>(), T, K, grouping_, stream_);
+        moe_route_and_group(router_logits_.as<float>(), T, E, E, L.gate_bias, L.tid2eid, meta_.d(StepMeta::kTokens),
+                            cfg_.vocab_size, K, float(cfg_.routed_scaling_factor), expert_idx_.as<int32_t>(),
+                            expert_weight_.as<float>(), grouping_, stream_);
     }
     {
         OpProfiler::Scope sc(prof_, "moe.routed w1+w3+swiglu");

@@ -13,6 +13,7 @@
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/gemm/bulk_gemv.cuh"
+#include "cuda/gemm/prepare_block.cuh"
 #include "cuda/gemm/wgmma_gemv.cuh"
 #include "cuda/gemm/gemv.cuh"
 #include "cuda/gemm/gemv_simt.cuh"
@@ -41,7 +42,6 @@ __global__ void prepare_kernel(const void* __restrict__ x, int x_is_f32, int64_t
     const int64_t n_blk = k_pad / 128;
     if (blk >= n_blk || m >= m_pad) return;
     float v[4];
-    float amax = 0.f;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int64_t k = blk * 128 + 4 * lane + i;
@@ -53,9 +53,7 @@ __global__ void prepare_kernel(const void* __restrict__ x, int x_is_f32, int64_t
                 f = bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(x)[m * ld_x + k]);
         }
         v[i] = f;
-        amax = fmaxf(amax, fabsf(f));
     }
-    amax = warp_max(amax);
     uint16_t* out = values + m * k_pad + blk * 128;
     if (layout == WeightKind::BF16) {
 #pragma unroll
@@ -63,20 +61,7 @@ __global__ void prepare_kernel(const void* __restrict__ x, int x_is_f32, int64_t
         if (lane == 0) scales[m * n_blk + blk] = 1.f;
         return;
     }
-    float s = 1.f;
-    if (numerics == ActNumerics::FP8_BLOCK128) {
-        s = exp2i(max(-126, min(127, ceil_log2(fmaxf(amax, 1e-4f) / 448.f))));
-#pragma unroll
-        for (int i = 0; i < 4; ++i) v[i] = round_e4m3(fminf(fmaxf(v[i] / s, -448.f), 448.f));
-    } else if (amax > 0.f) {
-        s = exp2i(max(-126, min(127, ceil_log2(amax) - 14)));
-#pragma unroll
-        for (int i = 0; i < 4; ++i) v[i] = v[i] / s;
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-        out[mma::prepared_pos(layout, 4 * lane + i)] = __half_as_ushort(__float2half_rn(v[i]));
-    if (lane == 0) scales[m * n_blk + blk] = s;
+    store_prepared_block(v, lane, layout, int(numerics), out, &scales[m * n_blk + blk]);
 }
 
 // ---- the GEMM -----------------------------------------------------------------------------------------------

@@ -13,6 +13,8 @@
 
 #include "cuda/common/attn_helpers.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/gemm/linear.cuh"
+#include "cuda/gemm/prepare_block.cuh"
 #include "cuda/mhc/mhc.cuh"
 
 namespace flashseek::cuda {
@@ -176,6 +178,18 @@ __device__ float sinkhorn_lane(float c, int lane, int iters, float eps) {
     return c;
 }
 
+// Features 8c..8c+7 of row `row` of the prepared copy of y (MhcPreParams::prepared_values).
+__device__ __forceinline__ void store_prepared_x8(const MhcPreParams& p, const float (&v)[8], int lane, int64_t row,
+                                                  int c) {
+    const int64_t blocks = p.dim / 128, blk = (8 * c) / 128;
+    uint16_t* block = p.prepared_values + row * p.dim + blk * 128;
+    float* scale = p.prepared_scales + row * blocks + blk;
+    if (p.prepared_layout == int(WeightKind::FP4_BLOCK32))
+        store_prepared_block_x8<WeightKind::FP4_BLOCK32>(v, lane, p.prepared_numerics, block, scale);
+    else
+        store_prepared_block_x8<WeightKind::FP8_BLOCK128>(v, lane, p.prepared_numerics, block, scale);
+}
+
 // vec: D % 8 == 0 and x, y, norm_weight 16-byte aligned (host-checked).
 __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams p, const float* __restrict__ ws,
                                                                    int n_splits, bool vec) {
@@ -206,7 +220,7 @@ __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams 
         float s = 0.f;
 #pragma unroll 4
         for (int i = lane; i < n_splits; i += 32) s += src[i];
-        s = warp_sum(s);
+        s = attn_detail::warp_sum(s);
         if (lane == 0) red[o] = s;
     }
     __syncthreads();
@@ -250,7 +264,7 @@ __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams 
             }
 #pragma unroll
             for (int e = 0; e < 8; ++e) {
-                const float s = round_bf16(acc[e]);  // the reference returns y in bf16 before the norm
+                const float s = attn_detail::round_bf16(acc[e]);  // the reference returns y in bf16 before the norm
                 ybuf[8 * c + e] = s;
                 ss += s * s;
             }
@@ -258,7 +272,7 @@ __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams 
         for (int d = 8 * n8 + ct; d < D; d += n_ct) {  // scalar path (D % 8 != 0 or unaligned)
             float s = 0.f;
             for (int j = 0; j < N; ++j) s += pr[j] * __bfloat162float(xt[int64_t(j) * D + d]);
-            s = round_bf16(s);
+            s = attn_detail::round_bf16(s);
             ybuf[d] = s;
             ss += s * s;
         }
@@ -282,7 +296,18 @@ __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams 
 #pragma unroll
             for (int e = 0; e < 8; ++e) out[e] = ybuf[8 * c + e];
         }
-        reinterpret_cast<uint4*>(yt)[c] = float_to_bf16x8(out);
+        const uint4 packed = float_to_bf16x8(out);
+        reinterpret_cast<uint4*>(yt)[c] = packed;
+        if (p.prepared_values) {  // vec path with dim % 128 == 0 (host-checked): a half warp holds one 128-block
+            float yb[8];
+            bf16x8_to_float(packed, yb);  // the bf16 values prepare_activation would read back
+            store_prepared_x8(p, yb, lane, int64_t(t), c);
+        }
+    }
+    if (p.prepared_values && t == p.n_tokens - 1) {  // the padding rows up to the next multiple of 8: zeros
+        const float zero[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        for (int64_t row = p.n_tokens; row < (int64_t(p.n_tokens) + 7) / 8 * 8; ++row)
+            for (int c = ct; c < n8; c += n_ct) store_prepared_x8(p, zero, lane, row, c);
     }
     for (int d = 8 * n8 + ct; d < D; d += n_ct)
         yt[d] = __float2bfloat16_rn(p.norm_weight ? __bfloat162float(p.norm_weight[d]) * (ybuf[d] * r) : ybuf[d]);
@@ -393,9 +418,24 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
         configured = smem;
     }
     const bool vec = p.dim % 8 == 0 && aligned16(p.x) && aligned16(p.y) && (!p.norm_weight || aligned16(p.norm_weight));
-    launch_pdl("mhc_finalize_kernel", mhc_finalize_kernel, dim3(p.n_tokens), dim3(kFinThreads), smem, stream, p, ws,
+    MhcPreParams q = p;
+    if (p.prepared_values) {
+        FS_ATTN_REQUIRE(p.prepared_scales, "mhc_pre: prepared_values without prepared_scales");
+        FS_ATTN_REQUIRE(p.prepared_layout == int(WeightKind::FP8_BLOCK128) || p.prepared_layout == int(WeightKind::FP4_BLOCK32),
+                        "mhc_pre: the prepared copy of y is for FP8 or FP4 weights, got layout {}", p.prepared_layout);
+        // The fused write needs whole 128-blocks on the vector path; otherwise one preparation launch after it.
+        if (!(vec && p.dim % 128 == 0 && aligned16(p.prepared_values))) q.prepared_values = nullptr;
+    }
+    launch_pdl("mhc_finalize_kernel", mhc_finalize_kernel, dim3(p.n_tokens), dim3(kFinThreads), smem, stream, q, ws,
                splits, vec);
     FS_ATTN_LAUNCHED();
+    if (p.prepared_values && !q.prepared_values) {
+        PreparedActivation out;
+        out.values = p.prepared_values;
+        out.scales = p.prepared_scales;
+        prepare_activation(p.y, false, p.n_tokens, p.dim, p.dim, WeightKind(p.prepared_layout),
+                           ActNumerics(p.prepared_numerics), out, stream);
+    }
 }
 
 void mhc_post(int n_tokens, int n_streams, int dim, const bf16* x, const bf16* o, const float* post, const float* comb,

@@ -36,6 +36,14 @@ struct MhcPreParams {
     __nv_bfloat16* y = nullptr;        // [n_tokens, D] (normed when norm_weight is given)
     float* post = nullptr;             // [n_tokens, N]     (not in head mode)
     float* comb = nullptr;             // [n_tokens, N, N]  comb[t][j][k] (not in head mode)
+    // Optional: y also written as a prepared activation (gemm/linear.cuh PreparedActivation, bit for bit what
+    // prepare_activation(y) gives) for the sub-block's FP8 / FP4 linears, which saves their preparation launch:
+    // values [round_up(n_tokens, 8), dim] f16 bits, scales [.., dim / 128]; padding rows are zeros. Layout and
+    // numerics are WeightKind::FP8_BLOCK128 / FP4_BLOCK32 and ActNumerics values.
+    uint16_t* prepared_values = nullptr;
+    float* prepared_scales = nullptr;
+    int prepared_layout = 0;
+    int prepared_numerics = 0;
 };
 
 // Device scratch mhc_pre needs for up to max_tokens tokens (fp32 partial sums).

@@ -26,15 +26,11 @@ constexpr int kMaxRouteE = 1024, kMaxTopK = 32;
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 
-// One warp per token; lane holds experts lane, lane+32, ...
-__global__ void route_kernel(const float* __restrict__ logits, int64_t M, int E, int64_t ld, const float* __restrict__ bias,
-                             const int64_t* __restrict__ tid2eid, const int32_t* __restrict__ token_ids, int64_t vocab,
-                             int top_k, float route_scale, int32_t* __restrict__ idx_out, float* __restrict__ w_out) {
-    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
-    pdl_trigger();
+// Token m's routing by one warp; lane holds experts lane, lane+32, ...
+__device__ void route_token(int64_t m, const float* __restrict__ logits, int E, int64_t ld, const float* __restrict__ bias,
+                            const int64_t* __restrict__ tid2eid, const int32_t* __restrict__ token_ids, int64_t vocab,
+                            int top_k, float route_scale, int32_t* __restrict__ idx_out, float* __restrict__ w_out) {
     const int lane = threadIdx.x & 31;
-    const int64_t m = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-    if (m >= M) return;
     constexpr int kPer = kMaxRouteE / 32;
     float score[kPer], sel[kPer];
     const int per = (E + 31) / 32;
@@ -120,16 +116,25 @@ __global__ void route_kernel(const float* __restrict__ logits, int64_t M, int E,
     }
 }
 
+// One warp per token.
+__global__ void route_kernel(const float* __restrict__ logits, int64_t M, int E, int64_t ld, const float* __restrict__ bias,
+                             const int64_t* __restrict__ tid2eid, const int32_t* __restrict__ token_ids, int64_t vocab,
+                             int top_k, float route_scale, int32_t* __restrict__ idx_out, float* __restrict__ w_out) {
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
+    pdl_trigger();
+    const int64_t m = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    if (m >= M) return;
+    route_token(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out);
+}
+
 // ---- grouping: one CTA ----------------------------------------------------------------------------------------
 // Counts per expert (shared atomics), then offsets and the ascending active list by a block-wide exclusive scan over
 // the experts (one expert per thread and pass; was a serial loop in thread 0: ~256 dependent global stores per MoE
 // layer on the decode critical path), then slots in pair order per expert (atomic cursor: slot order inside an
 // expert does not affect any result).
-__global__ void group_kernel(const int32_t* __restrict__ idx, const float* __restrict__ wts, int64_t n_pairs, int top_k,
-                             MoeGrouping g) {
-    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
-    pdl_trigger();
-    extern __shared__ int32_t sh[];
+// The whole grouping by one CTA; `sh` holds 2 * E int32.
+__device__ void group_block(const int32_t* __restrict__ idx, const float* __restrict__ wts, int64_t n_pairs, int top_k,
+                            const MoeGrouping& g, int32_t* sh) {
     int32_t* count = sh;           // [E]
     int32_t* cursor = sh + g.E;    // [E]
     __shared__ int32_t warp_sum[2][32];
@@ -196,6 +201,30 @@ __global__ void group_kernel(const int32_t* __restrict__ idx, const float* __res
             g.pair_slot[p] = -1;
         }
     }
+}
+
+__global__ void group_kernel(const int32_t* __restrict__ idx, const float* __restrict__ wts, int64_t n_pairs, int top_k,
+                             MoeGrouping g) {
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
+    pdl_trigger();
+    extern __shared__ int32_t sh[];
+    group_block(idx, wts, n_pairs, top_k, g, sh);
+}
+
+// Decode (M <= one warp per thread block's warp): routing and grouping in one launch, one CTA; warp m routes token m,
+// then the block groups (the routed pairs are read back from global memory after the barrier, which orders them for
+// the block).
+__global__ void route_group_kernel(const float* __restrict__ logits, int64_t M, int E, int64_t ld,
+                                   const float* __restrict__ bias, const int64_t* __restrict__ tid2eid,
+                                   const int32_t* __restrict__ token_ids, int64_t vocab, int top_k, float route_scale,
+                                   int32_t* __restrict__ idx_out, float* __restrict__ w_out, MoeGrouping g) {
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
+    pdl_trigger();
+    extern __shared__ int32_t sh[];
+    const int64_t m = threadIdx.x / 32;
+    if (m < M) route_token(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out);
+    __syncthreads();
+    group_block(idx_out, w_out, M * top_k, top_k, g, sh);
 }
 
 // ---- expert GEMMs --------------------------------------------------------------------------------------------
@@ -643,6 +672,28 @@ void moe_group(const int32_t* expert_idx, const float* expert_weight, int64_t M,
                g.max_pairs);
     launch_pdl("group_kernel", group_kernel, dim3(1), dim3(1024), size_t(g.E) * 8, stream, expert_idx, expert_weight,
                M * top_k, top_k, g);
+}
+
+void moe_route_and_group(const float* logits, int64_t M, int E, int64_t ld_logits, const float* bias,
+                         const int64_t* tid2eid, const int32_t* token_ids, int64_t vocab, int top_k, float route_scale,
+                         int32_t* expert_idx, float* expert_weight, const MoeGrouping& g, cudaStream_t stream) {
+    constexpr int kGroupThreads = 1024;
+    if (M > kGroupThreads / 32) {  // more tokens than the grouping CTA has warps: two launches
+        moe_route(logits, M, E, ld_logits, bias, tid2eid, token_ids, vocab, top_k, route_scale, expert_idx,
+                  expert_weight, stream);
+        moe_group(expert_idx, expert_weight, M, top_k, g, stream);
+        return;
+    }
+    FS_REQUIRE(E > 0 && E <= kMaxRouteE && g.E == E, "moe_route_and_group: n_routed_experts ", E,
+               " must be in [1, ", kMaxRouteE, "] and match the grouping (", g.E, ")");
+    FS_REQUIRE(top_k > 0 && top_k <= kMaxTopK && top_k <= E, "moe_route_and_group: top_k ", top_k,
+               " must be in [1, min(", kMaxTopK, ", E)]");
+    FS_REQUIRE(M > 0 && ld_logits >= E, "moe_route_and_group: M ", M, " / logits stride ", ld_logits, " invalid");
+    FS_REQUIRE(!tid2eid || token_ids, "moe_route_and_group: hash routing needs token ids");
+    FS_REQUIRE(M * top_k <= g.max_pairs, "moe_route_and_group: ", M, " tokens x top_k ", top_k,
+               " exceed the grouping capacity ", g.max_pairs);
+    launch_pdl("route_group_kernel", route_group_kernel, dim3(1), dim3(kGroupThreads), size_t(g.E) * 8, stream, logits,
+               M, E, ld_logits, bias, tid2eid, token_ids, vocab, top_k, route_scale, expert_idx, expert_weight, g);
 }
 
 // The token->expert grouping fields shared by the up and down projections (absent grouping = one dense expert).

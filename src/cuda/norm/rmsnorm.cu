@@ -7,6 +7,7 @@
 
 #include "cuda/common/attn_helpers.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/gemm/prepare_block.cuh"
 #include "cuda/norm/rmsnorm.cuh"
 
 namespace flashseek::cuda {
@@ -16,6 +17,25 @@ using namespace attn_detail;
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
+
+// Optional prepared copy of the output (rmsnorm's `prepared`): values null = none. Only on the vector path with
+// dim % 128 == 0 and one row per token, where a half warp holds one 128-block.
+struct PrepOut {
+    uint16_t* values = nullptr;
+    float* scales = nullptr;
+    int layout = 0, numerics = 0;
+    int m_pad = 0;  // rows up to m_pad are written; those past `rows` as zeros
+};
+
+__device__ __forceinline__ void store_prep(const PrepOut& po, const float (&v)[8], int lane, int64_t row, int c, int dim) {
+    const int blk = (8 * c) / 128;
+    uint16_t* block = po.values + row * dim + int64_t(blk) * 128;
+    float* scale = po.scales + row * (dim / 128) + blk;
+    if (po.layout == int(WeightKind::FP4_BLOCK32))
+        store_prepared_block_x8<WeightKind::FP4_BLOCK32>(v, lane, po.numerics, block, scale);
+    else
+        store_prepared_block_x8<WeightKind::FP8_BLOCK128>(v, lane, po.numerics, block, scale);
+}
 
 __global__ void rmsnorm_rope_kernel(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride,
                                     const bf16* weight, int rows, int heads_per_token, int dim, float eps,
@@ -35,7 +55,7 @@ __global__ void rmsnorm_rope_kernel(const bf16* in, int64_t in_stride, bf16* out
         const float2 v = __bfloat1622float2(src[k]);
         ss += v.x * v.x + v.y * v.y;
     }
-    ss = warp_sum(ss);
+    ss = attn_detail::warp_sum(ss);
     const float r = rsqrtf(ss / float(dim) + eps);
     const int rope_first_pair = pairs - rope.n_pairs;
     const int64_t pos = rope.n_pairs ? positions[token] : 0;
@@ -49,8 +69,8 @@ __global__ void rmsnorm_rope_kernel(const bf16* in, int64_t in_stride, bf16* out
         }
         if (k >= rope_first_pair) {
             // the reference stores the normed vector in bf16 before rotating it
-            v.x = round_bf16(v.x);
-            v.y = round_bf16(v.y);
+            v.x = attn_detail::round_bf16(v.x);
+            v.y = attn_detail::round_bf16(v.y);
             float c, s;
             rope_cos_sin(pos, rope.inv_freq[k - rope_first_pair], c, s);
             rope_rotate(v.x, v.y, c, s, false);
@@ -63,7 +83,7 @@ __global__ void rmsnorm_rope_kernel(const bf16* in, int64_t in_stride, bf16* out
 template <int V>
 __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride,
                                         const bf16* weight, int rows, int heads_per_token, int dim, float eps,
-                                        const int32_t* positions, RopeTable rope) {
+                                        const int32_t* positions, RopeTable rope, PrepOut po) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     const int row = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
@@ -94,7 +114,7 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
             ss += f.x * f.x + f.y * f.y;
         }
     }
-    ss = warp_sum(ss);
+    ss = attn_detail::warp_sum(ss);
     const float r = rsqrtf(ss / float(dim) + eps);
     const int rope_first_pair = dim / 2 - rope.n_pairs;
 #pragma unroll
@@ -116,8 +136,8 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
             const int k = 4 * c + j;  // pair index
             if (k >= rope_first_pair) {
                 // the reference stores the normed vector in bf16 before rotating it
-                f.x = round_bf16(f.x);
-                f.y = round_bf16(f.y);
+                f.x = attn_detail::round_bf16(f.x);
+                f.y = attn_detail::round_bf16(f.y);
                 float cs, sn;
                 rope_cos_sin(pos, rope.inv_freq[k - rope_first_pair], cs, sn);
                 rope_rotate(f.x, f.y, cs, sn, false);
@@ -125,11 +145,29 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
             h[j] = __floats2bfloat162_rn(f.x, f.y);
         }
         dst[c] = raw[v];
+        if (po.values) {  // the bf16 values just stored, prepared for the next linear (dim % 128 == 0: whole halves)
+            float y[8];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float2 f = __bfloat1622float2(h[j]);
+                y[2 * j] = f.x;
+                y[2 * j + 1] = f.y;
+            }
+            store_prep(po, y, lane, row, c, dim);
+        }
+    }
+    if (po.values && row == rows - 1) {  // the padding rows up to m_pad: zeros, as prepare_activation writes them
+        const float zero[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        for (int r = rows; r < po.m_pad; ++r)
+#pragma unroll
+            for (int v = 0; v < V; ++v)
+                if (lane + 32 * v < n8) store_prep(po, zero, lane, r, lane + 32 * v, dim);
     }
 }
 
 void launch(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride, const bf16* weight, int rows,
-            int heads, int dim, float eps, const int32_t* positions, const RopeTable& rope, cudaStream_t stream) {
+            int heads, int dim, float eps, const int32_t* positions, const RopeTable& rope, cudaStream_t stream,
+            PreparedActivation* prepared = nullptr) {
     FS_ATTN_REQUIRE(dim > 0 && dim % 2 == 0, "rmsnorm: dim must be positive and even, got {}", dim);
     FS_ATTN_REQUIRE(2 * rope.n_pairs <= dim, "rmsnorm: rope_dim {} exceeds dim {}", 2 * rope.n_pairs, dim);
     FS_ATTN_REQUIRE(rope.n_pairs == 0 || positions != nullptr, "rmsnorm: RoPE needs positions");
@@ -138,26 +176,48 @@ void launch(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride, co
     const auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
     const bool vec = dim % 8 == 0 && dim <= 2048 && a16(in) && a16(out) && (!weight || a16(weight)) &&
                      (in_stride * 2) % 16 == 0 && (out_stride * 2) % 16 == 0;
+    PrepOut po;
+    if (prepared) {
+        FS_ATTN_REQUIRE(heads == 1 && prepared->values && prepared->scales &&
+                            (prepared->layout == WeightKind::FP8_BLOCK128 || prepared->layout == WeightKind::FP4_BLOCK32),
+                        "rmsnorm: a prepared copy needs one row per token, storage and an FP8 / FP4 layout");
+        if (vec && dim % 128 == 0 && a16(prepared->values)) {
+            po.values = prepared->values;
+            po.scales = prepared->scales;
+            po.layout = int(prepared->layout);
+            po.numerics = int(prepared->numerics);
+            po.m_pad = (rows + 7) / 8 * 8;
+        }
+    }
     if (vec) {
         auto* k = dim <= 256 ? rmsnorm_rope_vec_kernel<1>
                   : dim <= 512 ? rmsnorm_rope_vec_kernel<2>
                   : dim <= 1024 ? rmsnorm_rope_vec_kernel<4>
                                 : rmsnorm_rope_vec_kernel<8>;
         launch_pdl("rmsnorm_rope_vec_kernel", k, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, stream, in, in_stride,
-                   out, out_stride, weight, rows, heads, dim, eps, positions, rope);
+                   out, out_stride, weight, rows, heads, dim, eps, positions, rope, po);
         FS_ATTN_LAUNCHED();
-        return;
+    } else {
+        launch_pdl("rmsnorm_rope_kernel", rmsnorm_rope_kernel, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, stream, in,
+                   in_stride, out, out_stride, weight, rows, heads, dim, eps, positions, rope);
+        FS_ATTN_LAUNCHED();
     }
-    launch_pdl("rmsnorm_rope_kernel", rmsnorm_rope_kernel, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, stream, in,
-               in_stride, out, out_stride, weight, rows, heads, dim, eps, positions, rope);
-    FS_ATTN_LAUNCHED();
+    if (prepared && !po.values)  // off the fused path: one preparation launch
+        prepare_activation(out, false, rows, dim, out_stride, prepared->layout, prepared->numerics, *prepared, stream);
+    else if (prepared) {
+        prepared->raw = false;
+        prepared->m = rows;
+        prepared->k = dim;
+        prepared->m_pad = po.m_pad;
+        prepared->k_pad = dim;
+    }
 }
 
 }  // namespace
 
 void rmsnorm(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride, const bf16* weight, int rows, int dim,
-             float eps, cudaStream_t stream) {
-    launch(in, in_stride, out, out_stride, weight, rows, 1, dim, eps, nullptr, RopeTable{}, stream);
+             float eps, cudaStream_t stream, PreparedActivation* prepared) {
+    launch(in, in_stride, out, out_stride, weight, rows, 1, dim, eps, nullptr, RopeTable{}, stream, prepared);
 }
 
 void head_rmsnorm_rope(bf16* x, int64_t token_stride, int n_tokens, int n_heads, int head_dim, const bf16* weight,

@@ -7,14 +7,19 @@
 
 #include <cstdint>
 
+#include "cuda/gemm/linear.cuh"
 #include "cuda/rope/rope.cuh"
 
 namespace flashseek::cuda {
 
 // in [rows, dim] (row i at in + i * in_stride), out likewise (may alias in). weight [dim] bf16 or nullptr
 // (unweighted). dim must be even.
+// prepared (optional): also writes the output as a prepared activation for an FP8 / FP4 linear (caller sets values,
+// scales, layout and numerics; the shape fields are filled in), bit for bit what prepare_activation(out) gives, in the
+// same kernel where dim % 128 == 0 on the vector path, else with one preparation launch after it.
 void rmsnorm(const __nv_bfloat16* in, int64_t in_stride, __nv_bfloat16* out, int64_t out_stride,
-             const __nv_bfloat16* weight, int rows, int dim, float eps, cudaStream_t stream);
+             const __nv_bfloat16* weight, int rows, int dim, float eps, cudaStream_t stream,
+             PreparedActivation* prepared = nullptr);
 
 // In place on x [n_tokens, n_heads, head_dim] (token rows token_stride elements apart): each head vector is
 // RMS-normalized (weight [head_dim] or nullptr), then its last 2*rope.n_pairs dims are rotated at

@@ -1,10 +1,12 @@
 // GPU vs CPU reference: RMSNorm, per-head norm + RoPE, RoPE forward/inverse, mHC pre/post/head. Thresholds sit next
 // to each case: outputs are bf16, so a correct kernel differs from the CPU op by at most one bf16 rounding flip of
 // a few elements (rel_l2 ~1e-3); fp32 outputs (post, comb) only by summation order (~1e-5).
+#include <cstring>
 #include <memory>
 
 #include "attn_test_util.h"
 #include "cpu/ops.h"
+#include "cuda/gemm/linear.cuh"
 #include "cuda/mhc/mhc.cuh"
 #include "cuda/norm/rmsnorm.cuh"
 #include "cuda/rope/rope.cuh"
@@ -48,6 +50,54 @@ TEST(CudaNorm, RmsnormMatchesCpu) {
                 }
             }
             EXPECT_CLOSE(got, want, 2e-3, "rmsnorm dim " << dim << " weighted " << weighted << " packed " << packed);
+        }
+    }
+}
+
+// rmsnorm's optional prepared copy of its output equals prepare_activation of that output bit for bit (FP8 / FP4
+// layouts, both numerics, zero padding rows); dims off the fused path (not whole 128-blocks) take the fallback launch.
+TEST(CudaNorm, RmsnormPreparedOutputEqualsPrepareActivation) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    for (auto [T, D] : {std::pair{1, 1024}, std::pair{6, 1024}, std::pair{16, 1536}, std::pair{3, 200}}) {
+        for (WeightKind kind : {WeightKind::FP8_BLOCK128, WeightKind::FP4_BLOCK32}) {
+            for (ActNumerics num : {ActNumerics::FP8_BLOCK128, ActNumerics::EXACT}) {
+                auto x = rng.normals(size_t(T) * D);
+                for (size_t i = 0; i < x.size(); ++i) x[i] *= float(1 << (i / 128 % 6));
+                auto w = bf16_round(rng.normals(D, 0.3f));
+                Dev<uint16_t> dx(to_bf16_bits(bf16_round(x))), dw(to_bf16_bits(w));
+                const size_t vals = prepared_values_bytes(T, D) / 2, scs = prepared_scales_bytes(T, D) / 4;
+                Dev<uint16_t> fused_v(vals), want_v(vals);
+                Dev<float> fused_s(scs), want_s(scs);
+                fused_v.poison();
+                fused_s.poison();
+                want_v.poison();
+                want_s.poison();
+                PreparedActivation got;
+                got.values = fused_v.ptr;
+                got.scales = fused_s.ptr;
+                got.layout = kind;
+                got.numerics = num;
+                rmsnorm(bf(dx), D, bf(dx), D, bf(dw), T, D, 1e-6f, nullptr, &got);  // in place, as q_norm runs
+                PreparedActivation want;
+                want.values = want_v.ptr;
+                want.scales = want_s.ptr;
+                prepare_activation(bf(dx), false, T, D, D, kind, num, want, nullptr);
+                CUDA_OK(cudaDeviceSynchronize());
+                const std::string what = "T " + std::to_string(T) + " D " + std::to_string(D) +
+                                         (kind == WeightKind::FP4_BLOCK32 ? " fp4" : " fp8") +
+                                         (num == ActNumerics::EXACT ? " exact" : " release");
+                EXPECT_EQ(got.m, T);
+                EXPECT_EQ(got.m_pad, want.m_pad);
+                EXPECT_EQ(got.k_pad, want.k_pad);
+                const size_t used_v = size_t(want.m_pad * want.k_pad), used_s = size_t(want.m_pad * want.k_pad / 128);
+                const auto gv = fused_v.download(), wv = want_v.download();
+                const auto gs = fused_s.download(), ws = want_s.download();
+                EXPECT_TRUE(std::equal(gv.begin(), gv.begin() + long(used_v), wv.begin())) << what << " values";
+                EXPECT_TRUE(std::memcmp(gs.data(), ws.data(), used_s * 4) == 0) << what << " scales";
+            }
         }
     }
 }
@@ -187,6 +237,73 @@ TEST(CudaMhc, PreMatchesCpu) {
         if (!c.head) {
             EXPECT_CLOSE(got_post, want_post, 1e-4, what + " post");  // fp32
             EXPECT_CLOSE(got_comb, want_comb, 1e-4, what + " comb");  // fp32 after 20 Sinkhorn iterations
+        }
+    }
+}
+
+// The prepared copy of y that mhc_pre's norm writes for the next linear (MhcPreParams::prepared_values) equals
+// prepare_activation of the y it wrote, bit for bit (values, scales, zero padding rows), for the FP8 and FP4 layouts
+// in both numerics; shapes off the fused path (D % 128 != 0, misaligned) take the fallback launch with the same result.
+TEST(CudaMhc, PreparedOutputEqualsPrepareActivation) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    for (auto [T, D, shift] : {std::tuple{1, 4096, false}, std::tuple{5, 4096, false}, std::tuple{16, 4096, false},
+                               std::tuple{9, 640, false}, std::tuple{3, 200, false}, std::tuple{2, 4096, true}}) {
+        for (WeightKind kind : {WeightKind::FP8_BLOCK128, WeightKind::FP4_BLOCK32}) {
+            for (ActNumerics num : {ActNumerics::FP8_BLOCK128, ActNumerics::EXACT}) {
+                const int N = 4, n_mix = (2 + N) * N, sh = shift ? 1 : 0;
+                std::vector<float> x_dev(sh, 0.f);
+                const auto x = bf16_round(rng.normals(size_t(T) * N * D));
+                x_dev.insert(x_dev.end(), x.begin(), x.end());
+                // wide norm weights: blocks with very different magnitudes (scales across the whole range)
+                auto nw = rng.normals(D, 0.3f);
+                for (int i = 0; i < D; ++i) nw[size_t(i)] *= float(1 << (i / 128 % 8));
+                nw = bf16_round(nw);
+                Dev<uint16_t> dx(to_bf16_bits(x_dev)), dnw(to_bf16_bits(nw)), dy(size_t(T) * D + sh);
+                Dev<float> dfn(rng.normals(size_t(n_mix) * N * D, 0.02f)), dbase(rng.normals(n_mix, 0.5f)),
+                    dscale(rng.normals(3, 0.5f)), dpost(size_t(T) * N), dcomb(size_t(T) * N * N);
+                Dev<unsigned char> ws(mhc_pre_workspace_bytes(T, N, D, false));
+                const size_t vals = prepared_values_bytes(T, D) / 2, scs = prepared_scales_bytes(T, D) / 4;
+                Dev<uint16_t> fused_v(vals), want_v(vals);
+                Dev<float> fused_s(scs), want_s(scs);
+                fused_v.poison();
+                fused_s.poison();
+                want_v.poison();
+                want_s.poison();
+                MhcPreParams p;
+                p.n_tokens = T;
+                p.n_streams = N;
+                p.dim = D;
+                p.x = bf(dx) + sh;
+                p.fn = dfn.ptr;
+                p.base = dbase.ptr;
+                p.scale = dscale.ptr;
+                p.norm_weight = bf(dnw);
+                p.y = bf(dy) + sh;
+                p.post = dpost.ptr;
+                p.comb = dcomb.ptr;
+                p.prepared_values = fused_v.ptr;
+                p.prepared_scales = fused_s.ptr;
+                p.prepared_layout = int(kind);
+                p.prepared_numerics = int(num);
+                mhc_pre(p, ws.ptr, ws.n, nullptr);
+                PreparedActivation want;
+                want.values = want_v.ptr;
+                want.scales = want_s.ptr;
+                prepare_activation(p.y, false, T, D, D, kind, num, want, nullptr);
+                CUDA_OK(cudaDeviceSynchronize());
+                const std::string what = "T " + std::to_string(T) + " D " + std::to_string(D) +
+                                         (kind == WeightKind::FP4_BLOCK32 ? " fp4" : " fp8") +
+                                         (num == ActNumerics::EXACT ? " exact" : " release") + (shift ? " misaligned" : "");
+                const size_t used_v = size_t((T + 7) / 8 * 8) * size_t((D + 127) / 128 * 128);
+                const size_t used_s = size_t((T + 7) / 8 * 8) * size_t((D + 127) / 128);
+                const auto gv = fused_v.download(), wv = want_v.download();
+                const auto gs = fused_s.download(), ws_ = want_s.download();
+                EXPECT_TRUE(std::equal(gv.begin(), gv.begin() + long(used_v), wv.begin())) << what << " values";
+                EXPECT_TRUE(std::memcmp(gs.data(), ws_.data(), used_s * 4) == 0) << what << " scales";
+            }
         }
     }
 }

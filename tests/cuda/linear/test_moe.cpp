@@ -4,6 +4,7 @@
 // cpu::swiglu_clamp. Random data, fresh seeds, outputs poisoned before each run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -65,6 +66,91 @@ TEST(MoeRoute, BiasedTopKAndHashMatchCpu) {
                     EXPECT_NEAR(gw[size_t(m * K + j)], rw[size_t(j)], 1e-5f * std::fabs(rw[size_t(j)]) + 1e-7f);
                 }
             }
+        }
+}
+
+// The one-launch routing + grouping of decode (moe_route_and_group, up to 32 tokens; more fall back to the two
+// launches) gives what moe_route then moe_group give: the same picks and weights bit for bit, the same counts,
+// offsets and active list, and per expert the same (token, weight) slots (their order inside an expert comes from
+// atomics in both and is not compared).
+TEST(MoeRoute, FusedRouteAndGroupMatchesTwoLaunches) {
+    for (int hash = 0; hash < 2; ++hash)
+        for (auto [M, E, K] : {std::tuple<int, int, int>{1, 256, 6}, {16, 256, 6}, {32, 256, 6}, {40, 256, 6},
+                               {7, 19, 3}}) {
+            const uint64_t seed = fresh_seed();
+            std::ostringstream d;
+            d << "hash=" << hash << " M=" << M << " E=" << E << " K=" << K << " seed=" << seed;
+            SCOPED_TRACE(d.str());
+            std::mt19937_64 rng(seed);
+            std::normal_distribution<float> nd(0.f, 2.f);
+            std::vector<float> logits(size_t(M * E)), bias(static_cast<size_t>(E));
+            for (auto& v : logits) v = nd(rng);
+            for (auto& v : bias) v = nd(rng) * 0.1f;
+            const int64_t vocab = 500;
+            std::vector<int64_t> tid2eid(size_t(vocab * K));
+            for (auto& v : tid2eid) v = int64_t(rng() % uint64_t(E));
+            std::vector<int32_t> tokens(static_cast<size_t>(M));
+            for (auto& t : tokens) t = int32_t(rng() % vocab);
+            DeviceArray<float> dl(logits), db(bias);
+            DeviceArray<int64_t> dt(tid2eid);
+            DeviceArray<int32_t> dtok(tokens);
+            struct Out {
+                DeviceArray<float> w;
+                DeviceArray<int32_t> idx;
+                DeviceArray<uint8_t> mem;
+                cuda::MoeGrouping g;
+                Out(int M, int E, int K) : w(size_t(M * K)), idx(size_t(M * K)), mem(cuda::moe_grouping_bytes(E, M * K)) {
+                    w.poison();
+                    idx.poison();
+                    mem.poison();
+                    g = cuda::moe_grouping_view(mem.ptr, E, M * K);
+                }
+            } two(M, E, K), one(M, E, K);
+            const float* bp = hash ? nullptr : db.ptr;
+            const int64_t* tp = hash ? dt.ptr : nullptr;
+            cuda::moe_route(dl.ptr, M, E, E, bp, tp, dtok.ptr, vocab, K, 1.5f, two.idx.ptr, two.w.ptr, nullptr);
+            cuda::moe_group(two.idx.ptr, two.w.ptr, M, K, two.g, nullptr);
+            cuda::moe_route_and_group(dl.ptr, M, E, E, bp, tp, dtok.ptr, vocab, K, 1.5f, one.idx.ptr, one.w.ptr, one.g,
+                                      nullptr);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            EXPECT_EQ(one.idx.download(), two.idx.download());
+            const auto w1 = one.w.download(), w2 = two.w.download();
+            EXPECT_EQ(std::memcmp(w1.data(), w2.data(), w1.size() * 4), 0) << "routing weights differ";
+            auto view = [&](const Out& o) {
+                std::vector<uint8_t> raw = o.mem.download();
+                return std::make_pair(raw, o.g);
+            };
+            const auto [raw1, g1] = view(one);
+            const auto [raw2, g2] = view(two);
+            auto ints = [](const std::vector<uint8_t>& raw, const cuda::MoeGrouping& g, const int32_t* field, size_t n) {
+                const size_t off = size_t(reinterpret_cast<const uint8_t*>(field) - reinterpret_cast<const uint8_t*>(g.expert_count));
+                std::vector<int32_t> v(n);
+                std::memcpy(v.data(), raw.data() + off, n * 4);
+                return v;
+            };
+            const auto n1 = ints(raw1, g1, g1.n_active, 1), n2 = ints(raw2, g2, g2.n_active, 1);
+            ASSERT_EQ(n1, n2);
+            EXPECT_EQ(ints(raw1, g1, g1.expert_count, size_t(E)), ints(raw2, g2, g2.expert_count, size_t(E)));
+            const auto off1 = ints(raw1, g1, g1.expert_offset, size_t(E + 1));
+            EXPECT_EQ(off1, ints(raw2, g2, g2.expert_offset, size_t(E + 1)));
+            EXPECT_EQ(ints(raw1, g1, g1.active, size_t(n1[0])), ints(raw2, g2, g2.active, size_t(n2[0])));
+            const size_t P = size_t(M * K);
+            const auto tok1 = ints(raw1, g1, g1.slot_token, P), tok2 = ints(raw2, g2, g2.slot_token, P);
+            const auto sw1 = ints(raw1, g1, reinterpret_cast<const int32_t*>(g1.slot_weight), P);
+            const auto sw2 = ints(raw2, g2, reinterpret_cast<const int32_t*>(g2.slot_weight), P);
+            for (int e = 0; e < E; ++e) {
+                std::vector<std::pair<int32_t, int32_t>> a, b;
+                for (int s = off1[size_t(e)]; s < off1[size_t(e) + 1]; ++s) {
+                    a.emplace_back(tok1[size_t(s)], sw1[size_t(s)]);
+                    b.emplace_back(tok2[size_t(s)], sw2[size_t(s)]);
+                }
+                std::sort(a.begin(), a.end());
+                std::sort(b.begin(), b.end());
+                EXPECT_EQ(a, b) << "expert " << e;
+            }
+            const auto ps = ints(raw1, g1, g1.pair_slot, P);
+            for (size_t p = 0; p < P; ++p)
+                if (ps[p] >= 0) EXPECT_EQ(tok1[size_t(ps[p])], int32_t(p / size_t(K))) << "pair " << p;
         }
 }
 
