@@ -211,10 +211,11 @@ __global__ void group_kernel(const int32_t* __restrict__ idx, const float* __res
     group_block(idx, wts, n_pairs, top_k, g, sh);
 }
 
-// Decode (M <= one warp per thread block's warp): routing and grouping in one launch, one CTA; warp m routes token m,
-// then the block groups (the routed pairs are read back from global memory after the barrier, which orders them for
-// the block).
-__global__ void route_group_kernel(const float* __restrict__ logits, int64_t M, int E, int64_t ld,
+// Decode (M <= the CTA's 16 warps): routing and grouping in one launch, one CTA; warp m routes token m, then the block
+// groups (the routed pairs are read back from global memory after the barrier, which orders them for the block).
+// 512 threads: routing's per-lane score arrays need more than the 64 registers a 1024-thread CTA leaves.
+constexpr int kRouteGroupThreads = 512;
+__global__ void __launch_bounds__(kRouteGroupThreads) route_group_kernel(const float* __restrict__ logits, int64_t M, int E, int64_t ld,
                                    const float* __restrict__ bias, const int64_t* __restrict__ tid2eid,
                                    const int32_t* __restrict__ token_ids, int64_t vocab, int top_k, float route_scale,
                                    int32_t* __restrict__ idx_out, float* __restrict__ w_out, MoeGrouping g) {
@@ -677,8 +678,7 @@ void moe_group(const int32_t* expert_idx, const float* expert_weight, int64_t M,
 void moe_route_and_group(const float* logits, int64_t M, int E, int64_t ld_logits, const float* bias,
                          const int64_t* tid2eid, const int32_t* token_ids, int64_t vocab, int top_k, float route_scale,
                          int32_t* expert_idx, float* expert_weight, const MoeGrouping& g, cudaStream_t stream) {
-    constexpr int kGroupThreads = 1024;
-    if (M > kGroupThreads / 32) {  // more tokens than the grouping CTA has warps: two launches
+    if (M > kRouteGroupThreads / 32) {  // more tokens than the CTA has warps: two launches
         moe_route(logits, M, E, ld_logits, bias, tid2eid, token_ids, vocab, top_k, route_scale, expert_idx,
                   expert_weight, stream);
         moe_group(expert_idx, expert_weight, M, top_k, g, stream);
@@ -692,7 +692,7 @@ void moe_route_and_group(const float* logits, int64_t M, int E, int64_t ld_logit
     FS_REQUIRE(!tid2eid || token_ids, "moe_route_and_group: hash routing needs token ids");
     FS_REQUIRE(M * top_k <= g.max_pairs, "moe_route_and_group: ", M, " tokens x top_k ", top_k,
                " exceed the grouping capacity ", g.max_pairs);
-    launch_pdl("route_group_kernel", route_group_kernel, dim3(1), dim3(kGroupThreads), size_t(g.E) * 8, stream, logits,
+    launch_pdl("route_group_kernel", route_group_kernel, dim3(1), dim3(kRouteGroupThreads), size_t(g.E) * 8, stream, logits,
                M, E, ld_logits, bias, tid2eid, token_ids, vocab, top_k, route_scale, expert_idx, expert_weight, g);
 }
 

@@ -57,7 +57,7 @@ size_t moe_act_tile_bytes(int E, int64_t max_pairs, int64_t max_k);
 void moe_attach_act_tiles(MoeGrouping& g, void* memory, int64_t max_k);
 void moe_group(const int32_t* expert_idx, const float* expert_weight, int64_t M, int top_k, const MoeGrouping& g,
                cudaStream_t stream);
-// moe_route then moe_group; up to 32 tokens (decode) in one launch (one CTA routes, then groups).
+// moe_route then moe_group; up to 16 tokens (decode) in one launch (one CTA routes, then groups).
 void moe_route_and_group(const float* logits, int64_t M, int E, int64_t ld_logits, const float* bias,
                          const int64_t* tid2eid, const int32_t* token_ids, int64_t vocab, int top_k, float route_scale,
                          int32_t* expert_idx, float* expert_weight, const MoeGrouping& g, cudaStream_t stream);
