@@ -198,9 +198,9 @@ for c in "${cases[@]}"; do
     --label "$name cuda production vs CPU release" --json "$E2E" --profile 2>&1 | tee -a "$SUMMARY"
   if [ $E2E_ONLY = 1 ]; then  # sensitivity probe: CUDA vs CUDA with the other (equally valid) attention kernel
     for num in exact release; do
-      FLASHSEEK_ATTN_MMA=0 run cuda $num "$WORK/$name.cuda_simt_$num.bin"
-      python3 scripts/compare_logits.py --ours "$WORK/$name.cuda_simt_$num.bin" --ref "$WORK/$name.cuda_$num.bin" \
-        --vocab "$vocab" --label "$name cuda (simt attention) vs cuda (mma attention), $num" --json "$E2E" 2>&1 | tee -a "$SUMMARY"
+      FLASHSEEK_ATTN_MMA=1 run cuda $num "$WORK/$name.cuda_mma_$num.bin"
+      python3 scripts/compare_logits.py --ours "$WORK/$name.cuda_mma_$num.bin" --ref "$WORK/$name.cuda_$num.bin" \
+        --vocab "$vocab" --label "$name cuda (mma attention) vs cuda (simt attention), $num" --json "$E2E" 2>&1 | tee -a "$SUMMARY"
     done
   fi
 done

@@ -27,8 +27,9 @@ namespace flashseek::cuda {
 
 // Which kernel computes the scores and the PV product: SIMT fp32 (the first, verified path) or tensor-core
 // mma.sync m16n8k16 bf16 (16 heads per CTA, sm_80+; needs head_dim % 64 == 0 and <= 512). Auto = the tensor-core
-// kernel where it applies (measured faster end to end: C=16 -0.33 ms per step, docs/perf.md), else SIMT;
-// FLASHSEEK_ATTN_MMA=0 keeps SIMT everywhere (A/B).
+// kernel for decode passes of 8 or more sequences where it applies (measured faster end to end: C=16 -0.33 ms per
+// step, docs/perf.md), else SIMT; FLASHSEEK_ATTN_MMA=0 keeps SIMT everywhere, =1 takes the tensor cores wherever
+// they fit (A/B, sensitivity probes).
 enum class AttnKernel : int32_t { Auto = 0, Simt = 1, Mma = 2 };
 
 struct SparseAttentionParams {

@@ -5,6 +5,7 @@
 // quantize_h, moe_swiglu.cu, mhc_pre's fused norm).
 #pragma once
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -20,10 +21,15 @@ __device__ __forceinline__ float prepared_block_scale(float amax, int numerics) 
     if (numerics == int(ActNumerics::FP8_BLOCK128)) return exp2i(max(-126, min(127, ceil_log2(fmaxf(amax, 1e-4f) / 448.f))));
     return amax > 0.f ? exp2i(max(-126, min(127, ceil_log2(amax) - 14))) : 1.f;
 }
-// One value of such a block as stored: divided by the scale (release: act_quant to an e4m3 value), as f16 bits.
-__device__ __forceinline__ uint16_t prepared_value_bits(float v, float sc, int numerics) {
-    float q = v / sc;
-    if (numerics == int(ActNumerics::FP8_BLOCK128)) q = round_e4m3(fminf(fmaxf(q, -448.f), 448.f));
+// One value of such a block as stored: times 1 / scale (exact: the scale is a power of two, so this equals the
+// division), in release numerics act_quant to e4m3 (clamped to +-448, round to nearest even: the hardware cvt on
+// sm_89+, bit-identical to util/numeric.h f32_to_e4m3 for every finite value), as f16 bits.
+__device__ __forceinline__ uint16_t prepared_value_bits(float v, float inv_scale, int numerics) {
+    const float q = v * inv_scale;
+    if (numerics == int(ActNumerics::FP8_BLOCK128)) {
+        const __nv_fp8_storage_t e = __nv_cvt_float_to_fp8(fminf(fmaxf(q, -448.f), 448.f), __NV_SATFINITE, __NV_E4M3);
+        return __nv_cvt_fp8_to_halfraw(e, __NV_E4M3).x;  // every e4m3 value is exact in f16
+    }
     return __half_as_ushort(__float2half_rn(q));
 }
 
@@ -35,9 +41,9 @@ __device__ __forceinline__ void store_prepared_block(const float (&v)[4], int la
 #pragma unroll
     for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
     amax = warp_max(amax);  // also orders every lane's reads of `block` before any lane's writes (in-place use)
-    const float sc = prepared_block_scale(amax, numerics);
+    const float sc = prepared_block_scale(amax, numerics), inv = 1.f / sc;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) block[mma::prepared_pos(layout, 4 * lane + i)] = prepared_value_bits(v[i], sc, numerics);
+    for (int i = 0; i < 4; ++i) block[mma::prepared_pos(layout, 4 * lane + i)] = prepared_value_bits(v[i], inv, numerics);
     if (lane == 0) *scale = sc;
 }
 
@@ -54,11 +60,11 @@ __device__ __forceinline__ void store_prepared_block_x8(const float (&v)[8], int
     const unsigned half = 0xffffu << (lane & 16);
 #pragma unroll
     for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(half, amax, o));
-    const float sc = prepared_block_scale(amax, numerics);
+    const float sc = prepared_block_scale(amax, numerics), inv = 1.f / sc;
     const int j = lane & 15;
     uint16_t q[8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) q[mma::prepared_pos(L, 8 * j + i) - 8 * j] = prepared_value_bits(v[i], sc, numerics);
+    for (int i = 0; i < 8; ++i) q[mma::prepared_pos(L, 8 * j + i) - 8 * j] = prepared_value_bits(v[i], inv, numerics);
     uint4 out;
     out.x = uint32_t(q[0]) | uint32_t(q[1]) << 16;
     out.y = uint32_t(q[2]) | uint32_t(q[3]) << 16;
@@ -66,6 +72,14 @@ __device__ __forceinline__ void store_prepared_block_x8(const float (&v)[8], int
     out.w = uint32_t(q[6]) | uint32_t(q[7]) << 16;
     *reinterpret_cast<uint4*>(block + 8 * j) = out;
     if (j == 0) *scale = sc;
+}
+
+// A padding row's part of a block (all zeros), as store_prepared_block_x8 writes it without the conversions: zero
+// values and the scale of an all-zero block.
+__device__ __forceinline__ void store_prepared_zero_x8(int lane, int numerics, uint16_t* block, float* scale) {
+    const int j = lane & 15;
+    *reinterpret_cast<uint4*>(block + 8 * j) = make_uint4(0u, 0u, 0u, 0u);
+    if (j == 0) *scale = prepared_block_scale(0.f, numerics);
 }
 
 }  // namespace flashseek::cuda

@@ -305,9 +305,11 @@ __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams 
         }
     }
     if (p.prepared_values && t == p.n_tokens - 1) {  // the padding rows up to the next multiple of 8: zeros
-        const float zero[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        const int64_t blocks = D / 128;
         for (int64_t row = p.n_tokens; row < (int64_t(p.n_tokens) + 7) / 8 * 8; ++row)
-            for (int c = ct; c < n8; c += n_ct) store_prepared_x8(p, zero, lane, row, c);
+            for (int c = ct; c < n8; c += n_ct)
+                store_prepared_zero_x8(lane, p.prepared_numerics, p.prepared_values + row * D + (8 * c / 128) * 128,
+                                       p.prepared_scales + row * blocks + 8 * c / 128);
     }
     for (int d = 8 * n8 + ct; d < D; d += n_ct)
         yt[d] = __float2bfloat16_rn(p.norm_weight ? __bfloat162float(p.norm_weight[d]) * (ybuf[d] * r) : ybuf[d]);

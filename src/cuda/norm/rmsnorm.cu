@@ -157,11 +157,14 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
         }
     }
     if (po.values && row == rows - 1) {  // the padding rows up to m_pad: zeros, as prepare_activation writes them
-        const float zero[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
         for (int r = rows; r < po.m_pad; ++r)
 #pragma unroll
-            for (int v = 0; v < V; ++v)
-                if (lane + 32 * v < n8) store_prep(po, zero, lane, r, lane + 32 * v, dim);
+            for (int v = 0; v < V; ++v) {
+                const int c = lane + 32 * v, blk = 8 * c / 128;
+                if (c < n8)
+                    store_prepared_zero_x8(lane, po.numerics, po.values + int64_t(r) * dim + blk * 128,
+                                           po.scales + int64_t(r) * (dim / 128) + blk);
+            }
     }
 }
 
