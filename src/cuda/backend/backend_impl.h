@@ -207,9 +207,8 @@ private:
 
     cudaStream_t stream_ = nullptr;
     GemmWorkspace gemm_ws_{};
-    // window KV; the indexer's compressor; the attention compressor (attention) and the shared expert (MoE); the
-    // routed experts' w2 prefetch (MoE)
-    SideStream kv_side_, index_side_, aux_side_, prefetch_side_;
+    // window KV; the indexer's compressor; the attention compressor (attention) and the shared expert (MoE)
+    SideStream kv_side_, index_side_, aux_side_;
     bool branches_ = true;
     int max_rows_ = 0, chunk_tokens_ = 0;
     StepMeta meta_;

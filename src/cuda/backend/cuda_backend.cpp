@@ -181,7 +181,6 @@ CudaBackendImpl::CudaBackendImpl(const ModelConfig& cfg, const BackendOptions& o
     kv_side_.create();
     index_side_.create();
     aux_side_.create();
-    prefetch_side_.create();
     if (const char* v = std::getenv("FLASHSEEK_BRANCHES")) branches_ = std::strcmp(v, "0") != 0;
     int bucket = 1;
     while (bucket < pool_->max_sequences()) bucket *= 2;
@@ -257,7 +256,6 @@ CudaBackendImpl::~CudaBackendImpl() {
     kv_side_.destroy();
     index_side_.destroy();
     aux_side_.destroy();
-    prefetch_side_.destroy();
     if (meta_.host) cudaFreeHost(meta_.host);
     if (logits_host_) cudaFreeHost(logits_host_);
     if (argmax_host_) cudaFreeHost(argmax_host_);
@@ -462,7 +460,7 @@ PagedEntries CudaBackendImpl::index_entries(int l) const {
 void CudaBackendImpl::enqueue_pass(const PassShape& s) {
     const int N = cfg_.hc_mult;
     const int64_t D = cfg_.hidden_size;
-    kv_side_.open = index_side_.open = aux_side_.open = prefetch_side_.open = false;  // a pass that threw mid-branch (its capture was discarded) left them open
+    kv_side_.open = index_side_.open = aux_side_.open = false;  // a pass that threw mid-branch (its capture was discarded) left them open
     {
         OpProfiler::Scope sc(prof_, "embedding");
         embed_streams(embed_, cfg_.vocab_size, meta_.d(StepMeta::kTokens), s.n_rows, N, D, X_.as<bf16>(), stream_);

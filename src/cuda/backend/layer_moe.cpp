@@ -110,15 +110,6 @@ void CudaBackendImpl::enqueue_moe(int l, const PassShape& s) {
                             cfg_.vocab_size, K, float(cfg_.routed_scaling_factor), expert_idx_.as<int32_t>(),
                             expert_weight_.as<float>(), grouping_, stream_);
     }
-    // One token: the chosen experts' w2 goes to L2 on a side stream while the up-projection (latency-bound) runs.
-    static const int prefetch_mode = [] {
-        const char* v = std::getenv("FLASHSEEK_EXPERT_PREFETCH");
-        return v ? std::atoi(v) : 0;
-    }();
-    if (T == 1 && (prefetch_mode == 1 || prefetch_mode == 2) && L.routed.kind != WeightKind::BF16) {
-        const Lane pf = fork(prefetch_side_);
-        moe_prefetch_down(L.routed, grouping_, std::min(E, T * K), prefetch_mode, pf.stream);
-    }
     {
         OpProfiler::Scope sc(prof_, "moe.routed w1+w3+swiglu");
         moe_expert_up(ax, L.routed, &grouping_, T, K, limit, act_numerics_, moe_h_.act, stream_);
@@ -127,7 +118,6 @@ void CudaBackendImpl::enqueue_moe(int l, const PassShape& s) {
         OpProfiler::Scope sc(prof_, "moe.routed w2");
         moe_expert_down(moe_h_.act, L.routed, &grouping_, T, K, y_routed_.as<float>(), stream_);
     }
-    join(prefetch_side_);
     join(aux_side_);
     {
         OpProfiler::Scope sc(prof_, "moe.combine");

@@ -79,10 +79,6 @@ struct ExpertTable {
     bool scales_aligned16 = false;  // every scale pointer 16-byte aligned: enables the bulk-copy path (moe_bulk.cu)
 };
 
-// Pulls the w2 weights and scales of the grouping's active experts (at most max_experts) into L2 (moe_prefetch.cu):
-// for a side stream beside the up-projection at one token. mode 1: plain prefetch, 2: L2::evict_last.
-void moe_prefetch_down(const ExpertTable& t, const MoeGrouping& g, int max_experts, int mode, cudaStream_t stream);
-
 // x: [M, hidden] prepared for table.kind. grouping == nullptr: dense mode (expert 0, slot = token, weight 1).
 // h: output storage (values/scales sized for rows = M*top_k (routed) or M (dense), k = inter); filled in as the
 // prepared activation of w2 (layout table.kind, numerics h_numerics).
