@@ -651,19 +651,40 @@ MoeGrouping moe_grouping_view(void* memory, int E, int64_t max_pairs) {
     return g;
 }
 
-size_t moe_act_tile_bytes(int E, int64_t max_pairs, int64_t max_k) {
+namespace {
+// Layout of the memory moe_act_tile_bytes sizes: tiles, tile scales, split partials, split counters.
+struct ActTileLayout {
+    size_t tiles, scales, partials, counters, total;
+    int slots;
+};
+ActTileLayout act_tile_layout(int E, int64_t max_pairs, int64_t max_k) {
     const int64_t experts = std::min<int64_t>(E, max_pairs);
-    return size_t(experts) * size_t(max_k / 32) * wgmma::kStepBytes + size_t(experts) * size_t(max_k / 128) * 16 * 4;
+    ActTileLayout l{};
+    l.slots = moe_wgmma::max_ctas() + 1;
+    l.tiles = 0;
+    l.scales = size_t(experts) * size_t(max_k / 32) * wgmma::kStepBytes;
+    l.partials = l.scales + size_t(experts) * size_t(max_k / 128) * 16 * 4;
+    l.counters = l.partials + size_t(l.slots) * moe_wgmma::kSplitFloatsPerSlot * 4;
+    l.total = l.counters + size_t(l.slots) * 4;
+    return l;
 }
+}  // namespace
+
+size_t moe_act_tile_bytes(int E, int64_t max_pairs, int64_t max_k) { return act_tile_layout(E, max_pairs, max_k).total; }
 
 void moe_attach_act_tiles(MoeGrouping& g, void* memory, int64_t max_k) {
     FS_REQUIRE(memory && (reinterpret_cast<uintptr_t>(memory) & 15) == 0 && max_k > 0 && max_k % 128 == 0,
                "moe_attach_act_tiles: need 16-byte aligned memory and max_k a positive multiple of 128 (got ", max_k, ")");
-    const int64_t experts = std::min<int64_t>(g.E, g.max_pairs);
-    g.act_tiles = static_cast<uint8_t*>(memory);
-    g.act_tile_scales = reinterpret_cast<float*>(g.act_tiles + size_t(experts) * size_t(max_k / 32) * wgmma::kStepBytes);
+    const ActTileLayout l = act_tile_layout(g.E, g.max_pairs, max_k);
+    uint8_t* base = static_cast<uint8_t*>(memory);
+    g.act_tiles = base + l.tiles;
+    g.act_tile_scales = reinterpret_cast<float*>(base + l.scales);
     g.act_tile_k = max_k;
-    g.act_tile_experts = int(experts);
+    g.act_tile_experts = int(std::min<int64_t>(g.E, g.max_pairs));
+    g.split_partials = reinterpret_cast<float*>(base + l.partials);
+    g.split_counters = reinterpret_cast<uint32_t*>(base + l.counters);
+    g.split_slots = l.slots;
+    CUDA_CHECK(cudaMemset(g.split_counters, 0, size_t(l.slots) * 4));
 }
 
 void moe_group(const int32_t* expert_idx, const float* expert_weight, int64_t M, int top_k, const MoeGrouping& g,

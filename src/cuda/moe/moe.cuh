@@ -48,11 +48,17 @@ struct MoeGrouping {
     float* act_tile_scales = nullptr;
     int64_t act_tile_k = 0;    // largest K (hidden or inter) the tiles hold
     int act_tile_experts = 0;  // min(E, max_pairs)
+    // ... and the split-item scratch of those kernels (an item cut between two CTAs: both halves' sums, and a
+    // counter per CTA boundary, zeroed by moe_attach_act_tiles and left zero by the kernels)
+    float* split_partials = nullptr;
+    uint32_t* split_counters = nullptr;
+    int split_slots = 0;       // CTA boundaries the scratch holds
 };
 size_t moe_grouping_bytes(int E, int64_t max_pairs);
 MoeGrouping moe_grouping_view(void* memory, int E, int64_t max_pairs);
 // Device memory for the packed activation tiles of a grouping (E, max_pairs) and K up to max_k (a multiple of
-// 128: max(hidden, inter)), and attaching it (caller-owned, 16-byte aligned).
+// 128: max(hidden, inter)) plus the split-item scratch, and attaching it (caller-owned, 16-byte aligned; attaching
+// zeroes the counters, so poison the memory before, not after).
 size_t moe_act_tile_bytes(int E, int64_t max_pairs, int64_t max_k);
 void moe_attach_act_tiles(MoeGrouping& g, void* memory, int64_t max_k);
 void moe_group(const int32_t* expert_idx, const float* expert_weight, int64_t M, int top_k, const MoeGrouping& g,

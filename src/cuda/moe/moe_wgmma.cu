@@ -16,6 +16,11 @@
 //     k-step per thread gives the even weights (a0 / a1) and the odd ones (a2 / a3), so the logical k order of a
 //     step is phys {0,2,..,30} then {1,3,..,31} within each 8-weight group; pack_tiles_kernel writes the B tile in
 //     that order.
+//   - Balanced work: the items' stages (item-major) are cut into one contiguous range per CTA, so every CTA streams
+//     the same number of stages (+-1) instead of whole items (2432 items on 396 CTAs left 56 CTAs a 7th item while
+//     the rest idled). An item cut between two CTAs is summed by both; each stores its sums in the split scratch and
+//     the second to finish adds them in a fixed order (lower CTA first) and runs the epilogue. CTAs are limited so
+//     that each range holds at least one whole item's stages: an item meets at most two CTAs.
 //   - Per 128-k block and part: four wgmma m64n16k32 (one per FP4 scale group, each its own fp32 result), then
 //     per row the weight scales (x 2^6) and per column the activation scale, in fp32. Blocks are pipelined one
 //     deep (convert and issue block i + 1 before waiting for block i).
@@ -81,6 +86,8 @@ struct Args {
     const int32_t* offset;
     const float* slot_weight;
     int max_experts;
+    float* split_partials;
+    uint32_t* split_counters;
     float limit;
     uint16_t* h;  // up: bf16 [slots, h_ld]
     int64_t h_ld;
@@ -243,9 +250,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     constexpr int kItemRows = UP ? 64 : 128;
     const int tiles = a.N / kItemRows;
     const int n_items = min(*a.n_active, a.max_experts) * tiles;
-    const int my_items = int(blockIdx.x) < n_items ? (n_items - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x) : 0;
     const int chunks = a.K / 256;
-    const int total = my_items * chunks;
+    // This CTA's contiguous range [q0, q0 + total) of the global stage sequence (item-major); CTAs past `used` idle
+    // (each used range holds >= chunks stages, so an item meets at most two CTAs).
+    const int64_t all_stages = int64_t(n_items) * chunks;
+    const int used = int(min(int64_t(gridDim.x), all_stages / chunks));
+    const int64_t q0 = int(blockIdx.x) < used ? all_stages * blockIdx.x / used : 0;
+    const int total = int(blockIdx.x) < used ? int(all_stages * (blockIdx.x + 1) / used - q0) : 0;
     const int64_t row_bytes = a.K / 2;
     const int s_ld = a.K / 32;
     const int64_t tile_stride = int64_t(a.K / 32) * wgmma::kStepBytes;
@@ -253,14 +264,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     // Producer cursor: every thread copies weight row `tid` of a stage (part tid / 64); thread 0 adds the B tile
     // and the activation scales and arms the barrier. Pointers are looked up once per item (dependent loads of
     // the active list and the pointer tables would otherwise stall every stage).
-    int f_chunk = chunks, f_item = int(blockIdx.x) - int(gridDim.x);
+    int f_item = int(q0 / chunks) - 1, f_chunk = chunks - 1 + int(q0 % chunks);
     const uint8_t* f_w = nullptr;
     const uint8_t* f_tile = nullptr;
     const float* f_ts = nullptr;
     auto fill = [&](int q) {
-        if (++f_chunk >= chunks) {
-            f_chunk = 0;
-            f_item += int(gridDim.x);
+        if (++f_chunk >= chunks || f_item < int(q0 / chunks)) {
+            f_chunk = f_item < int(q0 / chunks) ? int(q0 % chunks) : 0;
+            f_item += 1;
             const int pos = f_item / tiles, e = a.active[pos];
             const int row0 = (f_item % tiles) * kItemRows;
             const int part = tid / 64;
@@ -285,12 +296,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
 
     // Weight-scale cursor, one stage ahead of the consumer: this thread's rows (part p: rows 16w + g and + 8),
     // 8 E8M0 bytes each per stage.
-    int s_chunk = chunks, s_item = int(blockIdx.x) - int(gridDim.x);
+    int s_item = int(q0 / chunks) - 1, s_chunk = chunks - 1 + int(q0 % chunks);
     const uint8_t* s_row[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
     auto load_scales = [&](uint2 (&ws)[2][2]) {
-        if (++s_chunk >= chunks) {
-            s_chunk = 0;
-            s_item += int(gridDim.x);
+        if (++s_chunk >= chunks || s_item < int(q0 / chunks)) {
+            s_chunk = s_item < int(q0 / chunks) ? int(q0 % chunks) : 0;
+            s_item += 1;
             const int e = a.active[s_item / tiles];
             const int row0 = (s_item % tiles) * kItemRows + 16 * warp + g;
 #pragma unroll
@@ -310,11 +321,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     if (total > 0) load_scales(ws_next);
 
     float acc[2][8];
-    int item = int(blockIdx.x) - int(gridDim.x), count = 0, offset = 0, e_row0 = 0;
+    __shared__ int split_last;
+    int item = 0, count = 0, offset = 0, e_row0 = 0;
     for (int q = 0; q < total; ++q) {
-        const int chunk = q % chunks;
-        if (chunk == 0) {
-            item += int(gridDim.x);
+        const int chunk = int((q0 + q) % chunks);
+        if (chunk == 0 || q == 0) {
+            item = int((q0 + q) / chunks);
             const int e = a.active[item / tiles];
             count = a.count[e];
             offset = a.offset[e];
@@ -343,7 +355,37 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
         else
             run_stage<16>(acc, stage, tile_addr, ss, ws, warp, g, t);
 
-        if (chunk == chunks - 1) {  // item done: epilogue
+        const bool piece_end = q == total - 1 && chunk != chunks - 1;  // the item goes on in the next CTA
+        const bool piece_start = q - chunk < 0;                         // ... began in the previous one
+        if (chunk == chunks - 1 || piece_end) {
+            if (piece_end || piece_start) {
+                // Split item: both pieces' sums meet in the scratch slot of their boundary (the higher CTA's index);
+                // the second to arrive adds them, lower CTA's piece first, and runs the epilogue.
+                const int side = piece_end ? 0 : 1;
+                const int boundary = int(blockIdx.x) + (piece_end ? 1 : 0);
+                float* slot = a.split_partials + int64_t(boundary) * kSplitFloatsPerSlot;
+                float* mine = slot + (side * kThreads + tid) * 16;
+#pragma unroll
+                for (int p = 0; p < 2; ++p)
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) mine[p * 8 + j] = acc[p][j];
+                __threadfence();
+                __syncthreads();
+                if (tid == 0) {
+                    const uint32_t before = atomicAdd(&a.split_counters[boundary], 1u);
+                    split_last = before == 1;
+                    if (before == 1) a.split_counters[boundary] = 0;  // left zero for the next launch
+                }
+                __syncthreads();
+                if (!split_last) continue;
+                __threadfence();
+                const float* lo = slot + tid * 16;  // side 0 (lower CTA)
+                const float* hi = slot + (kThreads + tid) * 16;
+#pragma unroll
+                for (int p = 0; p < 2; ++p)
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) acc[p][j] = __ldcg(lo + p * 8 + j) + __ldcg(hi + p * 8 + j);
+            }
             const int row0 = e_row0;
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
@@ -407,8 +449,12 @@ void launch(Args a, const MoeGrouping& g, int64_t M, int top_k, cudaStream_t str
     a.count = g.expert_count;
     a.offset = g.expert_offset;
     a.slot_weight = g.slot_weight;
+    a.split_partials = g.split_partials;
+    a.split_counters = g.split_counters;
     const int64_t items = int64_t(a.N / (UP ? 64 : 128)) * a.max_experts;
-    const int64_t ctas = std::min<int64_t>(int64_t(current_arch().sm_count) * kCtasPerSm, items);
+    const int64_t ctas = std::min<int64_t>(max_ctas(), items);
+    FS_REQUIRE(ctas + 1 <= g.split_slots, "moe_wgmma: the grouping's split scratch holds ", g.split_slots,
+               " CTA boundaries, ", ctas + 1, " needed");
     auto kernel = wgmma_expert_kernel<UP>;
     gmma::allow_smem(reinterpret_cast<const void*>(kernel), kSmemBytes);
     launch_pdl(UP ? "moe_wgmma expert_kernel<up>" : "moe_wgmma expert_kernel<down>", kernel, dim3(unsigned(ctas)),
@@ -422,6 +468,8 @@ bool prepared_release(const PreparedActivation& x) {
 
 }  // namespace
 
+int max_ctas() { return current_arch().sm_count * kCtasPerSm; }
+
 void set_enabled(bool enabled, bool any_tokens) {
     g_enabled.store(enabled);
     g_any_tokens.store(any_tokens);
@@ -433,7 +481,7 @@ bool serves(const ExpertTable& t, const MoeGrouping* grouping, int64_t M) {
     return t.kind == WeightKind::FP4_BLOCK32 && t.scale_kind == ScaleKind::E8M0 && t.scales_aligned16 &&
            M >= (g_any_tokens.load() ? 1 : min_tokens()) && M <= 16 && M <= small_m_gemv_max_tokens() && t.hidden % 256 == 0 &&
            t.inter % 256 == 0 && t.hidden <= grouping->act_tile_k && t.inter <= grouping->act_tile_k &&
-           grouping->act_tiles != nullptr && grouping->act_tile_scales != nullptr &&
+           grouping->act_tiles != nullptr && grouping->act_tile_scales != nullptr && grouping->split_counters != nullptr &&
            grouping->act_tile_experts >= std::min<int64_t>(grouping->E, grouping->max_pairs);
 }
 

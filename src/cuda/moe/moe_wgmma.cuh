@@ -22,5 +22,9 @@ void expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGroup
                float swiglu_limit, PreparedActivation& h, cudaStream_t stream);
 void expert_down(const PreparedActivation& h, const ExpertTable& t, const MoeGrouping& grouping, int64_t M, int top_k,
                  float* y, cudaStream_t stream);
+// Split-item scratch (MoeGrouping::split_partials): per CTA boundary both halves' per-thread sums (2 x 128 x 16
+// floats), for up to max_ctas() CTAs.
+inline constexpr int kSplitFloatsPerSlot = 2 * 128 * 16;
+int max_ctas();
 
 }  // namespace flashseek::cuda::moe_wgmma
