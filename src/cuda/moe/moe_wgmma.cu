@@ -236,6 +236,17 @@ __device__ __forceinline__ void run_stage(float (&acc)[2][8], const unsigned cha
 }
 #endif
 
+// A CTA's position in its stage sequence: item and 256-k chunk; items advance by `step` when a chunk wraps.
+struct StageCursor {
+    int item, chunk;
+    __device__ __forceinline__ void next(int chunks, int step) {
+        if (++chunk == chunks) {
+            chunk = 0;
+            item += step;
+        }
+    }
+};
+
 template <bool UP>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(const Args a) {
 #if FS_WGMMA_AVAILABLE
@@ -252,28 +263,21 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     const int tiles = a.N / kItemRows;
     const int n_items = min(*a.n_active, a.max_experts) * tiles;
     const int chunks = a.K / 256;
-    // Which (item, chunk) this CTA's q-th stage is. Balanced: a contiguous range [q0, q0 + total) of the item-major
-    // stage sequence, CTAs past `used` idle (each used range holds >= chunks stages, so an item meets at most two
-    // CTAs). Round robin: whole items blockIdx.x, + gridDim.x, ...
-    const int64_t all_stages = int64_t(n_items) * chunks;
-    const int used = a.balanced ? int(min(int64_t(gridDim.x), all_stages / chunks)) : int(gridDim.x);
-    int64_t q0 = 0;
+    // This CTA's stages in order. Balanced: a contiguous range [q0, q0 + total) of the item-major stage sequence,
+    // CTAs past `used` idle (each used range holds >= chunks stages, so an item meets at most two CTAs). Round
+    // robin: whole items blockIdx.x, + gridDim.x, ... Cursors advance incrementally (no division per stage).
+    const int all_stages = n_items * chunks;
+    const int used = a.balanced ? min(int(gridDim.x), all_stages / chunks) : int(gridDim.x);
     int total = 0;
+    StageCursor first{int(blockIdx.x), 0};
     if (a.balanced && int(blockIdx.x) < used) {
-        q0 = all_stages * blockIdx.x / used;
-        total = int(all_stages * (blockIdx.x + 1) / used - q0);
+        const int q0 = int(int64_t(all_stages) * blockIdx.x / used);
+        total = int(int64_t(all_stages) * (blockIdx.x + 1) / used) - q0;
+        first = StageCursor{q0 / chunks, q0 % chunks};
     } else if (!a.balanced && int(blockIdx.x) < n_items) {
         total = (n_items - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x) * chunks;
     }
-    auto locate = [&](int q, int& item, int& chunk) {
-        if (a.balanced) {
-            item = int((q0 + q) / chunks);
-            chunk = int((q0 + q) % chunks);
-        } else {
-            item = int(blockIdx.x) + (q / chunks) * int(gridDim.x);
-            chunk = q % chunks;
-        }
-    };
+    const int step = a.balanced ? 1 : int(gridDim.x);
     const int64_t row_bytes = a.K / 2;
     const int s_ld = a.K / 32;
     const int64_t tile_stride = int64_t(a.K / 32) * wgmma::kStepBytes;
@@ -284,9 +288,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     const uint8_t* f_w = nullptr;
     const uint8_t* f_tile = nullptr;
     const float* f_ts = nullptr;
+    StageCursor fc = first;
     auto fill = [&](int q) {
-        int f_item, f_chunk;
-        locate(q, f_item, f_chunk);
+        const int f_item = fc.item, f_chunk = fc.chunk;
+        fc.next(chunks, step);
         if (f_chunk == 0 || q == 0) {
             const int pos = f_item / tiles, e = a.active[pos];
             const int row0 = (f_item % tiles) * kItemRows;
@@ -313,9 +318,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     // Weight-scale cursor, one stage ahead of the consumer: this thread's rows (part p: rows 16w + g and + 8),
     // 8 E8M0 bytes each per stage.
     const uint8_t* s_row[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
+    StageCursor sc = first;
     auto load_scales = [&](int q, uint2 (&ws)[2][2]) {
-        int s_item, s_chunk;
-        locate(q, s_item, s_chunk);
+        const int s_item = sc.item, s_chunk = sc.chunk;
+        sc.next(chunks, step);
         if (s_chunk == 0 || q == 0) {
             const int e = a.active[s_item / tiles];
             const int row0 = (s_item % tiles) * kItemRows + 16 * warp + g;
@@ -338,9 +344,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     float acc[2][8];
     __shared__ int split_last;
     int item = 0, count = 0, offset = 0, e_row0 = 0;
+    StageCursor cc = first;
     for (int q = 0; q < total; ++q) {
-        int chunk;
-        locate(q, item, chunk);
+        item = cc.item;
+        const int chunk = cc.chunk;
+        cc.next(chunks, step);
         if (chunk == 0 || q == 0) {
             const int e = a.active[item / tiles];
             count = a.count[e];
