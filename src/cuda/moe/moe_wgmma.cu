@@ -86,7 +86,6 @@ struct Args {
     const int32_t* offset;
     const float* slot_weight;
     int max_experts;
-    bool balanced;  // equal contiguous stage ranges per CTA (else whole items round robin)
     float* split_partials;
     uint32_t* split_counters;
     float limit;
@@ -236,17 +235,6 @@ __device__ __forceinline__ void run_stage(float (&acc)[2][8], const unsigned cha
 }
 #endif
 
-// A CTA's position in its stage sequence: item and 256-k chunk; items advance by `step` when a chunk wraps.
-struct StageCursor {
-    int item, chunk;
-    __device__ __forceinline__ void next(int chunks, int step) {
-        if (++chunk == chunks) {
-            chunk = 0;
-            item += step;
-        }
-    }
-};
-
 template <bool UP>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(const Args a) {
 #if FS_WGMMA_AVAILABLE
@@ -263,21 +251,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     const int tiles = a.N / kItemRows;
     const int n_items = min(*a.n_active, a.max_experts) * tiles;
     const int chunks = a.K / 256;
-    // This CTA's stages in order. Balanced: a contiguous range [q0, q0 + total) of the item-major stage sequence,
-    // CTAs past `used` idle (each used range holds >= chunks stages, so an item meets at most two CTAs). Round
-    // robin: whole items blockIdx.x, + gridDim.x, ... Cursors advance incrementally (no division per stage).
-    const int all_stages = n_items * chunks;
-    const int used = a.balanced ? min(int(gridDim.x), all_stages / chunks) : int(gridDim.x);
-    int total = 0;
-    StageCursor first{int(blockIdx.x), 0};
-    if (a.balanced && int(blockIdx.x) < used) {
-        const int q0 = int(int64_t(all_stages) * blockIdx.x / used);
-        total = int(int64_t(all_stages) * (blockIdx.x + 1) / used) - q0;
-        first = StageCursor{q0 / chunks, q0 % chunks};
-    } else if (!a.balanced && int(blockIdx.x) < n_items) {
-        total = (n_items - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x) * chunks;
-    }
-    const int step = a.balanced ? 1 : int(gridDim.x);
+    // This CTA's contiguous range [q0, q0 + total) of the global stage sequence (item-major); CTAs past `used` idle
+    // (each used range holds >= chunks stages, so an item meets at most two CTAs).
+    const int64_t all_stages = int64_t(n_items) * chunks;
+    const int used = int(min(int64_t(gridDim.x), all_stages / chunks));
+    const int64_t q0 = int(blockIdx.x) < used ? all_stages * blockIdx.x / used : 0;
+    const int total = int(blockIdx.x) < used ? int(all_stages * (blockIdx.x + 1) / used - q0) : 0;
     const int64_t row_bytes = a.K / 2;
     const int s_ld = a.K / 32;
     const int64_t tile_stride = int64_t(a.K / 32) * wgmma::kStepBytes;
@@ -285,14 +264,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     // Producer cursor: every thread copies weight row `tid` of a stage (part tid / 64); thread 0 adds the B tile
     // and the activation scales and arms the barrier. Pointers are looked up once per item (dependent loads of
     // the active list and the pointer tables would otherwise stall every stage).
+    int f_item = int(q0 / chunks) - 1, f_chunk = chunks - 1 + int(q0 % chunks);
     const uint8_t* f_w = nullptr;
     const uint8_t* f_tile = nullptr;
     const float* f_ts = nullptr;
-    StageCursor fc = first;
     auto fill = [&](int q) {
-        const int f_item = fc.item, f_chunk = fc.chunk;
-        fc.next(chunks, step);
-        if (f_chunk == 0 || q == 0) {
+        if (++f_chunk >= chunks || f_item < int(q0 / chunks)) {
+            f_chunk = f_item < int(q0 / chunks) ? int(q0 % chunks) : 0;
+            f_item += 1;
             const int pos = f_item / tiles, e = a.active[pos];
             const int row0 = (f_item % tiles) * kItemRows;
             const int part = tid / 64;
@@ -317,12 +296,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
 
     // Weight-scale cursor, one stage ahead of the consumer: this thread's rows (part p: rows 16w + g and + 8),
     // 8 E8M0 bytes each per stage.
+    int s_item = int(q0 / chunks) - 1, s_chunk = chunks - 1 + int(q0 % chunks);
     const uint8_t* s_row[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
-    StageCursor sc = first;
-    auto load_scales = [&](int q, uint2 (&ws)[2][2]) {
-        const int s_item = sc.item, s_chunk = sc.chunk;
-        sc.next(chunks, step);
-        if (s_chunk == 0 || q == 0) {
+    auto load_scales = [&](uint2 (&ws)[2][2]) {
+        if (++s_chunk >= chunks || s_item < int(q0 / chunks)) {
+            s_chunk = s_item < int(q0 / chunks) ? int(q0 % chunks) : 0;
+            s_item += 1;
             const int e = a.active[s_item / tiles];
             const int row0 = (s_item % tiles) * kItemRows + 16 * warp + g;
 #pragma unroll
@@ -339,17 +318,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
             for (int h = 0; h < 2; ++h) ws[p][h] = __ldg(reinterpret_cast<const uint2*>(s_row[p][h] + s_chunk * 8));
     };
     uint2 ws_next[2][2];
-    if (total > 0) load_scales(0, ws_next);
+    if (total > 0) load_scales(ws_next);
 
     float acc[2][8];
     __shared__ int split_last;
     int item = 0, count = 0, offset = 0, e_row0 = 0;
-    StageCursor cc = first;
     for (int q = 0; q < total; ++q) {
-        item = cc.item;
-        const int chunk = cc.chunk;
-        cc.next(chunks, step);
+        const int chunk = int((q0 + q) % chunks);
         if (chunk == 0 || q == 0) {
+            item = int((q0 + q) / chunks);
             const int e = a.active[item / tiles];
             count = a.count[e];
             offset = a.offset[e];
@@ -367,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
         uint2 ws[2][2];
 #pragma unroll
         for (int p = 0; p < 2; ++p) ws[p][0] = ws_next[p][0], ws[p][1] = ws_next[p][1];
-        if (q + 1 < total) load_scales(q + 1, ws_next);  // one stage ahead: its latency hides behind this stage
+        if (q + 1 < total) load_scales(ws_next);  // one stage ahead: its latency hides behind this stage
         const int st = q % kStages;
         const unsigned char* stage = smem + size_t(st) * kStageBytes;
         const uint32_t tile_addr = smem_u32(stage + kWeightBytes);
@@ -462,20 +439,9 @@ void pack(const PreparedActivation& x, const MoeGrouping& g, int max_experts, co
                p);
 }
 
-// Which projections take balanced stage ranges (FLASHSEEK_MOE_WGMMA_BALANCE = none | up | both; A/B runs).
-bool balanced(bool up) {
-    static const int mode = [] {  // 0 none, 1 up, 2 both
-        const char* e = std::getenv("FLASHSEEK_MOE_WGMMA_BALANCE");
-        if (e == nullptr) return 2;
-        return std::strcmp(e, "none") == 0 ? 0 : std::strcmp(e, "up") == 0 ? 1 : 2;
-    }();
-    return mode == 2 || (mode == 1 && up);
-}
-
 template <bool UP>
 void launch(Args a, const MoeGrouping& g, int64_t M, int top_k, cudaStream_t stream) {
     a.max_experts = int(std::min<int64_t>(g.E, M * top_k));
-    a.balanced = balanced(UP);
     a.tiles = g.act_tiles;
     a.tile_scales = g.act_tile_scales;
     a.active = g.active;
