@@ -11,11 +11,15 @@ for t in test_cuda_linear test_cuda_attention test_cuda_backend; do
   timeout 400 "$B/$t" --gtest_filter='-*Bench*' > "$OUT/$t.log" 2>&1; echo "$t rc=$?"
   grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|tests? ran" "$OUT/$t.log" | head -8
 done
+# (MoeLayer.BulkPathMatchesGemvPathPerStage now holds a 64-expert case with ~1600 items: too slow under memcheck.)
 timeout 400 compute-sanitizer --tool memcheck "$B/test_cuda_linear" \
-  --gtest_filter='LinearTest.BulkGemv*:LinearTest.WgmmaGemv*:MoeLayer.Bulk*:MoeSwiglu.*' \
+  --gtest_filter='LinearTest.BulkGemv*:LinearTest.WgmmaGemv*:MoeRoute.*:MoeLayer.BulkDownOneHot*:MoeSwiglu.*' \
   > "$OUT/memcheck.log" 2>&1; echo "memcheck rc=$?"; tail -2 "$OUT/memcheck.log"
+timeout 120 compute-sanitizer --tool memcheck "$B/test_cuda_attention" \
+  --gtest_filter='CudaMhc.Prepared*:CudaNorm.RmsnormPrepared*' > "$OUT/memcheck_attn.log" 2>&1
+echo "memcheck (fused prepared outputs) rc=$?"; tail -1 "$OUT/memcheck_attn.log"
 timeout 240 compute-sanitizer --tool racecheck "$B/test_cuda_linear" \
-  --gtest_filter='MoeLayer.BulkDownOneHot*:MoeSwiglu.*' > "$OUT/racecheck.log" 2>&1; echo "racecheck rc=$?"
+  --gtest_filter='MoeRoute.Fused*:MoeLayer.BulkDownOneHot*:MoeSwiglu.*' > "$OUT/racecheck.log" 2>&1; echo "racecheck rc=$?"
 grep -E "RACECHECK SUMMARY|hazard|PASSED|FAILED" "$OUT/racecheck.log" | tail -4
 timeout 300 "$B/flashseek" bench --model tests/data/configs/v4-flash.json --dummy-weights --layers 20 --context 256 \
   --concurrency 1,16 --output-len 32 --seed 1 --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1; echo "bench rc=$?"
