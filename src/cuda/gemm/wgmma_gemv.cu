@@ -50,7 +50,16 @@ constexpr int kTileBytes = (kRowBytes / 32) * wgmma::kStepBytes;  // B tile of a
 constexpr int kStageBytes = kWeightBytes + kTileBytes + 2 * 16 * 4;  // + activation scales [2 blocks][16]
 constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kStages * 8;
 static_assert(kWeightBytes % 128 == 0 && kStageBytes % 128 == 0, "tile and stage alignment");
-constexpr int64_t kMinTokens = 2;                      // one token: gemv_simt.cu (see eligible())
+// Fewest tokens served (default 2; one token takes gemv_simt.cu, see eligible()); FLASHSEEK_WGMMA_GEMV_MIN_TOKENS
+// overrides it for A/B runs.
+int64_t min_tokens() {
+    static const int64_t v = [] {
+        const char* e = std::getenv("FLASHSEEK_WGMMA_GEMV_MIN_TOKENS");
+        const int64_t n = e ? std::atoll(e) : 2;
+        return n >= 1 && n <= 16 ? n : int64_t(2);
+    }();
+    return v;
+}
 constexpr int64_t kMinWeightBytes = int64_t(4) << 20;  // smaller matrices: the f16 GEMV (see eligible())
 
 using stream_gemv::Args;
@@ -288,7 +297,7 @@ bool eligible(const PreparedActivation& x, const DeviceLinear& w, int groups) {
     // Where it measured faster (H200, docs/perf.md): 2+ tokens on >= 4 MB of weights (wkv, 2 MB: the f16 GEMV at
     // 8-16 tokens). One token keeps the SIMT GEMV: per call it won on most shapes, but end to end at C=1 the
     // step was slower (5.87 -> 6.29 ms), not understood yet.
-    if (!g_any_size.load() && (x.m < kMinTokens || w.out * w.in < kMinWeightBytes)) return false;
+    if (!g_any_size.load() && (x.m < min_tokens() || w.out * w.in < kMinWeightBytes)) return false;
     if (w.in % kRowBytes != 0 || w.out % kRows != 0 || !aligned16(w.weight) || !aligned16(x.values)) return false;
     if (w.scale_kind != ScaleKind::E8M0 && w.scale_kind != ScaleKind::F32) return false;
     if (groups > 1 && (w.out % groups != 0 || (w.out / groups) % kRows != 0)) return false;
