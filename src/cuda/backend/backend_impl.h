@@ -176,8 +176,10 @@ private:
     // The kind a sub-block's fused producer (mhc_pre's norm) can also write y_ prepared for: its FP8 / FP4 first
     // linear (sub 0: wq_a, sub 1: the routed experts); BF16 weights read y_ itself (see prep).
     PrepBuffer* fused_prep_target(const LayerDev& L, int sub, WeightKind& kind);
-    // Records that buf holds src [rows, K] prepared for kind (written by a producer kernel of this sub-block).
-    void adopt_prepared(PrepBuffer& buf, const void* src, int rows, int64_t K, WeightKind kind);
+    // Records that src [rows, K] is prepared for kind with `numerics` in this sub-block (by a producer kernel, or in
+    // place for BF16): in buf's own storage, or at values / scales when given.
+    void adopt_prepared(PrepBuffer& buf, const void* src, int rows, int64_t K, WeightKind kind, ActNumerics numerics,
+                        uint16_t* values = nullptr, float* scales = nullptr);
     Lane main_lane() const { return {stream_, &gemm_ws_}; }
     // Starts a branch on s (after everything enqueued on the main stream so far) and returns its lane; with
     // branches off (FLASHSEEK_BRANCHES=0, or a profiled step, whose per-op events need one stream) the main lane.

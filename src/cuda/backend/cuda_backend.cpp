@@ -297,38 +297,6 @@ namespace {
 int64_t round_up8(int64_t v) { return (v + 7) / 8 * 8; }  // PreparedActivation::m_pad
 }  // namespace
 
-void SideStream::create() {
-    FS_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    FS_CUDA_TRY(cudaEventCreateWithFlags(&forked, cudaEventDisableTiming));
-    FS_CUDA_TRY(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    ws = create_gemm_workspace();
-}
-
-void SideStream::destroy() noexcept {
-    destroy_gemm_workspace(ws);
-    if (forked) cudaEventDestroy(forked);
-    if (done) cudaEventDestroy(done);
-    if (stream) cudaStreamDestroy(stream);
-    forked = done = nullptr;
-    stream = nullptr;
-}
-
-Lane CudaBackendImpl::fork(SideStream& s) {
-    if (!branches_ || profiling_) return main_lane();
-    FS_CHECK(!s.open, "CUDA backend: a side stream was forked twice without a join");
-    FS_CUDA_TRY(cudaEventRecord(s.forked, stream_));
-    FS_CUDA_TRY(cudaStreamWaitEvent(s.stream, s.forked, 0));
-    s.open = true;
-    return {s.stream, &s.ws};
-}
-
-void CudaBackendImpl::join(SideStream& s) {
-    if (!s.open) return;
-    s.open = false;
-    FS_CUDA_TRY(cudaEventRecord(s.done, s.stream));
-    FS_CUDA_TRY(cudaStreamWaitEvent(stream_, s.done, 0));
-}
-
 const PreparedActivation& CudaBackendImpl::prep(PrepBuffer& buf, const void* x, bool x_f32, int rows, int64_t K,
                                                 int64_t ld, const DeviceLinear& w, bool force_exact, bool allow_raw,
                                                 const Lane* lane) {
@@ -347,20 +315,8 @@ const PreparedActivation& CudaBackendImpl::prep(PrepBuffer& buf, const void* x, 
         size_t(round_up8(rows)) * size_t(K / 128) * 4 <= ones_.bytes()) {
         // BF16 weights take bf16 rows as they are (the prepared form is the same bytes with scale 1): read y_ in
         // place instead of copying it (no launch). Its padding rows are finite (zeroed at allocation).
-        buf.act.layout = WeightKind::BF16;
-        buf.act.raw = false;
-        buf.act.numerics = ActNumerics::EXACT;
-        buf.act.m = rows;
-        buf.act.k = K;
-        buf.act.m_pad = round_up8(rows);
-        buf.act.k_pad = K;
-        buf.act.values = static_cast<uint16_t*>(const_cast<void*>(x));
-        buf.act.scales = ones_.as<float>();
-        buf.generation = prep_generation_;
-        buf.src = x;
-        buf.rows = rows;
-        buf.layout = w.kind;
-        buf.numerics = num;
+        uint16_t* in_place = static_cast<uint16_t*>(const_cast<void*>(x));
+        adopt_prepared(buf, x, rows, K, WeightKind::BF16, ActNumerics::EXACT, in_place, ones_.as<float>());
         return buf.act;
     }
     buf.act.values = buf.values.as<uint16_t>();  // a raw descriptor may have pointed them at the input
@@ -388,21 +344,22 @@ PrepBuffer* CudaBackendImpl::fused_prep_target(const LayerDev& L, int sub, Weigh
     return sub == 0 ? &prep_x_ : &prep_x_expert_;
 }
 
-void CudaBackendImpl::adopt_prepared(PrepBuffer& buf, const void* src, int rows, int64_t K, WeightKind kind) {
+void CudaBackendImpl::adopt_prepared(PrepBuffer& buf, const void* src, int rows, int64_t K, WeightKind kind,
+                                     ActNumerics numerics, uint16_t* values, float* scales) {
     buf.act.layout = kind;
     buf.act.raw = false;
-    buf.act.numerics = act_numerics_;
+    buf.act.numerics = numerics;
     buf.act.m = rows;
     buf.act.k = K;
     buf.act.m_pad = round_up8(rows);
     buf.act.k_pad = (K + 127) / 128 * 128;
-    buf.act.values = buf.values.as<uint16_t>();
-    buf.act.scales = buf.scales.as<float>();
+    buf.act.values = values ? values : buf.values.as<uint16_t>();
+    buf.act.scales = scales ? scales : buf.scales.as<float>();
     buf.generation = prep_generation_;
     buf.src = src;
     buf.rows = rows;
     buf.layout = kind;
-    buf.numerics = act_numerics_;
+    buf.numerics = numerics;
 }
 
 void CudaBackendImpl::lin(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind kind, int64_t ld,
@@ -460,7 +417,8 @@ PagedEntries CudaBackendImpl::index_entries(int l) const {
 void CudaBackendImpl::enqueue_pass(const PassShape& s) {
     const int N = cfg_.hc_mult;
     const int64_t D = cfg_.hidden_size;
-    kv_side_.open = index_side_.open = aux_side_.open = false;  // a pass that threw mid-branch (its capture was discarded) left them open
+    // A pass that threw mid-branch (its capture was discarded) left them open.
+    kv_side_.open = index_side_.open = aux_side_.open = false;
     {
         OpProfiler::Scope sc(prof_, "embedding");
         embed_streams(embed_, cfg_.vocab_size, meta_.d(StepMeta::kTokens), s.n_rows, N, D, X_.as<bf16>(), stream_);
@@ -498,7 +456,7 @@ void CudaBackendImpl::enqueue_pass(const PassShape& s) {
                 mhc_pre(p, mhc_ws_.get(), mhc_ws_bytes_, stream_);
             }
             ++prep_generation_;  // y_ was rewritten: earlier prepared activations are stale
-            if (fused) adopt_prepared(*fused, y_.get(), s.n_rows, D, kind);
+            if (fused) adopt_prepared(*fused, y_.get(), s.n_rows, D, kind, act_numerics_);
             if (sub == 0)
                 enqueue_attention(l, s);
             else

@@ -103,7 +103,7 @@ void CudaBackendImpl::enqueue_attention(int l, const PassShape& s) {
             out = &prep_qr_.act;
         }
         rmsnorm(qr_.as<bf16>(), QL, qr_.as<bf16>(), QL, L.q_norm, T, int(QL), eps, stream_, out);
-        if (fuse) adopt_prepared(prep_qr_, qr_.get(), T, QL, L.wq_b.kind);
+        if (fuse) adopt_prepared(prep_qr_, qr_.get(), T, QL, L.wq_b.kind, act_numerics_);
     }
     const PreparedActivation& aq = prep(prep_qr_, qr_.get(), false, T, QL, QL, L.wq_b);
     {

@@ -1,0 +1,292 @@
+// Routing and grouping at decode and prefill (see moe.cuh): the sqrt-softplus biased top-k router and the
+// token-id hash router (one warp per token), the grouping of (token, expert) pairs by expert in one CTA (counts,
+// block-wide scans for offsets and the active list, slots), and both in one CTA for up to 16 tokens (decode: one
+// launch instead of two on the critical path).
+#include <algorithm>
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/pdl.cuh"
+#include "cuda/moe/moe.cuh"
+
+namespace flashseek::cuda {
+namespace {
+
+// ---- router ------------------------------------------------------------------------------------------------
+constexpr int kMaxRouteE = 1024, kMaxTopK = 32;
+
+__device__ __forceinline__ float softplus_f(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+
+// Token m's routing by one warp; lane holds experts lane, lane+32, ...
+__device__ void route_token(int64_t m, const float* __restrict__ logits, int E, int64_t ld, const float* __restrict__ bias,
+                            const int64_t* __restrict__ tid2eid, const int32_t* __restrict__ token_ids, int64_t vocab,
+                            int top_k, float route_scale, int32_t* __restrict__ idx_out, float* __restrict__ w_out) {
+    const int lane = threadIdx.x & 31;
+    constexpr int kPer = kMaxRouteE / 32;
+    float score[kPer], sel[kPer];
+    const int per = (E + 31) / 32;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+        const int e = lane + 32 * i;
+        score[i] = 0.f;
+        sel[i] = -INFINITY;
+        if (i < per && e < E) {
+            score[i] = sqrtf(softplus_f(logits[m * ld + e]));
+            sel[i] = score[i] + (bias ? bias[e] : 0.f);
+        }
+    }
+    int chosen[kMaxTopK];
+    float chosen_s[kMaxTopK];
+    float sum = 0.f;
+    if (tid2eid) {
+        const int64_t tok = token_ids[m];
+        for (int j = 0; j < top_k; ++j) {
+            int e = -1;
+            if (tok >= 0 && tok < vocab) {
+                const int64_t v = tid2eid[tok * top_k + j];
+                e = (v >= 0 && v < E) ? int(v) : -1;
+            }
+            float s = 0.f;
+            if (e >= 0) {
+                const int owner = e % 32, slot = e / 32;
+                float mine = 0.f;
+#pragma unroll
+                for (int i = 0; i < kPer; ++i)
+                    if (i == slot) mine = score[i];
+                s = __shfl_sync(0xffffffffu, mine, owner);
+            }
+            chosen[j] = e;
+            chosen_s[j] = s;
+            sum += s;
+        }
+    } else {
+        for (int j = 0; j < top_k; ++j) {
+            float best = -INFINITY;
+            int best_e = E;
+#pragma unroll
+            for (int i = 0; i < kPer; ++i) {
+                const int e = lane + 32 * i;
+                if (sel[i] > best || (sel[i] == best && e < best_e)) {
+                    best = sel[i];
+                    best_e = e;
+                }
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+                const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+                if (ob > best || (ob == best && oe < best_e)) {
+                    best = ob;
+                    best_e = oe;
+                }
+            }
+            float s = 0.f;
+            if (best_e < E) {
+                const int owner = best_e % 32, slot = best_e / 32;
+                float mine = 0.f;
+#pragma unroll
+                for (int i = 0; i < kPer; ++i)
+                    if (i == slot && lane == owner) {
+                        mine = score[i];
+                        sel[i] = -INFINITY;  // taken
+                    }
+                s = __shfl_sync(0xffffffffu, mine, owner);
+            } else {
+                best_e = -1;
+            }
+            chosen[j] = best_e;
+            chosen_s[j] = s;
+            sum += s;
+        }
+    }
+    if (lane == 0) {
+        for (int j = 0; j < top_k; ++j) {
+            idx_out[m * top_k + j] = chosen[j];
+            w_out[m * top_k + j] = sum > 0.f ? chosen_s[j] / sum * route_scale : 0.f;
+        }
+    }
+}
+
+// One warp per token.
+__global__ void route_kernel(const float* __restrict__ logits, int64_t M, int E, int64_t ld, const float* __restrict__ bias,
+                             const int64_t* __restrict__ tid2eid, const int32_t* __restrict__ token_ids, int64_t vocab,
+                             int top_k, float route_scale, int32_t* __restrict__ idx_out, float* __restrict__ w_out) {
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
+    pdl_trigger();
+    const int64_t m = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    if (m >= M) return;
+    route_token(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out);
+}
+
+// ---- grouping: one CTA ----------------------------------------------------------------------------------------
+// Counts per expert (shared atomics), then offsets and the ascending active list by a block-wide exclusive scan over
+// the experts (one expert per thread and pass; was a serial loop in thread 0: ~256 dependent global stores per MoE
+// layer on the decode critical path), then slots in pair order per expert (atomic cursor: slot order inside an
+// expert does not affect any result).
+// The whole grouping by one CTA; `sh` holds 2 * E int32.
+__device__ void group_block(const int32_t* __restrict__ idx, const float* __restrict__ wts, int64_t n_pairs, int top_k,
+                            const MoeGrouping& g, int32_t* sh) {
+    int32_t* count = sh;           // [E]
+    int32_t* cursor = sh + g.E;    // [E]
+    __shared__ int32_t warp_sum[2][32];
+    __shared__ int32_t carry[2];
+    for (int e = threadIdx.x; e < g.E; e += blockDim.x) count[e] = 0;
+    if (threadIdx.x < 2) carry[threadIdx.x] = 0;
+    __syncthreads();
+    for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
+        const int e = idx[p];
+        if (e >= 0 && e < g.E) atomicAdd(&count[e], 1);
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    for (int base = 0; base < g.E; base += blockDim.x) {  // exclusive scans of count and (count > 0)
+        const int e = base + threadIdx.x;
+        const int c = e < g.E ? count[e] : 0, a = c > 0 ? 1 : 0;
+        int ic = c, ia = a;  // inclusive within the warp
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int vc = __shfl_up_sync(0xffffffffu, ic, o), va = __shfl_up_sync(0xffffffffu, ia, o);
+            if (lane >= o) {
+                ic += vc;
+                ia += va;
+            }
+        }
+        if (lane == 31) {
+            warp_sum[0][warp] = ic;
+            warp_sum[1][warp] = ia;
+        }
+        __syncthreads();
+        int pc = carry[0], pa = carry[1];
+        for (int w = 0; w < warp; ++w) {
+            pc += warp_sum[0][w];
+            pa += warp_sum[1][w];
+        }
+        if (e < g.E) {
+            const int off = pc + ic - c;
+            g.expert_offset[e] = off;
+            g.expert_count[e] = c;
+            cursor[e] = off;
+            if (a) g.active[pa + ia - 1] = e;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int w = 0; w < n_warps; ++w) {
+                carry[0] += warp_sum[0][w];
+                carry[1] += warp_sum[1][w];
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        g.expert_offset[g.E] = carry[0];
+        *g.n_active = carry[1];
+    }
+    for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
+        const int e = idx[p];
+        if (e >= 0 && e < g.E) {
+            const int32_t slot = atomicAdd(&cursor[e], 1);
+            g.slot_token[slot] = int32_t(p / top_k);
+            g.slot_weight[slot] = wts[p];
+            g.pair_slot[p] = slot;
+        } else {
+            g.pair_slot[p] = -1;
+        }
+    }
+}
+
+__global__ void group_kernel(const int32_t* __restrict__ idx, const float* __restrict__ wts, int64_t n_pairs, int top_k,
+                             MoeGrouping g) {
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
+    pdl_trigger();
+    extern __shared__ int32_t sh[];
+    group_block(idx, wts, n_pairs, top_k, g, sh);
+}
+
+// Decode (M <= the CTA's 16 warps): routing and grouping in one launch, one CTA; warp m routes token m, then the block
+// groups (the routed pairs are read back from global memory after the barrier, which orders them for the block).
+// 512 threads: routing's per-lane score arrays need more than the 64 registers a 1024-thread CTA leaves.
+constexpr int kRouteGroupThreads = 512;
+__global__ void __launch_bounds__(kRouteGroupThreads)
+    route_group_kernel(const float* __restrict__ logits, int64_t M, int E, int64_t ld,
+                                   const float* __restrict__ bias, const int64_t* __restrict__ tid2eid,
+                                   const int32_t* __restrict__ token_ids, int64_t vocab, int top_k, float route_scale,
+                                   int32_t* __restrict__ idx_out, float* __restrict__ w_out, MoeGrouping g) {
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
+    pdl_trigger();
+    extern __shared__ int32_t sh[];
+    const int64_t m = threadIdx.x / 32;
+    if (m < M) route_token(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out);
+    __syncthreads();
+    group_block(idx_out, w_out, M * top_k, top_k, g, sh);
+}
+
+}  // namespace
+
+void moe_route(const float* logits, int64_t M, int E, int64_t ld_logits, const float* bias, const int64_t* tid2eid,
+               const int32_t* token_ids, int64_t vocab, int top_k, float route_scale, int32_t* expert_idx,
+               float* expert_weight, cudaStream_t stream) {
+    FS_REQUIRE(E > 0 && E <= kMaxRouteE, "moe_route: n_routed_experts ", E, " must be in [1, ", kMaxRouteE, "]");
+    FS_REQUIRE(top_k > 0 && top_k <= kMaxTopK && top_k <= E, "moe_route: top_k ", top_k, " must be in [1, min(",
+               kMaxTopK, ", E)]");
+    FS_REQUIRE(M > 0 && ld_logits >= E, "moe_route: M ", M, " / logits stride ", ld_logits, " invalid");
+    FS_REQUIRE(!tid2eid || token_ids, "moe_route: hash routing needs token ids");
+    const int warps = 4;
+    launch_pdl("route_kernel", route_kernel, dim3(unsigned((M + warps - 1) / warps)), dim3(32 * warps), 0, stream, logits,
+               M, E, ld_logits, bias, tid2eid, token_ids, vocab, top_k, route_scale, expert_idx, expert_weight);
+}
+
+size_t moe_grouping_bytes(int E, int64_t max_pairs) {
+    return size_t(4) * (size_t(E) * 3 + 2 + size_t(max_pairs) * 3) + 64;
+}
+
+MoeGrouping moe_grouping_view(void* memory, int E, int64_t max_pairs) {
+    MoeGrouping g;
+    g.E = E;
+    g.max_pairs = max_pairs;
+    int32_t* p = static_cast<int32_t*>(memory);
+    g.expert_count = p;
+    p += E;
+    g.expert_offset = p;
+    p += E + 1;
+    g.active = p;
+    p += E;
+    g.n_active = p;
+    p += 1;
+    g.slot_token = p;
+    p += max_pairs;
+    g.slot_weight = reinterpret_cast<float*>(p);
+    p += max_pairs;
+    g.pair_slot = p;
+    return g;
+}
+
+void moe_group(const int32_t* expert_idx, const float* expert_weight, int64_t M, int top_k, const MoeGrouping& g,
+               cudaStream_t stream) {
+    FS_REQUIRE(g.E > 0 && g.E <= 4096, "moe_group: expert count ", g.E, " out of range");
+    FS_REQUIRE(M * top_k <= g.max_pairs, "moe_group: ", M, " tokens x top_k ", top_k, " exceed the grouping capacity ",
+               g.max_pairs);
+    launch_pdl("group_kernel", group_kernel, dim3(1), dim3(1024), size_t(g.E) * 8, stream, expert_idx, expert_weight,
+               M * top_k, top_k, g);
+}
+
+void moe_route_and_group(const float* logits, int64_t M, int E, int64_t ld_logits, const float* bias,
+                         const int64_t* tid2eid, const int32_t* token_ids, int64_t vocab, int top_k, float route_scale,
+                         int32_t* expert_idx, float* expert_weight, const MoeGrouping& g, cudaStream_t stream) {
+    if (M > kRouteGroupThreads / 32) {  // more tokens than the CTA has warps: two launches
+        moe_route(logits, M, E, ld_logits, bias, tid2eid, token_ids, vocab, top_k, route_scale, expert_idx,
+                  expert_weight, stream);
+        moe_group(expert_idx, expert_weight, M, top_k, g, stream);
+        return;
+    }
+    FS_REQUIRE(E > 0 && E <= kMaxRouteE && g.E == E, "moe_route_and_group: n_routed_experts ", E,
+               " must be in [1, ", kMaxRouteE, "] and match the grouping (", g.E, ")");
+    FS_REQUIRE(top_k > 0 && top_k <= kMaxTopK && top_k <= E, "moe_route_and_group: top_k ", top_k,
+               " must be in [1, min(", kMaxTopK, ", E)]");
+    FS_REQUIRE(M > 0 && ld_logits >= E, "moe_route_and_group: M ", M, " / logits stride ", ld_logits, " invalid");
+    FS_REQUIRE(!tid2eid || token_ids, "moe_route_and_group: hash routing needs token ids");
+    FS_REQUIRE(M * top_k <= g.max_pairs, "moe_route_and_group: ", M, " tokens x top_k ", top_k,
+               " exceed the grouping capacity ", g.max_pairs);
+    launch_pdl("route_group_kernel", route_group_kernel, dim3(1), dim3(kRouteGroupThreads), size_t(g.E) * 8, stream, logits,
+               M, E, ld_logits, bias, tid2eid, token_ids, vocab, top_k, route_scale, expert_idx, expert_weight, g);
+}
+
+}  // namespace flashseek::cuda
