@@ -1,7 +1,8 @@
 // The MoE sub-block of one layer on the GPU, in the CPU forward's order (src/cpu/forward_moe.cpp): router logits
 // (bf16 gate in fp32), route (sqrt-softplus + bias top-k, or the token-id hash table), grouping by expert, the
 // fused w1/w3 + SwiGLU(clamp) + routing weight per active expert, w2, the shared expert in dense mode (a side
-// branch beside the routing, CudaBackendImpl::fork / join), and the combine. Also builds the per-layer expert pointer tables the kernels index (once, at start-up).
+// branch beside the routing, CudaBackendImpl::fork / join), and the combine. Also builds the per-layer expert
+// pointer tables the kernels index (once, at start-up).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>

@@ -64,7 +64,8 @@ __device__ __forceinline__ void store_prepared_block_x8(const float (&v)[8], int
     const int j = lane & 15;
     uint16_t q[8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) q[mma::prepared_pos(L, 8 * j + i) - 8 * j] = prepared_value_bits(v[i], inv, numerics);
+    for (int i = 0; i < 8; ++i)  // the permutations stay inside groups of 8: position 8j + i goes to 8j + pos(i)
+        q[mma::prepared_pos(L, i)] = prepared_value_bits(v[i], inv, numerics);
     uint4 out;
     out.x = uint32_t(q[0]) | uint32_t(q[1]) << 16;
     out.y = uint32_t(q[2]) | uint32_t(q[3]) << 16;
@@ -80,6 +81,23 @@ __device__ __forceinline__ void store_prepared_zero_x8(int lane, int numerics, u
     const int j = lane & 15;
     *reinterpret_cast<uint4*>(block + 8 * j) = make_uint4(0u, 0u, 0u, 0u);
     if (j == 0) *scale = prepared_block_scale(0.f, numerics);
+}
+
+// Features 8c..8c+7 of row `row` of a prepared activation of `dim` columns (dim % 128 == 0, values row stride dim):
+// the block and scale addressing and the layout dispatch, for producers holding 8 consecutive features per thread
+// (a half warp per 128-block); zero = a padding row (store_prepared_zero_x8).
+__device__ __forceinline__ void store_prepared_features_x8(uint16_t* values, float* scales, int dim, int64_t row, int c,
+                                                           int layout, int numerics, const float (&v)[8], int lane,
+                                                           bool zero = false) {
+    const int64_t blk = (8 * c) / 128;
+    uint16_t* block = values + row * dim + blk * 128;
+    float* scale = scales + row * (dim / 128) + blk;
+    if (zero)
+        store_prepared_zero_x8(lane, numerics, block, scale);
+    else if (layout == int(WeightKind::FP4_BLOCK32))
+        store_prepared_block_x8<WeightKind::FP4_BLOCK32>(v, lane, numerics, block, scale);
+    else
+        store_prepared_block_x8<WeightKind::FP8_BLOCK128>(v, lane, numerics, block, scale);
 }
 
 }  // namespace flashseek::cuda

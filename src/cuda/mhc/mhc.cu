@@ -178,18 +178,6 @@ __device__ float sinkhorn_lane(float c, int lane, int iters, float eps) {
     return c;
 }
 
-// Features 8c..8c+7 of row `row` of the prepared copy of y (MhcPreParams::prepared_values).
-__device__ __forceinline__ void store_prepared_x8(const MhcPreParams& p, const float (&v)[8], int lane, int64_t row,
-                                                  int c) {
-    const int64_t blocks = p.dim / 128, blk = (8 * c) / 128;
-    uint16_t* block = p.prepared_values + row * p.dim + blk * 128;
-    float* scale = p.prepared_scales + row * blocks + blk;
-    if (p.prepared_layout == int(WeightKind::FP4_BLOCK32))
-        store_prepared_block_x8<WeightKind::FP4_BLOCK32>(v, lane, p.prepared_numerics, block, scale);
-    else
-        store_prepared_block_x8<WeightKind::FP8_BLOCK128>(v, lane, p.prepared_numerics, block, scale);
-}
-
 // vec: D % 8 == 0 and x, y, norm_weight 16-byte aligned (host-checked).
 __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams p, const float* __restrict__ ws,
                                                                    int n_splits, bool vec) {
@@ -301,15 +289,16 @@ __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams 
         if (p.prepared_values) {  // vec path with dim % 128 == 0 (host-checked): a half warp holds one 128-block
             float yb[8];
             bf16x8_to_float(packed, yb);  // the bf16 values prepare_activation would read back
-            store_prepared_x8(p, yb, lane, int64_t(t), c);
+            store_prepared_features_x8(p.prepared_values, p.prepared_scales, D, int64_t(t), c, p.prepared_layout,
+                                       p.prepared_numerics, yb, lane);
         }
     }
     if (p.prepared_values && t == p.n_tokens - 1) {  // the padding rows up to the next multiple of 8: zeros
-        const int64_t blocks = D / 128;
+        const float none[8] = {};
         for (int64_t row = p.n_tokens; row < (int64_t(p.n_tokens) + 7) / 8 * 8; ++row)
             for (int c = ct; c < n8; c += n_ct)
-                store_prepared_zero_x8(lane, p.prepared_numerics, p.prepared_values + row * D + (8 * c / 128) * 128,
-                                       p.prepared_scales + row * blocks + 8 * c / 128);
+                store_prepared_features_x8(p.prepared_values, p.prepared_scales, D, row, c, p.prepared_layout,
+                                           p.prepared_numerics, none, lane, /*zero=*/true);
     }
     for (int d = 8 * n8 + ct; d < D; d += n_ct)
         yt[d] = __float2bfloat16_rn(p.norm_weight ? __bfloat162float(p.norm_weight[d]) * (ybuf[d] * r) : ybuf[d]);

@@ -27,16 +27,6 @@ struct PrepOut {
     int m_pad = 0;  // rows up to m_pad are written; those past `rows` as zeros
 };
 
-__device__ __forceinline__ void store_prep(const PrepOut& po, const float (&v)[8], int lane, int64_t row, int c, int dim) {
-    const int blk = (8 * c) / 128;
-    uint16_t* block = po.values + row * dim + int64_t(blk) * 128;
-    float* scale = po.scales + row * (dim / 128) + blk;
-    if (po.layout == int(WeightKind::FP4_BLOCK32))
-        store_prepared_block_x8<WeightKind::FP4_BLOCK32>(v, lane, po.numerics, block, scale);
-    else
-        store_prepared_block_x8<WeightKind::FP8_BLOCK128>(v, lane, po.numerics, block, scale);
-}
-
 __global__ void rmsnorm_rope_kernel(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride,
                                     const bf16* weight, int rows, int heads_per_token, int dim, float eps,
                                     const int32_t* positions, RopeTable rope) {
@@ -153,18 +143,17 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
                 y[2 * j] = f.x;
                 y[2 * j + 1] = f.y;
             }
-            store_prep(po, y, lane, row, c, dim);
+            store_prepared_features_x8(po.values, po.scales, dim, row, c, po.layout, po.numerics, y, lane);
         }
     }
     if (po.values && row == rows - 1) {  // the padding rows up to m_pad: zeros, as prepare_activation writes them
+        const float none[8] = {};
         for (int r = rows; r < po.m_pad; ++r)
 #pragma unroll
-            for (int v = 0; v < V; ++v) {
-                const int c = lane + 32 * v, blk = 8 * c / 128;
-                if (c < n8)
-                    store_prepared_zero_x8(lane, po.numerics, po.values + int64_t(r) * dim + blk * 128,
-                                           po.scales + int64_t(r) * (dim / 128) + blk);
-            }
+            for (int v = 0; v < V; ++v)
+                if (lane + 32 * v < n8)
+                    store_prepared_features_x8(po.values, po.scales, dim, r, lane + 32 * v, po.layout, po.numerics, none,
+                                               lane, /*zero=*/true);
     }
 }
 
