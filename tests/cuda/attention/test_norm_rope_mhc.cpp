@@ -54,6 +54,39 @@ TEST(CudaNorm, RmsnormMatchesCpu) {
     }
 }
 
+// A fused producer's prepared copy of its output against prepare_activation of that output: two poisoned buffer
+// pairs for [T, D]; expect_equal() prepares `y` (row stride D) into the second and compares both bit for bit over
+// every padded row and block.
+struct PreparedPair {
+    int T, D;
+    Dev<uint16_t> fused_v, want_v;
+    Dev<float> fused_s, want_s;
+    PreparedPair(int T_, int D_)
+        : T(T_), D(D_), fused_v(prepared_values_bytes(T_, D_) / 2), want_v(prepared_values_bytes(T_, D_) / 2),
+          fused_s(prepared_scales_bytes(T_, D_) / 4), want_s(prepared_scales_bytes(T_, D_) / 4) {
+        fused_v.poison();
+        fused_s.poison();
+        want_v.poison();
+        want_s.poison();
+    }
+    static std::string describe(int T, int D, WeightKind kind, ActNumerics num) {
+        return "T " + std::to_string(T) + " D " + std::to_string(D) + (kind == WeightKind::FP4_BLOCK32 ? " fp4" : " fp8") +
+               (num == ActNumerics::EXACT ? " exact" : " release");
+    }
+    void expect_equal(const __nv_bfloat16* y, WeightKind kind, ActNumerics num, const std::string& what) {
+        PreparedActivation want;
+        want.values = want_v.ptr;
+        want.scales = want_s.ptr;
+        prepare_activation(y, false, T, D, D, kind, num, want, nullptr);
+        CUDA_OK(cudaDeviceSynchronize());
+        const size_t used_v = size_t(want.m_pad * want.k_pad), used_s = size_t(want.m_pad * want.k_pad / 128);
+        const auto gv = fused_v.download(), wv = want_v.download();
+        const auto gs = fused_s.download(), ws = want_s.download();
+        EXPECT_TRUE(std::equal(gv.begin(), gv.begin() + long(used_v), wv.begin())) << what << " values";
+        EXPECT_TRUE(std::memcmp(gs.data(), ws.data(), used_s * 4) == 0) << what << " scales";
+    }
+};
+
 // rmsnorm's optional prepared copy of its output equals prepare_activation of that output bit for bit (FP8 / FP4
 // layouts, both numerics, zero padding rows); dims off the fused path (not whole 128-blocks) take the fallback launch.
 TEST(CudaNorm, RmsnormPreparedOutputEqualsPrepareActivation) {
@@ -68,35 +101,18 @@ TEST(CudaNorm, RmsnormPreparedOutputEqualsPrepareActivation) {
                 for (size_t i = 0; i < x.size(); ++i) x[i] *= float(1 << (i / 128 % 6));
                 auto w = bf16_round(rng.normals(D, 0.3f));
                 Dev<uint16_t> dx(to_bf16_bits(bf16_round(x))), dw(to_bf16_bits(w));
-                const size_t vals = prepared_values_bytes(T, D) / 2, scs = prepared_scales_bytes(T, D) / 4;
-                Dev<uint16_t> fused_v(vals), want_v(vals);
-                Dev<float> fused_s(scs), want_s(scs);
-                fused_v.poison();
-                fused_s.poison();
-                want_v.poison();
-                want_s.poison();
+                PreparedPair pair(T, D);
                 PreparedActivation got;
-                got.values = fused_v.ptr;
-                got.scales = fused_s.ptr;
+                got.values = pair.fused_v.ptr;
+                got.scales = pair.fused_s.ptr;
                 got.layout = kind;
                 got.numerics = num;
                 rmsnorm(bf(dx), D, bf(dx), D, bf(dw), T, D, 1e-6f, nullptr, &got);  // in place, as q_norm runs
-                PreparedActivation want;
-                want.values = want_v.ptr;
-                want.scales = want_s.ptr;
-                prepare_activation(bf(dx), false, T, D, D, kind, num, want, nullptr);
-                CUDA_OK(cudaDeviceSynchronize());
-                const std::string what = "T " + std::to_string(T) + " D " + std::to_string(D) +
-                                         (kind == WeightKind::FP4_BLOCK32 ? " fp4" : " fp8") +
-                                         (num == ActNumerics::EXACT ? " exact" : " release");
-                EXPECT_EQ(got.m, T);
-                EXPECT_EQ(got.m_pad, want.m_pad);
-                EXPECT_EQ(got.k_pad, want.k_pad);
-                const size_t used_v = size_t(want.m_pad * want.k_pad), used_s = size_t(want.m_pad * want.k_pad / 128);
-                const auto gv = fused_v.download(), wv = want_v.download();
-                const auto gs = fused_s.download(), ws = want_s.download();
-                EXPECT_TRUE(std::equal(gv.begin(), gv.begin() + long(used_v), wv.begin())) << what << " values";
-                EXPECT_TRUE(std::memcmp(gs.data(), ws.data(), used_s * 4) == 0) << what << " scales";
+                const std::string what = PreparedPair::describe(T, D, kind, num);
+                pair.expect_equal(bf(dx), kind, num, what);
+                EXPECT_EQ(got.m, T) << what;
+                EXPECT_EQ(got.m_pad, (T + 7) / 8 * 8) << what;
+                EXPECT_EQ(got.k_pad, (D + 127) / 128 * 128) << what;
             }
         }
     }
@@ -265,13 +281,7 @@ TEST(CudaMhc, PreparedOutputEqualsPrepareActivation) {
                 Dev<float> dfn(rng.normals(size_t(n_mix) * N * D, 0.02f)), dbase(rng.normals(n_mix, 0.5f)),
                     dscale(rng.normals(3, 0.5f)), dpost(size_t(T) * N), dcomb(size_t(T) * N * N);
                 Dev<unsigned char> ws(mhc_pre_workspace_bytes(T, N, D, false));
-                const size_t vals = prepared_values_bytes(T, D) / 2, scs = prepared_scales_bytes(T, D) / 4;
-                Dev<uint16_t> fused_v(vals), want_v(vals);
-                Dev<float> fused_s(scs), want_s(scs);
-                fused_v.poison();
-                fused_s.poison();
-                want_v.poison();
-                want_s.poison();
+                PreparedPair pair(T, D);
                 MhcPreParams p;
                 p.n_tokens = T;
                 p.n_streams = N;
@@ -284,25 +294,12 @@ TEST(CudaMhc, PreparedOutputEqualsPrepareActivation) {
                 p.y = bf(dy) + sh;
                 p.post = dpost.ptr;
                 p.comb = dcomb.ptr;
-                p.prepared_values = fused_v.ptr;
-                p.prepared_scales = fused_s.ptr;
+                p.prepared_values = pair.fused_v.ptr;
+                p.prepared_scales = pair.fused_s.ptr;
                 p.prepared_layout = int(kind);
                 p.prepared_numerics = int(num);
                 mhc_pre(p, ws.ptr, ws.n, nullptr);
-                PreparedActivation want;
-                want.values = want_v.ptr;
-                want.scales = want_s.ptr;
-                prepare_activation(p.y, false, T, D, D, kind, num, want, nullptr);
-                CUDA_OK(cudaDeviceSynchronize());
-                const std::string what = "T " + std::to_string(T) + " D " + std::to_string(D) +
-                                         (kind == WeightKind::FP4_BLOCK32 ? " fp4" : " fp8") +
-                                         (num == ActNumerics::EXACT ? " exact" : " release") + (shift ? " misaligned" : "");
-                const size_t used_v = size_t((T + 7) / 8 * 8) * size_t((D + 127) / 128 * 128);
-                const size_t used_s = size_t((T + 7) / 8 * 8) * size_t((D + 127) / 128);
-                const auto gv = fused_v.download(), wv = want_v.download();
-                const auto gs = fused_s.download(), ws_ = want_s.download();
-                EXPECT_TRUE(std::equal(gv.begin(), gv.begin() + long(used_v), wv.begin())) << what << " values";
-                EXPECT_TRUE(std::memcmp(gs.data(), ws_.data(), used_s * 4) == 0) << what << " scales";
+                pair.expect_equal(p.y, kind, num, PreparedPair::describe(T, D, kind, num) + (shift ? " misaligned" : ""));
             }
         }
     }

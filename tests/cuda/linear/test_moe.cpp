@@ -23,6 +23,38 @@ using cuda::ActNumerics;
 using cuda::ScaleKind;
 using cuda::WeightKind;
 
+// Router inputs for M tokens over E experts: logits and bias (normal, sd 2 and 0.2), a token-id hash table of
+// `vocab` rows (K distinct experts per row, or K uniform draws that may repeat), token ids; host and device copies.
+struct RouterInputs {
+    std::vector<float> logits, bias;
+    std::vector<int64_t> tid2eid;
+    std::vector<int32_t> tokens;
+    DeviceArray<float> d_logits, d_bias;
+    DeviceArray<int64_t> d_tid2eid;
+    DeviceArray<int32_t> d_tokens;
+    static RouterInputs make(std::mt19937_64& rng, int M, int E, int K, int64_t vocab, bool distinct_hash) {
+        std::normal_distribution<float> nd(0.f, 2.f);
+        std::vector<float> logits(size_t(M * E)), bias(static_cast<size_t>(E));
+        for (auto& v : logits) v = nd(rng);
+        for (auto& v : bias) v = nd(rng) * 0.1f;
+        std::vector<int64_t> tid2eid(size_t(vocab * K));
+        for (int64_t t = 0; t < vocab; ++t) {
+            if (distinct_hash) {
+                std::vector<int> perm(static_cast<size_t>(E));
+                for (int e = 0; e < E; ++e) perm[size_t(e)] = e;
+                std::shuffle(perm.begin(), perm.end(), rng);
+                for (int j = 0; j < K; ++j) tid2eid[size_t(t * K + j)] = perm[size_t(j)];
+            } else {
+                for (int j = 0; j < K; ++j) tid2eid[size_t(t * K + j)] = int64_t(rng() % uint64_t(E));
+            }
+        }
+        std::vector<int32_t> tokens(static_cast<size_t>(M));
+        for (auto& t : tokens) t = int32_t(rng() % uint64_t(vocab));
+        return RouterInputs{logits, bias, tid2eid, tokens, DeviceArray<float>(logits), DeviceArray<float>(bias),
+                            DeviceArray<int64_t>(tid2eid), DeviceArray<int32_t>(tokens)};
+    }
+};
+
 TEST(MoeRoute, BiasedTopKAndHashMatchCpu) {
     for (int hash = 0; hash < 2; ++hash)
         for (auto [M, E, K] : {std::tuple<int, int, int>{1, 256, 6}, {37, 256, 6}, {5, 19, 3}, {8, 64, 8}}) {
@@ -31,23 +63,17 @@ TEST(MoeRoute, BiasedTopKAndHashMatchCpu) {
             d << "hash=" << hash << " M=" << M << " E=" << E << " K=" << K << " seed=" << seed;
             SCOPED_TRACE(d.str());
             std::mt19937_64 rng(seed);
-            std::normal_distribution<float> nd(0.f, 2.f);
-            std::vector<float> logits(size_t(M * E)), bias(static_cast<size_t>(E));
-            for (auto& v : logits) v = nd(rng);
-            for (auto& v : bias) v = nd(rng) * 0.1f;
             const int64_t vocab = 1000;
-            std::vector<int64_t> tid2eid(size_t(vocab * K));
-            for (int64_t t = 0; t < vocab; ++t) {
-                std::vector<int> perm(static_cast<size_t>(E));
-                for (int e = 0; e < E; ++e) perm[size_t(e)] = e;
-                std::shuffle(perm.begin(), perm.end(), rng);
-                for (int j = 0; j < K; ++j) tid2eid[size_t(t * K + j)] = perm[size_t(j)];
-            }
-            std::vector<int32_t> tokens(static_cast<size_t>(M));
-            for (auto& t : tokens) t = int32_t(rng() % vocab);
-            DeviceArray<float> dl(logits), db(bias), w(size_t(M * K));
-            DeviceArray<int64_t> dt(tid2eid);
-            DeviceArray<int32_t> dtok(tokens), idx(size_t(M * K));
+            const RouterInputs in = RouterInputs::make(rng, M, E, K, vocab, /*distinct_hash=*/true);
+            const auto& logits = in.logits;
+            const auto& bias = in.bias;
+            const auto& tid2eid = in.tid2eid;
+            const auto& tokens = in.tokens;
+            const auto &dl = in.d_logits, &db = in.d_bias;
+            const auto& dt = in.d_tid2eid;
+            const auto& dtok = in.d_tokens;
+            DeviceArray<float> w(size_t(M * K));
+            DeviceArray<int32_t> idx(size_t(M * K));
             w.poison();
             idx.poison();
             cuda::moe_route(dl.ptr, M, E, E, hash ? nullptr : db.ptr, hash ? dt.ptr : nullptr, dtok.ptr, vocab, K, 1.5f,
@@ -82,18 +108,11 @@ TEST(MoeRoute, FusedRouteAndGroupMatchesTwoLaunches) {
             d << "hash=" << hash << " M=" << M << " E=" << E << " K=" << K << " seed=" << seed;
             SCOPED_TRACE(d.str());
             std::mt19937_64 rng(seed);
-            std::normal_distribution<float> nd(0.f, 2.f);
-            std::vector<float> logits(size_t(M * E)), bias(static_cast<size_t>(E));
-            for (auto& v : logits) v = nd(rng);
-            for (auto& v : bias) v = nd(rng) * 0.1f;
             const int64_t vocab = 500;
-            std::vector<int64_t> tid2eid(size_t(vocab * K));
-            for (auto& v : tid2eid) v = int64_t(rng() % uint64_t(E));
-            std::vector<int32_t> tokens(static_cast<size_t>(M));
-            for (auto& t : tokens) t = int32_t(rng() % vocab);
-            DeviceArray<float> dl(logits), db(bias);
-            DeviceArray<int64_t> dt(tid2eid);
-            DeviceArray<int32_t> dtok(tokens);
+            const RouterInputs in = RouterInputs::make(rng, M, E, K, vocab, /*distinct_hash=*/false);
+            const auto &dl = in.d_logits, &db = in.d_bias;
+            const auto& dt = in.d_tid2eid;
+            const auto& dtok = in.d_tokens;
             struct Out {
                 DeviceArray<float> w;
                 DeviceArray<int32_t> idx;
