@@ -14,6 +14,7 @@
 #include "cuda/attention/kv_entry.cuh"
 #include "cuda/attention/sparse_attention.cuh"
 #include "cuda/common/pdl.cuh"
+#include "util/env.h"
 
 namespace flashseek::cuda {
 
@@ -602,14 +603,12 @@ void sparse_attention(const SparseAttentionParams& p, void* workspace, size_t wo
     const bool mma_fits = D % 64 == 0 && D <= 512 && p.q_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0;
     bool mma = p.kernel == AttnKernel::Mma;
     if (p.kernel == AttnKernel::Auto) {
-        static const char env = [] {  // FLASHSEEK_ATTN_MMA: 0 = SIMT everywhere, 1 = tensor cores wherever they fit
-            const char* e = std::getenv("FLASHSEEK_ATTN_MMA");
-            return e ? e[0] : 'a';
-        }();
+        // FLASHSEEK_ATTN_MMA: 0 = SIMT everywhere, 1 = tensor cores wherever they fit, unset = the default below
+        static const int env = int(env_int("FLASHSEEK_ATTN_MMA", -1, 0, 1));
         // Default: decode batches of 8 or more (measured faster there, C=16 -0.33 ms per step); at one token it
         // gained little (-0.05 ms) and prefill keeps the SIMT kernel too.
         const bool decode_batch = p.batch.max_seq_tokens == 1 && p.batch.n_tokens >= 8;
-        mma = mma_fits && env != '0' && (env == '1' || decode_batch);
+        mma = mma_fits && env != 0 && (env == 1 || decode_batch);
     }
     if (mma) {
         FS_ATTN_REQUIRE(mma_fits,

@@ -14,6 +14,7 @@
 #include "cuda/compressor/compressor.cuh"
 #include "cuda/indexer/indexer.cuh"
 #include "cuda/mhc/mhc.cuh"
+#include "util/env.h"
 #include "loader/safetensors.h"
 #include "util/error.h"
 
@@ -181,7 +182,7 @@ CudaBackendImpl::CudaBackendImpl(const ModelConfig& cfg, const BackendOptions& o
     kv_side_.create();
     index_side_.create();
     aux_side_.create();
-    if (const char* v = std::getenv("FLASHSEEK_BRANCHES")) branches_ = std::strcmp(v, "0") != 0;
+    branches_ = env_switch_on("FLASHSEEK_BRANCHES");
     int bucket = 1;
     while (bucket < pool_->max_sequences()) bucket *= 2;
     max_rows_ = std::max(chunk_tokens_, bucket);

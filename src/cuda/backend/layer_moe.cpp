@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda/backend/backend_impl.h"
+#include "util/env.h"
 #include "util/error.h"
 
 namespace flashseek::cuda {
@@ -148,10 +149,7 @@ void CudaBackendImpl::enqueue_shared_expert(int l, int rows, const PreparedActiv
     // + SwiGLU-and-prepare + a w2 linear: measured faster than the fused expert kernels there (C=16 -0.35 ms; at one
     // token the SIMT-GEMV linears measured no faster: docs/perf.md). FLASHSEEK_SHARED_LINEAR=0 keeps the fused
     // kernels (A/B).
-    static const bool shared_linear_on = [] {
-        const char* v = std::getenv("FLASHSEEK_SHARED_LINEAR");
-        return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
+    static const bool shared_linear_on = env_switch_on("FLASHSEEK_SHARED_LINEAR");
     auto linear_path = [&](const DeviceLinear& w) { return plan_linear(axs, w, 1, lane.ws).wgmma; };
     // Release numerics only: there the w1 / w3 outputs are rounded to bf16 before SwiGLU (the reference's expert
     // GEMMs output bf16), which the bf16 linear outputs reproduce; exact numerics keep them in fp32.

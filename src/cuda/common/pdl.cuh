@@ -20,6 +20,7 @@
 
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
+#include "util/env.h"
 
 namespace flashseek::cuda {
 
@@ -37,10 +38,7 @@ __device__ __forceinline__ void pdl_trigger() {
 
 // Whether launches on the current device use PDL: compute capability >= 9.0 and FLASHSEEK_PDL is not "0".
 inline bool pdl_enabled() {
-    static const bool env_on = [] {
-        const char* v = std::getenv("FLASHSEEK_PDL");
-        return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
+    static const bool env_on = env_switch_on("FLASHSEEK_PDL");
     return env_on && current_arch().cc >= 90;
 }
 

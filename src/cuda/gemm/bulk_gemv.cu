@@ -34,6 +34,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
 #include "cuda/gemm/stream_gemv.cuh"
+#include "util/env.h"
 
 namespace flashseek::cuda::bulk_gemv {
 namespace {
@@ -204,10 +205,7 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_gemv_kernel(cons
 }
 
 std::atomic<bool> g_any_size{false};
-std::atomic<bool> g_enabled{[] {
-    const char* v = std::getenv("FLASHSEEK_BULK_GEMV");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-}()};
+std::atomic<bool> g_enabled{env_switch_on("FLASHSEEK_BULK_GEMV")};
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 

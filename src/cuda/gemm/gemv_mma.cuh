@@ -34,6 +34,7 @@
 #include "cuda/common/numeric.cuh"
 #include "cuda/gemm/linear.cuh"
 #include "cuda/gemm/mma_core.cuh"
+#include "util/env.h"
 
 namespace flashseek::cuda::gmma {
 
@@ -76,9 +77,9 @@ inline void allow_smem(const void* kernel, size_t bytes) {
 // expert at M=1 has only 128 warps) and on every dense shape; 1 is ~2% faster only on the routed MoE at M=16.
 inline int warps_per_tile_override() {  // FLASHSEEK_GEMV_KW=1 or 4, else 0
     static const int kw = [] {
-        const char* e = std::getenv("FLASHSEEK_GEMV_KW");
-        const int v = e ? std::atoi(e) : 0;
-        return v == 1 || v == 4 ? v : 0;
+        const int v = int(env_int("FLASHSEEK_GEMV_KW", 0, 0, 4));
+        FS_REQUIRE(v == 0 || v == 1 || v == 4, "environment variable FLASHSEEK_GEMV_KW must be 1 or 4, got ", v);
+        return v;
     }();
     return kw;
 }

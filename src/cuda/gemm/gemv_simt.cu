@@ -19,6 +19,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/gemm/gemv.cuh"
 #include "cuda/gemm/gemv_core.cuh"
+#include "util/env.h"
 
 namespace flashseek::cuda::gemv_simt {
 namespace {
@@ -147,10 +148,7 @@ int64_t row_blocks(const DeviceLinear& w) { return (w.out + kRowsPerCta - 1) / k
 }  // namespace
 
 bool eligible(const PreparedActivation& x, const DeviceLinear& w, int groups) {
-    static const bool off = [] {  // FLASHSEEK_GEMV_SIMT1=0: M = 1 takes the tensor-core GEMV too (bench)
-        const char* e = std::getenv("FLASHSEEK_GEMV_SIMT1");
-        return e && std::atoi(e) == 0;
-    }();
+    static const bool off = !env_switch_on("FLASHSEEK_GEMV_SIMT1");  // 0: M = 1 takes the tensor-core GEMV too (bench)
     if (off) return false;
     if (w.kind != WeightKind::FP8_BLOCK128 && w.kind != WeightKind::FP4_BLOCK32) return false;
     if (x.m != 1 || x.raw || small_m_gemv_max_tokens() < 1) return false;

@@ -35,6 +35,7 @@
 #include "cuda/common/wgmma.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
 #include "cuda/gemm/stream_gemv.cuh"
+#include "util/env.h"
 
 namespace flashseek::cuda::wgmma_gemv {
 namespace {
@@ -53,11 +54,7 @@ static_assert(kWeightBytes % 128 == 0 && kStageBytes % 128 == 0, "tile and stage
 // Fewest tokens served (default 2; one token takes gemv_simt.cu, see eligible()); FLASHSEEK_WGMMA_GEMV_MIN_TOKENS
 // overrides it for A/B runs.
 int64_t min_tokens() {
-    static const int64_t v = [] {
-        const char* e = std::getenv("FLASHSEEK_WGMMA_GEMV_MIN_TOKENS");
-        const int64_t n = e ? std::atoll(e) : 2;
-        return n >= 1 && n <= 16 ? n : int64_t(2);
-    }();
+    static const int64_t v = env_int("FLASHSEEK_WGMMA_GEMV_MIN_TOKENS", 2, 1, 16);
     return v;
 }
 constexpr int64_t kMinWeightBytes = int64_t(4) << 20;  // smaller matrices: the f16 GEMV (see eligible())
@@ -272,10 +269,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_gemv_kernel(const 
 }
 
 std::atomic<bool> g_any_size{false};
-std::atomic<bool> g_enabled{[] {
-    const char* v = std::getenv("FLASHSEEK_WGMMA_GEMV");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-}()};
+std::atomic<bool> g_enabled{env_switch_on("FLASHSEEK_WGMMA_GEMV")};
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 

@@ -40,6 +40,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
 #include "cuda/moe/moe_gemv.cuh"
+#include "util/env.h"
 
 namespace flashseek::cuda::moe_bulk {
 namespace {
@@ -299,10 +300,7 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_expert_kernel(co
 #endif
 }
 
-std::atomic<bool> g_enabled{[] {
-    const char* v = std::getenv("FLASHSEEK_MOE_BULK");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-}()};
+std::atomic<bool> g_enabled{env_switch_on("FLASHSEEK_MOE_BULK")};
 
 bool bulk_enabled() { return g_enabled.load() && current_arch().cc >= 90; }
 

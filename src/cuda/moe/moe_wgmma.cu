@@ -42,6 +42,7 @@
 #include "cuda/gemm/gemv_mma.cuh"
 #include "cuda/gemm/mma_core.cuh"
 #include "cuda/moe/moe_gemv.cuh"
+#include "util/env.h"
 
 namespace flashseek::cuda::moe_wgmma {
 namespace {
@@ -63,11 +64,7 @@ static_assert(kWeightBytes % 128 == 0 && kStageBytes % 128 == 0, "tile and stage
 // Fewest tokens served (default 8; FLASHSEEK_MOE_WGMMA_MIN_TOKENS overrides it for A/B runs, set_enabled's
 // any_tokens drops it for tests). Below: moe_gemv (few experts; measured per path in docs/perf.md).
 int64_t min_tokens() {
-    static const int64_t v = [] {
-        const char* e = std::getenv("FLASHSEEK_MOE_WGMMA_MIN_TOKENS");
-        const int64_t n = e ? std::atoll(e) : 8;
-        return n >= 1 && n <= 16 ? n : int64_t(8);
-    }();
+    static const int64_t v = env_int("FLASHSEEK_MOE_WGMMA_MIN_TOKENS", 8, 1, 16);
     return v;
 }
 std::atomic<bool> g_any_tokens{false};
@@ -411,10 +408,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
 #endif
 }
 
-std::atomic<bool> g_enabled{[] {
-    const char* v = std::getenv("FLASHSEEK_MOE_WGMMA");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-}()};
+std::atomic<bool> g_enabled{env_switch_on("FLASHSEEK_MOE_WGMMA")};
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
