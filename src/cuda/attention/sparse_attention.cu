@@ -9,7 +9,6 @@
 // Candidate lists are per query (window from the ring, compressed ids from top-k or all visible), so decode and
 // chunked prefill use the same kernel.
 #include <algorithm>
-#include <cstdlib>
 
 #include "cuda/attention/kv_entry.cuh"
 #include "cuda/attention/sparse_attention.cuh"

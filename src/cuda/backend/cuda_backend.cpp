@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "cuda/backend/backend_impl.h"
@@ -347,13 +346,7 @@ PrepBuffer* CudaBackendImpl::fused_prep_target(const LayerDev& L, int sub, Weigh
 
 void CudaBackendImpl::adopt_prepared(PrepBuffer& buf, const void* src, int rows, int64_t K, WeightKind kind,
                                      ActNumerics numerics, uint16_t* values, float* scales) {
-    buf.act.layout = kind;
-    buf.act.raw = false;
-    buf.act.numerics = numerics;
-    buf.act.m = rows;
-    buf.act.k = K;
-    buf.act.m_pad = round_up8(rows);
-    buf.act.k_pad = (K + 127) / 128 * 128;
+    describe_prepared(buf.act, kind, numerics, rows, K);
     buf.act.values = values ? values : buf.values.as<uint16_t>();
     buf.act.scales = scales ? scales : buf.scales.as<float>();
     buf.generation = prep_generation_;

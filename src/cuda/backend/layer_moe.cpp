@@ -4,8 +4,6 @@
 // branch beside the routing, CudaBackendImpl::fork / join), and the combine. Also builds the per-layer expert
 // pointer tables the kernels index (once, at start-up).
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "cuda/backend/backend_impl.h"

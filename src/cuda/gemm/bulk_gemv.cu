@@ -24,8 +24,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include "cuda/common/arch.cuh"
 #include "cuda/common/bulk_copy.cuh"

@@ -25,7 +25,6 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <mutex>
 #include <utility>
 #include <vector>

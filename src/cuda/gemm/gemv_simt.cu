@@ -11,7 +11,6 @@
 #include "cuda/gemm/gemv_simt.cuh"
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"

@@ -333,13 +333,7 @@ void prepare_activation(const void* x, bool x_is_f32, int64_t M, int64_t K, int6
     FS_REQUIRE(out.values && out.scales, "prepare_activation: output storage is null");
     FS_REQUIRE(!(layout == WeightKind::BF16 && numerics != ActNumerics::EXACT),
                "prepare_activation: BF16 weights take EXACT activations (no FP8 act_quant)");
-    out.layout = layout;
-    out.raw = false;
-    out.numerics = numerics;
-    out.m = M;
-    out.k = K;
-    out.m_pad = round_up(M, 8);
-    out.k_pad = round_up(K, 128);
+    describe_prepared(out, layout, numerics, M, K);
     const int64_t n_blk = out.k_pad / 128;
     FS_REQUIRE(out.m_pad <= 65535, "prepare_activation: too many tokens (", M, ")");
     dim3 grid(unsigned((n_blk + 3) / 4), unsigned(out.m_pad));

@@ -56,6 +56,16 @@ struct PreparedActivation {
     ActNumerics numerics = ActNumerics::EXACT;  // prepared: the numerics it was prepared with; raw: to apply
     int64_t raw_ld = 0;
 };
+// Fills x's description (not its storage) for a prepared [m, k] activation: layout, numerics and the padded sizes.
+inline void describe_prepared(PreparedActivation& x, WeightKind layout, ActNumerics numerics, int64_t m, int64_t k) {
+    x.layout = layout;
+    x.raw = false;
+    x.numerics = numerics;
+    x.m = m;
+    x.k = k;
+    x.m_pad = (m + 7) / 8 * 8;
+    x.k_pad = (k + 127) / 128 * 128;
+}
 size_t prepared_values_bytes(int64_t m, int64_t k);
 size_t prepared_scales_bytes(int64_t m, int64_t k);
 

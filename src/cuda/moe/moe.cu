@@ -464,13 +464,7 @@ void moe_expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeG
     FS_REQUIRE(!x.raw || (tensor_core_shape(t) && moe_gemv::eligible(t, M, x)),
                "moe_expert_up: a raw activation needs the small-M GEMV path (M = ", M, ")");
     const int64_t rows = grouping ? M * top_k : M;
-    h.layout = t.kind;
-    h.raw = false;  // the GEMV path below hands h on as raw bf16 rows
-    h.numerics = h_numerics;
-    h.m = rows;
-    h.k = t.inter;
-    h.m_pad = (rows + 7) / 8 * 8;
-    h.k_pad = (t.inter + 127) / 128 * 128;
+    describe_prepared(h, t.kind, h_numerics, rows, t.inter);  // (the GEMV path below hands h on as raw bf16 rows)
     if (!tensor_core_shape(t)) {
         GenericMoeArgs g = generic_args(t, grouping, rows);
         g.w_a = t.w1;

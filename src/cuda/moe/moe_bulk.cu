@@ -30,8 +30,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include "cuda/common/arch.cuh"
 #include "cuda/common/bulk_copy.cuh"

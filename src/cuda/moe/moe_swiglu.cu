@@ -47,13 +47,7 @@ void moe_swiglu_prepare(const uint16_t* g, const uint16_t* u, int64_t ld, int64_
                "moe_swiglu_prepare: bad arguments (M ", M, ", inter ", inter, ", ld ", ld, ")");
     FS_REQUIRE(layout == WeightKind::FP8_BLOCK128 || layout == WeightKind::FP4_BLOCK32,
                "moe_swiglu_prepare: h must be prepared for FP8 or FP4 weights");
-    h.layout = layout;
-    h.raw = false;
-    h.numerics = numerics;
-    h.m = M;
-    h.k = inter;
-    h.m_pad = (M + 7) / 8 * 8;
-    h.k_pad = (inter + 127) / 128 * 128;
+    describe_prepared(h, layout, numerics, M, inter);
     const int64_t warps = M * (h.k_pad / 128);
     launch_pdl("swiglu_prepare_kernel", swiglu_prepare_kernel, dim3(unsigned((warps + 7) / 8)), dim3(256), 0, stream, g,
                u, ld, M, inter, limit, h.values, h.scales, h.k_pad, layout, int(numerics));

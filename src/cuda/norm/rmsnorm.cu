@@ -196,13 +196,8 @@ void launch(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride, co
     }
     if (prepared && !po.values)  // off the fused path: one preparation launch
         prepare_activation(out, false, rows, dim, out_stride, prepared->layout, prepared->numerics, *prepared, stream);
-    else if (prepared) {
-        prepared->raw = false;
-        prepared->m = rows;
-        prepared->k = dim;
-        prepared->m_pad = po.m_pad;
-        prepared->k_pad = dim;
-    }
+    else if (prepared)
+        describe_prepared(*prepared, prepared->layout, prepared->numerics, rows, dim);
 }
 
 }  // namespace
