@@ -139,7 +139,6 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_gemv_kernel(cons
     };
     fill();  // weights only: before the wait on the previous kernel
     fill();
-    prefetch_weights_l2(a.w, uint64_t(a.N) * uint64_t(a.K), a.pf, blockIdx.x);  // and the next ones towards L2
     pdl_wait();
 
     int q = 0;
@@ -241,12 +240,11 @@ int plan_splits(const PreparedActivation& x, const DeviceLinear& w, const GemmWo
 void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y, OutKind y_kind, int64_t ld_y,
          const GemmWorkspace* ws, cudaStream_t stream) {
     const int splits = plan_splits(x, w, ws);
-    Args a = stream_gemv::make_args(x, w, groups, y, y_kind, ld_y, ws, splits, kRowBytes);
+    const Args a = stream_gemv::make_args(x, w, groups, y, y_kind, ld_y, ws, splits, kRowBytes);
     const int64_t items = (w.out / kRows) * splits;
     const int64_t ctas = std::min<int64_t>(int64_t(current_arch().sm_count) * kCtasPerSm, (items + kWarps - 1) / kWarps);
     auto kernel = x.m > 8 ? bulk_gemv_kernel<2> : bulk_gemv_kernel<1>;
     gmma::allow_smem(reinterpret_cast<const void*>(kernel), kSmemBytes);
-    a.pf = plan_weight_prefetch(uint64_t(a.N) * uint64_t(a.K), uint64_t(ctas));
     launch_pdl("bulk_gemv_kernel", kernel, dim3(unsigned(ctas)), dim3(kWarps * 32), kSmemBytes, stream, a);
 }
 

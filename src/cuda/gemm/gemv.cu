@@ -17,7 +17,6 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
-#include "cuda/common/weight_prefetch.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
 
 namespace flashseek::cuda::gemv {
@@ -46,13 +45,11 @@ struct Args {
     int64_t ld_y;
     float* partials;
     uint32_t* counters;
-    WeightPrefetch pf;
 };
 
 template <WeightKind WK, int NG, int KW>
 __global__ void __launch_bounds__(KW * 32, KW == 1 ? 12 : 3) gemv_kernel(const Args a) {
-    prefetch_weights_l2(a.w, uint64_t(a.N) * uint64_t(a.w_row_bytes), a.pf, linear_cta_index());  // weights only
-    pdl_wait();  // PDL: before any read of an earlier kernel's output (common/pdl.cuh contract)
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
     pdl_trigger();
     constexpr int TP = NG * gmma::group_tokens<WK>();
     extern __shared__ __align__(16) unsigned char smem[];
@@ -232,7 +229,6 @@ void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y
     a.counters = ws ? ws->counters : nullptr;
     const size_t smem = size_t(kw) * gmma::staged_bytes(tp, 128 * a.chunk_steps) + size_t(kw) * kRowsPerCta * tp * 4;
     dim3 grid(unsigned(row_blocks(w)), unsigned(splits));
-    a.pf = plan_weight_prefetch(uint64_t(a.N) * uint64_t(a.w_row_bytes), uint64_t(grid.x) * grid.y);
     const Kernel k = pick(w.kind, ng, kw);
     gmma::allow_smem(reinterpret_cast<const void*>(k), smem);
     launch_pdl("gemv_kernel", k, grid, dim3(kw * 32), smem, stream, a);

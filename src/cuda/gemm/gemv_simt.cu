@@ -16,7 +16,6 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
-#include "cuda/common/weight_prefetch.cuh"
 #include "cuda/gemm/gemv.cuh"
 #include "cuda/gemm/gemv_core.cuh"
 #include "util/env.h"
@@ -46,13 +45,11 @@ struct Args {
     int64_t ld_y;
     float* partials;
     uint32_t* counters;
-    WeightPrefetch pf;
 };
 
 template <WeightKind WK, int T>
 __global__ void __launch_bounds__(kWarps * 32, T <= 2 ? 4 : (T <= 4 ? 3 : 2)) gemv_kernel(const Args a) {
-    prefetch_weights_l2(a.w, uint64_t(a.N) * uint64_t(a.w_row_bytes), a.pf, linear_cta_index());  // weights only
-    pdl_wait();  // PDL: before any read of an earlier kernel's output (common/pdl.cuh contract)
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
     pdl_trigger();
     constexpr int CPL = cols_per_lane<WK>();
     constexpr int LS = lane_stride<WK>();
@@ -197,7 +194,6 @@ void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y
                                                         : pick_tokens<WeightKind::FP4_BLOCK32>(T);
     const size_t smem = smem_bytes(w.kind, T, a.chunk_cols);
     dim3 grid(unsigned(row_blocks(w)), unsigned(splits));
-    a.pf = plan_weight_prefetch(uint64_t(a.N) * uint64_t(a.w_row_bytes), uint64_t(grid.x) * grid.y);
     launch_pdl("gemv_simt_kernel", k, grid, dim3(kWarps * 32), smem, stream, a);
 }
 

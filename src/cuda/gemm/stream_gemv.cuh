@@ -8,7 +8,6 @@
 #include <cstdint>
 
 #include "cuda/common/numeric.cuh"
-#include "cuda/common/weight_prefetch.cuh"
 #include "cuda/gemm/linear.cuh"
 
 namespace flashseek::cuda::stream_gemv {
@@ -30,7 +29,6 @@ struct Args {
     int64_t ld_y;
     float* partials;
     uint32_t* counters;
-    WeightPrefetch pf;       // set by the launcher (common/weight_prefetch.cuh)
 };
 
 // K splits for `tiles` row tiles of `stages` stages each: about two work items per one of `units` (warps or CTAs

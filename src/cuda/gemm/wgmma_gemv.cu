@@ -186,7 +186,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_gemv_kernel(const 
     };
     fill();  // weights do not depend on the previous kernel: start streaming before the wait
     fill();
-    prefetch_weights_l2(a.w, uint64_t(a.N) * uint64_t(a.K), a.pf, blockIdx.x);  // and the next ones towards L2
     pdl_wait();
 
     // Activation cursor, one stage ahead of the consumer: the same (item, stage) sequence.
@@ -305,12 +304,11 @@ int plan_splits(const PreparedActivation& x, const DeviceLinear& w, const GemmWo
 void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y, OutKind y_kind, int64_t ld_y,
          const GemmWorkspace* ws, cudaStream_t stream) {
     const int splits = plan_splits(x, w, ws);
-    Args a = stream_gemv::make_args(x, w, groups, y, y_kind, ld_y, ws, splits, kRowBytes);
+    const Args a = stream_gemv::make_args(x, w, groups, y, y_kind, ld_y, ws, splits, kRowBytes);
     const int64_t items = (w.out / kRows) * splits;
     const int64_t ctas = std::min<int64_t>(cta_slots(), items);
     auto kernel = x.m > 8 ? wgmma_gemv_kernel<16> : wgmma_gemv_kernel<8>;
     gmma::allow_smem(reinterpret_cast<const void*>(kernel), kSmemBytes);
-    a.pf = plan_weight_prefetch(uint64_t(a.N) * uint64_t(a.K), uint64_t(ctas));
     launch_pdl("wgmma_gemv_kernel", kernel, dim3(unsigned(ctas)), dim3(kThreads), kSmemBytes, stream, a);
 }
 

@@ -23,7 +23,6 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
-#include "cuda/common/weight_prefetch.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
 #include "cuda/gemm/prepare_block.cuh"
 
@@ -59,7 +58,6 @@ struct Args {
     uint16_t* h;             // up: bf16 [rows, h_ld], natural order
     int64_t h_ld;
     float* y;                // down: fp32 [rows, N]
-    WeightPrefetch pf;       // dense mode only: routed experts are known only after the wait
 };
 
 template <WeightKind WK>
@@ -81,16 +79,9 @@ __device__ __forceinline__ MatRows mat_rows(const void* w, const void* s, int64_
 
 template <WeightKind WK, bool UP, int NG, int KW>
 __global__ void __launch_bounds__(KW * 32, KW == 1 ? 12 : 3) expert_kernel(const Args a) {
-    constexpr int NM = UP ? 2 : 1;
-    if (!a.active) {  // dense mode: expert 0's weights (the pointer table is written once, at load)
-        const uint64_t bytes = uint64_t(a.N) * uint64_t(WK == WeightKind::FP4_BLOCK32 ? a.K / 2 : a.K);
-        WeightPrefetch pf = a.pf;
-        pf.max_bytes /= NM;
-        prefetch_weights_l2(a.w_a[0], bytes, pf, linear_cta_index());
-        if constexpr (UP) prefetch_weights_l2(a.w_b[0], bytes, pf, linear_cta_index());
-    }
-    pdl_wait();  // PDL: before any read of an earlier kernel's output (common/pdl.cuh contract)
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
     pdl_trigger();
+    constexpr int NM = UP ? 2 : 1;
     constexpr int TP = NG * gmma::group_tokens<WK>();
     extern __shared__ __align__(16) unsigned char smem[];
     int e = 0, count = int(a.dense_m), offset = 0;
@@ -249,10 +240,6 @@ void launch(bool up, const Args& base, WeightKind kind, const MoeGrouping* g, in
     const int64_t experts = g ? std::min<int64_t>(g->E, M * top_k) : 1;
     dim3 grid(unsigned((a.N + kRows - 1) / kRows), unsigned(experts));
     gmma::allow_smem(reinterpret_cast<const void*>(k), smem);
-    if (!a.active) {
-        const uint64_t bytes = uint64_t(a.N) * uint64_t(kind == WeightKind::FP4_BLOCK32 ? a.K / 2 : a.K);
-        a.pf = plan_weight_prefetch(bytes * nm, uint64_t(grid.x) * grid.y);
-    }
     launch_pdl(up ? "moe_gemv expert_kernel<up>" : "moe_gemv expert_kernel<down>", k, grid, dim3(kw * 32), smem,
                stream, a);
 }
