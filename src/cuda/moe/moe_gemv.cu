@@ -77,8 +77,15 @@ __device__ __forceinline__ MatRows mat_rows(const void* w, const void* s, int64_
     return m;
 }
 
+// Resident CTAs per SM the register cap aims at: 12 single warps, 6 pairs; four warps: 4 for the one-token FP4
+// up-projection (128 registers, no spills; 3 leave its 768 CTAs at 6 experts two waves), else 3 (spills below 170).
 template <WeightKind WK, bool UP, int NG, int KW>
-__global__ void __launch_bounds__(KW * 32, KW == 1 ? 12 : 3) expert_kernel(const Args a) {
+constexpr int min_blocks() {
+    return KW == 1 ? 12 : (KW == 2 ? 6 : (WK == WeightKind::FP4_BLOCK32 && UP && NG == 1 ? 4 : 3));
+}
+
+template <WeightKind WK, bool UP, int NG, int KW>
+__global__ void __launch_bounds__(KW * 32, min_blocks<WK, UP, NG, KW>()) expert_kernel(const Args a) {
     pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
     pdl_trigger();
     constexpr int NM = UP ? 2 : 1;
@@ -192,7 +199,17 @@ Kernel pick_groups(int ng) {
 }
 template <WeightKind WK, bool UP>
 Kernel pick_kw(int ng, int kw) {
-    return kw == 1 ? pick_groups<WK, UP, 1>(ng) : pick_groups<WK, UP, 4>(ng);
+    if (kw == 1) return pick_groups<WK, UP, 1>(ng);
+    return kw == 2 ? pick_groups<WK, UP, 2>(ng) : pick_groups<WK, UP, 4>(ng);
+}
+// FLASHSEEK_MOE_UP_KW / FLASHSEEK_MOE_DOWN_KW: warps per tile (1, 2 or 4) of that projection, else 0 (the rule below).
+int direction_kw_override(bool up) {
+    static const int up_kw = int(env_int("FLASHSEEK_MOE_UP_KW", 0, 0, 4));
+    static const int down_kw = int(env_int("FLASHSEEK_MOE_DOWN_KW", 0, 0, 4));
+    const int v = up ? up_kw : down_kw;
+    FS_REQUIRE(v != 3, "environment variable ", up ? "FLASHSEEK_MOE_UP_KW" : "FLASHSEEK_MOE_DOWN_KW",
+               " must be 1, 2 or 4, got 3");
+    return v;
 }
 // Token groups per pass for M tokens: FP4 pairs (1 or 2: an expert with more than 4 tokens takes several passes;
 // 4 pairs spill registers), FP8 8-token tiles (1 or 2).
@@ -226,6 +243,7 @@ void launch(bool up, const Args& base, WeightKind kind, const MoeGrouping* g, in
     const int64_t tile_warps = (a.N + kRows - 1) / kRows * slots;
     int kw = !up && tile_warps >= 12 * int64_t(current_arch().sm_count) ? 1 : 4;
     if (gmma::warps_per_tile_override()) kw = gmma::warps_per_tile_override();
+    if (direction_kw_override(up)) kw = direction_kw_override(up);
     const int ng = groups_for(kind, M);
     const int tp = ng * (kind == WeightKind::FP4_BLOCK32 ? 2 : 8);
     const int64_t per_warp = (a.K / 128 + kw - 1) / kw * 128;
