@@ -77,11 +77,12 @@ __device__ __forceinline__ MatRows mat_rows(const void* w, const void* s, int64_
     return m;
 }
 
-// Resident CTAs per SM the register cap aims at: 12 single warps, 6 pairs; four warps: 4 for the one-token FP4
-// up-projection (128 registers, no spills; 3 leave its 768 CTAs at 6 experts two waves), else 3 (spills below 170).
+// Resident CTAs per SM the register cap aims at: 12 single warps, 3 quads (fewer registers spill; the one-token FP4
+// up-projection at 128 registers / 4 CTAs per SM measured slower: 853 vs 804 us per step, eager; two-warp tiles at 6
+// CTAs per SM no faster end to end, docs/perf.md session 6).
 template <WeightKind WK, bool UP, int NG, int KW>
 constexpr int min_blocks() {
-    return KW == 1 ? 12 : (KW == 2 ? 6 : (WK == WeightKind::FP4_BLOCK32 && UP && NG == 1 ? 4 : 3));
+    return KW == 1 ? 12 : 3;
 }
 
 template <WeightKind WK, bool UP, int NG, int KW>
@@ -199,16 +200,16 @@ Kernel pick_groups(int ng) {
 }
 template <WeightKind WK, bool UP>
 Kernel pick_kw(int ng, int kw) {
-    if (kw == 1) return pick_groups<WK, UP, 1>(ng);
-    return kw == 2 ? pick_groups<WK, UP, 2>(ng) : pick_groups<WK, UP, 4>(ng);
+    return kw == 1 ? pick_groups<WK, UP, 1>(ng) : pick_groups<WK, UP, 4>(ng);
 }
-// FLASHSEEK_MOE_UP_KW / FLASHSEEK_MOE_DOWN_KW: warps per tile (1, 2 or 4) of that projection, else 0 (the rule below).
+// FLASHSEEK_MOE_UP_KW / FLASHSEEK_MOE_DOWN_KW: warps per tile (1 or 4) of that projection of the routed experts,
+// else 0 (the rule below).
 int direction_kw_override(bool up) {
     static const int up_kw = int(env_int("FLASHSEEK_MOE_UP_KW", 0, 0, 4));
     static const int down_kw = int(env_int("FLASHSEEK_MOE_DOWN_KW", 0, 0, 4));
     const int v = up ? up_kw : down_kw;
-    FS_REQUIRE(v != 3, "environment variable ", up ? "FLASHSEEK_MOE_UP_KW" : "FLASHSEEK_MOE_DOWN_KW",
-               " must be 1, 2 or 4, got 3");
+    FS_REQUIRE(v == 0 || v == 1 || v == 4, "environment variable ",
+               up ? "FLASHSEEK_MOE_UP_KW" : "FLASHSEEK_MOE_DOWN_KW", " must be 1 or 4, got ", v);
     return v;
 }
 // Token groups per pass for M tokens: FP4 pairs (1 or 2: an expert with more than 4 tokens takes several passes;
@@ -235,15 +236,16 @@ ActSrc source_of(const PreparedActivation& x) {
 
 void launch(bool up, const Args& base, WeightKind kind, const MoeGrouping* g, int64_t M, int top_k, cudaStream_t stream) {
     Args a = base;
-    // Warps per 16-row tile: the down-projection takes one long-lived warp per tile when that still gives ~12 warps
-    // per SM (routed experts; measured in the real backend, run D: routed w2 528 vs 625 us at C=1, 5737 vs 6488 us at
-    // C=16, eager, 20 layers); the up-projection and the single shared expert keep four (KW=1 lost there: routed up
-    // 1203 vs 848 us at C=1, shared up 1297 vs 485 us). FLASHSEEK_GEMV_KW overrides both.
+    // Warps per 16-row tile: the down-projection takes one long-lived warp per tile when that still gives ~8 warps
+    // per SM (routed experts, 1536 tiles at one token; measured in the real backend: routed w2 528 vs 625 us at C=1,
+    // 5737 vs 6488 us at C=16, eager, 20 layers; C=1 TPOT 4.745 -> 4.675 ms, session 6); the up-projection and the
+    // single shared expert keep four (KW=1 lost there: routed up 1203 vs 848 us at C=1, shared up 1297 vs 485 us,
+    // shared w2 244 vs 522 us). FLASHSEEK_GEMV_KW overrides both; FLASHSEEK_MOE_UP_KW / _DOWN_KW the routed ones.
     const int64_t slots = g ? std::min<int64_t>(g->E, M * top_k) : 1;
     const int64_t tile_warps = (a.N + kRows - 1) / kRows * slots;
-    int kw = !up && tile_warps >= 12 * int64_t(current_arch().sm_count) ? 1 : 4;
+    int kw = !up && tile_warps >= 8 * int64_t(current_arch().sm_count) ? 1 : 4;
     if (gmma::warps_per_tile_override()) kw = gmma::warps_per_tile_override();
-    if (direction_kw_override(up)) kw = direction_kw_override(up);
+    if (g && direction_kw_override(up)) kw = direction_kw_override(up);
     const int ng = groups_for(kind, M);
     const int tp = ng * (kind == WeightKind::FP4_BLOCK32 ? 2 : 8);
     const int64_t per_warp = (a.K / 128 + kw - 1) / kw * 128;
