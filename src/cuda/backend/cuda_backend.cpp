@@ -417,6 +417,11 @@ void CudaBackendImpl::enqueue_pass(const PassShape& s) {
         OpProfiler::Scope sc(prof_, "embedding");
         embed_streams(embed_, cfg_.vocab_size, meta_.d(StepMeta::kTokens), s.n_rows, N, D, X_.as<bf16>(), stream_);
     }
+    // A sub-block's mhc_post runs inside the next sub-block's mhc_pre where the shapes allow (one launch fewer per
+    // sub-block on the critical path); the last one, before the head's row gather, runs on its own.
+    static const bool fuse_allowed = env_switch_on("FLASHSEEK_FUSED_POST");  // 0: separate mhc_post (A/B)
+    const bool fuse_post = fuse_allowed && mhc_pre_fuses_post(N, int(D));
+    bool post_pending = false;
     for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
         const LayerDev& L = layers_[size_t(l)];
         for (int sub = 0; sub < 2; ++sub) {
@@ -436,6 +441,12 @@ void CudaBackendImpl::enqueue_pass(const PassShape& s) {
             p.y = y_.as<bf16>();
             p.post = post_.as<float>();
             p.comb = comb_.as<float>();
+            if (post_pending) {
+                p.prev_o = sub_out_.as<bf16>();
+                p.prev_post = post_.as<float>();
+                p.prev_comb = comb_.as<float>();
+                post_pending = false;
+            }
             // The norm also writes y_ prepared for the sub-block's first FP8 / FP4 linear (one launch fewer).
             WeightKind kind = WeightKind::BF16;
             PrepBuffer* fused = fused_prep_target(L, sub, kind);
@@ -446,7 +457,7 @@ void CudaBackendImpl::enqueue_pass(const PassShape& s) {
                 p.prepared_numerics = int(act_numerics_);
             }
             {
-                OpProfiler::Scope sc(prof_, "mhc_pre + norm");
+                OpProfiler::Scope sc(prof_, p.prev_o ? "mhc_post + mhc_pre + norm" : "mhc_pre + norm");
                 mhc_pre(p, mhc_ws_.get(), mhc_ws_bytes_, stream_);
             }
             ++prep_generation_;  // y_ was rewritten: earlier prepared activations are stale
@@ -455,6 +466,11 @@ void CudaBackendImpl::enqueue_pass(const PassShape& s) {
                 enqueue_attention(l, s);
             else
                 enqueue_moe(l, s);
+            const bool last = l + 1 == cfg_.num_hidden_layers && sub == 1;
+            if (fuse_post && !last) {
+                post_pending = true;
+                continue;
+            }
             OpProfiler::Scope sc(prof_, "mhc_post");
             mhc_post(s.n_rows, N, int(D), X_.as<bf16>(), sub_out_.as<bf16>(), post_.as<float>(), comb_.as<float>(),
                      X_.as<bf16>(), stream_);

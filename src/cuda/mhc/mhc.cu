@@ -70,17 +70,39 @@ __device__ __forceinline__ void butterfly_step(float* v, int lane) {
     }
 }
 
+// Chunk of the split-K partial kernel: 128 contiguous elements of the flattened streams, or (interleaved, when
+// N divides 32 and D is a multiple of 128 / N) the same 128 / N features of every stream, lanes 32 / N per stream.
+// The interleaved chunk holds every stream value a feature's post mix needs, so the previous sub-block's mhc_post
+// can run inside this kernel, in place (fusable_post()).
+bool interleaved_chunks(int N, int64_t D) { return (N == 1 || N == 2 || N == 4) && D % (kChunk / N) == 0; }
+
+struct PostIn {         // the previous sub-block's mhc_post, fused (null o: none)
+    const bf16* o;      // [n_tokens, D]
+    const float* post;  // [n_tokens, N]
+    const float* comb;  // [n_tokens, N, N]
+};
+
 // ws layout: [n_tokens][n_mix + 1][n_splits] (the last row holds the sums of squares).
-__global__ void __launch_bounds__(kThreads) mhc_partial_kernel(const bf16* __restrict__ x, const float* __restrict__ fn,
-                                                               int n_tokens, int64_t K, int n_mix, bool aligned,
+// With `pin.o`, x is first replaced in place by X'_k = post_k * o + sum_j comb[j, k] X_j (bf16), exactly as
+// mhc_post_vec_kernel computes it; every warp of the CTA mixes its chunk, warp 0 stores it after all have read.
+__global__ void __launch_bounds__(kThreads) mhc_partial_kernel(bf16* __restrict__ x, const float* __restrict__ fn,
+                                                               int n_tokens, int N, int64_t D, int n_mix,
+                                                               bool aligned, bool interleaved, PostIn pin,
                                                                float* __restrict__ ws) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
+    const int64_t K = int64_t(N) * D;
     const int t0 = blockIdx.x * kTok;
     const int nt = min(kTok, n_tokens - t0);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t kb = int64_t(blockIdx.y) * kChunk + lane * kPerLane;  // this lane's first element
-    const bool full = aligned && kb + kPerLane <= K;                   // vector path (8-byte x, 16-byte fn)
+    int stream = 0;
+    int64_t kb = int64_t(blockIdx.y) * kChunk + lane * kPerLane;  // this lane's first element
+    if (interleaved) {
+        const int lanes_per_stream = 32 / N;
+        stream = lane / lanes_per_stream;
+        kb = int64_t(stream) * D + int64_t(blockIdx.y) * (kChunk / N) + (lane % lanes_per_stream) * kPerLane;
+    }
+    const bool full = aligned && kb + kPerLane <= K;  // vector path (8-byte x, 16-byte fn)
     // fn first: its loads are the long pole, x rows follow while they are in flight
     float w[kRowsPerWarp][kPerLane];
 #pragma unroll
@@ -95,6 +117,52 @@ __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(const bf16* __res
         }
     }
     float xv[kTok][kPerLane];
+    if (pin.o) {  // fused mhc_post (host-checked: interleaved, aligned)
+        const int64_t d = kb - int64_t(stream) * D;
+#pragma unroll
+        for (int tt = 0; tt < kTok; ++tt) {
+            if (tt >= nt) {
+#pragma unroll
+                for (int i = 0; i < kPerLane; ++i) xv[tt][i] = 0.f;
+                continue;
+            }
+            const int64_t t = t0 + tt;
+            float of[kPerLane];
+            {
+                const uint2 raw = *reinterpret_cast<const uint2*>(pin.o + t * D + d);
+                const float2 a = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw)[0]);
+                const float2 b = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw)[1]);
+                of[0] = a.x, of[1] = a.y, of[2] = b.x, of[3] = b.y;
+            }
+            float out[kPerLane];
+            const float pk = pin.post[t * N + stream];
+#pragma unroll
+            for (int i = 0; i < kPerLane; ++i) out[i] = pk * of[i];
+#pragma unroll
+            for (int j = 0; j < kMaxStreams; ++j) {
+                if (j >= N) break;
+                const float cj = pin.comb[(t * N + j) * N + stream];
+                const uint2 raw = *reinterpret_cast<const uint2*>(x + t * K + int64_t(j) * D + d);
+                const float2 a = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw)[0]);
+                const float2 b = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw)[1]);
+                out[0] += cj * a.x, out[1] += cj * a.y, out[2] += cj * b.x, out[3] += cj * b.y;
+            }
+#pragma unroll
+            for (int i = 0; i < kPerLane; ++i) xv[tt][i] = __bfloat162float(__float2bfloat16_rn(out[i]));
+        }
+        __syncthreads();  // every warp has read the old streams of this chunk
+        if (warp == 0) {
+#pragma unroll
+            for (int tt = 0; tt < kTok; ++tt) {
+                if (tt >= nt) continue;
+                uint2 raw;
+                __nv_bfloat162* h2 = reinterpret_cast<__nv_bfloat162*>(&raw);
+                h2[0] = __floats2bfloat162_rn(xv[tt][0], xv[tt][1]);
+                h2[1] = __floats2bfloat162_rn(xv[tt][2], xv[tt][3]);
+                *reinterpret_cast<uint2*>(x + int64_t(t0 + tt) * K + kb) = raw;
+            }
+        }
+    } else {
 #pragma unroll
     for (int tt = 0; tt < kTok; ++tt) {
         const bool tok = tt < nt;
@@ -111,6 +179,7 @@ __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(const bf16* __res
 #pragma unroll
             for (int i = 0; i < kPerLane; ++i) xv[tt][i] = tok && kb + i < K ? __bfloat162float(src[i]) : 0.f;
         }
+    }
     }
     float v[kSums];  // v[r * kTok + tt]; r == kRowsPerWarp: sum of squares
 #pragma unroll
@@ -375,6 +444,8 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 
 }  // namespace
 
+bool mhc_pre_fuses_post(int n_streams, int dim) { return dim % 4 == 0 && interleaved_chunks(n_streams, dim); }
+
 size_t mhc_pre_workspace_bytes(int max_tokens, int n_streams, int dim, bool head_mode) {
     return size_t(std::max(max_tokens, 1)) * n_splits_of(int64_t(n_streams) * dim) *
            (n_mix_of(n_streams, head_mode) + 1) * sizeof(float);
@@ -397,8 +468,20 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
     float* ws = static_cast<float*>(workspace);
     const dim3 grid((p.n_tokens + kTok - 1) / kTok, splits);
     const bool aligned = K % kPerLane == 0 && reinterpret_cast<uintptr_t>(p.x) % 8 == 0 && aligned16(p.fn);
-    launch_pdl("mhc_partial_kernel", mhc_partial_kernel, dim3(grid), dim3(kThreads), 0, stream, p.x, p.fn, p.n_tokens,
-               K, n_mix_of(p.n_streams, p.head_mode), aligned, ws);
+    const bool interleaved = interleaved_chunks(p.n_streams, p.dim);
+    PostIn pin{p.prev_o, p.prev_post, p.prev_comb};
+    if (pin.o) {
+        FS_ATTN_REQUIRE(mhc_pre_fuses_post(p.n_streams, p.dim) && !p.head_mode,
+                        "mhc_pre: the fused mhc_post needs hc_mult 1, 2 or 4 and hidden_size a multiple of 128 / "
+                        "hc_mult (got {}, {}), outside head mode", p.n_streams, p.dim);
+        FS_ATTN_REQUIRE(pin.post && pin.comb, "mhc_pre: prev_o without prev_post / prev_comb");
+        FS_ATTN_REQUIRE(aligned && reinterpret_cast<uintptr_t>(pin.o) % 8 == 0,
+                        "mhc_pre: the fused mhc_post needs 8-byte aligned x and prev_o");
+    }
+    // (x is rewritten in place only with prev_o: the previous sub-block's mhc_post.)
+    launch_pdl("mhc_partial_kernel", mhc_partial_kernel, dim3(grid), dim3(kThreads), 0, stream,
+               const_cast<bf16*>(p.x), p.fn, p.n_tokens, p.n_streams, int64_t(p.dim),
+               n_mix_of(p.n_streams, p.head_mode), aligned, interleaved, pin, ws);
     FS_ATTN_LAUNCHED();
     const size_t smem = size_t(p.dim) * sizeof(float);
     FS_ATTN_REQUIRE(smem <= 200 * 1024, "mhc_pre: hidden_size {} exceeds the finalize kernel's shared memory", p.dim);

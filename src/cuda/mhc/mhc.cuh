@@ -9,6 +9,7 @@
 // CTAs so that batch 1 still fills the GPU) and a per-token finalize (reduce, Sinkhorn, collapse, norm).
 //
 // mhc_post: X'_k = post_k * o + sum_j comb[j, k] X_j (comb consumed transposed), rounded to bf16. In place allowed.
+// Between two sub-blocks it can run inside the next mhc_pre (prev_o below): one launch fewer on the critical path.
 // Limits: N = hc_mult in 1..4.
 #pragma once
 #include <cuda_bf16.h>
@@ -44,7 +45,17 @@ struct MhcPreParams {
     float* prepared_scales = nullptr;
     int prepared_layout = 0;
     int prepared_numerics = 0;
+    // Optional (mhc_pre_fuses_post): the previous sub-block's mhc_post fused in front. x is then first replaced
+    // in place by mhc_post(x, prev_o, prev_post, prev_comb), bit for bit what the separate launch writes; prev_post /
+    // prev_comb may be the buffers post / comb (they are read before this call overwrites them).
+    const __nv_bfloat16* prev_o = nullptr;  // [n_tokens, D]
+    const float* prev_post = nullptr;       // [n_tokens, N]
+    const float* prev_comb = nullptr;       // [n_tokens, N, N]
 };
+
+// Whether mhc_pre can fuse the previous mhc_post (MhcPreParams::prev_o) for these shapes: hc_mult 1, 2 or 4 and
+// hidden_size a multiple of 128 / hc_mult (each split-K chunk then holds every stream of its features).
+bool mhc_pre_fuses_post(int n_streams, int dim);
 
 // Device scratch mhc_pre needs for up to max_tokens tokens (fp32 partial sums).
 size_t mhc_pre_workspace_bytes(int max_tokens, int n_streams, int dim, bool head_mode);

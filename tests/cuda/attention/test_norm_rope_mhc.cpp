@@ -334,5 +334,85 @@ TEST(CudaMhc, PostMatchesCpu) {
     }
 }
 
+// mhc_pre with the previous sub-block's mhc_post fused in front (MhcPreParams::prev_o) equals mhc_post in place
+// followed by mhc_pre, bit for bit: the rewritten streams, y (with the prepared copy), post and comb. The previous
+// post / comb are the output buffers themselves (as in the backend) or separate ones; token tiles partial and full.
+TEST(CudaMhc, FusedPostEqualsPostThenPre) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    EXPECT_TRUE(mhc_pre_fuses_post(4, 4096));
+    EXPECT_FALSE(mhc_pre_fuses_post(3, 4096));
+    EXPECT_FALSE(mhc_pre_fuses_post(4, 4100));
+    for (auto [T, N, D, shared_bufs] : {std::tuple{1, 4, 4096, true}, std::tuple{16, 4, 4096, true},
+                                        std::tuple{17, 4, 4096, false}, std::tuple{3, 4, 96, false},
+                                        std::tuple{9, 2, 192, true}, std::tuple{2, 1, 256, false}}) {
+        ASSERT_TRUE(mhc_pre_fuses_post(N, D));
+        const int n_mix = (2 + N) * N;
+        const auto x = bf16_round(rng.normals(size_t(T) * N * D));
+        const auto o = bf16_round(rng.normals(size_t(T) * D));
+        const auto prev_post = rng.normals(size_t(T) * N, 0.7f);
+        const auto prev_comb = rng.normals(size_t(T) * N * N, 0.5f);
+        Dev<float> dfn(rng.normals(size_t(n_mix) * N * D, 0.02f)), dbase(rng.normals(n_mix, 0.5f)),
+            dscale(rng.normals(3, 0.5f));
+        Dev<uint16_t> dnw(to_bf16_bits(bf16_round(rng.normals(D, 0.3f)))), dob(to_bf16_bits(o));
+        struct Run {
+            Dev<uint16_t> x, y;
+            Dev<float> post, comb, prev_post, prev_comb;
+            PreparedPair prep;
+            Run(const std::vector<float>& x0, const std::vector<float>& pp, const std::vector<float>& pc, int T_, int D_)
+                : x(to_bf16_bits(x0)), y(size_t(T_) * D_), post(pp), comb(pc), prev_post(pp), prev_comb(pc),
+                  prep(T_, D_) {
+                y.poison();
+            }
+        };
+        auto run = [&](Run& r, bool fused) {
+            const float* pp = shared_bufs ? r.post.ptr : r.prev_post.ptr;
+            const float* pc = shared_bufs ? r.comb.ptr : r.prev_comb.ptr;
+            if (!fused) mhc_post(T, N, D, bf(r.x), bf(dob), pp, pc, bf(r.x), nullptr);
+            Dev<unsigned char> ws(mhc_pre_workspace_bytes(T, N, D, false));
+            MhcPreParams p;
+            p.n_tokens = T;
+            p.n_streams = N;
+            p.dim = D;
+            p.x = bf(r.x);
+            p.fn = dfn.ptr;
+            p.base = dbase.ptr;
+            p.scale = dscale.ptr;
+            p.norm_weight = bf(dnw);
+            p.y = bf(r.y);
+            p.post = r.post.ptr;
+            p.comb = r.comb.ptr;
+            if (D % 128 == 0) {
+                p.prepared_values = r.prep.fused_v.ptr;
+                p.prepared_scales = r.prep.fused_s.ptr;
+                p.prepared_layout = int(WeightKind::FP8_BLOCK128);
+                p.prepared_numerics = int(ActNumerics::FP8_BLOCK128);
+            }
+            if (fused) {
+                p.prev_o = bf(dob);
+                p.prev_post = pp;
+                p.prev_comb = pc;
+            }
+            mhc_pre(p, ws.ptr, ws.n, nullptr);
+            CUDA_OK(cudaDeviceSynchronize());
+        };
+        Run a(x, prev_post, prev_comb, T, D), b(x, prev_post, prev_comb, T, D);
+        run(a, false);
+        run(b, true);
+        const std::string what = "T " + std::to_string(T) + " N " + std::to_string(N) + " D " + std::to_string(D) +
+                                 (shared_bufs ? " shared buffers" : "");
+        EXPECT_EQ(a.x.download(), b.x.download()) << what << ": streams";
+        EXPECT_EQ(a.y.download(), b.y.download()) << what << ": y";
+        EXPECT_EQ(a.post.download(), b.post.download()) << what << ": post";
+        EXPECT_EQ(a.comb.download(), b.comb.download()) << what << ": comb";
+        if (D % 128 == 0) {
+            EXPECT_EQ(a.prep.fused_v.download(), b.prep.fused_v.download()) << what << ": prepared values";
+            EXPECT_EQ(a.prep.fused_s.download(), b.prep.fused_s.download()) << what << ": prepared scales";
+        }
+    }
+}
+
 }  // namespace
 }  // namespace flashseek::cuda::test
