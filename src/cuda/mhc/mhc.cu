@@ -84,7 +84,8 @@ struct PostIn {         // the previous sub-block's mhc_post, fused (null o: non
 
 // ws layout: [n_tokens][n_mix + 1][n_splits] (the last row holds the sums of squares).
 // With `pin.o`, x is first replaced in place by X'_k = post_k * o + sum_j comb[j, k] X_j (bf16), exactly as
-// mhc_post_vec_kernel computes it; every warp of the CTA mixes its chunk, warp 0 stores it after all have read.
+// mhc_post_vec_kernel computes it: warp w mixes token w of the chunk into shared memory and, after the barrier (all
+// old values read), stores it; every warp then takes the mixed chunk from shared memory.
 __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(bf16* __restrict__ x, const float* __restrict__ fn,
                                                                int n_tokens, int N, int64_t D, int n_mix,
                                                                bool aligned, bool interleaved, PostIn pin,
@@ -117,16 +118,13 @@ __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(bf16* __restrict_
         }
     }
     float xv[kTok][kPerLane];
-    if (pin.o) {  // fused mhc_post (host-checked: interleaved, aligned)
+    if (pin.o) {  // fused mhc_post (host-checked: interleaved, aligned): warp w mixes token w of the tile
+        static_assert(kWarps == kTok, "one warp per token of the tile");
+        __shared__ __align__(16) float mixed[kTok][kChunk];
         const int64_t d = kb - int64_t(stream) * D;
-#pragma unroll
-        for (int tt = 0; tt < kTok; ++tt) {
-            if (tt >= nt) {
-#pragma unroll
-                for (int i = 0; i < kPerLane; ++i) xv[tt][i] = 0.f;
-                continue;
-            }
-            const int64_t t = t0 + tt;
+        const int64_t t = t0 + warp;
+        float out[kPerLane];
+        if (warp < nt) {
             float of[kPerLane];
             {
                 const uint2 raw = *reinterpret_cast<const uint2*>(pin.o + t * D + d);
@@ -134,10 +132,9 @@ __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(bf16* __restrict_
                 const float2 b = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw)[1]);
                 of[0] = a.x, of[1] = a.y, of[2] = b.x, of[3] = b.y;
             }
-            float out[kPerLane];
             const float pk = pin.post[t * N + stream];
 #pragma unroll
-            for (int i = 0; i < kPerLane; ++i) out[i] = pk * of[i];
+            for (int i = 0; i < kPerLane; ++i) out[i] = __fmul_rn(pk, of[i]);  // as mhc_post_vec_kernel
 #pragma unroll
             for (int j = 0; j < kMaxStreams; ++j) {
                 if (j >= N) break;
@@ -145,22 +142,26 @@ __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(bf16* __restrict_
                 const uint2 raw = *reinterpret_cast<const uint2*>(x + t * K + int64_t(j) * D + d);
                 const float2 a = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw)[0]);
                 const float2 b = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw)[1]);
-                out[0] += cj * a.x, out[1] += cj * a.y, out[2] += cj * b.x, out[3] += cj * b.y;
+                out[0] = fmaf(cj, a.x, out[0]), out[1] = fmaf(cj, a.y, out[1]);
+                out[2] = fmaf(cj, b.x, out[2]), out[3] = fmaf(cj, b.y, out[3]);
             }
 #pragma unroll
-            for (int i = 0; i < kPerLane; ++i) xv[tt][i] = __bfloat162float(__float2bfloat16_rn(out[i]));
+            for (int i = 0; i < kPerLane; ++i) out[i] = __bfloat162float(__float2bfloat16_rn(out[i]));
+            *reinterpret_cast<float4*>(&mixed[warp][lane * kPerLane]) = make_float4(out[0], out[1], out[2], out[3]);
         }
-        __syncthreads();  // every warp has read the old streams of this chunk
-        if (warp == 0) {
+        __syncthreads();  // every warp has read the old streams of this chunk and published its token
+        if (warp < nt) {
+            uint2 raw;
+            __nv_bfloat162* h2 = reinterpret_cast<__nv_bfloat162*>(&raw);
+            h2[0] = __floats2bfloat162_rn(out[0], out[1]);
+            h2[1] = __floats2bfloat162_rn(out[2], out[3]);
+            *reinterpret_cast<uint2*>(x + t * K + kb) = raw;
+        }
 #pragma unroll
-            for (int tt = 0; tt < kTok; ++tt) {
-                if (tt >= nt) continue;
-                uint2 raw;
-                __nv_bfloat162* h2 = reinterpret_cast<__nv_bfloat162*>(&raw);
-                h2[0] = __floats2bfloat162_rn(xv[tt][0], xv[tt][1]);
-                h2[1] = __floats2bfloat162_rn(xv[tt][2], xv[tt][3]);
-                *reinterpret_cast<uint2*>(x + int64_t(t0 + tt) * K + kb) = raw;
-            }
+        for (int tt = 0; tt < kTok; ++tt) {
+            const float4 m = tt < nt ? *reinterpret_cast<const float4*>(&mixed[tt][lane * kPerLane])
+                                     : make_float4(0.f, 0.f, 0.f, 0.f);
+            xv[tt][0] = m.x, xv[tt][1] = m.y, xv[tt][2] = m.z, xv[tt][3] = m.w;
         }
     } else {
 #pragma unroll
@@ -406,10 +407,12 @@ __global__ void __launch_bounds__(kPostThreads) mhc_post_vec_kernel(int n_tokens
             float out[8];
 #pragma unroll
             for (int e = 0; e < 8; ++e) {
-                float s = pk * of[e];
+                // Explicit rounding steps: the fused copy in mhc_partial_kernel must give the same bits (with free
+                // contraction about one element in 1e5 differed).
+                float s = __fmul_rn(pk, of[e]);
 #pragma unroll
                 for (int j = 0; j < kMaxStreams; ++j)
-                    if (j < N) s += ck[j] * xf[j][e];
+                    if (j < N) s = fmaf(ck[j], xf[j][e], s);
                 out[e] = s;
             }
             *reinterpret_cast<uint4*>(x_out + base + int64_t(k) * D) = float_to_bf16x8(out);
@@ -432,8 +435,8 @@ __global__ void mhc_post_kernel(int n_tokens, int N, int D, const bf16* x, const
         const float* c = comb + t * N * N;
         float outv[kMaxStreams];
         for (int k = 0; k < N; ++k) {
-            float s = post[t * N + k] * ov;
-            for (int j = 0; j < N; ++j) s += c[j * N + k] * xv[j];
+            float s = __fmul_rn(post[t * N + k], ov);
+            for (int j = 0; j < N; ++j) s = fmaf(c[j * N + k], xv[j], s);
             outv[k] = s;
         }
         for (int k = 0; k < N; ++k) x_out[t * N * D + int64_t(k) * D + d] = __float2bfloat16_rn(outv[k]);

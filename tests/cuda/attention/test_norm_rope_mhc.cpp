@@ -346,7 +346,8 @@ TEST(CudaMhc, FusedPostEqualsPostThenPre) {
     EXPECT_FALSE(mhc_pre_fuses_post(3, 4096));
     EXPECT_FALSE(mhc_pre_fuses_post(4, 4100));
     for (auto [T, N, D, shared_bufs] : {std::tuple{1, 4, 4096, true}, std::tuple{16, 4, 4096, true},
-                                        std::tuple{17, 4, 4096, false}, std::tuple{3, 4, 96, false},
+                                        std::tuple{17, 4, 4096, false}, std::tuple{17, 4, 4096, true},
+                                        std::tuple{9, 4, 4096, false}, std::tuple{3, 4, 96, false},
                                         std::tuple{9, 2, 192, true}, std::tuple{2, 1, 256, false}}) {
         ASSERT_TRUE(mhc_pre_fuses_post(N, D));
         const int n_mix = (2 + N) * N;
@@ -403,7 +404,14 @@ TEST(CudaMhc, FusedPostEqualsPostThenPre) {
         run(b, true);
         const std::string what = "T " + std::to_string(T) + " N " + std::to_string(N) + " D " + std::to_string(D) +
                                  (shared_bufs ? " shared buffers" : "");
-        EXPECT_EQ(a.x.download(), b.x.download()) << what << ": streams";
+        {
+            const auto xa = a.x.download(), xb = b.x.download();
+            size_t n_diff = 0, first = xa.size();
+            for (size_t i = 0; i < xa.size(); ++i)
+                if (xa[i] != xb[i]) n_diff++, first = std::min(first, i);
+            EXPECT_EQ(n_diff, 0u) << what << ": streams differ at " << n_diff << " elements, first token "
+                                  << first / (size_t(N) * D) << " stream " << first / D % N << " feature " << first % D;
+        }
         EXPECT_EQ(a.y.download(), b.y.download()) << what << ": y";
         EXPECT_EQ(a.post.download(), b.post.download()) << what << ": post";
         EXPECT_EQ(a.comb.download(), b.comb.download()) << what << ": comb";
