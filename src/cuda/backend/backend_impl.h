@@ -155,6 +155,9 @@ private:
     void enqueue_pass(const PassShape& shape);
     void enqueue_attention(int l, const PassShape& shape);
     void enqueue_moe(int l, const PassShape& shape);
+    // Set by enqueue_pass when the next mhc_pre fuses this MoE sub-block's mhc_post: enqueue_moe then skips its
+    // combine launch and marks it deferred (the fused pre computes the combine itself).
+    bool defer_combine_ = false, combine_deferred_ = false;
     void enqueue_head(const PassShape& shape);
     void enqueue_sparse_attention(int l, const PassShape& shape);
     void init_moe_buffers();

@@ -413,6 +413,7 @@ void CudaBackendImpl::enqueue_pass(const PassShape& s) {
     const int64_t D = cfg_.hidden_size;
     // A pass that threw mid-branch (its capture was discarded) left them open.
     kv_side_.open = index_side_.open = aux_side_.open = false;
+    defer_combine_ = combine_deferred_ = false;
     {
         OpProfiler::Scope sc(prof_, "embedding");
         embed_streams(embed_, cfg_.vocab_size, meta_.d(StepMeta::kTokens), s.n_rows, N, D, X_.as<bf16>(), stream_);
@@ -442,10 +443,19 @@ void CudaBackendImpl::enqueue_pass(const PassShape& s) {
             p.post = post_.as<float>();
             p.comb = comb_.as<float>();
             if (post_pending) {
-                p.prev_o = sub_out_.as<bf16>();
+                if (combine_deferred_) {  // the MoE sub-block's combine runs here too
+                    p.prev_y_routed = y_routed_.as<float>();
+                    p.prev_pair_slot = grouping_.pair_slot;
+                    p.prev_y_shared = y_shared_.as<float>();
+                    p.prev_top_k = cfg_.num_experts_per_tok;
+                    p.prev_round_terms = act_numerics_ == ActNumerics::FP8_BLOCK128;
+                } else {
+                    p.prev_o = sub_out_.as<bf16>();
+                }
                 p.prev_post = post_.as<float>();
                 p.prev_comb = comb_.as<float>();
                 post_pending = false;
+                combine_deferred_ = false;
             }
             // The norm also writes y_ prepared for the sub-block's first FP8 / FP4 linear (one launch fewer).
             WeightKind kind = WeightKind::BF16;
@@ -462,11 +472,14 @@ void CudaBackendImpl::enqueue_pass(const PassShape& s) {
             }
             ++prep_generation_;  // y_ was rewritten: earlier prepared activations are stale
             if (fused) adopt_prepared(*fused, y_.get(), s.n_rows, D, kind, act_numerics_);
-            if (sub == 0)
-                enqueue_attention(l, s);
-            else
-                enqueue_moe(l, s);
             const bool last = l + 1 == cfg_.num_hidden_layers && sub == 1;
+            if (sub == 0) {
+                enqueue_attention(l, s);
+            } else {
+                defer_combine_ = fuse_post && !last;  // enqueue_moe leaves its combine to the next mhc_pre
+                enqueue_moe(l, s);
+                defer_combine_ = false;
+            }
             if (fuse_post && !last) {
                 post_pending = true;
                 continue;

@@ -119,7 +119,8 @@ void CudaBackendImpl::enqueue_moe(int l, const PassShape& s) {
         moe_expert_down(moe_h_.act, L.routed, &grouping_, T, K, y_routed_.as<float>(), stream_);
     }
     join(aux_side_);
-    {
+    combine_deferred_ = defer_combine_;  // the next mhc_pre computes sub_out_ from these (MhcPreParams::prev_y_routed)
+    if (!combine_deferred_) {
         OpProfiler::Scope sc(prof_, "moe.combine");
         moe_combine(y_routed_.as<float>(), grouping_, y_shared_.as<float>(), T, K, D, sub_out_.get(), OutKind::BF16, D,
                     stream_, /*round_terms=*/act_numerics_ == ActNumerics::FP8_BLOCK128);

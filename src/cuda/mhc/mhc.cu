@@ -76,14 +76,21 @@ __device__ __forceinline__ void butterfly_step(float* v, int lane) {
 // can run inside this kernel, in place (fusable_post()).
 bool interleaved_chunks(int N, int64_t D) { return (N == 1 || N == 2 || N == 4) && D % (kChunk / N) == 0; }
 
-struct PostIn {         // the previous sub-block's mhc_post, fused (null o: none)
+struct PostIn {         // the previous sub-block's mhc_post, fused (o and y_routed null: none)
     const bf16* o;      // [n_tokens, D]
     const float* post;  // [n_tokens, N]
     const float* comb;  // [n_tokens, N, N]
+    // Or o = moe_combine(y_routed, pair_slot, y_shared) computed here (its math and order; null o).
+    const float* y_routed;
+    const int32_t* pair_slot;
+    const float* y_shared;
+    int top_k;
+    int round_terms;
 };
 
 // ws layout: [n_tokens][n_mix + 1][n_splits] (the last row holds the sums of squares).
-// With `pin.o`, x is first replaced in place by X'_k = post_k * o + sum_j comb[j, k] X_j (bf16), exactly as
+// With `pin.o` (or the combine inputs that give o), x is first replaced in place by
+// X'_k = post_k * o + sum_j comb[j, k] X_j (bf16), exactly as
 // mhc_post_vec_kernel computes it: warp w mixes token w of the chunk into shared memory and, after the barrier (all
 // old values read), stores it; every warp then takes the mixed chunk from shared memory.
 __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(bf16* __restrict__ x, const float* __restrict__ fn,
@@ -118,7 +125,7 @@ __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(bf16* __restrict_
         }
     }
     float xv[kTok][kPerLane];
-    if (pin.o) {  // fused mhc_post (host-checked: interleaved, aligned): warp w mixes token w of the tile
+    if (pin.o || pin.y_routed) {  // fused mhc_post (host-checked: interleaved, aligned): warp w mixes token w
         static_assert(kWarps == kTok, "one warp per token of the tile");
         __shared__ __align__(16) float mixed[kTok][kChunk];
         const int64_t d = kb - int64_t(stream) * D;
@@ -126,11 +133,29 @@ __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(bf16* __restrict_
         float out[kPerLane];
         if (warp < nt) {
             float of[kPerLane];
-            {
+            if (pin.o) {
                 const uint2 raw = *reinterpret_cast<const uint2*>(pin.o + t * D + d);
                 const float2 a = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw)[0]);
                 const float2 b = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw)[1]);
                 of[0] = a.x, of[1] = a.y, of[2] = b.x, of[3] = b.y;
+            } else {  // moe.cu combine_kernel: routed terms in pair order, then the shared expert, bf16 result
+                float sum[kPerLane] = {0.f, 0.f, 0.f, 0.f};
+                for (int j = 0; j < pin.top_k; ++j) {
+                    const int32_t slot = pin.pair_slot[t * pin.top_k + j];
+                    if (slot < 0) continue;
+                    const float4 v = *reinterpret_cast<const float4*>(pin.y_routed + int64_t(slot) * D + d);
+                    const float vv[kPerLane] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                    for (int i = 0; i < kPerLane; ++i) sum[i] += pin.round_terms ? cuda::round_bf16(vv[i]) : vv[i];
+                }
+                if (pin.y_shared) {
+                    const float4 v = *reinterpret_cast<const float4*>(pin.y_shared + t * D + d);
+                    const float vv[kPerLane] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                    for (int i = 0; i < kPerLane; ++i) sum[i] += pin.round_terms ? cuda::round_bf16(vv[i]) : vv[i];
+                }
+#pragma unroll
+                for (int i = 0; i < kPerLane; ++i) of[i] = cuda::round_bf16(sum[i]);
             }
             const float pk = pin.post[t * N + stream];
 #pragma unroll
@@ -472,16 +497,22 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
     const dim3 grid((p.n_tokens + kTok - 1) / kTok, splits);
     const bool aligned = K % kPerLane == 0 && reinterpret_cast<uintptr_t>(p.x) % 8 == 0 && aligned16(p.fn);
     const bool interleaved = interleaved_chunks(p.n_streams, p.dim);
-    PostIn pin{p.prev_o, p.prev_post, p.prev_comb};
-    if (pin.o) {
+    PostIn pin{p.prev_o, p.prev_post, p.prev_comb, p.prev_y_routed, p.prev_pair_slot, p.prev_y_shared,
+               p.prev_top_k, p.prev_round_terms ? 1 : 0};
+    FS_ATTN_REQUIRE(!(p.prev_o && p.prev_y_routed), "mhc_pre: give prev_o or the combine inputs, not both");
+    if (pin.y_routed)
+        FS_ATTN_REQUIRE(pin.pair_slot && p.prev_top_k >= 1 && reinterpret_cast<uintptr_t>(pin.y_routed) % 16 == 0 &&
+                            reinterpret_cast<uintptr_t>(pin.y_shared) % 16 == 0,
+                        "mhc_pre: the fused combine needs pair slots, top_k >= 1 and 16-byte aligned expert outputs");
+    if (pin.o || pin.y_routed) {
         FS_ATTN_REQUIRE(mhc_pre_fuses_post(p.n_streams, p.dim) && !p.head_mode,
                         "mhc_pre: the fused mhc_post needs hc_mult 1, 2 or 4 and hidden_size a multiple of 128 / "
                         "hc_mult (got {}, {}), outside head mode", p.n_streams, p.dim);
-        FS_ATTN_REQUIRE(pin.post && pin.comb, "mhc_pre: prev_o without prev_post / prev_comb");
+        FS_ATTN_REQUIRE(pin.post && pin.comb, "mhc_pre: the fused mhc_post needs prev_post and prev_comb");
         FS_ATTN_REQUIRE(aligned && reinterpret_cast<uintptr_t>(pin.o) % 8 == 0,
                         "mhc_pre: the fused mhc_post needs 8-byte aligned x and prev_o");
     }
-    // (x is rewritten in place only with prev_o: the previous sub-block's mhc_post.)
+    // (x is rewritten in place only with the previous sub-block's mhc_post fused: prev_o or the combine inputs.)
     launch_pdl("mhc_partial_kernel", mhc_partial_kernel, dim3(grid), dim3(kThreads), 0, stream,
                const_cast<bf16*>(p.x), p.fn, p.n_tokens, p.n_streams, int64_t(p.dim),
                n_mix_of(p.n_streams, p.head_mode), aligned, interleaved, pin, ws);

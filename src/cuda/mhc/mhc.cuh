@@ -51,6 +51,14 @@ struct MhcPreParams {
     const __nv_bfloat16* prev_o = nullptr;  // [n_tokens, D]
     const float* prev_post = nullptr;       // [n_tokens, N]
     const float* prev_comb = nullptr;       // [n_tokens, N, N]
+    // Instead of prev_o: the MoE sub-block's o computed here as moe_combine (moe.cuh) of these would write it (bit for
+    // bit; no combine launch): routed outputs [slots, D] fp32 by pair_slot [n_tokens, top_k] (< 0: none), plus the
+    // shared expert's [n_tokens, D] fp32 (may be null), terms rounded to bf16 when prev_round_terms.
+    const float* prev_y_routed = nullptr;
+    const int32_t* prev_pair_slot = nullptr;
+    const float* prev_y_shared = nullptr;
+    int prev_top_k = 0;
+    bool prev_round_terms = false;
 };
 
 // Whether mhc_pre can fuse the previous mhc_post (MhcPreParams::prev_o) for these shapes: hc_mult 1, 2 or 4 and

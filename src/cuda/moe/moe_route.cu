@@ -16,12 +16,14 @@ constexpr int kMaxRouteE = 1024, kMaxTopK = 32;
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 
-// Token m's routing by one warp; lane holds experts lane, lane+32, ...
+// Token m's routing by one warp; lane holds experts lane, lane+32, ... (kPer per lane: E <= 32 * kPer). The
+// selection rounds are a dependent chain on the decode critical path: kPer = 8 serves V4's 256 experts with a
+// quarter of the per-lane work of the general 32.
+template <int kPer>
 __device__ void route_token(int64_t m, const float* __restrict__ logits, int E, int64_t ld, const float* __restrict__ bias,
                             const int64_t* __restrict__ tid2eid, const int32_t* __restrict__ token_ids, int64_t vocab,
                             int top_k, float route_scale, int32_t* __restrict__ idx_out, float* __restrict__ w_out) {
     const int lane = threadIdx.x & 31;
-    constexpr int kPer = kMaxRouteE / 32;
     float score[kPer], sel[kPer];
     const int per = (E + 31) / 32;
 #pragma unroll
@@ -34,8 +36,8 @@ __device__ void route_token(int64_t m, const float* __restrict__ logits, int E, 
             sel[i] = score[i] + (bias ? bias[e] : 0.f);
         }
     }
-    int chosen[kMaxTopK];
-    float chosen_s[kMaxTopK];
+    int my_e = -1;  // lane j keeps the j-th choice (top_k <= 32): registers, not a local array
+    float my_s = 0.f;
     float sum = 0.f;
     if (tid2eid) {
         const int64_t tok = token_ids[m];
@@ -54,8 +56,7 @@ __device__ void route_token(int64_t m, const float* __restrict__ logits, int E, 
                     if (i == slot) mine = score[i];
                 s = __shfl_sync(0xffffffffu, mine, owner);
             }
-            chosen[j] = e;
-            chosen_s[j] = s;
+            if (lane == j) my_e = e, my_s = s;
             sum += s;
         }
     } else {
@@ -93,16 +94,13 @@ __device__ void route_token(int64_t m, const float* __restrict__ logits, int E, 
             } else {
                 best_e = -1;
             }
-            chosen[j] = best_e;
-            chosen_s[j] = s;
+            if (lane == j) my_e = best_e, my_s = s;
             sum += s;
         }
     }
-    if (lane == 0) {
-        for (int j = 0; j < top_k; ++j) {
-            idx_out[m * top_k + j] = chosen[j];
-            w_out[m * top_k + j] = sum > 0.f ? chosen_s[j] / sum * route_scale : 0.f;
-        }
+    if (lane < top_k) {
+        idx_out[m * top_k + lane] = my_e;
+        w_out[m * top_k + lane] = sum > 0.f ? my_s / sum * route_scale : 0.f;
     }
 }
 
@@ -114,7 +112,11 @@ __global__ void route_kernel(const float* __restrict__ logits, int64_t M, int E,
     pdl_trigger();
     const int64_t m = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     if (m >= M) return;
-    route_token(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out);
+    if (E <= 256)
+        route_token<8>(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out);
+    else
+        route_token<kMaxRouteE / 32>(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out,
+                                     w_out);
 }
 
 // ---- grouping: one CTA ----------------------------------------------------------------------------------------
@@ -214,7 +216,13 @@ __global__ void __launch_bounds__(kRouteGroupThreads)
     pdl_trigger();
     extern __shared__ int32_t sh[];
     const int64_t m = threadIdx.x / 32;
-    if (m < M) route_token(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out);
+    if (m < M) {
+        if (E <= 256)
+            route_token<8>(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out);
+        else
+            route_token<kMaxRouteE / 32>(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale,
+                                         idx_out, w_out);
+    }
     __syncthreads();
     group_block(idx_out, w_out, M * top_k, top_k, g, sh);
 }

@@ -8,6 +8,7 @@
 #include "cpu/ops.h"
 #include "cuda/gemm/linear.cuh"
 #include "cuda/mhc/mhc.cuh"
+#include "cuda/moe/moe.cuh"
 #include "cuda/norm/rmsnorm.cuh"
 #include "cuda/rope/rope.cuh"
 
@@ -419,6 +420,70 @@ TEST(CudaMhc, FusedPostEqualsPostThenPre) {
             EXPECT_EQ(a.prep.fused_v.download(), b.prep.fused_v.download()) << what << ": prepared values";
             EXPECT_EQ(a.prep.fused_s.download(), b.prep.fused_s.download()) << what << ": prepared scales";
         }
+    }
+}
+
+// The MoE form of the fusion: mhc_pre given the combine inputs (MhcPreParams::prev_y_routed ...) equals moe_combine,
+// then mhc_post in place, then mhc_pre, bit for bit; missing pairs (slot -1), both term roundings, partial tiles.
+TEST(CudaMhc, FusedCombinePostEqualsSeparate) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    const int N = 4, D = 4096, n_mix = (2 + N) * N, top_k = 6;
+    for (auto [T, round_terms] : {std::tuple{1, true}, std::tuple{16, true}, std::tuple{11, false}}) {
+        const int slots = T * top_k;
+        const auto x = bf16_round(rng.normals(size_t(T) * N * D));
+        std::vector<int32_t> pair_slot(static_cast<size_t>(slots));
+        for (int i = 0; i < slots; ++i) pair_slot[size_t(i)] = (i * 7 + 3) % 11 == 0 ? -1 : (i * 5 + 1) % slots;
+        Dev<float> dyr(rng.normals(size_t(slots) * D)), dys(rng.normals(size_t(T) * D)),
+            dfn(rng.normals(size_t(n_mix) * N * D, 0.02f)), dbase(rng.normals(n_mix, 0.5f)), dscale(rng.normals(3, 0.5f));
+        Dev<int32_t> dslot(pair_slot);
+        Dev<uint16_t> dnw(to_bf16_bits(bf16_round(rng.normals(D, 0.3f))));
+        const auto post0 = rng.normals(size_t(T) * N, 0.7f), comb0 = rng.normals(size_t(T) * N * N, 0.5f);
+        struct Run {
+            Dev<uint16_t> x, y, o;
+            Dev<float> post, comb;
+            Run(const std::vector<float>& x0, const std::vector<float>& p0, const std::vector<float>& c0, int T_, int D_)
+                : x(to_bf16_bits(x0)), y(size_t(T_) * D_), o(size_t(T_) * D_), post(p0), comb(c0) {
+                y.poison();
+            }
+        } a(x, post0, comb0, T, D), b(x, post0, comb0, T, D);
+        MoeGrouping g;
+        g.pair_slot = dslot.ptr;
+        moe_combine(dyr.ptr, g, dys.ptr, T, top_k, D, a.o.ptr, OutKind::BF16, D, nullptr, round_terms);
+        mhc_post(T, N, D, bf(a.x), bf(a.o), a.post.ptr, a.comb.ptr, bf(a.x), nullptr);
+        for (Run* r : {&a, &b}) {
+            Dev<unsigned char> ws(mhc_pre_workspace_bytes(T, N, D, false));
+            MhcPreParams p;
+            p.n_tokens = T;
+            p.n_streams = N;
+            p.dim = D;
+            p.x = bf(r->x);
+            p.fn = dfn.ptr;
+            p.base = dbase.ptr;
+            p.scale = dscale.ptr;
+            p.norm_weight = bf(dnw);
+            p.y = bf(r->y);
+            p.post = r->post.ptr;
+            p.comb = r->comb.ptr;
+            if (r == &b) {
+                p.prev_y_routed = dyr.ptr;
+                p.prev_pair_slot = dslot.ptr;
+                p.prev_y_shared = dys.ptr;
+                p.prev_top_k = top_k;
+                p.prev_round_terms = round_terms;
+                p.prev_post = r->post.ptr;
+                p.prev_comb = r->comb.ptr;
+            }
+            mhc_pre(p, ws.ptr, ws.n, nullptr);
+            CUDA_OK(cudaDeviceSynchronize());
+        }
+        const std::string what = "T " + std::to_string(T) + (round_terms ? " rounded terms" : "");
+        EXPECT_EQ(a.x.download(), b.x.download()) << what << ": streams";
+        EXPECT_EQ(a.y.download(), b.y.download()) << what << ": y";
+        EXPECT_EQ(a.post.download(), b.post.download()) << what << ": post";
+        EXPECT_EQ(a.comb.download(), b.comb.download()) << what << ": comb";
     }
 }
 
