@@ -467,7 +467,8 @@ void CudaBackendImpl::enqueue_pass(const PassShape& s) {
                 p.prepared_numerics = int(act_numerics_);
             }
             {
-                OpProfiler::Scope sc(prof_, p.prev_o ? "mhc_post + mhc_pre + norm" : "mhc_pre + norm");
+                OpProfiler::Scope sc(prof_, p.prev_y_routed ? "moe.combine + mhc_post + mhc_pre + norm"
+                                                : (p.prev_o ? "mhc_post + mhc_pre + norm" : "mhc_pre + norm"));
                 mhc_pre(p, mhc_ws_.get(), mhc_ws_bytes_, stream_);
             }
             ++prep_generation_;  // y_ was rewritten: earlier prepared activations are stale

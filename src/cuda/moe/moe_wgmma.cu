@@ -230,7 +230,9 @@ __device__ __forceinline__ void run_stage(float (&acc)[2][8], const unsigned cha
 }
 #endif
 
-template <bool UP>
+// BAL: balanced contiguous stage ranges (header); else whole items round robin (item i on CTA i mod grid, no split
+// items: the down-projection's 8-stage items lost more to the split combines than the balance gained).
+template <bool UP, bool BAL>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(const Args a) {
 #if FS_WGMMA_AVAILABLE
     extern __shared__ __align__(128) unsigned char smem[];
@@ -246,12 +248,25 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     const int tiles = a.N / kItemRows;
     const int n_items = min(*a.n_active, a.max_experts) * tiles;
     const int chunks = a.K / 256;
-    // This CTA's contiguous range [q0, q0 + total) of the global stage sequence (item-major); CTAs past `used` idle
-    // (each used range holds >= chunks stages, so an item meets at most two CTAs).
-    const int64_t all_stages = int64_t(n_items) * chunks;
-    const int used = int(min(int64_t(gridDim.x), all_stages / chunks));
-    const int64_t q0 = int(blockIdx.x) < used ? all_stages * blockIdx.x / used : 0;
-    const int total = int(blockIdx.x) < used ? int(all_stages * (blockIdx.x + 1) / used - q0) : 0;
+    // BAL: this CTA's contiguous range [q0, q0 + total) of the global stage sequence (item-major); CTAs past `used`
+    // idle (each used range holds >= chunks stages, so an item meets at most two CTAs). Round robin: items
+    // blockIdx.x, + gridDim.x, ... whole. Either way the CTA's items advance by `step` from first_item, whose
+    // stages start at first_chunk.
+    int total, first_item, first_chunk, step;
+    if constexpr (BAL) {
+        const int64_t all_stages = int64_t(n_items) * chunks;
+        const int used = int(min(int64_t(gridDim.x), all_stages / chunks));
+        const int64_t q0 = int(blockIdx.x) < used ? all_stages * blockIdx.x / used : 0;
+        total = int(blockIdx.x) < used ? int(all_stages * (blockIdx.x + 1) / used - q0) : 0;
+        first_item = int(q0 / chunks);
+        first_chunk = int(q0 % chunks);
+        step = 1;
+    } else {
+        total = int(blockIdx.x) < n_items ? ((n_items - 1 - int(blockIdx.x)) / int(gridDim.x) + 1) * chunks : 0;
+        first_item = int(blockIdx.x);
+        first_chunk = 0;
+        step = int(gridDim.x);
+    }
     const int64_t row_bytes = a.K / 2;
     const int s_ld = a.K / 32;
     const int64_t tile_stride = int64_t(a.K / 32) * wgmma::kStepBytes;
@@ -259,24 +274,28 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     // Producer cursor: every thread copies weight row `tid` of a stage (part tid / 64); thread 0 adds the B tile
     // and the activation scales and arms the barrier. Pointers are looked up once per item (dependent loads of
     // the active list and the pointer tables would otherwise stall every stage).
-    int f_item = int(q0 / chunks) - 1, f_chunk = chunks - 1 + int(q0 % chunks);
+    int f_item = first_item, f_chunk = first_chunk - 1;  // (first_item / first_chunk die here: registers)
     const uint8_t* f_w = nullptr;
     const uint8_t* f_tile = nullptr;
     const float* f_ts = nullptr;
+    auto f_lookup = [&]() {
+        const int pos = f_item / tiles, e = a.active[pos];
+        const int row0 = (f_item % tiles) * kItemRows;
+        const int part = tid / 64;
+        const int64_t row = UP ? row0 + (tid & 63) : row0 + tid;
+        f_w = static_cast<const uint8_t*>(UP && part ? a.w_b[e] : a.w_a[e]) + row * row_bytes;
+        // The consumer reads this row's weight scales 8 bytes per stage, one stage ahead: under full load a
+        // DRAM round trip is longer than a stage, so the whole scale row goes to L2 now.
+        prefetch_l2(static_cast<const uint8_t*>(UP && part ? a.s_b[e] : a.s_a[e]) + row * s_ld, uint32_t(s_ld));
+        f_tile = a.tiles + pos * tile_stride;
+        f_ts = a.tile_scales + int64_t(pos) * (a.K / 128) * 16;
+    };
+    if (total > 0) f_lookup();
     auto fill = [&](int q) {
-        if (++f_chunk >= chunks || f_item < int(q0 / chunks)) {
-            f_chunk = f_item < int(q0 / chunks) ? int(q0 % chunks) : 0;
-            f_item += 1;
-            const int pos = f_item / tiles, e = a.active[pos];
-            const int row0 = (f_item % tiles) * kItemRows;
-            const int part = tid / 64;
-            const int64_t row = UP ? row0 + (tid & 63) : row0 + tid;
-            f_w = static_cast<const uint8_t*>(UP && part ? a.w_b[e] : a.w_a[e]) + row * row_bytes;
-            // The consumer reads this row's weight scales 8 bytes per stage, one stage ahead: under full load a
-            // DRAM round trip is longer than a stage, so the whole scale row goes to L2 now.
-            prefetch_l2(static_cast<const uint8_t*>(UP && part ? a.s_b[e] : a.s_a[e]) + row * s_ld, uint32_t(s_ld));
-            f_tile = a.tiles + pos * tile_stride;
-            f_ts = a.tile_scales + int64_t(pos) * (a.K / 128) * 16;
+        if (++f_chunk >= chunks) {
+            f_chunk = 0;
+            f_item += step;
+            f_lookup();
         }
         const int st = q % kStages;
         unsigned char* stage = smem + size_t(st) * kStageBytes;
@@ -291,21 +310,25 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
 
     // Weight-scale cursor, one stage ahead of the consumer: this thread's rows (part p: rows 16w + g and + 8),
     // 8 E8M0 bytes each per stage.
-    int s_item = int(q0 / chunks) - 1, s_chunk = chunks - 1 + int(q0 % chunks);
+    int s_item = first_item, s_chunk = first_chunk - 1;
     const uint8_t* s_row[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
-    auto load_scales = [&](uint2 (&ws)[2][2]) {
-        if (++s_chunk >= chunks || s_item < int(q0 / chunks)) {
-            s_chunk = s_item < int(q0 / chunks) ? int(q0 % chunks) : 0;
-            s_item += 1;
-            const int e = a.active[s_item / tiles];
-            const int row0 = (s_item % tiles) * kItemRows + 16 * warp + g;
+    auto s_lookup = [&]() {
+        const int e = a.active[s_item / tiles];
+        const int row0 = (s_item % tiles) * kItemRows + 16 * warp + g;
 #pragma unroll
-            for (int p = 0; p < 2; ++p) {
-                const uint8_t* base = static_cast<const uint8_t*>(UP && p ? a.s_b[e] : a.s_a[e]);
-                const int r = row0 + (UP ? 0 : 64 * p);
-                s_row[p][0] = base + int64_t(r) * s_ld;
-                s_row[p][1] = base + int64_t(r + 8) * s_ld;
-            }
+        for (int p = 0; p < 2; ++p) {
+            const uint8_t* base = static_cast<const uint8_t*>(UP && p ? a.s_b[e] : a.s_a[e]);
+            const int r = row0 + (UP ? 0 : 64 * p);
+            s_row[p][0] = base + int64_t(r) * s_ld;
+            s_row[p][1] = base + int64_t(r + 8) * s_ld;
+        }
+    };
+    if (total > 0) s_lookup();
+    auto load_scales = [&](uint2 (&ws)[2][2]) {
+        if (++s_chunk >= chunks) {
+            s_chunk = 0;
+            s_item += step;
+            s_lookup();
         }
 #pragma unroll
         for (int p = 0; p < 2; ++p)
@@ -317,11 +340,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
 
     float acc[2][8];
     __shared__ int split_last;
-    int item = 0, count = 0, offset = 0, e_row0 = 0;
+    int item = first_item - step, count = 0, offset = 0, e_row0 = 0;
+    int chunk = first_chunk - 1;  // advanced per stage without a division (this kernel is issue-bound)
     for (int q = 0; q < total; ++q) {
-        const int chunk = int((q0 + q) % chunks);
+        if (++chunk >= chunks) chunk = 0;
         if (chunk == 0 || q == 0) {
-            item = int((q0 + q) / chunks);
+            item += step;
             const int e = a.active[item / tiles];
             count = a.count[e];
             offset = a.offset[e];
@@ -431,6 +455,13 @@ void pack(const PreparedActivation& x, const MoeGrouping& g, int max_experts, co
                p);
 }
 
+// Which projections take the balanced stage ranges: 0 none, 1 the up-projection (default), 2 both
+// (FLASHSEEK_MOE_WGMMA_BALANCE, for A/B runs; a host-side choice between two compiled kernels, no per-stage cost).
+bool balanced(bool up) {
+    static const int64_t mode = env_int("FLASHSEEK_MOE_WGMMA_BALANCE", 1, 0, 2);
+    return mode == 2 || (mode == 1 && up);
+}
+
 template <bool UP>
 void launch(Args a, const MoeGrouping& g, int64_t M, int top_k, cudaStream_t stream) {
     a.max_experts = int(std::min<int64_t>(g.E, M * top_k));
@@ -447,7 +478,7 @@ void launch(Args a, const MoeGrouping& g, int64_t M, int top_k, cudaStream_t str
     const int64_t ctas = std::min<int64_t>(max_ctas(), items);
     FS_REQUIRE(ctas + 1 <= g.split_slots, "moe_wgmma: the grouping's split scratch holds ", g.split_slots,
                " CTA boundaries, ", ctas + 1, " needed");
-    auto kernel = wgmma_expert_kernel<UP>;
+    auto kernel = balanced(UP) ? wgmma_expert_kernel<UP, true> : wgmma_expert_kernel<UP, false>;
     gmma::allow_smem(reinterpret_cast<const void*>(kernel), kSmemBytes);
     launch_pdl(UP ? "moe_wgmma expert_kernel<up>" : "moe_wgmma expert_kernel<down>", kernel, dim3(unsigned(ctas)),
                dim3(kThreads), kSmemBytes, stream, a);
