@@ -16,11 +16,15 @@
 //     k-step per thread gives the even weights (a0 / a1) and the odd ones (a2 / a3), so the logical k order of a
 //     step is phys {0,2,..,30} then {1,3,..,31} within each 8-weight group; pack_tiles_kernel writes the B tile in
 //     that order.
-//   - Balanced work: the items' stages (item-major) are cut into one contiguous range per CTA, so every CTA streams
-//     the same number of stages (+-1) instead of whole items (2432 items on 396 CTAs left 56 CTAs a 7th item while
-//     the rest idled). An item cut between two CTAs is summed by both; each stores its sums in the split scratch and
-//     the second to finish adds them in a fixed order (lower CTA first) and runs the epilogue. CTAs are limited so
-//     that each range holds at least one whole item's stages: an item meets at most two CTAs.
+//   - Work assignment, a template parameter chosen on the host (FLASHSEEK_MOE_WGMMA_BALANCE):
+//       round robin (default): whole items, item i on CTA i mod grid;
+//       balanced: the items' stages (item-major) cut into one contiguous range per CTA, so every CTA streams the
+//       same number of stages (+-1). An item cut between two CTAs is summed by both; each stores its sums in the
+//       split scratch and the second to finish adds them in a fixed order (lower CTA first) and runs the epilogue.
+//       CTAs are limited so that each range holds at least one whole item's stages: an item meets at most two CTAs.
+//     Balanced won while the stage loop paid a 64-bit modulo per stage (C=16 16.14 vs 16.45 ms); with the chunk
+//     counter round robin is faster for both projections (15.14 vs 15.60 ms balanced up, 15.79 both; docs/perf.md,
+//     session 6): the split combines and the balanced kernel's extra registers cost more than the idle tail.
 //   - Per 128-k block and part: four wgmma m64n16k32 (one per FP4 scale group, each its own fp32 result), then
 //     per row the weight scales (x 2^6) and per column the activation scale, in fp32. Blocks are pipelined one
 //     deep (convert and issue block i + 1 before waiting for block i).
@@ -231,7 +235,7 @@ __device__ __forceinline__ void run_stage(float (&acc)[2][8], const unsigned cha
 #endif
 
 // BAL: balanced contiguous stage ranges (header); else whole items round robin (item i on CTA i mod grid, no split
-// items: the down-projection's 8-stage items lost more to the split combines than the balance gained).
+// items).
 template <bool UP, bool BAL>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(const Args a) {
 #if FS_WGMMA_AVAILABLE
@@ -455,10 +459,10 @@ void pack(const PreparedActivation& x, const MoeGrouping& g, int max_experts, co
                p);
 }
 
-// Which projections take the balanced stage ranges: 0 none, 1 the up-projection (default), 2 both
+// Which projections take the balanced stage ranges: 0 none (default, measured fastest), 1 the up-projection, 2 both
 // (FLASHSEEK_MOE_WGMMA_BALANCE, for A/B runs; a host-side choice between two compiled kernels, no per-stage cost).
 bool balanced(bool up) {
-    static const int64_t mode = env_int("FLASHSEEK_MOE_WGMMA_BALANCE", 1, 0, 2);
+    static const int64_t mode = env_int("FLASHSEEK_MOE_WGMMA_BALANCE", 0, 0, 2);
     return mode == 2 || (mode == 1 && up);
 }
 
