@@ -154,10 +154,9 @@ private:
     // Enqueues the whole forward of one pass on stream_ (graph-capturable).
     void enqueue_pass(const PassShape& shape);
     void enqueue_attention(int l, const PassShape& shape);
-    void enqueue_moe(int l, const PassShape& shape);
-    // Set by enqueue_pass when the next mhc_pre fuses this MoE sub-block's mhc_post: enqueue_moe then skips its
-    // combine launch and marks it deferred (the fused pre computes the combine itself).
-    bool defer_combine_ = false, combine_deferred_ = false;
+    // combine = false: the sub-block output is left as its terms (y_routed_, grouping_, y_shared_) for the next
+    // mhc_pre, which fuses this sub-block's mhc_post and computes the combine itself (MhcPreParams::prev_y_routed).
+    void enqueue_moe(int l, const PassShape& shape, bool combine);
     void enqueue_head(const PassShape& shape);
     void enqueue_sparse_attention(int l, const PassShape& shape);
     void init_moe_buffers();

@@ -413,7 +413,6 @@ void CudaBackendImpl::enqueue_pass(const PassShape& s) {
     const int64_t D = cfg_.hidden_size;
     // A pass that threw mid-branch (its capture was discarded) left them open.
     kv_side_.open = index_side_.open = aux_side_.open = false;
-    defer_combine_ = combine_deferred_ = false;
     {
         OpProfiler::Scope sc(prof_, "embedding");
         embed_streams(embed_, cfg_.vocab_size, meta_.d(StepMeta::kTokens), s.n_rows, N, D, X_.as<bf16>(), stream_);
@@ -422,7 +421,7 @@ void CudaBackendImpl::enqueue_pass(const PassShape& s) {
     // sub-block on the critical path); the last one, before the head's row gather, runs on its own.
     static const bool fuse_allowed = env_switch_on("FLASHSEEK_FUSED_POST");  // 0: separate mhc_post (A/B)
     const bool fuse_post = fuse_allowed && mhc_pre_fuses_post(N, int(D));
-    bool post_pending = false;
+    int post_pending = -1;  // the sub-block (0 attention, 1 MoE) whose mhc_post the next mhc_pre runs, or -1
     for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
         const LayerDev& L = layers_[size_t(l)];
         for (int sub = 0; sub < 2; ++sub) {
@@ -442,8 +441,8 @@ void CudaBackendImpl::enqueue_pass(const PassShape& s) {
             p.y = y_.as<bf16>();
             p.post = post_.as<float>();
             p.comb = comb_.as<float>();
-            if (post_pending) {
-                if (combine_deferred_) {  // the MoE sub-block's combine runs here too
+            if (post_pending >= 0) {
+                if (post_pending == 1) {  // the MoE sub-block's combine runs here too
                     p.prev_y_routed = y_routed_.as<float>();
                     p.prev_pair_slot = grouping_.pair_slot;
                     p.prev_y_shared = y_shared_.as<float>();
@@ -454,8 +453,7 @@ void CudaBackendImpl::enqueue_pass(const PassShape& s) {
                 }
                 p.prev_post = post_.as<float>();
                 p.prev_comb = comb_.as<float>();
-                post_pending = false;
-                combine_deferred_ = false;
+                post_pending = -1;
             }
             // The norm also writes y_ prepared for the sub-block's first FP8 / FP4 linear (one launch fewer).
             WeightKind kind = WeightKind::BF16;
@@ -473,16 +471,13 @@ void CudaBackendImpl::enqueue_pass(const PassShape& s) {
             }
             ++prep_generation_;  // y_ was rewritten: earlier prepared activations are stale
             if (fused) adopt_prepared(*fused, y_.get(), s.n_rows, D, kind, act_numerics_);
-            const bool last = l + 1 == cfg_.num_hidden_layers && sub == 1;
-            if (sub == 0) {
+            const bool defer_post = fuse_post && !(l + 1 == cfg_.num_hidden_layers && sub == 1);
+            if (sub == 0)
                 enqueue_attention(l, s);
-            } else {
-                defer_combine_ = fuse_post && !last;  // enqueue_moe leaves its combine to the next mhc_pre
-                enqueue_moe(l, s);
-                defer_combine_ = false;
-            }
-            if (fuse_post && !last) {
-                post_pending = true;
+            else
+                enqueue_moe(l, s, /*combine=*/!defer_post);
+            if (defer_post) {
+                post_pending = sub;
                 continue;
             }
             OpProfiler::Scope sc(prof_, "mhc_post");

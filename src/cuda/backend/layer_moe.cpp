@@ -83,7 +83,7 @@ void CudaBackendImpl::init_moe_buffers() {
     prep_x_expert_.allocate(T, D);
 }
 
-void CudaBackendImpl::enqueue_moe(int l, const PassShape& s) {
+void CudaBackendImpl::enqueue_moe(int l, const PassShape& s, bool combine) {
     const LayerDev& L = layers_[size_t(l)];
     const int T = s.n_rows, E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok;
     const int64_t D = cfg_.hidden_size;
@@ -119,8 +119,7 @@ void CudaBackendImpl::enqueue_moe(int l, const PassShape& s) {
         moe_expert_down(moe_h_.act, L.routed, &grouping_, T, K, y_routed_.as<float>(), stream_);
     }
     join(aux_side_);
-    combine_deferred_ = defer_combine_;  // the next mhc_pre computes sub_out_ from these (MhcPreParams::prev_y_routed)
-    if (!combine_deferred_) {
+    if (combine) {
         OpProfiler::Scope sc(prof_, "moe.combine");
         moe_combine(y_routed_.as<float>(), grouping_, y_shared_.as<float>(), T, K, D, sub_out_.get(), OutKind::BF16, D,
                     stream_, /*round_terms=*/act_numerics_ == ActNumerics::FP8_BLOCK128);

@@ -88,6 +88,66 @@ struct PostIn {         // the previous sub-block's mhc_post, fused (o and y_rou
     int round_terms;
 };
 
+// X'_k of one feature: post_k * o + sum_j comb[j, k] X_j, the steps spelled out (free FMA contraction made the separate
+// and the fused mhc_post differ in about one element in 1e5).
+__device__ __forceinline__ float post_mix(float post_k, float o, const float (&comb_k)[kMaxStreams],
+                                          const float (&xj)[kMaxStreams], int N) {
+    float s = __fmul_rn(post_k, o);
+#pragma unroll
+    for (int j = 0; j < kMaxStreams; ++j)
+        if (j < N) s = fmaf(comb_k[j], xj[j], s);
+    return s;
+}
+
+__device__ __forceinline__ void bf16x4_to_float(const uint2& raw, float (&f)[kPerLane]) {
+    const float2 a = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw)[0]);
+    const float2 b = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw)[1]);
+    f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+}
+
+// The fused mhc_post of token t, stream `stream`, features [d, d + 4): o read (pin.o) or combined here as moe.cu's
+// combine_kernel does (routed terms in pair order, then the shared expert, bf16 result); bf16-rounded like
+// mhc_post_vec_kernel's output.
+__device__ __forceinline__ void fused_post_features(const PostIn& pin, const bf16* x, int64_t t, int N, int64_t D,
+                                                    int stream, int64_t d, float (&out)[kPerLane]) {
+    float of[kPerLane];
+    if (pin.o) {
+        bf16x4_to_float(*reinterpret_cast<const uint2*>(pin.o + t * D + d), of);
+    } else {
+        float sum[kPerLane] = {0.f, 0.f, 0.f, 0.f};
+        auto add = [&](const float* src) {
+            const float4 v = *reinterpret_cast<const float4*>(src);
+            const float vv[kPerLane] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int i = 0; i < kPerLane; ++i) sum[i] += pin.round_terms ? cuda::round_bf16(vv[i]) : vv[i];
+        };
+        for (int j = 0; j < pin.top_k; ++j) {
+            const int32_t slot = pin.pair_slot[t * pin.top_k + j];
+            if (slot >= 0) add(pin.y_routed + int64_t(slot) * D + d);
+        }
+        if (pin.y_shared) add(pin.y_shared + t * D + d);
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) of[i] = cuda::round_bf16(sum[i]);
+    }
+    float ck[kMaxStreams], xs[kMaxStreams][kPerLane];
+#pragma unroll
+    for (int j = 0; j < kMaxStreams; ++j) {
+        ck[j] = 0.f;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) xs[j][i] = 0.f;
+        if (j < N) {
+            ck[j] = pin.comb[(t * N + j) * N + stream];
+            bf16x4_to_float(*reinterpret_cast<const uint2*>(x + (t * N + j) * D + d), xs[j]);
+        }
+    }
+    const float pk = pin.post[t * N + stream];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+        const float xj[kMaxStreams] = {xs[0][i], xs[1][i], xs[2][i], xs[3][i]};
+        out[i] = __bfloat162float(__float2bfloat16_rn(post_mix(pk, of[i], ck, xj, N)));
+    }
+}
+
 // ws layout: [n_tokens][n_mix + 1][n_splits] (the last row holds the sums of squares).
 // With `pin.o` (or the combine inputs that give o), x is first replaced in place by
 // X'_k = post_k * o + sum_j comb[j, k] X_j (bf16), exactly as
@@ -132,46 +192,7 @@ __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(bf16* __restrict_
         const int64_t t = t0 + warp;
         float out[kPerLane];
         if (warp < nt) {
-            float of[kPerLane];
-            if (pin.o) {
-                const uint2 raw = *reinterpret_cast<const uint2*>(pin.o + t * D + d);
-                const float2 a = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw)[0]);
-                const float2 b = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw)[1]);
-                of[0] = a.x, of[1] = a.y, of[2] = b.x, of[3] = b.y;
-            } else {  // moe.cu combine_kernel: routed terms in pair order, then the shared expert, bf16 result
-                float sum[kPerLane] = {0.f, 0.f, 0.f, 0.f};
-                for (int j = 0; j < pin.top_k; ++j) {
-                    const int32_t slot = pin.pair_slot[t * pin.top_k + j];
-                    if (slot < 0) continue;
-                    const float4 v = *reinterpret_cast<const float4*>(pin.y_routed + int64_t(slot) * D + d);
-                    const float vv[kPerLane] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                    for (int i = 0; i < kPerLane; ++i) sum[i] += pin.round_terms ? cuda::round_bf16(vv[i]) : vv[i];
-                }
-                if (pin.y_shared) {
-                    const float4 v = *reinterpret_cast<const float4*>(pin.y_shared + t * D + d);
-                    const float vv[kPerLane] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                    for (int i = 0; i < kPerLane; ++i) sum[i] += pin.round_terms ? cuda::round_bf16(vv[i]) : vv[i];
-                }
-#pragma unroll
-                for (int i = 0; i < kPerLane; ++i) of[i] = cuda::round_bf16(sum[i]);
-            }
-            const float pk = pin.post[t * N + stream];
-#pragma unroll
-            for (int i = 0; i < kPerLane; ++i) out[i] = __fmul_rn(pk, of[i]);  // as mhc_post_vec_kernel
-#pragma unroll
-            for (int j = 0; j < kMaxStreams; ++j) {
-                if (j >= N) break;
-                const float cj = pin.comb[(t * N + j) * N + stream];
-                const uint2 raw = *reinterpret_cast<const uint2*>(x + t * K + int64_t(j) * D + d);
-                const float2 a = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw)[0]);
-                const float2 b = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw)[1]);
-                out[0] = fmaf(cj, a.x, out[0]), out[1] = fmaf(cj, a.y, out[1]);
-                out[2] = fmaf(cj, b.x, out[2]), out[3] = fmaf(cj, b.y, out[3]);
-            }
-#pragma unroll
-            for (int i = 0; i < kPerLane; ++i) out[i] = __bfloat162float(__float2bfloat16_rn(out[i]));
+            fused_post_features(pin, x, t, N, D, stream, d, out);
             *reinterpret_cast<float4*>(&mixed[warp][lane * kPerLane]) = make_float4(out[0], out[1], out[2], out[3]);
         }
         __syncthreads();  // every warp has read the old streams of this chunk and published its token
@@ -417,7 +438,7 @@ __global__ void __launch_bounds__(kPostThreads) mhc_post_vec_kernel(int n_tokens
             if (j < N) xr[j] = *reinterpret_cast<const uint4*>(x + base + int64_t(j) * D);
         float of[8];
         bf16x8_to_float(__ldg(reinterpret_cast<const uint4*>(o + t * D + 8 * c)), of);
-        float xf[kMaxStreams][8];
+        float xf[kMaxStreams][8] = {};
 #pragma unroll
         for (int j = 0; j < kMaxStreams; ++j)
             if (j < N) bf16x8_to_float(xr[j], xf[j]);
@@ -432,13 +453,8 @@ __global__ void __launch_bounds__(kPostThreads) mhc_post_vec_kernel(int n_tokens
             float out[8];
 #pragma unroll
             for (int e = 0; e < 8; ++e) {
-                // Explicit rounding steps: the fused copy in mhc_partial_kernel must give the same bits (with free
-                // contraction about one element in 1e5 differed).
-                float s = __fmul_rn(pk, of[e]);
-#pragma unroll
-                for (int j = 0; j < kMaxStreams; ++j)
-                    if (j < N) s = fmaf(ck[j], xf[j][e], s);
-                out[e] = s;
+                const float xj[kMaxStreams] = {xf[0][e], xf[1][e], xf[2][e], xf[3][e]};
+                out[e] = post_mix(pk, of[e], ck, xj, N);
             }
             *reinterpret_cast<uint4*>(x_out + base + int64_t(k) * D) = float_to_bf16x8(out);
         }

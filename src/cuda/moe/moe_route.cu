@@ -104,6 +104,19 @@ __device__ void route_token(int64_t m, const float* __restrict__ logits, int E, 
     }
 }
 
+// route_token with the per-lane array sized for E.
+__device__ __forceinline__ void route_token_sized(int64_t m, const float* __restrict__ logits, int E, int64_t ld,
+                                                  const float* __restrict__ bias, const int64_t* __restrict__ tid2eid,
+                                                  const int32_t* __restrict__ token_ids, int64_t vocab, int top_k,
+                                                  float route_scale, int32_t* __restrict__ idx_out,
+                                                  float* __restrict__ w_out) {
+    if (E <= 256)
+        route_token<8>(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out);
+    else
+        route_token<kMaxRouteE / 32>(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out,
+                                     w_out);
+}
+
 // One warp per token.
 __global__ void route_kernel(const float* __restrict__ logits, int64_t M, int E, int64_t ld, const float* __restrict__ bias,
                              const int64_t* __restrict__ tid2eid, const int32_t* __restrict__ token_ids, int64_t vocab,
@@ -112,11 +125,7 @@ __global__ void route_kernel(const float* __restrict__ logits, int64_t M, int E,
     pdl_trigger();
     const int64_t m = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     if (m >= M) return;
-    if (E <= 256)
-        route_token<8>(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out);
-    else
-        route_token<kMaxRouteE / 32>(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out,
-                                     w_out);
+    route_token_sized(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out);
 }
 
 // ---- grouping: one CTA ----------------------------------------------------------------------------------------
@@ -216,13 +225,7 @@ __global__ void __launch_bounds__(kRouteGroupThreads)
     pdl_trigger();
     extern __shared__ int32_t sh[];
     const int64_t m = threadIdx.x / 32;
-    if (m < M) {
-        if (E <= 256)
-            route_token<8>(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out);
-        else
-            route_token<kMaxRouteE / 32>(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale,
-                                         idx_out, w_out);
-    }
+    if (m < M) route_token_sized(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out);
     __syncthreads();
     group_block(idx_out, w_out, M * top_k, top_k, g, sh);
 }
