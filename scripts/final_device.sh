@@ -16,11 +16,14 @@ timeout 400 compute-sanitizer --tool memcheck "$B/test_cuda_linear" \
   --gtest_filter='LinearTest.BulkGemv*:LinearTest.WgmmaGemv*:MoeRoute.*:MoeLayer.BulkDownOneHot*:MoeSwiglu.*' \
   > "$OUT/memcheck.log" 2>&1; echo "memcheck rc=$?"; tail -2 "$OUT/memcheck.log"
 timeout 120 compute-sanitizer --tool memcheck "$B/test_cuda_attention" \
-  --gtest_filter='CudaMhc.Prepared*:CudaNorm.RmsnormPrepared*' > "$OUT/memcheck_attn.log" 2>&1
-echo "memcheck (fused prepared outputs) rc=$?"; tail -1 "$OUT/memcheck_attn.log"
+  --gtest_filter='CudaMhc.Prepared*:CudaMhc.Fused*:CudaNorm.RmsnormPrepared*' > "$OUT/memcheck_attn.log" 2>&1
+echo "memcheck (fused prepared outputs, fused mhc_post / combine) rc=$?"; tail -1 "$OUT/memcheck_attn.log"
 timeout 240 compute-sanitizer --tool racecheck "$B/test_cuda_linear" \
   --gtest_filter='MoeRoute.Fused*:MoeLayer.BulkDownOneHot*:MoeSwiglu.*' > "$OUT/racecheck.log" 2>&1; echo "racecheck rc=$?"
 grep -E "RACECHECK SUMMARY|hazard|PASSED|FAILED" "$OUT/racecheck.log" | tail -4
+timeout 120 compute-sanitizer --tool racecheck "$B/test_cuda_attention" --gtest_filter='CudaMhc.Fused*' \
+  > "$OUT/racecheck_attn.log" 2>&1; echo "racecheck (fused mhc_post / combine) rc=$?"
+grep -E "RACECHECK SUMMARY" "$OUT/racecheck_attn.log" | tail -1
 timeout 300 "$B/flashseek" bench --model tests/data/configs/v4-flash.json --dummy-weights --layers 20 --context 256 \
   --concurrency 1,16 --output-len 32 --seed 1 --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1; echo "bench rc=$?"
 grep -vE "^\s+(attn|moe|mhc|head|prepare|embed|final|sample|hc)" "$OUT/bench.log" | tail -25
