@@ -22,6 +22,10 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__
 __device__ __forceinline__ void mbar_init(uint64_t* b) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(b)));
 }
+// An mbarrier whose phase needs `count` arrivals (plus its expected transaction bytes).
+__device__ __forceinline__ void mbar_init_count(uint64_t* b, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count));
+}
 __device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
 __device__ __forceinline__ void mbar_expect_tx(uint64_t* b, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
@@ -42,6 +46,18 @@ __device__ __forceinline__ void copy_g2s(void* dst, const void* src, uint32_t by
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)),
         "l"(src), "r"(bytes), "r"(smem_u32(bar))
         : "memory");
+}
+
+// 16 bytes global -> shared through L2 (cp.async.cg, no L1 allocation), each lane its own addresses: a warp moves
+// 512 bytes per instruction, where per-lane cp.async.bulk copies are issued one lane at a time (the bulk copy takes
+// uniform operands, so ptxas loops over the lanes: ~8 instructions per copy). dst, src 16-byte aligned.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+// Arrives on the mbarrier once every earlier cp.async of this thread has landed (.noinc: the barrier's arrival
+// count includes this arrival, see mbar_init_count).
+__device__ __forceinline__ void cp_async_mbar_arrive(uint64_t* b) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_u32(b)) : "memory");
 }
 
 // 8 FP4 nibbles (element 2i in the low nibble of byte i) -> even elements' e4m3 codes (lo) and odd ones' (hi), each

@@ -235,15 +235,16 @@ __device__ __forceinline__ void run_stage(float (&acc)[2][8], const unsigned cha
 #endif
 
 // BAL: balanced contiguous stage ranges (header); else whole items round robin (item i on CTA i mod grid, no split
-// items).
-template <bool UP, bool BAL>
+// items). CPA: the weight rows move by per-lane 16-byte cp.async (8 lanes per row, 4 rows per warp instruction)
+// instead of one cp.async.bulk per thread, which ptxas issues lane by lane (~256 instructions per warp and stage).
+template <bool UP, bool BAL, bool CPA>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(const Args a) {
 #if FS_WGMMA_AVAILABLE
     extern __shared__ __align__(128) unsigned char smem[];
     const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane >> 2, t = lane & 3;
     pdl_trigger();
     uint64_t* const bars = reinterpret_cast<uint64_t*>(smem + size_t(kStages) * kStageBytes);
-    if (tid < kStages) mbar_init(&bars[tid]);
+    if (tid < kStages) mbar_init_count(&bars[tid], CPA ? 1 + kThreads : 1);  // thread 0's expect_tx (+ cp.async)
     mbar_init_fence();
     __syncthreads();
     pdl_wait();
@@ -287,7 +288,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
         const int row0 = (f_item % tiles) * kItemRows;
         const int part = tid / 64;
         const int64_t row = UP ? row0 + (tid & 63) : row0 + tid;
-        f_w = static_cast<const uint8_t*>(UP && part ? a.w_b[e] : a.w_a[e]) + row * row_bytes;
+        if constexpr (CPA) {  // lane-cooperative rows: warp w copies stage rows 32w + 4i + lane / 8, i = 0..7
+            const int cpart = UP ? warp / 2 : 0;
+            const int crow = row0 + (UP ? 32 * (warp & 1) : 32 * warp) + lane / 8;
+            f_w = static_cast<const uint8_t*>(UP && cpart ? a.w_b[e] : a.w_a[e]) + int64_t(crow) * row_bytes +
+                  (lane % 8) * 16;
+        } else {
+            f_w = static_cast<const uint8_t*>(UP && part ? a.w_b[e] : a.w_a[e]) + row * row_bytes;
+        }
         // The consumer reads this row's weight scales 8 bytes per stage, one stage ahead: under full load a
         // DRAM round trip is longer than a stage, so the whole scale row goes to L2 now.
         prefetch_l2(static_cast<const uint8_t*>(UP && part ? a.s_b[e] : a.s_a[e]) + row * s_ld, uint32_t(s_ld));
@@ -304,11 +312,24 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
         const int st = q % kStages;
         unsigned char* stage = smem + size_t(st) * kStageBytes;
         if (tid == 0) {
-            mbar_expect_tx(&bars[st], kStageTx);
+            mbar_expect_tx(&bars[st], CPA ? kStageTx - kRows * kRowBytes : kStageTx);
             copy_g2s(stage + kWeightBytes, f_tile + int64_t(f_chunk) * kTileBytes, kTileBytes, &bars[st]);
             copy_g2s(stage + kWeightBytes + kTileBytes, f_ts + 2 * f_chunk * 16, kScaleFloats * 4, &bars[st]);
         }
-        copy_g2s(stage + tid * kStride, f_w + int64_t(f_chunk) * kRowBytes, kRowBytes, &bars[st]);
+        if constexpr (CPA) {
+            unsigned char* dst = stage + (32 * warp + lane / 8) * kStride + (lane % 8) * 16;
+            const uint8_t* src = f_w + f_chunk * kRowBytes;
+            const uint32_t four_rows = 4 * uint32_t(row_bytes);  // < 2^32: K / 2 bytes per row
+#pragma unroll
+            for (int i = 0; i < 8; ++i) {
+                cp_async_16(dst + 4 * i * kStride, src);
+                src += four_rows;
+                asm volatile("" : "+l"(src));  // one running pointer: eight precomputed ones spilled (168 registers)
+            }
+            cp_async_mbar_arrive(&bars[st]);
+        } else {
+            copy_g2s(stage + tid * kStride, f_w + int64_t(f_chunk) * kRowBytes, kRowBytes, &bars[st]);
+        }
     };
     for (int q = 0; q < kStages - 1 && q < total; ++q) fill(q);
 
@@ -466,6 +487,13 @@ bool balanced(bool up) {
     return mode == 2 || (mode == 1 && up);
 }
 
+// FLASHSEEK_MOE_WGMMA_CPASYNC=1: the weight rows by per-lane cp.async (the kernel's CPA form). Off by default until
+// measured on the device (written at the end of session 6, after its device time was used up).
+bool lane_copies() {
+    static const bool on = env_int("FLASHSEEK_MOE_WGMMA_CPASYNC", 0, 0, 1) == 1;
+    return on;
+}
+
 template <bool UP>
 void launch(Args a, const MoeGrouping& g, int64_t M, int top_k, cudaStream_t stream) {
     a.max_experts = int(std::min<int64_t>(g.E, M * top_k));
@@ -482,7 +510,8 @@ void launch(Args a, const MoeGrouping& g, int64_t M, int top_k, cudaStream_t str
     const int64_t ctas = std::min<int64_t>(max_ctas(), items);
     FS_REQUIRE(ctas + 1 <= g.split_slots, "moe_wgmma: the grouping's split scratch holds ", g.split_slots,
                " CTA boundaries, ", ctas + 1, " needed");
-    auto kernel = balanced(UP) ? wgmma_expert_kernel<UP, true> : wgmma_expert_kernel<UP, false>;
+    auto kernel = balanced(UP) ? (lane_copies() ? wgmma_expert_kernel<UP, true, true> : wgmma_expert_kernel<UP, true, false>)
+                               : (lane_copies() ? wgmma_expert_kernel<UP, false, true> : wgmma_expert_kernel<UP, false, false>);
     gmma::allow_smem(reinterpret_cast<const void*>(kernel), kSmemBytes);
     launch_pdl(UP ? "moe_wgmma expert_kernel<up>" : "moe_wgmma expert_kernel<down>", kernel, dim3(unsigned(ctas)),
                dim3(kThreads), kSmemBytes, stream, a);
