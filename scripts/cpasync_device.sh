@@ -8,6 +8,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/device_bundle.sh
+# The f16-operand conventions for the planned wo_a wgmma GEMV (scripts/probes/wgmma_f16_probe.cu; copy the binary
+# built with the nvcc line in its header into .gpucheck before bundling).
+if [ -x "$B/wgmma_f16_probe" ]; then timeout 60 "$B/wgmma_f16_probe" | tee "$OUT/f16_probe.log" | tail -6; fi
 export FLASHSEEK_MOE_WGMMA_CPASYNC=1 FLASHSEEK_WGMMA_GEMV_CPASYNC=1
 timeout 400 "$B/test_cuda_linear" --gtest_filter='-*Bench*' > "$OUT/linear_cpa.log" 2>&1; echo "test_cuda_linear (cp.async) rc=$?"
 grep -E "^\[  (PASSED|FAILED)|FAILED  \]" "$OUT/linear_cpa.log" | head -8
