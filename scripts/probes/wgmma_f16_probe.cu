@@ -20,15 +20,8 @@
 
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/wgmma.cuh"
+#include "probe_check.h"
 
-#define CK(x)                                                                                   \
-    do {                                                                                        \
-        cudaError_t e_ = (x);                                                                   \
-        if (e_ != cudaSuccess) {                                                                \
-            printf("CUDA %s at %d: %s\n", #x, __LINE__, cudaGetErrorString(e_));                \
-            exit(1);                                                                            \
-        }                                                                                       \
-    } while (0)
 
 using namespace flashseek::cuda;
 
@@ -37,18 +30,6 @@ __host__ __device__ int logical_k16(int p) {
     const int t = p / 4, j = p % 4;
     return (j & 1) * 8 + 2 * t + (j >> 1);
 }
-
-#if FS_WGMMA_AVAILABLE
-template <int TB>
-__device__ __forceinline__ void mma_f16_n16(float (&d)[8], const uint32_t (&a)[4], uint64_t desc_b) {
-    asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, 0, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, "
-        "%13;\n}\n"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(TB));
-}
-#endif
 
 // a: [64][16] e4m3 row-major (physical k order), b: [16][16] f16 values (column n's 16 k, physical order), d: [64][16].
 template <int TB>
@@ -75,7 +56,7 @@ __global__ void probe(const uint8_t* a, const __half* b, float* d, int swapped) 
     const uint64_t desc = uint64_t((addr >> 4) & 0x3fff) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32);
     float acc[8];
     wgmma::fence();
-    mma_f16_n16<TB>(acc, af, desc);
+    wgmma::mma_f16_n16<TB>(acc, af, desc);
     wgmma::commit();
     wgmma::wait<0>();
     for (int i = 0; i < 8; ++i) wgmma::fence_operand(acc[i]);

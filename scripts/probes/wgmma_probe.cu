@@ -13,15 +13,8 @@
 #include <vector>
 
 #include "cuda/common/wgmma.cuh"
+#include "probe_check.h"
 
-#define CK(x)                                                                                   \
-    do {                                                                                        \
-        cudaError_t e_ = (x);                                                                   \
-        if (e_ != cudaSuccess) {                                                                \
-            printf("CUDA %s at %d: %s\n", #x, __LINE__, cudaGetErrorString(e_));                \
-            exit(1);                                                                            \
-        }                                                                                       \
-    } while (0)
 
 using namespace flashseek::cuda;
 

@@ -79,6 +79,17 @@ __device__ __forceinline__ void mma_n8(float (&d)[4], const uint32_t (&a)[4], ui
         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }
+// d = A * B (C = 0): m64n16k16, f16 x f16 -> fp32, A from registers (the mma.sync m16n8k16 fragment layout), B from
+// shared memory; TRANS_B = imm-trans-b (0: B K-major, to be confirmed by scripts/probes/wgmma_f16_probe.cu).
+template <int TRANS_B>
+__device__ __forceinline__ void mma_f16_n16(float (&d)[8], const uint32_t (&a)[4], uint64_t desc_b) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, 0, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, "
+        "%13;\n}\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(TRANS_B));
+}
 #endif
 
 }  // namespace flashseek::cuda::wgmma

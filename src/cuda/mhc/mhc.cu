@@ -470,15 +470,15 @@ __global__ void mhc_post_kernel(int n_tokens, int N, int D, const bf16* x, const
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
         const int64_t t = i / D, d = i % D;
         const bf16* xt = x + t * N * D;
-        float xv[kMaxStreams];
+        float xv[kMaxStreams] = {};
         for (int j = 0; j < N; ++j) xv[j] = __bfloat162float(xt[int64_t(j) * D + d]);
         const float ov = __bfloat162float(o[i]);
         const float* c = comb + t * N * N;
         float outv[kMaxStreams];
         for (int k = 0; k < N; ++k) {
-            float s = __fmul_rn(post[t * N + k], ov);
-            for (int j = 0; j < N; ++j) s = fmaf(c[j * N + k], xv[j], s);
-            outv[k] = s;
+            float ck[kMaxStreams] = {};
+            for (int j = 0; j < N; ++j) ck[j] = c[j * N + k];
+            outv[k] = post_mix(post[t * N + k], ov, ck, xv, N);
         }
         for (int k = 0; k < N; ++k) x_out[t * N * D + int64_t(k) * D + d] = __float2bfloat16_rn(outv[k]);
     }
