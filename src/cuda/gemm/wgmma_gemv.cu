@@ -7,7 +7,10 @@
 // Design:
 //   - Persistent CTAs of one warpgroup (128 threads, three per SM). Item = (64 weight rows, K range); a stage =
 //     those 64 rows x 256 bytes (two 128-column blocks; 256-byte row pieces stream at the copy bandwidth, 128-byte
-//     ones ~10% below: scripts/probes/stream_probe.cu), one bulk copy per row, 3-stage ring refilled across items.
+//     ones ~10% below: scripts/probes/stream_probe.cu), 3-stage ring refilled across items. Every lane copies
+//     16-byte pieces with cp.async (16 lanes per row piece), completing on the stage's mbarrier (count = threads):
+//     one cp.async.bulk per row was issued by ptxas one lane at a time (~8 instructions per row; the per-lane form
+//     measured C=16 -0.05 ms end to end, docs/perf.md session 7).
 //     The first two stages are issued before griddepcontrol.wait (weights do not depend on earlier kernels).
 //   - Inside a 128-column block any k order is valid (one weight scale, one activation scale per token): thread
 //     (g, t) loads bytes [32t, 32t + 32) of rows g and g + 8 (two 16-byte loads each), step s of the block uses
@@ -144,9 +147,7 @@ __device__ __forceinline__ void finish_block(float (&d)[N / 2], uint32_t (&a)[4]
 }
 #endif
 
-// CPA: the weight rows move by per-lane 16-byte cp.async (16 lanes per 256-byte row piece, 2 rows per warp
-// instruction) instead of one cp.async.bulk per thread of the first 64, which ptxas issues lane by lane.
-template <int N, bool CPA>
+template <int N>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_gemv_kernel(const Args a) {
 #if FS_WGMMA_AVAILABLE
     extern __shared__ __align__(128) unsigned char smem[];
@@ -154,7 +155,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_gemv_kernel(const 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane >> 2, t = lane & 3;
     pdl_trigger();  // the next PDL kernel waits for our completion before touching our outputs
     uint64_t* const bars = reinterpret_cast<uint64_t*>(smem + size_t(kStages) * kStageBytes);
-    if (tid < kStages) mbar_init_count(&bars[tid], CPA ? kThreads : 1);  // CPA: one cp.async arrival per thread
+    if (tid < kStages) mbar_init_count(&bars[tid], kThreads);  // one cp.async arrival per thread
     mbar_init_fence();
     __syncthreads();
 
@@ -166,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_gemv_kernel(const 
         s0 = min(total_stages, (item / tiles) * a.stages_per_split);
         s1 = min(total_stages, s0 + a.stages_per_split);
     };
-    // Producer cursor (weights only; thread i copies row i of the item's tile).
+    // Producer cursor (weights only; warp w copies rows 8i + 2w + lane / 16, 16 bytes per lane).
     int f_item = int(blockIdx.x), f_stage = 0, f_end = 0, q_fill = 0;
     if (f_item < n_items) range(f_item, f_stage, f_end);
     const uint8_t* f_row = nullptr;
@@ -178,21 +179,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_gemv_kernel(const 
         }
         if (f_item >= n_items) return;
         const int st = q_fill % kStages;
-        if constexpr (CPA) {  // rows 8i + 2 * warp + lane / 16, i = 0..7; 16 bytes per lane
-            if (f_row == nullptr)
-                f_row = a.w + int64_t((f_item % tiles) * kRows + 2 * warp + lane / 16) * a.K + (lane % 16) * 16;
-            unsigned char* dst = smem + size_t(st) * kStageBytes + (2 * warp + lane / 16) * kStride + (lane % 16) * 16;
-            const uint8_t* src = f_row + int64_t(f_stage) * kRowBytes;
+        if (f_row == nullptr)
+            f_row = a.w + int64_t((f_item % tiles) * kRows + 2 * warp + lane / 16) * a.K + (lane % 16) * 16;
+        unsigned char* dst = smem + size_t(st) * kStageBytes + (2 * warp + lane / 16) * kStride + (lane % 16) * 16;
+        const uint8_t* src = f_row + int64_t(f_stage) * kRowBytes;
 #pragma unroll
-            for (int i = 0; i < 8; ++i) cp_async_16(dst + 8 * i * kStride, src + int64_t(8 * i) * a.K);
-            cp_async_mbar_arrive(&bars[st]);
-        } else {
-            if (f_row == nullptr) f_row = a.w + int64_t((f_item % tiles) * kRows + (tid & 63)) * a.K;
-            if (tid == 0) mbar_expect_tx(&bars[st], kRows * kRowBytes);
-            if (tid < kRows)
-                copy_g2s(smem + size_t(st) * kStageBytes + tid * kStride, f_row + int64_t(f_stage) * kRowBytes,
-                         kRowBytes, &bars[st]);
-        }
+        for (int i = 0; i < 8; ++i) cp_async_16(dst + 8 * i * kStride, src + int64_t(8 * i) * a.K);
+        cp_async_mbar_arrive(&bars[st]);
         ++f_stage;
         ++q_fill;
     };
@@ -319,9 +312,7 @@ void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y
     const Args a = stream_gemv::make_args(x, w, groups, y, y_kind, ld_y, ws, splits, kRowBytes);
     const int64_t items = (w.out / kRows) * splits;
     const int64_t ctas = std::min<int64_t>(cta_slots(), items);
-    static const bool lane_copies = env_int("FLASHSEEK_WGMMA_GEMV_CPASYNC", 0, 0, 1) == 1;  // off until measured
-    auto kernel = x.m > 8 ? (lane_copies ? wgmma_gemv_kernel<16, true> : wgmma_gemv_kernel<16, false>)
-                          : (lane_copies ? wgmma_gemv_kernel<8, true> : wgmma_gemv_kernel<8, false>);
+    auto kernel = x.m > 8 ? wgmma_gemv_kernel<16> : wgmma_gemv_kernel<8>;
     gmma::allow_smem(reinterpret_cast<const void*>(kernel), kSmemBytes);
     launch_pdl("wgmma_gemv_kernel", kernel, dim3(unsigned(ctas)), dim3(kThreads), kSmemBytes, stream, a);
 }

@@ -10,8 +10,11 @@
 //   - Persistent CTAs of one warpgroup (128 threads, three per SM). Item = (active expert, 64 rows of w1 and the
 //     same 64 rows of w3) for the up-projection, (active expert, 128 rows of w2) for the down-projection: two
 //     64-row "parts" either way. A stage = 128 weight rows x 128 bytes (256 FP4 weights per row) + the B tile of
-//     those 256 k (4 KB) + 2 x 16 activation scales; each thread copies one weight row (cp.async.bulk), thread 0
-//     the B tile and scales, all completing on the stage's mbarrier. Three stages per CTA, refilled across items.
+//     those 256 k (4 KB) + 2 x 16 activation scales; the weight rows move by per-lane 16-byte cp.async (8 lanes per
+//     row, 4 rows per warp instruction), thread 0 bulk-copies the B tile and scales, all completing on the stage's
+//     mbarrier (count 1 + threads). Three stages per CTA, refilled across items. One cp.async.bulk per weight row
+//     was issued by ptxas one lane at a time (ELECT / R2UR / UBLKCP loop, ~256 of ~650 instructions per warp and
+//     stage): the per-lane form measured C=16 15.16 -> 13.89 ms end to end (docs/perf.md, session 7).
 //   - FP4 -> e4m3 by bit moves (bulk_copy.cuh fp4x8_to_e4m3, FP4 value x 2^-6): one 32-bit word per row and
 //     k-step per thread gives the even weights (a0 / a1) and the odd ones (a2 / a3), so the logical k order of a
 //     step is phys {0,2,..,30} then {1,3,..,31} within each 8-weight group; pack_tiles_kernel writes the B tile in
@@ -60,7 +63,7 @@ constexpr int kTileBytes = kSteps * wgmma::kStepBytes;  // B tile bytes per stag
 constexpr int kScaleFloats = 2 * 16;                    // 2 blocks of 128 k x 16 columns
 constexpr int kWeightBytes = kRows * kStride;
 constexpr int kStageBytes = kWeightBytes + kTileBytes + kScaleFloats * 4;
-constexpr uint32_t kStageTx = kRows * kRowBytes + kTileBytes + kScaleFloats * 4;
+constexpr uint32_t kStageBulkTx = kTileBytes + kScaleFloats * 4;  // thread 0's bulk copies per stage
 constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kStages * 8;
 static_assert(kWeightBytes % 128 == 0 && kStageBytes % 128 == 0, "tile and stage alignment");
 // Fewest tokens served (default 8; FLASHSEEK_MOE_WGMMA_MIN_TOKENS overrides it for A/B runs, set_enabled's
@@ -235,16 +238,15 @@ __device__ __forceinline__ void run_stage(float (&acc)[2][8], const unsigned cha
 #endif
 
 // BAL: balanced contiguous stage ranges (header); else whole items round robin (item i on CTA i mod grid, no split
-// items). CPA: the weight rows move by per-lane 16-byte cp.async (8 lanes per row, 4 rows per warp instruction)
-// instead of one cp.async.bulk per thread, which ptxas issues lane by lane (~256 instructions per warp and stage).
-template <bool UP, bool BAL, bool CPA>
+// items).
+template <bool UP, bool BAL>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(const Args a) {
 #if FS_WGMMA_AVAILABLE
     extern __shared__ __align__(128) unsigned char smem[];
     const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane >> 2, t = lane & 3;
     pdl_trigger();
     uint64_t* const bars = reinterpret_cast<uint64_t*>(smem + size_t(kStages) * kStageBytes);
-    if (tid < kStages) mbar_init_count(&bars[tid], CPA ? 1 + kThreads : 1);  // thread 0's expect_tx (+ cp.async)
+    if (tid < kStages) mbar_init_count(&bars[tid], 1 + kThreads);  // thread 0's expect_tx + one cp.async per thread
     mbar_init_fence();
     __syncthreads();
     pdl_wait();
@@ -276,8 +278,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     const int s_ld = a.K / 32;
     const int64_t tile_stride = int64_t(a.K / 32) * wgmma::kStepBytes;
 
-    // Producer cursor: every thread copies weight row `tid` of a stage (part tid / 64); thread 0 adds the B tile
-    // and the activation scales and arms the barrier. Pointers are looked up once per item (dependent loads of
+    // Producer cursor: warp w copies stage rows 32w + 4i + lane / 8 (i = 0..7; up: part w / 2), 16 bytes per lane;
+    // thread 0 adds the B tile and the activation scales and arms the barrier. Pointers are looked up once per item (dependent loads of
     // the active list and the pointer tables would otherwise stall every stage).
     int f_item = first_item, f_chunk = first_chunk - 1;  // (first_item / first_chunk die here: registers)
     const uint8_t* f_w = nullptr;
@@ -286,19 +288,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     auto f_lookup = [&]() {
         const int pos = f_item / tiles, e = a.active[pos];
         const int row0 = (f_item % tiles) * kItemRows;
-        const int part = tid / 64;
+        const int crow = row0 + (UP ? 32 * (warp & 1) : 32 * warp) + lane / 8;
+        f_w = static_cast<const uint8_t*>(UP && warp >= 2 ? a.w_b[e] : a.w_a[e]) + int64_t(crow) * row_bytes +
+              (lane % 8) * 16;
+        // Scale row `tid` of the stage (part tid / 64): the consumer reads it 8 bytes per stage, one stage ahead;
+        // under full load a DRAM round trip is longer than a stage, so the whole scale row goes to L2 now.
         const int64_t row = UP ? row0 + (tid & 63) : row0 + tid;
-        if constexpr (CPA) {  // lane-cooperative rows: warp w copies stage rows 32w + 4i + lane / 8, i = 0..7
-            const int cpart = UP ? warp / 2 : 0;
-            const int crow = row0 + (UP ? 32 * (warp & 1) : 32 * warp) + lane / 8;
-            f_w = static_cast<const uint8_t*>(UP && cpart ? a.w_b[e] : a.w_a[e]) + int64_t(crow) * row_bytes +
-                  (lane % 8) * 16;
-        } else {
-            f_w = static_cast<const uint8_t*>(UP && part ? a.w_b[e] : a.w_a[e]) + row * row_bytes;
-        }
-        // The consumer reads this row's weight scales 8 bytes per stage, one stage ahead: under full load a
-        // DRAM round trip is longer than a stage, so the whole scale row goes to L2 now.
-        prefetch_l2(static_cast<const uint8_t*>(UP && part ? a.s_b[e] : a.s_a[e]) + row * s_ld, uint32_t(s_ld));
+        prefetch_l2(static_cast<const uint8_t*>(UP && tid >= 64 ? a.s_b[e] : a.s_a[e]) + row * s_ld, uint32_t(s_ld));
         f_tile = a.tiles + pos * tile_stride;
         f_ts = a.tile_scales + int64_t(pos) * (a.K / 128) * 16;
     };
@@ -312,24 +308,20 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
         const int st = q % kStages;
         unsigned char* stage = smem + size_t(st) * kStageBytes;
         if (tid == 0) {
-            mbar_expect_tx(&bars[st], CPA ? kStageTx - kRows * kRowBytes : kStageTx);
+            mbar_expect_tx(&bars[st], kStageBulkTx);
             copy_g2s(stage + kWeightBytes, f_tile + int64_t(f_chunk) * kTileBytes, kTileBytes, &bars[st]);
             copy_g2s(stage + kWeightBytes + kTileBytes, f_ts + 2 * f_chunk * 16, kScaleFloats * 4, &bars[st]);
         }
-        if constexpr (CPA) {
-            unsigned char* dst = stage + (32 * warp + lane / 8) * kStride + (lane % 8) * 16;
-            const uint8_t* src = f_w + f_chunk * kRowBytes;
-            const uint32_t four_rows = 4 * uint32_t(row_bytes);  // < 2^32: K / 2 bytes per row
+        unsigned char* dst = stage + (32 * warp + lane / 8) * kStride + (lane % 8) * 16;
+        const uint8_t* src = f_w + f_chunk * kRowBytes;
+        const uint32_t four_rows = 4 * uint32_t(row_bytes);  // < 2^32: K / 2 bytes per row
 #pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                cp_async_16(dst + 4 * i * kStride, src);
-                src += four_rows;
-                asm volatile("" : "+l"(src));  // one running pointer: eight precomputed ones spilled (168 registers)
-            }
-            cp_async_mbar_arrive(&bars[st]);
-        } else {
-            copy_g2s(stage + tid * kStride, f_w + int64_t(f_chunk) * kRowBytes, kRowBytes, &bars[st]);
+        for (int i = 0; i < 8; ++i) {
+            cp_async_16(dst + 4 * i * kStride, src);
+            src += four_rows;
+            asm volatile("" : "+l"(src));  // one running pointer: eight precomputed ones spilled (168 registers)
         }
+        cp_async_mbar_arrive(&bars[st]);
     };
     for (int q = 0; q < kStages - 1 && q < total; ++q) fill(q);
 
@@ -487,13 +479,6 @@ bool balanced(bool up) {
     return mode == 2 || (mode == 1 && up);
 }
 
-// FLASHSEEK_MOE_WGMMA_CPASYNC=1: the weight rows by per-lane cp.async (the kernel's CPA form). Off by default until
-// measured on the device (written at the end of session 6, after its device time was used up).
-bool lane_copies() {
-    static const bool on = env_int("FLASHSEEK_MOE_WGMMA_CPASYNC", 0, 0, 1) == 1;
-    return on;
-}
-
 template <bool UP>
 void launch(Args a, const MoeGrouping& g, int64_t M, int top_k, cudaStream_t stream) {
     a.max_experts = int(std::min<int64_t>(g.E, M * top_k));
@@ -510,8 +495,7 @@ void launch(Args a, const MoeGrouping& g, int64_t M, int top_k, cudaStream_t str
     const int64_t ctas = std::min<int64_t>(max_ctas(), items);
     FS_REQUIRE(ctas + 1 <= g.split_slots, "moe_wgmma: the grouping's split scratch holds ", g.split_slots,
                " CTA boundaries, ", ctas + 1, " needed");
-    auto kernel = balanced(UP) ? (lane_copies() ? wgmma_expert_kernel<UP, true, true> : wgmma_expert_kernel<UP, true, false>)
-                               : (lane_copies() ? wgmma_expert_kernel<UP, false, true> : wgmma_expert_kernel<UP, false, false>);
+    auto kernel = balanced(UP) ? wgmma_expert_kernel<UP, true> : wgmma_expert_kernel<UP, false>;
     gmma::allow_smem(reinterpret_cast<const void*>(kernel), kSmemBytes);
     launch_pdl(UP ? "moe_wgmma expert_kernel<up>" : "moe_wgmma expert_kernel<down>", kernel, dim3(unsigned(ctas)),
                dim3(kThreads), kSmemBytes, stream, a);
