@@ -157,15 +157,16 @@ for c in "${cases[@]}"; do
   kind=${c%%:*}; path=${c#*:}
   if [ "$kind" = golden ]; then
     name=$(basename "$path")
-    read -r seed prefill vocab < <(python3 -c "import json; m=json.load(open('$path/meta.json')); print(m.get('gen_checkpoint_seed', m.get('seed')), m['prefill'], m.get('vocab_size') or json.load(open('$path/config.json'))['vocab_size'])")
+    read -r seed prefill vocab ckpt < <(python3 -c "import json; m=json.load(open('$path/meta.json')); print(m.get('gen_checkpoint_seed', m.get('seed')), m['prefill'], m.get('vocab_size') or json.load(open('$path/config.json'))['vocab_size'], m.get('checkpoint', ''))")
     python3 -c "import json; m=json.load(open('$path/meta.json')); print(' '.join(map(str, m['tokens'])))" > "$WORK/$name.tok"
     cfg=$path/config.json
   else
-    name=$(basename "$path" .json); cfg=$path; seed=7; prefill=150
+    name=$(basename "$path" .json); cfg=$path; seed=7; prefill=150; ckpt=
     vocab=$(python3 -c "import json; print(json.load(open('$cfg'))['vocab_size'])")
     python3 -c "import random; r=random.Random(11); print(' '.join(str(r.randrange(2, $vocab)) for _ in range(300)))" > "$WORK/$name.tok"
   fi
-  "$FS" gen-checkpoint --config "$cfg" --out "$WORK/$name" --seed "$seed" > "$LOG/e2e_$name.log" 2>&1 || { note "$name: gen-checkpoint FAILED"; continue; }
+  if [ -n "$ckpt" ]; then cp -r "$path/$ckpt" "$WORK/$name"  # a committed (trained) checkpoint
+  else "$FS" gen-checkpoint --config "$cfg" --out "$WORK/$name" --seed "$seed" > "$LOG/e2e_$name.log" 2>&1 || { note "$name: gen-checkpoint FAILED"; continue; }; fi
   run() { # backend numerics out [extra logits args]
     timeout 300 "$FS" logits --model "$WORK/$name" --tokens "$WORK/$name.tok" --prefill "$prefill" --backend "$1" \
       --numerics "$2" --output "$3" "${@:4}" >> "$LOG/e2e_$name.log" 2>&1 || note "$name: logits --backend $1 --numerics $2 ${*:4} FAILED (logs/e2e_$name.log)"

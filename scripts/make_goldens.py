@@ -12,6 +12,10 @@
 # accuracy criterion of issue 4 is meaningful on it, see docs/perf.md):
 #   scripts/make_goldens.py --flashseek build-acc/tools/flashseek/flashseek --no-decisions \
 #       --config tests/data/configs/golden-d.json --name golden-d-no-decisions --seed 15 --prefill 143 --tokens 300
+# A golden of a trained model (scripts/oracle/train_tiny.py): the checkpoint is committed beside the golden
+# (<name>/model/, recorded as meta "checkpoint") and the tokens are the bytes of a text (token = byte + 2):
+#   scripts/make_goldens.py --flashseek build-cpu/tools/flashseek/flashseek --config /tmp/trained-a/config.json \
+#       --model /tmp/trained-a --keep-checkpoint --tokens-text README.md --name trained-a --prefill 150 --tokens 400
 import argparse
 import datetime
 import json
@@ -52,13 +56,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--config", required=True, help="official-layout config.json of the tiny model")
     ap.add_argument("--name", required=True, help="golden name: output goes to tests/data/goldens/<name>")
-    ap.add_argument("--seed", type=int, required=True, help="gen-checkpoint seed")
+    ap.add_argument("--seed", type=int, default=None, help="gen-checkpoint seed (required without --model)")
     ap.add_argument("--prefill", type=int, required=True, help="tokens in the first (prefill) forward")
     ap.add_argument("--tokens", type=int, required=True, help="total tokens T")
     ap.add_argument("--token-seed", type=int, default=None, help="seed of the random token ids (default: fresh)")
     ap.add_argument("--flashseek", default=os.path.join(REPO, "build-cpu/tools/flashseek/flashseek"))
     ap.add_argument("--model", default=None, help="use this checkpoint folder instead of running gen-checkpoint "
-                    "(development only: the golden then records no hash and the test rejects it)")
+                    "(development only unless --keep-checkpoint: the golden then records no hash and the test "
+                    "rejects it)")
+    ap.add_argument("--keep-checkpoint", action="store_true",
+                    help="with --model: copy the checkpoint into <name>/model/ and record its content hash (for "
+                         "trained checkpoints, which no seed regenerates)")
+    ap.add_argument("--tokens-text", default=None,
+                    help="token ids = the first --tokens bytes of this text file + 2 (byte-level trained models) "
+                         "instead of random ids")
     ap.add_argument("--out-root", default=os.path.join(REPO, "tests/data/goldens"))
     ap.add_argument("--max-attempts", type=int, default=8, help="token seeds to try when margins are too small")
     ap.add_argument("--no-decisions", action="store_true",
@@ -66,6 +77,10 @@ def main():
                          "n_routed_experts; no indexer top-k choice: index_topk >= every query's ratio-4 entries), "
                          "so that the literal accuracy criterion is meaningful on it; refuse to write otherwise")
     args = ap.parse_args()
+    if args.seed is None and not args.model:
+        raise SystemExit("--seed is required unless --model DIR gives the checkpoint")
+    if args.keep_checkpoint and not args.model:
+        raise SystemExit("--keep-checkpoint needs --model DIR")
     if not 1 <= args.prefill <= args.tokens:
         raise SystemExit(f"--prefill {args.prefill} must be in [1, --tokens {args.tokens}]")
 
@@ -78,7 +93,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="flashseek-golden-")
     try:
         if args.model:
-            model_dir, chash = args.model, None
+            model_dir = args.model
+            chash = content_hash(args.flashseek, model_dir) if args.keep_checkpoint else None
         else:
             model_dir = os.path.join(tmp, "model")
             generate_checkpoint(args.flashseek, args.config, args.seed, model_dir)
@@ -88,21 +104,30 @@ def main():
 
         token_seed = args.token_seed if args.token_seed is not None else int.from_bytes(os.urandom(4), "little")
         for attempt in range(args.max_attempts):
-            tokens = np.random.default_rng(token_seed).integers(0, vocab, size=args.tokens).astype(np.int64)
+            if args.tokens_text:
+                text_offset = 61 * attempt  # a near-tie moves the window along the text
+                text = open(args.tokens_text, "rb").read()[text_offset:text_offset + args.tokens]
+                if len(text) < args.tokens:
+                    raise SystemExit(f"--tokens-text {args.tokens_text}: {len(text)} bytes from offset "
+                                     f"{text_offset}, --tokens {args.tokens}")
+                tokens = np.frombuffer(text, dtype=np.uint8).astype(np.int64) + 2
+            else:
+                tokens = np.random.default_rng(token_seed).integers(0, vocab, size=args.tokens).astype(np.int64)
             margins = DecisionMargins(model)
             t0 = time.time()
             cached = run_prefill_decode(model, tokens, args.prefill)
             margins.close()
             t_cached = time.time() - t0
             worst = min(margins.router_min, margins.indexer_min)
-            print(f"[{args.name}] token seed {token_seed}: router margin {margins.router_min:.3g}, indexer margin "
+            print(f"[{args.name}] token seed {token_seed if not args.tokens_text else 'text +' + str(text_offset)}: router margin {margins.router_min:.3g}, indexer margin "
                   f"{margins.indexer_min:.3g} over {margins.indexer_choices} indexer choices, swiglu clamped "
                   f"{margins.swiglu_clamped}/{margins.swiglu_total}, {t_cached:.1f}s")
             if worst >= MIN_RELATIVE_MARGIN:
                 break
             if args.token_seed is not None or attempt == args.max_attempts - 1:
                 raise SystemExit(f"top-k margin {worst:.3g} < {MIN_RELATIVE_MARGIN}: near-tie, pick other seeds")
-            token_seed += 1
+            if not args.tokens_text:
+                token_seed += 1
 
         decision_free = margins.router_min == float("inf") and margins.indexer_choices == 0
         if args.no_decisions:
@@ -127,16 +152,27 @@ def main():
         out_dir = os.path.join(args.out_root, args.name)
         os.makedirs(out_dir, exist_ok=True)
         shutil.copyfile(args.config, os.path.join(out_dir, "config.json"))
+        if args.keep_checkpoint:
+            kept = os.path.join(out_dir, "model")
+            shutil.rmtree(kept, ignore_errors=True)
+            os.makedirs(kept)
+            for fn in ("config.json", "model.safetensors", "training.json"):  # training.json: train_tiny.py's record
+                if fn != "training.json" or os.path.exists(os.path.join(model_dir, fn)):
+                    shutil.copyfile(os.path.join(model_dir, fn), os.path.join(kept, fn))
+            if content_hash(args.flashseek, kept) != chash:
+                raise SystemExit(f"{kept}: the copied checkpoint's content hash differs from {model_dir}'s")
         cached.astype("<f4").tofile(os.path.join(out_dir, "logits.bin"))
         meta = {
             "name": args.name,
             "config": os.path.relpath(os.path.join(out_dir, "config.json"), REPO),
-            "gen_checkpoint_seed": args.seed,
+            **({"checkpoint": "model"} if args.keep_checkpoint else {"gen_checkpoint_seed": args.seed}),
             "content_hash": chash,
             "prefill": args.prefill,
             "n_tokens": int(args.tokens),
             "vocab_size": vocab,
-            "token_seed": token_seed,
+            **({"tokens_text": os.path.relpath(args.tokens_text, REPO), "tokens_text_offset": text_offset}
+               if args.tokens_text
+               else {"token_seed": token_seed}),
             "tokens": [int(t) for t in tokens],
             "logits": "logits.bin (float32 little-endian, n_tokens x vocab_size; row t = logits after token t)",
             "tolerance_rel_l2_per_position": 1e-4,

@@ -14,7 +14,8 @@ struct GoldenCase {
     std::filesystem::path dir;          // tests/data/goldens/<name>
     std::filesystem::path config_path;  // <dir>/config.json
     std::filesystem::path logits_path;  // <dir>/logits.bin
-    uint64_t seed = 0;                  // gen-checkpoint seed
+    uint64_t seed = 0;                  // gen-checkpoint seed (when checkpoint_dir is empty)
+    std::filesystem::path checkpoint_dir;  // a committed checkpoint (trained models), else empty
     std::string content_hash;           // as printed by `flashseek inspect` ("fnv1a64:...")
     int prefill = 0;
     int n_tokens = 0;

@@ -1,6 +1,6 @@
 // The golden test (acceptance "exact numerics vs goldens <= 1e-4"): for every committed golden, regenerate its
-// checkpoint with `flashseek gen-checkpoint` (recorded seed), check the content hash recorded when the golden was
-// made, run `flashseek logits` with the recorded tokens and prefill length (CPU backend, exact numerics), and
+// checkpoint with `flashseek gen-checkpoint` (recorded seed) or take the committed one (trained models), check the
+// content hash recorded when the golden was made, run `flashseek logits` with the recorded tokens and prefill length (CPU backend, exact numerics), and
 // require ||ours_t - golden_t|| / ||golden_t|| <= 1e-4 at every position t. The goldens come from HF transformers
 // (scripts/make_goldens.py), so no torch is needed here. Also unit tests of the harness itself.
 #include <gtest/gtest.h>
@@ -48,16 +48,19 @@ class Golden : public ::testing::TestWithParam<fs::path> {};
 // Regenerates the golden's checkpoint, checks its hash, runs `flashseek logits` (plus `extra_args`) and compares.
 void run_and_compare(const GoldenCase& g, const std::string& extra_args, const std::string& label) {
     TempDir tmp(g.name + "-" + label);
-    const fs::path model = tmp.path / "model";
-
-    auto gen = run_command(flashseek_cmd("gen-checkpoint --config " + shell_quote(g.config_path.string()) +
-                                         " --out " + shell_quote(model.string()) + " --seed " +
-                                         std::to_string(g.seed)));
-    ASSERT_EQ(gen.exit_code, 0) << "gen-checkpoint failed:\n" << gen.output;
+    fs::path model = tmp.path / "model";
+    if (g.checkpoint_dir.empty()) {
+        auto gen = run_command(flashseek_cmd("gen-checkpoint --config " + shell_quote(g.config_path.string()) +
+                                             " --out " + shell_quote(model.string()) + " --seed " +
+                                             std::to_string(g.seed)));
+        ASSERT_EQ(gen.exit_code, 0) << "gen-checkpoint failed:\n" << gen.output;
+    } else {
+        model = g.checkpoint_dir;
+    }
     auto inspect = run_command(flashseek_cmd("inspect --model " + shell_quote(model.string())));
     ASSERT_EQ(inspect.exit_code, 0) << "inspect failed:\n" << inspect.output;
     ASSERT_EQ(parse_content_hash(inspect.output), g.content_hash)
-        << "golden '" << g.name << "': gen-checkpoint no longer produces the checkpoint the golden was made from; "
+        << "golden '" << g.name << "': the checkpoint is not the one the golden was made from; "
         << "regenerate the golden with scripts/make_goldens.py (see its meta.json 'command')";
 
     const fs::path tokens = tmp.path / "tokens.txt";
@@ -231,6 +234,16 @@ TEST(GoldenHarness, MalformedMetaNamesFileAndField) {
     write(R"({"name": "x", "gen_checkpoint_seed": 1, "content_hash": null, "n_tokens": 2, "prefill": 1,
               "vocab_size": 8, "tokens": [1, 2]})");
     EXPECT_NE(message().find("'content_hash'"), std::string::npos) << message();
+    write(R"({"name": "x", "gen_checkpoint_seed": 1, "checkpoint": "model", "content_hash": "fnv1a64:1",
+              "n_tokens": 2, "prefill": 1, "vocab_size": 8, "tokens": [1, 2]})");
+    EXPECT_NE(message().find("exactly one of the fields 'gen_checkpoint_seed' and 'checkpoint'"), std::string::npos)
+        << message();
+    write(R"({"name": "x", "checkpoint": "../elsewhere", "content_hash": "fnv1a64:1", "n_tokens": 2, "prefill": 1,
+              "vocab_size": 8, "tokens": [1, 2]})");
+    EXPECT_NE(message().find("'checkpoint' must name a folder inside"), std::string::npos) << message();
+    write(R"({"name": "x", "checkpoint": "model", "content_hash": "fnv1a64:1", "n_tokens": 2, "prefill": 1,
+              "vocab_size": 8, "tokens": [1, 2]})");
+    EXPECT_NE(message().find("model/config.json: missing (field 'checkpoint'"), std::string::npos) << message();
     write(R"({"name": "x", "gen_checkpoint_seed": 1, "content_hash": "fnv1a64:1", "n_tokens": 2, "prefill": 1,
               "vocab_size": 8, "tokens": [1, 2]})");
     std::ofstream(tmp.path / "config.json") << "{}";
