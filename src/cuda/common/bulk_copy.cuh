@@ -1,9 +1,11 @@
 // Device helpers of the bulk-copy streaming kernels (moe/moe_bulk.cu, gemm/bulk_gemv.cu), sm_90+ only (callers
-// guard their bodies with __CUDA_ARCH__ >= 900): mbarriers, cp.async.bulk global -> shared, and the e4m3 tensor-core
-// pieces (FP4 -> e4m3 bit moves, f16 e4m3 codes -> bytes, mma.sync m16n8k32 e4m3).
-// Why bulk copies: one instruction moves a whole weight row segment and completes on an mbarrier, so a warp keeps
-// kilobytes in flight without registers; per-thread 16-byte loads reached 24-53% of the copy bandwidth, bulk copies
-// ~100% (scripts/probes/stream_probe.cu, docs/perf.md).
+// guard their bodies with __CUDA_ARCH__ >= 900): mbarriers, cp.async.bulk and per-lane cp.async global -> shared
+// completing on mbarriers, and the e4m3 tensor-core pieces (FP4 -> e4m3 bit moves, f16 e4m3 codes -> bytes,
+// mma.sync m16n8k32 e4m3).
+// Why asynchronous copies into shared memory: they complete on an mbarrier, so a warp keeps kilobytes in flight
+// without registers; per-thread 16-byte loads into registers reached 24-53% of the copy bandwidth, bulk copies
+// ~100% (scripts/probes/stream_probe.cu, docs/perf.md). Weight rows go by per-lane 16-byte cp.async (a bulk copy
+// per row with per-lane addresses is issued one lane at a time); bulk copies remain for one-thread tiles.
 #pragma once
 #include <cuda_fp8.h>
 
@@ -19,9 +21,6 @@ constexpr size_t ring_smem_bytes(int warps, int stages, int stage_bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
-__device__ __forceinline__ void mbar_init(uint64_t* b) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(b)));
-}
 // An mbarrier whose phase needs `count` arrivals (plus its expected transaction bytes).
 __device__ __forceinline__ void mbar_init_count(uint64_t* b, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count));
@@ -83,7 +82,10 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f), "f"(0.f), "f"(0.f), "f"(0.f));
 }
 
-// This warp's ring in that layout; lanes < stages initialise its mbarriers (count 1), made visible to the async proxy.
+// This warp's ring in that layout; lanes < stages initialise its mbarriers, made visible to the async proxy. Count
+// 32: every lane copies its 16-byte pieces of a stage with cp.async and arrives through cp_async_mbar_arrive (one
+// cp.async.bulk per row with per-lane addresses is issued by ptxas one lane at a time, ~8 instructions per row:
+// the wgmma kernels lost ~13% of their time to that, docs/perf.md session 7).
 struct WarpRing {
     unsigned char* slots;
     uint64_t* bars;
@@ -93,7 +95,7 @@ __device__ __forceinline__ WarpRing warp_ring(unsigned char* smem, int warp, int
     WarpRing r;
     r.slots = smem + size_t(warp) * kStages * kStageBytes;
     r.bars = reinterpret_cast<uint64_t*>(smem + size_t(kWarps) * kStages * kStageBytes) + warp * kStages;
-    if (lane < kStages) mbar_init(&r.bars[lane]);
+    if (lane < kStages) mbar_init_count(&r.bars[lane], 32);
     mbar_init_fence();
     __syncwarp();
     return r;

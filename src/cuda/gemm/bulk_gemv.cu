@@ -7,8 +7,8 @@
 // e4m3 as stored, the prepared activation (e4m3 codes as f16) becomes B with one cvt per two values.
 // Design:
 //   - Persistent CTAs (two per SM, 8 warps each, 128 registers per thread); every warp owns a ring of 3 stages of
-//     16 weight rows x 256 bytes (padded to 288: conflict-free 8-byte fragment reads), filled by 16 bulk copies
-//     completing on one mbarrier. Work items = (16-row tile, K split), dealt round robin; the warp refills its ring
+//     16 weight rows x 256 bytes (padded to 288: conflict-free 8-byte fragment reads), filled by 16-byte cp.async
+//     of every lane (16 lanes per row piece) completing on one mbarrier. Work items = (16-row tile, K split), dealt round robin; the warp refills its ring
 //     2 stages ahead across item boundaries.
 //   - Weights do not depend on earlier kernels: each warp issues its first two stages before griddepcontrol.wait, so
 //     with programmatic dependent launch the weight stream starts while the previous kernel is finishing.
@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_gemv_kernel(cons
         s_begin = min(total_stages, split * a.stages_per_split);
         s_end = min(total_stages, s_begin + a.stages_per_split);
     };
-    // Fill cursor (lanes 0-15 copy one row each).
+    // Fill cursor: lane l copies 16 bytes of rows 2i + l / 16 (i = 0..7), 16 lanes per 256-byte row piece.
     int f_item = gw, f_stage = 0, f_end = 0, q_fill = 0;
     if (f_item < n_items) stage_range(f_item, f_stage, f_end);
     auto fill = [&]() {  // next stage of this warp's sequence into ring slot q_fill % kStages
@@ -128,12 +128,12 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_gemv_kernel(cons
         }
         if (f_item >= n_items) return;
         const int st = q_fill % kStages;
-        const int64_t row = int64_t(f_item % tiles) * kRows + (lane & 15);
-        if (lane == 0) mbar_expect_tx(&bars[st], kRows * kRowBytes);
-        __syncwarp();
-        if (lane < kRows)
-            copy_g2s(ring + st * kStageBytes + lane * kStride, a.w + row * a.K + int64_t(f_stage) * kRowBytes,
-                     kRowBytes, &bars[st]);
+        const int64_t row = int64_t(f_item % tiles) * kRows + lane / 16;
+        unsigned char* dst = ring + st * kStageBytes + (lane / 16) * kStride + (lane % 16) * 16;
+        const uint8_t* src = a.w + row * a.K + int64_t(f_stage) * kRowBytes + (lane % 16) * 16;
+#pragma unroll
+        for (int i = 0; i < kRows / 2; ++i) cp_async_16(dst + 2 * i * kStride, src + int64_t(2 * i) * a.K);
+        cp_async_mbar_arrive(&bars[st]);
         ++f_stage;
         ++q_fill;
     };

@@ -11,7 +11,7 @@
 //     of 3 stages and streams its own work items: item = (active expert, 16 rows of w1 and the same rows of w3) for
 //     the up-projection, (active expert, 32 rows of w2) for the down-projection, dealt round robin (neighbouring
 //     warps of a CTA mostly share an expert, so its activation rows stay in L1). A stage = 32 weight rows x 128
-//     bytes (256 FP4 weights), filled by 32 bulk copies (one per lane) completing on one mbarrier, refilled 2 stages
+//     bytes (256 FP4 weights), filled by 8 16-byte cp.async per lane completing on one mbarrier, refilled 2 stages
 //     ahead across item boundaries, so the copy engine does not drain between items. E8M0 scales (8 bytes per row
 //     and stage) come through ordinary loads issued with the activation loads (bulk copies need 16 bytes).
 //   - FP4 -> e4m3: nibble s.e1.e0.m moved to byte bits 7 and 4..2 is the e4m3 code of value * 2^-6 (subnormal
@@ -199,26 +199,31 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_expert_kernel(co
     const int chunks = int(row_bytes / kRowBytes);
     const int64_t total = my_items * chunks;
 
-    // Fill cursor: lane l copies stage row l (up: w1 rows 0-15, then w3 rows 0-15; down: w2 rows 0-31); the row
-    // pointers are looked up once per item.
+    // Fill cursor: lane l copies 16 bytes (piece l % 8) of stage rows 4i + l / 8, i = 0..7 (up: w1 rows 0-15 for
+    // i < 4, then w3 rows 0-15; down: w2 rows 0-31); the row pointers are looked up once per item.
     int64_t f_item = gw - nw;
     int f_chunk = chunks;
-    const uint8_t* f_w = nullptr;
+    const uint8_t* f_w = nullptr;  // row l / 8 of the item (w1 when up), at piece l % 8
+    const uint8_t* f_w3 = nullptr;  // up: the same row of w3
     auto fill = [&](int64_t q) {
         if (++f_chunk >= chunks) {
             f_chunk = 0;
             f_item += nw;
             const int e = a.active[int(f_item / tiles)];
             const int64_t row0 = (f_item % tiles) * kTileRows;
-            const bool second = UP && lane >= 16;
-            const int64_t row = UP ? row0 + (lane & 15) : row0 + lane;
-            f_w = static_cast<const uint8_t*>(second ? a.w_b[e] : a.w_a[e]) + row * row_bytes;
+            const int64_t piece = (row0 + lane / 8) * row_bytes + (lane % 8) * 16;
+            f_w = static_cast<const uint8_t*>(a.w_a[e]) + piece;
+            if constexpr (UP) f_w3 = static_cast<const uint8_t*>(a.w_b[e]) + piece;
         }
         const int st = int(q % kStages);
-        unsigned char* dst = ring + st * kStageBytes;
-        if (lane == 0) mbar_expect_tx(&bars[st], 32u * kRowBytes);
-        __syncwarp();
-        copy_g2s(dst + lane * kStride, f_w + int64_t(f_chunk) * kRowBytes, kRowBytes, &bars[st]);
+        unsigned char* dst = ring + st * kStageBytes + (lane / 8) * kStride + (lane % 8) * 16;
+        const int64_t col = int64_t(f_chunk) * kRowBytes;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const uint8_t* src = (UP && i >= 4 ? f_w3 + int64_t(4 * (i - 4)) * row_bytes : f_w + int64_t(4 * i) * row_bytes);
+            cp_async_16(dst + 4 * i * kStride, src + col);
+        }
+        cp_async_mbar_arrive(&bars[st]);
     };
     for (int64_t q = 0; q < kStages - 1 && q < total; ++q) fill(q);
 
