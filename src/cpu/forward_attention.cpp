@@ -213,7 +213,7 @@ void attention_block(const CpuModel& m, int l, const Batch& b, const float* x, f
             if (p.ratio > 0) {
                 const int64_t n_vis = (pos + 1) / p.ratio;
                 const int32_t off = int32_t(buf_nwin[size_t(s)]);
-                if (p.has_indexer) {
+                if (p.has_indexer && n_vis > cfg.index_topk) {  // else every entry is selected: no scoring
                     const CompressorState& ic = b.states[size_t(s)]->layers[size_t(l)].index_compressor;
                     scores.resize(size_t(n_vis));
                     indexer_scores(iq.data() + r * nI * dI, nI, dI, iw.data() + r * nI, ic.entries.data(), n_vis,

@@ -219,7 +219,7 @@ void sparse_attention_sink(const float* q, int H, int d, const float* kv, const 
     for (int h = 0; h < H; ++h) {
         const float* qh = q + int64_t(h) * d;
         float* oh = out + int64_t(h) * d;
-        float m = sink[h];
+        float ms = -INFINITY;  // max over the candidates (the sink excluded)
         for (int i = 0; i < n_idx; ++i) {
             if (idx[i] < 0) continue;
             const float* k = kv + int64_t(idx[i]) * d;
@@ -230,19 +230,38 @@ void sparse_attention_sink(const float* q, int H, int d, const float* kv, const 
             float dot = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
             for (; c < d; ++c) dot += qh[c] * k[c];
             s[size_t(i)] = dot * scale;
-            m = std::max(m, s[size_t(i)]);
+            ms = std::max(ms, s[size_t(i)]);
         }
+        std::fill(oh, oh + d, 0.f);
+        if (ms == -INFINITY) continue;  // no candidate: all weight on the sink
+        if (round_p_bf16) {
+            // The reference kernel's rounding point: P = exp(s_i - max_i s_i) is cast to bf16 for the PV product,
+            // the denominator sums the unrounded exps (fp32) plus the sink's, applied after the product.
+            float l = 0.f;
+            for (int i = 0; i < n_idx; ++i) {
+                if (idx[i] < 0) continue;
+                const float e = std::exp(s[size_t(i)] - ms);
+                l += e;
+                const float p = round_bf16(e);
+                const float* v = kv + int64_t(idx[i]) * d;
+                for (int c = 0; c < d; ++c) oh[c] += p * v[c];
+            }
+            const float M = std::max(ms, sink[h]);  // rescaled so that a large sink cannot overflow
+            const float scale_acc = std::exp(ms - M);
+            const float f = scale_acc / (l * scale_acc + std::exp(sink[h] - M));
+            for (int c = 0; c < d; ++c) oh[c] *= f;
+            continue;
+        }
+        const float m = std::max(ms, sink[h]);
         float denom = std::exp(sink[h] - m);
         for (int i = 0; i < n_idx; ++i) {
             if (idx[i] < 0) continue;
             s[size_t(i)] = std::exp(s[size_t(i)] - m);
             denom += s[size_t(i)];
         }
-        std::fill(oh, oh + d, 0.f);
         for (int i = 0; i < n_idx; ++i) {
             if (idx[i] < 0) continue;
-            float p = s[size_t(i)] / denom;
-            if (round_p_bf16) p = round_bf16(p);
+            const float p = s[size_t(i)] / denom;
             const float* v = kv + int64_t(idx[i]) * d;
             for (int c = 0; c < d; ++c) oh[c] += p * v[c];
         }

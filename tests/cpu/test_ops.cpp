@@ -435,6 +435,58 @@ TEST(Attention, SinkAttentionEqualsBruteForceSoftmax) {
     for (float v : out) EXPECT_EQ(v, 0.f);
 }
 
+// Release numerics round P where the reference kernel does (spec §2.7): P_i = bf16(e^(s_i - max_i s_i)) in the PV
+// product, the fp32 sum of the unrounded exps plus e^(sink - max_i s_i) divides afterwards. Inputs are multiples of
+// 1/8 with d = 16 (scale 1/4), so every score is exact and the test's P equals the implementation's bit for bit; the
+// normalized rounding bf16(p_i) differs from it by up to 2^-8 relative. One head's sink sits far above the scores.
+TEST(Attention, SinkAttentionReleaseRoundsUnnormalizedProbabilities) {
+    Rand r;
+    SEED_TRACE(r);
+    const int H = 3, d = 16, n_kv = 7;
+    auto eighths = [&](size_t n) {
+        auto v = r.vec(n, 1.f);
+        for (float& x : v) x = std::round(x * 8.f) / 8.f;
+        return v;
+    };
+    auto q = eighths(H * d), kv = eighths(n_kv * d), sink = r.vec(H, 2.f);
+    sink[2] = 100.f;
+    std::vector<int32_t> idx = {3, -1, 0, 6, 5};
+    std::vector<float> out(H * d);
+    const float scale = 0.25f;
+    sparse_attention_sink(q.data(), H, d, kv.data(), idx.data(), int(idx.size()), sink.data(), scale, true,
+                          out.data());
+    int differs_from_normalized_rounding = 0;
+    for (int h = 0; h < H; ++h) {
+        std::vector<float> s;
+        std::vector<int> used;
+        for (int i : idx) {
+            if (i < 0) continue;
+            double dot = 0;
+            for (int c = 0; c < d; ++c) dot += double(q[size_t(h * d + c)]) * kv[size_t(i * d + c)];
+            s.push_back(float(dot) * scale);  // exact
+            used.push_back(i);
+        }
+        const float ms = *std::max_element(s.begin(), s.end());
+        const double M = std::max(double(ms), double(sink[size_t(h)]));
+        double l = 0;
+        for (float x : s) l += std::exp(double(x) - M);
+        const double denom = l + std::exp(double(sink[size_t(h)]) - M);
+        for (int c = 0; c < d; ++c) {
+            double o = 0, o_norm = 0;
+            for (size_t i = 0; i < used.size(); ++i) {
+                const float v = kv[size_t(used[i] * d + c)];
+                o += double(round_bf16(std::exp(s[i] - ms))) * v;
+                o_norm += double(round_bf16(float(std::exp(double(s[i]) - M) / denom))) * v;
+            }
+            o *= std::exp(double(ms) - M) / denom;
+            const float got = out[size_t(h * d + c)];
+            EXPECT_NEAR(got, o, 1e-6 * (1 + std::fabs(o))) << "h " << h << " c " << c;
+            differs_from_normalized_rounding += std::fabs(got - o_norm) > 1e-6 * (1 + std::fabs(o));
+        }
+    }
+    EXPECT_GT(differs_from_normalized_rounding, 0) << "the test does not separate the two rounding points";
+}
+
 TEST(Attention, GroupedOutputProjection) {
     Rand r;
     SEED_TRACE(r);

@@ -498,7 +498,9 @@ TEST_F(LinearTest, BulkGemvMatchesCpu) {
             auto p = check_case({WeightKind::FP8_BLOCK128, ScaleKind::E8M0, ActNumerics::FP8_BLOCK128, s[0], s[1],
                                  s[2], OutKind::F32}, ws, 2e-5);
             EXPECT_TRUE(p.bulk) << "M=" << s[0] << " N=" << s[1] << " K=" << s[2];
-            if (ws && s[2] >= 1024) EXPECT_GT(p.k_splits, 1);
+            if (ws && s[2] >= 1024) {
+                EXPECT_GT(p.k_splits, 1);
+            }
             p = check_case({WeightKind::FP8_BLOCK128, ScaleKind::F32, ActNumerics::FP8_BLOCK128, s[0], s[1], s[2],
                             OutKind::BF16}, ws, 4e-3);
             EXPECT_TRUE(p.bulk);
@@ -541,7 +543,9 @@ TEST_F(LinearTest, WgmmaGemvMatchesCpu) {
             auto p = check_case({WeightKind::FP8_BLOCK128, ScaleKind::E8M0, ActNumerics::FP8_BLOCK128, s[0], s[1],
                                  s[2], OutKind::F32}, ws, 3e-4);
             EXPECT_TRUE(p.wgmma) << "M=" << s[0] << " N=" << s[1] << " K=" << s[2];
-            if (ws && s[2] >= 1024) EXPECT_GT(p.k_splits, 1);
+            if (ws && s[2] >= 1024) {
+                EXPECT_GT(p.k_splits, 1);
+            }
             p = check_case({WeightKind::FP8_BLOCK128, ScaleKind::F32, ActNumerics::FP8_BLOCK128, s[0], s[1], s[2],
                             OutKind::BF16}, ws, 4e-3);
             EXPECT_TRUE(p.wgmma);

@@ -169,7 +169,9 @@ TEST(MoeRoute, FusedRouteAndGroupMatchesTwoLaunches) {
             }
             const auto ps = ints(raw1, g1, g1.pair_slot, P);
             for (size_t p = 0; p < P; ++p)
-                if (ps[p] >= 0) EXPECT_EQ(tok1[size_t(ps[p])], int32_t(p / size_t(K))) << "pair " << p;
+                if (ps[p] >= 0) {
+                    EXPECT_EQ(tok1[size_t(ps[p])], int32_t(p / size_t(K))) << "pair " << p;
+                }
         }
 }
 
