@@ -235,16 +235,29 @@ void sparse_attention_sink(const float* q, int H, int d, const float* kv, const 
         std::fill(oh, oh + d, 0.f);
         if (ms == -INFINITY) continue;  // no candidate: all weight on the sink
         if (round_p_bf16) {
-            // The reference kernel's rounding point: P = exp(s_i - max_i s_i) is cast to bf16 for the PV product,
-            // the denominator sums the unrounded exps (fp32) plus the sink's, applied after the product.
+            // The reference kernel's rounding point (P cast to bf16 before the PV product, the fp32 sum of the
+            // unrounded exps plus the sink's dividing afterwards), per tile of kSoftmaxTile candidate slots as the
+            // CUDA kernels do: P_i = bf16(e^(s_i - m_tile)), m_tile the max over the tile's valid candidates, then
+            // scaled in fp32 by e^(m_tile - max_i s_i). So the rounding depends on the tile's candidates only (not on
+            // how a kernel splits the list); with at most one tile it is P_i = bf16(e^(s_i - max_i s_i)).
             float l = 0.f;
-            for (int i = 0; i < n_idx; ++i) {
-                if (idx[i] < 0) continue;
-                const float e = std::exp(s[size_t(i)] - ms);
-                l += e;
-                const float p = round_bf16(e);
-                const float* v = kv + int64_t(idx[i]) * d;
-                for (int c = 0; c < d; ++c) oh[c] += p * v[c];
+            for (int t0 = 0; t0 < n_idx; t0 += kSoftmaxTile) {
+                const int t1 = std::min(n_idx, t0 + kSoftmaxTile);
+                float mt = -INFINITY;
+                for (int i = t0; i < t1; ++i)
+                    if (idx[i] >= 0) mt = std::max(mt, s[size_t(i)]);
+                if (mt == -INFINITY) continue;
+                const float beta = std::exp(mt - ms);
+                float lt = 0.f;
+                for (int i = t0; i < t1; ++i) {
+                    if (idx[i] < 0) continue;
+                    const float e = std::exp(s[size_t(i)] - mt);
+                    lt += e;
+                    const float p = round_bf16(e) * beta;
+                    const float* v = kv + int64_t(idx[i]) * d;
+                    for (int c = 0; c < d; ++c) oh[c] += p * v[c];
+                }
+                l += lt * beta;
             }
             const float M = std::max(ms, sink[h]);  // rescaled so that a large sink cannot overflow
             const float scale_acc = std::exp(ms - M);

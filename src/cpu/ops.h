@@ -119,8 +119,10 @@ void topk_indices(const float* scores, int64_t n, int k, std::vector<int32_t>& o
 // Sparse attention with sink (§2.7). q [H, d]; kv [n_kv, d] is the KV buffer (K = V); idx[0..n_idx) index into it
 // (-1 = skip). For each head h: s_i = (q_h . kv_i) * scale, M = max(max_i s_i, sink[h]),
 // out_h = sum_i e^(s_i - M) kv_i / (sum_i e^(s_i - M) + e^(sink[h] - M)). round_p_bf16 (release numerics): the
-// reference kernel's rounding, P_i = bf16(e^(s_i - max_i s_i)) in the PV product, divided afterwards by the fp32 sum
-// of the unrounded exps plus the sink's. No candidate: out_h = 0. out [H, d].
+// reference kernel's rounding, P_i = bf16(e^(s_i - m_tile)) * e^(m_tile - max_i s_i) in the PV product, m_tile the
+// max of the valid candidates among slots [32k, 32k + 32) holding i (kSoftmaxTile, as the CUDA kernels), divided
+// afterwards by the fp32 sum of the unrounded exps plus the sink's. No candidate: out_h = 0. out [H, d].
+inline constexpr int kSoftmaxTile = 32;
 void sparse_attention_sink(const float* q, int H, int d, const float* kv, const int32_t* idx, int n_idx,
                            const float* sink, float scale, bool round_p_bf16, float* out);
 

@@ -487,6 +487,61 @@ TEST(Attention, SinkAttentionReleaseRoundsUnnormalizedProbabilities) {
     EXPECT_GT(differs_from_normalized_rounding, 0) << "the test does not separate the two rounding points";
 }
 
+// More than one tile (kSoftmaxTile candidate slots, -1 slots included): each P is rounded relative to the max of its
+// own tile and brought to the global max in fp32, as the CUDA kernels do whatever their split count.
+TEST(Attention, SinkAttentionReleaseRoundsPerTile) {
+    Rand r;
+    SEED_TRACE(r);
+    const int d = 16, n_kv = 80;
+    auto eighths = [&](size_t n, float sd) {
+        auto v = r.vec(n, sd);
+        for (float& x : v) x = std::round(x * 8.f) / 8.f;
+        return v;
+    };
+    auto q = eighths(d, 1.f), kv = eighths(size_t(n_kv) * d, 1.f);
+    std::vector<float> sink = {0.5f};
+    std::vector<int32_t> idx;
+    for (int i = 0; i < 75; ++i) idx.push_back(i % 9 == 4 ? -1 : (i * 7) % n_kv);
+    std::vector<float> out(d);
+    sparse_attention_sink(q.data(), 1, d, kv.data(), idx.data(), int(idx.size()), sink.data(), 0.25f, true,
+                          out.data());
+    std::vector<float> s(idx.size(), -INFINITY);
+    float ms = -INFINITY;
+    for (size_t i = 0; i < idx.size(); ++i) {
+        if (idx[i] < 0) continue;
+        double dot = 0;
+        for (int c = 0; c < d; ++c) dot += double(q[size_t(c)]) * kv[size_t(idx[i] * d + c)];
+        s[i] = float(dot) * 0.25f;  // exact
+        ms = std::max(ms, s[i]);
+    }
+    const double M = std::max(double(ms), double(sink[0]));
+    std::vector<double> o(d, 0.0), o_global(d, 0.0);
+    double l = 0;
+    for (size_t t0 = 0; t0 < idx.size(); t0 += size_t(kSoftmaxTile)) {
+        const size_t t1 = std::min(idx.size(), t0 + size_t(kSoftmaxTile));
+        float mt = -INFINITY;
+        for (size_t i = t0; i < t1; ++i) mt = std::max(mt, s[i]);
+        for (size_t i = t0; i < t1; ++i) {
+            if (idx[i] < 0) continue;
+            const double p_tile = double(round_bf16(std::exp(s[i] - mt))) * std::exp(double(mt) - M);
+            const double p_global = double(round_bf16(std::exp(s[i] - ms))) * std::exp(double(ms) - M);
+            l += std::exp(double(s[i]) - M);
+            for (int c = 0; c < d; ++c) {
+                o[size_t(c)] += p_tile * kv[size_t(idx[i] * d + c)];
+                o_global[size_t(c)] += p_global * kv[size_t(idx[i] * d + c)];
+            }
+        }
+    }
+    const double denom = l + std::exp(double(sink[0]) - M);
+    int differs = 0;
+    for (int c = 0; c < d; ++c) {
+        const double want = o[size_t(c)] / denom, global = o_global[size_t(c)] / denom;
+        EXPECT_NEAR(out[size_t(c)], want, 2e-6 * (1 + std::fabs(want))) << "c " << c;
+        differs += std::fabs(want - global) > 2e-6 * (1 + std::fabs(want));
+    }
+    EXPECT_GT(differs, 0) << "the tiles' maxima coincide with the global one: the test does not see the tile rule";
+}
+
 TEST(Attention, GroupedOutputProjection) {
     Rand r;
     SEED_TRACE(r);

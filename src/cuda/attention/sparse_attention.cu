@@ -4,7 +4,9 @@
 //     (row stride = 257 words for 512 dims), so lane-per-entry reads below are bank-conflict free;
 //  2. QK: thread (entry = lane, slice = warp) forms partial dots over head_dim/8 dims for all 8 heads; a second
 //     pass sums the 8 slices: thread (head = warp, entry = lane);
-//  3. online softmax per head (one warp per head), probabilities rounded to bf16;
+//  3. online softmax per head (one warp per head), probabilities rounded to bf16 relative to their own tile's max and
+//     then rescaled to the running max in fp32 (splits start on tile boundaries), so the rounding of a candidate does
+//     not depend on the split count, i.e. not on the pass or batch size (cpu::sparse_attention_sink, kSoftmaxTile);
 //  4. PV: thread owns dim pairs (tid, tid+256) for all 8 heads, accumulating in fp32 registers.
 // Candidate lists are per query (window from the ring, compressed ids from top-k or all visible), so decode and
 // chunked prefill use the same kernel.
@@ -22,7 +24,7 @@ using namespace attn_detail;
 namespace {
 
 constexpr int kHeads = 8;      // heads per CTA
-constexpr int kTile = 32;      // candidates per tile
+constexpr int kTile = 32;      // candidates per tile (= cpu::kSoftmaxTile: the rounding groups)
 constexpr int kThreads = 256;
 constexpr int kSlices = kThreads / kTile;  // dim slices in the QK pass
 constexpr int kMaxPairs = 2;   // dim pairs per thread in the PV pass: head_dim <= 2 * 2 * 256 = 1024
@@ -137,7 +139,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionPara
     const int n_heads_here = min(kHeads, H - h0);
     const Candidates c = candidates_of(p, t);
     const int total = c.n_win + c.n_comp_slots;
-    const int per_split = (total + n_splits - 1) / n_splits;
+    // Splits start on tile boundaries, so every tile holds the same candidates whatever the split count.
+    const int per_split = ((total + kTile - 1) / kTile + n_splits - 1) / n_splits * kTile;
     const int c_begin = split * per_split, c_end = min(total, c_begin + per_split);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
@@ -220,12 +223,16 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionPara
 #pragma unroll
             for (int sl = 0; sl < kSlices; ++sl) s += sm.part[(sl * kHeads + h) * kTile + e];
             s = sm.valid[e] ? s * p.softmax_scale : -INFINITY;
-            const float m_new = fmaxf(m_run, warp_max(s));
-            const float pe = m_new == -INFINITY ? 0.f : expf(s - m_new);
+            // P is rounded to bf16 relative to its own tile's max (tile_rounded_p), then brought to the running max
+            // in fp32: the rounding depends on the tile's candidates only, not on the split or the tiles before.
+            const float m_tile = warp_max(s);
+            const float m_new = fmaxf(m_run, m_tile);
+            const float pe = m_tile == -INFINITY ? 0.f : expf(s - m_tile);
+            const float beta = m_tile == -INFINITY ? 0.f : expf(m_tile - m_new);
             const float alpha = m_new == -INFINITY ? 1.f : expf(m_run - m_new);
-            l_run = l_run * alpha + warp_sum(pe);
+            l_run = l_run * alpha + warp_sum(pe) * beta;
             m_run = m_new;
-            sm.prob[e * kHeads + h] = round_bf16(pe);
+            sm.prob[e * kHeads + h] = round_bf16(pe) * beta;
             if (lane == 0) sm.alpha[h] = alpha;
         }
         __syncthreads();
@@ -326,7 +333,7 @@ struct MmaSmem {
     bf16* kv;      // [kTile][D + pad]
     float* sp;     // [2][16][kTile + 1] QK partials of the two dim halves
     bf16* pr;      // [16][kTile + pad] probabilities
-    float* alpha;  // [16]
+    float* alpha;  // [2][16]: accumulator factor before this tile's PV, then after it
     float* ml;     // [16][2] final m, l
     int* valid;    // [kTile]
     int* fmt;      // [kTile]
@@ -344,7 +351,7 @@ __host__ __device__ inline size_t mma_smem_layout(int D, MmaSmem* s, unsigned ch
     unsigned char* kv = take(size_t(kTile) * (D + kMmaPad) * 2);
     unsigned char* sp = take(size_t(2) * kMmaHeads * (kTile + 1) * 4);
     unsigned char* pr = take(size_t(kMmaHeads) * (kTile + kMmaPad) * 2);
-    unsigned char* alpha = take(kMmaHeads * 4);
+    unsigned char* alpha = take(2 * kMmaHeads * 4);
     unsigned char* ml = take(kMmaHeads * 2 * 4);
     unsigned char* valid = take(kTile * 4);
     unsigned char* fmt = take(kTile * 4);
@@ -376,7 +383,8 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
     const int n_heads_here = min(kMmaHeads, H - h0);
     const Candidates c = candidates_of(p, t);
     const int total = c.n_win + c.n_comp_slots;
-    const int per_split = (total + n_splits - 1) / n_splits;
+    // Splits start on tile boundaries, so every tile holds the same candidates whatever the split count.
+    const int per_split = ((total + kTile - 1) / kTile + n_splits - 1) / n_splits * kTile;
     const int c_begin = split * per_split, c_end = min(total, c_begin + per_split);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
@@ -453,13 +461,23 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
             const int h = 2 * warp + hh, e = lane;
             float s = sm.sp[h * (kTile + 1) + e] + sm.sp[kMmaHeads * (kTile + 1) + h * (kTile + 1) + e];
             s = sm.valid[e] ? s * p.softmax_scale : -INFINITY;
-            const float m_new = fmaxf(m_run[hh], warp_max(s));
-            const float pe = m_new == -INFINITY ? 0.f : expf(s - m_new);
-            const float alpha = m_new == -INFINITY ? 1.f : expf(m_run[hh] - m_new);
-            l_run[hh] = l_run[hh] * alpha + warp_sum(pe);
+            // As the SIMT kernel: P rounded relative to the tile's own max. P must stay bf16 for the mma, so the
+            // tile's factor beta = e^(m_tile - m_new) is applied to the accumulators: divided out before the PV
+            // product (alpha / beta = e^(m_run - m_tile)) and multiplied back after it. A tile more than 64 below
+            // the running max adds less than e^-64 of it: dropped, which also keeps alpha / beta finite.
+            const float m_tile = warp_max(s), m_prev = m_run[hh];
+            const float m_new = fmaxf(m_prev, m_tile);
+            const bool use = m_tile != -INFINITY && m_prev - m_tile <= 64.f;
+            const float pe = use ? expf(s - m_tile) : 0.f;
+            const float beta = use ? expf(m_tile - m_new) : 0.f;
+            const float alpha = m_new == -INFINITY ? 1.f : expf(m_prev - m_new);
+            l_run[hh] = l_run[hh] * alpha + warp_sum(pe) * beta;
             m_run[hh] = m_new;
             sm.pr[h * (kTile + kMmaPad) + e] = __float2bfloat16_rn(pe);
-            if (lane == 0) sm.alpha[h] = alpha;
+            if (lane == 0) {
+                sm.alpha[h] = use ? expf(m_prev - m_tile) : alpha;  // = alpha / beta (0 on the first tile)
+                sm.alpha[kMmaHeads + h] = use ? beta : 1.f;
+            }
         }
         __syncthreads();
         {  // PV: dims [warp*D/8, (warp+1)*D/8)
@@ -485,6 +503,14 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
                     mma_16816(acc[j], a0, a1, a2, a3, b0, b1);
                     if (j + 1 < nt_count) mma_16816(acc[j + 1], a0, a1, a2, a3, b2, b3);
                 }
+            }
+            const float be0 = sm.alpha[kMmaHeads + lane / 4], be1 = sm.alpha[kMmaHeads + lane / 4 + 8];
+#pragma unroll
+            for (int j = 0; j < kMaxNt; ++j) {
+                acc[j][0] *= be0;
+                acc[j][1] *= be0;
+                acc[j][2] *= be1;
+                acc[j][3] *= be1;
             }
         }
     }
