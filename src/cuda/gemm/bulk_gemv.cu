@@ -8,8 +8,8 @@
 // Design:
 //   - Persistent CTAs (two per SM, 8 warps each, 128 registers per thread); every warp owns a ring of 3 stages of
 //     16 weight rows x 256 bytes (padded to 288: conflict-free 8-byte fragment reads), filled by 16-byte cp.async
-//     of every lane (16 lanes per row piece) completing on one mbarrier. Work items = (16-row tile, K split), dealt round robin; the warp refills its ring
-//     2 stages ahead across item boundaries.
+//     of every lane (16 lanes per row piece) completing on one mbarrier. Work items = (16-row tile, K split), dealt
+//     round robin; the warp refills its ring 2 stages ahead across item boundaries.
 //   - Weights do not depend on earlier kernels: each warp issues its first two stages before griddepcontrol.wait, so
 //     with programmatic dependent launch the weight stream starts while the previous kernel is finishing.
 //   - Inside a 128-column block any k order is valid (one weight scale, one activation scale): lane t's A registers

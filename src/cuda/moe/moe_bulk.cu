@@ -220,7 +220,8 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_expert_kernel(co
         const int64_t col = int64_t(f_chunk) * kRowBytes;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            const uint8_t* src = (UP && i >= 4 ? f_w3 + int64_t(4 * (i - 4)) * row_bytes : f_w + int64_t(4 * i) * row_bytes);
+            const uint8_t* src = UP && i >= 4 ? f_w3 + int64_t(4 * (i - 4)) * row_bytes
+                                              : f_w + int64_t(4 * i) * row_bytes;
             cp_async_16(dst + 4 * i * kStride, src + col);
         }
         cp_async_mbar_arrive(&bars[st]);

@@ -279,8 +279,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     const int64_t tile_stride = int64_t(a.K / 32) * wgmma::kStepBytes;
 
     // Producer cursor: warp w copies stage rows 32w + 4i + lane / 8 (i = 0..7; up: part w / 2), 16 bytes per lane;
-    // thread 0 adds the B tile and the activation scales and arms the barrier. Pointers are looked up once per item (dependent loads of
-    // the active list and the pointer tables would otherwise stall every stage).
+    // thread 0 adds the B tile and the activation scales and arms the barrier. Pointers are looked up once per item
+    // (dependent loads of the active list and the pointer tables would otherwise stall every stage).
     int f_item = first_item, f_chunk = first_chunk - 1;  // (first_item / first_chunk die here: registers)
     const uint8_t* f_w = nullptr;
     const uint8_t* f_tile = nullptr;
