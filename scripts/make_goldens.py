@@ -157,7 +157,7 @@ def main():
             shutil.rmtree(kept, ignore_errors=True)
             os.makedirs(kept)
             for fn in ("config.json", "model.safetensors", "training.json"):  # training.json: train_tiny.py's record
-                if fn != "training.json" or os.path.exists(os.path.join(model_dir, fn)):
+                if os.path.exists(os.path.join(model_dir, fn)):
                     shutil.copyfile(os.path.join(model_dir, fn), os.path.join(kept, fn))
             if content_hash(args.flashseek, kept) != chash:
                 raise SystemExit(f"{kept}: the copied checkpoint's content hash differs from {model_dir}'s")

@@ -78,7 +78,9 @@ def requantized(tensors, sd, official):
         if value is None:
             out[name] = (raw.dtype, raw.data)
             continue
-        value = np.asarray(value, dtype=np.float32).reshape(raw.shape) if raw.dtype != "I8" else value
+        value = np.asarray(value, dtype=np.float32)
+        if raw.dtype != "I8":  # packed FP4 holds two values per byte: its shape is not the value's
+            value = value.reshape(raw.shape)
         scale_name = name[:-len(".weight")] + ".scale"
         if raw.dtype == "F8_E4M3":
             if tensors[scale_name].dtype != "F8_E8M0":
@@ -86,7 +88,7 @@ def requantized(tensors, sd, official):
             codes, scale = quant_fp8(value)
             out[name], out[scale_name] = ("F8_E4M3", codes), ("F8_E8M0", scale)
         elif raw.dtype == "I8":
-            codes, scale = quant_fp4(np.asarray(value, dtype=np.float32))
+            codes, scale = quant_fp4(value)
             if codes.shape != raw.shape:
                 raise CheckpointError(f"{name}: packed FP4 shape {codes.shape}, the checkpoint has {raw.shape}")
             out[name], out[scale_name] = ("I8", codes), ("F8_E8M0", scale)

@@ -59,6 +59,14 @@ __device__ __forceinline__ const uint8_t* candidate_entry(const SparseAttentionP
     return paged_entry(p.comp, c.slot, w);
 }
 
+// Candidates [c_begin, c_end) of split `split`: splits start on tile boundaries, so every tile holds the same
+// candidates (and P the same rounding, see the kernels' softmax) whatever the split count.
+__device__ __forceinline__ void split_range(int total, int n_splits, int split, int& c_begin, int& c_end) {
+    const int per_split = ((total + kTile - 1) / kTile + n_splits - 1) / n_splits * kTile;
+    c_begin = split * per_split;
+    c_end = min(total, c_begin + per_split);
+}
+
 // 8 dims [d, d+8) of an entry as 4 bf16 pairs.
 __device__ __forceinline__ void load_chunk8(const uint8_t* src, KvFormat fmt, int dim, int rope_dim, int d,
                                             __nv_bfloat162 out[4]) {
@@ -138,10 +146,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionPara
     const int t = blockIdx.x, h0 = blockIdx.y * kHeads, split = blockIdx.z;
     const int n_heads_here = min(kHeads, H - h0);
     const Candidates c = candidates_of(p, t);
-    const int total = c.n_win + c.n_comp_slots;
-    // Splits start on tile boundaries, so every tile holds the same candidates whatever the split count.
-    const int per_split = ((total + kTile - 1) / kTile + n_splits - 1) / n_splits * kTile;
-    const int c_begin = split * per_split, c_end = min(total, c_begin + per_split);
+    int c_begin, c_end;
+    split_range(c.n_win + c.n_comp_slots, n_splits, split, c_begin, c_end);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
     for (int i = threadIdx.x; i < kHeads * D; i += kThreads) {
@@ -223,8 +229,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionPara
 #pragma unroll
             for (int sl = 0; sl < kSlices; ++sl) s += sm.part[(sl * kHeads + h) * kTile + e];
             s = sm.valid[e] ? s * p.softmax_scale : -INFINITY;
-            // P is rounded to bf16 relative to its own tile's max (tile_rounded_p), then brought to the running max
-            // in fp32: the rounding depends on the tile's candidates only, not on the split or the tiles before.
+            // P is rounded to bf16 relative to its own tile's max, then brought to the running max in fp32: the
+            // rounding depends on the tile's candidates only, not on the split or the tiles before.
             const float m_tile = warp_max(s);
             const float m_new = fmaxf(m_run, m_tile);
             const float pe = m_tile == -INFINITY ? 0.f : expf(s - m_tile);
@@ -328,6 +334,18 @@ __device__ __forceinline__ void mma_16816(float c[4], uint32_t a0, uint32_t a1, 
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// Multiplies the accumulator rows of heads lane / 4 (fragment elements 0, 1) by f_lo and lane / 4 + 8 (2, 3) by f_hi.
+template <int NT>
+__device__ __forceinline__ void scale_rows(float (&acc)[NT][4], float f_lo, float f_hi) {
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+        acc[j][0] *= f_lo;
+        acc[j][1] *= f_lo;
+        acc[j][2] *= f_hi;
+        acc[j][3] *= f_hi;
+    }
+}
+
 struct MmaSmem {
     bf16* q;       // [16][D + pad]
     bf16* kv;      // [kTile][D + pad]
@@ -382,10 +400,8 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
     const int t = blockIdx.x, h0 = blockIdx.y * kMmaHeads, split = blockIdx.z;
     const int n_heads_here = min(kMmaHeads, H - h0);
     const Candidates c = candidates_of(p, t);
-    const int total = c.n_win + c.n_comp_slots;
-    // Splits start on tile boundaries, so every tile holds the same candidates whatever the split count.
-    const int per_split = ((total + kTile - 1) / kTile + n_splits - 1) / n_splits * kTile;
-    const int c_begin = split * per_split, c_end = min(total, c_begin + per_split);
+    int c_begin, c_end;
+    split_range(c.n_win + c.n_comp_slots, n_splits, split, c_begin, c_end);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
     // q rows (bf16, 16-byte chunks); heads past H are zero
@@ -481,14 +497,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
         }
         __syncthreads();
         {  // PV: dims [warp*D/8, (warp+1)*D/8)
-            const float al0 = sm.alpha[lane / 4], al1 = sm.alpha[lane / 4 + 8];
-#pragma unroll
-            for (int j = 0; j < kMaxNt; ++j) {
-                acc[j][0] *= al0;
-                acc[j][1] *= al0;
-                acc[j][2] *= al1;
-                acc[j][3] *= al1;
-            }
+            scale_rows(acc, sm.alpha[lane / 4], sm.alpha[lane / 4 + 8]);
             const int n_base = warp * (D / 8);
 #pragma unroll
             for (int ks = 0; ks < kTile / 16; ++ks) {
@@ -504,14 +513,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
                     if (j + 1 < nt_count) mma_16816(acc[j + 1], a0, a1, a2, a3, b2, b3);
                 }
             }
-            const float be0 = sm.alpha[kMmaHeads + lane / 4], be1 = sm.alpha[kMmaHeads + lane / 4 + 8];
-#pragma unroll
-            for (int j = 0; j < kMaxNt; ++j) {
-                acc[j][0] *= be0;
-                acc[j][1] *= be0;
-                acc[j][2] *= be1;
-                acc[j][3] *= be1;
-            }
+            scale_rows(acc, sm.alpha[kMmaHeads + lane / 4], sm.alpha[kMmaHeads + lane / 4 + 8]);
         }
     }
     __syncthreads();
