@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "cpu/ops.h"
+#include "model/rope.h"
 #include "util/error.h"
 #include "util/numeric.h"
 

@@ -70,10 +70,6 @@ void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out);
 // ---------------------------------------------------------------------------------------------------------------
 // RoPE (§2.10): interleaved pairs (v[2i], v[2i+1]) of a rope_dim slice rotated by pos * inv_freq[i].
 
-// rope_dim/2 inverse frequencies f_i = theta^(-2i/rope_dim) in fp32; with yarn (non-null, type "yarn"):
-// f_i = f_i * (1 - ramp_i) + f_i / factor * ramp_i, ramp from the beta_fast/beta_slow correction dims
-// (floor/ceil, clamped to [0, rope_dim-1]). No mscale.
-std::vector<float> rope_inv_freq(int rope_dim, double theta, const RopeScaling* yarn);
 // Rotates v[0..rope_dim) in place at position pos (inverse = rotate by -pos, the conjugate). The angle is
 // float(pos) * inv_freq[i] rounded to fp32, as the oracle computes it.
 void rope_interleaved(float* v, int rope_dim, const float* inv_freq, int64_t pos, bool inverse = false);

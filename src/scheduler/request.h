@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend.h"
+#include "backend/backend.h"
 
 namespace flashseek {
 

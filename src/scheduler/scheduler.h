@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend.h"
+#include "backend/backend.h"
 #include "scheduler/request.h"
 
 namespace flashseek {

@@ -1,7 +1,7 @@
 // OpenAI API handlers (see api_server.h). Order inside a generation request: shutdown check → strict JSON →
-// validation → tokenization (on this worker thread, never on the engine thread) → context check → overload
+// validation → tokenization (on this worker thread, never on the step-loop thread) → context check → overload
 // reservation → submit every choice → stream SSE or wait. A client that disconnects at any point cancels its
-// choices; the engine frees their state before its next step.
+// choices; the step loop frees their state before its next step.
 #include "server/api_server.h"
 
 #include <chrono>
@@ -46,16 +46,16 @@ int64_t unix_now() {
 struct StreamState {
     ParsedRequest request;
     std::unique_ptr<ResponseBuilder> builder;
-    std::shared_ptr<OutputChannel> channel;
+    std::shared_ptr<runtime::OutputChannel> channel;
     bool sent_first = false;
     bool completed = false;
 };
 
 }  // namespace
 
-ApiServer::ApiServer(Engine& engine, const tokenizer::Tokenizer& tok, Metrics& metrics, ApiServerOptions options)
-    : engine_(engine), tok_(tok), metrics_(metrics), options_(std::move(options)), http_(options_.http) {
-    if (options_.limits.vocab_size <= 0) options_.limits.vocab_size = engine_.config().vocab_size;
+ApiServer::ApiServer(runtime::StepLoop& loop, const tokenizer::Tokenizer& tok, runtime::Metrics& metrics, ApiServerOptions options)
+    : loop_(loop), tok_(tok), metrics_(metrics), options_(std::move(options)), http_(options_.http) {
+    if (options_.limits.vocab_size <= 0) options_.limits.vocab_size = loop_.config().vocab_size;
     started_ = unix_now();
     http_.set_gate([this](const HttpRequest& req, HttpResponse& res) {
         if (req.path == "/health" || authorized(req)) return true;
@@ -97,7 +97,7 @@ void ApiServer::models(const HttpRequest&, HttpResponse& res) {
                  {"owned_by", "flashseek"},
                  {"root", options_.limits.model_name},
                  {"parent", nullptr},
-                 {"max_model_len", engine_.max_model_len()},
+                 {"max_model_len", loop_.max_model_len()},
                  {"permission", json::array()}};
     res.body = json({{"object", "list"}, {"data", json::array({card})}}).dump();
 }
@@ -120,7 +120,7 @@ void ApiServer::tokenize(const HttpRequest& hreq, HttpResponse& res) {
             if (!pr.prompt_tokens.empty()) ids = pr.prompt_tokens[0];
             else ids = tok_.encode_with_specials(pr.prompt_texts[0]);
         }
-        res.body = json({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine_.max_model_len()}}).dump();
+        res.body = json({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", loop_.max_model_len()}}).dump();
     } catch (const ApiError& e) {
         fail(res, e);
     } catch (const Error& e) {
@@ -129,18 +129,18 @@ void ApiServer::tokenize(const HttpRequest& hreq, HttpResponse& res) {
 }
 
 void ApiServer::health(const HttpRequest&, HttpResponse& res) {
-    if (!shutting_down_ && engine_.healthy()) {
+    if (!shutting_down_ && loop_.healthy()) {
         res.body = R"({"status":"ok"})";
         return;
     }
     res.status = 503;
     res.headers.emplace_back("Retry-After", std::to_string(options_.retry_after_s));
-    res.body = error_body(503, shutting_down_ ? "the server is shutting down" : "the engine loop is not responding", "",
+    res.body = error_body(503, shutting_down_ ? "the server is shutting down" : "the step loop is not responding", "",
                           "service_unavailable_error", shutting_down_ ? "shutting_down" : "engine_unhealthy");
 }
 
 void ApiServer::metrics(const HttpRequest&, HttpResponse& res) {
-    const EngineStatus s = engine_.status();
+    const runtime::StepLoopStatus s = loop_.status();
     std::string text = metrics_.render(s.metrics);
     text += "# HELP flashseek:state_audit_ok 1 when the scheduler's block accounting matches the pool exactly.\n"
             "# TYPE flashseek:state_audit_ok gauge\n";
@@ -167,7 +167,7 @@ void ApiServer::generate(const HttpRequest& hreq, HttpResponse& res, Endpoint en
         ~OpenGuard() { if (armed) --*n; }
     } guard{&open_requests_};
     try {
-        if (shutting_down_ || !engine_.accepting())
+        if (shutting_down_ || !loop_.accepting())
             throw ApiError(503, "the server is shutting down", "", "service_unavailable_error", "shutting_down");
         const json body = parse_json_body(hreq.body);
         auto st = std::make_shared<StreamState>();
@@ -192,26 +192,26 @@ void ApiServer::generate(const HttpRequest& hreq, HttpResponse& res, Endpoint en
         }
         std::vector<int64_t> max_new, prompt_lens;
         for (const auto& p : prompts) {
-            max_new.push_back(resolve_max_tokens(pr, int64_t(p.size()), engine_.max_model_len()));
+            max_new.push_back(resolve_max_tokens(pr, int64_t(p.size()), loop_.max_model_len()));
             prompt_lens.push_back(int64_t(p.size()));
         }
         const int choices = int(prompts.size()) * pr.n;
-        if (!engine_.try_reserve(choices))
+        if (!loop_.try_reserve(choices))
             throw ApiError(429, "the server is at capacity; retry later", "", "rate_limit_error", "overloaded");
 
-        st->channel = std::make_shared<OutputChannel>(choices);
+        st->channel = std::make_shared<runtime::OutputChannel>(choices);
         const uint64_t base_seed = pr.seed ? *pr.seed : random_seed();
         int32_t eos = -1;
         try {
             eos = tok_.eos_id();
         } catch (const Error&) {
-            eos = int32_t(engine_.config().eos_token_id);
+            eos = int32_t(loop_.config().eos_token_id);
         }
         const auto deadline = arrival + std::chrono::milliseconds(int64_t(options_.request_timeout_s * 1000));
         for (size_t p = 0; p < prompts.size(); ++p)
             for (int i = 0; i < pr.n; ++i) {
                 const int index = int(p) * pr.n + i;
-                EngineRequest er;
+                runtime::GenerationRequest er;
                 er.prompt = prompts[p];
                 er.params.sample.temperature = pr.temperature;
                 er.params.sample.top_p = pr.top_p;
@@ -229,7 +229,7 @@ void ApiServer::generate(const HttpRequest& hreq, HttpResponse& res, Endpoint en
                 er.choice = index;
                 er.arrival = arrival;
                 er.channel = st->channel;
-                engine_.submit(std::move(er));
+                loop_.submit(std::move(er));
             }
         const std::string id = (endpoint == Endpoint::Chat ? "chatcmpl-" : "cmpl-") + random_hex(24);
         st->builder = std::make_unique<ResponseBuilder>(st->request, tok_, id, unix_now(), prompt_lens);
@@ -244,7 +244,7 @@ void ApiServer::generate(const HttpRequest& hreq, HttpResponse& res, Endpoint en
                     const std::string first = st->builder->first_chunks();
                     if (!first.empty() && !sink.write(first)) return StreamStatus::Failed;
                 }
-                std::vector<OutputEvent> events;
+                std::vector<runtime::OutputEvent> events;
                 const bool more = st->channel->wait_pop(events, std::chrono::milliseconds(100));
                 if (!events.empty()) {
                     const std::string text = st->builder->stream(events);
@@ -266,7 +266,7 @@ void ApiServer::generate(const HttpRequest& hreq, HttpResponse& res, Endpoint en
         }
 
         // Non-streaming: wait, but keep probing the connection so a vanished client cancels its work too.
-        std::vector<OutputEvent> events;
+        std::vector<runtime::OutputEvent> events;
         int polls = 0;
         while (st->channel->wait_pop(events, std::chrono::milliseconds(50))) {
             st->builder->absorb(events);

@@ -1,14 +1,14 @@
-// The OpenAI-compatible HTTP API over one Engine: routes, API-key gate, overload and shutdown answers, and the
+// The OpenAI-compatible HTTP API over one step loop (runtime/step_loop.h): routes, API-key gate, overload and shutdown answers, and the
 // request handlers (parse → tokenize → submit → stream or wait). Handlers run on HTTP worker threads; only the
-// engine thread touches the backend.
+// step-loop thread touches the backend.
 #pragma once
 #include <atomic>
 #include <memory>
 #include <string>
 
-#include "server/engine.h"
+#include "runtime/step_loop.h"
 #include "server/http.h"
-#include "server/metrics.h"
+#include "runtime/metrics.h"
 #include "server/protocol.h"
 
 namespace flashseek::server {
@@ -16,14 +16,14 @@ namespace flashseek::server {
 struct ApiServerOptions {
     HttpOptions http;
     std::string api_key;           // empty = no authentication
-    ProtocolLimits limits;         // model_name and vocab_size are filled in from the engine when empty/0
+    ProtocolLimits limits;         // model_name and vocab_size are filled in from the step loop when empty/0
     double request_timeout_s = 600;  // per-request deadline (queue + generation)
     int retry_after_s = 1;         // Retry-After on 429/503
 };
 
 class ApiServer {
 public:
-    ApiServer(Engine& engine, const tokenizer::Tokenizer& tok, Metrics& metrics, ApiServerOptions options);
+    ApiServer(runtime::StepLoop& loop, const tokenizer::Tokenizer& tok, runtime::Metrics& metrics, ApiServerOptions options);
     int bind() { return http_.bind(); }
     int port() const { return http_.port(); }
     void run() { http_.run(); }
@@ -41,9 +41,9 @@ private:
     bool authorized(const HttpRequest& req) const;
     void fail(HttpResponse& res, const ApiError& e);
 
-    Engine& engine_;
+    runtime::StepLoop& loop_;
     const tokenizer::Tokenizer& tok_;
-    Metrics& metrics_;
+    runtime::Metrics& metrics_;
     ApiServerOptions options_;
     HttpServer http_;
     std::atomic<bool> shutting_down_{false};

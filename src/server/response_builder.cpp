@@ -39,7 +39,7 @@ ojson ResponseBuilder::chunk_base() const {
     return j;
 }
 
-ojson ResponseBuilder::token_logprob(const TokenOut& t) const {
+ojson ResponseBuilder::token_logprob(const runtime::TokenOut& t) const {
     const std::string& b = tok_.token_bytes(t.id);
     ojson e;
     e["token"] = tokenizer::utf8_lossy(b);
@@ -59,7 +59,7 @@ std::string ResponseBuilder::final_reason(const Choice& c) const {
     return c.finish_reason;
 }
 
-ojson ResponseBuilder::apply(const OutputEvent& ev, bool streaming) {
+ojson ResponseBuilder::apply(const runtime::OutputEvent& ev, bool streaming) {
     Choice& c = choices_.at(size_t(ev.choice));
     ojson delta = ojson::object();
     ojson lp = nullptr;
@@ -160,9 +160,9 @@ std::string ResponseBuilder::first_chunks() {
     return out;
 }
 
-std::string ResponseBuilder::stream(const std::vector<OutputEvent>& events) {
+std::string ResponseBuilder::stream(const std::vector<runtime::OutputEvent>& events) {
     std::string out;
-    for (const OutputEvent& ev : events) {
+    for (const runtime::OutputEvent& ev : events) {
         ojson choice = apply(ev, true);
         const Choice& c = choices_.at(size_t(ev.choice));
         const bool abnormal = ev.finished && c.finish_reason != "stop" && c.finish_reason != "length";
@@ -211,8 +211,8 @@ std::string ResponseBuilder::last_chunks() {
     return out;
 }
 
-void ResponseBuilder::absorb(const std::vector<OutputEvent>& events) {
-    for (const OutputEvent& ev : events) apply(ev, false);
+void ResponseBuilder::absorb(const std::vector<runtime::OutputEvent>& events) {
+    for (const runtime::OutputEvent& ev : events) apply(ev, false);
 }
 
 std::optional<ApiError> ResponseBuilder::failure() const {

@@ -1,4 +1,4 @@
-// Turns engine OutputEvents of one HTTP request into OpenAI responses: SSE chunks while streaming, or the final
+// Turns the step loop's OutputEvents of one HTTP request into OpenAI responses: SSE chunks while streaming, or the final
 // JSON object. Chat output goes through the DeepSeek-V4 output parser (reasoning_content / content / tool_calls);
 // completions return raw text. Logprobs, usage (with reasoning token count) and finish_reason are assembled here.
 #pragma once
@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api_error.h"
-#include "server/engine.h"
+#include "runtime/step_loop.h"
 #include "server/protocol.h"
 
 namespace flashseek::server {
@@ -21,11 +21,11 @@ public:
 
     // Streaming. first_chunk: the role delta of every chat choice (empty for completions).
     std::string first_chunks();
-    std::string stream(const std::vector<OutputEvent>& events);
+    std::string stream(const std::vector<runtime::OutputEvent>& events);
     std::string last_chunks();  // usage chunk when requested, then [DONE]
 
     // Non-streaming.
-    void absorb(const std::vector<OutputEvent>& events);
+    void absorb(const std::vector<runtime::OutputEvent>& events);
     nlohmann::ordered_json final_json() const;
     // When a choice ended abnormally (deadline, backend error, shutdown): the error to return instead.
     std::optional<ApiError> failure() const;
@@ -49,10 +49,10 @@ private:
         bool finished = false;
     };
     // Applies one event to its choice; returns the chat delta / completion text produced (for streaming).
-    nlohmann::ordered_json apply(const OutputEvent& ev, bool streaming);
+    nlohmann::ordered_json apply(const runtime::OutputEvent& ev, bool streaming);
     nlohmann::ordered_json chunk_base() const;
     nlohmann::ordered_json usage() const;
-    nlohmann::ordered_json token_logprob(const TokenOut& t) const;
+    nlohmann::ordered_json token_logprob(const runtime::TokenOut& t) const;
     std::string sse(const nlohmann::ordered_json& j) const;
     std::string final_reason(const Choice& c) const;
 

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "cpu/ops.h"
+#include "model/rope.h"
 #include "cpu/thread_pool.h"
 #include "util/numeric.h"
 

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/backend.h"
+#include "backend/backend.h"
 #include "util/error.h"
 
 namespace flashseek::test {

@@ -6,11 +6,12 @@
 #include <random>
 
 #include "server/load_progress.h"
-#include "server/metrics.h"
+#include "runtime/metrics.h"
 #include "server/protocol.h"
-#include "server/stop_matcher.h"
+#include "runtime/stop_matcher.h"
 
 using namespace flashseek::server;
+using namespace flashseek::runtime;
 using json = nlohmann::json;
 
 namespace {

@@ -14,18 +14,15 @@
 #include <sstream>
 
 #include "command.h"
-#include "engine/backend.h"
-#include "engine/factory.h"
+#include "backend/backend.h"
+#include "backend/diagnostics.h"
+#include "backend/registry.h"
 #include "util/error.h"
-#ifdef FLASHSEEK_HAVE_CUDA
-#include "cuda/backend/cuda_backend.h"
-#endif
 
 namespace {
 
 using namespace flashseek;
 
-#ifdef FLASHSEEK_HAVE_CUDA
 std::vector<int> parse_int_list(const std::string& s, const char* what) {
     std::vector<int> out;
     std::stringstream ss(s);
@@ -54,14 +51,16 @@ double percentile(std::vector<double> v, double p) {
 }
 
 int run_bench(int argc, char** argv) {
-    CLI::App app{"Offline decode/prefill benchmark of the CUDA backend (dummy weights or a checkpoint)"};
-    std::string model, concurrency_s = "1,16,64", context_s = "256,8192", numerics = "release", json_path;
+    CLI::App app{"Offline decode/prefill benchmark of a device backend (dummy weights or a checkpoint)"};
+    std::string model, backend = "cuda", concurrency_s = "1,16,64", context_s = "256,8192", numerics = "release",
+                json_path;
     int layers = 0, output_len = 32, warmup = 3;
     bool dummy = false, no_graphs = false;
     uint64_t seed = 0;
     app.add_option("--model", model,
                    "checkpoint directory; with --dummy-weights a config.json path or a directory holding one")
         ->required();
+    app.add_option("--backend", backend, "a backend with device diagnostics (cuda)");
     app.add_flag("--dummy-weights", dummy, "random weights generated on the GPU (no checkpoint read)");
     app.add_option("--layers", layers, "run only the first N layers (0 = all)");
     app.add_option("--concurrency", concurrency_s, "comma-separated decode batch sizes");
@@ -85,23 +84,22 @@ int run_bench(int argc, char** argv) {
     const std::vector<int> ctxs = parse_int_list(context_s, "--context");
     if (seed == 0) seed = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
 
-    cuda::require_cuda_device();
-    std::printf("measuring device-to-device copy bandwidth ...\n");
-    const double bw = cuda::measure_copy_bandwidth();
-    std::printf("copy bandwidth: %.1f GB/s (read + write)\n", bw / 1e9);
-
     BackendOptions opt;
-    opt.backend = "cuda";
+    opt.backend = backend;
     opt.numerics = parse_numerics(numerics);
     opt.layers = layers;
     opt.dummy_weights = dummy;
     opt.max_sequences = *std::max_element(concs.begin(), concs.end());
     opt.max_context = *std::max_element(ctxs.begin(), ctxs.end()) + warmup + output_len + 2;
     const auto t_load = std::chrono::steady_clock::now();
-    auto be = create_cuda_backend(model, opt);
+    auto be = create_backend(model, opt);
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
-    auto* ext = dynamic_cast<cuda::CudaBackendExtras*>(be.get());
-    FS_CHECK(ext != nullptr, "bench: the backend has no CUDA extras");
+    BackendDiagnostics* ext = be->diagnostics();
+    FS_CHECK(ext != nullptr, "bench: backend '{}' has no device diagnostics (profiling, ceilings); use --backend cuda",
+             backend);
+    std::printf("measuring device-to-device copy bandwidth ...\n");
+    const double bw = ext->measure_copy_bandwidth();
+    std::printf("copy bandwidth: %.1f GB/s (read + write)\n", bw / 1e9);
     ext->set_use_graphs(!no_graphs);
     const ModelConfig& cfg = be->config();
     std::printf("model: %s, %d layers, %s weights (%.2f GB on %s, loaded in %.1f s), numerics %s, graphs %s, seed %llu\n",
@@ -136,7 +134,7 @@ int run_bench(int argc, char** argv) {
                 next = out;
             }
             for (int i = 0; i < B; ++i) steps[size_t(i)] = {ids[size_t(i)], &next[size_t(i)], 1, false};
-            const cuda::StepProfile prof = ext->profile_step(steps);
+            const StepProfile prof = ext->profile_step(steps);
             for (int id : ids) be->free_sequence(id);
 
             const double tpot = percentile(step_ms, 0.5), p99 = percentile(step_ms, 0.99);
@@ -202,12 +200,6 @@ int run_bench(int argc, char** argv) {
     }
     return 0;
 }
-#else
-int run_bench(int, char**) {
-    std::fprintf(stderr, "flashseek bench: this build has no CUDA backend (configure with FLASHSEEK_CUDA=ON)\n");
-    return 2;
-}
-#endif
 
 }  // namespace
 

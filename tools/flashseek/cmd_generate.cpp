@@ -10,8 +10,8 @@
 
 #include "command.h"
 #include "token_ids.h"
-#include "engine/backend.h"
-#include "engine/factory.h"
+#include "backend/backend.h"
+#include "backend/registry.h"
 #include "model/default_model.h"
 #include "tokenizer/chat_encoding.h"
 #include "tokenizer/tokenizer.h"

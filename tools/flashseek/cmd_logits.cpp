@@ -11,8 +11,8 @@
 
 #include "command.h"
 #include "token_ids.h"
-#include "engine/backend.h"
-#include "engine/factory.h"
+#include "backend/backend.h"
+#include "backend/registry.h"
 #include "model/perturb.h"
 #include "util/error.h"
 

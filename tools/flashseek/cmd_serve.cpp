@@ -1,5 +1,5 @@
 // `flashseek serve`: the OpenAI-compatible server. Loads the model (progress bar, Ctrl-C cancels), starts the
-// engine thread and the HTTP server on 127.0.0.1 unless --host says otherwise, and on SIGTERM/SIGINT drains:
+// step-loop thread and the HTTP server on 127.0.0.1 unless --host says otherwise, and on SIGTERM/SIGINT drains:
 // new requests get 503, in-flight ones may finish for --shutdown-timeout seconds, then the rest are aborted.
 // A second signal exits at once. Without --model it serves the embedded default tiny model.
 #include <CLI/CLI.hpp>
@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "command.h"
-#include "engine/factory.h"
+#include "backend/registry.h"
 #include "model/default_model.h"
 #include "server/api_server.h"
 #include "server/load_progress.h"
@@ -48,7 +48,7 @@ int run_serve(int argc, char** argv) {
                  "metrics)"};
     std::string model_dir, served_name, backend = "cpu", numerics = "exact";
     ApiServerOptions api;
-    EngineOptions eng;
+    runtime::StepLoopOptions loop_opt;
     BackendOptions bopt;
     double shutdown_timeout = 30;
     std::string state_memory;
@@ -69,10 +69,10 @@ int run_serve(int argc, char** argv) {
     app.add_option("--max-model-len", bopt.max_context, "context limit per sequence (0 = the model's)");
     app.add_option("--state-memory", state_memory, "state-memory pool size: bytes or with KiB/MiB/GiB (default: the "
                                                    "backend's)");
-    app.add_option("--max-batch-tokens", eng.scheduler.max_batch_tokens, "tokens per engine step (decode + prefill)");
-    app.add_option("--prefill-chunk", eng.scheduler.prefill_chunk, "largest prefill piece of one request per step");
-    app.add_option("--max-queue", eng.max_waiting, "queued requests beyond the running batch before 429");
-    app.add_option("--watchdog", eng.watchdog_seconds, "/health reports 503 when one engine step takes longer (s)");
+    app.add_option("--max-batch-tokens", loop_opt.scheduler.max_batch_tokens, "tokens per step (decode + prefill)");
+    app.add_option("--prefill-chunk", loop_opt.scheduler.prefill_chunk, "largest prefill piece of one request per step");
+    app.add_option("--max-queue", loop_opt.max_waiting, "queued requests beyond the running batch before 429");
+    app.add_option("--watchdog", loop_opt.watchdog_seconds, "/health reports 503 when one step takes longer (s)");
     app.add_option("--request-timeout", api.request_timeout_s, "per-request deadline in seconds (queue + generation)");
     app.add_option("--shutdown-timeout", shutdown_timeout, "seconds in-flight requests may finish after SIGTERM");
     app.add_option("--http-threads", api.http.threads, "HTTP worker threads (each open stream holds one)");
@@ -90,7 +90,7 @@ int run_serve(int argc, char** argv) {
     FS_CHECK(api.http.threads >= 4, "--http-threads must be >= 4 (got {})", api.http.threads);
     FS_CHECK(shutdown_timeout >= 0, "--shutdown-timeout must be >= 0 (got {})", shutdown_timeout);
     FS_CHECK(api.request_timeout_s > 0, "--request-timeout must be > 0 (got {})", api.request_timeout_s);
-    FS_CHECK(eng.max_waiting >= 0, "--max-queue must be >= 0 (got {})", eng.max_waiting);
+    FS_CHECK(loop_opt.max_waiting >= 0, "--max-queue must be >= 0 (got {})", loop_opt.max_waiting);
 
     SignalWatcher signals;  // before any other thread exists, so all of them inherit the blocked mask
 
@@ -102,8 +102,8 @@ int run_serve(int argc, char** argv) {
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tokenizer_path);
 
     bopt.backend = backend;
-    eng.scheduler.max_context = bopt.max_context;
-    eng.scheduler.max_running = bopt.max_sequences;
+    loop_opt.scheduler.max_context = bopt.max_context;
+    loop_opt.scheduler.max_running = bopt.max_sequences;
     bopt.numerics = numerics == "release" ? Numerics::Release : Numerics::Exact;
     bopt.state_memory_bytes = parse_byte_size(state_memory, "--state-memory");
     LoadProgress progress([&] { return signals.stop_requested(); }, isatty(STDERR_FILENO) != 0);
@@ -136,16 +136,16 @@ int run_serve(int argc, char** argv) {
              "{}: the tokenizer has {} ids but the model's vocab_size is {}", tokenizer_path, api.limits.vocab_size,
              be->config().vocab_size);
 
-    Metrics metrics(served_name);
+    runtime::Metrics metrics(served_name);
     const StateMemoryStats mem = be->memory();
     const std::string backend_desc = be->name();
-    Engine engine(std::move(be), tok, eng, metrics);
-    ApiServer server(engine, tok, metrics, api);
+    runtime::StepLoop loop(std::move(be), tok, loop_opt, metrics);
+    ApiServer server(loop, tok, metrics, api);
     const int port = server.bind();
     std::fprintf(stderr,
                  "serve: model '%s' on %s, max_model_len %lld, state memory %lld blocks x %lld tokens\n"
                  "serve: listening on http://%s:%d%s\n",
-                 served_name.c_str(), backend_desc.c_str(), (long long)engine.max_model_len(),
+                 served_name.c_str(), backend_desc.c_str(), (long long)loop.max_model_len(),
                  (long long)mem.total_blocks, (long long)mem.block_tokens, api.http.host.c_str(), port,
                  api.api_key.empty() ? "" : " (API key required)");
     std::fflush(stderr);
@@ -153,14 +153,14 @@ int run_serve(int argc, char** argv) {
 
     signals.wait_for_count(1, std::chrono::hours(24 * 365 * 100));
     std::fprintf(stderr, "serve: shutting down: new requests get 503; waiting up to %.0f s for %lld in flight\n",
-                 shutdown_timeout, (long long)engine.status().in_flight);
+                 shutdown_timeout, (long long)loop.status().in_flight);
     server.begin_shutdown();
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(shutdown_timeout * 1000));
     while (std::chrono::steady_clock::now() < deadline && signals.count() < 2 &&
-           (engine.status().in_flight > 0 || server.open_requests() > 0))
+           (loop.status().in_flight > 0 || server.open_requests() > 0))
         signals.wait_for_count(2, std::chrono::milliseconds(50));
-    engine.stop_accepting();
-    engine.abort_all();
+    loop.stop_accepting();
+    loop.abort_all();
     // Let aborted streams send their error event and [DONE] before the sockets close.
     const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     while (std::chrono::steady_clock::now() < grace && server.open_requests() > 0 && signals.count() < 2)

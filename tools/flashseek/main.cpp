@@ -5,6 +5,7 @@
 #include <cstring>
 #include <exception>
 
+#include "backends/builtin.h"
 #include "command.h"
 #include "util/error.h"
 
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
         print_usage();
         return argc < 2 ? 2 : 0;
     }
+    flashseek::register_builtin_backends();
     for (const auto& c : flashseek::cli::registry()) {
         if (c.name != argv[1]) continue;
         try {

@@ -1,6 +1,6 @@
 // Internals of the CUDA backend shared by its translation units: the model on the device (weights bound in
 // checkpoint formats, RoPE tables), the per-step activation buffers, and the CudaBackendImpl class. Not a public
-// interface: the rest of the program sees Backend (engine/backend.h) and CudaBackendExtras (cuda_backend.h).
+// interface: the rest of the program sees Backend and BackendDiagnostics (src/backend).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cuda/attention/kv_cache.cuh"
+#include "backend/diagnostics.h"
 #include "cuda/backend/cuda_backend.h"
 #include "cuda/backend/cuda_util.h"
 #include "cuda/backend/device_weights.h"
@@ -113,7 +114,7 @@ struct PassShape {
     }
 };
 
-class CudaBackendImpl final : public Backend, public CudaBackendExtras {
+class CudaBackendImpl final : public Backend, public BackendDiagnostics {
 public:
     CudaBackendImpl(const ModelConfig& cfg, const BackendOptions& opt, DeviceTensorStore store);
     ~CudaBackendImpl() override;
@@ -132,11 +133,14 @@ public:
     void forward_sample(std::span<const SequenceStep> steps, std::span<const SampleParams> params,
                         std::vector<SampleResult>& out) override;
 
-    // CudaBackendExtras
+    BackendDiagnostics* diagnostics() override { return this; }
+
+    // BackendDiagnostics
     StepProfile profile_step(std::span<const SequenceStep> steps) override;
     void decode_greedy(std::span<const SequenceStep> steps, std::vector<int32_t>& next_tokens) override;
     std::string device_name() const override { return facts_.name; }
     double weight_bytes_on_device() const override { return double(store_.total_bytes); }
+    double measure_copy_bandwidth(size_t bytes, int reps) override { return cuda::measure_copy_bandwidth(bytes, reps); }
     void set_use_graphs(bool on) override { use_graphs_ = on; }
     void set_use_branches(bool on) override {
         branches_ = on;

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/backend/cuda_backend.h"
+#include "backend/diagnostics.h"
 
 namespace flashseek::cuda {
 

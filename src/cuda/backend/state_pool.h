@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cuda/backend/cuda_util.h"
-#include "engine/backend.h"
+#include "backend/backend.h"
 
 namespace flashseek::cuda {
 

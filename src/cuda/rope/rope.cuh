@@ -20,7 +20,7 @@ struct RopeTable {
 };
 
 // The table of a layer with compress ratio `ratio`: theta = compress_rope_theta with YaRN when ratio > 0, else
-// rope_theta without scaling (§2.8). Same fp32 values as cpu::rope_inv_freq.
+// rope_theta without scaling (§2.8). The fp32 values of model/rope.h rope_inv_freq.
 RopeTable make_rope_table(const ModelConfig& cfg, int ratio);
 RopeTable make_rope_table(int rope_dim, double theta, const RopeScaling* yarn);
 

@@ -1,4 +1,4 @@
-// Token sampling on the GPU with the semantics of the host sampler (src/engine/sampling.cpp, sample_logits):
+// Token sampling on the GPU with the semantics of the host sampler (src/backend/sampling.cpp, sample_logits):
 // temperature 0 = greedy (argmax, ties -> lower id); otherwise top-k over the logits (ties -> lower id), then
 // top-p over the kept candidates' renormalized temperature-1 probabilities (smallest prefix in descending order
 // whose mass reaches top_p, at least one token), then temperature on what is left, and one draw with the same

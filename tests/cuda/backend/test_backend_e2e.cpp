@@ -12,8 +12,9 @@
 #include <random>
 
 #include "cuda/backend/cuda_backend.h"
-#include "engine/backend.h"
-#include "engine/factory.h"
+#include "backend/backend.h"
+#include "backend/diagnostics.h"
+#include "backend/registry.h"
 #include "model/perturb.h"
 #include "test_support.h"
 #include "util/error.h"
@@ -178,7 +179,7 @@ TEST_F(CudaBackendBatch, GraphsMatchEager) {
     SCOPED_TRACE("seed=" + std::to_string(seed));
     const std::string dir = test::tiny_checkpoint("tiny-b", seed % 997 + 1);
     auto with = make(dir, "cuda", Numerics::Release, 2), without = make(dir, "cuda", Numerics::Release, 2);
-    dynamic_cast<cuda::CudaBackendExtras&>(*without).set_use_graphs(false);
+    without->diagnostics()->set_use_graphs(false);
     std::mt19937_64 rng(seed);
     const auto toks = random_tokens(rng, 80, with->config().vocab_size);
     const auto a = teacher_forced(*with, toks, 30, 30), b = teacher_forced(*without, toks, 30, 30);
@@ -197,10 +198,10 @@ TEST_F(CudaBackendBatch, SideBranchesMatchOneStream) {
         for (const bool graphs : {true, false}) {
             SCOPED_TRACE(std::string(num == Numerics::Release ? "release" : "exact") + (graphs ? ", graphs" : ", eager"));
             auto branched = make(dir, "cuda", num, 3), single = make(dir, "cuda", num, 3);
-            dynamic_cast<cuda::CudaBackendExtras&>(*branched).set_use_graphs(graphs);
-            dynamic_cast<cuda::CudaBackendExtras&>(*single).set_use_graphs(graphs);
-            dynamic_cast<cuda::CudaBackendExtras&>(*branched).set_use_branches(true);
-            dynamic_cast<cuda::CudaBackendExtras&>(*single).set_use_branches(false);
+            branched->diagnostics()->set_use_graphs(graphs);
+            single->diagnostics()->set_use_graphs(graphs);
+            branched->diagnostics()->set_use_branches(true);
+            single->diagnostics()->set_use_branches(false);
             std::mt19937_64 rng(seed);
             const int64_t V = branched->config().vocab_size;
             const std::vector<int> lens = {5, 170, 33};  // 170: two prefill chunks

@@ -12,7 +12,8 @@
 #include "cuda/backend/device_weights.h"
 #include "cuda/backend/glue.cuh"
 #include "cuda/backend/state_pool.h"
-#include "engine/factory.h"
+#include "backend/diagnostics.h"
+#include "backend/registry.h"
 #include "loader/safetensors.h"
 #include "model/config.h"
 #include "test_support.h"
@@ -162,10 +163,10 @@ TEST_F(CudaParts, DummyWeightsFullConfigForward) {
     be->forward(steps, l);
     ASSERT_EQ(l.size(), size_t(2 * cfg.vocab_size));
     for (float v : l) ASSERT_TRUE(std::isfinite(v));
-    auto& ext = dynamic_cast<cuda::CudaBackendExtras&>(*be);
+    auto& ext = *be->diagnostics();
     std::vector<int32_t> next;
     steps = {{s0, a.data(), 1, false}, {s1, b.data(), 1, false}};
-    const cuda::StepProfile p = ext.profile_step(steps);
+    const StepProfile p = ext.profile_step(steps);
     EXPECT_GT(p.gpu_us, 0);
     EXPECT_FALSE(p.ops.empty());
     EXPECT_GT(p.bytes_weights, 1e8);

@@ -14,10 +14,16 @@
 
 #include <unistd.h>
 
+#include "backends/builtin.h"
 #include "model/checkpoint_gen.h"
 #include "model/config.h"
 
 namespace flashseek::test {
+
+namespace {
+// Every test of this executable creates backends by name.
+const bool g_backends_registered = (register_builtin_backends(), true);
+}  // namespace
 
 uint64_t fresh_seed() {
     if (const char* s = std::getenv("FLASHSEEK_TEST_SEED")) return std::strtoull(s, nullptr, 10);

@@ -1,4 +1,4 @@
-// Cases for the GPU sampler (cuda/sample/sample.cuh) against the host sampler's semantics (engine/sampling.cpp):
+// Cases for the GPU sampler (cuda/sample/sample.cuh) against the host sampler's semantics (backend/sampling.cpp):
 // greedy exactly (token and logprob, ties to the lower id), sampling statistically: the empirical distribution of
 // many draws (different draw_index) must match the exact distribution the host rules define (top-k, then top-p
 // over the renormalized temperature-1 probabilities, then temperature), and never leave its support.

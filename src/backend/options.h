@@ -1,10 +1,10 @@
-// Creating a Backend for a model directory (or the embedded default model) on a chosen device.
+// What a caller chooses when it creates a backend: numerics, limits of the state pool, the device and the
+// layer count. Plain data, shared by every backend and by the CLI.
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <functional>
-#include <memory>
 #include <string>
-
-#include "engine/backend.h"
 
 namespace flashseek {
 
@@ -14,7 +14,7 @@ enum class Numerics {
 };
 
 struct BackendOptions {
-    std::string backend = "cpu";     // "cpu" or "cuda"
+    std::string backend = "cpu";     // a registered backend name (backend/registry.h): "cpu", "cuda"
     Numerics numerics = Numerics::Exact;
     int max_sequences = 64;
     int64_t max_context = 0;         // 0 = the model's max_position_embeddings, capped by the pool
@@ -25,14 +25,6 @@ struct BackendOptions {
     // Model-load progress: called with (bytes done, bytes total); returning false cancels loading.
     std::function<bool(size_t, size_t)> progress;
 };
-
-// model_dir must hold config.json and safetensors weights. Throws Error naming the problem. opt.backend "cpu"
-// gives the CPU reference; "cuda" calls create_cuda_backend, which exists only in builds with FLASHSEEK_HAVE_CUDA
-// (otherwise "cuda" is an Error saying this build has no CUDA).
-std::unique_ptr<Backend> create_backend(const std::string& model_dir, const BackendOptions& opt);
-
-// Defined by the CUDA backend (src/cuda/backend) in builds with FLASHSEEK_HAVE_CUDA.
-std::unique_ptr<Backend> create_cuda_backend(const std::string& model_dir, const BackendOptions& opt);
 
 // Parses "exact" / "release" (Error naming the value otherwise).
 Numerics parse_numerics(const std::string& name);

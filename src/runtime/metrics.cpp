@@ -1,12 +1,12 @@
 // Prometheus text rendering for flashseek:* metrics (see metrics.h). Histogram buckets copy vLLM's so that the
 // same dashboard queries and SLO thresholds apply.
-#include "server/metrics.h"
+#include "runtime/metrics.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-namespace flashseek::server {
+namespace flashseek::runtime {
 
 namespace {
 const std::vector<double> kTtftBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
@@ -152,4 +152,4 @@ std::string Metrics::render(const MetricsSnapshotInput& in) const {
     return o;
 }
 
-}  // namespace flashseek::server
+}  // namespace flashseek::runtime

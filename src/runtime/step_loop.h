@@ -1,5 +1,5 @@
-// The engine thread: owns the Backend and the Scheduler, takes requests from HTTP handler threads through a
-// locked inbox, runs the step loop, turns sampled ids into text (incremental UTF-8-safe detokenization, stop
+// The step loop: one thread that owns the Backend and the Scheduler, takes requests from front-end threads (the
+// HTTP handlers) through a locked inbox, runs batched steps, turns sampled ids into text (incremental UTF-8-safe detokenization, stop
 // strings) and hands per-request events back through OutputChannels. Cancellation is a flag on the channel that
 // the loop checks before every step, so a disconnected client's state is freed within one step.
 #pragma once
@@ -13,12 +13,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/backend.h"
+#include "backend/backend.h"
 #include "scheduler/scheduler.h"
-#include "server/metrics.h"
+#include "runtime/metrics.h"
 #include "tokenizer/tokenizer.h"
 
-namespace flashseek::server {
+namespace flashseek::runtime {
 
 struct TokenOut {
     int32_t id = -1;
@@ -37,7 +37,7 @@ struct OutputEvent {
     int64_t completion_tokens = 0;
 };
 
-// Events of all choices of one HTTP request. Written by the engine thread, read by one handler thread.
+// Events of all choices of one HTTP request. Written by the step-loop thread, read by one handler thread.
 class OutputChannel {
 public:
     explicit OutputChannel(int choices) : open_choices_(choices) {}
@@ -56,7 +56,7 @@ private:
     std::atomic<bool> cancelled_{false};
 };
 
-struct EngineRequest {
+struct GenerationRequest {
     std::vector<int32_t> prompt;
     GenerationParams params;
     std::vector<std::string> stop_strings;
@@ -66,34 +66,34 @@ struct EngineRequest {
     std::shared_ptr<OutputChannel> channel;
 };
 
-struct EngineOptions {
+struct StepLoopOptions {
     SchedulerOptions scheduler;
     int max_waiting = 256;         // queued choices beyond the running batch before 429
     double watchdog_seconds = 60;  // /health turns 503 when one loop iteration takes longer
 };
 
-struct EngineStatus {
+struct StepLoopStatus {
     MetricsSnapshotInput metrics;
     SchedulerAudit audit;
     int64_t in_flight = 0;  // submitted choices not yet finished
 };
 
-class Engine {
+class StepLoop {
 public:
-    Engine(std::unique_ptr<Backend> backend, const tokenizer::Tokenizer& tok, EngineOptions options, Metrics& metrics);
-    ~Engine();
+    StepLoop(std::unique_ptr<Backend> backend, const tokenizer::Tokenizer& tok, StepLoopOptions options, Metrics& metrics);
+    ~StepLoop();
 
     // Reserves room for `choices` requests; false when the queue is full (the caller answers 429).
     bool try_reserve(int choices);
     void release_reservation(int choices);
-    // Hands a reserved request to the engine thread. Thread-safe.
-    void submit(EngineRequest req);
+    // Hands a reserved request to the step-loop thread. Thread-safe.
+    void submit(GenerationRequest req);
     // Stops taking requests (submit fails them with "shutdown") and, with abort, ends everything in flight.
     void stop_accepting();
     void abort_all();
     bool accepting() const { return accepting_.load(); }
     bool healthy() const;
-    EngineStatus status() const;
+    StepLoopStatus status() const;
     int64_t max_model_len() const { return max_model_len_; }
     const ModelConfig& config() const { return backend_->config(); }
     std::string backend_name() const { return backend_->name(); }
@@ -109,14 +109,14 @@ private:
 
     std::unique_ptr<Backend> backend_;
     const tokenizer::Tokenizer& tok_;
-    EngineOptions options_;
+    StepLoopOptions options_;
     Metrics& metrics_;
     std::unique_ptr<Scheduler> scheduler_;
     int64_t max_model_len_ = 0;
 
     mutable std::mutex inbox_mu_;
     std::condition_variable inbox_cv_;
-    std::vector<EngineRequest> inbox_;
+    std::vector<GenerationRequest> inbox_;
     bool stop_thread_ = false;
     bool abort_requested_ = false;
 
@@ -126,10 +126,10 @@ private:
     std::atomic<bool> loop_alive_{false};
 
     mutable std::mutex status_mu_;
-    EngineStatus status_;
+    StepLoopStatus status_;
 
     std::unordered_map<uint64_t, std::unique_ptr<Active>> active_;  // by scheduler id
     std::thread thread_;
 };
 
-}  // namespace flashseek::server
+}  // namespace flashseek::runtime

@@ -1,14 +1,14 @@
-// Engine thread implementation (see engine.h). The loop: take new requests, honour cancellations, run one
+// The step loop (see step_loop.h). The loop: take new requests, honour cancellations, run one
 // scheduler step, detokenize and route the results, publish gauges and the audit. When idle it sleeps on the
 // inbox condition variable (woken by submit/cancel) with a short timeout so the heartbeat keeps moving.
-#include "server/engine.h"
+#include "runtime/step_loop.h"
 
 #include <algorithm>
 
-#include "server/stop_matcher.h"
+#include "runtime/stop_matcher.h"
 #include "util/error.h"
 
-namespace flashseek::server {
+namespace flashseek::runtime {
 
 namespace {
 int64_t now_ns() {
@@ -36,7 +36,7 @@ bool OutputChannel::wait_pop(std::vector<OutputEvent>& out, std::chrono::millise
     return open_choices_ > 0 || !out.empty();
 }
 
-struct Engine::Active {
+struct StepLoop::Active {
     std::shared_ptr<OutputChannel> channel;
     int choice = 0;
     std::unique_ptr<tokenizer::IncrementalDecoder> decoder;
@@ -51,7 +51,7 @@ struct Engine::Active {
     explicit Active(std::vector<std::string> stops) : stop(std::move(stops)) {}
 };
 
-Engine::Engine(std::unique_ptr<Backend> backend, const tokenizer::Tokenizer& tok, EngineOptions options,
+StepLoop::StepLoop(std::unique_ptr<Backend> backend, const tokenizer::Tokenizer& tok, StepLoopOptions options,
                Metrics& metrics)
     : backend_(std::move(backend)), tok_(tok), options_(options), metrics_(metrics) {
     scheduler_ = std::make_unique<Scheduler>(*backend_, options_.scheduler);
@@ -62,7 +62,7 @@ Engine::Engine(std::unique_ptr<Backend> backend, const tokenizer::Tokenizer& tok
     thread_ = std::thread([this] { loop(); });
 }
 
-Engine::~Engine() {
+StepLoop::~StepLoop() {
     accepting_ = false;
     {
         std::lock_guard lock(inbox_mu_);
@@ -73,7 +73,7 @@ Engine::~Engine() {
     if (thread_.joinable()) thread_.join();
 }
 
-bool Engine::try_reserve(int choices) {
+bool StepLoop::try_reserve(int choices) {
     const int64_t running_cap = options_.scheduler.max_running > 0
                                     ? std::min(options_.scheduler.max_running, backend_->max_sequences())
                                     : backend_->max_sequences();
@@ -85,9 +85,9 @@ bool Engine::try_reserve(int choices) {
     }
 }
 
-void Engine::release_reservation(int choices) { in_flight_ -= choices; }
+void StepLoop::release_reservation(int choices) { in_flight_ -= choices; }
 
-void Engine::submit(EngineRequest req) {
+void StepLoop::submit(GenerationRequest req) {
     {
         std::lock_guard lock(inbox_mu_);
         inbox_.push_back(std::move(req));
@@ -95,9 +95,9 @@ void Engine::submit(EngineRequest req) {
     inbox_cv_.notify_all();
 }
 
-void Engine::stop_accepting() { accepting_ = false; }
+void StepLoop::stop_accepting() { accepting_ = false; }
 
-void Engine::abort_all() {
+void StepLoop::abort_all() {
     {
         std::lock_guard lock(inbox_mu_);
         abort_requested_ = true;
@@ -105,23 +105,23 @@ void Engine::abort_all() {
     inbox_cv_.notify_all();
 }
 
-bool Engine::healthy() const {
+bool StepLoop::healthy() const {
     if (!loop_alive_.load() || !accepting_.load()) return false;
     const double since = double(now_ns() - heartbeat_ns_.load()) * 1e-9;
     return since < options_.watchdog_seconds;
 }
 
-EngineStatus Engine::status() const {
+StepLoopStatus StepLoop::status() const {
     std::lock_guard lock(status_mu_);
-    EngineStatus s = status_;
+    StepLoopStatus s = status_;
     s.metrics.seconds_since_heartbeat = double(now_ns() - heartbeat_ns_.load()) * 1e-9;
     s.metrics.healthy = healthy();
     s.in_flight = in_flight_.load();
     return s;
 }
 
-void Engine::publish_status() {
-    EngineStatus s;
+void StepLoop::publish_status() {
+    StepLoopStatus s;
     const StateMemoryStats m = backend_->memory();
     s.metrics.running = scheduler_->running();
     s.metrics.waiting = scheduler_->waiting();
@@ -135,13 +135,13 @@ void Engine::publish_status() {
     status_ = s;
 }
 
-void Engine::admit_inbox() {
-    std::vector<EngineRequest> batch;
+void StepLoop::admit_inbox() {
+    std::vector<GenerationRequest> batch;
     {
         std::lock_guard lock(inbox_mu_);
         batch.swap(inbox_);
     }
-    for (EngineRequest& req : batch) {
+    for (GenerationRequest& req : batch) {
         auto fail = [&](const std::string& reason, const std::string& msg) {
             OutputEvent ev;
             ev.choice = req.choice;
@@ -177,7 +177,7 @@ void Engine::admit_inbox() {
     }
 }
 
-void Engine::end_request(uint64_t sched_id, const std::string& reason, const std::string& error) {
+void StepLoop::end_request(uint64_t sched_id, const std::string& reason, const std::string& error) {
     auto it = active_.find(sched_id);
     if (it == active_.end()) return;
     Active& a = *it->second;
@@ -193,7 +193,7 @@ void Engine::end_request(uint64_t sched_id, const std::string& reason, const std
     release_reservation(1);
 }
 
-void Engine::check_cancellations() {
+void StepLoop::check_cancellations() {
     bool abort = false;
     {
         std::lock_guard lock(inbox_mu_);
@@ -212,7 +212,7 @@ void Engine::check_cancellations() {
     }
 }
 
-void Engine::handle_event(const RequestEvent& ev) {
+void StepLoop::handle_event(const RequestEvent& ev) {
     auto it = active_.find(ev.id);
     if (it == active_.end()) return;
     Active& a = *it->second;
@@ -277,7 +277,7 @@ void Engine::handle_event(const RequestEvent& ev) {
     release_reservation(1);
 }
 
-void Engine::loop() {
+void StepLoop::loop() {
     while (true) {
         heartbeat_ns_ = now_ns();
         {
@@ -310,4 +310,4 @@ void Engine::loop() {
     loop_alive_ = false;
 }
 
-}  // namespace flashseek::server
+}  // namespace flashseek::runtime

@@ -1,6 +1,6 @@
-// The engine's view of a loaded model on one device: sequences with incremental state held in a block pool,
-// and a batched step that appends tokens (a prefill chunk or one decode token) to many sequences at once.
-// Server, scheduler and CLI see only this interface; the CPU reference and the CUDA backend implement it.
+// The backend interface: a loaded model with sequences whose incremental state is held in a block pool, and a
+// batched step that appends tokens (a prefill chunk or one decode token) to many sequences at once. The step
+// loop, scheduler and CLI see only this interface; the CPU reference and the CUDA backend implement it.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -12,6 +12,8 @@
 #include "model/config.h"
 
 namespace flashseek {
+
+class BackendDiagnostics;  // backend/diagnostics.h
 
 // One sequence's work in a step: append tokens[0..n_tokens) to sequence seq_id.
 struct SequenceStep {
@@ -73,6 +75,9 @@ public:
     // forward() and samples on the host; a device backend samples on the device.
     virtual void forward_sample(std::span<const SequenceStep> steps, std::span<const SampleParams> params,
                                 std::vector<SampleResult>& out);
+
+    // Profiling, device ceilings and A/B switches for tools; null where the backend has none.
+    virtual BackendDiagnostics* diagnostics() { return nullptr; }
 };
 
 // Host sampler over one logits row (greedy, temperature, top-k, top-p; counter-based RNG for reproducibility).

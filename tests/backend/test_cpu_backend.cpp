@@ -5,15 +5,20 @@
 #include <filesystem>
 #include <random>
 
-#include "engine/backend.h"
-#include "engine/cpu_backend.h"
-#include "engine/factory.h"
-#include "engine_test_util.h"
+#include "backend/backend.h"
+#include "cpu/cpu_backend.h"
+#include "backend/registry.h"
+#include "backend_test_util.h"
+#include "backends/builtin.h"
 
 using namespace flashseek;
 
+namespace {
+const bool g_backends_registered = (register_builtin_backends(), true);
+}  // namespace
+
 TEST(CpuBackend, LifecycleAndAccounting) {
-    const auto& tm = engine_test::tiny_model();
+    const auto& tm = backend_test::tiny_model();
     BackendOptions opt;
     opt.max_sequences = 2;
     auto be = create_backend(tm.dir, opt);
@@ -26,7 +31,7 @@ TEST(CpuBackend, LifecycleAndAccounting) {
     EXPECT_EQ(be->blocks_for(65) - be->blocks_for(64), 1);
     const int a = be->create_sequence(), b = be->create_sequence();
     EXPECT_THROW(be->create_sequence(), std::exception);  // max_sequences
-    const auto tok = engine_test::random_tokens(70, be->config().vocab_size, 1);
+    const auto tok = backend_test::random_tokens(70, be->config().vocab_size, 1);
     std::vector<float> logits;
     SequenceStep s[2] = {{a, tok.data(), 70, false}, {b, tok.data(), 5, true}};
     be->forward(s, logits);
@@ -57,7 +62,7 @@ TEST(CpuBackend, LifecycleAndAccounting) {
 }
 
 TEST(CpuBackend, OutOfStateMemoryChangesNothing) {
-    const auto& tm = engine_test::tiny_model();
+    const auto& tm = backend_test::tiny_model();
     BackendOptions probe_opt;
     auto probe = create_backend(tm.dir, probe_opt);
     const int64_t bpb = probe->memory().bytes_per_block;
@@ -67,7 +72,7 @@ TEST(CpuBackend, OutOfStateMemoryChangesNothing) {
     auto be = create_backend(tm.dir, opt);
     ASSERT_EQ(be->memory().total_blocks, fixed + 2);
     const int a = be->create_sequence(), b = be->create_sequence();
-    const auto tok = engine_test::random_tokens(200, be->config().vocab_size, 2);
+    const auto tok = backend_test::random_tokens(200, be->config().vocab_size, 2);
     std::vector<float> logits = {42.f};
     SequenceStep sa = {a, tok.data(), 100, false};
     be->forward(std::span<const SequenceStep>(&sa, 1), logits);
@@ -93,12 +98,12 @@ TEST(CpuBackend, OutOfStateMemoryChangesNothing) {
 }
 
 TEST(CpuBackend, ContextLimitAndOptions) {
-    const auto& tm = engine_test::tiny_model();
+    const auto& tm = backend_test::tiny_model();
     BackendOptions opt;
     opt.max_context = 50;
     auto be = create_backend(tm.dir, opt);
     const int a = be->create_sequence();
-    const auto tok = engine_test::random_tokens(60, be->config().vocab_size, 3);
+    const auto tok = backend_test::random_tokens(60, be->config().vocab_size, 3);
     std::vector<float> logits;
     SequenceStep s = {a, tok.data(), 51, false};
     try {

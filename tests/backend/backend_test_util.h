@@ -1,4 +1,4 @@
-// Shared helpers of the engine tests: one tiny generated checkpoint per test process (fresh seed, printed by the
+// Shared helpers of the backend tests: one tiny generated checkpoint per test process (fresh seed, printed by the
 // tests that depend on it), random token ids, temporary paths and running the built `flashseek` binary.
 #pragma once
 #include <sys/wait.h>
@@ -14,7 +14,7 @@
 #include "model/checkpoint_gen.h"
 #include "model/config.h"
 
-namespace engine_test {
+namespace backend_test {
 
 struct TinyModel {
     std::string dir;
@@ -92,4 +92,4 @@ inline std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t see
     return t;
 }
 
-}  // namespace engine_test
+}  // namespace backend_test

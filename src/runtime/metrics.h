@@ -1,5 +1,5 @@
 // Prometheus metrics, hand-written text exposition (format 0.0.4). Names follow vLLM v1 under the "flashseek:"
-// prefix so dashboards port with a sed. Updated by the engine thread, read by /metrics handlers: one mutex.
+// prefix so dashboards port with a sed. Updated by the step-loop thread, read by /metrics handlers: one mutex.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace flashseek::server {
+namespace flashseek::runtime {
 
 class Histogram {
 public:
@@ -23,7 +23,7 @@ private:
     uint64_t count_ = 0;
 };
 
-struct MetricsSnapshotInput {  // gauges read from the engine when rendering
+struct MetricsSnapshotInput {  // gauges read from the step loop when rendering
     int running = 0;
     int waiting = 0;
     int64_t state_used_blocks = 0;
@@ -45,7 +45,7 @@ public:
     void on_inter_token(double itl_s);
     void on_tokens(int64_t prompt_tokens, int64_t generation_tokens);
     void on_aborted(const std::string& reason);  // client disconnect, deadline, shutdown, error
-    void on_rejected(int status);                // requests refused before reaching the engine
+    void on_rejected(int status);                // requests refused before reaching the step loop
     void on_iteration(int tokens);
 
     std::string render(const MetricsSnapshotInput& in) const;
@@ -61,4 +61,4 @@ private:
     Histogram ttft_, itl_, tpot_, e2e_, queue_, prompt_len_, gen_len_, iteration_tokens_;
 };
 
-}  // namespace flashseek::server
+}  // namespace flashseek::runtime

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "engine/backend.h"
+#include "backend/backend.h"
 #include "util/error.h"
 
 namespace flashseek {

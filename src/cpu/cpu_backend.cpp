@@ -1,6 +1,6 @@
 // CpuBackend: sequence bookkeeping, block accounting (checked before any state changes, so a step that does not
 // fit throws OutOfStateMemory and leaves every sequence as it was) and the call into the CPU forward.
-#include "engine/cpu_backend.h"
+#include "cpu/cpu_backend.h"
 
 #include <algorithm>
 #include <set>

@@ -8,8 +8,8 @@
 #include "cpu/forward.h"
 #include "cpu/model.h"
 #include "cpu/thread_pool.h"
-#include "engine/backend.h"
-#include "engine/factory.h"
+#include "backend/backend.h"
+#include "backend/options.h"
 
 namespace flashseek {
 

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-namespace flashseek::server {
+namespace flashseek::runtime {
 
 class StopMatcher {
 public:
@@ -54,4 +54,4 @@ private:
     bool matched_ = false;
 };
 
-}  // namespace flashseek::server
+}  // namespace flashseek::runtime

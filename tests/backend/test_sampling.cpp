@@ -6,7 +6,7 @@
 #include <map>
 #include <random>
 
-#include "engine/backend.h"
+#include "backend/backend.h"
 
 using namespace flashseek;
 

@@ -10,15 +10,15 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine_test_util.h"
+#include "backend_test_util.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-using engine_test::RunResult;
-RunResult run(const std::string& args) { return engine_test::run_flashseek(args); }
-std::string temp_path(const std::string& name) { return engine_test::temp_path("cli", name); }
+using backend_test::RunResult;
+RunResult run(const std::string& args) { return backend_test::run_flashseek(args); }
+std::string temp_path(const std::string& name) { return backend_test::temp_path("cli", name); }
 
 std::string write_tokens(const std::string& name, const std::vector<int32_t>& ids) {
     const std::string path = temp_path(name);
@@ -47,10 +47,10 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }  // namespace
 
 TEST(CliLogits, OutputContractAndConsistency) {
-    const auto& tm = engine_test::tiny_model();
+    const auto& tm = backend_test::tiny_model();
     SCOPED_TRACE("checkpoint seed " + std::to_string(tm.seed));
     const int64_t T = 45;
-    const auto ids = engine_test::random_tokens(T, tm.vocab, tm.seed ^ 5);
+    const auto ids = backend_test::random_tokens(T, tm.vocab, tm.seed ^ 5);
     const std::string tokens = write_tokens("tok.txt", ids);
     const std::string out_full = temp_path("full.bin"), out_dec = temp_path("dec.bin"), out_chunk = temp_path("ch.bin");
     auto r = run("logits --model " + tm.dir + " --tokens " + tokens + " --prefill 45 --output " + out_full);
@@ -76,7 +76,7 @@ TEST(CliLogits, OutputContractAndConsistency) {
 }
 
 TEST(CliLogits, ContractErrors) {
-    const auto& tm = engine_test::tiny_model();
+    const auto& tm = backend_test::tiny_model();
     const std::string tokens = write_tokens("err.txt", {1, 2, 3, 4});
     const std::string out = temp_path("err.bin");
     const std::string base = "logits --model " + tm.dir + " --output " + out;
@@ -109,7 +109,7 @@ TEST(CliLogits, ContractErrors) {
 }
 
 TEST(CliGenerate, GreedyAndSeededSampling) {
-    const auto& tm = engine_test::tiny_model();
+    const auto& tm = backend_test::tiny_model();
     auto r = run("generate --model " + tm.dir + " --prompt-tokens \"5 6 7 8\" --max-new 6 --ignore-eos");
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_NE(r.output.find("tokens/s"), std::string::npos) << r.output;

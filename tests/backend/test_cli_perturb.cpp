@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine_test_util.h"
+#include "backend_test_util.h"
 #include "loader/safetensors.h"
 #include "model/perturb.h"
 
@@ -18,9 +18,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using engine_test::RunResult;
-RunResult run(const std::string& args) { return engine_test::run_flashseek(args); }
-std::string temp_path(const std::string& name) { return engine_test::temp_path("perturb", name); }
+using backend_test::RunResult;
+RunResult run(const std::string& args) { return backend_test::run_flashseek(args); }
+std::string temp_path(const std::string& name) { return backend_test::temp_path("perturb", name); }
 
 std::string read_file(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
@@ -36,10 +36,10 @@ std::vector<float> as_floats(const std::string& bytes) {
 }  // namespace
 
 TEST(CliLogitsPerturbNorms, EqualsPerturbedCheckpointDeterministicSmallChange) {
-    const auto& tm = engine_test::tiny_model();
+    const auto& tm = backend_test::tiny_model();
     SCOPED_TRACE("checkpoint seed " + std::to_string(tm.seed));
     const int64_t T = 24;
-    const auto ids = engine_test::random_tokens(T, tm.vocab, tm.seed ^ 9);
+    const auto ids = backend_test::random_tokens(T, tm.vocab, tm.seed ^ 9);
     const std::string tokens = temp_path("tok.txt");
     {
         std::ofstream f(tokens);
@@ -110,7 +110,7 @@ TEST(CliLogitsPerturbNorms, EqualsPerturbedCheckpointDeterministicSmallChange) {
 }
 
 TEST(CliLogitsPerturbNorms, BadSeedIsAClearError) {
-    const auto& tm = engine_test::tiny_model();
+    const auto& tm = backend_test::tiny_model();
     const std::string tokens = temp_path("err.txt");
     std::ofstream(tokens) << "1 2 3\n";
     const std::string out = temp_path("err.bin");

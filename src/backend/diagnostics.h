@@ -1,0 +1,49 @@
+// What tools (flashseek bench, tests) may ask of a device backend beyond the Backend interface: a profiled step
+// with per-op times and bytes, greedy decode without a logits copy, the device's measured ceilings and A/B
+// switches. Plain C++ (no device headers), so the CLI needs no CUDA includes. Backend::diagnostics() returns
+// null for backends without them (the CPU reference).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace flashseek {
+
+// One row of the per-op time table of a profiled step (events around every op, outside any graph).
+struct OpTime {
+    std::string op;       // e.g. "attn.wq_b gemm"
+    std::string variant;  // the kernel-catalogue variant that ran it, where the op is a catalogue op
+    int calls = 0;
+    double total_us = 0;
+};
+
+struct StepProfile {
+    std::vector<OpTime> ops;     // sorted by total_us, largest first
+    double gpu_us = 0;           // sum of the op times
+    double bytes_weights = 0;    // weight bytes the step read (dense + the experts actually routed, counted once)
+    double bytes_state = 0;      // KV / index-key / compressor-state bytes read and written
+    int distinct_experts = 0;    // summed over layers
+};
+
+class BackendDiagnostics {
+public:
+    virtual ~BackendDiagnostics() = default;
+    // Runs `steps` once with an event pair around every op (no graph) and reports the table and the bytes.
+    virtual StepProfile profile_step(std::span<const SequenceStep> steps) = 0;
+    // Decode steps with a device sampler and no logits copy (what a server's decode loop does); returns tokens.
+    virtual void decode_greedy(std::span<const SequenceStep> steps, std::vector<int32_t>& next_tokens) = 0;
+    virtual std::string device_name() const = 0;
+    virtual double weight_bytes_on_device() const = 0;
+    // Device-to-device copy bandwidth in bytes/s counting bytes read plus bytes written (median of `reps` copies of
+    // `bytes` each, after a warm-up): the memory roofline.
+    virtual double measure_copy_bandwidth(size_t bytes = size_t(2) << 30, int reps = 20) = 0;
+    virtual void set_use_graphs(bool on) = 0;
+    // Independent parts of a sub-block on side streams (default on); off runs every op on one stream.
+    virtual void set_use_branches(bool on) = 0;
+};
+
+}  // namespace flashseek
