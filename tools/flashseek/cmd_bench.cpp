@@ -160,7 +160,7 @@ int run_bench(int argc, char** argv) {
             r["profiled_gpu_us"] = prof.gpu_us;
             nlohmann::json ops = nlohmann::json::array();
             for (const auto& o : prof.ops)
-                ops.push_back({{"op", o.op}, {"calls", o.calls}, {"total_us", o.total_us},
+                ops.push_back({{"op", o.op}, {"variant", o.variant}, {"calls", o.calls}, {"total_us", o.total_us},
                                {"share", prof.gpu_us > 0 ? o.total_us / prof.gpu_us : 0}});
             r["ops"] = ops;
             results.push_back(r);
@@ -174,10 +174,11 @@ int run_bench(int argc, char** argv) {
                         bytes / 1e9, prof.bytes_weights / 1e9, prof.bytes_state / 1e9, prof.distinct_experts,
                         roofline_ms, 100.0 * roofline_ms / tpot);
             std::printf("per-op GPU time of one profiled decode step (events, no graph), total %.1f us:\n", prof.gpu_us);
-            std::printf("  %-36s %6s %12s %7s\n", "op", "calls", "total us", "share");
+            std::printf("  %-40s %-26s %6s %12s %7s\n", "op", "variant", "calls", "total us", "share");
             for (size_t i = 0; i < prof.ops.size() && i < 25; ++i)
-                std::printf("  %-36s %6d %12.1f %6.1f%%\n", prof.ops[i].op.c_str(), prof.ops[i].calls,
-                            prof.ops[i].total_us, 100.0 * prof.ops[i].total_us / std::max(prof.gpu_us, 1e-9));
+                std::printf("  %-40s %-26s %6d %12.1f %6.1f%%\n", prof.ops[i].op.c_str(), prof.ops[i].variant.c_str(),
+                            prof.ops[i].calls, prof.ops[i].total_us,
+                            100.0 * prof.ops[i].total_us / std::max(prof.gpu_us, 1e-9));
         }
     }
     if (!json_path.empty()) {
