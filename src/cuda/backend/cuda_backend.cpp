@@ -34,8 +34,17 @@ namespace flashseek::cuda {
 
 namespace {
 
-// Prefill chunk: the window rings hold window + one chunk, so a whole chunk is written before attention reads.
-constexpr int kChunkTokens = 128;
+// Prefill tokens of one sequence per pass unless BackendOptions::prefill_chunk says otherwise. The window rings hold
+// window + one chunk, so a whole chunk is written before attention reads.
+constexpr int kDefaultChunkTokens = 128;
+// Logits rows of one pass at least (every sequence of the largest decode bucket has one): a pass with more
+// all-logits rows is cut so that its head fits.
+constexpr int kMinHeadRows = 256;
+
+int chunk_tokens(const BackendOptions& opt) {
+    FS_CHECK(opt.prefill_chunk >= 0, "prefill_chunk must be >= 0, got {}", opt.prefill_chunk);
+    return opt.prefill_chunk > 0 ? opt.prefill_chunk : kDefaultChunkTokens;
+}
 
 // The state pool: window rings and compressor state per slot, compressed entries and indexer keys in blocks; half
 // of the device memory left after the weights unless the options say otherwise.
@@ -43,7 +52,7 @@ std::unique_ptr<StatePool> make_state_pool(const ModelConfig& cfg, const Backend
                                            const ShardWeights& shard, const ForwardNumerics& num) {
     StateGeometry g;
     g.block_tokens = 256;
-    g.ring_entries = cfg.sliding_window + kChunkTokens;
+    g.ring_entries = cfg.sliding_window + chunk_tokens(opt);
     g.kv_entry_bytes = kv_entry_bytes(num.kv, cfg.head_dim, cfg.qk_rope_head_dim);
     for (const ShardLayer& layer : shard.layers()) {
         LayerStateGeometry lg;
@@ -66,11 +75,11 @@ std::unique_ptr<StatePool> make_state_pool(const ModelConfig& cfg, const Backend
     return std::make_unique<StatePool>(g, std::max(1, opt.max_sequences), max_ctx, pool_bytes);
 }
 
-// Rows of the largest pass: a prefill chunk or the largest decode bucket (a power of two >= max sequences).
-int max_pass_rows(const StatePool& pool) {
+// The largest decode bucket: a power of two >= max sequences.
+int max_bucket(const StatePool& pool) {
     int bucket = 1;
     while (bucket < pool.max_sequences()) bucket *= 2;
-    return std::max(kChunkTokens, bucket);
+    return bucket;
 }
 
 class CudaBackend final : public Backend, public BackendDiagnostics {
@@ -82,8 +91,10 @@ public:
           facts_(query_device()),
           shard_(cfg_, ShardSpec::whole(cfg_), std::move(store)),
           pool_(make_state_pool(cfg_, opt, shard_, numerics_)),
-          max_rows_(max_pass_rows(*pool_)),
-          buf_(cfg_, StepBufferSizes{max_rows_, pool_->max_context()}),
+          chunk_tokens_(chunk_tokens(opt)),
+          max_rows_(std::max(chunk_tokens_, max_bucket(*pool_))),
+          max_head_rows_(std::max(kMinHeadRows, max_bucket(*pool_))),
+          buf_(cfg_, StepBufferSizes{max_rows_, max_head_rows_, pool_->max_context()}),
           forward_(cfg_, shard_, buf_, streams_, *pool_, policy_, numerics_, prof_) {
         streams_.set_branches(policy_.branches);
     }
@@ -147,7 +158,9 @@ private:
     ShardWeights shard_;
     std::unique_ptr<StatePool> pool_;
     StreamSet streams_;
-    int max_rows_;
+    int chunk_tokens_;
+    int max_rows_;       // rows of the largest pass: a prefill chunk or the largest decode bucket
+    int max_head_rows_;  // logits rows of the largest pass
     StepBuffers buf_;
     OpProfiler prof_;
     ForwardPass forward_;
@@ -233,16 +246,20 @@ void CudaBackend::run_steps(std::span<const SequenceStep> steps, Output out, std
     }
     size_t next = 0;
     while (true) {
-        // Build one pass: entries in order, each contributing min(remaining, chunk) tokens, up to max_rows_ rows.
+        // Build one pass: entries in order, each contributing min(remaining, chunk) tokens, up to max_rows_ rows and
+        // max_head_rows_ logits rows (an all-logits entry contributes one per token, others one at their end).
         struct Part { size_t entry; int first, n; };
         std::vector<Part> parts;
-        int rows = 0;
+        int rows = 0, head_budget = max_head_rows_;
         bool all_single = true;
         for (size_t k = 0; k < steps.size() && rows < max_rows_; ++k) {
             const size_t i = (next + k) % steps.size();
             const int rem = steps[i].n_tokens - done[i];
             if (rem <= 0) continue;
-            const int n = std::min({rem, kChunkTokens, max_rows_ - rows});
+            int n = std::min({rem, chunk_tokens_, max_rows_ - rows});
+            if (steps[i].all_logits) n = std::min(n, head_budget);
+            if (n <= 0 || head_budget <= 0) continue;
+            head_budget -= steps[i].all_logits ? n : (done[i] + n == steps[i].n_tokens ? 1 : 0);
             parts.push_back({i, done[i], n});
             rows += n;
             if (steps[i].n_tokens != 1) all_single = false;

@@ -101,14 +101,15 @@ StepBuffers::StepBuffers(const ModelConfig& cfg, const StepBufferSizes& sizes) :
     moe_h.allocate(T * K, I);
     moe_h_shared.allocate(T, I);
 
-    logits.allocate(size_t(T * V) * 4, "logits");
-    tokens.allocate(size_t(T) * 4, "output tokens");
-    sample_params.allocate(size_t(T) * sizeof(DeviceSampleParams), "sampling parameters");
-    sample_logprob.allocate(size_t(T) * 4, "sampled logprobs");
-    logits_host.allocate(size_t(T * V) * 4, "logits");
-    tokens_host.allocate(size_t(T) * 4, "output tokens");
-    sample_params_host.allocate(size_t(T) * sizeof(DeviceSampleParams), "sampling parameters");
-    sample_logprob_host.allocate(size_t(T) * 4, "sampled logprobs");
+    const int64_t Hr = sizes.max_head_rows;
+    logits.allocate(size_t(Hr * V) * 4, "logits");
+    tokens.allocate(size_t(Hr) * 4, "output tokens");
+    sample_params.allocate(size_t(Hr) * sizeof(DeviceSampleParams), "sampling parameters");
+    sample_logprob.allocate(size_t(Hr) * 4, "sampled logprobs");
+    logits_host.allocate(size_t(Hr * V) * 4, "logits");
+    tokens_host.allocate(size_t(Hr) * 4, "output tokens");
+    sample_params_host.allocate(size_t(Hr) * sizeof(DeviceSampleParams), "sampling parameters");
+    sample_logprob_host.allocate(size_t(Hr) * 4, "sampled logprobs");
 }
 
 }  // namespace flashseek::cuda

@@ -43,6 +43,7 @@ struct PrepBuffer {
 
 struct StepBufferSizes {
     int max_rows = 0;             // rows of the largest pass (a prefill chunk or the largest decode bucket)
+    int max_head_rows = 0;        // rows of the largest head (logits) of a pass
     int64_t max_context = 0;      // the state pool's context bound (indexer and attention workspaces)
 };
 
@@ -82,11 +83,11 @@ struct StepBuffers {
     // prepared activations
     PrepBuffer prep_x, prep_x_bf16, prep_q_latent, prep_attn_out, prep_wo_a_out, prep_kv, prep_index_x;
     PrepBuffer prep_x_expert, moe_h, moe_h_shared;
-    // outputs
-    DeviceBuffer logits;         // fp32 [rows, vocab]
-    DeviceBuffer tokens;         // int32 [rows]: argmax or sampled ids
-    DeviceBuffer sample_params;  // DeviceSampleParams [rows]
-    DeviceBuffer sample_logprob; // fp32 [rows]
+    // outputs, per head row
+    DeviceBuffer logits;         // fp32 [head rows, vocab]
+    DeviceBuffer tokens;         // int32 [head rows]: argmax or sampled ids
+    DeviceBuffer sample_params;  // DeviceSampleParams [head rows]
+    DeviceBuffer sample_logprob; // fp32 [head rows]
     PinnedBuffer logits_host, tokens_host, sample_params_host, sample_logprob_host;
 };
 
