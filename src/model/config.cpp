@@ -561,9 +561,9 @@ void validate_model_config(const ModelConfig& c, const std::string& src) {
 }
 
 void check_release_numerics_supported(const ModelConfig& c, const std::string& src) {
+    // Only the main layers: the forward passes do not run the MTP layers.
     bool has_indexer = false;
     for (int r : c.compress_ratios) has_indexer |= r == 4;
-    for (int r : c.mtp_compress_ratios) has_indexer |= r == 4;
     // The reference rotates the indexer's queries and keys by a Walsh-Hadamard transform before their FP4 rounding;
     // that transform exists only for power-of-two sizes. (The FP8 / FP4 block roundings themselves take a shorter
     // last block, as the 128-wide activation blocks do.)

@@ -113,8 +113,8 @@ std::string model_config_to_json(const ModelConfig& cfg);
 // of 128, one head, a window shorter than a compression window); refuses only what cannot be computed or stored.
 void validate_model_config(const ModelConfig& cfg, const std::string& source = "config.json");
 // The release numerics (the reference's quantization simulations) need more than the model: throws Error naming
-// the key when cfg has a shape they are not defined for (index_head_dim not a power of two, for the Hadamard
-// rotation of the indexer).
+// the key when cfg has a shape they are not defined for (index_head_dim not a power of two while a main layer has
+// an indexer, for the Hadamard rotation).
 void check_release_numerics_supported(const ModelConfig& cfg, const std::string& source = "config.json");
 
 }  // namespace flashseek
