@@ -21,16 +21,16 @@
 #include "cpu/model.h"
 #include "model/checkpoint_gen.h"
 #include "model/config.h"
+#include "forward_test_util.h"
 #include "random_config.h"
 #include "util/error.h"
 
 using namespace flashseek;
 using namespace flashseek::cpu;
+using namespace flashseek::test;
 namespace fs = std::filesystem;
 
 namespace {
-
-uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}(); }
 
 struct TempDir {
     fs::path path;
@@ -45,48 +45,10 @@ struct TempDir {
     }
 };
 
-std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, Rng& rng) {
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (auto& v : t) v = int32_t(rng.below(uint64_t(vocab)));
-    return t;
-}
-
-// Tokens through one fresh sequence in steps of the given sizes (all logits): [T, vocab].
-std::vector<float> run_steps(const CpuModel& m, const std::vector<int32_t>& tokens, const std::vector<int>& sizes,
-                             ThreadPool* pool) {
-    SequenceState st = new_sequence_state(m);
-    std::vector<float> all, out;
-    size_t pos = 0;
-    for (int n : sizes) {
-        StepInput in{&st, tokens.data() + pos, n, true};
-        forward(m, std::span<const StepInput>(&in, 1), out, pool);
-        all.insert(all.end(), out.begin(), out.end());
-        pos += size_t(n);
-    }
-    EXPECT_EQ(pos, tokens.size());
-    return all;
-}
-
-std::vector<int> chunks(int64_t total, int64_t c) {
-    std::vector<int> s;
-    for (int64_t b = 0; b < total; b += c) s.push_back(int(std::min(c, total - b)));
-    return s;
-}
-
 std::vector<int> prefill_then_decode(int64_t total, int64_t prefill) {
     std::vector<int> s = {int(prefill)};
     s.resize(size_t(total - prefill + 1), 1);
     return s;
-}
-
-double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    EXPECT_EQ(a.size(), b.size());
-    double md = 0, mb = 1e-30;
-    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-        md = std::max(md, double(std::fabs(a[i] - b[i])));
-        mb = std::max(mb, double(std::fabs(b[i])));
-    }
-    return md / mb;
 }
 
 bool all_finite(const std::vector<float>& v) {
@@ -142,7 +104,7 @@ void check_random_config(uint64_t seed, int index, ThreadPool* pool) {
     const auto m = load_cpu_model(dir.path.string(), exact);
     // Long enough to complete windows of every drawn ratio up to 24 several times (and one of 128).
     const int64_t T = 140;
-    const auto tokens = random_tokens(T, cfg.vocab_size, rng);
+    const auto tokens = random_tokens(T, cfg.vocab_size, rng.next_u64());
     const auto full = run_steps(*m, tokens, {int(T)}, pool);
     ASSERT_EQ(full.size(), size_t(T * cfg.vocab_size));
     ASSERT_TRUE(all_finite(full)) << "non-finite logits";
@@ -191,7 +153,7 @@ TEST(WideConfigs, RandomConfigsThroughTheFlashseekBinary) {
         std::ofstream(config) << j.dump(2);
         const uint64_t ck_seed = rng.below(1u << 30);
         const int64_t vocab = j["vocab_size"].get<int64_t>(), T = 60, prefill = 23;
-        const auto tokens = random_tokens(T, vocab, rng);
+        const auto tokens = random_tokens(T, vocab, rng.next_u64());
         {
             std::ofstream t(tokens_file);
             for (int32_t v : tokens) t << v << ' ';
