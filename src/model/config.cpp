@@ -161,8 +161,13 @@ bool same_rope_scaling(const RopeScaling& a, const RopeScaling& b) {
 constexpr const char* kCsa = "compressed_sparse_attention";
 constexpr const char* kHca = "heavily_compressed_attention";
 
-std::vector<int> ratios_from_layer_types(const json& j, const Reader& r, int n_layers) {
+struct CompressRates {
     int64_t csa = 4, hca = 128;
+};
+
+// compress_rates (or compress_rate_csa / compress_rate_hca): HF's compress ratio of each compressed layer type.
+CompressRates read_compress_rates(const json& j, const Reader& r) {
+    CompressRates out;
     if (r.has("compress_rates")) {
         const json& cr = j.at("compress_rates");
         FS_CHECK(cr.is_object(), "{}: expected an object, got {}", r.where("compress_rates"), cr.dump());
@@ -170,18 +175,23 @@ std::vector<int> ratios_from_layer_types(const json& j, const Reader& r, int n_l
             FS_CHECK(k == kCsa || k == kHca, "{}: unknown layer type '{}' (expected {} or {})",
                      r.where("compress_rates"), k, kCsa, kHca);
         const Reader rr(cr, r.source(), "compress_rates.");
-        rr.get_int(kCsa, csa, false);
-        rr.get_int(kHca, hca, false);
+        rr.get_int(kCsa, out.csa, false);
+        rr.get_int(kHca, out.hca, false);
     }
-    r.get_int("compress_rate_csa", csa, false);
-    r.get_int("compress_rate_hca", hca, false);
+    r.get_int("compress_rate_csa", out.csa, false);
+    r.get_int("compress_rate_hca", out.hca, false);
     // flashseek loads the official layout, where compress ratio 4 means overlapping windows with an indexer and
     // any other ratio non-overlapping windows without one; the two HF layer types must keep that meaning.
-    FS_CHECK(csa == 4, "{}: a compress rate of {} for {} is not supported (overlapping compression with an indexer "
-             "has ratio 4 in the official layout)", r.where("compress_rates"), csa, kCsa);
-    FS_CHECK(hca >= 1 && hca != 4 && is_valid_ratio(hca), "{}: a compress rate of {} for {} is not supported (a "
-             "non-overlapping ratio in [1, {}] other than 4, which means overlapping with an indexer)",
-             r.where("compress_rates"), hca, kHca, kMaxCompressRatio);
+    FS_CHECK(out.csa == 4, "{}: a compress rate of {} for {} is not supported (overlapping compression with an "
+             "indexer has ratio 4 in the official layout)", r.where("compress_rates"), out.csa, kCsa);
+    FS_CHECK(out.hca >= 1 && out.hca != 4 && is_valid_ratio(out.hca), "{}: a compress rate of {} for {} is not "
+             "supported (a non-overlapping ratio in [1, {}] other than 4, which means overlapping with an indexer)",
+             r.where("compress_rates"), out.hca, kHca, kMaxCompressRatio);
+    return out;
+}
+
+std::vector<int> ratios_from_layer_types(const json& j, const Reader& r, int n_layers) {
+    const auto [csa, hca] = read_compress_rates(j, r);
     const json& lt = j.at("layer_types");
     FS_CHECK(lt.is_array() && lt.size() >= size_t(n_layers), "{}: expected a list of num_hidden_layers = {} layer "
              "types, got {}", r.where("layer_types"), n_layers, lt.dump());
@@ -334,6 +344,13 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
             all.push_back(int(v));
         }
         c.compress_ratios = all;  // split after num_hidden_layers is known (below)
+    }
+    if (!r.has("layer_types") && (r.has("compress_rates") || r.has("compress_rate_csa") ||
+                                  r.has("compress_rate_hca"))) {
+        // HF would run the compress_ratios 128 layers at its HCA rate: only the default rates mean the same model.
+        const CompressRates rates = read_compress_rates(j, r);
+        FS_CHECK(rates.hca == 128, "{}: an HCA rate of {} without layer_types would make HF run the compress_ratios "
+                 "128 layers at that rate; give the ratios in compress_ratios", r.where("compress_rates"), rates.hca);
     }
     if (r.has("layer_types")) {
         FS_CHECK(c.num_hidden_layers >= 1, "{}: must be >= 1, got {}", r.where("num_hidden_layers"),

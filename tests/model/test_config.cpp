@@ -403,6 +403,12 @@ TEST(Config, ReadsAndChecksHfTransformersNames) {
          {"rope_parameters.compress.attention_factor", "1.277"}},
         {"theta disagrees", {{"rope_theta", 5000}}, {"rope_parameters.main.rope_theta", "rope_theta = 5000"}},
     };
+    // HF applies compress_rates to the compress_ratios 128 layers too: only the default rates agree.
+    json rates = official;
+    rates["compress_rates"] = {{"heavily_compressed_attention", 128}};
+    EXPECT_EQ(parse(rates).compress_ratios, a.compress_ratios);
+    rates["compress_rate_hca"] = 64;
+    expect_refused(rates, {"compress_rates", "HCA rate of 64", "layer_types"});
     for (const auto& c : bad) {
         SCOPED_TRACE(c.what);
         json j = hf;
