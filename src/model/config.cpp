@@ -273,8 +273,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
         r.get_double("partial_rotary_factor", factor, true);
         const int rope = int(double(c.head_dim) * factor);
         FS_CHECK(!r.has("qk_rope_head_dim") || rope == c.qk_rope_head_dim, "{}: {} gives int(head_dim {} x {}) = {} "
-                 "rotary dims, but qk_rope_head_dim is {}", r.where("partial_rotary_factor"), factor, c.head_dim, factor,
-                 rope, c.qk_rope_head_dim);
+                 "rotary dims, but qk_rope_head_dim is {}", r.where("partial_rotary_factor"), factor, c.head_dim,
+                 factor, rope, c.qk_rope_head_dim);
         c.qk_rope_head_dim = rope;
     }
     r.get_int("q_lora_rank", c.q_lora_rank, true);
@@ -309,8 +309,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
             if (rp.contains("main")) {
                 const json& main = rp.at("main");
                 FS_CHECK(main.is_object(), "{}: expected an object", r.where("rope_parameters") + ".main");
-                FS_CHECK(read_rope_scaling(main, source, "rope_parameters.main.").type.empty(), "{}: the sliding "
-                         "layers' RoPE has no scaling in DeepSeek-V4 (only 'default')", r.where("rope_parameters.main"));
+                FS_CHECK(read_rope_scaling(main, source, "rope_parameters.main.").type.empty(),
+                         "{}: the sliding layers' RoPE has no scaling in DeepSeek-V4 (only 'default')",
+                         r.where("rope_parameters.main"));
                 check_theta(main, "rope_parameters.main.", "rope_theta", c.rope_theta);
             }
             if (rp.contains("compress")) {

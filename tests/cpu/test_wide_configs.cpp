@@ -119,7 +119,8 @@ void check_random_config(uint64_t seed, int index, ThreadPool* pool) {
         const std::vector<int32_t> head(tokens.begin(), tokens.begin() + 40);
         const auto rel = run_steps(*mr, head, {40}, pool);
         EXPECT_TRUE(all_finite(rel)) << "release numerics: non-finite logits";
-        EXPECT_LE(max_rel_diff(run_steps(*mr, head, chunks(40, 3), pool), rel), 1e-5) << "release numerics, chunks of 3";
+        EXPECT_LE(max_rel_diff(run_steps(*mr, head, chunks(40, 3), pool), rel), 1e-5)
+            << "release numerics, chunks of 3";
     } else {
         try {
             load_cpu_model(dir.path.string(), release);
@@ -160,16 +161,13 @@ TEST(WideConfigs, RandomConfigsThroughTheFlashseekBinary) {
         }
         std::string out;
         const std::string bin = FLASHSEEK_BIN;
-        ASSERT_EQ(run_shell("'" + bin + "' gen-checkpoint --config '" + config.string() + "' --out '" + model.string() +
-                                "' --seed " + std::to_string(ck_seed),
-                            out),
-                  0)
-            << out;
-        ASSERT_EQ(run_shell("'" + bin + "' logits --model '" + model.string() + "' --tokens '" + tokens_file.string() +
-                                "' --prefill " + std::to_string(prefill) + " --output '" + logits.string() + "'",
-                            out),
-                  0)
-            << out;
+        const std::string gen = "'" + bin + "' gen-checkpoint --config '" + config.string() + "' --out '" +
+                                model.string() + "' --seed " + std::to_string(ck_seed);
+        ASSERT_EQ(run_shell(gen, out), 0) << out;
+        const std::string logits_cmd = "'" + bin + "' logits --model '" + model.string() + "' --tokens '" +
+                                       tokens_file.string() + "' --prefill " + std::to_string(prefill) +
+                                       " --backend cpu --numerics exact --output '" + logits.string() + "'";
+        ASSERT_EQ(run_shell(logits_cmd, out), 0) << out;
         const auto got = read_f32(logits);
         const auto m = load_cpu_model(model.string(), {});
         const auto want = run_steps(*m, tokens, prefill_then_decode(T, prefill), nullptr);

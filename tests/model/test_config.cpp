@@ -366,7 +366,8 @@ TEST(Config, ReadsAndChecksHfTransformersNames) {
     EXPECT_TRUE(b.unknown_keys.empty());
     // Both names given and agreeing: accepted.
     json both = hf;
-    for (const char* k : {"compress_ratios", "num_hash_layers", "qk_rope_head_dim", "rope_scaling"}) both[k] = official[k];
+    for (const char* k : {"compress_ratios", "num_hash_layers", "qk_rope_head_dim", "rope_scaling"})
+        both[k] = official[k];
     EXPECT_EQ(parse(both).compress_ratios, a.compress_ratios);
     // An HCA rate other than 128 is a non-overlapping ratio.
     json hca = hf;
@@ -385,7 +386,8 @@ TEST(Config, ReadsAndChecksHfTransformersNames) {
         {"ratios disagree", {{"compress_ratios", {0, 4, 4, 4, 0}}}, {"compress_ratios[2] = 4", "layer_types[2]"}},
         {"hash layers disagree", {{"num_hash_layers", 1}}, {"mlp_layer_types", "num_hash_layers is 1"}},
         {"rope width disagrees", {{"qk_rope_head_dim", 32}}, {"partial_rotary_factor", "qk_rope_head_dim is 32"}},
-        {"yarn disagrees", {{"rope_scaling", {{"type", "yarn"}, {"factor", 4}, {"original_max_position_embeddings", 4096}}}},
+        {"yarn disagrees",
+         {{"rope_scaling", {{"type", "yarn"}, {"factor", 4}, {"original_max_position_embeddings", 4096}}}},
          {"rope_parameters.compress", "rope_scaling"}},
         {"CSA rate 8", {{"compress_rates", {{"compressed_sparse_attention", 8}}}}, {"compress_rates", "rate of 8"}},
         {"HCA rate 4", {{"compress_rate_hca", 4}}, {"compress_rates", "rate of 4"}},
@@ -393,7 +395,8 @@ TEST(Config, ReadsAndChecksHfTransformersNames) {
                                                  "sliding_attention"}}},
          {"layer_types[1]", "full_attention"}},
         {"too few layer types", {{"layer_types", {"sliding_attention"}}}, {"layer_types", "num_hidden_layers = 4"}},
-        {"hash after moe", {{"mlp_layer_types", {"moe", "hash_moe", "moe", "moe"}}}, {"mlp_layer_types[1]", "hash_moe"}},
+        {"hash after moe", {{"mlp_layer_types", {"moe", "hash_moe", "moe", "moe"}}},
+         {"mlp_layer_types[1]", "hash_moe"}},
         {"main rope scaled", {{"rope_parameters", {{"main", {{"rope_type", "yarn"}, {"factor", 2},
                                                              {"original_max_position_embeddings", 64}}}}}},
          {"rope_parameters.main", "no scaling"}},
