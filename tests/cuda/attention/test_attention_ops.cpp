@@ -10,19 +10,11 @@
 #include "cuda/attention/sparse_attention.cuh"
 #include "cuda/compressor/compressor.cuh"
 #include "cuda/indexer/indexer.cuh"
+#include "attn_reference.h"
 #include "kv_test_util.h"
 
 namespace flashseek::cuda::test {
 namespace {
-
-RopeTable yarn_table(int rope_dim) {
-    RopeScaling y;
-    y.type = "yarn";
-    y.factor = 16;
-    y.original_max_position_embeddings = 65536;
-    return make_rope_table(rope_dim, 160000.0, &y);
-}
-std::vector<float> inv_of(const RopeTable& r) { return std::vector<float>(r.inv_freq, r.inv_freq + r.n_pairs); }
 
 TEST(CudaKvStore, WindowEntriesMatchCpu) {
     REQUIRE_GPU();
@@ -148,58 +140,22 @@ TEST(CudaSparseAttention, MatchesCpuReference) {
         Dev<uint8_t> dring(ring_h), dpool(pool.bytes);
         Dev<int32_t> dtables(pool.tables), dtopk(topk);
         dout.poison();
-        SparseAttentionParams p;
-        p.batch = bd.batch;
-        p.n_heads = H;
-        p.head_dim = D;
-        p.rope_dim = R;
-        p.softmax_scale = 1.f / std::sqrt(float(D));
-        p.q = bf(dq);
-        p.q_stride = int64_t(H) * D;
-        p.out = bf(dout);
-        p.out_stride = int64_t(H) * D;
-        p.sink = dsink.ptr;
-        p.rope = rope;
-        p.window = c.window;
-        p.ring = RingView{dring.ptr, int64_t(ring_entries) * eb, ring_entries, eb, c.fmt};
-        p.ratio = c.ratio;
-        p.comp = pool.view(dpool.ptr, dtables.ptr, int32_t(c.fmt));
-        p.topk = c.use_topk ? dtopk.ptr : nullptr;
-        p.topk_stride = topk_width;
-        p.topk_width = topk_width;
+        SparseAttentionParams p = attention_params(
+            bd.batch, H, D, R, dq.ptr, dout.ptr, dsink.ptr, rope, c.window,
+            RingView{dring.ptr, int64_t(ring_entries) * eb, ring_entries, eb, c.fmt}, c.ratio,
+            pool.view(dpool.ptr, dtables.ptr, int32_t(c.fmt)), c.use_topk ? dtopk.ptr : nullptr, topk_width);
         p.max_candidates = c.window + (c.ratio ? (c.use_topk ? topk_width : 1500 / c.ratio + 1) : 0);
         const size_t ws_bytes = sparse_attention_workspace_bytes(T, H, D, p.max_candidates);
         Dev<uint8_t> ws(ws_bytes);
         std::vector<float> want(size_t(T) * H * D);
         const auto inv = inv_of(rope);
+        const AttnRowSpec spec{H, D, R, c.window, c.ratio, p.softmax_scale, sink.data(), inv.data()};
         for (int t = 0; t < T; ++t) {
             const int slot = bh.slot[bh.token_seq[t]], pos = bh.token_pos[t];
-            std::vector<float> kv;
-            std::vector<int32_t> idx;
-            for (int j = std::max(0, pos - c.window + 1); j <= pos; ++j) {
-                idx.push_back(int32_t(kv.size() / D));
-                kv.insert(kv.end(), ring_val[{slot, j}].begin(), ring_val[{slot, j}].end());
-            }
-            if (c.ratio) {
-                const int n_vis = (pos + 1) / c.ratio;
-                for (int i = 0; i < (c.use_topk ? topk_width : n_vis); ++i) {
-                    const int w = c.use_topk ? topk[size_t(t) * topk_width + i] : i;
-                    if (w < 0 || w >= n_vis) {
-                        idx.push_back(-1);
-                        continue;
-                    }
-                    idx.push_back(int32_t(kv.size() / D));
-                    kv.insert(kv.end(), comp_val[{slot, w}].begin(), comp_val[{slot, w}].end());
-                }
-            }
-            float* o = want.data() + size_t(t) * H * D;
-            cpu::sparse_attention_sink(q.data() + size_t(t) * H * D, H, D, kv.data(), idx.data(), int(idx.size()),
-                                       sink.data(), p.softmax_scale, true, o);
-            for (int h = 0; h < H; ++h) {
-                cpu::round_bf16_inplace(o + h * D, D);
-                cpu::rope_interleaved(o + h * D + D - R, R, inv.data(), pos, true);
-                cpu::round_bf16_inplace(o + h * D, D);
-            }
+            reference_attention_row(
+                spec, q.data() + size_t(t) * H * D, pos, c.use_topk ? topk.data() + size_t(t) * topk_width : nullptr,
+                topk_width, [&](int64_t j) -> const std::vector<float>& { return ring_val[{slot, int(j)}]; },
+                [&](int w) -> const std::vector<float>& { return comp_val[{slot, w}]; }, want.data() + size_t(t) * H * D);
         }
         for (AttnKernel kernel : {AttnKernel::Simt, AttnKernel::Mma}) {
             if (kernel == AttnKernel::Mma && (D % 64 != 0 || D > 512)) continue;
@@ -287,22 +243,8 @@ TEST(CudaCompressor, ChunkedEntriesMatchCpu) {
             }
             BatchDev bd(bh);
             Dev<float> dkv(hkv), dgate(hgate);
-            CompressorParams p;
-            p.batch = bd.batch;
-            p.ratio = m;
-            p.dim = c.dim;
-            p.rope_dim = c.rope;
-            p.indexer = c.indexer;
-            p.kv = dkv.ptr;
-            p.kv_stride = width;
-            p.gate = dgate.ptr;
-            p.gate_stride = width;
-            p.ape = dape.ptr;
-            p.norm_weight = bf(dnw);
-            p.rope = rope;
-            p.state = state.ptr;
-            p.state_stride = int64_t(state_bytes);
-            p.out = pool.view(dpool.ptr, dtables.ptr, c.format);
+            const CompressorParams p = compressor_params(bd.batch, m, c.dim, c.rope, c.indexer, dkv.ptr, dgate.ptr, dape.ptr,
+                                                         dnw.ptr, rope, state.ptr, pool.view(dpool.ptr, dtables.ptr, c.format));
             compressor_forward(p, nullptr);
             CUDA_OK(cudaDeviceSynchronize());
         }
@@ -414,50 +356,18 @@ TEST(CudaIndexer, SelectMatchesCpuTopk) {
             const int n_e = (bh.start[s] + bh.n_tok[s]) / ratio;
             for (int e = 0; e < n_e; ++e) {
                 auto v = bf16_round(rng.normals(D));
-                cpu::fp4_sim_block32(v.data(), D);  // keys are FP4-representable
-                uint8_t* dst = pool.entry(bh.slot[s], e);
-                for (int b = 0; b < D / 32; ++b) {
-                    float amax = 6.f * std::ldexp(1.f, -126);
-                    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[b * 32 + i]));
-                    const float sc = pow2_ceil_host(amax / 6.f);
-                    int ex;
-                    std::frexp(sc, &ex);
-                    if (fmt == IndexFormat::FP4) dst[D / 2 + b] = uint8_t(ex - 1 + 127);
-                    for (int i = 0; i < 32; ++i) {
-                        const int d = b * 32 + i;
-                        if (fmt == IndexFormat::FP4) {
-                            const uint8_t code = f32_to_e2m1(v[d] / sc);
-                            dst[d / 2] = d % 2 ? uint8_t((dst[d / 2] & 0xf) | (code << 4)) : uint8_t((dst[d / 2] & 0xf0) | code);
-                        } else {
-                            const uint16_t bits = f32_to_bf16(v[d]);
-                            std::memcpy(dst + 2 * d, &bits, 2);
-                        }
-                    }
-                }
+                encode_index_key(v, fmt, pool.entry(bh.slot[s], e));  // keys are FP4-representable
                 keys[{bh.slot[s], e}] = v;
             }
         }
         auto q = bf16_round(rng.normals(size_t(T) * H * D));
         auto wraw = bf16_round(rng.normals(size_t(T) * H));
-        const float wscale = 1.f / std::sqrt(float(D)) / std::sqrt(float(H));
         Dev<uint16_t> dq(to_bf16_bits(q)), dw(to_bf16_bits(wraw));
         Dev<uint8_t> dpool(pool.bytes);
         Dev<int32_t> dtables(pool.tables), dsel(size_t(T) * topk);
         dsel.poison();
-        IndexerSelectParams p;
-        p.batch = bd.batch;
-        p.n_heads = H;
-        p.head_dim = D;
-        p.ratio = ratio;
-        p.topk = topk;
-        p.q = bf(dq);
-        p.q_stride = int64_t(H) * D;
-        p.weights = bf(dw);
-        p.weights_stride = H;
-        p.weights_scale = wscale;
-        p.keys = pool.view(dpool.ptr, dtables.ptr, int32_t(fmt));
-        p.max_entries = max_entries;
-        p.selected = dsel.ptr;
+        const IndexerSelectParams p = indexer_params(bd.batch, H, D, ratio, topk, dq.ptr, dw.ptr,
+                                                     pool.view(dpool.ptr, dtables.ptr, int32_t(fmt)), max_entries, dsel.ptr);
         const size_t ws_bytes = indexer_select_workspace_bytes(T, max_entries);
         Dev<uint8_t> ws(ws_bytes);
         indexer_select(p, ws.ptr, ws_bytes, nullptr);
@@ -468,27 +378,10 @@ TEST(CudaIndexer, SelectMatchesCpuTopk) {
             const int n = (bh.token_pos[t] + 1) / ratio;
             std::vector<float> kk, w(H), scores(n);
             for (int e = 0; e < n; ++e) kk.insert(kk.end(), keys[{slot, e}].begin(), keys[{slot, e}].end());
-            for (int h = 0; h < H; ++h) w[h] = wraw[size_t(t) * H + h] * wscale;
+            for (int h = 0; h < H; ++h) w[h] = wraw[size_t(t) * H + h] * p.weights_scale;
             cpu::indexer_scores(q.data() + size_t(t) * H * D, H, D, w.data(), kk.data(), n, scores.data());
-            std::vector<int32_t> want;
-            cpu::topk_indices(scores.data(), n, topk, want);
-            std::vector<int32_t> got(sel.begin() + size_t(t) * topk, sel.begin() + size_t(t + 1) * topk);
-            const size_t k = std::min<size_t>(topk, size_t(n));
-            for (size_t i = k; i < size_t(topk); ++i) EXPECT_EQ(got[i], -1) << "row " << t << " slot " << i;
-            got.resize(k);
-            // fp32 scores in another summation order: only near-ties at the threshold may swap
-            std::vector<float> sorted(scores);
-            std::sort(sorted.begin(), sorted.end(), std::greater<float>());
-            const float kth = sorted[k - 1];
-            std::set<int32_t> gs(got.begin(), got.end()), ws_(want.begin(), want.end());
-            EXPECT_EQ(gs.size(), k) << "row " << t << ": duplicate indices";
-            EXPECT_TRUE(std::is_sorted(got.begin(), got.end())) << "row " << t << ": not in ascending order";
-            for (int32_t i : gs) {
-                ASSERT_TRUE(i >= 0 && i < n) << "row " << t << " index " << i;
-                if (!ws_.count(i)) {
-                    EXPECT_NEAR(scores[size_t(i)], kth, 1e-4f * (1 + std::fabs(kth))) << "row " << t;
-                }
-            }
+            expect_topk_row(std::vector<int32_t>(sel.begin() + size_t(t) * topk, sel.begin() + size_t(t + 1) * topk),
+                            scores, topk, "row " + std::to_string(t));
         }
     }
 }
