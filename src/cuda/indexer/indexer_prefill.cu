@@ -1,5 +1,5 @@
-// Tensor-core indexer scores for many rows (see indexer_prefill.cuh). Scores kernel, CTA = (a range of rows, a
-// block of 256 keys), 8 warps of 32 keys each:
+// Tensor-core indexer scores for many rows (see indexer_prefill.cuh). Scores kernel, CTA = (a block of 256 keys, a
+// range of rows), 8 warps of 32 keys each:
 //  * the key block of the rows' sequence is dequantized to bf16 in shared memory and each warp keeps its 32 keys
 //    as mma A fragments in registers (keys in M: 2 m-tiles x head_dim/16 k-steps), reloaded only when the next row
 //    belongs to another sequence;
@@ -52,7 +52,9 @@ __device__ __forceinline__ int visible(const IndexerSelectParams& p, int t) {
     return min(int((int64_t(p.batch.token_pos[t]) + 1) / p.ratio), p.max_entries);
 }
 
-// Rows [row_lo, row_hi) of the step, key block blockIdx.y; scores of row t at scores[(t - row_base) * row_stride + j].
+// Key block blockIdx.x, rows [row_base + blockIdx.y * rows_per_cta, ...) below row_end; scores of row t at
+// scores[(t - row_base) * row_stride + j]. Key blocks vary fastest, so the CTAs of one row block run together and
+// its q rows are read from HBM once (then from L2), while every sequence's keys stay in L2.
 template <int D>
 __global__ void __launch_bounds__(kWarps * 32, 2) scores_mma_kernel(IndexerSelectParams p, int row_base, int row_end,
                                                                  int rows_per_cta, float* __restrict__ scores,
@@ -65,8 +67,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) scores_mma_kernel(IndexerSelec
     ScoreSmem sm;
     score_smem_layout(D, Hp, stages, &sm, smem_raw);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int key0 = blockIdx.y * kKeyBlock;
-    const int r_begin = row_base + blockIdx.x * rows_per_cta, r_end = min(row_end, r_begin + rows_per_cta);
+    const int key0 = blockIdx.x * kKeyBlock;
+    const int r_begin = row_base + blockIdx.y * rows_per_cta, r_end = min(row_end, r_begin + rows_per_cta);
 
     // A row needs this CTA when it is scored at all and sees some key of the block (uniform over the CTA).
     auto active = [&](int t) {
@@ -217,7 +219,6 @@ void indexer_select_prefill(const IndexerSelectParams& p, void* workspace, size_
     FS_ATTN_REQUIRE(workspace && chunk_rows >= 1,
                     "indexer_select_prefill: workspace of {} bytes holds no row of {} scores", workspace_bytes, row_stride);
     const int key_blocks = int((row_stride + kKeyBlock - 1) / kKeyBlock);
-    FS_ATTN_REQUIRE(key_blocks <= 65535, "indexer_select_prefill: max_entries {} too large", p.max_entries);
 
     const int Hp = padded_heads8(H);
     const int max_smem = current_arch().max_smem_per_block_optin;
@@ -235,8 +236,9 @@ void indexer_select_prefill(const IndexerSelectParams& p, void* workspace, size_
         // Rows per CTA: enough CTAs for two waves over the SMs, each CTA amortizing its key tile over up to 64 rows
         // (decode batches get one row per CTA). Results do not depend on it.
         const int64_t want_ctas = 2 * int64_t(current_arch().sm_count);
-        const int rows_per_cta = int(std::clamp<int64_t>(int64_t(rows) * key_blocks / want_ctas, 1, 64));
-        const dim3 grid((rows + rows_per_cta - 1) / rows_per_cta, key_blocks);
+        int rows_per_cta = int(std::clamp<int64_t>(int64_t(rows) * key_blocks / want_ctas, 1, 64));
+        rows_per_cta = std::max(rows_per_cta, (rows + 65534) / 65535);  // grid.y limit
+        const dim3 grid(key_blocks, (rows + rows_per_cta - 1) / rows_per_cta);
         launch_pdl("indexer_scores_mma_kernel", kernel, grid, dim3(kWarps * 32), smem, stream, p, int(r0),
                    int(r0) + rows, rows_per_cta, scores, row_stride, stages);
         FS_ATTN_LAUNCHED();

@@ -1,7 +1,7 @@
 // GPU vs CPU reference: window KV store (bf16 and 584-byte FP8 rings), sparse attention with sink (decode with
 // split-KV and prefill, window + compressed candidates, top-k lists with holes, inverse RoPE), the compressors
-// (ratio 4 overlapping and ratio 128, main and indexer, chunked over several steps), indexer q preparation and
-// top-k selection. Every output buffer is poisoned before the kernel runs.
+// (ratio 4 overlapping and ratio 128, main and indexer, chunked over several steps or whole prompts in one step),
+// indexer q preparation and top-k selection. Every output buffer is poisoned before the kernel runs.
 #include <map>
 #include <set>
 
@@ -206,99 +206,105 @@ TEST(CudaCompressor, ChunkedEntriesMatchCpu) {
         {4, 128, 64, true, int32_t(IndexFormat::FP4)}, {4, 128, 64, true, int32_t(IndexFormat::BF16)},
         {128, 512, 64, false, int32_t(KvFormat::FP8)}, {128, 64, 32, true, int32_t(IndexFormat::FP4)},
     };
-    for (const CompCase& c : cases) {
-        const int m = c.ratio, co = m == 4 ? 2 : 1, width = co * c.dim, n_slots = 3;
-        const int total_len = m == 4 ? 45 : 300;
-        // token data for both sequences: kv, gate (without ape)
-        std::vector<std::vector<float>> kv(2), gate(2);
-        for (int s = 0; s < 2; ++s) {
-            kv[s] = rng.normals(size_t(total_len) * width, 1.f);
-            gate[s] = rng.normals(size_t(total_len) * width, 1.f);
-        }
-        auto ape = rng.normals(size_t(m) * width, 0.5f);
-        auto nw = bf16_round(rng.normals(c.dim, 0.4f));
-        const RopeTable rope = yarn_table(c.rope);
-        const int eb = int(c.indexer ? index_entry_bytes(IndexFormat(c.format), c.dim)
-                                     : kv_entry_bytes(KvFormat(c.format), c.dim, c.rope));
-        PagedPool pool(n_slots, total_len / m + 1, 4, eb, rng);
-        Dev<uint8_t> dpool(pool.bytes);
-        Dev<int32_t> dtables(pool.tables);
-        Dev<float> dape(ape);
-        Dev<uint16_t> dnw(to_bf16_bits(nw));
-        const size_t state_bytes = compressor_state_bytes(m, c.dim);
-        Dev<uint8_t> state(state_bytes * n_slots);
-        state.poison();  // never-written slots must never be read
-        const int slots[2] = {2, 0};
-        int pos[2] = {0, 0};
-        while (pos[0] < total_len || pos[1] < total_len) {
-            BatchHost bh;
-            std::vector<float> hkv, hgate;
+    // Chunkings: small random steps (decode and chunked prefill), then whole prompts in one step (2001 / 1001 tokens,
+    // hundreds of entries emitted by one launch).
+    for (const bool whole : {false, true}) {
+        for (const CompCase& c : cases) {
+            SCOPED_TRACE(whole ? "whole prompt in one step" : "random chunks");
+            const int m = c.ratio, co = m == 4 ? 2 : 1, width = co * c.dim, n_slots = 3;
+            const int total_len = whole ? (m == 4 ? 2001 : 1001) : (m == 4 ? 45 : 300);
+            // token data for both sequences: kv, gate (without ape)
+            std::vector<std::vector<float>> kv(2), gate(2);
             for (int s = 0; s < 2; ++s) {
-                int n = std::min(total_len - pos[s], rng.uniform_int(0, 3) == 0 ? rng.uniform_int(1, 2 * m + 3) : 1);
-                if (n <= 0) continue;
-                bh.add(slots[s], pos[s], n);
-                hkv.insert(hkv.end(), kv[s].begin() + size_t(pos[s]) * width, kv[s].begin() + size_t(pos[s] + n) * width);
-                hgate.insert(hgate.end(), gate[s].begin() + size_t(pos[s]) * width, gate[s].begin() + size_t(pos[s] + n) * width);
-                pos[s] += n;
+                kv[s] = rng.normals(size_t(total_len) * width, 1.f);
+                gate[s] = rng.normals(size_t(total_len) * width, 1.f);
             }
-            BatchDev bd(bh);
-            Dev<float> dkv(hkv), dgate(hgate);
-            const CompressorParams p = compressor_params(bd.batch, m, c.dim, c.rope, c.indexer, dkv.ptr, dgate.ptr, dape.ptr,
-                                                         dnw.ptr, rope, state.ptr, pool.view(dpool.ptr, dtables.ptr, c.format));
-            compressor_forward(p, nullptr);
-            CUDA_OK(cudaDeviceSynchronize());
-        }
-        pool.bytes = dpool.download();
-        const auto inv = inv_of(rope);
-        std::vector<float> got, want;
-        for (int s = 0; s < 2; ++s) {
-            for (int w = 0; w < total_len / m; ++w) {
-                std::vector<float> skv, ssc;
-                auto add_slot = [&](int t, int col0) {
-                    for (int ch = 0; ch < c.dim; ++ch) {
-                        skv.push_back(kv[s][size_t(t) * width + col0 + ch]);
-                        ssc.push_back(gate[s][size_t(t) * width + col0 + ch] + ape[size_t(t % m) * width + col0 + ch]);
-                    }
-                };
-                if (m == 4)
-                    for (int t = (w - 1) * m; t < w * m; ++t)
-                        if (t >= 0) add_slot(t, 0);
-                for (int t = w * m; t < (w + 1) * m; ++t) add_slot(t, m == 4 ? c.dim : 0);
-                std::vector<float> e(c.dim);
-                cpu::compressor_pool(skv.data(), ssc.data(), int(skv.size() / c.dim), c.dim, e.data());
-                cpu::round_bf16_inplace(e.data(), c.dim);
-                cpu::rmsnorm(e.data(), nw.data(), c.dim, 1e-6f, e.data());
-                cpu::round_bf16_inplace(e.data(), c.dim);
-                cpu::rope_interleaved(e.data() + c.dim - c.rope, c.rope, inv.data(), int64_t(w) * m);
-                cpu::round_bf16_inplace(e.data(), c.dim);
-                const uint8_t* src = pool.entry(slots[s], w);
-                std::vector<float> dec(c.dim);
-                if (c.indexer) {
-                    cpu::hadamard_transform(e.data(), c.dim);
-                    cpu::round_bf16_inplace(e.data(), c.dim);
-                    cpu::fp4_sim_block32(e.data(), c.dim);
-                    for (int d = 0; d < c.dim; ++d) {
-                        if (IndexFormat(c.format) == IndexFormat::BF16) {
-                            uint16_t b;
-                            std::memcpy(&b, src + 2 * d, 2);
-                            dec[d] = bf16_to_f32(b);
-                        } else {
-                            const uint8_t byte = src[d / 2];
-                            dec[d] = e2m1_to_f32(d % 2 ? byte >> 4 : byte & 0xf) * e8m0_to_f32(src[c.dim / 2 + d / 32]);
-                        }
-                    }
-                } else {
-                    cpu::kv_fp8_sim_block64(e.data(), c.dim - c.rope);
-                    dec = decode_kv_entry(src, c.dim, c.rope, KvFormat(c.format));
+            auto ape = rng.normals(size_t(m) * width, 0.5f);
+            auto nw = bf16_round(rng.normals(c.dim, 0.4f));
+            const RopeTable rope = yarn_table(c.rope);
+            const int eb = int(c.indexer ? index_entry_bytes(IndexFormat(c.format), c.dim)
+                                         : kv_entry_bytes(KvFormat(c.format), c.dim, c.rope));
+            PagedPool pool(n_slots, total_len / m + 1, 4, eb, rng);
+            Dev<uint8_t> dpool(pool.bytes);
+            Dev<int32_t> dtables(pool.tables);
+            Dev<float> dape(ape);
+            Dev<uint16_t> dnw(to_bf16_bits(nw));
+            const size_t state_bytes = compressor_state_bytes(m, c.dim);
+            Dev<uint8_t> state(state_bytes * n_slots);
+            state.poison();  // never-written slots must never be read
+            const int slots[2] = {2, 0};
+            int pos[2] = {0, 0};
+            while (pos[0] < total_len || pos[1] < total_len) {
+                BatchHost bh;
+                std::vector<float> hkv, hgate;
+                for (int s = 0; s < 2; ++s) {
+                    int n = whole ? total_len - pos[s]
+                                  : std::min(total_len - pos[s], rng.uniform_int(0, 3) == 0 ? rng.uniform_int(1, 2 * m + 3) : 1);
+                    if (n <= 0) continue;
+                    bh.add(slots[s], pos[s], n);
+                    hkv.insert(hkv.end(), kv[s].begin() + size_t(pos[s]) * width, kv[s].begin() + size_t(pos[s] + n) * width);
+                    hgate.insert(hgate.end(), gate[s].begin() + size_t(pos[s]) * width, gate[s].begin() + size_t(pos[s] + n) * width);
+                    pos[s] += n;
                 }
-                want.insert(want.end(), e.begin(), e.end());
-                got.insert(got.end(), dec.begin(), dec.end());
+                BatchDev bd(bh);
+                Dev<float> dkv(hkv), dgate(hgate);
+                const CompressorParams p = compressor_params(bd.batch, m, c.dim, c.rope, c.indexer, dkv.ptr, dgate.ptr, dape.ptr,
+                                                             dnw.ptr, rope, state.ptr, pool.view(dpool.ptr, dtables.ptr, c.format));
+                compressor_forward(p, nullptr);
+                CUDA_OK(cudaDeviceSynchronize());
             }
+            pool.bytes = dpool.download();
+            const auto inv = inv_of(rope);
+            std::vector<float> got, want;
+            for (int s = 0; s < 2; ++s) {
+                for (int w = 0; w < total_len / m; ++w) {
+                    std::vector<float> skv, ssc;
+                    auto add_slot = [&](int t, int col0) {
+                        for (int ch = 0; ch < c.dim; ++ch) {
+                            skv.push_back(kv[s][size_t(t) * width + col0 + ch]);
+                            ssc.push_back(gate[s][size_t(t) * width + col0 + ch] + ape[size_t(t % m) * width + col0 + ch]);
+                        }
+                    };
+                    if (m == 4)
+                        for (int t = (w - 1) * m; t < w * m; ++t)
+                            if (t >= 0) add_slot(t, 0);
+                    for (int t = w * m; t < (w + 1) * m; ++t) add_slot(t, m == 4 ? c.dim : 0);
+                    std::vector<float> e(c.dim);
+                    cpu::compressor_pool(skv.data(), ssc.data(), int(skv.size() / c.dim), c.dim, e.data());
+                    cpu::round_bf16_inplace(e.data(), c.dim);
+                    cpu::rmsnorm(e.data(), nw.data(), c.dim, 1e-6f, e.data());
+                    cpu::round_bf16_inplace(e.data(), c.dim);
+                    cpu::rope_interleaved(e.data() + c.dim - c.rope, c.rope, inv.data(), int64_t(w) * m);
+                    cpu::round_bf16_inplace(e.data(), c.dim);
+                    const uint8_t* src = pool.entry(slots[s], w);
+                    std::vector<float> dec(c.dim);
+                    if (c.indexer) {
+                        cpu::hadamard_transform(e.data(), c.dim);
+                        cpu::round_bf16_inplace(e.data(), c.dim);
+                        cpu::fp4_sim_block32(e.data(), c.dim);
+                        for (int d = 0; d < c.dim; ++d) {
+                            if (IndexFormat(c.format) == IndexFormat::BF16) {
+                                uint16_t b;
+                                std::memcpy(&b, src + 2 * d, 2);
+                                dec[d] = bf16_to_f32(b);
+                            } else {
+                                const uint8_t byte = src[d / 2];
+                                dec[d] = e2m1_to_f32(d % 2 ? byte >> 4 : byte & 0xf) * e8m0_to_f32(src[c.dim / 2 + d / 32]);
+                            }
+                        }
+                    } else {
+                        cpu::kv_fp8_sim_block64(e.data(), c.dim - c.rope);
+                        dec = decode_kv_entry(src, c.dim, c.rope, KvFormat(c.format));
+                    }
+                    want.insert(want.end(), e.begin(), e.end());
+                    got.insert(got.end(), dec.begin(), dec.end());
+                }
+            }
+            // quantized outputs: a rare one-ulp bf16 flip before FP8 (FP4) quantization moves one element by a step
+            const double tol = c.indexer && IndexFormat(c.format) == IndexFormat::FP4 ? 3e-2 : 1e-2;
+            EXPECT_CLOSE(got, want, tol, "compressor ratio " << m << " dim " << c.dim << " indexer " << c.indexer
+                                                             << " format " << c.format);
         }
-        // quantized outputs: a rare one-ulp bf16 flip before FP8 (FP4) quantization moves one element by a step
-        const double tol = c.indexer && IndexFormat(c.format) == IndexFormat::FP4 ? 3e-2 : 1e-2;
-        EXPECT_CLOSE(got, want, tol, "compressor ratio " << m << " dim " << c.dim << " indexer " << c.indexer
-                                                         << " format " << c.format);
     }
 }
 
