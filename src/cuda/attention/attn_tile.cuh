@@ -16,8 +16,8 @@
 
 namespace flashseek::cuda::attn_detail {
 
-constexpr int kTile = 32;    // candidates per softmax tile (= cpu::kSoftmaxTile: the rounding groups of P)
-constexpr int kMmaPad = 8;   // bf16 row padding of shared tiles: 16-byte aligned rows, conflict-free ldmatrix
+constexpr int kTile = 32;   // candidates per softmax tile (= cpu::kSoftmaxTile: the rounding groups of P)
+constexpr int kMmaPad = 8;  // bf16 row padding of shared tiles: 16-byte aligned rows, conflict-free ldmatrix
 
 // 8 dims [d, d+8) of a KV entry (kv_entry.cuh formats) as 4 bf16 pairs; FP8 values dequantize exactly.
 __device__ __forceinline__ void load_chunk8(const uint8_t* src, KvFormat fmt, int dim, int rope_dim, int d,
@@ -59,14 +59,16 @@ struct SmemCarver {
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
 }
 __device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t& r0, uint32_t& r1) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
 }
 __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
 }
 // c += a . b for one m16n8k16 bf16 tile, fp32 accumulators.
 __device__ __forceinline__ void mma_16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -84,9 +86,12 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int sr
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most `pending` (0..2) of this thread's commit groups are still in flight.
 __device__ __forceinline__ void cp_async_wait(int pending) {
-    if (pending <= 0) asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-    else if (pending == 1) asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-    else asm volatile("cp.async.wait_group 2;\n" ::: "memory");
+    if (pending <= 0)
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    else if (pending == 1)
+        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    else
+        asm volatile("cp.async.wait_group 2;\n" ::: "memory");
 }
 
 // Multiplies the accumulator rows of lane / 4 (fragment elements 0, 1) by f_lo and lane / 4 + 8 (2, 3) by f_hi.
@@ -138,11 +143,13 @@ __device__ __forceinline__ float output_factor(float m, float l, float sink) {
     return scale_acc / __fmaf_rn(l, scale_acc, expf(sink - M));
 }
 
-// The inverse RoPE of one output pair whose values are already rounded to bf16 (the reference rounds the attention
-// output before de-rotating it), with c, s = rope_cos_sin(pos, inv_freq of the pair).
-__device__ __forceinline__ __nv_bfloat162 derotate_pair(float x0, float x1, float c, float s) {
+// The inverse RoPE of one output pair (dims 2i, 2i+1 of the rope part), c, s = rope_cos_sin(pos, inv_freq[i]): the
+// reference rounds the attention output to bf16 before de-rotating it, so x0, x1 are rounded first (a no-op for
+// values that are bf16 already).
+__device__ __forceinline__ void derotate_pair(float& x0, float& x1, float c, float s) {
+    x0 = round_bf16(x0);
+    x1 = round_bf16(x1);
     rope_rotate(x0, x1, c, s, true);
-    return __floats2bfloat162_rn(x0, x1);
 }
 
 // Writes out_h for the pair d2 of head h of row t: value (already normalized) de-rotated at pos.
@@ -150,15 +157,12 @@ __device__ __forceinline__ void write_out_pair(const SparseAttentionParams& p, i
                                                int64_t pos) {
     const int D = p.head_dim;
     const int rope_first_pair = D / 2 - p.rope.n_pairs;
-    __nv_bfloat162 v;
     if (d2 >= rope_first_pair) {
         float c, s;
         rope_cos_sin(pos, p.rope.inv_freq[d2 - rope_first_pair], c, s);
-        v = derotate_pair(round_bf16(x0), round_bf16(x1), c, s);
-    } else {
-        v = __floats2bfloat162_rn(x0, x1);
+        derotate_pair(x0, x1, c, s);
     }
-    reinterpret_cast<__nv_bfloat162*>(p.out + t * p.out_stride + int64_t(h) * D)[d2] = v;
+    reinterpret_cast<__nv_bfloat162*>(p.out + t * p.out_stride + int64_t(h) * D)[d2] = __floats2bfloat162_rn(x0, x1);
 }
 
 }  // namespace flashseek::cuda::attn_detail

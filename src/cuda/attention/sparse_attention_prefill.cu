@@ -19,6 +19,7 @@
 #include "cuda/attention/sparse_attention_prefill.cuh"
 #include "cuda/common/arch.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/smem.cuh"
 
 namespace flashseek::cuda {
 
@@ -26,14 +27,16 @@ using namespace attn_detail;
 
 namespace {
 
-constexpr int kGroupHeads = 16;   // heads of one row group (an m16 tile)
+constexpr int kGroupHeads = 16;    // heads of one row group (an m16 tile)
 constexpr int kGroupThreads = 64;  // two warps per group: the head_dim halves
 constexpr int kMaxGroups = 4;
+constexpr int kMaxThreads = kMaxGroups * kGroupThreads;
 constexpr int kMaxStages = 3;
 constexpr int kMaxDim = 512;
 constexpr int kMaxNt = kMaxDim / 16;  // PV n-tiles of one warp (half of head_dim, 8 dims each)
 constexpr int kMaxTopkWidth = 8192;
 constexpr int kGatherWarps = 8;
+constexpr int kGatherThreads = kGatherWarps * 32;
 
 // Where the gathered rows live (see the file comment).
 struct GatherLayout {
@@ -52,8 +55,7 @@ __device__ __forceinline__ int64_t window_row(const GatherLayout& g, int window,
     return i >= 0 ? g.history_row0 + int64_t(seq) * (window - 1) + i : -1;
 }
 
-__global__ void __launch_bounds__(kGatherWarps * 32) gather_kernel(SparseAttentionParams p, GatherLayout g,
-                                                                  bf16* rows) {
+__global__ void __launch_bounds__(kGatherThreads) gather_kernel(SparseAttentionParams p, GatherLayout g, bf16* rows) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     const int seq = blockIdx.y, lane = threadIdx.x & 31;
@@ -99,11 +101,11 @@ static_assert(kMaxGroups == 4 && kGroupThreads == 64, "group_barrier's ids and t
 
 // Shared memory of the attention kernel; the same function sizes it on the host (raw = nullptr).
 struct PrefillSmem {
-    bf16* q;       // [G*16][D + pad]
-    bf16* kv;      // [stages][kTile][D + pad]
-    float* xch;    // [G][2 halves][16 values][32 lanes] QK partial scores
-    int* valid;    // [stages][kTile]
-    int* topk;     // [topk_width] the query's top-k row
+    bf16* q;     // [G*16][D + pad]
+    bf16* kv;    // [stages][kTile][D + pad]
+    float* xch;  // [G][2 halves][16 values][32 lanes] QK partial scores
+    int* valid;  // [stages][kTile]
+    int* topk;   // [topk_width] the query's top-k row
 };
 __host__ __device__ inline size_t prefill_smem_layout(int D, int groups, int stages, int topk_width, PrefillSmem* s,
                                                       unsigned char* raw) {
@@ -143,7 +145,7 @@ __device__ __forceinline__ int64_t candidate_row(const SparseAttentionParams& p,
     return g.comp_row0 + int64_t(c.seq) * g.max_entries + w;
 }
 
-__global__ void __launch_bounds__(kMaxGroups * kGroupThreads, 1)
+__global__ void __launch_bounds__(kMaxThreads, 1)
     prefill_attention_kernel(SparseAttentionParams p, GatherLayout g, int stages) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
@@ -178,14 +180,17 @@ __global__ void __launch_bounds__(kMaxGroups * kGroupThreads, 1)
     }
     __syncthreads();  // the top-k row is read by every loader below
 
+    // Tile loader: blockDim = 32 rows x (2 * groups) threads per row; each thread resolves its row once per tile and
+    // copies every (2 * groups)-th 16-byte chunk of it (a warp covers 16 / groups rows, whole 128-byte lines).
+    const int row_threads = blockDim.x / kTile, load_row = tid / row_threads, load_chunk0 = tid % row_threads;
     auto load_tile = [&](int tile, int stage) {
-        bf16* kv = sm.kv + size_t(stage) * kTile * DP;
-        for (int i = tid; i < kTile * chunks; i += blockDim.x) {
-            const int r = i / chunks, d = (i % chunks) * 8;
-            const int64_t row = candidate_row(p, g, c, sm.topk, tile * kTile + r);
-            cp_async16(smem_u32(kv + r * DP + d), row >= 0 ? g.rows + row * D + d : g.rows, row >= 0 ? 16 : 0);
-            if (d == 0) sm.valid[stage * kTile + r] = row >= 0;
-        }
+        const int64_t row = candidate_row(p, g, c, sm.topk, tile * kTile + load_row);
+        const bf16* src = row >= 0 ? g.rows + row * D : g.rows;
+        const uint32_t dst = smem_u32(sm.kv + (size_t(stage) * kTile + load_row) * DP);
+        const int bytes = row >= 0 ? 16 : 0;
+        for (int k = load_chunk0; k < chunks; k += row_threads)
+            cp_async16(dst + k * 16, src + (row >= 0 ? k * 8 : 0), bytes);
+        if (load_chunk0 == 0) sm.valid[stage * kTile + load_row] = row >= 0;
     };
     for (int s = 0; s < stages - 1; ++s) {
         if (s < n_tiles) load_tile(s, s);
@@ -233,14 +238,14 @@ __global__ void __launch_bounds__(kMaxGroups * kGroupThreads, 1)
         // exchange the halves; s = half0 + half1, scaled, masked
 #pragma unroll
         for (int i = 0; i < 16; ++i) xch_mine[i * 32 + lane] = sc[i / 4][i % 4];
+        const uint32_t valid_mask = __ballot_sync(0xffffffffu, valid[lane] != 0);  // bit e: candidate e is valid
         group_barrier(grp);
         float s[4][4];
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
-            const float other = xch_other[i * 32 + lane];
-            const float sum = half == 0 ? sc[i / 4][i % 4] + other : other + sc[i / 4][i % 4];
+            const float sum = sc[i / 4][i % 4] + xch_other[i * 32 + lane];  // half0 + half1 (commutative)
             const int col = (i / 4) * 8 + 2 * (lane % 4) + (i % 2);
-            s[i / 4][i % 4] = valid[col] ? sum * p.softmax_scale : -INFINITY;
+            s[i / 4][i % 4] = (valid_mask >> col) & 1u ? sum * p.softmax_scale : -INFINITY;
         }
 
         // online softmax per row (r = 0: head lane/4 of the group, elements 0, 1; r = 1: lane/4 + 8, elements 2, 3)
@@ -334,8 +339,9 @@ __global__ void __launch_bounds__(kMaxGroups * kGroupThreads, 1)
         for (int k = 0; k < 4; ++k) {
             const int pair = d / 2 + k - rope_first_pair;
             if (pair < 0) continue;
-            const float2 x = __bfloat1622float2(pairs[k]);
-            pairs[k] = derotate_pair(x.x, x.y, cos_s[pair], sin_s[pair]);
+            float2 x = __bfloat1622float2(pairs[k]);
+            derotate_pair(x.x, x.y, cos_s[pair], sin_s[pair]);
+            pairs[k] = __floats2bfloat162_rn(x.x, x.y);
         }
         *reinterpret_cast<uint4*>(p.out + int64_t(t) * p.out_stride + int64_t(h_cta + row) * D + d) = v;
     }
@@ -390,9 +396,11 @@ void sparse_attention_prefill(const SparseAttentionParams& p, int max_entries, v
                     tuning.head_groups, kMaxGroups, tuning.stages, kMaxStages);
     if (p.batch.n_tokens <= 0 || p.batch.n_seqs <= 0) return;
     const int entries = p.ratio > 0 ? max_entries : 0;
-    const size_t need = sparse_attention_prefill_workspace_bytes(p.batch.n_tokens, p.batch.n_seqs, p.window, entries, D);
+    const size_t need =
+        sparse_attention_prefill_workspace_bytes(p.batch.n_tokens, p.batch.n_seqs, p.window, entries, D);
     FS_ATTN_REQUIRE(workspace && workspace_bytes >= need,
-                    "sparse_attention_prefill: workspace of {} bytes is smaller than the {} needed", workspace_bytes, need);
+                    "sparse_attention_prefill: workspace of {} bytes is smaller than the {} needed", workspace_bytes,
+                    need);
 
     GatherLayout g;
     g.rows = static_cast<const bf16*>(workspace);
@@ -401,7 +409,7 @@ void sparse_attention_prefill(const SparseAttentionParams& p, int max_entries, v
     g.max_entries = entries;
     const int items = p.window - 1 + p.batch.max_seq_tokens + entries;
     launch_pdl("prefill_gather_kernel", gather_kernel, dim3((items + kGatherWarps - 1) / kGatherWarps, p.batch.n_seqs),
-               dim3(kGatherWarps * 32), 0, stream, p, g, static_cast<bf16*>(workspace));
+               dim3(kGatherThreads), 0, stream, p, g, static_cast<bf16*>(workspace));
     FS_ATTN_LAUNCHED();
 
     // Launch shape: as many row groups as the heads need (up to 4), then the deepest pipeline that fits the
@@ -419,12 +427,12 @@ void sparse_attention_prefill(const SparseAttentionParams& p, int max_entries, v
     const size_t smem = smem_of(groups, stages);
     FS_ATTN_REQUIRE(smem <= size_t(max_smem),
                     "sparse_attention_prefill: {} bytes of shared memory (head_dim {}, {} head groups, {} stages, "
-                    "top-k width {}) exceed the device's {}", smem, D, groups, stages, topk_width, max_smem);
-    FS_ATTN_CUDA_CHECK(cudaFuncSetAttribute(prefill_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            int(smem)));
+                    "top-k width {}) exceed the device's {}",
+                    smem, D, groups, stages, topk_width, max_smem);
+    allow_dynamic_smem(prefill_attention_kernel, smem);
     const dim3 grid(p.batch.n_tokens, (head_groups_needed + groups - 1) / groups);
-    launch_pdl("prefill_attention_kernel", prefill_attention_kernel, grid, dim3(groups * kGroupThreads), smem, stream, p,
-               g, stages);
+    launch_pdl("prefill_attention_kernel", prefill_attention_kernel, grid, dim3(groups * kGroupThreads), smem, stream,
+               p, g, stages);
     FS_ATTN_LAUNCHED();
 }
 

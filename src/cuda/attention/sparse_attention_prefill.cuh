@@ -15,7 +15,7 @@
 //
 // Bit-identity (batch invariance): a query's output depends only on its own inputs (q row, window, compressed
 // entries, top-k row): not on which other rows the pass holds, how the prompt was chunked, the CTA's head-group
-// count or the pipeline depth. It is bit-identical to the tensor-core decode kernel (AttnKernel::Mma) when that
+// count or the pipeline depth. It is bit-identical to the tensor-core decode kernel (variant attn_mma) when that
 // kernel runs one split: the same candidate order and 32-candidate tiles, the same mma chains per score (two
 // head_dim halves of k16 steps from zero, summed half0 + half1) and per output element (acc * before, two k16 PV
 // steps, * after), the same tile max / sum trees (the sum reproduces the warp butterfly 16-8-4-2-1) and the same

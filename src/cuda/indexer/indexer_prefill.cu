@@ -14,6 +14,7 @@
 #include "cuda/attention/attn_tile.cuh"
 #include "cuda/common/arch.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/smem.cuh"
 #include "cuda/indexer/indexer_prefill.cuh"
 
 namespace flashseek::cuda {
@@ -23,9 +24,10 @@ using namespace attn_detail;
 namespace {
 
 constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
 constexpr int kKeysPerWarp = 32;
 constexpr int kKeyBlock = kWarps * kKeysPerWarp;  // 256
-constexpr int kPad = 8;                            // bf16 row padding (conflict-free ldmatrix)
+constexpr int kPad = 8;                           // bf16 row padding (conflict-free ldmatrix)
 constexpr int kMaxHeads = 128;
 
 __host__ __device__ inline int padded_heads8(int h) { return (h + 7) / 8 * 8; }
@@ -56,9 +58,9 @@ __device__ __forceinline__ int visible(const IndexerSelectParams& p, int t) {
 // scores[(t - row_base) * row_stride + j]. Key blocks vary fastest, so the CTAs of one row block run together and
 // its q rows are read from HBM once (then from L2), while every sequence's keys stay in L2.
 template <int D>
-__global__ void __launch_bounds__(kWarps * 32, 2) scores_mma_kernel(IndexerSelectParams p, int row_base, int row_end,
-                                                                 int rows_per_cta, float* __restrict__ scores,
-                                                                 int64_t row_stride, int stages) {
+__global__ void __launch_bounds__(kThreads, 2)
+    scores_mma_kernel(IndexerSelectParams p, int row_base, int row_end, int rows_per_cta, float* __restrict__ scores,
+                      int64_t row_stride, int stages) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     constexpr int DP = D + kPad, KS = D / 16;  // k-steps
@@ -143,7 +145,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) scores_mma_kernel(IndexerSelec
             for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
                 for (int ks = 0; ks < KS; ++ks)
-                    ldsm_x4(smem_u32(sm.keys + (warp * kKeysPerWarp + mt * 16 + lane % 16) * DP + ks * 16 + (lane / 16) * 8),
+                    ldsm_x4(smem_u32(sm.keys + (warp * kKeysPerWarp + mt * 16 + lane % 16) * DP + ks * 16 +
+                                     (lane / 16) * 8),
                             af[mt][ks][0], af[mt][ks][1], af[mt][ks][2], af[mt][ks][3]);
             loaded_slot = slot;
         }
@@ -161,7 +164,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) scores_mma_kernel(IndexerSelec
 #pragma unroll
                 for (int mt = 0; mt < 2; ++mt) {
                     mma_16816(c[mt], af[mt][ks][0], af[mt][ks][1], af[mt][ks][2], af[mt][ks][3], b0, b1);
-                    mma_16816(c[mt], af[mt][ks + 1][0], af[mt][ks + 1][1], af[mt][ks + 1][2], af[mt][ks + 1][3], b2, b3);
+                    mma_16816(c[mt], af[mt][ks + 1][0], af[mt][ks + 1][1], af[mt][ks + 1][2], af[mt][ks + 1][3], b2,
+                              b3);
                 }
             }
             const float w0 = w[nt * 8 + 2 * (lane % 4)], w1 = w[nt * 8 + 2 * (lane % 4) + 1];
@@ -198,7 +202,8 @@ size_t indexer_select_prefill_workspace_bytes(int max_tokens, int max_entries, s
     return rows * row;
 }
 
-void indexer_select_prefill(const IndexerSelectParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+void indexer_select_prefill(const IndexerSelectParams& p, void* workspace, size_t workspace_bytes,
+                            cudaStream_t stream) {
     if (!indexer_check_select(p)) return;
     const int n_tokens = p.batch.n_tokens;
     if (p.max_entries <= p.topk) {  // no row has more visible entries than index_topk: nothing to score
@@ -211,13 +216,16 @@ void indexer_select_prefill(const IndexerSelectParams& p, void* workspace, size_
                     kMaxHeads, H);
     FS_ATTN_REQUIRE(p.q && p.weights && p.q_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0,
                     "indexer_select_prefill: q (16-byte aligned, q_stride % 8 == 0) and weights are required, got "
-                    "q_stride {}", p.q_stride);
+                    "q_stride {}",
+                    p.q_stride);
     FS_ATTN_REQUIRE(p.keys.entry_bytes == index_entry_bytes(IndexFormat(p.keys.format), D),
                     "indexer_select_prefill: key entry_bytes {} does not match the key format", p.keys.entry_bytes);
     const int64_t row_stride = p.max_entries;
-    const int64_t chunk_rows = std::min<int64_t>(n_tokens, int64_t(workspace_bytes / (size_t(row_stride) * sizeof(float))));
+    const int64_t chunk_rows =
+        std::min<int64_t>(n_tokens, int64_t(workspace_bytes / (size_t(row_stride) * sizeof(float))));
     FS_ATTN_REQUIRE(workspace && chunk_rows >= 1,
-                    "indexer_select_prefill: workspace of {} bytes holds no row of {} scores", workspace_bytes, row_stride);
+                    "indexer_select_prefill: workspace of {} bytes holds no row of {} scores", workspace_bytes,
+                    row_stride);
     const int key_blocks = int((row_stride + kKeyBlock - 1) / kKeyBlock);
 
     const int Hp = padded_heads8(H);
@@ -229,7 +237,7 @@ void indexer_select_prefill(const IndexerSelectParams& p, void* workspace, size_
                     "indexer_select_prefill: {} bytes of shared memory ({} heads x {}) exceed the device's {}", smem, H,
                     D, max_smem);
     auto* kernel = D == 64 ? scores_mma_kernel<64> : scores_mma_kernel<128>;
-    FS_ATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    allow_dynamic_smem(kernel, smem);
     float* scores = static_cast<float*>(workspace);
     for (int64_t r0 = 0; r0 < n_tokens; r0 += chunk_rows) {
         const int rows = int(std::min<int64_t>(chunk_rows, n_tokens - r0));
@@ -239,8 +247,8 @@ void indexer_select_prefill(const IndexerSelectParams& p, void* workspace, size_
         int rows_per_cta = int(std::clamp<int64_t>(int64_t(rows) * key_blocks / want_ctas, 1, 64));
         rows_per_cta = std::max(rows_per_cta, (rows + 65534) / 65535);  // grid.y limit
         const dim3 grid(key_blocks, (rows + rows_per_cta - 1) / rows_per_cta);
-        launch_pdl("indexer_scores_mma_kernel", kernel, grid, dim3(kWarps * 32), smem, stream, p, int(r0),
-                   int(r0) + rows, rows_per_cta, scores, row_stride, stages);
+        launch_pdl("indexer_scores_mma_kernel", kernel, grid, dim3(kThreads), smem, stream, p, int(r0), int(r0) + rows,
+                   rows_per_cta, scores, row_stride, stages);
         FS_ATTN_LAUNCHED();
         indexer_topk_rows(p, scores, int(r0), rows, row_stride, stream);
     }

@@ -61,9 +61,9 @@ inline SparseAttentionParams attention_params(const TokenBatch& batch, int H, in
 
 // Indexer parameters over contiguous q rows [T, H, D] and weights [T, H] (bf16 bits), weights scale
 // D^-1/2 H^-1/2 as the model's.
-inline IndexerSelectParams indexer_params(const TokenBatch& batch, int H, int D, int ratio, int topk,
-                                          const uint16_t* q, const uint16_t* weights, const PagedEntries& keys,
-                                          int max_entries, int32_t* selected) {
+inline IndexerSelectParams indexer_params(const TokenBatch& batch, int H, int D, int ratio, int topk, const uint16_t* q,
+                                          const uint16_t* weights, const PagedEntries& keys, int max_entries,
+                                          int32_t* selected) {
     IndexerSelectParams p;
     p.batch = batch;
     p.n_heads = H;

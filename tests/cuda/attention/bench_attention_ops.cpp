@@ -19,6 +19,7 @@
 #include "cuda/norm/rmsnorm.cuh"
 #include "attn_reference.h"
 #include "kv_test_util.h"
+#include "mma_rate_probe.cuh"
 
 namespace flashseek::cuda::test {
 namespace {
@@ -177,12 +178,11 @@ TEST(CudaAttnBench, DecodeOps) {
                                                            use_topk ? sel.ptr : nullptr, topk);
                 p.max_candidates = W + (use_topk ? topk : ctx / ratio);
                 Dev<uint8_t> aws(std::max<size_t>(1, sparse_attention_workspace_bytes(T, H, hd, p.max_candidates)));
-                p.kernel = AttnKernel::Simt;
+                const KernelPolicy simt = KernelPolicy::only("attn_simt"), mma = KernelPolicy::only("attn_mma");
                 row(ratio == 4 ? "sparse attn CSA (fp8) simt" : "sparse attn HCA (fp8) simt",
-                    time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s); }));
-                p.kernel = AttnKernel::Mma;
+                    time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s, simt); }));
                 row(ratio == 4 ? "sparse attn CSA (fp8) mma" : "sparse attn HCA (fp8) mma",
-                    time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s); }));
+                    time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s, mma); }));
             }
             cudaError_t e = cudaDeviceSynchronize();
             ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
@@ -190,8 +190,9 @@ TEST(CudaAttnBench, DecodeOps) {
     }
 }
 
-// Dense bf16 tensor-core rate of an H100 / H200 SXM (989.4 TFLOP/s): the denominator of the "% bf16" column
-// (other GPUs: read the TFLOP/s column).
+// Dense bf16 tensor-core rate of an H100 / H200 SXM datasheet (989.4 TFLOP/s, wgmma): the "% bf16 spec" column
+// (other GPUs: read the TFLOP/s column). The "% mma.sync" column divides by the rate mma.sync m16n8k16 bf16 reaches
+// on this GPU in this run (mma_rate_probe), the instruction the prefill kernels are built from.
 constexpr double kBf16PeakTflops = 989.4;
 
 TEST(CudaAttnBench, PrefillOps) {
@@ -204,14 +205,19 @@ TEST(CudaAttnBench, PrefillOps) {
     y.factor = 16;
     y.original_max_position_embeddings = 65536;
     const RopeTable rope = make_rope_table(R, 160000.0, &y);
-    std::printf("%-40s %6s %11s %9s %7s\n", "prefill op (one prompt)", "tokens", "us/call", "TFLOP/s", "% bf16");
+    const double mma_tflops = measure_mma_bf16_tflops();
+    std::printf("mma.sync m16n8k16 bf16 rate on this GPU: %.1f TFLOP/s (%.1f%% of the %.1f datasheet)\n", mma_tflops,
+                100.0 * mma_tflops / kBf16PeakTflops, kBf16PeakTflops);
+    std::printf("%-40s %6s %11s %9s %12s %10s\n", "prefill op (one prompt)", "tokens", "us/call", "TFLOP/s",
+                "% bf16 spec", "% mma.sync");
     for (int N : {4096, 8192, 32768}) {
         auto row = [&](const char* name, double us, double flops) {
+            const double tflops = flops / us * 1e-6;
             if (flops > 0)
-                std::printf("%-40s %6d %11.1f %9.1f %6.1f%%\n", name, N, us, flops / us * 1e-6,
-                            100.0 * flops / us * 1e-6 / kBf16PeakTflops);
+                std::printf("%-40s %6d %11.1f %9.1f %11.1f%% %9.1f%%\n", name, N, us, tflops,
+                            100.0 * tflops / kBf16PeakTflops, 100.0 * tflops / mma_tflops);
             else
-                std::printf("%-40s %6d %11.1f %9s %7s\n", name, N, us, "-", "-");
+                std::printf("%-40s %6d %11.1f %9s %12s %10s\n", name, N, us, "-", "-", "-");
         };
         BatchHost bh;
         bh.add(0, 0, N);
@@ -262,12 +268,11 @@ TEST(CudaAttnBench, PrefillOps) {
             if (N == 4096) {  // today's path for prefill: the decode kernels, one CTA per (query, head group)
                 p.max_candidates = W + (ratio == 4 ? topk : entries);
                 Dev<uint8_t> aws(std::max<size_t>(1, sparse_attention_workspace_bytes(N, H, hd, p.max_candidates)));
-                for (AttnKernel k : {AttnKernel::Simt, AttnKernel::Mma}) {
-                    p.kernel = k;
-                    const std::string dname = std::string(ratio == 4 ? "  CSA" : "  HCA") + " via decode kernel " +
-                                              (k == AttnKernel::Simt ? "(simt)" : "(mma)");
-                    row(dname.c_str(), time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s); }, 3),
-                        flops);
+                for (const char* variant : {"attn_simt", "attn_mma"}) {
+                    const KernelPolicy policy = KernelPolicy::only(variant);
+                    const std::string dname = std::string(ratio == 4 ? "  CSA" : "  HCA") + " via " + variant;
+                    row(dname.c_str(),
+                        time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s, policy); }, 3), flops);
                 }
             }
         }

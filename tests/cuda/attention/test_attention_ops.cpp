@@ -4,6 +4,7 @@
 // indexer q preparation and top-k selection. Every output buffer is poisoned before the kernel runs.
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "cpu/ops.h"
 #include "cuda/attention/kv_store.cuh"
@@ -157,24 +158,24 @@ TEST(CudaSparseAttention, MatchesCpuReference) {
                 topk_width, [&](int64_t j) -> const std::vector<float>& { return ring_val[{slot, int(j)}]; },
                 [&](int w) -> const std::vector<float>& { return comp_val[{slot, w}]; }, want.data() + size_t(t) * H * D);
         }
-        for (AttnKernel kernel : {AttnKernel::Simt, AttnKernel::Mma}) {
-            if (kernel == AttnKernel::Mma && (D % 64 != 0 || D > 512)) continue;
-            p.kernel = kernel;
+        for (const char* variant : {"attn_simt", "attn_mma"}) {
+            const bool mma = std::string_view(variant) == "attn_mma";
+            if (mma && (D % 64 != 0 || D > 512)) continue;
+            const KernelPolicy policy = KernelPolicy::only(variant);
             dout.poison();
-            sparse_attention(p, ws.ptr, ws_bytes, nullptr);
+            EXPECT_EQ(sparse_attention(p, ws.ptr, ws_bytes, nullptr, policy), variant);
             CUDA_OK(cudaDeviceSynchronize());
             auto got = from_bf16_bits(dout.download());
             // bf16 output; probabilities rounded to bf16 in both; online-softmax rescaling and summation order differ
-            EXPECT_CLOSE(got, want, 5e-3, "attention " << (kernel == AttnKernel::Mma ? "mma" : "simt") << " H " << H
-                                                       << " D " << D << " ratio " << c.ratio << " tokens "
-                                                       << c.tokens_per_seq << " fmt " << int(c.fmt));
+            EXPECT_CLOSE(got, want, 5e-3, "attention " << variant << " H " << H << " D " << D << " ratio " << c.ratio
+                                                       << " tokens " << c.tokens_per_seq << " fmt " << int(c.fmt));
             // The split count (chosen from the pass size and max_candidates) must not move P's rounding: one split
             // (max_candidates 1) gives the same bf16 outputs up to the fp32 order of the final normalization, i.e.
             // a rare one-ulp flip, not the ~2^-9 change of every P that rounding per split would make.
             SparseAttentionParams one = p;
             one.max_candidates = 1;
             dout.poison();
-            sparse_attention(one, ws.ptr, ws_bytes, nullptr);
+            sparse_attention(one, ws.ptr, ws_bytes, nullptr, policy);
             CUDA_OK(cudaDeviceSynchronize());
             const auto single = from_bf16_bits(dout.download());
             size_t flips = 0;
@@ -183,8 +184,7 @@ TEST(CudaSparseAttention, MatchesCpuReference) {
                 ASSERT_LE(std::fabs(got[i] - single[i]), tol) << "element " << i << " split vs one split";
                 flips += got[i] != single[i];
             }
-            EXPECT_LE(flips, got.size() / 200 + 2) << "split vs one split, " << (kernel == AttnKernel::Mma ? "mma" : "simt")
-                                                   << " ratio " << c.ratio;
+            EXPECT_LE(flips, got.size() / 200 + 2) << "split vs one split, " << variant << " ratio " << c.ratio;
         }
     }
 }
