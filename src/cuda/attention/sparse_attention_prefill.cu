@@ -14,6 +14,8 @@
 //     P rounded to bf16 straight into the PV A fragments (the accumulator layout of QK is the A layout of PV);
 //  4. PV: the warp's head_dim half, V fragments through ldmatrix.trans, accumulators scaled around the product.
 #include <algorithm>
+#include <sstream>
+#include <string>
 
 #include "cuda/attention/attn_tile.cuh"
 #include "cuda/attention/sparse_attention_prefill.cuh"
@@ -360,47 +362,95 @@ size_t sparse_attention_prefill_workspace_bytes(int max_tokens, int max_seqs, in
            size_t(head_dim) * sizeof(bf16);
 }
 
+namespace {
+
+// Launch shape: as many row groups as the heads need (up to 4), then the deepest pipeline that fits the device's
+// shared memory (2 by default; sm_89 / sm_120 parts with ~100 KB per block get fewer groups / stages).
+struct PrefillShape {
+    int groups = 1, stages = 1;
+    size_t smem = 0;
+};
+PrefillShape plan_shape(const SparseAttentionParams& p, const PrefillAttentionTuning& tuning) {
+    const int topk_width = p.topk ? p.topk_width : 0;
+    const size_t max_smem = size_t(current_arch().max_smem_per_block_optin);
+    auto smem_of = [&](int gr, int st) {
+        return prefill_smem_layout(p.head_dim, gr, st, topk_width, nullptr, nullptr);
+    };
+    PrefillShape s;
+    s.groups =
+        tuning.head_groups ? tuning.head_groups : std::min(kMaxGroups, (p.n_heads + kGroupHeads - 1) / kGroupHeads);
+    s.stages = tuning.stages ? tuning.stages : 2;
+    if (!tuning.stages)
+        while (s.stages > 1 && smem_of(s.groups, s.stages) > max_smem) --s.stages;
+    if (!tuning.head_groups)
+        while (s.groups > 1 && smem_of(s.groups, s.stages) > max_smem) --s.groups;
+    s.smem = smem_of(s.groups, s.stages);
+    return s;
+}
+
+// Why p cannot run (empty when it can): the single list of requirements behind both the supports query and the
+// errors of a call.
+std::string problem_of(const SparseAttentionParams& p, int max_entries, const PrefillAttentionTuning& tuning) {
+    std::ostringstream os;
+    auto say = [&](const char* f, auto... args) {
+        format_into(os, f, args...);
+        return os.str();
+    };
+    const int D = p.head_dim;
+    if (D < 32 || D % 32 != 0 || D > kMaxDim)
+        return say("head_dim must be a multiple of 32 in [32, {}], got {}", kMaxDim, D);
+    if (p.n_heads <= 0 || !p.q || !p.out || !p.sink) return say("n_heads, q, out and attn_sink are required");
+    if (p.q_stride % 8 != 0 || reinterpret_cast<uintptr_t>(p.q) % 16 != 0)
+        return say("q must be 16-byte aligned with q_stride % 8 == 0, got q_stride {}", p.q_stride);
+    if (p.out_stride % 8 != 0 || reinterpret_cast<uintptr_t>(p.out) % 16 != 0)
+        return say("out must be 16-byte aligned with out_stride % 8 == 0, got out_stride {}", p.out_stride);
+    if (p.window < 1 || !p.ring.base) return say("window {} and the ring are required", p.window);
+    if (p.ring.ring_entries < p.window - 1 + p.batch.max_seq_tokens)
+        return say("the ring ({} entries) must hold window - 1 + max_seq_tokens = {}", p.ring.ring_entries,
+                   p.window - 1 + p.batch.max_seq_tokens);
+    if (2 * p.rope.n_pairs > D || p.rope_dim < 0 || p.rope_dim >= D)
+        return say("rope_dim {} (table {}) must be below head_dim {}", p.rope_dim, 2 * p.rope.n_pairs, D);
+    if (p.ring.format != KvFormat::BF16 && (D - p.rope_dim) % 64 != 0)
+        return say("FP8 entries need head_dim - rope_dim to be a multiple of 64, got {}", D - p.rope_dim);
+    if (p.ratio < 0 || (p.ratio > 0 && !p.comp.base))
+        return say("compressed entries are required when ratio ({}) > 0", p.ratio);
+    if (max_entries < 0) return say("max_entries must be >= 0, got {}", max_entries);
+    if (p.topk && (p.topk_width < 0 || p.topk_width > kMaxTopkWidth))
+        return say("topk_width must be in [0, {}], got {}", kMaxTopkWidth, p.topk_width);
+    if (p.batch.n_seqs > 65535) return say("at most 65535 sequences per step, got {}", p.batch.n_seqs);
+    if (tuning.head_groups < 0 || tuning.head_groups > kMaxGroups || tuning.stages < 0 || tuning.stages > kMaxStages)
+        return say("tuning head_groups {} (0..{}) / stages {} (0..{}) out of range", tuning.head_groups, kMaxGroups,
+                   tuning.stages, kMaxStages);
+    const PrefillShape shape = plan_shape(p, tuning);
+    const int max_smem = current_arch().max_smem_per_block_optin;
+    if (shape.smem > size_t(max_smem))
+        return say(
+            "{} bytes of shared memory (head_dim {}, {} head groups, {} stages, top-k width {}) exceed the "
+            "device's {}",
+            shape.smem, D, shape.groups, shape.stages, p.topk ? p.topk_width : 0, max_smem);
+    return {};
+}
+
+}  // namespace
+
+bool sparse_attention_prefill_supports(const SparseAttentionParams& p, int max_entries) {
+    return problem_of(p, max_entries, {}).empty();
+}
+
 void sparse_attention_prefill(const SparseAttentionParams& p, int max_entries, void* workspace, size_t workspace_bytes,
                               cudaStream_t stream, const PrefillAttentionTuning& tuning) {
-    const int D = p.head_dim;
-    FS_ATTN_REQUIRE(D >= 32 && D % 32 == 0 && D <= kMaxDim,
-                    "sparse_attention_prefill: head_dim must be a multiple of 32 in [32, {}], got {}", kMaxDim, D);
-    FS_ATTN_REQUIRE(p.n_heads > 0 && p.q && p.out && p.sink,
-                    "sparse_attention_prefill: n_heads, q, out and attn_sink are required");
-    FS_ATTN_REQUIRE(p.q_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0,
-                    "sparse_attention_prefill: q must be 16-byte aligned with q_stride % 8 == 0, got q_stride {}",
-                    p.q_stride);
-    FS_ATTN_REQUIRE(p.out_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0,
-                    "sparse_attention_prefill: out must be 16-byte aligned with out_stride % 8 == 0, got out_stride {}",
-                    p.out_stride);
-    FS_ATTN_REQUIRE(p.window >= 1 && p.ring.base, "sparse_attention_prefill: window {} and the ring are required",
-                    p.window);
-    FS_ATTN_REQUIRE(p.ring.ring_entries >= p.window - 1 + p.batch.max_seq_tokens,
-                    "sparse_attention_prefill: the ring ({} entries) must hold window - 1 + max_seq_tokens = {}",
-                    p.ring.ring_entries, p.window - 1 + p.batch.max_seq_tokens);
-    FS_ATTN_REQUIRE(2 * p.rope.n_pairs <= D && p.rope_dim >= 0 && p.rope_dim < D,
-                    "sparse_attention_prefill: rope_dim {} (table {}) must be below head_dim {}", p.rope_dim,
-                    2 * p.rope.n_pairs, D);
-    FS_ATTN_REQUIRE(p.ring.format == KvFormat::BF16 || (D - p.rope_dim) % 64 == 0,
-                    "sparse_attention_prefill: FP8 entries need head_dim - rope_dim to be a multiple of 64");
-    FS_ATTN_REQUIRE(p.ratio >= 0 && (p.ratio == 0 || p.comp.base),
-                    "sparse_attention_prefill: compressed entries are required when ratio ({}) > 0", p.ratio);
-    FS_ATTN_REQUIRE(max_entries >= 0, "sparse_attention_prefill: max_entries must be >= 0, got {}", max_entries);
-    FS_ATTN_REQUIRE(!p.topk || (p.topk_width >= 0 && p.topk_width <= kMaxTopkWidth),
-                    "sparse_attention_prefill: topk_width must be in [0, {}], got {}", kMaxTopkWidth, p.topk_width);
-    FS_ATTN_REQUIRE(p.batch.n_seqs <= 65535, "sparse_attention_prefill: at most 65535 sequences per step, got {}",
-                    p.batch.n_seqs);
-    FS_ATTN_REQUIRE(tuning.head_groups >= 0 && tuning.head_groups <= kMaxGroups && tuning.stages >= 0 &&
-                        tuning.stages <= kMaxStages,
-                    "sparse_attention_prefill: tuning head_groups {} (0..{}) / stages {} (0..{}) out of range",
-                    tuning.head_groups, kMaxGroups, tuning.stages, kMaxStages);
+    const std::string problem = problem_of(p, max_entries, tuning);
+    if (!problem.empty()) fail_rt("sparse_attention_prefill: {}", problem);
     if (p.batch.n_tokens <= 0 || p.batch.n_seqs <= 0) return;
+    const int D = p.head_dim;
     const int entries = p.ratio > 0 ? max_entries : 0;
     const size_t need =
         sparse_attention_prefill_workspace_bytes(p.batch.n_tokens, p.batch.n_seqs, p.window, entries, D);
     FS_ATTN_REQUIRE(workspace && workspace_bytes >= need,
                     "sparse_attention_prefill: workspace of {} bytes is smaller than the {} needed", workspace_bytes,
                     need);
+    const PrefillShape shape = plan_shape(p, tuning);
+    allow_dynamic_smem(prefill_attention_kernel, shape.smem);
 
     GatherLayout g;
     g.rows = static_cast<const bf16*>(workspace);
@@ -411,28 +461,9 @@ void sparse_attention_prefill(const SparseAttentionParams& p, int max_entries, v
     launch_pdl("prefill_gather_kernel", gather_kernel, dim3((items + kGatherWarps - 1) / kGatherWarps, p.batch.n_seqs),
                dim3(kGatherThreads), 0, stream, p, g, static_cast<bf16*>(workspace));
     FS_ATTN_LAUNCHED();
-
-    // Launch shape: as many row groups as the heads need (up to 4), then the deepest pipeline that fits the
-    // device's shared memory (2 by default; sm_89 / sm_120 parts with ~100 KB per block get fewer groups / stages).
-    const int topk_width = p.topk ? p.topk_width : 0;
-    const int max_smem = current_arch().max_smem_per_block_optin;
-    const int head_groups_needed = (p.n_heads + kGroupHeads - 1) / kGroupHeads;
-    int groups = tuning.head_groups ? tuning.head_groups : std::min(kMaxGroups, head_groups_needed);
-    int stages = tuning.stages ? tuning.stages : 2;
-    auto smem_of = [&](int gr, int st) { return prefill_smem_layout(D, gr, st, topk_width, nullptr, nullptr); };
-    if (!tuning.stages)
-        while (stages > 1 && smem_of(groups, stages) > size_t(max_smem)) --stages;
-    if (!tuning.head_groups)
-        while (groups > 1 && smem_of(groups, stages) > size_t(max_smem)) --groups;
-    const size_t smem = smem_of(groups, stages);
-    FS_ATTN_REQUIRE(smem <= size_t(max_smem),
-                    "sparse_attention_prefill: {} bytes of shared memory (head_dim {}, {} head groups, {} stages, "
-                    "top-k width {}) exceed the device's {}",
-                    smem, D, groups, stages, topk_width, max_smem);
-    allow_dynamic_smem(prefill_attention_kernel, smem);
-    const dim3 grid(p.batch.n_tokens, (head_groups_needed + groups - 1) / groups);
-    launch_pdl("prefill_attention_kernel", prefill_attention_kernel, grid, dim3(groups * kGroupThreads), smem, stream,
-               p, g, stages);
+    const int head_blocks = ((p.n_heads + kGroupHeads - 1) / kGroupHeads + shape.groups - 1) / shape.groups;
+    launch_pdl("prefill_attention_kernel", prefill_attention_kernel, dim3(p.batch.n_tokens, head_blocks),
+               dim3(shape.groups * kGroupThreads), shape.smem, stream, p, g, shape.stages);
     FS_ATTN_LAUNCHED();
 }
 

@@ -49,5 +49,8 @@ size_t sparse_attention_prefill_workspace_bytes(int max_tokens, int max_seqs, in
 // ring holds window - 1 + max_seq_tokens entries; topk_width <= 8192. Graph-capturable, no allocation.
 void sparse_attention_prefill(const SparseAttentionParams& p, int max_entries, void* workspace, size_t workspace_bytes,
                               cudaStream_t stream, const PrefillAttentionTuning& tuning = {});
+// Whether sparse_attention_prefill accepts p on the current device (the same checks, without throwing; the
+// workspace is not part of it): for a catalogue choosing between this kernel and sparse_attention.
+bool sparse_attention_prefill_supports(const SparseAttentionParams& p, int max_entries);
 
 }  // namespace flashseek::cuda

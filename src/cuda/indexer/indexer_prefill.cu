@@ -10,6 +10,8 @@
 //  * rows with nothing to score here (n_vis <= topk: all selected; or no visible key in this block) are skipped.
 // The sum order per score is fixed by the key's position in the fragment and the head index only.
 #include <algorithm>
+#include <sstream>
+#include <string>
 
 #include "cuda/attention/attn_tile.cuh"
 #include "cuda/common/arch.cuh"
@@ -48,6 +50,13 @@ __host__ __device__ inline size_t score_smem_layout(int D, int Hp, int stages, S
         s->w = reinterpret_cast<float*>(w);
     }
     return c.size;
+}
+
+// %laneid through volatile asm: read where it is used, never hoisted.
+__device__ __forceinline__ int lane_id() {
+    int lane;
+    asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+    return lane;
 }
 
 __device__ __forceinline__ int visible(const IndexerSelectParams& p, int t) {
@@ -175,8 +184,13 @@ __global__ void __launch_bounds__(kThreads, 2)
                 part[mt][1] = fmaf(w1, fmaxf(c[mt][3], 0.f), fmaf(w0, fmaxf(c[mt][2], 0.f), part[mt][1]));
             }
         }
+        // Keys of this thread's results (lane % 4 == 0): j0 + 16 mt + 8 rh. The lane is re-read here rather than
+        // kept from the kernel's start, so the index is not held in a register across the row loop (on sm_100 /
+        // sm_120 that register would spill).
         const int n_vis = visible(p, cur);
         float* out = scores + int64_t(cur - row_base) * row_stride;
+        const int lane_now = lane_id();
+        const int j0 = key0 + warp * kKeysPerWarp + lane_now / 4;
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -184,8 +198,8 @@ __global__ void __launch_bounds__(kThreads, 2)
                 float v = part[mt][rh];
                 v += __shfl_xor_sync(0xffffffffu, v, 1);
                 v += __shfl_xor_sync(0xffffffffu, v, 2);
-                const int j = key0 + warp * kKeysPerWarp + mt * 16 + lane / 4 + 8 * rh;
-                if (lane % 4 == 0 && j < n_vis) out[j] = v;
+                const int j = j0 + mt * 16 + 8 * rh;
+                if (lane_now % 4 == 0 && j < n_vis) out[j] = v;
             }
         __syncthreads();  // every warp is done with this q buffer before the next copy into it
         cur = nxt;
@@ -202,6 +216,42 @@ size_t indexer_select_prefill_workspace_bytes(int max_tokens, int max_entries, s
     return rows * row;
 }
 
+namespace {
+
+// Shared-memory stages of the scores kernel: two q buffers when they fit the device, else one.
+int score_stages(int D, int Hp) {
+    const size_t max_smem = size_t(current_arch().max_smem_per_block_optin);
+    return score_smem_layout(D, Hp, 2, nullptr, nullptr) <= max_smem ? 2 : 1;
+}
+
+// Why the scores kernel cannot serve p (empty when it can); rows with no more than topk entries need none of it.
+std::string problem_of(const IndexerSelectParams& p) {
+    std::ostringstream os;
+    auto say = [&](const char* f, auto... args) {
+        format_into(os, f, args...);
+        return os.str();
+    };
+    const int D = p.head_dim, H = p.n_heads;
+    if (D != 64 && D != 128) return say("index_head_dim must be 64 or 128, got {}", D);
+    if (H < 1 || H > kMaxHeads) return say("index_n_heads must be in [1, {}], got {}", kMaxHeads, H);
+    if (!p.q || !p.weights || p.q_stride % 8 != 0 || reinterpret_cast<uintptr_t>(p.q) % 16 != 0)
+        return say("q (16-byte aligned, q_stride % 8 == 0) and weights are required, got q_stride {}", p.q_stride);
+    if (p.keys.entry_bytes != index_entry_bytes(IndexFormat(p.keys.format), D))
+        return say("key entry_bytes {} does not match the key format", p.keys.entry_bytes);
+    const int Hp = padded_heads8(H);
+    const size_t smem = score_smem_layout(D, Hp, score_stages(D, Hp), nullptr, nullptr);
+    const int max_smem = current_arch().max_smem_per_block_optin;
+    if (smem > size_t(max_smem))
+        return say("{} bytes of shared memory ({} heads x {}) exceed the device's {}", smem, H, D, max_smem);
+    return {};
+}
+
+}  // namespace
+
+bool indexer_select_prefill_supports(const IndexerSelectParams& p) {
+    return p.topk > 0 && p.ratio >= 1 && p.selected && (p.max_entries <= p.topk || problem_of(p).empty());
+}
+
 void indexer_select_prefill(const IndexerSelectParams& p, void* workspace, size_t workspace_bytes,
                             cudaStream_t stream) {
     if (!indexer_check_select(p)) return;
@@ -210,16 +260,9 @@ void indexer_select_prefill(const IndexerSelectParams& p, void* workspace, size_
         indexer_topk_rows(p, nullptr, 0, n_tokens, 0, stream);
         return;
     }
-    const int D = p.head_dim, H = p.n_heads;
-    FS_ATTN_REQUIRE(D == 64 || D == 128, "indexer_select_prefill: index_head_dim must be 64 or 128, got {}", D);
-    FS_ATTN_REQUIRE(H >= 1 && H <= kMaxHeads, "indexer_select_prefill: index_n_heads must be in [1, {}], got {}",
-                    kMaxHeads, H);
-    FS_ATTN_REQUIRE(p.q && p.weights && p.q_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0,
-                    "indexer_select_prefill: q (16-byte aligned, q_stride % 8 == 0) and weights are required, got "
-                    "q_stride {}",
-                    p.q_stride);
-    FS_ATTN_REQUIRE(p.keys.entry_bytes == index_entry_bytes(IndexFormat(p.keys.format), D),
-                    "indexer_select_prefill: key entry_bytes {} does not match the key format", p.keys.entry_bytes);
+    const std::string problem = problem_of(p);
+    if (!problem.empty()) fail_rt("indexer_select_prefill: {}", problem);
+    const int D = p.head_dim, Hp = padded_heads8(p.n_heads);
     const int64_t row_stride = p.max_entries;
     const int64_t chunk_rows =
         std::min<int64_t>(n_tokens, int64_t(workspace_bytes / (size_t(row_stride) * sizeof(float))));
@@ -227,15 +270,8 @@ void indexer_select_prefill(const IndexerSelectParams& p, void* workspace, size_
                     "indexer_select_prefill: workspace of {} bytes holds no row of {} scores", workspace_bytes,
                     row_stride);
     const int key_blocks = int((row_stride + kKeyBlock - 1) / kKeyBlock);
-
-    const int Hp = padded_heads8(H);
-    const int max_smem = current_arch().max_smem_per_block_optin;
-    int stages = 2;
-    if (score_smem_layout(D, Hp, stages, nullptr, nullptr) > size_t(max_smem)) stages = 1;
+    const int stages = score_stages(D, Hp);
     const size_t smem = score_smem_layout(D, Hp, stages, nullptr, nullptr);
-    FS_ATTN_REQUIRE(smem <= size_t(max_smem),
-                    "indexer_select_prefill: {} bytes of shared memory ({} heads x {}) exceed the device's {}", smem, H,
-                    D, max_smem);
     auto* kernel = D == 64 ? scores_mma_kernel<64> : scores_mma_kernel<128>;
     allow_dynamic_smem(kernel, smem);
     float* scores = static_cast<float*>(workspace);

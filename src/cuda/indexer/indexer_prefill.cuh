@@ -29,5 +29,8 @@ size_t indexer_select_prefill_workspace_bytes(int max_tokens, int max_entries, s
 // Requirements: head_dim 64 or 128, n_heads <= 128. Any number of rows per sequence (decode batches included).
 // Rows are processed in chunks of workspace_bytes / (4 * max_entries). Graph-capturable, no allocation.
 void indexer_select_prefill(const IndexerSelectParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+// Whether indexer_select_prefill accepts p on the current device (the same checks, without throwing; the workspace
+// is not part of it).
+bool indexer_select_prefill_supports(const IndexerSelectParams& p);
 
 }  // namespace flashseek::cuda

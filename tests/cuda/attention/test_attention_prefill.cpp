@@ -50,10 +50,21 @@ struct AttnScene {
     // spans[slot]: the query rows any step may hold; max_chunk: the largest step of one sequence.
     AttnScene(int H_, int D_, int R_, int window_, int ratio_, bool use_topk_, int topk_width_, KvFormat fmt_,
               const std::vector<SeqSpan>& spans, int max_chunk, bool realistic_topk, Rng& rng)
-        : H(H_), D(D_), R(R_), window(window_), ratio(ratio_), topk_width(topk_width_), use_topk(use_topk_), fmt(fmt_),
-          n_slots(int(spans.size())), ring_entries(window_ - 1 + max_chunk + 3), eb(int(kv_entry_bytes(fmt_, D_, R_))),
+        : H(H_),
+          D(D_),
+          R(R_),
+          window(window_),
+          ratio(ratio_),
+          topk_width(topk_width_),
+          use_topk(use_topk_),
+          fmt(fmt_),
+          n_slots(int(spans.size())),
+          ring_entries(window_ - 1 + max_chunk + 3),
+          eb(int(kv_entry_bytes(fmt_, D_, R_))),
           max_entries(ratio_ ? max_end(spans) / ratio_ : 0),
-          pool(int(spans.size()), std::max(1, max_entries), 8, eb, rng), rope(yarn_table(R_)), inv(inv_of(rope)) {
+          pool(int(spans.size()), std::max(1, max_entries), 8, eb, rng),
+          rope(yarn_table(R_)),
+          inv(inv_of(rope)) {
         ring_h.assign(size_t(n_slots) * ring_entries * eb, 0x5A);
         for (int slot = 0; slot < n_slots; ++slot) {
             const int end = spans[size_t(slot)].end;
@@ -312,21 +323,29 @@ TEST(CudaPrefillAttention, ChunkingAndBatchInvariant) {
 
 TEST(CudaPrefillAttention, RejectsBadInput) {
     REQUIRE_GPU();
-    Rng rng(7);
+    Rng rng(test_seed());
     AttnScene scene(4, 64, 32, 8, 4, false, 0, KvFormat::BF16, {{0, 20}}, 20, false, rng);
     AttnStep step(scene, {{0, 0, 20}});
     const size_t ws_bytes =
         sparse_attention_prefill_workspace_bytes(step.T, 1, scene.window, scene.max_entries, scene.D);
     Dev<uint8_t> ws(ws_bytes);
-    SparseAttentionParams p = step.params();
-    EXPECT_THROW(sparse_attention_prefill(p, scene.max_entries, ws.ptr, ws_bytes - 1, nullptr), Error);
+    const SparseAttentionParams good = step.params();
+    EXPECT_TRUE(sparse_attention_prefill_supports(good, scene.max_entries));
+    EXPECT_THROW(sparse_attention_prefill(good, scene.max_entries, ws.ptr, ws_bytes - 1, nullptr), Error);
+    EXPECT_THROW(sparse_attention_prefill(good, scene.max_entries, ws.ptr, ws_bytes, nullptr, {5, 0}), Error);
+    SparseAttentionParams p = good;
     p.head_dim = 48;
+    EXPECT_FALSE(sparse_attention_prefill_supports(p, scene.max_entries));
     EXPECT_THROW(sparse_attention_prefill(p, scene.max_entries, ws.ptr, ws_bytes, nullptr), Error);
-    p = step.params();
+    p = good;
     p.ring.ring_entries = scene.window;  // cannot hold the step's 20 rows beside the window
+    EXPECT_FALSE(sparse_attention_prefill_supports(p, scene.max_entries));
     EXPECT_THROW(sparse_attention_prefill(p, scene.max_entries, ws.ptr, ws_bytes, nullptr), Error);
-    p = step.params();
-    EXPECT_THROW(sparse_attention_prefill(p, scene.max_entries, ws.ptr, ws_bytes, nullptr, {5, 0}), Error);
+    p = good;
+    p.q_stride += 4;  // rows no longer 16-byte aligned
+    EXPECT_FALSE(sparse_attention_prefill_supports(p, scene.max_entries));
+    EXPECT_THROW(sparse_attention_prefill(p, scene.max_entries, ws.ptr, ws_bytes, nullptr), Error);
+    EXPECT_FALSE(sparse_attention_prefill_supports(good, -1));
 }
 
 // ---- indexer ---------------------------------------------------------------------------------------------------
@@ -432,6 +451,38 @@ TEST(CudaPrefillIndexer, MatchesCpuAndIsChunkInvariant) {
                                           sel.begin() + size_t(t) * c.topk);
         EXPECT_LE(differing_rows, size_t(T) / 20 + 1) << c.name << ": rows whose selection differs from indexer_select";
     }
+}
+
+TEST(CudaPrefillIndexer, RejectsBadInput) {
+    REQUIRE_GPU();
+    Rng rng(test_seed());
+    const int H = 8, D = 128, topk = 16, ratio = 4;
+    BatchHost bh;
+    bh.add(0, 200, 5);
+    BatchDev bd(bh);
+    const int max_entries = 205 / ratio;
+    PagedPool pool(1, max_entries + 1, 16, int(index_entry_bytes(IndexFormat::FP4, D)), rng);
+    Dev<uint8_t> dpool(pool.bytes);
+    Dev<int32_t> dtables(pool.tables), dsel(size_t(bd.batch.n_tokens) * topk);
+    Dev<uint16_t> dq(to_bf16_bits(rng.normals(size_t(bd.batch.n_tokens) * H * D))),
+        dw(to_bf16_bits(rng.normals(size_t(bd.batch.n_tokens) * H)));
+    const IndexerSelectParams good =
+        indexer_params(bd.batch, H, D, ratio, topk, dq.ptr, dw.ptr,
+                       pool.view(dpool.ptr, dtables.ptr, int32_t(IndexFormat::FP4)), max_entries, dsel.ptr);
+    const size_t ws_bytes = indexer_select_prefill_workspace_bytes(bd.batch.n_tokens, max_entries);
+    Dev<uint8_t> ws(ws_bytes);
+    EXPECT_TRUE(indexer_select_prefill_supports(good));
+    EXPECT_THROW(indexer_select_prefill(good, ws.ptr, sizeof(float) * max_entries - 1, nullptr), Error);
+    IndexerSelectParams p = good;
+    p.head_dim = 96;  // not a scored head_dim (and the key entries no longer match it)
+    EXPECT_FALSE(indexer_select_prefill_supports(p));
+    EXPECT_THROW(indexer_select_prefill(p, ws.ptr, ws_bytes, nullptr), Error);
+    p.topk = max_entries;  // nothing to score: every visible entry is selected, the scorer's limits do not apply
+    EXPECT_TRUE(indexer_select_prefill_supports(p));
+    p = good;
+    p.topk = 0;
+    EXPECT_FALSE(indexer_select_prefill_supports(p));
+    EXPECT_THROW(indexer_select_prefill(p, ws.ptr, ws_bytes, nullptr), Error);
 }
 
 }  // namespace
