@@ -289,8 +289,10 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
             }
         }
 
-        // PV over this warp's head_dim half
-        scale_rows(acc, st[0].acc_before, st[1].acc_before);
+        // PV over this warp's head_dim half. The accumulator factors are skipped where they cannot change a bit:
+        // before the first tile the accumulators are +0 (the factor is 0), and a factor of exactly 1 is an identity.
+        if (tile > 0 && __any_sync(0xffffffffu, st[0].acc_before != 1.f || st[1].acc_before != 1.f))
+            scale_rows(acc, st[0].acc_before, st[1].acc_before);
         const int n_base = half * (D / 2);
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks) {
@@ -305,7 +307,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                 mma_16816(acc[j + 1], pa[ks][0], pa[ks][1], pa[ks][2], pa[ks][3], b2, b3);
             }
         }
-        scale_rows(acc, st[0].acc_after, st[1].acc_after);
+        if (__any_sync(0xffffffffu, st[0].acc_after != 1.f || st[1].acc_after != 1.f))
+            scale_rows(acc, st[0].acc_after, st[1].acc_after);
         __syncthreads();  // every warp is done with this stage and the exchange buffer before they are rewritten
     }
     cp_async_wait(0);  // no copy may still target shared memory when the CTA exits (only empty groups remain)
