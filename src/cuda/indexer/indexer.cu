@@ -3,8 +3,9 @@
 //    in registers (in-lane stages) and through xor shuffles (cross-lane stages), in the CPU op's exact order.
 //  * scores: CTA per (query, tile of 64 entries); q (all heads) and the key tile live in shared memory as bf16;
 //    thread (entry, head group) accumulates sum_h w_h ReLU(q_h . k) over its heads, reduced across groups.
-//  * top-k (also the second half of indexer_select_prefill, per chunk of rows): CTA per query; 4-pass 8-bit radix select of the k-th largest order-preserving key, then two block
-//    scans place the selected indices in ascending order (ties to the lower index), matching cpu::topk_indices.
+//  * top-k (also the second half of indexer_select_prefill, per chunk of rows): CTA per query; 4-pass 8-bit radix
+//    select of the k-th largest order-preserving key, then two block scans place the selected indices in ascending
+//    order (ties to the lower index), matching cpu::topk_indices.
 #include <algorithm>
 
 #include "cuda/common/attn_helpers.cuh"
@@ -334,10 +335,11 @@ void indexer_select(const IndexerSelectParams& p, void* workspace, size_t worksp
 
 void indexer_topk_rows(const IndexerSelectParams& p, const float* scores, int row_begin, int n_rows,
                        int64_t row_stride, cudaStream_t stream) {
-    FS_ATTN_REQUIRE(p.topk > 0 && p.selected != nullptr, "indexer: index_topk ({}) and the selected output are required",
-                    p.topk);
+    FS_ATTN_REQUIRE(p.topk > 0 && p.selected != nullptr,
+                    "indexer: index_topk ({}) and the selected output are required", p.topk);
     FS_ATTN_REQUIRE(row_begin >= 0 && n_rows >= 0 && row_begin + n_rows <= p.batch.n_tokens,
-                    "indexer: rows [{}, {}) outside the step's {} rows", row_begin, row_begin + n_rows, p.batch.n_tokens);
+                    "indexer: rows [{}, {}) outside the step's {} rows", row_begin, row_begin + n_rows,
+                    p.batch.n_tokens);
     if (n_rows <= 0) return;
     launch_pdl("topk_kernel", topk_kernel, dim3(n_rows), dim3(kTopkThreads), 0, stream, p, scores, row_begin,
                row_stride);

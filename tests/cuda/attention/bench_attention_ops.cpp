@@ -84,7 +84,8 @@ TEST(CudaAttnBench, DecodeOps) {
             const int T = C;
             auto row = [&](const char* name, double us) { std::printf("%-34s %5d %6d %10.2f\n", name, C, ctx, us); };
             // mHC
-            Dev<uint16_t> X(to_bf16_bits(rng.normals(size_t(T) * N * D))), yb(size_t(T) * D), nw(to_bf16_bits(rng.normals(D)));
+            Dev<uint16_t> X(to_bf16_bits(rng.normals(size_t(T) * N * D))), yb(size_t(T) * D),
+                nw(to_bf16_bits(rng.normals(D)));
             Dev<float> fn(rng.normals(size_t(24) * N * D, 0.01f)), base(rng.normals(24)), scl(rng.normals(3)),
                 post(size_t(T) * N), comb(size_t(T) * N * N);
             Dev<uint8_t> mws(mhc_pre_workspace_bytes(T, N, D, false));
@@ -112,7 +113,8 @@ TEST(CudaAttnBench, DecodeOps) {
                 row("hc_head + norm", time_op([&](cudaStream_t s) { mhc_pre(hp, mws.ptr, mws.n, s); }));
                 Dev<uint16_t> q(to_bf16_bits(rng.normals(size_t(T) * H * hd)));
                 row("q head norm + rope", time_op([&](cudaStream_t s) {
-                        head_rmsnorm_rope(bf(q), int64_t(H) * hd, T, H, hd, nullptr, 1e-6f, bd.batch.token_pos, rope, s);
+                        head_rmsnorm_rope(bf(q), int64_t(H) * hd, T, H, hd, nullptr, 1e-6f, bd.batch.token_pos, rope,
+                                          s);
                     }));
                 Dev<uint16_t> iq(to_bf16_bits(rng.normals(size_t(T) * nI * dI)));
                 row("indexer q prepare", time_op([&](cudaStream_t s) {
@@ -138,7 +140,8 @@ TEST(CudaAttnBench, DecodeOps) {
             Dev<uint8_t> dpool(pool.bytes), dipool(ipool.bytes);
             Dev<int32_t> dtab(pool.tables), ditab(ipool.tables);
             // compressors (decode step; rows at pos % 4 == 3 emit)
-            for (auto [ratio, dim, idx] : {std::tuple{4, 512, false}, std::tuple{4, 128, true}, std::tuple{128, 512, false}}) {
+            for (auto [ratio, dim, idx] :
+                 {std::tuple{4, 512, false}, std::tuple{4, 128, true}, std::tuple{128, 512, false}}) {
                 if (ctx != 256) break;
                 const int co = ratio == 4 ? 2 : 1;
                 Dev<float> a(rng.normals(size_t(T) * co * dim)), z(rng.normals(size_t(T) * co * dim)),
@@ -150,7 +153,9 @@ TEST(CudaAttnBench, DecodeOps) {
                     bd.batch, ratio, dim, R, idx, a.ptr, z.ptr, ape.ptr, cn.ptr, rope, st.ptr,
                     idx ? ipool.view(dipool.ptr, ditab.ptr, int32_t(IndexFormat::FP4))
                         : pool.view(dpool.ptr, dtab.ptr, int32_t(KvFormat::FP8)));
-                const char* name = idx ? "indexer compressor (r4, 128)" : ratio == 4 ? "attn compressor (r4, 512)" : "attn compressor (r128, 512)";
+                const char* name = idx          ? "indexer compressor (r4, 128)"
+                                   : ratio == 4 ? "attn compressor (r4, 512)"
+                                                : "attn compressor (r128, 512)";
                 row(name, time_op([&](cudaStream_t s) { compressor_forward(cp, s); }));
             }
             // indexer select (scores + top-k) when entries > topk
@@ -160,7 +165,8 @@ TEST(CudaAttnBench, DecodeOps) {
             Dev<int32_t> sel(sel_h);
             const int max_entries = ctx / 4;
             if (max_entries > topk) {
-                Dev<uint16_t> iq(to_bf16_bits(rng.normals(size_t(T) * nI * dI, 0.3f))), iw(to_bf16_bits(rng.normals(size_t(T) * nI)));
+                Dev<uint16_t> iq(to_bf16_bits(rng.normals(size_t(T) * nI * dI, 0.3f))),
+                    iw(to_bf16_bits(rng.normals(size_t(T) * nI)));
                 Dev<int32_t> sel2(size_t(T) * topk);
                 const IndexerSelectParams ip =
                     indexer_params(bd.batch, nI, dI, 4, topk, iq.ptr, iw.ptr,
@@ -173,9 +179,9 @@ TEST(CudaAttnBench, DecodeOps) {
             Dev<float> sink(rng.normals(H));
             for (int ratio : {4, 128}) {
                 const bool use_topk = ratio == 4 && max_entries > topk;
-                SparseAttentionParams p = attention_params(bd.batch, H, hd, R, q.ptr, out.ptr, sink.ptr, rope, W, rv,
-                                                           ratio, pool.view(dpool.ptr, dtab.ptr, int32_t(KvFormat::FP8)),
-                                                           use_topk ? sel.ptr : nullptr, topk);
+                SparseAttentionParams p = attention_params(
+                    bd.batch, H, hd, R, q.ptr, out.ptr, sink.ptr, rope, W, rv, ratio,
+                    pool.view(dpool.ptr, dtab.ptr, int32_t(KvFormat::FP8)), use_topk ? sel.ptr : nullptr, topk);
                 p.max_candidates = W + (use_topk ? topk : ctx / ratio);
                 Dev<uint8_t> aws(std::max<size_t>(1, sparse_attention_workspace_bytes(T, H, hd, p.max_candidates)));
                 const KernelPolicy simt = KernelPolicy::only("attn_simt"), mma = KernelPolicy::only("attn_mma");
@@ -256,14 +262,16 @@ TEST(CudaAttnBench, PrefillOps) {
             const size_t ws_bytes = sparse_attention_prefill_workspace_bytes(N, 1, W, entries, hd);
             Dev<uint8_t> ws(ws_bytes);
             const char* name = ratio == 4 ? "sparse attn CSA prefill (fp8 kv)" : "sparse attn HCA prefill (fp8 kv)";
-            row(name, time_op([&](cudaStream_t s) { sparse_attention_prefill(p, entries, ws.ptr, ws.n, s); }, 3), flops);
+            row(name, time_op([&](cudaStream_t s) { sparse_attention_prefill(p, entries, ws.ptr, ws.n, s); }, 3),
+                flops);
             // launch-shape A/B (same results): heads per CTA, cp.async pipeline depth
             for (auto [label, tn] : {std::pair{"32 heads per CTA", PrefillAttentionTuning{2, 0}},
                                      std::pair{"16 heads per CTA", PrefillAttentionTuning{1, 0}},
                                      std::pair{"3 stages", PrefillAttentionTuning{0, 3}}}) {
                 const std::string tname = std::string(ratio == 4 ? "  CSA" : "  HCA") + " prefill, " + label;
                 row(tname.c_str(),
-                    time_op([&](cudaStream_t s) { sparse_attention_prefill(p, entries, ws.ptr, ws.n, s, tn); }, 3), flops);
+                    time_op([&](cudaStream_t s) { sparse_attention_prefill(p, entries, ws.ptr, ws.n, s, tn); }, 3),
+                    flops);
             }
             if (N == 4096) {  // today's path for prefill: the decode kernels, one CTA per (query, head group)
                 p.max_candidates = W + (ratio == 4 ? topk : entries);
@@ -299,12 +307,13 @@ TEST(CudaAttnBench, PrefillOps) {
                 time_op([&](cudaStream_t s) { indexer_select_prefill(ip, iws.ptr, iws.n, s); }, 3), flops);
             if (N <= 8192) {  // today's path: SIMT scores, the whole [rows x entries] matrix
                 Dev<uint8_t> ows(indexer_select_workspace_bytes(N, max_entries));
-                row("  via indexer_select (simt)", time_op([&](cudaStream_t s) { indexer_select(ip, ows.ptr, ows.n, s); }, 3),
-                    flops);
+                row("  via indexer_select (simt)",
+                    time_op([&](cudaStream_t s) { indexer_select(ip, ows.ptr, ows.n, s); }, 3), flops);
             }
         }
         // compressors over the whole prompt in one step (their bf16 GEMMs are not included)
-        for (auto [ratio, dim, idx] : {std::tuple{4, 512, false}, std::tuple{4, 128, true}, std::tuple{128, 512, false}}) {
+        for (auto [ratio, dim, idx] :
+             {std::tuple{4, 512, false}, std::tuple{4, 128, true}, std::tuple{128, 512, false}}) {
             const int co = ratio == 4 ? 2 : 1;
             Dev<float> a(size_t(N) * co * dim), z(size_t(N) * co * dim), ape(rng.normals(size_t(ratio) * co * dim));
             fill_random(a.ptr, a.n, FillKind::F32, 14, 1.f, nullptr);
@@ -316,9 +325,9 @@ TEST(CudaAttnBench, PrefillOps) {
             PagedPool cpool(1, N / ratio + 1, 64, ceb, rng);
             Dev<uint8_t> dcpool(cpool.bytes);
             Dev<int32_t> dctab(cpool.tables);
-            const CompressorParams cp =
-                compressor_params(bd.batch, ratio, dim, R, idx, a.ptr, z.ptr, ape.ptr, cn.ptr, rope, st.ptr,
-                                  cpool.view(dcpool.ptr, dctab.ptr, idx ? int32_t(IndexFormat::FP4) : int32_t(KvFormat::FP8)));
+            const CompressorParams cp = compressor_params(
+                bd.batch, ratio, dim, R, idx, a.ptr, z.ptr, ape.ptr, cn.ptr, rope, st.ptr,
+                cpool.view(dcpool.ptr, dctab.ptr, idx ? int32_t(IndexFormat::FP4) : int32_t(KvFormat::FP8)));
             const char* name = idx ? "indexer compressor (r4, 128)" : ratio == 4 ? "attn compressor (r4, 512)"
                                                                                  : "attn compressor (r128, 512)";
             row(name, time_op([&](cudaStream_t s) { compressor_forward(cp, s); }, 3), 0);

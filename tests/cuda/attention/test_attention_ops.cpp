@@ -106,7 +106,9 @@ TEST(CudaSparseAttention, MatchesCpuReference) {
             for (int pos = std::max(0, end - ring_entries); pos < end; ++pos) {
                 auto v = bf16_round(rng.normals(D, 1.5f));
                 std::vector<float> dec(D);
-                encode_kv_entry(v.data(), D, R, c.fmt, ring_h.data() + (int64_t(bh.slot[s]) * ring_entries + pos % ring_entries) * eb, dec.data());
+                encode_kv_entry(v.data(), D, R, c.fmt,
+                                ring_h.data() + (int64_t(bh.slot[s]) * ring_entries + pos % ring_entries) * eb,
+                                dec.data());
                 ring_val[{bh.slot[s], pos}] = dec;
             }
         }
@@ -130,7 +132,8 @@ TEST(CudaSparseAttention, MatchesCpuReference) {
             for (int t = 0; t < T; ++t) {
                 const int n_vis = (bh.token_pos[t] + 1) / c.ratio;
                 for (int i = 0; i < topk_width; ++i)
-                    topk[size_t(t) * topk_width + i] = rng.uniform_int(0, 4) == 0 || n_vis == 0 ? -1 : rng.uniform_int(0, n_vis - 1);
+                    topk[size_t(t) * topk_width + i] =
+                        rng.uniform_int(0, 4) == 0 || n_vis == 0 ? -1 : rng.uniform_int(0, n_vis - 1);
             }
         }
         auto q = bf16_round(rng.normals(size_t(T) * H * D));
@@ -155,8 +158,14 @@ TEST(CudaSparseAttention, MatchesCpuReference) {
             const int slot = bh.slot[bh.token_seq[t]], pos = bh.token_pos[t];
             reference_attention_row(
                 spec, q.data() + size_t(t) * H * D, pos, c.use_topk ? topk.data() + size_t(t) * topk_width : nullptr,
-                topk_width, [&](int64_t j) -> const std::vector<float>& { return ring_val[{slot, int(j)}]; },
-                [&](int w) -> const std::vector<float>& { return comp_val[{slot, w}]; }, want.data() + size_t(t) * H * D);
+                topk_width,
+                [&](int64_t j) -> const std::vector<float>& {
+                    return ring_val[{slot, int(j)}];
+                },
+                [&](int w) -> const std::vector<float>& {
+                    return comp_val[{slot, w}];
+                },
+                want.data() + size_t(t) * H * D);
         }
         for (const char* variant : {"attn_simt", "attn_mma"}) {
             const bool mma = std::string_view(variant) == "attn_mma";
@@ -239,17 +248,21 @@ TEST(CudaCompressor, ChunkedEntriesMatchCpu) {
                 std::vector<float> hkv, hgate;
                 for (int s = 0; s < 2; ++s) {
                     int n = whole ? total_len - pos[s]
-                                  : std::min(total_len - pos[s], rng.uniform_int(0, 3) == 0 ? rng.uniform_int(1, 2 * m + 3) : 1);
+                                  : std::min(total_len - pos[s],
+                                             rng.uniform_int(0, 3) == 0 ? rng.uniform_int(1, 2 * m + 3) : 1);
                     if (n <= 0) continue;
                     bh.add(slots[s], pos[s], n);
-                    hkv.insert(hkv.end(), kv[s].begin() + size_t(pos[s]) * width, kv[s].begin() + size_t(pos[s] + n) * width);
-                    hgate.insert(hgate.end(), gate[s].begin() + size_t(pos[s]) * width, gate[s].begin() + size_t(pos[s] + n) * width);
+                    hkv.insert(hkv.end(), kv[s].begin() + size_t(pos[s]) * width,
+                               kv[s].begin() + size_t(pos[s] + n) * width);
+                    hgate.insert(hgate.end(), gate[s].begin() + size_t(pos[s]) * width,
+                                 gate[s].begin() + size_t(pos[s] + n) * width);
                     pos[s] += n;
                 }
                 BatchDev bd(bh);
                 Dev<float> dkv(hkv), dgate(hgate);
-                const CompressorParams p = compressor_params(bd.batch, m, c.dim, c.rope, c.indexer, dkv.ptr, dgate.ptr, dape.ptr,
-                                                             dnw.ptr, rope, state.ptr, pool.view(dpool.ptr, dtables.ptr, c.format));
+                const CompressorParams p =
+                    compressor_params(bd.batch, m, c.dim, c.rope, c.indexer, dkv.ptr, dgate.ptr, dape.ptr, dnw.ptr,
+                                      rope, state.ptr, pool.view(dpool.ptr, dtables.ptr, c.format));
                 compressor_forward(p, nullptr);
                 CUDA_OK(cudaDeviceSynchronize());
             }
@@ -262,7 +275,8 @@ TEST(CudaCompressor, ChunkedEntriesMatchCpu) {
                     auto add_slot = [&](int t, int col0) {
                         for (int ch = 0; ch < c.dim; ++ch) {
                             skv.push_back(kv[s][size_t(t) * width + col0 + ch]);
-                            ssc.push_back(gate[s][size_t(t) * width + col0 + ch] + ape[size_t(t % m) * width + col0 + ch]);
+                            ssc.push_back(gate[s][size_t(t) * width + col0 + ch] +
+                                          ape[size_t(t % m) * width + col0 + ch]);
                         }
                     };
                     if (m == 4)
@@ -289,7 +303,8 @@ TEST(CudaCompressor, ChunkedEntriesMatchCpu) {
                                 dec[d] = bf16_to_f32(b);
                             } else {
                                 const uint8_t byte = src[d / 2];
-                                dec[d] = e2m1_to_f32(d % 2 ? byte >> 4 : byte & 0xf) * e8m0_to_f32(src[c.dim / 2 + d / 32]);
+                                dec[d] =
+                                    e2m1_to_f32(d % 2 ? byte >> 4 : byte & 0xf) * e8m0_to_f32(src[c.dim / 2 + d / 32]);
                             }
                         }
                     } else {
@@ -372,8 +387,9 @@ TEST(CudaIndexer, SelectMatchesCpuTopk) {
         Dev<uint8_t> dpool(pool.bytes);
         Dev<int32_t> dtables(pool.tables), dsel(size_t(T) * topk);
         dsel.poison();
-        const IndexerSelectParams p = indexer_params(bd.batch, H, D, ratio, topk, dq.ptr, dw.ptr,
-                                                     pool.view(dpool.ptr, dtables.ptr, int32_t(fmt)), max_entries, dsel.ptr);
+        const IndexerSelectParams p =
+            indexer_params(bd.batch, H, D, ratio, topk, dq.ptr, dw.ptr, pool.view(dpool.ptr, dtables.ptr, int32_t(fmt)),
+                           max_entries, dsel.ptr);
         const size_t ws_bytes = indexer_select_workspace_bytes(T, max_entries);
         Dev<uint8_t> ws(ws_bytes);
         indexer_select(p, ws.ptr, ws_bytes, nullptr);
