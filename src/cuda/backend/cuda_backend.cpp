@@ -485,6 +485,30 @@ StepProfile CudaBackend::profile_step(std::span<const SequenceStep> steps) {
 
 namespace flashseek {
 
+namespace {
+
+// The shapes the CUDA kernels compute (the model accepts more: src/model/config.h). Empty when supported, else the
+// first reason, naming the key.
+std::string cuda_unsupported_reason(const ModelConfig& cfg) {
+    for (size_t l = 0; l < cfg.compress_ratios.size(); ++l)
+        if (cfg.compress_ratios[l] != 0 && cfg.compress_ratios[l] != 4 && cfg.compress_ratios[l] != 128)
+            return fmt::format("compress_ratios[{}] = {} (the kernels compress by 4 or 128)", l, cfg.compress_ratios[l]);
+    if (cfg.qk_rope_head_dim <= 0 || cfg.qk_rope_head_dim >= cfg.head_dim)
+        return fmt::format("qk_rope_head_dim {} with head_dim {} (rotary-only heads)", cfg.qk_rope_head_dim,
+                           cfg.head_dim);
+    if (cfg.head_dim % 16 != 0 || (cfg.head_dim - cfg.qk_rope_head_dim) % 64 != 0)
+        return fmt::format("head_dim {} (a multiple of 16 whose non-rotary part is a multiple of 64)", cfg.head_dim);
+    if (cfg.index_head_dim != 32 && cfg.index_head_dim != 64 && cfg.index_head_dim != 128 && cfg.index_head_dim != 256)
+        return fmt::format("index_head_dim {} (32, 64, 128 or 256)", cfg.index_head_dim);
+    if (cfg.index_topk < 1) return fmt::format("index_topk {} (at least 1)", cfg.index_topk);
+    if (cfg.num_attention_heads % cfg.o_groups != 0)
+        return fmt::format("o_groups {} does not divide num_attention_heads {}", cfg.o_groups, cfg.num_attention_heads);
+    if (cfg.hidden_size % 32 != 0) return fmt::format("hidden_size {} (a multiple of 32)", cfg.hidden_size);
+    return {};
+}
+
+}  // namespace
+
 std::unique_ptr<Backend> create_cuda_backend(const std::string& model_dir, const BackendOptions& opt) {
     cuda::require_cuda_device();
     // model_dir is a checkpoint directory, or (with dummy weights) a directory or a config.json path.
@@ -494,6 +518,9 @@ std::unique_ptr<Backend> create_cuda_backend(const std::string& model_dir, const
              model_dir);
     ModelConfig cfg = load_model_config(config_path);
     validate_model_config(cfg, config_path);
+    if (opt.numerics == Numerics::Release) check_release_numerics_supported(cfg, config_path);
+    if (const std::string why = cuda_unsupported_reason(cfg); !why.empty())
+        fail("backend cuda does not run the model of {}: {}", config_path, why);
     const int L = opt.layers > 0 ? std::min(opt.layers, cfg.num_hidden_layers) : cfg.num_hidden_layers;
     FS_CHECK(opt.layers >= 0, "--layers must be >= 0, got {}", opt.layers);
     cuda::DeviceTensorStore store;
