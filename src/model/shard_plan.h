@@ -33,8 +33,8 @@ struct CategoryBytes {
 struct RankPlan {
     RankSlice slice;
     CategoryBytes held;            // the weight bytes the rank holds, by category
-    int64_t replicated_bytes = 0;  // of those, tensors every rank holds whole
-    int64_t sharded_bytes = 0;     // tensors divided among ranks (slices, and whole experts only this rank holds)
+    int64_t replicated_bytes = 0;  // of those, tensors every rank of the layout holds whole
+    int64_t sharded_bytes = 0;     // tensors divided among ranks (slices, and whole experts only some ranks hold)
     int64_t routed_expert_bytes = 0;  // one routed expert of one layer as this rank holds it (w1, w2, w3 + scales)
     int experts_per_layer = 0;        // routed experts held per layer
 

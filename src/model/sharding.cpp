@@ -316,9 +316,12 @@ TensorSlice tensor_slice(const std::string& name, const ModelConfig& cfg, const 
 
 TensorSharding tensor_sharding(const std::string& name, const ModelConfig& cfg, const std::vector<RankSlice>& ranks) {
     const Rule r = rule_of(name, cfg);
-    TensorSharding t{r.category, r.split == Split::Replicated, {}};
+    TensorSharding t{r.category, true, {}};
     t.slices.reserve(ranks.size());
-    for (const RankSlice& rank : ranks) t.slices.push_back(apply_rule(r, name, cfg, rank));
+    for (const RankSlice& rank : ranks) {
+        t.slices.push_back(apply_rule(r, name, cfg, rank));
+        t.replicated = t.replicated && t.slices.back().kind == SliceKind::Whole;
+    }
     return t;
 }
 

@@ -98,7 +98,7 @@ TensorSlice tensor_slice(const std::string& tensor_name, const ModelConfig& cfg,
 // The stored shape of `shape` after the slice (None: a zero-size dim 0).
 std::vector<int64_t> sliced_shape(const std::vector<int64_t>& shape, const TensorSlice& slice);
 
-// Whether every rank holds the tensor whole (true) or it is divided among ranks (false).
+// Whether every rank of every layout holds the tensor whole (true), or some layout divides it (false).
 bool tensor_is_replicated(const std::string& tensor_name, const ModelConfig& cfg);
 
 // The weight categories of a sharding plan.
@@ -116,11 +116,11 @@ enum class WeightCategory {
 const char* weight_category_name(WeightCategory c);
 WeightCategory weight_category(const std::string& tensor_name, const ModelConfig& cfg);
 
-// One tensor's category, whether it is replicated, and its slice for each of `ranks` (the name parsed once: what a
-// plan over every tensor and rank uses).
+// One tensor's category, its slice for each of `ranks`, and whether each of them holds it whole (the name parsed
+// once: what a plan over every tensor and rank uses).
 struct TensorSharding {
     WeightCategory category;
-    bool replicated = false;
+    bool replicated = false;          // every entry of `ranks` holds the whole tensor
     std::vector<TensorSlice> slices;  // one per entry of `ranks`
 };
 TensorSharding tensor_sharding(const std::string& tensor_name, const ModelConfig& cfg,

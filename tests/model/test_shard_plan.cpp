@@ -33,18 +33,22 @@ int64_t spec_bytes(const TensorSpec& t) {
     return n;
 }
 
-// Expected per-rank category bytes of `l` over the first n_layers layers (no MTP).
+// Expected per-rank category bytes of `l` over the first n_layers layers (no MTP); `replicated`: per rank, the bytes
+// of tensors every rank holds whole.
 std::vector<CategoryBytes> expected_plan(const ModelConfig& c, const ParallelLayout& l, int n_layers,
-                                         int64_t* model_bytes) {
+                                         int64_t* model_bytes, std::vector<int64_t>* replicated = nullptr) {
     std::vector<CategoryBytes> out(size_t(l.ranks()));
+    if (replicated) replicated->assign(size_t(l.ranks()), 0);
     *model_bytes = 0;
     InventoryOptions inv;
     inv.include_mtp = false;
     for (const TensorSpec& t : expected_tensors(c, inv)) {
         if (t.name.rfind("layers.", 0) == 0 && std::stoi(t.name.substr(7)) >= n_layers) continue;
         *model_bytes += spec_bytes(t);
-        for (int r = 0; r < l.ranks(); ++r)
+        for (int r = 0; r < l.ranks(); ++r) {
             out[size_t(r)][category_by_name(t.name)] += expected_rank_bytes(t.name, spec_bytes(t), c, l, r);
+            if (replicated && expected_coverage(t.name, l) == l.ranks()) (*replicated)[size_t(r)] += spec_bytes(t);
+        }
     }
     return out;
 }
@@ -59,7 +63,8 @@ TEST(ShardPlan, V4FlashBytesPerRankAndCategory) {
         SCOPED_TRACE(l.name());
         const ShardPlan p = plan_layout(c, l, 0);
         int64_t model_bytes = 0;
-        const auto want = expected_plan(c, l, 43, &model_bytes);
+        std::vector<int64_t> replicated;
+        const auto want = expected_plan(c, l, 43, &model_bytes, &replicated);
         EXPECT_EQ(p.n_layers, 43);
         EXPECT_EQ(p.model_bytes, model_bytes);
         ASSERT_EQ(p.ranks.size(), size_t(l.ranks()));
@@ -69,12 +74,9 @@ TEST(ShardPlan, V4FlashBytesPerRankAndCategory) {
             for (int k = 0; k < int(WeightCategory::kCount); ++k)
                 EXPECT_EQ(rp.held.bytes[size_t(k)], want[size_t(r)].bytes[size_t(k)])
                     << weight_category_name(WeightCategory(k));
+            EXPECT_EQ(rp.replicated_bytes, replicated[size_t(r)]);
             EXPECT_EQ(rp.replicated_bytes + rp.sharded_bytes, rp.total());
             EXPECT_EQ(rp.held[WeightCategory::Mtp], 0);
-            // Replicated: everything but the split attention tensors, experts, shared expert and head.
-            const int64_t split = rp.held[WeightCategory::RoutedExperts] + rp.held[WeightCategory::SharedExpert] +
-                                  rp.held[WeightCategory::Head];
-            EXPECT_GE(rp.sharded_bytes, split);
             // One routed expert (w1, w3: [2048, 2048] I8 + [2048, 128] scales; w2: [4096, 1024] + [4096, 64]) is
             // 13 369 344 bytes, split over tp.
             EXPECT_EQ(rp.routed_expert_bytes, 13369344 / l.tp);

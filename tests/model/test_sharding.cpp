@@ -206,6 +206,20 @@ TEST(Sharding, TensorSlicesUnderExpertParallelism) {
     expect_slice("layers.9.attn.wo_b.scale", c, s, whole());
     expect_slice("layers.9.ffn.shared_experts.w3.weight", c, s, rows(0, 1024));
     expect_slice("head.weight", c, s, rows(0, 64640));
+    // tensor_sharding: every rank at once; the attention is whole on both ranks (replicated under EP2), an expert
+    // on one.
+    const std::vector<RankSlice> ep2 = {s, rank_slice(c, {1, 2}, 1)};
+    const TensorSharding a = tensor_sharding("layers.9.attn.wq_b.scale", c, ep2);
+    EXPECT_TRUE(a.replicated);
+    EXPECT_EQ(a.category, WeightCategory::Attention);
+    EXPECT_EQ(a.slices, (std::vector<TensorSlice>{whole(), whole()}));
+    const TensorSharding e = tensor_sharding("layers.9.ffn.experts.200.w1.weight", c, ep2);
+    EXPECT_FALSE(e.replicated);
+    EXPECT_EQ(e.category, WeightCategory::RoutedExperts);
+    EXPECT_EQ(e.slices, (std::vector<TensorSlice>{none(), whole()}));
+    EXPECT_EQ(weight_category("layers.4.attn.indexer.compressor.ape", c), WeightCategory::CompressorsIndexer);
+    EXPECT_EQ(weight_category("layers.4.attn.kv_norm.weight", c), WeightCategory::RouterMhcNorms);
+    EXPECT_EQ(weight_category("mtp.0.h_proj.scale", c), WeightCategory::Mtp);
 
     // FP8 routed experts (expert_dtype fp8): TP2 splits w2 on the 128 grid, scale columns / 128.
     auto j = config_json("v4-flash.json");
