@@ -8,12 +8,6 @@ namespace flashseek {
 
 namespace {
 
-std::string shape_string(const std::vector<int64_t>& s) {
-    std::string r = "[";
-    for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-    return r + "]";
-}
-
 bool is_scale_name(const std::string& name) {
     return name.size() > 6 && name.compare(name.size() - 6, 6, ".scale") == 0;
 }
@@ -63,14 +57,14 @@ ShardSources locate_shard(const Checkpoint& ckpt, const ModelConfig& cfg_in, con
         const TensorView* t = ckpt.find(spec.name);
         if (!t) {
             problems.push_back(fmt::format("missing tensor '{}' ({} {})", spec.name, dtype_name(spec.dtype),
-                                           shape_string(spec.shape)));
+                                           shape_to_string(spec.shape)));
             continue;
         }
         const bool dtype_ok = t->dtype == spec.dtype ||
                               (is_scale_name(spec.name) && (t->dtype == DType::F8_E8M0 || t->dtype == DType::F32));
         if (!dtype_ok || t->shape != spec.shape) {
             problems.push_back(fmt::format("tensor '{}': {} {}, expected {} {}", spec.name, dtype_name(t->dtype),
-                                           t->shape_str(), dtype_name(spec.dtype), shape_string(spec.shape)));
+                                           t->shape_str(), dtype_name(spec.dtype), shape_to_string(spec.shape)));
             continue;
         }
         ShardTensorSource s;
