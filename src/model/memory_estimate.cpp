@@ -10,8 +10,8 @@ namespace flashseek {
 
 namespace {
 
-constexpr int kPrefillChunkTokens = 128;  // the CUDA backend's prefill chunk (cuda_backend.cpp, kChunkTokens)
-constexpr int64_t kBlockTokens = 256;     // the state pool's block (make_state_pool)
+constexpr int64_t kBlockTokens = 256;  // the state pool's block (make_state_pool in cuda_backend.cpp)
+constexpr int64_t kMinHeadRows = 256;  // the CUDA backend's logits rows per pass at least
 
 int64_t align256(int64_t v) { return (v + 255) / 256 * 256; }
 int64_t pow2_at_least(int64_t v) {
@@ -35,7 +35,6 @@ int64_t compressor_state_bytes(int ratio, int64_t dim) {
     return 2 * c * ratio * c * dim * 4;
 }
 
-int decode_rows(int max_sequences) { return int(std::max<int64_t>(kPrefillChunkTokens, pow2_at_least(max_sequences))); }
 
 void check_options(const ModelConfig& cfg, const StateOptions& opt) {
     FS_CHECK(opt.max_sequences >= 1 && opt.max_sequences <= (1 << 20), "max-sequences {}: must be in [1, {}]",
@@ -45,6 +44,8 @@ void check_options(const ModelConfig& cfg, const StateOptions& opt) {
              cfg.max_position_embeddings);
     FS_CHECK(opt.n_layers >= 0 && opt.n_layers <= cfg.num_hidden_layers,
              "layers {}: must be in [0, num_hidden_layers {}] (0 = all)", opt.n_layers, cfg.num_hidden_layers);
+    FS_CHECK(opt.prefill_chunk_tokens >= 1 && opt.prefill_chunk_tokens <= (1 << 20),
+             "prefill chunk {}: must be in [1, {}] tokens", opt.prefill_chunk_tokens, 1 << 20);
 }
 
 }  // namespace
@@ -56,7 +57,7 @@ StateEstimate estimate_state(const ModelConfig& cfg, const StateOptions& opt) {
     StateEstimate e;
     e.kv_entry_bytes = kv_entry_bytes(cfg, opt.release_numerics);
     e.index_entry_bytes = index_entry_bytes(cfg, opt.release_numerics);
-    e.ring_entries = cfg.sliding_window + kPrefillChunkTokens;
+    e.ring_entries = cfg.sliding_window + opt.prefill_chunk_tokens;
     e.block_tokens = kBlockTokens;
     for (int l = 0; l < n_layers; ++l) {
         const int ratio = cfg.ratio(l);
@@ -82,7 +83,8 @@ StateEstimate estimate_state(const ModelConfig& cfg, const StateOptions& opt) {
 
 int64_t estimate_step_buffer_bytes(const ModelConfig& cfg, const StateOptions& opt) {
     check_options(cfg, opt);
-    const int64_t T = decode_rows(opt.max_sequences), D = cfg.hidden_size, N = cfg.hc_mult,
+    const int64_t bucket = pow2_at_least(opt.max_sequences);
+    const int64_t T = std::max<int64_t>(opt.prefill_chunk_tokens, bucket), D = cfg.hidden_size, N = cfg.hc_mult,
                   H = cfg.num_attention_heads, hd = cfg.head_dim, QL = cfg.q_lora_rank,
                   GO = int64_t(cfg.o_groups) * cfg.o_lora_rank, V = cfg.vocab_size, nI = cfg.index_n_heads,
                   dI = cfg.index_head_dim, E = cfg.n_routed_experts, K = cfg.num_experts_per_tok,
@@ -97,7 +99,7 @@ int64_t estimate_step_buffer_bytes(const ModelConfig& cfg, const StateOptions& o
     b += T * E * 4 + T * K * D * 4 + T * D * 4;  // router logits, routed and shared expert outputs (fp32)
     b += T * K * std::max(D, I) * 2;              // expert activation tiles
     b += T * (5 * D + QL + H * hd + GO + K * I + I) * 2;  // prepared activations
-    b += T * V * 4;                                       // logits
+    b += std::max(kMinHeadRows, bucket) * V * 4;          // logits
     return b;
 }
 

@@ -182,6 +182,12 @@ TEST(MemoryEstimate, V4FlashStatePool) {
     // The first 20 layers only.
     o.n_layers = 20;
     EXPECT_LT(estimate_state(c, o).total(), m.total());
+    // A larger prefill chunk widens every window ring (window + one chunk).
+    o.prefill_chunk_tokens = 256;
+    EXPECT_EQ(estimate_state(c, o).ring_entries, 128 + 256);
+    o.prefill_chunk_tokens = 0;
+    expect_error([&] { estimate_state(c, o); }, {"prefill chunk 0"});
+    o.prefill_chunk_tokens = 128;
     o.max_context = 0;
     expect_error([&] { estimate_state(c, o); }, {"max-context 0"});
     o.max_context = 8192;

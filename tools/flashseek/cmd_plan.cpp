@@ -62,7 +62,7 @@ int run_plan(int argc, char** argv) {
     CLI::App app{"Dry run of a parallel layout: per-rank weight bytes, state, communication, and the fit check"};
     std::string model, gpu_memory_text, numerics = "release", allreduce_dtype = "bf16", json_path;
     cli::LayoutFlags layout_flags;
-    int layers = 0, max_sequences = 1;
+    int layers = 0, max_sequences = 1, prefill_chunk = 128;
     int64_t max_context = 4096;
     app.add_option("--model", model, "a config.json, or a directory holding one")->required();
     layout_flags.add_to(app);
@@ -71,6 +71,8 @@ int run_plan(int argc, char** argv) {
                    "memory of one GPU (80GB, 141GB, 96GiB, or bytes); without it nothing is checked");
     app.add_option("--max-sequences", max_sequences, "sequences the state is sized for (1)");
     app.add_option("--max-context", max_context, "tokens per sequence the state is sized for (4096)");
+    app.add_option("--prefill-chunk", prefill_chunk, "prefill tokens per sequence and pass (128; the window rings "
+                   "hold one chunk more than the window)");
     app.add_option("--numerics", numerics, "release (FP8 KV, FP4 indexer keys) or exact (bf16 state)")
         ->check(CLI::IsMember({"exact", "release"}));
     app.add_option("--allreduce-dtype", allreduce_dtype, "element of the all-reduce messages: bf16 or fp32")
@@ -97,6 +99,7 @@ int run_plan(int argc, char** argv) {
     sopt.max_sequences = max_sequences;
     sopt.max_context = max_context;
     sopt.release_numerics = numerics == "release";
+    sopt.prefill_chunk_tokens = prefill_chunk;
     const MemoryPlan memory = plan_memory(plan, sopt);
 
     std::printf("model: %s, %d of %d layers (MTP not planned)\n", config_path.c_str(), plan.n_layers,
