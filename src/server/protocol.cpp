@@ -13,6 +13,16 @@ namespace flashseek::server {
 
 using json = nlohmann::json;
 
+namespace {
+// Error text that quotes the body (nlohmann's "last read: '...'" can hold megabytes of one string) stays short.
+std::string clip(std::string text, size_t max_bytes = 240) {
+    if (text.size() <= max_bytes) return text;
+    const size_t total = text.size();
+    text.resize(max_bytes);
+    return fmt::format("{}... ({} bytes)", text, total);
+}
+}  // namespace
+
 std::string error_body(int status, const std::string& message, const std::string& param, const std::string& type,
                        const std::string& code) {
     std::string t = type;
@@ -24,26 +34,43 @@ std::string error_body(int status, const std::string& message, const std::string
         else if (status >= 500) t = "server_error";
         else t = "invalid_request_error";
     }
-    json e = {{"message", message},
+    // Every message is clipped: whatever a validator quoted from the request, the answer stays small.
+    json e = {{"message", clip(message, 1024)},
               {"type", t},
-              {"param", param.empty() ? json(nullptr) : json(param)},
+              {"param", param.empty() ? json(nullptr) : json(clip(param, 128))},
               {"code", code.empty() ? json(nullptr) : json(code)}};
     return json({{"error", e}, {"object", "error"}}).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string error_body(const ApiError& e) { return error_body(e.status, e.what(), e.param, e.type, e.code); }
 
-json parse_json_body(std::string_view body) {
+namespace {
+
+// Thrown from the parser callback to stop at the first value nested too deeply.
+struct TooDeep {};
+}  // namespace
+
+std::string describe_value(const json& v) {
+    if (v.is_number() || v.is_boolean() || v.is_null()) return clip(v.dump(), 64);
+    return v.type_name();
+}
+
+json parse_json_body(std::string_view body, int max_depth) {
     if (body.empty()) bad_param("body", "the request body is empty; expected a JSON object");
     // A parser callback sees every key; a set per open object catches duplicates at any depth (nlohmann would
-    // silently keep the last one, so two validators could disagree about which value counts).
+    // silently keep the last one, so two validators could disagree about which value counts). It also sees every
+    // array and object as it opens, so a body nested too deeply is refused before the deeper value is built
+    // (nlohmann's parser itself is iterative; dump(), copies and our own walks are not).
     std::vector<std::set<std::string>> keys;
     std::string duplicate;
-    auto cb = [&](int /*depth*/, json::parse_event_t ev, json& parsed) {
-        if (ev == json::parse_event_t::object_start) keys.emplace_back();
-        else if (ev == json::parse_event_t::object_end) keys.pop_back();
-        else if (ev == json::parse_event_t::key && !keys.empty()) {
-            const std::string k = parsed.get<std::string>();
+    auto cb = [&](int depth, json::parse_event_t ev, json& parsed) {
+        if (ev == json::parse_event_t::object_start || ev == json::parse_event_t::array_start) {
+            if (depth >= max_depth) throw TooDeep{};
+            if (ev == json::parse_event_t::object_start) keys.emplace_back();
+        } else if (ev == json::parse_event_t::object_end) {
+            keys.pop_back();
+        } else if (ev == json::parse_event_t::key && !keys.empty()) {
+            const std::string& k = parsed.get_ref<const std::string&>();
             if (!keys.back().insert(k).second && duplicate.empty()) duplicate = k;
         }
         return true;
@@ -51,10 +78,16 @@ json parse_json_body(std::string_view body) {
     json j;
     try {
         j = json::parse(body.begin(), body.end(), cb);
+    } catch (const TooDeep&) {
+        throw ApiError(400,
+                       fmt::format("the request body nests arrays/objects more than {} levels deep; at most {} are "
+                                   "allowed",
+                                   max_depth, max_depth),
+                       "body", "invalid_request_error", "json_too_deep");
     } catch (const json::exception& e) {
-        bad_param("body", "the request body is not valid JSON: {}", e.what());
+        bad_param("body", "the request body is not valid JSON: {}", clip(e.what()));
     }
-    if (!duplicate.empty()) bad_param(duplicate, "duplicate key '{}' in the request body", duplicate);
+    if (!duplicate.empty()) bad_param(clip(duplicate, 64), "duplicate key '{}' in the request body", clip(duplicate, 64));
     if (!j.is_object()) bad_param("body", "the request body must be a JSON object, got {}", j.type_name());
     return j;
 }
@@ -95,7 +128,7 @@ std::optional<int64_t> get_int(const json& body, const char* name) {
     if (v->is_number_float()) {
         const double d = v->get<double>();
         if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return int64_t(d);
-        bad_param(name, "'{}' must be an integer, got {}", name, v->dump());
+        bad_param(name, "'{}' must be an integer, got {}", name, describe_value(*v));
     }
     bad_param(name, "'{}' must be an integer, got {}", name, v->type_name());
 }
@@ -133,9 +166,10 @@ std::vector<int32_t> parse_token_list(const json& v, const std::string& param, i
     out.reserve(v.size());
     for (size_t i = 0; i < v.size(); ++i) {
         const json& t = v[i];
-        if (!t.is_number_integer()) bad_param(param, "'{}[{}]' must be an integer token id, got {}", name, i, t.dump());
+        if (!t.is_number_integer()) bad_param(param, "'{}[{}]' must be an integer token id, got {}", name, i,
+                                               describe_value(t));
         if (t.is_number_unsigned() ? t.get<uint64_t>() >= uint64_t(vocab) : (t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab))
-            bad_param(param, "'{}[{}]' = {} is not a token id (valid: 0 to {})", name, i, t.dump(), vocab - 1);
+            bad_param(param, "'{}[{}]' = {} is not a token id (valid: 0 to {})", name, i, describe_value(t), vocab - 1);
         out.push_back(int32_t(t.get<int64_t>()));
     }
     return out;
@@ -146,7 +180,7 @@ void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest&
         if (!m->is_string()) bad_param("model", "'model' must be a string, got {}", m->type_name());
         r.model = m->get<std::string>();
         if (r.model != limits.model_name)
-            throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", r.model,
+            throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", clip(r.model, 128),
                                             limits.model_name),
                            "model", "invalid_request_error", "model_not_found");
     } else {
@@ -168,7 +202,7 @@ void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest&
         r.top_k = *k <= 0 ? 0 : int(*k);
     }
     if (const json* s = field(body, "seed")) {
-        if (!s->is_number_integer()) bad_param("seed", "'seed' must be an integer, got {}", s->dump());
+        if (!s->is_number_integer()) bad_param("seed", "'seed' must be an integer, got {}", describe_value(*s));
         r.seed = s->is_number_unsigned() ? s->get<uint64_t>() : uint64_t(s->get<int64_t>());
     }
     if (auto n = get_int(body, "n")) {

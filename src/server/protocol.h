@@ -58,8 +58,17 @@ struct ParsedRequest {
     size_t prompt_count() const { return endpoint == Endpoint::Chat ? 1 : prompt_texts.size() + prompt_tokens.size(); }
 };
 
-// Parses JSON text strictly: invalid JSON, duplicate keys (at any depth) or a non-object body give 400.
-nlohmann::json parse_json_body(std::string_view body);
+// Deepest nesting of arrays and objects a request body may have. Every later walk over the parsed value (validation,
+// rendering tool schemas, error messages) is recursive, so the bound is what keeps a hostile body off the stack.
+inline constexpr int kMaxJsonDepth = 128;
+
+// Parses JSON text strictly: invalid JSON, nesting deeper than max_depth (checked while parsing, before a deeper
+// value exists), duplicate keys (at any depth) or a non-object body give 400.
+nlohmann::json parse_json_body(std::string_view body, int max_depth = kMaxJsonDepth);
+
+// A client value quoted in an error message: scalars as JSON (long ones clipped), containers and strings by type
+// only, so a message never grows with (or recurses into) what the client sent.
+std::string describe_value(const nlohmann::json& v);
 
 // raw_body (the text `body` was parsed from) keeps the request's key order for the chat encoder: tool schemas are
 // rendered in the client's order, as the official encoder (Python dicts) would.
