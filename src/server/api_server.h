@@ -10,6 +10,7 @@
 #include "server/http.h"
 #include "runtime/metrics.h"
 #include "server/protocol.h"
+#include "server/request_entry.h"
 
 namespace flashseek::server {
 
@@ -33,9 +34,13 @@ public:
     int64_t open_requests() const { return open_requests_.load(); }
 
 private:
-    void generate(const HttpRequest& req, HttpResponse& res, Endpoint endpoint);
+    void generate(const HttpRequest& req, HttpResponse& res, Route route);
+    void submit(const PreparedGeneration& prepared, const std::shared_ptr<runtime::OutputChannel>& channel,
+                Clock::time_point arrival);
+    // Routes answered without the model (vLLM-style extras): /tokenize, /detokenize.
+    void answer(const HttpRequest& req, HttpResponse& res, Route route);
+    EntryContext entry_context() const;
     void models(const HttpRequest& req, HttpResponse& res);
-    void tokenize(const HttpRequest& req, HttpResponse& res);  // vLLM-style extra: prompt ids and count
     void health(const HttpRequest& req, HttpResponse& res);
     void metrics(const HttpRequest& req, HttpResponse& res);
     bool authorized(const HttpRequest& req) const;

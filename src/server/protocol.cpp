@@ -175,17 +175,19 @@ std::vector<int32_t> parse_token_list(const json& v, const std::string& param, i
     return out;
 }
 
+std::string resolve_model(const json& body, const ProtocolLimits& limits) {
+    const json* m = field(body, "model");
+    if (!m) return limits.model_name;
+    if (!m->is_string()) bad_param("model", "'model' must be a string, got {}", m->type_name());
+    if (m->get_ref<const std::string&>() != limits.model_name)
+        throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'",
+                                        clip(m->get<std::string>(), 128), limits.model_name),
+                       "model", "invalid_request_error", "model_not_found");
+    return limits.model_name;
+}
+
 void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest& r) {
-    if (const json* m = field(body, "model")) {
-        if (!m->is_string()) bad_param("model", "'model' must be a string, got {}", m->type_name());
-        r.model = m->get<std::string>();
-        if (r.model != limits.model_name)
-            throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", clip(r.model, 128),
-                                            limits.model_name),
-                           "model", "invalid_request_error", "model_not_found");
-    } else {
-        r.model = limits.model_name;
-    }
+    r.model = resolve_model(body, limits);
     reject_unsupported(body);
 
     const double temperature = get_number(body, "temperature", 1.0);
@@ -279,6 +281,12 @@ std::string param_from_message(const std::string& msg) {
 }  // namespace
 
 ParsedRequest parse_chat_request(const json& body, const ProtocolLimits& limits, std::string_view raw_body) {
+    return parse_chat_request_ordered(
+        body, limits, raw_body.empty() ? nlohmann::ordered_json(body) : nlohmann::ordered_json::parse(raw_body));
+}
+
+ParsedRequest parse_chat_request_ordered(const json& body, const ProtocolLimits& limits,
+                                         const nlohmann::ordered_json& ordered_body) {
     ParsedRequest r;
     r.endpoint = Endpoint::Chat;
     parse_common(body, limits, r);
@@ -310,7 +318,8 @@ ParsedRequest parse_chat_request(const json& body, const ProtocolLimits& limits,
         if (!tools->is_array()) bad_param("tools", "'tools' must be an array");
         for (size_t i = 0; i < tools->size(); ++i) {
             const json& t = (*tools)[i];
-            if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+            // A non-string "type" must not reach value("type", ""): that throws a type_error (a 500).
+            if (!t.is_object() || !t.contains("type") || t["type"] != "function" || !t.contains("function") ||
                 !t["function"].is_object() || !t["function"].contains("name") || !t["function"]["name"].is_string())
                 bad_param("tools", "'tools[{}]' must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}", i);
             if (t["function"].contains("parameters") && !t["function"]["parameters"].is_object())
@@ -337,8 +346,7 @@ ParsedRequest parse_chat_request(const json& body, const ProtocolLimits& limits,
     if (const json* re = field(body, "reasoning_effort"))
         if (!re->is_string()) bad_param("reasoning_effort", "'reasoning_effort' must be a string");
     try {
-        r.chat = raw_body.empty() ? chat::ChatRequest::from_json(body)
-                                  : chat::ChatRequest::from_ordered_json(nlohmann::ordered_json::parse(raw_body));
+        r.chat = chat::ChatRequest::from_ordered_json(ordered_body);
     } catch (const Error& e) {
         const std::string msg = e.what();
         throw ApiError(400, msg, param_from_message(msg));
@@ -403,6 +411,12 @@ ParsedRequest parse_completion_request(const json& body, const ProtocolLimits& l
     if (int(r.prompt_count()) * r.n > limits.max_n * limits.max_prompts)
         bad_param("n", "{} prompts x n = {} choices is too many", r.prompt_count(), r.n);
     return r;
+}
+
+void check_model(const json& body, const ProtocolLimits& limits) { (void)resolve_model(body, limits); }
+
+std::vector<int32_t> parse_token_ids(const json& list, const std::string& param, int64_t vocab_size) {
+    return parse_token_list(list, param, vocab_size);
 }
 
 int64_t resolve_max_tokens(const ParsedRequest& req, int64_t prompt_tokens, int64_t max_model_len) {

@@ -74,7 +74,15 @@ std::string describe_value(const nlohmann::json& v);
 // rendered in the client's order, as the official encoder (Python dicts) would.
 ParsedRequest parse_chat_request(const nlohmann::json& body, const ProtocolLimits& limits,
                                  std::string_view raw_body = {});
+// Same, with the request already in the client's key order (the Responses API's translated request).
+ParsedRequest parse_chat_request_ordered(const nlohmann::json& body, const ProtocolLimits& limits,
+                                         const nlohmann::ordered_json& ordered_body);
 ParsedRequest parse_completion_request(const nlohmann::json& body, const ProtocolLimits& limits);
+
+// Pieces the other routes share (request_entry.cpp, responses_protocol.cpp): the "model" field (404 naming the
+// served model when it differs) and a list of token ids (400 naming `param` for a non-integer or out-of-vocab id).
+void check_model(const nlohmann::json& body, const ProtocolLimits& limits);
+std::vector<int32_t> parse_token_ids(const nlohmann::json& list, const std::string& param, int64_t vocab_size);
 
 // Context check shared by both endpoints: prompt + max_tokens must fit max_model_len. Returns the max_tokens to
 // use (the remaining context when the request gave none). Throws 400 code context_length_exceeded with both numbers.

@@ -215,20 +215,23 @@ void ResponseBuilder::absorb(const std::vector<runtime::OutputEvent>& events) {
     for (const runtime::OutputEvent& ev : events) apply(ev, false);
 }
 
+std::optional<ApiError> generation_failure(const std::string& finish_reason, const std::string& error) {
+    if (finish_reason == "stop" || finish_reason == "length") return std::nullopt;
+    if (finish_reason == "deadline")
+        return ApiError(408, "the request did not finish before its deadline (--request-timeout)", "", "timeout_error",
+                        "deadline_exceeded");
+    if (finish_reason == "shutdown" || finish_reason == "cancelled")
+        return ApiError(503, "the server is shutting down", "", "service_unavailable_error", "shutting_down");
+    // A request the scheduler refused (it validates prompt ids and sizes again) is the client's fault.
+    if (error.rfind("prompt", 0) == 0 || error.rfind("max_tokens", 0) == 0 || error.rfind("debug_forced_tokens", 0) == 0)
+        return ApiError(400, error, error.substr(0, error.find(':')));
+    return ApiError(500, "generation failed: " + error, "", "server_error", "engine_error");
+}
+
 std::optional<ApiError> ResponseBuilder::failure() const {
-    for (const Choice& c : choices_) {
-        if (!c.finished || c.finish_reason == "stop" || c.finish_reason == "length") continue;
-        if (c.finish_reason == "deadline")
-            return ApiError(408, "the request did not finish before its deadline (--request-timeout)", "",
-                            "timeout_error", "deadline_exceeded");
-        if (c.finish_reason == "shutdown" || c.finish_reason == "cancelled")
-            return ApiError(503, "the server is shutting down", "", "service_unavailable_error", "shutting_down");
-        // A request the scheduler refused (it validates prompt ids and sizes again) is the client's fault.
-        if (c.error.rfind("prompt", 0) == 0 || c.error.rfind("max_tokens", 0) == 0 ||
-            c.error.rfind("debug_forced_tokens", 0) == 0)
-            return ApiError(400, c.error, c.error.substr(0, c.error.find(':')));
-        return ApiError(500, "generation failed: " + c.error, "", "server_error", "engine_error");
-    }
+    for (const Choice& c : choices_)
+        if (c.finished)
+            if (std::optional<ApiError> f = generation_failure(c.finish_reason, c.error)) return f;
     return std::nullopt;
 }
 

@@ -14,6 +14,10 @@
 
 namespace flashseek::server {
 
+// The error a request gets when one of its choices ended abnormally (finish_reason deadline, shutdown, cancelled,
+// error): 408, 503, 400 for a prompt the scheduler refused, else 500. nullopt for stop and length.
+std::optional<ApiError> generation_failure(const std::string& finish_reason, const std::string& error);
+
 class ResponseBuilder {
 public:
     ResponseBuilder(const ParsedRequest& req, const tokenizer::Tokenizer& tok, std::string id, int64_t created,

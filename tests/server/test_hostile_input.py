@@ -21,6 +21,8 @@ ROUTES = {
     CHAT: {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
     CMPL: {"model": "tiny", "prompt": "hi", "max_tokens": 2},
     "/tokenize": {"model": "tiny", "prompt": "hi"},
+    "/detokenize": {"model": "tiny", "tokens": [100, 200]},
+    "/v1/responses": {"model": "tiny", "input": "hi", "max_output_tokens": 2},
 }
 
 MARK = b'"@@DEEP@@"'
@@ -62,6 +64,9 @@ FIELD_PATHS = {
     CMPL: [("prompt",), ("prompt", 1), ("seed",), ("logprobs",), ("echo",), ("stop_token_ids",), ("suffix",),
            ("user",), ("x_unknown_field",)],
     "/tokenize": [("prompt",), ("messages",), ("x_unknown_field",)],
+    "/detokenize": [("tokens",), ("tokens", 1), ("x_unknown_field",)],
+    "/v1/responses": [("input",), ("input", 0), ("instructions",), ("tools",), ("text",), ("reasoning",),
+                      ("metadata",), ("max_output_tokens",), ("x_unknown_field",)],
 }
 
 
@@ -142,7 +147,7 @@ def test_huge_numbers_get_4xx(server, field):
             continue
         check_4xx(s, text, f"{field}={num[:20]}")
     # Token-id lists too.
-    for route, key in ((CMPL, "prompt"),):
+    for route, key in ((CMPL, "prompt"), ("/detokenize", "tokens")):
         for num in HUGE_NUMBERS:
             body = json.dumps(dict(ROUTES[route], **{key: [1, "@"]})).encode().replace(b'"@"', num)
             s, text, _ = http_request("POST", server.url(route), body)
@@ -169,7 +174,8 @@ def test_invalid_utf8_in_every_string_field(server):
     fields = {CHAT: ["model", "user", ("messages", 0, "content"), ("messages", 0, "role"), "stop"],
               CMPL: ["model", "prompt", "user", "stop"],
               "/tokenize": ["prompt"],
-              }
+              "/detokenize": ["model"],
+              "/v1/responses": ["input", "instructions", "model"]}
     for route, names in fields.items():
         for name in names:
             path = name if isinstance(name, tuple) else (name,)
@@ -202,6 +208,8 @@ def test_giant_strings_get_clear_4xx(server):
         (CMPL, dict(ROUTES[CMPL], suffix=giant), 400, "suffix"),
         (CMPL, dict(ROUTES[CMPL], prompt=giant), 400, "prompt"),
         (CHAT, dict(ROUTES[CHAT], messages=[{"role": "user", "content": giant}]), 400, "messages"),
+        ("/detokenize", dict(ROUTES["/detokenize"], model=giant), 404, "model"),
+        ("/v1/responses", dict(ROUTES["/v1/responses"], input=giant), 400, "input"),
     ]
     for route, body, status, param in cases:
         s, text, _ = http_request("POST", server.url(route), body, timeout=300)
