@@ -12,6 +12,13 @@ ojson bytes_of(const std::string& s) {
     for (unsigned char c : s) b.push_back(int(c));
     return b;
 }
+// Characters as OpenAI and vLLM count text_offset (Python str length: code points). A byte that cannot start a
+// code point (a continuation byte) adds none; a token that is a partial character counts its lead byte only.
+size_t code_points(std::string_view bytes) {
+    size_t n = 0;
+    for (unsigned char b : bytes) n += (b & 0xC0) != 0x80;
+    return n;
+}
 std::string tool_call_id(const std::string& req_id, size_t choice, size_t k) {
     return fmt::format("call_{}_{}_{}", req_id.substr(req_id.find('-') + 1), choice, k);
 }
@@ -83,11 +90,12 @@ ojson ResponseBuilder::apply(const runtime::OutputEvent& ev, bool streaming) {
                 toks.push_back(s);
                 lps.push_back(t.logprob);
                 tops.push_back(top);
-                offs.push_back(c.text_bytes);
+                offs.push_back(c.text_chars);
                 c.cmpl_tokens.push_back(s);
                 c.cmpl_token_logprobs.push_back(t.logprob);
                 c.cmpl_top.push_back(top);
-                c.cmpl_offsets.push_back(c.text_bytes);
+                c.cmpl_offsets.push_back(c.text_chars);
+                c.text_chars += code_points(tok_.token_bytes(t.id));
             }
             lp = ojson{{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
         }
@@ -109,7 +117,6 @@ ojson ResponseBuilder::apply(const runtime::OutputEvent& ev, bool streaming) {
         content_piece = ev.text;
         c.text += ev.text;
     }
-    c.text_bytes += ev.text.size();
     c.completion_tokens += int64_t(ev.tokens.size());
     if (ev.finished) {
         c.finished = true;

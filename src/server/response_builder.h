@@ -45,7 +45,7 @@ private:
         nlohmann::ordered_json cmpl_token_logprobs = nlohmann::ordered_json::array();
         nlohmann::ordered_json cmpl_top = nlohmann::ordered_json::array();
         nlohmann::ordered_json cmpl_offsets = nlohmann::ordered_json::array();
-        size_t text_bytes = 0;
+        size_t text_chars = 0;  // completions: code points of the tokens so far (the next text_offset)
         std::string finish_reason;
         std::string error;
         int64_t completion_tokens = 0;

@@ -362,3 +362,48 @@ def test_sigterm_with_zero_timeout_exits_fast(model_dir):
     if "events" in result:
         assert result["events"][-1] == "[DONE]"
         assert any(isinstance(e, dict) and "error" in e for e in result["events"])
+
+
+def test_keep_alive_carries_many_requests_per_connection(server):
+    """The default keeps a connection for 10,000 requests (cpp-httplib's own default closes it after 5)."""
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    conn.connect()
+    local = conn.sock.getsockname()
+    for i in range(40):
+        path, body = ("/v1/completions", json.dumps(cmpl(max_tokens=1))) if i % 4 == 0 else ("/health", None)
+        conn.request("POST" if body else "GET", path, body, {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        r.read()
+        assert r.status == 200 and not r.will_close, (i, r.status, r.getheader("Connection"))
+        assert conn.sock is not None and conn.sock.getsockname() == local, i
+    conn.close()
+
+
+def test_keep_alive_limits_are_configurable(model_dir):
+    import http.client
+    srv = Server("--keep-alive-max-requests", "3", "--keep-alive-timeout", "1", model=model_dir)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+        closes = []
+        for _ in range(3):
+            conn.request("GET", "/health")
+            r = conn.getresponse()
+            r.read()
+            closes.append(r.will_close)
+        assert closes == [False, False, True]  # the third request is the connection's last
+        # An idle connection is closed by the server after the keep-alive timeout (1 s here).
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = s.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200")
+        assert s.recv(65536) == b""  # EOF: closed while idle (the recv timeout is far longer)
+        s.close()
+    finally:
+        srv.stop()
+    for flag, value in (("--keep-alive-max-requests", "0"), ("--keep-alive-timeout", "0")):
+        import subprocess
+        from conftest import flashseek_bin
+        p = subprocess.run([flashseek_bin(), "serve", "--model", model_dir, "--port", "0", flag, value],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode != 0 and flag in p.stderr, (flag, p.returncode, p.stderr[-500:])
