@@ -122,20 +122,46 @@ ApiServer::ApiServer(runtime::StepLoop& loop, const tokenizer::Tokenizer& tok, r
         metrics_.on_rejected(401);
         return false;
     });
-    http_.post("/v1/chat/completions",
-               [this](const HttpRequest& q, HttpResponse& r) { generate(q, r, Route::ChatCompletions); });
-    http_.post("/v1/completions", [this](const HttpRequest& q, HttpResponse& r) { generate(q, r, Route::Completions); });
-    http_.post("/v1/responses", [this](const HttpRequest& q, HttpResponse& r) { generate(q, r, Route::Responses); });
-    http_.post("/tokenize", [this](const HttpRequest& q, HttpResponse& r) { answer(q, r, Route::Tokenize); });
-    http_.post("/detokenize", [this](const HttpRequest& q, HttpResponse& r) { answer(q, r, Route::Detokenize); });
-    // Clients that retrieve a response by id get a clear 404 instead of "no route".
-    http_.get(R"(/v1/responses/[^/]+)", [this](const HttpRequest&, HttpResponse& r) {
-        fail(r, ApiError(404, "responses are not stored on this server (store is treated as false)", "response_id",
-                         "not_found_error", "response_not_found"));
-    });
-    http_.get("/v1/models", [this](const HttpRequest& q, HttpResponse& r) { models(q, r); });
-    http_.get("/health", [this](const HttpRequest& q, HttpResponse& r) { health(q, r); });
-    http_.get("/metrics", [this](const HttpRequest& q, HttpResponse& r) { this->metrics(q, r); });
+    // Exactly the routes of the table /openapi.json is generated from (server/openapi.h).
+    for (const RouteSpec& spec : api_routes()) {
+        std::string path = spec.path;
+        if (const size_t brace = path.find('{'); brace != std::string::npos)
+            path = path.substr(0, brace) + "[^/]+";  // "{response_id}" → one path segment
+        if (std::string(spec.method) == "GET") http_.get(path, handler_for(spec.id));
+        else http_.post(path, handler_for(spec.id));
+    }
+    OpenApiFacts facts;
+    facts.limits = options_.limits;
+    facts.max_model_len = loop_.max_model_len();
+    facts.max_body_bytes = options_.http.max_body_bytes;
+    facts.api_key_required = !options_.api_key.empty();
+    openapi_json_ = openapi_document(facts).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+HttpHandler ApiServer::handler_for(RouteId id) {
+    auto generation = [this](Route route) {
+        return [this, route](const HttpRequest& q, HttpResponse& r) { generate(q, r, route); };
+    };
+    switch (id) {
+        case RouteId::ChatCompletions: return generation(Route::ChatCompletions);
+        case RouteId::Completions: return generation(Route::Completions);
+        case RouteId::Responses: return generation(Route::Responses);
+        case RouteId::Tokenize: return [this](const HttpRequest& q, HttpResponse& r) { answer(q, r, Route::Tokenize); };
+        case RouteId::Detokenize:
+            return [this](const HttpRequest& q, HttpResponse& r) { answer(q, r, Route::Detokenize); };
+        case RouteId::ResponseById:
+            // Clients that retrieve a response by id get a clear 404 instead of "no route".
+            return [this](const HttpRequest&, HttpResponse& r) {
+                fail(r, ApiError(404, "responses are not stored on this server (store is treated as false)",
+                                 "response_id", "not_found_error", "response_not_found"));
+            };
+        case RouteId::Models: return [this](const HttpRequest& q, HttpResponse& r) { models(q, r); };
+        case RouteId::Health: return [this](const HttpRequest& q, HttpResponse& r) { health(q, r); };
+        case RouteId::Metrics: return [this](const HttpRequest& q, HttpResponse& r) { metrics(q, r); };
+        case RouteId::OpenApi:
+            return [this](const HttpRequest&, HttpResponse& r) { r.body = openapi_json_; };
+    }
+    throw Error("api_server: no handler for a route of the table");
 }
 
 bool ApiServer::authorized(const HttpRequest& req) const {

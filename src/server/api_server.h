@@ -9,6 +9,7 @@
 #include "runtime/step_loop.h"
 #include "server/http.h"
 #include "runtime/metrics.h"
+#include "server/openapi.h"
 #include "server/protocol.h"
 #include "server/request_entry.h"
 
@@ -34,6 +35,7 @@ public:
     int64_t open_requests() const { return open_requests_.load(); }
 
 private:
+    HttpHandler handler_for(RouteId id);
     void generate(const HttpRequest& req, HttpResponse& res, Route route);
     void submit(const PreparedGeneration& prepared, const std::shared_ptr<runtime::OutputChannel>& channel,
                 Clock::time_point arrival);
@@ -54,6 +56,7 @@ private:
     std::atomic<bool> shutting_down_{false};
     std::atomic<int64_t> open_requests_{0};
     int64_t started_ = 0;
+    std::string openapi_json_;  // built once: the document depends only on start-up options
 };
 
 }  // namespace flashseek::server

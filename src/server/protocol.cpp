@@ -197,6 +197,8 @@ void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest&
     const double top_p = get_number(body, "top_p", 1.0);
     if (!(top_p > 0.0 && top_p <= 1.0)) bad_param("top_p", "'top_p' must be in (0, 1], got {}", top_p);
     r.top_p = float(top_p);
+    // A positive double can round to 0 as a float (5e-324), which the sampler refuses (a 500 otherwise).
+    if (!(r.top_p > 0.f)) bad_param("top_p", "'top_p' = {} is too small (it rounds to 0)", top_p);
     if (auto k = get_int(body, "top_k")) {
         if (*k < -1) bad_param("top_k", "'top_k' must be -1 (off), 0 (off) or positive, got {}", *k);
         if (*k > limits.vocab_size) bad_param("top_k", "'top_k' must be at most the vocabulary size {}, got {}",

@@ -279,7 +279,10 @@ def test_api_key_and_default_bind(model_dir):
     srv = Server("--api-key", key, model=model_dir)
     try:
         routes = [("GET", "/v1/models", None), ("GET", "/metrics", None), ("POST", CHAT, chat()),
-                  ("POST", CMPL, cmpl()), ("POST", "/tokenize", {"prompt": "x"}), ("GET", "/nonexistent", None)]
+                  ("POST", CMPL, cmpl()), ("POST", "/tokenize", {"prompt": "x"}),
+                  ("POST", "/detokenize", {"tokens": [1, 2]}), ("GET", "/openapi.json", None),
+                  ("POST", "/v1/responses", {"model": "tiny", "input": "x", "max_output_tokens": 2}),
+                  ("GET", "/nonexistent", None)]
         for method, path, body in routes:
             for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Bearer " + key.lower()},
                             {"Authorization": "Bearer " + key[:-1]}, {"Authorization": "Bearer " + key + "x"},

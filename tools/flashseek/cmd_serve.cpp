@@ -44,8 +44,8 @@ int64_t parse_byte_size(const std::string& text, const char* flag) {
 }
 
 int run_serve(int argc, char** argv) {
-    CLI::App app{"Serve a DeepSeek-V4 model over the OpenAI API (chat/completions, completions, models, health, "
-                 "metrics)"};
+    CLI::App app{"Serve a DeepSeek-V4 model over the OpenAI API (chat/completions, completions, responses, models, "
+                 "tokenize, detokenize, health, metrics, openapi.json)"};
     std::string model_dir, served_name, backend = "cpu", numerics = "exact";
     ApiServerOptions api;
     runtime::StepLoopOptions loop_opt;
@@ -179,7 +179,7 @@ int run_serve(int argc, char** argv) {
     return 0;
 }
 
-FLASHSEEK_COMMAND("serve", "OpenAI-compatible server (chat/completions, completions, models, health, metrics)",
-                  run_serve);
+FLASHSEEK_COMMAND("serve", "OpenAI-compatible server (chat/completions, completions, responses, models, health, "
+                  "metrics, openapi.json)", run_serve);
 
 }  // namespace
