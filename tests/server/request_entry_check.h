@@ -51,6 +51,9 @@ EntryOutcome check_request_entry(std::string_view input, const EntryContext& ctx
                 if (id < 0 || id >= ctx.limits.vocab_size) violation("a prompt id outside the vocabulary");
         }
         if (g.request.n < 1 || g.request.n > ctx.limits.max_n) violation("n outside its bounds");
+        // What the sampler takes without failing (a 500 otherwise): checked on the float values it receives.
+        if (!(g.request.top_p > 0.f && g.request.top_p <= 1.f)) violation("top_p outside (0, 1] as a float");
+        if (!(g.request.temperature >= 0.f && g.request.temperature <= 2.f)) violation("temperature outside [0, 2]");
         if ((route == Route::Responses) != g.responses.has_value()) violation("responses fields on the wrong route");
         if (g.responses) (void)g.responses->echo.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
     } catch (const ApiError& e) {
