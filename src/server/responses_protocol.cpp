@@ -84,9 +84,9 @@ public:
     ojson take() { return std::move(messages_); }
 
 private:
+    // A reasoning item belongs to the assistant turn right after it; before any other message it has no turn.
     void pending_reasoning_into(ojson& message) {
-        if (reasoning_.empty() || message["role"] != "assistant") return;
-        message["reasoning_content"] = std::move(reasoning_);
+        if (!reasoning_.empty() && message["role"] == "assistant") message["reasoning_content"] = reasoning_;
         reasoning_.clear();
     }
     ojson messages_ = ojson::array();

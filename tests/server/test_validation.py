@@ -399,7 +399,11 @@ def test_keep_alive_limits_are_configurable(model_dir):
         # An idle connection is closed by the server after the keep-alive timeout (1 s here).
         s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
         s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-        first = s.recv(65536)
+        first = b""
+        while not first.endswith(b'{"status":"ok"}'):
+            chunk = s.recv(65536)
+            assert chunk, first
+            first += chunk
         assert first.startswith(b"HTTP/1.1 200")
         assert s.recv(65536) == b""  # EOF: closed while idle (the recv timeout is far longer)
         s.close()
