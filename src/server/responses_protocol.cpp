@@ -263,7 +263,7 @@ void check_state_fields(const ojson& body) {
 // Chat fields that have a Responses name, or no meaning here.
 const std::set<std::string>& refused_chat_fields() {
     static const std::set<std::string> names = {"messages", "max_tokens", "max_completion_tokens", "response_format",
-                                                "logprobs", "n", "best_of", "echo", "suffix"};
+                                                "logprobs", "n", "best_of", "echo", "suffix", "prompt_logprobs"};
     return names;
 }
 

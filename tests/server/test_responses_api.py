@@ -171,6 +171,7 @@ REFUSED = [
     ({"max_tokens": 5}, "max_tokens"),
     ({"messages": [{"role": "user", "content": "x"}]}, "messages"),
     ({"n": 2}, "n"),
+    ({"prompt_logprobs": 1}, "prompt_logprobs"),
     ({"top_logprobs": 3}, "top_logprobs"),
     ({"include": ["message.output_text.logprobs"]}, "include"),
     ({"tools": [{"type": "web_search"}]}, "tools"),
