@@ -20,9 +20,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 PY=${PYTHON:-python3}
-pip_pkgs=(numpy safetensors tokenizers openai regex pytest unicodedata2==16.0.0)
+pip_pkgs=(numpy safetensors tokenizers openai regex pytest unicodedata2==16.0.0 schemathesis)
 need_pip=0
-for m in numpy safetensors tokenizers openai regex pytest unicodedata2; do
+for m in numpy safetensors tokenizers openai regex pytest unicodedata2 schemathesis; do
   $PY -c "import $m" 2>/dev/null || need_pip=1
 done
 if [ $need_pip = 1 ]; then

@@ -12,6 +12,13 @@ ojson bytes_of(const std::string& s) {
     for (unsigned char c : s) b.push_back(int(c));
     return b;
 }
+// Characters as OpenAI and vLLM count text_offset (Python str length: code points). A byte that cannot start a
+// code point (a continuation byte) adds none; a token that is a partial character counts its lead byte only.
+size_t code_points(std::string_view bytes) {
+    size_t n = 0;
+    for (unsigned char b : bytes) n += (b & 0xC0) != 0x80;
+    return n;
+}
 std::string tool_call_id(const std::string& req_id, size_t choice, size_t k) {
     return fmt::format("call_{}_{}_{}", req_id.substr(req_id.find('-') + 1), choice, k);
 }
@@ -83,11 +90,12 @@ ojson ResponseBuilder::apply(const runtime::OutputEvent& ev, bool streaming) {
                 toks.push_back(s);
                 lps.push_back(t.logprob);
                 tops.push_back(top);
-                offs.push_back(c.text_bytes);
+                offs.push_back(c.text_chars);
                 c.cmpl_tokens.push_back(s);
                 c.cmpl_token_logprobs.push_back(t.logprob);
                 c.cmpl_top.push_back(top);
-                c.cmpl_offsets.push_back(c.text_bytes);
+                c.cmpl_offsets.push_back(c.text_chars);
+                c.text_chars += code_points(tok_.token_bytes(t.id));
             }
             lp = ojson{{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
         }
@@ -109,7 +117,6 @@ ojson ResponseBuilder::apply(const runtime::OutputEvent& ev, bool streaming) {
         content_piece = ev.text;
         c.text += ev.text;
     }
-    c.text_bytes += ev.text.size();
     c.completion_tokens += int64_t(ev.tokens.size());
     if (ev.finished) {
         c.finished = true;
@@ -215,20 +222,23 @@ void ResponseBuilder::absorb(const std::vector<runtime::OutputEvent>& events) {
     for (const runtime::OutputEvent& ev : events) apply(ev, false);
 }
 
+std::optional<ApiError> generation_failure(const std::string& finish_reason, const std::string& error) {
+    if (finish_reason == "stop" || finish_reason == "length") return std::nullopt;
+    if (finish_reason == "deadline")
+        return ApiError(408, "the request did not finish before its deadline (--request-timeout)", "", "timeout_error",
+                        "deadline_exceeded");
+    if (finish_reason == "shutdown" || finish_reason == "cancelled")
+        return ApiError(503, "the server is shutting down", "", "service_unavailable_error", "shutting_down");
+    // A request the scheduler refused (it validates prompt ids and sizes again) is the client's fault.
+    if (error.rfind("prompt", 0) == 0 || error.rfind("max_tokens", 0) == 0 || error.rfind("debug_forced_tokens", 0) == 0)
+        return ApiError(400, error, error.substr(0, error.find(':')));
+    return ApiError(500, "generation failed: " + error, "", "server_error", "engine_error");
+}
+
 std::optional<ApiError> ResponseBuilder::failure() const {
-    for (const Choice& c : choices_) {
-        if (!c.finished || c.finish_reason == "stop" || c.finish_reason == "length") continue;
-        if (c.finish_reason == "deadline")
-            return ApiError(408, "the request did not finish before its deadline (--request-timeout)", "",
-                            "timeout_error", "deadline_exceeded");
-        if (c.finish_reason == "shutdown" || c.finish_reason == "cancelled")
-            return ApiError(503, "the server is shutting down", "", "service_unavailable_error", "shutting_down");
-        // A request the scheduler refused (it validates prompt ids and sizes again) is the client's fault.
-        if (c.error.rfind("prompt", 0) == 0 || c.error.rfind("max_tokens", 0) == 0 ||
-            c.error.rfind("debug_forced_tokens", 0) == 0)
-            return ApiError(400, c.error, c.error.substr(0, c.error.find(':')));
-        return ApiError(500, "generation failed: " + c.error, "", "server_error", "engine_error");
-    }
+    for (const Choice& c : choices_)
+        if (c.finished)
+            if (std::optional<ApiError> f = generation_failure(c.finish_reason, c.error)) return f;
     return std::nullopt;
 }
 
