@@ -1,55 +1,34 @@
-// Per-op GPU time of the attention-side kernels at full DeepSeek-V4-Flash decode shapes (concurrency 1/16/64,
-// context 256/8192): each op is captured 20 times in a CUDA graph and timed with events (median of 5 replays),
-// so launch overhead is excluded as it is under the backend's decode graphs. Runs only with FS_ATTN_BENCH=1
-// (scripts/cuda_attn_device.sh); the printed table goes to docs/perf.md.
+// Perf suite of the attention-side ops (`test_cuda_attention --perf`): per-op GPU time at full DeepSeek-V4-Flash
+// decode shapes (concurrency 1 / 16 / 64, context 256 / 8192): mHC pre / post / head, the q head norm + RoPE, the
+// indexer's q preparation, the window KV store, the compressors, the indexer's scores + top-k and sparse attention
+// through each of its variants (the default choice marked). Each op is captured 20 times in a CUDA graph (median of
+// replays), so launch overhead is excluded as it is under the backend's decode graphs. Bytes are what the op must
+// read and write (activations, the KV entries or keys it visits, mHC's fp32 mixing weights); FLOPs are counted where
+// they are not negligible (attention: 4 x heads x head_dim per candidate; indexer scores: 2 x heads x dim per
+// entry), against the BF16 tensor-core rate.
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <string>
 
 #include "cuda/attention/kv_store.cuh"
 #include "cuda/attention/sparse_attention.cuh"
+#include "cuda/common/check.cuh"
 #include "cuda/compressor/compressor.cuh"
 #include "cuda/indexer/indexer.cuh"
 #include "cuda/mhc/mhc.cuh"
 #include "cuda/norm/rmsnorm.cuh"
+#include "attention_variants.h"
 #include "kv_test_util.h"
+#include "perf_report.h"
+#include "perf_suite.h"
 
 namespace flashseek::cuda::test {
 namespace {
 
-// Median time of one op call in microseconds.
+// Median microseconds of one op call, 20 calls per graph.
 double time_op(const std::function<void(cudaStream_t)>& op) {
-    cudaStream_t s;
-    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    op(s);  // warm-up (and lazy attribute setup) outside the capture
-    cudaStreamSynchronize(s);
-    constexpr int kReps = 20;
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
-    for (int i = 0; i < kReps; ++i) op(s);
-    cudaStreamEndCapture(s, &g);
-    cudaGraphInstantiate(&ge, g, 0);
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    std::vector<float> ms;
-    for (int r = 0; r < 6; ++r) {
-        cudaEventRecord(a, s);
-        cudaGraphLaunch(ge, s);
-        cudaEventRecord(b, s);
-        cudaEventSynchronize(b);
-        float t;
-        cudaEventElapsedTime(&t, a, b);
-        if (r > 0) ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    cudaStreamDestroy(s);
-    return ms[ms.size() / 2] * 1000.0 / kReps;
+    return flashseek::test::time_graph_per_call([&](cudaStream_t s, int) { op(s); }, 20);
 }
 
 std::vector<uint8_t> safe_random_bytes(size_t n, Rng& rng) {  // small finite values in every format
@@ -58,9 +37,7 @@ std::vector<uint8_t> safe_random_bytes(size_t n, Rng& rng) {  // small finite va
     return v;
 }
 
-TEST(CudaAttnBench, DecodeOps) {
-    REQUIRE_GPU();
-    if (!std::getenv("FS_ATTN_BENCH")) GTEST_SKIP() << "set FS_ATTN_BENCH=1";
+void attention_perf(flashseek::test::PerfReport& report) {
     Rng rng(1234);
     const int D = 4096, N = 4, H = 64, hd = 512, R = 64, W = 128, ring_entries = 256;
     const int nI = 64, dI = 128, topk = 512;
@@ -69,14 +46,28 @@ TEST(CudaAttnBench, DecodeOps) {
     y.factor = 16;
     y.original_max_position_embeddings = 65536;
     const RopeTable rope = make_rope_table(R, 160000.0, &y);
-    std::printf("%-34s %5s %6s %10s\n", "op", "C", "ctx", "us/call");
     for (int ctx : {256, 8192}) {
         for (int C : {1, 16, 64}) {
             BatchHost bh;
             for (int s = 0; s < C; ++s) bh.add(s, ctx - 1 - (s % 4), 1);  // decode rows near ctx
             BatchDev bd(bh);
             const int T = C;
-            auto row = [&](const char* name, double us) { std::printf("%-34s %5d %6d %10.2f\n", name, C, ctx, us); };
+            const std::string shape = "C=" + std::to_string(C) + " ctx=" + std::to_string(ctx);
+            // One row: the op's time, the bytes it must move and the FLOPs it must compute.
+            auto row = [&](const std::string& name, double us, double bytes, double flops = 0,
+                           const std::string& variant = "-", bool is_default = true) {
+                flashseek::test::PerfRow r;
+                r.op = name;
+                r.shape = shape;
+                r.m = T;
+                r.variant = variant;
+                r.is_default = is_default;
+                r.us = us;
+                r.bytes = bytes;
+                r.flops = flops;
+                r.flop_ceiling = flashseek::test::FlopCeiling::BF16;
+                report.add(std::move(r));
+            };
             // mHC
             Dev<uint16_t> X(to_bf16_bits(rng.normals(size_t(T) * N * D))), yb(size_t(T) * D), nw(to_bf16_bits(rng.normals(D)));
             Dev<float> fn(rng.normals(size_t(24) * N * D, 0.01f)), base(rng.normals(24)), scl(rng.normals(3)),
@@ -95,23 +86,30 @@ TEST(CudaAttnBench, DecodeOps) {
             mp.post = post.ptr;
             mp.comb = comb.ptr;
             if (ctx == 256) {
-                row("mhc_pre + norm", time_op([&](cudaStream_t s) { mhc_pre(mp, mws.ptr, mws.n, s); }));
+                const double streams = double(T) * N * D * 2;  // the N residual streams, bf16
+                const double mix = 24.0 * N * D * 4;            // fn: (2 + N) * N rows of N * D fp32
+                row("mhc_pre + norm", time_op([&](cudaStream_t s) { mhc_pre(mp, mws.ptr, mws.n, s); }),
+                    streams + mix + double(T) * D * 2, 2.0 * T * 24 * N * D);
                 row("mhc_post", time_op([&](cudaStream_t s) {
                         mhc_post(T, N, D, bf(X), bf(yb), post.ptr, comb.ptr, bf(X), s);
-                    }));
+                    }),
+                    2 * streams + double(T) * D * 2);
                 MhcPreParams hp = mp;  // hc_head + final norm: fn [N, N*D], pre only
                 hp.head_mode = true;
                 hp.post = nullptr;
                 hp.comb = nullptr;
-                row("hc_head + norm", time_op([&](cudaStream_t s) { mhc_pre(hp, mws.ptr, mws.n, s); }));
+                row("hc_head + norm", time_op([&](cudaStream_t s) { mhc_pre(hp, mws.ptr, mws.n, s); }),
+                    streams + double(N) * N * D * 4 + double(T) * D * 2, 2.0 * T * N * N * D);
                 Dev<uint16_t> q(to_bf16_bits(rng.normals(size_t(T) * H * hd)));
                 row("q head norm + rope", time_op([&](cudaStream_t s) {
                         head_rmsnorm_rope(bf(q), int64_t(H) * hd, T, H, hd, nullptr, 1e-6f, bd.batch.token_pos, rope, s);
-                    }));
+                    }),
+                    2.0 * T * H * hd * 2);
                 Dev<uint16_t> iq(to_bf16_bits(rng.normals(size_t(T) * nI * dI)));
                 row("indexer q prepare", time_op([&](cudaStream_t s) {
                         indexer_prepare_q(bf(iq), int64_t(nI) * dI, T, nI, dI, bd.batch.token_pos, rope, s);
-                    }));
+                    }),
+                    2.0 * T * nI * dI * 2);
             }
             // window KV store into an FP8 ring
             const int eb = int(kv_entry_bytes(KvFormat::FP8, hd, R));
@@ -121,7 +119,8 @@ TEST(CudaAttnBench, DecodeOps) {
             if (ctx == 256)
                 row("kv norm + rope + store (fp8)", time_op([&](cudaStream_t s) {
                         kv_store_window(bf(kv), hd, hd, R, bf(kvw), 1e-6f, rope, bd.batch, rv, nullptr, s);
-                    }));
+                    }),
+                    double(T) * hd * 2 + hd * 2.0 + double(T) * eb);
             // paged compressed entries + indexer keys for ctx tokens
             const int n_comp = ctx / 4 + 1;
             PagedPool pool(C, n_comp, 64, eb, rng);
@@ -158,7 +157,9 @@ TEST(CudaAttnBench, DecodeOps) {
                 cp.out = idx ? ipool.view(dipool.ptr, ditab.ptr, int32_t(IndexFormat::FP4))
                              : pool.view(dpool.ptr, dtab.ptr, int32_t(KvFormat::FP8));
                 const char* name = idx ? "indexer compressor (r4, 128)" : ratio == 4 ? "attn compressor (r4, 512)" : "attn compressor (r128, 512)";
-                row(name, time_op([&](cudaStream_t s) { compressor_forward(cp, s); }));
+                // kv and gate rows (fp32), the position embedding, each sequence's state read and written
+                row(name, time_op([&](cudaStream_t s) { compressor_forward(cp, s); }),
+                    2.0 * T * co * dim * 4 + double(ratio) * co * dim * 4 + 2.0 * double(sb) * C);
             }
             // indexer select (scores + top-k) when entries > topk
             std::vector<int32_t> sel_h(size_t(T) * topk);
@@ -184,7 +185,9 @@ TEST(CudaAttnBench, DecodeOps) {
                 ip.max_entries = max_entries;
                 ip.selected = sel2.ptr;
                 Dev<uint8_t> iws(indexer_select_workspace_bytes(T, max_entries));
-                row("indexer scores + top-k", time_op([&](cudaStream_t s) { indexer_select(ip, iws.ptr, iws.n, s); }));
+                row("indexer scores + top-k", time_op([&](cudaStream_t s) { indexer_select(ip, iws.ptr, iws.n, s); }),
+                    double(T) * nI * dI * 2 + double(T) * max_entries * ikb + double(T) * topk * 4,
+                    2.0 * T * nI * dI * max_entries);
             }
             // sparse attention: CSA (window + top-k or all visible) and HCA (window + all 128-pools)
             Dev<uint16_t> q(to_bf16_bits(rng.normals(size_t(T) * H * hd))), out(size_t(T) * H * hd);
@@ -212,18 +215,26 @@ TEST(CudaAttnBench, DecodeOps) {
                 p.topk_width = topk;
                 p.max_candidates = W + (use_topk ? topk : ctx / ratio);
                 Dev<uint8_t> aws(std::max<size_t>(1, sparse_attention_workspace_bytes(T, H, hd, p.max_candidates)));
-                p.kernel = AttnKernel::Simt;
-                row(ratio == 4 ? "sparse attn CSA (fp8) simt" : "sparse attn HCA (fp8) simt",
-                    time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s); }));
-                p.kernel = AttnKernel::Mma;
-                row(ratio == 4 ? "sparse attn CSA (fp8) mma" : "sparse attn HCA (fp8) mma",
-                    time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s); }));
+                // Each query visits the window and its compressed candidates (entries read once per query), reads
+                // q and writes out; QK and PV cost 2 FLOPs per (head, dim, candidate) each.
+                const double candidates = double(p.max_candidates);
+                const double bytes = 2.0 * T * H * hd * 2 + double(T) * candidates * eb;
+                const double flops = 4.0 * T * H * hd * candidates;
+                const std::string name = ratio == 4 ? "sparse attn CSA (fp8)" : "sparse attn HCA (fp8)";
+                const std::string def(sparse_attention(p, aws.ptr, aws.n, nullptr, KernelPolicy{}));
+                for (const AttentionVariant& v : kAttentionVariants) {
+                    const KernelPolicy only = KernelPolicy::only(v.name);
+                    if (sparse_attention(p, aws.ptr, aws.n, nullptr, only) != v.name) continue;  // does not fit
+                    row(name, time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s, only); }), bytes,
+                        flops, std::string(v.name), v.name == def);
+                }
             }
-            cudaError_t e = cudaDeviceSynchronize();
-            ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+            CUDA_CHECK(cudaDeviceSynchronize());
         }
     }
 }
+
+FS_PERF_SUITE("attention", attention_perf);
 
 }  // namespace
 }  // namespace flashseek::cuda::test
