@@ -2,13 +2,14 @@
 //   (nothing)  gtest, every gtest flag as usual
 //   --quick    the reduced case lists (compute-sanitizer runs), then gtest as usual
 //   --perf [--perf-filter TEXT] [--json FILE]   the registered perf suites whose family contains TEXT, one table
-//              per family on stdout, every row in FILE; exit status 1 if a suite threw
+//              per family on stdout, every row in FILE; exit status 1 if a suite threw, 3 if no suite matches
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "harness_mode.h"
 #include "perf_ceilings.h"
@@ -20,31 +21,33 @@ namespace {
 
 HarnessMode g_mode = HarnessMode::Test;
 
+// Exit status: 0, 1 when a suite threw, 3 when no suite matches the filter (nothing measured).
 int run_perf(const std::string& filter, const std::string& json_path) {
+    std::vector<const PerfSuite*> selected;
+    for (const PerfSuite& suite : perf_suites())
+        if (filter.empty() || suite.family.find(filter) != std::string::npos) selected.push_back(&suite);
+    if (selected.empty()) {
+        std::printf("perf: no suite matches '%s'; suites:", filter.c_str());
+        for (const PerfSuite& s : perf_suites()) std::printf(" %s", s.family.c_str());
+        std::printf("\n");
+        return 3;
+    }
     const Ceilings& c = measured_ceilings();
     std::printf("perf: device %s\nperf: copy bandwidth %.1f GB/s (read + write); cuBLASLt 8192^3 FP8 %.1f TFLOP/s, "
                 "BF16 %.1f TFLOP/s\n",
                 c.device.c_str(), c.copy_bytes_per_s / 1e9, c.fp8_flops_per_s / 1e12, c.bf16_flops_per_s / 1e12);
     if (!c.gemm_note.empty()) std::printf("perf: %s\n", c.gemm_note.c_str());
     PerfReport report;
-    int status = 0, ran = 0;
-    for (const PerfSuite& suite : perf_suites()) {
-        if (!filter.empty() && suite.family.find(filter) == std::string::npos) continue;
-        ++ran;
-        report.begin_family(suite.family);
+    int status = 0;
+    for (const PerfSuite* suite : selected) {
+        report.begin_family(suite->family);
         try {
-            suite.run(report);
+            suite->run(report);
         } catch (const std::exception& e) {
-            std::printf("perf: suite %s FAILED: %s\n", suite.family.c_str(), e.what());
+            std::printf("perf: suite %s FAILED: %s\n", suite->family.c_str(), e.what());
             status = 1;
         }
-        report.print_table(suite.family);
-    }
-    if (ran == 0) {
-        std::printf("perf: no suite matches '%s'; suites:", filter.c_str());
-        for (const PerfSuite& s : perf_suites()) std::printf(" %s", s.family.c_str());
-        std::printf("\n");
-        status = 1;
+        report.print_table(suite->family);
     }
     if (!json_path.empty()) report.write_json(json_path);
     return status;
