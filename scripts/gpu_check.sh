@@ -75,7 +75,6 @@ cmd_bundle() {
     cmake -S . -B "$build" -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release || die "configure failed"
   fi
   nice cmake --build "$build" -j"${JOBS:-2}" --target "${TARGETS[@]}" || die "build failed"
-  grep -qx '/.gpucheck/' .git/info/exclude 2>/dev/null || echo '/.gpucheck/' >> .git/info/exclude
   rm -rf "$STAGE" && mkdir -p "$STAGE/bin"
   local t f
   for t in "${TARGETS[@]}"; do
@@ -96,7 +95,7 @@ cmd_bundle() {
   fi
   # One xz stream over all files: the binaries share most of their bytes (the kernels of flashseek_cuda), which a
   # 64 MB dictionary finds across files.
-  tar -C "$STAGE" -cf - bin | xz -9e -T1 > "$STAGE/bundle.tar.xz" || die "packing failed"
+  tar -C "$STAGE" -cf - bin | xz -9 -T1 > "$STAGE/bundle.tar.xz" || die "packing failed"
   ls -la "$STAGE/bin"
   local size
   size=$(stat -c %s "$STAGE/bundle.tar.xz")
@@ -114,7 +113,7 @@ fail() { note "FAIL: $*"; FAILED=1; }
 
 setup_device() {  # BIN: the binaries; LIBS: their library path (bundled libraries, cuBLASLt for perf mode)
   if [ -n "${FLASHSEEK_BUILD:-}" ]; then
-    BIN=$OUT/bin; mkdir -p "$BIN"
+    BIN=$(mktemp -d)  # links to the build folder's binaries (outside $OUT: results only there)
     for t in "${TARGETS[@]}"; do
       f=$(find "$FLASHSEEK_BUILD" -type f -name "$t" -perm -u+x | head -1); [ -n "$f" ] && ln -sf "$(realpath "$f")" "$BIN/$t"
     done
@@ -283,7 +282,7 @@ PY
 run() {  # backend numerics out [extra logits args]
   # shellcheck disable=SC2086
   timeout 300 env LD_LIBRARY_PATH="$LDP" ${RUN_ENV:-} "$FS" logits --model "$model" --tokens "$tok" \
-    --prefill "$prefill" --backend "$1" --numerics "$2" --output "$3" "${@:4}" >> "$LOG/e2e_$name.log" 2>&1 \
+    --prefill "$prefill" --backend "$1" --numerics "$2" --output "$3" "${@:4}" < /dev/null >> "$LOG/e2e_$name.log" 2>&1 \
     || fail "$name: logits --backend $1 --numerics $2 ${*:4} ${RUN_ENV:-} (logs/e2e_$name.log)"
 }
 compare() { python3 scripts/compare_logits.py --vocab "$vocab" --json "$e2e" "$@" 2>&1 | tee -a "$SUMMARY"; }
@@ -292,7 +291,7 @@ compare() { python3 scripts/compare_logits.py --vocab "$vocab" --json "$e2e" "$@
 case_checkpoint() {  # work name cfg seed ckpt [binary]
   local bin=${6:-$FS}
   if [ -n "$5" ]; then echo "$5"; return; fi
-  run_bin "$bin" gen-checkpoint --config "$3" --out "$1/$2" --seed "$4" >> "$LOG/gen_$2.log" 2>&1 || return 1
+  run_bin "$bin" gen-checkpoint --config "$3" --out "$1/$2" --seed "$4" < /dev/null >> "$LOG/gen_$2.log" 2>&1 || return 1
   echo "$1/$2"
 }
 
@@ -513,7 +512,7 @@ cmd_compare() {
       local dir got
       mkdir -p "$work/$b"
       dir=$(case_checkpoint "$work/$b" "$name" "$cfg" "$seed" "$ckpt" "$bin") || dir=
-      got=$([ -n "$dir" ] && run_bin "$bin" inspect --model "$dir" 2>/dev/null | awk '/^content-hash:/ {print $2}')
+      got=$([ -n "$dir" ] && run_bin "$bin" inspect --model "$dir" < /dev/null 2>/dev/null | awk '/^content-hash:/ {print $2}')
       if [ -n "$want" ] && [ "$got" = "$want" ]; then row "$name" "checkpoint ($b)" identical "$got"
       else row "$name" "checkpoint ($b)" DIFFERENT "got '${got:-none}', golden '$want'"; fi
       [ $b = new ] && model=$dir
@@ -524,7 +523,8 @@ cmd_compare() {
       for which in old new; do
         local bin=$old; [ $which = new ] && bin=$new
         timeout 600 env LD_LIBRARY_PATH="$LDP" "$bin" logits --model "$model" --tokens "$tok" --prefill "$prefill" \
-          --backend "$b" --numerics "$num" --output "$work/$name.$b.$num.$which.bin" >> "$LOG/compare_$name.log" 2>&1 || ok=0
+          --backend "$b" --numerics "$num" --output "$work/$name.$b.$num.$which.bin" < /dev/null \
+          >> "$LOG/compare_$name.log" 2>&1 || ok=0
       done
       if [ $ok = 0 ]; then row "$name" "$b $num" FAILED "a logits run failed (logs/compare_$name.log)"; continue; fi
       if cmp -s "$work/$name.$b.$num.old.bin" "$work/$name.$b.$num.new.bin"; then

@@ -3,6 +3,7 @@
 // variant that supports each case (the family's test ends by checking every variant ran) and its default choice
 // rules, the compressors (ratio 4 overlapping and ratio 128, main and indexer, chunked over several steps), indexer
 // q preparation and top-k selection. Every output buffer is poisoned before the kernel runs.
+#include <functional>
 #include <map>
 #include <set>
 
@@ -15,6 +16,7 @@
 #include "attention_variants.h"
 #include "harness_mode.h"
 #include "kv_test_util.h"
+#include "util/error.h"
 #include "variant_coverage.h"
 
 namespace flashseek::cuda::test {
@@ -319,6 +321,50 @@ TEST(CudaSparseAttention, DefaultChoiceRules) {
         EXPECT_NE(std::find(known.begin(), known.end(), v.name), known.end()) << v.name << " is not a policy name";
         EXPECT_NO_THROW(flashseek::test::archs_available(v.archs)) << v.name;
     }
+}
+
+// Bad sparse-attention parameters are refused with an error naming the field, before any launch.
+TEST(CudaSparseAttention, BadArgumentsThrowNamedErrors) {
+    REQUIRE_GPU();
+    const int H = 4, D = 128, R = 64, window = 8;
+    BatchHost bh;
+    bh.add(0, 20, 1);
+    BatchDev bd(bh);
+    const int eb = int(kv_entry_bytes(KvFormat::BF16, D, R));
+    Dev<uint8_t> ring(size_t(window) * eb), ws(1 << 20);
+    Dev<uint16_t> dq(size_t(H) * D), dout(size_t(H) * D);
+    Dev<float> dsink(H);
+    SparseAttentionParams good;
+    good.batch = bd.batch;
+    good.n_heads = H;
+    good.head_dim = D;
+    good.rope_dim = R;
+    good.softmax_scale = 0.1f;
+    good.q = bf(dq);
+    good.q_stride = int64_t(H) * D;
+    good.out = bf(dout);
+    good.out_stride = int64_t(H) * D;
+    good.sink = dsink.ptr;
+    good.rope = yarn_table(R);
+    good.window = window;
+    good.ring = RingView{ring.ptr, int64_t(window) * eb, window, eb, KvFormat::BF16};
+    good.max_candidates = window;
+    auto expect_error = [&](const std::function<void(SparseAttentionParams&)>& spoil, const char* fragment) {
+        SparseAttentionParams p = good;
+        spoil(p);
+        try {
+            sparse_attention(p, ws.ptr, ws.n, nullptr);
+            ADD_FAILURE() << "accepted; expected an error containing '" << fragment << "'";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+        }
+    };
+    expect_error([](SparseAttentionParams& p) { p.head_dim = 120; }, "head_dim");
+    expect_error([](SparseAttentionParams& p) { p.sink = nullptr; }, "attn_sink");
+    expect_error([](SparseAttentionParams& p) { p.window = 16; }, "window");
+    expect_error([](SparseAttentionParams& p) { p.ratio = 4; }, "compressed entries");
+    expect_error([](SparseAttentionParams& p) { p.max_candidates = 0; }, "max_candidates");
+    expect_error([](SparseAttentionParams& p) { p.rope_dim = 128; }, "rope_dim");
 }
 
 struct CompCase {

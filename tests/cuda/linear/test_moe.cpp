@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -688,6 +689,53 @@ TEST(ExpertChoice, DefaultRules) {
     EXPECT_EQ(choose(5, ActNumerics::EXACT, def, true, false, false, &odd), "generic_experts");
     EXPECT_THROW(choose(17, R, def, true, true, /*raw=*/true), Error);  // a raw input above the GEMV's 16 tokens
     for (const cuda::ExpertVariant& v : cuda::expert_variants()) EXPECT_NO_THROW(archs_available(v.archs)) << v.name;
+}
+
+// Bad arguments of the expert ops are refused with an error naming what is wrong, before any launch.
+TEST(ExpertArgs, BadArgumentsThrowNamedErrors) {
+    std::mt19937_64 rng(fresh_seed());
+    const int M = 2, E = 2, K = 1;
+    const int64_t D = 256, I = 256;
+    ExpertSet routed = make_experts(rng, E, WeightKind::FP4_BLOCK32, D, I);
+    const DeviceRouting routing(std::vector<float>(size_t(M * E), 1.f), {}, M, E, K, 1.f, 256);
+    DeviceArray<uint16_t> x(random_bf16(rng, size_t(M * D), 1.f)), pv(cuda::prepared_values_bytes(M, D) / 2),
+        hv(cuda::prepared_values_bytes(M * K, I) / 2);
+    DeviceArray<float> ps(cuda::prepared_scales_bytes(M, D) / 4), hs(cuda::prepared_scales_bytes(M * K, I) / 4),
+        y(size_t(M * K * D)), out(size_t(M * D));
+    cuda::PreparedActivation p{}, h{};
+    p.values = pv.ptr;
+    p.scales = ps.ptr;
+    h.values = hv.ptr;
+    h.scales = hs.ptr;
+    auto expect_error = [](const std::function<void()>& call, const char* fragment) {
+        try {
+            call();
+            ADD_FAILURE() << "accepted; expected an error containing '" << fragment << "'";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+        }
+    };
+    const cuda::MoeGrouping& g = routing.g;
+    // an activation prepared for FP8 weights given to FP4 experts
+    cuda::prepare_activation(x.ptr, false, M, D, D, WeightKind::FP8_BLOCK128, ActNumerics::EXACT, p, nullptr);
+    expect_error([&] { cuda::moe_expert_up(p, routed.table, &g, M, K, 10.f, ActNumerics::EXACT, h, nullptr); },
+                 "not prepared for these experts");
+    cuda::prepare_activation(x.ptr, false, M, D, D, WeightKind::FP4_BLOCK32, ActNumerics::EXACT, p, nullptr);
+    cuda::PreparedActivation no_storage{};
+    expect_error([&] { cuda::moe_expert_up(p, routed.table, &g, M, K, 10.f, ActNumerics::EXACT, no_storage, nullptr); },
+                 "output storage is null");
+    cuda::ExpertTable odd = routed.table;
+    odd.hidden = 100;
+    expect_error([&] { cuda::moe_expert_up(p, odd, &g, M, K, 10.f, ActNumerics::EXACT, h, nullptr); }, "multiples of 32");
+    cuda::ExpertTable unscaled = routed.table;
+    unscaled.scale_kind = ScaleKind::NONE;
+    expect_error([&] { cuda::moe_expert_up(p, unscaled, &g, M, K, 10.f, ActNumerics::EXACT, h, nullptr); }, "scales");
+    // an intermediate of the wrong width given to the down-projection
+    cuda::PreparedActivation wide = h;
+    cuda::describe_prepared(wide, WeightKind::FP4_BLOCK32, ActNumerics::EXACT, M * K, I + 128);
+    expect_error([&] { cuda::moe_expert_down(wide, routed.table, &g, M, K, y.ptr, nullptr); }, "does not match");
+    expect_error([&] { cuda::moe_combine(y.ptr, g, nullptr, M, K, D, out.ptr, cuda::OutKind::F32, D - 1, nullptr); },
+                 "stride");
 }
 
 // moe_swiglu_prepare (the shared expert's SwiGLU when w1 / w3 run as linears) against the CPU: h =
