@@ -153,11 +153,12 @@ header() {
 gtest_verdict() {  # log name rc
   local passed failed
   passed=$(sed -nE 's/^\[  PASSED  \] ([0-9]+) tests?\..*/\1/p' "$1" | tail -1)
-  failed=$(sed -nE 's/^\[  FAILED  \] ([0-9]+) tests?, listed below.*/\1/p' "$1" | tail -1)
+  failed=$(grep -E '^\[  FAILED  \] [A-Za-z]' "$1" | sed -E 's/ \([0-9]+ ms\)$//' | sort -u | wc -l)
   if [ "$3" = 124 ]; then fail "$2: TIMEOUT (${passed:-?} passed before it)"
-  elif [ "$3" != 0 ] || [ -n "$failed" ] || [ -z "$passed" ]; then fail "$2: exit $3, ${passed:-0} passed, ${failed:-?} failed"
+  elif [ "$3" != 0 ] || [ "$failed" != 0 ] || [ -z "$passed" ]; then fail "$2: exit $3, ${passed:-0} passed, $failed failed"
+  elif [ "$passed" = 0 ]; then fail "$2: no test ran to completion (all skipped: no GPU visible?)"
   else note "$2: ${passed} passed"; fi
-  grep -E '^\[  FAILED  \] [A-Za-z]' "$1" | sort -u | head -20 | tee -a "$SUMMARY"
+  grep -E '^\[  FAILED  \] [A-Za-z]' "$1" | sed -E 's/ \([0-9]+ ms\)$//' | sort -u | head -20 | tee -a "$SUMMARY"
   grep -E '^\[ coverage \]' "$1" | tee -a "$SUMMARY"
 }
 
@@ -175,7 +176,7 @@ cmd_harness() {
     local args=("${quick[@]}")
     [ "$t" = test_cuda_backend ] && args=()  # the backend test has no modes
     timeout "${TEST_TIMEOUT:-540}" env LD_LIBRARY_PATH="$LDP" "$BIN/$t" "${args[@]}" --gtest_brief=1 > "$LOG/$t.log" 2>&1
-    gtest_verdict "$LOG/$t.log" "$t ${args[*]}" $?
+    gtest_verdict "$LOG/$t.log" "$t${args[*]:+ ${args[*]}}" $?
   done
 }
 

@@ -16,7 +16,7 @@
 #include "attention_variants.h"
 #include "harness_mode.h"
 #include "kv_test_util.h"
-#include "util/error.h"
+#include "named_error.h"
 #include "variant_coverage.h"
 
 namespace flashseek::cuda::test {
@@ -260,6 +260,29 @@ TEST(CudaSparseAttention, MatchesCpuReference) {
     coverage.expect_complete();
 }
 
+// Window-only sparse attention over contiguous q / out rows [T, H, D] and a bf16 ring of ring_entries entries per
+// slot (no compressed entries): the setup of the choice and argument tests.
+SparseAttentionParams window_params(const TokenBatch& batch, int H, int D, int R, int window, Dev<uint16_t>& q,
+                                    Dev<uint16_t>& out, const float* sink, uint8_t* ring, int ring_entries) {
+    const int eb = int(kv_entry_bytes(KvFormat::BF16, D, R));
+    SparseAttentionParams p;
+    p.batch = batch;
+    p.n_heads = H;
+    p.head_dim = D;
+    p.rope_dim = R;
+    p.softmax_scale = 1.f / std::sqrt(float(D));
+    p.q = bf(q);
+    p.q_stride = int64_t(H) * D;
+    p.out = bf(out);
+    p.out_stride = int64_t(H) * D;
+    p.sink = sink;
+    p.rope = yarn_table(R);
+    p.window = window;
+    p.ring = RingView{ring, int64_t(ring_entries) * eb, ring_entries, eb, KvFormat::BF16};
+    p.max_candidates = window;
+    return p;
+}
+
 // The attention choice with the default policy (docs/perf.md, kernel choice): attn_mma for decode passes of at least
 // attn_mma_min_seqs (8) sequences where it fits, attn_simt elsewhere (fewer sequences, prefill, head_dim off the
 // tensor-core shapes); a disabled variant is skipped, a forced one taken where it fits. Window-only attention over a
@@ -277,22 +300,8 @@ TEST(CudaSparseAttention, DefaultChoiceRules) {
         Dev<uint16_t> ring(to_bf16_bits(rng.normals(size_t(n_seqs) * ring_entries * eb / 2)));
         Dev<uint16_t> dq(to_bf16_bits(rng.normals(size_t(T) * H * D))), dout(size_t(T) * H * D);
         Dev<float> dsink(rng.normals(H));
-        SparseAttentionParams p;
-        p.batch = bd.batch;
-        p.n_heads = H;
-        p.head_dim = D;
-        p.rope_dim = R;
-        p.softmax_scale = 1.f / std::sqrt(float(D));
-        p.q = bf(dq);
-        p.q_stride = int64_t(H) * D;
-        p.out = bf(dout);
-        p.out_stride = int64_t(H) * D;
-        p.sink = dsink.ptr;
-        p.rope = yarn_table(R);
-        p.window = window;
-        p.ring = RingView{reinterpret_cast<uint8_t*>(ring.ptr), int64_t(ring_entries) * eb, ring_entries, eb,
-                          KvFormat::BF16};
-        p.max_candidates = window;
+        const SparseAttentionParams p = window_params(bd.batch, H, D, R, window, dq, dout, dsink.ptr,
+                                                      reinterpret_cast<uint8_t*>(ring.ptr), ring_entries);
         const size_t ws_bytes = sparse_attention_workspace_bytes(T, H, D, p.max_candidates);
         Dev<uint8_t> ws(ws_bytes);
         const std::string name(sparse_attention(p, ws.ptr, ws_bytes, nullptr, policy));
@@ -334,30 +343,11 @@ TEST(CudaSparseAttention, BadArgumentsThrowNamedErrors) {
     Dev<uint8_t> ring(size_t(window) * eb), ws(1 << 20);
     Dev<uint16_t> dq(size_t(H) * D), dout(size_t(H) * D);
     Dev<float> dsink(H);
-    SparseAttentionParams good;
-    good.batch = bd.batch;
-    good.n_heads = H;
-    good.head_dim = D;
-    good.rope_dim = R;
-    good.softmax_scale = 0.1f;
-    good.q = bf(dq);
-    good.q_stride = int64_t(H) * D;
-    good.out = bf(dout);
-    good.out_stride = int64_t(H) * D;
-    good.sink = dsink.ptr;
-    good.rope = yarn_table(R);
-    good.window = window;
-    good.ring = RingView{ring.ptr, int64_t(window) * eb, window, eb, KvFormat::BF16};
-    good.max_candidates = window;
+    const SparseAttentionParams good = window_params(bd.batch, H, D, R, window, dq, dout, dsink.ptr, ring.ptr, window);
     auto expect_error = [&](const std::function<void(SparseAttentionParams&)>& spoil, const char* fragment) {
         SparseAttentionParams p = good;
         spoil(p);
-        try {
-            sparse_attention(p, ws.ptr, ws.n, nullptr);
-            ADD_FAILURE() << "accepted; expected an error containing '" << fragment << "'";
-        } catch (const Error& e) {
-            EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-        }
+        flashseek::test::expect_named_error([&] { sparse_attention(p, ws.ptr, ws.n, nullptr); }, fragment);
     };
     expect_error([](SparseAttentionParams& p) { p.head_dim = 120; }, "head_dim");
     expect_error([](SparseAttentionParams& p) { p.sink = nullptr; }, "attn_sink");

@@ -63,19 +63,7 @@ std::vector<ExpertCase> perf_cases() {
 
 }  // namespace
 
-std::vector<ExpertCase> expert_cases() {
-    switch (harness_mode()) {
-        case HarnessMode::Perf: return perf_cases();
-        case HarnessMode::Quick: {
-            std::vector<ExpertCase> q;
-            for (const ExpertCase& c : test_cases())
-                if (c.quick) q.push_back(c);
-            return q;
-        }
-        case HarnessMode::Test: break;
-    }
-    return test_cases();
-}
+std::vector<ExpertCase> expert_cases() { return cases_for_mode(test_cases, perf_cases); }
 
 std::string describe(const ExpertCase& c) {
     std::ostringstream os;

@@ -175,19 +175,7 @@ std::vector<LinearCase> perf_cases() {
 
 }  // namespace
 
-std::vector<LinearCase> linear_cases() {
-    switch (harness_mode()) {
-        case HarnessMode::Perf: return perf_cases();
-        case HarnessMode::Quick: {
-            std::vector<LinearCase> q;
-            for (const LinearCase& c : test_cases())
-                if (c.quick) q.push_back(c);
-            return q;
-        }
-        case HarnessMode::Test: break;
-    }
-    return test_cases();
-}
+std::vector<LinearCase> linear_cases() { return cases_for_mode(test_cases, perf_cases); }
 
 std::string describe(const LinearCase& c) {
     static const char* kinds[] = {"BF16", "FP8", "FP4"};

@@ -22,6 +22,7 @@
 #include "cuda/gemm/linear_catalogue.h"
 #include "harness.h"
 #include "harness_mode.h"
+#include "named_error.h"
 #include "linear_family.h"
 #include "variant_coverage.h"
 #include "weights.h"
@@ -311,15 +312,11 @@ private:
     bool had_ = false;
 };
 
+// The variable is refused with an error naming it (and the offending value where given).
 void expect_env_error(const char* name, const char* value, const char* fragment) {
     ScopedEnv env(name, value);
-    try {
-        (void)KernelPolicy::from_env();
-        ADD_FAILURE() << name << "=" << value << " was accepted";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-    }
+    expect_named_error([] { (void)KernelPolicy::from_env(); }, name);
+    expect_named_error([] { (void)KernelPolicy::from_env(); }, fragment);
 }
 
 // KernelPolicy::from_env: the variables reach the policy; a bad value is refused naming the variable.
@@ -354,27 +351,24 @@ TEST(LinearArgs, BadArgumentsThrowNamedErrors) {
     cuda::PreparedActivation p;
     p.values = pv.ptr;
     p.scales = ps.ptr;
-    auto expect_error = [](const std::function<void()>& call, const char* fragment) {
-        try {
-            call();
-            ADD_FAILURE() << "accepted; expected an error containing '" << fragment << "'";
-        } catch (const Error& e) {
-            EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-        }
+    const auto run = [&](const cuda::PreparedActivation& in, const cuda::DeviceLinear& wl, void* out, int64_t ld,
+                         const KernelPolicy& policy = KernelPolicy{}) {
+        cuda::linear(in, wl, out, OutKind::F32, ld, nullptr, nullptr, policy);
     };
     cuda::prepare_activation(x.ptr, false, 2, 256, 256, WeightKind::BF16, ActNumerics::EXACT, p, nullptr);
-    expect_error([&] { cuda::linear(p, w.device(), y.ptr, OutKind::F32, 128, nullptr, nullptr); }, "prepared for BF16");
+    expect_named_error([&] { run(p, w.device(), y.ptr, 128); }, "prepared for BF16");
     cuda::prepare_activation(x.ptr, false, 2, 256, 256, WeightKind::FP8_BLOCK128, ActNumerics::EXACT, p, nullptr);
     cuda::DeviceLinear no_scale = w.device();
     no_scale.scale = nullptr;
-    expect_error([&] { cuda::linear(p, no_scale, y.ptr, OutKind::F32, 128, nullptr, nullptr); }, "scale");
+    expect_named_error([&] { run(p, no_scale, y.ptr, 128); }, "scale");
     cuda::DeviceLinear wide = w.device();
     wide.in = 512;
-    expect_error([&] { cuda::linear(p, wide, y.ptr, OutKind::F32, 128, nullptr, nullptr); }, "columns");
-    expect_error([&] { cuda::linear(p, w.device(), nullptr, OutKind::F32, 128, nullptr, nullptr); }, "output");
-    expect_error([&] { cuda::linear(p, w.device(), y.ptr, OutKind::F32, 100, nullptr, nullptr); }, "stride");
-    expect_error([&] { cuda::grouped_linear(p, w.device(), 0, y.ptr, OutKind::F32, 128, nullptr, nullptr); }, "groups");
-    expect_error(
+    expect_named_error([&] { run(p, wide, y.ptr, 128); }, "columns");
+    expect_named_error([&] { run(p, w.device(), nullptr, 128); }, "output");
+    expect_named_error([&] { run(p, w.device(), y.ptr, 100); }, "stride");
+    expect_named_error(
+        [&] { cuda::grouped_linear(p, w.device(), 0, y.ptr, OutKind::F32, 128, nullptr, nullptr); }, "groups");
+    expect_named_error(
         [&] {
             cuda::prepare_activation(x.ptr, false, 2, 256, 100, WeightKind::FP8_BLOCK128, ActNumerics::EXACT, p, nullptr);
         },
@@ -384,12 +378,11 @@ TEST(LinearArgs, BadArgumentsThrowNamedErrors) {
     const cuda::PreparedActivation raw17 =
         cuda::raw_activation(x17.ptr, 17, 256, 256, WeightKind::FP8_BLOCK128, ActNumerics::EXACT);
     DeviceArray<float> y17(17 * 128);
-    expect_error([&] { cuda::linear(raw17, w.device(), y17.ptr, OutKind::F32, 128, nullptr, nullptr); }, "raw");
+    expect_named_error([&] { run(raw17, w.device(), y17.ptr, 128); }, "raw");
     // Every variant disabled: the error names the problem.
     KernelPolicy none;
     for (const cuda::LinearVariant& v : cuda::linear_variants()) none.disabled.emplace_back(v.name);
-    expect_error([&] { cuda::linear(p, w.device(), y.ptr, OutKind::F32, 128, nullptr, nullptr, none); },
-                 "no enabled kernel variant");
+    expect_named_error([&] { run(p, w.device(), y.ptr, 128, none); }, "no enabled kernel variant");
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "expert_family.h"
 #include "harness.h"
 #include "harness_mode.h"
+#include "named_error.h"
 #include "variant_coverage.h"
 #include "weights.h"
 
@@ -707,34 +708,26 @@ TEST(ExpertArgs, BadArgumentsThrowNamedErrors) {
     p.scales = ps.ptr;
     h.values = hv.ptr;
     h.scales = hs.ptr;
-    auto expect_error = [](const std::function<void()>& call, const char* fragment) {
-        try {
-            call();
-            ADD_FAILURE() << "accepted; expected an error containing '" << fragment << "'";
-        } catch (const Error& e) {
-            EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-        }
-    };
     const cuda::MoeGrouping& g = routing.g;
     // an activation prepared for FP8 weights given to FP4 experts
     cuda::prepare_activation(x.ptr, false, M, D, D, WeightKind::FP8_BLOCK128, ActNumerics::EXACT, p, nullptr);
-    expect_error([&] { cuda::moe_expert_up(p, routed.table, &g, M, K, 10.f, ActNumerics::EXACT, h, nullptr); },
+    expect_named_error([&] { cuda::moe_expert_up(p, routed.table, &g, M, K, 10.f, ActNumerics::EXACT, h, nullptr); },
                  "not prepared for these experts");
     cuda::prepare_activation(x.ptr, false, M, D, D, WeightKind::FP4_BLOCK32, ActNumerics::EXACT, p, nullptr);
     cuda::PreparedActivation no_storage{};
-    expect_error([&] { cuda::moe_expert_up(p, routed.table, &g, M, K, 10.f, ActNumerics::EXACT, no_storage, nullptr); },
+    expect_named_error([&] { cuda::moe_expert_up(p, routed.table, &g, M, K, 10.f, ActNumerics::EXACT, no_storage, nullptr); },
                  "output storage is null");
     cuda::ExpertTable odd = routed.table;
     odd.hidden = 100;
-    expect_error([&] { cuda::moe_expert_up(p, odd, &g, M, K, 10.f, ActNumerics::EXACT, h, nullptr); }, "multiples of 32");
+    expect_named_error([&] { cuda::moe_expert_up(p, odd, &g, M, K, 10.f, ActNumerics::EXACT, h, nullptr); }, "multiples of 32");
     cuda::ExpertTable unscaled = routed.table;
     unscaled.scale_kind = ScaleKind::NONE;
-    expect_error([&] { cuda::moe_expert_up(p, unscaled, &g, M, K, 10.f, ActNumerics::EXACT, h, nullptr); }, "scales");
+    expect_named_error([&] { cuda::moe_expert_up(p, unscaled, &g, M, K, 10.f, ActNumerics::EXACT, h, nullptr); }, "scales");
     // an intermediate of the wrong width given to the down-projection
     cuda::PreparedActivation wide = h;
     cuda::describe_prepared(wide, WeightKind::FP4_BLOCK32, ActNumerics::EXACT, M * K, I + 128);
-    expect_error([&] { cuda::moe_expert_down(wide, routed.table, &g, M, K, y.ptr, nullptr); }, "does not match");
-    expect_error([&] { cuda::moe_combine(y.ptr, g, nullptr, M, K, D, out.ptr, cuda::OutKind::F32, D - 1, nullptr); },
+    expect_named_error([&] { cuda::moe_expert_down(wide, routed.table, &g, M, K, y.ptr, nullptr); }, "does not match");
+    expect_named_error([&] { cuda::moe_combine(y.ptr, g, nullptr, M, K, D, out.ptr, cuda::OutKind::F32, D - 1, nullptr); },
                  "stride");
 }
 

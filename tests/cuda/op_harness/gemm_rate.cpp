@@ -13,6 +13,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/random_fill.cuh"
 #include "device_buffer.h"
+#include "perf_report.h"
 
 namespace flashseek::test {
 namespace {
@@ -139,25 +140,9 @@ double cublaslt_gemm_us(GemmPrecision precision, int64_t m, int64_t n, int64_t k
     };
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    for (int i = 0; i < 3; ++i) call(stream);
-    std::vector<float> ms;
-    for (int r = 0; r < 10; ++r) {
-        CUDA_CHECK(cudaEventRecord(e0, stream));
-        call(stream);
-        CUDA_CHECK(cudaEventRecord(e1, stream));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        float t = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-        ms.push_back(t);
-    }
-    CUDA_CHECK(cudaEventDestroy(e0));
-    CUDA_CHECK(cudaEventDestroy(e1));
+    const double ms = median_call_ms(call, 3, 10, stream);
     CUDA_CHECK(cudaStreamDestroy(stream));
-    std::sort(ms.begin(), ms.end());
-    return double(ms[ms.size() / 2]) * 1e3;
+    return ms * 1e3;
 }
 
 }  // namespace flashseek::test

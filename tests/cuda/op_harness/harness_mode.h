@@ -8,6 +8,7 @@
 //                    the ceilings measured by the same binary.
 // Case lists ask harness_mode() which list to return.
 #pragma once
+#include <vector>
 
 namespace flashseek::test {
 
@@ -15,5 +16,14 @@ enum class HarnessMode { Test, Quick, Perf };
 
 HarnessMode harness_mode();
 inline bool quick_mode() { return harness_mode() == HarnessMode::Quick; }
+
+// A family's case list for the current mode: the perf list, the test list, or the test cases marked `quick`.
+template <typename Case>
+std::vector<Case> cases_for_mode(std::vector<Case> (*test_list)(), std::vector<Case> (*perf_list)()) {
+    if (harness_mode() == HarnessMode::Perf) return perf_list();
+    std::vector<Case> cases = test_list();
+    if (quick_mode()) std::erase_if(cases, [](const Case& c) { return !c.quick; });
+    return cases;
+}
 
 }  // namespace flashseek::test

@@ -10,6 +10,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/random_fill.cuh"
 #include "gemm_rate.h"
+#include "perf_report.h"
 
 namespace flashseek::test {
 namespace {
@@ -20,26 +21,11 @@ double measure_copy_bandwidth() {
     CUDA_CHECK(cudaMalloc(&a, bytes));
     CUDA_CHECK(cudaMalloc(&b, bytes));
     cuda::fill_random(a, bytes, cuda::FillKind::BYTES, 1, 0.f, nullptr);
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    for (int i = 0; i < 3; ++i) CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
-    std::vector<float> ms;
-    for (int r = 0; r < 10; ++r) {
-        CUDA_CHECK(cudaEventRecord(e0));
-        CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
-        CUDA_CHECK(cudaEventRecord(e1));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        float t = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-        ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
+    const double ms = median_call_ms(
+        [&](cudaStream_t st) { CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, st)); }, 3, 10, nullptr);
     CUDA_CHECK(cudaFree(a));
     CUDA_CHECK(cudaFree(b));
-    CUDA_CHECK(cudaEventDestroy(e0));
-    CUDA_CHECK(cudaEventDestroy(e1));
-    return 2.0 * double(bytes) / (double(ms[ms.size() / 2]) * 1e-3);  // bytes read + written
+    return 2.0 * double(bytes) / (ms * 1e-3);  // bytes read + written
 }
 
 Ceilings measure() {
