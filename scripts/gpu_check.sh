@@ -48,7 +48,7 @@ TARGETS=(flashseek test_cuda_linear test_cuda_attention test_cuda_backend)
 GPU_TESTS=(test_cuda_linear test_cuda_attention test_cuda_backend)
 PERTURB_SEED=${PERTURB_SEED:-1}
 
-usage() { sed -n '2,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 die() { echo "gpu_check: $*" >&2; exit 2; }
 
 # ---------------------------------------------------------------------------------------------------------- bundle
@@ -303,6 +303,7 @@ cmd_e2e() {
   done
   if [ $cpu_only = 1 ]; then header "envelopes (CPU only, --perturb-norms $PERTURB_SEED)"; else header "e2e"; fi
   local work; work=$(mktemp -d)
+  DIAG=$work  # --diagnose writes its per-layer logits here
   e2e=$LOG/e2e.jsonl; : > "$e2e"  # the case variables are global: run() and compare() read them
   while IFS='|' read -r name cfg seed prefill tok ckpt golden; do
     vocab=$(python3 -c "import json; print(json.load(open('$cfg'))['vocab_size'])")
@@ -579,7 +580,7 @@ cmd_ncu() {
 sub=$1; shift
 case "$sub" in
   bundle) cmd_bundle "$@"; exit $? ;;
-  -h|--help|help) usage ;;
+  -h|--help|help) usage 0 ;;
   harness|perf|sanitize|e2e|envelopes|bench|ab|diagnose|compare|probes|ncu|all) ;;
   *) echo "gpu_check: unknown subcommand '$sub'" >&2; usage ;;
 esac
