@@ -312,7 +312,7 @@ TEST(CudaSparseAttention, DefaultChoiceRules) {
     EXPECT_EQ(chosen(8, 1, 128, def), "attn_mma");   // a decode pass of 8 sequences
     EXPECT_EQ(chosen(7, 1, 128, def), "attn_simt");  // 7 sequences
     EXPECT_EQ(chosen(8, 2, 128, def), "attn_simt");  // prefill
-    EXPECT_EQ(chosen(8, 1, 192, def), "attn_simt");  // head_dim not a multiple of 64
+    EXPECT_EQ(chosen(8, 1, 144, def), "attn_simt");  // head_dim not a multiple of 64
     KernelPolicy no_mma;
     no_mma.disabled = {"attn_mma"};
     EXPECT_EQ(chosen(8, 1, 128, no_mma), "attn_simt");
@@ -323,7 +323,8 @@ TEST(CudaSparseAttention, DefaultChoiceRules) {
     two_seqs.attn_mma_min_seqs = 2;
     EXPECT_EQ(chosen(2, 1, 128, two_seqs), "attn_mma");
     EXPECT_EQ(chosen(1, 3, 128, KernelPolicy::only("attn_mma")), "attn_mma");
-    EXPECT_EQ(chosen(1, 1, 192, KernelPolicy::only("attn_mma")), "attn_simt");  // forced but does not fit
+    EXPECT_EQ(chosen(1, 1, 144, KernelPolicy::only("attn_mma")), "attn_simt");  // forced but does not fit
+    EXPECT_EQ(chosen(8, 1, 192, def), "attn_mma");   // 192 = 3 x 64 fits
     EXPECT_EQ(chosen(8, 1, 128, KernelPolicy::only("attn_simt")), "attn_simt");
     for (const AttentionVariant& v : kAttentionVariants) {
         const auto& known = known_variants();
