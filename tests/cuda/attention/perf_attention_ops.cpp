@@ -1,11 +1,14 @@
-// Perf suite of the attention-side ops (`test_cuda_attention --perf`): per-op GPU time at full DeepSeek-V4-Flash
-// decode shapes (concurrency 1 / 16 / 64, context 256 / 8192): mHC pre / post / head, the q head norm + RoPE, the
-// indexer's q preparation, the window KV store, the compressors, the indexer's scores + top-k and sparse attention
-// through each of its variants (the default choice marked). Each op is captured 20 times in a CUDA graph (median of
-// replays), so launch overhead is excluded as it is under the backend's decode graphs. Bytes are what the op must
-// read and write (activations, the KV entries or keys it visits, mHC's fp32 mixing weights); FLOPs are counted where
-// they are not negligible (attention: 4 x heads x head_dim per candidate; indexer scores: 2 x heads x dim per
-// entry), against the BF16 tensor-core rate.
+// Perf suite of the attention-side ops (`test_cuda_attention --perf`), at full DeepSeek-V4-Flash shapes: decode
+// (concurrency 1 / 16 / 64, context 256 / 8192: mHC pre / post / head, the q head norm + RoPE, the indexer's q
+// preparation, the window KV store, the compressors, the indexer's scores + top-k, sparse attention through each of
+// its variants with the default choice marked) and prefill (one prompt of 4k / 8k / 32k tokens: the prefill
+// attention and indexer kernels and their launch shapes, the decode kernels on the same prompt for reference, the
+// compressors over the whole prompt). Each op is captured in a CUDA graph (20 calls for decode, 3 for prefill),
+// median of replays, so launch overhead is excluded as under the backend's graphs. Bytes are what an op must read
+// and write (activations, the KV entries or keys it visits, mHC's fp32 mixing weights); FLOPs are counted where they
+// are not negligible (attention: 4 x heads x head_dim per valid candidate; indexer scores: 2 x heads x dim per scored
+// key; mHC: its mixing projection), against the BF16 tensor-core rate. The prefill rows also give their fraction of
+// the mma.sync m16n8k16 bf16 rate measured here (mma_rate_probe), the instruction those kernels are built from.
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -13,22 +16,45 @@
 
 #include "cuda/attention/kv_store.cuh"
 #include "cuda/attention/sparse_attention.cuh"
-#include "cuda/common/check.cuh"
+#include "cuda/attention/sparse_attention_prefill.cuh"
+#include "cuda/common/random_fill.cuh"
 #include "cuda/compressor/compressor.cuh"
 #include "cuda/indexer/indexer.cuh"
+#include "cuda/indexer/indexer_prefill.cuh"
 #include "cuda/mhc/mhc.cuh"
 #include "cuda/norm/rmsnorm.cuh"
+#include "attn_reference.h"
 #include "attention_variants.h"
+#include "cuda/common/check.cuh"
 #include "kv_test_util.h"
+#include "mma_rate_probe.cuh"
 #include "perf_report.h"
 #include "perf_suite.h"
 
 namespace flashseek::cuda::test {
 namespace {
 
-// Median microseconds of one op call, 20 calls per graph.
-double time_op(const std::function<void(cudaStream_t)>& op) {
-    return flashseek::test::time_graph_per_call([&](cudaStream_t s, int) { op(s); }, 20);
+// Median microseconds of one op call (`reps` calls per graph).
+double time_op(const std::function<void(cudaStream_t)>& op, int reps = 20) {
+    return flashseek::test::time_graph_per_call([&](cudaStream_t s, int) { op(s); }, reps);
+}
+
+// One perf row of this suite: FLOPs against the BF16 rate.
+flashseek::test::PerfRow attention_row(const std::string& op, const std::string& shape, int64_t m,
+                                       const std::string& variant, bool is_default, double us, double bytes,
+                                       double flops, const std::string& note = "") {
+    flashseek::test::PerfRow r;
+    r.op = op;
+    r.shape = shape;
+    r.m = m;
+    r.variant = variant;
+    r.is_default = is_default;
+    r.us = us;
+    r.bytes = bytes;
+    r.flops = flops;
+    r.flop_ceiling = flashseek::test::FlopCeiling::BF16;
+    r.note = note;
+    return r;
 }
 
 std::vector<uint8_t> safe_random_bytes(size_t n, Rng& rng) {  // small finite values in every format
@@ -37,7 +63,7 @@ std::vector<uint8_t> safe_random_bytes(size_t n, Rng& rng) {  // small finite va
     return v;
 }
 
-void attention_perf(flashseek::test::PerfReport& report) {
+void decode_perf(flashseek::test::PerfReport& report) {
     Rng rng(1234);
     const int D = 4096, N = 4, H = 64, hd = 512, R = 64, W = 128, ring_entries = 256;
     const int nI = 64, dI = 128, topk = 512;
@@ -53,23 +79,13 @@ void attention_perf(flashseek::test::PerfReport& report) {
             BatchDev bd(bh);
             const int T = C;
             const std::string shape = "C=" + std::to_string(C) + " ctx=" + std::to_string(ctx);
-            // One row: the op's time, the bytes it must move and the FLOPs it must compute.
             auto row = [&](const std::string& name, double us, double bytes, double flops = 0,
                            const std::string& variant = "-", bool is_default = true) {
-                flashseek::test::PerfRow r;
-                r.op = name;
-                r.shape = shape;
-                r.m = T;
-                r.variant = variant;
-                r.is_default = is_default;
-                r.us = us;
-                r.bytes = bytes;
-                r.flops = flops;
-                r.flop_ceiling = flashseek::test::FlopCeiling::BF16;
-                report.add(std::move(r));
+                report.add(attention_row(name, shape, T, variant, is_default, us, bytes, flops));
             };
             // mHC
-            Dev<uint16_t> X(to_bf16_bits(rng.normals(size_t(T) * N * D))), yb(size_t(T) * D), nw(to_bf16_bits(rng.normals(D)));
+            Dev<uint16_t> X(to_bf16_bits(rng.normals(size_t(T) * N * D))), yb(size_t(T) * D),
+                nw(to_bf16_bits(rng.normals(D)));
             Dev<float> fn(rng.normals(size_t(24) * N * D, 0.01f)), base(rng.normals(24)), scl(rng.normals(3)),
                 post(size_t(T) * N), comb(size_t(T) * N * N);
             Dev<uint8_t> mws(mhc_pre_workspace_bytes(T, N, D, false));
@@ -102,7 +118,8 @@ void attention_perf(flashseek::test::PerfReport& report) {
                     streams + double(N) * N * D * 4 + double(T) * D * 2, 2.0 * T * N * N * D);
                 Dev<uint16_t> q(to_bf16_bits(rng.normals(size_t(T) * H * hd)));
                 row("q head norm + rope", time_op([&](cudaStream_t s) {
-                        head_rmsnorm_rope(bf(q), int64_t(H) * hd, T, H, hd, nullptr, 1e-6f, bd.batch.token_pos, rope, s);
+                        head_rmsnorm_rope(bf(q), int64_t(H) * hd, T, H, hd, nullptr, 1e-6f, bd.batch.token_pos, rope,
+                                          s);
                     }),
                     2.0 * T * H * hd * 2);
                 Dev<uint16_t> iq(to_bf16_bits(rng.normals(size_t(T) * nI * dI)));
@@ -131,7 +148,8 @@ void attention_perf(flashseek::test::PerfReport& report) {
             Dev<uint8_t> dpool(pool.bytes), dipool(ipool.bytes);
             Dev<int32_t> dtab(pool.tables), ditab(ipool.tables);
             // compressors (decode step; rows at pos % 4 == 3 emit)
-            for (auto [ratio, dim, idx] : {std::tuple{4, 512, false}, std::tuple{4, 128, true}, std::tuple{128, 512, false}}) {
+            for (auto [ratio, dim, idx] :
+                 {std::tuple{4, 512, false}, std::tuple{4, 128, true}, std::tuple{128, 512, false}}) {
                 if (ctx != 256) break;
                 const int co = ratio == 4 ? 2 : 1;
                 Dev<float> a(rng.normals(size_t(T) * co * dim)), z(rng.normals(size_t(T) * co * dim)),
@@ -139,24 +157,13 @@ void attention_perf(flashseek::test::PerfReport& report) {
                 Dev<uint16_t> cn(to_bf16_bits(rng.normals(dim)));
                 const size_t sb = compressor_state_bytes(ratio, dim);
                 Dev<uint8_t> st(std::vector<uint8_t>(sb * C, 0));
-                CompressorParams cp;
-                cp.batch = bd.batch;
-                cp.ratio = ratio;
-                cp.dim = dim;
-                cp.rope_dim = R;
-                cp.indexer = idx;
-                cp.kv = a.ptr;
-                cp.kv_stride = co * dim;
-                cp.gate = z.ptr;
-                cp.gate_stride = co * dim;
-                cp.ape = ape.ptr;
-                cp.norm_weight = bf(cn);
-                cp.rope = rope;
-                cp.state = st.ptr;
-                cp.state_stride = int64_t(sb);
-                cp.out = idx ? ipool.view(dipool.ptr, ditab.ptr, int32_t(IndexFormat::FP4))
-                             : pool.view(dpool.ptr, dtab.ptr, int32_t(KvFormat::FP8));
-                const char* name = idx ? "indexer compressor (r4, 128)" : ratio == 4 ? "attn compressor (r4, 512)" : "attn compressor (r128, 512)";
+                const CompressorParams cp = compressor_params(
+                    bd.batch, ratio, dim, R, idx, a.ptr, z.ptr, ape.ptr, cn.ptr, rope, st.ptr,
+                    idx ? ipool.view(dipool.ptr, ditab.ptr, int32_t(IndexFormat::FP4))
+                        : pool.view(dpool.ptr, dtab.ptr, int32_t(KvFormat::FP8)));
+                const char* name = idx          ? "indexer compressor (r4, 128)"
+                                   : ratio == 4 ? "attn compressor (r4, 512)"
+                                                : "attn compressor (r128, 512)";
                 // kv and gate rows (fp32), the position embedding, each sequence's state read and written
                 row(name, time_op([&](cudaStream_t s) { compressor_forward(cp, s); }),
                     2.0 * T * co * dim * 4 + double(ratio) * co * dim * 4 + 2.0 * double(sb) * C);
@@ -168,22 +175,12 @@ void attention_perf(flashseek::test::PerfReport& report) {
             Dev<int32_t> sel(sel_h);
             const int max_entries = ctx / 4;
             if (max_entries > topk) {
-                Dev<uint16_t> iq(to_bf16_bits(rng.normals(size_t(T) * nI * dI, 0.3f))), iw(to_bf16_bits(rng.normals(size_t(T) * nI)));
+                Dev<uint16_t> iq(to_bf16_bits(rng.normals(size_t(T) * nI * dI, 0.3f))),
+                    iw(to_bf16_bits(rng.normals(size_t(T) * nI)));
                 Dev<int32_t> sel2(size_t(T) * topk);
-                IndexerSelectParams ip;
-                ip.batch = bd.batch;
-                ip.n_heads = nI;
-                ip.head_dim = dI;
-                ip.ratio = 4;
-                ip.topk = topk;
-                ip.q = bf(iq);
-                ip.q_stride = int64_t(nI) * dI;
-                ip.weights = bf(iw);
-                ip.weights_stride = nI;
-                ip.weights_scale = 1.f / 64.f;
-                ip.keys = ipool.view(dipool.ptr, ditab.ptr, int32_t(IndexFormat::FP4));
-                ip.max_entries = max_entries;
-                ip.selected = sel2.ptr;
+                const IndexerSelectParams ip =
+                    indexer_params(bd.batch, nI, dI, 4, topk, iq.ptr, iw.ptr,
+                                   ipool.view(dipool.ptr, ditab.ptr, int32_t(IndexFormat::FP4)), max_entries, sel2.ptr);
                 Dev<uint8_t> iws(indexer_select_workspace_bytes(T, max_entries));
                 row("indexer scores + top-k", time_op([&](cudaStream_t s) { indexer_select(ip, iws.ptr, iws.n, s); }),
                     double(T) * nI * dI * 2 + double(T) * max_entries * ikb + double(T) * topk * 4,
@@ -193,30 +190,14 @@ void attention_perf(flashseek::test::PerfReport& report) {
             Dev<uint16_t> q(to_bf16_bits(rng.normals(size_t(T) * H * hd))), out(size_t(T) * H * hd);
             Dev<float> sink(rng.normals(H));
             for (int ratio : {4, 128}) {
-                SparseAttentionParams p;
-                p.batch = bd.batch;
-                p.n_heads = H;
-                p.head_dim = hd;
-                p.rope_dim = R;
-                p.softmax_scale = 1.f / std::sqrt(float(hd));
-                p.q = bf(q);
-                p.q_stride = int64_t(H) * hd;
-                p.out = bf(out);
-                p.out_stride = int64_t(H) * hd;
-                p.sink = sink.ptr;
-                p.rope = rope;
-                p.window = W;
-                p.ring = rv;
-                p.ratio = ratio;
-                p.comp = pool.view(dpool.ptr, dtab.ptr, int32_t(KvFormat::FP8));
                 const bool use_topk = ratio == 4 && max_entries > topk;
-                p.topk = use_topk ? sel.ptr : nullptr;
-                p.topk_stride = topk;
-                p.topk_width = topk;
+                SparseAttentionParams p = attention_params(
+                    bd.batch, H, hd, R, q.ptr, out.ptr, sink.ptr, rope, W, rv, ratio,
+                    pool.view(dpool.ptr, dtab.ptr, int32_t(KvFormat::FP8)), use_topk ? sel.ptr : nullptr, topk);
                 p.max_candidates = W + (use_topk ? topk : ctx / ratio);
                 Dev<uint8_t> aws(std::max<size_t>(1, sparse_attention_workspace_bytes(T, H, hd, p.max_candidates)));
-                // Each query visits the window and its compressed candidates (entries read once per query), reads
-                // q and writes out; QK and PV cost 2 FLOPs per (head, dim, candidate) each.
+                // Each query visits its window and compressed candidates (max_candidates, entries read once per
+                // query), reads q and writes out; QK and PV cost 2 FLOPs per (head, dim, candidate) each.
                 const double candidates = double(p.max_candidates);
                 const double bytes = 2.0 * T * H * hd * 2 + double(T) * candidates * eb;
                 const double flops = 4.0 * T * H * hd * candidates;
@@ -232,6 +213,150 @@ void attention_perf(flashseek::test::PerfReport& report) {
             CUDA_CHECK(cudaDeviceSynchronize());
         }
     }
+}
+
+// The prefill kernels (sparse_attention_prefill, indexer_select_prefill) are not a variant of sparse_attention() /
+// indexer_select(): their rows name the kernel ("prefill"); the decode kernels' rows on the same prompt name the
+// attention variant, the one sparse_attention() picks for a prefill pass marked default.
+void prefill_perf(flashseek::test::PerfReport& report) {
+    Rng rng(4321);
+    const int H = 64, hd = 512, R = 64, W = 128, nI = 64, dI = 128, topk = 512;
+    RopeScaling y;
+    y.type = "yarn";
+    y.factor = 16;
+    y.original_max_position_embeddings = 65536;
+    const RopeTable rope = make_rope_table(R, 160000.0, &y);
+    const double mma_tflops = measure_mma_bf16_tflops();
+    std::printf("perf: mma.sync m16n8k16 bf16 rate on this GPU: %.1f TFLOP/s\n", mma_tflops);
+    for (int N : {4096, 8192, 32768}) {
+        const std::string shape = "prompt " + std::to_string(N);
+        auto row = [&](const std::string& name, double us, double bytes, double flops, const std::string& variant,
+                       bool is_default) {
+            char note[64] = "";
+            if (flops > 0) std::snprintf(note, sizeof note, "%.1f%% of mma.sync", 100.0 * flops / us * 1e-6 / mma_tflops);
+            report.add(attention_row(name, shape, N, variant, is_default, us, bytes, flops, note));
+        };
+        BatchHost bh;
+        bh.add(0, 0, N);
+        BatchDev bd(bh);
+        const int eb = int(kv_entry_bytes(KvFormat::FP8, hd, R));
+        const int ring_entries = W - 1 + N + 1;
+        Dev<uint8_t> ring(safe_random_bytes(size_t(ring_entries) * eb, rng));
+        const RingView rv{ring.ptr, int64_t(ring_entries) * eb, ring_entries, eb, KvFormat::FP8};
+        const int max_entries = N / 4;
+        PagedPool pool(1, max_entries + 1, 64, eb, rng);
+        pool.bytes = safe_random_bytes(pool.bytes.size(), rng);
+        Dev<uint8_t> dpool(pool.bytes);
+        Dev<int32_t> dtab(pool.tables);
+        Dev<uint16_t> q(size_t(N) * H * hd), out(size_t(N) * H * hd);
+        fill_random(q.ptr, q.n, FillKind::BF16, 11, 1.f, nullptr);
+        Dev<float> sink(rng.normals(H));
+        // top-k rows as the indexer writes them: all visible entries while there are at most topk, else topk
+        // distinct ids spread over the visible ones (ascending); -1 padding
+        std::vector<int32_t> sel_h(size_t(N) * topk, -1);
+        for (int t = 0; t < N; ++t) {
+            const int n_vis = (t + 1) / 4;
+            for (int i = 0; i < std::min(n_vis, topk); ++i)
+                sel_h[size_t(t) * topk + i] = n_vis <= topk ? i : int(int64_t(i) * n_vis / topk);
+        }
+        Dev<int32_t> sel(sel_h);
+        for (int ratio : {4, 128}) {
+            SparseAttentionParams p = attention_params(bd.batch, H, hd, R, q.ptr, out.ptr, sink.ptr, rope, W, rv, ratio,
+                                                       pool.view(dpool.ptr, dtab.ptr, int32_t(KvFormat::FP8)),
+                                                       ratio == 4 ? sel.ptr : nullptr, topk);
+            double flops = 0;  // 2 * 2 * H * hd per (query, valid candidate): QK^T and PV
+            for (int t = 0; t < N; ++t) {
+                const int n_vis = (t + 1) / ratio;
+                flops += 4.0 * H * hd * (std::min(t + 1, W) + (ratio == 4 ? std::min(n_vis, topk) : n_vis));
+            }
+            const int entries = N / ratio;
+            const size_t ws_bytes = sparse_attention_prefill_workspace_bytes(N, 1, W, entries, hd);
+            Dev<uint8_t> ws(ws_bytes);
+            // q read, out written, every gathered KV row (window history + the prompt + compressed entries) once
+            const double bytes = 2.0 * N * H * hd * 2 + double(W - 1 + N + entries) * eb;
+            const std::string name = ratio == 4 ? "sparse attn CSA (fp8)" : "sparse attn HCA (fp8)";
+            row(name, time_op([&](cudaStream_t s) { sparse_attention_prefill(p, entries, ws.ptr, ws.n, s); }, 3),
+                bytes, flops, "prefill", false);
+            // launch-shape A/B (same results): heads per CTA, cp.async pipeline depth
+            for (auto [label, tn] : {std::pair{"32 heads per CTA", PrefillAttentionTuning{2, 0}},
+                                     std::pair{"16 heads per CTA", PrefillAttentionTuning{1, 0}},
+                                     std::pair{"3 stages", PrefillAttentionTuning{0, 3}}}) {
+                row(name, time_op([&](cudaStream_t s) { sparse_attention_prefill(p, entries, ws.ptr, ws.n, s, tn); }, 3),
+                    bytes, flops, std::string("prefill, ") + label, false);
+            }
+            if (N == 4096) {  // today's path for prefill: the decode kernels, one CTA per (query, head group)
+                p.max_candidates = W + (ratio == 4 ? topk : entries);
+                Dev<uint8_t> aws(std::max<size_t>(1, sparse_attention_workspace_bytes(N, H, hd, p.max_candidates)));
+                const std::string def(sparse_attention(p, aws.ptr, aws.n, nullptr, KernelPolicy{}));
+                for (const AttentionVariant& v : kAttentionVariants) {
+                    const KernelPolicy only = KernelPolicy::only(v.name);
+                    if (sparse_attention(p, aws.ptr, aws.n, nullptr, only) != v.name) continue;  // does not fit
+                    row(name, time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s, only); }, 3),
+                        bytes, flops, std::string(v.name), v.name == def);
+                }
+            }
+        }
+        // indexer: scores of every row against its visible FP4 keys, then top-512
+        {
+            const int ikb = int(index_entry_bytes(IndexFormat::FP4, dI));
+            PagedPool ipool(1, max_entries + 1, 64, ikb, rng);
+            ipool.bytes = safe_random_bytes(ipool.bytes.size(), rng);
+            Dev<uint8_t> dipool(ipool.bytes);
+            Dev<int32_t> ditab(ipool.tables), isel(size_t(N) * topk);
+            Dev<uint16_t> iq(size_t(N) * nI * dI), iw(size_t(N) * nI);
+            fill_random(iq.ptr, iq.n, FillKind::BF16, 12, 0.3f, nullptr);
+            fill_random(iw.ptr, iw.n, FillKind::BF16, 13, 1.f, nullptr);
+            const IndexerSelectParams ip =
+                indexer_params(bd.batch, nI, dI, 4, topk, iq.ptr, iw.ptr,
+                               ipool.view(dipool.ptr, ditab.ptr, int32_t(IndexFormat::FP4)), max_entries, isel.ptr);
+            double flops = 0;  // 2 * nI * dI per (row, scored key); rows with <= topk entries are not scored
+            for (int t = 0; t < N; ++t) {
+                const int n_vis = (t + 1) / 4;
+                if (n_vis > topk) flops += 2.0 * nI * dI * n_vis;
+            }
+            Dev<uint8_t> iws(indexer_select_prefill_workspace_bytes(N, max_entries));
+            // q and weights read, every key read once, the selected ids written
+            const double bytes = double(N) * nI * (dI + 1) * 2 + double(max_entries) * ikb + double(N) * topk * 4;
+            row("indexer scores + top-k (fp4)",
+                time_op([&](cudaStream_t s) { indexer_select_prefill(ip, iws.ptr, iws.n, s); }, 3), bytes, flops,
+                "prefill", false);
+            if (N <= 8192) {  // today's path: SIMT scores, the whole [rows x entries] matrix
+                Dev<uint8_t> ows(indexer_select_workspace_bytes(N, max_entries));
+                row("indexer scores + top-k (fp4)",
+                    time_op([&](cudaStream_t s) { indexer_select(ip, ows.ptr, ows.n, s); }, 3), bytes, flops,
+                    "indexer_select (simt)", true);
+            }
+        }
+        // compressors over the whole prompt in one step (their bf16 GEMMs are not included)
+        for (auto [ratio, dim, idx] :
+             {std::tuple{4, 512, false}, std::tuple{4, 128, true}, std::tuple{128, 512, false}}) {
+            const int co = ratio == 4 ? 2 : 1;
+            Dev<float> a(size_t(N) * co * dim), z(size_t(N) * co * dim), ape(rng.normals(size_t(ratio) * co * dim));
+            fill_random(a.ptr, a.n, FillKind::F32, 14, 1.f, nullptr);
+            fill_random(z.ptr, z.n, FillKind::F32, 15, 1.f, nullptr);
+            Dev<uint16_t> cn(to_bf16_bits(rng.normals(dim)));
+            const size_t sb = compressor_state_bytes(ratio, dim);
+            Dev<uint8_t> st(std::vector<uint8_t>(sb, 0));
+            const int ceb = int(idx ? index_entry_bytes(IndexFormat::FP4, dim) : kv_entry_bytes(KvFormat::FP8, dim, R));
+            PagedPool cpool(1, N / ratio + 1, 64, ceb, rng);
+            Dev<uint8_t> dcpool(cpool.bytes);
+            Dev<int32_t> dctab(cpool.tables);
+            const CompressorParams cp = compressor_params(
+                bd.batch, ratio, dim, R, idx, a.ptr, z.ptr, ape.ptr, cn.ptr, rope, st.ptr,
+                cpool.view(dcpool.ptr, dctab.ptr, idx ? int32_t(IndexFormat::FP4) : int32_t(KvFormat::FP8)));
+            const char* name = idx ? "indexer compressor (r4, 128)" : ratio == 4 ? "attn compressor (r4, 512)"
+                                                                                 : "attn compressor (r128, 512)";
+            // kv and gate rows (fp32) and the emitted entries
+            row(name, time_op([&](cudaStream_t s) { compressor_forward(cp, s); }, 3),
+                2.0 * N * co * dim * 4 + double(N / ratio) * ceb, 0, "-", true);
+        }
+        CUDA_CHECK(cudaDeviceSynchronize());
+    }
+}
+
+void attention_perf(flashseek::test::PerfReport& report) {
+    decode_perf(report);
+    prefill_perf(report);
 }
 
 FS_PERF_SUITE("attention", attention_perf);
