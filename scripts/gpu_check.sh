@@ -21,7 +21,8 @@
 #   bench                    flashseek bench envelope: decode at 1/16/64/128/256 sequences at context 256, 1/16 at
 #                            8192, and prefill at 256..8192 tokens (LAYERS, default 20, full-size layers)
 #   ab "NAME=ENV ..." ...    A/B of environment variants (e.g. FLASHSEEK_DISABLE=wgmma_gemv) through flashseek bench,
-#                            variants alternating for ROUNDS rounds (2); BENCH_ARGS overrides the bench flags
+#                            variants alternating for ROUNDS rounds (2); BENCH_ARGS overrides the bench flags; a word
+#                            BIN=PATH in a variant runs that flashseek binary (before / after comparisons)
 #   diagnose [MODEL TOKENS PREFILL NUMERICS] [NAME=ENV ...]   CUDA vs CPU logits per --layers N (default: tiny-a
 #                            and tiny-b, exact), then the full model per environment variant: localizes a mismatch
 #   compare OLD_BIN NEW_BIN  logits of two flashseek binaries on every committed golden, CPU exact / CPU release /
@@ -467,8 +468,13 @@ cmd_ab() {
   for r in $(seq 1 "$rounds"); do
     for v in "$@"; do
       name=${v%%=*}
-      # shellcheck disable=SC2086
-      timeout "${BENCH_TIMEOUT:-540}" env LD_LIBRARY_PATH="$LDP" ${v#*=} "$FS" bench --model "$BENCH_MODEL" \
+      # BIN=path among a variant's words picks another flashseek binary (e.g. an older commit's, for before/after)
+      local bin=$FS envs=() w
+      for w in ${v#*=}; do
+        if [[ "$w" == BIN=* ]]; then bin=$(realpath "${w#BIN=}"); else envs+=("$w"); fi
+      done
+      [ -x "$bin" ] || die "ab: variant $name: $bin is not an executable"
+      timeout "${BENCH_TIMEOUT:-540}" env LD_LIBRARY_PATH="$LDP" "${envs[@]}" "$bin" bench --model "$BENCH_MODEL" \
         --dummy-weights --layers "${LAYERS:-20}" --seed 1 $flags --json "$LOG/ab_${name}_$r.json" \
         > "$LOG/ab_${name}_$r.log" 2>&1 || fail "ab $name round $r: exit $?"
     done
