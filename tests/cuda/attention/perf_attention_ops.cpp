@@ -1,12 +1,18 @@
-// Per-op GPU time of the attention-side kernels at full DeepSeek-V4-Flash shapes: decode (concurrency 1/16/64,
-// context 256/8192) and prefill (one prompt of 4k / 8k / 32k tokens: the prefill attention and indexer kernels
-// with TFLOP/s and the fraction of the bf16 tensor-core rate, the decode kernels on the same prompt for reference,
-// the compressors over the whole prompt). Each op is captured in a CUDA graph (20 calls for decode, 3 for prefill)
-// and timed with events (median of 5 replays), so launch overhead is excluded as under the backend's graphs. Runs
-// only with FS_ATTN_BENCH=1 (scripts/cuda_attn_device.sh); the printed tables go to docs/perf.md.
+// Perf suite of the attention-side ops (`test_cuda_attention --perf`), at full DeepSeek-V4-Flash shapes: decode
+// (concurrency 1 / 16 / 64, context 256 / 8192: mHC pre / post / head, the q head norm + RoPE, the indexer's q
+// preparation, the window KV store, the compressors, the indexer's scores + top-k, sparse attention through each of
+// its variants with the default choice marked) and prefill (one prompt of 4k / 8k / 32k tokens: the prefill
+// attention and indexer kernels and their launch shapes, the decode kernels on the same prompt for reference, the
+// compressors over the whole prompt). Each op is captured in a CUDA graph (20 calls for decode, 3 for prefill),
+// median of replays, so launch overhead is excluded as under the backend's graphs. Bytes are what an op must read
+// and write (activations, the KV entries or keys it visits, mHC's fp32 mixing weights); FLOPs are counted where they
+// are not negligible (attention: 4 x heads x head_dim per valid candidate; indexer scores: 2 x heads x dim per scored
+// key; mHC: its mixing projection), against the BF16 tensor-core rate. The prefill rows also give their fraction of
+// the mma.sync m16n8k16 bf16 rate measured here (mma_rate_probe), the instruction those kernels are built from.
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <string>
 
 #include "cuda/attention/kv_store.cuh"
 #include "cuda/attention/sparse_attention.cuh"
@@ -18,44 +24,37 @@
 #include "cuda/mhc/mhc.cuh"
 #include "cuda/norm/rmsnorm.cuh"
 #include "attn_reference.h"
+#include "attention_variants.h"
+#include "cuda/common/check.cuh"
 #include "kv_test_util.h"
 #include "mma_rate_probe.cuh"
+#include "perf_report.h"
+#include "perf_suite.h"
 
 namespace flashseek::cuda::test {
 namespace {
 
-// Median time of one op call in microseconds (`reps` calls per graph).
+// Median microseconds of one op call (`reps` calls per graph).
 double time_op(const std::function<void(cudaStream_t)>& op, int reps = 20) {
-    cudaStream_t s;
-    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    op(s);  // warm-up (and lazy attribute setup) outside the capture
-    cudaStreamSynchronize(s);
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
-    for (int i = 0; i < reps; ++i) op(s);
-    cudaStreamEndCapture(s, &g);
-    cudaGraphInstantiate(&ge, g, 0);
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    std::vector<float> ms;
-    for (int r = 0; r < 6; ++r) {
-        cudaEventRecord(a, s);
-        cudaGraphLaunch(ge, s);
-        cudaEventRecord(b, s);
-        cudaEventSynchronize(b);
-        float t;
-        cudaEventElapsedTime(&t, a, b);
-        if (r > 0) ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    cudaStreamDestroy(s);
-    return ms[ms.size() / 2] * 1000.0 / reps;
+    return flashseek::test::time_graph_per_call([&](cudaStream_t s, int) { op(s); }, reps);
+}
+
+// One perf row of this suite: FLOPs against the BF16 rate.
+flashseek::test::PerfRow attention_row(const std::string& op, const std::string& shape, int64_t m,
+                                       const std::string& variant, bool is_default, double us, double bytes,
+                                       double flops, const std::string& note = "") {
+    flashseek::test::PerfRow r;
+    r.op = op;
+    r.shape = shape;
+    r.m = m;
+    r.variant = variant;
+    r.is_default = is_default;
+    r.us = us;
+    r.bytes = bytes;
+    r.flops = flops;
+    r.flop_ceiling = flashseek::test::FlopCeiling::BF16;
+    r.note = note;
+    return r;
 }
 
 std::vector<uint8_t> safe_random_bytes(size_t n, Rng& rng) {  // small finite values in every format
@@ -64,9 +63,7 @@ std::vector<uint8_t> safe_random_bytes(size_t n, Rng& rng) {  // small finite va
     return v;
 }
 
-TEST(CudaAttnBench, DecodeOps) {
-    REQUIRE_GPU();
-    if (!std::getenv("FS_ATTN_BENCH")) GTEST_SKIP() << "set FS_ATTN_BENCH=1";
+void decode_perf(flashseek::test::PerfReport& report) {
     Rng rng(1234);
     const int D = 4096, N = 4, H = 64, hd = 512, R = 64, W = 128, ring_entries = 256;
     const int nI = 64, dI = 128, topk = 512;
@@ -75,14 +72,17 @@ TEST(CudaAttnBench, DecodeOps) {
     y.factor = 16;
     y.original_max_position_embeddings = 65536;
     const RopeTable rope = make_rope_table(R, 160000.0, &y);
-    std::printf("%-34s %5s %6s %10s\n", "op", "C", "ctx", "us/call");
     for (int ctx : {256, 8192}) {
         for (int C : {1, 16, 64}) {
             BatchHost bh;
             for (int s = 0; s < C; ++s) bh.add(s, ctx - 1 - (s % 4), 1);  // decode rows near ctx
             BatchDev bd(bh);
             const int T = C;
-            auto row = [&](const char* name, double us) { std::printf("%-34s %5d %6d %10.2f\n", name, C, ctx, us); };
+            const std::string shape = "C=" + std::to_string(C) + " ctx=" + std::to_string(ctx);
+            auto row = [&](const std::string& name, double us, double bytes, double flops = 0,
+                           const std::string& variant = "-", bool is_default = true) {
+                report.add(attention_row(name, shape, T, variant, is_default, us, bytes, flops));
+            };
             // mHC
             Dev<uint16_t> X(to_bf16_bits(rng.normals(size_t(T) * N * D))), yb(size_t(T) * D),
                 nw(to_bf16_bits(rng.normals(D)));
@@ -102,24 +102,31 @@ TEST(CudaAttnBench, DecodeOps) {
             mp.post = post.ptr;
             mp.comb = comb.ptr;
             if (ctx == 256) {
-                row("mhc_pre + norm", time_op([&](cudaStream_t s) { mhc_pre(mp, mws.ptr, mws.n, s); }));
+                const double streams = double(T) * N * D * 2;  // the N residual streams, bf16
+                const double mix = 24.0 * N * D * 4;            // fn: (2 + N) * N rows of N * D fp32
+                row("mhc_pre + norm", time_op([&](cudaStream_t s) { mhc_pre(mp, mws.ptr, mws.n, s); }),
+                    streams + mix + double(T) * D * 2, 2.0 * T * 24 * N * D);
                 row("mhc_post", time_op([&](cudaStream_t s) {
                         mhc_post(T, N, D, bf(X), bf(yb), post.ptr, comb.ptr, bf(X), s);
-                    }));
+                    }),
+                    2 * streams + double(T) * D * 2);
                 MhcPreParams hp = mp;  // hc_head + final norm: fn [N, N*D], pre only
                 hp.head_mode = true;
                 hp.post = nullptr;
                 hp.comb = nullptr;
-                row("hc_head + norm", time_op([&](cudaStream_t s) { mhc_pre(hp, mws.ptr, mws.n, s); }));
+                row("hc_head + norm", time_op([&](cudaStream_t s) { mhc_pre(hp, mws.ptr, mws.n, s); }),
+                    streams + double(N) * N * D * 4 + double(T) * D * 2, 2.0 * T * N * N * D);
                 Dev<uint16_t> q(to_bf16_bits(rng.normals(size_t(T) * H * hd)));
                 row("q head norm + rope", time_op([&](cudaStream_t s) {
                         head_rmsnorm_rope(bf(q), int64_t(H) * hd, T, H, hd, nullptr, 1e-6f, bd.batch.token_pos, rope,
                                           s);
-                    }));
+                    }),
+                    2.0 * T * H * hd * 2);
                 Dev<uint16_t> iq(to_bf16_bits(rng.normals(size_t(T) * nI * dI)));
                 row("indexer q prepare", time_op([&](cudaStream_t s) {
                         indexer_prepare_q(bf(iq), int64_t(nI) * dI, T, nI, dI, bd.batch.token_pos, rope, s);
-                    }));
+                    }),
+                    2.0 * T * nI * dI * 2);
             }
             // window KV store into an FP8 ring
             const int eb = int(kv_entry_bytes(KvFormat::FP8, hd, R));
@@ -129,7 +136,8 @@ TEST(CudaAttnBench, DecodeOps) {
             if (ctx == 256)
                 row("kv norm + rope + store (fp8)", time_op([&](cudaStream_t s) {
                         kv_store_window(bf(kv), hd, hd, R, bf(kvw), 1e-6f, rope, bd.batch, rv, nullptr, s);
-                    }));
+                    }),
+                    double(T) * hd * 2 + hd * 2.0 + double(T) * eb);
             // paged compressed entries + indexer keys for ctx tokens
             const int n_comp = ctx / 4 + 1;
             PagedPool pool(C, n_comp, 64, eb, rng);
@@ -156,7 +164,9 @@ TEST(CudaAttnBench, DecodeOps) {
                 const char* name = idx          ? "indexer compressor (r4, 128)"
                                    : ratio == 4 ? "attn compressor (r4, 512)"
                                                 : "attn compressor (r128, 512)";
-                row(name, time_op([&](cudaStream_t s) { compressor_forward(cp, s); }));
+                // kv and gate rows (fp32), the position embedding, each sequence's state read and written
+                row(name, time_op([&](cudaStream_t s) { compressor_forward(cp, s); }),
+                    2.0 * T * co * dim * 4 + double(ratio) * co * dim * 4 + 2.0 * double(sb) * C);
             }
             // indexer select (scores + top-k) when entries > topk
             std::vector<int32_t> sel_h(size_t(T) * topk);
@@ -172,7 +182,9 @@ TEST(CudaAttnBench, DecodeOps) {
                     indexer_params(bd.batch, nI, dI, 4, topk, iq.ptr, iw.ptr,
                                    ipool.view(dipool.ptr, ditab.ptr, int32_t(IndexFormat::FP4)), max_entries, sel2.ptr);
                 Dev<uint8_t> iws(indexer_select_workspace_bytes(T, max_entries));
-                row("indexer scores + top-k", time_op([&](cudaStream_t s) { indexer_select(ip, iws.ptr, iws.n, s); }));
+                row("indexer scores + top-k", time_op([&](cudaStream_t s) { indexer_select(ip, iws.ptr, iws.n, s); }),
+                    double(T) * nI * dI * 2 + double(T) * max_entries * ikb + double(T) * topk * 4,
+                    2.0 * T * nI * dI * max_entries);
             }
             // sparse attention: CSA (window + top-k or all visible) and HCA (window + all 128-pools)
             Dev<uint16_t> q(to_bf16_bits(rng.normals(size_t(T) * H * hd))), out(size_t(T) * H * hd);
@@ -184,26 +196,29 @@ TEST(CudaAttnBench, DecodeOps) {
                     pool.view(dpool.ptr, dtab.ptr, int32_t(KvFormat::FP8)), use_topk ? sel.ptr : nullptr, topk);
                 p.max_candidates = W + (use_topk ? topk : ctx / ratio);
                 Dev<uint8_t> aws(std::max<size_t>(1, sparse_attention_workspace_bytes(T, H, hd, p.max_candidates)));
-                const KernelPolicy simt = KernelPolicy::only("attn_simt"), mma = KernelPolicy::only("attn_mma");
-                row(ratio == 4 ? "sparse attn CSA (fp8) simt" : "sparse attn HCA (fp8) simt",
-                    time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s, simt); }));
-                row(ratio == 4 ? "sparse attn CSA (fp8) mma" : "sparse attn HCA (fp8) mma",
-                    time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s, mma); }));
+                // Each query visits its window and compressed candidates (max_candidates, entries read once per
+                // query), reads q and writes out; QK and PV cost 2 FLOPs per (head, dim, candidate) each.
+                const double candidates = double(p.max_candidates);
+                const double bytes = 2.0 * T * H * hd * 2 + double(T) * candidates * eb;
+                const double flops = 4.0 * T * H * hd * candidates;
+                const std::string name = ratio == 4 ? "sparse attn CSA (fp8)" : "sparse attn HCA (fp8)";
+                const std::string def(sparse_attention(p, aws.ptr, aws.n, nullptr, KernelPolicy{}));
+                for (const AttentionVariant& v : kAttentionVariants) {
+                    const KernelPolicy only = KernelPolicy::only(v.name);
+                    if (sparse_attention(p, aws.ptr, aws.n, nullptr, only) != v.name) continue;  // does not fit
+                    row(name, time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s, only); }), bytes,
+                        flops, std::string(v.name), v.name == def);
+                }
             }
-            cudaError_t e = cudaDeviceSynchronize();
-            ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+            CUDA_CHECK(cudaDeviceSynchronize());
         }
     }
 }
 
-// Dense bf16 tensor-core rate of an H100 / H200 SXM datasheet (989.4 TFLOP/s, wgmma): the "% bf16 spec" column
-// (other GPUs: read the TFLOP/s column). The "% mma.sync" column divides by the rate mma.sync m16n8k16 bf16 reaches
-// on this GPU in this run (mma_rate_probe), the instruction the prefill kernels are built from.
-constexpr double kBf16PeakTflops = 989.4;
-
-TEST(CudaAttnBench, PrefillOps) {
-    REQUIRE_GPU();
-    if (!std::getenv("FS_ATTN_BENCH")) GTEST_SKIP() << "set FS_ATTN_BENCH=1";
+// The prefill kernels (sparse_attention_prefill, indexer_select_prefill) are not a variant of sparse_attention() /
+// indexer_select(): their rows name the kernel ("prefill"); the decode kernels' rows on the same prompt name the
+// attention variant, the one sparse_attention() picks for a prefill pass marked default.
+void prefill_perf(flashseek::test::PerfReport& report) {
     Rng rng(4321);
     const int H = 64, hd = 512, R = 64, W = 128, nI = 64, dI = 128, topk = 512;
     RopeScaling y;
@@ -212,18 +227,14 @@ TEST(CudaAttnBench, PrefillOps) {
     y.original_max_position_embeddings = 65536;
     const RopeTable rope = make_rope_table(R, 160000.0, &y);
     const double mma_tflops = measure_mma_bf16_tflops();
-    std::printf("mma.sync m16n8k16 bf16 rate on this GPU: %.1f TFLOP/s (%.1f%% of the %.1f datasheet)\n", mma_tflops,
-                100.0 * mma_tflops / kBf16PeakTflops, kBf16PeakTflops);
-    std::printf("%-40s %6s %11s %9s %12s %10s\n", "prefill op (one prompt)", "tokens", "us/call", "TFLOP/s",
-                "% bf16 spec", "% mma.sync");
+    std::printf("perf: mma.sync m16n8k16 bf16 rate on this GPU: %.1f TFLOP/s\n", mma_tflops);
     for (int N : {4096, 8192, 32768}) {
-        auto row = [&](const char* name, double us, double flops) {
-            const double tflops = flops / us * 1e-6;
-            if (flops > 0)
-                std::printf("%-40s %6d %11.1f %9.1f %11.1f%% %9.1f%%\n", name, N, us, tflops,
-                            100.0 * tflops / kBf16PeakTflops, 100.0 * tflops / mma_tflops);
-            else
-                std::printf("%-40s %6d %11.1f %9s %12s %10s\n", name, N, us, "-", "-", "-");
+        const std::string shape = "prompt " + std::to_string(N);
+        auto row = [&](const std::string& name, double us, double bytes, double flops, const std::string& variant,
+                       bool is_default) {
+            char note[64] = "";
+            if (flops > 0) std::snprintf(note, sizeof note, "%.1f%% of mma.sync", 100.0 * flops / us * 1e-6 / mma_tflops);
+            report.add(attention_row(name, shape, N, variant, is_default, us, bytes, flops, note));
         };
         BatchHost bh;
         bh.add(0, 0, N);
@@ -261,26 +272,27 @@ TEST(CudaAttnBench, PrefillOps) {
             const int entries = N / ratio;
             const size_t ws_bytes = sparse_attention_prefill_workspace_bytes(N, 1, W, entries, hd);
             Dev<uint8_t> ws(ws_bytes);
-            const char* name = ratio == 4 ? "sparse attn CSA prefill (fp8 kv)" : "sparse attn HCA prefill (fp8 kv)";
+            // q read, out written, every gathered KV row (window history + the prompt + compressed entries) once
+            const double bytes = 2.0 * N * H * hd * 2 + double(W - 1 + N + entries) * eb;
+            const std::string name = ratio == 4 ? "sparse attn CSA (fp8)" : "sparse attn HCA (fp8)";
             row(name, time_op([&](cudaStream_t s) { sparse_attention_prefill(p, entries, ws.ptr, ws.n, s); }, 3),
-                flops);
+                bytes, flops, "prefill", false);
             // launch-shape A/B (same results): heads per CTA, cp.async pipeline depth
             for (auto [label, tn] : {std::pair{"32 heads per CTA", PrefillAttentionTuning{2, 0}},
                                      std::pair{"16 heads per CTA", PrefillAttentionTuning{1, 0}},
                                      std::pair{"3 stages", PrefillAttentionTuning{0, 3}}}) {
-                const std::string tname = std::string(ratio == 4 ? "  CSA" : "  HCA") + " prefill, " + label;
-                row(tname.c_str(),
-                    time_op([&](cudaStream_t s) { sparse_attention_prefill(p, entries, ws.ptr, ws.n, s, tn); }, 3),
-                    flops);
+                row(name, time_op([&](cudaStream_t s) { sparse_attention_prefill(p, entries, ws.ptr, ws.n, s, tn); }, 3),
+                    bytes, flops, std::string("prefill, ") + label, false);
             }
             if (N == 4096) {  // today's path for prefill: the decode kernels, one CTA per (query, head group)
                 p.max_candidates = W + (ratio == 4 ? topk : entries);
                 Dev<uint8_t> aws(std::max<size_t>(1, sparse_attention_workspace_bytes(N, H, hd, p.max_candidates)));
-                for (const char* variant : {"attn_simt", "attn_mma"}) {
-                    const KernelPolicy policy = KernelPolicy::only(variant);
-                    const std::string dname = std::string(ratio == 4 ? "  CSA" : "  HCA") + " via " + variant;
-                    row(dname.c_str(),
-                        time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s, policy); }, 3), flops);
+                const std::string def(sparse_attention(p, aws.ptr, aws.n, nullptr, KernelPolicy{}));
+                for (const AttentionVariant& v : kAttentionVariants) {
+                    const KernelPolicy only = KernelPolicy::only(v.name);
+                    if (sparse_attention(p, aws.ptr, aws.n, nullptr, only) != v.name) continue;  // does not fit
+                    row(name, time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s, only); }, 3),
+                        bytes, flops, std::string(v.name), v.name == def);
                 }
             }
         }
@@ -303,12 +315,16 @@ TEST(CudaAttnBench, PrefillOps) {
                 if (n_vis > topk) flops += 2.0 * nI * dI * n_vis;
             }
             Dev<uint8_t> iws(indexer_select_prefill_workspace_bytes(N, max_entries));
-            row("indexer scores + top-k prefill (fp4)",
-                time_op([&](cudaStream_t s) { indexer_select_prefill(ip, iws.ptr, iws.n, s); }, 3), flops);
+            // q and weights read, every key read once, the selected ids written
+            const double bytes = double(N) * nI * (dI + 1) * 2 + double(max_entries) * ikb + double(N) * topk * 4;
+            row("indexer scores + top-k (fp4)",
+                time_op([&](cudaStream_t s) { indexer_select_prefill(ip, iws.ptr, iws.n, s); }, 3), bytes, flops,
+                "prefill", false);
             if (N <= 8192) {  // today's path: SIMT scores, the whole [rows x entries] matrix
                 Dev<uint8_t> ows(indexer_select_workspace_bytes(N, max_entries));
-                row("  via indexer_select (simt)",
-                    time_op([&](cudaStream_t s) { indexer_select(ip, ows.ptr, ows.n, s); }, 3), flops);
+                row("indexer scores + top-k (fp4)",
+                    time_op([&](cudaStream_t s) { indexer_select(ip, ows.ptr, ows.n, s); }, 3), bytes, flops,
+                    "indexer_select (simt)", true);
             }
         }
         // compressors over the whole prompt in one step (their bf16 GEMMs are not included)
@@ -330,12 +346,20 @@ TEST(CudaAttnBench, PrefillOps) {
                 cpool.view(dcpool.ptr, dctab.ptr, idx ? int32_t(IndexFormat::FP4) : int32_t(KvFormat::FP8)));
             const char* name = idx ? "indexer compressor (r4, 128)" : ratio == 4 ? "attn compressor (r4, 512)"
                                                                                  : "attn compressor (r128, 512)";
-            row(name, time_op([&](cudaStream_t s) { compressor_forward(cp, s); }, 3), 0);
+            // kv and gate rows (fp32) and the emitted entries
+            row(name, time_op([&](cudaStream_t s) { compressor_forward(cp, s); }, 3),
+                2.0 * N * co * dim * 4 + double(N / ratio) * ceb, 0, "-", true);
         }
-        cudaError_t e = cudaDeviceSynchronize();
-        ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+        CUDA_CHECK(cudaDeviceSynchronize());
     }
 }
+
+void attention_perf(flashseek::test::PerfReport& report) {
+    decode_perf(report);
+    prefill_perf(report);
+}
+
+FS_PERF_SUITE("attention", attention_perf);
 
 }  // namespace
 }  // namespace flashseek::cuda::test
