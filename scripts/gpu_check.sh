@@ -19,7 +19,8 @@
 #                            --diagnose adds the per-layer localization on tiny-a / tiny-b
 #   envelopes                (any machine, CPU only) the reference's own envelopes for every end-to-end case
 #   bench                    flashseek bench envelope: decode at 1/16/64/128/256 sequences at context 256, 1/16 at
-#                            8192, and prefill at 256..8192 tokens (LAYERS, default 20, full-size layers)
+#                            8192, prefill of one sequence of 512/4096/16384 tokens (PREFILL_LENGTHS), and TP2 /
+#                            EP2 as virtual ranks (LAYERS, default 20, full-size layers; PREFILL_CHUNK)
 #   ab "NAME=ENV ..." ...    A/B of environment variants (e.g. FLASHSEEK_DISABLE=wgmma_gemv) through flashseek bench,
 #                            variants alternating for ROUNDS rounds (2); BENCH_ARGS overrides the bench flags; a word
 #                            BIN=PATH in a variant runs that flashseek binary (before / after comparisons)
@@ -442,21 +443,34 @@ try:
     d = json.load(open(sys.argv[1]))
 except Exception as e:
     print(f"bench {sys.argv[2]}: no JSON ({e})"); sys.exit(0)
+for r in d.get("prefill", []):
+    print(f"bench {sys.argv[2]:8s} prefill of {r.get('tokens'):>6} tokens: {r.get('prefill_tok_s', 0):10.1f} tok/s, "
+          f"{r.get('prefill_tflop_s', 0):7.1f} TFLOP/s = {100 * r.get('prefill_gemm_fraction', 0):5.1f}% of the FP8 rate")
 for r in d.get("results", []):
+    ranks = r.get("bytes_per_rank", [])
+    per_rank = "" if len(ranks) < 2 else ", per rank " + " / ".join(f"{b / 1e9:.2f}" for b in ranks) + " GB"
     print(f"bench {sys.argv[2]:8s} context {r.get('context'):>6} sequences {r.get('concurrency'):>4}: "
-          f"prefill {r.get('prefill_tok_s', 0):10.1f} tok/s, TPOT {r.get('tpot_median_ms', 0):8.3f} ms, "
-          f"decode {r.get('decode_tok_s', 0):9.1f} tok/s, roofline {100 * r.get('roofline_fraction', 0):5.1f}%")
+          f"prefill {r.get('prefill_tok_s', 0):10.1f} tok/s ({100 * r.get('prefill_gemm_fraction', 0):4.1f}%), "
+          f"TPOT {r.get('tpot_median_ms', 0):8.3f} ms, decode {r.get('decode_tok_s', 0):9.1f} tok/s, "
+          f"roofline {100 * r.get('roofline_fraction', 0):5.1f}%{per_rank}")
 PY
 }
 
 cmd_bench() {
   [ $# = 0 ] || die "bench takes no arguments (LAYERS, BENCH_TIMEOUT from the environment)"
   header "bench (${LAYERS:-20} layers)"
-  # Prefill runs at about 1.4k tokens/s (docs/perf.md), so 64+ sequences of 8192 tokens (> 6 minutes of prefill
-  # each) stay out of the default envelope; LONG_CONCURRENCY=1,16,64 adds them.
-  run_bench decode256 --context 256 --concurrency 1,16,64,128,256 --output-len 32
-  run_bench decode8k --context 8192 --concurrency "${LONG_CONCURRENCY:-1,16}" --output-len 32
-  run_bench prefill --context 256,1024,4096,8192 --concurrency 1 --output-len 8
+  # 64+ sequences of 8192 tokens (minutes of prefill each) stay out of the default envelope;
+  # LONG_CONCURRENCY=1,16,64 adds them. PREFILL_CHUNK sets the backend's prefill chunk (default: the backend's).
+  local chunk=()
+  [ -z "${PREFILL_CHUNK:-}" ] || chunk=(--prefill-chunk "$PREFILL_CHUNK")
+  run_bench decode256 "${chunk[@]}" --context 256 --concurrency 1,16,64,128,256 --output-len 32 --prefill none
+  run_bench decode8k "${chunk[@]}" --context 8192 --concurrency "${LONG_CONCURRENCY:-1,16}" --output-len 32 \
+    --prefill none
+  run_bench prefill "${chunk[@]}" --prefill "${PREFILL_LENGTHS:-512,4096,16384}" --context 256 --concurrency 1 \
+    --output-len 8
+  # Parallel layouts as virtual ranks on this one device: what each rank moves per step.
+  run_bench tp2 "${chunk[@]}" --tp 2 --context 256 --concurrency 1,16,64 --output-len 16 --prefill none
+  run_bench ep2 "${chunk[@]}" --ep 2 --context 256 --concurrency 1,16,64 --output-len 16 --prefill none
 }
 
 cmd_ab() {
