@@ -20,5 +20,8 @@ struct BenchRow {
 double time_graph_per_call(const std::function<void(cudaStream_t, int)>& call, int calls);
 void print_row(const BenchRow& r);
 void bench_moe(double copy_bw, std::vector<BenchRow>& rows);  // bench_moe.cpp
+// Compute-bound GEMMs at prefill sizes against cuBLASLt (bench_gemm.cpp); rows carry TFLOP/s in `gbps` and the
+// fraction of the FP8 ceiling in `fraction`.
+void bench_prefill(std::vector<BenchRow>& rows);
 
 }  // namespace flashseek::test

@@ -1,4 +1,4 @@
-// Micro-benchmark mode of the linear-algebra harness (`test_cuda_linear --bench [--json FILE]`): decode-shaped
+// Micro-benchmark mode of the linear-algebra harness (`test_cuda_linear --bench [--json FILE] [--prefill]`): decode-shaped
 // problems at the V4-Flash shapes, each timed as CUDA-graph replays of many calls that rotate over enough weight
 // copies to defeat the 60 MB L2, against the device-to-device copy bandwidth measured here (bytes read + written).
 // Reports microseconds per call, achieved GB/s and the fraction of copy bandwidth.
@@ -235,11 +235,12 @@ void print_row(const BenchRow& r) {
 
 int run_benchmarks(int argc, char** argv) {
     std::string json_path;
-    bool only_moe = false, only_dense = false;
+    bool only_moe = false, only_dense = false, prefill = false;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
         if (std::strcmp(argv[i], "--moe-only") == 0) only_moe = true;
         if (std::strcmp(argv[i], "--dense-only") == 0) only_dense = true;
+        if (std::strcmp(argv[i], "--prefill") == 0) prefill = true;  // only the compute-bound GEMMs (bench_gemm.cpp)
     }
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -247,8 +248,12 @@ int run_benchmarks(int argc, char** argv) {
     std::printf("device: %s (sm_%d%d, %d SMs); copy bandwidth %.0f GB/s (read + write)\n", prop.name, prop.major,
                 prop.minor, prop.multiProcessorCount, bw / 1e9);
     std::vector<BenchRow> rows;
-    if (!only_moe) bench_dense(bw, rows);
-    if (!only_dense) bench_moe(bw, rows);
+    if (prefill) {
+        bench_prefill(rows);
+    } else {
+        if (!only_moe) bench_dense(bw, rows);
+        if (!only_dense) bench_moe(bw, rows);
+    }
     if (!json_path.empty()) {
         FILE* f = std::fopen(json_path.c_str(), "w");
         if (f) {

@@ -1,0 +1,288 @@
+// Prefill part of the micro-benchmark mode (`test_cuda_linear --bench --prefill`): the compute-bound GEMMs of
+// dense_gemm.cuh on the V4-Flash shapes of one layer at M = 256, 1024, 4096, 8192 tokens, beside cuBLASLt on the same
+// shapes as the reference rate (FP8 e4m3 with per-tensor scales, bf16 out; BF16 with fp32 out: the rate a library
+// reaches without block scales), and the dense FP8 ceiling (cuBLASLt FP8 at 8192^3). Each shape is timed as CUDA-graph
+// replays of 10 calls (weights do not rotate: these problems are compute-bound). Rows: microseconds per call,
+// TFLOP/s, fraction of cuBLASLt on the shape and of the FP8 ceiling; the act_quant launch is timed on its own.
+// The per-layer sum at each M gives the GEMM-only prefill rate of 20 layers.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "bench.h"
+#include "cuda/common/check.cuh"
+#include "cuda/common/random_fill.cuh"
+#include "cuda/gemm/dense_gemm.cuh"
+
+namespace flashseek::test {
+namespace {
+
+#define LT_CHECK(call)                                                                                     \
+    do {                                                                                                   \
+        const cublasStatus_t st_ = (call);                                                                 \
+        if (st_ != CUBLAS_STATUS_SUCCESS) cuda::throw_error(cuda::fs_cat(#call, " failed: status ", int(st_))); \
+    } while (0)
+
+// cuBLASLt, opened at run time: the test binary must start on machines whose loader does not find the library
+// (the device image's library path is not ours to rely on); without it the reference columns are skipped.
+struct CublasLt {
+    void* lib = nullptr;
+    decltype(&cublasLtCreate) create = nullptr;
+    decltype(&cublasLtDestroy) destroy = nullptr;
+    decltype(&cublasLtMatmulDescCreate) desc_create = nullptr;
+    decltype(&cublasLtMatmulDescDestroy) desc_destroy = nullptr;
+    decltype(&cublasLtMatmulDescSetAttribute) desc_set = nullptr;
+    decltype(&cublasLtMatrixLayoutCreate) layout_create = nullptr;
+    decltype(&cublasLtMatrixLayoutDestroy) layout_destroy = nullptr;
+    decltype(&cublasLtMatmulPreferenceCreate) pref_create = nullptr;
+    decltype(&cublasLtMatmulPreferenceDestroy) pref_destroy = nullptr;
+    decltype(&cublasLtMatmulPreferenceSetAttribute) pref_set = nullptr;
+    decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic = nullptr;
+    decltype(&cublasLtMatmul) matmul = nullptr;
+    cublasLtHandle_t handle = nullptr;
+
+    bool open() {
+        for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"})
+            if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
+        if (lib == nullptr) return false;
+        bool ok = true;
+        auto get = [&](auto& fn, const char* sym) {
+            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, sym));
+            ok = ok && fn != nullptr;
+        };
+        get(create, "cublasLtCreate");
+        get(destroy, "cublasLtDestroy");
+        get(desc_create, "cublasLtMatmulDescCreate");
+        get(desc_destroy, "cublasLtMatmulDescDestroy");
+        get(desc_set, "cublasLtMatmulDescSetAttribute");
+        get(layout_create, "cublasLtMatrixLayoutCreate");
+        get(layout_destroy, "cublasLtMatrixLayoutDestroy");
+        get(pref_create, "cublasLtMatmulPreferenceCreate");
+        get(pref_destroy, "cublasLtMatmulPreferenceDestroy");
+        get(pref_set, "cublasLtMatmulPreferenceSetAttribute");
+        get(heuristic, "cublasLtMatmulAlgoGetHeuristic");
+        get(matmul, "cublasLtMatmul");
+        return ok && create(&handle) == CUBLAS_STATUS_SUCCESS;
+    }
+    ~CublasLt() {
+        if (handle) destroy(handle);
+        if (lib) dlclose(lib);
+    }
+};
+
+void* device_alloc(size_t bytes) {
+    void* p = nullptr;
+    CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
+    return p;
+}
+
+// cuBLASLt D[m, n] = A[m, k] . W[n, k]^T in its "TN" form (column-major: D^T = W^T' . A'), fp8 (per-tensor scales
+// of 1, bf16 out) or bf16 (fp32 out). Returns microseconds per call, or -1 when cuBLASLt is missing or has no
+// algorithm for the shape.
+double time_cublaslt(const CublasLt& lt, void* workspace, size_t ws_bytes, bool fp8, int64_t m, int64_t n, int64_t k,
+                     const void* a, const void* w, void* d, const float* one) {
+    if (lt.handle == nullptr) return -1;
+    cublasLtMatmulDesc_t op;
+    LT_CHECK(lt.desc_create(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    LT_CHECK(lt.desc_set(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LT_CHECK(lt.desc_set(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (fp8) {
+        LT_CHECK(lt.desc_set(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &one, sizeof one));
+        LT_CHECK(lt.desc_set(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &one, sizeof one));
+    }
+    const cudaDataType_t in = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_16BF, out = fp8 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasLtMatrixLayout_t la, lb, lc;
+    LT_CHECK(lt.layout_create(&la, in, uint64_t(k), uint64_t(n), k));
+    LT_CHECK(lt.layout_create(&lb, in, uint64_t(k), uint64_t(m), k));
+    LT_CHECK(lt.layout_create(&lc, out, uint64_t(n), uint64_t(m), n));
+    cublasLtMatmulPreference_t pref;
+    LT_CHECK(lt.pref_create(&pref));
+    LT_CHECK(lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes));
+    cublasLtMatmulHeuristicResult_t res{};
+    int found = 0;
+    const cublasStatus_t hs = lt.heuristic(lt.handle, op, la, lb, lc, lc, pref, 1, &res, &found);
+    double us = -1;
+    if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
+        const float alpha = 1.f, beta = 0.f;
+        us = time_graph_per_call(
+            [&](cudaStream_t s, int) {
+                LT_CHECK(lt.matmul(lt.handle, op, &alpha, w, la, a, lb, &beta, d, lc, d, lc, &res.algo, workspace,
+                                   ws_bytes, s));
+            },
+            10);
+    }
+    lt.pref_destroy(pref);
+    lt.layout_destroy(la);
+    lt.layout_destroy(lb);
+    lt.layout_destroy(lc);
+    lt.desc_destroy(op);
+    return us;
+}
+
+struct PrefillShape {
+    const char* name;
+    bool fp8;
+    int64_t n, k;
+    int groups;        // wo_a: 8 independent (n, k) products over column slices of one activation
+    int rows_per_token;  // routed experts as one dense product over M x 6 rows (reference for the grouped kernel)
+};
+
+void print_gemm_row(const char* name, int64_t m, const char* note, double us, double flops, double ref_us,
+                    double ceiling_tflops) {
+    const double tf = flops / (us * 1e-6) / 1e12;
+    const double ref_tf = ref_us > 0 ? flops / (ref_us * 1e-6) / 1e12 : 0;
+    std::printf("%-30s M=%-5lld %-14s %9.1f us %7.1f TFLOP/s | cuBLASLt %9.1f us %7.1f TFLOP/s | x%.2f of cuBLASLt, "
+                "%5.1f%% of ceiling\n",
+                name, (long long)m, note, us, tf, ref_us, ref_tf, ref_us > 0 ? ref_us / us : 0.0,
+                100.0 * tf / ceiling_tflops);
+    std::fflush(stdout);
+}
+
+}  // namespace
+
+void bench_prefill(std::vector<BenchRow>& rows) {
+    CublasLt lt;
+    if (!lt.open()) std::printf("cuBLASLt not found: the reference columns and the ceiling are skipped\n");
+    const size_t ws_bytes = size_t(64) << 20;
+    void* workspace = device_alloc(ws_bytes);
+    float* one = static_cast<float*>(device_alloc(4));
+    const float h_one = 1.f;
+    CUDA_CHECK(cudaMemcpy(one, &h_one, 4, cudaMemcpyHostToDevice));
+
+    // The FP8 ceiling: cuBLASLt FP8 at 8192^3.
+    double ceiling = 0;
+    {
+        const int64_t s = 8192;
+        void* a = device_alloc(size_t(s * s));
+        void* w = device_alloc(size_t(s * s));
+        void* d = device_alloc(size_t(s * s) * 2);
+        cuda::fill_random(a, size_t(s * s), cuda::FillKind::E4M3, 1, 0, nullptr);
+        cuda::fill_random(w, size_t(s * s), cuda::FillKind::E4M3, 2, 0, nullptr);
+        const double us = time_cublaslt(lt, workspace, ws_bytes, true, s, s, s, a, w, d, one);
+        // Without cuBLASLt: the rate measured with torch._scaled_mm on the H200 (kernels.md section 4).
+        ceiling = us > 0 ? 2.0 * double(s) * s * s / (us * 1e-6) / 1e12 : 1420.0;
+        std::printf("FP8 ceiling (cuBLASLt e4m3, per-tensor scales, 8192^3): %.1f us, %.1f TFLOP/s\n", us, ceiling);
+        CUDA_CHECK(cudaFree(a));
+        CUDA_CHECK(cudaFree(w));
+        CUDA_CHECK(cudaFree(d));
+    }
+
+    const std::vector<PrefillShape> shapes = {
+        {"wq_a 4096->1024", true, 1024, 4096, 1, 1},
+        {"wkv 4096->512", true, 512, 4096, 1, 1},
+        {"wq_b 1024->32768", true, 32768, 1024, 1, 1},
+        {"wo_a 8x(4096->1024)", true, 1024, 4096, 8, 1},
+        {"wo_b 8192->4096", true, 4096, 8192, 1, 1},
+        {"shared w1|w3 4096->2x2048", true, 4096, 4096, 1, 1},
+        {"shared w2 2048->4096", true, 4096, 2048, 1, 1},
+        {"indexer wq_b 1024->8192", true, 8192, 1024, 1, 1},
+        {"experts w1|w3 as dense (x6 rows)", true, 4096, 4096, 1, 6},
+        {"experts w2 as dense (x6 rows)", true, 4096, 2048, 1, 6},
+        {"compressor wkv bf16 4096->1024", false, 1024, 4096, 1, 1},
+        {"router bf16 4096->256", false, 256, 4096, 1, 1},
+        {"head bf16 4096->129280", false, 129280, 4096, 1, 1},
+    };
+    for (int64_t M : {256, 1024, 4096, 8192}) {
+        double layer_us = 0, layer_ref_us = 0, layer_flops = 0;
+        for (const auto& sh : shapes) {
+            const int64_t m = M * sh.rows_per_token, K = sh.k * sh.groups, n = sh.n, k = sh.k;
+            const double flops = 2.0 * double(m) * double(n) * double(k) * sh.groups;
+            // Operands: activation (bf16 input and its FP8 form), weight, output.
+            void* x = device_alloc(size_t(m * K) * 2);
+            cuda::fill_random(x, size_t(m * K), cuda::FillKind::BF16, 3, 1.f, nullptr);
+            const size_t w_bytes = size_t(n * sh.groups * k) * (sh.fp8 ? 1 : 2);
+            void* w = device_alloc(w_bytes);
+            cuda::fill_random(w, sh.fp8 ? w_bytes : w_bytes / 2, sh.fp8 ? cuda::FillKind::E4M3 : cuda::FillKind::BF16, 4,
+                              0.05f, nullptr);
+            const size_t ws_count = size_t((n * sh.groups + 127) / 128) * size_t((k + 127) / 128);
+            void* w_scales = device_alloc(ws_count);
+            cuda::fill_random(w_scales, ws_count, cuda::FillKind::E8M0, 5, float(118 + 256 * 124), nullptr);
+            const int64_t ldd = n * sh.groups;
+            void* d = device_alloc(size_t(m * ldd) * 4);
+            void* codes = device_alloc(cuda::fp8_activation_codes_bytes(m, K));
+            void* scales = device_alloc(cuda::fp8_activation_scales_bytes(m, K));
+            const cuda::Fp8Activation act = cuda::fp8_activation_view(codes, scales, m, K);
+            cuda::quantize_fp8_activation(static_cast<const uint16_t*>(x), m, K, nullptr, act, nullptr);
+            cuda::GemmPlan plan;
+            auto call = [&](cudaStream_t s) {
+                for (int g = 0; g < sh.groups; ++g) {
+                    if (sh.fp8) {
+                        cuda::Fp8GemmArgs a;
+                        a.a = act;  // group g: columns g*k.. of the activation, its scale blocks g*k/128..
+                        a.a.codes += g * k;
+                        a.a.scales += (g * k / 128) * act.scales_ld;
+                        a.a.k = k;
+                        a.w = static_cast<const uint8_t*>(w) + size_t(g * n * k);
+                        a.w_scales = static_cast<const uint8_t*>(w_scales) + size_t(g * (n / 128) * ((k + 127) / 128));
+                        a.n = n;
+                        a.d = static_cast<uint16_t*>(d) + g * n;
+                        a.d_kind = cuda::OutKind::BF16;
+                        a.ldd = ldd;
+                        plan = cuda::plan_fp8_gemm(a);
+                        cuda::fp8_gemm(a, cuda::GemmPath::AUTO, s);
+                    } else {
+                        cuda::Bf16GemmArgs a;
+                        a.a = static_cast<const uint16_t*>(x);
+                        a.lda = K;
+                        a.m = m;
+                        a.k = k;
+                        a.w = static_cast<const uint16_t*>(w);
+                        a.n = n;
+                        a.d = d;
+                        a.d_kind = cuda::OutKind::F32;
+                        a.ldd = ldd;
+                        plan = cuda::plan_bf16_gemm(a);
+                        cuda::bf16_gemm(a, cuda::GemmPath::AUTO, s);
+                    }
+                }
+            };
+            const double us = time_graph_per_call([&](cudaStream_t s, int) { call(s); }, 10);
+            double ref_us = 0;
+            for (int g = 0; g < sh.groups; ++g) {  // cuBLASLt on each group's (n, k) product, same operand bytes
+                const double r = time_cublaslt(lt, workspace, ws_bytes, sh.fp8, m, n, k, sh.fp8 ? codes : x, w, d, one);
+                ref_us = r < 0 || ref_us < 0 ? -1 : ref_us + r;
+            }
+            const double q_us = sh.fp8 ? time_graph_per_call(
+                                             [&](cudaStream_t s, int) {
+                                                 cuda::quantize_fp8_activation(static_cast<const uint16_t*>(x), m, K,
+                                                                               nullptr, act, s);
+                                             },
+                                             10)
+                                       : 0;
+            const std::string note = std::string(plan.path == cuda::GemmPath::WGMMA ? "wgmma" : "mma") +
+                                     " bm=" + std::to_string(plan.block_m);
+            print_gemm_row(sh.name, M, note.c_str(), us, flops, ref_us, ceiling);
+            if (sh.fp8) std::printf("%-30s M=%-5lld act_quant %9.1f us\n", "", (long long)M, q_us);
+            if (sh.rows_per_token == 1 && std::string(sh.name).find("head") == std::string::npos) {
+                layer_us += us + q_us;
+                layer_ref_us += ref_us > 0 ? ref_us : 0;
+                layer_flops += flops;
+            }
+            BenchRow r;
+            r.name = std::string("prefill ") + sh.name;
+            r.m = M;
+            r.us = us;
+            r.gbps = flops / (us * 1e-6) / 1e12;  // TFLOP/s in this mode
+            r.fraction = r.gbps / ceiling;
+            r.note = note + " cublaslt_us=" + std::to_string(ref_us) + " act_quant_us=" + std::to_string(q_us);
+            rows.push_back(r);
+            for (void* p : {x, w, w_scales, d, codes, scales}) CUDA_CHECK(cudaFree(p));
+        }
+        std::printf("== M=%lld: one layer's dense GEMMs (experts and head excluded, act_quant included) %.1f us, "
+                    "%.1f TFLOP/s (cuBLASLt %.1f us); 20 layers -> %.0f tok/s from these GEMMs\n",
+                    (long long)M, layer_us, layer_flops / (layer_us * 1e-6) / 1e12, layer_ref_us,
+                    double(M) / (20 * layer_us * 1e-6));
+    }
+    CUDA_CHECK(cudaFree(workspace));
+    CUDA_CHECK(cudaFree(one));
+}
+
+}  // namespace flashseek::test

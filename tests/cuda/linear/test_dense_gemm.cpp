@@ -1,0 +1,453 @@
+// Op-consistency cases for the compute-bound dense GEMMs (cuda/gemm/dense_gemm.cuh, act_quant.cuh) against the CPU
+// reference: act_quant bit for bit against cpu::act_quant_fp8_block128; FP8 and BF16 GEMMs on every path this
+// device runs against an fp64 product of the same quantized operands (cpu::act_quant_fp8_block128 and
+// cpu::dequantize_linear); layout self-checks with one-hot activations (exact in any accumulator); rows independent
+// of the batch and of the tile configuration (bit for bit); the existing decode path (linear()) reported beside.
+// Random data with fresh seeds (FS_TEST_SEED reproduces), odd sizes (n, k multiples of 16 with partial 128-blocks),
+// m = 1, 7, 64, 300, 4096. Outputs are poisoned (NaN) before each run: an unwritten element fails the comparison,
+// and the columns between n and the row stride must still hold the poison afterwards.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+#include "cpu/ops.h"
+#include "cuda/common/arch.cuh"
+#include "cuda/gemm/dense_gemm.cuh"
+#include "harness.h"
+#include "weights.h"
+
+namespace flashseek::test {
+namespace {
+
+using cuda::GemmPath;
+using cuda::OutKind;
+using cuda::ScaleKind;
+using cuda::WeightKind;
+
+const char* path_name(GemmPath p) {
+    switch (p) {
+        case GemmPath::AUTO: return "auto";
+        case GemmPath::WGMMA: return "wgmma";
+        case GemmPath::MMA_NATIVE: return "mma-native";
+        case GemmPath::MMA_F16: return "mma-f16";
+    }
+    return "?";
+}
+
+std::vector<GemmPath> supported_paths(bool fp8) {
+    std::vector<GemmPath> r;
+    for (GemmPath p : {GemmPath::WGMMA, GemmPath::MMA_NATIVE, GemmPath::MMA_F16})
+        if (cuda::gemm_path_supported(p, fp8) && (fp8 || p != GemmPath::MMA_F16)) r.push_back(p);
+    return r;
+}
+
+// Random bf16 activations [m, k] (as fp32 values), N(0, 1) with a per-row magnitude spread of 2^-6..2^6 so the
+// per-row scales differ.
+std::vector<float> random_activation(std::mt19937_64& rng, int64_t m, int64_t k) {
+    std::normal_distribution<float> d(0.f, 1.f);
+    std::uniform_int_distribution<int> e(-6, 6);
+    std::vector<float> x(size_t(m * k));
+    for (int64_t r = 0; r < m; ++r) {
+        const float s = std::ldexp(1.f, e(rng));
+        for (int64_t c = 0; c < k; ++c) x[size_t(r * k + c)] = round_bf16(d(rng) * s);
+    }
+    return x;
+}
+
+// bf16 copy of x on the device with row stride ld.
+DeviceArray<uint16_t> upload_bf16(const std::vector<float>& x, int64_t m, int64_t k, int64_t ld) {
+    std::vector<uint16_t> h(size_t(std::max<int64_t>(1, m * ld)), 0);
+    for (int64_t r = 0; r < m; ++r)
+        for (int64_t c = 0; c < k; ++c) h[size_t(r * ld + c)] = f32_to_bf16(x[size_t(r * k + c)]);
+    return DeviceArray<uint16_t>(h);
+}
+
+// A device FP8 activation of x (act_quant on the GPU).
+struct DeviceFp8Act {
+    DeviceArray<uint16_t> x;
+    DeviceArray<uint8_t> codes;
+    DeviceArray<float> scales;
+    cuda::Fp8Activation act;
+    DeviceFp8Act(const std::vector<float>& xs, int64_t m, int64_t k)
+        : x(upload_bf16(xs, m, k, k + 8)),
+          codes(cuda::fp8_activation_codes_bytes(m, k)),
+          scales(cuda::fp8_activation_scales_bytes(m, k) / 4) {
+        codes.poison();
+        scales.poison();
+        act = cuda::fp8_activation_view(codes.ptr, scales.ptr, m, k);
+        cuda::quantize_fp8_activation(x.ptr, m, k + 8, nullptr, act, nullptr);
+    }
+};
+
+// fp64 product y[m, n] = sum_k a[m, k] * w[n, k].
+std::vector<double> product_f64(const std::vector<float>& a, const std::vector<float>& w, int64_t m, int64_t n,
+                                int64_t k) {
+    std::vector<double> y(size_t(m * n));
+    for (int64_t r = 0; r < m; ++r)
+        for (int64_t c = 0; c < n; ++c) {
+            const float* ar = &a[size_t(r * k)];
+            const float* wr = &w[size_t(c * k)];
+            double s = 0;
+            for (int64_t i = 0; i < k; ++i) s += double(ar[i]) * double(wr[i]);
+            y[size_t(r * n + c)] = s;
+        }
+    return y;
+}
+
+std::vector<float> to_f32(const std::vector<double>& v) { return std::vector<float>(v.begin(), v.end()); }
+
+// Output buffer [m, ldd] of bf16 or fp32, poisoned; read back as fp32 [m, n]; `untouched` tells whether the
+// columns n..ldd-1 still hold the poison.
+struct DeviceOut {
+    OutKind kind;
+    int64_t m, n, ldd;
+    DeviceArray<uint8_t> mem;
+    DeviceOut(OutKind k, int64_t m_, int64_t n_, int64_t ldd_)
+        : kind(k), m(m_), n(n_), ldd(ldd_), mem(size_t(std::max<int64_t>(1, m_ * ldd_)) * (k == OutKind::F32 ? 4 : 2)) {
+        mem.poison();
+    }
+    std::vector<float> read(bool* untouched = nullptr) const {
+        const auto raw = mem.download();
+        std::vector<float> r(size_t(m * n));
+        bool clean = true;
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < ldd; ++j) {
+                float v;
+                if (kind == OutKind::F32) {
+                    std::memcpy(&v, &raw[size_t(i * ldd + j) * 4], 4);
+                } else {
+                    uint16_t h;
+                    std::memcpy(&h, &raw[size_t(i * ldd + j) * 2], 2);
+                    v = bf16_to_f32(h);
+                }
+                if (j < n) r[size_t(i * n + j)] = v;
+                else if (!std::isnan(v)) clean = false;
+            }
+        if (untouched) *untouched = clean;
+        return r;
+    }
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// act_quant: codes and scales bit for bit against the CPU, with a row map (one entry out of range: zero row).
+
+TEST(DenseGemm, ActQuantMatchesCpuBitForBit) {
+    for (auto [m, k, mapped] : {std::tuple<int64_t, int64_t, bool>{1, 16, false}, {7, 400, false}, {300, 4096, false},
+                                {64, 1040, true}, {5, 128, true}}) {
+        const uint64_t seed = fresh_seed();
+        std::ostringstream desc;
+        desc << "m=" << m << " k=" << k << " mapped=" << mapped << " seed=" << seed;
+        SCOPED_TRACE(desc.str());
+        std::mt19937_64 rng(seed);
+        const int64_t x_rows = m + 3;
+        std::vector<float> x = random_activation(rng, x_rows, k);
+        for (int64_t c = 0; c < k; ++c) x[size_t(c)] = 0.f;  // an all-zero row: the 1e-4 floor of the scale
+        if (k >= 64) x[size_t(k + 3)] = round_bf16(1e6f);      // a huge value (row 1)
+        std::vector<int32_t> map(static_cast<size_t>(m));
+        for (int64_t r = 0; r < m; ++r) map[size_t(r)] = int32_t((r * 7 + 2) % x_rows);
+        if (mapped) map[size_t(m - 1)] = int32_t(x_rows + 5);  // out of range: a zero row
+        DeviceArray<uint16_t> xd = upload_bf16(x, x_rows, k, k + 24);
+        DeviceArray<int32_t> md(map);
+        DeviceArray<uint8_t> codes(cuda::fp8_activation_codes_bytes(m, k));
+        DeviceArray<float> scales(cuda::fp8_activation_scales_bytes(m, k) / 4);
+        codes.poison();
+        scales.poison();
+        const auto act = cuda::fp8_activation_view(codes.ptr, scales.ptr, m, k);
+        cuda::quantize_fp8_activation(xd.ptr, x_rows, k + 24, mapped ? md.ptr : nullptr, act, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const auto hc = codes.download();
+        const auto hs = scales.download();
+        const int64_t blocks = (k + 127) / 128;
+        int64_t bad = 0;
+        std::vector<float> q(static_cast<size_t>(k)), s(static_cast<size_t>(blocks)), zero(static_cast<size_t>(k), 0.f);
+        for (int64_t r = 0; r < m; ++r) {
+            const int64_t src = mapped ? map[size_t(r)] : r;
+            const float* xr = src >= 0 && src < x_rows ? &x[size_t(src * k)] : zero.data();
+            cpu::act_quant_fp8_block128(xr, k, q.data(), s.data());
+            for (int64_t b = 0; b < blocks; ++b) {
+                const float gs = hs[size_t(b * act.scales_ld + r)];
+                if (gs != s[size_t(b)] && bad++ < 5) ADD_FAILURE() << "scale row " << r << " block " << b << ": " << gs << " vs " << s[size_t(b)];
+            }
+            for (int64_t c = 0; c < act.codes_ld; ++c) {
+                const uint8_t code = hc[size_t(r * act.codes_ld + c)];
+                if (c >= k) {
+                    if (code != 0 && bad++ < 5) ADD_FAILURE() << "padding code row " << r << " col " << c << " = " << int(code);
+                    continue;
+                }
+                const float v = e4m3_to_f32(code) * s[size_t(c / 128)];
+                if (v != q[size_t(c)] && bad++ < 5)
+                    ADD_FAILURE() << "row " << r << " col " << c << ": code " << int(code) << " -> " << v << " vs " << q[size_t(c)];
+            }
+        }
+        EXPECT_EQ(bad, 0);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// FP8 GEMM against the fp64 product of the same quantized operands.
+
+struct Fp8Case {
+    int64_t m, n, k;
+    ScaleKind scale;
+    OutKind out;
+    int64_t ldd_extra;  // even: vector stores; odd: the scalar store path
+};
+
+// Thresholds on ||gpu - ref|| / ||ref||. fp32 output: wgmma sums each 128-K block's FP8 products in the tensor core,
+// not fp32-exact (the wgmma GEMV measured ~5e-5, docs/perf.md), so 1e-4; the f16 mma.sync path sums exact products
+// in fp32 (2e-5); native e4m3 mma.sync (sm_89 / sm_120; on sm_90 lowered to f16) gets the wgmma bound. bf16 output
+// adds one bf16 rounding per element (4e-3). F32 weight scales: the reference's dequantized weight is rounded to
+// fp32 (negligible here).
+double fp8_threshold(GemmPath p, OutKind out) {
+    if (out == OutKind::BF16) return 4e-3;
+    return p == GemmPath::MMA_F16 ? 2e-5 : 1e-4;
+}
+
+double run_fp8_case(const Fp8Case& c, GemmPath path, std::mt19937_64& rng, bool report = false) {
+    TestWeight w = make_weight(rng, WeightKind::FP8_BLOCK128, c.scale, c.n, c.k);
+    const std::vector<float> x = random_activation(rng, c.m, c.k);
+    std::vector<float> xq(x.size());
+    for (int64_t r = 0; r < c.m; ++r) cpu::act_quant_fp8_block128(&x[size_t(r * c.k)], c.k, &xq[size_t(r * c.k)]);
+    const auto ref = to_f32(product_f64(xq, w.dequantized(), c.m, c.n, c.k));
+    DeviceFp8Act a(x, c.m, c.k);
+    DeviceOut d(c.out, c.m, c.n, c.n + c.ldd_extra);
+    cuda::Fp8GemmArgs args;
+    args.a = a.act;
+    args.w = w.w_dev->ptr;
+    args.w_scales = w.s_dev->ptr;
+    args.w_scale_kind = c.scale;
+    args.n = c.n;
+    args.d = d.mem.ptr;
+    args.d_kind = c.out;
+    args.ldd = d.ldd;
+    EXPECT_TRUE(cuda::fp8_gemm_eligible(args, path));
+    cuda::fp8_gemm(args, path, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    bool untouched = false;
+    const auto y = d.read(&untouched);
+    EXPECT_TRUE(untouched) << "wrote past n";
+    const double err = rel_l2(y, ref);
+    const auto plan = cuda::plan_fp8_gemm(args, path);
+    EXPECT_LE(err, fp8_threshold(path, c.out)) << "block_m " << plan.block_m << " ctas " << plan.ctas;
+    if (report)
+        std::printf("  fp8 %-10s m=%-5lld n=%-5lld k=%-5lld %s %s block_m=%d rel_l2=%.3g\n", path_name(path),
+                    (long long)c.m, (long long)c.n, (long long)c.k, c.scale == ScaleKind::F32 ? "f32-scales" : "e8m0",
+                    c.out == OutKind::F32 ? "f32" : "bf16", plan.block_m, err);
+    return err;
+}
+
+TEST(DenseGemm, Fp8MatchesF64ReferenceOnEveryPath) {
+    const std::vector<Fp8Case> cases = {
+        {1, 208, 400, ScaleKind::E8M0, OutKind::F32, 8},      // one row; partial blocks in n and k
+        {7, 144, 1040, ScaleKind::F32, OutKind::F32, 3},      // fp32 scales, scalar stores
+        {64, 256, 512, ScaleKind::E8M0, OutKind::BF16, 8},    // bf16 out
+        {300, 528, 2064, ScaleKind::E8M0, OutKind::F32, 0},   // partial m tile, k % 128 = 16
+        {300, 96, 160, ScaleKind::E8M0, OutKind::BF16, 1},    // n < 128, bf16 scalar stores
+        {4096, 256, 1024, ScaleKind::E8M0, OutKind::F32, 8},  // 128-row tiles on the wgmma path
+    };
+    for (GemmPath path : supported_paths(true))
+        for (const auto& c : cases) {
+            const uint64_t seed = fresh_seed();
+            std::ostringstream desc;
+            desc << path_name(path) << " m=" << c.m << " n=" << c.n << " k=" << c.k << " seed=" << seed;
+            SCOPED_TRACE(desc.str());
+            std::mt19937_64 rng(seed);
+            run_fp8_case(c, path, rng, /*report=*/true);
+        }
+}
+
+// One-hot activations: row r has one value 1.0 at column r % k, so D[r, c] = W[c, r % k] exactly whatever the
+// accumulator; any fragment, swizzle or tile-placement error shows as a mismatch at a named (row, column).
+TEST(DenseGemm, Fp8OneHotSelectsWeightColumns) {
+    for (GemmPath path : supported_paths(true))
+        for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{300, 272, 400}, {4096, 1280, 256}}) {
+            const uint64_t seed = fresh_seed();
+            std::ostringstream desc;
+            desc << path_name(path) << " m=" << m << " n=" << n << " k=" << k << " seed=" << seed;
+            SCOPED_TRACE(desc.str());
+            std::mt19937_64 rng(seed);
+            TestWeight w = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, n, k);
+            const auto wf = w.dequantized();
+            std::vector<float> x(size_t(m * k), 0.f);
+            for (int64_t r = 0; r < m; ++r) x[size_t(r * k + r % k)] = 1.f;
+            DeviceFp8Act a(x, m, k);
+            DeviceOut d(OutKind::F32, m, n, n);
+            cuda::Fp8GemmArgs args;
+            args.a = a.act;
+            args.w = w.w_dev->ptr;
+            args.w_scales = w.s_dev->ptr;
+            args.n = n;
+            args.d = d.mem.ptr;
+            args.d_kind = OutKind::F32;
+            args.ldd = n;
+            cuda::fp8_gemm(args, path, nullptr);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            const auto y = d.read();
+            int64_t bad = 0;
+            for (int64_t r = 0; r < m; ++r)
+                for (int64_t c = 0; c < n; ++c) {
+                    const float want = wf[size_t(c * k + r % k)], got = y[size_t(r * n + c)];
+                    if (got != want && bad++ < 8) ADD_FAILURE() << "D[" << r << ", " << c << "] = " << got << ", want " << want;
+                }
+            EXPECT_EQ(bad, 0);
+        }
+}
+
+// A row's result does not depend on the batch: rows 0..6 of an m = 4096 product (128-row tiles on the wgmma path)
+// equal the m = 7 and m = 1 products (64-row tiles) bit for bit.
+TEST(DenseGemm, Fp8RowsIndependentOfBatchAndTiles) {
+    for (GemmPath path : supported_paths(true)) {
+        const uint64_t seed = fresh_seed();
+        SCOPED_TRACE(std::string(path_name(path)) + " seed=" + std::to_string(seed));
+        std::mt19937_64 rng(seed);
+        const int64_t n = 1280, k = 528, big = 4096;
+        TestWeight w = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, n, k);
+        const std::vector<float> x = random_activation(rng, big, k);
+        std::vector<std::vector<float>> outs;
+        std::vector<int> block_m;
+        for (int64_t m : {big, int64_t(7), int64_t(1)}) {
+            std::vector<float> xs(x.begin(), x.begin() + m * k);
+            DeviceFp8Act a(xs, m, k);
+            DeviceOut d(OutKind::F32, m, n, n);
+            cuda::Fp8GemmArgs args;
+            args.a = a.act;
+            args.w = w.w_dev->ptr;
+            args.w_scales = w.s_dev->ptr;
+            args.n = n;
+            args.d = d.mem.ptr;
+            args.d_kind = OutKind::F32;
+            args.ldd = n;
+            cuda::fp8_gemm(args, path, nullptr);
+            block_m.push_back(cuda::plan_fp8_gemm(args, path).block_m);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            outs.push_back(d.read());
+        }
+        std::printf("  %s block_m: m=4096 -> %d, m=7 -> %d\n", path_name(path), block_m[0], block_m[1]);
+        for (int64_t r = 0; r < 7; ++r)
+            EXPECT_EQ(std::memcmp(&outs[0][size_t(r * n)], &outs[1][size_t(r * n)], size_t(n) * 4), 0) << "row " << r;
+        EXPECT_EQ(std::memcmp(&outs[0][0], &outs[2][0], size_t(n) * 4), 0) << "row 0 alone";
+    }
+}
+
+// The new GEMM beside the existing decode path (linear(), release numerics) on a wq_a-like shape: reported, with a
+// bound that covers both paths' FP8 summation differences.
+TEST(DenseGemm, Fp8AgreesWithDecodeLinear) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed=" + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    const int64_t m = 64, n = 1024, k = 4096;
+    TestWeight w = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, n, k);
+    const std::vector<float> x = random_activation(rng, m, k);
+    DeviceFp8Act a(x, m, k);
+    DeviceOut d(OutKind::F32, m, n, n);
+    cuda::Fp8GemmArgs args;
+    args.a = a.act;
+    args.w = w.w_dev->ptr;
+    args.w_scales = w.s_dev->ptr;
+    args.n = n;
+    args.d = d.mem.ptr;
+    args.d_kind = OutKind::F32;
+    args.ldd = n;
+    cuda::fp8_gemm(args, GemmPath::AUTO, nullptr);
+    DeviceArray<uint16_t> pv(cuda::prepared_values_bytes(m, k) / 2);
+    DeviceArray<float> ps(cuda::prepared_scales_bytes(m, k) / 4), y(size_t(m * n));
+    y.poison();
+    cuda::GemmWorkspace ws = cuda::create_gemm_workspace(size_t(8) << 20, 4096);
+    cuda::prepare_and_linear(a.x.ptr, false, m, k + 8, w.device(), cuda::ActNumerics::FP8_BLOCK128, pv.ptr, ps.ptr,
+                             y.ptr, OutKind::F32, n, &ws, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    cuda::destroy_gemm_workspace(ws);
+    const double err = rel_l2(d.read(), y.download());
+    std::printf("  fp8_gemm (%s) vs linear() m=%lld n=%lld k=%lld: rel_l2 %.3g\n",
+                path_name(cuda::plan_fp8_gemm(args).path), (long long)m, (long long)n, (long long)k, err);
+    EXPECT_LE(err, 2e-4);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// BF16 GEMM against the fp64 product.
+
+TEST(DenseGemm, Bf16MatchesF64ReferenceOnEveryPath) {
+    struct C { int64_t m, n, k; OutKind out; int64_t ldd_extra; };
+    const std::vector<C> cases = {{1, 272, 4096, OutKind::F32, 0}, {7, 256, 208, OutKind::BF16, 8},
+                                  {64, 144, 1040, OutKind::F32, 3}, {300, 528, 2064, OutKind::F32, 8},
+                                  {4096, 256, 1024, OutKind::F32, 0}};
+    for (GemmPath path : supported_paths(false))
+        for (const auto& c : cases) {
+            const uint64_t seed = fresh_seed();
+            std::ostringstream desc;
+            desc << path_name(path) << " m=" << c.m << " n=" << c.n << " k=" << c.k << " seed=" << seed;
+            SCOPED_TRACE(desc.str());
+            std::mt19937_64 rng(seed);
+            TestWeight w = make_weight(rng, WeightKind::BF16, ScaleKind::NONE, c.n, c.k);
+            const std::vector<float> x = random_activation(rng, c.m, c.k);
+            const auto ref = to_f32(product_f64(x, w.dequantized(), c.m, c.n, c.k));
+            const int64_t lda = c.k + 8;
+            DeviceArray<uint16_t> xd = upload_bf16(x, c.m, c.k, lda);
+            DeviceOut d(c.out, c.m, c.n, c.n + c.ldd_extra);
+            cuda::Bf16GemmArgs args;
+            args.a = xd.ptr;
+            args.lda = lda;
+            args.m = c.m;
+            args.k = c.k;
+            args.w = reinterpret_cast<const uint16_t*>(w.w_dev->ptr);
+            args.n = c.n;
+            args.d = d.mem.ptr;
+            args.d_kind = c.out;
+            args.ldd = d.ldd;
+            EXPECT_TRUE(cuda::bf16_gemm_eligible(args, path));
+            cuda::bf16_gemm(args, path, nullptr);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            bool untouched = false;
+            const auto y = d.read(&untouched);
+            EXPECT_TRUE(untouched) << "wrote past n";
+            const double err = rel_l2(y, ref);
+            // fp32 sums of exact bf16 products: 2e-5; bf16 output adds one rounding (4e-3)
+            EXPECT_LE(err, c.out == OutKind::F32 ? 2e-5 : 4e-3);
+            std::printf("  bf16 %-10s m=%-5lld n=%-5lld k=%-5lld %s rel_l2=%.3g\n", path_name(path), (long long)c.m,
+                        (long long)c.n, (long long)c.k, c.out == OutKind::F32 ? "f32" : "bf16", err);
+        }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Bad arguments: a clear error, no launch.
+
+TEST(DenseGemm, RejectsBadArguments) {
+    DeviceArray<uint8_t> buf(1 << 16);
+    cuda::Fp8GemmArgs a;
+    a.a = cuda::fp8_activation_view(buf.ptr, buf.ptr + 8192, 4, 64);
+    a.w = buf.ptr;
+    a.w_scales = buf.ptr;
+    a.n = 32;
+    a.d = buf.ptr;
+    a.ldd = 32;
+    EXPECT_TRUE(cuda::fp8_gemm_eligible(a));
+    auto expect_error = [](const cuda::Fp8GemmArgs& x, const char* needle) {
+        EXPECT_FALSE(cuda::fp8_gemm_eligible(x));
+        try {
+            cuda::fp8_gemm(x, GemmPath::AUTO, nullptr);
+            ADD_FAILURE() << "no error for " << needle;
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+        }
+    };
+    cuda::Fp8GemmArgs b = a;
+    b.n = 40;
+    expect_error(b, "n = 40");
+    b = a;
+    b.ldd = 16;
+    expect_error(b, "ldd");
+    b = a;
+    b.w = buf.ptr + 1;
+    expect_error(b, "weight pointer");
+    b = a;
+    b.a.scales_ld = 2;
+    expect_error(b, "scales_ld");
+    b = a;
+    b.a.k = 72;
+    expect_error(b, "k = 72");
+}
+
+}  // namespace
+}  // namespace flashseek::test
