@@ -4,13 +4,15 @@
 // reaches without block scales), and the dense FP8 ceiling (cuBLASLt FP8 at 8192^3). Each shape is timed as CUDA-graph
 // replays of 10 calls (weights do not rotate: these problems are compute-bound). Rows: microseconds per call,
 // TFLOP/s, fraction of cuBLASLt on the shape and of the FP8 ceiling; the act_quant launch is timed on its own.
-// The per-layer sum at each M gives the GEMM-only prefill rate of 20 layers.
+// The per-layer sum at each M gives the GEMM-only prefill rate of 20 layers. Last, the routed experts through the
+// grouped FP4 GEMMs (moe_gemm.cuh), against the same ceiling.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <random>
 #include <functional>
 #include <string>
 #include <type_traits>
@@ -20,6 +22,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/random_fill.cuh"
 #include "cuda/gemm/dense_gemm.cuh"
+#include "cuda/moe/moe_gemm.cuh"
 
 namespace flashseek::test {
 namespace {
@@ -144,6 +147,91 @@ void print_gemm_row(const char* name, int64_t m, const char* note, double us, do
                 name, (long long)m, note, us, tf, ref_us, ref_tf, ref_us > 0 ? ref_us / us : 0.0,
                 100.0 * tf / ceiling_tflops);
     std::fflush(stdout);
+}
+
+// The routed experts of one V4-Flash MoE layer (256 FP4 experts, hidden 4096, inter 2048, top-6, uniform random
+// routing) through the grouped GEMMs (moe_gemm.cuh: gathered act_quant, up with SwiGLU, act_quant of h, down).
+void bench_grouped_experts(std::vector<BenchRow>& rows, double ceiling) {
+    if (!cuda::moe_gemm_supported()) return;
+    const int E = 256, top_k = 6;
+    const int64_t H = 4096, I = 2048;
+    std::vector<void*> allocs;
+    std::vector<const void*> ptrs[6];
+    for (int e = 0; e < E; ++e)
+        for (int m = 0; m < 3; ++m) {
+            const int64_t out = m == 2 ? H : I, in = m == 2 ? I : H;
+            void* w = device_alloc(size_t(out * in / 2));
+            void* s = device_alloc(size_t(out * in / 32));
+            cuda::fill_random(w, size_t(out * in / 2), cuda::FillKind::BYTES, uint64_t(e * 3 + m), 0, nullptr);
+            cuda::fill_random(s, size_t(out * in / 32), cuda::FillKind::E8M0, uint64_t(e * 3 + m + 7000),
+                              float(118 + 256 * 122), nullptr);
+            allocs.push_back(w);
+            allocs.push_back(s);
+            ptrs[2 * m].push_back(w);
+            ptrs[2 * m + 1].push_back(s);
+        }
+    std::vector<void*> tables;
+    for (auto& v : ptrs) {
+        void* d = device_alloc(v.size() * sizeof(void*));
+        CUDA_CHECK(cudaMemcpy(d, v.data(), v.size() * sizeof(void*), cudaMemcpyHostToDevice));
+        tables.push_back(d);
+    }
+    cuda::ExpertTable t;
+    t.hidden = H;
+    t.inter = I;
+    t.w1 = static_cast<const void* const*>(tables[0]);
+    t.w1_scale = static_cast<const void* const*>(tables[1]);
+    t.w3 = static_cast<const void* const*>(tables[2]);
+    t.w3_scale = static_cast<const void* const*>(tables[3]);
+    t.w2 = static_cast<const void* const*>(tables[4]);
+    t.w2_scale = static_cast<const void* const*>(tables[5]);
+    std::mt19937_64 rng(11);
+    for (int64_t M : {256, 1024, 4096, 8192}) {
+        const int64_t slots = M * top_k;
+        std::vector<int32_t> idx(static_cast<size_t>(slots));
+        std::vector<float> wts(static_cast<size_t>(slots), 0.5f);
+        for (int64_t tok = 0; tok < M; ++tok) {
+            std::vector<int> pick;
+            while (int(pick.size()) < top_k) {
+                const int e = int(rng() % E);
+                if (std::find(pick.begin(), pick.end(), e) == pick.end()) pick.push_back(e);
+            }
+            for (int j = 0; j < top_k; ++j) idx[size_t(tok * top_k + j)] = pick[size_t(j)];
+        }
+        void* d_idx = device_alloc(idx.size() * 4);
+        void* d_wts = device_alloc(wts.size() * 4);
+        CUDA_CHECK(cudaMemcpy(d_idx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(d_wts, wts.data(), wts.size() * 4, cudaMemcpyHostToDevice));
+        void* gmem = device_alloc(cuda::moe_grouping_bytes(E, slots));
+        const cuda::MoeGrouping g = cuda::moe_grouping_view(gmem, E, slots);
+        cuda::moe_group(static_cast<const int32_t*>(d_idx), static_cast<const float*>(d_wts), M, top_k, g, nullptr);
+        void* x = device_alloc(size_t(M * H) * 2);
+        cuda::fill_random(x, size_t(M * H), cuda::FillKind::BF16, 3, 1.f, nullptr);
+        void* wsmem = device_alloc(cuda::moe_gemm_workspace_bytes(slots, H, I));
+        const cuda::MoeGemmWorkspace ws = cuda::moe_gemm_workspace_view(wsmem, slots, H, I);
+        void* y = device_alloc(size_t(slots * H) * 4);
+        const double us = time_graph_per_call(
+            [&](cudaStream_t s, int) {
+                cuda::moe_gemm_up(static_cast<const uint16_t*>(x), H, M, top_k, t, g, 10.f, ws, s);
+                cuda::moe_gemm_down(M, top_k, t, g, ws, static_cast<float*>(y), s);
+            },
+            5);
+        const double flops = double(slots) * (2.0 * 2 * I * H + 2.0 * H * I);
+        const double tf = flops / (us * 1e-6) / 1e12;
+        std::printf("%-30s M=%-5lld %-14s %9.1f us %7.1f TFLOP/s | %5.1f%% of ceiling (incl. both act_quant launches)\n",
+                    "experts grouped FP4 up+down", (long long)M, "wgmma", us, tf, 100.0 * tf / ceiling);
+        BenchRow r;
+        r.name = "prefill experts grouped FP4 up+down";
+        r.m = M;
+        r.us = us;
+        r.gbps = tf;
+        r.fraction = tf / ceiling;
+        r.note = "wgmma";
+        rows.push_back(r);
+        for (void* p : {d_idx, d_wts, gmem, x, wsmem, y}) CUDA_CHECK(cudaFree(p));
+    }
+    for (void* p : allocs) CUDA_CHECK(cudaFree(p));
+    for (void* p : tables) CUDA_CHECK(cudaFree(p));
 }
 
 }  // namespace
@@ -281,6 +369,7 @@ void bench_prefill(std::vector<BenchRow>& rows) {
                     (long long)M, layer_us, layer_flops / (layer_us * 1e-6) / 1e12, layer_ref_us,
                     double(M) / (20 * layer_us * 1e-6));
     }
+    bench_grouped_experts(rows, ceiling);
     CUDA_CHECK(cudaFree(workspace));
     CUDA_CHECK(cudaFree(one));
 }

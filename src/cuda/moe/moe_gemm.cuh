@@ -1,0 +1,51 @@
+// Routed FP4 experts at prefill and large batches (issue 15): grouped, compute-bound GEMMs over the per-expert token
+// groups of a MoeGrouping (moe.cuh: counts, offsets, slot -> token and routing weight), release numerics.
+//   moe_gemm_up:   A = act_quant(x[slot_token[s]]) for every slot s (act_quant.cuh, gathered), then per expert
+//                  g = A . w1^T, u = A . w3^T over its slots, h[s] = bf16(silu(min(bf16 g, L)) * clamp(bf16 u, +-L)
+//                  * weight[s]) (the reference's bf16 expert outputs, SwiGLU clamp and routing weight), and h's
+//                  act_quant, the down-projection's input.
+//   moe_gemm_down: y[s] = h[s] . w2^T (fp32 rows per slot, as moe_expert_down; moe_combine adds them up).
+// Weights stay in the checkpoint format (FP4 e2m1 packed two per byte, E8M0 scale per 32 K). e2m1 -> e4m3 is exact;
+// per (weight row, 128-K block) the four 32-scales are folded: the block's reference scale is the largest, each
+// group's values are rescaled by 2^(its scale - reference) into e4m3 (exact while the group lies within 2^14 of
+// the reference; further below, values round as e4m3 does), and the reference scale becomes a per-column promotion
+// scale of the FP8 GEMM. Empty experts cost nothing, an expert's partial last 128-row tile is masked.
+// sm_90a only (wgmma + TMA, moe_gemm_sm90.cu); elsewhere moe_gemm_supported() is false and the decode kernels of
+// moe.cuh serve (a tensor-core mma.sync variant for other architectures is not written yet).
+// Host entries: raw pointers and a stream, no allocation (the caller owns the workspace), no mutable state,
+// graph-capturable (per-expert tile counts are read on the device).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/gemm/act_quant.cuh"
+#include "cuda/moe/moe.cuh"
+
+namespace flashseek::cuda {
+
+// Scratch of one MoE layer's grouped GEMMs for up to `slots` (= tokens x top_k) grouped rows.
+struct MoeGemmWorkspace {
+    Fp8Activation x;  // gathered act_quant of the input: [slots, hidden]
+    uint16_t* h = nullptr;  // bf16 [slots, inter]
+    Fp8Activation h_q;      // act_quant of h: [slots, inter]
+};
+size_t moe_gemm_workspace_bytes(int64_t slots, int64_t hidden, int64_t inter);
+// Carves the workspace out of `memory` (moe_gemm_workspace_bytes(...) bytes, 16-byte aligned).
+MoeGemmWorkspace moe_gemm_workspace_view(void* memory, int64_t slots, int64_t hidden, int64_t inter);
+
+// The grouped kernels can run here (sm_90a build on compute capability 9.0).
+bool moe_gemm_supported();
+// ... and serve these experts: FP4_BLOCK32 with E8M0 scales, hidden and inter multiples of 128, E <= 4096,
+// M * top_k slots within the grouping's capacity.
+bool moe_gemm_eligible(const ExpertTable& table, const MoeGrouping& grouping, int64_t M, int top_k);
+
+// x: bf16 [M, hidden] with row stride ld_x elements. Fills ws.x, ws.h and ws.h_q for the grouping's slots.
+void moe_gemm_up(const uint16_t* x, int64_t ld_x, int64_t M, int top_k, const ExpertTable& table,
+                 const MoeGrouping& grouping, float swiglu_limit, const MoeGemmWorkspace& ws, cudaStream_t stream);
+// y: fp32 [M * top_k, hidden] (row = slot, as moe_expert_down). Reads ws.h_q from moe_gemm_up.
+void moe_gemm_down(int64_t M, int top_k, const ExpertTable& table, const MoeGrouping& grouping,
+                   const MoeGemmWorkspace& ws, float* y, cudaStream_t stream);
+
+}  // namespace flashseek::cuda
