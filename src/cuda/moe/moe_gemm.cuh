@@ -10,8 +10,9 @@
 // group's values are rescaled by 2^(its scale - reference) into e4m3 (exact while the group lies within 2^14 of
 // the reference; further below, values round as e4m3 does), and the reference scale becomes a per-column promotion
 // scale of the FP8 GEMM. Empty experts cost nothing, an expert's partial last 128-row tile is masked.
-// sm_90a only (wgmma + TMA, moe_gemm_sm90.cu); elsewhere moe_gemm_supported() is false and the decode kernels of
-// moe.cuh serve (a tensor-core mma.sync variant for other architectures is not written yet).
+// Paths (GemmPath of dense_gemm.cuh): WGMMA (sm_90a: TMA + wgmma, warp-specialized, moe_gemm_sm90.cu), MMA_NATIVE
+// (mma.sync e4m3, compute capability >= 8.9) and MMA_F16 (e4m3 widened exactly to f16, >= 8.0) (moe_gemm_mma.cu);
+// AUTO takes the first the device runs. Every slot row is computed in the same order whatever the grouping.
 // Host entries: raw pointers and a stream, no allocation (the caller owns the workspace), no mutable state,
 // graph-capturable (per-expert tile counts are read on the device).
 #pragma once
@@ -21,6 +22,7 @@
 #include <cstdint>
 
 #include "cuda/gemm/act_quant.cuh"
+#include "cuda/gemm/dense_gemm.cuh"
 #include "cuda/moe/moe.cuh"
 
 namespace flashseek::cuda {
@@ -35,17 +37,19 @@ size_t moe_gemm_workspace_bytes(int64_t slots, int64_t hidden, int64_t inter);
 // Carves the workspace out of `memory` (moe_gemm_workspace_bytes(...) bytes, 16-byte aligned).
 MoeGemmWorkspace moe_gemm_workspace_view(void* memory, int64_t slots, int64_t hidden, int64_t inter);
 
-// The grouped kernels can run here (sm_90a build on compute capability 9.0).
-bool moe_gemm_supported();
-// ... and serve these experts: FP4_BLOCK32 with E8M0 scales, hidden and inter multiples of 128, E <= 4096,
+// `path` (AUTO: any) can run here.
+bool moe_gemm_supported(GemmPath path = GemmPath::AUTO);
+// ... and serves these experts: FP4_BLOCK32 with E8M0 scales, hidden and inter multiples of 128, E <= 1024,
 // M * top_k slots within the grouping's capacity.
-bool moe_gemm_eligible(const ExpertTable& table, const MoeGrouping& grouping, int64_t M, int top_k);
+bool moe_gemm_eligible(const ExpertTable& table, const MoeGrouping& grouping, int64_t M, int top_k,
+                       GemmPath path = GemmPath::AUTO);
 
 // x: bf16 [M, hidden] with row stride ld_x elements. Fills ws.x, ws.h and ws.h_q for the grouping's slots.
 void moe_gemm_up(const uint16_t* x, int64_t ld_x, int64_t M, int top_k, const ExpertTable& table,
-                 const MoeGrouping& grouping, float swiglu_limit, const MoeGemmWorkspace& ws, cudaStream_t stream);
+                 const MoeGrouping& grouping, float swiglu_limit, const MoeGemmWorkspace& ws, cudaStream_t stream,
+                 GemmPath path = GemmPath::AUTO);
 // y: fp32 [M * top_k, hidden] (row = slot, as moe_expert_down). Reads ws.h_q from moe_gemm_up.
 void moe_gemm_down(int64_t M, int top_k, const ExpertTable& table, const MoeGrouping& grouping,
-                   const MoeGemmWorkspace& ws, float* y, cudaStream_t stream);
+                   const MoeGemmWorkspace& ws, float* y, cudaStream_t stream, GemmPath path = GemmPath::AUTO);
 
 }  // namespace flashseek::cuda

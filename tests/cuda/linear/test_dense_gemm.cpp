@@ -168,17 +168,20 @@ TEST(DenseGemm, ActQuantMatchesCpuBitForBit) {
             cpu::act_quant_fp8_block128(xr, k, q.data(), s.data());
             for (int64_t b = 0; b < blocks; ++b) {
                 const float gs = hs[size_t(b * act.scales_ld + r)];
-                if (gs != s[size_t(b)] && bad++ < 5) ADD_FAILURE() << "scale row " << r << " block " << b << ": " << gs << " vs " << s[size_t(b)];
+                if (gs != s[size_t(b)] && bad++ < 5)
+                    ADD_FAILURE() << "scale row " << r << " block " << b << ": " << gs << " vs " << s[size_t(b)];
             }
             for (int64_t c = 0; c < act.codes_ld; ++c) {
                 const uint8_t code = hc[size_t(r * act.codes_ld + c)];
                 if (c >= k) {
-                    if (code != 0 && bad++ < 5) ADD_FAILURE() << "padding code row " << r << " col " << c << " = " << int(code);
+                    if (code != 0 && bad++ < 5)
+                        ADD_FAILURE() << "padding code row " << r << " col " << c << " = " << int(code);
                     continue;
                 }
                 const float v = e4m3_to_f32(code) * s[size_t(c / 128)];
                 if (v != q[size_t(c)] && bad++ < 5)
-                    ADD_FAILURE() << "row " << r << " col " << c << ": code " << int(code) << " -> " << v << " vs " << q[size_t(c)];
+                    ADD_FAILURE() << "row " << r << " col " << c << ": code " << int(code) << " -> " << v << " vs "
+                                  << q[size_t(c)];
             }
         }
         EXPECT_EQ(bad, 0);
@@ -289,7 +292,8 @@ TEST(DenseGemm, Fp8OneHotSelectsWeightColumns) {
             for (int64_t r = 0; r < m; ++r)
                 for (int64_t c = 0; c < n; ++c) {
                     const float want = wf[size_t(c * k + r % k)], got = y[size_t(r * n + c)];
-                    if (got != want && bad++ < 8) ADD_FAILURE() << "D[" << r << ", " << c << "] = " << got << ", want " << want;
+                    if (got != want && bad++ < 8)
+                        ADD_FAILURE() << "D[" << r << ", " << c << "] = " << got << ", want " << want;
                 }
             EXPECT_EQ(bad, 0);
         }

@@ -74,6 +74,16 @@ void product_row(const float* x, const std::vector<float>& w, int64_t out, int64
     }
 }
 
+std::vector<cuda::GemmPath> moe_paths() {
+    std::vector<cuda::GemmPath> r;
+    for (auto p : {cuda::GemmPath::WGMMA, cuda::GemmPath::MMA_NATIVE, cuda::GemmPath::MMA_F16})
+        if (cuda::moe_gemm_supported(p)) r.push_back(p);
+    return r;
+}
+const char* path_name(cuda::GemmPath p) {
+    return p == cuda::GemmPath::WGMMA ? "wgmma" : p == cuda::GemmPath::MMA_NATIVE ? "mma-native" : "mma-f16";
+}
+
 struct Case {
     int64_t M;
     int E, top_k;
@@ -81,118 +91,122 @@ struct Case {
 };
 
 TEST(MoeGemm, GroupedFp4MatchesCpuReleaseExperts) {
-    if (!cuda::moe_gemm_supported()) GTEST_SKIP() << "grouped expert GEMMs need the sm_90a build on compute capability 9.0";
-    for (const Case& c : {Case{1, 8, 4, 256, 384}, Case{7, 16, 4, 256, 384}, Case{300, 16, 4, 512, 256},
-                          Case{700, 4, 2, 256, 384}}) {
-        const uint64_t seed = fresh_seed();
-        std::ostringstream desc;
-        desc << "M=" << c.M << " E=" << c.E << " top_k=" << c.top_k << " hidden=" << c.hidden << " inter=" << c.inter
-             << " seed=" << seed;
-        SCOPED_TRACE(desc.str());
-        std::mt19937_64 rng(seed);
-        const int64_t slots = c.M * c.top_k, H = c.hidden, I = c.inter;
-        const float limit = 10.f;
-        auto ex = make_experts(rng, c.E, H, I);
+    for (cuda::GemmPath path : moe_paths())
+        for (const Case& c : {Case{1, 8, 4, 256, 384}, Case{7, 16, 4, 256, 384}, Case{300, 16, 4, 512, 256},
+                              Case{700, 4, 2, 256, 384}}) {
+            const uint64_t seed = fresh_seed();
+            std::ostringstream desc;
+            desc << path_name(path) << " M=" << c.M << " E=" << c.E << " top_k=" << c.top_k << " hidden=" << c.hidden
+                 << " inter=" << c.inter << " seed=" << seed;
+            SCOPED_TRACE(desc.str());
+            std::mt19937_64 rng(seed);
+            const int64_t slots = c.M * c.top_k, H = c.hidden, I = c.inter;
+            const float limit = 10.f;
+            auto ex = make_experts(rng, c.E, H, I);
 
-        // Routing: token 0 picks expert 0 first (the only token there: a one-token group), expert 1 stays empty,
-        // the other picks are distinct experts from 2..E-1, skewed toward low ids (uneven groups).
-        std::vector<int32_t> idx(static_cast<size_t>(slots));
-        std::vector<float> wts(static_cast<size_t>(slots));
-        std::uniform_real_distribution<float> uw(0.1f, 1.5f);
-        for (int64_t t = 0; t < c.M; ++t) {
-            std::vector<int> pool;
-            for (int e = 2; e < c.E; ++e) pool.push_back(e);
-            for (int j = 0; j < c.top_k; ++j) {
-                int e;
-                if (t == 0 && j == 0) {
-                    e = 0;
-                } else {
-                    const size_t k = size_t(std::min<double>(pool.size() - 1, std::floor(std::pow(uw(rng) / 1.5, 2.0) * double(pool.size()))));
-                    e = pool[k];
-                    pool.erase(pool.begin() + long(k));
+            // Routing: token 0 picks expert 0 first (the only token there: a one-token group), expert 1 stays empty,
+            // the other picks are distinct experts from 2..E-1, skewed toward low ids (uneven groups).
+            std::vector<int32_t> idx(static_cast<size_t>(slots));
+            std::vector<float> wts(static_cast<size_t>(slots));
+            std::uniform_real_distribution<float> uw(0.1f, 1.5f);
+            for (int64_t t = 0; t < c.M; ++t) {
+                std::vector<int> pool;
+                for (int e = 2; e < c.E; ++e) pool.push_back(e);
+                for (int j = 0; j < c.top_k; ++j) {
+                    int e;
+                    if (t == 0 && j == 0) {
+                        e = 0;
+                    } else {
+                        const double skew = std::pow(uw(rng) / 1.5, 2.0) * double(pool.size());
+                        const size_t k = size_t(std::min<double>(double(pool.size() - 1), std::floor(skew)));
+                        e = pool[k];
+                        pool.erase(pool.begin() + long(k));
+                    }
+                    idx[size_t(t * c.top_k + j)] = e;
+                    wts[size_t(t * c.top_k + j)] = uw(rng);
                 }
-                idx[size_t(t * c.top_k + j)] = e;
-                wts[size_t(t * c.top_k + j)] = uw(rng);
             }
+            DeviceArray<int32_t> d_idx(idx);
+            DeviceArray<float> d_wts(wts);
+            DeviceArray<uint8_t> gmem(cuda::moe_grouping_bytes(c.E, slots));
+            cuda::MoeGrouping g = cuda::moe_grouping_view(gmem.ptr, c.E, slots);
+            cuda::moe_group(d_idx.ptr, d_wts.ptr, c.M, c.top_k, g, nullptr);
+
+            const std::vector<float> x = [&] {
+                std::normal_distribution<float> d(0.f, 1.f);
+                std::vector<float> v(size_t(c.M * H));
+                for (auto& f : v) f = round_bf16(d(rng));
+                return v;
+            }();
+            std::vector<uint16_t> xb(x.size());
+            for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
+            DeviceArray<uint16_t> d_x(xb);
+            ASSERT_TRUE(cuda::moe_gemm_eligible(ex->table, g, c.M, c.top_k, path));
+            DeviceArray<uint8_t> wsmem(cuda::moe_gemm_workspace_bytes(slots, H, I));
+            wsmem.poison();
+            const cuda::MoeGemmWorkspace ws = cuda::moe_gemm_workspace_view(wsmem.ptr, slots, H, I);
+            DeviceArray<float> y(size_t(slots * H));
+            y.poison();
+            cuda::moe_gemm_up(d_x.ptr, H, c.M, c.top_k, ex->table, g, limit, ws, nullptr, path);
+            cuda::moe_gemm_down(c.M, c.top_k, ex->table, g, ws, y.ptr, nullptr, path);
+            CUDA_CHECK(cudaDeviceSynchronize());
+
+            // The grouping as the GPU made it: slot -> (token, weight, expert).
+            auto graw = gmem.download();
+            const cuda::MoeGrouping hg_view = cuda::moe_grouping_view(graw.data(), c.E, slots);
+            const int32_t* counts = hg_view.expert_count;
+            const int32_t* offsets = hg_view.expert_offset;
+            const int32_t* slot_token = hg_view.slot_token;
+            const float* slot_weight = hg_view.slot_weight;
+            EXPECT_EQ(counts[0], 1);
+            EXPECT_EQ(counts[1], 0);
+            std::vector<uint16_t> h_gpu(size_t(slots * I));
+            CUDA_CHECK(cudaMemcpy(h_gpu.data(), ws.h, h_gpu.size() * 2, cudaMemcpyDeviceToHost));
+            const auto y_gpu = y.download();
+
+            std::vector<float> h_ref, h_got, y_ref, y_got, y_own;  // y_own: the down GEMM alone, from the GPU's h
+            std::vector<float> xq(static_cast<size_t>(H)), hq(static_cast<size_t>(I));
+            std::vector<float> hg(static_cast<size_t>(I)), hgq(static_cast<size_t>(I));
+            std::vector<double> gd(static_cast<size_t>(I)), ud(static_cast<size_t>(I)), yd(static_cast<size_t>(H));
+            for (int e = 0; e < c.E; ++e)
+                for (int32_t s = offsets[e]; s < offsets[e] + counts[e]; ++s) {
+                    const int32_t tok = slot_token[s];
+                    cpu::act_quant_fp8_block128(&x[size_t(tok * H)], H, xq.data());
+                    product_row(xq.data(), ex->f1[size_t(e)], I, H, gd.data());
+                    product_row(xq.data(), ex->f3[size_t(e)], I, H, ud.data());
+                    std::vector<float> gf(static_cast<size_t>(I)), uf(static_cast<size_t>(I));
+                    std::vector<float> hf(static_cast<size_t>(I));
+                    for (int64_t i = 0; i < I; ++i) {
+                        gf[size_t(i)] = round_bf16(float(gd[size_t(i)]));
+                        uf[size_t(i)] = round_bf16(float(ud[size_t(i)]));
+                    }
+                    cpu::swiglu_clamp(gf.data(), uf.data(), I, limit, hf.data());
+                    for (int64_t i = 0; i < I; ++i) hf[size_t(i)] = round_bf16(hf[size_t(i)] * slot_weight[s]);
+                    for (int64_t i = 0; i < I; ++i) {
+                        h_ref.push_back(hf[size_t(i)]);
+                        h_got.push_back(bf16_to_f32(h_gpu[size_t(s * I + i)]));
+                        hg[size_t(i)] = h_got.back();
+                    }
+                    cpu::act_quant_fp8_block128(hf.data(), I, hq.data());
+                    product_row(hq.data(), ex->f2[size_t(e)], H, I, yd.data());
+                    for (int64_t o = 0; o < H; ++o) y_ref.push_back(float(yd[size_t(o)]));
+                    cpu::act_quant_fp8_block128(hg.data(), I, hgq.data());
+                    product_row(hgq.data(), ex->f2[size_t(e)], H, I, yd.data());
+                    for (int64_t o = 0; o < H; ++o) {
+                        y_own.push_back(float(yd[size_t(o)]));
+                        y_got.push_back(y_gpu[size_t(s * H + o)]);
+                    }
+                }
+            // h: the FP8 tensor-core sums (~5e-5) can flip a bf16 rounding of g or u, 1e-2 as the wgmma decode experts;
+            // y from the GPU's own h: the down GEMM alone (1e-4, the dense FP8 wgmma bound; the f16 path is fp32-exact
+            // per product); y end to end: 1e-2.
+            const double eh = rel_l2(h_got, h_ref), ey = rel_l2(y_got, y_own), ey_all = rel_l2(y_got, y_ref);
+            std::printf("  grouped experts %s: h rel_l2 %.3g, y (down alone) %.3g, y (up + down) %.3g\n", desc.str().c_str(),
+                        eh, ey, ey_all);
+            EXPECT_LE(eh, 1e-2);
+            EXPECT_LE(ey, 1e-4);
+            EXPECT_LE(ey_all, 1e-2);
         }
-        DeviceArray<int32_t> d_idx(idx);
-        DeviceArray<float> d_wts(wts);
-        DeviceArray<uint8_t> gmem(cuda::moe_grouping_bytes(c.E, slots));
-        cuda::MoeGrouping g = cuda::moe_grouping_view(gmem.ptr, c.E, slots);
-        cuda::moe_group(d_idx.ptr, d_wts.ptr, c.M, c.top_k, g, nullptr);
-
-        const std::vector<float> x = [&] {
-            std::normal_distribution<float> d(0.f, 1.f);
-            std::vector<float> v(size_t(c.M * H));
-            for (auto& f : v) f = round_bf16(d(rng));
-            return v;
-        }();
-        std::vector<uint16_t> xb(x.size());
-        for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
-        DeviceArray<uint16_t> d_x(xb);
-        ASSERT_TRUE(cuda::moe_gemm_eligible(ex->table, g, c.M, c.top_k));
-        DeviceArray<uint8_t> wsmem(cuda::moe_gemm_workspace_bytes(slots, H, I));
-        wsmem.poison();
-        const cuda::MoeGemmWorkspace ws = cuda::moe_gemm_workspace_view(wsmem.ptr, slots, H, I);
-        DeviceArray<float> y(size_t(slots * H));
-        y.poison();
-        cuda::moe_gemm_up(d_x.ptr, H, c.M, c.top_k, ex->table, g, limit, ws, nullptr);
-        cuda::moe_gemm_down(c.M, c.top_k, ex->table, g, ws, y.ptr, nullptr);
-        CUDA_CHECK(cudaDeviceSynchronize());
-
-        // The grouping as the GPU made it: slot -> (token, weight, expert).
-        auto graw = gmem.download();
-        const cuda::MoeGrouping hg_view = cuda::moe_grouping_view(graw.data(), c.E, slots);
-        const int32_t* counts = hg_view.expert_count;
-        const int32_t* offsets = hg_view.expert_offset;
-        const int32_t* slot_token = hg_view.slot_token;
-        const float* slot_weight = hg_view.slot_weight;
-        EXPECT_EQ(counts[0], 1);
-        EXPECT_EQ(counts[1], 0);
-        std::vector<uint16_t> h_gpu(size_t(slots * I));
-        CUDA_CHECK(cudaMemcpy(h_gpu.data(), ws.h, h_gpu.size() * 2, cudaMemcpyDeviceToHost));
-        const auto y_gpu = y.download();
-
-        std::vector<float> h_ref, h_got, y_ref, y_got, y_own;  // y_own: the down GEMM alone, from the GPU's h
-        std::vector<float> xq(static_cast<size_t>(H)), hq(static_cast<size_t>(I)), hg(static_cast<size_t>(I)), hgq(static_cast<size_t>(I));
-        std::vector<double> gd(static_cast<size_t>(I)), ud(static_cast<size_t>(I)), yd(static_cast<size_t>(H));
-        for (int e = 0; e < c.E; ++e)
-            for (int32_t s = offsets[e]; s < offsets[e] + counts[e]; ++s) {
-                const int32_t tok = slot_token[s];
-                cpu::act_quant_fp8_block128(&x[size_t(tok * H)], H, xq.data());
-                product_row(xq.data(), ex->f1[size_t(e)], I, H, gd.data());
-                product_row(xq.data(), ex->f3[size_t(e)], I, H, ud.data());
-                std::vector<float> gf(static_cast<size_t>(I)), uf(static_cast<size_t>(I)), hf(static_cast<size_t>(I));
-                for (int64_t i = 0; i < I; ++i) {
-                    gf[size_t(i)] = round_bf16(float(gd[size_t(i)]));
-                    uf[size_t(i)] = round_bf16(float(ud[size_t(i)]));
-                }
-                cpu::swiglu_clamp(gf.data(), uf.data(), I, limit, hf.data());
-                for (int64_t i = 0; i < I; ++i) hf[size_t(i)] = round_bf16(hf[size_t(i)] * slot_weight[s]);
-                for (int64_t i = 0; i < I; ++i) {
-                    h_ref.push_back(hf[size_t(i)]);
-                    h_got.push_back(bf16_to_f32(h_gpu[size_t(s * I + i)]));
-                    hg[size_t(i)] = h_got.back();
-                }
-                cpu::act_quant_fp8_block128(hf.data(), I, hq.data());
-                product_row(hq.data(), ex->f2[size_t(e)], H, I, yd.data());
-                for (int64_t o = 0; o < H; ++o) y_ref.push_back(float(yd[size_t(o)]));
-                cpu::act_quant_fp8_block128(hg.data(), I, hgq.data());
-                product_row(hgq.data(), ex->f2[size_t(e)], H, I, yd.data());
-                for (int64_t o = 0; o < H; ++o) {
-                    y_own.push_back(float(yd[size_t(o)]));
-                    y_got.push_back(y_gpu[size_t(s * H + o)]);
-                }
-            }
-        // h: the FP8 tensor-core sums (~5e-5) can flip a bf16 rounding of g or u, 1e-2 as the wgmma decode experts;
-        // y from the GPU's own h: the down GEMM alone (1e-4, the dense FP8 wgmma bound); y end to end: 1e-2.
-        const double eh = rel_l2(h_got, h_ref), ey = rel_l2(y_got, y_own), ey_all = rel_l2(y_got, y_ref);
-        std::printf("  grouped experts %s: h rel_l2 %.3g, y (down alone) %.3g, y (up + down) %.3g\n", desc.str().c_str(),
-                    eh, ey, ey_all);
-        EXPECT_LE(eh, 1e-2);
-        EXPECT_LE(ey, 1e-4);
-        EXPECT_LE(ey_all, 1e-2);
-    }
 }
 
 // The scale folding of moe_gemm.cuh at its documented limit: in every weight row (hidden = inter = 128, one block)
@@ -200,80 +214,81 @@ TEST(MoeGemm, GroupedFp4MatchesCpuReleaseExperts) {
 // whole product runs through values rescaled by 2^-14 into e4m3 (exact there); a wrong folding (flushed, shifted)
 // shows in h (against the CPU release expert) and in y (the down GEMM alone, from the GPU's own h).
 TEST(MoeGemm, ScaleFoldingIsExactAt14Octaves) {
-    if (!cuda::moe_gemm_supported()) GTEST_SKIP() << "grouped expert GEMMs need the sm_90a build on compute capability 9.0";
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE("seed=" + std::to_string(seed));
-    std::mt19937_64 rng(seed);
-    const int E = 1, top_k = 1;
-    const int64_t M = 5, H = 128, I = 128;
-    const float limit = 10.f;
-    auto ex = make_experts(rng, E, H, I);
-    for (TestWeight* w : {&ex->w1[0], &ex->w3[0], &ex->w2[0]}) {
-        for (size_t r = 0; r < size_t(w->out); ++r) {
-            for (size_t b = 0; b < 48; ++b) w->w_bytes[r * 64 + b] = 0;  // groups 0..2: zeros (their scales still count)
-            const std::array<int, 4> exps = {130, 125, 121, 116};
-            for (size_t gi = 0; gi < 4; ++gi) w->s_bytes[r * 4 + gi] = uint8_t(exps[gi]);
+    for (cuda::GemmPath path : moe_paths()) {
+        const uint64_t seed = fresh_seed();
+        SCOPED_TRACE(std::string(path_name(path)) + " seed=" + std::to_string(seed));
+        std::mt19937_64 rng(seed);
+        const int E = 1, top_k = 1;
+        const int64_t M = 5, H = 128, I = 128;
+        const float limit = 10.f;
+        auto ex = make_experts(rng, E, H, I);
+        for (TestWeight* w : {&ex->w1[0], &ex->w3[0], &ex->w2[0]}) {
+            for (size_t r = 0; r < size_t(w->out); ++r) {
+                for (size_t b = 0; b < 48; ++b) w->w_bytes[r * 64 + b] = 0;  // groups 0..2 zero (scales still count)
+                const std::array<int, 4> exps = {130, 125, 121, 116};
+                for (size_t gi = 0; gi < 4; ++gi) w->s_bytes[r * 4 + gi] = uint8_t(exps[gi]);
+            }
+            w->w_dev->upload(w->w_bytes);
+            w->s_dev->upload(w->s_bytes);
         }
-        w->w_dev->upload(w->w_bytes);
-        w->s_dev->upload(w->s_bytes);
+        ex->f1[0] = ex->w1[0].dequantized();
+        ex->f3[0] = ex->w3[0].dequantized();
+        ex->f2[0] = ex->w2[0].dequantized();
+        std::vector<int32_t> idx(static_cast<size_t>(M), 0);
+        std::vector<float> wts(static_cast<size_t>(M), 1.f);
+        DeviceArray<int32_t> d_idx(idx);
+        DeviceArray<float> d_wts(wts);
+        DeviceArray<uint8_t> gmem(cuda::moe_grouping_bytes(E, M));
+        cuda::MoeGrouping g = cuda::moe_grouping_view(gmem.ptr, E, M);
+        cuda::moe_group(d_idx.ptr, d_wts.ptr, M, top_k, g, nullptr);
+        std::normal_distribution<float> d(0.f, 1.f);
+        std::vector<float> x(static_cast<size_t>(M * H));
+        std::vector<uint16_t> xb(x.size());
+        for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i] = round_bf16(d(rng) * 64.f));
+        DeviceArray<uint16_t> d_x(xb);
+        DeviceArray<uint8_t> wsmem(cuda::moe_gemm_workspace_bytes(M, H, I));
+        wsmem.poison();
+        const cuda::MoeGemmWorkspace ws = cuda::moe_gemm_workspace_view(wsmem.ptr, M, H, I);
+        DeviceArray<float> y(static_cast<size_t>(M * H));
+        y.poison();
+        cuda::moe_gemm_up(d_x.ptr, H, M, top_k, ex->table, g, limit, ws, nullptr, path);
+        cuda::moe_gemm_down(M, top_k, ex->table, g, ws, y.ptr, nullptr, path);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        std::vector<uint16_t> h_gpu(static_cast<size_t>(M * I));
+        CUDA_CHECK(cudaMemcpy(h_gpu.data(), ws.h, h_gpu.size() * 2, cudaMemcpyDeviceToHost));
+        auto graw = gmem.download();
+        const cuda::MoeGrouping hv = cuda::moe_grouping_view(graw.data(), E, M);
+        const auto yg = y.download();
+        std::vector<float> h_got, h_want, y_got, y_want, xq(static_cast<size_t>(H)), hq(static_cast<size_t>(I));
+        std::vector<float> gf(static_cast<size_t>(I)), uf(static_cast<size_t>(I)), hf(static_cast<size_t>(I));
+        std::vector<double> gd(static_cast<size_t>(I)), ud(static_cast<size_t>(I)), yd(static_cast<size_t>(H));
+        for (int64_t s = 0; s < M; ++s) {
+            const int32_t tok = hv.slot_token[s];
+            cpu::act_quant_fp8_block128(&x[size_t(tok * H)], H, xq.data());
+            product_row(xq.data(), ex->f1[0], I, H, gd.data());
+            product_row(xq.data(), ex->f3[0], I, H, ud.data());
+            for (int64_t i = 0; i < I; ++i) {
+                gf[size_t(i)] = round_bf16(float(gd[size_t(i)]));
+                uf[size_t(i)] = round_bf16(float(ud[size_t(i)]));
+            }
+            cpu::swiglu_clamp(gf.data(), uf.data(), I, limit, hf.data());
+            for (int64_t i = 0; i < I; ++i) {
+                h_want.push_back(round_bf16(hf[size_t(i)] * hv.slot_weight[s]));
+                h_got.push_back(bf16_to_f32(h_gpu[size_t(s * I + i)]));
+            }
+            cpu::act_quant_fp8_block128(&h_got[size_t(s * I)], I, hq.data());
+            product_row(hq.data(), ex->f2[0], H, I, yd.data());
+            for (int64_t o = 0; o < H; ++o) {
+                y_want.push_back(float(yd[size_t(o)]));
+                y_got.push_back(yg[size_t(s * H + o)]);
+            }
+        }
+        double h_norm = 0;
+        for (float v : h_want) h_norm += double(v) * v;
+        EXPECT_GT(h_norm, 0.0) << "the test's h is all zero: it checks nothing";
+        EXPECT_LE(rel_l2(h_got, h_want), 1e-2);
+        EXPECT_LE(rel_l2(y_got, y_want), 1e-4);
     }
-    ex->f1[0] = ex->w1[0].dequantized();
-    ex->f3[0] = ex->w3[0].dequantized();
-    ex->f2[0] = ex->w2[0].dequantized();
-    std::vector<int32_t> idx(static_cast<size_t>(M), 0);
-    std::vector<float> wts(static_cast<size_t>(M), 1.f);
-    DeviceArray<int32_t> d_idx(idx);
-    DeviceArray<float> d_wts(wts);
-    DeviceArray<uint8_t> gmem(cuda::moe_grouping_bytes(E, M));
-    cuda::MoeGrouping g = cuda::moe_grouping_view(gmem.ptr, E, M);
-    cuda::moe_group(d_idx.ptr, d_wts.ptr, M, top_k, g, nullptr);
-    std::normal_distribution<float> d(0.f, 1.f);
-    std::vector<float> x(static_cast<size_t>(M * H));
-    std::vector<uint16_t> xb(x.size());
-    for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i] = round_bf16(d(rng) * 64.f));
-    DeviceArray<uint16_t> d_x(xb);
-    DeviceArray<uint8_t> wsmem(cuda::moe_gemm_workspace_bytes(M, H, I));
-    wsmem.poison();
-    const cuda::MoeGemmWorkspace ws = cuda::moe_gemm_workspace_view(wsmem.ptr, M, H, I);
-    DeviceArray<float> y(static_cast<size_t>(M * H));
-    y.poison();
-    cuda::moe_gemm_up(d_x.ptr, H, M, top_k, ex->table, g, limit, ws, nullptr);
-    cuda::moe_gemm_down(M, top_k, ex->table, g, ws, y.ptr, nullptr);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<uint16_t> h_gpu(static_cast<size_t>(M * I));
-    CUDA_CHECK(cudaMemcpy(h_gpu.data(), ws.h, h_gpu.size() * 2, cudaMemcpyDeviceToHost));
-    auto graw = gmem.download();
-    const cuda::MoeGrouping hv = cuda::moe_grouping_view(graw.data(), E, M);
-    const auto yg = y.download();
-    std::vector<float> h_got, h_want, y_got, y_want, xq(static_cast<size_t>(H)), hq(static_cast<size_t>(I));
-    std::vector<float> gf(static_cast<size_t>(I)), uf(static_cast<size_t>(I)), hf(static_cast<size_t>(I));
-    std::vector<double> gd(static_cast<size_t>(I)), ud(static_cast<size_t>(I)), yd(static_cast<size_t>(H));
-    for (int64_t s = 0; s < M; ++s) {
-        const int32_t tok = hv.slot_token[s];
-        cpu::act_quant_fp8_block128(&x[size_t(tok * H)], H, xq.data());
-        product_row(xq.data(), ex->f1[0], I, H, gd.data());
-        product_row(xq.data(), ex->f3[0], I, H, ud.data());
-        for (int64_t i = 0; i < I; ++i) {
-            gf[size_t(i)] = round_bf16(float(gd[size_t(i)]));
-            uf[size_t(i)] = round_bf16(float(ud[size_t(i)]));
-        }
-        cpu::swiglu_clamp(gf.data(), uf.data(), I, limit, hf.data());
-        for (int64_t i = 0; i < I; ++i) {
-            h_want.push_back(round_bf16(hf[size_t(i)] * hv.slot_weight[s]));
-            h_got.push_back(bf16_to_f32(h_gpu[size_t(s * I + i)]));
-        }
-        cpu::act_quant_fp8_block128(&h_got[size_t(s * I)], I, hq.data());
-        product_row(hq.data(), ex->f2[0], H, I, yd.data());
-        for (int64_t o = 0; o < H; ++o) {
-            y_want.push_back(float(yd[size_t(o)]));
-            y_got.push_back(yg[size_t(s * H + o)]);
-        }
-    }
-    double h_norm = 0;
-    for (float v : h_want) h_norm += double(v) * v;
-    EXPECT_GT(h_norm, 0.0) << "the test's h is all zero: it checks nothing";
-    EXPECT_LE(rel_l2(h_got, h_want), 1e-2);
-    EXPECT_LE(rel_l2(y_got, y_want), 1e-4);
 }
 
 }  // namespace
