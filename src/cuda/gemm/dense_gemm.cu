@@ -98,6 +98,13 @@ GemmPlan plan(GemmPath path, int64_t m, int64_t n, bool fp8) {
     return p;
 }
 
+void set_output(dense_gemm::Problem& q, void* d, OutKind kind, int64_t ldd) {
+    q.d = d;
+    q.d_f32 = kind == OutKind::F32;
+    q.ldd = ldd;
+    q.d_vector = vector_store(d, ldd, kind);
+}
+
 void run(dense_gemm::Problem& q, const GemmPlan& p, cudaStream_t stream) {
     if (q.m == 0) return;
     q.block_m = p.block_m;
@@ -149,10 +156,7 @@ void fp8_gemm(const Fp8GemmArgs& x, GemmPath path, cudaStream_t stream) {
     q.m = x.a.m;
     q.n = x.n;
     q.k = x.a.k;
-    q.d = x.d;
-    q.d_f32 = x.d_kind == OutKind::F32;
-    q.ldd = x.ldd;
-    q.d_vector = vector_store(x.d, x.ldd, x.d_kind);
+    set_output(q, x.d, x.d_kind, x.ldd);
     run(q, p, stream);
 }
 
@@ -168,10 +172,7 @@ void bf16_gemm(const Bf16GemmArgs& x, GemmPath path, cudaStream_t stream) {
     q.m = x.m;
     q.n = x.n;
     q.k = x.k;
-    q.d = x.d;
-    q.d_f32 = x.d_kind == OutKind::F32;
-    q.ldd = x.ldd;
-    q.d_vector = vector_store(x.d, x.ldd, x.d_kind);
+    set_output(q, x.d, x.d_kind, x.ldd);
     run(q, p, stream);
 }
 

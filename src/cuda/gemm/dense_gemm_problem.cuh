@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/numeric.cuh"
+
 namespace flashseek::cuda::dense_gemm {
 
 // Rows of K per pipeline stage and scale block: 128 bytes = 128 e4m3 or 64 bf16 values.
@@ -45,6 +47,29 @@ __host__ __device__ inline void tile_coords(int tile, int m_blocks, int n_blocks
     const int rows = m_blocks - first < kGroupM ? m_blocks - first : kGroupM;
     mb = first + in_group % rows;
     nb = in_group / rows;
+}
+
+// Stores outputs (row, col) and (row, col + 1) of d, element offset `o` of the first (both kernels' epilogues):
+// fp32 or bf16 (round to nearest even), as one 8- / 4-byte store when `vector` (ldd even, d aligned).
+__device__ __forceinline__ void store_pair(void* d, bool f32, bool vector, int64_t o, float x, float y) {
+    if (f32) {
+        float* p = static_cast<float*>(d) + o;
+        if (vector) {
+            *reinterpret_cast<float2*>(p) = make_float2(x, y);
+        } else {
+            p[0] = x;
+            p[1] = y;
+        }
+    } else {
+        uint16_t* p = static_cast<uint16_t*>(d) + o;
+        const uint16_t bx = f32_to_bf16_bits(x), by = f32_to_bf16_bits(y);
+        if (vector) {
+            *reinterpret_cast<uint32_t*>(p) = uint32_t(bx) | uint32_t(by) << 16;
+        } else {
+            p[0] = bx;
+            p[1] = by;
+        }
+    }
 }
 
 // Backends (dense_gemm.cu picks one).

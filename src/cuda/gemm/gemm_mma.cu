@@ -77,12 +77,8 @@ __global__ void __launch_bounds__(kThreads, 1) mma_gemm_kernel(const MmaParams p
     };
 
     float acc[4][4][4], fin[4][4][4];
-#pragma unroll
-    for (int mi = 0; mi < 4; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) fin[mi][ni][j] = acc[mi][ni][j] = 0.f;
+    zero_tile(acc);
+    zero_tile(fin);
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
@@ -134,26 +130,7 @@ __global__ void __launch_bounds__(kThreads, 1) mma_gemm_kernel(const MmaParams p
                 const int64_t row = m0 + wm * 64 + mi * 16 + g + 8 * h;
                 const int64_t col = n0 + wn * 32 + ni * 8 + 2 * t;
                 if (row >= q.m || col >= q.n) continue;  // n is even: col + 1 < n too
-                const float x = fin[mi][ni][2 * h], y = fin[mi][ni][2 * h + 1];
-                const int64_t o = row * q.ldd + col;
-                if (q.d_f32) {
-                    float* d = static_cast<float*>(q.d) + o;
-                    if (q.d_vector) {
-                        *reinterpret_cast<float2*>(d) = make_float2(x, y);
-                    } else {
-                        d[0] = x;
-                        d[1] = y;
-                    }
-                } else {
-                    uint16_t* d = static_cast<uint16_t*>(q.d) + o;
-                    const uint16_t bx = f32_to_bf16_bits(x), by = f32_to_bf16_bits(y);
-                    if (q.d_vector) {
-                        *reinterpret_cast<uint32_t*>(d) = uint32_t(bx) | uint32_t(by) << 16;
-                    } else {
-                        d[0] = bx;
-                        d[1] = by;
-                    }
-                }
+                store_pair(q.d, q.d_f32, q.d_vector, row * q.ldd + col, fin[mi][ni][2 * h], fin[mi][ni][2 * h + 1]);
             }
 }
 

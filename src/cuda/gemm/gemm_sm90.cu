@@ -94,27 +94,8 @@ __device__ __forceinline__ float weight_scale(const Sm90Params& p, int nb, int k
 }
 
 // Two adjacent outputs (row, col) and (row, col + 1); n is even, so both exist when col < n.
-__device__ __forceinline__ void store_pair(const Sm90Params& p, int row, int col, float x, float y) {
-    if (row >= p.m || col >= p.n) return;
-    const int64_t o = int64_t(row) * p.ldd + col;
-    if (p.d_f32) {
-        float* d = static_cast<float*>(p.d) + o;
-        if (p.d_vector) {
-            *reinterpret_cast<float2*>(d) = make_float2(x, y);
-        } else {
-            d[0] = x;
-            d[1] = y;
-        }
-    } else {
-        uint16_t* d = static_cast<uint16_t*>(p.d) + o;
-        const uint16_t bx = f32_to_bf16_bits(x), by = f32_to_bf16_bits(y);
-        if (p.d_vector) {
-            *reinterpret_cast<uint32_t*>(d) = uint32_t(bx) | uint32_t(by) << 16;
-        } else {
-            d[0] = bx;
-            d[1] = by;
-        }
-    }
+__device__ __forceinline__ void store_output(const Sm90Params& p, int row, int col, float x, float y) {
+    if (row < p.m && col < p.n) store_pair(p.d, p.d_f32, p.d_vector, int64_t(row) * p.ldd + col, x, y);
 }
 
 template <bool FP8, int N>
@@ -265,8 +246,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
         const int col = nb * kBlockN + col_off + 2 * t;
 #pragma unroll
         for (int i = 0; i < B::kAcc / 4; ++i) {
-            store_pair(p, row, col + 8 * i, fin[4 * i + 0], fin[4 * i + 1]);
-            store_pair(p, row + 8, col + 8 * i, fin[4 * i + 2], fin[4 * i + 3]);
+            store_output(p, row, col + 8 * i, fin[4 * i + 0], fin[4 * i + 1]);
+            store_output(p, row + 8, col + 8 * i, fin[4 * i + 2], fin[4 * i + 3]);
         }
     }
     (void)acc;

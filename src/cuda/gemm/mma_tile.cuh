@@ -108,6 +108,16 @@ __device__ __forceinline__ void k_step(float (&acc)[4][4][4], uint32_t a_base, u
         }
 }
 
+// A warp's 64 x 32 fp32 tile (4 x 4 fragments of m16n8) set to zero.
+__device__ __forceinline__ void zero_tile(float (&t)[4][4][4]) {
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) t[mi][ni][j] = 0.f;
+}
+
 // The factor the FP8 modes' products carry: 2^-16 when both operands were widened to f16 (x 2^-8 each).
 template <MmaMode MODE>
 constexpr float product_unscale() {

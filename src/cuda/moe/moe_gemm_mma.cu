@@ -100,12 +100,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_mma_kernel(const Problem 
         };
 
         float acc[4][4][4], fin[4][4][4];
-#pragma unroll
-        for (int mi = 0; mi < 4; ++mi)
-#pragma unroll
-            for (int ni = 0; ni < 4; ++ni)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) fin[mi][ni][j] = acc[mi][ni][j] = 0.f;
+        zero_tile(acc);
+        zero_tile(fin);
         __syncthreads();  // the previous tile's last stage and B tile are no longer read
 #pragma unroll
         for (int s = 0; s < kStages - 1; ++s) {

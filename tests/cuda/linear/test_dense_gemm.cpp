@@ -130,6 +130,20 @@ struct DeviceOut {
     }
 };
 
+// The FP8 GEMM arguments of activation a, weight w and output d.
+cuda::Fp8GemmArgs fp8_args(const DeviceFp8Act& a, const TestWeight& w, const DeviceOut& d) {
+    cuda::Fp8GemmArgs args;
+    args.a = a.act;
+    args.w = w.w_dev->ptr;
+    args.w_scales = w.s_dev->ptr;
+    args.w_scale_kind = w.scale_kind;
+    args.n = w.out;
+    args.d = d.mem.ptr;
+    args.d_kind = d.kind;
+    args.ldd = d.ldd;
+    return args;
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // act_quant: codes and scales bit for bit against the CPU, with a row map (one entry out of range: zero row).
 
@@ -216,15 +230,7 @@ double run_fp8_case(const Fp8Case& c, GemmPath path, std::mt19937_64& rng, bool 
     const auto ref = to_f32(product_f64(xq, w.dequantized(), c.m, c.n, c.k));
     DeviceFp8Act a(x, c.m, c.k);
     DeviceOut d(c.out, c.m, c.n, c.n + c.ldd_extra);
-    cuda::Fp8GemmArgs args;
-    args.a = a.act;
-    args.w = w.w_dev->ptr;
-    args.w_scales = w.s_dev->ptr;
-    args.w_scale_kind = c.scale;
-    args.n = c.n;
-    args.d = d.mem.ptr;
-    args.d_kind = c.out;
-    args.ldd = d.ldd;
+    const cuda::Fp8GemmArgs args = fp8_args(a, w, d);
     EXPECT_TRUE(cuda::fp8_gemm_eligible(args, path));
     cuda::fp8_gemm(args, path, nullptr);
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -277,14 +283,7 @@ TEST(DenseGemm, Fp8OneHotSelectsWeightColumns) {
             for (int64_t r = 0; r < m; ++r) x[size_t(r * k + r % k)] = 1.f;
             DeviceFp8Act a(x, m, k);
             DeviceOut d(OutKind::F32, m, n, n);
-            cuda::Fp8GemmArgs args;
-            args.a = a.act;
-            args.w = w.w_dev->ptr;
-            args.w_scales = w.s_dev->ptr;
-            args.n = n;
-            args.d = d.mem.ptr;
-            args.d_kind = OutKind::F32;
-            args.ldd = n;
+            const cuda::Fp8GemmArgs args = fp8_args(a, w, d);
             cuda::fp8_gemm(args, path, nullptr);
             CUDA_CHECK(cudaDeviceSynchronize());
             const auto y = d.read();
@@ -315,14 +314,7 @@ TEST(DenseGemm, Fp8RowsIndependentOfBatchAndTiles) {
             std::vector<float> xs(x.begin(), x.begin() + m * k);
             DeviceFp8Act a(xs, m, k);
             DeviceOut d(OutKind::F32, m, n, n);
-            cuda::Fp8GemmArgs args;
-            args.a = a.act;
-            args.w = w.w_dev->ptr;
-            args.w_scales = w.s_dev->ptr;
-            args.n = n;
-            args.d = d.mem.ptr;
-            args.d_kind = OutKind::F32;
-            args.ldd = n;
+            const cuda::Fp8GemmArgs args = fp8_args(a, w, d);
             cuda::fp8_gemm(args, path, nullptr);
             block_m.push_back(cuda::plan_fp8_gemm(args, path).block_m);
             CUDA_CHECK(cudaDeviceSynchronize());
@@ -346,14 +338,7 @@ TEST(DenseGemm, Fp8AgreesWithDecodeLinear) {
     const std::vector<float> x = random_activation(rng, m, k);
     DeviceFp8Act a(x, m, k);
     DeviceOut d(OutKind::F32, m, n, n);
-    cuda::Fp8GemmArgs args;
-    args.a = a.act;
-    args.w = w.w_dev->ptr;
-    args.w_scales = w.s_dev->ptr;
-    args.n = n;
-    args.d = d.mem.ptr;
-    args.d_kind = OutKind::F32;
-    args.ldd = n;
+    const cuda::Fp8GemmArgs args = fp8_args(a, w, d);
     cuda::fp8_gemm(args, GemmPath::AUTO, nullptr);
     DeviceArray<uint16_t> pv(cuda::prepared_values_bytes(m, k) / 2);
     DeviceArray<float> ps(cuda::prepared_scales_bytes(m, k) / 4), y(size_t(m * n));
