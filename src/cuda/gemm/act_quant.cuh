@@ -40,4 +40,10 @@ inline Fp8Activation fp8_activation_view(void* codes, void* scales, int64_t m, i
 void quantize_fp8_activation(const uint16_t* x, int64_t x_rows, int64_t ld_x, const int32_t* row_map,
                              const Fp8Activation& out, cudaStream_t stream);
 
+// The down-projection input of a dense (shared) expert whose w1 and w3 ran as two GEMMs with bf16 outputs g, u
+// ([m, inter], row stride ld elements): out = act_quant(bf16(silu(min(g, limit)) * clamp(u, +-limit))), the
+// elements of gemm/swiglu_element.cuh (as moe_swiglu_prepare of moe.cuh, in this layout). out.k = inter.
+void quantize_fp8_swiglu(const uint16_t* g, const uint16_t* u, int64_t ld, float limit, const Fp8Activation& out,
+                         cudaStream_t stream);
+
 }  // namespace flashseek::cuda

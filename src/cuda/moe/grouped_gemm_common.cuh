@@ -1,6 +1,6 @@
 // Shared pieces of the grouped expert GEMMs (moe_gemm.cuh): the host-side problem handed to a kernel backend
-// (moe_gemm_sm90.cu: wgmma + TMA; moe_gemm_mma.cu: mma.sync), the device-side tile list derived from the
-// per-expert counts, and the up-projection's SwiGLU element.
+// (moe_gemm_sm90.cu: wgmma + TMA; moe_gemm_mma.cu: mma.sync) and the device-side tile list derived from the
+// per-expert counts (the up-projection's SwiGLU element: gemm/swiglu_element.cuh).
 // Tiles: (expert e, 128 slot rows of e, 128 weight rows); tile t is expert-major with the 128-row block fastest
 // inside an expert (the CTAs in flight share the expert's weight tiles in L2). Every CTA derives the list from the
 // device counts (prefix over experts of their 128-row blocks in shared memory), so launches are sized by the SM
@@ -13,6 +13,7 @@
 #include "cuda/common/numeric.cuh"
 #include "cuda/gemm/act_quant.cuh"
 #include "cuda/gemm/dense_gemm_problem.cuh"
+#include "cuda/gemm/swiglu_element.cuh"
 
 namespace flashseek::cuda::grouped_gemm {
 
@@ -76,14 +77,6 @@ __device__ __forceinline__ void tile_of(int t, const int* prefix, int E, int n_b
     const int local = t - prefix[e] * n_blocks;
     mb = local % blocks;
     nb = local / blocks;
-}
-
-// The release numerics of one h element: the reference's expert GEMMs output bf16, then SwiGLU with the clamp
-// (gate <= limit, |up| <= limit), times the routing weight, rounded to bf16.
-__device__ __forceinline__ uint16_t swiglu_bf16(float gate_sum, float up_sum, float weight, float limit) {
-    const float gate = fminf(round_bf16(gate_sum), limit);
-    const float up = fminf(fmaxf(round_bf16(up_sum), -limit), limit);
-    return f32_to_bf16_bits(gate / (1.f + expf(-gate)) * up * weight);
 }
 
 }  // namespace flashseek::cuda::grouped_gemm

@@ -1,5 +1,6 @@
 // Op-consistency cases for the compute-bound dense GEMMs (cuda/gemm/dense_gemm.cuh, act_quant.cuh) against the CPU
-// reference: act_quant bit for bit against cpu::act_quant_fp8_block128; FP8 and BF16 GEMMs on every path this
+// reference: act_quant bit for bit against cpu::act_quant_fp8_block128 (and its SwiGLU form against the decode
+// path's moe_swiglu_prepare); FP8 and BF16 GEMMs on every path this
 // device runs against an fp64 product of the same quantized operands (cpu::act_quant_fp8_block128 and
 // cpu::dequantize_linear); layout self-checks with one-hot activations (exact in any accumulator); rows independent
 // of the batch and of the tile configuration (bit for bit); the existing decode path (linear()) reported beside.
@@ -15,6 +16,7 @@
 #include "cpu/ops.h"
 #include "cuda/common/arch.cuh"
 #include "cuda/gemm/dense_gemm.cuh"
+#include "cuda/moe/moe.cuh"
 #include "harness.h"
 #include "weights.h"
 
@@ -199,6 +201,74 @@ TEST(DenseGemm, ActQuantMatchesCpuBitForBit) {
             }
         }
         EXPECT_EQ(bad, 0);
+    }
+}
+
+// f16 bits to fp32 (prepared activations hold e4m3 values as f16).
+float f16_bits_to_f32(uint16_t h) {
+    const int e = (h >> 10) & 31, m = h & 1023;
+    const float v = e == 0 ? std::ldexp(float(m), -24) : std::ldexp(float(m | 1024), e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+// The shared expert's down-projection input: quantize_fp8_swiglu against moe_swiglu_prepare (the decode path's
+// SwiGLU + act_quant, same device formula: bit for bit, scales and values) and against the CPU (swiglu_clamp, bf16,
+// act_quant: the device and host exp may differ in the last bit, which can move a bf16 rounding: rel 1e-3).
+TEST(DenseGemm, SwigluQuantMatchesDecodePathAndCpu) {
+    for (auto [m, inter] : {std::pair<int64_t, int64_t>{1, 2048}, {37, 400}, {300, 1024}}) {
+        const uint64_t seed = fresh_seed();
+        std::ostringstream desc;
+        desc << "m=" << m << " inter=" << inter << " seed=" << seed;
+        SCOPED_TRACE(desc.str());
+        std::mt19937_64 rng(seed);
+        const float limit = 10.f;
+        const int64_t ld = inter + 8;
+        std::normal_distribution<float> d(0.f, 5.f);  // |values| beyond the limit occur: the clamp matters
+        std::vector<float> g(static_cast<size_t>(m * inter)), u(g.size());
+        for (auto& v : g) v = round_bf16(d(rng));
+        for (auto& v : u) v = round_bf16(d(rng));
+        DeviceArray<uint16_t> gd = upload_bf16(g, m, inter, ld), ud = upload_bf16(u, m, inter, ld);
+        DeviceArray<uint8_t> codes(cuda::fp8_activation_codes_bytes(m, inter));
+        DeviceArray<float> scales(cuda::fp8_activation_scales_bytes(m, inter) / 4);
+        codes.poison();
+        scales.poison();
+        const auto act = cuda::fp8_activation_view(codes.ptr, scales.ptr, m, inter);
+        cuda::quantize_fp8_swiglu(gd.ptr, ud.ptr, ld, limit, act, nullptr);
+        DeviceArray<uint16_t> pv(cuda::prepared_values_bytes(m, inter) / 2);
+        DeviceArray<float> ps(cuda::prepared_scales_bytes(m, inter) / 4);
+        cuda::PreparedActivation h;
+        h.values = pv.ptr;
+        h.scales = ps.ptr;
+        cuda::moe_swiglu_prepare(gd.ptr, ud.ptr, ld, m, inter, limit, WeightKind::FP8_BLOCK128,
+                                 cuda::ActNumerics::FP8_BLOCK128, h, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const auto hc = codes.download();
+        const auto hs = scales.download();
+        const auto pvh = pv.download();
+        const auto psh = ps.download();
+        const int64_t blocks = (inter + 127) / 128;
+        int64_t bad = 0;
+        std::vector<float> got, want;
+        std::vector<float> hrow(static_cast<size_t>(inter)), q(static_cast<size_t>(inter));
+        for (int64_t r = 0; r < m; ++r) {
+            cpu::swiglu_clamp(&g[size_t(r * inter)], &u[size_t(r * inter)], inter, limit, hrow.data());
+            for (auto& v : hrow) v = round_bf16(v);
+            cpu::act_quant_fp8_block128(hrow.data(), inter, q.data());
+            for (int64_t c = 0; c < inter; ++c) {
+                const int64_t b = c / 128, p = c % 128, r4 = p & 3;
+                const int64_t pos = (p & ~int64_t(3)) | (r4 == 1 ? 2 : r4 == 2 ? 1 : r4);  // FP8 prepared order
+                const float sc = hs[size_t(b * act.scales_ld + r)];
+                const float mine = e4m3_to_f32(hc[size_t(r * act.codes_ld + c)]);
+                const float theirs = f16_bits_to_f32(pvh[size_t(r * h.k_pad + b * 128 + pos)]);
+                if ((mine != theirs || sc != psh[size_t(r * blocks + b)]) && bad++ < 5)
+                    ADD_FAILURE() << "row " << r << " col " << c << ": " << mine << " x " << sc << " vs decode path "
+                                  << theirs << " x " << psh[size_t(r * blocks + b)];
+                got.push_back(mine * sc);
+                want.push_back(q[size_t(c)]);
+            }
+        }
+        EXPECT_EQ(bad, 0);
+        EXPECT_LE(rel_l2(got, want), 1e-3);
     }
 }
 
