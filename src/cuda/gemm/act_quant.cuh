@@ -34,6 +34,16 @@ inline Fp8Activation fp8_activation_view(void* codes, void* scales, int64_t m, i
                          m, k};
 }
 
+// Columns [col0, col0 + k) of an activation (col0 a multiple of 128: whole scale blocks), e.g. one group of the
+// grouped output projection wo_a, whose input is act_quant over all groups' columns at once.
+inline Fp8Activation fp8_activation_columns(const Fp8Activation& a, int64_t col0, int64_t k) {
+    Fp8Activation c = a;
+    c.codes = a.codes + col0;
+    c.scales = a.scales + (col0 / 128) * a.scales_ld;
+    c.k = k;
+    return c;
+}
+
 // out row r = act_quant(x row (row_map ? row_map[r] : r)); x: bf16 [x_rows, out.k] with row stride ld_x elements.
 // A row_map entry outside [0, x_rows) gives a zero row (codes 0, the scale of an all-zero block). Every code of
 // rows 0..out.m-1 (padding columns included) and every scale of those rows is written. Graph-capturable, PDL launch.

@@ -1,17 +1,17 @@
 // Host entries of the compute-bound dense GEMMs (see dense_gemm.cuh): argument checks with messages that name the
 // argument, the path and tile choice, and the hand-off to a kernel backend (gemm_sm90.cu or gemm_mma.cu).
-// Tile choice: 128 x 128 tiles keep both math warpgroups on full wgmma m64n128 shapes; a problem with fewer
-// 128-row tiles than SMs (m <= 128 * SMs / n-tiles, e.g. m = 256 with n = 1024: 16 tiles) takes 64 x 128 tiles,
-// twice as many CTAs on the same numerics. K is never split (batch invariance, dense_gemm.cuh).
+// Tile choice (wgmma path): 256 x 128 tiles (two 64-row waves per math warpgroup) move a quarter less data from L2
+// per FLOP than 128 x 128 and are taken when they alone fill the SMs; else 128 x 128 when those do; else 64 x 128
+// (twice as many CTAs as 128-row tiles on the same numerics). K is never split (batch invariance, dense_gemm.cuh).
 // What that gives on the V4-Flash shapes of one layer (132 SMs; tiles = M blocks x N blocks of 128 columns):
 //   shape (k -> n)             M = 256            M = 1024          M = 4096          M = 8192
-//   wq_a 4096 -> 1024          64x128, 32 tiles   64x128, 128       128x128, 256      128x128, 512
-//   wkv 4096 -> 512            64x128, 16         64x128, 64        64x128, 256       128x128, 256
-//   wq_b 1024 -> 32768         128x128, 512       2048              8192              16384
-//   wo_a group 4096 -> 1024    as wq_a, eight launches (one per group)
-//   wo_b 8192 -> 4096          64x128, 128        128x128, 256      1024              2048
+//   wq_a 4096 -> 1024          64 rows, 32 tiles  64, 128           128, 256          256, 256
+//   wkv 4096 -> 512            64, 16             64, 64            64, 256           128, 256
+//   wq_b 1024 -> 32768         256, 256           256, 1024         256, 4096         256, 8192
+//   wo_a group 4096 -> 1024    as wq_a, eight launches (one per group: fp8_activation_columns)
+//   wo_b 8192 -> 4096          64, 128            128, 256          256, 512          256, 1024
 //   shared w1|w3, w2 -> 4096   as wo_b
-//   head 4096 -> 129280 (bf16) 128x128, 2020      8080              32320             64640
+//   head 4096 -> 129280 (bf16) 256, 1010          256, 4040         256, 16160        256, 32320
 // Below ~132 tiles (M = 256 on the small projections) the GPU is not full; only split-K would fill it, and it is
 // left out on purpose (batch invariance); those problems take a few microseconds either way.
 #include "cuda/gemm/dense_gemm.cuh"
@@ -81,18 +81,22 @@ bool vector_store(const void* d, int64_t ldd, OutKind kind) {
     return ldd % 2 == 0 && reinterpret_cast<uintptr_t>(d) % align == 0;
 }
 
-GemmPlan plan(GemmPath path, int64_t m, int64_t n, bool fp8) {
+GemmPlan plan(GemmPath path, int64_t m, int64_t n, bool fp8, int block_m) {
     GemmPlan p;
     p.path = resolve(path, fp8);
     const int64_t n_tiles = (n + dense_gemm::kBlockN - 1) / dense_gemm::kBlockN;
     const int sms = current_arch().sm_count;
+    auto tiles = [&](int bm) { return (m + bm - 1) / bm * n_tiles; };
     if (p.path == GemmPath::WGMMA) {
-        p.block_m = (m + 127) / 128 * n_tiles < sms ? 64 : 128;
-        p.tiles = (m + p.block_m - 1) / p.block_m * n_tiles;
+        FS_REQUIRE(block_m == 0 || block_m == 64 || block_m == 128 || block_m == 256, "dense GEMM: block_m ", block_m,
+                   " must be 0 (automatic), 64, 128 or 256");
+        p.block_m = block_m != 0 ? block_m : tiles(256) >= sms ? 256 : tiles(128) >= sms ? 128 : 64;
+        p.tiles = tiles(p.block_m);
         p.ctas = int(std::min<int64_t>(p.tiles, sms));  // persistent: one CTA per SM at most
     } else {
+        FS_REQUIRE(block_m == 0 || block_m == 128, "dense GEMM: the mma.sync path takes 128-row tiles, not ", block_m);
         p.block_m = 128;
-        p.tiles = (m + 127) / 128 * n_tiles;
+        p.tiles = tiles(128);
         p.ctas = int(p.tiles);
     }
     return p;
@@ -137,11 +141,15 @@ bool fp8_gemm_eligible(const Fp8GemmArgs& args, GemmPath path) {
 bool bf16_gemm_eligible(const Bf16GemmArgs& args, GemmPath path) {
     return check_bf16(args, resolve(path, false)).empty();
 }
-GemmPlan plan_fp8_gemm(const Fp8GemmArgs& args, GemmPath path) { return plan(path, args.a.m, args.n, true); }
-GemmPlan plan_bf16_gemm(const Bf16GemmArgs& args, GemmPath path) { return plan(path, args.m, args.n, false); }
+GemmPlan plan_fp8_gemm(const Fp8GemmArgs& args, GemmPath path, int block_m) {
+    return plan(path, args.a.m, args.n, true, block_m);
+}
+GemmPlan plan_bf16_gemm(const Bf16GemmArgs& args, GemmPath path, int block_m) {
+    return plan(path, args.m, args.n, false, block_m);
+}
 
-void fp8_gemm(const Fp8GemmArgs& x, GemmPath path, cudaStream_t stream) {
-    const GemmPlan p = plan_fp8_gemm(x, path);
+void fp8_gemm(const Fp8GemmArgs& x, GemmPath path, cudaStream_t stream, int block_m) {
+    const GemmPlan p = plan_fp8_gemm(x, path, block_m);
     const std::string e = check_fp8(x, p.path);
     FS_REQUIRE(e.empty(), "fp8_gemm: ", e);
     dense_gemm::Problem q;
@@ -160,8 +168,8 @@ void fp8_gemm(const Fp8GemmArgs& x, GemmPath path, cudaStream_t stream) {
     run(q, p, stream);
 }
 
-void bf16_gemm(const Bf16GemmArgs& x, GemmPath path, cudaStream_t stream) {
-    const GemmPlan p = plan_bf16_gemm(x, path);
+void bf16_gemm(const Bf16GemmArgs& x, GemmPath path, cudaStream_t stream, int block_m) {
+    const GemmPlan p = plan_bf16_gemm(x, path, block_m);
     const std::string e = check_bf16(x, p.path);
     FS_REQUIRE(e.empty(), "bf16_gemm: ", e);
     dense_gemm::Problem q;

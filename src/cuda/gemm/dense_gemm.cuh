@@ -6,7 +6,8 @@
 //         sa[row, kb] * sw[n / 128, kb] * (A_kb . W_kb), each block's tensor-core partial promoted to fp32.
 //   BF16: A bf16 with a row stride, W bf16 (router gate, compressors, indexer weights_proj, head), fp32 sums.
 // Paths (GemmPath), chosen by the caller or by AUTO:
-//   WGMMA       sm_90a build on compute capability 9.0: TMA + wgmma, warp-specialized, persistent (gemm_sm90.cu);
+//   WGMMA       sm_90a build on compute capability 9.0: TMA + wgmma, warp-specialized, persistent, tiles of 256, 128
+//               or 64 rows x 128 columns (gemm_sm90.cu);
 //   MMA_NATIVE  mma.sync e4m3 (FP8, compute capability >= 8.9; runs on sm_90 too, lowered to f16 by ptxas) or
 //               bf16 (BF16, >= 8.0) (gemm_mma.cu);
 //   MMA_F16     FP8 widened exactly to f16, mma.sync f16 (>= 8.0: sm_80, and for tests on sm_90).
@@ -51,8 +52,9 @@ struct Bf16GemmArgs {
 // Whether `path` (AUTO: any) can run on the current device with this build.
 bool gemm_path_supported(GemmPath path, bool fp8);
 
-// The choice a call makes: the path taken for AUTO, the tile rows per CTA (64 for problems with fewer 128-row
-// tiles than SMs, else 128; columns are always 128), the CTA count and the tile count.
+// The choice a call makes: the path taken for AUTO, the tile rows per CTA (wgmma: 256 when 256-row tiles fill the
+// SMs, else 128 when 128-row tiles do, else 64; mma.sync: 128; columns are always 128), the CTA count and the tile
+// count. block_m (tests, benchmarks): 0 = that rule, or 64 / 128 / 256 forced on the wgmma path.
 struct GemmPlan {
     GemmPath path = GemmPath::AUTO;
     int block_m = 128, block_n = 128;
@@ -65,11 +67,11 @@ struct GemmPlan {
 // 16-byte aligned A, W and A-scale pointers, BF16 lda % 8 == 0, ldd >= n, m in [1, 2^31), n < 2^31.
 bool fp8_gemm_eligible(const Fp8GemmArgs& args, GemmPath path = GemmPath::AUTO);
 bool bf16_gemm_eligible(const Bf16GemmArgs& args, GemmPath path = GemmPath::AUTO);
-GemmPlan plan_fp8_gemm(const Fp8GemmArgs& args, GemmPath path = GemmPath::AUTO);
-GemmPlan plan_bf16_gemm(const Bf16GemmArgs& args, GemmPath path = GemmPath::AUTO);
+GemmPlan plan_fp8_gemm(const Fp8GemmArgs& args, GemmPath path = GemmPath::AUTO, int block_m = 0);
+GemmPlan plan_bf16_gemm(const Bf16GemmArgs& args, GemmPath path = GemmPath::AUTO, int block_m = 0);
 
 // Throws Error (naming the argument) when not eligible. m == 0 launches nothing.
-void fp8_gemm(const Fp8GemmArgs& args, GemmPath path, cudaStream_t stream);
-void bf16_gemm(const Bf16GemmArgs& args, GemmPath path, cudaStream_t stream);
+void fp8_gemm(const Fp8GemmArgs& args, GemmPath path, cudaStream_t stream, int block_m = 0);
+void bf16_gemm(const Bf16GemmArgs& args, GemmPath path, cudaStream_t stream, int block_m = 0);
 
 }  // namespace flashseek::cuda

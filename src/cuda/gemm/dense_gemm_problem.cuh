@@ -34,7 +34,7 @@ struct Problem {
     bool d_f32 = false;
     int64_t ldd = 0;                 // elements
     bool d_vector = false;           // two adjacent outputs stored together (ldd even, d aligned)
-    int block_m = 128;               // 128 or 64 (sm90 kernel); the mma.sync kernel always takes 128
+    int block_m = 128;               // 256, 128 or 64 (sm90 kernel); the mma.sync kernel always takes 128
 };
 
 inline int64_t k_blocks(const Problem& p) { return (p.k * (p.fp8 ? 1 : 2) + kStageKBytes - 1) / kStageKBytes; }

@@ -10,10 +10,14 @@
 // Design:
 //   - Warp specialization, 384 threads: warpgroup 0 is the producer (one thread issues TMA loads; the warpgroup
 //     gives its registers back with setmaxnreg), warpgroups 1 and 2 are the math warpgroups (232 registers each).
-//   - CTA tile BM x 128 with BM = 128 (each math warpgroup 64 rows x 128 columns: wgmma m64n128) or BM = 64 for
-//     small problems (each warpgroup 64 rows x 64 columns: m64n64), so that twice as many tiles fill the GPU.
+//   - CTA tile BM x 128: BM = 256 for large problems (each math warpgroup two 64-row waves x 128 columns, wgmma
+//     m64n128, one accumulator set reused by the waves, as DeepGEMM's "wave" blocks: a quarter less L2 -> shared
+//     traffic per FLOP than 128 x 128), BM = 128 (one wave each) when 256-row tiles would not fill the SMs, BM = 64
+//     for small problems (each warpgroup 64 rows x 64 columns: m64n64), so that twice as many tiles fill the GPU.
+//     setmaxnreg lets the math code use 232 registers (ptxas allocates the branch after setmaxnreg.inc with that
+//     limit; the launch reports the 168 of 384 threads).
 //   - K in stages of 128 bytes (128 e4m3 = one scale block, or 64 bf16): A tile, B tile and (FP8) the A scales of
-//     the stage's 128 rows, one TMA box each, 128-byte swizzle, 6 (BM = 128) or 8 (BM = 64) stages in a ring with
+//     the stage's rows, one TMA box each, 128-byte swizzle, 4 / 6 / 8 stages (BM = 256 / 128 / 64) in a ring with
 //     full / empty mbarriers (the producer waits for a free stage, the math warps arrive once their wgmmas on it
 //     completed).
 //   - FP8 promotion (DeepGEMM style): per stage four wgmma k32 accumulate the block's partial in the tensor core
@@ -50,7 +54,7 @@ struct Sm90Config {
     static constexpr int kATile = BM * kStageKBytes;
     static constexpr int kBTile = kBlockN * kStageKBytes;
     static constexpr int kScaleBytes = FP8 ? BM * 4 : 0;
-    static constexpr int kStages = BM == 128 ? 6 : 8;
+    static constexpr int kStages = BM == 256 ? 4 : BM == 128 ? 6 : 8;
     static constexpr size_t kBarrierOffset = size_t(kStages) * (kATile + kBTile + kScaleBytes);
     static constexpr size_t kSmemBytes = kBarrierOffset + 2 * kStages * 8 + 1024;  // + alignment slack
     static_assert(kATile % 1024 == 0 && kBTile % 1024 == 0, "swizzle atoms need 1024-byte aligned tiles");
@@ -76,8 +80,12 @@ constexpr int kMathRegisters = 232;
 template <bool FP8, int BM>
 struct Sm90Body {
     using C = Sm90Config<FP8, BM>;
-    static constexpr int kWarpgroupN = BM == 128 ? 128 : 64;  // columns per math warpgroup
-    static constexpr int kAcc = kWarpgroupN / 2;               // fp32 results per thread
+    static constexpr int kWarpgroupN = BM == 64 ? 64 : 128;  // columns per math warpgroup
+    static constexpr int kAcc = kWarpgroupN / 2;              // fp32 results per thread and wave
+    static constexpr int kWaves = BM == 256 ? 2 : 1;          // 64-row slices per math warpgroup
+    // Rows of wave v of math warpgroup mw inside the tile, and its columns.
+    static constexpr int row_offset(int v, int mw) { return BM == 64 ? 0 : 128 * v + 64 * mw; }
+    static constexpr int col_offset(int mw) { return BM == 64 ? 64 * mw : 0; }
     static constexpr uint32_t kStageTx = C::kATile + C::kBTile + C::kScaleBytes;
 };
 
@@ -173,12 +181,11 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
     }
 
     tma::claim_registers<kMathRegisters>();
-    const int mw = wg - 1;                 // math warpgroup 0 / 1
+    const int mw = wg - 1;  // math warpgroup 0 / 1
     const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int row_off = BM == 128 ? 64 * mw : 0;   // the warpgroup's rows and columns inside the tile
-    const int col_off = BM == 128 ? 0 : 64 * mw;
-    const int r0 = row_off + 16 * warp + g;       // this thread's rows r0 and r0 + 8
-    float acc[B::kAcc], fin[B::kAcc];
+    const int col_off = B::col_offset(mw);
+    const int rw = 16 * warp + g;  // this thread's rows rw and rw + 8 of each wave's 64-row slice
+    float acc[B::kAcc], fin[B::kWaves][B::kAcc];
 #pragma unroll
     for (int i = 0; i < B::kAcc; ++i) acc[i] = 0.f;  // (a wgmma with accumulate = 0 ignores it; defined anyway)
     int s = 0;
@@ -187,7 +194,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
         int mb, nb;
         tile_coords(tile, p.m_blocks, p.n_blocks, mb, nb);
 #pragma unroll
-        for (int i = 0; i < B::kAcc; ++i) fin[i] = 0.f;
+        for (int v = 0; v < B::kWaves; ++v)
+#pragma unroll
+            for (int i = 0; i < B::kAcc; ++i) fin[v][i] = 0.f;
         float sw_next = FP8 ? weight_scale(p, nb, 0) : 0.f;
         int prev_s = -1;  // BF16: the stage whose wgmmas may still run
         for (int kb = 0; kb < p.k_blocks; ++kb) {
@@ -197,36 +206,51 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
                 if (kb + 1 < p.k_blocks) sw_next = weight_scale(p, nb, kb + 1);  // latency hidden by this stage
             }
             mbar_wait(&full[s], phase);
-            const uint32_t a_addr = smem_u32(a_tiles + size_t(s) * C::kATile + row_off * kStageKBytes);
+            const uint32_t a_stage = smem_u32(a_tiles + size_t(s) * C::kATile);
             const uint32_t b_addr = smem_u32(b_tiles + size_t(s) * C::kBTile + col_off * kStageKBytes);
             if constexpr (FP8) {
                 // Shared reads of the stage come before the arrival that frees it.
-                const float sa0 = a_scales[s * BM + r0], sa1 = a_scales[s * BM + r0 + 8];
+                float sa[B::kWaves][2];
 #pragma unroll
-                for (int i = 0; i < B::kAcc; ++i) wgmma::fence_operand(acc[i]);
-                wgmma::fence();
-                mma_stage<true, B::kWarpgroupN>(acc, a_addr, b_addr, false);
-                wgmma::commit();
+                for (int v = 0; v < B::kWaves; ++v) {
+                    sa[v][0] = a_scales[s * BM + B::row_offset(v, mw) + rw];
+                    sa[v][1] = a_scales[s * BM + B::row_offset(v, mw) + rw + 8];
+                }
 #pragma unroll
-                for (int i = 0; i < B::kAcc; ++i) wgmma::fence_operand(acc[i]);
-                wgmma::wait<0>();
-                if (lane == 0) tma::mbar_arrive(&empty[s]);
-                const float s0 = sa0 * sw, s1 = sa1 * sw;
+                for (int v = 0; v < B::kWaves; ++v) {  // one wave at a time: acc is reused
 #pragma unroll
-                for (int i = 0; i < B::kAcc; i += 4) {
-                    fin[i + 0] = fmaf(acc[i + 0], s0, fin[i + 0]);
-                    fin[i + 1] = fmaf(acc[i + 1], s0, fin[i + 1]);
-                    fin[i + 2] = fmaf(acc[i + 2], s1, fin[i + 2]);
-                    fin[i + 3] = fmaf(acc[i + 3], s1, fin[i + 3]);
+                    for (int i = 0; i < B::kAcc; ++i) wgmma::fence_operand(acc[i]);
+                    wgmma::fence();
+                    mma_stage<true, B::kWarpgroupN>(acc, a_stage + B::row_offset(v, mw) * kStageKBytes, b_addr, false);
+                    wgmma::commit();
+#pragma unroll
+                    for (int i = 0; i < B::kAcc; ++i) wgmma::fence_operand(acc[i]);
+                    wgmma::wait<0>();
+                    if (v == B::kWaves - 1 && lane == 0) tma::mbar_arrive(&empty[s]);
+                    const float s0 = sa[v][0] * sw, s1 = sa[v][1] * sw;
+#pragma unroll
+                    for (int i = 0; i < B::kAcc; i += 4) {
+                        fin[v][i + 0] = fmaf(acc[i + 0], s0, fin[v][i + 0]);
+                        fin[v][i + 1] = fmaf(acc[i + 1], s0, fin[v][i + 1]);
+                        fin[v][i + 2] = fmaf(acc[i + 2], s1, fin[v][i + 2]);
+                        fin[v][i + 3] = fmaf(acc[i + 3], s1, fin[v][i + 3]);
+                    }
                 }
             } else {
 #pragma unroll
-                for (int i = 0; i < B::kAcc; ++i) wgmma::fence_operand(fin[i]);
+                for (int v = 0; v < B::kWaves; ++v)
+#pragma unroll
+                    for (int i = 0; i < B::kAcc; ++i) wgmma::fence_operand(fin[v][i]);
                 wgmma::fence();
-                mma_stage<false, B::kWarpgroupN>(fin, a_addr, b_addr, kb > 0);
+#pragma unroll
+                for (int v = 0; v < B::kWaves; ++v)
+                    mma_stage<false, B::kWarpgroupN>(fin[v], a_stage + B::row_offset(v, mw) * kStageKBytes, b_addr,
+                                                     kb > 0);
                 wgmma::commit();
 #pragma unroll
-                for (int i = 0; i < B::kAcc; ++i) wgmma::fence_operand(fin[i]);
+                for (int v = 0; v < B::kWaves; ++v)
+#pragma unroll
+                    for (int i = 0; i < B::kAcc; ++i) wgmma::fence_operand(fin[v][i]);
                 wgmma::wait<1>();  // the previous stage's wgmmas are done: free it
                 if (prev_s >= 0 && lane == 0) tma::mbar_arrive(&empty[prev_s]);
                 prev_s = s;
@@ -239,15 +263,20 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
         if constexpr (!FP8) {
             wgmma::wait<0>();
 #pragma unroll
-            for (int i = 0; i < B::kAcc; ++i) wgmma::fence_operand(fin[i]);
+            for (int v = 0; v < B::kWaves; ++v)
+#pragma unroll
+                for (int i = 0; i < B::kAcc; ++i) wgmma::fence_operand(fin[v][i]);
             if (prev_s >= 0 && lane == 0) tma::mbar_arrive(&empty[prev_s]);
         }
-        const int row = mb * BM + r0;
         const int col = nb * kBlockN + col_off + 2 * t;
 #pragma unroll
-        for (int i = 0; i < B::kAcc / 4; ++i) {
-            store_output(p, row, col + 8 * i, fin[4 * i + 0], fin[4 * i + 1]);
-            store_output(p, row + 8, col + 8 * i, fin[4 * i + 2], fin[4 * i + 3]);
+        for (int v = 0; v < B::kWaves; ++v) {
+            const int row = mb * BM + B::row_offset(v, mw) + rw;
+#pragma unroll
+            for (int i = 0; i < B::kAcc / 4; ++i) {
+                store_output(p, row, col + 8 * i, fin[v][4 * i + 0], fin[v][4 * i + 1]);
+                store_output(p, row + 8, col + 8 * i, fin[v][4 * i + 2], fin[v][4 * i + 3]);
+            }
         }
     }
     (void)acc;
@@ -294,9 +323,11 @@ void launch_config(const Problem& q, int ctas, cudaStream_t stream) {
 void launch_sm90(const Problem& q, int ctas, cudaStream_t stream) {
     if (q.fp8) {
         if (q.block_m == 64) launch_config<true, 64>(q, ctas, stream);
+        else if (q.block_m == 256) launch_config<true, 256>(q, ctas, stream);
         else launch_config<true, 128>(q, ctas, stream);
     } else {
         if (q.block_m == 64) launch_config<false, 64>(q, ctas, stream);
+        else if (q.block_m == 256) launch_config<false, 256>(q, ctas, stream);
         else launch_config<false, 128>(q, ctas, stream);
     }
 }

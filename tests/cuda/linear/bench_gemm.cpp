@@ -304,10 +304,7 @@ void bench_prefill(std::vector<BenchRow>& rows) {
                 for (int g = 0; g < sh.groups; ++g) {
                     if (sh.fp8) {
                         cuda::Fp8GemmArgs a;
-                        a.a = act;  // group g: columns g*k.. of the activation, its scale blocks g*k/128..
-                        a.a.codes += g * k;
-                        a.a.scales += (g * k / 128) * act.scales_ld;
-                        a.a.k = k;
+                        a.a = cuda::fp8_activation_columns(act, g * k, k);  // group g's columns
                         a.w = static_cast<const uint8_t*>(w) + size_t(g * n * k);
                         a.w_scales = static_cast<const uint8_t*>(w_scales) + size_t(g * (n / 128) * ((k + 127) / 128));
                         a.n = n;

@@ -292,29 +292,34 @@ double fp8_threshold(GemmPath p, OutKind out) {
     return p == GemmPath::MMA_F16 ? 2e-5 : 1e-4;
 }
 
-double run_fp8_case(const Fp8Case& c, GemmPath path, std::mt19937_64& rng, bool report = false) {
+// The wgmma path's tile heights (forced), or the automatic choice elsewhere.
+std::vector<int> block_ms(GemmPath p) {
+    return p == GemmPath::WGMMA ? std::vector<int>{64, 128, 256} : std::vector<int>{0};
+}
+
+void run_fp8_case(const Fp8Case& c, GemmPath path, std::mt19937_64& rng) {
     TestWeight w = make_weight(rng, WeightKind::FP8_BLOCK128, c.scale, c.n, c.k);
     const std::vector<float> x = random_activation(rng, c.m, c.k);
     std::vector<float> xq(x.size());
     for (int64_t r = 0; r < c.m; ++r) cpu::act_quant_fp8_block128(&x[size_t(r * c.k)], c.k, &xq[size_t(r * c.k)]);
     const auto ref = to_f32(product_f64(xq, w.dequantized(), c.m, c.n, c.k));
     DeviceFp8Act a(x, c.m, c.k);
-    DeviceOut d(c.out, c.m, c.n, c.n + c.ldd_extra);
-    const cuda::Fp8GemmArgs args = fp8_args(a, w, d);
-    EXPECT_TRUE(cuda::fp8_gemm_eligible(args, path));
-    cuda::fp8_gemm(args, path, nullptr);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    bool untouched = false;
-    const auto y = d.read(&untouched);
-    EXPECT_TRUE(untouched) << "wrote past n";
-    const double err = rel_l2(y, ref);
-    const auto plan = cuda::plan_fp8_gemm(args, path);
-    EXPECT_LE(err, fp8_threshold(path, c.out)) << "block_m " << plan.block_m << " ctas " << plan.ctas;
-    if (report)
+    for (int block_m : block_ms(path)) {
+        DeviceOut d(c.out, c.m, c.n, c.n + c.ldd_extra);
+        const cuda::Fp8GemmArgs args = fp8_args(a, w, d);
+        EXPECT_TRUE(cuda::fp8_gemm_eligible(args, path));
+        cuda::fp8_gemm(args, path, nullptr, block_m);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        bool untouched = false;
+        const auto y = d.read(&untouched);
+        EXPECT_TRUE(untouched) << "wrote past n";
+        const double err = rel_l2(y, ref);
+        const auto plan = cuda::plan_fp8_gemm(args, path, block_m);
+        EXPECT_LE(err, fp8_threshold(path, c.out)) << "block_m " << plan.block_m << " ctas " << plan.ctas;
         std::printf("  fp8 %-10s m=%-5lld n=%-5lld k=%-5lld %s %s block_m=%d rel_l2=%.3g\n", path_name(path),
                     (long long)c.m, (long long)c.n, (long long)c.k, c.scale == ScaleKind::F32 ? "f32-scales" : "e8m0",
                     c.out == OutKind::F32 ? "f32" : "bf16", plan.block_m, err);
-    return err;
+    }
 }
 
 TEST(DenseGemm, Fp8MatchesF64ReferenceOnEveryPath) {
@@ -333,15 +338,16 @@ TEST(DenseGemm, Fp8MatchesF64ReferenceOnEveryPath) {
             desc << path_name(path) << " m=" << c.m << " n=" << c.n << " k=" << c.k << " seed=" << seed;
             SCOPED_TRACE(desc.str());
             std::mt19937_64 rng(seed);
-            run_fp8_case(c, path, rng, /*report=*/true);
+            run_fp8_case(c, path, rng);
         }
 }
 
 // One-hot activations: row r has one value 1.0 at column r % k, so D[r, c] = W[c, r % k] exactly whatever the
-// accumulator; any fragment, swizzle or tile-placement error shows as a mismatch at a named (row, column).
+// accumulator; any fragment, swizzle, wave or tile-placement error shows as a mismatch at a named (row, column).
+// Every tile height of the wgmma path.
 TEST(DenseGemm, Fp8OneHotSelectsWeightColumns) {
     for (GemmPath path : supported_paths(true))
-        for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{300, 272, 400}, {4096, 1280, 256}}) {
+        for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{300, 272, 400}, {1000, 1280, 256}}) {
             const uint64_t seed = fresh_seed();
             std::ostringstream desc;
             desc << path_name(path) << " m=" << m << " n=" << n << " k=" << k << " seed=" << seed;
@@ -352,24 +358,27 @@ TEST(DenseGemm, Fp8OneHotSelectsWeightColumns) {
             std::vector<float> x(size_t(m * k), 0.f);
             for (int64_t r = 0; r < m; ++r) x[size_t(r * k + r % k)] = 1.f;
             DeviceFp8Act a(x, m, k);
-            DeviceOut d(OutKind::F32, m, n, n);
-            const cuda::Fp8GemmArgs args = fp8_args(a, w, d);
-            cuda::fp8_gemm(args, path, nullptr);
-            CUDA_CHECK(cudaDeviceSynchronize());
-            const auto y = d.read();
-            int64_t bad = 0;
-            for (int64_t r = 0; r < m; ++r)
-                for (int64_t c = 0; c < n; ++c) {
-                    const float want = wf[size_t(c * k + r % k)], got = y[size_t(r * n + c)];
-                    if (got != want && bad++ < 8)
-                        ADD_FAILURE() << "D[" << r << ", " << c << "] = " << got << ", want " << want;
-                }
-            EXPECT_EQ(bad, 0);
+            for (int block_m : block_ms(path)) {
+                DeviceOut d(OutKind::F32, m, n, n);
+                const cuda::Fp8GemmArgs args = fp8_args(a, w, d);
+                cuda::fp8_gemm(args, path, nullptr, block_m);
+                CUDA_CHECK(cudaDeviceSynchronize());
+                const auto y = d.read();
+                int64_t bad = 0;
+                for (int64_t r = 0; r < m; ++r)
+                    for (int64_t c = 0; c < n; ++c) {
+                        const float want = wf[size_t(c * k + r % k)], got = y[size_t(r * n + c)];
+                        if (got != want && bad++ < 8)
+                            ADD_FAILURE() << "block_m " << block_m << ": D[" << r << ", " << c << "] = " << got
+                                          << ", want " << want;
+                    }
+                EXPECT_EQ(bad, 0) << "block_m " << block_m;
+            }
         }
 }
 
-// A row's result does not depend on the batch: rows 0..6 of an m = 4096 product (128-row tiles on the wgmma path)
-// equal the m = 7 and m = 1 products (64-row tiles) bit for bit.
+// A row's result does not depend on the batch or the tile: rows 0..6 of an m = 4096 product with every tile height
+// of the wgmma path (the automatic choice elsewhere) equal the m = 7 and m = 1 products bit for bit.
 TEST(DenseGemm, Fp8RowsIndependentOfBatchAndTiles) {
     for (GemmPath path : supported_paths(true)) {
         const uint64_t seed = fresh_seed();
@@ -379,21 +388,26 @@ TEST(DenseGemm, Fp8RowsIndependentOfBatchAndTiles) {
         TestWeight w = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, n, k);
         const std::vector<float> x = random_activation(rng, big, k);
         std::vector<std::vector<float>> outs;
-        std::vector<int> block_m;
-        for (int64_t m : {big, int64_t(7), int64_t(1)}) {
+        std::vector<std::string> what;
+        auto run = [&](int64_t m, int block_m) {
             std::vector<float> xs(x.begin(), x.begin() + m * k);
             DeviceFp8Act a(xs, m, k);
             DeviceOut d(OutKind::F32, m, n, n);
             const cuda::Fp8GemmArgs args = fp8_args(a, w, d);
-            cuda::fp8_gemm(args, path, nullptr);
-            block_m.push_back(cuda::plan_fp8_gemm(args, path).block_m);
+            cuda::fp8_gemm(args, path, nullptr, block_m);
             CUDA_CHECK(cudaDeviceSynchronize());
             outs.push_back(d.read());
+            const int used = cuda::plan_fp8_gemm(args, path, block_m).block_m;
+            what.push_back("m=" + std::to_string(m) + " block_m=" + std::to_string(used));
+        };
+        for (int block_m : block_ms(path)) run(big, block_m);
+        run(7, 0);
+        run(1, 0);
+        for (size_t i = 1; i < outs.size(); ++i) {
+            const int64_t rows = std::min<int64_t>(7, int64_t(outs[i].size()) / n);
+            EXPECT_EQ(std::memcmp(outs[0].data(), outs[i].data(), size_t(rows * n) * 4), 0)
+                << what[0] << " vs " << what[i] << ": rows 0.." << rows - 1 << " differ";
         }
-        std::printf("  %s block_m: m=4096 -> %d, m=7 -> %d\n", path_name(path), block_m[0], block_m[1]);
-        for (int64_t r = 0; r < 7; ++r)
-            EXPECT_EQ(std::memcmp(&outs[0][size_t(r * n)], &outs[1][size_t(r * n)], size_t(n) * 4), 0) << "row " << r;
-        EXPECT_EQ(std::memcmp(&outs[0][0], &outs[2][0], size_t(n) * 4), 0) << "row 0 alone";
     }
 }
 
