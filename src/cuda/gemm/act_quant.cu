@@ -1,12 +1,12 @@
 // act_quant for the compute-bound GEMMs (see act_quant.cuh): one warp per (row, 128-column block), 4 values per
-// lane, the block's amax by warp reduction, the scale and e4m3 rounding of gemm/prepare_block.cuh. The values come
+// lane, the block's amax by warp reduction, the scale and e4m3 rounding of gemm/fp8_quant.cuh. The values come
 // from bf16 rows (optionally gathered) or from a SwiGLU of two bf16 rows (gemm/swiglu_element.cuh).
 #include "cuda/gemm/act_quant.cuh"
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
-#include "cuda/gemm/prepare_block.cuh"
+#include "cuda/gemm/fp8_quant.cuh"
 #include "cuda/gemm/swiglu_element.cuh"
 
 namespace flashseek::cuda {
@@ -64,14 +64,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quantize_kernel(const Qua
 #pragma unroll
     for (int i = 0; i < 4; ++i) amax = fmaxf(amax, fabsf(v[i]));
     amax = warp_max(amax);
-    const int numerics = int(ActNumerics::FP8_BLOCK128);
-    const float sc = prepared_block_scale(amax, numerics), inv = 1.f / sc;
+    const float sc = fp8_block_scale(amax), inv = 1.f / sc;
     uint32_t packed = 0;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float q = fminf(fmaxf(v[i] * inv, -448.f), 448.f);
-        packed |= uint32_t(__nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3)) << (8 * i);
-    }
+    for (int i = 0; i < 4; ++i) packed |= fp8_code(v[i], inv) << (8 * i);
     *reinterpret_cast<uint32_t*>(a.out.codes + r * a.out.codes_ld + c0) = packed;  // padding columns hold 0 codes
     if (lane == 0) a.out.scales[int64_t(b) * a.out.scales_ld + r] = sc;
 }

@@ -71,12 +71,7 @@ __device__ __forceinline__ void mma_16bit(float (&d)[4], uint32_t a0, uint32_t a
 template <MmaMode MODE>
 __device__ __forceinline__ void k_step(float (&acc)[4][4][4], uint32_t a_base, uint32_t b_base, int ks, int wm, int wn,
                                        int lane) {
-    uint32_t a[4][4], b[4][2];
-#pragma unroll
-    for (int mi = 0; mi < 4; ++mi) {
-        const int row = wm * 64 + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-        ldmatrix_x4(a[mi], a_base + swizzled(row, ks * 32 + (lane >> 4) * 16));
-    }
+    uint32_t b[4][2];  // the four n8 B fragments first, then one m16 A fragment at a time (fewer live registers)
 #pragma unroll
     for (int nj = 0; nj < 2; ++nj) {
         const int row = wn * 32 + nj * 16 + (lane & 7) + (lane >> 4) * 8;
@@ -88,24 +83,28 @@ __device__ __forceinline__ void k_step(float (&acc)[4][4][4], uint32_t a_base, u
         b[2 * nj + 1][1] = r[3];
     }
 #pragma unroll
-    for (int mi = 0; mi < 4; ++mi)
+    for (int mi = 0; mi < 4; ++mi) {
+        uint32_t a[4];
+        const int row = wm * 64 + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+        ldmatrix_x4(a, a_base + swizzled(row, ks * 32 + (lane >> 4) * 16));
 #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
             if constexpr (MODE == MmaMode::FP8_NATIVE) {
-                mma_e4m3(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
+                mma_e4m3(acc[mi][ni], a, b[ni][0], b[ni][1]);
             } else if constexpr (MODE == MmaMode::BF16) {
-                mma_16bit(acc[mi][ni], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b[ni][0], b[ni][1], true);
+                mma_16bit(acc[mi][ni], a[0], a[1], a[2], a[3], b[ni][0], b[ni][1], true);
             } else {
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {  // h = 0: k 0..15 of the step (a0, a1, b0); h = 1: k 16..31
                     uint32_t a_lo0, a_hi0, a_lo1, a_hi1, b_lo, b_hi;
-                    e4m3x4_to_f16x2x2_scaled(a[mi][2 * h], a_lo0, a_hi0);      // row g
-                    e4m3x4_to_f16x2x2_scaled(a[mi][2 * h + 1], a_lo1, a_hi1);  // row g + 8
+                    e4m3x4_to_f16x2x2_scaled(a[2 * h], a_lo0, a_hi0);      // row g
+                    e4m3x4_to_f16x2x2_scaled(a[2 * h + 1], a_lo1, a_hi1);  // row g + 8
                     e4m3x4_to_f16x2x2_scaled(b[ni][h], b_lo, b_hi);
                     mma_16bit(acc[mi][ni], a_lo0, a_lo1, a_hi0, a_hi1, b_lo, b_hi, false);
                 }
             }
         }
+    }
 }
 
 // A warp's 64 x 32 fp32 tile (4 x 4 fragments of m16n8) set to zero.

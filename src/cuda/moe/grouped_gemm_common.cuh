@@ -32,12 +32,12 @@ struct Problem {
     const int32_t* offset = nullptr;
     int E = 0;
     int K = 0;         // weights per row: hidden (up) or inter (down)
-    int n_blocks = 0;  // up: inter / 64 h-column blocks; down: hidden / 128
+    int n_blocks = 0;  // up: inter / 128 h-column blocks (each two sub-tiles of 64 columns); down: hidden / 128
     const float* slot_weight = nullptr;
     float limit = 0.f;
-    uint16_t* h = nullptr;  // up: bf16 [slots, ldo]
-    float* y = nullptr;     // down: fp32 [slots, ldo]
-    int64_t ldo = 0;
+    Fp8Activation h_q;   // up: act_quant of h ([slots, inter]), written by the epilogue
+    float* y = nullptr;  // down: fp32 [slots, ldo]
+    int64_t ldo = 0;     // up: h_q.codes_ld; down: hidden
 };
 
 void launch_sm90(const Problem& p, cudaStream_t stream);

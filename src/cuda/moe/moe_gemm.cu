@@ -1,5 +1,6 @@
 // Host entries of the grouped FP4 expert GEMMs (see moe_gemm.cuh): workspace layout, eligibility, the path choice,
-// and the launch sequence (gathered act_quant, grouped up-projection, act_quant of h; grouped down-projection).
+// and the launch sequence (gathered act_quant, grouped up-projection writing h's act_quant; grouped
+// down-projection).
 #include "cuda/moe/moe_gemm.cuh"
 
 #include "cuda/common/arch.cuh"
@@ -38,8 +39,7 @@ grouped_gemm::Problem problem(const ExpertTable& t, const MoeGrouping& g) {
 
 size_t moe_gemm_workspace_bytes(int64_t slots, int64_t hidden, int64_t inter) {
     return align16(fp8_activation_codes_bytes(slots, hidden)) + align16(fp8_activation_scales_bytes(slots, hidden)) +
-           align16(size_t(slots * inter) * 2) + align16(fp8_activation_codes_bytes(slots, inter)) +
-           align16(fp8_activation_scales_bytes(slots, inter));
+           align16(fp8_activation_codes_bytes(slots, inter)) + align16(fp8_activation_scales_bytes(slots, inter));
 }
 
 MoeGemmWorkspace moe_gemm_workspace_view(void* memory, int64_t slots, int64_t hidden, int64_t inter) {
@@ -49,8 +49,6 @@ MoeGemmWorkspace moe_gemm_workspace_view(void* memory, int64_t slots, int64_t hi
     p += align16(fp8_activation_codes_bytes(slots, hidden));
     w.x = fp8_activation_view(codes, p, slots, hidden);
     p += align16(fp8_activation_scales_bytes(slots, hidden));
-    w.h = reinterpret_cast<uint16_t*>(p);
-    p += align16(size_t(slots * inter) * 2);
     codes = p;
     p += align16(fp8_activation_codes_bytes(slots, inter));
     w.h_q = fp8_activation_view(codes, p, slots, inter);
@@ -82,7 +80,7 @@ void moe_gemm_up(const uint16_t* x, int64_t ld_x, int64_t M, int top_k, const Ex
                " and inter ", t.inter, " multiples of 128, E = ", g.E, " <= ", grouped_gemm::kMaxExperts, ", ", M,
                " x ", top_k, " slots within the grouping's ", g.max_pairs, ")");
     const int64_t slots = M * top_k;
-    FS_REQUIRE(ws.x.m >= slots && ws.x.k == t.hidden && ws.h_q.m >= slots && ws.h_q.k == t.inter && ws.h != nullptr,
+    FS_REQUIRE(ws.x.m >= slots && ws.x.k == t.hidden && ws.h_q.m >= slots && ws.h_q.k == t.inter,
                "moe_gemm_up: the workspace was not made for ", slots, " slots, hidden ", t.hidden, ", inter ", t.inter);
     FS_REQUIRE(x != nullptr && ld_x >= t.hidden, "moe_gemm_up: null input or ld_x ", ld_x, " < hidden ", t.hidden);
     Fp8Activation xa = ws.x;
@@ -96,14 +94,12 @@ void moe_gemm_up(const uint16_t* x, int64_t ld_x, int64_t M, int top_k, const Ex
     p.w_b = t.w3;
     p.s_b = t.w3_scale;
     p.K = int(t.hidden);
-    p.n_blocks = int(t.inter / 64);
+    p.n_blocks = int(t.inter / 128);
     p.limit = swiglu_limit;
-    p.h = ws.h;
-    p.ldo = t.inter;
+    p.h_q = ws.h_q;
+    p.h_q.m = slots;
+    p.ldo = p.h_q.codes_ld;
     launch(p, path, stream);
-    Fp8Activation hq = ws.h_q;
-    hq.m = slots;
-    quantize_fp8_activation(ws.h, slots, t.inter, nullptr, hq, stream);
 }
 
 void moe_gemm_down(int64_t M, int top_k, const ExpertTable& t, const MoeGrouping& g, const MoeGemmWorkspace& ws,

@@ -2,8 +2,8 @@
 // groups of a MoeGrouping (moe.cuh: counts, offsets, slot -> token and routing weight), release numerics.
 //   moe_gemm_up:   A = act_quant(x[slot_token[s]]) for every slot s (act_quant.cuh, gathered), then per expert
 //                  g = A . w1^T, u = A . w3^T over its slots, h[s] = bf16(silu(min(bf16 g, L)) * clamp(bf16 u, +-L)
-//                  * weight[s]) (the reference's bf16 expert outputs, SwiGLU clamp and routing weight), and h's
-//                  act_quant, the down-projection's input.
+//                  * weight[s]) (the reference's bf16 expert outputs, SwiGLU clamp and routing weight), and in the
+//                  same epilogue h's act_quant, the down-projection's input (h itself is never stored).
 //   moe_gemm_down: y[s] = h[s] . w2^T (fp32 rows per slot, as moe_expert_down; moe_combine adds them up).
 // Weights stay in the checkpoint format (FP4 e2m1 packed two per byte, E8M0 scale per 32 K). e2m1 -> e4m3 is exact;
 // per (weight row, 128-K block) the four 32-scales are folded: the block's reference scale is the largest, each
@@ -29,9 +29,8 @@ namespace flashseek::cuda {
 
 // Scratch of one MoE layer's grouped GEMMs for up to `slots` (= tokens x top_k) grouped rows.
 struct MoeGemmWorkspace {
-    Fp8Activation x;  // gathered act_quant of the input: [slots, hidden]
-    uint16_t* h = nullptr;  // bf16 [slots, inter]
-    Fp8Activation h_q;      // act_quant of h: [slots, inter]
+    Fp8Activation x;    // gathered act_quant of the input: [slots, hidden]
+    Fp8Activation h_q;  // act_quant of h: [slots, inter]
 };
 size_t moe_gemm_workspace_bytes(int64_t slots, int64_t hidden, int64_t inter);
 // Carves the workspace out of `memory` (moe_gemm_workspace_bytes(...) bytes, 16-byte aligned).
@@ -44,7 +43,7 @@ bool moe_gemm_supported(GemmPath path = GemmPath::AUTO);
 bool moe_gemm_eligible(const ExpertTable& table, const MoeGrouping& grouping, int64_t M, int top_k,
                        GemmPath path = GemmPath::AUTO);
 
-// x: bf16 [M, hidden] with row stride ld_x elements. Fills ws.x, ws.h and ws.h_q for the grouping's slots.
+// x: bf16 [M, hidden] with row stride ld_x elements. Fills ws.x and ws.h_q for the grouping's slots.
 void moe_gemm_up(const uint16_t* x, int64_t ld_x, int64_t M, int top_k, const ExpertTable& table,
                  const MoeGrouping& grouping, float swiglu_limit, const MoeGemmWorkspace& ws, cudaStream_t stream,
                  GemmPath path = GemmPath::AUTO);

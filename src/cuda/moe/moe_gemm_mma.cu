@@ -5,16 +5,20 @@
 // Per stage: the A tile (the slots' act_quant codes) and its 128 scales, and the raw FP4 rows of the 128 weight rows
 // arrive by cp.async; after the stage barrier every thread expands half a weight row into the single e4m3 B tile
 // (and writes the row's promotion scale), a second barrier, four k-steps, then fp32 promotion
-// acc * sa[row] * sc[column]. Up-projection tile rows interleave w1 and w3 in groups of 8: tile row r is row
-// i0 + 8 * (r / 16) + r % 8 of w1 when (r / 8) is even, of w3 when odd, so every warp's n8 tiles alternate gate /
-// up of the same h columns and the SwiGLU pairs stay in one thread (n8 tile 2j = gate, 2j + 1 = up).
+// acc * sa[row] * sc[column]. Up-projection: a tile is one 128-column block of h in two sub-tiles of 64 columns,
+// whose rows interleave w1 and w3 in groups of 8: sub-tile row r is row i0 + 8 * (r / 16) + r % 8 of w1 when
+// (r / 8) is even, of w3 when odd, so every warp's n8 tiles alternate gate / up of the same h columns and the SwiGLU
+// pairs stay in one thread (n8 tile 2j = gate, 2j + 1 = up); the first sub-tile's h values wait in registers, then
+// each row's 128 values are quantized together (row maxima across the column warps through shared memory): the
+// epilogue writes the down-projection's act_quant input (gemm/fp8_quant.cuh).
 // Persistent CTAs (one per SM) walk the tile list; each tile runs its own pipeline prologue. Shared memory
-// 96,260 bytes (with at most 1024 experts): fits the 99 KB of sm_89 / sm_120.
+// 98,308 bytes (with at most 1024 experts): fits the 99 KB of sm_89 / sm_120.
 #include <algorithm>
 
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/gemm/fp8_quant.cuh"
 #include "cuda/gemm/mma_tile.cuh"
 #include "cuda/moe/fp4_expand.cuh"
 #include "cuda/moe/grouped_gemm_common.cuh"
@@ -35,13 +39,15 @@ constexpr size_t kSaOffset = kRawOffset + size_t(kStages) * kRawTile;
 constexpr size_t kBOffset = kSaOffset + size_t(kStages) * kScaleFloats * 4;
 constexpr size_t kColScaleOffset = kBOffset + kBTile;
 constexpr size_t kPrefixOffset = kColScaleOffset + kBlockN * 4;
-constexpr size_t kSmemBytes = kPrefixOffset + (kMaxExperts + 1) * 4;
+constexpr size_t kRowMaxOffset = kPrefixOffset + (kMaxExperts + 1) * 4;  // up: [4 column warps][128 rows] partial amax
+constexpr size_t kSmemBytes = kRowMaxOffset + 4 * kBlockM * 4;
 static_assert(kSmemBytes <= 99 * 1024, "shared memory of one sm_89 / sm_120 CTA");
 
-// Weight row (and whether of w3) behind row r of an up-projection tile with h-column block nb; down: row nb*128 + r.
-__device__ __forceinline__ int weight_row(bool up, int nb, int r, bool& second) {
+// Weight row (and whether of w3) behind row r of sub-tile `sub` of an up-projection tile with h-column block nb
+// (h columns nb * 128 + 64 * sub ..); down: row nb * 128 + r.
+__device__ __forceinline__ int weight_row(bool up, int nb, int sub, int r, bool& second) {
     second = up && ((r >> 3) & 1);
-    return up ? nb * 64 + (r >> 4) * 8 + (r & 7) : nb * kBlockN + r;
+    return up ? nb * 128 + 64 * sub + (r >> 4) * 8 + (r & 7) : nb * kBlockN + r;
 }
 
 template <bool UP, MmaMode MODE>
@@ -64,45 +70,57 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_mma_kernel(const Problem 
     const int x_row = tid >> 1, x_half = tid & 1;  // the weight half-row this thread expands
     const unsigned char* const a_g = p.a.codes;
 
+    float* const row_max = reinterpret_cast<float*>(smem + kRowMaxOffset);
+    constexpr int kSubTiles = UP ? 2 : 1;  // up: two 64-column halves of a 128-column block of h
+    uint32_t h0[4][2][2];  // up: sub-tile 0's h ([mi][row half][j2], bf16 pairs j = 0, 1) until sub-tile 1 is done
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         int e, mb, nb;
         tile_of(t, prefix, p.E, p.n_blocks, e, mb, nb);
         const int count = p.count[e], first = p.offset[e] + mb * kBlockM;
         const int rows_left = count - mb * kBlockM;  // valid slot rows of this tile (> 0)
+        for (int sub = 0; sub < kSubTiles; ++sub) {
         bool x_second;
-        const int x_wrow = weight_row(UP, nb, x_row, x_second);
+        const int x_wrow = weight_row(UP, nb, sub, x_row, x_second);
         const uint8_t* srow =
             static_cast<const uint8_t*>(x_second ? p.s_b[e] : p.s_a[e]) + int64_t(x_wrow) * (p.K / 32);
+
+        // This thread's copy sources, computed once per pass (fewer live registers in the K loop): A rows
+        // tid / 8 + 32 i (chunk tid % 8), valid while inside the activation; weight rows tid / 4 and tid / 4 + 64
+        // (chunk tid % 4), which map to rows 32 apart of the same matrix (weight_row).
+        const int a_row = tid >> 3, a_chunk = tid & 7;
+        const int a_rows_ok = int(min(int64_t(4), (p.a.m - first - a_row + 31) / 32));  // rows i < this exist
+        const unsigned char* a_src = a_g + int64_t(first + a_row) * p.a.codes_ld + a_chunk * 16;
+        const int64_t a_step = 32 * p.a.codes_ld;
+        bool b_second;
+        const int b_row = tid >> 2, b_chunk = tid & 3;
+        const int b_wrow = weight_row(UP, nb, sub, b_row, b_second);
+        const unsigned char* b_src = static_cast<const unsigned char*>(b_second ? p.w_b[e] : p.w_a[e]) +
+                                     int64_t(b_wrow) * (p.K / 2) + b_chunk * 16;
+        const int64_t b_step = int64_t(UP ? 32 : 64) * (p.K / 2);  // tile row + 64 -> weight row + 32 (up) / + 64
+        const bool s_ok = tid < kBlockM / 4 && first + 4 * tid < p.a.m;
+        const float* s_src = p.a.scales + first + 4 * tid;
 
         auto load_stage = [&](int kb) {
             const int s = kb % kStages;
 #pragma unroll
             for (int i = 0; i < 4; ++i) {  // A: 1024 chunks, 4 per thread (rows of other experts load harmlessly)
-                const int c = tid + kThreads * i, row = c >> 3, chunk = c & 7;
-                const bool ok = first + row < p.a.m;
-                cp_async_16_zfill(a_tiles + s * kATile + swizzled(row, chunk * 16),
-                                  ok ? a_g + int64_t(first + row) * p.a.codes_ld + kb * 128 + chunk * 16 : a_g, ok);
+                const bool ok = i < a_rows_ok;
+                cp_async_16_zfill(a_tiles + s * kATile + swizzled(a_row + 32 * i, a_chunk * 16),
+                                  ok ? a_src + i * a_step + kb * 128 : a_g, ok);
             }
 #pragma unroll
-            for (int i = 0; i < 2; ++i) {  // raw B: 128 rows x 64 bytes, 2 chunks per thread
-                const int c = tid + kThreads * i, row = c >> 2, chunk = c & 3;
-                bool second;
-                const int wrow = weight_row(UP, nb, row, second);
-                const unsigned char* src = static_cast<const unsigned char*>(second ? p.w_b[e] : p.w_a[e]) +
-                                           int64_t(wrow) * (p.K / 2) + kb * 64 + chunk * 16;
-                cp_async_16_zfill(raw_tiles + s * kRawTile + row * 64 + chunk * 16, src, true);
-            }
-            if (tid < kBlockM / 4) {  // the stage's 128 activation scales
-                const bool ok = first + 4 * tid < p.a.m;
+            for (int i = 0; i < 2; ++i)  // raw B: 128 rows x 64 bytes, 2 chunks per thread
+                cp_async_16_zfill(raw_tiles + s * kRawTile + (b_row + 64 * i) * 64 + b_chunk * 16,
+                                  b_src + i * b_step + kb * 64, true);
+            if (tid < kBlockM / 4)  // the stage's 128 activation scales (rows past the activation: zeros)
                 cp_async_16_zfill(a_scales + s * kScaleFloats + 4 * tid,
-                                  ok ? p.a.scales + int64_t(kb) * p.a.scales_ld + first + 4 * tid : p.a.scales, ok);
-            }
+                                  s_ok ? s_src + int64_t(kb) * p.a.scales_ld : p.a.scales, s_ok);
         };
 
         float acc[4][4][4], fin[4][4][4];
         zero_tile(acc);
         zero_tile(fin);
-        __syncthreads();  // the previous tile's last stage and B tile are no longer read
+        __syncthreads();  // the previous pass's last stage, B tile and row maxima are no longer read
 #pragma unroll
         for (int s = 0; s < kStages - 1; ++s) {
             if (s < k_blocks) load_stage(s);
@@ -140,34 +158,94 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_mma_kernel(const Problem 
         }
         cp_async_wait<0>();
 
+        if constexpr (UP) {
+            // h of this sub-tile: n8 tiles 2 j2 (gate) and 2 j2 + 1 (up) hold h columns 16 wn + 8 j2 + 2 t4 + j.
+            float hv[4][2][4];
 #pragma unroll
-        for (int mi = 0; mi < 4; ++mi)
+            for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int local = wm * 64 + mi * 16 + g + 8 * h;  // row inside the tile
-                if (local >= rows_left) continue;
-                const int64_t slot = first + local;
-                if constexpr (UP) {
-                    const float wt = p.slot_weight[slot];
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int local = wm * 64 + mi * 16 + g + 8 * hh;
+                    const float wt = local < rows_left ? p.slot_weight[first + local] : 0.f;
 #pragma unroll
-                    for (int j2 = 0; j2 < 2; ++j2) {  // n8 tiles 2 j2 (gate) and 2 j2 + 1 (up)
-                        const uint32_t packed =
-                            uint32_t(swiglu_bf16(fin[mi][2 * j2][2 * h], fin[mi][2 * j2 + 1][2 * h], wt, p.limit)) |
-                            uint32_t(swiglu_bf16(fin[mi][2 * j2][2 * h + 1], fin[mi][2 * j2 + 1][2 * h + 1], wt,
-                                                 p.limit))
-                                << 16;
-                        const int col = nb * 64 + wn * 16 + j2 * 8 + 2 * t4;
-                        *reinterpret_cast<uint32_t*>(p.h + slot * p.ldo + col) = packed;
+                    for (int j2 = 0; j2 < 2; ++j2)
+#pragma unroll
+                        for (int j = 0; j < 2; ++j)
+                            hv[mi][hh][2 * j2 + j] = bf16_bits_to_f32(
+                                swiglu_bf16(fin[mi][2 * j2][2 * hh + j], fin[mi][2 * j2 + 1][2 * hh + j], wt, p.limit));
+                }
+            if (sub == 0) {  // h values are bf16: kept packed, lossless (fewer registers beside acc and fin)
+#pragma unroll
+                for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+                    for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                        for (int j2 = 0; j2 < 2; ++j2)
+                            h0[mi][hh][j2] = uint32_t(f32_to_bf16_bits(hv[mi][hh][2 * j2])) |
+                                             uint32_t(f32_to_bf16_bits(hv[mi][hh][2 * j2 + 1])) << 16;
+                continue;
+            }
+            float hp[4][2][4];  // sub-tile 0's values again
+#pragma unroll
+            for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                    for (int j2 = 0; j2 < 2; ++j2) {
+                        hp[mi][hh][2 * j2] = bf16_bits_to_f32(uint16_t(h0[mi][hh][j2] & 0xffffu));
+                        hp[mi][hh][2 * j2 + 1] = bf16_bits_to_f32(uint16_t(h0[mi][hh][j2] >> 16));
                     }
-                } else {
+            // Each row's 128 values are spread over the 4 column warps x the 4 lanes of a quad x both sub-tiles:
+            // quad maxima, then the column warps' through shared memory.
+#pragma unroll
+            for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    float amax = 0.f;
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) amax = fmaxf(amax, fmaxf(fabsf(hp[mi][hh][q]), fabsf(hv[mi][hh][q])));
+                    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+                    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+                    if (t4 == 0) row_max[wn * kBlockM + wm * 64 + mi * 16 + g + 8 * hh] = amax;
+                }
+            __syncthreads();
+#pragma unroll
+            for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int local = wm * 64 + mi * 16 + g + 8 * hh;
+                    if (local >= rows_left) continue;
+                    const float amax = fmaxf(fmaxf(row_max[local], row_max[kBlockM + local]),
+                                             fmaxf(row_max[2 * kBlockM + local], row_max[3 * kBlockM + local]));
+                    const float sc = fp8_block_scale(amax), inv = 1.f / sc;
+                    const int64_t slot = first + local;
+                    uint8_t* out = p.h_q.codes + slot * p.h_q.codes_ld + nb * 128 + 16 * wn + 2 * t4;
+#pragma unroll
+                    for (int j2 = 0; j2 < 2; ++j2) {
+                        *reinterpret_cast<uint16_t*>(out + 8 * j2) = uint16_t(
+                            fp8_code(hp[mi][hh][2 * j2], inv) | fp8_code(hp[mi][hh][2 * j2 + 1], inv) << 8);
+                        *reinterpret_cast<uint16_t*>(out + 64 + 8 * j2) = uint16_t(
+                            fp8_code(hv[mi][hh][2 * j2], inv) | fp8_code(hv[mi][hh][2 * j2 + 1], inv) << 8);
+                    }
+                    if (wn == 0 && t4 == 0) p.h_q.scales[int64_t(nb) * p.h_q.scales_ld + slot] = sc;
+                }
+        } else {
+#pragma unroll
+            for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int local = wm * 64 + mi * 16 + g + 8 * hh;  // row inside the tile
+                    if (local >= rows_left) continue;
+                    const int64_t slot = first + local;
 #pragma unroll
                     for (int ni = 0; ni < 4; ++ni) {
                         const int col = nb * kBlockN + wn * 32 + ni * 8 + 2 * t4;
                         *reinterpret_cast<float2*>(p.y + slot * p.ldo + col) =
-                            make_float2(fin[mi][ni][2 * h], fin[mi][ni][2 * h + 1]);
+                            make_float2(fin[mi][ni][2 * hh], fin[mi][ni][2 * hh + 1]);
                     }
                 }
-            }
+        }
+        }
     }
 }
 

@@ -4,9 +4,12 @@
 // reasons given in gemm_sm90.cu, and because the weight expansion with per-32 scale folding and the SwiGLU /
 // routing-weight epilogue are specific to this checkpoint format.
 // Design:
-//   - Tiles of grouped_gemm_common.cuh. Up-projection: weight rows 0..63 of the tile are w1 rows i0..i0+63, rows
-//     64..127 the same rows of w3, so one tile yields h columns i0..i0+63 with gate and up in the same thread
-//     (accumulator columns j and j + 64). Down-projection: 128 rows of w2.
+//   - Tiles of grouped_gemm_common.cuh. Up-projection: a tile is one 128-column block of h, computed as two
+//     sub-tiles whose weight rows 0..63 are w1 rows i0..i0+63 and rows 64..127 the same rows of w3 (i0 = the
+//     block's first column, + 64 for the second), so gate and up of an h column meet in one thread (accumulator
+//     columns j and j + 64); the first half's h values wait in registers, then each row's 128 values (a thread
+//     quad) are quantized together: the epilogue writes the down-projection's act_quant input directly
+//     (gemm/fp8_quant.cuh, identical to quantize_fp8_activation of the bf16 h). Down-projection: 128 rows of w2.
 //   - Producer warpgroup (128 threads, 40 registers): thread 0 loads the A tile (gathered act_quant codes of the
 //     tile's slots, TMA, 128-byte swizzle) and its 128 scales (TMA) with expect_tx; every producer thread copies its
 //     weight row's 64 FP4 bytes of the stage with four 16-byte cp.async (weights live in per-expert allocations: no
@@ -16,7 +19,8 @@
 //     writes the row's promotion scale, fence.proxy.async, named barrier of the 256 math threads, then four wgmma
 //     m64n128k32 (each warpgroup 64 slot rows), wait, free the stage, fp32 promotion acc * sa[row] * sc[column].
 //   - Expansion and scale folding: moe/fp4_expand.cuh.
-//   - Epilogue: up: h = bf16(silu(min(bf16 g, L)) * clamp(bf16 u) * weight[slot]), bf16 pairs; down: fp32 pairs.
+//   - Epilogue: up: h = bf16(silu(min(bf16 g, L)) * clamp(bf16 u) * weight[slot]) -> e4m3 codes and the row's
+//     block scale; down: fp32 pairs.
 //     Rows past the expert's count are not stored (the A rows there belong to the next expert or are zeros).
 #include <cuda.h>
 
@@ -28,6 +32,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/gemm/tensor_map.h"
 #include "cuda/gemm/tma.cuh"
+#include "cuda/gemm/fp8_quant.cuh"
 #include "cuda/gemm/wgmma_ss.cuh"
 #include "cuda/moe/fp4_expand.cuh"
 #include "cuda/moe/grouped_gemm_common.cuh"
@@ -62,11 +67,13 @@ struct GroupedParams {
     const int32_t* offset;
     int E;
     int K;         // weights per row (hidden for up, inter for down)
-    int n_blocks;  // tiles along the weight rows: inter / 64 (up) or hidden / 128 (down)
+    int n_blocks;  // tiles along the output columns: inter / 128 (up: h blocks) or hidden / 128 (down)
     const float* slot_weight;
     float limit;
-    uint16_t* h;   // up: bf16 [slots, ldo]
-    float* y;      // down: fp32 [slots, ldo]
+    uint8_t* h_codes;  // up: act_quant of h, [slots, ldo] codes
+    float* h_scales;   // ... and [inter / 128, h_scales_ld] scales
+    int64_t h_scales_ld;
+    float* y;          // down: fp32 [slots, ldo]
     int64_t ldo;
 };
 
@@ -88,6 +95,7 @@ __device__ __forceinline__ void named_barrier_math() { asm volatile("bar.sync 1,
 template <bool UP>
 __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_constant__ GroupedParams p) {
 #if FS_WGMMA_AVAILABLE
+    constexpr int kSubTiles = UP ? 2 : 1;  // up: two 64-column halves of a 128-column block of h
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     unsigned char* const a_tiles = smem;
@@ -124,8 +132,10 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
             int e, mb, nb;
             tile_of(t, prefix, p.E, p.n_blocks, e, mb, nb);
             const int row0 = p.offset[e] + mb * kBM;  // first slot row of the tile
-            // This thread's weight row: up: w1 (tid < 64) or w3 row nb * 64 + tid % 64; down: w2 row nb * 128 + tid.
-            const int wrow = UP ? nb * 64 + (tid & 63) : nb * kBN + tid;
+            for (int sub = 0; sub < kSubTiles; ++sub) {
+            // This thread's weight row: up: w1 (tid < 64) or w3 row nb * 128 + 64 * sub + tid % 64; down: w2 row
+            // nb * 128 + tid.
+            const int wrow = UP ? nb * 128 + 64 * sub + (tid & 63) : nb * kBN + tid;
             const unsigned char* src = static_cast<const unsigned char*>(UP && tid >= 64 ? p.w_b[e] : p.w_a[e]) +
                                        int64_t(wrow) * (p.K / 2);
             for (int kb = 0; kb < p.K / 128; ++kb) {
@@ -144,6 +154,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                     phase ^= 1;
                 }
             }
+            }
         }
         asm volatile("cp.async.wait_all;" ::: "memory");  // no thread leaves with copies in flight
         return;
@@ -160,11 +171,19 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
     for (int i = 0; i < 64; ++i) acc[i] = 0.f;
     int s = 0;
     uint32_t phase = 0, it = 0;
+    float h0[2][16];  // up: sub-tile 0's h values (rows r0, r0 + 8; columns 8i + 2t4 + j) until sub-tile 1 is done
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         int e, mb, nb;
         tile_of(t, prefix, p.E, p.n_blocks, e, mb, nb);
         const int count = p.count[e], first = p.offset[e] + mb * kBM;
-        const int wrow = UP ? nb * 64 + (x_row & 63) : nb * kBN + x_row;
+        float wt[2] = {0.f, 0.f};  // up: the routing weights of rows r0, r0 + 8 (0 past the expert's count)
+        if constexpr (UP) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                if (mb * kBM + r0 + 8 * h < count) wt[h] = p.slot_weight[first + r0 + 8 * h];
+        }
+        for (int sub = 0; sub < kSubTiles; ++sub) {
+        const int wrow = UP ? nb * 128 + 64 * sub + (x_row & 63) : nb * kBN + x_row;
         const uint8_t* srow = static_cast<const uint8_t*>(UP && x_row >= 64 ? p.s_b[e] : p.s_a[e]) +
                               int64_t(wrow) * (p.K / 32);
 #pragma unroll
@@ -208,29 +227,56 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                 phase ^= 1;
             }
         }
+        if constexpr (UP) {
+            // h of this sub-tile: gate in accumulator columns 8i + 2t4 + j, up in the same columns + 64.
+            float hv[2][16];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int local = mb * kBM + r0 + 8 * h;
-            if (local >= count) continue;
-            const int64_t slot = first + r0 + 8 * h;
-            if constexpr (UP) {
-                const float wt = p.slot_weight[slot];
-                uint16_t* out = p.h + slot * p.ldo + nb * 64 + 2 * t4;
+            for (int h = 0; h < 2; ++h)
 #pragma unroll
-                for (int i = 0; i < 8; ++i) {
-                    uint32_t packed = 0;
+                for (int i = 0; i < 8; ++i)
 #pragma unroll
                     for (int j = 0; j < 2; ++j)
-                        packed |= uint32_t(swiglu_bf16(fin[4 * i + 2 * h + j], fin[4 * (i + 8) + 2 * h + j], wt, p.limit))
-                                  << (16 * j);
-                    *reinterpret_cast<uint32_t*>(out + 8 * i) = packed;
+                        hv[h][2 * i + j] = bf16_bits_to_f32(
+                            swiglu_bf16(fin[4 * i + 2 * h + j], fin[4 * (i + 8) + 2 * h + j], wt[h], p.limit));
+            if (sub == 0) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+#pragma unroll
+                    for (int q = 0; q < 16; ++q) h0[h][q] = hv[h][q];
+                continue;
+            }
+            // Both halves of the 128-column block: act_quant per row (the quad t4 = 0..3 holds the row's 128 values).
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float amax = 0.f;
+#pragma unroll
+                for (int q = 0; q < 16; ++q) amax = fmaxf(amax, fmaxf(fabsf(h0[h][q]), fabsf(hv[h][q])));
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+                if (mb * kBM + r0 + 8 * h >= count) continue;
+                const int64_t slot = first + r0 + 8 * h;
+                const float sc = fp8_block_scale(amax), inv = 1.f / sc;
+                uint8_t* out = p.h_codes + slot * p.ldo + nb * 128 + 2 * t4;
+#pragma unroll
+                for (int i = 0; i < 8; ++i) {
+                    *reinterpret_cast<uint16_t*>(out + 8 * i) =
+                        uint16_t(fp8_code(h0[h][2 * i], inv) | fp8_code(h0[h][2 * i + 1], inv) << 8);
+                    *reinterpret_cast<uint16_t*>(out + 64 + 8 * i) =
+                        uint16_t(fp8_code(hv[h][2 * i], inv) | fp8_code(hv[h][2 * i + 1], inv) << 8);
                 }
-            } else {
+                if (t4 == 0) p.h_scales[int64_t(nb) * p.h_scales_ld + slot] = sc;
+            }
+        } else {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                if (mb * kBM + r0 + 8 * h >= count) continue;
+                const int64_t slot = first + r0 + 8 * h;
                 float* out = p.y + slot * p.ldo + nb * kBN + 2 * t4;
 #pragma unroll
                 for (int i = 0; i < 16; ++i)
                     *reinterpret_cast<float2*>(out + 8 * i) = make_float2(fin[4 * i + 2 * h], fin[4 * i + 2 * h + 1]);
             }
+        }
         }
     }
 #else
@@ -258,7 +304,9 @@ void launch_sm90(const Problem& q, cudaStream_t stream) {
     p.n_blocks = q.n_blocks;
     p.slot_weight = q.slot_weight;
     p.limit = q.limit;
-    p.h = q.h;
+    p.h_codes = q.h_q.codes;
+    p.h_scales = q.h_q.scales;
+    p.h_scales_ld = q.h_q.scales_ld;
     p.y = q.y;
     p.ldo = q.ldo;
     auto kernel = q.up ? grouped_fp4_kernel<true> : grouped_fp4_kernel<false>;

@@ -1,9 +1,10 @@
 // Op-consistency cases for the grouped FP4 expert GEMMs (cuda/moe/moe_gemm.cuh) against the CPU release numerics of
 // a routed expert (cpu::act_quant_fp8_block128, cpu::dequantize_linear, fp64 products rounded to bf16 like the
-// reference's expert GEMM outputs, cpu::swiglu_clamp, the routing weight, bf16 h). Groups come from the GPU's own
+// reference's expert GEMM outputs, cpu::swiglu_clamp, the routing weight, bf16 h and its act_quant, which the
+// up-projection writes). Groups come from the GPU's own
 // moe_group on a routing that gives one expert a single token, leaves others empty and fills the rest unevenly
-// (partial 128-row tiles, several tiles per expert). Random data with fresh seeds; h and y are poisoned before the run
-// and every used slot row must be written.
+// (partial 128-row tiles, several tiles per expert). Random data with fresh seeds; the workspace and y are poisoned
+// before the run and every used slot row must be written.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -84,6 +85,20 @@ const char* path_name(cuda::GemmPath p) {
     return p == cuda::GemmPath::WGMMA ? "wgmma" : p == cuda::GemmPath::MMA_NATIVE ? "mma-native" : "mma-f16";
 }
 
+// The act_quant of h the up-projection wrote, dequantized: [slots, inter] (codes x their row block's scale).
+std::vector<float> dequantized_h(const cuda::Fp8Activation& hq, int64_t slots) {
+    std::vector<uint8_t> codes(static_cast<size_t>(slots * hq.codes_ld));
+    std::vector<float> scales(static_cast<size_t>(((hq.k + 127) / 128) * hq.scales_ld));
+    CUDA_CHECK(cudaMemcpy(codes.data(), hq.codes, codes.size(), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(scales.data(), hq.scales, scales.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<float> v(static_cast<size_t>(slots * hq.k));
+    for (int64_t s = 0; s < slots; ++s)
+        for (int64_t c = 0; c < hq.k; ++c)
+            v[size_t(s * hq.k + c)] =
+                e4m3_to_f32(codes[size_t(s * hq.codes_ld + c)]) * scales[size_t((c / 128) * hq.scales_ld + s)];
+    return v;
+}
+
 struct Case {
     int64_t M;
     int E, top_k;
@@ -160,13 +175,13 @@ TEST(MoeGemm, GroupedFp4MatchesCpuReleaseExperts) {
             const float* slot_weight = hg_view.slot_weight;
             EXPECT_EQ(counts[0], 1);
             EXPECT_EQ(counts[1], 0);
-            std::vector<uint16_t> h_gpu(size_t(slots * I));
-            CUDA_CHECK(cudaMemcpy(h_gpu.data(), ws.h, h_gpu.size() * 2, cudaMemcpyDeviceToHost));
+            const auto hq_gpu = dequantized_h(ws.h_q, slots);
             const auto y_gpu = y.download();
 
-            std::vector<float> h_ref, h_got, y_ref, y_got, y_own;  // y_own: the down GEMM alone, from the GPU's h
+            // h_q against the CPU's act_quant of its h; y from the GPU's own h_q (the down GEMM alone) and from the
+            // CPU's (up + down).
+            std::vector<float> h_ref, h_got, y_ref, y_got, y_own;
             std::vector<float> xq(static_cast<size_t>(H)), hq(static_cast<size_t>(I));
-            std::vector<float> hg(static_cast<size_t>(I)), hgq(static_cast<size_t>(I));
             std::vector<double> gd(static_cast<size_t>(I)), ud(static_cast<size_t>(I)), yd(static_cast<size_t>(H));
             for (int e = 0; e < c.E; ++e)
                 for (int32_t s = offsets[e]; s < offsets[e] + counts[e]; ++s) {
@@ -182,27 +197,24 @@ TEST(MoeGemm, GroupedFp4MatchesCpuReleaseExperts) {
                     }
                     cpu::swiglu_clamp(gf.data(), uf.data(), I, limit, hf.data());
                     for (int64_t i = 0; i < I; ++i) hf[size_t(i)] = round_bf16(hf[size_t(i)] * slot_weight[s]);
-                    for (int64_t i = 0; i < I; ++i) {
-                        h_ref.push_back(hf[size_t(i)]);
-                        h_got.push_back(bf16_to_f32(h_gpu[size_t(s * I + i)]));
-                        hg[size_t(i)] = h_got.back();
-                    }
                     cpu::act_quant_fp8_block128(hf.data(), I, hq.data());
+                    const float* hg = &hq_gpu[size_t(s * I)];
+                    h_ref.insert(h_ref.end(), hq.begin(), hq.end());
+                    h_got.insert(h_got.end(), hg, hg + I);
                     product_row(hq.data(), ex->f2[size_t(e)], H, I, yd.data());
                     for (int64_t o = 0; o < H; ++o) y_ref.push_back(float(yd[size_t(o)]));
-                    cpu::act_quant_fp8_block128(hg.data(), I, hgq.data());
-                    product_row(hgq.data(), ex->f2[size_t(e)], H, I, yd.data());
+                    product_row(hg, ex->f2[size_t(e)], H, I, yd.data());
                     for (int64_t o = 0; o < H; ++o) {
                         y_own.push_back(float(yd[size_t(o)]));
                         y_got.push_back(y_gpu[size_t(s * H + o)]);
                     }
                 }
-            // h: the FP8 tensor-core sums (~5e-5) can flip a bf16 rounding of g or u, 1e-2 as the wgmma decode experts;
-            // y from the GPU's own h: the down GEMM alone (1e-4, the dense FP8 wgmma bound; the f16 path is fp32-exact
-            // per product); y end to end: 1e-2.
+            // h_q: the FP8 tensor-core sums (~5e-5) can flip a bf16 rounding of g or u and then an e4m3 rounding:
+            // 1e-2, as the wgmma decode experts' h; y from the GPU's own h_q: the down GEMM alone (1e-4, the dense
+            // FP8 wgmma bound; the f16 path is fp32-exact per product); y end to end: 1e-2.
             const double eh = rel_l2(h_got, h_ref), ey = rel_l2(y_got, y_own), ey_all = rel_l2(y_got, y_ref);
-            std::printf("  grouped experts %s: h rel_l2 %.3g, y (down alone) %.3g, y (up + down) %.3g\n", desc.str().c_str(),
-                        eh, ey, ey_all);
+            std::printf("  grouped experts %s: h_q rel_l2 %.3g, y (down alone) %.3g, y (up + down) %.3g\n",
+                        desc.str().c_str(), eh, ey, ey_all);
             EXPECT_LE(eh, 1e-2);
             EXPECT_LE(ey, 1e-4);
             EXPECT_LE(ey_all, 1e-2);
@@ -254,8 +266,7 @@ TEST(MoeGemm, ScaleFoldingIsExactAt14Octaves) {
         cuda::moe_gemm_up(d_x.ptr, H, M, top_k, ex->table, g, limit, ws, nullptr, path);
         cuda::moe_gemm_down(M, top_k, ex->table, g, ws, y.ptr, nullptr, path);
         CUDA_CHECK(cudaDeviceSynchronize());
-        std::vector<uint16_t> h_gpu(static_cast<size_t>(M * I));
-        CUDA_CHECK(cudaMemcpy(h_gpu.data(), ws.h, h_gpu.size() * 2, cudaMemcpyDeviceToHost));
+        const auto hq_gpu = dequantized_h(ws.h_q, M);
         auto graw = gmem.download();
         const cuda::MoeGrouping hv = cuda::moe_grouping_view(graw.data(), E, M);
         const auto yg = y.download();
@@ -272,12 +283,12 @@ TEST(MoeGemm, ScaleFoldingIsExactAt14Octaves) {
                 uf[size_t(i)] = round_bf16(float(ud[size_t(i)]));
             }
             cpu::swiglu_clamp(gf.data(), uf.data(), I, limit, hf.data());
-            for (int64_t i = 0; i < I; ++i) {
-                h_want.push_back(round_bf16(hf[size_t(i)] * hv.slot_weight[s]));
-                h_got.push_back(bf16_to_f32(h_gpu[size_t(s * I + i)]));
-            }
-            cpu::act_quant_fp8_block128(&h_got[size_t(s * I)], I, hq.data());
-            product_row(hq.data(), ex->f2[0], H, I, yd.data());
+            for (int64_t i = 0; i < I; ++i) hf[size_t(i)] = round_bf16(hf[size_t(i)] * hv.slot_weight[s]);
+            cpu::act_quant_fp8_block128(hf.data(), I, hq.data());
+            h_want.insert(h_want.end(), hq.begin(), hq.end());
+            const float* hg = &hq_gpu[size_t(s * I)];
+            h_got.insert(h_got.end(), hg, hg + I);
+            product_row(hg, ex->f2[0], H, I, yd.data());
             for (int64_t o = 0; o < H; ++o) {
                 y_want.push_back(float(yd[size_t(o)]));
                 y_got.push_back(yg[size_t(s * H + o)]);
