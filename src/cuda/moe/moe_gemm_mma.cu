@@ -79,172 +79,172 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_mma_kernel(const Problem 
         const int count = p.count[e], first = p.offset[e] + mb * kBlockM;
         const int rows_left = count - mb * kBlockM;  // valid slot rows of this tile (> 0)
         for (int sub = 0; sub < kSubTiles; ++sub) {
-        bool x_second;
-        const int x_wrow = weight_row(UP, nb, sub, x_row, x_second);
-        const uint8_t* srow =
-            static_cast<const uint8_t*>(x_second ? p.s_b[e] : p.s_a[e]) + int64_t(x_wrow) * (p.K / 32);
+            bool x_second;
+            const int x_wrow = weight_row(UP, nb, sub, x_row, x_second);
+            const uint8_t* srow =
+                static_cast<const uint8_t*>(x_second ? p.s_b[e] : p.s_a[e]) + int64_t(x_wrow) * (p.K / 32);
 
-        // This thread's copy sources, computed once per pass (fewer live registers in the K loop): A rows
-        // tid / 8 + 32 i (chunk tid % 8), valid while inside the activation; weight rows tid / 4 and tid / 4 + 64
-        // (chunk tid % 4), which map to rows 32 apart of the same matrix (weight_row).
-        const int a_row = tid >> 3, a_chunk = tid & 7;
-        const int a_rows_ok = int(min(int64_t(4), (p.a.m - first - a_row + 31) / 32));  // rows i < this exist
-        const unsigned char* a_src = a_g + int64_t(first + a_row) * p.a.codes_ld + a_chunk * 16;
-        const int64_t a_step = 32 * p.a.codes_ld;
-        bool b_second;
-        const int b_row = tid >> 2, b_chunk = tid & 3;
-        const int b_wrow = weight_row(UP, nb, sub, b_row, b_second);
-        const unsigned char* b_src = static_cast<const unsigned char*>(b_second ? p.w_b[e] : p.w_a[e]) +
-                                     int64_t(b_wrow) * (p.K / 2) + b_chunk * 16;
-        const int64_t b_step = int64_t(UP ? 32 : 64) * (p.K / 2);  // tile row + 64 -> weight row + 32 (up) / + 64
-        const bool s_ok = tid < kBlockM / 4 && first + 4 * tid < p.a.m;
-        const float* s_src = p.a.scales + first + 4 * tid;
+            // This thread's copy sources, computed once per pass (fewer live registers in the K loop): A rows
+            // tid / 8 + 32 i (chunk tid % 8), valid while inside the activation; weight rows tid / 4 and tid / 4 + 64
+            // (chunk tid % 4), which map to rows 32 apart of the same matrix (weight_row).
+            const int a_row = tid >> 3, a_chunk = tid & 7;
+            const int a_rows_ok = int(min(int64_t(4), (p.a.m - first - a_row + 31) / 32));  // rows i < this exist
+            const unsigned char* a_src = a_g + int64_t(first + a_row) * p.a.codes_ld + a_chunk * 16;
+            const int64_t a_step = 32 * p.a.codes_ld;
+            bool b_second;
+            const int b_row = tid >> 2, b_chunk = tid & 3;
+            const int b_wrow = weight_row(UP, nb, sub, b_row, b_second);
+            const unsigned char* b_src = static_cast<const unsigned char*>(b_second ? p.w_b[e] : p.w_a[e]) +
+                                         int64_t(b_wrow) * (p.K / 2) + b_chunk * 16;
+            const int64_t b_step = int64_t(UP ? 32 : 64) * (p.K / 2);  // tile row + 64 -> weight row + 32 (up) / + 64
+            const bool s_ok = tid < kBlockM / 4 && first + 4 * tid < p.a.m;
+            const float* s_src = p.a.scales + first + 4 * tid;
 
-        auto load_stage = [&](int kb) {
-            const int s = kb % kStages;
+            auto load_stage = [&](int kb) {
+                const int s = kb % kStages;
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {  // A: 1024 chunks, 4 per thread (rows of other experts load harmlessly)
-                const bool ok = i < a_rows_ok;
-                cp_async_16_zfill(a_tiles + s * kATile + swizzled(a_row + 32 * i, a_chunk * 16),
-                                  ok ? a_src + i * a_step + kb * 128 : a_g, ok);
+                for (int i = 0; i < 4; ++i) {  // A: 1024 chunks, 4 per thread (rows of other experts load harmlessly)
+                    const bool ok = i < a_rows_ok;
+                    cp_async_16_zfill(a_tiles + s * kATile + swizzled(a_row + 32 * i, a_chunk * 16),
+                                      ok ? a_src + i * a_step + kb * 128 : a_g, ok);
+                }
+#pragma unroll
+                for (int i = 0; i < 2; ++i)  // raw B: 128 rows x 64 bytes, 2 chunks per thread
+                    cp_async_16_zfill(raw_tiles + s * kRawTile + (b_row + 64 * i) * 64 + b_chunk * 16,
+                                      b_src + i * b_step + kb * 64, true);
+                if (tid < kBlockM / 4)  // the stage's 128 activation scales (rows past the activation: zeros)
+                    cp_async_16_zfill(a_scales + s * kScaleFloats + 4 * tid,
+                                      s_ok ? s_src + int64_t(kb) * p.a.scales_ld : p.a.scales, s_ok);
+            };
+
+            float acc[4][4][4], fin[4][4][4];
+            zero_tile(acc);
+            zero_tile(fin);
+            __syncthreads();  // the previous pass's last stage, B tile and row maxima are no longer read
+#pragma unroll
+            for (int s = 0; s < kStages - 1; ++s) {
+                if (s < k_blocks) load_stage(s);
+                cp_async_commit();
             }
+            for (int kb = 0; kb < k_blocks; ++kb) {
+                const uint32_t scales4 = fp4_expand::load_scales4(srow + 4 * kb);
+                cp_async_wait<kStages - 2>();
+                __syncthreads();  // stage kb landed for every thread; everyone is done with B and stage kb - 1
+                if (kb + kStages - 1 < k_blocks) load_stage(kb + kStages - 1);
+                cp_async_commit();
+                const int s = kb % kStages;
+                const int ref = fp4_expand::reference_exponent(scales4);
+                fp4_expand::expand_half_row(raw_tiles + s * kRawTile + x_row * 64, b_tile, x_row, x_half, scales4, ref);
+                if (x_half == 0) csc[x_row] = fp4_expand::column_scale(ref) * product_unscale<MODE>();
+                __syncthreads();  // the expanded tile is complete
+                const uint32_t a_base = smem_addr(a_tiles + s * kATile), b_base = smem_addr(b_tile);
 #pragma unroll
-            for (int i = 0; i < 2; ++i)  // raw B: 128 rows x 64 bytes, 2 chunks per thread
-                cp_async_16_zfill(raw_tiles + s * kRawTile + (b_row + 64 * i) * 64 + b_chunk * 16,
-                                  b_src + i * b_step + kb * 64, true);
-            if (tid < kBlockM / 4)  // the stage's 128 activation scales (rows past the activation: zeros)
-                cp_async_16_zfill(a_scales + s * kScaleFloats + 4 * tid,
-                                  s_ok ? s_src + int64_t(kb) * p.a.scales_ld : p.a.scales, s_ok);
-        };
-
-        float acc[4][4][4], fin[4][4][4];
-        zero_tile(acc);
-        zero_tile(fin);
-        __syncthreads();  // the previous pass's last stage, B tile and row maxima are no longer read
+                for (int ks = 0; ks < 4; ++ks) k_step<MODE>(acc, a_base, b_base, ks, wm, wn, lane);
+                const float* ss = a_scales + s * kScaleFloats + wm * 64 + g;
 #pragma unroll
-        for (int s = 0; s < kStages - 1; ++s) {
-            if (s < k_blocks) load_stage(s);
-            cp_async_commit();
-        }
-        for (int kb = 0; kb < k_blocks; ++kb) {
-            const uint32_t scales4 = fp4_expand::load_scales4(srow + 4 * kb);
-            cp_async_wait<kStages - 2>();
-            __syncthreads();  // stage kb landed for every thread; everyone is done with B and stage kb - 1
-            if (kb + kStages - 1 < k_blocks) load_stage(kb + kStages - 1);
-            cp_async_commit();
-            const int s = kb % kStages;
-            const int ref = fp4_expand::reference_exponent(scales4);
-            fp4_expand::expand_half_row(raw_tiles + s * kRawTile + x_row * 64, b_tile, x_row, x_half, scales4, ref);
-            if (x_half == 0) csc[x_row] = fp4_expand::column_scale(ref) * product_unscale<MODE>();
-            __syncthreads();  // the expanded tile is complete
-            const uint32_t a_base = smem_addr(a_tiles + s * kATile), b_base = smem_addr(b_tile);
+                for (int ni = 0; ni < 4; ++ni) {
+                    const float2 c = *reinterpret_cast<const float2*>(csc + wn * 32 + ni * 8 + 2 * t4);
 #pragma unroll
-            for (int ks = 0; ks < 4; ++ks) k_step<MODE>(acc, a_base, b_base, ks, wm, wn, lane);
-            const float* ss = a_scales + s * kScaleFloats + wm * 64 + g;
+                    for (int mi = 0; mi < 4; ++mi) {
+                        const float s0 = ss[mi * 16], s1 = ss[mi * 16 + 8];
+                        fin[mi][ni][0] = fmaf(acc[mi][ni][0], s0 * c.x, fin[mi][ni][0]);
+                        fin[mi][ni][1] = fmaf(acc[mi][ni][1], s0 * c.y, fin[mi][ni][1]);
+                        fin[mi][ni][2] = fmaf(acc[mi][ni][2], s1 * c.x, fin[mi][ni][2]);
+                        fin[mi][ni][3] = fmaf(acc[mi][ni][3], s1 * c.y, fin[mi][ni][3]);
 #pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-                const float2 c = *reinterpret_cast<const float2*>(csc + wn * 32 + ni * 8 + 2 * t4);
-#pragma unroll
-                for (int mi = 0; mi < 4; ++mi) {
-                    const float s0 = ss[mi * 16], s1 = ss[mi * 16 + 8];
-                    fin[mi][ni][0] = fmaf(acc[mi][ni][0], s0 * c.x, fin[mi][ni][0]);
-                    fin[mi][ni][1] = fmaf(acc[mi][ni][1], s0 * c.y, fin[mi][ni][1]);
-                    fin[mi][ni][2] = fmaf(acc[mi][ni][2], s1 * c.x, fin[mi][ni][2]);
-                    fin[mi][ni][3] = fmaf(acc[mi][ni][3], s1 * c.y, fin[mi][ni][3]);
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) acc[mi][ni][j] = 0.f;
+                        for (int j = 0; j < 4; ++j) acc[mi][ni][j] = 0.f;
+                    }
                 }
             }
-        }
-        cp_async_wait<0>();
+            cp_async_wait<0>();
 
-        if constexpr (UP) {
-            // h of this sub-tile: n8 tiles 2 j2 (gate) and 2 j2 + 1 (up) hold h columns 16 wn + 8 j2 + 2 t4 + j.
-            float hv[4][2][4];
+            if constexpr (UP) {
+                // h of this sub-tile: n8 tiles 2 j2 (gate) and 2 j2 + 1 (up) hold h columns 16 wn + 8 j2 + 2 t4 + j.
+                float hv[4][2][4];
 #pragma unroll
-            for (int mi = 0; mi < 4; ++mi)
+                for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
-                for (int hh = 0; hh < 2; ++hh) {
-                    const int local = wm * 64 + mi * 16 + g + 8 * hh;
-                    const float wt = local < rows_left ? p.slot_weight[first + local] : 0.f;
+                    for (int hh = 0; hh < 2; ++hh) {
+                        const int local = wm * 64 + mi * 16 + g + 8 * hh;
+                        const float wt = local < rows_left ? p.slot_weight[first + local] : 0.f;
 #pragma unroll
-                    for (int j2 = 0; j2 < 2; ++j2)
+                        for (int j2 = 0; j2 < 2; ++j2)
 #pragma unroll
-                        for (int j = 0; j < 2; ++j)
-                            hv[mi][hh][2 * j2 + j] = bf16_bits_to_f32(
-                                swiglu_bf16(fin[mi][2 * j2][2 * hh + j], fin[mi][2 * j2 + 1][2 * hh + j], wt, p.limit));
+                            for (int j = 0; j < 2; ++j)
+                                hv[mi][hh][2 * j2 + j] = bf16_bits_to_f32(swiglu_bf16(
+                                    fin[mi][2 * j2][2 * hh + j], fin[mi][2 * j2 + 1][2 * hh + j], wt, p.limit));
+                    }
+                if (sub == 0) {  // h values are bf16: kept packed, lossless (fewer registers beside acc and fin)
+#pragma unroll
+                    for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+                        for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                            for (int j2 = 0; j2 < 2; ++j2)
+                                h0[mi][hh][j2] = uint32_t(f32_to_bf16_bits(hv[mi][hh][2 * j2])) |
+                                                 uint32_t(f32_to_bf16_bits(hv[mi][hh][2 * j2 + 1])) << 16;
+                    continue;
                 }
-            if (sub == 0) {  // h values are bf16: kept packed, lossless (fewer registers beside acc and fin)
+                float hp[4][2][4];  // sub-tile 0's values again
 #pragma unroll
                 for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
                     for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
-                        for (int j2 = 0; j2 < 2; ++j2)
-                            h0[mi][hh][j2] = uint32_t(f32_to_bf16_bits(hv[mi][hh][2 * j2])) |
-                                             uint32_t(f32_to_bf16_bits(hv[mi][hh][2 * j2 + 1])) << 16;
-                continue;
+                        for (int j2 = 0; j2 < 2; ++j2) {
+                            hp[mi][hh][2 * j2] = bf16_bits_to_f32(uint16_t(h0[mi][hh][j2] & 0xffffu));
+                            hp[mi][hh][2 * j2 + 1] = bf16_bits_to_f32(uint16_t(h0[mi][hh][j2] >> 16));
+                        }
+                // Each row's 128 values are spread over the 4 column warps x the 4 lanes of a quad x both sub-tiles:
+                // quad maxima, then the column warps' through shared memory.
+#pragma unroll
+                for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+                    for (int hh = 0; hh < 2; ++hh) {
+                        float amax = 0.f;
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) amax = fmaxf(amax, fmaxf(fabsf(hp[mi][hh][q]), fabsf(hv[mi][hh][q])));
+                        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+                        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+                        if (t4 == 0) row_max[wn * kBlockM + wm * 64 + mi * 16 + g + 8 * hh] = amax;
+                    }
+                __syncthreads();
+#pragma unroll
+                for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+                    for (int hh = 0; hh < 2; ++hh) {
+                        const int local = wm * 64 + mi * 16 + g + 8 * hh;
+                        if (local >= rows_left) continue;
+                        const float amax = fmaxf(fmaxf(row_max[local], row_max[kBlockM + local]),
+                                                 fmaxf(row_max[2 * kBlockM + local], row_max[3 * kBlockM + local]));
+                        const float sc = fp8_block_scale(amax), inv = 1.f / sc;
+                        const int64_t slot = first + local;
+                        uint8_t* out = p.h_q.codes + slot * p.h_q.codes_ld + nb * 128 + 16 * wn + 2 * t4;
+#pragma unroll
+                        for (int j2 = 0; j2 < 2; ++j2) {
+                            *reinterpret_cast<uint16_t*>(out + 8 * j2) = uint16_t(
+                                fp8_code(hp[mi][hh][2 * j2], inv) | fp8_code(hp[mi][hh][2 * j2 + 1], inv) << 8);
+                            *reinterpret_cast<uint16_t*>(out + 64 + 8 * j2) = uint16_t(
+                                fp8_code(hv[mi][hh][2 * j2], inv) | fp8_code(hv[mi][hh][2 * j2 + 1], inv) << 8);
+                        }
+                        if (wn == 0 && t4 == 0) p.h_q.scales[int64_t(nb) * p.h_q.scales_ld + slot] = sc;
+                    }
+            } else {
+#pragma unroll
+                for (int mi = 0; mi < 4; ++mi)
+#pragma unroll
+                    for (int hh = 0; hh < 2; ++hh) {
+                        const int local = wm * 64 + mi * 16 + g + 8 * hh;  // row inside the tile
+                        if (local >= rows_left) continue;
+                        const int64_t slot = first + local;
+#pragma unroll
+                        for (int ni = 0; ni < 4; ++ni) {
+                            const int col = nb * kBlockN + wn * 32 + ni * 8 + 2 * t4;
+                            *reinterpret_cast<float2*>(p.y + slot * p.ldo + col) =
+                                make_float2(fin[mi][ni][2 * hh], fin[mi][ni][2 * hh + 1]);
+                        }
+                    }
             }
-            float hp[4][2][4];  // sub-tile 0's values again
-#pragma unroll
-            for (int mi = 0; mi < 4; ++mi)
-#pragma unroll
-                for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-                    for (int j2 = 0; j2 < 2; ++j2) {
-                        hp[mi][hh][2 * j2] = bf16_bits_to_f32(uint16_t(h0[mi][hh][j2] & 0xffffu));
-                        hp[mi][hh][2 * j2 + 1] = bf16_bits_to_f32(uint16_t(h0[mi][hh][j2] >> 16));
-                    }
-            // Each row's 128 values are spread over the 4 column warps x the 4 lanes of a quad x both sub-tiles:
-            // quad maxima, then the column warps' through shared memory.
-#pragma unroll
-            for (int mi = 0; mi < 4; ++mi)
-#pragma unroll
-                for (int hh = 0; hh < 2; ++hh) {
-                    float amax = 0.f;
-#pragma unroll
-                    for (int q = 0; q < 4; ++q) amax = fmaxf(amax, fmaxf(fabsf(hp[mi][hh][q]), fabsf(hv[mi][hh][q])));
-                    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-                    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-                    if (t4 == 0) row_max[wn * kBlockM + wm * 64 + mi * 16 + g + 8 * hh] = amax;
-                }
-            __syncthreads();
-#pragma unroll
-            for (int mi = 0; mi < 4; ++mi)
-#pragma unroll
-                for (int hh = 0; hh < 2; ++hh) {
-                    const int local = wm * 64 + mi * 16 + g + 8 * hh;
-                    if (local >= rows_left) continue;
-                    const float amax = fmaxf(fmaxf(row_max[local], row_max[kBlockM + local]),
-                                             fmaxf(row_max[2 * kBlockM + local], row_max[3 * kBlockM + local]));
-                    const float sc = fp8_block_scale(amax), inv = 1.f / sc;
-                    const int64_t slot = first + local;
-                    uint8_t* out = p.h_q.codes + slot * p.h_q.codes_ld + nb * 128 + 16 * wn + 2 * t4;
-#pragma unroll
-                    for (int j2 = 0; j2 < 2; ++j2) {
-                        *reinterpret_cast<uint16_t*>(out + 8 * j2) = uint16_t(
-                            fp8_code(hp[mi][hh][2 * j2], inv) | fp8_code(hp[mi][hh][2 * j2 + 1], inv) << 8);
-                        *reinterpret_cast<uint16_t*>(out + 64 + 8 * j2) = uint16_t(
-                            fp8_code(hv[mi][hh][2 * j2], inv) | fp8_code(hv[mi][hh][2 * j2 + 1], inv) << 8);
-                    }
-                    if (wn == 0 && t4 == 0) p.h_q.scales[int64_t(nb) * p.h_q.scales_ld + slot] = sc;
-                }
-        } else {
-#pragma unroll
-            for (int mi = 0; mi < 4; ++mi)
-#pragma unroll
-                for (int hh = 0; hh < 2; ++hh) {
-                    const int local = wm * 64 + mi * 16 + g + 8 * hh;  // row inside the tile
-                    if (local >= rows_left) continue;
-                    const int64_t slot = first + local;
-#pragma unroll
-                    for (int ni = 0; ni < 4; ++ni) {
-                        const int col = nb * kBlockN + wn * 32 + ni * 8 + 2 * t4;
-                        *reinterpret_cast<float2*>(p.y + slot * p.ldo + col) =
-                            make_float2(fin[mi][ni][2 * hh], fin[mi][ni][2 * hh + 1]);
-                    }
-                }
-        }
         }
     }
 }

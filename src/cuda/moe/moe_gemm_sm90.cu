@@ -133,27 +133,27 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
             tile_of(t, prefix, p.E, p.n_blocks, e, mb, nb);
             const int row0 = p.offset[e] + mb * kBM;  // first slot row of the tile
             for (int sub = 0; sub < kSubTiles; ++sub) {
-            // This thread's weight row: up: w1 (tid < 64) or w3 row nb * 128 + 64 * sub + tid % 64; down: w2 row
-            // nb * 128 + tid.
-            const int wrow = UP ? nb * 128 + 64 * sub + (tid & 63) : nb * kBN + tid;
-            const unsigned char* src = static_cast<const unsigned char*>(UP && tid >= 64 ? p.w_b[e] : p.w_a[e]) +
-                                       int64_t(wrow) * (p.K / 2);
-            for (int kb = 0; kb < p.K / 128; ++kb) {
-                mbar_wait(&empty[s], phase ^ 1);
-                if (tid == 0) {
-                    mbar_expect_tx(&full[s], kATile + kScaleBytes);
-                    tma::load_2d(a_tiles + size_t(s) * kATile, &p.map_a, kb * 128, row0, &full[s]);
-                    tma::load_2d(a_scales + s * kBM, &p.map_sa, row0, kb, &full[s]);
-                }
-                unsigned char* dst = raw_tiles + size_t(s) * kRawTile + tid * 64;
+                // This thread's weight row: up: w1 (tid < 64) or w3 row nb * 128 + 64 * sub + tid % 64; down: w2 row
+                // nb * 128 + tid.
+                const int wrow = UP ? nb * 128 + 64 * sub + (tid & 63) : nb * kBN + tid;
+                const unsigned char* src = static_cast<const unsigned char*>(UP && tid >= 64 ? p.w_b[e] : p.w_a[e]) +
+                                           int64_t(wrow) * (p.K / 2);
+                for (int kb = 0; kb < p.K / 128; ++kb) {
+                    mbar_wait(&empty[s], phase ^ 1);
+                    if (tid == 0) {
+                        mbar_expect_tx(&full[s], kATile + kScaleBytes);
+                        tma::load_2d(a_tiles + size_t(s) * kATile, &p.map_a, kb * 128, row0, &full[s]);
+                        tma::load_2d(a_scales + s * kBM, &p.map_sa, row0, kb, &full[s]);
+                    }
+                    unsigned char* dst = raw_tiles + size_t(s) * kRawTile + tid * 64;
 #pragma unroll
-                for (int c = 0; c < 4; ++c) cp_async_16(dst + 16 * c, src + kb * 64 + 16 * c);
-                cp_async_mbar_arrive(&full[s]);
-                if (++s == kStages) {
-                    s = 0;
-                    phase ^= 1;
+                    for (int c = 0; c < 4; ++c) cp_async_16(dst + 16 * c, src + kb * 64 + 16 * c);
+                    cp_async_mbar_arrive(&full[s]);
+                    if (++s == kStages) {
+                        s = 0;
+                        phase ^= 1;
+                    }
                 }
-            }
             }
         }
         asm volatile("cp.async.wait_all;" ::: "memory");  // no thread leaves with copies in flight
@@ -183,100 +183,100 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                 if (mb * kBM + r0 + 8 * h < count) wt[h] = p.slot_weight[first + r0 + 8 * h];
         }
         for (int sub = 0; sub < kSubTiles; ++sub) {
-        const int wrow = UP ? nb * 128 + 64 * sub + (x_row & 63) : nb * kBN + x_row;
-        const uint8_t* srow = static_cast<const uint8_t*>(UP && x_row >= 64 ? p.s_b[e] : p.s_a[e]) +
-                              int64_t(wrow) * (p.K / 32);
+            const int wrow = UP ? nb * 128 + 64 * sub + (x_row & 63) : nb * kBN + x_row;
+            const uint8_t* srow = static_cast<const uint8_t*>(UP && x_row >= 64 ? p.s_b[e] : p.s_a[e]) +
+                                  int64_t(wrow) * (p.K / 32);
 #pragma unroll
-        for (int i = 0; i < 64; ++i) fin[i] = 0.f;
-        for (int kb = 0; kb < p.K / 128; ++kb, ++it) {
-            const uint32_t scales4 = fp4_expand::load_scales4(srow + 4 * kb);
-            const int ref = fp4_expand::reference_exponent(scales4);
-            mbar_wait(&full[s], phase);
-            unsigned char* btile = b_tiles + size_t(it & 1) * kBTile;
-            float* csc = col_scales + (it & 1) * kBN;
-            fp4_expand::expand_half_row(raw_tiles + size_t(s) * kRawTile + x_row * 64, btile, x_row, x_half, scales4,
-                                        ref);
-            if (x_half == 0) csc[x_row] = fp4_expand::column_scale(ref);
-            const float sa0 = a_scales[s * kBM + r0], sa1 = a_scales[s * kBM + r0 + 8];
-            fence_proxy_async();  // the expanded tile (generic stores) is read by wgmma (async proxy)
-            named_barrier_math();
-            const uint32_t a_addr = smem_u32(a_tiles + size_t(s) * kATile + 64 * mw * 128);
-            const uint32_t b_addr = smem_u32(btile);
+            for (int i = 0; i < 64; ++i) fin[i] = 0.f;
+            for (int kb = 0; kb < p.K / 128; ++kb, ++it) {
+                const uint32_t scales4 = fp4_expand::load_scales4(srow + 4 * kb);
+                const int ref = fp4_expand::reference_exponent(scales4);
+                mbar_wait(&full[s], phase);
+                unsigned char* btile = b_tiles + size_t(it & 1) * kBTile;
+                float* csc = col_scales + (it & 1) * kBN;
+                fp4_expand::expand_half_row(raw_tiles + size_t(s) * kRawTile + x_row * 64, btile, x_row, x_half, scales4,
+                                            ref);
+                if (x_half == 0) csc[x_row] = fp4_expand::column_scale(ref);
+                const float sa0 = a_scales[s * kBM + r0], sa1 = a_scales[s * kBM + r0 + 8];
+                fence_proxy_async();  // the expanded tile (generic stores) is read by wgmma (async proxy)
+                named_barrier_math();
+                const uint32_t a_addr = smem_u32(a_tiles + size_t(s) * kATile + 64 * mw * 128);
+                const uint32_t b_addr = smem_u32(btile);
 #pragma unroll
-            for (int i = 0; i < 64; ++i) wgmma::fence_operand(acc[i]);
-            wgmma::fence();
+                for (int i = 0; i < 64; ++i) wgmma::fence_operand(acc[i]);
+                wgmma::fence();
 #pragma unroll
-            for (int k = 0; k < 4; ++k)
-                wgmma::mma_e4m3_n128(acc, tma::sw128_descriptor(a_addr + 32 * k), tma::sw128_descriptor(b_addr + 32 * k),
-                                     k > 0 ? 1u : 0u);
-            wgmma::commit();
+                for (int k = 0; k < 4; ++k)
+                    wgmma::mma_e4m3_n128(acc, tma::sw128_descriptor(a_addr + 32 * k),
+                                         tma::sw128_descriptor(b_addr + 32 * k), k > 0 ? 1u : 0u);
+                wgmma::commit();
 #pragma unroll
-            for (int i = 0; i < 64; ++i) wgmma::fence_operand(acc[i]);
-            wgmma::wait<0>();
-            if (lane == 0) tma::mbar_arrive(&empty[s]);
+                for (int i = 0; i < 64; ++i) wgmma::fence_operand(acc[i]);
+                wgmma::wait<0>();
+                if (lane == 0) tma::mbar_arrive(&empty[s]);
 #pragma unroll
-            for (int i = 0; i < 16; ++i) {
-                const float2 c = *reinterpret_cast<const float2*>(csc + 8 * i + 2 * t4);
-                fin[4 * i + 0] = fmaf(acc[4 * i + 0], sa0 * c.x, fin[4 * i + 0]);
-                fin[4 * i + 1] = fmaf(acc[4 * i + 1], sa0 * c.y, fin[4 * i + 1]);
-                fin[4 * i + 2] = fmaf(acc[4 * i + 2], sa1 * c.x, fin[4 * i + 2]);
-                fin[4 * i + 3] = fmaf(acc[4 * i + 3], sa1 * c.y, fin[4 * i + 3]);
+                for (int i = 0; i < 16; ++i) {
+                    const float2 c = *reinterpret_cast<const float2*>(csc + 8 * i + 2 * t4);
+                    fin[4 * i + 0] = fmaf(acc[4 * i + 0], sa0 * c.x, fin[4 * i + 0]);
+                    fin[4 * i + 1] = fmaf(acc[4 * i + 1], sa0 * c.y, fin[4 * i + 1]);
+                    fin[4 * i + 2] = fmaf(acc[4 * i + 2], sa1 * c.x, fin[4 * i + 2]);
+                    fin[4 * i + 3] = fmaf(acc[4 * i + 3], sa1 * c.y, fin[4 * i + 3]);
+                }
+                if (++s == kStages) {
+                    s = 0;
+                    phase ^= 1;
+                }
             }
-            if (++s == kStages) {
-                s = 0;
-                phase ^= 1;
-            }
-        }
-        if constexpr (UP) {
-            // h of this sub-tile: gate in accumulator columns 8i + 2t4 + j, up in the same columns + 64.
-            float hv[2][16];
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int i = 0; i < 8; ++i)
-#pragma unroll
-                    for (int j = 0; j < 2; ++j)
-                        hv[h][2 * i + j] = bf16_bits_to_f32(
-                            swiglu_bf16(fin[4 * i + 2 * h + j], fin[4 * (i + 8) + 2 * h + j], wt[h], p.limit));
-            if (sub == 0) {
+            if constexpr (UP) {
+                // h of this sub-tile: gate in accumulator columns 8i + 2t4 + j, up in the same columns + 64.
+                float hv[2][16];
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
 #pragma unroll
-                    for (int q = 0; q < 16; ++q) h0[h][q] = hv[h][q];
-                continue;
-            }
-            // Both halves of the 128-column block: act_quant per row (the quad t4 = 0..3 holds the row's 128 values).
+                    for (int i = 0; i < 8; ++i)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float amax = 0.f;
+                        for (int j = 0; j < 2; ++j)
+                            hv[h][2 * i + j] = bf16_bits_to_f32(
+                                swiglu_bf16(fin[4 * i + 2 * h + j], fin[4 * (i + 8) + 2 * h + j], wt[h], p.limit));
+                if (sub == 0) {
 #pragma unroll
-                for (int q = 0; q < 16; ++q) amax = fmaxf(amax, fmaxf(fabsf(h0[h][q]), fabsf(hv[h][q])));
-                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-                if (mb * kBM + r0 + 8 * h >= count) continue;
-                const int64_t slot = first + r0 + 8 * h;
-                const float sc = fp8_block_scale(amax), inv = 1.f / sc;
-                uint8_t* out = p.h_codes + slot * p.ldo + nb * 128 + 2 * t4;
+                    for (int h = 0; h < 2; ++h)
 #pragma unroll
-                for (int i = 0; i < 8; ++i) {
-                    *reinterpret_cast<uint16_t*>(out + 8 * i) =
-                        uint16_t(fp8_code(h0[h][2 * i], inv) | fp8_code(h0[h][2 * i + 1], inv) << 8);
-                    *reinterpret_cast<uint16_t*>(out + 64 + 8 * i) =
-                        uint16_t(fp8_code(hv[h][2 * i], inv) | fp8_code(hv[h][2 * i + 1], inv) << 8);
+                        for (int q = 0; q < 16; ++q) h0[h][q] = hv[h][q];
+                    continue;
                 }
-                if (t4 == 0) p.h_scales[int64_t(nb) * p.h_scales_ld + slot] = sc;
-            }
-        } else {
+                // Both halves of the 128-column block: act_quant per row (the quad t4 = 0..3 holds the row's 128 values).
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                if (mb * kBM + r0 + 8 * h >= count) continue;
-                const int64_t slot = first + r0 + 8 * h;
-                float* out = p.y + slot * p.ldo + nb * kBN + 2 * t4;
+                for (int h = 0; h < 2; ++h) {
+                    float amax = 0.f;
 #pragma unroll
-                for (int i = 0; i < 16; ++i)
-                    *reinterpret_cast<float2*>(out + 8 * i) = make_float2(fin[4 * i + 2 * h], fin[4 * i + 2 * h + 1]);
+                    for (int q = 0; q < 16; ++q) amax = fmaxf(amax, fmaxf(fabsf(h0[h][q]), fabsf(hv[h][q])));
+                    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+                    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+                    if (mb * kBM + r0 + 8 * h >= count) continue;
+                    const int64_t slot = first + r0 + 8 * h;
+                    const float sc = fp8_block_scale(amax), inv = 1.f / sc;
+                    uint8_t* out = p.h_codes + slot * p.ldo + nb * 128 + 2 * t4;
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) {
+                        *reinterpret_cast<uint16_t*>(out + 8 * i) =
+                            uint16_t(fp8_code(h0[h][2 * i], inv) | fp8_code(h0[h][2 * i + 1], inv) << 8);
+                        *reinterpret_cast<uint16_t*>(out + 64 + 8 * i) =
+                            uint16_t(fp8_code(hv[h][2 * i], inv) | fp8_code(hv[h][2 * i + 1], inv) << 8);
+                    }
+                    if (t4 == 0) p.h_scales[int64_t(nb) * p.h_scales_ld + slot] = sc;
+                }
+            } else {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    if (mb * kBM + r0 + 8 * h >= count) continue;
+                    const int64_t slot = first + r0 + 8 * h;
+                    float* out = p.y + slot * p.ldo + nb * kBN + 2 * t4;
+#pragma unroll
+                    for (int i = 0; i < 16; ++i)
+                        *reinterpret_cast<float2*>(out + 8 * i) = make_float2(fin[4 * i + 2 * h], fin[4 * i + 2 * h + 1]);
+                }
             }
-        }
         }
     }
 #else
