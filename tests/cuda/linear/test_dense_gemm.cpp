@@ -411,6 +411,43 @@ TEST(DenseGemm, Fp8RowsIndependentOfBatchAndTiles) {
     }
 }
 
+// The same for the BF16 GEMM: rows 0..6 of m = 4096 (every wgmma tile height) equal m = 7 and m = 1 bit for bit.
+TEST(DenseGemm, Bf16RowsIndependentOfBatchAndTiles) {
+    for (GemmPath path : supported_paths(false)) {
+        const uint64_t seed = fresh_seed();
+        SCOPED_TRACE(std::string(path_name(path)) + " seed=" + std::to_string(seed));
+        std::mt19937_64 rng(seed);
+        const int64_t n = 640, k = 528, big = 4096;
+        TestWeight w = make_weight(rng, WeightKind::BF16, ScaleKind::NONE, n, k);
+        const std::vector<float> x = random_activation(rng, big, k);
+        const DeviceArray<uint16_t> xd = upload_bf16(x, big, k, k);
+        std::vector<std::vector<float>> outs;
+        auto run = [&](int64_t m, int block_m) {
+            DeviceOut d(OutKind::F32, m, n, n);
+            cuda::Bf16GemmArgs args;
+            args.a = xd.ptr;  // the first m rows of the same activation
+            args.lda = k;
+            args.m = m;
+            args.k = k;
+            args.w = reinterpret_cast<const uint16_t*>(w.w_dev->ptr);
+            args.n = n;
+            args.d = d.mem.ptr;
+            args.d_kind = OutKind::F32;
+            args.ldd = n;
+            cuda::bf16_gemm(args, path, nullptr, block_m);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            outs.push_back(d.read());
+        };
+        for (int block_m : block_ms(path)) run(big, block_m);
+        run(7, 0);
+        run(1, 0);
+        for (size_t i = 1; i < outs.size(); ++i) {
+            const int64_t rows = std::min<int64_t>(7, int64_t(outs[i].size()) / n);
+            EXPECT_EQ(std::memcmp(outs[0].data(), outs[i].data(), size_t(rows * n) * 4), 0) << "run " << i;
+        }
+    }
+}
+
 // The new GEMM beside the existing decode path (linear(), release numerics) on a wq_a-like shape: reported, with a
 // bound that covers both paths' FP8 summation differences.
 TEST(DenseGemm, Fp8AgreesWithDecodeLinear) {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 
 #include "cpu/ops.h"
@@ -219,6 +220,72 @@ TEST(MoeGemm, GroupedFp4MatchesCpuReleaseExperts) {
             EXPECT_LE(ey, 1e-4);
             EXPECT_LE(ey_all, 1e-2);
         }
+}
+
+// A slot's result does not depend on the other tokens (batch invariance): token 0 routed alone and inside a batch of
+// 300 tokens (its slots at other positions of larger expert groups, other tiles) gets bit-identical h_q rows and y
+// rows, on every path.
+TEST(MoeGemm, SlotRowsIndependentOfBatch) {
+    for (cuda::GemmPath path : moe_paths()) {
+        const uint64_t seed = fresh_seed();
+        SCOPED_TRACE(std::string(path_name(path)) + " seed=" + std::to_string(seed));
+        std::mt19937_64 rng(seed);
+        const int E = 8, top_k = 4;
+        const int64_t H = 256, I = 256, big = 300;
+        auto ex = make_experts(rng, E, H, I);
+        std::vector<int32_t> idx(static_cast<size_t>(big * top_k));
+        std::vector<float> wts(idx.size());
+        std::uniform_real_distribution<float> uw(0.1f, 1.5f);
+        for (int64_t t = 0; t < big; ++t) {
+            std::vector<int> pool = {0, 1, 2, 3, 4, 5, 6, 7};
+            std::shuffle(pool.begin(), pool.end(), rng);
+            for (int j = 0; j < top_k; ++j) {
+                idx[size_t(t * top_k + j)] = pool[size_t(j)];
+                wts[size_t(t * top_k + j)] = uw(rng);
+            }
+        }
+        std::normal_distribution<float> d(0.f, 1.f);
+        std::vector<uint16_t> xb(static_cast<size_t>(big * H));
+        for (auto& v : xb) v = f32_to_bf16(d(rng));
+        struct Run {
+            std::vector<float> y, hq;
+            std::vector<int32_t> pair_slot;
+        };
+        auto run = [&](int64_t M) {
+            const int64_t slots = M * top_k;
+            std::vector<int32_t> i2(idx.begin(), idx.begin() + slots);
+            std::vector<float> w2(wts.begin(), wts.begin() + slots);
+            std::vector<uint16_t> x2(xb.begin(), xb.begin() + M * H);
+            DeviceArray<int32_t> d_idx(i2);
+            DeviceArray<float> d_wts(w2);
+            DeviceArray<uint16_t> d_x(x2);
+            DeviceArray<uint8_t> gmem(cuda::moe_grouping_bytes(E, slots));
+            cuda::MoeGrouping g = cuda::moe_grouping_view(gmem.ptr, E, slots);
+            cuda::moe_group(d_idx.ptr, d_wts.ptr, M, top_k, g, nullptr);
+            DeviceArray<uint8_t> wsmem(cuda::moe_gemm_workspace_bytes(slots, H, I));
+            wsmem.poison();
+            const cuda::MoeGemmWorkspace ws = cuda::moe_gemm_workspace_view(wsmem.ptr, slots, H, I);
+            DeviceArray<float> y(static_cast<size_t>(slots * H));
+            y.poison();
+            cuda::moe_gemm_up(d_x.ptr, H, M, top_k, ex->table, g, 10.f, ws, nullptr, path);
+            cuda::moe_gemm_down(M, top_k, ex->table, g, ws, y.ptr, nullptr, path);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            auto graw = gmem.download();
+            const cuda::MoeGrouping hv = cuda::moe_grouping_view(graw.data(), E, slots);
+            return Run{y.download(), dequantized_h(ws.h_q, slots),
+                       std::vector<int32_t>(hv.pair_slot, hv.pair_slot + slots)};
+        };
+        const Run alone = run(1), batch = run(big);
+        for (int j = 0; j < top_k; ++j) {
+            const int32_t sa = alone.pair_slot[size_t(j)], sb = batch.pair_slot[size_t(j)];
+            ASSERT_GE(sa, 0);
+            ASSERT_GE(sb, 0);
+            EXPECT_EQ(std::memcmp(&alone.y[size_t(sa * H)], &batch.y[size_t(sb * H)], size_t(H) * 4), 0)
+                << "y of token 0, pick " << j << " (slot " << sa << " alone, " << sb << " in the batch)";
+            EXPECT_EQ(std::memcmp(&alone.hq[size_t(sa * I)], &batch.hq[size_t(sb * I)], size_t(I) * 4), 0)
+                << "h_q of token 0, pick " << j;
+        }
+    }
 }
 
 // The scale folding of moe_gemm.cuh at its documented limit: in every weight row (hidden = inter = 128, one block)
