@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <random>
 #include <functional>
@@ -22,6 +23,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/random_fill.cuh"
 #include "cuda/gemm/dense_gemm.cuh"
+#include "cuda/gemm/tensor_map.h"
 #include "cuda/moe/moe_gemm.cuh"
 
 namespace flashseek::test {
@@ -244,6 +246,19 @@ void bench_prefill(std::vector<BenchRow>& rows) {
     float* one = static_cast<float*>(device_alloc(4));
     const float h_one = 1.f;
     CUDA_CHECK(cudaMemcpy(one, &h_one, 4, cudaMemcpyHostToDevice));
+
+    // Host cost of the tensor maps a wgmma GEMM call encodes (three per FP8 call): pure host work, per call.
+    {
+        void* buf = device_alloc(size_t(1) << 20);
+        const int reps = 2000;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < reps; ++i)
+            (void)cuda::tma::make_2d(buf, cuda::tma::Element::U8, 4096, 4096, 4096, 128, 128, cuda::tma::Swizzle::B128,
+                                     "bench");
+        const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        std::printf("tensor map encode (host): %.2f us each\n", us / reps);
+        CUDA_CHECK(cudaFree(buf));
+    }
 
     // The FP8 ceiling: cuBLASLt FP8 at 8192^3.
     double ceiling = 0;
