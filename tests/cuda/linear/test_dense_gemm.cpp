@@ -377,6 +377,16 @@ TEST(DenseGemm, Fp8OneHotSelectsWeightColumns) {
         }
 }
 
+// Runs 1.. of `outs` (m x n each, m >= 1) hold the same first min(7, m) rows as run 0, bit for bit.
+void expect_leading_rows_equal(const std::vector<std::vector<float>>& outs, const std::vector<std::string>& what,
+                               int64_t n) {
+    for (size_t i = 1; i < outs.size(); ++i) {
+        const int64_t rows = std::min<int64_t>(7, int64_t(outs[i].size()) / n);
+        EXPECT_EQ(std::memcmp(outs[0].data(), outs[i].data(), size_t(rows * n) * 4), 0)
+            << what[0] << " vs " << what[i] << ": rows 0.." << rows - 1 << " differ";
+    }
+}
+
 // A row's result does not depend on the batch or the tile: rows 0..6 of an m = 4096 product with every tile height
 // of the wgmma path (the automatic choice elsewhere) equal the m = 7 and m = 1 products bit for bit.
 TEST(DenseGemm, Fp8RowsIndependentOfBatchAndTiles) {
@@ -403,11 +413,7 @@ TEST(DenseGemm, Fp8RowsIndependentOfBatchAndTiles) {
         for (int block_m : block_ms(path)) run(big, block_m);
         run(7, 0);
         run(1, 0);
-        for (size_t i = 1; i < outs.size(); ++i) {
-            const int64_t rows = std::min<int64_t>(7, int64_t(outs[i].size()) / n);
-            EXPECT_EQ(std::memcmp(outs[0].data(), outs[i].data(), size_t(rows * n) * 4), 0)
-                << what[0] << " vs " << what[i] << ": rows 0.." << rows - 1 << " differ";
-        }
+        expect_leading_rows_equal(outs, what, n);
     }
 }
 
@@ -422,6 +428,7 @@ TEST(DenseGemm, Bf16RowsIndependentOfBatchAndTiles) {
         const std::vector<float> x = random_activation(rng, big, k);
         const DeviceArray<uint16_t> xd = upload_bf16(x, big, k, k);
         std::vector<std::vector<float>> outs;
+        std::vector<std::string> what;
         auto run = [&](int64_t m, int block_m) {
             DeviceOut d(OutKind::F32, m, n, n);
             cuda::Bf16GemmArgs args;
@@ -437,14 +444,12 @@ TEST(DenseGemm, Bf16RowsIndependentOfBatchAndTiles) {
             cuda::bf16_gemm(args, path, nullptr, block_m);
             CUDA_CHECK(cudaDeviceSynchronize());
             outs.push_back(d.read());
+            what.push_back("m=" + std::to_string(m) + " block_m=" + std::to_string(block_m));
         };
         for (int block_m : block_ms(path)) run(big, block_m);
         run(7, 0);
         run(1, 0);
-        for (size_t i = 1; i < outs.size(); ++i) {
-            const int64_t rows = std::min<int64_t>(7, int64_t(outs[i].size()) / n);
-            EXPECT_EQ(std::memcmp(outs[0].data(), outs[i].data(), size_t(rows * n) * 4), 0) << "run " << i;
-        }
+        expect_leading_rows_equal(outs, what, n);
     }
 }
 
