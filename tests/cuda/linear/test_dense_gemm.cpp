@@ -330,6 +330,7 @@ TEST(DenseGemm, Fp8MatchesF64ReferenceOnEveryPath) {
         {300, 528, 2064, ScaleKind::E8M0, OutKind::F32, 0},   // partial m tile, k % 128 = 16
         {300, 96, 160, ScaleKind::E8M0, OutKind::BF16, 1},    // n < 128, bf16 scalar stores
         {4096, 256, 1024, ScaleKind::E8M0, OutKind::F32, 8},  // 128-row tiles on the wgmma path
+        {65536, 144, 160, ScaleKind::E8M0, OutKind::BF16, 0},  // the largest m (2^16 rows)
     };
     for (GemmPath path : supported_paths(true))
         for (const auto& c : cases) {
