@@ -82,6 +82,8 @@ void check_output(const Fp8Activation& out, const char* what) {
     FS_REQUIRE(out.scales_ld % 4 == 0 && out.scales_ld >= out.m, what, ": scales_ld ", out.scales_ld,
                " must be a multiple of 4 and >= m = ", out.m);
     FS_REQUIRE(reinterpret_cast<uintptr_t>(out.codes) % 16 == 0, what, ": codes must be 16-byte aligned");
+    FS_REQUIRE(out.m * ((out.k + 127) / 128) < (int64_t(1) << 31) * kWarpsPerBlock, what, ": ", out.m, " x ", out.k,
+               " is more than one launch covers");
 }
 
 }  // namespace
