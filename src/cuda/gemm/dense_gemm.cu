@@ -43,6 +43,8 @@ std::string check_common(int64_t m, int64_t n, int64_t k, const void* w, const v
     if (w == nullptr || !aligned16(w)) return "the weight pointer must be non-null and 16-byte aligned";
     if (d == nullptr) return "the output pointer is null";
     if (ldd < n) return fs_cat("ldd = ", ldd, " < n = ", n);
+    if ((m + 63) / 64 * ((n + 127) / 128) >= (int64_t(1) << 31))
+        return fs_cat(m, " x ", n, " has more output tiles than one launch covers");
     return {};
 }
 
