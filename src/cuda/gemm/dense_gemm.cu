@@ -8,7 +8,7 @@
 //   wq_a 4096 -> 1024          64 rows, 32 tiles  64, 128           128, 256          256, 256
 //   wkv 4096 -> 512            64, 16             64, 64            64, 256           128, 256
 //   wq_b 1024 -> 32768         256, 256           256, 1024         256, 4096         256, 8192
-//   wo_a group 4096 -> 1024    as wq_a, eight launches (one per group: fp8_activation_columns)
+//   wo_a 8 x (4096 -> 1024)    64, 256            256, 256          256, 1024         256, 2048  (groups = 8, one launch)
 //   wo_b 8192 -> 4096          64, 128            128, 256          256, 512          256, 1024
 //   shared w1|w3, w2 -> 4096   as wo_b
 //   head 4096 -> 129280 (bf16) 256, 1010          256, 4040         256, 16160        256, 32320
@@ -67,6 +67,10 @@ std::string check_fp8(const Fp8GemmArgs& x, GemmPath path) {
     if (x.w_scales == nullptr) return "the weight scales are null";
     if (x.w_scale_kind != ScaleKind::E8M0 && x.w_scale_kind != ScaleKind::F32)
         return "the weight scale kind must be E8M0 or F32";
+    if (x.groups < 1) return fs_cat("groups = ", x.groups, " must be >= 1");
+    if (x.groups > 1 && (x.a.k % (128 * x.groups) != 0 || x.n % (128 * x.groups) != 0))
+        return fs_cat("with groups = ", x.groups, ", k = ", x.a.k, " and n = ", x.n,
+                      " must be multiples of 128 x groups (whole scale blocks per group)");
     return check_path(path, true);
 }
 
@@ -164,8 +168,9 @@ void fp8_gemm(const Fp8GemmArgs& x, GemmPath path, cudaStream_t stream, int bloc
     q.w_scales = x.w_scales;
     q.w_scales_f32 = x.w_scale_kind == ScaleKind::F32;
     q.m = x.a.m;
-    q.n = x.n;
-    q.k = x.a.k;
+    q.n = x.n / x.groups;
+    q.k = x.a.k / x.groups;
+    q.groups = x.groups;
     set_output(q, x.d, x.d_kind, x.ldd);
     run(q, p, stream);
 }

@@ -29,13 +29,16 @@ enum class GemmPath : uint8_t { AUTO, WGMMA, MMA_NATIVE, MMA_F16 };
 
 struct Fp8GemmArgs {
     Fp8Activation a;                 // m x k
-    const uint8_t* w = nullptr;      // [n, k] e4m3, row stride k bytes
-    const void* w_scales = nullptr;  // [ceil(n / 128), ceil(k / 128)]
+    const uint8_t* w = nullptr;      // [n, k / groups] e4m3, row stride k / groups bytes
+    const void* w_scales = nullptr;  // [ceil(n / 128), ceil(k / groups / 128)]
     ScaleKind w_scale_kind = ScaleKind::E8M0;
     int64_t n = 0;
     void* d = nullptr;               // [m, n] with row stride ldd elements
     OutKind d_kind = OutKind::BF16;
     int64_t ldd = 0;
+    // groups > 1 (attention wo_a): G independent products in one launch, group g = D columns [g n/G, (g+1) n/G)
+    // = A columns [g k/G, (g+1) k/G) . (W rows [g n/G, (g+1) n/G))^T; k/G and n/G multiples of 128.
+    int groups = 1;
 };
 
 struct Bf16GemmArgs {

@@ -29,7 +29,8 @@ struct Problem {
     const void* w = nullptr;         // [n, k] row-major, row stride k elements
     const void* w_scales = nullptr;  // FP8: [ceil(n / 128), ceil(k / 128)]
     bool w_scales_f32 = false;       // fp32 or E8M0 bytes
-    int64_t m = 0, n = 0, k = 0;
+    int64_t m = 0, n = 0, k = 0;     // per group: A columns g * k.., W rows g * n.., D columns g * n..
+    int groups = 1;                  // FP8 only: independent products over column slices (wo_a); n, k % 128 == 0
     void* d = nullptr;
     bool d_f32 = false;
     int64_t ldd = 0;                 // elements
@@ -39,7 +40,7 @@ struct Problem {
 
 inline int64_t k_blocks(const Problem& p) { return (p.k * (p.fp8 ? 1 : 2) + kStageKBytes - 1) / kStageKBytes; }
 
-// M block and N block of tile `tile` (see kGroupM).
+// M block and N block of tile `tile` (see kGroupM); with groups, tile = group * (m_blocks * n_blocks) + that.
 __host__ __device__ inline void tile_coords(int tile, int m_blocks, int n_blocks, int& mb, int& nb) {
     const int per_group = kGroupM * n_blocks;
     const int group = tile / per_group, in_group = tile - group * per_group;

@@ -49,11 +49,17 @@ __global__ void __launch_bounds__(kThreads, 1) mma_gemm_kernel(const MmaParams p
     const Problem& q = p.q;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp & 1, wn = warp >> 1;
     const int g = lane >> 2, t = lane & 3;
+    const int per_group = p.m_blocks * p.n_blocks;
+    const int grp = int(blockIdx.x) / per_group;
     int mb, nb;
-    tile_coords(blockIdx.x, p.m_blocks, p.n_blocks, mb, nb);
+    tile_coords(int(blockIdx.x) - grp * per_group, p.m_blocks, p.n_blocks, mb, nb);
     const int64_t m0 = int64_t(mb) * kBlockM, n0 = int64_t(nb) * kBlockN;
-    const unsigned char* const a_g = static_cast<const unsigned char*>(q.a);
-    const unsigned char* const w_g = static_cast<const unsigned char*>(q.w);
+    // Group grp's slices: A columns grp * k.., W rows grp * n.., their scales, D columns grp * n.. (groups: FP8 only,
+    // n and k multiples of 128).
+    const unsigned char* const a_g = static_cast<const unsigned char*>(q.a) + int64_t(grp) * p.k_bytes;
+    const unsigned char* const w_g = static_cast<const unsigned char*>(q.w) + int64_t(grp) * q.n * p.k_bytes;
+    const float* const sa_g = q.a_scales + int64_t(grp) * p.k_blocks * q.a_scales_ld;
+    const int sw_row = int(grp * q.n / kBlockN) + nb;
 
     auto load_stage = [&](int kb) {
         const int s = kb % kStages;
@@ -72,7 +78,7 @@ __global__ void __launch_bounds__(kThreads, 1) mma_gemm_kernel(const MmaParams p
         if (kFp8 && tid < kBlockM / 4) {  // the stage's 128 activation scales (rows past m: zeros)
             const bool ok = m0 + 4 * tid < q.m;
             cp_async_16_zfill(a_scales + s * kBlockM + 4 * tid,
-                              ok ? q.a_scales + int64_t(kb) * q.a_scales_ld + m0 + 4 * tid : q.a_scales, ok);
+                              ok ? sa_g + int64_t(kb) * q.a_scales_ld + m0 + 4 * tid : q.a_scales, ok);
         }
     };
 
@@ -97,8 +103,8 @@ __global__ void __launch_bounds__(kThreads, 1) mma_gemm_kernel(const MmaParams p
 #pragma unroll
             for (int ks = 0; ks < 4; ++ks) k_step<MODE>(acc, a_base, b_base, ks, wm, wn, lane);
             float sw = q.w_scales_f32
-                           ? __ldg(static_cast<const float*>(q.w_scales) + nb * w_scales_ld + kb)
-                           : e8m0_to_f32(__ldg(static_cast<const uint8_t*>(q.w_scales) + nb * w_scales_ld + kb));
+                           ? __ldg(static_cast<const float*>(q.w_scales) + sw_row * w_scales_ld + kb)
+                           : e8m0_to_f32(__ldg(static_cast<const uint8_t*>(q.w_scales) + sw_row * w_scales_ld + kb));
             sw *= product_unscale<MODE>();
             const float* ss = a_scales + s * kBlockM + wm * 64 + g;
 #pragma unroll
@@ -130,7 +136,8 @@ __global__ void __launch_bounds__(kThreads, 1) mma_gemm_kernel(const MmaParams p
                 const int64_t row = m0 + wm * 64 + mi * 16 + g + 8 * h;
                 const int64_t col = n0 + wn * 32 + ni * 8 + 2 * t;
                 if (row >= q.m || col >= q.n) continue;  // n is even: col + 1 < n too
-                store_pair(q.d, q.d_f32, q.d_vector, row * q.ldd + col, fin[mi][ni][2 * h], fin[mi][ni][2 * h + 1]);
+                store_pair(q.d, q.d_f32, q.d_vector, row * q.ldd + int64_t(grp) * q.n + col, fin[mi][ni][2 * h],
+                           fin[mi][ni][2 * h + 1]);
             }
 }
 
@@ -143,7 +150,7 @@ void launch_mma(const Problem& q, MmaMode mode, cudaStream_t stream) {
     p.k_blocks = int(k_blocks(q));
     p.m_blocks = int((q.m + kBlockM - 1) / kBlockM);
     p.n_blocks = int((q.n + kBlockN - 1) / kBlockN);
-    const unsigned tiles = unsigned(p.m_blocks) * unsigned(p.n_blocks);
+    const unsigned tiles = unsigned(q.groups) * unsigned(p.m_blocks) * unsigned(p.n_blocks);
     auto kernel = mode == MmaMode::FP8_NATIVE   ? mma_gemm_kernel<MmaMode::FP8_NATIVE>
                   : mode == MmaMode::FP8_AS_F16 ? mma_gemm_kernel<MmaMode::FP8_AS_F16>
                                                 : mma_gemm_kernel<MmaMode::BF16>;

@@ -67,7 +67,8 @@ struct Sm90Params {
     int64_t w_scales_ld;  // ceil(k / 128)
     void* d;
     int64_t ldd;
-    int m, n, k_blocks, m_blocks, n_blocks, tiles;
+    int m, n, k, k_blocks, m_blocks, n_blocks, tiles;  // n, k, k_blocks per group
+    int groups;
     int w_scales_f32, d_f32, d_vector;
 };
 
@@ -95,15 +96,23 @@ using bulk::mbar_init_fence;
 using bulk::mbar_wait;
 using bulk::smem_u32;
 
-__device__ __forceinline__ float weight_scale(const Sm90Params& p, int nb, int kb) {
-    const int64_t i = int64_t(nb) * p.w_scales_ld + kb;
+__device__ __forceinline__ float weight_scale(const Sm90Params& p, int row, int kb) {
+    const int64_t i = int64_t(row) * p.w_scales_ld + kb;
     if (p.w_scales_f32) return __ldg(static_cast<const float*>(p.w_scales) + i);
     return e8m0_to_f32(__ldg(static_cast<const uint8_t*>(p.w_scales) + i));
 }
 
-// Two adjacent outputs (row, col) and (row, col + 1); n is even, so both exist when col < n.
-__device__ __forceinline__ void store_output(const Sm90Params& p, int row, int col, float x, float y) {
-    if (row < p.m && col < p.n) store_pair(p.d, p.d_f32, p.d_vector, int64_t(row) * p.ldd + col, x, y);
+// Two adjacent outputs (row, col) and (row, col + 1) of group g's columns; n is even, so both exist when col < n.
+__device__ __forceinline__ void store_output(const Sm90Params& p, int row, int g, int col, float x, float y) {
+    if (row < p.m && col < p.n)
+        store_pair(p.d, p.d_f32, p.d_vector, int64_t(row) * p.ldd + int64_t(g) * p.n + col, x, y);
+}
+
+// Group, M block and N block of tile `tile`.
+__device__ __forceinline__ void tile_of(const Sm90Params& p, int tile, int& g, int& mb, int& nb) {
+    const int per_group = p.m_blocks * p.n_blocks;
+    g = tile / per_group;
+    tile_coords(tile - g * per_group, p.m_blocks, p.n_blocks, mb, nb);
 }
 
 template <bool FP8, int N>
@@ -160,16 +169,16 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
             int s = 0;
             uint32_t phase = 0;
             for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-                int mb, nb;
-                tile_coords(tile, p.m_blocks, p.n_blocks, mb, nb);
+                int g, mb, nb;
+                tile_of(p, tile, g, mb, nb);
                 for (int kb = 0; kb < p.k_blocks; ++kb) {
                     mbar_wait(&empty[s], phase ^ 1);  // a fresh barrier counts as released once
                     mbar_expect_tx(&full[s], B::kStageTx);
-                    const int k0 = kb * (FP8 ? kStageKBytes : kStageKBytes / 2);  // in elements
-                    tma::load_2d(a_tiles + size_t(s) * C::kATile, &p.map_a, k0, mb * BM, &full[s]);
+                    const int k0 = kb * (FP8 ? kStageKBytes : kStageKBytes / 2);  // in elements, inside the group
+                    tma::load_2d(a_tiles + size_t(s) * C::kATile, &p.map_a, g * p.k + k0, mb * BM, &full[s]);
                     if constexpr (FP8)
-                        tma::load_2d(a_scales + s * BM, &p.map_sa, mb * BM, kb, &full[s]);
-                    tma::load_2d(b_tiles + size_t(s) * C::kBTile, &p.map_b, k0, nb * kBlockN, &full[s]);
+                        tma::load_2d(a_scales + s * BM, &p.map_sa, mb * BM, g * p.k_blocks + kb, &full[s]);
+                    tma::load_2d(b_tiles + size_t(s) * C::kBTile, &p.map_b, k0, g * p.n + nb * kBlockN, &full[s]);
                     if (++s == C::kStages) {
                         s = 0;
                         phase ^= 1;
@@ -191,19 +200,20 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
     int s = 0;
     uint32_t phase = 0;
     for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-        int mb, nb;
-        tile_coords(tile, p.m_blocks, p.n_blocks, mb, nb);
+        int g, mb, nb;
+        tile_of(p, tile, g, mb, nb);
+        const int sw_row = g * p.n / kBlockN + nb;  // the tile's weight-scale row (n % 128 == 0 with groups)
 #pragma unroll
         for (int v = 0; v < B::kWaves; ++v)
 #pragma unroll
             for (int i = 0; i < B::kAcc; ++i) fin[v][i] = 0.f;
-        float sw_next = FP8 ? weight_scale(p, nb, 0) : 0.f;
+        float sw_next = FP8 ? weight_scale(p, sw_row, 0) : 0.f;
         int prev_s = -1;  // BF16: the stage whose wgmmas may still run
         for (int kb = 0; kb < p.k_blocks; ++kb) {
             float sw = 0.f;
             if constexpr (FP8) {
                 sw = sw_next;
-                if (kb + 1 < p.k_blocks) sw_next = weight_scale(p, nb, kb + 1);  // latency hidden by this stage
+                if (kb + 1 < p.k_blocks) sw_next = weight_scale(p, sw_row, kb + 1);  // latency hidden by this stage
             }
             mbar_wait(&full[s], phase);
             const uint32_t a_stage = smem_u32(a_tiles + size_t(s) * C::kATile);
@@ -274,8 +284,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
             const int row = mb * BM + B::row_offset(v, mw) + rw;
 #pragma unroll
             for (int i = 0; i < B::kAcc / 4; ++i) {
-                store_output(p, row, col + 8 * i, fin[v][4 * i + 0], fin[v][4 * i + 1]);
-                store_output(p, row + 8, col + 8 * i, fin[v][4 * i + 2], fin[v][4 * i + 3]);
+                store_output(p, row, g, col + 8 * i, fin[v][4 * i + 0], fin[v][4 * i + 1]);
+                store_output(p, row + 8, g, col + 8 * i, fin[v][4 * i + 2], fin[v][4 * i + 3]);
             }
         }
     }
@@ -289,17 +299,19 @@ template <bool FP8, int BM>
 void launch_config(const Problem& q, int ctas, cudaStream_t stream) {
     using C = Sm90Config<FP8, BM>;
     Sm90Params p{};
-    const uint64_t k_elems = uint64_t(q.k);
+    const uint64_t k_elems = uint64_t(q.k), groups = uint64_t(q.groups);
     const auto elem = FP8 ? tma::Element::U8 : tma::Element::BF16;
     const uint32_t box_k = FP8 ? kStageKBytes : kStageKBytes / 2;
-    p.map_a = tma::make_2d(q.a, elem, uint64_t(q.m), k_elems, uint64_t(q.lda_bytes), BM, box_k, tma::Swizzle::B128,
-                           "dense GEMM activation");
-    p.map_b = tma::make_2d(q.w, elem, uint64_t(q.n), k_elems, k_elems * (FP8 ? 1 : 2), kBlockN, box_k,
+    p.map_a = tma::make_2d(q.a, elem, uint64_t(q.m), groups * k_elems, uint64_t(q.lda_bytes), BM, box_k,
+                           tma::Swizzle::B128, "dense GEMM activation");
+    p.map_b = tma::make_2d(q.w, elem, groups * uint64_t(q.n), k_elems, k_elems * (FP8 ? 1 : 2), kBlockN, box_k,
                            tma::Swizzle::B128, "dense GEMM weight");
     p.k_blocks = int(k_blocks(q));
     if constexpr (FP8)
-        p.map_sa = tma::make_2d(q.a_scales, tma::Element::F32, uint64_t(p.k_blocks), uint64_t(q.m),
+        p.map_sa = tma::make_2d(q.a_scales, tma::Element::F32, groups * uint64_t(p.k_blocks), uint64_t(q.m),
                                 uint64_t(q.a_scales_ld) * 4, 1, BM, tma::Swizzle::NONE, "dense GEMM activation scales");
+    p.k = int(q.k);
+    p.groups = q.groups;
     p.w_scales = q.w_scales;
     p.w_scales_ld = (q.k + 127) / 128;
     p.w_scales_f32 = q.w_scales_f32;
@@ -311,7 +323,7 @@ void launch_config(const Problem& q, int ctas, cudaStream_t stream) {
     p.n = int(q.n);
     p.m_blocks = int((q.m + BM - 1) / BM);
     p.n_blocks = int((q.n + kBlockN - 1) / kBlockN);
-    p.tiles = p.m_blocks * p.n_blocks;
+    p.tiles = q.groups * p.m_blocks * p.n_blocks;
     auto kernel = sm90_gemm_kernel<FP8, BM>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::kSmemBytes)));
     launch_pdl(FP8 ? "sm90_gemm_kernel<fp8>" : "sm90_gemm_kernel<bf16>", kernel,

@@ -136,7 +136,7 @@ struct PrefillShape {
     const char* name;
     bool fp8;
     int64_t n, k;
-    int groups;        // wo_a: 8 independent (n, k) products over column slices of one activation
+    int groups;        // wo_a: 8 independent (n, k) products over column slices of one activation (one launch)
     int rows_per_token;  // routed experts as one dense product over M x 6 rows (reference for the grouped kernel)
 };
 
@@ -316,32 +316,31 @@ void bench_prefill(std::vector<BenchRow>& rows) {
             cuda::quantize_fp8_activation(static_cast<const uint16_t*>(x), m, K, nullptr, act, nullptr);
             cuda::GemmPlan plan;
             auto call = [&](cudaStream_t s) {
-                for (int g = 0; g < sh.groups; ++g) {
-                    if (sh.fp8) {
-                        cuda::Fp8GemmArgs a;
-                        a.a = cuda::fp8_activation_columns(act, g * k, k);  // group g's columns
-                        a.w = static_cast<const uint8_t*>(w) + size_t(g * n * k);
-                        a.w_scales = static_cast<const uint8_t*>(w_scales) + size_t(g * (n / 128) * ((k + 127) / 128));
-                        a.n = n;
-                        a.d = static_cast<uint16_t*>(d) + g * n;
-                        a.d_kind = cuda::OutKind::BF16;
-                        a.ldd = ldd;
-                        plan = cuda::plan_fp8_gemm(a);
-                        cuda::fp8_gemm(a, cuda::GemmPath::AUTO, s);
-                    } else {
-                        cuda::Bf16GemmArgs a;
-                        a.a = static_cast<const uint16_t*>(x);
-                        a.lda = K;
-                        a.m = m;
-                        a.k = k;
-                        a.w = static_cast<const uint16_t*>(w);
-                        a.n = n;
-                        a.d = d;
-                        a.d_kind = cuda::OutKind::F32;
-                        a.ldd = ldd;
-                        plan = cuda::plan_bf16_gemm(a);
-                        cuda::bf16_gemm(a, cuda::GemmPath::AUTO, s);
-                    }
+                if (sh.fp8) {
+                    cuda::Fp8GemmArgs a;
+                    a.a = act;
+                    a.w = static_cast<const uint8_t*>(w);
+                    a.w_scales = w_scales;
+                    a.n = n * sh.groups;
+                    a.d = d;
+                    a.d_kind = cuda::OutKind::BF16;
+                    a.ldd = ldd;
+                    a.groups = sh.groups;  // wo_a: all groups in one launch
+                    plan = cuda::plan_fp8_gemm(a);
+                    cuda::fp8_gemm(a, cuda::GemmPath::AUTO, s);
+                } else {
+                    cuda::Bf16GemmArgs a;
+                    a.a = static_cast<const uint16_t*>(x);
+                    a.lda = K;
+                    a.m = m;
+                    a.k = k;
+                    a.w = static_cast<const uint16_t*>(w);
+                    a.n = n;
+                    a.d = d;
+                    a.d_kind = cuda::OutKind::F32;
+                    a.ldd = ldd;
+                    plan = cuda::plan_bf16_gemm(a);
+                    cuda::bf16_gemm(a, cuda::GemmPath::AUTO, s);
                 }
             };
             const double us = time_graph_per_call([&](cudaStream_t s, int) { call(s); }, 10);

@@ -343,6 +343,43 @@ TEST(DenseGemm, Fp8MatchesF64ReferenceOnEveryPath) {
         }
 }
 
+// Grouped products (attention wo_a: groups = G in one launch) against cpu::grouped_out_proj over the same quantized
+// operands, every path and tile height; columns of other groups must come from their own weights and activations.
+TEST(DenseGemm, Fp8GroupedMatchesCpuGroupedOutProjection) {
+    struct G { int64_t m; int groups; int64_t rows, group_in; };
+    for (GemmPath path : supported_paths(true))
+        for (const G& c : {G{300, 8, 128, 256}, G{7, 2, 256, 384}, G{1, 4, 128, 128}}) {
+            const uint64_t seed = fresh_seed();
+            std::ostringstream desc;
+            desc << path_name(path) << " m=" << c.m << " groups=" << c.groups << " R=" << c.rows << " Kg=" << c.group_in
+                 << " seed=" << seed;
+            SCOPED_TRACE(desc.str());
+            std::mt19937_64 rng(seed);
+            const int64_t n = c.groups * c.rows, k = c.groups * c.group_in;
+            TestWeight w = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, n, c.group_in);
+            const std::vector<float> x = random_activation(rng, c.m, k);
+            std::vector<float> xq(x.size()), ref(static_cast<size_t>(c.m * n));
+            for (int64_t r = 0; r < c.m; ++r) cpu::act_quant_fp8_block128(&x[size_t(r * k)], k, &xq[size_t(r * k)]);
+            const auto wf = w.dequantized();
+            cpu::grouped_out_proj(xq.data(), c.m, c.groups, c.rows, c.group_in, wf.data(), ref.data(), nullptr);
+            DeviceFp8Act a(x, c.m, k);
+            for (int block_m : block_ms(path)) {
+                DeviceOut d(OutKind::F32, c.m, n, n + 8);
+                cuda::Fp8GemmArgs args = fp8_args(a, w, d);
+                args.groups = c.groups;
+                ASSERT_TRUE(cuda::fp8_gemm_eligible(args, path));
+                cuda::fp8_gemm(args, path, nullptr, block_m);
+                CUDA_CHECK(cudaDeviceSynchronize());
+                bool untouched = false;
+                const double err = rel_l2(d.read(&untouched), ref);
+                EXPECT_TRUE(untouched) << "wrote past n";
+                EXPECT_LE(err, fp8_threshold(path, OutKind::F32)) << "block_m " << block_m;
+                std::printf("  fp8 grouped %-10s %s block_m=%d rel_l2=%.3g\n", path_name(path), desc.str().c_str(),
+                            cuda::plan_fp8_gemm(args, path, block_m).block_m, err);
+            }
+        }
+}
+
 // One-hot activations: row r has one value 1.0 at column r % k, so D[r, c] = W[c, r % k] exactly whatever the
 // accumulator; any fragment, swizzle, wave or tile-placement error shows as a mismatch at a named (row, column).
 // Every tile height of the wgmma path.
@@ -563,6 +600,9 @@ TEST(DenseGemm, RejectsBadArguments) {
     b = a;
     b.a.k = 72;
     expect_error(b, "k = 72");
+    b = a;
+    b.groups = 2;  // k = 64 and n = 32 are not whole scale blocks per group
+    expect_error(b, "groups = 2");
 }
 
 }  // namespace
