@@ -146,6 +146,22 @@ cuda::Fp8GemmArgs fp8_args(const DeviceFp8Act& a, const TestWeight& w, const Dev
     return args;
 }
 
+// The BF16 GEMM arguments of the first m rows of activation a (row stride lda), weight w and output d.
+cuda::Bf16GemmArgs bf16_args(const DeviceArray<uint16_t>& a, int64_t m, int64_t lda, const TestWeight& w,
+                             const DeviceOut& d) {
+    cuda::Bf16GemmArgs args;
+    args.a = a.ptr;
+    args.lda = lda;
+    args.m = m;
+    args.k = w.in;
+    args.w = reinterpret_cast<const uint16_t*>(w.w_dev->ptr);
+    args.n = w.out;
+    args.d = d.mem.ptr;
+    args.d_kind = d.kind;
+    args.ldd = d.ldd;
+    return args;
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // act_quant: codes and scales bit for bit against the CPU, with a row map (one entry out of range: zero row).
 
@@ -469,16 +485,7 @@ TEST(DenseGemm, Bf16RowsIndependentOfBatchAndTiles) {
         std::vector<std::string> what;
         auto run = [&](int64_t m, int block_m) {
             DeviceOut d(OutKind::F32, m, n, n);
-            cuda::Bf16GemmArgs args;
-            args.a = xd.ptr;  // the first m rows of the same activation
-            args.lda = k;
-            args.m = m;
-            args.k = k;
-            args.w = reinterpret_cast<const uint16_t*>(w.w_dev->ptr);
-            args.n = n;
-            args.d = d.mem.ptr;
-            args.d_kind = OutKind::F32;
-            args.ldd = n;
+            const cuda::Bf16GemmArgs args = bf16_args(xd, m, k, w, d);  // the first m rows of the same activation
             cuda::bf16_gemm(args, path, nullptr, block_m);
             CUDA_CHECK(cudaDeviceSynchronize());
             outs.push_back(d.read());
@@ -539,16 +546,7 @@ TEST(DenseGemm, Bf16MatchesF64ReferenceOnEveryPath) {
             const int64_t lda = c.k + 8;
             DeviceArray<uint16_t> xd = upload_bf16(x, c.m, c.k, lda);
             DeviceOut d(c.out, c.m, c.n, c.n + c.ldd_extra);
-            cuda::Bf16GemmArgs args;
-            args.a = xd.ptr;
-            args.lda = lda;
-            args.m = c.m;
-            args.k = c.k;
-            args.w = reinterpret_cast<const uint16_t*>(w.w_dev->ptr);
-            args.n = c.n;
-            args.d = d.mem.ptr;
-            args.d_kind = c.out;
-            args.ldd = d.ldd;
+            const cuda::Bf16GemmArgs args = bf16_args(xd, c.m, lda, w, d);
             EXPECT_TRUE(cuda::bf16_gemm_eligible(args, path));
             cuda::bf16_gemm(args, path, nullptr);
             CUDA_CHECK(cudaDeviceSynchronize());
