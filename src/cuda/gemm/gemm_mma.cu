@@ -16,6 +16,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/smem.cuh"
 #include "cuda/gemm/dense_gemm_problem.cuh"
 #include "cuda/gemm/mma_tile.cuh"
 
@@ -154,7 +155,7 @@ void launch_mma(const Problem& q, MmaMode mode, cudaStream_t stream) {
     auto kernel = mode == MmaMode::FP8_NATIVE   ? mma_gemm_kernel<MmaMode::FP8_NATIVE>
                   : mode == MmaMode::FP8_AS_F16 ? mma_gemm_kernel<MmaMode::FP8_AS_F16>
                                                 : mma_gemm_kernel<MmaMode::BF16>;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+    allow_dynamic_smem(kernel, kSmemBytes);
     launch_pdl("mma_gemm_kernel", kernel, dim3(tiles), dim3(kThreads), kSmemBytes, stream, p);
 }
 

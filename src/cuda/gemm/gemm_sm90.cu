@@ -39,6 +39,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/smem.cuh"
 #include "cuda/gemm/dense_gemm_problem.cuh"
 #include "cuda/gemm/tensor_map.h"
 #include "cuda/gemm/tma.cuh"
@@ -325,7 +326,7 @@ void launch_config(const Problem& q, int ctas, cudaStream_t stream) {
     p.n_blocks = int((q.n + kBlockN - 1) / kBlockN);
     p.tiles = q.groups * p.m_blocks * p.n_blocks;
     auto kernel = sm90_gemm_kernel<FP8, BM>;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(C::kSmemBytes)));
+    allow_dynamic_smem(kernel, C::kSmemBytes);
     launch_pdl(FP8 ? "sm90_gemm_kernel<fp8>" : "sm90_gemm_kernel<bf16>", kernel,
                dim3(unsigned(std::min(ctas, p.tiles))), dim3(kThreads), C::kSmemBytes, stream, p);
 }

@@ -33,8 +33,10 @@ __device__ __forceinline__ void prefetch_map(const void* map) {
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
-// One 2-D box of `map` at coordinates (c0 = innermost, c1) into shared memory at dst, completing `bar`'s
-// transaction bytes (the whole box counts, out-of-bounds elements are written as zeros).
+// One 2-D box of `map` at coordinates (c0 = innermost, c1) into shared memory at dst (128-byte aligned; 1024 with
+// the 128-byte swizzle), completing `bar`'s transaction bytes (the whole box counts, out-of-bounds elements are
+// written as zeros). c0 times the element size must be a multiple of 16 bytes: the copy engine refuses another
+// start with an illegal instruction (the grouped expert GEMM's scale boxes at an expert's first slot did).
 __device__ __forceinline__ void load_2d(void* dst, const void* map, int32_t c0, int32_t c1, uint64_t* bar) {
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(

@@ -18,6 +18,7 @@
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/smem.cuh"
 #include "cuda/gemm/fp8_quant.cuh"
 #include "cuda/gemm/mma_tile.cuh"
 #include "cuda/moe/fp4_expand.cuh"
@@ -253,7 +254,7 @@ template <bool UP>
 void launch_mode(const Problem& p, MmaMode mode, cudaStream_t stream) {
     auto kernel = mode == MmaMode::FP8_NATIVE ? grouped_mma_kernel<UP, MmaMode::FP8_NATIVE>
                                               : grouped_mma_kernel<UP, MmaMode::FP8_AS_F16>;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+    allow_dynamic_smem(kernel, kSmemBytes);
     launch_pdl(UP ? "grouped_mma_kernel<up>" : "grouped_mma_kernel<down>", kernel,
                dim3(unsigned(current_arch().sm_count)), dim3(kThreads), kSmemBytes, stream, p);
 }

@@ -11,7 +11,8 @@
 //     quad) are quantized together: the epilogue writes the down-projection's act_quant input directly
 //     (gemm/fp8_quant.cuh, identical to quantize_fp8_activation of the bf16 h). Down-projection: 128 rows of w2.
 //   - Producer warpgroup (128 threads, 40 registers): thread 0 loads the A tile (gathered act_quant codes of the
-//     tile's slots, TMA, 128-byte swizzle) and its 128 scales (TMA) with expect_tx; every producer thread copies its
+//     tile's slots, TMA, 128-byte swizzle) and its 128 scales (TMA, a box of 132 from the 4-aligned row at or below
+//     the tile's first: see kScaleBox) with expect_tx; every producer thread copies its
 //     weight row's 64 FP4 bytes of the stage with four 16-byte cp.async (weights live in per-expert allocations: no
 //     tensor map per expert), arriving on the stage's full barrier (count 1 + 128).
 //   - Math warpgroups (2 x 128 threads, 232 registers), per stage: each thread expands half a weight row (two
@@ -30,6 +31,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/smem.cuh"
 #include "cuda/gemm/tensor_map.h"
 #include "cuda/gemm/tma.cuh"
 #include "cuda/gemm/fp8_quant.cuh"
@@ -45,16 +47,24 @@ constexpr int kBM = kBlockM, kBN = kBlockN;
 constexpr int kStages = 6;
 constexpr int kATile = kBM * 128;       // e4m3 codes, 128 K per stage
 constexpr int kRawTile = kBN * 64;      // packed FP4, 128 K per stage
-constexpr int kScaleBytes = kBM * 4;
-constexpr int kBTile = kBN * 128;       // expanded e4m3
+// The A scales of a stage: one TMA box of kScaleBox floats from the 4-aligned row at or below the tile's first
+// row. A tensor copy's start in the innermost dimension must be 16-byte aligned (4 floats); an expert's first slot
+// can be any row, and a box starting there is an illegal instruction on the H200 (the first GPU run: every
+// MoeGemm test died at this load). The tile's rows are then at offset row0 % 4 inside the box.
+constexpr int kScaleBox = kBM + 4;
+constexpr int kScaleBytes = kScaleBox * 4;                                    // 528: a multiple of 16
+constexpr int kScaleStride = (kScaleBytes + 127) / 128 * 128;                 // stage stride (128-byte aligned boxes)
+constexpr int kBTile = kBN * 128;                                             // expanded e4m3
+constexpr size_t align_1024(size_t b) { return (b + 1023) / 1024 * 1024; }
 constexpr size_t kRawOffset = size_t(kStages) * kATile;
 constexpr size_t kSaOffset = kRawOffset + size_t(kStages) * kRawTile;
-constexpr size_t kBOffset = kSaOffset + size_t(kStages) * kScaleBytes;       // 2 expanded B tiles
+constexpr size_t kBOffset = align_1024(kSaOffset + size_t(kStages) * kScaleStride);  // 2 expanded B tiles
 constexpr size_t kColScaleOffset = kBOffset + 2 * size_t(kBTile);            // 2 x 128 floats
 constexpr size_t kBarrierOffset = kColScaleOffset + 2 * kBN * 4;
 constexpr size_t kPrefixOffset = kBarrierOffset + 2 * kStages * 8;           // (E + 1) ints
 constexpr size_t kSmemBytes = kPrefixOffset + (kMaxExperts + 1) * 4 + 1024;  // + alignment slack
 static_assert(kATile % 1024 == 0 && kBOffset % 1024 == 0 && kRawOffset % 1024 == 0, "swizzled tiles 1024-aligned");
+static_assert(kSaOffset % 128 == 0 && kScaleStride % 128 == 0, "TMA destinations 128-byte aligned");
 static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm_90 CTA");
 
 struct GroupedParams {
@@ -143,7 +153,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                     if (tid == 0) {
                         mbar_expect_tx(&full[s], kATile + kScaleBytes);
                         tma::load_2d(a_tiles + size_t(s) * kATile, &p.map_a, kb * 128, row0, &full[s]);
-                        tma::load_2d(a_scales + s * kBM, &p.map_sa, row0, kb, &full[s]);
+                        tma::load_2d(a_scales + s * (kScaleStride / 4), &p.map_sa, row0 & ~3, kb, &full[s]);
                     }
                     unsigned char* dst = raw_tiles + size_t(s) * kRawTile + tid * 64;
 #pragma unroll
@@ -176,6 +186,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
         int e, mb, nb;
         tile_of(t, prefix, p.E, p.n_blocks, e, mb, nb);
         const int count = p.count[e], first = p.offset[e] + mb * kBM;
+        const int sa_row = (first & 3) + r0;  // row r0 of the tile inside the stage's scale box
         float wt[2] = {0.f, 0.f};  // up: the routing weights of rows r0, r0 + 8 (0 past the expert's count)
         if constexpr (UP) {
 #pragma unroll
@@ -197,7 +208,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                 fp4_expand::expand_half_row(raw_tiles + size_t(s) * kRawTile + x_row * 64, btile, x_row, x_half, scales4,
                                             ref);
                 if (x_half == 0) csc[x_row] = fp4_expand::column_scale(ref);
-                const float sa0 = a_scales[s * kBM + r0], sa1 = a_scales[s * kBM + r0 + 8];
+                const float sa0 = a_scales[s * (kScaleStride / 4) + sa_row],
+                            sa1 = a_scales[s * (kScaleStride / 4) + sa_row + 8];
                 fence_proxy_async();  // the expanded tile (generic stores) is read by wgmma (async proxy)
                 named_barrier_math();
                 const uint32_t a_addr = smem_u32(a_tiles + size_t(s) * kATile + 64 * mw * 128);
@@ -291,7 +303,7 @@ void launch_sm90(const Problem& q, cudaStream_t stream) {
     p.map_a = tma::make_2d(q.a.codes, tma::Element::U8, uint64_t(q.a.m), uint64_t(q.a.k), uint64_t(q.a.codes_ld), kBM,
                            128, tma::Swizzle::B128, "grouped expert GEMM activation");
     p.map_sa = tma::make_2d(q.a.scales, tma::Element::F32, uint64_t((q.a.k + 127) / 128), uint64_t(q.a.m),
-                            uint64_t(q.a.scales_ld) * 4, 1, kBM, tma::Swizzle::NONE,
+                            uint64_t(q.a.scales_ld) * 4, 1, kScaleBox, tma::Swizzle::NONE,
                             "grouped expert GEMM activation scales");
     p.w_a = q.w_a;
     p.s_a = q.s_a;
@@ -310,7 +322,7 @@ void launch_sm90(const Problem& q, cudaStream_t stream) {
     p.y = q.y;
     p.ldo = q.ldo;
     auto kernel = q.up ? grouped_fp4_kernel<true> : grouped_fp4_kernel<false>;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+    allow_dynamic_smem(kernel, kSmemBytes);
     launch_pdl(q.up ? "grouped_fp4_kernel<up>" : "grouped_fp4_kernel<down>", kernel,
                dim3(unsigned(current_arch().sm_count)), dim3(kThreads), kSmemBytes, stream, p);
 }
