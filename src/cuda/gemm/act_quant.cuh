@@ -1,8 +1,8 @@
-// FP8 activations for the compute-bound GEMMs (fp8_gemm.cuh, moe/moe_gemm.cuh): bf16 rows -> e4m3 codes plus one
-// fp32 power-of-two scale per (row, 128-column block), exactly the official act_quant (scale
-// 2^ceil(log2(max(amax, 1e-4) / 448)), codes e4m3(clamp(x / scale, +-448)) rounded to nearest even): the same
-// codes and scales as the release-numerics preparation of linear.cuh (gemm/prepare_block.cuh) and
-// cpu::act_quant_fp8_block128, bit for bit.
+// FP8 activations for the compute-bound GEMMs (dense_gemm.cuh, moe/moe_gemm.cuh; ActFormat::FP8_ROWS of
+// linear.cuh): bf16 rows -> e4m3 codes plus one fp32 power-of-two scale per (row, 128-column block), exactly the
+// official act_quant (scale 2^ceil(log2(max(amax, 1e-4) / 448)), codes e4m3(clamp(x / scale, +-448)) rounded to
+// nearest even): the same codes and scales as the release-numerics preparation of linear.cuh
+// (gemm/prepare_block.cuh) and cpu::act_quant_fp8_block128, bit for bit.
 // Layout, chosen for the GEMMs' loads: codes row-major with a 128-multiple row stride (a TMA box row of 128 bytes is
 // one scale block; the columns past K are zero), scales transposed (block-major, rows contiguous, row count
 // padded to 4 floats: one TMA box per (128 rows, block), as DeepGEMM's per-token scales).

@@ -1,19 +1,28 @@
 // Host entries of the compute-bound dense GEMMs (see dense_gemm.cuh): argument checks with messages that name the
 // argument, the path and tile choice, and the hand-off to a kernel backend (gemm_sm90.cu or gemm_mma.cu).
-// Tile choice (wgmma path): 256 x 128 tiles (two 64-row waves per math warpgroup) move a quarter less data from L2
-// per FLOP than 128 x 128 and are taken when they alone fill the SMs; else 128 x 128 when those do; else 64 x 128
-// (twice as many CTAs as 128-row tiles on the same numerics). K is never split (batch invariance, dense_gemm.cuh).
-// What that gives on the V4-Flash shapes of one layer (132 SMs; tiles = M blocks x N blocks of 128 columns):
-//   shape (k -> n)             M = 256            M = 1024          M = 4096          M = 8192
-//   wq_a 4096 -> 1024          64 rows, 32 tiles  64, 128           128, 256          256, 256
-//   wkv 4096 -> 512            64, 16             64, 64            64, 256           128, 256
-//   wq_b 1024 -> 32768         256, 256           256, 1024         256, 4096         256, 8192
-//   wo_a 8 x (4096 -> 1024)    64, 256            256, 256          256, 1024         256, 2048  (groups = 8, one launch)
-//   wo_b 8192 -> 4096          64, 128            128, 256          256, 512          256, 1024
+// Tile choice (wgmma path): the tile height whose waves (ceil(tiles / SMs), persistent CTAs) cost least, with the
+// relative cost of one tile measured on the H200 at K = 4096 (gemm_perf.log of the first GPU run: a wave of 64-row
+// tiles 19-20 us, of 128-row tiles 27.6-28.9 us, of 256-row tiles 47.5 us): 0.69, 1 and 1.7; ties take the taller
+// tile (less L2 traffic per FLOP). The first rule (the tallest tile whose count alone fills the SMs) fell off a
+// cliff just below a full wave: wkv (N = 512) at M = 4096 had 128 tiles of 128 rows for 132 SMs and took 256
+// tiles of 64 rows instead (38.0 us, 34% of the FP8 ceiling). K is never split (batch invariance, dense_gemm.cuh).
+// What that gives on the V4-Flash shapes of one layer (132 SMs; tile rows, first rule -> this one):
+//   shape (k -> n)             M = 256     M = 1024     M = 4096     M = 8192
+//   wq_a 4096 -> 1024          64          64           128 -> 256   256
+//   wkv 4096 -> 512            64          64           64 -> 128    128 -> 256
+//   wq_b 1024 -> 32768         256         256          256          256
+//   wo_a 8 x (4096 -> 1024)    64 -> 128   256          256          256          (groups = 8, one launch)
+//   wo_b 8192 -> 4096          64          128 -> 256   256          256
 //   shared w1|w3, w2 -> 4096   as wo_b
-//   head 4096 -> 129280 (bf16) 256, 1010          256, 4040         256, 16160        256, 32320
+//   indexer wq_b 1024 -> 8192  64 -> 128   256          256          256
+//   head 4096 -> 129280 (bf16) 256         256          256          256
+//   router 4096 -> 256 (bf16)  64          64           64           64 -> 128
 // Below ~132 tiles (M = 256 on the small projections) the GPU is not full; only split-K would fill it, and it is
 // left out on purpose (batch invariance); those problems take a few microseconds either way.
+// Measured and not addressed here (gemm_perf.log, M = 4096 / 8192): wq_b and the indexer's wq_b (K = 1024: 8
+// k-blocks per tile) run at 40-45% of the ceiling, wo_b at 77-78%: with short K the epilogue (registers straight to
+// global memory, not overlapped with the next tile's main loop) weighs a quarter of a tile; a shared-memory staged
+// TMA-store epilogue overlapped with the next tile is the next step there.
 #include "cuda/gemm/dense_gemm.cuh"
 
 #include <algorithm>
@@ -87,6 +96,25 @@ bool vector_store(const void* d, int64_t ldd, OutKind kind) {
     return ldd % 2 == 0 && reinterpret_cast<uintptr_t>(d) % align == 0;
 }
 
+// The wgmma tile height of least estimated time (see the header): waves of persistent CTAs times a tile's cost.
+template <typename Tiles>
+int cheapest_tile_height(const Tiles& tiles, int sms) {
+    constexpr struct {
+        int rows;
+        double cost;
+    } kHeights[] = {{256, 1.7}, {128, 1.0}, {64, 0.69}};
+    int best = 256;
+    double best_cost = 0;
+    for (const auto& h : kHeights) {
+        const double cost = double((tiles(h.rows) + sms - 1) / sms) * h.cost;
+        if (h.rows == 256 || cost < best_cost - 1e-9) {
+            best = h.rows;
+            best_cost = cost;
+        }
+    }
+    return best;
+}
+
 GemmPlan plan(GemmPath path, int64_t m, int64_t n, bool fp8, int block_m) {
     GemmPlan p;
     p.path = resolve(path, fp8);
@@ -96,7 +124,7 @@ GemmPlan plan(GemmPath path, int64_t m, int64_t n, bool fp8, int block_m) {
     if (p.path == GemmPath::WGMMA) {
         FS_REQUIRE(block_m == 0 || block_m == 64 || block_m == 128 || block_m == 256, "dense GEMM: block_m ", block_m,
                    " must be 0 (automatic), 64, 128 or 256");
-        p.block_m = block_m != 0 ? block_m : tiles(256) >= sms ? 256 : tiles(128) >= sms ? 128 : 64;
+        p.block_m = block_m != 0 ? block_m : cheapest_tile_height(tiles, sms);
         p.tiles = tiles(p.block_m);
         p.ctas = int(std::min<int64_t>(p.tiles, sms));  // persistent: one CTA per SM at most
     } else {
@@ -154,10 +182,10 @@ GemmPlan plan_bf16_gemm(const Bf16GemmArgs& args, GemmPath path, int block_m) {
     return plan(path, args.m, args.n, false, block_m);
 }
 
-void fp8_gemm(const Fp8GemmArgs& x, GemmPath path, cudaStream_t stream, int block_m) {
+void gemm_fp8(const Fp8GemmArgs& x, GemmPath path, cudaStream_t stream, int block_m) {
     const GemmPlan p = plan_fp8_gemm(x, path, block_m);
     const std::string e = check_fp8(x, p.path);
-    FS_REQUIRE(e.empty(), "fp8_gemm: ", e);
+    FS_REQUIRE(e.empty(), "gemm_fp8: ", e);
     dense_gemm::Problem q;
     q.fp8 = true;
     q.a = x.a.codes;
@@ -175,10 +203,10 @@ void fp8_gemm(const Fp8GemmArgs& x, GemmPath path, cudaStream_t stream, int bloc
     run(q, p, stream);
 }
 
-void bf16_gemm(const Bf16GemmArgs& x, GemmPath path, cudaStream_t stream, int block_m) {
+void gemm_bf16(const Bf16GemmArgs& x, GemmPath path, cudaStream_t stream, int block_m) {
     const GemmPlan p = plan_bf16_gemm(x, path, block_m);
     const std::string e = check_bf16(x, p.path);
-    FS_REQUIRE(e.empty(), "bf16_gemm: ", e);
+    FS_REQUIRE(e.empty(), "gemm_bf16: ", e);
     dense_gemm::Problem q;
     q.fp8 = false;
     q.a = x.a;

@@ -55,9 +55,9 @@ struct Bf16GemmArgs {
 // Whether `path` (AUTO: any) can run on the current device with this build.
 bool gemm_path_supported(GemmPath path, bool fp8);
 
-// The choice a call makes: the path taken for AUTO, the tile rows per CTA (wgmma: 256 when 256-row tiles fill the
-// SMs, else 128 when 128-row tiles do, else 64; mma.sync: 128; columns are always 128), the CTA count and the tile
-// count. block_m (tests, benchmarks): 0 = that rule, or 64 / 128 / 256 forced on the wgmma path.
+// The choice a call makes: the path taken for AUTO, the tile rows per CTA (wgmma: 256, 128 or 64, the height of
+// least estimated time, dense_gemm.cu; mma.sync: 128; columns are always 128), the CTA count and the tile count.
+// block_m (tests, benchmarks): 0 = that rule, or 64 / 128 / 256 forced on the wgmma path.
 struct GemmPlan {
     GemmPath path = GemmPath::AUTO;
     int block_m = 128, block_n = 128;
@@ -74,7 +74,7 @@ GemmPlan plan_fp8_gemm(const Fp8GemmArgs& args, GemmPath path = GemmPath::AUTO, 
 GemmPlan plan_bf16_gemm(const Bf16GemmArgs& args, GemmPath path = GemmPath::AUTO, int block_m = 0);
 
 // Throws Error (naming the argument) when not eligible. m == 0 launches nothing.
-void fp8_gemm(const Fp8GemmArgs& args, GemmPath path, cudaStream_t stream, int block_m = 0);
-void bf16_gemm(const Bf16GemmArgs& args, GemmPath path, cudaStream_t stream, int block_m = 0);
+void gemm_fp8(const Fp8GemmArgs& args, GemmPath path, cudaStream_t stream, int block_m = 0);
+void gemm_bf16(const Bf16GemmArgs& args, GemmPath path, cudaStream_t stream, int block_m = 0);
 
 }  // namespace flashseek::cuda
