@@ -55,6 +55,18 @@ MoeGemmWorkspace moe_gemm_workspace_view(void* memory, int64_t slots, int64_t hi
     return w;
 }
 
+void moe_attach_gemm_workspace(MoeGrouping& g, void* memory, int64_t hidden, int64_t inter) {
+    FS_REQUIRE(memory != nullptr && reinterpret_cast<uintptr_t>(memory) % 16 == 0,
+               "moe_attach_gemm_workspace: memory null or not 16-byte aligned");
+    FS_REQUIRE(g.max_pairs > 0 && hidden > 0 && inter > 0, "moe_attach_gemm_workspace: ", g.max_pairs,
+               " slots, hidden ", hidden, ", inter ", inter, " must be positive");
+    const MoeGemmWorkspace w = moe_gemm_workspace_view(memory, g.max_pairs, hidden, inter);
+    g.gemm_x = w.x;
+    g.gemm_h = w.h_q;
+}
+
+MoeGemmWorkspace moe_gemm_workspace_of(const MoeGrouping& g) { return MoeGemmWorkspace{g.gemm_x, g.gemm_h}; }
+
 bool moe_gemm_supported(GemmPath path) {
     switch (path) {
         case GemmPath::AUTO: return has_bf16_mma(current_arch().cc);

@@ -36,6 +36,13 @@ size_t moe_gemm_workspace_bytes(int64_t slots, int64_t hidden, int64_t inter);
 // Carves the workspace out of `memory` (moe_gemm_workspace_bytes(...) bytes, 16-byte aligned).
 MoeGemmWorkspace moe_gemm_workspace_view(void* memory, int64_t slots, int64_t hidden, int64_t inter);
 
+// Carves the workspace of the grouping's max_pairs slots out of `memory` (moe_gemm_workspace_bytes(g.max_pairs,
+// hidden, inter) bytes, 16-byte aligned) and attaches it to the grouping (MoeGrouping::gemm_x / gemm_h), as the
+// expert catalogue's grouped_experts variant needs it; moe_gemm_workspace_of gives it back (empty views when none
+// is attached).
+void moe_attach_gemm_workspace(MoeGrouping& g, void* memory, int64_t hidden, int64_t inter);
+MoeGemmWorkspace moe_gemm_workspace_of(const MoeGrouping& g);
+
 // `path` (AUTO: any) can run here.
 bool moe_gemm_supported(GemmPath path = GemmPath::AUTO);
 // ... and serves these experts: FP4_BLOCK32 with E8M0 scales, hidden and inter multiples of 128, E <= 1024,

@@ -4,8 +4,11 @@
 // reaches without block scales), and the dense FP8 ceiling (cuBLASLt FP8 at 8192^3). Each shape is timed as CUDA-graph
 // replays of 10 calls (weights do not rotate: these problems are compute-bound). Rows: microseconds per call,
 // TFLOP/s, fraction of cuBLASLt on the shape and of the FP8 ceiling; the act_quant launch is timed on its own.
-// The per-layer sum at each M gives the GEMM-only prefill rate of 20 layers. Last, the routed experts through the
-// grouped FP4 GEMMs (moe_gemm.cuh), against the same ceiling.
+// The per-layer sum at each M gives the GEMM-only prefill rate of 20 layers. Then the routed experts through the
+// grouped FP4 GEMMs (moe_gemm.cuh), against the same ceiling. Last, the catalogue's choice between 16 and 1024
+// rows: every linear variant that supports a shape (forced through linear()) and the expert variants through
+// moe_expert_up / down, with the preparation each needs timed on its own: where the GEMMs' preference floors
+// (KernelPolicy::gemm_min_tokens, grouped_experts_min_tokens) belong.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -23,7 +26,9 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/random_fill.cuh"
 #include "cuda/gemm/dense_gemm.cuh"
+#include "cuda/gemm/linear_catalogue.h"
 #include "cuda/gemm/tensor_map.h"
+#include "cuda/moe/moe_catalogue.h"
 #include "cuda/moe/moe_gemm.cuh"
 
 namespace flashseek::test {
@@ -151,6 +156,20 @@ void print_gemm_row(const char* name, int64_t m, const char* note, double us, do
     std::fflush(stdout);
 }
 
+// One catalogue row: variant, rows, its call and its preparation, and whether it is the default choice.
+void print_variant_row(std::vector<BenchRow>& rows, const std::string& shape, int64_t M, std::string_view variant,
+                       double us, double prep_us, bool chosen) {
+    std::printf("  %-28s M=%-5lld %-16s %9.1f us + prepare %7.1f us%s\n", shape.c_str(), (long long)M,
+                std::string(variant).c_str(), us, prep_us, chosen ? "   <- default choice" : "");
+    std::fflush(stdout);
+    BenchRow r;
+    r.name = "catalogue " + shape + " " + std::string(variant);
+    r.m = M;
+    r.us = us;
+    r.note = "prepare_us=" + std::to_string(prep_us) + (chosen ? " chosen" : "");
+    rows.push_back(r);
+}
+
 // The routed experts of one V4-Flash MoE layer (256 FP4 experts, hidden 4096, inter 2048, top-6, uniform random
 // routing) through the grouped GEMMs (moe_gemm.cuh: gathered act_quant, up with SwiGLU, act_quant of h, down).
 void bench_grouped_experts(std::vector<BenchRow>& rows, double ceiling) {
@@ -232,8 +251,141 @@ void bench_grouped_experts(std::vector<BenchRow>& rows, double ceiling) {
         rows.push_back(r);
         for (void* p : {d_idx, d_wts, gmem, x, wsmem, y}) CUDA_CHECK(cudaFree(p));
     }
+    // The expert catalogue's choice at 32..1024 tokens: grouped_experts (raw input) against tile_experts (prepared
+    // input, its preparation timed beside), up + down through moe_expert_up / moe_expert_down, each forced.
+    std::printf("== the expert catalogue between 32 and 1024 tokens (each variant forced)\n");
+    for (int64_t M : {32, 64, 128, 256, 1024}) {
+        const int64_t slots = M * top_k;
+        std::vector<int32_t> idx(static_cast<size_t>(slots));
+        std::vector<float> wts(static_cast<size_t>(slots), 0.5f);
+        for (int64_t tok = 0; tok < M; ++tok) {
+            std::vector<int> pick;
+            while (int(pick.size()) < top_k) {
+                const int e = int(rng() % E);
+                if (std::find(pick.begin(), pick.end(), e) == pick.end()) pick.push_back(e);
+            }
+            for (int j = 0; j < top_k; ++j) idx[size_t(tok * top_k + j)] = pick[size_t(j)];
+        }
+        void* d_idx = device_alloc(idx.size() * 4);
+        void* d_wts = device_alloc(wts.size() * 4);
+        CUDA_CHECK(cudaMemcpy(d_idx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(d_wts, wts.data(), wts.size() * 4, cudaMemcpyHostToDevice));
+        void* gmem = device_alloc(cuda::moe_grouping_bytes(E, slots));
+        cuda::MoeGrouping g = cuda::moe_grouping_view(gmem, E, slots);
+        cuda::moe_group(static_cast<const int32_t*>(d_idx), static_cast<const float*>(d_wts), M, top_k, g, nullptr);
+        void* wsmem = device_alloc(cuda::moe_gemm_workspace_bytes(slots, H, I));
+        cuda::moe_attach_gemm_workspace(g, wsmem, H, I);
+        void* x = device_alloc(size_t(M * H) * 2);
+        cuda::fill_random(x, size_t(M * H), cuda::FillKind::BF16, 3, 1.f, nullptr);
+        void* xv = device_alloc(cuda::prepared_values_bytes(M, H));
+        void* xs = device_alloc(cuda::prepared_scales_bytes(M, H));
+        void* hv = device_alloc(cuda::prepared_values_bytes(slots, I));
+        void* hs = device_alloc(cuda::prepared_scales_bytes(slots, I));
+        void* y = device_alloc(size_t(slots * H) * 4);
+        const auto release = cuda::ActNumerics::FP8_BLOCK128;
+        const cuda::PreparedActivation raw = cuda::raw_activation(x, M, H, H, cuda::WeightKind::FP4_BLOCK32, release);
+        cuda::PreparedActivation prepared;
+        prepared.values = static_cast<uint16_t*>(xv);
+        prepared.scales = static_cast<float*>(xs);
+        auto prepare = [&](cudaStream_t s) {
+            cuda::prepare_activation(x, false, M, H, H, cuda::WeightKind::FP4_BLOCK32, release, prepared, s);
+        };
+        const double prep_us = time_graph_per_call([&](cudaStream_t s, int) { prepare(s); }, 10);
+        prepare(nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        for (const char* name : {"grouped_experts", "tile_experts"}) {
+            const bool grouped = std::string(name) == "grouped_experts";
+            const cuda::KernelPolicy only = cuda::KernelPolicy::only(name);
+            const double us = time_graph_per_call(
+                [&](cudaStream_t s, int) {
+                    cuda::PreparedActivation h;
+                    h.values = static_cast<uint16_t*>(hv);
+                    h.scales = static_cast<float*>(hs);
+                    cuda::moe_expert_up(grouped ? raw : prepared, t, &g, M, top_k, 10.f, release, h, s, only);
+                    cuda::moe_expert_down(h, t, &g, M, top_k, static_cast<float*>(y), s, only);
+                },
+                5);
+            cuda::PreparedActivation h;
+            h.values = static_cast<uint16_t*>(hv);
+            h.scales = static_cast<float*>(hs);
+            const cuda::PreparedActivation& in = grouped ? raw : prepared;
+            const bool chosen = cuda::choose_experts(cuda::ExpertCall{true, in, t, &g, M, top_k, release},
+                                                     cuda::KernelPolicy{}).name == name;
+            print_variant_row(rows, "experts up+down", M, name, us, grouped ? 0.0 : prep_us, chosen);
+        }
+        for (void* p : {d_idx, d_wts, gmem, wsmem, x, xv, xs, hv, hs, y}) CUDA_CHECK(cudaFree(p));
+    }
     for (void* p : allocs) CUDA_CHECK(cudaFree(p));
     for (void* p : tables) CUDA_CHECK(cudaFree(p));
+}
+
+// Every linear variant that supports the shape, through linear() with that variant forced, at 16..1024 rows.
+void bench_linear_catalogue(std::vector<BenchRow>& rows) {
+    struct Shape {
+        const char* name;
+        cuda::WeightKind kind;
+        int64_t n, k;
+    };
+    const Shape shapes[] = {{"wq_a 4096->1024", cuda::WeightKind::FP8_BLOCK128, 1024, 4096},
+                            {"wkv 4096->512", cuda::WeightKind::FP8_BLOCK128, 512, 4096},
+                            {"wq_b 1024->32768", cuda::WeightKind::FP8_BLOCK128, 32768, 1024},
+                            {"wo_b 8192->4096", cuda::WeightKind::FP8_BLOCK128, 4096, 8192},
+                            {"compressor wkv bf16", cuda::WeightKind::BF16, 1024, 4096}};
+    cuda::GemmWorkspace gws = cuda::create_gemm_workspace();
+    std::printf("== the linear catalogue between 16 and 1024 rows (release numerics; each variant forced)\n");
+    for (const Shape& sh : shapes) {
+        const bool fp8 = sh.kind == cuda::WeightKind::FP8_BLOCK128;
+        const int64_t M_max = 1024;
+        void* x = device_alloc(size_t(M_max * sh.k) * 2);
+        cuda::fill_random(x, size_t(M_max * sh.k), cuda::FillKind::BF16, 3, 1.f, nullptr);
+        const size_t w_bytes = size_t(sh.n * sh.k) * (fp8 ? 1 : 2);
+        void* w = device_alloc(w_bytes);
+        cuda::fill_random(w, fp8 ? w_bytes : w_bytes / 2, fp8 ? cuda::FillKind::E4M3 : cuda::FillKind::BF16, 4, 0.05f,
+                          nullptr);
+        const size_t ws_count = size_t((sh.n + 127) / 128) * size_t((sh.k + 127) / 128);
+        void* w_scales = fp8 ? device_alloc(ws_count) : nullptr;
+        if (fp8) cuda::fill_random(w_scales, ws_count, cuda::FillKind::E8M0, 5, float(118 + 256 * 124), nullptr);
+        cuda::DeviceLinear dw;
+        dw.kind = sh.kind;
+        dw.scale_kind = fp8 ? cuda::ScaleKind::E8M0 : cuda::ScaleKind::NONE;
+        dw.out = sh.n;
+        dw.in = sh.k;
+        dw.weight = w;
+        dw.scale = w_scales;
+        void* values = device_alloc(cuda::prepared_values_bytes(M_max, sh.k));
+        void* scales = device_alloc(cuda::prepared_scales_bytes(M_max, sh.k));
+        void* y = device_alloc(size_t(M_max * sh.n) * 2);
+        const auto numerics = fp8 ? cuda::ActNumerics::FP8_BLOCK128 : cuda::ActNumerics::EXACT;
+        for (int64_t M : {16, 32, 64, 128, 256, 512, 1024}) {
+            cuda::PreparedActivation act;
+            act.values = static_cast<uint16_t*>(values);
+            act.scales = static_cast<float*>(scales);
+            const cuda::ActFormat want = cuda::linear_input_format(M, dw, 1, numerics);
+            std::string chosen;
+            for (const cuda::LinearVariant& v : cuda::linear_variants()) {
+                if (!v.supports_shape(M, dw, 1, numerics, false)) continue;
+                auto prepare = [&](cudaStream_t s) {
+                    if (v.format == cuda::ActFormat::FP8_ROWS)
+                        cuda::prepare_activation_rows(static_cast<const uint16_t*>(x), M, sh.k, sh.k, numerics, act, s);
+                    else
+                        cuda::prepare_activation(x, false, M, sh.k, sh.k, sh.kind, numerics, act, s);
+                };
+                const double prep_us = time_graph_per_call([&](cudaStream_t s, int) { prepare(s); }, 10);
+                prepare(nullptr);
+                CUDA_CHECK(cudaDeviceSynchronize());
+                if (chosen.empty() && v.format == want)
+                    chosen = std::string(cuda::plan_linear(act, dw, 1, &gws).variant);
+                const cuda::KernelPolicy only = cuda::KernelPolicy::only(v.name);
+                const double us = time_graph_per_call(
+                    [&](cudaStream_t s, int) { cuda::linear(act, dw, y, cuda::OutKind::BF16, sh.n, &gws, s, only); },
+                    10);
+                print_variant_row(rows, sh.name, M, v.name, us, prep_us, chosen == v.name);
+            }
+        }
+        for (void* p : {x, w, values, scales, y}) CUDA_CHECK(cudaFree(p));
+        if (w_scales) CUDA_CHECK(cudaFree(w_scales));
+    }
+    cuda::destroy_gemm_workspace(gws);
 }
 
 }  // namespace
@@ -327,7 +479,7 @@ void bench_prefill(std::vector<BenchRow>& rows) {
                     a.ldd = ldd;
                     a.groups = sh.groups;  // wo_a: all groups in one launch
                     plan = cuda::plan_fp8_gemm(a);
-                    cuda::fp8_gemm(a, cuda::GemmPath::AUTO, s);
+                    cuda::gemm_fp8(a, cuda::GemmPath::AUTO, s);
                 } else {
                     cuda::Bf16GemmArgs a;
                     a.a = static_cast<const uint16_t*>(x);
@@ -340,7 +492,7 @@ void bench_prefill(std::vector<BenchRow>& rows) {
                     a.d_kind = cuda::OutKind::F32;
                     a.ldd = ldd;
                     plan = cuda::plan_bf16_gemm(a);
-                    cuda::bf16_gemm(a, cuda::GemmPath::AUTO, s);
+                    cuda::gemm_bf16(a, cuda::GemmPath::AUTO, s);
                 }
             };
             const double us = time_graph_per_call([&](cudaStream_t s, int) { call(s); }, 10);
@@ -381,6 +533,7 @@ void bench_prefill(std::vector<BenchRow>& rows) {
                     double(M) / (20 * layer_us * 1e-6));
     }
     bench_grouped_experts(rows, ceiling);
+    bench_linear_catalogue(rows);
     CUDA_CHECK(cudaFree(workspace));
     CUDA_CHECK(cudaFree(one));
 }

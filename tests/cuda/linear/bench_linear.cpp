@@ -15,6 +15,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/random_fill.cuh"
 #include "cuda/gemm/linear.cuh"
+#include "cuda/gemm/linear_catalogue.h"
 
 namespace flashseek::test {
 
@@ -150,16 +151,7 @@ void bench_dense(double copy_bw, std::vector<BenchRow>& rows) {
         std::vector<WeightCopy> ws_copies;
         for (int i = 0; i < copies; ++i) ws_copies.push_back(alloc_weight(sh.kind, sh.out, sh.in, 100 + i));
         for (int64_t M : {1, 3, 8, 16, 64}) {
-          // FP8/FP4 at M <= kGemvMaxTokens: time the bulk-copy GEMV (where it applies), the f16 small-M GEMV and the
-          // mma.sync kernel side by side.
-          const bool both = sh.kind != cuda::WeightKind::BF16 && M <= cuda::kGemvMaxTokens;
-          if (!both && M != 1 && M != 16 && M != 64) continue;
-          // paths: 0 wgmma GEMV (also at M = 1), 1 bulk-copy GEMV, 2 f16 GEMV, 3 mma.sync tiles
-          for (int path = both ? 0 : 2; path < (both ? 4 : 3); ++path) {
-            cuda::set_small_m_gemv(path <= 2);
-            cuda::set_wgmma_gemv(path == 0, true);
-            cuda::set_bulk_gemv(path == 1);
-            cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens);  // time the GEMV at M <= 8 too
+            // Every catalogue variant that supports the problem, forced (the default choice marked).
             void* x = nullptr;
             CUDA_CHECK(cudaMalloc(&x, size_t(M * K) * 2));
             cuda::fill_random(x, size_t(M * K), cuda::FillKind::BF16, 3, 1.f, nullptr);
@@ -173,54 +165,45 @@ void bench_dense(double copy_bw, std::vector<BenchRow>& rows) {
             const auto numerics = sh.kind == cuda::WeightKind::BF16 ? cuda::ActNumerics::EXACT
                                                                     : cuda::ActNumerics::FP8_BLOCK128;
             cuda::prepare_activation(x, false, M, K, K, sh.kind, numerics, p, nullptr);
-            const auto want = cuda::plan_linear(p, cuda::DeviceLinear{sh.kind, cuda::ScaleKind::E8M0, sh.out, sh.in,
-                                                                      ws_copies[0].w, ws_copies[0].s},
-                                                sh.groups, &ws);
-            if ((path == 0 && !want.wgmma) || (path == 1 && !want.bulk)) {
-                CUDA_CHECK(cudaFree(x));
-                CUDA_CHECK(cudaFree(pv));
-                CUDA_CHECK(cudaFree(ps));
-                continue;
-            }
             const bool f32_out = sh.kind == cuda::WeightKind::BF16;
+            const auto weight = [&](int i) {
+                return cuda::DeviceLinear{sh.kind,
+                                          sh.kind == cuda::WeightKind::BF16 ? cuda::ScaleKind::NONE
+                                                                             : cuda::ScaleKind::E8M0,
+                                          sh.out, sh.in, ws_copies[size_t(i % copies)].w,
+                                          ws_copies[size_t(i % copies)].s};
+            };
+            const std::string_view chosen = cuda::plan_linear(p, weight(0), sh.groups, &ws).variant;
             void* y = nullptr;
             CUDA_CHECK(cudaMalloc(&y, size_t(M * sh.out) * 4));
-            const int calls = std::max(copies, 20);
-            const double us = time_graph_per_call(
-                [&](cudaStream_t s, int i) {
-                    cuda::DeviceLinear w{sh.kind,
-                                         sh.kind == cuda::WeightKind::BF16 ? cuda::ScaleKind::NONE
-                                                                            : cuda::ScaleKind::E8M0,
-                                         sh.out, sh.in, ws_copies[size_t(i % copies)].w,
-                                         ws_copies[size_t(i % copies)].s};
-                    cuda::grouped_linear(p, w, sh.groups, y, f32_out ? cuda::OutKind::F32 : cuda::OutKind::BF16,
-                                         sh.out, &ws, s);
-                },
-                calls);
-            const auto plan = cuda::plan_linear(p,
-                                                cuda::DeviceLinear{sh.kind, cuda::ScaleKind::E8M0, sh.out, sh.in,
-                                                                   ws_copies[0].w, ws_copies[0].s},
-                                                sh.groups, &ws);
-            BenchRow r;
-            r.name = sh.name;
-            r.m = M;
-            r.bytes = double(one);
-            r.us = us;
-            r.gbps = double(one) / (us * 1e-6) / 1e9;
-            r.fraction = r.gbps * 1e9 / copy_bw;
-            r.note = std::string(plan.wgmma ? "wgmma " : plan.bulk ? "bulk " : (plan.gemv ? "gemv " : "mma ")) + "splits=" + std::to_string(plan.k_splits) +
-                     " tok/pass=" + std::to_string(plan.tokens_per_pass);
-            rows.push_back(r);
-            print_row(r);
+            for (const cuda::LinearVariant& v : cuda::linear_variants()) {
+                if (!v.supports(cuda::LinearCall{p, weight(0), sh.groups, &ws})) continue;
+                const cuda::KernelPolicy only = cuda::KernelPolicy::only(v.name);
+                const int calls = std::max(copies, 20);
+                const double us = time_graph_per_call(
+                    [&](cudaStream_t s, int i) {
+                        cuda::grouped_linear(p, weight(i), sh.groups, y,
+                                             f32_out ? cuda::OutKind::F32 : cuda::OutKind::BF16, sh.out, &ws, s, only);
+                    },
+                    calls);
+                const auto plan = cuda::plan_linear(p, weight(0), sh.groups, &ws, only);
+                BenchRow r;
+                r.name = sh.name;
+                r.m = M;
+                r.bytes = double(one);
+                r.us = us;
+                r.gbps = double(one) / (us * 1e-6) / 1e9;
+                r.fraction = r.gbps * 1e9 / copy_bw;
+                r.note = std::string(v.name) + (v.name == chosen ? " (default)" : "") +
+                         " splits=" + std::to_string(plan.k_splits) + " tok/pass=" +
+                         std::to_string(plan.tokens_per_pass);
+                rows.push_back(r);
+                print_row(r);
+            }
             CUDA_CHECK(cudaFree(x));
             CUDA_CHECK(cudaFree(pv));
             CUDA_CHECK(cudaFree(ps));
             CUDA_CHECK(cudaFree(y));
-          }
-          cuda::set_small_m_gemv(true);
-          cuda::set_bulk_gemv(true);
-          cuda::set_wgmma_gemv(true);
-          cuda::set_small_m_gemv_max_tokens(cuda::kGemvDefaultMaxTokens);
         }
         for (auto& c : ws_copies) free_weight(c);
     }

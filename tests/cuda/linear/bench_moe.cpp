@@ -14,6 +14,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/random_fill.cuh"
 #include "cuda/moe/moe.cuh"
+#include "cuda/moe/moe_catalogue.h"
 
 namespace flashseek::test {
 
@@ -98,48 +99,30 @@ void bench_moe(double copy_bw, std::vector<BenchRow>& rows) {
         cuda::PreparedActivation h;
         h.values = hv;
         h.scales = hs;
-        // M <= kGemvMaxTokens: the per-tile GEMV kernels (moe_gemv.cu) and the mma.sync ones side by side.
-        struct Variant {
-            const char* note;
-            bool gemv, all_m, bulk, wgmma;  // all_m: also at M = 8; bulk / wgmma: the kernels of moe_bulk.cu /
-                                            // moe_wgmma.cu where they apply
-        };
-        const Variant variants[] = {
-            {"wgmma ", true, true, false, true},
-            {"bulk ", true, true, true, false},
-            {"gemv ", true, true, false, false},
-            {"mma ", false, true, false, false}};
-        const bool both = M <= cuda::kGemvMaxTokens;
-        for (const Variant& v : variants) {
-        if ((!both && v.gemv) || (M == 8 && !v.all_m)) continue;
-        cuda::set_small_m_gemv(v.gemv);
-        cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens);  // time the GEMV at M <= 8 too
-        cuda::set_moe_bulk_path(v.bulk);
-        cuda::set_moe_wgmma_path(v.wgmma, true);  // below its token floor too (M = 1)
-        if (v.bulk && !cuda::moe_expert_bulk_path(tables[0], &g, M, p)) continue;
-        if (v.wgmma && !cuda::moe_expert_wgmma_path(tables[0], &g, M, p)) continue;
-        const double us = time_graph_per_call(
-            [&](cudaStream_t s, int i) {
-                const auto& t = tables[size_t(i % sets)];
-                cuda::moe_expert_up(p, t, &g, M, K, 10.f, cuda::ActNumerics::FP8_BLOCK128, h, s);
-                cuda::moe_expert_down(h, t, &g, M, K, static_cast<float*>(y), s);
-            },
-            12);
-        BenchRow r;
-        r.name = "moe routed FP4 (" + std::to_string(distinct.size()) + " experts)";
-        r.m = M;
-        r.bytes = double(distinct.size()) * 3.0 * double(mat_w + mat_s);
-        r.us = us;
-        r.gbps = r.bytes / (us * 1e-6) / 1e9;
-        r.fraction = r.gbps * 1e9 / copy_bw;
-        r.note = std::string(v.note) + "up+down";
-        rows.push_back(r);
-        print_row(r);
+        // Every expert variant that supports the up-projection on the prepared input, forced (the default marked).
+        const cuda::ExpertCall call{true, p, tables[0], &g, M, K, cuda::ActNumerics::FP8_BLOCK128};
+        const std::string_view chosen = cuda::choose_experts(call, cuda::KernelPolicy{}).name;
+        for (const cuda::ExpertVariant& v : cuda::expert_variants()) {
+            if (!v.supports(call)) continue;
+            const cuda::KernelPolicy only = cuda::KernelPolicy::only(v.name);
+            const double us = time_graph_per_call(
+                [&](cudaStream_t s, int i) {
+                    const auto& t = tables[size_t(i % sets)];
+                    cuda::moe_expert_up(p, t, &g, M, K, 10.f, cuda::ActNumerics::FP8_BLOCK128, h, s, only);
+                    cuda::moe_expert_down(h, t, &g, M, K, static_cast<float*>(y), s, only);
+                },
+                12);
+            BenchRow r;
+            r.name = "moe routed FP4 (" + std::to_string(distinct.size()) + " experts)";
+            r.m = M;
+            r.bytes = double(distinct.size()) * 3.0 * double(mat_w + mat_s);
+            r.us = us;
+            r.gbps = r.bytes / (us * 1e-6) / 1e9;
+            r.fraction = r.gbps * 1e9 / copy_bw;
+            r.note = std::string(v.name) + (v.name == chosen ? " (default)" : "") + " up+down";
+            rows.push_back(r);
+            print_row(r);
         }
-        cuda::set_small_m_gemv(true);
-        cuda::set_small_m_gemv_max_tokens(cuda::kGemvDefaultMaxTokens);
-        cuda::set_moe_bulk_path(true);
-        cuda::set_moe_wgmma_path(true);
         for (void* q : {didx, dw, gmem, tmem, x, y}) CUDA_CHECK(cudaFree(q));
         for (void* q : {static_cast<void*>(pv), static_cast<void*>(ps), static_cast<void*>(hv), static_cast<void*>(hs)})
             CUDA_CHECK(cudaFree(q));
