@@ -170,6 +170,37 @@ void print_variant_row(std::vector<BenchRow>& rows, const std::string& shape, in
     rows.push_back(r);
 }
 
+// Uniform random top-k routing of M tokens over E experts (weights 0.5), grouped on the device.
+struct RoutedTokens {
+    void *idx = nullptr, *wts = nullptr, *mem = nullptr;
+    cuda::MoeGrouping g;
+    RoutedTokens(std::mt19937_64& rng, int64_t M, int E, int top_k) {
+        const int64_t slots = M * top_k;
+        std::vector<int32_t> h_idx(static_cast<size_t>(slots));
+        const std::vector<float> h_wts(static_cast<size_t>(slots), 0.5f);
+        for (int64_t tok = 0; tok < M; ++tok) {
+            std::vector<int> pick;
+            while (int(pick.size()) < top_k) {
+                const int e = int(rng() % E);
+                if (std::find(pick.begin(), pick.end(), e) == pick.end()) pick.push_back(e);
+            }
+            for (int j = 0; j < top_k; ++j) h_idx[size_t(tok * top_k + j)] = pick[size_t(j)];
+        }
+        idx = device_alloc(h_idx.size() * 4);
+        wts = device_alloc(h_wts.size() * 4);
+        CUDA_CHECK(cudaMemcpy(idx, h_idx.data(), h_idx.size() * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(wts, h_wts.data(), h_wts.size() * 4, cudaMemcpyHostToDevice));
+        mem = device_alloc(cuda::moe_grouping_bytes(E, slots));
+        g = cuda::moe_grouping_view(mem, E, slots);
+        cuda::moe_group(static_cast<const int32_t*>(idx), static_cast<const float*>(wts), M, top_k, g, nullptr);
+    }
+    ~RoutedTokens() {
+        for (void* p : {idx, wts, mem}) cudaFree(p);
+    }
+    RoutedTokens(const RoutedTokens&) = delete;
+    RoutedTokens& operator=(const RoutedTokens&) = delete;
+};
+
 // The routed experts of one V4-Flash MoE layer (256 FP4 experts, hidden 4096, inter 2048, top-6, uniform random
 // routing) through the grouped GEMMs (moe_gemm.cuh: gathered act_quant, up with SwiGLU, act_quant of h, down).
 void bench_grouped_experts(std::vector<BenchRow>& rows, double ceiling) {
@@ -209,23 +240,8 @@ void bench_grouped_experts(std::vector<BenchRow>& rows, double ceiling) {
     std::mt19937_64 rng(11);
     for (int64_t M : {256, 1024, 4096, 8192}) {
         const int64_t slots = M * top_k;
-        std::vector<int32_t> idx(static_cast<size_t>(slots));
-        std::vector<float> wts(static_cast<size_t>(slots), 0.5f);
-        for (int64_t tok = 0; tok < M; ++tok) {
-            std::vector<int> pick;
-            while (int(pick.size()) < top_k) {
-                const int e = int(rng() % E);
-                if (std::find(pick.begin(), pick.end(), e) == pick.end()) pick.push_back(e);
-            }
-            for (int j = 0; j < top_k; ++j) idx[size_t(tok * top_k + j)] = pick[size_t(j)];
-        }
-        void* d_idx = device_alloc(idx.size() * 4);
-        void* d_wts = device_alloc(wts.size() * 4);
-        CUDA_CHECK(cudaMemcpy(d_idx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemcpy(d_wts, wts.data(), wts.size() * 4, cudaMemcpyHostToDevice));
-        void* gmem = device_alloc(cuda::moe_grouping_bytes(E, slots));
-        const cuda::MoeGrouping g = cuda::moe_grouping_view(gmem, E, slots);
-        cuda::moe_group(static_cast<const int32_t*>(d_idx), static_cast<const float*>(d_wts), M, top_k, g, nullptr);
+        RoutedTokens routed(rng, M, E, top_k);
+        const cuda::MoeGrouping& g = routed.g;
         void* x = device_alloc(size_t(M * H) * 2);
         cuda::fill_random(x, size_t(M * H), cuda::FillKind::BF16, 3, 1.f, nullptr);
         void* wsmem = device_alloc(cuda::moe_gemm_workspace_bytes(slots, H, I));
@@ -249,30 +265,15 @@ void bench_grouped_experts(std::vector<BenchRow>& rows, double ceiling) {
         r.fraction = tf / ceiling;
         r.note = "wgmma";
         rows.push_back(r);
-        for (void* p : {d_idx, d_wts, gmem, x, wsmem, y}) CUDA_CHECK(cudaFree(p));
+        for (void* p : {x, wsmem, y}) CUDA_CHECK(cudaFree(p));
     }
     // The expert catalogue's choice at 32..1024 tokens: grouped_experts (raw input) against tile_experts (prepared
     // input, its preparation timed beside), up + down through moe_expert_up / moe_expert_down, each forced.
     std::printf("== the expert catalogue between 32 and 1024 tokens (each variant forced)\n");
     for (int64_t M : {32, 64, 128, 256, 1024}) {
         const int64_t slots = M * top_k;
-        std::vector<int32_t> idx(static_cast<size_t>(slots));
-        std::vector<float> wts(static_cast<size_t>(slots), 0.5f);
-        for (int64_t tok = 0; tok < M; ++tok) {
-            std::vector<int> pick;
-            while (int(pick.size()) < top_k) {
-                const int e = int(rng() % E);
-                if (std::find(pick.begin(), pick.end(), e) == pick.end()) pick.push_back(e);
-            }
-            for (int j = 0; j < top_k; ++j) idx[size_t(tok * top_k + j)] = pick[size_t(j)];
-        }
-        void* d_idx = device_alloc(idx.size() * 4);
-        void* d_wts = device_alloc(wts.size() * 4);
-        CUDA_CHECK(cudaMemcpy(d_idx, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
-        CUDA_CHECK(cudaMemcpy(d_wts, wts.data(), wts.size() * 4, cudaMemcpyHostToDevice));
-        void* gmem = device_alloc(cuda::moe_grouping_bytes(E, slots));
-        cuda::MoeGrouping g = cuda::moe_grouping_view(gmem, E, slots);
-        cuda::moe_group(static_cast<const int32_t*>(d_idx), static_cast<const float*>(d_wts), M, top_k, g, nullptr);
+        RoutedTokens routed(rng, M, E, top_k);
+        cuda::MoeGrouping& g = routed.g;
         void* wsmem = device_alloc(cuda::moe_gemm_workspace_bytes(slots, H, I));
         cuda::moe_attach_gemm_workspace(g, wsmem, H, I);
         void* x = device_alloc(size_t(M * H) * 2);
@@ -313,7 +314,7 @@ void bench_grouped_experts(std::vector<BenchRow>& rows, double ceiling) {
                                                      cuda::KernelPolicy{}).name == name;
             print_variant_row(rows, "experts up+down", M, name, us, grouped ? 0.0 : prep_us, chosen);
         }
-        for (void* p : {d_idx, d_wts, gmem, wsmem, x, xv, xs, hv, hs, y}) CUDA_CHECK(cudaFree(p));
+        for (void* p : {wsmem, x, xv, xs, hv, hs, y}) CUDA_CHECK(cudaFree(p));
     }
     for (void* p : allocs) CUDA_CHECK(cudaFree(p));
     for (void* p : tables) CUDA_CHECK(cudaFree(p));
