@@ -136,9 +136,9 @@ struct DeviceOut {
 };
 
 // The FP8 GEMM arguments of activation a, weight w and output d.
-cuda::Fp8GemmArgs fp8_args(const DeviceFp8Act& a, const TestWeight& w, const DeviceOut& d) {
+cuda::Fp8GemmArgs fp8_args(const cuda::Fp8Activation& a, const TestWeight& w, const DeviceOut& d) {
     cuda::Fp8GemmArgs args;
-    args.a = a.act;
+    args.a = a;
     args.w = w.w_dev->ptr;
     args.w_scales = w.s_dev->ptr;
     args.w_scale_kind = w.scale_kind;
@@ -148,12 +148,14 @@ cuda::Fp8GemmArgs fp8_args(const DeviceFp8Act& a, const TestWeight& w, const Dev
     args.ldd = d.ldd;
     return args;
 }
+cuda::Fp8GemmArgs fp8_args(const DeviceFp8Act& a, const TestWeight& w, const DeviceOut& d) {
+    return fp8_args(a.act, w, d);
+}
 
 // The BF16 GEMM arguments of the first m rows of activation a (row stride lda), weight w and output d.
-cuda::Bf16GemmArgs bf16_args(const DeviceArray<uint16_t>& a, int64_t m, int64_t lda, const TestWeight& w,
-                             const DeviceOut& d) {
+cuda::Bf16GemmArgs bf16_args(const uint16_t* a, int64_t m, int64_t lda, const TestWeight& w, const DeviceOut& d) {
     cuda::Bf16GemmArgs args;
-    args.a = a.ptr;
+    args.a = a;
     args.lda = lda;
     args.m = m;
     args.k = w.in;
@@ -491,7 +493,7 @@ TEST(DenseGemm, Bf16RowsIndependentOfBatchAndTiles) {
         std::vector<std::string> what;
         auto run = [&](int64_t m, int block_m) {
             DeviceOut d(OutKind::F32, m, n, n);
-            const cuda::Bf16GemmArgs args = bf16_args(xd, m, k, w, d);  // the first m rows of the same activation
+            const cuda::Bf16GemmArgs args = bf16_args(xd.ptr, m, k, w, d);  // the first m rows of the same activation
             cuda::gemm_bf16(args, path, nullptr, block_m);
             CUDA_CHECK(cudaDeviceSynchronize());
             outs.push_back(d.read());
@@ -552,7 +554,7 @@ TEST(DenseGemm, Bf16MatchesF64ReferenceOnEveryPath) {
             const int64_t lda = c.k + 8;
             DeviceArray<uint16_t> xd = upload_bf16(x, c.m, c.k, lda);
             DeviceOut d(c.out, c.m, c.n, c.n + c.ldd_extra);
-            const cuda::Bf16GemmArgs args = bf16_args(xd, c.m, lda, w, d);
+            const cuda::Bf16GemmArgs args = bf16_args(xd.ptr, c.m, lda, w, d);
             EXPECT_TRUE(cuda::bf16_gemm_eligible(args, path));
             cuda::gemm_bf16(args, path, nullptr);
             CUDA_CHECK(cudaDeviceSynchronize());
@@ -621,34 +623,28 @@ TEST(DenseGemm, TensorMapParametersChecked) {
     EXPECT_EQ(tma::check_2d(codes), "");
     const tma::Map2d head{base, tma::Element::BF16, 129280, 4096, 8192, 128, 64, tma::Swizzle::B128};
     EXPECT_EQ(tma::check_2d(head), "");
-    auto expect_bad = [](tma::Map2d m, const char* needle) {
-        const std::string e = tma::check_2d(m);
-        EXPECT_NE(e.find(needle), std::string::npos) << "'" << e << "' should mention '" << needle << "'";
+    // Each broken rule (from a valid map) and what the error must mention.
+    const struct {
+        void (*broken)(tma::Map2d&);
+        const char* needle;
+    } cases[] = {
+        {[](tma::Map2d& m) { m.base = static_cast<const unsigned char*>(m.base) + 4; }, "16-byte aligned"},
+        {[](tma::Map2d& m) { m.base = nullptr; }, "null"},
+        {[](tma::Map2d& m) { m.cols = 0; }, "[1, 2^32]"},
+        {[](tma::Map2d& m) { m.row_stride_bytes = 20; }, "row stride of 20"},
+        {[](tma::Map2d& m) { m.row_stride_bytes = 8; }, "row stride of 8"},  // shorter than a row of 4 floats
+        {[](tma::Map2d& m) { m.box_cols = 257; }, "[1, 256]"},
+        {[](tma::Map2d& m) { m.box_cols = 130; }, "multiple of 16"},  // 520 bytes
     };
-    tma::Map2d m = scales;
-    m.base = base + 4;
-    expect_bad(m, "16-byte aligned");
-    m = scales;
-    m.base = nullptr;
-    expect_bad(m, "null");
-    m = scales;
-    m.cols = 0;
-    expect_bad(m, "[1, 2^32]");
-    m = scales;
-    m.row_stride_bytes = 20;
-    expect_bad(m, "row stride of 20");
-    m = scales;
-    m.row_stride_bytes = 8;  // shorter than a row of 4 floats
-    expect_bad(m, "row stride of 8");
-    m = scales;
-    m.box_cols = 257;
-    expect_bad(m, "[1, 256]");
-    m = scales;
-    m.box_cols = 130;  // 520 bytes
-    expect_bad(m, "multiple of 16");
-    m = codes;
-    m.box_cols = 256;
-    expect_bad(m, "128-byte swizzle");
+    for (const auto& c : cases) {
+        tma::Map2d m = scales;
+        c.broken(m);
+        const std::string e = tma::check_2d(m);
+        EXPECT_NE(e.find(c.needle), std::string::npos) << "'" << e << "' should mention '" << c.needle << "'";
+    }
+    tma::Map2d wide = codes;
+    wide.box_cols = 256;
+    EXPECT_NE(tma::check_2d(wide).find("128-byte swizzle"), std::string::npos) << tma::check_2d(wide);
     try {
         tma::make_2d(base + 4, tma::Element::F32, 2, 4, 16, 1, 132, tma::Swizzle::NONE, "the test's scale map");
         ADD_FAILURE() << "no error for a misaligned base";
@@ -744,15 +740,7 @@ TEST(DenseGemm, CatalogueVariantsRunTheGemms) {
                     : cuda::grouped_linear(pr, dw, sh.groups, via.mem.ptr, OutKind::BF16, via.ldd, nullptr, nullptr,
                                            cuda::KernelPolicy::only(name));
             EXPECT_EQ(ran, name);
-            cuda::Fp8GemmArgs a;
-            a.a = pr.fp8;
-            a.w = w.w_dev->ptr;
-            a.w_scales = w.s_dev->ptr;
-            a.w_scale_kind = w.scale_kind;
-            a.n = sh.n;
-            a.d = direct.mem.ptr;
-            a.d_kind = OutKind::BF16;
-            a.ldd = direct.ldd;
+            cuda::Fp8GemmArgs a = fp8_args(pr.fp8, w, direct);
             a.groups = sh.groups;
             cuda::gemm_fp8(a, variant_path(name), nullptr);
             CUDA_CHECK(cudaDeviceSynchronize());
@@ -783,17 +771,7 @@ TEST(DenseGemm, CatalogueVariantsRunTheGemms) {
         DeviceOut via(OutKind::F32, m, n, n), direct(OutKind::F32, m, n, n);
         EXPECT_EQ(cuda::linear(p, dw, via.mem.ptr, OutKind::F32, n, nullptr, nullptr, cuda::KernelPolicy::only("bf16_gemm")),
                   "bf16_gemm");
-        cuda::Bf16GemmArgs a;
-        a.a = p.values;
-        a.lda = p.k_pad;
-        a.m = m;
-        a.k = k;
-        a.w = reinterpret_cast<const uint16_t*>(w.w_dev->ptr);
-        a.n = n;
-        a.d = direct.mem.ptr;
-        a.d_kind = OutKind::F32;
-        a.ldd = n;
-        cuda::gemm_bf16(a, GemmPath::AUTO, nullptr);
+        cuda::gemm_bf16(bf16_args(p.values, m, p.k_pad, w, direct), GemmPath::AUTO, nullptr);
         CUDA_CHECK(cudaDeviceSynchronize());
         EXPECT_TRUE(same_bits(via, direct)) << "bf16_gemm through linear() differs from the direct GEMM";
         // ... and the result is the product (fp32 sums of bf16 operands).
