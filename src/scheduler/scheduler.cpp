@@ -211,7 +211,8 @@ std::vector<RequestEvent> Scheduler::step(Clock::time_point now) {
     for (const Planned& p : plan) {
         Request& r = *p.req;
         if (r.first_scheduled == Clock::time_point{}) r.first_scheduled = now;
-        steps_.push_back(SequenceStep{r.seq_id, r.tokens.data() + r.computed, p.n_tokens, false});
+        const bool prefill = r.computed < r.prompt_len || p.n_tokens > 1;  // a prompt piece or a recomputation
+        steps_.push_back(SequenceStep{r.seq_id, r.tokens.data() + r.computed, p.n_tokens, false, prefill});
         SampleParams sp = r.params.sample;
         sp.draw_index = uint64_t(r.generated);
         sample_params_.push_back(sp);

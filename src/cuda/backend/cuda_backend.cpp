@@ -41,16 +41,16 @@ namespace flashseek::cuda {
 
 namespace {
 
-// Prefill tokens of one sequence per pass unless BackendOptions::prefill_chunk says otherwise. The window rings hold
-// window + one chunk, so a whole chunk is written before attention reads.
-constexpr int kDefaultChunkTokens = 128;
+// Prefill tokens of one sequence per pass unless BackendOptions::prefill_chunk says otherwise
+// (kDefaultPrefillChunkTokens, model/memory_estimate.h). The window rings hold window + one chunk, so a whole chunk is
+// written before attention reads.
 // Logits rows of one pass at least (every sequence of the largest decode bucket has one): a pass with more
 // all-logits rows is cut so that its head fits.
 constexpr int kMinHeadRows = 256;
 
 int chunk_tokens(const BackendOptions& opt) {
     FS_CHECK(opt.prefill_chunk >= 0, "prefill_chunk must be >= 0, got {}", opt.prefill_chunk);
-    return opt.prefill_chunk > 0 ? opt.prefill_chunk : kDefaultChunkTokens;
+    return opt.prefill_chunk > 0 ? opt.prefill_chunk : kDefaultPrefillChunkTokens;
 }
 
 // The state pool: window rings and compressor state per slot, compressed entries and indexer keys in blocks; half
@@ -101,7 +101,8 @@ struct Shard {
         : weights(cfg, spec, std::move(store)),
           pool(make_state_pool(cfg, opt, weights, numerics, chunk_tokens, shards_to_come)),
           buf(cfg, StepBufferSizes{std::max(chunk_tokens, max_bucket(*pool)), std::max(kMinHeadRows, max_bucket(*pool)),
-                                   pool->max_context(), spec.expert_begin, spec.experts(), spec.ranks > 1}),
+                                   pool->max_context(), spec.expert_begin, spec.experts(), spec.ranks > 1,
+                                   spec.inter_end - spec.inter_begin}),
           forward(cfg, weights, buf, streams, *pool, policy, numerics, profiler) {}
     ShardWeights weights;
     std::unique_ptr<StatePool> pool;
@@ -324,25 +325,34 @@ void CudaBackend::run_steps(std::span<const SequenceStep> steps, Output out, std
     while (true) {
         // Build one pass: entries in order, each contributing min(remaining, chunk) tokens, up to max_rows_ rows and
         // max_head_rows_ logits rows (an all-logits entry contributes one per token, others one at their end).
+        // A pass holds prefill entries or decode entries, never both (PassShape::prefill): the kind of the first
+        // entry with tokens left.
         struct Part { size_t entry; int first, n; };
         std::vector<Part> parts;
         int rows = 0, head_budget = max_head_rows_;
-        bool all_single = true;
+        auto is_prefill = [&](size_t i) { return steps[i].prefill || steps[i].n_tokens > 1; };
+        int kind = -1;
+        for (size_t k = 0; k < steps.size() && kind < 0; ++k) {
+            const size_t i = (next + k) % steps.size();
+            if (steps[i].n_tokens > done[i]) kind = is_prefill(i) ? 1 : 0;
+        }
+        if (kind < 0) break;
+        const bool prefill = kind == 1;
         for (size_t k = 0; k < steps.size() && rows < max_rows_; ++k) {
             const size_t i = (next + k) % steps.size();
             const int rem = steps[i].n_tokens - done[i];
-            if (rem <= 0) continue;
+            if (rem <= 0 || is_prefill(i) != prefill) continue;
             int n = std::min({rem, chunk_tokens_, max_rows_ - rows});
             if (steps[i].all_logits) n = std::min(n, head_budget);
             if (n <= 0 || head_budget <= 0) continue;
             head_budget -= steps[i].all_logits ? n : (done[i] + n == steps[i].n_tokens ? 1 : 0);
             parts.push_back({i, done[i], n});
             rows += n;
-            if (steps[i].n_tokens != 1) all_single = false;
         }
         if (parts.empty()) break;
         next = (parts.back().entry + 1) % steps.size();
         // Decode passes are padded to a power-of-two bucket (padding rows use the padding slot) for graph reuse.
+        const bool all_single = !prefill;
         int n_seqs = int(parts.size());
         int n_rows = rows;
         if (all_single) {
@@ -353,6 +363,7 @@ void CudaBackend::run_steps(std::span<const SequenceStep> steps, Output out, std
         PassShape shape;
         shape.n_rows = n_rows;
         shape.n_seqs = n_seqs;
+        shape.prefill = prefill;
         shape.need_indexer = false;
         int row = 0, head_rows = 0, max_seq_tokens = 1;
         std::vector<HeadDest> head_dst;
@@ -535,7 +546,7 @@ void require_layout_fits_device(const ModelConfig& cfg, const ParallelLayout& la
     so.max_context = opt.max_context > 0 ? opt.max_context : 4096;
     so.release_numerics = opt.numerics == Numerics::Release;
     so.n_layers = n_layers;
-    so.prefill_chunk_tokens = opt.prefill_chunk > 0 ? opt.prefill_chunk : 128;
+    so.prefill_chunk_tokens = chunk_tokens(opt);
     const MemoryPlan memory = plan_memory(plan, so);
     int64_t need = 0;
     for (const RankMemory& r : memory.ranks) need += r.weights + r.buffers;

@@ -56,6 +56,15 @@ bool KernelPolicy::is_forced(std::string_view v) const {
     return std::find(forced.begin(), forced.end(), v) != forced.end();
 }
 
+KernelPolicy KernelPolicy::for_pass(bool prefill) const {
+    KernelPolicy p = *this;
+    for (std::string_view v : kComputeBoundVariants) {
+        if (prefill && !is_disabled(v) && !is_forced(v)) p.forced.emplace_back(v);
+        if (!prefill && !is_forced(v) && !is_disabled(v)) p.disabled.emplace_back(v);
+    }
+    return p;
+}
+
 KernelPolicy KernelPolicy::only(std::string_view variant) {
     KernelPolicy p;
     p.forced.emplace_back(variant);

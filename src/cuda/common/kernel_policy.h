@@ -45,6 +45,11 @@ struct KernelPolicy {
     bool is_forced(std::string_view variant) const;
     // The policy a test uses to exercise exactly one variant: forced, every other variant of the lists untouched.
     static KernelPolicy only(std::string_view variant);
+    // The policy of one pass of the backend: in a prefill pass the compute-bound variants (kComputeBoundVariants)
+    // are forced wherever they support the problem, in a decode pass they are disabled, unless this policy says
+    // otherwise (a variant it disables stays disabled, one it forces stays forced). A token's kernels then depend on
+    // whether it is a prompt token, not on how many rows its pass has (batch invariance: docs/perf.md).
+    KernelPolicy for_pass(bool prefill) const;
 
     // Compiled defaults overridden by the environment; throws Error naming a variable with a bad value or an
     // unknown variant name.
@@ -52,6 +57,11 @@ struct KernelPolicy {
     // from_env() read once per process: what launch helpers that take no policy use (the PDL switch).
     static const KernelPolicy& process();
 };
+
+// The tensor-core GEMM variants that sum differently from the GEMV / tile kernels (FP8 block sums on the tensor
+// cores, bf16 products): prefill passes take them, decode passes do not (KernelPolicy::for_pass).
+inline constexpr std::string_view kComputeBoundVariants[] = {"fp8_gemm", "fp8_gemm_mma", "bf16_gemm",
+                                                             "grouped_experts"};
 
 // Every variant name the catalogues declare (for validating FLASHSEEK_DISABLE / FLASHSEEK_FORCE).
 const std::vector<std::string_view>& known_variants();

@@ -4,9 +4,10 @@
 //                 numerics, any group count the GEMM takes (wo_a: 8);
 //   fp8_gemm_mma  the same product on mma.sync (gemm_mma.cu): e4m3 where the device has it (sm_89+), else widened to
 //                 f16 (sm_80); where wgmma is not (or fp8_gemm is disabled);
-//   bf16_gemm     BF16 weights (compressors, router, head, indexer weights_proj): wgmma on sm_90a, else mma.sync
-//                 bf16; its input is the MMA_F16 format of BF16 weights, natural bf16 rows with unit scales (row
-//                 stride k_pad elements, a multiple of 128: the GEMM's lda needs a multiple of 8).
+//   bf16_gemm     BF16 weights (compressors, router, head, indexer weights_proj; wo_a widened to bf16 in prefill
+//                 passes, grouped: one GEMM per group): wgmma on sm_90a, else mma.sync bf16; its input is the MMA_F16
+//                 format of BF16 weights, natural bf16 rows with unit scales (row stride k_pad elements, a multiple
+//                 of 128: the GEMM's lda needs a multiple of 8).
 // Preference: from KernelPolicy::gemm_min_tokens rows (default 64). At 1-16 rows the GEMVs come first in the
 // catalogue and stay preferred; between, tile_gemm. Why a floor at all: the GEMMs tile 64-256 rows x 128 weight
 // rows and never split K (batch invariance), so at a few dozen rows the small projections (wq_a, wkv: N <= 1024,
@@ -61,15 +62,19 @@ LinearPlan gemm_plan(const char* name, const GemmPlan& g) {
 // mma.sync's FP8 form on this device: e4m3 where it exists, else e4m3 widened exactly to f16.
 GemmPath mma_fp8_path() { return has_fp8_mma(current_arch().cc) ? GemmPath::MMA_NATIVE : GemmPath::MMA_F16; }
 
-Bf16GemmArgs bf16_args(const LinearCall& c, void* d, OutKind kind, int64_t ldd) {
+// Group g of a bf16 call (groups = 1: the whole product): x's columns [g * Kg, (g + 1) * Kg) against weight rows
+// [g * R, (g + 1) * R) into output columns [g * R, (g + 1) * R), with Kg = w.in and R = w.out / groups.
+Bf16GemmArgs bf16_group_args(const LinearCall& c, int g, void* d, OutKind kind, int64_t ldd) {
+    const int64_t R = c.w.out / c.groups, Kg = c.w.in;
     Bf16GemmArgs a;
-    a.a = c.x.values;
+    a.a = c.x.values + g * Kg;
     a.lda = c.x.k_pad;
     a.m = c.x.m;
-    a.k = c.x.k;
-    a.w = static_cast<const uint16_t*>(c.w.weight);
-    a.n = c.w.out;
-    a.d = d;
+    a.k = Kg;
+    a.w = static_cast<const uint16_t*>(c.w.weight) + size_t(g) * size_t(R) * size_t(Kg);
+    a.n = R;
+    a.d = d == output_placeholder ? d
+          : static_cast<void*>(static_cast<char*>(d) + size_t(g) * size_t(R) * (kind == OutKind::F32 ? 4 : 2));
     a.d_kind = kind;
     a.ldd = ldd;
     return a;
@@ -121,15 +126,16 @@ bool supports(const LinearCall& c) {
     const PreparedActivation& x = c.x;
     if (x.format != ActFormat::MMA_F16 || x.raw || x.layout != WeightKind::BF16 || c.w.kind != WeightKind::BF16)
         return false;
-    if (c.groups != 1 || x.k != c.w.in) return false;
-    return bf16_gemm_eligible(bf16_args(c, output_placeholder, OutKind::F32, c.w.out), GemmPath::AUTO);
+    if (c.groups < 1 || c.w.out % c.groups != 0 || x.k != c.w.in * c.groups) return false;
+    return bf16_gemm_eligible(bf16_group_args(c, 0, output_placeholder, OutKind::F32, c.w.out), GemmPath::AUTO);
 }
 bool preferred(const LinearCall& c, const KernelPolicy& policy) { return c.x.m >= policy.gemm_min_tokens; }
 LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
-    return gemm_plan("bf16_gemm", plan_bf16_gemm(bf16_args(c, output_placeholder, OutKind::F32, c.w.out)));
+    return gemm_plan("bf16_gemm", plan_bf16_gemm(bf16_group_args(c, 0, output_placeholder, OutKind::F32, c.w.out)));
 }
+// A grouped linear (wo_a widened to bf16 in prefill passes) runs as one GEMM per group over its column slices.
 void run(const LinearCall& c, const LinearPlan&, const KernelPolicy&, const LinearOut& out, cudaStream_t stream) {
-    cuda::gemm_bf16(bf16_args(c, out.y, out.kind, out.ld), GemmPath::AUTO, stream);
+    for (int g = 0; g < c.groups; ++g) cuda::gemm_bf16(bf16_group_args(c, g, out.y, out.kind, out.ld), GemmPath::AUTO, stream);
 }
 }  // namespace bf16_gemm
 
