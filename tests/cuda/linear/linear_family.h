@@ -1,8 +1,9 @@
 // The linear op family (cuda/gemm/linear.cuh, catalogue gemm/linear_catalogue.h) for the op harness: one case type,
 // the case list of each harness mode (test, --quick, --perf) and the per-variant error thresholds. test_linear.cpp
-// runs the test / quick lists through every catalogue variant that supports each case against the CPU op;
-// perf_linear.cpp times the perf list. A new linear variant needs no change here to be exercised (the runners
-// iterate linear_variants()); a new shape class is one more case.
+// runs the test / quick lists through every catalogue variant that supports each case (each variant from the
+// activation format it takes: ActFormat) against the CPU op; perf_linear.cpp times the perf list. A new linear
+// variant needs no change here to be exercised (the runners iterate linear_variants()); a new shape class is one
+// more case.
 #pragma once
 #include <cstdint>
 #include <string>
