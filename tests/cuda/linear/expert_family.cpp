@@ -64,10 +64,12 @@ std::vector<ExpertCase> test_cases() {
 }
 
 // One V4-Flash MoE layer (docs/model.md §3: 256 routed FP4 experts of hidden 4096 and inter 2048, top-6, the FP8
-// shared expert) at decode batch sizes and a prefill-sized pass, release numerics.
+// shared expert) at decode batch sizes, around the grouped GEMMs' preference floor (32-256 tokens) and at prefill
+// passes (kPerfPrefillTokens and more), release numerics.
 std::vector<ExpertCase> perf_cases() {
     std::vector<ExpertCase> v;
-    for (int M : {1, 4, 8, 16, 64, 256}) v.push_back({"V4-Flash MoE layer", M, 256, 6, 4096, 2048, RELEASE, false});
+    for (int M : {1, 4, 8, 16, 32, 64, 256, kPerfPrefillTokens, 4096})
+        v.push_back({"V4-Flash MoE layer", M, 256, 6, 4096, 2048, RELEASE, false});
     return v;
 }
 

@@ -47,4 +47,8 @@ double expert_y_threshold(std::string_view variant);
 // and is preferred (e.g. a raw input above the GEMVs' 16 tokens and below grouped_experts' floor: callers prepare).
 std::string chosen_expert_variant(const cuda::ExpertCall& call, const cuda::KernelPolicy& policy);
 
+// Perf cases of at least this many tokens are prefill passes: perf_moe.cpp's "experts prefill" table (routed experts
+// only, with cuBLASLt on the equivalent dense products); fewer go to the "experts" table.
+inline constexpr int kPerfPrefillTokens = 1024;
+
 }  // namespace flashseek::test

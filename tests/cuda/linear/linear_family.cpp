@@ -164,39 +164,54 @@ std::vector<LinearCase> test_cases() {
     return unique;
 }
 
-// The V4-Flash linears (docs/model.md §3) at decode token counts (1, 2-16, the tile GEMM above) and, for the big
-// FP8 ones, prefill passes. Production numerics: release (FP8 activations) on FP8 / FP4 weights, exact on BF16
-// weights and on wo_a (its activation stays bf16).
+// The V4-Flash linears (docs/model.md §3) at decode token counts (1, 2-16: the GEMVs), between the GEMVs and the
+// compute-bound GEMMs (32-256 rows: where tile_gemm and the GEMMs meet, KernelPolicy::gemm_min_tokens) and at
+// prefill passes (kPerfPrefillRows and more: the "linear prefill" table, with cuBLASLt on the same shapes).
+// Production numerics: release (FP8 activations) on FP8 / FP4 weights, exact on BF16 weights and on wo_a (the
+// backend keeps its activation bf16, as the reference's bf16 einsum); wo_a is also listed in release numerics at
+// prefill, the grouped FP8 GEMM's shape. layer_count: how often one CSA layer (compress ratio 4: the compressor's
+// wkv and wgate, the indexer's compressor and weights_proj) runs the linear, for the prefill table's one-layer sum;
+// the shared expert's w1 and w3 are listed as one 4096-row product.
 std::vector<LinearCase> perf_cases() {
     struct Op {
         const char* name;
         WeightKind kind;
         int64_t out, in;
         int groups;
-        bool prefill;
+        bool prefill;  // also at 32-256 rows and at prefill passes
+        ActNumerics numerics;
+        int layer_count;
+        bool decode = true;  // at 1-16 rows
     };
     const Op ops[] = {
-        {"wq_a", FP8, 1024, 4096, 1, true},
-        {"wkv", FP8, 512, 4096, 1, false},
-        {"wq_b", FP8, 32768, 1024, 1, true},
-        {"wo_a (grouped 8)", FP8, 8192, 4096, 8, false},
-        {"wo_b", FP8, 4096, 8192, 1, true},
-        {"indexer wq_b", FP8, 8192, 1024, 1, false},
-        {"shared w1|w3", FP8, 4096, 4096, 1, false},
-        {"shared w2", FP8, 4096, 2048, 1, false},
-        {"compressor wkv (bf16)", BF16W, 1024, 4096, 1, false},
-        {"router (bf16)", BF16W, 256, 4096, 1, false},
-        {"head (bf16)", BF16W, 129280, 4096, 1, false},
-        {"expert-shaped FP4", FP4, 2048, 4096, 1, false},
+        {"wq_a", FP8, 1024, 4096, 1, true, RELEASE, 1},
+        {"wkv", FP8, 512, 4096, 1, true, RELEASE, 1},
+        {"wq_b", FP8, 32768, 1024, 1, true, RELEASE, 1},
+        {"wo_a (grouped 8)", FP8, 8192, 4096, 8, true, EXACT, 1},
+        {"wo_a (grouped 8, FP8 act)", FP8, 8192, 4096, 8, true, RELEASE, 0, false},
+        {"wo_b", FP8, 4096, 8192, 1, true, RELEASE, 1},
+        {"indexer wq_b", FP8, 8192, 1024, 1, true, RELEASE, 1},
+        {"shared w1|w3", FP8, 4096, 4096, 1, true, RELEASE, 1},
+        {"shared w2", FP8, 4096, 2048, 1, true, RELEASE, 1},
+        {"compressor wkv (bf16)", BF16W, 1024, 4096, 1, true, EXACT, 2},
+        {"compressor r128 wkv (bf16)", BF16W, 512, 4096, 1, true, EXACT, 0},
+        {"indexer compressor wkv (bf16)", BF16W, 256, 4096, 1, true, EXACT, 2},
+        {"indexer weights_proj (bf16)", BF16W, 64, 4096, 1, true, EXACT, 1},
+        {"router (bf16)", BF16W, 256, 4096, 1, true, EXACT, 1},
+        {"head (bf16)", BF16W, 129280, 4096, 1, true, EXACT, 0},
+        {"expert-shaped FP4", FP4, 2048, 4096, 1, false, RELEASE, 0},
     };
     std::vector<LinearCase> v;
     for (const Op& op : ops) {
-        std::vector<int64_t> ms = {1, 2, 8, 16, 64};
-        if (op.prefill) ms.insert(ms.end(), {512, 4096});
-        const bool bf16_act = op.kind == BF16W || op.groups > 1;
-        for (int64_t M : ms)
-            v.push_back({op.name, op.kind, op.kind == BF16W ? NOSCALE : E8M0, bf16_act ? EXACT : RELEASE, M, op.out,
-                         op.in, op.groups, op.kind == BF16W ? OutKind::F32 : OutKind::BF16, false, false});
+        std::vector<int64_t> ms;
+        if (op.decode) ms = {1, 2, 8, 16};
+        if (op.prefill) ms.insert(ms.end(), {32, 64, 128, 256, kPerfPrefillRows, 4096, 8192});
+        for (int64_t M : ms) {
+            LinearCase c{op.name, op.kind, op.kind == BF16W ? NOSCALE : E8M0, op.numerics, M, op.out, op.in,
+                         op.groups, op.kind == BF16W ? OutKind::F32 : OutKind::BF16, false, false};
+            c.layer_count = op.layer_count;
+            v.push_back(c);
+        }
     }
     return v;
 }
