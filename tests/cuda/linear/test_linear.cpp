@@ -39,6 +39,19 @@ using cuda::OutKind;
 using cuda::ScaleKind;
 using cuda::WeightKind;
 
+// Poisoned storage of a prepared activation of M x K (either format), attached to `p`.
+struct PreparedStorage {
+    DeviceArray<uint16_t> values;
+    DeviceArray<float> scales;
+    PreparedStorage(int64_t M, int64_t K, cuda::PreparedActivation& p)
+        : values(cuda::prepared_values_bytes(M, K) / 2), scales(cuda::prepared_scales_bytes(M, K) / 4) {
+        values.poison();
+        scales.poison();
+        p.values = values.ptr;
+        p.scales = scales.ptr;
+    }
+};
+
 // The case's data on the host and the device: the weight, the activation (as the op reads it: bf16 rows with a row
 // stride wider than K, fp32 rows, and bf16 rows with a stride that is a multiple of 8 for the raw path), the
 // activation prepared in each format a variant may take (ActFormat: MMA_F16 always; FP8_ROWS for FP8 weights in
@@ -48,9 +61,8 @@ struct LinearProblem {
     std::vector<float> ref;  // [M, N]
     std::unique_ptr<DeviceArray<uint16_t>> x_bf16, x_raw;
     std::unique_ptr<DeviceArray<float>> x_f32;
-    std::unique_ptr<DeviceArray<uint16_t>> prep_values, rows_values;
-    std::unique_ptr<DeviceArray<float>> prep_scales, rows_scales;
     cuda::PreparedActivation prepared, rows, raw;
+    std::unique_ptr<PreparedStorage> prepared_storage, rows_storage;
     bool has_rows = false, has_raw = false;
 
     // The activation in format f, or null where this case cannot give that format.
@@ -88,23 +100,13 @@ struct LinearProblem {
                 has_raw = true;
             }
         }
-        prep_values = std::make_unique<DeviceArray<uint16_t>>(cuda::prepared_values_bytes(c.M, Kx) / 2);
-        prep_scales = std::make_unique<DeviceArray<float>>(cuda::prepared_scales_bytes(c.M, Kx) / 4);
-        prep_values->poison();
-        prep_scales->poison();
-        prepared.values = prep_values->ptr;
-        prepared.scales = prep_scales->ptr;
+        prepared_storage = std::make_unique<PreparedStorage>(c.M, Kx, prepared);
         const void* xin = c.f32_input ? static_cast<const void*>(x_f32->ptr) : static_cast<const void*>(x_bf16->ptr);
         cuda::prepare_activation(xin, c.f32_input, c.M, Kx, ld_x, c.kind, c.numerics, prepared, nullptr);
         // FP8_ROWS: act_quant of the bf16 rows (release numerics, FP8 weights), the compute-bound FP8 GEMMs' input.
         has_rows = !c.f32_input && c.kind == WeightKind::FP8_BLOCK128 && c.numerics == ActNumerics::FP8_BLOCK128;
         if (has_rows) {
-            rows_values = std::make_unique<DeviceArray<uint16_t>>(cuda::prepared_values_bytes(c.M, Kx) / 2);
-            rows_scales = std::make_unique<DeviceArray<float>>(cuda::prepared_scales_bytes(c.M, Kx) / 4);
-            rows_values->poison();
-            rows_scales->poison();
-            rows.values = rows_values->ptr;
-            rows.scales = rows_scales->ptr;
+            rows_storage = std::make_unique<PreparedStorage>(c.M, Kx, rows);
             cuda::prepare_activation_rows(x_bf16->ptr, c.M, Kx, ld_x, c.numerics, rows, nullptr);
         }
         CUDA_CHECK(cudaDeviceSynchronize());

@@ -784,9 +784,8 @@ TEST(ExpertChoice, DefaultRules) {
         }
         return g;
     };
-    auto choose = [&](int64_t M, ActNumerics num, const KernelPolicy& policy, bool routed = true, bool tiles = true,
-                      bool raw = false, const cuda::ExpertTable* table = nullptr) {
-        const cuda::ExpertTable& tt = table ? *table : t;
+    // The up-projection's input of M tokens for the experts of `tt`, prepared or raw.
+    auto input = [&](int64_t M, ActNumerics num, bool raw, const cuda::ExpertTable& tt) {
         cuda::PreparedActivation x;
         cuda::describe_prepared(x, tt.kind, num, M, tt.hidden);
         x.values = static_cast<uint16_t*>(fake(6));
@@ -795,6 +794,12 @@ TEST(ExpertChoice, DefaultRules) {
             x.raw = true;
             x.raw_ld = tt.hidden;
         }
+        return x;
+    };
+    auto choose = [&](int64_t M, ActNumerics num, const KernelPolicy& policy, bool routed = true, bool tiles = true,
+                      bool raw = false, const cuda::ExpertTable* table = nullptr) {
+        const cuda::ExpertTable& tt = table ? *table : t;
+        const cuda::PreparedActivation x = input(M, num, raw, tt);
         const cuda::MoeGrouping g = grouping(M, tiles);
         const cuda::ExpertCall up{true, x, tt, routed ? &g : nullptr, M, 6, num};
         const std::string up_name(cuda::choose_experts(up, policy).name);
@@ -843,14 +848,7 @@ TEST(ExpertChoice, DefaultRules) {
     // reads back. Below the floor (and above the GEMVs' 16 tokens) a raw input has no variant: callers prepare.
     auto choose_grouped = [&](int64_t M, const KernelPolicy& policy, bool raw, bool gemm_ws,
                               ActNumerics num = ActNumerics::FP8_BLOCK128) {
-        cuda::PreparedActivation x;
-        cuda::describe_prepared(x, t.kind, num, M, t.hidden);
-        x.values = static_cast<uint16_t*>(fake(6));
-        x.scales = static_cast<float*>(fake(7));
-        if (raw) {
-            x.raw = true;
-            x.raw_ld = t.hidden;
-        }
+        const cuda::PreparedActivation x = input(M, num, raw, t);
         cuda::MoeGrouping g = grouping(M, true);
         if (gemm_ws) {
             g.gemm_x = cuda::fp8_activation_view(fake(8), fake(9), M * 6, t.hidden);
