@@ -37,7 +37,8 @@ struct KernelPolicy {
     int attn_mma_min_seqs = 8;           // attn_mma is preferred for decode passes of at least this many sequences
     // Preference floors (rows of a pass) of the compute-bound GEMMs: fp8_gemm, fp8_gemm_mma and bf16_gemm, and the
     // grouped expert GEMMs (grouped_experts, tokens). Below them tile_gemm / tile_experts (and the GEMVs up to 16).
-    // Not measured yet against tile_gemm at 17-256 rows (bench_gemm.cpp, "via linear()" rows): set from them.
+    // Not measured yet against tile_gemm at 17-256 rows (test_cuda_linear --perf, "linear" and "experts" tables):
+    // set from them.
     int64_t gemm_min_tokens = 64;
     int64_t grouped_experts_min_tokens = 32;
 

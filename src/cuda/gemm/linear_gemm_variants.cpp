@@ -12,7 +12,8 @@
 // catalogue and stay preferred; between, tile_gemm. Why a floor at all: the GEMMs tile 64-256 rows x 128 weight
 // rows and never split K (batch invariance), so at a few dozen rows the small projections (wq_a, wkv: N <= 1024,
 // 8 column tiles) occupy a few SMs while tile_gemm splits K over the whole GPU. The floor is not measured yet:
-// bench_gemm.cpp's "via linear()" rows compare the variants from 16 to 1024 rows on the V4-Flash shapes.
+// the op harness's perf tables "linear" (16-256 rows) and "linear prefill" (test_cuda_linear --perf) compare the
+// variants on the V4-Flash shapes.
 // Exact numerics keep tile_gemm for FP8 weights (the GEMMs quantize activations as act_quant does).
 #include <string>
 

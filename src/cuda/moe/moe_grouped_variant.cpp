@@ -7,7 +7,7 @@
 // Needs the grouping's GEMM workspace (moe_attach_gemm_workspace), routed FP4 experts with E8M0 scales, hidden and
 // inter multiples of 128, release numerics for input and h. Preferred from KernelPolicy::grouped_experts_min_tokens
 // tokens (default 32; the decode variants keep 1-16, tile_experts between): not measured yet against tile_experts
-// between 17 and a few hundred tokens (bench_gemm.cpp "via the expert catalogue" rows decide it).
+// between 17 and a few hundred tokens (test_cuda_linear --perf, the "experts" table's 32-256 token rows decide it).
 #include "cuda/common/check.cuh"
 #include "cuda/moe/moe_catalogue.h"
 #include "cuda/moe/moe_gemm.cuh"

@@ -108,6 +108,29 @@ std::vector<LinearCase> test_cases() {
         add("streaming GEMV, F32 scales, bf16 out", FP8, F32S, RELEASE, {s.M, s.N, s.K, s.quick || s.M == 9},
             OutKind::BF16);
     }
+    // The compute-bound GEMMs (fp8_gemm, fp8_gemm_mma: FP8 weights in release numerics from an FP8_ROWS activation;
+    // bf16_gemm: BF16 weights) at and above their preference floor (KernelPolicy::gemm_min_tokens, 64 rows), where
+    // the default choice takes them: odd row counts (partial 64 / 128 / 256-row tiles), N and K one or a few 16-column
+    // steps past a 128-block (the GEMMs take multiples of 16: partial weight-scale and act_quant blocks), many row
+    // tiles. tile_gemm runs the same cases, and every variant must agree with the others. Exact numerics on FP8
+    // weights stay with tile_gemm (the GEMMs quantize activations as act_quant does).
+    const std::vector<Shape> gemm = {
+        {65, 272, 400, true},  // one row past the floor; N = 2 x 128 + 16, K = 3 x 128 + 16
+        {64, 144, 1040},       // exactly the floor; K = 8 x 128 + 16
+        {129, 1040, 528},      // one row past a 128-row tile
+        {200, 528, 2064},      // K % 128 = 16 over 17 blocks
+        {1000, 1280, 256},     // eight 128-row tiles and a partial one
+    };
+    for (const Shape& s : gemm) {
+        add("GEMM FP8", FP8, E8M0, RELEASE, s);
+        add("GEMM BF16", BF16W, NOSCALE, EXACT, s);
+        if (s.M <= 200) {
+            add("GEMM FP8, F32 scales, bf16 out", FP8, F32S, RELEASE, {s.M, s.N, s.K, false}, OutKind::BF16);
+            add("GEMM BF16, bf16 out", BF16W, NOSCALE, EXACT, {s.M, s.N, s.K, false}, OutKind::BF16);
+        }
+    }
+    add("GEMM shape, exact numerics (tile_gemm)", FP8, E8M0, EXACT, {129, 1040, 528});
+    add("GEMM shape, fp32 input, BF16 weights", BF16W, NOSCALE, EXACT, {129, 272, 400}, OutKind::F32, true);
     // Grouped (attention wo_a: G groups of [R, Kg]); N = G * R, K = Kg.
     struct G {
         int64_t M;
@@ -121,7 +144,12 @@ std::vector<LinearCase> test_cases() {
                        G{7, 4, 64, 1024, RELEASE, false}, G{11, 4, 64, 1024, RELEASE, false},  // streaming GEMVs, split-K
                        G{5, 4, 64, 512, EXACT, false}, G{5, 4, 64, 512, RELEASE, false},  // raw grouped
                        // tiny-config shapes: only the element-wise fallback (R % 64 != 0 or Kg % 128 != 0)
-                       G{2, 4, 24, 192, EXACT, true}, G{3, 2, 32, 256, EXACT, false}})
+                       G{2, 4, 24, 192, EXACT, true}, G{3, 2, 32, 256, EXACT, false},
+                       // wo_a-like at prefill sizes: the FP8 GEMMs run all 8 groups in one launch (R and Kg
+                       // multiples of 128); R = 64 only tile_gemm; exact numerics only tile_gemm
+                       G{65, 8, 128, 256, RELEASE, true}, G{200, 8, 256, 128, RELEASE, false},
+                       G{1000, 8, 128, 128, RELEASE, false}, G{96, 4, 64, 256, RELEASE, false},
+                       G{129, 8, 128, 512, EXACT, false}})
         add("grouped", FP8, E8M0, g.num, {g.M, g.groups * g.R, g.Kg, g.quick}, OutKind::F32, false, g.groups);
     // The same problem listed twice (shape lists overlap) runs once, quick if either listing is.
     std::map<std::tuple<int, int, int, int64_t, int64_t, int64_t, int, int, bool>, size_t> index;
@@ -136,39 +164,54 @@ std::vector<LinearCase> test_cases() {
     return unique;
 }
 
-// The V4-Flash linears (docs/model.md §3) at decode token counts (1, 2-16, the tile GEMM above) and, for the big
-// FP8 ones, prefill passes. Production numerics: release (FP8 activations) on FP8 / FP4 weights, exact on BF16
-// weights and on wo_a (its activation stays bf16).
+// The V4-Flash linears (docs/model.md §3) at decode token counts (1, 2-16: the GEMVs), between the GEMVs and the
+// compute-bound GEMMs (32-256 rows: where tile_gemm and the GEMMs meet, KernelPolicy::gemm_min_tokens) and at
+// prefill passes (kPerfPrefillRows and more: the "linear prefill" table, with cuBLASLt on the same shapes).
+// Production numerics: release (FP8 activations) on FP8 / FP4 weights, exact on BF16 weights and on wo_a (the
+// backend keeps its activation bf16, as the reference's bf16 einsum); wo_a is also listed in release numerics at
+// prefill, the grouped FP8 GEMM's shape. layer_count: how often one CSA layer (compress ratio 4: the compressor's
+// wkv and wgate, the indexer's compressor and weights_proj) runs the linear, for the prefill table's one-layer sum;
+// the shared expert's w1 and w3 are listed as one 4096-row product.
 std::vector<LinearCase> perf_cases() {
     struct Op {
         const char* name;
         WeightKind kind;
         int64_t out, in;
         int groups;
-        bool prefill;
+        bool prefill;  // also at 32-256 rows and at prefill passes
+        ActNumerics numerics;
+        int layer_count;
+        bool decode = true;  // at 1-16 rows
     };
     const Op ops[] = {
-        {"wq_a", FP8, 1024, 4096, 1, true},
-        {"wkv", FP8, 512, 4096, 1, false},
-        {"wq_b", FP8, 32768, 1024, 1, true},
-        {"wo_a (grouped 8)", FP8, 8192, 4096, 8, false},
-        {"wo_b", FP8, 4096, 8192, 1, true},
-        {"indexer wq_b", FP8, 8192, 1024, 1, false},
-        {"shared w1|w3", FP8, 4096, 4096, 1, false},
-        {"shared w2", FP8, 4096, 2048, 1, false},
-        {"compressor wkv (bf16)", BF16W, 1024, 4096, 1, false},
-        {"router (bf16)", BF16W, 256, 4096, 1, false},
-        {"head (bf16)", BF16W, 129280, 4096, 1, false},
-        {"expert-shaped FP4", FP4, 2048, 4096, 1, false},
+        {"wq_a", FP8, 1024, 4096, 1, true, RELEASE, 1},
+        {"wkv", FP8, 512, 4096, 1, true, RELEASE, 1},
+        {"wq_b", FP8, 32768, 1024, 1, true, RELEASE, 1},
+        {"wo_a (grouped 8)", FP8, 8192, 4096, 8, true, EXACT, 1},
+        {"wo_a (grouped 8, FP8 act)", FP8, 8192, 4096, 8, true, RELEASE, 0, false},
+        {"wo_b", FP8, 4096, 8192, 1, true, RELEASE, 1},
+        {"indexer wq_b", FP8, 8192, 1024, 1, true, RELEASE, 1},
+        {"shared w1|w3", FP8, 4096, 4096, 1, true, RELEASE, 1},
+        {"shared w2", FP8, 4096, 2048, 1, true, RELEASE, 1},
+        {"compressor wkv (bf16)", BF16W, 1024, 4096, 1, true, EXACT, 2},
+        {"compressor r128 wkv (bf16)", BF16W, 512, 4096, 1, true, EXACT, 0},
+        {"indexer compressor wkv (bf16)", BF16W, 256, 4096, 1, true, EXACT, 2},
+        {"indexer weights_proj (bf16)", BF16W, 64, 4096, 1, true, EXACT, 1},
+        {"router (bf16)", BF16W, 256, 4096, 1, true, EXACT, 1},
+        {"head (bf16)", BF16W, 129280, 4096, 1, true, EXACT, 0},
+        {"expert-shaped FP4", FP4, 2048, 4096, 1, false, RELEASE, 0},
     };
     std::vector<LinearCase> v;
     for (const Op& op : ops) {
-        std::vector<int64_t> ms = {1, 2, 8, 16, 64};
-        if (op.prefill) ms.insert(ms.end(), {512, 4096});
-        const bool bf16_act = op.kind == BF16W || op.groups > 1;
-        for (int64_t M : ms)
-            v.push_back({op.name, op.kind, op.kind == BF16W ? NOSCALE : E8M0, bf16_act ? EXACT : RELEASE, M, op.out,
-                         op.in, op.groups, op.kind == BF16W ? OutKind::F32 : OutKind::BF16, false, false});
+        std::vector<int64_t> ms;
+        if (op.decode) ms = {1, 2, 8, 16};
+        if (op.prefill) ms.insert(ms.end(), {32, 64, 128, 256, kPerfPrefillRows, 4096, 8192});
+        for (int64_t M : ms) {
+            LinearCase c{op.name, op.kind, op.kind == BF16W ? NOSCALE : E8M0, op.numerics, M, op.out, op.in,
+                         op.groups, op.kind == BF16W ? OutKind::F32 : OutKind::BF16, false, false};
+            c.layer_count = op.layer_count;
+            v.push_back(c);
+        }
     }
     return v;
 }
@@ -199,6 +242,13 @@ double linear_threshold(const LinearCase& c, std::string_view variant) {
     // wgmma_gemv: the tensor core's FP8 sums of 128 products are not exact fp32 additions (1.0-1.3e-4 relative
     // measured on the H200 for every shape of its former suite).
     if (variant == "wgmma_gemv") t = std::max(t, 3e-4);
+    // fp8_gemm: the same for the wgmma FP8 GEMM, whose 128-K block sums are the tensor core's (1.03-1.42e-4
+    // measured on the H200 over test_dense_gemm's FP8 cases): the same bound.
+    if (variant == "fp8_gemm") t = std::max(t, 3e-4);
+    // fp8_gemm_mma: native e4m3 mma.sync (sm_89, sm_120) also sums its products in the tensor core (test_dense_gemm's
+    // bound for that path: 1e-4); sm_90 lowers it to f16 and sm_80 widens to f16, exact products there (1e-8 measured).
+    if (variant == "fp8_gemm_mma") t = std::max(t, 1e-4);
+    // bf16_gemm: fp32 sums of exact bf16 products on every path: the default 2e-5 (4e-3 with fp32 inputs, above).
     // bf16 outputs add one bf16 rounding.
     if (c.out == OutKind::BF16) t = std::max(t, 4e-3);
     return t;

@@ -1,8 +1,9 @@
 // The linear op family (cuda/gemm/linear.cuh, catalogue gemm/linear_catalogue.h) for the op harness: one case type,
 // the case list of each harness mode (test, --quick, --perf) and the per-variant error thresholds. test_linear.cpp
-// runs the test / quick lists through every catalogue variant that supports each case against the CPU op;
-// perf_linear.cpp times the perf list. A new linear variant needs no change here to be exercised (the runners
-// iterate linear_variants()); a new shape class is one more case.
+// runs the test / quick lists through every catalogue variant that supports each case (each variant from the
+// activation format it takes: ActFormat) against the CPU op; perf_linear.cpp times the perf list. A new linear
+// variant needs no change here to be exercised (the runners iterate linear_variants()); a new shape class is one
+// more case.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,8 +26,13 @@ struct LinearCase {
     cuda::OutKind out = cuda::OutKind::F32;
     bool f32_input = false;            // fp32 activation (rounded when prepared) instead of bf16
     bool quick = false;                // also in the --quick list
+    int layer_count = 0;               // perf: times one V4-Flash layer runs this linear (the prefill table's sum)
     int64_t x_width() const { return K * groups; }
 };
+
+// Perf cases of at least this many rows are prefill passes: perf_linear.cpp's "linear prefill" table (with
+// cuBLASLt on the same shapes); fewer rows go to the "linear" table.
+inline constexpr int64_t kPerfPrefillRows = 512;
 
 // The cases of the current harness mode: the full test list, or (--quick) its quick subset, or (--perf) the
 // V4-Flash shapes at decode and prefill token counts.

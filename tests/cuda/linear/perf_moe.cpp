@@ -1,11 +1,17 @@
-// Perf suite of the expert family (`test_cuda_linear --perf`): the V4-Flash MoE layer of the perf list
+// Perf suites of the expert family (`test_cuda_linear --perf`): the V4-Flash MoE layer of the perf list
 // (expert_family.cpp: 256 routed FP4 experts, hidden 4096, inter 2048, top-6) at each token count, the routed
-// up-projection + down-projection (the two weight-streaming launches) through every expert variant that supports
-// them, the default choice marked; then the shared FP8 expert (dense mode) the same way. Routing is uniform random
-// top-6 (about 6 distinct experts at M = 1, 81 at M = 16); calls rotate over three sets of all 256 experts (10 GB)
-// so every call reads DRAM. Bytes: the distinct experts' three matrices with scales, plus activations; FLOPs:
-// 2 x 3 x hidden x inter per (token, expert) pair, against the FP8 GEMM rate.
+// up-projection + down-projection through every expert variant that supports them, each from the input it takes
+// (prepared, or raw bf16 rows: grouped_experts gathers and quantizes them itself, into the grouping's GEMM
+// workspace), the default choice for that input marked; then the shared FP8 expert (dense mode) the same way at
+// decode sizes. Two tables: "experts" (fewer than kPerfPrefillTokens tokens) and "experts prefill", which adds
+// cuBLASLt FP8 (gemm_rate.h) on the dense products of the same FLOPs (w1|w3 and w2 over tokens x top-6 rows) as the
+// reference. Routing is uniform random top-6 (about 6 distinct experts at M = 1, 81 at M = 16, all 256 from a few
+// dozen tokens); calls rotate over three sets of all 256 experts (10 GB) so every call reads DRAM. Bytes: the
+// distinct experts' three matrices with scales, plus activations; FLOPs: 2 x 3 x hidden x inter per (token, expert)
+// pair, against the FP8 GEMM rate.
 #include <algorithm>
+#include <cstdio>
+#include <limits>
 #include <memory>
 #include <random>
 #include <set>
@@ -16,7 +22,9 @@
 #include "cuda/common/random_fill.cuh"
 #include "device_buffer.h"
 #include "cuda/moe/moe_catalogue.h"
+#include "cuda/moe/moe_gemm.cuh"
 #include "expert_family.h"
+#include "gemm_rate.h"
 #include "perf_report.h"
 #include "perf_suite.h"
 #include "perf_weights.h"
@@ -64,7 +72,8 @@ struct ExpertWeights {
 
 std::string names(const std::string& up, const std::string& down) { return up == down ? up : up + "/" + down; }
 
-// Times up + down of one expert configuration for every variant that supports the up-projection.
+// Times up + down of one expert configuration for every variant that supports the up-projection, from the prepared
+// input where the variant takes it, else from the raw bf16 rows.
 void time_projections(PerfReport& report, const std::string& op, const std::string& shape, const ExpertCase& c,
                       const std::vector<const ExpertWeights*>& sets, const cuda::MoeGrouping* g, int64_t rows,
                       double bytes, double flops) {
@@ -77,45 +86,83 @@ void time_projections(PerfReport& report, const std::string& op, const std::stri
     p.values = static_cast<uint16_t*>(pv.ptr);
     p.scales = static_cast<float*>(ps.ptr);
     cuda::prepare_activation(x.ptr, false, c.M, D, D, kind, c.numerics, p, nullptr);
-    cuda::PreparedActivation h;
-    h.values = static_cast<uint16_t*>(hv.ptr);
-    h.scales = static_cast<float*>(hs.ptr);
-    auto call = [&](const KernelPolicy& policy, const cuda::ExpertTable& t, cudaStream_t s, std::string* up_name,
-                    std::string* down_name) {
-        const std::string_view u = cuda::moe_expert_up(p, t, g, c.M, c.top_k, 10.f, c.numerics, h, s, policy);
+    const cuda::PreparedActivation raw = cuda::raw_activation(x.ptr, c.M, D, D, kind, c.numerics);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    auto call = [&](const KernelPolicy& policy, const cuda::PreparedActivation& in, const cuda::ExpertTable& t,
+                    cudaStream_t s, std::string* up_name, std::string* down_name) {
+        cuda::PreparedActivation h;
+        h.values = static_cast<uint16_t*>(hv.ptr);
+        h.scales = static_cast<float*>(hs.ptr);
+        const std::string_view u = cuda::moe_expert_up(in, t, g, c.M, c.top_k, 10.f, c.numerics, h, s, policy);
         const std::string_view d = cuda::moe_expert_down(h, t, g, c.M, c.top_k, static_cast<float*>(y.ptr), s, policy);
         if (up_name) *up_name = std::string(u);
         if (down_name) *down_name = std::string(d);
     };
-    std::string def_up, def_down;
-    call(KernelPolicy{}, sets[0]->table, nullptr, &def_up, &def_down);
+    // The default policy's choice for each input form (the down-projection follows the h its up-projection writes).
+    std::string def_prepared_up, def_prepared_down, def_raw_up, def_raw_down;
+    call(KernelPolicy{}, p, sets[0]->table, nullptr, &def_prepared_up, &def_prepared_down);
+    const cuda::ExpertCall raw_up{true, raw, sets[0]->table, g, c.M, c.top_k, c.numerics};
+    if (!chosen_expert_variant(raw_up, KernelPolicy{}).empty())
+        call(KernelPolicy{}, raw, sets[0]->table, nullptr, &def_raw_up, &def_raw_down);
     CUDA_CHECK(cudaDeviceSynchronize());
     const int n_sets = int(sets.size());
     for (const cuda::ExpertVariant& v : cuda::expert_variants()) {
-        if (!v.supports(cuda::ExpertCall{true, p, sets[0]->table, g, c.M, c.top_k, c.numerics})) continue;
+        const bool prepared_in = v.supports(cuda::ExpertCall{true, p, sets[0]->table, g, c.M, c.top_k, c.numerics});
+        if (!prepared_in && !v.supports(raw_up)) continue;
+        const cuda::PreparedActivation& in = prepared_in ? p : raw;
         const KernelPolicy only = KernelPolicy::only(v.name);
         std::string up, down;
-        call(only, sets[0]->table, nullptr, &up, &down);
+        call(only, in, sets[0]->table, nullptr, &up, &down);
         const double us = time_graph_per_call(
-            [&](cudaStream_t s, int i) { call(only, sets[size_t(i % n_sets)]->table, s, nullptr, nullptr); },
+            [&](cudaStream_t s, int i) { call(only, in, sets[size_t(i % n_sets)]->table, s, nullptr, nullptr); },
             std::max(2 * n_sets, c.M >= 64 ? 4 : 12));
         PerfRow r;
         r.op = op;
         r.shape = shape;
         r.m = c.M;
         r.variant = names(up, down);
-        r.is_default = up == def_up && down == def_down;
+        r.is_default = prepared_in ? up == def_prepared_up && down == def_prepared_down
+                                   : up == def_raw_up && down == def_raw_down;
         r.us = us;
         r.bytes = bytes;
         r.flops = flops;
         r.flop_ceiling = c.numerics == cuda::ActNumerics::FP8_BLOCK128 ? FlopCeiling::FP8 : FlopCeiling::BF16;
-        r.note = "up+down, " + std::to_string(n_sets) + " weight sets";
+        r.note = std::string("up+down from ") + (prepared_in ? "prepared" : "raw bf16") + " input, " +
+                 std::to_string(n_sets) + " weight sets";
         report.add(std::move(r));
     }
 }
 
-void expert_perf(PerfReport& report) {
-    const auto cases = expert_cases();
+// cuBLASLt FP8 on the dense products of a routed layer's FLOPs: [pairs, hidden] x [2 inter, hidden]^T (w1|w3) and
+// [pairs, inter] x [hidden, inter]^T (w2), the rate a library reaches on the same work without grouping or block
+// scales.
+void time_dense_reference(PerfReport& report, const std::string& op, const std::string& shape, const ExpertCase& c,
+                          double bytes, double flops) {
+    const int64_t pairs = int64_t(c.M) * c.top_k;
+    std::string why;
+    const double up = cublaslt_gemm_us(GemmPrecision::FP8_E4M3, pairs, 2 * c.I, c.D, &why);
+    const double down = up > 0 ? cublaslt_gemm_us(GemmPrecision::FP8_E4M3, pairs, c.D, c.I, &why) : -1;
+    if (up <= 0 || down <= 0) {
+        std::printf("perf: no cuBLASLt row for %s M=%d: %s\n", op.c_str(), c.M, why.c_str());
+        return;
+    }
+    PerfRow r;
+    r.op = op;
+    r.shape = shape;
+    r.m = c.M;
+    r.variant = "cuBLASLt (ref)";
+    r.us = up + down;
+    r.bytes = bytes;
+    r.flops = flops;
+    r.flop_ceiling = FlopCeiling::FP8;
+    r.note = "dense e4m3 over " + std::to_string(pairs) + " rows, per-tensor scales";
+    report.add(std::move(r));
+}
+
+// The routed experts of every case with M in [min_tokens, max_tokens), then (decode sizes) the shared expert.
+void time_cases(PerfReport& report, int min_tokens, int max_tokens, bool prefill) {
+    std::vector<ExpertCase> cases = expert_cases();
+    std::erase_if(cases, [&](const ExpertCase& c) { return c.M < min_tokens || c.M >= max_tokens; });
     if (cases.empty()) return;
     const ExpertCase& v4 = cases[0];
     const int E = v4.E, K = v4.top_k;
@@ -128,8 +175,9 @@ void expert_perf(PerfReport& report) {
     std::mt19937_64 rng(42);
     for (const ExpertCase& c : cases) {
         const int M = c.M;
-        std::vector<int32_t> idx(size_t(M * K));
-        std::vector<float> wts(size_t(M * K), 1.f / float(K));
+        const int64_t pairs = int64_t(M) * K;
+        std::vector<int32_t> idx(static_cast<size_t>(pairs));
+        std::vector<float> wts(static_cast<size_t>(pairs), 1.f / float(K));
         std::set<int> distinct;
         std::vector<int> perm(static_cast<size_t>(E));
         for (int m = 0; m < M; ++m) {
@@ -140,22 +188,25 @@ void expert_perf(PerfReport& report) {
                 distinct.insert(perm[size_t(j)]);
             }
         }
-        DeviceBuffer didx(idx.size() * 4), dw(wts.size() * 4), gmem(cuda::moe_grouping_bytes(E, int64_t(M) * K)),
-            tiles(cuda::moe_act_tile_bytes(E, int64_t(M) * K, std::max(D, I)));
+        DeviceBuffer didx(idx.size() * 4), dw(wts.size() * 4), gmem(cuda::moe_grouping_bytes(E, pairs)),
+            tiles(cuda::moe_act_tile_bytes(E, pairs, std::max(D, I))),
+            gemm_ws(cuda::moe_gemm_workspace_bytes(pairs, D, I));
         CUDA_CHECK(cudaMemcpy(didx.ptr, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
         CUDA_CHECK(cudaMemcpy(dw.ptr, wts.data(), wts.size() * 4, cudaMemcpyHostToDevice));
-        cuda::MoeGrouping g = cuda::moe_grouping_view(gmem.ptr, E, int64_t(M) * K);
+        cuda::MoeGrouping g = cuda::moe_grouping_view(gmem.ptr, E, pairs);
         cuda::moe_attach_act_tiles(g, tiles.ptr, std::max(D, I));
+        cuda::moe_attach_gemm_workspace(g, gemm_ws.ptr, D, I);
         cuda::moe_group(static_cast<int32_t*>(didx.ptr), static_cast<float*>(dw.ptr), M, K, g, nullptr);
-        const int64_t pairs = int64_t(M) * K;
         const double bytes = double(distinct.size()) * double(routed[0]->expert_bytes) +
                              double(pairs) * double(I + D) * 2.0;  // + h and y rows (activations)
         const double flops = 2.0 * 3.0 * double(pairs) * double(D) * double(I);
-        time_projections(report, "routed experts (" + std::to_string(distinct.size()) + " active)",
-                         std::to_string(E) + "x FP4 " + std::to_string(D) + "/" + std::to_string(I), c, routed_sets,
-                         &g, pairs, bytes, flops);
+        const std::string op = "routed experts (" + std::to_string(distinct.size()) + " active)";
+        const std::string shape = std::to_string(E) + "x FP4 " + std::to_string(D) + "/" + std::to_string(I);
+        time_projections(report, op, shape, c, routed_sets, &g, pairs, bytes, flops);
+        if (prefill) time_dense_reference(report, op, shape, c, bytes, flops);
     }
     routed.clear();
+    if (prefill) return;  // at prefill sizes the shared expert runs as linears (the linear tables' shared w1|w3, w2)
     // The shared expert (FP8, dense: every token, one expert), rotated over enough copies to defeat L2.
     std::vector<std::unique_ptr<ExpertWeights>> shared;
     const size_t one = 3 * weight_bytes(cuda::WeightKind::FP8_BLOCK128, I, D);
@@ -172,7 +223,13 @@ void expert_perf(PerfReport& report) {
     }
 }
 
+void expert_perf(PerfReport& report) { time_cases(report, 0, kPerfPrefillTokens, false); }
+void expert_prefill_perf(PerfReport& report) {
+    time_cases(report, kPerfPrefillTokens, std::numeric_limits<int>::max(), true);
+}
+
 FS_PERF_SUITE("experts", expert_perf);
+FS_PERF_SUITE("experts prefill", expert_prefill_perf);
 
 }  // namespace
 }  // namespace flashseek::test

@@ -1,23 +1,21 @@
-// Op-consistency cases for the compute-bound dense GEMMs (cuda/gemm/dense_gemm.cuh, act_quant.cuh) against the CPU
-// reference: act_quant bit for bit against cpu::act_quant_fp8_block128 (and its SwiGLU form against the decode
-// path's moe_swiglu_prepare); FP8 and BF16 GEMMs on every path this
-// device runs against an fp64 product of the same quantized operands (cpu::act_quant_fp8_block128 and
-// cpu::dequantize_linear); layout self-checks with one-hot activations (exact in any accumulator); rows independent
-// of the batch and of the tile configuration (bit for bit); the existing decode path (linear()) reported beside.
+// Kernel-level cases of the compute-bound dense GEMMs (cuda/gemm/dense_gemm.cuh, act_quant.cuh) against the CPU
+// reference, for what the linear family's harness (test_linear.cpp: every case through fp8_gemm, fp8_gemm_mma and
+// bf16_gemm on the automatic path, from their FP8_ROWS / MMA_F16 activations) cannot express: act_quant bit for bit
+// against cpu::act_quant_fp8_block128 (and its SwiGLU form against the decode path's moe_swiglu_prepare); the FP8
+// and BF16 GEMMs on every path this device runs (mma.sync ones on sm_90 too) with every wgmma tile height forced,
+// against an fp64 product of the same quantized operands; layout self-checks with one-hot activations (exact in any
+// accumulator); rows independent of the batch and of the tile height (bit for bit); the argument and TMA-map rules.
 // Random data with fresh seeds (FS_TEST_SEED reproduces), odd sizes (n, k multiples of 16 with partial 128-blocks),
-// m = 1, 7, 64, 300, 4096. Outputs are poisoned (NaN) before each run: an unwritten element fails the comparison,
-// and the columns between n and the row stride must still hold the poison afterwards.
+// m = 1 to 65536. Outputs are poisoned (NaN) before each run: an unwritten element fails the comparison, and the
+// columns between n and the row stride must still hold the poison afterwards.
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <functional>
 #include <cstring>
 #include <sstream>
 
 #include "cpu/ops.h"
-#include "cuda/common/arch.cuh"
 #include "cuda/gemm/dense_gemm.cuh"
-#include "cuda/gemm/linear_catalogue.h"
 #include "cuda/gemm/tensor_map.h"
 #include "cuda/moe/moe.cuh"
 #include "harness.h"
@@ -506,33 +504,6 @@ TEST(DenseGemm, Bf16RowsIndependentOfBatchAndTiles) {
     }
 }
 
-// The new GEMM beside the existing decode path (linear(), release numerics) on a wq_a-like shape: reported, with a
-// bound that covers both paths' FP8 summation differences.
-TEST(DenseGemm, Fp8AgreesWithDecodeLinear) {
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE("seed=" + std::to_string(seed));
-    std::mt19937_64 rng(seed);
-    const int64_t m = 64, n = 1024, k = 4096;
-    TestWeight w = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, n, k);
-    const std::vector<float> x = random_activation(rng, m, k);
-    DeviceFp8Act a(x, m, k);
-    DeviceOut d(OutKind::F32, m, n, n);
-    const cuda::Fp8GemmArgs args = fp8_args(a, w, d);
-    cuda::gemm_fp8(args, GemmPath::AUTO, nullptr);
-    DeviceArray<uint16_t> pv(cuda::prepared_values_bytes(m, k) / 2);
-    DeviceArray<float> ps(cuda::prepared_scales_bytes(m, k) / 4), y(size_t(m * n));
-    y.poison();
-    cuda::GemmWorkspace ws = cuda::create_gemm_workspace(size_t(8) << 20, 4096);
-    cuda::prepare_and_linear(a.x.ptr, false, m, k + 8, w.device(), cuda::ActNumerics::FP8_BLOCK128, pv.ptr, ps.ptr,
-                             y.ptr, OutKind::F32, n, &ws, nullptr);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    cuda::destroy_gemm_workspace(ws);
-    const double err = rel_l2(d.read(), y.download());
-    std::printf("  fp8_gemm (%s) vs linear() m=%lld n=%lld k=%lld: rel_l2 %.3g\n",
-                path_name(cuda::plan_fp8_gemm(args).path), (long long)m, (long long)n, (long long)k, err);
-    EXPECT_LE(err, 2e-4);
-}
-
 // ---------------------------------------------------------------------------------------------------------------
 // BF16 GEMM against the fp64 product.
 
@@ -653,158 +624,6 @@ TEST(DenseGemm, TensorMapParametersChecked) {
         EXPECT_NE(w.find("the test's scale map"), std::string::npos) << w;
         EXPECT_NE(w.find("box 1 x 132"), std::string::npos) << w;
     }
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// The GEMMs as linear catalogue variants (fp8_gemm, fp8_gemm_mma, bf16_gemm): linear() with the variant forced on
-// activations in the variant's format gives bit for bit what the direct call on the same operands gives; the
-// catalogue's supports() refuses the other format (and the MMA_F16 variants refuse FP8_ROWS); linear_input_format
-// tells which format the choice will take. Random data, fresh seeds.
-
-// The direct path of each GEMM variant on this device.
-GemmPath variant_path(std::string_view v) {
-    if (v == "fp8_gemm") return GemmPath::WGMMA;
-    if (v == "fp8_gemm_mma") return cuda::has_fp8_mma(cuda::current_arch().cc) ? GemmPath::MMA_NATIVE : GemmPath::MMA_F16;
-    return GemmPath::AUTO;
-}
-
-// Caller storage of a prepared activation (either format) of m x k.
-struct PrepStorage {
-    DeviceArray<uint16_t> values;
-    DeviceArray<float> scales;
-    PrepStorage(int64_t m, int64_t k)
-        : values(cuda::prepared_values_bytes(m, k) / 2), scales(cuda::prepared_scales_bytes(m, k) / 4) {
-        values.poison();
-        scales.poison();
-    }
-    cuda::PreparedActivation empty() const {
-        cuda::PreparedActivation p;
-        p.values = values.ptr;
-        p.scales = scales.ptr;
-        return p;
-    }
-};
-
-bool same_bits(const DeviceOut& a, const DeviceOut& b) {
-    const auto x = a.mem.download(), y = b.mem.download();
-    return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size()) == 0;
-}
-
-TEST(DenseGemm, CatalogueVariantsRunTheGemms) {
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE("seed=" + std::to_string(seed));
-    std::mt19937_64 rng(seed);
-    const auto release = cuda::ActNumerics::FP8_BLOCK128;
-    // FP8: one plain and one grouped (wo_a-like: 2 groups of 128 rows over 256 columns each) product.
-    struct Fp8Shape {
-        int64_t m, n, k;
-        int groups;
-    };
-    for (const Fp8Shape& sh : {Fp8Shape{300, 272, 528, 1}, Fp8Shape{97, 256, 512, 2}}) {
-        const int64_t kw = sh.k / sh.groups;  // weight columns
-        TestWeight w = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, sh.n, kw);
-        const cuda::DeviceLinear dw = w.device();
-        const std::vector<float> x = random_activation(rng, sh.m, sh.k);
-        const int64_t ld = sh.k + 24;
-        DeviceArray<uint16_t> xd = upload_bf16(x, sh.m, sh.k, ld);
-        PrepStorage rows(sh.m, sh.k), mma(sh.m, sh.k);
-        cuda::PreparedActivation pr = rows.empty();
-        cuda::prepare_activation_rows(xd.ptr, sh.m, sh.k, ld, release, pr, nullptr);
-        EXPECT_EQ(pr.format, cuda::ActFormat::FP8_ROWS);
-        cuda::PreparedActivation pm = mma.empty();
-        cuda::prepare_activation(xd.ptr, false, sh.m, sh.k, ld, WeightKind::FP8_BLOCK128, release, pm, nullptr);
-        // Release FP8 from gemm_min_tokens rows: the GEMMs' format; the GEMVs' below; exact numerics: MMA_F16.
-        EXPECT_EQ(cuda::linear_input_format(sh.m, dw, sh.groups, release), cuda::ActFormat::FP8_ROWS);
-        EXPECT_EQ(cuda::linear_input_format(8, dw, sh.groups, release), cuda::ActFormat::MMA_F16);
-        EXPECT_EQ(cuda::linear_input_format(sh.m, dw, sh.groups, cuda::ActNumerics::EXACT), cuda::ActFormat::MMA_F16);
-        cuda::KernelPolicy no_gemm;
-        no_gemm.disabled = {"fp8_gemm", "fp8_gemm_mma"};
-        EXPECT_EQ(cuda::linear_input_format(sh.m, dw, sh.groups, release, no_gemm), cuda::ActFormat::MMA_F16);
-        for (std::string_view name : {"fp8_gemm", "fp8_gemm_mma"}) {
-            const cuda::LinearVariant& v = cuda::linear_variant(name);
-            EXPECT_EQ(v.format, cuda::ActFormat::FP8_ROWS);
-            EXPECT_FALSE(v.supports(cuda::LinearCall{pm, dw, sh.groups, nullptr})) << name << " took MMA_F16";
-            if (!v.supports_shape(sh.m, dw, sh.groups, release, false)) {
-                std::printf("  %s: not on this device\n", std::string(name).c_str());
-                EXPECT_FALSE(v.supports(cuda::LinearCall{pr, dw, sh.groups, nullptr}));
-                continue;
-            }
-            ASSERT_TRUE(v.supports(cuda::LinearCall{pr, dw, sh.groups, nullptr})) << name;
-            EXPECT_EQ(cuda::linear_input_format(sh.m, dw, sh.groups, release, cuda::KernelPolicy::only(name)),
-                      cuda::ActFormat::FP8_ROWS);
-            DeviceOut via(OutKind::BF16, sh.m, sh.n, sh.n + 2), direct(OutKind::BF16, sh.m, sh.n, sh.n + 2);
-            const std::string_view ran =
-                sh.groups == 1
-                    ? cuda::linear(pr, dw, via.mem.ptr, OutKind::BF16, via.ldd, nullptr, nullptr,
-                                   cuda::KernelPolicy::only(name))
-                    : cuda::grouped_linear(pr, dw, sh.groups, via.mem.ptr, OutKind::BF16, via.ldd, nullptr, nullptr,
-                                           cuda::KernelPolicy::only(name));
-            EXPECT_EQ(ran, name);
-            cuda::Fp8GemmArgs a = fp8_args(pr.fp8, w, direct);
-            a.groups = sh.groups;
-            cuda::gemm_fp8(a, variant_path(name), nullptr);
-            CUDA_CHECK(cudaDeviceSynchronize());
-            EXPECT_TRUE(same_bits(via, direct)) << name << " through linear() differs from the direct GEMM";
-            bool untouched = false;
-            const auto got = via.read(&untouched);
-            EXPECT_TRUE(untouched) << name << " wrote past n";
-            for (float f : got) ASSERT_FALSE(std::isnan(f)) << name << " left an output unwritten";
-        }
-        // The MMA_F16 variants refuse an FP8_ROWS activation (they would misread it).
-        for (std::string_view name : {"tile_gemm", "mma_gemv", "wgmma_gemv", "bulk_gemv", "simt_gemv"})
-            EXPECT_FALSE(cuda::linear_variant(name).supports(cuda::LinearCall{pr, dw, sh.groups, nullptr})) << name;
-    }
-    // BF16: the MMA_F16 format of BF16 weights (natural bf16 rows, row stride k_pad) is the GEMM's A.
-    {
-        const int64_t m = 150, n = 208, k = 400;
-        TestWeight w = make_weight(rng, WeightKind::BF16, ScaleKind::NONE, n, k);
-        const cuda::DeviceLinear dw = w.device();
-        const std::vector<float> x = random_activation(rng, m, k);
-        DeviceArray<uint16_t> xd = upload_bf16(x, m, k, k + 8);
-        PrepStorage st(m, k);
-        cuda::PreparedActivation p = st.empty();
-        cuda::prepare_activation(xd.ptr, false, m, k, k + 8, WeightKind::BF16, cuda::ActNumerics::EXACT, p, nullptr);
-        EXPECT_EQ(cuda::linear_input_format(m, dw, 1, cuda::ActNumerics::EXACT), cuda::ActFormat::MMA_F16);
-        const cuda::LinearVariant& v = cuda::linear_variant("bf16_gemm");
-        ASSERT_TRUE(v.supports_shape(m, dw, 1, cuda::ActNumerics::EXACT, false));
-        ASSERT_TRUE(v.supports(cuda::LinearCall{p, dw, 1, nullptr}));
-        DeviceOut via(OutKind::F32, m, n, n), direct(OutKind::F32, m, n, n);
-        EXPECT_EQ(cuda::linear(p, dw, via.mem.ptr, OutKind::F32, n, nullptr, nullptr, cuda::KernelPolicy::only("bf16_gemm")),
-                  "bf16_gemm");
-        cuda::gemm_bf16(bf16_args(p.values, m, p.k_pad, w, direct), GemmPath::AUTO, nullptr);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        EXPECT_TRUE(same_bits(via, direct)) << "bf16_gemm through linear() differs from the direct GEMM";
-        // ... and the result is the product (fp32 sums of bf16 operands).
-        const auto want = to_f32(product_f64(x, w.dequantized(), m, n, k));
-        EXPECT_LE(rel_l2(via.read(), want), 2e-5);  // Bf16MatchesF64ReferenceOnEveryPath's bound
-    }
-}
-
-// prepare_activation_rows refuses exact numerics and storage it cannot use, naming the problem.
-TEST(DenseGemm, PrepareActivationRowsRejectsBadArguments) {
-    PrepStorage st(4, 256);
-    DeviceArray<uint16_t> x(4 * 256);
-    auto expect_error = [](const std::function<void()>& f, const char* needle) {
-        try {
-            f();
-            ADD_FAILURE() << "no error for " << needle;
-        } catch (const Error& e) {
-            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-        }
-    };
-    expect_error([&] {
-        cuda::PreparedActivation p = st.empty();
-        cuda::prepare_activation_rows(x.ptr, 4, 256, 256, cuda::ActNumerics::EXACT, p, nullptr);
-    }, "release numerics");
-    expect_error([&] {
-        cuda::PreparedActivation p = st.empty();
-        cuda::prepare_activation_rows(x.ptr, 4, 256, 200, cuda::ActNumerics::FP8_BLOCK128, p, nullptr);
-    }, "row stride 200");
-    expect_error([&] {
-        cuda::PreparedActivation p = st.empty();
-        p.scales = st.scales.ptr + 1;
-        cuda::prepare_activation_rows(x.ptr, 4, 256, 256, cuda::ActNumerics::FP8_BLOCK128, p, nullptr);
-    }, "16-byte aligned");
 }
 
 }  // namespace

@@ -1,13 +1,16 @@
 // The linear op family (cuda/gemm/linear.cuh) in the op harness: every case of linear_cases() through every variant
-// of the linear catalogue that supports it on this GPU (KernelPolicy::only), against cpu::dequantize_linear +
-// cpu::act_quant_fp8_block128 + cpu::linear_f32 / cpu::grouped_out_proj, on random data with fresh seeds. Per case
-// and variant: the plan and the run name the variant; outputs are poisoned (NaN) before every run; the error is
-// within the variant's threshold (linear_family.cpp); a rerun is bit-identical (split-K reduces deterministically);
-// the run without a split-K workspace agrees too; where the variant takes raw activations (raw_activation: bf16 rows
-// prepared while staging) the raw run is bit-identical to the prepared one; all variants agree with each other.
-// The default policy's run names the variant plan_linear() predicts. The family's test ends by checking that every
-// variant that exists on this device ran. Then the default choice rules, the policy's environment variables and
-// the named errors for bad arguments.
+// of the linear catalogue that supports it on this GPU (KernelPolicy::only), each from the activation prepared in
+// the format it takes (MMA_F16: prepare_activation; FP8_ROWS: prepare_activation_rows, the compute-bound FP8 GEMMs),
+// against cpu::dequantize_linear + cpu::act_quant_fp8_block128 + cpu::linear_f32 / cpu::grouped_out_proj, on random
+// data with fresh seeds. Per case and variant: the variant refuses the other format; linear_input_format() names its
+// format when it is forced; the plan and the run name the variant; outputs are poisoned (NaN) before every run; the
+// error is within the variant's threshold (linear_family.cpp); a rerun is bit-identical (split-K reduces
+// deterministically); the run without a split-K workspace agrees too; where the variant takes raw activations
+// (raw_activation: bf16 rows prepared while staging) the raw run is bit-identical to the prepared one; all variants
+// agree with each other. The default policy runs from the format linear_input_format() names, and runs the variant
+// plan_linear() predicts. The family's test ends by checking that every variant that exists on this device ran,
+// with the properties the case list must reach. Then the default choice rules, the policy's environment variables
+// and the named errors for bad arguments.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -36,18 +39,37 @@ using cuda::OutKind;
 using cuda::ScaleKind;
 using cuda::WeightKind;
 
+// Poisoned storage of a prepared activation of M x K (either format), attached to `p`.
+struct PreparedStorage {
+    DeviceArray<uint16_t> values;
+    DeviceArray<float> scales;
+    PreparedStorage(int64_t M, int64_t K, cuda::PreparedActivation& p)
+        : values(cuda::prepared_values_bytes(M, K) / 2), scales(cuda::prepared_scales_bytes(M, K) / 4) {
+        values.poison();
+        scales.poison();
+        p.values = values.ptr;
+        p.scales = scales.ptr;
+    }
+};
+
 // The case's data on the host and the device: the weight, the activation (as the op reads it: bf16 rows with a row
 // stride wider than K, fp32 rows, and bf16 rows with a stride that is a multiple of 8 for the raw path), the
-// prepared activation and the CPU reference output.
+// activation prepared in each format a variant may take (ActFormat: MMA_F16 always; FP8_ROWS for FP8 weights in
+// release numerics from bf16 rows) and the CPU reference output.
 struct LinearProblem {
     TestWeight w;
     std::vector<float> ref;  // [M, N]
     std::unique_ptr<DeviceArray<uint16_t>> x_bf16, x_raw;
     std::unique_ptr<DeviceArray<float>> x_f32;
-    std::unique_ptr<DeviceArray<uint16_t>> prep_values;
-    std::unique_ptr<DeviceArray<float>> prep_scales;
-    cuda::PreparedActivation prepared, raw;
-    bool has_raw = false;
+    cuda::PreparedActivation prepared, rows, raw;
+    std::unique_ptr<PreparedStorage> prepared_storage, rows_storage;
+    bool has_rows = false, has_raw = false;
+
+    // The activation in format f, or null where this case cannot give that format.
+    const cuda::PreparedActivation* input(cuda::ActFormat f) const {
+        if (f == cuda::ActFormat::FP8_ROWS) return has_rows ? &rows : nullptr;
+        return &prepared;
+    }
 
     LinearProblem(const LinearCase& c, std::mt19937_64& rng) : w(make_weight(rng, c.kind, c.scale, c.N, c.K)) {
         const int64_t Kx = c.x_width();
@@ -78,14 +100,15 @@ struct LinearProblem {
                 has_raw = true;
             }
         }
-        prep_values = std::make_unique<DeviceArray<uint16_t>>(cuda::prepared_values_bytes(c.M, Kx) / 2);
-        prep_scales = std::make_unique<DeviceArray<float>>(cuda::prepared_scales_bytes(c.M, Kx) / 4);
-        prep_values->poison();
-        prep_scales->poison();
-        prepared.values = prep_values->ptr;
-        prepared.scales = prep_scales->ptr;
+        prepared_storage = std::make_unique<PreparedStorage>(c.M, Kx, prepared);
         const void* xin = c.f32_input ? static_cast<const void*>(x_f32->ptr) : static_cast<const void*>(x_bf16->ptr);
         cuda::prepare_activation(xin, c.f32_input, c.M, Kx, ld_x, c.kind, c.numerics, prepared, nullptr);
+        // FP8_ROWS: act_quant of the bf16 rows (release numerics, FP8 weights), the compute-bound FP8 GEMMs' input.
+        has_rows = !c.f32_input && c.kind == WeightKind::FP8_BLOCK128 && c.numerics == ActNumerics::FP8_BLOCK128;
+        if (has_rows) {
+            rows_storage = std::make_unique<PreparedStorage>(c.M, Kx, rows);
+            cuda::prepare_activation_rows(x_bf16->ptr, c.M, Kx, ld_x, c.numerics, rows, nullptr);
+        }
         CUDA_CHECK(cudaDeviceSynchronize());
     }
 
@@ -151,7 +174,10 @@ protected:
     cuda::GemmWorkspace ws_;
 };
 
-// Runs one case through every supporting variant; records the runs in `coverage`.
+const char* format_name(cuda::ActFormat f) { return f == cuda::ActFormat::FP8_ROWS ? "FP8_ROWS" : "MMA_F16"; }
+
+// Runs one case through every supporting variant, each from the activation format it takes; records the runs in
+// `coverage`.
 void check_case(const LinearCase& c, const cuda::GemmWorkspace& ws, VariantCoverage& coverage) {
     const uint64_t seed = fresh_seed();
     SCOPED_TRACE(describe(c) + ", seed " + std::to_string(seed) + " (FS_TEST_SEED to reproduce)");
@@ -159,35 +185,58 @@ void check_case(const LinearCase& c, const cuda::GemmWorkspace& ws, VariantCover
     LinearProblem p(c, rng);
     const cuda::DeviceLinear w = p.w.device();
 
-    // The default policy: what runs is what plan_linear() predicts.
+    // The default policy: linear_input_format() names the format to prepare, and from it the variant that runs is
+    // what plan_linear() predicts and takes that format.
     const KernelPolicy defaults;
-    const cuda::LinearPlan default_plan = cuda::plan_linear(p.prepared, w, c.groups, &ws, defaults);
-    const LinearRun d = run_once(c, p.prepared, w, &ws, defaults);
+    const cuda::ActFormat default_format = cuda::linear_input_format(c.M, w, c.groups, c.numerics, defaults);
+    const cuda::PreparedActivation* default_in = p.input(default_format);
+    ASSERT_NE(default_in, nullptr) << "the default choice takes " << format_name(default_format)
+                                   << ", which this case's input cannot be prepared in";
+    const cuda::LinearPlan default_plan = cuda::plan_linear(*default_in, w, c.groups, &ws, defaults);
+    const LinearRun d = run_once(c, *default_in, w, &ws, defaults);
     EXPECT_EQ(d.variant, default_plan.variant) << "the default run and plan_linear disagree";
+    EXPECT_EQ(cuda::linear_variant(d.variant).format, default_format)
+        << "linear_input_format and the variant the default policy runs disagree";
 
+    const bool partial_block = (c.N / c.groups) % 128 != 0 || c.K % 128 != 0;
+    const bool above_floor = c.M >= defaults.gemm_min_tokens;
     std::optional<LinearRun> first;  // the first supporting variant's output: every other one must agree with it
     int supporting = 0;
     for (const cuda::LinearVariant& v : cuda::linear_variants()) {
-        if (!v.supports(cuda::LinearCall{p.prepared, w, c.groups, &ws})) continue;
+        const cuda::PreparedActivation* in = p.input(v.format);
+        if (in == nullptr || !v.supports(cuda::LinearCall{*in, w, c.groups, &ws})) continue;
         ++supporting;
-        SCOPED_TRACE(std::string("variant ") + std::string(v.name));
+        SCOPED_TRACE(std::string("variant ") + std::string(v.name) + " (" + format_name(v.format) + " input)");
+        const cuda::PreparedActivation& x = *in;
+        // The other format's activation is refused (the variant would misread it).
+        const cuda::ActFormat other =
+            v.format == cuda::ActFormat::FP8_ROWS ? cuda::ActFormat::MMA_F16 : cuda::ActFormat::FP8_ROWS;
+        if (const cuda::PreparedActivation* o = p.input(other)) {
+            EXPECT_FALSE(v.supports(cuda::LinearCall{*o, w, c.groups, &ws}))
+                << "took an " << format_name(other) << " activation";
+        }
         const KernelPolicy only = KernelPolicy::only(v.name);
-        const cuda::LinearPlan plan = cuda::plan_linear(p.prepared, w, c.groups, &ws, only);
+        EXPECT_EQ(cuda::linear_input_format(c.M, w, c.groups, c.numerics, only), v.format)
+            << "linear_input_format with the variant forced";
+        const cuda::LinearPlan plan = cuda::plan_linear(x, w, c.groups, &ws, only);
         EXPECT_EQ(plan.variant, v.name);
-        const LinearRun a = run_once(c, p.prepared, w, &ws, only);
+        const LinearRun a = run_once(c, x, w, &ws, only);
         ASSERT_EQ(a.variant, v.name) << "the forced variant did not run";
         const double thr = linear_threshold(c, v.name);
         const double err = rel_l2(a.y, p.ref);
         EXPECT_LE(err, thr) << "k_splits " << plan.k_splits << ", tokens per pass " << plan.tokens_per_pass
                             << ", aligned " << plan.aligned;
-        const LinearRun b = run_once(c, p.prepared, w, &ws, only);
+        const LinearRun b = run_once(c, x, w, &ws, only);
         EXPECT_TRUE(bit_identical(a.y, b.y)) << "rerun differs (k_splits " << plan.k_splits << ")";
-        const LinearRun no_ws = run_once(c, p.prepared, w, nullptr, only);
+        const LinearRun no_ws = run_once(c, x, w, nullptr, only);
         EXPECT_EQ(no_ws.variant, v.name);
         EXPECT_LE(rel_l2(no_ws.y, p.ref), thr) << "without a split-K workspace";
         coverage.ran(v.name);
         if (plan.k_splits > 1) coverage.ran(v.name, "split-k");
         if (!plan.aligned) coverage.ran(v.name, "guarded");
+        if (c.groups > 1) coverage.ran(v.name, "grouped");
+        if (partial_block) coverage.ran(v.name, "partial-block");
+        if (above_floor) coverage.ran(v.name, "above-floor");
         if (d.variant == v.name) {
             EXPECT_LE(rel_l2(d.y, p.ref), thr) << "default run";
         }
@@ -214,32 +263,60 @@ TEST_F(LinearFamily, EveryCaseThroughEveryVariant) {
     for (const char* v : {"simt_gemv", "mma_gemv", "tile_gemm", "bulk_gemv", "wgmma_gemv"}) coverage.require(v, "split-k");
     coverage.require("mma_gemv", "raw");
     coverage.require("tile_gemm", "guarded");
+    // The compute-bound GEMMs where the default choice takes them (from KernelPolicy::gemm_min_tokens rows), with
+    // N or K off the 128 grid, and the FP8 ones on wo_a's grouped form.
+    for (const char* v : {"fp8_gemm", "fp8_gemm_mma", "bf16_gemm"}) {
+        coverage.require(v, "above-floor");
+        coverage.require(v, "partial-block");
+    }
+    coverage.require("fp8_gemm", "grouped");
+    coverage.require("fp8_gemm_mma", "grouped");
     const auto cases = linear_cases();
     std::printf("[ cases    ] %zu linear cases (%s)\n", cases.size(), quick_mode() ? "quick" : "test");
     for (const LinearCase& c : cases) check_case(c, ws_, coverage);
     coverage.expect_complete();
 }
 
-// A prepared FP8 / FP4 / BF16 activation of M tokens and an [N, K x groups] weight at fake, aligned addresses:
-// plan_linear() only looks at shapes, formats and alignment, so no memory is touched.
+// An [N, K] weight (K per group) at fake, aligned addresses.
+cuda::DeviceLinear fake_weight(int64_t N, int64_t K, WeightKind kind) {
+    return cuda::DeviceLinear{kind, kind == WeightKind::BF16 ? ScaleKind::NONE : ScaleKind::E8M0, N, K,
+                              reinterpret_cast<const void*>(uintptr_t(3) << 20),
+                              kind == WeightKind::BF16 ? nullptr : reinterpret_cast<const void*>(uintptr_t(4) << 20)};
+}
+
+constexpr auto kMmaF16 = cuda::ActFormat::MMA_F16;
+constexpr auto kFp8Rows = cuda::ActFormat::FP8_ROWS;
+
+// A prepared FP8 / FP4 / BF16 activation of M tokens in `format` and an [N, K x groups] weight at fake, aligned
+// addresses: plan_linear() only looks at shapes, formats and alignment, so no memory is touched.
 std::string planned(int64_t M, int64_t N, int64_t K, ActNumerics num, const KernelPolicy& policy, int groups = 1,
-                    WeightKind kind = WeightKind::FP8_BLOCK128) {
+                    WeightKind kind = WeightKind::FP8_BLOCK128, cuda::ActFormat format = kMmaF16) {
     cuda::PreparedActivation x;
     cuda::describe_prepared(x, kind, num, M, K * groups);
     x.values = reinterpret_cast<uint16_t*>(uintptr_t(1) << 20);
     x.scales = reinterpret_cast<float*>(uintptr_t(2) << 20);
-    const cuda::DeviceLinear w{kind, kind == WeightKind::BF16 ? ScaleKind::NONE : ScaleKind::E8M0, N, K,
-                               reinterpret_cast<const void*>(uintptr_t(3) << 20),
-                               kind == WeightKind::BF16 ? nullptr : reinterpret_cast<const void*>(uintptr_t(4) << 20)};
+    if (format == kFp8Rows) {
+        x.format = kFp8Rows;
+        x.fp8 = cuda::fp8_activation_view(x.values, x.scales, M, K * groups);
+    }
     const cuda::GemmWorkspace ws = {reinterpret_cast<float*>(uintptr_t(5) << 20), size_t(32) << 20,
                                     reinterpret_cast<uint32_t*>(uintptr_t(6) << 20), 1 << 16};
-    return std::string(cuda::plan_linear(x, w, groups, &ws, policy).variant);
+    return std::string(cuda::plan_linear(x, fake_weight(N, K, kind), groups, &ws, policy).variant);
+}
+
+// The format linear_input_format() asks the caller to prepare for that problem.
+cuda::ActFormat input_format(int64_t M, int64_t N, int64_t K, ActNumerics num, const KernelPolicy& policy,
+                             int groups = 1, WeightKind kind = WeightKind::FP8_BLOCK128) {
+    return cuda::linear_input_format(M, fake_weight(N, K, kind), groups, num, policy);
 }
 
 // The default choice (docs/perf.md, kernel choice): one token -> simt_gemv; 2-16 tokens in release numerics ->
 // wgmma_gemv on >= 4 MB where wgmma exists, else bulk_gemv on >= 16 MB on sm_90+, else mma_gemv; > 16 tokens ->
-// tile_gemm; BF16 weights -> tile_gemm; odd grouped shapes -> generic_linear. A disabled variant is skipped, a
-// forced one is taken where it supports the problem, gemv_max_tokens = 0 leaves everything to tile_gemm.
+// tile_gemm; BF16 weights -> tile_gemm; odd grouped shapes -> generic_linear; from gemm_min_tokens (64) rows the
+// compute-bound GEMMs: FP8 weights in release numerics from an FP8_ROWS activation (fp8_gemm where wgmma exists,
+// else fp8_gemm_mma), BF16 weights bf16_gemm, and linear_input_format() names the format to prepare. A disabled
+// variant is skipped, a forced one is taken where it supports the problem, gemv_max_tokens = 0 leaves everything to
+// tile_gemm.
 TEST(LinearChoice, DefaultRules) {
     const bool wgmma = cuda::wgmma_usable();
     const bool sm90 = cuda::current_arch().cc >= 90;
@@ -265,9 +342,41 @@ TEST(LinearChoice, DefaultRules) {
     // exact numerics: the streaming GEMVs need FP8 activations
     EXPECT_EQ(planned(8, 32768, 1024, X, def), "mma_gemv");
     EXPECT_EQ(planned(4, 2048, 4096, R, def, 1, WeightKind::FP4_BLOCK32), "mma_gemv");
-    // more than 16 tokens
+    // more than 16 tokens from an MMA_F16 activation: tile_gemm at any M
     EXPECT_EQ(planned(17, 32768, 1024, R, def), "tile_gemm");
     EXPECT_EQ(planned(4096, 4096, 8192, R, def), "tile_gemm");
+    // the compute-bound GEMMs from gemm_min_tokens rows, and the format they take
+    const std::string fp8_gemm = wgmma ? "fp8_gemm" : "fp8_gemm_mma";
+    const auto FP8 = WeightKind::FP8_BLOCK128;
+    const auto BF16 = WeightKind::BF16;
+    EXPECT_EQ(input_format(63, 1024, 4096, R, def), kMmaF16);
+    EXPECT_EQ(input_format(64, 1024, 4096, R, def), kFp8Rows);
+    EXPECT_EQ(input_format(16, 1024, 4096, R, def), kMmaF16);
+    EXPECT_EQ(input_format(4096, 1024, 4096, X, def), kMmaF16);  // exact numerics: tile_gemm
+    EXPECT_EQ(input_format(4096, 8192, 4096, R, def, 8), kFp8Rows);  // wo_a in release numerics
+    EXPECT_EQ(input_format(4096, 129280, 4096, X, def, 1, BF16), kMmaF16);
+    EXPECT_EQ(planned(64, 1024, 4096, R, def, 1, FP8, kFp8Rows), fp8_gemm);
+    EXPECT_EQ(planned(4096, 4096, 8192, R, def, 1, FP8, kFp8Rows), fp8_gemm);
+    EXPECT_EQ(planned(4096, 8192, 4096, R, def, 8, FP8, kFp8Rows), fp8_gemm);  // all 8 groups in one launch
+    EXPECT_EQ(planned(64, 129280, 4096, X, def, 1, BF16), "bf16_gemm");
+    EXPECT_EQ(planned(63, 129280, 4096, X, def, 1, BF16), "tile_gemm");
+    // below the floor an FP8_ROWS activation has no preferred variant (callers ask linear_input_format first)
+    EXPECT_THROW(planned(32, 1024, 4096, R, def, 1, FP8, kFp8Rows), Error);
+    KernelPolicy late_gemm;
+    late_gemm.gemm_min_tokens = 256;
+    EXPECT_EQ(input_format(128, 1024, 4096, R, late_gemm), kMmaF16);
+    EXPECT_EQ(planned(128, 129280, 4096, X, late_gemm, 1, BF16), "tile_gemm");
+    KernelPolicy no_fp8_gemm;
+    no_fp8_gemm.disabled = {"fp8_gemm"};
+    EXPECT_EQ(planned(4096, 4096, 8192, R, no_fp8_gemm, 1, FP8, kFp8Rows), "fp8_gemm_mma");
+    no_fp8_gemm.disabled.emplace_back("fp8_gemm_mma");
+    EXPECT_EQ(input_format(4096, 4096, 8192, R, no_fp8_gemm), kMmaF16);
+    // a GEMM forced below its floor: its format, and it runs
+    EXPECT_EQ(input_format(8, 1024, 4096, R, KernelPolicy::only("fp8_gemm_mma")), kFp8Rows);
+    EXPECT_EQ(planned(8, 1024, 4096, R, KernelPolicy::only("fp8_gemm_mma"), 1, FP8, kFp8Rows), "fp8_gemm_mma");
+    EXPECT_EQ(planned(8, 129280, 4096, X, KernelPolicy::only("bf16_gemm"), 1, BF16), "bf16_gemm");
+    // the GEMMs' format is refused by the MMA_F16 variants even when forced: FP8_ROWS needs release numerics
+    EXPECT_EQ(input_format(4096, 1024, 4096, X, KernelPolicy::only("fp8_gemm_mma")), kMmaF16);
     // BF16 weights: the tile GEMM at any M
     EXPECT_EQ(planned(1, 129280, 4096, X, def, 1, WeightKind::BF16), "tile_gemm");
     // grouped (wo_a, bf16 activation): the GEMVs by token count; odd grouped shapes the element-wise fallback
@@ -379,6 +488,27 @@ TEST(LinearArgs, BadArgumentsThrowNamedErrors) {
         cuda::raw_activation(x17.ptr, 17, 256, 256, WeightKind::FP8_BLOCK128, ActNumerics::EXACT);
     DeviceArray<float> y17(17 * 128);
     expect_named_error([&] { run(raw17, w.device(), y17.ptr, 128); }, "raw");
+    // FP8_ROWS (prepare_activation_rows): release numerics only, a row stride of at least K, 16-byte aligned storage;
+    // linear() refuses an FP8_ROWS activation whose codes describe another shape.
+    cuda::PreparedActivation rows;
+    rows.values = pv.ptr;
+    rows.scales = ps.ptr;
+    expect_named_error([&] { cuda::prepare_activation_rows(x.ptr, 2, 256, 256, ActNumerics::EXACT, rows, nullptr); },
+                       "release numerics");
+    expect_named_error(
+        [&] { cuda::prepare_activation_rows(x.ptr, 2, 256, 200, ActNumerics::FP8_BLOCK128, rows, nullptr); },
+        "row stride 200");
+    expect_named_error(
+        [&] {
+            cuda::PreparedActivation misaligned = rows;
+            misaligned.scales = ps.ptr + 1;
+            cuda::prepare_activation_rows(x.ptr, 2, 256, 256, ActNumerics::FP8_BLOCK128, misaligned, nullptr);
+        },
+        "16-byte aligned");
+    cuda::prepare_activation_rows(x.ptr, 2, 256, 256, ActNumerics::FP8_BLOCK128, rows, nullptr);
+    cuda::PreparedActivation short_codes = rows;
+    short_codes.fp8.m = 1;
+    expect_named_error([&] { run(short_codes, w.device(), y.ptr, 128); }, "describes codes of 1 x 256");
     // Every variant disabled: the error names the problem.
     KernelPolicy none;
     for (const cuda::LinearVariant& v : cuda::linear_variants()) none.disabled.emplace_back(v.name);

@@ -2,11 +2,14 @@
 // outputs poisoned before each run: routing (cpu::router_select: biased top-k and hash; the one-launch decode form
 // against the two launches); the expert family: each case of expert_cases() is a whole MoE layer (routed FP4
 // experts + shared FP8 expert, SwiGLU clamp, routing weights, combine; reference built from cpu::dequantize_linear,
-// cpu::act_quant_fp8_block128, cpu::linear_f32 and cpu::swiglu_clamp) run through every variant of the expert
-// catalogue (KernelPolicy::only; each projection must run the forced variant exactly where it supports it), rerun
-// bit-identical, with raw inputs bit-identical where the variant takes them, then stage by stage against the GEMV
-// variant; the family's test ends by checking every variant available here ran. Then the one-hot down-projection
-// per variant, the default choice rules, and the shared expert's SwiGLU-and-prepare.
+// cpu::act_quant_fp8_block128, cpu::linear_f32 and cpu::swiglu_clamp; the grouping carries the grouped GEMMs'
+// workspace) run through every variant of the expert catalogue (KernelPolicy::only; each up-projection from the
+// input the variant takes, prepared or raw bf16 rows; each projection must run the forced variant exactly where it
+// supports it, the down-projection judged on the h its up-projection wrote), rerun bit-identical, with raw inputs
+// bit-identical where the variant takes both; the default policy from prepared and from raw inputs; then stage by
+// stage against a base variant (h dequantized whatever its format, the down-projections from the same h values);
+// the family's test ends by checking every variant available here ran. Then the one-hot down-projection per
+// variant, the default choice rules, and the shared expert's SwiGLU-and-prepare.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 #include "cpu/ops.h"
 #include "cuda/common/arch.cuh"
 #include "cuda/moe/moe_catalogue.h"
+#include "cuda/moe/moe_gemm.cuh"
 #include "expert_family.h"
 #include "harness.h"
 #include "harness_mode.h"
@@ -191,19 +195,22 @@ TEST(MoeRoute, FusedRouteAndGroupMatchesTwoLaunches) {
 
 // Routes M tokens over E experts on the device (biased top-K of `logits` with route_scale `scale`; bias may be
 // empty) and groups the (token, expert) pairs: the setup every expert case starts from. The grouping carries the
-// activation tiles of the wgmma expert kernels (moe_wgmma.cu) for K up to max_k.
+// activation tiles of the wgmma expert kernels (moe_wgmma.cu) for K up to max_k and, where hidden and inter are
+// given, the grouped expert GEMMs' workspace (grouped_experts).
 struct DeviceRouting {
     DeviceArray<float> logits, bias, weight;
     DeviceArray<int32_t> idx;
-    DeviceArray<uint8_t> mem, tiles;
+    DeviceArray<uint8_t> mem, tiles, gemm_ws;
     cuda::MoeGrouping g;
     DeviceRouting(const std::vector<float>& lg, const std::vector<float>& b, int M, int E, int K, float scale,
-                  int64_t max_k)
+                  int64_t max_k, int64_t hidden = 0, int64_t inter = 0)
         : logits(lg), bias(b), weight(size_t(M * K)), idx(size_t(M * K)), mem(cuda::moe_grouping_bytes(E, M * K)),
-          tiles(cuda::moe_act_tile_bytes(E, M * K, max_k)) {
+          tiles(cuda::moe_act_tile_bytes(E, M * K, max_k)),
+          gemm_ws(hidden > 0 ? cuda::moe_gemm_workspace_bytes(int64_t(M) * K, hidden, inter) : 0) {
         g = cuda::moe_grouping_view(mem.ptr, E, M * K);
         tiles.poison();  // before attaching: attaching zeroes the split counters
         cuda::moe_attach_act_tiles(g, tiles.ptr, max_k);
+        if (hidden > 0) cuda::moe_attach_gemm_workspace(g, gemm_ws.ptr, hidden, inter);
         cuda::moe_route(logits.ptr, M, E, E, b.empty() ? nullptr : bias.ptr, nullptr, nullptr, 0, K, scale, idx.ptr,
                         weight.ptr, nullptr);
         cuda::moe_group(idx.ptr, weight.ptr, M, K, g, nullptr);
@@ -292,21 +299,91 @@ float half_bits_to_f32(uint16_t h) {  // f16 (finite) -> fp32
     return (h >> 15) ? -v : v;
 }
 
-// A prepared activation's values times their block scales, in the stored (layout) order: two runs in the same
-// layout compare element by element.
-std::vector<float> prepared_values(const cuda::PreparedActivation& h, int64_t cols) {
-    const size_t rows = size_t(h.m);
-    std::vector<uint16_t> vals(rows * size_t(h.k_pad));
-    std::vector<float> scales(rows * size_t(h.k_pad / 128));
+// Stored position of column p (0..127) inside its 128-column block of a prepared (MMA_F16) activation of `layout`:
+// the FP8 layout swaps the middle pair of every 4 columns, the FP4 layout interleaves every 8 as 0,4,1,5,2,6,3,7
+// (mma_core.cuh, prepared_pos).
+int64_t stored_pos(WeightKind layout, int64_t p) {
+    if (layout == WeightKind::FP8_BLOCK128) {
+        const int64_t r = p & 3;
+        return (p & ~int64_t(3)) | (r == 1 ? 2 : r == 2 ? 1 : r);
+    }
+    if (layout == WeightKind::FP4_BLOCK32) return (p & ~int64_t(7)) | (2 * (p & 3) + ((p >> 2) & 1));
+    return p;
+}
+
+// An expert intermediate h on the host in natural column order, whatever its device format: each element is
+// q x the power-of-two scale of its (row, 128-column block).
+struct HostH {
+    int64_t rows = 0, cols = 0, blocks = 0;
+    std::vector<float> q;      // [rows, cols]: the stored value (an e4m3 value in release numerics)
+    std::vector<float> scale;  // [rows, blocks]
+    std::vector<float> values() const {
+        std::vector<float> v(q.size());
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c)
+                v[size_t(r * cols + c)] = q[size_t(r * cols + c)] * scale[size_t(r * blocks + c / 128)];
+        return v;
+    }
+};
+
+// h as an up-projection described it: MMA_F16 (f16 values permuted for the layout, scales per row) or FP8_ROWS
+// (e4m3 codes in rows, scales transposed).
+HostH download_h(const cuda::PreparedActivation& h, int64_t cols) {
+    HostH o;
+    o.rows = h.m;
+    o.cols = cols;
+    o.blocks = (cols + 127) / 128;
+    o.q.resize(size_t(o.rows * cols));
+    o.scale.resize(size_t(o.rows * o.blocks));
+    if (h.format == cuda::ActFormat::FP8_ROWS) {
+        std::vector<uint8_t> codes(size_t(o.rows * h.fp8.codes_ld));
+        std::vector<float> scales(size_t(o.blocks * h.fp8.scales_ld));
+        CUDA_CHECK(cudaMemcpy(codes.data(), h.fp8.codes, codes.size(), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(scales.data(), h.fp8.scales, scales.size() * 4, cudaMemcpyDeviceToHost));
+        for (int64_t r = 0; r < o.rows; ++r) {
+            for (int64_t c = 0; c < cols; ++c)
+                o.q[size_t(r * cols + c)] = e4m3_to_f32(codes[size_t(r * h.fp8.codes_ld + c)]);
+            for (int64_t b = 0; b < o.blocks; ++b)
+                o.scale[size_t(r * o.blocks + b)] = scales[size_t(b * h.fp8.scales_ld + r)];
+        }
+        return o;
+    }
+    const int64_t kb = h.k_pad / 128;
+    std::vector<uint16_t> vals(size_t(o.rows * h.k_pad));
+    std::vector<float> scales(size_t(o.rows * kb));
     CUDA_CHECK(cudaMemcpy(vals.data(), h.values, vals.size() * 2, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(scales.data(), h.scales, scales.size() * 4, cudaMemcpyDeviceToHost));
-    std::vector<float> out;
-    out.reserve(rows * size_t(cols));
-    for (size_t r = 0; r < rows; ++r)
+    for (int64_t r = 0; r < o.rows; ++r) {
         for (int64_t c = 0; c < cols; ++c)
-            out.push_back(half_bits_to_f32(vals[r * size_t(h.k_pad) + size_t(c)]) *
-                          scales[r * size_t(h.k_pad / 128) + size_t(c / 128)]);
-    return out;
+            o.q[size_t(r * cols + c)] =
+                half_bits_to_f32(vals[size_t(r * h.k_pad + c / 128 * 128 + stored_pos(h.layout, c % 128))]);
+        for (int64_t b = 0; b < o.blocks; ++b) o.scale[size_t(r * o.blocks + b)] = scales[size_t(r * kb + b)];
+    }
+    return o;
+}
+
+// Writes `src` (release numerics: every q an e4m3 value) into the FP8_ROWS storage `dst` describes, exactly: the
+// same values and scales in the other format. Rows past src.rows and padding columns keep what the device held.
+void upload_rows_h(const HostH& src, const cuda::PreparedActivation& dst) {
+    ASSERT_EQ(dst.format, cuda::ActFormat::FP8_ROWS);
+    ASSERT_GE(dst.fp8.m, src.rows);
+    ASSERT_EQ(dst.fp8.k, src.cols);
+    std::vector<uint8_t> codes(size_t(src.rows * dst.fp8.codes_ld));
+    std::vector<float> scales(size_t(src.blocks * dst.fp8.scales_ld));
+    CUDA_CHECK(cudaMemcpy(codes.data(), dst.fp8.codes, codes.size(), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(scales.data(), dst.fp8.scales, scales.size() * 4, cudaMemcpyDeviceToHost));
+    for (int64_t r = 0; r < src.rows; ++r) {
+        for (int64_t c = 0; c < src.cols; ++c) {
+            const float q = src.q[size_t(r * src.cols + c)];
+            const uint8_t code = f32_to_e4m3(q);
+            ASSERT_EQ(e4m3_to_f32(code), q) << "h[" << r << ", " << c << "] is no e4m3 value";
+            codes[size_t(r * dst.fp8.codes_ld + c)] = code;
+        }
+        for (int64_t b = 0; b < src.blocks; ++b)
+            scales[size_t(b * dst.fp8.scales_ld + r)] = src.scale[size_t(r * src.blocks + b)];
+    }
+    CUDA_CHECK(cudaMemcpy(dst.fp8.codes, codes.data(), codes.size(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dst.fp8.scales, scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
 }
 
 constexpr float kSwigluLimit = 10.f, kRouteScale = 1.5f;
@@ -344,11 +421,18 @@ struct MoeLayerData {
         for (auto& v : x) v = round_bf16(nd(rng));
         for (auto& v : logits) v = nd(rng);
         for (auto& v : bias) v = 0.1f * nd(rng);
+        if (c.pinned_groups) {
+            // Expert 0: score sqrt(softplus(30)) - 1 ~ 4.5 for token 0 (above any other expert's), -1 for the rest
+            // (below any other's: sqrt(softplus(l)) >= 0 plus a bias of 0.1 N(0, 1)); expert 1: at most ~-7.5.
+            for (int m = 0; m < M; ++m) logits[size_t(m * E)] = m == 0 ? 30.f : -30.f;
+            bias[0] = -1.f;
+            bias[1] = -10.f;
+        }
         std::vector<uint16_t> xb(x.size());
         for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
         dx.upload(xb);
         const int64_t max_k = std::max<int64_t>(128, (std::max(c.D, c.I) + 127) / 128 * 128);
-        routing = std::make_unique<DeviceRouting>(logits, bias, M, E, K, kRouteScale, max_k);
+        routing = std::make_unique<DeviceRouting>(logits, bias, M, E, K, kRouteScale, max_k, c.D, c.I);
         for (auto* a : {&pv4, &pv8}) a->poison();
         for (auto* a : {&ps4, &ps8}) a->poison();
         p4 = cuda::PreparedActivation{};
@@ -417,27 +501,28 @@ struct MoeLayerData {
 struct LayerRun {
     std::vector<float> out;   // [M, D]
     std::string variant[4];   // routed up, routed down, shared up, shared down
+    cuda::PreparedActivation h, hsh;  // the routed and shared h as their up-projections described them
 };
 
 // route -> group (done once) -> up -> down for the routed experts, dense up / down for the shared one, combine;
-// every output poisoned first.
+// every output poisoned first (h too, in the caller's storage and in the grouping's GEMM workspace).
 LayerRun run_layer(MoeLayerData& L, const KernelPolicy& policy, bool raw_routed, bool raw_shared) {
     const ExpertCase& c = L.c;
     for (auto* a : {&L.y, &L.ys, &L.out, &L.hs, &L.hss}) a->poison();
     for (auto* a : {&L.hv, &L.hsv}) a->poison();
-    cuda::PreparedActivation h{}, hsh{};
-    h.values = L.hv.ptr;
-    h.scales = L.hs.ptr;
-    hsh.values = L.hsv.ptr;
-    hsh.scales = L.hss.ptr;
+    L.routing->gemm_ws.poison();
     LayerRun r;
+    r.h.values = L.hv.ptr;
+    r.h.scales = L.hs.ptr;
+    r.hsh.values = L.hsv.ptr;
+    r.hsh.scales = L.hss.ptr;
     const cuda::MoeGrouping& g = L.grouping();
     r.variant[0] = cuda::moe_expert_up(raw_routed ? L.r4 : L.p4, L.routed.table, &g, c.M, c.top_k, kSwigluLimit,
-                                       c.numerics, h, nullptr, policy);
-    r.variant[1] = cuda::moe_expert_down(h, L.routed.table, &g, c.M, c.top_k, L.y.ptr, nullptr, policy);
+                                       c.numerics, r.h, nullptr, policy);
+    r.variant[1] = cuda::moe_expert_down(r.h, L.routed.table, &g, c.M, c.top_k, L.y.ptr, nullptr, policy);
     r.variant[2] = cuda::moe_expert_up(raw_shared ? L.r8 : L.p8, L.shared.table, nullptr, c.M, c.top_k, kSwigluLimit,
-                                       c.numerics, hsh, nullptr, policy);
-    r.variant[3] = cuda::moe_expert_down(hsh, L.shared.table, nullptr, c.M, c.top_k, L.ys.ptr, nullptr, policy);
+                                       c.numerics, r.hsh, nullptr, policy);
+    r.variant[3] = cuda::moe_expert_down(r.hsh, L.shared.table, nullptr, c.M, c.top_k, L.ys.ptr, nullptr, policy);
     cuda::moe_combine(L.y.ptr, g, L.ys.ptr, c.M, c.top_k, c.D, L.out.ptr, cuda::OutKind::F32, c.D, nullptr);
     CUDA_CHECK(cudaDeviceSynchronize());
     r.out = L.out.download();
@@ -448,27 +533,33 @@ bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// The up- and down-projection stage by stage: every variant that supports a stage against gemv_experts on the same
-// inputs (the down-projections all from gemv_experts' h).
+// The routed up- and down-projection stage by stage against a base variant on the same inputs: gemv_experts where
+// it serves the case (1-16 tokens), else tile_experts. Up: each variant's h (from the input it takes: prepared, or
+// raw bf16 rows) against the base's, both dequantized in natural column order (the formats differ: MMA_F16 permutes
+// columns per weight layout, FP8_ROWS keeps codes in rows and scales transposed). Down: each variant from the base's
+// h values, written into the format the variant takes (FP8_ROWS: the same e4m3 values and scales, exactly), against
+// the base's y.
 void compare_stages(MoeLayerData& L) {
     const ExpertCase& c = L.c;
     const cuda::ExpertVariant* base = nullptr;
-    for (const cuda::ExpertVariant& v : cuda::expert_variants())
-        if (v.name == "gemv_experts") base = &v;
-    ASSERT_NE(base, nullptr) << "the expert catalogue has no gemv_experts";
-    if (!base->supports(L.routed_up(L.p4))) return;
+    for (std::string_view name : {"gemv_experts", "tile_experts"})
+        for (const cuda::ExpertVariant& v : cuda::expert_variants())
+            if (!base && v.name == name && v.supports(L.routed_up(L.p4))) base = &v;
+    if (base == nullptr) return;  // off the 128 grid: only the element-wise fallback, nothing to compare with
     const cuda::MoeGrouping& g = L.grouping();
-    auto up = [&](std::string_view variant, DeviceArray<uint16_t>& values, DeviceArray<float>& scales) {
+    auto up = [&](std::string_view variant, bool raw, DeviceArray<uint16_t>& values, DeviceArray<float>& scales) {
         values.poison();
         scales.poison();
+        L.routing->gemm_ws.poison();
         cuda::PreparedActivation h{};
         h.values = values.ptr;
         h.scales = scales.ptr;
-        const std::string_view ran = cuda::moe_expert_up(L.p4, L.routed.table, &g, c.M, c.top_k, kSwigluLimit,
-                                                         c.numerics, h, nullptr, KernelPolicy::only(variant));
+        const std::string_view ran = cuda::moe_expert_up(raw ? L.r4 : L.p4, L.routed.table, &g, c.M, c.top_k,
+                                                         kSwigluLimit, c.numerics, h, nullptr,
+                                                         KernelPolicy::only(variant));
         EXPECT_EQ(ran, variant);
         CUDA_CHECK(cudaDeviceSynchronize());
-        return prepared_values(h, c.I);
+        return h;
     };
     auto down = [&](std::string_view variant, const cuda::PreparedActivation& h) {
         L.y.poison();
@@ -478,23 +569,48 @@ void compare_stages(MoeLayerData& L) {
         CUDA_CHECK(cudaDeviceSynchronize());
         return L.y.download();
     };
-    const std::vector<float> h_base = up(base->name, L.hv_base, L.hs_base);
-    const cuda::PreparedActivation hb = L.described_h(true, L.hv_base.ptr, L.hs_base.ptr);
+    const cuda::PreparedActivation hb = up(base->name, false, L.hv_base, L.hs_base);
+    const HostH h_base = download_h(hb, c.I);
+    const std::vector<float> h_base_values = h_base.values();
     const std::vector<float> y_base = down(base->name, hb);
+    const std::string base_name(base->name);
     for (const cuda::ExpertVariant& v : cuda::expert_variants()) {
         if (v.name == base->name) continue;
-        if (v.supports(L.routed_up(L.p4))) {
-            const double e = rel_l2(up(v.name, L.hv, L.hs), h_base);
-            std::printf("  [stage] %s vs %s: h rel %.3e\n", std::string(v.name).c_str(), std::string(base->name).c_str(), e);
-            EXPECT_LE(e, expert_h_threshold(v.name)) << v.name << " up vs " << base->name;
+        const std::string name(v.name);
+        const bool prepared_in = v.supports(L.routed_up(L.p4));
+        if (!prepared_in && !v.supports(L.routed_up(L.r4))) continue;
+        const cuda::PreparedActivation h = up(v.name, !prepared_in, L.hv, L.hs);
+        const double eh = rel_l2(download_h(h, c.I).values(), h_base_values);
+        std::printf("  [stage] %s vs %s: h rel %.3e\n", name.c_str(), base_name.c_str(), eh);
+        EXPECT_LE(eh, expert_h_threshold(v.name)) << name << " up vs " << base_name;
+        // The down-projection's input: the base's h itself where the variant takes that format, else its own h
+        // description with the base's values written in.
+        cuda::PreparedActivation h_in = hb;
+        if (h.format != hb.format) {
+            ASSERT_EQ(c.numerics, ActNumerics::FP8_BLOCK128) << "only release h converts between formats exactly";
+            upload_rows_h(h_base, h);
+            if (::testing::Test::HasFatalFailure()) return;
+            h_in = h;
         }
-        if (v.supports(L.routed_down(hb))) {
-            const double e = rel_l2(down(v.name, hb), y_base);
-            std::printf("  [stage] %s vs %s: y (same h) rel %.3e\n", std::string(v.name).c_str(),
-                        std::string(base->name).c_str(), e);
-            EXPECT_LE(e, expert_y_threshold(v.name)) << v.name << " down vs " << base->name;
-        }
+        if (!v.supports(L.routed_down(h_in))) continue;
+        const double ey = rel_l2(down(v.name, h_in), y_base);
+        std::printf("  [stage] %s vs %s: y (same h) rel %.3e\n", name.c_str(), base_name.c_str(), ey);
+        EXPECT_LE(ey, expert_y_threshold(v.name)) << name << " down vs " << base_name;
     }
+}
+
+// The layer's bound: the largest of its projections' variants'.
+double layer_threshold(const LayerRun& r) {
+    double t = 0;
+    for (const std::string& v : r.variant) t = std::max(t, expert_layer_threshold(v));
+    return t;
+}
+
+// Expert counts of the case's grouping (host copy).
+std::vector<int32_t> expert_counts(const MoeLayerData& L) {
+    std::vector<int32_t> counts(static_cast<size_t>(L.c.E));
+    CUDA_CHECK(cudaMemcpy(counts.data(), L.grouping().expert_count, counts.size() * 4, cudaMemcpyDeviceToHost));
+    return counts;
 }
 
 void check_case(const ExpertCase& c, VariantCoverage& coverage) {
@@ -502,33 +618,64 @@ void check_case(const ExpertCase& c, VariantCoverage& coverage) {
     SCOPED_TRACE(describe(c) + ", seed " + std::to_string(seed) + " (FS_TEST_SEED to reproduce)");
     std::mt19937_64 rng(seed);
     MoeLayerData L(c, rng);
-    const double thr = expert_layer_threshold();
-    // The projections as the catalogue sees them (h described as the up-projection will describe it).
-    const cuda::PreparedActivation h = L.described_h(true, L.hv.ptr, L.hs.ptr);
-    const cuda::PreparedActivation hsh = L.described_h(false, L.hsv.ptr, L.hss.ptr);
-    const cuda::ExpertCall calls[4] = {L.routed_up(L.p4), L.routed_down(h), L.shared_up(L.p8), L.shared_down(hsh)};
+    if (c.pinned_groups) {
+        const std::vector<int32_t> counts = expert_counts(L);
+        ASSERT_EQ(counts[0], 1) << "expert 0 should hold token 0 alone";
+        ASSERT_EQ(counts[1], 0) << "expert 1 should be empty";
+    }
 
-    // The default policy: each projection runs what choose_experts() picks.
+    // The default policy, from prepared inputs and, where some variant is preferred for them, raw bf16 rows: each
+    // projection runs what choose_experts() picks for its input (the down-projection: the h its up-projection wrote).
     const KernelPolicy defaults;
-    const LayerRun d = run_layer(L, defaults, false, false);
-    for (int i = 0; i < 4; ++i) EXPECT_EQ(d.variant[i], cuda::choose_experts(calls[i], defaults).name) << "projection " << i;
-    EXPECT_LE(rel_l2(d.out, L.ref), thr) << "default policy";
+    const bool default_raw_routed = !chosen_expert_variant(L.routed_up(L.r4), defaults).empty();
+    const bool default_raw_shared = !chosen_expert_variant(L.shared_up(L.r8), defaults).empty();
+    for (const bool raw : {false, true}) {
+        if (raw && !default_raw_routed && !default_raw_shared) continue;
+        SCOPED_TRACE(raw ? "default policy, raw inputs" : "default policy, prepared inputs");
+        const bool rr = raw && default_raw_routed, rs = raw && default_raw_shared;
+        const LayerRun d = run_layer(L, defaults, rr, rs);
+        const cuda::ExpertCall calls[4] = {L.routed_up(rr ? L.r4 : L.p4), L.routed_down(d.h),
+                                           L.shared_up(rs ? L.r8 : L.p8), L.shared_down(d.hsh)};
+        for (int i = 0; i < 4; ++i)
+            EXPECT_EQ(d.variant[i], chosen_expert_variant(calls[i], defaults)) << "projection " << i;
+        EXPECT_LE(rel_l2(d.out, L.ref), layer_threshold(d));
+    }
 
     for (const cuda::ExpertVariant& v : cuda::expert_variants()) {
-        bool supported[4], any = false;
-        for (int i = 0; i < 4; ++i) any |= (supported[i] = v.supports(calls[i]));
-        if (!any) continue;
-        SCOPED_TRACE(std::string("variant ") + std::string(v.name));
+        // Each up-projection from the input the variant takes: prepared where it supports that, else raw bf16 rows
+        // (grouped_experts gathers and quantizes them itself).
+        const bool routed_raw = !v.supports(L.routed_up(L.p4)) && v.supports(L.routed_up(L.r4));
+        const bool shared_raw = !v.supports(L.shared_up(L.p8)) && v.supports(L.shared_up(L.r8));
+        const bool up_routed = v.supports(L.routed_up(routed_raw ? L.r4 : L.p4));
+        const bool up_shared = v.supports(L.shared_up(shared_raw ? L.r8 : L.p8));
+        // A variant that takes no up-projection may still take a down-projection: asked on an MMA_F16 h as the other
+        // variants write it.
+        const cuda::PreparedActivation h = L.described_h(true, L.hv.ptr, L.hs.ptr);
+        const cuda::PreparedActivation hsh = L.described_h(false, L.hsv.ptr, L.hss.ptr);
+        if (!up_routed && !up_shared && !v.supports(L.routed_down(h)) && !v.supports(L.shared_down(hsh))) continue;
+        SCOPED_TRACE(std::string("variant ") + std::string(v.name) + (routed_raw ? " (raw routed input)" : ""));
         const KernelPolicy only = KernelPolicy::only(v.name);
-        const LayerRun a = run_layer(L, only, false, false);
+        const LayerRun a = run_layer(L, only, routed_raw, shared_raw);
+        // The down-projections as they ran: on the h their up-projection wrote.
+        const bool supported[4] = {up_routed, v.supports(L.routed_down(a.h)), up_shared,
+                                   v.supports(L.shared_down(a.hsh))};
         for (int i = 0; i < 4; ++i) {
             EXPECT_EQ(a.variant[i] == v.name, supported[i]) << "projection " << i << " ran " << a.variant[i];
             coverage.ran(a.variant[i], i < 2 ? "routed" : "dense");
         }
-        EXPECT_LE(rel_l2(a.out, L.ref), thr);
-        EXPECT_TRUE(bit_identical(run_layer(L, only, false, false).out, a.out)) << "rerun differs";
-        // Raw bf16 inputs (prepared inside the kernels while staging) must give the same bits.
-        const bool raw_routed = v.supports(L.routed_up(L.r4)), raw_shared = v.supports(L.shared_up(L.r8));
+        // An h is read back only by variants of its format (the others would misread it).
+        for (const cuda::ExpertVariant& u : cuda::expert_variants())
+            if (u.format != a.h.format) {
+                EXPECT_FALSE(u.supports(L.routed_down(a.h))) << u.name << " took an h of another format";
+            }
+        if (routed_raw && up_routed) coverage.ran(v.name, "raw");
+        if (c.pinned_groups && supported[1]) coverage.ran(v.name, "pinned-groups");
+        EXPECT_LE(rel_l2(a.out, L.ref), layer_threshold(a));
+        EXPECT_TRUE(bit_identical(run_layer(L, only, routed_raw, shared_raw).out, a.out)) << "rerun differs";
+        // Raw bf16 inputs where the variant takes the prepared ones too (prepared inside the kernels while staging)
+        // must give the same bits.
+        const bool raw_routed = !routed_raw && v.supports(L.routed_up(L.r4));
+        const bool raw_shared = !shared_raw && v.supports(L.shared_up(L.r8));
         if (raw_routed || raw_shared) {
             const LayerRun r = run_layer(L, only, raw_routed, raw_shared);
             EXPECT_TRUE(bit_identical(r.out, a.out)) << "raw input differs from the prepared one";
@@ -544,6 +691,8 @@ TEST(ExpertFamily, EveryCaseThroughEveryVariant) {
     coverage.require("gemv_experts", "raw");
     coverage.require("gemv_experts", "dense");
     coverage.require("tile_experts", "dense");
+    // The grouped GEMMs with a one-token and an empty expert group (their per-expert tiles and masks).
+    coverage.require("grouped_experts", "pinned-groups");
     const auto cases = expert_cases();
     std::printf("[ cases    ] %zu expert cases (%s)\n", cases.size(), quick_mode() ? "quick" : "test");
     for (const ExpertCase& c : cases) check_case(c, coverage);
@@ -606,8 +755,8 @@ TEST(ExpertFamily, DownOneHotPicksWeightColumn) {
 
 // What choose_experts() takes with the default policy (docs/perf.md, kernel choice) for a V4-Flash-like layer: the
 // GEMV at 1-7 tokens; from 8 to 16 tokens the wgmma experts where they exist, else the bulk-copy experts on sm_90+;
-// the tile experts above 16 tokens; the element-wise fallback off the 128 grid. The calls point at fake, aligned
-// addresses: choosing touches no memory.
+// the tile experts above 16 tokens from a prepared input, the grouped GEMMs from 32 tokens of raw input; the
+// element-wise fallback off the 128 grid. The calls point at fake, aligned addresses: choosing touches no memory.
 TEST(ExpertChoice, DefaultRules) {
     const bool wgmma = cuda::wgmma_usable();
     const bool sm90 = cuda::current_arch().cc >= 90;
@@ -635,9 +784,8 @@ TEST(ExpertChoice, DefaultRules) {
         }
         return g;
     };
-    auto choose = [&](int64_t M, ActNumerics num, const KernelPolicy& policy, bool routed = true, bool tiles = true,
-                      bool raw = false, const cuda::ExpertTable* table = nullptr) {
-        const cuda::ExpertTable& tt = table ? *table : t;
+    // The up-projection's input of M tokens for the experts of `tt`, prepared or raw.
+    auto input = [&](int64_t M, ActNumerics num, bool raw, const cuda::ExpertTable& tt) {
         cuda::PreparedActivation x;
         cuda::describe_prepared(x, tt.kind, num, M, tt.hidden);
         x.values = static_cast<uint16_t*>(fake(6));
@@ -646,6 +794,12 @@ TEST(ExpertChoice, DefaultRules) {
             x.raw = true;
             x.raw_ld = tt.hidden;
         }
+        return x;
+    };
+    auto choose = [&](int64_t M, ActNumerics num, const KernelPolicy& policy, bool routed = true, bool tiles = true,
+                      bool raw = false, const cuda::ExpertTable* table = nullptr) {
+        const cuda::ExpertTable& tt = table ? *table : t;
+        const cuda::PreparedActivation x = input(M, num, raw, tt);
         const cuda::MoeGrouping g = grouping(M, tiles);
         const cuda::ExpertCall up{true, x, tt, routed ? &g : nullptr, M, 6, num};
         const std::string up_name(cuda::choose_experts(up, policy).name);
@@ -689,6 +843,48 @@ TEST(ExpertChoice, DefaultRules) {
     odd.inter = 96;
     EXPECT_EQ(choose(5, ActNumerics::EXACT, def, true, false, false, &odd), "generic_experts");
     EXPECT_THROW(choose(17, R, def, true, true, /*raw=*/true), Error);  // a raw input above the GEMV's 16 tokens
+    // grouped_experts: raw bf16 rows of routed experts in release numerics, from grouped_experts_min_tokens (32)
+    // tokens, where the grouping carries the GEMM workspace; its h is FP8_ROWS over that workspace, which only it
+    // reads back. Below the floor (and above the GEMVs' 16 tokens) a raw input has no variant: callers prepare.
+    auto choose_grouped = [&](int64_t M, const KernelPolicy& policy, bool raw, bool gemm_ws,
+                              ActNumerics num = ActNumerics::FP8_BLOCK128) {
+        const cuda::PreparedActivation x = input(M, num, raw, t);
+        cuda::MoeGrouping g = grouping(M, true);
+        if (gemm_ws) {
+            g.gemm_x = cuda::fp8_activation_view(fake(8), fake(9), M * 6, t.hidden);
+            g.gemm_h = cuda::fp8_activation_view(fake(10), fake(11), M * 6, t.inter);
+        }
+        const std::string up = chosen_expert_variant(cuda::ExpertCall{true, x, t, &g, M, 6, num}, policy);
+        if (up == "grouped_experts") {  // its h, as its up-projection describes it, goes back to it alone
+            cuda::PreparedActivation h;
+            cuda::describe_prepared(h, t.kind, num, M * 6, t.inter);
+            h.format = cuda::ActFormat::FP8_ROWS;
+            h.fp8 = g.gemm_h;
+            h.values = reinterpret_cast<uint16_t*>(g.gemm_h.codes);
+            h.scales = g.gemm_h.scales;
+            EXPECT_EQ(chosen_expert_variant(cuda::ExpertCall{false, h, t, &g, M, 6, num}, policy), "grouped_experts")
+                << "M=" << M;
+            cuda::PreparedActivation elsewhere = h;  // an FP8_ROWS h outside the workspace: no variant reads it
+            elsewhere.fp8.codes = static_cast<uint8_t*>(fake(12));
+            EXPECT_EQ(chosen_expert_variant(cuda::ExpertCall{false, elsewhere, t, &g, M, 6, num}, policy), "")
+                << "M=" << M;
+        }
+        return up;
+    };
+    EXPECT_EQ(choose_grouped(32, def, true, true), "grouped_experts");
+    EXPECT_EQ(choose_grouped(4096, def, true, true), "grouped_experts");
+    EXPECT_EQ(choose_grouped(31, def, true, true), "");
+    EXPECT_EQ(choose_grouped(4096, def, true, /*gemm_ws=*/false), "");
+    EXPECT_EQ(choose_grouped(4096, def, /*raw=*/false, true), "tile_experts");
+    EXPECT_EQ(choose_grouped(4096, def, true, true, ActNumerics::EXACT), "");
+    KernelPolicy late_grouped;
+    late_grouped.grouped_experts_min_tokens = 64;
+    EXPECT_EQ(choose_grouped(32, late_grouped, true, true), "");
+    EXPECT_EQ(choose_grouped(64, late_grouped, true, true), "grouped_experts");
+    KernelPolicy no_grouped;
+    no_grouped.disabled = {"grouped_experts"};
+    EXPECT_EQ(choose_grouped(4096, no_grouped, true, true), "");
+    EXPECT_EQ(choose_grouped(8, KernelPolicy::only("grouped_experts"), true, true), "grouped_experts");
     for (const cuda::ExpertVariant& v : cuda::expert_variants()) EXPECT_NO_THROW(archs_available(v.archs)) << v.name;
 }
 

@@ -1,10 +1,13 @@
-// Op-consistency cases for the grouped FP4 expert GEMMs (cuda/moe/moe_gemm.cuh) against the CPU release numerics of
-// a routed expert (cpu::act_quant_fp8_block128, cpu::dequantize_linear, fp64 products rounded to bf16 like the
-// reference's expert GEMM outputs, cpu::swiglu_clamp, the routing weight, bf16 h and its act_quant, which the
-// up-projection writes). Groups come from the GPU's own
-// moe_group on a routing that gives one expert a single token, leaves others empty and fills the rest unevenly
-// (partial 128-row tiles, several tiles per expert). Random data with fresh seeds; the workspace and y are poisoned
-// before the run and every used slot row must be written.
+// Kernel-level cases of the grouped FP4 expert GEMMs (cuda/moe/moe_gemm.cuh) on every path this device runs
+// (mma.sync ones on sm_90 too), for what the expert family's harness (test_moe.cpp: whole layers through
+// grouped_experts, the catalogue row of these GEMMs, on the automatic path) cannot express: against the CPU release
+// numerics of a routed expert (cpu::act_quant_fp8_block128, cpu::dequantize_linear, fp64 products rounded to bf16
+// like the reference's expert GEMM outputs, cpu::swiglu_clamp, the routing weight, bf16 h and its act_quant, which
+// the up-projection writes), h_q and the down GEMM alone checked separately. Groups come from the GPU's own
+// moe_group on routings that give one expert a single token, leave others empty and fill the rest unevenly (partial
+// 128-row tiles, several tiles per expert), or start groups at every row residue (the TMA scale boxes); slot rows
+// independent of the batch; the scale folding at its limit. Random data with fresh seeds; the workspace and y are
+// poisoned before the run and every used slot row must be written.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,7 +19,6 @@
 #include <sstream>
 
 #include "cpu/ops.h"
-#include "cuda/moe/moe_catalogue.h"
 #include "cuda/moe/moe_gemm.cuh"
 #include "harness.h"
 #include "weights.h"
@@ -423,100 +425,6 @@ TEST(MoeGemm, ScaleFoldingIsExactAt14Octaves) {
         EXPECT_LE(rel_l2(h_got, h_want), 1e-2);
         EXPECT_LE(rel_l2(y_got, y_want), down_threshold(path));
     }
-}
-
-// grouped_experts, the expert catalogue's row for these GEMMs: moe_expert_up on raw bf16 rows and moe_expert_down on
-// the FP8_ROWS h it hands over give bit for bit what moe_gemm_up / moe_gemm_down give on their own workspace; the
-// catalogue's supports() refuses a prepared input, a grouping without the GEMM workspace, and (for the other down
-// variants) the FP8_ROWS h. Random data, fresh seed.
-TEST(MoeGemm, GroupedExpertsVariantRunsTheGemms) {
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE("seed=" + std::to_string(seed));
-    std::mt19937_64 rng(seed);
-    const int E = 16, top_k = 4;
-    const int64_t M = 40, slots = M * top_k, H = 256, I = 384;
-    const float limit = 10.f;
-    auto ex = make_experts(rng, E, H, I);
-    std::vector<int32_t> idx(static_cast<size_t>(slots));
-    std::vector<float> wts(idx.size());
-    std::uniform_real_distribution<float> uw(0.1f, 1.5f);
-    for (int64_t t = 0; t < M; ++t) {
-        std::vector<int> pool(static_cast<size_t>(E));
-        for (int e = 0; e < E; ++e) pool[size_t(e)] = e;
-        std::shuffle(pool.begin(), pool.end(), rng);
-        for (int j = 0; j < top_k; ++j) {
-            idx[size_t(t * top_k + j)] = pool[size_t(j)];
-            wts[size_t(t * top_k + j)] = uw(rng);
-        }
-    }
-    DeviceArray<int32_t> d_idx(idx);
-    DeviceArray<float> d_wts(wts);
-    DeviceArray<uint8_t> gmem(cuda::moe_grouping_bytes(E, slots));
-    cuda::MoeGrouping g = cuda::moe_grouping_view(gmem.ptr, E, slots);
-    cuda::moe_group(d_idx.ptr, d_wts.ptr, M, top_k, g, nullptr);
-    DeviceArray<uint16_t> d_x(random_bf16(rng, size_t(M * H), 1.f));
-
-    const cuda::PreparedActivation raw = cuda::raw_activation(d_x.ptr, M, H, H, cuda::WeightKind::FP4_BLOCK32,
-                                                              cuda::ActNumerics::FP8_BLOCK128);
-    const cuda::ExpertVariant* grouped = nullptr;
-    for (const cuda::ExpertVariant& v : cuda::expert_variants())
-        if (v.name == "grouped_experts") grouped = &v;
-    ASSERT_NE(grouped, nullptr);
-    EXPECT_EQ(grouped->format, cuda::ActFormat::FP8_ROWS);
-    const cuda::ExpertCall up_call{true, raw, ex->table, &g, M, top_k, cuda::ActNumerics::FP8_BLOCK128};
-    EXPECT_FALSE(grouped->supports(up_call)) << "took a grouping without the GEMM workspace";
-    DeviceArray<uint8_t> wsmem(cuda::moe_gemm_workspace_bytes(slots, H, I));
-    wsmem.poison();
-    cuda::moe_attach_gemm_workspace(g, wsmem.ptr, H, I);
-    if (!cuda::moe_gemm_supported()) {
-        std::printf("  grouped_experts: not on this device\n");
-        return;
-    }
-    ASSERT_TRUE(grouped->supports(cuda::ExpertCall{true, raw, ex->table, &g, M, top_k, cuda::ActNumerics::FP8_BLOCK128}));
-
-    // Through the catalogue (forced), into caller h storage the variant does not use.
-    DeviceArray<uint16_t> h_values(cuda::prepared_values_bytes(slots, I) / 2);
-    DeviceArray<float> h_scales(cuda::prepared_scales_bytes(slots, I) / 4);
-    cuda::PreparedActivation h;
-    h.values = h_values.ptr;
-    h.scales = h_scales.ptr;
-    const cuda::KernelPolicy only = cuda::KernelPolicy::only("grouped_experts");
-    EXPECT_EQ(cuda::moe_expert_up(raw, ex->table, &g, M, top_k, limit, cuda::ActNumerics::FP8_BLOCK128, h, nullptr,
-                                  only),
-              "grouped_experts");
-    ASSERT_EQ(h.format, cuda::ActFormat::FP8_ROWS);
-    EXPECT_EQ(h.fp8.codes, g.gemm_h.codes);
-    EXPECT_EQ(h.m, slots);
-    DeviceArray<float> y(static_cast<size_t>(slots * H));
-    y.poison();
-    EXPECT_EQ(cuda::moe_expert_down(h, ex->table, &g, M, top_k, y.ptr, nullptr, only), "grouped_experts");
-    // The other down variants refuse the FP8_ROWS h; grouped_experts refuses a prepared (MMA_F16) h and input.
-    const cuda::ExpertCall down_call{false, h, ex->table, &g, M, top_k, cuda::ActNumerics::FP8_BLOCK128};
-    for (const cuda::ExpertVariant& v : cuda::expert_variants()) {
-        if (v.name != "grouped_experts") EXPECT_FALSE(v.supports(down_call)) << v.name << " took an FP8_ROWS h";
-    }
-    cuda::PreparedActivation prepared = h;
-    prepared.format = cuda::ActFormat::MMA_F16;
-    EXPECT_FALSE(grouped->supports(cuda::ExpertCall{false, prepared, ex->table, &g, M, top_k, h.numerics}));
-    cuda::PreparedActivation not_raw = raw;
-    not_raw.raw = false;
-    not_raw.scales = h_scales.ptr;
-    EXPECT_FALSE(grouped->supports(cuda::ExpertCall{true, not_raw, ex->table, &g, M, top_k,
-                                                    cuda::ActNumerics::FP8_BLOCK128}));
-
-    // Directly, on a workspace of its own.
-    DeviceArray<uint8_t> ws2mem(cuda::moe_gemm_workspace_bytes(slots, H, I));
-    ws2mem.poison();
-    const cuda::MoeGemmWorkspace ws2 = cuda::moe_gemm_workspace_view(ws2mem.ptr, slots, H, I);
-    DeviceArray<float> y2(static_cast<size_t>(slots * H));
-    y2.poison();
-    cuda::moe_gemm_up(d_x.ptr, H, M, top_k, ex->table, g, limit, ws2, nullptr);
-    cuda::moe_gemm_down(M, top_k, ex->table, g, ws2, y2.ptr, nullptr);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    const auto ya = y.download(), yb = y2.download();
-    EXPECT_EQ(std::memcmp(ya.data(), yb.data(), ya.size() * 4), 0) << "y through the catalogue differs";
-    for (float v : ya) ASSERT_FALSE(std::isnan(v)) << "a slot row of y was not written";
-    EXPECT_EQ(dequantized_h(g.gemm_h, slots), dequantized_h(ws2.h_q, slots)) << "h_q through the catalogue differs";
 }
 
 }  // namespace
