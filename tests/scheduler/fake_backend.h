@@ -5,6 +5,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "util/error.h"
@@ -81,6 +82,7 @@ public:
             if (eos_after > 0 && q.len >= eos_after) tok = 1;
             out[i] = SampleResult{tok, -0.5f, {}};
             tokens_this_call += steps[i].n_tokens;
+            step_log.push_back({steps[i].seq_id, nullptr, steps[i].n_tokens, steps[i].all_logits, steps[i].prefill});
         }
     }
 
@@ -88,6 +90,7 @@ public:
     int64_t eos_after = 0;        // when > 0, sequences of at least this length sample EOS
     int calls = 0;
     int64_t tokens_this_call = 0;  // cumulative appended tokens (all calls)
+    std::vector<SequenceStep> step_log;  // every entry of every call (tokens not kept)
 
 private:
     struct Seq {

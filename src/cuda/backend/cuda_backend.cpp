@@ -546,7 +546,7 @@ void require_layout_fits_device(const ModelConfig& cfg, const ParallelLayout& la
     so.max_context = opt.max_context > 0 ? opt.max_context : 4096;
     so.release_numerics = opt.numerics == Numerics::Release;
     so.n_layers = n_layers;
-    so.prefill_chunk_tokens = chunk_tokens(opt);
+    so.prefill_chunk_tokens = cuda::chunk_tokens(opt);
     const MemoryPlan memory = plan_memory(plan, so);
     int64_t need = 0;
     for (const RankMemory& r : memory.ranks) need += r.weights + r.buffers;
