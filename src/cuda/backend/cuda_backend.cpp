@@ -175,6 +175,7 @@ public:
         return b;
     }
     double measure_copy_bandwidth(size_t bytes, int reps) override { return cuda::measure_copy_bandwidth(bytes, reps); }
+    double measure_gemm_rate() override { return cuda::measure_fp8_gemm_rate(); }
     void set_use_graphs(bool on) override { graphs_.set_enabled(on); }
     void set_use_branches(bool on) override {
         streams_.set_branches(on);
@@ -399,8 +400,17 @@ void CudaBackend::run_steps(std::span<const SequenceStep> steps, Output out, std
             sh->pool->upload_tables(stream);
         }
         graphs_.run(shape, all_single && !profiling_, stream, [&] { enqueue_pass(shape); });
-        if (profiling_)
-            for (auto& sh : shards_) sh->forward.account_bytes(shape, last_profile_);
+        if (profiling_) {
+            last_profile_.bytes_per_rank.resize(shards_.size(), 0.0);
+            for (size_t r = 0; r < shards_.size(); ++r) {
+                StepProfile rank;
+                shards_[r]->forward.account_bytes(shape, rank);
+                last_profile_.bytes_weights += rank.bytes_weights;
+                last_profile_.bytes_state += rank.bytes_state;
+                last_profile_.distinct_experts += rank.distinct_experts;
+                last_profile_.bytes_per_rank[r] += rank.bytes_weights + rank.bytes_state;
+            }
+        }
         // Outputs of the rows that need them.
         if (!head_dst.empty()) {
             if (out == Output::Logits) {
