@@ -134,8 +134,8 @@ private:
                        int64_t n) override {
         grouped("ncclGroupEnd (ncclAllReduce)", [&](auto note) {
             for (size_t i = 0; i < members.size(); ++i)
-                note(api_.all_reduce(parts[i].partial, scratch_[size_t(members[i])].as<float>(), size_t(n), kNcclFloat32,
-                                     kNcclSum, member_comm(group, members, i), parts[i].stream),
+                note(api_.all_reduce(parts[i].partial, scratch_[size_t(members[i])].as<float>(), size_t(n),
+                                     kNcclFloat32, kNcclSum, member_comm(group, members, i), parts[i].stream),
                      "ncclAllReduce");
         });
         for (size_t i = 0; i < members.size(); ++i) {

@@ -16,7 +16,8 @@ namespace flashseek::cuda {
 namespace {
 
 void check_cuda(cudaError_t err, const std::string& what) {
-    if (err != cudaSuccess) fail("peer communicator: {}: {} ({})", what, cudaGetErrorName(err), cudaGetErrorString(err));
+    if (err != cudaSuccess)
+        fail("peer communicator: {}: {} ({})", what, cudaGetErrorName(err), cudaGetErrorString(err));
 }
 
 class PeerCommunicator final : public Communicator {

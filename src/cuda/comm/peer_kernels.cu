@@ -144,29 +144,44 @@ __device__ __forceinline__ float4 sum_quad(const PeerReduceArgs& a, int64_t q, i
     return s;
 }
 
+// What a reduce kernel derives from its arguments first: the call's epoch and staging half, the quads and this
+// thread's start and stride in the grid-stride loops over them, whether the caller's buffers allow vector access.
+struct ReduceFrame {
+    PeerSignals* own;
+    uint32_t e;
+    int64_t half, quads, step, first;
+    bool own_aligned, out_aligned;
+};
+
+__device__ __forceinline__ ReduceFrame reduce_frame(const PeerReduceArgs& a) {
+    ReduceFrame f;
+    f.own = pick(a.call.signals, a.call.me);
+    f.e = __ldcg(&f.own->epoch) + 1;
+    f.half = int64_t(f.e & 1) * a.stride;
+    f.quads = (a.n + 3) / 4;
+    f.step = int64_t(gridDim.x) * kPeerThreads;
+    f.first = int64_t(blockIdx.x) * kPeerThreads + threadIdx.x;
+    f.own_aligned = (reinterpret_cast<uintptr_t>(a.partial) & 15) == 0;
+    f.out_aligned = (reinterpret_cast<uintptr_t>(a.out) & 7) == 0;
+    return f;
+}
+
 // ---- kernels ----------------------------------------------------------------------------------------------------
 // One-shot: stage the partial, one barrier, every rank sums every quad from every peer.
 template <int kR>
 __global__ void __launch_bounds__(kPeerThreads) peer_one_shot_kernel(const PeerReduceArgs a) {
     pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
     const PeerCallArgs& c = a.call;
-    PeerSignals* own = pick(c.signals, c.me);
-    const uint32_t e = __ldcg(&own->epoch) + 1;
-    const int64_t half = int64_t(e & 1) * a.stride;
-    const int64_t quads = (a.n + 3) / 4;
-    const int64_t step = int64_t(gridDim.x) * kPeerThreads;
-    const int64_t first = int64_t(blockIdx.x) * kPeerThreads + threadIdx.x;
-    const bool own_aligned = (reinterpret_cast<uintptr_t>(a.partial) & 15) == 0;
-    const bool out_aligned = (reinterpret_cast<uintptr_t>(a.out) & 7) == 0;
+    const ReduceFrame f = reduce_frame(a);
     if (c.size > 1) {
-        float4* mine = reinterpret_cast<float4*>(pick(a.staging, c.me) + half);
-        for (int64_t q = first; q < quads; q += step) mine[q] = load_caller(a.partial, q, a.n, own_aligned);
-        group_barrier(c, own, 0, e);
+        float4* mine = reinterpret_cast<float4*>(pick(a.staging, c.me) + f.half);
+        for (int64_t q = f.first; q < f.quads; q += f.step) mine[q] = load_caller(a.partial, q, a.n, f.own_aligned);
+        group_barrier(c, f.own, 0, f.e);
     }
     pdl_trigger();  // every peer's CTA has arrived: dependents can no longer crowd it out
-    for (int64_t q = first; q < quads; q += step)
-        store_out(a.out, q, a.n, to_bf16_quad(sum_quad<kR>(a, q, half, own_aligned)), out_aligned);
-    finish_call(own, e);
+    for (int64_t q = f.first; q < f.quads; q += f.step)
+        store_out(a.out, q, a.n, to_bf16_quad(sum_quad<kR>(a, q, f.half, f.own_aligned)), f.out_aligned);
+    finish_call(f.own, f.e);
 }
 
 // Two-shot: the quads are cut into one slice per rank. Each rank stages the slices of the others, reduces its own
@@ -176,40 +191,33 @@ template <int kR>
 __global__ void __launch_bounds__(kPeerThreads) peer_two_shot_kernel(const PeerReduceArgs a) {
     pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
     const PeerCallArgs& c = a.call;
-    PeerSignals* own = pick(c.signals, c.me);
-    const uint32_t e = __ldcg(&own->epoch) + 1;
-    const int64_t half = int64_t(e & 1) * a.stride;
-    const int64_t quads = (a.n + 3) / 4;
-    const int64_t step = int64_t(gridDim.x) * kPeerThreads;
-    const int64_t first = int64_t(blockIdx.x) * kPeerThreads + threadIdx.x;
-    const bool own_aligned = (reinterpret_cast<uintptr_t>(a.partial) & 15) == 0;
-    const bool out_aligned = (reinterpret_cast<uintptr_t>(a.out) & 7) == 0;
-    auto slice_begin = [&](int s) { return quads * s / c.size; };
+    const ReduceFrame f = reduce_frame(a);
+    auto slice_begin = [&](int s) { return f.quads * s / c.size; };
 
-    float4* mine = reinterpret_cast<float4*>(pick(a.staging, c.me) + half);
+    float4* mine = reinterpret_cast<float4*>(pick(a.staging, c.me) + f.half);
     for (int s = 0; s < c.size; ++s)
         if (s != c.me)
-            for (int64_t q = slice_begin(s) + first; q < slice_begin(s + 1); q += step)
-                mine[q] = load_caller(a.partial, q, a.n, own_aligned);
-    group_barrier(c, own, 0, e);
+            for (int64_t q = slice_begin(s) + f.first; q < slice_begin(s + 1); q += f.step)
+                mine[q] = load_caller(a.partial, q, a.n, f.own_aligned);
+    group_barrier(c, f.own, 0, f.e);
 
-    uint2* reduced = reinterpret_cast<uint2*>(pick(a.gathered, c.me) + half);
-    for (int64_t q = slice_begin(c.me) + first; q < slice_begin(c.me + 1); q += step) {
-        const uint2 bits = to_bf16_quad(sum_quad<kR>(a, q, half, own_aligned));
+    uint2* reduced = reinterpret_cast<uint2*>(pick(a.gathered, c.me) + f.half);
+    for (int64_t q = slice_begin(c.me) + f.first; q < slice_begin(c.me + 1); q += f.step) {
+        const uint2 bits = to_bf16_quad(sum_quad<kR>(a, q, f.half, f.own_aligned));
         reduced[q] = bits;
-        store_out(a.out, q, a.n, bits, out_aligned);
+        store_out(a.out, q, a.n, bits, f.out_aligned);
     }
-    group_barrier(c, own, 1, e);
+    group_barrier(c, f.own, 1, f.e);
     pdl_trigger();
 
 #pragma unroll
     for (int s = 0; s < kR; ++s) {
         if (s >= c.size || s == c.me) continue;
-        const uint2* theirs = reinterpret_cast<const uint2*>(a.gathered[s] + half);
-        for (int64_t q = slice_begin(s) + first; q < slice_begin(s + 1); q += step)
-            store_out(a.out, q, a.n, __ldcg(theirs + q), out_aligned);
+        const uint2* theirs = reinterpret_cast<const uint2*>(a.gathered[s] + f.half);
+        for (int64_t q = slice_begin(s) + f.first; q < slice_begin(s + 1); q += f.step)
+            store_out(a.out, q, a.n, __ldcg(theirs + q), f.out_aligned);
     }
-    finish_call(own, e);
+    finish_call(f.own, f.e);
 }
 
 // Gather to rank 0: rank 0 says "out is free" (phase 0) and copies its own block; every other rank waits for that,

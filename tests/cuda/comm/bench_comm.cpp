@@ -32,7 +32,10 @@ int64_t parse_bytes(const std::string& s) {
     char* end = nullptr;
     const long long v = std::strtoll(s.c_str(), &end, 10);
     const std::string unit = end ? std::string(end) : "";
-    const int64_t scale = unit == "K" || unit == "k" ? 1024 : unit == "M" || unit == "m" ? 1 << 20 : unit.empty() ? 1 : 0;
+    const int64_t scale = unit == "K" || unit == "k"   ? 1024
+                          : unit == "M" || unit == "m" ? 1 << 20
+                          : unit.empty()               ? 1
+                                                       : 0;
     FS_CHECK(v > 0 && scale > 0, "--sizes: cannot read \"{}\" (a byte count such as 8K or 1M)", s);
     FS_CHECK(v * scale % 2 == 0, "--sizes: {} bytes is not a whole number of bf16 values", v * scale);
     return v * scale;
@@ -236,8 +239,9 @@ int run_benchmarks(int argc, char** argv) {
                 ne = eager_us(*nccl_comm, *nccl_streams, buffers, n, o);
             }
             const bool picks_two = ranks > 1 && n * 4 >= auto_options.two_shot_min_bytes * (ranks == 2 ? 4 : 1);
-            const std::string row = fmt::format("| {} KB | {} | {:.2f} | {:.2f} | {} | {} | {} |\n", o.sizes[i] / 1024, n,
-                                                os, ts, picks_two ? "two-shot" : "one-shot", cell(ng), cell(ne));
+            const std::string row =
+                fmt::format("| {} KB | {} | {:.2f} | {:.2f} | {} | {} | {} |\n", o.sizes[i] / 1024, n, os, ts,
+                            picks_two ? "two-shot" : "one-shot", cell(ng), cell(ne));
             std::fputs(row.c_str(), stdout);
             std::fflush(stdout);
             json += fmt::format("{}{{\"bytes\": {}, \"one_shot_graph_us\": {:.3f}, \"two_shot_graph_us\": {:.3f}, "

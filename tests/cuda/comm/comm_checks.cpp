@@ -118,11 +118,11 @@ void check_all_reduce(cuda::Communicator& comm, const RankStreams& streams, cons
             for (size_t i = 0; i < members.size(); ++i)
                 parts.push_back({partial[size_t(members[i])].data(), outs[g][i].data(), streams[members[i]]});
             comm.all_reduce_bf16(handles[g], parts, n);
-            for (size_t i = 0; i < members.size(); ++i)
-                results.push_back({members, &host,
-                                   download(outs[g][i].data(), n, comm.device_of(members[i]), streams[members[i]], pool),
-                                   group_name(members) + " round " + std::to_string(round) + " rank " +
-                                       std::to_string(members[i])});
+            for (size_t i = 0; i < members.size(); ++i) {
+                const int m = members[i];
+                results.push_back({members, &host, download(outs[g][i].data(), n, comm.device_of(m), streams[m], pool),
+                                   fmt::format("{} round {} rank {}", group_name(members), round, m)});
+            }
         }
     }
     streams.synchronize();
@@ -215,7 +215,8 @@ void check_gather(cuda::Communicator& comm, const RankStreams& streams, int64_t 
     if (in_graph) {
         comm.gather_columns(parts, rows, out.data(), ldo);  // eager first (lazy set-up before the capture)
         streams.synchronize();
-        graphs = capture_rank_graphs(comm.devices(), streams, [&] { comm.gather_columns(parts, rows, out.data(), ldo); });
+        graphs = capture_rank_graphs(comm.devices(), streams,
+                                     [&] { comm.gather_columns(parts, rows, out.data(), ldo); });
     }
     PinnedPool pool;
     std::vector<std::vector<std::vector<float>>> values(static_cast<size_t>(rounds));

@@ -27,6 +27,20 @@ using cuda::PeerAlgorithm;
             GTEST_SKIP() << "needs " << (count) << " CUDA device(s); this machine has " << gpu_count();      \
     } while (0)
 
+// Every test draws its data from a fresh seed, printed with any failure (FS_TEST_SEED=... reproduces it).
+class SeededTest : public ::testing::Test {
+protected:
+    SeededTest()
+        : seed_(fresh_seed()), trace_(__FILE__, __LINE__, "FS_TEST_SEED=" + std::to_string(seed_)), rng(seed_) {}
+    uint64_t seed_;
+    ::testing::ScopedTrace trace_;
+    std::mt19937_64 rng;
+};
+using CommSameDevice = SeededTest;
+using CommPeerVirtual = SeededTest;
+using CommPeerMultiGpu = SeededTest;
+using CommNccl = SeededTest;
+
 // The error message of `body`, or "" when it does not throw.
 template <typename Body>
 std::string error_of(Body body) {
@@ -106,7 +120,8 @@ TEST(CommRefusals, PeerNeedsAStreamPerRank) {
     GuardedArray<float> p0(0, 64), p1(0, 64);
     GuardedArray<uint16_t> o0(0, 64), o1(0, 64);
     const std::vector<cuda::ReducePart> parts{{p0.data(), o0.data(), streams[0]}, {p1.data(), o1.data(), streams[1]}};
-    EXPECT_NE(error_of([&] { comm->all_reduce_bf16(comm->all(), parts, 64); }).find("ranks 0 and 1 are enqueued on the same stream"),
+    EXPECT_NE(error_of([&] { comm->all_reduce_bf16(comm->all(), parts, 64); })
+                  .find("ranks 0 and 1 are enqueued on the same stream"),
               std::string::npos);
 }
 
@@ -143,11 +158,8 @@ TEST(CommNcclLibraryDeathTest, MissingLibraryIsNamed) {
 }
 
 // ---- same device ---------------------------------------------------------------------------------------------
-TEST(CommSameDevice, AllReduceIsExactInRankOrder) {
+TEST_F(CommSameDevice, AllReduceIsExactInRankOrder) {
     FS_REQUIRE_GPUS(1);
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(testing::Message() << "FS_TEST_SEED=" << seed);
-    std::mt19937_64 rng(seed);
     for (int ranks = 1; ranks <= 8; ++ranks) {
         SCOPED_TRACE(testing::Message() << ranks << " ranks");
         auto comm = cuda::make_same_device_communicator(ranks, 0);
@@ -158,11 +170,8 @@ TEST(CommSameDevice, AllReduceIsExactInRankOrder) {
     }
 }
 
-TEST(CommSameDevice, GatherPlacesEveryBlock) {
+TEST_F(CommSameDevice, GatherPlacesEveryBlock) {
     FS_REQUIRE_GPUS(1);
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(testing::Message() << "FS_TEST_SEED=" << seed);
-    std::mt19937_64 rng(seed);
     for (int ranks : {1, 2, 3, 8}) {
         auto comm = cuda::make_same_device_communicator(ranks, 0);
         RankStreams streams(comm->devices(), /*shared=*/true);
@@ -200,31 +209,22 @@ void check_peer_reduce(const std::vector<int>& devices, std::mt19937_64& rng) {
     }
 }
 
-TEST(CommPeerVirtual, AllReduceIsExactInRankOrder) {
+TEST_F(CommPeerVirtual, AllReduceIsExactInRankOrder) {
     FS_REQUIRE_GPUS(1);
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(testing::Message() << "FS_TEST_SEED=" << seed);
-    std::mt19937_64 rng(seed);
     for (int ranks = 1; ranks <= 8; ++ranks) check_peer_reduce(std::vector<int>(size_t(ranks), 0), rng);
 }
 
 // Many calls back to back with no host synchronization: the epochs and the staging halves must keep up when a
 // rank runs ahead of its peers.
-TEST(CommPeerVirtual, LongRunsOfCallsStayExact) {
+TEST_F(CommPeerVirtual, LongRunsOfCallsStayExact) {
     FS_REQUIRE_GPUS(1);
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(testing::Message() << "FS_TEST_SEED=" << seed);
-    std::mt19937_64 rng(seed);
     auto comm = cuda::make_peer_communicator({0, 0, 0, 0}, peer_options(PeerAlgorithm::Auto));
     RankStreams streams(comm->devices(), /*shared=*/false);
     check_all_reduce(*comm, streams, {{{0, 1}, {2, 3}, {0, 1, 2, 3}}, 4096, 0, 40}, rng);
 }
 
-TEST(CommPeerVirtual, GatherPlacesEveryBlock) {
+TEST_F(CommPeerVirtual, GatherPlacesEveryBlock) {
     FS_REQUIRE_GPUS(1);
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(testing::Message() << "FS_TEST_SEED=" << seed);
-    std::mt19937_64 rng(seed);
     for (int ranks : {1, 2, 3, 4, 8}) {
         auto comm = cuda::make_peer_communicator(std::vector<int>(size_t(ranks), 0), peer_options(PeerAlgorithm::Auto));
         RankStreams streams(comm->devices(), /*shared=*/false);
@@ -275,11 +275,8 @@ std::vector<int> distinct_devices(int max_ranks) {
     return devices;
 }
 
-TEST(CommPeerMultiGpu, AllReduceIsExactInRankOrder) {
+TEST_F(CommPeerMultiGpu, AllReduceIsExactInRankOrder) {
     FS_REQUIRE_GPUS(2);
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(testing::Message() << "FS_TEST_SEED=" << seed);
-    std::mt19937_64 rng(seed);
     check_peer_reduce(distinct_devices(8), rng);
     // Two ranks per device (ranks 2d and 2d + 1 on device d): peers on other devices and on the same one.
     std::vector<int> doubled;
@@ -287,11 +284,8 @@ TEST(CommPeerMultiGpu, AllReduceIsExactInRankOrder) {
     check_peer_reduce(doubled, rng);
 }
 
-TEST(CommPeerMultiGpu, GatherPlacesEveryBlock) {
+TEST_F(CommPeerMultiGpu, GatherPlacesEveryBlock) {
     FS_REQUIRE_GPUS(2);
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(testing::Message() << "FS_TEST_SEED=" << seed);
-    std::mt19937_64 rng(seed);
     auto comm = cuda::make_peer_communicator(distinct_devices(8), peer_options(PeerAlgorithm::Auto));
     RankStreams streams(comm->devices(), /*shared=*/false);
     check_gather(*comm, streams, 9, 5000, /*root_in_place=*/false, 3, /*in_graph=*/false, rng);
@@ -301,13 +295,10 @@ TEST(CommPeerMultiGpu, GatherPlacesEveryBlock) {
 // ---- NCCL --------------------------------------------------------------------------------------------------------
 // One rank: the plumbing (loading, initialization, the grouped calls, the bf16 rounding, graph capture) with an
 // all-reduce that is the identity and a gather that is a copy.
-TEST(CommNccl, OneRank) {
+TEST_F(CommNccl, OneRank) {
     FS_REQUIRE_GPUS(1);
     FS_SKIP_WITHOUT_NCCL();
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(testing::Message() << "FS_TEST_SEED=" << seed << ", NCCL " << cuda::nccl_api().path << " version "
-                                    << cuda::nccl_api().version);
-    std::mt19937_64 rng(seed);
+    SCOPED_TRACE(testing::Message() << "NCCL " << cuda::nccl_api().path << " version " << cuda::nccl_api().version);
     CommOptions o;
     o.max_elements = 1 << 15;
     o.max_gather_elements = 1 << 15;
@@ -326,12 +317,9 @@ TEST(CommNccl, OneRank) {
 }
 
 // Several ranks (a machine with several GPUs): exact for groups of one or two (a + b = b + a), NCCL's order beyond.
-TEST(CommNccl, MultiGpu) {
+TEST_F(CommNccl, MultiGpu) {
     FS_REQUIRE_GPUS(2);
     FS_SKIP_WITHOUT_NCCL();
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(testing::Message() << "FS_TEST_SEED=" << seed);
-    std::mt19937_64 rng(seed);
     const std::vector<int> devices = distinct_devices(8);
     const int ranks = int(devices.size());
     auto comm = cuda::make_nccl_communicator(devices);
