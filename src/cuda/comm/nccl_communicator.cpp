@@ -29,7 +29,6 @@ class NcclCommunicator final : public Communicator {
 public:
     NcclCommunicator(std::vector<int> rank_devices, const CommOptions& options)
         : Communicator(std::move(rank_devices), options), api_(load_for(*this)) {
-        setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
         comms_.assign(size_t(ranks()), nullptr);
         check(api_.comm_init_all(comms_.data(), ranks(), devices().data()), "ncclCommInitAll", nullptr);
         try {
@@ -55,7 +54,7 @@ public:
     const char* kind_name() const override { return "nccl"; }
 
 private:
-    // Refuses two ranks on one device (NCCL would hang on them) before loading NCCL.
+    // Refuses two ranks on one device (NCCL would hang on them) before loading NCCL; keeps NVLink SHARP off.
     static const NcclApi& load_for(const Communicator& c) {
         for (int a = 0; a < c.ranks(); ++a)
             for (int b = a + 1; b < c.ranks(); ++b)
@@ -63,6 +62,7 @@ private:
                          "NCCL communicator: ranks {} and {} are both on device {}; NCCL runs one rank per GPU (the "
                          "same-device or peer communicator runs virtual ranks)",
                          a, b, c.device_of(a));
+        setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // before NCCL reads its environment
         return nccl_api();
     }
 
