@@ -2,8 +2,9 @@
 # The GPU script of flashseek: every GPU run of the project is one subcommand here.
 #
 # On the build machine (has the dev packages; builds for sm_90a with nvcc as on the device):
-#   bundle [--extra NAME=PATH]...  build flashseek, test_cuda_linear, test_cuda_attention, test_cuda_backend and the
-#                                  wgmma probes (BUILD folder, default build-gpucheck; JOBS, default 2), stage them
+#   bundle [--extra NAME=PATH]...  build flashseek, test_cuda_linear, test_cuda_attention, test_cuda_backend,
+#                                  test_cuda_comm and the wgmma probes (BUILD folder, default build-gpucheck; JOBS,
+#                                  default 2), stage them
 #                                  with the shared libraries the device lacks (fmt, gtest, pcre2, httplib, cudart)
 #                                  in .gpucheck/bin and pack that into .gpucheck/bundle.tar.xz, the one file to carry
 #                                  to the device. --extra adds another binary and its libraries, e.g. the flashseek
@@ -32,8 +33,28 @@
 #   ncu BINARY REGEX [ARGS]  Nsight Compute on the kernels matching REGEX in a bundled binary (SKIP, COUNT)
 #   all                      harness, sanitize, e2e, perf, bench, probes in a row (tens of minutes: where a run has a
 #                            time limit, run the subcommands separately)
+#   multi-gpu STEP [ARGS]    issue 17 on a machine with two or more GPUs (kind nvidia-h200-x2), NCCL_NVLS_ENABLE=0
+#                            exported; refused (exit 3) with fewer GPUs. One STEP per device call:
+#     comm                   test_cuda_comm across the GPUs (peer one-shot / two-shot and NCCL, the own all-reduce
+#                            bit for bit against its rank-order reference, graphs; NCCL must load) and its
+#                            micro-benchmark: all-reduce of 8 KB .. 1 MB inside CUDA graphs, own one-shot / two-shot
+#                            vs NCCL (graphs and eager), one rank per GPU and, for comparison, 2 virtual ranks on GPU 0
+#     correctness            TP2 and EP2 against TP1 on every e2e case and tiny-sharding, per communicator and
+#                            numerics, envelope criterion: against the CPU reference (its --perturb-norms run as the
+#                            envelope) and against CUDA TP1 (CUDA TP1 --perturb-norms as the envelope); a layout a
+#                            model cannot be split into (flashseek plan refuses it) is reported, not failed
+#     bench [LAYOUTS] [COMMS]  flashseek bench, the whole 43-layer V4-Flash with dummy weights (default "TP2 EP2", every
+#                            communicator): decode at 1 / 16 / 64 sequences at contexts 256 and 8,192, prefill of
+#                            8,192 tokens; then the cost model (scripts/parallel_cost_model.py) for the comparison
+#     serve [LAYOUTS] [COMMS]  flashseek serve on the same model + bench-serve, 1,024 prompt / 256 output tokens at
+#                            concurrency 1, 16, 64 (default TP2, the first communicator)
+#                            Ranks go on separate GPUs through MULTI_GPU_ARGS, flashseek flags added to every
+#                            multi-rank run (default: "--devices 0,1,.." when `flashseek bench --help` lists
+#                            --devices; without either the backend steps fail saying so). Communicators: COMMS, words
+#                            NAME:VAR=VALUE (default "own:FLASHSEEK_COMM=peer nccl:FLASHSEEK_COMM=nccl"), the
+#                            environment of each multi-rank run per communicator.
 # Results go to $OUT (default out/gpu_check): summary.txt (every verdict) and logs.tar.gz (every log and JSON).
-# Exit status: 0 when every step passed, 1 when one failed, 2 on bad usage.
+# Exit status: 0 when every step passed, 1 when one failed, 2 on bad usage, 3 when multi-gpu lacks a second GPU.
 #
 # End-to-end criteria: scripts/compare_logits.py per position: literal (max rel err <= 2e-2, argmax >= 99%) and the
 # envelope criterion against the reference's own sensitivity (the CPU reference of the same numerics run again with
@@ -44,10 +65,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
-export FLASHSEEK_SOURCE_DIR=$ROOT PYTHONUNBUFFERED=1
+# NVLink SHARP (multicast) stays off in every NCCL this script starts: on shared machines it can take GPUs out of service.
+export FLASHSEEK_SOURCE_DIR=$ROOT PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 STAGE=$ROOT/.gpucheck
-TARGETS=(flashseek test_cuda_linear test_cuda_attention test_cuda_backend)
-GPU_TESTS=(test_cuda_linear test_cuda_attention test_cuda_backend)
+TARGETS=(flashseek test_cuda_linear test_cuda_attention test_cuda_backend test_cuda_comm)
+GPU_TESTS=(test_cuda_linear test_cuda_attention test_cuda_backend test_cuda_comm)
 PERTURB_SEED=${PERTURB_SEED:-1}
 
 usage() { sed -n '2,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
@@ -176,7 +198,7 @@ cmd_harness() {
   for t in "${GPU_TESTS[@]}"; do
     [ -x "$BIN/$t" ] || { fail "$t: not in the bundle"; continue; }
     local args=("${quick[@]}")
-    [ "$t" = test_cuda_backend ] && args=()  # the backend test has no modes
+    [ "$t" = test_cuda_backend ] || [ "$t" = test_cuda_comm ] && args=()  # these tests have no modes
     timeout "${TEST_TIMEOUT:-540}" env LD_LIBRARY_PATH="$LDP" "$BIN/$t" "${args[@]}" --gtest_brief=1 > "$LOG/$t.log" 2>&1
     gtest_verdict "$LOG/$t.log" "$t${args[*]:+ ${args[*]}}" $?
   done
@@ -221,6 +243,8 @@ cmd_sanitize() {
   make_tiny tiny-a "$work" || fail "gen-checkpoint tiny-a"
   awk '{NF=60; print}' "$work/tiny-a.tok" > "$work/short.tok"
   local backend_filter='-CudaParts.DummyWeightsFullConfigForward:CudaParts.CopyBandwidthIsPlausible'
+  # The peer tests' ranks meet at spinning barriers, which a tool that runs one kernel at a time cannot schedule.
+  local comm_filter='-CommPeer*:CommNccl*:*DeathTest*'
   # name | tool | command (the harness's reduced lists; the backend test without its full-size cases; 60 tokens
   # end to end in release numerics)
   local runs=(
@@ -230,6 +254,7 @@ cmd_sanitize() {
     "racecheck_attention|racecheck|$BIN/test_cuda_attention --quick --gtest_brief=1"
     "memcheck_backend|memcheck|$BIN/test_cuda_backend --gtest_brief=1 --gtest_filter=$backend_filter"
     "racecheck_backend|racecheck|$BIN/test_cuda_backend --gtest_brief=1 --gtest_filter=$backend_filter"
+    "memcheck_comm|memcheck|$BIN/test_cuda_comm --gtest_brief=1 --gtest_filter=$comm_filter"
     "memcheck_e2e|memcheck|$FS logits --model $work/tiny-a --tokens $work/short.tok --prefill 40 --backend cuda --numerics release --output $work/m.bin"
     "racecheck_e2e|racecheck|$FS logits --model $work/tiny-a --tokens $work/short.tok --prefill 40 --backend cuda --numerics release --output $work/r.bin"
   )
@@ -256,9 +281,11 @@ cmd_sanitize() {
 }
 
 # -------------------------------------------------------------------------------------------------------------- e2e
-# Every end-to-end case as "name|config|seed|prefill|tokens file|committed checkpoint|golden logits", into $1.
+# Every end-to-end case as "name|config|seed|prefill|tokens file|committed checkpoint|golden logits", into $1: every
+# golden, then the configs named after it (tests/data/configs/NAME.json; default tiny-a, tiny-b, tiny-a-no-decisions).
 e2e_cases() {
-  local work=$1 d name
+  local work=$1 d name configs=("${@:2}")
+  [ ${#configs[@]} -gt 0 ] || configs=(tiny-a tiny-b tiny-a-no-decisions)
   for d in tests/data/goldens/*/; do
     [ -f "$d/meta.json" ] || continue
     name=$(basename "$d")
@@ -272,7 +299,7 @@ ckpt = (d + m["checkpoint"]) if m.get("checkpoint") else ""
 print(f"{name}|{d}config.json|{seed}|{m['prefill']}|{work}/{name}.tok|{ckpt}|{d}logits.bin")
 PY
   done
-  for name in tiny-a tiny-b tiny-a-no-decisions; do
+  for name in "${configs[@]}"; do
     local cfg=tests/data/configs/$name.json vocab
     [ -f "$cfg" ] || continue
     vocab=$(python3 -c "import json; print(json.load(open('$cfg'))['vocab_size'])")
@@ -296,6 +323,31 @@ case_checkpoint() {  # work name cfg seed ckpt [binary]
   if [ -n "$5" ]; then echo "$5"; return; fi
   run_bin "$bin" gen-checkpoint --config "$3" --out "$1/$2" --seed "$4" < /dev/null >> "$LOG/gen_$2.log" 2>&1 || return 1
   echo "$1/$2"
+}
+
+# Both criteria side by side for every comparison of a compare_logits.py JSON file that has an envelope (a file of
+# envelopes alone, as `envelopes` writes: those with their literal verdicts).
+verdict_table() {  # jsonl
+  [ -s "$1" ] && python3 - "$1" <<'PY' 2>&1 | tee -a "$SUMMARY"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+env_only = [r for r in rows if r["label"].split(" ")[1:2] == ["envelope"]]
+rows = [r for r in rows if "envelope" in r]
+if env_only:
+    print(f"{'case':74s} {'median':>9s} {'p90':>9s} {'max':>9s} {'argmax':>7s} {'literal':>7s}")
+    for r in env_only:
+        print(f"{r['label'][:74]:74s} {r['rel_median']:9.2e} {r['rel_p90']:9.2e} {r['rel_max']:9.2e} "
+              f"{100 * r['argmax_agreement']:6.2f}% {'PASS' if r['literal_pass'] else 'FAIL':>7s}")
+if rows:
+    print(f"{'case':58s} {'median':>9s} {'p90':>9s} {'max':>9s} {'argmax':>7s} {'literal':>7s} | "
+          f"{'env med':>9s} {'env p90':>9s} {'env arg':>7s} {'envelope':>8s}")
+    for r in rows:
+        e = r["envelope"]
+        print(f"{r['label'][:58]:58s} {r['rel_median']:9.2e} {r['rel_p90']:9.2e} {r['rel_max']:9.2e} "
+              f"{100 * r['argmax_agreement']:6.2f}% {'PASS' if r['literal_pass'] else 'FAIL':>7s} | "
+              f"{e['rel_median']:9.2e} {e['rel_p90']:9.2e} {100 * e['argmax_agreement']:6.2f}% "
+              f"{'PASS' if r['envelope_pass'] else 'FAIL':>8s}")
+PY
 }
 
 cmd_e2e() {
@@ -357,27 +409,7 @@ cmd_e2e() {
       diagnose_layers "$model" "$tok" 40 exact "$name"
     fi
   done < <(e2e_cases "$work")
-  # Both criteria side by side for every comparison that has an envelope (CPU-only: the envelopes themselves).
-  [ -s "$e2e" ] && python3 - "$e2e" <<'PY' 2>&1 | tee -a "$SUMMARY"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-env_only = [r for r in rows if r["label"].split(" ")[1:2] == ["envelope"]]
-rows = [r for r in rows if "envelope" in r]
-if env_only:
-    print(f"{'case':74s} {'median':>9s} {'p90':>9s} {'max':>9s} {'argmax':>7s} {'literal':>7s}")
-    for r in env_only:
-        print(f"{r['label'][:74]:74s} {r['rel_median']:9.2e} {r['rel_p90']:9.2e} {r['rel_max']:9.2e} "
-              f"{100 * r['argmax_agreement']:6.2f}% {'PASS' if r['literal_pass'] else 'FAIL':>7s}")
-if rows:
-    print(f"{'case':58s} {'median':>9s} {'p90':>9s} {'max':>9s} {'argmax':>7s} {'literal':>7s} | "
-          f"{'env med':>9s} {'env p90':>9s} {'env arg':>7s} {'envelope':>8s}")
-    for r in rows:
-        e = r["envelope"]
-        print(f"{r['label'][:58]:58s} {r['rel_median']:9.2e} {r['rel_p90']:9.2e} {r['rel_max']:9.2e} "
-              f"{100 * r['argmax_agreement']:6.2f}% {'PASS' if r['literal_pass'] else 'FAIL':>7s} | "
-              f"{e['rel_median']:9.2e} {e['rel_p90']:9.2e} {100 * e['argmax_agreement']:6.2f}% "
-              f"{'PASS' if r['envelope_pass'] else 'FAIL':>8s}")
-PY
+  verdict_table "$e2e"
   rm -rf "$work"
 }
 
@@ -433,7 +465,8 @@ BENCH_MODEL=tests/data/configs/v4-flash.json
 
 run_bench() {  # tag, then flashseek bench flags
   local tag=$1; shift
-  timeout "${BENCH_TIMEOUT:-540}" env LD_LIBRARY_PATH="$LDP" "$FS" bench --model "$BENCH_MODEL" --dummy-weights \
+  # shellcheck disable=SC2086
+  timeout "${BENCH_TIMEOUT:-540}" env LD_LIBRARY_PATH="$LDP" ${RUN_ENV:-} "$FS" bench --model "$BENCH_MODEL" --dummy-weights \
     --layers "${LAYERS:-20}" --seed 1 "$@" --json "$LOG/bench_$tag.json" > "$LOG/bench_$tag.log" 2>&1
   local rc=$?
   [ $rc = 0 ] || fail "bench $tag ($*): exit $rc"
@@ -511,6 +544,168 @@ for v in variants:
         t = " / ".join(f"{a:.3f}" for a, _ in vals)
         print(f"{name:<12} {env[:44]:<44} {c:>4} {ctx:>6} {t:<24} {100 * statistics.median(b for _, b in vals):>9.1f}%")
 PY
+}
+
+# -------------------------------------------------------------------------------------------------------- multi-gpu
+# Issue 17 on two or more GPUs (the usage above). One step per device call: each stays under ten minutes.
+MULTI_COMMS=${COMMS:-"own:FLASHSEEK_COMM=peer nccl:FLASHSEEK_COMM=nccl"}
+
+gpu_count() { nvidia-smi -L 2> /dev/null | grep -c '^GPU '; }
+layout_flags() {  # layout: its --tp / --ep flags
+  case "$1" in
+    TP1) ;; TP2) echo "--tp 2" ;; EP2) echo "--ep 2" ;; TP4) echo "--tp 4" ;; EP4) echo "--ep 4" ;;
+    TP2xEP2) echo "--tp 2 --ep 2" ;;
+    *) die "multi-gpu: unknown layout $1 (TP2, EP2, TP4, EP4, TP2xEP2)" ;;
+  esac
+}
+comm_names() { local c; for c in $MULTI_COMMS; do echo "${c%%:*}"; done; }
+# LAYOUT_ARGS (the layout's flags and the placement of its ranks on separate GPUs) and RUN_ENV (the communicator's
+# environment) for the multi-rank runs that follow.
+use_layout() {  # layout comm
+  local ranks c place=${MULTI_GPU_ARGS:-}
+  case "$1" in TP2|EP2) ranks=2 ;; TP4|EP4|TP2xEP2) ranks=4 ;; *) die "multi-gpu: unknown layout $1" ;; esac
+  [ "$ranks" -le "$GPUS" ] || { fail "$1 needs $ranks GPUs; this machine has $GPUS"; return 1; }
+  if [ -z "$place" ]; then
+    fs bench --help 2>&1 | grep -q -- '--devices' || {
+      fail "$1: this flashseek has no multi-device placement (no --devices in 'flashseek bench --help'; MULTI_GPU_ARGS unset): its ranks would all run on GPU 0"
+      return 1; }
+    place="--devices $(seq -s, 0 $((ranks - 1)))"
+  fi
+  read -r -a LAYOUT_ARGS <<< "$(layout_flags "$1") $place"
+  RUN_ENV=
+  for c in $MULTI_COMMS; do [ "${c%%:*}" = "$2" ] && RUN_ENV=${c#*:}; done
+  [ -n "$RUN_ENV" ] || die "multi-gpu: no communicator '$2' in COMMS ($MULTI_COMMS)"
+}
+# NCCL from Python's nvidia wheels (nvidia-nccl-cu13) when neither the loader nor the CUDA toolkit has it.
+find_nccl() {
+  [ -z "${FLASHSEEK_NCCL_LIBRARY:-}" ] || return 0
+  ldconfig -p 2> /dev/null | grep -q 'libnccl\.so\.2 ' && return 0
+  [ -e /usr/local/cuda/lib64/libnccl.so.2 ] && return 0
+  local lib
+  lib=$(python3 -c 'import glob, os, nvidia; print(next(iter(f for p in nvidia.__path__ for f in glob.glob(os.path.join(p, "nccl", "lib", "libnccl.so.2"))), ""))' 2> /dev/null)
+  [ -n "$lib" ] && export FLASHSEEK_NCCL_LIBRARY=$lib && note "NCCL from the Python wheel: $lib"
+}
+
+mg_comm() {
+  header "multi-gpu comm ($GPUS GPUs)"
+  [ -x "$BIN/test_cuda_comm" ] || { fail "test_cuda_comm: not in the bundle"; return; }
+  timeout "${TEST_TIMEOUT:-540}" env LD_LIBRARY_PATH="$LDP" FLASHSEEK_REQUIRE_NCCL=1 "$BIN/test_cuda_comm" \
+    --gtest_brief=1 > "$LOG/test_cuda_comm.log" 2>&1
+  gtest_verdict "$LOG/test_cuda_comm.log" "test_cuda_comm ($GPUS GPUs)" $?
+  local b
+  for b in "gpus|" "virtual|--virtual --ranks 2"; do
+    # shellcheck disable=SC2086
+    timeout 300 env LD_LIBRARY_PATH="$LDP" "$BIN/test_cuda_comm" --bench ${b#*|} --json "$LOG/allreduce_${b%%|*}.json" \
+      > "$LOG/allreduce_${b%%|*}.log" 2>&1 || fail "all-reduce benchmark (${b%%|*}): exit $? (logs/allreduce_${b%%|*}.log)"
+    tee -a "$SUMMARY" < "$LOG/allreduce_${b%%|*}.log"
+  done
+}
+
+mg_correctness() {
+  header "multi-gpu correctness (TP2 / EP2 against TP1 and the CPU reference)"
+  local work num layout comm ref ours; work=$(mktemp -d)
+  e2e=$LOG/multi_gpu_e2e.jsonl; : > "$e2e"  # the case variables are global: run() and compare() read them
+  while IFS='|' read -r name cfg seed prefill tok ckpt golden; do
+    vocab=$(python3 -c "import json; print(json.load(open('$cfg'))['vocab_size'])")
+    model=$(case_checkpoint "$work" "$name" "$cfg" "$seed" "$ckpt") || { fail "$name: gen-checkpoint"; continue; }
+    for num in exact release; do
+      RUN_ENV=
+      ref=$work/$name.cpu_$num.bin
+      if [ -n "$golden" ] && [ $num = exact ]; then ref=$golden; else run cpu $num "$ref"; fi
+      run cpu $num "$work/$name.cpu_${num}_p.bin" --perturb-norms "$PERTURB_SEED"
+      RUN_ENV=CUDA_VISIBLE_DEVICES=0 run cuda $num "$work/$name.tp1_$num.bin"
+      RUN_ENV=CUDA_VISIBLE_DEVICES=0 run cuda $num "$work/$name.tp1_${num}_p.bin" --perturb-norms "$PERTURB_SEED"
+      for layout in TP2 EP2; do
+        # shellcheck disable=SC2046
+        if ! fs plan --model "$cfg" $(layout_flags $layout) > "$LOG/plan_${name}_$layout.log" 2>&1; then
+          [ $num = exact ] && note "$name $layout: refused by the layout rules: $(grep -o 'layout .*' "$LOG/plan_${name}_$layout.log" | tail -1)"
+          continue
+        fi
+        for comm in $(comm_names); do
+          use_layout $layout "$comm" || continue
+          ours=$work/$name.${layout}_${comm}_$num.bin
+          run cuda $num "$ours" "${LAYOUT_ARGS[@]}"
+          [ -s "$ours" ] || continue
+          compare --ours "$ours" --ref "$ref" --envelope "$work/$name.cpu_${num}_p.bin" \
+            --label "$name $layout ($comm) cuda $num vs CPU $num" || fail "$name $layout ($comm) $num vs CPU"
+          compare --ours "$ours" --ref "$work/$name.tp1_$num.bin" --envelope "$work/$name.tp1_${num}_p.bin" \
+            --label "$name $layout ($comm) vs TP1 cuda $num" || fail "$name $layout ($comm) $num vs TP1"
+        done
+      done
+    done
+  done < <(e2e_cases "$work" tiny-a tiny-b tiny-a-no-decisions tiny-sharding)
+  RUN_ENV=
+  verdict_table "$e2e"
+  rm -rf "$work"
+}
+
+mg_bench() {  # [layouts] [communicators]
+  local layouts=${1:-"TP2 EP2"} comms=${2:-$(comm_names | tr '\n' ' ')} layout comm
+  header "multi-gpu bench: whole V4-Flash (43 layers, dummy weights), $layouts, $comms"
+  for layout in $layouts; do
+    for comm in $comms; do
+      use_layout "$layout" "$comm" || continue
+      LAYERS=43 run_bench "${layout}_${comm}_256" "${LAYOUT_ARGS[@]}" --context 256 --concurrency 1,16,64 \
+        --output-len 32 --prefill none
+      LAYERS=43 run_bench "${layout}_${comm}_8k" "${LAYOUT_ARGS[@]}" --context 8192 --concurrency 1,16,64 \
+        --output-len 32 --prefill none
+      LAYERS=43 run_bench "${layout}_${comm}_prefill" "${LAYOUT_ARGS[@]}" --prefill 8192 --context 256 \
+        --concurrency 1 --output-len 8
+    done
+  done
+  RUN_ENV=
+  note "-- the cost model's predictions (docs/perf.md §5.3), for the comparison"
+  python3 scripts/parallel_cost_model.py 2>&1 | tee -a "$SUMMARY"
+}
+
+mg_serve() {  # [layouts] [communicators]
+  local layouts=${1:-TP2} comms=${2:-$(comm_names | head -1)} port=${PORT:-8411} layout comm c
+  header "multi-gpu serve: whole V4-Flash, $layouts, $comms; bench-serve 1,024 prompt / 256 output tokens"
+  local model; model=$(mktemp -d)
+  cp "$BENCH_MODEL" "$model/config.json"
+  cp assets/tokenizer/deepseek-v4/tokenizer.json "$model/tokenizer.json"
+  for layout in $layouts; do
+    for comm in $comms; do
+      use_layout "$layout" "$comm" || continue
+      local tag=${layout}_$comm up=0
+      # shellcheck disable=SC2086
+      env LD_LIBRARY_PATH="$LDP" $RUN_ENV "$FS" serve --model "$model" --dummy-weights --backend cuda --port "$port" \
+        --max-num-seqs 64 "${LAYOUT_ARGS[@]}" < /dev/null > "$LOG/serve_$tag.log" 2>&1 &
+      local server=$!
+      for _ in $(seq 1 "${SERVE_START_TIMEOUT:-400}"); do
+        curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && { up=1; break; }
+        kill -0 $server 2> /dev/null || break
+        sleep 1
+      done
+      if [ $up = 0 ]; then fail "serve $tag did not come up (logs/serve_$tag.log)"; kill $server 2> /dev/null; continue; fi
+      for c in ${SERVE_CONCURRENCY:-1 16 64}; do
+        local prompts=$((c * 4 < 8 ? 8 : c * 4))
+        timeout 300 env LD_LIBRARY_PATH="$LDP" "$FS" bench-serve --port "$port" --num-prompts "$prompts" \
+          --max-concurrency "$c" --random-input-len 1024 --random-output-len 256 --no-progress \
+          --save-result "$LOG/serve_${tag}_c$c.json" > "$LOG/serve_${tag}_c$c.log" 2>&1 \
+          || fail "bench-serve $tag concurrency $c: exit $? (logs/serve_${tag}_c$c.log)"
+        note "-- $tag, concurrency $c, $prompts requests:"
+        tail -25 "$LOG/serve_${tag}_c$c.log" | tee -a "$SUMMARY"
+      done
+      kill -TERM $server 2> /dev/null
+      wait $server 2> /dev/null
+    done
+  done
+  RUN_ENV=
+  rm -rf "$model"
+}
+
+cmd_multi_gpu() {
+  local step=${1:-}
+  [ $# -ge 1 ] && shift
+  find_nccl
+  case "$step" in
+    comm) [ $# = 0 ] || die "multi-gpu comm takes no arguments"; mg_comm ;;
+    correctness) [ $# = 0 ] || die "multi-gpu correctness takes no arguments"; mg_correctness ;;
+    bench) mg_bench "$@" ;;
+    serve) mg_serve "$@" ;;
+    *) die "multi-gpu: usage: multi-gpu comm | correctness | bench [LAYOUTS] [COMMS] | serve [LAYOUTS] [COMMS]" ;;
+  esac
 }
 
 # ---------------------------------------------------------------------------------------------------------- compare
@@ -601,10 +796,18 @@ sub=$1; shift
 case "$sub" in
   bundle) cmd_bundle "$@"; exit $? ;;
   -h|--help|help) usage 0 ;;
-  harness|perf|sanitize|e2e|envelopes|bench|ab|diagnose|compare|probes|ncu|all) ;;
+  harness|perf|sanitize|e2e|envelopes|bench|ab|diagnose|compare|probes|ncu|all|multi-gpu) ;;
   *) echo "gpu_check: unknown subcommand '$sub'" >&2; usage ;;
 esac
 mkdir -p "$OUT"
+if [ "$sub" = multi-gpu ]; then
+  GPUS=$(gpu_count)
+  if [ "$GPUS" -lt 2 ]; then
+    echo "gpu_check multi-gpu: this machine has $GPUS GPU(s); issue 17 needs two or more (device kind nvidia-h200-x2)." >&2
+    echo "On one GPU: 'harness' runs test_cuda_comm on virtual ranks, 'bench' the virtual TP2 / EP2 layouts." >&2
+    exit 3
+  fi
+fi
 if [ "$sub" = envelopes ]; then
   # CPU only: any flashseek binary (FLASHSEEK_BIN, e.g. a CPU-only build's) on any machine.
   [ -n "${FLASHSEEK_BIN:-}" ] || die "envelopes needs FLASHSEEK_BIN=path/to/flashseek (a CPU-only build is enough)"
@@ -628,6 +831,7 @@ case "$sub" in
   compare) cmd_compare "$@" ;;
   probes) [ $# = 0 ] || die "probes takes no arguments"; cmd_probes ;;
   ncu) cmd_ncu "$@" ;;
+  multi-gpu) cmd_multi_gpu "$@" ;;
   all) [ $# = 0 ] || die "all takes no arguments"
        cmd_harness; cmd_sanitize; cmd_e2e; cmd_perf; cmd_bench; cmd_probes ;;
 esac
