@@ -33,7 +33,9 @@ constexpr int kThreads = 256;
 constexpr int kStages = 3;
 constexpr int kATile = kBlockM * 128;
 constexpr int kRawTile = kBlockN * 64;
-constexpr int kScaleFloats = kBlockM;
+// A stage's activation scales: 132 floats from the 4-aligned row at or below the tile's first slot (a 16-byte copy
+// must start 16-byte aligned, and an expert's first slot can be any row); the tile's rows sit at offset first % 4.
+constexpr int kScaleFloats = kBlockM + 4;
 constexpr int kBTile = kBlockN * 128;
 constexpr size_t kRawOffset = size_t(kStages) * kATile;
 constexpr size_t kSaOffset = kRawOffset + size_t(kStages) * kRawTile;
@@ -98,8 +100,9 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_mma_kernel(const Problem 
             const unsigned char* b_src = static_cast<const unsigned char*>(b_second ? p.w_b[e] : p.w_a[e]) +
                                          int64_t(b_wrow) * (p.K / 2) + b_chunk * 16;
             const int64_t b_step = int64_t(UP ? 32 : 64) * (p.K / 2);  // tile row + 64 -> weight row + 32 (up) / + 64
-            const bool s_ok = tid < kBlockM / 4 && first + 4 * tid < p.a.m;
-            const float* s_src = p.a.scales + first + 4 * tid;
+            const int64_t s_first = first & ~int64_t(3);
+            const bool s_ok = tid < kScaleFloats / 4 && s_first + 4 * tid < p.a.m;
+            const float* s_src = p.a.scales + s_first + 4 * tid;
 
             auto load_stage = [&](int kb) {
                 const int s = kb % kStages;
@@ -113,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_mma_kernel(const Problem 
                 for (int i = 0; i < 2; ++i)  // raw B: 128 rows x 64 bytes, 2 chunks per thread
                     cp_async_16_zfill(raw_tiles + s * kRawTile + (b_row + 64 * i) * 64 + b_chunk * 16,
                                       b_src + i * b_step + kb * 64, true);
-                if (tid < kBlockM / 4)  // the stage's 128 activation scales (rows past the activation: zeros)
+                if (tid < kScaleFloats / 4)  // the stage's 132 activation scales (rows past the activation: zeros)
                     cp_async_16_zfill(a_scales + s * kScaleFloats + 4 * tid,
                                       s_ok ? s_src + int64_t(kb) * p.a.scales_ld : p.a.scales, s_ok);
             };
@@ -141,7 +144,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_mma_kernel(const Problem 
                 const uint32_t a_base = smem_addr(a_tiles + s * kATile), b_base = smem_addr(b_tile);
 #pragma unroll
                 for (int ks = 0; ks < 4; ++ks) k_step<MODE>(acc, a_base, b_base, ks, wm, wn, lane);
-                const float* ss = a_scales + s * kScaleFloats + wm * 64 + g;
+                const float* ss = a_scales + s * kScaleFloats + int(first - s_first) + wm * 64 + g;
 #pragma unroll
                 for (int ni = 0; ni < 4; ++ni) {
                     const float2 c = *reinterpret_cast<const float2*>(csc + wn * 32 + ni * 8 + 2 * t4);
