@@ -58,10 +58,9 @@ bool KernelPolicy::is_forced(std::string_view v) const {
 
 KernelPolicy KernelPolicy::for_pass(bool prefill) const {
     KernelPolicy p = *this;
-    for (std::string_view v : kComputeBoundVariants) {
-        if (prefill && !is_disabled(v) && !is_forced(v)) p.forced.emplace_back(v);
-        if (!prefill && !is_forced(v) && !is_disabled(v)) p.disabled.emplace_back(v);
-    }
+    if (!prefill) return p;  // decode passes: the compute-bound variants from their preference floors up
+    for (std::string_view v : kComputeBoundVariants)
+        if (!is_disabled(v) && !is_forced(v)) p.forced.emplace_back(v);
     return p;
 }
 

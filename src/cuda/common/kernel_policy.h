@@ -47,9 +47,11 @@ struct KernelPolicy {
     // The policy a test uses to exercise exactly one variant: forced, every other variant of the lists untouched.
     static KernelPolicy only(std::string_view variant);
     // The policy of one pass of the backend: in a prefill pass the compute-bound variants (kComputeBoundVariants)
-    // are forced wherever they support the problem, in a decode pass they are disabled, unless this policy says
-    // otherwise (a variant it disables stays disabled, one it forces stays forced). A token's kernels then depend on
-    // whether it is a prompt token, not on how many rows its pass has (batch invariance: docs/perf.md).
+    // are forced wherever they support the problem, unless this policy disables them: a prompt token's kernels then
+    // depend on its being a prompt token, not on how many rows its pass has (batch invariance: docs/perf.md). A
+    // decode pass keeps this policy: the compute-bound variants run from their preference floors (gemm_min_tokens,
+    // grouped_experts_min_tokens) up, the GEMV / tile kernels below them. Decode rows are batch-dependent anyway
+    // (the variants change with the padded bucket), within the one-rounding envelope.
     KernelPolicy for_pass(bool prefill) const;
 
     // Compiled defaults overridden by the environment; throws Error naming a variable with a bad value or an
@@ -60,7 +62,7 @@ struct KernelPolicy {
 };
 
 // The tensor-core GEMM variants that sum differently from the GEMV / tile kernels (FP8 block sums on the tensor
-// cores, bf16 products): prefill passes take them, decode passes do not (KernelPolicy::for_pass).
+// cores, bf16 products): prefill passes take them always, decode passes from their floors (KernelPolicy::for_pass).
 inline constexpr std::string_view kComputeBoundVariants[] = {"fp8_gemm", "fp8_gemm_mma", "bf16_gemm",
                                                              "grouped_experts"};
 

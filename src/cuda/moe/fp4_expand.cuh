@@ -47,6 +47,27 @@ __device__ __forceinline__ int reference_exponent(uint32_t scales4) {
 // The row's promotion scale for reference exponent r.
 __device__ __forceinline__ float column_scale(int ref) { return exp2i(max(ref - 127 - 6, -126)); }
 
+// Group `group` (0..3) of one row: its 16 packed bytes `v` -> 32 e4m3 bytes at chunks 2*group, 2*group + 1 of row
+// `row` of the swizzled tile.
+__device__ __forceinline__ void expand_group(uint4 v, unsigned char* tile, int row, int group, uint32_t scales4,
+                                             int ref) {
+    uint32_t lut_lo, lut_hi;
+    magnitude_table(int((scales4 >> (8 * group)) & 0xffu) - ref, lut_lo, lut_hi);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    uint32_t c[8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        c[2 * i] = fp4x4_to_codes(w[i] & 0xffffu, lut_lo, lut_hi);
+        c[2 * i + 1] = fp4x4_to_codes(w[i] >> 16, lut_lo, lut_hi);
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const int chunk = 2 * group + j;
+        *reinterpret_cast<uint4*>(tile + row * 128 + ((chunk ^ (row & 7)) << 4)) =
+            make_uint4(c[4 * j], c[4 * j + 1], c[4 * j + 2], c[4 * j + 3]);
+    }
+}
+
 // Groups 2*half and 2*half + 1 of one row: 32 packed bytes at `raw` (the row's 64 bytes) -> 64 e4m3 bytes at chunks
 // 4*half .. 4*half + 3 of row `row` of the swizzled tile.
 __device__ __forceinline__ void expand_half_row(const unsigned char* raw, unsigned char* tile, int row, int half,
@@ -54,22 +75,7 @@ __device__ __forceinline__ void expand_half_row(const unsigned char* raw, unsign
 #pragma unroll
     for (int q = 0; q < 2; ++q) {
         const int group = 2 * half + q;
-        uint32_t lut_lo, lut_hi;
-        magnitude_table(int((scales4 >> (8 * group)) & 0xffu) - ref, lut_lo, lut_hi);
-        const uint4 v = *reinterpret_cast<const uint4*>(raw + 16 * group);
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-        uint32_t c[8];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            c[2 * i] = fp4x4_to_codes(w[i] & 0xffffu, lut_lo, lut_hi);
-            c[2 * i + 1] = fp4x4_to_codes(w[i] >> 16, lut_lo, lut_hi);
-        }
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            const int chunk = 2 * group + j;
-            *reinterpret_cast<uint4*>(tile + row * 128 + ((chunk ^ (row & 7)) << 4)) =
-                make_uint4(c[4 * j], c[4 * j + 1], c[4 * j + 2], c[4 * j + 3]);
-        }
+        expand_group(*reinterpret_cast<const uint4*>(raw + 16 * group), tile, row, group, scales4, ref);
     }
 }
 

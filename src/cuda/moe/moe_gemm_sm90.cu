@@ -10,15 +10,18 @@
 //     columns j and j + 64); the first half's h values wait in registers, then each row's 128 values (a thread
 //     quad) are quantized together: the epilogue writes the down-projection's act_quant input directly
 //     (gemm/fp8_quant.cuh, identical to quantize_fp8_activation of the bf16 h). Down-projection: 128 rows of w2.
-//   - Producer warpgroup (128 threads, 40 registers): thread 0 loads the A tile (gathered act_quant codes of the
-//     tile's slots, TMA, 128-byte swizzle) and its 128 scales (TMA, a box of 132 from the 4-aligned row at or below
-//     the tile's first: see kScaleBox) with expect_tx; every producer thread copies its
-//     weight row's 64 FP4 bytes of the stage with four 16-byte cp.async (weights live in per-expert allocations: no
-//     tensor map per expert), arriving on the stage's full barrier (count 1 + 128).
-//   - Math warpgroups (2 x 128 threads, 232 registers), per stage: each thread expands half a weight row (two
-//     32-groups: 32 packed bytes -> 64 e4m3 bytes) into a 128-byte-swizzled B tile (two such tiles alternate),
-//     writes the row's promotion scale, fence.proxy.async, named barrier of the 256 math threads, then four wgmma
-//     m64n128k32 (each warpgroup 64 slot rows), wait, free the stage, fp32 promotion acc * sa[row] * sc[column].
+//   - Producer warpgroup (128 threads, 56 registers): producer thread r owns weight row r of every B tile. It keeps
+//     its row's FP4 bytes (four 16-byte cp.async per stage) and E8M0 scales (one 4-byte cp.async) kRawSlots - 1
+//     stages ahead in a thread-private ring (cp.async groups: weights live in per-expert allocations, no tensor map
+//     per expert), and for the stage at hand expands them into the stage's 128-byte-swizzled e4m3 B tile and its
+//     promotion scale, fence.proxy.async, then arrives on the stage's full barrier (count 1 + 128); thread 0 also
+//     loads the A tile (gathered act_quant codes of the tile's slots, TMA, 128-byte swizzle) and its 128 scales
+//     (TMA, a box of 132 from the 4-aligned row at or below the tile's first: see kScaleBox) with expect_tx.
+//     The expansion sits in the producer because the math warps were issue-bound with it (Nsight Compute at 64
+//     decode sequences: 0.36 issued warps per scheduler, the scale loads and the expansion's PRMT / LOP3 on the
+//     critical path of every stage, the producer warps idle on their empty barriers: docs/perf-log).
+//   - Math warpgroups (2 x 128 threads, 224 registers), per stage: wait for the full barrier, four wgmma
+//     m64n128k32 (each warpgroup 64 slot rows), wait, fp32 promotion acc * sa[row] * sc[column], free the stage.
 //   - Expansion and scale folding: moe/fp4_expand.cuh.
 //   - Epilogue: up: h = bf16(silu(min(bf16 g, L)) * clamp(bf16 u) * weight[slot]) -> e4m3 codes and the row's
 //     block scale; down: fp32 pairs.
@@ -44,9 +47,11 @@ namespace {
 
 constexpr int kThreads = 384;
 constexpr int kBM = kBlockM, kBN = kBlockN;
-constexpr int kStages = 6;
+constexpr int kStages = 4;               // A tiles, expanded B tiles, their scales: what the math warps consume
+constexpr int kRawSlots = 8;             // the producer's FP4 ring: kRawSlots - 1 stages of weights in flight
 constexpr int kATile = kBM * 128;       // e4m3 codes, 128 K per stage
-constexpr int kRawTile = kBN * 64;      // packed FP4, 128 K per stage
+constexpr int kRawTile = kBN * 64;      // packed FP4, 128 K per stage (thread r's 64 bytes at 64 r, chunks swizzled)
+constexpr int kRawScales = kBN * 4;     // the E8M0 scales of a stage, 4 bytes per weight row
 // The A scales of a stage: one TMA box of kScaleBox floats from the 4-aligned row at or below the tile's first
 // row. A tensor copy's start in the innermost dimension must be 16-byte aligned (4 floats); an expert's first slot
 // can be any row, and a box starting there is an illegal instruction on the H200 (the first GPU run: every
@@ -55,16 +60,16 @@ constexpr int kScaleBox = kBM + 4;
 constexpr int kScaleBytes = kScaleBox * 4;                                    // 528: a multiple of 16
 constexpr int kScaleStride = (kScaleBytes + 127) / 128 * 128;                 // stage stride (128-byte aligned boxes)
 constexpr int kBTile = kBN * 128;                                             // expanded e4m3
-constexpr size_t align_1024(size_t b) { return (b + 1023) / 1024 * 1024; }
-constexpr size_t kRawOffset = size_t(kStages) * kATile;
-constexpr size_t kSaOffset = kRawOffset + size_t(kStages) * kRawTile;
-constexpr size_t kBOffset = align_1024(kSaOffset + size_t(kStages) * kScaleStride);  // 2 expanded B tiles
-constexpr size_t kColScaleOffset = kBOffset + 2 * size_t(kBTile);            // 2 x 128 floats
-constexpr size_t kBarrierOffset = kColScaleOffset + 2 * kBN * 4;
+constexpr size_t kBOffset = size_t(kStages) * kATile;                        // kStages expanded B tiles
+constexpr size_t kRawOffset = kBOffset + size_t(kStages) * kBTile;
+constexpr size_t kRawScaleOffset = kRawOffset + size_t(kRawSlots) * kRawTile;
+constexpr size_t kSaOffset = kRawScaleOffset + size_t(kRawSlots) * kRawScales;
+constexpr size_t kColScaleOffset = kSaOffset + size_t(kStages) * kScaleStride;  // kStages x 128 floats
+constexpr size_t kBarrierOffset = kColScaleOffset + size_t(kStages) * kBN * 4;
 constexpr size_t kPrefixOffset = kBarrierOffset + 2 * kStages * 8;           // (E + 1) ints
 constexpr size_t kSmemBytes = kPrefixOffset + (kMaxExperts + 1) * 4 + 1024;  // + alignment slack
-static_assert(kATile % 1024 == 0 && kBOffset % 1024 == 0 && kRawOffset % 1024 == 0, "swizzled tiles 1024-aligned");
-static_assert(kSaOffset % 128 == 0 && kScaleStride % 128 == 0, "TMA destinations 128-byte aligned");
+static_assert(kATile % 1024 == 0 && kBOffset % 1024 == 0 && kBTile % 1024 == 0, "swizzled tiles 1024-aligned");
+static_assert(kRawOffset % 128 == 0 && kSaOffset % 128 == 0 && kScaleStride % 128 == 0, "TMA / cp.async alignment");
 static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm_90 CTA");
 
 struct GroupedParams {
@@ -91,7 +96,6 @@ struct GroupedParams {
 constexpr int kMathThreads = 256;
 
 using bulk::cp_async_16;
-using bulk::cp_async_mbar_arrive;
 using bulk::fence_proxy_async;
 using bulk::mbar_expect_tx;
 using bulk::mbar_init_count;
@@ -99,7 +103,31 @@ using bulk::mbar_init_fence;
 using bulk::mbar_wait;
 using bulk::smem_u32;
 
-__device__ __forceinline__ void named_barrier_math() { asm volatile("bar.sync 1, %0;" ::"n"(kMathThreads) : "memory"); }
+// 4 bytes global -> shared (cp.async.ca; src and dst 4-byte aligned: a row's E8M0 scales are K / 32 bytes, a multiple
+// of 4 since K is a multiple of 128).
+__device__ __forceinline__ void cp_async_4(void* dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// Chunk c (16 bytes) of producer thread r's 64 raw bytes in a raw slot: chunks rotated by (r / 2) % 4 so that the
+// eight threads of a 16-byte shared-memory phase (rows r..r+7, 64 bytes apart) hit eight different bank quads.
+__device__ __forceinline__ int raw_chunk_offset(int r, int c) { return 64 * r + 16 * (c ^ ((r >> 1) & 3)); }
+
+// The CTA's tile i (tiles blockIdx.x, blockIdx.x + gridDim.x, ...), the last one looked up kept: stage j of the CTA
+// is k-block j % KB of sub-tile (j / KB) % kSubTiles of its tile j / (KB * kSubTiles).
+struct TileCursor {
+    int cached = -1, e = 0, mb = 0, nb = 0;
+    __device__ __forceinline__ void seek(int i, const int* prefix, const GroupedParams& p) {
+        if (i == cached) return;
+        cached = i;
+        tile_of(int(blockIdx.x) + i * int(gridDim.x), prefix, p.E, p.n_blocks, e, mb, nb);
+    }
+};
 #endif
 
 template <bool UP>
@@ -109,9 +137,10 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     unsigned char* const a_tiles = smem;
-    unsigned char* const raw_tiles = smem + kRawOffset;
-    float* const a_scales = reinterpret_cast<float*>(smem + kSaOffset);
     unsigned char* const b_tiles = smem + kBOffset;
+    unsigned char* const raw_tiles = smem + kRawOffset;
+    uint32_t* const raw_scales = reinterpret_cast<uint32_t*>(smem + kRawScaleOffset);
+    float* const a_scales = reinterpret_cast<float*>(smem + kSaOffset);
     float* const col_scales = reinterpret_cast<float*>(smem + kColScaleOffset);
     uint64_t* const full = reinterpret_cast<uint64_t*>(smem + kBarrierOffset);
     uint64_t* const empty = full + kStages;
@@ -123,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
         tma::prefetch_map(&p.map_sa);
 #pragma unroll 1
         for (int s = 0; s < kStages; ++s) {
-            mbar_init_count(&full[s], 1 + 128);  // thread 0's expect_tx + every producer thread's cp.async
+            mbar_init_count(&full[s], 1 + 128);  // thread 0's expect_tx + every producer thread's expanded row
             mbar_init_count(&empty[s], kMathThreads / 32);
         }
         mbar_init_fence();
@@ -133,54 +162,85 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
     if (tid < 32) block_prefix(p.count, p.E, prefix, lane);
     __syncthreads();
     const int tiles = prefix[p.E] * p.n_blocks;
+    const int KB = p.K / 128;
 
-    if (tid < 128) {  // producer warpgroup
-        tma::release_registers<40>();
+    if (tid < 128) {  // producer warpgroup: thread tid owns row tid of every B tile
+        // setmaxnreg.inc waits until the CTA's own warps have released what it asks for: 128 x (168 - 56) = 256 x
+        // (224 - 168) registers exactly (64 / 224 hung every launch on the H200: 1,024 registers short).
+        tma::release_registers<56>();
+        const int per_tile = kSubTiles * KB;
+        const int my_tiles = int(blockIdx.x) < tiles ? (tiles - 1 - int(blockIdx.x)) / int(gridDim.x) + 1 : 0;
+        const int n_stages = my_tiles * per_tile;
+        TileCursor load_walk, expand_walk;
+        // This thread's weight row and its scales at stage j: up: w1 (tid < 64) or w3 row nb * 128 + 64 * sub +
+        // tid % 64; down: w2 row nb * 128 + tid.
+        auto issue = [&](int j) {
+            const int i = j / per_tile, r = j - i * per_tile, sub = r / KB, kb = r - sub * KB;
+            load_walk.seek(i, prefix, p);
+            const int e = load_walk.e, nb = load_walk.nb;
+            const int wrow = UP ? nb * 128 + 64 * sub + (tid & 63) : nb * kBN + tid;
+            const bool second = UP && tid >= 64;
+            const unsigned char* w = static_cast<const unsigned char*>(second ? p.w_b[e] : p.w_a[e]) +
+                                     int64_t(wrow) * (p.K / 2) + kb * 64;
+            const unsigned char* sc = static_cast<const unsigned char*>(second ? p.s_b[e] : p.s_a[e]) +
+                                      int64_t(wrow) * (p.K / 32) + kb * 4;
+            const int slot = j % kRawSlots;
+            unsigned char* dst = raw_tiles + size_t(slot) * kRawTile;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) cp_async_16(dst + raw_chunk_offset(tid, c), w + 16 * c);
+            cp_async_4(raw_scales + slot * kBN + tid, sc);
+        };
+        for (int j = 0; j < kRawSlots - 1; ++j) {
+            if (j < n_stages) issue(j);
+            cp_async_commit();  // empty groups too: the wait below counts groups
+        }
         int s = 0;
         uint32_t phase = 0;
-        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-            int e, mb, nb;
-            tile_of(t, prefix, p.E, p.n_blocks, e, mb, nb);
-            const int row0 = p.offset[e] + mb * kBM;  // first slot row of the tile
-            for (int sub = 0; sub < kSubTiles; ++sub) {
-                // This thread's weight row: up: w1 (tid < 64) or w3 row nb * 128 + 64 * sub + tid % 64; down: w2 row
-                // nb * 128 + tid.
-                const int wrow = UP ? nb * 128 + 64 * sub + (tid & 63) : nb * kBN + tid;
-                const unsigned char* src = static_cast<const unsigned char*>(UP && tid >= 64 ? p.w_b[e] : p.w_a[e]) +
-                                           int64_t(wrow) * (p.K / 2);
-                for (int kb = 0; kb < p.K / 128; ++kb) {
-                    mbar_wait(&empty[s], phase ^ 1);
-                    if (tid == 0) {
-                        mbar_expect_tx(&full[s], kATile + kScaleBytes);
-                        tma::load_2d(a_tiles + size_t(s) * kATile, &p.map_a, kb * 128, row0, &full[s]);
-                        tma::load_2d(a_scales + s * (kScaleStride / 4), &p.map_sa, row0 & ~3, kb, &full[s]);
-                    }
-                    unsigned char* dst = raw_tiles + size_t(s) * kRawTile + tid * 64;
+        for (int j = 0; j < n_stages; ++j) {
+            if (j + kRawSlots - 1 < n_stages) issue(j + kRawSlots - 1);  // into the slot stage j - 1 freed
+            cp_async_commit();
+            cp_async_wait<kRawSlots - 1>();  // this thread's copies of stage j have landed
+            const int i = j / per_tile;
+            expand_walk.seek(i, prefix, p);
+            mbar_wait(&empty[s], phase ^ 1);
+            if (tid == 0) {
+                const int row0 = p.offset[expand_walk.e] + expand_walk.mb * kBM;  // first slot row of the tile
+                const int kb = (j - i * per_tile) % KB;
+                mbar_expect_tx(&full[s], kATile + kScaleBytes);
+                tma::load_2d(a_tiles + size_t(s) * kATile, &p.map_a, kb * 128, row0, &full[s]);
+                tma::load_2d(a_scales + s * (kScaleStride / 4), &p.map_sa, row0 & ~3, kb, &full[s]);
+            }
+            const int slot = j % kRawSlots;
+            const unsigned char* raw = raw_tiles + size_t(slot) * kRawTile;
+            const uint32_t scales4 = raw_scales[slot * kBN + tid];
+            const int ref = fp4_expand::reference_exponent(scales4);
+            unsigned char* btile = b_tiles + size_t(s) * kBTile;
 #pragma unroll
-                    for (int c = 0; c < 4; ++c) cp_async_16(dst + 16 * c, src + kb * 64 + 16 * c);
-                    cp_async_mbar_arrive(&full[s]);
-                    if (++s == kStages) {
-                        s = 0;
-                        phase ^= 1;
-                    }
-                }
+            for (int g = 0; g < 4; ++g)
+                fp4_expand::expand_group(*reinterpret_cast<const uint4*>(raw + raw_chunk_offset(tid, g)), btile, tid, g,
+                                         scales4, ref);
+            col_scales[s * kBN + tid] = fp4_expand::column_scale(ref);
+            fence_proxy_async();  // the expanded tile (generic stores) is read by wgmma (async proxy)
+            tma::mbar_arrive(&full[s]);
+            if (++s == kStages) {
+                s = 0;
+                phase ^= 1;
             }
         }
         asm volatile("cp.async.wait_all;" ::: "memory");  // no thread leaves with copies in flight
         return;
     }
 
-    tma::claim_registers<232>();
+    tma::claim_registers<224>();
     const int m_tid = tid - 128;                 // 0..255
     const int mw = m_tid / 128;                  // math warpgroup: slot rows 64 * mw ..
     const int warp = (m_tid / 32) & 3, g = lane >> 2, t4 = lane & 3;
     const int r0 = 64 * mw + 16 * warp + g;      // this thread's rows r0, r0 + 8 of the tile
-    const int x_row = m_tid >> 1, x_half = m_tid & 1;  // the weight half-row this thread expands
     float acc[64], fin[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.f;
     int s = 0;
-    uint32_t phase = 0, it = 0;
+    uint32_t phase = 0;
     float h0[2][16];  // up: sub-tile 0's h values (rows r0, r0 + 8; columns 8i + 2t4 + j) until sub-tile 1 is done
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         int e, mb, nb;
@@ -194,26 +254,15 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                 if (mb * kBM + r0 + 8 * h < count) wt[h] = p.slot_weight[first + r0 + 8 * h];
         }
         for (int sub = 0; sub < kSubTiles; ++sub) {
-            const int wrow = UP ? nb * 128 + 64 * sub + (x_row & 63) : nb * kBN + x_row;
-            const uint8_t* srow = static_cast<const uint8_t*>(UP && x_row >= 64 ? p.s_b[e] : p.s_a[e]) +
-                                  int64_t(wrow) * (p.K / 32);
 #pragma unroll
             for (int i = 0; i < 64; ++i) fin[i] = 0.f;
-            for (int kb = 0; kb < p.K / 128; ++kb, ++it) {
-                const uint32_t scales4 = fp4_expand::load_scales4(srow + 4 * kb);
-                const int ref = fp4_expand::reference_exponent(scales4);
+            for (int kb = 0; kb < KB; ++kb) {
                 mbar_wait(&full[s], phase);
-                unsigned char* btile = b_tiles + size_t(it & 1) * kBTile;
-                float* csc = col_scales + (it & 1) * kBN;
-                fp4_expand::expand_half_row(raw_tiles + size_t(s) * kRawTile + x_row * 64, btile, x_row, x_half, scales4,
-                                            ref);
-                if (x_half == 0) csc[x_row] = fp4_expand::column_scale(ref);
+                const float* csc = col_scales + s * kBN;
                 const float sa0 = a_scales[s * (kScaleStride / 4) + sa_row],
                             sa1 = a_scales[s * (kScaleStride / 4) + sa_row + 8];
-                fence_proxy_async();  // the expanded tile (generic stores) is read by wgmma (async proxy)
-                named_barrier_math();
                 const uint32_t a_addr = smem_u32(a_tiles + size_t(s) * kATile + 64 * mw * 128);
-                const uint32_t b_addr = smem_u32(btile);
+                const uint32_t b_addr = smem_u32(b_tiles + size_t(s) * kBTile);
 #pragma unroll
                 for (int i = 0; i < 64; ++i) wgmma::fence_operand(acc[i]);
                 wgmma::fence();
@@ -225,7 +274,6 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
 #pragma unroll
                 for (int i = 0; i < 64; ++i) wgmma::fence_operand(acc[i]);
                 wgmma::wait<0>();
-                if (lane == 0) tma::mbar_arrive(&empty[s]);
 #pragma unroll
                 for (int i = 0; i < 16; ++i) {
                     const float2 c = *reinterpret_cast<const float2*>(csc + 8 * i + 2 * t4);
@@ -234,6 +282,9 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                     fin[4 * i + 2] = fmaf(acc[4 * i + 2], sa1 * c.x, fin[4 * i + 2]);
                     fin[4 * i + 3] = fmaf(acc[4 * i + 3], sa1 * c.y, fin[4 * i + 3]);
                 }
+                // The stage's column scales were read above: only now may the producer refill it.
+                __syncwarp();
+                if (lane == 0) tma::mbar_arrive(&empty[s]);
                 if (++s == kStages) {
                     s = 0;
                     phase ^= 1;
