@@ -28,6 +28,7 @@
 #include "cuda/backend/step_buffers.h"
 #include "cuda/backend/streams.h"
 #include "cuda/comm/reduce.cuh"
+#include "cuda/common/copy_bandwidth.h"
 #include "cuda/common/kernel_policy.h"
 #include "cuda/compressor/compressor.cuh"
 #include "cuda/sample/sample.cuh"
