@@ -4,6 +4,7 @@
 #include "cuda/backend/cuda_util.h"
 #include "cuda/backend/glue.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/warp_reduce.cuh"
 
 namespace flashseek::cuda {
 
@@ -64,14 +65,7 @@ __global__ void argmax_rows_kernel(const float* __restrict__ logits, int64_t voc
     }
     __shared__ float s_val[32];
     __shared__ int64_t s_idx[32];
-    for (int off = 16; off > 0; off >>= 1) {
-        const float ov = __shfl_down_sync(0xffffffffu, best, off);
-        const int64_t oi = __shfl_down_sync(0xffffffffu, best_i, off);
-        if (ov > best || (ov == best && oi < best_i)) {
-            best = ov;
-            best_i = oi;
-        }
-    }
+    warp_argmax(best, best_i);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) {
         s_val[warp] = best;
@@ -82,14 +76,7 @@ __global__ void argmax_rows_kernel(const float* __restrict__ logits, int64_t voc
         const int n_warps = blockDim.x >> 5;
         best = lane < n_warps ? s_val[lane] : -FLT_MAX;
         best_i = lane < n_warps ? s_idx[lane] : vocab;
-        for (int off = 16; off > 0; off >>= 1) {
-            const float ov = __shfl_down_sync(0xffffffffu, best, off);
-            const int64_t oi = __shfl_down_sync(0xffffffffu, best_i, off);
-            if (ov > best || (ov == best && oi < best_i)) {
-                best = ov;
-                best_i = oi;
-            }
-        }
+        warp_argmax(best, best_i);
         if (lane == 0) out[blockIdx.x] = int32_t(best_i < vocab ? best_i : 0);
     }
 }

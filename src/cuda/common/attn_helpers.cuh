@@ -14,6 +14,8 @@
 #include <string>
 #include <utility>
 
+#include "cuda/common/warp_reduce.cuh"
+
 namespace flashseek::cuda::attn_detail {
 // Throws flashseek::Error(msg) (defined in cuda/attention/attn_error.cpp: util/error.h pulls in fmt, whose C++20
 // consteval checks nvcc cannot compile, so CUDA sources format messages here with "{}" placeholders instead).
@@ -61,18 +63,8 @@ namespace flashseek::cuda::attn_detail {
 
 using bf16 = __nv_bfloat16;
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-// Block-wide sum; every thread gets the result. `scratch` holds at least 32 floats; blockDim.x % 32 == 0.
+// Block-wide sum (warp_reduce.cuh per warp); every thread gets the result. `scratch` holds at least 32 floats;
+// blockDim.x % 32 == 0.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
     v = warp_sum(v);

@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams 
         float s = 0.f;
 #pragma unroll 4
         for (int i = lane; i < n_splits; i += 32) s += src[i];
-        s = attn_detail::warp_sum(s);
+        s = warp_sum(s);
         if (lane == 0) red[o] = s;
     }
     __syncthreads();

@@ -45,7 +45,7 @@ __global__ void rmsnorm_rope_kernel(const bf16* in, int64_t in_stride, bf16* out
         const float2 v = __bfloat1622float2(src[k]);
         ss += v.x * v.x + v.y * v.y;
     }
-    ss = attn_detail::warp_sum(ss);
+    ss = warp_sum(ss);
     const float r = rsqrtf(ss / float(dim) + eps);
     const int rope_first_pair = pairs - rope.n_pairs;
     const int64_t pos = rope.n_pairs ? positions[token] : 0;
@@ -104,7 +104,7 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
             ss += f.x * f.x + f.y * f.y;
         }
     }
-    ss = attn_detail::warp_sum(ss);
+    ss = warp_sum(ss);
     const float r = rsqrtf(ss / float(dim) + eps);
     const int rope_first_pair = dim / 2 - rope.n_pairs;
 #pragma unroll
