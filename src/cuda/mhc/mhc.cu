@@ -264,24 +264,18 @@ __device__ float sigmoid_acc(float v) { return 1.f / (1.f + expf(-v)); }
 template <int N>
 __device__ float sinkhorn_lane(float c, int lane, int iters, float eps) {
     const int j = lane / N, k = lane % N;
-    auto row_sum = [&](float v) {
+    // Sum of v over the N lanes first, first + step, ..., added in that order (the CPU op's).
+    auto lanes_sum = [&](float v, int first, int step) {
         float t[N];
 #pragma unroll
-        for (int kk = 0; kk < N; ++kk) t[kk] = __shfl_sync(0xffffffffu, v, (j * N + kk) & 31);
+        for (int i = 0; i < N; ++i) t[i] = __shfl_sync(0xffffffffu, v, (first + i * step) & 31);
         float s = 0.f;
 #pragma unroll
-        for (int kk = 0; kk < N; ++kk) s += t[kk];
+        for (int i = 0; i < N; ++i) s += t[i];
         return s;
     };
-    auto col_sum = [&](float v) {
-        float t[N];
-#pragma unroll
-        for (int jj = 0; jj < N; ++jj) t[jj] = __shfl_sync(0xffffffffu, v, (jj * N + k) & 31);
-        float s = 0.f;
-#pragma unroll
-        for (int jj = 0; jj < N; ++jj) s += t[jj];
-        return s;
-    };
+    auto row_sum = [&](float v) { return lanes_sum(v, j * N, 1); };  // C[j][0..N)
+    auto col_sum = [&](float v) { return lanes_sum(v, k, N); };      // C[0..N)[k]
     float m = -INFINITY;
 #pragma unroll
     for (int kk = 0; kk < N; ++kk) m = fmaxf(m, __shfl_sync(0xffffffffu, c, (j * N + kk) & 31));
