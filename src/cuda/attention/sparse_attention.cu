@@ -557,11 +557,11 @@ std::string_view sparse_attention(const SparseAttentionParams& p, void* workspac
         launch_pdl("attention_kernel", attention_kernel, dim3(grid), dim3(kThreads), smem, stream, p, splits, ws_o,
                    ws_ml);
     }
-    FS_ATTN_LAUNCHED();
+    CUDA_CHECK_LAUNCH(mma ? "attention_mma_kernel" : "attention_kernel");
     if (splits > 1) {
         launch_pdl("combine_kernel", combine_kernel, dim3(dim3(p.batch.n_tokens, p.n_heads)), dim3(256), 0, stream, p,
                    splits, ws_o, ws_ml);
-        FS_ATTN_LAUNCHED();
+        CUDA_CHECK_LAUNCH("combine_kernel");
     }
     return mma ? "attn_mma" : "attn_simt";
 }

@@ -457,11 +457,11 @@ void sparse_attention_prefill(const SparseAttentionParams& p, int max_entries, v
     const int items = p.window - 1 + p.batch.max_seq_tokens + entries;
     launch_pdl("prefill_gather_kernel", gather_kernel, dim3((items + kGatherWarps - 1) / kGatherWarps, p.batch.n_seqs),
                dim3(kGatherThreads), 0, stream, p, g, static_cast<bf16*>(workspace));
-    FS_ATTN_LAUNCHED();
+    CUDA_CHECK_LAUNCH("prefill_gather_kernel");
     const int head_blocks = ((p.n_heads + kGroupHeads - 1) / kGroupHeads + shape.groups - 1) / shape.groups;
     launch_pdl("prefill_attention_kernel", prefill_attention_kernel, dim3(p.batch.n_tokens, head_blocks),
                dim3(shape.groups * kGroupThreads), shape.smem, stream, p, g, shape.stages);
-    FS_ATTN_LAUNCHED();
+    CUDA_CHECK_LAUNCH("prefill_attention_kernel");
 }
 
 }  // namespace flashseek::cuda

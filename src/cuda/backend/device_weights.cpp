@@ -135,7 +135,7 @@ DeviceTensorStore upload_checkpoint(const Checkpoint& ckpt, int n_layers,
     // Copies go through a pinned staging buffer in 64 MB pieces so that pages of the mapped file are read once.
     const size_t chunk = size_t(64) << 20;
     void* staging = nullptr;
-    FS_CUDA_TRY(cudaMallocHost(&staging, chunk));
+    CUDA_CHECK(cudaMallocHost(&staging, chunk));
     size_t off = 0, done = 0;
     try {
         for (const TensorView* v : pending_uploads) {
@@ -144,7 +144,7 @@ DeviceTensorStore upload_checkpoint(const Checkpoint& ckpt, int n_layers,
             for (size_t pos = 0; pos < v->nbytes; pos += chunk) {
                 const size_t n = std::min(chunk, v->nbytes - pos);
                 std::memcpy(staging, v->data + pos, n);
-                FS_CUDA_TRY(cudaMemcpy(dst + pos, staging, n, cudaMemcpyHostToDevice));
+                CUDA_CHECK(cudaMemcpy(dst + pos, staging, n, cudaMemcpyHostToDevice));
             }
             TensorView dv = *v;
             dv.data = dst;
@@ -157,7 +157,7 @@ DeviceTensorStore upload_checkpoint(const Checkpoint& ckpt, int n_layers,
         cudaFreeHost(staging);
         throw;
     }
-    FS_CUDA_TRY(cudaFreeHost(staging));
+    CUDA_CHECK(cudaFreeHost(staging));
     return store;
 }
 
@@ -215,7 +215,7 @@ DeviceTensorStore generate_dummy_weights(const ModelConfig& cfg, int n_layers, u
         fill_random(const_cast<uint8_t*>(v.data), size_t(n_elems), p, tensor_seed, nullptr);
         store.views.emplace(t.spec->name, std::move(v));
     }
-    FS_CUDA_TRY(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaDeviceSynchronize());
     return store;
 }
 
@@ -239,7 +239,7 @@ DeviceTensorStore upload_shard(const Checkpoint& ckpt, const ModelConfig& cfg, i
         const ShardTensorSource& t = src.tensors[i];
         uint8_t* dst = store.arena.as<uint8_t>() + offsets[i];
         // Straight from the mapping: one run (a whole tensor or a row range) or one run per row (a column range).
-        FS_CUDA_TRY(cudaMemcpy2D(dst, t.source.run_bytes, t.source.data, std::max(t.source.pitch, t.source.run_bytes),
+        CUDA_CHECK(cudaMemcpy2D(dst, t.source.run_bytes, t.source.data, std::max(t.source.pitch, t.source.run_bytes),
                                  t.source.run_bytes, t.source.runs, cudaMemcpyHostToDevice));
         TensorView v;
         v.name = t.name;

@@ -88,20 +88,20 @@ void embed_streams(const __nv_bfloat16* embed, int64_t vocab, const int32_t* tok
     if (n_tokens <= 0) return;
     launch_pdl("embed_streams_kernel", embed_streams_kernel, dim3(n_tokens), dim3(256), 0, stream, embed, vocab, tokens,
                n_streams, dim, X);
-    FS_CUDA_LAUNCHED("embed_streams");
+    CUDA_CHECK_LAUNCH("embed_streams");
 }
 
 void gather_rows(const __nv_bfloat16* src, const int32_t* rows, int n_rows, int64_t row_elems, __nv_bfloat16* dst,
                  cudaStream_t stream) {
     if (n_rows <= 0) return;
     launch_pdl("gather_rows_kernel", gather_rows_kernel, dim3(n_rows), dim3(256), 0, stream, src, rows, row_elems, dst);
-    FS_CUDA_LAUNCHED("gather_rows");
+    CUDA_CHECK_LAUNCH("gather_rows");
 }
 
 void argmax_rows(const float* logits, int n_rows, int64_t vocab, int32_t* out, cudaStream_t stream) {
     if (n_rows <= 0) return;
     launch_pdl("argmax_rows_kernel", argmax_rows_kernel, dim3(n_rows), dim3(1024), 0, stream, logits, vocab, out);
-    FS_CUDA_LAUNCHED("argmax_rows");
+    CUDA_CHECK_LAUNCH("argmax_rows");
 }
 
 }  // namespace flashseek::cuda

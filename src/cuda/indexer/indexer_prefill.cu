@@ -285,7 +285,7 @@ void indexer_select_prefill(const IndexerSelectParams& p, void* workspace, size_
         const dim3 grid(key_blocks, (rows + rows_per_cta - 1) / rows_per_cta);
         launch_pdl("indexer_scores_mma_kernel", kernel, grid, dim3(kThreads), smem, stream, p, int(r0), int(r0) + rows,
                    rows_per_cta, scores, row_stride, stages);
-        FS_ATTN_LAUNCHED();
+        CUDA_CHECK_LAUNCH("indexer_scores_mma_kernel");
         indexer_topk_rows(p, scores, int(r0), rows, row_stride, stream);
     }
 }

@@ -527,7 +527,7 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
     launch_pdl("mhc_partial_kernel", mhc_partial_kernel, dim3(grid), dim3(kThreads), 0, stream,
                const_cast<bf16*>(p.x), p.fn, p.n_tokens, p.n_streams, int64_t(p.dim),
                n_mix_of(p.n_streams, p.head_mode), aligned, interleaved, pin, ws);
-    FS_ATTN_LAUNCHED();
+    CUDA_CHECK_LAUNCH("mhc_partial_kernel");
     const size_t smem = size_t(p.dim) * sizeof(float);
     FS_ATTN_REQUIRE(smem <= 200 * 1024, "mhc_pre: hidden_size {} exceeds the finalize kernel's shared memory", p.dim);
     allow_dynamic_smem(mhc_finalize_kernel, smem);
@@ -542,7 +542,7 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
     }
     launch_pdl("mhc_finalize_kernel", mhc_finalize_kernel, dim3(p.n_tokens), dim3(kFinThreads), smem, stream, q, ws,
                splits, vec);
-    FS_ATTN_LAUNCHED();
+    CUDA_CHECK_LAUNCH("mhc_finalize_kernel");
     if (p.prepared_values && !q.prepared_values) {
         PreparedActivation out;
         out.values = p.prepared_values;
@@ -570,7 +570,7 @@ void mhc_post(int n_tokens, int n_streams, int dim, const bf16* x, const bf16* o
         launch_pdl("mhc_post_kernel", mhc_post_kernel, dim3(blocks), dim3(threads), 0, stream, n_tokens, n_streams, dim,
                    x, o, post, comb, x_out);
     }
-    FS_ATTN_LAUNCHED();
+    CUDA_CHECK_LAUNCH("mhc_post");
 }
 
 }  // namespace flashseek::cuda

@@ -188,11 +188,11 @@ void launch(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride, co
                                 : rmsnorm_rope_vec_kernel<8>;
         launch_pdl("rmsnorm_rope_vec_kernel", k, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, stream, in, in_stride,
                    out, out_stride, weight, rows, heads, dim, eps, positions, rope, po);
-        FS_ATTN_LAUNCHED();
+        CUDA_CHECK_LAUNCH("rmsnorm_rope_vec_kernel");
     } else {
         launch_pdl("rmsnorm_rope_kernel", rmsnorm_rope_kernel, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, stream, in,
                    in_stride, out, out_stride, weight, rows, heads, dim, eps, positions, rope);
-        FS_ATTN_LAUNCHED();
+        CUDA_CHECK_LAUNCH("rmsnorm_rope_kernel");
     }
     if (prepared && !po.values)  // off the fused path: one preparation launch
         prepare_activation(out, false, rows, dim, out_stride, prepared->layout, prepared->numerics, *prepared, stream);
