@@ -1,7 +1,6 @@
-// cuBLASLt as the reference dense GEMM (cublaslt_gemm.h): the library and a handle opened per call and released at
-// its end (a process-wide handle would be static state, and releasing one from a static destructor can run after
-// the CUDA runtime has shut down), one matmul descriptor in the "TN" form, timed with events (each call is long
-// enough that launch overhead does not matter).
+// cuBLASLt as the reference dense GEMM (cublaslt_gemm.h): the library opened once per process, a handle per call,
+// one matmul descriptor in the "TN" form, timed with events (each call is long enough that launch overhead does not
+// matter).
 #include "cuda/common/cublaslt_gemm.h"
 
 #include <cublasLt.h>
@@ -19,19 +18,19 @@
 namespace flashseek::cuda {
 namespace {
 
-// The library found at run time; dlopen'ed first, so that the entry points below (each named once, bound in
-// declaration order) can look themselves up.
 void* open_cublaslt() {
     for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"})
         if (void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL)) return lib;
     return nullptr;
 }
 
-// The entry points used here, bound from the library found at run time (never linked: `decltype` only).
-struct CublasLt {
-    void* lib = open_cublaslt();
+// The library found at run time and the entry points used here (never linked: `decltype` only). Opened once per
+// process and never closed: the perf suites time cuBLASLt on many shapes, and loading the library is far slower
+// than a matmul; nothing in it is tied to a device.
+struct CublasLtLibrary {
+    void* lib = open_cublaslt();  // first: the entry points below look themselves up in it, in declaration order
     std::string missing = lib ? "" : "libcublasLt.so not found by the loader (LD_LIBRARY_PATH)";  // empty: usable
-    // A member `member` holding the library's entry point `symbol`, looked up when the object is built.
+    // A member `member` holding the library's entry point `symbol`.
 #define FS_CUBLASLT_ENTRY(member, symbol) decltype(&symbol) member = bind<decltype(&symbol)>(#symbol)
     FS_CUBLASLT_ENTRY(create, cublasLtCreate);
     FS_CUBLASLT_ENTRY(destroy, cublasLtDestroy);
@@ -46,17 +45,6 @@ struct CublasLt {
     FS_CUBLASLT_ENTRY(heuristic, cublasLtMatmulAlgoGetHeuristic);
     FS_CUBLASLT_ENTRY(matmul, cublasLtMatmul);
 #undef FS_CUBLASLT_ENTRY
-    cublasLtHandle_t handle = nullptr;
-
-    CublasLt() {
-        if (missing.empty() && create(&handle) != CUBLAS_STATUS_SUCCESS) missing = "cublasLtCreate failed";
-    }
-    ~CublasLt() {
-        if (handle) destroy(handle);
-        if (lib) dlclose(lib);
-    }
-    CublasLt(const CublasLt&) = delete;
-    CublasLt& operator=(const CublasLt&) = delete;
 
     // The symbol from the library, or nullptr with the reason kept in `missing` (the first one only).
     template <typename Fn>
@@ -67,13 +55,34 @@ struct CublasLt {
     }
 };
 
+const CublasLtLibrary& cublaslt_library() {
+    static const CublasLtLibrary lib;
+    return lib;
+}
+
+// One cuBLASLt handle for one measurement, destroyed with it (not from a static destructor, which can run after the
+// CUDA runtime has shut down).
+struct CublasLt {
+    const CublasLtLibrary& lib = cublaslt_library();
+    cublasLtHandle_t handle = nullptr;
+    std::string missing = lib.missing;  // why it is unusable (empty when usable)
+    CublasLt() {
+        if (missing.empty() && lib.create(&handle) != CUBLAS_STATUS_SUCCESS) missing = "cublasLtCreate failed";
+    }
+    ~CublasLt() {
+        if (handle) lib.destroy(handle);
+    }
+    CublasLt(const CublasLt&) = delete;
+    CublasLt& operator=(const CublasLt&) = delete;
+};
+
 // Owns the cuBLASLt descriptors of one problem.
 struct MatmulSetup {
-    const CublasLt& lt;
+    const CublasLtLibrary& lt;
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulPreference_t pref = nullptr;
-    explicit MatmulSetup(const CublasLt& l) : lt(l) {}
+    explicit MatmulSetup(const CublasLtLibrary& l) : lt(l) {}
     ~MatmulSetup() {
         if (pref) lt.pref_destroy(pref);
         if (d) lt.layout_destroy(d);
@@ -92,8 +101,9 @@ double cublaslt_gemm_us(GemmPrecision precision, int64_t m, int64_t n, int64_t k
     };
     FS_REQUIRE(m > 0 && n > 0 && k > 0 && reps > 0, "cublaslt_gemm_us: m, n, k and reps must be positive, got ", m,
                ", ", n, ", ", k, ", ", reps);
-    const CublasLt lt;
-    if (!lt.missing.empty()) return unavailable(lt.missing);
+    const CublasLt h;
+    if (!h.missing.empty()) return unavailable(h.missing);
+    const CublasLtLibrary& lt = h.lib;
     const bool fp8 = precision == GemmPrecision::FP8_E4M3;
     const size_t in_bytes = fp8 ? 1 : 2;
     const DeviceScratch a_buf(size_t(m * k) * in_bytes), b_buf(size_t(n * k) * in_bytes), d_buf(size_t(m * n) * 2);
@@ -132,7 +142,7 @@ double cublaslt_gemm_us(GemmPrecision precision, int64_t m, int64_t n, int64_t k
         return unavailable("cublasLtMatmulPreference failed");
     cublasLtMatmulHeuristicResult_t best{};
     int found = 0;
-    if (lt.heuristic(lt.handle, s.op, s.a, s.b, s.d, s.d, s.pref, 1, &best, &found) != CUBLAS_STATUS_SUCCESS ||
+    if (lt.heuristic(h.handle, s.op, s.a, s.b, s.d, s.d, s.pref, 1, &best, &found) != CUBLAS_STATUS_SUCCESS ||
         found == 0)
         return unavailable("cuBLASLt has no algorithm for this problem");
 
@@ -140,7 +150,7 @@ double cublaslt_gemm_us(GemmPrecision precision, int64_t m, int64_t n, int64_t k
     cublasStatus_t status = CUBLAS_STATUS_SUCCESS;  // the first failure; later calls are skipped
     auto call = [&](cudaStream_t st) {
         if (status == CUBLAS_STATUS_SUCCESS)
-            status = lt.matmul(lt.handle, s.op, &alpha, b_buf.ptr, s.a, a_buf.ptr, s.b, &beta, d_buf.ptr, s.d,
+            status = lt.matmul(h.handle, s.op, &alpha, b_buf.ptr, s.a, a_buf.ptr, s.b, &beta, d_buf.ptr, s.d,
                                d_buf.ptr, s.d, &best.algo, ws.ptr, ws_bytes, st);
     };
     // The first calls pay for cuBLASLt's one-time setup: 3 untimed.

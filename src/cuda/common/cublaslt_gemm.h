@@ -1,8 +1,8 @@
 // cuBLASLt as the reference dense GEMM of this device: the tensor-core ceiling `flashseek bench` compares prefill
-// with (gemm_ceiling.cpp) and the FP8 / BF16 ceilings of the op harness's perf mode. The library is opened at run
-// time (dlopen of libcublasLt.so.13 / .12 / .so), so that every binary starts on a machine whose loader cannot find
-// it; the ceiling is then reported as unmeasured. Self-contained: its own operands (random, on the device) and its
-// own stream and events; nothing is kept between calls.
+// with (gemm_ceiling.cpp), the FP8 / BF16 ceilings of the op harness's perf mode and the perf suites' `cuBLASLt
+// (ref)` rows. The library is opened at run time (dlopen of libcublasLt.so.13 / .12 / .so, once per process), so
+// that every binary starts on a machine whose loader cannot find it; the rate is then reported as unmeasured.
+// Self-contained: its own operands (random, on the device), handle, stream and events per call.
 #pragma once
 #include <cstdint>
 #include <string>
