@@ -27,6 +27,7 @@
 #include "cuda/backend/state_pool.h"
 #include "cuda/backend/step_buffers.h"
 #include "cuda/backend/streams.h"
+#include "cuda/comm/communicator.h"
 #include "cuda/comm/reduce.cuh"
 #include "cuda/common/copy_bandwidth.h"
 #include "cuda/common/kernel_policy.h"
@@ -130,6 +131,7 @@ public:
                                                       chunk_tokens_, int(specs.size() - r), streams_, policy_, prof_));
         max_rows_ = std::max(chunk_tokens_, max_bucket(pool()));
         max_head_rows_ = std::max(kMinHeadRows, max_bucket(pool()));
+        if (shards_.size() > 1) make_communicator_groups();
         // Every shard's head writes its vocabulary rows into the first shard's logits (sampled there).
         for (auto& sh : shards_)
             sh->forward.set_logits_target(lead().logits.as<float>() + sh->weights.spec().vocab_begin, cfg_.vocab_size);
@@ -201,7 +203,10 @@ private:
     // reductions of their partial outputs.
     void enqueue_pass(const PassShape& shape);
     // Sums the partial outputs of shards [first, first + count) into each one's sub-block output.
-    void reduce(const PassShape& shape, size_t first, size_t count);
+    // The ranks' communicator (today every rank on this device, one stream: the same-device implementation) and its
+    // groups, registered before any capture: each expert group's tp ranks (attention), and every rank (MoE).
+    void make_communicator_groups();
+    void reduce(const PassShape& shape, CommGroup group);
     // Writes the sampling parameters of the pass's head rows and enqueues the device sampler.
     void enqueue_sampling(int head_rows, const std::vector<HeadDest>& dests, std::span<const SampleParams> params);
 
@@ -216,6 +221,8 @@ private:
     int max_rows_ = 0;       // rows of the largest pass: a prefill chunk or the largest decode bucket
     int max_head_rows_ = 0;  // logits rows of the largest pass
     GraphRunner graphs_;
+    std::unique_ptr<Communicator> comm_;
+    std::vector<CommGroup> expert_groups_;  // per expert group: its tp ranks
     bool profiling_ = false;
     StepProfile last_profile_;
 };
@@ -229,22 +236,34 @@ void CudaBackend::enqueue_pass(const PassShape& shape) {
     const size_t tp = size_t(shards_.front()->weights.spec().tp);
     for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
         for (auto& sh : shards_) sh->forward.sub_block(shape, l, 0);
-        for (size_t g = 0; g < shards_.size(); g += tp) reduce(shape, g, tp);  // attention: per expert group
+        for (CommGroup g : expert_groups_) reduce(shape, g);  // attention: per expert group
         for (auto& sh : shards_) sh->forward.sub_block(shape, l, 1);
-        reduce(shape, 0, shards_.size());  // MoE: every shard
+        reduce(shape, comm_->all());  // MoE: every shard
     }
     for (auto& sh : shards_) sh->forward.end(shape);
 }
 
-void CudaBackend::reduce(const PassShape& shape, size_t first, size_t count) {
-    const float* partials[kMaxReduceRanks];
-    uint16_t* outs[kMaxReduceRanks];
-    for (size_t i = 0; i < count; ++i) {
-        partials[i] = shards_[first + i]->buf.sub_out_partial.as<float>();
-        outs[i] = shards_[first + i]->buf.sub_out.as<uint16_t>();
+void CudaBackend::make_communicator_groups() {
+    int device = 0;
+    FS_CUDA_TRY(cudaGetDevice(&device));
+    CommOptions o;
+    o.max_elements = int64_t(max_rows_) * cfg_.hidden_size;
+    comm_ = make_same_device_communicator(int(shards_.size()), device, o);
+    const int tp = shards_.front()->weights.spec().tp;
+    for (int g = 0; g < int(shards_.size()); g += tp) {
+        std::vector<int> ranks;
+        for (int r = g; r < g + tp; ++r) ranks.push_back(r);
+        expert_groups_.push_back(comm_->group(ranks));
     }
-    OpProfiler::Scope sc(prof_, "all-reduce (shards on one device)");
-    reduce_partials_to_bf16(partials, outs, int(count), int64_t(shape.n_rows) * cfg_.hidden_size, streams_.main());
+}
+
+void CudaBackend::reduce(const PassShape& shape, CommGroup group) {
+    std::vector<ReducePart> parts;
+    for (int r : comm_->group_ranks(group))
+        parts.push_back({shards_[size_t(r)]->buf.sub_out_partial.as<float>(),
+                         shards_[size_t(r)]->buf.sub_out.as<uint16_t>(), streams_.main()});
+    OpProfiler::Scope sc(prof_, "all-reduce (ranks on one device)");
+    comm_->all_reduce_bf16(group, parts, int64_t(shape.n_rows) * cfg_.hidden_size);
 }
 
 void CudaBackend::validate(std::span<const SequenceStep> steps) const {

@@ -6,9 +6,51 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cuda/comm/device_memory.h"
 #include "util/error.h"
 
 namespace flashseek::cuda {
+namespace {
+
+bool is_legacy_stream(cudaStream_t stream) { return stream == nullptr || stream == cudaStreamLegacy; }
+
+// Whether `stream` (of `device`) is inside a graph capture; an invalidated capture counts (it is still under way).
+bool is_capturing(cudaStream_t stream, int device, int rank, const char* call) {
+    // The legacy stream is never captured, and querying it while a blocking stream of its device captures is an error.
+    if (is_legacy_stream(stream)) return false;
+    DeviceGuard on(device);
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    const cudaError_t err = cudaStreamIsCapturing(stream, &status);
+    FS_CHECK(err == cudaSuccess, "{}: cannot tell whether rank {}'s stream is being captured: {} ({})", call, rank,
+             cudaGetErrorName(err), cudaGetErrorString(err));
+    return status != cudaStreamCaptureStatusNone;
+}
+
+// Every part of a call is captured into a graph, or none: a captured part runs only when its graph is launched, so
+// eager parts of the same call would wait at the barriers for peers that have not run (a hang until the time-out).
+template <typename Part>
+void require_uniform_capture(std::span<const Part> parts, const std::vector<int>& ranks,
+                             const std::vector<int>& devices, const char* call) {
+    int captured = -1, eager = -1;
+    for (size_t i = 0; i < parts.size(); ++i) {
+        const int rank = ranks[i];
+        if (is_capturing(parts[i].stream, devices[size_t(rank)], rank, call))
+            captured = int(i);
+        else
+            eager = int(i);
+        if (captured < 0 || eager < 0) continue;
+        const int c = ranks[size_t(captured)], e = ranks[size_t(eager)];
+        fail("{}: rank {}'s stream is being captured into a graph and rank {}'s {}; every rank's part of a call must "
+             "be captured (each rank's stream into its graph) or none, since a captured part runs only when its graph "
+             "is launched",
+             call, c, e,
+             is_legacy_stream(parts[size_t(eager)].stream)
+                 ? "is the legacy default stream, which cannot be captured"
+                 : "is not");
+    }
+}
+
+}  // namespace
 
 Communicator::Communicator(std::vector<int> rank_devices, const CommOptions& options)
     : devices_(std::move(rank_devices)), options_(options) {
@@ -73,6 +115,7 @@ void Communicator::all_reduce_bf16(CommGroup g, std::span<const ReducePart> part
                  "all_reduce_bf16: rank {}'s out overlaps its partial", members[i]);
     }
     if (n == 0) return;
+    require_uniform_capture(parts, members, devices_, "all_reduce_bf16");
     do_all_reduce(g.index, members, parts, n);
 }
 
@@ -100,6 +143,7 @@ void Communicator::gather_columns(std::span<const GatherPart> parts, int64_t row
                  "gather_columns: column ranges [{}, {}) and [{}, {}) overlap", ranges[i - 1].first,
                  ranges[i - 1].second, ranges[i].first, ranges[i].second);
     if (rows == 0) return;
+    require_uniform_capture(parts, group_ranks(all_), devices_, "gather_columns");
     do_gather(parts, rows, out, ldo);
 }
 

@@ -14,7 +14,9 @@
 // synchronized, allocated or re-parameterized; what changes from call to call (the barrier epochs of the peer
 // implementation) lives in device memory and is advanced by the kernels themselves. Groups are registered with
 // group() before any capture (registration allocates). Every rank must make the same sequence of calls per group,
-// and a rank's calls must be ordered on its device (one stream, or streams ordered by events).
+// and a rank's calls must be ordered on its device (one stream, or streams ordered by events). A call's parts are
+// captured all or none (each rank's stream into a graph of its own is enough: no event joins the ranks' captures);
+// a call with some parts captured and others eager is refused, naming a rank of each.
 //
 // Implementations (factories below): SameDeviceCommunicator (virtual ranks on one device and one stream: the reduce
 // kernel of reduce.cuh), PeerCommunicator (flashseek's one-shot / two-shot all-reduce over peer-to-peer memory,

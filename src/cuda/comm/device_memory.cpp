@@ -8,9 +8,19 @@
 namespace flashseek::cuda {
 
 namespace {
+// The errors of a call made while a graph capture is under way: the communicators allocate only at construction and
+// at group registration, which must come before any capture.
+const char* capture_hint(cudaError_t err) {
+    const bool capturing = err == cudaErrorStreamCaptureUnsupported || err == cudaErrorStreamCaptureInvalidated ||
+                           err == cudaErrorStreamCaptureImplicit;
+    return capturing ? "; a graph capture is under way: create communicators and register their groups before capturing"
+                     : "";
+}
+
 void check(cudaError_t err, const char* what, const char* call) {
-    if (err != cudaSuccess) fail("communicator: {} failed for {}: {} ({})", call, what, cudaGetErrorName(err),
-                                 cudaGetErrorString(err));
+    if (err != cudaSuccess)
+        fail("communicator: {} failed for {}: {} ({}){}", call, what, cudaGetErrorName(err), cudaGetErrorString(err),
+             capture_hint(err));
 }
 }  // namespace
 
@@ -26,8 +36,8 @@ DeviceMemory::DeviceMemory(int device, size_t bytes, const char* what) : device_
     const cudaError_t err = cudaMalloc(&ptr_, bytes);
     if (err != cudaSuccess) {
         ptr_ = nullptr;
-        fail("communicator: cannot allocate {} bytes of {} on device {}: {}", bytes, what, device,
-             cudaGetErrorString(err));
+        fail("communicator: cannot allocate {} bytes of {} on device {}: {} ({}){}", bytes, what, device,
+             cudaGetErrorName(err), cudaGetErrorString(err), capture_hint(err));
     }
     check(cudaMemset(ptr_, 0, bytes), what, "cudaMemset");
     // The zeros must be in place before any stream (non-blocking ones too, which the memset does not order) runs.

@@ -5,6 +5,7 @@
 // or whole prompts in one step), indexer q preparation and top-k selection. Every output buffer is poisoned before
 // the kernel runs.
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <set>
@@ -83,6 +84,44 @@ struct AttnCase {
     KvFormat fmt;
     int tokens_per_seq;  // 1 = decode
 };
+
+// How far output element i (of outputs [T, H, D], bf16 values, last R dims de-rotated) may move between the default
+// split count (a) and one split (b), largest = max |a|.
+// Every split starts on a 32-candidate tile and P is rounded to bf16 relative to its tile's own max, so the split
+// count does not touch P (rounding it per split would move every P by up to 2^-9 and flip a large fraction of the
+// outputs). What differs is the fp32 order: the merge scales each split's partial sums by e^(m_s - M) and adds them,
+// where one split rescales one accumulator. So the normalized fp32 output x moves by delta, a few 2^-24 of
+// sum_i p_i |v_i|, far below one bf16 ulp except where that sum cancels. With u(y) = 2^-7 |y| (at least the gap
+// between y and its bf16 neighbours: 8 significant bits):
+//  - no-rope dims, y = bf16(x): |y_a - y_b| <= delta + u(max(|y_a|, |y_b|)), a one-ulp flip at most;
+//  - rope dims: the kernel (as the reference, docs/model.md §2.4 step 7) rounds the pair (x0, x1) to bf16, rotates it
+//    by -pos in fp32 and rounds again. A one-ulp flip of x0 or x1 (at most 2^-7 |x_k|) is rotated into both outputs of
+//    the pair: |dy_k| <= |c dx0| + |s dx1| + u(y_k) <= 2^-7 ||x|| + u(y_k), and ||x|| <= ||y|| / ((1 - 2^-7)(1 - 2^-8))
+//    < (1 + 2^-6) ||y|| (the component-wise larger of the two pairs, and the output rounding). Measured in ulps of
+//    y_k this is unbounded: a component that the rotation makes small moves by one ulp of the pair's larger
+//    component. Seed 8713070494012785614 (FS_TEST_SEED) hit it in the HCA decode case (ratio 128, 5 splits on a
+//    132-SM H200): element 78295 = token 2 (pos 1097), head 24, dim 471; the pre-rotation pair (0.2421875, -0.34375)
+//    de-rotates to (0.4199219, 0.02392578), and with x0 one ulp (2^-10) lower to (0.4199219, 0.02307129): 7 ulps of
+//    0.024 (0.000854, the failure's difference exactly), 0.24 of the bound below;
+//  - near zero, where the sum cancels, delta is far more than an ulp of the tiny result: an absolute term of 2^-20
+//    of the largest output (it also covers the rotation's own fp32 rounding, 2^-24 of the pair's norm).
+float split_merge_bound(const std::vector<float>& a, const std::vector<float>& b, size_t i, int D, int R,
+                        float largest) {
+    float bound = std::ldexp(std::max(std::fabs(a[i]), std::fabs(b[i])), -7) + std::ldexp(largest, -20);
+    if (int(i % size_t(D)) >= D - R) {  // pairs (2j, 2j+1): D is even, so i ^ 1 is the other element of i's pair
+        const size_t j = i ^ 1;
+        const float norm = std::max(std::hypot(a[i], a[j]), std::hypot(b[i], b[j]));
+        bound += std::ldexp(norm * (1.f + std::ldexp(1.f, -6)), -7);
+    }
+    return bound;
+}
+
+// "token t head h dim d (rope)" of element i of outputs [T, H, D] whose last R dims are de-rotated.
+std::string describe_element(size_t i, int H, int D, int R) {
+    const size_t d = i % size_t(D), h = i / size_t(D) % size_t(H), t = i / (size_t(D) * size_t(H));
+    return "element " + std::to_string(i) + " (token " + std::to_string(t) + " head " + std::to_string(h) + " dim " +
+           std::to_string(d) + (int(d) >= D - R ? ", rope" : ", no rope") + ")";
+}
 
 TEST(CudaSparseAttention, MatchesCpuReference) {
     REQUIRE_GPU();
@@ -197,35 +236,38 @@ TEST(CudaSparseAttention, MatchesCpuReference) {
             }
             coverage.ran(ran, c.tokens_per_seq == 1 ? "decode" : "prefill");
             const auto got = from_bf16_bits(bits);
+            const std::string what = "attention " + std::string(v.name) + " H " + std::to_string(H) + " D " +
+                                     std::to_string(D) + " ratio " + std::to_string(c.ratio) + " tokens " +
+                                     std::to_string(c.tokens_per_seq) + " fmt " + std::to_string(int(c.fmt));
             // bf16 output; probabilities rounded to bf16 in both; online-softmax rescaling and summation order differ
-            EXPECT_CLOSE(got, want, 5e-3, "attention " << v.name << " H " << H << " D " << D << " ratio " << c.ratio
-                                                       << " tokens " << c.tokens_per_seq << " fmt " << int(c.fmt));
+            EXPECT_CLOSE(got, want, 5e-3, what);
             // Deterministic: a rerun gives the same bits (the split merge reduces in a fixed order).
             dout.poison();
             sparse_attention(p, ws.ptr, ws_bytes, nullptr, only);
-            EXPECT_EQ(dout.download(), bits) << v.name << ": rerun differs";
-            // The split count (chosen from the pass size and max_candidates) must not move P's rounding: one split
-            // (max_candidates 1) gives the same bf16 outputs up to the fp32 order of the final normalization, i.e.
-            // a rare one-ulp flip, not the ~2^-9 change of every P that rounding per split would make.
+            EXPECT_EQ(dout.download(), bits) << what << ": rerun differs";
+            // The split count (chosen from the pass size and max_candidates) must not move P's rounding; one split
+            // (max_candidates 1: the kernel takes each query's candidates from the query, max_candidates only bounds
+            // the split count) differs by the fp32 order alone, within split_merge_bound (derivation there).
             SparseAttentionParams one = p;
             one.max_candidates = 1;
             dout.poison();
             sparse_attention(one, ws.ptr, ws_bytes, nullptr, only);
             CUDA_OK(cudaDeviceSynchronize());
             const auto single = from_bf16_bits(dout.download());
-            size_t flips = 0;
-            // Near zero (a sum that cancels) the fp32 order moves the result by ~2^-24 of the terms' size, which is
-            // far more than one ulp of the tiny result: an absolute floor of 2^-20 of the largest output.
             float largest = 0.f;
             for (float g : got) largest = std::max(largest, std::fabs(g));
-            const float floor_abs = std::ldexp(largest, -20);
+            size_t flips = 0, past_bound = 0, first_past = 0;
             for (size_t i = 0; i < got.size(); ++i) {
-                const float tol =
-                    std::max(std::ldexp(std::max(std::fabs(single[i]), std::fabs(got[i])), -7), floor_abs);  // one ulp
-                ASSERT_LE(std::fabs(got[i] - single[i]), tol) << "element " << i << " split vs one split";
+                // written as "within" so that a NaN (an element the one-split run left unwritten) counts as past
+                const bool within = std::fabs(got[i] - single[i]) <= split_merge_bound(got, single, i, D, R, largest);
+                if (!within && past_bound++ == 0) first_past = i;
                 flips += got[i] != single[i];
             }
-            EXPECT_LE(flips, got.size() / 200 + 2) << "split vs one split, " << v.name << " ratio " << c.ratio;
+            EXPECT_EQ(past_bound, 0u) << what << ": split vs one split, " << past_bound << " elements past the bound; "
+                                      << "first " << describe_element(first_past, H, D, R) << ": " << got[first_past]
+                                      << " vs " << single[first_past] << ", bound "
+                                      << split_merge_bound(got, single, first_past, D, R, largest);
+            EXPECT_LE(flips, got.size() / 200 + 2) << what << ": split vs one split, " << flips << " flips";
         }
         // The default policy runs one of them.
         dout.poison();

@@ -60,6 +60,10 @@ std::vector<uint16_t> reference_sum(const std::vector<std::vector<float>>& parti
     return out;
 }
 
+std::string cuda_error_text(cudaError_t err) {
+    return fmt::format("{} ({})", cudaGetErrorName(err), cudaGetErrorString(err));
+}
+
 RankStreams::RankStreams(const std::vector<int>& devices, bool shared) : devices_(devices), shared_(shared) {
     for (size_t r = 0; r < devices.size(); ++r) {
         if (shared && r > 0) {
@@ -68,8 +72,9 @@ RankStreams::RankStreams(const std::vector<int>& devices, bool shared) : devices
         }
         cuda::DeviceGuard on(devices[r]);
         cudaStream_t s = nullptr;
-        if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
-            fail("test: cannot create a stream on device {}", devices[r]);
+        const cudaError_t err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+        if (err != cudaSuccess)
+            fail("test: cannot create a stream on device {}: {}", devices[r], cuda_error_text(err));
         streams_.push_back(s);
     }
 }
@@ -87,7 +92,7 @@ void RankStreams::synchronize() const {
         cuda::DeviceGuard on(devices_[r]);
         const cudaError_t err = cudaStreamSynchronize(streams_[r]);
         if (err != cudaSuccess)
-            fail("test: stream of rank {} (device {}): {}", r, devices_[r], cudaGetErrorString(err));
+            fail("test: stream of rank {} (device {}): {}", r, devices_[r], cuda_error_text(err));
     }
 }
 
@@ -96,6 +101,39 @@ bool spans_devices(const std::vector<int>& devices) {
     for (int d : devices)
         if (d != devices[0]) return true;
     return false;
+}
+
+const char* instantiate_result_name(cudaGraphInstantiateResult result) {
+    switch (result) {
+        case cudaGraphInstantiateSuccess: return "cudaGraphInstantiateSuccess";
+        case cudaGraphInstantiateError: return "cudaGraphInstantiateError";
+        case cudaGraphInstantiateInvalidStructure: return "cudaGraphInstantiateInvalidStructure";
+        case cudaGraphInstantiateNodeOperationNotSupported: return "cudaGraphInstantiateNodeOperationNotSupported";
+        case cudaGraphInstantiateMultipleDevicesNotSupported: return "cudaGraphInstantiateMultipleDevicesNotSupported";
+        case cudaGraphInstantiateConditionalHandleUnused: return "cudaGraphInstantiateConditionalHandleUnused";
+    }
+    return "an unknown cudaGraphInstantiateResult";
+}
+
+// The graph's node count, for the failure messages ("?" when even that cannot be read).
+std::string node_count(cudaGraph_t graph) {
+    size_t count = 0;
+    if (cudaGraphGetNodes(graph, nullptr, &count) != cudaSuccess) return "?";
+    return std::to_string(count);
+}
+
+// Instantiates one captured graph into *exec; returns "" or why it failed: the error, the instantiation's own verdict
+// and the type of the node it blamed (cudaGraphNodeType), so that the next failure explains itself.
+std::string instantiate(cudaGraph_t graph, cudaGraphExec_t* exec) {
+    cudaGraphInstantiateParams params{};
+    const cudaError_t err = cudaGraphInstantiateWithParams(exec, graph, &params);
+    if (err == cudaSuccess) return "";
+    *exec = nullptr;
+    std::string why = fmt::format("{}; verdict {}", cuda_error_text(err), instantiate_result_name(params.result_out));
+    cudaGraphNodeType type{};
+    if (params.errNode_out && cudaGraphNodeGetType(params.errNode_out, &type) == cudaSuccess)
+        why += fmt::format("; at a node of cudaGraphNodeType {}", int(type));
+    return why;
 }
 }  // namespace
 
@@ -115,38 +153,58 @@ void launch_rank_graphs(const std::vector<cudaGraphExec_t>& graphs, const std::v
         for (int r = 0; r < int(graphs.size()); ++r) launch(r);
     }
     for (size_t r = 0; r < errors.size(); ++r)
-        if (errors[r] != cudaSuccess) fail("test: cudaGraphLaunch of rank {}: {}", r, cudaGetErrorString(errors[r]));
+        if (errors[r] != cudaSuccess)
+            fail("test: cudaGraphLaunch of rank {} (device {}): {}", r, devices[r], cuda_error_text(errors[r]));
 }
 
+// Each rank's stream is captured on its own (no event joins them: a rank's graph holds its parts alone), in global
+// mode, so that any call the communicator makes during the capture that a capture forbids (an allocation, a
+// synchronization, from this thread or another) fails the capture here instead of passing unnoticed. Every capture
+// ends before any graph is instantiated: cudaGraphInstantiate is itself one of the calls forbidden while a
+// global-mode capture is under way in the process, so instantiating rank 0's graph while rank 1's stream was still
+// capturing failed (and invalidated rank 1's capture) whenever ranks had streams of their own.
 std::vector<cudaGraphExec_t> capture_rank_graphs(const std::vector<int>& devices, const RankStreams& streams,
                                                  const std::function<void()>& enqueue) {
     const bool shared = devices.size() > 1 && streams[0] == streams[1];
     const size_t count = shared ? 1 : devices.size();
-    for (size_t r = 0; r < count; ++r) {
-        cuda::DeviceGuard on(devices[r]);
-        if (cudaStreamBeginCapture(streams[int(r)], cudaStreamCaptureModeGlobal) != cudaSuccess)
-            fail("test: cannot begin capturing rank {}'s stream", r);
-    }
     std::string failure;
-    try {
-        enqueue();
-    } catch (const std::exception& e) {
-        failure = e.what();
+    size_t begun = 0;
+    for (; begun < count; ++begun) {
+        cuda::DeviceGuard on(devices[begun]);
+        const cudaError_t err = cudaStreamBeginCapture(streams[int(begun)], cudaStreamCaptureModeGlobal);
+        if (err != cudaSuccess) {
+            failure = fmt::format("beginning the capture of rank {}'s stream (device {}): {}", begun, devices[begun],
+                                  cuda_error_text(err));
+            break;
+        }
     }
-    std::vector<cudaGraphExec_t> execs;
-    for (size_t r = 0; r < count; ++r) {
+    if (failure.empty()) {
+        try {
+            enqueue();
+        } catch (const std::exception& e) {
+            failure = fmt::format("enqueueing the calls to capture: {}", e.what());
+        }
+    }
+    std::vector<cudaGraph_t> graphs(begun, nullptr);
+    for (size_t r = 0; r < begun; ++r) {
         cuda::DeviceGuard on(devices[r]);
-        cudaGraph_t graph = nullptr;
-        const cudaError_t end = cudaStreamEndCapture(streams[int(r)], &graph);
-        if (end != cudaSuccess && failure.empty())
-            failure = fmt::format("capture of rank {}: {}", r, cudaGetErrorString(end));
-        cudaGraphExec_t exec = nullptr;
-        if (graph && cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess && failure.empty())
-            failure = fmt::format("instantiating rank {}'s graph", r);
-        if (graph) cudaGraphDestroy(graph);
-        execs.push_back(exec);
+        const cudaError_t err = cudaStreamEndCapture(streams[int(r)], &graphs[r]);
+        if (err != cudaSuccess && failure.empty())
+            failure = fmt::format("ending the capture of rank {}'s stream (device {}): {}", r, devices[r],
+                                  cuda_error_text(err));
     }
+    std::vector<cudaGraphExec_t> execs(begun, nullptr);
+    for (size_t r = 0; r < begun && failure.empty(); ++r) {
+        cuda::DeviceGuard on(devices[r]);
+        const std::string why = instantiate(graphs[r], &execs[r]);
+        if (!why.empty())
+            failure = fmt::format("instantiating rank {}'s graph ({} nodes, device {}): {}", r, node_count(graphs[r]),
+                                  devices[r], why);
+    }
+    for (cudaGraph_t g : graphs)
+        if (g) cudaGraphDestroy(g);
     if (!failure.empty()) {
+        (void)cudaGetLastError();  // the failed call's error must not surface in a later, unrelated check
         destroy_graphs(execs);
         fail("test: graph capture failed: {}", failure);
     }

@@ -20,6 +20,8 @@ namespace flashseek::test {
 uint64_t fresh_seed();
 // CUDA devices of this machine (0 without a driver).
 int gpu_count();
+// "cudaErrorName (its message)": what every CUDA failure of the tests reports.
+std::string cuda_error_text(cudaError_t err);
 // Whether NCCL can be loaded here; `why` gets the loader's message when not.
 bool nccl_loadable(std::string* why);
 // NCCL missing is a skip unless FLASHSEEK_REQUIRE_NCCL=1 (the multi-GPU script sets it): then a failure.
@@ -106,7 +108,9 @@ private:
 void launch_rank_graphs(const std::vector<cudaGraphExec_t>& graphs, const std::vector<int>& devices,
                         const RankStreams& streams, const std::function<void(int rank)>& after = {});
 
-// Captures what `enqueue` puts on the ranks' streams into one graph per rank (each stream captured on its own).
+// Captures what `enqueue` puts on the ranks' streams into one graph per rank (each stream captured on its own, one
+// capture for ranks sharing a stream); every capture ends before any graph is instantiated. A failure names the step,
+// the rank and the CUDA error (name and message; for the instantiation also its verdict and the node it blamed).
 std::vector<cudaGraphExec_t> capture_rank_graphs(const std::vector<int>& devices, const RankStreams& streams,
                                                  const std::function<void()>& enqueue);
 void destroy_graphs(std::vector<cudaGraphExec_t>& graphs);

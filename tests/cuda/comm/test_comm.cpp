@@ -125,6 +125,46 @@ TEST(CommRefusals, PeerNeedsAStreamPerRank) {
               std::string::npos);
 }
 
+// A call with some ranks' streams inside a graph capture and others not would run the eager parts now and the
+// captured ones only at replay (the eager ones waiting at the barriers until the time-out): refused before anything
+// is enqueued, so the capture under way stays valid and empty.
+TEST(CommRefusals, PartlyCapturedCallsAreRefused) {
+    FS_REQUIRE_GPUS(1);
+    auto comm = cuda::make_peer_communicator({0, 0});
+    RankStreams streams({0, 0}, /*shared=*/false);
+    GuardedArray<float> p0(0, 64), p1(0, 64), out(0, 16);
+    GuardedArray<uint16_t> o0(0, 64), o1(0, 64);
+    const std::vector<cuda::ReducePart> parts{{p0.data(), o0.data(), streams[0]}, {p1.data(), o1.data(), streams[1]}};
+    std::vector<cuda::ReducePart> legacy = parts;
+    legacy[0].stream = nullptr;
+    const std::vector<cuda::GatherPart> gather{{p0.data(), 8, 0, 8, streams[0]}, {p1.data(), 8, 8, 8, streams[1]}};
+
+    ASSERT_EQ(cudaStreamBeginCapture(streams[1], cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    const std::string reduce_error = error_of([&] { comm->all_reduce_bf16(comm->all(), parts, 64); });
+    const std::string legacy_error = error_of([&] { comm->all_reduce_bf16(comm->all(), legacy, 64); });
+    const std::string gather_error = error_of([&] { comm->gather_columns(gather, 1, out.data(), 16); });
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(streams[1], &graph);
+    size_t nodes = 1;
+    if (graph) {
+        EXPECT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+        cudaGraphDestroy(graph);
+    }
+    EXPECT_EQ(end, cudaSuccess) << cuda_error_text(end);
+    EXPECT_EQ(nodes, 0u) << "a refused call enqueued a part into the capture";
+
+    const std::string captured_and_eager = "rank 1's stream is being captured into a graph and rank 0's is not";
+    EXPECT_NE(reduce_error.find("all_reduce_bf16: " + captured_and_eager), std::string::npos) << reduce_error;
+    EXPECT_NE(gather_error.find("gather_columns: " + captured_and_eager), std::string::npos) << gather_error;
+    EXPECT_NE(legacy_error.find("rank 0's is the legacy default stream, which cannot be captured"), std::string::npos)
+        << legacy_error;
+
+    // Outside any capture the same parts run: the refusal left nothing behind.
+    comm->all_reduce_bf16(comm->all(), parts, 64);
+    streams.synchronize();
+    comm->check_health();
+}
+
 TEST(CommRefusals, NcclRefusesTwoRanksOnOneDevice) {
     FS_REQUIRE_GPUS(1);
     EXPECT_NE(error_of([] { cuda::make_nccl_communicator({0, 0}); }).find("ranks 0 and 1 are both on device 0"),
