@@ -245,7 +245,7 @@ void CudaBackend::enqueue_pass(const PassShape& shape) {
 
 void CudaBackend::make_communicator_groups() {
     int device = 0;
-    FS_CUDA_TRY(cudaGetDevice(&device));
+    CUDA_CHECK(cudaGetDevice(&device));
     CommOptions o;
     o.max_elements = int64_t(max_rows_) * cfg_.hidden_size;
     comm_ = make_same_device_communicator(int(shards_.size()), device, o);
