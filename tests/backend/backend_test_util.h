@@ -1,11 +1,12 @@
 // Shared helpers of the backend tests: one tiny generated checkpoint per test process (fresh seed, printed by the
-// tests that depend on it), random token ids, temporary paths and running the built `flashseek` binary.
+// tests that depend on it), random token ids and token files, temporary paths and running the built `flashseek`
+// binary (tests/support/run_command.h).
 #pragma once
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "model/checkpoint_gen.h"
 #include "model/config.h"
+#include "run_command.h"
 
 namespace backend_test {
 
@@ -44,23 +46,17 @@ inline std::string temp_path(const std::string& prefix, const std::string& name)
     return p;
 }
 
-struct RunResult {
-    int status = -1;
-    std::string output;  // stdout + stderr
-};
+// Runs `flashseek ARGS` (the binary built with the tests): exit status and stdout + stderr.
+inline flashseek::test_support::CommandResult run_flashseek(const std::string& args) {
+    return flashseek::test_support::run_command(std::string(FLASHSEEK_BIN) + " " + args);
+}
 
-// Runs `flashseek ARGS` (the binary built with the tests) and collects its exit status and output.
-inline RunResult run_flashseek(const std::string& args) {
-    const std::string cmd = std::string(FLASHSEEK_BIN) + " " + args + " 2>&1";
-    RunResult r;
-    FILE* p = popen(cmd.c_str(), "r");
-    if (!p) return r;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-    const int st = pclose(p);
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return r;
+// Writes token ids as a token file, with the mix of separators a user's file may have (spaces, line breaks).
+inline void write_token_file(const std::string& path, const std::vector<int32_t>& ids) {
+    std::ofstream f(path);
+    for (size_t i = 0; i < ids.size(); ++i) f << ids[i] << (i % 7 == 6 ? "\n" : "  ");
+    f.close();
+    FS_CHECK(f.good(), "{}: write failed", path);
 }
 
 inline const TinyModel& tiny_model() {

@@ -5,34 +5,25 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "backend_test_util.h"
+#include "f32_file.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-using backend_test::RunResult;
-RunResult run(const std::string& args) { return backend_test::run_flashseek(args); }
+using flashseek::test_support::read_f32_file;
+flashseek::test_support::CommandResult run(const std::string& args) { return backend_test::run_flashseek(args); }
 std::string temp_path(const std::string& name) { return backend_test::temp_path("cli", name); }
 
 std::string write_tokens(const std::string& name, const std::vector<int32_t>& ids) {
     const std::string path = temp_path(name);
-    std::ofstream f(path);
-    for (size_t i = 0; i < ids.size(); ++i) f << ids[i] << (i % 7 == 6 ? "\n" : "  ");
+    backend_test::write_token_file(path, ids);
     return path;
-}
-
-std::vector<float> read_floats(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    std::vector<float> v(bytes.size() / 4);
-    std::memcpy(v.data(), bytes.data(), v.size() * 4);
-    return v;
 }
 
 double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -54,14 +45,14 @@ TEST(CliLogits, OutputContractAndConsistency) {
     const std::string tokens = write_tokens("tok.txt", ids);
     const std::string out_full = temp_path("full.bin"), out_dec = temp_path("dec.bin"), out_chunk = temp_path("ch.bin");
     auto r = run("logits --model " + tm.dir + " --tokens " + tokens + " --prefill 45 --output " + out_full);
-    ASSERT_EQ(r.status, 0) << r.output;
+    ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_EQ(fs::file_size(out_full), uintmax_t(T * tm.vocab * 4));
     r = run("logits --model " + tm.dir + " --tokens " + tokens + " --prefill 1 --output " + out_dec +
             " --backend cpu --numerics exact");
-    ASSERT_EQ(r.status, 0) << r.output;
+    ASSERT_EQ(r.exit_code, 0) << r.output;
     r = run("logits --model " + tm.dir + " --tokens " + tokens + " --prefill 30 --chunk 7 --output " + out_chunk);
-    ASSERT_EQ(r.status, 0) << r.output;
-    const auto full = read_floats(out_full), dec = read_floats(out_dec), ch = read_floats(out_chunk);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto full = read_f32_file(out_full), dec = read_f32_file(out_dec), ch = read_f32_file(out_chunk);
     ASSERT_EQ(full.size(), size_t(T * tm.vocab));
     ASSERT_EQ(dec.size(), full.size());
     ASSERT_EQ(ch.size(), full.size());
@@ -71,8 +62,8 @@ TEST(CliLogits, OutputContractAndConsistency) {
     // release numerics run and differ
     const std::string out_rel = temp_path("rel.bin");
     r = run("logits --model " + tm.dir + " --tokens " + tokens + " --prefill 45 --numerics release --output " + out_rel);
-    ASSERT_EQ(r.status, 0) << r.output;
-    EXPECT_GT(max_rel_diff(read_floats(out_rel), full), 0.0);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_GT(max_rel_diff(read_f32_file(out_rel), full), 0.0);
 }
 
 TEST(CliLogits, ContractErrors) {
@@ -103,7 +94,7 @@ TEST(CliLogits, ContractErrors) {
     };
     for (const auto& c : cases) {
         const auto r = run(c.args);
-        EXPECT_NE(r.status, 0) << c.args << "\n" << r.output;
+        EXPECT_NE(r.exit_code, 0) << c.args << "\n" << r.output;
         EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.args << "\n" << r.output;
     }
 }
@@ -111,7 +102,7 @@ TEST(CliLogits, ContractErrors) {
 TEST(CliGenerate, GreedyAndSeededSampling) {
     const auto& tm = backend_test::tiny_model();
     auto r = run("generate --model " + tm.dir + " --prompt-tokens \"5 6 7 8\" --max-new 6 --ignore-eos");
-    ASSERT_EQ(r.status, 0) << r.output;
+    ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("tokens/s"), std::string::npos) << r.output;
     std::istringstream first(r.output.substr(0, r.output.find('\n')));
     std::vector<int64_t> ids;
@@ -123,8 +114,8 @@ TEST(CliGenerate, GreedyAndSeededSampling) {
     std::vector<int32_t> seq = {5, 6, 7, 8};
     for (size_t i = 0; i + 1 < ids.size(); ++i) seq.push_back(int32_t(ids[i]));
     const std::string tokens = write_tokens("gen.txt", seq), out = temp_path("gen.bin");
-    ASSERT_EQ(run("logits --model " + tm.dir + " --tokens " + tokens + " --prefill 4 --output " + out).status, 0);
-    const auto logits = read_floats(out);
+    ASSERT_EQ(run("logits --model " + tm.dir + " --tokens " + tokens + " --prefill 4 --output " + out).exit_code, 0);
+    const auto logits = read_f32_file(out);
     for (size_t i = 0; i < ids.size(); ++i) {
         const size_t row = 3 + i;
         auto b = logits.begin() + long(row * size_t(tm.vocab));
@@ -134,14 +125,14 @@ TEST(CliGenerate, GreedyAndSeededSampling) {
                                 " --prompt-tokens 5,6,7 --max-new 8 --temperature 0.9 --top-p 0.95 --top-k 50 "
                                 "--seed 77 --ignore-eos";
     const auto a = run(sampled), b = run(sampled);
-    ASSERT_EQ(a.status, 0) << a.output;
+    ASSERT_EQ(a.exit_code, 0) << a.output;
     EXPECT_EQ(a.output.substr(0, a.output.find('\n')), b.output.substr(0, b.output.find('\n')));
     const auto bad = run("generate --model " + tm.dir + " --prompt-tokens \"5 x\" --max-new 2");
-    EXPECT_NE(bad.status, 0);
+    EXPECT_NE(bad.exit_code, 0);
     EXPECT_NE(bad.output.find("'x'"), std::string::npos) << bad.output;
     const auto cuda = run("generate --model " + tm.dir + " --prompt-tokens 5 --max-new 2 --backend cuda");
 #ifndef FLASHSEEK_HAVE_CUDA
-    EXPECT_NE(cuda.status, 0);
+    EXPECT_NE(cuda.exit_code, 0);
     EXPECT_NE(cuda.output.find("no CUDA"), std::string::npos) << cuda.output;
 #endif
 }

@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "backend_test_util.h"
+#include "f32_file.h"
 #include "loader/safetensors.h"
 #include "model/perturb.h"
 
@@ -18,19 +18,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using backend_test::RunResult;
-RunResult run(const std::string& args) { return backend_test::run_flashseek(args); }
+using flashseek::test_support::read_f32_file;
+flashseek::test_support::CommandResult run(const std::string& args) { return backend_test::run_flashseek(args); }
 std::string temp_path(const std::string& name) { return backend_test::temp_path("perturb", name); }
 
 std::string read_file(const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-std::vector<float> as_floats(const std::string& bytes) {
-    std::vector<float> v(bytes.size() / 4);
-    std::memcpy(v.data(), bytes.data(), v.size() * 4);
-    return v;
 }
 
 }  // namespace
@@ -41,13 +35,10 @@ TEST(CliLogitsPerturbNorms, EqualsPerturbedCheckpointDeterministicSmallChange) {
     const int64_t T = 24;
     const auto ids = backend_test::random_tokens(T, tm.vocab, tm.seed ^ 9);
     const std::string tokens = temp_path("tok.txt");
-    {
-        std::ofstream f(tokens);
-        for (int32_t t : ids) f << t << ' ';
-    }
+    backend_test::write_token_file(tokens, ids);
     auto logits = [&](const std::string& model, const std::string& extra, const std::string& out) {
         const auto r = run("logits --model " + model + " --tokens " + tokens + " --prefill 13 --output " + out + extra);
-        EXPECT_EQ(r.status, 0) << extra << "\n" << r.output;
+        EXPECT_EQ(r.exit_code, 0) << extra << "\n" << r.output;
         return r.output;
     };
     const std::string plain = temp_path("plain.bin"), p3 = temp_path("p3.bin"), p3b = temp_path("p3b.bin"),
@@ -92,7 +83,7 @@ TEST(CliLogitsPerturbNorms, EqualsPerturbedCheckpointDeterministicSmallChange) {
     // them below 1.9e-2). Positions where a router or indexer top-k choice flips can move by far more (up to 0.5
     // seen), so only the median is bounded, loosely (a 2^-4 step gives medians 0.18 - 0.26); the exact values are
     // checked by test_model's PerturbNorms tests and by the bit-identity with the on-disk checkpoint above.
-    const auto x = as_floats(a), y = as_floats(b);
+    const auto x = read_f32_file(plain), y = read_f32_file(p3);
     std::vector<double> rel;
     for (int64_t t = 0; t < T; ++t) {
         double num = 0, den = 0;
@@ -117,11 +108,11 @@ TEST(CliLogitsPerturbNorms, BadSeedIsAClearError) {
     for (const std::string bad : {"abc", "-1", "1.5", "18446744073709551616", "''"}) {
         const auto r = run("logits --model " + tm.dir + " --tokens " + tokens + " --prefill 2 --output " + out +
                            " --perturb-norms " + bad);
-        EXPECT_NE(r.status, 0) << bad << "\n" << r.output;
+        EXPECT_NE(r.exit_code, 0) << bad << "\n" << r.output;
         EXPECT_NE(r.output.find("--perturb-norms"), std::string::npos) << bad << "\n" << r.output;
     }
     const auto r = run("logits --model " + tm.dir + " --tokens " + tokens + " --prefill 2 --output " + out +
                        " --perturb-norms");
-    EXPECT_NE(r.status, 0) << r.output;
+    EXPECT_NE(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("--perturb-norms"), std::string::npos) << r.output;
 }

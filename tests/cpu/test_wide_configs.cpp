@@ -9,20 +9,20 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cpu/forward.h"
 #include "cpu/model.h"
 #include "model/checkpoint_gen.h"
 #include "model/config.h"
+#include "f32_file.h"
 #include "forward_test_util.h"
 #include "random_config.h"
+#include "run_command.h"
 #include "util/error.h"
 
 using namespace flashseek;
@@ -61,25 +61,6 @@ bool has_indexer(const ModelConfig& c) {
     for (int r : c.compress_ratios)
         if (r == 4) return true;
     return false;
-}
-
-int run_shell(const std::string& cmd, std::string& output) {
-    output.clear();
-    FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-    if (!p) return -1;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) output.append(buf, n);
-    const int status = pclose(p);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-std::vector<float> read_f32(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::vector<float> v(bytes.size() / 4);
-    std::memcpy(v.data(), bytes.data(), v.size() * 4);
-    return v;
 }
 
 // One random config end to end in process.
@@ -159,16 +140,17 @@ TEST(WideConfigs, RandomConfigsThroughTheFlashseekBinary) {
             std::ofstream t(tokens_file);
             for (int32_t v : tokens) t << v << ' ';
         }
-        std::string out;
         const std::string bin = FLASHSEEK_BIN;
         const std::string gen = "'" + bin + "' gen-checkpoint --config '" + config.string() + "' --out '" +
                                 model.string() + "' --seed " + std::to_string(ck_seed);
-        ASSERT_EQ(run_shell(gen, out), 0) << out;
+        const auto gen_run = test_support::run_command(gen);
+        ASSERT_EQ(gen_run.exit_code, 0) << gen_run.output;
         const std::string logits_cmd = "'" + bin + "' logits --model '" + model.string() + "' --tokens '" +
                                        tokens_file.string() + "' --prefill " + std::to_string(prefill) +
                                        " --backend cpu --numerics exact --output '" + logits.string() + "'";
-        ASSERT_EQ(run_shell(logits_cmd, out), 0) << out;
-        const auto got = read_f32(logits);
+        const auto logits_run = test_support::run_command(logits_cmd);
+        ASSERT_EQ(logits_run.exit_code, 0) << logits_run.output;
+        const auto got = test_support::read_f32_file(logits);
         const auto m = load_cpu_model(model.string(), {});
         const auto want = run_steps(*m, tokens, prefill_then_decode(T, prefill), nullptr);
         ASSERT_EQ(got.size(), want.size());

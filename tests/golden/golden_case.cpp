@@ -1,13 +1,11 @@
-// Loading and checking committed goldens, running the flashseek binary, and the per-position error metric.
+// Loading and checking committed goldens, the per-position error metric and the inspect hash parser.
 #include "golden_case.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
-#include <sys/wait.h>
 
 #include "util/error.h"
 
@@ -108,20 +106,6 @@ std::vector<fs::path> list_golden_dirs(const fs::path& root) {
     return out;
 }
 
-std::vector<float> read_f32_file(const fs::path& path, int64_t count) {
-    std::ifstream in(path, std::ios::binary);
-    FS_CHECK(in.good(), "{}: cannot open", path.string());
-    in.seekg(0, std::ios::end);
-    const auto size = int64_t(in.tellg());
-    FS_CHECK(size == count * 4, "{}: {} bytes, expected {} float32 values ({} bytes)", path.string(), size, count,
-             count * 4);
-    in.seekg(0);
-    std::vector<float> v(static_cast<size_t>(count));
-    in.read(reinterpret_cast<char*>(v.data()), std::streamsize(size));
-    FS_CHECK(in.good(), "{}: read failed", path.string());
-    return v;
-}
-
 std::vector<double> per_position_rel_err(const float* ours, const float* golden, int64_t rows, int64_t cols) {
     std::vector<double> err(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) {
@@ -135,25 +119,6 @@ std::vector<double> per_position_rel_err(const float* ours, const float* golden,
         err[size_t(r)] = std::isfinite(num) ? std::sqrt(num) / std::max(std::sqrt(den), 1e-30) : INFINITY;
     }
     return err;
-}
-
-CommandResult run_command(const std::string& command_line) {
-    CommandResult r;
-    const std::string cmd = command_line + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    FS_CHECK(p != nullptr, "cannot run: {}", command_line);
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-    const int status = pclose(p);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-    return r;
-}
-
-std::string shell_quote(const std::string& s) {
-    std::string q = "'";
-    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    return q + "'";
 }
 
 std::string parse_content_hash(const std::string& inspect_output) {

@@ -1,6 +1,6 @@
 // One committed golden (tests/data/goldens/<name>/): its metadata, and the pieces the golden test needs to
-// regenerate the checkpoint, run `flashseek logits` and compare per position against the HF transformers logits
-// written by scripts/make_goldens.py. Every malformed input gives a flashseek::Error naming the file and field.
+// regenerate the checkpoint and compare `flashseek logits` per position against the HF transformers logits
+// written by scripts/make_goldens.py (running the binary and reading the logits: tests/support). Every malformed input gives a flashseek::Error naming the file and field.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -30,21 +30,8 @@ GoldenCase load_golden_case(const std::filesystem::path& dir);
 // Every folder under `root` that holds a meta.json, sorted by name.
 std::vector<std::filesystem::path> list_golden_dirs(const std::filesystem::path& root);
 
-// Reads exactly `count` little-endian float32 values; a size mismatch is an Error naming the file.
-std::vector<float> read_f32_file(const std::filesystem::path& path, int64_t count);
-
 // ||ours_t - golden_t|| / ||golden_t|| for each row t of [rows, cols] matrices (double accumulation).
 std::vector<double> per_position_rel_err(const float* ours, const float* golden, int64_t rows, int64_t cols);
-
-struct CommandResult {
-    int exit_code = -1;
-    std::string output;  // stdout and stderr together
-};
-// Runs a shell command line, capturing its output.
-CommandResult run_command(const std::string& command_line);
-
-// Quotes a path or argument for the shell.
-std::string shell_quote(const std::string& s);
 
 // The value of "content-hash: X" in `flashseek inspect` output; Error when absent.
 std::string parse_content_hash(const std::string& inspect_output);

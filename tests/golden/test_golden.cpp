@@ -16,11 +16,14 @@
 #include <cmath>
 #include <unistd.h>
 
+#include "f32_file.h"
 #include "golden_case.h"
+#include "run_command.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
 using namespace flashseek::golden;
+using namespace flashseek::test_support;
 
 namespace {
 

@@ -1,4 +1,5 @@
-// Helpers for loader tests: temporary folders and hand-made safetensors files (valid, or damaged on purpose).
+// Helpers for loader tests (and the model tests built on them): temporary folders, hand-made safetensors files
+// (valid, or damaged on purpose) and the checks of error messages.
 #pragma once
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -6,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -73,6 +75,16 @@ void expect_error(F&& f, std::initializer_list<std::string> parts) {
         const std::string msg = e.what();
         for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
     }
+}
+
+// The message of the flashseek::Error f throws; empty when it throws none.
+inline std::string message_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
 }
 
 inline uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}(); }

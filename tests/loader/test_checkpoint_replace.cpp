@@ -20,15 +20,6 @@ void write_two_tensors(const std::string& dir) {
     write_safetensors(dir + "/model.safetensors", {&a, &b});
 }
 
-std::string message_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
-
 }  // namespace
 
 TEST(CheckpointReplace, ReplacementIsVisibleEverywhereAndFileUntouched) {

@@ -2,30 +2,19 @@
 // errors (non-zero exit, message naming the key or file) for bad input.
 #include <gtest/gtest.h>
 
-#include <array>
 #include <cstdio>
 #include <cstdlib>
 
 #include "model/shard_plan.h"
 #include "model_test_util.h"
+#include "run_command.h"
 
 using namespace flashseek::test;
 
 namespace {
 
-struct Result {
-    int code;
-    std::string output;
-};
-Result run(const std::string& args) {
-    const std::string cmd = std::string(FLASHSEEK_BIN) + " " + args + " 2>&1";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    std::string out;
-    std::array<char, 4096> buf{};
-    size_t n;
-    while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-    const int status = ::pclose(p);
-    return {WEXITSTATUS(status), out};
+flashseek::test_support::CommandResult run(const std::string& args) {
+    return flashseek::test_support::run_command(std::string(FLASHSEEK_BIN) + " " + args);
 }
 
 }  // namespace
@@ -34,10 +23,10 @@ TEST(Cli, GenCheckpointAndInspect) {
     TempDir dir;
     auto r = run("gen-checkpoint --config " + config_path("tiny-a.json") + " --out " + dir.str() +
                  " --seed 1 --shards 2");
-    ASSERT_EQ(r.code, 0) << r.output;
+    ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("427 tensors"), std::string::npos) << r.output;
     r = run("inspect --model " + dir.str());
-    ASSERT_EQ(r.code, 0) << r.output;
+    ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("tensors: 427"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("bytes: 8118528"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("content-hash: fnv1a64:4d0b571e6c80b9d3"), std::string::npos) << r.output;
@@ -52,13 +41,13 @@ TEST(Cli, Errors) {
     j.erase("hidden_size");
     write_bytes(dir.file("bad.json"), j.dump());
     auto r = run("gen-checkpoint --config " + dir.file("bad.json") + " --out " + dir.file("out") + " --seed 1");
-    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.output.find("hidden_size"), std::string::npos) << r.output;
     r = run("gen-checkpoint --config " + config_path("tiny-a.json") + " --out " + dir.file("out") +
             " --seed 1 --expert-dtype int4");
-    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.exit_code, 0);
     r = run("inspect --model " + dir.file("nothing"));
-    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.output.find("nothing"), std::string::npos) << r.output;
 }
 
@@ -78,15 +67,10 @@ TEST(Cli, PythonOracleAcceptsGeneratedCheckpoints) {
         TempDir dir;
         auto r = run("gen-checkpoint --config " + config_path(v.config) + " --out " + dir.str() + " --seed 11 " +
                      v.flags);
-        ASSERT_EQ(r.code, 0) << r.output;
-        const std::string cmd = "python3 " + script + " " + dir.str() + " 2>&1";
-        FILE* p = ::popen(cmd.c_str(), "r");
-        std::string out;
-        char buf[4096];
-        size_t n;
-        while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-        EXPECT_EQ(WEXITSTATUS(::pclose(p)), 0) << out;
-        EXPECT_NE(out.find("check_checkpoint: OK"), std::string::npos) << out;
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        const auto check = flashseek::test_support::run_command("python3 " + script + " " + dir.str());
+        EXPECT_EQ(check.exit_code, 0) << check.output;
+        EXPECT_NE(check.output.find("check_checkpoint: OK"), std::string::npos) << check.output;
     }
 }
 
@@ -106,7 +90,7 @@ TEST(Cli, PlanPrintsV4FlashLayouts) {
         const auto r = run("plan --model " + config_path("v4-flash.json") + " --tp " + std::to_string(c.tp) +
                            " --ep " + std::to_string(c.ep) +
                            " --gpu-memory 141GB --max-sequences 16 --max-context 8192 --json " + json);
-        ASSERT_EQ(r.code, 0) << r.output;
+        ASSERT_EQ(r.exit_code, 0) << r.output;
         const int ranks = c.tp * c.ep;
         EXPECT_NE(r.output.find("43 of 43 layers"), std::string::npos) << r.output;
         EXPECT_NE(r.output.find(fmt::format("layout: {} = {} ranks", c.name, ranks)), std::string::npos) << r.output;
@@ -129,13 +113,13 @@ TEST(Cli, PlanPrintsV4FlashLayouts) {
 TEST(Cli, PlanRefusesWhatDoesNotFit) {
     // The whole model on one 80 GB GPU: refused with the bytes needed and available.
     auto r = run("plan --model " + config_path("v4-flash.json") + " --gpu-memory 80GB");
-    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_EQ(r.exit_code, 1) << r.output;
     EXPECT_NE(r.output.find("layout: TP1 = 1 rank"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("layout TP1 does not fit: rank 0 needs"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("the GPU has 80.00 GB (80000000000 bytes)"), std::string::npos) << r.output;
     // 20 layers fit one H200 (141 GB, here in GiB units: 131.3 GiB = 141 GB).
     r = run("plan --model " + config_path("v4-flash.json") + " --layers 20 --gpu-memory 131.3GiB");
-    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("20 of 43 layers"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("fit: every rank fits 140.98 GB"), std::string::npos) << r.output;
     // Layouts that cannot split the model, and bad options, name the key or flag.
@@ -150,16 +134,16 @@ TEST(Cli, PlanRefusesWhatDoesNotFit) {
                          Bad{"--ep 32", "shared expert"}}) {
         SCOPED_TRACE(b.args);
         r = run("plan" + m + " " + b.args);
-        EXPECT_EQ(r.code, 1) << r.output;
+        EXPECT_EQ(r.exit_code, 1) << r.output;
         EXPECT_NE(r.output.find(b.message), std::string::npos) << r.output;
     }
     TempDir dir;
     r = run("plan --model " + dir.str());
-    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.exit_code, 0);
     EXPECT_NE(r.output.find(dir.str() + "/config.json"), std::string::npos) << r.output;
     // A directory holding config.json is accepted.
     write_bytes(dir.file("config.json"), read_bytes(config_path("tiny-sharding.json")));
     r = run("plan --model " + dir.str() + " --tp 2 --ep 2");
-    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("fit: not checked"), std::string::npos) << r.output;
 }

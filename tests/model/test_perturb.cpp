@@ -24,15 +24,6 @@ uint16_t bf16_at(const TensorView& t, int64_t i) {
     return h;
 }
 
-std::string message_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
-
 }  // namespace
 
 TEST(PerturbNorms, NamesEveryRmsNormWeightOfTheInventory) {

@@ -9,10 +9,10 @@ namespace {
 std::string run_cli(const std::string& args, const std::string& stdin_text, int* status) {
     const std::string dir = test::temp_dir("cli");
     test::write_text(dir + "/in", stdin_text);
-    std::string out;
-    *status = test::run_command(std::string(FLASHSEEK_BINARY) + " " + args + " < '" + dir + "/in' 2>'" + dir + "/err'", &out);
-    if (*status != 0) out += test::read_text(dir + "/err");
-    return out;
+    const auto r = test_support::run_command(
+        std::string(FLASHSEEK_BINARY) + " " + args + " < '" + dir + "/in' 2>'" + dir + "/err'", /*with_stderr=*/false);
+    *status = r.exit_code;
+    return *status != 0 ? r.output + test::read_text(dir + "/err") : r.output;
 }
 
 TEST(Cli, TokenizeDetokenizeRoundTrip) {

@@ -36,12 +36,12 @@ TEST(TokenizerHf, SanityVectorsFromSpec) {
 
 TEST(TokenizerHf, CorpusIdenticalToHfTokenizers) {
     const std::string dir = test::temp_dir("hf_oracle");
-    std::string log;
     const std::string cmd = std::string(FLASHSEEK_PYTHON) + " " + test::source_path("scripts/tokenizer_hf_oracle.py") +
-                            " --tokenizer '" + test::v4_tokenizer_path() + "' --out '" + dir + "' 2>&1";
-    ASSERT_EQ(test::run_command(cmd, &log), 0) << "oracle failed (is the `tokenizers` PyPI package installed? "
-                                                  "scripts/install_deps.sh installs it):\n" << log;
-    std::cout << log;
+                            " --tokenizer '" + test::v4_tokenizer_path() + "' --out '" + dir + "'";
+    const auto oracle = test_support::run_command(cmd);
+    ASSERT_EQ(oracle.exit_code, 0) << "oracle failed (is the `tokenizers` PyPI package installed? "
+                                      "scripts/install_deps.sh installs it):\n" << oracle.output;
+    std::cout << oracle.output;
     std::ifstream corpus(dir + "/corpus.jsonl"), expected(dir + "/hf_ids.jsonl");
     std::string line_text, line_ids;
     std::size_t lines = 0, bytes = 0, mismatches = 0;

@@ -1,13 +1,15 @@
-// Shared helpers for the tokenizer tests: the project tokenizer (loaded once), fresh seeds, file and process helpers.
+// Shared helpers for the tokenizer tests: the project tokenizer (loaded once), fresh seeds, file helpers; commands
+// run through tests/support/run_command.h.
 #pragma once
 #include <gtest/gtest.h>
 
-#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
 
+#include "run_command.h"
 #include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
@@ -38,22 +40,9 @@ inline void write_text(const std::string& path, const std::string& text) {
     out << text;
 }
 
-// Runs a shell command, returns its exit status and captures stdout.
-inline int run_command(const std::string& cmd, std::string* out) {
-    FILE* p = ::popen(cmd.c_str(), "r");
-    if (!p) return -1;
-    char buf[65536];
-    std::size_t n;
-    out->clear();
-    while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
-    const int status = ::pclose(p);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 inline std::string temp_dir(const std::string& name) {
     const std::string dir = ::testing::TempDir() + "flashseek_" + name + "_" + std::to_string(fresh_seed() % 1000000007);
-    std::string ignored;
-    run_command("mkdir -p '" + dir + "'", &ignored);
+    std::filesystem::create_directories(dir);
     return dir;
 }
 

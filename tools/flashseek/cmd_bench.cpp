@@ -102,11 +102,7 @@ int run_bench(int argc, char** argv) {
     app.add_option("--json", json_path, "write the results as JSON to this file");
     app.add_flag("--no-graphs", no_graphs, "run decode steps without CUDA graphs");
     app.add_option("--seed", seed, "seed of the random prompts (0 = from the clock)");
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e);
-    }
+    CLI11_PARSE(app, argc, argv);
     FS_CHECK(output_len >= 2, "--output-len must be >= 2, got {}", output_len);
     FS_CHECK(warmup >= 0, "--warmup must be >= 0, got {}", warmup);
     const std::vector<int> concs = parse_int_list(concurrency_s, "--concurrency");

@@ -221,11 +221,7 @@ int run_bench_serve(int argc, char** argv) {
     app.add_flag("!--no-ignore-eos", ignore_eos, "let requests stop at EOS (default: ignore_eos)");
     app.add_option("--save-result", save_result, "write the results JSON here");
     app.add_flag("--disable-tqdm,--no-progress", no_progress, "no progress bar");
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e);
-    }
+    CLI11_PARSE(app, argc, argv);
     if (seed == 0) seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
     FS_CHECK(request_rate > 0, "--request-rate must be > 0 (got {})", request_rate);
     FS_CHECK(dataset != "file" || !dataset_path.empty(), "--dataset-path is required with --dataset-name file");

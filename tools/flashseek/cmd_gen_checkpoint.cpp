@@ -25,11 +25,7 @@ int run_gen_checkpoint(int argc, char** argv) {
         ->check(CLI::IsMember({"fp4", "fp8"}));
     app.add_flag("--f32-scales", f32_scales, "store block scales as F32 (as Base checkpoints) instead of E8M0");
     app.add_option("--threads", threads, "worker threads (0 = all cores; the output does not depend on it)");
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e);
-    }
+    CLI11_PARSE(app, argc, argv);
     const auto t0 = std::chrono::steady_clock::now();
     flashseek::ModelConfig cfg = flashseek::load_model_config(config_path);
     flashseek::GenOptions opt;

@@ -53,11 +53,7 @@ int run_generate(int argc, char** argv) {
     app.add_option("--seed", seed, "sampling seed (same seed, same tokens)");
     cli::add_backend_flags(app, flags);
     app.add_flag("--ignore-eos", ignore_eos, "keep generating after the end-of-sequence token");
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e);
-    }
+    CLI11_PARSE(app, argc, argv);
     FS_CHECK(max_new >= 1, "--max-new must be >= 1, got {}", max_new);
     FS_CHECK(!(prompt.empty() && prompt_text.empty()), "give the prompt with --prompt TEXT or --prompt-tokens IDS");
     FS_CHECK(!chat || !prompt_text.empty(), "--chat needs --prompt TEXT");

@@ -23,11 +23,7 @@ int run_inspect(int argc, char** argv) {
     app.add_flag("--tensors", list, "list every tensor (name, dtype, shape, bytes, FNV-1a of its bytes)");
     app.add_flag("--no-hash", no_hash, "skip the content hash (which reads every byte)");
     app.add_flag("--no-validate", no_validate, "do not check the tensors against config.json");
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e);
-    }
+    CLI11_PARSE(app, argc, argv);
     const auto ckpt = flashseek::Checkpoint::open(dir);
     std::map<std::string, std::pair<size_t, size_t>> by_dtype;  // count, bytes
     // Content hash: FNV-1a over, per tensor in name order, its name, dtype, shape and bytes.

@@ -42,11 +42,7 @@ int run_logits(int argc, char** argv) {
                    "multiply every RMSNorm weight by (1 +- 2^-8) per channel (signs from SEED), rounded to bf16: "
                    "the reference's own sensitivity to one rounding error")
         ->type_name("SEED");
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e);
-    }
+    CLI11_PARSE(app, argc, argv);
     static_assert(std::endian::native == std::endian::little, "the output format is little-endian float32");
     FS_CHECK(chunk >= 0, "--chunk must be >= 0, got {}", chunk);
     const std::vector<int32_t> tokens = read_token_file(tokens_path);

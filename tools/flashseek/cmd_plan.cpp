@@ -78,11 +78,7 @@ int run_plan(int argc, char** argv) {
     app.add_option("--allreduce-dtype", allreduce_dtype, "element of the all-reduce messages: bf16 or fp32")
         ->check(CLI::IsMember({"bf16", "fp32"}));
     app.add_option("--json", json_path, "also write the plan as JSON to this file");
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e);
-    }
+    CLI11_PARSE(app, argc, argv);
     const ParallelLayout layout = layout_flags.layout();
     const int64_t gpu_memory = gpu_memory_text.empty() ? 0 : cli::parse_byte_size("--gpu-memory", gpu_memory_text);
     std::error_code ec;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "backend_flags.h"
+#include "byte_size.h"
 #include "command.h"
 #include "backend/registry.h"
 #include "model/default_model.h"
@@ -23,27 +24,6 @@ namespace {
 
 using namespace flashseek;
 using namespace flashseek::server;
-
-// "512KiB", "2GiB", "1000000" -> bytes; "" -> 0 (backend default).
-int64_t parse_byte_size(const std::string& text, const char* flag) {
-    if (text.empty()) return 0;
-    size_t used = 0;
-    double v = 0;
-    try {
-        v = std::stod(text, &used);
-    } catch (const std::exception&) {
-        fail("{}: '{}' is not a size (examples: 1000000, 64KiB, 2GiB)", flag, text);
-    }
-    const std::string unit = text.substr(used);
-    double mult = 1;
-    if (unit == "" || unit == "B") mult = 1;
-    else if (unit == "KiB" || unit == "K") mult = 1024.0;
-    else if (unit == "MiB" || unit == "M") mult = 1024.0 * 1024;
-    else if (unit == "GiB" || unit == "G") mult = 1024.0 * 1024 * 1024;
-    else fail("{}: unknown unit '{}' in '{}' (use B, KiB, MiB or GiB)", flag, unit, text);
-    FS_CHECK(v > 0 && v * mult < 9e18, "{}: '{}' is out of range", flag, text);
-    return int64_t(v * mult);
-}
 
 int run_serve(int argc, char** argv) {
     CLI::App app{"Serve a DeepSeek-V4 model over the OpenAI API (chat/completions, completions, responses, models, "
@@ -67,8 +47,8 @@ int run_serve(int argc, char** argv) {
     cli::add_backend_flags(app, flags, /*with_dummy=*/true);
     app.add_option("--max-num-seqs", max_sequences, "most sequences in the running batch");
     app.add_option("--max-model-len", max_context, "context limit per sequence (0 = the model's)");
-    app.add_option("--state-memory", state_memory, "state-memory pool size: bytes or with KiB/MiB/GiB (default: the "
-                                                   "backend's)");
+    app.add_option("--state-memory", state_memory, "state-memory pool size: bytes or with KiB/MiB/GiB (or KB/MB/GB: "
+                                                   "powers of 1000; default: the backend's)");
     CLI::Option* batch_tokens_opt =
         app.add_option("--max-batch-tokens", loop_opt.scheduler.max_batch_tokens,
                        "tokens per step (decode + prefill; default 4096 on cuda, 512 on cpu)");
@@ -85,11 +65,7 @@ int run_serve(int argc, char** argv) {
     app.add_option("--max-n", api.limits.max_n, "largest accepted n");
     app.add_option("--max-logprobs", api.limits.max_logprobs, "largest accepted top_logprobs / logprobs");
     app.add_flag("--enable-debug-hooks", debug_hooks, "accept test-only request fields (debug_forced_tokens)");
-    try {
-        app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-        return app.exit(e);
-    }
+    CLI11_PARSE(app, argc, argv);
     if (api.api_key.empty())
         if (const char* k = std::getenv("FLASHSEEK_API_KEY")) api.api_key = k;
     FS_CHECK(api.http.threads >= 4, "--http-threads must be >= 4 (got {})", api.http.threads);
@@ -125,7 +101,7 @@ int run_serve(int argc, char** argv) {
         if (flags.prefill_chunk == 0) loop_opt.scheduler.prefill_chunk = kDefaultPrefillChunkTokens;
         if (batch_tokens_opt->count() == 0) loop_opt.scheduler.max_batch_tokens = 2 * kDefaultPrefillChunkTokens;
     }
-    bopt.state_memory_bytes = parse_byte_size(state_memory, "--state-memory");
+    bopt.state_memory_bytes = state_memory.empty() ? 0 : cli::parse_byte_size("--state-memory", state_memory);
     LoadProgress progress([&] { return signals.stop_requested(); }, isatty(STDERR_FILENO) != 0);
     bopt.progress = [&](size_t done, size_t total) { return progress(done, total); };
     std::unique_ptr<Backend> be;

@@ -43,15 +43,17 @@ __device__ __forceinline__ void load_chunk8(const uint8_t* src, KvFormat fmt, in
     }
 }
 
-// Carves 16-byte aligned pieces off a kernel's dynamic shared memory in order; with raw = nullptr it only adds up
-// the size, so the host sizes a launch with the same function the kernel lays its memory out with.
+// Carves 16-byte aligned arrays off a kernel's dynamic shared memory in order; with raw = nullptr it only adds up
+// the size (and hands out null pointers), so the host sizes a launch with the same function the kernel lays its
+// memory out with.
 struct SmemCarver {
     unsigned char* raw = nullptr;
     size_t size = 0;
-    __host__ __device__ unsigned char* take(size_t bytes) {
+    template <typename T>
+    __host__ __device__ T* take(size_t count) {
         const size_t at = size;
-        size = (size + bytes + 15) / 16 * 16;
-        return raw ? raw + at : nullptr;
+        size = (size + count * sizeof(T) + 15) / 16 * 16;
+        return raw ? reinterpret_cast<T*>(raw + at) : nullptr;
     }
 };
 

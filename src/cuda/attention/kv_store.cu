@@ -74,7 +74,7 @@ void kv_store_window(const bf16* kv, int64_t kv_stride, int dim, int rope_dim, c
     const size_t smem = size_t(dim) * sizeof(float);
     launch_pdl("kv_store_kernel", kv_store_kernel, dim3(batch.n_tokens), dim3(kThreads), smem, stream, kv, kv_stride,
                dim, rope_dim, norm_weight, eps, rope, batch, ring, final_kv);
-    FS_ATTN_LAUNCHED();
+    CUDA_CHECK_LAUNCH("kv_store_kernel");
 }
 
 }  // namespace flashseek::cuda

@@ -71,22 +71,77 @@ __device__ __forceinline__ void split_range(int total, int n_splits, int split, 
     c_end = min(total, c_begin + per_split);
 }
 
+// Threads 0..kTile-1 resolve the entry addresses of the tile's candidates [base, base + kTile) once (each a chain of
+// dependent loads) into shared memory: ptr (nullptr = masked: past c_end, an empty slot, not visible), fmt, valid.
+__device__ __forceinline__ void resolve_tile(const SparseAttentionParams& p, const Candidates& c, int t, int base,
+                                             int c_end, const uint8_t** ptr, int* fmt, int* valid) {
+    if (threadIdx.x < kTile) {
+        KvFormat f = KvFormat::BF16;
+        const uint8_t* src = base + threadIdx.x < c_end ? candidate_entry(p, c, t, base + threadIdx.x, f) : nullptr;
+        ptr[threadIdx.x] = src;
+        fmt[threadIdx.x] = int(f);
+        valid[threadIdx.x] = src != nullptr;
+    }
+}
+
+// Dequantizes the resolved tile into bf16 shared rows of D + kRowPad elements (masked entries as zeros):
+// kLoadBatch independent 8-dim chunks per thread in flight. Rows that stay 16-byte aligned (the tensor-core
+// kernel's) take one 16-byte store per chunk; the SIMT kernel's rows, padded by one word, four 4-byte stores.
+template <int kRowPad>
+__device__ __forceinline__ void dequantize_tile(const uint8_t* const* ptr, const int* fmt, int D, int rope_dim,
+                                                bf16* kv) {
+    constexpr int kLoadBatch = 8;
+    const int chunks = D / 8;
+    for (int i0 = threadIdx.x; i0 < kTile * chunks; i0 += kLoadBatch * kThreads) {
+        __nv_bfloat162 v[kLoadBatch][4];
+#pragma unroll
+        for (int k = 0; k < kLoadBatch; ++k) {
+            const int i = i0 + k * kThreads;
+            const int e = i / chunks, d = (i % chunks) * 8;
+            const uint8_t* src = i < kTile * chunks ? ptr[e] : nullptr;
+            if (src) {
+                load_chunk8(src, KvFormat(fmt[e]), D, rope_dim, d, v[k]);
+            } else {
+                v[k][0] = v[k][1] = v[k][2] = v[k][3] = __floats2bfloat162_rn(0.f, 0.f);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < kLoadBatch; ++k) {
+            const int i = i0 + k * kThreads;
+            if (i >= kTile * chunks) break;
+            const int e = i / chunks, d = (i % chunks) * 8;
+            if constexpr (kRowPad % 8 == 0) {
+                *reinterpret_cast<uint4*>(kv + e * (D + kRowPad) + d) = *reinterpret_cast<const uint4*>(v[k]);
+            } else {
+                __nv_bfloat162* row = reinterpret_cast<__nv_bfloat162*>(kv + e * (D + kRowPad));
+#pragma unroll
+                for (int j = 0; j < 4; ++j) row[d / 2 + j] = v[k][j];
+            }
+        }
+    }
+}
+
+// SIMT kv rows of D + 2 bf16: an odd number of words, so the lane-per-entry reads are bank-conflict free.
+constexpr int kSimtRowPad = 2;
+
 struct Smem {
     float* q;      // [D][kHeads] (dim-major: one 32-byte broadcast gives a dim's 8 heads)
-    bf16* kv;      // [kTile][D + 2]
+    bf16* kv;      // [kTile][D + kSimtRowPad]
     float* part;   // [kSlices][kHeads][kTile]
     float* prob;   // [kTile][kHeads]
     float* alpha;  // [kHeads]
     int* valid;    // [kTile]
-    const uint8_t** ptr;  // [kTile] entry addresses of the tile's candidates (nullptr = masked)
     int* fmt;      // [kTile]
+    const uint8_t** ptr;  // [kTile] entry addresses of the tile's candidates (nullptr = masked)
 };
 
+// The SIMT kernel's shared memory, carved with plain pointer arithmetic (every piece is a multiple of 16 bytes; the
+// SmemCarver's rounding would cost the kernel a few instructions), and its size on the host.
 __device__ __forceinline__ Smem carve(unsigned char* raw, int D) {
     Smem s;
     s.q = reinterpret_cast<float*>(raw);
     s.kv = reinterpret_cast<bf16*>(s.q + kHeads * D);
-    s.part = reinterpret_cast<float*>(s.kv + kTile * (D + 2));
+    s.part = reinterpret_cast<float*>(s.kv + kTile * (D + kSimtRowPad));
     s.prob = s.part + kSlices * kHeads * kTile;
     s.alpha = s.prob + kHeads * kTile;
     s.valid = reinterpret_cast<int*>(s.alpha + kHeads);
@@ -96,7 +151,7 @@ __device__ __forceinline__ Smem carve(unsigned char* raw, int D) {
 }
 
 size_t smem_bytes(int D) {
-    return size_t(kHeads) * D * 4 + size_t(kTile) * (D + 2) * 2 + size_t(kSlices) * kHeads * kTile * 4 +
+    return size_t(kHeads) * D * 4 + size_t(kTile) * (D + kSimtRowPad) * 2 + size_t(kSlices) * kHeads * kTile * 4 +
            size_t(kHeads) * kTile * 4 + kHeads * 4 + kTile * 4 + kTile * 4 + kTile * 8;
 }
 
@@ -125,43 +180,11 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionPara
 #pragma unroll
         for (int h = 0; h < kHeads; ++h) acc[k][h][0] = acc[k][h][1] = 0.f;
 
-    const int chunks = D / 8;
-    const int kv_rope_dim = p.rope_dim;
     for (int base = c_begin; base < c_end; base += kTile) {
         __syncthreads();  // previous tile fully consumed
-        if (threadIdx.x < kTile) {  // resolve the tile's entry addresses once (a chain of dependent loads each)
-            KvFormat fmt = KvFormat::BF16;
-            const uint8_t* src = base + threadIdx.x < c_end ? candidate_entry(p, c, t, base + threadIdx.x, fmt) : nullptr;
-            sm.ptr[threadIdx.x] = src;
-            sm.fmt[threadIdx.x] = int(fmt);
-            sm.valid[threadIdx.x] = src != nullptr;
-        }
+        resolve_tile(p, c, t, base, c_end, sm.ptr, sm.fmt, sm.valid);
         __syncthreads();
-        // Dequantize the tile into shared memory: kLoadBatch independent 8-dim chunks per thread in flight.
-        constexpr int kLoadBatch = 8;
-        for (int i0 = threadIdx.x; i0 < kTile * chunks; i0 += kLoadBatch * kThreads) {
-            __nv_bfloat162 v[kLoadBatch][4];
-#pragma unroll
-            for (int k = 0; k < kLoadBatch; ++k) {
-                const int i = i0 + k * kThreads;
-                const int e = i / chunks, d = (i % chunks) * 8;
-                const uint8_t* src = i < kTile * chunks ? sm.ptr[e] : nullptr;
-                if (src) {
-                    load_chunk8(src, KvFormat(sm.fmt[e]), D, kv_rope_dim, d, v[k]);
-                } else {
-                    v[k][0] = v[k][1] = v[k][2] = v[k][3] = __floats2bfloat162_rn(0.f, 0.f);
-                }
-            }
-#pragma unroll
-            for (int k = 0; k < kLoadBatch; ++k) {
-                const int i = i0 + k * kThreads;
-                if (i >= kTile * chunks) break;
-                const int e = i / chunks, d = (i % chunks) * 8;
-                __nv_bfloat162* row = reinterpret_cast<__nv_bfloat162*>(sm.kv + e * (D + 2));
-#pragma unroll
-                for (int j = 0; j < 4; ++j) row[d / 2 + j] = v[k][j];
-            }
-        }
+        dequantize_tile<kSimtRowPad>(sm.ptr, sm.fmt, D, p.rope_dim, sm.kv);
         __syncthreads();
         {  // QK partials: entry = lane, slice = warp
             const int e = lane, sl = warp;
@@ -169,7 +192,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionPara
             float dot[kHeads];
 #pragma unroll
             for (int h = 0; h < kHeads; ++h) dot[h] = 0.f;
-            const __nv_bfloat162* row = reinterpret_cast<const __nv_bfloat162*>(sm.kv + e * (D + 2));
+            const __nv_bfloat162* row = reinterpret_cast<const __nv_bfloat162*>(sm.kv + e * (D + kSimtRowPad));
             for (int d = d_begin; d < d_end; d += 2) {
                 const float2 kk = __bfloat1622float2(row[d / 2]);
                 float q0[kHeads], q1[kHeads];
@@ -216,7 +239,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionPara
                 acc[k][h][1] *= sm.alpha[h];
             }
             for (int e = 0; e < kTile; ++e) {
-                const float2 v = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(sm.kv + e * (D + 2))[d2]);
+                const float2 v =
+                    __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(sm.kv + e * (D + kSimtRowPad))[d2]);
                 float pr[kHeads];
                 *reinterpret_cast<float4*>(pr) = *reinterpret_cast<const float4*>(sm.prob + e * kHeads);
                 *reinterpret_cast<float4*>(pr + 4) = *reinterpret_cast<const float4*>(sm.prob + e * kHeads + 4);
@@ -288,31 +312,24 @@ struct MmaSmem {
     const uint8_t** ptr;  // [kTile]
 };
 
-__host__ __device__ inline size_t mma_smem_layout(int D, MmaSmem* s, unsigned char* raw) {
+// The tensor-core kernel's shared memory; the same function sizes it on the host (raw = nullptr).
+__host__ __device__ inline size_t mma_smem_layout(int D, MmaSmem& s, unsigned char* raw) {
     SmemCarver c{raw};
-    unsigned char* q = c.take(size_t(kMmaHeads) * (D + kMmaPad) * 2);
-    unsigned char* kv = c.take(size_t(kTile) * (D + kMmaPad) * 2);
-    unsigned char* sp = c.take(size_t(2) * kMmaHeads * (kTile + 1) * 4);
-    unsigned char* pr = c.take(size_t(kMmaHeads) * (kTile + kMmaPad) * 2);
-    unsigned char* alpha = c.take(2 * kMmaHeads * 4);
-    unsigned char* ml = c.take(kMmaHeads * 2 * 4);
-    unsigned char* valid = c.take(kTile * 4);
-    unsigned char* fmt = c.take(kTile * 4);
-    unsigned char* ptr = c.take(kTile * sizeof(void*));
-    if (s) {
-        s->q = reinterpret_cast<bf16*>(q);
-        s->kv = reinterpret_cast<bf16*>(kv);
-        s->sp = reinterpret_cast<float*>(sp);
-        s->pr = reinterpret_cast<bf16*>(pr);
-        s->alpha = reinterpret_cast<float*>(alpha);
-        s->ml = reinterpret_cast<float*>(ml);
-        s->valid = reinterpret_cast<int*>(valid);
-        s->fmt = reinterpret_cast<int*>(fmt);
-        s->ptr = reinterpret_cast<const uint8_t**>(ptr);
-    }
+    s.q = c.take<bf16>(size_t(kMmaHeads) * (D + kMmaPad));
+    s.kv = c.take<bf16>(size_t(kTile) * (D + kMmaPad));
+    s.sp = c.take<float>(size_t(2) * kMmaHeads * (kTile + 1));
+    s.pr = c.take<bf16>(size_t(kMmaHeads) * (kTile + kMmaPad));
+    s.alpha = c.take<float>(2 * kMmaHeads);
+    s.ml = c.take<float>(kMmaHeads * 2);
+    s.valid = c.take<int>(kTile);
+    s.fmt = c.take<int>(kTile);
+    s.ptr = c.take<const uint8_t*>(kTile);
     return c.size;
 }
-size_t mma_smem_bytes(int D) { return mma_smem_layout(D, nullptr, nullptr); }
+size_t mma_smem_bytes(int D) {
+    MmaSmem unused;
+    return mma_smem_layout(D, unused, nullptr);
+}
 
 __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttentionParams p, int n_splits, float* ws_o,
                                                                  float* ws_ml) {
@@ -321,7 +338,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int D = p.head_dim, H = p.n_heads, DP = D + kMmaPad;
     MmaSmem sm;
-    mma_smem_layout(D, &sm, smem_raw);
+    mma_smem_layout(D, sm, smem_raw);
     const int t = blockIdx.x, h0 = blockIdx.y * kMmaHeads, split = blockIdx.z;
     const int n_heads_here = min(kMmaHeads, H - h0);
     const Candidates c = candidates_of(p, t);
@@ -342,40 +359,12 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
     float acc[kMaxNt][4];
 #pragma unroll
     for (int j = 0; j < kMaxNt; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-    const int chunks = D / 8;
 
     for (int base = c_begin; base < c_end; base += kTile) {
         __syncthreads();  // previous tile fully consumed
-        if (threadIdx.x < kTile) {
-            KvFormat fmt = KvFormat::BF16;
-            const uint8_t* src = base + threadIdx.x < c_end ? candidate_entry(p, c, t, base + threadIdx.x, fmt) : nullptr;
-            sm.ptr[threadIdx.x] = src;
-            sm.fmt[threadIdx.x] = int(fmt);
-            sm.valid[threadIdx.x] = src != nullptr;
-        }
+        resolve_tile(p, c, t, base, c_end, sm.ptr, sm.fmt, sm.valid);
         __syncthreads();
-        constexpr int kLoadBatch = 8;
-        for (int i0 = threadIdx.x; i0 < kTile * chunks; i0 += kLoadBatch * kThreads) {
-            __nv_bfloat162 v[kLoadBatch][4];
-#pragma unroll
-            for (int k = 0; k < kLoadBatch; ++k) {
-                const int i = i0 + k * kThreads;
-                const int e = i / chunks, d = (i % chunks) * 8;
-                const uint8_t* src = i < kTile * chunks ? sm.ptr[e] : nullptr;
-                if (src) {
-                    load_chunk8(src, KvFormat(sm.fmt[e]), D, p.rope_dim, d, v[k]);
-                } else {
-                    v[k][0] = v[k][1] = v[k][2] = v[k][3] = __floats2bfloat162_rn(0.f, 0.f);
-                }
-            }
-#pragma unroll
-            for (int k = 0; k < kLoadBatch; ++k) {
-                const int i = i0 + k * kThreads;
-                if (i >= kTile * chunks) break;
-                const int e = i / chunks, d = (i % chunks) * 8;
-                *reinterpret_cast<uint4*>(sm.kv + e * DP + d) = *reinterpret_cast<const uint4*>(v[k]);
-            }
-        }
+        dequantize_tile<kMmaPad>(sm.ptr, sm.fmt, D, p.rope_dim, sm.kv);
         __syncthreads();
         {  // QK: entries 8*(warp%4).., dims of half warp/4
             const int nt = warp % 4, kh = warp / 4;
@@ -572,11 +561,11 @@ std::string_view sparse_attention(const SparseAttentionParams& p, void* workspac
         launch_pdl("attention_kernel", attention_kernel, dim3(grid), dim3(kThreads), smem, stream, p, splits, ws_o,
                    ws_ml);
     }
-    FS_ATTN_LAUNCHED();
+    CUDA_CHECK_LAUNCH(mma ? "attention_mma_kernel" : "attention_kernel");
     if (splits > 1) {
         launch_pdl("combine_kernel", combine_kernel, dim3(dim3(p.batch.n_tokens, p.n_heads)), dim3(256), 0, stream, p,
                    splits, ws_o, ws_ml);
-        FS_ATTN_LAUNCHED();
+        CUDA_CHECK_LAUNCH("combine_kernel");
     }
     return mma ? "attn_mma" : "attn_simt";
 }

@@ -109,21 +109,14 @@ struct PrefillSmem {
     int* valid;  // [stages][kTile]
     int* topk;   // [topk_width] the query's top-k row
 };
-__host__ __device__ inline size_t prefill_smem_layout(int D, int groups, int stages, int topk_width, PrefillSmem* s,
+__host__ __device__ inline size_t prefill_smem_layout(int D, int groups, int stages, int topk_width, PrefillSmem& s,
                                                       unsigned char* raw) {
     SmemCarver c{raw};
-    unsigned char* q = c.take(size_t(groups) * kGroupHeads * (D + kMmaPad) * 2);
-    unsigned char* kv = c.take(size_t(stages) * kTile * (D + kMmaPad) * 2);
-    unsigned char* xch = c.take(size_t(groups) * 2 * 16 * 32 * 4);
-    unsigned char* valid = c.take(size_t(stages) * kTile * 4);
-    unsigned char* topk = c.take(size_t(topk_width) * 4);
-    if (s) {
-        s->q = reinterpret_cast<bf16*>(q);
-        s->kv = reinterpret_cast<bf16*>(kv);
-        s->xch = reinterpret_cast<float*>(xch);
-        s->valid = reinterpret_cast<int*>(valid);
-        s->topk = reinterpret_cast<int*>(topk);
-    }
+    s.q = c.take<bf16>(size_t(groups) * kGroupHeads * (D + kMmaPad));
+    s.kv = c.take<bf16>(size_t(stages) * kTile * (D + kMmaPad));
+    s.xch = c.take<float>(size_t(groups) * 2 * 16 * 32);
+    s.valid = c.take<int>(size_t(stages) * kTile);
+    s.topk = c.take<int>(size_t(topk_width));
     return c.size;
 }
 
@@ -156,7 +149,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     const int groups = blockDim.x / kGroupThreads;
     const int topk_width = p.topk ? p.topk_width : 0;
     PrefillSmem sm;
-    prefill_smem_layout(D, groups, stages, topk_width, &sm, smem_raw);
+    prefill_smem_layout(D, groups, stages, topk_width, sm, smem_raw);
     const int t = blockIdx.x, h_cta = blockIdx.y * groups * kGroupHeads;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int grp = warp >> 1, half = warp & 1;
@@ -377,7 +370,8 @@ PrefillShape plan_shape(const SparseAttentionParams& p, const PrefillAttentionTu
     const int topk_width = p.topk ? p.topk_width : 0;
     const size_t max_smem = size_t(current_arch().max_smem_per_block_optin);
     auto smem_of = [&](int gr, int st) {
-        return prefill_smem_layout(p.head_dim, gr, st, topk_width, nullptr, nullptr);
+        PrefillSmem unused;
+        return prefill_smem_layout(p.head_dim, gr, st, topk_width, unused, nullptr);
     };
     PrefillShape s;
     s.groups =
@@ -463,11 +457,11 @@ void sparse_attention_prefill(const SparseAttentionParams& p, int max_entries, v
     const int items = p.window - 1 + p.batch.max_seq_tokens + entries;
     launch_pdl("prefill_gather_kernel", gather_kernel, dim3((items + kGatherWarps - 1) / kGatherWarps, p.batch.n_seqs),
                dim3(kGatherThreads), 0, stream, p, g, static_cast<bf16*>(workspace));
-    FS_ATTN_LAUNCHED();
+    CUDA_CHECK_LAUNCH("prefill_gather_kernel");
     const int head_blocks = ((p.n_heads + kGroupHeads - 1) / kGroupHeads + shape.groups - 1) / shape.groups;
     launch_pdl("prefill_attention_kernel", prefill_attention_kernel, dim3(p.batch.n_tokens, head_blocks),
                dim3(shape.groups * kGroupThreads), shape.smem, stream, p, g, shape.stages);
-    FS_ATTN_LAUNCHED();
+    CUDA_CHECK_LAUNCH("prefill_attention_kernel");
 }
 
 }  // namespace flashseek::cuda

@@ -29,6 +29,7 @@
 #include "cuda/backend/streams.h"
 #include "cuda/comm/communicator.h"
 #include "cuda/comm/reduce.cuh"
+#include "cuda/common/copy_bandwidth.h"
 #include "cuda/common/kernel_policy.h"
 #include "cuda/compressor/compressor.cuh"
 #include "cuda/sample/sample.cuh"
@@ -79,7 +80,7 @@ std::unique_ptr<StatePool> make_state_pool(const ModelConfig& cfg, const Backend
     const int64_t max_ctx =
         opt.max_context > 0 ? opt.max_context : std::min<int64_t>(cfg.max_position_embeddings, 1 << 20);
     size_t free_b = 0, total_b = 0;
-    FS_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     // Shards sharing the device share the default: half of what is left, divided among this and the shards still to
     // come; an explicit size is per shard.
     const int64_t pool_bytes = opt.state_memory_bytes > 0 ? opt.state_memory_bytes
@@ -244,7 +245,7 @@ void CudaBackend::enqueue_pass(const PassShape& shape) {
 
 void CudaBackend::make_communicator_groups() {
     int device = 0;
-    FS_CUDA_TRY(cudaGetDevice(&device));
+    CUDA_CHECK(cudaGetDevice(&device));
     CommOptions o;
     o.max_elements = int64_t(max_rows_) * cfg_.hidden_size;
     comm_ = make_same_device_communicator(int(shards_.size()), device, o);
@@ -298,14 +299,14 @@ void CudaBackend::enqueue_sampling(int head_rows, const std::vector<HeadDest>& d
         }
         host[h] = d;
     }
-    FS_CUDA_TRY(cudaMemcpyAsync(lead().sample_params.get(), host, size_t(head_rows) * sizeof(DeviceSampleParams),
+    CUDA_CHECK(cudaMemcpyAsync(lead().sample_params.get(), host, size_t(head_rows) * sizeof(DeviceSampleParams),
                                 cudaMemcpyHostToDevice, stream));
     sample_rows(lead().logits.as<float>(), head_rows, cfg_.vocab_size, cfg_.vocab_size,
                 lead().sample_params.as<DeviceSampleParams>(), lead().tokens.as<int32_t>(),
                 lead().sample_logprob.as<float>(), stream);
-    FS_CUDA_TRY(cudaMemcpyAsync(lead().tokens_host.as<void>(), lead().tokens.get(), size_t(head_rows) * 4,
+    CUDA_CHECK(cudaMemcpyAsync(lead().tokens_host.as<void>(), lead().tokens.get(), size_t(head_rows) * 4,
                                 cudaMemcpyDeviceToHost, stream));
-    FS_CUDA_TRY(cudaMemcpyAsync(lead().sample_logprob_host.as<void>(), lead().sample_logprob.get(), size_t(head_rows) * 4,
+    CUDA_CHECK(cudaMemcpyAsync(lead().sample_logprob_host.as<void>(), lead().sample_logprob.get(), size_t(head_rows) * 4,
                                 cudaMemcpyDeviceToHost, stream));
 }
 
@@ -444,17 +445,17 @@ void CudaBackend::run_steps(std::span<const SequenceStep> steps, Output out, std
         // Outputs of the rows that need them.
         if (!head_dst.empty()) {
             if (out == Output::Logits) {
-                FS_CUDA_TRY(cudaMemcpyAsync(lead().logits_host.as<void>(), lead().logits.get(),
+                CUDA_CHECK(cudaMemcpyAsync(lead().logits_host.as<void>(), lead().logits.get(),
                                             size_t(head_rows) * size_t(V) * 4, cudaMemcpyDeviceToHost, stream));
             } else if (out == Output::Argmax) {
                 argmax_rows(lead().logits.as<float>(), head_rows, V, lead().tokens.as<int32_t>(), stream);
-                FS_CUDA_TRY(cudaMemcpyAsync(lead().tokens_host.as<void>(), lead().tokens.get(), size_t(head_rows) * 4,
+                CUDA_CHECK(cudaMemcpyAsync(lead().tokens_host.as<void>(), lead().tokens.get(), size_t(head_rows) * 4,
                                             cudaMemcpyDeviceToHost, stream));
             } else {
                 enqueue_sampling(head_rows, head_dst, sample_params);
             }
         }
-        FS_CUDA_TRY(cudaStreamSynchronize(stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
         const float* logits_host = lead().logits_host.as<float>();
         const int32_t* tokens_host = lead().tokens_host.as<int32_t>();
         const float* logprob_host = lead().sample_logprob_host.as<float>();
@@ -558,7 +559,7 @@ std::string cuda_unsupported_reason(const ModelConfig& cfg) {
 void require_layout_fits_device(const ModelConfig& cfg, const ParallelLayout& layout, int n_layers,
                                 const BackendOptions& opt) {
     size_t free_b = 0, total_b = 0;
-    FS_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     const ShardPlan plan = plan_layout(cfg, layout, n_layers);
     StateOptions so;
     so.max_sequences = std::max(1, opt.max_sequences);

@@ -8,11 +8,6 @@
 
 namespace flashseek::cuda {
 
-void raise_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
-    fail("CUDA error {} ({}) in {} at {}:{}", cudaGetErrorName(err), cudaGetErrorString(err), call, file, line);
-}
-void raise_error(const std::string& message) { throw Error(message); }
-
 void DeviceBuffer::allocate(size_t bytes, const char* what) {
     release();
     if (bytes == 0) return;
@@ -63,9 +58,9 @@ void require_cuda_device() {
 }
 
 DeviceFacts query_device(int device) {
-    if (device < 0) FS_CUDA_TRY(cudaGetDevice(&device));
+    if (device < 0) CUDA_CHECK(cudaGetDevice(&device));
     cudaDeviceProp p{};
-    FS_CUDA_TRY(cudaGetDeviceProperties(&p, device));
+    CUDA_CHECK(cudaGetDeviceProperties(&p, device));
     DeviceFacts f;
     f.device = device;
     f.cc_major = p.major;

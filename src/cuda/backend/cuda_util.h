@@ -1,5 +1,5 @@
-// Small CUDA runtime helpers for the backend: an error check that throws flashseek::Error with file and line,
-// owning device and pinned host allocations, and device facts the backend needs. Host code only (no kernels here).
+// Small CUDA runtime helpers for the backend: owning device and pinned host allocations, and device facts the
+// backend needs. Host code only (no kernels here).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -7,24 +7,10 @@
 #include <string>
 #include <utility>
 
-// No fmt here: nvcc cannot compile fmt's consteval format strings, so .cu files must not include util/error.h.
+#include "cuda/common/check.cuh"
 
-namespace flashseek::cuda {
-// Throws flashseek::Error "CUDA error <name> (<text>) in <call> at <file>:<line>".
-[[noreturn]] void raise_cuda_error(cudaError_t err, const char* call, const char* file, int line);
-// Throws flashseek::Error with `message` (for .cu files, which cannot use FS_CHECK).
-[[noreturn]] void raise_error(const std::string& message);
-}  // namespace flashseek::cuda
-
-// FS_CUDA_TRY(call): throws flashseek::Error naming the call, file and line when a CUDA runtime call fails.
-#define FS_CUDA_TRY(call)                                                                       \
-    do {                                                                                        \
-        cudaError_t fs_cuda_err_ = (call);                                                      \
-        if (fs_cuda_err_ != cudaSuccess)                                                        \
-            ::flashseek::cuda::raise_cuda_error(fs_cuda_err_, #call, __FILE__, __LINE__);       \
-    } while (0)
-// FS_CUDA_LAUNCHED(what): checks the last launch (configuration errors surface here, not at the next sync).
-#define FS_CUDA_LAUNCHED(what) FS_CUDA_TRY(cudaPeekAtLastError())
+// Errors of CUDA runtime calls and launches: CUDA_CHECK / CUDA_CHECK_LAUNCH (cuda/common/check.cuh), which .cu files
+// can use too (no fmt here: nvcc cannot compile fmt's consteval format strings).
 
 namespace flashseek::cuda {
 

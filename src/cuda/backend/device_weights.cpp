@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "cuda/backend/device_weights.h"
-#include "cuda/backend/dummy_fill.cuh"
+#include "cuda/common/random_fill.cuh"
 #include "model/shard_reader.h"
 #include "model/sharding.h"
 #include "util/error.h"
@@ -27,64 +27,65 @@ FillParams fill_params_for(const TensorSpec& t, const std::map<std::string, cons
     const int64_t cols = t.shape.size() >= 2 ? t.shape.back() : 0;
     switch (t.dtype) {
         case DType::BF16:
-            p.kind = FillKind::Bf16Uniform;
+            p.kind = FillKind::BF16;
             if (t.shape.size() == 1) {  // norm weights: around 1
                 p.center = 1.f;
-                p.a = 0.2f;
+                p.scale = 0.2f;
             } else if (n == "embed.weight") {
-                p.a = 1.f;
+                p.scale = 1.f;
             } else {  // [out, in] matrices: var 1/in
-                p.a = std::sqrt(3.f / float(cols));
+                p.scale = std::sqrt(3.f / float(cols));
             }
             return p;
         case DType::F32:
-            p.kind = FillKind::F32Uniform;
+            p.kind = FillKind::F32;
             if (ends_with(n, "_fn")) {
-                p.a = std::sqrt(3.f / float(cols));
+                p.scale = std::sqrt(3.f / float(cols));
             } else if (ends_with(n, "_scale")) {  // hc scales
                 p.center = 1.f;
-                p.a = 0.5f;
+                p.scale = 0.5f;
             } else if (ends_with(n, "_base")) {
-                p.a = 0.5f;
+                p.scale = 0.5f;
             } else if (ends_with(n, "attn_sink")) {
-                p.a = 1.f;
+                p.scale = 1.f;
             } else if (ends_with(n, "gate.bias")) {
-                p.a = 0.1f;
+                p.scale = 0.1f;
             } else if (ends_with(n, ".scale")) {  // F32 block scales (Base checkpoints)
                 p.center = 0.05f;
-                p.a = 0.01f;
+                p.scale = 0.01f;
             } else {  // ape and anything else
-                p.a = 0.5f;
+                p.scale = 0.5f;
             }
             return p;
         case DType::F8_E4M3: {
             // Paired with a power-of-two scale 2^-k, k = round(log2(sqrt(in))); values ~ U(-c, c), var(W) = 1/in.
             const float in = float(cols);
             const float k = std::round(std::log2(std::sqrt(in)));
-            p.kind = FillKind::E4m3Uniform;
-            p.a = std::sqrt(3.f) * std::exp2(k) / std::sqrt(in);
+            p.kind = FillKind::E4M3_UNIFORM;
+            p.scale = std::sqrt(3.f) * std::exp2(k) / std::sqrt(in);
             return p;
         }
         case DType::F8_E8M0: {
-            p.kind = FillKind::E8m0Jitter;
+            p.kind = FillKind::E8M0;
             const std::string wname = n.substr(0, n.size() - std::string("scale").size()) + "weight";
             auto it = by_name.find(wname);
             FS_CHECK(it != by_name.end(), "dummy weights: scale tensor {} has no weight {}", n, wname);
             const TensorSpec& w = *it->second;
             const float in = float(w.dtype == DType::I8 ? w.shape.back() * 2 : w.shape.back());
-            // Jitter subtracts 0 or 1, so a block's scale is the unit-variance scale or half of it.
+            // A jitter of 0 or 1 below the unit-variance exponent: a block's scale is that scale or half of it.
             if (w.dtype == DType::I8) {  // e2m1 codes uniform: E[v^2] = 8.5625
-                p.base = 127 + int(std::lround(-std::log2(std::sqrt(8.5625f * in))));
+                p.e8m0_hi = 127 + int(std::lround(-std::log2(std::sqrt(8.5625f * in))));
             } else {  // the e4m3 values carry var 2^(2k)/in against the scale 2^-k
-                p.base = 127 - int(std::lround(std::log2(std::sqrt(in))));
+                p.e8m0_hi = 127 - int(std::lround(std::log2(std::sqrt(in))));
             }
+            p.e8m0_lo = p.e8m0_hi - 1;
             return p;
         }
         case DType::I8:
-            p.kind = FillKind::Fp4Bytes;
+            p.kind = FillKind::BYTES;
             return p;
         case DType::I64:
-            p.kind = FillKind::I64Route;
+            p.kind = FillKind::I64_ROUTE;
             p.n_experts = cfg.n_routed_experts;
             p.top_k = int(t.shape.back());
             return p;
@@ -134,7 +135,7 @@ DeviceTensorStore upload_checkpoint(const Checkpoint& ckpt, int n_layers,
     // Copies go through a pinned staging buffer in 64 MB pieces so that pages of the mapped file are read once.
     const size_t chunk = size_t(64) << 20;
     void* staging = nullptr;
-    FS_CUDA_TRY(cudaMallocHost(&staging, chunk));
+    CUDA_CHECK(cudaMallocHost(&staging, chunk));
     size_t off = 0, done = 0;
     try {
         for (const TensorView* v : pending_uploads) {
@@ -143,7 +144,7 @@ DeviceTensorStore upload_checkpoint(const Checkpoint& ckpt, int n_layers,
             for (size_t pos = 0; pos < v->nbytes; pos += chunk) {
                 const size_t n = std::min(chunk, v->nbytes - pos);
                 std::memcpy(staging, v->data + pos, n);
-                FS_CUDA_TRY(cudaMemcpy(dst + pos, staging, n, cudaMemcpyHostToDevice));
+                CUDA_CHECK(cudaMemcpy(dst + pos, staging, n, cudaMemcpyHostToDevice));
             }
             TensorView dv = *v;
             dv.data = dst;
@@ -156,7 +157,7 @@ DeviceTensorStore upload_checkpoint(const Checkpoint& ckpt, int n_layers,
         cudaFreeHost(staging);
         throw;
     }
-    FS_CUDA_TRY(cudaFreeHost(staging));
+    CUDA_CHECK(cudaFreeHost(staging));
     return store;
 }
 
@@ -210,11 +211,11 @@ DeviceTensorStore generate_dummy_weights(const ModelConfig& cfg, int n_layers, u
         v.data = store.arena.as<uint8_t>() + t.offset;
         const int64_t n_elems = int64_t(v.nbytes / dtype_size(t.spec->dtype));
         const FillParams p = fill_params_for(*t.spec, by_name, cfg);  // the whole tensor's fan-in
-        launch_dummy_fill(const_cast<uint8_t*>(v.data), n_elems, p, seed * 0x2545f4914f6cdd1dull + t.index * 0x9e37ull,
-                          nullptr);
+        const uint64_t tensor_seed = seed * 0x2545f4914f6cdd1dull + t.index * 0x9e37ull;
+        fill_random(const_cast<uint8_t*>(v.data), size_t(n_elems), p, tensor_seed, nullptr);
         store.views.emplace(t.spec->name, std::move(v));
     }
-    FS_CUDA_TRY(cudaDeviceSynchronize());
+    CUDA_CHECK(cudaDeviceSynchronize());
     return store;
 }
 
@@ -238,7 +239,7 @@ DeviceTensorStore upload_shard(const Checkpoint& ckpt, const ModelConfig& cfg, i
         const ShardTensorSource& t = src.tensors[i];
         uint8_t* dst = store.arena.as<uint8_t>() + offsets[i];
         // Straight from the mapping: one run (a whole tensor or a row range) or one run per row (a column range).
-        FS_CUDA_TRY(cudaMemcpy2D(dst, t.source.run_bytes, t.source.data, std::max(t.source.pitch, t.source.run_bytes),
+        CUDA_CHECK(cudaMemcpy2D(dst, t.source.run_bytes, t.source.data, std::max(t.source.pitch, t.source.run_bytes),
                                  t.source.run_bytes, t.source.runs, cudaMemcpyHostToDevice));
         TensorView v;
         v.name = t.name;

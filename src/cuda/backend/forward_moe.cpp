@@ -65,8 +65,8 @@ void ForwardPass::enqueue_moe(int l, const PassShape& s, bool combine) {
     }
     if (profiling_) {  // count the experts this layer touched (outside any graph: profiling runs eagerly)
         int32_t n_active = 0;
-        FS_CUDA_TRY(cudaMemcpyAsync(&n_active, buf_.grouping.n_active, 4, cudaMemcpyDeviceToHost, stream));
-        FS_CUDA_TRY(cudaStreamSynchronize(stream));
+        CUDA_CHECK(cudaMemcpyAsync(&n_active, buf_.grouping.n_active, 4, cudaMemcpyDeviceToHost, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
         distinct_experts_ += n_active;
     }
 }

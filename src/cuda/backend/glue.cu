@@ -4,6 +4,7 @@
 #include "cuda/backend/cuda_util.h"
 #include "cuda/backend/glue.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/warp_reduce.cuh"
 
 namespace flashseek::cuda {
 
@@ -64,14 +65,7 @@ __global__ void argmax_rows_kernel(const float* __restrict__ logits, int64_t voc
     }
     __shared__ float s_val[32];
     __shared__ int64_t s_idx[32];
-    for (int off = 16; off > 0; off >>= 1) {
-        const float ov = __shfl_down_sync(0xffffffffu, best, off);
-        const int64_t oi = __shfl_down_sync(0xffffffffu, best_i, off);
-        if (ov > best || (ov == best && oi < best_i)) {
-            best = ov;
-            best_i = oi;
-        }
-    }
+    warp_argmax(best, best_i);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) {
         s_val[warp] = best;
@@ -82,14 +76,7 @@ __global__ void argmax_rows_kernel(const float* __restrict__ logits, int64_t voc
         const int n_warps = blockDim.x >> 5;
         best = lane < n_warps ? s_val[lane] : -FLT_MAX;
         best_i = lane < n_warps ? s_idx[lane] : vocab;
-        for (int off = 16; off > 0; off >>= 1) {
-            const float ov = __shfl_down_sync(0xffffffffu, best, off);
-            const int64_t oi = __shfl_down_sync(0xffffffffu, best_i, off);
-            if (ov > best || (ov == best && oi < best_i)) {
-                best = ov;
-                best_i = oi;
-            }
-        }
+        warp_argmax(best, best_i);
         if (lane == 0) out[blockIdx.x] = int32_t(best_i < vocab ? best_i : 0);
     }
 }
@@ -101,20 +88,20 @@ void embed_streams(const __nv_bfloat16* embed, int64_t vocab, const int32_t* tok
     if (n_tokens <= 0) return;
     launch_pdl("embed_streams_kernel", embed_streams_kernel, dim3(n_tokens), dim3(256), 0, stream, embed, vocab, tokens,
                n_streams, dim, X);
-    FS_CUDA_LAUNCHED("embed_streams");
+    CUDA_CHECK_LAUNCH("embed_streams");
 }
 
 void gather_rows(const __nv_bfloat16* src, const int32_t* rows, int n_rows, int64_t row_elems, __nv_bfloat16* dst,
                  cudaStream_t stream) {
     if (n_rows <= 0) return;
     launch_pdl("gather_rows_kernel", gather_rows_kernel, dim3(n_rows), dim3(256), 0, stream, src, rows, row_elems, dst);
-    FS_CUDA_LAUNCHED("gather_rows");
+    CUDA_CHECK_LAUNCH("gather_rows");
 }
 
 void argmax_rows(const float* logits, int n_rows, int64_t vocab, int32_t* out, cudaStream_t stream) {
     if (n_rows <= 0) return;
     launch_pdl("argmax_rows_kernel", argmax_rows_kernel, dim3(n_rows), dim3(1024), 0, stream, logits, vocab, out);
-    FS_CUDA_LAUNCHED("argmax_rows");
+    CUDA_CHECK_LAUNCH("argmax_rows");
 }
 
 }  // namespace flashseek::cuda

@@ -28,7 +28,7 @@ void GraphRunner::run(const PassShape& s, bool graph_ok, cudaStream_t stream, co
             return;
         }
         cudaGraph_t graph = nullptr;
-        FS_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+        CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
         std::string why;
         try {
             enqueue();
@@ -54,7 +54,7 @@ void GraphRunner::run(const PassShape& s, bool graph_ok, cudaStream_t stream, co
         }
         it = graphs_.emplace(s, exec).first;
     }
-    FS_CUDA_TRY(cudaGraphLaunch(it->second, stream));
+    CUDA_CHECK(cudaGraphLaunch(it->second, stream));
 }
 
 }  // namespace flashseek::cuda

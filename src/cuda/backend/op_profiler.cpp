@@ -22,7 +22,7 @@ void OpProfiler::enable(cudaStream_t s) {
 cudaEvent_t OpProfiler::take_event() {
     if (used_ == pool_.size()) {
         cudaEvent_t e;
-        FS_CUDA_TRY(cudaEventCreate(&e));
+        CUDA_CHECK(cudaEventCreate(&e));
         pool_.push_back(e);
     }
     return pool_[used_++];
@@ -33,7 +33,7 @@ void OpProfiler::begin(const char* op) {
     open_ = op;
     open_variants_.clear();
     open_start_ = take_event();
-    FS_CUDA_TRY(cudaEventRecord(open_start_, stream_));
+    CUDA_CHECK(cudaEventRecord(open_start_, stream_));
 }
 
 void OpProfiler::variant(std::string_view name) {
@@ -50,19 +50,19 @@ void OpProfiler::variant(std::string_view name) {
 void OpProfiler::end() {
     if (!on_ || !open_) return;
     cudaEvent_t stop = take_event();
-    FS_CUDA_TRY(cudaEventRecord(stop, stream_));
+    CUDA_CHECK(cudaEventRecord(stop, stream_));
     records_.push_back({open_, open_variants_, open_start_, stop});
     open_ = nullptr;
     open_variants_.clear();
 }
 
 std::vector<OpTime> OpProfiler::collect(double* total_us) {
-    FS_CUDA_TRY(cudaStreamSynchronize(stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
     std::map<std::string, OpTime> by;
     double total = 0;
     for (const Record& r : records_) {
         float ms = 0;
-        FS_CUDA_TRY(cudaEventElapsedTime(&ms, r.start, r.stop));
+        CUDA_CHECK(cudaEventElapsedTime(&ms, r.start, r.stop));
         OpTime& t = by[r.op];
         t.op = r.op;
         if (t.variant.empty()) t.variant = r.variants;

@@ -187,7 +187,7 @@ void ShardWeights::bind_expert_tables(const ModelConfig& cfg) {
         sb[5] = d.shared_w2.scale;
     }
     expert_ptrs_.allocate(host.size() * sizeof(void*), "expert pointer tables");
-    FS_CUDA_TRY(cudaMemcpy(expert_ptrs_.get(), host.data(), host.size() * sizeof(void*), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(expert_ptrs_.get(), host.data(), host.size() * sizeof(void*), cudaMemcpyHostToDevice));
     const void* const* dev = expert_ptrs_.as<const void*>();
     auto table = [](const void* const* b, int n, const DeviceLinear& w1) {
         ExpertTable t;

@@ -33,7 +33,7 @@ StatePool::StatePool(const StateGeometry& g, int max_sequences, int64_t max_cont
     }
     fixed_.allocate(std::max<size_t>(off, 256), "per-sequence window rings and compressor state");
     ring_base_ = fixed_.as<uint8_t>();
-    FS_CUDA_TRY(cudaMemset(fixed_.get(), 0, fixed_.bytes()));
+    CUDA_CHECK(cudaMemset(fixed_.get(), 0, fixed_.bytes()));
     // Paged part: one block = every layer's entries for block_tokens tokens.
     comp_off_.assign(L, 0);
     index_off_.assign(L, 0);
@@ -55,7 +55,7 @@ StatePool::StatePool(const StateGeometry& g, int max_sequences, int64_t max_cont
     int64_t avail = pool_bytes - fixed_bytes;
     total_blocks_ = std::max<int64_t>(avail / block_bytes_, slots);
     blocks_.allocate(size_t(total_blocks_) * size_t(block_bytes_), "compressed KV block pool");
-    FS_CUDA_TRY(cudaMemset(blocks_.get(), 0, blocks_.bytes()));
+    CUDA_CHECK(cudaMemset(blocks_.get(), 0, blocks_.bytes()));
     tables_host_.assign(size_t(slots) * size_t(max_blocks_per_seq_), 0);
     tables_dev_.allocate(tables_host_.size() * sizeof(int32_t), "block tables");
     owned_.assign(size_t(slots), {});
@@ -137,18 +137,18 @@ int64_t StatePool::entries_per_block(int layer) const {
 
 void StatePool::upload_tables(cudaStream_t s) {
     if (!tables_dirty_) return;
-    FS_CUDA_TRY(cudaMemcpyAsync(tables_dev_.get(), tables_host_.data(), tables_host_.size() * sizeof(int32_t),
+    CUDA_CHECK(cudaMemcpyAsync(tables_dev_.get(), tables_host_.data(), tables_host_.size() * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, s));
-    FS_CUDA_TRY(cudaStreamSynchronize(s));  // the host vector may change right after; tables change rarely
+    CUDA_CHECK(cudaStreamSynchronize(s));  // the host vector may change right after; tables change rarely
     tables_dirty_ = false;
 }
 
 void StatePool::clear_slot_state(int slot, cudaStream_t s) {
     for (size_t l = 0; l < g_.layers.size(); ++l) {
-        FS_CUDA_TRY(cudaMemsetAsync(ring(int(l)) + int64_t(slot) * ring_slot_stride(), 0, size_t(ring_slot_stride()), s));
+        CUDA_CHECK(cudaMemsetAsync(ring(int(l)) + int64_t(slot) * ring_slot_stride(), 0, size_t(ring_slot_stride()), s));
         for (bool ix : {false, true}) {
             const int64_t st = compressor_state_stride(int(l), ix);
-            if (st) FS_CUDA_TRY(cudaMemsetAsync(compressor_state(int(l), ix) + int64_t(slot) * st, 0, size_t(st), s));
+            if (st) CUDA_CHECK(cudaMemsetAsync(compressor_state(int(l), ix) + int64_t(slot) * st, 0, size_t(st), s));
         }
     }
 }

@@ -29,7 +29,7 @@ StepMeta::StepMeta(int capacity)
       dev_(size_t(kCount) * size_t(capacity) * sizeof(int32_t), "step metadata") {}
 
 void StepMeta::upload(cudaStream_t s) const {
-    FS_CUDA_TRY(cudaMemcpyAsync(dev_.get(), host_.as<void>(), dev_.bytes(), cudaMemcpyHostToDevice, s));
+    CUDA_CHECK(cudaMemcpyAsync(dev_.get(), host_.as<void>(), dev_.bytes(), cudaMemcpyHostToDevice, s));
 }
 
 void StepMeta::copy_host_from(const StepMeta& other) {
@@ -55,11 +55,11 @@ StepBuffers::StepBuffers(const ModelConfig& cfg, const StepBufferSizes& sizes) :
     sub_in.allocate(size_t(T * D) * 2, "sub-block input");
     // Zeroed once: BF16 linears read sub_in in place, including the rows up to the next multiple of 8 past a pass's
     // rows, whose outputs are discarded; those rows then hold zeros or earlier finite values, never garbage.
-    FS_CUDA_TRY(cudaMemset(sub_in.get(), 0, sub_in.bytes()));
+    CUDA_CHECK(cudaMemset(sub_in.get(), 0, sub_in.bytes()));
     {
         const std::vector<float> ones(size_t(T) * size_t((D + 127) / 128), 1.f);
         unit_scales.allocate(ones.size() * 4, "unit activation scales");
-        FS_CUDA_TRY(cudaMemcpy(unit_scales.get(), ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cudaMemcpy(unit_scales.get(), ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
     }
     mhc_post.allocate(size_t(T * N) * 4, "mHC post");
     mhc_comb.allocate(size_t(T * N * N) * 4, "mHC comb");

@@ -8,9 +8,9 @@
 namespace flashseek::cuda {
 
 SideStream::SideStream() {
-    FS_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    FS_CUDA_TRY(cudaEventCreateWithFlags(&forked_, cudaEventDisableTiming));
-    FS_CUDA_TRY(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&forked_, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
     ws_ = create_gemm_workspace();
 }
 
@@ -22,7 +22,7 @@ SideStream::~SideStream() {
 }
 
 StreamSet::StreamSet() {
-    FS_CUDA_TRY(cudaStreamCreateWithFlags(&main_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&main_, cudaStreamNonBlocking));
     main_ws_ = create_gemm_workspace();
 }
 
@@ -34,8 +34,8 @@ StreamSet::~StreamSet() {
 Lane StreamSet::fork(SideStream& s) {
     if (!branches_ || single_stream_) return main_lane();
     FS_CHECK(!s.open_, "CUDA backend: a side stream was forked twice without a join");
-    FS_CUDA_TRY(cudaEventRecord(s.forked_, main_));
-    FS_CUDA_TRY(cudaStreamWaitEvent(s.stream_, s.forked_, 0));
+    CUDA_CHECK(cudaEventRecord(s.forked_, main_));
+    CUDA_CHECK(cudaStreamWaitEvent(s.stream_, s.forked_, 0));
     s.open_ = true;
     return {s.stream_, &s.ws_};
 }
@@ -43,8 +43,8 @@ Lane StreamSet::fork(SideStream& s) {
 void StreamSet::join(SideStream& s) {
     if (!s.open_) return;
     s.open_ = false;
-    FS_CUDA_TRY(cudaEventRecord(s.done_, s.stream_));
-    FS_CUDA_TRY(cudaStreamWaitEvent(main_, s.done_, 0));
+    CUDA_CHECK(cudaEventRecord(s.done_, s.stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(main_, s.done_, 0));
 }
 
 void StreamSet::reset_branches() { window_kv.open_ = index_compressor.open_ = aux.open_ = false; }

@@ -1,8 +1,8 @@
-// Device helpers shared by the attention-side kernels (norm, rope, mhc, compressor, indexer, attention): launch
-// checks, block reductions, the reference's quantization simulations (FP8 e4m3 / FP4 e2m1 with power-of-two
-// scales), RoPE rotation and the 128-point Hadamard transform. Everything matches src/cpu/ops.h bit for bit where
-// the CPU op is exact (scales from exponent bits, round-to-nearest-even conversions, cos/sin of the fp32 angle
-// evaluated in double), so the GPU and CPU paths differ only by fp32 summation order.
+// Device helpers shared by the attention-side kernels (norm, rope, mhc, compressor, indexer, attention): argument
+// checks with "{}" messages, block reductions, the reference's quantization simulations (FP8 e4m3 / FP4 e2m1 with
+// power-of-two scales), RoPE rotation and the 128-point Hadamard transform. Everything matches src/cpu/ops.h bit
+// for bit where the CPU op is exact (scales from exponent bits, round-to-nearest-even conversions, cos/sin of the
+// fp32 angle evaluated in double), so the GPU and CPU paths differ only by fp32 summation order.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -14,11 +14,12 @@
 #include <string>
 #include <utility>
 
-namespace flashseek::cuda::attn_detail {
-// Throws flashseek::Error(msg) (defined in cuda/attention/attn_error.cpp: util/error.h pulls in fmt, whose C++20
-// consteval checks nvcc cannot compile, so CUDA sources format messages here with "{}" placeholders instead).
-[[noreturn]] void throw_error(const std::string& msg);
+#include "cuda/common/check.cuh"
+#include "cuda/common/warp_reduce.cuh"
 
+namespace flashseek::cuda::attn_detail {
+// Messages with "{}" placeholders, formatted here (util/error.h pulls in fmt, whose C++20 consteval checks nvcc
+// cannot compile) and thrown as flashseek::Error by cuda::throw_error (common/check.cuh).
 inline void format_into(std::ostringstream& os, const char* f) { os << f; }
 template <typename T, typename... Rest>
 void format_into(std::ostringstream& os, const char* f, T&& v, Rest&&... rest) {
@@ -45,34 +46,12 @@ template <typename... Args>
         if (!(cond)) ::flashseek::cuda::attn_detail::fail_rt(__VA_ARGS__); \
     } while (0)
 
-// Throws flashseek::Error with the failing call, file and line.
-#define FS_ATTN_CUDA_CHECK(call)                                                                             \
-    do {                                                                                                     \
-        cudaError_t fs_attn_err_ = (call);                                                                   \
-        if (fs_attn_err_ != cudaSuccess)                                                                     \
-            ::flashseek::cuda::attn_detail::fail_rt("CUDA error {} ({}) in {} at {}:{}",                     \
-                                                    cudaGetErrorName(fs_attn_err_),                          \
-                                                    cudaGetErrorString(fs_attn_err_), #call, __FILE__, __LINE__); \
-    } while (0)
-// Checks the launch just issued (configuration errors surface here rather than at the next synchronization).
-#define FS_ATTN_LAUNCHED() FS_ATTN_CUDA_CHECK(cudaPeekAtLastError())
-
 namespace flashseek::cuda::attn_detail {
 
 using bf16 = __nv_bfloat16;
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-// Block-wide sum; every thread gets the result. `scratch` holds at least 32 floats; blockDim.x % 32 == 0.
+// Block-wide sum (warp_reduce.cuh per warp); every thread gets the result. `scratch` holds at least 32 floats;
+// blockDim.x % 32 == 0.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
     v = warp_sum(v);

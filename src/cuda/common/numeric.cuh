@@ -1,12 +1,15 @@
 // Device-side number formats of DeepSeek-V4 (the device twins of util/numeric.h, bit-exact with them):
 // bf16, FP8 e4m3fn, E8M0 power-of-two scales, FP4 e2m1 (packed two per byte, low nibble = even element), plus
-// the fast packed conversions the GEMV/MoE kernels use to feed f16 tensor cores, and warp reductions.
+// the fast packed conversions the GEMV/MoE kernels use to feed f16 tensor cores; the warp reductions
+// (warp_reduce.cuh) come with it.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "cuda/common/warp_reduce.cuh"
 
 namespace flashseek::cuda {
 
@@ -104,18 +107,6 @@ __device__ __forceinline__ void e2m1x8_to_f16x2x4_scaled(uint32_t w, uint32_t ou
     out[2] = (q & 0x10001000u) * 7u + q;
     q = (w >> 3) & 0x1e001e00u;
     out[3] = (q & 0x10001000u) * 7u + q;
-}
-
-// ---- reductions --------------------------------------------------------------------------------------------
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
 }
 
 }  // namespace flashseek::cuda

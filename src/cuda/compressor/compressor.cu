@@ -196,12 +196,12 @@ void compressor_forward(const CompressorParams& p, cudaStream_t stream) {
     const size_t smem = size_t(p.dim) * sizeof(float);
     launch_pdl("compressor_emit_kernel", compressor_emit_kernel, dim3(p.batch.n_seqs, max_emits), dim3(kThreads), smem,
                stream, p);
-    FS_ATTN_LAUNCHED();
+    CUDA_CHECK_LAUNCH("compressor_emit_kernel");
     const int ring = coff(p.ratio) * p.ratio;
     const int save_rows = std::max(1, std::min(ring, p.batch.max_seq_tokens));  // decode: one row per sequence
     launch_pdl("compressor_save_kernel", compressor_save_kernel, dim3(p.batch.n_seqs, save_rows), dim3(256), 0, stream,
                p);
-    FS_ATTN_LAUNCHED();
+    CUDA_CHECK_LAUNCH("compressor_save_kernel");
 }
 
 }  // namespace flashseek::cuda

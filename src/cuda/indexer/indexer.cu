@@ -296,7 +296,7 @@ void indexer_prepare_q(bf16* q, int64_t stride, int n_tokens, int n_heads, int h
     if (!kernel) fail_rt("indexer: index_head_dim must be 32, 64, 128 or 256, got {}", head_dim);
     launch_pdl("prepare_q_kernel", kernel, dim3(blocks), dim3(warps * 32), 0, stream, q, stride, n_tokens, n_heads,
                positions, rope, quant_sim);
-    FS_ATTN_LAUNCHED();
+    CUDA_CHECK_LAUNCH("prepare_q_kernel");
 }
 
 size_t indexer_select_workspace_bytes(int n_tokens, int max_entries) {
@@ -328,7 +328,7 @@ void indexer_select(const IndexerSelectParams& p, void* workspace, size_t worksp
         const dim3 grid(n_tokens, (p.max_entries + kScoreTile - 1) / kScoreTile);
         launch_pdl("scores_kernel", scores_kernel, dim3(grid), dim3(kScoreThreads), smem, stream, p,
                    static_cast<float*>(workspace));
-        FS_ATTN_LAUNCHED();
+        CUDA_CHECK_LAUNCH("scores_kernel");
     }
     indexer_topk_rows(p, static_cast<const float*>(workspace), 0, n_tokens, p.max_entries, stream);
 }
@@ -343,7 +343,7 @@ void indexer_topk_rows(const IndexerSelectParams& p, const float* scores, int ro
     if (n_rows <= 0) return;
     launch_pdl("topk_kernel", topk_kernel, dim3(n_rows), dim3(kTopkThreads), 0, stream, p, scores, row_begin,
                row_stride);
-    FS_ATTN_LAUNCHED();
+    CUDA_CHECK_LAUNCH("topk_kernel");
 }
 
 }  // namespace flashseek::cuda

@@ -39,17 +39,17 @@ struct ScoreSmem {
     bf16* q;     // [stages][Hp][D + pad]
     float* w;    // [stages][Hp] head weights (scaled), 0 past n_heads
 };
-__host__ __device__ inline size_t score_smem_layout(int D, int Hp, int stages, ScoreSmem* s, unsigned char* raw) {
+// The scorer's shared memory; the same function sizes it on the host (score_smem_bytes).
+__host__ __device__ inline size_t score_smem_layout(int D, int Hp, int stages, ScoreSmem& s, unsigned char* raw) {
     SmemCarver c{raw};
-    unsigned char* keys = c.take(size_t(kKeyBlock) * (D + kPad) * 2);
-    unsigned char* q = c.take(size_t(stages) * Hp * (D + kPad) * 2);
-    unsigned char* w = c.take(size_t(stages) * Hp * 4);
-    if (s) {
-        s->keys = reinterpret_cast<bf16*>(keys);
-        s->q = reinterpret_cast<bf16*>(q);
-        s->w = reinterpret_cast<float*>(w);
-    }
+    s.keys = c.take<bf16>(size_t(kKeyBlock) * (D + kPad));
+    s.q = c.take<bf16>(size_t(stages) * Hp * (D + kPad));
+    s.w = c.take<float>(size_t(stages) * Hp);
     return c.size;
+}
+size_t score_smem_bytes(int D, int Hp, int stages) {
+    ScoreSmem unused;
+    return score_smem_layout(D, Hp, stages, unused, nullptr);
 }
 
 // %laneid through volatile asm: read where it is used, never hoisted.
@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int H = p.n_heads, Hp = padded_heads8(H), n_nt = Hp / 8;
     ScoreSmem sm;
-    score_smem_layout(D, Hp, stages, &sm, smem_raw);
+    score_smem_layout(D, Hp, stages, sm, smem_raw);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int key0 = blockIdx.x * kKeyBlock;
     const int r_begin = row_base + blockIdx.y * rows_per_cta, r_end = min(row_end, r_begin + rows_per_cta);
@@ -221,7 +221,7 @@ namespace {
 // Shared-memory stages of the scores kernel: two q buffers when they fit the device, else one.
 int score_stages(int D, int Hp) {
     const size_t max_smem = size_t(current_arch().max_smem_per_block_optin);
-    return score_smem_layout(D, Hp, 2, nullptr, nullptr) <= max_smem ? 2 : 1;
+    return score_smem_bytes(D, Hp, 2) <= max_smem ? 2 : 1;
 }
 
 // Why the scores kernel cannot serve p (empty when it can); rows with no more than topk entries need none of it.
@@ -239,7 +239,7 @@ std::string problem_of(const IndexerSelectParams& p) {
     if (p.keys.entry_bytes != index_entry_bytes(IndexFormat(p.keys.format), D))
         return say("key entry_bytes {} does not match the key format", p.keys.entry_bytes);
     const int Hp = padded_heads8(H);
-    const size_t smem = score_smem_layout(D, Hp, score_stages(D, Hp), nullptr, nullptr);
+    const size_t smem = score_smem_bytes(D, Hp, score_stages(D, Hp));
     const int max_smem = current_arch().max_smem_per_block_optin;
     if (smem > size_t(max_smem))
         return say("{} bytes of shared memory ({} heads x {}) exceed the device's {}", smem, H, D, max_smem);
@@ -271,7 +271,7 @@ void indexer_select_prefill(const IndexerSelectParams& p, void* workspace, size_
                     row_stride);
     const int key_blocks = int((row_stride + kKeyBlock - 1) / kKeyBlock);
     const int stages = score_stages(D, Hp);
-    const size_t smem = score_smem_layout(D, Hp, stages, nullptr, nullptr);
+    const size_t smem = score_smem_bytes(D, Hp, stages);
     auto* kernel = D == 64 ? scores_mma_kernel<64> : scores_mma_kernel<128>;
     allow_dynamic_smem(kernel, smem);
     float* scores = static_cast<float*>(workspace);
@@ -285,7 +285,7 @@ void indexer_select_prefill(const IndexerSelectParams& p, void* workspace, size_
         const dim3 grid(key_blocks, (rows + rows_per_cta - 1) / rows_per_cta);
         launch_pdl("indexer_scores_mma_kernel", kernel, grid, dim3(kThreads), smem, stream, p, int(r0), int(r0) + rows,
                    rows_per_cta, scores, row_stride, stages);
-        FS_ATTN_LAUNCHED();
+        CUDA_CHECK_LAUNCH("indexer_scores_mma_kernel");
         indexer_topk_rows(p, scores, int(r0), rows, row_stride, stream);
     }
 }

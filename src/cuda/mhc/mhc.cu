@@ -264,24 +264,18 @@ __device__ float sigmoid_acc(float v) { return 1.f / (1.f + expf(-v)); }
 template <int N>
 __device__ float sinkhorn_lane(float c, int lane, int iters, float eps) {
     const int j = lane / N, k = lane % N;
-    auto row_sum = [&](float v) {
+    // Sum of v over the N lanes first, first + step, ..., added in that order (the CPU op's).
+    auto lanes_sum = [&](float v, int first, int step) {
         float t[N];
 #pragma unroll
-        for (int kk = 0; kk < N; ++kk) t[kk] = __shfl_sync(0xffffffffu, v, (j * N + kk) & 31);
+        for (int i = 0; i < N; ++i) t[i] = __shfl_sync(0xffffffffu, v, (first + i * step) & 31);
         float s = 0.f;
 #pragma unroll
-        for (int kk = 0; kk < N; ++kk) s += t[kk];
+        for (int i = 0; i < N; ++i) s += t[i];
         return s;
     };
-    auto col_sum = [&](float v) {
-        float t[N];
-#pragma unroll
-        for (int jj = 0; jj < N; ++jj) t[jj] = __shfl_sync(0xffffffffu, v, (jj * N + k) & 31);
-        float s = 0.f;
-#pragma unroll
-        for (int jj = 0; jj < N; ++jj) s += t[jj];
-        return s;
-    };
+    auto row_sum = [&](float v) { return lanes_sum(v, j * N, 1); };  // C[j][0..N)
+    auto col_sum = [&](float v) { return lanes_sum(v, k, N); };      // C[0..N)[k]
     float m = -INFINITY;
 #pragma unroll
     for (int kk = 0; kk < N; ++kk) m = fmaxf(m, __shfl_sync(0xffffffffu, c, (j * N + kk) & 31));
@@ -325,7 +319,7 @@ __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams 
         float s = 0.f;
 #pragma unroll 4
         for (int i = lane; i < n_splits; i += 32) s += src[i];
-        s = attn_detail::warp_sum(s);
+        s = warp_sum(s);
         if (lane == 0) red[o] = s;
     }
     __syncthreads();
@@ -533,7 +527,7 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
     launch_pdl("mhc_partial_kernel", mhc_partial_kernel, dim3(grid), dim3(kThreads), 0, stream,
                const_cast<bf16*>(p.x), p.fn, p.n_tokens, p.n_streams, int64_t(p.dim),
                n_mix_of(p.n_streams, p.head_mode), aligned, interleaved, pin, ws);
-    FS_ATTN_LAUNCHED();
+    CUDA_CHECK_LAUNCH("mhc_partial_kernel");
     const size_t smem = size_t(p.dim) * sizeof(float);
     FS_ATTN_REQUIRE(smem <= 200 * 1024, "mhc_pre: hidden_size {} exceeds the finalize kernel's shared memory", p.dim);
     allow_dynamic_smem(mhc_finalize_kernel, smem);
@@ -548,7 +542,7 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
     }
     launch_pdl("mhc_finalize_kernel", mhc_finalize_kernel, dim3(p.n_tokens), dim3(kFinThreads), smem, stream, q, ws,
                splits, vec);
-    FS_ATTN_LAUNCHED();
+    CUDA_CHECK_LAUNCH("mhc_finalize_kernel");
     if (p.prepared_values && !q.prepared_values) {
         PreparedActivation out;
         out.values = p.prepared_values;
@@ -576,7 +570,7 @@ void mhc_post(int n_tokens, int n_streams, int dim, const bf16* x, const bf16* o
         launch_pdl("mhc_post_kernel", mhc_post_kernel, dim3(blocks), dim3(threads), 0, stream, n_tokens, n_streams, dim,
                    x, o, post, comb, x_out);
     }
-    FS_ATTN_LAUNCHED();
+    CUDA_CHECK_LAUNCH("mhc_post");
 }
 
 }  // namespace flashseek::cuda

@@ -27,6 +27,30 @@ struct PrepOut {
     int m_pad = 0;  // rows up to m_pad are written; those past `rows` as zeros
 };
 
+// The tail of RMSNorm (+ RoPE) for pair k of a row (dims 2k, 2k+1), in the reference's order: times the row's
+// 1 / rms r, times the weight pair (weight_pair(), read only when with_weight), and for a rope pair
+// (k >= rope_first_pair) rounded to bf16 (the reference stores the normed vector in bf16 before rotating it) and
+// rotated to pos.
+template <typename WeightPair>
+__device__ __forceinline__ float2 norm_rope_pair(float2 v, float r, bool with_weight, WeightPair weight_pair, int k,
+                                                 int rope_first_pair, const RopeTable& rope, int64_t pos) {
+    v.x *= r;
+    v.y *= r;
+    if (with_weight) {
+        const float2 w = weight_pair();
+        v.x *= w.x;
+        v.y *= w.y;
+    }
+    if (k >= rope_first_pair) {
+        v.x = attn_detail::round_bf16(v.x);
+        v.y = attn_detail::round_bf16(v.y);
+        float c, s;
+        rope_cos_sin(pos, rope.inv_freq[k - rope_first_pair], c, s);
+        rope_rotate(v.x, v.y, c, s, false);
+    }
+    return v;
+}
+
 __global__ void rmsnorm_rope_kernel(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride,
                                     const bf16* weight, int rows, int heads_per_token, int dim, float eps,
                                     const int32_t* positions, RopeTable rope) {
@@ -45,26 +69,16 @@ __global__ void rmsnorm_rope_kernel(const bf16* in, int64_t in_stride, bf16* out
         const float2 v = __bfloat1622float2(src[k]);
         ss += v.x * v.x + v.y * v.y;
     }
-    ss = attn_detail::warp_sum(ss);
+    ss = warp_sum(ss);
     const float r = rsqrtf(ss / float(dim) + eps);
     const int rope_first_pair = pairs - rope.n_pairs;
     const int64_t pos = rope.n_pairs ? positions[token] : 0;
     for (int k = lane; k < pairs; k += 32) {
-        float2 v = __bfloat1622float2(src[k]);
-        v.x *= r;
-        v.y *= r;
-        if (weight) {
-            v.x *= __bfloat162float(weight[2 * k]);
-            v.y *= __bfloat162float(weight[2 * k + 1]);
-        }
-        if (k >= rope_first_pair) {
-            // the reference stores the normed vector in bf16 before rotating it
-            v.x = attn_detail::round_bf16(v.x);
-            v.y = attn_detail::round_bf16(v.y);
-            float c, s;
-            rope_cos_sin(pos, rope.inv_freq[k - rope_first_pair], c, s);
-            rope_rotate(v.x, v.y, c, s, false);
-        }
+        auto weight_pair = [&] {
+            return make_float2(__bfloat162float(weight[2 * k]), __bfloat162float(weight[2 * k + 1]));
+        };
+        const float2 v = norm_rope_pair(__bfloat1622float2(src[k]), r, weight != nullptr, weight_pair, k,
+                                        rope_first_pair, rope, pos);
         dst[k] = __floats2bfloat162_rn(v.x, v.y);
     }
 }
@@ -104,7 +118,7 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
             ss += f.x * f.x + f.y * f.y;
         }
     }
-    ss = attn_detail::warp_sum(ss);
+    ss = warp_sum(ss);
     const float r = rsqrtf(ss / float(dim) + eps);
     const int rope_first_pair = dim / 2 - rope.n_pairs;
 #pragma unroll
@@ -115,23 +129,9 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
         const __nv_bfloat162* w = reinterpret_cast<const __nv_bfloat162*>(&wraw[v]);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-            float2 f = __bfloat1622float2(h[j]);
-            f.x *= r;
-            f.y *= r;
-            if (weight) {
-                const float2 g = __bfloat1622float2(w[j]);
-                f.x *= g.x;
-                f.y *= g.y;
-            }
             const int k = 4 * c + j;  // pair index
-            if (k >= rope_first_pair) {
-                // the reference stores the normed vector in bf16 before rotating it
-                f.x = attn_detail::round_bf16(f.x);
-                f.y = attn_detail::round_bf16(f.y);
-                float cs, sn;
-                rope_cos_sin(pos, rope.inv_freq[k - rope_first_pair], cs, sn);
-                rope_rotate(f.x, f.y, cs, sn, false);
-            }
+            const float2 f = norm_rope_pair(__bfloat1622float2(h[j]), r, weight != nullptr,
+                                            [&] { return __bfloat1622float2(w[j]); }, k, rope_first_pair, rope, pos);
             h[j] = __floats2bfloat162_rn(f.x, f.y);
         }
         dst[c] = raw[v];
@@ -188,11 +188,11 @@ void launch(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride, co
                                 : rmsnorm_rope_vec_kernel<8>;
         launch_pdl("rmsnorm_rope_vec_kernel", k, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, stream, in, in_stride,
                    out, out_stride, weight, rows, heads, dim, eps, positions, rope, po);
-        FS_ATTN_LAUNCHED();
+        CUDA_CHECK_LAUNCH("rmsnorm_rope_vec_kernel");
     } else {
         launch_pdl("rmsnorm_rope_kernel", rmsnorm_rope_kernel, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, stream, in,
                    in_stride, out, out_stride, weight, rows, heads, dim, eps, positions, rope);
-        FS_ATTN_LAUNCHED();
+        CUDA_CHECK_LAUNCH("rmsnorm_rope_kernel");
     }
     if (prepared && !po.values)  // off the fused path: one preparation launch
         prepare_activation(out, false, rows, dim, out_stride, prepared->layout, prepared->numerics, *prepared, stream);

@@ -43,7 +43,7 @@ void rope_apply(bf16* x, int64_t token_stride, int n_tokens, int n_heads, int he
     const int blocks = int(std::min<int64_t>((total + threads - 1) / threads, 4096));
     launch_pdl("rope_kernel", rope_kernel, dim3(blocks), dim3(threads), 0, stream, x, token_stride, n_tokens, n_heads,
                head_dim, positions, rope, inverse);
-    FS_ATTN_LAUNCHED();
+    CUDA_CHECK_LAUNCH("rope_kernel");
 }
 
 }  // namespace flashseek::cuda

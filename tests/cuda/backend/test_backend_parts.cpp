@@ -13,6 +13,7 @@
 #include "cuda/backend/glue.cuh"
 #include "cuda/backend/state_pool.h"
 #include "cuda/comm/reduce.cuh"
+#include "cuda/common/copy_bandwidth.h"
 #include "backend/diagnostics.h"
 #include "backend/registry.h"
 #include "loader/safetensors.h"

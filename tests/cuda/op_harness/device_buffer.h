@@ -1,21 +1,10 @@
-// An owned, uninitialized device allocation (cudaMalloc, at least 16 bytes so that empty problems still get a valid
-// pointer), for perf suites and ceilings that fill their buffers on the device.
+// The perf suites' device buffers: cuda/common/device_scratch.h's owned, uninitialized allocation (at least 16
+// bytes), which the ceilings use too; suites fill them on the device (cuda/common/random_fill.cuh).
 #pragma once
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cstddef>
-
-#include "cuda/common/check.cuh"
+#include "cuda/common/device_scratch.h"
 
 namespace flashseek::test {
 
-struct DeviceBuffer {
-    void* ptr = nullptr;
-    explicit DeviceBuffer(size_t bytes) { CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
-    ~DeviceBuffer() { cudaFree(ptr); }
-    DeviceBuffer(const DeviceBuffer&) = delete;
-    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
+using DeviceBuffer = cuda::DeviceScratch;
 
 }  // namespace flashseek::test

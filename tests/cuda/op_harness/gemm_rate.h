@@ -1,21 +1,12 @@
-// cuBLASLt as the reference dense GEMM, opened at run time (dlopen of libcublasLt.so.13 / .12 / .so): the test
-// executables must start on machines whose loader does not find it; perf mode then reports the GEMM ceiling as
-// unmeasured. Used for the FP8 / BF16 ceilings (perf_ceilings.h) and available to any perf suite that wants
-// cuBLASLt's time on its own shape.
+// The perf suites' cuBLASLt reference (FP8 e4m3 with unit per-tensor scales, or BF16; "TN" layout), as
+// flashseek::test names: cuda/common/cublaslt_gemm.h is the one implementation, which `flashseek bench` and the
+// ceilings of perf mode use too. Suites may include cuda/common/cublaslt_gemm.h directly.
 #pragma once
-#include <cstdint>
-#include <string>
+#include "cuda/common/cublaslt_gemm.h"
 
 namespace flashseek::test {
 
-enum class GemmPrecision {
-    FP8_E4M3,  // e4m3 inputs with unit per-tensor scales, bf16 output, fp32 accumulation
-    BF16,      // bf16 inputs, bf16 output, fp32 accumulation
-};
-
-// Median microseconds per call of D[m, n] = A[m, k] . B[n, k]^T through cuBLASLt on random device buffers it
-// allocates (the "TN" layout FP8 needs: both operands K-major). Returns a negative value when cuBLASLt is missing or
-// has no algorithm for the problem, with the reason in *why.
-double cublaslt_gemm_us(GemmPrecision precision, int64_t m, int64_t n, int64_t k, std::string* why);
+using cuda::cublaslt_gemm_us;
+using cuda::GemmPrecision;
 
 }  // namespace flashseek::test

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/event_timing.h"
 #include "perf_ceilings.h"
 
 namespace flashseek::test {
@@ -93,30 +94,9 @@ void PerfReport::write_json(const std::string& path) const {
     std::fclose(f);
 }
 
-double median_call_ms(const std::function<void(cudaStream_t)>& op, int warmups, int reps, cudaStream_t stream) {
-    for (int i = 0; i < warmups; ++i) op(stream);
-    cudaEvent_t e0, e1;
-    CUDA_CHECK(cudaEventCreate(&e0));
-    CUDA_CHECK(cudaEventCreate(&e1));
-    std::vector<float> ms;
-    for (int r = 0; r < std::max(1, reps); ++r) {
-        CUDA_CHECK(cudaEventRecord(e0, stream));
-        op(stream);
-        CUDA_CHECK(cudaEventRecord(e1, stream));
-        CUDA_CHECK(cudaEventSynchronize(e1));
-        float t = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-        ms.push_back(t);
-    }
-    CUDA_CHECK(cudaEventDestroy(e0));
-    CUDA_CHECK(cudaEventDestroy(e1));
-    std::sort(ms.begin(), ms.end());
-    return double(ms[ms.size() / 2]);
-}
-
 double time_graph_per_call(const std::function<void(cudaStream_t, int)>& call, int calls, int replays) {
-    cudaStream_t s;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const cuda::MeasureStream stream;
+    const cudaStream_t s = stream.get();
     for (int i = 0; i < calls; ++i) call(s, i);  // warm-up (and one-time attribute setup) outside the graph
     CUDA_CHECK(cudaStreamSynchronize(s));
     cudaGraph_t graph;
@@ -126,10 +106,10 @@ double time_graph_per_call(const std::function<void(cudaStream_t, int)>& call, i
     CUDA_CHECK(cudaStreamEndCapture(s, &graph));
     CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     // The first replay (untimed) uploads the graph.
-    const double ms = median_call_ms([&](cudaStream_t st) { CUDA_CHECK(cudaGraphLaunch(exec, st)); }, 1, replays, s);
+    const double ms =
+        cuda::median_event_ms([&](cudaStream_t st) { CUDA_CHECK(cudaGraphLaunch(exec, st)); }, 1, replays, s);
     CUDA_CHECK(cudaGraphExecDestroy(exec));
     CUDA_CHECK(cudaGraphDestroy(graph));
-    CUDA_CHECK(cudaStreamDestroy(s));
     return ms * 1e3 / calls;
 }
 

@@ -57,9 +57,6 @@ private:
     std::vector<PerfRow> rows_;
 };
 
-// Median milliseconds of `reps` calls of op(stream), each between two events, after `warmups` untimed calls.
-double median_call_ms(const std::function<void(cudaStream_t)>& op, int warmups, int reps, cudaStream_t stream);
-
 // Median microseconds per call of `calls` calls call(stream, i) captured in one CUDA graph: warm-up outside the
 // graph, then `replays` timed replays (median).
 double time_graph_per_call(const std::function<void(cudaStream_t, int)>& call, int calls, int replays = 7);

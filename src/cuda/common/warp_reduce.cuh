@@ -1,0 +1,36 @@
+// Warp-wide butterfly reductions of one value per lane (every lane gets the result), shared by every kernel family.
+// The order of the adds is part of the numerics: the attention kernels rely on this exact xor 16, 8, 4, 2, 1 tree
+// (sparse_attention_prefill.cu reproduces it across registers and lanes to stay bit-identical with decode).
+#pragma once
+#include <cuda_runtime.h>
+
+namespace flashseek::cuda {
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Argmax over the warp of (best, best_index) pairs: the largest value, the smallest index among equal values (a
+// total order, so the result does not depend on the butterfly's order). A NaN never wins: comparisons with it are
+// false, so it is only the result when every lane holds one.
+template <typename Index>
+__device__ __forceinline__ void warp_argmax(float& best, Index& best_index) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float other = __shfl_xor_sync(0xffffffffu, best, o);
+        const Index other_index = __shfl_xor_sync(0xffffffffu, best_index, o);
+        if (other > best || (other == best && other_index < best_index)) {
+            best = other;
+            best_index = other_index;
+        }
+    }
+}
+
+}  // namespace flashseek::cuda
