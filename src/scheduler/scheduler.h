@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "scheduler/background_worker.h"
 #include "scheduler/request.h"
 
 namespace flashseek {
@@ -98,6 +99,11 @@ private:
     std::vector<SequenceStep> steps_;
     std::vector<SampleParams> sample_params_;
     std::vector<SampleResult> results_;
+    // Constrained decoding: one allowed-token mask per constrained entry of the step, filled on mask_worker_
+    // while the backend runs the forward pass; mask_errors_[k] is set when constraint k failed to produce one.
+    std::vector<std::vector<uint32_t>> masks_;
+    std::vector<std::string> mask_errors_;
+    std::unique_ptr<BackgroundWorker> mask_worker_;  // started with the first constrained request
 };
 
 }  // namespace flashseek

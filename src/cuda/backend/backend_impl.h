@@ -17,6 +17,7 @@
 #include "cuda/backend/cuda_util.h"
 #include "cuda/backend/device_weights.h"
 #include "cuda/backend/op_profiler.h"
+#include "cuda/backend/sample_adjust.h"
 #include "cuda/backend/state_pool.h"
 #include "cuda/gemm/linear.cuh"
 #include "cuda/moe/moe.cuh"
@@ -242,6 +243,7 @@ private:
     DeviceBuffer sample_params_, sample_logprob_;  // per head row: the entry's sampling parameters, its result
     DeviceSampleParams* sample_params_host_ = nullptr;
     float* sample_logprob_host_ = nullptr;
+    SampleAdjustStaging sample_adjust_;  // masks and penalties of the sampled rows
 
     uint64_t prep_generation_ = 1;  // bumped whenever a sub-block starts (its inputs are rewritten)
     bool use_graphs_ = true;

@@ -682,13 +682,16 @@ void CudaBackendImpl::run_steps(std::span<const SequenceStep> steps, Output out,
                                             stream_));
             } else {
                 // Head rows past head_dst are padding rows of a decode bucket: sampled greedily, results unused.
+                std::vector<const SampleParams*> row_params(size_t(head_rows), nullptr);
                 for (int h = 0; h < head_rows; ++h) {
                     DeviceSampleParams d;
                     if (size_t(h) < head_dst.size()) {
                         const SampleParams& sp = sample_params[head_dst[size_t(h)].entry];
+                        row_params[size_t(h)] = &sp;
                         d.temperature = sp.temperature;
                         d.top_p = sp.top_p;
                         d.top_k = sp.top_k;
+                        d.min_p = sp.min_p;
                         d.seed = sp.seed;
                         d.draw_index = sp.draw_index;
                     }
@@ -697,8 +700,12 @@ void CudaBackendImpl::run_steps(std::span<const SequenceStep> steps, Output out,
                 FS_CUDA_TRY(cudaMemcpyAsync(sample_params_.get(), sample_params_host_,
                                             size_t(head_rows) * sizeof(DeviceSampleParams), cudaMemcpyHostToDevice,
                                             stream_));
-                sample_rows(logits_.as<float>(), head_rows, V, V, sample_params_.as<DeviceSampleParams>(),
-                            argmax_.as<int32_t>(), sample_logprob_.as<float>(), stream_);
+                // Masks and penalties: the pass above runs on the device while prepare() waits for the masks.
+                const bool adjusted = sample_adjust_.prepare(row_params, V);
+                const float* raw = logits_.as<float>();
+                sample_rows(adjusted ? sample_adjust_.apply(raw, V, stream_) : raw, head_rows, V, V,
+                            sample_params_.as<DeviceSampleParams>(), argmax_.as<int32_t>(), sample_logprob_.as<float>(),
+                            stream_, adjusted ? raw : nullptr, V);
                 FS_CUDA_TRY(cudaMemcpyAsync(argmax_host_, argmax_.get(), size_t(head_rows) * 4, cudaMemcpyDeviceToHost,
                                             stream_));
                 FS_CUDA_TRY(cudaMemcpyAsync(sample_logprob_host_, sample_logprob_.get(), size_t(head_rows) * 4,
@@ -729,9 +736,14 @@ void CudaBackendImpl::forward_sample(std::span<const SequenceStep> steps, std::s
                                     std::vector<SampleResult>& out) {
     FS_CHECK(steps.size() == params.size(), "forward_sample: {} steps but {} sample parameter sets", steps.size(),
              params.size());
-    // Top logprobs need the whole row on the host: the host sampler does everything for such a step.
-    if (std::any_of(params.begin(), params.end(), [](const SampleParams& p) { return p.n_logprobs > 0; }))
+    // Top logprobs and scored prompt tokens need whole rows on the host: the host sampler does everything then.
+    if (std::any_of(params.begin(), params.end(),
+                    [](const SampleParams& p) { return p.n_logprobs > 0 || !p.score_targets.empty(); }))
         return Backend::forward_sample(steps, params, out);
+    struct WaitOnExit {  // a mask still being filled must be finished before the caller may release it
+        std::span<const SampleParams> params;
+        ~WaitOnExit() { wait_for_allowed_tokens(params); }
+    } wait_on_exit{params};
     for (size_t i = 0; i < params.size(); ++i) {
         const SampleParams& p = params[i];
         FS_CHECK(std::isfinite(p.temperature) && p.temperature >= 0.f,
@@ -739,14 +751,18 @@ void CudaBackendImpl::forward_sample(std::span<const SequenceStep> steps, std::s
         FS_CHECK(p.top_p > 0.f && p.top_p <= 1.f, "forward_sample: entry {}: top_p {} is outside (0, 1]", i,
                  p.top_p);
         FS_CHECK(p.top_k >= 0, "forward_sample: entry {}: top_k {} is negative", i, p.top_k);
+        FS_CHECK(p.min_p >= 0.f && p.min_p <= 1.f, "forward_sample: entry {}: min_p {} is outside [0, 1]", i, p.min_p);
+        FS_CHECK(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.f,
+                 "forward_sample: entry {}: repetition_penalty {} is not > 0", i, p.repetition_penalty);
     }
     std::vector<int32_t> tokens;
     std::vector<float> logprobs;
     run_steps(steps, Output::Sample, nullptr, &tokens, params, &logprobs);
     out.assign(steps.size(), SampleResult{});
     for (size_t i = 0; i < steps.size(); ++i) {
-        FS_CHECK(tokens[i] >= 0 && tokens[i] < cfg_.vocab_size, "CUDA sampler returned token {} for entry {}",
-                 tokens[i], i);
+        FS_CHECK(tokens[i] >= 0 && tokens[i] < cfg_.vocab_size,
+                 "CUDA sampler returned token {} for entry {} (-1: invalid parameters, or the mask and banned tokens "
+                 "exclude every token)", tokens[i], i);
         out[i].token = tokens[i];
         out[i].logprob = logprobs[i];
     }

@@ -1,0 +1,108 @@
+// SampleAdjustStaging (see sample_adjust.h). One edit per distinct token a row touches: the union of its banned
+// ids, logit_bias tokens and (with penalties on) its prompt and output tokens, so the device applies each token's
+// whole adjustment in one place, in the host sampler's order.
+#include "cuda/backend/sample_adjust.h"
+
+#include <cstring>
+#include <unordered_map>
+
+#include "util/error.h"
+
+namespace flashseek::cuda {
+
+template <typename T>
+void SampleAdjustStaging::Pinned<T>::reserve(size_t n) {
+    if (n <= capacity) return;
+    if (ptr) cudaFreeHost(ptr);
+    ptr = nullptr;
+    capacity = 0;
+    FS_CUDA_TRY(cudaMallocHost(&ptr, n * sizeof(T)));
+    capacity = n;
+}
+
+template <typename T>
+SampleAdjustStaging::Pinned<T>::~Pinned() {
+    if (ptr) cudaFreeHost(ptr);
+}
+
+SampleAdjustStaging::~SampleAdjustStaging() = default;
+
+namespace {
+void grow(DeviceBuffer& b, size_t bytes, const char* what) {
+    if (b.bytes() < bytes) b.allocate(bytes, what);
+}
+}  // namespace
+
+bool SampleAdjustStaging::prepare(std::span<const SampleParams* const> rows, int64_t vocab) {
+    rows_ = int64_t(rows.size());
+    vocab_ = vocab;
+    adjust_.assign(rows.size(), DeviceLogitAdjust{});
+    edits_.clear();
+    masks_.clear();
+    bool any = false;
+    for (size_t h = 0; h < rows.size(); ++h) {
+        const SampleParams* p = rows[h];
+        if (!p || !p->adjusts_logits()) continue;
+        any = true;
+        if (p->allowed_tokens_ready.valid()) p->allowed_tokens_ready.wait();
+        DeviceLogitAdjust& a = adjust_[h];
+        a.repetition_penalty = p->repetition_penalty;
+        a.frequency_penalty = p->frequency_penalty;
+        a.presence_penalty = p->presence_penalty;
+        if (p->allowed_tokens) {
+            a.mask_index = int32_t(masks_.size());
+            masks_.push_back(p->allowed_tokens);
+        }
+        std::unordered_map<int32_t, size_t> index;  // token -> its edit
+        auto edit = [&](int32_t token) -> DeviceLogitEdit& {
+            FS_CHECK(token >= 0 && token < vocab, "CUDA sampler: adjusted token {} is outside the vocabulary", token);
+            auto [it, fresh] = index.emplace(token, edits_.size());
+            if (fresh) edits_.push_back(DeviceLogitEdit{token, 0.f, 0, 0});
+            return edits_[it->second];
+        };
+        a.edit_begin = int32_t(edits_.size());
+        for (int32_t t : p->banned_tokens) edit(t).flags |= kEditBanned;
+        for (const LogitBias& b : p->logit_bias) edit(b.token).bias += b.bias;
+        if (p->repetition_penalty != 1.f)
+            for (int32_t t : p->prompt_tokens) edit(t).flags |= kEditSeen;
+        if (p->repetition_penalty != 1.f || p->frequency_penalty != 0.f || p->presence_penalty != 0.f)
+            for (int32_t t : p->output_tokens) {
+                DeviceLogitEdit& e = edit(t);
+                e.flags |= kEditSeen;
+                ++e.output_count;
+            }
+        a.edit_end = int32_t(edits_.size());
+    }
+    return any;
+}
+
+const float* SampleAdjustStaging::apply(const float* logits, int64_t ld, cudaStream_t stream) {
+    FS_CHECK(rows_ > 0, "SampleAdjustStaging::apply without prepared rows");
+    const size_t words = size_t(token_mask_words(vocab_));
+    adjust_host_.reserve(adjust_.size());
+    std::memcpy(adjust_host_.ptr, adjust_.data(), adjust_.size() * sizeof(DeviceLogitAdjust));
+    grow(adjust_dev_, adjust_.size() * sizeof(DeviceLogitAdjust), "sampler adjustment headers");
+    FS_CUDA_TRY(cudaMemcpyAsync(adjust_dev_.get(), adjust_host_.ptr, adjust_.size() * sizeof(DeviceLogitAdjust),
+                                cudaMemcpyHostToDevice, stream));
+    if (!edits_.empty()) {
+        edits_host_.reserve(edits_.size());
+        std::memcpy(edits_host_.ptr, edits_.data(), edits_.size() * sizeof(DeviceLogitEdit));
+        grow(edits_dev_, edits_.size() * sizeof(DeviceLogitEdit), "sampler logit edits");
+        FS_CUDA_TRY(cudaMemcpyAsync(edits_dev_.get(), edits_host_.ptr, edits_.size() * sizeof(DeviceLogitEdit),
+                                    cudaMemcpyHostToDevice, stream));
+    }
+    if (!masks_.empty()) {
+        masks_host_.reserve(masks_.size() * words);
+        for (size_t m = 0; m < masks_.size(); ++m)
+            std::memcpy(masks_host_.ptr + m * words, masks_[m], words * sizeof(uint32_t));
+        grow(masks_dev_, masks_.size() * words * sizeof(uint32_t), "sampler token masks");
+        FS_CUDA_TRY(cudaMemcpyAsync(masks_dev_.get(), masks_host_.ptr, masks_.size() * words * sizeof(uint32_t),
+                                    cudaMemcpyHostToDevice, stream));
+    }
+    grow(out_dev_, size_t(rows_) * size_t(vocab_) * sizeof(float), "adjusted logits");
+    adjust_logits_rows(logits, ld, out_dev_.as<float>(), rows_, vocab_, adjust_dev_.as<DeviceLogitAdjust>(),
+                       edits_dev_.as<DeviceLogitEdit>(), masks_dev_.as<uint32_t>(), stream);
+    return out_dev_.as<float>();
+}
+
+}  // namespace flashseek::cuda
