@@ -4,6 +4,7 @@
 // choices; the step loop frees their state before its next step.
 #include "server/api_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 
@@ -72,6 +73,21 @@ ApiServer::ApiServer(runtime::StepLoop& loop, const tokenizer::Tokenizer& tok, r
     http_.get("/v1/models", [this](const HttpRequest& q, HttpResponse& r) { models(q, r); });
     http_.get("/health", [this](const HttpRequest& q, HttpResponse& r) { health(q, r); });
     http_.get("/metrics", [this](const HttpRequest& q, HttpResponse& r) { this->metrics(q, r); });
+}
+
+const runtime::ConstraintCompiler& ApiServer::constraint_compiler() {
+    std::call_once(compiler_once_, [this] {
+        compiler_ = std::make_unique<runtime::ConstraintCompiler>(tok_, loop_.config().vocab_size, eos_token());
+    });
+    return *compiler_;
+}
+
+int32_t ApiServer::eos_token() const {
+    try {
+        return tok_.eos_id();
+    } catch (const Error&) {
+        return int32_t(loop_.config().eos_token_id);  // a tokenizer without one: the model config's
+    }
 }
 
 bool ApiServer::authorized(const HttpRequest& req) const {
@@ -172,11 +188,19 @@ void ApiServer::generate(const HttpRequest& hreq, HttpResponse& res, Endpoint en
         const json body = parse_json_body(hreq.body);
         auto st = std::make_shared<StreamState>();
         st->request = endpoint == Endpoint::Chat ? parse_chat_request(body, options_.limits, hreq.body)
-                                                 : parse_completion_request(body, options_.limits);
+                                                 : parse_completion_request(body, options_.limits, hreq.body);
         ParsedRequest& pr = st->request;
-        if (pr.tool_choice != "auto" && pr.tool_choice != "none")
-            bad_param("tool_choice", "'tool_choice' = '{}' is not supported (only auto and none): the model cannot be "
-                      "forced to call a tool", pr.tool_choice);
+        // Constrained decoding: compiled here, on this worker thread (cached per distinct constraint).
+        std::shared_ptr<const runtime::CompiledConstraint> grammar;
+        if (pr.constraint.kind != OutputConstraint::Kind::None) {
+            pr.constraint.reasoning_first = endpoint == Endpoint::Chat && pr.chat.thinking == chat::ThinkingMode::thinking;
+            try {
+                grammar = constraint_compiler().compile(pr.constraint);
+            } catch (const runtime::GrammarError& e) {
+                bad_param(pr.constraint.param, "'{}' cannot be used for constrained decoding: {}", pr.constraint.param,
+                          e.what());
+            }
+        }
 
         std::vector<std::vector<int32_t>> prompts;
         try {
@@ -190,23 +214,20 @@ void ApiServer::generate(const HttpRequest& hreq, HttpResponse& res, Endpoint en
         } catch (const Error& e) {
             bad_param(endpoint == Endpoint::Chat ? "messages" : "prompt", "could not tokenize the prompt: {}", e.what());
         }
-        std::vector<int64_t> max_new, prompt_lens;
-        for (const auto& p : prompts) {
-            max_new.push_back(resolve_max_tokens(pr, int64_t(p.size()), loop_.max_model_len()));
-            prompt_lens.push_back(int64_t(p.size()));
-        }
+        std::vector<int64_t> max_new;
+        for (const auto& p : prompts) max_new.push_back(resolve_max_tokens(pr, int64_t(p.size()), loop_.max_model_len()));
+        // Prompt scores: vLLM's prompt_logprobs, and echo's prompt logprobs (also needed when nothing is generated).
+        int prompt_logprobs = pr.prompt_logprobs;
+        if (pr.echo && pr.logprobs) prompt_logprobs = std::max(prompt_logprobs, pr.top_logprobs);
+        if (pr.echo && std::find(max_new.begin(), max_new.end(), 0) != max_new.end())
+            prompt_logprobs = std::max(prompt_logprobs, 0);
         const int choices = int(prompts.size()) * pr.n;
         if (!loop_.try_reserve(choices))
             throw ApiError(429, "the server is at capacity; retry later", "", "rate_limit_error", "overloaded");
 
         st->channel = std::make_shared<runtime::OutputChannel>(choices);
         const uint64_t base_seed = pr.seed ? *pr.seed : random_seed();
-        int32_t eos = -1;
-        try {
-            eos = tok_.eos_id();
-        } catch (const Error&) {
-            eos = int32_t(loop_.config().eos_token_id);
-        }
+        const int32_t eos = eos_token();
         const auto deadline = arrival + std::chrono::milliseconds(int64_t(options_.request_timeout_s * 1000));
         for (size_t p = 0; p < prompts.size(); ++p)
             for (int i = 0; i < pr.n; ++i) {
@@ -218,6 +239,14 @@ void ApiServer::generate(const HttpRequest& hreq, HttpResponse& res, Endpoint en
                 er.params.sample.top_k = pr.top_k;
                 er.params.sample.seed = index == 0 ? base_seed : mix_seed(base_seed, uint64_t(index));
                 er.params.sample.n_logprobs = pr.logprobs ? pr.top_logprobs : 0;
+                er.params.sample.min_p = pr.min_p;
+                er.params.sample.presence_penalty = pr.presence_penalty;
+                er.params.sample.frequency_penalty = pr.frequency_penalty;
+                er.params.sample.repetition_penalty = pr.repetition_penalty;
+                for (const auto& [token, bias] : pr.logit_bias) er.params.logit_bias.push_back(LogitBias{token, bias});
+                er.params.min_new_tokens = std::min(pr.min_tokens, max_new[p]);
+                er.params.prompt_logprobs = prompt_logprobs;
+                if (grammar) er.params.constraint = constraint_compiler().start(grammar);
                 er.params.max_new_tokens = max_new[p];
                 if (!pr.ignore_eos) er.params.stop_token_ids.push_back(eos);
                 er.params.stop_token_ids.insert(er.params.stop_token_ids.end(), pr.stop_token_ids.begin(),
@@ -232,7 +261,7 @@ void ApiServer::generate(const HttpRequest& hreq, HttpResponse& res, Endpoint en
                 loop_.submit(std::move(er));
             }
         const std::string id = (endpoint == Endpoint::Chat ? "chatcmpl-" : "cmpl-") + random_hex(24);
-        st->builder = std::make_unique<ResponseBuilder>(st->request, tok_, id, unix_now(), prompt_lens);
+        st->builder = std::make_unique<ResponseBuilder>(st->request, tok_, id, unix_now(), prompts);
 
         if (pr.stream) {
             guard.armed = false;  // the stream's on_close releases it

@@ -4,6 +4,7 @@
 #pragma once
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "runtime/step_loop.h"
@@ -39,6 +40,9 @@ private:
     void health(const HttpRequest& req, HttpResponse& res);
     void metrics(const HttpRequest& req, HttpResponse& res);
     bool authorized(const HttpRequest& req) const;
+    // The grammar compiler of constrained decoding, built on first use (it indexes the whole vocabulary).
+    const runtime::ConstraintCompiler& constraint_compiler();
+    int32_t eos_token() const;
     void fail(HttpResponse& res, const ApiError& e);
 
     runtime::StepLoop& loop_;
@@ -49,6 +53,8 @@ private:
     std::atomic<bool> shutting_down_{false};
     std::atomic<int64_t> open_requests_{0};
     int64_t started_ = 0;
+    std::once_flag compiler_once_;
+    std::unique_ptr<runtime::ConstraintCompiler> compiler_;
 };
 
 }  // namespace flashseek::server

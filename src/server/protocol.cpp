@@ -1,8 +1,10 @@
 // OpenAI request parsing and validation (see protocol.h). Known fields are type- and range-checked; fields that
-// would change the output but that the engine cannot honour (penalties, logit_bias, echo, best_of) are rejected
-// with 400 rather than silently ignored; purely informational fields (user, metadata, …) are accepted.
+// would change the output but that the engine cannot honour (best_of, suffix) are rejected with 400 rather than
+// silently ignored; purely informational fields (user, metadata, …) are accepted. Constrained-decoding fields are
+// read in output_constraint.cpp.
 #include "server/protocol.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <set>
@@ -102,26 +104,53 @@ std::optional<int64_t> get_int(const json& body, const char* name) {
 
 // Fields that change the output and that this engine does not implement: accept only their neutral value.
 void reject_unsupported(const json& body) {
-    for (const char* pen : {"presence_penalty", "frequency_penalty"}) {
-        const double v = get_number(body, pen, 0.0);
-        if (v < -2.0 || v > 2.0) bad_param(pen, "'{}' must be in [-2, 2], got {}", pen, v);
-        if (v != 0.0) bad_param(pen, "'{}' is not supported by this server (only 0)", pen);
-    }
-    const double rep = get_number(body, "repetition_penalty", 1.0);
-    if (rep <= 0.0) bad_param("repetition_penalty", "'repetition_penalty' must be > 0, got {}", rep);
-    if (rep != 1.0) bad_param("repetition_penalty", "'repetition_penalty' is not supported by this server (only 1)");
-    const double min_p = get_number(body, "min_p", 0.0);
-    if (min_p < 0.0 || min_p > 1.0) bad_param("min_p", "'min_p' must be in [0, 1], got {}", min_p);
-    if (min_p != 0.0) bad_param("min_p", "'min_p' is not supported by this server (only 0)");
-    if (const json* lb = field(body, "logit_bias")) {
-        if (!lb->is_object()) bad_param("logit_bias", "'logit_bias' must be an object of token id -> bias");
-        if (!lb->empty()) bad_param("logit_bias", "'logit_bias' is not supported by this server (only {{}})");
-    }
     if (const auto best_of = get_int(body, "best_of"); best_of && *best_of != 1)
         bad_param("best_of", "'best_of' is not supported by this server (only 1)");
     if (const json* s = field(body, "suffix")) {
         if (!s->is_string()) bad_param("suffix", "'suffix' must be a string");
         if (!s->get<std::string>().empty()) bad_param("suffix", "'suffix' is not supported by this server");
+    }
+}
+
+// Penalties, min_p, logit_bias, min_tokens (OpenAI / vLLM ranges).
+void parse_sampling_adjustments(const json& body, const ProtocolLimits& limits, ParsedRequest& r) {
+    for (const char* pen : {"presence_penalty", "frequency_penalty"}) {
+        const double v = get_number(body, pen, 0.0);
+        if (v < -2.0 || v > 2.0) bad_param(pen, "'{}' must be in [-2, 2], got {}", pen, v);
+    }
+    r.presence_penalty = float(get_number(body, "presence_penalty", 0.0));
+    r.frequency_penalty = float(get_number(body, "frequency_penalty", 0.0));
+    const double rep = get_number(body, "repetition_penalty", 1.0);
+    if (rep <= 0.0 || rep > 100.0) bad_param("repetition_penalty", "'repetition_penalty' must be in (0, 100], got {}", rep);
+    r.repetition_penalty = float(rep);
+    const double min_p = get_number(body, "min_p", 0.0);
+    if (min_p < 0.0 || min_p > 1.0) bad_param("min_p", "'min_p' must be in [0, 1], got {}", min_p);
+    r.min_p = float(min_p);
+    if (const json* lb = field(body, "logit_bias")) {
+        if (!lb->is_object()) bad_param("logit_bias", "'logit_bias' must be an object of token id -> bias");
+        for (auto it = lb->begin(); it != lb->end(); ++it) {
+            const std::string& key = it.key();
+            int64_t id = -1;
+            const bool digits = !key.empty() && key.size() <= 10 &&
+                                std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+            if (digits) id = std::stoll(key);
+            if (id < 0 || id >= limits.vocab_size)
+                bad_param("logit_bias", "'logit_bias' key '{}' is not a token id (valid: 0 to {})",
+                          key.substr(0, 40), limits.vocab_size - 1);
+            if (!it->is_number()) bad_param("logit_bias", "'logit_bias[{}]' must be a number", key);
+            const double b = it->get<double>();
+            if (!(b >= -100.0 && b <= 100.0)) bad_param("logit_bias", "'logit_bias[{}]' must be in [-100, 100]", key);
+            r.logit_bias.emplace_back(int32_t(id), float(b));
+        }
+    }
+    if (auto m = get_int(body, "min_tokens")) {
+        if (*m < 0) bad_param("min_tokens", "'min_tokens' must be >= 0, got {}", *m);
+        r.min_tokens = *m;
+    }
+    if (auto pl = get_int(body, "prompt_logprobs")) {
+        if (*pl < 0 || *pl > limits.max_logprobs)
+            bad_param("prompt_logprobs", "'prompt_logprobs' must be between 0 and {}, got {}", limits.max_logprobs, *pl);
+        r.prompt_logprobs = int(*pl);
     }
 }
 
@@ -153,6 +182,7 @@ void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest&
         r.model = limits.model_name;
     }
     reject_unsupported(body);
+    parse_sampling_adjustments(body, limits, r);
 
     const double temperature = get_number(body, "temperature", 1.0);
     if (temperature < 0.0 || temperature > 2.0)
@@ -216,12 +246,17 @@ void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest&
         (void)get_bool(*so, "continuous_usage_stats", false);
     }
 
+    // Completions with echo may ask for no new token at all (scoring a prompt, as lm-evaluation-harness does).
+    const bool echo = r.endpoint == Endpoint::Completion && get_bool(body, "echo", false);
     for (const char* name : {"max_tokens", "max_completion_tokens"}) {
         if (auto m = get_int(body, name)) {
-            if (*m < 1) bad_param(name, "'{}' must be at least 1, got {}", name, *m);
+            if (*m < (echo ? 0 : 1))
+                bad_param(name, "'{}' must be at least {}, got {}", name, echo ? "0 (with echo)" : "1", *m);
             r.max_tokens = r.max_tokens ? std::min(*r.max_tokens, *m) : *m;
         }
     }
+    if (r.max_tokens && r.min_tokens > *r.max_tokens)
+        bad_param("min_tokens", "'min_tokens' ({}) must not exceed 'max_tokens' ({})", r.min_tokens, *r.max_tokens);
 
     if (const json* f = field(body, "debug_forced_tokens")) {
         if (!limits.debug_hooks)
@@ -263,15 +298,6 @@ ParsedRequest parse_chat_request(const json& body, const ProtocolLimits& limits,
         if (!r.logprobs && *tl > 0) bad_param("top_logprobs", "'top_logprobs' needs 'logprobs': true");
         r.top_logprobs = int(*tl);
     }
-    if (const json* rf = field(body, "response_format")) {
-        if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
-            bad_param("response_format", "'response_format' must be an object with a string 'type'");
-        const std::string t = (*rf)["type"].get<std::string>();
-        if (t != "text" && t != "json_object" && t != "json_schema")
-            bad_param("response_format", "'response_format.type' must be text, json_object or json_schema, got '{}'", t);
-        if (t == "json_schema" && (!rf->contains("json_schema") || !(*rf)["json_schema"].is_object()))
-            bad_param("response_format", "'response_format' of type json_schema needs a 'json_schema' object");
-    }
     if (const json* tools = field(body, "tools")) {
         if (!tools->is_array()) bad_param("tools", "'tools' must be an array");
         for (size_t i = 0; i < tools->size(); ++i) {
@@ -284,6 +310,8 @@ ParsedRequest parse_chat_request(const json& body, const ProtocolLimits& limits,
         }
         r.has_tools = !tools->empty();
     }
+    if (const json* ptc = field(body, "parallel_tool_calls"))
+        if (!ptc->is_boolean()) bad_param("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
     if (const json* tc = field(body, "tool_choice")) {
         if (tc->is_string()) {
             r.tool_choice = tc->get<std::string>();
@@ -298,6 +326,7 @@ ParsedRequest parse_chat_request(const json& body, const ProtocolLimits& limits,
         if (r.tool_choice != "auto" && r.tool_choice != "none" && !r.has_tools)
             bad_param("tool_choice", "'tool_choice' = '{}' needs 'tools'", r.tool_choice);
     }
+    parse_output_constraint(body, r, raw_body);
     if (const json* ctk = field(body, "chat_template_kwargs"))
         if (!ctk->is_object()) bad_param("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     if (const json* re = field(body, "reasoning_effort"))
@@ -319,12 +348,13 @@ ParsedRequest parse_chat_request(const json& body, const ProtocolLimits& limits,
     return r;
 }
 
-ParsedRequest parse_completion_request(const json& body, const ProtocolLimits& limits) {
+ParsedRequest parse_completion_request(const json& body, const ProtocolLimits& limits, std::string_view raw_body) {
     ParsedRequest r;
     r.endpoint = Endpoint::Completion;
     parse_common(body, limits, r);
     r.skip_special_tokens = get_bool(body, "skip_special_tokens", true);
-    if (get_bool(body, "echo", false)) bad_param("echo", "'echo' is not supported by this server");
+    r.echo = get_bool(body, "echo", false);
+    parse_output_constraint(body, r, raw_body);
     if (auto lp = get_int(body, "logprobs")) {
         if (*lp < 0 || *lp > limits.max_logprobs)
             bad_param("logprobs", "'logprobs' must be between 0 and {}, got {}", limits.max_logprobs, *lp);

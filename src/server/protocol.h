@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/grammar.h"
 #include "server/api_error.h"
 #include "tokenizer/chat_encoding.h"
 
@@ -29,6 +30,8 @@ struct ProtocolLimits {
     bool debug_hooks = false;     // accept debug_forced_tokens (tests only)
 };
 
+using runtime::OutputConstraint;
+
 struct ParsedRequest {
     Endpoint endpoint = Endpoint::Chat;
     std::string model;
@@ -40,6 +43,13 @@ struct ParsedRequest {
     float temperature = 1.f;
     float top_p = 1.f;
     int top_k = 0;                                     // 0 = off (-1 is accepted as off too)
+    float min_p = 0.f;
+    float presence_penalty = 0.f;
+    float frequency_penalty = 0.f;
+    float repetition_penalty = 1.f;
+    std::vector<std::pair<int32_t, float>> logit_bias; // token id -> bias in [-100, 100]
+    int64_t min_tokens = 0;
+    int prompt_logprobs = -1;                          // vLLM prompt_logprobs (top-N per prompt position); -1 = off
     std::optional<uint64_t> seed;
     std::vector<std::string> stop;
     std::vector<int32_t> stop_token_ids;
@@ -50,10 +60,11 @@ struct ParsedRequest {
     int n = 1;
     bool logprobs = false;
     int top_logprobs = 0;
-    bool echo = false;                                 // completions: rejected with 400 (not supported)
+    bool echo = false;                                 // completions: the prompt is returned before the completion
     bool has_tools = false;
     std::string tool_choice = "auto";                  // auto | none | required | a function name
     std::vector<int32_t> forced_tokens;                // debug hook: replaces sampled tokens in order
+    OutputConstraint constraint;
 
     size_t prompt_count() const { return endpoint == Endpoint::Chat ? 1 : prompt_texts.size() + prompt_tokens.size(); }
 };
@@ -65,7 +76,13 @@ nlohmann::json parse_json_body(std::string_view body);
 // rendered in the client's order, as the official encoder (Python dicts) would.
 ParsedRequest parse_chat_request(const nlohmann::json& body, const ProtocolLimits& limits,
                                  std::string_view raw_body = {});
-ParsedRequest parse_completion_request(const nlohmann::json& body, const ProtocolLimits& limits);
+ParsedRequest parse_completion_request(const nlohmann::json& body, const ProtocolLimits& limits,
+                                       std::string_view raw_body = {});
+
+// Reads response_format, structured_outputs / guided_* and (chat) tool_choice into req.constraint; 400 naming the
+// field when they are malformed or conflict. Called by the two parse functions above; raw_body (when given) keeps
+// the client's key order in schemas and tools.
+void parse_output_constraint(const nlohmann::json& body, ParsedRequest& req, std::string_view raw_body = {});
 
 // Context check shared by both endpoints: prompt + max_tokens must fit max_model_len. Returns the max_tokens to
 // use (the remaining context when the request gave none). Throws 400 code context_length_exceeded with both numbers.
