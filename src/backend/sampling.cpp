@@ -48,6 +48,20 @@ double log_normalizer(const float* logits, int64_t vocab, float mx) {
     return std::log(z) + mx;
 }
 
+// The n most likely tokens of a row (ties: lower id first) with their log-softmax.
+std::vector<std::pair<int32_t, float>> top_logprobs(const float* logits, int64_t vocab, double log_z, int n_top) {
+    std::vector<std::pair<int32_t, float>> out;
+    if (n_top <= 0) return out;
+    const int64_t n = std::min<int64_t>(n_top, vocab);
+    std::vector<int32_t> order(static_cast<size_t>(vocab));
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + n, order.end(),
+                      [&](int32_t a, int32_t b) { return better(logits, a, b); });
+    for (int64_t i = 0; i < n; ++i)
+        out.push_back({order[size_t(i)], float(double(logits[order[size_t(i)]]) - log_z)});
+    return out;
+}
+
 void check_params(int64_t vocab, const SampleParams& p) {
     FS_CHECK(std::isfinite(p.temperature) && p.temperature >= 0.f, "sample: temperature must be >= 0, got {}",
              p.temperature);
@@ -65,8 +79,8 @@ void check_params(int64_t vocab, const SampleParams& p) {
                  b.bias);
     for (int32_t t : p.banned_tokens)
         FS_CHECK(t >= 0 && t < vocab, "sample: banned token {} is outside the vocabulary", t);
-    for (int32_t t : p.prompt_tokens) FS_CHECK(t >= 0 && t < vocab, "sample: prompt token {} outside the vocabulary", t);
-    for (int32_t t : p.output_tokens) FS_CHECK(t >= 0 && t < vocab, "sample: output token {} outside the vocabulary", t);
+    for (int32_t t : p.prompt_tokens) FS_CHECK(t >= 0 && t < vocab, "sample: prompt token {} is out of range", t);
+    for (int32_t t : p.output_tokens) FS_CHECK(t >= 0 && t < vocab, "sample: output token {} is out of range", t);
 }
 
 // The adjusted copy of a row (see SampleParams). The per-token arithmetic is written out step by step so that the
@@ -207,15 +221,7 @@ SampleResult sample_logits(const float* raw_logits, int64_t vocab, const SampleP
                                                 : draw(logits, mx, inv_t, u, IdRange{int32_t(vocab)});
     }
     res.logprob = float(double(raw_logits[res.token]) - log_z);
-    if (p.n_logprobs > 0) {
-        const int64_t n = std::min<int64_t>(p.n_logprobs, vocab);
-        std::vector<int32_t> order(static_cast<size_t>(vocab));
-        std::iota(order.begin(), order.end(), 0);
-        std::partial_sort(order.begin(), order.begin() + n, order.end(),
-                          [&](int32_t a, int32_t b) { return better(raw_logits, a, b); });
-        for (int64_t i = 0; i < n; ++i)
-            res.top_logprobs.push_back({order[size_t(i)], float(double(raw_logits[order[size_t(i)]]) - log_z)});
-    }
+    res.top_logprobs = top_logprobs(raw_logits, vocab, log_z, p.n_logprobs);
     return res;
 }
 
@@ -230,15 +236,7 @@ ScoredToken score_token(const float* logits, int64_t vocab, int32_t target, int 
     s.rank = 1;
     for (int64_t i = 0; i < vocab; ++i)
         if (better(logits, int32_t(i), target)) ++s.rank;
-    if (top_n > 0) {
-        const int64_t n = std::min<int64_t>(top_n, vocab);
-        std::vector<int32_t> order(static_cast<size_t>(vocab));
-        std::iota(order.begin(), order.end(), 0);
-        std::partial_sort(order.begin(), order.begin() + n, order.end(),
-                          [&](int32_t a, int32_t b) { return better(logits, a, b); });
-        for (int64_t i = 0; i < n; ++i)
-            s.top.push_back({order[size_t(i)], float(double(logits[order[size_t(i)]]) - log_z)});
-    }
+    s.top = top_logprobs(logits, vocab, log_z, top_n);
     return s;
 }
 

@@ -3,7 +3,7 @@
 // whole adjustment in one place, in the host sampler's order.
 #include "cuda/backend/sample_adjust.h"
 
-#include <cstring>
+#include <algorithm>
 #include <unordered_map>
 
 #include "util/error.h"
@@ -76,29 +76,27 @@ bool SampleAdjustStaging::prepare(std::span<const SampleParams* const> rows, int
     return any;
 }
 
+// Copies n elements (gathered by fill into the pinned staging) to the device buffer, both grown as needed.
+template <typename T, typename Fill>
+void SampleAdjustStaging::upload(Pinned<T>& host, DeviceBuffer& dev, size_t n, const char* what, Fill fill,
+                                 cudaStream_t stream) {
+    if (n == 0) return;
+    host.reserve(n);
+    fill(host.ptr);
+    grow(dev, n * sizeof(T), what);
+    FS_CUDA_TRY(cudaMemcpyAsync(dev.get(), host.ptr, n * sizeof(T), cudaMemcpyHostToDevice, stream));
+}
+
 const float* SampleAdjustStaging::apply(const float* logits, int64_t ld, cudaStream_t stream) {
     FS_CHECK(rows_ > 0, "SampleAdjustStaging::apply without prepared rows");
     const size_t words = size_t(token_mask_words(vocab_));
-    adjust_host_.reserve(adjust_.size());
-    std::memcpy(adjust_host_.ptr, adjust_.data(), adjust_.size() * sizeof(DeviceLogitAdjust));
-    grow(adjust_dev_, adjust_.size() * sizeof(DeviceLogitAdjust), "sampler adjustment headers");
-    FS_CUDA_TRY(cudaMemcpyAsync(adjust_dev_.get(), adjust_host_.ptr, adjust_.size() * sizeof(DeviceLogitAdjust),
-                                cudaMemcpyHostToDevice, stream));
-    if (!edits_.empty()) {
-        edits_host_.reserve(edits_.size());
-        std::memcpy(edits_host_.ptr, edits_.data(), edits_.size() * sizeof(DeviceLogitEdit));
-        grow(edits_dev_, edits_.size() * sizeof(DeviceLogitEdit), "sampler logit edits");
-        FS_CUDA_TRY(cudaMemcpyAsync(edits_dev_.get(), edits_host_.ptr, edits_.size() * sizeof(DeviceLogitEdit),
-                                    cudaMemcpyHostToDevice, stream));
-    }
-    if (!masks_.empty()) {
-        masks_host_.reserve(masks_.size() * words);
-        for (size_t m = 0; m < masks_.size(); ++m)
-            std::memcpy(masks_host_.ptr + m * words, masks_[m], words * sizeof(uint32_t));
-        grow(masks_dev_, masks_.size() * words * sizeof(uint32_t), "sampler token masks");
-        FS_CUDA_TRY(cudaMemcpyAsync(masks_dev_.get(), masks_host_.ptr, masks_.size() * words * sizeof(uint32_t),
-                                    cudaMemcpyHostToDevice, stream));
-    }
+    upload(adjust_host_, adjust_dev_, adjust_.size(), "sampler adjustment headers",
+           [&](DeviceLogitAdjust* dst) { std::copy(adjust_.begin(), adjust_.end(), dst); }, stream);
+    upload(edits_host_, edits_dev_, edits_.size(), "sampler logit edits",
+           [&](DeviceLogitEdit* dst) { std::copy(edits_.begin(), edits_.end(), dst); }, stream);
+    upload(masks_host_, masks_dev_, masks_.size() * words, "sampler token masks", [&](uint32_t* dst) {
+        for (size_t m = 0; m < masks_.size(); ++m) std::copy(masks_[m], masks_[m] + words, dst + m * words);
+    }, stream);
     grow(out_dev_, size_t(rows_) * size_t(vocab_) * sizeof(float), "adjusted logits");
     adjust_logits_rows(logits, ld, out_dev_.as<float>(), rows_, vocab_, adjust_dev_.as<DeviceLogitAdjust>(),
                        edits_dev_.as<DeviceLogitEdit>(), masks_dev_.as<uint32_t>(), stream);

@@ -37,6 +37,9 @@ private:
         void reserve(size_t n);
         ~Pinned();
     };
+    template <typename T, typename Fill>
+    static void upload(Pinned<T>& host, DeviceBuffer& dev, size_t n, const char* what, Fill fill,
+                       cudaStream_t stream);
     int64_t rows_ = 0, vocab_ = 0;
     std::vector<DeviceLogitAdjust> adjust_;
     std::vector<DeviceLogitEdit> edits_;
