@@ -21,6 +21,7 @@ struct BackendOptions {
     int64_t state_memory_bytes = 0;  // 0 = backend default; the block pool is sized from it at start-up
     int threads = 0;                 // CPU threads, 0 = hardware concurrency
     int layers = 0;                  // run only the first N layers (0 = all)
+    int prefill_chunk = 0;           // CUDA: tokens of one sequence per forward pass (0 = the backend's default)
     bool dummy_weights = false;      // CUDA: random weights generated on the device, no checkpoint read
     // Model-load progress: called with (bytes done, bytes total); returning false cancels loading.
     std::function<bool(size_t, size_t)> progress;

@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 
+#include "backend_flags.h"
 #include "command.h"
 #include "backend/backend.h"
 #include "backend/diagnostics.h"
@@ -52,23 +53,20 @@ double percentile(std::vector<double> v, double p) {
 
 int run_bench(int argc, char** argv) {
     CLI::App app{"Offline decode/prefill benchmark of a device backend (dummy weights or a checkpoint)"};
-    std::string model, backend = "cuda", concurrency_s = "1,16,64", context_s = "256,8192", numerics = "release",
-                json_path;
-    int layers = 0, output_len = 32, warmup = 3;
-    bool dummy = false, no_graphs = false;
+    std::string model, concurrency_s = "1,16,64", context_s = "256,8192", json_path;
+    cli::BackendFlags flags;
+    flags.backend = "cuda";
+    int output_len = 32, warmup = 3;
+    bool no_graphs = false;
     uint64_t seed = 0;
     app.add_option("--model", model,
                    "checkpoint directory; with --dummy-weights a config.json path or a directory holding one")
         ->required();
-    app.add_option("--backend", backend, "a backend with device diagnostics (cuda)");
-    app.add_flag("--dummy-weights", dummy, "random weights generated on the GPU (no checkpoint read)");
-    app.add_option("--layers", layers, "run only the first N layers (0 = all)");
+    cli::add_backend_flags(app, flags, /*with_dummy=*/true);
     app.add_option("--concurrency", concurrency_s, "comma-separated decode batch sizes");
     app.add_option("--context", context_s, "comma-separated context lengths (prompt tokens per sequence)");
     app.add_option("--output-len", output_len, "decode steps timed per configuration");
     app.add_option("--warmup", warmup, "untimed decode steps before timing (graph capture happens here)");
-    app.add_option("--numerics", numerics, "release (production: FP8 KV and activations) or exact (reference)")
-        ->check(CLI::IsMember({"exact", "release"}));
     app.add_option("--json", json_path, "write the results as JSON to this file");
     app.add_flag("--no-graphs", no_graphs, "run decode steps without CUDA graphs");
     app.add_option("--seed", seed, "seed of the random prompts (0 = from the clock)");
@@ -79,16 +77,13 @@ int run_bench(int argc, char** argv) {
     }
     FS_CHECK(output_len >= 2, "--output-len must be >= 2, got {}", output_len);
     FS_CHECK(warmup >= 0, "--warmup must be >= 0, got {}", warmup);
-    FS_CHECK(layers >= 0, "--layers must be >= 0, got {}", layers);
     const std::vector<int> concs = parse_int_list(concurrency_s, "--concurrency");
     const std::vector<int> ctxs = parse_int_list(context_s, "--context");
     if (seed == 0) seed = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
 
-    BackendOptions opt;
-    opt.backend = backend;
-    opt.numerics = parse_numerics(numerics);
-    opt.layers = layers;
-    opt.dummy_weights = dummy;
+    BackendOptions opt = cli::backend_options(flags);
+    const bool dummy = opt.dummy_weights;
+    const std::string numerics = opt.numerics == Numerics::Release ? "release" : "exact";
     opt.max_sequences = *std::max_element(concs.begin(), concs.end());
     opt.max_context = *std::max_element(ctxs.begin(), ctxs.end()) + warmup + output_len + 2;
     const auto t_load = std::chrono::steady_clock::now();
@@ -96,7 +91,7 @@ int run_bench(int argc, char** argv) {
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
     BackendDiagnostics* ext = be->diagnostics();
     FS_CHECK(ext != nullptr, "bench: backend '{}' has no device diagnostics (profiling, ceilings); use --backend cuda",
-             backend);
+             flags.backend);
     std::printf("measuring device-to-device copy bandwidth ...\n");
     const double bw = ext->measure_copy_bandwidth();
     std::printf("copy bandwidth: %.1f GB/s (read + write)\n", bw / 1e9);
@@ -160,7 +155,7 @@ int run_bench(int argc, char** argv) {
             r["profiled_gpu_us"] = prof.gpu_us;
             nlohmann::json ops = nlohmann::json::array();
             for (const auto& o : prof.ops)
-                ops.push_back({{"op", o.op}, {"calls", o.calls}, {"total_us", o.total_us},
+                ops.push_back({{"op", o.op}, {"variant", o.variant}, {"calls", o.calls}, {"total_us", o.total_us},
                                {"share", prof.gpu_us > 0 ? o.total_us / prof.gpu_us : 0}});
             r["ops"] = ops;
             results.push_back(r);
@@ -174,10 +169,11 @@ int run_bench(int argc, char** argv) {
                         bytes / 1e9, prof.bytes_weights / 1e9, prof.bytes_state / 1e9, prof.distinct_experts,
                         roofline_ms, 100.0 * roofline_ms / tpot);
             std::printf("per-op GPU time of one profiled decode step (events, no graph), total %.1f us:\n", prof.gpu_us);
-            std::printf("  %-36s %6s %12s %7s\n", "op", "calls", "total us", "share");
+            std::printf("  %-40s %-26s %6s %12s %7s\n", "op", "variant", "calls", "total us", "share");
             for (size_t i = 0; i < prof.ops.size() && i < 25; ++i)
-                std::printf("  %-36s %6d %12.1f %6.1f%%\n", prof.ops[i].op.c_str(), prof.ops[i].calls,
-                            prof.ops[i].total_us, 100.0 * prof.ops[i].total_us / std::max(prof.gpu_us, 1e-9));
+                std::printf("  %-40s %-26s %6d %12.1f %6.1f%%\n", prof.ops[i].op.c_str(), prof.ops[i].variant.c_str(),
+                            prof.ops[i].calls, prof.ops[i].total_us,
+                            100.0 * prof.ops[i].total_us / std::max(prof.gpu_us, 1e-9));
         }
     }
     if (!json_path.empty()) {

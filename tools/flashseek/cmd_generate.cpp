@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 
+#include "backend_flags.h"
 #include "command.h"
 #include "token_ids.h"
 #include "backend/backend.h"
@@ -31,9 +32,10 @@ std::vector<int32_t> parse_prompt_tokens(const std::string& text) {
 
 int run_generate(int argc, char** argv) {
     CLI::App app{"Generate tokens from prompt token ids (greedy at temperature 0, else sampled)"};
-    std::string model_dir, prompt, prompt_text, tokenizer_path, backend = "cpu", numerics;
+    std::string model_dir, prompt, prompt_text, tokenizer_path;
+    cli::BackendFlags flags;
     bool chat = false, thinking = false;
-    int max_new = 16, top_k = 0, threads = 0;
+    int max_new = 16, top_k = 0;
     float temperature = 0.f, top_p = 1.f;
     uint64_t seed = 0;
     bool ignore_eos = false;
@@ -49,10 +51,7 @@ int run_generate(int argc, char** argv) {
     app.add_option("--top-p", top_p, "nucleus probability mass in (0, 1]");
     app.add_option("--top-k", top_k, "keep the k most likely tokens (0 = off)");
     app.add_option("--seed", seed, "sampling seed (same seed, same tokens)");
-    app.add_option("--backend", backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-    app.add_option("--numerics", numerics, "exact or release (default: exact on cpu, release on cuda)")
-        ->check(CLI::IsMember({"exact", "release"}));
-    app.add_option("--threads", threads, "CPU threads (0 = all cores)");
+    cli::add_backend_flags(app, flags);
     app.add_flag("--ignore-eos", ignore_eos, "keep generating after the end-of-sequence token");
     try {
         app.parse(argc, argv);
@@ -92,11 +91,8 @@ int run_generate(int argc, char** argv) {
         ids = parse_prompt_tokens(prompt);
     }
 
-    BackendOptions opt;
-    opt.backend = backend;
-    opt.numerics = numerics.empty() ? (backend == "cpu" ? Numerics::Exact : Numerics::Release) : parse_numerics(numerics);
+    BackendOptions opt = cli::backend_options(flags);
     opt.max_sequences = 1;
-    opt.threads = threads;
     auto be = create_backend(model_dir, opt);
     const ModelConfig& cfg = be->config();
     for (size_t i = 0; i < ids.size(); ++i)

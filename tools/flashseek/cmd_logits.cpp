@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "backend_flags.h"
 #include "command.h"
 #include "token_ids.h"
 #include "backend/backend.h"
@@ -28,19 +29,15 @@ std::vector<int32_t> read_token_file(const std::string& path) {
 
 int run_logits(int argc, char** argv) {
     CLI::App app{"Teacher-forced logits: prefill P tokens, then decode the rest one at a time"};
-    std::string model_dir, tokens_path, output_path, backend = "cpu", numerics, perturb_seed;
+    std::string model_dir, tokens_path, output_path, perturb_seed;
+    cli::BackendFlags flags;
     int64_t prefill = -1, chunk = 0;
-    int threads = 0, layers = 0;
     app.add_option("--model", model_dir, "model directory (config.json + safetensors)")->required();
     app.add_option("--tokens", tokens_path, "file of T whitespace-separated token ids")->required();
     app.add_option("--prefill", prefill, "tokens of the first forward (1 <= P <= T)")->required();
     app.add_option("--output", output_path, "output file: T x vocab little-endian float32")->required();
-    app.add_option("--backend", backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-    app.add_option("--numerics", numerics, "exact or release (default: exact on cpu, release on cuda)")
-        ->check(CLI::IsMember({"exact", "release"}));
-    app.add_option("--chunk", chunk, "prefill in chunks of C tokens (0 = all P at once)");
-    app.add_option("--threads", threads, "CPU threads (0 = all cores)");
-    app.add_option("--layers", layers, "run only the first N layers (0 = all; debugging)");
+    cli::add_backend_flags(app, flags);
+    app.add_option("--chunk", chunk, "prefill in steps of C tokens (0 = all P in one step)");
     app.add_option("--perturb-norms", perturb_seed,
                    "multiply every RMSNorm weight by (1 +- 2^-8) per channel (signs from SEED), rounded to bf16: "
                    "the reference's own sensitivity to one rounding error")
@@ -57,12 +54,8 @@ int run_logits(int argc, char** argv) {
     FS_CHECK(prefill >= 1, "--prefill must be >= 1, got {}", prefill);
     FS_CHECK(prefill <= T, "--prefill {} exceeds the {} tokens in {}", prefill, T, tokens_path);
 
-    BackendOptions opt;
-    opt.backend = backend;
-    opt.numerics = numerics.empty() ? (backend == "cpu" ? Numerics::Exact : Numerics::Release) : parse_numerics(numerics);
+    BackendOptions opt = cli::backend_options(flags);
     opt.max_sequences = 1;
-    opt.threads = threads;
-    opt.layers = layers;
     std::unique_ptr<Backend> be;
     if (app.count("--perturb-norms")) {
         const uint64_t seed = parse_perturbation_seed(perturb_seed);
@@ -70,7 +63,7 @@ int run_logits(int argc, char** argv) {
         auto guard = install_norm_perturbation(seed, &sum);
         be = create_backend(model_dir, opt);
         FS_CHECK(guard->applications() == 1, "--perturb-norms: backend '{}' opened {} checkpoints through the "
-                 "loader, expected exactly 1; the perturbation would not apply to the weights it runs", backend,
+                 "loader, expected exactly 1; the perturbation would not apply to the weights it runs", flags.backend,
                  guard->applications());
         std::fprintf(stderr, "logits: --perturb-norms %llu: %d norm tensors, %lld of %lld values changed by one "
                      "bf16 step (x (1 +- 2^-8))\n", (unsigned long long)seed, sum.tensors, (long long)sum.changed,

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "backend_flags.h"
 #include "command.h"
 #include "backend/registry.h"
 #include "model/default_model.h"
@@ -46,10 +47,12 @@ int64_t parse_byte_size(const std::string& text, const char* flag) {
 int run_serve(int argc, char** argv) {
     CLI::App app{"Serve a DeepSeek-V4 model over the OpenAI API (chat/completions, completions, models, health, "
                  "metrics)"};
-    std::string model_dir, served_name, backend = "cpu", numerics = "exact";
+    std::string model_dir, served_name;
+    cli::BackendFlags flags;
     ApiServerOptions api;
     runtime::StepLoopOptions loop_opt;
-    BackendOptions bopt;
+    int max_sequences = BackendOptions{}.max_sequences;
+    int64_t max_context = 0;
     double shutdown_timeout = 30;
     std::string state_memory;
     bool debug_hooks = false;
@@ -60,17 +63,12 @@ int run_serve(int argc, char** argv) {
     app.add_option("--port", api.http.port, "port (0 = any free port, printed at start-up)");
     app.add_option("--api-key", api.api_key, "require 'Authorization: Bearer KEY' on every route except /health "
                                              "(also read from FLASHSEEK_API_KEY)");
-    app.add_option("--backend", backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-    app.add_option("--numerics", numerics, "exact or release")->check(CLI::IsMember({"exact", "release"}));
-    app.add_option("--threads", bopt.threads, "CPU backend threads (0 = all cores)");
-    app.add_option("--layers", bopt.layers, "run only the first N layers (0 = all; for tests and benchmarks)");
-    app.add_flag("--dummy-weights", bopt.dummy_weights, "CUDA: random weights generated on the device");
-    app.add_option("--max-num-seqs", bopt.max_sequences, "most sequences in the running batch");
-    app.add_option("--max-model-len", bopt.max_context, "context limit per sequence (0 = the model's)");
+    cli::add_backend_flags(app, flags, /*with_dummy=*/true);
+    app.add_option("--max-num-seqs", max_sequences, "most sequences in the running batch");
+    app.add_option("--max-model-len", max_context, "context limit per sequence (0 = the model's)");
     app.add_option("--state-memory", state_memory, "state-memory pool size: bytes or with KiB/MiB/GiB (default: the "
                                                    "backend's)");
     app.add_option("--max-batch-tokens", loop_opt.scheduler.max_batch_tokens, "tokens per step (decode + prefill)");
-    app.add_option("--prefill-chunk", loop_opt.scheduler.prefill_chunk, "largest prefill piece of one request per step");
     app.add_option("--max-queue", loop_opt.max_waiting, "queued requests beyond the running batch before 429");
     app.add_option("--watchdog", loop_opt.watchdog_seconds, "/health reports 503 when one step takes longer (s)");
     app.add_option("--request-timeout", api.request_timeout_s, "per-request deadline in seconds (queue + generation)");
@@ -101,10 +99,14 @@ int run_serve(int argc, char** argv) {
     const std::string tokenizer_path = model_dir + "/tokenizer.json";
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(tokenizer_path);
 
-    bopt.backend = backend;
+    BackendOptions bopt = cli::backend_options(flags);
+    bopt.max_sequences = max_sequences;
+    bopt.max_context = max_context;
     loop_opt.scheduler.max_context = bopt.max_context;
     loop_opt.scheduler.max_running = bopt.max_sequences;
-    bopt.numerics = numerics == "release" ? Numerics::Release : Numerics::Exact;
+    // One request's prefill piece per step is also the device backend's pass size: a piece cut into smaller passes
+    // would stream the weights once per pass.
+    if (flags.prefill_chunk > 0) loop_opt.scheduler.prefill_chunk = flags.prefill_chunk;
     bopt.state_memory_bytes = parse_byte_size(state_memory, "--state-memory");
     LoadProgress progress([&] { return signals.stop_requested(); }, isatty(STDERR_FILENO) != 0);
     bopt.progress = [&](size_t done, size_t total) { return progress(done, total); };

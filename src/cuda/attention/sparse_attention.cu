@@ -15,7 +15,7 @@
 #include "cuda/attention/kv_entry.cuh"
 #include "cuda/attention/sparse_attention.cuh"
 #include "cuda/common/pdl.cuh"
-#include "util/env.h"
+#include "cuda/common/smem.cuh"
 
 namespace flashseek::cuda {
 
@@ -613,7 +613,8 @@ size_t sparse_attention_workspace_bytes(int max_tokens, int n_heads, int head_di
     return best;
 }
 
-void sparse_attention(const SparseAttentionParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+std::string_view sparse_attention(const SparseAttentionParams& p, void* workspace, size_t workspace_bytes,
+                                  cudaStream_t stream, const KernelPolicy& policy) {
     const int D = p.head_dim;
     FS_ATTN_REQUIRE(D >= 16 && D % 16 == 0 && D <= 2 * kMaxPairs * kThreads,
                     "sparse_attention: head_dim must be a multiple of 16 in [16, {}], got {}", 2 * kMaxPairs * kThreads, D);
@@ -626,22 +627,14 @@ void sparse_attention(const SparseAttentionParams& p, void* workspace, size_t wo
                     "sparse_attention: FP8 entries need head_dim - rope_dim to be a multiple of 64");
     FS_ATTN_REQUIRE(p.ratio == 0 || p.comp.base, "sparse_attention: compressed entries are required when ratio > 0");
     FS_ATTN_REQUIRE(p.max_candidates >= 1, "sparse_attention: max_candidates must be positive");
-    if (p.batch.n_tokens <= 0) return;
+    if (p.batch.n_tokens <= 0) return "none";
     const bool mma_fits = D % 64 == 0 && D <= 512 && p.q_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0;
-    bool mma = p.kernel == AttnKernel::Mma;
-    if (p.kernel == AttnKernel::Auto) {
-        // FLASHSEEK_ATTN_MMA: 0 = SIMT everywhere, 1 = tensor cores wherever they fit, unset = the default below
-        static const int env = int(env_int("FLASHSEEK_ATTN_MMA", -1, 0, 1));
-        // Default: decode batches of 8 or more (measured faster there, C=16 -0.33 ms per step); at one token it
-        // gained little (-0.05 ms) and prefill keeps the SIMT kernel too.
-        const bool decode_batch = p.batch.max_seq_tokens == 1 && p.batch.n_tokens >= 8;
-        mma = mma_fits && env != 0 && (env == 1 || decode_batch);
-    }
-    if (mma) {
-        FS_ATTN_REQUIRE(mma_fits,
-                        "sparse_attention (mma): head_dim must be a multiple of 64 up to 512 and q 16-byte aligned, "
-                        "got head_dim {}", D);
-    }
+    // The attention catalogue: attn_mma where forced and it fits, else where preferred (decode batches of
+    // attn_mma_min_seqs or more; at one token it gained little, -0.05 ms, and prefill keeps SIMT) and not disabled.
+    const bool decode_batch = p.batch.max_seq_tokens == 1 && p.batch.n_tokens >= policy.attn_mma_min_seqs;
+    bool mma = mma_fits && (policy.is_forced("attn_mma") ||
+                            (!policy.is_forced("attn_simt") && !policy.is_disabled("attn_mma") && decode_batch));
+    if (policy.is_disabled("attn_simt") && mma_fits) mma = true;
     const int hpc = mma ? kMmaHeads : kHeads;
     const int splits = splits_for(p.batch.n_tokens, p.n_heads, p.max_candidates, hpc);
     float *ws_o = nullptr, *ws_ml = nullptr;
@@ -655,20 +648,12 @@ void sparse_attention(const SparseAttentionParams& p, void* workspace, size_t wo
     const dim3 grid(p.batch.n_tokens, (p.n_heads + hpc - 1) / hpc, splits);
     if (mma) {
         const size_t smem = mma_smem_bytes(D);
-        static size_t configured = 48 * 1024;
-        if (smem > configured) {
-            FS_ATTN_CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-            configured = smem;
-        }
+        allow_dynamic_smem(attention_mma_kernel, smem);
         launch_pdl("attention_mma_kernel", attention_mma_kernel, dim3(grid), dim3(kThreads), smem, stream, p, splits,
                    ws_o, ws_ml);
     } else {
         const size_t smem = smem_bytes(D);
-        static size_t configured = 48 * 1024;
-        if (smem > configured) {
-            FS_ATTN_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-            configured = smem;
-        }
+        allow_dynamic_smem(attention_kernel, smem);
         launch_pdl("attention_kernel", attention_kernel, dim3(grid), dim3(kThreads), smem, stream, p, splits, ws_o,
                    ws_ml);
     }
@@ -678,6 +663,7 @@ void sparse_attention(const SparseAttentionParams& p, void* workspace, size_t wo
                    splits, ws_o, ws_ml);
         FS_ATTN_LAUNCHED();
     }
+    return mma ? "attn_mma" : "attn_simt";
 }
 
 }  // namespace flashseek::cuda

@@ -19,18 +19,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "cuda/attention/kv_cache.cuh"
+#include "cuda/common/kernel_policy.h"
 #include "cuda/rope/rope.cuh"
 
 namespace flashseek::cuda {
 
-// Which kernel computes the scores and the PV product: SIMT fp32 (the first, verified path) or tensor-core
-// mma.sync m16n8k16 bf16 (16 heads per CTA, sm_80+; needs head_dim % 64 == 0 and <= 512). Auto = the tensor-core
-// kernel for decode passes of 8 or more sequences where it applies (measured faster end to end: C=16 -0.33 ms per
-// step, docs/perf.md), else SIMT; FLASHSEEK_ATTN_MMA=0 keeps SIMT everywhere, =1 takes the tensor cores wherever
-// they fit (A/B, sensitivity probes).
-enum class AttnKernel : int32_t { Auto = 0, Simt = 1, Mma = 2 };
+// Kernel variants (the attention catalogue, KernelPolicy names): attn_mma, tensor-core mma.sync m16n8k16 bf16 (16
+// heads per CTA, sm_80+; needs head_dim % 64 == 0 and <= 512, q 16-byte aligned), preferred for decode passes of
+// KernelPolicy::attn_mma_min_seqs (8) or more sequences (measured faster end to end: C=16 -0.33 ms per step,
+// docs/perf.md); attn_simt, SIMT fp32 (the first, verified path), everywhere else. Forcing attn_mma wherever it
+// fits serves A/B runs and sensitivity probes.
 
 struct SparseAttentionParams {
     TokenBatch batch;
@@ -51,11 +52,12 @@ struct SparseAttentionParams {
     int64_t topk_stride = 0;
     int topk_width = 0;
     int max_candidates = 0;            // host bound on window + compressed candidates of any query in the step
-    AttnKernel kernel = AttnKernel::Auto;
 };
 
 // Workspace for any step of at most max_tokens query rows with at most max_candidates candidates each.
 size_t sparse_attention_workspace_bytes(int max_tokens, int n_heads, int head_dim, int max_candidates);
-void sparse_attention(const SparseAttentionParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+// Returns the name of the variant that ran.
+std::string_view sparse_attention(const SparseAttentionParams& p, void* workspace, size_t workspace_bytes,
+                                  cudaStream_t stream, const KernelPolicy& policy = KernelPolicy{});
 
 }  // namespace flashseek::cuda

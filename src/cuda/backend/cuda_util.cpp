@@ -1,6 +1,8 @@
 // Out-of-line parts of cuda_util.h (allocation with a readable out-of-memory message, device facts).
 #include "cuda/backend/cuda_util.h"
 
+#include <cstring>
+
 #include "cuda/backend/cuda_backend.h"
 #include "util/error.h"
 
@@ -28,6 +30,25 @@ void DeviceBuffer::allocate(size_t bytes, const char* what) {
 
 void DeviceBuffer::release() noexcept {
     if (ptr_) cudaFree(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+}
+
+void PinnedBuffer::allocate(size_t bytes, const char* what) {
+    release();
+    if (bytes == 0) return;
+    const cudaError_t e = cudaMallocHost(&ptr_, bytes);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        ptr_ = nullptr;
+        fail("cannot allocate {:.3f} GB of pinned host memory for {} ({})", bytes / 1e9, what, cudaGetErrorString(e));
+    }
+    std::memset(ptr_, 0, bytes);
+    bytes_ = bytes;
+}
+
+void PinnedBuffer::release() noexcept {
+    if (ptr_) cudaFreeHost(ptr_);
     ptr_ = nullptr;
     bytes_ = 0;
 }

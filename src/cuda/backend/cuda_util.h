@@ -1,5 +1,5 @@
 // Small CUDA runtime helpers for the backend: an error check that throws flashseek::Error with file and line,
-// an owning device allocation, and device facts the backend needs. Host code only (no kernels here).
+// owning device and pinned host allocations, and device facts the backend needs. Host code only (no kernels here).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -51,6 +51,35 @@ public:
     template <typename T = void>
     T* as() const { return static_cast<T*>(ptr_); }
     void* get() const { return ptr_; }
+    size_t bytes() const { return bytes_; }
+
+private:
+    void* ptr_ = nullptr;
+    size_t bytes_ = 0;
+};
+
+// One pinned host allocation (cudaMallocHost), zero-filled, freed on destruction. Move-only.
+class PinnedBuffer {
+public:
+    PinnedBuffer() = default;
+    explicit PinnedBuffer(size_t bytes, const char* what = "pinned buffer") { allocate(bytes, what); }
+    ~PinnedBuffer() { release(); }
+    PinnedBuffer(PinnedBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+    PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+        if (this != &o) {
+            release();
+            ptr_ = std::exchange(o.ptr_, nullptr);
+            bytes_ = std::exchange(o.bytes_, 0);
+        }
+        return *this;
+    }
+    PinnedBuffer(const PinnedBuffer&) = delete;
+    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+    void allocate(size_t bytes, const char* what = "pinned buffer");
+    void release() noexcept;
+    template <typename T = void>
+    T* as() const { return static_cast<T*>(ptr_); }
     size_t bytes() const { return bytes_; }
 
 private:

@@ -31,16 +31,29 @@ cudaEvent_t OpProfiler::take_event() {
 void OpProfiler::begin(const char* op) {
     if (!on_) return;
     open_ = op;
+    open_variants_.clear();
     open_start_ = take_event();
     FS_CUDA_TRY(cudaEventRecord(open_start_, stream_));
+}
+
+void OpProfiler::variant(std::string_view name) {
+    if (!on_ || !open_ || name.empty()) return;
+    for (size_t at = 0; at <= open_variants_.size();) {  // already listed?
+        const size_t plus = std::min(open_variants_.find('+', at), open_variants_.size());
+        if (std::string_view(open_variants_).substr(at, plus - at) == name) return;
+        at = plus + 1;
+    }
+    if (!open_variants_.empty()) open_variants_ += '+';
+    open_variants_ += name;
 }
 
 void OpProfiler::end() {
     if (!on_ || !open_) return;
     cudaEvent_t stop = take_event();
     FS_CUDA_TRY(cudaEventRecord(stop, stream_));
-    records_.push_back({open_, open_start_, stop});
+    records_.push_back({open_, open_variants_, open_start_, stop});
     open_ = nullptr;
+    open_variants_.clear();
 }
 
 std::vector<OpTime> OpProfiler::collect(double* total_us) {
@@ -52,6 +65,7 @@ std::vector<OpTime> OpProfiler::collect(double* total_us) {
         FS_CUDA_TRY(cudaEventElapsedTime(&ms, r.start, r.stop));
         OpTime& t = by[r.op];
         t.op = r.op;
+        if (t.variant.empty()) t.variant = r.variants;
         t.calls += 1;
         t.total_us += ms * 1e3;
         total += ms * 1e3;

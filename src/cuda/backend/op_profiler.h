@@ -1,10 +1,12 @@
 // Per-op GPU timing for `flashseek bench`: when enabled, every op of a step is bracketed by a pair of CUDA events
-// on the step's stream, and the elapsed times are summed per op name after the step. Disabled (the default, and
+// on the step's stream, and the elapsed times are summed per op name after the step, with the kernel variants
+// that ran each op (KernelPolicy names). Disabled (the default, and
 // always inside graph capture) it records nothing and costs one branch per op.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/diagnostics.h"
@@ -18,6 +20,8 @@ public:
     void disable() { on_ = false; }
     bool enabled() const { return on_; }
     void begin(const char* op);
+    // Names the kernel variant that ran (part of) the open op: the per-op table lists them.
+    void variant(std::string_view name);
     void end();
     // Waits for the stream and returns the table (sorted by time, largest first); clears the records.
     std::vector<OpTime> collect(double* total_us);
@@ -35,7 +39,7 @@ public:
 
 private:
     struct Record {
-        std::string op;
+        std::string op, variants;
         cudaEvent_t start, stop;
     };
     cudaEvent_t take_event();
@@ -45,6 +49,7 @@ private:
     std::vector<cudaEvent_t> pool_;
     size_t used_ = 0;
     const char* open_ = nullptr;
+    std::string open_variants_;  // "a+b" when one op ran linears of two variants
     cudaEvent_t open_start_ = nullptr;
 };
 

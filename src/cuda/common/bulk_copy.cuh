@@ -85,7 +85,7 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], 
 // This warp's ring in that layout; lanes < stages initialise its mbarriers, made visible to the async proxy. Count
 // 32: every lane copies its 16-byte pieces of a stage with cp.async and arrives through cp_async_mbar_arrive (one
 // cp.async.bulk per row with per-lane addresses is issued by ptxas one lane at a time, ~8 instructions per row:
-// the wgmma kernels lost ~13% of their time to that, docs/perf.md session 7).
+// the wgmma kernels lost ~13% of their time to that, docs/perf-log).
 struct WarpRing {
     unsigned char* slots;
     uint64_t* bars;

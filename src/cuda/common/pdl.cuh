@@ -18,7 +18,7 @@
 
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
-#include "util/env.h"
+#include "cuda/common/kernel_policy.h"
 
 namespace flashseek::cuda {
 
@@ -34,11 +34,9 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-// Whether launches on the current device use PDL: compute capability >= 9.0 and FLASHSEEK_PDL is not "0".
-inline bool pdl_enabled() {
-    static const bool env_on = env_switch_on("FLASHSEEK_PDL");
-    return env_on && current_arch().cc >= 90;
-}
+// Whether launches on the current device use PDL: compute capability >= 9.0 and the process's kernel policy allows
+// it (KernelPolicy::pdl; FLASHSEEK_PDL=0 turns it off for A/B runs).
+inline bool pdl_enabled() { return KernelPolicy::process().pdl && current_arch().cc >= 90; }
 
 // kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-stream-serialization attribute when
 // pdl_enabled(). The kernel must follow the contract above. Launch errors are checked here.

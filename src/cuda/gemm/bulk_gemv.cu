@@ -19,20 +19,20 @@
 // Numerics: exact e4m3 products, fp32 sums per 32 columns (tensor core) and per 128 (FADD), power-of-two scales;
 // the result equals the f16 GEMV's up to summation order.
 // Measured (H200, docs/perf.md): 33.6 MB at 8 tokens 22 us vs 24-28 for the f16 GEMV, at 1 token 19.3 vs 17.6 for the
-// SIMT GEMV: taken for 2-16 tokens on >= 16 MB only (eligible()).
+// SIMT GEMV: preferred for 2-16 tokens on >= 16 MB only. Variant bulk_gemv of the linear catalogue.
 #include "cuda/gemm/bulk_gemv.cuh"
+#include "cuda/gemm/linear_catalogue.h"
 
 #include <algorithm>
-#include <atomic>
 
 #include "cuda/common/arch.cuh"
 #include "cuda/common/bulk_copy.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/smem.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
 #include "cuda/gemm/stream_gemv.cuh"
-#include "util/env.h"
 
 namespace flashseek::cuda::bulk_gemv {
 namespace {
@@ -202,49 +202,52 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_gemv_kernel(cons
 #endif
 }
 
-std::atomic<bool> g_any_size{false};
-std::atomic<bool> g_enabled{env_switch_on("FLASHSEEK_BULK_GEMV")};
-
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 int warps_total() { return int(current_arch().sm_count) * kCtasPerSm * kWarps; }
 
 }  // namespace
 
-void set_enabled(bool e, bool any_size) {
-    g_enabled.store(e);
-    g_any_size.store(any_size);
-}
-bool enabled() { return g_enabled.load() && current_arch().cc >= 90; }
-
-bool eligible(const PreparedActivation& x, const DeviceLinear& w, int groups) {
-    if (!enabled() || w.kind != WeightKind::FP8_BLOCK128 || x.raw || x.numerics != ActNumerics::FP8_BLOCK128 ||
-        x.layout != WeightKind::FP8_BLOCK128)
+bool supports(const LinearCall& c) {
+    const PreparedActivation& x = c.x;
+    const DeviceLinear& w = c.w;
+    if (current_arch().cc < 90 || w.kind != WeightKind::FP8_BLOCK128 || x.raw ||
+        x.numerics != ActNumerics::FP8_BLOCK128 || x.layout != WeightKind::FP8_BLOCK128)
         return false;
-    // Where it was measured faster than the f16 / SIMT GEMVs (H200, docs/perf.md): 2-16 tokens on >= 16 MB weights
-    // (wq_b, wo_a, wo_b at M=8: 22 vs 24-28 us); one token keeps the SIMT GEMV (19.3 vs 17.6 us on wq_b), small
-    // matrices (wq_a, wkv) the f16 GEMV.
-    if (x.m < 1 || x.m > 16 || x.m > small_m_gemv_max_tokens()) return false;
-    if (!g_any_size.load() && (x.m < kMinTokens || w.out * w.in < kMinWeightBytes)) return false;
+    if (x.m < 1 || x.m > kGemvMaxTokens) return false;
     if (w.in % kRowBytes != 0 || w.out % kRows != 0 || !aligned16(w.weight) || !aligned16(x.values)) return false;
     if (w.scale_kind != ScaleKind::E8M0 && w.scale_kind != ScaleKind::F32) return false;
-    if (groups > 1 && (w.out % groups != 0 || (w.out / groups) % kRows != 0)) return false;
+    if (c.groups > 1 && (w.out % c.groups != 0 || (w.out / c.groups) % kRows != 0)) return false;
     return x.k_pad % 8 == 0;
 }
 
-int plan_splits(const PreparedActivation& x, const DeviceLinear& w, const GemmWorkspace* ws) {
-    // ~2 items per warp of the GPU, every split >= 2 stages, no split below 4 stages.
-    return stream_gemv::plan_splits(w.out / kRows, w.in / kRowBytes, warps_total(), 4, 2, x.m, w.out, ws);
+// Where it was measured faster than the f16 / SIMT GEMVs (H200, docs/perf.md): 2-16 tokens on >= 16 MB weights
+// (wq_b, wo_a, wo_b at M=8: 22 vs 24-28 us); one token keeps the SIMT GEMV (19.3 vs 17.6 us on wq_b), small
+// matrices (wq_a, wkv) the f16 GEMV.
+bool preferred(const LinearCall& c, const KernelPolicy& policy) {
+    return c.x.m >= kMinTokens && c.x.m <= policy.gemv_max_tokens && c.w.out * c.w.in >= kMinWeightBytes;
 }
 
-void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y, OutKind y_kind, int64_t ld_y,
-         const GemmWorkspace* ws, cudaStream_t stream) {
-    const int splits = plan_splits(x, w, ws);
-    const Args a = stream_gemv::make_args(x, w, groups, y, y_kind, ld_y, ws, splits, kRowBytes);
+LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
+    // ~2 items per warp of the GPU, every split >= 2 stages, no split below 4 stages.
+    LinearPlan p;
+    p.variant = "bulk_gemv";
+    p.tokens_per_pass = int(c.x.m);
+    p.k_splits = stream_gemv::plan_splits(c.w.out / kRows, c.w.in / kRowBytes, warps_total(), 4, 2, c.x.m, c.w.out,
+                                          c.ws);
+    return p;
+}
+
+void run(const LinearCall& c, const LinearPlan& plan, const KernelPolicy&, const LinearOut& out,
+         cudaStream_t stream) {
+    const PreparedActivation& x = c.x;
+    const DeviceLinear& w = c.w;
+    const int splits = plan.k_splits;
+    const Args a = stream_gemv::make_args(x, w, c.groups, out.y, out.kind, out.ld, c.ws, splits, kRowBytes);
     const int64_t items = (w.out / kRows) * splits;
     const int64_t ctas = std::min<int64_t>(int64_t(current_arch().sm_count) * kCtasPerSm, (items + kWarps - 1) / kWarps);
     auto kernel = x.m > 8 ? bulk_gemv_kernel<2> : bulk_gemv_kernel<1>;
-    gmma::allow_smem(reinterpret_cast<const void*>(kernel), kSmemBytes);
+    allow_dynamic_smem(kernel, kSmemBytes);
     launch_pdl("bulk_gemv_kernel", kernel, dim3(unsigned(ctas)), dim3(kWarps * 32), kSmemBytes, stream, a);
 }
 

@@ -7,9 +7,10 @@
 // staging (prepared activation, or raw bf16 rows prepared on the fly) and PF steps of weights + scales in flight.
 // grid = (row tiles, K splits): K is split over CTAs until the grid is ~12 (KW = 1) / ~4 (KW = 4) CTAs per SM
 // (wq_a / wkv have 64 / 32 row tiles); partials go to the GEMM workspace and the last CTA of a row tile sums
-// them in split order (deterministic, one launch), as in linear.cu. M = 1 takes gemv_simt.cu instead.
+// them in split order (deterministic, one launch), as in linear.cu. M = 1 takes simt_gemv (gemv_simt.cu) by preference. Variant mma_gemv of the linear catalogue.
 // f16 mma.sync + integer widening only: runs on every target (sm_80 and later).
 #include "cuda/gemm/gemv.cuh"
+#include "cuda/gemm/linear_catalogue.h"
 
 #include <algorithm>
 
@@ -17,9 +18,10 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/smem.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
 
-namespace flashseek::cuda::gemv {
+namespace flashseek::cuda::mma_gemv {
 namespace {
 
 using gmma::ActSrc;
@@ -159,15 +161,10 @@ int64_t row_blocks(const DeviceLinear& w) { return (w.out + kRowsPerCta - 1) / k
 
 bool serves(int64_t M, const DeviceLinear& w, int groups) {
     if (w.kind != WeightKind::FP8_BLOCK128 && w.kind != WeightKind::FP4_BLOCK32) return false;
-    if (M < 1 || M > small_m_gemv_max_tokens()) return false;
+    if (M < 1 || M > kGemvMaxTokens) return false;
     if (w.in % 128 != 0 || !aligned16(w.weight)) return false;
     if (groups > 1 && (w.out / groups) % kRowsPerCta != 0) return false;
     return true;
-}
-
-bool eligible(const PreparedActivation& x, const DeviceLinear& w, int groups) {
-    if (!serves(x.m, w, groups) || !aligned16(x.values)) return false;
-    return x.raw ? x.raw_ld % 8 == 0 : x.k_pad % 8 == 0;
 }
 
 int split_k(int64_t row_blocks, int64_t n_steps, int64_t m, int64_t out, int64_t ctas_per_sm, int64_t min_steps,
@@ -183,16 +180,34 @@ int split_k(int64_t row_blocks, int64_t n_steps, int64_t m, int64_t out, int64_t
     return int((n_steps + per - 1) / per);
 }
 
-int plan_splits(const PreparedActivation& x, const DeviceLinear& w, const GemmWorkspace* ws) {
-    // ~12 (one-warp CTAs) or ~4 (four-warp CTAs) CTAs per SM keep enough loads in flight; every split keeps >= 4
-    // steps (one per warp, four-warp CTAs) or >= 8 steps (one-warp CTAs: one warp streams the split).
-    const bool one_warp = gmma::warps_per_tile() == 1;
-    return split_k(row_blocks(w), w.in / 128, x.m, w.out, one_warp ? 12 : 4, one_warp ? 8 : 4, ws);
+bool supports(const LinearCall& c) {
+    if (!serves(c.x.m, c.w, c.groups) || !aligned16(c.x.values)) return false;
+    return c.x.raw ? c.x.raw_ld % 8 == 0 : c.x.k_pad % 8 == 0;
 }
 
-void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y, OutKind y_kind, int64_t ld_y,
-         const GemmWorkspace* ws, cudaStream_t stream) {
-    const int splits = plan_splits(x, w, ws);
+bool preferred(const LinearCall& c, const KernelPolicy& policy) { return c.x.m <= policy.gemv_max_tokens; }
+
+LinearPlan plan(const LinearCall& c, const KernelPolicy& policy) {
+    // ~12 (one-warp CTAs) or ~4 (four-warp CTAs) CTAs per SM keep enough loads in flight; every split keeps >= 4
+    // steps (one per warp, four-warp CTAs) or >= 8 steps (one-warp CTAs: one warp streams the split).
+    const bool one_warp = gmma::warps_per_tile(policy) == 1;
+    LinearPlan p;
+    p.variant = "mma_gemv";
+    p.tokens_per_pass = int(c.x.m);
+    p.k_splits = split_k(row_blocks(c.w), c.w.in / 128, c.x.m, c.w.out, one_warp ? 12 : 4, one_warp ? 8 : 4, c.ws);
+    return p;
+}
+
+void run(const LinearCall& c, const LinearPlan& plan, const KernelPolicy& policy, const LinearOut& out,
+         cudaStream_t stream) {
+    const PreparedActivation& x = c.x;
+    const DeviceLinear& w = c.w;
+    const int groups = c.groups;
+    const GemmWorkspace* ws = c.ws;
+    void* y = out.y;
+    const OutKind y_kind = out.kind;
+    const int64_t ld_y = out.ld;
+    const int splits = plan.k_splits;
     const int64_t n_steps = w.in / 128;
     const int ng = groups_for(w.kind, x.m);
     const int tp = ng * (w.kind == WeightKind::FP4_BLOCK32 ? 2 : 8);
@@ -218,7 +233,7 @@ void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y
     a.rows_per_group = groups > 1 ? w.out / groups : w.out;
     a.x_group_cols = groups > 1 ? w.in : 0;
     a.steps_per_split = (n_steps + splits - 1) / splits;
-    const int kw = gmma::warps_per_tile();
+    const int kw = gmma::warps_per_tile(policy);
     const int64_t per_warp = (a.steps_per_split + kw - 1) / kw * 128;
     a.chunk_steps = gmma::staged_chunk_cols(tp, per_warp, kStageBudget) / 128;
     a.k_splits = splits;
@@ -230,8 +245,8 @@ void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y
     const size_t smem = size_t(kw) * gmma::staged_bytes(tp, 128 * a.chunk_steps) + size_t(kw) * kRowsPerCta * tp * 4;
     dim3 grid(unsigned(row_blocks(w)), unsigned(splits));
     const Kernel k = pick(w.kind, ng, kw);
-    gmma::allow_smem(reinterpret_cast<const void*>(k), smem);
+    allow_dynamic_smem(k, smem);
     launch_pdl("gemv_kernel", k, grid, dim3(kw * 32), smem, stream, a);
 }
 
-}  // namespace flashseek::cuda::gemv
+}  // namespace flashseek::cuda::mma_gemv

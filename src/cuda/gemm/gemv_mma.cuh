@@ -30,6 +30,8 @@
 #include <vector>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/kernel_policy.h"
+#include "cuda/common/smem.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/gemm/linear.cuh"
 #include "cuda/gemm/mma_core.cuh"
@@ -57,32 +59,11 @@ __host__ __device__ constexpr int staged_row_halves(int cols) { return cols + 8;
 __host__ __device__ constexpr int staged_bytes(int tokens, int cols) {  // rounded up to 16 (next warp's region)
     return (tokens * staged_row_halves(cols) * 2 + tokens * (cols / 128) * 4 + 15) / 16 * 16;
 }
-// Raise a kernel's dynamic shared-memory limit to `bytes` (> 48 KB needs it) once per kernel and size. Host only;
-// not a stream operation, so it may run while a stream is being captured.
-inline void allow_smem(const void* kernel, size_t bytes) {
-    if (bytes <= 48 * 1024) return;
-    static std::mutex mu;
-    static std::vector<std::pair<const void*, size_t>> done;
-    std::lock_guard<std::mutex> lock(mu);
-    for (const auto& d : done)
-        if (d.first == kernel && d.second >= bytes) return;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-    done.emplace_back(kernel, bytes);
-}
-
 // Warps per 16-row tile (each a contiguous share of the tile's K range): 4 (default) = the CTA splits K four ways and
-// sums in shared memory; 1 = one long-lived warp streams the whole range (FLASHSEEK_GEMV_KW=1, bench). Measured on
-// the H200 (docs/perf.md, run D): 4 wins end to end (C=1 TPOT 6.37 vs 7.75 ms: with one warp per tile the shared
+// sums in shared memory; 1 = one long-lived warp streams the whole range (KernelPolicy::gemv_kw = 1, bench). Measured
+// on the H200 (docs/perf.md): 4 wins end to end (C=1 TPOT 6.37 vs 7.75 ms: with one warp per tile the shared
 // expert at M=1 has only 128 warps) and on every dense shape; 1 is ~2% faster only on the routed MoE at M=16.
-inline int warps_per_tile_override() {  // FLASHSEEK_GEMV_KW=1 or 4, else 0
-    static const int kw = [] {
-        const int v = int(env_int("FLASHSEEK_GEMV_KW", 0, 0, 4));
-        FS_REQUIRE(v == 0 || v == 1 || v == 4, "environment variable FLASHSEEK_GEMV_KW must be 1 or 4, got ", v);
-        return v;
-    }();
-    return kw;
-}
-inline int warps_per_tile() { return warps_per_tile_override() ? warps_per_tile_override() : 4; }
+inline int warps_per_tile(const KernelPolicy& policy) { return policy.gemv_kw ? policy.gemv_kw : 4; }
 
 // Largest chunk (multiple of 128 columns, >= 128, <= cap) whose staging fits `budget` bytes.
 inline int staged_chunk_cols(int tokens, int64_t cap, int budget) {

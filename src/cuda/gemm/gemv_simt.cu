@@ -8,7 +8,9 @@
 //     (wq_a / wkv have 1024 / 512 rows); partials go to the GEMM workspace and the last CTA of a row block sums
 //     them in split order (deterministic, one launch), as in linear.cu.
 // Only integer ops, f16->f32 conversion, fp32 FMA and 16-byte loads: runs on every target (sm_80 and later).
+// Variant simt_gemv of the linear catalogue (linear_catalogue.h).
 #include "cuda/gemm/gemv_simt.cuh"
+#include "cuda/gemm/linear_catalogue.h"
 
 #include <algorithm>
 
@@ -18,9 +20,8 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/gemm/gemv.cuh"
 #include "cuda/gemm/gemv_core.cuh"
-#include "util/env.h"
 
-namespace flashseek::cuda::gemv_simt {
+namespace flashseek::cuda::simt_gemv {
 namespace {
 
 using namespace flashseek::cuda::gemv;  // the SIMT core (gemv_core.cuh)
@@ -146,26 +147,39 @@ int64_t row_blocks(const DeviceLinear& w) { return (w.out + kRowsPerCta - 1) / k
 
 }  // namespace
 
-bool eligible(const PreparedActivation& x, const DeviceLinear& w, int groups) {
-    static const bool off = !env_switch_on("FLASHSEEK_GEMV_SIMT1");  // 0: M = 1 takes the tensor-core GEMV too (bench)
-    if (off) return false;
+bool supports(const LinearCall& c) {
+    const PreparedActivation& x = c.x;
+    const DeviceLinear& w = c.w;
     if (w.kind != WeightKind::FP8_BLOCK128 && w.kind != WeightKind::FP4_BLOCK32) return false;
-    if (x.m != 1 || x.raw || small_m_gemv_max_tokens() < 1) return false;
+    if (x.m != 1 || x.raw) return false;
     if (w.in % 128 != 0 || !aligned16(w.weight) || !aligned16(x.values) || x.k_pad % 8 != 0) return false;
-    if (groups > 1 && (w.out / groups) % kRowsPerCta != 0) return false;
+    if (c.groups > 1 && (w.out / c.groups) % kRowsPerCta != 0) return false;
     return true;
 }
 
-int plan_splits(const PreparedActivation& x, const DeviceLinear& w, const GemmWorkspace* ws) {
+bool preferred(const LinearCall&, const KernelPolicy& policy) { return policy.gemv_max_tokens >= 1; }
+
+LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
     // ~4 CTAs (16 warps) per SM keep enough loads in flight; every split keeps >= 4 steps (512 columns) so that
     // a warp streams at least one full iteration per row.
-    return gemv::split_k(row_blocks(w), w.in / 128, x.m, w.out, 4, 4, ws);
+    LinearPlan p;
+    p.variant = "simt_gemv";
+    p.tokens_per_pass = 1;
+    p.k_splits = mma_gemv::split_k(row_blocks(c.w), c.w.in / 128, c.x.m, c.w.out, 4, 4, c.ws);
+    return p;
 }
 
-void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y, OutKind y_kind, int64_t ld_y,
-         const GemmWorkspace* ws, cudaStream_t stream) {
+void run(const LinearCall& c, const LinearPlan& plan, const KernelPolicy&, const LinearOut& out,
+         cudaStream_t stream) {
+    const PreparedActivation& x = c.x;
+    const DeviceLinear& w = c.w;
+    const int groups = c.groups;
+    const GemmWorkspace* ws = c.ws;
+    void* y = out.y;
+    const OutKind y_kind = out.kind;
+    const int64_t ld_y = out.ld;
     const int T = token_tile(x.m);
-    const int splits = plan_splits(x, w, ws);
+    const int splits = plan.k_splits;
     const int64_t n_steps = w.in / 128;
     Args a{};
     a.w = reinterpret_cast<const uint8_t*>(w.weight);
@@ -197,4 +211,4 @@ void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y
     launch_pdl("gemv_simt_kernel", k, grid, dim3(kWarps * 32), smem, stream, a);
 }
 
-}  // namespace flashseek::cuda::gemv_simt
+}  // namespace flashseek::cuda::simt_gemv

@@ -1,23 +1,18 @@
-// Linear layers: activation preparation (bf16/fp32 -> permuted f16 + per-128 power-of-two scales, or bf16) and the
-// weight-streaming tensor-core GEMM of linear.cuh for FP8 / FP4 / BF16 checkpoint weights. The per-step fragment
-// math lives in mma_core.cuh. One CTA = 4 warps = 64 weight rows; grid = (row blocks, K splits, token passes).
+// Linear layers: activation preparation (bf16/fp32 -> permuted f16 + per-128 power-of-two scales, or bf16) and
+// tile_gemm, the catalogue's any-M variant (linear_catalogue.h): a weight-streaming f16 mma.sync GEMM for FP8 / FP4 /
+// BF16 checkpoint weights. The per-step fragment math lives in mma_core.cuh. One CTA = 4 warps = 64 weight rows; grid = (row blocks, K splits, token passes).
 // Split-K partials go to a workspace and the last CTA of each (row block, token pass) sums them in split order,
 // so results are deterministic and no second launch is needed.
 #include "cuda/gemm/linear.cuh"
 
 #include <algorithm>
-#include <atomic>
 
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
-#include "cuda/gemm/bulk_gemv.cuh"
+#include "cuda/gemm/linear_catalogue.h"
 #include "cuda/gemm/prepare_block.cuh"
-#include "cuda/gemm/wgmma_gemv.cuh"
-#include "cuda/gemm/gemv.cuh"
-#include "cuda/gemm/gemv_simt.cuh"
-#include "cuda/gemm/linear_generic.cuh"
 #include "cuda/gemm/tile_pipe.cuh"
 
 namespace flashseek::cuda {
@@ -231,65 +226,59 @@ GemmKernel pick_kernel(WeightKind wk, int nt, bool aligned) {
     }
 }
 
-const char* kind_name(WeightKind k) {
-    switch (k) {
-        case WeightKind::FP8_BLOCK128: return "FP8_BLOCK128";
-        case WeightKind::FP4_BLOCK32: return "FP4_BLOCK32";
-        default: return "BF16";
-    }
-}
-
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-void check_linear_args(const PreparedActivation& x, const DeviceLinear& w, int groups) {
-    FS_REQUIRE(w.weight != nullptr, "linear: weight pointer is null");
-    FS_REQUIRE(w.out > 0 && w.in > 0, "linear: weight shape [", w.out, ", ", w.in, "] must be positive");
-    FS_REQUIRE(x.values && (x.scales || x.raw), "linear: prepared activation has no storage");
-    FS_REQUIRE(x.layout == w.kind, "linear: activation prepared for ", kind_name(x.layout), " but weight is ",
-               kind_name(w.kind));
-    FS_REQUIRE(x.k == w.in * groups, "linear: activation has ", x.k, " columns, weight expects ", w.in * groups);
-    FS_REQUIRE(x.m > 0, "linear: no tokens (M = ", x.m, ")");
-    if (w.kind == WeightKind::BF16) {
-        FS_REQUIRE(w.scale_kind == ScaleKind::NONE, "linear: BF16 weight must have no scale");
-    } else {
-        FS_REQUIRE(w.scale != nullptr && w.scale_kind != ScaleKind::NONE, "linear: ", kind_name(w.kind),
-                   " weight needs a scale tensor");
-    }
-    if (w.kind == WeightKind::FP4_BLOCK32)
-        FS_REQUIRE(w.in % 32 == 0, "linear: FP4 weight in (", w.in, ") must be a multiple of 32 (one scale per 32)");
-    if (groups > 1)
-        FS_REQUIRE(w.out % groups == 0, "grouped_linear: weight rows ", w.out, " do not split into ", groups, " groups");
+}  // namespace
+
+// ---- variant tile_gemm (linear_catalogue.h) -------------------------------------------------------------------
+
+namespace tile_gemm {
+
+// Groups that do not start on a 128-column block or split a 64-row CTA are generic_linear's (tiny configs only).
+bool supports(const LinearCall& c) {
+    if (c.x.raw) return false;
+    return c.groups == 1 || (c.w.in % 128 == 0 && (c.w.out / c.groups) % kRowsPerCta == 0);
 }
 
-void run_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y, OutKind y_kind,
-                int64_t ld_y, const GemmWorkspace* ws, cudaStream_t stream) {
-    check_linear_args(x, w, groups);
-    FS_REQUIRE(y != nullptr, "linear: output pointer is null");
-    FS_REQUIRE(ld_y >= w.out, "linear: output row stride ", ld_y, " < ", w.out, " outputs");
-    if (groups > 1 && (w.in % 128 != 0 || (w.out / groups) % kRowsPerCta != 0) && !x.raw) {
-        // Groups that do not start on a 128-column block or split a 64-row CTA: element-wise fallback (tiny
-        // configs only; every DeepSeek-V4 shape takes the tensor-core path).
-        generic::linear(x, w, x.m, w.out / groups, w.in, y, y_kind, ld_y, stream);
-        return;
+bool preferred(const LinearCall&, const KernelPolicy&) { return true; }
+
+LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
+    const PreparedActivation& x = c.x;
+    const DeviceLinear& w = c.w;
+    LinearPlan p;
+    p.variant = "tile_gemm";
+    p.tokens_per_pass = x.m <= 8 ? 8 : (x.m <= 16 ? 16 : 32);
+    const int64_t unit = w.kind == WeightKind::FP4_BLOCK32 ? 32 : 16;  // weight bytes must stay 16-aligned per row
+    p.aligned = w.in % 128 == 0 && aligned16(w.weight) && aligned16(x.values) &&
+                (w.kind != WeightKind::FP4_BLOCK32 || w.in % unit == 0);
+    const int n_steps = int((w.in + 127) / 128);
+    const int64_t row_blocks = (w.out + kRowsPerCta - 1) / kRowsPerCta;
+    const int64_t passes = (x.m_pad + p.tokens_per_pass - 1) / p.tokens_per_pass;
+    const int64_t base = row_blocks * passes;
+    // Split K until the grid has ~4 CTAs per SM. Measured on the H200 (docs/perf.md): more, shorter CTAs beat
+    // fewer, longer ones at decode sizes (wq_b at M=1: 39% of copy bandwidth with 2 splits of 4 steps, 34%
+    // unsplit; wo_b 45% with 8 splits, 33% with 7 splits of >= 4 steps).
+    const int64_t target = 4 * int64_t(current_arch().sm_count);
+    int splits = 1;
+    const GemmWorkspace* ws = c.ws;
+    if (ws && ws->partials && base < target && c.groups >= 1) {
+        splits = int(std::min<int64_t>((target + base - 1) / base, n_steps));
+        const size_t per_split = size_t(x.m_pad) * size_t(w.out) * 4;
+        splits = int(std::min<int64_t>(splits, int64_t(ws->partial_bytes / per_split)));
+        if (base > ws->n_counters) splits = 1;
+        splits = std::max(splits, 1);
+        const int per = (n_steps + splits - 1) / splits;
+        splits = (n_steps + per - 1) / per;
     }
-    if (wgmma_gemv::eligible(x, w, groups)) {  // sm_90a, release numerics: bulk copies + wgmma
-        wgmma_gemv::run(x, w, groups, y, y_kind, ld_y, ws, stream);
-        return;
-    }
-    if (bulk_gemv::eligible(x, w, groups)) {  // sm_90+, release numerics: bulk copies + FP8 tensor cores
-        bulk_gemv::run(x, w, groups, y, y_kind, ld_y, ws, stream);
-        return;
-    }
-    if (gemv_simt::eligible(x, w, groups)) {  // one token: the SIMT GEMV streams fastest
-        gemv_simt::run(x, w, groups, y, y_kind, ld_y, ws, stream);
-        return;
-    }
-    if (gemv::eligible(x, w, groups)) {
-        gemv::run(x, w, groups, y, y_kind, ld_y, ws, stream);
-        return;
-    }
-    FS_REQUIRE(!x.raw, "linear: a raw activation needs the small-M GEMV path (M = ", x.m, ")");
-    const LinearPlan plan = plan_linear(x, w, groups, ws);
+    p.k_splits = splits;
+    return p;
+}
+
+void run(const LinearCall& c, const LinearPlan& plan, const KernelPolicy&, const LinearOut& out,
+         cudaStream_t stream) {
+    const PreparedActivation& x = c.x;
+    const DeviceLinear& w = c.w;
+    const int groups = c.groups;
     GemmArgs a{};
     a.w = reinterpret_cast<const uint8_t*>(w.weight);
     a.scale = w.scale;
@@ -309,11 +298,11 @@ void run_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, 
     a.n_steps = int((w.in + 127) / 128);
     a.k_splits = plan.k_splits;
     a.steps_per_split = (a.n_steps + plan.k_splits - 1) / plan.k_splits;
-    a.y = y;
-    a.y_f32 = y_kind == OutKind::F32;
-    a.ld_y = ld_y;
-    a.partials = ws ? ws->partials : nullptr;
-    a.counters = ws ? ws->counters : nullptr;
+    a.y = out.y;
+    a.y_f32 = out.kind == OutKind::F32;
+    a.ld_y = out.ld;
+    a.partials = c.ws ? c.ws->partials : nullptr;
+    a.counters = c.ws ? c.ws->counters : nullptr;
     const int nt = plan.tokens_per_pass / 8;
     dim3 grid(unsigned((w.out + kRowsPerCta - 1) / kRowsPerCta), unsigned(plan.k_splits),
               unsigned((x.m_pad + plan.tokens_per_pass - 1) / plan.tokens_per_pass));
@@ -322,7 +311,7 @@ void run_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, 
     launch_pdl("gemm_kernel", pick_kernel(w.kind, nt, plan.aligned), grid, dim3(kWarps * 32), 0, stream, a);
 }
 
-}  // namespace
+}  // namespace tile_gemm
 
 size_t prepared_values_bytes(int64_t m, int64_t k) { return size_t(round_up(m, 8) * round_up(k, 128)) * 2; }
 size_t prepared_scales_bytes(int64_t m, int64_t k) { return size_t(round_up(m, 8) * (round_up(k, 128) / 128)) * 4; }
@@ -360,21 +349,6 @@ void destroy_gemm_workspace(GemmWorkspace& ws) {
     ws = GemmWorkspace{};
 }
 
-namespace {
-std::atomic<bool> g_small_m_gemv{true};
-std::atomic<int64_t> g_small_m_gemv_max{kGemvDefaultMaxTokens};
-}  // namespace
-void set_small_m_gemv(bool enabled) { g_small_m_gemv.store(enabled); }
-bool small_m_gemv_enabled() { return g_small_m_gemv.load(); }
-void set_bulk_gemv(bool enabled, bool any_size) { bulk_gemv::set_enabled(enabled, any_size); }
-void set_wgmma_gemv(bool enabled, bool any_size) { wgmma_gemv::set_enabled(enabled, any_size); }
-void set_small_m_gemv_max_tokens(int64_t max_tokens) {
-    g_small_m_gemv_max.store(std::clamp<int64_t>(max_tokens, 1, kGemvMaxTokens));
-}
-int64_t small_m_gemv_max_tokens() { return g_small_m_gemv.load() ? g_small_m_gemv_max.load() : 0; }
-
-bool linear_takes_raw(int64_t M, const DeviceLinear& w, int groups) { return gemv::serves(M, w, groups); }
-
 PreparedActivation raw_activation(const void* x_bf16, int64_t M, int64_t K, int64_t ld, WeightKind layout,
                                   ActNumerics numerics) {
     FS_REQUIRE(x_bf16 != nullptr && M > 0 && K > 0 && ld >= K, "raw_activation: bad input [", M, ", ", K, "] ld ", ld);
@@ -390,81 +364,6 @@ PreparedActivation raw_activation(const void* x_bf16, int64_t M, int64_t K, int6
     p.raw = true;
     p.numerics = numerics;
     p.raw_ld = ld;
-    return p;
-}
-
-LinearPlan plan_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, const GemmWorkspace* ws) {
-    LinearPlan p;
-    if (wgmma_gemv::eligible(x, w, groups)) {
-        p.gemv = p.wgmma = true;
-        p.tokens_per_pass = int(x.m);
-        p.k_splits = wgmma_gemv::plan_splits(x, w, ws);
-        return p;
-    }
-    if (bulk_gemv::eligible(x, w, groups)) {
-        p.gemv = p.bulk = true;
-        p.tokens_per_pass = int(x.m);
-        p.k_splits = bulk_gemv::plan_splits(x, w, ws);
-        return p;
-    }
-    if (gemv_simt::eligible(x, w, groups)) {
-        p.gemv = true;
-        p.tokens_per_pass = 1;
-        p.k_splits = gemv_simt::plan_splits(x, w, ws);
-        return p;
-    }
-    if (gemv::eligible(x, w, groups)) {
-        p.gemv = true;
-        p.tokens_per_pass = int(x.m);
-        p.k_splits = gemv::plan_splits(x, w, ws);
-        return p;
-    }
-    p.tokens_per_pass = x.m <= 8 ? 8 : (x.m <= 16 ? 16 : 32);
-    const int64_t unit = w.kind == WeightKind::FP4_BLOCK32 ? 32 : 16;  // weight bytes must stay 16-aligned per row
-    p.aligned = w.in % 128 == 0 && aligned16(w.weight) && aligned16(x.values) &&
-                (w.kind != WeightKind::FP4_BLOCK32 || w.in % unit == 0);
-    const int n_steps = int((w.in + 127) / 128);
-    const int64_t row_blocks = (w.out + kRowsPerCta - 1) / kRowsPerCta;
-    const int64_t passes = (x.m_pad + p.tokens_per_pass - 1) / p.tokens_per_pass;
-    const int64_t base = row_blocks * passes;
-    // Split K until the grid has ~4 CTAs per SM. Measured on the H200 (docs/perf.md, runs 2 and 3): more, shorter
-    // CTAs beat fewer, longer ones at decode sizes (wq_b at M=1: 39% of copy bandwidth with 2 splits of 4 steps,
-    // 34% unsplit; wo_b 45% with 8 splits, 33% with 7 splits of >= 4 steps).
-    const int64_t target = 4 * int64_t(current_arch().sm_count);
-    int splits = 1;
-    if (ws && ws->partials && base < target && groups >= 1) {
-        splits = int(std::min<int64_t>((target + base - 1) / base, n_steps));
-        const size_t per_split = size_t(x.m_pad) * size_t(w.out) * 4;
-        splits = int(std::min<int64_t>(splits, int64_t(ws->partial_bytes / per_split)));
-        if (base > ws->n_counters) splits = 1;
-        splits = std::max(splits, 1);
-        const int per = (n_steps + splits - 1) / splits;
-        splits = (n_steps + per - 1) / per;
-    }
-    p.k_splits = splits;
-    return p;
-}
-
-void linear(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind y_kind, int64_t ld_y,
-            const GemmWorkspace* ws, cudaStream_t stream) {
-    run_linear(x, w, 1, y, y_kind, ld_y, ws, stream);
-}
-
-void grouped_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y, OutKind y_kind,
-                    int64_t ld_y, const GemmWorkspace* ws, cudaStream_t stream) {
-    FS_REQUIRE(groups >= 1, "grouped_linear: groups (", groups, ") must be >= 1");
-    run_linear(x, w, groups, y, y_kind, ld_y, ws, stream);
-}
-
-PreparedActivation prepare_and_linear(const void* x, bool x_is_f32, int64_t M, int64_t ld_x, const DeviceLinear& w,
-                                      ActNumerics numerics, uint16_t* scratch_values, float* scratch_scales,
-                                      void* y, OutKind y_kind, int64_t ld_y, const GemmWorkspace* ws,
-                                      cudaStream_t stream) {
-    PreparedActivation p;
-    p.values = scratch_values;
-    p.scales = scratch_scales;
-    prepare_activation(x, x_is_f32, M, w.in, ld_x, w.kind, numerics, p, stream);
-    linear(p, w, y, y_kind, ld_y, ws, stream);
     return p;
 }
 

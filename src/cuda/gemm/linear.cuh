@@ -7,16 +7,18 @@
 //      act_quant (e4m3 codes, ue8m0 scale 2^ceil(log2(max(amax,1e-4)/448))); with ActNumerics::EXACT they are
 //      x itself (bf16 inputs are represented exactly, fp32 inputs to 11 bits). BF16 weights take plain bf16 x.
 //      One prepared activation serves every linear that reads the same input with the same weight format.
-//   2. linear: streams every weight byte once per 32 tokens through mma.sync (weights as the 16-row A operand,
-//      tokens as N; FP8/FP4 widened to f16 in registers, scales applied in fp32 per 128-K step), split-K over
-//      CTAs when the matrix is too small to fill the GPU, with a deterministic in-kernel reduction.
-// Works on sm_80 and later (f16/bf16 mma.sync only); all host entry points take raw device pointers and a stream,
-// allocate nothing, and are safe to capture in a CUDA graph.
+//   2. linear: y = x W^T by the variant the linear catalogue chooses for the shape (decode GEMVs, the tile GEMM);
+//      every variant applies the scales in fp32 per 128-K step and reduces split-K partials deterministically.
+// Works on sm_80 and later; faster variants on sm_90 / sm_90a (the linear catalogue, linear_catalogue.h). All host
+// entry points take raw device pointers and a stream, allocate nothing, and are safe to capture in a CUDA graph.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
+
+#include "cuda/common/kernel_policy.h"
 
 namespace flashseek::cuda {
 
@@ -90,57 +92,47 @@ void destroy_gemm_workspace(GemmWorkspace& ws);
 
 // y = x W^T. x prepared for w.kind (x.k == w.in). y: [M, w.out] with row stride ld_y elements, bf16 or fp32.
 // ws may be null (then no split-K). Throws Error on mismatched shapes or formats.
-void linear(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind y_kind, int64_t ld_y,
-            const GemmWorkspace* ws, cudaStream_t stream);
-
 // Grouped linear (attention wo_a): W is [G * R, Kg] (group g = rows g*R .. g*R+R-1) and x is [M, G * Kg];
 // y[m, g*R + i] = sum_c W[g*R + i, c] * x[m, g*Kg + c]. x prepared over its full width G*Kg.
-// Kg % 128 == 0 and R % 64 == 0 (every DeepSeek-V4 shape) take the tensor-core path; other shapes (tiny test
-// configs) a slow element-wise fallback.
-void grouped_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y, OutKind y_kind,
-                    int64_t ld_y, const GemmWorkspace* ws, cudaStream_t stream);
+// Kg % 128 == 0 and R % 64 == 0 (every DeepSeek-V4 shape) take the tensor-core variants; other shapes (tiny test
+// configs) generic_linear, an element-wise fallback.
+//
+// Kernel choice: the linear catalogue (linear_catalogue.h) lists every variant with the architectures it exists
+// on, what it supports and where it was measured fastest; linear() takes the first preferred variant in priority
+// order (or one the policy forces), plans it and runs that plan. Returns the variant's name (for the per-op table).
+std::string_view linear(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind y_kind, int64_t ld_y,
+                        const GemmWorkspace* ws, cudaStream_t stream, const KernelPolicy& policy = KernelPolicy{});
+std::string_view grouped_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y,
+                                OutKind y_kind, int64_t ld_y, const GemmWorkspace* ws, cudaStream_t stream,
+                                const KernelPolicy& policy = KernelPolicy{});
 
 // Convenience for tests and one-off calls: prepares into caller scratch (values/scales sized as above) and runs
 // linear(). Returns the prepared activation it used.
 PreparedActivation prepare_and_linear(const void* x, bool x_is_f32, int64_t M, int64_t ld_x, const DeviceLinear& w,
                                       ActNumerics numerics, uint16_t* scratch_values, float* scratch_scales,
                                       void* y, OutKind y_kind, int64_t ld_y, const GemmWorkspace* ws,
-                                      cudaStream_t stream);
+                                      cudaStream_t stream, const KernelPolicy& policy = KernelPolicy{});
 
-// Which path linear() takes for M tokens (for tests and benchmarks): tokens per pass (8, 16 or 32) and split-K.
+// What linear() does for a problem (tests, benchmarks): the variant, tokens per pass and K splits.
 struct LinearPlan {
+    std::string_view variant;  // a name of the linear catalogue
     int tokens_per_pass = 8;
     int k_splits = 1;
-    bool aligned = true;  // vectorized loads (in % 128 == 0 and aligned pointers); else the guarded scalar path
-    bool gemv = false;    // the small-M GEMV (gemv.cu) instead of the mma.sync kernel; k_splits is then its own
-    bool bulk = false;    // ... and that GEMV is the bulk-copy FP8 one (bulk_gemv.cu: sm_90+, release numerics)
-    bool wgmma = false;   // ... or the wgmma FP8 one (wgmma_gemv.cu: sm_90a, release numerics; taken first)
+    bool aligned = true;       // tile_gemm: vectorized loads (in % 128 == 0 and aligned pointers), else guarded scalar
 };
+LinearPlan plan_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, const GemmWorkspace* ws,
+                       const KernelPolicy& policy = KernelPolicy{});
 
-// FP8/FP4 linears and experts with M <= small_m_gemv_max_tokens() (and in % 128 == 0, aligned pointers) take a
-// bandwidth-bound tensor-core GEMV (gemv.cu, moe_gemv.cu on gemv_mma.cuh) instead of the tile GEMM kernels, up to
-// kGemvMaxTokens tokens (the default). Process-wide settings for tests and benchmarks (not thread-safe against
-// concurrent launches: set them before launching).
+// The small-M GEMV variants serve at most this many tokens (KernelPolicy::gemv_max_tokens may lower it).
 inline constexpr int64_t kGemvMaxTokens = 16;
-inline constexpr int64_t kGemvDefaultMaxTokens = 16;
-void set_small_m_gemv(bool enabled);
-bool small_m_gemv_enabled();
-void set_small_m_gemv_max_tokens(int64_t max_tokens);  // clamped to [1, kGemvMaxTokens]
-int64_t small_m_gemv_max_tokens();                     // 0 when disabled
-// The bulk-copy FP8 GEMV (sm_90+, release numerics, 2-16 tokens, >= 16 MB weights; default on, FLASHSEEK_BULK_GEMV=0
-// turns it off). any_size (tests): also 1 token and small matrices.
-void set_bulk_gemv(bool enabled, bool any_size = false);
-// The wgmma FP8 GEMV (sm_90a build on compute capability 9.0, release numerics, 2-16 tokens on >= 4 MB weights;
-// default on, FLASHSEEK_WGMMA_GEMV=0 turns it off); taken before the bulk-copy one. any_size (tests): any size.
-void set_wgmma_gemv(bool enabled, bool any_size = false);
 
-// Deferred activation preparation: when linear_takes_raw(M, w, groups) is true, linear()/grouped_linear() accept
-// raw_activation(x, ...) in place of a prepared activation and apply prepare_activation's math (same act_quant
-// scales and e4m3 rounding, or the exact f16 form) inside the GEMV kernels: no separate preparation launch, and
-// bit-identical results. x: bf16 [M, K], row stride ld (a multiple of 8), 16-byte aligned.
-bool linear_takes_raw(int64_t M, const DeviceLinear& w, int groups = 1);
+// Deferred activation preparation: where the mma_gemv variant supports the problem (and gemv_experts for the expert
+// projections), linear()/grouped_linear() accept raw_activation(x, ...) in place of a prepared activation and apply
+// prepare_activation's math (same act_quant scales and e4m3 rounding, or the exact f16 form) while staging:
+// bit-identical results, no preparation launch. Measured slower end to end on the H200 (every 16-row CTA re-quantizes
+// its whole K range: docs/perf.md), so the backend always prepares; the kernels keep the path, tested.
+// x: bf16 [M, K], row stride ld (a multiple of 8), 16-byte aligned.
 PreparedActivation raw_activation(const void* x_bf16, int64_t M, int64_t K, int64_t ld, WeightKind layout,
                                   ActNumerics numerics);
-LinearPlan plan_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, const GemmWorkspace* ws);
 
 }  // namespace flashseek::cuda

@@ -10,7 +10,7 @@
 //     ones ~10% below: scripts/probes/stream_probe.cu), 3-stage ring refilled across items. Every lane copies
 //     16-byte pieces with cp.async (16 lanes per row piece), completing on the stage's mbarrier (count = threads):
 //     one cp.async.bulk per row was issued by ptxas one lane at a time (~8 instructions per row; the per-lane form
-//     measured C=16 -0.05 ms end to end, docs/perf.md session 7).
+//     measured C=16 -0.05 ms end to end, docs/perf-log).
 //     The first two stages are issued before griddepcontrol.wait (weights do not depend on earlier kernels).
 //   - Inside a 128-column block any k order is valid (one weight scale, one activation scale per token): thread
 //     (g, t) loads bytes [32t, 32t + 32) of rows g and g + 8 (two 16-byte loads each), step s of the block uses
@@ -24,19 +24,19 @@
 // Numerics: exact e4m3 products, the tensor core's fp32 sums per 128 columns (not exact fp32 additions: ~5e-5
 // relative), power-of-two or fp32 scales; equal to the other GEMVs up to that and summation order.
 #include "cuda/gemm/wgmma_gemv.cuh"
+#include "cuda/gemm/linear_catalogue.h"
 
 #include <algorithm>
-#include <atomic>
 
 #include "cuda/common/arch.cuh"
 #include "cuda/common/bulk_copy.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/smem.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
 #include "cuda/gemm/stream_gemv.cuh"
-#include "util/env.h"
 
 namespace flashseek::cuda::wgmma_gemv {
 namespace {
@@ -52,13 +52,7 @@ constexpr int kTileBytes = (kRowBytes / 32) * wgmma::kStepBytes;  // B tile of a
 constexpr int kStageBytes = kWeightBytes + kTileBytes + 2 * 16 * 4;  // + activation scales [2 blocks][16]
 constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kStages * 8;
 static_assert(kWeightBytes % 128 == 0 && kStageBytes % 128 == 0, "tile and stage alignment");
-// Fewest tokens served (default 2; one token takes gemv_simt.cu, see eligible()); FLASHSEEK_WGMMA_GEMV_MIN_TOKENS
-// overrides it for A/B runs.
-int64_t min_tokens() {
-    static const int64_t v = env_int("FLASHSEEK_WGMMA_GEMV_MIN_TOKENS", 2, 1, 16);
-    return v;
-}
-constexpr int64_t kMinWeightBytes = int64_t(4) << 20;  // smaller matrices: the f16 GEMV (see eligible())
+constexpr int64_t kMinWeightBytes = int64_t(4) << 20;  // smaller matrices: the f16 GEMV (see preferred())
 
 using stream_gemv::Args;
 
@@ -271,49 +265,54 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_gemv_kernel(const 
 #endif
 }
 
-std::atomic<bool> g_any_size{false};
-std::atomic<bool> g_enabled{env_switch_on("FLASHSEEK_WGMMA_GEMV")};
-
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 int cta_slots() { return int(current_arch().sm_count) * kCtasPerSm; }
 
 }  // namespace
 
-void set_enabled(bool e, bool any_size) {
-    g_enabled.store(e);
-    g_any_size.store(any_size);
-}
-
-bool eligible(const PreparedActivation& x, const DeviceLinear& w, int groups) {
-    if (!g_enabled.load() || !wgmma_usable()) return false;
+bool supports(const LinearCall& c) {
+    const PreparedActivation& x = c.x;
+    const DeviceLinear& w = c.w;
+    if (!wgmma_usable()) return false;
     if (w.kind != WeightKind::FP8_BLOCK128 || x.raw || x.numerics != ActNumerics::FP8_BLOCK128 ||
         x.layout != WeightKind::FP8_BLOCK128)
         return false;
-    if (x.m < 1 || x.m > 16 || x.m > small_m_gemv_max_tokens()) return false;
-    // Where it measured faster (H200, docs/perf.md): 2+ tokens on >= 4 MB of weights (wkv, 2 MB: the f16 GEMV at
-    // 8-16 tokens). One token keeps the SIMT GEMV: per call it won on most shapes, but end to end at C=1 the
-    // step was slower (5.87 -> 6.29 ms), not understood yet.
-    if (!g_any_size.load() && (x.m < min_tokens() || w.out * w.in < kMinWeightBytes)) return false;
+    if (x.m < 1 || x.m > kGemvMaxTokens) return false;
     if (w.in % kRowBytes != 0 || w.out % kRows != 0 || !aligned16(w.weight) || !aligned16(x.values)) return false;
     if (w.scale_kind != ScaleKind::E8M0 && w.scale_kind != ScaleKind::F32) return false;
-    if (groups > 1 && (w.out % groups != 0 || (w.out / groups) % kRows != 0)) return false;
+    if (c.groups > 1 && (w.out % c.groups != 0 || (w.out / c.groups) % kRows != 0)) return false;
     return x.k_pad % 8 == 0 && w.out * int64_t(w.in) < (int64_t(1) << 31);
 }
 
-int plan_splits(const PreparedActivation& x, const DeviceLinear& w, const GemmWorkspace* ws) {
-    // ~2 items per CTA slot of the GPU (the last wave of items then costs at most a third), >= 1 stage per split.
-    return stream_gemv::plan_splits(w.out / kRows, w.in / kRowBytes, cta_slots(), 2, 1, x.m, w.out, ws);
+// Where it measured faster (H200, docs/perf.md): 2+ tokens (KernelPolicy::wgmma_gemv_min_tokens) on >= 4 MB of
+// weights (wkv, 2 MB: the f16 GEMV at 8-16 tokens). One token keeps the SIMT GEMV: per call it won on most shapes,
+// but end to end at C=1 the step was slower (5.87 -> 6.29 ms), not understood yet.
+bool preferred(const LinearCall& c, const KernelPolicy& policy) {
+    return c.x.m >= policy.wgmma_gemv_min_tokens && c.x.m <= policy.gemv_max_tokens &&
+           c.w.out * c.w.in >= kMinWeightBytes;
 }
 
-void run(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y, OutKind y_kind, int64_t ld_y,
-         const GemmWorkspace* ws, cudaStream_t stream) {
-    const int splits = plan_splits(x, w, ws);
-    const Args a = stream_gemv::make_args(x, w, groups, y, y_kind, ld_y, ws, splits, kRowBytes);
+LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
+    // ~2 items per CTA slot of the GPU (the last wave of items then costs at most a third), >= 1 stage per split.
+    LinearPlan p;
+    p.variant = "wgmma_gemv";
+    p.tokens_per_pass = int(c.x.m);
+    p.k_splits = stream_gemv::plan_splits(c.w.out / kRows, c.w.in / kRowBytes, cta_slots(), 2, 1, c.x.m, c.w.out,
+                                          c.ws);
+    return p;
+}
+
+void run(const LinearCall& c, const LinearPlan& plan, const KernelPolicy&, const LinearOut& out,
+         cudaStream_t stream) {
+    const PreparedActivation& x = c.x;
+    const DeviceLinear& w = c.w;
+    const int splits = plan.k_splits;
+    const Args a = stream_gemv::make_args(x, w, c.groups, out.y, out.kind, out.ld, c.ws, splits, kRowBytes);
     const int64_t items = (w.out / kRows) * splits;
     const int64_t ctas = std::min<int64_t>(cta_slots(), items);
     auto kernel = x.m > 8 ? wgmma_gemv_kernel<16> : wgmma_gemv_kernel<8>;
-    gmma::allow_smem(reinterpret_cast<const void*>(kernel), kSmemBytes);
+    allow_dynamic_smem(kernel, kSmemBytes);
     launch_pdl("wgmma_gemv_kernel", kernel, dim3(unsigned(ctas)), dim3(kThreads), kSmemBytes, stream, a);
 }
 

@@ -9,6 +9,7 @@
 
 #include "cuda/common/attn_helpers.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/smem.cuh"
 #include "cuda/indexer/indexer.cuh"
 
 namespace flashseek::cuda {
@@ -316,11 +317,7 @@ void indexer_select(const IndexerSelectParams& p, void* workspace, size_t worksp
         const int Hp = padded_heads(p.n_heads);
         const size_t smem = size_t(Hp) * p.head_dim * 4 + size_t(Hp) * 4 + size_t(kHeadGroups) * kScoreTile * 4 +
                             size_t(kScoreTile) * (p.head_dim + 2) * 2;
-        static size_t configured = 48 * 1024;  // the opt-in is per function: raise it once, outside graph replays
-        if (smem > configured) {
-            FS_ATTN_CUDA_CHECK(cudaFuncSetAttribute(scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-            configured = smem;
-        }
+        allow_dynamic_smem(scores_kernel, smem);
         const dim3 grid(n_tokens, (p.max_entries + kScoreTile - 1) / kScoreTile);
         launch_pdl("scores_kernel", scores_kernel, dim3(grid), dim3(kScoreThreads), smem, stream, p,
                    static_cast<float*>(workspace));

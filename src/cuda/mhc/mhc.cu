@@ -13,6 +13,7 @@
 
 #include "cuda/common/attn_helpers.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/smem.cuh"
 #include "cuda/gemm/linear.cuh"
 #include "cuda/gemm/prepare_block.cuh"
 #include "cuda/mhc/mhc.cuh"
@@ -535,12 +536,7 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
     FS_ATTN_LAUNCHED();
     const size_t smem = size_t(p.dim) * sizeof(float);
     FS_ATTN_REQUIRE(smem <= 200 * 1024, "mhc_pre: hidden_size {} exceeds the finalize kernel's shared memory", p.dim);
-    static size_t configured = 48 * 1024;
-    if (smem > configured) {
-        FS_ATTN_CUDA_CHECK(cudaFuncSetAttribute(mhc_finalize_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                int(smem)));
-        configured = smem;
-    }
+    allow_dynamic_smem(mhc_finalize_kernel, smem);
     const bool vec = p.dim % 8 == 0 && aligned16(p.x) && aligned16(p.y) && (!p.norm_weight || aligned16(p.norm_weight));
     MhcPreParams q = p;
     if (p.prepared_values) {

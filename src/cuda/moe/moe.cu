@@ -5,6 +5,7 @@
 #include "cuda/moe/moe.cuh"
 
 #include <algorithm>
+#include <array>
 
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
@@ -16,6 +17,7 @@
 #include "cuda/gemm/tile_pipe.cuh"
 #include "cuda/moe/moe_bulk.cuh"
 #include "cuda/moe/moe_gemv.cuh"
+#include "cuda/moe/moe_catalogue.h"
 #include "cuda/moe/moe_wgmma.cuh"
 
 namespace flashseek::cuda {
@@ -415,11 +417,11 @@ struct ActTileLayout {
 ActTileLayout act_tile_layout(int E, int64_t max_pairs, int64_t max_k) {
     const int64_t experts = std::min<int64_t>(E, max_pairs);
     ActTileLayout l{};
-    l.slots = moe_wgmma::max_ctas() + 1;
+    l.slots = wgmma_experts::max_ctas() + 1;
     l.tiles = 0;
     l.scales = size_t(experts) * size_t(max_k / 32) * wgmma::kStepBytes;
     l.partials = l.scales + size_t(experts) * size_t(max_k / 128) * 16 * 4;
-    l.counters = l.partials + size_t(l.slots) * moe_wgmma::kSplitFloatsPerSlot * 4;
+    l.counters = l.partials + size_t(l.slots) * wgmma_experts::kSplitFloatsPerSlot * 4;
     l.total = l.counters + size_t(l.slots) * 4;
     return l;
 }
@@ -455,46 +457,46 @@ static void set_grouping(ExpertArgs& a, const MoeGrouping* grouping, int64_t M) 
     a.dense_m = M;
 }
 
-void moe_expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGrouping* grouping, int64_t M, int top_k,
-                   float swiglu_limit, ActNumerics h_numerics, PreparedActivation& h, cudaStream_t stream) {
-    check_table(t, "moe_expert_up");
-    FS_REQUIRE(x.layout == t.kind && x.k == t.hidden && x.m >= M, "moe_expert_up: activation (", x.m, " x ", x.k,
-               ") not prepared for these experts (hidden ", t.hidden, ")");
-    FS_REQUIRE(h.values && h.scales, "moe_expert_up: output storage is null");
-    FS_REQUIRE(!x.raw || (tensor_core_shape(t) && moe_gemv::eligible(t, M, x)),
-               "moe_expert_up: a raw activation needs the small-M GEMV path (M = ", M, ")");
-    const int64_t rows = grouping ? M * top_k : M;
-    describe_prepared(h, t.kind, h_numerics, rows, t.inter);  // (the GEMV path below hands h on as raw bf16 rows)
-    if (!tensor_core_shape(t)) {
-        GenericMoeArgs g = generic_args(t, grouping, rows);
-        g.w_a = t.w1;
-        g.s_a = t.w1_scale;
-        g.w_b = t.w3;
-        g.s_b = t.w3_scale;
-        g.x = generic::view_of(x);
-        g.limit = swiglu_limit;
-        g.h_numerics = int(h_numerics);
-        g.h = h.values;
-        g.hs = h.scales;
-        g.h_kpad = h.k_pad;
-        generic_up_kernel<<<warp_blocks(rows * t.inter), 256, 0, stream>>>(g);
-        CUDA_CHECK_LAUNCH("generic_up_kernel");
-        generic_quant_kernel<<<warp_blocks(rows * (h.k_pad / 128)), 256, 0, stream>>>(g);
-        CUDA_CHECK_LAUNCH("generic_quant_kernel");
-        return;
-    }
-    if (grouping && h_numerics == ActNumerics::FP8_BLOCK128 && moe_wgmma::eligible(t, grouping, M, x)) {
-        moe_wgmma::expert_up(x, t, *grouping, M, top_k, swiglu_limit, h, stream);  // decode, sm_90a: wgmma
-        return;
-    }
-    if (grouping && h_numerics == ActNumerics::FP8_BLOCK128 && moe_bulk::eligible(t, grouping, M, x)) {
-        moe_bulk::expert_up(x, t, *grouping, M, top_k, swiglu_limit, h, stream);  // decode, sm_90+: bulk copies
-        return;
-    }
-    if (moe_gemv::eligible(t, M, x)) {  // decode: bandwidth-bound GEMV kernels (moe_gemv.cu)
-        moe_gemv::expert_up(x, t, grouping, M, top_k, swiglu_limit, h_numerics, h, stream);
-        return;
-    }
+// ---- variants of the expert catalogue defined here: generic_experts and tile_experts ---------------------------
+
+namespace generic_experts {
+bool supports(const ExpertCall& c) { return !tensor_core_shape(c.t) && !c.x.raw; }
+bool preferred(const ExpertCall&, const KernelPolicy&) { return true; }
+void up(const ExpertCall& c, const KernelPolicy&, float swiglu_limit, PreparedActivation& h, cudaStream_t stream) {
+    const int64_t rows = c.grouping ? c.M * c.top_k : c.M;
+    GenericMoeArgs g = generic_args(c.t, c.grouping, rows);
+    g.w_a = c.t.w1;
+    g.s_a = c.t.w1_scale;
+    g.w_b = c.t.w3;
+    g.s_b = c.t.w3_scale;
+    g.x = generic::view_of(c.x);
+    g.limit = swiglu_limit;
+    g.h_numerics = int(c.h_numerics);
+    g.h = h.values;
+    g.hs = h.scales;
+    g.h_kpad = h.k_pad;
+    generic_up_kernel<<<warp_blocks(rows * c.t.inter), 256, 0, stream>>>(g);
+    CUDA_CHECK_LAUNCH("generic_up_kernel");
+    generic_quant_kernel<<<warp_blocks(rows * (h.k_pad / 128)), 256, 0, stream>>>(g);
+    CUDA_CHECK_LAUNCH("generic_quant_kernel");
+}
+void down(const ExpertCall& c, const KernelPolicy&, float* y, cudaStream_t stream) {
+    const int64_t rows = c.grouping ? c.M * c.top_k : c.M;
+    GenericMoeArgs g = generic_args(c.t, c.grouping, rows);
+    g.w_a = c.t.w2;
+    g.s_a = c.t.w2_scale;
+    g.x = generic::view_of(c.x);
+    g.y = y;
+    generic_down_kernel<<<warp_blocks(rows * c.t.hidden), 256, 0, stream>>>(g);
+    CUDA_CHECK_LAUNCH("generic_down_kernel");
+}
+}  // namespace generic_experts
+
+namespace tile_experts {
+bool supports(const ExpertCall& c) { return tensor_core_shape(c.t) && !c.x.raw; }
+bool preferred(const ExpertCall&, const KernelPolicy&) { return true; }
+void up(const ExpertCall& c, const KernelPolicy&, float swiglu_limit, PreparedActivation& h, cudaStream_t stream) {
+    const ExpertTable& t = c.t;
     ExpertArgs a{};
     a.w_a = t.w1;
     a.s_a = t.w1_scale;
@@ -503,89 +505,97 @@ void moe_expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeG
     a.scale_kind = int(t.scale_kind);
     a.N = t.inter;
     a.K = t.hidden;
-    a.x = x.values;
-    a.xs = x.scales;
-    a.x_ld = x.k_pad;
-    a.xs_ld = x.k_pad / 128;
-    set_grouping(a, grouping, M);
+    a.x = c.x.values;
+    a.xs = c.x.scales;
+    a.x_ld = c.x.k_pad;
+    a.xs_ld = c.x.k_pad / 128;
+    set_grouping(a, c.grouping, c.M);
     a.gather_x = true;
     a.limit = swiglu_limit;
-    a.h_numerics = int(h_numerics);
+    a.h_numerics = int(c.h_numerics);
     a.h = h.values;
     a.hs = h.scales;
     a.h_ld = h.k_pad;
     a.hs_ld = h.k_pad / 128;
-    const int nt = M <= 16 ? 1 : 4;
-    const int64_t experts = grouping ? std::min<int64_t>(grouping->E, M * top_k) : 1;
+    const int nt = c.M <= 16 ? 1 : 4;
+    const int64_t experts = c.grouping ? std::min<int64_t>(c.grouping->E, c.M * c.top_k) : 1;
     dim3 grid(unsigned(t.inter / 128), unsigned(experts));
     pick_expert<true>(t.kind, nt)<<<grid, 256, 0, stream>>>(a);
     CUDA_CHECK_LAUNCH("expert_kernel<up>");
 }
-
-void moe_expert_down(const PreparedActivation& h, const ExpertTable& t, const MoeGrouping* grouping, int64_t M,
-                     int top_k, float* y, cudaStream_t stream) {
-    check_table(t, "moe_expert_down");
-    const int64_t rows = grouping ? M * top_k : M;
-    FS_REQUIRE(h.layout == t.kind && h.k == t.inter && h.m >= rows, "moe_expert_down: intermediate (", h.m, " x ",
-               h.k, ") does not match the experts (inter ", t.inter, ")");
-    if (!tensor_core_shape(t)) {
-        GenericMoeArgs g = generic_args(t, grouping, rows);
-        g.w_a = t.w2;
-        g.s_a = t.w2_scale;
-        g.x = generic::view_of(h);
-        g.y = y;
-        generic_down_kernel<<<warp_blocks(rows * t.hidden), 256, 0, stream>>>(g);
-        CUDA_CHECK_LAUNCH("generic_down_kernel");
-        return;
-    }
-    if (grouping && moe_wgmma::eligible(t, grouping, M, h)) {
-        moe_wgmma::expert_down(h, t, *grouping, M, top_k, y, stream);
-        return;
-    }
-    if (grouping && moe_bulk::eligible(t, grouping, M, h)) {
-        moe_bulk::expert_down(h, t, *grouping, M, top_k, y, stream);
-        return;
-    }
-    if (h.raw || moe_gemv::eligible(t, M, h)) {  // raw h comes only from the GEMV up-projection
-        FS_REQUIRE(moe_gemv::eligible(t, M, h), "moe_expert_down: raw intermediate but the GEMV path does not serve M = ",
-                   M);
-        moe_gemv::expert_down(h, t, grouping, M, top_k, y, stream);
-        return;
-    }
+void down(const ExpertCall& c, const KernelPolicy&, float* y, cudaStream_t stream) {
+    const ExpertTable& t = c.t;
     ExpertArgs a{};
     a.w_a = t.w2;
     a.s_a = t.w2_scale;
     a.scale_kind = int(t.scale_kind);
     a.N = t.hidden;
     a.K = t.inter;
-    a.x = h.values;
-    a.xs = h.scales;
-    a.x_ld = h.k_pad;
-    a.xs_ld = h.k_pad / 128;
-    set_grouping(a, grouping, M);
+    a.x = c.x.values;
+    a.xs = c.x.scales;
+    a.x_ld = c.x.k_pad;
+    a.xs_ld = c.x.k_pad / 128;
+    set_grouping(a, c.grouping, c.M);
     a.gather_x = false;
     a.y = y;
-    const int nt = M <= 16 ? 1 : 4;
-    const int64_t experts = grouping ? std::min<int64_t>(grouping->E, M * top_k) : 1;
+    const int nt = c.M <= 16 ? 1 : 4;
+    const int64_t experts = c.grouping ? std::min<int64_t>(c.grouping->E, c.M * c.top_k) : 1;
     dim3 grid(unsigned(t.hidden / 64), unsigned(experts));
     pick_expert<false>(t.kind, nt)<<<grid, 128, 0, stream>>>(a);
     CUDA_CHECK_LAUNCH("expert_kernel<down>");
 }
+}  // namespace tile_experts
 
-bool moe_expert_takes_raw(const ExpertTable& t, int64_t M, const MoeGrouping* grouping, ActNumerics numerics) {
-    if (numerics == ActNumerics::FP8_BLOCK128 && (moe_bulk::serves(t, grouping, M) || moe_wgmma::serves(t, grouping, M)))
-        return false;
-    return moe_gemv::serves(t, M);
+namespace {
+#define FS_EXPERT_ROW(ns, archs) ExpertVariant{#ns, archs, &ns::supports, &ns::preferred, &ns::up, &ns::down}
+// Priority order: the first preferred variant that supports a projection runs it (docs/perf.md, kernel choice).
+const std::array<ExpertVariant, 5> kExpertVariants = {
+    FS_EXPERT_ROW(generic_experts, "sm_80+"),  // the only one for shapes off the 128 grid
+    FS_EXPERT_ROW(wgmma_experts, "sm_90a"),    // routed FP4, 8-16 tokens
+    FS_EXPERT_ROW(bulk_experts, "sm_90+"),     // routed FP4, 8-16 tokens
+    FS_EXPERT_ROW(gemv_experts, "sm_80+"),     // 1-16 tokens
+    FS_EXPERT_ROW(tile_experts, "sm_80+"),     // any M
+};
+#undef FS_EXPERT_ROW
+}  // namespace
+
+std::span<const ExpertVariant> expert_variants() { return kExpertVariants; }
+
+const ExpertVariant& choose_experts(const ExpertCall& c, const KernelPolicy& policy) {
+    for (const ExpertVariant& v : kExpertVariants)
+        if (policy.is_forced(v.name) && v.supports(c)) return v;
+    for (const ExpertVariant& v : kExpertVariants)
+        if (!policy.is_disabled(v.name) && v.supports(c) && v.preferred(c, policy)) return v;
+    throw_error(fs_cat(c.up ? "moe_expert_up" : "moe_expert_down", ": no enabled kernel variant supports M = ", c.M,
+                       c.x.raw ? " with a raw input" : "", " (hidden ", c.t.hidden, ", inter ", c.t.inter, ")"));
 }
 
-bool moe_expert_bulk_path(const ExpertTable& t, const MoeGrouping* grouping, int64_t M, const PreparedActivation& x) {
-    return moe_bulk::eligible(t, grouping, M, x);
+std::string_view moe_expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGrouping* grouping,
+                               int64_t M, int top_k, float swiglu_limit, ActNumerics h_numerics,
+                               PreparedActivation& h, cudaStream_t stream, const KernelPolicy& policy) {
+    check_table(t, "moe_expert_up");
+    FS_REQUIRE(x.layout == t.kind && x.k == t.hidden && x.m >= M, "moe_expert_up: activation (", x.m, " x ", x.k,
+               ") not prepared for these experts (hidden ", t.hidden, ")");
+    FS_REQUIRE(h.values && h.scales, "moe_expert_up: output storage is null");
+    const int64_t rows = grouping ? M * top_k : M;
+    describe_prepared(h, t.kind, h_numerics, rows, t.inter);  // (gemv_experts hands h on as raw bf16 rows)
+    const ExpertCall c{true, x, t, grouping, M, top_k, h_numerics};
+    const ExpertVariant& v = choose_experts(c, policy);
+    v.up(c, policy, swiglu_limit, h, stream);
+    return v.name;
 }
-void set_moe_bulk_path(bool enabled) { moe_bulk::set_enabled(enabled); }
-bool moe_expert_wgmma_path(const ExpertTable& t, const MoeGrouping* grouping, int64_t M, const PreparedActivation& x) {
-    return moe_wgmma::eligible(t, grouping, M, x);
+
+std::string_view moe_expert_down(const PreparedActivation& h, const ExpertTable& t, const MoeGrouping* grouping,
+                                 int64_t M, int top_k, float* y, cudaStream_t stream, const KernelPolicy& policy) {
+    check_table(t, "moe_expert_down");
+    const int64_t rows = grouping ? M * top_k : M;
+    FS_REQUIRE(h.layout == t.kind && h.k == t.inter && h.m >= rows, "moe_expert_down: intermediate (", h.m, " x ",
+               h.k, ") does not match the experts (inter ", t.inter, ")");
+    const ExpertCall c{false, h, t, grouping, M, top_k, h.numerics};
+    const ExpertVariant& v = choose_experts(c, policy);
+    v.down(c, policy, y, stream);
+    return v.name;
 }
-void set_moe_wgmma_path(bool enabled, bool any_tokens) { moe_wgmma::set_enabled(enabled, any_tokens); }
 
 void moe_combine(const float* y_routed, const MoeGrouping& g, const float* y_shared, int64_t M, int top_k,
                  int64_t hidden, void* out, OutKind out_kind, int64_t ld_out, cudaStream_t stream, bool round_terms) {

@@ -19,7 +19,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
+#include "cuda/common/kernel_policy.h"
 #include "cuda/gemm/linear.cuh"
 
 namespace flashseek::cuda {
@@ -87,32 +89,20 @@ struct ExpertTable {
 
 // x: [M, hidden] prepared for table.kind. grouping == nullptr: dense mode (expert 0, slot = token, weight 1).
 // h: output storage (values/scales sized for rows = M*top_k (routed) or M (dense), k = inter); filled in as the
-// prepared activation of w2 (layout table.kind, numerics h_numerics).
-void moe_expert_up(const PreparedActivation& x, const ExpertTable& table, const MoeGrouping* grouping, int64_t M,
-                   int top_k, float swiglu_limit, ActNumerics h_numerics, PreparedActivation& h, cudaStream_t stream);
-// True when moe_expert_up accepts a raw activation (raw_activation of linear.cuh: bf16 rows prepared inside the
-// small-M GEMV kernels) for M tokens of these experts.
-// grouping != nullptr asks for the routed experts, whose FP4 decode path in release numerics (moe_bulk.cu, sm_90+)
-// needs a prepared activation.
-bool moe_expert_takes_raw(const ExpertTable& table, int64_t M, const MoeGrouping* grouping = nullptr,
-                          ActNumerics numerics = ActNumerics::EXACT);
-// Whether moe_expert_up/down take the bulk-copy FP4 path (moe_bulk.cu) for this activation (tests, benchmarks), and
-// a process-wide switch for it (default on; FLASHSEEK_MOE_BULK=0 also turns it off). Set before launching.
-bool moe_expert_bulk_path(const ExpertTable& table, const MoeGrouping* grouping, int64_t M, const PreparedActivation& x);
-void set_moe_bulk_path(bool enabled);
-// The same for the sm_90a wgmma kernels (moe_wgmma.cu), which take precedence over the bulk-copy ones where they
-// apply (they need act tiles attached to the grouping); FLASHSEEK_MOE_WGMMA=0 also turns them off.
-bool moe_expert_wgmma_path(const ExpertTable& table, const MoeGrouping* grouping, int64_t M,
-                           const PreparedActivation& x);
-void set_moe_wgmma_path(bool enabled, bool any_tokens = false);  // any_tokens: also below its token floor
+// prepared activation of w2 (layout table.kind, numerics h_numerics). The variant is the expert catalogue's
+// choice (moe_catalogue.h); returns its name.
+std::string_view moe_expert_up(const PreparedActivation& x, const ExpertTable& table, const MoeGrouping* grouping,
+                               int64_t M, int top_k, float swiglu_limit, ActNumerics h_numerics,
+                               PreparedActivation& h, cudaStream_t stream, const KernelPolicy& policy = KernelPolicy{});
 // A dense expert run as two linears (w1 -> g, w3 -> u, bf16 [M, inter] with row stride ld): h = the prepared
 // activation (layout, numerics) of round_bf16(silu(min(g, limit)) * clamp(u, +-limit)), as moe_expert_up writes it.
 // h: values/scales sized for (M, inter); its other fields are filled in.
 void moe_swiglu_prepare(const uint16_t* g, const uint16_t* u, int64_t ld, int64_t M, int64_t inter, float limit,
                         WeightKind layout, ActNumerics numerics, PreparedActivation& h, cudaStream_t stream);
-// y: [rows, hidden] fp32, row = grouped slot (routed) or token (dense).
-void moe_expert_down(const PreparedActivation& h, const ExpertTable& table, const MoeGrouping* grouping, int64_t M,
-                     int top_k, float* y, cudaStream_t stream);
+// y: [rows, hidden] fp32, row = grouped slot (routed) or token (dense). Returns the variant's name.
+std::string_view moe_expert_down(const PreparedActivation& h, const ExpertTable& table, const MoeGrouping* grouping,
+                                 int64_t M, int top_k, float* y, cudaStream_t stream,
+                                 const KernelPolicy& policy = KernelPolicy{});
 // out[t, :] = sum_j y_routed[pair_slot[t*top_k + j], :] + y_shared[t, :] (y_shared may be null). round_terms
 // (release numerics): every term is rounded to bf16 first, as the reference's expert GEMMs output bf16.
 void moe_combine(const float* y_routed, const MoeGrouping& g, const float* y_shared, int64_t M, int top_k,

@@ -23,24 +23,24 @@
 //   - Shared-memory rows are padded by 16 bytes: the 4-byte fragment reads of lanes (g, t) hit 32 distinct banks.
 // Measured (H200, docs/perf.md): MoE micro-benchmark up+down at M=16 (76 experts, 1 GB) 628 us = 38% of the copy
 // bandwidth (moe_gemv 678 us; streaming alone 88%, arithmetic alone 55%); at M=1 slower than moe_gemv (93 vs 66 us),
-// hence kMinTokens.
+// hence kMinTokens (the preference floor). Variant bulk_experts of the expert catalogue.
 // Numerics are those of moe_gemv (exact products, fp32 sums, bf16 rounding of w1/w3 outputs before SwiGLU), up to
 // summation order.
 #include "cuda/moe/moe_bulk.cuh"
+#include "cuda/moe/moe_catalogue.h"
 
 #include <algorithm>
-#include <atomic>
 
 #include "cuda/common/arch.cuh"
 #include "cuda/common/bulk_copy.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/smem.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
 #include "cuda/moe/moe_gemv.cuh"
-#include "util/env.h"
 
-namespace flashseek::cuda::moe_bulk {
+namespace flashseek::cuda::bulk_experts {
 namespace {
 
 constexpr int kWarps = 8;
@@ -304,10 +304,6 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_expert_kernel(co
 #endif
 }
 
-std::atomic<bool> g_enabled{env_switch_on("FLASHSEEK_MOE_BULK")};
-
-bool bulk_enabled() { return g_enabled.load() && current_arch().cc >= 90; }
-
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 template <bool UP>
@@ -318,7 +314,7 @@ void launch(const Args& a, const MoeGrouping& g, int64_t M, int top_k, cudaStrea
     const int64_t items = tiles * args.max_experts;
     const int64_t ctas = std::min<int64_t>(int64_t(current_arch().sm_count) * kCtasPerSm, (items + kWarps - 1) / kWarps);
     auto kernel = bulk_expert_kernel<UP>;
-    gmma::allow_smem(reinterpret_cast<const void*>(kernel), kSmemBytes);
+    allow_dynamic_smem(kernel, kSmemBytes);
     launch_pdl(UP ? "moe_bulk expert_kernel<up>" : "moe_bulk expert_kernel<down>", kernel, dim3(unsigned(ctas)),
                dim3(kWarps * 32), kSmemBytes, stream, args);
 }
@@ -339,22 +335,25 @@ Args base_args(const PreparedActivation& x, const MoeGrouping& g) {
 
 }  // namespace
 
-void set_enabled(bool enabled) { g_enabled.store(enabled); }
-
-bool serves(const ExpertTable& t, const MoeGrouping* grouping, int64_t M) {
-    return bulk_enabled() && grouping != nullptr && t.kind == WeightKind::FP4_BLOCK32 &&
-           t.scale_kind == ScaleKind::E8M0 && t.scales_aligned16 && M >= kMinTokens && M <= 16 &&
-           M <= small_m_gemv_max_tokens() && t.hidden % 512 == 0 && t.inter % 512 == 0;
+// Routed FP4 experts with E8M0 scales 16-byte aligned, hidden and inter multiples of 512, 1-16 tokens, a prepared
+// release-numerics input (e4m3 codes) and (up) h in release numerics, on compute capability >= 9.0 (bulk copies).
+bool supports(const ExpertCall& c) {
+    const ExpertTable& t = c.t;
+    if (current_arch().cc < 90 || c.grouping == nullptr || (c.up && c.h_numerics != ActNumerics::FP8_BLOCK128))
+        return false;
+    return t.kind == WeightKind::FP4_BLOCK32 && t.scale_kind == ScaleKind::E8M0 && t.scales_aligned16 &&
+           c.M >= 1 && c.M <= kGemvMaxTokens && t.hidden % 512 == 0 && t.inter % 512 == 0 && !c.x.raw &&
+           c.x.numerics == ActNumerics::FP8_BLOCK128 && c.x.layout == t.kind && aligned16(c.x.values);
 }
 
-bool eligible(const ExpertTable& t, const MoeGrouping* grouping, int64_t M, const PreparedActivation& x) {
-    return serves(t, grouping, M) && !x.raw && x.numerics == ActNumerics::FP8_BLOCK128 && x.layout == t.kind &&
-           aligned16(x.values);
+bool preferred(const ExpertCall& c, const KernelPolicy& policy) {
+    return c.M >= kMinTokens && c.M <= policy.gemv_max_tokens;
 }
 
-void expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGrouping& grouping, int64_t M, int top_k,
-               float swiglu_limit, PreparedActivation& h, cudaStream_t stream) {
-    Args a = base_args(x, grouping);
+void up(const ExpertCall& c, const KernelPolicy&, float swiglu_limit, PreparedActivation& h, cudaStream_t stream) {
+    const ExpertTable& t = c.t;
+    const MoeGrouping& grouping = *c.grouping;
+    Args a = base_args(c.x, grouping);
     a.w_a = t.w1;
     a.s_a = t.w1_scale;
     a.w_b = t.w3;
@@ -365,20 +364,21 @@ void expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGroup
     a.limit = swiglu_limit;
     a.h = h.values;
     a.h_ld = h.k_pad;
-    launch<true>(a, grouping, M, top_k, stream);
-    moe_gemv::quantize_h(h, t, &grouping, ActNumerics::FP8_BLOCK128, stream);
+    launch<true>(a, grouping, c.M, c.top_k, stream);
+    gemv_experts::quantize_h(h, t, &grouping, ActNumerics::FP8_BLOCK128, stream);
 }
 
-void expert_down(const PreparedActivation& h, const ExpertTable& t, const MoeGrouping& grouping, int64_t M, int top_k,
-                 float* y, cudaStream_t stream) {
-    Args a = base_args(h, grouping);
+void down(const ExpertCall& c, const KernelPolicy&, float* y, cudaStream_t stream) {
+    const ExpertTable& t = c.t;
+    const MoeGrouping& grouping = *c.grouping;
+    Args a = base_args(c.x, grouping);
     a.w_a = t.w2;
     a.s_a = t.w2_scale;
     a.N = t.hidden;
     a.K = t.inter;
     a.slot_token = nullptr;
     a.y = y;
-    launch<false>(a, grouping, M, top_k, stream);
+    launch<false>(a, grouping, c.M, c.top_k, stream);
 }
 
-}  // namespace flashseek::cuda::moe_bulk
+}  // namespace flashseek::cuda::bulk_experts

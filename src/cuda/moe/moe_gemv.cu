@@ -2,7 +2,7 @@
 // tensor-core GEMV core of gemm/gemv_mma.cuh. Why: the mma.sync expert kernels of moe.cu give the up-projection
 // only inter/128 x experts CTAs and compute 8-token tiles for experts that hold 1-3 tokens; the former SIMT GEMV
 // was issue-bound (one fp32 FMA per weight and token) and needed a second kernel to quantize h. Here:
-//   - up: CTA = 4 warps (gmma::warps_per_tile(); 1 with FLASHSEEK_GEMV_KW=1) on the same 16 rows of w1 and w3 of
+//   - up: CTA = 4 warps (KernelPolicy::gemv_kw = 1: one) on the same 16 rows of w1 and w3 of
 //     one active expert, each warp a quarter of K (grid = (inter / 16, max experts): ~6 CTAs per SM at M = 1,
 //     several waves at M = 16). Every warp stages its K range of the expert's
 //     gathered tokens (slot_token) itself and streams both matrices; the CTA sums the four K quarters in a fixed
@@ -16,6 +16,7 @@
 // beyond the expert's count are skipped at run time. Grids are sized for the worst case (min(E, M*top_k) experts)
 // so a step can be captured in a CUDA graph; CTAs of inactive expert slots exit at once.
 #include "cuda/moe/moe_gemv.cuh"
+#include "cuda/moe/moe_catalogue.h"
 
 #include <algorithm>
 
@@ -23,10 +24,11 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/smem.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
 #include "cuda/gemm/prepare_block.cuh"
 
-namespace flashseek::cuda::moe_gemv {
+namespace flashseek::cuda::gemv_experts {
 namespace {
 
 using gmma::ActSrc;
@@ -79,7 +81,7 @@ __device__ __forceinline__ MatRows mat_rows(const void* w, const void* s, int64_
 
 // Resident CTAs per SM the register cap aims at: 12 single warps, 3 quads (fewer registers spill; the one-token FP4
 // up-projection at 128 registers / 4 CTAs per SM measured slower: 853 vs 804 us per step, eager; two-warp tiles at 6
-// CTAs per SM no faster end to end, docs/perf.md session 6).
+// CTAs per SM no faster end to end, docs/perf-log).
 template <WeightKind WK, bool UP, int NG, int KW>
 constexpr int min_blocks() {
     return KW == 1 ? 12 : 3;
@@ -202,16 +204,6 @@ template <WeightKind WK, bool UP>
 Kernel pick_kw(int ng, int kw) {
     return kw == 1 ? pick_groups<WK, UP, 1>(ng) : pick_groups<WK, UP, 4>(ng);
 }
-// FLASHSEEK_MOE_UP_KW / FLASHSEEK_MOE_DOWN_KW: warps per tile (1 or 4) of that projection of the routed experts,
-// else 0 (the rule below).
-int direction_kw_override(bool up) {
-    static const int up_kw = int(env_int("FLASHSEEK_MOE_UP_KW", 0, 0, 4));
-    static const int down_kw = int(env_int("FLASHSEEK_MOE_DOWN_KW", 0, 0, 4));
-    const int v = up ? up_kw : down_kw;
-    FS_REQUIRE(v == 0 || v == 1 || v == 4, "environment variable ",
-               up ? "FLASHSEEK_MOE_UP_KW" : "FLASHSEEK_MOE_DOWN_KW", " must be 1 or 4, got ", v);
-    return v;
-}
 // Token groups per pass for M tokens: FP4 pairs (1 or 2: an expert with more than 4 tokens takes several passes;
 // 4 pairs spill registers), FP8 8-token tiles (1 or 2).
 int groups_for(WeightKind kind, int64_t M) {
@@ -234,18 +226,20 @@ ActSrc source_of(const PreparedActivation& x) {
     return s;
 }
 
-void launch(bool up, const Args& base, WeightKind kind, const MoeGrouping* g, int64_t M, int top_k, cudaStream_t stream) {
+void launch(bool up, const Args& base, WeightKind kind, const MoeGrouping* g, int64_t M, int top_k,
+            const KernelPolicy& policy, cudaStream_t stream) {
     Args a = base;
     // Warps per 16-row tile: the down-projection takes one long-lived warp per tile when that still gives ~8 warps
     // per SM (routed experts, 1536 tiles at one token; measured in the real backend: routed w2 528 vs 625 us at C=1,
-    // 5737 vs 6488 us at C=16, eager, 20 layers; C=1 TPOT 4.745 -> 4.675 ms, session 6); the up-projection and the
+    // 5737 vs 6488 us at C=16, eager, 20 layers; C=1 TPOT 4.745 -> 4.675 ms, docs/perf-log); the up-projection and the
     // single shared expert keep four (KW=1 lost there: routed up 1203 vs 848 us at C=1, shared up 1297 vs 485 us,
-    // shared w2 244 vs 522 us). FLASHSEEK_GEMV_KW overrides both; FLASHSEEK_MOE_UP_KW / _DOWN_KW the routed ones.
+    // shared w2 244 vs 522 us). KernelPolicy::gemv_kw overrides both; moe_up_kw / moe_down_kw the routed ones.
     const int64_t slots = g ? std::min<int64_t>(g->E, M * top_k) : 1;
     const int64_t tile_warps = (a.N + kRows - 1) / kRows * slots;
     int kw = !up && tile_warps >= 8 * int64_t(current_arch().sm_count) ? 1 : 4;
-    if (gmma::warps_per_tile_override()) kw = gmma::warps_per_tile_override();
-    if (g && direction_kw_override(up)) kw = direction_kw_override(up);
+    if (policy.gemv_kw) kw = policy.gemv_kw;
+    const int direction_kw = up ? policy.moe_up_kw : policy.moe_down_kw;
+    if (g && direction_kw) kw = direction_kw;
     const int ng = groups_for(kind, M);
     const int tp = ng * (kind == WeightKind::FP4_BLOCK32 ? 2 : 8);
     const int64_t per_warp = (a.K / 128 + kw - 1) / kw * 128;
@@ -259,7 +253,7 @@ void launch(bool up, const Args& base, WeightKind kind, const MoeGrouping* g, in
         k = up ? pick_kw<WeightKind::FP8_BLOCK128, true>(ng, kw) : pick_kw<WeightKind::FP8_BLOCK128, false>(ng, kw);
     const int64_t experts = g ? std::min<int64_t>(g->E, M * top_k) : 1;
     dim3 grid(unsigned((a.N + kRows - 1) / kRows), unsigned(experts));
-    gmma::allow_smem(reinterpret_cast<const void*>(k), smem);
+    allow_dynamic_smem(k, smem);
     launch_pdl(up ? "moe_gemv expert_kernel<up>" : "moe_gemv expert_kernel<down>", k, grid, dim3(kw * 32), smem,
                stream, a);
 }
@@ -284,19 +278,20 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 }  // namespace
 
-bool serves(const ExpertTable& t, int64_t M) {
-    return M >= 1 && M <= small_m_gemv_max_tokens() && t.hidden % 128 == 0 && t.inter % 128 == 0 &&
-           (t.kind == WeightKind::FP4_BLOCK32 || t.kind == WeightKind::FP8_BLOCK128);
+bool supports(const ExpertCall& c) {
+    const ExpertTable& t = c.t;
+    if (c.M < 1 || c.M > kGemvMaxTokens || t.hidden % 128 != 0 || t.inter % 128 != 0) return false;
+    if (t.kind != WeightKind::FP4_BLOCK32 && t.kind != WeightKind::FP8_BLOCK128) return false;
+    if (!aligned16(c.x.values)) return false;
+    return c.x.raw ? c.x.raw_ld % 8 == 0 : true;
 }
 
-bool eligible(const ExpertTable& t, int64_t M, const PreparedActivation& x) {
-    if (!serves(t, M) || !aligned16(x.values)) return false;
-    return x.raw ? x.raw_ld % 8 == 0 : true;
-}
+bool preferred(const ExpertCall& c, const KernelPolicy& policy) { return c.M <= policy.gemv_max_tokens; }
 
-void expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGrouping* grouping, int64_t M, int top_k,
-               float swiglu_limit, ActNumerics h_numerics, PreparedActivation& h, cudaStream_t stream) {
-    Args a = base_args(x, t, grouping, M);
+void up(const ExpertCall& c, const KernelPolicy& policy, float swiglu_limit, PreparedActivation& h,
+        cudaStream_t stream) {
+    const ExpertTable& t = c.t;
+    Args a = base_args(c.x, t, c.grouping, c.M);
     a.w_a = t.w1;
     a.s_a = t.w1_scale;
     a.w_b = t.w3;
@@ -304,11 +299,11 @@ void expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGroup
     a.N = t.inter;
     a.K = t.hidden;
     a.limit = swiglu_limit;
-    a.round_glu = h_numerics == ActNumerics::FP8_BLOCK128;
+    a.round_glu = c.h_numerics == ActNumerics::FP8_BLOCK128;
     a.h = h.values;
     a.h_ld = h.k_pad;
-    launch(true, a, t.kind, grouping, M, top_k, stream);
-    quantize_h(h, t, grouping, h_numerics, stream);
+    launch(true, a, t.kind, c.grouping, c.M, c.top_k, policy, stream);
+    quantize_h(h, t, c.grouping, c.h_numerics, stream);
 }
 
 void quantize_h(PreparedActivation& h, const ExpertTable& t, const MoeGrouping* grouping, ActNumerics h_numerics,
@@ -319,15 +314,15 @@ void quantize_h(PreparedActivation& h, const ExpertTable& t, const MoeGrouping* 
                int(h_numerics));
 }
 
-void expert_down(const PreparedActivation& h, const ExpertTable& t, const MoeGrouping* grouping, int64_t M, int top_k,
-                 float* y, cudaStream_t stream) {
-    Args a = base_args(h, t, grouping, M);
+void down(const ExpertCall& c, const KernelPolicy& policy, float* y, cudaStream_t stream) {
+    const ExpertTable& t = c.t;
+    Args a = base_args(c.x, t, c.grouping, c.M);
     a.w_a = t.w2;
     a.s_a = t.w2_scale;
     a.N = t.hidden;
     a.K = t.inter;
     a.y = y;
-    launch(false, a, t.kind, grouping, M, top_k, stream);
+    launch(false, a, t.kind, c.grouping, c.M, c.top_k, policy, stream);
 }
 
-}  // namespace flashseek::cuda::moe_gemv
+}  // namespace flashseek::cuda::gemv_experts

@@ -14,7 +14,7 @@
 //     row, 4 rows per warp instruction), thread 0 bulk-copies the B tile and scales, all completing on the stage's
 //     mbarrier (count 1 + threads). Three stages per CTA, refilled across items. One cp.async.bulk per weight row
 //     was issued by ptxas one lane at a time (ELECT / R2UR / UBLKCP loop, ~256 of ~650 instructions per warp and
-//     stage): the per-lane form measured C=16 15.16 -> 13.89 ms end to end (docs/perf.md, session 7).
+//     stage): the per-lane form measured C=16 15.16 -> 13.89 ms end to end (docs/perf-log).
 //   - FP4 -> e4m3 by bit moves (bulk_copy.cuh fp4x8_to_e4m3, FP4 value x 2^-6): one 32-bit word per row and
 //     k-step per thread gives the even weights (a0 / a1) and the odd ones (a2 / a3), so the logical k order of a
 //     step is phys {0,2,..,30} then {1,3,..,31} within each 8-weight group; pack_tiles_kernel writes the B tile in
@@ -26,30 +26,30 @@
 //       split scratch and the second to finish adds them in a fixed order (lower CTA first) and runs the epilogue.
 //       CTAs are limited so that each range holds at least one whole item's stages: an item meets at most two CTAs.
 //     Balanced won while the stage loop paid a 64-bit modulo per stage (C=16 16.14 vs 16.45 ms); with the chunk
-//     counter round robin is faster for both projections (15.14 vs 15.60 ms balanced up, 15.79 both; docs/perf.md,
-//     session 6): the split combines and the balanced kernel's extra registers cost more than the idle tail.
+//     counter round robin is faster for both projections (15.14 vs 15.60 ms balanced up, 15.79 both;
+//     docs/perf-log): the split combines and the balanced kernel's extra registers cost more than the idle tail.
 //   - Per 128-k block and part: four wgmma m64n16k32 (one per FP4 scale group, each its own fp32 result), then
 //     per row the weight scales (x 2^6) and per column the activation scale, in fp32. Blocks are pipelined one
 //     deep (convert and issue block i + 1 before waiting for block i).
 // Numerics: those of moe_bulk / moe_gemv (exact e4m3 x e4m3 products, fp32 sums per 32, bf16 rounding of the
 // w1 / w3 outputs before SwiGLU) up to summation order.
 #include "cuda/moe/moe_wgmma.cuh"
+#include "cuda/moe/moe_catalogue.h"
 
 #include <algorithm>
-#include <atomic>
 
 #include "cuda/common/arch.cuh"
 #include "cuda/common/bulk_copy.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/smem.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
 #include "cuda/gemm/mma_core.cuh"
 #include "cuda/moe/moe_gemv.cuh"
-#include "util/env.h"
 
-namespace flashseek::cuda::moe_wgmma {
+namespace flashseek::cuda::wgmma_experts {
 namespace {
 
 constexpr int kThreads = 128;
@@ -66,14 +66,6 @@ constexpr int kStageBytes = kWeightBytes + kTileBytes + kScaleFloats * 4;
 constexpr uint32_t kStageBulkTx = kTileBytes + kScaleFloats * 4;  // thread 0's bulk copies per stage
 constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kStages * 8;
 static_assert(kWeightBytes % 128 == 0 && kStageBytes % 128 == 0, "tile and stage alignment");
-// Fewest tokens served (default 8; FLASHSEEK_MOE_WGMMA_MIN_TOKENS overrides it for A/B runs, set_enabled's
-// any_tokens drops it for tests). Below: moe_gemv (few experts; measured per path in docs/perf.md).
-int64_t min_tokens() {
-    static const int64_t v = env_int("FLASHSEEK_MOE_WGMMA_MIN_TOKENS", 8, 1, 16);
-    return v;
-}
-std::atomic<bool> g_any_tokens{false};
-
 struct Args {
     const void* const* w_a;  // up: w1, down: w2 (per expert)
     const void* const* s_a;
@@ -447,8 +439,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
 #endif
 }
 
-std::atomic<bool> g_enabled{env_switch_on("FLASHSEEK_MOE_WGMMA")};
-
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 void pack(const PreparedActivation& x, const MoeGrouping& g, int max_experts, const int32_t* slot_token,
@@ -473,14 +463,14 @@ void pack(const PreparedActivation& x, const MoeGrouping& g, int max_experts, co
 }
 
 // Which projections take the balanced stage ranges: 0 none (default, measured fastest), 1 the up-projection, 2 both
-// (FLASHSEEK_MOE_WGMMA_BALANCE, for A/B runs; a host-side choice between two compiled kernels, no per-stage cost).
-bool balanced(bool up) {
-    static const int64_t mode = env_int("FLASHSEEK_MOE_WGMMA_BALANCE", 0, 0, 2);
-    return mode == 2 || (mode == 1 && up);
+// (KernelPolicy::moe_wgmma_balance, for A/B runs; a host-side choice between two compiled kernels, no per-stage
+// cost).
+bool balanced(bool up, const KernelPolicy& policy) {
+    return policy.moe_wgmma_balance == 2 || (policy.moe_wgmma_balance == 1 && up);
 }
 
 template <bool UP>
-void launch(Args a, const MoeGrouping& g, int64_t M, int top_k, cudaStream_t stream) {
+void launch(Args a, const MoeGrouping& g, int64_t M, int top_k, const KernelPolicy& policy, cudaStream_t stream) {
     a.max_experts = int(std::min<int64_t>(g.E, M * top_k));
     a.tiles = g.act_tiles;
     a.tile_scales = g.act_tile_scales;
@@ -495,8 +485,8 @@ void launch(Args a, const MoeGrouping& g, int64_t M, int top_k, cudaStream_t str
     const int64_t ctas = std::min<int64_t>(max_ctas(), items);
     FS_REQUIRE(ctas + 1 <= g.split_slots, "moe_wgmma: the grouping's split scratch holds ", g.split_slots,
                " CTA boundaries, ", ctas + 1, " needed");
-    auto kernel = balanced(UP) ? wgmma_expert_kernel<UP, true> : wgmma_expert_kernel<UP, false>;
-    gmma::allow_smem(reinterpret_cast<const void*>(kernel), kSmemBytes);
+    auto kernel = balanced(UP, policy) ? wgmma_expert_kernel<UP, true> : wgmma_expert_kernel<UP, false>;
+    allow_dynamic_smem(kernel, kSmemBytes);
     launch_pdl(UP ? "moe_wgmma expert_kernel<up>" : "moe_wgmma expert_kernel<down>", kernel, dim3(unsigned(ctas)),
                dim3(kThreads), kSmemBytes, stream, a);
 }
@@ -510,29 +500,34 @@ bool prepared_release(const PreparedActivation& x) {
 
 int max_ctas() { return current_arch().sm_count * kCtasPerSm; }
 
-void set_enabled(bool enabled, bool any_tokens) {
-    g_enabled.store(enabled);
-    g_any_tokens.store(any_tokens);
-}
-
-bool serves(const ExpertTable& t, const MoeGrouping* grouping, int64_t M) {
-    if (!g_enabled.load() || !wgmma_usable() || grouping == nullptr) return false;
+// Routed (grouping with act tiles attached) FP4 experts with E8M0 scales 16-byte aligned, hidden and inter multiples
+// of 256 within the tiles' K, 1-16 tokens, a prepared release-numerics input (e4m3 codes) and (up) h written in
+// release numerics, on a compute capability 9.0 device with the sm_90a build.
+bool supports(const ExpertCall& c) {
+    const ExpertTable& t = c.t;
+    const MoeGrouping* g = c.grouping;
+    if (!wgmma_usable() || g == nullptr || (c.up && c.h_numerics != ActNumerics::FP8_BLOCK128)) return false;
     // Tiles for min(E, max_pairs) experts cover every step the grouping can hold (M * top_k <= max_pairs).
     return t.kind == WeightKind::FP4_BLOCK32 && t.scale_kind == ScaleKind::E8M0 && t.scales_aligned16 &&
-           M >= (g_any_tokens.load() ? 1 : min_tokens()) && M <= 16 && M <= small_m_gemv_max_tokens() && t.hidden % 256 == 0 &&
-           t.inter % 256 == 0 && t.hidden <= grouping->act_tile_k && t.inter <= grouping->act_tile_k &&
-           grouping->act_tiles != nullptr && grouping->act_tile_scales != nullptr && grouping->split_counters != nullptr &&
-           grouping->act_tile_experts >= std::min<int64_t>(grouping->E, grouping->max_pairs);
+           c.M >= 1 && c.M <= kGemvMaxTokens && t.hidden % 256 == 0 && t.inter % 256 == 0 &&
+           t.hidden <= g->act_tile_k && t.inter <= g->act_tile_k && g->act_tiles != nullptr &&
+           g->act_tile_scales != nullptr && g->split_counters != nullptr &&
+           g->act_tile_experts >= std::min<int64_t>(g->E, g->max_pairs) && prepared_release(c.x) &&
+           aligned16(c.x.values);
 }
 
-bool eligible(const ExpertTable& t, const MoeGrouping* grouping, int64_t M, const PreparedActivation& x) {
-    return serves(t, grouping, M) && prepared_release(x) && aligned16(x.values);
+// From KernelPolicy::moe_wgmma_min_tokens (8) tokens; below, few experts: gemv_experts (measured per path in
+// docs/perf.md).
+bool preferred(const ExpertCall& c, const KernelPolicy& policy) {
+    return c.M >= policy.moe_wgmma_min_tokens && c.M <= policy.gemv_max_tokens;
 }
 
-void expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGrouping& g, int64_t M, int top_k,
-               float swiglu_limit, PreparedActivation& h, cudaStream_t stream) {
-    const int max_experts = int(std::min<int64_t>(g.E, M * top_k));
-    pack(x, g, max_experts, g.slot_token, stream);
+void up(const ExpertCall& c, const KernelPolicy& policy, float swiglu_limit, PreparedActivation& h,
+        cudaStream_t stream) {
+    const ExpertTable& t = c.t;
+    const MoeGrouping& g = *c.grouping;
+    const int max_experts = int(std::min<int64_t>(g.E, c.M * c.top_k));
+    pack(c.x, g, max_experts, g.slot_token, stream);
     Args a{};
     a.w_a = t.w1;
     a.s_a = t.w1_scale;
@@ -543,21 +538,22 @@ void expert_up(const PreparedActivation& x, const ExpertTable& t, const MoeGroup
     a.limit = swiglu_limit;
     a.h = h.values;
     a.h_ld = h.k_pad;
-    launch<true>(a, g, M, top_k, stream);
-    moe_gemv::quantize_h(h, t, &g, ActNumerics::FP8_BLOCK128, stream);
+    launch<true>(a, g, c.M, c.top_k, policy, stream);
+    gemv_experts::quantize_h(h, t, &g, ActNumerics::FP8_BLOCK128, stream);
 }
 
-void expert_down(const PreparedActivation& h, const ExpertTable& t, const MoeGrouping& g, int64_t M, int top_k,
-                 float* y, cudaStream_t stream) {
-    const int max_experts = int(std::min<int64_t>(g.E, M * top_k));
-    pack(h, g, max_experts, nullptr, stream);
+void down(const ExpertCall& c, const KernelPolicy& policy, float* y, cudaStream_t stream) {
+    const ExpertTable& t = c.t;
+    const MoeGrouping& g = *c.grouping;
+    const int max_experts = int(std::min<int64_t>(g.E, c.M * c.top_k));
+    pack(c.x, g, max_experts, nullptr, stream);
     Args a{};
     a.w_a = t.w2;
     a.s_a = t.w2_scale;
     a.N = int(t.hidden);
     a.K = int(t.inter);
     a.y = y;
-    launch<false>(a, g, M, top_k, stream);
+    launch<false>(a, g, c.M, c.top_k, policy, stream);
 }
 
-}  // namespace flashseek::cuda::moe_wgmma
+}  // namespace flashseek::cuda::wgmma_experts

@@ -32,7 +32,9 @@ protected:
 
 std::vector<uint8_t> to_host(const TensorView& v) {
     std::vector<uint8_t> h(v.nbytes);
-    if (v.nbytes) EXPECT_EQ(cudaMemcpy(h.data(), v.data, v.nbytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    if (v.nbytes) {
+        EXPECT_EQ(cudaMemcpy(h.data(), v.data, v.nbytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    }
     return h;
 }
 

@@ -2,17 +2,18 @@
 // q latent (wq_a, q_norm) -> queries (wq_b, per-head RMS + RoPE) -> window KV (wkv, kv_norm, RoPE, FP8
 // simulation, ring store) -> indexer compressor and indexer top-k (ratio 4) -> attention compressor -> sparse
 // attention with sink over window + compressed entries -> inverse RoPE -> grouped wo_a -> wo_b. The window KV and
-// the compressors run as side branches beside the query path (CudaBackendImpl::fork / join); each kernel computes
+// the compressors run as side branches beside the query path (StreamSet::fork / join); each kernel computes
 // what it did in sequence, so the results are the same bit for bit.
 // The indexer's scoring is skipped when no sequence of the pass has more than index_topk entries
 // (indexer_select then selects every visible entry); its compressor always runs. In the exact (reference)
-// configuration the FP8 KV and Hadamard + FP4 indexer simulations are off (quant_sim_), as in the CPU exact numerics.
+// configuration the FP8 KV and Hadamard + FP4 indexer simulations are off (ForwardNumerics), as in the CPU exact
+// numerics.
 #include <algorithm>
 #include <cmath>
 
 #include "cuda/attention/kv_store.cuh"
 #include "cuda/attention/sparse_attention.cuh"
-#include "cuda/backend/backend_impl.h"
+#include "cuda/backend/forward.h"
 #include "cuda/compressor/compressor.cuh"
 #include "cuda/indexer/indexer.cuh"
 #include "cuda/norm/rmsnorm.cuh"
@@ -20,37 +21,39 @@
 
 namespace flashseek::cuda {
 
-void CudaBackendImpl::enqueue_attention(int l, const PassShape& s) {
-    const LayerDev& L = layers_[size_t(l)];
+void ForwardPass::enqueue_attention(int l, const PassShape& s) {
+    const ShardLayer& L = shard_.layer(l);
     const int T = s.n_rows;
     const int64_t D = cfg_.hidden_size, QL = cfg_.q_lora_rank;
     const int H = cfg_.num_attention_heads, hd = cfg_.head_dim, rd = cfg_.qk_rope_head_dim;
     const float eps = float(cfg_.rms_norm_eps);
     const TokenBatch batch = token_batch(s);
     const int32_t* pos = batch.token_pos;
+    const cudaStream_t stream = streams_.main();
 
     // The window KV and the compressors do not depend on the queries: side branches (their own streams), joined
     // before the indexer and the attention. They are latency-bound small kernels and overlap the query path's.
-    const PreparedActivation& ax = prep(prep_x_, y_.get(), false, T, D, D, L.wq_a);
+    const PreparedActivation& ax = prepare(buf_.prep_x, buf_.sub_in.get(), false, T, D, D, L.wq_a);
     {
         // Window KV into the ring (wkv shares wq_a's prepared input when both have the same format).
-        const Lane kv = fork(kv_side_);
+        const Lane kv = streams_.fork(streams_.window_kv);
         const PreparedActivation& akv =
-            L.wkv.kind == L.wq_a.kind ? ax : prep(prep_kv_, y_.get(), false, T, D, D, L.wkv, false, true, &kv);
+            L.wkv.kind == L.wq_a.kind ? ax : prepare(buf_.prep_kv, buf_.sub_in.get(), false, T, D, D, L.wkv, false, &kv);
         {
             OpProfiler::Scope sc(prof_, "attn.wkv gemm");
-            lin(akv, L.wkv, kv_.get(), OutKind::BF16, hd, &kv);
+            lin(akv, L.wkv, buf_.window_kv.get(), OutKind::BF16, hd, &kv);
         }
         OpProfiler::Scope sc(prof_, "attn.kv norm + rope + store");
-        kv_store_window(kv_.as<bf16>(), hd, hd, rd, L.kv_norm, eps, L.rope, batch, ring_view(l), nullptr, kv.stream);
+        kv_store_window(buf_.window_kv.as<bf16>(), hd, hd, rd, L.kv_norm, eps, L.rope, batch, ring_view(l), nullptr,
+                        kv.stream);
     }
 
     // Compressors: the bf16 projections in fp32, then pooling/emission into the paged entries.
     // Each branch prepares its own copy of the input (the two may run at once).
     auto run_compressor = [&](const CompressorLinears& c, bool indexer, DeviceBuffer& a, DeviceBuffer& z,
                               const Lane& lane) {
-        PrepBuffer& buf = indexer ? prep_index_x_ : prep_x_bf16_;
-        const PreparedActivation& ab = prep(buf, y_.get(), false, T, D, D, c.wkv, false, true, &lane);
+        PrepBuffer& in = indexer ? buf_.prep_index_x : buf_.prep_x_bf16;
+        const PreparedActivation& ab = prepare(in, buf_.sub_in.get(), false, T, D, D, c.wkv, false, &lane);
         const int64_t width = c.wkv.out;
         {
             OpProfiler::Scope sc(prof_, indexer ? "indexer.compressor gemm" : "attn.compressor gemm");
@@ -63,7 +66,7 @@ void CudaBackendImpl::enqueue_attention(int l, const PassShape& s) {
         p.dim = c.dim;
         p.rope_dim = rd;
         p.indexer = indexer;
-        p.quant_sim = quant_sim_;
+        p.quant_sim = num_.quant_sim;
         p.kv = a.as<float>();
         p.kv_stride = width;
         p.gate = z.as<float>();
@@ -72,23 +75,23 @@ void CudaBackendImpl::enqueue_attention(int l, const PassShape& s) {
         p.norm_weight = c.norm;
         p.norm_eps = eps;
         p.rope = L.rope;
-        p.state = pool_->compressor_state(l, indexer);
-        p.state_stride = pool_->compressor_state_stride(l, indexer);
+        p.state = pool_.compressor_state(l, indexer);
+        p.state_stride = pool_.compressor_state_stride(l, indexer);
         p.out = indexer ? index_entries(l) : comp_entries(l);
         OpProfiler::Scope sc(prof_, indexer ? "indexer.compressor" : "attn.compressor");
         compressor_forward(p, lane.stream);
     };
     if (L.ratio == 4) {  // the indexer's compressor on a third stream: two compressors in one branch were longer
                          // than the query path
-        const Lane ic = fork(index_side_);
-        run_compressor(L.index_compressor, true, ica_, icz_, ic);
+        const Lane ic = streams_.fork(streams_.index_compressor);
+        run_compressor(L.index_compressor, true, buf_.index_comp_kv, buf_.index_comp_gate, ic);
     }
-    if (L.ratio > 0) run_compressor(L.compressor, false, ca_, cz_, fork(aux_side_));
+    if (L.ratio > 0) run_compressor(L.compressor, false, buf_.comp_kv, buf_.comp_gate, streams_.fork(streams_.aux));
 
     // Query latent and queries (main stream).
     {
         OpProfiler::Scope sc(prof_, "attn.wq_a gemm");
-        lin(ax, L.wq_a, qr_.get(), OutKind::BF16, QL);
+        lin(ax, L.wq_a, buf_.q_latent.get(), OutKind::BF16, QL);
     }
     {
         // The norm also writes its output prepared for wq_b (FP8 / FP4 weights): no preparation launch.
@@ -96,44 +99,47 @@ void CudaBackendImpl::enqueue_attention(int l, const PassShape& s) {
         const bool fuse = L.wq_b.kind == WeightKind::FP8_BLOCK128 || L.wq_b.kind == WeightKind::FP4_BLOCK32;
         PreparedActivation* out = nullptr;
         if (fuse) {
-            prep_qr_.act.values = prep_qr_.values.as<uint16_t>();
-            prep_qr_.act.scales = prep_qr_.scales.as<float>();
-            prep_qr_.act.layout = L.wq_b.kind;
-            prep_qr_.act.numerics = act_numerics_;
-            out = &prep_qr_.act;
+            PrepBuffer& pq = buf_.prep_q_latent;
+            pq.act.values = pq.values.as<uint16_t>();
+            pq.act.scales = pq.scales.as<float>();
+            pq.act.layout = L.wq_b.kind;
+            pq.act.numerics = num_.act;
+            out = &pq.act;
         }
-        rmsnorm(qr_.as<bf16>(), QL, qr_.as<bf16>(), QL, L.q_norm, T, int(QL), eps, stream_, out);
-        if (fuse) adopt_prepared(prep_qr_, qr_.get(), T, QL, L.wq_b.kind, act_numerics_);
+        rmsnorm(buf_.q_latent.as<bf16>(), QL, buf_.q_latent.as<bf16>(), QL, L.q_norm, T, int(QL), eps, stream, out);
+        if (fuse) adopt_prepared(buf_.prep_q_latent, buf_.q_latent.get(), T, QL, L.wq_b.kind, num_.act);
     }
-    const PreparedActivation& aq = prep(prep_qr_, qr_.get(), false, T, QL, QL, L.wq_b);
+    const PreparedActivation& aq = prepare(buf_.prep_q_latent, buf_.q_latent.get(), false, T, QL, QL, L.wq_b);
     {
         OpProfiler::Scope sc(prof_, "attn.wq_b gemm");
-        lin(aq, L.wq_b, q_.get(), OutKind::BF16, int64_t(H) * hd);
+        lin(aq, L.wq_b, buf_.queries.get(), OutKind::BF16, int64_t(H) * hd);
     }
     {
         OpProfiler::Scope sc(prof_, "attn.q head norm + rope");
-        head_rmsnorm_rope(q_.as<bf16>(), int64_t(H) * hd, T, H, hd, nullptr, eps, pos, L.rope, stream_);
+        head_rmsnorm_rope(buf_.queries.as<bf16>(), int64_t(H) * hd, T, H, hd, nullptr, eps, pos, L.rope, stream);
     }
-    join(kv_side_);
-    join(index_side_);
-    join(aux_side_);
+    streams_.join(streams_.window_kv);
+    streams_.join(streams_.index_compressor);
+    streams_.join(streams_.aux);
 
     // Indexer top-k over the index compressor's entries (ratio 4, when some sequence needs scoring).
     if (L.ratio == 4 && s.need_indexer) {
         const int nI = cfg_.index_n_heads, dI = cfg_.index_head_dim;
-        const PreparedActivation& aiq = prep(prep_qr_, qr_.get(), false, T, QL, QL, L.index_wq_b);
+        const PreparedActivation& aiq =
+            prepare(buf_.prep_q_latent, buf_.q_latent.get(), false, T, QL, QL, L.index_wq_b);
         {
             OpProfiler::Scope sc(prof_, "indexer.wq_b gemm");
-            lin(aiq, L.index_wq_b, iq_.get(), OutKind::BF16, int64_t(nI) * dI);
+            lin(aiq, L.index_wq_b, buf_.index_q.get(), OutKind::BF16, int64_t(nI) * dI);
         }
         {
             OpProfiler::Scope sc(prof_, "indexer.q prepare");
-            indexer_prepare_q(iq_.as<bf16>(), int64_t(nI) * dI, T, nI, dI, pos, L.rope, stream_, quant_sim_);
+            indexer_prepare_q(buf_.index_q.as<bf16>(), int64_t(nI) * dI, T, nI, dI, pos, L.rope, stream, num_.quant_sim);
         }
-        const PreparedActivation& aw = prep(prep_x_bf16_, y_.get(), false, T, D, D, L.index_weights_proj);
+        const PreparedActivation& aw =
+            prepare(buf_.prep_x_bf16, buf_.sub_in.get(), false, T, D, D, L.index_weights_proj);
         {
             OpProfiler::Scope sc(prof_, "indexer.weights_proj gemm");
-            lin(aw, L.index_weights_proj, iw_.get(), OutKind::BF16, nI);
+            lin(aw, L.index_weights_proj, buf_.index_weights.get(), OutKind::BF16, nI);
         }
         IndexerSelectParams ip;
         ip.batch = batch;
@@ -141,37 +147,39 @@ void CudaBackendImpl::enqueue_attention(int l, const PassShape& s) {
         ip.head_dim = dI;
         ip.ratio = 4;
         ip.topk = cfg_.index_topk;
-        ip.q = iq_.as<bf16>();
+        ip.q = buf_.index_q.as<bf16>();
         ip.q_stride = int64_t(nI) * dI;
-        ip.weights = iw_.as<bf16>();
+        ip.weights = buf_.index_weights.as<bf16>();
         ip.weights_stride = nI;
         ip.weights_scale = float(1.0 / std::sqrt(double(dI)) / std::sqrt(double(nI)));
         ip.keys = index_entries(l);
         ip.max_entries = s.max_entries;
-        ip.selected = selected_.as<int32_t>();
+        ip.selected = buf_.index_selected.as<int32_t>();
         OpProfiler::Scope sc2(prof_, "indexer.score + top-k");
-        indexer_select(ip, indexer_ws_.get(), indexer_ws_.bytes(), stream_);
+        indexer_select(ip, buf_.index_workspace.get(), buf_.index_workspace.bytes(), stream);
     }
 
     // Sparse attention over window + compressed entries, then the output projection.
     enqueue_sparse_attention(l, s);
     const int G = cfg_.o_groups;
     const int64_t GO = int64_t(G) * cfg_.o_lora_rank;
-    const PreparedActivation& ao =
-        prep(prep_o_, o_.get(), false, T, int64_t(H) * hd, int64_t(H) * hd, L.wo_a, /*force_exact=*/true);
+    const PreparedActivation& ao = prepare(buf_.prep_attn_out, buf_.attn_out.get(), false, T, int64_t(H) * hd,
+                                           int64_t(H) * hd, L.wo_a, /*force_exact=*/true);
     {
         OpProfiler::Scope sc(prof_, "attn.wo_a grouped gemm");
-        grouped_linear(ao, L.wo_a, G, z_.get(), OutKind::BF16, GO, &gemm_ws_, stream_);
+        const Lane main = streams_.main_lane();
+        prof_.variant(grouped_linear(ao, L.wo_a, G, buf_.wo_a_out.get(), OutKind::BF16, GO, main.ws, main.stream,
+                                     policy_));
     }
-    const PreparedActivation& az = prep(prep_z_, z_.get(), false, T, GO, GO, L.wo_b);
+    const PreparedActivation& az = prepare(buf_.prep_wo_a_out, buf_.wo_a_out.get(), false, T, GO, GO, L.wo_b);
     OpProfiler::Scope sc(prof_, "attn.wo_b gemm");
-    lin(az, L.wo_b, sub_out_.get(), OutKind::BF16, D);
+    lin(az, L.wo_b, buf_.sub_out.get(), OutKind::BF16, D);
 }
 
 // Window + compressed candidates; the indexer's selection in CSA layers when some sequence needed scoring, else
 // every visible entry (no more than index_topk of them). The inverse RoPE of the output is fused in the kernel.
-void CudaBackendImpl::enqueue_sparse_attention(int l, const PassShape& s) {
-    const LayerDev& L = layers_[size_t(l)];
+void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s) {
+    const ShardLayer& L = shard_.layer(l);
     const int H = cfg_.num_attention_heads, hd = cfg_.head_dim;
     SparseAttentionParams p;
     p.batch = token_batch(s);
@@ -179,9 +187,9 @@ void CudaBackendImpl::enqueue_sparse_attention(int l, const PassShape& s) {
     p.head_dim = hd;
     p.rope_dim = cfg_.qk_rope_head_dim;
     p.softmax_scale = float(1.0 / std::sqrt(double(hd)));
-    p.q = q_.as<bf16>();
+    p.q = buf_.queries.as<bf16>();
     p.q_stride = int64_t(H) * hd;
-    p.out = o_.as<bf16>();
+    p.out = buf_.attn_out.as<bf16>();
     p.out_stride = int64_t(H) * hd;
     p.sink = L.attn_sink;
     p.rope = L.rope;
@@ -195,7 +203,7 @@ void CudaBackendImpl::enqueue_sparse_attention(int l, const PassShape& s) {
         // Without scoring every sequence has at most index_topk visible entries (PassShape::need_indexer).
         if (L.ratio == 4) compressed = std::min(compressed, cfg_.index_topk);
         if (L.ratio == 4 && s.need_indexer) {
-            p.topk = selected_.as<int32_t>();
+            p.topk = buf_.index_selected.as<int32_t>();
             p.topk_stride = cfg_.index_topk;
             p.topk_width = cfg_.index_topk;
             compressed = cfg_.index_topk;
@@ -203,7 +211,8 @@ void CudaBackendImpl::enqueue_sparse_attention(int l, const PassShape& s) {
     }
     p.max_candidates = cfg_.sliding_window + compressed;
     OpProfiler::Scope sc(prof_, "attn.sparse attention + inverse rope");
-    sparse_attention(p, attn_ws_.get(), attn_ws_bytes_, stream_);
+    prof_.variant(
+        sparse_attention(p, buf_.attn_workspace.get(), buf_.attn_workspace_bytes, streams_.main(), policy_));
 }
 
 }  // namespace flashseek::cuda

@@ -1,0 +1,244 @@
+// ForwardPass (forward.h): the pass (embedding, per layer mHC pre -> sub-block -> mHC post, the head), the
+// preparation and reuse of linear inputs, and the views of the state pool the kernels take.
+#include "cuda/backend/forward.h"
+
+#include "cuda/backend/glue.cuh"
+#include "cuda/mhc/mhc.cuh"
+#include "util/error.h"
+
+namespace flashseek::cuda {
+
+namespace {
+int64_t round_up8(int64_t v) { return (v + 7) / 8 * 8; }  // PreparedActivation::m_pad
+}  // namespace
+
+ForwardNumerics ForwardNumerics::of(Numerics n) {
+    ForwardNumerics f;
+    const bool release = n == Numerics::Release;
+    f.act = release ? ActNumerics::FP8_BLOCK128 : ActNumerics::EXACT;
+    f.kv = release ? KvFormat::FP8 : KvFormat::BF16;
+    f.index = release ? IndexFormat::FP4 : IndexFormat::BF16;
+    f.quant_sim = release;
+    return f;
+}
+
+ForwardPass::ForwardPass(const ModelConfig& cfg, const ShardWeights& shard, StepBuffers& buffers, StreamSet& streams,
+                         StatePool& pool, const KernelPolicy& policy, ForwardNumerics numerics, OpProfiler& profiler)
+    : cfg_(cfg), shard_(shard), buf_(buffers), streams_(streams), pool_(pool), policy_(policy), num_(numerics),
+      prof_(profiler) {}
+
+void ForwardPass::enqueue(const PassShape& s) {
+    const int N = cfg_.hc_mult;
+    const int64_t D = cfg_.hidden_size;
+    const cudaStream_t stream = streams_.main();
+    streams_.reset_branches();
+    {
+        OpProfiler::Scope sc(prof_, "embedding");
+        embed_streams(shard_.embed(), cfg_.vocab_size, buf_.meta.d(StepMeta::kTokens), s.n_rows, N, D,
+                      buf_.residual.as<bf16>(), stream);
+    }
+    // A sub-block's mhc_post runs inside the next sub-block's mhc_pre where the shapes allow (one launch fewer per
+    // sub-block on the critical path); the last one, before the head's row gather, runs on its own.
+    const bool fuse_post = policy_.fused_post && mhc_pre_fuses_post(N, int(D));
+    int post_pending = -1;  // the sub-block (0 attention, 1 MoE) whose mhc_post the next mhc_pre runs, or -1
+    for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+        const ShardLayer& L = shard_.layer(l);
+        for (int sub = 0; sub < 2; ++sub) {
+            MhcPreParams p;
+            p.n_tokens = s.n_rows;
+            p.n_streams = N;
+            p.dim = int(D);
+            p.x = buf_.residual.as<bf16>();
+            p.fn = sub == 0 ? L.hc_attn_fn : L.hc_ffn_fn;
+            p.base = sub == 0 ? L.hc_attn_base : L.hc_ffn_base;
+            p.scale = sub == 0 ? L.hc_attn_scale : L.hc_ffn_scale;
+            p.rms_eps = float(cfg_.rms_norm_eps);
+            p.hc_eps = float(cfg_.hc_eps);
+            p.sinkhorn_iters = cfg_.hc_sinkhorn_iters;
+            p.norm_weight = sub == 0 ? L.attn_norm : L.ffn_norm;
+            p.norm_eps = float(cfg_.rms_norm_eps);
+            p.y = buf_.sub_in.as<bf16>();
+            p.post = buf_.mhc_post.as<float>();
+            p.comb = buf_.mhc_comb.as<float>();
+            if (post_pending >= 0) {
+                if (post_pending == 1) {  // the MoE sub-block's combine runs here too
+                    p.prev_y_routed = buf_.routed_out.as<float>();
+                    p.prev_pair_slot = buf_.grouping.pair_slot;
+                    p.prev_y_shared = buf_.shared_out.as<float>();
+                    p.prev_top_k = cfg_.num_experts_per_tok;
+                    p.prev_round_terms = num_.act == ActNumerics::FP8_BLOCK128;
+                } else {
+                    p.prev_o = buf_.sub_out.as<bf16>();
+                }
+                p.prev_post = buf_.mhc_post.as<float>();
+                p.prev_comb = buf_.mhc_comb.as<float>();
+                post_pending = -1;
+            }
+            // The norm also writes sub_in prepared for the sub-block's first FP8 / FP4 linear (one launch fewer).
+            WeightKind kind = WeightKind::BF16;
+            PrepBuffer* fused = fused_prep_target(L, sub, kind);
+            if (fused) {
+                p.prepared_values = fused->values.as<uint16_t>();
+                p.prepared_scales = fused->scales.as<float>();
+                p.prepared_layout = int(kind);
+                p.prepared_numerics = int(num_.act);
+            }
+            {
+                OpProfiler::Scope sc(prof_, p.prev_y_routed ? "moe.combine + mhc_post + mhc_pre + norm"
+                                                            : (p.prev_o ? "mhc_post + mhc_pre + norm" : "mhc_pre + norm"));
+                mhc_pre(p, buf_.mhc_workspace.get(), buf_.mhc_workspace_bytes, stream);
+            }
+            ++prep_generation_;  // sub_in was rewritten: earlier prepared activations are stale
+            if (fused) adopt_prepared(*fused, buf_.sub_in.get(), s.n_rows, D, kind, num_.act);
+            const bool defer_post = fuse_post && !(l + 1 == cfg_.num_hidden_layers && sub == 1);
+            if (sub == 0)
+                enqueue_attention(l, s);
+            else
+                enqueue_moe(l, s, /*combine=*/!defer_post);
+            if (defer_post) {
+                post_pending = sub;
+                continue;
+            }
+            OpProfiler::Scope sc(prof_, "mhc_post");
+            mhc_post(s.n_rows, N, int(D), buf_.residual.as<bf16>(), buf_.sub_out.as<bf16>(), buf_.mhc_post.as<float>(),
+                     buf_.mhc_comb.as<float>(), buf_.residual.as<bf16>(), stream);
+        }
+    }
+    enqueue_head(s);
+}
+
+void ForwardPass::enqueue_head(const PassShape& s) {
+    if (s.n_head_rows == 0) return;  // a prefill chunk that is not the last one needs no logits
+    const int N = cfg_.hc_mult;
+    const int64_t D = cfg_.hidden_size;
+    const cudaStream_t stream = streams_.main();
+    {
+        OpProfiler::Scope sc(prof_, "head gather");
+        gather_rows(buf_.residual.as<bf16>(), buf_.meta.d(StepMeta::kHeadRows), s.n_head_rows, N * D,
+                    buf_.head_streams.as<bf16>(), stream);
+    }
+    MhcPreParams p;
+    p.n_tokens = s.n_head_rows;
+    p.n_streams = N;
+    p.dim = int(D);
+    p.head_mode = true;
+    p.x = buf_.head_streams.as<bf16>();
+    p.fn = shard_.hc_head_fn();
+    p.base = shard_.hc_head_base();
+    p.scale = shard_.hc_head_scale();
+    p.rms_eps = float(cfg_.rms_norm_eps);
+    p.hc_eps = float(cfg_.hc_eps);
+    p.norm_weight = shard_.final_norm();
+    p.norm_eps = float(cfg_.rms_norm_eps);
+    p.y = buf_.sub_in.as<bf16>();
+    {
+        OpProfiler::Scope sc(prof_, "hc_head + norm");
+        mhc_pre(p, buf_.mhc_workspace.get(), buf_.mhc_workspace_bytes, stream);
+    }
+    ++prep_generation_;
+    const PreparedActivation& a = prepare(buf_.prep_x_bf16, buf_.sub_in.get(), false, s.n_head_rows, D, D, shard_.head());
+    OpProfiler::Scope sc(prof_, "head gemm");
+    lin(a, shard_.head(), buf_.logits.get(), OutKind::F32, cfg_.vocab_size);
+}
+
+const PreparedActivation& ForwardPass::prepare(PrepBuffer& buf, const void* x, bool x_f32, int rows, int64_t K,
+                                               int64_t ld, const DeviceLinear& w, bool force_exact, const Lane* lane) {
+    const ActNumerics num = (w.kind == WeightKind::BF16 || force_exact) ? ActNumerics::EXACT : num_.act;
+    if (buf.generation == prep_generation_ && buf.src == x && buf.rows == rows && buf.act.k == K &&
+        buf.layout == w.kind && buf.numerics == num)
+        return buf.act;  // the same input already prepared for this format in this sub-block
+    if (w.kind == WeightKind::BF16 && x == buf_.sub_in.get() && !x_f32 && ld == K && K % 128 == 0 &&
+        size_t(round_up8(rows)) * size_t(K / 128) * 4 <= buf_.unit_scales.bytes()) {
+        // BF16 weights take bf16 rows as they are (the prepared form is the same bytes with scale 1): read sub_in in
+        // place instead of copying it (no launch). Its padding rows are finite (zeroed at allocation).
+        uint16_t* in_place = static_cast<uint16_t*>(const_cast<void*>(x));
+        adopt_prepared(buf, x, rows, K, WeightKind::BF16, ActNumerics::EXACT, in_place, buf_.unit_scales.as<float>());
+        return buf.act;
+    }
+    buf.act.values = buf.values.as<uint16_t>();  // an in-place adoption may have pointed them at the input
+    buf.act.scales = buf.scales.as<float>();
+    buf.act.raw = false;
+    {
+        OpProfiler::Scope sc(prof_, "prepare activation");
+        prepare_activation(x, x_f32, rows, K, ld, w.kind, num, buf.act, lane ? lane->stream : streams_.main());
+    }
+    buf.generation = prep_generation_;
+    buf.src = x;
+    buf.rows = rows;
+    buf.layout = w.kind;
+    buf.numerics = num;
+    return buf.act;
+}
+
+PrepBuffer* ForwardPass::fused_prep_target(const ShardLayer& L, int sub, WeightKind& kind) {
+    const DeviceLinear& w = sub == 0 ? L.wq_a : L.w1[0];
+    if (w.kind != WeightKind::FP8_BLOCK128 && w.kind != WeightKind::FP4_BLOCK32) return nullptr;
+    kind = w.kind;
+    return sub == 0 ? &buf_.prep_x : &buf_.prep_x_expert;
+}
+
+void ForwardPass::adopt_prepared(PrepBuffer& buf, const void* src, int rows, int64_t K, WeightKind kind,
+                                 ActNumerics numerics, uint16_t* values, float* scales) {
+    describe_prepared(buf.act, kind, numerics, rows, K);
+    buf.act.values = values ? values : buf.values.as<uint16_t>();
+    buf.act.scales = scales ? scales : buf.scales.as<float>();
+    buf.generation = prep_generation_;
+    buf.src = src;
+    buf.rows = rows;
+    buf.layout = kind;
+    buf.numerics = numerics;
+}
+
+void ForwardPass::lin(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind kind, int64_t ld,
+                      const Lane* lane) {
+    const Lane l = lane ? *lane : streams_.main_lane();
+    prof_.variant(linear(x, w, y, kind, ld, l.ws, l.stream, policy_));
+}
+
+TokenBatch ForwardPass::token_batch(const PassShape& s) const {
+    TokenBatch b;
+    b.n_seqs = s.n_seqs;
+    b.n_tokens = s.n_rows;
+    b.max_seq_tokens = s.max_seq_tokens;
+    b.seq_slot = buf_.meta.d(StepMeta::kSeqSlot);
+    b.seq_first_row = buf_.meta.d(StepMeta::kSeqFirstRow);
+    b.seq_n_tokens = buf_.meta.d(StepMeta::kSeqNTokens);
+    b.seq_start_pos = buf_.meta.d(StepMeta::kSeqStartPos);
+    b.token_seq = buf_.meta.d(StepMeta::kTokenSeq);
+    b.token_pos = buf_.meta.d(StepMeta::kTokenPos);
+    return b;
+}
+
+RingView ForwardPass::ring_view(int l) const {
+    RingView r;
+    r.base = pool_.ring(l);
+    r.slot_stride = pool_.ring_slot_stride();
+    r.ring_entries = pool_.geometry().ring_entries;
+    r.entry_bytes = int32_t(pool_.geometry().kv_entry_bytes);
+    r.format = num_.kv;
+    r.fp8_sim = num_.quant_sim;
+    return r;
+}
+
+PagedEntries ForwardPass::comp_entries(int l) const {
+    PagedEntries p;
+    p.base = pool_.blocks();
+    p.block_bytes = pool_.block_bytes();
+    p.offset = pool_.comp_offset(l);
+    p.entries_per_block = int32_t(pool_.entries_per_block(l));
+    p.entry_bytes = int32_t(pool_.geometry().layers[size_t(l)].comp_entry_bytes);
+    p.block_tables = pool_.device_block_tables();
+    p.table_stride = int32_t(pool_.max_blocks_per_seq());
+    p.format = int32_t(num_.kv);
+    return p;
+}
+
+PagedEntries ForwardPass::index_entries(int l) const {
+    PagedEntries p = comp_entries(l);
+    p.offset = pool_.index_offset(l);
+    p.entry_bytes = int32_t(pool_.geometry().layers[size_t(l)].index_key_bytes);
+    p.format = int32_t(num_.index);
+    return p;
+}
+
+}  // namespace flashseek::cuda

@@ -1,0 +1,89 @@
+// One pass of the DeepSeek-V4 forward on one shard, enqueued on the backend's streams (graph-capturable): the
+// embedding, per layer the attention and MoE sub-blocks between mHC pre/post, and the head. The CPU forward's order
+// (src/cpu), kernel by kernel. ForwardPass owns no memory: it wires the shard's weights, the step buffers, the
+// streams, the state pool, the kernel policy and the profiler together, and keeps the bookkeeping of a pass (which
+// buffer holds which prepared activation). forward.cpp: the pass, mHC, the head and the linear helpers;
+// forward_attention.cpp and forward_moe.cpp: the sub-blocks; step_bytes.cpp: the bytes a profiled pass moves.
+#pragma once
+#include <cstdint>
+
+#include "backend/diagnostics.h"
+#include "backend/options.h"
+#include "cuda/attention/kv_cache.cuh"
+#include "cuda/backend/op_profiler.h"
+#include "cuda/backend/pass_shape.h"
+#include "cuda/backend/shard.h"
+#include "cuda/backend/state_pool.h"
+#include "cuda/backend/step_buffers.h"
+#include "cuda/backend/streams.h"
+#include "cuda/common/kernel_policy.h"
+
+namespace flashseek::cuda {
+
+// Release (production) numerics quantize activations to FP8 per 128 columns and simulate the reference's FP8 KV
+// and Hadamard + FP4 indexer keys; the exact (reference) configuration does none of it, like the CPU exact numerics
+// it is compared against.
+struct ForwardNumerics {
+    ActNumerics act = ActNumerics::EXACT;
+    KvFormat kv = KvFormat::BF16;
+    IndexFormat index = IndexFormat::BF16;
+    bool quant_sim = false;
+    static ForwardNumerics of(Numerics n);
+};
+
+class ForwardPass {
+public:
+    ForwardPass(const ModelConfig& cfg, const ShardWeights& shard, StepBuffers& buffers, StreamSet& streams,
+                StatePool& pool, const KernelPolicy& policy, ForwardNumerics numerics, OpProfiler& profiler);
+
+    // Enqueues the whole forward of one pass on the main stream; the step metadata must describe it.
+    void enqueue(const PassShape& shape);
+
+    // Profiling (eager passes only): count the routed experts each MoE sub-block touched (a sync per layer), and add
+    // a pass's bytes to `profile` (weights read once, state read and written; step_bytes.cpp).
+    void set_profiling(bool on) { profiling_ = on; }
+    void account_bytes(const PassShape& shape, StepProfile& profile);
+
+private:
+    void enqueue_attention(int l, const PassShape& s);
+    void enqueue_sparse_attention(int l, const PassShape& s);
+    // combine = false: the sub-block output is left as its terms (routed_out, grouping, shared_out) for the next
+    // mhc_pre, which fuses this sub-block's mhc_post and computes the combine itself (MhcPreParams::prev_y_routed).
+    void enqueue_moe(int l, const PassShape& s, bool combine);
+    void enqueue_shared_expert(int l, int rows, const PreparedActivation& routed_x, const Lane& lane);
+    void enqueue_head(const PassShape& s);
+
+    // Prepares x [rows, K] for weight w into buf (EXACT for BF16 weights, else the pass's numerics).
+    // force_exact: no activation quantization whatever the numerics (wo_a: the reference's bf16 einsum).
+    const PreparedActivation& prepare(PrepBuffer& buf, const void* x, bool x_f32, int rows, int64_t K, int64_t ld,
+                                      const DeviceLinear& w, bool force_exact = false, const Lane* lane = nullptr);
+    // y = x W^T on `lane` (null: the main stream); names the variant in the profile.
+    void lin(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind kind, int64_t ld,
+             const Lane* lane = nullptr);
+    // The prepared buffer a sub-block's fused producer (mhc_pre's norm) can also write sub_in into: its FP8 / FP4
+    // first linear (sub 0: wq_a, sub 1: the routed experts); BF16 weights read sub_in itself (see prepare).
+    PrepBuffer* fused_prep_target(const ShardLayer& L, int sub, WeightKind& kind);
+    // Records that src [rows, K] is prepared for kind with `numerics` in this sub-block (by a producer kernel, or in
+    // place for BF16): in buf's own storage, or at values / scales when given.
+    void adopt_prepared(PrepBuffer& buf, const void* src, int rows, int64_t K, WeightKind kind, ActNumerics numerics,
+                        uint16_t* values = nullptr, float* scales = nullptr);
+
+    TokenBatch token_batch(const PassShape& s) const;
+    RingView ring_view(int l) const;
+    PagedEntries comp_entries(int l) const;
+    PagedEntries index_entries(int l) const;
+
+    const ModelConfig& cfg_;
+    const ShardWeights& shard_;
+    StepBuffers& buf_;
+    StreamSet& streams_;
+    StatePool& pool_;
+    const KernelPolicy& policy_;
+    const ForwardNumerics num_;
+    OpProfiler& prof_;
+    uint64_t prep_generation_ = 1;  // bumped whenever a sub-block starts (its inputs are rewritten)
+    bool profiling_ = false;
+    int distinct_experts_ = 0;      // summed over layers in a profiled pass
+};
+
+}  // namespace flashseek::cuda

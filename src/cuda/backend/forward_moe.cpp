@@ -1,0 +1,107 @@
+// The MoE sub-block of one layer on the GPU, in the CPU forward's order (src/cpu/forward_moe.cpp): router logits
+// (bf16 gate in fp32), route (sqrt-softplus + bias top-k, or the token-id hash table), grouping by expert, the
+// fused w1/w3 + SwiGLU(clamp) + routing weight per active expert, w2, the shared expert in dense mode (a side
+// branch beside the routing, StreamSet::fork / join), and the combine.
+#include <algorithm>
+#include <vector>
+
+#include "cuda/backend/forward.h"
+#include "util/error.h"
+
+namespace flashseek::cuda {
+
+void ForwardPass::enqueue_moe(int l, const PassShape& s, bool combine) {
+    const ShardLayer& L = shard_.layer(l);
+    const int T = s.n_rows, E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok;
+    const int64_t D = cfg_.hidden_size;
+    const float limit = float(cfg_.swiglu_limit);
+    const DeviceLinear& w1 = L.w1[0];
+    const cudaStream_t stream = streams_.main();
+    const PreparedActivation& ax = prepare(buf_.prep_x_expert, buf_.sub_in.get(), false, T, D, D, w1);
+    // The shared expert does not depend on the routing: a side branch beside the router and the routed experts,
+    // joined before the combine.
+    {
+        const Lane shared = streams_.fork(streams_.aux);
+        enqueue_shared_expert(l, T, ax, shared);
+    }
+    {
+        const PreparedActivation& ag = prepare(buf_.prep_x_bf16, buf_.sub_in.get(), false, T, D, D, L.gate);
+        OpProfiler::Scope sc(prof_, "moe.router gemm");
+        lin(ag, L.gate, buf_.router_logits.get(), OutKind::F32, E);
+    }
+    {
+        OpProfiler::Scope sc(prof_, "moe.route + group");
+        moe_route_and_group(buf_.router_logits.as<float>(), T, E, E, L.gate_bias, L.tid2eid,
+                            buf_.meta.d(StepMeta::kTokens), cfg_.vocab_size, K, float(cfg_.routed_scaling_factor),
+                            buf_.expert_idx.as<int32_t>(), buf_.expert_weight.as<float>(), buf_.grouping, stream);
+    }
+    {
+        OpProfiler::Scope sc(prof_, "moe.routed w1+w3+swiglu");
+        prof_.variant(moe_expert_up(ax, L.routed, &buf_.grouping, T, K, limit, num_.act, buf_.moe_h.act, stream, policy_));
+    }
+    {
+        OpProfiler::Scope sc(prof_, "moe.routed w2");
+        prof_.variant(moe_expert_down(buf_.moe_h.act, L.routed, &buf_.grouping, T, K, buf_.routed_out.as<float>(), stream,
+                                      policy_));
+    }
+    streams_.join(streams_.aux);
+    if (combine) {
+        OpProfiler::Scope sc(prof_, "moe.combine");
+        moe_combine(buf_.routed_out.as<float>(), buf_.grouping, buf_.shared_out.as<float>(), T, K, D,
+                    buf_.sub_out.get(), OutKind::BF16, D, stream, /*round_terms=*/num_.act == ActNumerics::FP8_BLOCK128);
+    }
+    if (profiling_) {  // count the experts this layer touched (outside any graph: profiling runs eagerly)
+        int32_t n_active = 0;
+        FS_CUDA_TRY(cudaMemcpyAsync(&n_active, buf_.grouping.n_active, 4, cudaMemcpyDeviceToHost, stream));
+        FS_CUDA_TRY(cudaStreamSynchronize(stream));
+        distinct_experts_ += n_active;
+    }
+}
+
+// The shared expert on `lane` into shared_out. routed_x: the routed experts' prepared input, shared when the formats
+// match (prepared on the main stream before the fork).
+void ForwardPass::enqueue_shared_expert(int l, int rows, const PreparedActivation& routed_x, const Lane& lane) {
+    const ShardLayer& L = shard_.layer(l);
+    const int T = rows;
+    const int64_t D = cfg_.hidden_size, I = cfg_.moe_intermediate_size;
+    const float limit = float(cfg_.swiglu_limit);
+    const PreparedActivation& axs =
+        L.shared_w1.kind == L.w1[0].kind ? routed_x
+                                         : prepare(buf_.prep_x, buf_.sub_in.get(), false, T, D, D, L.shared_w1, false, &lane);
+    // Where the linears take the wgmma GEMV (FP8, 2-16 tokens, sm_90a), the shared expert runs as w1 and w3 linears
+    // + SwiGLU-and-prepare + a w2 linear: measured faster than the fused expert kernels there (C=16 -0.35 ms; at one
+    // token the SIMT-GEMV linears measured no faster: docs/perf.md). Disabling "shared_as_linears" in the kernel
+    // policy keeps the fused kernels (A/B).
+    const bool shared_linear_on = !policy_.is_disabled("shared_as_linears");
+    auto linear_path = [&](const DeviceLinear& w) {
+        return plan_linear(axs, w, 1, lane.ws, policy_).variant == "wgmma_gemv";
+    };
+    // Release numerics only: there the w1 / w3 outputs are rounded to bf16 before SwiGLU (the reference's expert
+    // GEMMs output bf16), which the bf16 linear outputs reproduce; exact numerics keep them in fp32.
+    if (shared_linear_on && num_.act == ActNumerics::FP8_BLOCK128 && L.shared_w1.kind != WeightKind::BF16 &&
+        linear_path(L.shared_w1) && linear_path(L.shared_w3)) {
+        FS_CHECK(size_t(2 * T * I) * 2 <= buf_.shared_gate_up.bytes(), "CUDA backend: {} rows exceed the shared "
+                 "expert's linear-path buffer", T);
+        uint16_t* g = buf_.shared_gate_up.as<uint16_t>();
+        uint16_t* u = g + size_t(T) * size_t(I);
+        {
+            OpProfiler::Scope sc(prof_, "moe.shared w1+w3+swiglu");
+            lin(axs, L.shared_w1, g, OutKind::BF16, I, &lane);
+            lin(axs, L.shared_w3, u, OutKind::BF16, I, &lane);
+            moe_swiglu_prepare(g, u, I, T, I, limit, L.shared_w2.kind, num_.act, buf_.moe_h_shared.act, lane.stream);
+        }
+        OpProfiler::Scope sc(prof_, "moe.shared w2");
+        lin(buf_.moe_h_shared.act, L.shared_w2, buf_.shared_out.get(), OutKind::F32, D, &lane);
+        return;
+    }
+    {
+        OpProfiler::Scope sc(prof_, "moe.shared w1+w3+swiglu");
+        prof_.variant(
+            moe_expert_up(axs, L.shared, nullptr, T, 1, limit, num_.act, buf_.moe_h_shared.act, lane.stream, policy_));
+    }
+    OpProfiler::Scope sc(prof_, "moe.shared w2");
+    prof_.variant(moe_expert_down(buf_.moe_h_shared.act, L.shared, nullptr, T, 1, buf_.shared_out.as<float>(),
+                                  lane.stream, policy_));
+}
+
+}  // namespace flashseek::cuda

@@ -1,0 +1,115 @@
+// StepBuffers (step_buffers.h): every per-step device buffer sized for the largest pass.
+#include "cuda/backend/step_buffers.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "cuda/attention/sparse_attention.cuh"
+#include "cuda/indexer/indexer.cuh"
+#include "cuda/mhc/mhc.cuh"
+
+namespace flashseek::cuda {
+
+namespace {
+int64_t pow2_at_least(int64_t v) {
+    int64_t p = 1;
+    while (p < v) p *= 2;
+    return p;
+}
+}  // namespace
+
+StepMeta::StepMeta(int capacity)
+    : capacity_(capacity),
+      host_(size_t(kCount) * size_t(capacity) * sizeof(int32_t), "step metadata"),
+      dev_(size_t(kCount) * size_t(capacity) * sizeof(int32_t), "step metadata") {}
+
+void StepMeta::upload(cudaStream_t s) const {
+    FS_CUDA_TRY(cudaMemcpyAsync(dev_.get(), host_.as<void>(), dev_.bytes(), cudaMemcpyHostToDevice, s));
+}
+
+void PrepBuffer::allocate(int64_t max_rows, int64_t max_k) {
+    values.allocate(prepared_values_bytes(max_rows, max_k), "prepared activations");
+    scales.allocate(prepared_scales_bytes(max_rows, max_k), "prepared activation scales");
+    act.values = values.as<uint16_t>();
+    act.scales = scales.as<float>();
+}
+
+StepBuffers::StepBuffers(const ModelConfig& cfg, const StepBufferSizes& sizes) : meta(sizes.max_rows) {
+    const int64_t T = sizes.max_rows, D = cfg.hidden_size, N = cfg.hc_mult, H = cfg.num_attention_heads,
+                  hd = cfg.head_dim, QL = cfg.q_lora_rank, GO = int64_t(cfg.o_groups) * cfg.o_lora_rank,
+                  V = cfg.vocab_size, nI = cfg.index_n_heads, dI = cfg.index_head_dim,
+                  E = cfg.n_routed_experts, K = cfg.num_experts_per_tok, I = cfg.moe_intermediate_size;
+    residual.allocate(size_t(T * N * D) * 2, "residual streams");
+    head_streams.allocate(size_t(T * N * D) * 2, "head streams");
+    sub_in.allocate(size_t(T * D) * 2, "sub-block input");
+    // Zeroed once: BF16 linears read sub_in in place, including the rows up to the next multiple of 8 past a pass's
+    // rows, whose outputs are discarded; those rows then hold zeros or earlier finite values, never garbage.
+    FS_CUDA_TRY(cudaMemset(sub_in.get(), 0, sub_in.bytes()));
+    {
+        const std::vector<float> ones(size_t(T) * size_t((D + 127) / 128), 1.f);
+        unit_scales.allocate(ones.size() * 4, "unit activation scales");
+        FS_CUDA_TRY(cudaMemcpy(unit_scales.get(), ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+    }
+    mhc_post.allocate(size_t(T * N) * 4, "mHC post");
+    mhc_comb.allocate(size_t(T * N * N) * 4, "mHC comb");
+    mhc_workspace_bytes = std::max(mhc_pre_workspace_bytes(int(T), int(N), int(D), false),
+                                   mhc_pre_workspace_bytes(int(T), int(N), int(D), true));
+    mhc_workspace.allocate(mhc_workspace_bytes, "mHC workspace");
+    sub_out.allocate(size_t(T * D) * 2, "sub-block output");
+
+    q_latent.allocate(size_t(T * QL) * 2, "q latent");
+    queries.allocate(size_t(T * H * hd) * 2, "queries");
+    window_kv.allocate(size_t(T * hd) * 2, "window kv");
+    attn_out.allocate(size_t(T * H * hd) * 2, "attention output");
+    wo_a_out.allocate(size_t(T * GO) * 2, "wo_a output");
+    comp_kv.allocate(size_t(T * 2 * hd) * 4, "compressor kv");
+    comp_gate.allocate(size_t(T * 2 * hd) * 4, "compressor gate");
+    index_comp_kv.allocate(size_t(T * 2 * dI) * 4, "indexer compressor kv");
+    index_comp_gate.allocate(size_t(T * 2 * dI) * 4, "indexer compressor gate");
+    index_q.allocate(size_t(T * nI * dI) * 2, "indexer queries");
+    index_weights.allocate(size_t(T * nI) * 4, "indexer head weights");
+    index_selected.allocate(size_t(T) * size_t(cfg.index_topk) * 4, "indexer selection");
+    const int64_t entries = pow2_at_least(std::max<int64_t>(1, sizes.max_context / 4));
+    index_workspace.allocate(std::max<size_t>(indexer_select_workspace_bytes(int(T), int(entries)), 256),
+                             "indexer workspace");
+    const int64_t ctx2 = pow2_at_least(sizes.max_context);
+    const int max_cand = cfg.sliding_window + int(std::max<int64_t>(cfg.index_topk, ctx2 / 128 + 1));
+    attn_workspace_bytes = std::max<size_t>(sparse_attention_workspace_bytes(int(T), int(H), int(hd), max_cand), 256);
+    attn_workspace.allocate(attn_workspace_bytes, "attention workspace");
+
+    router_logits.allocate(size_t(T * E) * 4, "router logits");
+    expert_idx.allocate(size_t(T * K) * 4, "expert ids");
+    expert_weight.allocate(size_t(T * K) * 4, "expert weights");
+    grouping_memory.allocate(moe_grouping_bytes(int(E), T * K), "expert grouping");
+    grouping = moe_grouping_view(grouping_memory.get(), int(E), T * K);
+    const int64_t tile_k = (std::max(D, I) + 127) / 128 * 128;
+    act_tiles_memory.allocate(moe_act_tile_bytes(int(E), T * K, tile_k), "expert activation tiles");
+    moe_attach_act_tiles(grouping, act_tiles_memory.get(), tile_k);
+    routed_out.allocate(size_t(T * K * D) * 4, "routed expert outputs");
+    shared_out.allocate(size_t(T * D) * 4, "shared expert output");
+    // Only the shared expert's linear path uses it, and that path needs the wgmma GEMV: at most kGemvMaxTokens rows.
+    shared_gate_up.allocate(size_t(2 * std::min<int64_t>(T, kGemvMaxTokens) * I) * 2, "shared expert w1 / w3 outputs");
+
+    prep_x.allocate(T, D);
+    prep_x_bf16.allocate(T, D);
+    prep_q_latent.allocate(T, QL);
+    prep_attn_out.allocate(T, H * hd);
+    prep_wo_a_out.allocate(T, GO);
+    prep_kv.allocate(T, D);
+    prep_index_x.allocate(T, D);
+    prep_x_expert.allocate(T, D);
+    moe_h.allocate(T * K, I);
+    moe_h_shared.allocate(T, I);
+
+    const int64_t Hr = sizes.max_head_rows;
+    logits.allocate(size_t(Hr * V) * 4, "logits");
+    tokens.allocate(size_t(Hr) * 4, "output tokens");
+    sample_params.allocate(size_t(Hr) * sizeof(DeviceSampleParams), "sampling parameters");
+    sample_logprob.allocate(size_t(Hr) * 4, "sampled logprobs");
+    logits_host.allocate(size_t(Hr * V) * 4, "logits");
+    tokens_host.allocate(size_t(Hr) * 4, "output tokens");
+    sample_params_host.allocate(size_t(Hr) * sizeof(DeviceSampleParams), "sampling parameters");
+    sample_logprob_host.allocate(size_t(Hr) * 4, "sampled logprobs");
+}
+
+}  // namespace flashseek::cuda

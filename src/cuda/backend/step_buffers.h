@@ -1,0 +1,94 @@
+// The per-step device buffers of one CUDA backend instance, sized once at start-up for passes of up to max_rows
+// rows: the step metadata (uploaded by one copy per pass), the residual streams, every sub-block's activations and
+// workspaces, the MoE routing and grouping, the prepared-activation buffers of the linears, and the pinned host
+// mirrors of the outputs. Plain storage: the forward (forward.h) decides what each buffer holds in a pass.
+#pragma once
+#include <cstdint>
+
+#include "cuda/backend/cuda_util.h"
+#include "cuda/gemm/linear.cuh"
+#include "cuda/moe/moe.cuh"
+#include "cuda/sample/sample.cuh"
+#include "model/config.h"
+
+namespace flashseek::cuda {
+
+// Step metadata, laid out as one int32 array so that one copy uploads it (host side pinned).
+class StepMeta {
+public:
+    enum Field { kTokens, kSeqSlot, kSeqFirstRow, kSeqNTokens, kSeqStartPos, kTokenSeq, kTokenPos, kHeadRows, kCount };
+    explicit StepMeta(int capacity);
+    int32_t* h(Field f) const { return host_.as<int32_t>() + size_t(f) * size_t(capacity_); }
+    const int32_t* d(Field f) const { return dev_.as<int32_t>() + size_t(f) * size_t(capacity_); }
+    void upload(cudaStream_t s) const;
+
+private:
+    int capacity_;  // rows
+    PinnedBuffer host_;
+    DeviceBuffer dev_;
+};
+
+// A prepared-activation buffer with room for (max_rows, max_k), and what it holds, so that a second linear on the
+// same input in the same sub-block reuses it (forward.cpp, prepare()).
+struct PrepBuffer {
+    DeviceBuffer values, scales;
+    PreparedActivation act;
+    const void* src = nullptr;
+    int rows = 0;
+    WeightKind layout = WeightKind::BF16;
+    ActNumerics numerics = ActNumerics::EXACT;
+    uint64_t generation = 0;
+    void allocate(int64_t max_rows, int64_t max_k);
+};
+
+struct StepBufferSizes {
+    int max_rows = 0;             // rows of the largest pass (a prefill chunk or the largest decode bucket)
+    int max_head_rows = 0;        // rows of the largest head (logits) of a pass
+    int64_t max_context = 0;      // the state pool's context bound (indexer and attention workspaces)
+};
+
+struct StepBuffers {
+    StepBuffers(const ModelConfig& cfg, const StepBufferSizes& sizes);
+
+    StepMeta meta;
+    // residual streams and sub-block plumbing (bf16 unless noted)
+    DeviceBuffer residual;      // [rows, hc_mult, hidden]
+    DeviceBuffer head_streams;  // [rows, hc_mult, hidden]: the head's rows gathered
+    DeviceBuffer sub_in;        // [rows, hidden]: mhc_pre's normed output, the sub-block input (BF16 linears read it)
+    DeviceBuffer unit_scales;   // fp32 1.0 per (row, 128-block) of sub_in: the scales of its BF16 "prepared" form
+    DeviceBuffer mhc_post, mhc_comb, mhc_workspace;  // fp32 [rows, hc_mult], [rows, hc_mult, hc_mult], scratch
+    size_t mhc_workspace_bytes = 0;
+    DeviceBuffer sub_out;       // [rows, hidden]: a sub-block's output before mhc_post
+    // attention
+    DeviceBuffer q_latent;      // [rows, q_lora_rank]
+    DeviceBuffer queries;       // [rows, heads, head_dim]
+    DeviceBuffer window_kv;     // [rows, head_dim]
+    DeviceBuffer attn_out;      // [rows, heads, head_dim]
+    DeviceBuffer wo_a_out;      // [rows, o_groups * o_lora_rank]
+    DeviceBuffer comp_kv, comp_gate;              // fp32 [rows, 2 * head_dim]: the attention compressor's projections
+    DeviceBuffer index_comp_kv, index_comp_gate;  // fp32 [rows, 2 * index_head_dim]: the indexer compressor's
+    DeviceBuffer index_q;        // [rows, index_heads, index_head_dim]
+    DeviceBuffer index_weights;  // [rows, index_heads]
+    DeviceBuffer index_selected; // int32 [rows, index_topk]
+    DeviceBuffer index_workspace, attn_workspace;
+    size_t attn_workspace_bytes = 0;
+    // MoE
+    DeviceBuffer router_logits;  // fp32 [rows, experts]
+    DeviceBuffer expert_idx, expert_weight;  // [rows, top_k]
+    DeviceBuffer grouping_memory, act_tiles_memory;
+    MoeGrouping grouping{};
+    DeviceBuffer routed_out;     // fp32 [rows * top_k, hidden]
+    DeviceBuffer shared_out;     // fp32 [rows, hidden]
+    DeviceBuffer shared_gate_up; // bf16 [2, min(rows, kGemvMaxTokens), inter]: the shared expert as linears
+    // prepared activations
+    PrepBuffer prep_x, prep_x_bf16, prep_q_latent, prep_attn_out, prep_wo_a_out, prep_kv, prep_index_x;
+    PrepBuffer prep_x_expert, moe_h, moe_h_shared;
+    // outputs, per head row
+    DeviceBuffer logits;         // fp32 [head rows, vocab]
+    DeviceBuffer tokens;         // int32 [head rows]: argmax or sampled ids
+    DeviceBuffer sample_params;  // DeviceSampleParams [head rows]
+    DeviceBuffer sample_logprob; // fp32 [head rows]
+    PinnedBuffer logits_host, tokens_host, sample_params_host, sample_logprob_host;
+};
+
+}  // namespace flashseek::cuda

@@ -1,0 +1,52 @@
+// StreamSet (streams.h): an event recorded on the main stream starts a branch, another recorded on the side stream
+// ends it, so a stream capture records the branch as parallel graph nodes and eager runs overlap the same way.
+#include "cuda/backend/streams.h"
+
+#include "cuda/backend/cuda_util.h"
+#include "util/error.h"
+
+namespace flashseek::cuda {
+
+SideStream::SideStream() {
+    FS_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    FS_CUDA_TRY(cudaEventCreateWithFlags(&forked_, cudaEventDisableTiming));
+    FS_CUDA_TRY(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+    ws_ = create_gemm_workspace();
+}
+
+SideStream::~SideStream() {
+    destroy_gemm_workspace(ws_);
+    if (forked_) cudaEventDestroy(forked_);
+    if (done_) cudaEventDestroy(done_);
+    if (stream_) cudaStreamDestroy(stream_);
+}
+
+StreamSet::StreamSet() {
+    FS_CUDA_TRY(cudaStreamCreateWithFlags(&main_, cudaStreamNonBlocking));
+    main_ws_ = create_gemm_workspace();
+}
+
+StreamSet::~StreamSet() {
+    destroy_gemm_workspace(main_ws_);
+    if (main_) cudaStreamDestroy(main_);
+}
+
+Lane StreamSet::fork(SideStream& s) {
+    if (!branches_ || single_stream_) return main_lane();
+    FS_CHECK(!s.open_, "CUDA backend: a side stream was forked twice without a join");
+    FS_CUDA_TRY(cudaEventRecord(s.forked_, main_));
+    FS_CUDA_TRY(cudaStreamWaitEvent(s.stream_, s.forked_, 0));
+    s.open_ = true;
+    return {s.stream_, &s.ws_};
+}
+
+void StreamSet::join(SideStream& s) {
+    if (!s.open_) return;
+    s.open_ = false;
+    FS_CUDA_TRY(cudaEventRecord(s.done_, s.stream_));
+    FS_CUDA_TRY(cudaStreamWaitEvent(main_, s.done_, 0));
+}
+
+void StreamSet::reset_branches() { window_kv.open_ = index_compressor.open_ = aux.open_ = false; }
+
+}  // namespace flashseek::cuda

@@ -1,0 +1,64 @@
+// The streams of one CUDA backend instance: the main stream every pass is enqueued on, and three side streams for
+// the independent branches of a sub-block (the window KV; the indexer's compressor; the attention compressor or the
+// shared expert). A branch is forked from the main stream by an event and joined back by another, so a captured
+// graph holds it as parallel nodes and its latency-bound kernels overlap the main path's. Each stream has its own
+// split-K workspace: linears running at the same time on two streams must not share partial sums and counters.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "cuda/gemm/linear.cuh"
+
+namespace flashseek::cuda {
+
+// Where an op is enqueued: a stream and the split-K workspace its linears use.
+struct Lane {
+    cudaStream_t stream = nullptr;
+    const GemmWorkspace* ws = nullptr;
+};
+
+class SideStream {
+public:
+    SideStream();
+    ~SideStream();
+    SideStream(const SideStream&) = delete;
+    SideStream& operator=(const SideStream&) = delete;
+
+private:
+    friend class StreamSet;
+    cudaStream_t stream_ = nullptr;
+    cudaEvent_t forked_ = nullptr, done_ = nullptr;
+    GemmWorkspace ws_{};
+    bool open_ = false;  // forked and not yet joined
+};
+
+class StreamSet {
+public:
+    StreamSet();
+    ~StreamSet();
+    StreamSet(const StreamSet&) = delete;
+    StreamSet& operator=(const StreamSet&) = delete;
+
+    cudaStream_t main() const { return main_; }
+    Lane main_lane() const { return {main_, &main_ws_}; }
+    // Starts a branch on `side` (after everything enqueued on the main stream so far) and returns its lane; with
+    // branches off (KernelPolicy::branches, or a profiled step, whose per-op events need one stream) the main lane.
+    Lane fork(SideStream& side);
+    // Makes the main stream wait for everything enqueued on `side` since fork (no-op when it was not forked).
+    void join(SideStream& side);
+    // A pass that threw mid-branch (its capture was discarded) left branches open: forget them.
+    void reset_branches();
+
+    void set_branches(bool on) { branches_ = on; }
+    bool branches() const { return branches_; }
+    void set_single_stream(bool on) { single_stream_ = on; }  // profiling: every op on the main stream
+
+    SideStream window_kv, index_compressor, aux;  // aux: the attention compressor, then the shared expert
+
+private:
+    cudaStream_t main_ = nullptr;
+    GemmWorkspace main_ws_{};
+    bool branches_ = true;
+    bool single_stream_ = false;
+};
+
+}  // namespace flashseek::cuda

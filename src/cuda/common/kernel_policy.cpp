@@ -1,0 +1,87 @@
+// KernelPolicy (kernel_policy.h): the one place that reads the kernel-choice environment variables.
+#include "cuda/common/kernel_policy.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+
+#include "util/env.h"
+#include "util/error.h"
+
+namespace flashseek::cuda {
+
+namespace {
+
+std::vector<std::string> split_names(const char* var) {
+    std::vector<std::string> out;
+    const char* v = std::getenv(var);
+    if (!v) return out;
+    std::stringstream ss(v);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        if (item.empty()) continue;
+        const auto& known = known_variants();
+        if (std::find(known.begin(), known.end(), item) == known.end()) {
+            std::string list;
+            for (auto k : known) list += (list.empty() ? "" : ", ") + std::string(k);
+            fail("environment variable {}: '{}' is not a kernel variant (known: {})", var, item, list);
+        }
+        out.push_back(item);
+    }
+    return out;
+}
+
+int warps_knob(const char* var) {
+    const int v = int(env_int(var, 0, 0, 4));
+    FS_CHECK(v == 0 || v == 1 || v == 4, "environment variable {} must be 1 or 4, got {}", var, v);
+    return v;
+}
+
+}  // namespace
+
+const std::vector<std::string_view>& known_variants() {
+    static const std::vector<std::string_view> names = {
+        "generic_linear", "wgmma_gemv",   "bulk_gemv",   "simt_gemv",    "mma_gemv",  "tile_gemm",
+        "generic_experts", "wgmma_experts", "bulk_experts", "gemv_experts", "tile_experts",
+        "attn_mma",       "attn_simt",    "shared_as_linears"};
+    return names;
+}
+
+bool KernelPolicy::is_disabled(std::string_view v) const {
+    return std::find(disabled.begin(), disabled.end(), v) != disabled.end();
+}
+
+bool KernelPolicy::is_forced(std::string_view v) const {
+    return std::find(forced.begin(), forced.end(), v) != forced.end();
+}
+
+KernelPolicy KernelPolicy::only(std::string_view variant) {
+    KernelPolicy p;
+    p.forced.emplace_back(variant);
+    return p;
+}
+
+KernelPolicy KernelPolicy::from_env() {
+    KernelPolicy p;
+    p.disabled = split_names("FLASHSEEK_DISABLE");
+    p.forced = split_names("FLASHSEEK_FORCE");
+    p.pdl = env_switch_on("FLASHSEEK_PDL");
+    p.branches = env_switch_on("FLASHSEEK_BRANCHES");
+    p.fused_post = env_switch_on("FLASHSEEK_FUSED_POST");
+    p.gemv_max_tokens = env_int("FLASHSEEK_GEMV_MAX_TOKENS", p.gemv_max_tokens, 0, 16);
+    p.wgmma_gemv_min_tokens = env_int("FLASHSEEK_WGMMA_GEMV_MIN_TOKENS", p.wgmma_gemv_min_tokens, 1, 16);
+    p.moe_wgmma_min_tokens = env_int("FLASHSEEK_MOE_WGMMA_MIN_TOKENS", p.moe_wgmma_min_tokens, 1, 16);
+    p.moe_wgmma_balance = int(env_int("FLASHSEEK_MOE_WGMMA_BALANCE", p.moe_wgmma_balance, 0, 2));
+    p.gemv_kw = warps_knob("FLASHSEEK_GEMV_KW");
+    p.moe_up_kw = warps_knob("FLASHSEEK_MOE_UP_KW");
+    p.moe_down_kw = warps_knob("FLASHSEEK_MOE_DOWN_KW");
+    p.attn_mma_min_seqs = int(env_int("FLASHSEEK_ATTN_MMA_MIN_SEQS", p.attn_mma_min_seqs, 1, 1 << 20));
+    return p;
+}
+
+const KernelPolicy& KernelPolicy::process() {
+    static const KernelPolicy p = from_env();
+    return p;
+}
+
+}  // namespace flashseek::cuda

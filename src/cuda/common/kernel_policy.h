@@ -1,0 +1,53 @@
+// Which kernel variant runs each op, and the tuning knobs of A/B runs: one plain object, read from the environment
+// in exactly one place (KernelPolicy::from_env). The CUDA backend owns one and passes it to every op family's
+// dispatch (gemm/linear_catalogue.h, moe/moe.cuh, attention/sparse_attention.cuh); tests build their own to force
+// a variant. Host-only header (no CUDA includes).
+//
+// Variant names are unique across op families (docs/perf.md, "kernel choice", lists them):
+//   linear: generic_linear, wgmma_gemv, bulk_gemv, simt_gemv, mma_gemv, tile_gemm
+//   experts: generic_experts, wgmma_experts, bulk_experts, gemv_experts, tile_experts
+//   attention: attn_mma, attn_simt
+//   composition: shared_as_linears (the shared expert as w1/w3/w2 linears instead of the fused expert kernels)
+// Environment (all optional): FLASHSEEK_DISABLE=name,name (never choose these), FLASHSEEK_FORCE=name,name (take
+// these wherever they support the problem, ignoring the measured preference floors), FLASHSEEK_PDL=0,
+// FLASHSEEK_BRANCHES=0, FLASHSEEK_FUSED_POST=0, and the integer knobs below (FLASHSEEK_<KNOB> in capitals).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace flashseek::cuda {
+
+struct KernelPolicy {
+    std::vector<std::string> disabled;  // variants never chosen
+    std::vector<std::string> forced;    // variants taken wherever they support the problem
+
+    bool pdl = true;         // programmatic dependent launch on sm_90+ (common/pdl.cuh)
+    bool branches = true;    // the side-stream branches of each sub-block (backend)
+    bool fused_post = true;  // mhc_post (and the MoE combine) inside the next sub-block's mhc_pre (backend)
+
+    int64_t gemv_max_tokens = 16;        // the small-M GEMV variants serve 1..this tokens (at most 16)
+    int64_t wgmma_gemv_min_tokens = 2;   // preference floor of wgmma_gemv (tokens)
+    int64_t moe_wgmma_min_tokens = 8;    // preference floor of wgmma_experts (tokens)
+    int moe_wgmma_balance = 0;           // wgmma_experts stage assignment: 0 round robin, 1 balanced up, 2 both
+    int gemv_kw = 0;                     // warps per 16-row tile of mma_gemv: 0 (rule), 1 or 4
+    int moe_up_kw = 0, moe_down_kw = 0;  // the same for gemv_experts per projection
+    int attn_mma_min_seqs = 8;           // attn_mma is preferred for decode passes of at least this many sequences
+
+    bool is_disabled(std::string_view variant) const;
+    bool is_forced(std::string_view variant) const;
+    // The policy a test uses to exercise exactly one variant: forced, every other variant of the lists untouched.
+    static KernelPolicy only(std::string_view variant);
+
+    // Compiled defaults overridden by the environment; throws Error naming a variable with a bad value or an
+    // unknown variant name.
+    static KernelPolicy from_env();
+    // from_env() read once per process: what launch helpers that take no policy use (the PDL switch).
+    static const KernelPolicy& process();
+};
+
+// Every variant name the catalogues declare (for validating FLASHSEEK_DISABLE / FLASHSEEK_FORCE).
+const std::vector<std::string_view>& known_variants();
+
+}  // namespace flashseek::cuda

@@ -1,0 +1,134 @@
+// The linear catalogue (linear_catalogue.h) and the linear entry points of linear.cuh that go through it:
+// argument checks, the variant table in priority order, the choice, and plan-then-run.
+#include "cuda/gemm/linear_catalogue.h"
+
+#include <array>
+
+#include "cuda/common/check.cuh"
+#include "cuda/gemm/gemv.cuh"
+#include "cuda/gemm/linear_generic.cuh"
+
+namespace flashseek::cuda {
+
+// generic_linear: the element-wise fallback (linear_generic.cu) for grouped shapes whose groups do not start on a
+// 128-column block or split a 64-row CTA (tiny test configs; every DeepSeek-V4 shape takes the tensor cores).
+namespace generic_linear {
+bool supports(const LinearCall& c) {
+    return c.groups > 1 && !c.x.raw && (c.w.in % 128 != 0 || (c.w.out / c.groups) % 64 != 0);
+}
+bool preferred(const LinearCall&, const KernelPolicy&) { return true; }
+LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
+    LinearPlan p;
+    p.variant = "generic_linear";
+    p.tokens_per_pass = int(c.x.m);
+    return p;
+}
+void run(const LinearCall& c, const LinearPlan&, const KernelPolicy&, const LinearOut& out, cudaStream_t stream) {
+    generic::linear(c.x, c.w, c.x.m, c.w.out / c.groups, c.w.in, out.y, out.kind, out.ld, stream);
+}
+}  // namespace generic_linear
+
+namespace {
+
+#define FS_LINEAR_ROW(ns, archs) LinearVariant{#ns, archs, &ns::supports, &ns::preferred, &ns::plan, &ns::run}
+// Priority order: the first preferred variant that supports a problem runs it (docs/perf.md, kernel choice).
+const std::array<LinearVariant, 6> kVariants = {
+    FS_LINEAR_ROW(generic_linear, "sm_80+"),  // the only one for odd grouped shapes
+    FS_LINEAR_ROW(wgmma_gemv, "sm_90a"),      // 2-16 tokens, >= 4 MB FP8, release numerics
+    FS_LINEAR_ROW(bulk_gemv, "sm_90+"),       // 2-16 tokens, >= 16 MB FP8, release numerics
+    FS_LINEAR_ROW(simt_gemv, "sm_80+"),       // one token
+    FS_LINEAR_ROW(mma_gemv, "sm_80+"),        // 1-16 tokens
+    FS_LINEAR_ROW(tile_gemm, "sm_80+"),       // any M
+};
+#undef FS_LINEAR_ROW
+
+const char* kind_name(WeightKind k) {
+    switch (k) {
+        case WeightKind::FP8_BLOCK128: return "FP8_BLOCK128";
+        case WeightKind::FP4_BLOCK32: return "FP4_BLOCK32";
+        default: return "BF16";
+    }
+}
+
+void check_linear_args(const PreparedActivation& x, const DeviceLinear& w, int groups) {
+    FS_REQUIRE(groups >= 1, "grouped_linear: groups (", groups, ") must be >= 1");
+    FS_REQUIRE(w.weight != nullptr, "linear: weight pointer is null");
+    FS_REQUIRE(w.out > 0 && w.in > 0, "linear: weight shape [", w.out, ", ", w.in, "] must be positive");
+    FS_REQUIRE(x.values && (x.scales || x.raw), "linear: prepared activation has no storage");
+    FS_REQUIRE(x.layout == w.kind, "linear: activation prepared for ", kind_name(x.layout), " but weight is ",
+               kind_name(w.kind));
+    FS_REQUIRE(x.k == w.in * groups, "linear: activation has ", x.k, " columns, weight expects ", w.in * groups);
+    FS_REQUIRE(x.m > 0, "linear: no tokens (M = ", x.m, ")");
+    if (w.kind == WeightKind::BF16) {
+        FS_REQUIRE(w.scale_kind == ScaleKind::NONE, "linear: BF16 weight must have no scale");
+    } else {
+        FS_REQUIRE(w.scale != nullptr && w.scale_kind != ScaleKind::NONE, "linear: ", kind_name(w.kind),
+                   " weight needs a scale tensor");
+    }
+    if (w.kind == WeightKind::FP4_BLOCK32)
+        FS_REQUIRE(w.in % 32 == 0, "linear: FP4 weight in (", w.in, ") must be a multiple of 32 (one scale per 32)");
+    if (groups > 1)
+        FS_REQUIRE(w.out % groups == 0, "grouped_linear: weight rows ", w.out, " do not split into ", groups, " groups");
+}
+
+std::string_view run_linear(const LinearCall& c, const LinearOut& out, cudaStream_t stream,
+                            const KernelPolicy& policy) {
+    check_linear_args(c.x, c.w, c.groups);
+    FS_REQUIRE(out.y != nullptr, "linear: output pointer is null");
+    FS_REQUIRE(out.ld >= c.w.out, "linear: output row stride ", out.ld, " < ", c.w.out, " outputs");
+    const LinearVariant& v = choose_linear(c, policy);
+    const LinearPlan plan = v.plan(c, policy);
+    v.run(c, plan, policy, out, stream);
+    return v.name;
+}
+
+}  // namespace
+
+std::span<const LinearVariant> linear_variants() { return kVariants; }
+
+const LinearVariant& choose_linear(const LinearCall& c, const KernelPolicy& policy) {
+    for (const LinearVariant& v : kVariants)
+        if (policy.is_forced(v.name) && v.supports(c)) return v;
+    for (const LinearVariant& v : kVariants)
+        if (!policy.is_disabled(v.name) && v.supports(c) && v.preferred(c, policy)) return v;
+    FS_REQUIRE(!c.x.raw, "linear: a raw activation needs the small-M GEMV path (M = ", c.x.m, ")");
+    throw_error(fs_cat("linear: no enabled kernel variant supports M = ", c.x.m, " x [", c.w.out, ", ", c.w.in, "] (",
+                       kind_name(c.w.kind), ", ", c.groups, " groups)"));
+}
+
+const LinearVariant& linear_variant(std::string_view name) {
+    for (const LinearVariant& v : kVariants)
+        if (v.name == name) return v;
+    throw_error(fs_cat("linear: no variant named '", std::string(name), "'"));
+}
+
+std::string_view linear(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind y_kind, int64_t ld_y,
+                        const GemmWorkspace* ws, cudaStream_t stream, const KernelPolicy& policy) {
+    return run_linear(LinearCall{x, w, 1, ws}, LinearOut{y, y_kind, ld_y}, stream, policy);
+}
+
+std::string_view grouped_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y,
+                                OutKind y_kind, int64_t ld_y, const GemmWorkspace* ws, cudaStream_t stream,
+                                const KernelPolicy& policy) {
+    return run_linear(LinearCall{x, w, groups, ws}, LinearOut{y, y_kind, ld_y}, stream, policy);
+}
+
+LinearPlan plan_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, const GemmWorkspace* ws,
+                       const KernelPolicy& policy) {
+    const LinearCall c{x, w, groups, ws};
+    return choose_linear(c, policy).plan(c, policy);
+}
+
+PreparedActivation prepare_and_linear(const void* x, bool x_is_f32, int64_t M, int64_t ld_x, const DeviceLinear& w,
+                                      ActNumerics numerics, uint16_t* scratch_values, float* scratch_scales,
+                                      void* y, OutKind y_kind, int64_t ld_y, const GemmWorkspace* ws,
+                                      cudaStream_t stream, const KernelPolicy& policy) {
+    PreparedActivation p;
+    p.values = scratch_values;
+    p.scales = scratch_scales;
+    prepare_activation(x, x_is_f32, M, w.in, ld_x, w.kind, numerics, p, stream);
+    linear(p, w, y, y_kind, ld_y, ws, stream, policy);
+    return p;
+}
+
+}  // namespace flashseek::cuda

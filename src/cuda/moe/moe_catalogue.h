@@ -1,0 +1,58 @@
+// The expert catalogue: every kernel variant of the expert projections (moe_expert_up / moe_expert_down of
+// moe.cuh), declared once with the architectures it exists on, what it supports, where it is preferred (measured
+// fastest: docs/perf.md, kernel choice) and its two runs. Up and down choose independently from the same table:
+// the down-projection's input is what the chosen up-projection wrote (a prepared h, or raw bf16 rows from
+// gemv_experts, which only gemv_experts reads back). A new variant (the grouped prefill GEMM) is one more row.
+// Internal to src/cuda/moe and its tests.
+#pragma once
+#include <span>
+#include <string_view>
+
+#include "cuda/common/kernel_policy.h"
+#include "cuda/moe/moe.cuh"
+
+namespace flashseek::cuda {
+
+// One projection: x is the up-projection's input [M, hidden] or the down-projection's h [rows, inter].
+struct ExpertCall {
+    bool up = true;
+    const PreparedActivation& x;
+    const ExpertTable& t;
+    const MoeGrouping* grouping = nullptr;  // null: dense mode (the shared expert)
+    int64_t M = 0;
+    int top_k = 1;
+    ActNumerics h_numerics = ActNumerics::EXACT;  // up: the numerics h is written with
+};
+
+struct ExpertVariant {
+    std::string_view name;
+    std::string_view archs;
+    bool (*supports)(const ExpertCall&);
+    bool (*preferred)(const ExpertCall&, const KernelPolicy&);
+    // h: storage with its fields already described (moe_expert_up); y: [rows, hidden] fp32.
+    void (*up)(const ExpertCall&, const KernelPolicy&, float swiglu_limit, PreparedActivation& h, cudaStream_t);
+    void (*down)(const ExpertCall&, const KernelPolicy&, float* y, cudaStream_t);
+};
+
+#define FS_DECLARE_EXPERT_VARIANT(ns)                                                                             \
+    namespace ns {                                                                                                \
+    bool supports(const ExpertCall& call);                                                                        \
+    bool preferred(const ExpertCall& call, const KernelPolicy& policy);                                           \
+    void up(const ExpertCall& call, const KernelPolicy& policy, float swiglu_limit, PreparedActivation& h,         \
+            cudaStream_t stream);                                                                                 \
+    void down(const ExpertCall& call, const KernelPolicy& policy, float* y, cudaStream_t stream);                 \
+    }
+
+FS_DECLARE_EXPERT_VARIANT(generic_experts)  // moe.cu: element-wise, shapes off the 128 grid (tiny configs)
+FS_DECLARE_EXPERT_VARIANT(wgmma_experts)    // moe_wgmma.cu: sm_90a, routed FP4, release numerics, 1-16 tokens
+FS_DECLARE_EXPERT_VARIANT(bulk_experts)     // moe_bulk.cu: sm_90+, routed FP4, release numerics, 1-16 tokens
+FS_DECLARE_EXPERT_VARIANT(gemv_experts)     // moe_gemv.cu: f16 mma.sync GEMV, 1-16 tokens, raw inputs too
+FS_DECLARE_EXPERT_VARIANT(tile_experts)     // moe.cu: f16 mma.sync tiles, any M
+
+// In priority order.
+std::span<const ExpertVariant> expert_variants();
+// The first forced variant that supports the call, else the first that supports it, is preferred and is not
+// disabled; throws Error when none does.
+const ExpertVariant& choose_experts(const ExpertCall& call, const KernelPolicy& policy);
+
+}  // namespace flashseek::cuda
