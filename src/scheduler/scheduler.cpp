@@ -140,6 +140,36 @@ int64_t Scheduler::blocks_to_grow(const Request& r, int n_tokens) const {
     return backend_.blocks_for(r.computed + n_tokens) - backend_.blocks_for(r.computed);
 }
 
+std::shared_future<void> Scheduler::start_masks(const std::vector<Planned>& plan,
+                                                const std::vector<size_t>& constrained) {
+    if (constrained.empty()) return {};
+    if (!mask_worker_) mask_worker_ = std::make_unique<BackgroundWorker>();
+    const int64_t vocab = backend_.config().vocab_size;
+    masks_.resize(std::max(masks_.size(), constrained.size()));
+    mask_errors_.assign(constrained.size(), {});
+    std::vector<std::pair<TokenConstraint*, uint32_t*>> jobs;
+    for (size_t k = 0; k < constrained.size(); ++k) {
+        masks_[k].resize(size_t(token_mask_words(vocab)));
+        jobs.emplace_back(plan[constrained[k]].req->params.constraint.get(), masks_[k].data());
+    }
+    std::shared_future<void> ready = mask_worker_->submit([this, jobs = std::move(jobs), vocab] {
+        for (size_t k = 0; k < jobs.size(); ++k) {
+            try {
+                jobs[k].first->fill_allowed(jobs[k].second, vocab);
+            } catch (const std::exception& e) {
+                // This request ends with the error after the step; sample it unconstrained meanwhile.
+                mask_errors_[k] = e.what();
+                std::fill(jobs[k].second, jobs[k].second + token_mask_words(vocab), ~0u);
+            }
+        }
+    });
+    for (size_t k = 0; k < constrained.size(); ++k) {
+        sample_params_[constrained[k]].allowed_tokens = masks_[k].data();
+        sample_params_[constrained[k]].allowed_tokens_ready = ready;
+    }
+    return ready;
+}
+
 std::vector<RequestEvent> Scheduler::step(Clock::time_point now) {
     std::vector<RequestEvent> events;
     expire_deadlines(now, events);
@@ -240,33 +270,7 @@ std::vector<RequestEvent> Scheduler::step(Clock::time_point now) {
         sample_params_.push_back(std::move(sp));
     }
     // Masks are filled on the worker while the backend runs the forward pass; the backend waits before sampling.
-    std::shared_future<void> masks_ready;
-    const int64_t vocab = backend_.config().vocab_size;
-    if (!constrained.empty()) {
-        if (!mask_worker_) mask_worker_ = std::make_unique<BackgroundWorker>();
-        masks_.resize(std::max(masks_.size(), constrained.size()));
-        mask_errors_.assign(constrained.size(), {});
-        std::vector<std::pair<TokenConstraint*, uint32_t*>> jobs;
-        for (size_t k = 0; k < constrained.size(); ++k) {
-            masks_[k].resize(size_t(token_mask_words(vocab)));
-            jobs.emplace_back(plan[constrained[k]].req->params.constraint.get(), masks_[k].data());
-        }
-        masks_ready = mask_worker_->submit([this, jobs = std::move(jobs), vocab] {
-            for (size_t k = 0; k < jobs.size(); ++k) {
-                try {
-                    jobs[k].first->fill_allowed(jobs[k].second, vocab);
-                } catch (const std::exception& e) {
-                    // This request ends with the error after the step; sample it unconstrained meanwhile.
-                    mask_errors_[k] = e.what();
-                    std::fill(jobs[k].second, jobs[k].second + token_mask_words(vocab), ~0u);
-                }
-            }
-        });
-        for (size_t k = 0; k < constrained.size(); ++k) {
-            sample_params_[constrained[k]].allowed_tokens = masks_[k].data();
-            sample_params_[constrained[k]].allowed_tokens_ready = masks_ready;
-        }
-    }
+    const std::shared_future<void> masks_ready = start_masks(plan, constrained);
     // The masks (and the requests that own the constraints) must outlive the worker's job on every path out.
     struct WaitForMasks {
         const std::shared_future<void>& ready;

@@ -84,6 +84,9 @@ private:
     void finish_request(Request& r, FinishReason reason, std::vector<RequestEvent>& events, std::string error = {});
     void expire_deadlines(Clock::time_point now, std::vector<RequestEvent>& events);
     int64_t blocks_to_grow(const Request& r, int n_tokens) const;
+    // Queues the allowed-token masks of the plan entries in `constrained` on mask_worker_ and points their
+    // sample_params_ at them; returns the future the backend waits on (invalid when nothing is constrained).
+    std::shared_future<void> start_masks(const std::vector<Planned>& plan, const std::vector<size_t>& constrained);
 
     Backend& backend_;
     SchedulerOptions options_;
