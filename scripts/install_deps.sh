@@ -38,7 +38,10 @@ if ! echo "$XG_SHA256  $XG_SDIST" | sha256sum -c --status 2>/dev/null; then
   mkdir -p "$DEPS_DIR"
   rm -f "$XG_SDIST"
   $PY -m pip download -q --no-deps --no-binary xgrammar -d "$DEPS_DIR" "xgrammar==$XG_VERSION"
-  echo "$XG_SHA256  $XG_SDIST" | sha256sum -c --status || { echo "install_deps: $XG_SDIST: SHA-256 mismatch" >&2; exit 1; }
+  if ! echo "$XG_SHA256  $XG_SDIST" | sha256sum -c --status; then
+    echo "install_deps: $XG_SDIST: SHA-256 mismatch" >&2
+    exit 1
+  fi
 fi
 if [ "${1:-}" = "--oracle" ]; then
   $PY -m pip install -q torch "transformers>=5.15"

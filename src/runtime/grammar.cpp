@@ -53,8 +53,9 @@ json payload_format(const OutputConstraint& c) {
                 json params = fn.contains("parameters") && fn["parameters"].is_object()
                                   ? fn["parameters"]
                                   : json{{"type", "object"}, {"properties", json::object()}};
+                const std::string name = fn.at("name").get<std::string>();
                 tags.push_back(json{{"type", "tag"},
-                                    {"begin", "<" + kDsml + "invoke name=\"" + fn.at("name").get<std::string>() + "\">\n"},
+                                    {"begin", "<" + kDsml + "invoke name=\"" + name + "\">\n"},
                                     {"content", {{"type", "json_schema"},
                                                  {"json_schema", params},
                                                  {"style", "deepseek_xml"},

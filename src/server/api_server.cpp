@@ -193,7 +193,8 @@ void ApiServer::generate(const HttpRequest& hreq, HttpResponse& res, Endpoint en
         // Constrained decoding: compiled here, on this worker thread (cached per distinct constraint).
         std::shared_ptr<const runtime::CompiledConstraint> grammar;
         if (pr.constraint.kind != OutputConstraint::Kind::None) {
-            pr.constraint.reasoning_first = endpoint == Endpoint::Chat && pr.chat.thinking == chat::ThinkingMode::thinking;
+            pr.constraint.reasoning_first =
+                endpoint == Endpoint::Chat && pr.chat.thinking == chat::ThinkingMode::thinking;
             try {
                 grammar = constraint_compiler().compile(pr.constraint);
             } catch (const runtime::GrammarError& e) {
@@ -215,7 +216,8 @@ void ApiServer::generate(const HttpRequest& hreq, HttpResponse& res, Endpoint en
             bad_param(endpoint == Endpoint::Chat ? "messages" : "prompt", "could not tokenize the prompt: {}", e.what());
         }
         std::vector<int64_t> max_new;
-        for (const auto& p : prompts) max_new.push_back(resolve_max_tokens(pr, int64_t(p.size()), loop_.max_model_len()));
+        for (const auto& p : prompts)
+            max_new.push_back(resolve_max_tokens(pr, int64_t(p.size()), loop_.max_model_len()));
         // Prompt scores: vLLM's prompt_logprobs, and echo's prompt logprobs (also needed when nothing is generated).
         int prompt_logprobs = pr.prompt_logprobs;
         if (pr.echo && pr.logprobs) prompt_logprobs = std::max(prompt_logprobs, pr.top_logprobs);

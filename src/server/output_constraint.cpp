@@ -45,7 +45,8 @@ std::string string_field(const json& v, const std::string& param) {
 
 std::vector<std::string> choice_list(const json& v, const std::string& param) {
     if (!v.is_array() || v.empty()) bad_param(param, "'{}' must be a non-empty array of strings", param);
-    if (v.size() > kMaxChoices) bad_param(param, "'{}' has {} entries; at most {} are allowed", param, v.size(), kMaxChoices);
+    if (v.size() > kMaxChoices)
+        bad_param(param, "'{}' has {} entries; at most {} are allowed", param, v.size(), kMaxChoices);
     std::vector<std::string> out;
     for (size_t i = 0; i < v.size(); ++i) {
         if (!v[i].is_string() || v[i].get<std::string>().empty())
@@ -156,7 +157,8 @@ void parse_forced_tool_calls(const json& body, ParsedRequest& r) {
     if (c.tools.empty())
         bad_param("tool_choice", "'tool_choice' names the function '{}', which is not in 'tools'",
                   r.tool_choice.substr(0, 80));
-    if (const json* p = present(body, "parallel_tool_calls"); p && p->is_boolean()) c.parallel_tool_calls = p->get<bool>();
+    if (const json* p = present(body, "parallel_tool_calls"); p && p->is_boolean())
+        c.parallel_tool_calls = p->get<bool>();
     if (r.tool_choice != "required") c.parallel_tool_calls = false;
     set_constraint(r, std::move(c));
 }

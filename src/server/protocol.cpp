@@ -121,7 +121,8 @@ void parse_sampling_adjustments(const json& body, const ProtocolLimits& limits, 
     r.presence_penalty = float(get_number(body, "presence_penalty", 0.0));
     r.frequency_penalty = float(get_number(body, "frequency_penalty", 0.0));
     const double rep = get_number(body, "repetition_penalty", 1.0);
-    if (rep <= 0.0 || rep > 100.0) bad_param("repetition_penalty", "'repetition_penalty' must be in (0, 100], got {}", rep);
+    if (rep <= 0.0 || rep > 100.0)
+        bad_param("repetition_penalty", "'repetition_penalty' must be in (0, 100], got {}", rep);
     r.repetition_penalty = float(rep);
     const double min_p = get_number(body, "min_p", 0.0);
     if (min_p < 0.0 || min_p > 1.0) bad_param("min_p", "'min_p' must be in [0, 1], got {}", min_p);
@@ -149,7 +150,8 @@ void parse_sampling_adjustments(const json& body, const ProtocolLimits& limits, 
     }
     if (auto pl = get_int(body, "prompt_logprobs")) {
         if (*pl < 0 || *pl > limits.max_logprobs)
-            bad_param("prompt_logprobs", "'prompt_logprobs' must be between 0 and {}, got {}", limits.max_logprobs, *pl);
+            bad_param("prompt_logprobs", "'prompt_logprobs' must be between 0 and {}, got {}", limits.max_logprobs,
+                      *pl);
         r.prompt_logprobs = int(*pl);
     }
 }

@@ -36,7 +36,9 @@ ojson ResponseBuilder::vllm_prompt_logprobs(size_t choice) const {
     const Choice& c = choices_.at(choice);
     ojson out = ojson::array({nullptr});  // the first prompt token has no logprob
     auto entry = [&](int32_t token, float logprob, int64_t rank) {
-        return ojson{{"logprob", logprob}, {"rank", rank}, {"decoded_token", tokenizer::utf8_lossy(tok_.token_bytes(token))}};
+        return ojson{{"logprob", logprob},
+                     {"rank", rank},
+                     {"decoded_token", tokenizer::utf8_lossy(tok_.token_bytes(token))}};
     };
     for (size_t i = 0; i < c.prompt_scores.size() && i + 1 < ids.size(); ++i) {
         const ScoredToken& s = c.prompt_scores[i];

@@ -161,7 +161,8 @@ RowInputs random_row_inputs(std::mt19937_64& rng, int64_t V, bool with_mask) {
     RowInputs r;
     auto tok = [&] { return int32_t(rng() % uint64_t(V)); };
     for (int i = 0, n = int(rng() % 40); i < n; ++i) r.prompt.push_back(tok());
-    for (int i = 0, n = int(rng() % 40); i < n; ++i) r.output.push_back(i > 0 && rng() % 3 == 0 ? r.output.back() : tok());
+    for (int i = 0, n = int(rng() % 40); i < n; ++i)
+        r.output.push_back(i > 0 && rng() % 3 == 0 ? r.output.back() : tok());  // repeats: counts above 1
     for (int i = 0, n = int(rng() % 4); i < n; ++i) r.banned.push_back(tok());
     for (int i = 0, n = int(rng() % 20); i < n; ++i) {
         const int32_t t = tok();
