@@ -56,14 +56,28 @@ _MUST_VARY = (r"\.sinks$", r"position_bias$", r"_hc\.base$", r"_hc\.scale$", r"h
               r"e_score_correction_bias$")
 
 
+_LAYER_TYPE = {0: "sliding_attention", 4: "compressed_sparse_attention"}
+_HCA = "heavily_compressed_attention"
+
+
 def hf_config_dict(official):
-    """DeepseekV4Config kwargs from an official config.json dict."""
+    """DeepseekV4Config kwargs from an official config.json dict.
+
+    HF reads compress_ratios only with the values 0 / 4 / 128; any other non-overlapping ratio R (official meaning:
+    one entry per R tokens, no indexer) goes through HF's explicit layer_types + compress_rates, which hold one HCA
+    rate per model."""
     cfg = {k: v for k, v in official.items() if k not in _DROP_CONFIG_KEYS}
     ratios = cfg.get("compress_ratios")
     if ratios is not None:
-        bad = sorted({r for r in ratios if r not in (0, 4, 128)})
-        if bad:
-            raise CheckpointError(f"config.json: compress_ratios values {bad}: the HF oracle maps only 0/4/128")
+        main = ratios[:official["num_hidden_layers"]]  # trailing entries belong to MTP layers, which HF lacks
+        hca = sorted({r for r in main if r not in (0, 4)})
+        if len(hca) > 1:
+            raise CheckpointError(f"config.json: compress_ratios has the non-overlapping ratios {hca}: HF transformers "
+                                  "holds one rate for all heavily compressed layers")
+        if hca and hca[0] != 128:
+            del cfg["compress_ratios"]
+            cfg["layer_types"] = [_LAYER_TYPE.get(r, _HCA) for r in main]
+            cfg["compress_rates"] = {"compressed_sparse_attention": 4, _HCA: hca[0]}
     return cfg
 
 
@@ -71,6 +85,15 @@ def make_hf_config(official):
     from transformers import DeepseekV4Config
     cfg = DeepseekV4Config(**hf_config_dict(official))
     cfg._attn_implementation = "eager"
+    rope = official.get("qk_rope_head_dim")
+    if rope is not None and cfg.qk_rope_head_dim != rope:
+        # HF stores the rope width as the fraction qk_rope_head_dim / head_dim and truncates it back to an int.
+        raise CheckpointError(f"config.json: HF transformers turns qk_rope_head_dim {rope} into "
+                              f"{cfg.qk_rope_head_dim} (int(head_dim * {rope} / head_dim)); pick other sizes")
+    if official["hidden_size"] % 4 or official["moe_intermediate_size"] % 4:
+        # torch's grouped_mm (HF's default experts kernel on CPU) needs 16-byte row strides; the per-expert loop
+        # is the same math (docs/oracle-notes.md: agreement within 8.6e-7).
+        cfg._experts_implementation = "eager"
     return cfg
 
 

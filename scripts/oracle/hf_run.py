@@ -53,6 +53,8 @@ class DecisionMargins:
             n_entries = scores.shape[-1]
             valid = (pos + 1) // indexer.compress_rate  # entries visible to each query
             k = indexer.index_topk
+            if k == 0:
+                return  # top-0 selects nothing whatever the scores: no decision to be close to a tie
             for b in range(scores.shape[0]):
                 for s in range(scores.shape[1]):
                     nv = min(int(valid[b, s]), n_entries)

@@ -80,6 +80,7 @@ std::unique_ptr<CpuModel> load_cpu_model(const std::string& model_dir, const Cpu
     const ModelConfig& cfg = m->cfg;
     const ModelWeights w = bind_weights(cfg, *m->ckpt);
     m->release = opt.release;
+    if (opt.release) check_release_numerics_supported(cfg, model_dir + "/config.json");
     FS_CHECK(opt.layers >= 0, "layers must be >= 0, got {}", opt.layers);
     m->n_layers = opt.layers > 0 ? std::min(opt.layers, cfg.num_hidden_layers) : cfg.num_hidden_layers;
     const int64_t D = cfg.hidden_size;

@@ -25,6 +25,7 @@ public:
 
     bool has(const char* key) const { return obj_.contains(key) && !obj_.at(key).is_null(); }
     std::string where(const char* key) const { return fmt::format("{}: {}{}", source_, prefix_, key); }
+    const std::string& source() const { return source_; }
 
     const json& require(const char* key) const {
         FS_CHECK(has(key), "{}: missing required key", where(key));
@@ -109,12 +110,121 @@ const std::set<std::string>& known_keys() {
         "index_n_heads", "index_head_dim", "index_topk", "hc_mult", "hc_sinkhorn_iters", "hc_eps",
         "n_routed_experts", "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size", "num_hash_layers",
         "scoring_func", "topk_method", "norm_topk_prob", "routed_scaling_factor", "swiglu_limit", "hidden_act",
-        "rms_norm_eps", "num_nextn_predict_layers", "quantization_config", "expert_dtype"};
+        "rms_norm_eps", "num_nextn_predict_layers", "quantization_config", "expert_dtype",
+        // HF transformers' names of the same settings (read or checked, see above)
+        "layer_types", "compress_rates", "compress_rate_csa", "compress_rate_hca", "mlp_layer_types",
+        "partial_rotary_factor", "rope_parameters"};
     return keys;
 }
 
-bool is_valid_ratio(int r) { return r == 0 || (r >= 2 && r <= (1 << 20) && (r & (r - 1)) == 0); }
+// 0 = sliding window only; 4 = overlapping compression with a lightning indexer (CSA); any other ratio >= 1 =
+// non-overlapping compression of that many tokens per entry (HCA). The upper bound only keeps sizes in range.
+constexpr int kMaxCompressRatio = 1 << 20;
+bool is_valid_ratio(int64_t r) { return r >= 0 && r <= kMaxCompressRatio; }
 bool is_power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+// A rope scaling object (`rope_scaling`, or HF's `rope_parameters` / its "compress" part): "yarn" or none.
+RopeScaling read_rope_scaling(const json& obj, const std::string& source, const std::string& prefix) {
+    const Reader rr(obj, source, prefix);
+    RopeScaling out;
+    std::string type;
+    if (rr.has("type")) rr.get_string("type", type, false);
+    else rr.get_string("rope_type", type, false);
+    FS_CHECK(type == "yarn" || type == "default" || type == "none" || type.empty(),
+             "{}: '{}' is not supported (only 'yarn')", rr.where("type"), type);
+    if (type != "yarn") return out;
+    out.type = "yarn";
+    rr.get_double("factor", out.factor, true);
+    rr.get_int("original_max_position_embeddings", out.original_max_position_embeddings, true);
+    rr.get_double("beta_fast", out.beta_fast, false);
+    rr.get_double("beta_slow", out.beta_slow, false);
+    // HF transformers forces attention_factor 1.0 for DeepSeek-V4 (no mscale on cos/sin); another value would
+    // scale the rotated dims, which the model does not do.
+    double attention_factor = 1.0;
+    rr.get_double("attention_factor", attention_factor, false);
+    FS_CHECK(attention_factor == 1.0, "{}: {} is not supported (DeepSeek-V4 applies no YaRN magnitude factor; only "
+             "1.0)", rr.where("attention_factor"), attention_factor);
+    return out;
+}
+
+bool same_rope_scaling(const RopeScaling& a, const RopeScaling& b) {
+    if (a.type != b.type) return false;
+    return a.type.empty() || (a.factor == b.factor && a.original_max_position_embeddings ==
+                              b.original_max_position_embeddings && a.beta_fast == b.beta_fast &&
+                              a.beta_slow == b.beta_slow);
+}
+
+// HF transformers' DeepseekV4Config also names the layer schedule its own way (a config it saves has only these):
+// layer_types (+ compress_rates, or compress_rate_csa / compress_rate_hca), mlp_layer_types, partial_rotary_factor
+// and rope_parameters. Each is read when the official key is absent and must agree with it when both are given,
+// so that no key is silently ignored.
+constexpr const char* kCsa = "compressed_sparse_attention";
+constexpr const char* kHca = "heavily_compressed_attention";
+
+struct CompressRates {
+    int64_t csa = 4, hca = 128;
+};
+
+// compress_rates (or compress_rate_csa / compress_rate_hca): HF's compress ratio of each compressed layer type.
+CompressRates read_compress_rates(const json& j, const Reader& r) {
+    CompressRates out;
+    if (r.has("compress_rates")) {
+        const json& cr = j.at("compress_rates");
+        FS_CHECK(cr.is_object(), "{}: expected an object, got {}", r.where("compress_rates"), cr.dump());
+        for (const auto& [k, v] : cr.items())
+            FS_CHECK(k == kCsa || k == kHca, "{}: unknown layer type '{}' (expected {} or {})",
+                     r.where("compress_rates"), k, kCsa, kHca);
+        const Reader rr(cr, r.source(), "compress_rates.");
+        rr.get_int(kCsa, out.csa, false);
+        rr.get_int(kHca, out.hca, false);
+    }
+    r.get_int("compress_rate_csa", out.csa, false);
+    r.get_int("compress_rate_hca", out.hca, false);
+    // flashseek loads the official layout, where compress ratio 4 means overlapping windows with an indexer and
+    // any other ratio non-overlapping windows without one; the two HF layer types must keep that meaning.
+    FS_CHECK(out.csa == 4, "{}: a compress rate of {} for {} is not supported (overlapping compression with an "
+             "indexer has ratio 4 in the official layout)", r.where("compress_rates"), out.csa, kCsa);
+    FS_CHECK(out.hca >= 1 && out.hca != 4 && is_valid_ratio(out.hca), "{}: a compress rate of {} for {} is not "
+             "supported (a non-overlapping ratio in [1, {}] other than 4, which means overlapping with an indexer)",
+             r.where("compress_rates"), out.hca, kHca, kMaxCompressRatio);
+    return out;
+}
+
+std::vector<int> ratios_from_layer_types(const json& j, const Reader& r, int n_layers) {
+    const auto [csa, hca] = read_compress_rates(j, r);
+    const json& lt = j.at("layer_types");
+    FS_CHECK(lt.is_array() && lt.size() >= size_t(n_layers), "{}: expected a list of num_hidden_layers = {} layer "
+             "types, got {}", r.where("layer_types"), n_layers, lt.dump());
+    std::vector<int> out;
+    for (int i = 0; i < n_layers; ++i) {
+        const json& t = lt[size_t(i)];
+        FS_CHECK(t.is_string(), "{}[{}]: expected a string, got {}", r.where("layer_types"), i, t.dump());
+        const std::string s = t.get<std::string>();
+        if (s == "sliding_attention") out.push_back(0);
+        else if (s == kCsa) out.push_back(int(csa));
+        else if (s == kHca) out.push_back(int(hca));
+        else fail("{}[{}]: '{}' is not a DeepSeek-V4 layer type (sliding_attention, {}, {})", r.where("layer_types"),
+                  i, s, kCsa, kHca);
+    }
+    return out;
+}
+
+int hash_layers_from_mlp_layer_types(const json& j, const Reader& r, int n_layers) {
+    const json& mt = j.at("mlp_layer_types");
+    FS_CHECK(mt.is_array() && mt.size() >= size_t(n_layers), "{}: expected a list of num_hidden_layers = {} entries, "
+             "got {}", r.where("mlp_layer_types"), n_layers, mt.dump());
+    int n_hash = 0;
+    for (int i = 0; i < n_layers; ++i) {
+        const json& t = mt[size_t(i)];
+        FS_CHECK(t.is_string() && (t == "hash_moe" || t == "moe"), "{}[{}]: expected \"hash_moe\" or \"moe\", got {}",
+                 r.where("mlp_layer_types"), i, t.dump());
+        // The model hash-routes its first num_hash_layers layers (the official layout has no other form).
+        FS_CHECK(t == "moe" || n_hash == i, "{}[{}]: a hash_moe layer after a moe layer is not supported (hash "
+                 "routing covers the first num_hash_layers layers)", r.where("mlp_layer_types"), i);
+        n_hash += t == "hash_moe";
+    }
+    return n_hash;
+}
 
 }  // namespace
 
@@ -157,7 +267,16 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     r.get_int("num_attention_heads", c.num_attention_heads, true);
     r.get_int("num_key_value_heads", c.num_key_value_heads, false);
     r.get_int("head_dim", c.head_dim, true);
-    r.get_int("qk_rope_head_dim", c.qk_rope_head_dim, true);
+    r.get_int("qk_rope_head_dim", c.qk_rope_head_dim, !r.has("partial_rotary_factor"));
+    if (r.has("partial_rotary_factor")) {  // HF's form: qk_rope_head_dim = int(head_dim * factor)
+        double factor = 0;
+        r.get_double("partial_rotary_factor", factor, true);
+        const int rope = int(double(c.head_dim) * factor);
+        FS_CHECK(!r.has("qk_rope_head_dim") || rope == c.qk_rope_head_dim, "{}: {} gives int(head_dim {} x {}) = {} "
+                 "rotary dims, but qk_rope_head_dim is {}", r.where("partial_rotary_factor"), factor, c.head_dim,
+                 factor, rope, c.qk_rope_head_dim);
+        c.qk_rope_head_dim = rope;
+    }
     r.get_int("q_lora_rank", c.q_lora_rank, true);
     r.get_int("o_lora_rank", c.o_lora_rank, true);
     r.get_int("o_groups", c.o_groups, true);
@@ -170,22 +289,49 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     if (r.has("rope_scaling")) {
         const json& rs = j["rope_scaling"];
         FS_CHECK(rs.is_object(), "{}: expected an object or null, got {}", r.where("rope_scaling"), rs.dump());
-        const Reader rr(rs, source, "rope_scaling.");
-        std::string type;
-        if (rr.has("type")) rr.get_string("type", type, false);
-        else rr.get_string("rope_type", type, false);
-        FS_CHECK(type == "yarn" || type == "default" || type == "none" || type.empty(),
-                 "{}: '{}' is not supported (only 'yarn')", rr.where("type"), type);
-        if (type == "yarn") {
-            c.rope_scaling.type = "yarn";
-            rr.get_double("factor", c.rope_scaling.factor, true);
-            rr.get_int("original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings, true);
-            rr.get_double("beta_fast", c.rope_scaling.beta_fast, false);
-            rr.get_double("beta_slow", c.rope_scaling.beta_slow, false);
+        c.rope_scaling = read_rope_scaling(rs, source, "rope_scaling.");
+    }
+    if (r.has("rope_parameters")) {
+        // HF's form: {"main": {...}, "compress": {...}} per rope type, or one flat object (the compress scaling).
+        const json& rp = j["rope_parameters"];
+        FS_CHECK(rp.is_object(), "{}: expected an object or null, got {}", r.where("rope_parameters"), rp.dump());
+        const bool nested = rp.contains("main") || rp.contains("compress");
+        auto check_theta = [&](const json& sub, const std::string& prefix, const char* official_key, double& theta) {
+            const Reader sr(sub, source, prefix);
+            if (!sr.has("rope_theta")) return;
+            double t = 0;
+            sr.get_double("rope_theta", t, false);
+            FS_CHECK(!r.has(official_key) || t == theta, "{}: {} disagrees with {} = {}", sr.where("rope_theta"), t,
+                     official_key, theta);
+            theta = t;
+        };
+        if (nested) {
+            if (rp.contains("main")) {
+                const json& main = rp.at("main");
+                FS_CHECK(main.is_object(), "{}: expected an object", r.where("rope_parameters") + ".main");
+                FS_CHECK(read_rope_scaling(main, source, "rope_parameters.main.").type.empty(),
+                         "{}: the sliding layers' RoPE has no scaling in DeepSeek-V4 (only 'default')",
+                         r.where("rope_parameters.main"));
+                check_theta(main, "rope_parameters.main.", "rope_theta", c.rope_theta);
+            }
+            if (rp.contains("compress")) {
+                const json& comp = rp.at("compress");
+                FS_CHECK(comp.is_object(), "{}: expected an object", r.where("rope_parameters") + ".compress");
+                check_theta(comp, "rope_parameters.compress.", "compress_rope_theta", c.compress_rope_theta);
+                const RopeScaling rs = read_rope_scaling(comp, source, "rope_parameters.compress.");
+                FS_CHECK(!r.has("rope_scaling") || same_rope_scaling(rs, c.rope_scaling), "{}: disagrees with "
+                         "rope_scaling", r.where("rope_parameters.compress"));
+                c.rope_scaling = rs;
+            }
+        } else {
+            const RopeScaling rs = read_rope_scaling(rp, source, "rope_parameters.");
+            FS_CHECK(!r.has("rope_scaling") || same_rope_scaling(rs, c.rope_scaling), "{}: disagrees with rope_scaling",
+                     r.where("rope_parameters"));
+            c.rope_scaling = rs;
         }
     }
 
-    {
+    if (r.has("compress_ratios") || !r.has("layer_types")) {
         const json& cr = r.require("compress_ratios");
         FS_CHECK(cr.is_array(), "{}: expected a list of integers, got {}", r.where("compress_ratios"), cr.dump());
         std::vector<int> all;
@@ -193,12 +339,32 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
             FS_CHECK(cr[i].is_number_integer(), "{}[{}]: expected an integer, got {}", r.where("compress_ratios"), i,
                      cr[i].dump());
             const int64_t v = cr[i].get<int64_t>();
-            FS_CHECK(v >= 0 && v <= (1 << 20) && is_valid_ratio(int(v)),
-                     "{}[{}]: {} is not a valid compress ratio (0, or a power of two >= 2 such as 4 or 128)",
-                     r.where("compress_ratios"), i, v);
+            FS_CHECK(is_valid_ratio(v), "{}[{}]: {} is not a valid compress ratio (0 = sliding window only, 4 = "
+                     "overlapping with an indexer, any other value in [1, {}] = tokens per compressed entry)",
+                     r.where("compress_ratios"), i, v, kMaxCompressRatio);
             all.push_back(int(v));
         }
         c.compress_ratios = all;  // split after num_hidden_layers is known (below)
+    }
+    if (!r.has("layer_types") && (r.has("compress_rates") || r.has("compress_rate_csa") ||
+                                  r.has("compress_rate_hca"))) {
+        // HF would run the compress_ratios 128 layers at its HCA rate: only the default rates mean the same model.
+        const CompressRates rates = read_compress_rates(j, r);
+        FS_CHECK(rates.hca == 128, "{}: an HCA rate of {} without layer_types would make HF run the compress_ratios "
+                 "128 layers at that rate; give the ratios in compress_ratios", r.where("compress_rates"), rates.hca);
+    }
+    if (r.has("layer_types")) {
+        FS_CHECK(c.num_hidden_layers >= 1, "{}: must be >= 1, got {}", r.where("num_hidden_layers"),
+                 c.num_hidden_layers);
+        const std::vector<int> from_types = ratios_from_layer_types(j, r, c.num_hidden_layers);
+        if (!r.has("compress_ratios")) {
+            c.compress_ratios = from_types;
+        } else {
+            for (int i = 0; i < c.num_hidden_layers && size_t(i) < c.compress_ratios.size(); ++i)
+                FS_CHECK(c.compress_ratios[size_t(i)] == from_types[size_t(i)], "{}[{}] = {} disagrees with "
+                         "layer_types[{}] (compress ratio {})", r.where("compress_ratios"), i,
+                         c.compress_ratios[size_t(i)], i, from_types[size_t(i)]);
+        }
     }
     r.get_int("index_n_heads", c.index_n_heads, true);
     r.get_int("index_head_dim", c.index_head_dim, true);
@@ -212,7 +378,13 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     r.get_int("n_shared_experts", c.n_shared_experts, false);
     r.get_int("num_experts_per_tok", c.num_experts_per_tok, true);
     r.get_int("moe_intermediate_size", c.moe_intermediate_size, true);
-    r.get_int("num_hash_layers", c.num_hash_layers, true);
+    r.get_int("num_hash_layers", c.num_hash_layers, !r.has("mlp_layer_types"));
+    if (r.has("mlp_layer_types")) {
+        const int n_hash = hash_layers_from_mlp_layer_types(j, r, c.num_hidden_layers);
+        FS_CHECK(!r.has("num_hash_layers") || n_hash == c.num_hash_layers, "{}: {} hash_moe layers, but "
+                 "num_hash_layers is {}", r.where("mlp_layer_types"), n_hash, c.num_hash_layers);
+        c.num_hash_layers = n_hash;
+    }
     r.get_string("scoring_func", c.scoring_func, false);
     r.get_string("topk_method", c.topk_method, false);
     r.get_bool("norm_topk_prob", c.norm_topk_prob, false);
@@ -294,20 +466,23 @@ void validate_model_config(const ModelConfig& c, const std::string& src) {
              "{})", src, c.eos_token_id, c.vocab_size);
 
     positive(c.num_attention_heads, "num_attention_heads");
-    FS_CHECK(c.num_key_value_heads == 1, "{}: num_key_value_heads must be 1 (DeepSeek-V4 shares one K=V head), got "
-             "{}", src, c.num_key_value_heads);
-    positive(c.qk_rope_head_dim, "qk_rope_head_dim");
-    FS_CHECK(c.qk_rope_head_dim % 2 == 0, "{}: qk_rope_head_dim must be even (rotated in pairs), got {}", src,
-             c.qk_rope_head_dim);
-    FS_CHECK(c.head_dim > c.qk_rope_head_dim, "{}: head_dim {} must exceed qk_rope_head_dim {}", src, c.head_dim,
-             c.qk_rope_head_dim);
-    FS_CHECK(c.nope_dim() % 64 == 0, "{}: head_dim - qk_rope_head_dim = {} must be a multiple of 64 (the KV FP8 "
-             "block); check head_dim", src, c.nope_dim());
+    FS_CHECK(c.num_key_value_heads == 1, "{}: num_key_value_heads must be 1 (DeepSeek-V4 shares one K=V head: wkv "
+             "projects to a single head_dim vector), got {}", src, c.num_key_value_heads);
+    positive(c.head_dim, "head_dim");
+    FS_CHECK(c.qk_rope_head_dim >= 2 && c.qk_rope_head_dim % 2 == 0, "{}: qk_rope_head_dim must be a positive even "
+             "number (RoPE rotates pairs of dims), got {}", src, c.qk_rope_head_dim);
+    // head_dim == qk_rope_head_dim is a head that is rotary only (no no-rope part): allowed.
+    FS_CHECK(c.head_dim >= c.qk_rope_head_dim, "{}: head_dim {} must be >= qk_rope_head_dim {} (RoPE acts on the "
+             "last qk_rope_head_dim dims of each head)", src, c.head_dim, c.qk_rope_head_dim);
     positive(c.q_lora_rank, "q_lora_rank");
     positive(c.o_lora_rank, "o_lora_rank");
     positive(c.o_groups, "o_groups");
-    FS_CHECK(c.num_attention_heads % c.o_groups == 0, "{}: num_attention_heads {} must be a multiple of o_groups {}",
-             src, c.num_attention_heads, c.o_groups);
+    // The grouped output projection cuts the concatenated head outputs into o_groups equal slices; a slice may
+    // span a head boundary (HF transformers reshapes the same way).
+    FS_CHECK((int64_t(c.num_attention_heads) * c.head_dim) % c.o_groups == 0, "{}: num_attention_heads {} x "
+             "head_dim {} = {} must be a multiple of o_groups {} (the output projection splits the heads' outputs "
+             "into o_groups equal parts)", src, c.num_attention_heads, c.head_dim,
+             int64_t(c.num_attention_heads) * c.head_dim, c.o_groups);
     positive(c.sliding_window, "sliding_window");
     FS_CHECK(!c.attention_bias, "{}: attention_bias = true is not supported (DeepSeek-V4 has no attention biases)",
              src);
@@ -332,22 +507,23 @@ void validate_model_config(const ModelConfig& c, const std::string& src) {
              "layers", src, c.compress_ratios.size(), c.num_hidden_layers);
     bool has_indexer = false;
     for (size_t i = 0; i < c.compress_ratios.size(); ++i) {
-        FS_CHECK(is_valid_ratio(c.compress_ratios[i]), "{}: compress_ratios[{}] = {} is not 0 or a power of two >= 2",
-                 src, i, c.compress_ratios[i]);
+        FS_CHECK(is_valid_ratio(c.compress_ratios[i]), "{}: compress_ratios[{}] = {} is outside [0, {}]", src, i,
+                 c.compress_ratios[i], kMaxCompressRatio);
         has_indexer |= c.compress_ratios[i] == 4;
     }
     for (size_t i = 0; i < c.mtp_compress_ratios.size(); ++i) {
-        FS_CHECK(is_valid_ratio(c.mtp_compress_ratios[i]), "{}: compress_ratios[{}] (MTP) = {} is not 0 or a power "
-                 "of two >= 2", src, c.num_hidden_layers + int(i), c.mtp_compress_ratios[i]);
+        FS_CHECK(is_valid_ratio(c.mtp_compress_ratios[i]), "{}: compress_ratios[{}] (MTP) = {} is outside [0, {}]",
+                 src, c.num_hidden_layers + int(i), c.mtp_compress_ratios[i], kMaxCompressRatio);
         has_indexer |= c.mtp_compress_ratios[i] == 4;
     }
     if (has_indexer) {
         positive(c.index_n_heads, "index_n_heads");
-        FS_CHECK(is_power_of_two(c.index_head_dim) && c.index_head_dim >= 32, "{}: index_head_dim must be a power of "
-                 "two >= 32 (Hadamard transform, FP4 blocks of 32), got {}", src, c.index_head_dim);
-        FS_CHECK(c.index_head_dim > c.qk_rope_head_dim, "{}: index_head_dim {} must exceed qk_rope_head_dim {}", src,
-                 c.index_head_dim, c.qk_rope_head_dim);
-        positive(c.index_topk, "index_topk");
+        // index_head_dim == qk_rope_head_dim is an indexer head that is rotary only: allowed.
+        FS_CHECK(c.index_head_dim >= c.qk_rope_head_dim, "{}: index_head_dim {} must be >= qk_rope_head_dim {} (the "
+                 "indexer rotates the last qk_rope_head_dim dims of its query heads and keys)", src, c.index_head_dim,
+                 c.qk_rope_head_dim);
+        // index_topk = 0 selects no compressed entry (the layer then attends to its window only).
+        FS_CHECK(c.index_topk >= 0, "{}: index_topk must be >= 0, got {}", src, c.index_topk);
     }
 
     positive(c.hc_mult, "hc_mult");
@@ -368,7 +544,9 @@ void validate_model_config(const ModelConfig& c, const std::string& src) {
              c.topk_method);
     positive_real(c.routed_scaling_factor, "routed_scaling_factor");
     positive_real(c.swiglu_limit, "swiglu_limit");
-    FS_CHECK(c.hidden_act == "silu", "{}: hidden_act '{}' is not supported (only 'silu')", src, c.hidden_act);
+    // "swish" is HF transformers' other name of the same function.
+    FS_CHECK(c.hidden_act == "silu" || c.hidden_act == "swish", "{}: hidden_act '{}' is not supported (the experts "
+             "are SwiGLU: only 'silu', alias 'swish')", src, c.hidden_act);
     positive_real(c.rms_norm_eps, "rms_norm_eps");
     FS_CHECK(c.num_nextn_predict_layers >= 0 && c.num_nextn_predict_layers <= 16, "{}: num_nextn_predict_layers "
              "must be in [0, 16], got {}", src, c.num_nextn_predict_layers);
@@ -388,13 +566,28 @@ void validate_model_config(const ModelConfig& c, const std::string& src) {
         FS_CHECK(q.activation_scheme == "dynamic", "{}: quantization_config.activation_scheme '{}' is not supported "
                  "(only 'dynamic')", src, q.activation_scheme);
         if (c.expert_dtype == ExpertDtype::FP4) {
-            // FP4 experts pack two values per byte and carry one scale per 32 inputs.
-            FS_CHECK(c.hidden_size % 32 == 0, "{}: hidden_size {} must be a multiple of 32 for FP4 experts", src,
-                     c.hidden_size);
+            // The FP4 expert layout stores I8 [out, in/2] (two values per byte) and one scale per 32 inputs
+            // [out, in/32]: a checkpoint cannot hold other widths. FP8 experts (128x128 blocks, partial blocks
+            // allowed) or an unquantized checkpoint can.
+            FS_CHECK(c.hidden_size % 32 == 0, "{}: hidden_size {} must be a multiple of 32 for FP4 experts (one "
+                     "scale per 32 inputs); use expert_dtype \"fp8\" or no quantization_config", src, c.hidden_size);
             FS_CHECK(c.moe_intermediate_size % 32 == 0, "{}: moe_intermediate_size {} must be a multiple of 32 for "
-                     "FP4 experts", src, c.moe_intermediate_size);
+                     "FP4 experts (one scale per 32 inputs); use expert_dtype \"fp8\" or no quantization_config", src,
+                     c.moe_intermediate_size);
         }
     }
+}
+
+void check_release_numerics_supported(const ModelConfig& c, const std::string& src) {
+    // Only the main layers: the forward passes do not run the MTP layers.
+    bool has_indexer = false;
+    for (int r : c.compress_ratios) has_indexer |= r == 4;
+    // The reference rotates the indexer's queries and keys by a Walsh-Hadamard transform before their FP4 rounding;
+    // that transform exists only for power-of-two sizes. (The FP8 / FP4 block roundings themselves take a shorter
+    // last block, as the 128-wide activation blocks do.)
+    FS_CHECK(!has_indexer || is_power_of_two(c.index_head_dim), "{}: index_head_dim {} is not a power of two: "
+             "release numerics simulate the reference's Hadamard rotation of the indexer, which needs one (exact "
+             "numerics run any size)", src, c.index_head_dim);
 }
 
 std::string model_config_to_json(const ModelConfig& c) {

@@ -108,7 +108,13 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
 ModelConfig load_model_config(const std::string& path);
 // Serializes to the official config.json layout (used by gen-checkpoint).
 std::string model_config_to_json(const ModelConfig& cfg);
-// Checks internal consistency (divisibility, ranges); throws Error naming the key.
+// Checks internal consistency (divisibility, ranges); throws Error naming the key and the reason. Accepts every
+// shape the model's math defines (e.g. rotary-only attention or indexer heads, dimensions that are not multiples
+// of 128, one head, a window shorter than a compression window); refuses only what cannot be computed or stored.
 void validate_model_config(const ModelConfig& cfg, const std::string& source = "config.json");
+// The release numerics (the reference's quantization simulations) need more than the model: throws Error naming
+// the key when cfg has a shape they are not defined for (index_head_dim not a power of two while a main layer has
+// an indexer, for the Hadamard rotation).
+void check_release_numerics_supported(const ModelConfig& cfg, const std::string& source = "config.json");
 
 }  // namespace flashseek

@@ -18,9 +18,11 @@
 #include "cpu/model.h"
 #include "model/checkpoint_gen.h"
 #include "model/config.h"
+#include "forward_test_util.h"
 
 using namespace flashseek;
 using namespace flashseek::cpu;
+using namespace flashseek::test;
 namespace fs = std::filesystem;
 
 namespace {
@@ -28,8 +30,6 @@ namespace {
 std::string config_path(const std::string& name) {
     return std::string(FLASHSEEK_SOURCE_DIR) + "/tests/cpu/configs/" + name;
 }
-
-uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}(); }
 
 // A checkpoint per (config, process), generated with a fresh seed.
 struct TinyModel {
@@ -58,47 +58,6 @@ const TinyModel& tiny_model(const std::string& config) {
     cleanup.dirs.push_back(t.dir);
     generate_checkpoint(load_model_config(config_path(config)), t.dir, opt);
     return cache.emplace(config, t).first->second;
-}
-
-std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
-    std::mt19937_64 g(seed);
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (auto& v : t) v = int32_t(g() % uint64_t(vocab));
-    return t;
-}
-
-// Runs tokens through one fresh sequence in steps of the given sizes (all logits), returning [T, V].
-std::vector<float> run_steps(const CpuModel& m, const std::vector<int32_t>& tokens, const std::vector<int>& sizes,
-                             ThreadPool* pool) {
-    SequenceState st = new_sequence_state(m);
-    std::vector<float> all, out;
-    size_t pos = 0;
-    for (int n : sizes) {
-        StepInput in{&st, tokens.data() + pos, n, true};
-        forward(m, std::span<const StepInput>(&in, 1), out, pool);
-        all.insert(all.end(), out.begin(), out.end());
-        pos += size_t(n);
-    }
-    EXPECT_EQ(pos, tokens.size());
-    EXPECT_EQ(st.length, int64_t(tokens.size()));
-    return all;
-}
-
-std::vector<int> chunks(int64_t total, int64_t c) {
-    std::vector<int> s;
-    for (int64_t b = 0; b < total; b += c) s.push_back(int(std::min(c, total - b)));
-    return s;
-}
-
-// max |a - b| / max |b|
-double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    EXPECT_EQ(a.size(), b.size());
-    double md = 0, mb = 1e-30;
-    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-        md = std::max(md, double(std::fabs(a[i] - b[i])));
-        mb = std::max(mb, double(std::fabs(b[i])));
-    }
-    return md / mb;
 }
 
 void check_consistency(const std::string& config, bool release, int64_t T) {

@@ -17,6 +17,17 @@ void expect_config_error(const json& j, std::initializer_list<std::string> parts
     expect_error([&] { parse(j); }, parts);
 }
 
+// The config must be refused with a message holding every part and the file name.
+void expect_refused(const json& j, std::vector<std::string> parts) {
+    parts.push_back("test-config.json");
+    try {
+        parse(j);
+        ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+        for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+    }
+}
+
 }  // namespace
 
 TEST(Config, ParsesOfficialV4Flash) {
@@ -210,14 +221,21 @@ TEST(Config, InvalidOrInconsistentValuesAreNamed) {
         {"num_hidden_layers", 0, {"num_hidden_layers"}},
         {"vocab_size", -5, {"vocab_size"}},
         {"num_key_value_heads", 8, {"num_key_value_heads", "must be 1"}},
-        {"head_dim", 500, {"head_dim", "multiple of 64"}},
+        {"head_dim", 62, {"head_dim 62 must be >= qk_rope_head_dim 64"}},
+        {"head_dim", 0, {"head_dim", ">= 1"}},
         {"qk_rope_head_dim", 63, {"qk_rope_head_dim", "even"}},
-        {"qk_rope_head_dim", 512, {"head_dim", "qk_rope_head_dim"}},
-        {"o_groups", 7, {"o_groups", "multiple"}},
+        {"qk_rope_head_dim", 0, {"qk_rope_head_dim", "positive even"}},
+        {"qk_rope_head_dim", 514, {"head_dim 512 must be >= qk_rope_head_dim 514"}},
+        {"o_groups", 7, {"o_groups 7", "multiple"}},
+        {"o_groups", 0, {"o_groups", ">= 1"}},
+        {"sliding_window", 0, {"sliding_window", ">= 1"}},
+        {"num_attention_heads", 0, {"num_attention_heads", ">= 1"}},
         {"attention_bias", true, {"attention_bias"}},
-        {"compress_ratios", json::array({0, 3}), {"compress_ratios[1]", "3"}},
-        {"index_head_dim", 96, {"index_head_dim", "power of two"}},
-        {"index_topk", 0, {"index_topk"}},
+        {"compress_ratios", json::array({0, -3}), {"compress_ratios[1]", "-3", "not a valid compress ratio"}},
+        {"compress_ratios", json::array({0, 1 << 21}), {"compress_ratios[1]", "2097152"}},
+        {"index_head_dim", 32, {"index_head_dim 32 must be >= qk_rope_head_dim 64"}},
+        {"index_n_heads", 0, {"index_n_heads", ">= 1"}},
+        {"index_topk", -1, {"index_topk", ">= 0"}},
         {"hc_mult", 0, {"hc_mult"}},
         {"hc_eps", 0, {"hc_eps", "> 0"}},
         {"n_shared_experts", 0, {"n_shared_experts"}},
@@ -225,13 +243,16 @@ TEST(Config, InvalidOrInconsistentValuesAreNamed) {
         {"num_hash_layers", 44, {"num_hash_layers"}},
         {"scoring_func", "softmax_plus", {"scoring_func", "softmax_plus"}},
         {"topk_method", "greedy", {"topk_method"}},
-        {"hidden_act", "gelu", {"hidden_act"}},
+        {"hidden_act", "gelu", {"hidden_act", "SwiGLU"}},
         {"rms_norm_eps", -1, {"rms_norm_eps"}},
         {"routed_scaling_factor", 0, {"routed_scaling_factor"}},
         {"expert_dtype", "int4", {"expert_dtype", "int4"}},
         {"bos_token_id", 129280, {"bos_token_id", "vocab_size"}},
         {"torch_dtype", "int8", {"torch_dtype"}},
-        {"moe_intermediate_size", 2000, {"moe_intermediate_size", "multiple of 32"}},
+        {"moe_intermediate_size", 2000, {"moe_intermediate_size", "multiple of 32", "expert_dtype"}},
+        {"hidden_size", 4001, {"hidden_size 4001", "multiple of 32", "FP4 experts"}},
+        {"hc_sinkhorn_iters", 0, {"hc_sinkhorn_iters", ">= 1"}},
+        {"num_experts_per_tok", 0, {"num_experts_per_tok"}},
         {"num_nextn_predict_layers", -1, {"num_nextn_predict_layers"}},
         {"max_position_embeddings", 0, {"max_position_embeddings"}},
     };
@@ -240,15 +261,7 @@ TEST(Config, InvalidOrInconsistentValuesAreNamed) {
         json j = config_json("v4-flash.json");
         j[c.key] = c.value;
         if (std::string(c.key) == "compress_ratios") j["num_hidden_layers"] = 2;
-        if (std::string(c.key) == "num_hash_layers" || std::string(c.key) == "compress_ratios") {}
-        std::vector<std::string> parts = c.expect;
-        parts.push_back("test-config.json");
-        try {
-            parse(j);
-            ADD_FAILURE() << "accepted";
-        } catch (const Error& e) {
-            for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-        }
+        expect_refused(j, c.expect);
     }
     struct SubCase {
         const char* obj;
@@ -270,6 +283,140 @@ TEST(Config, InvalidOrInconsistentValuesAreNamed) {
         json j = config_json("v4-flash.json");
         j[c.obj][c.key] = c.value;
         expect_config_error(j, {c.expect});
+    }
+}
+
+// Shapes the model's math defines and HF transformers' DeepseekV4Config runs are accepted, each on its own edit of
+// a tiny config; and the release numerics refuse only what their simulations cannot do (the Hadamard rotation).
+TEST(Config, AcceptsEveryShapeTheMathDefines) {
+    struct Case {
+        const char* what;
+        json edits;  // top-level keys to set on tiny-a.json
+    };
+    const std::vector<Case> cases = {
+        {"rotary-only attention heads", {{"head_dim", 64}, {"qk_rope_head_dim", 64}}},
+        {"rotary-only indexer heads", {{"index_head_dim", 64}, {"qk_rope_head_dim", 64}}},
+        {"no-rope part not a multiple of 64", {{"head_dim", 77}, {"qk_rope_head_dim", 6}}},
+        {"indexer head not a power of two", {{"index_head_dim", 96}}},
+        {"indexer head below 32", {{"index_head_dim", 10}, {"qk_rope_head_dim", 4}}},
+        {"one head", {{"num_attention_heads", 1}, {"o_groups", 1}}},
+        {"output groups spanning heads", {{"num_attention_heads", 3}, {"head_dim", 128}, {"o_groups", 8}}},
+        {"window of one token", {{"sliding_window", 1}}},
+        {"window shorter than a compression window", {{"sliding_window", 3}}},
+        {"compress ratio mix", {{"compress_ratios", {0, 4, 3, 1, 16, 4, 128}}, {"num_hidden_layers", 6}}},
+        {"index_topk 0", {{"index_topk", 0}}},
+        {"one indexer head", {{"index_n_heads", 1}}},
+        {"dimensions not multiples of 128, unquantized",
+         {{"hidden_size", 37}, {"q_lora_rank", 5}, {"o_lora_rank", 3}, {"moe_intermediate_size", 7},
+          {"vocab_size", 101}, {"quantization_config", nullptr}}},
+        {"FP8 experts with partial 128-blocks", {{"hidden_size", 40}, {"moe_intermediate_size", 20},
+                                                 {"expert_dtype", "fp8"}}},
+        {"FP4 experts, multiples of 32", {{"hidden_size", 96}, {"moe_intermediate_size", 32}}},
+        {"one stream", {{"hc_mult", 1}}},
+        {"every expert active, single expert", {{"n_routed_experts", 1}, {"num_experts_per_tok", 1}}},
+        {"every layer hash-routed", {{"num_hash_layers", 4}}},
+        {"swish (HF's name of silu)", {{"hidden_act", "swish"}}},
+    };
+    for (const auto& c : cases) {
+        SCOPED_TRACE(c.what);
+        json j = config_json("tiny-a.json");
+        for (const auto& [k, v] : c.edits.items()) j[k] = v;
+        try {
+            const ModelConfig cfg = parse(j);
+            EXPECT_EQ(parse_model_config(model_config_to_json(cfg), "roundtrip.json").head_dim, cfg.head_dim);
+        } catch (const Error& e) {
+            ADD_FAILURE() << "refused: " << e.what();
+        }
+    }
+    json j = config_json("tiny-a.json");
+    j["index_head_dim"] = 96;
+    expect_error([&] { check_release_numerics_supported(parse(j), "x.json"); },
+                 {"x.json", "index_head_dim 96", "power of two", "Hadamard"});
+    j["compress_ratios"] = {0, 128, 128, 0, 0};  // no indexer layer: the indexer size does not matter
+    EXPECT_NO_THROW(check_release_numerics_supported(parse(j), "x.json"));
+    EXPECT_NO_THROW(check_release_numerics_supported(parse(config_json("tiny-a.json")), "x.json"));
+}
+
+// A config in HF transformers' own names (as DeepseekV4Config.save_pretrained writes it: layer_types +
+// compress_rates, mlp_layer_types, partial_rotary_factor, nested rope_parameters, none of the official schedule
+// keys) gives the same model as the official names; both together must agree, and what the official layout
+// cannot express is refused naming the key.
+TEST(Config, ReadsAndChecksHfTransformersNames) {
+    const json official = config_json("tiny-a.json");  // ratios [0, 4, 128, 4] + MTP 0, 2 hash layers, rope 64 of 128
+    json hf = official;
+    for (const char* k : {"compress_ratios", "num_hash_layers", "qk_rope_head_dim", "rope_scaling"}) hf.erase(k);
+    hf["layer_types"] = {"sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention",
+                         "compressed_sparse_attention"};
+    hf["compress_rates"] = {{"compressed_sparse_attention", 4}, {"heavily_compressed_attention", 128}};
+    hf["mlp_layer_types"] = {"hash_moe", "hash_moe", "moe", "moe"};
+    hf["partial_rotary_factor"] = 0.5;
+    hf["rope_parameters"] = {
+        {"main", {{"rope_type", "default"}, {"rope_theta", 10000}, {"partial_rotary_factor", 0.5}}},
+        {"compress", {{"type", "yarn"}, {"factor", 16}, {"original_max_position_embeddings", 4096}, {"beta_fast", 32},
+                      {"beta_slow", 1}, {"rope_theta", 160000}, {"rope_type", "yarn"}, {"attention_factor", 1.0}}}};
+    const ModelConfig a = parse(official), b = parse(hf);
+    EXPECT_EQ(b.compress_ratios, a.compress_ratios);
+    EXPECT_TRUE(b.mtp_compress_ratios.empty());
+    EXPECT_EQ(b.num_hash_layers, a.num_hash_layers);
+    EXPECT_EQ(b.qk_rope_head_dim, a.qk_rope_head_dim);
+    EXPECT_EQ(b.rope_scaling.type, "yarn");
+    EXPECT_EQ(b.rope_scaling.factor, a.rope_scaling.factor);
+    EXPECT_EQ(b.rope_scaling.original_max_position_embeddings, a.rope_scaling.original_max_position_embeddings);
+    EXPECT_EQ(b.compress_rope_theta, a.compress_rope_theta);
+    EXPECT_TRUE(b.unknown_keys.empty());
+    // Both names given and agreeing: accepted.
+    json both = hf;
+    for (const char* k : {"compress_ratios", "num_hash_layers", "qk_rope_head_dim", "rope_scaling"})
+        both[k] = official[k];
+    EXPECT_EQ(parse(both).compress_ratios, a.compress_ratios);
+    // An HCA rate other than 128 is a non-overlapping ratio.
+    json hca = hf;
+    hca["compress_rates"]["heavily_compressed_attention"] = 16;
+    EXPECT_EQ(parse(hca).compress_ratios, (std::vector<int>{0, 4, 16, 4}));
+    hca.erase("compress_rates");
+    hca["compress_rate_hca"] = 3;
+    EXPECT_EQ(parse(hca).compress_ratios, (std::vector<int>{0, 4, 3, 4}));
+
+    struct Bad {
+        const char* what;
+        json edits;
+        std::vector<std::string> expect;
+    };
+    const std::vector<Bad> bad = {
+        {"ratios disagree", {{"compress_ratios", {0, 4, 4, 4, 0}}}, {"compress_ratios[2] = 4", "layer_types[2]"}},
+        {"hash layers disagree", {{"num_hash_layers", 1}}, {"mlp_layer_types", "num_hash_layers is 1"}},
+        {"rope width disagrees", {{"qk_rope_head_dim", 32}}, {"partial_rotary_factor", "qk_rope_head_dim is 32"}},
+        {"yarn disagrees",
+         {{"rope_scaling", {{"type", "yarn"}, {"factor", 4}, {"original_max_position_embeddings", 4096}}}},
+         {"rope_parameters.compress", "rope_scaling"}},
+        {"CSA rate 8", {{"compress_rates", {{"compressed_sparse_attention", 8}}}}, {"compress_rates", "rate of 8"}},
+        {"HCA rate 4", {{"compress_rate_hca", 4}}, {"compress_rates", "rate of 4"}},
+        {"unknown layer type", {{"layer_types", {"sliding_attention", "full_attention", "sliding_attention",
+                                                 "sliding_attention"}}},
+         {"layer_types[1]", "full_attention"}},
+        {"too few layer types", {{"layer_types", {"sliding_attention"}}}, {"layer_types", "num_hidden_layers = 4"}},
+        {"hash after moe", {{"mlp_layer_types", {"moe", "hash_moe", "moe", "moe"}}},
+         {"mlp_layer_types[1]", "hash_moe"}},
+        {"main rope scaled", {{"rope_parameters", {{"main", {{"rope_type", "yarn"}, {"factor", 2},
+                                                             {"original_max_position_embeddings", 64}}}}}},
+         {"rope_parameters.main", "no scaling"}},
+        {"YaRN magnitude factor", {{"rope_parameters", {{"compress", {{"rope_type", "yarn"}, {"factor", 16},
+                                                                      {"original_max_position_embeddings", 4096},
+                                                                      {"attention_factor", 1.277}}}}}},
+         {"rope_parameters.compress.attention_factor", "1.277"}},
+        {"theta disagrees", {{"rope_theta", 5000}}, {"rope_parameters.main.rope_theta", "rope_theta = 5000"}},
+    };
+    // HF applies compress_rates to the compress_ratios 128 layers too: only the default rates agree.
+    json rates = official;
+    rates["compress_rates"] = {{"heavily_compressed_attention", 128}};
+    EXPECT_EQ(parse(rates).compress_ratios, a.compress_ratios);
+    rates["compress_rate_hca"] = 64;
+    expect_refused(rates, {"compress_rates", "HCA rate of 64", "layer_types"});
+    for (const auto& c : bad) {
+        SCOPED_TRACE(c.what);
+        json j = hf;
+        for (const auto& [k, v] : c.edits.items()) j[k] = v;
+        expect_refused(j, c.expect);
     }
 }
 

@@ -12,6 +12,7 @@
 // chunked prefill use the same kernel.
 #include <algorithm>
 
+#include "cuda/attention/attn_tile.cuh"
 #include "cuda/attention/kv_entry.cuh"
 #include "cuda/attention/sparse_attention.cuh"
 #include "cuda/common/pdl.cuh"
@@ -24,7 +25,6 @@ using namespace attn_detail;
 namespace {
 
 constexpr int kHeads = 8;      // heads per CTA
-constexpr int kTile = 32;      // candidates per tile (= cpu::kSoftmaxTile: the rounding groups)
 constexpr int kThreads = 256;
 constexpr int kSlices = kThreads / kTile;  // dim slices in the QK pass
 constexpr int kMaxPairs = 2;   // dim pairs per thread in the PV pass: head_dim <= 2 * 2 * 256 = 1024
@@ -67,30 +67,6 @@ __device__ __forceinline__ void split_range(int total, int n_splits, int split, 
     c_end = min(total, c_begin + per_split);
 }
 
-// 8 dims [d, d+8) of an entry as 4 bf16 pairs.
-__device__ __forceinline__ void load_chunk8(const uint8_t* src, KvFormat fmt, int dim, int rope_dim, int d,
-                                            __nv_bfloat162 out[4]) {
-    const int nope = dim - rope_dim;
-    if (fmt == KvFormat::BF16 || d >= nope) {
-        const uint8_t* base = fmt == KvFormat::BF16 ? src + 2 * d : src + nope + 2 * (d - nope);
-        const uint2 a = *reinterpret_cast<const uint2*>(base);  // entries are 8-byte aligned
-        const uint2 b = *reinterpret_cast<const uint2*>(base + 8);
-        out[0] = *reinterpret_cast<const __nv_bfloat162*>(&a.x);
-        out[1] = *reinterpret_cast<const __nv_bfloat162*>(&a.y);
-        out[2] = *reinterpret_cast<const __nv_bfloat162*>(&b.x);
-        out[3] = *reinterpret_cast<const __nv_bfloat162*>(&b.y);
-        return;
-    }
-    const uint2 q = *reinterpret_cast<const uint2*>(src + d);
-    const float s = e8m0_value(src[nope + 2 * rope_dim + d / 64]);
-    const uint32_t w[2] = {q.x, q.y};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const uint32_t word = w[i / 2] >> (16 * (i % 2));
-        out[i] = __floats2bfloat162_rn(from_e4m3(uint8_t(word & 0xff)) * s, from_e4m3(uint8_t((word >> 8) & 0xff)) * s);
-    }
-}
-
 struct Smem {
     float* q;      // [D][kHeads] (dim-major: one 32-byte broadcast gives a dim's 8 heads)
     bf16* kv;      // [kTile][D + 2]
@@ -118,22 +94,6 @@ __device__ __forceinline__ Smem carve(unsigned char* raw, int D) {
 size_t smem_bytes(int D) {
     return size_t(kHeads) * D * 4 + size_t(kTile) * (D + 2) * 2 + size_t(kSlices) * kHeads * kTile * 4 +
            size_t(kHeads) * kTile * 4 + kHeads * 4 + kTile * 4 + kTile * 4 + kTile * 8;
-}
-
-// Writes out_h for the pair d2 of head h: value (already normalized) de-rotated at pos.
-__device__ __forceinline__ void write_out_pair(const SparseAttentionParams& p, int t, int h, int d2, float x0, float x1,
-                                               int64_t pos) {
-    const int D = p.head_dim;
-    const int rope_first_pair = D / 2 - p.rope.n_pairs;
-    if (d2 >= rope_first_pair) {
-        // the reference rounds the attention output to bf16 before de-rotating it
-        x0 = round_bf16(x0);
-        x1 = round_bf16(x1);
-        float c, s;
-        rope_cos_sin(pos, p.rope.inv_freq[d2 - rope_first_pair], c, s);
-        rope_rotate(x0, x1, c, s, true);
-    }
-    reinterpret_cast<__nv_bfloat162*>(p.out + t * p.out_stride + int64_t(h) * D)[d2] = __floats2bfloat162_rn(x0, x1);
 }
 
 __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionParams p, int n_splits, float* ws_o,
@@ -312,40 +272,6 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionPara
 //  PV: O[16 heads x D] += P[16 x 32] V[32 x D]; warp w owns dims [w*D/8, (w+1)*D/8), V fragments through
 //      ldmatrix.trans, fp32 accumulators in registers (D/16 per thread). head_dim % 64 == 0, <= 512.
 constexpr int kMmaHeads = 16;
-constexpr int kMmaPad = 8;  // bf16 row padding: 16-byte aligned rows, conflict-free ldmatrix
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x2(uint32_t addr, uint32_t& r0, uint32_t& r1) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
-}
-__device__ __forceinline__ void mma_16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                          uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Multiplies the accumulator rows of heads lane / 4 (fragment elements 0, 1) by f_lo and lane / 4 + 8 (2, 3) by f_hi.
-template <int NT>
-__device__ __forceinline__ void scale_rows(float (&acc)[NT][4], float f_lo, float f_hi) {
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-        acc[j][0] *= f_lo;
-        acc[j][1] *= f_lo;
-        acc[j][2] *= f_hi;
-        acc[j][3] *= f_hi;
-    }
-}
-
 struct MmaSmem {
     bf16* q;       // [16][D + pad]
     bf16* kv;      // [kTile][D + pad]
@@ -359,21 +285,16 @@ struct MmaSmem {
 };
 
 __host__ __device__ inline size_t mma_smem_layout(int D, MmaSmem* s, unsigned char* raw) {
-    size_t off = 0;
-    auto take = [&](size_t bytes) {
-        const size_t o = off;
-        off = (off + bytes + 15) / 16 * 16;
-        return raw ? raw + o : nullptr;
-    };
-    unsigned char* q = take(size_t(kMmaHeads) * (D + kMmaPad) * 2);
-    unsigned char* kv = take(size_t(kTile) * (D + kMmaPad) * 2);
-    unsigned char* sp = take(size_t(2) * kMmaHeads * (kTile + 1) * 4);
-    unsigned char* pr = take(size_t(kMmaHeads) * (kTile + kMmaPad) * 2);
-    unsigned char* alpha = take(2 * kMmaHeads * 4);
-    unsigned char* ml = take(kMmaHeads * 2 * 4);
-    unsigned char* valid = take(kTile * 4);
-    unsigned char* fmt = take(kTile * 4);
-    unsigned char* ptr = take(kTile * sizeof(void*));
+    SmemCarver c{raw};
+    unsigned char* q = c.take(size_t(kMmaHeads) * (D + kMmaPad) * 2);
+    unsigned char* kv = c.take(size_t(kTile) * (D + kMmaPad) * 2);
+    unsigned char* sp = c.take(size_t(2) * kMmaHeads * (kTile + 1) * 4);
+    unsigned char* pr = c.take(size_t(kMmaHeads) * (kTile + kMmaPad) * 2);
+    unsigned char* alpha = c.take(2 * kMmaHeads * 4);
+    unsigned char* ml = c.take(kMmaHeads * 2 * 4);
+    unsigned char* valid = c.take(kTile * 4);
+    unsigned char* fmt = c.take(kTile * 4);
+    unsigned char* ptr = c.take(kTile * sizeof(void*));
     if (s) {
         s->q = reinterpret_cast<bf16*>(q);
         s->kv = reinterpret_cast<bf16*>(kv);
@@ -385,7 +306,7 @@ __host__ __device__ inline size_t mma_smem_layout(int D, MmaSmem* s, unsigned ch
         s->fmt = reinterpret_cast<int*>(fmt);
         s->ptr = reinterpret_cast<const uint8_t**>(ptr);
     }
-    return off;
+    return c.size;
 }
 size_t mma_smem_bytes(int D) { return mma_smem_layout(D, nullptr, nullptr); }
 
@@ -477,22 +398,16 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
             const int h = 2 * warp + hh, e = lane;
             float s = sm.sp[h * (kTile + 1) + e] + sm.sp[kMmaHeads * (kTile + 1) + h * (kTile + 1) + e];
             s = sm.valid[e] ? s * p.softmax_scale : -INFINITY;
-            // As the SIMT kernel: P rounded relative to the tile's own max. P must stay bf16 for the mma, so the
-            // tile's factor beta = e^(m_tile - m_new) is applied to the accumulators: divided out before the PV
-            // product (alpha / beta = e^(m_run - m_tile)) and multiplied back after it. A tile more than 64 below
-            // the running max adds less than e^-64 of it: dropped, which also keeps alpha / beta finite.
-            const float m_tile = warp_max(s), m_prev = m_run[hh];
-            const float m_new = fmaxf(m_prev, m_tile);
-            const bool use = m_tile != -INFINITY && m_prev - m_tile <= 64.f;
-            const float pe = use ? expf(s - m_tile) : 0.f;
-            const float beta = use ? expf(m_tile - m_new) : 0.f;
-            const float alpha = m_new == -INFINITY ? 1.f : expf(m_prev - m_new);
-            l_run[hh] = l_run[hh] * alpha + warp_sum(pe) * beta;
-            m_run[hh] = m_new;
+            // As the SIMT kernel: P rounded relative to the tile's own max; the accumulators take the tile's factor
+            // around the PV product (attn_tile.cuh tile_step).
+            const TileStep st = tile_step(m_run[hh], warp_max(s));
+            const float pe = tile_prob(st, s);
+            l_run[hh] = tile_denominator(st, l_run[hh], warp_sum(pe));
+            m_run[hh] = st.m_new;
             sm.pr[h * (kTile + kMmaPad) + e] = __float2bfloat16_rn(pe);
             if (lane == 0) {
-                sm.alpha[h] = use ? expf(m_prev - m_tile) : alpha;  // = alpha / beta (0 on the first tile)
-                sm.alpha[kMmaHeads + h] = use ? beta : 1.f;
+                sm.alpha[h] = st.acc_before;
+                sm.alpha[kMmaHeads + h] = st.acc_after;
             }
         }
         __syncthreads();
@@ -537,11 +452,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
             const int dim = n_base + j * 8 + 2 * (lane % 4);
             const float x0 = acc[j][2 * half], x1 = acc[j][2 * half + 1];
             if (n_splits == 1) {
-                const float m = sm.ml[hl * 2], l = sm.ml[hl * 2 + 1];
-                const float sink = p.sink[h0 + hl];
-                const float M = fmaxf(m, sink);
-                const float scale_acc = m == -INFINITY ? 0.f : expf(m - M);
-                const float f = scale_acc / (l * scale_acc + expf(sink - M));
+                const float f = output_factor(sm.ml[hl * 2], sm.ml[hl * 2 + 1], p.sink[h0 + hl]);
                 write_out_pair(p, t, h0 + hl, dim / 2, x0 * f, x1 * f, c.pos);
             } else {
                 reinterpret_cast<float2*>(ws_o + (part + h0 + hl) * D)[dim / 2] = make_float2(x0, x1);

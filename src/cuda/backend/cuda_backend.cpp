@@ -1,11 +1,14 @@
-// The CUDA backend: one model shard on one device behind the Backend interface. Its parts, each with one job:
-// ShardWeights (the weights, shard.h), StatePool (per-sequence state, state_pool.h), StreamSet (streams and
-// branches, streams.h), StepBuffers (per-step buffers, step_buffers.h), ForwardPass (what one pass enqueues,
-// forward.h) and GraphRunner (capture and replay per pass shape, graph_runner.h). This file is the step driver:
-// sequence management, validation, cutting a step into passes of at most max_rows rows (prefill chunks of
-// chunk_tokens, decode batches padded to a power-of-two bucket for graph reuse), the metadata upload, the outputs
-// (logits, argmax, device sampling) and profiling; and create_cuda_backend. No global state: N shards are N
-// instances.
+// The CUDA backend: the model as one or more shards on one device behind the Backend interface. Each shard has
+// its parts, each with one job: ShardWeights (its weights, shard.h), StatePool (per-sequence state,
+// state_pool.h), StepBuffers (per-step buffers, step_buffers.h) and ForwardPass (what one pass enqueues,
+// forward.h); the shards share the StreamSet (streams and branches, streams.h) and the GraphRunner (capture and
+// replay per pass shape, graph_runner.h). One shard holds the whole model; several (a tensor / expert parallel
+// layout run as virtual ranks on one GPU) run each sub-block in turn and reduce their partial outputs
+// (comm/reduce.cuh) before the next: attention over the tensor-parallel shards of an expert group, the MoE over all.
+// This file is the step driver: sequence management, validation, cutting a step into passes of at most max_rows
+// rows (prefill chunks of chunk_tokens, decode batches padded to a power-of-two bucket for graph reuse), the
+// metadata upload, the outputs (logits, argmax, device sampling) and profiling; and create_cuda_backend. No global
+// state: every shard is its own instance.
 #include "cuda/backend/cuda_backend.h"
 
 #include <algorithm>
@@ -25,6 +28,7 @@
 #include "cuda/backend/state_pool.h"
 #include "cuda/backend/step_buffers.h"
 #include "cuda/backend/streams.h"
+#include "cuda/comm/reduce.cuh"
 #include "cuda/common/kernel_policy.h"
 #include "cuda/compressor/compressor.cuh"
 #include "cuda/sample/sample.cuh"
@@ -50,10 +54,10 @@ int chunk_tokens(const BackendOptions& opt) {
 // The state pool: window rings and compressor state per slot, compressed entries and indexer keys in blocks; half
 // of the device memory left after the weights unless the options say otherwise.
 std::unique_ptr<StatePool> make_state_pool(const ModelConfig& cfg, const BackendOptions& opt,
-                                           const ShardWeights& shard, const ForwardNumerics& num) {
+                                           const ShardWeights& shard, const ForwardNumerics& num, int chunk_tokens) {
     StateGeometry g;
     g.block_tokens = 256;
-    g.ring_entries = cfg.sliding_window + chunk_tokens(opt);
+    g.ring_entries = cfg.sliding_window + chunk_tokens;
     g.kv_entry_bytes = kv_entry_bytes(num.kv, cfg.head_dim, cfg.qk_rope_head_dim);
     for (const ShardLayer& layer : shard.layers()) {
         LayerStateGeometry lg;
@@ -72,6 +76,7 @@ std::unique_ptr<StatePool> make_state_pool(const ModelConfig& cfg, const Backend
         opt.max_context > 0 ? opt.max_context : std::min<int64_t>(cfg.max_position_embeddings, 1 << 20);
     size_t free_b = 0, total_b = 0;
     FS_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+    // Shards sharing the device share the default: half of what is left, divided by the shards still to come.
     const int64_t pool_bytes = opt.state_memory_bytes > 0 ? opt.state_memory_bytes : int64_t(double(free_b) * 0.5);
     return std::make_unique<StatePool>(g, std::max(1, opt.max_sequences), max_ctx, pool_bytes);
 }
@@ -83,38 +88,67 @@ int max_bucket(const StatePool& pool) {
     return bucket;
 }
 
+// One shard's own parts; the shards of a backend share its streams, policy and profiler.
+struct Shard {
+    Shard(const ModelConfig& cfg, const BackendOptions& opt, const ShardSpec& spec, DeviceTensorStore store,
+          const ForwardNumerics& numerics, int chunk_tokens, StreamSet& streams, const KernelPolicy& policy,
+          OpProfiler& profiler)
+        : weights(cfg, spec, std::move(store)),
+          pool(make_state_pool(cfg, opt, weights, numerics, chunk_tokens)),
+          buf(cfg, StepBufferSizes{std::max(chunk_tokens, max_bucket(*pool)), std::max(kMinHeadRows, max_bucket(*pool)),
+                                   pool->max_context(), spec.expert_begin, spec.experts(), spec.ranks > 1}),
+          forward(cfg, weights, buf, streams, *pool, policy, numerics, profiler) {}
+    ShardWeights weights;
+    std::unique_ptr<StatePool> pool;
+    StepBuffers buf;
+    ForwardPass forward;
+};
+
 class CudaBackend final : public Backend, public BackendDiagnostics {
 public:
-    CudaBackend(const ModelConfig& cfg, const BackendOptions& opt, DeviceTensorStore store)
+    // One store and spec per shard (one whole-model shard, or the ranks of a parallel layout).
+    CudaBackend(const ModelConfig& cfg, const BackendOptions& opt, std::vector<ShardSpec> specs,
+                std::vector<DeviceTensorStore> stores)
         : cfg_(cfg),
           policy_(KernelPolicy::from_env()),
           numerics_(ForwardNumerics::of(opt.numerics)),
           facts_(query_device()),
-          shard_(cfg_, ShardSpec::whole(cfg_), std::move(store)),
-          pool_(make_state_pool(cfg_, opt, shard_, numerics_)),
-          chunk_tokens_(chunk_tokens(opt)),
-          max_rows_(std::max(chunk_tokens_, max_bucket(*pool_))),
-          max_head_rows_(std::max(kMinHeadRows, max_bucket(*pool_))),
-          buf_(cfg_, StepBufferSizes{max_rows_, max_head_rows_, pool_->max_context()}),
-          forward_(cfg_, shard_, buf_, streams_, *pool_, policy_, numerics_, prof_) {
+          chunk_tokens_(chunk_tokens(opt)) {
+        FS_CHECK(!specs.empty() && specs.size() == stores.size() && int(specs.size()) <= kMaxReduceRanks,
+                 "CUDA backend: {} shard specs for {} weight stores (1..{} shards)", specs.size(), stores.size(),
+                 kMaxReduceRanks);
         streams_.set_branches(policy_.branches);
+        for (size_t r = 0; r < specs.size(); ++r)
+            shards_.push_back(std::make_unique<Shard>(cfg_, opt, specs[r], std::move(stores[r]), numerics_,
+                                                      chunk_tokens_, streams_, policy_, prof_));
+        max_rows_ = std::max(chunk_tokens_, max_bucket(pool()));
+        max_head_rows_ = std::max(kMinHeadRows, max_bucket(pool()));
+        // Every shard's head writes its vocabulary rows into the first shard's logits (sampled there).
+        for (auto& sh : shards_)
+            sh->forward.set_logits_target(lead().logits.as<float>() + sh->weights.spec().vocab_begin, cfg_.vocab_size);
     }
 
     // Backend
     const ModelConfig& config() const override { return cfg_; }
     std::string name() const override { return "cuda"; }
-    StateMemoryStats memory() const override { return pool_->stats(); }
-    int64_t blocks_for(int64_t n) const override { return pool_->blocks_for(n); }
-    int max_sequences() const override { return pool_->max_sequences(); }
+    StateMemoryStats memory() const override { return pool().stats(); }
+    int64_t blocks_for(int64_t n) const override { return pool().blocks_for(n); }
+    int max_sequences() const override { return pool().max_sequences(); }
     int create_sequence() override {
-        const int slot = pool_->create();
-        pool_->clear_slot_state(slot, streams_.main());
+        const int slot = pool().create();
+        for (size_t r = 1; r < shards_.size(); ++r) {
+            const int same = shards_[r]->pool->create();
+            FS_CHECK(same == slot, "CUDA backend: shard {} gave slot {} where shard 0 gave {}", r, same, slot);
+        }
+        for (auto& sh : shards_) sh->pool->clear_slot_state(slot, streams_.main());
         return slot;
     }
-    void free_sequence(int seq_id) override { pool_->release(seq_id); }
+    void free_sequence(int seq_id) override {
+        for (auto& sh : shards_) sh->pool->release(seq_id);
+    }
     int64_t sequence_length(int seq_id) const override {
-        FS_CHECK(pool_->live(seq_id), "sequence {} is not live", seq_id);
-        return pool_->length(seq_id);
+        FS_CHECK(pool().live(seq_id), "sequence {} is not live", seq_id);
+        return pool().length(seq_id);
     }
     void forward(std::span<const SequenceStep> steps, std::vector<float>& logits) override {
         run_steps(steps, Output::Logits, &logits, nullptr);
@@ -130,7 +164,11 @@ public:
         run_steps(steps, Output::Argmax, nullptr, &next_tokens);
     }
     std::string device_name() const override { return facts_.name; }
-    double weight_bytes_on_device() const override { return shard_.bytes_on_device(); }
+    double weight_bytes_on_device() const override {
+        double b = 0;
+        for (const auto& sh : shards_) b += sh->weights.bytes_on_device();
+        return b;
+    }
     double measure_copy_bandwidth(size_t bytes, int reps) override { return cuda::measure_copy_bandwidth(bytes, reps); }
     void set_use_graphs(bool on) override { graphs_.set_enabled(on); }
     void set_use_branches(bool on) override {
@@ -145,10 +183,17 @@ private:
         size_t entry;
         int64_t dst_row;
     };
+    StatePool& pool() const { return *shards_.front()->pool; }
+    StepBuffers& lead() const { return shards_.front()->buf; }  // step metadata and outputs
     void validate(std::span<const SequenceStep> steps) const;
     void run_steps(std::span<const SequenceStep> steps, Output out, std::vector<float>* logits,
                    std::vector<int32_t>* tokens, std::span<const SampleParams> sample_params = {},
                    std::vector<float>* logprobs = nullptr);
+    // Enqueues one pass on every shard: the whole forward of a single shard, or the shards' pieces in turn with the
+    // reductions of their partial outputs.
+    void enqueue_pass(const PassShape& shape);
+    // Sums the partial outputs of shards [first, first + count) into each one's sub-block output.
+    void reduce(const PassShape& shape, size_t first, size_t count);
     // Writes the sampling parameters of the pass's head rows and enqueues the device sampler.
     void enqueue_sampling(int head_rows, const std::vector<HeadDest>& dests, std::span<const SampleParams> params);
 
@@ -156,26 +201,50 @@ private:
     KernelPolicy policy_;
     ForwardNumerics numerics_;
     DeviceFacts facts_;
-    ShardWeights shard_;
-    std::unique_ptr<StatePool> pool_;
-    StreamSet streams_;
     int chunk_tokens_;
-    int max_rows_;       // rows of the largest pass: a prefill chunk or the largest decode bucket
-    int max_head_rows_;  // logits rows of the largest pass
-    StepBuffers buf_;
+    StreamSet streams_;
     OpProfiler prof_;
-    ForwardPass forward_;
+    std::vector<std::unique_ptr<Shard>> shards_;
+    int max_rows_ = 0;       // rows of the largest pass: a prefill chunk or the largest decode bucket
+    int max_head_rows_ = 0;  // logits rows of the largest pass
     GraphRunner graphs_;
     SampleAdjustStaging sample_adjust_;  // masks and penalties of the sampled rows
     bool profiling_ = false;
     StepProfile last_profile_;
 };
 
+void CudaBackend::enqueue_pass(const PassShape& shape) {
+    if (shards_.size() == 1) {
+        shards_.front()->forward.enqueue(shape);
+        return;
+    }
+    for (auto& sh : shards_) sh->forward.begin(shape);
+    const size_t tp = size_t(shards_.front()->weights.spec().tp);
+    for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+        for (auto& sh : shards_) sh->forward.sub_block(shape, l, 0);
+        for (size_t g = 0; g < shards_.size(); g += tp) reduce(shape, g, tp);  // attention: per expert group
+        for (auto& sh : shards_) sh->forward.sub_block(shape, l, 1);
+        reduce(shape, 0, shards_.size());  // MoE: every shard
+    }
+    for (auto& sh : shards_) sh->forward.end(shape);
+}
+
+void CudaBackend::reduce(const PassShape& shape, size_t first, size_t count) {
+    const float* partials[kMaxReduceRanks];
+    uint16_t* outs[kMaxReduceRanks];
+    for (size_t i = 0; i < count; ++i) {
+        partials[i] = shards_[first + i]->buf.sub_out_partial.as<float>();
+        outs[i] = shards_[first + i]->buf.sub_out.as<uint16_t>();
+    }
+    OpProfiler::Scope sc(prof_, "all-reduce (shards on one device)");
+    reduce_partials_to_bf16(partials, outs, int(count), int64_t(shape.n_rows) * cfg_.hidden_size, streams_.main());
+}
+
 void CudaBackend::validate(std::span<const SequenceStep> steps) const {
-    std::vector<char> seen(size_t(pool_->max_sequences()), 0);
+    std::vector<char> seen(size_t(pool().max_sequences()), 0);
     for (size_t i = 0; i < steps.size(); ++i) {
         const SequenceStep& s = steps[i];
-        FS_CHECK(pool_->live(s.seq_id), "step {}: sequence {} is not live", i, s.seq_id);
+        FS_CHECK(pool().live(s.seq_id), "step {}: sequence {} is not live", i, s.seq_id);
         FS_CHECK(!seen[size_t(s.seq_id)], "step {}: sequence {} appears twice in one step", i, s.seq_id);
         seen[size_t(s.seq_id)] = 1;
         FS_CHECK(s.n_tokens > 0, "step {}: n_tokens must be > 0, got {}", i, s.n_tokens);
@@ -191,7 +260,7 @@ void CudaBackend::enqueue_sampling(int head_rows, const std::vector<HeadDest>& d
                                    std::span<const SampleParams> params) {
     const cudaStream_t stream = streams_.main();
     const int64_t V = cfg_.vocab_size;
-    auto* host = buf_.sample_params_host.as<DeviceSampleParams>();
+    auto* host = lead().sample_params_host.as<DeviceSampleParams>();
     // Head rows past dests are padding rows of a decode bucket: sampled greedily, results unused.
     std::vector<const SampleParams*> row_params(size_t(head_rows), nullptr);
     for (int h = 0; h < head_rows; ++h) {
@@ -208,18 +277,18 @@ void CudaBackend::enqueue_sampling(int head_rows, const std::vector<HeadDest>& d
         }
         host[h] = d;
     }
-    FS_CUDA_TRY(cudaMemcpyAsync(buf_.sample_params.get(), host, size_t(head_rows) * sizeof(DeviceSampleParams),
+    FS_CUDA_TRY(cudaMemcpyAsync(lead().sample_params.get(), host, size_t(head_rows) * sizeof(DeviceSampleParams),
                                 cudaMemcpyHostToDevice, stream));
     // Masks and penalties: the pass runs on the device while prepare() waits for the masks (filled on the
     // scheduler's worker); the sampler draws from the adjusted copy and reports the raw rows' logprobs.
-    const float* raw = buf_.logits.as<float>();
+    const float* raw = lead().logits.as<float>();
     const bool adjusted = sample_adjust_.prepare(row_params, V);
     sample_rows(adjusted ? sample_adjust_.apply(raw, V, stream) : raw, head_rows, V, V,
-                buf_.sample_params.as<DeviceSampleParams>(), buf_.tokens.as<int32_t>(),
-                buf_.sample_logprob.as<float>(), stream, adjusted ? raw : nullptr, V);
-    FS_CUDA_TRY(cudaMemcpyAsync(buf_.tokens_host.as<void>(), buf_.tokens.get(), size_t(head_rows) * 4,
+                lead().sample_params.as<DeviceSampleParams>(), lead().tokens.as<int32_t>(),
+                lead().sample_logprob.as<float>(), stream, adjusted ? raw : nullptr, V);
+    FS_CUDA_TRY(cudaMemcpyAsync(lead().tokens_host.as<void>(), lead().tokens.get(), size_t(head_rows) * 4,
                                 cudaMemcpyDeviceToHost, stream));
-    FS_CUDA_TRY(cudaMemcpyAsync(buf_.sample_logprob_host.as<void>(), buf_.sample_logprob.get(), size_t(head_rows) * 4,
+    FS_CUDA_TRY(cudaMemcpyAsync(lead().sample_logprob_host.as<void>(), lead().sample_logprob.get(), size_t(head_rows) * 4,
                                 cudaMemcpyDeviceToHost, stream));
 }
 
@@ -229,8 +298,8 @@ void CudaBackend::run_steps(std::span<const SequenceStep> steps, Output out, std
     validate(steps);
     // Reserve every block the step needs first: OutOfStateMemory leaves all state unchanged.
     std::vector<std::pair<int, int64_t>> req;
-    for (const auto& s : steps) req.emplace_back(s.seq_id, pool_->length(s.seq_id) + s.n_tokens);
-    pool_->reserve_all(req);
+    for (const auto& s : steps) req.emplace_back(s.seq_id, pool().length(s.seq_id) + s.n_tokens);
+    for (auto& sh : shards_) sh->pool->reserve_all(req);  // same state in every shard: all fit or none
 
     const int64_t V = cfg_.vocab_size;
     int64_t total_rows = 0;
@@ -242,7 +311,7 @@ void CudaBackend::run_steps(std::span<const SequenceStep> steps, Output out, std
              "CUDA backend: sampling needs one parameter set per step entry ({} for {})", sample_params.size(),
              steps.size());
     const cudaStream_t stream = streams_.main();
-    StepMeta& meta = buf_.meta;
+    StepMeta& meta = lead().meta;
 
     // Progress per entry: tokens consumed so far in this step.
     std::vector<int> done(steps.size(), 0);
@@ -292,9 +361,9 @@ void CudaBackend::run_steps(std::span<const SequenceStep> steps, Output out, std
         std::vector<HeadDest> head_dst;
         for (size_t pi = 0; pi < size_t(n_seqs); ++pi) {
             const bool pad = pi >= parts.size();
-            const int slot = pad ? pool_->padding_slot() : steps[parts[pi].entry].seq_id;
+            const int slot = pad ? pool().padding_slot() : steps[parts[pi].entry].seq_id;
             const int n = pad ? 1 : parts[pi].n;
-            const int64_t start = pad ? 0 : pool_->length(slot);
+            const int64_t start = pad ? 0 : pool().length(slot);
             meta.h(StepMeta::kSeqSlot)[pi] = slot;
             meta.h(StepMeta::kSeqFirstRow)[pi] = row;
             meta.h(StepMeta::kSeqNTokens)[pi] = n;
@@ -328,27 +397,31 @@ void CudaBackend::run_steps(std::span<const SequenceStep> steps, Output out, std
         shape.n_head_rows = head_rows;
         shape.max_seq_tokens = max_seq_tokens;
 
-        meta.upload(stream);
-        pool_->upload_tables(stream);
-        graphs_.run(shape, all_single && !profiling_, stream, [&] { forward_.enqueue(shape); });
-        if (profiling_) forward_.account_bytes(shape, last_profile_);
+        for (auto& sh : shards_) {
+            if (&sh->buf.meta != &meta) sh->buf.meta.copy_host_from(meta);
+            sh->buf.meta.upload(stream);
+            sh->pool->upload_tables(stream);
+        }
+        graphs_.run(shape, all_single && !profiling_, stream, [&] { enqueue_pass(shape); });
+        if (profiling_)
+            for (auto& sh : shards_) sh->forward.account_bytes(shape, last_profile_);
         // Outputs of the rows that need them.
         if (!head_dst.empty()) {
             if (out == Output::Logits) {
-                FS_CUDA_TRY(cudaMemcpyAsync(buf_.logits_host.as<void>(), buf_.logits.get(),
+                FS_CUDA_TRY(cudaMemcpyAsync(lead().logits_host.as<void>(), lead().logits.get(),
                                             size_t(head_rows) * size_t(V) * 4, cudaMemcpyDeviceToHost, stream));
             } else if (out == Output::Argmax) {
-                argmax_rows(buf_.logits.as<float>(), head_rows, V, buf_.tokens.as<int32_t>(), stream);
-                FS_CUDA_TRY(cudaMemcpyAsync(buf_.tokens_host.as<void>(), buf_.tokens.get(), size_t(head_rows) * 4,
+                argmax_rows(lead().logits.as<float>(), head_rows, V, lead().tokens.as<int32_t>(), stream);
+                FS_CUDA_TRY(cudaMemcpyAsync(lead().tokens_host.as<void>(), lead().tokens.get(), size_t(head_rows) * 4,
                                             cudaMemcpyDeviceToHost, stream));
             } else {
                 enqueue_sampling(head_rows, head_dst, sample_params);
             }
         }
         FS_CUDA_TRY(cudaStreamSynchronize(stream));
-        const float* logits_host = buf_.logits_host.as<float>();
-        const int32_t* tokens_host = buf_.tokens_host.as<int32_t>();
-        const float* logprob_host = buf_.sample_logprob_host.as<float>();
+        const float* logits_host = lead().logits_host.as<float>();
+        const int32_t* tokens_host = lead().tokens_host.as<int32_t>();
+        const float* logprob_host = lead().sample_logprob_host.as<float>();
         for (size_t h = 0; h < head_dst.size(); ++h) {
             if (out == Output::Logits) {
                 std::memcpy(logits->data() + head_dst[h].dst_row * V, logits_host + int64_t(h) * V, size_t(V) * 4);
@@ -359,7 +432,9 @@ void CudaBackend::run_steps(std::span<const SequenceStep> steps, Output out, std
         }
         for (const Part& p : parts) {
             done[p.entry] += p.n;
-            pool_->set_length(steps[p.entry].seq_id, pool_->length(steps[p.entry].seq_id) + p.n);
+            const int id = steps[p.entry].seq_id;
+            const int64_t length = pool().length(id) + p.n;
+            for (auto& sh : shards_) sh->pool->set_length(id, length);
         }
     }
 }
@@ -403,13 +478,13 @@ void CudaBackend::forward_sample(std::span<const SequenceStep> steps, std::span<
 StepProfile CudaBackend::profile_step(std::span<const SequenceStep> steps) {
     last_profile_ = StepProfile{};
     profiling_ = true;
-    forward_.set_profiling(true);
+    for (auto& sh : shards_) sh->forward.set_profiling(true);
     streams_.set_single_stream(true);  // per-op events on one stream
     prof_.enable(streams_.main());
     auto finish = [&] {
         prof_.disable();
         streams_.set_single_stream(false);
-        forward_.set_profiling(false);
+        for (auto& sh : shards_) sh->forward.set_profiling(false);
         profiling_ = false;
     };
     std::vector<int32_t> toks;
@@ -450,7 +525,10 @@ std::unique_ptr<Backend> create_cuda_backend(const std::string& model_dir, const
     }
     cfg.num_hidden_layers = L;
     cfg.compress_ratios.resize(size_t(L));
-    return std::make_unique<cuda::CudaBackend>(cfg, opt, std::move(store));
+    std::vector<cuda::ShardSpec> specs{cuda::ShardSpec::whole(cfg)};
+    std::vector<cuda::DeviceTensorStore> stores;
+    stores.push_back(std::move(store));
+    return std::make_unique<cuda::CudaBackend>(cfg, opt, std::move(specs), std::move(stores));
 }
 
 }  // namespace flashseek

@@ -262,7 +262,11 @@ struct Binder {
 
 }  // namespace
 
-ModelWeights bind_device_weights(const ModelConfig& cfg, const DeviceTensorStore& store, int n_layers) {
+ModelWeights bind_device_weights(const ModelConfig& cfg, const DeviceTensorStore& store, int n_layers,
+                                 int expert_begin, int expert_end, bool shared) {
+    if (expert_end < 0) expert_end = cfg.n_routed_experts;
+    FS_CHECK(0 <= expert_begin && expert_begin <= expert_end && expert_end <= cfg.n_routed_experts,
+             "GPU weights: expert range [{}, {}) outside [0, {})", expert_begin, expert_end, cfg.n_routed_experts);
     Binder b{store, {}};
     ModelWeights w;
     w.embed = b.view("embed.weight");
@@ -300,13 +304,15 @@ ModelWeights bind_device_weights(const ModelConfig& cfg, const DeviceTensorStore
         } else {
             m.gate_bias = b.view(p + "ffn.gate.bias");
         }
-        m.experts.resize(size_t(cfg.n_routed_experts));
-        for (int e = 0; e < cfg.n_routed_experts; ++e) {
+        m.experts.resize(size_t(expert_end - expert_begin));
+        for (int e = expert_begin; e < expert_end; ++e) {
             const std::string ep = p + "ffn.experts." + std::to_string(e) + ".";
-            m.experts[size_t(e)] = {b.linear(ep + "w1"), b.linear(ep + "w2"), b.linear(ep + "w3")};
+            m.experts[size_t(e - expert_begin)] = {b.linear(ep + "w1"), b.linear(ep + "w2"), b.linear(ep + "w3")};
         }
-        const std::string sp = p + "ffn.shared_experts.";
-        m.shared = {b.linear(sp + "w1"), b.linear(sp + "w2"), b.linear(sp + "w3")};
+        if (shared) {
+            const std::string sp = p + "ffn.shared_experts.";
+            m.shared = {b.linear(sp + "w1"), b.linear(sp + "w2"), b.linear(sp + "w3")};
+        }
         w.layers.push_back(std::move(lw));
     }
     if (!b.missing.empty()) {

@@ -37,7 +37,10 @@ DeviceTensorStore upload_checkpoint(const Checkpoint& ckpt, int n_layers,
 // Random weights for `cfg` (first n_layers layers) generated on the device from `seed`.
 DeviceTensorStore generate_dummy_weights(const ModelConfig& cfg, int n_layers, uint64_t seed);
 
-// Binds the structure for the first n_layers layers; missing tensors are reported by name.
-ModelWeights bind_device_weights(const ModelConfig& cfg, const DeviceTensorStore& store, int n_layers);
+// Binds the structure for the first n_layers layers; missing tensors are reported by name. A shard's store holds the
+// routed experts [expert_begin, expert_end) only (expert_end < 0: all), bound at indices 0.., and the shared expert
+// only with `shared`; its sliced tensors carry their local shapes.
+ModelWeights bind_device_weights(const ModelConfig& cfg, const DeviceTensorStore& store, int n_layers,
+                                 int expert_begin = 0, int expert_end = -1, bool shared = true);
 
 }  // namespace flashseek::cuda

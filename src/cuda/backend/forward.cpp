@@ -25,85 +25,104 @@ ForwardNumerics ForwardNumerics::of(Numerics n) {
 ForwardPass::ForwardPass(const ModelConfig& cfg, const ShardWeights& shard, StepBuffers& buffers, StreamSet& streams,
                          StatePool& pool, const KernelPolicy& policy, ForwardNumerics numerics, OpProfiler& profiler)
     : cfg_(cfg), shard_(shard), buf_(buffers), streams_(streams), pool_(pool), policy_(policy), num_(numerics),
-      prof_(profiler) {}
+      prof_(profiler), sharded_(!shard.spec().holds_whole_model(cfg)), logits_(buffers.logits.as<float>()),
+      logits_ld_(shard.spec().vocab_rows()) {
+    FS_CHECK(!sharded_ || buffers.sub_out_partial.get(), "CUDA backend: a sharded pass needs the partial-sum buffer");
+}
 
 void ForwardPass::enqueue(const PassShape& s) {
+    FS_CHECK(!sharded_, "CUDA backend: a sharded pass is enqueued piece by piece, with its all-reduces");
+    begin(s);
+    for (int l = 0; l < cfg_.num_hidden_layers; ++l)
+        for (int sub = 0; sub < 2; ++sub) sub_block(s, l, sub);
+    end(s);
+}
+
+void ForwardPass::begin(const PassShape& s) {
+    streams_.reset_branches();
+    post_pending_ = -1;
+    OpProfiler::Scope sc(prof_, "embedding");
+    embed_streams(shard_.embed(), cfg_.vocab_size, buf_.meta.d(StepMeta::kTokens), s.n_rows, cfg_.hc_mult,
+                  cfg_.hidden_size, buf_.residual.as<bf16>(), streams_.main());
+}
+
+void ForwardPass::sub_block(const PassShape& s, int l, int sub) {
     const int N = cfg_.hc_mult;
     const int64_t D = cfg_.hidden_size;
     const cudaStream_t stream = streams_.main();
-    streams_.reset_branches();
-    {
-        OpProfiler::Scope sc(prof_, "embedding");
-        embed_streams(shard_.embed(), cfg_.vocab_size, buf_.meta.d(StepMeta::kTokens), s.n_rows, N, D,
-                      buf_.residual.as<bf16>(), stream);
-    }
+    const ShardLayer& L = shard_.layer(l);
     // A sub-block's mhc_post runs inside the next sub-block's mhc_pre where the shapes allow (one launch fewer per
-    // sub-block on the critical path); the last one, before the head's row gather, runs on its own.
+    // sub-block on the critical path); the last one, before the head's row gather, runs on its own (end()). A
+    // sharded MoE sub-block combines its own terms (its partial sum is reduced before the next pre), so the next pre
+    // then mixes the reduced output like an attention sub-block's.
     const bool fuse_post = policy_.fused_post && mhc_pre_fuses_post(N, int(D));
-    int post_pending = -1;  // the sub-block (0 attention, 1 MoE) whose mhc_post the next mhc_pre runs, or -1
-    for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
-        const ShardLayer& L = shard_.layer(l);
-        for (int sub = 0; sub < 2; ++sub) {
-            MhcPreParams p;
-            p.n_tokens = s.n_rows;
-            p.n_streams = N;
-            p.dim = int(D);
-            p.x = buf_.residual.as<bf16>();
-            p.fn = sub == 0 ? L.hc_attn_fn : L.hc_ffn_fn;
-            p.base = sub == 0 ? L.hc_attn_base : L.hc_ffn_base;
-            p.scale = sub == 0 ? L.hc_attn_scale : L.hc_ffn_scale;
-            p.rms_eps = float(cfg_.rms_norm_eps);
-            p.hc_eps = float(cfg_.hc_eps);
-            p.sinkhorn_iters = cfg_.hc_sinkhorn_iters;
-            p.norm_weight = sub == 0 ? L.attn_norm : L.ffn_norm;
-            p.norm_eps = float(cfg_.rms_norm_eps);
-            p.y = buf_.sub_in.as<bf16>();
-            p.post = buf_.mhc_post.as<float>();
-            p.comb = buf_.mhc_comb.as<float>();
-            if (post_pending >= 0) {
-                if (post_pending == 1) {  // the MoE sub-block's combine runs here too
-                    p.prev_y_routed = buf_.routed_out.as<float>();
-                    p.prev_pair_slot = buf_.grouping.pair_slot;
-                    p.prev_y_shared = buf_.shared_out.as<float>();
-                    p.prev_top_k = cfg_.num_experts_per_tok;
-                    p.prev_round_terms = num_.act == ActNumerics::FP8_BLOCK128;
-                } else {
-                    p.prev_o = buf_.sub_out.as<bf16>();
-                }
-                p.prev_post = buf_.mhc_post.as<float>();
-                p.prev_comb = buf_.mhc_comb.as<float>();
-                post_pending = -1;
-            }
-            // The norm also writes sub_in prepared for the sub-block's first FP8 / FP4 linear (one launch fewer).
-            WeightKind kind = WeightKind::BF16;
-            PrepBuffer* fused = fused_prep_target(L, sub, kind);
-            if (fused) {
-                p.prepared_values = fused->values.as<uint16_t>();
-                p.prepared_scales = fused->scales.as<float>();
-                p.prepared_layout = int(kind);
-                p.prepared_numerics = int(num_.act);
-            }
-            {
-                OpProfiler::Scope sc(prof_, p.prev_y_routed ? "moe.combine + mhc_post + mhc_pre + norm"
-                                                            : (p.prev_o ? "mhc_post + mhc_pre + norm" : "mhc_pre + norm"));
-                mhc_pre(p, buf_.mhc_workspace.get(), buf_.mhc_workspace_bytes, stream);
-            }
-            ++prep_generation_;  // sub_in was rewritten: earlier prepared activations are stale
-            if (fused) adopt_prepared(*fused, buf_.sub_in.get(), s.n_rows, D, kind, num_.act);
-            const bool defer_post = fuse_post && !(l + 1 == cfg_.num_hidden_layers && sub == 1);
-            if (sub == 0)
-                enqueue_attention(l, s);
-            else
-                enqueue_moe(l, s, /*combine=*/!defer_post);
-            if (defer_post) {
-                post_pending = sub;
-                continue;
-            }
-            OpProfiler::Scope sc(prof_, "mhc_post");
-            mhc_post(s.n_rows, N, int(D), buf_.residual.as<bf16>(), buf_.sub_out.as<bf16>(), buf_.mhc_post.as<float>(),
-                     buf_.mhc_comb.as<float>(), buf_.residual.as<bf16>(), stream);
+    if (post_pending_ >= 0 && !fuse_post) run_pending_post(s);
+    MhcPreParams p;
+    p.n_tokens = s.n_rows;
+    p.n_streams = N;
+    p.dim = int(D);
+    p.x = buf_.residual.as<bf16>();
+    p.fn = sub == 0 ? L.hc_attn_fn : L.hc_ffn_fn;
+    p.base = sub == 0 ? L.hc_attn_base : L.hc_ffn_base;
+    p.scale = sub == 0 ? L.hc_attn_scale : L.hc_ffn_scale;
+    p.rms_eps = float(cfg_.rms_norm_eps);
+    p.hc_eps = float(cfg_.hc_eps);
+    p.sinkhorn_iters = cfg_.hc_sinkhorn_iters;
+    p.norm_weight = sub == 0 ? L.attn_norm : L.ffn_norm;
+    p.norm_eps = float(cfg_.rms_norm_eps);
+    p.y = buf_.sub_in.as<bf16>();
+    p.post = buf_.mhc_post.as<float>();
+    p.comb = buf_.mhc_comb.as<float>();
+    if (post_pending_ >= 0) {
+        if (post_pending_ == 1 && !sharded_) {  // the MoE sub-block's combine runs here too
+            p.prev_y_routed = buf_.routed_out.as<float>();
+            p.prev_pair_slot = buf_.grouping.pair_slot;
+            p.prev_y_shared = buf_.shared_out.as<float>();
+            p.prev_top_k = cfg_.num_experts_per_tok;
+            p.prev_round_terms = num_.act == ActNumerics::FP8_BLOCK128;
+        } else {
+            p.prev_o = buf_.sub_out.as<bf16>();
         }
+        p.prev_post = buf_.mhc_post.as<float>();
+        p.prev_comb = buf_.mhc_comb.as<float>();
+        post_pending_ = -1;
     }
+    // The norm also writes sub_in prepared for the sub-block's first FP8 / FP4 linear (one launch fewer).
+    WeightKind kind = WeightKind::BF16;
+    PrepBuffer* fused = fused_prep_target(L, sub, kind);
+    if (fused) {
+        p.prepared_values = fused->values.as<uint16_t>();
+        p.prepared_scales = fused->scales.as<float>();
+        p.prepared_layout = int(kind);
+        p.prepared_numerics = int(num_.act);
+    }
+    {
+        OpProfiler::Scope sc(prof_, p.prev_y_routed ? "moe.combine + mhc_post + mhc_pre + norm"
+                                                    : (p.prev_o ? "mhc_post + mhc_pre + norm" : "mhc_pre + norm"));
+        mhc_pre(p, buf_.mhc_workspace.get(), buf_.mhc_workspace_bytes, stream);
+    }
+    ++prep_generation_;  // sub_in was rewritten: earlier prepared activations are stale
+    if (fused) adopt_prepared(*fused, buf_.sub_in.get(), s.n_rows, D, kind, num_.act);
+    const bool last = l + 1 == cfg_.num_hidden_layers && sub == 1;
+    // The combine is left to the next pre only there (not after the last sub-block, not on a shard: a shard's
+    // partial output is reduced first).
+    const bool defer_combine = fuse_post && !last && !sharded_;
+    if (sub == 0)
+        enqueue_attention(l, s);
+    else
+        enqueue_moe(l, s, /*combine=*/!defer_combine);
+    post_pending_ = sub;  // run by the next pre, before it (fusion off) or by end()
+}
+
+void ForwardPass::run_pending_post(const PassShape& s) {
+    OpProfiler::Scope sc(prof_, "mhc_post");
+    mhc_post(s.n_rows, cfg_.hc_mult, int(cfg_.hidden_size), buf_.residual.as<bf16>(), buf_.sub_out.as<bf16>(),
+             buf_.mhc_post.as<float>(), buf_.mhc_comb.as<float>(), buf_.residual.as<bf16>(), streams_.main());
+    post_pending_ = -1;
+}
+
+void ForwardPass::end(const PassShape& s) {
+    if (post_pending_ >= 0) run_pending_post(s);
     enqueue_head(s);
 }
 
@@ -138,7 +157,7 @@ void ForwardPass::enqueue_head(const PassShape& s) {
     ++prep_generation_;
     const PreparedActivation& a = prepare(buf_.prep_x_bf16, buf_.sub_in.get(), false, s.n_head_rows, D, D, shard_.head());
     OpProfiler::Scope sc(prof_, "head gemm");
-    lin(a, shard_.head(), buf_.logits.get(), OutKind::F32, cfg_.vocab_size);
+    lin(a, shard_.head(), logits_, OutKind::F32, logits_ld_);
 }
 
 const PreparedActivation& ForwardPass::prepare(PrepBuffer& buf, const void* x, bool x_f32, int rows, int64_t K,

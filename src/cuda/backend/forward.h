@@ -36,8 +36,25 @@ public:
     ForwardPass(const ModelConfig& cfg, const ShardWeights& shard, StepBuffers& buffers, StreamSet& streams,
                 StatePool& pool, const KernelPolicy& policy, ForwardNumerics numerics, OpProfiler& profiler);
 
-    // Enqueues the whole forward of one pass on the main stream; the step metadata must describe it.
+    // Enqueues the whole forward of one pass on the main stream; the step metadata must describe it. A whole-model
+    // shard only; a sharded one is driven piece by piece (below) with an all-reduce after every sub-block.
     void enqueue(const PassShape& shape);
+
+    // The pieces of a pass: begin (embedding), then for every layer l the attention (sub 0) and MoE (sub 1)
+    // sub-blocks in order, then end (the last mhc_post and the head). A sub-block's mhc_pre runs the previous
+    // sub-block's mhc_post. A sharded shard leaves each sub-block's output as its partial sum in fp32
+    // (StepBuffers::sub_out_partial); the caller reduces the partials of all shards into every shard's sub_out
+    // before the next piece.
+    void begin(const PassShape& shape);
+    void sub_block(const PassShape& shape, int l, int sub);
+    void end(const PassShape& shape);
+    bool sharded() const { return sharded_; }
+    // Where the head writes its logits: [head rows, ld] fp32 with this shard's vocabulary rows at its columns
+    // (default: the step buffers' logits, ld = the shard's vocabulary rows).
+    void set_logits_target(float* logits, int64_t ld) {
+        logits_ = logits;
+        logits_ld_ = ld;
+    }
 
     // Profiling (eager passes only): count the routed experts each MoE sub-block touched (a sync per layer), and add
     // a pass's bytes to `profile` (weights read once, state read and written; step_bytes.cpp).
@@ -52,6 +69,7 @@ private:
     void enqueue_moe(int l, const PassShape& s, bool combine);
     void enqueue_shared_expert(int l, int rows, const PreparedActivation& routed_x, const Lane& lane);
     void enqueue_head(const PassShape& s);
+    void run_pending_post(const PassShape& s);  // mhc_post of the sub-block before, on its own
 
     // Prepares x [rows, K] for weight w into buf (EXACT for BF16 weights, else the pass's numerics).
     // force_exact: no activation quantization whatever the numerics (wo_a: the reference's bf16 einsum).
@@ -81,6 +99,10 @@ private:
     const KernelPolicy& policy_;
     const ForwardNumerics num_;
     OpProfiler& prof_;
+    const bool sharded_;
+    float* logits_;
+    int64_t logits_ld_;
+    int post_pending_ = -1;         // the sub-block (0 attention, 1 MoE) whose mhc_post the next mhc_pre runs, or -1
     uint64_t prep_generation_ = 1;  // bumped whenever a sub-block starts (its inputs are rewritten)
     bool profiling_ = false;
     int distinct_experts_ = 0;      // summed over layers in a profiled pass

@@ -25,7 +25,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
     const ShardLayer& L = shard_.layer(l);
     const int T = s.n_rows;
     const int64_t D = cfg_.hidden_size, QL = cfg_.q_lora_rank;
-    const int H = cfg_.num_attention_heads, hd = cfg_.head_dim, rd = cfg_.qk_rope_head_dim;
+    const int H = shard_.spec().heads(), hd = cfg_.head_dim, rd = cfg_.qk_rope_head_dim;
     const float eps = float(cfg_.rms_norm_eps);
     const TokenBatch batch = token_batch(s);
     const int32_t* pos = batch.token_pos;
@@ -161,7 +161,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
 
     // Sparse attention over window + compressed entries, then the output projection.
     enqueue_sparse_attention(l, s);
-    const int G = cfg_.o_groups;
+    const int G = shard_.spec().groups();
     const int64_t GO = int64_t(G) * cfg_.o_lora_rank;
     const PreparedActivation& ao = prepare(buf_.prep_attn_out, buf_.attn_out.get(), false, T, int64_t(H) * hd,
                                            int64_t(H) * hd, L.wo_a, /*force_exact=*/true);
@@ -173,14 +173,17 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
     }
     const PreparedActivation& az = prepare(buf_.prep_wo_a_out, buf_.wo_a_out.get(), false, T, GO, GO, L.wo_b);
     OpProfiler::Scope sc(prof_, "attn.wo_b gemm");
-    lin(az, L.wo_b, buf_.sub_out.get(), OutKind::BF16, D);
+    if (sharded_)  // this shard's heads' share of the output, summed over the shards in fp32 by the caller
+        lin(az, L.wo_b, buf_.sub_out_partial.get(), OutKind::F32, D);
+    else
+        lin(az, L.wo_b, buf_.sub_out.get(), OutKind::BF16, D);
 }
 
 // Window + compressed candidates; the indexer's selection in CSA layers when some sequence needed scoring, else
 // every visible entry (no more than index_topk of them). The inverse RoPE of the output is fused in the kernel.
 void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s) {
     const ShardLayer& L = shard_.layer(l);
-    const int H = cfg_.num_attention_heads, hd = cfg_.head_dim;
+    const int H = shard_.spec().heads(), hd = cfg_.head_dim;
     SparseAttentionParams p;
     p.batch = token_batch(s);
     p.n_heads = H;

@@ -19,10 +19,11 @@ void ForwardPass::enqueue_moe(int l, const PassShape& s, bool combine) {
     const cudaStream_t stream = streams_.main();
     const PreparedActivation& ax = prepare(buf_.prep_x_expert, buf_.sub_in.get(), false, T, D, D, w1);
     // The shared expert does not depend on the routing: a side branch beside the router and the routed experts,
-    // joined before the combine.
-    {
-        const Lane shared = streams_.fork(streams_.aux);
-        enqueue_shared_expert(l, T, ax, shared);
+    // joined before the combine. A shard may hold no part of it.
+    const bool shared = shard_.spec().has_shared();
+    if (shared) {
+        const Lane lane = streams_.fork(streams_.aux);
+        enqueue_shared_expert(l, T, ax, lane);
     }
     {
         const PreparedActivation& ag = prepare(buf_.prep_x_bf16, buf_.sub_in.get(), false, T, D, D, L.gate);
@@ -47,8 +48,11 @@ void ForwardPass::enqueue_moe(int l, const PassShape& s, bool combine) {
     streams_.join(streams_.aux);
     if (combine) {
         OpProfiler::Scope sc(prof_, "moe.combine");
-        moe_combine(buf_.routed_out.as<float>(), buf_.grouping, buf_.shared_out.as<float>(), T, K, D,
-                    buf_.sub_out.get(), OutKind::BF16, D, stream, /*round_terms=*/num_.act == ActNumerics::FP8_BLOCK128);
+        // A shard's combine is its partial sum (its experts, its part of the shared expert), reduced by the caller.
+        moe_combine(buf_.routed_out.as<float>(), buf_.grouping, shared ? buf_.shared_out.as<float>() : nullptr, T, K,
+                    D, sharded_ ? buf_.sub_out_partial.get() : buf_.sub_out.get(),
+                    sharded_ ? OutKind::F32 : OutKind::BF16, D, stream,
+                    /*round_terms=*/num_.act == ActNumerics::FP8_BLOCK128);
     }
     if (profiling_) {  // count the experts this layer touched (outside any graph: profiling runs eagerly)
         int32_t n_active = 0;

@@ -70,9 +70,11 @@ ShardLayer bind_layer(const ModelConfig& cfg, int l, const LayerWeights& w) {
         d.w2.push_back(to_device_linear(e.w2));
         d.w3.push_back(to_device_linear(e.w3));
     }
-    d.shared_w1 = to_device_linear(w.ffn.shared.w1);
-    d.shared_w2 = to_device_linear(w.ffn.shared.w2);
-    d.shared_w3 = to_device_linear(w.ffn.shared.w3);
+    if (!w.ffn.shared.w1.weight.empty()) {
+        d.shared_w1 = to_device_linear(w.ffn.shared.w1);
+        d.shared_w2 = to_device_linear(w.ffn.shared.w2);
+        d.shared_w3 = to_device_linear(w.ffn.shared.w3);
+    }
     return d;
 }
 
@@ -83,6 +85,8 @@ ShardSpec ShardSpec::whole(const ModelConfig& cfg) {
     s.head_end = cfg.num_attention_heads;
     s.group_end = cfg.o_groups;
     s.expert_end = cfg.n_routed_experts;
+    s.inter_end = cfg.moe_intermediate_size;
+    s.shared_inter_end = cfg.moe_intermediate_size;
     s.vocab_end = cfg.vocab_size;
     return s;
 }
@@ -90,7 +94,8 @@ ShardSpec ShardSpec::whole(const ModelConfig& cfg) {
 bool ShardSpec::holds_whole_model(const ModelConfig& cfg) const {
     const ShardSpec w = whole(cfg);
     return ranks == 1 && head_begin == 0 && head_end == w.head_end && group_begin == 0 && group_end == w.group_end &&
-           expert_begin == 0 && expert_end == w.expert_end && vocab_begin == 0 && vocab_end == w.vocab_end;
+           expert_begin == 0 && expert_end == w.expert_end && inter_begin == 0 && inter_end == w.inter_end &&
+           shared_inter_begin == 0 && shared_inter_end == w.shared_inter_end && vocab_begin == 0 && vocab_end == w.vocab_end;
 }
 
 DeviceLinear to_device_linear(const Linear& l) {
@@ -113,11 +118,9 @@ DeviceLinear to_device_linear(const Linear& l) {
 
 ShardWeights::ShardWeights(const ModelConfig& cfg, const ShardSpec& spec, DeviceTensorStore store)
     : spec_(spec), store_(std::move(store)) {
-    FS_CHECK(spec_.holds_whole_model(cfg),
-             "CUDA backend: shard {} of {} holds a slice of the model; this backend runs whole-model shards only",
-             spec_.rank, spec_.ranks);
     const int L = cfg.num_hidden_layers;
-    weights_ = bind_device_weights(cfg, store_, L);
+    FS_CHECK(spec_.experts() >= 1, "CUDA backend: shard {} of {} holds no routed expert", spec_.rank, spec_.ranks);
+    weights_ = bind_device_weights(cfg, store_, L, spec_.expert_begin, spec_.expert_end, spec_.has_shared());
     embed_ = bf16_ptr(weights_.embed);
     final_norm_ = bf16_ptr(weights_.norm);
     FS_CHECK(weights_.head.dtype == DType::BF16, "CUDA backend: head.weight must be BF16, got {}",
@@ -132,9 +135,10 @@ ShardWeights::ShardWeights(const ModelConfig& cfg, const ShardSpec& spec, Device
     count_bytes();
 }
 
-// Per layer 6 device arrays of E pointers (routed w1, w1 scale, w3, w3 scale, w2, w2 scale) and 6 of one (shared).
+// Per layer 6 device arrays of E pointers (routed w1, w1 scale, w3, w3 scale, w2, w2 scale; E = the shard's experts)
+// and 6 of one (shared; null pointers where the shard has no part of it).
 void ShardWeights::bind_expert_tables(const ModelConfig& cfg) {
-    const int L = cfg.num_hidden_layers, E = cfg.n_routed_experts;
+    const int L = cfg.num_hidden_layers, E = spec_.experts();
     const size_t per_layer = size_t(6 * E + 6);
     std::vector<const void*> host(size_t(L) * per_layer);
     for (int l = 0; l < L; ++l) {
@@ -181,12 +185,13 @@ void ShardWeights::bind_expert_tables(const ModelConfig& cfg) {
         ShardLayer& d = layers_[size_t(l)];
         const void* const* base = dev + size_t(l) * per_layer;
         d.routed = table(base, E, d.w1[0]);
-        d.shared = table(base + 6 * E, 1, d.shared_w1);
+        if (spec_.has_shared()) d.shared = table(base + 6 * E, 1, d.shared_w1);
     }
 }
 
 void ShardWeights::count_bytes() {
     global_bytes_ = 0;
+    const std::string first_expert = ".ffn.experts." + std::to_string(spec_.expert_begin) + ".";
     for (const auto& [name, v] : store_.views) {
         if (name.rfind("layers.", 0) != 0) {
             if (name != "embed.weight") global_bytes_ += double(v.nbytes);  // embed: only the rows used
@@ -197,7 +202,7 @@ void ShardWeights::count_bytes() {
         if (l >= int(layers_.size())) continue;
         ShardLayer& d = layers_[size_t(l)];
         if (name.find(".ffn.experts.") != std::string::npos) {
-            if (name.find(".ffn.experts.0.") != std::string::npos) d.expert_bytes += double(v.nbytes);
+            if (name.find(first_expert) != std::string::npos) d.expert_bytes += double(v.nbytes);
         } else if (name.find("tid2eid") != std::string::npos) {
             continue;  // a table lookup of k ids per token, not a full read
         } else {

@@ -22,17 +22,27 @@ namespace flashseek::cuda {
 
 using bf16 = __nv_bfloat16;
 
-// Which part of the model a shard holds: half-open ranges over query heads, wo_a output groups, routed experts and
-// head (vocabulary) rows, and the rank among `ranks` shards.
+// Which part of the model a shard holds: half-open ranges over query heads, wo_a output groups, routed experts, the
+// routed and shared experts' intermediate columns and head (vocabulary) rows, and the rank among `ranks` shards.
+// Everything else (embedding, norms, mHC, wq_a, wkv, compressors, indexer, router) every shard holds whole. An empty
+// shared range: this shard computes no part of the shared expert.
 struct ShardSpec {
     int rank = 0, ranks = 1;
+    int tp = 1, ep = 1, tp_rank = 0, ep_rank = 0;  // rank = ep_rank * tp + tp_rank
     int head_begin = 0, head_end = 0;
     int group_begin = 0, group_end = 0;
     int expert_begin = 0, expert_end = 0;
+    int64_t inter_begin = 0, inter_end = 0;
+    int64_t shared_inter_begin = 0, shared_inter_end = 0;
     int64_t vocab_begin = 0, vocab_end = 0;
 
     static ShardSpec whole(const ModelConfig& cfg);
     bool holds_whole_model(const ModelConfig& cfg) const;
+    int heads() const { return head_end - head_begin; }
+    int groups() const { return group_end - group_begin; }
+    int experts() const { return expert_end - expert_begin; }
+    int64_t vocab_rows() const { return vocab_end - vocab_begin; }
+    bool has_shared() const { return shared_inter_end > shared_inter_begin; }
 };
 
 // A checkpoint linear as the GPU kernels see it (formats and scale kinds checked).

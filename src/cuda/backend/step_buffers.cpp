@@ -2,11 +2,13 @@
 #include "cuda/backend/step_buffers.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "cuda/attention/sparse_attention.cuh"
 #include "cuda/indexer/indexer.cuh"
 #include "cuda/mhc/mhc.cuh"
+#include "util/error.h"
 
 namespace flashseek::cuda {
 
@@ -27,6 +29,11 @@ void StepMeta::upload(cudaStream_t s) const {
     FS_CUDA_TRY(cudaMemcpyAsync(dev_.get(), host_.as<void>(), dev_.bytes(), cudaMemcpyHostToDevice, s));
 }
 
+void StepMeta::copy_host_from(const StepMeta& other) {
+    FS_CHECK(other.capacity_ == capacity_, "step metadata of {} rows copied into {} rows", other.capacity_, capacity_);
+    std::memcpy(host_.as<void>(), other.host_.as<void>(), host_.bytes());
+}
+
 void PrepBuffer::allocate(int64_t max_rows, int64_t max_k) {
     values.allocate(prepared_values_bytes(max_rows, max_k), "prepared activations");
     scales.allocate(prepared_scales_bytes(max_rows, max_k), "prepared activation scales");
@@ -38,7 +45,8 @@ StepBuffers::StepBuffers(const ModelConfig& cfg, const StepBufferSizes& sizes) :
     const int64_t T = sizes.max_rows, D = cfg.hidden_size, N = cfg.hc_mult, H = cfg.num_attention_heads,
                   hd = cfg.head_dim, QL = cfg.q_lora_rank, GO = int64_t(cfg.o_groups) * cfg.o_lora_rank,
                   V = cfg.vocab_size, nI = cfg.index_n_heads, dI = cfg.index_head_dim,
-                  E = cfg.n_routed_experts, K = cfg.num_experts_per_tok, I = cfg.moe_intermediate_size;
+                  E = sizes.experts > 0 ? sizes.experts : cfg.n_routed_experts, K = cfg.num_experts_per_tok,
+                  I = cfg.moe_intermediate_size;
     residual.allocate(size_t(T * N * D) * 2, "residual streams");
     head_streams.allocate(size_t(T * N * D) * 2, "head streams");
     sub_in.allocate(size_t(T * D) * 2, "sub-block input");
@@ -56,6 +64,7 @@ StepBuffers::StepBuffers(const ModelConfig& cfg, const StepBufferSizes& sizes) :
                                    mhc_pre_workspace_bytes(int(T), int(N), int(D), true));
     mhc_workspace.allocate(mhc_workspace_bytes, "mHC workspace");
     sub_out.allocate(size_t(T * D) * 2, "sub-block output");
+    if (sizes.sharded) sub_out_partial.allocate(size_t(T * D) * 4, "sub-block output of the shard");
 
     q_latent.allocate(size_t(T * QL) * 2, "q latent");
     queries.allocate(size_t(T * H * hd) * 2, "queries");
@@ -77,11 +86,12 @@ StepBuffers::StepBuffers(const ModelConfig& cfg, const StepBufferSizes& sizes) :
     attn_workspace_bytes = std::max<size_t>(sparse_attention_workspace_bytes(int(T), int(H), int(hd), max_cand), 256);
     attn_workspace.allocate(attn_workspace_bytes, "attention workspace");
 
-    router_logits.allocate(size_t(T * E) * 4, "router logits");
+    router_logits.allocate(size_t(T * cfg.n_routed_experts) * 4, "router logits");
     expert_idx.allocate(size_t(T * K) * 4, "expert ids");
     expert_weight.allocate(size_t(T * K) * 4, "expert weights");
     grouping_memory.allocate(moe_grouping_bytes(int(E), T * K), "expert grouping");
     grouping = moe_grouping_view(grouping_memory.get(), int(E), T * K);
+    grouping.expert_begin = sizes.expert_begin;
     const int64_t tile_k = (std::max(D, I) + 127) / 128 * 128;
     act_tiles_memory.allocate(moe_act_tile_bytes(int(E), T * K, tile_k), "expert activation tiles");
     moe_attach_act_tiles(grouping, act_tiles_memory.get(), tile_k);

@@ -21,6 +21,7 @@ public:
     int32_t* h(Field f) const { return host_.as<int32_t>() + size_t(f) * size_t(capacity_); }
     const int32_t* d(Field f) const { return dev_.as<int32_t>() + size_t(f) * size_t(capacity_); }
     void upload(cudaStream_t s) const;
+    void copy_host_from(const StepMeta& other);  // the same capacity
 
 private:
     int capacity_;  // rows
@@ -45,6 +46,9 @@ struct StepBufferSizes {
     int max_rows = 0;             // rows of the largest pass (a prefill chunk or the largest decode bucket)
     int max_head_rows = 0;        // rows of the largest head (logits) of a pass
     int64_t max_context = 0;      // the state pool's context bound (indexer and attention workspaces)
+    int expert_begin = 0;         // the routed experts the shard holds: [expert_begin, expert_begin + experts)
+    int experts = 0;              // 0: all of the model's
+    bool sharded = false;         // a slice of the model: sub-block outputs are partial sums (sub_out_partial)
 };
 
 struct StepBuffers {
@@ -59,6 +63,7 @@ struct StepBuffers {
     DeviceBuffer mhc_post, mhc_comb, mhc_workspace;  // fp32 [rows, hc_mult], [rows, hc_mult, hc_mult], scratch
     size_t mhc_workspace_bytes = 0;
     DeviceBuffer sub_out;       // [rows, hidden]: a sub-block's output before mhc_post
+    DeviceBuffer sub_out_partial;  // fp32 [rows, hidden]: a shard's part of it, before the all-reduce
     // attention
     DeviceBuffer q_latent;      // [rows, q_lora_rank]
     DeviceBuffer queries;       // [rows, heads, head_dim]

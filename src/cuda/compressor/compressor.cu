@@ -190,6 +190,9 @@ void compressor_forward(const CompressorParams& p, cudaStream_t stream) {
                     "compressor: quantized entry formats are always simulated (quant_sim = false needs BF16 entries)");
     if (p.batch.n_seqs <= 0 || p.batch.n_tokens <= 0) return;
     const int max_emits = p.batch.max_seq_tokens / p.ratio + 1;
+    FS_ATTN_REQUIRE(max_emits <= 65535,
+                    "compressor: a step of {} tokens per sequence emits more than 65535 entries at ratio {}; split it",
+                    p.batch.max_seq_tokens, p.ratio);
     const size_t smem = size_t(p.dim) * sizeof(float);
     launch_pdl("compressor_emit_kernel", compressor_emit_kernel, dim3(p.batch.n_seqs, max_emits), dim3(kThreads), smem,
                stream, p);

@@ -3,8 +3,9 @@
 //    in registers (in-lane stages) and through xor shuffles (cross-lane stages), in the CPU op's exact order.
 //  * scores: CTA per (query, tile of 64 entries); q (all heads) and the key tile live in shared memory as bf16;
 //    thread (entry, head group) accumulates sum_h w_h ReLU(q_h . k) over its heads, reduced across groups.
-//  * top-k: CTA per query; 4-pass 8-bit radix select of the k-th largest order-preserving key, then two block
-//    scans place the selected indices in ascending order (ties to the lower index), matching cpu::topk_indices.
+//  * top-k (also the second half of indexer_select_prefill, per chunk of rows): CTA per query; 4-pass 8-bit radix
+//    select of the k-th largest order-preserving key, then two block scans place the selected indices in ascending
+//    order (ties to the lower index), matching cpu::topk_indices.
 #include <algorithm>
 
 #include "cuda/common/attn_helpers.cuh"
@@ -210,21 +211,23 @@ __device__ int block_exclusive_scan(int v, int* warp_sums, int* total) {
     return (warp > 0 ? warp_sums[warp - 1] : 0) + x - v;
 }
 
-__global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerSelectParams p, const float* __restrict__ scores) {
+// Rows t = row_begin + blockIdx.x; the scores of row t start at scores + (t - row_begin) * row_stride.
+__global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerSelectParams p, const float* __restrict__ scores,
+                                                            int row_begin, int64_t row_stride) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     __shared__ int hist[256];
     __shared__ int warp_sums[32];
     __shared__ uint32_t sh_prefix;
     __shared__ int sh_remaining;
-    const int t = blockIdx.x;
+    const int t = row_begin + int(blockIdx.x);
     const int n = visible_entries(p.batch.token_pos[t], p.ratio, p.max_entries);
     int32_t* out = p.selected + int64_t(t) * p.topk;
     if (n <= p.topk) {
         for (int i = threadIdx.x; i < p.topk; i += blockDim.x) out[i] = i < n ? i : -1;
         return;
     }
-    const float* row = scores + int64_t(t) * p.max_entries;
+    const float* row = scores + int64_t(t - row_begin) * row_stride;
     uint32_t prefix = 0, mask = 0;
     int remaining = p.topk;
     for (int shift = 24; shift >= 0; shift -= 8) {
@@ -300,12 +303,16 @@ size_t indexer_select_workspace_bytes(int n_tokens, int max_entries) {
     return size_t(std::max(n_tokens, 1)) * size_t(std::max(max_entries, 1)) * sizeof(float);
 }
 
-void indexer_select(const IndexerSelectParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+bool indexer_check_select(const IndexerSelectParams& p) {
     FS_ATTN_REQUIRE(p.topk > 0, "indexer: index_topk must be positive, got {}", p.topk);
     FS_ATTN_REQUIRE(p.ratio >= 1, "indexer: ratio must be >= 1, got {}", p.ratio);
     FS_ATTN_REQUIRE(p.selected != nullptr, "indexer: the selected output is required");
+    return p.batch.n_tokens > 0;
+}
+
+void indexer_select(const IndexerSelectParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+    if (!indexer_check_select(p)) return;
     const int n_tokens = p.batch.n_tokens;
-    if (n_tokens <= 0) return;
     if (p.max_entries > p.topk) {  // some query has more entries than index_topk: score them
         FS_ATTN_REQUIRE(p.head_dim % 32 == 0 && p.n_heads > 0, "indexer: index_head_dim {} must be a multiple of 32",
                         p.head_dim);
@@ -323,8 +330,19 @@ void indexer_select(const IndexerSelectParams& p, void* workspace, size_t worksp
                    static_cast<float*>(workspace));
         FS_ATTN_LAUNCHED();
     }
-    launch_pdl("topk_kernel", topk_kernel, dim3(n_tokens), dim3(kTopkThreads), 0, stream, p,
-               static_cast<const float*>(workspace));
+    indexer_topk_rows(p, static_cast<const float*>(workspace), 0, n_tokens, p.max_entries, stream);
+}
+
+void indexer_topk_rows(const IndexerSelectParams& p, const float* scores, int row_begin, int n_rows,
+                       int64_t row_stride, cudaStream_t stream) {
+    FS_ATTN_REQUIRE(p.topk > 0 && p.selected != nullptr,
+                    "indexer: index_topk ({}) and the selected output are required", p.topk);
+    FS_ATTN_REQUIRE(row_begin >= 0 && n_rows >= 0 && row_begin + n_rows <= p.batch.n_tokens,
+                    "indexer: rows [{}, {}) outside the step's {} rows", row_begin, row_begin + n_rows,
+                    p.batch.n_tokens);
+    if (n_rows <= 0) return;
+    launch_pdl("topk_kernel", topk_kernel, dim3(n_rows), dim3(kTopkThreads), 0, stream, p, scores, row_begin,
+               row_stride);
     FS_ATTN_LAUNCHED();
 }
 

@@ -39,6 +39,15 @@ struct IndexerSelectParams {
 // scoring: every valid entry is attended); otherwise score(j) = sum_h w_h * ReLU(q_h . K_j) over j < n (fp32) and
 // selected = the topk best in ascending index order (ties to the lower index). Unused slots are -1.
 size_t indexer_select_workspace_bytes(int n_tokens, int max_entries);
+// The checks every selection entry runs first: throws Error naming index_topk, ratio or the output when invalid;
+// false when the step has no rows (nothing to do).
+bool indexer_check_select(const IndexerSelectParams& p);
 void indexer_select(const IndexerSelectParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+// The selection step alone, for rows t in [row_begin, row_begin + n_rows) of p.batch whose scores were computed
+// elsewhere: row t's score of entry j < n_vis(t) at scores[(t - row_begin) * row_stride + j]. Same rules as above
+// (n_vis <= topk: 0..n_vis-1 without reading scores); writes p.selected rows [row_begin, row_begin + n_rows).
+void indexer_topk_rows(const IndexerSelectParams& p, const float* scores, int row_begin, int n_rows,
+                       int64_t row_stride, cudaStream_t stream);
 
 }  // namespace flashseek::cuda

@@ -144,8 +144,8 @@ __device__ void group_block(const int32_t* __restrict__ idx, const float* __rest
     if (threadIdx.x < 2) carry[threadIdx.x] = 0;
     __syncthreads();
     for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
-        const int e = idx[p];
-        if (e >= 0 && e < g.E) atomicAdd(&count[e], 1);
+        const int e = idx[p] - g.expert_begin;  // -1 (no expert) stays outside any range
+        if (idx[p] >= 0 && e >= 0 && e < g.E) atomicAdd(&count[e], 1);
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
@@ -192,8 +192,8 @@ __device__ void group_block(const int32_t* __restrict__ idx, const float* __rest
         *g.n_active = carry[1];
     }
     for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
-        const int e = idx[p];
-        if (e >= 0 && e < g.E) {
+        const int e = idx[p] - g.expert_begin;  // -1 (no expert) stays outside any range
+        if (idx[p] >= 0 && e >= 0 && e < g.E) {
             const int32_t slot = atomicAdd(&cursor[e], 1);
             g.slot_token[slot] = int32_t(p / top_k);
             g.slot_weight[slot] = wts[p];
@@ -288,8 +288,9 @@ void moe_route_and_group(const float* logits, int64_t M, int E, int64_t ld_logit
         moe_group(expert_idx, expert_weight, M, top_k, g, stream);
         return;
     }
-    FS_REQUIRE(E > 0 && E <= kMaxRouteE && g.E == E, "moe_route_and_group: n_routed_experts ", E,
-               " must be in [1, ", kMaxRouteE, "] and match the grouping (", g.E, ")");
+    FS_REQUIRE(E > 0 && E <= kMaxRouteE && g.expert_begin >= 0 && g.expert_begin + g.E <= E,
+               "moe_route_and_group: n_routed_experts ", E, " must be in [1, ", kMaxRouteE,
+               "] and hold the grouping's experts [", g.expert_begin, ", ", g.expert_begin + g.E, ")");
     FS_REQUIRE(top_k > 0 && top_k <= kMaxTopK && top_k <= E, "moe_route_and_group: top_k ", top_k,
                " must be in [1, min(", kMaxTopK, ", E)]");
     FS_REQUIRE(M > 0 && ld_logits >= E, "moe_route_and_group: M ", M, " / logits stride ", ld_logits, " invalid");

@@ -73,6 +73,12 @@ struct Dev {
     ~Dev() { cudaFree(ptr); }
     Dev(const Dev&) = delete;
     Dev& operator=(const Dev&) = delete;
+    Dev(Dev&& o) noexcept : ptr(o.ptr), n(o.n) { o.ptr = nullptr, o.n = 0; }
+    Dev& operator=(Dev&& o) noexcept {
+        std::swap(ptr, o.ptr);
+        std::swap(n, o.n);
+        return *this;
+    }
     void upload(const std::vector<T>& h) { cudaMemcpy(ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice); }
     std::vector<T> download() const {
         std::vector<T> h(n);

@@ -1,33 +1,39 @@
-// Per-op GPU time of the attention-side kernels at full DeepSeek-V4-Flash decode shapes (concurrency 1/16/64,
-// context 256/8192): each op is captured 20 times in a CUDA graph and timed with events (median of 5 replays),
-// so launch overhead is excluded as it is under the backend's decode graphs. Runs only with FS_ATTN_BENCH=1
-// (scripts/cuda_attn_device.sh); the printed table goes to docs/perf.md.
+// Per-op GPU time of the attention-side kernels at full DeepSeek-V4-Flash shapes: decode (concurrency 1/16/64,
+// context 256/8192) and prefill (one prompt of 4k / 8k / 32k tokens: the prefill attention and indexer kernels
+// with TFLOP/s and the fraction of the bf16 tensor-core rate, the decode kernels on the same prompt for reference,
+// the compressors over the whole prompt). Each op is captured in a CUDA graph (20 calls for decode, 3 for prefill)
+// and timed with events (median of 5 replays), so launch overhead is excluded as under the backend's graphs. Runs
+// only with FS_ATTN_BENCH=1 (scripts/cuda_attn_device.sh); the printed tables go to docs/perf.md.
 #include <algorithm>
 #include <cstdio>
 #include <functional>
 
 #include "cuda/attention/kv_store.cuh"
 #include "cuda/attention/sparse_attention.cuh"
+#include "cuda/attention/sparse_attention_prefill.cuh"
+#include "cuda/common/random_fill.cuh"
 #include "cuda/compressor/compressor.cuh"
 #include "cuda/indexer/indexer.cuh"
+#include "cuda/indexer/indexer_prefill.cuh"
 #include "cuda/mhc/mhc.cuh"
 #include "cuda/norm/rmsnorm.cuh"
+#include "attn_reference.h"
 #include "kv_test_util.h"
+#include "mma_rate_probe.cuh"
 
 namespace flashseek::cuda::test {
 namespace {
 
-// Median time of one op call in microseconds.
-double time_op(const std::function<void(cudaStream_t)>& op) {
+// Median time of one op call in microseconds (`reps` calls per graph).
+double time_op(const std::function<void(cudaStream_t)>& op, int reps = 20) {
     cudaStream_t s;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     op(s);  // warm-up (and lazy attribute setup) outside the capture
     cudaStreamSynchronize(s);
-    constexpr int kReps = 20;
     cudaGraph_t g;
     cudaGraphExec_t ge;
     cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
-    for (int i = 0; i < kReps; ++i) op(s);
+    for (int i = 0; i < reps; ++i) op(s);
     cudaStreamEndCapture(s, &g);
     cudaGraphInstantiate(&ge, g, 0);
     cudaEvent_t a, b;
@@ -49,7 +55,7 @@ double time_op(const std::function<void(cudaStream_t)>& op) {
     cudaEventDestroy(a);
     cudaEventDestroy(b);
     cudaStreamDestroy(s);
-    return ms[ms.size() / 2] * 1000.0 / kReps;
+    return ms[ms.size() / 2] * 1000.0 / reps;
 }
 
 std::vector<uint8_t> safe_random_bytes(size_t n, Rng& rng) {  // small finite values in every format
@@ -78,7 +84,8 @@ TEST(CudaAttnBench, DecodeOps) {
             const int T = C;
             auto row = [&](const char* name, double us) { std::printf("%-34s %5d %6d %10.2f\n", name, C, ctx, us); };
             // mHC
-            Dev<uint16_t> X(to_bf16_bits(rng.normals(size_t(T) * N * D))), yb(size_t(T) * D), nw(to_bf16_bits(rng.normals(D)));
+            Dev<uint16_t> X(to_bf16_bits(rng.normals(size_t(T) * N * D))), yb(size_t(T) * D),
+                nw(to_bf16_bits(rng.normals(D)));
             Dev<float> fn(rng.normals(size_t(24) * N * D, 0.01f)), base(rng.normals(24)), scl(rng.normals(3)),
                 post(size_t(T) * N), comb(size_t(T) * N * N);
             Dev<uint8_t> mws(mhc_pre_workspace_bytes(T, N, D, false));
@@ -106,7 +113,8 @@ TEST(CudaAttnBench, DecodeOps) {
                 row("hc_head + norm", time_op([&](cudaStream_t s) { mhc_pre(hp, mws.ptr, mws.n, s); }));
                 Dev<uint16_t> q(to_bf16_bits(rng.normals(size_t(T) * H * hd)));
                 row("q head norm + rope", time_op([&](cudaStream_t s) {
-                        head_rmsnorm_rope(bf(q), int64_t(H) * hd, T, H, hd, nullptr, 1e-6f, bd.batch.token_pos, rope, s);
+                        head_rmsnorm_rope(bf(q), int64_t(H) * hd, T, H, hd, nullptr, 1e-6f, bd.batch.token_pos, rope,
+                                          s);
                     }));
                 Dev<uint16_t> iq(to_bf16_bits(rng.normals(size_t(T) * nI * dI)));
                 row("indexer q prepare", time_op([&](cudaStream_t s) {
@@ -132,7 +140,8 @@ TEST(CudaAttnBench, DecodeOps) {
             Dev<uint8_t> dpool(pool.bytes), dipool(ipool.bytes);
             Dev<int32_t> dtab(pool.tables), ditab(ipool.tables);
             // compressors (decode step; rows at pos % 4 == 3 emit)
-            for (auto [ratio, dim, idx] : {std::tuple{4, 512, false}, std::tuple{4, 128, true}, std::tuple{128, 512, false}}) {
+            for (auto [ratio, dim, idx] :
+                 {std::tuple{4, 512, false}, std::tuple{4, 128, true}, std::tuple{128, 512, false}}) {
                 if (ctx != 256) break;
                 const int co = ratio == 4 ? 2 : 1;
                 Dev<float> a(rng.normals(size_t(T) * co * dim)), z(rng.normals(size_t(T) * co * dim)),
@@ -140,24 +149,13 @@ TEST(CudaAttnBench, DecodeOps) {
                 Dev<uint16_t> cn(to_bf16_bits(rng.normals(dim)));
                 const size_t sb = compressor_state_bytes(ratio, dim);
                 Dev<uint8_t> st(std::vector<uint8_t>(sb * C, 0));
-                CompressorParams cp;
-                cp.batch = bd.batch;
-                cp.ratio = ratio;
-                cp.dim = dim;
-                cp.rope_dim = R;
-                cp.indexer = idx;
-                cp.kv = a.ptr;
-                cp.kv_stride = co * dim;
-                cp.gate = z.ptr;
-                cp.gate_stride = co * dim;
-                cp.ape = ape.ptr;
-                cp.norm_weight = bf(cn);
-                cp.rope = rope;
-                cp.state = st.ptr;
-                cp.state_stride = int64_t(sb);
-                cp.out = idx ? ipool.view(dipool.ptr, ditab.ptr, int32_t(IndexFormat::FP4))
-                             : pool.view(dpool.ptr, dtab.ptr, int32_t(KvFormat::FP8));
-                const char* name = idx ? "indexer compressor (r4, 128)" : ratio == 4 ? "attn compressor (r4, 512)" : "attn compressor (r128, 512)";
+                const CompressorParams cp = compressor_params(
+                    bd.batch, ratio, dim, R, idx, a.ptr, z.ptr, ape.ptr, cn.ptr, rope, st.ptr,
+                    idx ? ipool.view(dipool.ptr, ditab.ptr, int32_t(IndexFormat::FP4))
+                        : pool.view(dpool.ptr, dtab.ptr, int32_t(KvFormat::FP8)));
+                const char* name = idx          ? "indexer compressor (r4, 128)"
+                                   : ratio == 4 ? "attn compressor (r4, 512)"
+                                                : "attn compressor (r128, 512)";
                 row(name, time_op([&](cudaStream_t s) { compressor_forward(cp, s); }));
             }
             // indexer select (scores + top-k) when entries > topk
@@ -167,22 +165,12 @@ TEST(CudaAttnBench, DecodeOps) {
             Dev<int32_t> sel(sel_h);
             const int max_entries = ctx / 4;
             if (max_entries > topk) {
-                Dev<uint16_t> iq(to_bf16_bits(rng.normals(size_t(T) * nI * dI, 0.3f))), iw(to_bf16_bits(rng.normals(size_t(T) * nI)));
+                Dev<uint16_t> iq(to_bf16_bits(rng.normals(size_t(T) * nI * dI, 0.3f))),
+                    iw(to_bf16_bits(rng.normals(size_t(T) * nI)));
                 Dev<int32_t> sel2(size_t(T) * topk);
-                IndexerSelectParams ip;
-                ip.batch = bd.batch;
-                ip.n_heads = nI;
-                ip.head_dim = dI;
-                ip.ratio = 4;
-                ip.topk = topk;
-                ip.q = bf(iq);
-                ip.q_stride = int64_t(nI) * dI;
-                ip.weights = bf(iw);
-                ip.weights_stride = nI;
-                ip.weights_scale = 1.f / 64.f;
-                ip.keys = ipool.view(dipool.ptr, ditab.ptr, int32_t(IndexFormat::FP4));
-                ip.max_entries = max_entries;
-                ip.selected = sel2.ptr;
+                const IndexerSelectParams ip =
+                    indexer_params(bd.batch, nI, dI, 4, topk, iq.ptr, iw.ptr,
+                                   ipool.view(dipool.ptr, ditab.ptr, int32_t(IndexFormat::FP4)), max_entries, sel2.ptr);
                 Dev<uint8_t> iws(indexer_select_workspace_bytes(T, max_entries));
                 row("indexer scores + top-k", time_op([&](cudaStream_t s) { indexer_select(ip, iws.ptr, iws.n, s); }));
             }
@@ -190,38 +178,162 @@ TEST(CudaAttnBench, DecodeOps) {
             Dev<uint16_t> q(to_bf16_bits(rng.normals(size_t(T) * H * hd))), out(size_t(T) * H * hd);
             Dev<float> sink(rng.normals(H));
             for (int ratio : {4, 128}) {
-                SparseAttentionParams p;
-                p.batch = bd.batch;
-                p.n_heads = H;
-                p.head_dim = hd;
-                p.rope_dim = R;
-                p.softmax_scale = 1.f / std::sqrt(float(hd));
-                p.q = bf(q);
-                p.q_stride = int64_t(H) * hd;
-                p.out = bf(out);
-                p.out_stride = int64_t(H) * hd;
-                p.sink = sink.ptr;
-                p.rope = rope;
-                p.window = W;
-                p.ring = rv;
-                p.ratio = ratio;
-                p.comp = pool.view(dpool.ptr, dtab.ptr, int32_t(KvFormat::FP8));
                 const bool use_topk = ratio == 4 && max_entries > topk;
-                p.topk = use_topk ? sel.ptr : nullptr;
-                p.topk_stride = topk;
-                p.topk_width = topk;
+                SparseAttentionParams p = attention_params(
+                    bd.batch, H, hd, R, q.ptr, out.ptr, sink.ptr, rope, W, rv, ratio,
+                    pool.view(dpool.ptr, dtab.ptr, int32_t(KvFormat::FP8)), use_topk ? sel.ptr : nullptr, topk);
                 p.max_candidates = W + (use_topk ? topk : ctx / ratio);
                 Dev<uint8_t> aws(std::max<size_t>(1, sparse_attention_workspace_bytes(T, H, hd, p.max_candidates)));
-                p.kernel = AttnKernel::Simt;
+                const KernelPolicy simt = KernelPolicy::only("attn_simt"), mma = KernelPolicy::only("attn_mma");
                 row(ratio == 4 ? "sparse attn CSA (fp8) simt" : "sparse attn HCA (fp8) simt",
-                    time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s); }));
-                p.kernel = AttnKernel::Mma;
+                    time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s, simt); }));
                 row(ratio == 4 ? "sparse attn CSA (fp8) mma" : "sparse attn HCA (fp8) mma",
-                    time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s); }));
+                    time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s, mma); }));
             }
             cudaError_t e = cudaDeviceSynchronize();
             ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
         }
+    }
+}
+
+// Dense bf16 tensor-core rate of an H100 / H200 SXM datasheet (989.4 TFLOP/s, wgmma): the "% bf16 spec" column
+// (other GPUs: read the TFLOP/s column). The "% mma.sync" column divides by the rate mma.sync m16n8k16 bf16 reaches
+// on this GPU in this run (mma_rate_probe), the instruction the prefill kernels are built from.
+constexpr double kBf16PeakTflops = 989.4;
+
+TEST(CudaAttnBench, PrefillOps) {
+    REQUIRE_GPU();
+    if (!std::getenv("FS_ATTN_BENCH")) GTEST_SKIP() << "set FS_ATTN_BENCH=1";
+    Rng rng(4321);
+    const int H = 64, hd = 512, R = 64, W = 128, nI = 64, dI = 128, topk = 512;
+    RopeScaling y;
+    y.type = "yarn";
+    y.factor = 16;
+    y.original_max_position_embeddings = 65536;
+    const RopeTable rope = make_rope_table(R, 160000.0, &y);
+    const double mma_tflops = measure_mma_bf16_tflops();
+    std::printf("mma.sync m16n8k16 bf16 rate on this GPU: %.1f TFLOP/s (%.1f%% of the %.1f datasheet)\n", mma_tflops,
+                100.0 * mma_tflops / kBf16PeakTflops, kBf16PeakTflops);
+    std::printf("%-40s %6s %11s %9s %12s %10s\n", "prefill op (one prompt)", "tokens", "us/call", "TFLOP/s",
+                "% bf16 spec", "% mma.sync");
+    for (int N : {4096, 8192, 32768}) {
+        auto row = [&](const char* name, double us, double flops) {
+            const double tflops = flops / us * 1e-6;
+            if (flops > 0)
+                std::printf("%-40s %6d %11.1f %9.1f %11.1f%% %9.1f%%\n", name, N, us, tflops,
+                            100.0 * tflops / kBf16PeakTflops, 100.0 * tflops / mma_tflops);
+            else
+                std::printf("%-40s %6d %11.1f %9s %12s %10s\n", name, N, us, "-", "-", "-");
+        };
+        BatchHost bh;
+        bh.add(0, 0, N);
+        BatchDev bd(bh);
+        const int eb = int(kv_entry_bytes(KvFormat::FP8, hd, R));
+        const int ring_entries = W - 1 + N + 1;
+        Dev<uint8_t> ring(safe_random_bytes(size_t(ring_entries) * eb, rng));
+        const RingView rv{ring.ptr, int64_t(ring_entries) * eb, ring_entries, eb, KvFormat::FP8};
+        const int max_entries = N / 4;
+        PagedPool pool(1, max_entries + 1, 64, eb, rng);
+        pool.bytes = safe_random_bytes(pool.bytes.size(), rng);
+        Dev<uint8_t> dpool(pool.bytes);
+        Dev<int32_t> dtab(pool.tables);
+        Dev<uint16_t> q(size_t(N) * H * hd), out(size_t(N) * H * hd);
+        fill_random(q.ptr, q.n, FillKind::BF16, 11, 1.f, nullptr);
+        Dev<float> sink(rng.normals(H));
+        // top-k rows as the indexer writes them: all visible entries while there are at most topk, else topk
+        // distinct ids spread over the visible ones (ascending); -1 padding
+        std::vector<int32_t> sel_h(size_t(N) * topk, -1);
+        for (int t = 0; t < N; ++t) {
+            const int n_vis = (t + 1) / 4;
+            for (int i = 0; i < std::min(n_vis, topk); ++i)
+                sel_h[size_t(t) * topk + i] = n_vis <= topk ? i : int(int64_t(i) * n_vis / topk);
+        }
+        Dev<int32_t> sel(sel_h);
+        for (int ratio : {4, 128}) {
+            SparseAttentionParams p = attention_params(bd.batch, H, hd, R, q.ptr, out.ptr, sink.ptr, rope, W, rv, ratio,
+                                                       pool.view(dpool.ptr, dtab.ptr, int32_t(KvFormat::FP8)),
+                                                       ratio == 4 ? sel.ptr : nullptr, topk);
+            double flops = 0;  // 2 * 2 * H * hd per (query, valid candidate): QK^T and PV
+            for (int t = 0; t < N; ++t) {
+                const int n_vis = (t + 1) / ratio;
+                flops += 4.0 * H * hd * (std::min(t + 1, W) + (ratio == 4 ? std::min(n_vis, topk) : n_vis));
+            }
+            const int entries = N / ratio;
+            const size_t ws_bytes = sparse_attention_prefill_workspace_bytes(N, 1, W, entries, hd);
+            Dev<uint8_t> ws(ws_bytes);
+            const char* name = ratio == 4 ? "sparse attn CSA prefill (fp8 kv)" : "sparse attn HCA prefill (fp8 kv)";
+            row(name, time_op([&](cudaStream_t s) { sparse_attention_prefill(p, entries, ws.ptr, ws.n, s); }, 3),
+                flops);
+            // launch-shape A/B (same results): heads per CTA, cp.async pipeline depth
+            for (auto [label, tn] : {std::pair{"32 heads per CTA", PrefillAttentionTuning{2, 0}},
+                                     std::pair{"16 heads per CTA", PrefillAttentionTuning{1, 0}},
+                                     std::pair{"3 stages", PrefillAttentionTuning{0, 3}}}) {
+                const std::string tname = std::string(ratio == 4 ? "  CSA" : "  HCA") + " prefill, " + label;
+                row(tname.c_str(),
+                    time_op([&](cudaStream_t s) { sparse_attention_prefill(p, entries, ws.ptr, ws.n, s, tn); }, 3),
+                    flops);
+            }
+            if (N == 4096) {  // today's path for prefill: the decode kernels, one CTA per (query, head group)
+                p.max_candidates = W + (ratio == 4 ? topk : entries);
+                Dev<uint8_t> aws(std::max<size_t>(1, sparse_attention_workspace_bytes(N, H, hd, p.max_candidates)));
+                for (const char* variant : {"attn_simt", "attn_mma"}) {
+                    const KernelPolicy policy = KernelPolicy::only(variant);
+                    const std::string dname = std::string(ratio == 4 ? "  CSA" : "  HCA") + " via " + variant;
+                    row(dname.c_str(),
+                        time_op([&](cudaStream_t s) { sparse_attention(p, aws.ptr, aws.n, s, policy); }, 3), flops);
+                }
+            }
+        }
+        // indexer: scores of every row against its visible FP4 keys, then top-512
+        {
+            const int ikb = int(index_entry_bytes(IndexFormat::FP4, dI));
+            PagedPool ipool(1, max_entries + 1, 64, ikb, rng);
+            ipool.bytes = safe_random_bytes(ipool.bytes.size(), rng);
+            Dev<uint8_t> dipool(ipool.bytes);
+            Dev<int32_t> ditab(ipool.tables), isel(size_t(N) * topk);
+            Dev<uint16_t> iq(size_t(N) * nI * dI), iw(size_t(N) * nI);
+            fill_random(iq.ptr, iq.n, FillKind::BF16, 12, 0.3f, nullptr);
+            fill_random(iw.ptr, iw.n, FillKind::BF16, 13, 1.f, nullptr);
+            const IndexerSelectParams ip =
+                indexer_params(bd.batch, nI, dI, 4, topk, iq.ptr, iw.ptr,
+                               ipool.view(dipool.ptr, ditab.ptr, int32_t(IndexFormat::FP4)), max_entries, isel.ptr);
+            double flops = 0;  // 2 * nI * dI per (row, scored key); rows with <= topk entries are not scored
+            for (int t = 0; t < N; ++t) {
+                const int n_vis = (t + 1) / 4;
+                if (n_vis > topk) flops += 2.0 * nI * dI * n_vis;
+            }
+            Dev<uint8_t> iws(indexer_select_prefill_workspace_bytes(N, max_entries));
+            row("indexer scores + top-k prefill (fp4)",
+                time_op([&](cudaStream_t s) { indexer_select_prefill(ip, iws.ptr, iws.n, s); }, 3), flops);
+            if (N <= 8192) {  // today's path: SIMT scores, the whole [rows x entries] matrix
+                Dev<uint8_t> ows(indexer_select_workspace_bytes(N, max_entries));
+                row("  via indexer_select (simt)",
+                    time_op([&](cudaStream_t s) { indexer_select(ip, ows.ptr, ows.n, s); }, 3), flops);
+            }
+        }
+        // compressors over the whole prompt in one step (their bf16 GEMMs are not included)
+        for (auto [ratio, dim, idx] :
+             {std::tuple{4, 512, false}, std::tuple{4, 128, true}, std::tuple{128, 512, false}}) {
+            const int co = ratio == 4 ? 2 : 1;
+            Dev<float> a(size_t(N) * co * dim), z(size_t(N) * co * dim), ape(rng.normals(size_t(ratio) * co * dim));
+            fill_random(a.ptr, a.n, FillKind::F32, 14, 1.f, nullptr);
+            fill_random(z.ptr, z.n, FillKind::F32, 15, 1.f, nullptr);
+            Dev<uint16_t> cn(to_bf16_bits(rng.normals(dim)));
+            const size_t sb = compressor_state_bytes(ratio, dim);
+            Dev<uint8_t> st(std::vector<uint8_t>(sb, 0));
+            const int ceb = int(idx ? index_entry_bytes(IndexFormat::FP4, dim) : kv_entry_bytes(KvFormat::FP8, dim, R));
+            PagedPool cpool(1, N / ratio + 1, 64, ceb, rng);
+            Dev<uint8_t> dcpool(cpool.bytes);
+            Dev<int32_t> dctab(cpool.tables);
+            const CompressorParams cp = compressor_params(
+                bd.batch, ratio, dim, R, idx, a.ptr, z.ptr, ape.ptr, cn.ptr, rope, st.ptr,
+                cpool.view(dcpool.ptr, dctab.ptr, idx ? int32_t(IndexFormat::FP4) : int32_t(KvFormat::FP8)));
+            const char* name = idx ? "indexer compressor (r4, 128)" : ratio == 4 ? "attn compressor (r4, 512)"
+                                                                                 : "attn compressor (r128, 512)";
+            row(name, time_op([&](cudaStream_t s) { compressor_forward(cp, s); }, 3), 0);
+        }
+        cudaError_t e = cudaDeviceSynchronize();
+        ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
     }
 }
 

@@ -1,28 +1,21 @@
 // GPU vs CPU reference: window KV store (bf16 and 584-byte FP8 rings), sparse attention with sink (decode with
 // split-KV and prefill, window + compressed candidates, top-k lists with holes, inverse RoPE), the compressors
-// (ratio 4 overlapping and ratio 128, main and indexer, chunked over several steps), indexer q preparation and
-// top-k selection. Every output buffer is poisoned before the kernel runs.
+// (ratio 4 overlapping and ratio 128, main and indexer, chunked over several steps or whole prompts in one step),
+// indexer q preparation and top-k selection. Every output buffer is poisoned before the kernel runs.
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "cpu/ops.h"
 #include "cuda/attention/kv_store.cuh"
 #include "cuda/attention/sparse_attention.cuh"
 #include "cuda/compressor/compressor.cuh"
 #include "cuda/indexer/indexer.cuh"
+#include "attn_reference.h"
 #include "kv_test_util.h"
 
 namespace flashseek::cuda::test {
 namespace {
-
-RopeTable yarn_table(int rope_dim) {
-    RopeScaling y;
-    y.type = "yarn";
-    y.factor = 16;
-    y.original_max_position_embeddings = 65536;
-    return make_rope_table(rope_dim, 160000.0, &y);
-}
-std::vector<float> inv_of(const RopeTable& r) { return std::vector<float>(r.inv_freq, r.inv_freq + r.n_pairs); }
 
 TEST(CudaKvStore, WindowEntriesMatchCpu) {
     REQUIRE_GPU();
@@ -113,7 +106,9 @@ TEST(CudaSparseAttention, MatchesCpuReference) {
             for (int pos = std::max(0, end - ring_entries); pos < end; ++pos) {
                 auto v = bf16_round(rng.normals(D, 1.5f));
                 std::vector<float> dec(D);
-                encode_kv_entry(v.data(), D, R, c.fmt, ring_h.data() + (int64_t(bh.slot[s]) * ring_entries + pos % ring_entries) * eb, dec.data());
+                encode_kv_entry(v.data(), D, R, c.fmt,
+                                ring_h.data() + (int64_t(bh.slot[s]) * ring_entries + pos % ring_entries) * eb,
+                                dec.data());
                 ring_val[{bh.slot[s], pos}] = dec;
             }
         }
@@ -137,7 +132,8 @@ TEST(CudaSparseAttention, MatchesCpuReference) {
             for (int t = 0; t < T; ++t) {
                 const int n_vis = (bh.token_pos[t] + 1) / c.ratio;
                 for (int i = 0; i < topk_width; ++i)
-                    topk[size_t(t) * topk_width + i] = rng.uniform_int(0, 4) == 0 || n_vis == 0 ? -1 : rng.uniform_int(0, n_vis - 1);
+                    topk[size_t(t) * topk_width + i] =
+                        rng.uniform_int(0, 4) == 0 || n_vis == 0 ? -1 : rng.uniform_int(0, n_vis - 1);
             }
         }
         auto q = bf16_round(rng.normals(size_t(T) * H * D));
@@ -148,77 +144,47 @@ TEST(CudaSparseAttention, MatchesCpuReference) {
         Dev<uint8_t> dring(ring_h), dpool(pool.bytes);
         Dev<int32_t> dtables(pool.tables), dtopk(topk);
         dout.poison();
-        SparseAttentionParams p;
-        p.batch = bd.batch;
-        p.n_heads = H;
-        p.head_dim = D;
-        p.rope_dim = R;
-        p.softmax_scale = 1.f / std::sqrt(float(D));
-        p.q = bf(dq);
-        p.q_stride = int64_t(H) * D;
-        p.out = bf(dout);
-        p.out_stride = int64_t(H) * D;
-        p.sink = dsink.ptr;
-        p.rope = rope;
-        p.window = c.window;
-        p.ring = RingView{dring.ptr, int64_t(ring_entries) * eb, ring_entries, eb, c.fmt};
-        p.ratio = c.ratio;
-        p.comp = pool.view(dpool.ptr, dtables.ptr, int32_t(c.fmt));
-        p.topk = c.use_topk ? dtopk.ptr : nullptr;
-        p.topk_stride = topk_width;
-        p.topk_width = topk_width;
+        SparseAttentionParams p = attention_params(
+            bd.batch, H, D, R, dq.ptr, dout.ptr, dsink.ptr, rope, c.window,
+            RingView{dring.ptr, int64_t(ring_entries) * eb, ring_entries, eb, c.fmt}, c.ratio,
+            pool.view(dpool.ptr, dtables.ptr, int32_t(c.fmt)), c.use_topk ? dtopk.ptr : nullptr, topk_width);
         p.max_candidates = c.window + (c.ratio ? (c.use_topk ? topk_width : 1500 / c.ratio + 1) : 0);
         const size_t ws_bytes = sparse_attention_workspace_bytes(T, H, D, p.max_candidates);
         Dev<uint8_t> ws(ws_bytes);
         std::vector<float> want(size_t(T) * H * D);
         const auto inv = inv_of(rope);
+        const AttnRowSpec spec{H, D, R, c.window, c.ratio, p.softmax_scale, sink.data(), inv.data()};
         for (int t = 0; t < T; ++t) {
             const int slot = bh.slot[bh.token_seq[t]], pos = bh.token_pos[t];
-            std::vector<float> kv;
-            std::vector<int32_t> idx;
-            for (int j = std::max(0, pos - c.window + 1); j <= pos; ++j) {
-                idx.push_back(int32_t(kv.size() / D));
-                kv.insert(kv.end(), ring_val[{slot, j}].begin(), ring_val[{slot, j}].end());
-            }
-            if (c.ratio) {
-                const int n_vis = (pos + 1) / c.ratio;
-                for (int i = 0; i < (c.use_topk ? topk_width : n_vis); ++i) {
-                    const int w = c.use_topk ? topk[size_t(t) * topk_width + i] : i;
-                    if (w < 0 || w >= n_vis) {
-                        idx.push_back(-1);
-                        continue;
-                    }
-                    idx.push_back(int32_t(kv.size() / D));
-                    kv.insert(kv.end(), comp_val[{slot, w}].begin(), comp_val[{slot, w}].end());
-                }
-            }
-            float* o = want.data() + size_t(t) * H * D;
-            cpu::sparse_attention_sink(q.data() + size_t(t) * H * D, H, D, kv.data(), idx.data(), int(idx.size()),
-                                       sink.data(), p.softmax_scale, true, o);
-            for (int h = 0; h < H; ++h) {
-                cpu::round_bf16_inplace(o + h * D, D);
-                cpu::rope_interleaved(o + h * D + D - R, R, inv.data(), pos, true);
-                cpu::round_bf16_inplace(o + h * D, D);
-            }
+            reference_attention_row(
+                spec, q.data() + size_t(t) * H * D, pos, c.use_topk ? topk.data() + size_t(t) * topk_width : nullptr,
+                topk_width,
+                [&](int64_t j) -> const std::vector<float>& {
+                    return ring_val[{slot, int(j)}];
+                },
+                [&](int w) -> const std::vector<float>& {
+                    return comp_val[{slot, w}];
+                },
+                want.data() + size_t(t) * H * D);
         }
-        for (AttnKernel kernel : {AttnKernel::Simt, AttnKernel::Mma}) {
-            if (kernel == AttnKernel::Mma && (D % 64 != 0 || D > 512)) continue;
-            p.kernel = kernel;
+        for (const char* variant : {"attn_simt", "attn_mma"}) {
+            const bool mma = std::string_view(variant) == "attn_mma";
+            if (mma && (D % 64 != 0 || D > 512)) continue;
+            const KernelPolicy policy = KernelPolicy::only(variant);
             dout.poison();
-            sparse_attention(p, ws.ptr, ws_bytes, nullptr);
+            EXPECT_EQ(sparse_attention(p, ws.ptr, ws_bytes, nullptr, policy), variant);
             CUDA_OK(cudaDeviceSynchronize());
             auto got = from_bf16_bits(dout.download());
             // bf16 output; probabilities rounded to bf16 in both; online-softmax rescaling and summation order differ
-            EXPECT_CLOSE(got, want, 5e-3, "attention " << (kernel == AttnKernel::Mma ? "mma" : "simt") << " H " << H
-                                                       << " D " << D << " ratio " << c.ratio << " tokens "
-                                                       << c.tokens_per_seq << " fmt " << int(c.fmt));
+            EXPECT_CLOSE(got, want, 5e-3, "attention " << variant << " H " << H << " D " << D << " ratio " << c.ratio
+                                                       << " tokens " << c.tokens_per_seq << " fmt " << int(c.fmt));
             // The split count (chosen from the pass size and max_candidates) must not move P's rounding: one split
             // (max_candidates 1) gives the same bf16 outputs up to the fp32 order of the final normalization, i.e.
             // a rare one-ulp flip, not the ~2^-9 change of every P that rounding per split would make.
             SparseAttentionParams one = p;
             one.max_candidates = 1;
             dout.poison();
-            sparse_attention(one, ws.ptr, ws_bytes, nullptr);
+            sparse_attention(one, ws.ptr, ws_bytes, nullptr, policy);
             CUDA_OK(cudaDeviceSynchronize());
             const auto single = from_bf16_bits(dout.download());
             size_t flips = 0;
@@ -227,8 +193,7 @@ TEST(CudaSparseAttention, MatchesCpuReference) {
                 ASSERT_LE(std::fabs(got[i] - single[i]), tol) << "element " << i << " split vs one split";
                 flips += got[i] != single[i];
             }
-            EXPECT_LE(flips, got.size() / 200 + 2) << "split vs one split, " << (kernel == AttnKernel::Mma ? "mma" : "simt")
-                                                   << " ratio " << c.ratio;
+            EXPECT_LE(flips, got.size() / 200 + 2) << "split vs one split, " << variant << " ratio " << c.ratio;
         }
     }
 }
@@ -250,113 +215,111 @@ TEST(CudaCompressor, ChunkedEntriesMatchCpu) {
         {4, 128, 64, true, int32_t(IndexFormat::FP4)}, {4, 128, 64, true, int32_t(IndexFormat::BF16)},
         {128, 512, 64, false, int32_t(KvFormat::FP8)}, {128, 64, 32, true, int32_t(IndexFormat::FP4)},
     };
-    for (const CompCase& c : cases) {
-        const int m = c.ratio, co = m == 4 ? 2 : 1, width = co * c.dim, n_slots = 3;
-        const int total_len = m == 4 ? 45 : 300;
-        // token data for both sequences: kv, gate (without ape)
-        std::vector<std::vector<float>> kv(2), gate(2);
-        for (int s = 0; s < 2; ++s) {
-            kv[s] = rng.normals(size_t(total_len) * width, 1.f);
-            gate[s] = rng.normals(size_t(total_len) * width, 1.f);
-        }
-        auto ape = rng.normals(size_t(m) * width, 0.5f);
-        auto nw = bf16_round(rng.normals(c.dim, 0.4f));
-        const RopeTable rope = yarn_table(c.rope);
-        const int eb = int(c.indexer ? index_entry_bytes(IndexFormat(c.format), c.dim)
-                                     : kv_entry_bytes(KvFormat(c.format), c.dim, c.rope));
-        PagedPool pool(n_slots, total_len / m + 1, 4, eb, rng);
-        Dev<uint8_t> dpool(pool.bytes);
-        Dev<int32_t> dtables(pool.tables);
-        Dev<float> dape(ape);
-        Dev<uint16_t> dnw(to_bf16_bits(nw));
-        const size_t state_bytes = compressor_state_bytes(m, c.dim);
-        Dev<uint8_t> state(state_bytes * n_slots);
-        state.poison();  // never-written slots must never be read
-        const int slots[2] = {2, 0};
-        int pos[2] = {0, 0};
-        while (pos[0] < total_len || pos[1] < total_len) {
-            BatchHost bh;
-            std::vector<float> hkv, hgate;
+    // Chunkings: small random steps (decode and chunked prefill), then whole prompts in one step (2001 / 1001 tokens,
+    // hundreds of entries emitted by one launch).
+    for (const bool whole : {false, true}) {
+        for (const CompCase& c : cases) {
+            SCOPED_TRACE(whole ? "whole prompt in one step" : "random chunks");
+            const int m = c.ratio, co = m == 4 ? 2 : 1, width = co * c.dim, n_slots = 3;
+            const int total_len = whole ? (m == 4 ? 2001 : 1001) : (m == 4 ? 45 : 300);
+            // token data for both sequences: kv, gate (without ape)
+            std::vector<std::vector<float>> kv(2), gate(2);
             for (int s = 0; s < 2; ++s) {
-                int n = std::min(total_len - pos[s], rng.uniform_int(0, 3) == 0 ? rng.uniform_int(1, 2 * m + 3) : 1);
-                if (n <= 0) continue;
-                bh.add(slots[s], pos[s], n);
-                hkv.insert(hkv.end(), kv[s].begin() + size_t(pos[s]) * width, kv[s].begin() + size_t(pos[s] + n) * width);
-                hgate.insert(hgate.end(), gate[s].begin() + size_t(pos[s]) * width, gate[s].begin() + size_t(pos[s] + n) * width);
-                pos[s] += n;
+                kv[s] = rng.normals(size_t(total_len) * width, 1.f);
+                gate[s] = rng.normals(size_t(total_len) * width, 1.f);
             }
-            BatchDev bd(bh);
-            Dev<float> dkv(hkv), dgate(hgate);
-            CompressorParams p;
-            p.batch = bd.batch;
-            p.ratio = m;
-            p.dim = c.dim;
-            p.rope_dim = c.rope;
-            p.indexer = c.indexer;
-            p.kv = dkv.ptr;
-            p.kv_stride = width;
-            p.gate = dgate.ptr;
-            p.gate_stride = width;
-            p.ape = dape.ptr;
-            p.norm_weight = bf(dnw);
-            p.rope = rope;
-            p.state = state.ptr;
-            p.state_stride = int64_t(state_bytes);
-            p.out = pool.view(dpool.ptr, dtables.ptr, c.format);
-            compressor_forward(p, nullptr);
-            CUDA_OK(cudaDeviceSynchronize());
-        }
-        pool.bytes = dpool.download();
-        const auto inv = inv_of(rope);
-        std::vector<float> got, want;
-        for (int s = 0; s < 2; ++s) {
-            for (int w = 0; w < total_len / m; ++w) {
-                std::vector<float> skv, ssc;
-                auto add_slot = [&](int t, int col0) {
-                    for (int ch = 0; ch < c.dim; ++ch) {
-                        skv.push_back(kv[s][size_t(t) * width + col0 + ch]);
-                        ssc.push_back(gate[s][size_t(t) * width + col0 + ch] + ape[size_t(t % m) * width + col0 + ch]);
-                    }
-                };
-                if (m == 4)
-                    for (int t = (w - 1) * m; t < w * m; ++t)
-                        if (t >= 0) add_slot(t, 0);
-                for (int t = w * m; t < (w + 1) * m; ++t) add_slot(t, m == 4 ? c.dim : 0);
-                std::vector<float> e(c.dim);
-                cpu::compressor_pool(skv.data(), ssc.data(), int(skv.size() / c.dim), c.dim, e.data());
-                cpu::round_bf16_inplace(e.data(), c.dim);
-                cpu::rmsnorm(e.data(), nw.data(), c.dim, 1e-6f, e.data());
-                cpu::round_bf16_inplace(e.data(), c.dim);
-                cpu::rope_interleaved(e.data() + c.dim - c.rope, c.rope, inv.data(), int64_t(w) * m);
-                cpu::round_bf16_inplace(e.data(), c.dim);
-                const uint8_t* src = pool.entry(slots[s], w);
-                std::vector<float> dec(c.dim);
-                if (c.indexer) {
-                    cpu::hadamard_transform(e.data(), c.dim);
-                    cpu::round_bf16_inplace(e.data(), c.dim);
-                    cpu::fp4_sim_block32(e.data(), c.dim);
-                    for (int d = 0; d < c.dim; ++d) {
-                        if (IndexFormat(c.format) == IndexFormat::BF16) {
-                            uint16_t b;
-                            std::memcpy(&b, src + 2 * d, 2);
-                            dec[d] = bf16_to_f32(b);
-                        } else {
-                            const uint8_t byte = src[d / 2];
-                            dec[d] = e2m1_to_f32(d % 2 ? byte >> 4 : byte & 0xf) * e8m0_to_f32(src[c.dim / 2 + d / 32]);
-                        }
-                    }
-                } else {
-                    cpu::kv_fp8_sim_block64(e.data(), c.dim - c.rope);
-                    dec = decode_kv_entry(src, c.dim, c.rope, KvFormat(c.format));
+            auto ape = rng.normals(size_t(m) * width, 0.5f);
+            auto nw = bf16_round(rng.normals(c.dim, 0.4f));
+            const RopeTable rope = yarn_table(c.rope);
+            const int eb = int(c.indexer ? index_entry_bytes(IndexFormat(c.format), c.dim)
+                                         : kv_entry_bytes(KvFormat(c.format), c.dim, c.rope));
+            PagedPool pool(n_slots, total_len / m + 1, 4, eb, rng);
+            Dev<uint8_t> dpool(pool.bytes);
+            Dev<int32_t> dtables(pool.tables);
+            Dev<float> dape(ape);
+            Dev<uint16_t> dnw(to_bf16_bits(nw));
+            const size_t state_bytes = compressor_state_bytes(m, c.dim);
+            Dev<uint8_t> state(state_bytes * n_slots);
+            state.poison();  // never-written slots must never be read
+            const int slots[2] = {2, 0};
+            int pos[2] = {0, 0};
+            while (pos[0] < total_len || pos[1] < total_len) {
+                BatchHost bh;
+                std::vector<float> hkv, hgate;
+                for (int s = 0; s < 2; ++s) {
+                    int n = whole ? total_len - pos[s]
+                                  : std::min(total_len - pos[s],
+                                             rng.uniform_int(0, 3) == 0 ? rng.uniform_int(1, 2 * m + 3) : 1);
+                    if (n <= 0) continue;
+                    bh.add(slots[s], pos[s], n);
+                    hkv.insert(hkv.end(), kv[s].begin() + size_t(pos[s]) * width,
+                               kv[s].begin() + size_t(pos[s] + n) * width);
+                    hgate.insert(hgate.end(), gate[s].begin() + size_t(pos[s]) * width,
+                                 gate[s].begin() + size_t(pos[s] + n) * width);
+                    pos[s] += n;
                 }
-                want.insert(want.end(), e.begin(), e.end());
-                got.insert(got.end(), dec.begin(), dec.end());
+                BatchDev bd(bh);
+                Dev<float> dkv(hkv), dgate(hgate);
+                const CompressorParams p =
+                    compressor_params(bd.batch, m, c.dim, c.rope, c.indexer, dkv.ptr, dgate.ptr, dape.ptr, dnw.ptr,
+                                      rope, state.ptr, pool.view(dpool.ptr, dtables.ptr, c.format));
+                compressor_forward(p, nullptr);
+                CUDA_OK(cudaDeviceSynchronize());
             }
+            pool.bytes = dpool.download();
+            const auto inv = inv_of(rope);
+            std::vector<float> got, want;
+            for (int s = 0; s < 2; ++s) {
+                for (int w = 0; w < total_len / m; ++w) {
+                    std::vector<float> skv, ssc;
+                    auto add_slot = [&](int t, int col0) {
+                        for (int ch = 0; ch < c.dim; ++ch) {
+                            skv.push_back(kv[s][size_t(t) * width + col0 + ch]);
+                            ssc.push_back(gate[s][size_t(t) * width + col0 + ch] +
+                                          ape[size_t(t % m) * width + col0 + ch]);
+                        }
+                    };
+                    if (m == 4)
+                        for (int t = (w - 1) * m; t < w * m; ++t)
+                            if (t >= 0) add_slot(t, 0);
+                    for (int t = w * m; t < (w + 1) * m; ++t) add_slot(t, m == 4 ? c.dim : 0);
+                    std::vector<float> e(c.dim);
+                    cpu::compressor_pool(skv.data(), ssc.data(), int(skv.size() / c.dim), c.dim, e.data());
+                    cpu::round_bf16_inplace(e.data(), c.dim);
+                    cpu::rmsnorm(e.data(), nw.data(), c.dim, 1e-6f, e.data());
+                    cpu::round_bf16_inplace(e.data(), c.dim);
+                    cpu::rope_interleaved(e.data() + c.dim - c.rope, c.rope, inv.data(), int64_t(w) * m);
+                    cpu::round_bf16_inplace(e.data(), c.dim);
+                    const uint8_t* src = pool.entry(slots[s], w);
+                    std::vector<float> dec(c.dim);
+                    if (c.indexer) {
+                        cpu::hadamard_transform(e.data(), c.dim);
+                        cpu::round_bf16_inplace(e.data(), c.dim);
+                        cpu::fp4_sim_block32(e.data(), c.dim);
+                        for (int d = 0; d < c.dim; ++d) {
+                            if (IndexFormat(c.format) == IndexFormat::BF16) {
+                                uint16_t b;
+                                std::memcpy(&b, src + 2 * d, 2);
+                                dec[d] = bf16_to_f32(b);
+                            } else {
+                                const uint8_t byte = src[d / 2];
+                                dec[d] =
+                                    e2m1_to_f32(d % 2 ? byte >> 4 : byte & 0xf) * e8m0_to_f32(src[c.dim / 2 + d / 32]);
+                            }
+                        }
+                    } else {
+                        cpu::kv_fp8_sim_block64(e.data(), c.dim - c.rope);
+                        dec = decode_kv_entry(src, c.dim, c.rope, KvFormat(c.format));
+                    }
+                    want.insert(want.end(), e.begin(), e.end());
+                    got.insert(got.end(), dec.begin(), dec.end());
+                }
+            }
+            // quantized outputs: a rare one-ulp bf16 flip before FP8 (FP4) quantization moves one element by a step
+            const double tol = c.indexer && IndexFormat(c.format) == IndexFormat::FP4 ? 3e-2 : 1e-2;
+            EXPECT_CLOSE(got, want, tol, "compressor ratio " << m << " dim " << c.dim << " indexer " << c.indexer
+                                                             << " format " << c.format);
         }
-        // quantized outputs: a rare one-ulp bf16 flip before FP8 (FP4) quantization moves one element by a step
-        const double tol = c.indexer && IndexFormat(c.format) == IndexFormat::FP4 ? 3e-2 : 1e-2;
-        EXPECT_CLOSE(got, want, tol, "compressor ratio " << m << " dim " << c.dim << " indexer " << c.indexer
-                                                         << " format " << c.format);
     }
 }
 
@@ -414,50 +377,19 @@ TEST(CudaIndexer, SelectMatchesCpuTopk) {
             const int n_e = (bh.start[s] + bh.n_tok[s]) / ratio;
             for (int e = 0; e < n_e; ++e) {
                 auto v = bf16_round(rng.normals(D));
-                cpu::fp4_sim_block32(v.data(), D);  // keys are FP4-representable
-                uint8_t* dst = pool.entry(bh.slot[s], e);
-                for (int b = 0; b < D / 32; ++b) {
-                    float amax = 6.f * std::ldexp(1.f, -126);
-                    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[b * 32 + i]));
-                    const float sc = pow2_ceil_host(amax / 6.f);
-                    int ex;
-                    std::frexp(sc, &ex);
-                    if (fmt == IndexFormat::FP4) dst[D / 2 + b] = uint8_t(ex - 1 + 127);
-                    for (int i = 0; i < 32; ++i) {
-                        const int d = b * 32 + i;
-                        if (fmt == IndexFormat::FP4) {
-                            const uint8_t code = f32_to_e2m1(v[d] / sc);
-                            dst[d / 2] = d % 2 ? uint8_t((dst[d / 2] & 0xf) | (code << 4)) : uint8_t((dst[d / 2] & 0xf0) | code);
-                        } else {
-                            const uint16_t bits = f32_to_bf16(v[d]);
-                            std::memcpy(dst + 2 * d, &bits, 2);
-                        }
-                    }
-                }
+                encode_index_key(v, fmt, pool.entry(bh.slot[s], e));  // keys are FP4-representable
                 keys[{bh.slot[s], e}] = v;
             }
         }
         auto q = bf16_round(rng.normals(size_t(T) * H * D));
         auto wraw = bf16_round(rng.normals(size_t(T) * H));
-        const float wscale = 1.f / std::sqrt(float(D)) / std::sqrt(float(H));
         Dev<uint16_t> dq(to_bf16_bits(q)), dw(to_bf16_bits(wraw));
         Dev<uint8_t> dpool(pool.bytes);
         Dev<int32_t> dtables(pool.tables), dsel(size_t(T) * topk);
         dsel.poison();
-        IndexerSelectParams p;
-        p.batch = bd.batch;
-        p.n_heads = H;
-        p.head_dim = D;
-        p.ratio = ratio;
-        p.topk = topk;
-        p.q = bf(dq);
-        p.q_stride = int64_t(H) * D;
-        p.weights = bf(dw);
-        p.weights_stride = H;
-        p.weights_scale = wscale;
-        p.keys = pool.view(dpool.ptr, dtables.ptr, int32_t(fmt));
-        p.max_entries = max_entries;
-        p.selected = dsel.ptr;
+        const IndexerSelectParams p =
+            indexer_params(bd.batch, H, D, ratio, topk, dq.ptr, dw.ptr, pool.view(dpool.ptr, dtables.ptr, int32_t(fmt)),
+                           max_entries, dsel.ptr);
         const size_t ws_bytes = indexer_select_workspace_bytes(T, max_entries);
         Dev<uint8_t> ws(ws_bytes);
         indexer_select(p, ws.ptr, ws_bytes, nullptr);
@@ -468,27 +400,10 @@ TEST(CudaIndexer, SelectMatchesCpuTopk) {
             const int n = (bh.token_pos[t] + 1) / ratio;
             std::vector<float> kk, w(H), scores(n);
             for (int e = 0; e < n; ++e) kk.insert(kk.end(), keys[{slot, e}].begin(), keys[{slot, e}].end());
-            for (int h = 0; h < H; ++h) w[h] = wraw[size_t(t) * H + h] * wscale;
+            for (int h = 0; h < H; ++h) w[h] = wraw[size_t(t) * H + h] * p.weights_scale;
             cpu::indexer_scores(q.data() + size_t(t) * H * D, H, D, w.data(), kk.data(), n, scores.data());
-            std::vector<int32_t> want;
-            cpu::topk_indices(scores.data(), n, topk, want);
-            std::vector<int32_t> got(sel.begin() + size_t(t) * topk, sel.begin() + size_t(t + 1) * topk);
-            const size_t k = std::min<size_t>(topk, size_t(n));
-            for (size_t i = k; i < size_t(topk); ++i) EXPECT_EQ(got[i], -1) << "row " << t << " slot " << i;
-            got.resize(k);
-            // fp32 scores in another summation order: only near-ties at the threshold may swap
-            std::vector<float> sorted(scores);
-            std::sort(sorted.begin(), sorted.end(), std::greater<float>());
-            const float kth = sorted[k - 1];
-            std::set<int32_t> gs(got.begin(), got.end()), ws_(want.begin(), want.end());
-            EXPECT_EQ(gs.size(), k) << "row " << t << ": duplicate indices";
-            EXPECT_TRUE(std::is_sorted(got.begin(), got.end())) << "row " << t << ": not in ascending order";
-            for (int32_t i : gs) {
-                ASSERT_TRUE(i >= 0 && i < n) << "row " << t << " index " << i;
-                if (!ws_.count(i)) {
-                    EXPECT_NEAR(scores[size_t(i)], kth, 1e-4f * (1 + std::fabs(kth))) << "row " << t;
-                }
-            }
+            expect_topk_row(std::vector<int32_t>(sel.begin() + size_t(t) * topk, sel.begin() + size_t(t + 1) * topk),
+                            scores, topk, "row " + std::to_string(t));
         }
     }
 }

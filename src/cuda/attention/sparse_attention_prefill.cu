@@ -1,0 +1,473 @@
+// Prefill sparse attention kernels (see sparse_attention_prefill.cuh for the design and the bit-identity rules).
+//
+// Workspace rows (bf16, head_dim each), so that every address is known without a prefix sum over sequences:
+//   [0, n_tokens)                                  the step's own positions: row of token t = t
+//   [n_tokens, n_tokens + n_seqs*(W-1))            window history of sequence s: W-1 rows, position start_s-W+1+i
+//   [.., + n_seqs * max_entries)                   compressed entries of sequence s: entry w at s*max_entries + w
+//
+// Attention CTA (one query, G row groups of 16 heads, 2 warps per group), per candidate tile:
+//  1. cp.async of the tile's 32 rows (zero-filled when masked) S-1 tiles ahead of the compute;
+//  2. QK: warp (group, half) runs the k16 mma chain of its head_dim half for all 4 n-tiles (16 heads x 32
+//     candidates); the two halves are exchanged through shared memory (named barrier per group) and summed
+//     half0 + half1, each warp then holding the group's full 16 x 32 scores;
+//  3. softmax per (head, tile) in registers: row max over the quad, the decode kernel's butterfly sum order,
+//     P rounded to bf16 straight into the PV A fragments (the accumulator layout of QK is the A layout of PV);
+//  4. PV: the warp's head_dim half, V fragments through ldmatrix.trans, accumulators scaled around the product.
+#include <algorithm>
+#include <sstream>
+#include <string>
+
+#include "cuda/attention/attn_tile.cuh"
+#include "cuda/attention/sparse_attention_prefill.cuh"
+#include "cuda/common/arch.cuh"
+#include "cuda/common/pdl.cuh"
+#include "cuda/common/smem.cuh"
+
+namespace flashseek::cuda {
+
+using namespace attn_detail;
+
+namespace {
+
+constexpr int kGroupHeads = 16;    // heads of one row group (an m16 tile)
+constexpr int kGroupThreads = 64;  // two warps per group: the head_dim halves
+constexpr int kMaxGroups = 4;
+constexpr int kMaxThreads = kMaxGroups * kGroupThreads;
+constexpr int kMaxStages = 3;
+constexpr int kMaxDim = 512;
+constexpr int kMaxNt = kMaxDim / 16;  // PV n-tiles of one warp (half of head_dim, 8 dims each)
+constexpr int kMaxTopkWidth = 8192;
+constexpr int kGatherWarps = 8;
+constexpr int kGatherThreads = kGatherWarps * 32;
+
+// Where the gathered rows live (see the file comment).
+struct GatherLayout {
+    const bf16* rows = nullptr;
+    int64_t history_row0 = 0;  // = n_tokens
+    int64_t comp_row0 = 0;     // = n_tokens + n_seqs * (window - 1)
+    int max_entries = 0;
+};
+
+// Row of position pos of sequence seq (start = its first new position, first_row = its first token row), or -1
+// when the position is not in the gathered range.
+__device__ __forceinline__ int64_t window_row(const GatherLayout& g, int window, int seq, int start, int first_row,
+                                              int64_t pos) {
+    if (pos >= start) return first_row + (pos - start);
+    const int64_t i = pos - (int64_t(start) - (window - 1));
+    return i >= 0 ? g.history_row0 + int64_t(seq) * (window - 1) + i : -1;
+}
+
+__global__ void __launch_bounds__(kGatherThreads) gather_kernel(SparseAttentionParams p, GatherLayout g, bf16* rows) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
+    const int seq = blockIdx.y, lane = threadIdx.x & 31;
+    const int item = blockIdx.x * kGatherWarps + (threadIdx.x >> 5);
+    const int start = p.batch.seq_start_pos[seq], n = p.batch.seq_n_tokens[seq];
+    const int state_slot = p.batch.seq_slot[seq];
+    const int window_items = p.window - 1 + p.batch.max_seq_tokens;
+    const uint8_t* src;
+    KvFormat fmt;
+    int64_t dst_row;
+    if (item < window_items) {  // positions start-W+1 .. start+n-1
+        const int64_t pos = int64_t(start) - (p.window - 1) + item;
+        if (pos < 0 || pos >= int64_t(start) + n) return;
+        src = ring_entry(p.ring, state_slot, pos);
+        fmt = p.ring.format;
+        dst_row = window_row(g, p.window, seq, start, p.batch.seq_first_row[seq], pos);
+    } else {
+        const int w = item - window_items;
+        if (p.ratio <= 0 || w >= g.max_entries || w >= (start + n) / p.ratio) return;
+        src = paged_entry(p.comp, state_slot, w);
+        fmt = KvFormat(p.comp.format);
+        dst_row = g.comp_row0 + int64_t(seq) * g.max_entries + w;
+    }
+    bf16* dst = rows + dst_row * p.head_dim;
+    for (int c = lane; c < p.head_dim / 8; c += 32) {
+        __nv_bfloat162 v[4];
+        load_chunk8(src, fmt, p.head_dim, p.rope_dim, c * 8, v);
+        *reinterpret_cast<uint4*>(dst + c * 8) = *reinterpret_cast<const uint4*>(v);
+    }
+}
+
+// Barrier of the two warps of row group `group` (ids 1..kMaxGroups; 0 is __syncthreads). Immediate ids, so that
+// the kernel reserves 5 hardware barriers rather than all 16.
+__device__ __forceinline__ void group_barrier(int group) {
+    switch (group) {
+        case 0: asm volatile("bar.sync 1, 64;\n" ::: "memory"); break;
+        case 1: asm volatile("bar.sync 2, 64;\n" ::: "memory"); break;
+        case 2: asm volatile("bar.sync 3, 64;\n" ::: "memory"); break;
+        default: asm volatile("bar.sync 4, 64;\n" ::: "memory"); break;
+    }
+}
+static_assert(kMaxGroups == 4 && kGroupThreads == 64, "group_barrier's ids and thread count");
+
+// Shared memory of the attention kernel; the same function sizes it on the host (raw = nullptr).
+struct PrefillSmem {
+    bf16* q;     // [G*16][D + pad]
+    bf16* kv;    // [stages][kTile][D + pad]
+    float* xch;  // [G][2 halves][16 values][32 lanes] QK partial scores
+    int* valid;  // [stages][kTile]
+    int* topk;   // [topk_width] the query's top-k row
+};
+__host__ __device__ inline size_t prefill_smem_layout(int D, int groups, int stages, int topk_width, PrefillSmem* s,
+                                                      unsigned char* raw) {
+    SmemCarver c{raw};
+    unsigned char* q = c.take(size_t(groups) * kGroupHeads * (D + kMmaPad) * 2);
+    unsigned char* kv = c.take(size_t(stages) * kTile * (D + kMmaPad) * 2);
+    unsigned char* xch = c.take(size_t(groups) * 2 * 16 * 32 * 4);
+    unsigned char* valid = c.take(size_t(stages) * kTile * 4);
+    unsigned char* topk = c.take(size_t(topk_width) * 4);
+    if (s) {
+        s->q = reinterpret_cast<bf16*>(q);
+        s->kv = reinterpret_cast<bf16*>(kv);
+        s->xch = reinterpret_cast<float*>(xch);
+        s->valid = reinterpret_cast<int*>(valid);
+        s->topk = reinterpret_cast<int*>(topk);
+    }
+    return c.size;
+}
+
+// The candidates of one query (the decode kernel's list: window oldest first, then the compressed slots).
+struct QueryCandidates {
+    int64_t pos;
+    int seq, start, first_row;
+    int n_win, n_vis, n_cand;
+    bool has_topk;
+};
+
+// Gathered row of candidate i, or -1 when it is masked (beyond the list, an empty top-k slot, not visible, or
+// beyond the host bound max_entries).
+__device__ __forceinline__ int64_t candidate_row(const SparseAttentionParams& p, const GatherLayout& g,
+                                                 const QueryCandidates& c, const int* topk_s, int i) {
+    if (i >= c.n_cand) return -1;
+    if (i < c.n_win) return window_row(g, p.window, c.seq, c.start, c.first_row, c.pos - c.n_win + 1 + i);
+    const int j = i - c.n_win;
+    const int w = c.has_topk ? topk_s[j] : j;
+    if (w < 0 || w >= c.n_vis || w >= g.max_entries) return -1;
+    return g.comp_row0 + int64_t(c.seq) * g.max_entries + w;
+}
+
+__global__ void __launch_bounds__(kMaxThreads, 1)
+    prefill_attention_kernel(SparseAttentionParams p, GatherLayout g, int stages) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int D = p.head_dim, DP = D + kMmaPad, H = p.n_heads;
+    const int groups = blockDim.x / kGroupThreads;
+    const int topk_width = p.topk ? p.topk_width : 0;
+    PrefillSmem sm;
+    prefill_smem_layout(D, groups, stages, topk_width, &sm, smem_raw);
+    const int t = blockIdx.x, h_cta = blockIdx.y * groups * kGroupHeads;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int grp = warp >> 1, half = warp & 1;
+
+    QueryCandidates c;
+    c.seq = p.batch.token_seq[t];
+    c.pos = p.batch.token_pos[t];
+    c.start = p.batch.seq_start_pos[c.seq];
+    c.first_row = p.batch.seq_first_row[c.seq];
+    c.n_win = c.pos + 1 < p.window ? int(c.pos + 1) : p.window;
+    c.n_vis = p.ratio > 0 ? int((c.pos + 1) / p.ratio) : 0;
+    c.has_topk = p.topk != nullptr;
+    c.n_cand = c.n_win + (p.ratio > 0 ? (c.has_topk ? topk_width : c.n_vis) : 0);
+    const int n_tiles = (c.n_cand + kTile - 1) / kTile;
+
+    for (int i = tid; i < topk_width; i += blockDim.x) sm.topk[i] = p.topk[int64_t(t) * p.topk_stride + i];
+    // q rows of the CTA's heads (zero past n_heads), part of the first commit group
+    const int chunks = D / 8;
+    for (int i = tid; i < groups * kGroupHeads * chunks; i += blockDim.x) {
+        const int r = i / chunks, d = (i % chunks) * 8, h = h_cta + r;
+        const bf16* src = h < H ? p.q + int64_t(t) * p.q_stride + int64_t(h) * D + d : p.q;
+        cp_async16(smem_u32(sm.q + r * DP + d), src, h < H ? 16 : 0);
+    }
+    __syncthreads();  // the top-k row is read by every loader below
+
+    // Tile loader: blockDim = 32 rows x (2 * groups) threads per row; each thread resolves its row once per tile and
+    // copies every (2 * groups)-th 16-byte chunk of it (a warp covers 16 / groups rows, whole 128-byte lines).
+    const int row_threads = blockDim.x / kTile, load_row = tid / row_threads, load_chunk0 = tid % row_threads;
+    auto load_tile = [&](int tile, int stage) {
+        const int64_t row = candidate_row(p, g, c, sm.topk, tile * kTile + load_row);
+        const bf16* src = row >= 0 ? g.rows + row * D : g.rows;
+        const uint32_t dst = smem_u32(sm.kv + (size_t(stage) * kTile + load_row) * DP);
+        const int bytes = row >= 0 ? 16 : 0;
+        for (int k = load_chunk0; k < chunks; k += row_threads)
+            cp_async16(dst + k * 16, src + (row >= 0 ? k * 8 : 0), bytes);
+        if (load_chunk0 == 0) sm.valid[stage * kTile + load_row] = row >= 0;
+    };
+    for (int s = 0; s < stages - 1; ++s) {
+        if (s < n_tiles) load_tile(s, s);
+        cp_async_commit();
+    }
+
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};  // rows lane/4 and lane/4 + 8 of the group
+    float acc[kMaxNt][4];
+#pragma unroll
+    for (int j = 0; j < kMaxNt; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    const int nt_count = D / 16;  // PV n-tiles of this warp's half
+    const int k_begin = half * (D / 2);
+    const uint32_t a_base = smem_u32(sm.q + (grp * kGroupHeads + lane % 16) * DP + (lane / 16) * 8);
+    float* xch_mine = sm.xch + (grp * 2 + half) * 16 * 32;
+    const float* xch_other = sm.xch + (grp * 2 + (half ^ 1)) * 16 * 32;
+
+    for (int tile = 0; tile < n_tiles; ++tile) {
+        const int ahead = tile + stages - 1;
+        if (ahead < n_tiles) load_tile(ahead, ahead % stages);
+        cp_async_commit();
+        cp_async_wait(stages - 1);
+        __syncthreads();  // this tile's rows (and, on the first tile, q) from every thread are in shared memory
+        const int stage = tile % stages;
+        const bf16* kv = sm.kv + size_t(stage) * kTile * DP;
+        const int* valid = sm.valid + stage * kTile;
+
+        // QK: the k16 chain of this warp's head_dim half, 4 n-tiles of 8 candidates
+        float sc[4][4];
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
+        {
+            const uint32_t b_base = smem_u32(kv + ((lane / 16) * 8 + lane % 8) * DP + ((lane / 8) % 2) * 8);
+            const uint32_t b_hi = uint32_t(16 * DP * 2);  // n-tiles 2, 3
+            for (int k0 = k_begin; k0 < k_begin + D / 2; k0 += 16) {
+                uint32_t a0, a1, a2, a3, b0, b1, b2, b3, b4, b5, b6, b7;
+                ldsm_x4(a_base + k0 * 2, a0, a1, a2, a3);
+                ldsm_x4(b_base + k0 * 2, b0, b1, b2, b3);
+                ldsm_x4(b_base + b_hi + k0 * 2, b4, b5, b6, b7);
+                mma_16816(sc[0], a0, a1, a2, a3, b0, b1);
+                mma_16816(sc[1], a0, a1, a2, a3, b2, b3);
+                mma_16816(sc[2], a0, a1, a2, a3, b4, b5);
+                mma_16816(sc[3], a0, a1, a2, a3, b6, b7);
+            }
+        }
+        // exchange the halves; s = half0 + half1, scaled, masked
+#pragma unroll
+        for (int i = 0; i < 16; ++i) xch_mine[i * 32 + lane] = sc[i / 4][i % 4];
+        const uint32_t valid_mask = __ballot_sync(0xffffffffu, valid[lane] != 0);  // bit e: candidate e is valid
+        group_barrier(grp);
+        float s[4][4];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            const float sum = sc[i / 4][i % 4] + xch_other[i * 32 + lane];  // half0 + half1 (commutative)
+            const int col = (i / 4) * 8 + 2 * (lane % 4) + (i % 2);
+            s[i / 4][i % 4] = (valid_mask >> col) & 1u ? sum * p.softmax_scale : -INFINITY;
+        }
+
+        // online softmax per row (r = 0: head lane/4 of the group, elements 0, 1; r = 1: lane/4 + 8, elements 2, 3)
+        TileStep st[2];
+        uint32_t pa[2][4];  // P as the PV A fragments, [k-step][register]
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            st[r] = tile_step(m_run[r], mx);
+            float pe[4][2];
+#pragma unroll
+            for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+                for (int b = 0; b < 2; ++b) pe[nt][b] = tile_prob(st[r], s[nt][2 * r + b]);
+            // The decode kernel sums a row with the warp butterfly over candidates e (lane = e): xor 16, 8, 4, 2, 1.
+            // Candidate e = 8 nt + 2 (lane % 4) + b here, so 16 and 8 pair n-tiles within the thread, 4 and 2 are
+            // the quad's lanes xor 2 and xor 1, and 1 pairs b; each butterfly node is one commutative add, so
+            // the same tree gives the same bits.
+            float z[2];
+#pragma unroll
+            for (int b = 0; b < 2; ++b) {
+                float x = (pe[0][b] + pe[2][b]) + (pe[1][b] + pe[3][b]);
+                x += __shfl_xor_sync(0xffffffffu, x, 2);
+                x += __shfl_xor_sync(0xffffffffu, x, 1);
+                z[b] = x;
+            }
+            l_run[r] = tile_denominator(st[r], l_run[r], z[0] + z[1]);
+            m_run[r] = st[r].m_new;
+#pragma unroll
+            for (int ks = 0; ks < 2; ++ks) {
+                const __nv_bfloat162 lo = __floats2bfloat162_rn(pe[2 * ks][0], pe[2 * ks][1]);
+                const __nv_bfloat162 hi = __floats2bfloat162_rn(pe[2 * ks + 1][0], pe[2 * ks + 1][1]);
+                pa[ks][r] = *reinterpret_cast<const uint32_t*>(&lo);      // a0 (row lane/4) / a1 (row lane/4 + 8)
+                pa[ks][2 + r] = *reinterpret_cast<const uint32_t*>(&hi);  // a2 / a3: candidates + 8
+            }
+        }
+
+        // PV over this warp's head_dim half. The accumulator factors are skipped where they cannot change a bit:
+        // before the first tile the accumulators are +0 (the factor is 0), and a factor of exactly 1 is an identity.
+        if (tile > 0 && __any_sync(0xffffffffu, st[0].acc_before != 1.f || st[1].acc_before != 1.f))
+            scale_rows(acc, st[0].acc_before, st[1].acc_before);
+        const int n_base = half * (D / 2);
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) {
+            const int v_row = ks * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+            const uint32_t v_base = smem_u32(kv + v_row * DP + n_base + (lane / 16) * 8);
+#pragma unroll
+            for (int j = 0; j < kMaxNt; j += 2) {
+                if (j >= nt_count) break;
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4_t(v_base + j * 16, b0, b1, b2, b3);
+                mma_16816(acc[j], pa[ks][0], pa[ks][1], pa[ks][2], pa[ks][3], b0, b1);
+                mma_16816(acc[j + 1], pa[ks][0], pa[ks][1], pa[ks][2], pa[ks][3], b2, b3);
+            }
+        }
+        if (__any_sync(0xffffffffu, st[0].acc_after != 1.f || st[1].acc_after != 1.f))
+            scale_rows(acc, st[0].acc_after, st[1].acc_after);
+        __syncthreads();  // every warp is done with this stage and the exchange buffer before they are rewritten
+    }
+    cp_async_wait(0);  // no copy may still target shared memory when the CTA exits (only empty groups remain)
+
+    // Epilogue: normalized rows rounded to bf16 into shared memory (the q tile is free now), then coalesced 16-byte
+    // stores with the rope pairs de-rotated; cos / sin once per pair (a function of pos and the pair only). The
+    // tile loop ended with a barrier (n_tiles >= 1), so no warp still reads q or the exchange buffer.
+    bf16* staged = sm.q;
+    float* cos_s = sm.xch;  // [n_pairs], the exchange buffer is free too
+    float* sin_s = sm.xch + kMaxRopePairs;
+    const int n_base = half * (D / 2);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int row = grp * kGroupHeads + lane / 4 + 8 * r, h = h_cta + row;
+        const float f = h < H ? output_factor(m_run[r], l_run[r], p.sink[h]) : 0.f;
+#pragma unroll
+        for (int j = 0; j < kMaxNt; ++j) {
+            if (j >= nt_count) break;
+            const int dim = n_base + j * 8 + 2 * (lane % 4);
+            *reinterpret_cast<__nv_bfloat162*>(staged + row * DP + dim) =
+                __floats2bfloat162_rn(acc[j][2 * r] * f, acc[j][2 * r + 1] * f);
+        }
+    }
+    const int rope_first_pair = D / 2 - p.rope.n_pairs;
+    for (int i = tid; i < p.rope.n_pairs; i += blockDim.x) rope_cos_sin(c.pos, p.rope.inv_freq[i], cos_s[i], sin_s[i]);
+    __syncthreads();
+    const int rows_here = min(groups * kGroupHeads, H - h_cta);
+    for (int i = tid; i < rows_here * chunks; i += blockDim.x) {
+        const int row = i / chunks, d = (i % chunks) * 8;
+        uint4 v = *reinterpret_cast<const uint4*>(staged + row * DP + d);
+        __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const int pair = d / 2 + k - rope_first_pair;
+            if (pair < 0) continue;
+            float2 x = __bfloat1622float2(pairs[k]);
+            derotate_pair(x.x, x.y, cos_s[pair], sin_s[pair]);
+            pairs[k] = __floats2bfloat162_rn(x.x, x.y);
+        }
+        *reinterpret_cast<uint4*>(p.out + int64_t(t) * p.out_stride + int64_t(h_cta + row) * D + d) = v;
+    }
+}
+
+int64_t gathered_rows(int n_tokens, int n_seqs, int window, int max_entries) {
+    return int64_t(n_tokens) + int64_t(n_seqs) * (window - 1) + int64_t(n_seqs) * max_entries;
+}
+
+}  // namespace
+
+size_t sparse_attention_prefill_workspace_bytes(int max_tokens, int max_seqs, int window, int max_entries,
+                                                int head_dim) {
+    return size_t(gathered_rows(std::max(max_tokens, 1), std::max(max_seqs, 1), std::max(window, 1),
+                                std::max(max_entries, 0))) *
+           size_t(head_dim) * sizeof(bf16);
+}
+
+namespace {
+
+// Launch shape: as many row groups as the heads need (up to 4), then the deepest pipeline that fits the device's
+// shared memory (2 by default; sm_89 / sm_120 parts with ~100 KB per block get fewer groups / stages).
+struct PrefillShape {
+    int groups = 1, stages = 1;
+    size_t smem = 0;
+};
+PrefillShape plan_shape(const SparseAttentionParams& p, const PrefillAttentionTuning& tuning) {
+    const int topk_width = p.topk ? p.topk_width : 0;
+    const size_t max_smem = size_t(current_arch().max_smem_per_block_optin);
+    auto smem_of = [&](int gr, int st) {
+        return prefill_smem_layout(p.head_dim, gr, st, topk_width, nullptr, nullptr);
+    };
+    PrefillShape s;
+    s.groups =
+        tuning.head_groups ? tuning.head_groups : std::min(kMaxGroups, (p.n_heads + kGroupHeads - 1) / kGroupHeads);
+    s.stages = tuning.stages ? tuning.stages : 2;
+    if (!tuning.stages)
+        while (s.stages > 1 && smem_of(s.groups, s.stages) > max_smem) --s.stages;
+    if (!tuning.head_groups)
+        while (s.groups > 1 && smem_of(s.groups, s.stages) > max_smem) --s.groups;
+    s.smem = smem_of(s.groups, s.stages);
+    return s;
+}
+
+// Why p cannot run (empty when it can): the single list of requirements behind both the supports query and the
+// errors of a call.
+std::string problem_of(const SparseAttentionParams& p, int max_entries, const PrefillAttentionTuning& tuning) {
+    std::ostringstream os;
+    auto say = [&](const char* f, auto... args) {
+        format_into(os, f, args...);
+        return os.str();
+    };
+    const int D = p.head_dim;
+    if (D < 32 || D % 32 != 0 || D > kMaxDim)
+        return say("head_dim must be a multiple of 32 in [32, {}], got {}", kMaxDim, D);
+    if (p.n_heads <= 0 || !p.q || !p.out || !p.sink) return say("n_heads, q, out and attn_sink are required");
+    if (p.q_stride % 8 != 0 || reinterpret_cast<uintptr_t>(p.q) % 16 != 0)
+        return say("q must be 16-byte aligned with q_stride % 8 == 0, got q_stride {}", p.q_stride);
+    if (p.out_stride % 8 != 0 || reinterpret_cast<uintptr_t>(p.out) % 16 != 0)
+        return say("out must be 16-byte aligned with out_stride % 8 == 0, got out_stride {}", p.out_stride);
+    if (p.window < 1 || !p.ring.base) return say("window {} and the ring are required", p.window);
+    if (p.ring.ring_entries < p.window - 1 + p.batch.max_seq_tokens)
+        return say("the ring ({} entries) must hold window - 1 + max_seq_tokens = {}", p.ring.ring_entries,
+                   p.window - 1 + p.batch.max_seq_tokens);
+    if (2 * p.rope.n_pairs > D || p.rope_dim < 0 || p.rope_dim >= D)
+        return say("rope_dim {} (table {}) must be below head_dim {}", p.rope_dim, 2 * p.rope.n_pairs, D);
+    if (p.ring.format != KvFormat::BF16 && (D - p.rope_dim) % 64 != 0)
+        return say("FP8 entries need head_dim - rope_dim to be a multiple of 64, got {}", D - p.rope_dim);
+    if (p.ratio < 0 || (p.ratio > 0 && !p.comp.base))
+        return say("compressed entries are required when ratio ({}) > 0", p.ratio);
+    if (max_entries < 0) return say("max_entries must be >= 0, got {}", max_entries);
+    if (p.topk && (p.topk_width < 0 || p.topk_width > kMaxTopkWidth))
+        return say("topk_width must be in [0, {}], got {}", kMaxTopkWidth, p.topk_width);
+    if (p.batch.n_seqs > 65535) return say("at most 65535 sequences per step, got {}", p.batch.n_seqs);
+    if (tuning.head_groups < 0 || tuning.head_groups > kMaxGroups || tuning.stages < 0 || tuning.stages > kMaxStages)
+        return say("tuning head_groups {} (0..{}) / stages {} (0..{}) out of range", tuning.head_groups, kMaxGroups,
+                   tuning.stages, kMaxStages);
+    const PrefillShape shape = plan_shape(p, tuning);
+    const int max_smem = current_arch().max_smem_per_block_optin;
+    if (shape.smem > size_t(max_smem))
+        return say(
+            "{} bytes of shared memory (head_dim {}, {} head groups, {} stages, top-k width {}) exceed the "
+            "device's {}",
+            shape.smem, D, shape.groups, shape.stages, p.topk ? p.topk_width : 0, max_smem);
+    return {};
+}
+
+}  // namespace
+
+bool sparse_attention_prefill_supports(const SparseAttentionParams& p, int max_entries) {
+    return problem_of(p, max_entries, {}).empty();
+}
+
+void sparse_attention_prefill(const SparseAttentionParams& p, int max_entries, void* workspace, size_t workspace_bytes,
+                              cudaStream_t stream, const PrefillAttentionTuning& tuning) {
+    const std::string problem = problem_of(p, max_entries, tuning);
+    if (!problem.empty()) fail_rt("sparse_attention_prefill: {}", problem);
+    if (p.batch.n_tokens <= 0 || p.batch.n_seqs <= 0) return;
+    const int D = p.head_dim;
+    const int entries = p.ratio > 0 ? max_entries : 0;
+    const size_t need =
+        sparse_attention_prefill_workspace_bytes(p.batch.n_tokens, p.batch.n_seqs, p.window, entries, D);
+    FS_ATTN_REQUIRE(workspace && workspace_bytes >= need,
+                    "sparse_attention_prefill: workspace of {} bytes is smaller than the {} needed", workspace_bytes,
+                    need);
+    const PrefillShape shape = plan_shape(p, tuning);
+    allow_dynamic_smem(prefill_attention_kernel, shape.smem);
+
+    GatherLayout g;
+    g.rows = static_cast<const bf16*>(workspace);
+    g.history_row0 = p.batch.n_tokens;
+    g.comp_row0 = int64_t(p.batch.n_tokens) + int64_t(p.batch.n_seqs) * (p.window - 1);
+    g.max_entries = entries;
+    const int items = p.window - 1 + p.batch.max_seq_tokens + entries;
+    launch_pdl("prefill_gather_kernel", gather_kernel, dim3((items + kGatherWarps - 1) / kGatherWarps, p.batch.n_seqs),
+               dim3(kGatherThreads), 0, stream, p, g, static_cast<bf16*>(workspace));
+    FS_ATTN_LAUNCHED();
+    const int head_blocks = ((p.n_heads + kGroupHeads - 1) / kGroupHeads + shape.groups - 1) / shape.groups;
+    launch_pdl("prefill_attention_kernel", prefill_attention_kernel, dim3(p.batch.n_tokens, head_blocks),
+               dim3(shape.groups * kGroupThreads), shape.smem, stream, p, g, shape.stages);
+    FS_ATTN_LAUNCHED();
+}
+
+}  // namespace flashseek::cuda
