@@ -21,9 +21,9 @@ fi
 
 PY=${PYTHON:-python3}
 pip_pkgs=(numpy safetensors tokenizers openai regex pytest unicodedata2==16.0.0 jsonschema "lm_eval[api]==0.4.13"
-          transformers)
+          transformers schemathesis)
 need_pip=0
-for m in numpy safetensors tokenizers openai regex pytest unicodedata2 jsonschema lm_eval transformers; do
+for m in numpy safetensors tokenizers openai regex pytest unicodedata2 jsonschema lm_eval transformers schemathesis; do
   $PY -c "import $m" 2>/dev/null || need_pip=1
 done
 if [ $need_pip = 1 ]; then

@@ -22,6 +22,7 @@ struct BackendOptions {
     int threads = 0;                 // CPU threads, 0 = hardware concurrency
     int layers = 0;                  // run only the first N layers (0 = all)
     int prefill_chunk = 0;           // CUDA: tokens of one sequence per forward pass (0 = the backend's default)
+    int tp = 1, ep = 1;              // CUDA: parallel layout (model/sharding.h); ranks beyond the devices share one
     bool dummy_weights = false;      // CUDA: random weights generated on the device, no checkpoint read
     // Model-load progress: called with (bytes done, bytes total); returning false cancels loading.
     std::function<bool(size_t, size_t)> progress;

@@ -70,11 +70,13 @@ int64_t TensorView::numel() const {
     return n;
 }
 
-std::string TensorView::shape_str() const {
+std::string shape_to_string(const std::vector<int64_t>& shape) {
     std::string s = "[";
     for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
     return s + "]";
 }
+
+std::string TensorView::shape_str() const { return shape_to_string(shape); }
 
 namespace {
 

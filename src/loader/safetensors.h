@@ -17,6 +17,7 @@ enum class DType : uint8_t { BF16, F16, F32, F64, F8_E4M3, F8_E8M0, I8, U8, I16,
 const char* dtype_name(DType t);           // the safetensors spelling, e.g. "F8_E4M3"
 size_t dtype_size(DType t);                // bytes per element
 bool parse_dtype(const std::string& s, DType* out);
+std::string shape_to_string(const std::vector<int64_t>& shape);  // "[1024, 4096]"
 
 // A read-only view of one tensor's bytes inside a mapped file (or any other owner).
 struct TensorView {

@@ -15,12 +15,6 @@ namespace flashseek {
 
 namespace {
 
-std::string shape_to_string(const std::vector<int64_t>& s) {
-    std::string r = "[";
-    for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-    return r + "]";
-}
-
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Receives every tensor of the model as the walk meets it.

@@ -1,6 +1,6 @@
-// OpenAI API handlers (see api_server.h). Order inside a generation request: shutdown check → strict JSON →
-// validation → tokenization (on this worker thread, never on the step-loop thread) → context check → overload
-// reservation → submit every choice → stream SSE or wait. A client that disconnects at any point cancels its
+// OpenAI API handlers (see api_server.h). Order inside a generation request: shutdown check → the request entry
+// (strict JSON, validation, tokenization on this worker thread, never on the step-loop thread, context check) →
+// overload reservation → submit every choice → stream SSE or wait. A client that disconnects at any point cancels its
 // choices; the step loop frees their state before its next step.
 #include "server/api_server.h"
 
@@ -9,6 +9,7 @@
 #include <random>
 
 #include "server/response_builder.h"
+#include "server/responses_builder.h"
 #include "util/error.h"
 #include "util/random.h"
 
@@ -43,14 +44,69 @@ int64_t unix_now() {
     return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// Everything one streaming response needs after the handler returns (owned by the stream callbacks).
-struct StreamState {
-    ParsedRequest request;
-    std::unique_ptr<ResponseBuilder> builder;
+// Everything one generation needs after the handler returns (owned by the stream callbacks). Builder is
+// ResponseBuilder (chat completions, completions) or ResponsesBuilder (/v1/responses); both hold a reference to
+// `prepared.request`, so the state owns it.
+template <typename Builder>
+struct GenerationState {
+    PreparedGeneration prepared;
+    std::unique_ptr<Builder> builder;
     std::shared_ptr<runtime::OutputChannel> channel;
     bool sent_first = false;
     bool completed = false;
 };
+
+// Streams the answer (SSE) or waits for it, probing the connection so a vanished client cancels its work too.
+// Returns true when the response was handed to the HTTP layer as a stream (its on_close then releases `open`).
+template <typename Builder>
+bool deliver(const std::shared_ptr<GenerationState<Builder>>& st, const HttpRequest& hreq, HttpResponse& res,
+             std::atomic<int64_t>& open) {
+    if (st->prepared.request.stream) {
+        res.content_type = "text/event-stream";
+        res.headers.emplace_back("Cache-Control", "no-cache");
+        res.stream = [st](StreamSink& sink) {
+            if (!st->sent_first) {
+                st->sent_first = true;
+                const std::string first = st->builder->first_chunks();
+                if (!first.empty() && !sink.write(first)) return StreamStatus::Failed;
+            }
+            std::vector<runtime::OutputEvent> events;
+            const bool more = st->channel->wait_pop(events, std::chrono::milliseconds(100));
+            if (!events.empty()) {
+                const std::string text = st->builder->stream(events);
+                if (!text.empty() && !sink.write(text)) return StreamStatus::Failed;
+            }
+            if (!more) {
+                const std::string last = st->builder->last_chunks();
+                if (!last.empty() && !sink.write(last)) return StreamStatus::Failed;
+                st->completed = true;
+                return StreamStatus::Done;
+            }
+            if (events.empty() && !sink.alive()) return StreamStatus::Failed;
+            return StreamStatus::More;
+        };
+        res.on_close = [st, &open](bool) {
+            if (!st->completed) st->channel->cancel();
+            --open;
+        };
+        return true;
+    }
+    std::vector<runtime::OutputEvent> events;
+    int polls = 0;
+    while (st->channel->wait_pop(events, std::chrono::milliseconds(50))) {
+        st->builder->absorb(events);
+        events.clear();
+        if (++polls % 4 == 0 && hreq.connection_alive && !hreq.connection_alive()) {
+            st->channel->cancel();
+            res.status = 499;  // nobody will read it; keeps logs honest
+            res.body = error_body(499, "client closed the connection", "", "client_closed_request");
+            return false;
+        }
+    }
+    if (const std::optional<ApiError> f = st->builder->failure()) throw *f;
+    res.body = st->builder->final_json().dump(-1, ' ', false, json::error_handler_t::replace);
+    return false;
+}
 
 }  // namespace
 
@@ -67,12 +123,46 @@ ApiServer::ApiServer(runtime::StepLoop& loop, const tokenizer::Tokenizer& tok, r
         metrics_.on_rejected(401);
         return false;
     });
-    http_.post("/v1/chat/completions", [this](const HttpRequest& q, HttpResponse& r) { generate(q, r, Endpoint::Chat); });
-    http_.post("/v1/completions", [this](const HttpRequest& q, HttpResponse& r) { generate(q, r, Endpoint::Completion); });
-    http_.post("/tokenize", [this](const HttpRequest& q, HttpResponse& r) { tokenize(q, r); });
-    http_.get("/v1/models", [this](const HttpRequest& q, HttpResponse& r) { models(q, r); });
-    http_.get("/health", [this](const HttpRequest& q, HttpResponse& r) { health(q, r); });
-    http_.get("/metrics", [this](const HttpRequest& q, HttpResponse& r) { this->metrics(q, r); });
+    // Exactly the routes of the table /openapi.json is generated from (server/openapi.h).
+    for (const RouteSpec& spec : api_routes()) {
+        std::string path = spec.path;
+        if (const size_t brace = path.find('{'); brace != std::string::npos)
+            path = path.substr(0, brace) + "[^/]+";  // "{response_id}" → one path segment
+        if (std::string(spec.method) == "GET") http_.get(path, handler_for(spec.id));
+        else http_.post(path, handler_for(spec.id));
+    }
+    OpenApiFacts facts;
+    facts.limits = options_.limits;
+    facts.max_model_len = loop_.max_model_len();
+    facts.max_body_bytes = options_.http.max_body_bytes;
+    facts.api_key_required = !options_.api_key.empty();
+    openapi_json_ = openapi_document(facts).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+HttpHandler ApiServer::handler_for(RouteId id) {
+    auto generation = [this](Route route) {
+        return [this, route](const HttpRequest& q, HttpResponse& r) { generate(q, r, route); };
+    };
+    switch (id) {
+        case RouteId::ChatCompletions: return generation(Route::ChatCompletions);
+        case RouteId::Completions: return generation(Route::Completions);
+        case RouteId::Responses: return generation(Route::Responses);
+        case RouteId::Tokenize: return [this](const HttpRequest& q, HttpResponse& r) { answer(q, r, Route::Tokenize); };
+        case RouteId::Detokenize:
+            return [this](const HttpRequest& q, HttpResponse& r) { answer(q, r, Route::Detokenize); };
+        case RouteId::ResponseById:
+            // Clients that retrieve a response by id get a clear 404 instead of "no route".
+            return [this](const HttpRequest&, HttpResponse& r) {
+                fail(r, ApiError(404, "responses are not stored on this server (store is treated as false)",
+                                 "response_id", "not_found_error", "response_not_found"));
+            };
+        case RouteId::Models: return [this](const HttpRequest& q, HttpResponse& r) { models(q, r); };
+        case RouteId::Health: return [this](const HttpRequest& q, HttpResponse& r) { health(q, r); };
+        case RouteId::Metrics: return [this](const HttpRequest& q, HttpResponse& r) { metrics(q, r); };
+        case RouteId::OpenApi:
+            return [this](const HttpRequest&, HttpResponse& r) { r.body = openapi_json_; };
+    }
+    throw Error("api_server: no handler for a route of the table");
 }
 
 const runtime::ConstraintCompiler& ApiServer::constraint_compiler() {
@@ -118,29 +208,15 @@ void ApiServer::models(const HttpRequest&, HttpResponse& res) {
     res.body = json({{"object", "list"}, {"data", json::array({card})}}).dump();
 }
 
-void ApiServer::tokenize(const HttpRequest& hreq, HttpResponse& res) {
+EntryContext ApiServer::entry_context() const { return EntryContext{options_.limits, tok_, loop_.max_model_len()}; }
+
+void ApiServer::answer(const HttpRequest& hreq, HttpResponse& res, Route route) {
     try {
-        const json body = parse_json_body(hreq.body);
-        std::vector<int32_t> ids;
-        if (body.contains("messages")) {
-            const ParsedRequest pr = parse_chat_request(body, options_.limits, hreq.body);
-            try {
-                ids = chat::encode_prompt(tok_, chat::render_prompt(pr.chat));
-            } catch (const Error& e) {
-                bad_param("messages", "could not tokenize the prompt: {}", e.what());
-            }
-        } else {
-            const ParsedRequest pr = parse_completion_request(body, options_.limits);
-            if (pr.prompt_texts.size() + pr.prompt_tokens.size() != 1)
-                bad_param("prompt", "'/tokenize' takes exactly one prompt");
-            if (!pr.prompt_tokens.empty()) ids = pr.prompt_tokens[0];
-            else ids = tok_.encode_with_specials(pr.prompt_texts[0]);
-        }
-        res.body = json({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", loop_.max_model_len()}}).dump();
+        const json out = route == Route::Tokenize ? answer_tokenize(hreq.body, entry_context())
+                                                  : answer_detokenize(hreq.body, entry_context());
+        res.body = out.dump(-1, ' ', false, json::error_handler_t::replace);
     } catch (const ApiError& e) {
         fail(res, e);
-    } catch (const Error& e) {
-        fail(res, ApiError(400, e.what(), ""));
     }
 }
 
@@ -174,7 +250,7 @@ void ApiServer::metrics(const HttpRequest&, HttpResponse& res) {
     res.body = std::move(text);
 }
 
-void ApiServer::generate(const HttpRequest& hreq, HttpResponse& res, Endpoint endpoint) {
+void ApiServer::generate(const HttpRequest& hreq, HttpResponse& res, Route route) {
     const Clock::time_point arrival = Clock::now();
     ++open_requests_;
     struct OpenGuard {
@@ -185,138 +261,99 @@ void ApiServer::generate(const HttpRequest& hreq, HttpResponse& res, Endpoint en
     try {
         if (shutting_down_ || !loop_.accepting())
             throw ApiError(503, "the server is shutting down", "", "service_unavailable_error", "shutting_down");
-        const json body = parse_json_body(hreq.body);
-        auto st = std::make_shared<StreamState>();
-        st->request = endpoint == Endpoint::Chat ? parse_chat_request(body, options_.limits, hreq.body)
-                                                 : parse_completion_request(body, options_.limits, hreq.body);
-        ParsedRequest& pr = st->request;
-        // Constrained decoding: compiled here, on this worker thread (cached per distinct constraint).
-        std::shared_ptr<const runtime::CompiledConstraint> grammar;
-        if (pr.constraint.kind != OutputConstraint::Kind::None) {
-            pr.constraint.reasoning_first =
-                endpoint == Endpoint::Chat && pr.chat.thinking == chat::ThinkingMode::thinking;
-            try {
-                grammar = constraint_compiler().compile(pr.constraint);
-            } catch (const runtime::GrammarError& e) {
-                bad_param(pr.constraint.param, "'{}' cannot be used for constrained decoding: {}", pr.constraint.param,
-                          e.what());
-            }
-        }
-
-        std::vector<std::vector<int32_t>> prompts;
-        try {
-            if (endpoint == Endpoint::Chat) {
-                prompts.push_back(chat::encode_prompt(tok_, chat::render_prompt(pr.chat)));
-            } else {
-                // As HF encodes it: added tokens matched literally, no BOS (DeepSeek-V4's add_bos_token is false).
-                for (const std::string& text : pr.prompt_texts) prompts.push_back(tok_.encode_with_specials(text));
-                for (auto& ids : pr.prompt_tokens) prompts.push_back(ids);
-            }
-        } catch (const Error& e) {
-            bad_param(endpoint == Endpoint::Chat ? "messages" : "prompt", "could not tokenize the prompt: {}", e.what());
-        }
-        std::vector<int64_t> max_new;
-        for (const auto& p : prompts)
-            max_new.push_back(resolve_max_tokens(pr, int64_t(p.size()), loop_.max_model_len()));
-        // Prompt scores: vLLM's prompt_logprobs, and echo's prompt logprobs (also needed when nothing is generated).
-        int prompt_logprobs = pr.prompt_logprobs;
-        if (pr.echo && pr.logprobs) prompt_logprobs = std::max(prompt_logprobs, pr.top_logprobs);
-        if (pr.echo && std::find(max_new.begin(), max_new.end(), 0) != max_new.end())
-            prompt_logprobs = std::max(prompt_logprobs, 0);
-        const int choices = int(prompts.size()) * pr.n;
+        PreparedGeneration prepared = prepare_generation(route, hreq.body, entry_context());
+        const std::shared_ptr<const runtime::CompiledConstraint> grammar = compile_constraint(prepared, route);
+        const ParsedRequest& pr = prepared.request;
+        const int choices = int(prepared.prompts.size()) * pr.n;
         if (!loop_.try_reserve(choices))
             throw ApiError(429, "the server is at capacity; retry later", "", "rate_limit_error", "overloaded");
+        auto channel = std::make_shared<runtime::OutputChannel>(choices);
+        submit(prepared, grammar, channel, arrival);
 
-        st->channel = std::make_shared<runtime::OutputChannel>(choices);
-        const uint64_t base_seed = pr.seed ? *pr.seed : random_seed();
-        const int32_t eos = eos_token();
-        const auto deadline = arrival + std::chrono::milliseconds(int64_t(options_.request_timeout_s * 1000));
-        for (size_t p = 0; p < prompts.size(); ++p)
-            for (int i = 0; i < pr.n; ++i) {
-                const int index = int(p) * pr.n + i;
-                runtime::GenerationRequest er;
-                er.prompt = prompts[p];
-                er.params.sample.temperature = pr.temperature;
-                er.params.sample.top_p = pr.top_p;
-                er.params.sample.top_k = pr.top_k;
-                er.params.sample.seed = index == 0 ? base_seed : mix_seed(base_seed, uint64_t(index));
-                er.params.sample.n_logprobs = pr.logprobs ? pr.top_logprobs : 0;
-                er.params.sample.min_p = pr.min_p;
-                er.params.sample.presence_penalty = pr.presence_penalty;
-                er.params.sample.frequency_penalty = pr.frequency_penalty;
-                er.params.sample.repetition_penalty = pr.repetition_penalty;
-                for (const auto& [token, bias] : pr.logit_bias) er.params.logit_bias.push_back(LogitBias{token, bias});
-                er.params.min_new_tokens = std::min(pr.min_tokens, max_new[p]);
-                er.params.prompt_logprobs = prompt_logprobs;
-                if (grammar) er.params.constraint = constraint_compiler().start(grammar);
-                er.params.max_new_tokens = max_new[p];
-                if (!pr.ignore_eos) er.params.stop_token_ids.push_back(eos);
-                er.params.stop_token_ids.insert(er.params.stop_token_ids.end(), pr.stop_token_ids.begin(),
-                                                pr.stop_token_ids.end());
-                er.params.deadline = deadline;
-                er.params.forced_tokens = pr.forced_tokens;
-                er.stop_strings = pr.stop;
-                er.skip_special = pr.skip_special_tokens;
-                er.choice = index;
-                er.arrival = arrival;
-                er.channel = st->channel;
-                loop_.submit(std::move(er));
-            }
-        const std::string id = (endpoint == Endpoint::Chat ? "chatcmpl-" : "cmpl-") + random_hex(24);
-        st->builder = std::make_unique<ResponseBuilder>(st->request, tok_, id, unix_now(), prompts);
-
-        if (pr.stream) {
-            guard.armed = false;  // the stream's on_close releases it
-            res.content_type = "text/event-stream";
-            res.headers.emplace_back("Cache-Control", "no-cache");
-            res.stream = [st](StreamSink& sink) {
-                if (!st->sent_first) {
-                    st->sent_first = true;
-                    const std::string first = st->builder->first_chunks();
-                    if (!first.empty() && !sink.write(first)) return StreamStatus::Failed;
-                }
-                std::vector<runtime::OutputEvent> events;
-                const bool more = st->channel->wait_pop(events, std::chrono::milliseconds(100));
-                if (!events.empty()) {
-                    const std::string text = st->builder->stream(events);
-                    if (!text.empty() && !sink.write(text)) return StreamStatus::Failed;
-                }
-                if (!more) {
-                    if (!sink.write(st->builder->last_chunks())) return StreamStatus::Failed;
-                    st->completed = true;
-                    return StreamStatus::Done;
-                }
-                if (events.empty() && !sink.alive()) return StreamStatus::Failed;
-                return StreamStatus::More;
-            };
-            res.on_close = [st, this](bool) {
-                if (!st->completed) st->channel->cancel();
-                --open_requests_;
-            };
-            return;
+        bool streamed = false;
+        if (route == Route::Responses) {
+            auto st = std::make_shared<GenerationState<ResponsesBuilder>>();
+            st->prepared = std::move(prepared);
+            st->channel = channel;
+            st->builder = std::make_unique<ResponsesBuilder>(st->prepared.request, *st->prepared.responses,
+                                                             "resp_" + random_hex(24), unix_now(),
+                                                             int64_t(st->prepared.prompts.at(0).size()));
+            streamed = deliver(st, hreq, res, open_requests_);
+        } else {
+            auto st = std::make_shared<GenerationState<ResponseBuilder>>();
+            st->prepared = std::move(prepared);
+            st->channel = channel;
+            const std::string id = (route == Route::ChatCompletions ? "chatcmpl-" : "cmpl-") + random_hex(24);
+            st->builder =
+                std::make_unique<ResponseBuilder>(st->prepared.request, tok_, id, unix_now(), st->prepared.prompts);
+            streamed = deliver(st, hreq, res, open_requests_);
         }
-
-        // Non-streaming: wait, but keep probing the connection so a vanished client cancels its work too.
-        std::vector<runtime::OutputEvent> events;
-        int polls = 0;
-        while (st->channel->wait_pop(events, std::chrono::milliseconds(50))) {
-            st->builder->absorb(events);
-            events.clear();
-            if (++polls % 4 == 0 && hreq.connection_alive && !hreq.connection_alive()) {
-                st->channel->cancel();
-                res.status = 499;  // nobody will read it; keeps logs honest
-                res.body = error_body(499, "client closed the connection", "", "client_closed_request");
-                return;
-            }
-        }
-        if (const std::optional<ApiError> f = st->builder->failure()) throw *f;
-        res.body = st->builder->final_json().dump(-1, ' ', false, json::error_handler_t::replace);
+        if (streamed) guard.armed = false;  // the stream's on_close releases it
     } catch (const ApiError& e) {
         fail(res, e);
     } catch (const Error& e) {
         fail(res, ApiError(400, e.what(), ""));
     } catch (const std::exception& e) {
         fail(res, ApiError(500, fmt::format("internal error: {}", e.what()), "", "server_error"));
+    }
+}
+
+std::shared_ptr<const runtime::CompiledConstraint> ApiServer::compile_constraint(PreparedGeneration& prepared,
+                                                                               Route route) {
+    OutputConstraint& c = prepared.request.constraint;
+    if (c.kind == OutputConstraint::Kind::None) return nullptr;
+    // Chat and responses in thinking mode: the reasoning stays free text up to </think>, then the constraint.
+    c.reasoning_first = route != Route::Completions && prepared.request.chat.thinking == chat::ThinkingMode::thinking;
+    try {
+        return constraint_compiler().compile(c);
+    } catch (const runtime::GrammarError& e) {
+        bad_param(c.param, "'{}' cannot be used for constrained decoding: {}", c.param, e.what());
+    }
+}
+
+void ApiServer::submit(const PreparedGeneration& prepared,
+                       const std::shared_ptr<const runtime::CompiledConstraint>& grammar,
+                       const std::shared_ptr<runtime::OutputChannel>& channel, Clock::time_point arrival) {
+    const ParsedRequest& pr = prepared.request;
+    const uint64_t base_seed = pr.seed ? *pr.seed : random_seed();
+    const int32_t eos = eos_token();
+    const auto deadline = arrival + std::chrono::milliseconds(int64_t(options_.request_timeout_s * 1000));
+    for (size_t p = 0; p < prepared.prompts.size(); ++p) {
+        const int64_t max_new = prepared.max_new_tokens[p];
+        // Prompt scores: vLLM's prompt_logprobs, and echo's prompt logprobs (also needed when nothing is generated).
+        int prompt_logprobs = pr.prompt_logprobs;
+        if (pr.echo && pr.logprobs) prompt_logprobs = std::max(prompt_logprobs, pr.top_logprobs);
+        if (pr.echo && max_new == 0) prompt_logprobs = std::max(prompt_logprobs, 0);
+        for (int i = 0; i < pr.n; ++i) {
+            const int index = int(p) * pr.n + i;
+            runtime::GenerationRequest er;
+            er.prompt = prepared.prompts[p];
+            er.params.sample.temperature = pr.temperature;
+            er.params.sample.top_p = pr.top_p;
+            er.params.sample.top_k = pr.top_k;
+            er.params.sample.seed = index == 0 ? base_seed : mix_seed(base_seed, uint64_t(index));
+            er.params.sample.n_logprobs = pr.logprobs ? pr.top_logprobs : 0;
+            er.params.sample.min_p = pr.min_p;
+            er.params.sample.presence_penalty = pr.presence_penalty;
+            er.params.sample.frequency_penalty = pr.frequency_penalty;
+            er.params.sample.repetition_penalty = pr.repetition_penalty;
+            for (const auto& [token, bias] : pr.logit_bias) er.params.logit_bias.push_back(LogitBias{token, bias});
+            er.params.min_new_tokens = std::min(pr.min_tokens, max_new);
+            er.params.prompt_logprobs = prompt_logprobs;
+            if (grammar) er.params.constraint = constraint_compiler().start(grammar);
+            er.params.max_new_tokens = max_new;
+            if (!pr.ignore_eos) er.params.stop_token_ids.push_back(eos);
+            er.params.stop_token_ids.insert(er.params.stop_token_ids.end(), pr.stop_token_ids.begin(),
+                                            pr.stop_token_ids.end());
+            er.params.deadline = deadline;
+            er.params.forced_tokens = pr.forced_tokens;
+            er.stop_strings = pr.stop;
+            er.skip_special = pr.skip_special_tokens;
+            er.choice = index;
+            er.arrival = arrival;
+            er.channel = channel;
+            loop_.submit(std::move(er));
+        }
     }
 }
 

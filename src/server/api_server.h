@@ -10,7 +10,9 @@
 #include "runtime/step_loop.h"
 #include "server/http.h"
 #include "runtime/metrics.h"
+#include "server/openapi.h"
 #include "server/protocol.h"
+#include "server/request_entry.h"
 
 namespace flashseek::server {
 
@@ -34,9 +36,17 @@ public:
     int64_t open_requests() const { return open_requests_.load(); }
 
 private:
-    void generate(const HttpRequest& req, HttpResponse& res, Endpoint endpoint);
+    HttpHandler handler_for(RouteId id);
+    void generate(const HttpRequest& req, HttpResponse& res, Route route);
+    // Constrained decoding: the request's constraint compiled (cached per distinct constraint) on this worker
+    // thread; nullptr when it has none. 400 naming the field when the grammar engine cannot compile it.
+    std::shared_ptr<const runtime::CompiledConstraint> compile_constraint(PreparedGeneration& prepared, Route route);
+    void submit(const PreparedGeneration& prepared, const std::shared_ptr<const runtime::CompiledConstraint>& grammar,
+                const std::shared_ptr<runtime::OutputChannel>& channel, Clock::time_point arrival);
+    // Routes answered without the model (vLLM-style extras): /tokenize, /detokenize.
+    void answer(const HttpRequest& req, HttpResponse& res, Route route);
+    EntryContext entry_context() const;
     void models(const HttpRequest& req, HttpResponse& res);
-    void tokenize(const HttpRequest& req, HttpResponse& res);  // vLLM-style extra: prompt ids and count
     void health(const HttpRequest& req, HttpResponse& res);
     void metrics(const HttpRequest& req, HttpResponse& res);
     bool authorized(const HttpRequest& req) const;
@@ -55,6 +65,7 @@ private:
     int64_t started_ = 0;
     std::once_flag compiler_once_;
     std::unique_ptr<runtime::ConstraintCompiler> compiler_;
+    std::string openapi_json_;  // built once: the document depends only on start-up options
 };
 
 }  // namespace flashseek::server

@@ -151,6 +151,7 @@ HttpServer::HttpServer(HttpOptions options) : impl_(std::make_unique<Impl>()) {
     svr.set_read_timeout(options.read_timeout_s, 0);
     svr.set_write_timeout(options.write_timeout_s, 0);
     svr.set_keep_alive_timeout(options.keep_alive_timeout_s);
+    svr.set_keep_alive_max_count(options.keep_alive_max_requests);
     svr.set_payload_max_length(options.max_body_bytes);
     Impl* impl = impl_.get();
     svr.set_pre_routing_handler([impl](const httplib::Request& req, httplib::Response& res) {

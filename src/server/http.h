@@ -59,6 +59,9 @@ struct HttpOptions {
     int read_timeout_s = 10;
     int write_timeout_s = 10;
     int keep_alive_timeout_s = 10;  // also how long a fresh connection may take to send its request
+    // Requests one connection may carry before the server closes it (cpp-httplib's own default is 5, which makes
+    // benchmark clients reconnect all the time).
+    size_t keep_alive_max_requests = 10000;
 };
 
 class HttpServer {

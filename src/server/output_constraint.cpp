@@ -15,45 +15,84 @@ using Kind = OutputConstraint::Kind;
 
 namespace {
 
-constexpr size_t kMaxChoices = 1024;
-
 const json* present(const json& body, const char* name) {
     auto it = body.find(name);
     return it == body.end() || it->is_null() ? nullptr : &*it;
 }
 
-// A JSON schema given as an object (or true / false), or as JSON text of one.
+// Thrown from the parser callback at the first value nested too deeply.
+struct TooDeep {};
+
+void check_size(size_t bytes, const std::string& param) {
+    if (bytes > kMaxConstraintBytes)
+        bad_param(param, "'{}' is {} bytes as a constraint; at most {} are allowed", param, bytes,
+                  kMaxConstraintBytes);
+}
+
+// A JSON schema given as an object (or true / false), or as JSON text of one. Text is held to the body's nesting
+// bound too (the grammar engine and our own copies walk a schema recursively).
 std::string schema_text(const json& v, const std::string& param) {
-    if (v.is_object() || v.is_boolean()) return v.dump();
-    if (v.is_string()) {
+    std::string text;
+    if (v.is_object() || v.is_boolean()) {
+        text = v.dump(-1, ' ', false, json::error_handler_t::replace);
+    } else if (v.is_string()) {
+        const std::string& given = v.get_ref<const std::string&>();
+        if (given.size() > 4 * kMaxConstraintBytes)  // room for indentation; the compact text is checked below
+            check_size(given.size(), param);
+        auto bound_depth = [](int depth, json::parse_event_t ev, json&) {
+            if ((ev == json::parse_event_t::object_start || ev == json::parse_event_t::array_start) &&
+                depth >= kMaxJsonDepth)
+                throw TooDeep{};
+            return true;
+        };
         json parsed;
         try {
-            parsed = json::parse(v.get<std::string>());
+            parsed = json::parse(given, bound_depth);
+        } catch (const TooDeep&) {
+            bad_param(param, "'{}' nests arrays/objects more than {} levels deep", param, kMaxJsonDepth);
         } catch (const json::exception&) {
             bad_param(param, "'{}' is a string but not JSON text of a schema", param);
         }
-        if (parsed.is_object() || parsed.is_boolean()) return parsed.dump();
+        if (!parsed.is_object() && !parsed.is_boolean()) bad_param(param, "'{}' must be a JSON schema object", param);
+        text = parsed.dump(-1, ' ', false, json::error_handler_t::replace);
+    } else {
+        bad_param(param, "'{}' must be a JSON schema object", param);
     }
-    bad_param(param, "'{}' must be a JSON schema object", param);
+    check_size(text.size(), param);
+    return text;
 }
 
 std::string string_field(const json& v, const std::string& param) {
     if (!v.is_string()) bad_param(param, "'{}' must be a string", param);
-    if (v.get<std::string>().empty()) bad_param(param, "'{}' is empty", param);
-    return v.get<std::string>();
+    const std::string& text = v.get_ref<const std::string&>();
+    if (text.empty()) bad_param(param, "'{}' is empty", param);
+    check_size(text.size(), param);
+    return text;
 }
 
 std::vector<std::string> choice_list(const json& v, const std::string& param) {
     if (!v.is_array() || v.empty()) bad_param(param, "'{}' must be a non-empty array of strings", param);
-    if (v.size() > kMaxChoices)
-        bad_param(param, "'{}' has {} entries; at most {} are allowed", param, v.size(), kMaxChoices);
+    if (v.size() > kMaxConstraintChoices)
+        bad_param(param, "'{}' has {} entries; at most {} are allowed", param, v.size(), kMaxConstraintChoices);
     std::vector<std::string> out;
+    size_t bytes = 0;
     for (size_t i = 0; i < v.size(); ++i) {
-        if (!v[i].is_string() || v[i].get<std::string>().empty())
+        if (!v[i].is_string() || v[i].get_ref<const std::string&>().empty())
             bad_param(param, "'{}[{}]' must be a non-empty string", param, i);
         out.push_back(v[i].get<std::string>());
+        bytes += out.back().size();
     }
+    check_size(bytes, param);
     return out;
+}
+
+// Optional descriptive members of a json_schema format: checked for their type, not used.
+void check_schema_format_members(const json& js, const std::string& param) {
+    for (const char* key : {"name", "description"})
+        if (const json* v = present(js, key); v && !v->is_string())
+            bad_param(param, "'{}.json_schema.{}' must be a string", param, key);
+    if (const json* v = present(js, "strict"); v && !v->is_boolean())
+        bad_param(param, "'{}.json_schema.strict' must be a boolean", param);
 }
 
 void set_constraint(ParsedRequest& r, OutputConstraint c) {
@@ -80,6 +119,7 @@ void parse_response_format(const json& rf, ParsedRequest& r) {
         const json* js = present(rf, "json_schema");
         if (!js || !js->is_object())
             bad_param("response_format", "'response_format' of type json_schema needs a 'json_schema' object");
+        check_schema_format_members(*js, "response_format");
         const json* schema = present(*js, "schema");
         if (!schema) bad_param("response_format", "'response_format.json_schema' needs a 'schema'");
         c.json_schema = schema_text(*schema, "response_format");
@@ -157,6 +197,17 @@ void parse_forced_tool_calls(const json& body, ParsedRequest& r) {
     if (c.tools.empty())
         bad_param("tool_choice", "'tool_choice' names the function '{}', which is not in 'tools'",
                   r.tool_choice.substr(0, 80));
+    size_t bytes = 0;
+    for (const json& t : c.tools) {
+        const json& fn = t["function"];
+        bytes += fn["name"].get_ref<const std::string&>().size();
+        if (const json* params = present(fn, "parameters"))
+            bytes += params->dump(-1, ' ', false, json::error_handler_t::replace).size();
+    }
+    if (bytes > kMaxConstraintBytes)
+        bad_param("tools", "the tools a 'tool_choice' of '{}' forces are {} bytes as a constraint (names and "
+                  "parameter schemas); at most {} are allowed", r.tool_choice.substr(0, 80), bytes,
+                  kMaxConstraintBytes);
     if (const json* p = present(body, "parallel_tool_calls"); p && p->is_boolean())
         c.parallel_tool_calls = p->get<bool>();
     if (r.tool_choice != "required") c.parallel_tool_calls = false;
@@ -165,15 +216,15 @@ void parse_forced_tool_calls(const json& body, ParsedRequest& r) {
 
 }  // namespace
 
-void parse_output_constraint(const nlohmann::json& sorted_body, ParsedRequest& r, std::string_view raw_body) {
-    static const char* const kFields[] = {"response_format", "structured_outputs", "guided_json", "guided_regex",
-                                           "guided_choice", "guided_grammar"};
-    const bool forced_tools = r.endpoint == Endpoint::Chat && r.tool_choice != "auto" && r.tool_choice != "none";
-    if (!forced_tools && std::none_of(std::begin(kFields), std::end(kFields),
-                                      [&](const char* f) { return sorted_body.contains(f); }))
-        return;
-    // The body was parsed (and validated as strict JSON) once already; parsed again only when it constrains.
-    const json body = raw_body.empty() ? json(sorted_body) : json::parse(raw_body);
+constexpr const char* kConstraintFields[] = {"response_format", "structured_outputs", "guided_json", "guided_regex",
+                                             "guided_choice", "guided_grammar"};
+
+bool mentions_output_constraint(const nlohmann::json& body) {
+    return std::any_of(std::begin(kConstraintFields), std::end(kConstraintFields),
+                       [&](const char* f) { return body.contains(f); });
+}
+
+void parse_output_constraint(const json& body, ParsedRequest& r) {
     parse_forced_tool_calls(body, r);
     if (const json* rf = present(body, "response_format")) parse_response_format(*rf, r);
     if (const json* so = present(body, "structured_outputs")) parse_structured_outputs(*so, r);

@@ -15,6 +15,16 @@ namespace flashseek::server {
 
 using json = nlohmann::json;
 
+namespace {
+// Error text that quotes the body (nlohmann's "last read: '...'" can hold megabytes of one string) stays short.
+std::string clip(std::string text, size_t max_bytes = 240) {
+    if (text.size() <= max_bytes) return text;
+    const size_t total = text.size();
+    text.resize(max_bytes);
+    return fmt::format("{}... ({} bytes)", text, total);
+}
+}  // namespace
+
 std::string error_body(int status, const std::string& message, const std::string& param, const std::string& type,
                        const std::string& code) {
     std::string t = type;
@@ -26,26 +36,43 @@ std::string error_body(int status, const std::string& message, const std::string
         else if (status >= 500) t = "server_error";
         else t = "invalid_request_error";
     }
-    json e = {{"message", message},
+    // Every message is clipped: whatever a validator quoted from the request, the answer stays small.
+    json e = {{"message", clip(message, 1024)},
               {"type", t},
-              {"param", param.empty() ? json(nullptr) : json(param)},
+              {"param", param.empty() ? json(nullptr) : json(clip(param, 128))},
               {"code", code.empty() ? json(nullptr) : json(code)}};
     return json({{"error", e}, {"object", "error"}}).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string error_body(const ApiError& e) { return error_body(e.status, e.what(), e.param, e.type, e.code); }
 
-json parse_json_body(std::string_view body) {
+namespace {
+
+// Thrown from the parser callback to stop at the first value nested too deeply.
+struct TooDeep {};
+}  // namespace
+
+std::string describe_value(const json& v) {
+    if (v.is_number() || v.is_boolean() || v.is_null()) return clip(v.dump(), 64);
+    return v.type_name();
+}
+
+json parse_json_body(std::string_view body, int max_depth) {
     if (body.empty()) bad_param("body", "the request body is empty; expected a JSON object");
     // A parser callback sees every key; a set per open object catches duplicates at any depth (nlohmann would
-    // silently keep the last one, so two validators could disagree about which value counts).
+    // silently keep the last one, so two validators could disagree about which value counts). It also sees every
+    // array and object as it opens, so a body nested too deeply is refused before the deeper value is built
+    // (nlohmann's parser itself is iterative; dump(), copies and our own walks are not).
     std::vector<std::set<std::string>> keys;
     std::string duplicate;
-    auto cb = [&](int /*depth*/, json::parse_event_t ev, json& parsed) {
-        if (ev == json::parse_event_t::object_start) keys.emplace_back();
-        else if (ev == json::parse_event_t::object_end) keys.pop_back();
-        else if (ev == json::parse_event_t::key && !keys.empty()) {
-            const std::string k = parsed.get<std::string>();
+    auto cb = [&](int depth, json::parse_event_t ev, json& parsed) {
+        if (ev == json::parse_event_t::object_start || ev == json::parse_event_t::array_start) {
+            if (depth >= max_depth) throw TooDeep{};
+            if (ev == json::parse_event_t::object_start) keys.emplace_back();
+        } else if (ev == json::parse_event_t::object_end) {
+            keys.pop_back();
+        } else if (ev == json::parse_event_t::key && !keys.empty()) {
+            const std::string& k = parsed.get_ref<const std::string&>();
             if (!keys.back().insert(k).second && duplicate.empty()) duplicate = k;
         }
         return true;
@@ -53,10 +80,16 @@ json parse_json_body(std::string_view body) {
     json j;
     try {
         j = json::parse(body.begin(), body.end(), cb);
+    } catch (const TooDeep&) {
+        throw ApiError(400,
+                       fmt::format("the request body nests arrays/objects more than {} levels deep; at most {} are "
+                                   "allowed",
+                                   max_depth, max_depth),
+                       "body", "invalid_request_error", "json_too_deep");
     } catch (const json::exception& e) {
-        bad_param("body", "the request body is not valid JSON: {}", e.what());
+        bad_param("body", "the request body is not valid JSON: {}", clip(e.what()));
     }
-    if (!duplicate.empty()) bad_param(duplicate, "duplicate key '{}' in the request body", duplicate);
+    if (!duplicate.empty()) bad_param(clip(duplicate, 64), "duplicate key '{}' in the request body", clip(duplicate, 64));
     if (!j.is_object()) bad_param("body", "the request body must be a JSON object, got {}", j.type_name());
     return j;
 }
@@ -97,7 +130,7 @@ std::optional<int64_t> get_int(const json& body, const char* name) {
     if (v->is_number_float()) {
         const double d = v->get<double>();
         if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return int64_t(d);
-        bad_param(name, "'{}' must be an integer, got {}", name, v->dump());
+        bad_param(name, "'{}' must be an integer, got {}", name, describe_value(*v));
     }
     bad_param(name, "'{}' must be an integer, got {}", name, v->type_name());
 }
@@ -164,25 +197,28 @@ std::vector<int32_t> parse_token_list(const json& v, const std::string& param, i
     out.reserve(v.size());
     for (size_t i = 0; i < v.size(); ++i) {
         const json& t = v[i];
-        if (!t.is_number_integer()) bad_param(param, "'{}[{}]' must be an integer token id, got {}", name, i, t.dump());
+        if (!t.is_number_integer()) bad_param(param, "'{}[{}]' must be an integer token id, got {}", name, i,
+                                               describe_value(t));
         if (t.is_number_unsigned() ? t.get<uint64_t>() >= uint64_t(vocab) : (t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab))
-            bad_param(param, "'{}[{}]' = {} is not a token id (valid: 0 to {})", name, i, t.dump(), vocab - 1);
+            bad_param(param, "'{}[{}]' = {} is not a token id (valid: 0 to {})", name, i, describe_value(t), vocab - 1);
         out.push_back(int32_t(t.get<int64_t>()));
     }
     return out;
 }
 
+std::string resolve_model(const json& body, const ProtocolLimits& limits) {
+    const json* m = field(body, "model");
+    if (!m) return limits.model_name;
+    if (!m->is_string()) bad_param("model", "'model' must be a string, got {}", m->type_name());
+    if (m->get_ref<const std::string&>() != limits.model_name)
+        throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'",
+                                        clip(m->get<std::string>(), 128), limits.model_name),
+                       "model", "invalid_request_error", "model_not_found");
+    return limits.model_name;
+}
+
 void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest& r) {
-    if (const json* m = field(body, "model")) {
-        if (!m->is_string()) bad_param("model", "'model' must be a string, got {}", m->type_name());
-        r.model = m->get<std::string>();
-        if (r.model != limits.model_name)
-            throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", r.model,
-                                            limits.model_name),
-                           "model", "invalid_request_error", "model_not_found");
-    } else {
-        r.model = limits.model_name;
-    }
+    r.model = resolve_model(body, limits);
     reject_unsupported(body);
     parse_sampling_adjustments(body, limits, r);
 
@@ -193,6 +229,8 @@ void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest&
     const double top_p = get_number(body, "top_p", 1.0);
     if (!(top_p > 0.0 && top_p <= 1.0)) bad_param("top_p", "'top_p' must be in (0, 1], got {}", top_p);
     r.top_p = float(top_p);
+    // A positive double can round to 0 as a float (5e-324), which the sampler refuses (a 500 otherwise).
+    if (!(r.top_p > 0.f)) bad_param("top_p", "'top_p' = {} is too small (it rounds to 0)", top_p);
     if (auto k = get_int(body, "top_k")) {
         if (*k < -1) bad_param("top_k", "'top_k' must be -1 (off), 0 (off) or positive, got {}", *k);
         if (*k > limits.vocab_size) bad_param("top_k", "'top_k' must be at most the vocabulary size {}, got {}",
@@ -200,7 +238,7 @@ void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest&
         r.top_k = *k <= 0 ? 0 : int(*k);
     }
     if (const json* s = field(body, "seed")) {
-        if (!s->is_number_integer()) bad_param("seed", "'seed' must be an integer, got {}", s->dump());
+        if (!s->is_number_integer()) bad_param("seed", "'seed' must be an integer, got {}", describe_value(*s));
         r.seed = s->is_number_unsigned() ? s->get<uint64_t>() : uint64_t(s->get<int64_t>());
     }
     if (auto n = get_int(body, "n")) {
@@ -282,6 +320,12 @@ std::string param_from_message(const std::string& msg) {
 }  // namespace
 
 ParsedRequest parse_chat_request(const json& body, const ProtocolLimits& limits, std::string_view raw_body) {
+    return parse_chat_request_ordered(
+        body, limits, raw_body.empty() ? nlohmann::ordered_json(body) : nlohmann::ordered_json::parse(raw_body));
+}
+
+ParsedRequest parse_chat_request_ordered(const json& body, const ProtocolLimits& limits,
+                                         const nlohmann::ordered_json& ordered_body) {
     ParsedRequest r;
     r.endpoint = Endpoint::Chat;
     parse_common(body, limits, r);
@@ -304,7 +348,8 @@ ParsedRequest parse_chat_request(const json& body, const ProtocolLimits& limits,
         if (!tools->is_array()) bad_param("tools", "'tools' must be an array");
         for (size_t i = 0; i < tools->size(); ++i) {
             const json& t = (*tools)[i];
-            if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+            // A non-string "type" must not reach value("type", ""): that throws a type_error (a 500).
+            if (!t.is_object() || !t.contains("type") || t["type"] != "function" || !t.contains("function") ||
                 !t["function"].is_object() || !t["function"].contains("name") || !t["function"]["name"].is_string())
                 bad_param("tools", "'tools[{}]' must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}", i);
             if (t["function"].contains("parameters") && !t["function"]["parameters"].is_object())
@@ -320,7 +365,8 @@ ParsedRequest parse_chat_request(const json& body, const ProtocolLimits& limits,
             if (r.tool_choice != "auto" && r.tool_choice != "none" && r.tool_choice != "required")
                 bad_param("tool_choice", "'tool_choice' must be auto, none, required or a function object");
         } else if (tc->is_object() && tc->contains("function") && (*tc)["function"].is_object() &&
-                   (*tc)["function"].contains("name") && (*tc)["function"]["name"].is_string()) {
+                   (*tc)["function"].contains("name") && (*tc)["function"]["name"].is_string() &&
+                   (!field(*tc, "type") || (*tc)["type"] == "function")) {
             r.tool_choice = (*tc)["function"]["name"].get<std::string>();
         } else {
             bad_param("tool_choice", "'tool_choice' must be auto, none, required or {{\"function\": {{\"name\"}}}}");
@@ -328,14 +374,13 @@ ParsedRequest parse_chat_request(const json& body, const ProtocolLimits& limits,
         if (r.tool_choice != "auto" && r.tool_choice != "none" && !r.has_tools)
             bad_param("tool_choice", "'tool_choice' = '{}' needs 'tools'", r.tool_choice);
     }
-    parse_output_constraint(body, r, raw_body);
+    parse_output_constraint(ordered_body, r);
     if (const json* ctk = field(body, "chat_template_kwargs"))
         if (!ctk->is_object()) bad_param("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     if (const json* re = field(body, "reasoning_effort"))
         if (!re->is_string()) bad_param("reasoning_effort", "'reasoning_effort' must be a string");
     try {
-        r.chat = raw_body.empty() ? chat::ChatRequest::from_json(body)
-                                  : chat::ChatRequest::from_ordered_json(nlohmann::ordered_json::parse(raw_body));
+        r.chat = chat::ChatRequest::from_ordered_json(ordered_body);
     } catch (const Error& e) {
         const std::string msg = e.what();
         throw ApiError(400, msg, param_from_message(msg));
@@ -356,7 +401,9 @@ ParsedRequest parse_completion_request(const json& body, const ProtocolLimits& l
     parse_common(body, limits, r);
     r.skip_special_tokens = get_bool(body, "skip_special_tokens", true);
     r.echo = get_bool(body, "echo", false);
-    parse_output_constraint(body, r, raw_body);
+    if (mentions_output_constraint(body))
+        parse_output_constraint(raw_body.empty() ? nlohmann::ordered_json(body) : nlohmann::ordered_json::parse(raw_body),
+                                r);
     if (auto lp = get_int(body, "logprobs")) {
         if (*lp < 0 || *lp > limits.max_logprobs)
             bad_param("logprobs", "'logprobs' must be between 0 and {}, got {}", limits.max_logprobs, *lp);
@@ -401,6 +448,12 @@ ParsedRequest parse_completion_request(const json& body, const ProtocolLimits& l
     if (int(r.prompt_count()) * r.n > limits.max_n * limits.max_prompts)
         bad_param("n", "{} prompts x n = {} choices is too many", r.prompt_count(), r.n);
     return r;
+}
+
+void check_model(const json& body, const ProtocolLimits& limits) { (void)resolve_model(body, limits); }
+
+std::vector<int32_t> parse_token_ids(const json& list, const std::string& param, int64_t vocab_size) {
+    return parse_token_list(list, param, vocab_size);
 }
 
 int64_t resolve_max_tokens(const ParsedRequest& req, int64_t prompt_tokens, int64_t max_model_len) {

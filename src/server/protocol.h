@@ -69,20 +69,49 @@ struct ParsedRequest {
     size_t prompt_count() const { return endpoint == Endpoint::Chat ? 1 : prompt_texts.size() + prompt_tokens.size(); }
 };
 
-// Parses JSON text strictly: invalid JSON, duplicate keys (at any depth) or a non-object body give 400.
-nlohmann::json parse_json_body(std::string_view body);
+// Deepest nesting of arrays and objects a request body may have. Every later walk over the parsed value (validation,
+// rendering tool schemas, error messages) is recursive, so the bound is what keeps a hostile body off the stack.
+inline constexpr int kMaxJsonDepth = 128;
+
+// Bounds on one constrained-decoding constraint, checked while parsing (output_constraint.cpp), so that what the
+// grammar engine compiles stays small: its compile time and memory grow with the constraint's size, faster than
+// linearly for long enums and alternations (docs/serving.md, "Constrained decoding", has the measured worst cases).
+// The size is the schema as compact JSON text, the regex or grammar text, the choices' bytes, or the forced tools'
+// names and parameter schemas together.
+inline constexpr size_t kMaxConstraintBytes = 32 * 1024;
+inline constexpr size_t kMaxConstraintChoices = 1024;
+
+// Parses JSON text strictly: invalid JSON, nesting deeper than max_depth (checked while parsing, before a deeper
+// value exists), duplicate keys (at any depth) or a non-object body give 400.
+nlohmann::json parse_json_body(std::string_view body, int max_depth = kMaxJsonDepth);
+
+// A client value quoted in an error message: scalars as JSON (long ones clipped), containers and strings by type
+// only, so a message never grows with (or recurses into) what the client sent.
+std::string describe_value(const nlohmann::json& v);
 
 // raw_body (the text `body` was parsed from) keeps the request's key order for the chat encoder: tool schemas are
 // rendered in the client's order, as the official encoder (Python dicts) would.
 ParsedRequest parse_chat_request(const nlohmann::json& body, const ProtocolLimits& limits,
                                  std::string_view raw_body = {});
+// Same, with the request already in the client's key order (the Responses API's translated request).
+ParsedRequest parse_chat_request_ordered(const nlohmann::json& body, const ProtocolLimits& limits,
+                                         const nlohmann::ordered_json& ordered_body);
+// raw_body, as for chat, keeps the client's key order in the schemas of constrained decoding.
 ParsedRequest parse_completion_request(const nlohmann::json& body, const ProtocolLimits& limits,
                                        std::string_view raw_body = {});
 
-// Reads response_format, structured_outputs / guided_* and (chat) tool_choice into req.constraint; 400 naming the
-// field when they are malformed or conflict. Called by the two parse functions above; raw_body (when given) keeps
-// the client's key order in schemas and tools.
-void parse_output_constraint(const nlohmann::json& body, ParsedRequest& req, std::string_view raw_body = {});
+// Whether the body has any field of constrained decoding (response_format, structured_outputs, guided_*): only then
+// does a completions request need its body in the client's key order.
+bool mentions_output_constraint(const nlohmann::json& body);
+// Reads response_format, structured_outputs / guided_* and (chat) tool_choice into req.constraint, from the body in
+// the client's key order (a schema's property order is the order the grammar imposes); 400 naming the field when
+// they are malformed or conflict. Called by the parse functions above, after tool_choice and tools were checked.
+void parse_output_constraint(const nlohmann::ordered_json& ordered_body, ParsedRequest& req);
+
+// Pieces the other routes share (request_entry.cpp, responses_protocol.cpp): the "model" field (404 naming the
+// served model when it differs) and a list of token ids (400 naming `param` for a non-integer or out-of-vocab id).
+void check_model(const nlohmann::json& body, const ProtocolLimits& limits);
+std::vector<int32_t> parse_token_ids(const nlohmann::json& list, const std::string& param, int64_t vocab_size);
 
 // Context check shared by both endpoints: prompt + max_tokens must fit max_model_len. Returns the max_tokens to
 // use (the remaining context when the request gave none). Throws 400 code context_length_exceeded with both numbers.

@@ -12,6 +12,13 @@ ojson bytes_of(const std::string& s) {
     for (unsigned char c : s) b.push_back(int(c));
     return b;
 }
+// Characters as OpenAI and vLLM count text_offset (Python str length: code points). A byte that cannot start a
+// code point (a continuation byte) adds none; a token that is a partial character counts its lead byte only.
+size_t code_points(std::string_view bytes) {
+    size_t n = 0;
+    for (unsigned char b : bytes) n += (b & 0xC0) != 0x80;
+    return n;
+}
 std::string tool_call_id(const std::string& req_id, size_t choice, size_t k) {
     return fmt::format("call_{}_{}_{}", req_id.substr(req_id.find('-') + 1), choice, k);
 }
@@ -60,7 +67,7 @@ void ResponseBuilder::append_echo_logprobs(size_t choice, ojson& lp) const {
         const std::string& bytes = tok_.token_bytes(ids[i]);
         lp["tokens"].push_back(tokenizer::utf8_lossy(bytes));
         lp["text_offset"].push_back(offset);
-        offset += bytes.size();
+        offset += code_points(bytes);
         if (i == 0 || i - 1 >= c.prompt_scores.size()) {
             lp["token_logprobs"].push_back(nullptr);
             lp["top_logprobs"].push_back(nullptr);
@@ -135,7 +142,8 @@ ojson ResponseBuilder::apply(const runtime::OutputEvent& ev, bool streaming) {
             lp = ojson{{"content", content}};
         } else {
             ojson toks = ojson::array(), lps = ojson::array(), tops = ojson::array(), offs = ojson::array();
-            const size_t offset_base = req_.echo ? echo_text(size_t(ev.choice)).size() : 0;
+            // text_offset counts code points of the returned text, which starts with the echoed prompt.
+            const size_t offset_base = req_.echo ? code_points(echo_text(size_t(ev.choice))) : 0;
             for (const auto& t : ev.tokens) {
                 const std::string s = tokenizer::utf8_lossy(tok_.token_bytes(t.id));
                 ojson top = ojson::object();
@@ -144,11 +152,12 @@ ojson ResponseBuilder::apply(const runtime::OutputEvent& ev, bool streaming) {
                 toks.push_back(s);
                 lps.push_back(t.logprob);
                 tops.push_back(top);
-                offs.push_back(offset_base + c.text_bytes);
+                offs.push_back(offset_base + c.text_chars);
                 c.cmpl_tokens.push_back(s);
                 c.cmpl_token_logprobs.push_back(t.logprob);
                 c.cmpl_top.push_back(top);
-                c.cmpl_offsets.push_back(offset_base + c.text_bytes);
+                c.cmpl_offsets.push_back(offset_base + c.text_chars);
+                c.text_chars += code_points(tok_.token_bytes(t.id));
             }
             if (lp.is_null()) {
                 lp = ojson{{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
@@ -179,7 +188,6 @@ ojson ResponseBuilder::apply(const runtime::OutputEvent& ev, bool streaming) {
         content_piece = ev.text;
         c.text += ev.text;
     }
-    c.text_bytes += ev.text.size();
     c.completion_tokens += int64_t(ev.tokens.size());
     if (ev.finished) {
         c.finished = true;
@@ -295,20 +303,23 @@ void ResponseBuilder::absorb(const std::vector<runtime::OutputEvent>& events) {
     for (const runtime::OutputEvent& ev : events) apply(ev, false);
 }
 
+std::optional<ApiError> generation_failure(const std::string& finish_reason, const std::string& error) {
+    if (finish_reason == "stop" || finish_reason == "length") return std::nullopt;
+    if (finish_reason == "deadline")
+        return ApiError(408, "the request did not finish before its deadline (--request-timeout)", "", "timeout_error",
+                        "deadline_exceeded");
+    if (finish_reason == "shutdown" || finish_reason == "cancelled")
+        return ApiError(503, "the server is shutting down", "", "service_unavailable_error", "shutting_down");
+    // A request the scheduler refused (it validates prompt ids and sizes again) is the client's fault.
+    if (error.rfind("prompt", 0) == 0 || error.rfind("max_tokens", 0) == 0 || error.rfind("debug_forced_tokens", 0) == 0)
+        return ApiError(400, error, error.substr(0, error.find(':')));
+    return ApiError(500, "generation failed: " + error, "", "server_error", "engine_error");
+}
+
 std::optional<ApiError> ResponseBuilder::failure() const {
-    for (const Choice& c : choices_) {
-        if (!c.finished || c.finish_reason == "stop" || c.finish_reason == "length") continue;
-        if (c.finish_reason == "deadline")
-            return ApiError(408, "the request did not finish before its deadline (--request-timeout)", "",
-                            "timeout_error", "deadline_exceeded");
-        if (c.finish_reason == "shutdown" || c.finish_reason == "cancelled")
-            return ApiError(503, "the server is shutting down", "", "service_unavailable_error", "shutting_down");
-        // A request the scheduler refused (it validates prompt ids and sizes again) is the client's fault.
-        if (c.error.rfind("prompt", 0) == 0 || c.error.rfind("max_tokens", 0) == 0 ||
-            c.error.rfind("debug_forced_tokens", 0) == 0)
-            return ApiError(400, c.error, c.error.substr(0, c.error.find(':')));
-        return ApiError(500, "generation failed: " + c.error, "", "server_error", "engine_error");
-    }
+    for (const Choice& c : choices_)
+        if (c.finished)
+            if (std::optional<ApiError> f = generation_failure(c.finish_reason, c.error)) return f;
     return std::nullopt;
 }
 

@@ -15,6 +15,10 @@
 
 namespace flashseek::server {
 
+// The error a request gets when one of its choices ended abnormally (finish_reason deadline, shutdown, cancelled,
+// error): 408, 503, 400 for a prompt the scheduler refused, else 500. nullopt for stop and length.
+std::optional<ApiError> generation_failure(const std::string& finish_reason, const std::string& error);
+
 class ResponseBuilder {
 public:
     // prompts: the token ids of each prompt (choice i belongs to prompt i / n).
@@ -43,7 +47,7 @@ private:
         nlohmann::ordered_json cmpl_token_logprobs = nlohmann::ordered_json::array();
         nlohmann::ordered_json cmpl_top = nlohmann::ordered_json::array();
         nlohmann::ordered_json cmpl_offsets = nlohmann::ordered_json::array();
-        size_t text_bytes = 0;
+        size_t text_chars = 0;  // completions: code points of the tokens so far (the next text_offset)
         std::vector<ScoredToken> prompt_scores;  // positions 1, 2, ... of its prompt
         bool prompt_sent = false;                // streaming: echo / prompt_logprobs already emitted
         std::string finish_reason;

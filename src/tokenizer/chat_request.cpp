@@ -7,7 +7,10 @@ namespace flashseek::chat {
 
 namespace {
 
-using json = nlohmann::json;
+// The request is read in its own key order (tool schemas render in that order, as the official Python encoder's
+// dicts do) and in place: no copy through text, which would walk (and for a hostile body, recurse through) every
+// value again.
+using json = nlohmann::ordered_json;
 
 std::optional<std::string> read_content(const json& m, const std::string& where, const char* joiner) {
     if (!m.contains("content") || m["content"].is_null()) return std::nullopt;
@@ -40,13 +43,8 @@ bool optional_bool(const json& m, const char* key, bool fallback, const std::str
     return m[key].get<bool>();
 }
 
-// nlohmann::json has already sorted the object keys, so a body that went through it renders tool schemas in sorted
-// key order; callers that need Python's insertion order (the official encoder's) use from_ordered_json.
-nlohmann::ordered_json to_ordered(const json& j) { return nlohmann::ordered_json::parse(j.dump()); }
-
-Message read_message(const nlohmann::ordered_json& om, std::size_t index) {
+Message read_message(const json& m, std::size_t index) {
     const std::string where = fmt::format("messages[{}]", index);
-    const json m = json::parse(om.dump());
     FS_CHECK(m.is_object(), "{}: expected an object", where);
     FS_CHECK(m.contains("role") && m["role"].is_string(), "{}.role: missing or not a string", where);
     Message msg;
@@ -70,7 +68,7 @@ Message read_message(const nlohmann::ordered_json& om, std::size_t index) {
                 ToolCall call;
                 if (auto id = optional_string(c, "id", cw)) call.id = *id;
                 FS_CHECK(c.contains("function") && c["function"].is_object(), "{}.function: missing or not an object", cw);
-                const auto& f = om["tool_calls"][i]["function"];
+                const auto& f = c["function"];
                 FS_CHECK(f.contains("name") && f["name"].is_string(), "{}.function.name: missing or not a string", cw);
                 call.name = f["name"].get<std::string>();
                 FS_CHECK(f.contains("arguments"), "{}.function.arguments: missing", cw);
@@ -86,13 +84,13 @@ Message read_message(const nlohmann::ordered_json& om, std::size_t index) {
         if (auto id = optional_string(m, "tool_call_id", where)) msg.tool_call_id = *id;
     }
     if (msg.role == "system" || msg.role == "developer") {
-        if (om.contains("tools") && !om["tools"].is_null()) {
-            FS_CHECK(om["tools"].is_array(), "{}.tools: expected an array", where);
-            msg.tools = om["tools"];
+        if (m.contains("tools") && !m["tools"].is_null()) {
+            FS_CHECK(m["tools"].is_array(), "{}.tools: expected an array", where);
+            msg.tools = m["tools"];
         }
-        if (om.contains("response_format") && !om["response_format"].is_null()) {
-            FS_CHECK(om["response_format"].is_object(), "{}.response_format: expected an object", where);
-            msg.response_format = om["response_format"];
+        if (m.contains("response_format") && !m["response_format"].is_null()) {
+            FS_CHECK(m["response_format"].is_object(), "{}.response_format: expected an object", where);
+            msg.response_format = m["response_format"];
         }
     }
     if (msg.role == "user" || msg.role == "assistant") msg.task = optional_string(m, "task", where);
@@ -103,13 +101,9 @@ Message read_message(const nlohmann::ordered_json& om, std::size_t index) {
 
 ChatRequest ChatRequest::from_json(const nlohmann::json& body_in, ThinkingMode default_thinking) {
     FS_CHECK(body_in.is_object(), "request body: expected a JSON object");
-    nlohmann::ordered_json body;
-    try {
-        body = to_ordered(body_in);
-    } catch (const nlohmann::json::exception& e) {
-        fail("request body: {}", e.what());
-    }
-    return from_ordered_json(body, default_thinking);
+    // nlohmann::json has already sorted the object keys, so tool schemas render in sorted key order here; callers
+    // that need Python's insertion order (the official encoder's) use from_ordered_json.
+    return from_ordered_json(nlohmann::ordered_json(body_in), default_thinking);
 }
 
 ChatRequest ChatRequest::from_ordered_json(const nlohmann::ordered_json& body, ThinkingMode default_thinking) {
@@ -123,7 +117,7 @@ ChatRequest ChatRequest::from_ordered_json(const nlohmann::ordered_json& body, T
 
 ChatRequest ChatRequest::parse_request(const nlohmann::ordered_json& body, ThinkingMode default_thinking) {
     FS_CHECK(body.is_object(), "request body: expected a JSON object");
-    const json b = json::parse(body.dump());
+    const json& b = body;
     ChatRequest req;
     req.thinking = default_thinking;
     FS_CHECK(b.contains("messages") && b["messages"].is_array(), "messages: missing or not an array");

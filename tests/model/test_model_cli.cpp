@@ -1,4 +1,4 @@
-// The flashseek binary's gen-checkpoint and inspect subcommands: output, determinism through the CLI, and clear
+// The flashseek binary's gen-checkpoint, inspect and plan subcommands: output, determinism through the CLI, and clear
 // errors (non-zero exit, message naming the key or file) for bad input.
 #include <gtest/gtest.h>
 
@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "model/shard_plan.h"
 #include "model_test_util.h"
 
 using namespace flashseek::test;
@@ -87,4 +88,78 @@ TEST(Cli, PythonOracleAcceptsGeneratedCheckpoints) {
         EXPECT_EQ(WEXITSTATUS(::pclose(p)), 0) << out;
         EXPECT_NE(out.find("check_checkpoint: OK"), std::string::npos) << out;
     }
+}
+
+// `flashseek plan` on the 43-layer V4-Flash config: the plans of TP2, EP2, TP4, EP8 and TP2xEP2 print, fit a 141 GB
+// GPU for 16 sequences of 8192 tokens, and their JSON carries the library's per-rank bytes.
+TEST(Cli, PlanPrintsV4FlashLayouts) {
+    const flashseek::ModelConfig cfg = flashseek::load_model_config(config_path("v4-flash.json"));
+    TempDir dir;
+    struct Case {
+        int tp, ep;
+        const char* name;
+    };
+    for (const Case c : {Case{2, 1, "TP2"}, Case{1, 2, "EP2"}, Case{4, 1, "TP4"}, Case{1, 8, "EP8"},
+                         Case{2, 2, "TP2xEP2"}}) {
+        SCOPED_TRACE(c.name);
+        const std::string json = dir.file(std::string(c.name) + ".json");
+        const auto r = run("plan --model " + config_path("v4-flash.json") + " --tp " + std::to_string(c.tp) +
+                           " --ep " + std::to_string(c.ep) +
+                           " --gpu-memory 141GB --max-sequences 16 --max-context 8192 --json " + json);
+        ASSERT_EQ(r.code, 0) << r.output;
+        const int ranks = c.tp * c.ep;
+        EXPECT_NE(r.output.find("43 of 43 layers"), std::string::npos) << r.output;
+        EXPECT_NE(r.output.find(fmt::format("layout: {} = {} ranks", c.name, ranks)), std::string::npos) << r.output;
+        EXPECT_NE(r.output.find(fmt::format("rank {} (tp {}, ep {})", ranks - 1, c.tp - 1, c.ep - 1)),
+                  std::string::npos) << r.output;
+        EXPECT_NE(r.output.find("fit: every rank fits 141.00 GB"), std::string::npos) << r.output;
+        const auto j = nlohmann::json::parse(read_bytes(json));
+        ASSERT_EQ(j["ranks"].size(), size_t(ranks));
+        const flashseek::ShardPlan plan = flashseek::plan_layout(cfg, {c.tp, c.ep}, 0);
+        for (int k = 0; k < ranks; ++k) {
+            const int64_t weights = j["ranks"][size_t(k)]["weights"].get<int64_t>();
+            EXPECT_EQ(weights, plan.ranks[size_t(k)].total());
+            EXPECT_NE(r.output.find(fmt::format("{:>16} bytes  replicated", weights)), std::string::npos) << r.output;
+        }
+        EXPECT_EQ(j["communication"]["allreduces_per_step"].get<int>(), plan.comm.allreduces_per_step);
+        EXPECT_TRUE(j["fits"].get<bool>());
+    }
+}
+
+TEST(Cli, PlanRefusesWhatDoesNotFit) {
+    // The whole model on one 80 GB GPU: refused with the bytes needed and available.
+    auto r = run("plan --model " + config_path("v4-flash.json") + " --gpu-memory 80GB");
+    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_NE(r.output.find("layout: TP1 = 1 rank"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("layout TP1 does not fit: rank 0 needs"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("the GPU has 80.00 GB (80000000000 bytes)"), std::string::npos) << r.output;
+    // 20 layers fit one H200 (141 GB, here in GiB units: 131.3 GiB = 141 GB).
+    r = run("plan --model " + config_path("v4-flash.json") + " --layers 20 --gpu-memory 131.3GiB");
+    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find("20 of 43 layers"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("fit: every rank fits 140.98 GB"), std::string::npos) << r.output;
+    // Layouts that cannot split the model, and bad options, name the key or flag.
+    const std::string m = " --model " + config_path("v4-flash.json");
+    struct Bad {
+        std::string args, message;
+    };
+    for (const Bad& b : {Bad{"--tp 3", "tp 3 does not divide o_groups 8"}, Bad{"--ep 3", "ep 3 does not divide "
+                         "n_routed_experts 256"}, Bad{"--tp abc", "--tp 'abc'"}, Bad{"--ep 0", "--ep '0'"},
+                         Bad{"--gpu-memory 80XB", "--gpu-memory '80XB'"}, Bad{"--gpu-memory 0", "--gpu-memory '0'"},
+                         Bad{"--layers 50", "--layers 50"}, Bad{"--max-context 0", "max-context 0"},
+                         Bad{"--ep 32", "shared expert"}}) {
+        SCOPED_TRACE(b.args);
+        r = run("plan" + m + " " + b.args);
+        EXPECT_EQ(r.code, 1) << r.output;
+        EXPECT_NE(r.output.find(b.message), std::string::npos) << r.output;
+    }
+    TempDir dir;
+    r = run("plan --model " + dir.str());
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.output.find(dir.str() + "/config.json"), std::string::npos) << r.output;
+    // A directory holding config.json is accepted.
+    write_bytes(dir.file("config.json"), read_bytes(config_path("tiny-sharding.json")));
+    r = run("plan --model " + dir.str() + " --tp 2 --ep 2");
+    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find("fit: not checked"), std::string::npos) << r.output;
 }

@@ -150,7 +150,9 @@ TEST(Grammar, ToolCallsParseAsCallsOfDeclaredTools) {
             EXPECT_TRUE(msg.errors.empty()) << msg.errors.front();
             EXPECT_TRUE(msg.content.empty()) << msg.content;
             ASSERT_FALSE(msg.tool_calls.empty());
-            if (!parallel) EXPECT_EQ(msg.tool_calls.size(), 1u);
+            if (!parallel) {
+                EXPECT_EQ(msg.tool_calls.size(), 1u);
+            }
             for (const auto& call : msg.tool_calls) {
                 const json args = json::parse(call.arguments);
                 ASSERT_TRUE(args.is_object());

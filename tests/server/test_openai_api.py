@@ -246,3 +246,28 @@ def test_determinism_at_temperature_zero(client):
     with cf.ThreadPoolExecutor(4) as ex:
         outs = list(ex.map(lambda _: client.chat.completions.create(**kw).choices[0].message.content, range(4)))
     assert outs == [ref] * 4
+
+
+def test_completion_text_offset_counts_characters(server, hf_tokenizer):
+    """logprobs.text_offset is in characters (code points, as Python's len, OpenAI and vLLM count), not bytes."""
+    text = "héllo 你好，世界 👋 ok"
+    ids = forced(hf_tokenizer, text, eos=False)
+    body = {"model": "tiny", "prompt": "x", "max_tokens": len(ids), "temperature": 0, "logprobs": 1,
+            "debug_forced_tokens": ids}
+    s, j, _ = post_json(server.url("/v1/completions"), body)
+    assert s == 200, j
+    choice = j["choices"][0]
+    assert choice["text"] == text
+    lp = choice["logprobs"]
+    offsets = lp["text_offset"]
+    assert offsets[0] == 0 and offsets == sorted(offsets)
+    for tok_id, token, off in zip(ids, lp["tokens"], offsets):
+        piece = hf_tokenizer.decode([tok_id])
+        if "\ufffd" not in piece:  # a whole-character token sits at its offset in the text
+            assert text[off:off + len(piece)] == piece, (token, off)
+    # Non-ASCII text makes characters and bytes differ, so a byte count would have failed above.
+    assert len(text) != len(text.encode())
+    events = sse_events(server, "/v1/completions", dict(body, stream=True))
+    streamed = [o for e in events[:-1] if e["choices"] and e["choices"][0]["logprobs"]
+                for o in e["choices"][0]["logprobs"]["text_offset"]]
+    assert streamed == offsets

@@ -102,6 +102,63 @@ TEST(Protocol, StrictJson) {
     expect_param([] { parse_json_body("{\"a\": \"\xff\"}"); }, "body");
 }
 
+// Random mixes of arrays and objects at a random depth: accepted up to kMaxJsonDepth levels, refused above it with
+// code json_too_deep, and refused without building the deep value (a million levels return as fast as a thousand).
+TEST(Protocol, NestingDepthIsBoundedWhileParsing) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    auto nested = [&](int levels) {
+        std::string open, closers;
+        for (int i = 0; i < levels; ++i) {
+            if (rng() % 2) {
+                open += rng() % 2 ? "[1, " : "[";
+                closers += ']';
+            } else {
+                open += "{\"k" + std::to_string(rng() % 100) + "\": ";
+                closers += '}';
+            }
+        }
+        return open + "0" + std::string(closers.rbegin(), closers.rend());
+    };
+    for (int trial = 0; trial < 200; ++trial) {
+        const int levels = 1 + int(rng() % (2 * kMaxJsonDepth));
+        const std::string body = "{\"prompt\": \"x\", \"extra\": " + nested(levels) + "}";
+        if (levels + 1 <= kMaxJsonDepth) {
+            EXPECT_NO_THROW(parse_json_body(body)) << levels;
+        } else {
+            try {
+                parse_json_body(body);
+                ADD_FAILURE() << "accepted " << levels + 1 << " levels";
+            } catch (const ApiError& e) {
+                EXPECT_EQ(e.code, "json_too_deep");
+                EXPECT_EQ(e.param, "body");
+            }
+        }
+    }
+    const std::string deep = "{\"a\": " + std::string(1000000, '[') + std::string(1000000, ']') + "}";
+    expect_param([&] { parse_json_body(deep); }, "body");
+    expect_param([&] { parse_json_body(std::string(1000000, '{')); }, "body");
+}
+
+// Error messages quote scalars (clipped) and only the type of containers and strings.
+TEST(Protocol, ErrorMessagesNeverEchoLargeValues) {
+    EXPECT_EQ(describe_value(json::parse("[[1]]")), "array");
+    EXPECT_EQ(describe_value(json::parse(R"({"a": 1})")), "object");
+    EXPECT_EQ(describe_value(json("a string")), "string");
+    EXPECT_EQ(describe_value(json(1.5)), "1.5");
+    const std::string giant(1 << 20, 'x');
+    for (const std::string& body : {"{\"prompt\": \"" + giant, "{\"model\": \"" + giant + "\", \"prompt\": \"x\"}",
+                                    "{\"" + giant + "\": 1, \"" + giant + "\": 2}"}) {
+        try {
+            parse_completion_request(parse_json_body(body), limits());
+            ADD_FAILURE() << "accepted";
+        } catch (const ApiError& e) {
+            EXPECT_LT(error_body(e).size(), 1024u) << e.what();
+        }
+    }
+}
+
 TEST(Protocol, CompletionValidation) {
     const auto L = limits();
     auto parse = [&](const char* text) { return parse_completion_request(parse_json_body(text), L); };

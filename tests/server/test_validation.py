@@ -39,6 +39,7 @@ BAD = [
     (CHAT, chat(top_p=0), 400, "top_p"),
     (CHAT, chat(top_p=1.5), 400, "top_p"),
     (CHAT, chat(top_p=-1), 400, "top_p"),
+    (CHAT, chat(top_p=5e-324), 400, "top_p"),  # rounds to 0 as a float (found by schemathesis)
     (CHAT, chat(top_k=-2), 400, "top_k"),
     (CHAT, chat(top_k=10**9), 400, "top_k"),
     (CHAT, chat(top_k=1.5), 400, "top_k"),
@@ -279,7 +280,10 @@ def test_api_key_and_default_bind(model_dir):
     srv = Server("--api-key", key, model=model_dir)
     try:
         routes = [("GET", "/v1/models", None), ("GET", "/metrics", None), ("POST", CHAT, chat()),
-                  ("POST", CMPL, cmpl()), ("POST", "/tokenize", {"prompt": "x"}), ("GET", "/nonexistent", None)]
+                  ("POST", CMPL, cmpl()), ("POST", "/tokenize", {"prompt": "x"}),
+                  ("POST", "/detokenize", {"tokens": [1, 2]}), ("GET", "/openapi.json", None),
+                  ("POST", "/v1/responses", {"model": "tiny", "input": "x", "max_output_tokens": 2}),
+                  ("GET", "/nonexistent", None)]
         for method, path, body in routes:
             for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Bearer " + key.lower()},
                             {"Authorization": "Bearer " + key[:-1]}, {"Authorization": "Bearer " + key + "x"},
@@ -362,3 +366,52 @@ def test_sigterm_with_zero_timeout_exits_fast(model_dir):
     if "events" in result:
         assert result["events"][-1] == "[DONE]"
         assert any(isinstance(e, dict) and "error" in e for e in result["events"])
+
+
+def test_keep_alive_carries_many_requests_per_connection(server):
+    """The default keeps a connection for 10,000 requests (cpp-httplib's own default closes it after 5)."""
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    conn.connect()
+    local = conn.sock.getsockname()
+    for i in range(40):
+        path, body = ("/v1/completions", json.dumps(cmpl(max_tokens=1))) if i % 4 == 0 else ("/health", None)
+        conn.request("POST" if body else "GET", path, body, {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        r.read()
+        assert r.status == 200 and not r.will_close, (i, r.status, r.getheader("Connection"))
+        assert conn.sock is not None and conn.sock.getsockname() == local, i
+    conn.close()
+
+
+def test_keep_alive_limits_are_configurable(model_dir):
+    import http.client
+    srv = Server("--keep-alive-max-requests", "3", "--keep-alive-timeout", "1", model=model_dir)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+        closes = []
+        for _ in range(3):
+            conn.request("GET", "/health")
+            r = conn.getresponse()
+            r.read()
+            closes.append(r.will_close)
+        assert closes == [False, False, True]  # the third request is the connection's last
+        # An idle connection is closed by the server after the keep-alive timeout (1 s here).
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = b""
+        while not first.endswith(b'{"status":"ok"}'):
+            chunk = s.recv(65536)
+            assert chunk, first
+            first += chunk
+        assert first.startswith(b"HTTP/1.1 200")
+        assert s.recv(65536) == b""  # EOF: closed while idle (the recv timeout is far longer)
+        s.close()
+    finally:
+        srv.stop()
+    for flag, value in (("--keep-alive-max-requests", "0"), ("--keep-alive-timeout", "0")):
+        import subprocess
+        from conftest import flashseek_bin
+        p = subprocess.run([flashseek_bin(), "serve", "--model", model_dir, "--port", "0", flag, value],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode != 0 and flag in p.stderr, (flag, p.returncode, p.stderr[-500:])

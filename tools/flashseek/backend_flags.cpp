@@ -14,6 +14,7 @@ void add_backend_flags(CLI::App& app, BackendFlags& f, bool with_dummy) {
     app.add_option("--prefill-chunk", f.prefill_chunk,
                    "prompt tokens of one sequence per forward pass (serve: also per step; 0 = the defaults)");
     if (with_dummy) app.add_flag("--dummy-weights", f.dummy_weights, "CUDA: random weights generated on the device");
+    f.layout.add_to(app);
 }
 
 BackendOptions backend_options(const BackendFlags& f) {
@@ -28,6 +29,11 @@ BackendOptions backend_options(const BackendFlags& f) {
     o.layers = f.layers;
     o.dummy_weights = f.dummy_weights;
     o.prefill_chunk = f.prefill_chunk;
+    const ParallelLayout layout = f.layout.layout();
+    FS_CHECK(layout.ranks() == 1 || f.backend != "cpu", "--tp / --ep: the CPU reference runs the whole model (got {})",
+             layout.name());
+    o.tp = layout.tp;
+    o.ep = layout.ep;
     return o;
 }
 

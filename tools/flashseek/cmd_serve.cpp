@@ -45,8 +45,8 @@ int64_t parse_byte_size(const std::string& text, const char* flag) {
 }
 
 int run_serve(int argc, char** argv) {
-    CLI::App app{"Serve a DeepSeek-V4 model over the OpenAI API (chat/completions, completions, models, health, "
-                 "metrics)"};
+    CLI::App app{"Serve a DeepSeek-V4 model over the OpenAI API (chat/completions, completions, responses, models, "
+                 "tokenize, detokenize, health, metrics, openapi.json)"};
     std::string model_dir, served_name;
     cli::BackendFlags flags;
     ApiServerOptions api;
@@ -75,6 +75,10 @@ int run_serve(int argc, char** argv) {
     app.add_option("--shutdown-timeout", shutdown_timeout, "seconds in-flight requests may finish after SIGTERM");
     app.add_option("--http-threads", api.http.threads, "HTTP worker threads (each open stream holds one)");
     app.add_option("--max-body-bytes", api.http.max_body_bytes, "request body limit (413 above it)");
+    app.add_option("--keep-alive-max-requests", api.http.keep_alive_max_requests,
+                   "requests one connection may carry before the server closes it");
+    app.add_option("--keep-alive-timeout", api.http.keep_alive_timeout_s,
+                   "seconds an idle keep-alive connection stays open (also the wait for a new connection's request)");
     app.add_option("--max-n", api.limits.max_n, "largest accepted n");
     app.add_option("--max-logprobs", api.limits.max_logprobs, "largest accepted top_logprobs / logprobs");
     app.add_flag("--enable-debug-hooks", debug_hooks, "accept test-only request fields (debug_forced_tokens)");
@@ -86,6 +90,10 @@ int run_serve(int argc, char** argv) {
     if (api.api_key.empty())
         if (const char* k = std::getenv("FLASHSEEK_API_KEY")) api.api_key = k;
     FS_CHECK(api.http.threads >= 4, "--http-threads must be >= 4 (got {})", api.http.threads);
+    FS_CHECK(api.http.keep_alive_max_requests >= 1, "--keep-alive-max-requests must be >= 1 (got {})",
+             api.http.keep_alive_max_requests);
+    FS_CHECK(api.http.keep_alive_timeout_s >= 1, "--keep-alive-timeout must be >= 1 s (got {})",
+             api.http.keep_alive_timeout_s);
     FS_CHECK(shutdown_timeout >= 0, "--shutdown-timeout must be >= 0 (got {})", shutdown_timeout);
     FS_CHECK(api.request_timeout_s > 0, "--request-timeout must be > 0 (got {})", api.request_timeout_s);
     FS_CHECK(loop_opt.max_waiting >= 0, "--max-queue must be >= 0 (got {})", loop_opt.max_waiting);
@@ -173,7 +181,7 @@ int run_serve(int argc, char** argv) {
     return 0;
 }
 
-FLASHSEEK_COMMAND("serve", "OpenAI-compatible server (chat/completions, completions, models, health, metrics)",
-                  run_serve);
+FLASHSEEK_COMMAND("serve", "OpenAI-compatible server (chat/completions, completions, responses, models, health, "
+                  "metrics, openapi.json)", run_serve);
 
 }  // namespace

@@ -33,6 +33,9 @@
 #include "cuda/compressor/compressor.cuh"
 #include "cuda/sample/sample.cuh"
 #include "loader/safetensors.h"
+#include "model/memory_estimate.h"
+#include "model/shard_plan.h"
+#include "model/sharding.h"
 #include "util/error.h"
 
 namespace flashseek::cuda {
@@ -54,7 +57,8 @@ int chunk_tokens(const BackendOptions& opt) {
 // The state pool: window rings and compressor state per slot, compressed entries and indexer keys in blocks; half
 // of the device memory left after the weights unless the options say otherwise.
 std::unique_ptr<StatePool> make_state_pool(const ModelConfig& cfg, const BackendOptions& opt,
-                                           const ShardWeights& shard, const ForwardNumerics& num, int chunk_tokens) {
+                                           const ShardWeights& shard, const ForwardNumerics& num, int chunk_tokens,
+                                           int shards_to_come) {
     StateGeometry g;
     g.block_tokens = 256;
     g.ring_entries = cfg.sliding_window + chunk_tokens;
@@ -76,8 +80,10 @@ std::unique_ptr<StatePool> make_state_pool(const ModelConfig& cfg, const Backend
         opt.max_context > 0 ? opt.max_context : std::min<int64_t>(cfg.max_position_embeddings, 1 << 20);
     size_t free_b = 0, total_b = 0;
     FS_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
-    // Shards sharing the device share the default: half of what is left, divided by the shards still to come.
-    const int64_t pool_bytes = opt.state_memory_bytes > 0 ? opt.state_memory_bytes : int64_t(double(free_b) * 0.5);
+    // Shards sharing the device share the default: half of what is left, divided among this and the shards still to
+    // come; an explicit size is per shard.
+    const int64_t pool_bytes = opt.state_memory_bytes > 0 ? opt.state_memory_bytes
+                                                          : int64_t(double(free_b) * 0.5 / std::max(1, shards_to_come));
     return std::make_unique<StatePool>(g, std::max(1, opt.max_sequences), max_ctx, pool_bytes);
 }
 
@@ -91,10 +97,10 @@ int max_bucket(const StatePool& pool) {
 // One shard's own parts; the shards of a backend share its streams, policy and profiler.
 struct Shard {
     Shard(const ModelConfig& cfg, const BackendOptions& opt, const ShardSpec& spec, DeviceTensorStore store,
-          const ForwardNumerics& numerics, int chunk_tokens, StreamSet& streams, const KernelPolicy& policy,
-          OpProfiler& profiler)
+          const ForwardNumerics& numerics, int chunk_tokens, int shards_to_come, StreamSet& streams,
+          const KernelPolicy& policy, OpProfiler& profiler)
         : weights(cfg, spec, std::move(store)),
-          pool(make_state_pool(cfg, opt, weights, numerics, chunk_tokens)),
+          pool(make_state_pool(cfg, opt, weights, numerics, chunk_tokens, shards_to_come)),
           buf(cfg, StepBufferSizes{std::max(chunk_tokens, max_bucket(*pool)), std::max(kMinHeadRows, max_bucket(*pool)),
                                    pool->max_context(), spec.expert_begin, spec.experts(), spec.ranks > 1}),
           forward(cfg, weights, buf, streams, *pool, policy, numerics, profiler) {}
@@ -120,7 +126,7 @@ public:
         streams_.set_branches(policy_.branches);
         for (size_t r = 0; r < specs.size(); ++r)
             shards_.push_back(std::make_unique<Shard>(cfg_, opt, specs[r], std::move(stores[r]), numerics_,
-                                                      chunk_tokens_, streams_, policy_, prof_));
+                                                      chunk_tokens_, int(specs.size() - r), streams_, policy_, prof_));
         max_rows_ = std::max(chunk_tokens_, max_bucket(pool()));
         max_head_rows_ = std::max(kMinHeadRows, max_bucket(pool()));
         // Every shard's head writes its vocabulary rows into the first shard's logits (sampled there).
@@ -504,6 +510,53 @@ StepProfile CudaBackend::profile_step(std::span<const SequenceStep> steps) {
 
 namespace flashseek {
 
+namespace {
+
+// The shapes the CUDA kernels compute (the model accepts more: src/model/config.h). Empty when supported, else the
+// first reason, naming the key.
+std::string cuda_unsupported_reason(const ModelConfig& cfg) {
+    for (size_t l = 0; l < cfg.compress_ratios.size(); ++l)
+        if (cfg.compress_ratios[l] != 0 && cfg.compress_ratios[l] != 4 && cfg.compress_ratios[l] != 128)
+            return fmt::format("compress_ratios[{}] = {} (the kernels compress by 4 or 128)", l, cfg.compress_ratios[l]);
+    if (cfg.qk_rope_head_dim <= 0 || cfg.qk_rope_head_dim >= cfg.head_dim)
+        return fmt::format("qk_rope_head_dim {} with head_dim {} (rotary-only heads)", cfg.qk_rope_head_dim,
+                           cfg.head_dim);
+    if (cfg.head_dim % 16 != 0 || (cfg.head_dim - cfg.qk_rope_head_dim) % 64 != 0)
+        return fmt::format("head_dim {} (a multiple of 16 whose non-rotary part is a multiple of 64)", cfg.head_dim);
+    if (cfg.index_head_dim != 32 && cfg.index_head_dim != 64 && cfg.index_head_dim != 128 && cfg.index_head_dim != 256)
+        return fmt::format("index_head_dim {} (32, 64, 128 or 256)", cfg.index_head_dim);
+    if (cfg.index_topk < 1) return fmt::format("index_topk {} (at least 1)", cfg.index_topk);
+    if (cfg.num_attention_heads % cfg.o_groups != 0)
+        return fmt::format("o_groups {} does not divide num_attention_heads {}", cfg.o_groups, cfg.num_attention_heads);
+    if (cfg.hidden_size % 32 != 0) return fmt::format("hidden_size {} (a multiple of 32)", cfg.hidden_size);
+    return {};
+}
+
+// Refuses, before any allocation, a layout whose ranks' weights and step buffers (plus the reserve for the CUDA
+// context) do not fit this device: every rank of the layout runs here. The state pool takes what is left.
+void require_layout_fits_device(const ModelConfig& cfg, const ParallelLayout& layout, int n_layers,
+                                const BackendOptions& opt) {
+    size_t free_b = 0, total_b = 0;
+    FS_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+    const ShardPlan plan = plan_layout(cfg, layout, n_layers);
+    StateOptions so;
+    so.max_sequences = std::max(1, opt.max_sequences);
+    so.max_context = opt.max_context > 0 ? opt.max_context : 4096;
+    so.release_numerics = opt.numerics == Numerics::Release;
+    so.n_layers = n_layers;
+    so.prefill_chunk_tokens = opt.prefill_chunk > 0 ? opt.prefill_chunk : 128;
+    const MemoryPlan memory = plan_memory(plan, so);
+    int64_t need = 0;
+    for (const RankMemory& r : memory.ranks) need += r.weights + r.buffers;
+    need += kDeviceReserveBytes;
+    FS_CHECK(need <= int64_t(free_b),
+             "backend cuda: layout {} of {} layers needs {} for its {} rank(s)' weights and step buffers on this "
+             "device, which has {} free of {}", layout.name(), n_layers, format_bytes(need), layout.ranks(),
+             format_bytes(int64_t(free_b)), format_bytes(int64_t(total_b)));
+}
+
+}  // namespace
+
 std::unique_ptr<Backend> create_cuda_backend(const std::string& model_dir, const BackendOptions& opt) {
     cuda::require_cuda_device();
     // model_dir is a checkpoint directory, or (with dummy weights) a directory or a config.json path.
@@ -513,21 +566,37 @@ std::unique_ptr<Backend> create_cuda_backend(const std::string& model_dir, const
              model_dir);
     ModelConfig cfg = load_model_config(config_path);
     validate_model_config(cfg, config_path);
+    if (opt.numerics == Numerics::Release) check_release_numerics_supported(cfg, config_path);
+    if (const std::string why = cuda_unsupported_reason(cfg); !why.empty())
+        fail("backend cuda does not run the model of {}: {}", config_path, why);
     const int L = opt.layers > 0 ? std::min(opt.layers, cfg.num_hidden_layers) : cfg.num_hidden_layers;
     FS_CHECK(opt.layers >= 0, "--layers must be >= 0, got {}", opt.layers);
-    cuda::DeviceTensorStore store;
-    if (opt.dummy_weights) {
-        store = cuda::generate_dummy_weights(cfg, L, 0x5eedull);
-    } else {
-        auto ckpt = Checkpoint::open(model_dir);
+    const ParallelLayout layout{opt.tp, opt.ep};
+    validate_layout(cfg, layout);
+    FS_CHECK(layout.ranks() <= cuda::kMaxReduceRanks, "backend cuda: {} ranks ({}); at most {} on one device",
+             layout.ranks(), layout.name(), cuda::kMaxReduceRanks);
+    require_layout_fits_device(cfg, layout, L, opt);
+    std::vector<cuda::ShardSpec> specs;
+    std::vector<cuda::DeviceTensorStore> stores;
+    std::unique_ptr<Checkpoint> ckpt;
+    if (!opt.dummy_weights) {
+        ckpt = Checkpoint::open(model_dir);
         bind_weights(cfg, *ckpt);  // validates the whole checkpoint, naming any bad tensor
-        store = cuda::upload_checkpoint(*ckpt, L, opt.progress);
+    }
+    for (int r = 0; r < layout.ranks(); ++r) {
+        // One whole-model shard, or the ranks of the layout as virtual ranks on this device, each reading only its
+        // own slices.
+        const RankSlice slice = rank_slice(cfg, layout, r);
+        const bool whole = layout.ranks() == 1;
+        if (opt.dummy_weights)
+            stores.push_back(cuda::generate_dummy_weights(cfg, L, 0x5eedull, whole ? nullptr : &slice));
+        else
+            stores.push_back(whole ? cuda::upload_checkpoint(*ckpt, L, opt.progress)
+                                   : cuda::upload_shard(*ckpt, cfg, L, slice, opt.progress));
+        specs.push_back(whole ? cuda::ShardSpec::whole(cfg) : cuda::ShardSpec::of(slice));
     }
     cfg.num_hidden_layers = L;
     cfg.compress_ratios.resize(size_t(L));
-    std::vector<cuda::ShardSpec> specs{cuda::ShardSpec::whole(cfg)};
-    std::vector<cuda::DeviceTensorStore> stores;
-    stores.push_back(std::move(store));
     return std::make_unique<cuda::CudaBackend>(cfg, opt, std::move(specs), std::move(stores));
 }
 

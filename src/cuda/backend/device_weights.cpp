@@ -6,6 +6,8 @@
 
 #include "cuda/backend/device_weights.h"
 #include "cuda/backend/dummy_fill.cuh"
+#include "model/shard_reader.h"
+#include "model/sharding.h"
 #include "util/error.h"
 #include "util/numeric.h"
 
@@ -158,41 +160,96 @@ DeviceTensorStore upload_checkpoint(const Checkpoint& ckpt, int n_layers,
     return store;
 }
 
-DeviceTensorStore generate_dummy_weights(const ModelConfig& cfg, int n_layers, uint64_t seed) {
+DeviceTensorStore generate_dummy_weights(const ModelConfig& cfg, int n_layers, uint64_t seed, const RankSlice* rank) {
     InventoryOptions inv;
     inv.include_mtp = false;
     const std::vector<TensorSpec> specs = expected_tensors(cfg, inv);
     std::map<std::string, const TensorSpec*> by_name;
     for (const auto& s : specs) by_name[s.name] = &s;
+    // The shapes the store holds: the whole tensors, or a rank's slices of them (tensors it does not hold left out).
+    std::map<std::string, std::vector<int64_t>> held;
+    if (rank) {
+        ShardScope scope;
+        scope.n_layers = n_layers;
+        for (const ShardTensorSpec& t : shard_inventory(cfg, *rank, scope)) held[t.full.name] = t.shape;
+    }
+    struct Placed {
+        const TensorSpec* spec;
+        std::vector<int64_t> shape;
+        size_t offset;
+        uint64_t index;  // the tensor's fill stream: the same for a tensor whatever the rank, so replicas agree
+    };
     DeviceTensorStore store;
     size_t total = 0;
-    std::vector<std::pair<const TensorSpec*, size_t>> placed;
+    std::vector<Placed> placed;
+    uint64_t index = 0;
     for (const auto& s : specs) {
         if (!tensor_needed(s.name, n_layers)) continue;
+        ++index;
+        std::vector<int64_t> shape = s.shape;
+        if (rank) {
+            auto it = held.find(s.name);
+            if (it == held.end()) continue;
+            shape = it->second;
+        }
         size_t n = dtype_size(s.dtype);
-        for (int64_t d : s.shape) n *= size_t(d);
+        for (int64_t d : shape) n *= size_t(d);
         total = align_up(total, 256);
-        placed.emplace_back(&s, total);
+        placed.push_back({&s, shape, total, index});
         total += n;
     }
     store.arena.allocate(std::max<size_t>(total, 1), "dummy model weights");
     store.total_bytes = total;
-    uint64_t tensor_index = 0;
-    for (const auto& [s, off] : placed) {
+    for (const Placed& t : placed) {
         TensorView v;
-        v.name = s->name;
-        v.dtype = s->dtype;
-        v.shape = s->shape;
-        v.nbytes = dtype_size(s->dtype);
-        for (int64_t d : s->shape) v.nbytes *= size_t(d);
-        v.data = store.arena.as<uint8_t>() + off;
-        const int64_t n_elems = int64_t(v.nbytes / dtype_size(s->dtype));
-        const FillParams p = fill_params_for(*s, by_name, cfg);
-        launch_dummy_fill(const_cast<uint8_t*>(v.data), n_elems, p,
-                          seed * 0x2545f4914f6cdd1dull + (++tensor_index) * 0x9e37ull, nullptr);
-        store.views.emplace(s->name, std::move(v));
+        v.name = t.spec->name;
+        v.dtype = t.spec->dtype;
+        v.shape = t.shape;
+        v.nbytes = dtype_size(t.spec->dtype);
+        for (int64_t d : t.shape) v.nbytes *= size_t(d);
+        v.data = store.arena.as<uint8_t>() + t.offset;
+        const int64_t n_elems = int64_t(v.nbytes / dtype_size(t.spec->dtype));
+        const FillParams p = fill_params_for(*t.spec, by_name, cfg);  // the whole tensor's fan-in
+        launch_dummy_fill(const_cast<uint8_t*>(v.data), n_elems, p, seed * 0x2545f4914f6cdd1dull + t.index * 0x9e37ull,
+                          nullptr);
+        store.views.emplace(t.spec->name, std::move(v));
     }
     FS_CUDA_TRY(cudaDeviceSynchronize());
+    return store;
+}
+
+DeviceTensorStore upload_shard(const Checkpoint& ckpt, const ModelConfig& cfg, int n_layers, const RankSlice& rank,
+                               const std::function<bool(size_t, size_t)>& progress) {
+    ShardScope scope;
+    scope.n_layers = n_layers;
+    const ShardSources src = locate_shard(ckpt, cfg, rank, scope);
+    DeviceTensorStore store;
+    size_t total = 0;
+    std::vector<size_t> offsets;
+    for (const ShardTensorSource& t : src.tensors) {
+        total = align_up(total, 256);
+        offsets.push_back(total);
+        total += t.source.bytes();
+    }
+    store.arena.allocate(std::max<size_t>(total, 1), "model weights of the shard");
+    store.total_bytes = total;
+    size_t done = 0;
+    for (size_t i = 0; i < src.tensors.size(); ++i) {
+        const ShardTensorSource& t = src.tensors[i];
+        uint8_t* dst = store.arena.as<uint8_t>() + offsets[i];
+        // Straight from the mapping: one run (a whole tensor or a row range) or one run per row (a column range).
+        FS_CUDA_TRY(cudaMemcpy2D(dst, t.source.run_bytes, t.source.data, std::max(t.source.pitch, t.source.run_bytes),
+                                 t.source.run_bytes, t.source.runs, cudaMemcpyHostToDevice));
+        TensorView v;
+        v.name = t.name;
+        v.dtype = t.dtype;
+        v.shape = t.shape;
+        v.nbytes = t.source.bytes();
+        v.data = dst;
+        store.views.emplace(t.name, std::move(v));
+        done += t.source.bytes();
+        if (progress && !progress(done, total)) fail("model loading cancelled");
+    }
     return store;
 }
 

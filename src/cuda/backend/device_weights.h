@@ -13,6 +13,7 @@
 #include "cuda/backend/cuda_util.h"
 #include "loader/safetensors.h"
 #include "model/config.h"
+#include "model/sharding.h"
 #include "model/weights.h"
 
 namespace flashseek::cuda {
@@ -34,8 +35,15 @@ bool tensor_needed(const std::string& name, int n_layers);
 DeviceTensorStore upload_checkpoint(const Checkpoint& ckpt, int n_layers,
                                     const std::function<bool(size_t, size_t)>& progress = {});
 
-// Random weights for `cfg` (first n_layers layers) generated on the device from `seed`.
-DeviceTensorStore generate_dummy_weights(const ModelConfig& cfg, int n_layers, uint64_t seed);
+// Random weights for `cfg` (first n_layers layers) generated on the device from `seed`; with `rank`, only that rank's
+// slices, in their local shapes (a tensor every rank holds whole gets the same values on every rank).
+DeviceTensorStore generate_dummy_weights(const ModelConfig& cfg, int n_layers, uint64_t seed,
+                                         const RankSlice* rank = nullptr);
+
+// One rank's slices of a checkpoint (model/shard_reader.h): only its tensors, of a sliced tensor only the slice's
+// bytes, copied from the mapped files straight to the device. progress(done, total) may cancel (returns false).
+DeviceTensorStore upload_shard(const Checkpoint& ckpt, const ModelConfig& cfg, int n_layers, const RankSlice& rank,
+                               const std::function<bool(size_t, size_t)>& progress = {});
 
 // Binds the structure for the first n_layers layers; missing tensors are reported by name. A shard's store holds the
 // routed experts [expert_begin, expert_end) only (expert_end < 0: all), bound at indices 0.., and the shared expert

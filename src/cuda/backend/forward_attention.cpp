@@ -13,9 +13,11 @@
 
 #include "cuda/attention/kv_store.cuh"
 #include "cuda/attention/sparse_attention.cuh"
+#include "cuda/attention/sparse_attention_prefill.cuh"
 #include "cuda/backend/forward.h"
 #include "cuda/compressor/compressor.cuh"
 #include "cuda/indexer/indexer.cuh"
+#include "cuda/indexer/indexer_prefill.cuh"
 #include "cuda/norm/rmsnorm.cuh"
 #include "util/error.h"
 
@@ -156,7 +158,16 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
         ip.max_entries = s.max_entries;
         ip.selected = buf_.index_selected.as<int32_t>();
         OpProfiler::Scope sc2(prof_, "indexer.score + top-k");
-        indexer_select(ip, buf_.index_workspace.get(), buf_.index_workspace.bytes(), stream);
+        // Prefill passes score on tensor cores (indexer_prefill); decode passes keep the SIMT scorer. The two sum
+        // in different orders: a near-tie at the k-th score can select differently between them.
+        const bool prefill = s.max_seq_tokens > 1 || policy_.is_forced("indexer_prefill");
+        if (prefill && !policy_.is_disabled("indexer_prefill") && indexer_select_prefill_supports(ip)) {
+            prof_.variant("indexer_prefill");
+            indexer_select_prefill(ip, buf_.index_workspace.get(), buf_.index_workspace.bytes(), stream);
+        } else {
+            prof_.variant("indexer_simt");
+            indexer_select(ip, buf_.index_workspace.get(), buf_.index_workspace.bytes(), stream);
+        }
     }
 
     // Sparse attention over window + compressed entries, then the output projection.
@@ -214,6 +225,17 @@ void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s) {
     }
     p.max_candidates = cfg_.sliding_window + compressed;
     OpProfiler::Scope sc(prof_, "attn.sparse attention + inverse rope");
+    // Prefill passes (several rows of a sequence) take the gathering tensor-core kernel (attn_prefill) where its
+    // workspace holds the pass: a query's result is then that of attn_mma with one split, whatever the chunking.
+    const int max_entries = L.ratio > 0 ? std::max(1, s.max_context / L.ratio) : 0;
+    const bool prefill = s.max_seq_tokens > 1 || policy_.is_forced("attn_prefill");
+    if (prefill && !policy_.is_disabled("attn_prefill") && sparse_attention_prefill_supports(p, max_entries) &&
+        sparse_attention_prefill_workspace_bytes(s.n_rows, s.n_seqs, cfg_.sliding_window, max_entries, hd) <=
+            buf_.attn_workspace_bytes) {
+        prof_.variant("attn_prefill");
+        sparse_attention_prefill(p, max_entries, buf_.attn_workspace.get(), buf_.attn_workspace_bytes, streams_.main());
+        return;
+    }
     prof_.variant(
         sparse_attention(p, buf_.attn_workspace.get(), buf_.attn_workspace_bytes, streams_.main(), policy_));
 }

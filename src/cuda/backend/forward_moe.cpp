@@ -67,7 +67,7 @@ void ForwardPass::enqueue_moe(int l, const PassShape& s, bool combine) {
 void ForwardPass::enqueue_shared_expert(int l, int rows, const PreparedActivation& routed_x, const Lane& lane) {
     const ShardLayer& L = shard_.layer(l);
     const int T = rows;
-    const int64_t D = cfg_.hidden_size, I = cfg_.moe_intermediate_size;
+    const int64_t D = cfg_.hidden_size, I = L.shared_w1.out;  // this shard's intermediate columns
     const float limit = float(cfg_.swiglu_limit);
     const PreparedActivation& axs =
         L.shared_w1.kind == L.w1[0].kind ? routed_x

@@ -86,8 +86,31 @@ ShardSpec ShardSpec::whole(const ModelConfig& cfg) {
     s.group_end = cfg.o_groups;
     s.expert_end = cfg.n_routed_experts;
     s.inter_end = cfg.moe_intermediate_size;
-    s.shared_inter_end = cfg.moe_intermediate_size;
+    s.shared_inter_end = int64_t(cfg.moe_intermediate_size) * cfg.n_shared_experts;
     s.vocab_end = cfg.vocab_size;
+    return s;
+}
+
+ShardSpec ShardSpec::of(const RankSlice& r) {
+    ShardSpec s;
+    s.rank = r.rank;
+    s.ranks = r.layout.ranks();
+    s.tp = r.layout.tp;
+    s.ep = r.layout.ep;
+    s.tp_rank = r.tp_rank;
+    s.ep_rank = r.ep_rank;
+    s.head_begin = r.head_begin;
+    s.head_end = r.head_end;
+    s.group_begin = r.group_begin;
+    s.group_end = r.group_end;
+    s.expert_begin = r.expert_begin;
+    s.expert_end = r.expert_end;
+    s.inter_begin = r.inter_begin;
+    s.inter_end = r.inter_end;
+    s.shared_inter_begin = r.shared_inter_begin;
+    s.shared_inter_end = r.shared_inter_end;
+    s.vocab_begin = r.vocab_begin;
+    s.vocab_end = r.vocab_end;
     return s;
 }
 

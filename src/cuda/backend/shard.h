@@ -16,6 +16,7 @@
 #include "cuda/moe/moe.cuh"
 #include "cuda/rope/rope.cuh"
 #include "model/config.h"
+#include "model/sharding.h"
 #include "model/weights.h"
 
 namespace flashseek::cuda {
@@ -37,6 +38,7 @@ struct ShardSpec {
     int64_t vocab_begin = 0, vocab_end = 0;
 
     static ShardSpec whole(const ModelConfig& cfg);
+    static ShardSpec of(const RankSlice& rank);  // a rank of a parallel layout (model/sharding.h)
     bool holds_whole_model(const ModelConfig& cfg) const;
     int heads() const { return head_end - head_begin; }
     int groups() const { return group_end - group_begin; }

@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "cuda/attention/sparse_attention.cuh"
+#include "cuda/attention/sparse_attention_prefill.cuh"
 #include "cuda/indexer/indexer.cuh"
+#include "cuda/indexer/indexer_prefill.cuh"
 #include "cuda/mhc/mhc.cuh"
 #include "util/error.h"
 
@@ -79,11 +81,20 @@ StepBuffers::StepBuffers(const ModelConfig& cfg, const StepBufferSizes& sizes) :
     index_weights.allocate(size_t(T * nI) * 4, "indexer head weights");
     index_selected.allocate(size_t(T) * size_t(cfg.index_topk) * 4, "indexer selection");
     const int64_t entries = pow2_at_least(std::max<int64_t>(1, sizes.max_context / 4));
-    index_workspace.allocate(std::max<size_t>(indexer_select_workspace_bytes(int(T), int(entries)), 256),
+    index_workspace.allocate(std::max<size_t>({indexer_select_workspace_bytes(int(T), int(entries)),
+                                               indexer_select_prefill_workspace_bytes(int(T), int(entries)), 256}),
                              "indexer workspace");
     const int64_t ctx2 = pow2_at_least(sizes.max_context);
     const int max_cand = cfg.sliding_window + int(std::max<int64_t>(cfg.index_topk, ctx2 / 128 + 1));
-    attn_workspace_bytes = std::max<size_t>(sparse_attention_workspace_bytes(int(T), int(H), int(hd), max_cand), 256);
+    // The prefill kernel gathers every KV row a pass can read (about 1 KB a row): sized for a pass of max_rows rows
+    // in up to 16 sequences with up to kPrefillGatherEntries compressed entries each; a larger pass takes the decode
+    // kernels (ForwardPass::enqueue_sparse_attention).
+    const int prefill_seqs = int(std::min<int64_t>(T, 16));
+    const int prefill_entries = int(std::min<int64_t>(std::max<int64_t>(sizes.max_context / 4, 1), kPrefillGatherEntries));
+    attn_workspace_bytes = std::max<size_t>(
+        {sparse_attention_workspace_bytes(int(T), int(H), int(hd), max_cand),
+         sparse_attention_prefill_workspace_bytes(int(T), prefill_seqs, cfg.sliding_window, prefill_entries, int(hd)),
+         256});
     attn_workspace.allocate(attn_workspace_bytes, "attention workspace");
 
     router_logits.allocate(size_t(T * cfg.n_routed_experts) * 4, "router logits");

@@ -42,6 +42,9 @@ struct PrepBuffer {
     void allocate(int64_t max_rows, int64_t max_k);
 };
 
+// Compressed entries per sequence the prefill attention's gather workspace holds (a 131k-token context at ratio 4).
+inline constexpr int64_t kPrefillGatherEntries = 32768;
+
 struct StepBufferSizes {
     int max_rows = 0;             // rows of the largest pass (a prefill chunk or the largest decode bucket)
     int max_head_rows = 0;        // rows of the largest head (logits) of a pass

@@ -43,7 +43,7 @@ const std::vector<std::string_view>& known_variants() {
     static const std::vector<std::string_view> names = {
         "generic_linear", "wgmma_gemv",   "bulk_gemv",   "simt_gemv",    "mma_gemv",  "tile_gemm",
         "generic_experts", "wgmma_experts", "bulk_experts", "gemv_experts", "tile_experts",
-        "attn_mma",       "attn_simt",    "shared_as_linears"};
+        "attn_mma",       "attn_simt",    "attn_prefill", "indexer_prefill", "indexer_simt", "shared_as_linears"};
     return names;
 }
 

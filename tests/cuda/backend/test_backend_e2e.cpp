@@ -35,6 +35,18 @@ std::unique_ptr<Backend> make(const std::string& dir, const std::string& backend
     return create_backend(dir, o);
 }
 
+// A tensor / expert parallel layout as virtual ranks on this device.
+std::unique_ptr<Backend> make_layout(const std::string& dir, Numerics num, int tp, int ep) {
+    BackendOptions o;
+    o.backend = "cuda";
+    o.numerics = num;
+    o.max_sequences = 2;
+    o.max_context = 4096;
+    o.tp = tp;
+    o.ep = ep;
+    return create_backend(dir, o);
+}
+
 std::vector<int32_t> random_tokens(std::mt19937_64& rng, int n, int64_t vocab) {
     std::uniform_int_distribution<int32_t> d(2, int32_t(vocab - 1));
     std::vector<int32_t> t(static_cast<size_t>(n));
@@ -333,6 +345,41 @@ TEST_F(CudaBackendBatch, BadInputAndExhaustedPool) {
     for (float v : l) ASSERT_TRUE(std::isfinite(v));
     gpu->free_sequence(seq);
     EXPECT_THROW(gpu->free_sequence(seq), Error);
+}
+
+// Tensor / expert parallel layouts run as virtual ranks on one device (each rank its own shard and buffers, the
+// partial outputs reduced in rank order) against the whole model: inside the whole model's own one-rounding
+// envelope (the partial sums change the fp32 summation order), in both numerics; a layout reproduces itself bit for
+// bit. tiny-sharding is the tiny config whose dimensions split on the formats' 128-blocks for every layout here.
+TEST_F(CudaBackendBatch, ParallelLayoutsMatchWholeModel) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE("seed=" + std::to_string(seed));
+    const std::string dir = test::tiny_checkpoint("tiny-sharding", seed % 997 + 1);
+    std::mt19937_64 rng(seed);
+    for (Numerics num : {Numerics::Exact, Numerics::Release}) {
+        SCOPED_TRACE(num == Numerics::Exact ? "exact" : "release");
+        auto whole = make(dir, "cuda", num, 2);
+        const int64_t V = whole->config().vocab_size;
+        const auto toks = random_tokens(rng, 90, V);
+        const auto ref = teacher_forced(*whole, toks, 60, 23);
+        std::vector<float> perturbed;
+        {
+            auto guard = install_norm_perturbation(seed + 1);
+            auto p = make(dir, "cuda", num, 2);
+            perturbed = teacher_forced(*p, toks, 60, 23);
+        }
+        const auto env = compare_rows(perturbed, ref, V);
+        for (auto [tp, ep] : {std::pair{2, 1}, {4, 1}, {1, 2}, {1, 4}, {2, 2}}) {
+            SCOPED_TRACE("tp=" + std::to_string(tp) + " ep=" + std::to_string(ep));
+            auto be = make_layout(dir, num, tp, ep);
+            const auto got = teacher_forced(*be, toks, 60, 23);
+            ASSERT_EQ(got.size(), ref.size());
+            const auto c = compare_rows(got, ref, V);
+            EXPECT_EQ(test::envelope_violation(c, env), "") << describe(c) << " envelope " << describe(env);
+            const auto again = teacher_forced(*be, toks, 60, 23);
+            EXPECT_TRUE(std::equal(got.begin(), got.end(), again.begin())) << "a layout must reproduce itself";
+        }
+    }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "cuda/backend/device_weights.h"
 #include "cuda/backend/glue.cuh"
 #include "cuda/backend/state_pool.h"
+#include "cuda/comm/reduce.cuh"
 #include "backend/diagnostics.h"
 #include "backend/registry.h"
 #include "loader/safetensors.h"
@@ -280,6 +281,45 @@ TEST_F(CudaParts, CopyBandwidthIsPlausible) {
     const double bw = cuda::measure_copy_bandwidth(size_t(256) << 20, 5);
     EXPECT_GT(bw, 1e11);   // > 100 GB/s on any supported GPU
     EXPECT_LT(bw, 2e13);   // < 20 TB/s
+}
+
+// The shards' all-reduce on one device: the sum of the partials in rank order ((p0 + p1) + p2) + ..., rounded to bf16,
+// in every output, bit for bit against the host's same-order sum.
+TEST_F(CudaParts, ReducePartialsIsExactInRankOrder) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> d(0.f, 1.f);
+    for (int ranks : {1, 2, 3, 4, 8}) {
+        const int64_t n = 4096 + 37;
+        std::vector<std::vector<float>> host(static_cast<size_t>(ranks), std::vector<float>(static_cast<size_t>(n)));
+        std::vector<cuda::DeviceBuffer> parts, outs;
+        const float* pp[cuda::kMaxReduceRanks];
+        uint16_t* op[cuda::kMaxReduceRanks];
+        for (int r = 0; r < ranks; ++r) {
+            for (auto& v : host[size_t(r)]) v = d(rng) * std::exp2(float(int(rng() % 9) - 4));
+            parts.emplace_back(size_t(n) * 4, "partial");
+            outs.emplace_back(size_t(n) * 2, "out");
+            ASSERT_EQ(cudaMemcpy(parts.back().get(), host[size_t(r)].data(), size_t(n) * 4, cudaMemcpyHostToDevice),
+                      cudaSuccess);
+            ASSERT_EQ(cudaMemset(outs.back().get(), 0xff, size_t(n) * 2), cudaSuccess);
+            pp[r] = parts.back().as<float>();
+            op[r] = outs.back().as<uint16_t>();
+        }
+        cuda::reduce_partials_to_bf16(pp, op, ranks, n, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        std::vector<uint16_t> want(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) {
+            float sum = host[0][size_t(i)];
+            for (int r = 1; r < ranks; ++r) sum += host[size_t(r)][size_t(i)];
+            want[size_t(i)] = f32_to_bf16(sum);
+        }
+        for (int r = 0; r < ranks; ++r) {
+            std::vector<uint16_t> got(static_cast<size_t>(n));
+            ASSERT_EQ(cudaMemcpy(got.data(), outs[size_t(r)].get(), size_t(n) * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+            EXPECT_EQ(got, want) << "ranks " << ranks << ", output " << r;
+        }
+    }
 }
 
 }  // namespace
