@@ -22,6 +22,26 @@ if(NOT EXISTS "${_xg_root}/cpp/grammar_matcher.cc")
   file(ARCHIVE_EXTRACT INPUT "${_xg_sdist}" DESTINATION "${CMAKE_BINARY_DIR}/_deps")
 endif()
 
+# One upstream fix, applied to the unpacked source (idempotent; a different upstream text stops the configure so the
+# fix is looked at again when the version changes). 0.2.9's JSON strings with minLength/maxLength admit raw control
+# characters U+0000-U+001F, which JSON forbids inside strings (the unbounded string rule excludes them): a random
+# token walk produced `"Ger<U+001E>"`. The bounded rule gets the same exclusion.
+set(_xg_converter "${_xg_root}/cpp/json_schema_converter.cc")
+set(_xg_bug [=[builder_.AddCharacterClass({{'"', '"'}, {'\\', '\\'}, {'\r', '\r'}, {'\n', '\n'}}, true);]=])
+set(_xg_fix [=[builder_.AddCharacterClass({{0, 0x1f}, {'"', '"'}, {'\\', '\\'}}, true);  // flashseek fix]=])
+file(READ "${_xg_converter}" _xg_text)
+string(FIND "${_xg_text}" "${_xg_bug}" _xg_bug_at)
+if(NOT _xg_bug_at EQUAL -1)
+  string(REPLACE "${_xg_bug}" "${_xg_fix}" _xg_text "${_xg_text}")
+  file(WRITE "${_xg_converter}" "${_xg_text}")
+else()
+  string(FIND "${_xg_text}" "${_xg_fix}" _xg_fix_at)
+  if(_xg_fix_at EQUAL -1)
+    message(FATAL_ERROR "${_xg_converter}: the bounded-string character class is not where cmake/xgrammar.cmake "
+                        "expects it; check whether the control-character fix is still needed")
+  endif()
+endif()
+
 file(GLOB_RECURSE _xg_sources "${_xg_root}/cpp/*.cc")
 list(FILTER _xg_sources EXCLUDE REGEX "/cpp/tvm_ffi/")  # Python bindings
 add_library(xgrammar STATIC ${_xg_sources})

@@ -185,3 +185,30 @@ TEST(Grammar, WhatCannotCompileIsAGrammarError) {
     OutputConstraint ok = json_constraint(json::parse(R"({"type": "boolean"})"));
     EXPECT_EQ(compiler().compile(ok).get(), compiler().compile(ok).get());
 }
+
+// JSON forbids raw control characters (U+0000-U+001F) inside strings; xgrammar 0.2.9 admitted them in strings with
+// minLength / maxLength (cmake/xgrammar.cmake fixes that). Inside an open string no allowed token may carry one
+// before the string's closing quote, whatever bounds the string has.
+TEST(Grammar, StringsNeverAllowRawControlCharacters) {
+    const char* const schemas[] = {
+        R"({"type": "string"})", R"({"type": "string", "maxLength": 6})", R"({"type": "string", "minLength": 2})",
+        R"({"type": "string", "minLength": 1, "maxLength": 40})", R"({"type": "string", "pattern": "[^a]*"})",
+        R"({"type": "object", "properties": {"k": {"type": "string", "maxLength": 3}}, "required": ["k"]})"};
+    std::vector<uint32_t> mask(size_t(token_mask_words(kModelVocab)));
+    for (const char* schema : schemas) {
+        SCOPED_TRACE(schema);
+        auto m = compiler().start(compiler().compile(json_constraint(json::parse(schema))));
+        const std::string open = std::string(schema).find("object") != std::string::npos ? R"({"k": ")" : "\"";
+        for (int32_t t : tok().encode(open)) ASSERT_TRUE(m->accept(t));
+        m->fill_allowed(mask.data(), kModelVocab);
+        int allowed_count = 0;
+        for (int32_t t = 0; t < int32_t(tok().vocab_size()); ++t) {
+            if (!allowed(mask, t) || tok().is_added(t)) continue;
+            ++allowed_count;
+            const std::string& bytes = tok().token_bytes(t);
+            for (unsigned char b : bytes.substr(0, bytes.find('"')))
+                EXPECT_GE(b, 0x20) << "token " << t << " puts byte " << int(b) << " inside a JSON string";
+        }
+        EXPECT_GT(allowed_count, 1000);  // the string's text is open: most tokens continue it
+    }
+}
