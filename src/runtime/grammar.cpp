@@ -8,8 +8,10 @@
 
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "backend/backend.h"
+#include "runtime/deadline_worker.h"
 #include "util/error.h"
 
 namespace flashseek::runtime {
@@ -134,6 +136,23 @@ private:
     std::string error_;
 };
 
+// xgrammar's messages start with a time stamp and the source position of the check ("[17:02:46] /path/x.cc:94: "),
+// which say nothing to a client; the rest says what is wrong with the constraint.
+std::string engine_message(const std::string& what) {
+    std::string_view m = what;
+    if (m.size() > 2 && m[0] == '[')
+        if (const size_t close = m.find("] "); close != std::string_view::npos && close < 16) m.remove_prefix(close + 2);
+    if (const size_t colon = m.find(": "); colon != std::string_view::npos) {
+        const std::string_view head = m.substr(0, colon);
+        const size_t line_colon = head.rfind(':');
+        const bool source_position = line_colon != std::string_view::npos && head.find(' ') == std::string_view::npos &&
+                                     head.find_first_not_of("0123456789", line_colon + 1) == std::string_view::npos;
+        if (source_position) m.remove_prefix(colon + 2);
+    }
+    while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.remove_suffix(1);
+    return std::string(m.substr(0, 600));
+}
+
 }  // namespace
 
 class CompiledConstraint {
@@ -148,13 +167,30 @@ struct ConstraintCompiler::Impl {
     xgrammar::TokenizerInfo info;
     xgrammar::GrammarCompiler compiler;
     int32_t eos_id;
-    mutable std::mutex mu;  // guards cache; compiling runs outside it
-    mutable std::unordered_map<std::string, std::shared_ptr<const CompiledConstraint>> cache;
+    std::mutex mu;  // guards cache and overran; compiling runs outside it
+    std::unordered_map<std::string, std::shared_ptr<const CompiledConstraint>> cache;
+    std::unordered_set<std::string> overran;  // constraints that ran past the time limit: refused at once
     static constexpr size_t kMaxCached = 256;
+
+    std::shared_ptr<const CompiledConstraint> cached(const std::string& tag) {
+        std::lock_guard lock(mu);
+        auto it = cache.find(tag);
+        return it == cache.end() ? nullptr : it->second;
+    }
+    void remember_overrun(const std::string& tag) {
+        std::lock_guard lock(mu);
+        if (overran.size() >= kMaxCached) overran.clear();
+        overran.insert(tag);
+    }
 };
 
-ConstraintCompiler::ConstraintCompiler(const tokenizer::Tokenizer& tok, int64_t model_vocab, int32_t eos_id)
-    : impl_(std::make_unique<Impl>(tok, model_vocab, eos_id)) {}
+ConstraintCompiler::ConstraintCompiler(const tokenizer::Tokenizer& tok, int64_t model_vocab, int32_t eos_id,
+                                       CompileLimits limits)
+    : impl_(std::make_shared<Impl>(tok, model_vocab, eos_id)), limits_(limits),
+      worker_(std::make_unique<DeadlineWorker>(limits.max_pending)) {
+    FS_CHECK(limits.time_limit_s > 0 && limits.queue_wait_s >= 0, "constrained decoding: compile time limit {} s and "
+             "queue wait {} s must be positive", limits.time_limit_s, limits.queue_wait_s);
+}
 
 ConstraintCompiler::~ConstraintCompiler() = default;
 
@@ -172,21 +208,45 @@ std::string ConstraintCompiler::structural_tag(const OutputConstraint& c) {
 
 std::shared_ptr<const CompiledConstraint> ConstraintCompiler::compile(const OutputConstraint& c) const {
     const std::string tag = structural_tag(c);
+    if (auto hit = impl_->cached(tag)) return hit;
     {
         std::lock_guard lock(impl_->mu);
-        if (auto it = impl_->cache.find(tag); it != impl_->cache.end()) return it->second;
+        if (impl_->overran.count(tag))
+            throw GrammarError(fmt::format("it did not compile within the {} s limit (tried before; simplify it: "
+                                           "fewer alternatives or patterns, smaller repetition counts)",
+                                           limits_.time_limit_s));
     }
-    std::shared_ptr<const CompiledConstraint> compiled;
+    // The job owns what it uses: after an overrun it still runs, its caller gone.
+    auto result = std::make_shared<std::shared_ptr<const CompiledConstraint>>();
+    auto compile_job = [impl = impl_, tag, result] {
+        if ((*result = impl->cached(tag))) return;  // the same constraint, compiled while this one waited
+        *result = std::make_shared<const CompiledConstraint>(impl->compiler.CompileStructuralTag(tag));
+    };
+    using Seconds = std::chrono::duration<double>;
+    auto nanos = [](double s) { return std::chrono::duration_cast<std::chrono::nanoseconds>(Seconds(s)); };
+    DeadlineWorker::Outcome outcome;
     try {
-        compiled = std::make_shared<const CompiledConstraint>(impl_->compiler.CompileStructuralTag(tag));
+        outcome = worker_->run(compile_job, nanos(limits_.queue_wait_s), nanos(limits_.time_limit_s));
     } catch (const std::exception& e) {
-        throw GrammarError(e.what());
+        throw GrammarError(engine_message(e.what()));
+    }
+    switch (outcome) {
+        case DeadlineWorker::Outcome::Done: break;
+        case DeadlineWorker::Outcome::NotStarted:
+            throw GrammarBusy("the grammar compiler is busy with other constraints; retry later");
+        case DeadlineWorker::Outcome::Overran:
+            impl_->remember_overrun(tag);
+            throw GrammarError(fmt::format("it did not compile within the {} s limit (simplify it: fewer "
+                                           "alternatives or patterns, smaller repetition counts)",
+                                           limits_.time_limit_s));
     }
     std::lock_guard lock(impl_->mu);
     if (impl_->cache.size() >= Impl::kMaxCached) impl_->cache.clear();
-    impl_->cache.emplace(tag, compiled);
-    return compiled;
+    impl_->cache.emplace(tag, *result);
+    return *result;
 }
+
+bool ConstraintCompiler::compiling() const { return worker_->busy(); }
 
 std::shared_ptr<TokenConstraint> ConstraintCompiler::start(
     const std::shared_ptr<const CompiledConstraint>& grammar) const {

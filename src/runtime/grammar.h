@@ -33,24 +33,45 @@ struct OutputConstraint {
     bool reasoning_first = false;
 };
 
-// The engine could not compile a constraint (unsupported schema keyword, bad regex or grammar); what() says why.
+// The engine could not compile a constraint (unsupported schema keyword, bad regex or grammar, or it took longer
+// than the compile time limit); what() says why. The client's fault: a 400.
 class GrammarError : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;
 };
 
+// The compiler was busy with other constraints for the whole queue wait; the constraint itself may be fine (a 503).
+class GrammarBusy : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// How long one compile may take. The engine cannot be interrupted, so compiles run one at a time on their own thread
+// (deadline_worker.h): a caller waits at most queue_wait_s for its compile to start and time_limit_s for it to end.
+// A constraint that overran is remembered and refused at once when it comes again.
+struct CompileLimits {
+    double time_limit_s = 10;
+    double queue_wait_s = 10;
+    size_t max_pending = 64;  // compiles waiting at once; more callers are told the compiler is busy
+};
+
+class DeadlineWorker;
 class CompiledConstraint;  // an engine grammar bound to the vocabulary; shareable between requests and threads
 
 class ConstraintCompiler {
 public:
     // model_vocab: the model's vocabulary size (>= the tokenizer's; ids past the tokenizer are never allowed).
-    ConstraintCompiler(const tokenizer::Tokenizer& tok, int64_t model_vocab, int32_t eos_id);
+    ConstraintCompiler(const tokenizer::Tokenizer& tok, int64_t model_vocab, int32_t eos_id,
+                       CompileLimits limits = {});
     ~ConstraintCompiler();
     ConstraintCompiler(const ConstraintCompiler&) = delete;
     ConstraintCompiler& operator=(const ConstraintCompiler&) = delete;
 
-    // Thread-safe; identical constraints are compiled once. Throws GrammarError.
+    // Thread-safe; identical constraints are compiled once. Throws GrammarError or GrammarBusy (see CompileLimits).
     std::shared_ptr<const CompiledConstraint> compile(const OutputConstraint& c) const;
+    // Whether a compile is running now, possibly one whose caller stopped waiting at the time limit: it cannot be
+    // interrupted, so a process that ends meanwhile should end without running static destructors under it.
+    bool compiling() const;
     // A fresh matcher at the start of the output, for one choice.
     std::shared_ptr<TokenConstraint> start(const std::shared_ptr<const CompiledConstraint>& grammar) const;
 
@@ -59,7 +80,9 @@ public:
 
 private:
     struct Impl;
-    std::unique_ptr<Impl> impl_;
+    std::shared_ptr<Impl> impl_;  // shared with a compile that outlives its caller
+    CompileLimits limits_;
+    std::unique_ptr<DeadlineWorker> worker_;
 };
 
 }  // namespace flashseek::runtime

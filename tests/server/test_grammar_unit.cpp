@@ -3,10 +3,13 @@
 // is valid (JSON of the schema, the regex, a choice, DSML tool calls that the chat output parser turns into calls of
 // declared tools with JSON arguments); control tokens never appear inside constrained text; EOS is allowed exactly
 // when the output is complete; what the engine cannot compile is a GrammarError. Fresh seeds per run.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <random>
 #include <regex>
+#include <thread>
 
 #include "backend/backend.h"
 #include "runtime/grammar.h"
@@ -171,7 +174,16 @@ TEST(Grammar, ToolCallsParseAsCallsOfDeclaredTools) {
 
 TEST(Grammar, WhatCannotCompileIsAGrammarError) {
     OutputConstraint c = json_constraint(json::parse(R"({"type": "frobnicate"})"));
-    EXPECT_THROW(compiler().compile(c), runtime::GrammarError);
+    try {
+        compiler().compile(c);
+        ADD_FAILURE() << "an unknown type compiled";
+    } catch (const runtime::GrammarError& e) {
+        // The engine's message, without its time stamp and source position.
+        const std::string what = e.what();
+        EXPECT_NE(what.find("frobnicate"), std::string::npos) << what;
+        EXPECT_EQ(what.find(".cc:"), std::string::npos) << what;
+        EXPECT_NE(what.front(), '[') << what;
+    }
     c.kind = OutputConstraint::Kind::Regex;
     c.pattern = "(unclosed";
     EXPECT_THROW(compiler().compile(c), runtime::GrammarError);
@@ -211,4 +223,34 @@ TEST(Grammar, StringsNeverAllowRawControlCharacters) {
         }
         EXPECT_GT(allowed_count, 1000);  // the string's text is open: most tokens continue it
     }
+}
+
+// A constraint whose compile runs past the time limit is a GrammarError, and is refused at once when it comes again.
+// The engine cannot be interrupted: the compile finishes on its own in the background.
+TEST(Grammar, CompilePastTheTimeLimitIsRefused) {
+    runtime::CompileLimits limits;
+    limits.time_limit_s = 0.05;
+    const ConstraintCompiler limited(tok(), kModelVocab, tok().eos_id(), limits);
+    // Alternatives of counted repetitions: xgrammar computes a token mask for every repetition state, 120 x 30 of
+    // them here (about 2 s on an idle core; far more than the limit on any machine).
+    json alternatives = json::array();
+    for (int i = 0; i < 120; ++i)
+        alternatives.push_back({{"type", "string"}, {"pattern", fmt::format("p{}[a-z]{{3,30}}", i)}});
+    const OutputConstraint slow = json_constraint(json{{"anyOf", alternatives}});
+    try {
+        limited.compile(slow);
+        ADD_FAILURE() << "compiled within " << limits.time_limit_s << " s";
+    } catch (const runtime::GrammarError& e) {
+        EXPECT_NE(std::string(e.what()).find("did not compile within"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(limited.compiling());
+    try {
+        limited.compile(slow);
+        ADD_FAILURE() << "an overrun constraint compiled when it came again";
+    } catch (const runtime::GrammarError& e) {
+        EXPECT_NE(std::string(e.what()).find("tried before"), std::string::npos) << e.what();
+    }
+    // Not left burning a core under the tests after this one.
+    for (int i = 0; i < 60000 && limited.compiling(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_FALSE(limited.compiling());
 }
