@@ -167,9 +167,16 @@ HttpHandler ApiServer::handler_for(RouteId id) {
 
 const runtime::ConstraintCompiler& ApiServer::constraint_compiler() {
     std::call_once(compiler_once_, [this] {
-        compiler_ = std::make_unique<runtime::ConstraintCompiler>(tok_, loop_.config().vocab_size, eos_token());
+        compiler_ = std::make_unique<runtime::ConstraintCompiler>(tok_, loop_.config().vocab_size, eos_token(),
+                                                                  options_.grammar_compile);
+        compiler_published_.store(compiler_.get(), std::memory_order_release);
     });
     return *compiler_;
+}
+
+bool ApiServer::grammar_compile_running() const {
+    const runtime::ConstraintCompiler* compiler = compiler_published_.load(std::memory_order_acquire);
+    return compiler != nullptr && compiler->compiling();
 }
 
 int32_t ApiServer::eos_token() const {
@@ -308,6 +315,8 @@ std::shared_ptr<const runtime::CompiledConstraint> ApiServer::compile_constraint
         return constraint_compiler().compile(c);
     } catch (const runtime::GrammarError& e) {
         bad_param(c.param, "'{}' cannot be used for constrained decoding: {}", c.param, e.what());
+    } catch (const runtime::GrammarBusy& e) {
+        throw ApiError(503, e.what(), c.param, "service_unavailable_error", "grammar_compiler_busy");
     }
 }
 

@@ -22,6 +22,7 @@ struct ApiServerOptions {
     ProtocolLimits limits;         // model_name and vocab_size are filled in from the step loop when empty/0
     double request_timeout_s = 600;  // per-request deadline (queue + generation)
     int retry_after_s = 1;         // Retry-After on 429/503
+    runtime::CompileLimits grammar_compile;  // constrained decoding: compile time limit and queue
 };
 
 class ApiServer {
@@ -34,6 +35,8 @@ public:
     // New generation requests get 503 and /health turns 503; running ones continue.
     void begin_shutdown() { shutting_down_ = true; }
     int64_t open_requests() const { return open_requests_.load(); }
+    // A grammar compile is running (perhaps one abandoned at its time limit; runtime/grammar.h, compiling()).
+    bool grammar_compile_running() const;
 
 private:
     HttpHandler handler_for(RouteId id);
@@ -65,6 +68,7 @@ private:
     int64_t started_ = 0;
     std::once_flag compiler_once_;
     std::unique_ptr<runtime::ConstraintCompiler> compiler_;
+    std::atomic<const runtime::ConstraintCompiler*> compiler_published_{nullptr};  // for threads outside call_once
     std::string openapi_json_;  // built once: the document depends only on start-up options
 };
 

@@ -532,7 +532,7 @@ ojson openapi_document(const OpenApiFacts& facts) {
             responses["413"] = error_response("request body over the size limit");
             responses["429"] = error_response("at capacity; Retry-After says when to retry");
             responses["500"] = error_response("generation failed in the engine");
-            responses["503"] = error_response("shutting down; Retry-After");
+            responses["503"] = error_response("shutting down, or the grammar compiler busy; Retry-After");
         };
         switch (r.id) {
             case RouteId::ChatCompletions:

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "backend_flags.h"
@@ -72,6 +73,8 @@ int run_serve(int argc, char** argv) {
     app.add_option("--max-queue", loop_opt.max_waiting, "queued requests beyond the running batch before 429");
     app.add_option("--watchdog", loop_opt.watchdog_seconds, "/health reports 503 when one step takes longer (s)");
     app.add_option("--request-timeout", api.request_timeout_s, "per-request deadline in seconds (queue + generation)");
+    app.add_option("--grammar-compile-timeout", api.grammar_compile.time_limit_s,
+                   "constrained decoding: seconds one grammar may take to compile (400 beyond; default 10)");
     app.add_option("--shutdown-timeout", shutdown_timeout, "seconds in-flight requests may finish after SIGTERM");
     app.add_option("--http-threads", api.http.threads, "HTTP worker threads (each open stream holds one)");
     app.add_option("--max-body-bytes", api.http.max_body_bytes, "request body limit (413 above it)");
@@ -96,6 +99,8 @@ int run_serve(int argc, char** argv) {
              api.http.keep_alive_timeout_s);
     FS_CHECK(shutdown_timeout >= 0, "--shutdown-timeout must be >= 0 (got {})", shutdown_timeout);
     FS_CHECK(api.request_timeout_s > 0, "--request-timeout must be > 0 (got {})", api.request_timeout_s);
+    FS_CHECK(api.grammar_compile.time_limit_s > 0, "--grammar-compile-timeout must be > 0 (got {})",
+             api.grammar_compile.time_limit_s);
     FS_CHECK(loop_opt.max_waiting >= 0, "--max-queue must be >= 0 (got {})", loop_opt.max_waiting);
 
     SignalWatcher signals;  // before any other thread exists, so all of them inherit the blocked mask
@@ -178,6 +183,13 @@ int run_serve(int argc, char** argv) {
     server.stop();
     http_thread.join();
     std::fprintf(stderr, "serve: stopped\n");
+    if (server.grammar_compile_running()) {
+        // A grammar compile abandoned at its time limit cannot be interrupted; static destructors must not run
+        // under it.
+        std::fprintf(stderr, "serve: a grammar compile past its time limit is still running; exiting now\n");
+        std::fflush(nullptr);
+        std::_Exit(0);
+    }
     return 0;
 }
 
