@@ -1,230 +1,337 @@
 #!/usr/bin/env bash
-# The one-script GPU harness of flashseek (issue 4, item 9), run on the H200 with logs under $OUT:
-#   1. every GPU test executable (label "gpu": tests/cuda/*, the op-consistency harness of each CUDA part);
-#   2. end to end, `flashseek logits --backend cuda` on the tiny configs: exact-numerics ("reference": bf16
-#      activations, bf16 KV) against the goldens (tests/data/goldens/*, or the CPU exact numerics where no golden
-#      exists), and release numerics ("production": FP8 KV, FP8 activations) against the CPU release numerics;
-#      scripts/compare_logits.py checks rel err <= 2e-2 and argmax agreement >= 99% per position (the literal
-#      criterion) and, against the reference's own sensitivity, the envelope criterion: the CPU reference of the
-#      same numerics run again with `--perturb-norms $PERTURB_SEED` (every RMSNorm weight moved by one bf16
-#      rounding; exact: CPU exact perturbed vs the golden, release: CPU release perturbed vs CPU release) gives the
-#      spread any valid bf16 implementation may show; ours passes at median and p90 <= max(1.5 x envelope, 2e-2)
-#      and argmax >= envelope - 2 points. Both verdicts are printed per case and tabled at the end;
-#   3. compute-sanitizer memcheck and racecheck on the backend test and one end-to-end run;
-#   4. `flashseek bench --dummy-weights --layers 20 --context 256 --concurrency 1,16` on the full V4-Flash config.
-# The device image has no fmt/gtest/CLI11 development packages, so binaries are built on the workstation with
-# `scripts/gpu_check.sh --bundle` (sm_90a, nvcc 13.0 as on the device) into .gpucheck/ and carried; without a
-# bundle the script configures (-DCMAKE_CUDA_ARCHITECTURES=90a) and builds in place with every core.
-# Usage: scripts/gpu_check.sh --bundle            (workstation: build + stage .gpucheck/)
-#        scripts/gpu_check.sh [--quick] [--no-bench] [--no-sanitizer] [--diagnose]   (device; --diagnose adds a
-#        per-layer CPU/CUDA comparison on the tiny configs to localize a mismatch)
-#        scripts/gpu_check.sh --e2e   (device, short: test_cuda_backend, the end-to-end comparison, and a
-#        sensitivity probe: the same CUDA run with the SIMT vs the tensor-core attention kernel, i.e. the spread two
-#        equally valid GPU summation orders give; no other tests, sanitizers or bench)
-#        FLASHSEEK_BIN=build-acc/tools/flashseek/flashseek scripts/gpu_check.sh --cpu-envelopes   (any machine, no
-#        GPU: only the CPU envelopes of every end-to-end case, i.e. the reference against itself with
-#        --perturb-norms, per numerics; the sensitivity table of docs/perf.md)
-# Env: PERTURB_SEED (default 1) for --perturb-norms; FLASHSEEK_BIN to use that flashseek binary; OUT (log folder).
-# End-to-end cases: every golden, tiny-a, tiny-b, and tiny-a-no-decisions (tiny-a with every expert active and
-# index_topk 100000: no discrete decision left, the case where the literal criterion can mean something).
+# The GPU script of flashseek: every GPU run of the project is one subcommand here.
+#
+# On the build machine (has the dev packages; builds for sm_90a with nvcc as on the device):
+#   bundle [--extra NAME=PATH]...  build flashseek, test_cuda_linear, test_cuda_attention, test_cuda_backend,
+#                                  test_cuda_comm and the wgmma probes (BUILD folder, default build-gpucheck; JOBS,
+#                                  default 2), stage them
+#                                  with the shared libraries the device lacks (fmt, gtest, pcre2, httplib, cudart)
+#                                  in .gpucheck/bin and pack that into .gpucheck/bundle.tar.xz, the one file to carry
+#                                  to the device. --extra adds another binary and its libraries, e.g. the flashseek
+#                                  of an older commit for `compare`.
+# On the device (runs the bundle, unpacked from .gpucheck/bundle.tar.xz on first use; FLASHSEEK_BUILD=DIR runs the
+# binaries of a build folder instead):
+#   harness [--quick]        every GPU test executable (the op harness of each kernel family and the backend)
+#   perf [FILTER]            the op harness's perf mode: every family (or those whose name contains FILTER) at
+#                            V4-Flash shapes, each variant against the copy bandwidth / cuBLASLt GEMM ceilings
+#   sanitize [SECONDS]       compute-sanitizer memcheck and racecheck on the harness's --quick lists, the backend
+#                            test and a short end-to-end run (in parallel, SECONDS per run, default 420)
+#   e2e [--diagnose]         flashseek logits, CUDA against the goldens / the CPU reference, both criteria (below);
+#                            --diagnose adds the per-layer localization on tiny-a / tiny-b
+#   envelopes                (any machine, CPU only) the reference's own envelopes for every end-to-end case
+#   bench                    flashseek bench envelope: decode at 1/16/64/128/256 sequences at context 256, 1/16 at
+#                            8192, prefill of one sequence of 512/4096/16384 tokens (PREFILL_LENGTHS), and TP2 /
+#                            EP2 as virtual ranks (LAYERS, default 20, full-size layers; PREFILL_CHUNK)
+#   ab "NAME=ENV ..." ...    A/B of environment variants (e.g. FLASHSEEK_DISABLE=wgmma_gemv) through flashseek bench,
+#                            variants alternating for ROUNDS rounds (2); BENCH_ARGS overrides the bench flags; a word
+#                            BIN=PATH in a variant runs that flashseek binary (before / after comparisons)
+#   diagnose [MODEL TOKENS PREFILL NUMERICS] [NAME=ENV ...]   CUDA vs CPU logits per --layers N (default: tiny-a
+#                            and tiny-b, exact), then the full model per environment variant: localizes a mismatch
+#   compare OLD_BIN NEW_BIN  logits of two flashseek binaries on every committed golden, CPU exact / CPU release /
+#                            CUDA exact (reference) / CUDA release (production); a table; exit 1 on any difference
+#   probes                   the wgmma operand-convention probes (scripts/probes)
+#   ncu BINARY REGEX [ARGS]  Nsight Compute on the kernels matching REGEX in a bundled binary (SKIP, COUNT)
+#   all                      harness, sanitize, e2e, perf, bench, probes in a row (tens of minutes: where a run has a
+#                            time limit, run the subcommands separately)
+#   multi-gpu STEP [ARGS]    issue 17 on a machine with two or more GPUs (kind nvidia-h200-x2), NCCL_NVLS_ENABLE=0
+#                            exported; refused (exit 3) with fewer GPUs. One STEP per device call:
+#     comm                   test_cuda_comm across the GPUs (peer one-shot / two-shot and NCCL, the own all-reduce
+#                            bit for bit against its rank-order reference, graphs; NCCL must load) and its
+#                            micro-benchmark: all-reduce of 8 KB .. 1 MB inside CUDA graphs, own one-shot / two-shot
+#                            vs NCCL (graphs and eager), one rank per GPU and, for comparison, 2 virtual ranks on GPU 0
+#     correctness            TP2 and EP2 against TP1 on every e2e case and tiny-sharding, per communicator and
+#                            numerics, envelope criterion: against the CPU reference (its --perturb-norms run as the
+#                            envelope) and against CUDA TP1 (CUDA TP1 --perturb-norms as the envelope); a layout a
+#                            model cannot be split into (flashseek plan refuses it) is reported, not failed
+#     bench [LAYOUTS] [COMMS]  flashseek bench, the whole 43-layer V4-Flash with dummy weights (default "TP2 EP2", every
+#                            communicator): decode at 1 / 16 / 64 sequences at contexts 256 and 8,192, prefill of
+#                            8,192 tokens; then the cost model (scripts/parallel_cost_model.py) for the comparison
+#     serve [LAYOUTS] [COMMS]  flashseek serve on the same model + bench-serve, 1,024 prompt / 256 output tokens at
+#                            concurrency 1, 16, 64 (default TP2, the first communicator)
+#                            Ranks go on separate GPUs through MULTI_GPU_ARGS, flashseek flags added to every
+#                            multi-rank run (default: "--devices 0,1,.." when `flashseek bench --help` lists
+#                            --devices; without either the backend steps fail saying so). Communicators: COMMS, words
+#                            NAME:VAR=VALUE (default "own:FLASHSEEK_COMM=peer nccl:FLASHSEEK_COMM=nccl"), the
+#                            environment of each multi-rank run per communicator.
+# Results go to $OUT (default out/gpu_check): summary.txt (every verdict) and logs.tar.gz (every log and JSON).
+# Exit status: 0 when every step passed, 1 when one failed, 2 on bad usage, 3 when multi-gpu lacks a second GPU.
+#
+# End-to-end criteria: scripts/compare_logits.py per position: literal (max rel err <= 2e-2, argmax >= 99%) and the
+# envelope criterion against the reference's own sensitivity (the CPU reference of the same numerics run again with
+# `flashseek logits --perturb-norms $PERTURB_SEED`, every RMSNorm weight moved by one bf16 rounding): median and p90
+# <= max(1.5 x envelope, 2e-2), argmax >= envelope - 2 points. Cases: every golden (exact numerics against the
+# golden's logits), tiny-a, tiny-b, tiny-a-no-decisions (against the CPU exact); release numerics against the CPU
+# release.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 ROOT=$PWD
-export FLASHSEEK_SOURCE_DIR=$ROOT  # test data for binaries built in another checkout
-TARGETS=(flashseek test_cuda_backend test_cuda_linear test_cuda_attention)
-
-if [ "${1:-}" = "--bundle" ]; then
-  set -e
-  BUILD=${BUILD:-build-gpucheck}
-  [ -f "$BUILD/CMakeCache.txt" ] || cmake -S . -B "$BUILD" -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release
-  built=()
-  for t in "${TARGETS[@]}"; do
-    if cmake --build "$BUILD" -j"${JOBS:-2}" --target "$t"; then built+=("$t"); else echo "gpu_check: target $t failed to build" >&2; fi
-  done
-  grep -qx '/.gpucheck/' .git/info/exclude 2>/dev/null || echo '/.gpucheck/' >> .git/info/exclude
-  rm -rf .gpucheck && mkdir -p .gpucheck
-  for t in "${built[@]}"; do
-    f=$(find "$BUILD" -type f -name "$t" -perm -u+x | head -1)
-    [ -n "$f" ] && cp "$f" .gpucheck/
-  done
-  for f in .gpucheck/*; do
-    ldd "$f" | awk '/=> \// {print $3}' | grep -E 'libfmt|libgtest|libgmock|libpcre2|libcpp-httplib|libbenchmark' || true
-  done | sort -u | while read -r lib; do cp -L "$lib" .gpucheck/; done
-  du -sh .gpucheck; ls -la .gpucheck
-  exit 0
-fi
-
-QUICK=0; BENCH=1; SANITIZE=1; DIAGNOSE=0; ABLATION=0; E2E_ONLY=0; CPU_ONLY=0
-for a in "$@"; do
-  case "$a" in
-    --quick) QUICK=1 ;;
-    --no-bench) BENCH=0 ;;
-    --no-sanitizer) SANITIZE=0 ;;
-    --diagnose) DIAGNOSE=1 ;;
-    --ablation) ABLATION=1 ;;
-    --e2e) E2E_ONLY=1; BENCH=0; SANITIZE=0 ;;
-    --cpu-envelopes) CPU_ONLY=1; BENCH=0; SANITIZE=0 ;;
-    *) echo "gpu_check: unknown option $a" >&2; exit 2 ;;
-  esac
-done
-OUT=${OUT:-$ROOT/out/gpu_check}
-LOG=$OUT/logs
-mkdir -p "$LOG"
-SUMMARY=$OUT/summary.txt
-: > "$SUMMARY"
-note() { echo "$*" | tee -a "$SUMMARY"; }
-export PYTHONUNBUFFERED=1
+# NVLink SHARP (multicast) stays off in every NCCL this script starts: on shared machines it can take GPUs out of service.
+export FLASHSEEK_SOURCE_DIR=$ROOT PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+STAGE=$ROOT/.gpucheck
+TARGETS=(flashseek test_cuda_linear test_cuda_attention test_cuda_backend test_cuda_comm)
+GPU_TESTS=(test_cuda_linear test_cuda_attention test_cuda_backend test_cuda_comm)
 PERTURB_SEED=${PERTURB_SEED:-1}
 
-if [ -n "${FLASHSEEK_BIN:-}" ]; then
-  BIN=$(cd "$(dirname "$FLASHSEEK_BIN")" && pwd)
-elif [ $CPU_ONLY = 1 ]; then
-  echo "gpu_check: --cpu-envelopes needs FLASHSEEK_BIN=path/to/flashseek (a CPU-only build is enough)" >&2; exit 2
-elif [ -d .gpucheck ]; then
-  BIN=$ROOT/.gpucheck
-  export LD_LIBRARY_PATH=$BIN${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-else
-  BUILD=$ROOT/build-gpu
-  cmake -S . -B "$BUILD" -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release > "$LOG/configure.log" 2>&1 \
-    || { note "configure FAILED (see logs/configure.log)"; tail -20 "$LOG/configure.log"; }
-  cmake --build "$BUILD" -j"$(nproc)" --target "${TARGETS[@]}" > "$LOG/build.log" 2>&1 || note "build FAILED (logs/build.log)"
-  BIN=$BUILD/bin; mkdir -p "$BIN"
-  for t in "${TARGETS[@]}"; do f=$(find "$BUILD" -type f -name "$t" -perm -u+x | head -1); [ -n "$f" ] && cp "$f" "$BIN/"; done
-fi
-FS=${FLASHSEEK_BIN:-$BIN/flashseek}
-[ -x "$FS" ] || { echo "gpu_check: $FS is not an executable flashseek binary" >&2; exit 2; }
-if [ $CPU_ONLY = 1 ]; then echo "CPU only ($(nproc) cores)" > "$LOG/gpu.txt"
-else nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader | tee "$LOG/gpu.txt"; fi
-note "gpu_check $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown) on $(head -1 "$LOG/gpu.txt")"
+usage() { sed -n '2,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+die() { echo "gpu_check: $*" >&2; exit 2; }
 
-# 0. Ablation only (--ablation): the tiny configs with index_topk raised past every sequence's entry count, so the
-# indexer's top-k never decides anything; separates top-k selection sensitivity from the rest of the forward. Then
-# racecheck on a short end-to-end run. Exits afterwards.
-if [ $ABLATION = 1 ]; then
-  WORK=$(mktemp -d)
-  note "== ablation: index_topk = 100000 (no top-k decisions), CUDA vs CPU"
-  for c in tiny-a tiny-b; do
-    python3 -c "import json; c=json.load(open('tests/data/configs/$c.json')); c['index_topk']=100000; json.dump(c, open('$WORK/$c.json','w'))"
-    vocab=$(python3 -c "import json; print(json.load(open('$WORK/$c.json'))['vocab_size'])")
-    python3 -c "import random; r=random.Random(11); print(' '.join(str(r.randrange(2, $vocab)) for _ in range(300)))" > "$WORK/$c.tok"
-    "$FS" gen-checkpoint --config "$WORK/$c.json" --out "$WORK/$c" --seed 7 > /dev/null 2>&1
-    for num in exact release; do
-      for b in cpu cuda; do
-        timeout 60 "$FS" logits --model "$WORK/$c" --tokens "$WORK/$c.tok" --prefill 150 --backend $b --numerics $num \
-          --output "$WORK/$c.$b.$num.bin" >> "$LOG/ablation.log" 2>&1
-      done
-      python3 scripts/compare_logits.py --ours "$WORK/$c.cuda.$num.bin" --ref "$WORK/$c.cpu.$num.bin" --vocab "$vocab" \
-        --label "$c (no top-k) cuda vs cpu, $num" --json "$OUT/e2e.jsonl" --profile 2>&1 | tee -a "$SUMMARY"
+# ---------------------------------------------------------------------------------------------------------- bundle
+# Libraries the device image lacks; everything else (libc, libstdc++, the driver) comes from the device.
+BUNDLED_LIBS='libfmt|libgtest|libgmock|libpcre2|libcpp-httplib|libcudart'
+
+stage_binary() {  # path name: copies a binary and the bundled libraries it needs into .gpucheck/bin
+  cp "$1" "$STAGE/bin/$2"
+  ldd "$1" | awk '/=> \// {print $3}' | grep -E "$BUNDLED_LIBS" | while read -r lib; do
+    cp -L "$lib" "$STAGE/bin/"
+  done
+}
+
+cmd_bundle() {
+  local extras=()
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --extra) [ $# -ge 2 ] && [[ "$2" == *=* ]] || die "--extra needs NAME=PATH"; extras+=("$2"); shift 2 ;;
+      *) die "bundle: unknown argument $1" ;;
+    esac
+  done
+  local build=${BUILD:-build-gpucheck}
+  if [ ! -f "$build/CMakeCache.txt" ]; then
+    cmake -S . -B "$build" -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release || die "configure failed"
+  fi
+  nice cmake --build "$build" -j"${JOBS:-2}" --target "${TARGETS[@]}" || die "build failed"
+  rm -rf "$STAGE" && mkdir -p "$STAGE/bin"
+  local t f
+  for t in "${TARGETS[@]}"; do
+    f=$(find "$build" -type f -name "$t" -perm -u+x | head -1)
+    [ -n "$f" ] || die "$t was not built in $build"
+    stage_binary "$f" "$t"
+  done
+  for e in "${extras[@]}"; do
+    [ -x "${e#*=}" ] || die "--extra ${e}: not an executable"
+    stage_binary "${e#*=}" "${e%%=*}"
+  done
+  if command -v nvcc > /dev/null; then
+    for p in wgmma_probe wgmma_f16_probe; do
+      nvcc -O3 -std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Isrc \
+        -o "$STAGE/bin/$p" "scripts/probes/$p.cu" \
+        || die "probe $p failed to build"
+    done
+  fi
+  # One xz stream over all files: the binaries share most of their bytes (the kernels of flashseek_cuda), which a
+  # 64 MB dictionary finds across files.
+  tar -C "$STAGE" -cf - bin | xz -9 -T1 > "$STAGE/bundle.tar.xz" || die "packing failed"
+  ls -la "$STAGE/bin"
+  local size
+  size=$(stat -c %s "$STAGE/bundle.tar.xz")
+  echo "bundle: $STAGE/bundle.tar.xz, $((size / 1048576)) MiB (carry .gpucheck/bundle.tar.xz; the device call carries at most 64 MiB)"
+  [ "$size" -lt $((60 * 1048576)) ] || echo "bundle: WARNING: larger than 60 MiB"
+}
+
+# ------------------------------------------------------------------------------------------------- device helpers
+OUT=${OUT:-$ROOT/out/gpu_check}
+LOG=$OUT/logs
+SUMMARY=$OUT/summary.txt
+FAILED=0
+note() { echo "$*" | tee -a "$SUMMARY"; }
+fail() { note "FAIL: $*"; FAILED=1; }
+
+setup_device() {  # BIN: the binaries; LIBS: their library path (bundled libraries, cuBLASLt for perf mode)
+  if [ -n "${FLASHSEEK_BUILD:-}" ]; then
+    BIN=$(mktemp -d)  # links to the build folder's binaries (outside $OUT: results only there)
+    for t in "${TARGETS[@]}"; do
+      f=$(find "$FLASHSEEK_BUILD" -type f -name "$t" -perm -u+x | head -1); [ -n "$f" ] && ln -sf "$(realpath "$f")" "$BIN/$t"
+    done
+  else
+    BIN=$STAGE/bin
+    if [ ! -d "$BIN" ]; then
+      [ -f "$STAGE/bundle.tar.xz" ] || die "no $STAGE/bundle.tar.xz: run 'scripts/gpu_check.sh bundle' on the build machine and carry it (or set FLASHSEEK_BUILD)"
+      tar -C "$STAGE" -xJf "$STAGE/bundle.tar.xz" || die "cannot unpack $STAGE/bundle.tar.xz"
+    fi
+  fi
+  LIBS=$BIN
+  # cuBLASLt (perf mode's GEMM ceiling, opened at run time): the CUDA toolkit's or the one in Python's nvidia wheels.
+  local d
+  for d in $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, s) for p in nvidia.__path__ for s in os.listdir(p)))' 2>/dev/null) /usr/local/cuda/lib64; do
+    for lib in "$d"/libcublasLt.so* "$d"/lib/libcublasLt.so*; do
+      [ -e "$lib" ] && { LIBS=$LIBS:$(dirname "$lib"); break 2; }
     done
   done
-  if command -v compute-sanitizer > /dev/null; then
-    awk '{NF=60; print}' "$WORK/tiny-a.tok" > "$WORK/short.tok"
-    timeout "${SAN_TIMEOUT:-240}" compute-sanitizer --tool racecheck --print-limit 20 --error-exitcode 99 "$FS" logits \
-      --model "$WORK/tiny-a" --tokens "$WORK/short.tok" --prefill 40 --backend cuda --numerics release \
-      --output "$WORK/san.bin" > "$LOG/racecheck_e2e.log" 2>&1
-    note "flashseek logits (tiny-a, 60 tokens, cuda release) under racecheck: exit $? ($(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$LOG/racecheck_e2e.log" | tail -1))"
-  fi
-  rm -rf "$WORK"
-  tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOG"
-  exit 0
-fi
+  LDP=$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export OUT
+  mkdir -p "$LOG"
+  : >> "$SUMMARY"
+}
 
-# 1. GPU tests.
-[ $CPU_ONLY = 0 ] && note "== 1. GPU op tests"
-GPU_TESTS=(test_cuda_linear test_cuda_attention test_cuda_backend)
-[ $E2E_ONLY = 1 ] && GPU_TESTS=(test_cuda_backend)
-[ $CPU_ONLY = 1 ] && GPU_TESTS=()
-for t in "${GPU_TESTS[@]}"; do
-  if [ ! -x "$BIN/$t" ]; then note "$t: MISSING (not built)"; continue; fi
-  timeout "${TEST_TIMEOUT:-240}" "$BIN/$t" --gtest_brief=1 > "$LOG/$t.log" 2>&1
-  rc=$?
-  pass=$(grep -c '^\[       OK \]' "$LOG/$t.log"); fail=$(grep -c '^\[  FAILED  \]' "$LOG/$t.log")
-  note "$t: exit $rc, $(grep -E '^\[  PASSED  \]|tests? ran' "$LOG/$t.log" | tail -1) $(grep -E '^\[  FAILED  \] [0-9]+ test' "$LOG/$t.log")"
-  grep -E '^\[  FAILED  \] [A-Za-z]' "$LOG/$t.log" | sort -u | head -20 | tee -a "$SUMMARY"
-done
+# Runs a bundled binary with its libraries.
+run_bin() { env LD_LIBRARY_PATH="$LDP" "$@"; }
+fs() { run_bin "$FS" "$@"; }
 
-# 2. End to end on the tiny configs.
-if [ $CPU_ONLY = 1 ]; then note "== 2. end to end: CPU envelopes only (--perturb-norms $PERTURB_SEED vs unperturbed)"
-else note "== 2. end to end: flashseek logits --backend cuda"; fi
-E2E=$OUT/e2e.jsonl; : > "$E2E"
-WORK=$(mktemp -d)
-cases=()
-for d in tests/data/goldens/*/; do [ -f "$d/meta.json" ] && cases+=("golden:${d%/}"); done
-for c in tests/data/configs/tiny-a.json tests/data/configs/tiny-b.json; do [ -f "$c" ] && cases+=("config:$c"); done
-python3 -c "import json; c=json.load(open('tests/data/configs/tiny-a.json')); c['num_experts_per_tok']=c['n_routed_experts']; c['index_topk']=100000; json.dump(c, open('$WORK/tiny-a-no-decisions.json','w'), indent=1)" \
-  && cases+=("config:$WORK/tiny-a-no-decisions.json")
-for c in "${cases[@]}"; do
-  kind=${c%%:*}; path=${c#*:}
-  if [ "$kind" = golden ]; then
-    name=$(basename "$path")
-    read -r seed prefill vocab ckpt < <(python3 -c "import json; m=json.load(open('$path/meta.json')); print(m.get('gen_checkpoint_seed', m.get('seed')), m['prefill'], m.get('vocab_size') or json.load(open('$path/config.json'))['vocab_size'], m.get('checkpoint', ''))")
-    python3 -c "import json; m=json.load(open('$path/meta.json')); print(' '.join(map(str, m['tokens'])))" > "$WORK/$name.tok"
-    cfg=$path/config.json
-  else
-    name=$(basename "$path" .json); cfg=$path; seed=7; prefill=150; ckpt=
+header() {
+  local gpu
+  gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>/dev/null | head -1)
+  note "== gpu_check $1 $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown) on ${gpu:-no GPU}"
+}
+
+# The verdict of a gtest log (works with --gtest_brief=1, which prints only failures and the totals), the names of
+# the failed tests and the harness's variant-coverage lines.
+gtest_verdict() {  # log name rc
+  local passed failed
+  passed=$(sed -nE 's/^\[  PASSED  \] ([0-9]+) tests?\..*/\1/p' "$1" | tail -1)
+  failed=$(grep -E '^\[  FAILED  \] [A-Za-z]' "$1" | sed -E 's/ \([0-9]+ ms\)$//' | sort -u | wc -l)
+  if [ "$3" = 124 ]; then fail "$2: TIMEOUT (${passed:-?} passed before it)"
+  elif [ "$3" != 0 ] || [ "$failed" != 0 ] || [ -z "$passed" ]; then fail "$2: exit $3, ${passed:-0} passed, $failed failed"
+  elif [ "$passed" = 0 ]; then fail "$2: no test ran to completion (all skipped: no GPU visible?)"
+  else note "$2: ${passed} passed"; fi
+  grep -E '^\[  FAILED  \] [A-Za-z]' "$1" | sed -E 's/ \([0-9]+ ms\)$//' | sort -u | head -20 | tee -a "$SUMMARY"
+  grep -E '^\[ coverage \]' "$1" | tee -a "$SUMMARY"
+}
+
+# ---------------------------------------------------------------------------------------------------------- harness
+cmd_harness() {
+  local quick=()
+  case "$#:${1:-}" in
+    0:) ;;
+    1:--quick) quick=(--quick) ;;
+    *) die "harness: usage: harness [--quick]" ;;
+  esac
+  header "harness ${quick[*]}"
+  for t in "${GPU_TESTS[@]}"; do
+    [ -x "$BIN/$t" ] || { fail "$t: not in the bundle"; continue; }
+    local args=("${quick[@]}")
+    [ "$t" = test_cuda_backend ] || [ "$t" = test_cuda_comm ] && args=()  # these tests have no modes
+    timeout "${TEST_TIMEOUT:-540}" env LD_LIBRARY_PATH="$LDP" "$BIN/$t" "${args[@]}" --gtest_brief=1 > "$LOG/$t.log" 2>&1
+    gtest_verdict "$LOG/$t.log" "$t${args[*]:+ ${args[*]}}" $?
+  done
+}
+
+# ------------------------------------------------------------------------------------------------------------- perf
+cmd_perf() {
+  local filter=()
+  [ $# -le 1 ] || die "perf: usage: perf [FILTER]"
+  [ $# = 1 ] && filter=(--perf-filter "$1")
+  header "perf ${1:-}"
+  local matched=0
+  for t in test_cuda_linear test_cuda_attention; do
+    [ -x "$BIN/$t" ] || { fail "$t: not in the bundle"; continue; }
+    timeout "${PERF_TIMEOUT:-540}" env LD_LIBRARY_PATH="$LDP" "$BIN/$t" --perf "${filter[@]}" \
+      --json "$LOG/perf_$t.json" > "$LOG/perf_$t.log" 2>&1
+    local rc=$?
+    [ $rc = 3 ] && continue  # no family of this binary matches the filter
+    matched=1
+    cat "$LOG/perf_$t.log" >> "$SUMMARY"
+    cat "$LOG/perf_$t.log"
+    [ $rc = 0 ] || fail "$t --perf: exit $rc"
+  done
+  [ "${matched:-0}" = 1 ] || fail "perf: no family matches '${1:-}'"
+}
+
+# --------------------------------------------------------------------------------------------------------- sanitize
+# A tiny checkpoint and token file for the end-to-end runs (name: a config under tests/data/configs).
+make_tiny() {  # name dir -> dir/name (checkpoint) and dir/name.tok (300 random tokens)
+  local cfg=tests/data/configs/$1.json vocab
+  vocab=$(python3 -c "import json; print(json.load(open('$cfg'))['vocab_size'])")
+  python3 -c "import random; r=random.Random(11); print(' '.join(str(r.randrange(2, $vocab)) for _ in range(300)))" > "$2/$1.tok"
+  fs gen-checkpoint --config "$cfg" --out "$2/$1" --seed 7 > "$LOG/gen_$1.log" 2>&1
+}
+
+cmd_sanitize() {
+  local limit=${1:-420}
+  [[ "$limit" =~ ^[0-9]+$ ]] || die "sanitize: SECONDS must be a number, got '$limit'"
+  header "sanitize (${limit}s per run)"
+  command -v compute-sanitizer > /dev/null || { fail "compute-sanitizer is not installed"; return; }
+  local work; work=$(mktemp -d)
+  make_tiny tiny-a "$work" || fail "gen-checkpoint tiny-a"
+  awk '{NF=60; print}' "$work/tiny-a.tok" > "$work/short.tok"
+  local backend_filter='-CudaParts.DummyWeightsFullConfigForward:CudaParts.CopyBandwidthIsPlausible'
+  # The peer tests' ranks meet at spinning barriers, which a tool that runs one kernel at a time cannot schedule.
+  local comm_filter='-CommPeer*:CommNccl*:*DeathTest*'
+  # name | tool | command (the harness's reduced lists; the backend test without its full-size cases; 60 tokens
+  # end to end in release numerics)
+  local runs=(
+    "memcheck_linear|memcheck|$BIN/test_cuda_linear --quick --gtest_brief=1"
+    "racecheck_linear|racecheck|$BIN/test_cuda_linear --quick --gtest_brief=1"
+    "memcheck_attention|memcheck|$BIN/test_cuda_attention --quick --gtest_brief=1"
+    "racecheck_attention|racecheck|$BIN/test_cuda_attention --quick --gtest_brief=1"
+    "memcheck_backend|memcheck|$BIN/test_cuda_backend --gtest_brief=1 --gtest_filter=$backend_filter"
+    "racecheck_backend|racecheck|$BIN/test_cuda_backend --gtest_brief=1 --gtest_filter=$backend_filter"
+    "memcheck_comm|memcheck|$BIN/test_cuda_comm --gtest_brief=1 --gtest_filter=$comm_filter"
+    "memcheck_e2e|memcheck|$FS logits --model $work/tiny-a --tokens $work/short.tok --prefill 40 --backend cuda --numerics release --output $work/m.bin"
+    "racecheck_e2e|racecheck|$FS logits --model $work/tiny-a --tokens $work/short.tok --prefill 40 --backend cuda --numerics release --output $work/r.bin"
+  )
+  local r name tool cmd pids=()
+  for r in "${runs[@]}"; do
+    IFS='|' read -r name tool cmd <<< "$r"
+    # shellcheck disable=SC2086
+    ( timeout "$limit" env LD_LIBRARY_PATH="$LDP" compute-sanitizer --tool "$tool" --print-limit 20 \
+        --error-exitcode 99 $cmd > "$LOG/sanitize_$name.log" 2>&1; echo $? > "$LOG/sanitize_$name.rc" ) &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  for r in "${runs[@]}"; do
+    IFS='|' read -r name tool cmd <<< "$r"
+    local rc summary
+    rc=$(cat "$LOG/sanitize_$name.rc")
+    summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOG/sanitize_$name.log" | tail -1)
+    if [ "$rc" = 124 ]; then fail "$name: TIMEOUT after ${limit}s (unfinished: neither clean nor dirty)"
+    elif grep -q 'Device not supported' "$LOG/sanitize_$name.log"; then fail "$name: compute-sanitizer refused the device"
+    elif [ "$rc" != 0 ]; then fail "$name: exit $rc; $summary"
+    else note "$name: clean; $summary"; fi
+  done
+  rm -rf "$work"
+}
+
+# -------------------------------------------------------------------------------------------------------------- e2e
+# Every end-to-end case as "name|config|seed|prefill|tokens file|committed checkpoint|golden logits", into $1: every
+# golden, then the configs named after it (tests/data/configs/NAME.json; default tiny-a, tiny-b, tiny-a-no-decisions).
+e2e_cases() {
+  local work=$1 d name configs=("${@:2}")
+  [ ${#configs[@]} -gt 0 ] || configs=(tiny-a tiny-b tiny-a-no-decisions)
+  for d in tests/data/goldens/*/; do
+    [ -f "$d/meta.json" ] || continue
+    name=$(basename "$d")
+    python3 -c "import json; m=json.load(open('$d/meta.json')); print(' '.join(map(str, m['tokens'])))" > "$work/$name.tok"
+    python3 - "$d" "$name" "$work" <<'PY'
+import json, sys
+d, name, work = sys.argv[1:]
+m = json.load(open(d + "meta.json"))
+seed = m.get("gen_checkpoint_seed", m.get("seed", ""))
+ckpt = (d + m["checkpoint"]) if m.get("checkpoint") else ""
+print(f"{name}|{d}config.json|{seed}|{m['prefill']}|{work}/{name}.tok|{ckpt}|{d}logits.bin")
+PY
+  done
+  for name in "${configs[@]}"; do
+    local cfg=tests/data/configs/$name.json vocab
+    [ -f "$cfg" ] || continue
     vocab=$(python3 -c "import json; print(json.load(open('$cfg'))['vocab_size'])")
-    python3 -c "import random; r=random.Random(11); print(' '.join(str(r.randrange(2, $vocab)) for _ in range(300)))" > "$WORK/$name.tok"
-  fi
-  if [ -n "$ckpt" ]; then cp -r "$path/$ckpt" "$WORK/$name"  # a committed (trained) checkpoint
-  else "$FS" gen-checkpoint --config "$cfg" --out "$WORK/$name" --seed "$seed" > "$LOG/e2e_$name.log" 2>&1 || { note "$name: gen-checkpoint FAILED"; continue; }; fi
-  run() { # backend numerics out [extra logits args]
-    timeout 300 "$FS" logits --model "$WORK/$name" --tokens "$WORK/$name.tok" --prefill "$prefill" --backend "$1" \
-      --numerics "$2" --output "$3" "${@:4}" >> "$LOG/e2e_$name.log" 2>&1 || note "$name: logits --backend $1 --numerics $2 ${*:4} FAILED (logs/e2e_$name.log)"
-  }
-  if [ "$kind" = golden ]; then ref_exact=$path/logits.bin; ref_label="exact golden"
-    run cpu exact "$WORK/$name.cpu_exact.bin"  # the CPU reference itself against the golden (sanity)
-    python3 scripts/compare_logits.py --ours "$WORK/$name.cpu_exact.bin" --ref "$ref_exact" --vocab "$vocab" \
-      --max-rel 1e-3 --label "$name CPU exact vs exact golden" --json "$E2E" 2>&1 | tee -a "$SUMMARY"
-  else
-    run cpu exact "$WORK/$name.cpu_exact.bin"; ref_exact=$WORK/$name.cpu_exact.bin; ref_label="CPU exact"; fi
-  # The envelopes: the CPU reference of each numerics with its norms moved by one bf16 rounding.
-  run cpu exact "$WORK/$name.cpu_exact_perturbed.bin" --perturb-norms "$PERTURB_SEED"
-  run cpu release "$WORK/$name.cpu_release.bin"
-  run cpu release "$WORK/$name.cpu_release_perturbed.bin" --perturb-norms "$PERTURB_SEED"
-  if [ $CPU_ONLY = 1 ]; then
-    python3 scripts/compare_logits.py --ours "$WORK/$name.cpu_exact_perturbed.bin" --ref "$ref_exact" --vocab "$vocab" \
-      --label "$name envelope exact: CPU exact --perturb-norms $PERTURB_SEED vs $ref_label" --json "$E2E" 2>&1 | tee -a "$SUMMARY"
-    python3 scripts/compare_logits.py --ours "$WORK/$name.cpu_release_perturbed.bin" --ref "$WORK/$name.cpu_release.bin" \
-      --vocab "$vocab" --label "$name envelope release: CPU release --perturb-norms $PERTURB_SEED vs CPU release" \
-      --json "$E2E" 2>&1 | tee -a "$SUMMARY"
-    continue
-  fi
-  run cuda exact "$WORK/$name.cuda_exact.bin"
-  run cuda release "$WORK/$name.cuda_release.bin"
-  python3 scripts/compare_logits.py --ours "$WORK/$name.cuda_exact.bin" --ref "$ref_exact" --vocab "$vocab" \
-    --envelope "$WORK/$name.cpu_exact_perturbed.bin" --label "$name cuda reference vs $ref_label" --json "$E2E" \
-    --profile 2>&1 | tee -a "$SUMMARY"
-  python3 scripts/compare_logits.py --ours "$WORK/$name.cuda_release.bin" --ref "$WORK/$name.cpu_release.bin" \
-    --vocab "$vocab" --envelope "$WORK/$name.cpu_release_perturbed.bin" \
-    --label "$name cuda production vs CPU release" --json "$E2E" --profile 2>&1 | tee -a "$SUMMARY"
-  if [ $E2E_ONLY = 1 ]; then  # sensitivity probe: CUDA vs CUDA with the other (equally valid) attention kernel
-    for num in exact release; do
-      FLASHSEEK_ATTN_MMA=1 run cuda $num "$WORK/$name.cuda_mma_$num.bin"
-      python3 scripts/compare_logits.py --ours "$WORK/$name.cuda_mma_$num.bin" --ref "$WORK/$name.cuda_$num.bin" \
-        --vocab "$vocab" --label "$name cuda (mma attention) vs cuda (simt attention), $num" --json "$E2E" 2>&1 | tee -a "$SUMMARY"
-    done
-  fi
-done
+    python3 -c "import random; r=random.Random(11); print(' '.join(str(r.randrange(2, $vocab)) for _ in range(300)))" > "$work/$name.tok"
+    echo "$name|$cfg|7|150|$work/$name.tok||"
+  done
+}
 
-# --perturb-norms reaches the GPU's weights: on the decision-free tiny-a, CUDA exact with the flag must differ from
-# CUDA exact without it by about the CPU envelope, and agree with CPU exact with the flag as closely as the
-# unperturbed runs agree.
-n=tiny-a-no-decisions
-if [ $CPU_ONLY = 0 ] && [ -f "$WORK/$n.cuda_exact.bin" ]; then
-  name=$n; prefill=150; vocab=$(python3 -c "import json; print(json.load(open('$WORK/$n/config.json'))['vocab_size'])")
-  run cuda exact "$WORK/$n.cuda_exact_perturbed.bin" --perturb-norms "$PERTURB_SEED"
-  python3 scripts/compare_logits.py --ours "$WORK/$n.cuda_exact_perturbed.bin" --ref "$WORK/$n.cuda_exact.bin" \
-    --vocab "$vocab" --label "$n flag check: cuda exact --perturb-norms vs cuda exact (expect ~ the CPU envelope)" 2>&1 | tee -a "$SUMMARY"
-  python3 scripts/compare_logits.py --ours "$WORK/$n.cuda_exact_perturbed.bin" --ref "$WORK/$n.cpu_exact_perturbed.bin" \
-    --vocab "$vocab" --label "$n flag check: cuda vs cpu, both --perturb-norms (expect ~ cuda vs cpu unperturbed)" 2>&1 | tee -a "$SUMMARY"
-fi
+# One `flashseek logits` run of the current e2e case (name, model, tok, prefill), with RUN_ENV's assignments.
+run() {  # backend numerics out [extra logits args]
+  # shellcheck disable=SC2086
+  timeout 300 env LD_LIBRARY_PATH="$LDP" ${RUN_ENV:-} "$FS" logits --model "$model" --tokens "$tok" \
+    --prefill "$prefill" --backend "$1" --numerics "$2" --output "$3" "${@:4}" < /dev/null >> "$LOG/e2e_$name.log" 2>&1 \
+    || fail "$name: logits --backend $1 --numerics $2 ${*:4} ${RUN_ENV:-} (logs/e2e_$name.log)"
+}
+compare() { python3 scripts/compare_logits.py --vocab "$vocab" --json "$e2e" "$@" 2>&1 | tee -a "$SUMMARY"; }
 
-# The end-to-end verdicts side by side: both criteria for every comparison that has an envelope (in
-# --cpu-envelopes mode: the envelopes themselves with their literal verdicts).
-[ -s "$E2E" ] && python3 - "$E2E" <<'PY' 2>&1 | tee -a "$SUMMARY"
+# The checkpoint of a case in $work/$name (generated, or the committed one).
+case_checkpoint() {  # work name cfg seed ckpt [binary]
+  local bin=${6:-$FS}
+  if [ -n "$5" ]; then echo "$5"; return; fi
+  run_bin "$bin" gen-checkpoint --config "$3" --out "$1/$2" --seed "$4" < /dev/null >> "$LOG/gen_$2.log" 2>&1 || return 1
+  echo "$1/$2"
+}
+
+# Both criteria side by side for every comparison of a compare_logits.py JSON file that has an envelope (a file of
+# envelopes alone, as `envelopes` writes: those with their literal verdicts).
+verdict_table() {  # jsonl
+  [ -s "$1" ] && python3 - "$1" <<'PY' 2>&1 | tee -a "$SUMMARY"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-env_only = [r for r in rows if r["label"].split(" ")[1:2] == ["envelope"]]  # --cpu-envelopes
+env_only = [r for r in rows if r["label"].split(" ")[1:2] == ["envelope"]]
 rows = [r for r in rows if "envelope" in r]
 if env_only:
     print(f"{'case':74s} {'median':>9s} {'p90':>9s} {'max':>9s} {'argmax':>7s} {'literal':>7s}")
@@ -241,54 +348,493 @@ if rows:
               f"{e['rel_median']:9.2e} {e['rel_p90']:9.2e} {100 * e['argmax_agreement']:6.2f}% "
               f"{'PASS' if r['envelope_pass'] else 'FAIL':>8s}")
 PY
+}
 
-# 2b. Per-layer localization (--diagnose): CUDA vs CPU with only the first N layers.
-if [ $DIAGNOSE = 1 ]; then
-  note "== 2b. per-layer: CUDA vs CPU with --layers N (exact numerics)"
-  for name in tiny-a tiny-b; do
-    [ -d "$WORK/$name" ] || continue
-    vocab=$(python3 -c "import json; print(json.load(open('$WORK/$name/config.json'))['vocab_size'])")
-    nl=$(python3 -c "import json; print(json.load(open('$WORK/$name/config.json'))['num_hidden_layers'])")
-    for n in $(seq 1 "$nl"); do
-      for b in cpu cuda; do
-        timeout 60 "$FS" logits --model "$WORK/$name" --tokens "$WORK/$name.tok" --prefill 40 --backend $b \
-          --numerics exact --layers "$n" --output "$WORK/$name.$b.L$n.bin" >> "$LOG/diag_$name.log" 2>&1
-      done
-      python3 scripts/compare_logits.py --ours "$WORK/$name.cuda.L$n.bin" --ref "$WORK/$name.cpu.L$n.bin" \
-        --vocab "$vocab" --label "$name --layers $n" --profile 2>&1 | tee -a "$SUMMARY"
+cmd_e2e() {
+  local diagnose=0 cpu_only=0
+  for a in "$@"; do
+    case "$a" in --diagnose) diagnose=1 ;; --cpu-only) cpu_only=1 ;; *) die "e2e: unknown option $a" ;; esac
+  done
+  if [ $cpu_only = 1 ]; then header "envelopes (CPU only, --perturb-norms $PERTURB_SEED)"; else header "e2e"; fi
+  local work; work=$(mktemp -d)
+  DIAG=$work  # --diagnose writes its per-layer logits here
+  e2e=$LOG/e2e.jsonl; : > "$e2e"  # the case variables are global: run() and compare() read them
+  while IFS='|' read -r name cfg seed prefill tok ckpt golden; do
+    vocab=$(python3 -c "import json; print(json.load(open('$cfg'))['vocab_size'])")
+    model=$(case_checkpoint "$work" "$name" "$cfg" "$seed" "$ckpt") || { fail "$name: gen-checkpoint"; continue; }
+    local ref_exact ref_label
+    run cpu exact "$work/$name.cpu_exact.bin"
+    if [ -n "$golden" ]; then
+      ref_exact=$golden; ref_label="exact golden"
+      compare --ours "$work/$name.cpu_exact.bin" --ref "$golden" --max-rel 1e-3 --label "$name CPU exact vs exact golden" \
+        || fail "$name: the CPU reference no longer matches its golden"
+    else
+      ref_exact=$work/$name.cpu_exact.bin; ref_label="CPU exact"
+    fi
+    # The envelopes: the CPU reference of each numerics with its norms moved by one bf16 rounding.
+    run cpu exact "$work/$name.cpu_exact_perturbed.bin" --perturb-norms "$PERTURB_SEED"
+    run cpu release "$work/$name.cpu_release.bin"
+    run cpu release "$work/$name.cpu_release_perturbed.bin" --perturb-norms "$PERTURB_SEED"
+    if [ $cpu_only = 1 ]; then
+      compare --ours "$work/$name.cpu_exact_perturbed.bin" --ref "$ref_exact" \
+        --label "$name envelope exact: CPU exact --perturb-norms $PERTURB_SEED vs $ref_label"
+      compare --ours "$work/$name.cpu_release_perturbed.bin" --ref "$work/$name.cpu_release.bin" \
+        --label "$name envelope release: CPU release --perturb-norms $PERTURB_SEED vs CPU release"
+      continue
+    fi
+    run cuda exact "$work/$name.cuda_exact.bin"
+    run cuda release "$work/$name.cuda_release.bin"
+    compare --ours "$work/$name.cuda_exact.bin" --ref "$ref_exact" --envelope "$work/$name.cpu_exact_perturbed.bin" \
+      --label "$name cuda reference vs $ref_label" --profile || fail "$name: cuda reference (envelope criterion)"
+    compare --ours "$work/$name.cuda_release.bin" --ref "$work/$name.cpu_release.bin" \
+      --envelope "$work/$name.cpu_release_perturbed.bin" --label "$name cuda production vs CPU release" --profile \
+      || fail "$name: cuda production (envelope criterion)"
+    # Sensitivity probe: the other (equally valid) attention variant everywhere it fits; the spread two GPU
+    # summation orders give (informational).
+    for num in exact release; do
+      RUN_ENV=FLASHSEEK_FORCE=attn_mma run cuda $num "$work/$name.cuda_mma_$num.bin"
+      compare --ours "$work/$name.cuda_mma_$num.bin" --ref "$work/$name.cuda_$num.bin" \
+        --label "$name cuda (attn_mma forced) vs cuda (default), $num" > /dev/null
+    done
+    if [ "$name" = tiny-a-no-decisions ]; then
+      # --perturb-norms reaches the GPU's weights: CUDA exact with the flag differs from CUDA exact without it by
+      # about the CPU envelope, and agrees with the CPU exact with the flag as closely as the unperturbed runs agree.
+      run cuda exact "$work/$name.cuda_exact_perturbed.bin" --perturb-norms "$PERTURB_SEED"
+      compare --ours "$work/$name.cuda_exact_perturbed.bin" --ref "$work/$name.cuda_exact.bin" \
+        --label "$name flag check: cuda exact --perturb-norms vs cuda exact (expect ~ the CPU envelope)" > /dev/null
+      compare --ours "$work/$name.cuda_exact_perturbed.bin" --ref "$work/$name.cpu_exact_perturbed.bin" \
+        --label "$name flag check: cuda vs cpu, both --perturb-norms (expect ~ cuda vs cpu unperturbed)" > /dev/null
+    fi
+    if [ $diagnose = 1 ] && [[ "$name" == tiny-a || "$name" == tiny-b ]]; then
+      diagnose_layers "$model" "$tok" 40 exact "$name"
+    fi
+  done < <(e2e_cases "$work")
+  verdict_table "$e2e"
+  rm -rf "$work"
+}
+
+# -------------------------------------------------------------------------------------------------------- diagnose
+# CUDA vs CPU with only the first N layers, N = 1 .. all: the first N whose error jumps localizes a mismatch.
+diagnose_layers() {  # model tokens prefill numerics label
+  local model=$1 tok=$2 prefill=$3 num=$4 label=$5 vocab layers n b
+  vocab=$(python3 -c "import json; print(json.load(open('$model/config.json'))['vocab_size'])")
+  layers=$(python3 -c "import json; print(json.load(open('$model/config.json'))['num_hidden_layers'])")
+  note "-- per layer: $label, CUDA vs CPU, $num numerics"
+  for n in $(seq 1 "$layers"); do
+    for b in cpu cuda; do
+      timeout 120 env LD_LIBRARY_PATH="$LDP" "$FS" logits --model "$model" --tokens "$tok" --prefill "$prefill" \
+        --backend $b --numerics "$num" --layers "$n" --output "$DIAG/$label.$b.L$n.bin" >> "$LOG/diagnose_$label.log" 2>&1 \
+        || fail "$label: logits --backend $b --layers $n"
+    done
+    python3 scripts/compare_logits.py --ours "$DIAG/$label.cuda.L$n.bin" --ref "$DIAG/$label.cpu.L$n.bin" \
+      --vocab "$vocab" --label "$label --layers $n" --profile 2>&1 | tee -a "$SUMMARY"
+  done
+}
+
+cmd_diagnose() {
+  header "diagnose"
+  DIAG=$(mktemp -d)
+  local variants=() models=()
+  if [ $# -ge 4 ] && [ -d "$1" ]; then
+    models=("$1|$2|$3|$4|$(basename "$1")"); shift 4
+  else
+    make_tiny tiny-a "$DIAG" && make_tiny tiny-b "$DIAG" || { fail "gen-checkpoint"; return; }
+    models=("$DIAG/tiny-a|$DIAG/tiny-a.tok|40|exact|tiny-a" "$DIAG/tiny-b|$DIAG/tiny-b.tok|40|exact|tiny-b")
+  fi
+  for v in "$@"; do [[ "$v" == *=* ]] || die "diagnose: variant '$v' is not NAME=ENV"; variants+=("$v"); done
+  local m model tok prefill num label vocab
+  for m in "${models[@]}"; do
+    IFS='|' read -r model tok prefill num label <<< "$m"
+    diagnose_layers "$model" "$tok" "$prefill" "$num" "$label"
+    vocab=$(python3 -c "import json; print(json.load(open('$model/config.json'))['vocab_size'])")
+    for v in "${variants[@]}"; do
+      # shellcheck disable=SC2086
+      timeout 300 env LD_LIBRARY_PATH="$LDP" ${v#*=} "$FS" logits --model "$model" --tokens "$tok" --prefill "$prefill" \
+        --backend cuda --numerics "$num" --output "$DIAG/$label.${v%%=*}.bin" >> "$LOG/diagnose_$label.log" 2>&1 \
+        || fail "$label: logits with ${v#*=}"
+      local last; last=$(ls "$DIAG/$label".cpu.L*.bin | sort -V | tail -1)
+      python3 scripts/compare_logits.py --ours "$DIAG/$label.${v%%=*}.bin" --ref "$last" --vocab "$vocab" \
+        --label "$label all layers, cuda with ${v#*=} vs cpu ($num)" --profile 2>&1 | tee -a "$SUMMARY"
     done
   done
-fi
+  rm -rf "$DIAG"
+}
 
-# 3. compute-sanitizer.
-if [ $SANITIZE = 1 ] && command -v compute-sanitizer > /dev/null; then
-  note "== 3. compute-sanitizer"
-  for tool in memcheck racecheck; do
-    if [ -x "$BIN/test_cuda_backend" ]; then
-      timeout "${SAN_TIMEOUT:-240}" compute-sanitizer --tool $tool --print-limit 20 --error-exitcode 99 "$BIN/test_cuda_backend" \
-        --gtest_brief=1 --gtest_filter='-CudaParts.DummyWeightsFullConfigForward:CudaParts.CopyBandwidthIsPlausible' \
-        > "$LOG/sanitizer_${tool}_backend.log" 2>&1
-      note "test_cuda_backend under $tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOG/sanitizer_${tool}_backend.log" | tail -1))"
-    fi
-    n=tiny-a
-    if [ -d "$WORK/$n" ]; then
-      timeout "${SAN_TIMEOUT:-240}" compute-sanitizer --tool $tool --print-limit 20 --error-exitcode 99 "$FS" logits --model "$WORK/$n" \
-        --tokens "$WORK/$n.tok" --prefill 150 --backend cuda --numerics release --output "$WORK/san.bin" \
-        > "$LOG/sanitizer_${tool}_e2e.log" 2>&1
-      note "flashseek logits ($n, cuda release) under $tool: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOG/sanitizer_${tool}_e2e.log" | tail -1))"
-    fi
+# ------------------------------------------------------------------------------------------------------------ bench
+BENCH_MODEL=tests/data/configs/v4-flash.json
+
+run_bench() {  # tag, then flashseek bench flags
+  local tag=$1; shift
+  # shellcheck disable=SC2086
+  timeout "${BENCH_TIMEOUT:-540}" env LD_LIBRARY_PATH="$LDP" ${RUN_ENV:-} "$FS" bench --model "$BENCH_MODEL" --dummy-weights \
+    --layers "${LAYERS:-20}" --seed 1 "$@" --json "$LOG/bench_$tag.json" > "$LOG/bench_$tag.log" 2>&1
+  local rc=$?
+  [ $rc = 0 ] || fail "bench $tag ($*): exit $rc"
+  python3 - "$LOG/bench_$tag.json" "$tag" <<'PY' 2>&1 | tee -a "$SUMMARY"
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"bench {sys.argv[2]}: no JSON ({e})"); sys.exit(0)
+for r in d.get("prefill", []):
+    print(f"bench {sys.argv[2]:8s} prefill of {r.get('tokens'):>6} tokens: {r.get('prefill_tok_s', 0):10.1f} tok/s, "
+          f"{r.get('prefill_tflop_s', 0):7.1f} TFLOP/s = {100 * r.get('prefill_gemm_fraction', 0):5.1f}% of the FP8 rate")
+for r in d.get("results", []):
+    ranks = r.get("bytes_per_rank", [])
+    per_rank = "" if len(ranks) < 2 else ", per rank " + " / ".join(f"{b / 1e9:.2f}" for b in ranks) + " GB"
+    print(f"bench {sys.argv[2]:8s} context {r.get('context'):>6} sequences {r.get('concurrency'):>4}: "
+          f"prefill {r.get('prefill_tok_s', 0):10.1f} tok/s ({100 * r.get('prefill_gemm_fraction', 0):4.1f}%), "
+          f"TPOT {r.get('tpot_median_ms', 0):8.3f} ms, decode {r.get('decode_tok_s', 0):9.1f} tok/s, "
+          f"roofline {100 * r.get('roofline_fraction', 0):5.1f}%{per_rank}")
+PY
+}
+
+cmd_bench() {
+  [ $# = 0 ] || die "bench takes no arguments (LAYERS, BENCH_TIMEOUT from the environment)"
+  header "bench (${LAYERS:-20} layers)"
+  # 64+ sequences of 8192 tokens (minutes of prefill each) stay out of the default envelope;
+  # LONG_CONCURRENCY=1,16,64 adds them. PREFILL_CHUNK sets the backend's prefill chunk (default: the backend's).
+  local chunk=()
+  [ -z "${PREFILL_CHUNK:-}" ] || chunk=(--prefill-chunk "$PREFILL_CHUNK")
+  run_bench decode256 "${chunk[@]}" --context 256 --concurrency 1,16,64,128,256 --output-len 32 --prefill none
+  run_bench decode8k "${chunk[@]}" --context 8192 --concurrency "${LONG_CONCURRENCY:-1,16}" --output-len 32 \
+    --prefill none
+  run_bench prefill "${chunk[@]}" --prefill "${PREFILL_LENGTHS:-512,4096,16384}" --context 256 --concurrency 1 \
+    --output-len 8
+  # Parallel layouts as virtual ranks on this one device: what each rank moves per step.
+  run_bench tp2 "${chunk[@]}" --tp 2 --context 256 --concurrency 1,16,64 --output-len 16 --prefill none
+  run_bench ep2 "${chunk[@]}" --ep 2 --context 256 --concurrency 1,16,64 --output-len 16 --prefill none
+}
+
+cmd_ab() {
+  [ $# -ge 2 ] || die "ab: usage: ab \"NAME=ENV ...\" \"NAME=ENV ...\" [...]"
+  local v
+  for v in "$@"; do [[ "$v" == *=* ]] || die "ab: variant '$v' is not NAME=ENV"; done
+  header "ab $*"
+  local flags=${BENCH_ARGS:---context 256 --concurrency 1,16 --output-len 32} rounds=${ROUNDS:-2} r name
+  for r in $(seq 1 "$rounds"); do
+    for v in "$@"; do
+      name=${v%%=*}
+      # BIN=path among a variant's words picks another flashseek binary (e.g. an older commit's, for before/after)
+      local bin=$FS envs=() w
+      for w in ${v#*=}; do
+        if [[ "$w" == BIN=* ]]; then bin=$(realpath "${w#BIN=}"); else envs+=("$w"); fi
+      done
+      [ -x "$bin" ] || die "ab: variant $name: $bin is not an executable"
+      timeout "${BENCH_TIMEOUT:-540}" env LD_LIBRARY_PATH="$LDP" "${envs[@]}" "$bin" bench --model "$BENCH_MODEL" \
+        --dummy-weights --layers "${LAYERS:-20}" --seed 1 $flags --json "$LOG/ab_${name}_$r.json" \
+        > "$LOG/ab_${name}_$r.log" 2>&1 || fail "ab $name round $r: exit $?"
+    done
   done
-fi
+  python3 - "$LOG" "$rounds" "$@" <<'PY' 2>&1 | tee -a "$SUMMARY"
+import json, statistics, sys
+log, rounds, variants = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+print(f"{'variant':<12} {'env':<44} {'seqs':>4} {'ctx':>6} {'TPOT ms (per round)':<24} {'roofline %':>10}")
+for v in variants:
+    name, env = v.split("=", 1)
+    rows = {}
+    for r in range(1, rounds + 1):
+        try:
+            d = json.load(open(f"{log}/ab_{name}_{r}.json"))
+        except Exception as e:
+            print(f"{name}: round {r} has no JSON ({e})"); continue
+        for x in d["results"]:
+            rows.setdefault((x["concurrency"], x["context"]), []).append((x["tpot_median_ms"], x["roofline_fraction"]))
+    for (c, ctx), vals in sorted(rows.items()):
+        t = " / ".join(f"{a:.3f}" for a, _ in vals)
+        print(f"{name:<12} {env[:44]:<44} {c:>4} {ctx:>6} {t:<24} {100 * statistics.median(b for _, b in vals):>9.1f}%")
+PY
+}
 
-# 4. bench on full-size V4-Flash layers with dummy weights.
-if [ $BENCH = 1 ]; then
-  note "== 4. bench"
-  ol=32; [ $QUICK = 1 ] && ol=8
-  timeout "${BENCH_TIMEOUT:-400}" "$FS" bench --model tests/data/configs/v4-flash.json --dummy-weights --layers 20 --context 256 \
-    --concurrency 1,16 --output-len $ol --json "$OUT/bench.json" > "$LOG/bench.log" 2>&1
-  note "bench exit $?"
-  grep -E "copy bandwidth|^== |prefill:|decode:|bytes/step" "$LOG/bench.log" | tee -a "$SUMMARY"
+# -------------------------------------------------------------------------------------------------------- multi-gpu
+# Issue 17 on two or more GPUs (the usage above). One step per device call: each stays under ten minutes.
+MULTI_COMMS=${COMMS:-"own:FLASHSEEK_COMM=peer nccl:FLASHSEEK_COMM=nccl"}
+
+gpu_count() { nvidia-smi -L 2> /dev/null | grep -c '^GPU '; }
+layout_flags() {  # layout: its --tp / --ep flags
+  case "$1" in
+    TP1) ;; TP2) echo "--tp 2" ;; EP2) echo "--ep 2" ;; TP4) echo "--tp 4" ;; EP4) echo "--ep 4" ;;
+    TP2xEP2) echo "--tp 2 --ep 2" ;;
+    *) die "multi-gpu: unknown layout $1 (TP2, EP2, TP4, EP4, TP2xEP2)" ;;
+  esac
+}
+comm_names() { local c; for c in $MULTI_COMMS; do echo "${c%%:*}"; done; }
+# LAYOUT_ARGS (the layout's flags and the placement of its ranks on separate GPUs) and RUN_ENV (the communicator's
+# environment) for the multi-rank runs that follow.
+use_layout() {  # layout comm
+  local ranks c place=${MULTI_GPU_ARGS:-}
+  case "$1" in TP2|EP2) ranks=2 ;; TP4|EP4|TP2xEP2) ranks=4 ;; *) die "multi-gpu: unknown layout $1" ;; esac
+  [ "$ranks" -le "$GPUS" ] || { fail "$1 needs $ranks GPUs; this machine has $GPUS"; return 1; }
+  if [ -z "$place" ]; then
+    fs bench --help 2>&1 | grep -q -- '--devices' || {
+      fail "$1: this flashseek has no multi-device placement (no --devices in 'flashseek bench --help'; MULTI_GPU_ARGS unset): its ranks would all run on GPU 0"
+      return 1; }
+    place="--devices $(seq -s, 0 $((ranks - 1)))"
+  fi
+  read -r -a LAYOUT_ARGS <<< "$(layout_flags "$1") $place"
+  RUN_ENV=
+  for c in $MULTI_COMMS; do [ "${c%%:*}" = "$2" ] && RUN_ENV=${c#*:}; done
+  [ -n "$RUN_ENV" ] || die "multi-gpu: no communicator '$2' in COMMS ($MULTI_COMMS)"
+}
+# NCCL from Python's nvidia wheels (nvidia-nccl-cu13) when neither the loader nor the CUDA toolkit has it.
+find_nccl() {
+  [ -z "${FLASHSEEK_NCCL_LIBRARY:-}" ] || return 0
+  ldconfig -p 2> /dev/null | grep -q 'libnccl\.so\.2 ' && return 0
+  [ -e /usr/local/cuda/lib64/libnccl.so.2 ] && return 0
+  local lib
+  lib=$(python3 -c 'import glob, os, nvidia; print(next(iter(f for p in nvidia.__path__ for f in glob.glob(os.path.join(p, "nccl", "lib", "libnccl.so.2"))), ""))' 2> /dev/null)
+  [ -n "$lib" ] && export FLASHSEEK_NCCL_LIBRARY=$lib && note "NCCL from the Python wheel: $lib"
+}
+
+mg_comm() {
+  header "multi-gpu comm ($GPUS GPUs)"
+  [ -x "$BIN/test_cuda_comm" ] || { fail "test_cuda_comm: not in the bundle"; return; }
+  timeout "${TEST_TIMEOUT:-540}" env LD_LIBRARY_PATH="$LDP" FLASHSEEK_REQUIRE_NCCL=1 "$BIN/test_cuda_comm" \
+    --gtest_brief=1 > "$LOG/test_cuda_comm.log" 2>&1
+  gtest_verdict "$LOG/test_cuda_comm.log" "test_cuda_comm ($GPUS GPUs)" $?
+  local b
+  for b in "gpus|" "virtual|--virtual --ranks 2"; do
+    # shellcheck disable=SC2086
+    timeout 300 env LD_LIBRARY_PATH="$LDP" "$BIN/test_cuda_comm" --bench ${b#*|} --json "$LOG/allreduce_${b%%|*}.json" \
+      > "$LOG/allreduce_${b%%|*}.log" 2>&1 || fail "all-reduce benchmark (${b%%|*}): exit $? (logs/allreduce_${b%%|*}.log)"
+    tee -a "$SUMMARY" < "$LOG/allreduce_${b%%|*}.log"
+  done
+}
+
+mg_correctness() {
+  header "multi-gpu correctness (TP2 / EP2 against TP1 and the CPU reference)"
+  local work num layout comm ref ours; work=$(mktemp -d)
+  e2e=$LOG/multi_gpu_e2e.jsonl; : > "$e2e"  # the case variables are global: run() and compare() read them
+  while IFS='|' read -r name cfg seed prefill tok ckpt golden; do
+    vocab=$(python3 -c "import json; print(json.load(open('$cfg'))['vocab_size'])")
+    model=$(case_checkpoint "$work" "$name" "$cfg" "$seed" "$ckpt") || { fail "$name: gen-checkpoint"; continue; }
+    for num in exact release; do
+      RUN_ENV=
+      ref=$work/$name.cpu_$num.bin
+      if [ -n "$golden" ] && [ $num = exact ]; then ref=$golden; else run cpu $num "$ref"; fi
+      run cpu $num "$work/$name.cpu_${num}_p.bin" --perturb-norms "$PERTURB_SEED"
+      RUN_ENV=CUDA_VISIBLE_DEVICES=0 run cuda $num "$work/$name.tp1_$num.bin"
+      RUN_ENV=CUDA_VISIBLE_DEVICES=0 run cuda $num "$work/$name.tp1_${num}_p.bin" --perturb-norms "$PERTURB_SEED"
+      for layout in TP2 EP2; do
+        # shellcheck disable=SC2046
+        if ! fs plan --model "$cfg" $(layout_flags $layout) > "$LOG/plan_${name}_$layout.log" 2>&1; then
+          [ $num = exact ] && note "$name $layout: refused by the layout rules: $(grep -o 'layout .*' "$LOG/plan_${name}_$layout.log" | tail -1)"
+          continue
+        fi
+        for comm in $(comm_names); do
+          use_layout $layout "$comm" || continue
+          ours=$work/$name.${layout}_${comm}_$num.bin
+          run cuda $num "$ours" "${LAYOUT_ARGS[@]}"
+          [ -s "$ours" ] || continue
+          compare --ours "$ours" --ref "$ref" --envelope "$work/$name.cpu_${num}_p.bin" \
+            --label "$name $layout ($comm) cuda $num vs CPU $num" || fail "$name $layout ($comm) $num vs CPU"
+          compare --ours "$ours" --ref "$work/$name.tp1_$num.bin" --envelope "$work/$name.tp1_${num}_p.bin" \
+            --label "$name $layout ($comm) vs TP1 cuda $num" || fail "$name $layout ($comm) $num vs TP1"
+        done
+      done
+    done
+  done < <(e2e_cases "$work" tiny-a tiny-b tiny-a-no-decisions tiny-sharding)
+  RUN_ENV=
+  verdict_table "$e2e"
+  rm -rf "$work"
+}
+
+mg_bench() {  # [layouts] [communicators]
+  local layouts=${1:-"TP2 EP2"} comms=${2:-$(comm_names | tr '\n' ' ')} layout comm
+  header "multi-gpu bench: whole V4-Flash (43 layers, dummy weights), $layouts, $comms"
+  for layout in $layouts; do
+    for comm in $comms; do
+      use_layout "$layout" "$comm" || continue
+      LAYERS=43 run_bench "${layout}_${comm}_256" "${LAYOUT_ARGS[@]}" --context 256 --concurrency 1,16,64 \
+        --output-len 32 --prefill none
+      LAYERS=43 run_bench "${layout}_${comm}_8k" "${LAYOUT_ARGS[@]}" --context 8192 --concurrency 1,16,64 \
+        --output-len 32 --prefill none
+      LAYERS=43 run_bench "${layout}_${comm}_prefill" "${LAYOUT_ARGS[@]}" --prefill 8192 --context 256 \
+        --concurrency 1 --output-len 8
+    done
+  done
+  RUN_ENV=
+  note "-- the cost model's predictions (docs/perf.md §5.3), for the comparison"
+  python3 scripts/parallel_cost_model.py 2>&1 | tee -a "$SUMMARY"
+}
+
+mg_serve() {  # [layouts] [communicators]
+  local layouts=${1:-TP2} comms=${2:-$(comm_names | head -1)} port=${PORT:-8411} layout comm c
+  header "multi-gpu serve: whole V4-Flash, $layouts, $comms; bench-serve 1,024 prompt / 256 output tokens"
+  local model; model=$(mktemp -d)
+  cp "$BENCH_MODEL" "$model/config.json"
+  cp assets/tokenizer/deepseek-v4/tokenizer.json "$model/tokenizer.json"
+  for layout in $layouts; do
+    for comm in $comms; do
+      use_layout "$layout" "$comm" || continue
+      local tag=${layout}_$comm up=0
+      # shellcheck disable=SC2086
+      env LD_LIBRARY_PATH="$LDP" $RUN_ENV "$FS" serve --model "$model" --dummy-weights --backend cuda --port "$port" \
+        --max-num-seqs 64 "${LAYOUT_ARGS[@]}" < /dev/null > "$LOG/serve_$tag.log" 2>&1 &
+      local server=$!
+      for _ in $(seq 1 "${SERVE_START_TIMEOUT:-400}"); do
+        curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && { up=1; break; }
+        kill -0 $server 2> /dev/null || break
+        sleep 1
+      done
+      if [ $up = 0 ]; then fail "serve $tag did not come up (logs/serve_$tag.log)"; kill $server 2> /dev/null; continue; fi
+      for c in ${SERVE_CONCURRENCY:-1 16 64}; do
+        local prompts=$((c * 4 < 8 ? 8 : c * 4))
+        timeout 300 env LD_LIBRARY_PATH="$LDP" "$FS" bench-serve --port "$port" --num-prompts "$prompts" \
+          --max-concurrency "$c" --random-input-len 1024 --random-output-len 256 --no-progress \
+          --save-result "$LOG/serve_${tag}_c$c.json" > "$LOG/serve_${tag}_c$c.log" 2>&1 \
+          || fail "bench-serve $tag concurrency $c: exit $? (logs/serve_${tag}_c$c.log)"
+        note "-- $tag, concurrency $c, $prompts requests:"
+        tail -25 "$LOG/serve_${tag}_c$c.log" | tee -a "$SUMMARY"
+      done
+      kill -TERM $server 2> /dev/null
+      wait $server 2> /dev/null
+    done
+  done
+  RUN_ENV=
+  rm -rf "$model"
+}
+
+cmd_multi_gpu() {
+  local step=${1:-}
+  [ $# -ge 1 ] && shift
+  find_nccl
+  case "$step" in
+    comm) [ $# = 0 ] || die "multi-gpu comm takes no arguments"; mg_comm ;;
+    correctness) [ $# = 0 ] || die "multi-gpu correctness takes no arguments"; mg_correctness ;;
+    bench) mg_bench "$@" ;;
+    serve) mg_serve "$@" ;;
+    *) die "multi-gpu: usage: multi-gpu comm | correctness | bench [LAYOUTS] [COMMS] | serve [LAYOUTS] [COMMS]" ;;
+  esac
+}
+
+# ---------------------------------------------------------------------------------------------------------- compare
+cmd_compare() {
+  [ $# = 2 ] || die "compare: usage: compare OLD_BIN NEW_BIN"
+  local old new
+  old=$(realpath "$1" 2>/dev/null); new=$(realpath "$2" 2>/dev/null)
+  [ -x "$old" ] || die "compare: $1 is not an executable"
+  [ -x "$new" ] || die "compare: $2 is not an executable"
+  header "compare $1 vs $2"
+  local work table=$LOG/compare.txt; work=$(mktemp -d); : > "$table"
+  printf '%-26s %-22s %-12s %s\n' golden run result detail | tee -a "$table"
+  row() { printf '%-26s %-22s %-12s %s\n' "$1" "$2" "$3" "$4" | tee -a "$table"; }
+  local want b num
+  while IFS='|' read -r name cfg seed prefill tok ckpt golden; do
+    [ -n "$golden" ] || continue  # goldens only
+    want=$(python3 -c "import json; print(json.load(open('$(dirname "$golden")/meta.json')).get('content_hash', ''))")
+    # Each binary's checkpoint must have the golden's content hash; both then run on the new binary's one.
+    for b in old new; do
+      local bin=$old; [ $b = new ] && bin=$new
+      local dir got
+      mkdir -p "$work/$b"
+      dir=$(case_checkpoint "$work/$b" "$name" "$cfg" "$seed" "$ckpt" "$bin") || dir=
+      got=$([ -n "$dir" ] && run_bin "$bin" inspect --model "$dir" < /dev/null 2>/dev/null | awk '/^content-hash:/ {print $2}')
+      if [ -n "$want" ] && [ "$got" = "$want" ]; then row "$name" "checkpoint ($b)" identical "$got"
+      else row "$name" "checkpoint ($b)" DIFFERENT "got '${got:-none}', golden '$want'"; fi
+      [ $b = new ] && model=$dir
+    done
+    for run in "cpu exact" "cpu release" "cuda exact" "cuda release"; do
+      read -r b num <<< "$run"
+      local ok=1
+      for which in old new; do
+        local bin=$old; [ $which = new ] && bin=$new
+        timeout 600 env LD_LIBRARY_PATH="$LDP" "$bin" logits --model "$model" --tokens "$tok" --prefill "$prefill" \
+          --backend "$b" --numerics "$num" --output "$work/$name.$b.$num.$which.bin" < /dev/null \
+          >> "$LOG/compare_$name.log" 2>&1 || ok=0
+      done
+      if [ $ok = 0 ]; then row "$name" "$b $num" FAILED "a logits run failed (logs/compare_$name.log)"; continue; fi
+      if cmp -s "$work/$name.$b.$num.old.bin" "$work/$name.$b.$num.new.bin"; then
+        row "$name" "$b $num" identical "$(stat -c %s "$work/$name.$b.$num.new.bin") bytes"
+      else
+        row "$name" "$b $num" DIFFERENT "$(python3 - "$work/$name.$b.$num.old.bin" "$work/$name.$b.$num.new.bin" <<'PY'
+import sys
+import numpy as np
+a, b = (np.fromfile(p, dtype="<f4") for p in sys.argv[1:3])
+if a.size != b.size:
+    print(f"sizes {a.size} vs {b.size} floats")
+else:
+    d = np.abs(a.astype(np.float64) - b)
+    print(f"{int((a != b).sum())} of {a.size} floats differ, max |diff| {np.nanmax(d):.3e}")
+PY
+)"
+      fi
+    done
+  done < <(e2e_cases "$work")
+  cat "$table" >> "$SUMMARY"
+  if grep -qE ' (DIFFERENT|FAILED) ' "$table"; then fail "compare: differences (table above)"; else note "compare: every run identical"; fi
+  rm -rf "$work"
+}
+
+# ----------------------------------------------------------------------------------------------------- probes, ncu
+cmd_probes() {
+  header probes
+  local p
+  for p in wgmma_probe wgmma_f16_probe; do
+    [ -x "$BIN/$p" ] || { fail "$p: not in the bundle (bundle builds it where nvcc exists)"; continue; }
+    timeout 120 "$BIN/$p" > "$LOG/$p.log" 2>&1 || fail "$p: exit $? (logs/$p.log)"
+    tail -3 "$LOG/$p.log" | tee -a "$SUMMARY"
+  done
+}
+
+cmd_ncu() {
+  [ $# -ge 2 ] || die "ncu: usage: ncu BINARY REGEX [ARGS...]   e.g. ncu test_cuda_linear bulk_expert_kernel --perf --perf-filter experts"
+  local bin=$1 regex=$2; shift 2
+  [ -x "$BIN/$bin" ] || die "ncu: $bin is not in the bundle"
+  header "ncu $bin $regex $*"
+  local ncu; ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  timeout "${NCU_TIMEOUT:-540}" env LD_LIBRARY_PATH="$LDP" "$ncu" --kernel-name "regex:$regex" \
+    --launch-skip "${SKIP:-0}" --launch-count "${COUNT:-2}" --section SpeedOfLight --section WarpStateStats \
+    --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy \
+    "$BIN/$bin" "$@" > "$LOG/ncu.txt" 2>&1 || fail "ncu: exit $?"
+  grep -vE '^\s*$|^    -+' "$LOG/ncu.txt" | tail -150 | tee -a "$SUMMARY"
+}
+
+# ------------------------------------------------------------------------------------------------------------- main
+[ $# -ge 1 ] || usage
+sub=$1; shift
+case "$sub" in
+  bundle) cmd_bundle "$@"; exit $? ;;
+  -h|--help|help) usage 0 ;;
+  harness|perf|sanitize|e2e|envelopes|bench|ab|diagnose|compare|probes|ncu|all|multi-gpu) ;;
+  *) echo "gpu_check: unknown subcommand '$sub'" >&2; usage ;;
+esac
+mkdir -p "$OUT"
+if [ "$sub" = multi-gpu ]; then
+  GPUS=$(gpu_count)
+  if [ "$GPUS" -lt 2 ]; then
+    echo "gpu_check multi-gpu: this machine has $GPUS GPU(s); issue 17 needs two or more (device kind nvidia-h200-x2)." >&2
+    echo "On one GPU: 'harness' runs test_cuda_comm on virtual ranks, 'bench' the virtual TP2 / EP2 layouts." >&2
+    exit 3
+  fi
 fi
-rm -rf "$WORK"
+if [ "$sub" = envelopes ]; then
+  # CPU only: any flashseek binary (FLASHSEEK_BIN, e.g. a CPU-only build's) on any machine.
+  [ -n "${FLASHSEEK_BIN:-}" ] || die "envelopes needs FLASHSEEK_BIN=path/to/flashseek (a CPU-only build is enough)"
+  BIN=$(dirname "$(realpath "$FLASHSEEK_BIN")"); LIBS=$BIN; FS=$(realpath "$FLASHSEEK_BIN")
+  LDP=$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  mkdir -p "$LOG"
+else
+  setup_device
+  FS=${FLASHSEEK_BIN:-$BIN/flashseek}
+  [ -x "$FS" ] || [ "$sub" = probes ] || [ "$sub" = perf ] || die "$FS is not an executable flashseek binary"
+fi
+case "$sub" in
+  harness) cmd_harness "$@" ;;
+  perf) cmd_perf "$@" ;;
+  sanitize) cmd_sanitize "$@" ;;
+  e2e) cmd_e2e "$@" ;;
+  envelopes) [ $# = 0 ] || die "envelopes takes no arguments"; cmd_e2e --cpu-only ;;
+  bench) cmd_bench "$@" ;;
+  ab) cmd_ab "$@" ;;
+  diagnose) cmd_diagnose "$@" ;;
+  compare) cmd_compare "$@" ;;
+  probes) [ $# = 0 ] || die "probes takes no arguments"; cmd_probes ;;
+  ncu) cmd_ncu "$@" ;;
+  multi-gpu) cmd_multi_gpu "$@" ;;
+  all) [ $# = 0 ] || die "all takes no arguments"
+       cmd_harness; cmd_sanitize; cmd_e2e; cmd_perf; cmd_bench; cmd_probes ;;
+esac
+[ $FAILED = 0 ] && note "gpu_check $sub: PASS" || note "gpu_check $sub: FAIL"
 tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOG"
-note "logs: logs.tar.gz"
+exit $FAILED

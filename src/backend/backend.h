@@ -22,6 +22,11 @@ struct SequenceStep {
     const int32_t* tokens = nullptr;
     int n_tokens = 0;
     bool all_logits = false;  // logits for every appended token, else only for the last one
+    // The tokens are (part of) a prompt or a recomputation: computed as a prefill whatever their count. Steps of
+    // more than one token are prefills anyway; the flag matters for a one-token piece of a chunked prompt, which
+    // the CUDA backend then computes with the same kernels as the rest of the prompt (batch invariance: a
+    // sequence's logits do not depend on how its prompt was chunked).
+    bool prefill = false;
 };
 
 // One additive logit bias (OpenAI logit_bias: token id -> bias in [-100, 100]).

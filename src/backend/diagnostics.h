@@ -26,6 +26,7 @@ struct StepProfile {
     double gpu_us = 0;           // sum of the op times
     double bytes_weights = 0;    // weight bytes the step read (dense + the experts actually routed, counted once)
     double bytes_state = 0;      // KV / index-key / compressor-state bytes read and written
+    std::vector<double> bytes_per_rank;  // weights + state per rank of a parallel layout (one entry: the whole model)
     int distinct_experts = 0;    // summed over layers
 };
 
@@ -41,6 +42,9 @@ public:
     // Device-to-device copy bandwidth in bytes/s counting bytes read plus bytes written (median of `reps` copies of
     // `bytes` each, after a warm-up): the memory roofline.
     virtual double measure_copy_bandwidth(size_t bytes = size_t(2) << 30, int reps = 20) = 0;
+    // The dense FP8 tensor-core rate in FLOP/s measured on the device (0 when it cannot be measured): the
+    // ceiling of prefill.
+    virtual double measure_gemm_rate() = 0;
     virtual void set_use_graphs(bool on) = 0;
     // Independent parts of a sub-block on side streams (default on); off runs every op on one stream.
     virtual void set_use_branches(bool on) = 0;

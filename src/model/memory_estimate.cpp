@@ -99,6 +99,9 @@ int64_t estimate_step_buffer_bytes(const ModelConfig& cfg, const StateOptions& o
     b += T * E * 4 + T * K * D * 4 + T * D * 4;  // router logits, routed and shared expert outputs (fp32)
     b += T * K * std::max(D, I) * 2;              // expert activation tiles
     b += T * (5 * D + QL + H * hd + GO + K * I + I) * 2;  // prepared activations
+    b += 2 * T * I * 2;                                   // the shared expert's w1 / w3 outputs (linear path)
+    b += T * K * (D + I) + T * K * ((D + I) / 128) * 4;   // the grouped expert GEMMs' act_quant (codes, scales)
+    if (cfg.quantized()) b += GO * (H * hd / cfg.o_groups) * 2;  // wo_a widened to bf16 (prefill)
     b += std::max(kMinHeadRows, bucket) * V * 4;          // logits
     return b;
 }

@@ -5,7 +5,7 @@
 //
 // The state pool's geometry, mirrored here (keep the two in step):
 //  * fixed part, per sequence slot (max_sequences + 1: one padding slot for graph buckets), per layer: a window ring
-//    of sliding_window + one prefill chunk (128 tokens by default) entries, and for compress layers the compressors' fp32 partial
+//    of sliding_window + one prefill chunk (kDefaultPrefillChunkTokens by default) entries, and for compress layers the compressors' fp32 partial
 //    state, 2 x (c * ratio) x (c * dim) floats (c = 2 for ratio 4, else 1; dim = head_dim, and index_head_dim for
 //    the indexer's compressor of ratio-4 layers); each layer's region rounded up to 256 bytes;
 //  * paged part, blocks of 256 tokens of context: per compress layer 256 / ratio compressed entries, and for
@@ -24,12 +24,17 @@
 
 namespace flashseek {
 
+// The CUDA backend's prefill chunk (tokens of one sequence per pass) when none is configured: prefill runs at 4.1k
+// tok/s with passes of 512 tokens, 9.1k at 2,048 and 11.0k at 4,096 (20 V4-Flash layers on one H200, docs/perf.md
+// §1.2); each slot's window rings hold one chunk more than the window, so larger chunks cost state memory.
+inline constexpr int kDefaultPrefillChunkTokens = 2048;
+
 struct StateOptions {
     int max_sequences = 1;
     int64_t max_context = 4096;  // tokens per sequence
     bool release_numerics = true;  // FP8 KV and FP4 indexer keys (production); false: bf16 (exact numerics)
     int n_layers = 0;              // the first n_layers layers (0 = all)
-    int prefill_chunk_tokens = 128;  // the CUDA backend's prefill chunk (its default; the window rings hold one more)
+    int prefill_chunk_tokens = kDefaultPrefillChunkTokens;  // the CUDA backend's prefill chunk (the rings hold one more)
 };
 
 struct StateEstimate {
@@ -50,8 +55,9 @@ StateEstimate estimate_state(const ModelConfig& cfg, const StateOptions& opt);
 
 // The largest per-step buffers for passes of max(prefill chunk, the decode bucket of max_sequences) rows: residual and
 // head streams, queries and attention output, logits (max(256, the decode bucket) rows of all of the vocabulary: the
-// conservative side of a vocabulary-parallel head), routed-expert outputs, the indexer's selection workspace (grows with the context) and
-// the prepared activations. An estimate, not the allocation list.
+// conservative side of a vocabulary-parallel head), routed-expert outputs, the indexer's selection workspace (grows
+// with the context), the prepared activations, the grouped expert GEMMs' workspace and wo_a widened to bf16 (prefill).
+// An estimate, not the allocation list.
 int64_t estimate_step_buffer_bytes(const ModelConfig& cfg, const StateOptions& opt);
 
 // Held back for the CUDA context, the kernel images, CUDA graphs and allocator slack.

@@ -248,7 +248,8 @@ std::vector<RequestEvent> Scheduler::step(Clock::time_point now) {
         Request& r = *plan[i].req;
         const int n = plan[i].n_tokens;
         if (r.first_scheduled == Clock::time_point{}) r.first_scheduled = now;
-        SequenceStep st{r.seq_id, r.tokens.data() + r.computed, n, false};
+        const bool prefill = r.computed < r.prompt_len || n > 1;  // a prompt piece or a recomputation
+        SequenceStep st{r.seq_id, r.tokens.data() + r.computed, n, false, prefill};
         SampleParams sp = r.params.sample;
         sp.draw_index = uint64_t(r.generated);
         sp.prompt_tokens = std::span<const int32_t>(r.tokens.data(), size_t(r.prompt_len));

@@ -8,6 +8,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "util/error.h"
@@ -103,6 +104,7 @@ public:
             seen.push_back(Seen{std::vector<int32_t>(p.banned_tokens.begin(), p.banned_tokens.end()),
                                 p.allowed_tokens != nullptr, p.score_targets.size(), steps[i].all_logits});
             tokens_this_call += steps[i].n_tokens;
+            step_log.push_back({steps[i].seq_id, nullptr, steps[i].n_tokens, steps[i].all_logits, steps[i].prefill});
         }
     }
 
@@ -119,6 +121,7 @@ public:
     int64_t eos_after = 0;        // when > 0, sequences of at least this length sample EOS
     int calls = 0;
     int64_t tokens_this_call = 0;  // cumulative appended tokens (all calls)
+    std::vector<SequenceStep> step_log;  // every entry of every call (tokens not kept)
 
 private:
     struct Seq {

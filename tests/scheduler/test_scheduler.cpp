@@ -132,6 +132,26 @@ TEST(Scheduler, ContinuousBatchingMatchesSoloRuns) {
     expect_empty_pool(s, b);
 }
 
+// Prompt pieces are flagged as prefill (the CUDA backend computes them with the prefill kernels whatever their size,
+// SequenceStep::prefill), including a one-token last piece; generated tokens are not.
+TEST(Scheduler, PromptPiecesAreFlaggedPrefill) {
+    FakeBackend b(100000, 16, 4);
+    SchedulerOptions opt;
+    opt.max_batch_tokens = 64;
+    opt.prefill_chunk = 32;
+    Scheduler s(b, opt);
+    std::mt19937_64 rng(fresh_seed());
+    const auto id = s.submit(random_prompt(rng, 33), params(5, 0.f, 1));
+    Outcome o;
+    drain(s, o);
+    EXPECT_EQ(o.tokens[id].size(), 5u);
+    std::vector<std::pair<int, bool>> pieces;
+    for (const SequenceStep& st : b.step_log) pieces.push_back({st.n_tokens, st.prefill});
+    const std::vector<std::pair<int, bool>> want = {{32, true}, {1, true}, {1, false}, {1, false}, {1, false},
+                                                    {1, false}};
+    EXPECT_EQ(pieces, want);
+}
+
 TEST(Scheduler, ChunkedPrefillKeepsDecodesFlowing) {
     FakeBackend b(100000, 16, 8);
     SchedulerOptions opt;

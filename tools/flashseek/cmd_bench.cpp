@@ -1,8 +1,14 @@
 // `flashseek bench`: the offline engine benchmark, the instrument for performance work on the CUDA backend.
-// For each context length and concurrency: prefill `concurrency` sequences of `context` random tokens (prefill
-// tok/s), then `output-len` greedy decode steps of all of them (decode tok/s, TPOT median and p99), then one
-// profiled decode step with events around every op (per-op GPU time table, bytes moved, roofline fraction against
-// the device-to-device copy bandwidth that bench measures first). Prints a summary and saves everything as JSON.
+// It first measures the device's two ceilings: the device-to-device copy bandwidth (decode's memory roofline) and
+// the dense FP8 tensor-core rate (prefill's). Then:
+//  * prefill: for each --prefill length, one sequence of that many random tokens, timed (tok/s, and the fraction
+//    of the tensor-core rate its FLOPs per token reach: src/model/flop_count.h), then a second one profiled with
+//    events around every op (the per-op table of a prefill);
+//  * decode: for each context length and concurrency, prefill `concurrency` sequences of `context` tokens (tok/s
+//    and FLOP fraction of a batched prefill), then `output-len` greedy decode steps of all of them (decode tok/s,
+//    TPOT median and p99), then one profiled decode step (per-op table, bytes moved in all and per rank of a
+//    parallel layout, roofline fraction).
+// Prints a summary and saves everything as JSON.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -18,6 +24,7 @@
 #include "backend/backend.h"
 #include "backend/diagnostics.h"
 #include "backend/registry.h"
+#include "model/flop_count.h"
 #include "util/error.h"
 
 namespace {
@@ -51,9 +58,32 @@ double percentile(std::vector<double> v, double p) {
     return v[i];
 }
 
+nlohmann::json ops_json(const StepProfile& prof) {
+    nlohmann::json ops = nlohmann::json::array();
+    for (const auto& o : prof.ops)
+        ops.push_back({{"op", o.op}, {"variant", o.variant}, {"calls", o.calls}, {"total_us", o.total_us},
+                       {"share", prof.gpu_us > 0 ? o.total_us / prof.gpu_us : 0}});
+    return ops;
+}
+
+void print_ops(const StepProfile& prof, const char* what) {
+    std::printf("per-op GPU time of %s (events, no graph), total %.1f us:\n", what, prof.gpu_us);
+    std::printf("  %-40s %-26s %6s %12s %7s\n", "op", "variant", "calls", "total us", "share");
+    for (size_t i = 0; i < prof.ops.size() && i < 25; ++i)
+        std::printf("  %-40s %-26s %6d %12.1f %6.1f%%\n", prof.ops[i].op.c_str(), prof.ops[i].variant.c_str(),
+                    prof.ops[i].calls, prof.ops[i].total_us, 100.0 * prof.ops[i].total_us / std::max(prof.gpu_us, 1e-9));
+}
+
+std::vector<int32_t> random_tokens(std::mt19937_64& rng, const ModelConfig& cfg, int n) {
+    std::uniform_int_distribution<int32_t> tok(2, int32_t(std::min<int64_t>(cfg.vocab_size, 100000)) - 1);
+    std::vector<int32_t> out(static_cast<size_t>(n));
+    for (auto& t : out) t = tok(rng);
+    return out;
+}
+
 int run_bench(int argc, char** argv) {
     CLI::App app{"Offline decode/prefill benchmark of a device backend (dummy weights or a checkpoint)"};
-    std::string model, concurrency_s = "1,16,64", context_s = "256,8192", json_path;
+    std::string model, concurrency_s = "1,16,64,128,256", context_s = "256", prefill_s = "4096", json_path;
     cli::BackendFlags flags;
     flags.backend = "cuda";
     int output_len = 32, warmup = 3;
@@ -64,7 +94,9 @@ int run_bench(int argc, char** argv) {
         ->required();
     cli::add_backend_flags(app, flags, /*with_dummy=*/true);
     app.add_option("--concurrency", concurrency_s, "comma-separated decode batch sizes");
-    app.add_option("--context", context_s, "comma-separated context lengths (prompt tokens per sequence)");
+    app.add_option("--context", context_s, "comma-separated context lengths of the decode runs (prompt tokens per sequence)");
+    app.add_option("--prefill", prefill_s,
+                   "comma-separated prompt lengths of the single-sequence prefill runs ('none' to skip them)");
     app.add_option("--output-len", output_len, "decode steps timed per configuration");
     app.add_option("--warmup", warmup, "untimed decode steps before timing (graph capture happens here)");
     app.add_option("--json", json_path, "write the results as JSON to this file");
@@ -79,13 +111,16 @@ int run_bench(int argc, char** argv) {
     FS_CHECK(warmup >= 0, "--warmup must be >= 0, got {}", warmup);
     const std::vector<int> concs = parse_int_list(concurrency_s, "--concurrency");
     const std::vector<int> ctxs = parse_int_list(context_s, "--context");
+    const std::vector<int> prefills = prefill_s == "none" ? std::vector<int>{} : parse_int_list(prefill_s, "--prefill");
     if (seed == 0) seed = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
 
     BackendOptions opt = cli::backend_options(flags);
     const bool dummy = opt.dummy_weights;
     const std::string numerics = opt.numerics == Numerics::Release ? "release" : "exact";
     opt.max_sequences = *std::max_element(concs.begin(), concs.end());
-    opt.max_context = *std::max_element(ctxs.begin(), ctxs.end()) + warmup + output_len + 2;
+    int longest = *std::max_element(ctxs.begin(), ctxs.end()) + warmup + output_len + 2;
+    for (int n : prefills) longest = std::max(longest, n);
+    opt.max_context = longest;
     const auto t_load = std::chrono::steady_clock::now();
     auto be = create_backend(model, opt);
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
@@ -95,23 +130,69 @@ int run_bench(int argc, char** argv) {
     std::printf("measuring device-to-device copy bandwidth ...\n");
     const double bw = ext->measure_copy_bandwidth();
     std::printf("copy bandwidth: %.1f GB/s (read + write)\n", bw / 1e9);
+    std::printf("measuring the dense FP8 tensor-core rate ...\n");
+    const double gemm_rate = ext->measure_gemm_rate();
+    if (gemm_rate > 0) std::printf("FP8 GEMM rate: %.0f TFLOP/s (cuBLASLt, 8192^3)\n", gemm_rate / 1e12);
+    else std::printf("FP8 GEMM rate: not measurable on this device (prefill rows carry no FLOP fraction)\n");
     ext->set_use_graphs(!no_graphs);
     const ModelConfig& cfg = be->config();
-    std::printf("model: %s, %d layers, %s weights (%.2f GB on %s, loaded in %.1f s), numerics %s, graphs %s, seed %llu\n",
+    std::printf("model: %s, %d layers, %s weights (%.2f GB on %s, loaded in %.1f s), numerics %s, graphs %s, "
+                "layout tp %d x ep %d, seed %llu\n",
                 model.c_str(), cfg.num_hidden_layers, dummy ? "dummy" : "checkpoint",
                 ext->weight_bytes_on_device() / 1e9, ext->device_name().c_str(), load_s, numerics.c_str(),
-                no_graphs ? "off" : "on", (unsigned long long)seed);
+                no_graphs ? "off" : "on", opt.tp, opt.ep, (unsigned long long)seed);
+
+    const int layers = cfg.num_hidden_layers;
+    // FLOPs per token of a prefill of n tokens and the fraction of the tensor-core rate tok_s reaches.
+    auto flop_fields = [&](nlohmann::json& r, int n, double tok_s) {
+        const ForwardFlops f = prefill_flops_per_token(cfg, layers, n);
+        r["prefill_flops_per_token"] = f.total();
+        r["prefill_flops_linear"] = f.linear;
+        r["prefill_flops_attention"] = f.attention;
+        r["prefill_tflop_s"] = f.total() * tok_s / 1e12;
+        r["prefill_gemm_fraction"] = gemm_rate > 0 ? f.total() * tok_s / gemm_rate : 0.0;
+        return gemm_rate > 0 ? 100.0 * f.total() * tok_s / gemm_rate : 0.0;
+    };
+
+    std::mt19937_64 rng(seed);
+    nlohmann::json prefill_results = nlohmann::json::array();
+    for (int n : prefills) {
+        const std::vector<int32_t> prompt = random_tokens(rng, cfg, n);
+        const int id = be->create_sequence();
+        std::vector<SequenceStep> steps{{id, prompt.data(), n, false}};
+        std::vector<int32_t> next;
+        const auto t0 = std::chrono::steady_clock::now();
+        ext->decode_greedy(steps, next);
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        be->free_sequence(id);
+        const int id2 = be->create_sequence();
+        steps = {{id2, prompt.data(), n, false}};
+        const StepProfile prof = ext->profile_step(steps);
+        be->free_sequence(id2);
+        nlohmann::json r;
+        r["tokens"] = n;
+        r["prefill_s"] = secs;
+        r["prefill_tok_s"] = n / secs;
+        const double pct = flop_fields(r, n, n / secs);
+        r["profiled_gpu_us"] = prof.gpu_us;
+        r["ops"] = ops_json(prof);
+        prefill_results.push_back(r);
+        std::printf("\n== prefill of one sequence, %d tokens ==\n", n);
+        std::printf("prefill: %.3f s = %.0f tok/s; %.2f GFLOP/token (linears %.2f, attention %.2f) -> %.1f TFLOP/s "
+                    "= %.1f%% of the FP8 rate\n",
+                    secs, n / secs, double(r["prefill_flops_per_token"]) / 1e9,
+                    double(r["prefill_flops_linear"]) / 1e9, double(r["prefill_flops_attention"]) / 1e9,
+                    double(r["prefill_tflop_s"]), pct);
+        print_ops(prof, "the profiled prefill");
+    }
 
     nlohmann::json results = nlohmann::json::array();
-    std::mt19937_64 rng(seed);
-    std::uniform_int_distribution<int32_t> tok(2, int32_t(std::min<int64_t>(cfg.vocab_size, 100000)) - 1);
     for (int ctx : ctxs) {
         for (int B : concs) {
             std::vector<int> ids;
             for (int i = 0; i < B; ++i) ids.push_back(be->create_sequence());
-            std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B), std::vector<int32_t>(static_cast<size_t>(ctx)));
-            for (auto& p : prompts)
-                for (auto& t : p) t = tok(rng);
+            std::vector<std::vector<int32_t>> prompts;
+            for (int i = 0; i < B; ++i) prompts.push_back(random_tokens(rng, cfg, ctx));
             std::vector<SequenceStep> steps(static_cast<size_t>(B));
             for (int i = 0; i < B; ++i) steps[size_t(i)] = {ids[size_t(i)], prompts[size_t(i)].data(), ctx, false};
             std::vector<int32_t> next;
@@ -141,6 +222,7 @@ int run_bench(int argc, char** argv) {
             r["prefill_tokens"] = int64_t(B) * ctx;
             r["prefill_s"] = prefill_s;
             r["prefill_tok_s"] = double(B) * ctx / prefill_s;
+            const double prefill_pct = flop_fields(r, ctx, double(B) * ctx / prefill_s);
             r["decode_steps"] = output_len;
             r["tpot_median_ms"] = tpot;
             r["tpot_p99_ms"] = p99;
@@ -149,44 +231,47 @@ int run_bench(int argc, char** argv) {
             r["bytes_per_step"] = bytes;
             r["bytes_weights"] = prof.bytes_weights;
             r["bytes_state"] = prof.bytes_state;
+            r["bytes_per_rank"] = prof.bytes_per_rank;
             r["distinct_experts"] = prof.distinct_experts;
             r["roofline_ms"] = roofline_ms;
             r["roofline_fraction"] = roofline_ms / tpot;
             r["profiled_gpu_us"] = prof.gpu_us;
-            nlohmann::json ops = nlohmann::json::array();
-            for (const auto& o : prof.ops)
-                ops.push_back({{"op", o.op}, {"variant", o.variant}, {"calls", o.calls}, {"total_us", o.total_us},
-                               {"share", prof.gpu_us > 0 ? o.total_us / prof.gpu_us : 0}});
-            r["ops"] = ops;
+            r["ops"] = ops_json(prof);
             results.push_back(r);
 
             std::printf("\n== context %d, concurrency %d ==\n", ctx, B);
-            std::printf("prefill: %lld tokens in %.3f s = %.0f tok/s\n", (long long)B * ctx, prefill_s,
-                        double(B) * ctx / prefill_s);
+            std::printf("prefill: %lld tokens in %.3f s = %.0f tok/s (%.1f%% of the FP8 rate)\n", (long long)B * ctx,
+                        prefill_s, double(B) * ctx / prefill_s, prefill_pct);
             std::printf("decode: TPOT median %.3f ms, p99 %.3f ms, %.1f tok/s\n", tpot, p99, double(B) * 1e3 / tpot);
             std::printf("bytes/step %.3f GB (weights %.3f, state %.3f; %d distinct experts) -> roofline %.3f ms = "
                         "%.1f%% achieved\n",
                         bytes / 1e9, prof.bytes_weights / 1e9, prof.bytes_state / 1e9, prof.distinct_experts,
                         roofline_ms, 100.0 * roofline_ms / tpot);
-            std::printf("per-op GPU time of one profiled decode step (events, no graph), total %.1f us:\n", prof.gpu_us);
-            std::printf("  %-40s %-26s %6s %12s %7s\n", "op", "variant", "calls", "total us", "share");
-            for (size_t i = 0; i < prof.ops.size() && i < 25; ++i)
-                std::printf("  %-40s %-26s %6d %12.1f %6.1f%%\n", prof.ops[i].op.c_str(), prof.ops[i].variant.c_str(),
-                            prof.ops[i].calls, prof.ops[i].total_us,
-                            100.0 * prof.ops[i].total_us / std::max(prof.gpu_us, 1e-9));
+            if (prof.bytes_per_rank.size() > 1) {
+                std::printf("bytes/step per rank:");
+                for (size_t k = 0; k < prof.bytes_per_rank.size(); ++k)
+                    std::printf(" %zu: %.3f GB", k, prof.bytes_per_rank[k] / 1e9);
+                std::printf(" (ranks share one device here: the step moves their sum)\n");
+            }
+            print_ops(prof, "one profiled decode step");
         }
     }
     if (!json_path.empty()) {
         nlohmann::json doc;
         doc["device"] = ext->device_name();
         doc["copy_bandwidth_bytes_s"] = bw;
+        doc["fp8_gemm_flop_s"] = gemm_rate;
         doc["model"] = model;
         doc["dummy_weights"] = dummy;
         doc["layers"] = cfg.num_hidden_layers;
         doc["numerics"] = numerics;
         doc["graphs"] = !no_graphs;
+        doc["tp"] = opt.tp;
+        doc["ep"] = opt.ep;
+        doc["prefill_chunk"] = opt.prefill_chunk;
         doc["seed"] = seed;
         doc["weight_bytes_on_device"] = ext->weight_bytes_on_device();
+        doc["prefill"] = prefill_results;
         doc["results"] = results;
         std::ofstream f(json_path);
         FS_CHECK(f.good(), "--json: cannot open '{}' for writing", json_path);

@@ -7,6 +7,10 @@
 //  3. online softmax per head (one warp per head), probabilities rounded to bf16 relative to their own tile's max and
 //     then rescaled to the running max in fp32 (splits start on tile boundaries), so the rounding of a candidate does
 //     not depend on the split count, i.e. not on the pass or batch size (cpu::sparse_attention_sink, kSoftmaxTile);
+//     the merge (combine_kernel) still adds the splits' partial sums in another fp32 order than one split does, so
+//     the split count moves the bf16 output by a rare one-ulp flip before the inverse RoPE (up to one ulp of the
+//     pair's larger component after it: test_attention_ops.cpp, split_merge_bound), not bit for bit; the prefill
+//     kernel is the bit-invariant path (sparse_attention_prefill.cuh);
 //  4. PV: thread owns dim pairs (tid, tid+256) for all 8 heads, accumulating in fp32 registers.
 // Candidate lists are per query (window from the ring, compressed ids from top-k or all visible), so decode and
 // chunked prefill use the same kernel.

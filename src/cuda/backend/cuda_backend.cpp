@@ -28,6 +28,7 @@
 #include "cuda/backend/state_pool.h"
 #include "cuda/backend/step_buffers.h"
 #include "cuda/backend/streams.h"
+#include "cuda/comm/communicator.h"
 #include "cuda/comm/reduce.cuh"
 #include "cuda/common/kernel_policy.h"
 #include "cuda/compressor/compressor.cuh"
@@ -42,16 +43,16 @@ namespace flashseek::cuda {
 
 namespace {
 
-// Prefill tokens of one sequence per pass unless BackendOptions::prefill_chunk says otherwise. The window rings hold
-// window + one chunk, so a whole chunk is written before attention reads.
-constexpr int kDefaultChunkTokens = 128;
+// Prefill tokens of one sequence per pass unless BackendOptions::prefill_chunk says otherwise
+// (kDefaultPrefillChunkTokens, model/memory_estimate.h). The window rings hold window + one chunk, so a whole chunk is
+// written before attention reads.
 // Logits rows of one pass at least (every sequence of the largest decode bucket has one): a pass with more
 // all-logits rows is cut so that its head fits.
 constexpr int kMinHeadRows = 256;
 
 int chunk_tokens(const BackendOptions& opt) {
     FS_CHECK(opt.prefill_chunk >= 0, "prefill_chunk must be >= 0, got {}", opt.prefill_chunk);
-    return opt.prefill_chunk > 0 ? opt.prefill_chunk : kDefaultChunkTokens;
+    return opt.prefill_chunk > 0 ? opt.prefill_chunk : kDefaultPrefillChunkTokens;
 }
 
 // The state pool: window rings and compressor state per slot, compressed entries and indexer keys in blocks; half
@@ -102,7 +103,8 @@ struct Shard {
         : weights(cfg, spec, std::move(store)),
           pool(make_state_pool(cfg, opt, weights, numerics, chunk_tokens, shards_to_come)),
           buf(cfg, StepBufferSizes{std::max(chunk_tokens, max_bucket(*pool)), std::max(kMinHeadRows, max_bucket(*pool)),
-                                   pool->max_context(), spec.expert_begin, spec.experts(), spec.ranks > 1}),
+                                   pool->max_context(), spec.expert_begin, spec.experts(), spec.ranks > 1,
+                                   spec.inter_end - spec.inter_begin}),
           forward(cfg, weights, buf, streams, *pool, policy, numerics, profiler) {}
     ShardWeights weights;
     std::unique_ptr<StatePool> pool;
@@ -129,6 +131,7 @@ public:
                                                       chunk_tokens_, int(specs.size() - r), streams_, policy_, prof_));
         max_rows_ = std::max(chunk_tokens_, max_bucket(pool()));
         max_head_rows_ = std::max(kMinHeadRows, max_bucket(pool()));
+        if (shards_.size() > 1) make_communicator_groups();
         // Every shard's head writes its vocabulary rows into the first shard's logits (sampled there).
         for (auto& sh : shards_)
             sh->forward.set_logits_target(lead().logits.as<float>() + sh->weights.spec().vocab_begin, cfg_.vocab_size);
@@ -176,6 +179,7 @@ public:
         return b;
     }
     double measure_copy_bandwidth(size_t bytes, int reps) override { return cuda::measure_copy_bandwidth(bytes, reps); }
+    double measure_gemm_rate() override { return cuda::measure_fp8_gemm_rate(); }
     void set_use_graphs(bool on) override { graphs_.set_enabled(on); }
     void set_use_branches(bool on) override {
         streams_.set_branches(on);
@@ -199,7 +203,10 @@ private:
     // reductions of their partial outputs.
     void enqueue_pass(const PassShape& shape);
     // Sums the partial outputs of shards [first, first + count) into each one's sub-block output.
-    void reduce(const PassShape& shape, size_t first, size_t count);
+    // The ranks' communicator (today every rank on this device, one stream: the same-device implementation) and its
+    // groups, registered before any capture: each expert group's tp ranks (attention), and every rank (MoE).
+    void make_communicator_groups();
+    void reduce(const PassShape& shape, CommGroup group);
     // Writes the sampling parameters of the pass's head rows and enqueues the device sampler.
     void enqueue_sampling(int head_rows, const std::vector<HeadDest>& dests, std::span<const SampleParams> params);
 
@@ -215,6 +222,8 @@ private:
     int max_head_rows_ = 0;  // logits rows of the largest pass
     GraphRunner graphs_;
     SampleAdjustStaging sample_adjust_;  // masks and penalties of the sampled rows
+    std::unique_ptr<Communicator> comm_;
+    std::vector<CommGroup> expert_groups_;  // per expert group: its tp ranks
     bool profiling_ = false;
     StepProfile last_profile_;
 };
@@ -228,22 +237,34 @@ void CudaBackend::enqueue_pass(const PassShape& shape) {
     const size_t tp = size_t(shards_.front()->weights.spec().tp);
     for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
         for (auto& sh : shards_) sh->forward.sub_block(shape, l, 0);
-        for (size_t g = 0; g < shards_.size(); g += tp) reduce(shape, g, tp);  // attention: per expert group
+        for (CommGroup g : expert_groups_) reduce(shape, g);  // attention: per expert group
         for (auto& sh : shards_) sh->forward.sub_block(shape, l, 1);
-        reduce(shape, 0, shards_.size());  // MoE: every shard
+        reduce(shape, comm_->all());  // MoE: every shard
     }
     for (auto& sh : shards_) sh->forward.end(shape);
 }
 
-void CudaBackend::reduce(const PassShape& shape, size_t first, size_t count) {
-    const float* partials[kMaxReduceRanks];
-    uint16_t* outs[kMaxReduceRanks];
-    for (size_t i = 0; i < count; ++i) {
-        partials[i] = shards_[first + i]->buf.sub_out_partial.as<float>();
-        outs[i] = shards_[first + i]->buf.sub_out.as<uint16_t>();
+void CudaBackend::make_communicator_groups() {
+    int device = 0;
+    FS_CUDA_TRY(cudaGetDevice(&device));
+    CommOptions o;
+    o.max_elements = int64_t(max_rows_) * cfg_.hidden_size;
+    comm_ = make_same_device_communicator(int(shards_.size()), device, o);
+    const int tp = shards_.front()->weights.spec().tp;
+    for (int g = 0; g < int(shards_.size()); g += tp) {
+        std::vector<int> ranks;
+        for (int r = g; r < g + tp; ++r) ranks.push_back(r);
+        expert_groups_.push_back(comm_->group(ranks));
     }
-    OpProfiler::Scope sc(prof_, "all-reduce (shards on one device)");
-    reduce_partials_to_bf16(partials, outs, int(count), int64_t(shape.n_rows) * cfg_.hidden_size, streams_.main());
+}
+
+void CudaBackend::reduce(const PassShape& shape, CommGroup group) {
+    std::vector<ReducePart> parts;
+    for (int r : comm_->group_ranks(group))
+        parts.push_back({shards_[size_t(r)]->buf.sub_out_partial.as<float>(),
+                         shards_[size_t(r)]->buf.sub_out.as<uint16_t>(), streams_.main()});
+    OpProfiler::Scope sc(prof_, "all-reduce (ranks on one device)");
+    comm_->all_reduce_bf16(group, parts, int64_t(shape.n_rows) * cfg_.hidden_size);
 }
 
 void CudaBackend::validate(std::span<const SequenceStep> steps) const {
@@ -333,25 +354,34 @@ void CudaBackend::run_steps(std::span<const SequenceStep> steps, Output out, std
     while (true) {
         // Build one pass: entries in order, each contributing min(remaining, chunk) tokens, up to max_rows_ rows and
         // max_head_rows_ logits rows (an all-logits entry contributes one per token, others one at their end).
+        // A pass holds prefill entries or decode entries, never both (PassShape::prefill): the kind of the first
+        // entry with tokens left.
         struct Part { size_t entry; int first, n; };
         std::vector<Part> parts;
         int rows = 0, head_budget = max_head_rows_;
-        bool all_single = true;
+        auto is_prefill = [&](size_t i) { return steps[i].prefill || steps[i].n_tokens > 1; };
+        int kind = -1;
+        for (size_t k = 0; k < steps.size() && kind < 0; ++k) {
+            const size_t i = (next + k) % steps.size();
+            if (steps[i].n_tokens > done[i]) kind = is_prefill(i) ? 1 : 0;
+        }
+        if (kind < 0) break;
+        const bool prefill = kind == 1;
         for (size_t k = 0; k < steps.size() && rows < max_rows_; ++k) {
             const size_t i = (next + k) % steps.size();
             const int rem = steps[i].n_tokens - done[i];
-            if (rem <= 0) continue;
+            if (rem <= 0 || is_prefill(i) != prefill) continue;
             int n = std::min({rem, chunk_tokens_, max_rows_ - rows});
             if (steps[i].all_logits) n = std::min(n, head_budget);
             if (n <= 0 || head_budget <= 0) continue;
             head_budget -= steps[i].all_logits ? n : (done[i] + n == steps[i].n_tokens ? 1 : 0);
             parts.push_back({i, done[i], n});
             rows += n;
-            if (steps[i].n_tokens != 1) all_single = false;
         }
         if (parts.empty()) break;
         next = (parts.back().entry + 1) % steps.size();
         // Decode passes are padded to a power-of-two bucket (padding rows use the padding slot) for graph reuse.
+        const bool all_single = !prefill;
         int n_seqs = int(parts.size());
         int n_rows = rows;
         if (all_single) {
@@ -362,6 +392,7 @@ void CudaBackend::run_steps(std::span<const SequenceStep> steps, Output out, std
         PassShape shape;
         shape.n_rows = n_rows;
         shape.n_seqs = n_seqs;
+        shape.prefill = prefill;
         shape.need_indexer = false;
         int row = 0, head_rows = 0, max_seq_tokens = 1;
         std::vector<HeadDest> head_dst;
@@ -409,8 +440,17 @@ void CudaBackend::run_steps(std::span<const SequenceStep> steps, Output out, std
             sh->pool->upload_tables(stream);
         }
         graphs_.run(shape, all_single && !profiling_, stream, [&] { enqueue_pass(shape); });
-        if (profiling_)
-            for (auto& sh : shards_) sh->forward.account_bytes(shape, last_profile_);
+        if (profiling_) {
+            last_profile_.bytes_per_rank.resize(shards_.size(), 0.0);
+            for (size_t r = 0; r < shards_.size(); ++r) {
+                StepProfile rank;
+                shards_[r]->forward.account_bytes(shape, rank);
+                last_profile_.bytes_weights += rank.bytes_weights;
+                last_profile_.bytes_state += rank.bytes_state;
+                last_profile_.distinct_experts += rank.distinct_experts;
+                last_profile_.bytes_per_rank[r] += rank.bytes_weights + rank.bytes_state;
+            }
+        }
         // Outputs of the rows that need them.
         if (!head_dst.empty()) {
             if (out == Output::Logits) {
@@ -544,7 +584,7 @@ void require_layout_fits_device(const ModelConfig& cfg, const ParallelLayout& la
     so.max_context = opt.max_context > 0 ? opt.max_context : 4096;
     so.release_numerics = opt.numerics == Numerics::Release;
     so.n_layers = n_layers;
-    so.prefill_chunk_tokens = opt.prefill_chunk > 0 ? opt.prefill_chunk : 128;
+    so.prefill_chunk_tokens = cuda::chunk_tokens(opt);
     const MemoryPlan memory = plan_memory(plan, so);
     int64_t need = 0;
     for (const RankMemory& r : memory.ranks) need += r.weights + r.buffers;

@@ -4,6 +4,7 @@
 // backend's profiling and device ceilings through Backend::diagnostics() (backend/diagnostics.h).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -22,6 +23,10 @@ void require_cuda_device();
 // Device-to-device copy bandwidth in bytes/s counting bytes read plus bytes written (median of `reps` copies of
 // `bytes` each, after a warm-up): the memory roofline bench compares against.
 double measure_copy_bandwidth(size_t bytes = size_t(2) << 30, int reps = 20);
+
+// The dense FP8 tensor-core rate in FLOP/s (cuBLASLt, e4m3 -> bf16, a size^3 product, median of reps): the ceiling
+// of prefill. 0 when cuBLASLt cannot be opened or has no algorithm.
+double measure_fp8_gemm_rate(int64_t size = 8192, int reps = 10);
 
 }  // namespace cuda
 }  // namespace flashseek

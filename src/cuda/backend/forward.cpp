@@ -24,7 +24,9 @@ ForwardNumerics ForwardNumerics::of(Numerics n) {
 
 ForwardPass::ForwardPass(const ModelConfig& cfg, const ShardWeights& shard, StepBuffers& buffers, StreamSet& streams,
                          StatePool& pool, const KernelPolicy& policy, ForwardNumerics numerics, OpProfiler& profiler)
-    : cfg_(cfg), shard_(shard), buf_(buffers), streams_(streams), pool_(pool), policy_(policy), num_(numerics),
+    : cfg_(cfg), shard_(shard), buf_(buffers), streams_(streams), pool_(pool), policy_(policy),
+      prefill_policy_(policy.for_pass(true)), decode_policy_(policy.for_pass(false)), pol_(&decode_policy_),
+      num_(numerics),
       prof_(profiler), sharded_(!shard.spec().holds_whole_model(cfg)), logits_(buffers.logits.as<float>()),
       logits_ld_(shard.spec().vocab_rows()) {
     FS_CHECK(!sharded_ || buffers.sub_out_partial.get(), "CUDA backend: a sharded pass needs the partial-sum buffer");
@@ -39,6 +41,7 @@ void ForwardPass::enqueue(const PassShape& s) {
 }
 
 void ForwardPass::begin(const PassShape& s) {
+    pol_ = s.prefill ? &prefill_policy_ : &decode_policy_;
     streams_.reset_branches();
     post_pending_ = -1;
     OpProfiler::Scope sc(prof_, "embedding");
@@ -47,6 +50,7 @@ void ForwardPass::begin(const PassShape& s) {
 }
 
 void ForwardPass::sub_block(const PassShape& s, int l, int sub) {
+    pol_ = s.prefill ? &prefill_policy_ : &decode_policy_;
     const int N = cfg_.hc_mult;
     const int64_t D = cfg_.hidden_size;
     const cudaStream_t stream = streams_.main();
@@ -55,7 +59,7 @@ void ForwardPass::sub_block(const PassShape& s, int l, int sub) {
     // sub-block on the critical path); the last one, before the head's row gather, runs on its own (end()). A
     // sharded MoE sub-block combines its own terms (its partial sum is reduced before the next pre), so the next pre
     // then mixes the reduced output like an attention sub-block's.
-    const bool fuse_post = policy_.fused_post && mhc_pre_fuses_post(N, int(D));
+    const bool fuse_post = pol_->fused_post && mhc_pre_fuses_post(N, int(D));
     if (post_pending_ >= 0 && !fuse_post) run_pending_post(s);
     MhcPreParams p;
     p.n_tokens = s.n_rows;
@@ -89,7 +93,7 @@ void ForwardPass::sub_block(const PassShape& s, int l, int sub) {
     }
     // The norm also writes sub_in prepared for the sub-block's first FP8 / FP4 linear (one launch fewer).
     WeightKind kind = WeightKind::BF16;
-    PrepBuffer* fused = fused_prep_target(L, sub, kind);
+    PrepBuffer* fused = fused_prep_target(L, sub, s.n_rows, kind);
     if (fused) {
         p.prepared_values = fused->values.as<uint16_t>();
         p.prepared_scales = fused->scales.as<float>();
@@ -155,19 +159,37 @@ void ForwardPass::enqueue_head(const PassShape& s) {
         mhc_pre(p, buf_.mhc_workspace.get(), buf_.mhc_workspace_bytes, stream);
     }
     ++prep_generation_;
+    // The head runs the decode kernels in every pass: its rows are one per sequence (or the all-logits rows), and
+    // a prompt's last logits then come from the same kernels as a decode token's.
+    pol_ = &decode_policy_;
     const PreparedActivation& a = prepare(buf_.prep_x_bf16, buf_.sub_in.get(), false, s.n_head_rows, D, D, shard_.head());
     OpProfiler::Scope sc(prof_, "head gemm");
     lin(a, shard_.head(), logits_, OutKind::F32, logits_ld_);
 }
 
+ActNumerics ForwardPass::input_numerics(const DeviceLinear& w, bool force_exact) const {
+    return (w.kind == WeightKind::BF16 || force_exact) ? ActNumerics::EXACT : num_.act;
+}
+
+ActFormat ForwardPass::input_format(int rows, const DeviceLinear& w, bool force_exact, int groups) const {
+    return linear_input_format(rows, w, groups, input_numerics(w, force_exact), *pol_);
+}
+
 const PreparedActivation& ForwardPass::prepare(PrepBuffer& buf, const void* x, bool x_f32, int rows, int64_t K,
-                                               int64_t ld, const DeviceLinear& w, bool force_exact, const Lane* lane) {
-    const ActNumerics num = (w.kind == WeightKind::BF16 || force_exact) ? ActNumerics::EXACT : num_.act;
+                                               int64_t ld, const DeviceLinear& w, bool force_exact, const Lane* lane,
+                                               int groups) {
+    return prepare_as(input_format(rows, w, force_exact, groups), buf, x, x_f32, rows, K, ld, w, force_exact, lane);
+}
+
+const PreparedActivation& ForwardPass::prepare_as(ActFormat format, PrepBuffer& buf, const void* x, bool x_f32,
+                                                  int rows, int64_t K, int64_t ld, const DeviceLinear& w,
+                                                  bool force_exact, const Lane* lane) {
+    const ActNumerics num = input_numerics(w, force_exact);
     if (buf.generation == prep_generation_ && buf.src == x && buf.rows == rows && buf.act.k == K &&
-        buf.layout == w.kind && buf.numerics == num)
+        buf.layout == w.kind && buf.numerics == num && buf.format == format)
         return buf.act;  // the same input already prepared for this format in this sub-block
-    if (w.kind == WeightKind::BF16 && x == buf_.sub_in.get() && !x_f32 && ld == K && K % 128 == 0 &&
-        size_t(round_up8(rows)) * size_t(K / 128) * 4 <= buf_.unit_scales.bytes()) {
+    if (format == ActFormat::MMA_F16 && w.kind == WeightKind::BF16 && x == buf_.sub_in.get() && !x_f32 && ld == K &&
+        K % 128 == 0 && size_t(round_up8(rows)) * size_t(K / 128) * 4 <= buf_.unit_scales.bytes()) {
         // BF16 weights take bf16 rows as they are (the prepared form is the same bytes with scale 1): read sub_in in
         // place instead of copying it (no launch). Its padding rows are finite (zeroed at allocation).
         uint16_t* in_place = static_cast<uint16_t*>(const_cast<void*>(x));
@@ -179,19 +201,29 @@ const PreparedActivation& ForwardPass::prepare(PrepBuffer& buf, const void* x, b
     buf.act.raw = false;
     {
         OpProfiler::Scope sc(prof_, "prepare activation");
-        prepare_activation(x, x_f32, rows, K, ld, w.kind, num, buf.act, lane ? lane->stream : streams_.main());
+        const cudaStream_t stream = lane ? lane->stream : streams_.main();
+        if (format == ActFormat::FP8_ROWS) {
+            FS_CHECK(!x_f32, "CUDA backend: the FP8 GEMMs take bf16 inputs ([{}, {}] is fp32)", rows, K);
+            prepare_activation_rows(static_cast<const uint16_t*>(x), rows, K, ld, num, buf.act, stream);
+        } else {
+            prepare_activation(x, x_f32, rows, K, ld, w.kind, num, buf.act, stream);
+        }
     }
     buf.generation = prep_generation_;
     buf.src = x;
     buf.rows = rows;
     buf.layout = w.kind;
     buf.numerics = num;
+    buf.format = format;
     return buf.act;
 }
 
-PrepBuffer* ForwardPass::fused_prep_target(const ShardLayer& L, int sub, WeightKind& kind) {
+PrepBuffer* ForwardPass::fused_prep_target(const ShardLayer& L, int sub, int rows, WeightKind& kind) {
     const DeviceLinear& w = sub == 0 ? L.wq_a : L.w1[0];
     if (w.kind != WeightKind::FP8_BLOCK128 && w.kind != WeightKind::FP4_BLOCK32) return nullptr;
+    // The norm writes the MMA_F16 form only; the FP8 GEMMs and the grouped experts prepare their own.
+    if (sub == 0 && input_format(rows, w) != ActFormat::MMA_F16) return nullptr;
+    if (sub == 1 && routed_experts_take_raw(L, rows)) return nullptr;
     kind = w.kind;
     return sub == 0 ? &buf_.prep_x : &buf_.prep_x_expert;
 }
@@ -199,6 +231,7 @@ PrepBuffer* ForwardPass::fused_prep_target(const ShardLayer& L, int sub, WeightK
 void ForwardPass::adopt_prepared(PrepBuffer& buf, const void* src, int rows, int64_t K, WeightKind kind,
                                  ActNumerics numerics, uint16_t* values, float* scales) {
     describe_prepared(buf.act, kind, numerics, rows, K);
+    buf.format = ActFormat::MMA_F16;
     buf.act.values = values ? values : buf.values.as<uint16_t>();
     buf.act.scales = scales ? scales : buf.scales.as<float>();
     buf.generation = prep_generation_;
@@ -211,7 +244,7 @@ void ForwardPass::adopt_prepared(PrepBuffer& buf, const void* src, int rows, int
 void ForwardPass::lin(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind kind, int64_t ld,
                       const Lane* lane) {
     const Lane l = lane ? *lane : streams_.main_lane();
-    prof_.variant(linear(x, w, y, kind, ld, l.ws, l.stream, policy_));
+    prof_.variant(linear(x, w, y, kind, ld, l.ws, l.stream, *pol_));
 }
 
 TokenBatch ForwardPass::token_batch(const PassShape& s) const {

@@ -71,16 +71,26 @@ private:
     void enqueue_head(const PassShape& s);
     void run_pending_post(const PassShape& s);  // mhc_post of the sub-block before, on its own
 
-    // Prepares x [rows, K] for weight w into buf (EXACT for BF16 weights, else the pass's numerics).
-    // force_exact: no activation quantization whatever the numerics (wo_a: the reference's bf16 einsum).
+    // Prepares x [rows, K] for weight w into buf (EXACT for BF16 weights, else the pass's numerics), in the format
+    // the linear catalogue's choice for this pass takes (input_format). force_exact: no activation quantization
+    // whatever the numerics (wo_a: the reference's bf16 einsum). groups: a grouped linear's group count.
     const PreparedActivation& prepare(PrepBuffer& buf, const void* x, bool x_f32, int rows, int64_t K, int64_t ld,
-                                      const DeviceLinear& w, bool force_exact = false, const Lane* lane = nullptr);
+                                      const DeviceLinear& w, bool force_exact = false, const Lane* lane = nullptr,
+                                      int groups = 1);
+    // The same in a given format (the expert kernels take MMA_F16 whatever the linear catalogue would choose).
+    const PreparedActivation& prepare_as(ActFormat format, PrepBuffer& buf, const void* x, bool x_f32, int rows,
+                                         int64_t K, int64_t ld, const DeviceLinear& w, bool force_exact,
+                                         const Lane* lane);
+    ActNumerics input_numerics(const DeviceLinear& w, bool force_exact = false) const;
+    ActFormat input_format(int rows, const DeviceLinear& w, bool force_exact = false, int groups = 1) const;
+    // The routed experts take sub_in raw (grouped_experts: its own act_quant of the gathered rows) in this pass.
+    bool routed_experts_take_raw(const ShardLayer& L, int rows) const;
     // y = x W^T on `lane` (null: the main stream); names the variant in the profile.
     void lin(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind kind, int64_t ld,
              const Lane* lane = nullptr);
     // The prepared buffer a sub-block's fused producer (mhc_pre's norm) can also write sub_in into: its FP8 / FP4
     // first linear (sub 0: wq_a, sub 1: the routed experts); BF16 weights read sub_in itself (see prepare).
-    PrepBuffer* fused_prep_target(const ShardLayer& L, int sub, WeightKind& kind);
+    PrepBuffer* fused_prep_target(const ShardLayer& L, int sub, int rows, WeightKind& kind);
     // Records that src [rows, K] is prepared for kind with `numerics` in this sub-block (by a producer kernel, or in
     // place for BF16): in buf's own storage, or at values / scales when given.
     void adopt_prepared(PrepBuffer& buf, const void* src, int rows, int64_t K, WeightKind kind, ActNumerics numerics,
@@ -97,6 +107,10 @@ private:
     StreamSet& streams_;
     StatePool& pool_;
     const KernelPolicy& policy_;
+    // The backend's policy for prefill and for decode passes (KernelPolicy::for_pass), and the one of the pass
+    // being enqueued (set by begin and sub_block from PassShape::prefill).
+    const KernelPolicy prefill_policy_, decode_policy_;
+    const KernelPolicy* pol_;
     const ForwardNumerics num_;
     OpProfiler& prof_;
     const bool sharded_;

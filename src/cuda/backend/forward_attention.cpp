@@ -16,6 +16,7 @@
 #include "cuda/attention/sparse_attention_prefill.cuh"
 #include "cuda/backend/forward.h"
 #include "cuda/compressor/compressor.cuh"
+#include "cuda/gemm/weight_dequant.cuh"
 #include "cuda/indexer/indexer.cuh"
 #include "cuda/indexer/indexer_prefill.cuh"
 #include "cuda/norm/rmsnorm.cuh"
@@ -39,8 +40,9 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
     {
         // Window KV into the ring (wkv shares wq_a's prepared input when both have the same format).
         const Lane kv = streams_.fork(streams_.window_kv);
+        const bool share = L.wkv.kind == L.wq_a.kind && input_format(T, L.wkv) == ax.format;
         const PreparedActivation& akv =
-            L.wkv.kind == L.wq_a.kind ? ax : prepare(buf_.prep_kv, buf_.sub_in.get(), false, T, D, D, L.wkv, false, &kv);
+            share ? ax : prepare(buf_.prep_kv, buf_.sub_in.get(), false, T, D, D, L.wkv, false, &kv);
         {
             OpProfiler::Scope sc(prof_, "attn.wkv gemm");
             lin(akv, L.wkv, buf_.window_kv.get(), OutKind::BF16, hd, &kv);
@@ -98,7 +100,8 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
     {
         // The norm also writes its output prepared for wq_b (FP8 / FP4 weights): no preparation launch.
         OpProfiler::Scope sc(prof_, "attn.q_norm");
-        const bool fuse = L.wq_b.kind == WeightKind::FP8_BLOCK128 || L.wq_b.kind == WeightKind::FP4_BLOCK32;
+        const bool fuse = (L.wq_b.kind == WeightKind::FP8_BLOCK128 || L.wq_b.kind == WeightKind::FP4_BLOCK32) &&
+                          input_format(T, L.wq_b) == ActFormat::MMA_F16;
         PreparedActivation* out = nullptr;
         if (fuse) {
             PrepBuffer& pq = buf_.prep_q_latent;
@@ -160,8 +163,8 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
         OpProfiler::Scope sc2(prof_, "indexer.score + top-k");
         // Prefill passes score on tensor cores (indexer_prefill); decode passes keep the SIMT scorer. The two sum
         // in different orders: a near-tie at the k-th score can select differently between them.
-        const bool prefill = s.max_seq_tokens > 1 || policy_.is_forced("indexer_prefill");
-        if (prefill && !policy_.is_disabled("indexer_prefill") && indexer_select_prefill_supports(ip)) {
+        const bool prefill = s.prefill || pol_->is_forced("indexer_prefill");
+        if (prefill && !pol_->is_disabled("indexer_prefill") && indexer_select_prefill_supports(ip)) {
             prof_.variant("indexer_prefill");
             indexer_select_prefill(ip, buf_.index_workspace.get(), buf_.index_workspace.bytes(), stream);
         } else {
@@ -174,13 +177,22 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
     enqueue_sparse_attention(l, s);
     const int G = shard_.spec().groups();
     const int64_t GO = int64_t(G) * cfg_.o_lora_rank;
+    // The reference runs wo_a as a bf16 einsum over the dequantized weights: prefill passes do the same on the bf16
+    // tensor-core GEMM from a copy widened once per pass (decode passes stream the FP8 weights, half the bytes).
+    DeviceLinear wo_a = L.wo_a;
+    if (s.prefill && wo_a.kind != WeightKind::BF16 &&
+        size_t(wo_a.out) * size_t(wo_a.in) * 2 <= buf_.wo_a_bf16.bytes()) {
+        OpProfiler::Scope sc(prof_, "attn.wo_a widen to bf16");
+        dequantize_weight_bf16(L.wo_a, buf_.wo_a_bf16.as<uint16_t>(), stream);
+        wo_a = DeviceLinear{WeightKind::BF16, ScaleKind::NONE, L.wo_a.out, L.wo_a.in, buf_.wo_a_bf16.get(), nullptr};
+    }
     const PreparedActivation& ao = prepare(buf_.prep_attn_out, buf_.attn_out.get(), false, T, int64_t(H) * hd,
-                                           int64_t(H) * hd, L.wo_a, /*force_exact=*/true);
+                                           int64_t(H) * hd, wo_a, /*force_exact=*/true, nullptr, G);
     {
         OpProfiler::Scope sc(prof_, "attn.wo_a grouped gemm");
         const Lane main = streams_.main_lane();
-        prof_.variant(grouped_linear(ao, L.wo_a, G, buf_.wo_a_out.get(), OutKind::BF16, GO, main.ws, main.stream,
-                                     policy_));
+        prof_.variant(grouped_linear(ao, wo_a, G, buf_.wo_a_out.get(), OutKind::BF16, GO, main.ws, main.stream,
+                                     *pol_));
     }
     const PreparedActivation& az = prepare(buf_.prep_wo_a_out, buf_.wo_a_out.get(), false, T, GO, GO, L.wo_b);
     OpProfiler::Scope sc(prof_, "attn.wo_b gemm");
@@ -228,8 +240,8 @@ void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s) {
     // Prefill passes (several rows of a sequence) take the gathering tensor-core kernel (attn_prefill) where its
     // workspace holds the pass: a query's result is then that of attn_mma with one split, whatever the chunking.
     const int max_entries = L.ratio > 0 ? std::max(1, s.max_context / L.ratio) : 0;
-    const bool prefill = s.max_seq_tokens > 1 || policy_.is_forced("attn_prefill");
-    if (prefill && !policy_.is_disabled("attn_prefill") && sparse_attention_prefill_supports(p, max_entries) &&
+    const bool prefill = s.prefill || pol_->is_forced("attn_prefill");
+    if (prefill && !pol_->is_disabled("attn_prefill") && sparse_attention_prefill_supports(p, max_entries) &&
         sparse_attention_prefill_workspace_bytes(s.n_rows, s.n_seqs, cfg_.sliding_window, max_entries, hd) <=
             buf_.attn_workspace_bytes) {
         prof_.variant("attn_prefill");
@@ -237,7 +249,7 @@ void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s) {
         return;
     }
     prof_.variant(
-        sparse_attention(p, buf_.attn_workspace.get(), buf_.attn_workspace_bytes, streams_.main(), policy_));
+        sparse_attention(p, buf_.attn_workspace.get(), buf_.attn_workspace_bytes, streams_.main(), *pol_));
 }
 
 }  // namespace flashseek::cuda

@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "cuda/backend/forward.h"
+#include "cuda/gemm/act_quant.cuh"
+#include "cuda/moe/moe_gemm.cuh"
 #include "util/error.h"
 
 namespace flashseek::cuda {
@@ -17,7 +19,14 @@ void ForwardPass::enqueue_moe(int l, const PassShape& s, bool combine) {
     const float limit = float(cfg_.swiglu_limit);
     const DeviceLinear& w1 = L.w1[0];
     const cudaStream_t stream = streams_.main();
-    const PreparedActivation& ax = prepare(buf_.prep_x_expert, buf_.sub_in.get(), false, T, D, D, w1);
+    // The grouped expert GEMMs gather and quantize sub_in themselves: they take it raw.
+    const bool raw = routed_experts_take_raw(L, T);
+    const PreparedActivation raw_x = raw ? raw_activation(buf_.sub_in.get(), T, D, D, w1.kind, num_.act)
+                                         : PreparedActivation{};
+    // Otherwise they take the MMA_F16 format (not the linear catalogue's choice for a linear of w1's shape).
+    const PreparedActivation& ax =
+        raw ? raw_x : prepare_as(ActFormat::MMA_F16, buf_.prep_x_expert, buf_.sub_in.get(), false, T, D, D, w1, false,
+                                 nullptr);
     // The shared expert does not depend on the routing: a side branch beside the router and the routed experts,
     // joined before the combine. A shard may hold no part of it.
     const bool shared = shard_.spec().has_shared();
@@ -38,12 +47,12 @@ void ForwardPass::enqueue_moe(int l, const PassShape& s, bool combine) {
     }
     {
         OpProfiler::Scope sc(prof_, "moe.routed w1+w3+swiglu");
-        prof_.variant(moe_expert_up(ax, L.routed, &buf_.grouping, T, K, limit, num_.act, buf_.moe_h.act, stream, policy_));
+        prof_.variant(moe_expert_up(ax, L.routed, &buf_.grouping, T, K, limit, num_.act, buf_.moe_h.act, stream, *pol_));
     }
     {
         OpProfiler::Scope sc(prof_, "moe.routed w2");
         prof_.variant(moe_expert_down(buf_.moe_h.act, L.routed, &buf_.grouping, T, K, buf_.routed_out.as<float>(), stream,
-                                      policy_));
+                                      *pol_));
     }
     streams_.join(streams_.aux);
     if (combine) {
@@ -62,23 +71,36 @@ void ForwardPass::enqueue_moe(int l, const PassShape& s, bool combine) {
     }
 }
 
-// The shared expert on `lane` into shared_out. routed_x: the routed experts' prepared input, shared when the formats
-// match (prepared on the main stream before the fork).
+bool ForwardPass::routed_experts_take_raw(const ShardLayer& L, int rows) const {
+    // Where the expert catalogue takes grouped_experts (forced in prefill passes, else from its preference floor)
+    // and its GEMMs serve these experts: release numerics, the workspace attached, FP4 experts on the 128 grid.
+    const bool chosen = pol_->is_forced("grouped_experts") ||
+                        (!pol_->is_disabled("grouped_experts") && rows >= pol_->grouped_experts_min_tokens);
+    if (!chosen || num_.act != ActNumerics::FP8_BLOCK128 || buf_.grouping.gemm_x.codes == nullptr) return false;
+    return L.routed.hidden == buf_.grouping.gemm_x.k && L.routed.inter == buf_.grouping.gemm_h.k &&
+           moe_gemm_eligible(L.routed, buf_.grouping, rows, cfg_.num_experts_per_tok);
+}
+
+// The shared expert on `lane` into shared_out. routed_x: the routed experts' input, shared when it is prepared in
+// the format the shared expert's first linear takes (prepared on the main stream before the fork).
 void ForwardPass::enqueue_shared_expert(int l, int rows, const PreparedActivation& routed_x, const Lane& lane) {
     const ShardLayer& L = shard_.layer(l);
     const int T = rows;
     const int64_t D = cfg_.hidden_size, I = L.shared_w1.out;  // this shard's intermediate columns
     const float limit = float(cfg_.swiglu_limit);
+    const bool share = L.shared_w1.kind == L.w1[0].kind && !routed_x.raw &&
+                       input_format(T, L.shared_w1) == routed_x.format;
     const PreparedActivation& axs =
-        L.shared_w1.kind == L.w1[0].kind ? routed_x
-                                         : prepare(buf_.prep_x, buf_.sub_in.get(), false, T, D, D, L.shared_w1, false, &lane);
+        share ? routed_x : prepare(buf_.prep_x, buf_.sub_in.get(), false, T, D, D, L.shared_w1, false, &lane);
     // Where the linears take the wgmma GEMV (FP8, 2-16 tokens, sm_90a), the shared expert runs as w1 and w3 linears
     // + SwiGLU-and-prepare + a w2 linear: measured faster than the fused expert kernels there (C=16 -0.35 ms; at one
     // token the SIMT-GEMV linears measured no faster: docs/perf.md). Disabling "shared_as_linears" in the kernel
     // policy keeps the fused kernels (A/B).
-    const bool shared_linear_on = !policy_.is_disabled("shared_as_linears");
+    // In prefill passes the linears are the FP8 GEMMs (and the h of w2 is act_quant of SwiGLU, quantize_fp8_swiglu).
+    const bool shared_linear_on = !pol_->is_disabled("shared_as_linears");
     auto linear_path = [&](const DeviceLinear& w) {
-        return plan_linear(axs, w, 1, lane.ws, policy_).variant == "wgmma_gemv";
+        const std::string_view v = plan_linear(axs, w, 1, lane.ws, *pol_).variant;
+        return v == "wgmma_gemv" || v == "fp8_gemm" || v == "fp8_gemm_mma";
     };
     // Release numerics only: there the w1 / w3 outputs are rounded to bf16 before SwiGLU (the reference's expert
     // GEMMs output bf16), which the bf16 linear outputs reproduce; exact numerics keep them in fp32.
@@ -92,20 +114,35 @@ void ForwardPass::enqueue_shared_expert(int l, int rows, const PreparedActivatio
             OpProfiler::Scope sc(prof_, "moe.shared w1+w3+swiglu");
             lin(axs, L.shared_w1, g, OutKind::BF16, I, &lane);
             lin(axs, L.shared_w3, u, OutKind::BF16, I, &lane);
-            moe_swiglu_prepare(g, u, I, T, I, limit, L.shared_w2.kind, num_.act, buf_.moe_h_shared.act, lane.stream);
+            PreparedActivation& h = buf_.moe_h_shared.act;
+            h.values = buf_.moe_h_shared.values.as<uint16_t>();
+            h.scales = buf_.moe_h_shared.scales.as<float>();
+            if (input_format(T, L.shared_w2) == ActFormat::FP8_ROWS) {
+                describe_prepared(h, L.shared_w2.kind, num_.act, T, I);
+                h.format = ActFormat::FP8_ROWS;
+                h.fp8 = fp8_activation_view(h.values, h.scales, T, I);
+                quantize_fp8_swiglu(g, u, I, limit, h.fp8, lane.stream);
+            } else {
+                moe_swiglu_prepare(g, u, I, T, I, limit, L.shared_w2.kind, num_.act, h, lane.stream);
+            }
         }
         OpProfiler::Scope sc(prof_, "moe.shared w2");
         lin(buf_.moe_h_shared.act, L.shared_w2, buf_.shared_out.get(), OutKind::F32, D, &lane);
         return;
     }
+    // The fused expert kernels take the MMA_F16 format.
+    const PreparedActivation& axe =
+        axs.format == ActFormat::MMA_F16
+            ? axs
+            : prepare_as(ActFormat::MMA_F16, buf_.prep_x, buf_.sub_in.get(), false, T, D, D, L.shared_w1, false, &lane);
     {
         OpProfiler::Scope sc(prof_, "moe.shared w1+w3+swiglu");
         prof_.variant(
-            moe_expert_up(axs, L.shared, nullptr, T, 1, limit, num_.act, buf_.moe_h_shared.act, lane.stream, policy_));
+            moe_expert_up(axe, L.shared, nullptr, T, 1, limit, num_.act, buf_.moe_h_shared.act, lane.stream, *pol_));
     }
     OpProfiler::Scope sc(prof_, "moe.shared w2");
     prof_.variant(moe_expert_down(buf_.moe_h_shared.act, L.shared, nullptr, T, 1, buf_.shared_out.as<float>(),
-                                  lane.stream, policy_));
+                                  lane.stream, *pol_));
 }
 
 }  // namespace flashseek::cuda

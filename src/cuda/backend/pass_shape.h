@@ -11,10 +11,15 @@ struct PassShape {
     bool need_indexer = true;  // some sequence has more compressed entries than index_topk
     int max_entries = 1;       // power-of-two bound on visible ratio-4 entries (indexer grid and workspace)
     int max_context = 1;       // power-of-two bound on positions + 1 (attention grid)
+    // A prefill pass (prompt pieces: SequenceStep::prefill or more than one token) runs the compute-bound kernels
+    // (tensor-core GEMMs, grouped experts, the prefill attention and indexer) whatever its row count; a decode pass
+    // the bandwidth-bound ones. A pass is one or the other, never both, so that a token's kernels depend only on
+    // whether it is a prompt token: not on the chunking, not on its batch-mates.
+    bool prefill = false;
     bool operator<(const PassShape& o) const {
-        return std::tie(n_rows, n_seqs, n_head_rows, max_seq_tokens, need_indexer, max_entries, max_context) <
-               std::tie(o.n_rows, o.n_seqs, o.n_head_rows, o.max_seq_tokens, o.need_indexer, o.max_entries,
-                        o.max_context);
+        return std::tie(n_rows, n_seqs, n_head_rows, max_seq_tokens, need_indexer, max_entries, max_context,
+                        prefill) < std::tie(o.n_rows, o.n_seqs, o.n_head_rows, o.max_seq_tokens, o.need_indexer,
+                                            o.max_entries, o.max_context, o.prefill);
     }
 };
 

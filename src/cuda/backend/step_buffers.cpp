@@ -10,6 +10,7 @@
 #include "cuda/indexer/indexer.cuh"
 #include "cuda/indexer/indexer_prefill.cuh"
 #include "cuda/mhc/mhc.cuh"
+#include "cuda/moe/moe_gemm.cuh"
 #include "util/error.h"
 
 namespace flashseek::cuda {
@@ -73,6 +74,7 @@ StepBuffers::StepBuffers(const ModelConfig& cfg, const StepBufferSizes& sizes) :
     window_kv.allocate(size_t(T * hd) * 2, "window kv");
     attn_out.allocate(size_t(T * H * hd) * 2, "attention output");
     wo_a_out.allocate(size_t(T * GO) * 2, "wo_a output");
+    if (cfg.quantized()) wo_a_bf16.allocate(size_t(GO * (H * hd / cfg.o_groups)) * 2, "wo_a widened to bf16");
     comp_kv.allocate(size_t(T * 2 * hd) * 4, "compressor kv");
     comp_gate.allocate(size_t(T * 2 * hd) * 4, "compressor gate");
     index_comp_kv.allocate(size_t(T * 2 * dI) * 4, "indexer compressor kv");
@@ -106,10 +108,18 @@ StepBuffers::StepBuffers(const ModelConfig& cfg, const StepBufferSizes& sizes) :
     const int64_t tile_k = (std::max(D, I) + 127) / 128 * 128;
     act_tiles_memory.allocate(moe_act_tile_bytes(int(E), T * K, tile_k), "expert activation tiles");
     moe_attach_act_tiles(grouping, act_tiles_memory.get(), tile_k);
+    // The grouped expert GEMMs' scratch (gathered act_quant of the input and of h), where they can run here: the
+    // expert catalogue's grouped_experts needs it (prefill passes, KernelPolicy::for_pass).
+    const int64_t expert_inter = sizes.expert_inter > 0 ? sizes.expert_inter : I;
+    if (moe_gemm_supported() && cfg.expert_dtype == ExpertDtype::FP4 && cfg.quantized() && D % 128 == 0 &&
+        expert_inter % 128 == 0) {
+        expert_gemm_memory.allocate(moe_gemm_workspace_bytes(T * K, D, expert_inter), "grouped expert GEMM workspace");
+        moe_attach_gemm_workspace(grouping, expert_gemm_memory.get(), D, expert_inter);
+    }
     routed_out.allocate(size_t(T * K * D) * 4, "routed expert outputs");
     shared_out.allocate(size_t(T * D) * 4, "shared expert output");
-    // Only the shared expert's linear path uses it, and that path needs the wgmma GEMV: at most kGemvMaxTokens rows.
-    shared_gate_up.allocate(size_t(2 * std::min<int64_t>(T, kGemvMaxTokens) * I) * 2, "shared expert w1 / w3 outputs");
+    // The shared expert's linear path (the wgmma GEMV in decode passes, the FP8 GEMMs in prefill passes).
+    shared_gate_up.allocate(size_t(2 * T * I) * 2, "shared expert w1 / w3 outputs");
 
     prep_x.allocate(T, D);
     prep_x_bf16.allocate(T, D);

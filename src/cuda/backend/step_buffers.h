@@ -38,6 +38,7 @@ struct PrepBuffer {
     int rows = 0;
     WeightKind layout = WeightKind::BF16;
     ActNumerics numerics = ActNumerics::EXACT;
+    ActFormat format = ActFormat::MMA_F16;
     uint64_t generation = 0;
     void allocate(int64_t max_rows, int64_t max_k);
 };
@@ -52,6 +53,7 @@ struct StepBufferSizes {
     int expert_begin = 0;         // the routed experts the shard holds: [expert_begin, expert_begin + experts)
     int experts = 0;              // 0: all of the model's
     bool sharded = false;         // a slice of the model: sub-block outputs are partial sums (sub_out_partial)
+    int64_t expert_inter = 0;     // the held routed experts' intermediate columns (0 = the model's)
 };
 
 struct StepBuffers {
@@ -73,6 +75,7 @@ struct StepBuffers {
     DeviceBuffer window_kv;     // [rows, head_dim]
     DeviceBuffer attn_out;      // [rows, heads, head_dim]
     DeviceBuffer wo_a_out;      // [rows, o_groups * o_lora_rank]
+    DeviceBuffer wo_a_bf16;     // [o_groups * o_lora_rank, heads * head_dim / o_groups]: wo_a widened (prefill)
     DeviceBuffer comp_kv, comp_gate;              // fp32 [rows, 2 * head_dim]: the attention compressor's projections
     DeviceBuffer index_comp_kv, index_comp_gate;  // fp32 [rows, 2 * index_head_dim]: the indexer compressor's
     DeviceBuffer index_q;        // [rows, index_heads, index_head_dim]
@@ -83,11 +86,11 @@ struct StepBuffers {
     // MoE
     DeviceBuffer router_logits;  // fp32 [rows, experts]
     DeviceBuffer expert_idx, expert_weight;  // [rows, top_k]
-    DeviceBuffer grouping_memory, act_tiles_memory;
+    DeviceBuffer grouping_memory, act_tiles_memory, expert_gemm_memory;  // expert_gemm: grouped_experts' workspace
     MoeGrouping grouping{};
     DeviceBuffer routed_out;     // fp32 [rows * top_k, hidden]
     DeviceBuffer shared_out;     // fp32 [rows, hidden]
-    DeviceBuffer shared_gate_up; // bf16 [2, min(rows, kGemvMaxTokens), inter]: the shared expert as linears
+    DeviceBuffer shared_gate_up; // bf16 [2, rows, inter]: the shared expert as linears (w1, w3 outputs)
     // prepared activations
     PrepBuffer prep_x, prep_x_bf16, prep_q_latent, prep_attn_out, prep_wo_a_out, prep_kv, prep_index_x;
     PrepBuffer prep_x_expert, moe_h, moe_h_shared;

@@ -41,9 +41,10 @@ int warps_knob(const char* var) {
 
 const std::vector<std::string_view>& known_variants() {
     static const std::vector<std::string_view> names = {
-        "generic_linear", "wgmma_gemv",   "bulk_gemv",   "simt_gemv",    "mma_gemv",  "tile_gemm",
-        "generic_experts", "wgmma_experts", "bulk_experts", "gemv_experts", "tile_experts",
-        "attn_mma",       "attn_simt",    "attn_prefill", "indexer_prefill", "indexer_simt", "shared_as_linears"};
+        "generic_linear",  "wgmma_gemv",      "bulk_gemv",    "simt_gemv",     "mma_gemv",      "fp8_gemm",
+        "fp8_gemm_mma",    "bf16_gemm",       "tile_gemm",    "generic_experts", "wgmma_experts", "bulk_experts",
+        "gemv_experts",    "grouped_experts", "tile_experts", "attn_mma",      "attn_simt",     "attn_prefill",
+        "indexer_prefill", "indexer_simt",    "shared_as_linears"};
     return names;
 }
 
@@ -53,6 +54,15 @@ bool KernelPolicy::is_disabled(std::string_view v) const {
 
 bool KernelPolicy::is_forced(std::string_view v) const {
     return std::find(forced.begin(), forced.end(), v) != forced.end();
+}
+
+KernelPolicy KernelPolicy::for_pass(bool prefill) const {
+    KernelPolicy p = *this;
+    for (std::string_view v : kComputeBoundVariants) {
+        if (prefill && !is_disabled(v) && !is_forced(v)) p.forced.emplace_back(v);
+        if (!prefill && !is_forced(v) && !is_disabled(v)) p.disabled.emplace_back(v);
+    }
+    return p;
 }
 
 KernelPolicy KernelPolicy::only(std::string_view variant) {
@@ -76,6 +86,9 @@ KernelPolicy KernelPolicy::from_env() {
     p.moe_up_kw = warps_knob("FLASHSEEK_MOE_UP_KW");
     p.moe_down_kw = warps_knob("FLASHSEEK_MOE_DOWN_KW");
     p.attn_mma_min_seqs = int(env_int("FLASHSEEK_ATTN_MMA_MIN_SEQS", p.attn_mma_min_seqs, 1, 1 << 20));
+    p.gemm_min_tokens = env_int("FLASHSEEK_GEMM_MIN_TOKENS", p.gemm_min_tokens, 1, int64_t(1) << 31);
+    p.grouped_experts_min_tokens =
+        env_int("FLASHSEEK_GROUPED_EXPERTS_MIN_TOKENS", p.grouped_experts_min_tokens, 1, int64_t(1) << 31);
     return p;
 }
 

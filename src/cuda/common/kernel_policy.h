@@ -4,8 +4,9 @@
 // a variant. Host-only header (no CUDA includes).
 //
 // Variant names are unique across op families (docs/perf.md, "kernel choice", lists them):
-//   linear: generic_linear, wgmma_gemv, bulk_gemv, simt_gemv, mma_gemv, tile_gemm
-//   experts: generic_experts, wgmma_experts, bulk_experts, gemv_experts, tile_experts
+//   linear: generic_linear, wgmma_gemv, bulk_gemv, simt_gemv, mma_gemv, fp8_gemm, fp8_gemm_mma, bf16_gemm,
+//           tile_gemm
+//   experts: generic_experts, wgmma_experts, bulk_experts, gemv_experts, grouped_experts, tile_experts
 //   attention: attn_prefill, attn_mma, attn_simt; indexer: indexer_prefill, indexer_simt
 //   composition: shared_as_linears (the shared expert as w1/w3/w2 linears instead of the fused expert kernels)
 // Environment (all optional): FLASHSEEK_DISABLE=name,name (never choose these), FLASHSEEK_FORCE=name,name (take
@@ -34,11 +35,22 @@ struct KernelPolicy {
     int gemv_kw = 0;                     // warps per 16-row tile of mma_gemv: 0 (rule), 1 or 4
     int moe_up_kw = 0, moe_down_kw = 0;  // the same for gemv_experts per projection
     int attn_mma_min_seqs = 8;           // attn_mma is preferred for decode passes of at least this many sequences
+    // Preference floors (rows of a pass) of the compute-bound GEMMs: fp8_gemm, fp8_gemm_mma and bf16_gemm, and the
+    // grouped expert GEMMs (grouped_experts, tokens). Below them tile_gemm / tile_experts (and the GEMVs up to 16).
+    // Not measured yet against tile_gemm at 17-256 rows (test_cuda_linear --perf, "linear" and "experts" tables):
+    // set from them.
+    int64_t gemm_min_tokens = 64;
+    int64_t grouped_experts_min_tokens = 32;
 
     bool is_disabled(std::string_view variant) const;
     bool is_forced(std::string_view variant) const;
     // The policy a test uses to exercise exactly one variant: forced, every other variant of the lists untouched.
     static KernelPolicy only(std::string_view variant);
+    // The policy of one pass of the backend: in a prefill pass the compute-bound variants (kComputeBoundVariants)
+    // are forced wherever they support the problem, in a decode pass they are disabled, unless this policy says
+    // otherwise (a variant it disables stays disabled, one it forces stays forced). A token's kernels then depend on
+    // whether it is a prompt token, not on how many rows its pass has (batch invariance: docs/perf.md).
+    KernelPolicy for_pass(bool prefill) const;
 
     // Compiled defaults overridden by the environment; throws Error naming a variable with a bad value or an
     // unknown variant name.
@@ -46,6 +58,11 @@ struct KernelPolicy {
     // from_env() read once per process: what launch helpers that take no policy use (the PDL switch).
     static const KernelPolicy& process();
 };
+
+// The tensor-core GEMM variants that sum differently from the GEMV / tile kernels (FP8 block sums on the tensor
+// cores, bf16 products): prefill passes take them, decode passes do not (KernelPolicy::for_pass).
+inline constexpr std::string_view kComputeBoundVariants[] = {"fp8_gemm", "fp8_gemm_mma", "bf16_gemm",
+                                                             "grouped_experts"};
 
 // Every variant name the catalogues declare (for validating FLASHSEEK_DISABLE / FLASHSEEK_FORCE).
 const std::vector<std::string_view>& known_variants();

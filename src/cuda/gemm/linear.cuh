@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "cuda/common/kernel_policy.h"
+#include "cuda/gemm/act_quant.cuh"
 
 namespace flashseek::cuda {
 
@@ -44,8 +45,18 @@ enum class ActNumerics : uint8_t {
 };
 enum class OutKind : uint8_t { BF16, F32 };
 
+// The memory layout of a prepared activation, i.e. the input a linear variant takes (LinearVariant::format):
+//   MMA_F16   prepare_activation's layout: f16 values permuted for the mma fragments of the weight format (FP8/FP4
+//             layouts) or natural bf16 rows (BF16 layout, unit scales), per-(token, 128-block) scales; or raw bf16
+//             rows (raw_activation). Every GEMV and tile_gemm.
+//   FP8_ROWS  act_quant (release numerics only): e4m3 codes in rows and transposed per-(row, 128-block) scales
+//             (act_quant.cuh), in `fp8`; the compute-bound FP8 GEMMs (fp8_gemm, fp8_gemm_mma).
+enum class ActFormat : uint8_t { MMA_F16, FP8_ROWS };
+
 // The prepared activation. Memory is owned by the caller: `values` holds m_pad * k_pad uint16 and `scales`
 // m_pad * (k_pad / 128) floats, with m_pad = round_up(M, 8) and k_pad = round_up(K, 128). Padding is written as 0.
+// The same storage holds either format (both 16-byte aligned): FP8_ROWS needs M * k_pad code bytes (<= the
+// 2 * m_pad * k_pad bytes of `values`) and (k_pad / 128) * round_up(M, 4) scale floats (<= m_pad * k_pad / 128).
 struct PreparedActivation {
     WeightKind layout = WeightKind::BF16;  // the weight format it was prepared for
     int64_t m = 0, k = 0, m_pad = 0, k_pad = 0;
@@ -57,11 +68,14 @@ struct PreparedActivation {
     bool raw = false;
     ActNumerics numerics = ActNumerics::EXACT;  // prepared: the numerics it was prepared with; raw: to apply
     int64_t raw_ld = 0;
+    ActFormat format = ActFormat::MMA_F16;
+    Fp8Activation fp8;  // FP8_ROWS: the codes and scales (over `values` and `scales`); unused otherwise
 };
 // Fills x's description (not its storage) for a prepared [m, k] activation: layout, numerics and the padded sizes.
 inline void describe_prepared(PreparedActivation& x, WeightKind layout, ActNumerics numerics, int64_t m, int64_t k) {
     x.layout = layout;
     x.raw = false;
+    x.format = ActFormat::MMA_F16;
     x.numerics = numerics;
     x.m = m;
     x.k = k;
@@ -75,6 +89,14 @@ size_t prepared_scales_bytes(int64_t m, int64_t k);
 // and room for (M, K); its m/k/layout fields are filled in. For layout BF16 numerics must be EXACT.
 void prepare_activation(const void* x, bool x_is_f32, int64_t M, int64_t K, int64_t ld_x, WeightKind layout,
                         ActNumerics numerics, PreparedActivation& out, cudaStream_t stream);
+
+// x: bf16 [M, K] with row stride ld_x elements (16-byte aligned rows take vector loads) -> the FP8_ROWS format for
+// FP8 weights: act_quant per (row, 128-column block), the codes and scales of the official act_quant (bit for bit
+// the values and scales prepare_activation makes in release numerics, in the other layout). Release numerics only
+// (FP8_BLOCK128; exact numerics keep MMA_F16: prepare_activation). `out` must have values/scales set (16-byte
+// aligned, sized as above for (M, K)); its other fields are filled in (layout FP8_BLOCK128).
+void prepare_activation_rows(const uint16_t* x, int64_t M, int64_t K, int64_t ld_x, ActNumerics numerics,
+                             PreparedActivation& out, cudaStream_t stream);
 
 // Scratch for split-K partial sums: `partials` (bytes) and `counters` (n_counters uint32, zeroed once by
 // create; kernels leave them zero). One workspace per stream: two linears in flight may not share one.
@@ -98,8 +120,10 @@ void destroy_gemm_workspace(GemmWorkspace& ws);
 // configs) generic_linear, an element-wise fallback.
 //
 // Kernel choice: the linear catalogue (linear_catalogue.h) lists every variant with the architectures it exists
-// on, what it supports and where it was measured fastest; linear() takes the first preferred variant in priority
-// order (or one the policy forces), plans it and runs that plan. Returns the variant's name (for the per-op table).
+// on, the activation format it takes, what it supports and where it was measured fastest; linear() takes the first
+// preferred variant in priority order (or one the policy forces) among those taking x's format, plans it and runs
+// that plan. Returns the variant's name (for the per-op table). linear_input_format() tells the caller which
+// format to prepare before the call.
 std::string_view linear(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind y_kind, int64_t ld_y,
                         const GemmWorkspace* ws, cudaStream_t stream, const KernelPolicy& policy = KernelPolicy{});
 std::string_view grouped_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, void* y,
@@ -112,6 +136,12 @@ PreparedActivation prepare_and_linear(const void* x, bool x_is_f32, int64_t M, i
                                       ActNumerics numerics, uint16_t* scratch_values, float* scratch_scales,
                                       void* y, OutKind y_kind, int64_t ld_y, const GemmWorkspace* ws,
                                       cudaStream_t stream, const KernelPolicy& policy = KernelPolicy{});
+
+// The activation format linear() / grouped_linear() would run from for M tokens of this weight with these numerics
+// (raw: a raw_activation is on offer): the format of the first forced variant that supports the shape, else of the
+// first enabled and preferred one. Decided from shapes alone (no pointers); throws Error when no variant serves.
+ActFormat linear_input_format(int64_t M, const DeviceLinear& w, int groups, ActNumerics numerics,
+                              const KernelPolicy& policy = KernelPolicy{}, bool raw = false);
 
 // What linear() does for a problem (tests, benchmarks): the variant, tokens per pass and K splits.
 struct LinearPlan {

@@ -30,15 +30,78 @@ void run(const LinearCall& c, const LinearPlan&, const KernelPolicy&, const Line
 
 namespace {
 
-#define FS_LINEAR_ROW(ns, archs) LinearVariant{#ns, archs, &ns::supports, &ns::preferred, &ns::plan, &ns::run}
+// Storage of the activations and weights that shape-only questions are asked about: supports() looks at pointers
+// only for null and alignment, never through them.
+alignas(256) unsigned char placeholder_storage[256];
+
+// A [M, K] activation in format f (raw: raw bf16 rows, MMA_F16 only) for weights of `layout`, over the placeholder.
+PreparedActivation shaped_activation(ActFormat f, int64_t M, int64_t K, WeightKind layout, ActNumerics numerics,
+                                     bool raw) {
+    PreparedActivation x;
+    uint16_t* values = reinterpret_cast<uint16_t*>(placeholder_storage);
+    float* scales = reinterpret_cast<float*>(placeholder_storage);
+    describe_prepared(x, layout, numerics, M, K);
+    x.values = values;
+    x.scales = scales;
+    if (raw) {
+        x.raw = true;
+        x.scales = nullptr;
+        x.raw_ld = (K + 7) / 8 * 8;
+    } else if (f == ActFormat::FP8_ROWS) {
+        x.format = ActFormat::FP8_ROWS;
+        x.fp8 = fp8_activation_view(values, scales, M, K);
+    }
+    return x;
+}
+
+// `w` with its pointers replaced by the placeholder (shape-only questions).
+DeviceLinear shaped_weight(const DeviceLinear& w) {
+    DeviceLinear s = w;
+    s.weight = placeholder_storage;
+    s.scale = w.kind == WeightKind::BF16 ? nullptr : placeholder_storage;
+    return s;
+}
+
+// Whether a variant taking format f can be asked about this shape at all (FP8_ROWS: prepared, release, FP8).
+bool format_fits(ActFormat f, const DeviceLinear& w, ActNumerics numerics, bool raw) {
+    if (raw && w.kind == WeightKind::BF16) return false;  // raw activations exist for FP8 / FP4 weights only
+    if (f == ActFormat::FP8_ROWS)
+        return !raw && numerics == ActNumerics::FP8_BLOCK128 && w.kind == WeightKind::FP8_BLOCK128;
+    return true;
+}
+
+// The catalogue's supports(): the format, then the variant's own checks.
+template <bool (*Supports)(const LinearCall&), ActFormat F>
+bool supports_in(const LinearCall& c) {
+    return c.x.format == F && Supports(c);
+}
+
+// supports() asked from shapes alone, on an activation of that shape over well-aligned storage.
+template <bool (*Supports)(const LinearCall&), ActFormat F>
+bool supports_shape_of(int64_t M, const DeviceLinear& w, int groups, ActNumerics numerics, bool raw) {
+    if (M <= 0 || groups < 1 || w.in <= 0 || w.out <= 0 || !format_fits(F, w, numerics, raw)) return false;
+    const PreparedActivation x = shaped_activation(F, M, w.in * groups, w.kind, numerics, raw);
+    const DeviceLinear sw = shaped_weight(w);
+    return Supports(LinearCall{x, sw, groups, nullptr});
+}
+
+#define FS_LINEAR_ROW(ns, archs, format)                                                                        \
+    LinearVariant {                                                                                              \
+        #ns, archs, format, &supports_in<&ns::supports, format>, &supports_shape_of<&ns::supports, format>,     \
+            &ns::preferred, &ns::plan, &ns::run                                                                  \
+    }
+constexpr ActFormat kMmaF16 = ActFormat::MMA_F16, kFp8Rows = ActFormat::FP8_ROWS;
 // Priority order: the first preferred variant that supports a problem runs it (docs/perf.md, kernel choice).
-const std::array<LinearVariant, 6> kVariants = {
-    FS_LINEAR_ROW(generic_linear, "sm_80+"),  // the only one for odd grouped shapes
-    FS_LINEAR_ROW(wgmma_gemv, "sm_90a"),      // 2-16 tokens, >= 4 MB FP8, release numerics
-    FS_LINEAR_ROW(bulk_gemv, "sm_90+"),       // 2-16 tokens, >= 16 MB FP8, release numerics
-    FS_LINEAR_ROW(simt_gemv, "sm_80+"),       // one token
-    FS_LINEAR_ROW(mma_gemv, "sm_80+"),        // 1-16 tokens
-    FS_LINEAR_ROW(tile_gemm, "sm_80+"),       // any M
+const std::array<LinearVariant, 9> kVariants = {
+    FS_LINEAR_ROW(generic_linear, "sm_80+", kMmaF16),  // the only one for odd grouped shapes
+    FS_LINEAR_ROW(wgmma_gemv, "sm_90a", kMmaF16),      // 2-16 tokens, >= 4 MB FP8, release numerics
+    FS_LINEAR_ROW(bulk_gemv, "sm_90+", kMmaF16),       // 2-16 tokens, >= 16 MB FP8, release numerics
+    FS_LINEAR_ROW(simt_gemv, "sm_80+", kMmaF16),       // one token
+    FS_LINEAR_ROW(mma_gemv, "sm_80+", kMmaF16),        // 1-16 tokens
+    FS_LINEAR_ROW(fp8_gemm, "sm_90a", kFp8Rows),       // FP8, release numerics, from gemm_min_tokens rows
+    FS_LINEAR_ROW(fp8_gemm_mma, "sm_80+", kFp8Rows),   // the same where wgmma is not
+    FS_LINEAR_ROW(bf16_gemm, "sm_80+", kMmaF16),       // BF16, from gemm_min_tokens rows
+    FS_LINEAR_ROW(tile_gemm, "sm_80+", kMmaF16),       // any M
 };
 #undef FS_LINEAR_ROW
 
@@ -55,6 +118,8 @@ void check_linear_args(const PreparedActivation& x, const DeviceLinear& w, int g
     FS_REQUIRE(w.weight != nullptr, "linear: weight pointer is null");
     FS_REQUIRE(w.out > 0 && w.in > 0, "linear: weight shape [", w.out, ", ", w.in, "] must be positive");
     FS_REQUIRE(x.values && (x.scales || x.raw), "linear: prepared activation has no storage");
+    FS_REQUIRE(x.format == ActFormat::MMA_F16 || (x.fp8.codes && x.fp8.scales && x.fp8.m == x.m && x.fp8.k == x.k),
+               "linear: FP8_ROWS activation of ", x.m, " x ", x.k, " describes codes of ", x.fp8.m, " x ", x.fp8.k);
     FS_REQUIRE(x.layout == w.kind, "linear: activation prepared for ", kind_name(x.layout), " but weight is ",
                kind_name(w.kind));
     FS_REQUIRE(x.k == w.in * groups, "linear: activation has ", x.k, " columns, weight expects ", w.in * groups);
@@ -93,7 +158,22 @@ const LinearVariant& choose_linear(const LinearCall& c, const KernelPolicy& poli
         if (!policy.is_disabled(v.name) && v.supports(c) && v.preferred(c, policy)) return v;
     FS_REQUIRE(!c.x.raw, "linear: a raw activation needs the small-M GEMV path (M = ", c.x.m, ")");
     throw_error(fs_cat("linear: no enabled kernel variant supports M = ", c.x.m, " x [", c.w.out, ", ", c.w.in, "] (",
-                       kind_name(c.w.kind), ", ", c.groups, " groups)"));
+                       kind_name(c.w.kind), ", ", c.groups, " groups, ",
+                       c.x.format == ActFormat::FP8_ROWS ? "FP8_ROWS" : "MMA_F16", " activation)"));
+}
+
+ActFormat linear_input_format(int64_t M, const DeviceLinear& w, int groups, ActNumerics numerics,
+                              const KernelPolicy& policy, bool raw) {
+    for (const LinearVariant& v : kVariants)
+        if (policy.is_forced(v.name) && v.supports_shape(M, w, groups, numerics, raw)) return v.format;
+    for (const LinearVariant& v : kVariants) {
+        if (policy.is_disabled(v.name) || !v.supports_shape(M, w, groups, numerics, raw)) continue;
+        const PreparedActivation x = shaped_activation(v.format, M, w.in * groups, w.kind, numerics, raw);
+        const DeviceLinear sw = shaped_weight(w);
+        if (v.preferred(LinearCall{x, sw, groups, nullptr}, policy)) return v.format;
+    }
+    throw_error(fs_cat("linear_input_format: no enabled kernel variant supports M = ", M, " x [", w.out, ", ", w.in,
+                       "] (", kind_name(w.kind), ", ", groups, " groups", raw ? ", raw input" : "", ")"));
 }
 
 const LinearVariant& linear_variant(std::string_view name) {

@@ -4,6 +4,17 @@
 // plan_linear() both go through choose_linear(), so what is planned is what runs. A new variant (the compute-bound
 // GEMMs of prefill, a new architecture's kernel) is one more row in linear_variants(), at its priority.
 // Internal to src/cuda/gemm and its tests.
+// Activation formats (linear.cuh, ActFormat): a variant takes one format; its catalogue supports() refuses the
+// other, and linear_input_format() tells a caller which format the chosen variant will want, from shapes alone
+// (supports_shape: supports() on an activation of that shape whose storage is assumed well aligned).
+// Batch invariance (issue 15 item 6): each variant computes a row's result in an order that does not depend on the
+// other rows (no split-K across rows of different requests, K order fixed), so a token's result does not depend on
+// which tokens share its pass *as long as the same variant runs*. The variant depends on the pass's row count (the
+// GEMVs up to 16 rows, the compute-bound GEMMs from KernelPolicy::gemm_min_tokens, tile_gemm between), and the
+// variants sum in different orders (tensor-core FP8 block sums, f16 products, split-K): a prompt prefilled in
+// chunks whose sizes fall on different sides of those floors (a short last chunk) can differ in the last bits
+// from the same prompt in one pass. What holds: a given (row count, weight, numerics, policy) always takes the same
+// variant, so identical chunkings give identical bits, and a decode step's rows are independent of each other.
 #pragma once
 #include <span>
 #include <string_view>
@@ -31,7 +42,11 @@ struct LinearOut {
 struct LinearVariant {
     std::string_view name;
     std::string_view archs;  // where it exists ("sm_80+", "sm_90+", "sm_90a"); supports() checks the device
-    bool (*supports)(const LinearCall&);
+    ActFormat format;        // the activation format it takes
+    bool (*supports)(const LinearCall&);  // the variant's own checks and the format
+    // The same question from shapes alone: M tokens of this weight, groups, numerics, raw or prepared (no pointer of
+    // w is looked at).
+    bool (*supports_shape)(int64_t M, const DeviceLinear& w, int groups, ActNumerics numerics, bool raw);
     bool (*preferred)(const LinearCall&, const KernelPolicy&);
     LinearPlan (*plan)(const LinearCall&, const KernelPolicy&);
     void (*run)(const LinearCall&, const LinearPlan&, const KernelPolicy&, const LinearOut&, cudaStream_t);
@@ -53,13 +68,16 @@ FS_DECLARE_LINEAR_VARIANT(wgmma_gemv)      // wgmma_gemv.cu: sm_90a, release num
 FS_DECLARE_LINEAR_VARIANT(bulk_gemv)       // bulk_gemv.cu: sm_90+, release numerics, 2-16 tokens
 FS_DECLARE_LINEAR_VARIANT(simt_gemv)       // gemv_simt.cu: one token
 FS_DECLARE_LINEAR_VARIANT(mma_gemv)        // gemv.cu: f16 mma.sync, 1-16 tokens, raw activations too
+FS_DECLARE_LINEAR_VARIANT(fp8_gemm)        // linear_gemm.cu: sm_90a wgmma FP8 GEMM, FP8_ROWS, release numerics
+FS_DECLARE_LINEAR_VARIANT(fp8_gemm_mma)    // linear_gemm.cu: the same GEMM on mma.sync (sm_80+: e4m3 on sm_89+)
+FS_DECLARE_LINEAR_VARIANT(bf16_gemm)       // linear_gemm.cu: BF16 weights, wgmma (sm_90a) or mma.sync
 FS_DECLARE_LINEAR_VARIANT(tile_gemm)       // linear.cu: f16 mma.sync tiles of 64 rows x 8-32 tokens, any M
 
 // In priority order.
 std::span<const LinearVariant> linear_variants();
 
-// The variant linear() runs: the first forced variant that supports the call, else the first that supports it, is
-// preferred for it and is not disabled. Throws Error naming the problem when none does.
+// The variant linear() runs: the first forced variant that supports the call (format included), else the first
+// that supports it, is preferred for it and is not disabled. Throws Error naming the problem when none does.
 const LinearVariant& choose_linear(const LinearCall& call, const KernelPolicy& policy);
 
 // The variant of that name (tests); throws Error for an unknown name.

@@ -547,14 +547,22 @@ void down(const ExpertCall& c, const KernelPolicy&, float* y, cudaStream_t strea
 }  // namespace tile_experts
 
 namespace {
-#define FS_EXPERT_ROW(ns, archs) ExpertVariant{#ns, archs, &ns::supports, &ns::preferred, &ns::up, &ns::down}
+// The catalogue's supports(): the down-projection's input in the variant's format, then its own checks.
+template <bool (*Supports)(const ExpertCall&), ActFormat F>
+bool supports_in(const ExpertCall& c) {
+    return c.x.format == (c.up ? ActFormat::MMA_F16 : F) && Supports(c);
+}
+#define FS_EXPERT_ROW(ns, archs, format) \
+    ExpertVariant { #ns, archs, format, &supports_in<&ns::supports, format>, &ns::preferred, &ns::up, &ns::down }
+constexpr ActFormat kMmaF16 = ActFormat::MMA_F16, kFp8Rows = ActFormat::FP8_ROWS;
 // Priority order: the first preferred variant that supports a projection runs it (docs/perf.md, kernel choice).
-const std::array<ExpertVariant, 5> kExpertVariants = {
-    FS_EXPERT_ROW(generic_experts, "sm_80+"),  // the only one for shapes off the 128 grid
-    FS_EXPERT_ROW(wgmma_experts, "sm_90a"),    // routed FP4, 8-16 tokens
-    FS_EXPERT_ROW(bulk_experts, "sm_90+"),     // routed FP4, 8-16 tokens
-    FS_EXPERT_ROW(gemv_experts, "sm_80+"),     // 1-16 tokens
-    FS_EXPERT_ROW(tile_experts, "sm_80+"),     // any M
+const std::array<ExpertVariant, 6> kExpertVariants = {
+    FS_EXPERT_ROW(generic_experts, "sm_80+", kMmaF16),   // the only one for shapes off the 128 grid
+    FS_EXPERT_ROW(wgmma_experts, "sm_90a", kMmaF16),     // routed FP4, 8-16 tokens
+    FS_EXPERT_ROW(bulk_experts, "sm_90+", kMmaF16),      // routed FP4, 8-16 tokens
+    FS_EXPERT_ROW(gemv_experts, "sm_80+", kMmaF16),      // 1-16 tokens
+    FS_EXPERT_ROW(grouped_experts, "sm_80+", kFp8Rows),  // routed FP4, raw input, from grouped_experts_min_tokens
+    FS_EXPERT_ROW(tile_experts, "sm_80+", kMmaF16),      // any M
 };
 #undef FS_EXPERT_ROW
 }  // namespace

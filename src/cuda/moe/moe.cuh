@@ -56,6 +56,10 @@ struct MoeGrouping {
     float* split_partials = nullptr;
     uint32_t* split_counters = nullptr;
     int split_slots = 0;       // CTA boundaries the scratch holds
+    // Optional (moe_attach_gemm_workspace, moe_gemm.cuh): the grouped expert GEMMs' scratch for max_pairs slots,
+    // the gathered act_quant of the input and the act_quant of h (grouped_experts passes h to its down-projection
+    // as an FP8_ROWS activation over gemm_h); without it grouped_experts is not used.
+    Fp8Activation gemm_x, gemm_h;
 };
 size_t moe_grouping_bytes(int E, int64_t max_pairs);
 MoeGrouping moe_grouping_view(void* memory, int E, int64_t max_pairs);

@@ -1,8 +1,9 @@
 // The expert catalogue: every kernel variant of the expert projections (moe_expert_up / moe_expert_down of
 // moe.cuh), declared once with the architectures it exists on, what it supports, where it is preferred (measured
 // fastest: docs/perf.md, kernel choice) and its two runs. Up and down choose independently from the same table:
-// the down-projection's input is what the chosen up-projection wrote (a prepared h, or raw bf16 rows from
-// gemv_experts, which only gemv_experts reads back). A new variant (the grouped prefill GEMM) is one more row.
+// the down-projection's input is what the chosen up-projection wrote (a prepared h, raw bf16 rows from
+// gemv_experts, which only gemv_experts reads back, or grouped_experts' FP8_ROWS h in the grouping's GEMM
+// workspace, which only grouped_experts reads back: a variant's `format` is the form of h it writes and reads).
 // Internal to src/cuda/moe and its tests.
 #pragma once
 #include <span>
@@ -27,7 +28,8 @@ struct ExpertCall {
 struct ExpertVariant {
     std::string_view name;
     std::string_view archs;
-    bool (*supports)(const ExpertCall&);
+    ActFormat format;  // of h: what up writes and down takes (every up-projection input is MMA_F16, raw or not)
+    bool (*supports)(const ExpertCall&);  // the variant's own checks and, for down, the format
     bool (*preferred)(const ExpertCall&, const KernelPolicy&);
     // h: storage with its fields already described (moe_expert_up); y: [rows, hidden] fp32.
     void (*up)(const ExpertCall&, const KernelPolicy&, float swiglu_limit, PreparedActivation& h, cudaStream_t);
@@ -47,6 +49,7 @@ FS_DECLARE_EXPERT_VARIANT(generic_experts)  // moe.cu: element-wise, shapes off 
 FS_DECLARE_EXPERT_VARIANT(wgmma_experts)    // moe_wgmma.cu: sm_90a, routed FP4, release numerics, 1-16 tokens
 FS_DECLARE_EXPERT_VARIANT(bulk_experts)     // moe_bulk.cu: sm_90+, routed FP4, release numerics, 1-16 tokens
 FS_DECLARE_EXPERT_VARIANT(gemv_experts)     // moe_gemv.cu: f16 mma.sync GEMV, 1-16 tokens, raw inputs too
+FS_DECLARE_EXPERT_VARIANT(grouped_experts)  // moe_grouped_variant.cpp: grouped FP4 GEMMs (moe_gemm.cuh), raw input
 FS_DECLARE_EXPERT_VARIANT(tile_experts)     // moe.cu: f16 mma.sync tiles, any M
 
 // In priority order.

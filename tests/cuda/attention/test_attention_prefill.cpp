@@ -12,6 +12,7 @@
 #include "cuda/attention/sparse_attention.cuh"
 #include "cuda/attention/sparse_attention_prefill.cuh"
 #include "cuda/indexer/indexer_prefill.cuh"
+#include "harness_mode.h"
 #include "kv_test_util.h"
 #include "util/error.h"
 
@@ -241,7 +242,7 @@ TEST(CudaPrefillAttention, MatchesCpuAndDecodeKernel) {
     // clang-format on
     for (const PrefillCase& c : cases) {
         SCOPED_TRACE(c.name);
-        if (std::getenv("FS_ATTN_SMALL") && c.H * c.D > 20 * 128) continue;  // sanitizer runs: small cases only
+        if (flashseek::test::quick_mode() && c.H * c.D > 20 * 128) continue;  // sanitizer runs: small cases only
         std::vector<SeqSpan> spans;
         int max_chunk = 1;
         for (const SeqRows& s : c.seqs) {
@@ -290,7 +291,7 @@ TEST(CudaPrefillAttention, ChunkingAndBatchInvariant) {
     const uint64_t seed = test_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     Rng rng(seed);
-    const bool small = std::getenv("FS_ATTN_SMALL") != nullptr;  // sanitizer runs
+    const bool small = flashseek::test::quick_mode();  // sanitizer runs
     for (int ratio : {4, 128}) {
         // slot 0: the prompt under test; slots 1, 2: other sequences sharing the steps
         const int len = small ? 90 : 300, mid = 38 + (len - 38) / 2;
@@ -376,7 +377,7 @@ TEST(CudaPrefillIndexer, MatchesCpuAndIsChunkInvariant) {
     // clang-format on
     for (const IndexerCase& c : cases) {
         SCOPED_TRACE(c.name);
-        if (std::getenv("FS_ATTN_SMALL") && c.seqs[0].n > 1000) continue;  // sanitizer runs: small cases only
+        if (flashseek::test::quick_mode() && c.seqs[0].n > 1000) continue;  // sanitizer runs: small cases only
         const int n_slots = int(c.seqs.size());
         int max_entries = 1;
         for (const SeqRows& s : c.seqs) max_entries = std::max(max_entries, (s.start + s.n) / ratio);

@@ -1,9 +1,8 @@
-// Helpers of the linear-algebra GPU harness (see harness.h) and the executable's main: gtest by default,
-// the micro-benchmark with --bench (bench_linear.cpp).
+// Helpers of the linear-algebra GPU harness (see harness.h). The executable's main and its modes come from
+// tests/cuda/op_harness (harness_main.cpp).
 #include "harness.h"
 
 #include <cstdlib>
-#include <cstring>
 
 namespace flashseek::test {
 
@@ -35,13 +34,4 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b, double 
     return m;
 }
 
-int run_benchmarks(int argc, char** argv);  // bench_linear.cpp
-
 }  // namespace flashseek::test
-
-int main(int argc, char** argv) {
-    for (int i = 1; i < argc; ++i)
-        if (std::strcmp(argv[i], "--bench") == 0) return flashseek::test::run_benchmarks(argc, argv);
-    ::testing::InitGoogleTest(&argc, argv);
-    return RUN_ALL_TESTS();
-}

@@ -1,5 +1,6 @@
-// Shared helpers of the linear-algebra GPU harness: fresh random seeds (printed on failure), device buffers that
-// are poisoned before every run, random weights in each checkpoint format, and error metrics.
+// Shared helpers of the linear-algebra GPU tests (test_cuda_linear): fresh random seeds (printed on failure), device
+// buffers that are poisoned before every run, random bf16 data and error metrics (random weights: weights.h; the
+// modes, variant coverage and perf pieces shared with the attention harness: tests/cuda/op_harness).
 #pragma once
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>

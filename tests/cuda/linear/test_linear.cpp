@@ -1,597 +1,518 @@
-// Op-consistency cases for the GPU linear layers (cuda/gemm/linear.cuh) against cpu::dequantize_linear +
-// cpu::act_quant_fp8_block128 + cpu::linear_f32 / cpu::grouped_out_proj, on random data with fresh seeds and
-// odd shapes. Outputs are poisoned (NaN) before every run, so an unwritten element fails the comparison.
+// The linear op family (cuda/gemm/linear.cuh) in the op harness: every case of linear_cases() through every variant
+// of the linear catalogue that supports it on this GPU (KernelPolicy::only), each from the activation prepared in
+// the format it takes (MMA_F16: prepare_activation; FP8_ROWS: prepare_activation_rows, the compute-bound FP8 GEMMs),
+// against cpu::dequantize_linear + cpu::act_quant_fp8_block128 + cpu::linear_f32 / cpu::grouped_out_proj, on random
+// data with fresh seeds. Per case and variant: the variant refuses the other format; linear_input_format() names its
+// format when it is forced; the plan and the run name the variant; outputs are poisoned (NaN) before every run; the
+// error is within the variant's threshold (linear_family.cpp); a rerun is bit-identical (split-K reduces
+// deterministically); the run without a split-K workspace agrees too; where the variant takes raw activations
+// (raw_activation: bf16 rows prepared while staging) the raw run is bit-identical to the prepared one; all variants
+// agree with each other. The default policy runs from the format linear_input_format() names, and runs the variant
+// plan_linear() predicts. The family's test ends by checking that every variant that exists on this device ran,
+// with the properties the case list must reach. Then the default choice rules, the policy's environment variables
+// and the named errors for bad arguments.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <sstream>
 
 #include "cpu/ops.h"
 #include "cuda/common/arch.cuh"
-#include "cuda/gemm/linear.cuh"
+#include "cuda/gemm/linear_catalogue.h"
 #include "harness.h"
+#include "harness_mode.h"
+#include "named_error.h"
+#include "linear_family.h"
+#include "variant_coverage.h"
 #include "weights.h"
 
 namespace flashseek::test {
 namespace {
 
 using cuda::ActNumerics;
+using cuda::KernelPolicy;
 using cuda::OutKind;
 using cuda::ScaleKind;
 using cuda::WeightKind;
 
-struct LinearCase {
-    WeightKind kind;
-    ScaleKind scale;
-    ActNumerics numerics;
-    int64_t M, N, K;
-    OutKind out;
-    bool f32_input = false;
+// Poisoned storage of a prepared activation of M x K (either format), attached to `p`.
+struct PreparedStorage {
+    DeviceArray<uint16_t> values;
+    DeviceArray<float> scales;
+    PreparedStorage(int64_t M, int64_t K, cuda::PreparedActivation& p)
+        : values(cuda::prepared_values_bytes(M, K) / 2), scales(cuda::prepared_scales_bytes(M, K) / 4) {
+        values.poison();
+        scales.poison();
+        p.values = values.ptr;
+        p.scales = scales.ptr;
+    }
 };
 
-// Thresholds on ||gpu - cpu|| / ||cpu||: fp32 outputs differ only by accumulation order (2e-5), except FP4 with
-// F32 scales, where per-group scale ratios are rounded to f16 (1e-3), and fp32 inputs, which are rounded to f16
-// (1e-3) or, for BF16 weights, to bf16 (4e-3); bf16 outputs add one bf16 rounding (4e-3).
-double threshold(const LinearCase& c) {
-    double t = 2e-5;
-    if ((c.kind == WeightKind::FP4_BLOCK32 && c.scale == ScaleKind::F32) || c.f32_input) t = 1e-3;
-    if (c.f32_input && c.kind == WeightKind::BF16) t = 4e-3;
-    if (c.out == OutKind::BF16) t = std::max(t, 4e-3);
-    return t;
-}
+// The case's data on the host and the device: the weight, the activation (as the op reads it: bf16 rows with a row
+// stride wider than K, fp32 rows, and bf16 rows with a stride that is a multiple of 8 for the raw path), the
+// activation prepared in each format a variant may take (ActFormat: MMA_F16 always; FP8_ROWS for FP8 weights in
+// release numerics from bf16 rows) and the CPU reference output.
+struct LinearProblem {
+    TestWeight w;
+    std::vector<float> ref;  // [M, N]
+    std::unique_ptr<DeviceArray<uint16_t>> x_bf16, x_raw;
+    std::unique_ptr<DeviceArray<float>> x_f32;
+    cuda::PreparedActivation prepared, rows, raw;
+    std::unique_ptr<PreparedStorage> prepared_storage, rows_storage;
+    bool has_rows = false, has_raw = false;
 
-std::string describe(const LinearCase& c, uint64_t seed) {
-    std::ostringstream os;
-    os << "kind=" << int(c.kind) << " scale=" << int(c.scale) << " numerics=" << int(c.numerics) << " M=" << c.M
-       << " N=" << c.N << " K=" << c.K << " out=" << (c.out == OutKind::F32 ? "f32" : "bf16")
-       << " f32_input=" << c.f32_input << " seed=" << seed << " (FS_TEST_SEED to reproduce)";
-    return os.str();
-}
+    // The activation in format f, or null where this case cannot give that format.
+    const cuda::PreparedActivation* input(cuda::ActFormat f) const {
+        if (f == cuda::ActFormat::FP8_ROWS) return has_rows ? &rows : nullptr;
+        return &prepared;
+    }
 
-// CPU reference: x [M, K] fp32 (already bf16-exact unless f32_input), optional act_quant, dequantized W.
-std::vector<float> reference(const LinearCase& c, const std::vector<float>& x, const TestWeight& w) {
-    std::vector<float> xq = x;
-    if (c.numerics == ActNumerics::FP8_BLOCK128)
-        for (int64_t m = 0; m < c.M; ++m) cpu::act_quant_fp8_block128(&x[m * c.K], c.K, &xq[m * c.K]);
-    const std::vector<float> wf = w.dequantized();
-    std::vector<float> y(size_t(c.M * c.N));
-    cpu::linear_f32(xq.data(), c.M, wf.data(), c.N, c.K, y.data(), nullptr);
-    return y;
-}
+    LinearProblem(const LinearCase& c, std::mt19937_64& rng) : w(make_weight(rng, c.kind, c.scale, c.N, c.K)) {
+        const int64_t Kx = c.x_width();
+        // N(0, 1) with a quarter of the values scaled by 1e-3: 128-blocks of uneven magnitude (act_quant scales).
+        std::normal_distribution<float> d(0.f, 1.f);
+        std::vector<float> x(size_t(c.M * Kx));
+        for (auto& v : x) {
+            const float f = d(rng) * (rng() % 4 == 0 ? 1e-3f : 1.f);
+            v = c.f32_input ? f : round_bf16(f);
+        }
+        ref = reference(c, x);
+        const int64_t ld_x = Kx + 5;  // odd row stride: prepare_activation's ld_x
+        if (c.f32_input) {
+            std::vector<float> h(size_t(c.M * ld_x), 0.f);
+            for (int64_t m = 0; m < c.M; ++m) std::copy_n(&x[size_t(m * Kx)], Kx, &h[size_t(m * ld_x)]);
+            x_f32 = std::make_unique<DeviceArray<float>>(h);
+        } else {
+            std::vector<uint16_t> h(size_t(c.M * ld_x), 0), r(size_t(c.M * (Kx + 24)), 0);
+            for (int64_t m = 0; m < c.M; ++m)
+                for (int64_t k = 0; k < Kx; ++k) {
+                    h[size_t(m * ld_x + k)] = f32_to_bf16(x[size_t(m * Kx + k)]);
+                    r[size_t(m * (Kx + 24) + k)] = h[size_t(m * ld_x + k)];
+                }
+            x_bf16 = std::make_unique<DeviceArray<uint16_t>>(h);
+            if (c.kind != WeightKind::BF16) {
+                x_raw = std::make_unique<DeviceArray<uint16_t>>(r);
+                raw = cuda::raw_activation(x_raw->ptr, c.M, Kx, Kx + 24, c.kind, c.numerics);
+                has_raw = true;
+            }
+        }
+        prepared_storage = std::make_unique<PreparedStorage>(c.M, Kx, prepared);
+        const void* xin = c.f32_input ? static_cast<const void*>(x_f32->ptr) : static_cast<const void*>(x_bf16->ptr);
+        cuda::prepare_activation(xin, c.f32_input, c.M, Kx, ld_x, c.kind, c.numerics, prepared, nullptr);
+        // FP8_ROWS: act_quant of the bf16 rows (release numerics, FP8 weights), the compute-bound FP8 GEMMs' input.
+        has_rows = !c.f32_input && c.kind == WeightKind::FP8_BLOCK128 && c.numerics == ActNumerics::FP8_BLOCK128;
+        if (has_rows) {
+            rows_storage = std::make_unique<PreparedStorage>(c.M, Kx, rows);
+            cuda::prepare_activation_rows(x_bf16->ptr, c.M, Kx, ld_x, c.numerics, rows, nullptr);
+        }
+        CUDA_CHECK(cudaDeviceSynchronize());
+    }
 
-struct GpuRun {
-    std::vector<float> y;
-    cuda::LinearPlan plan;
+    // CPU: x (act_quant per 128 in release numerics) times the dequantized weight, per group when grouped.
+    std::vector<float> reference(const LinearCase& c, const std::vector<float>& x) const {
+        const int64_t Kx = c.x_width();
+        std::vector<float> xq = x;
+        if (c.numerics == ActNumerics::FP8_BLOCK128)
+            for (int64_t m = 0; m < c.M; ++m) cpu::act_quant_fp8_block128(&x[size_t(m * Kx)], Kx, &xq[size_t(m * Kx)]);
+        const std::vector<float> wf = w.dequantized();
+        std::vector<float> y(size_t(c.M * c.N));
+        if (c.groups > 1)
+            cpu::grouped_out_proj(xq.data(), c.M, c.groups, c.N / c.groups, c.K, wf.data(), y.data(), nullptr);
+        else
+            cpu::linear_f32(xq.data(), c.M, wf.data(), c.N, c.K, y.data(), nullptr);
+        return y;
+    }
 };
 
-GpuRun run_gpu(const LinearCase& c, const std::vector<float>& x, const TestWeight& w, const cuda::GemmWorkspace* ws,
-               int64_t ld_y_extra = 3) {
-    // Input on the device as bf16 or fp32, with a row stride wider than K to exercise ld_x.
-    const int64_t ld_x = c.K + 5;
-    std::unique_ptr<DeviceArray<uint16_t>> xb;
-    std::unique_ptr<DeviceArray<float>> xf;
-    if (c.f32_input) {
-        std::vector<float> h(size_t(c.M * ld_x), 0.f);
-        for (int64_t m = 0; m < c.M; ++m)
-            for (int64_t k = 0; k < c.K; ++k) h[m * ld_x + k] = x[m * c.K + k];
-        xf = std::make_unique<DeviceArray<float>>(h);
-    } else {
-        std::vector<uint16_t> h(size_t(c.M * ld_x), 0);
-        for (int64_t m = 0; m < c.M; ++m)
-            for (int64_t k = 0; k < c.K; ++k) h[m * ld_x + k] = f32_to_bf16(x[m * c.K + k]);
-        xb = std::make_unique<DeviceArray<uint16_t>>(h);
-    }
-    DeviceArray<uint16_t> pv(cuda::prepared_values_bytes(c.M, c.K) / 2);
-    DeviceArray<float> ps(cuda::prepared_scales_bytes(c.M, c.K) / 4);
-    pv.poison();
-    ps.poison();
-    const int64_t ld_y = c.N + ld_y_extra;
-    GpuRun r;
-    const void* xin = c.f32_input ? static_cast<const void*>(xf->ptr) : static_cast<const void*>(xb->ptr);
-    if (c.out == OutKind::F32) {
-        DeviceArray<float> y(size_t(c.M * ld_y));
-        y.poison();
-        auto p = cuda::prepare_and_linear(xin, c.f32_input, c.M, ld_x, w.device(), c.numerics, pv.ptr, ps.ptr, y.ptr,
-                                          c.out, ld_y, ws, nullptr);
-        r.plan = cuda::plan_linear(p, w.device(), 1, ws);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        auto h = y.download();
-        for (int64_t m = 0; m < c.M; ++m)
-            for (int64_t n = 0; n < c.N; ++n) r.y.push_back(h[m * ld_y + n]);
-    } else {
-        DeviceArray<uint16_t> y(size_t(c.M * ld_y));
-        y.poison();
-        auto p = cuda::prepare_and_linear(xin, c.f32_input, c.M, ld_x, w.device(), c.numerics, pv.ptr, ps.ptr, y.ptr,
-                                          c.out, ld_y, ws, nullptr);
-        r.plan = cuda::plan_linear(p, w.device(), 1, ws);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        auto h = y.download();
-        for (int64_t m = 0; m < c.M; ++m)
-            for (int64_t n = 0; n < c.N; ++n) r.y.push_back(bf16_to_f32(h[m * ld_y + n]));
-    }
+struct LinearRun {
+    std::vector<float> y;  // [M, N] as fp32
+    std::string variant;   // what the op returned
+};
+
+// One call of the op into a poisoned output with row stride N + 3, read back as fp32.
+LinearRun run_once(const LinearCase& c, const cuda::PreparedActivation& x, const cuda::DeviceLinear& w,
+                   const cuda::GemmWorkspace* ws, const KernelPolicy& policy) {
+    const int64_t ld_y = c.N + 3;
+    const size_t elem = c.out == OutKind::F32 ? 4 : 2;
+    DeviceArray<uint8_t> y(size_t(c.M * ld_y) * elem);
+    y.poison();
+    LinearRun r;
+    r.variant = std::string(c.groups > 1 ? cuda::grouped_linear(x, w, c.groups, y.ptr, c.out, ld_y, ws, nullptr, policy)
+                                         : cuda::linear(x, w, y.ptr, c.out, ld_y, ws, nullptr, policy));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<uint8_t> h = y.download();
+    r.y.reserve(size_t(c.M * c.N));
+    for (int64_t m = 0; m < c.M; ++m)
+        for (int64_t n = 0; n < c.N; ++n) {
+            const size_t at = size_t(m * ld_y + n) * elem;
+            if (c.out == OutKind::F32) {
+                float v;
+                std::memcpy(&v, &h[at], 4);
+                r.y.push_back(v);
+            } else {
+                uint16_t b;
+                std::memcpy(&b, &h[at], 2);
+                r.y.push_back(bf16_to_f32(b));
+            }
+        }
     return r;
 }
 
-cuda::LinearPlan check_case(const LinearCase& c, const cuda::GemmWorkspace* ws, double max_err = -1) {
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(describe(c, seed));
-    std::mt19937_64 rng(seed);
-    TestWeight w = make_weight(rng, c.kind, c.scale, c.N, c.K);
-    std::vector<float> x(size_t(c.M * c.K));
-    std::normal_distribution<float> d(0.f, 1.f);
-    for (auto& v : x) v = c.f32_input ? d(rng) : round_bf16(d(rng));
-    const auto ref = reference(c, x, w);
-    const auto gpu = run_gpu(c, x, w, ws);
-    const double err = rel_l2(gpu.y, ref);
-    EXPECT_LE(err, max_err >= 0 ? max_err : threshold(c))
-        << "plan: gemv " << gpu.plan.gemv << " tokens/pass " << gpu.plan.tokens_per_pass << " k_splits "
-        << gpu.plan.k_splits << " aligned " << gpu.plan.aligned;
-    return gpu.plan;
+bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// Turns the small-M GEMV off for one scope (the mma.sync kernel then serves M <= 8 too).
-struct GemvOff {
-    GemvOff() { cuda::set_small_m_gemv(false); }
-    ~GemvOff() { cuda::set_small_m_gemv(true); }
-};
-// Lets the GEMV serve up to its capacity for one scope (kGemvMaxTokens; also the production default since the
-// tensor-core GEMV, kept so that the tests do not depend on the default).
-struct GemvUpTo8 {
-    GemvUpTo8() { cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens); }
-    ~GemvUpTo8() { cuda::set_small_m_gemv_max_tokens(cuda::kGemvDefaultMaxTokens); }
-};
-
-// Turns the bulk-copy FP8 GEMV (bulk_gemv.cu) off for one scope: the tests written for the f16 GEMV kernels
-// (raw vs prepared bit-identity) keep testing those kernels on sm_90.
-struct BulkGemvOff {  // (and the wgmma one, wgmma_gemv.cu, which is taken first)
-    BulkGemvOff() {
-        cuda::set_bulk_gemv(false);
-        cuda::set_wgmma_gemv(false);
-    }
-    ~BulkGemvOff() {
-        cuda::set_bulk_gemv(true);
-        cuda::set_wgmma_gemv(true);
-    }
-};
-
-// The wgmma GEMV (taken first for FP8 in release numerics on sm_90a) is off in every case but WgmmaGemvMatchesCpu,
-// so that each case keeps testing the kernel (and the threshold) it was written for.
-class LinearTest : public ::testing::Test {
+class LinearFamily : public ::testing::Test {
 protected:
-    void SetUp() override {
-        ws_ = cuda::create_gemm_workspace(size_t(8) << 20, 4096);
-        cuda::set_wgmma_gemv(false);
-    }
-    void TearDown() override {
-        cuda::destroy_gemm_workspace(ws_);
-        cuda::set_wgmma_gemv(true);
-    }
+    // A small split-K workspace (8 MB, 4096 counters): plans must respect its limits.
+    void SetUp() override { ws_ = cuda::create_gemm_workspace(size_t(8) << 20, 4096); }
+    void TearDown() override { cuda::destroy_gemm_workspace(ws_); }
     cuda::GemmWorkspace ws_;
 };
 
-const std::vector<std::array<int64_t, 3>> kShapes = {
-    {1, 1024, 4096},  // wq_a-like decode row, split-K
-    {1, 77, 256},     // odd row count
-    {3, 200, 384},    // odd tokens, rows not a multiple of 16
-    {16, 512, 1024},  // two token tiles per pass
-    {5, 130, 416},    // K not a multiple of 128: guarded path
-    {33, 96, 640},    // three token passes
-    {64, 256, 512},   // prefill-like
-    {9, 19, 160},     // tiny, K % 128 != 0
+const char* format_name(cuda::ActFormat f) { return f == cuda::ActFormat::FP8_ROWS ? "FP8_ROWS" : "MMA_F16"; }
+
+// Runs one case through every supporting variant, each from the activation format it takes; records the runs in
+// `coverage`.
+void check_case(const LinearCase& c, const cuda::GemmWorkspace& ws, VariantCoverage& coverage) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(describe(c) + ", seed " + std::to_string(seed) + " (FS_TEST_SEED to reproduce)");
+    std::mt19937_64 rng(seed);
+    LinearProblem p(c, rng);
+    const cuda::DeviceLinear w = p.w.device();
+
+    // The default policy: linear_input_format() names the format to prepare, and from it the variant that runs is
+    // what plan_linear() predicts and takes that format.
+    const KernelPolicy defaults;
+    const cuda::ActFormat default_format = cuda::linear_input_format(c.M, w, c.groups, c.numerics, defaults);
+    const cuda::PreparedActivation* default_in = p.input(default_format);
+    ASSERT_NE(default_in, nullptr) << "the default choice takes " << format_name(default_format)
+                                   << ", which this case's input cannot be prepared in";
+    const cuda::LinearPlan default_plan = cuda::plan_linear(*default_in, w, c.groups, &ws, defaults);
+    const LinearRun d = run_once(c, *default_in, w, &ws, defaults);
+    EXPECT_EQ(d.variant, default_plan.variant) << "the default run and plan_linear disagree";
+    EXPECT_EQ(cuda::linear_variant(d.variant).format, default_format)
+        << "linear_input_format and the variant the default policy runs disagree";
+
+    const bool partial_block = (c.N / c.groups) % 128 != 0 || c.K % 128 != 0;
+    const bool above_floor = c.M >= defaults.gemm_min_tokens;
+    std::optional<LinearRun> first;  // the first supporting variant's output: every other one must agree with it
+    int supporting = 0;
+    for (const cuda::LinearVariant& v : cuda::linear_variants()) {
+        const cuda::PreparedActivation* in = p.input(v.format);
+        if (in == nullptr || !v.supports(cuda::LinearCall{*in, w, c.groups, &ws})) continue;
+        ++supporting;
+        SCOPED_TRACE(std::string("variant ") + std::string(v.name) + " (" + format_name(v.format) + " input)");
+        const cuda::PreparedActivation& x = *in;
+        // The other format's activation is refused (the variant would misread it).
+        const cuda::ActFormat other =
+            v.format == cuda::ActFormat::FP8_ROWS ? cuda::ActFormat::MMA_F16 : cuda::ActFormat::FP8_ROWS;
+        if (const cuda::PreparedActivation* o = p.input(other)) {
+            EXPECT_FALSE(v.supports(cuda::LinearCall{*o, w, c.groups, &ws}))
+                << "took an " << format_name(other) << " activation";
+        }
+        const KernelPolicy only = KernelPolicy::only(v.name);
+        EXPECT_EQ(cuda::linear_input_format(c.M, w, c.groups, c.numerics, only), v.format)
+            << "linear_input_format with the variant forced";
+        const cuda::LinearPlan plan = cuda::plan_linear(x, w, c.groups, &ws, only);
+        EXPECT_EQ(plan.variant, v.name);
+        const LinearRun a = run_once(c, x, w, &ws, only);
+        ASSERT_EQ(a.variant, v.name) << "the forced variant did not run";
+        const double thr = linear_threshold(c, v.name);
+        const double err = rel_l2(a.y, p.ref);
+        EXPECT_LE(err, thr) << "k_splits " << plan.k_splits << ", tokens per pass " << plan.tokens_per_pass
+                            << ", aligned " << plan.aligned;
+        const LinearRun b = run_once(c, x, w, &ws, only);
+        EXPECT_TRUE(bit_identical(a.y, b.y)) << "rerun differs (k_splits " << plan.k_splits << ")";
+        const LinearRun no_ws = run_once(c, x, w, nullptr, only);
+        EXPECT_EQ(no_ws.variant, v.name);
+        EXPECT_LE(rel_l2(no_ws.y, p.ref), thr) << "without a split-K workspace";
+        coverage.ran(v.name);
+        if (plan.k_splits > 1) coverage.ran(v.name, "split-k");
+        if (!plan.aligned) coverage.ran(v.name, "guarded");
+        if (c.groups > 1) coverage.ran(v.name, "grouped");
+        if (partial_block) coverage.ran(v.name, "partial-block");
+        if (above_floor) coverage.ran(v.name, "above-floor");
+        if (d.variant == v.name) {
+            EXPECT_LE(rel_l2(d.y, p.ref), thr) << "default run";
+        }
+        if (p.has_raw && v.supports(cuda::LinearCall{p.raw, w, c.groups, &ws})) {
+            const LinearRun r = run_once(c, p.raw, w, &ws, only);
+            EXPECT_EQ(r.variant, v.name);
+            EXPECT_TRUE(bit_identical(r.y, a.y)) << "raw activation differs from the prepared one";
+            coverage.ran(v.name, "raw");
+        }
+        if (!first) {
+            first = a;
+        } else {
+            EXPECT_LE(rel_l2(a.y, first->y), thr + linear_threshold(c, first->variant))
+                << "disagrees with " << first->variant;
+        }
+    }
+    EXPECT_GT(supporting, 0) << "no variant supports the case";
+}
+
+TEST_F(LinearFamily, EveryCaseThroughEveryVariant) {
+    VariantCoverage coverage("linear");
+    coverage.declare_all(cuda::linear_variants());
+    // Properties the former per-kernel suites checked, kept as requirements of the case list.
+    for (const char* v : {"simt_gemv", "mma_gemv", "tile_gemm", "bulk_gemv", "wgmma_gemv"}) coverage.require(v, "split-k");
+    coverage.require("mma_gemv", "raw");
+    coverage.require("tile_gemm", "guarded");
+    // The compute-bound GEMMs where the default choice takes them (from KernelPolicy::gemm_min_tokens rows), with
+    // N or K off the 128 grid, and the FP8 ones on wo_a's grouped form.
+    for (const char* v : {"fp8_gemm", "fp8_gemm_mma", "bf16_gemm"}) {
+        coverage.require(v, "above-floor");
+        coverage.require(v, "partial-block");
+    }
+    coverage.require("fp8_gemm", "grouped");
+    coverage.require("fp8_gemm_mma", "grouped");
+    const auto cases = linear_cases();
+    std::printf("[ cases    ] %zu linear cases (%s)\n", cases.size(), quick_mode() ? "quick" : "test");
+    for (const LinearCase& c : cases) check_case(c, ws_, coverage);
+    coverage.expect_complete();
+}
+
+// An [N, K] weight (K per group) at fake, aligned addresses.
+cuda::DeviceLinear fake_weight(int64_t N, int64_t K, WeightKind kind) {
+    return cuda::DeviceLinear{kind, kind == WeightKind::BF16 ? ScaleKind::NONE : ScaleKind::E8M0, N, K,
+                              reinterpret_cast<const void*>(uintptr_t(3) << 20),
+                              kind == WeightKind::BF16 ? nullptr : reinterpret_cast<const void*>(uintptr_t(4) << 20)};
+}
+
+constexpr auto kMmaF16 = cuda::ActFormat::MMA_F16;
+constexpr auto kFp8Rows = cuda::ActFormat::FP8_ROWS;
+
+// A prepared FP8 / FP4 / BF16 activation of M tokens in `format` and an [N, K x groups] weight at fake, aligned
+// addresses: plan_linear() only looks at shapes, formats and alignment, so no memory is touched.
+std::string planned(int64_t M, int64_t N, int64_t K, ActNumerics num, const KernelPolicy& policy, int groups = 1,
+                    WeightKind kind = WeightKind::FP8_BLOCK128, cuda::ActFormat format = kMmaF16) {
+    cuda::PreparedActivation x;
+    cuda::describe_prepared(x, kind, num, M, K * groups);
+    x.values = reinterpret_cast<uint16_t*>(uintptr_t(1) << 20);
+    x.scales = reinterpret_cast<float*>(uintptr_t(2) << 20);
+    if (format == kFp8Rows) {
+        x.format = kFp8Rows;
+        x.fp8 = cuda::fp8_activation_view(x.values, x.scales, M, K * groups);
+    }
+    const cuda::GemmWorkspace ws = {reinterpret_cast<float*>(uintptr_t(5) << 20), size_t(32) << 20,
+                                    reinterpret_cast<uint32_t*>(uintptr_t(6) << 20), 1 << 16};
+    return std::string(cuda::plan_linear(x, fake_weight(N, K, kind), groups, &ws, policy).variant);
+}
+
+// The format linear_input_format() asks the caller to prepare for that problem.
+cuda::ActFormat input_format(int64_t M, int64_t N, int64_t K, ActNumerics num, const KernelPolicy& policy,
+                             int groups = 1, WeightKind kind = WeightKind::FP8_BLOCK128) {
+    return cuda::linear_input_format(M, fake_weight(N, K, kind), groups, num, policy);
+}
+
+// The default choice (docs/perf.md, kernel choice): one token -> simt_gemv; 2-16 tokens in release numerics ->
+// wgmma_gemv on >= 4 MB where wgmma exists, else bulk_gemv on >= 16 MB on sm_90+, else mma_gemv; > 16 tokens ->
+// tile_gemm; BF16 weights -> tile_gemm; odd grouped shapes -> generic_linear; from gemm_min_tokens (64) rows the
+// compute-bound GEMMs: FP8 weights in release numerics from an FP8_ROWS activation (fp8_gemm where wgmma exists,
+// else fp8_gemm_mma), BF16 weights bf16_gemm, and linear_input_format() names the format to prepare. A disabled
+// variant is skipped, a forced one is taken where it supports the problem, gemv_max_tokens = 0 leaves everything to
+// tile_gemm.
+TEST(LinearChoice, DefaultRules) {
+    const bool wgmma = cuda::wgmma_usable();
+    const bool sm90 = cuda::current_arch().cc >= 90;
+    const auto R = ActNumerics::FP8_BLOCK128;
+    const auto X = ActNumerics::EXACT;
+    const KernelPolicy def;
+    // one token
+    EXPECT_EQ(planned(1, 32768, 1024, R, def), "simt_gemv");  // wq_b
+    EXPECT_EQ(planned(1, 4096, 8192, R, def), "simt_gemv");   // wo_b
+    EXPECT_EQ(planned(1, 2048, 4096, R, def, 1, WeightKind::FP4_BLOCK32), "simt_gemv");
+    // 2-16 tokens, release numerics
+    EXPECT_EQ(planned(2, 1024, 4096, R, def), wgmma ? "wgmma_gemv" : "mma_gemv");  // wq_a, 4 MB: below bulk's 16 MB
+    EXPECT_EQ(planned(16, 32768, 1024, R, def), wgmma ? "wgmma_gemv" : sm90 ? "bulk_gemv" : "mma_gemv");
+    EXPECT_EQ(planned(8, 512, 4096, R, def), "mma_gemv");  // wkv, 2 MB: below wgmma's 4 MB
+    KernelPolicy no_wgmma;
+    no_wgmma.disabled = {"wgmma_gemv"};
+    EXPECT_EQ(planned(2, 4096, 4096, R, no_wgmma), sm90 ? "bulk_gemv" : "mma_gemv");  // 16.8 MB, sm_90 without wgmma
+    EXPECT_EQ(planned(8, 4096, 4096, R, no_wgmma), sm90 ? "bulk_gemv" : "mma_gemv");
+    KernelPolicy late_wgmma;
+    late_wgmma.wgmma_gemv_min_tokens = 4;
+    EXPECT_EQ(planned(2, 32768, 1024, R, late_wgmma), sm90 ? "bulk_gemv" : "mma_gemv");
+    EXPECT_EQ(planned(4, 32768, 1024, R, late_wgmma), wgmma ? "wgmma_gemv" : sm90 ? "bulk_gemv" : "mma_gemv");
+    // exact numerics: the streaming GEMVs need FP8 activations
+    EXPECT_EQ(planned(8, 32768, 1024, X, def), "mma_gemv");
+    EXPECT_EQ(planned(4, 2048, 4096, R, def, 1, WeightKind::FP4_BLOCK32), "mma_gemv");
+    // more than 16 tokens from an MMA_F16 activation: tile_gemm at any M
+    EXPECT_EQ(planned(17, 32768, 1024, R, def), "tile_gemm");
+    EXPECT_EQ(planned(4096, 4096, 8192, R, def), "tile_gemm");
+    // the compute-bound GEMMs from gemm_min_tokens rows, and the format they take
+    const std::string fp8_gemm = wgmma ? "fp8_gemm" : "fp8_gemm_mma";
+    const auto FP8 = WeightKind::FP8_BLOCK128;
+    const auto BF16 = WeightKind::BF16;
+    EXPECT_EQ(input_format(63, 1024, 4096, R, def), kMmaF16);
+    EXPECT_EQ(input_format(64, 1024, 4096, R, def), kFp8Rows);
+    EXPECT_EQ(input_format(16, 1024, 4096, R, def), kMmaF16);
+    EXPECT_EQ(input_format(4096, 1024, 4096, X, def), kMmaF16);  // exact numerics: tile_gemm
+    EXPECT_EQ(input_format(4096, 8192, 4096, R, def, 8), kFp8Rows);  // wo_a in release numerics
+    EXPECT_EQ(input_format(4096, 129280, 4096, X, def, 1, BF16), kMmaF16);
+    EXPECT_EQ(planned(64, 1024, 4096, R, def, 1, FP8, kFp8Rows), fp8_gemm);
+    EXPECT_EQ(planned(4096, 4096, 8192, R, def, 1, FP8, kFp8Rows), fp8_gemm);
+    EXPECT_EQ(planned(4096, 8192, 4096, R, def, 8, FP8, kFp8Rows), fp8_gemm);  // all 8 groups in one launch
+    EXPECT_EQ(planned(64, 129280, 4096, X, def, 1, BF16), "bf16_gemm");
+    EXPECT_EQ(planned(63, 129280, 4096, X, def, 1, BF16), "tile_gemm");
+    // below the floor an FP8_ROWS activation has no preferred variant (callers ask linear_input_format first)
+    EXPECT_THROW(planned(32, 1024, 4096, R, def, 1, FP8, kFp8Rows), Error);
+    KernelPolicy late_gemm;
+    late_gemm.gemm_min_tokens = 256;
+    EXPECT_EQ(input_format(128, 1024, 4096, R, late_gemm), kMmaF16);
+    EXPECT_EQ(planned(128, 129280, 4096, X, late_gemm, 1, BF16), "tile_gemm");
+    KernelPolicy no_fp8_gemm;
+    no_fp8_gemm.disabled = {"fp8_gemm"};
+    EXPECT_EQ(planned(4096, 4096, 8192, R, no_fp8_gemm, 1, FP8, kFp8Rows), "fp8_gemm_mma");
+    no_fp8_gemm.disabled.emplace_back("fp8_gemm_mma");
+    EXPECT_EQ(input_format(4096, 4096, 8192, R, no_fp8_gemm), kMmaF16);
+    // a GEMM forced below its floor: its format, and it runs
+    EXPECT_EQ(input_format(8, 1024, 4096, R, KernelPolicy::only("fp8_gemm_mma")), kFp8Rows);
+    EXPECT_EQ(planned(8, 1024, 4096, R, KernelPolicy::only("fp8_gemm_mma"), 1, FP8, kFp8Rows), "fp8_gemm_mma");
+    EXPECT_EQ(planned(8, 129280, 4096, X, KernelPolicy::only("bf16_gemm"), 1, BF16), "bf16_gemm");
+    // the GEMMs' format is refused by the MMA_F16 variants even when forced: FP8_ROWS needs release numerics
+    EXPECT_EQ(input_format(4096, 1024, 4096, X, KernelPolicy::only("fp8_gemm_mma")), kMmaF16);
+    // BF16 weights: the tile GEMM at any M
+    EXPECT_EQ(planned(1, 129280, 4096, X, def, 1, WeightKind::BF16), "tile_gemm");
+    // grouped (wo_a, bf16 activation): the GEMVs by token count; odd grouped shapes the element-wise fallback
+    EXPECT_EQ(planned(1, 8192, 4096, X, def, 8), "simt_gemv");
+    EXPECT_EQ(planned(8, 8192, 4096, X, def, 8), "mma_gemv");
+    EXPECT_EQ(planned(32, 8192, 4096, X, def, 8), "tile_gemm");
+    EXPECT_EQ(planned(2, 4 * 24, 192, X, def, 4), "generic_linear");
+    EXPECT_EQ(planned(3, 2 * 32, 256, X, def, 2), "generic_linear");
+    // gemv_max_tokens = 0: no GEMV at all
+    KernelPolicy no_gemv;
+    no_gemv.gemv_max_tokens = 0;
+    EXPECT_EQ(planned(1, 32768, 1024, R, no_gemv), "tile_gemm");
+    EXPECT_EQ(planned(8, 32768, 1024, R, no_gemv), "tile_gemm");
+    // forcing: taken where it supports the problem, ignored where it does not
+    EXPECT_EQ(planned(1, 32768, 1024, R, KernelPolicy::only("tile_gemm")), "tile_gemm");
+    EXPECT_EQ(planned(1, 32768, 1024, R, KernelPolicy::only("mma_gemv")), "mma_gemv");
+    EXPECT_EQ(planned(4, 32768, 1024, X, KernelPolicy::only("wgmma_gemv")), "mma_gemv");
+    EXPECT_EQ(planned(17, 32768, 1024, R, KernelPolicy::only("simt_gemv")), "tile_gemm");
+    // every catalogue row names a known variant and declares architectures of a known form
+    for (const cuda::LinearVariant& v : cuda::linear_variants()) {
+        EXPECT_NO_THROW(archs_available(v.archs)) << v.name;
+        EXPECT_NO_THROW(cuda::linear_variant(v.name));
+    }
+    EXPECT_THROW(cuda::linear_variant("no_such_variant"), Error);
+}
+
+// Sets environment variables for one scope and restores them.
+class ScopedEnv {
+public:
+    ScopedEnv(const char* name, const char* value) : name_(name) {
+        if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+        setenv(name, value, 1);
+    }
+    ~ScopedEnv() {
+        if (had_) setenv(name_, old_.c_str(), 1);
+        else unsetenv(name_);
+    }
+
+private:
+    const char* name_;
+    std::string old_;
+    bool had_ = false;
 };
 
-TEST_F(LinearTest, Fp8E8m0BothNumerics) {
-    for (auto numerics : {ActNumerics::EXACT, ActNumerics::FP8_BLOCK128})
-        for (const auto& s : kShapes)
-            check_case({WeightKind::FP8_BLOCK128, ScaleKind::E8M0, numerics, s[0], s[1], s[2], OutKind::F32}, &ws_);
+// The variable is refused with an error naming it (and the offending value where given).
+void expect_env_error(const char* name, const char* value, const char* fragment) {
+    ScopedEnv env(name, value);
+    expect_named_error([] { (void)KernelPolicy::from_env(); }, name);
+    expect_named_error([] { (void)KernelPolicy::from_env(); }, fragment);
 }
 
-TEST_F(LinearTest, Fp8F32ScalesBf16Out) {
-    for (const auto& s : kShapes)
-        check_case({WeightKind::FP8_BLOCK128, ScaleKind::F32, ActNumerics::FP8_BLOCK128, s[0], s[1], s[2],
-                    OutKind::BF16},
-                   &ws_);
-}
-
-TEST_F(LinearTest, Fp4BothNumerics) {
-    for (auto numerics : {ActNumerics::EXACT, ActNumerics::FP8_BLOCK128})
-        for (const auto& s : kShapes)
-            if (s[2] % 32 == 0)
-                check_case({WeightKind::FP4_BLOCK32, ScaleKind::E8M0, numerics, s[0], s[1], s[2], OutKind::F32},
-                           &ws_);
-    check_case({WeightKind::FP4_BLOCK32, ScaleKind::F32, ActNumerics::EXACT, 4, 256, 512, OutKind::F32}, &ws_);
-}
-
-TEST_F(LinearTest, Bf16WeightsF32AndBf16Out) {
-    for (const auto& s : kShapes) {
-        check_case({WeightKind::BF16, ScaleKind::NONE, ActNumerics::EXACT, s[0], s[1], s[2], OutKind::F32}, &ws_);
-        check_case({WeightKind::BF16, ScaleKind::NONE, ActNumerics::EXACT, s[0], s[1], s[2], OutKind::BF16}, &ws_);
+// KernelPolicy::from_env: the variables reach the policy; a bad value is refused naming the variable.
+TEST(LinearChoice, PolicyFromEnvironment) {
+    {
+        ScopedEnv force("FLASHSEEK_FORCE", "tile_gemm,attn_mma");
+        ScopedEnv disable("FLASHSEEK_DISABLE", "wgmma_gemv");
+        ScopedEnv max_tokens("FLASHSEEK_GEMV_MAX_TOKENS", "8");
+        ScopedEnv pdl("FLASHSEEK_PDL", "0");
+        const KernelPolicy p = KernelPolicy::from_env();
+        EXPECT_TRUE(p.is_forced("tile_gemm"));
+        EXPECT_TRUE(p.is_forced("attn_mma"));
+        EXPECT_TRUE(p.is_disabled("wgmma_gemv"));
+        EXPECT_FALSE(p.is_disabled("bulk_gemv"));
+        EXPECT_EQ(p.gemv_max_tokens, 8);
+        EXPECT_FALSE(p.pdl);
+        EXPECT_TRUE(p.branches);
     }
+    expect_env_error("FLASHSEEK_DISABLE", "wgmma_gemv,no_such_kernel", "no_such_kernel");
+    expect_env_error("FLASHSEEK_FORCE", "tile", "tile");
+    expect_env_error("FLASHSEEK_GEMV_MAX_TOKENS", "17", "");
+    expect_env_error("FLASHSEEK_GEMV_KW", "3", "");
+    expect_env_error("FLASHSEEK_MOE_WGMMA_BALANCE", "x", "");
 }
 
-TEST_F(LinearTest, Fp32InputAndNoWorkspace) {
-    check_case({WeightKind::FP8_BLOCK128, ScaleKind::E8M0, ActNumerics::EXACT, 7, 300, 1024, OutKind::F32, true},
-               &ws_);
-    check_case({WeightKind::BF16, ScaleKind::NONE, ActNumerics::EXACT, 2, 160, 256, OutKind::F32, true}, nullptr);
-    check_case({WeightKind::FP8_BLOCK128, ScaleKind::E8M0, ActNumerics::EXACT, 1, 512, 4096, OutKind::F32}, nullptr);
-}
-
-TEST_F(LinearTest, SplitKIsDeterministic) {
-    GemvOff off;  // the mma.sync kernel's split-K (GemvSplitKDeterministicAndMatchesMma covers the GEMV's)
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(seed);
-    std::mt19937_64 rng(seed);
-    LinearCase c{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, ActNumerics::EXACT, 2, 512, 4096, OutKind::F32};
-    TestWeight w = make_weight(rng, c.kind, c.scale, c.N, c.K);
-    std::vector<float> x(size_t(c.M * c.K));
-    std::normal_distribution<float> d(0.f, 1.f);
-    for (auto& v : x) v = round_bf16(d(rng));
-    const auto a = run_gpu(c, x, w, &ws_);
-    const auto b = run_gpu(c, x, w, &ws_);
-    EXPECT_GT(a.plan.k_splits, 1);
-    EXPECT_EQ(a.y, b.y);
-}
-
-// wo_a: G groups of [R, Kg] against cpu::grouped_out_proj.
-TEST_F(LinearTest, GroupedOutProjection) {
-    struct G { int64_t M, G, R, Kg; ActNumerics numerics; };
-    for (const G& g : {G{1, 8, 64, 256, ActNumerics::EXACT}, G{3, 4, 64, 384, ActNumerics::FP8_BLOCK128},
-                       G{17, 8, 1024, 128, ActNumerics::EXACT},
-                       G{1, 4, 64, 640, ActNumerics::FP8_BLOCK128},  // small-M GEMV, 5 steps per group
-                       // shapes of the tiny configs: element-wise fallback (R % 64 != 0 or Kg % 128 != 0)
-                       G{2, 4, 24, 192, ActNumerics::EXACT}, G{3, 2, 32, 256, ActNumerics::EXACT}}) {
-        const uint64_t seed = fresh_seed();
-        std::ostringstream desc;
-        desc << "M=" << g.M << " G=" << g.G << " R=" << g.R << " Kg=" << g.Kg << " seed=" << seed;
-        SCOPED_TRACE(desc.str());
-        std::mt19937_64 rng(seed);
-        TestWeight w = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, g.G * g.R, g.Kg);
-        const int64_t K = g.G * g.Kg, N = g.G * g.R;
-        std::vector<float> x(size_t(g.M * K));
-        std::normal_distribution<float> d(0.f, 1.f);
-        for (auto& v : x) v = round_bf16(d(rng));
-        std::vector<float> xq = x;
-        if (g.numerics == ActNumerics::FP8_BLOCK128)
-            for (int64_t m = 0; m < g.M; ++m) cpu::act_quant_fp8_block128(&x[m * K], K, &xq[m * K]);
-        std::vector<float> ref(size_t(g.M * N));
-        const auto wf = w.dequantized();
-        cpu::grouped_out_proj(xq.data(), g.M, int(g.G), g.R, g.Kg, wf.data(), ref.data(), nullptr);
-        std::vector<uint16_t> xb(x.size());
-        for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
-        DeviceArray<uint16_t> xd(xb), pv(cuda::prepared_values_bytes(g.M, K) / 2);
-        DeviceArray<float> ps(cuda::prepared_scales_bytes(g.M, K) / 4), y(size_t(g.M * N));
-        y.poison();
-        cuda::PreparedActivation p;
-        p.values = pv.ptr;
-        p.scales = ps.ptr;
-        cuda::prepare_activation(xd.ptr, false, g.M, K, K, WeightKind::FP8_BLOCK128, g.numerics, p, nullptr);
-        cuda::grouped_linear(p, w.device(), int(g.G), y.ptr, OutKind::F32, N, &ws_, nullptr);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        EXPECT_LE(rel_l2(y.download(), ref), 2e-5);  // fp32 output: accumulation order only
-    }
-}
-
-// The small-M GEMV (gemv.cu), up to its 16-token capacity: M = 1..16 with odd row counts (not multiples of 16),
-// K with step counts that do not divide among the CTA's 4 warps, both scale kinds and numerics,
-// with and without split-K. Thresholds: fp32 outputs differ from the CPU only by summation order (2e-5; FP4
-// with F32 scales too: the GEMV applies them in fp32, not folded into f16 as the mma path does); bf16 outputs
-// add one bf16 rounding (4e-3).
-TEST_F(LinearTest, SmallMGemvMatchesCpu) {
-    GemvUpTo8 up_to_8;
-    const std::vector<std::array<int64_t, 3>> shapes = {
-        {1, 1024, 4096},  // wq_a-like: split-K
-        {1, 77, 384},     // 3 steps, 77 rows
-        {3, 203, 1152},   // 9 steps, odd tokens and rows
-        {8, 130, 640},    // 8 tokens, 5 steps
-        {2, 33, 128},     // one step
-        {5, 500, 2304},   // 5 tokens (8-token tile), 18 steps
-        {4, 1000, 8192},  // long rows: several staged chunks per CTA
-        {11, 96, 1024},   // 11 tokens: two FP8 token tiles, FP4 in passes of 4
-        {16, 272, 4096},  // 16 tokens, split-K
-    };
-    for (const cuda::GemmWorkspace* ws : {static_cast<const cuda::GemmWorkspace*>(&ws_),
-                                          static_cast<const cuda::GemmWorkspace*>(nullptr)})
-        for (const auto& s : shapes) {
-            for (auto numerics : {ActNumerics::EXACT, ActNumerics::FP8_BLOCK128}) {
-                auto p = check_case({WeightKind::FP8_BLOCK128, ScaleKind::E8M0, numerics, s[0], s[1], s[2],
-                                     OutKind::F32}, ws, 2e-5);
-                EXPECT_TRUE(p.gemv);
-                p = check_case({WeightKind::FP4_BLOCK32, ScaleKind::E8M0, numerics, s[0], s[1], s[2], OutKind::F32},
-                               ws, 2e-5);
-                EXPECT_TRUE(p.gemv);
-            }
-            check_case({WeightKind::FP8_BLOCK128, ScaleKind::F32, ActNumerics::FP8_BLOCK128, s[0], s[1], s[2],
-                        OutKind::BF16}, ws, 4e-3);
-            check_case({WeightKind::FP4_BLOCK32, ScaleKind::F32, ActNumerics::EXACT, s[0], s[1], s[2], OutKind::F32},
-                       ws, 2e-5);
-        }
-    // fp32 input (rounded to f16 when prepared: 1e-3)
-    check_case({WeightKind::FP8_BLOCK128, ScaleKind::E8M0, ActNumerics::EXACT, 3, 96, 512, OutKind::F32, true},
-               &ws_, 1e-3);
-}
-
-// The same small-M shapes through the mma.sync kernel (GEMV off), so both paths stay covered.
-TEST_F(LinearTest, SmallMMmaPathMatchesCpu) {
-    GemvOff off;
-    for (const auto& s : std::vector<std::array<int64_t, 3>>{{1, 1024, 4096}, {3, 203, 1152}, {8, 130, 640}}) {
-        auto p = check_case({WeightKind::FP8_BLOCK128, ScaleKind::E8M0, ActNumerics::FP8_BLOCK128, s[0], s[1], s[2],
-                             OutKind::F32}, &ws_);
-        EXPECT_FALSE(p.gemv);
-        p = check_case({WeightKind::FP4_BLOCK32, ScaleKind::E8M0, ActNumerics::EXACT, s[0], s[1], s[2], OutKind::F32},
-                       &ws_);
-        EXPECT_FALSE(p.gemv);
-    }
-}
-
-// GEMV split-K is deterministic and agrees with the mma path to summation order.
-TEST_F(LinearTest, GemvSplitKDeterministicAndMatchesMma) {
-    GemvUpTo8 up_to_8;
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(seed);
-    std::mt19937_64 rng(seed);
-    for (int64_t M : {1, 3, 8, 16}) {
-        LinearCase c{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, ActNumerics::FP8_BLOCK128, M, 512, 4096, OutKind::F32};
-        TestWeight w = make_weight(rng, c.kind, c.scale, c.N, c.K);
-        std::vector<float> x(size_t(c.M * c.K));
-        std::normal_distribution<float> d(0.f, 1.f);
-        for (auto& v : x) v = round_bf16(d(rng));
-        const auto a = run_gpu(c, x, w, &ws_);
-        const auto b = run_gpu(c, x, w, &ws_);
-        EXPECT_TRUE(a.plan.gemv);
-        EXPECT_GT(a.plan.k_splits, 1);
-        EXPECT_EQ(a.y, b.y);
-        GemvOff off;
-        const auto m = run_gpu(c, x, w, &ws_);
-        EXPECT_FALSE(m.plan.gemv);
-        EXPECT_LE(rel_l2(a.y, m.y), 2e-5) << "M=" << M;
-    }
-}
-
-// Raw activations (raw_activation: bf16 rows prepared inside the tensor-core GEMV kernels) give bit-identical
-// outputs to a prepare_activation + linear pair for M > 1: same act_quant scales, same e4m3 / f16 rounding, same
-// kernels and summation order (a prepared single token takes the SIMT GEMV: summation order only, 2e-5). Covers both numerics, FP8 (E8M0 / F32 scales) and FP4, M = 1..16, split-K or not, grouped (wo_a-like)
-// and a row stride wider than K; outputs poisoned; also against the CPU (2e-5, fp32 output).
-TEST_F(LinearTest, RawActivationMatchesPreparedBitwise) {
-    GemvUpTo8 up_to_16;
-    BulkGemvOff bulk_off;
-    struct R { WeightKind kind; ScaleKind scale; int64_t M, N, K; int groups; };
-    for (const R& c : {R{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, 1, 1024, 4096, 1},
-                       R{WeightKind::FP8_BLOCK128, ScaleKind::F32, 3, 203, 1152, 1},
-                       R{WeightKind::FP4_BLOCK32, ScaleKind::E8M0, 2, 130, 640, 1},
-                       R{WeightKind::FP4_BLOCK32, ScaleKind::E8M0, 7, 77, 2048, 1},
-                       R{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, 16, 512, 2048, 1},
-                       R{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, 5, 4 * 64, 512, 4}}) {
-        for (auto numerics : {ActNumerics::EXACT, ActNumerics::FP8_BLOCK128})
-            for (const cuda::GemmWorkspace* ws : {static_cast<const cuda::GemmWorkspace*>(&ws_),
-                                                  static_cast<const cuda::GemmWorkspace*>(nullptr)}) {
-                const uint64_t seed = fresh_seed();
-                std::ostringstream desc;
-                desc << "kind=" << int(c.kind) << " scale=" << int(c.scale) << " M=" << c.M << " N=" << c.N
-                     << " K=" << c.K << " groups=" << c.groups << " numerics=" << int(numerics) << " ws=" << (ws != nullptr)
-                     << " seed=" << seed;
-                SCOPED_TRACE(desc.str());
-                std::mt19937_64 rng(seed);
-                const int64_t Kx = c.K * c.groups;  // activation width
-                TestWeight w = make_weight(rng, c.kind, c.scale, c.N, c.K);
-                const int64_t ld_x = Kx + 24;  // wider than K, a multiple of 8
-                std::normal_distribution<float> d(0.f, 1.f);
-                std::vector<float> x(size_t(c.M * Kx));
-                for (auto& v : x) v = round_bf16(d(rng) * (rng() % 4 == 0 ? 1e-3f : 1.f));  // uneven block amax
-                std::vector<uint16_t> xb(size_t(c.M * ld_x), 0);
-                for (int64_t m = 0; m < c.M; ++m)
-                    for (int64_t k = 0; k < Kx; ++k) xb[size_t(m * ld_x + k)] = f32_to_bf16(x[size_t(m * Kx + k)]);
-                DeviceArray<uint16_t> xd(xb), pv(cuda::prepared_values_bytes(c.M, Kx) / 2);
-                DeviceArray<float> ps(cuda::prepared_scales_bytes(c.M, Kx) / 4), ya(size_t(c.M * c.N)),
-                    yb(size_t(c.M * c.N));
-                ya.poison();
-                yb.poison();
-                cuda::PreparedActivation p;
-                p.values = pv.ptr;
-                p.scales = ps.ptr;
-                cuda::prepare_activation(xd.ptr, false, c.M, Kx, ld_x, c.kind, numerics, p, nullptr);
-                ASSERT_TRUE(cuda::linear_takes_raw(c.M, w.device(), c.groups));
-                const cuda::PreparedActivation r = cuda::raw_activation(xd.ptr, c.M, Kx, ld_x, c.kind, numerics);
-                if (c.groups > 1) {
-                    cuda::grouped_linear(p, w.device(), c.groups, ya.ptr, OutKind::F32, c.N, ws, nullptr);
-                    cuda::grouped_linear(r, w.device(), c.groups, yb.ptr, OutKind::F32, c.N, ws, nullptr);
-                } else {
-                    cuda::linear(p, w.device(), ya.ptr, OutKind::F32, c.N, ws, nullptr);
-                    cuda::linear(r, w.device(), yb.ptr, OutKind::F32, c.N, ws, nullptr);
-                }
-                CUDA_CHECK(cudaDeviceSynchronize());
-                const auto a = ya.download(), b = yb.download();
-                ASSERT_EQ(a.size(), b.size());
-                if (c.M > 1)  // same kernel both ways (one prepared token takes the SIMT GEMV instead)
-                    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
-                else
-                    EXPECT_LE(rel_l2(b, a), 2e-5);
-                if (c.groups == 1) {
-                    LinearCase lc{c.kind, c.scale, numerics, c.M, c.N, c.K, OutKind::F32};
-                    EXPECT_LE(rel_l2(b, reference(lc, x, w)), 2e-5);
-                }
-            }
-    }
-}
-
-// The bulk-copy FP8 GEMV (sm_90+, release numerics, M <= 16, K % 256 == 0, rows % 16 == 0): against the CPU on
-// decode shapes (single stage, split-K, two token tiles, F32 / E8M0 scales, bf16 / fp32 out, with and without a
-// workspace), deterministic, and against the f16 GEMV on a grouped (wo_a-like) projection. Thresholds as the other
-// GEMV cases: fp32 sums of exact products differ by summation order only.
-// plan_linear's choice (the LinearPlan member `flag`) for an FP8 release-numerics activation of M tokens against an
-// [N, K] weight: eligibility only looks at shapes and pointer alignment, so no memory is touched.
-bool planned(const cuda::GemmWorkspace& ws, int64_t M, int64_t N, int64_t K, bool cuda::LinearPlan::*flag) {
-    cuda::PreparedActivation p;
-    p.layout = WeightKind::FP8_BLOCK128;
-    p.numerics = ActNumerics::FP8_BLOCK128;
-    p.m = M;
-    p.k = p.k_pad = K;
-    p.m_pad = (M + 7) / 8 * 8;
-    p.values = reinterpret_cast<uint16_t*>(uintptr_t(256));
-    cuda::DeviceLinear d{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, N, K, reinterpret_cast<const void*>(uintptr_t(4096)),
-                         nullptr};
-    return cuda::plan_linear(p, d, 1, &ws).*flag;
-}
-
-// Split-K determinism of a streaming GEMV and its agreement with another path, plain and grouped (wo_a-like):
-// select(run) sets the paths for runs 0 and 1 (the GEMV under test, whose plan has `flag`) and run 2 (the other
-// path); runs 0 and 1 must match bit for bit, run 2 within max_rel.
-void check_split_k_and_agreement(const cuda::GemmWorkspace& ws, int64_t M, double max_rel,
-                                 bool cuda::LinearPlan::*flag, const std::function<void(int)>& select) {
-    const uint64_t seed = fresh_seed();
-    SCOPED_TRACE(seed);
-    std::mt19937_64 rng(seed);
-    for (int groups : {1, 4}) {
-        const int64_t N = 4 * 64, K = 1024, Kx = K * groups;
-        TestWeight w = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, N, K);
-        std::vector<uint16_t> xb = random_bf16(rng, size_t(M * Kx), 1.f);
-        DeviceArray<uint16_t> xd(xb), pv(cuda::prepared_values_bytes(M, Kx) / 2);
-        DeviceArray<float> ps(cuda::prepared_scales_bytes(M, Kx) / 4), y(size_t(M * N));
-        cuda::PreparedActivation p;
-        p.values = pv.ptr;
-        p.scales = ps.ptr;
-        cuda::prepare_activation(xd.ptr, false, M, Kx, Kx, WeightKind::FP8_BLOCK128, ActNumerics::FP8_BLOCK128, p,
-                                 nullptr);
-        std::vector<float> out[3];
-        for (int run = 0; run < 3; ++run) {
-            select(run);
-            EXPECT_EQ(cuda::plan_linear(p, w.device(), groups, &ws).*flag, run < 2);
-            y.poison();
-            if (groups > 1)
-                cuda::grouped_linear(p, w.device(), groups, y.ptr, OutKind::F32, N, &ws, nullptr);
-            else
-                cuda::linear(p, w.device(), y.ptr, OutKind::F32, N, &ws, nullptr);
-            CUDA_CHECK(cudaDeviceSynchronize());
-            out[run] = y.download();
-        }
-        EXPECT_EQ(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)), 0) << "groups=" << groups;
-        EXPECT_LE(rel_l2(out[0], out[2]), max_rel) << "groups=" << groups;
-    }
-}
-
-struct BulkGemvAnySize {  // the bulk GEMV also for 1 token and small matrices (edge shapes), wgmma off, one scope
-    BulkGemvAnySize() {
-        cuda::set_bulk_gemv(true, true);
-        cuda::set_wgmma_gemv(false);
-    }
-    ~BulkGemvAnySize() {
-        cuda::set_bulk_gemv(true);
-        cuda::set_wgmma_gemv(true);
-    }
-};
-
-TEST_F(LinearTest, BulkGemvMatchesCpu) {
-    if (cuda::current_arch().cc < 90) GTEST_SKIP() << "bulk GEMV needs sm_90";
-    GemvUpTo8 up_to_16;
-    BulkGemvAnySize any_size;
-    const std::vector<std::array<int64_t, 3>> shapes = {
-        {1, 1024, 4096},   // wq_a-like: split-K
-        {1, 4096, 8192},   // wo_b-like: many splits
-        {2, 32, 256},      // one stage, two tiles
-        {5, 512, 768},     // 3 stages, odd tokens
-        {9, 272, 2048},    // two token tiles
-        {16, 2048, 1024},  // wq_b-like rows, 16 tokens
-    };
-    for (const cuda::GemmWorkspace* ws : {static_cast<const cuda::GemmWorkspace*>(&ws_),
-                                          static_cast<const cuda::GemmWorkspace*>(nullptr)})
-        for (const auto& s : shapes) {
-            auto p = check_case({WeightKind::FP8_BLOCK128, ScaleKind::E8M0, ActNumerics::FP8_BLOCK128, s[0], s[1],
-                                 s[2], OutKind::F32}, ws, 2e-5);
-            EXPECT_TRUE(p.bulk) << "M=" << s[0] << " N=" << s[1] << " K=" << s[2];
-            if (ws && s[2] >= 1024) {
-                EXPECT_GT(p.k_splits, 1);
-            }
-            p = check_case({WeightKind::FP8_BLOCK128, ScaleKind::F32, ActNumerics::FP8_BLOCK128, s[0], s[1], s[2],
-                            OutKind::BF16}, ws, 4e-3);
-            EXPECT_TRUE(p.bulk);
-        }
-    // The production floors: one token and small matrices keep the other GEMVs, 2+ tokens on 16 MB take this one.
-    cuda::set_bulk_gemv(true);
-    EXPECT_FALSE(planned(ws_, 1, 4096, 4096, &cuda::LinearPlan::bulk));
-    EXPECT_TRUE(planned(ws_, 2, 4096, 4096, &cuda::LinearPlan::bulk));
-    EXPECT_FALSE(planned(ws_, 8, 1024, 4096, &cuda::LinearPlan::bulk));
-    // Determinism (split-K) and agreement with the f16 GEMV.
-    check_split_k_and_agreement(ws_, 7, 2e-5, &cuda::LinearPlan::bulk, [](int run) { cuda::set_bulk_gemv(run < 2, true); });
-    cuda::set_bulk_gemv(true, true);
-}
-
-struct WgmmaGemvAnySize {  // the wgmma GEMV also for 1 token, for one scope
-    WgmmaGemvAnySize() { cuda::set_wgmma_gemv(true, true); }
-    ~WgmmaGemvAnySize() { cuda::set_wgmma_gemv(true); }
-};
-
-// The wgmma FP8 GEMV (wgmma_gemv.cu, sm_90a) against the CPU reference on random shapes (split-K with and without a
-// workspace, odd token counts, one and two 8-token column blocks), then split-K determinism and agreement with the
-// bulk-copy GEMV, plain and grouped. Thresholds: fp32 out 3e-4 (the tensor core's FP8 sums of 128 products are not
-// exact fp32 additions: 1.0-1.3e-4 relative measured on the H200 for every shape here), bf16 out 4e-3 (bf16
-// rounding).
-TEST_F(LinearTest, WgmmaGemvMatchesCpu) {
-    if (cuda::current_arch().cc != 90) GTEST_SKIP() << "wgmma GEMV needs sm_90a";
-    GemvUpTo8 up_to_16;
-    WgmmaGemvAnySize any_size;
-    const std::vector<std::array<int64_t, 3>> shapes = {
-        {1, 1024, 4096},   // wq_a-like: split-K
-        {1, 4096, 8192},   // wo_b-like: many splits
-        {2, 64, 256},      // one stage, one tile
-        {5, 512, 768},     // 3 stages, odd tokens
-        {9, 320, 2048},    // two 8-token column blocks
-        {16, 2048, 1024},  // wq_b-like rows, 16 tokens
-    };
-    for (const cuda::GemmWorkspace* ws : {static_cast<const cuda::GemmWorkspace*>(&ws_),
-                                          static_cast<const cuda::GemmWorkspace*>(nullptr)})
-        for (const auto& s : shapes) {
-            auto p = check_case({WeightKind::FP8_BLOCK128, ScaleKind::E8M0, ActNumerics::FP8_BLOCK128, s[0], s[1],
-                                 s[2], OutKind::F32}, ws, 3e-4);
-            EXPECT_TRUE(p.wgmma) << "M=" << s[0] << " N=" << s[1] << " K=" << s[2];
-            if (ws && s[2] >= 1024) {
-                EXPECT_GT(p.k_splits, 1);
-            }
-            p = check_case({WeightKind::FP8_BLOCK128, ScaleKind::F32, ActNumerics::FP8_BLOCK128, s[0], s[1], s[2],
-                            OutKind::BF16}, ws, 4e-3);
-            EXPECT_TRUE(p.wgmma);
-        }
-    // The production floors: 2+ tokens on >= 4 MB of weights.
-    cuda::set_wgmma_gemv(true);
-    EXPECT_FALSE(planned(ws_, 1, 32768, 1024, &cuda::LinearPlan::wgmma));  // wq_b, one token
-    EXPECT_FALSE(planned(ws_, 1, 4096, 8192, &cuda::LinearPlan::wgmma));   // wo_b, one token
-    EXPECT_TRUE(planned(ws_, 2, 1024, 4096, &cuda::LinearPlan::wgmma));     // wq_a
-    EXPECT_TRUE(planned(ws_, 16, 32768, 1024, &cuda::LinearPlan::wgmma));
-    EXPECT_FALSE(planned(ws_, 8, 512, 4096, &cuda::LinearPlan::wgmma));     // wkv, 2 MB
-    // Determinism (split-K) and agreement with the bulk-copy GEMV.
-    check_split_k_and_agreement(ws_, 11, 3e-4, &cuda::LinearPlan::wgmma, [](int run) {
-        cuda::set_wgmma_gemv(run < 2, true);
-        cuda::set_bulk_gemv(true, true);
-    });
-    cuda::set_bulk_gemv(true);
-    cuda::set_wgmma_gemv(true, true);
-}
-
-TEST_F(LinearTest, BadArgumentsThrowNamedErrors) {
-    std::mt19937_64 rng(1);
+TEST(LinearArgs, BadArgumentsThrowNamedErrors) {
+    std::mt19937_64 rng(fresh_seed());
     TestWeight w = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, 128, 256);
     DeviceArray<uint16_t> pv(cuda::prepared_values_bytes(2, 256) / 2);
     DeviceArray<float> ps(cuda::prepared_scales_bytes(2, 256) / 4), y(512);
-    DeviceArray<uint16_t> x(512);
+    DeviceArray<uint16_t> x(random_bf16(rng, 512, 1.f));
     cuda::PreparedActivation p;
     p.values = pv.ptr;
     p.scales = ps.ptr;
+    const auto run = [&](const cuda::PreparedActivation& in, const cuda::DeviceLinear& wl, void* out, int64_t ld,
+                         const KernelPolicy& policy = KernelPolicy{}) {
+        cuda::linear(in, wl, out, OutKind::F32, ld, nullptr, nullptr, policy);
+    };
     cuda::prepare_activation(x.ptr, false, 2, 256, 256, WeightKind::BF16, ActNumerics::EXACT, p, nullptr);
-    try {
-        cuda::linear(p, w.device(), y.ptr, OutKind::F32, 128, nullptr, nullptr);
-        FAIL() << "layout mismatch not detected";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("prepared for BF16"), std::string::npos) << e.what();
-    }
-    cuda::DeviceLinear bad = w.device();
-    bad.scale = nullptr;
+    expect_named_error([&] { run(p, w.device(), y.ptr, 128); }, "prepared for BF16");
     cuda::prepare_activation(x.ptr, false, 2, 256, 256, WeightKind::FP8_BLOCK128, ActNumerics::EXACT, p, nullptr);
-    EXPECT_THROW(cuda::linear(p, bad, y.ptr, OutKind::F32, 128, nullptr, nullptr), Error);
+    cuda::DeviceLinear no_scale = w.device();
+    no_scale.scale = nullptr;
+    expect_named_error([&] { run(p, no_scale, y.ptr, 128); }, "scale");
     cuda::DeviceLinear wide = w.device();
     wide.in = 512;
-    EXPECT_THROW(cuda::linear(p, wide, y.ptr, OutKind::F32, 128, nullptr, nullptr), Error);
-    EXPECT_THROW(cuda::prepare_activation(x.ptr, false, 2, 256, 100, WeightKind::FP8_BLOCK128, ActNumerics::EXACT, p,
-                                          nullptr),
-                 Error);
+    expect_named_error([&] { run(p, wide, y.ptr, 128); }, "columns");
+    expect_named_error([&] { run(p, w.device(), nullptr, 128); }, "output");
+    expect_named_error([&] { run(p, w.device(), y.ptr, 100); }, "stride");
+    expect_named_error(
+        [&] { cuda::grouped_linear(p, w.device(), 0, y.ptr, OutKind::F32, 128, nullptr, nullptr); }, "groups");
+    expect_named_error(
+        [&] {
+            cuda::prepare_activation(x.ptr, false, 2, 256, 100, WeightKind::FP8_BLOCK128, ActNumerics::EXACT, p, nullptr);
+        },
+        "prepare_activation");
+    // A raw activation only suits the small-M GEMV: 17 tokens have no variant.
+    DeviceArray<uint16_t> x17(random_bf16(rng, 17 * 256, 1.f));
+    const cuda::PreparedActivation raw17 =
+        cuda::raw_activation(x17.ptr, 17, 256, 256, WeightKind::FP8_BLOCK128, ActNumerics::EXACT);
+    DeviceArray<float> y17(17 * 128);
+    expect_named_error([&] { run(raw17, w.device(), y17.ptr, 128); }, "raw");
+    // FP8_ROWS (prepare_activation_rows): release numerics only, a row stride of at least K, 16-byte aligned storage;
+    // linear() refuses an FP8_ROWS activation whose codes describe another shape.
+    cuda::PreparedActivation rows;
+    rows.values = pv.ptr;
+    rows.scales = ps.ptr;
+    expect_named_error([&] { cuda::prepare_activation_rows(x.ptr, 2, 256, 256, ActNumerics::EXACT, rows, nullptr); },
+                       "release numerics");
+    expect_named_error(
+        [&] { cuda::prepare_activation_rows(x.ptr, 2, 256, 200, ActNumerics::FP8_BLOCK128, rows, nullptr); },
+        "row stride 200");
+    expect_named_error(
+        [&] {
+            cuda::PreparedActivation misaligned = rows;
+            misaligned.scales = ps.ptr + 1;
+            cuda::prepare_activation_rows(x.ptr, 2, 256, 256, ActNumerics::FP8_BLOCK128, misaligned, nullptr);
+        },
+        "16-byte aligned");
+    cuda::prepare_activation_rows(x.ptr, 2, 256, 256, ActNumerics::FP8_BLOCK128, rows, nullptr);
+    cuda::PreparedActivation short_codes = rows;
+    short_codes.fp8.m = 1;
+    expect_named_error([&] { run(short_codes, w.device(), y.ptr, 128); }, "describes codes of 1 x 256");
+    // Every variant disabled: the error names the problem.
+    KernelPolicy none;
+    for (const cuda::LinearVariant& v : cuda::linear_variants()) none.disabled.emplace_back(v.name);
+    expect_named_error([&] { run(p, w.device(), y.ptr, 128, none); }, "no enabled kernel variant");
 }
 
 }  // namespace

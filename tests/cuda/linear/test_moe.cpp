@@ -1,25 +1,43 @@
-// Op-consistency cases for the GPU MoE (cuda/moe/moe.cuh) against the CPU reference ops: cpu::router_select
-// (biased top-k and hash routing), and a whole MoE layer (routed FP4 experts + shared FP8 expert, SwiGLU clamp,
-// routing weights, combine) built from cpu::dequantize_linear, cpu::act_quant_fp8_block128, cpu::linear_f32 and
-// cpu::swiglu_clamp. Random data, fresh seeds, outputs poisoned before each run.
+// The MoE ops (cuda/moe/moe.cuh) in the op harness, against the CPU reference ops on random data with fresh seeds,
+// outputs poisoned before each run: routing (cpu::router_select: biased top-k and hash; the one-launch decode form
+// against the two launches); the expert family: each case of expert_cases() is a whole MoE layer (routed FP4
+// experts + shared FP8 expert, SwiGLU clamp, routing weights, combine; reference built from cpu::dequantize_linear,
+// cpu::act_quant_fp8_block128, cpu::linear_f32 and cpu::swiglu_clamp; the grouping carries the grouped GEMMs'
+// workspace) run through every variant of the expert catalogue (KernelPolicy::only; each up-projection from the
+// input the variant takes, prepared or raw bf16 rows; each projection must run the forced variant exactly where it
+// supports it, the down-projection judged on the h its up-projection wrote), rerun bit-identical, with raw inputs
+// bit-identical where the variant takes both; the default policy from prepared and from raw inputs; then stage by
+// stage against a base variant (h dequantized whatever its format, the down-projections from the same h values);
+// the family's test ends by checking every variant available here ran. Then the one-hot down-projection per
+// variant, the default choice rules, and the shared expert's SwiGLU-and-prepare.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
 #include <sstream>
 
 #include "cpu/ops.h"
 #include "cuda/common/arch.cuh"
-#include "cuda/moe/moe.cuh"
+#include "cuda/moe/moe_catalogue.h"
+#include "cuda/moe/moe_gemm.cuh"
+#include "expert_family.h"
 #include "harness.h"
+#include "harness_mode.h"
+#include "named_error.h"
+#include "variant_coverage.h"
 #include "weights.h"
 
 namespace flashseek::test {
 namespace {
 
 using cuda::ActNumerics;
+using cuda::KernelPolicy;
 using cuda::ScaleKind;
 using cuda::WeightKind;
 
@@ -176,19 +194,23 @@ TEST(MoeRoute, FusedRouteAndGroupMatchesTwoLaunches) {
 }
 
 // Routes M tokens over E experts on the device (biased top-K of `logits` with route_scale `scale`; bias may be
-// empty) and groups the (token, expert) pairs: the setup every expert-path case below starts from. The grouping
-// carries activation tiles for K up to 4096 (the wgmma expert kernels, moe_wgmma.cu).
+// empty) and groups the (token, expert) pairs: the setup every expert case starts from. The grouping carries the
+// activation tiles of the wgmma expert kernels (moe_wgmma.cu) for K up to max_k and, where hidden and inter are
+// given, the grouped expert GEMMs' workspace (grouped_experts).
 struct DeviceRouting {
     DeviceArray<float> logits, bias, weight;
     DeviceArray<int32_t> idx;
-    DeviceArray<uint8_t> mem, tiles;
+    DeviceArray<uint8_t> mem, tiles, gemm_ws;
     cuda::MoeGrouping g;
-    DeviceRouting(const std::vector<float>& lg, const std::vector<float>& b, int M, int E, int K, float scale)
+    DeviceRouting(const std::vector<float>& lg, const std::vector<float>& b, int M, int E, int K, float scale,
+                  int64_t max_k, int64_t hidden = 0, int64_t inter = 0)
         : logits(lg), bias(b), weight(size_t(M * K)), idx(size_t(M * K)), mem(cuda::moe_grouping_bytes(E, M * K)),
-          tiles(cuda::moe_act_tile_bytes(E, M * K, 4096)) {
+          tiles(cuda::moe_act_tile_bytes(E, M * K, max_k)),
+          gemm_ws(hidden > 0 ? cuda::moe_gemm_workspace_bytes(int64_t(M) * K, hidden, inter) : 0) {
         g = cuda::moe_grouping_view(mem.ptr, E, M * K);
         tiles.poison();  // before attaching: attaching zeroes the split counters
-        cuda::moe_attach_act_tiles(g, tiles.ptr, 4096);
+        cuda::moe_attach_act_tiles(g, tiles.ptr, max_k);
+        if (hidden > 0) cuda::moe_attach_gemm_workspace(g, gemm_ws.ptr, hidden, inter);
         cuda::moe_route(logits.ptr, M, E, E, b.empty() ? nullptr : bias.ptr, nullptr, nullptr, 0, K, scale, idx.ptr,
                         weight.ptr, nullptr);
         cuda::moe_group(idx.ptr, weight.ptr, M, K, g, nullptr);
@@ -230,164 +252,46 @@ ExpertSet make_experts(std::mt19937_64& rng, int E, WeightKind kind, int64_t D, 
     return s;
 }
 
-// One expert on the CPU: w2 . q(round_bf16(swiglu_clamp(w1 . q(x), w3 . q(x)) * weight)), q = act_quant or identity;
-// in release numerics w1 . q(x) and w3 . q(x) are rounded to bf16 first (the reference's GEMM outputs).
-std::vector<float> cpu_expert(const ExpertSet& s, int e, const std::vector<float>& x, float weight, float limit,
-                              ActNumerics numerics) {
-    const int64_t D = s.table.hidden, I = s.table.inter;
-    std::vector<float> xq = x;
-    if (numerics == ActNumerics::FP8_BLOCK128) cpu::act_quant_fp8_block128(x.data(), D, xq.data());
-    std::vector<float> gate(static_cast<size_t>(I)), up(static_cast<size_t>(I)), act(static_cast<size_t>(I)), y(static_cast<size_t>(D));
-    const auto w1 = s.w1[size_t(e)].dequantized(), w3 = s.w3[size_t(e)].dequantized(),
-               w2 = s.w2[size_t(e)].dequantized();
-    cpu::linear_f32(xq.data(), 1, w1.data(), I, D, gate.data(), nullptr);
-    cpu::linear_f32(xq.data(), 1, w3.data(), I, D, up.data(), nullptr);
-    if (numerics == ActNumerics::FP8_BLOCK128) {  // release: the reference's expert GEMMs output bf16
-        for (auto& v : gate) v = round_bf16(v);
-        for (auto& v : up) v = round_bf16(v);
-    }
-    cpu::swiglu_clamp(gate.data(), up.data(), I, limit, act.data());
-    for (auto& v : act) v = round_bf16(v * weight);
-    std::vector<float> aq = act;
-    if (numerics == ActNumerics::FP8_BLOCK128) cpu::act_quant_fp8_block128(act.data(), I, aq.data());
-    cpu::linear_f32(aq.data(), 1, w2.data(), D, I, y.data(), nullptr);
-    return y;
-}
-
-// A whole MoE layer: route (biased top-k) -> group -> up -> down for routed FP4 experts, dense up/down for the
-// shared FP8 expert, combine. Threshold 3e-3 on ||gpu - cpu|| / ||cpu||: both sides compute the same fp32 math,
-// but a bf16 (intermediate) or e4m3 (release act_quant) rounding can land on the other side of a tie for a few
-// elements when the fp32 sums differ in their last bits.
-// Each case runs through every expert path for M <= 16 (below); the threshold is the same for all. The per-tile
-// GEMV path also runs with raw bf16 inputs (raw_activation), which must give bit-identical outputs.
-// Paths: 1 = mma.sync kernels (GEMV off), 2 = per-tile GEMV kernels (moe_gemv.cu; also checks raw inputs), 3 = the
-// bulk-copy FP4 kernels for the routed experts (moe_bulk.cu: release numerics, sizes multiple of 512, sm_90+; the
-// case asserts the path was taken where it applies), 4 = the wgmma FP4 kernels (moe_wgmma.cu, sm_90a, same shapes). (Path numbers kept from when persistent streaming kernels were
-// paths 0, 3 and 4: measured slower, racecheck hazards, removed; docs/perf.md.)
-struct GemvSwitch {
-    explicit GemvSwitch(int path) {
-        cuda::set_small_m_gemv(path != 1);
-        cuda::set_small_m_gemv_max_tokens(cuda::kGemvMaxTokens);
-        cuda::set_moe_bulk_path(path == 3);
-        cuda::set_moe_wgmma_path(path == 4, true);  // path 4 below its production token floor too
-    }
-    ~GemvSwitch() {
-        cuda::set_small_m_gemv(true);
-        cuda::set_small_m_gemv_max_tokens(cuda::kGemvDefaultMaxTokens);
-        cuda::set_moe_bulk_path(true);
-        cuda::set_moe_wgmma_path(true);
-    }
-};
-
-TEST(MoeLayer, RoutedFp4PlusSharedFp8MatchesCpu) {
-    for (int path = 1; path <= 4; ++path)
-    for (auto numerics : {ActNumerics::EXACT, ActNumerics::FP8_BLOCK128})
-        // Sizes that are multiples of 128 take the GEMV (M <= 8) or tensor-core kernels; 160/96 (golden-b) the
-        // element-wise fallback.
-        for (auto [M, E, K, D, I] : {std::tuple<int, int, int, int64_t, int64_t>{1, 16, 4, 256, 384},
-                                     {5, 16, 4, 256, 384},
-                                     {3, 16, 6, 384, 640},   // odd tokens, 3 / 5 steps
-                                     {8, 32, 6, 512, 256},   // 8 tokens
-                                     {16, 64, 6, 512, 384},  // decode C=16: 1-4+ tokens per expert, FP8 2 tiles
-                                     {11, 128, 6, 256, 256}, // odd token count, many single-token experts
-                                     {16, 8, 4, 2048, 1024}, // ~8 tokens per expert (2-3 token passes), aligned
-                                                             // scales, 2 / 1 chunks per row
-                                     {1, 4, 2, 1024, 2048},  // M = 1, one expert slot per 64 / 128 tiles
-                                     {23, 8, 3, 256, 384},
-                                     {5, 16, 3, 160, 96},
-                                     // bulk-copy path shapes (multiples of 512, M >= 8): C=16-like with 1-3 tokens
-                                     // per expert, 9-16 tokens on one expert (two token tiles), odd counts
-                                     {16, 64, 6, 512, 512},
-                                     {16, 4, 4, 1024, 512},
-                                     {11, 128, 6, 512, 1024},
-                                     {9, 16, 6, 2048, 512}}) {
-            if (path >= 2 && M > cuda::kGemvMaxTokens) continue;  // no GEMV above 16 tokens: same kernels as path 1
-            const bool bulk_shape = D % 512 == 0 && I % 512 == 0 && M >= 8 && numerics == ActNumerics::FP8_BLOCK128;
-            const bool wgmma_shape = D % 256 == 0 && I % 256 == 0 && numerics == ActNumerics::FP8_BLOCK128;
-            if ((path == 3 && !bulk_shape) || (path == 4 && !wgmma_shape)) continue;  // would take path 2's kernels
-            GemvSwitch gemv(path);
-            const uint64_t seed = fresh_seed();
-            std::ostringstream d;
-            d << "path=" << path << " numerics=" << int(numerics) << " M=" << M << " E=" << E << " K=" << K
-              << " D=" << D << " I=" << I << " seed=" << seed;
-            SCOPED_TRACE(d.str());
-            std::mt19937_64 rng(seed);
-            const float limit = 10.f, scale = 1.5f;
-            ExpertSet routed = make_experts(rng, E, WeightKind::FP4_BLOCK32, D, I);
-            ExpertSet shared = make_experts(rng, 1, WeightKind::FP8_BLOCK128, D, I);
-            std::normal_distribution<float> nd(0.f, 1.f);
-            std::vector<float> x(size_t(M * D)), logits(size_t(M * E)), bias(static_cast<size_t>(E));
-            for (auto& v : x) v = round_bf16(nd(rng));
-            for (auto& v : logits) v = nd(rng);
-            for (auto& v : bias) v = 0.1f * nd(rng);
-            std::vector<uint16_t> xb(x.size());
-            for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
-            // GPU
-            DeviceArray<uint16_t> dx(xb);
-            DeviceArray<uint16_t> pv4(cuda::prepared_values_bytes(M, D) / 2), pv8(cuda::prepared_values_bytes(M, D) / 2),
-                hv(cuda::prepared_values_bytes(M * K, I) / 2), hsv(cuda::prepared_values_bytes(M, I) / 2);
-            DeviceArray<float> ps4(cuda::prepared_scales_bytes(M, D) / 4), ps8(cuda::prepared_scales_bytes(M, D) / 4),
-                hs(cuda::prepared_scales_bytes(M * K, I) / 4), hss(cuda::prepared_scales_bytes(M, I) / 4),
-                y(size_t(M * K * D)), ys(size_t(M * D)), out(size_t(M * D));
-            for (auto* a : {&y, &ys, &out}) a->poison();
-            hv.poison();
-            hs.poison();
-            const DeviceRouting routing(logits, bias, M, E, K, scale);
-            const cuda::MoeGrouping& g = routing.g;
-            cuda::PreparedActivation p4{WeightKind::FP4_BLOCK32, 0, 0, 0, 0, pv4.ptr, ps4.ptr};
-            cuda::PreparedActivation p8{WeightKind::FP8_BLOCK128, 0, 0, 0, 0, pv8.ptr, ps8.ptr};
-            cuda::prepare_activation(dx.ptr, false, M, D, D, WeightKind::FP4_BLOCK32, numerics, p4, nullptr);
-            cuda::prepare_activation(dx.ptr, false, M, D, D, WeightKind::FP8_BLOCK128, numerics, p8, nullptr);
-            cuda::PreparedActivation h{}, hsh{};
-            h.values = hv.ptr;
-            h.scales = hs.ptr;
-            hsh.values = hsv.ptr;
-            hsh.scales = hss.ptr;
-            if (path == 3 && cuda::current_arch().cc >= 90) {
-                EXPECT_TRUE(cuda::moe_expert_bulk_path(routed.table, &g, M, p4)) << "bulk path not taken";
-            }
-            if (path == 4 && cuda::current_arch().cc == 90) {
-                EXPECT_TRUE(cuda::moe_expert_wgmma_path(routed.table, &g, M, p4)) << "wgmma path not taken";
-            }
-            cuda::moe_expert_up(p4, routed.table, &g, M, K, limit, numerics, h, nullptr);
-            cuda::moe_expert_down(h, routed.table, &g, M, K, y.ptr, nullptr);
-            cuda::moe_expert_up(p8, shared.table, nullptr, M, K, limit, numerics, hsh, nullptr);
-            cuda::moe_expert_down(hsh, shared.table, nullptr, M, K, ys.ptr, nullptr);
-            cuda::moe_combine(y.ptr, g, ys.ptr, M, K, D, out.ptr, cuda::OutKind::F32, D, nullptr);
-            CUDA_CHECK(cudaDeviceSynchronize());
-            const auto gpu = out.download();
-            if (path == 2 && cuda::moe_expert_takes_raw(routed.table, M) && cuda::moe_expert_takes_raw(shared.table, M)) {
-                // Raw bf16 input (prepared inside the GEMV kernels): bit-identical to the prepared input.
-                for (auto* a : {&y, &ys, &out}) a->poison();
-                hv.poison();
-                const auto r4 = cuda::raw_activation(dx.ptr, M, D, D, WeightKind::FP4_BLOCK32, numerics);
-                const auto r8 = cuda::raw_activation(dx.ptr, M, D, D, WeightKind::FP8_BLOCK128, numerics);
-                cuda::moe_expert_up(r4, routed.table, &g, M, K, limit, numerics, h, nullptr);
-                cuda::moe_expert_down(h, routed.table, &g, M, K, y.ptr, nullptr);
-                cuda::moe_expert_up(r8, shared.table, nullptr, M, K, limit, numerics, hsh, nullptr);
-                cuda::moe_expert_down(hsh, shared.table, nullptr, M, K, ys.ptr, nullptr);
-                cuda::moe_combine(y.ptr, g, ys.ptr, M, K, D, out.ptr, cuda::OutKind::F32, D, nullptr);
-                CUDA_CHECK(cudaDeviceSynchronize());
-                const auto raw = out.download();
-                EXPECT_EQ(std::memcmp(raw.data(), gpu.data(), gpu.size() * sizeof(float)), 0) << "raw input differs";
-            }
-            // CPU
-            std::vector<float> ref(size_t(M * D), 0.f);
-            for (int m = 0; m < M; ++m) {
-                std::vector<int32_t> ri(static_cast<size_t>(K));
-                std::vector<float> rw(static_cast<size_t>(K));
-                cpu::router_select(&logits[size_t(m * E)], E, bias.data(), nullptr, K, scale, ri.data(), rw.data());
-                std::vector<float> xm(x.begin() + m * D, x.begin() + (m + 1) * D);
-                for (int j = 0; j < K; ++j) {
-                    const auto yj = cpu_expert(routed, ri[size_t(j)], xm, rw[size_t(j)], limit, numerics);
-                    for (int64_t dd = 0; dd < D; ++dd) ref[size_t(m * D + dd)] += yj[size_t(dd)];
-                }
-                const auto sh = cpu_expert(shared, 0, xm, 1.f, limit, numerics);
-                for (int64_t dd = 0; dd < D; ++dd) ref[size_t(m * D + dd)] += sh[size_t(dd)];
-            }
-            EXPECT_LE(rel_l2(gpu, ref), 3e-3);
+// The experts on the CPU, each dequantized once: w2 . q(round_bf16(swiglu_clamp(w1 . q(x), w3 . q(x)) * weight)),
+// q = act_quant or identity; in release numerics w1 . q(x) and w3 . q(x) are rounded to bf16 first (the
+// reference's expert GEMMs output bf16).
+class CpuExperts {
+public:
+    explicit CpuExperts(const ExpertSet& s) : s_(s) {}
+    std::vector<float> run(int e, const std::vector<float>& x, float weight, float limit, ActNumerics numerics) {
+        const int64_t D = s_.table.hidden, I = s_.table.inter;
+        const auto& w = dequantized(e);
+        std::vector<float> xq = x;
+        if (numerics == ActNumerics::FP8_BLOCK128) cpu::act_quant_fp8_block128(x.data(), D, xq.data());
+        std::vector<float> gate(static_cast<size_t>(I)), up(static_cast<size_t>(I)), act(static_cast<size_t>(I)),
+            y(static_cast<size_t>(D));
+        cpu::linear_f32(xq.data(), 1, w[0].data(), I, D, gate.data(), nullptr);
+        cpu::linear_f32(xq.data(), 1, w[1].data(), I, D, up.data(), nullptr);
+        if (numerics == ActNumerics::FP8_BLOCK128) {
+            for (auto& v : gate) v = round_bf16(v);
+            for (auto& v : up) v = round_bf16(v);
         }
-}
+        cpu::swiglu_clamp(gate.data(), up.data(), I, limit, act.data());
+        for (auto& v : act) v = round_bf16(v * weight);
+        std::vector<float> aq = act;
+        if (numerics == ActNumerics::FP8_BLOCK128) cpu::act_quant_fp8_block128(act.data(), I, aq.data());
+        cpu::linear_f32(aq.data(), 1, w[2].data(), D, I, y.data(), nullptr);
+        return y;
+    }
+
+private:
+    const std::array<std::vector<float>, 3>& dequantized(int e) {
+        auto it = cache_.find(e);
+        if (it == cache_.end())
+            it = cache_.emplace(e, std::array<std::vector<float>, 3>{s_.w1[size_t(e)].dequantized(),
+                                                                     s_.w3[size_t(e)].dequantized(),
+                                                                     s_.w2[size_t(e)].dequantized()})
+                     .first;
+        return it->second;
+    }
+    const ExpertSet& s_;
+    std::map<int, std::array<std::vector<float>, 3>> cache_;
+};
 
 float half_bits_to_f32(uint16_t h) {  // f16 (finite) -> fp32
     const int e = (h >> 10) & 31, m = h & 1023;
@@ -395,120 +299,415 @@ float half_bits_to_f32(uint16_t h) {  // f16 (finite) -> fp32
     return (h >> 15) ? -v : v;
 }
 
-// Selects one routed-expert path for 8-16 tokens: 0 = per-tile GEMV (moe_gemv.cu), 1 = bulk-copy mma.sync
-// (moe_bulk.cu), 2 = wgmma (moe_wgmma.cu); restores the defaults when destroyed.
-struct FastPath {
-    explicit FastPath(int v) { set(v); }
-    ~FastPath() {
-        cuda::set_moe_bulk_path(true);
-        cuda::set_moe_wgmma_path(true);
+// Stored position of column p (0..127) inside its 128-column block of a prepared (MMA_F16) activation of `layout`:
+// the FP8 layout swaps the middle pair of every 4 columns, the FP4 layout interleaves every 8 as 0,4,1,5,2,6,3,7
+// (mma_core.cuh, prepared_pos).
+int64_t stored_pos(WeightKind layout, int64_t p) {
+    if (layout == WeightKind::FP8_BLOCK128) {
+        const int64_t r = p & 3;
+        return (p & ~int64_t(3)) | (r == 1 ? 2 : r == 2 ? 1 : r);
     }
-    static void set(int v) {
-        cuda::set_moe_bulk_path(v == 1);
-        cuda::set_moe_wgmma_path(v == 2, true);  // also below its production token floor
+    if (layout == WeightKind::FP4_BLOCK32) return (p & ~int64_t(7)) | (2 * (p & 3) + ((p >> 2) & 1));
+    return p;
+}
+
+// An expert intermediate h on the host in natural column order, whatever its device format: each element is
+// q x the power-of-two scale of its (row, 128-column block).
+struct HostH {
+    int64_t rows = 0, cols = 0, blocks = 0;
+    std::vector<float> q;      // [rows, cols]: the stored value (an e4m3 value in release numerics)
+    std::vector<float> scale;  // [rows, blocks]
+    std::vector<float> values() const {
+        std::vector<float> v(q.size());
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c)
+                v[size_t(r * cols + c)] = q[size_t(r * cols + c)] * scale[size_t(r * blocks + c / 128)];
+        return v;
     }
-    static bool taken(int v, const cuda::ExpertTable& t, const cuda::MoeGrouping& g, int64_t M,
-                      const cuda::PreparedActivation& x) {
-        return v == 1 ? cuda::moe_expert_bulk_path(t, &g, M, x) : cuda::moe_expert_wgmma_path(t, &g, M, x);
-    }
-    static bool available(int v) { return v == 1 ? cuda::current_arch().cc >= 90 : cuda::current_arch().cc == 90; }
 };
 
-// The bulk-copy (moe_bulk.cu) and wgmma (moe_wgmma.cu) paths against the per-tile GEMV path on the same inputs,
-// stage by stage: the up-projection's prepared h (act_quant codes x scales) and the down-projection from the same
-// h. All compute the same fp32 math up to summation order and the FP8 tensor cores' sums of 32 exact products, so
-// the down-projection must agree to rel 1e-4 (wgmma: 2e-4); h may differ where a bf16 / e4m3 rounding lands on the
-// other side (rel <= 3e-3; wgmma 1e-2, see below).
-TEST(MoeLayer, BulkPathMatchesGemvPathPerStage) {
-    if (cuda::current_arch().cc < 90) GTEST_SKIP() << "bulk path needs sm_90";
-    for (int fast = 1; fast <= 2; ++fast)
-    for (auto [M, E, K, D, I] : {std::tuple<int, int, int, int64_t, int64_t>{8, 4, 2, 1024, 2048},
-                                 {16, 8, 4, 2048, 1024},
-                                 {16, 64, 6, 512, 512},
-                                 {12, 32, 6, 768, 256},
-                                 {1, 16, 6, 1024, 512},
-                                 {3, 32, 4, 512, 768},
-                                 // more items than CTA slots: the wgmma kernels cut items between CTAs
-                                 {16, 64, 6, 1024, 2048}}) {
-        if (!FastPath::available(fast)) continue;
-        const bool bulk_shape = D % 512 == 0 && I % 512 == 0 && M >= 8;
-        if (fast == 1 && !bulk_shape) continue;
-        const uint64_t seed = fresh_seed();
-        std::ostringstream d;
-        d << "path=" << (fast == 1 ? "bulk" : "wgmma") << " M=" << M << " E=" << E << " K=" << K << " D=" << D
-          << " I=" << I << " seed=" << seed;
-        SCOPED_TRACE(d.str());
-        std::mt19937_64 rng(seed);
-        ExpertSet routed = make_experts(rng, E, WeightKind::FP4_BLOCK32, D, I);
+// h as an up-projection described it: MMA_F16 (f16 values permuted for the layout, scales per row) or FP8_ROWS
+// (e4m3 codes in rows, scales transposed).
+HostH download_h(const cuda::PreparedActivation& h, int64_t cols) {
+    HostH o;
+    o.rows = h.m;
+    o.cols = cols;
+    o.blocks = (cols + 127) / 128;
+    o.q.resize(size_t(o.rows * cols));
+    o.scale.resize(size_t(o.rows * o.blocks));
+    if (h.format == cuda::ActFormat::FP8_ROWS) {
+        std::vector<uint8_t> codes(size_t(o.rows * h.fp8.codes_ld));
+        std::vector<float> scales(size_t(o.blocks * h.fp8.scales_ld));
+        CUDA_CHECK(cudaMemcpy(codes.data(), h.fp8.codes, codes.size(), cudaMemcpyDeviceToHost));
+        CUDA_CHECK(cudaMemcpy(scales.data(), h.fp8.scales, scales.size() * 4, cudaMemcpyDeviceToHost));
+        for (int64_t r = 0; r < o.rows; ++r) {
+            for (int64_t c = 0; c < cols; ++c)
+                o.q[size_t(r * cols + c)] = e4m3_to_f32(codes[size_t(r * h.fp8.codes_ld + c)]);
+            for (int64_t b = 0; b < o.blocks; ++b)
+                o.scale[size_t(r * o.blocks + b)] = scales[size_t(b * h.fp8.scales_ld + r)];
+        }
+        return o;
+    }
+    const int64_t kb = h.k_pad / 128;
+    std::vector<uint16_t> vals(size_t(o.rows * h.k_pad));
+    std::vector<float> scales(size_t(o.rows * kb));
+    CUDA_CHECK(cudaMemcpy(vals.data(), h.values, vals.size() * 2, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(scales.data(), h.scales, scales.size() * 4, cudaMemcpyDeviceToHost));
+    for (int64_t r = 0; r < o.rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c)
+            o.q[size_t(r * cols + c)] =
+                half_bits_to_f32(vals[size_t(r * h.k_pad + c / 128 * 128 + stored_pos(h.layout, c % 128))]);
+        for (int64_t b = 0; b < o.blocks; ++b) o.scale[size_t(r * o.blocks + b)] = scales[size_t(r * kb + b)];
+    }
+    return o;
+}
+
+// Writes `src` (release numerics: every q an e4m3 value) into the FP8_ROWS storage `dst` describes, exactly: the
+// same values and scales in the other format. Rows past src.rows and padding columns keep what the device held.
+void upload_rows_h(const HostH& src, const cuda::PreparedActivation& dst) {
+    ASSERT_EQ(dst.format, cuda::ActFormat::FP8_ROWS);
+    ASSERT_GE(dst.fp8.m, src.rows);
+    ASSERT_EQ(dst.fp8.k, src.cols);
+    std::vector<uint8_t> codes(size_t(src.rows * dst.fp8.codes_ld));
+    std::vector<float> scales(size_t(src.blocks * dst.fp8.scales_ld));
+    CUDA_CHECK(cudaMemcpy(codes.data(), dst.fp8.codes, codes.size(), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(scales.data(), dst.fp8.scales, scales.size() * 4, cudaMemcpyDeviceToHost));
+    for (int64_t r = 0; r < src.rows; ++r) {
+        for (int64_t c = 0; c < src.cols; ++c) {
+            const float q = src.q[size_t(r * src.cols + c)];
+            const uint8_t code = f32_to_e4m3(q);
+            ASSERT_EQ(e4m3_to_f32(code), q) << "h[" << r << ", " << c << "] is no e4m3 value";
+            codes[size_t(r * dst.fp8.codes_ld + c)] = code;
+        }
+        for (int64_t b = 0; b < src.blocks; ++b)
+            scales[size_t(b * dst.fp8.scales_ld + r)] = src.scale[size_t(r * src.blocks + b)];
+    }
+    CUDA_CHECK(cudaMemcpy(dst.fp8.codes, codes.data(), codes.size(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dst.fp8.scales, scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+}
+
+constexpr float kSwigluLimit = 10.f, kRouteScale = 1.5f;
+
+// One case's MoE layer: routed FP4 experts and the shared FP8 expert, inputs, routing, device buffers and the CPU
+// reference output.
+struct MoeLayerData {
+    const ExpertCase& c;
+    ExpertSet routed, shared;
+    std::vector<float> x, logits, bias, ref;
+    std::unique_ptr<DeviceRouting> routing;
+    DeviceArray<uint16_t> dx, pv4, pv8, hv, hsv, hv_base;
+    DeviceArray<float> ps4, ps8, hs, hss, hs_base, y, ys, out;
+    cuda::PreparedActivation p4, p8, r4, r8;
+
+    MoeLayerData(const ExpertCase& c_, std::mt19937_64& rng)
+        : c(c_), routed(make_experts(rng, c_.E, WeightKind::FP4_BLOCK32, c_.D, c_.I)),
+          shared(make_experts(rng, 1, WeightKind::FP8_BLOCK128, c_.D, c_.I)),
+          dx(size_t(c_.M * c_.D)), pv4(cuda::prepared_values_bytes(c_.M, c_.D) / 2),
+          pv8(cuda::prepared_values_bytes(c_.M, c_.D) / 2),
+          hv(cuda::prepared_values_bytes(int64_t(c_.M) * c_.top_k, c_.I) / 2),
+          hsv(cuda::prepared_values_bytes(c_.M, c_.I) / 2),
+          hv_base(cuda::prepared_values_bytes(int64_t(c_.M) * c_.top_k, c_.I) / 2),
+          ps4(cuda::prepared_scales_bytes(c_.M, c_.D) / 4), ps8(cuda::prepared_scales_bytes(c_.M, c_.D) / 4),
+          hs(cuda::prepared_scales_bytes(int64_t(c_.M) * c_.top_k, c_.I) / 4),
+          hss(cuda::prepared_scales_bytes(c_.M, c_.I) / 4),
+          hs_base(cuda::prepared_scales_bytes(int64_t(c_.M) * c_.top_k, c_.I) / 4),
+          y(size_t(c_.M) * c_.top_k * size_t(c_.D)), ys(size_t(c_.M * c_.D)), out(size_t(c_.M * c_.D)) {
+        const int M = c.M, E = c.E, K = c.top_k;
+        const int64_t D = c.D;
         std::normal_distribution<float> nd(0.f, 1.f);
-        std::vector<float> logits(size_t(M * E));
-        std::vector<uint16_t> xb(size_t(M * D));
-        for (auto& v : xb) v = f32_to_bf16(nd(rng));
+        x.resize(size_t(M * D));
+        logits.resize(size_t(M * E));
+        bias.resize(size_t(E));
+        for (auto& v : x) v = round_bf16(nd(rng));
         for (auto& v : logits) v = nd(rng);
-        DeviceArray<uint16_t> dx(xb);
-        const DeviceRouting routing(logits, {}, M, E, K, 1.5f);
-        const cuda::MoeGrouping& g = routing.g;
-        DeviceArray<uint16_t> pv(cuda::prepared_values_bytes(M, D) / 2);
-        DeviceArray<float> ps(cuda::prepared_scales_bytes(M, D) / 4);
-        cuda::PreparedActivation p{WeightKind::FP4_BLOCK32, 0, 0, 0, 0, pv.ptr, ps.ptr};
-        cuda::prepare_activation(dx.ptr, false, M, D, D, WeightKind::FP4_BLOCK32, ActNumerics::FP8_BLOCK128, p, nullptr);
-        std::vector<float> hq[2], yv[2];
-        DeviceArray<uint16_t> hv(cuda::prepared_values_bytes(M * K, I) / 2);
-        DeviceArray<float> hs(cuda::prepared_scales_bytes(M * K, I) / 4), y(size_t(M * K * D));
+        for (auto& v : bias) v = 0.1f * nd(rng);
+        if (c.pinned_groups) {
+            // Expert 0: score sqrt(softplus(30)) - 1 ~ 4.5 for token 0 (above any other expert's), -1 for the rest
+            // (below any other's: sqrt(softplus(l)) >= 0 plus a bias of 0.1 N(0, 1)); expert 1: at most ~-7.5.
+            for (int m = 0; m < M; ++m) logits[size_t(m * E)] = m == 0 ? 30.f : -30.f;
+            bias[0] = -1.f;
+            bias[1] = -10.f;
+        }
+        std::vector<uint16_t> xb(x.size());
+        for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
+        dx.upload(xb);
+        const int64_t max_k = std::max<int64_t>(128, (std::max(c.D, c.I) + 127) / 128 * 128);
+        routing = std::make_unique<DeviceRouting>(logits, bias, M, E, K, kRouteScale, max_k, c.D, c.I);
+        for (auto* a : {&pv4, &pv8}) a->poison();
+        for (auto* a : {&ps4, &ps8}) a->poison();
+        p4 = cuda::PreparedActivation{};
+        p4.values = pv4.ptr;
+        p4.scales = ps4.ptr;
+        p8 = p4;
+        p8.values = pv8.ptr;
+        p8.scales = ps8.ptr;
+        cuda::prepare_activation(dx.ptr, false, M, D, D, WeightKind::FP4_BLOCK32, c.numerics, p4, nullptr);
+        cuda::prepare_activation(dx.ptr, false, M, D, D, WeightKind::FP8_BLOCK128, c.numerics, p8, nullptr);
+        r4 = cuda::raw_activation(dx.ptr, M, D, D, WeightKind::FP4_BLOCK32, c.numerics);
+        r8 = cuda::raw_activation(dx.ptr, M, D, D, WeightKind::FP8_BLOCK128, c.numerics);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        ref = reference();
+    }
+
+    std::vector<float> reference() {
+        const int M = c.M, E = c.E, K = c.top_k;
+        const int64_t D = c.D;
+        CpuExperts routed_cpu(routed), shared_cpu(shared);
+        std::vector<float> r(size_t(M * D), 0.f);
+        for (int m = 0; m < M; ++m) {
+            std::vector<int32_t> picks(static_cast<size_t>(K));
+            std::vector<float> weights(static_cast<size_t>(K));
+            cpu::router_select(&logits[size_t(m * E)], E, bias.data(), nullptr, K, kRouteScale, picks.data(),
+                               weights.data());
+            const std::vector<float> xm(x.begin() + m * D, x.begin() + (m + 1) * D);
+            for (int j = 0; j < K; ++j) {
+                const auto yj = routed_cpu.run(picks[size_t(j)], xm, weights[size_t(j)], kSwigluLimit, c.numerics);
+                for (int64_t d = 0; d < D; ++d) r[size_t(m * D + d)] += yj[size_t(d)];
+            }
+            const auto sh = shared_cpu.run(0, xm, 1.f, kSwigluLimit, c.numerics);
+            for (int64_t d = 0; d < D; ++d) r[size_t(m * D + d)] += sh[size_t(d)];
+        }
+        return r;
+    }
+
+    const cuda::MoeGrouping& grouping() const { return routing->g; }
+    int64_t pairs() const { return int64_t(c.M) * c.top_k; }
+
+    // h (routed: M*top_k rows) / the shared expert's h (M rows) as the up-projection will describe them: what the
+    // down-projection's ExpertCall sees.
+    cuda::PreparedActivation described_h(bool routed_h, uint16_t* values, float* scales) const {
+        cuda::PreparedActivation h;
+        cuda::describe_prepared(h, routed_h ? WeightKind::FP4_BLOCK32 : WeightKind::FP8_BLOCK128, c.numerics,
+                                routed_h ? pairs() : c.M, c.I);
+        h.values = values;
+        h.scales = scales;
+        return h;
+    }
+    // The four expert projections of the layer, as the catalogue sees them (x: prepared or raw input).
+    cuda::ExpertCall routed_up(const cuda::PreparedActivation& in) const {
+        return {true, in, routed.table, &grouping(), c.M, c.top_k, c.numerics};
+    }
+    cuda::ExpertCall routed_down(const cuda::PreparedActivation& h) const {
+        return {false, h, routed.table, &grouping(), c.M, c.top_k, h.numerics};
+    }
+    cuda::ExpertCall shared_up(const cuda::PreparedActivation& in) const {
+        return {true, in, shared.table, nullptr, c.M, c.top_k, c.numerics};
+    }
+    cuda::ExpertCall shared_down(const cuda::PreparedActivation& h) const {
+        return {false, h, shared.table, nullptr, c.M, c.top_k, h.numerics};
+    }
+};
+
+struct LayerRun {
+    std::vector<float> out;   // [M, D]
+    std::string variant[4];   // routed up, routed down, shared up, shared down
+    cuda::PreparedActivation h, hsh;  // the routed and shared h as their up-projections described them
+};
+
+// route -> group (done once) -> up -> down for the routed experts, dense up / down for the shared one, combine;
+// every output poisoned first (h too, in the caller's storage and in the grouping's GEMM workspace).
+LayerRun run_layer(MoeLayerData& L, const KernelPolicy& policy, bool raw_routed, bool raw_shared) {
+    const ExpertCase& c = L.c;
+    for (auto* a : {&L.y, &L.ys, &L.out, &L.hs, &L.hss}) a->poison();
+    for (auto* a : {&L.hv, &L.hsv}) a->poison();
+    L.routing->gemm_ws.poison();
+    LayerRun r;
+    r.h.values = L.hv.ptr;
+    r.h.scales = L.hs.ptr;
+    r.hsh.values = L.hsv.ptr;
+    r.hsh.scales = L.hss.ptr;
+    const cuda::MoeGrouping& g = L.grouping();
+    r.variant[0] = cuda::moe_expert_up(raw_routed ? L.r4 : L.p4, L.routed.table, &g, c.M, c.top_k, kSwigluLimit,
+                                       c.numerics, r.h, nullptr, policy);
+    r.variant[1] = cuda::moe_expert_down(r.h, L.routed.table, &g, c.M, c.top_k, L.y.ptr, nullptr, policy);
+    r.variant[2] = cuda::moe_expert_up(raw_shared ? L.r8 : L.p8, L.shared.table, nullptr, c.M, c.top_k, kSwigluLimit,
+                                       c.numerics, r.hsh, nullptr, policy);
+    r.variant[3] = cuda::moe_expert_down(r.hsh, L.shared.table, nullptr, c.M, c.top_k, L.ys.ptr, nullptr, policy);
+    cuda::moe_combine(L.y.ptr, g, L.ys.ptr, c.M, c.top_k, c.D, L.out.ptr, cuda::OutKind::F32, c.D, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    r.out = L.out.download();
+    return r;
+}
+
+bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The routed up- and down-projection stage by stage against a base variant on the same inputs: gemv_experts where
+// it serves the case (1-16 tokens), else tile_experts. Up: each variant's h (from the input it takes: prepared, or
+// raw bf16 rows) against the base's, both dequantized in natural column order (the formats differ: MMA_F16 permutes
+// columns per weight layout, FP8_ROWS keeps codes in rows and scales transposed). Down: each variant from the base's
+// h values, written into the format the variant takes (FP8_ROWS: the same e4m3 values and scales, exactly), against
+// the base's y.
+void compare_stages(MoeLayerData& L) {
+    const ExpertCase& c = L.c;
+    const cuda::ExpertVariant* base = nullptr;
+    for (std::string_view name : {"gemv_experts", "tile_experts"})
+        for (const cuda::ExpertVariant& v : cuda::expert_variants())
+            if (!base && v.name == name && v.supports(L.routed_up(L.p4))) base = &v;
+    if (base == nullptr) return;  // off the 128 grid: only the element-wise fallback, nothing to compare with
+    const cuda::MoeGrouping& g = L.grouping();
+    auto up = [&](std::string_view variant, bool raw, DeviceArray<uint16_t>& values, DeviceArray<float>& scales) {
+        values.poison();
+        scales.poison();
+        L.routing->gemm_ws.poison();
         cuda::PreparedActivation h{};
-        const FastPath restore(0);
-        for (int i = 0; i < 2; ++i) {  // up with the GEMV path (i = 0) and the fast one (i = 1)
-            FastPath::set(i == 0 ? 0 : fast);
-            EXPECT_EQ(FastPath::taken(fast, routed.table, g, M, p), i == 1);
-            hv.poison();
-            hs.poison();
-            h = cuda::PreparedActivation{};
-            h.values = hv.ptr;
-            h.scales = hs.ptr;
-            cuda::moe_expert_up(p, routed.table, &g, M, K, 10.f, ActNumerics::FP8_BLOCK128, h, nullptr);
-            CUDA_CHECK(cudaDeviceSynchronize());
-            const auto vals = hv.download();
-            const auto scs = hs.download();
-            const int64_t nb = h.k_pad / 128;
-            for (int64_t r = 0; r < int64_t(M) * K; ++r)
-                for (int64_t c = 0; c < I; ++c)
-                    hq[i].push_back(half_bits_to_f32(vals[size_t(r * h.k_pad + c)]) * scs[size_t(r * nb + c / 128)]);
+        h.values = values.ptr;
+        h.scales = scales.ptr;
+        const std::string_view ran = cuda::moe_expert_up(raw ? L.r4 : L.p4, L.routed.table, &g, c.M, c.top_k,
+                                                         kSwigluLimit, c.numerics, h, nullptr,
+                                                         KernelPolicy::only(variant));
+        EXPECT_EQ(ran, variant);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        return h;
+    };
+    auto down = [&](std::string_view variant, const cuda::PreparedActivation& h) {
+        L.y.poison();
+        const std::string_view ran = cuda::moe_expert_down(h, L.routed.table, &g, c.M, c.top_k, L.y.ptr, nullptr,
+                                                           KernelPolicy::only(variant));
+        EXPECT_EQ(ran, variant);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        return L.y.download();
+    };
+    const cuda::PreparedActivation hb = up(base->name, false, L.hv_base, L.hs_base);
+    const HostH h_base = download_h(hb, c.I);
+    const std::vector<float> h_base_values = h_base.values();
+    const std::vector<float> y_base = down(base->name, hb);
+    const std::string base_name(base->name);
+    for (const cuda::ExpertVariant& v : cuda::expert_variants()) {
+        if (v.name == base->name) continue;
+        const std::string name(v.name);
+        const bool prepared_in = v.supports(L.routed_up(L.p4));
+        if (!prepared_in && !v.supports(L.routed_up(L.r4))) continue;
+        const cuda::PreparedActivation h = up(v.name, !prepared_in, L.hv, L.hs);
+        const double eh = rel_l2(download_h(h, c.I).values(), h_base_values);
+        std::printf("  [stage] %s vs %s: h rel %.3e\n", name.c_str(), base_name.c_str(), eh);
+        EXPECT_LE(eh, expert_h_threshold(v.name)) << name << " up vs " << base_name;
+        // The down-projection's input: the base's h itself where the variant takes that format, else its own h
+        // description with the base's values written in.
+        cuda::PreparedActivation h_in = hb;
+        if (h.format != hb.format) {
+            ASSERT_EQ(c.numerics, ActNumerics::FP8_BLOCK128) << "only release h converts between formats exactly";
+            upload_rows_h(h_base, h);
+            if (::testing::Test::HasFatalFailure()) return;
+            h_in = h;
         }
-        FastPath::set(0);  // h from the GEMV path for both downs
-        h.values = hv.ptr;
-        cuda::moe_expert_up(p, routed.table, &g, M, K, 10.f, ActNumerics::FP8_BLOCK128, h, nullptr);
-        for (int i = 0; i < 2; ++i) {
-            FastPath::set(i == 0 ? 0 : fast);
-            EXPECT_EQ(FastPath::taken(fast, routed.table, g, M, h), i == 1);
-            y.poison();
-            cuda::moe_expert_down(h, routed.table, &g, M, K, y.ptr, nullptr);
-            CUDA_CHECK(cudaDeviceSynchronize());
-            yv[i] = y.download();
-        }
-        const double eh = rel_l2(hq[1], hq[0]), ey = rel_l2(yv[1], yv[0]);
-        std::printf("  fast vs gemv: h rel %.3e, y (same h) rel %.3e  [%s]\n", eh, ey, d.str().c_str());
-        // wgmma's FP8 sums of 32 products are not exact fp32 sums (y differs from the GEMV by 4-6e-5 relative,
-        // measured, where mma.sync gives ~1e-8), so more of h's bf16 / e4m3 roundings land on the other side:
-        // 0.4-3.9e-3 over the seeds measured, 1.08e-2 once at M = 1 (3072 values of h, where a handful of e4m3
-        // flips of 1/8 each already weigh ~1e-2). The y check on the same h is the kernel's arithmetic.
-        EXPECT_LE(eh, fast == 2 ? 2e-2 : 3e-3);
-        EXPECT_LE(ey, fast == 2 ? 2e-4 : 1e-4);
+        if (!v.supports(L.routed_down(h_in))) continue;
+        const double ey = rel_l2(down(v.name, h_in), y_base);
+        std::printf("  [stage] %s vs %s: y (same h) rel %.3e\n", name.c_str(), base_name.c_str(), ey);
+        EXPECT_LE(ey, expert_y_threshold(v.name)) << name << " down vs " << base_name;
     }
 }
 
-// The bulk-copy down-projection on one-hot activations: token t is 1.0 at column j_t only, so y[t][row] must be
-// exactly w2[row][j_t] (dequantized): any permutation or scale mix-up in the fragment bookkeeping shows as a
-// mismatch at a recognizable (lane, k-block, stage) position. The first mismatches are printed.
-TEST(MoeLayer, BulkDownOneHotPicksWeightColumn) {
-    if (cuda::current_arch().cc < 90) GTEST_SKIP() << "bulk path needs sm_90";
-    for (int fast = 1; fast <= 2; ++fast) {
-    if (!FastPath::available(fast)) continue;
-    const FastPath path(fast);
-    SCOPED_TRACE(fast == 1 ? "path=bulk" : "path=wgmma");
+// The layer's bound: the largest of its projections' variants'.
+double layer_threshold(const LayerRun& r) {
+    double t = 0;
+    for (const std::string& v : r.variant) t = std::max(t, expert_layer_threshold(v));
+    return t;
+}
+
+// Expert counts of the case's grouping (host copy).
+std::vector<int32_t> expert_counts(const MoeLayerData& L) {
+    std::vector<int32_t> counts(static_cast<size_t>(L.c.E));
+    CUDA_CHECK(cudaMemcpy(counts.data(), L.grouping().expert_count, counts.size() * 4, cudaMemcpyDeviceToHost));
+    return counts;
+}
+
+void check_case(const ExpertCase& c, VariantCoverage& coverage) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(describe(c) + ", seed " + std::to_string(seed) + " (FS_TEST_SEED to reproduce)");
+    std::mt19937_64 rng(seed);
+    MoeLayerData L(c, rng);
+    if (c.pinned_groups) {
+        const std::vector<int32_t> counts = expert_counts(L);
+        ASSERT_EQ(counts[0], 1) << "expert 0 should hold token 0 alone";
+        ASSERT_EQ(counts[1], 0) << "expert 1 should be empty";
+    }
+
+    // The default policy, from prepared inputs and, where some variant is preferred for them, raw bf16 rows: each
+    // projection runs what choose_experts() picks for its input (the down-projection: the h its up-projection wrote).
+    const KernelPolicy defaults;
+    const bool default_raw_routed = !chosen_expert_variant(L.routed_up(L.r4), defaults).empty();
+    const bool default_raw_shared = !chosen_expert_variant(L.shared_up(L.r8), defaults).empty();
+    for (const bool raw : {false, true}) {
+        if (raw && !default_raw_routed && !default_raw_shared) continue;
+        SCOPED_TRACE(raw ? "default policy, raw inputs" : "default policy, prepared inputs");
+        const bool rr = raw && default_raw_routed, rs = raw && default_raw_shared;
+        const LayerRun d = run_layer(L, defaults, rr, rs);
+        const cuda::ExpertCall calls[4] = {L.routed_up(rr ? L.r4 : L.p4), L.routed_down(d.h),
+                                           L.shared_up(rs ? L.r8 : L.p8), L.shared_down(d.hsh)};
+        for (int i = 0; i < 4; ++i)
+            EXPECT_EQ(d.variant[i], chosen_expert_variant(calls[i], defaults)) << "projection " << i;
+        EXPECT_LE(rel_l2(d.out, L.ref), layer_threshold(d));
+    }
+
+    for (const cuda::ExpertVariant& v : cuda::expert_variants()) {
+        // Each up-projection from the input the variant takes: prepared where it supports that, else raw bf16 rows
+        // (grouped_experts gathers and quantizes them itself).
+        const bool routed_raw = !v.supports(L.routed_up(L.p4)) && v.supports(L.routed_up(L.r4));
+        const bool shared_raw = !v.supports(L.shared_up(L.p8)) && v.supports(L.shared_up(L.r8));
+        const bool up_routed = v.supports(L.routed_up(routed_raw ? L.r4 : L.p4));
+        const bool up_shared = v.supports(L.shared_up(shared_raw ? L.r8 : L.p8));
+        // A variant that takes no up-projection may still take a down-projection: asked on an MMA_F16 h as the other
+        // variants write it.
+        const cuda::PreparedActivation h = L.described_h(true, L.hv.ptr, L.hs.ptr);
+        const cuda::PreparedActivation hsh = L.described_h(false, L.hsv.ptr, L.hss.ptr);
+        if (!up_routed && !up_shared && !v.supports(L.routed_down(h)) && !v.supports(L.shared_down(hsh))) continue;
+        SCOPED_TRACE(std::string("variant ") + std::string(v.name) + (routed_raw ? " (raw routed input)" : ""));
+        const KernelPolicy only = KernelPolicy::only(v.name);
+        const LayerRun a = run_layer(L, only, routed_raw, shared_raw);
+        // The down-projections as they ran: on the h their up-projection wrote.
+        const bool supported[4] = {up_routed, v.supports(L.routed_down(a.h)), up_shared,
+                                   v.supports(L.shared_down(a.hsh))};
+        for (int i = 0; i < 4; ++i) {
+            EXPECT_EQ(a.variant[i] == v.name, supported[i]) << "projection " << i << " ran " << a.variant[i];
+            coverage.ran(a.variant[i], i < 2 ? "routed" : "dense");
+        }
+        // An h is read back only by variants of its format (the others would misread it).
+        for (const cuda::ExpertVariant& u : cuda::expert_variants())
+            if (u.format != a.h.format) {
+                EXPECT_FALSE(u.supports(L.routed_down(a.h))) << u.name << " took an h of another format";
+            }
+        if (routed_raw && up_routed) coverage.ran(v.name, "raw");
+        if (c.pinned_groups && supported[1]) coverage.ran(v.name, "pinned-groups");
+        EXPECT_LE(rel_l2(a.out, L.ref), layer_threshold(a));
+        EXPECT_TRUE(bit_identical(run_layer(L, only, routed_raw, shared_raw).out, a.out)) << "rerun differs";
+        // Raw bf16 inputs where the variant takes the prepared ones too (prepared inside the kernels while staging)
+        // must give the same bits.
+        const bool raw_routed = !routed_raw && v.supports(L.routed_up(L.r4));
+        const bool raw_shared = !shared_raw && v.supports(L.shared_up(L.r8));
+        if (raw_routed || raw_shared) {
+            const LayerRun r = run_layer(L, only, raw_routed, raw_shared);
+            EXPECT_TRUE(bit_identical(r.out, a.out)) << "raw input differs from the prepared one";
+            coverage.ran(v.name, "raw");
+        }
+    }
+    compare_stages(L);
+}
+
+TEST(ExpertFamily, EveryCaseThroughEveryVariant) {
+    VariantCoverage coverage("experts");
+    coverage.declare_all(cuda::expert_variants());
+    coverage.require("gemv_experts", "raw");
+    coverage.require("gemv_experts", "dense");
+    coverage.require("tile_experts", "dense");
+    // The grouped GEMMs with a one-token and an empty expert group (their per-expert tiles and masks).
+    coverage.require("grouped_experts", "pinned-groups");
+    const auto cases = expert_cases();
+    std::printf("[ cases    ] %zu expert cases (%s)\n", cases.size(), quick_mode() ? "quick" : "test");
+    for (const ExpertCase& c : cases) check_case(c, coverage);
+    coverage.expect_complete();
+}
+
+// The down-projection on one-hot activations, through every variant that supports it: token t is 1.0 at column j_t
+// only, so y[t][row] must be exactly w2[row][j_t] (dequantized): any permutation or scale mix-up in the fragment
+// bookkeeping shows as a mismatch at a recognizable (lane, k-block, stage) position. The first mismatches are
+// printed.
+TEST(ExpertFamily, DownOneHotPicksWeightColumn) {
     const int M = 16, E = 1, K = 1;
     const int64_t D = 512, I = 1024;
     const uint64_t seed = fresh_seed();
-    SCOPED_TRACE("seed=" + std::to_string(seed));
+    SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937_64 rng(seed);
     ExpertSet routed = make_experts(rng, E, WeightKind::FP4_BLOCK32, D, I);
     const auto w2 = routed.w2[0].dequantized();  // [D, I]
@@ -519,32 +718,213 @@ TEST(MoeLayer, BulkDownOneHotPicksWeightColumn) {
         hb[size_t(t * I + col[size_t(t)])] = f32_to_bf16(1.f);
     }
     DeviceArray<uint16_t> dh(hb);
-    std::vector<float> logits(size_t(M * E), 1.f);
-    const DeviceRouting routing(logits, {}, M, E, K, 1.f);
+    const DeviceRouting routing(std::vector<float>(size_t(M * E), 1.f), {}, M, E, K, 1.f, I);
     const cuda::MoeGrouping& g = routing.g;
     DeviceArray<uint16_t> hv(cuda::prepared_values_bytes(M, I) / 2);
     DeviceArray<float> hs(cuda::prepared_scales_bytes(M, I) / 4), y(size_t(M * D));
-    cuda::PreparedActivation h{WeightKind::FP4_BLOCK32, 0, 0, 0, 0, hv.ptr, hs.ptr};
+    cuda::PreparedActivation h{};
+    h.values = hv.ptr;
+    h.scales = hs.ptr;
     cuda::prepare_activation(dh.ptr, false, M, I, I, WeightKind::FP4_BLOCK32, ActNumerics::FP8_BLOCK128, h, nullptr);
-    ASSERT_TRUE(FastPath::taken(fast, routed.table, g, M, h));
-    y.poison();
-    cuda::moe_expert_down(h, routed.table, &g, M, K, y.ptr, nullptr);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    const auto gy = y.download();
     std::vector<int32_t> slots(static_cast<size_t>(M));
     CUDA_CHECK(cudaMemcpy(slots.data(), g.slot_token, size_t(M) * 4, cudaMemcpyDeviceToHost));
-    int bad = 0;
-    for (int s = 0; s < M; ++s) {
-        const int t = slots[size_t(s)];
-        for (int64_t r = 0; r < D; ++r) {
-            const float want = w2[size_t(r * I + col[size_t(t)])], got = gy[size_t(s * D + r)];
-            if (got != want && ++bad <= 12)
-                std::printf("  slot %d token %d col %lld row %lld: got %g want %g\n", s, t, (long long)col[size_t(t)],
-                            (long long)r, got, want);
+    const cuda::ExpertCall call{false, h, routed.table, &g, M, K, h.numerics};
+    int ran = 0;
+    for (const cuda::ExpertVariant& v : cuda::expert_variants()) {
+        if (!v.supports(call)) continue;
+        ++ran;
+        SCOPED_TRACE(std::string("variant ") + std::string(v.name));
+        y.poison();
+        EXPECT_EQ(cuda::moe_expert_down(h, routed.table, &g, M, K, y.ptr, nullptr, KernelPolicy::only(v.name)), v.name);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const auto gy = y.download();
+        int bad = 0;
+        for (int s = 0; s < M; ++s) {
+            const int t = slots[size_t(s)];
+            for (int64_t r = 0; r < D; ++r) {
+                const float want = w2[size_t(r * I + col[size_t(t)])], got = gy[size_t(s * D + r)];
+                if (got != want && ++bad <= 12)
+                    std::printf("  %s slot %d token %d col %lld row %lld: got %g want %g\n", std::string(v.name).c_str(),
+                                s, t, (long long)col[size_t(t)], (long long)r, got, want);
+            }
         }
+        EXPECT_EQ(bad, 0);
     }
-    EXPECT_EQ(bad, 0);
-    }
+    EXPECT_GT(ran, 0);
+}
+
+// What choose_experts() takes with the default policy (docs/perf.md, kernel choice) for a V4-Flash-like layer: the
+// GEMV at 1-7 tokens; from 8 to 16 tokens the wgmma experts where they exist, else the bulk-copy experts on sm_90+;
+// the tile experts above 16 tokens from a prepared input, the grouped GEMMs from 32 tokens of raw input; the
+// element-wise fallback off the 128 grid. The calls point at fake, aligned addresses: choosing touches no memory.
+TEST(ExpertChoice, DefaultRules) {
+    const bool wgmma = cuda::wgmma_usable();
+    const bool sm90 = cuda::current_arch().cc >= 90;
+    auto fake = [](int i) { return reinterpret_cast<void*>(uintptr_t(i) << 20); };
+    cuda::ExpertTable t;
+    t.kind = WeightKind::FP4_BLOCK32;
+    t.scale_kind = ScaleKind::E8M0;
+    t.hidden = 4096;
+    t.inter = 2048;
+    const void* const* table_ptr = static_cast<const void* const*>(fake(1));
+    t.w1 = t.w1_scale = t.w3 = t.w3_scale = t.w2 = t.w2_scale = table_ptr;
+    t.scales_aligned16 = true;
+    auto grouping = [&](int64_t M, bool tiles) {
+        cuda::MoeGrouping g;
+        g.E = 256;
+        g.max_pairs = M * 6;
+        if (tiles) {
+            g.act_tiles = static_cast<uint8_t*>(fake(2));
+            g.act_tile_scales = static_cast<float*>(fake(3));
+            g.act_tile_k = 4096;
+            g.act_tile_experts = int(std::min<int64_t>(g.E, g.max_pairs));
+            g.split_partials = static_cast<float*>(fake(4));
+            g.split_counters = static_cast<uint32_t*>(fake(5));
+            g.split_slots = 4096;
+        }
+        return g;
+    };
+    // The up-projection's input of M tokens for the experts of `tt`, prepared or raw.
+    auto input = [&](int64_t M, ActNumerics num, bool raw, const cuda::ExpertTable& tt) {
+        cuda::PreparedActivation x;
+        cuda::describe_prepared(x, tt.kind, num, M, tt.hidden);
+        x.values = static_cast<uint16_t*>(fake(6));
+        x.scales = static_cast<float*>(fake(7));
+        if (raw) {
+            x.raw = true;
+            x.raw_ld = tt.hidden;
+        }
+        return x;
+    };
+    auto choose = [&](int64_t M, ActNumerics num, const KernelPolicy& policy, bool routed = true, bool tiles = true,
+                      bool raw = false, const cuda::ExpertTable* table = nullptr) {
+        const cuda::ExpertTable& tt = table ? *table : t;
+        const cuda::PreparedActivation x = input(M, num, raw, tt);
+        const cuda::MoeGrouping g = grouping(M, tiles);
+        const cuda::ExpertCall up{true, x, tt, routed ? &g : nullptr, M, 6, num};
+        const std::string up_name(cuda::choose_experts(up, policy).name);
+        if (!raw) {  // the down-projection of a prepared h chooses by the same rules
+            cuda::PreparedActivation h;
+            cuda::describe_prepared(h, tt.kind, num, routed ? M * 6 : M, tt.inter);
+            h.values = x.values;
+            h.scales = x.scales;
+            const cuda::ExpertCall down{false, h, tt, routed ? &g : nullptr, M, 6, num};
+            EXPECT_EQ(std::string(cuda::choose_experts(down, policy).name), up_name) << "M=" << M;
+        }
+        return up_name;
+    };
+    const auto R = ActNumerics::FP8_BLOCK128;
+    const KernelPolicy def;
+    const std::string fast = wgmma ? "wgmma_experts" : sm90 ? "bulk_experts" : "gemv_experts";
+    EXPECT_EQ(choose(1, R, def), "gemv_experts");
+    EXPECT_EQ(choose(4, R, def), "gemv_experts");
+    EXPECT_EQ(choose(7, R, def), "gemv_experts");
+    EXPECT_EQ(choose(8, R, def), fast);
+    EXPECT_EQ(choose(16, R, def), fast);
+    EXPECT_EQ(choose(17, R, def), "tile_experts");
+    EXPECT_EQ(choose(64, R, def), "tile_experts");
+    KernelPolicy no_wgmma;
+    no_wgmma.disabled = {"wgmma_experts"};
+    EXPECT_EQ(choose(8, R, no_wgmma), sm90 ? "bulk_experts" : "gemv_experts");
+    EXPECT_EQ(choose(8, R, def, true, /*tiles=*/false), sm90 ? "bulk_experts" : "gemv_experts");
+    KernelPolicy early_wgmma;
+    early_wgmma.moe_wgmma_min_tokens = 2;
+    EXPECT_EQ(choose(2, R, early_wgmma), wgmma ? "wgmma_experts" : "gemv_experts");
+    EXPECT_EQ(choose(8, ActNumerics::EXACT, def), "gemv_experts");  // the streaming experts need release numerics
+    EXPECT_EQ(choose(8, R, def, /*routed=*/false), "gemv_experts");  // the shared expert (dense)
+    EXPECT_EQ(choose(4, R, def, true, true, /*raw=*/true), "gemv_experts");
+    KernelPolicy no_gemv;
+    no_gemv.gemv_max_tokens = 0;
+    EXPECT_EQ(choose(1, R, no_gemv), "tile_experts");
+    EXPECT_EQ(choose(1, R, KernelPolicy::only("tile_experts")), "tile_experts");
+    EXPECT_EQ(choose(1, ActNumerics::EXACT, KernelPolicy::only("bulk_experts")), "gemv_experts");
+    cuda::ExpertTable odd = t;
+    odd.hidden = 160;
+    odd.inter = 96;
+    EXPECT_EQ(choose(5, ActNumerics::EXACT, def, true, false, false, &odd), "generic_experts");
+    EXPECT_THROW(choose(17, R, def, true, true, /*raw=*/true), Error);  // a raw input above the GEMV's 16 tokens
+    // grouped_experts: raw bf16 rows of routed experts in release numerics, from grouped_experts_min_tokens (32)
+    // tokens, where the grouping carries the GEMM workspace; its h is FP8_ROWS over that workspace, which only it
+    // reads back. Below the floor (and above the GEMVs' 16 tokens) a raw input has no variant: callers prepare.
+    auto choose_grouped = [&](int64_t M, const KernelPolicy& policy, bool raw, bool gemm_ws,
+                              ActNumerics num = ActNumerics::FP8_BLOCK128) {
+        const cuda::PreparedActivation x = input(M, num, raw, t);
+        cuda::MoeGrouping g = grouping(M, true);
+        if (gemm_ws) {
+            g.gemm_x = cuda::fp8_activation_view(fake(8), fake(9), M * 6, t.hidden);
+            g.gemm_h = cuda::fp8_activation_view(fake(10), fake(11), M * 6, t.inter);
+        }
+        const std::string up = chosen_expert_variant(cuda::ExpertCall{true, x, t, &g, M, 6, num}, policy);
+        if (up == "grouped_experts") {  // its h, as its up-projection describes it, goes back to it alone
+            cuda::PreparedActivation h;
+            cuda::describe_prepared(h, t.kind, num, M * 6, t.inter);
+            h.format = cuda::ActFormat::FP8_ROWS;
+            h.fp8 = g.gemm_h;
+            h.values = reinterpret_cast<uint16_t*>(g.gemm_h.codes);
+            h.scales = g.gemm_h.scales;
+            EXPECT_EQ(chosen_expert_variant(cuda::ExpertCall{false, h, t, &g, M, 6, num}, policy), "grouped_experts")
+                << "M=" << M;
+            cuda::PreparedActivation elsewhere = h;  // an FP8_ROWS h outside the workspace: no variant reads it
+            elsewhere.fp8.codes = static_cast<uint8_t*>(fake(12));
+            EXPECT_EQ(chosen_expert_variant(cuda::ExpertCall{false, elsewhere, t, &g, M, 6, num}, policy), "")
+                << "M=" << M;
+        }
+        return up;
+    };
+    EXPECT_EQ(choose_grouped(32, def, true, true), "grouped_experts");
+    EXPECT_EQ(choose_grouped(4096, def, true, true), "grouped_experts");
+    EXPECT_EQ(choose_grouped(31, def, true, true), "");
+    EXPECT_EQ(choose_grouped(4096, def, true, /*gemm_ws=*/false), "");
+    EXPECT_EQ(choose_grouped(4096, def, /*raw=*/false, true), "tile_experts");
+    EXPECT_EQ(choose_grouped(4096, def, true, true, ActNumerics::EXACT), "");
+    KernelPolicy late_grouped;
+    late_grouped.grouped_experts_min_tokens = 64;
+    EXPECT_EQ(choose_grouped(32, late_grouped, true, true), "");
+    EXPECT_EQ(choose_grouped(64, late_grouped, true, true), "grouped_experts");
+    KernelPolicy no_grouped;
+    no_grouped.disabled = {"grouped_experts"};
+    EXPECT_EQ(choose_grouped(4096, no_grouped, true, true), "");
+    EXPECT_EQ(choose_grouped(8, KernelPolicy::only("grouped_experts"), true, true), "grouped_experts");
+    for (const cuda::ExpertVariant& v : cuda::expert_variants()) EXPECT_NO_THROW(archs_available(v.archs)) << v.name;
+}
+
+// Bad arguments of the expert ops are refused with an error naming what is wrong, before any launch.
+TEST(ExpertArgs, BadArgumentsThrowNamedErrors) {
+    std::mt19937_64 rng(fresh_seed());
+    const int M = 2, E = 2, K = 1;
+    const int64_t D = 256, I = 256;
+    ExpertSet routed = make_experts(rng, E, WeightKind::FP4_BLOCK32, D, I);
+    const DeviceRouting routing(std::vector<float>(size_t(M * E), 1.f), {}, M, E, K, 1.f, 256);
+    DeviceArray<uint16_t> x(random_bf16(rng, size_t(M * D), 1.f)), pv(cuda::prepared_values_bytes(M, D) / 2),
+        hv(cuda::prepared_values_bytes(M * K, I) / 2);
+    DeviceArray<float> ps(cuda::prepared_scales_bytes(M, D) / 4), hs(cuda::prepared_scales_bytes(M * K, I) / 4),
+        y(size_t(M * K * D)), out(size_t(M * D));
+    cuda::PreparedActivation p{}, h{};
+    p.values = pv.ptr;
+    p.scales = ps.ptr;
+    h.values = hv.ptr;
+    h.scales = hs.ptr;
+    const cuda::MoeGrouping& g = routing.g;
+    // an activation prepared for FP8 weights given to FP4 experts
+    cuda::prepare_activation(x.ptr, false, M, D, D, WeightKind::FP8_BLOCK128, ActNumerics::EXACT, p, nullptr);
+    expect_named_error([&] { cuda::moe_expert_up(p, routed.table, &g, M, K, 10.f, ActNumerics::EXACT, h, nullptr); },
+                 "not prepared for these experts");
+    cuda::prepare_activation(x.ptr, false, M, D, D, WeightKind::FP4_BLOCK32, ActNumerics::EXACT, p, nullptr);
+    cuda::PreparedActivation no_storage{};
+    expect_named_error([&] { cuda::moe_expert_up(p, routed.table, &g, M, K, 10.f, ActNumerics::EXACT, no_storage, nullptr); },
+                 "output storage is null");
+    cuda::ExpertTable odd = routed.table;
+    odd.hidden = 100;
+    expect_named_error([&] { cuda::moe_expert_up(p, odd, &g, M, K, 10.f, ActNumerics::EXACT, h, nullptr); }, "multiples of 32");
+    cuda::ExpertTable unscaled = routed.table;
+    unscaled.scale_kind = ScaleKind::NONE;
+    expect_named_error([&] { cuda::moe_expert_up(p, unscaled, &g, M, K, 10.f, ActNumerics::EXACT, h, nullptr); }, "scales");
+    // an intermediate of the wrong width given to the down-projection
+    cuda::PreparedActivation wide = h;
+    cuda::describe_prepared(wide, WeightKind::FP4_BLOCK32, ActNumerics::EXACT, M * K, I + 128);
+    expect_named_error([&] { cuda::moe_expert_down(wide, routed.table, &g, M, K, y.ptr, nullptr); }, "does not match");
+    expect_named_error([&] { cuda::moe_combine(y.ptr, g, nullptr, M, K, D, out.ptr, cuda::OutKind::F32, D - 1, nullptr); },
+                 "stride");
 }
 
 // moe_swiglu_prepare (the shared expert's SwiGLU when w1 / w3 run as linears) against the CPU: h =

@@ -1,0 +1,171 @@
+// act_quant for the compute-bound GEMMs (see act_quant.cuh): a half-warp per (row, 128-column block), 8 values per
+// lane (one 16-byte load), the block's amax by a half-warp reduction, the scale and e4m3 rounding of
+// gemm/fp8_quant.cuh. A warp quantizes 4 such blocks (2 adjacent ones per round, both rounds' loads issued first).
+// The values come from bf16 rows (optionally gathered) or from a SwiGLU of two bf16 rows
+// (gemm/swiglu_element.cuh).
+// Why: the first version (a warp per block, one 8-byte load per lane) ran at ~1.2-1.4 TB/s on the H200 whatever
+// the width (M = 8192: wq_a's 4096 columns 80.7 us, wo_b's 8192 168 us, wo_a's 8 x 4096 549 us: the wo_a input
+// is simply 4x wo_b's bytes), ~3x below the copy bandwidth: too few bytes in flight per SM. Four times as many
+// now (two 16-byte loads per thread).
+#include "cuda/gemm/act_quant.cuh"
+
+#include "cuda/common/check.cuh"
+#include "cuda/common/numeric.cuh"
+#include "cuda/common/pdl.cuh"
+#include "cuda/gemm/fp8_quant.cuh"
+#include "cuda/gemm/swiglu_element.cuh"
+
+namespace flashseek::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+constexpr int kRounds = 2;                    // units per half-warp, loads issued together
+constexpr int kUnitsPerWarp = 2 * kRounds;    // (row, 128-column block) units
+
+struct QuantArgs {
+    const uint16_t* x;  // the rows, or (SwiGLU) the gate rows
+    const uint16_t* u;  // SwiGLU: the up rows (same row stride)
+    float limit;
+    int64_t x_rows, ld_x;
+    const int32_t* row_map;
+    Fp8Activation out;
+    int blocks;       // ceil(k / 128)
+    bool vector_x;    // x (and u) 16-byte aligned and ld_x % 8 == 0: one 16-byte load per lane and row
+};
+
+// Eight bf16 values from `row` at column c (those at or past k read as 0).
+__device__ __forceinline__ void load8(const uint16_t* row, int64_t c, int64_t k, bool vector, float (&v)[8]) {
+    if (vector && c + 8 <= k) {
+        const uint4 p = *reinterpret_cast<const uint4*>(row + c);
+        const uint32_t w[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            v[2 * i] = bf16_bits_to_f32(uint16_t(w[i] & 0xffffu));
+            v[2 * i + 1] = bf16_bits_to_f32(uint16_t(w[i] >> 16));
+        }
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = c + i < k ? bf16_bits_to_f32(row[c + i]) : 0.f;
+}
+
+// This lane's 8 values of unit `unit` (row unit / blocks, block unit % blocks); zeros for a unit past the end or a
+// row_map entry outside the input.
+template <bool SWIGLU>
+__device__ __forceinline__ void load_unit(const QuantArgs& a, int64_t unit, int hl, float (&v)[8]) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = 0.f;
+    if (unit >= a.out.m * a.blocks) return;
+    const int64_t r = unit / a.blocks;
+    const int64_t c = (unit % a.blocks) * 128 + 8 * hl;
+    if (SWIGLU) {
+        float g[8], u[8];
+        load8(a.x + r * a.ld_x, c, a.out.k, a.vector_x, g);
+        load8(a.u + r * a.ld_x, c, a.out.k, a.vector_x, u);
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+            if (c + i < a.out.k) v[i] = bf16_bits_to_f32(swiglu_bf16(g[i], u[i], 1.f, a.limit));
+        return;
+    }
+    const int64_t src = a.row_map ? int64_t(a.row_map[r]) : r;
+    if (src >= 0 && src < a.x_rows) load8(a.x + src * a.ld_x, c, a.out.k, a.vector_x, v);
+}
+
+template <bool SWIGLU>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32) quantize_kernel(const QuantArgs a) {
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
+    pdl_trigger();
+    const int lane = threadIdx.x & 31, half = lane >> 4, hl = lane & 15;
+    const int64_t first = (int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32) * kUnitsPerWarp;
+    const int64_t units = a.out.m * a.blocks;
+    if (first >= units) return;  // whole warps only: the reductions below need every lane
+    float v[kRounds][8];
+#pragma unroll
+    for (int i = 0; i < kRounds; ++i) load_unit<SWIGLU>(a, first + 2 * i + half, hl, v[i]);
+#pragma unroll
+    for (int i = 0; i < kRounds; ++i) {
+        float amax = 0.f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[i][j]));
+#pragma unroll
+        for (int o = 1; o < 16; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));  // the half-warp
+        const int64_t unit = first + 2 * i + half;
+        if (unit >= units) continue;
+        const int64_t r = unit / a.blocks;
+        const int b = int(unit % a.blocks);
+        const float sc = fp8_block_scale(amax), inv = 1.f / sc;
+        uint32_t lo = 0, hi = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            lo |= fp8_code(v[i][j], inv) << (8 * j);
+            hi |= fp8_code(v[i][4 + j], inv) << (8 * j);
+        }
+        // padding columns hold 0 codes
+        *reinterpret_cast<uint2*>(a.out.codes + r * a.out.codes_ld + int64_t(b) * 128 + 8 * hl) = make_uint2(lo, hi);
+        if (hl == 0) a.out.scales[int64_t(b) * a.out.scales_ld + r] = sc;
+    }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+unsigned grid_of(const Fp8Activation& out) {
+    const int64_t warps = (out.m * ((out.k + 127) / 128) + kUnitsPerWarp - 1) / kUnitsPerWarp;
+    return unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+}
+
+// The output's shape and layout (both entries).
+void check_output(const Fp8Activation& out, const char* what) {
+    FS_REQUIRE(out.m >= 0 && out.k > 0, what, ": bad shape m=", out.m, " k=", out.k);
+    if (out.m == 0) return;
+    FS_REQUIRE(out.codes != nullptr && out.scales != nullptr, what, ": null codes or scales");
+    FS_REQUIRE(out.codes_ld % 128 == 0 && out.codes_ld >= out.k, what, ": codes_ld ", out.codes_ld,
+               " must be a multiple of 128 and >= k = ", out.k);
+    FS_REQUIRE(out.scales_ld % 4 == 0 && out.scales_ld >= out.m, what, ": scales_ld ", out.scales_ld,
+               " must be a multiple of 4 and >= m = ", out.m);
+    FS_REQUIRE(reinterpret_cast<uintptr_t>(out.codes) % 16 == 0, what, ": codes must be 16-byte aligned");
+    FS_REQUIRE(out.m * ((out.k + 127) / 128) < (int64_t(1) << 31) * kWarpsPerBlock * kUnitsPerWarp, what, ": ", out.m,
+               " x ", out.k, " is more than one launch covers");
+}
+
+}  // namespace
+
+void quantize_fp8_activation(const uint16_t* x, int64_t x_rows, int64_t ld_x, const int32_t* row_map,
+                             const Fp8Activation& out, cudaStream_t stream) {
+    check_output(out, "quantize_fp8_activation");
+    if (out.m == 0) return;
+    FS_REQUIRE(x != nullptr, "quantize_fp8_activation: null input");
+    FS_REQUIRE(ld_x >= out.k, "quantize_fp8_activation: ld_x ", ld_x, " < k ", out.k);
+    FS_REQUIRE(row_map != nullptr || x_rows >= out.m, "quantize_fp8_activation: x has ", x_rows, " rows, ", out.m,
+               " needed");
+    QuantArgs a{};
+    a.x = x;
+    a.x_rows = x_rows;
+    a.ld_x = ld_x;
+    a.row_map = row_map;
+    a.out = out;
+    a.blocks = int((out.k + 127) / 128);
+    a.vector_x = aligned16(x) && ld_x % 8 == 0;
+    launch_pdl("quantize_fp8_activation", quantize_kernel<false>, dim3(grid_of(out)), dim3(kWarpsPerBlock * 32), 0,
+               stream, a);
+}
+
+void quantize_fp8_swiglu(const uint16_t* g, const uint16_t* u, int64_t ld, float limit, const Fp8Activation& out,
+                         cudaStream_t stream) {
+    check_output(out, "quantize_fp8_swiglu");
+    if (out.m == 0) return;
+    FS_REQUIRE(g != nullptr && u != nullptr && ld >= out.k, "quantize_fp8_swiglu: null g / u or ld ", ld, " < inter ",
+               out.k);
+    QuantArgs a{};
+    a.x = g;
+    a.u = u;
+    a.limit = limit;
+    a.x_rows = out.m;
+    a.ld_x = ld;
+    a.out = out;
+    a.blocks = int((out.k + 127) / 128);
+    a.vector_x = aligned16(g) && aligned16(u) && ld % 8 == 0;
+    launch_pdl("quantize_fp8_swiglu", quantize_kernel<true>, dim3(grid_of(out)), dim3(kWarpsPerBlock * 32), 0, stream,
+               a);
+}
+
+}  // namespace flashseek::cuda

@@ -1,0 +1,222 @@
+// Host entries of the compute-bound dense GEMMs (see dense_gemm.cuh): argument checks with messages that name the
+// argument, the path and tile choice, and the hand-off to a kernel backend (gemm_sm90.cu or gemm_mma.cu).
+// Tile choice (wgmma path): the tile height whose waves (ceil(tiles / SMs), persistent CTAs) cost least, with the
+// relative cost of one tile measured on the H200 at K = 4096 (gemm_perf.log of the first GPU run: a wave of 64-row
+// tiles 19-20 us, of 128-row tiles 27.6-28.9 us, of 256-row tiles 47.5 us): 0.69, 1 and 1.7; ties take the taller
+// tile (less L2 traffic per FLOP). The first rule (the tallest tile whose count alone fills the SMs) fell off a
+// cliff just below a full wave: wkv (N = 512) at M = 4096 had 128 tiles of 128 rows for 132 SMs and took 256
+// tiles of 64 rows instead (38.0 us, 34% of the FP8 ceiling). K is never split (batch invariance, dense_gemm.cuh).
+// What that gives on the V4-Flash shapes of one layer (132 SMs; tile rows, first rule -> this one):
+//   shape (k -> n)             M = 256     M = 1024     M = 4096     M = 8192
+//   wq_a 4096 -> 1024          64          64           128 -> 256   256
+//   wkv 4096 -> 512            64          64           64 -> 128    128 -> 256
+//   wq_b 1024 -> 32768         256         256          256          256
+//   wo_a 8 x (4096 -> 1024)    64 -> 128   256          256          256          (groups = 8, one launch)
+//   wo_b 8192 -> 4096          64          128 -> 256   256          256
+//   shared w1|w3, w2 -> 4096   as wo_b
+//   indexer wq_b 1024 -> 8192  64 -> 128   256          256          256
+//   head 4096 -> 129280 (bf16) 256         256          256          256
+//   router 4096 -> 256 (bf16)  64          64           64           64 -> 128
+// Below ~132 tiles (M = 256 on the small projections) the GPU is not full; only split-K would fill it, and it is
+// left out on purpose (batch invariance); those problems take a few microseconds either way.
+// Measured and not addressed here (gemm_perf.log, M = 4096 / 8192): wq_b and the indexer's wq_b (K = 1024: 8
+// k-blocks per tile) run at 40-45% of the ceiling, wo_b at 77-78%: with short K the epilogue (registers straight to
+// global memory, not overlapped with the next tile's main loop) weighs a quarter of a tile; a shared-memory staged
+// TMA-store epilogue overlapped with the next tile is the next step there.
+#include "cuda/gemm/dense_gemm.cuh"
+
+#include <algorithm>
+#include <string>
+
+#include "cuda/common/arch.cuh"
+#include "cuda/common/check.cuh"
+#include "cuda/gemm/dense_gemm_problem.cuh"
+
+namespace flashseek::cuda {
+namespace {
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+GemmPath resolve(GemmPath path, bool fp8) {
+    if (path != GemmPath::AUTO) return path;
+    if (wgmma_usable()) return GemmPath::WGMMA;
+    if (fp8 && !has_fp8_mma(current_arch().cc)) return GemmPath::MMA_F16;
+    return GemmPath::MMA_NATIVE;
+}
+
+// Shared checks of the output and the sizes; empty when fine.
+std::string check_common(int64_t m, int64_t n, int64_t k, const void* w, const void* d, int64_t ldd) {
+    if (m < 0 || m >= (int64_t(1) << 31)) return fs_cat("m = ", m, " out of range [0, 2^31)");
+    if (n <= 0 || n % 16 != 0 || n >= (int64_t(1) << 31)) return fs_cat("n = ", n, " must be a positive multiple of 16");
+    if (k <= 0 || k % 16 != 0 || k >= (int64_t(1) << 31)) return fs_cat("k = ", k, " must be a positive multiple of 16");
+    if (w == nullptr || !aligned16(w)) return "the weight pointer must be non-null and 16-byte aligned";
+    if (d == nullptr) return "the output pointer is null";
+    if (ldd < n) return fs_cat("ldd = ", ldd, " < n = ", n);
+    if ((m + 63) / 64 * ((n + 127) / 128) >= (int64_t(1) << 31))
+        return fs_cat(m, " x ", n, " has more output tiles than one launch covers");
+    return {};
+}
+
+std::string check_path(GemmPath path, bool fp8) {
+    if (!gemm_path_supported(path, fp8))
+        return fs_cat("GEMM path ", int(path), " is not supported on this device (compute capability ",
+                      current_arch().cc, ") or build");
+    return {};
+}
+
+std::string check_fp8(const Fp8GemmArgs& x, GemmPath path) {
+    std::string e = check_common(x.a.m, x.n, x.a.k, x.w, x.d, x.ldd);
+    if (!e.empty()) return e;
+    if (x.a.codes == nullptr || !aligned16(x.a.codes)) return "activation codes must be non-null and 16-byte aligned";
+    if (x.a.codes_ld % 16 != 0 || x.a.codes_ld < x.a.k)
+        return fs_cat("activation codes_ld = ", x.a.codes_ld, " must be a multiple of 16 and >= k = ", x.a.k);
+    if (x.a.scales == nullptr || !aligned16(x.a.scales)) return "activation scales must be non-null and 16-byte aligned";
+    if (x.a.scales_ld % 4 != 0 || x.a.scales_ld < x.a.m)
+        return fs_cat("activation scales_ld = ", x.a.scales_ld, " must be a multiple of 4 and >= m = ", x.a.m);
+    if (x.w_scales == nullptr) return "the weight scales are null";
+    if (x.w_scale_kind != ScaleKind::E8M0 && x.w_scale_kind != ScaleKind::F32)
+        return "the weight scale kind must be E8M0 or F32";
+    if (x.groups < 1) return fs_cat("groups = ", x.groups, " must be >= 1");
+    if (x.groups > 1 && (x.a.k % (128 * x.groups) != 0 || x.n % (128 * x.groups) != 0))
+        return fs_cat("with groups = ", x.groups, ", k = ", x.a.k, " and n = ", x.n,
+                      " must be multiples of 128 x groups (whole scale blocks per group)");
+    return check_path(path, true);
+}
+
+std::string check_bf16(const Bf16GemmArgs& x, GemmPath path) {
+    std::string e = check_common(x.m, x.n, x.k, x.w, x.d, x.ldd);
+    if (!e.empty()) return e;
+    if (x.a == nullptr || !aligned16(x.a)) return "the activation pointer must be non-null and 16-byte aligned";
+    if (x.lda % 8 != 0 || x.lda < x.k) return fs_cat("lda = ", x.lda, " must be a multiple of 8 and >= k = ", x.k);
+    return check_path(path, false);
+}
+
+bool vector_store(const void* d, int64_t ldd, OutKind kind) {
+    const uintptr_t align = kind == OutKind::F32 ? 8 : 4;
+    return ldd % 2 == 0 && reinterpret_cast<uintptr_t>(d) % align == 0;
+}
+
+// The wgmma tile height of least estimated time (see the header): waves of persistent CTAs times a tile's cost.
+template <typename Tiles>
+int cheapest_tile_height(const Tiles& tiles, int sms) {
+    constexpr struct {
+        int rows;
+        double cost;
+    } kHeights[] = {{256, 1.7}, {128, 1.0}, {64, 0.69}};
+    int best = 256;
+    double best_cost = 0;
+    for (const auto& h : kHeights) {
+        const double cost = double((tiles(h.rows) + sms - 1) / sms) * h.cost;
+        if (h.rows == 256 || cost < best_cost - 1e-9) {
+            best = h.rows;
+            best_cost = cost;
+        }
+    }
+    return best;
+}
+
+GemmPlan plan(GemmPath path, int64_t m, int64_t n, bool fp8, int block_m) {
+    GemmPlan p;
+    p.path = resolve(path, fp8);
+    const int64_t n_tiles = (n + dense_gemm::kBlockN - 1) / dense_gemm::kBlockN;
+    const int sms = current_arch().sm_count;
+    auto tiles = [&](int bm) { return (m + bm - 1) / bm * n_tiles; };
+    if (p.path == GemmPath::WGMMA) {
+        FS_REQUIRE(block_m == 0 || block_m == 64 || block_m == 128 || block_m == 256, "dense GEMM: block_m ", block_m,
+                   " must be 0 (automatic), 64, 128 or 256");
+        p.block_m = block_m != 0 ? block_m : cheapest_tile_height(tiles, sms);
+        p.tiles = tiles(p.block_m);
+        p.ctas = int(std::min<int64_t>(p.tiles, sms));  // persistent: one CTA per SM at most
+    } else {
+        FS_REQUIRE(block_m == 0 || block_m == 128, "dense GEMM: the mma.sync path takes 128-row tiles, not ", block_m);
+        p.block_m = 128;
+        p.tiles = tiles(128);
+        p.ctas = int(p.tiles);
+    }
+    return p;
+}
+
+void set_output(dense_gemm::Problem& q, void* d, OutKind kind, int64_t ldd) {
+    q.d = d;
+    q.d_f32 = kind == OutKind::F32;
+    q.ldd = ldd;
+    q.d_vector = vector_store(d, ldd, kind);
+}
+
+void run(dense_gemm::Problem& q, const GemmPlan& p, cudaStream_t stream) {
+    if (q.m == 0) return;
+    q.block_m = p.block_m;
+    if (p.path == GemmPath::WGMMA) {
+        dense_gemm::launch_sm90(q, p.ctas, stream);
+        return;
+    }
+    const auto mode = !q.fp8                          ? dense_gemm::MmaMode::BF16
+                      : p.path == GemmPath::MMA_NATIVE ? dense_gemm::MmaMode::FP8_NATIVE
+                                                       : dense_gemm::MmaMode::FP8_AS_F16;
+    dense_gemm::launch_mma(q, mode, stream);
+}
+
+}  // namespace
+
+bool gemm_path_supported(GemmPath path, bool fp8) {
+    const int cc = current_arch().cc;
+    switch (path) {
+        case GemmPath::AUTO: return has_bf16_mma(cc);
+        case GemmPath::WGMMA: return wgmma_usable();
+        case GemmPath::MMA_NATIVE: return fp8 ? has_fp8_mma(cc) : has_bf16_mma(cc);
+        case GemmPath::MMA_F16: return has_bf16_mma(cc);
+    }
+    return false;
+}
+
+bool fp8_gemm_eligible(const Fp8GemmArgs& args, GemmPath path) {
+    return check_fp8(args, resolve(path, true)).empty();
+}
+bool bf16_gemm_eligible(const Bf16GemmArgs& args, GemmPath path) {
+    return check_bf16(args, resolve(path, false)).empty();
+}
+GemmPlan plan_fp8_gemm(const Fp8GemmArgs& args, GemmPath path, int block_m) {
+    return plan(path, args.a.m, args.n, true, block_m);
+}
+GemmPlan plan_bf16_gemm(const Bf16GemmArgs& args, GemmPath path, int block_m) {
+    return plan(path, args.m, args.n, false, block_m);
+}
+
+void gemm_fp8(const Fp8GemmArgs& x, GemmPath path, cudaStream_t stream, int block_m) {
+    const GemmPlan p = plan_fp8_gemm(x, path, block_m);
+    const std::string e = check_fp8(x, p.path);
+    FS_REQUIRE(e.empty(), "gemm_fp8: ", e);
+    dense_gemm::Problem q;
+    q.fp8 = true;
+    q.a = x.a.codes;
+    q.lda_bytes = x.a.codes_ld;
+    q.a_scales = x.a.scales;
+    q.a_scales_ld = x.a.scales_ld;
+    q.w = x.w;
+    q.w_scales = x.w_scales;
+    q.w_scales_f32 = x.w_scale_kind == ScaleKind::F32;
+    q.m = x.a.m;
+    q.n = x.n / x.groups;
+    q.k = x.a.k / x.groups;
+    q.groups = x.groups;
+    set_output(q, x.d, x.d_kind, x.ldd);
+    run(q, p, stream);
+}
+
+void gemm_bf16(const Bf16GemmArgs& x, GemmPath path, cudaStream_t stream, int block_m) {
+    const GemmPlan p = plan_bf16_gemm(x, path, block_m);
+    const std::string e = check_bf16(x, p.path);
+    FS_REQUIRE(e.empty(), "gemm_bf16: ", e);
+    dense_gemm::Problem q;
+    q.fp8 = false;
+    q.a = x.a;
+    q.lda_bytes = x.lda * 2;
+    q.w = x.w;
+    q.m = x.m;
+    q.n = x.n;
+    q.k = x.k;
+    set_output(q, x.d, x.d_kind, x.ldd);
+    run(q, p, stream);
+}
+
+}  // namespace flashseek::cuda

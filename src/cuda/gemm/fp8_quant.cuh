@@ -1,0 +1,23 @@
+// The two device steps of the official act_quant (per 1 x 128 block, ue8m0 scales), shared by every producer of an
+// Fp8Activation (act_quant.cu, the grouped expert up-projection epilogues) so that they agree bit for bit with each
+// other and with the release-numerics preparation of linear.cuh: the block scale 2^ceil(log2(max(amax, 1e-4) / 448))
+// (gemm/prepare_block.cuh) and one value's e4m3 code, e4m3(clamp(v / scale, +-448)) rounded to nearest even (the
+// division by a power of two is the multiplication by its exact inverse).
+#pragma once
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "cuda/gemm/prepare_block.cuh"
+
+namespace flashseek::cuda {
+
+__device__ __forceinline__ float fp8_block_scale(float amax) {
+    return prepared_block_scale(amax, int(ActNumerics::FP8_BLOCK128));
+}
+
+__device__ __forceinline__ uint32_t fp8_code(float v, float inv_scale) {
+    return uint32_t(__nv_cvt_float_to_fp8(fminf(fmaxf(v * inv_scale, -448.f), 448.f), __NV_SATFINITE, __NV_E4M3));
+}
+
+}  // namespace flashseek::cuda

@@ -1,0 +1,348 @@
+// Compute-bound dense GEMM on sm_90a (prefill and large batches): FP8 block-scaled (DeepSeek's 1x128 activation
+// x 128x128 weight scales) and BF16, D[m, n] = A[m, k] . W[n, k]^T, written for this project after DeepGEMM's
+// sm90 "1d2d" FP8 kernel design (read, not copied).
+// Why our own kernel and not CUTLASS's sm90 blockwise-scaled GEMM: CUTLASS is not a dependency of the project and
+// one of its warp-specialized instantiations costs minutes of nvcc time per architecture on CI's 2 cores; its
+// scale layouts and epilogues would still need adapting (E8M0 weight scales, our act_quant layout, the fused
+// SwiGLU / routing-weight epilogue of the expert GEMM that shares this design); and every output element here is
+// computed in a fixed order that does not depend on M or the tile shape, which keeps a token's result
+// independent of how its prompt is chunked (batch invariance, issue 15 item 6).
+// Design:
+//   - Warp specialization, 384 threads: warpgroup 0 is the producer (one thread issues TMA loads; the warpgroup
+//     gives its registers back with setmaxnreg), warpgroups 1 and 2 are the math warpgroups (232 registers each).
+//   - CTA tile BM x 128: BM = 256 for large problems (each math warpgroup two 64-row waves x 128 columns, wgmma
+//     m64n128, one accumulator set reused by the waves, as DeepGEMM's "wave" blocks: a quarter less L2 -> shared
+//     traffic per FLOP than 128 x 128), BM = 128 (one wave each) when 256-row tiles would not fill the SMs, BM = 64
+//     for small problems (each warpgroup 64 rows x 64 columns: m64n64), so that twice as many tiles fill the GPU.
+//     setmaxnreg lets the math code use 232 registers (ptxas allocates the branch after setmaxnreg.inc with that
+//     limit; the launch reports the 168 of 384 threads).
+//   - K in stages of 128 bytes (128 e4m3 = one scale block, or 64 bf16): A tile, B tile and (FP8) the A scales of
+//     the stage's rows, one TMA box each, 128-byte swizzle, 4 / 6 / 8 stages (BM = 256 / 128 / 64) in a ring with
+//     full / empty mbarriers (the producer waits for a free stage, the math warps arrive once their wgmmas on it
+//     completed).
+//   - FP8 promotion (DeepGEMM style): per stage four wgmma k32 accumulate the block's partial in the tensor core
+//     (its FP8 sums are not fp32-exact over many k steps), then in fp32 final += partial * (sa[row] * sw), in
+//     K order. BF16: the wgmmas accumulate the whole K in the tensor core (fp32), one stage kept in flight.
+//   - Persistent CTAs (one per SM, 200 KB of shared memory each): tile i of the grouped order
+//     (dense_gemm_problem.cuh tile_coords) on CTA i mod grid; the producer runs ahead into the next tile while
+//     the math warpgroups store the previous one.
+//   - Epilogue: registers straight to global memory (bf16 or fp32, two adjacent columns per store), rows >= m and
+//     columns >= n skipped; TMA fills out-of-bounds A / B / scale elements with zeros, so partial tiles in M, N
+//     and K need no other care.
+// Builds for every architecture; the bodies exist only in the sm_90a build (FS_WGMMA_AVAILABLE), elsewhere the
+// kernels compile to a trap and dense_gemm.cu never launches them.
+#include <cuda.h>
+
+#include <algorithm>
+
+#include "cuda/common/arch.cuh"
+#include "cuda/common/check.cuh"
+#include "cuda/common/numeric.cuh"
+#include "cuda/common/pdl.cuh"
+#include "cuda/common/smem.cuh"
+#include "cuda/gemm/dense_gemm_problem.cuh"
+#include "cuda/gemm/tensor_map.h"
+#include "cuda/gemm/tma.cuh"
+#include "cuda/gemm/wgmma_ss.cuh"
+
+namespace flashseek::cuda::dense_gemm {
+namespace {
+
+constexpr int kThreads = 384;  // producer warpgroup + two math warpgroups
+
+template <bool FP8, int BM>
+struct Sm90Config {
+    static constexpr int kATile = BM * kStageKBytes;
+    static constexpr int kBTile = kBlockN * kStageKBytes;
+    static constexpr int kScaleBytes = FP8 ? BM * 4 : 0;
+    static constexpr int kStages = BM == 256 ? 4 : BM == 128 ? 6 : 8;
+    static constexpr size_t kBarrierOffset = size_t(kStages) * (kATile + kBTile + kScaleBytes);
+    static constexpr size_t kSmemBytes = kBarrierOffset + 2 * kStages * 8 + 1024;  // + alignment slack
+    static_assert(kATile % 1024 == 0 && kBTile % 1024 == 0, "swizzle atoms need 1024-byte aligned tiles");
+    static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm_90 CTA");
+};
+
+struct Sm90Params {
+    CUtensorMap map_a, map_b, map_sa;
+    const void* w_scales;
+    int64_t w_scales_ld;  // ceil(k / 128)
+    void* d;
+    int64_t ldd;
+    int m, n, k, k_blocks, m_blocks, n_blocks, tiles;  // n, k, k_blocks per group
+    int groups;
+    int w_scales_f32, d_f32, d_vector;
+};
+
+#if FS_WGMMA_AVAILABLE
+constexpr int kMathWarps = 8;
+constexpr int kProducerRegisters = 40;
+constexpr int kMathRegisters = 232;
+
+// Per-configuration constants of the kernel body.
+template <bool FP8, int BM>
+struct Sm90Body {
+    using C = Sm90Config<FP8, BM>;
+    static constexpr int kWarpgroupN = BM == 64 ? 64 : 128;  // columns per math warpgroup
+    static constexpr int kAcc = kWarpgroupN / 2;              // fp32 results per thread and wave
+    static constexpr int kWaves = BM == 256 ? 2 : 1;          // 64-row slices per math warpgroup
+    // Rows of wave v of math warpgroup mw inside the tile, and its columns.
+    static constexpr int row_offset(int v, int mw) { return BM == 64 ? 0 : 128 * v + 64 * mw; }
+    static constexpr int col_offset(int mw) { return BM == 64 ? 64 * mw : 0; }
+    static constexpr uint32_t kStageTx = C::kATile + C::kBTile + C::kScaleBytes;
+};
+
+using bulk::mbar_expect_tx;
+using bulk::mbar_init_count;
+using bulk::mbar_init_fence;
+using bulk::mbar_wait;
+using bulk::smem_u32;
+
+__device__ __forceinline__ float weight_scale(const Sm90Params& p, int row, int kb) {
+    const int64_t i = int64_t(row) * p.w_scales_ld + kb;
+    if (p.w_scales_f32) return __ldg(static_cast<const float*>(p.w_scales) + i);
+    return e8m0_to_f32(__ldg(static_cast<const uint8_t*>(p.w_scales) + i));
+}
+
+// Two adjacent outputs (row, col) and (row, col + 1) of group g's columns; n is even, so both exist when col < n.
+__device__ __forceinline__ void store_output(const Sm90Params& p, int row, int g, int col, float x, float y) {
+    if (row < p.m && col < p.n)
+        store_pair(p.d, p.d_f32, p.d_vector, int64_t(row) * p.ldd + int64_t(g) * p.n + col, x, y);
+}
+
+// Group, M block and N block of tile `tile`.
+__device__ __forceinline__ void tile_of(const Sm90Params& p, int tile, int& g, int& mb, int& nb) {
+    const int per_group = p.m_blocks * p.n_blocks;
+    g = tile / per_group;
+    tile_coords(tile - g * per_group, p.m_blocks, p.n_blocks, mb, nb);
+}
+
+template <bool FP8, int N>
+__device__ __forceinline__ void mma_stage(float (&d)[N / 2], uint32_t a_addr, uint32_t b_addr, bool accumulate_first) {
+    // Four k-steps of 32 bytes inside the 128-byte swizzled rows: the start address moves by 32 bytes.
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const uint64_t da = tma::sw128_descriptor(a_addr + 32 * k), db = tma::sw128_descriptor(b_addr + 32 * k);
+        const uint32_t acc = (k > 0 || accumulate_first) ? 1u : 0u;
+        if constexpr (FP8) {
+            if constexpr (N == 128) wgmma::mma_e4m3_n128(d, da, db, acc);
+            else wgmma::mma_e4m3_n64(d, da, db, acc);
+        } else {
+            if constexpr (N == 128) wgmma::mma_bf16_n128(d, da, db, acc);
+            else wgmma::mma_bf16_n64(d, da, db, acc);
+        }
+    }
+}
+#endif
+
+template <bool FP8, int BM>
+__global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_constant__ Sm90Params p) {
+#if FS_WGMMA_AVAILABLE
+    using C = Sm90Config<FP8, BM>;
+    using B = Sm90Body<FP8, BM>;
+    extern __shared__ unsigned char smem_raw[];
+    // The swizzle is a function of the absolute shared address: tiles start on 1024-byte boundaries.
+    unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+    unsigned char* const a_tiles = smem;
+    unsigned char* const b_tiles = smem + size_t(C::kStages) * C::kATile;
+    float* const a_scales = reinterpret_cast<float*>(smem + size_t(C::kStages) * (C::kATile + C::kBTile));
+    uint64_t* const full = reinterpret_cast<uint64_t*>(smem + C::kBarrierOffset);
+    uint64_t* const empty = full + C::kStages;
+
+    const int wg = threadIdx.x / 128;
+    if (threadIdx.x == 0) {
+        tma::prefetch_map(&p.map_a);
+        tma::prefetch_map(&p.map_b);
+        if constexpr (FP8) tma::prefetch_map(&p.map_sa);
+#pragma unroll 1
+        for (int s = 0; s < C::kStages; ++s) {
+            mbar_init_count(&full[s], 1);                // the producer's arrive.expect_tx
+            mbar_init_count(&empty[s], kMathWarps);      // lane 0 of every math warp
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    pdl_wait();  // PDL: before the first read of A (written by an earlier kernel) and the first store of D
+    pdl_trigger();
+
+    if (wg == 0) {
+        tma::release_registers<kProducerRegisters>();
+        if (threadIdx.x == 0) {
+            int s = 0;
+            uint32_t phase = 0;
+            for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+                int g, mb, nb;
+                tile_of(p, tile, g, mb, nb);
+                for (int kb = 0; kb < p.k_blocks; ++kb) {
+                    mbar_wait(&empty[s], phase ^ 1);  // a fresh barrier counts as released once
+                    mbar_expect_tx(&full[s], B::kStageTx);
+                    const int k0 = kb * (FP8 ? kStageKBytes : kStageKBytes / 2);  // in elements, inside the group
+                    tma::load_2d(a_tiles + size_t(s) * C::kATile, &p.map_a, g * p.k + k0, mb * BM, &full[s]);
+                    if constexpr (FP8)
+                        tma::load_2d(a_scales + s * BM, &p.map_sa, mb * BM, g * p.k_blocks + kb, &full[s]);
+                    tma::load_2d(b_tiles + size_t(s) * C::kBTile, &p.map_b, k0, g * p.n + nb * kBlockN, &full[s]);
+                    if (++s == C::kStages) {
+                        s = 0;
+                        phase ^= 1;
+                    }
+                }
+            }
+        }
+        return;
+    }
+
+    tma::claim_registers<kMathRegisters>();
+    const int mw = wg - 1;  // math warpgroup 0 / 1
+    const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int col_off = B::col_offset(mw);
+    const int rw = 16 * warp + g;  // this thread's rows rw and rw + 8 of each wave's 64-row slice
+    float acc[B::kAcc], fin[B::kWaves][B::kAcc];
+#pragma unroll
+    for (int i = 0; i < B::kAcc; ++i) acc[i] = 0.f;  // (a wgmma with accumulate = 0 ignores it; defined anyway)
+    int s = 0;
+    uint32_t phase = 0;
+    for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
+        int g, mb, nb;
+        tile_of(p, tile, g, mb, nb);
+        const int sw_row = g * p.n / kBlockN + nb;  // the tile's weight-scale row (n % 128 == 0 with groups)
+#pragma unroll
+        for (int v = 0; v < B::kWaves; ++v)
+#pragma unroll
+            for (int i = 0; i < B::kAcc; ++i) fin[v][i] = 0.f;
+        float sw_next = FP8 ? weight_scale(p, sw_row, 0) : 0.f;
+        int prev_s = -1;  // BF16: the stage whose wgmmas may still run
+        for (int kb = 0; kb < p.k_blocks; ++kb) {
+            float sw = 0.f;
+            if constexpr (FP8) {
+                sw = sw_next;
+                if (kb + 1 < p.k_blocks) sw_next = weight_scale(p, sw_row, kb + 1);  // latency hidden by this stage
+            }
+            mbar_wait(&full[s], phase);
+            const uint32_t a_stage = smem_u32(a_tiles + size_t(s) * C::kATile);
+            const uint32_t b_addr = smem_u32(b_tiles + size_t(s) * C::kBTile + col_off * kStageKBytes);
+            if constexpr (FP8) {
+                // Shared reads of the stage come before the arrival that frees it.
+                float sa[B::kWaves][2];
+#pragma unroll
+                for (int v = 0; v < B::kWaves; ++v) {
+                    sa[v][0] = a_scales[s * BM + B::row_offset(v, mw) + rw];
+                    sa[v][1] = a_scales[s * BM + B::row_offset(v, mw) + rw + 8];
+                }
+#pragma unroll
+                for (int v = 0; v < B::kWaves; ++v) {  // one wave at a time: acc is reused
+#pragma unroll
+                    for (int i = 0; i < B::kAcc; ++i) wgmma::fence_operand(acc[i]);
+                    wgmma::fence();
+                    mma_stage<true, B::kWarpgroupN>(acc, a_stage + B::row_offset(v, mw) * kStageKBytes, b_addr, false);
+                    wgmma::commit();
+#pragma unroll
+                    for (int i = 0; i < B::kAcc; ++i) wgmma::fence_operand(acc[i]);
+                    wgmma::wait<0>();
+                    if (v == B::kWaves - 1 && lane == 0) tma::mbar_arrive(&empty[s]);
+                    const float s0 = sa[v][0] * sw, s1 = sa[v][1] * sw;
+#pragma unroll
+                    for (int i = 0; i < B::kAcc; i += 4) {
+                        fin[v][i + 0] = fmaf(acc[i + 0], s0, fin[v][i + 0]);
+                        fin[v][i + 1] = fmaf(acc[i + 1], s0, fin[v][i + 1]);
+                        fin[v][i + 2] = fmaf(acc[i + 2], s1, fin[v][i + 2]);
+                        fin[v][i + 3] = fmaf(acc[i + 3], s1, fin[v][i + 3]);
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int v = 0; v < B::kWaves; ++v)
+#pragma unroll
+                    for (int i = 0; i < B::kAcc; ++i) wgmma::fence_operand(fin[v][i]);
+                wgmma::fence();
+#pragma unroll
+                for (int v = 0; v < B::kWaves; ++v)
+                    mma_stage<false, B::kWarpgroupN>(fin[v], a_stage + B::row_offset(v, mw) * kStageKBytes, b_addr,
+                                                     kb > 0);
+                wgmma::commit();
+#pragma unroll
+                for (int v = 0; v < B::kWaves; ++v)
+#pragma unroll
+                    for (int i = 0; i < B::kAcc; ++i) wgmma::fence_operand(fin[v][i]);
+                wgmma::wait<1>();  // the previous stage's wgmmas are done: free it
+                if (prev_s >= 0 && lane == 0) tma::mbar_arrive(&empty[prev_s]);
+                prev_s = s;
+            }
+            if (++s == C::kStages) {
+                s = 0;
+                phase ^= 1;
+            }
+        }
+        if constexpr (!FP8) {
+            wgmma::wait<0>();
+#pragma unroll
+            for (int v = 0; v < B::kWaves; ++v)
+#pragma unroll
+                for (int i = 0; i < B::kAcc; ++i) wgmma::fence_operand(fin[v][i]);
+            if (prev_s >= 0 && lane == 0) tma::mbar_arrive(&empty[prev_s]);
+        }
+        const int col = nb * kBlockN + col_off + 2 * t;
+#pragma unroll
+        for (int v = 0; v < B::kWaves; ++v) {
+            const int row = mb * BM + B::row_offset(v, mw) + rw;
+#pragma unroll
+            for (int i = 0; i < B::kAcc / 4; ++i) {
+                store_output(p, row, g, col + 8 * i, fin[v][4 * i + 0], fin[v][4 * i + 1]);
+                store_output(p, row + 8, g, col + 8 * i, fin[v][4 * i + 2], fin[v][4 * i + 3]);
+            }
+        }
+    }
+    (void)acc;
+#else
+    __trap();
+#endif
+}
+
+template <bool FP8, int BM>
+void launch_config(const Problem& q, int ctas, cudaStream_t stream) {
+    using C = Sm90Config<FP8, BM>;
+    Sm90Params p{};
+    const uint64_t k_elems = uint64_t(q.k), groups = uint64_t(q.groups);
+    const auto elem = FP8 ? tma::Element::U8 : tma::Element::BF16;
+    const uint32_t box_k = FP8 ? kStageKBytes : kStageKBytes / 2;
+    p.map_a = tma::make_2d(q.a, elem, uint64_t(q.m), groups * k_elems, uint64_t(q.lda_bytes), BM, box_k,
+                           tma::Swizzle::B128, "dense GEMM activation");
+    p.map_b = tma::make_2d(q.w, elem, groups * uint64_t(q.n), k_elems, k_elems * (FP8 ? 1 : 2), kBlockN, box_k,
+                           tma::Swizzle::B128, "dense GEMM weight");
+    p.k_blocks = int(k_blocks(q));
+    if constexpr (FP8)
+        p.map_sa = tma::make_2d(q.a_scales, tma::Element::F32, groups * uint64_t(p.k_blocks), uint64_t(q.m),
+                                uint64_t(q.a_scales_ld) * 4, 1, BM, tma::Swizzle::NONE, "dense GEMM activation scales");
+    p.k = int(q.k);
+    p.groups = q.groups;
+    p.w_scales = q.w_scales;
+    p.w_scales_ld = (q.k + 127) / 128;
+    p.w_scales_f32 = q.w_scales_f32;
+    p.d = q.d;
+    p.ldd = q.ldd;
+    p.d_f32 = q.d_f32;
+    p.d_vector = q.d_vector;
+    p.m = int(q.m);
+    p.n = int(q.n);
+    p.m_blocks = int((q.m + BM - 1) / BM);
+    p.n_blocks = int((q.n + kBlockN - 1) / kBlockN);
+    p.tiles = q.groups * p.m_blocks * p.n_blocks;
+    auto kernel = sm90_gemm_kernel<FP8, BM>;
+    allow_dynamic_smem(kernel, C::kSmemBytes);
+    launch_pdl(FP8 ? "sm90_gemm_kernel<fp8>" : "sm90_gemm_kernel<bf16>", kernel,
+               dim3(unsigned(std::min(ctas, p.tiles))), dim3(kThreads), C::kSmemBytes, stream, p);
+}
+
+}  // namespace
+
+void launch_sm90(const Problem& q, int ctas, cudaStream_t stream) {
+    if (q.fp8) {
+        if (q.block_m == 64) launch_config<true, 64>(q, ctas, stream);
+        else if (q.block_m == 256) launch_config<true, 256>(q, ctas, stream);
+        else launch_config<true, 128>(q, ctas, stream);
+    } else {
+        if (q.block_m == 64) launch_config<false, 64>(q, ctas, stream);
+        else if (q.block_m == 256) launch_config<false, 256>(q, ctas, stream);
+        else launch_config<false, 128>(q, ctas, stream);
+    }
+}
+
+}  // namespace flashseek::cuda::dense_gemm

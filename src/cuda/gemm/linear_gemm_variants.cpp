@@ -1,0 +1,143 @@
+// The compute-bound GEMMs of dense_gemm.cuh as linear catalogue variants (linear_catalogue.h), and the FP8_ROWS
+// activation format they take (prepare_activation_rows, linear.cuh):
+//   fp8_gemm      sm_90a: the wgmma FP8 block-scaled GEMM (gemm_sm90.cu), FP8 weights, FP8_ROWS input, release
+//                 numerics, any group count the GEMM takes (wo_a: 8);
+//   fp8_gemm_mma  the same product on mma.sync (gemm_mma.cu): e4m3 where the device has it (sm_89+), else widened to
+//                 f16 (sm_80); where wgmma is not (or fp8_gemm is disabled);
+//   bf16_gemm     BF16 weights (compressors, router, head, indexer weights_proj; wo_a widened to bf16 in prefill
+//                 passes, grouped: one GEMM per group): wgmma on sm_90a, else mma.sync bf16; its input is the MMA_F16
+//                 format of BF16 weights, natural bf16 rows with unit scales (row stride k_pad elements, a multiple
+//                 of 128: the GEMM's lda needs a multiple of 8).
+// Preference: from KernelPolicy::gemm_min_tokens rows (default 64). At 1-16 rows the GEMVs come first in the
+// catalogue and stay preferred; between, tile_gemm. Why a floor at all: the GEMMs tile 64-256 rows x 128 weight
+// rows and never split K (batch invariance), so at a few dozen rows the small projections (wq_a, wkv: N <= 1024,
+// 8 column tiles) occupy a few SMs while tile_gemm splits K over the whole GPU. The floor is not measured yet:
+// the op harness's perf tables "linear" (16-256 rows) and "linear prefill" (test_cuda_linear --perf) compare the
+// variants on the V4-Flash shapes.
+// Exact numerics keep tile_gemm for FP8 weights (the GEMMs quantize activations as act_quant does).
+#include <string>
+
+#include "cuda/common/arch.cuh"
+#include "cuda/common/check.cuh"
+#include "cuda/gemm/dense_gemm.cuh"
+#include "cuda/gemm/linear_catalogue.h"
+
+namespace flashseek::cuda {
+namespace {
+
+alignas(16) unsigned char output_placeholder[16];  // supports() asks eligibility before the output is known
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// The FP8 GEMM's arguments for a call; LinearCall's groups are the GEMM's groups (x = [M, G * Kg], W = [G * R, Kg]).
+Fp8GemmArgs fp8_args(const LinearCall& c, void* d, OutKind kind, int64_t ldd) {
+    Fp8GemmArgs a;
+    a.a = c.x.fp8;
+    a.w = static_cast<const uint8_t*>(c.w.weight);
+    a.w_scales = c.w.scale;
+    a.w_scale_kind = c.w.scale_kind;
+    a.n = c.w.out;
+    a.d = d;
+    a.d_kind = kind;
+    a.ldd = ldd;
+    a.groups = c.groups;
+    return a;
+}
+
+bool fp8_call_fits(const LinearCall& c, GemmPath path) {
+    const PreparedActivation& x = c.x;
+    if (x.format != ActFormat::FP8_ROWS || x.raw || x.numerics != ActNumerics::FP8_BLOCK128) return false;
+    if (c.w.kind != WeightKind::FP8_BLOCK128 || x.layout != WeightKind::FP8_BLOCK128) return false;
+    if (x.fp8.m != x.m || x.fp8.k != x.k || x.k != c.w.in * c.groups) return false;
+    return fp8_gemm_eligible(fp8_args(c, output_placeholder, OutKind::F32, c.w.out), path);
+}
+
+LinearPlan gemm_plan(const char* name, const GemmPlan& g) {
+    LinearPlan p;
+    p.variant = name;
+    p.tokens_per_pass = g.block_m;
+    p.k_splits = 1;
+    return p;
+}
+
+// mma.sync's FP8 form on this device: e4m3 where it exists, else e4m3 widened exactly to f16.
+GemmPath mma_fp8_path() { return has_fp8_mma(current_arch().cc) ? GemmPath::MMA_NATIVE : GemmPath::MMA_F16; }
+
+// Group g of a bf16 call (groups = 1: the whole product): x's columns [g * Kg, (g + 1) * Kg) against weight rows
+// [g * R, (g + 1) * R) into output columns [g * R, (g + 1) * R), with Kg = w.in and R = w.out / groups.
+Bf16GemmArgs bf16_group_args(const LinearCall& c, int g, void* d, OutKind kind, int64_t ldd) {
+    const int64_t R = c.w.out / c.groups, Kg = c.w.in;
+    Bf16GemmArgs a;
+    a.a = c.x.values + g * Kg;
+    a.lda = c.x.k_pad;
+    a.m = c.x.m;
+    a.k = Kg;
+    a.w = static_cast<const uint16_t*>(c.w.weight) + size_t(g) * size_t(R) * size_t(Kg);
+    a.n = R;
+    a.d = d == output_placeholder ? d
+          : static_cast<void*>(static_cast<char*>(d) + size_t(g) * size_t(R) * (kind == OutKind::F32 ? 4 : 2));
+    a.d_kind = kind;
+    a.ldd = ldd;
+    return a;
+}
+
+}  // namespace
+
+void prepare_activation_rows(const uint16_t* x, int64_t M, int64_t K, int64_t ld_x, ActNumerics numerics,
+                             PreparedActivation& out, cudaStream_t stream) {
+    FS_REQUIRE(numerics == ActNumerics::FP8_BLOCK128,
+               "prepare_activation_rows: the FP8_ROWS format is act_quant (release numerics); exact numerics take "
+               "prepare_activation");
+    FS_REQUIRE(x != nullptr && M > 0 && K > 0 && ld_x >= K, "prepare_activation_rows: bad input [", M, ", ", K,
+               "] with row stride ", ld_x);
+    FS_REQUIRE(out.values && out.scales && aligned16(out.values) && aligned16(out.scales),
+               "prepare_activation_rows: output storage null or not 16-byte aligned");
+    describe_prepared(out, WeightKind::FP8_BLOCK128, numerics, M, K);
+    out.format = ActFormat::FP8_ROWS;
+    out.fp8 = fp8_activation_view(out.values, out.scales, M, K);
+    quantize_fp8_activation(x, M, ld_x, nullptr, out.fp8, stream);
+}
+
+namespace fp8_gemm {
+bool supports(const LinearCall& c) { return fp8_call_fits(c, GemmPath::WGMMA); }
+bool preferred(const LinearCall& c, const KernelPolicy& policy) { return c.x.m >= policy.gemm_min_tokens; }
+LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
+    return gemm_plan("fp8_gemm", plan_fp8_gemm(fp8_args(c, output_placeholder, OutKind::F32, c.w.out),
+                                               GemmPath::WGMMA));
+}
+void run(const LinearCall& c, const LinearPlan&, const KernelPolicy&, const LinearOut& out, cudaStream_t stream) {
+    cuda::gemm_fp8(fp8_args(c, out.y, out.kind, out.ld), GemmPath::WGMMA, stream);
+}
+}  // namespace fp8_gemm
+
+namespace fp8_gemm_mma {
+bool supports(const LinearCall& c) { return fp8_call_fits(c, mma_fp8_path()); }
+bool preferred(const LinearCall& c, const KernelPolicy& policy) { return c.x.m >= policy.gemm_min_tokens; }
+LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
+    return gemm_plan("fp8_gemm_mma", plan_fp8_gemm(fp8_args(c, output_placeholder, OutKind::F32, c.w.out),
+                                                   mma_fp8_path()));
+}
+void run(const LinearCall& c, const LinearPlan&, const KernelPolicy&, const LinearOut& out, cudaStream_t stream) {
+    cuda::gemm_fp8(fp8_args(c, out.y, out.kind, out.ld), mma_fp8_path(), stream);
+}
+}  // namespace fp8_gemm_mma
+
+namespace bf16_gemm {
+bool supports(const LinearCall& c) {
+    const PreparedActivation& x = c.x;
+    if (x.format != ActFormat::MMA_F16 || x.raw || x.layout != WeightKind::BF16 || c.w.kind != WeightKind::BF16)
+        return false;
+    if (c.groups < 1 || c.w.out % c.groups != 0 || x.k != c.w.in * c.groups) return false;
+    return bf16_gemm_eligible(bf16_group_args(c, 0, output_placeholder, OutKind::F32, c.w.out), GemmPath::AUTO);
+}
+bool preferred(const LinearCall& c, const KernelPolicy& policy) { return c.x.m >= policy.gemm_min_tokens; }
+LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
+    return gemm_plan("bf16_gemm", plan_bf16_gemm(bf16_group_args(c, 0, output_placeholder, OutKind::F32, c.w.out)));
+}
+// A grouped linear (wo_a widened to bf16 in prefill passes) runs as one GEMM per group over its column slices.
+void run(const LinearCall& c, const LinearPlan&, const KernelPolicy&, const LinearOut& out, cudaStream_t stream) {
+    for (int g = 0; g < c.groups; ++g) cuda::gemm_bf16(bf16_group_args(c, g, out.y, out.kind, out.ld), GemmPath::AUTO, stream);
+}
+}  // namespace bf16_gemm
+
+}  // namespace flashseek::cuda

@@ -1,0 +1,19 @@
+// One element of the release-numerics SwiGLU of DeepSeek-V4's experts (dsv4-model.md, MoE): the reference's expert
+// GEMMs output bf16, then silu(min(gate, limit)) * clamp(up, -limit, limit), times the routing weight (1 for the
+// shared expert), rounded to bf16. Shared by the epilogues and quantizers that produce a down-projection's input
+// (moe/grouped_gemm_common.cuh, gemm/act_quant.cu), so they agree bit for bit with moe_swiglu.cu and the fused
+// decode kernels (same formula, same device expf).
+#pragma once
+#include <cstdint>
+
+#include "cuda/common/numeric.cuh"
+
+namespace flashseek::cuda {
+
+__device__ __forceinline__ uint16_t swiglu_bf16(float gate_sum, float up_sum, float weight, float limit) {
+    const float gate = fminf(round_bf16(gate_sum), limit);
+    const float up = fminf(fmaxf(round_bf16(up_sum), -limit), limit);
+    return f32_to_bf16_bits(gate / (1.f + expf(-gate)) * up * weight);
+}
+
+}  // namespace flashseek::cuda

@@ -1,0 +1,138 @@
+// Host entries of the grouped FP4 expert GEMMs (see moe_gemm.cuh): workspace layout, eligibility, the path choice,
+// and the launch sequence (gathered act_quant, grouped up-projection writing h's act_quant; grouped
+// down-projection).
+#include "cuda/moe/moe_gemm.cuh"
+
+#include "cuda/common/arch.cuh"
+#include "cuda/common/check.cuh"
+#include "cuda/moe/grouped_gemm_common.cuh"
+
+namespace flashseek::cuda {
+namespace {
+
+size_t align16(size_t b) { return (b + 15) / 16 * 16; }
+
+GemmPath resolve(GemmPath path) {
+    if (path != GemmPath::AUTO) return path;
+    if (wgmma_usable()) return GemmPath::WGMMA;
+    return has_fp8_mma(current_arch().cc) ? GemmPath::MMA_NATIVE : GemmPath::MMA_F16;
+}
+
+void launch(const grouped_gemm::Problem& p, GemmPath path, cudaStream_t stream) {
+    if (path == GemmPath::WGMMA) grouped_gemm::launch_sm90(p, stream);
+    else
+        grouped_gemm::launch_mma(p, path == GemmPath::MMA_NATIVE ? dense_gemm::MmaMode::FP8_NATIVE
+                                                                 : dense_gemm::MmaMode::FP8_AS_F16,
+                                 stream);
+}
+
+grouped_gemm::Problem problem(const ExpertTable& t, const MoeGrouping& g) {
+    grouped_gemm::Problem p;
+    p.count = g.expert_count;
+    p.offset = g.expert_offset;
+    p.E = g.E;
+    p.slot_weight = g.slot_weight;
+    return p;
+}
+
+}  // namespace
+
+size_t moe_gemm_workspace_bytes(int64_t slots, int64_t hidden, int64_t inter) {
+    return align16(fp8_activation_codes_bytes(slots, hidden)) + align16(fp8_activation_scales_bytes(slots, hidden)) +
+           align16(fp8_activation_codes_bytes(slots, inter)) + align16(fp8_activation_scales_bytes(slots, inter));
+}
+
+MoeGemmWorkspace moe_gemm_workspace_view(void* memory, int64_t slots, int64_t hidden, int64_t inter) {
+    unsigned char* p = static_cast<unsigned char*>(memory);
+    MoeGemmWorkspace w;
+    unsigned char* codes = p;
+    p += align16(fp8_activation_codes_bytes(slots, hidden));
+    w.x = fp8_activation_view(codes, p, slots, hidden);
+    p += align16(fp8_activation_scales_bytes(slots, hidden));
+    codes = p;
+    p += align16(fp8_activation_codes_bytes(slots, inter));
+    w.h_q = fp8_activation_view(codes, p, slots, inter);
+    return w;
+}
+
+void moe_attach_gemm_workspace(MoeGrouping& g, void* memory, int64_t hidden, int64_t inter) {
+    FS_REQUIRE(memory != nullptr && reinterpret_cast<uintptr_t>(memory) % 16 == 0,
+               "moe_attach_gemm_workspace: memory null or not 16-byte aligned");
+    FS_REQUIRE(g.max_pairs > 0 && hidden > 0 && inter > 0, "moe_attach_gemm_workspace: ", g.max_pairs,
+               " slots, hidden ", hidden, ", inter ", inter, " must be positive");
+    const MoeGemmWorkspace w = moe_gemm_workspace_view(memory, g.max_pairs, hidden, inter);
+    g.gemm_x = w.x;
+    g.gemm_h = w.h_q;
+}
+
+MoeGemmWorkspace moe_gemm_workspace_of(const MoeGrouping& g) { return MoeGemmWorkspace{g.gemm_x, g.gemm_h}; }
+
+bool moe_gemm_supported(GemmPath path) {
+    switch (path) {
+        case GemmPath::AUTO: return has_bf16_mma(current_arch().cc);
+        case GemmPath::WGMMA: return wgmma_usable();
+        case GemmPath::MMA_NATIVE: return has_fp8_mma(current_arch().cc);
+        case GemmPath::MMA_F16: return has_bf16_mma(current_arch().cc);
+    }
+    return false;
+}
+
+bool moe_gemm_eligible(const ExpertTable& t, const MoeGrouping& g, int64_t M, int top_k, GemmPath path) {
+    return moe_gemm_supported(resolve(path)) && t.kind == WeightKind::FP4_BLOCK32 && t.scale_kind == ScaleKind::E8M0 &&
+           t.hidden % 128 == 0 && t.inter % 128 == 0 && t.hidden > 0 && t.inter > 0 && g.E > 0 &&
+           g.E <= grouped_gemm::kMaxExperts && M > 0 && top_k > 0 && M * top_k <= g.max_pairs &&
+           M * top_k < (int64_t(1) << 31);
+}
+
+void moe_gemm_up(const uint16_t* x, int64_t ld_x, int64_t M, int top_k, const ExpertTable& t, const MoeGrouping& g,
+                 float swiglu_limit, const MoeGemmWorkspace& ws, cudaStream_t stream, GemmPath path) {
+    path = resolve(path);
+    FS_REQUIRE(moe_gemm_eligible(t, g, M, top_k, path), "moe_gemm_up: not eligible (path ", int(path),
+               " on compute capability ", current_arch().cc, "; FP4 + E8M0 experts with hidden ", t.hidden,
+               " and inter ", t.inter, " multiples of 128, E = ", g.E, " <= ", grouped_gemm::kMaxExperts, ", ", M,
+               " x ", top_k, " slots within the grouping's ", g.max_pairs, ")");
+    const int64_t slots = M * top_k;
+    FS_REQUIRE(ws.x.m >= slots && ws.x.k == t.hidden && ws.h_q.m >= slots && ws.h_q.k == t.inter,
+               "moe_gemm_up: the workspace was not made for ", slots, " slots, hidden ", t.hidden, ", inter ", t.inter);
+    FS_REQUIRE(x != nullptr && ld_x >= t.hidden, "moe_gemm_up: null input or ld_x ", ld_x, " < hidden ", t.hidden);
+    Fp8Activation xa = ws.x;
+    xa.m = slots;
+    quantize_fp8_activation(x, M, ld_x, g.slot_token, xa, stream);
+    grouped_gemm::Problem p = problem(t, g);
+    p.up = true;
+    p.a = xa;
+    p.w_a = t.w1;
+    p.s_a = t.w1_scale;
+    p.w_b = t.w3;
+    p.s_b = t.w3_scale;
+    p.K = int(t.hidden);
+    p.n_blocks = int(t.inter / 128);
+    p.limit = swiglu_limit;
+    p.h_q = ws.h_q;
+    p.h_q.m = slots;
+    p.ldo = p.h_q.codes_ld;
+    launch(p, path, stream);
+}
+
+void moe_gemm_down(int64_t M, int top_k, const ExpertTable& t, const MoeGrouping& g, const MoeGemmWorkspace& ws,
+                   float* y, cudaStream_t stream, GemmPath path) {
+    path = resolve(path);
+    FS_REQUIRE(moe_gemm_eligible(t, g, M, top_k, path), "moe_gemm_down: not eligible (see moe_gemm_up)");
+    const int64_t slots = M * top_k;
+    FS_REQUIRE(ws.h_q.m >= slots && ws.h_q.k == t.inter && y != nullptr && reinterpret_cast<uintptr_t>(y) % 8 == 0,
+               "moe_gemm_down: workspace missing or output null / not 8-byte aligned");
+    Fp8Activation hq = ws.h_q;
+    hq.m = slots;
+    grouped_gemm::Problem p = problem(t, g);
+    p.up = false;
+    p.a = hq;
+    p.w_a = t.w2;
+    p.s_a = t.w2_scale;
+    p.K = int(t.inter);
+    p.n_blocks = int(t.hidden / grouped_gemm::kBlockN);
+    p.y = y;
+    p.ldo = t.hidden;
+    launch(p, path, stream);
+}
+
+}  // namespace flashseek::cuda

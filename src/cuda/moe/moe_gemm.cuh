@@ -1,0 +1,61 @@
+// Routed FP4 experts at prefill and large batches (issue 15): grouped, compute-bound GEMMs over the per-expert token
+// groups of a MoeGrouping (moe.cuh: counts, offsets, slot -> token and routing weight), release numerics.
+//   moe_gemm_up:   A = act_quant(x[slot_token[s]]) for every slot s (act_quant.cuh, gathered), then per expert
+//                  g = A . w1^T, u = A . w3^T over its slots, h[s] = bf16(silu(min(bf16 g, L)) * clamp(bf16 u, +-L)
+//                  * weight[s]) (the reference's bf16 expert outputs, SwiGLU clamp and routing weight), and in the
+//                  same epilogue h's act_quant, the down-projection's input (h itself is never stored).
+//   moe_gemm_down: y[s] = h[s] . w2^T (fp32 rows per slot, as moe_expert_down; moe_combine adds them up).
+// Weights stay in the checkpoint format (FP4 e2m1 packed two per byte, E8M0 scale per 32 K). e2m1 -> e4m3 is exact;
+// per (weight row, 128-K block) the four 32-scales are folded: the block's reference scale is the largest, each
+// group's values are rescaled by 2^(its scale - reference) into e4m3 (exact while the group lies within 2^14 of
+// the reference; further below, values round as e4m3 does), and the reference scale becomes a per-column promotion
+// scale of the FP8 GEMM. Empty experts cost nothing, an expert's partial last 128-row tile is masked.
+// Paths (GemmPath of dense_gemm.cuh): WGMMA (sm_90a: TMA + wgmma, warp-specialized, moe_gemm_sm90.cu), MMA_NATIVE
+// (mma.sync e4m3, compute capability >= 8.9) and MMA_F16 (e4m3 widened exactly to f16, >= 8.0) (moe_gemm_mma.cu);
+// AUTO takes the first the device runs. Every slot row is computed in the same order whatever the grouping.
+// Host entries: raw pointers and a stream, no allocation (the caller owns the workspace), no mutable state,
+// graph-capturable (per-expert tile counts are read on the device).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/gemm/act_quant.cuh"
+#include "cuda/gemm/dense_gemm.cuh"
+#include "cuda/moe/moe.cuh"
+
+namespace flashseek::cuda {
+
+// Scratch of one MoE layer's grouped GEMMs for up to `slots` (= tokens x top_k) grouped rows.
+struct MoeGemmWorkspace {
+    Fp8Activation x;    // gathered act_quant of the input: [slots, hidden]
+    Fp8Activation h_q;  // act_quant of h: [slots, inter]
+};
+size_t moe_gemm_workspace_bytes(int64_t slots, int64_t hidden, int64_t inter);
+// Carves the workspace out of `memory` (moe_gemm_workspace_bytes(...) bytes, 16-byte aligned).
+MoeGemmWorkspace moe_gemm_workspace_view(void* memory, int64_t slots, int64_t hidden, int64_t inter);
+
+// Carves the workspace of the grouping's max_pairs slots out of `memory` (moe_gemm_workspace_bytes(g.max_pairs,
+// hidden, inter) bytes, 16-byte aligned) and attaches it to the grouping (MoeGrouping::gemm_x / gemm_h), as the
+// expert catalogue's grouped_experts variant needs it; moe_gemm_workspace_of gives it back (empty views when none
+// is attached).
+void moe_attach_gemm_workspace(MoeGrouping& g, void* memory, int64_t hidden, int64_t inter);
+MoeGemmWorkspace moe_gemm_workspace_of(const MoeGrouping& g);
+
+// `path` (AUTO: any) can run here.
+bool moe_gemm_supported(GemmPath path = GemmPath::AUTO);
+// ... and serves these experts: FP4_BLOCK32 with E8M0 scales, hidden and inter multiples of 128, E <= 1024,
+// M * top_k slots within the grouping's capacity.
+bool moe_gemm_eligible(const ExpertTable& table, const MoeGrouping& grouping, int64_t M, int top_k,
+                       GemmPath path = GemmPath::AUTO);
+
+// x: bf16 [M, hidden] with row stride ld_x elements. Fills ws.x and ws.h_q for the grouping's slots.
+void moe_gemm_up(const uint16_t* x, int64_t ld_x, int64_t M, int top_k, const ExpertTable& table,
+                 const MoeGrouping& grouping, float swiglu_limit, const MoeGemmWorkspace& ws, cudaStream_t stream,
+                 GemmPath path = GemmPath::AUTO);
+// y: fp32 [M * top_k, hidden] (row = slot, as moe_expert_down). Reads ws.h_q from moe_gemm_up.
+void moe_gemm_down(int64_t M, int top_k, const ExpertTable& table, const MoeGrouping& grouping,
+                   const MoeGemmWorkspace& ws, float* y, cudaStream_t stream, GemmPath path = GemmPath::AUTO);
+
+}  // namespace flashseek::cuda

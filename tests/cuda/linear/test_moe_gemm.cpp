@@ -1,0 +1,431 @@
+// Kernel-level cases of the grouped FP4 expert GEMMs (cuda/moe/moe_gemm.cuh) on every path this device runs
+// (mma.sync ones on sm_90 too), for what the expert family's harness (test_moe.cpp: whole layers through
+// grouped_experts, the catalogue row of these GEMMs, on the automatic path) cannot express: against the CPU release
+// numerics of a routed expert (cpu::act_quant_fp8_block128, cpu::dequantize_linear, fp64 products rounded to bf16
+// like the reference's expert GEMM outputs, cpu::swiglu_clamp, the routing weight, bf16 h and its act_quant, which
+// the up-projection writes), h_q and the down GEMM alone checked separately. Groups come from the GPU's own
+// moe_group on routings that give one expert a single token, leave others empty and fill the rest unevenly (partial
+// 128-row tiles, several tiles per expert), or start groups at every row residue (the TMA scale boxes); slot rows
+// independent of the batch; the scale folding at its limit. Random data with fresh seeds; the workspace and y are
+// poisoned before the run and every used slot row must be written.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+#include "cpu/ops.h"
+#include "cuda/moe/moe_gemm.cuh"
+#include "harness.h"
+#include "weights.h"
+
+namespace flashseek::test {
+namespace {
+
+using cuda::ScaleKind;
+using cuda::WeightKind;
+
+struct Experts {
+    std::vector<TestWeight> w1, w3, w2;
+    std::vector<std::vector<float>> f1, f3, f2;  // dequantized
+    std::unique_ptr<DeviceArray<const void*>> d_ptrs[6];  // w1, w1 scales, w3, w3 scales, w2, w2 scales
+    cuda::ExpertTable table;
+};
+
+std::unique_ptr<Experts> make_experts(std::mt19937_64& rng, int E, int64_t hidden, int64_t inter) {
+    auto x = std::make_unique<Experts>();
+    std::vector<const void*> p[6];
+    for (int e = 0; e < E; ++e) {
+        x->w1.push_back(make_weight(rng, WeightKind::FP4_BLOCK32, ScaleKind::E8M0, inter, hidden));
+        x->w3.push_back(make_weight(rng, WeightKind::FP4_BLOCK32, ScaleKind::E8M0, inter, hidden));
+        x->w2.push_back(make_weight(rng, WeightKind::FP4_BLOCK32, ScaleKind::E8M0, hidden, inter));
+    }
+    for (int e = 0; e < E; ++e) {
+        x->f1.push_back(x->w1[size_t(e)].dequantized());
+        x->f3.push_back(x->w3[size_t(e)].dequantized());
+        x->f2.push_back(x->w2[size_t(e)].dequantized());
+        const TestWeight* ws[3] = {&x->w1[size_t(e)], &x->w3[size_t(e)], &x->w2[size_t(e)]};
+        for (int m = 0; m < 3; ++m) {
+            p[2 * m].push_back(ws[m]->w_dev->ptr);
+            p[2 * m + 1].push_back(ws[m]->s_dev->ptr);
+        }
+    }
+    for (int i = 0; i < 6; ++i) x->d_ptrs[i] = std::make_unique<DeviceArray<const void*>>(p[i]);
+    cuda::ExpertTable& t = x->table;
+    t.kind = WeightKind::FP4_BLOCK32;
+    t.scale_kind = ScaleKind::E8M0;
+    t.hidden = hidden;
+    t.inter = inter;
+    t.w1 = x->d_ptrs[0]->ptr;
+    t.w1_scale = x->d_ptrs[1]->ptr;
+    t.w3 = x->d_ptrs[2]->ptr;
+    t.w3_scale = x->d_ptrs[3]->ptr;
+    t.w2 = x->d_ptrs[4]->ptr;
+    t.w2_scale = x->d_ptrs[5]->ptr;
+    return x;
+}
+
+// row . w[o] for every o, fp64 sums of the fp32 operands.
+void product_row(const float* x, const std::vector<float>& w, int64_t out, int64_t in, double* y) {
+    for (int64_t o = 0; o < out; ++o) {
+        double s = 0;
+        const float* wr = &w[size_t(o * in)];
+        for (int64_t i = 0; i < in; ++i) s += double(x[i]) * double(wr[i]);
+        y[o] = s;
+    }
+}
+
+std::vector<cuda::GemmPath> moe_paths() {
+    std::vector<cuda::GemmPath> r;
+    for (auto p : {cuda::GemmPath::WGMMA, cuda::GemmPath::MMA_NATIVE, cuda::GemmPath::MMA_F16})
+        if (cuda::moe_gemm_supported(p)) r.push_back(p);
+    return r;
+}
+const char* path_name(cuda::GemmPath p) {
+    return p == cuda::GemmPath::WGMMA ? "wgmma" : p == cuda::GemmPath::MMA_NATIVE ? "mma-native" : "mma-f16";
+}
+
+// The act_quant of h the up-projection wrote, dequantized: [slots, inter] (codes x their row block's scale).
+std::vector<float> dequantized_h(const cuda::Fp8Activation& hq, int64_t slots) {
+    std::vector<uint8_t> codes(static_cast<size_t>(slots * hq.codes_ld));
+    std::vector<float> scales(static_cast<size_t>(((hq.k + 127) / 128) * hq.scales_ld));
+    CUDA_CHECK(cudaMemcpy(codes.data(), hq.codes, codes.size(), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(scales.data(), hq.scales, scales.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<float> v(static_cast<size_t>(slots * hq.k));
+    for (int64_t s = 0; s < slots; ++s)
+        for (int64_t c = 0; c < hq.k; ++c)
+            v[size_t(s * hq.k + c)] =
+                e4m3_to_f32(codes[size_t(s * hq.codes_ld + c)]) * scales[size_t((c / 128) * hq.scales_ld + s)];
+    return v;
+}
+
+struct Case {
+    int64_t M;
+    int E, top_k;
+    int64_t hidden, inter;
+};
+
+// The bound on y of the down GEMM alone (from the GPU's own h_q) against fp64: the dense FP8 GEMM's (wgmma sums a
+// 128-K block's FP8 products in the tensor core, measured ~1.2e-4 there; the f16 path is fp32-exact per product).
+double down_threshold(cuda::GemmPath p) { return p == cuda::GemmPath::WGMMA ? 3e-4 : 1e-4; }
+
+// Routing of c.M tokens to c.top_k distinct experts each: idx and weights [M, top_k].
+struct Routing {
+    std::vector<int32_t> idx;
+    std::vector<float> wts;
+};
+
+// Runs up + down on `path` for this routing (random activations and experts from rng) and checks h_q and y against
+// the CPU release experts. Returns the per-expert slot counts the GPU grouping made.
+std::vector<int32_t> check_against_cpu(cuda::GemmPath path, const Case& c, const Routing& r, std::mt19937_64& rng,
+                                       const std::string& desc) {
+    const int64_t slots = c.M * c.top_k, H = c.hidden, I = c.inter;
+    const float limit = 10.f;
+    auto ex = make_experts(rng, c.E, H, I);
+    DeviceArray<int32_t> d_idx(r.idx);
+    DeviceArray<float> d_wts(r.wts);
+    DeviceArray<uint8_t> gmem(cuda::moe_grouping_bytes(c.E, slots));
+    cuda::MoeGrouping g = cuda::moe_grouping_view(gmem.ptr, c.E, slots);
+    cuda::moe_group(d_idx.ptr, d_wts.ptr, c.M, c.top_k, g, nullptr);
+
+    const std::vector<float> x = [&] {
+        std::normal_distribution<float> d(0.f, 1.f);
+        std::vector<float> v(size_t(c.M * H));
+        for (auto& f : v) f = round_bf16(d(rng));
+        return v;
+    }();
+    std::vector<uint16_t> xb(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
+    DeviceArray<uint16_t> d_x(xb);
+    EXPECT_TRUE(cuda::moe_gemm_eligible(ex->table, g, c.M, c.top_k, path));
+    DeviceArray<uint8_t> wsmem(cuda::moe_gemm_workspace_bytes(slots, H, I));
+    wsmem.poison();
+    const cuda::MoeGemmWorkspace ws = cuda::moe_gemm_workspace_view(wsmem.ptr, slots, H, I);
+    DeviceArray<float> y(size_t(slots * H));
+    y.poison();
+    cuda::moe_gemm_up(d_x.ptr, H, c.M, c.top_k, ex->table, g, limit, ws, nullptr, path);
+    cuda::moe_gemm_down(c.M, c.top_k, ex->table, g, ws, y.ptr, nullptr, path);
+    CUDA_CHECK(cudaDeviceSynchronize());
+
+    // The grouping as the GPU made it: slot -> (token, weight, expert).
+    auto graw = gmem.download();
+    const cuda::MoeGrouping hg_view = cuda::moe_grouping_view(graw.data(), c.E, slots);
+    const int32_t* counts = hg_view.expert_count;
+    const int32_t* offsets = hg_view.expert_offset;
+    const int32_t* slot_token = hg_view.slot_token;
+    const float* slot_weight = hg_view.slot_weight;
+    const auto hq_gpu = dequantized_h(ws.h_q, slots);
+    const auto y_gpu = y.download();
+
+    // h_q against the CPU's act_quant of its h; y from the GPU's own h_q (the down GEMM alone) and from the
+    // CPU's (up + down).
+    std::vector<float> h_ref, h_got, y_ref, y_got, y_own;
+    std::vector<float> xq(static_cast<size_t>(H)), hq(static_cast<size_t>(I));
+    std::vector<double> gd(static_cast<size_t>(I)), ud(static_cast<size_t>(I)), yd(static_cast<size_t>(H));
+    for (int e = 0; e < c.E; ++e)
+        for (int32_t s = offsets[e]; s < offsets[e] + counts[e]; ++s) {
+            const int32_t tok = slot_token[s];
+            cpu::act_quant_fp8_block128(&x[size_t(tok * H)], H, xq.data());
+            product_row(xq.data(), ex->f1[size_t(e)], I, H, gd.data());
+            product_row(xq.data(), ex->f3[size_t(e)], I, H, ud.data());
+            std::vector<float> gf(static_cast<size_t>(I)), uf(static_cast<size_t>(I));
+            std::vector<float> hf(static_cast<size_t>(I));
+            for (int64_t i = 0; i < I; ++i) {
+                gf[size_t(i)] = round_bf16(float(gd[size_t(i)]));
+                uf[size_t(i)] = round_bf16(float(ud[size_t(i)]));
+            }
+            cpu::swiglu_clamp(gf.data(), uf.data(), I, limit, hf.data());
+            for (int64_t i = 0; i < I; ++i) hf[size_t(i)] = round_bf16(hf[size_t(i)] * slot_weight[s]);
+            cpu::act_quant_fp8_block128(hf.data(), I, hq.data());
+            const float* hg = &hq_gpu[size_t(s * I)];
+            h_ref.insert(h_ref.end(), hq.begin(), hq.end());
+            h_got.insert(h_got.end(), hg, hg + I);
+            product_row(hq.data(), ex->f2[size_t(e)], H, I, yd.data());
+            for (int64_t o = 0; o < H; ++o) y_ref.push_back(float(yd[size_t(o)]));
+            product_row(hg, ex->f2[size_t(e)], H, I, yd.data());
+            for (int64_t o = 0; o < H; ++o) {
+                y_own.push_back(float(yd[size_t(o)]));
+                y_got.push_back(y_gpu[size_t(s * H + o)]);
+            }
+        }
+    // h_q: the FP8 tensor-core sums (~5e-5) can flip a bf16 rounding of g or u and then an e4m3 rounding:
+    // 1e-2, as the wgmma decode experts' h; y from the GPU's own h_q: the down GEMM alone (down_threshold); y end
+    // to end: 1e-2.
+    const double eh = rel_l2(h_got, h_ref), ey = rel_l2(y_got, y_own), ey_all = rel_l2(y_got, y_ref);
+    std::printf("  grouped experts %s: h_q rel_l2 %.3g, y (down alone) %.3g, y (up + down) %.3g\n", desc.c_str(), eh,
+                ey, ey_all);
+    EXPECT_LE(eh, 1e-2);
+    EXPECT_LE(ey, down_threshold(path));
+    EXPECT_LE(ey_all, 1e-2);
+    return std::vector<int32_t>(counts, counts + c.E);
+}
+
+TEST(MoeGemm, GroupedFp4MatchesCpuReleaseExperts) {
+    for (cuda::GemmPath path : moe_paths())
+        for (const Case& c : {Case{1, 8, 4, 256, 384}, Case{7, 16, 4, 256, 384}, Case{300, 16, 4, 512, 256},
+                              Case{700, 4, 2, 256, 384}}) {
+            const uint64_t seed = fresh_seed();
+            std::ostringstream desc;
+            desc << path_name(path) << " M=" << c.M << " E=" << c.E << " top_k=" << c.top_k << " hidden=" << c.hidden
+                 << " inter=" << c.inter << " seed=" << seed;
+            SCOPED_TRACE(desc.str());
+            std::mt19937_64 rng(seed);
+            const int64_t slots = c.M * c.top_k;
+
+            // Routing: token 0 picks expert 0 first (the only token there: a one-token group), expert 1 stays empty,
+            // the other picks are distinct experts from 2..E-1, skewed toward low ids (uneven groups).
+            Routing r{std::vector<int32_t>(static_cast<size_t>(slots)), std::vector<float>(static_cast<size_t>(slots))};
+            std::uniform_real_distribution<float> uw(0.1f, 1.5f);
+            for (int64_t t = 0; t < c.M; ++t) {
+                std::vector<int> pool;
+                for (int e = 2; e < c.E; ++e) pool.push_back(e);
+                for (int j = 0; j < c.top_k; ++j) {
+                    int e;
+                    if (t == 0 && j == 0) {
+                        e = 0;
+                    } else {
+                        const double skew = std::pow(uw(rng) / 1.5, 2.0) * double(pool.size());
+                        const size_t k = size_t(std::min<double>(double(pool.size() - 1), std::floor(skew)));
+                        e = pool[k];
+                        pool.erase(pool.begin() + long(k));
+                    }
+                    r.idx[size_t(t * c.top_k + j)] = e;
+                    r.wts[size_t(t * c.top_k + j)] = uw(rng);
+                }
+            }
+            const std::vector<int32_t> counts = check_against_cpu(path, c, r, rng, desc.str());
+            EXPECT_EQ(counts[0], 1);
+            EXPECT_EQ(counts[1], 0);
+        }
+}
+
+// Expert groups starting at every slot residue modulo 4 and 128: the sm_90a kernel loads a tile's activation scales
+// as one TMA box from the 4-aligned row at or below the group's first slot (a box starting at the slot itself is an
+// illegal instruction: the first H200 run of these kernels died there). Expert e of E = 12 gets e + 1 of 16 tokens
+// (top_k = 1 keeps the counts exact), so groups start at 0, 1, 3, 6, 10, ...; then the failing tests' first shape
+// (M = 1, top_k = 4: groups of one slot at offsets 0..3) with hidden and inter of the real layer's 128-multiples.
+TEST(MoeGemm, GroupsStartAtEveryRowResidue) {
+    for (cuda::GemmPath path : moe_paths()) {
+        {
+            const Case c{78, 12, 1, 256, 384};  // 1 + 2 + ... + 12 = 78 tokens
+            const uint64_t seed = fresh_seed();
+            const std::string desc = std::string(path_name(path)) + " counts 1..12 seed=" + std::to_string(seed);
+            SCOPED_TRACE(desc);
+            std::mt19937_64 rng(seed);
+            Routing r;
+            std::uniform_real_distribution<float> uw(0.1f, 1.5f);
+            for (int e = 0; e < c.E; ++e)
+                for (int n = 0; n <= e; ++n) {
+                    r.idx.push_back(e);
+                    r.wts.push_back(uw(rng));
+                }
+            std::shuffle(r.idx.begin(), r.idx.end(), rng);  // tokens in random order: slots gathered out of order
+            const std::vector<int32_t> counts = check_against_cpu(path, c, r, rng, desc);
+            for (int e = 0; e < c.E; ++e) EXPECT_EQ(counts[size_t(e)], e + 1) << "expert " << e;
+        }
+        {
+            const Case c{1, 8, 4, 256, 384};
+            const uint64_t seed = fresh_seed();
+            const std::string desc = std::string(path_name(path)) + " one token, 4 experts seed=" + std::to_string(seed);
+            SCOPED_TRACE(desc);
+            std::mt19937_64 rng(seed);
+            const Routing r{{5, 2, 7, 3}, {0.7f, 0.4f, 1.1f, 0.25f}};
+            const std::vector<int32_t> counts = check_against_cpu(path, c, r, rng, desc);
+            for (int e : {2, 3, 5, 7}) EXPECT_EQ(counts[size_t(e)], 1) << "expert " << e;
+        }
+    }
+}
+
+// A slot's result does not depend on the other tokens (batch invariance): token 0 routed alone and inside a batch of
+// 300 tokens (its slots at other positions of larger expert groups, other tiles) gets bit-identical h_q rows and y
+// rows, on every path.
+TEST(MoeGemm, SlotRowsIndependentOfBatch) {
+    for (cuda::GemmPath path : moe_paths()) {
+        const uint64_t seed = fresh_seed();
+        SCOPED_TRACE(std::string(path_name(path)) + " seed=" + std::to_string(seed));
+        std::mt19937_64 rng(seed);
+        const int E = 8, top_k = 4;
+        const int64_t H = 256, I = 256, big = 300;
+        auto ex = make_experts(rng, E, H, I);
+        std::vector<int32_t> idx(static_cast<size_t>(big * top_k));
+        std::vector<float> wts(idx.size());
+        std::uniform_real_distribution<float> uw(0.1f, 1.5f);
+        for (int64_t t = 0; t < big; ++t) {
+            std::vector<int> pool = {0, 1, 2, 3, 4, 5, 6, 7};
+            std::shuffle(pool.begin(), pool.end(), rng);
+            for (int j = 0; j < top_k; ++j) {
+                idx[size_t(t * top_k + j)] = pool[size_t(j)];
+                wts[size_t(t * top_k + j)] = uw(rng);
+            }
+        }
+        std::normal_distribution<float> d(0.f, 1.f);
+        std::vector<uint16_t> xb(static_cast<size_t>(big * H));
+        for (auto& v : xb) v = f32_to_bf16(d(rng));
+        struct Run {
+            std::vector<float> y, hq;
+            std::vector<int32_t> pair_slot;
+        };
+        auto run = [&](int64_t M) {
+            const int64_t slots = M * top_k;
+            std::vector<int32_t> i2(idx.begin(), idx.begin() + slots);
+            std::vector<float> w2(wts.begin(), wts.begin() + slots);
+            std::vector<uint16_t> x2(xb.begin(), xb.begin() + M * H);
+            DeviceArray<int32_t> d_idx(i2);
+            DeviceArray<float> d_wts(w2);
+            DeviceArray<uint16_t> d_x(x2);
+            DeviceArray<uint8_t> gmem(cuda::moe_grouping_bytes(E, slots));
+            cuda::MoeGrouping g = cuda::moe_grouping_view(gmem.ptr, E, slots);
+            cuda::moe_group(d_idx.ptr, d_wts.ptr, M, top_k, g, nullptr);
+            DeviceArray<uint8_t> wsmem(cuda::moe_gemm_workspace_bytes(slots, H, I));
+            wsmem.poison();
+            const cuda::MoeGemmWorkspace ws = cuda::moe_gemm_workspace_view(wsmem.ptr, slots, H, I);
+            DeviceArray<float> y(static_cast<size_t>(slots * H));
+            y.poison();
+            cuda::moe_gemm_up(d_x.ptr, H, M, top_k, ex->table, g, 10.f, ws, nullptr, path);
+            cuda::moe_gemm_down(M, top_k, ex->table, g, ws, y.ptr, nullptr, path);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            auto graw = gmem.download();
+            const cuda::MoeGrouping hv = cuda::moe_grouping_view(graw.data(), E, slots);
+            return Run{y.download(), dequantized_h(ws.h_q, slots),
+                       std::vector<int32_t>(hv.pair_slot, hv.pair_slot + slots)};
+        };
+        const Run alone = run(1), batch = run(big);
+        for (int j = 0; j < top_k; ++j) {
+            const int32_t sa = alone.pair_slot[size_t(j)], sb = batch.pair_slot[size_t(j)];
+            ASSERT_GE(sa, 0);
+            ASSERT_GE(sb, 0);
+            EXPECT_EQ(std::memcmp(&alone.y[size_t(sa * H)], &batch.y[size_t(sb * H)], size_t(H) * 4), 0)
+                << "y of token 0, pick " << j << " (slot " << sa << " alone, " << sb << " in the batch)";
+            EXPECT_EQ(std::memcmp(&alone.hq[size_t(sa * I)], &batch.hq[size_t(sb * I)], size_t(I) * 4), 0)
+                << "h_q of token 0, pick " << j;
+        }
+    }
+}
+
+// The scale folding of moe_gemm.cuh at its documented limit: in every weight row (hidden = inter = 128, one block)
+// the four 32-group exponents are r, r - 5, r - 9, r - 14 and only the last group holds non-zero values, so the
+// whole product runs through values rescaled by 2^-14 into e4m3 (exact there); a wrong folding (flushed, shifted)
+// shows in h (against the CPU release expert) and in y (the down GEMM alone, from the GPU's own h).
+TEST(MoeGemm, ScaleFoldingIsExactAt14Octaves) {
+    for (cuda::GemmPath path : moe_paths()) {
+        const uint64_t seed = fresh_seed();
+        SCOPED_TRACE(std::string(path_name(path)) + " seed=" + std::to_string(seed));
+        std::mt19937_64 rng(seed);
+        const int E = 1, top_k = 1;
+        const int64_t M = 5, H = 128, I = 128;
+        const float limit = 10.f;
+        auto ex = make_experts(rng, E, H, I);
+        for (TestWeight* w : {&ex->w1[0], &ex->w3[0], &ex->w2[0]}) {
+            for (size_t r = 0; r < size_t(w->out); ++r) {
+                for (size_t b = 0; b < 48; ++b) w->w_bytes[r * 64 + b] = 0;  // groups 0..2 zero (scales still count)
+                const std::array<int, 4> exps = {130, 125, 121, 116};
+                for (size_t gi = 0; gi < 4; ++gi) w->s_bytes[r * 4 + gi] = uint8_t(exps[gi]);
+            }
+            w->w_dev->upload(w->w_bytes);
+            w->s_dev->upload(w->s_bytes);
+        }
+        ex->f1[0] = ex->w1[0].dequantized();
+        ex->f3[0] = ex->w3[0].dequantized();
+        ex->f2[0] = ex->w2[0].dequantized();
+        std::vector<int32_t> idx(static_cast<size_t>(M), 0);
+        std::vector<float> wts(static_cast<size_t>(M), 1.f);
+        DeviceArray<int32_t> d_idx(idx);
+        DeviceArray<float> d_wts(wts);
+        DeviceArray<uint8_t> gmem(cuda::moe_grouping_bytes(E, M));
+        cuda::MoeGrouping g = cuda::moe_grouping_view(gmem.ptr, E, M);
+        cuda::moe_group(d_idx.ptr, d_wts.ptr, M, top_k, g, nullptr);
+        std::normal_distribution<float> d(0.f, 1.f);
+        std::vector<float> x(static_cast<size_t>(M * H));
+        std::vector<uint16_t> xb(x.size());
+        for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i] = round_bf16(d(rng) * 64.f));
+        DeviceArray<uint16_t> d_x(xb);
+        DeviceArray<uint8_t> wsmem(cuda::moe_gemm_workspace_bytes(M, H, I));
+        wsmem.poison();
+        const cuda::MoeGemmWorkspace ws = cuda::moe_gemm_workspace_view(wsmem.ptr, M, H, I);
+        DeviceArray<float> y(static_cast<size_t>(M * H));
+        y.poison();
+        cuda::moe_gemm_up(d_x.ptr, H, M, top_k, ex->table, g, limit, ws, nullptr, path);
+        cuda::moe_gemm_down(M, top_k, ex->table, g, ws, y.ptr, nullptr, path);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const auto hq_gpu = dequantized_h(ws.h_q, M);
+        auto graw = gmem.download();
+        const cuda::MoeGrouping hv = cuda::moe_grouping_view(graw.data(), E, M);
+        const auto yg = y.download();
+        std::vector<float> h_got, h_want, y_got, y_want, xq(static_cast<size_t>(H)), hq(static_cast<size_t>(I));
+        std::vector<float> gf(static_cast<size_t>(I)), uf(static_cast<size_t>(I)), hf(static_cast<size_t>(I));
+        std::vector<double> gd(static_cast<size_t>(I)), ud(static_cast<size_t>(I)), yd(static_cast<size_t>(H));
+        for (int64_t s = 0; s < M; ++s) {
+            const int32_t tok = hv.slot_token[s];
+            cpu::act_quant_fp8_block128(&x[size_t(tok * H)], H, xq.data());
+            product_row(xq.data(), ex->f1[0], I, H, gd.data());
+            product_row(xq.data(), ex->f3[0], I, H, ud.data());
+            for (int64_t i = 0; i < I; ++i) {
+                gf[size_t(i)] = round_bf16(float(gd[size_t(i)]));
+                uf[size_t(i)] = round_bf16(float(ud[size_t(i)]));
+            }
+            cpu::swiglu_clamp(gf.data(), uf.data(), I, limit, hf.data());
+            for (int64_t i = 0; i < I; ++i) hf[size_t(i)] = round_bf16(hf[size_t(i)] * hv.slot_weight[s]);
+            cpu::act_quant_fp8_block128(hf.data(), I, hq.data());
+            h_want.insert(h_want.end(), hq.begin(), hq.end());
+            const float* hg = &hq_gpu[size_t(s * I)];
+            h_got.insert(h_got.end(), hg, hg + I);
+            product_row(hg, ex->f2[0], H, I, yd.data());
+            for (int64_t o = 0; o < H; ++o) {
+                y_want.push_back(float(yd[size_t(o)]));
+                y_got.push_back(yg[size_t(s * H + o)]);
+            }
+        }
+        double h_norm = 0;
+        for (float v : h_want) h_norm += double(v) * v;
+        EXPECT_GT(h_norm, 0.0) << "the test's h is all zero: it checks nothing";
+        EXPECT_LE(rel_l2(h_got, h_want), 1e-2);
+        EXPECT_LE(rel_l2(y_got, y_want), down_threshold(path));
+    }
+}
+
+}  // namespace
+}  // namespace flashseek::test
