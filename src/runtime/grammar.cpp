@@ -188,8 +188,9 @@ ConstraintCompiler::ConstraintCompiler(const tokenizer::Tokenizer& tok, int64_t 
                                        CompileLimits limits)
     : impl_(std::make_shared<Impl>(tok, model_vocab, eos_id)), limits_(limits),
       worker_(std::make_unique<DeadlineWorker>(limits.max_pending)) {
-    FS_CHECK(limits.time_limit_s > 0 && limits.queue_wait_s >= 0, "constrained decoding: compile time limit {} s and "
-             "queue wait {} s must be positive", limits.time_limit_s, limits.queue_wait_s);
+    FS_CHECK(limits.time_limit_s > 0 && limits.queue_wait_s >= 0 && limits.max_pending >= 1,
+             "constrained decoding: the compile time limit ({} s) must be > 0, the queue wait ({} s) >= 0 and the "
+             "queue ({}) >= 1", limits.time_limit_s, limits.queue_wait_s, limits.max_pending);
 }
 
 ConstraintCompiler::~ConstraintCompiler() = default;

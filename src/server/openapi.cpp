@@ -130,6 +130,7 @@ struct Schemas {
         p["min_p"] = ranged(0, 1, "drop tokens less likely than min_p x the most likely one");
         p["logit_bias"] = ojson{{"type", "object"},
                                 {"propertyNames", {{"pattern", "^[0-9]{1,10}$"}}},
+                                {"maxProperties", L.max_logit_bias},
                                 {"additionalProperties", ranged(-100, 100, "")},
                                 {"description", fmt::format("token id (0 to {}) -> bias added to its logit",
                                                             vocab() - 1)}};
@@ -141,16 +142,17 @@ struct Schemas {
     }
 
     // A JSON schema as the constraint parser takes it: an object, true / false, or JSON text of one.
-    static ojson json_schema_value() {
+    ojson json_schema_value() const {
         return any_of({ojson{{"type", "object"}}, boolean(),
-                       ojson{{"type", "string"}, {"minLength", 2}, {"maxLength", kMaxConstraintBytes}}});
+                       ojson{{"type", "string"}, {"minLength", 2}, {"maxLength", f.limits.max_constraint_bytes}}});
     }
 
     // Constrained decoding (output_constraint.cpp): at most one source per request; what the grammar engine cannot
     // compile is a 400 naming the field. /v1/responses spells response_format as text.format.
-    static void constraint_fields(ojson& p, bool with_response_format) {
-        const ojson text = ojson{{"type", "string"}, {"minLength", 1}, {"maxLength", kMaxConstraintBytes}};
-        const ojson choices = array_of(ojson{{"type", "string"}, {"minLength", 1}}, 1, kMaxConstraintChoices);
+    void constraint_fields(ojson& p, bool with_response_format) const {
+        const ojson text = ojson{{"type", "string"}, {"minLength", 1}, {"maxLength", f.limits.max_constraint_bytes}};
+        const ojson choices =
+            array_of(ojson{{"type", "string"}, {"minLength", 1}}, 1, f.limits.max_constraint_choices);
         const ojson schema_format = object({{"type", constant("json_schema", "")},
                                             {"json_schema", object({{"name", str()},
                                                                     {"schema", json_schema_value()},

@@ -23,22 +23,22 @@ const json* present(const json& body, const char* name) {
 // Thrown from the parser callback at the first value nested too deeply.
 struct TooDeep {};
 
-void check_size(size_t bytes, const std::string& param) {
-    if (bytes > kMaxConstraintBytes)
+void check_size(size_t bytes, const std::string& param, const ProtocolLimits& lim) {
+    if (bytes > lim.max_constraint_bytes)
         bad_param(param, "'{}' is {} bytes as a constraint; at most {} are allowed", param, bytes,
-                  kMaxConstraintBytes);
+                  lim.max_constraint_bytes);
 }
 
 // A JSON schema given as an object (or true / false), or as JSON text of one. Text is held to the body's nesting
 // bound too (the grammar engine and our own copies walk a schema recursively).
-std::string schema_text(const json& v, const std::string& param) {
+std::string schema_text(const json& v, const std::string& param, const ProtocolLimits& lim) {
     std::string text;
     if (v.is_object() || v.is_boolean()) {
         text = v.dump(-1, ' ', false, json::error_handler_t::replace);
     } else if (v.is_string()) {
         const std::string& given = v.get_ref<const std::string&>();
-        if (given.size() > 4 * kMaxConstraintBytes)  // room for indentation; the compact text is checked below
-            check_size(given.size(), param);
+        if (given.size() > 4 * lim.max_constraint_bytes)  // room for indentation; the compact text is checked below
+            check_size(given.size(), param, lim);
         auto bound_depth = [](int depth, json::parse_event_t ev, json&) {
             if ((ev == json::parse_event_t::object_start || ev == json::parse_event_t::array_start) &&
                 depth >= kMaxJsonDepth)
@@ -58,22 +58,22 @@ std::string schema_text(const json& v, const std::string& param) {
     } else {
         bad_param(param, "'{}' must be a JSON schema object", param);
     }
-    check_size(text.size(), param);
+    check_size(text.size(), param, lim);
     return text;
 }
 
-std::string string_field(const json& v, const std::string& param) {
+std::string string_field(const json& v, const std::string& param, const ProtocolLimits& lim) {
     if (!v.is_string()) bad_param(param, "'{}' must be a string", param);
     const std::string& text = v.get_ref<const std::string&>();
     if (text.empty()) bad_param(param, "'{}' is empty", param);
-    check_size(text.size(), param);
+    check_size(text.size(), param, lim);
     return text;
 }
 
-std::vector<std::string> choice_list(const json& v, const std::string& param) {
+std::vector<std::string> choice_list(const json& v, const std::string& param, const ProtocolLimits& lim) {
     if (!v.is_array() || v.empty()) bad_param(param, "'{}' must be a non-empty array of strings", param);
-    if (v.size() > kMaxConstraintChoices)
-        bad_param(param, "'{}' has {} entries; at most {} are allowed", param, v.size(), kMaxConstraintChoices);
+    if (v.size() > lim.max_constraint_choices)
+        bad_param(param, "'{}' has {} entries; at most {} are allowed", param, v.size(), lim.max_constraint_choices);
     std::vector<std::string> out;
     size_t bytes = 0;
     for (size_t i = 0; i < v.size(); ++i) {
@@ -82,7 +82,7 @@ std::vector<std::string> choice_list(const json& v, const std::string& param) {
         out.push_back(v[i].get<std::string>());
         bytes += out.back().size();
     }
-    check_size(bytes, param);
+    check_size(bytes, param, lim);
     return out;
 }
 
@@ -102,7 +102,7 @@ void set_constraint(ParsedRequest& r, OutputConstraint c) {
     r.constraint = std::move(c);
 }
 
-void parse_response_format(const json& rf, ParsedRequest& r) {
+void parse_response_format(const json& rf, const ProtocolLimits& lim, ParsedRequest& r) {
     if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
         bad_param("response_format", "'response_format' must be an object with a string 'type'");
     const std::string t = rf["type"].get<std::string>();
@@ -122,12 +122,12 @@ void parse_response_format(const json& rf, ParsedRequest& r) {
         check_schema_format_members(*js, "response_format");
         const json* schema = present(*js, "schema");
         if (!schema) bad_param("response_format", "'response_format.json_schema' needs a 'schema'");
-        c.json_schema = schema_text(*schema, "response_format");
+        c.json_schema = schema_text(*schema, "response_format", lim);
     }
     set_constraint(r, std::move(c));
 }
 
-void parse_structured_outputs(const json& so, ParsedRequest& r) {
+void parse_structured_outputs(const json& so, const ProtocolLimits& lim, ParsedRequest& r) {
     if (!so.is_object()) bad_param("structured_outputs", "'structured_outputs' must be an object");
     // Options of vLLM's backends that do not change which outputs are valid here.
     static const char* const kIgnored[] = {"disable_fallback", "disable_any_whitespace",
@@ -140,7 +140,7 @@ void parse_structured_outputs(const json& so, ParsedRequest& r) {
         c.param = "structured_outputs";
         if (k == "json") {
             c.kind = Kind::Json;
-            c.json_schema = schema_text(*it, param);
+            c.json_schema = schema_text(*it, param, lim);
         } else if (k == "json_object") {
             if (!it->is_boolean()) bad_param(param, "'{}' must be a boolean", param);
             if (!it->get<bool>()) continue;
@@ -148,13 +148,13 @@ void parse_structured_outputs(const json& so, ParsedRequest& r) {
             c.json_schema = R"({"type": "object"})";
         } else if (k == "regex") {
             c.kind = Kind::Regex;
-            c.pattern = string_field(*it, param);
+            c.pattern = string_field(*it, param, lim);
         } else if (k == "choice") {
             c.kind = Kind::Choice;
-            c.choices = choice_list(*it, param);
+            c.choices = choice_list(*it, param, lim);
         } else if (k == "grammar") {
             c.kind = Kind::Grammar;
-            c.pattern = string_field(*it, param);
+            c.pattern = string_field(*it, param, lim);
         } else {
             bad_param("structured_outputs", "'{}' is not supported (json, regex, choice, grammar, json_object)", param);
         }
@@ -164,7 +164,7 @@ void parse_structured_outputs(const json& so, ParsedRequest& r) {
     }
 }
 
-void parse_guided_fields(const json& body, ParsedRequest& r) {
+void parse_guided_fields(const json& body, const ProtocolLimits& lim, ParsedRequest& r) {
     struct Guided {
         const char* name;
         Kind kind;
@@ -176,15 +176,15 @@ void parse_guided_fields(const json& body, ParsedRequest& r) {
         OutputConstraint c;
         c.kind = g.kind;
         c.param = g.name;
-        if (g.kind == Kind::Json) c.json_schema = schema_text(*v, g.name);
-        else if (g.kind == Kind::Choice) c.choices = choice_list(*v, g.name);
-        else c.pattern = string_field(*v, g.name);
+        if (g.kind == Kind::Json) c.json_schema = schema_text(*v, g.name, lim);
+        else if (g.kind == Kind::Choice) c.choices = choice_list(*v, g.name, lim);
+        else c.pattern = string_field(*v, g.name, lim);
         set_constraint(r, std::move(c));
     }
 }
 
 // tool_choice required: a call of any declared tool; a named function: a call of that one.
-void parse_forced_tool_calls(const json& body, ParsedRequest& r) {
+void parse_forced_tool_calls(const json& body, const ProtocolLimits& lim, ParsedRequest& r) {
     if (r.endpoint != Endpoint::Chat || r.tool_choice == "auto" || r.tool_choice == "none") return;
     const json* tools = present(body, "tools");
     OutputConstraint c;
@@ -204,10 +204,10 @@ void parse_forced_tool_calls(const json& body, ParsedRequest& r) {
         if (const json* params = present(fn, "parameters"))
             bytes += params->dump(-1, ' ', false, json::error_handler_t::replace).size();
     }
-    if (bytes > kMaxConstraintBytes)
+    if (bytes > lim.max_constraint_bytes)
         bad_param("tools", "the tools a 'tool_choice' of '{}' forces are {} bytes as a constraint (names and "
                   "parameter schemas); at most {} are allowed", r.tool_choice.substr(0, 80), bytes,
-                  kMaxConstraintBytes);
+                  lim.max_constraint_bytes);
     if (const json* p = present(body, "parallel_tool_calls"); p && p->is_boolean())
         c.parallel_tool_calls = p->get<bool>();
     if (r.tool_choice != "required") c.parallel_tool_calls = false;
@@ -224,11 +224,11 @@ bool mentions_output_constraint(const nlohmann::json& body) {
                        [&](const char* f) { return body.contains(f); });
 }
 
-void parse_output_constraint(const json& body, ParsedRequest& r) {
-    parse_forced_tool_calls(body, r);
-    if (const json* rf = present(body, "response_format")) parse_response_format(*rf, r);
-    if (const json* so = present(body, "structured_outputs")) parse_structured_outputs(*so, r);
-    parse_guided_fields(body, r);
+void parse_output_constraint(const json& body, const ProtocolLimits& limits, ParsedRequest& r) {
+    parse_forced_tool_calls(body, limits, r);
+    if (const json* rf = present(body, "response_format")) parse_response_format(*rf, limits, r);
+    if (const json* so = present(body, "structured_outputs")) parse_structured_outputs(*so, limits, r);
+    parse_guided_fields(body, limits, r);
 }
 
 }  // namespace flashseek::server

@@ -162,6 +162,9 @@ void parse_sampling_adjustments(const json& body, const ProtocolLimits& limits, 
     r.min_p = float(min_p);
     if (const json* lb = field(body, "logit_bias")) {
         if (!lb->is_object()) bad_param("logit_bias", "'logit_bias' must be an object of token id -> bias");
+        if (lb->size() > limits.max_logit_bias)
+            bad_param("logit_bias", "'logit_bias' has {} entries; at most {} are allowed", lb->size(),
+                      limits.max_logit_bias);
         for (auto it = lb->begin(); it != lb->end(); ++it) {
             const std::string& key = it.key();
             int64_t id = -1;
@@ -374,7 +377,7 @@ ParsedRequest parse_chat_request_ordered(const json& body, const ProtocolLimits&
         if (r.tool_choice != "auto" && r.tool_choice != "none" && !r.has_tools)
             bad_param("tool_choice", "'tool_choice' = '{}' needs 'tools'", r.tool_choice);
     }
-    parse_output_constraint(ordered_body, r);
+    parse_output_constraint(ordered_body, limits, r);
     if (const json* ctk = field(body, "chat_template_kwargs"))
         if (!ctk->is_object()) bad_param("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     if (const json* re = field(body, "reasoning_effort"))
@@ -403,7 +406,7 @@ ParsedRequest parse_completion_request(const json& body, const ProtocolLimits& l
     r.echo = get_bool(body, "echo", false);
     if (mentions_output_constraint(body))
         parse_output_constraint(raw_body.empty() ? nlohmann::ordered_json(body) : nlohmann::ordered_json::parse(raw_body),
-                                r);
+                                limits, r);
     if (auto lp = get_int(body, "logprobs")) {
         if (*lp < 0 || *lp > limits.max_logprobs)
             bad_param("logprobs", "'logprobs' must be between 0 and {}, got {}", limits.max_logprobs, *lp);

@@ -18,6 +18,18 @@ namespace flashseek::server {
 
 enum class Endpoint { Chat, Completion };
 
+// Default bounds on one constrained-decoding constraint, checked while parsing (output_constraint.cpp), so that what the
+// grammar engine compiles stays small: its compile time and memory grow with the constraint's size, faster than
+// linearly for long enums and alternations (docs/serving.md, "Constrained decoding", has the measured worst cases).
+// The size is the schema as compact JSON text, the regex or grammar text, the choices' bytes, or the forced tools'
+// names and parameter schemas together. `flashseek serve` can change them (ProtocolLimits).
+inline constexpr size_t kMaxConstraintBytes = 32 * 1024;
+inline constexpr size_t kMaxConstraintChoices = 1024;
+
+// A logit_bias map is applied to every sampled row of its request on every step (and staged to the device with the
+// CUDA backend), so its size is bounded too.
+inline constexpr size_t kMaxLogitBiasEntries = 1024;
+
 // Server-wide caps and facts the validation needs.
 struct ProtocolLimits {
     std::string model_name = "flashseek";
@@ -27,6 +39,9 @@ struct ProtocolLimits {
     int max_stop = 16;            // stop strings (plus stop_token_ids, counted separately)
     size_t max_stop_bytes = 256;  // one stop string
     int max_prompts = 16;         // completions: prompts in one request
+    size_t max_constraint_bytes = kMaxConstraintBytes;      // one constraint's size (see above)
+    size_t max_constraint_choices = kMaxConstraintChoices;  // strings of a choice constraint
+    size_t max_logit_bias = kMaxLogitBiasEntries;           // entries of logit_bias
     bool debug_hooks = false;     // accept debug_forced_tokens (tests only)
 };
 
@@ -73,14 +88,6 @@ struct ParsedRequest {
 // rendering tool schemas, error messages) is recursive, so the bound is what keeps a hostile body off the stack.
 inline constexpr int kMaxJsonDepth = 128;
 
-// Bounds on one constrained-decoding constraint, checked while parsing (output_constraint.cpp), so that what the
-// grammar engine compiles stays small: its compile time and memory grow with the constraint's size, faster than
-// linearly for long enums and alternations (docs/serving.md, "Constrained decoding", has the measured worst cases).
-// The size is the schema as compact JSON text, the regex or grammar text, the choices' bytes, or the forced tools'
-// names and parameter schemas together.
-inline constexpr size_t kMaxConstraintBytes = 32 * 1024;
-inline constexpr size_t kMaxConstraintChoices = 1024;
-
 // Parses JSON text strictly: invalid JSON, nesting deeper than max_depth (checked while parsing, before a deeper
 // value exists), duplicate keys (at any depth) or a non-object body give 400.
 nlohmann::json parse_json_body(std::string_view body, int max_depth = kMaxJsonDepth);
@@ -106,7 +113,8 @@ bool mentions_output_constraint(const nlohmann::json& body);
 // Reads response_format, structured_outputs / guided_* and (chat) tool_choice into req.constraint, from the body in
 // the client's key order (a schema's property order is the order the grammar imposes); 400 naming the field when
 // they are malformed or conflict. Called by the parse functions above, after tool_choice and tools were checked.
-void parse_output_constraint(const nlohmann::ordered_json& ordered_body, ParsedRequest& req);
+void parse_output_constraint(const nlohmann::ordered_json& ordered_body, const ProtocolLimits& limits,
+                             ParsedRequest& req);
 
 // Pieces the other routes share (request_entry.cpp, responses_protocol.cpp): the "model" field (404 naming the
 // served model when it differs) and a list of token ids (400 naming `param` for a non-integer or out-of-vocab id).
