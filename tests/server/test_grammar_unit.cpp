@@ -193,6 +193,18 @@ TEST(Grammar, WhatCannotCompileIsAGrammarError) {
     c.kind = OutputConstraint::Kind::ToolCalls;
     c.tools = json::array();
     EXPECT_THROW(compiler().compile(c), runtime::GrammarError);
+    // Hostile schemas the size bound lets through: each is a GrammarError, never a crash or a hang.
+    for (const char* schema : {R"({"$ref": "#/$defs/missing"})",
+                               R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})",
+                               R"({"type": "string", "pattern": "(unclosed"})",
+                               R"({"type": "string", "pattern": "[z-a]"})"}) {
+        SCOPED_TRACE(schema);
+        EXPECT_THROW(compiler().compile(json_constraint(json::parse(schema))), runtime::GrammarError);
+    }
+    // A recursive schema with content compiles (a linked list of integers).
+    EXPECT_NO_THROW(compiler().compile(json_constraint(json::parse(
+        R"({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+            "next": {"$ref": "#/$defs/node"}}, "required": ["v"]}}, "$ref": "#/$defs/node"})"))));
     // The same constraint compiles once: the second call returns the cached grammar.
     OutputConstraint ok = json_constraint(json::parse(R"({"type": "boolean"})"));
     EXPECT_EQ(compiler().compile(ok).get(), compiler().compile(ok).get());

@@ -171,6 +171,11 @@ TEST(RequestEntry, HostileConstraintFieldsGetA400NamingTheField) {
     };
     json huge_enum_schema = json::object();
     huge_enum_schema["enum"] = huge_enum;
+    // More logit_bias entries than the bound, each a valid token id with a valid bias.
+    std::mt19937 rng{std::random_device{}()};
+    json big_bias = json::object();
+    for (size_t id = 0; big_bias.size() <= limits.max_logit_bias; ++id)
+        big_bias[std::to_string(id * 7 + rng() % 7)] = int(rng() % 201) - 100;
     json rf_huge = body({{"type", "json_schema"}, {"json_schema", body({{"schema", huge_enum_schema}})}});
     json rf_bad_strict = body({{"type", "json_schema"}, {"json_schema", body({{"schema", json::object()}, {"strict", "yes"}})}});
     json text_huge = body({{"format", body({{"type", "json_schema"}, {"name", "n"}, {"schema", huge_enum_schema}})}});
@@ -192,6 +197,7 @@ TEST(RequestEntry, HostileConstraintFieldsGetA400NamingTheField) {
          "token id"},
         {Route::ChatCompletions, body({{"messages", msgs}, {"logit_bias", body({{"5", 101}})}}), "logit_bias",
          "[-100, 100]"},
+        {Route::ChatCompletions, body({{"messages", msgs}, {"logit_bias", big_bias}}), "logit_bias", "at most"},
         {Route::Completions, body({{"prompt", "x"}, {"min_tokens", 5}, {"max_tokens", 2}}), "min_tokens",
          "must not exceed"},
     };
@@ -207,6 +213,45 @@ TEST(RequestEntry, HostileConstraintFieldsGetA400NamingTheField) {
     // Right at the bound a regex is accepted (whether it compiles is the grammar engine's call, after the entry).
     const json at_bound = body({{"prompt", "x"}, {"guided_regex", std::string(kMaxConstraintBytes, 'a')}});
     EXPECT_EQ(entry_error(Route::Completions, at_bound.dump(), ctx).status, 200);
+}
+
+// The bounds are the server's options (ProtocolLimits, flags of `flashseek serve`), not constants.
+TEST(RequestEntry, ConstraintAndLogitBiasBoundsFollowTheLimits) {
+    ProtocolLimits limits = fuzz_limits();
+    std::mt19937 rng{std::random_device{}()};
+    limits.max_constraint_bytes = 40 + rng() % 200;
+    limits.max_constraint_choices = 2 + rng() % 5;
+    limits.max_logit_bias = 1 + rng() % 5;
+    const EntryContext ctx{limits, v4_tokenizer(), 2048};
+    auto regex_body = [](size_t bytes) { return json{{"prompt", "x"}, {"guided_regex", std::string(bytes, 'a')}}; };
+    EXPECT_EQ(entry_error(Route::Completions, regex_body(limits.max_constraint_bytes).dump(), ctx).status, 200);
+    ApiError e = entry_error(Route::Completions, regex_body(limits.max_constraint_bytes + 1).dump(), ctx);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "guided_regex");
+    EXPECT_NE(std::string(e.what()).find(fmt::format("at most {}", limits.max_constraint_bytes)), std::string::npos)
+        << e.what();
+
+    auto choice_body = [](size_t n) {
+        json choices = json::array();
+        for (size_t i = 0; i < n; ++i) choices.push_back(fmt::format("c{}", i));
+        return json{{"prompt", "x"}, {"guided_choice", choices}};
+    };
+    EXPECT_EQ(entry_error(Route::Completions, choice_body(limits.max_constraint_choices).dump(), ctx).status, 200);
+    e = entry_error(Route::Completions, choice_body(limits.max_constraint_choices + 1).dump(), ctx);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "guided_choice");
+
+    auto bias_body = [&](size_t n) {
+        json bias = json::object();
+        for (size_t i = 0; i < n; ++i) bias[std::to_string(i * 100 + rng() % 100)] = int(rng() % 201) - 100;
+        return json{{"prompt", "x"}, {"logit_bias", bias}};
+    };
+    EXPECT_EQ(entry_error(Route::Completions, bias_body(limits.max_logit_bias).dump(), ctx).status, 200);
+    e = entry_error(Route::Completions, bias_body(limits.max_logit_bias + 1).dump(), ctx);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "logit_bias");
+    EXPECT_NE(std::string(e.what()).find(fmt::format("at most {}", limits.max_logit_bias)), std::string::npos)
+        << e.what();
 }
 
 TEST(RequestEntry, ConstraintSchemaKeepsTheClientsKeyOrder) {
