@@ -15,11 +15,6 @@ using Kind = OutputConstraint::Kind;
 
 namespace {
 
-const json* present(const json& body, const char* name) {
-    auto it = body.find(name);
-    return it == body.end() || it->is_null() ? nullptr : &*it;
-}
-
 // Thrown from the parser callback at the first value nested too deeply.
 struct TooDeep {};
 
@@ -89,9 +84,9 @@ std::vector<std::string> choice_list(const json& v, const std::string& param, co
 // Optional descriptive members of a json_schema format: checked for their type, not used.
 void check_schema_format_members(const json& js, const std::string& param) {
     for (const char* key : {"name", "description"})
-        if (const json* v = present(js, key); v && !v->is_string())
+        if (const json* v = given_member(js, key); v && !v->is_string())
             bad_param(param, "'{}.json_schema.{}' must be a string", param, key);
-    if (const json* v = present(js, "strict"); v && !v->is_boolean())
+    if (const json* v = given_member(js, "strict"); v && !v->is_boolean())
         bad_param(param, "'{}.json_schema.strict' must be a boolean", param);
 }
 
@@ -116,11 +111,11 @@ void parse_response_format(const json& rf, const ProtocolLimits& lim, ParsedRequ
     if (t == "json_object") {
         c.json_schema = R"({"type": "object"})";
     } else {
-        const json* js = present(rf, "json_schema");
+        const json* js = given_member(rf, "json_schema");
         if (!js || !js->is_object())
             bad_param("response_format", "'response_format' of type json_schema needs a 'json_schema' object");
         check_schema_format_members(*js, "response_format");
-        const json* schema = present(*js, "schema");
+        const json* schema = given_member(*js, "schema");
         if (!schema) bad_param("response_format", "'response_format.json_schema' needs a 'schema'");
         c.json_schema = schema_text(*schema, "response_format", lim);
     }
@@ -171,7 +166,7 @@ void parse_guided_fields(const json& body, const ProtocolLimits& lim, ParsedRequ
     };
     for (const Guided g : {Guided{"guided_json", Kind::Json}, Guided{"guided_regex", Kind::Regex},
                            Guided{"guided_choice", Kind::Choice}, Guided{"guided_grammar", Kind::Grammar}}) {
-        const json* v = present(body, g.name);
+        const json* v = given_member(body, g.name);
         if (!v) continue;
         OutputConstraint c;
         c.kind = g.kind;
@@ -186,7 +181,7 @@ void parse_guided_fields(const json& body, const ProtocolLimits& lim, ParsedRequ
 // tool_choice required: a call of any declared tool; a named function: a call of that one.
 void parse_forced_tool_calls(const json& body, const ProtocolLimits& lim, ParsedRequest& r) {
     if (r.endpoint != Endpoint::Chat || r.tool_choice == "auto" || r.tool_choice == "none") return;
-    const json* tools = present(body, "tools");
+    const json* tools = given_member(body, "tools");
     OutputConstraint c;
     c.kind = Kind::ToolCalls;
     c.param = "tool_choice";
@@ -201,14 +196,14 @@ void parse_forced_tool_calls(const json& body, const ProtocolLimits& lim, Parsed
     for (const json& t : c.tools) {
         const json& fn = t["function"];
         bytes += fn["name"].get_ref<const std::string&>().size();
-        if (const json* params = present(fn, "parameters"))
+        if (const json* params = given_member(fn, "parameters"))
             bytes += params->dump(-1, ' ', false, json::error_handler_t::replace).size();
     }
     if (bytes > lim.max_constraint_bytes)
         bad_param("tools", "the tools a 'tool_choice' of '{}' forces are {} bytes as a constraint (names and "
                   "parameter schemas); at most {} are allowed", r.tool_choice.substr(0, 80), bytes,
                   lim.max_constraint_bytes);
-    if (const json* p = present(body, "parallel_tool_calls"); p && p->is_boolean())
+    if (const json* p = given_member(body, "parallel_tool_calls"); p && p->is_boolean())
         c.parallel_tool_calls = p->get<bool>();
     if (r.tool_choice != "required") c.parallel_tool_calls = false;
     set_constraint(r, std::move(c));
@@ -226,8 +221,8 @@ bool mentions_output_constraint(const nlohmann::json& body) {
 
 void parse_output_constraint(const json& body, const ProtocolLimits& limits, ParsedRequest& r) {
     parse_forced_tool_calls(body, limits, r);
-    if (const json* rf = present(body, "response_format")) parse_response_format(*rf, limits, r);
-    if (const json* so = present(body, "structured_outputs")) parse_structured_outputs(*so, limits, r);
+    if (const json* rf = given_member(body, "response_format")) parse_response_format(*rf, limits, r);
+    if (const json* so = given_member(body, "structured_outputs")) parse_structured_outputs(*so, limits, r);
     parse_guided_fields(body, limits, r);
 }
 

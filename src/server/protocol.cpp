@@ -96,21 +96,15 @@ json parse_json_body(std::string_view body, int max_depth) {
 
 namespace {
 
-const json* field(const json& body, const char* name) {
-    auto it = body.find(name);
-    if (it == body.end() || it->is_null()) return nullptr;
-    return &*it;
-}
-
 bool get_bool(const json& body, const char* name, bool def) {
-    const json* v = field(body, name);
+    const json* v = given_member(body, name);
     if (!v) return def;
     if (!v->is_boolean()) bad_param(name, "'{}' must be a boolean, got {}", name, v->type_name());
     return v->get<bool>();
 }
 
 double get_number(const json& body, const char* name, double def) {
-    const json* v = field(body, name);
+    const json* v = given_member(body, name);
     if (!v) return def;
     if (!v->is_number()) bad_param(name, "'{}' must be a number, got {}", name, v->type_name());
     const double d = v->get<double>();
@@ -119,7 +113,7 @@ double get_number(const json& body, const char* name, double def) {
 }
 
 std::optional<int64_t> get_int(const json& body, const char* name) {
-    const json* v = field(body, name);
+    const json* v = given_member(body, name);
     if (!v) return std::nullopt;
     if (v->is_number_unsigned()) {
         const uint64_t u = v->get<uint64_t>();
@@ -139,7 +133,7 @@ std::optional<int64_t> get_int(const json& body, const char* name) {
 void reject_unsupported(const json& body) {
     if (const auto best_of = get_int(body, "best_of"); best_of && *best_of != 1)
         bad_param("best_of", "'best_of' is not supported by this server (only 1)");
-    if (const json* s = field(body, "suffix")) {
+    if (const json* s = given_member(body, "suffix")) {
         if (!s->is_string()) bad_param("suffix", "'suffix' must be a string");
         if (!s->get<std::string>().empty()) bad_param("suffix", "'suffix' is not supported by this server");
     }
@@ -157,10 +151,13 @@ void parse_sampling_adjustments(const json& body, const ProtocolLimits& limits, 
     if (rep <= 0.0 || rep > 100.0)
         bad_param("repetition_penalty", "'repetition_penalty' must be in (0, 100], got {}", rep);
     r.repetition_penalty = float(rep);
+    // The sampler works in single precision: a positive double below its range would become a penalty of 0.
+    if (!(r.repetition_penalty > 0.f))
+        bad_param("repetition_penalty", "'repetition_penalty' = {} is too small (it rounds to 0)", rep);
     const double min_p = get_number(body, "min_p", 0.0);
     if (min_p < 0.0 || min_p > 1.0) bad_param("min_p", "'min_p' must be in [0, 1], got {}", min_p);
     r.min_p = float(min_p);
-    if (const json* lb = field(body, "logit_bias")) {
+    if (const json* lb = given_member(body, "logit_bias")) {
         if (!lb->is_object()) bad_param("logit_bias", "'logit_bias' must be an object of token id -> bias");
         if (lb->size() > limits.max_logit_bias)
             bad_param("logit_bias", "'logit_bias' has {} entries; at most {} are allowed", lb->size(),
@@ -210,7 +207,7 @@ std::vector<int32_t> parse_token_list(const json& v, const std::string& param, i
 }
 
 std::string resolve_model(const json& body, const ProtocolLimits& limits) {
-    const json* m = field(body, "model");
+    const json* m = given_member(body, "model");
     if (!m) return limits.model_name;
     if (!m->is_string()) bad_param("model", "'model' must be a string, got {}", m->type_name());
     if (m->get_ref<const std::string&>() != limits.model_name)
@@ -240,7 +237,7 @@ void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest&
                                               limits.vocab_size, *k);
         r.top_k = *k <= 0 ? 0 : int(*k);
     }
-    if (const json* s = field(body, "seed")) {
+    if (const json* s = given_member(body, "seed")) {
         if (!s->is_number_integer()) bad_param("seed", "'seed' must be an integer, got {}", describe_value(*s));
         r.seed = s->is_number_unsigned() ? s->get<uint64_t>() : uint64_t(s->get<int64_t>());
     }
@@ -251,7 +248,7 @@ void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest&
     if (r.n > 1 && r.temperature == 0.f)
         bad_param("n", "'n' > 1 needs temperature > 0 (greedy decoding would return {} identical choices)", r.n);
 
-    if (const json* s = field(body, "stop")) {
+    if (const json* s = given_member(body, "stop")) {
         if (s->is_string()) {
             r.stop.push_back(s->get<std::string>());
         } else if (s->is_array()) {
@@ -272,7 +269,7 @@ void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest&
             if (tokenizer::find_invalid_utf8(r.stop[i])) bad_param("stop", "'stop[{}]' is not valid UTF-8", i);
         }
     }
-    if (const json* s = field(body, "stop_token_ids")) {
+    if (const json* s = given_member(body, "stop_token_ids")) {
         if (!s->is_array()) bad_param("stop_token_ids", "'stop_token_ids' must be an array of token ids");
         if (int(s->size()) > limits.max_stop)
             bad_param("stop_token_ids", "'stop_token_ids' has {} entries; at most {} are allowed", s->size(),
@@ -282,7 +279,7 @@ void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest&
     r.ignore_eos = get_bool(body, "ignore_eos", false);
 
     r.stream = get_bool(body, "stream", false);
-    if (const json* so = field(body, "stream_options")) {
+    if (const json* so = given_member(body, "stream_options")) {
         if (!so->is_object()) bad_param("stream_options", "'stream_options' must be an object");
         if (!r.stream) bad_param("stream_options", "'stream_options' is only allowed when 'stream' is true");
         r.include_usage = get_bool(*so, "include_usage", false);
@@ -301,7 +298,7 @@ void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest&
     if (r.max_tokens && r.min_tokens > *r.max_tokens)
         bad_param("min_tokens", "'min_tokens' ({}) must not exceed 'max_tokens' ({})", r.min_tokens, *r.max_tokens);
 
-    if (const json* f = field(body, "debug_forced_tokens")) {
+    if (const json* f = given_member(body, "debug_forced_tokens")) {
         if (!limits.debug_hooks)
             bad_param("debug_forced_tokens", "'debug_forced_tokens' needs the server flag --enable-debug-hooks");
         if (!f->is_array()) bad_param("debug_forced_tokens", "'debug_forced_tokens' must be an array of token ids");
@@ -333,11 +330,11 @@ ParsedRequest parse_chat_request_ordered(const json& body, const ProtocolLimits&
     r.endpoint = Endpoint::Chat;
     parse_common(body, limits, r);
     r.skip_special_tokens = false;
-    const json* msgs = field(body, "messages");
+    const json* msgs = given_member(body, "messages");
     if (!msgs) bad_param("messages", "'messages' is required");
     if (!msgs->is_array()) bad_param("messages", "'messages' must be an array, got {}", msgs->type_name());
     if (msgs->empty()) bad_param("messages", "'messages' must contain at least one message");
-    if (const json* lp = field(body, "logprobs")) {
+    if (const json* lp = given_member(body, "logprobs")) {
         if (!lp->is_boolean()) bad_param("logprobs", "'logprobs' must be a boolean for chat completions");
         r.logprobs = lp->get<bool>();
     }
@@ -347,7 +344,7 @@ ParsedRequest parse_chat_request_ordered(const json& body, const ProtocolLimits&
         if (!r.logprobs && *tl > 0) bad_param("top_logprobs", "'top_logprobs' needs 'logprobs': true");
         r.top_logprobs = int(*tl);
     }
-    if (const json* tools = field(body, "tools")) {
+    if (const json* tools = given_member(body, "tools")) {
         if (!tools->is_array()) bad_param("tools", "'tools' must be an array");
         for (size_t i = 0; i < tools->size(); ++i) {
             const json& t = (*tools)[i];
@@ -360,16 +357,16 @@ ParsedRequest parse_chat_request_ordered(const json& body, const ProtocolLimits&
         }
         r.has_tools = !tools->empty();
     }
-    if (const json* ptc = field(body, "parallel_tool_calls"))
+    if (const json* ptc = given_member(body, "parallel_tool_calls"))
         if (!ptc->is_boolean()) bad_param("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
-    if (const json* tc = field(body, "tool_choice")) {
+    if (const json* tc = given_member(body, "tool_choice")) {
         if (tc->is_string()) {
             r.tool_choice = tc->get<std::string>();
             if (r.tool_choice != "auto" && r.tool_choice != "none" && r.tool_choice != "required")
                 bad_param("tool_choice", "'tool_choice' must be auto, none, required or a function object");
         } else if (tc->is_object() && tc->contains("function") && (*tc)["function"].is_object() &&
                    (*tc)["function"].contains("name") && (*tc)["function"]["name"].is_string() &&
-                   (!field(*tc, "type") || (*tc)["type"] == "function")) {
+                   (!given_member(*tc, "type") || (*tc)["type"] == "function")) {
             r.tool_choice = (*tc)["function"]["name"].get<std::string>();
         } else {
             bad_param("tool_choice", "'tool_choice' must be auto, none, required or {{\"function\": {{\"name\"}}}}");
@@ -378,9 +375,9 @@ ParsedRequest parse_chat_request_ordered(const json& body, const ProtocolLimits&
             bad_param("tool_choice", "'tool_choice' = '{}' needs 'tools'", r.tool_choice);
     }
     parse_output_constraint(ordered_body, limits, r);
-    if (const json* ctk = field(body, "chat_template_kwargs"))
+    if (const json* ctk = given_member(body, "chat_template_kwargs"))
         if (!ctk->is_object()) bad_param("chat_template_kwargs", "'chat_template_kwargs' must be an object");
-    if (const json* re = field(body, "reasoning_effort"))
+    if (const json* re = given_member(body, "reasoning_effort"))
         if (!re->is_string()) bad_param("reasoning_effort", "'reasoning_effort' must be a string");
     try {
         r.chat = chat::ChatRequest::from_ordered_json(ordered_body);
@@ -413,7 +410,7 @@ ParsedRequest parse_completion_request(const json& body, const ProtocolLimits& l
         r.logprobs = true;
         r.top_logprobs = int(*lp);
     }
-    const json* p = field(body, "prompt");
+    const json* p = given_member(body, "prompt");
     if (!p) bad_param("prompt", "'prompt' is required");
     auto add_text = [&](const json& s, const std::string& where) {
         std::string text = s.get<std::string>();

@@ -88,6 +88,13 @@ struct ParsedRequest {
 // rendering tool schemas, error messages) is recursive, so the bound is what keeps a hostile body off the stack.
 inline constexpr int kMaxJsonDepth = 128;
 
+// The member `name` of a request object, or nullptr when it is absent or null (a null field counts as not sent).
+template <typename Json>
+const Json* given_member(const Json& obj, const char* name) {
+    auto it = obj.find(name);
+    return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+
 // Parses JSON text strictly: invalid JSON, nesting deeper than max_depth (checked while parsing, before a deeper
 // value exists), duplicate keys (at any depth) or a non-object body give 400.
 nlohmann::json parse_json_body(std::string_view body, int max_depth = kMaxJsonDepth);
