@@ -12,7 +12,7 @@ fuzz_init server_fuzz.sh 60 "$@"
 BIN="$WORK/fuzz_request_entry"
 # The request entry and everything it calls (no HTTP layer, no step loop): a validator added to src/server that the
 # entry calls belongs in this list too.
-ENTRY_SOURCES=(protocol.cpp request_entry.cpp responses_protocol.cpp)
+ENTRY_SOURCES=(protocol.cpp output_constraint.cpp request_entry.cpp responses_protocol.cpp)
 fuzz_build "$BIN" "$ROOT"/src/tokenizer/*.h "$ROOT"/src/server/*.h "$ROOT"/tests/server/request_entry_check.h -- \
   "$ROOT"/src/tokenizer/*.cpp "${ENTRY_SOURCES[@]/#/$ROOT/src/server/}" "$ROOT/tests/server/fuzz_request_entry.cpp"
 cp "$ROOT"/tests/server/fuzz_corpus/* "$WORK/corpus/"

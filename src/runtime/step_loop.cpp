@@ -44,6 +44,7 @@ struct StepLoop::Active {
     std::vector<int32_t> stop_ids;
     int64_t prompt_len = 0;
     int64_t generated = 0;
+    int64_t min_new_tokens = 0;
     Clock::time_point arrival, first_token, last_token;
     bool got_first = false;
     bool stop_string_hit = false;
@@ -167,6 +168,7 @@ void StepLoop::admit_inbox() {
         a->decoder = std::make_unique<tokenizer::IncrementalDecoder>(tok_, req.skip_special);
         a->stop_ids = req.params.stop_token_ids;
         a->prompt_len = int64_t(req.prompt.size());
+        a->min_new_tokens = req.params.min_new_tokens;
         a->arrival = req.arrival;
         try {
             const uint64_t id = scheduler_->submit(std::move(req.prompt), std::move(req.params), req.arrival);
@@ -219,6 +221,7 @@ void StepLoop::handle_event(const RequestEvent& ev) {
     const Clock::time_point now = Clock::now();
     OutputEvent out;
     out.choice = a.choice;
+    out.prompt_logprobs = ev.prompt_logprobs;
     FinishReason finish = ev.finish;
     if (ev.has_token) {
         a.generated = ev.generated;
@@ -235,7 +238,9 @@ void StepLoop::handle_event(const RequestEvent& ev) {
         out.tokens.push_back(TokenOut{ev.sample.token, ev.sample.logprob, ev.sample.top_logprobs});
         const bool is_stop_token = finish == FinishReason::Stop &&
                                    std::find(a.stop_ids.begin(), a.stop_ids.end(), ev.sample.token) != a.stop_ids.end();
-        if (!is_stop_token) {
+        if (!is_stop_token && a.generated < a.min_new_tokens) {
+            out.text = a.decoder->push(ev.sample.token);  // stop strings count only after min_tokens
+        } else if (!is_stop_token) {
             out.text = a.stop.push(a.decoder->push(ev.sample.token));
             if (a.stop.matched()) {
                 a.stop_string_hit = true;
@@ -245,7 +250,7 @@ void StepLoop::handle_event(const RequestEvent& ev) {
         }
     }
     if (finish == FinishReason::None) {
-        if (!out.text.empty() || !out.tokens.empty()) a.channel->push(std::move(out));
+        if (!out.text.empty() || !out.tokens.empty() || !out.prompt_logprobs.empty()) a.channel->push(std::move(out));
         return;
     }
     if (!a.stop_string_hit) {

@@ -28,6 +28,7 @@ struct TokenOut {
 
 struct OutputEvent {
     int choice = 0;
+    std::vector<ScoredToken> prompt_logprobs;  // prompt tokens scored since the last event (positions 1, 2, ...)
     std::string text;              // newly final text (stop strings already applied)
     std::vector<TokenOut> tokens;  // tokens sampled since the last event
     bool finished = false;
@@ -59,7 +60,7 @@ private:
 struct GenerationRequest {
     std::vector<int32_t> prompt;
     GenerationParams params;
-    std::vector<std::string> stop_strings;
+    std::vector<std::string> stop_strings;  // not matched before params.min_new_tokens tokens (vLLM semantics)
     bool skip_special = true;
     int choice = 0;
     Clock::time_point arrival = Clock::now();

@@ -59,7 +59,12 @@ uint64_t Scheduler::submit(std::vector<int32_t> prompt, GenerationParams params,
         FS_CHECK(params.forced_tokens[i] >= 0 && params.forced_tokens[i] < vocab,
                  "debug_forced_tokens: token {} at position {} is outside the vocabulary [0, {})",
                  params.forced_tokens[i], i, vocab);
-    FS_CHECK(params.max_new_tokens >= 1, "max_tokens: must be >= 1 (got {})", params.max_new_tokens);
+    FS_CHECK(params.max_new_tokens >= 1 || (params.max_new_tokens == 0 && params.prompt_logprobs >= 0),
+             "max_tokens: must be >= 1, or 0 when only the prompt is scored (got {})", params.max_new_tokens);
+    FS_CHECK(params.min_new_tokens >= 0, "min_tokens: must be >= 0 (got {})", params.min_new_tokens);
+    for (const LogitBias& b : params.logit_bias)
+        FS_CHECK(b.token >= 0 && b.token < vocab, "logit_bias: token {} is outside the vocabulary [0, {})", b.token,
+                 vocab);
     const int64_t n = int64_t(prompt.size());
     FS_CHECK(n + params.max_new_tokens <= max_sequence_tokens_,
              "max_tokens: prompt ({} tokens) + max_tokens ({}) = {} exceeds the maximum context of {} tokens", n,
@@ -135,6 +140,36 @@ int64_t Scheduler::blocks_to_grow(const Request& r, int n_tokens) const {
     return backend_.blocks_for(r.computed + n_tokens) - backend_.blocks_for(r.computed);
 }
 
+std::shared_future<void> Scheduler::start_masks(const std::vector<Planned>& plan,
+                                                const std::vector<size_t>& constrained) {
+    if (constrained.empty()) return {};
+    if (!mask_worker_) mask_worker_ = std::make_unique<BackgroundWorker>();
+    const int64_t vocab = backend_.config().vocab_size;
+    masks_.resize(std::max(masks_.size(), constrained.size()));
+    mask_errors_.assign(constrained.size(), {});
+    std::vector<std::pair<TokenConstraint*, uint32_t*>> jobs;
+    for (size_t k = 0; k < constrained.size(); ++k) {
+        masks_[k].resize(size_t(token_mask_words(vocab)));
+        jobs.emplace_back(plan[constrained[k]].req->params.constraint.get(), masks_[k].data());
+    }
+    std::shared_future<void> ready = mask_worker_->submit([this, jobs = std::move(jobs), vocab] {
+        for (size_t k = 0; k < jobs.size(); ++k) {
+            try {
+                jobs[k].first->fill_allowed(jobs[k].second, vocab);
+            } catch (const std::exception& e) {
+                // This request ends with the error after the step; sample it unconstrained meanwhile.
+                mask_errors_[k] = e.what();
+                std::fill(jobs[k].second, jobs[k].second + token_mask_words(vocab), ~0u);
+            }
+        }
+    });
+    for (size_t k = 0; k < constrained.size(); ++k) {
+        sample_params_[constrained[k]].allowed_tokens = masks_[k].data();
+        sample_params_[constrained[k]].allowed_tokens_ready = ready;
+    }
+    return ready;
+}
+
 std::vector<RequestEvent> Scheduler::step(Clock::time_point now) {
     std::vector<RequestEvent> events;
     expire_deadlines(now, events);
@@ -208,20 +243,46 @@ std::vector<RequestEvent> Scheduler::step(Clock::time_point now) {
 
     steps_.clear();
     sample_params_.clear();
-    for (const Planned& p : plan) {
-        Request& r = *p.req;
+    std::vector<size_t> constrained;  // plan entries whose sampled token is masked by their constraint
+    for (size_t i = 0; i < plan.size(); ++i) {
+        Request& r = *plan[i].req;
+        const int n = plan[i].n_tokens;
         if (r.first_scheduled == Clock::time_point{}) r.first_scheduled = now;
-        const bool prefill = r.computed < r.prompt_len || p.n_tokens > 1;  // a prompt piece or a recomputation
-        steps_.push_back(SequenceStep{r.seq_id, r.tokens.data() + r.computed, p.n_tokens, false, prefill});
+        const bool prefill = r.computed < r.prompt_len || n > 1;  // a prompt piece or a recomputation
+        SequenceStep st{r.seq_id, r.tokens.data() + r.computed, n, false, prefill};
         SampleParams sp = r.params.sample;
         sp.draw_index = uint64_t(r.generated);
-        sample_params_.push_back(sp);
+        sp.prompt_tokens = std::span<const int32_t>(r.tokens.data(), size_t(r.prompt_len));
+        sp.output_tokens = std::span<const int32_t>(r.tokens.data() + r.prompt_len, size_t(r.generated));
+        sp.logit_bias = r.params.logit_bias;
+        if (r.generated < r.params.min_new_tokens && !r.params.constraint) sp.banned_tokens = r.params.stop_token_ids;
+        if (r.params.prompt_logprobs >= 0) {
+            // Row j predicts the token at position computed + j + 1; prompt positions up to prompt_len - 1 count.
+            const int64_t n_score = std::clamp<int64_t>(r.prompt_len - 1 - r.computed, 0, n);
+            if (n_score > 0) {
+                st.all_logits = true;
+                sp.score_targets = std::span<const int32_t>(r.tokens.data() + r.computed + 1, size_t(n_score));
+                sp.score_top_n = r.params.prompt_logprobs;
+            }
+        }
+        const bool samples = r.computed + n == int64_t(r.tokens.size()) && r.params.max_new_tokens > 0;
+        if (samples && r.params.constraint) constrained.push_back(i);
+        steps_.push_back(st);
+        sample_params_.push_back(std::move(sp));
     }
+    // Masks are filled on the worker while the backend runs the forward pass; the backend waits before sampling.
+    const std::shared_future<void> masks_ready = start_masks(plan, constrained);
+    // The masks (and the requests that own the constraints) must outlive the worker's job on every path out.
+    struct WaitForMasks {
+        const std::shared_future<void>& ready;
+        ~WaitForMasks() { if (ready.valid()) ready.wait(); }
+    } wait_for_masks{masks_ready};
     try {
         backend_.forward_sample(steps_, sample_params_, results_);
     } catch (const OutOfStateMemory& e) {
         // The backend's pool disagrees with blocks_for (its state is unchanged by contract): shed the latest
         // admitted request and try again next step.
+        if (masks_ready.valid()) masks_ready.wait();
         if (running_.size() > 1) {
             preempt(**std::max_element(running_.begin(), running_.end(), [](const Request* a, const Request* b) {
                 return a->admit_order < b->admit_order;
@@ -232,9 +293,11 @@ std::vector<RequestEvent> Scheduler::step(Clock::time_point now) {
         return events;
     } catch (const std::exception& e) {
         // The backend failed mid-step; the sequences in this batch are in an unknown state, so end them.
+        if (masks_ready.valid()) masks_ready.wait();
         for (const Planned& p : plan) finish_request(*p.req, FinishReason::Error, events, e.what());
         return events;
     }
+    if (masks_ready.valid()) masks_ready.wait();
     FS_CHECK(results_.size() == plan.size(), "backend {}: forward_sample returned {} results for {} entries",
              backend_.name(), results_.size(), plan.size());
 
@@ -245,32 +308,64 @@ std::vector<RequestEvent> Scheduler::step(Clock::time_point now) {
         const int n = plan[i].n_tokens;
         counters_.last_step_tokens += n;
         if (r.computed < r.prompt_len || n > 1) counters_.prompt_tokens_computed += uint64_t(n);
+        RequestEvent ev;
+        ev.id = r.id;
+        ev.prompt_len = r.prompt_len;
+        ev.first_scheduled = r.first_scheduled;
+        // Scores of prompt positions not reported before (a preempted request recomputes its prompt).
+        std::vector<ScoredToken>& scored = results_[i].scored;
+        for (size_t j = 0; j < scored.size(); ++j)
+            if (r.computed + 1 + int64_t(j) >= r.scored_upto) ev.prompt_logprobs.push_back(std::move(scored[j]));
+        r.scored_upto = std::max(r.scored_upto, r.computed + 1 + int64_t(scored.size()));
         r.computed += n;
-        if (r.computed < int64_t(r.tokens.size())) continue;  // a prefill chunk that is not the last one
-        SampleResult s = results_[i];
+        if (r.computed < int64_t(r.tokens.size())) {  // a prefill chunk that is not the last one
+            ev.generated = r.generated;
+            if (!ev.prompt_logprobs.empty()) events.push_back(std::move(ev));
+            continue;
+        }
+        if (r.params.max_new_tokens == 0) {  // scoring only: the prompt is done
+            ev.generated = 0;
+            ev.finish = FinishReason::Length;
+            events.push_back(std::move(ev));
+            std::vector<RequestEvent> ignored;
+            finish_request(r, FinishReason::Length, ignored);
+            continue;
+        }
+        SampleResult s = std::move(results_[i]);
+        s.scored.clear();
         if (r.generated < int64_t(r.params.forced_tokens.size())) {
             s.token = r.params.forced_tokens[size_t(r.generated)];
             s.top_logprobs.clear();
         }
         FS_CHECK(s.token >= 0 && s.token < backend_.config().vocab_size,
                  "backend {}: sampled token {} outside the vocabulary", backend_.name(), s.token);
+        std::string constraint_error;
+        bool constraint_complete = false;
+        if (TokenConstraint* c = r.params.constraint.get()) {
+            const auto k = size_t(std::find(constrained.begin(), constrained.end(), i) - constrained.begin());
+            if (k < constrained.size() && !mask_errors_[k].empty()) {
+                constraint_error = "constrained decoding: " + mask_errors_[k];
+            } else if (!c->accept(s.token)) {
+                constraint_error = "constrained decoding: " + c->error();
+            }
+            constraint_complete = constraint_error.empty() && c->complete();
+        }
         r.tokens.push_back(s.token);
         ++r.generated;
         ++counters_.generated_tokens;
-        RequestEvent ev;
-        ev.id = r.id;
         ev.has_token = true;
-        ev.sample = s;
-        ev.prompt_len = r.prompt_len;
+        ev.sample = std::move(s);
         ev.generated = r.generated;
-        ev.first_scheduled = r.first_scheduled;
         const auto& stops = r.params.stop_token_ids;
         FinishReason reason = FinishReason::None;
-        if (std::find(stops.begin(), stops.end(), s.token) != stops.end()) reason = FinishReason::Stop;
+        if (!constraint_error.empty()) reason = FinishReason::Error;
+        else if (std::find(stops.begin(), stops.end(), ev.sample.token) != stops.end()) reason = FinishReason::Stop;
+        else if (constraint_complete) reason = FinishReason::Stop;
         else if (r.generated >= r.params.max_new_tokens) reason = FinishReason::Length;
         else if (int64_t(r.tokens.size()) >= max_sequence_tokens_) reason = FinishReason::Length;
         if (reason != FinishReason::None) {
             ev.finish = reason;
+            ev.error = constraint_error;
             events.push_back(std::move(ev));
             std::vector<RequestEvent> ignored;
             finish_request(r, reason, ignored);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "scheduler/background_worker.h"
 #include "scheduler/request.h"
 
 namespace flashseek {
@@ -83,6 +84,9 @@ private:
     void finish_request(Request& r, FinishReason reason, std::vector<RequestEvent>& events, std::string error = {});
     void expire_deadlines(Clock::time_point now, std::vector<RequestEvent>& events);
     int64_t blocks_to_grow(const Request& r, int n_tokens) const;
+    // Queues the allowed-token masks of the plan entries in `constrained` on mask_worker_ and points their
+    // sample_params_ at them; returns the future the backend waits on (invalid when nothing is constrained).
+    std::shared_future<void> start_masks(const std::vector<Planned>& plan, const std::vector<size_t>& constrained);
 
     Backend& backend_;
     SchedulerOptions options_;
@@ -98,6 +102,11 @@ private:
     std::vector<SequenceStep> steps_;
     std::vector<SampleParams> sample_params_;
     std::vector<SampleResult> results_;
+    // Constrained decoding: one allowed-token mask per constrained entry of the step, filled on mask_worker_
+    // while the backend runs the forward pass; mask_errors_[k] is set when constraint k failed to produce one.
+    std::vector<std::vector<uint32_t>> masks_;
+    std::vector<std::string> mask_errors_;
+    std::unique_ptr<BackgroundWorker> mask_worker_;  // started with the first constrained request
 };
 
 }  // namespace flashseek

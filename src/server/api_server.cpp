@@ -4,6 +4,7 @@
 // choices; the step loop frees their state before its next step.
 #include "server/api_server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 
@@ -164,6 +165,28 @@ HttpHandler ApiServer::handler_for(RouteId id) {
     throw Error("api_server: no handler for a route of the table");
 }
 
+const runtime::ConstraintCompiler& ApiServer::constraint_compiler() {
+    std::call_once(compiler_once_, [this] {
+        compiler_ = std::make_unique<runtime::ConstraintCompiler>(tok_, loop_.config().vocab_size, eos_token(),
+                                                                  options_.grammar_compile);
+        compiler_published_.store(compiler_.get(), std::memory_order_release);
+    });
+    return *compiler_;
+}
+
+bool ApiServer::grammar_compile_running() const {
+    const runtime::ConstraintCompiler* compiler = compiler_published_.load(std::memory_order_acquire);
+    return compiler != nullptr && compiler->compiling();
+}
+
+int32_t ApiServer::eos_token() const {
+    try {
+        return tok_.eos_id();
+    } catch (const Error&) {
+        return int32_t(loop_.config().eos_token_id);  // a tokenizer without one: the model config's
+    }
+}
+
 bool ApiServer::authorized(const HttpRequest& req) const {
     if (options_.api_key.empty()) return true;
     std::string given = req.header("X-Api-Key");
@@ -246,14 +269,13 @@ void ApiServer::generate(const HttpRequest& hreq, HttpResponse& res, Route route
         if (shutting_down_ || !loop_.accepting())
             throw ApiError(503, "the server is shutting down", "", "service_unavailable_error", "shutting_down");
         PreparedGeneration prepared = prepare_generation(route, hreq.body, entry_context());
+        const std::shared_ptr<const runtime::CompiledConstraint> grammar = compile_constraint(prepared, route);
         const ParsedRequest& pr = prepared.request;
         const int choices = int(prepared.prompts.size()) * pr.n;
         if (!loop_.try_reserve(choices))
             throw ApiError(429, "the server is at capacity; retry later", "", "rate_limit_error", "overloaded");
         auto channel = std::make_shared<runtime::OutputChannel>(choices);
-        submit(prepared, channel, arrival);
-        std::vector<int64_t> prompt_lens;
-        for (const auto& p : prepared.prompts) prompt_lens.push_back(int64_t(p.size()));
+        submit(prepared, grammar, channel, arrival);
 
         bool streamed = false;
         if (route == Route::Responses) {
@@ -261,14 +283,16 @@ void ApiServer::generate(const HttpRequest& hreq, HttpResponse& res, Route route
             st->prepared = std::move(prepared);
             st->channel = channel;
             st->builder = std::make_unique<ResponsesBuilder>(st->prepared.request, *st->prepared.responses,
-                                                             "resp_" + random_hex(24), unix_now(), prompt_lens.at(0));
+                                                             "resp_" + random_hex(24), unix_now(),
+                                                             int64_t(st->prepared.prompts.at(0).size()));
             streamed = deliver(st, hreq, res, open_requests_);
         } else {
             auto st = std::make_shared<GenerationState<ResponseBuilder>>();
             st->prepared = std::move(prepared);
             st->channel = channel;
             const std::string id = (route == Route::ChatCompletions ? "chatcmpl-" : "cmpl-") + random_hex(24);
-            st->builder = std::make_unique<ResponseBuilder>(st->prepared.request, tok_, id, unix_now(), prompt_lens);
+            st->builder =
+                std::make_unique<ResponseBuilder>(st->prepared.request, tok_, id, unix_now(), st->prepared.prompts);
             streamed = deliver(st, hreq, res, open_requests_);
         }
         if (streamed) guard.armed = false;  // the stream's on_close releases it
@@ -281,18 +305,34 @@ void ApiServer::generate(const HttpRequest& hreq, HttpResponse& res, Route route
     }
 }
 
-void ApiServer::submit(const PreparedGeneration& prepared, const std::shared_ptr<runtime::OutputChannel>& channel,
-                       Clock::time_point arrival) {
+std::shared_ptr<const runtime::CompiledConstraint> ApiServer::compile_constraint(PreparedGeneration& prepared,
+                                                                               Route route) {
+    OutputConstraint& c = prepared.request.constraint;
+    if (c.kind == OutputConstraint::Kind::None) return nullptr;
+    // Chat and responses in thinking mode: the reasoning stays free text up to </think>, then the constraint.
+    c.reasoning_first = route != Route::Completions && prepared.request.chat.thinking == chat::ThinkingMode::thinking;
+    try {
+        return constraint_compiler().compile(c);
+    } catch (const runtime::GrammarError& e) {
+        bad_param(c.param, "'{}' cannot be used for constrained decoding: {}", c.param, e.what());
+    } catch (const runtime::GrammarBusy& e) {
+        throw ApiError(503, e.what(), c.param, "service_unavailable_error", "grammar_compiler_busy");
+    }
+}
+
+void ApiServer::submit(const PreparedGeneration& prepared,
+                       const std::shared_ptr<const runtime::CompiledConstraint>& grammar,
+                       const std::shared_ptr<runtime::OutputChannel>& channel, Clock::time_point arrival) {
     const ParsedRequest& pr = prepared.request;
     const uint64_t base_seed = pr.seed ? *pr.seed : random_seed();
-    int32_t eos = -1;
-    try {
-        eos = tok_.eos_id();
-    } catch (const Error&) {
-        eos = int32_t(loop_.config().eos_token_id);
-    }
+    const int32_t eos = eos_token();
     const auto deadline = arrival + std::chrono::milliseconds(int64_t(options_.request_timeout_s * 1000));
-    for (size_t p = 0; p < prepared.prompts.size(); ++p)
+    for (size_t p = 0; p < prepared.prompts.size(); ++p) {
+        const int64_t max_new = prepared.max_new_tokens[p];
+        // Prompt scores: vLLM's prompt_logprobs, and echo's prompt logprobs (also needed when nothing is generated).
+        int prompt_logprobs = pr.prompt_logprobs;
+        if (pr.echo && pr.logprobs) prompt_logprobs = std::max(prompt_logprobs, pr.top_logprobs);
+        if (pr.echo && max_new == 0) prompt_logprobs = std::max(prompt_logprobs, 0);
         for (int i = 0; i < pr.n; ++i) {
             const int index = int(p) * pr.n + i;
             runtime::GenerationRequest er;
@@ -302,7 +342,15 @@ void ApiServer::submit(const PreparedGeneration& prepared, const std::shared_ptr
             er.params.sample.top_k = pr.top_k;
             er.params.sample.seed = index == 0 ? base_seed : mix_seed(base_seed, uint64_t(index));
             er.params.sample.n_logprobs = pr.logprobs ? pr.top_logprobs : 0;
-            er.params.max_new_tokens = prepared.max_new_tokens[p];
+            er.params.sample.min_p = pr.min_p;
+            er.params.sample.presence_penalty = pr.presence_penalty;
+            er.params.sample.frequency_penalty = pr.frequency_penalty;
+            er.params.sample.repetition_penalty = pr.repetition_penalty;
+            for (const auto& [token, bias] : pr.logit_bias) er.params.logit_bias.push_back(LogitBias{token, bias});
+            er.params.min_new_tokens = std::min(pr.min_tokens, max_new);
+            er.params.prompt_logprobs = prompt_logprobs;
+            if (grammar) er.params.constraint = constraint_compiler().start(grammar);
+            er.params.max_new_tokens = max_new;
             if (!pr.ignore_eos) er.params.stop_token_ids.push_back(eos);
             er.params.stop_token_ids.insert(er.params.stop_token_ids.end(), pr.stop_token_ids.begin(),
                                             pr.stop_token_ids.end());
@@ -315,6 +363,7 @@ void ApiServer::submit(const PreparedGeneration& prepared, const std::shared_ptr
             er.channel = channel;
             loop_.submit(std::move(er));
         }
+    }
 }
 
 }  // namespace flashseek::server

@@ -1,7 +1,9 @@
 // The route table and the OpenAPI 3.1 document (see openapi.h). Schemas say what the validators in protocol.cpp,
-// responses_protocol.cpp and request_entry.cpp accept and what the builders produce; where a field is accepted
-// only at its neutral value (penalties, logit_bias, echo, best_of), the schema says exactly that (const). Fields
-// not listed are accepted and ignored (additionalProperties), as OpenAI-compatible servers do.
+// responses_protocol.cpp, output_constraint.cpp and request_entry.cpp accept and what the builders produce; where a
+// field is accepted only at its neutral value (best_of, suffix), the schema says exactly that (const). A schema may be
+// looser than its validator (a value it admits can still get 400), never stricter: schemathesis sends what violates
+// it and expects a 4xx. Fields not listed are accepted and ignored (additionalProperties), as OpenAI-compatible
+// servers do.
 #include "server/openapi.h"
 
 namespace flashseek::server {
@@ -70,6 +72,11 @@ ojson object(ojson properties, std::vector<std::string> required = {}, bool clos
     return s;
 }
 ojson any_of(std::vector<ojson> options) { return ojson{{"anyOf", options}}; }
+ojson ranged(double min, double max, const std::string& description) {
+    ojson s = {{"type", "number"}, {"minimum", min}, {"maximum", max}};
+    if (!description.empty()) s["description"] = description;
+    return s;
+}
 
 // The request parsers treat a field sent as null like a field left out (OpenAI clients send nulls), so every
 // optional property of a request schema, at any depth, also admits null.
@@ -115,14 +122,61 @@ struct Schemas {
             p["max_completion_tokens"] = integer(1, f.max_model_len - 1, "the smaller of this and max_tokens counts");
             p["n"] = integer(1, L.max_n, "n > 1 needs temperature > 0");
         }
-        p["presence_penalty"] = constant(0, "only 0 is accepted");
-        p["frequency_penalty"] = constant(0, "only 0 is accepted");
-        p["repetition_penalty"] = constant(1, "only 1 is accepted");
-        p["min_p"] = constant(0, "only 0 is accepted");
-        p["logit_bias"] = ojson{{"type", "object"}, {"maxProperties", 0}, {"description", "only {} is accepted"}};
+        p["presence_penalty"] = ranged(-2, 2, "subtracted once from the logit of every token in the output");
+        p["frequency_penalty"] = ranged(-2, 2, "subtracted per occurrence in the output");
+        p["repetition_penalty"] = ojson{{"type", "number"}, {"exclusiveMinimum", 0}, {"maximum", 100},
+                                        {"description", "divides positive, multiplies negative logits of tokens in "
+                                                        "the prompt or output; 1 = off"}};
+        p["min_p"] = ranged(0, 1, "drop tokens less likely than min_p x the most likely one");
+        p["logit_bias"] = ojson{{"type", "object"},
+                                {"propertyNames", {{"pattern", "^[0-9]{1,10}$"}}},
+                                {"maxProperties", L.max_logit_bias},
+                                {"additionalProperties", ranged(-100, 100, "")},
+                                {"description", fmt::format("token id (0 to {}) -> bias added to its logit",
+                                                            vocab() - 1)}};
+        p["min_tokens"] = integer(0, std::nullopt, "stop ids and stop strings wait for this many tokens");
+        constraint_fields(p, chat_names);
         if (L.debug_hooks)
             p["debug_forced_tokens"] = array_of(token_id(), std::nullopt, std::nullopt);
         return p;
+    }
+
+    // A JSON schema as the constraint parser takes it: an object, true / false, or JSON text of one.
+    ojson json_schema_value() const {
+        return any_of({ojson{{"type", "object"}}, boolean(),
+                       ojson{{"type", "string"}, {"minLength", 2}, {"maxLength", f.limits.max_constraint_bytes}}});
+    }
+
+    // Constrained decoding (output_constraint.cpp): at most one source per request; what the grammar engine cannot
+    // compile is a 400 naming the field. /v1/responses spells response_format as text.format.
+    void constraint_fields(ojson& p, bool with_response_format) const {
+        const ojson text = ojson{{"type", "string"}, {"minLength", 1}, {"maxLength", f.limits.max_constraint_bytes}};
+        const ojson choices =
+            array_of(ojson{{"type", "string"}, {"minLength", 1}}, 1, f.limits.max_constraint_choices);
+        const ojson schema_format = object({{"type", constant("json_schema", "")},
+                                            {"json_schema", object({{"name", str()},
+                                                                    {"schema", json_schema_value()},
+                                                                    {"strict", boolean()},
+                                                                    {"description", str()}},
+                                                                   {"schema"})}},
+                                           {"type", "json_schema"});
+        if (with_response_format) {
+            p["response_format"] = any_of({object({{"type", enum_of({"text", "json_object"})}}, {"type"}),
+                                           schema_format});
+            p["response_format"]["description"] = "json_object / json_schema constrain the output to JSON (the schema)";
+        }
+        p["structured_outputs"] = object({{"json", json_schema_value()},
+                                          {"regex", text},
+                                          {"choice", choices},
+                                          {"grammar", text},
+                                          {"json_object", boolean()}});
+        p["structured_outputs"]["description"] =
+            "vLLM: exactly one of json, regex, choice, grammar (xgrammar EBNF, root rule root), json_object; vLLM's "
+            "backend options (disable_fallback, whitespace_pattern, ...) are accepted and ignored";
+        p["guided_json"] = json_schema_value();
+        p["guided_regex"] = text;
+        p["guided_choice"] = choices;
+        p["guided_grammar"] = text;
     }
 
     ojson chat_thinking_fields(ojson& p) const {
@@ -166,11 +220,14 @@ struct Schemas {
         p["messages"] = array_of(ref("ChatMessage"), 1);
         p["logprobs"] = boolean();
         p["top_logprobs"] = integer(0, f.limits.max_logprobs, "needs logprobs: true");
-        p["response_format"] = object({{"type", enum_of({"text", "json_object", "json_schema"})}}, {"type"});
-        p["response_format"]["description"] =
-            "accepted, the output is not constrained; type json_schema needs a json_schema object";
+        p["prompt_logprobs"] = integer(0, f.limits.max_logprobs, "vLLM: top-N logprobs of every prompt token");
         p["tools"] = array_of(ref("ChatTool"));
-        p["tool_choice"] = any_of({enum_of({"auto", "none"}, "required and named functions are refused (400)")});
+        p["tool_choice"] = any_of({enum_of({"auto", "none", "required"}, "required: at least one call of a tool"),
+                                   object({{"type", constant("function", "")},
+                                           {"function", object({{"name", str()}}, {"name"})}},
+                                          {"function"})});
+        p["tool_choice"]["description"] = "required and a named function constrain the output to tool calls";
+        p["parallel_tool_calls"] = boolean("with tool_choice required: false allows one call only");
         chat_thinking_fields(p);
         ojson s = object(p, {"messages"});
         s["description"] = "Fields not listed are accepted and ignored.";
@@ -184,7 +241,10 @@ struct Schemas {
         p["prompt"] = any_of({text, token_ids(), array_of(any_of({text, token_ids()}), 1, L.max_prompts)});
         p["prompt"]["description"] = "text, token ids, or a list of either (one kind per request)";
         p["logprobs"] = integer(0, L.max_logprobs, "top alternatives per token");
-        p["echo"] = constant(false, "only false is accepted");
+        p["echo"] = boolean("return the prompt (and with logprobs its token logprobs) before the completion");
+        p["max_tokens"] = integer(0, f.max_model_len - 1, "default: the remaining context; 0 only with echo");
+        p["max_completion_tokens"] = integer(0, f.max_model_len - 1, "the smaller of this and max_tokens counts");
+        p["prompt_logprobs"] = integer(0, L.max_logprobs, "vLLM: top-N logprobs of every prompt token");
         p["best_of"] = constant(1, "only 1 is accepted");
         p["suffix"] = ojson{{"type", "string"}, {"maxLength", 0}, {"description", "only \"\" is accepted"}};
         p["skip_special_tokens"] = boolean("default true");
@@ -221,15 +281,19 @@ struct Schemas {
                                       {"parameters", ojson{{"type", "object"}}},
                                       {"strict", boolean()}},
                                      {"type", "name"}));
-        p["tool_choice"] = enum_of({"auto", "none"}, "required and named functions are refused (400)");
+        p["tool_choice"] = any_of({enum_of({"auto", "none", "required"}, "required: at least one call of a tool"),
+                                   object({{"type", constant("function", "")}, {"name", str()}}, {"type", "name"})});
+        p["tool_choice"]["description"] = "required and a named function constrain the output to tool calls";
         const ojson format = any_of({object({{"type", constant("text", "")}}, {"type"}),
                                      object({{"type", constant("json_object", "")}}, {"type"}),
                                      object({{"type", constant("json_schema", "")},
                                              {"name", str()},
-                                             {"schema", ojson{{"type", "object"}}}},
+                                             {"schema", ojson{{"type", "object"}}},
+                                             {"strict", boolean()},
+                                             {"description", str()}},
                                             {"type", "name", "schema"})});
         p["text"] = object({{"format", format}, {"verbosity", str("ignored")}});
-        p["text"]["description"] = "format is accepted; the output is not constrained";
+        p["text"]["description"] = "format json_object / json_schema constrains the output text (as response_format)";
         p["reasoning"] = object({{"effort", enum_of({"none", "minimal", "low", "medium", "high", "xhigh", "max"},
                                                     "any effort but none turns DeepSeek-V4 thinking on")},
                                  {"summary", str("ignored")},
@@ -470,7 +534,7 @@ ojson openapi_document(const OpenApiFacts& facts) {
             responses["413"] = error_response("request body over the size limit");
             responses["429"] = error_response("at capacity; Retry-After says when to retry");
             responses["500"] = error_response("generation failed in the engine");
-            responses["503"] = error_response("shutting down; Retry-After");
+            responses["503"] = error_response("shutting down, or the grammar compiler busy; Retry-After");
         };
         switch (r.id) {
             case RouteId::ChatCompletions:

@@ -1,8 +1,10 @@
 // OpenAI request parsing and validation (see protocol.h). Known fields are type- and range-checked; fields that
-// would change the output but that the engine cannot honour (penalties, logit_bias, echo, best_of) are rejected
-// with 400 rather than silently ignored; purely informational fields (user, metadata, …) are accepted.
+// would change the output but that the engine cannot honour (best_of, suffix) are rejected with 400 rather than
+// silently ignored; purely informational fields (user, metadata, …) are accepted. Constrained-decoding fields are
+// read in output_constraint.cpp.
 #include "server/protocol.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <set>
@@ -94,21 +96,15 @@ json parse_json_body(std::string_view body, int max_depth) {
 
 namespace {
 
-const json* field(const json& body, const char* name) {
-    auto it = body.find(name);
-    if (it == body.end() || it->is_null()) return nullptr;
-    return &*it;
-}
-
 bool get_bool(const json& body, const char* name, bool def) {
-    const json* v = field(body, name);
+    const json* v = given_member(body, name);
     if (!v) return def;
     if (!v->is_boolean()) bad_param(name, "'{}' must be a boolean, got {}", name, v->type_name());
     return v->get<bool>();
 }
 
 double get_number(const json& body, const char* name, double def) {
-    const json* v = field(body, name);
+    const json* v = given_member(body, name);
     if (!v) return def;
     if (!v->is_number()) bad_param(name, "'{}' must be a number, got {}", name, v->type_name());
     const double d = v->get<double>();
@@ -117,7 +113,7 @@ double get_number(const json& body, const char* name, double def) {
 }
 
 std::optional<int64_t> get_int(const json& body, const char* name) {
-    const json* v = field(body, name);
+    const json* v = given_member(body, name);
     if (!v) return std::nullopt;
     if (v->is_number_unsigned()) {
         const uint64_t u = v->get<uint64_t>();
@@ -135,26 +131,61 @@ std::optional<int64_t> get_int(const json& body, const char* name) {
 
 // Fields that change the output and that this engine does not implement: accept only their neutral value.
 void reject_unsupported(const json& body) {
+    if (const auto best_of = get_int(body, "best_of"); best_of && *best_of != 1)
+        bad_param("best_of", "'best_of' is not supported by this server (only 1)");
+    if (const json* s = given_member(body, "suffix")) {
+        if (!s->is_string()) bad_param("suffix", "'suffix' must be a string");
+        if (!s->get<std::string>().empty()) bad_param("suffix", "'suffix' is not supported by this server");
+    }
+}
+
+// Penalties, min_p, logit_bias, min_tokens (OpenAI / vLLM ranges).
+void parse_sampling_adjustments(const json& body, const ProtocolLimits& limits, ParsedRequest& r) {
     for (const char* pen : {"presence_penalty", "frequency_penalty"}) {
         const double v = get_number(body, pen, 0.0);
         if (v < -2.0 || v > 2.0) bad_param(pen, "'{}' must be in [-2, 2], got {}", pen, v);
-        if (v != 0.0) bad_param(pen, "'{}' is not supported by this server (only 0)", pen);
     }
+    r.presence_penalty = float(get_number(body, "presence_penalty", 0.0));
+    r.frequency_penalty = float(get_number(body, "frequency_penalty", 0.0));
     const double rep = get_number(body, "repetition_penalty", 1.0);
-    if (rep <= 0.0) bad_param("repetition_penalty", "'repetition_penalty' must be > 0, got {}", rep);
-    if (rep != 1.0) bad_param("repetition_penalty", "'repetition_penalty' is not supported by this server (only 1)");
+    if (rep <= 0.0 || rep > 100.0)
+        bad_param("repetition_penalty", "'repetition_penalty' must be in (0, 100], got {}", rep);
+    r.repetition_penalty = float(rep);
+    // The sampler works in single precision: a positive double below its range would become a penalty of 0.
+    if (!(r.repetition_penalty > 0.f))
+        bad_param("repetition_penalty", "'repetition_penalty' = {} is too small (it rounds to 0)", rep);
     const double min_p = get_number(body, "min_p", 0.0);
     if (min_p < 0.0 || min_p > 1.0) bad_param("min_p", "'min_p' must be in [0, 1], got {}", min_p);
-    if (min_p != 0.0) bad_param("min_p", "'min_p' is not supported by this server (only 0)");
-    if (const json* lb = field(body, "logit_bias")) {
+    r.min_p = float(min_p);
+    if (const json* lb = given_member(body, "logit_bias")) {
         if (!lb->is_object()) bad_param("logit_bias", "'logit_bias' must be an object of token id -> bias");
-        if (!lb->empty()) bad_param("logit_bias", "'logit_bias' is not supported by this server (only {{}})");
+        if (lb->size() > limits.max_logit_bias)
+            bad_param("logit_bias", "'logit_bias' has {} entries; at most {} are allowed", lb->size(),
+                      limits.max_logit_bias);
+        for (auto it = lb->begin(); it != lb->end(); ++it) {
+            const std::string& key = it.key();
+            int64_t id = -1;
+            const bool digits = !key.empty() && key.size() <= 10 &&
+                                std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+            if (digits) id = std::stoll(key);
+            if (id < 0 || id >= limits.vocab_size)
+                bad_param("logit_bias", "'logit_bias' key '{}' is not a token id (valid: 0 to {})",
+                          key.substr(0, 40), limits.vocab_size - 1);
+            if (!it->is_number()) bad_param("logit_bias", "'logit_bias[{}]' must be a number", key);
+            const double b = it->get<double>();
+            if (!(b >= -100.0 && b <= 100.0)) bad_param("logit_bias", "'logit_bias[{}]' must be in [-100, 100]", key);
+            r.logit_bias.emplace_back(int32_t(id), float(b));
+        }
     }
-    if (const auto best_of = get_int(body, "best_of"); best_of && *best_of != 1)
-        bad_param("best_of", "'best_of' is not supported by this server (only 1)");
-    if (const json* s = field(body, "suffix")) {
-        if (!s->is_string()) bad_param("suffix", "'suffix' must be a string");
-        if (!s->get<std::string>().empty()) bad_param("suffix", "'suffix' is not supported by this server");
+    if (auto m = get_int(body, "min_tokens")) {
+        if (*m < 0) bad_param("min_tokens", "'min_tokens' must be >= 0, got {}", *m);
+        r.min_tokens = *m;
+    }
+    if (auto pl = get_int(body, "prompt_logprobs")) {
+        if (*pl < 0 || *pl > limits.max_logprobs)
+            bad_param("prompt_logprobs", "'prompt_logprobs' must be between 0 and {}, got {}", limits.max_logprobs,
+                      *pl);
+        r.prompt_logprobs = int(*pl);
     }
 }
 
@@ -176,7 +207,7 @@ std::vector<int32_t> parse_token_list(const json& v, const std::string& param, i
 }
 
 std::string resolve_model(const json& body, const ProtocolLimits& limits) {
-    const json* m = field(body, "model");
+    const json* m = given_member(body, "model");
     if (!m) return limits.model_name;
     if (!m->is_string()) bad_param("model", "'model' must be a string, got {}", m->type_name());
     if (m->get_ref<const std::string&>() != limits.model_name)
@@ -189,6 +220,7 @@ std::string resolve_model(const json& body, const ProtocolLimits& limits) {
 void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest& r) {
     r.model = resolve_model(body, limits);
     reject_unsupported(body);
+    parse_sampling_adjustments(body, limits, r);
 
     const double temperature = get_number(body, "temperature", 1.0);
     if (temperature < 0.0 || temperature > 2.0)
@@ -205,7 +237,7 @@ void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest&
                                               limits.vocab_size, *k);
         r.top_k = *k <= 0 ? 0 : int(*k);
     }
-    if (const json* s = field(body, "seed")) {
+    if (const json* s = given_member(body, "seed")) {
         if (!s->is_number_integer()) bad_param("seed", "'seed' must be an integer, got {}", describe_value(*s));
         r.seed = s->is_number_unsigned() ? s->get<uint64_t>() : uint64_t(s->get<int64_t>());
     }
@@ -216,7 +248,7 @@ void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest&
     if (r.n > 1 && r.temperature == 0.f)
         bad_param("n", "'n' > 1 needs temperature > 0 (greedy decoding would return {} identical choices)", r.n);
 
-    if (const json* s = field(body, "stop")) {
+    if (const json* s = given_member(body, "stop")) {
         if (s->is_string()) {
             r.stop.push_back(s->get<std::string>());
         } else if (s->is_array()) {
@@ -237,7 +269,7 @@ void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest&
             if (tokenizer::find_invalid_utf8(r.stop[i])) bad_param("stop", "'stop[{}]' is not valid UTF-8", i);
         }
     }
-    if (const json* s = field(body, "stop_token_ids")) {
+    if (const json* s = given_member(body, "stop_token_ids")) {
         if (!s->is_array()) bad_param("stop_token_ids", "'stop_token_ids' must be an array of token ids");
         if (int(s->size()) > limits.max_stop)
             bad_param("stop_token_ids", "'stop_token_ids' has {} entries; at most {} are allowed", s->size(),
@@ -247,21 +279,26 @@ void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest&
     r.ignore_eos = get_bool(body, "ignore_eos", false);
 
     r.stream = get_bool(body, "stream", false);
-    if (const json* so = field(body, "stream_options")) {
+    if (const json* so = given_member(body, "stream_options")) {
         if (!so->is_object()) bad_param("stream_options", "'stream_options' must be an object");
         if (!r.stream) bad_param("stream_options", "'stream_options' is only allowed when 'stream' is true");
         r.include_usage = get_bool(*so, "include_usage", false);
         (void)get_bool(*so, "continuous_usage_stats", false);
     }
 
+    // Completions with echo may ask for no new token at all (scoring a prompt, as lm-evaluation-harness does).
+    const bool echo = r.endpoint == Endpoint::Completion && get_bool(body, "echo", false);
     for (const char* name : {"max_tokens", "max_completion_tokens"}) {
         if (auto m = get_int(body, name)) {
-            if (*m < 1) bad_param(name, "'{}' must be at least 1, got {}", name, *m);
+            if (*m < (echo ? 0 : 1))
+                bad_param(name, "'{}' must be at least {}, got {}", name, echo ? "0 (with echo)" : "1", *m);
             r.max_tokens = r.max_tokens ? std::min(*r.max_tokens, *m) : *m;
         }
     }
+    if (r.max_tokens && r.min_tokens > *r.max_tokens)
+        bad_param("min_tokens", "'min_tokens' ({}) must not exceed 'max_tokens' ({})", r.min_tokens, *r.max_tokens);
 
-    if (const json* f = field(body, "debug_forced_tokens")) {
+    if (const json* f = given_member(body, "debug_forced_tokens")) {
         if (!limits.debug_hooks)
             bad_param("debug_forced_tokens", "'debug_forced_tokens' needs the server flag --enable-debug-hooks");
         if (!f->is_array()) bad_param("debug_forced_tokens", "'debug_forced_tokens' must be an array of token ids");
@@ -293,11 +330,11 @@ ParsedRequest parse_chat_request_ordered(const json& body, const ProtocolLimits&
     r.endpoint = Endpoint::Chat;
     parse_common(body, limits, r);
     r.skip_special_tokens = false;
-    const json* msgs = field(body, "messages");
+    const json* msgs = given_member(body, "messages");
     if (!msgs) bad_param("messages", "'messages' is required");
     if (!msgs->is_array()) bad_param("messages", "'messages' must be an array, got {}", msgs->type_name());
     if (msgs->empty()) bad_param("messages", "'messages' must contain at least one message");
-    if (const json* lp = field(body, "logprobs")) {
+    if (const json* lp = given_member(body, "logprobs")) {
         if (!lp->is_boolean()) bad_param("logprobs", "'logprobs' must be a boolean for chat completions");
         r.logprobs = lp->get<bool>();
     }
@@ -307,16 +344,7 @@ ParsedRequest parse_chat_request_ordered(const json& body, const ProtocolLimits&
         if (!r.logprobs && *tl > 0) bad_param("top_logprobs", "'top_logprobs' needs 'logprobs': true");
         r.top_logprobs = int(*tl);
     }
-    if (const json* rf = field(body, "response_format")) {
-        if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
-            bad_param("response_format", "'response_format' must be an object with a string 'type'");
-        const std::string t = (*rf)["type"].get<std::string>();
-        if (t != "text" && t != "json_object" && t != "json_schema")
-            bad_param("response_format", "'response_format.type' must be text, json_object or json_schema, got '{}'", t);
-        if (t == "json_schema" && (!rf->contains("json_schema") || !(*rf)["json_schema"].is_object()))
-            bad_param("response_format", "'response_format' of type json_schema needs a 'json_schema' object");
-    }
-    if (const json* tools = field(body, "tools")) {
+    if (const json* tools = given_member(body, "tools")) {
         if (!tools->is_array()) bad_param("tools", "'tools' must be an array");
         for (size_t i = 0; i < tools->size(); ++i) {
             const json& t = (*tools)[i];
@@ -329,13 +357,16 @@ ParsedRequest parse_chat_request_ordered(const json& body, const ProtocolLimits&
         }
         r.has_tools = !tools->empty();
     }
-    if (const json* tc = field(body, "tool_choice")) {
+    if (const json* ptc = given_member(body, "parallel_tool_calls"))
+        if (!ptc->is_boolean()) bad_param("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+    if (const json* tc = given_member(body, "tool_choice")) {
         if (tc->is_string()) {
             r.tool_choice = tc->get<std::string>();
             if (r.tool_choice != "auto" && r.tool_choice != "none" && r.tool_choice != "required")
                 bad_param("tool_choice", "'tool_choice' must be auto, none, required or a function object");
         } else if (tc->is_object() && tc->contains("function") && (*tc)["function"].is_object() &&
-                   (*tc)["function"].contains("name") && (*tc)["function"]["name"].is_string()) {
+                   (*tc)["function"].contains("name") && (*tc)["function"]["name"].is_string() &&
+                   (!given_member(*tc, "type") || (*tc)["type"] == "function")) {
             r.tool_choice = (*tc)["function"]["name"].get<std::string>();
         } else {
             bad_param("tool_choice", "'tool_choice' must be auto, none, required or {{\"function\": {{\"name\"}}}}");
@@ -343,9 +374,10 @@ ParsedRequest parse_chat_request_ordered(const json& body, const ProtocolLimits&
         if (r.tool_choice != "auto" && r.tool_choice != "none" && !r.has_tools)
             bad_param("tool_choice", "'tool_choice' = '{}' needs 'tools'", r.tool_choice);
     }
-    if (const json* ctk = field(body, "chat_template_kwargs"))
+    parse_output_constraint(ordered_body, limits, r);
+    if (const json* ctk = given_member(body, "chat_template_kwargs"))
         if (!ctk->is_object()) bad_param("chat_template_kwargs", "'chat_template_kwargs' must be an object");
-    if (const json* re = field(body, "reasoning_effort"))
+    if (const json* re = given_member(body, "reasoning_effort"))
         if (!re->is_string()) bad_param("reasoning_effort", "'reasoning_effort' must be a string");
     try {
         r.chat = chat::ChatRequest::from_ordered_json(ordered_body);
@@ -363,19 +395,22 @@ ParsedRequest parse_chat_request_ordered(const json& body, const ProtocolLimits&
     return r;
 }
 
-ParsedRequest parse_completion_request(const json& body, const ProtocolLimits& limits) {
+ParsedRequest parse_completion_request(const json& body, const ProtocolLimits& limits, std::string_view raw_body) {
     ParsedRequest r;
     r.endpoint = Endpoint::Completion;
     parse_common(body, limits, r);
     r.skip_special_tokens = get_bool(body, "skip_special_tokens", true);
-    if (get_bool(body, "echo", false)) bad_param("echo", "'echo' is not supported by this server");
+    r.echo = get_bool(body, "echo", false);
+    if (mentions_output_constraint(body))
+        parse_output_constraint(raw_body.empty() ? nlohmann::ordered_json(body) : nlohmann::ordered_json::parse(raw_body),
+                                limits, r);
     if (auto lp = get_int(body, "logprobs")) {
         if (*lp < 0 || *lp > limits.max_logprobs)
             bad_param("logprobs", "'logprobs' must be between 0 and {}, got {}", limits.max_logprobs, *lp);
         r.logprobs = true;
         r.top_logprobs = int(*lp);
     }
-    const json* p = field(body, "prompt");
+    const json* p = given_member(body, "prompt");
     if (!p) bad_param("prompt", "'prompt' is required");
     auto add_text = [&](const json& s, const std::string& where) {
         std::string text = s.get<std::string>();

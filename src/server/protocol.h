@@ -10,12 +10,25 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/grammar.h"
 #include "server/api_error.h"
 #include "tokenizer/chat_encoding.h"
 
 namespace flashseek::server {
 
 enum class Endpoint { Chat, Completion };
+
+// Default bounds on one constrained-decoding constraint, checked while parsing (output_constraint.cpp), so that what the
+// grammar engine compiles stays small: its compile time and memory grow with the constraint's size, faster than
+// linearly for long enums and alternations (docs/serving.md, "Constrained decoding", has the measured worst cases).
+// The size is the schema as compact JSON text, the regex or grammar text, the choices' bytes, or the forced tools'
+// names and parameter schemas together. `flashseek serve` can change them (ProtocolLimits).
+inline constexpr size_t kMaxConstraintBytes = 32 * 1024;
+inline constexpr size_t kMaxConstraintChoices = 1024;
+
+// A logit_bias map is applied to every sampled row of its request on every step (and staged to the device with the
+// CUDA backend), so its size is bounded too.
+inline constexpr size_t kMaxLogitBiasEntries = 1024;
 
 // Server-wide caps and facts the validation needs.
 struct ProtocolLimits {
@@ -26,8 +39,13 @@ struct ProtocolLimits {
     int max_stop = 16;            // stop strings (plus stop_token_ids, counted separately)
     size_t max_stop_bytes = 256;  // one stop string
     int max_prompts = 16;         // completions: prompts in one request
+    size_t max_constraint_bytes = kMaxConstraintBytes;      // one constraint's size (see above)
+    size_t max_constraint_choices = kMaxConstraintChoices;  // strings of a choice constraint
+    size_t max_logit_bias = kMaxLogitBiasEntries;           // entries of logit_bias
     bool debug_hooks = false;     // accept debug_forced_tokens (tests only)
 };
+
+using runtime::OutputConstraint;
 
 struct ParsedRequest {
     Endpoint endpoint = Endpoint::Chat;
@@ -40,6 +58,13 @@ struct ParsedRequest {
     float temperature = 1.f;
     float top_p = 1.f;
     int top_k = 0;                                     // 0 = off (-1 is accepted as off too)
+    float min_p = 0.f;
+    float presence_penalty = 0.f;
+    float frequency_penalty = 0.f;
+    float repetition_penalty = 1.f;
+    std::vector<std::pair<int32_t, float>> logit_bias; // token id -> bias in [-100, 100]
+    int64_t min_tokens = 0;
+    int prompt_logprobs = -1;                          // vLLM prompt_logprobs (top-N per prompt position); -1 = off
     std::optional<uint64_t> seed;
     std::vector<std::string> stop;
     std::vector<int32_t> stop_token_ids;
@@ -50,10 +75,11 @@ struct ParsedRequest {
     int n = 1;
     bool logprobs = false;
     int top_logprobs = 0;
-    bool echo = false;                                 // completions: rejected with 400 (not supported)
+    bool echo = false;                                 // completions: the prompt is returned before the completion
     bool has_tools = false;
     std::string tool_choice = "auto";                  // auto | none | required | a function name
     std::vector<int32_t> forced_tokens;                // debug hook: replaces sampled tokens in order
+    OutputConstraint constraint;
 
     size_t prompt_count() const { return endpoint == Endpoint::Chat ? 1 : prompt_texts.size() + prompt_tokens.size(); }
 };
@@ -61,6 +87,13 @@ struct ParsedRequest {
 // Deepest nesting of arrays and objects a request body may have. Every later walk over the parsed value (validation,
 // rendering tool schemas, error messages) is recursive, so the bound is what keeps a hostile body off the stack.
 inline constexpr int kMaxJsonDepth = 128;
+
+// The member `name` of a request object, or nullptr when it is absent or null (a null field counts as not sent).
+template <typename Json>
+const Json* given_member(const Json& obj, const char* name) {
+    auto it = obj.find(name);
+    return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
 
 // Parses JSON text strictly: invalid JSON, nesting deeper than max_depth (checked while parsing, before a deeper
 // value exists), duplicate keys (at any depth) or a non-object body give 400.
@@ -77,7 +110,18 @@ ParsedRequest parse_chat_request(const nlohmann::json& body, const ProtocolLimit
 // Same, with the request already in the client's key order (the Responses API's translated request).
 ParsedRequest parse_chat_request_ordered(const nlohmann::json& body, const ProtocolLimits& limits,
                                          const nlohmann::ordered_json& ordered_body);
-ParsedRequest parse_completion_request(const nlohmann::json& body, const ProtocolLimits& limits);
+// raw_body, as for chat, keeps the client's key order in the schemas of constrained decoding.
+ParsedRequest parse_completion_request(const nlohmann::json& body, const ProtocolLimits& limits,
+                                       std::string_view raw_body = {});
+
+// Whether the body has any field of constrained decoding (response_format, structured_outputs, guided_*): only then
+// does a completions request need its body in the client's key order.
+bool mentions_output_constraint(const nlohmann::json& body);
+// Reads response_format, structured_outputs / guided_* and (chat) tool_choice into req.constraint, from the body in
+// the client's key order (a schema's property order is the order the grammar imposes); 400 naming the field when
+// they are malformed or conflict. Called by the parse functions above, after tool_choice and tools were checked.
+void parse_output_constraint(const nlohmann::ordered_json& ordered_body, const ProtocolLimits& limits,
+                             ParsedRequest& req);
 
 // Pieces the other routes share (request_entry.cpp, responses_protocol.cpp): the "model" field (404 naming the
 // served model when it differs) and a list of token ids (400 naming `param` for a non-integer or out-of-vocab id).

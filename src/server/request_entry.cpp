@@ -41,13 +41,10 @@ PreparedGeneration prepare_generation(Route route, std::string_view body_text, c
         ParsedRequest& pr = out.request;
         switch (route) {
             case Route::ChatCompletions: pr = parse_chat_request(body, ctx.limits, body_text); break;
-            case Route::Completions: pr = parse_completion_request(body, ctx.limits); break;
+            case Route::Completions: pr = parse_completion_request(body, ctx.limits, body_text); break;
             case Route::Responses: out.responses = parse_responses_request(body, ctx.limits, body_text, pr); break;
             default: throw ApiError(500, "prepare_generation: not a generation route", "", "server_error");
         }
-        if (pr.tool_choice != "auto" && pr.tool_choice != "none")
-            bad_param("tool_choice", "'tool_choice' = '{}' is not supported (only auto and none): the model cannot be "
-                      "forced to call a tool", pr.tool_choice.substr(0, 64));
         out.prompts = tokenize_prompts(route, pr, ctx.tok);
         for (const auto& p : out.prompts) {
             try {
@@ -72,7 +69,7 @@ json answer_tokenize(std::string_view body_text, const EntryContext& ctx) {
             const ParsedRequest pr = parse_chat_request(body, ctx.limits, body_text);
             ids = tokenize_prompts(Route::ChatCompletions, pr, ctx.tok).at(0);
         } else {
-            const ParsedRequest pr = parse_completion_request(body, ctx.limits);
+            const ParsedRequest pr = parse_completion_request(body, ctx.limits, body_text);
             if (pr.prompt_texts.size() + pr.prompt_tokens.size() != 1)
                 bad_param("prompt", "'/tokenize' takes exactly one prompt");
             ids = tokenize_prompts(Route::Completions, pr, ctx.tok).at(0);

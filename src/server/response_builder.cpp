@@ -25,11 +25,61 @@ std::string tool_call_id(const std::string& req_id, size_t choice, size_t k) {
 }  // namespace
 
 ResponseBuilder::ResponseBuilder(const ParsedRequest& req, const tokenizer::Tokenizer& tok, std::string id,
-                                 int64_t created, std::vector<int64_t> prompt_lens)
-    : req_(req), tok_(tok), id_(std::move(id)), created_(created), prompt_lens_(std::move(prompt_lens)) {
+                                 int64_t created, std::vector<std::vector<int32_t>> prompts)
+    : req_(req), tok_(tok), id_(std::move(id)), created_(created), prompts_(std::move(prompts)) {
     choices_.resize(req.prompt_count() * size_t(req.n));
     if (req.endpoint == Endpoint::Chat)
         for (auto& c : choices_) c.parser = std::make_unique<chat::StreamingParser>(req.chat.thinking);
+    if (req.echo) {
+        // Text prompts come back as sent; token-id prompts as their decoded text.
+        for (size_t p = 0; p < prompts_.size(); ++p)
+            prompt_texts_.push_back(p < req.prompt_texts.size() ? req.prompt_texts[p]
+                                                                : tok.decode(prompts_[p], req.skip_special_tokens));
+    }
+}
+
+ojson ResponseBuilder::vllm_prompt_logprobs(size_t choice) const {
+    const std::vector<int32_t>& ids = prompt_of(choice);
+    const Choice& c = choices_.at(choice);
+    ojson out = ojson::array({nullptr});  // the first prompt token has no logprob
+    auto entry = [&](int32_t token, float logprob, int64_t rank) {
+        return ojson{{"logprob", logprob},
+                     {"rank", rank},
+                     {"decoded_token", tokenizer::utf8_lossy(tok_.token_bytes(token))}};
+    };
+    for (size_t i = 0; i < c.prompt_scores.size() && i + 1 < ids.size(); ++i) {
+        const ScoredToken& s = c.prompt_scores[i];
+        ojson d = ojson::object();
+        d[std::to_string(s.token)] = entry(s.token, s.logprob, s.rank);
+        for (size_t k = 0; k < s.top.size() && int(k) < req_.prompt_logprobs; ++k)
+            if (!d.contains(std::to_string(s.top[k].first)))
+                d[std::to_string(s.top[k].first)] = entry(s.top[k].first, s.top[k].second, int64_t(k) + 1);
+        out.push_back(std::move(d));
+    }
+    return out;
+}
+
+void ResponseBuilder::append_echo_logprobs(size_t choice, ojson& lp) const {
+    const std::vector<int32_t>& ids = prompt_of(choice);
+    const Choice& c = choices_.at(choice);
+    size_t offset = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        const std::string& bytes = tok_.token_bytes(ids[i]);
+        lp["tokens"].push_back(tokenizer::utf8_lossy(bytes));
+        lp["text_offset"].push_back(offset);
+        offset += code_points(bytes);
+        if (i == 0 || i - 1 >= c.prompt_scores.size()) {
+            lp["token_logprobs"].push_back(nullptr);
+            lp["top_logprobs"].push_back(nullptr);
+            continue;
+        }
+        const ScoredToken& s = c.prompt_scores[i - 1];
+        lp["token_logprobs"].push_back(s.logprob);
+        ojson top = ojson::object();
+        for (size_t k = 0; k < s.top.size() && int(k) < req_.top_logprobs; ++k)
+            top[tokenizer::utf8_lossy(tok_.token_bytes(s.top[k].first))] = s.top[k].second;
+        lp["top_logprobs"].push_back(std::move(top));
+    }
 }
 
 std::string ResponseBuilder::sse(const ojson& j) const {
@@ -71,6 +121,16 @@ ojson ResponseBuilder::apply(const runtime::OutputEvent& ev, bool streaming) {
     ojson delta = ojson::object();
     ojson lp = nullptr;
     const bool chat = req_.endpoint == Endpoint::Chat;
+    c.prompt_scores.insert(c.prompt_scores.end(), ev.prompt_logprobs.begin(), ev.prompt_logprobs.end());
+    // Streaming sends the prompt side (echo, prompt_logprobs) once all of it is known: with the first token or the end.
+    const bool send_prompt = streaming && !c.prompt_sent && (!ev.tokens.empty() || ev.finished);
+    if (send_prompt) c.prompt_sent = true;
+    const bool echo_now = send_prompt && req_.echo;
+    if (echo_now && req_.logprobs) {
+        lp = ojson{{"tokens", ojson::array()}, {"token_logprobs", ojson::array()}, {"top_logprobs", ojson::array()},
+                   {"text_offset", ojson::array()}};
+        append_echo_logprobs(size_t(ev.choice), lp);
+    }
     if (req_.logprobs && !ev.tokens.empty()) {
         if (chat) {
             ojson content = ojson::array();
@@ -82,6 +142,8 @@ ojson ResponseBuilder::apply(const runtime::OutputEvent& ev, bool streaming) {
             lp = ojson{{"content", content}};
         } else {
             ojson toks = ojson::array(), lps = ojson::array(), tops = ojson::array(), offs = ojson::array();
+            // text_offset counts code points of the returned text, which starts with the echoed prompt.
+            const size_t offset_base = req_.echo ? code_points(echo_text(size_t(ev.choice))) : 0;
             for (const auto& t : ev.tokens) {
                 const std::string s = tokenizer::utf8_lossy(tok_.token_bytes(t.id));
                 ojson top = ojson::object();
@@ -90,14 +152,23 @@ ojson ResponseBuilder::apply(const runtime::OutputEvent& ev, bool streaming) {
                 toks.push_back(s);
                 lps.push_back(t.logprob);
                 tops.push_back(top);
-                offs.push_back(c.text_chars);
+                offs.push_back(offset_base + c.text_chars);
                 c.cmpl_tokens.push_back(s);
                 c.cmpl_token_logprobs.push_back(t.logprob);
                 c.cmpl_top.push_back(top);
-                c.cmpl_offsets.push_back(c.text_chars);
+                c.cmpl_offsets.push_back(offset_base + c.text_chars);
                 c.text_chars += code_points(tok_.token_bytes(t.id));
             }
-            lp = ojson{{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+            if (lp.is_null()) {
+                lp = ojson{{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+            } else {  // after the echoed prompt's entries
+                for (size_t i = 0; i < toks.size(); ++i) {
+                    lp["tokens"].push_back(toks[i]);
+                    lp["token_logprobs"].push_back(lps[i]);
+                    lp["top_logprobs"].push_back(tops[i]);
+                    lp["text_offset"].push_back(offs[i]);
+                }
+            }
         }
     }
     std::string reasoning_piece, content_piece;
@@ -143,9 +214,10 @@ ojson ResponseBuilder::apply(const runtime::OutputEvent& ev, bool streaming) {
         }
         choice["delta"] = delta;
     } else {
-        choice["text"] = content_piece;
+        choice["text"] = echo_now ? echo_text(size_t(ev.choice)) + content_piece : content_piece;
     }
     choice["logprobs"] = lp;
+    if (send_prompt && req_.prompt_logprobs >= 0) choice["prompt_logprobs"] = vllm_prompt_logprobs(size_t(ev.choice));
     choice["finish_reason"] = ev.finished && (c.finish_reason == "stop" || c.finish_reason == "length")
                                   ? ojson(final_reason(c))
                                   : ojson(nullptr);
@@ -173,6 +245,15 @@ std::string ResponseBuilder::stream(const std::vector<runtime::OutputEvent>& eve
         ojson choice = apply(ev, true);
         const Choice& c = choices_.at(size_t(ev.choice));
         const bool abnormal = ev.finished && c.finish_reason != "stop" && c.finish_reason != "length";
+        if (req_.endpoint == Endpoint::Chat && choice.contains("prompt_logprobs")) {
+            // vLLM puts a chat response's prompt_logprobs beside its choices.
+            ojson j = chunk_base();
+            j["choices"] = ojson::array();
+            j["prompt_logprobs"] = choice["prompt_logprobs"];
+            if (req_.include_usage) j["usage"] = nullptr;
+            out += sse(j);
+            choice.erase("prompt_logprobs");
+        }
         const bool has_payload = choice["finish_reason"] != nullptr || choice["logprobs"] != nullptr ||
                                  (choice.contains("delta") && !choice["delta"].empty()) ||
                                  (choice.contains("text") && !choice["text"].get<std::string>().empty());
@@ -194,7 +275,7 @@ std::string ResponseBuilder::stream(const std::vector<runtime::OutputEvent>& eve
 
 ojson ResponseBuilder::usage() const {
     int64_t prompt = 0, completion = 0, reasoning = 0;
-    for (int64_t p : prompt_lens_) prompt += p;
+    for (const auto& p : prompts_) prompt += int64_t(p.size());
     for (const Choice& c : choices_) {
         completion += c.completion_tokens;
         reasoning += c.reasoning_tokens;
@@ -272,17 +353,28 @@ ojson ResponseBuilder::final_json() const {
             ch["message"] = msg;
             ch["logprobs"] = req_.logprobs ? ojson{{"content", c.logprobs}} : ojson(nullptr);
         } else {
-            ch["text"] = c.text;
-            ch["logprobs"] = req_.logprobs ? ojson{{"tokens", c.cmpl_tokens},
-                                                   {"token_logprobs", c.cmpl_token_logprobs},
-                                                   {"top_logprobs", c.cmpl_top},
-                                                   {"text_offset", c.cmpl_offsets}}
-                                           : ojson(nullptr);
+            ch["text"] = req_.echo ? echo_text(i) + c.text : c.text;
+            if (req_.logprobs) {
+                ojson lp = {{"tokens", ojson::array()}, {"token_logprobs", ojson::array()},
+                            {"top_logprobs", ojson::array()}, {"text_offset", ojson::array()}};
+                if (req_.echo) append_echo_logprobs(i, lp);
+                for (size_t k = 0; k < c.cmpl_tokens.size(); ++k) {
+                    lp["tokens"].push_back(c.cmpl_tokens[k]);
+                    lp["token_logprobs"].push_back(c.cmpl_token_logprobs[k]);
+                    lp["top_logprobs"].push_back(c.cmpl_top[k]);
+                    lp["text_offset"].push_back(c.cmpl_offsets[k]);
+                }
+                ch["logprobs"] = lp;
+            } else {
+                ch["logprobs"] = nullptr;
+            }
+            if (req_.prompt_logprobs >= 0) ch["prompt_logprobs"] = vllm_prompt_logprobs(i);
         }
         ch["finish_reason"] = final_reason(c);
         choices.push_back(ch);
     }
     j["choices"] = choices;
+    if (chat && req_.prompt_logprobs >= 0 && !choices_.empty()) j["prompt_logprobs"] = vllm_prompt_logprobs(0);
     j["usage"] = usage();
     return j;
 }

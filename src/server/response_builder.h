@@ -1,6 +1,7 @@
 // Turns the step loop's OutputEvents of one HTTP request into OpenAI responses: SSE chunks while streaming, or the final
 // JSON object. Chat output goes through the DeepSeek-V4 output parser (reasoning_content / content / tool_calls);
-// completions return raw text. Logprobs, usage (with reasoning token count) and finish_reason are assembled here.
+// completions return raw text. Logprobs, usage (with reasoning token count) and finish_reason are assembled here, and
+// the prompt side: completions echo (prompt text and its logprobs before the completion's) and vLLM prompt_logprobs.
 #pragma once
 #include <optional>
 #include <string>
@@ -20,8 +21,9 @@ std::optional<ApiError> generation_failure(const std::string& finish_reason, con
 
 class ResponseBuilder {
 public:
+    // prompts: the token ids of each prompt (choice i belongs to prompt i / n).
     ResponseBuilder(const ParsedRequest& req, const tokenizer::Tokenizer& tok, std::string id, int64_t created,
-                    std::vector<int64_t> prompt_lens);
+                    std::vector<std::vector<int32_t>> prompts);
 
     // Streaming. first_chunk: the role delta of every chat choice (empty for completions).
     std::string first_chunks();
@@ -46,6 +48,8 @@ private:
         nlohmann::ordered_json cmpl_top = nlohmann::ordered_json::array();
         nlohmann::ordered_json cmpl_offsets = nlohmann::ordered_json::array();
         size_t text_chars = 0;  // completions: code points of the tokens so far (the next text_offset)
+        std::vector<ScoredToken> prompt_scores;  // positions 1, 2, ... of its prompt
+        bool prompt_sent = false;                // streaming: echo / prompt_logprobs already emitted
         std::string finish_reason;
         std::string error;
         int64_t completion_tokens = 0;
@@ -59,12 +63,18 @@ private:
     nlohmann::ordered_json token_logprob(const runtime::TokenOut& t) const;
     std::string sse(const nlohmann::ordered_json& j) const;
     std::string final_reason(const Choice& c) const;
+    // The prompt of a choice, its echoed text, and its prompt logprobs in vLLM's and in OpenAI echo's shapes.
+    const std::vector<int32_t>& prompt_of(size_t choice) const { return prompts_.at(choice / size_t(req_.n)); }
+    const std::string& echo_text(size_t choice) const { return prompt_texts_.at(choice / size_t(req_.n)); }
+    nlohmann::ordered_json vllm_prompt_logprobs(size_t choice) const;
+    void append_echo_logprobs(size_t choice, nlohmann::ordered_json& lp) const;
 
     const ParsedRequest& req_;
     const tokenizer::Tokenizer& tok_;
     std::string id_;
     int64_t created_;
-    std::vector<int64_t> prompt_lens_;
+    std::vector<std::vector<int32_t>> prompts_;
+    std::vector<std::string> prompt_texts_;  // completions with echo: the text returned before each completion
     std::vector<Choice> choices_;
     bool error_sent_ = false;
 };

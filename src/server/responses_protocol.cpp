@@ -15,14 +15,8 @@ using ojson = nlohmann::ordered_json;
 
 namespace {
 
-const ojson* member(const ojson& obj, const char* name) {
-    auto it = obj.find(name);
-    if (it == obj.end() || it->is_null()) return nullptr;
-    return &*it;
-}
-
 const std::string& string_member(const ojson& obj, const char* name, const std::string& where) {
-    const ojson* v = member(obj, name);
+    const ojson* v = given_member(obj, name);
     if (!v || !v->is_string()) bad_param(where, "'{}.{}' must be a string", where, name);
     return v->get_ref<const std::string&>();
 }
@@ -52,7 +46,7 @@ ojson text_parts(const ojson& content, const std::string& where, bool assistant)
 std::string reasoning_text(const ojson& item, const std::string& where) {
     std::string text;
     for (const char* key : {"content", "summary"}) {
-        const ojson* parts = member(item, key);
+        const ojson* parts = given_member(item, key);
         if (!parts) continue;
         if (!parts->is_array()) bad_param(where, "'{}.{}' must be an array", where, key);
         for (size_t i = 0; i < parts->size(); ++i) {
@@ -106,7 +100,7 @@ void translate_input(const ojson& input, MessageBuilder& out) {
         const ojson& item = input[i];
         const std::string where = fmt::format("input[{}]", i);
         if (!item.is_object()) bad_param(where, "'{}' must be an object", where);
-        const ojson* type_v = member(item, "type");
+        const ojson* type_v = given_member(item, "type");
         if (type_v && !type_v->is_string()) bad_param(where, "'{}.type' must be a string", where);
         const std::string type = type_v ? type_v->get<std::string>() : "message";
         if (type == "message") {
@@ -114,7 +108,7 @@ void translate_input(const ojson& input, MessageBuilder& out) {
             if (!roles.count(role))
                 bad_param(where, "'{}.role' = '{}' is not one of user, assistant, system, developer", where,
                           role.substr(0, 64));
-            const ojson* content = member(item, "content");
+            const ojson* content = given_member(item, "content");
             if (!content) bad_param(where, "'{}.content' is required", where);
             out.add(ojson{{"role", role}, {"content", text_parts(*content, where + ".content", role == "assistant")}});
         } else if (type == "reasoning") {
@@ -128,7 +122,7 @@ void translate_input(const ojson& input, MessageBuilder& out) {
                                     {"function", {{"name", name}, {"arguments", arguments}}}});
         } else if (type == "function_call_output") {
             const std::string& call_id = string_member(item, "call_id", where);
-            const ojson* output = member(item, "output");
+            const ojson* output = given_member(item, "output");
             if (!output) bad_param(where, "'{}.output' is required", where);
             out.add(ojson{{"role", "tool"}, {"tool_call_id", call_id},
                           {"content", text_parts(*output, where + ".output", false)}});
@@ -149,7 +143,7 @@ ojson translate_tools(const ojson& tools) {
         const ojson& t = tools[i];
         const std::string where = fmt::format("tools[{}]", i);
         if (!t.is_object()) bad_param("tools", "'{}' must be an object", where);
-        const ojson* type = member(t, "type");
+        const ojson* type = given_member(t, "type");
         if (!type || !type->is_string()) bad_param("tools", "'{}.type' must be a string", where);
         if (*type != "function")
             bad_param("tools", "'{}.type' = '{}' is not supported (function tools only)", where,
@@ -183,9 +177,9 @@ ojson translate_tool_choice(const ojson& tc) {
 // text.format → chat response_format.
 ojson translate_text_format(const ojson& text) {
     if (!text.is_object()) bad_param("text", "'text' must be an object");
-    if (const ojson* v = member(text, "verbosity"))
+    if (const ojson* v = given_member(text, "verbosity"))
         if (!v->is_string()) bad_param("text", "'text.verbosity' must be a string");
-    const ojson* format = member(text, "format");
+    const ojson* format = given_member(text, "format");
     if (!format) return nullptr;
     if (!format->is_object() || !(*format).contains("type") || !(*format)["type"].is_string())
         bad_param("text.format", "'text.format' must be an object with a string 'type'");
@@ -207,20 +201,20 @@ ojson translate_text_format(const ojson& text) {
 
 // Responses fields with no chat counterpart that are validated and echoed, or refused.
 void check_state_fields(const ojson& body) {
-    if (member(body, "previous_response_id"))
+    if (given_member(body, "previous_response_id"))
         bad_param("previous_response_id", "'previous_response_id' is not supported: this server stores no responses "
                   "(send the earlier output items in 'input' instead)");
-    if (member(body, "conversation"))
+    if (given_member(body, "conversation"))
         bad_param("conversation", "'conversation' is not supported: this server stores no conversations");
-    if (const ojson* b = member(body, "background")) {
+    if (const ojson* b = given_member(body, "background")) {
         if (!b->is_boolean()) bad_param("background", "'background' must be a boolean");
         if (b->get<bool>()) bad_param("background", "'background' responses are not supported (nothing is stored)");
     }
-    if (member(body, "prompt"))
+    if (given_member(body, "prompt"))
         bad_param("prompt", "'prompt' (stored prompt templates) is not supported; send 'input' and 'instructions'");
-    if (const ojson* s = member(body, "store"))
+    if (const ojson* s = given_member(body, "store"))
         if (!s->is_boolean()) bad_param("store", "'store' must be a boolean");
-    if (const ojson* inc = member(body, "include")) {
+    if (const ojson* inc = given_member(body, "include")) {
         if (!inc->is_array()) bad_param("include", "'include' must be an array of strings");
         for (const ojson& v : *inc) {
             if (!v.is_string()) bad_param("include", "'include' must be an array of strings");
@@ -228,35 +222,35 @@ void check_state_fields(const ojson& body) {
                 bad_param("include", "'message.output_text.logprobs' is not supported on /v1/responses");
         }
     }
-    if (const ojson* tl = member(body, "top_logprobs")) {
+    if (const ojson* tl = given_member(body, "top_logprobs")) {
         if (!tl->is_number_integer()) bad_param("top_logprobs", "'top_logprobs' must be an integer");
         if (*tl != 0) bad_param("top_logprobs", "'top_logprobs' is not supported on /v1/responses (only 0)");
     }
-    if (const ojson* t = member(body, "truncation"))
+    if (const ojson* t = given_member(body, "truncation"))
         if (!t->is_string() || (*t != "auto" && *t != "disabled"))
             bad_param("truncation", "'truncation' must be auto or disabled");
-    if (const ojson* p = member(body, "parallel_tool_calls"))
+    if (const ojson* p = given_member(body, "parallel_tool_calls"))
         if (!p->is_boolean()) bad_param("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
-    if (const ojson* m = member(body, "max_tool_calls"))
+    if (const ojson* m = given_member(body, "max_tool_calls"))
         if (!m->is_number_integer() || m->get<int64_t>() < 0)
             bad_param("max_tool_calls", "'max_tool_calls' must be a non-negative integer");
     for (const char* name : {"user", "safety_identifier", "prompt_cache_key", "service_tier", "instructions"})
-        if (const ojson* v = member(body, name))
+        if (const ojson* v = given_member(body, name))
             if (!v->is_string()) bad_param(name, "'{}' must be a string", name);
-    if (const ojson* m = member(body, "metadata")) {
+    if (const ojson* m = given_member(body, "metadata")) {
         if (!m->is_object()) bad_param("metadata", "'metadata' must be an object of strings");
         if (m->size() > 16) bad_param("metadata", "'metadata' has {} keys; at most 16 are allowed", m->size());
         for (const auto& [k, v] : m->items())
             if (!v.is_string() || k.size() > 64 || v.get_ref<const std::string&>().size() > 512)
                 bad_param("metadata", "'metadata' values must be strings (keys up to 64, values up to 512 bytes)");
     }
-    if (const ojson* r = member(body, "reasoning")) {
+    if (const ojson* r = given_member(body, "reasoning")) {
         if (!r->is_object()) bad_param("reasoning", "'reasoning' must be an object");
         for (const char* key : {"effort", "summary", "generate_summary"})
-            if (const ojson* v = member(*r, key))
+            if (const ojson* v = given_member(*r, key))
                 if (!v->is_string()) bad_param("reasoning", "'reasoning.{}' must be a string", key);
     }
-    if (const ojson* so = member(body, "stream_options"))
+    if (const ojson* so = given_member(body, "stream_options"))
         if (!so->is_object()) bad_param("stream_options", "'stream_options' must be an object");
 }
 
@@ -303,19 +297,21 @@ ResponsesFields parse_responses_request(const json& body, const ProtocolLimits& 
     for (const auto& [key, value] : ob.items())
         if (!responses_only_fields().count(key)) chat[key] = value;
     MessageBuilder messages;
-    if (const ojson* instructions = member(ob, "instructions"))
+    if (const ojson* instructions = given_member(ob, "instructions"))
         messages.add(ojson{{"role", "system"}, {"content", *instructions}});
-    const ojson* input = member(ob, "input");
+    const ojson* input = given_member(ob, "input");
     if (!input) bad_param("input", "'input' is required");
     translate_input(*input, messages);
     chat["messages"] = messages.take();
-    if (const ojson* tools = member(ob, "tools")) chat["tools"] = translate_tools(*tools);
-    if (const ojson* tc = member(ob, "tool_choice")) chat["tool_choice"] = translate_tool_choice(*tc);
-    if (const ojson* text = member(ob, "text"))
+    if (const ojson* tools = given_member(ob, "tools")) chat["tools"] = translate_tools(*tools);
+    if (const ojson* tc = given_member(ob, "tool_choice")) chat["tool_choice"] = translate_tool_choice(*tc);
+    // Checked above; on chat it decides whether a forced tool choice may call more than one tool.
+    if (const ojson* ptc = given_member(ob, "parallel_tool_calls")) chat["parallel_tool_calls"] = *ptc;
+    if (const ojson* text = given_member(ob, "text"))
         if (ojson rf = translate_text_format(*text); !rf.is_null()) chat["response_format"] = std::move(rf);
-    if (const ojson* mot = member(ob, "max_output_tokens")) chat["max_tokens"] = *mot;
-    if (const ojson* r = member(ob, "reasoning"))
-        if (const ojson* effort = member(*r, "effort"); effort && *effort != "none") {
+    if (const ojson* mot = given_member(ob, "max_output_tokens")) chat["max_tokens"] = *mot;
+    if (const ojson* r = given_member(ob, "reasoning"))
+        if (const ojson* effort = given_member(*r, "effort"); effort && *effort != "none") {
             // DeepSeek-V4 thinks when asked to reason; the effort maps as on chat (reasoning_effort).
             chat["thinking"] = ojson{{"type", "enabled"}};
             chat["reasoning_effort"] = *effort;
@@ -328,12 +324,14 @@ ResponsesFields parse_responses_request(const json& body, const ProtocolLimits& 
         renamed.param = responses_param(e.param);
         throw renamed;
     }
+    // Named in the grammar engine's errors, which come after this translation.
+    request.constraint.param = responses_param(request.constraint.param);
 
     ResponsesFields out;
     ojson& echo = out.echo;
     // A field sent as null is echoed as its default, like one left out.
     auto given_or = [&](const char* key, ojson fallback) {
-        const ojson* v = member(ob, key);
+        const ojson* v = given_member(ob, key);
         return v ? *v : fallback;
     };
     echo["instructions"] = given_or("instructions", ojson(nullptr));
@@ -342,15 +340,15 @@ ResponsesFields parse_responses_request(const json& body, const ProtocolLimits& 
     echo["parallel_tool_calls"] = given_or("parallel_tool_calls", ojson(true));
     echo["previous_response_id"] = nullptr;
     ojson reasoning = {{"effort", nullptr}, {"summary", nullptr}};
-    if (const ojson* r = member(ob, "reasoning"))
+    if (const ojson* r = given_member(ob, "reasoning"))
         for (const char* key : {"effort", "summary"})
-            if (const ojson* v = member(*r, key)) reasoning[key] = *v;
+            if (const ojson* v = given_member(*r, key)) reasoning[key] = *v;
     echo["reasoning"] = reasoning;
     echo["store"] = false;  // nothing is kept, whatever the request asked
     echo["temperature"] = given_or("temperature", ojson(1.0));
     ojson text = {{"format", {{"type", "text"}}}};
-    if (const ojson* t = member(ob, "text"))
-        if (const ojson* f = member(*t, "format")) text["format"] = *f;
+    if (const ojson* t = given_member(ob, "text"))
+        if (const ojson* f = given_member(*t, "format")) text["format"] = *f;
     echo["text"] = text;
     echo["tool_choice"] = given_or("tool_choice", ojson("auto"));
     echo["tools"] = given_or("tools", ojson::array());

@@ -2,6 +2,8 @@
 // context and sequence limits, forward_sample, and the factory's backend dispatch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <random>
 
@@ -134,4 +136,37 @@ TEST(CpuBackend, ContextLimitAndOptions) {
         EXPECT_NE(std::string(e.what()).find("no CUDA"), std::string::npos) << e.what();
     }
 #endif
+}
+
+// Prompt scoring in the same forward as the prefill: forward_sample with all_logits and score targets gives the
+// log-softmax of the forward() rows at the targets (and samples from the last row as usual).
+TEST(CpuBackend, ForwardSampleScoresPromptRows) {
+    const auto& tm = backend_test::tiny_model();
+    BackendOptions opt;
+    opt.max_sequences = 2;
+    auto be = create_backend(tm.dir, opt);
+    const int64_t V = be->config().vocab_size;
+    const auto tok = backend_test::random_tokens(9, V, std::random_device{}());
+    const int a = be->create_sequence(), b = be->create_sequence();
+    std::vector<float> ref;
+    SequenceStep full = {a, tok.data(), 9, true};
+    be->forward(std::span<const SequenceStep>(&full, 1), ref);
+    SequenceStep scored = {b, tok.data(), 9, true};
+    SampleParams sp;
+    sp.score_targets = std::span<const int32_t>(tok.data() + 1, 8);
+    sp.score_top_n = 2;
+    std::vector<SampleResult> res;
+    be->forward_sample(std::span<const SequenceStep>(&scored, 1), std::span<const SampleParams>(&sp, 1), res);
+    ASSERT_EQ(res.size(), 1u);
+    ASSERT_EQ(res[0].scored.size(), 8u);
+    for (size_t j = 0; j < 8; ++j) {
+        const float* row = ref.data() + j * size_t(V);
+        double z = 0;
+        const float mx = *std::max_element(row, row + V);
+        for (int64_t i = 0; i < V; ++i) z += std::exp(double(row[i]) - mx);
+        EXPECT_NEAR(res[0].scored[j].logprob, row[tok[j + 1]] - mx - std::log(z), 1e-5) << "row " << j;
+        EXPECT_EQ(res[0].scored[j].top.size(), 2u);
+    }
+    const float* last = ref.data() + 8 * size_t(V);
+    EXPECT_EQ(res[0].token, int32_t(std::max_element(last, last + V) - last));
 }

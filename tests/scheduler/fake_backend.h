@@ -1,7 +1,10 @@
 // A test double for Backend with real block accounting and deterministic "model" output: the next token is a hash
 // of every token appended to the sequence so far (plus seed and draw index when sampling), so recomputation after
-// preemption must reproduce exactly the same continuation, and any bookkeeping slip changes the output.
+// preemption must reproduce exactly the same continuation, and any bookkeeping slip changes the output. The
+// sampler inputs the scheduler passes are honoured the simple way (a banned or masked token is replaced by the
+// lowest allowed id) and recorded, and scored rows get a deterministic logprob per (position, target).
 #pragma once
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -80,13 +83,41 @@ public:
             // Never EOS (id 1) unless the test asks for it through eos_after.
             int32_t tok = int32_t(2 + h % uint64_t(config_.vocab_size - 2));
             if (eos_after > 0 && q.len >= eos_after) tok = 1;
-            out[i] = SampleResult{tok, -0.5f, {}};
+            const SampleParams& p = params[i];
+            if (p.allowed_tokens_ready.valid()) p.allowed_tokens_ready.wait();
+            auto allowed = [&](int32_t t) {
+                if (p.allowed_tokens && !((p.allowed_tokens[t >> 5] >> (t & 31)) & 1u)) return false;
+                return std::find(p.banned_tokens.begin(), p.banned_tokens.end(), t) == p.banned_tokens.end();
+            };
+            if (!allowed(tok)) {
+                tok = -1;
+                for (int32_t t = 0; t < int32_t(config_.vocab_size) && tok < 0; ++t)
+                    if (allowed(t)) tok = t;
+                FS_CHECK(tok >= 0, "fake: every token excluded");
+            }
+            out[i] = SampleResult{tok, -0.5f, {}, {}};
+            FS_CHECK(p.score_targets.empty() || steps[i].all_logits, "fake: scoring without all_logits");
+            const int64_t first_pos = q.len - steps[i].n_tokens + 1;  // position of score target 0
+            for (size_t j = 0; j < p.score_targets.size(); ++j)
+                out[i].scored.push_back(
+                    ScoredToken{p.score_targets[j], score_of(first_pos + int64_t(j), p.score_targets[j]), 1, {}});
+            seen.push_back(Seen{std::vector<int32_t>(p.banned_tokens.begin(), p.banned_tokens.end()),
+                                p.allowed_tokens != nullptr, p.score_targets.size(), steps[i].all_logits});
             tokens_this_call += steps[i].n_tokens;
             step_log.push_back({steps[i].seq_id, nullptr, steps[i].n_tokens, steps[i].all_logits, steps[i].prefill});
         }
     }
 
     void fail_next_call() { fail_next_ = true; }
+    // The logprob the fake reports for `target` at prompt position `pos`.
+    static float score_of(int64_t pos, int32_t target) { return -float((pos * 7 + target) % 97) / 10.f - 0.01f; }
+    struct Seen {
+        std::vector<int32_t> banned;
+        bool masked = false;
+        size_t scored = 0;
+        bool all_logits = false;
+    };
+    std::vector<Seen> seen;  // one per entry per call, in order
     int64_t eos_after = 0;        // when > 0, sequences of at least this length sample EOS
     int calls = 0;
     int64_t tokens_this_call = 0;  // cumulative appended tokens (all calls)

@@ -244,7 +244,7 @@ TEST(Scheduler, InvalidSubmissionsNameTheField) {
     expect_error({}, 4, "prompt");
     expect_error({5, -1}, 4, "prompt");
     expect_error({5, 500}, 4, "prompt");
-    expect_error({5}, 0, "max_tokens");
+    expect_error({5}, 0, "max_tokens");  // 0 only when the prompt is scored
     expect_error({5}, -3, "max_tokens");
     EXPECT_TRUE(s.idle());
 }
@@ -401,5 +401,181 @@ TEST(Scheduler, ForcedTokensReplaceSamplesAndStillStop) {
     drain(s, o);
     EXPECT_EQ(o.tokens[id], (std::vector<int32_t>{7, 8, 9, 1}));
     EXPECT_EQ(o.finish[id], FinishReason::Stop);
+    expect_empty_pool(s, b);
+}
+
+// Prompt scoring (echo / prompt logprobs): every prompt position after the first is reported exactly once, in
+// order, with the target the backend scored, also when chunked prefill splits the prompt and when preemption
+// recomputes it; the generated tokens are those of unscored runs.
+TEST(Scheduler, PromptScoresEveryPositionOnceAcrossChunksAndPreemption) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    FakeBackend b(60, 8, 32);  // about 10x oversubscribed, as in PreemptionByRecomputeReproducesOutputs
+    SchedulerOptions opt;
+    opt.max_batch_tokens = 64;
+    opt.prefill_chunk = 16;
+    Scheduler s(b, opt);
+    std::map<uint64_t, std::pair<std::vector<int32_t>, GenerationParams>> submitted;
+    std::map<uint64_t, std::vector<ScoredToken>> scores;
+    for (int i = 0; i < 12; ++i) {
+        auto p = random_prompt(rng, 20 + int(rng() % 20));
+        auto g = params(60 + int64_t(rng() % 20), (i % 2) ? 0.9f : 0.f, rng());
+        g.prompt_logprobs = int(rng() % 3);
+        submitted[s.submit(p, g)] = {p, g};
+    }
+    Outcome o;
+    for (int i = 0; i < 100000 && !s.idle(); ++i)
+        for (auto& ev : s.step()) {
+            for (auto& sc : ev.prompt_logprobs) scores[ev.id].push_back(sc);
+            if (ev.has_token) o.tokens[ev.id].push_back(ev.sample.token);
+            if (ev.finish != FinishReason::None) o.finish[ev.id] = ev.finish;
+        }
+    ASSERT_TRUE(s.idle());
+    EXPECT_GT(s.counters().preemptions, 0u);
+    for (const auto& [id, pg] : submitted) {
+        const auto& prompt = pg.first;
+        ASSERT_EQ(scores[id].size(), prompt.size() - 1) << "request " << id;
+        for (size_t pos = 1; pos < prompt.size(); ++pos) {
+            EXPECT_EQ(scores[id][pos - 1].token, prompt[pos]) << "request " << id << " position " << pos;
+            EXPECT_EQ(scores[id][pos - 1].logprob, FakeBackend::score_of(int64_t(pos), prompt[pos]));
+        }
+        GenerationParams unscored = pg.second;
+        unscored.prompt_logprobs = -1;
+        EXPECT_EQ(o.tokens[id], reference(prompt, unscored)) << "request " << id;
+    }
+    expect_empty_pool(s, b);
+}
+
+TEST(Scheduler, MaxTokensZeroOnlyScoresThePrompt) {
+    std::mt19937_64 rng(fresh_seed());
+    FakeBackend b(1000, 16, 8);
+    SchedulerOptions opt;
+    opt.prefill_chunk = 7;
+    Scheduler s(b, opt);
+    const auto prompt = random_prompt(rng, 30);
+    GenerationParams g = params(0);
+    g.prompt_logprobs = 1;
+    const uint64_t id = s.submit(prompt, g);
+    std::vector<ScoredToken> scored;
+    Outcome o;
+    for (int i = 0; i < 100 && !s.idle(); ++i)
+        for (auto& ev : s.step()) {
+            for (auto& sc : ev.prompt_logprobs) scored.push_back(sc);
+            EXPECT_FALSE(ev.has_token);
+            if (ev.finish != FinishReason::None) o.finish[ev.id] = ev.finish;
+        }
+    EXPECT_EQ(o.finish[id], FinishReason::Length);
+    ASSERT_EQ(scored.size(), prompt.size() - 1);
+    EXPECT_EQ(scored.back().token, prompt.back());
+    // Without scoring, max_tokens 0 is refused.
+    EXPECT_THROW(s.submit(prompt, params(0)), Error);
+    expect_empty_pool(s, b);
+}
+
+TEST(Scheduler, MinTokensBansStopIdsUntilReached) {
+    FakeBackend b(1000, 16, 8);
+    b.eos_after = 1;  // the fake "model" wants EOS (id 1) at once
+    Scheduler s(b, {});
+    std::mt19937_64 rng(fresh_seed());
+    GenerationParams g = params(50);
+    g.min_new_tokens = 6;
+    const uint64_t id = s.submit(random_prompt(rng, 5), g);
+    Outcome o;
+    drain(s, o);
+    ASSERT_EQ(o.tokens[id].size(), 7u);  // 6 tokens with EOS banned, then EOS
+    EXPECT_EQ(o.tokens[id].back(), 1);
+    EXPECT_EQ(o.finish[id], FinishReason::Stop);
+    size_t banned_steps = 0;
+    for (const auto& seen : b.seen) banned_steps += seen.banned == std::vector<int32_t>{1} ? 1 : 0;
+    EXPECT_EQ(banned_steps, 6u);
+}
+
+namespace {
+// Allows only tokens of one residue class mod 7, completes after `length` tokens, and rejects anything else.
+class ModuloConstraint : public TokenConstraint {
+public:
+    ModuloConstraint(int residue, int length) : residue_(residue), length_(length) {}
+    void fill_allowed(uint32_t* words, int64_t vocab) override {
+        ++fills;
+        std::fill(words, words + token_mask_words(vocab), 0u);
+        for (int64_t t = 0; t < vocab; ++t)
+            if (t % 7 == residue_) words[t >> 5] |= 1u << (t & 31);
+    }
+    bool accept(int32_t token) override {
+        if (token % 7 != residue_) {
+            error_ = "token " + std::to_string(token) + " is not allowed";
+            return false;
+        }
+        return ++accepted_ <= length_;
+    }
+    bool complete() const override { return accepted_ >= length_; }
+    std::string error() const override { return error_; }
+    int fills = 0;
+
+private:
+    int residue_, length_, accepted_ = 0;
+    std::string error_;
+};
+}  // namespace
+
+TEST(Scheduler, ConstraintMasksEverySampleAndEndsWhenComplete) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    FakeBackend b(1000, 16, 8);
+    SchedulerOptions opt;
+    opt.prefill_chunk = 8;
+    Scheduler s(b, opt);
+    std::map<uint64_t, std::shared_ptr<ModuloConstraint>> constraints;
+    std::map<uint64_t, int> lengths;
+    uint64_t unconstrained = 0;
+    for (int i = 0; i < 6; ++i) {
+        GenerationParams g = params(100, 0.8f, rng());
+        if (i == 5) {
+            unconstrained = s.submit(random_prompt(rng, 20), g);
+            continue;
+        }
+        const int length = 3 + int(rng() % 10);
+        // Residue 1 would allow the stop id 1 (EOS), which the fake picks when its own token is masked.
+        auto c = std::make_shared<ModuloConstraint>(2 + int(rng() % 5), length);
+        g.constraint = c;
+        g.min_new_tokens = 50;  // does not apply to constrained requests: the constraint ends them
+        const uint64_t id = s.submit(random_prompt(rng, 10 + int(rng() % 20)), g);
+        constraints[id] = c;
+        lengths[id] = length;
+    }
+    Outcome o;
+    drain(s, o);
+    for (const auto& [id, c] : constraints) {
+        ASSERT_EQ(int(o.tokens[id].size()), lengths[id]) << "request " << id;
+        EXPECT_EQ(o.finish[id], FinishReason::Stop);
+        EXPECT_EQ(c->fills, lengths[id]);  // one mask per sampled token, none for prefill chunks
+    }
+    EXPECT_EQ(o.tokens[unconstrained].size(), 100u);
+    expect_empty_pool(s, b);
+}
+
+TEST(Scheduler, ConstraintThatRejectsATokenEndsOnlyItsRequest) {
+    FakeBackend b(1000, 16, 8);
+    Scheduler s(b, {});
+    std::mt19937_64 rng(fresh_seed());
+    GenerationParams g = params(20);
+    g.constraint = std::make_shared<ModuloConstraint>(3, 10);
+    g.forced_tokens = {3, 4};  // the debug hook forces a token the constraint rejects
+    const uint64_t bad = s.submit(random_prompt(rng, 8), g);
+    const uint64_t good = s.submit(random_prompt(rng, 8), params(20));
+    std::string error;
+    Outcome o;
+    for (int i = 0; i < 1000 && !s.idle(); ++i)
+        for (auto& ev : s.step()) {
+            if (ev.has_token) o.tokens[ev.id].push_back(ev.sample.token);
+            if (ev.finish != FinishReason::None) o.finish[ev.id] = ev.finish;
+            if (ev.id == bad && !ev.error.empty()) error = ev.error;
+        }
+    EXPECT_EQ(o.finish[bad], FinishReason::Error);
+    EXPECT_NE(error.find("token 4 is not allowed"), std::string::npos) << error;
+    EXPECT_EQ(o.finish[good], FinishReason::Length);
+    EXPECT_EQ(o.tokens[good].size(), 20u);
     expect_empty_pool(s, b);
 }

@@ -45,7 +45,9 @@ EntryOutcome check_request_entry(std::string_view input, const EntryContext& ctx
         if (g.prompts.empty() || g.prompts.size() != g.max_new_tokens.size()) violation("no prompt, or no max_tokens per prompt");
         for (size_t i = 0; i < g.prompts.size(); ++i) {
             if (g.prompts[i].empty()) violation("an empty prompt was accepted");
-            if (g.max_new_tokens[i] < 1 || int64_t(g.prompts[i].size()) + g.max_new_tokens[i] > ctx.max_model_len)
+            // max_tokens 0 only scores the prompt: completions with echo (lm-evaluation-harness).
+            const int64_t least = route == Route::Completions && g.request.echo ? 0 : 1;
+            if (g.max_new_tokens[i] < least || int64_t(g.prompts[i].size()) + g.max_new_tokens[i] > ctx.max_model_len)
                 violation("prompt + max_tokens outside the context");
             for (int32_t id : g.prompts[i])
                 if (id < 0 || id >= ctx.limits.vocab_size) violation("a prompt id outside the vocabulary");

@@ -1,15 +1,19 @@
 """Hostile request bodies (serving.md §6.4 tests 6 and 12, issue 18): JSON nested 100,000 levels deep in every
 route and in every kind of field (numbers, strings, booleans, objects, arrays, message parts, tool schemas, fields
-the server ignores, the whole body), huge numbers, duplicate keys, invalid UTF-8 and giant strings. Each gets a
-clear 4xx with a short OpenAI error body while a stream on the same server runs to completion, and the process
-stays up. None of these tests needs a GPU."""
+the server ignores, the whole body, the fields of constrained decoding and sampling), huge numbers, duplicate keys,
+invalid UTF-8 and giant strings. Hostile constraints (a schema nested, huge, recursive through $ref or with an
+invalid pattern, enormous enums and choice lists, huge logit_bias maps, two constraints at once) get a 400 naming the
+field, and a constraint whose compile runs past --grammar-compile-timeout a 400 while the server keeps serving (a
+503 for others while the compiler is still busy with it). Each gets a clear 4xx (or that 503) with a short OpenAI
+error body while a stream on the same server runs to completion, and the process stays up. None of these tests
+needs a GPU."""
 import json
 import random
 import threading
 
 import pytest
 
-from conftest import http_request, post_json, sse_events
+from conftest import Server, http_request, post_json, sse_events
 
 CHAT = "/v1/chat/completions"
 CMPL = "/v1/completions"
@@ -60,13 +64,17 @@ FIELD_PATHS = {
     CHAT: [("seed",), ("temperature",), ("max_tokens",), ("model",), ("stream",), ("stop",),
            ("chat_template_kwargs",), ("response_format",), ("logit_bias",), ("tools",), ("messages",),
            ("messages", 0), ("messages", 0, "content"), ("messages", 0, "role"), ("tool_choice",),
-           ("tools_deep_schema",), ("user",), ("metadata",), ("x_unknown_field",)],
+           ("tools_deep_schema",), ("user",), ("metadata",), ("x_unknown_field",),
+           ("structured_outputs",), ("structured_outputs", "json"), ("guided_json",), ("guided_choice",),
+           ("response_format", "json_schema", "schema"), ("tools", 0, "function", "parameters")],
     CMPL: [("prompt",), ("prompt", 1), ("seed",), ("logprobs",), ("echo",), ("stop_token_ids",), ("suffix",),
-           ("user",), ("x_unknown_field",)],
+           ("user",), ("x_unknown_field",), ("logit_bias",), ("structured_outputs",), ("structured_outputs", "json"),
+           ("guided_json",), ("guided_choice",), ("guided_regex",), ("prompt_logprobs",), ("min_tokens",)],
     "/tokenize": [("prompt",), ("messages",), ("x_unknown_field",)],
     "/detokenize": [("tokens",), ("tokens", 1), ("x_unknown_field",)],
     "/v1/responses": [("input",), ("input", 0), ("instructions",), ("tools",), ("text",), ("reasoning",),
-                      ("metadata",), ("max_output_tokens",), ("x_unknown_field",)],
+                      ("metadata",), ("max_output_tokens",), ("x_unknown_field",), ("text", "format", "schema"),
+                      ("tool_choice",)],
 }
 
 
@@ -224,3 +232,103 @@ def test_giant_strings_get_clear_4xx(server):
     check_4xx(s, text, "giant duplicate key")
     assert server.proc.poll() is None
     server.wait_idle_and_audit()
+
+
+def schema_body(route, schema):
+    """A body of `route` constrained by the JSON schema `schema` (each route's own spelling)."""
+    if route == CHAT:
+        return dict(ROUTES[CHAT], response_format={"type": "json_schema", "json_schema": {"name": "n",
+                                                                                          "schema": schema}})
+    if route == CMPL:
+        return dict(ROUTES[CMPL], guided_json=schema)
+    return dict(ROUTES["/v1/responses"], text={"format": {"type": "json_schema", "name": "n", "schema": schema}})
+
+
+SCHEMA_PARAM = {CHAT: "response_format", CMPL: "guided_json", "/v1/responses": "text.format"}
+
+
+def test_hostile_constraints_get_400_naming_the_field(server):
+    rng = random.Random()
+    result = {}
+
+    def long_stream():
+        result["events"] = sse_events(server, CHAT, dict(ROUTES[CHAT], max_tokens=120, ignore_eos=True, stream=True))
+    t = threading.Thread(target=long_stream)
+    t.start()
+    huge_enum = {"enum": [f"v{i}-{rng.randrange(10**6)}" for i in range(100_000)]}
+    self_ref = {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
+    dangling_ref = {"$ref": "#/$defs/missing"}
+    bad_pattern = {"type": "object", "properties": {"p": {"type": "string", "pattern": "(unclosed[a-"}}}
+    deep_text = "[" * 30_000 + "]" * 30_000  # a schema as JSON text: nested past the bound, small as a body
+    cases = []
+    for route, param in SCHEMA_PARAM.items():
+        cases += [(route, schema_body(route, huge_enum), param, "at most"),
+                  (route, schema_body(route, self_ref), param, "cannot be used for constrained decoding"),
+                  (route, schema_body(route, dangling_ref), param, "cannot be used for constrained decoding"),
+                  (route, schema_body(route, bad_pattern), param, "cannot be used for constrained decoding")]
+    choices = [f"c{i}" for i in range(2000)]
+    bias = {str(i * 50 + rng.randrange(50)): rng.randrange(-100, 101) for i in range(2000)}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    cases += [
+        (CMPL, dict(ROUTES[CMPL], guided_json=deep_text), "guided_json", "levels deep"),
+        (CMPL, dict(ROUTES[CMPL], structured_outputs={"regex": "(a|"}), "structured_outputs",
+         "cannot be used for constrained decoding"),
+        (CMPL, dict(ROUTES[CMPL], guided_grammar="root ::= ( root"), "guided_grammar",
+         "cannot be used for constrained decoding"),
+        (CMPL, dict(ROUTES[CMPL], guided_choice=choices), "guided_choice", "at most"),
+        (CHAT, dict(ROUTES[CHAT], structured_outputs={"choice": choices}), "structured_outputs.choice", "at most"),
+        (CHAT, dict(ROUTES[CHAT], logit_bias=bias), "logit_bias", "at most"),
+        (CMPL, dict(ROUTES[CMPL], logit_bias=bias), "logit_bias", "at most"),
+        (CHAT, dict(ROUTES[CHAT], response_format={"type": "json_object"}, guided_regex="a+"), "guided_regex",
+         "conflicts"),
+        (CHAT, dict(ROUTES[CHAT], tools=tools, tool_choice="required", guided_choice=["a", "b"]), "guided_choice",
+         "conflicts"),
+        (CHAT, dict(ROUTES[CHAT], structured_outputs={"regex": "a", "choice": ["a"]}), "structured_outputs",
+         "only one"),
+    ]
+    for route, body, param, says in cases:
+        s, text, _ = http_request("POST", server.url(route), body, timeout=300)
+        err = check_4xx(s, text, f"{route} {param}")
+        assert s == 400 and err["param"] == param and says in err["message"], (route, param, s, err)
+        assert ".cc:" not in err["message"], err  # the engine's source positions are not the client's business
+    t.join(300)
+    assert not t.is_alive()
+    assert result["events"][-1] == "[DONE]"
+    assert result["events"][-2]["choices"][0]["finish_reason"] == "length"
+    assert server.proc.poll() is None, server.logs()[-2000:]
+    server.wait_idle_and_audit()
+
+
+def slow_schema(tag, alternatives=150):
+    """A small schema whose compile takes seconds: xgrammar computes a token mask for every state of every counted
+    repetition (docs/serving.md, "Constrained decoding")."""
+    return {"anyOf": [{"type": "string", "pattern": f"{tag}{i}[a-z]{{3,30}}"} for i in range(alternatives)]}
+
+
+def test_compile_past_the_time_limit_is_a_400_and_the_server_keeps_serving():
+    srv = Server("--grammar-compile-timeout", "0.2", "--grammar-compile-queue-wait", "0.2")
+    try:
+        tag = "p%d" % random.randrange(10**6)
+        s, text, _ = http_request("POST", srv.url(CMPL), dict(ROUTES[CMPL], guided_json=slow_schema(tag)))
+        err = check_4xx(s, text, "slow compile")
+        assert s == 400 and err["param"] == "guided_json" and "did not compile within" in err["message"], err
+        # The same constraint again is refused at once (it is remembered), not compiled a second time.
+        s, text, _ = http_request("POST", srv.url(CMPL), dict(ROUTES[CMPL], guided_json=slow_schema(tag)))
+        err = check_4xx(s, text, "slow compile again")
+        assert s == 400 and "tried before" in err["message"], err
+        # Another constraint while the abandoned compile still runs: the compiler is busy, a 503 with Retry-After
+        # (or, on a machine fast enough to have finished it, a second overrun: 400). Never a hang.
+        s, text, headers = http_request("POST", srv.url(CMPL), dict(ROUTES[CMPL], guided_json=slow_schema("q" + tag)))
+        err = json.loads(text)["error"]
+        assert (s, err["code"]) == (503, "grammar_compiler_busy") or (s == 400 and "did not compile" in err["message"]), \
+            (s, err)
+        print(f"another constraint while the abandoned compile runs: {s}")
+        if s == 503:
+            assert {k.lower(): v for k, v in headers.items()}.get("retry-after"), headers
+        # Requests without constraints are not held up by the compile.
+        s, text, _ = http_request("POST", srv.url(CMPL), dict(ROUTES[CMPL], max_tokens=4))
+        assert s == 200, text[:300]
+        assert http_request("GET", srv.url("/health"))[0] == 200
+    finally:
+        # SIGTERM while a compile may still run: the server ends cleanly anyway (cmd_serve.cpp, _Exit).
+        assert srv.stop() == 0, srv.logs()[-2000:]

@@ -1,10 +1,12 @@
 """/v1/responses (OpenAI Responses API, stateless) with the official `openai` client's `responses.create`, streamed
 and not: the response object and its output items, the SSE event sequence, reasoning items (DeepSeek-V4 thinking),
 function tools with a full round trip (model calls a tool → the client sends function_call_output → the model
-answers), max_output_tokens, and what is refused. A random model's text is arbitrary, so exact-output tests drive
+answers), tool_choice required / a named function and text.format json_schema constraining the output (constrained
+decoding, as on chat), max_output_tokens, and what is refused. A random model's text is arbitrary, so exact-output tests drive
 the output through the server's test hook `debug_forced_tokens`. None of these tests needs a GPU."""
 import json
 
+import jsonschema
 import openai
 import pytest
 
@@ -152,6 +154,51 @@ def test_function_tool_round_trip(server, client, hf_tokenizer):
     assert j["count"] == r2.usage.input_tokens
 
 
+BOUNDED_TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather for a city",
+                  "parameters": {"type": "object", "additionalProperties": False, "required": ["city", "days"],
+                                 "properties": {"city": {"type": "string", "maxLength": 8},
+                                                "days": {"type": "integer", "minimum": 1, "maximum": 7}}}},
+                 {"type": "function", "name": "ping", "parameters": {"type": "object", "properties": {}}}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_forced_tool_choice_calls_a_declared_tool(client, stream):
+    """The random model's own text is garbage: tool_choice required / a named function constrain it to a call."""
+    for seed, choice in ((1, "required"), (2, "required"), (3, {"type": "function", "name": "get_weather"})):
+        kw = dict(model="tiny", input="Weather in Paris?", tools=BOUNDED_TOOLS, tool_choice=choice,
+                  max_output_tokens=400, temperature=1, extra_body={"seed": seed})
+        if stream:
+            r = check_event_sequence(list(client.responses.create(stream=True, **kw)))
+        else:
+            r = client.responses.create(**kw)
+        assert r.status == "completed", r
+        calls = [o for o in r.output if o.type == "function_call"]
+        assert calls, r.output
+        for call in calls:
+            args = json.loads(call.arguments)
+            assert call.name in ("get_weather", "ping")
+            if isinstance(choice, dict):
+                assert call.name == "get_weather"
+            if call.name == "get_weather":
+                jsonschema.validate(args, BOUNDED_TOOLS[0]["parameters"])
+
+
+def test_text_format_json_schema_constrains_the_output(client):
+    schema = {"type": "object", "additionalProperties": False, "required": ["name", "score"],
+              "properties": {"name": {"type": "string", "maxLength": 10},
+                             "score": {"type": "integer", "minimum": 0, "maximum": 9}}}
+    for seed in range(3):
+        kw = dict(model="tiny", input="Rate it, as JSON", max_output_tokens=400, temperature=1,
+                  text={"format": {"type": "json_schema", "name": "rating", "schema": schema, "strict": True}},
+                  extra_body={"seed": seed})
+        r = client.responses.create(**kw)
+        assert r.status == "completed", r
+        jsonschema.validate(json.loads(r.output_text), schema)
+        assert r.text.format.type == "json_schema"
+        streamed = check_event_sequence(list(client.responses.create(stream=True, **kw)))
+        assert streamed.output_text == r.output_text  # same seed, same constrained text
+
+
 def test_max_output_tokens_gives_incomplete(client):
     kw = dict(model="tiny", input="Tell me a long story", max_output_tokens=3, temperature=0,
               extra_body={"ignore_eos": True})
@@ -176,7 +223,9 @@ REFUSED = [
     ({"include": ["message.output_text.logprobs"]}, "include"),
     ({"tools": [{"type": "web_search"}]}, "tools"),
     ({"tools": [{"type": "function"}]}, "tools"),
-    ({"tool_choice": "required", "tools": TOOLS}, "tool_choice"),
+    ({"tool_choice": {"type": "function", "name": "not_declared"}, "tools": TOOLS}, "tool_choice"),
+    ({"tool_choice": "required"}, "tool_choice"),
+    ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "banana"}}}}, "text.format"),
     ({"text": {"format": {"type": "xml"}}}, "text.format"),
     ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format"),
     ({"input": []}, "input"),

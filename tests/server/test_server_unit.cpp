@@ -253,3 +253,63 @@ TEST(Protocol, ChatToolSchemasKeepClientKeyOrder) {
     const std::string sorted_text = flashseek::chat::prompt_text(flashseek::chat::render_prompt(sorted.chat));
     EXPECT_GT(sorted_text.find("zeta"), sorted_text.find("alpha"));
 }
+
+TEST(Protocol, SamplingAdjustmentsAndPromptSide) {
+    const auto L = limits();
+    auto parse = [&](const char* text) { return parse_completion_request(parse_json_body(text), L); };
+    const ParsedRequest r = parse(R"({"prompt": [1, 2], "max_tokens": 0, "echo": true, "min_p": 0.25,
+        "presence_penalty": -1.5, "frequency_penalty": 2, "repetition_penalty": 1.3, "logit_bias": {"7": -100,
+        "999": 42.5}, "prompt_logprobs": 4})");
+    EXPECT_TRUE(r.echo);
+    EXPECT_EQ(*r.max_tokens, 0);
+    EXPECT_FLOAT_EQ(r.min_p, 0.25f);
+    EXPECT_FLOAT_EQ(r.presence_penalty, -1.5f);
+    EXPECT_FLOAT_EQ(r.frequency_penalty, 2.f);
+    EXPECT_FLOAT_EQ(r.repetition_penalty, 1.3f);
+    EXPECT_EQ(r.logit_bias, (std::vector<std::pair<int32_t, float>>{{7, -100.f}, {999, 42.5f}}));
+    EXPECT_EQ(r.prompt_logprobs, 4);
+    expect_param([&] { parse(R"({"prompt": "x", "max_tokens": 0})"); }, "max_tokens");  // 0 needs echo
+    expect_param([&] { parse(R"({"prompt": "x", "logit_bias": {"1000": 1}})"); }, "logit_bias");
+    expect_param([&] { parse(R"({"prompt": "x", "logit_bias": {"-1": 1}})"); }, "logit_bias");
+    expect_param([&] { parse(R"({"prompt": "x", "logit_bias": {"1": -100.5}})"); }, "logit_bias");
+    expect_param([&] { parse(R"({"prompt": "x", "min_tokens": 9, "max_tokens": 8})"); }, "min_tokens");
+    expect_param([&] { parse(R"({"prompt": "x", "prompt_logprobs": 21})"); }, "prompt_logprobs");
+}
+
+TEST(Protocol, ConstraintSources) {
+    const auto L = limits();
+    auto chat = [&](const std::string& extra) {
+        return parse_chat_request(parse_json_body(R"({"messages": [{"role": "user", "content": "x"}])" + extra + "}"),
+                                  L);
+    };
+    using Kind = OutputConstraint::Kind;
+    EXPECT_EQ(chat("").constraint.kind, Kind::None);
+    EXPECT_EQ(chat(R"(, "response_format": {"type": "text"})").constraint.kind, Kind::None);
+    const ParsedRequest js = chat(R"(, "response_format": {"type": "json_schema", "json_schema": {"name": "a",
+        "schema": {"type": "integer"}, "strict": true}})");
+    EXPECT_EQ(js.constraint.kind, Kind::Json);
+    EXPECT_EQ(json::parse(js.constraint.json_schema), json::parse(R"({"type": "integer"})"));
+    EXPECT_EQ(chat(R"(, "structured_outputs": {"regex": "a+"})").constraint.pattern, "a+");
+    EXPECT_EQ(chat(R"(, "guided_choice": ["a", "b"])").constraint.choices, (std::vector<std::string>{"a", "b"}));
+    EXPECT_EQ(chat(R"(, "guided_json": "{\"type\": \"boolean\"}")").constraint.kind, Kind::Json);
+    EXPECT_EQ(chat(R"(, "structured_outputs": {"grammar": "root ::= \"x\"", "disable_fallback": true})")
+                  .constraint.kind, Kind::Grammar);
+    const std::string tools = R"(, "tools": [{"type": "function", "function": {"name": "f"}},
+                                            {"type": "function", "function": {"name": "g"}}])";
+    const ParsedRequest req = chat(tools + R"(, "tool_choice": "required", "parallel_tool_calls": false)");
+    EXPECT_EQ(req.constraint.kind, Kind::ToolCalls);
+    EXPECT_EQ(req.constraint.tools.size(), 2u);
+    EXPECT_FALSE(req.constraint.parallel_tool_calls);
+    const ParsedRequest named = chat(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "g"}})");
+    ASSERT_EQ(named.constraint.tools.size(), 1u);
+    EXPECT_EQ(named.constraint.tools[0]["function"]["name"], "g");
+    EXPECT_EQ(chat(tools + R"(, "tool_choice": "auto")").constraint.kind, Kind::None);
+    expect_param([&] { chat(tools + R"(, "tool_choice": {"function": {"name": "h"}})"); }, "tool_choice");
+    expect_param([&] { chat(R"(, "response_format": {"type": "json_schema", "json_schema": {}})"); },
+                 "response_format");
+    expect_param([&] { chat(R"(, "guided_regex": "a", "guided_json": {})"); }, "guided_regex");
+    expect_param([&] { chat(R"(, "structured_outputs": {"choice": [1]})"); }, "structured_outputs.choice");
+    expect_param([&] { chat(R"(, "structured_outputs": {"regex": "a", "choice": ["a"]})"); }, "structured_outputs");
+    expect_param([&] { chat(R"(, "structured_outputs": {"whatever": 1})"); }, "structured_outputs");
+    expect_param([&] { chat(R"(, "guided_json": 5)"); }, "guided_json");
+}

@@ -194,7 +194,7 @@ void progress_bar(int done, int total, bool tty) {
 int run_bench_serve(int argc, char** argv) {
     CLI::App app{"Serving benchmark client (like vllm bench serve) against a flashseek or other OpenAI server"};
     std::string host = "127.0.0.1", endpoint = "/v1/completions", model, api_key, dataset = "random", dataset_path,
-                save_result;
+                save_result, schema_path;
     int port = 8000, num_prompts = 100, max_concurrency = 0;
     double request_rate = INFINITY, burstiness = 1.0, range_ratio = 0.0;
     int64_t input_len = 128, output_len = 128;
@@ -221,8 +221,20 @@ int run_bench_serve(int argc, char** argv) {
     app.add_flag("!--no-ignore-eos", ignore_eos, "let requests stop at EOS (default: ignore_eos)");
     app.add_option("--save-result", save_result, "write the results JSON here");
     app.add_flag("--disable-tqdm,--no-progress", no_progress, "no progress bar");
+    app.add_option("--response-format-json-schema", schema_path,
+                   "constrained decoding: send every request with response_format json_schema from this file "
+                   "(measures the cost of grammar masks)");
     CLI11_PARSE(app, argc, argv);
     if (seed == 0) seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+    json response_format;
+    if (!schema_path.empty()) {
+        std::ifstream f(schema_path);
+        FS_CHECK(f.good(), "--response-format-json-schema: cannot open '{}'", schema_path);
+        const json schema = json::parse(f, nullptr, false);
+        FS_CHECK(!schema.is_discarded() && schema.is_object(),
+                 "--response-format-json-schema: '{}' is not a JSON object (a JSON schema)", schema_path);
+        response_format = {{"type", "json_schema"}, {"json_schema", {{"name", "bench"}, {"schema", schema}}}};
+    }
     FS_CHECK(request_rate > 0, "--request-rate must be > 0 (got {})", request_rate);
     FS_CHECK(dataset != "file" || !dataset_path.empty(), "--dataset-path is required with --dataset-name file");
     server::HttpClient::Headers headers;
@@ -272,6 +284,7 @@ int run_bench_serve(int argc, char** argv) {
             json body = {{"model", model}, {"max_tokens", p.output_len}, {"stream", true},
                          {"stream_options", {{"include_usage", true}}}, {"temperature", 0.0}};
             if (ignore_eos) body["ignore_eos"] = true;
+            if (!response_format.is_null()) body["response_format"] = response_format;
             if (chat) body["messages"] = json::array({{{"role", "user"}, {"content", p.prompt}}});
             else body["prompt"] = p.prompt;
             Outcome& o = outcomes[i];
@@ -329,6 +342,7 @@ int run_bench_serve(int argc, char** argv) {
     r["date"] = fmt::format("{:%Y%m%d-%H%M%S}", fmt::localtime(std::time(nullptr)));
     r["backend"] = "openai";
     r["endpoint"] = endpoint;
+    r["response_format_json_schema"] = schema_path.empty() ? json(nullptr) : json(schema_path);
     r["model_id"] = model;
     r["num_prompts"] = num_prompts;
     r["request_rate"] = std::isfinite(request_rate) ? json(request_rate) : json("inf");

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "backend_flags.h"
@@ -55,6 +56,20 @@ int run_serve(int argc, char** argv) {
     app.add_option("--max-queue", loop_opt.max_waiting, "queued requests beyond the running batch before 429");
     app.add_option("--watchdog", loop_opt.watchdog_seconds, "/health reports 503 when one step takes longer (s)");
     app.add_option("--request-timeout", api.request_timeout_s, "per-request deadline in seconds (queue + generation)");
+    app.add_option("--grammar-compile-timeout", api.grammar_compile.time_limit_s,
+                   "constrained decoding: seconds one grammar may take to compile (400 beyond; default 10)");
+    app.add_option("--grammar-compile-queue-wait", api.grammar_compile.queue_wait_s,
+                   "constrained decoding: seconds a compile may wait for the one compiler thread (503 beyond; "
+                   "default 10)");
+    app.add_option("--grammar-compile-queue", api.grammar_compile.max_pending,
+                   "constrained decoding: compiles that may wait at once (503 beyond; default 64)");
+    app.add_option("--max-constraint-bytes", api.limits.max_constraint_bytes,
+                   "constrained decoding: largest schema / regex / grammar / choices / forced tools, in bytes (400 "
+                   "beyond; default 32768)");
+    app.add_option("--max-constraint-choices", api.limits.max_constraint_choices,
+                   "constrained decoding: most strings of a choice constraint (400 beyond; default 1024)");
+    app.add_option("--max-logit-bias", api.limits.max_logit_bias,
+                   "most entries of a logit_bias map (400 beyond; default 1024)");
     app.add_option("--shutdown-timeout", shutdown_timeout, "seconds in-flight requests may finish after SIGTERM");
     app.add_option("--http-threads", api.http.threads, "HTTP worker threads (each open stream holds one)");
     app.add_option("--max-body-bytes", api.http.max_body_bytes, "request body limit (413 above it)");
@@ -75,6 +90,16 @@ int run_serve(int argc, char** argv) {
              api.http.keep_alive_timeout_s);
     FS_CHECK(shutdown_timeout >= 0, "--shutdown-timeout must be >= 0 (got {})", shutdown_timeout);
     FS_CHECK(api.request_timeout_s > 0, "--request-timeout must be > 0 (got {})", api.request_timeout_s);
+    FS_CHECK(api.grammar_compile.time_limit_s > 0, "--grammar-compile-timeout must be > 0 (got {})",
+             api.grammar_compile.time_limit_s);
+    FS_CHECK(api.grammar_compile.queue_wait_s >= 0, "--grammar-compile-queue-wait must be >= 0 (got {})",
+             api.grammar_compile.queue_wait_s);
+    FS_CHECK(api.grammar_compile.max_pending >= 1, "--grammar-compile-queue must be >= 1 (got {})",
+             api.grammar_compile.max_pending);
+    FS_CHECK(api.limits.max_constraint_bytes >= 1, "--max-constraint-bytes must be >= 1 (got {})",
+             api.limits.max_constraint_bytes);
+    FS_CHECK(api.limits.max_constraint_choices >= 1, "--max-constraint-choices must be >= 1 (got {})",
+             api.limits.max_constraint_choices);
     FS_CHECK(loop_opt.max_waiting >= 0, "--max-queue must be >= 0 (got {})", loop_opt.max_waiting);
 
     SignalWatcher signals;  // before any other thread exists, so all of them inherit the blocked mask
@@ -164,6 +189,13 @@ int run_serve(int argc, char** argv) {
     server.stop();
     http_thread.join();
     std::fprintf(stderr, "serve: stopped\n");
+    if (server.grammar_compile_running()) {
+        // A grammar compile abandoned at its time limit cannot be interrupted; static destructors must not run
+        // under it.
+        std::fprintf(stderr, "serve: a grammar compile past its time limit is still running; exiting now\n");
+        std::fflush(nullptr);
+        std::_Exit(0);
+    }
     return 0;
 }
 

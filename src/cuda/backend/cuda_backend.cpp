@@ -23,6 +23,7 @@
 #include "cuda/backend/glue.cuh"
 #include "cuda/backend/graph_runner.h"
 #include "cuda/backend/op_profiler.h"
+#include "cuda/backend/sample_adjust.h"
 #include "cuda/backend/shard.h"
 #include "cuda/backend/state_pool.h"
 #include "cuda/backend/step_buffers.h"
@@ -221,6 +222,7 @@ private:
     int max_rows_ = 0;       // rows of the largest pass: a prefill chunk or the largest decode bucket
     int max_head_rows_ = 0;  // logits rows of the largest pass
     GraphRunner graphs_;
+    SampleAdjustStaging sample_adjust_;  // masks and penalties of the sampled rows
     std::unique_ptr<Communicator> comm_;
     std::vector<CommGroup> expert_groups_;  // per expert group: its tp ranks
     bool profiling_ = false;
@@ -285,15 +287,19 @@ void CudaBackend::validate(std::span<const SequenceStep> steps) const {
 void CudaBackend::enqueue_sampling(int head_rows, const std::vector<HeadDest>& dests,
                                    std::span<const SampleParams> params) {
     const cudaStream_t stream = streams_.main();
+    const int64_t V = cfg_.vocab_size;
     auto* host = lead().sample_params_host.as<DeviceSampleParams>();
     // Head rows past dests are padding rows of a decode bucket: sampled greedily, results unused.
+    std::vector<const SampleParams*> row_params(size_t(head_rows), nullptr);
     for (int h = 0; h < head_rows; ++h) {
         DeviceSampleParams d;
         if (size_t(h) < dests.size()) {
             const SampleParams& sp = params[dests[size_t(h)].entry];
+            row_params[size_t(h)] = &sp;
             d.temperature = sp.temperature;
             d.top_p = sp.top_p;
             d.top_k = sp.top_k;
+            d.min_p = sp.min_p;
             d.seed = sp.seed;
             d.draw_index = sp.draw_index;
         }
@@ -301,9 +307,13 @@ void CudaBackend::enqueue_sampling(int head_rows, const std::vector<HeadDest>& d
     }
     CUDA_CHECK(cudaMemcpyAsync(lead().sample_params.get(), host, size_t(head_rows) * sizeof(DeviceSampleParams),
                                 cudaMemcpyHostToDevice, stream));
-    sample_rows(lead().logits.as<float>(), head_rows, cfg_.vocab_size, cfg_.vocab_size,
+    // Masks and penalties: the pass runs on the device while prepare() waits for the masks (filled on the
+    // scheduler's worker); the sampler draws from the adjusted copy and reports the raw rows' logprobs.
+    const float* raw = lead().logits.as<float>();
+    const bool adjusted = sample_adjust_.prepare(row_params, V);
+    sample_rows(adjusted ? sample_adjust_.apply(raw, V, stream) : raw, head_rows, V, V,
                 lead().sample_params.as<DeviceSampleParams>(), lead().tokens.as<int32_t>(),
-                lead().sample_logprob.as<float>(), stream);
+                lead().sample_logprob.as<float>(), stream, adjusted ? raw : nullptr, V);
     CUDA_CHECK(cudaMemcpyAsync(lead().tokens_host.as<void>(), lead().tokens.get(), size_t(head_rows) * 4,
                                 cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaMemcpyAsync(lead().sample_logprob_host.as<void>(), lead().sample_logprob.get(), size_t(head_rows) * 4,
@@ -480,9 +490,14 @@ void CudaBackend::forward_sample(std::span<const SequenceStep> steps, std::span<
                                  std::vector<SampleResult>& out) {
     FS_CHECK(steps.size() == params.size(), "forward_sample: {} steps but {} sample parameter sets", steps.size(),
              params.size());
-    // Top logprobs need the whole row on the host: the host sampler does everything for such a step.
-    if (std::any_of(params.begin(), params.end(), [](const SampleParams& p) { return p.n_logprobs > 0; }))
+    // Top logprobs and scored prompt tokens need whole rows on the host: the host sampler does everything then.
+    if (std::any_of(params.begin(), params.end(),
+                    [](const SampleParams& p) { return p.n_logprobs > 0 || !p.score_targets.empty(); }))
         return Backend::forward_sample(steps, params, out);
+    struct WaitOnExit {  // a mask still being filled must be finished before the caller may release it
+        std::span<const SampleParams> params;
+        ~WaitOnExit() { wait_for_allowed_tokens(params); }
+    } wait_on_exit{params};
     for (size_t i = 0; i < params.size(); ++i) {
         const SampleParams& p = params[i];
         FS_CHECK(std::isfinite(p.temperature) && p.temperature >= 0.f,
@@ -490,14 +505,18 @@ void CudaBackend::forward_sample(std::span<const SequenceStep> steps, std::span<
         FS_CHECK(p.top_p > 0.f && p.top_p <= 1.f, "forward_sample: entry {}: top_p {} is outside (0, 1]", i,
                  p.top_p);
         FS_CHECK(p.top_k >= 0, "forward_sample: entry {}: top_k {} is negative", i, p.top_k);
+        FS_CHECK(p.min_p >= 0.f && p.min_p <= 1.f, "forward_sample: entry {}: min_p {} is outside [0, 1]", i, p.min_p);
+        FS_CHECK(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.f,
+                 "forward_sample: entry {}: repetition_penalty {} is not > 0", i, p.repetition_penalty);
     }
     std::vector<int32_t> tokens;
     std::vector<float> logprobs;
     run_steps(steps, Output::Sample, nullptr, &tokens, params, &logprobs);
     out.assign(steps.size(), SampleResult{});
     for (size_t i = 0; i < steps.size(); ++i) {
-        FS_CHECK(tokens[i] >= 0 && tokens[i] < cfg_.vocab_size, "CUDA sampler returned token {} for entry {}",
-                 tokens[i], i);
+        FS_CHECK(tokens[i] >= 0 && tokens[i] < cfg_.vocab_size,
+                 "CUDA sampler returned token {} for entry {} (-1: invalid parameters, or the mask and banned tokens "
+                 "exclude every token)", tokens[i], i);
         out[i].token = tokens[i];
         out[i].logprob = logprobs[i];
     }

@@ -4,8 +4,10 @@
 //   3. top-p threshold: the same radix walk over probability mass inside the top-k set (ties at the top-k
 //      threshold weighted by the fraction of them that top-k keeps, which is exact since tied logits have
 //      equal mass);
-//   4. draw: kept set = keys above the final threshold plus the lowest-id ties at it; inverse CDF of the
+//   4. min-p: a logit threshold (max + log(min_p), the host's float), raised over the top-k / top-p one;
+//   5. draw: kept set = keys above the final threshold plus the lowest-id ties at it; inverse CDF of the
 //      temperature weights in token-id order over contiguous per-thread chunks (block scan).
+// The adjustment kernel copies each row with its mask and per-token edits applied (one CTA per row).
 #include <cfloat>
 
 #include "cuda/common/check.cuh"
@@ -159,7 +161,8 @@ __device__ Select radix_select(const float* row, int64_t vocab, double target, f
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restrict__ logits, int64_t vocab, int64_t ld,
                                                           const DeviceSampleParams* __restrict__ params,
-                                                          int32_t* __restrict__ out_token, float* __restrict__ out_lp) {
+                                                          int32_t* __restrict__ out_token, float* __restrict__ out_lp,
+                                                          const float* __restrict__ raw_logits, int64_t raw_ld) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     __shared__ float fscratch[32];
@@ -170,7 +173,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     const int64_t r = blockIdx.x;
     const float* row = logits + r * ld;
     const DeviceSampleParams p = params[r];
-    const bool valid = isfinite(p.temperature) && p.temperature >= 0.f && p.top_p > 0.f && p.top_p <= 1.f && p.top_k >= 0;
+    const bool valid = isfinite(p.temperature) && p.temperature >= 0.f && p.top_p > 0.f && p.top_p <= 1.f &&
+                       p.top_k >= 0 && p.min_p >= 0.f && p.min_p <= 1.f;
     if (!valid) {
         if (threadIdx.x == 0) {
             out_token[r] = -1;
@@ -187,6 +191,13 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     best = block_reduce(best, [](unsigned long long a, unsigned long long b) { return a > b ? a : b; }, ullscratch);
     const int32_t argmax = int32_t(0xffffffffu - uint32_t(best & 0xffffffffu));
     const float mx = row[argmax];
+    if (mx == -INFINITY) {  // every token excluded by the adjustments
+        if (threadIdx.x == 0) {
+            out_token[r] = -1;
+            if (out_lp) out_lp[r] = NAN;
+        }
+        return;
+    }
     double z = 0.0;
     for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) z += double(__expf(row[i] - mx));
     z = block_reduce(z, [](double a, double b) { return a + b; }, dscratch);
@@ -240,7 +251,16 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
             }
             have_threshold = true;
         }
-        // 4. draw in id order over contiguous chunks.
+        if (p.min_p > 0.f) {
+            // Keeps every token with logit >= threshold (all ties at it), where it is stricter than the above.
+            const uint32_t min_p_key = order_key(float(double(mx) + log(double(p.min_p))));
+            if (!have_threshold || min_p_key > th_key) {
+                th_key = min_p_key;
+                th_ties = int64_t(vocab);
+            }
+            have_threshold = true;
+        }
+        // 5. draw in id order over contiguous chunks.
         const int64_t chunk = (vocab + blockDim.x - 1) / blockDim.x;
         const int64_t c0 = int64_t(threadIdx.x) * chunk, c1 = c0 + chunk < vocab ? c0 + chunk : vocab;
         double tie_base = 0.0, dummy = 0.0;
@@ -291,23 +311,80 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
         __syncthreads();
         token = picked;
     }
+    float token_lp = row[token] - log_z;
+    if (raw_logits && out_lp) {
+        // The reported logprob is the raw row's (the model's distribution), not the adjusted one's.
+        const float* raw = raw_logits + r * raw_ld;
+        float raw_mx = -INFINITY;
+        for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) raw_mx = fmaxf(raw_mx, raw[i]);
+        raw_mx = block_reduce(raw_mx, [](float a, float b) { return fmaxf(a, b); }, fscratch);
+        double raw_z = 0.0;
+        for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) raw_z += double(__expf(raw[i] - raw_mx));
+        raw_z = block_reduce(raw_z, [](double a, double b) { return a + b; }, dscratch);
+        token_lp = raw[token] - (float(log(raw_z)) + raw_mx);
+    }
     if (threadIdx.x == 0) {
         out_token[r] = token;
-        if (out_lp) out_lp[r] = row[token] - log_z;
+        if (out_lp) out_lp[r] = token_lp;
+    }
+}
+
+__global__ void __launch_bounds__(kThreads) adjust_kernel(const float* __restrict__ logits, int64_t ld,
+                                                          float* __restrict__ out, int64_t vocab,
+                                                          const DeviceLogitAdjust* __restrict__ adjust,
+                                                          const DeviceLogitEdit* __restrict__ edits,
+                                                          const uint32_t* __restrict__ masks) {
+    pdl_wait();
+    pdl_trigger();
+    const int64_t r = blockIdx.x;
+    const float* row = logits + r * ld;
+    float* dst = out + r * vocab;
+    const DeviceLogitAdjust a = adjust[r];
+    const uint32_t* mask = a.mask_index >= 0 ? masks + int64_t(a.mask_index) * ((vocab + 31) / 32) : nullptr;
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x)
+        dst[i] = !mask || ((mask[i >> 5] >> (i & 31)) & 1u) ? row[i] : -INFINITY;
+    __syncthreads();
+    // Tokens are unique within a row, so each edit owns its element. Same steps as the host (sampling.cpp).
+    for (int32_t e = a.edit_begin + int32_t(threadIdx.x); e < a.edit_end; e += int32_t(blockDim.x)) {
+        const DeviceLogitEdit ed = edits[e];
+        float l = dst[ed.token];
+        if (ed.flags & kEditBanned) l = -INFINITY;
+        l = __fadd_rn(l, ed.bias);
+        if ((ed.flags & kEditSeen) && a.repetition_penalty != 1.f)
+            l = l > 0.f ? __fdiv_rn(l, a.repetition_penalty) : __fmul_rn(l, a.repetition_penalty);
+        if (ed.output_count > 0 && (a.frequency_penalty != 0.f || a.presence_penalty != 0.f))
+            l = __fsub_rn(l, __fadd_rn(__fmul_rn(a.frequency_penalty, float(ed.output_count)), a.presence_penalty));
+        dst[ed.token] = l;
     }
 }
 
 }  // namespace
 
 void sample_rows(const float* logits, int64_t rows, int64_t vocab, int64_t ld, const DeviceSampleParams* params,
-                 int32_t* out_token, float* out_logprob, cudaStream_t stream) {
+                 int32_t* out_token, float* out_logprob, cudaStream_t stream, const float* raw_logits,
+                 int64_t raw_ld) {
     FS_REQUIRE(logits && params && out_token, "sample_rows: null pointer argument");
     FS_REQUIRE(vocab > 0 && vocab < (int64_t(1) << 31), "sample_rows: vocabulary size ", vocab, " out of range");
     FS_REQUIRE(rows > 0 && rows <= 2147483647, "sample_rows: rows ", rows, " out of range");
     FS_REQUIRE(ld == 0 || ld >= vocab, "sample_rows: row stride ", ld, " < vocab ", vocab);
+    FS_REQUIRE(!raw_logits || raw_ld == 0 || raw_ld >= vocab, "sample_rows: raw row stride ", raw_ld, " < vocab ",
+               vocab);
     launch_pdl("sample_kernel", sample_kernel, dim3(unsigned(rows)), dim3(kThreads), 0, stream, logits, vocab, ld,
-               params, out_token, out_logprob);
+               params, out_token, out_logprob, raw_logits, raw_ld);
     CUDA_CHECK_LAUNCH("sample_kernel");
+}
+
+void adjust_logits_rows(const float* logits, int64_t ld, float* out, int64_t rows, int64_t vocab,
+                        const DeviceLogitAdjust* adjust, const DeviceLogitEdit* edits, const uint32_t* masks,
+                        cudaStream_t stream) {
+    FS_REQUIRE(logits && out && adjust, "adjust_logits_rows: null pointer argument");
+    FS_REQUIRE(vocab > 0 && vocab < (int64_t(1) << 31), "adjust_logits_rows: vocabulary size ", vocab,
+               " out of range");
+    FS_REQUIRE(rows > 0 && rows <= 2147483647, "adjust_logits_rows: rows ", rows, " out of range");
+    FS_REQUIRE(ld == 0 || ld >= vocab, "adjust_logits_rows: row stride ", ld, " < vocab ", vocab);
+    launch_pdl("adjust_kernel", adjust_kernel, dim3(unsigned(rows)), dim3(kThreads), 0, stream, logits, ld, out,
+               vocab, adjust, edits, masks);
+    CUDA_CHECK_LAUNCH("adjust_kernel");
 }
 
 }  // namespace flashseek::cuda

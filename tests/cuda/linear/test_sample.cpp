@@ -2,13 +2,17 @@
 // greedy exactly (token and logprob, ties to the lower id), sampling statistically: the empirical distribution of
 // many draws (different draw_index) must match the exact distribution the host rules define (top-k, then top-p
 // over the renormalized temperature-1 probabilities, then temperature), and never leave its support. --quick keeps
-// two of the sampling configurations.
+// two of the sampling configurations. The logit adjustments (allowed-token masks, banned ids, logit_bias, repetition /
+// frequency / presence penalties, through the backend's SampleAdjustStaging) and min-p are checked against the host
+// sampler itself: greedy tokens and raw-row logprobs exactly, sampled distributions statistically.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <numeric>
 #include <sstream>
 
+#include "backend/backend.h"
+#include "cuda/backend/sample_adjust.h"
 #include "cuda/sample/sample.cuh"
 #include "harness.h"
 #include "harness_mode.h"
@@ -138,6 +142,151 @@ TEST(Sample, InvalidParametersGiveMinusOne) {
     CUDA_CHECK(cudaDeviceSynchronize());
     for (int32_t x : tok.download()) EXPECT_EQ(x, -1);
     EXPECT_THROW(cuda::sample_rows(dl.ptr, 3, 3, 2, dp.ptr, tok.ptr, nullptr, nullptr), Error);
+}
+
+}  // namespace
+}  // namespace flashseek::test
+
+// ---- min-p and logit adjustments (masks, bans, logit_bias, penalties) against the host sampler ----
+
+namespace flashseek::test {
+namespace {
+
+// Random adjustment inputs of one row; the vectors own what the SampleParams spans point at.
+struct RowInputs {
+    std::vector<int32_t> prompt, output, banned;
+    std::vector<LogitBias> bias;
+    std::vector<uint32_t> mask;
+    SampleParams params;
+};
+
+RowInputs random_row_inputs(std::mt19937_64& rng, int64_t V, bool with_mask) {
+    RowInputs r;
+    auto tok = [&] { return int32_t(rng() % uint64_t(V)); };
+    for (int i = 0, n = int(rng() % 40); i < n; ++i) r.prompt.push_back(tok());
+    for (int i = 0, n = int(rng() % 40); i < n; ++i)
+        r.output.push_back(i > 0 && rng() % 3 == 0 ? r.output.back() : tok());  // repeats: counts above 1
+    for (int i = 0, n = int(rng() % 4); i < n; ++i) r.banned.push_back(tok());
+    for (int i = 0, n = int(rng() % 20); i < n; ++i) {
+        const int32_t t = tok();
+        bool dup = false;
+        for (const auto& b : r.bias) dup |= b.token == t;
+        if (!dup) r.bias.push_back({t, float(int(rng() % 401) - 200) / 2.f});
+    }
+    if (with_mask) {
+        r.mask.assign(size_t(token_mask_words(V)), 0u);
+        for (int64_t t = 0; t < V; ++t)
+            if (rng() % 3 == 0) r.mask[size_t(t >> 5)] |= 1u << (t & 31);
+    }
+    SampleParams& p = r.params;
+    p.repetition_penalty = rng() % 2 ? 1.f : 0.5f + float(rng() % 200) / 100.f;
+    p.frequency_penalty = float(int(rng() % 401) - 200) / 100.f;
+    p.presence_penalty = float(int(rng() % 401) - 200) / 100.f;
+    p.prompt_tokens = r.prompt;
+    p.output_tokens = r.output;
+    p.banned_tokens = r.banned;
+    p.logit_bias = r.bias;
+    if (with_mask) p.allowed_tokens = r.mask.data();
+    return r;
+}
+
+TEST(Sample, AdjustedGreedyMatchesHostSampler) {
+    for (int64_t V : {int64_t(129280), int64_t(3001)}) {
+        const uint64_t seed = fresh_seed();
+        SCOPED_TRACE(::testing::Message() << "V=" << V << " seed=" << seed);
+        std::mt19937_64 rng(seed);
+        std::normal_distribution<float> nd(0.f, 3.f);
+        const int rows = 24;
+        std::vector<float> logits(size_t(rows * V));
+        for (auto& v : logits) v = nd(rng);
+        std::vector<RowInputs> inputs;
+        inputs.reserve(rows);
+        std::vector<const SampleParams*> row_params;
+        for (int r = 0; r < rows; ++r) {
+            inputs.push_back(random_row_inputs(rng, V, r % 2 == 0));
+            row_params.push_back(r == rows - 1 ? nullptr : &inputs.back().params);  // last: a padding row
+        }
+        cuda::SampleAdjustStaging staging;
+        ASSERT_TRUE(staging.prepare(row_params, V));
+        DeviceArray<float> dl(logits), lp(static_cast<size_t>(rows));
+        DeviceArray<DeviceSampleParams> dp(std::vector<DeviceSampleParams>(static_cast<size_t>(rows)));
+        DeviceArray<int32_t> tok(static_cast<size_t>(rows));
+        tok.poison();
+        const float* adjusted = staging.apply(dl.ptr, V, nullptr);
+        cuda::sample_rows(adjusted, rows, V, V, dp.ptr, tok.ptr, lp.ptr, nullptr, dl.ptr, V);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const auto t = tok.download();
+        const auto g = lp.download();
+        for (int r = 0; r < rows; ++r) {
+            const SampleParams host = row_params[size_t(r)] ? *row_params[size_t(r)] : SampleParams{};
+            const SampleResult want = sample_logits(&logits[size_t(r * V)], V, host);
+            EXPECT_EQ(t[size_t(r)], want.token) << "row " << r;
+            EXPECT_NEAR(g[size_t(r)], want.logprob, 1e-4) << "row " << r << ": the raw row's logprob";
+        }
+    }
+}
+
+TEST(Sample, AdjustedAndMinPDistributionsMatchHostRules) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> nd(0.f, 1.5f);
+    const int64_t V = 97;
+    std::vector<float> logits(static_cast<size_t>(V));
+    for (auto& v : logits) v = nd(rng);
+    RowInputs in = random_row_inputs(rng, V, true);
+    in.params.temperature = 0.9f;
+    in.params.min_p = 0.02f;
+    in.params.top_k = 30;
+    // Host rules: the distribution of many host draws (the host sampler is the reference).
+    const int N = 60000;
+    std::vector<double> expect(size_t(V), 0.0);
+    for (int i = 0; i < N; ++i) {
+        SampleParams p = in.params;
+        p.seed = seed;
+        p.draw_index = uint64_t(i) + 1000000;
+        expect[size_t(sample_logits(logits.data(), V, p).token)] += 1.0 / N;
+    }
+    std::vector<const SampleParams*> row_params(static_cast<size_t>(N), &in.params);
+    cuda::SampleAdjustStaging staging;
+    ASSERT_TRUE(staging.prepare(row_params, V));
+    std::vector<DeviceSampleParams> params(static_cast<size_t>(N));
+    for (int i = 0; i < N; ++i) params[size_t(i)] = {0.9f, 1.f, 30, 0.02f, seed, uint64_t(i)};
+    DeviceArray<float> dl(logits);
+    DeviceArray<DeviceSampleParams> dp(params);
+    DeviceArray<int32_t> tok(static_cast<size_t>(N));
+    tok.poison();
+    // Every row reads the same logits (ld 0) and gets its own adjusted copy.
+    const float* adjusted = staging.apply(dl.ptr, 0, nullptr);
+    cuda::sample_rows(adjusted, N, V, V, dp.ptr, tok.ptr, nullptr, nullptr, dl.ptr, 0);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<double> hist(size_t(V), 0.0);
+    for (int32_t x : tok.download()) {
+        ASSERT_TRUE(x >= 0 && x < V) << "token " << x;
+        EXPECT_GT(expect[size_t(x)], 0.0) << "token " << x << " is excluded by the host's rules";
+        hist[size_t(x)] += 1.0 / N;
+    }
+    double tv = 0;
+    for (int64_t i = 0; i < V; ++i) tv += 0.5 * std::fabs(hist[size_t(i)] - expect[size_t(i)]);
+    EXPECT_LE(tv, 0.03);  // two samples of 60000 draws each
+}
+
+TEST(Sample, EverythingExcludedGivesMinusOne) {
+    const int64_t V = 64;
+    std::vector<float> logits(static_cast<size_t>(V), 0.5f);
+    std::vector<uint32_t> none(size_t(token_mask_words(V)), 0u);
+    SampleParams p;
+    p.allowed_tokens = none.data();
+    std::vector<const SampleParams*> rows = {&p};
+    cuda::SampleAdjustStaging staging;
+    ASSERT_TRUE(staging.prepare(rows, V));
+    DeviceArray<float> dl(logits);
+    DeviceArray<DeviceSampleParams> dp(std::vector<DeviceSampleParams>(1));
+    DeviceArray<int32_t> tok(1);
+    const float* adjusted = staging.apply(dl.ptr, V, nullptr);
+    cuda::sample_rows(adjusted, 1, V, V, dp.ptr, tok.ptr, nullptr, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(tok.download()[0], -1);
 }
 
 }  // namespace
