@@ -736,14 +736,18 @@ cmd_compare() {
     done
     for run in "cpu exact" "cpu release" "cuda exact" "cuda release"; do
       read -r b num <<< "$run"
-      local ok=1
+      local failed=0 why= why_old=
       for which in old new; do
         local bin=$old; [ $which = new ] && bin=$new
         timeout 600 env LD_LIBRARY_PATH="$LDP" "$bin" logits --model "$model" --tokens "$tok" --prefill "$prefill" \
           --backend "$b" --numerics "$num" --output "$work/$name.$b.$num.$which.bin" < /dev/null \
-          >> "$LOG/compare_$name.log" 2>&1 || ok=0
+          > "$work/run.log" 2>&1 || { failed=$((failed + 1)); why=$(grep -m1 'error:' "$work/run.log"); }
+        cat "$work/run.log" >> "$LOG/compare_$name.log"
+        [ $which = old ] && why_old=$why
       done
-      if [ $ok = 0 ]; then row "$name" "$b $num" FAILED "a logits run failed (logs/compare_$name.log)"; continue; fi
+      # A configuration both binaries refuse (e.g. release numerics of a model off their grid) is no difference.
+      if [ $failed = 2 ] && [ -n "$why" ] && [ "$why" = "$why_old" ]; then row "$name" "$b $num" refused "both binaries: ${why#*error: }"; continue; fi
+      if [ $failed != 0 ]; then row "$name" "$b $num" FAILED "a logits run failed (logs/compare_$name.log)"; continue; fi
       if cmp -s "$work/$name.$b.$num.old.bin" "$work/$name.$b.$num.new.bin"; then
         row "$name" "$b $num" identical "$(stat -c %s "$work/$name.$b.$num.new.bin") bytes"
       else

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # Writes golden logits for the flashseek golden test (tests/golden): a tiny random checkpoint made by
 # `flashseek gen-checkpoint` is loaded into HF transformers' DeepseekV4ForCausalLM (fp32, CPU; the independent
-# oracle, spec dsv4-model.md §6), which runs a prefill of P tokens followed by teacher-forced cached decode steps,
+# oracle, docs/model.md §6), which runs a prefill of P tokens followed by teacher-forced cached decode steps,
 # exactly the `flashseek logits` contract. Output: tests/data/goldens/<name>/{config.json, meta.json, logits.bin}.
 #
 # Needs the oracle packages: scripts/install_deps.sh --oracle (torch, transformers >= 5.15).

@@ -1,6 +1,6 @@
 # Builds the HF transformers DeepseekV4ForCausalLM (fp32, CPU, eager attention) that holds exactly the weights of
 # an official-layout checkpoint: official config.json -> DeepseekV4Config, official tensor names -> HF names
-# (spec dsv4-model.md §6), FP8/FP4 dequantized. The state dict is loaded strictly: a missing or unexpected key is
+# (docs/model.md §6), FP8/FP4 dequantized. The state dict is loaded strictly: a missing or unexpected key is
 # an error, so a name-map gap can never silently leave an HF-initialised parameter in the oracle.
 import json
 import re

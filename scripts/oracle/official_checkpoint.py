@@ -1,4 +1,4 @@
-# Reads a DeepSeek-V4 checkpoint in the official layout (spec dsv4-model.md §3) into fp32 numpy arrays.
+# Reads a DeepSeek-V4 checkpoint in the official layout (docs/model.md §3) into fp32 numpy arrays.
 # The safetensors header is parsed here and every number format is decoded with explicit tables (bf16 by bit
 # shift, FP8 e4m3 and FP4 e2m1 by lookup, E8M0 as 2^(e-127)), so this oracle does not share any decoding code
 # with the engine or depend on torch's float8 support. FP8/FP4 weights are dequantized exactly (every product

@@ -1,4 +1,4 @@
-// The CPU reference forward pass over a batch of sequences (dsv4-model.md §2): embedding -> 4-stream mHC ->
+// The CPU reference forward pass over a batch of sequences (docs/model.md §2): embedding -> 4-stream mHC ->
 // attention (window / CSA / HCA) and MoE per layer -> hc_head -> norm -> head. Each step appends tokens to a
 // sequence's incremental state; a prompt prefilled at once, in chunks of any size or token by token gives the
 // same logits (bit for bit on one machine), and batching sequences together does not change any of them.

@@ -1,4 +1,4 @@
-// Attention sub-block of the CPU forward (dsv4-model.md §2.4-2.8): low-rank Q with per-head RMS norm, one shared
+// Attention sub-block of the CPU forward (docs/model.md §2.4-2.8): low-rank Q with per-head RMS norm, one shared
 // K=V vector per token, partial interleaved RoPE, the compressors (overlapping ratio-4 with its lightning indexer,
 // or non-overlapping ratio-m), sparse attention with sink over window + compressed candidates, inverse RoPE and
 // the grouped low-rank output projection.

@@ -1,4 +1,4 @@
-// MoE sub-block of the CPU forward (dsv4-model.md §2.9): sqrt-softplus router (token-id hash selection on the
+// MoE sub-block of the CPU forward (docs/model.md §2.9): sqrt-softplus router (token-id hash selection on the
 // first num_hash_layers layers, biased top-k elsewhere), routed SwiGLU experts with clamp, and the shared expert.
 // Rows are grouped by expert so each expert runs one batched product; every row still accumulates its experts in
 // ascending expert order, so a row's result does not depend on the rest of the batch.

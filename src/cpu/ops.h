@@ -1,4 +1,4 @@
-// The CPU reference ops of the DeepSeek-V4 forward pass (../shared/spec/dsv4-model.md §2), as free functions over
+// The CPU reference ops of the DeepSeek-V4 forward pass (docs/model.md §2), as free functions over
 // raw fp32 pointers and sizes. They are the oracle every CUDA kernel is tested against, so each one is
 // self-contained, documents its layout, and does its math in fp32 in a fixed order. Row-major everywhere;
 // a weight matrix is [out, in] with `in` contiguous (the safetensors layout).

@@ -1,4 +1,4 @@
-// Release-mode quantization simulations of the official reference (dsv4-model.md §2.0): FP8 e4m3 with power-of-two
+// Release-mode quantization simulations of the official reference (docs/model.md §2.0): FP8 e4m3 with power-of-two
 // (ue8m0) scales per 128-block of activations and per 64-block of KV no-rope dims, FP4 e2m1 per 32-block after a
 // Hadamard rotation for the indexer, and bf16 rounding. Scales are computed from the exponent bits exactly (no
 // log2 rounding), as the reference's fast_log2_ceil does.

@@ -1,4 +1,4 @@
-// Per-sequence incremental state of the CPU forward (dsv4-model.md §2.5, §2.11, §2.14): for each layer the
+// Per-sequence incremental state of the CPU forward (docs/model.md §2.5, §2.11, §2.14): for each layer the
 // sliding-window ring of the last `sliding_window` KV vectors, the compressor's partial window (fp32 kv and
 // score slots; for ratio 4 also the previous window's A halves), the compressed KV entries and, on CSA layers,
 // the indexer's own compressor state and keys. Everything a later token needs, nothing it does not.

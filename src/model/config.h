@@ -1,4 +1,4 @@
-// DeepSeek-V4 model configuration: every key of the official config.json (../shared/spec/dsv4-model.md §1),
+// DeepSeek-V4 model configuration: every key of the official config.json (docs/model.md §1),
 // parsed and validated. Invalid or inconsistent values fail with an Error that names the key.
 #pragma once
 #include <cstdint>

@@ -1,4 +1,4 @@
-// DeepSeek-V4 chat format (spec dsv4-model.md §4.2, official encoding_dsv4.py): renders OpenAI-style requests into a
+// DeepSeek-V4 chat format (docs/model.md §4.2, official encoding_dsv4.py): renders OpenAI-style requests into a
 // prompt made of segments that are either control text (template, role markers: special tokens matched literally) or
 // content (user/tool/document text: encoded without special-token matching, so it can never yield control ids), and
 // parses generated text back into reasoning_content, content and tool_calls.

@@ -1,4 +1,4 @@
-// Hand-written matchers for the three Split regexes of the DeepSeek-V3/V4 pre-tokenizer (spec dsv4-model.md §4.1):
+// Hand-written matchers for the three Split regexes of the DeepSeek-V3/V4 pre-tokenizer (docs/model.md §4.1):
 //   1. \p{N}{1,3}
 //   2. [一-龥぀-ゟ゠-ヿ]+
 //   3. [!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|

@@ -2,7 +2,7 @@
 // indexer key is laid out in bytes. Host-visible plain structs (raw device pointers, no ownership), shared by
 // every kernel family of src/cuda/{attention,compressor,indexer}; the backend fills them from its StatePool.
 //
-// Entry formats (dsv4-model.md §2.11):
+// Entry formats (docs/model.md §2.11):
 //  * KvFormat::BF16: dim bf16 values (1024 B for dim 512). The reference ("exact") configuration.
 //  * KvFormat::FP8 (the 584-byte layout for dim 512 / rope 64): bytes [0, nope) e4m3 no-rope dims, then rope_dim
 //    bf16 rope dims, then nope/64 UE8M0 scale bytes (one per 64 no-rope dims, value 2^(b-127)), zero padding to a

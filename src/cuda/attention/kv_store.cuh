@@ -1,4 +1,4 @@
-// The window-KV path of attention (dsv4-model.md §2.4 step 4): kv = RMSNorm_{kv_norm}(wkv x) (bf16), RoPE on the
+// The window-KV path of attention (docs/model.md §2.4 step 4): kv = RMSNorm_{kv_norm}(wkv x) (bf16), RoPE on the
 // last rope_dim dims at the token's position (bf16), FP8 simulation of the no-rope dims (block 64; skipped when ring.fp8_sim is false), written into the
 // layer's sliding-window ring in the ring's format. One CTA per token; the whole chunk is written before attention
 // reads the window (the ring holds window + chunk entries, kv_cache.cuh).

@@ -1,4 +1,4 @@
-// Sparse attention with sink (dsv4-model.md §2.7) over a query's sliding window plus its compressed candidates,
+// Sparse attention with sink (docs/model.md §2.7) over a query's sliding window plus its compressed candidates,
 // for prefill and decode alike, with the inverse RoPE of the output (§2.4 step 7) fused in.
 //
 // For query row t (sequence s, position p), the candidates are: the window positions max(0, p-window+1) .. p,

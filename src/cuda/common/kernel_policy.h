@@ -35,11 +35,12 @@ struct KernelPolicy {
     int gemv_kw = 0;                     // warps per 16-row tile of mma_gemv: 0 (rule), 1 or 4
     int moe_up_kw = 0, moe_down_kw = 0;  // the same for gemv_experts per projection
     int attn_mma_min_seqs = 8;           // attn_mma is preferred for decode passes of at least this many sequences
-    // Preference floors (rows of a pass) of the compute-bound GEMMs: fp8_gemm, fp8_gemm_mma and bf16_gemm, and the
-    // grouped expert GEMMs (grouped_experts, tokens). Below them tile_gemm / tile_experts (and the GEMVs up to 16).
-    // Not measured yet against tile_gemm at 17-256 rows (test_cuda_linear --perf, "linear" and "experts" tables):
-    // set from them.
-    int64_t gemm_min_tokens = 64;
+    // Preference floors (rows of a decode pass; prefill passes take these variants always) of the compute-bound
+    // GEMMs: fp8_gemm, fp8_gemm_mma and bf16_gemm, and the grouped expert GEMMs (grouped_experts, tokens). Below
+    // them tile_gemm / tile_experts (and the GEMVs up to 16). Measured on the H200 at 20 layers (docs/perf-log,
+    // large batches): at 32 sequences the floors 32 / 32 give 49.8 ms per step, gemm 64 52.7 ms, grouped 64 (tile
+    // experts) 54.9 ms; decode buckets are powers of two, so every bucket past the GEMVs' 16 takes them.
+    int64_t gemm_min_tokens = 32;
     int64_t grouped_experts_min_tokens = 32;
 
     bool is_disabled(std::string_view variant) const;

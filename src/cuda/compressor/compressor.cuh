@@ -1,4 +1,4 @@
-// KV compressors (dsv4-model.md §2.5) for the attention (d_c = head_dim, FP8-simulated entries) and for the
+// KV compressors (docs/model.md §2.5) for the attention (d_c = head_dim, FP8-simulated entries) and for the
 // indexer (d_c = index_head_dim, Hadamard + FP4-simulated keys). Handles prefill chunks and decode alike.
 //
 // Inputs per token row (the bf16 compressor weights are applied by the GEMM in fp32): kv = wkv x and

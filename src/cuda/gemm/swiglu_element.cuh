@@ -1,4 +1,4 @@
-// One element of the release-numerics SwiGLU of DeepSeek-V4's experts (dsv4-model.md, MoE): the reference's expert
+// One element of the release-numerics SwiGLU of DeepSeek-V4's experts (docs/model.md, MoE): the reference's expert
 // GEMMs output bf16, then silu(min(gate, limit)) * clamp(up, -limit, limit), times the routing weight (1 for the
 // shared expert), rounded to bf16. Shared by the epilogues and quantizers that produce a down-projection's input
 // (moe/grouped_gemm_common.cuh, gemm/act_quant.cu), so they agree bit for bit with moe_swiglu.cu and the fused

@@ -1,4 +1,4 @@
-// The lightning indexer (dsv4-model.md §2.6) on the GPU: query preparation, scoring and top-k selection of the
+// The lightning indexer (docs/model.md §2.6) on the GPU: query preparation, scoring and top-k selection of the
 // compressed entries each query attends to in a ratio-4 (CSA) layer. The indexer's keys come from its compressor
 // (cuda/compressor), its q from the attention's q-latent through wq_b (a linear-layer GEMM).
 #pragma once

@@ -1,4 +1,4 @@
-// The lightning indexer's selection (dsv4-model.md §2.6) for many query rows on tensor cores: the scores
+// The lightning indexer's selection (docs/model.md §2.6) for many query rows on tensor cores: the scores
 // sum_h w_h ReLU(q_h . K_j) of every row against every visible key of its sequence with mma.sync bf16 (q is
 // FP4-simulated and the keys are FP4 e2m1 with power-of-two scales or bf16, so both operands are exact in bf16
 // and every product is exact; the sums are fp32), then the top-k per row with indexer_topk_rows (indexer.cuh).

@@ -1,4 +1,4 @@
-// Manifold-constrained hyper-connections on the GPU (dsv4-model.md §2.2, §2.12).
+// Manifold-constrained hyper-connections on the GPU (docs/model.md §2.2, §2.12).
 //
 // mhc_pre (per token, streams X [N, D] bf16): mu = (fn . flatten(X)) / sqrt(mean(X^2) + rms_eps) with fn
 // [n_mix, N*D] fp32; pre/post/comb from mu (sigmoid + hc_eps, 2*sigmoid, Sinkhorn with hc_eps, exact order of

@@ -1,4 +1,4 @@
-// Mixture-of-experts on the GPU (dsv4-model.md §2.9), experts kept in checkpoint format (FP4 e2m1 + E8M0/32 for
+// Mixture-of-experts on the GPU (docs/model.md §2.9), experts kept in checkpoint format (FP4 e2m1 + E8M0/32 for
 // routed experts, FP8 + 128x128 scales for the shared expert). Per MoE layer and step:
 //   1. router logits = gate_weight . x in fp32: a BF16 linear (gemm/linear.cuh, OutKind::F32), [M, E];
 //   2. moe_route: s = sqrt(softplus(logits)); experts = top-k of s + bias (ties -> lower id), or tid2eid[token]

@@ -1,4 +1,4 @@
-// RMSNorm kernels (dsv4-model.md §2): out = w * x / sqrt(mean(x^2) + eps), fp32 math on bf16 rows, bf16 result.
+// RMSNorm kernels (docs/model.md §2): out = w * x / sqrt(mean(x^2) + eps), fp32 math on bf16 rows, bf16 result.
 // One warp per row. The fused variant also applies the interleaved RoPE to the last rope_dim dims of each row at
 // its token's position: that is the query path (unweighted per-head norm + RoPE, §2.4 step 2-3) in one launch.
 #pragma once

@@ -1,4 +1,4 @@
-// Interleaved partial RoPE with YaRN (dsv4-model.md §2.10): the pairs (v[nope+2i], v[nope+2i+1]) of the last
+// Interleaved partial RoPE with YaRN (docs/model.md §2.10): the pairs (v[nope+2i], v[nope+2i+1]) of the last
 // rope_dim dims of each head vector are rotated by pos * inv_freq[i] (inverse: by -pos, the output de-rotation).
 // The frequency table travels by value in the kernel parameters (no device memory, graph-friendly).
 #pragma once
