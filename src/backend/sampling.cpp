@@ -105,7 +105,10 @@ std::vector<float> adjusted_logits(const float* logits, int64_t vocab, const Sam
         for (int64_t i = 0; i < vocab; ++i) {
             if (!seen[size_t(i)]) continue;
             float& l = out[size_t(i)];
-            l = l > 0.f ? l / p.repetition_penalty : l * p.repetition_penalty;
+            // A tiny penalty (the API allows any > 0) would turn a positive logit into +inf, and inf - inf is NaN in
+            // the softmax: the quotient stops at the largest float (the device sampler does the same).
+            l = l > 0.f ? std::min(l / p.repetition_penalty, std::numeric_limits<float>::max())
+                        : l * p.repetition_penalty;
         }
     }
     if (freq_presence)

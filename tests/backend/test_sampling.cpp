@@ -182,6 +182,26 @@ TEST(Sampling, PenaltiesAndBiasFollowVllmOrder) {
     EXPECT_NEAR(r.logprob, l[size_t(r.token)] - std::log(z), 1e-5);
 }
 
+// The API accepts any repetition_penalty > 0: a tiny one makes a seen positive logit overflow, which must stay a
+// finite, largest logit (sampled with certainty) rather than +inf and a NaN softmax.
+TEST(Sampling, TinyRepetitionPenaltyStaysFinite) {
+    const uint64_t seed = std::random_device{}();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    auto l = random_logits(50, seed);
+    l[4] = 2.f;  // seen and positive: 2 / 1e-40 overflows
+    SampleParams p;
+    p.repetition_penalty = 1e-40f;
+    const std::vector<int32_t> prompt = {4};
+    p.prompt_tokens = prompt;
+    for (float temperature : {0.f, 0.7f, 1.5f}) {
+        p.temperature = temperature;
+        p.seed = seed + uint64_t(temperature * 10);
+        const SampleResult r = sample_logits(l.data(), 50, p);
+        EXPECT_EQ(r.token, 4) << "temperature " << temperature;
+        EXPECT_TRUE(std::isfinite(r.logprob)) << "temperature " << temperature;
+    }
+}
+
 TEST(Sampling, MaskAndBannedTokensAreNeverSampled) {
     const uint64_t seed = std::random_device{}();
     SCOPED_TRACE("seed " + std::to_string(seed));

@@ -13,8 +13,9 @@ struct PassShape {
     int max_context = 1;       // power-of-two bound on positions + 1 (attention grid)
     // A prefill pass (prompt pieces: SequenceStep::prefill or more than one token) runs the compute-bound kernels
     // (tensor-core GEMMs, grouped experts, the prefill attention and indexer) whatever its row count; a decode pass
-    // the bandwidth-bound ones. A pass is one or the other, never both, so that a token's kernels depend only on
-    // whether it is a prompt token: not on the chunking, not on its batch-mates.
+    // the bandwidth-bound ones up to 16 rows and the compute-bound GEMMs from KernelPolicy's floors up. A pass is one
+    // or the other, never both, so that a prompt token's kernels depend only on its being a prompt token: not on the
+    // chunking, not on its batch-mates.
     bool prefill = false;
     bool operator<(const PassShape& o) const {
         return std::tie(n_rows, n_seqs, n_head_rows, max_seq_tokens, need_indexer, max_entries, max_context,

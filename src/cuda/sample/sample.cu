@@ -351,7 +351,7 @@ __global__ void __launch_bounds__(kThreads) adjust_kernel(const float* __restric
         if (ed.flags & kEditBanned) l = -INFINITY;
         l = __fadd_rn(l, ed.bias);
         if ((ed.flags & kEditSeen) && a.repetition_penalty != 1.f)
-            l = l > 0.f ? __fdiv_rn(l, a.repetition_penalty) : __fmul_rn(l, a.repetition_penalty);
+            l = l > 0.f ? fminf(__fdiv_rn(l, a.repetition_penalty), FLT_MAX) : __fmul_rn(l, a.repetition_penalty);
         if (ed.output_count > 0 && (a.frequency_penalty != 0.f || a.presence_penalty != 0.f))
             l = __fsub_rn(l, __fadd_rn(__fmul_rn(a.frequency_penalty, float(ed.output_count)), a.presence_penalty));
         dst[ed.token] = l;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <sstream>
 
@@ -223,6 +224,44 @@ TEST(Sample, AdjustedGreedyMatchesHostSampler) {
             EXPECT_EQ(t[size_t(r)], want.token) << "row " << r;
             EXPECT_NEAR(g[size_t(r)], want.logprob, 1e-4) << "row " << r << ": the raw row's logprob";
         }
+    }
+}
+
+// A tiny repetition_penalty (the API accepts any > 0) overflows a seen positive logit: it must stay the largest finite
+// logit, sampled with certainty at any temperature, not +inf and a NaN softmax (sampling.cpp does the same).
+TEST(Sample, TinyRepetitionPenaltyStaysFinite) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE(::testing::Message() << "seed=" << seed);
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> nd(0.f, 3.f);
+    const int64_t V = 3001;
+    const int rows = 3;
+    std::vector<float> logits(size_t(rows * V));
+    for (auto& v : logits) v = nd(rng);
+    const int32_t seen = int32_t(rng() % uint64_t(V));
+    for (int r = 0; r < rows; ++r) logits[size_t(r * V + seen)] = 2.f;  // 2 / 1e-40 overflows
+    const std::vector<int32_t> prompt = {seen};
+    SampleParams host;
+    host.repetition_penalty = 1e-40f;
+    host.prompt_tokens = prompt;
+    const std::vector<const SampleParams*> row_params(static_cast<size_t>(rows), &host);
+    cuda::SampleAdjustStaging staging;
+    ASSERT_TRUE(staging.prepare(row_params, V));
+    std::vector<DeviceSampleParams> params(static_cast<size_t>(rows));
+    const float temperatures[rows] = {0.f, 0.7f, 1.5f};
+    for (int r = 0; r < rows; ++r) params[size_t(r)] = {temperatures[r], 1.f, 0, 0, seed, uint64_t(r)};
+    DeviceArray<float> dl(logits), lp(static_cast<size_t>(rows));
+    DeviceArray<DeviceSampleParams> dp(params);
+    DeviceArray<int32_t> tok(static_cast<size_t>(rows));
+    tok.poison();
+    const float* adjusted = staging.apply(dl.ptr, V, nullptr);
+    cuda::sample_rows(adjusted, rows, V, V, dp.ptr, tok.ptr, lp.ptr, nullptr, dl.ptr, V);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const auto t = tok.download();
+    const auto g = lp.download();
+    for (int r = 0; r < rows; ++r) {
+        EXPECT_EQ(t[size_t(r)], seen) << "temperature " << temperatures[r];
+        EXPECT_TRUE(std::isfinite(g[size_t(r)])) << "temperature " << temperatures[r];
     }
 }
 
