@@ -6,6 +6,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/warp_reduce.cuh"
 #include "cuda/moe/moe.cuh"
 
 namespace flashseek::cuda {
@@ -71,15 +72,7 @@ __device__ void route_token(int64_t m, const float* __restrict__ logits, int E, 
                     best_e = e;
                 }
             }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-                const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-                if (ob > best || (ob == best && oe < best_e)) {
-                    best = ob;
-                    best_e = oe;
-                }
-            }
+            warp_argmax(best, best_e);
             float s = 0.f;
             if (best_e < E) {
                 const int owner = best_e % 32, slot = best_e / 32;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 #include <sstream>
 
 #include "backend/backend.h"
@@ -191,6 +192,24 @@ RowInputs random_row_inputs(std::mt19937_64& rng, int64_t V, bool with_mask) {
     return r;
 }
 
+// The device path of a step with logit adjustments: the rows' edits staged and applied to a copy of `logits`
+// ([rows, V]), then sampled with `params`, the logprobs reported from the raw rows. Returns tokens and logprobs.
+std::pair<std::vector<int32_t>, std::vector<float>> sample_adjusted(const std::vector<float>& logits, int64_t V,
+                                                                    const std::vector<const SampleParams*>& rows_params,
+                                                                    const std::vector<DeviceSampleParams>& params) {
+    const int64_t rows = int64_t(rows_params.size());
+    cuda::SampleAdjustStaging staging;
+    EXPECT_TRUE(staging.prepare(rows_params, V));
+    DeviceArray<float> dl(logits), lp(static_cast<size_t>(rows));
+    DeviceArray<DeviceSampleParams> dp(params);
+    DeviceArray<int32_t> tok(static_cast<size_t>(rows));
+    tok.poison();
+    const float* adjusted = staging.apply(dl.ptr, V, nullptr);
+    cuda::sample_rows(adjusted, rows, V, V, dp.ptr, tok.ptr, lp.ptr, nullptr, dl.ptr, V);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    return {tok.download(), lp.download()};
+}
+
 TEST(Sample, AdjustedGreedyMatchesHostSampler) {
     for (int64_t V : {int64_t(129280), int64_t(3001)}) {
         const uint64_t seed = fresh_seed();
@@ -207,17 +226,8 @@ TEST(Sample, AdjustedGreedyMatchesHostSampler) {
             inputs.push_back(random_row_inputs(rng, V, r % 2 == 0));
             row_params.push_back(r == rows - 1 ? nullptr : &inputs.back().params);  // last: a padding row
         }
-        cuda::SampleAdjustStaging staging;
-        ASSERT_TRUE(staging.prepare(row_params, V));
-        DeviceArray<float> dl(logits), lp(static_cast<size_t>(rows));
-        DeviceArray<DeviceSampleParams> dp(std::vector<DeviceSampleParams>(static_cast<size_t>(rows)));
-        DeviceArray<int32_t> tok(static_cast<size_t>(rows));
-        tok.poison();
-        const float* adjusted = staging.apply(dl.ptr, V, nullptr);
-        cuda::sample_rows(adjusted, rows, V, V, dp.ptr, tok.ptr, lp.ptr, nullptr, dl.ptr, V);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        const auto t = tok.download();
-        const auto g = lp.download();
+        const auto [t, g] =
+            sample_adjusted(logits, V, row_params, std::vector<DeviceSampleParams>(static_cast<size_t>(rows)));
         for (int r = 0; r < rows; ++r) {
             const SampleParams host = row_params[size_t(r)] ? *row_params[size_t(r)] : SampleParams{};
             const SampleResult want = sample_logits(&logits[size_t(r * V)], V, host);
@@ -245,20 +255,10 @@ TEST(Sample, TinyRepetitionPenaltyStaysFinite) {
     host.repetition_penalty = 1e-40f;
     host.prompt_tokens = prompt;
     const std::vector<const SampleParams*> row_params(static_cast<size_t>(rows), &host);
-    cuda::SampleAdjustStaging staging;
-    ASSERT_TRUE(staging.prepare(row_params, V));
     std::vector<DeviceSampleParams> params(static_cast<size_t>(rows));
     const float temperatures[rows] = {0.f, 0.7f, 1.5f};
     for (int r = 0; r < rows; ++r) params[size_t(r)] = {temperatures[r], 1.f, 0, 0, seed, uint64_t(r)};
-    DeviceArray<float> dl(logits), lp(static_cast<size_t>(rows));
-    DeviceArray<DeviceSampleParams> dp(params);
-    DeviceArray<int32_t> tok(static_cast<size_t>(rows));
-    tok.poison();
-    const float* adjusted = staging.apply(dl.ptr, V, nullptr);
-    cuda::sample_rows(adjusted, rows, V, V, dp.ptr, tok.ptr, lp.ptr, nullptr, dl.ptr, V);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    const auto t = tok.download();
-    const auto g = lp.download();
+    const auto [t, g] = sample_adjusted(logits, V, row_params, params);
     for (int r = 0; r < rows; ++r) {
         EXPECT_EQ(t[size_t(r)], seen) << "temperature " << temperatures[r];
         EXPECT_TRUE(std::isfinite(g[size_t(r)])) << "temperature " << temperatures[r];
