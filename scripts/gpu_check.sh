@@ -22,6 +22,10 @@
 #   bench                    flashseek bench envelope: decode at 1/16/64/128/256 sequences at context 256, 1/16 at
 #                            8192, prefill of one sequence of 512/4096/16384 tokens (PREFILL_LENGTHS), and TP2 /
 #                            EP2 as virtual ranks (LAYERS, default 20, full-size layers; PREFILL_CHUNK)
+#   layouts [LAYOUTS]        virtual ranks on this one GPU (issue 16): TP2, TP4, EP2, EP4, TP2xEP2 (or LAYOUTS)
+#                            against CUDA TP1 on every golden and tiny-sharding, exact and release numerics, envelope
+#                            criterion (TP1 with --perturb-norms as the envelope); a layout a model cannot be split
+#                            into (flashseek plan refuses it) is reported, not failed
 #   ab "NAME=ENV ..." ...    A/B of environment variants (e.g. FLASHSEEK_DISABLE=wgmma_gemv) through flashseek bench,
 #                            variants alternating for ROUNDS rounds (2); BENCH_ARGS overrides the bench flags; a word
 #                            BIN=PATH in a variant runs that flashseek binary (before / after comparisons)
@@ -797,10 +801,51 @@ cmd_ncu() {
 # ------------------------------------------------------------------------------------------------------------- main
 [ $# -ge 1 ] || usage
 sub=$1; shift
+# Virtual ranks on one GPU against TP1 (issue 16's acceptance on one device): every golden and tiny-sharding.
+cmd_layouts() {
+  local layouts=${*:-TP2 TP4 EP2 EP4 TP2xEP2}
+  header "virtual layouts ($layouts) against TP1"
+  local work num layout ours compared=0; work=$(mktemp -d)
+  e2e=$LOG/layouts_e2e.jsonl; : > "$e2e"  # the case variables are global: run() and compare() read them
+  while IFS='|' read -r name cfg seed prefill tok ckpt golden; do
+    vocab=$(python3 -c "import json; print(json.load(open('$cfg'))['vocab_size'])")
+    model=$(case_checkpoint "$work" "$name" "$cfg" "$seed" "$ckpt") || { fail "$name: gen-checkpoint"; continue; }
+    for num in exact release; do
+      RUN_ENV=
+      # TP1 itself is the e2e subcommand's business: a model or numerics it refuses (e.g. release numerics of an
+      # indexer head that is not a power of two) is noted here, and its layouts are not run.
+      if ! fs logits --model "$model" --tokens "$tok" --prefill "$prefill" --backend cuda --numerics $num \
+          --output "$work/$name.tp1_$num.bin" < /dev/null > "$LOG/layouts_tp1_$name.log" 2>&1; then
+        note "$name $num: TP1 did not run: $(grep -m1 -o 'error: .*' "$LOG/layouts_tp1_$name.log")"
+        continue
+      fi
+      run cuda $num "$work/$name.tp1_${num}_p.bin" --perturb-norms "$PERTURB_SEED"
+      for layout in $layouts; do
+        # shellcheck disable=SC2046
+        if ! fs plan --model "$cfg" $(layout_flags $layout) > "$LOG/plan_${name}_$layout.log" 2>&1; then
+          [ $num = exact ] && note "$name $layout: refused by the layout rules: $(grep -o 'layout .*' "$LOG/plan_${name}_$layout.log" | tail -1)"
+          continue
+        fi
+        ours=$work/$name.${layout}_$num.bin
+        # shellcheck disable=SC2046
+        run cuda $num "$ours" $(layout_flags $layout)
+        [ -s "$ours" ] || continue
+        compare --ours "$ours" --ref "$work/$name.tp1_$num.bin" --envelope "$work/$name.tp1_${num}_p.bin" \
+          --label "$name $layout (virtual) vs TP1 cuda $num" || fail "$name $layout $num vs TP1"
+        compared=$((compared + 1))
+      done
+    done
+  done < <(e2e_cases "$work" tiny-sharding)
+  verdict_table "$e2e"
+  note "layouts: $compared comparisons against TP1"
+  [ $compared -gt 0 ] || fail "layouts: no layout was compared (no case ran on the CUDA backend)"
+  rm -rf "$work"
+}
+
 case "$sub" in
   bundle) cmd_bundle "$@"; exit $? ;;
   -h|--help|help) usage 0 ;;
-  harness|perf|sanitize|e2e|envelopes|bench|ab|diagnose|compare|probes|ncu|all|multi-gpu) ;;
+  harness|perf|sanitize|e2e|envelopes|bench|ab|diagnose|compare|probes|ncu|all|multi-gpu|layouts) ;;
   *) echo "gpu_check: unknown subcommand '$sub'" >&2; usage ;;
 esac
 mkdir -p "$OUT"
@@ -836,6 +881,7 @@ case "$sub" in
   probes) [ $# = 0 ] || die "probes takes no arguments"; cmd_probes ;;
   ncu) cmd_ncu "$@" ;;
   multi-gpu) cmd_multi_gpu "$@" ;;
+  layouts) cmd_layouts "$@" ;;
   all) [ $# = 0 ] || die "all takes no arguments"
        cmd_harness; cmd_sanitize; cmd_e2e; cmd_perf; cmd_bench; cmd_probes ;;
 esac
