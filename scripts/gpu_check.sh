@@ -329,6 +329,13 @@ case_checkpoint() {  # work name cfg seed ckpt [binary]
   echo "$1/$2"
 }
 
+# The current case's vocabulary and checkpoint (the globals vocab and model, from the case variables name, cfg, seed
+# and ckpt); false, with a failure noted, when the checkpoint cannot be made.
+case_setup() {  # work
+  vocab=$(python3 -c "import json; print(json.load(open('$cfg'))['vocab_size'])")
+  model=$(case_checkpoint "$1" "$name" "$cfg" "$seed" "$ckpt") || { fail "$name: gen-checkpoint"; return 1; }
+}
+
 # Both criteria side by side for every comparison of a compare_logits.py JSON file that has an envelope (a file of
 # envelopes alone, as `envelopes` writes: those with their literal verdicts).
 verdict_table() {  # jsonl
@@ -364,8 +371,7 @@ cmd_e2e() {
   DIAG=$work  # --diagnose writes its per-layer logits here
   e2e=$LOG/e2e.jsonl; : > "$e2e"  # the case variables are global: run() and compare() read them
   while IFS='|' read -r name cfg seed prefill tok ckpt golden; do
-    vocab=$(python3 -c "import json; print(json.load(open('$cfg'))['vocab_size'])")
-    model=$(case_checkpoint "$work" "$name" "$cfg" "$seed" "$ckpt") || { fail "$name: gen-checkpoint"; continue; }
+    case_setup "$work" || continue
     local ref_exact ref_label
     run cpu exact "$work/$name.cpu_exact.bin"
     if [ -n "$golden" ]; then
@@ -562,6 +568,14 @@ layout_flags() {  # layout: its --tp / --ep flags
     *) die "multi-gpu: unknown layout $1 (TP2, EP2, TP4, EP4, TP2xEP2)" ;;
   esac
 }
+# Whether `flashseek plan` lets this case's model be split into the layout; a refusal is noted once (exact), not
+# failed: a model too small for the 128-wide FP8 blocks per rank is no defect of the layout.
+layout_splits() {  # name cfg layout numerics
+  # shellcheck disable=SC2046
+  fs plan --model "$2" $(layout_flags "$3") > "$LOG/plan_${1}_$3.log" 2>&1 && return 0
+  [ "$4" = exact ] && note "$1 $3: refused by the layout rules: $(grep -o 'layout .*' "$LOG/plan_${1}_$3.log" | tail -1)"
+  return 1
+}
 comm_names() { local c; for c in $MULTI_COMMS; do echo "${c%%:*}"; done; }
 # LAYOUT_ARGS (the layout's flags and the placement of its ranks on separate GPUs) and RUN_ENV (the communicator's
 # environment) for the multi-rank runs that follow.
@@ -610,8 +624,7 @@ mg_correctness() {
   local work num layout comm ref ours; work=$(mktemp -d)
   e2e=$LOG/multi_gpu_e2e.jsonl; : > "$e2e"  # the case variables are global: run() and compare() read them
   while IFS='|' read -r name cfg seed prefill tok ckpt golden; do
-    vocab=$(python3 -c "import json; print(json.load(open('$cfg'))['vocab_size'])")
-    model=$(case_checkpoint "$work" "$name" "$cfg" "$seed" "$ckpt") || { fail "$name: gen-checkpoint"; continue; }
+    case_setup "$work" || continue
     for num in exact release; do
       RUN_ENV=
       ref=$work/$name.cpu_$num.bin
@@ -620,11 +633,7 @@ mg_correctness() {
       RUN_ENV=CUDA_VISIBLE_DEVICES=0 run cuda $num "$work/$name.tp1_$num.bin"
       RUN_ENV=CUDA_VISIBLE_DEVICES=0 run cuda $num "$work/$name.tp1_${num}_p.bin" --perturb-norms "$PERTURB_SEED"
       for layout in TP2 EP2; do
-        # shellcheck disable=SC2046
-        if ! fs plan --model "$cfg" $(layout_flags $layout) > "$LOG/plan_${name}_$layout.log" 2>&1; then
-          [ $num = exact ] && note "$name $layout: refused by the layout rules: $(grep -o 'layout .*' "$LOG/plan_${name}_$layout.log" | tail -1)"
-          continue
-        fi
+        layout_splits "$name" "$cfg" $layout $num || continue
         for comm in $(comm_names); do
           use_layout $layout "$comm" || continue
           ours=$work/$name.${layout}_${comm}_$num.bin
@@ -808,8 +817,7 @@ cmd_layouts() {
   local work num layout ours compared=0; work=$(mktemp -d)
   e2e=$LOG/layouts_e2e.jsonl; : > "$e2e"  # the case variables are global: run() and compare() read them
   while IFS='|' read -r name cfg seed prefill tok ckpt golden; do
-    vocab=$(python3 -c "import json; print(json.load(open('$cfg'))['vocab_size'])")
-    model=$(case_checkpoint "$work" "$name" "$cfg" "$seed" "$ckpt") || { fail "$name: gen-checkpoint"; continue; }
+    case_setup "$work" || continue
     for num in exact release; do
       RUN_ENV=
       # TP1 itself is the e2e subcommand's business: a model or numerics it refuses (e.g. release numerics of an
@@ -821,11 +829,7 @@ cmd_layouts() {
       fi
       run cuda $num "$work/$name.tp1_${num}_p.bin" --perturb-norms "$PERTURB_SEED"
       for layout in $layouts; do
-        # shellcheck disable=SC2046
-        if ! fs plan --model "$cfg" $(layout_flags $layout) > "$LOG/plan_${name}_$layout.log" 2>&1; then
-          [ $num = exact ] && note "$name $layout: refused by the layout rules: $(grep -o 'layout .*' "$LOG/plan_${name}_$layout.log" | tail -1)"
-          continue
-        fi
+        layout_splits "$name" "$cfg" $layout $num || continue
         ours=$work/$name.${layout}_$num.bin
         # shellcheck disable=SC2046
         run cuda $num "$ours" $(layout_flags $layout)
