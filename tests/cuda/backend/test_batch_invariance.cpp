@@ -4,12 +4,15 @@
 // however its prompt was chunked (by the caller or by the backend) and whichever prompts share its passes. Checked
 // on full-size V4-Flash layers with dummy weights (the tiny configurations fall off the 128 grid, where the
 // element-wise fallbacks run), release numerics, with every layer kind: window-only, ratio 4 (compressor, indexer)
-// and ratio 128, and a prompt long enough for the indexer to select (more than 4 x index_topk tokens).
+// and ratio 128, and a prompt long enough for the indexer to select (more than 4 x index_topk tokens); also with the
+// model split over virtual ranks (TP2 x EP2).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
+#include <utility>
 
 #include "backend/backend.h"
 #include "backend/registry.h"
@@ -21,6 +24,9 @@ namespace {
 
 class CudaPrefillInvariance : public ::testing::Test {
 protected:
+    // The parallel layout (tp, ep) of the backend under test: the whole model on one rank here.
+    virtual std::pair<int, int> layout() const { return {1, 1}; }
+
     void SetUp() override {
         if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
         seed_ = test::fresh_seed();
@@ -33,6 +39,7 @@ protected:
         o.max_context = 4096;
         o.prefill_chunk = 1024;  // the backend's own chunking cuts the 2,300-token prompt in three passes
         o.state_memory_bytes = int64_t(4) << 30;
+        std::tie(o.tp, o.ep) = layout();
         be_ = create_backend(test::source_dir() + "/tests/data/configs/v4-flash.json", o);
         V_ = be_->config().vocab_size;
         std::mt19937_64 rng(seed_);
@@ -95,6 +102,22 @@ TEST_F(CudaPrefillInvariance, BatchMatesDoNotChangeLogits) {
     EXPECT_TRUE(bit_identical(run({2300}, &other_), alone));
     const std::vector<int32_t> short_mate(other_.begin(), other_.begin() + 77);
     EXPECT_TRUE(bit_identical(run({1000, 1300}, &short_mate), alone));
+}
+
+// The same properties with the model split over virtual ranks on the one GPU (TP2 x EP2: heads, output groups, each
+// expert's intermediate dim and the experts divided; the partial sums reduced in rank order): a sharded prompt token
+// runs the same per-rank kernels whatever its pass, so sharding keeps the invariance.
+class CudaPrefillInvarianceSharded : public CudaPrefillInvariance {
+protected:
+    std::pair<int, int> layout() const override { return {2, 2}; }
+};
+
+TEST_F(CudaPrefillInvarianceSharded, ChunkingAndBatchMatesDoNotChangeLogits) {
+    SCOPED_TRACE("seed=" + std::to_string(seed_) + " tp=2 ep=2");
+    const std::vector<float> whole = run({2300});
+    for (float v : whole) ASSERT_TRUE(std::isfinite(v));
+    EXPECT_TRUE(bit_identical(run({700, 1, 1000, 598, 1}), whole)) << "pieces 700/1/1000/598/1";
+    EXPECT_TRUE(bit_identical(run({1000, 1300}, &other_), whole)) << "a batch-mate in the first piece's passes";
 }
 
 }  // namespace
