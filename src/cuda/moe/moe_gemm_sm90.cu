@@ -19,7 +19,9 @@
 //     (TMA, a box of 132 from the 4-aligned row at or below the tile's first: see kScaleBox) with expect_tx.
 //     The expansion sits in the producer because the math warps were issue-bound with it (Nsight Compute at 64
 //     decode sequences: 0.36 issued warps per scheduler, the scale loads and the expansion's PRMT / LOP3 on the
-//     critical path of every stage, the producer warps idle on their empty barriers: docs/perf-log).
+//     critical path of every stage, the producer warps idle on their empty barriers). That gained only ~10%: now
+//     the math warps wait on the full barrier (31% of the stall samples) for the expansion's instruction chain on
+//     one producer warp per scheduler, which is the next thing to make cheaper (docs/perf.md §1.2, perf-log).
 //   - Math warpgroups (2 x 128 threads, 224 registers), per stage: wait for the full barrier, four wgmma
 //     m64n128k32 (each warpgroup 64 slot rows), wait, fp32 promotion acc * sa[row] * sc[column], free the stage.
 //   - Expansion and scale folding: moe/fp4_expand.cuh.
