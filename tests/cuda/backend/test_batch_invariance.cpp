@@ -5,7 +5,7 @@
 // on full-size V4-Flash layers with dummy weights (the tiny configurations fall off the 128 grid, where the
 // element-wise fallbacks run), release numerics, with every layer kind: window-only, ratio 4 (compressor, indexer)
 // and ratio 128, and a prompt long enough for the indexer to select (more than 4 x index_topk tokens); also with the
-// model split over virtual ranks (TP2 x EP2).
+// model split over virtual ranks (TP2, TP4, EP2, EP4, TP2 x EP2).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -104,21 +104,31 @@ TEST_F(CudaPrefillInvariance, BatchMatesDoNotChangeLogits) {
     EXPECT_TRUE(bit_identical(run({1000, 1300}, &short_mate), alone));
 }
 
-// The same properties with the model split over virtual ranks on the one GPU (TP2 x EP2: heads, output groups, each
-// expert's intermediate dim and the experts divided; the partial sums reduced in rank order): a sharded prompt token
-// runs the same per-rank kernels whatever its pass, so sharding keeps the invariance.
-class CudaPrefillInvarianceSharded : public CudaPrefillInvariance {
+// The same properties with the model split over virtual ranks on the one GPU (heads, output groups, each expert's
+// intermediate dim or the experts divided; the partial sums reduced in rank order): a sharded prompt token runs the
+// same per-rank kernels whatever its pass, so sharding keeps the invariance. Every layout of issue 16.
+class CudaPrefillInvarianceSharded : public CudaPrefillInvariance,
+                                     public ::testing::WithParamInterface<std::pair<int, int>> {
 protected:
-    std::pair<int, int> layout() const override { return {2, 2}; }
+    std::pair<int, int> layout() const override { return GetParam(); }
 };
 
-TEST_F(CudaPrefillInvarianceSharded, ChunkingAndBatchMatesDoNotChangeLogits) {
-    SCOPED_TRACE("seed=" + std::to_string(seed_) + " tp=2 ep=2");
+TEST_P(CudaPrefillInvarianceSharded, ChunkingAndBatchMatesDoNotChangeLogits) {
+    SCOPED_TRACE("seed=" + std::to_string(seed_) + " tp=" + std::to_string(GetParam().first) +
+                 " ep=" + std::to_string(GetParam().second));
     const std::vector<float> whole = run({2300});
     for (float v : whole) ASSERT_TRUE(std::isfinite(v));
     EXPECT_TRUE(bit_identical(run({700, 1, 1000, 598, 1}), whole)) << "pieces 700/1/1000/598/1";
     EXPECT_TRUE(bit_identical(run({1000, 1300}, &other_), whole)) << "a batch-mate in the first piece's passes";
 }
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CudaPrefillInvarianceSharded,
+                         ::testing::Values(std::pair{2, 1}, std::pair{4, 1}, std::pair{1, 2}, std::pair{1, 4},
+                                           std::pair{2, 2}),
+                         [](const ::testing::TestParamInfo<std::pair<int, int>>& info) {
+                             return "tp" + std::to_string(info.param.first) + "_ep" +
+                                    std::to_string(info.param.second);
+                         });
 
 }  // namespace
 }  // namespace flashseek
