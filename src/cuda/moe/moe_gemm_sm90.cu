@@ -40,6 +40,7 @@
 #include "cuda/gemm/tensor_map.h"
 #include "cuda/gemm/tma.cuh"
 #include "cuda/gemm/fp8_quant.cuh"
+#include "cuda/gemm/mma_tile.cuh"
 #include "cuda/gemm/wgmma_ss.cuh"
 #include "cuda/moe/fp4_expand.cuh"
 #include "cuda/moe/grouped_gemm_common.cuh"
@@ -110,11 +111,8 @@ using bulk::smem_u32;
 __device__ __forceinline__ void cp_async_4(void* dst, const void* src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
+using mma_tile::cp_async_commit;
+using mma_tile::cp_async_wait;
 
 // Chunk c (16 bytes) of producer thread r's 64 raw bytes in a raw slot: chunks rotated by (r / 2) % 4 so that the
 // eight threads of a 16-byte shared-memory phase (rows r..r+7, 64 bytes apart) hit eight different bank quads.
