@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -58,5 +59,9 @@ inline std::vector<float> bf16_to_f32_vec(const std::vector<uint16_t>& v) {
 double rel_l2(const std::vector<float>& a, const std::vector<float>& b);
 // max_i |a_i - b_i| / (|b_i| + floor).
 double max_rel(const std::vector<float>& a, const std::vector<float>& b, double floor);
+// Same size and the same bytes (so +0/-0 differ and a NaN equals the same NaN): the rerun / variant checks.
+inline bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 
 }  // namespace flashseek::test

@@ -162,10 +162,6 @@ LinearRun run_once(const LinearCase& c, const cuda::PreparedActivation& x, const
     return r;
 }
 
-bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 class LinearFamily : public ::testing::Test {
 protected:
     // A small split-K workspace (8 MB, 4096 counters): plans must respect its limits.

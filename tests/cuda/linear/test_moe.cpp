@@ -529,10 +529,6 @@ LayerRun run_layer(MoeLayerData& L, const KernelPolicy& policy, bool raw_routed,
     return r;
 }
 
-bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 // The routed up- and down-projection stage by stage against a base variant on the same inputs: gemv_experts where
 // it serves the case (1-16 tokens), else tile_experts. Up: each variant's h (from the input it takes: prepared, or
 // raw bf16 rows) against the base's, both dequantized in natural column order (the formats differ: MMA_F16 permutes
