@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 
+#include "attn_reference.h"
 #include "attn_test_util.h"
 #include "cpu/ops.h"
 #include "cuda/gemm/linear.cuh"
@@ -14,14 +15,6 @@
 
 namespace flashseek::cuda::test {
 namespace {
-
-RopeTable yarn_table(int rope_dim) {
-    RopeScaling y;
-    y.type = "yarn";
-    y.factor = 16;
-    y.original_max_position_embeddings = 65536;
-    return make_rope_table(rope_dim, 160000.0, &y);
-}
 
 TEST(CudaNorm, RmsnormMatchesCpu) {
     REQUIRE_GPU();
@@ -128,7 +121,7 @@ TEST(CudaNorm, HeadNormRopeMatchesCpu) {
     for (Shape s : {Shape{64, 512, 64}, Shape{3, 512, 64}, Shape{5, 128, 64}, Shape{2, 96, 32}}) {
         const int T = rng.uniform_int(1, 7);
         const RopeTable rope = yarn_table(s.rope);
-        const std::vector<float> inv(rope.inv_freq, rope.inv_freq + rope.n_pairs);
+        const std::vector<float> inv = inv_of(rope);
         auto x = bf16_round(rng.normals(size_t(T) * s.heads * s.dim, 3.f));
         std::vector<int32_t> pos(T);
         for (auto& p : pos) p = rng.uniform_int(0, 1 << 20);
@@ -158,7 +151,7 @@ TEST(CudaRope, ForwardAndInverseMatchCpu) {
         for (bool yarn : {false, true}) {
             const int T = rng.uniform_int(1, 11), H = rng.uniform_int(1, 9), D = 192, R = 64;
             const RopeTable rope = yarn ? yarn_table(R) : make_rope_table(R, 10000.0, nullptr);
-            const std::vector<float> inv(rope.inv_freq, rope.inv_freq + rope.n_pairs);
+            const std::vector<float> inv = inv_of(rope);
             const int64_t stride = int64_t(H) * D + 8;
             auto x = bf16_round(rng.normals(size_t(T) * stride));
             std::vector<int32_t> pos(T);
