@@ -208,3 +208,18 @@ def server(model_dir):
 def hf_tokenizer():
     from tokenizers import Tokenizer
     return Tokenizer.from_file(os.path.join(SOURCE_DIR, "assets", "tokenizer", "deepseek-v4", "tokenizer.json"))
+
+
+EOS = 1  # the token id that ends a forced output
+
+
+def forced(hf_tokenizer, text, eos=True):
+    """The ids of text (no special tokens added), then EOS unless eos=False: a `debug_forced_tokens` list."""
+    return hf_tokenizer.encode(text, add_special_tokens=False).ids + ([EOS] if eos else [])
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    """The official `openai` client against the module's server (imported here, so only the suites using it need it)."""
+    import openai
+    return openai.OpenAI(base_url=server.url("/v1"), api_key="unused", max_retries=0, timeout=120)

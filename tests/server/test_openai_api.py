@@ -9,22 +9,7 @@ import concurrent.futures as cf
 import json
 import random
 
-import openai
-import pytest
-
-from conftest import post_json, sse_events
-
-EOS = 1
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.url("/v1"), api_key="unused", max_retries=0, timeout=120)
-
-
-def forced(hf_tokenizer, text, eos=True):
-    ids = hf_tokenizer.encode(text, add_special_tokens=False).ids
-    return ids + ([EOS] if eos else [])
+from conftest import forced, post_json, sse_events
 
 
 def test_models_lists_max_model_len(client):

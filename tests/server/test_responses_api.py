@@ -7,12 +7,10 @@ the output through the server's test hook `debug_forced_tokens`. None of these t
 import json
 
 import jsonschema
-import openai
 import pytest
 
-from conftest import http_request, post_json
+from conftest import forced, http_request, post_json
 
-EOS = 1
 TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather for a city",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
                          "required": ["city"]}}]
@@ -20,15 +18,6 @@ DSML = ("\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
         "<｜DSML｜parameter name=\"city\" string=\"true\">Paris</｜DSML｜parameter>\n"
         "<｜DSML｜parameter name=\"days\" string=\"false\">3</｜DSML｜parameter>\n"
         "</｜DSML｜invoke>\n</｜DSML｜tool_calls>")
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.url("/v1"), api_key="unused", max_retries=0, timeout=120)
-
-
-def forced(hf_tokenizer, text, eos=True):
-    return hf_tokenizer.encode(text, add_special_tokens=False).ids + ([EOS] if eos else [])
 
 
 def check_event_sequence(events):
