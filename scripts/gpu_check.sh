@@ -230,11 +230,17 @@ cmd_perf() {
 }
 
 # --------------------------------------------------------------------------------------------------------- sanitize
+# 300 random token ids in [2, vocab_size of the config) with seed 11: the token file of a case without a golden.
+random_tokens() {  # cfg out
+  local vocab
+  vocab=$(python3 -c "import json; print(json.load(open('$1'))['vocab_size'])")
+  python3 -c "import random; r=random.Random(11); print(' '.join(str(r.randrange(2, $vocab)) for _ in range(300)))" > "$2"
+}
+
 # A tiny checkpoint and token file for the end-to-end runs (name: a config under tests/data/configs).
 make_tiny() {  # name dir -> dir/name (checkpoint) and dir/name.tok (300 random tokens)
-  local cfg=tests/data/configs/$1.json vocab
-  vocab=$(python3 -c "import json; print(json.load(open('$cfg'))['vocab_size'])")
-  python3 -c "import random; r=random.Random(11); print(' '.join(str(r.randrange(2, $vocab)) for _ in range(300)))" > "$2/$1.tok"
+  local cfg=tests/data/configs/$1.json
+  random_tokens "$cfg" "$2/$1.tok"
   fs gen-checkpoint --config "$cfg" --out "$2/$1" --seed 7 > "$LOG/gen_$1.log" 2>&1
 }
 
@@ -304,10 +310,9 @@ print(f"{name}|{d}config.json|{seed}|{m['prefill']}|{work}/{name}.tok|{ckpt}|{d}
 PY
   done
   for name in "${configs[@]}"; do
-    local cfg=tests/data/configs/$name.json vocab
+    local cfg=tests/data/configs/$name.json
     [ -f "$cfg" ] || continue
-    vocab=$(python3 -c "import json; print(json.load(open('$cfg'))['vocab_size'])")
-    python3 -c "import random; r=random.Random(11); print(' '.join(str(r.randrange(2, $vocab)) for _ in range(300)))" > "$work/$name.tok"
+    random_tokens "$cfg" "$work/$name.tok"
     echo "$name|$cfg|7|150|$work/$name.tok||"
   done
 }
