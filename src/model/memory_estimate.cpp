@@ -11,7 +11,6 @@ namespace flashseek {
 namespace {
 
 constexpr int64_t kBlockTokens = 256;  // the state pool's block (make_state_pool in cuda_backend.cpp)
-constexpr int64_t kMinHeadRows = 256;  // the CUDA backend's logits rows per pass at least
 
 int64_t align256(int64_t v) { return (v + 255) / 256 * 256; }
 int64_t pow2_at_least(int64_t v) {
@@ -102,7 +101,7 @@ int64_t estimate_step_buffer_bytes(const ModelConfig& cfg, const StateOptions& o
     b += 2 * T * I * 2;                                   // the shared expert's w1 / w3 outputs (linear path)
     b += T * K * (D + I) + T * K * ((D + I) / 128) * 4;   // the grouped expert GEMMs' act_quant (codes, scales)
     if (cfg.quantized()) b += GO * (H * hd / cfg.o_groups) * 2;  // wo_a widened to bf16 (prefill)
-    b += std::max(kMinHeadRows, bucket) * V * 4;          // logits
+    b += std::max<int64_t>(kMinHeadRows, bucket) * V * 4;          // logits
     return b;
 }
 

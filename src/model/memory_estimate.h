@@ -28,6 +28,9 @@ namespace flashseek {
 // tok/s with passes of 512 tokens, 9.1k at 2,048 and 11.0k at 4,096 (20 V4-Flash layers on one H200, docs/perf.md
 // §1.2); each slot's window rings hold one chunk more than the window, so larger chunks cost state memory.
 inline constexpr int kDefaultPrefillChunkTokens = 2048;
+// Logits rows of one CUDA pass at least (every sequence of the largest decode bucket has one): a pass with more
+// all-logits rows is cut so that its head fits.
+inline constexpr int kMinHeadRows = 256;
 
 struct StateOptions {
     int max_sequences = 1;

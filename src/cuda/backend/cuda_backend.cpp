@@ -47,9 +47,6 @@ namespace {
 // Prefill tokens of one sequence per pass unless BackendOptions::prefill_chunk says otherwise
 // (kDefaultPrefillChunkTokens, model/memory_estimate.h). The window rings hold window + one chunk, so a whole chunk is
 // written before attention reads.
-// Logits rows of one pass at least (every sequence of the largest decode bucket has one): a pass with more
-// all-logits rows is cut so that its head fits.
-constexpr int kMinHeadRows = 256;
 
 int chunk_tokens(const BackendOptions& opt) {
     FS_CHECK(opt.prefill_chunk >= 0, "prefill_chunk must be >= 0, got {}", opt.prefill_chunk);
@@ -89,23 +86,22 @@ std::unique_ptr<StatePool> make_state_pool(const ModelConfig& cfg, const Backend
     return std::make_unique<StatePool>(g, std::max(1, opt.max_sequences), max_ctx, pool_bytes);
 }
 
-// The largest decode bucket: a power of two >= max sequences.
-int max_bucket(const StatePool& pool) {
+// The largest decode bucket: a power of two >= max sequences (every shard's pool holds max(1, max_sequences)).
+int max_bucket(const BackendOptions& opt) {
     int bucket = 1;
-    while (bucket < pool.max_sequences()) bucket *= 2;
+    while (bucket < std::max(1, opt.max_sequences)) bucket *= 2;
     return bucket;
 }
 
 // One shard's own parts; the shards of a backend share its streams, policy and profiler.
 struct Shard {
     Shard(const ModelConfig& cfg, const BackendOptions& opt, const ShardSpec& spec, DeviceTensorStore store,
-          const ForwardNumerics& numerics, int chunk_tokens, int shards_to_come, StreamSet& streams,
-          const KernelPolicy& policy, OpProfiler& profiler)
+          const ForwardNumerics& numerics, int chunk_tokens, int max_rows, int max_head_rows, int shards_to_come,
+          StreamSet& streams, const KernelPolicy& policy, OpProfiler& profiler)
         : weights(cfg, spec, std::move(store)),
           pool(make_state_pool(cfg, opt, weights, numerics, chunk_tokens, shards_to_come)),
-          buf(cfg, StepBufferSizes{std::max(chunk_tokens, max_bucket(*pool)), std::max(kMinHeadRows, max_bucket(*pool)),
-                                   pool->max_context(), spec.expert_begin, spec.experts(), spec.ranks > 1,
-                                   spec.inter_end - spec.inter_begin}),
+          buf(cfg, StepBufferSizes{max_rows, max_head_rows, pool->max_context(), spec.expert_begin, spec.experts(),
+                                   spec.ranks > 1, spec.inter_end - spec.inter_begin}),
           forward(cfg, weights, buf, streams, *pool, policy, numerics, profiler) {}
     ShardWeights weights;
     std::unique_ptr<StatePool> pool;
@@ -127,11 +123,12 @@ public:
                  "CUDA backend: {} shard specs for {} weight stores (1..{} shards)", specs.size(), stores.size(),
                  kMaxReduceRanks);
         streams_.set_branches(policy_.branches);
+        max_rows_ = std::max(chunk_tokens_, max_bucket(opt));
+        max_head_rows_ = std::max(kMinHeadRows, max_bucket(opt));
         for (size_t r = 0; r < specs.size(); ++r)
             shards_.push_back(std::make_unique<Shard>(cfg_, opt, specs[r], std::move(stores[r]), numerics_,
-                                                      chunk_tokens_, int(specs.size() - r), streams_, policy_, prof_));
-        max_rows_ = std::max(chunk_tokens_, max_bucket(pool()));
-        max_head_rows_ = std::max(kMinHeadRows, max_bucket(pool()));
+                                                      chunk_tokens_, max_rows_, max_head_rows_, int(specs.size() - r),
+                                                      streams_, policy_, prof_));
         if (shards_.size() > 1) make_communicator_groups();
         // Every shard's head writes its vocabulary rows into the first shard's logits (sampled there).
         for (auto& sh : shards_)
@@ -203,7 +200,6 @@ private:
     // Enqueues one pass on every shard: the whole forward of a single shard, or the shards' pieces in turn with the
     // reductions of their partial outputs.
     void enqueue_pass(const PassShape& shape);
-    // Sums the partial outputs of shards [first, first + count) into each one's sub-block output.
     // The ranks' communicator (today every rank on this device, one stream: the same-device implementation) and its
     // groups, registered before any capture: each expert group's tp ranks (attention), and every rank (MoE).
     void make_communicator_groups();
@@ -235,7 +231,6 @@ void CudaBackend::enqueue_pass(const PassShape& shape) {
         return;
     }
     for (auto& sh : shards_) sh->forward.begin(shape);
-    const size_t tp = size_t(shards_.front()->weights.spec().tp);
     for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
         for (auto& sh : shards_) sh->forward.sub_block(shape, l, 0);
         for (CommGroup g : expert_groups_) reduce(shape, g);  // attention: per expert group

@@ -11,23 +11,6 @@
 
 namespace flashseek::cuda {
 
-template <typename T>
-void SampleAdjustStaging::Pinned<T>::reserve(size_t n) {
-    if (n <= capacity) return;
-    if (ptr) cudaFreeHost(ptr);
-    ptr = nullptr;
-    capacity = 0;
-    CUDA_CHECK(cudaMallocHost(&ptr, n * sizeof(T)));
-    capacity = n;
-}
-
-template <typename T>
-SampleAdjustStaging::Pinned<T>::~Pinned() {
-    if (ptr) cudaFreeHost(ptr);
-}
-
-SampleAdjustStaging::~SampleAdjustStaging() = default;
-
 namespace {
 void grow(DeviceBuffer& b, size_t bytes, const char* what) {
     if (b.bytes() < bytes) b.allocate(bytes, what);
@@ -79,23 +62,23 @@ bool SampleAdjustStaging::prepare(std::span<const SampleParams* const> rows, int
 
 // Copies n elements (gathered by fill into the pinned staging) to the device buffer, both grown as needed.
 template <typename T, typename Fill>
-void SampleAdjustStaging::upload(Pinned<T>& host, DeviceBuffer& dev, size_t n, const char* what, Fill fill,
+void SampleAdjustStaging::upload(PinnedBuffer& host, DeviceBuffer& dev, size_t n, const char* what, Fill fill,
                                  cudaStream_t stream) {
     if (n == 0) return;
-    host.reserve(n);
-    fill(host.ptr);
+    if (host.bytes() < n * sizeof(T)) host.allocate(n * sizeof(T), what);
+    fill(host.as<T>());
     grow(dev, n * sizeof(T), what);
-    CUDA_CHECK(cudaMemcpyAsync(dev.get(), host.ptr, n * sizeof(T), cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemcpyAsync(dev.get(), host.as<void>(), n * sizeof(T), cudaMemcpyHostToDevice, stream));
 }
 
 const float* SampleAdjustStaging::apply(const float* logits, int64_t ld, cudaStream_t stream) {
     FS_CHECK(rows_ > 0, "SampleAdjustStaging::apply without prepared rows");
     const size_t words = size_t(token_mask_words(vocab_));
-    upload(adjust_host_, adjust_dev_, adjust_.size(), "sampler adjustment headers",
-           [&](DeviceLogitAdjust* dst) { std::copy(adjust_.begin(), adjust_.end(), dst); }, stream);
-    upload(edits_host_, edits_dev_, edits_.size(), "sampler logit edits",
-           [&](DeviceLogitEdit* dst) { std::copy(edits_.begin(), edits_.end(), dst); }, stream);
-    upload(masks_host_, masks_dev_, masks_.size() * words, "sampler token masks", [&](uint32_t* dst) {
+    upload<DeviceLogitAdjust>(adjust_host_, adjust_dev_, adjust_.size(), "sampler adjustment headers",
+                              [&](DeviceLogitAdjust* dst) { std::copy(adjust_.begin(), adjust_.end(), dst); }, stream);
+    upload<DeviceLogitEdit>(edits_host_, edits_dev_, edits_.size(), "sampler logit edits",
+                            [&](DeviceLogitEdit* dst) { std::copy(edits_.begin(), edits_.end(), dst); }, stream);
+    upload<uint32_t>(masks_host_, masks_dev_, masks_.size() * words, "sampler token masks", [&](uint32_t* dst) {
         for (size_t m = 0; m < masks_.size(); ++m) std::copy(masks_[m], masks_[m] + words, dst + m * words);
     }, stream);
     grow(out_dev_, size_t(rows_) * size_t(vocab_) * sizeof(float), "adjusted logits");

@@ -18,7 +18,6 @@ namespace flashseek::cuda {
 class SampleAdjustStaging {
 public:
     SampleAdjustStaging() = default;
-    ~SampleAdjustStaging();
     SampleAdjustStaging(const SampleAdjustStaging&) = delete;
     SampleAdjustStaging& operator=(const SampleAdjustStaging&) = delete;
 
@@ -30,23 +29,14 @@ public:
     const float* apply(const float* logits, int64_t ld, cudaStream_t stream);
 
 private:
-    template <typename T>
-    struct Pinned {
-        T* ptr = nullptr;
-        size_t capacity = 0;
-        void reserve(size_t n);
-        ~Pinned();
-    };
     template <typename T, typename Fill>
-    static void upload(Pinned<T>& host, DeviceBuffer& dev, size_t n, const char* what, Fill fill,
+    static void upload(PinnedBuffer& host, DeviceBuffer& dev, size_t n, const char* what, Fill fill,
                        cudaStream_t stream);
     int64_t rows_ = 0, vocab_ = 0;
     std::vector<DeviceLogitAdjust> adjust_;
     std::vector<DeviceLogitEdit> edits_;
     std::vector<const uint32_t*> masks_;
-    Pinned<DeviceLogitAdjust> adjust_host_;
-    Pinned<DeviceLogitEdit> edits_host_;
-    Pinned<uint32_t> masks_host_;
+    PinnedBuffer adjust_host_, edits_host_, masks_host_;  // staging of the three uploads
     DeviceBuffer adjust_dev_, edits_dev_, masks_dev_, out_dev_;
 };
 
