@@ -79,8 +79,12 @@ void check_params(int64_t vocab, const SampleParams& p) {
                  b.bias);
     for (int32_t t : p.banned_tokens)
         FS_CHECK(t >= 0 && t < vocab, "sample: banned token {} is outside the vocabulary", t);
-    for (int32_t t : p.prompt_tokens) FS_CHECK(t >= 0 && t < vocab, "sample: prompt token {} is out of range", t);
-    for (int32_t t : p.output_tokens) FS_CHECK(t >= 0 && t < vocab, "sample: output token {} is out of range", t);
+    // The context is checked where the penalties read it (adjusted_logits): a full scan per row otherwise.
+    const bool repetition = p.repetition_penalty != 1.f;
+    if (repetition)
+        for (int32_t t : p.prompt_tokens) FS_CHECK(t >= 0 && t < vocab, "sample: prompt token {} is out of range", t);
+    if (repetition || p.frequency_penalty != 0.f || p.presence_penalty != 0.f)
+        for (int32_t t : p.output_tokens) FS_CHECK(t >= 0 && t < vocab, "sample: output token {} is out of range", t);
 }
 
 // The adjusted copy of a row (see SampleParams). The per-token arithmetic is written out step by step so that the

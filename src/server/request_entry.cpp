@@ -50,8 +50,7 @@ PreparedGeneration prepare_generation(Route route, std::string_view body_text, c
             try {
                 out.max_new_tokens.push_back(resolve_max_tokens(pr, int64_t(p.size()), ctx.max_model_len));
             } catch (ApiError& e) {
-                if (route == Route::Responses)
-                    e.param = e.param == "max_tokens" ? "max_output_tokens" : prompt_param(route);
+                if (route == Route::Responses) e.param = responses_param(e.param);
                 throw;
             }
         }

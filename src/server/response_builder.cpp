@@ -25,16 +25,18 @@ std::string tool_call_id(const std::string& req_id, size_t choice, size_t k) {
 }  // namespace
 
 ResponseBuilder::ResponseBuilder(const ParsedRequest& req, const tokenizer::Tokenizer& tok, std::string id,
-                                 int64_t created, std::vector<std::vector<int32_t>> prompts)
-    : req_(req), tok_(tok), id_(std::move(id)), created_(created), prompts_(std::move(prompts)) {
+                                 int64_t created, const std::vector<std::vector<int32_t>>& prompts)
+    : req_(req), tok_(tok), id_(std::move(id)), created_(created), prompts_(prompts) {
     choices_.resize(req.prompt_count() * size_t(req.n));
     if (req.endpoint == Endpoint::Chat)
         for (auto& c : choices_) c.parser = std::make_unique<chat::StreamingParser>(req.chat.thinking);
     if (req.echo) {
         // Text prompts come back as sent; token-id prompts as their decoded text.
-        for (size_t p = 0; p < prompts_.size(); ++p)
+        for (size_t p = 0; p < prompts_.size(); ++p) {
             prompt_texts_.push_back(p < req.prompt_texts.size() ? req.prompt_texts[p]
                                                                 : tok.decode(prompts_[p], req.skip_special_tokens));
+            prompt_text_chars_.push_back(code_points(prompt_texts_.back()));
+        }
     }
 }
 
@@ -143,7 +145,8 @@ ojson ResponseBuilder::apply(const runtime::OutputEvent& ev, bool streaming) {
         } else {
             ojson toks = ojson::array(), lps = ojson::array(), tops = ojson::array(), offs = ojson::array();
             // text_offset counts code points of the returned text, which starts with the echoed prompt.
-            const size_t offset_base = req_.echo ? code_points(echo_text(size_t(ev.choice))) : 0;
+            const size_t offset_base =
+                req_.echo ? prompt_text_chars_.at(size_t(ev.choice) / size_t(req_.n)) : 0;
             for (const auto& t : ev.tokens) {
                 const std::string s = tokenizer::utf8_lossy(tok_.token_bytes(t.id));
                 ojson top = ojson::object();

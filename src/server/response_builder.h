@@ -21,9 +21,10 @@ std::optional<ApiError> generation_failure(const std::string& finish_reason, con
 
 class ResponseBuilder {
 public:
-    // prompts: the token ids of each prompt (choice i belongs to prompt i / n).
+    // prompts: the token ids of each prompt (choice i belongs to prompt i / n); like req, they must outlive the
+    // builder (the generation's state owns both).
     ResponseBuilder(const ParsedRequest& req, const tokenizer::Tokenizer& tok, std::string id, int64_t created,
-                    std::vector<std::vector<int32_t>> prompts);
+                    const std::vector<std::vector<int32_t>>& prompts);
 
     // Streaming. first_chunk: the role delta of every chat choice (empty for completions).
     std::string first_chunks();
@@ -73,8 +74,9 @@ private:
     const tokenizer::Tokenizer& tok_;
     std::string id_;
     int64_t created_;
-    std::vector<std::vector<int32_t>> prompts_;
+    const std::vector<std::vector<int32_t>>& prompts_;
     std::vector<std::string> prompt_texts_;  // completions with echo: the text returned before each completion
+    std::vector<size_t> prompt_text_chars_;  // ... and its length in code points (text_offset's base)
     std::vector<Choice> choices_;
     bool error_sent_ = false;
 };

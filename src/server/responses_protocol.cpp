@@ -272,14 +272,14 @@ const std::set<std::string>& responses_only_fields() {
     return names;
 }
 
+}  // namespace
+
 std::string responses_param(const std::string& chat_param) {
     if (chat_param.rfind("messages", 0) == 0) return "input";
     if (chat_param == "max_tokens") return "max_output_tokens";
     if (chat_param == "response_format") return "text.format";
     return chat_param;
 }
-
-}  // namespace
 
 ResponsesFields parse_responses_request(const json& body, const ProtocolLimits& limits, std::string_view raw_body,
                                         ParsedRequest& request) {

@@ -25,4 +25,8 @@ struct ResponsesFields {
 ResponsesFields parse_responses_request(const nlohmann::json& body, const ProtocolLimits& limits,
                                         std::string_view raw_body, ParsedRequest& request);
 
+// The Responses name of a chat-request parameter named in an error (messages[...] -> input, max_tokens ->
+// max_output_tokens, response_format -> text.format; others unchanged).
+std::string responses_param(const std::string& chat_param);
+
 }  // namespace flashseek::server
