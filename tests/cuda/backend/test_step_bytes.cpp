@@ -64,13 +64,6 @@ CheckpointBytes checkpoint_bytes(const Checkpoint& ckpt, const ModelConfig& cfg)
     return c;
 }
 
-std::vector<int32_t> random_tokens(std::mt19937_64& rng, int n, int64_t vocab) {
-    std::uniform_int_distribution<int32_t> d(2, int32_t(vocab - 1));
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (auto& x : t) x = d(rng);
-    return t;
-}
-
 const OpTime* find_op(const StepProfile& p, const std::string& name) {
     for (const OpTime& o : p.ops)
         if (o.op == name) return &o;
@@ -126,7 +119,7 @@ TEST_F(CudaStepBytes, OpBytesSumToTheCheckpointsBytesPerPass) {
         ASSERT_DOUBLE_EQ(want.embed_row, double(cfg.hidden_size) * 2);
         BackendDiagnostics& ext = *be->diagnostics();
         const int64_t V = cfg.vocab_size;
-        const auto long_prompt = random_tokens(rng, 40, V), short_prompt = random_tokens(rng, 5, V);
+        const auto long_prompt = test::random_tokens(rng, 40, V), short_prompt = test::random_tokens(rng, 5, V);
         const int a = be->create_sequence(), b = be->create_sequence();
 
         // Prefill: one pass per prompt, each with its head row.
@@ -134,7 +127,7 @@ TEST_F(CudaStepBytes, OpBytesSumToTheCheckpointsBytesPerPass) {
         expect_ops_sum_to_weight_bytes(ext.profile_step(steps));
 
         // Decode of both: two rows; a at 41 tokens has 10 compressed entries > index_topk, the pass scores.
-        const auto next = random_tokens(rng, 2, V);
+        const auto next = test::random_tokens(rng, 2, V);
         steps = {{a, &next[0], 1, false}, {b, &next[1], 1, false}};
         StepProfile p = ext.profile_step(steps);
         expect_ops_sum_to_weight_bytes(p);
@@ -169,7 +162,7 @@ TEST_F(CudaStepBytes, OpBytesSumToWeightBytesInParallelLayouts) {
         SCOPED_TRACE("tp=" + std::to_string(tp) + " ep=" + std::to_string(ep));
         auto be = create_backend(dir, options(Numerics::Release, tp, ep));
         BackendDiagnostics& ext = *be->diagnostics();
-        const auto prompt = random_tokens(rng, 30, be->config().vocab_size);
+        const auto prompt = test::random_tokens(rng, 30, be->config().vocab_size);
         const int a = be->create_sequence();
         std::vector<SequenceStep> steps = {{a, prompt.data(), 30, false}};
         expect_ops_sum_to_weight_bytes(ext.profile_step(steps));

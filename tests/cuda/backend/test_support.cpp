@@ -35,6 +35,13 @@ std::string source_dir() {
     return env && *env ? std::string(env) : std::string(FLASHSEEK_SOURCE_DIR);
 }
 
+std::vector<int32_t> random_tokens(std::mt19937_64& rng, int n, int64_t vocab) {
+    std::uniform_int_distribution<int32_t> d(2, int32_t(vocab - 1));
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = d(rng);
+    return t;
+}
+
 bool have_gpu() {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {

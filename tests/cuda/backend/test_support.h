@@ -1,7 +1,8 @@
 // Helpers shared by the CUDA backend tests: a fresh random seed per run (printed on failure), tiny random
-// checkpoints written once per test binary into a temporary folder, and logits comparison figures.
+// checkpoints written once per test binary into a temporary folder, random prompts and logits comparison figures.
 #pragma once
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,8 @@ std::string source_dir();  // from the clock unless FLASHSEEK_TEST_SEED is set
 // returns its folder.
 std::string tiny_checkpoint(const std::string& config, uint64_t seed);
 bool have_gpu();
+// n token ids drawn uniformly from [2, vocab) (0 and 1 are left to the special tokens).
+std::vector<int32_t> random_tokens(std::mt19937_64& rng, int n, int64_t vocab);
 
 struct Agreement {
     double max_rel = 0, mean_rel = 0, median_rel = 0, p90_rel = 0;  // per-row relative L2 error statistics
