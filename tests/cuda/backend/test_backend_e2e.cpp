@@ -35,18 +35,6 @@ std::unique_ptr<Backend> make(const std::string& dir, const std::string& backend
     return create_backend(dir, o);
 }
 
-// A tensor / expert parallel layout as virtual ranks on this device.
-std::unique_ptr<Backend> make_layout(const std::string& dir, Numerics num, int tp, int ep) {
-    BackendOptions o;
-    o.backend = "cuda";
-    o.numerics = num;
-    o.max_sequences = 2;
-    o.max_context = 4096;
-    o.tp = tp;
-    o.ep = ep;
-    return create_backend(dir, o);
-}
-
 // Prefill `prefill` tokens in chunks of `chunk` (all logits), then decode the rest one by one (last logits).
 std::vector<float> teacher_forced(Backend& be, const std::vector<int32_t>& toks, int prefill, int chunk) {
     const int seq = be.create_sequence();
@@ -364,7 +352,7 @@ TEST_F(CudaBackendBatch, ParallelLayoutsMatchWholeModel) {
         const auto env = compare_rows(perturbed, ref, V);
         for (auto [tp, ep] : {std::pair{2, 1}, {4, 1}, {1, 2}, {1, 4}, {2, 2}}) {
             SCOPED_TRACE("tp=" + std::to_string(tp) + " ep=" + std::to_string(ep));
-            auto be = make_layout(dir, num, tp, ep);
+            auto be = test::make_layout(dir, num, tp, ep);
             const auto got = teacher_forced(*be, toks, 60, 23);
             ASSERT_EQ(got.size(), ref.size());
             const auto c = compare_rows(got, ref, V);

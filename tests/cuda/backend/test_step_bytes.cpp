@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "backend/diagnostics.h"
-#include "backend/registry.h"
 #include "cuda/backend/device_weights.h"
 #include "loader/safetensors.h"
 #include "model/config.h"
@@ -90,17 +89,6 @@ void expect_ops_sum_to_weight_bytes(const StepProfile& p) {
     EXPECT_DOUBLE_EQ(sum, p.bytes_weights);
 }
 
-BackendOptions options(Numerics num, int tp = 1, int ep = 1) {
-    BackendOptions o;
-    o.backend = "cuda";
-    o.numerics = num;
-    o.max_sequences = 2;
-    o.max_context = 512;
-    o.tp = tp;
-    o.ep = ep;
-    return o;
-}
-
 // tiny-a: FP8 linears, FP4 experts, hash layers, ratio 4 (indexer, index_topk 8: a sequence past 32 tokens makes the
 // pass score) and ratio 128 layers.
 TEST_F(CudaStepBytes, OpBytesSumToTheCheckpointsBytesPerPass) {
@@ -111,7 +99,7 @@ TEST_F(CudaStepBytes, OpBytesSumToTheCheckpointsBytesPerPass) {
     std::mt19937_64 rng(seed);
     for (Numerics num : {Numerics::Exact, Numerics::Release}) {
         SCOPED_TRACE(num == Numerics::Exact ? "exact" : "release");
-        auto be = create_backend(dir, options(num));
+        auto be = test::make_layout(dir, num, 1, 1);
         const ModelConfig& cfg = be->config();
         const CheckpointBytes want = checkpoint_bytes(*ckpt, cfg);
         ASSERT_GT(want.expert, 0);
@@ -160,7 +148,7 @@ TEST_F(CudaStepBytes, OpBytesSumToWeightBytesInParallelLayouts) {
     std::mt19937_64 rng(seed);
     for (auto [tp, ep] : {std::pair{2, 1}, {1, 2}, {2, 2}}) {
         SCOPED_TRACE("tp=" + std::to_string(tp) + " ep=" + std::to_string(ep));
-        auto be = create_backend(dir, options(Numerics::Release, tp, ep));
+        auto be = test::make_layout(dir, Numerics::Release, tp, ep);
         BackendDiagnostics& ext = *be->diagnostics();
         const auto prompt = test::random_tokens(rng, 30, be->config().vocab_size);
         const int a = be->create_sequence();
