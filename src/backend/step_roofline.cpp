@@ -17,9 +17,10 @@ bool positive(double v) { return std::isfinite(v) && v > 0; }
 }  // namespace
 
 OpBandwidth op_bandwidth(const OpTime& op, double copy_bandwidth) {
-    FS_CHECK(positive(copy_bandwidth), "per-op bandwidth: the copy bandwidth must be a positive number of bytes/s, got {}",
-             copy_bandwidth);
-    FS_CHECK(std::isfinite(op.bytes) && op.bytes >= 0, "per-op bandwidth: op '{}' has weight bytes {}", op.op, op.bytes);
+    FS_CHECK(positive(copy_bandwidth),
+             "per-op bandwidth: the copy bandwidth must be a positive number of bytes/s, got {}", copy_bandwidth);
+    FS_CHECK(std::isfinite(op.bytes) && op.bytes >= 0, "per-op bandwidth: op '{}' has weight bytes {}", op.op,
+             op.bytes);
     OpBandwidth b;
     if (op.bytes == 0) return b;
     FS_CHECK(positive(op.total_us), "per-op bandwidth: op '{}' read {} weight bytes in {} us (no positive time)", op.op,
@@ -57,8 +58,9 @@ std::string format_bubble(const StepBubble& b, const std::string& step_kind) {
 std::string format_op_table(const StepProfile& p, double copy_bandwidth, const std::string& what, size_t max_rows) {
     double bytes = 0;
     for (const OpTime& o : p.ops) bytes += o.bytes;
-    std::string out = fmt::format("per-op GPU time of {} (events, no graph), total {:.1f} us, weight bytes {:.1f} MB:\n",
-                                  what, p.gpu_us, bytes / 1e6);
+    std::string out =
+        fmt::format("per-op GPU time of {} (events, no graph), total {:.1f} us, weight bytes {:.1f} MB:\n", what,
+                    p.gpu_us, bytes / 1e6);
     out += fmt::format("  {:<40} {:<26} {:>6} {:>12} {:>7} {:>9} {:>9} {:>10}\n", "op", "variant", "calls", "total us",
                        "share", "MB", "GB/s", "% copy BW");
     for (size_t i = 0; i < p.ops.size() && i < max_rows; ++i) {

@@ -20,7 +20,7 @@ struct LayerWeightBytes {
     double index_wq_b = 0, index_weights_proj = 0;           // read only when the pass scores (PassShape::need_indexer)
     double router = 0;                                       // the gate weight
     double route = 0;                                        // the gate bias (a hash layer's tid2eid is a lookup: none)
-    double shared_up = 0, shared_down = 0;                   // shared expert w1 + w3; w2 (0: the shard holds none of it)
+    double shared_up = 0, shared_down = 0;                   // shared expert w1 + w3; w2 (0: the shard holds none)
     double expert_up = 0, expert_down = 0;                   // ONE routed expert: w1 + w3; w2
 
     // Every op of the layer but the routed experts; the indexer's query projections only when it scores.
