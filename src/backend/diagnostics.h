@@ -19,6 +19,7 @@ struct OpTime {
     std::string variant;  // the kernel-catalogue variant that ran it, where the op is a catalogue op
     int calls = 0;
     double total_us = 0;
+    double bytes = 0;  // weight bytes (weights + scales) the op read over its calls; 0 for ops that stream none
 };
 
 struct StepProfile {

@@ -6,8 +6,9 @@
 //    events around every op (the per-op table of a prefill);
 //  * decode: for each context length and concurrency, prefill `concurrency` sequences of `context` tokens (tok/s
 //    and FLOP fraction of a batched prefill), then `output-len` greedy decode steps of all of them (decode tok/s,
-//    TPOT median and p99), then one profiled decode step (per-op table, bytes moved in all and per rank of a
-//    parallel layout, roofline fraction).
+//    TPOT median and p99), then one profiled decode step (per-op table with each op's weight bytes and their
+//    bandwidth, bytes moved in all and per rank of a parallel layout, roofline fraction, the bubble: the step time
+//    beyond its bytes at the copy bandwidth, per step and per layer; the eager per-op sum against the step).
 // Prints a summary and saves everything as JSON.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -24,6 +25,7 @@
 #include "backend/backend.h"
 #include "backend/diagnostics.h"
 #include "backend/registry.h"
+#include "backend/step_roofline.h"
 #include "model/flop_count.h"
 #include "util/error.h"
 
@@ -58,20 +60,23 @@ double percentile(std::vector<double> v, double p) {
     return v[i];
 }
 
-nlohmann::json ops_json(const StepProfile& prof) {
+// Per op: its time and share, and where it streams weights their bytes, GB/s and fraction of the copy bandwidth
+// (null where it reads none).
+nlohmann::json ops_json(const StepProfile& prof, double copy_bandwidth) {
     nlohmann::json ops = nlohmann::json::array();
-    for (const auto& o : prof.ops)
-        ops.push_back({{"op", o.op}, {"variant", o.variant}, {"calls", o.calls}, {"total_us", o.total_us},
-                       {"share", prof.gpu_us > 0 ? o.total_us / prof.gpu_us : 0}});
+    for (const auto& o : prof.ops) {
+        const OpBandwidth b = op_bandwidth(o, copy_bandwidth);
+        nlohmann::json r = {{"op", o.op}, {"variant", o.variant}, {"calls", o.calls}, {"total_us", o.total_us},
+                            {"share", prof.gpu_us > 0 ? o.total_us / prof.gpu_us : 0}, {"bytes", o.bytes}};
+        r["gb_s"] = b.streams_weights ? nlohmann::json(b.gb_s) : nlohmann::json();
+        r["copy_bw_fraction"] = b.streams_weights ? nlohmann::json(b.copy_fraction) : nlohmann::json();
+        ops.push_back(r);
+    }
     return ops;
 }
 
-void print_ops(const StepProfile& prof, const char* what) {
-    std::printf("per-op GPU time of %s (events, no graph), total %.1f us:\n", what, prof.gpu_us);
-    std::printf("  %-40s %-26s %6s %12s %7s\n", "op", "variant", "calls", "total us", "share");
-    for (size_t i = 0; i < prof.ops.size() && i < 25; ++i)
-        std::printf("  %-40s %-26s %6d %12.1f %6.1f%%\n", prof.ops[i].op.c_str(), prof.ops[i].variant.c_str(),
-                    prof.ops[i].calls, prof.ops[i].total_us, 100.0 * prof.ops[i].total_us / std::max(prof.gpu_us, 1e-9));
+void print_ops(const StepProfile& prof, double copy_bandwidth, const char* what) {
+    std::fputs(format_op_table(prof, copy_bandwidth, what, 25).c_str(), stdout);
 }
 
 std::vector<int32_t> random_tokens(std::mt19937_64& rng, const ModelConfig& cfg, int n) {
@@ -171,7 +176,7 @@ int run_bench(int argc, char** argv) {
         r["prefill_tok_s"] = n / secs;
         const double pct = flop_fields(r, n, n / secs);
         r["profiled_gpu_us"] = prof.gpu_us;
-        r["ops"] = ops_json(prof);
+        r["ops"] = ops_json(prof, bw);
         prefill_results.push_back(r);
         std::printf("\n== prefill of one sequence, %d tokens ==\n", n);
         std::printf("prefill: %.3f s = %.0f tok/s; %.2f GFLOP/token (linears %.2f, attention %.2f) -> %.1f TFLOP/s "
@@ -179,7 +184,7 @@ int run_bench(int argc, char** argv) {
                     secs, n / secs, double(r["prefill_flops_per_token"]) / 1e9,
                     double(r["prefill_flops_linear"]) / 1e9, double(r["prefill_flops_attention"]) / 1e9,
                     double(r["prefill_tflop_s"]), pct);
-        print_ops(prof, "the profiled prefill");
+        print_ops(prof, bw, "the profiled prefill");
     }
 
     nlohmann::json results = nlohmann::json::array();
@@ -212,6 +217,8 @@ int run_bench(int argc, char** argv) {
             const double tpot = percentile(step_ms, 0.5), p99 = percentile(step_ms, 0.99);
             const double bytes = prof.bytes_weights + prof.bytes_state;
             const double roofline_ms = bytes / bw * 1e3;
+            const std::string step_kind = no_graphs ? "eager" : "graph";
+            const StepBubble bubble = step_bubble(tpot, bytes, bw, layers);
             nlohmann::json r;
             r["context"] = ctx;
             r["concurrency"] = B;
@@ -231,8 +238,11 @@ int run_bench(int argc, char** argv) {
             r["distinct_experts"] = prof.distinct_experts;
             r["roofline_ms"] = roofline_ms;
             r["roofline_fraction"] = roofline_ms / tpot;
+            r["bubble_ms"] = bubble.bubble_ms;
+            r["bubble_per_layer_us"] = bubble.per_layer_us;
+            r["bubble_step_fraction"] = bubble.step_fraction;
             r["profiled_gpu_us"] = prof.gpu_us;
-            r["ops"] = ops_json(prof);
+            r["ops"] = ops_json(prof, bw);
             results.push_back(r);
 
             std::printf("\n== context %d, concurrency %d ==\n", ctx, B);
@@ -249,7 +259,9 @@ int run_bench(int argc, char** argv) {
                     std::printf(" %zu: %.3f GB", k, prof.bytes_per_rank[k] / 1e9);
                 std::printf(" (ranks share one device here: the step moves their sum)\n");
             }
-            print_ops(prof, "one profiled decode step");
+            std::printf("%s\n%s\n", format_bubble(bubble, step_kind).c_str(),
+                        format_per_op_sum_vs_step(prof.gpu_us, tpot, step_kind).c_str());
+            print_ops(prof, bw, "one profiled decode step");
         }
     }
     if (!json_path.empty()) {

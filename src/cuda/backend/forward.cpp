@@ -45,6 +45,7 @@ void ForwardPass::begin(const PassShape& s) {
     streams_.reset_branches();
     post_pending_ = -1;
     OpProfiler::Scope sc(prof_, "embedding");
+    prof_.bytes(double(s.n_rows) * shard_.head_bytes().embed_row);
     embed_streams(shard_.embed(), cfg_.vocab_size, buf_.meta.d(StepMeta::kTokens), s.n_rows, cfg_.hc_mult,
                   cfg_.hidden_size, buf_.residual.as<bf16>(), streams_.main());
 }
@@ -103,6 +104,7 @@ void ForwardPass::sub_block(const PassShape& s, int l, int sub) {
     {
         OpProfiler::Scope sc(prof_, p.prev_y_routed ? "moe.combine + mhc_post + mhc_pre + norm"
                                                     : (p.prev_o ? "mhc_post + mhc_pre + norm" : "mhc_pre + norm"));
+        prof_.bytes(L.bytes.mhc_pre[sub]);
         mhc_pre(p, buf_.mhc_workspace.get(), buf_.mhc_workspace_bytes, stream);
     }
     ++prep_generation_;  // sub_in was rewritten: earlier prepared activations are stale
@@ -156,6 +158,7 @@ void ForwardPass::enqueue_head(const PassShape& s) {
     p.y = buf_.sub_in.as<bf16>();
     {
         OpProfiler::Scope sc(prof_, "hc_head + norm");
+        prof_.bytes(shard_.head_bytes().hc_head);
         mhc_pre(p, buf_.mhc_workspace.get(), buf_.mhc_workspace_bytes, stream);
     }
     ++prep_generation_;
@@ -164,6 +167,7 @@ void ForwardPass::enqueue_head(const PassShape& s) {
     pol_ = &decode_policy_;
     const PreparedActivation& a = prepare(buf_.prep_x_bf16, buf_.sub_in.get(), false, s.n_head_rows, D, D, shard_.head());
     OpProfiler::Scope sc(prof_, "head gemm");
+    prof_.bytes(shard_.head_bytes().head);
     lin(a, shard_.head(), logits_, OutKind::F32, logits_ld_);
 }
 

@@ -45,9 +45,11 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
             share ? ax : prepare(buf_.prep_kv, buf_.sub_in.get(), false, T, D, D, L.wkv, false, &kv);
         {
             OpProfiler::Scope sc(prof_, "attn.wkv gemm");
+            prof_.bytes(L.bytes.wkv);
             lin(akv, L.wkv, buf_.window_kv.get(), OutKind::BF16, hd, &kv);
         }
         OpProfiler::Scope sc(prof_, "attn.kv norm + rope + store");
+        prof_.bytes(L.bytes.kv_norm);
         kv_store_window(buf_.window_kv.as<bf16>(), hd, hd, rd, L.kv_norm, eps, L.rope, batch, ring_view(l), nullptr,
                         kv.stream);
     }
@@ -61,6 +63,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
         const int64_t width = c.wkv.out;
         {
             OpProfiler::Scope sc(prof_, indexer ? "indexer.compressor gemm" : "attn.compressor gemm");
+            prof_.bytes(indexer ? L.bytes.index_compressor_gemm : L.bytes.compressor_gemm);
             lin(ab, c.wkv, a.get(), OutKind::F32, width, &lane);
             lin(ab, c.wgate, z.get(), OutKind::F32, width, &lane);
         }
@@ -83,6 +86,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
         p.state_stride = pool_.compressor_state_stride(l, indexer);
         p.out = indexer ? index_entries(l) : comp_entries(l);
         OpProfiler::Scope sc(prof_, indexer ? "indexer.compressor" : "attn.compressor");
+        prof_.bytes(indexer ? L.bytes.index_compressor : L.bytes.compressor);
         compressor_forward(p, lane.stream);
     };
     if (L.ratio == 4) {  // the indexer's compressor on a third stream: two compressors in one branch were longer
@@ -95,11 +99,13 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
     // Query latent and queries (main stream).
     {
         OpProfiler::Scope sc(prof_, "attn.wq_a gemm");
+        prof_.bytes(L.bytes.wq_a);
         lin(ax, L.wq_a, buf_.q_latent.get(), OutKind::BF16, QL);
     }
     {
         // The norm also writes its output prepared for wq_b (FP8 / FP4 weights): no preparation launch.
         OpProfiler::Scope sc(prof_, "attn.q_norm");
+        prof_.bytes(L.bytes.q_norm);
         const bool fuse = (L.wq_b.kind == WeightKind::FP8_BLOCK128 || L.wq_b.kind == WeightKind::FP4_BLOCK32) &&
                           input_format(T, L.wq_b) == ActFormat::MMA_F16;
         PreparedActivation* out = nullptr;
@@ -117,6 +123,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
     const PreparedActivation& aq = prepare(buf_.prep_q_latent, buf_.q_latent.get(), false, T, QL, QL, L.wq_b);
     {
         OpProfiler::Scope sc(prof_, "attn.wq_b gemm");
+        prof_.bytes(L.bytes.wq_b);
         lin(aq, L.wq_b, buf_.queries.get(), OutKind::BF16, int64_t(H) * hd);
     }
     {
@@ -134,6 +141,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
             prepare(buf_.prep_q_latent, buf_.q_latent.get(), false, T, QL, QL, L.index_wq_b);
         {
             OpProfiler::Scope sc(prof_, "indexer.wq_b gemm");
+            prof_.bytes(L.bytes.index_wq_b);
             lin(aiq, L.index_wq_b, buf_.index_q.get(), OutKind::BF16, int64_t(nI) * dI);
         }
         {
@@ -144,6 +152,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
             prepare(buf_.prep_x_bf16, buf_.sub_in.get(), false, T, D, D, L.index_weights_proj);
         {
             OpProfiler::Scope sc(prof_, "indexer.weights_proj gemm");
+            prof_.bytes(L.bytes.index_weights_proj);
             lin(aw, L.index_weights_proj, buf_.index_weights.get(), OutKind::BF16, nI);
         }
         IndexerSelectParams ip;
@@ -179,10 +188,12 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
     const int64_t GO = int64_t(G) * cfg_.o_lora_rank;
     // The reference runs wo_a as a bf16 einsum over the dequantized weights: prefill passes do the same on the bf16
     // tensor-core GEMM from a copy widened once per pass (decode passes stream the FP8 weights, half the bytes).
+    // The checkpoint's wo_a bytes are read by the widening where it runs, else by the grouped GEMM.
     DeviceLinear wo_a = L.wo_a;
     if (s.prefill && wo_a.kind != WeightKind::BF16 &&
         size_t(wo_a.out) * size_t(wo_a.in) * 2 <= buf_.wo_a_bf16.bytes()) {
         OpProfiler::Scope sc(prof_, "attn.wo_a widen to bf16");
+        prof_.bytes(L.bytes.wo_a);
         dequantize_weight_bf16(L.wo_a, buf_.wo_a_bf16.as<uint16_t>(), stream);
         wo_a = DeviceLinear{WeightKind::BF16, ScaleKind::NONE, L.wo_a.out, L.wo_a.in, buf_.wo_a_bf16.get(), nullptr};
     }
@@ -190,12 +201,14 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
                                            int64_t(H) * hd, wo_a, /*force_exact=*/true, nullptr, G);
     {
         OpProfiler::Scope sc(prof_, "attn.wo_a grouped gemm");
+        if (wo_a.weight == L.wo_a.weight) prof_.bytes(L.bytes.wo_a);
         const Lane main = streams_.main_lane();
         prof_.variant(grouped_linear(ao, wo_a, G, buf_.wo_a_out.get(), OutKind::BF16, GO, main.ws, main.stream,
                                      *pol_));
     }
     const PreparedActivation& az = prepare(buf_.prep_wo_a_out, buf_.wo_a_out.get(), false, T, GO, GO, L.wo_b);
     OpProfiler::Scope sc(prof_, "attn.wo_b gemm");
+    prof_.bytes(L.bytes.wo_b);
     if (sharded_)  // this shard's heads' share of the output, summed over the shards in fp32 by the caller
         lin(az, L.wo_b, buf_.sub_out_partial.get(), OutKind::F32, D);
     else
@@ -237,6 +250,7 @@ void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s) {
     }
     p.max_candidates = cfg_.sliding_window + compressed;
     OpProfiler::Scope sc(prof_, "attn.sparse attention + inverse rope");
+    prof_.bytes(L.bytes.attn_sink);  // the weights only; the KV it reads is in the step's state bytes
     // Prefill passes (several rows of a sequence) take the gathering tensor-core kernel (attn_prefill) where its
     // workspace holds the pass: a query's result is then that of attn_mma with one split, whatever the chunking.
     const int max_entries = L.ratio > 0 ? std::max(1, s.max_context / L.ratio) : 0;

@@ -37,20 +37,32 @@ void ForwardPass::enqueue_moe(int l, const PassShape& s, bool combine) {
     {
         const PreparedActivation& ag = prepare(buf_.prep_x_bf16, buf_.sub_in.get(), false, T, D, D, L.gate);
         OpProfiler::Scope sc(prof_, "moe.router gemm");
+        prof_.bytes(L.bytes.router);
         lin(ag, L.gate, buf_.router_logits.get(), OutKind::F32, E);
     }
     {
         OpProfiler::Scope sc(prof_, "moe.route + group");
+        prof_.bytes(L.bytes.route);
         moe_route_and_group(buf_.router_logits.as<float>(), T, E, E, L.gate_bias, L.tid2eid,
                             buf_.meta.d(StepMeta::kTokens), cfg_.vocab_size, K, float(cfg_.routed_scaling_factor),
                             buf_.expert_idx.as<int32_t>(), buf_.expert_weight.as<float>(), buf_.grouping, stream);
     }
+    // A profiled pass counts the experts this layer routes to before their projections run (outside any graph:
+    // profiling runs eagerly): each distinct expert's weights are read once.
+    int32_t n_active = 0;
+    if (profiling_) {
+        CUDA_CHECK(cudaMemcpyAsync(&n_active, buf_.grouping.n_active, 4, cudaMemcpyDeviceToHost, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        distinct_experts_ += n_active;
+    }
     {
         OpProfiler::Scope sc(prof_, "moe.routed w1+w3+swiglu");
+        prof_.bytes(double(n_active) * L.bytes.expert_up);
         prof_.variant(moe_expert_up(ax, L.routed, &buf_.grouping, T, K, limit, num_.act, buf_.moe_h.act, stream, *pol_));
     }
     {
         OpProfiler::Scope sc(prof_, "moe.routed w2");
+        prof_.bytes(double(n_active) * L.bytes.expert_down);
         prof_.variant(moe_expert_down(buf_.moe_h.act, L.routed, &buf_.grouping, T, K, buf_.routed_out.as<float>(), stream,
                                       *pol_));
     }
@@ -62,12 +74,6 @@ void ForwardPass::enqueue_moe(int l, const PassShape& s, bool combine) {
                     D, sharded_ ? buf_.sub_out_partial.get() : buf_.sub_out.get(),
                     sharded_ ? OutKind::F32 : OutKind::BF16, D, stream,
                     /*round_terms=*/num_.act == ActNumerics::FP8_BLOCK128);
-    }
-    if (profiling_) {  // count the experts this layer touched (outside any graph: profiling runs eagerly)
-        int32_t n_active = 0;
-        CUDA_CHECK(cudaMemcpyAsync(&n_active, buf_.grouping.n_active, 4, cudaMemcpyDeviceToHost, stream));
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        distinct_experts_ += n_active;
     }
 }
 
@@ -112,6 +118,7 @@ void ForwardPass::enqueue_shared_expert(int l, int rows, const PreparedActivatio
         uint16_t* u = g + size_t(T) * size_t(I);
         {
             OpProfiler::Scope sc(prof_, "moe.shared w1+w3+swiglu");
+            prof_.bytes(L.bytes.shared_up);
             lin(axs, L.shared_w1, g, OutKind::BF16, I, &lane);
             lin(axs, L.shared_w3, u, OutKind::BF16, I, &lane);
             PreparedActivation& h = buf_.moe_h_shared.act;
@@ -127,6 +134,7 @@ void ForwardPass::enqueue_shared_expert(int l, int rows, const PreparedActivatio
             }
         }
         OpProfiler::Scope sc(prof_, "moe.shared w2");
+        prof_.bytes(L.bytes.shared_down);
         lin(buf_.moe_h_shared.act, L.shared_w2, buf_.shared_out.get(), OutKind::F32, D, &lane);
         return;
     }
@@ -137,10 +145,12 @@ void ForwardPass::enqueue_shared_expert(int l, int rows, const PreparedActivatio
             : prepare_as(ActFormat::MMA_F16, buf_.prep_x, buf_.sub_in.get(), false, T, D, D, L.shared_w1, false, &lane);
     {
         OpProfiler::Scope sc(prof_, "moe.shared w1+w3+swiglu");
+        prof_.bytes(L.bytes.shared_up);
         prof_.variant(
             moe_expert_up(axe, L.shared, nullptr, T, 1, limit, num_.act, buf_.moe_h_shared.act, lane.stream, *pol_));
     }
     OpProfiler::Scope sc(prof_, "moe.shared w2");
+    prof_.bytes(L.bytes.shared_down);
     prof_.variant(moe_expert_down(buf_.moe_h_shared.act, L.shared, nullptr, T, 1, buf_.shared_out.as<float>(),
                                   lane.stream, *pol_));
 }

@@ -32,6 +32,7 @@ void OpProfiler::begin(const char* op) {
     if (!on_) return;
     open_ = op;
     open_variants_.clear();
+    open_bytes_ = 0;
     open_start_ = take_event();
     CUDA_CHECK(cudaEventRecord(open_start_, stream_));
 }
@@ -47,11 +48,15 @@ void OpProfiler::variant(std::string_view name) {
     open_variants_ += name;
 }
 
+void OpProfiler::bytes(double n) {
+    if (on_ && open_) open_bytes_ += n;
+}
+
 void OpProfiler::end() {
     if (!on_ || !open_) return;
     cudaEvent_t stop = take_event();
     CUDA_CHECK(cudaEventRecord(stop, stream_));
-    records_.push_back({open_, open_variants_, open_start_, stop});
+    records_.push_back({open_, open_variants_, open_bytes_, open_start_, stop});
     open_ = nullptr;
     open_variants_.clear();
 }
@@ -68,6 +73,7 @@ std::vector<OpTime> OpProfiler::collect(double* total_us) {
         if (t.variant.empty()) t.variant = r.variants;
         t.calls += 1;
         t.total_us += ms * 1e3;
+        t.bytes += r.bytes;
         total += ms * 1e3;
     }
     records_.clear();

@@ -1,6 +1,6 @@
 // Per-op GPU timing for `flashseek bench`: when enabled, every op of a step is bracketed by a pair of CUDA events
 // on the step's stream, and the elapsed times are summed per op name after the step, with the kernel variants
-// that ran each op (KernelPolicy names). Disabled (the default, and
+// that ran each op (KernelPolicy names) and the weight bytes it read (weight_bytes.h). Disabled (the default, and
 // always inside graph capture) it records nothing and costs one branch per op.
 #pragma once
 #include <cuda_runtime.h>
@@ -22,6 +22,8 @@ public:
     void begin(const char* op);
     // Names the kernel variant that ran (part of) the open op: the per-op table lists them.
     void variant(std::string_view name);
+    // Adds weight bytes the open op reads: the per-op table's bandwidth columns.
+    void bytes(double n);
     void end();
     // Waits for the stream and returns the table (sorted by time, largest first); clears the records.
     std::vector<OpTime> collect(double* total_us);
@@ -40,6 +42,7 @@ public:
 private:
     struct Record {
         std::string op, variants;
+        double bytes;
         cudaEvent_t start, stop;
     };
     cudaEvent_t take_event();
@@ -50,6 +53,7 @@ private:
     size_t used_ = 0;
     const char* open_ = nullptr;
     std::string open_variants_;  // "a+b" when one op ran linears of two variants
+    double open_bytes_ = 0;
     cudaEvent_t open_start_ = nullptr;
 };
 

@@ -1,5 +1,5 @@
 // ShardWeights (shard.h): binds a device tensor store as one shard's layers, builds the expert pointer tables and
-// counts the bytes each layer streams.
+// keeps the bytes each op reads (weight_bytes.h).
 #include "cuda/backend/shard.h"
 
 #include <string>
@@ -75,6 +75,7 @@ ShardLayer bind_layer(const ModelConfig& cfg, int l, const LayerWeights& w) {
         d.shared_w2 = to_device_linear(w.ffn.shared.w2);
         d.shared_w3 = to_device_linear(w.ffn.shared.w3);
     }
+    d.bytes = layer_weight_bytes(w);
     return d;
 }
 
@@ -155,7 +156,7 @@ ShardWeights::ShardWeights(const ModelConfig& cfg, const ShardSpec& spec, Device
     layers_.reserve(size_t(L));
     for (int l = 0; l < L; ++l) layers_.push_back(bind_layer(cfg, l, weights_.layers[size_t(l)]));
     bind_expert_tables(cfg);
-    count_bytes();
+    head_bytes_ = head_weight_bytes(weights_);
 }
 
 // Per layer 6 device arrays of E pointers (routed w1, w1 scale, w3, w3 scale, w2, w2 scale; E = the shard's experts)
@@ -209,28 +210,6 @@ void ShardWeights::bind_expert_tables(const ModelConfig& cfg) {
         const void* const* base = dev + size_t(l) * per_layer;
         d.routed = table(base, E, d.w1[0]);
         if (spec_.has_shared()) d.shared = table(base + 6 * E, 1, d.shared_w1);
-    }
-}
-
-void ShardWeights::count_bytes() {
-    global_bytes_ = 0;
-    const std::string first_expert = ".ffn.experts." + std::to_string(spec_.expert_begin) + ".";
-    for (const auto& [name, v] : store_.views) {
-        if (name.rfind("layers.", 0) != 0) {
-            if (name != "embed.weight") global_bytes_ += double(v.nbytes);  // embed: only the rows used
-            continue;
-        }
-        const size_t dot = name.find('.', 7);
-        const int l = std::stoi(name.substr(7, dot - 7));
-        if (l >= int(layers_.size())) continue;
-        ShardLayer& d = layers_[size_t(l)];
-        if (name.find(".ffn.experts.") != std::string::npos) {
-            if (name.find(first_expert) != std::string::npos) d.expert_bytes += double(v.nbytes);
-        } else if (name.find("tid2eid") != std::string::npos) {
-            continue;  // a table lookup of k ids per token, not a full read
-        } else {
-            d.dense_bytes += double(v.nbytes);
-        }
     }
 }
 

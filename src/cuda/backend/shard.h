@@ -1,6 +1,6 @@
 // The weights of one model shard on one device, bound in checkpoint formats: per layer the attention, compressor,
 // indexer, router and expert linears as DeviceLinear views into the device tensor store, the expert pointer tables
-// the MoE kernels index, the embedding, head and hc_head, and the bytes each layer streams per step (for the
+// the MoE kernels index, the embedding, head and hc_head, and the bytes each op reads per pass (for the
 // roofline). ShardSpec says which heads, output groups, experts and vocabulary rows the shard holds: today every
 // CUDA backend holds the whole model (ShardSpec::whole); the tensor / expert parallel layouts give each rank a slice
 // of the same structure. Immutable after construction; no global state.
@@ -12,6 +12,7 @@
 
 #include "cuda/backend/cuda_util.h"
 #include "cuda/backend/device_weights.h"
+#include "cuda/backend/weight_bytes.h"
 #include "cuda/gemm/linear.cuh"
 #include "cuda/moe/moe.cuh"
 #include "cuda/rope/rope.cuh"
@@ -76,8 +77,7 @@ struct ShardLayer {
     std::vector<DeviceLinear> w1, w2, w3;  // routed experts
     DeviceLinear shared_w1, shared_w2, shared_w3;
     ExpertTable routed, shared;            // device pointer arrays (into ShardWeights' expert tables)
-    double dense_bytes = 0;                // every weight byte of the layer except the routed experts
-    double expert_bytes = 0;               // one routed expert (w1, w2, w3 and scales)
+    LayerWeightBytes bytes;                // what each op of the layer reads per pass (the profiled step's bytes)
 };
 
 class ShardWeights {
@@ -95,12 +95,11 @@ public:
     const float* hc_head_base() const { return hc_head_base_; }
     const float* hc_head_scale() const { return hc_head_scale_; }
     double bytes_on_device() const { return double(store_.total_bytes); }
-    // Head, final norm and hc_head: read in full every step (the embedding only for the rows used).
-    double global_bytes() const { return global_bytes_; }
+    // Head, final norm and hc_head: read in full by every pass with logits (the embedding only for the rows used).
+    const HeadWeightBytes& head_bytes() const { return head_bytes_; }
 
 private:
     void bind_expert_tables(const ModelConfig& cfg);
-    void count_bytes();
 
     ShardSpec spec_;
     DeviceTensorStore store_;
@@ -110,7 +109,7 @@ private:
     DeviceLinear head_;
     const float *hc_head_fn_ = nullptr, *hc_head_base_ = nullptr, *hc_head_scale_ = nullptr;
     DeviceBuffer expert_ptrs_;  // all layers' ExpertTable pointer arrays
-    double global_bytes_ = 0;
+    HeadWeightBytes head_bytes_;
 };
 
 }  // namespace flashseek::cuda

@@ -1,8 +1,10 @@
-// Bytes a profiled step moves, for the roofline that `flashseek bench` reports: every weight byte the step must
-// read (dense weights of every layer, the routed experts the router actually chose - counted once per layer -,
-// the head and the embedding rows) plus the per-sequence state it reads and writes (window ring entries, the
-// compressed entries attention reads, indexer keys when scoring runs, compressor state). Metadata, activations
-// and logits are left out: they are small against these and live mostly in L2.
+// Bytes a profiled step moves, for the roofline that `flashseek bench` reports: every weight byte the pass must
+// read (weight_bytes.h: each layer's ops - the indexer's query projections only where it scores -, the routed
+// experts the router actually chose - counted once per layer -, the head where the pass computes logits and the
+// embedding rows) plus the per-sequence state it reads and writes (window ring entries, the compressed entries
+// attention reads, indexer keys when scoring runs, compressor state). The profiler scopes of forward*.cpp attribute
+// the same weight bytes op by op, so the per-op table sums to these totals. Metadata, activations and logits are
+// left out: they are small against these and live mostly in L2.
 #include <algorithm>
 
 #include "cuda/backend/forward.h"
@@ -11,11 +13,13 @@ namespace flashseek::cuda {
 
 void ForwardPass::account_bytes(const PassShape& s, StepProfile& profile) {
     const auto& layers = shard_.layers();
-    double w = shard_.global_bytes() + double(s.n_rows) * double(cfg_.hidden_size) * 2;  // + embedding rows
-    for (const ShardLayer& d : layers) w += d.dense_bytes;
-    // distinct_experts_ was summed over the layers by the MoE sub-blocks of this pass.
-    double expert = layers.empty() ? 0 : layers.back().expert_bytes;
-    w += double(distinct_experts_) * expert;
+    const HeadWeightBytes& head = shard_.head_bytes();
+    double w = double(s.n_rows) * head.embed_row;
+    if (s.n_head_rows > 0) w += head.head + head.hc_head;
+    for (const ShardLayer& d : layers) w += d.bytes.dense(s.need_indexer);
+    // distinct_experts_ was summed over the layers by the MoE sub-blocks of this pass (every layer's experts have
+    // the same size).
+    w += layers.empty() ? 0 : double(distinct_experts_) * layers.back().bytes.expert();
     double st = 0;
     const double kv = double(pool_.geometry().kv_entry_bytes);
     for (int i = 0; i < s.n_seqs; ++i) {

@@ -35,25 +35,6 @@ std::unique_ptr<Backend> make(const std::string& dir, const std::string& backend
     return create_backend(dir, o);
 }
 
-// A tensor / expert parallel layout as virtual ranks on this device.
-std::unique_ptr<Backend> make_layout(const std::string& dir, Numerics num, int tp, int ep) {
-    BackendOptions o;
-    o.backend = "cuda";
-    o.numerics = num;
-    o.max_sequences = 2;
-    o.max_context = 4096;
-    o.tp = tp;
-    o.ep = ep;
-    return create_backend(dir, o);
-}
-
-std::vector<int32_t> random_tokens(std::mt19937_64& rng, int n, int64_t vocab) {
-    std::uniform_int_distribution<int32_t> d(2, int32_t(vocab - 1));
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (auto& x : t) x = d(rng);
-    return t;
-}
-
 // Prefill `prefill` tokens in chunks of `chunk` (all logits), then decode the rest one by one (last logits).
 std::vector<float> teacher_forced(Backend& be, const std::vector<int32_t>& toks, int prefill, int chunk) {
     const int seq = be.create_sequence();
@@ -107,7 +88,7 @@ TEST_P(CudaBackendE2E, MatchesCpuBackend) {
     const int64_t V = cpu->config().vocab_size;
     std::mt19937_64 rng(seed);
     // 300 tokens: past the sliding window, two 128-pools, and more ratio-4 entries than index_topk.
-    const auto toks = random_tokens(rng, 300, V);
+    const auto toks = test::random_tokens(rng, 300, V);
     const auto ref = teacher_forced(*cpu, toks, 150, 150);
     const auto env = compare_rows(perturbed_reference(dir, num, seed + 1, toks, 150), ref, V);
     EXPECT_GT(env.median_rel, 0.0) << "the norm perturbation changed nothing";
@@ -152,7 +133,7 @@ TEST_F(CudaBackendBatch, BatchingDoesNotChangeResults) {
     const int64_t V = gpu->config().vocab_size;
     const std::vector<int> lens = {7, 150, 41};
     std::vector<std::vector<int32_t>> toks;
-    for (int n : lens) toks.push_back(random_tokens(rng, n + 20, V));
+    for (int n : lens) toks.push_back(test::random_tokens(rng, n + 20, V));
     // Alone.
     std::vector<std::vector<float>> alone;
     for (size_t i = 0; i < lens.size(); ++i) alone.push_back(teacher_forced(*gpu, toks[i], lens[i], lens[i]));
@@ -196,7 +177,7 @@ TEST_F(CudaBackendBatch, GraphsMatchEager) {
     auto with = make(dir, "cuda", Numerics::Release, 2), without = make(dir, "cuda", Numerics::Release, 2);
     without->diagnostics()->set_use_graphs(false);
     std::mt19937_64 rng(seed);
-    const auto toks = random_tokens(rng, 80, with->config().vocab_size);
+    const auto toks = test::random_tokens(rng, 80, with->config().vocab_size);
     const auto a = teacher_forced(*with, toks, 30, 30), b = teacher_forced(*without, toks, 30, 30);
     ASSERT_EQ(a.size(), b.size());
     EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin()));
@@ -221,7 +202,7 @@ TEST_F(CudaBackendBatch, SideBranchesMatchOneStream) {
             const int64_t V = branched->config().vocab_size;
             const std::vector<int> lens = {5, 170, 33};  // 170: two prefill chunks
             std::vector<std::vector<int32_t>> toks;
-            for (int n : lens) toks.push_back(random_tokens(rng, n + 12, V));
+            for (int n : lens) toks.push_back(test::random_tokens(rng, n + 12, V));
             auto run = [&](Backend& b) {
                 std::vector<int> ids;
                 std::vector<SequenceStep> steps;
@@ -256,7 +237,7 @@ TEST_F(CudaBackendBatch, DeviceSamplingAgreesWithLogits) {
     auto gpu = make(dir, "cuda", Numerics::Release, 4);
     const int64_t V = gpu->config().vocab_size;
     std::mt19937_64 rng(seed);
-    const auto toks = random_tokens(rng, 40, V);
+    const auto toks = test::random_tokens(rng, 40, V);
     const int a = gpu->create_sequence(), b = gpu->create_sequence();
     std::vector<float> logits;
     std::vector<SampleResult> res;
@@ -360,7 +341,7 @@ TEST_F(CudaBackendBatch, ParallelLayoutsMatchWholeModel) {
         SCOPED_TRACE(num == Numerics::Exact ? "exact" : "release");
         auto whole = make(dir, "cuda", num, 2);
         const int64_t V = whole->config().vocab_size;
-        const auto toks = random_tokens(rng, 90, V);
+        const auto toks = test::random_tokens(rng, 90, V);
         const auto ref = teacher_forced(*whole, toks, 60, 23);
         std::vector<float> perturbed;
         {
@@ -371,7 +352,7 @@ TEST_F(CudaBackendBatch, ParallelLayoutsMatchWholeModel) {
         const auto env = compare_rows(perturbed, ref, V);
         for (auto [tp, ep] : {std::pair{2, 1}, {4, 1}, {1, 2}, {1, 4}, {2, 2}}) {
             SCOPED_TRACE("tp=" + std::to_string(tp) + " ep=" + std::to_string(ep));
-            auto be = make_layout(dir, num, tp, ep);
+            auto be = test::make_layout(dir, num, tp, ep);
             const auto got = teacher_forced(*be, toks, 60, 23);
             ASSERT_EQ(got.size(), ref.size());
             const auto c = compare_rows(got, ref, V);

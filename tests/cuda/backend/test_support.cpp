@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include "backend/registry.h"
 #include "backends/builtin.h"
 #include "model/checkpoint_gen.h"
 #include "model/config.h"
@@ -33,6 +34,24 @@ uint64_t fresh_seed() {
 std::string source_dir() {
     const char* env = std::getenv("FLASHSEEK_SOURCE_DIR");
     return env && *env ? std::string(env) : std::string(FLASHSEEK_SOURCE_DIR);
+}
+
+std::vector<int32_t> random_tokens(std::mt19937_64& rng, int n, int64_t vocab) {
+    std::uniform_int_distribution<int32_t> d(2, int32_t(vocab - 1));
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = d(rng);
+    return t;
+}
+
+std::unique_ptr<Backend> make_layout(const std::string& dir, Numerics num, int tp, int ep) {
+    BackendOptions o;
+    o.backend = "cuda";
+    o.numerics = num;
+    o.max_sequences = 2;
+    o.max_context = 4096;
+    o.tp = tp;
+    o.ep = ep;
+    return create_backend(dir, o);
 }
 
 bool have_gpu() {

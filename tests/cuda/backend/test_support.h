@@ -1,9 +1,15 @@
 // Helpers shared by the CUDA backend tests: a fresh random seed per run (printed on failure), tiny random
-// checkpoints written once per test binary into a temporary folder, and logits comparison figures.
+// checkpoints written once per test binary into a temporary folder, random prompts, CUDA backends of a layout and
+// logits comparison figures.
 #pragma once
 #include <cstdint>
+#include <memory>
+#include <random>
 #include <string>
 #include <vector>
+
+#include "backend/backend.h"
+#include "backend/options.h"
 
 namespace flashseek::test {
 
@@ -14,6 +20,11 @@ std::string source_dir();  // from the clock unless FLASHSEEK_TEST_SEED is set
 // returns its folder.
 std::string tiny_checkpoint(const std::string& config, uint64_t seed);
 bool have_gpu();
+// n token ids drawn uniformly from [2, vocab) (0 and 1 are left to the special tokens).
+std::vector<int32_t> random_tokens(std::mt19937_64& rng, int n, int64_t vocab);
+// A CUDA backend of the checkpoint in `dir` for two sequences of up to 4,096 tokens; tp x ep > 1: that tensor /
+// expert parallel layout as virtual ranks on this device.
+std::unique_ptr<Backend> make_layout(const std::string& dir, Numerics num, int tp, int ep);
 
 struct Agreement {
     double max_rel = 0, mean_rel = 0, median_rel = 0, p90_rel = 0;  // per-row relative L2 error statistics
