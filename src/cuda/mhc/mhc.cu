@@ -8,6 +8,14 @@
 // of the norm weight) with 16-byte loads before anything else, so the x latency overlaps the partial reduction;
 // then warp 0 runs post + the Sinkhorn (one lane per matrix element, compile-time N) while the others collapse the
 // streams with pre, then the fused RMSNorm. Sums run in fixed orders, so results are deterministic.
+// Its serial chain at one token was: the split-K sums in two rounds of loads (25 rows over 17 warps, the second
+// round's loads issued after the first's reduction) -> barrier -> pre by 4 threads -> barrier -> collapse, while
+// warp 0 ran the 20 Sinkhorn iterations (the longest dependent chain of the kernel) -> the norm's block_sum, whose
+// barriers made the collapse warps wait for the Sinkhorn -> the normed y, its prepared copy. Now a warp reads both
+// of its rows in one pass, the weights (norm weight, pre's base and scale) are requested before pdl_wait, every
+// collapse thread computes pre itself (no second barrier), and the norm's sum runs over the collapse warps alone
+// (named barrier, block_sum's order with warp 0's +0 term kept), so the Sinkhorn overlaps the whole collapse, norm
+// and store path instead of preceding the norm. Same arithmetic, same bits.
 // Post: one thread per (token, 8 features): N + 1 16-byte loads, N 16-byte stores, in place allowed.
 #include <algorithm>
 
