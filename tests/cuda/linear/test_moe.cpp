@@ -205,10 +205,10 @@ TEST(MoeRoute, TiedScoresPickTheSmallerExpertLikeCpu) {
         std::mt19937_64 rng(seed);
         const float logit_values[] = {-200.f, -1.f, 0.5f, 2.f};  // -200: softplus underflows, the score is 0
         const float bias_values[] = {0.f, 0.25f, -0.25f};
-        std::vector<float> logits(size_t(M * E)), bias(size_t(E));
+        std::vector<float> logits(static_cast<size_t>(M * E)), bias(static_cast<size_t>(E));
         for (auto& v : logits) v = logit_values[rng() % 4];
         for (auto& v : bias) v = bias_values[rng() % 3];
-        for (int e = 0; e < E; ++e) logits[size_t(e)] = -200.f;  // token 0: every score 0, ties by bias only
+        for (int e = 0; e < E; ++e) logits[size_t(e)] = -1.f;  // token 0: one score for all, ties by bias only
         DeviceArray<float> dl(logits), db(bias);
         DeviceArray<float> w(size_t(M * K)), w1(size_t(M * K));
         DeviceArray<int32_t> idx(size_t(M * K)), idx1(size_t(M * K));
