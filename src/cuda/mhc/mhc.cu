@@ -8,6 +8,14 @@
 // of the norm weight) with 16-byte loads before anything else, so the x latency overlaps the partial reduction;
 // then warp 0 runs post + the Sinkhorn (one lane per matrix element, compile-time N) while the others collapse the
 // streams with pre, then the fused RMSNorm. Sums run in fixed orders, so results are deterministic.
+// Its serial chain at one token was: the split-K sums in two rounds of loads (25 rows over 17 warps, the second
+// round's loads issued after the first's reduction) -> barrier -> pre by 4 threads -> barrier -> collapse, while
+// warp 0 ran the 20 Sinkhorn iterations (the longest dependent chain of the kernel) -> the norm's block_sum, whose
+// barriers made the collapse warps wait for the Sinkhorn -> the normed y, its prepared copy. Now a warp reads both
+// of its rows in one pass, the weights (norm weight, pre's base and scale) are requested before pdl_wait, every
+// collapse thread computes pre itself (no second barrier), and the norm's sum runs over the collapse warps alone
+// (named barrier, block_sum's order with warp 0's +0 term kept), so the Sinkhorn overlaps the whole collapse, norm
+// and store path instead of preceding the norm. Same arithmetic, same bits.
 // Post: one thread per (token, 8 features): N + 1 16-byte loads, N 16-byte stores, in place allowed.
 #include <algorithm>
 
@@ -292,11 +300,8 @@ __device__ float sinkhorn_lane(float c, int lane, int iters, float eps) {
 // vec: D % 8 == 0 and x, y, norm_weight 16-byte aligned (host-checked).
 __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams p, const float* __restrict__ ws,
                                                                    int n_splits, bool vec) {
-    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
-    pdl_trigger();
     extern __shared__ float ybuf[];  // [D]; each collapse thread reads back only what it wrote
     __shared__ float red[kMixMax + 1];
-    __shared__ float pre[kMaxStreams];
     __shared__ float scratch[32];
     const int t = blockIdx.x;
     const int N = p.n_streams, D = p.dim;
@@ -306,28 +311,48 @@ __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams 
     const bf16* xt = p.x + int64_t(t) * K;
     const int ct = int(threadIdx.x) - 32, n_ct = int(blockDim.x) - 32;  // collapse thread index / count
     const int n8 = vec ? D / 8 : 0;
+    // Weights first (no earlier kernel writes them, common/pdl.cuh): the norm weight's chunk and the pre rows'
+    // base and scale, in flight during the wait.
+    uint4 wr = make_uint4(0, 0, 0, 0);
+    if (p.norm_weight && ct >= 0 && ct < n8) wr = __ldg(reinterpret_cast<const uint4*>(p.norm_weight) + ct);
+    float base_pre[kMaxStreams];
+#pragma unroll
+    for (int j = 0; j < kMaxStreams; ++j) base_pre[j] = j < N ? __ldg(p.base + j) : 0.f;
+    const float scale_pre = __ldg(p.scale);
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
     // prefetch of the first chunk, in flight during the reduction and the Sinkhorn
-    uint4 xr[kMaxStreams], wr = make_uint4(0, 0, 0, 0);
+    uint4 xr[kMaxStreams];
     if (ct >= 0 && ct < n8) {
 #pragma unroll
         for (int j = 0; j < kMaxStreams; ++j)
             if (j < N) xr[j] = __ldg(reinterpret_cast<const uint4*>(xt + int64_t(j) * D) + ct);
-        if (p.norm_weight) wr = __ldg(reinterpret_cast<const uint4*>(p.norm_weight) + ct);
     }
-    for (int o = warp; o < n_out; o += n_warps) {  // split-K sums, one warp per row, coalesced
-        const float* src = ws + (int64_t(t) * n_out + o) * n_splits;
-        float s = 0.f;
+    // Split-K sums, one warp per row, coalesced; a warp's two rows (n_out <= 2 * 17) are read in one pass so both
+    // rows' loads are in flight together (each row's lanes still add in the same order).
+    static_assert(kMixMax + 1 <= 2 * (kFinThreads / 32), "two split-K rows per finalize warp at most");
+    {
+        const int o0 = warp, o1 = warp + n_warps;
+        const float* src0 = ws + (int64_t(t) * n_out + o0) * n_splits;
+        const float* src1 = ws + (int64_t(t) * n_out + o1) * n_splits;
+        float s0 = 0.f, s1 = 0.f;
+        if (o1 < n_out) {
 #pragma unroll 4
-        for (int i = lane; i < n_splits; i += 32) s += src[i];
-        s = warp_sum(s);
-        if (lane == 0) red[o] = s;
+            for (int i = lane; i < n_splits; i += 32) {
+                s0 += src0[i];
+                s1 += src1[i];
+            }
+        } else if (o0 < n_out) {
+#pragma unroll 4
+            for (int i = lane; i < n_splits; i += 32) s0 += src0[i];
+        }
+        s0 = warp_sum(s0);
+        s1 = warp_sum(s1);
+        if (lane == 0 && o0 < n_out) red[o0] = s0;
+        if (lane == 0 && o1 < n_out) red[o1] = s1;
     }
-    __syncthreads();
+    __syncthreads();  // the one block-wide barrier: after it warp 0 (Sinkhorn) and the collapse warps part ways
     const float rho = 1.f / sqrtf(red[n_mix] / float(K) + p.rms_eps);
-    if (threadIdx.x < N)
-        pre[threadIdx.x] = sigmoid_acc(red[threadIdx.x] * rho * p.scale[0] + p.base[threadIdx.x]) + p.hc_eps;
-    __syncthreads();
-    float ss = 0.f;
     if (warp == 0) {
         if (!p.head_mode) {
             if (lane < N)
@@ -342,46 +367,54 @@ __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams 
             }
             if (lane < N * N) p.comb[int64_t(t) * N * N + lane] = c;
         }
-    } else {  // the other warps collapse the streams meanwhile
-        float pr[kMaxStreams];
+        return;  // the Sinkhorn is off the collapse warps' path: they never wait for it
+    }
+    // The collapse warps: pre (each thread its own copy: no barrier to share it), y = sum_j pre_j X_j, the norm.
+    float pr[kMaxStreams];
 #pragma unroll
-        for (int j = 0; j < kMaxStreams; ++j) pr[j] = j < N ? pre[j] : 0.f;
-        for (int c = ct; c < n8; c += n_ct) {
-            if (c != ct) {
+    for (int j = 0; j < kMaxStreams; ++j)
+        pr[j] = j < N ? sigmoid_acc(red[j] * rho * scale_pre + base_pre[j]) + p.hc_eps : 0.f;
+    float ss = 0.f;
+    for (int c = ct; c < n8; c += n_ct) {
+        if (c != ct) {
 #pragma unroll
-                for (int j = 0; j < kMaxStreams; ++j)
-                    if (j < N) xr[j] = __ldg(reinterpret_cast<const uint4*>(xt + int64_t(j) * D) + c);
-            }
-            float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-            for (int j = 0; j < kMaxStreams; ++j) {
-                if (j >= N) break;
-                float xf[8];
-                bf16x8_to_float(xr[j], xf);
-#pragma unroll
-                for (int e = 0; e < 8; ++e) acc[e] += pr[j] * xf[e];
-            }
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-                const float s = attn_detail::round_bf16(acc[e]);  // the reference returns y in bf16 before the norm
-                ybuf[8 * c + e] = s;
-                ss += s * s;
-            }
+            for (int j = 0; j < kMaxStreams; ++j)
+                if (j < N) xr[j] = __ldg(reinterpret_cast<const uint4*>(xt + int64_t(j) * D) + c);
         }
-        for (int d = 8 * n8 + ct; d < D; d += n_ct) {  // scalar path (D % 8 != 0 or unaligned)
-            float s = 0.f;
-            for (int j = 0; j < N; ++j) s += pr[j] * __bfloat162float(xt[int64_t(j) * D + d]);
-            s = attn_detail::round_bf16(s);
-            ybuf[d] = s;
+        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < kMaxStreams; ++j) {
+            if (j >= N) break;
+            float xf[8];
+            bf16x8_to_float(xr[j], xf);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[e] += pr[j] * xf[e];
+        }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+            const float s = attn_detail::round_bf16(acc[e]);  // the reference returns y in bf16 before the norm
+            ybuf[8 * c + e] = s;
             ss += s * s;
         }
     }
+    for (int d = 8 * n8 + ct; d < D; d += n_ct) {  // scalar path (D % 8 != 0 or unaligned)
+        float s = 0.f;
+        for (int j = 0; j < N; ++j) s += pr[j] * __bfloat162float(xt[int64_t(j) * D + d]);
+        s = attn_detail::round_bf16(s);
+        ybuf[d] = s;
+        ss += s * s;
+    }
     float r = 1.f;
     if (p.norm_weight) {
-        ss = block_sum(ss, scratch);
+        // The sum of squares over the collapse warps, in block_sum's order over all 17 warps: warp 0's term was
+        // +0 there and is +0 here (lane 0), so the butterfly adds the same values in the same order.
+        ss = warp_sum(ss);
+        if (lane == 0) scratch[warp] = ss;
+        asm volatile("bar.sync 1, %0;" ::"r"(n_ct) : "memory");  // the collapse warps only
+        const float part = lane >= 1 && lane < n_warps ? scratch[lane] : 0.f;
+        ss = warp_sum(part);
         r = 1.f / sqrtf(ss / float(D) + p.norm_eps);
     }
-    if (ct < 0) return;
     bf16* yt = p.y + int64_t(t) * D;
     for (int c = ct; c < n8; c += n_ct) {
         float out[8];

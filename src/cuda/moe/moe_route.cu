@@ -2,7 +2,15 @@
 // token-id hash router (one warp per token), the grouping of (token, expert) pairs by expert in one CTA (counts,
 // block-wide scans for offsets and the active list, slots), and both in one CTA for up to 16 tokens (decode: one
 // launch instead of two on the critical path).
+// Latency of route + group at one token (one CTA, the decode critical path). The serial chain was: the logits and the
+// bias loads -> top_k selection rounds, each a lane-local maximum and a five-round butterfly argmax -> the picks
+// stored to global memory -> barrier -> the counts zeroed -> barrier -> the picks read back from global memory ->
+// counts -> barrier -> the scan with two serial loops over the warps' sums and three barriers per pass -> the picks
+// read back again -> slots. Now the bias (a weight) is read before pdl_wait, each selection round's argmax is two
+// warp reductions (warp_argmax_redux: same order, same winner), the picks also go to shared memory, from which the
+// grouping reads them, the counts are zeroed before the routing, and the scan costs one barrier per pass.
 #include <algorithm>
+#include <climits>
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/pdl.cuh"
@@ -17,16 +25,42 @@ constexpr int kMaxRouteE = 1024, kMaxTopK = 32;
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 
+// An order-preserving unsigned key of a float that is not NaN, equal for +0 and -0 (they compare equal).
+__device__ __forceinline__ unsigned order_key(float f) {
+    const unsigned u = __float_as_uint(f == 0.f ? 0.f : f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// warp_argmax (warp_reduce.cuh) of non-NaN values in two warp reductions instead of its five dependent butterfly
+// rounds of two shuffles each: the largest key, then the smallest index among the lanes holding it. The same
+// total order (value, then smaller index), so the same winner; only best_index is updated.
+__device__ __forceinline__ void warp_argmax_redux(float best, int& best_index) {
+    const unsigned key = order_key(best);
+    const unsigned top = __reduce_max_sync(0xffffffffu, key);
+    best_index = __reduce_min_sync(0xffffffffu, key == top ? best_index : INT_MAX);
+}
+
 // Token m's routing by one warp; lane holds experts lane, lane+32, ... (kPer per lane: E <= 32 * kPer). The
 // selection rounds are a dependent chain on the decode critical path: kPer = 8 serves V4's 256 experts with a
 // quarter of the per-lane work of the general 32.
+// The bias (a weight: no earlier kernel writes it) is read before pdl_wait, which this function calls (common/pdl.cuh
+// contract: before the logits, an earlier kernel's output). idx_sh / w_sh (optional, shared memory): a copy of the
+// token's picks for the grouping in the same CTA, which then needs no read back from global memory.
 template <int kPer>
 __device__ void route_token(int64_t m, const float* __restrict__ logits, int E, int64_t ld, const float* __restrict__ bias,
                             const int64_t* __restrict__ tid2eid, const int32_t* __restrict__ token_ids, int64_t vocab,
-                            int top_k, float route_scale, int32_t* __restrict__ idx_out, float* __restrict__ w_out) {
+                            int top_k, float route_scale, int32_t* __restrict__ idx_out, float* __restrict__ w_out,
+                            int32_t* idx_sh = nullptr, float* w_sh = nullptr) {
     const int lane = threadIdx.x & 31;
-    float score[kPer], sel[kPer];
+    float score[kPer], sel[kPer], bias_e[kPer];
     const int per = (E + 31) / 32;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+        const int e = lane + 32 * i;
+        bias_e[i] = i < per && e < E && bias ? __ldg(bias + e) : 0.f;
+    }
+    pdl_wait();
+    pdl_trigger();
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
         const int e = lane + 32 * i;
@@ -34,7 +68,7 @@ __device__ void route_token(int64_t m, const float* __restrict__ logits, int E, 
         sel[i] = -INFINITY;
         if (i < per && e < E) {
             score[i] = sqrtf(softplus_f(logits[m * ld + e]));
-            sel[i] = score[i] + (bias ? bias[e] : 0.f);
+            sel[i] = score[i] + bias_e[i];
         }
     }
     int my_e = -1;  // lane j keeps the j-th choice (top_k <= 32): registers, not a local array
@@ -72,7 +106,7 @@ __device__ void route_token(int64_t m, const float* __restrict__ logits, int E, 
                     best_e = e;
                 }
             }
-            warp_argmax(best, best_e);
+            warp_argmax_redux(best, best_e);
             float s = 0.f;
             if (best_e < E) {
                 const int owner = best_e % 32, slot = best_e / 32;
@@ -92,8 +126,13 @@ __device__ void route_token(int64_t m, const float* __restrict__ logits, int E, 
         }
     }
     if (lane < top_k) {
+        const float wt = sum > 0.f ? my_s / sum * route_scale : 0.f;
         idx_out[m * top_k + lane] = my_e;
-        w_out[m * top_k + lane] = sum > 0.f ? my_s / sum * route_scale : 0.f;
+        w_out[m * top_k + lane] = wt;
+        if (idx_sh) {
+            idx_sh[m * top_k + lane] = my_e;
+            w_sh[m * top_k + lane] = wt;
+        }
     }
 }
 
@@ -102,22 +141,26 @@ __device__ __forceinline__ void route_token_sized(int64_t m, const float* __rest
                                                   const float* __restrict__ bias, const int64_t* __restrict__ tid2eid,
                                                   const int32_t* __restrict__ token_ids, int64_t vocab, int top_k,
                                                   float route_scale, int32_t* __restrict__ idx_out,
-                                                  float* __restrict__ w_out) {
+                                                  float* __restrict__ w_out, int32_t* idx_sh = nullptr,
+                                                  float* w_sh = nullptr) {
     if (E <= 256)
-        route_token<8>(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out);
+        route_token<8>(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out, idx_sh,
+                       w_sh);
     else
         route_token<kMaxRouteE / 32>(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out,
-                                     w_out);
+                                     w_out, idx_sh, w_sh);
 }
 
 // One warp per token.
 __global__ void route_kernel(const float* __restrict__ logits, int64_t M, int E, int64_t ld, const float* __restrict__ bias,
                              const int64_t* __restrict__ tid2eid, const int32_t* __restrict__ token_ids, int64_t vocab,
                              int top_k, float route_scale, int32_t* __restrict__ idx_out, float* __restrict__ w_out) {
-    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
-    pdl_trigger();
     const int64_t m = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-    if (m >= M) return;
+    if (m >= M) {  // no token: nothing read or written, but the contract's wait all the same
+        pdl_wait();
+        pdl_trigger();
+        return;
+    }
     route_token_sized(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out);
 }
 
@@ -126,23 +169,29 @@ __global__ void route_kernel(const float* __restrict__ logits, int64_t M, int E,
 // the experts (one expert per thread and pass; was a serial loop in thread 0: ~256 dependent global stores per MoE
 // layer on the decode critical path), then slots in pair order per expert (atomic cursor: slot order inside an
 // expert does not affect any result).
-// The whole grouping by one CTA; `sh` holds 2 * E int32.
-__device__ void group_block(const int32_t* __restrict__ idx, const float* __restrict__ wts, int64_t n_pairs, int top_k,
-                            const MoeGrouping& g, int32_t* sh) {
+// Latency: the scan's cross-warp step was a serial loop over the lower warps' sums (up to 31 dependent shared
+// loads per thread), then a barrier, thread 0's serial carry loop and another barrier per pass. Now each lane
+// reads one warp's sum and one warp reduction (__reduce_add_sync) gives both the thread's prefix and the pass
+// total, which every thread adds to its own carry; the warp sums are double-buffered by pass parity, so one
+// barrier per pass remains. Integer sums: the order does not change any result.
+// group_zero_counts(), a barrier, then group_block(). `sh` holds 2 * E int32.
+__device__ __forceinline__ void group_zero_counts(int E, int32_t* sh) {
+    for (int e = threadIdx.x; e < E; e += blockDim.x) sh[e] = 0;
+}
+
+__device__ void group_block(const int32_t* idx, const float* wts, int64_t n_pairs, int top_k, const MoeGrouping& g,
+                            int32_t* sh) {
     int32_t* count = sh;           // [E]
     int32_t* cursor = sh + g.E;    // [E]
-    __shared__ int32_t warp_sum[2][32];
-    __shared__ int32_t carry[2];
-    for (int e = threadIdx.x; e < g.E; e += blockDim.x) count[e] = 0;
-    if (threadIdx.x < 2) carry[threadIdx.x] = 0;
-    __syncthreads();
+    __shared__ int32_t warp_sums[2][2][32];  // [pass parity][count, active][warp]
     for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
         const int e = idx[p] - g.expert_begin;  // -1 (no expert) stays outside any range
         if (idx[p] >= 0 && e >= 0 && e < g.E) atomicAdd(&count[e], 1);
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-    for (int base = 0; base < g.E; base += blockDim.x) {  // exclusive scans of count and (count > 0)
+    int carry_c = 0, carry_a = 0;  // offsets and active entries before this pass (the same in every thread)
+    for (int base = 0, pass = 0; base < g.E; base += blockDim.x, pass ^= 1) {  // exclusive scans of count, count > 0
         const int e = base + threadIdx.x;
         const int c = e < g.E ? count[e] : 0, a = c > 0 ? 1 : 0;
         int ic = c, ia = a;  // inclusive within the warp
@@ -155,15 +204,15 @@ __device__ void group_block(const int32_t* __restrict__ idx, const float* __rest
             }
         }
         if (lane == 31) {
-            warp_sum[0][warp] = ic;
-            warp_sum[1][warp] = ia;
+            warp_sums[pass][0][warp] = ic;
+            warp_sums[pass][1][warp] = ia;
         }
-        __syncthreads();
-        int pc = carry[0], pa = carry[1];
-        for (int w = 0; w < warp; ++w) {
-            pc += warp_sum[0][w];
-            pa += warp_sum[1][w];
-        }
+        __syncthreads();  // (a pass's buffer is rewritten two passes later, after this barrier of the next pass)
+        const int wc = lane < n_warps ? warp_sums[pass][0][lane] : 0, wa = lane < n_warps ? warp_sums[pass][1][lane] : 0;
+        const int pc = carry_c + __reduce_add_sync(0xffffffffu, lane < warp ? wc : 0);
+        const int pa = carry_a + __reduce_add_sync(0xffffffffu, lane < warp ? wa : 0);
+        carry_c += __reduce_add_sync(0xffffffffu, wc);
+        carry_a += __reduce_add_sync(0xffffffffu, wa);
         if (e < g.E) {
             const int off = pc + ic - c;
             g.expert_offset[e] = off;
@@ -171,19 +220,12 @@ __device__ void group_block(const int32_t* __restrict__ idx, const float* __rest
             cursor[e] = off;
             if (a) g.active[pa + ia - 1] = e;
         }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            for (int w = 0; w < n_warps; ++w) {
-                carry[0] += warp_sum[0][w];
-                carry[1] += warp_sum[1][w];
-            }
-        }
-        __syncthreads();
     }
     if (threadIdx.x == 0) {
-        g.expert_offset[g.E] = carry[0];
-        *g.n_active = carry[1];
+        g.expert_offset[g.E] = carry_c;
+        *g.n_active = carry_a;
     }
+    __syncthreads();  // every expert's cursor set
     for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
         const int e = idx[p] - g.expert_begin;  // -1 (no expert) stays outside any range
         if (idx[p] >= 0 && e >= 0 && e < g.E) {
@@ -202,11 +244,14 @@ __global__ void group_kernel(const int32_t* __restrict__ idx, const float* __res
     pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
     pdl_trigger();
     extern __shared__ int32_t sh[];
+    group_zero_counts(g.E, sh);
+    __syncthreads();
     group_block(idx, wts, n_pairs, top_k, g, sh);
 }
 
-// Decode (M <= the CTA's 16 warps): routing and grouping in one launch, one CTA; warp m routes token m, then the block
-// groups (the routed pairs are read back from global memory after the barrier, which orders them for the block).
+// Decode (M <= the CTA's 16 warps): routing and grouping in one launch, one CTA; warp m routes token m (its picks
+// also into shared memory), then the block groups from shared memory. The counts are zeroed before the routing, so
+// the barrier after it serves both.
 // 512 threads: routing's per-lane score arrays need more than the 64 registers a 1024-thread CTA leaves.
 constexpr int kRouteGroupThreads = 512;
 __global__ void __launch_bounds__(kRouteGroupThreads)
@@ -214,13 +259,20 @@ __global__ void __launch_bounds__(kRouteGroupThreads)
                                    const float* __restrict__ bias, const int64_t* __restrict__ tid2eid,
                                    const int32_t* __restrict__ token_ids, int64_t vocab, int top_k, float route_scale,
                                    int32_t* __restrict__ idx_out, float* __restrict__ w_out, MoeGrouping g) {
-    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
-    pdl_trigger();
     extern __shared__ int32_t sh[];
+    __shared__ int32_t idx_sh[kRouteGroupThreads / 32 * kMaxTopK];
+    __shared__ float w_sh[kRouteGroupThreads / 32 * kMaxTopK];
+    group_zero_counts(g.E, sh);  // shared memory only: before the wait is fine
     const int64_t m = threadIdx.x / 32;
-    if (m < M) route_token_sized(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out);
+    if (m < M) {
+        route_token_sized(m, logits, E, ld, bias, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out,
+                          idx_sh, w_sh);  // it waits (PDL) after reading the bias
+    } else {
+        pdl_wait();  // PDL contract (common/pdl.cuh): before the grouping's global writes
+        pdl_trigger();
+    }
     __syncthreads();
-    group_block(idx_out, w_out, M * top_k, top_k, g, sh);
+    group_block(idx_sh, w_sh, M * top_k, top_k, g, sh);
 }
 
 }  // namespace

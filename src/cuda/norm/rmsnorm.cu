@@ -3,6 +3,17 @@
 // memory round trip instead of a dependent chain of 4-byte loads), reduced, scaled and stored from registers; a
 // lane's 8 elements hold 4 whole RoPE pairs. General path: the row walked as bf16 pairs, read twice (sum of
 // squares, then scale; it stays in L1). Both scale each element in the same order (x * r * w), in place allowed.
+//
+// Latency of few rows (q_norm at one token: one row of 1024, its prepared FP8 copy for wq_b): the fast path's one
+// warp per row ran, after the load and the reduction, V = dim / 256 dependent rounds of scale + store + block
+// quantization (a half-warp amax butterfly, the power-of-two scale, 8 conversions and stores per lane), and then
+// the last row's warp alone wrote every padding row of the prepared copy (up to 7 rows x V chunks, serially). With
+// one CTA of which one warp worked, that chain was the kernel. Now, for up to kSlicedRows rows, a row has V warps
+// ("slices"): each loads the whole row and computes the row's sum of squares exactly as before (same lanes, same
+// order, so the same 1 / rms bit for bit), then finishes only its own 16-byte chunk per lane: the quantization
+// rounds run side by side. The padding rows get warps of their own, which write zeros without loading anything,
+// in parallel with the real rows. The norm weight (never written by an earlier kernel) is requested before
+// pdl_wait. Many rows keep one warp per row (the redundant loads would cost bandwidth there).
 #include <algorithm>
 
 #include "cuda/common/attn_helpers.cuh"
@@ -17,6 +28,9 @@ using namespace attn_detail;
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
+// Up to this many rows the vector path gives a row V warps (latency-bound: one token's q_norm, up to 4 tokens' head
+// norm); beyond it one warp per row, as the loads would be repeated V times for no latency gain.
+constexpr int kSlicedRows = 256;
 
 // Optional prepared copy of the output (rmsnorm's `prepared`): values null = none. Only on the vector path with
 // dim % 128 == 0 and one row per token, where a half warp holds one 128-block.
@@ -83,28 +97,50 @@ __global__ void rmsnorm_rope_kernel(const bf16* in, int64_t in_stride, bf16* out
     }
 }
 
-// V = 16-byte chunks per lane (dim <= 256 * V).
+// Barrier of the `slices` consecutive warps that serve one row (named barrier 1 + their group inside the CTA; the
+// padding rows' warps, which return early, are never in a group with a real row's).
+__device__ __forceinline__ void sync_row_slices(int slices) {
+    const int group = int(threadIdx.x >> 5) / slices;
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "r"(32 * slices) : "memory");
+}
+
+// V = 16-byte chunks per lane (dim <= 256 * V). Warp `gw` of the grid serves row gw / slices and, of the row's
+// chunks lane + 32 v, those with v % slices == gw % slices (slices 1 or V). Rows from `rows` up to po.m_pad are the
+// prepared copy's padding rows: zeros, nothing loaded.
 template <int V>
 __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride,
                                         const bf16* weight, int rows, int heads_per_token, int dim, float eps,
-                                        const int32_t* positions, RopeTable rope, PrepOut po) {
+                                        const int32_t* positions, RopeTable rope, PrepOut po, int slices) {
+    const int gw = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
+    const int row = gw / slices, slice = gw % slices;
+    const int lane = threadIdx.x & 31;
+    const int n8 = dim / 8;
+    auto mine = [&](int v) { return lane + 32 * v < n8 && v % slices == slice; };
+    uint4 raw[V], wraw[V];
+    if (weight && row < rows) {  // a weight: no earlier kernel writes it, so it is requested before the wait
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+            if (mine(v)) wraw[v] = reinterpret_cast<const uint4*>(weight)[lane + 32 * v];
+    }
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
-    const int row = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
-    const int lane = threadIdx.x & 31;
-    if (row >= rows) return;
+    if (row >= rows) {
+        if (!po.values || row >= po.m_pad) return;
+        const float none[8] = {};  // a padding row of the prepared copy: zeros, as prepare_activation writes them
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+            if (mine(v))
+                store_prepared_features_x8(po.values, po.scales, dim, row, lane + 32 * v, po.layout, po.numerics, none,
+                                           lane, /*zero=*/true);
+        return;
+    }
     const int token = row / heads_per_token, head = row % heads_per_token;
     const uint4* src = reinterpret_cast<const uint4*>(in + token * in_stride + int64_t(head) * dim);
     uint4* dst = reinterpret_cast<uint4*>(out + token * out_stride + int64_t(head) * dim);
-    const int n8 = dim / 8;
-    uint4 raw[V], wraw[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) {
         const int c = lane + 32 * v;
-        if (c < n8) {
-            raw[v] = src[c];
-            if (weight) wraw[v] = reinterpret_cast<const uint4*>(weight)[c];
-        }
+        if (c < n8) raw[v] = src[c];
     }
     const int64_t pos = rope.n_pairs ? positions[token] : 0;
     float ss = 0.f;
@@ -121,10 +157,14 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
     ss = warp_sum(ss);
     const float r = rsqrtf(ss / float(dim) + eps);
     const int rope_first_pair = dim / 2 - rope.n_pairs;
+    // In place (out == in, as q_norm and the head norm run), a slice's stores would race with another slice's
+    // loads of the same row: the row's slices (consecutive warps of this CTA, slices dividing kWarpsPerBlock) meet
+    // first; each has its whole row in registers once its sum is done.
+    if (slices > 1) sync_row_slices(slices);
 #pragma unroll
     for (int v = 0; v < V; ++v) {
         const int c = lane + 32 * v;
-        if (c >= n8) continue;
+        if (!mine(v)) continue;
         __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw[v]);
         const __nv_bfloat162* w = reinterpret_cast<const __nv_bfloat162*>(&wraw[v]);
 #pragma unroll
@@ -146,15 +186,6 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
             store_prepared_features_x8(po.values, po.scales, dim, row, c, po.layout, po.numerics, y, lane);
         }
     }
-    if (po.values && row == rows - 1) {  // the padding rows up to m_pad: zeros, as prepare_activation writes them
-        const float none[8] = {};
-        for (int r = rows; r < po.m_pad; ++r)
-#pragma unroll
-            for (int v = 0; v < V; ++v)
-                if (lane + 32 * v < n8)
-                    store_prepared_features_x8(po.values, po.scales, dim, r, lane + 32 * v, po.layout, po.numerics, none,
-                                               lane, /*zero=*/true);
-    }
 }
 
 void launch(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride, const bf16* weight, int rows,
@@ -164,7 +195,6 @@ void launch(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride, co
     FS_ATTN_REQUIRE(2 * rope.n_pairs <= dim, "rmsnorm: rope_dim {} exceeds dim {}", 2 * rope.n_pairs, dim);
     FS_ATTN_REQUIRE(rope.n_pairs == 0 || positions != nullptr, "rmsnorm: RoPE needs positions");
     if (rows <= 0) return;
-    const int blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
     const auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
     const bool vec = dim % 8 == 0 && dim <= 2048 && a16(in) && a16(out) && (!weight || a16(weight)) &&
                      (in_stride * 2) % 16 == 0 && (out_stride * 2) % 16 == 0;
@@ -182,14 +212,19 @@ void launch(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride, co
         }
     }
     if (vec) {
-        auto* k = dim <= 256 ? rmsnorm_rope_vec_kernel<1>
-                  : dim <= 512 ? rmsnorm_rope_vec_kernel<2>
-                  : dim <= 1024 ? rmsnorm_rope_vec_kernel<4>
-                                : rmsnorm_rope_vec_kernel<8>;
+        const int V = dim <= 256 ? 1 : dim <= 512 ? 2 : dim <= 1024 ? 4 : 8;
+        auto* k = V == 1 ? rmsnorm_rope_vec_kernel<1>
+                  : V == 2 ? rmsnorm_rope_vec_kernel<2>
+                  : V == 4 ? rmsnorm_rope_vec_kernel<4>
+                           : rmsnorm_rope_vec_kernel<8>;
+        const int slices = rows <= kSlicedRows ? V : 1;
+        const int64_t warps = int64_t(po.values ? po.m_pad : rows) * slices;
+        const int blocks = int((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
         launch_pdl("rmsnorm_rope_vec_kernel", k, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, stream, in, in_stride,
-                   out, out_stride, weight, rows, heads, dim, eps, positions, rope, po);
+                   out, out_stride, weight, rows, heads, dim, eps, positions, rope, po, slices);
         CUDA_CHECK_LAUNCH("rmsnorm_rope_vec_kernel");
     } else {
+        const int blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
         launch_pdl("rmsnorm_rope_kernel", rmsnorm_rope_kernel, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, stream, in,
                    in_stride, out, out_stride, weight, rows, heads, dim, eps, positions, rope);
         CUDA_CHECK_LAUNCH("rmsnorm_rope_kernel");

@@ -13,7 +13,8 @@
 namespace flashseek::cuda {
 
 // in [rows, dim] (row i at in + i * in_stride), out likewise (may alias in). weight [dim] bf16 or nullptr
-// (unweighted). dim must be even.
+// (unweighted); it is read before the PDL wait, so the kernel just before in the stream must not write it (a model
+// weight never is). dim must be even.
 // prepared (optional): also writes the output as a prepared activation for an FP8 / FP4 linear (caller sets values,
 // scales, layout and numerics; the shape fields are filled in), bit for bit what prepare_activation(out) gives, in the
 // same kernel where dim % 128 == 0 on the vector path, else with one preparation launch after it.

@@ -33,13 +33,23 @@ TEST(CudaKvStore, WindowEntriesMatchCpu) {
     const uint64_t seed = test_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     Rng rng(seed);
+    // batches: one decode token, 16 decode sequences, a mixed batch of 15 tokens; D 1280: pairs past the 4 a thread
+    // holds in registers
     for (KvFormat fmt : {KvFormat::BF16, KvFormat::FP8}) {
-        for (auto [D, R] : {std::pair{512, 64}, std::pair{192, 64}}) {
-            const int ring_entries = 40, n_slots = 4;
+        for (auto [D, R, batch] : {std::tuple{512, 64, 0}, std::tuple{512, 64, 1}, std::tuple{512, 64, 2},
+                                   std::tuple{192, 64, 2}, std::tuple{1280, 64, 2}}) {
+            SCOPED_TRACE("D " + std::to_string(D) + " batch " + std::to_string(batch));
+            const int ring_entries = 40, n_slots = 16;
             BatchHost bh;
-            bh.add(2, 0, 5);
-            bh.add(0, 37, 1);
-            bh.add(3, 1000, 9);
+            if (batch == 0) {
+                bh.add(3, rng.uniform_int(0, 5000), 1);
+            } else if (batch == 1) {
+                for (int q = 0; q < 16; ++q) bh.add((q * 7) % n_slots, rng.uniform_int(0, 5000), 1);
+            } else {
+                bh.add(2, 0, 5);
+                bh.add(0, 37, 1);
+                bh.add(3, 1000, 9);
+            }
             BatchDev bd(bh);
             const int T = bd.batch.n_tokens;
             const int64_t stride = D + 4;

@@ -88,7 +88,9 @@ TEST(CudaNorm, RmsnormPreparedOutputEqualsPrepareActivation) {
     const uint64_t seed = test_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     Rng rng(seed);
-    for (auto [T, D] : {std::pair{1, 1024}, std::pair{6, 1024}, std::pair{16, 1536}, std::pair{3, 200}}) {
+    // 1 to 16 rows take the sliced path (V warps per row, padding rows on their own warps); 300 the one-warp rows
+    for (auto [T, D] : {std::pair{1, 1024}, std::pair{6, 1024}, std::pair{16, 1024}, std::pair{16, 1536},
+                        std::pair{3, 200}, std::pair{300, 1024}}) {
         for (WeightKind kind : {WeightKind::FP8_BLOCK128, WeightKind::FP4_BLOCK32}) {
             for (ActNumerics num : {ActNumerics::FP8_BLOCK128, ActNumerics::EXACT}) {
                 auto x = rng.normals(size_t(T) * D);
@@ -118,8 +120,11 @@ TEST(CudaNorm, HeadNormRopeMatchesCpu) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     Rng rng(seed);
     struct Shape { int heads, dim, rope; };
-    for (Shape s : {Shape{64, 512, 64}, Shape{3, 512, 64}, Shape{5, 128, 64}, Shape{2, 96, 32}}) {
-        const int T = rng.uniform_int(1, 7);
+    struct Case { Shape s; int T; };  // T 0: random in 1..7. 64 heads: 1 and 4 tokens sliced, 16 one warp per row
+    for (Case c : {Case{{64, 512, 64}, 1}, Case{{64, 512, 64}, 4}, Case{{64, 512, 64}, 16}, Case{{3, 512, 64}, 0},
+                   Case{{5, 128, 64}, 0}, Case{{2, 96, 32}, 0}}) {
+        const Shape s = c.s;
+        const int T = c.T > 0 ? c.T : rng.uniform_int(1, 7);
         const RopeTable rope = yarn_table(s.rope);
         const std::vector<float> inv = inv_of(rope);
         auto x = bf16_round(rng.normals(size_t(T) * s.heads * s.dim, 3.f));

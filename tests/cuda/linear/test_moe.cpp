@@ -193,6 +193,51 @@ TEST(MoeRoute, FusedRouteAndGroupMatchesTwoLaunches) {
         }
 }
 
+// Ties in the biased scores (logits and bias drawn from a few values, and scores of exactly zero where softplus
+// underflows) are broken by the smaller expert index, as the CPU reference sorts: the selection's warp argmax keeps
+// that order in the routing alone (moe_route) and in the one-launch routing + grouping of decode (1 and 16 tokens).
+TEST(MoeRoute, TiedScoresPickTheSmallerExpertLikeCpu) {
+    for (auto [M, E, K] : {std::tuple<int, int, int>{1, 256, 6}, {16, 256, 6}, {5, 64, 8}}) {
+        const uint64_t seed = fresh_seed();
+        std::ostringstream d;
+        d << "M=" << M << " E=" << E << " K=" << K << " seed=" << seed;
+        SCOPED_TRACE(d.str());
+        std::mt19937_64 rng(seed);
+        const float logit_values[] = {-200.f, -1.f, 0.5f, 2.f};  // -200: softplus underflows, the score is 0
+        const float bias_values[] = {0.f, 0.25f, -0.25f};
+        std::vector<float> logits(static_cast<size_t>(M * E)), bias(static_cast<size_t>(E));
+        for (auto& v : logits) v = logit_values[rng() % 4];
+        for (auto& v : bias) v = bias_values[rng() % 3];
+        for (int e = 0; e < E; ++e) logits[size_t(e)] = -1.f;  // token 0: one score for all, ties by bias only
+        DeviceArray<float> dl(logits), db(bias);
+        DeviceArray<float> w(size_t(M * K)), w1(size_t(M * K));
+        DeviceArray<int32_t> idx(size_t(M * K)), idx1(size_t(M * K));
+        DeviceArray<uint8_t> mem(cuda::moe_grouping_bytes(E, M * K));
+        w.poison();
+        idx.poison();
+        w1.poison();
+        idx1.poison();
+        const cuda::MoeGrouping g = cuda::moe_grouping_view(mem.ptr, E, M * K);
+        cuda::moe_route(dl.ptr, M, E, E, db.ptr, nullptr, nullptr, 0, K, 1.5f, idx.ptr, w.ptr, nullptr);
+        cuda::moe_route_and_group(dl.ptr, M, E, E, db.ptr, nullptr, nullptr, 0, K, 1.5f, idx1.ptr, w1.ptr, g, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const auto gi = idx.download(), gi1 = idx1.download();
+        const auto gw = w.download(), gw1 = w1.download();
+        for (int m = 0; m < M; ++m) {
+            std::vector<int32_t> ri(static_cast<size_t>(K));
+            std::vector<float> rw(static_cast<size_t>(K));
+            cpu::router_select(&logits[size_t(m * E)], E, bias.data(), nullptr, K, 1.5f, ri.data(), rw.data());
+            for (int j = 0; j < K; ++j) {
+                const size_t i = size_t(m * K + j);
+                EXPECT_EQ(gi[i], ri[size_t(j)]) << "moe_route token " << m << " pick " << j;
+                EXPECT_EQ(gi1[i], ri[size_t(j)]) << "moe_route_and_group token " << m << " pick " << j;
+                EXPECT_NEAR(gw[i], rw[size_t(j)], 1e-5f * std::fabs(rw[size_t(j)]) + 1e-7f);
+                EXPECT_EQ(std::memcmp(&gw[i], &gw1[i], 4), 0) << "weights of the two paths, token " << m;
+            }
+        }
+    }
+}
+
 // Routes M tokens over E experts on the device (biased top-K of `logits` with route_scale `scale`; bias may be
 // empty) and groups the (token, expert) pairs: the setup every expert case starts from. The grouping carries the
 // activation tiles of the wgmma expert kernels (moe_wgmma.cu) for K up to max_k and, where hidden and inter are
