@@ -6,8 +6,7 @@
 //     of padding: the float4 reads of 8 consecutive lanes then hit distinct banks.
 //   - accumulate: R weight rows x T tokens over one staged chunk. A lane reads 16 contiguous bytes of each row
 //     per iteration (coalesced across the warp, ld.global.nc.L1::no_allocate, 2 iterations = 2R loads in
-//     flight, issued one step ahead of the arithmetic together with their scales; the chunk's first step is
-//     issued by the caller before it stages the activations), widens to f16 x 2^-8 (FP8) or x 2^-14 (FP4), converts to fp32 and dots against the staged
+//     flight), widens to f16 x 2^-8 (FP8) or x 2^-14 (FP4), converts to fp32 and dots against the staged
 //     activations (exact products, fp32 sums); the weight scale (times 2^8 / 2^14) is applied once per
 //     16-column piece, which lies inside one 128-block (FP8) or one 32-group (FP4).
 // Numerics therefore equal the mma path's (exact products, fp32 sums, per-block scaling) up to summation order.
@@ -102,102 +101,66 @@ __device__ __forceinline__ void stage_x(float* xsm, int t_stride, const uint16_t
     }
 }
 
-// One iteration of a warp's weight stream: kUnroll x 16 bytes of each of its R rows per lane (kUnroll * 32 * CPL
-// columns) with the weight scales they need (times the widening factor). Loaded one iteration ahead of the
-// arithmetic, so that a warp's loads of the next iteration are in flight while it computes this one, and the first
-// iteration of a chunk is loaded before the chunk's activations are staged (weights depend on no earlier kernel).
-template <WeightKind WK, int R>
-struct WeightIter {
-    uint4 raw[kUnroll][R];
-    float sc[kUnroll][R];
-};
-
-template <WeightKind WK>
-constexpr int iter_cols() { return kUnroll * 32 * cols_per_lane<WK>(); }
-
-// Loads iteration `kk` (staged-chunk column of the iteration's first column) of the chunk starting at column kw0.
-// wrow[r] points at the row's first byte, sidx[r] at the row's scale-row start (FP8: its 128-row block's, FP4: its
-// own).
-template <WeightKind WK, int R>
-__device__ __forceinline__ void load_iter(WeightIter<WK, R>& it, const uint8_t* const (&wrow)[R],
-                                          const int64_t (&sidx)[R], const void* scale, int scale_kind, int64_t kw0,
-                                          int kk, int len, int lane) {
-    constexpr int CPL = cols_per_lane<WK>(), WARP_COLS = 32 * CPL;
-    constexpr float kWiden = WK == WeightKind::FP8_BLOCK128 ? 256.f : 16384.f;
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-        const int col = kk + u * WARP_COLS + lane * CPL;
-        if (col < len) {
-            const int64_t kabs = kw0 + col;
-            const int64_t byte = WK == WeightKind::FP4_BLOCK32 ? kabs / 2 : kabs;
-#pragma unroll
-            for (int r = 0; r < R; ++r) it.raw[u][r] = mma::ld_stream(wrow[r] + byte);
-#pragma unroll
-            for (int r = 0; r < R; ++r)
-                it.sc[u][r] = mma::load_scale(scale, scale_kind,
-                                              sidx[r] + (WK == WeightKind::FP8_BLOCK128 ? kabs / 128 : kabs / 32)) *
-                              kWiden;
-        }
-    }
-}
-
-// acc[r][t] += the loaded iteration `kk` of the rows times the staged activations xsm[t][kk ...].
+// One warp: acc[r][t] += sum over staged columns [0, len) of W[row r, kw0 + c] * xsm[t][c]. wrow[r] points at
+// the row's first byte, sidx[r] at the row's scale-row start (FP8: its 128-row block's, FP4: its own).
 template <WeightKind WK, int R, int T>
-__device__ __forceinline__ void compute_iter(float (&acc)[R][T], const WeightIter<WK, R>& it, const float* xsm,
-                                             int t_stride, int kk, int len, int lane) {
+__device__ __forceinline__ void accumulate(float (&acc)[R][T], const uint8_t* const (&wrow)[R],
+                                           const int64_t (&sidx)[R], const void* scale, int scale_kind,
+                                           const float* xsm, int t_stride, int64_t kw0, int len, int lane) {
     constexpr int CPL = cols_per_lane<WK>(), LS = lane_stride<WK>(), WARP_COLS = 32 * CPL;
     constexpr int TG = T < 4 ? T : 4;  // tokens whose activations sit in registers at once
+    constexpr float kWiden = WK == WeightKind::FP8_BLOCK128 ? 256.f : 16384.f;
+    for (int kk = 0; kk < len; kk += kUnroll * WARP_COLS) {
+        uint4 raw[kUnroll][R];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-        const int col = kk + u * WARP_COLS + lane * CPL;
-        if (col >= len) continue;
-        const float* xlane = xsm + (col / CPL) * LS;
+        for (int u = 0; u < kUnroll; ++u) {
+            const int col = kk + u * WARP_COLS + lane * CPL;
+            if (col < len) {
+                const int64_t byte = WK == WeightKind::FP4_BLOCK32 ? (kw0 + col) / 2 : (kw0 + col);
 #pragma unroll
-        for (int sub = 0; sub < CPL / 16; ++sub) {
+                for (int r = 0; r < R; ++r) raw[u][r] = mma::ld_stream(wrow[r] + byte);
+            }
+        }
 #pragma unroll
-            for (int tg = 0; tg < T; tg += TG) {
-                float xv[TG][16];
+        for (int u = 0; u < kUnroll; ++u) {
+            const int col = kk + u * WARP_COLS + lane * CPL;
+            if (col >= len) continue;
+            const int64_t kabs = kw0 + col;
+            float sc[R];
 #pragma unroll
-                for (int tt = 0; tt < TG; ++tt) {
-                    const float4* src = reinterpret_cast<const float4*>(xlane + (tg + tt) * t_stride + 16 * sub);
+            for (int r = 0; r < R; ++r)
+                sc[r] = mma::load_scale(scale, scale_kind,
+                                        sidx[r] + (WK == WeightKind::FP8_BLOCK128 ? kabs / 128 : kabs / 32)) *
+                        kWiden;
+            const float* xlane = xsm + (col / CPL) * LS;
 #pragma unroll
-                    for (int q = 0; q < 4; ++q) {
-                        const float4 f = src[q];
-                        xv[tt][4 * q + 0] = f.x;
-                        xv[tt][4 * q + 1] = f.y;
-                        xv[tt][4 * q + 2] = f.z;
-                        xv[tt][4 * q + 3] = f.w;
+            for (int sub = 0; sub < CPL / 16; ++sub) {
+#pragma unroll
+                for (int tg = 0; tg < T; tg += TG) {
+                    float xv[TG][16];
+#pragma unroll
+                    for (int tt = 0; tt < TG; ++tt) {
+                        const float4* src = reinterpret_cast<const float4*>(xlane + (tg + tt) * t_stride + 16 * sub);
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) {
+                            const float4 f = src[q];
+                            xv[tt][4 * q + 0] = f.x;
+                            xv[tt][4 * q + 1] = f.y;
+                            xv[tt][4 * q + 2] = f.z;
+                            xv[tt][4 * q + 3] = f.w;
+                        }
                     }
-                }
 #pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    const uint32_t all[4] = {it.raw[u][r].x, it.raw[u][r].y, it.raw[u][r].z, it.raw[u][r].w};
-                    const uint32_t* words = all + (WK == WeightKind::FP8_BLOCK128 ? 0 : 2 * sub);
+                    for (int r = 0; r < R; ++r) {
+                        const uint32_t all[4] = {raw[u][r].x, raw[u][r].y, raw[u][r].z, raw[u][r].w};
+                        const uint32_t* words = all + (WK == WeightKind::FP8_BLOCK128 ? 0 : 2 * sub);
 #pragma unroll
-                    for (int tt = 0; tt < TG; ++tt)
-                        acc[r][tg + tt] = fmaf(dot16<WK>(words, xv[tt]), it.sc[u][r], acc[r][tg + tt]);
+                        for (int tt = 0; tt < TG; ++tt)
+                            acc[r][tg + tt] = fmaf(dot16<WK>(words, xv[tt]), sc[r], acc[r][tg + tt]);
+                    }
                 }
             }
         }
-    }
-}
-
-// One warp: acc[r][t] += sum over staged columns [0, len) of W[row r, kw0 + c] * xsm[t][c]. `first` holds the
-// chunk's first iteration, already loaded (load_iter at kk = 0); each iteration's loads are issued before the
-// previous iteration's arithmetic (two buffers, the loop unrolled by two so that no buffer is copied).
-template <WeightKind WK, int R, int T>
-__device__ __forceinline__ void accumulate(float (&acc)[R][T], WeightIter<WK, R>& first,
-                                           const uint8_t* const (&wrow)[R], const int64_t (&sidx)[R],
-                                           const void* scale, int scale_kind, const float* xsm, int t_stride,
-                                           int64_t kw0, int len, int lane) {
-    constexpr int STEP = iter_cols<WK>();
-    WeightIter<WK, R> second;
-    for (int kk = 0; kk < len; kk += 2 * STEP) {
-        if (kk + STEP < len) load_iter<WK, R>(second, wrow, sidx, scale, scale_kind, kw0, kk + STEP, len, lane);
-        compute_iter<WK, R, T>(acc, first, xsm, t_stride, kk, len, lane);
-        if (kk + STEP >= len) break;
-        if (kk + 2 * STEP < len) load_iter<WK, R>(first, wrow, sidx, scale, scale_kind, kw0, kk + 2 * STEP, len, lane);
-        compute_iter<WK, R, T>(acc, second, xsm, t_stride, kk + STEP, len, lane);
     }
 }
 

@@ -3,10 +3,7 @@
 // (33.6 MB FP8 matrices: 17.6-19.6 us vs 23-25 us, docs/perf.md), while the tensor-core kernels win from 2 tokens on.
 // Design (device core in gemv_core.cuh):
 //   - CTA = 4 warps x 4 rows = 16 rows; grid = (row blocks, K splits). Each CTA stages its activation slice in
-//     shared memory (fp32, scaled) chunk by chunk, then every warp streams its 4 rows with 16-byte loads, one step
-//     ahead of its arithmetic. A warp issues its first weight loads before griddepcontrol.wait and before the
-//     staging: at one token a CTA's life is a few microseconds, and a load issued only after the staging made
-//     every CTA wait two memory round trips in sequence (33.6 MB took 17.6-21 us, ~1.7 TB/s).
+//     shared memory (fp32, scaled) chunk by chunk, then every warp streams its 4 rows with 16-byte loads.
 //   - Lane partials are reduced with warp shuffles. K is split over CTAs until the grid has ~4 CTAs per SM
 //     (wq_a / wkv have 1024 / 512 rows); partials go to the GEMM workspace and the last CTA of a row block sums
 //     them in split order (deterministic, one launch), as in linear.cu.
@@ -52,7 +49,9 @@ struct Args {
 };
 
 template <WeightKind WK, int T>
-__global__ void __launch_bounds__(kWarps * 32, T <= 2 ? 3 : 2) gemv_kernel(const Args a) {
+__global__ void __launch_bounds__(kWarps * 32, T <= 2 ? 4 : (T <= 4 ? 3 : 2)) gemv_kernel(const Args a) {
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
+    pdl_trigger();
     constexpr int CPL = cols_per_lane<WK>();
     constexpr int LS = lane_stride<WK>();
     extern __shared__ __align__(16) float xsm[];
@@ -74,14 +73,6 @@ __global__ void __launch_bounds__(kWarps * 32, T <= 2 ? 3 : 2) gemv_kernel(const
         wrow[r] = a.w + row * a.w_row_bytes;
         sidx[r] = WK == WeightKind::FP8_BLOCK128 ? (row / 128) * a.scale_ld : row * a.scale_ld;
     }
-    // The first weights (and their scales) are requested before the wait: no earlier kernel writes them, so with
-    // programmatic dependent launch they stream while the kernel before finishes (common/pdl.cuh contract).
-    WeightIter<WK, kRowsPerWarp> it;
-    if (warp_active)
-        load_iter<WK, kRowsPerWarp>(it, wrow, sidx, a.scale, a.scale_kind, k_begin, 0,
-                                    int(min(int64_t(a.chunk_cols), k_end - k_begin)), lane);
-    pdl_wait();  // PDL: before the first read of the activation (written by an earlier kernel)
-    pdl_trigger();
     float acc[kRowsPerWarp][T];
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
@@ -91,13 +82,11 @@ __global__ void __launch_bounds__(kWarps * 32, T <= 2 ? 3 : 2) gemv_kernel(const
     auto row_of = [&](int t) -> int64_t { return t < a.M ? int64_t(t) : -1; };
     for (int64_t k0 = k_begin; k0 < k_end; k0 += a.chunk_cols) {
         const int len = int(min(int64_t(a.chunk_cols), k_end - k0));
-        if (k0 != k_begin && warp_active)  // the next chunk's first weights before its staging
-            load_iter<WK, kRowsPerWarp>(it, wrow, sidx, a.scale, a.scale_kind, k0, 0, len, lane);
         __syncthreads();
         stage_x<WK, T>(xsm, t_stride, a.x, a.x_ld, a.xs, a.xs_ld, cta_col0 + k0, len, row_of);
         __syncthreads();
         if (warp_active)
-            accumulate<WK, kRowsPerWarp, T>(acc, it, wrow, sidx, a.scale, a.scale_kind, xsm, t_stride, k0, len, lane);
+            accumulate<WK, kRowsPerWarp, T>(acc, wrow, sidx, a.scale, a.scale_kind, xsm, t_stride, k0, len, lane);
     }
 
 #pragma unroll
