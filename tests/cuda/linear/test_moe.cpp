@@ -731,6 +731,7 @@ TEST(ExpertFamily, EveryCaseThroughEveryVariant) {
     coverage.declare_all(cuda::expert_variants());
     coverage.require("gemv_experts", "raw");
     coverage.require("gemv_experts", "dense");
+    coverage.require("simt_experts", "dense");
     coverage.require("tile_experts", "dense");
     // The grouped GEMMs with a one-token and an empty expert group (their per-expert tiles and masks).
     coverage.require("grouped_experts", "pinned-groups");
@@ -844,20 +845,29 @@ TEST(ExpertChoice, DefaultRules) {
         const cuda::MoeGrouping g = grouping(M, tiles);
         const cuda::ExpertCall up{true, x, tt, routed ? &g : nullptr, M, 6, num};
         const std::string up_name(cuda::choose_experts(up, policy).name);
-        if (!raw) {  // the down-projection of a prepared h chooses by the same rules
+        if (!raw) {  // the down-projection of a prepared h chooses by the same rules; "up/down" where they differ
             cuda::PreparedActivation h;
             cuda::describe_prepared(h, tt.kind, num, routed ? M * 6 : M, tt.inter);
             h.values = x.values;
             h.scales = x.scales;
             const cuda::ExpertCall down{false, h, tt, routed ? &g : nullptr, M, 6, num};
-            EXPECT_EQ(std::string(cuda::choose_experts(down, policy).name), up_name) << "M=" << M;
+            const std::string down_name(cuda::choose_experts(down, policy).name);
+            if (down_name != up_name) return up_name + "/" + down_name;
         }
         return up_name;
     };
     const auto R = ActNumerics::FP8_BLOCK128;
     const KernelPolicy def;
     const std::string fast = wgmma ? "wgmma_experts" : sm90 ? "bulk_experts" : "gemv_experts";
-    EXPECT_EQ(choose(1, R, def), "gemv_experts");
+    // One token: simt_experts for FP8 experts and FP4 down-projections, gemv_experts for FP4 up-projections
+    // (measured: docs/perf.md, kernel choice); raw inputs only gemv_experts.
+    cuda::ExpertTable fp8 = t;
+    fp8.kind = WeightKind::FP8_BLOCK128;
+    fp8.scale_kind = cuda::ScaleKind::F32;
+    EXPECT_EQ(choose(1, R, def), "gemv_experts/simt_experts");
+    EXPECT_EQ(choose(1, R, def, /*routed=*/false), "gemv_experts/simt_experts");
+    EXPECT_EQ(choose(1, R, def, false, true, false, &fp8), "simt_experts");  // the shared expert of V4-Flash
+    EXPECT_EQ(choose(1, R, def, true, true, /*raw=*/true), "gemv_experts");
     EXPECT_EQ(choose(4, R, def), "gemv_experts");
     EXPECT_EQ(choose(7, R, def), "gemv_experts");
     EXPECT_EQ(choose(8, R, def), fast);
@@ -878,7 +888,7 @@ TEST(ExpertChoice, DefaultRules) {
     no_gemv.gemv_max_tokens = 0;
     EXPECT_EQ(choose(1, R, no_gemv), "tile_experts");
     EXPECT_EQ(choose(1, R, KernelPolicy::only("tile_experts")), "tile_experts");
-    EXPECT_EQ(choose(1, ActNumerics::EXACT, KernelPolicy::only("bulk_experts")), "gemv_experts");
+    EXPECT_EQ(choose(1, ActNumerics::EXACT, KernelPolicy::only("bulk_experts")), "gemv_experts/simt_experts");
     cuda::ExpertTable odd = t;
     odd.hidden = 160;
     odd.inter = 96;
