@@ -6,10 +6,11 @@
 // widened to f16 operands before the tensor core sees it. The SIMT core widens each weight once and does one fp32
 // FMA per weight, which at one token is all the arithmetic there is (simt_gemv streams FP8 linears at ~2.5 TB/s
 // marginal on the same GPU). Measured, it wins on FP8 experts (the shared expert) and on FP4 down-projections, and
-// loses on the FP4 up-projection (preferred() below), where 8 rows of 32 FP4 values per load need 251 registers.
+// loses on the FP4 up-projection (preferred() below): FP4's widening costs more instructions per byte and
+// registers than FP8's, and the mma GEMV's tensor cores absorb it.
 // Design:
-//   - up: grid = (inter / 16, expert slots); CTA = 4 warps, each on 4 rows of w1 and the same 4 rows of w3 of its
-//     slot's expert (R = 8 rows through one accumulate: 8 rows x 2 x 16 bytes of loads in flight per lane). The
+//   - up: grid = (inter / 8, expert slots); CTA = 4 warps, each on 2 rows of w1 and the same 2 rows of w3 of its
+//     slot's expert (4 rows through one accumulate: 4 rows x 2 x 16 bytes of loads in flight per lane). The
 //     CTA stages the slot's token (the prepared activation, fp32 x its block scale) once per chunk. Lane sums are
 //     reduced by warp shuffles; lane 0 applies the bf16 rounding of the w1 / w3 outputs (release numerics), the
 //     SwiGLU with clamp and the routing weight exactly as gemv_experts does and writes natural-order bf16 h;
@@ -38,8 +39,13 @@ namespace {
 using namespace flashseek::cuda::gemv;  // the SIMT core (gemv_core.cuh)
 
 constexpr int kWarps = 4;
-constexpr int kRowsPerWarp = 4;
-constexpr int kRowsPerCta = kWarps * kRowsPerWarp;
+// Rows per warp: the up-projection's warp holds 2 rows of w1 and the same 2 of w3 (4 rows through accumulate,
+// the register budget of 3+ CTAs per SM and twice the CTAs of 4 + 4 rows, which at one token left the shared
+// expert's 2,048 rows on one CTA per SM), the down-projection's 4 rows of w2.
+template <bool UP>
+constexpr int rows_per_warp() { return UP ? 2 : 4; }
+template <bool UP>
+constexpr int rows_per_cta() { return kWarps * rows_per_warp<UP>(); }
 
 struct Args {
     const void* const* w_a;  // w1 (up) or w2 (down), per expert
@@ -66,11 +72,12 @@ struct Args {
 };
 
 template <WeightKind WK, bool UP>
-__global__ void __launch_bounds__(kWarps * 32, UP ? 2 : 4) expert_kernel(const Args a) {
+__global__ void __launch_bounds__(kWarps * 32, UP ? 3 : 4) expert_kernel(const Args a) {
     pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
     pdl_trigger();
     constexpr int CPL = cols_per_lane<WK>();
     constexpr int LS = lane_stride<WK>();
+    constexpr int kRowsPerWarp = rows_per_warp<UP>();
     constexpr int R = UP ? 2 * kRowsPerWarp : kRowsPerWarp;
     extern __shared__ __align__(16) float xsm[];
     int e = 0, n_slots = 1;
@@ -82,7 +89,7 @@ __global__ void __launch_bounds__(kWarps * 32, UP ? 2 : 4) expert_kernel(const A
         n_slots = a.count[e];  // one token: one slot (a routing that picked an expert twice streams it twice)
     }
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    const int64_t row0 = int64_t(blockIdx.x) * kRowsPerCta + kRowsPerWarp * warp;
+    const int64_t row0 = int64_t(blockIdx.x) * rows_per_cta<UP>() + kRowsPerWarp * warp;
     const bool warp_active = row0 < a.N;
     const int64_t row_bytes = WK == WeightKind::FP4_BLOCK32 ? a.K / 2 : a.K;
     const int64_t scale_ld = WK == WeightKind::FP4_BLOCK32 ? a.K / 32 : (a.K + 127) / 128;
@@ -155,7 +162,7 @@ void launch(const ExpertCall& c, Args a, cudaStream_t stream) {
     a.chunk_cols = chunk_columns(t.kind, 1, a.K);
     const size_t smem = smem_bytes(t.kind, 1, a.chunk_cols);
     const int64_t slots = c.grouping ? std::min<int64_t>(c.grouping->E, c.M * c.top_k) : 1;
-    const dim3 grid(unsigned((a.N + kRowsPerCta - 1) / kRowsPerCta), unsigned(slots));
+    const dim3 grid(unsigned((a.N + rows_per_cta<UP>() - 1) / rows_per_cta<UP>()), unsigned(slots));
     auto* k = t.kind == WeightKind::FP4_BLOCK32 ? expert_kernel<WeightKind::FP4_BLOCK32, UP>
                                                 : expert_kernel<WeightKind::FP8_BLOCK128, UP>;
     allow_dynamic_smem(k, smem);
@@ -174,9 +181,11 @@ bool supports(const ExpertCall& c) {
     return aligned16(c.x.values) && c.x.k_pad % 8 == 0;
 }
 
-// Measured at one token (Nsight Compute, H200, V4-Flash shapes; docs/perf.md, kernel choice): the FP8 shared expert
-// up 16.4 vs 21.8 us and down 9.7 vs 14.6 us for gemv_experts, the FP4 routed down 28 vs 31.5 us; the FP4 routed
-// up-projection loses (60.5 vs 42 us: 8 rows x 32 FP4 values per 16-byte load take 251 registers, 2 CTAs per SM).
+// Measured at one token (Nsight Compute, H200, V4-Flash shapes, docs/perf-log/2026-12-01_decode-latency.md): the
+// FP8 shared expert up 13.3-14.6 vs 21.2-22.7 us and down 9.2-9.3 vs 13.8-14.4 us for gemv_experts, the FP4 routed
+// down 26.7-27.6 vs 30.6-31.8 us; the FP4 routed up-projection loses (51-52 vs 42-43.4 us; with 4 + 4 rows per warp
+// 60.5 us), and end to end the rule below beats both simt_experts everywhere and nowhere (C=1 TPOT 4.20-4.22 vs
+// 4.44-4.47 and 4.34 ms).
 bool preferred(const ExpertCall& c, const KernelPolicy& policy) {
     return c.M <= policy.gemv_max_tokens && (c.t.kind == WeightKind::FP8_BLOCK128 || !c.up);
 }
