@@ -534,7 +534,8 @@ std::string_view sparse_attention(const SparseAttentionParams& p, void* workspac
     if (p.batch.n_tokens <= 0) return "none";
     const bool mma_fits = D % 64 == 0 && D <= 512 && p.q_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0;
     // The attention catalogue: attn_mma where forced and it fits, else where preferred (decode batches of
-    // attn_mma_min_seqs or more; at one token it gained little, -0.05 ms, and prefill keeps SIMT) and not disabled.
+    // attn_mma_min_seqs or more, by default every decode pass: at one sequence -0.03 to -0.045 ms per 20-layer step
+    // in two A/B rounds, docs/perf-log/2026-12-01_decode-latency.md; prefill keeps SIMT) and not disabled.
     const bool decode_batch = p.batch.max_seq_tokens == 1 && p.batch.n_tokens >= policy.attn_mma_min_seqs;
     bool mma = mma_fits && (policy.is_forced("attn_mma") ||
                             (!policy.is_forced("attn_simt") && !policy.is_disabled("attn_mma") && decode_batch));

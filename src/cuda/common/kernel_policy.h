@@ -34,7 +34,7 @@ struct KernelPolicy {
     int moe_wgmma_balance = 0;           // wgmma_experts stage assignment: 0 round robin, 1 balanced up, 2 both
     int gemv_kw = 0;                     // warps per 16-row tile of mma_gemv: 0 (rule), 1 or 4
     int moe_up_kw = 0, moe_down_kw = 0;  // the same for gemv_experts per projection
-    int attn_mma_min_seqs = 8;           // attn_mma is preferred for decode passes of at least this many sequences
+    int attn_mma_min_seqs = 1;           // attn_mma is preferred for decode passes of at least this many sequences
     // Preference floors (rows of a decode pass; prefill passes take these variants always) of the compute-bound
     // GEMMs: fp8_gemm, fp8_gemm_mma and bf16_gemm, and the grouped expert GEMMs (grouped_experts, tokens). Below
     // them tile_gemm / tile_experts (and the GEMVs up to 16). Measured on the H200 at 20 layers (docs/perf-log,

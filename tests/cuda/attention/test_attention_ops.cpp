@@ -301,7 +301,7 @@ SparseAttentionParams window_params(const TokenBatch& batch, int H, int D, int R
 }
 
 // The attention choice with the default policy (docs/perf.md, kernel choice): attn_mma for decode passes of at least
-// attn_mma_min_seqs (8) sequences where it fits, attn_simt elsewhere (fewer sequences, prefill, head_dim off the
+// attn_mma_min_seqs (1) sequences where it fits, attn_simt elsewhere (fewer sequences, prefill, head_dim off the
 // tensor-core shapes); a disabled variant is skipped, a forced one taken where it fits. Window-only attention over a
 // bf16 ring of random entries; only the choice is checked here (MatchesCpuReference checks the outputs).
 TEST(CudaSparseAttention, DefaultChoiceRules) {
@@ -327,7 +327,10 @@ TEST(CudaSparseAttention, DefaultChoiceRules) {
     };
     const KernelPolicy def;
     EXPECT_EQ(chosen(8, 1, 128, def), "attn_mma");   // a decode pass of 8 sequences
-    EXPECT_EQ(chosen(7, 1, 128, def), "attn_simt");  // 7 sequences
+    EXPECT_EQ(chosen(1, 1, 128, def), "attn_mma");   // and of one
+    KernelPolicy eight;
+    eight.attn_mma_min_seqs = 8;
+    EXPECT_EQ(chosen(7, 1, 128, eight), "attn_simt");  // below a raised floor
     EXPECT_EQ(chosen(8, 2, 128, def), "attn_simt");  // prefill
     EXPECT_EQ(chosen(8, 1, 144, def), "attn_simt");  // head_dim not a multiple of 64
     EXPECT_EQ(chosen(8, 1, 192, def), "attn_mma");   // 192 = 3 x 64 fits
