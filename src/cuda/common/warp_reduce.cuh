@@ -4,6 +4,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <climits>
+
 namespace flashseek::cuda {
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -31,6 +33,22 @@ __device__ __forceinline__ void warp_argmax(float& best, Index& best_index) {
             best_index = other_index;
         }
     }
+}
+
+// An order-preserving unsigned key of a float that is not NaN, equal for +0 and -0 (they compare equal).
+__device__ __forceinline__ unsigned order_key(float f) {
+    const unsigned u = __float_as_uint(f == 0.f ? 0.f : f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// warp_argmax of non-NaN values in two warp reductions (sm_80+) instead of five dependent butterfly rounds of two
+// shuffles each: the largest key, then the smallest index among the lanes holding it. The same total order (value,
+// then smaller index), so the same winner; only best_index is updated (the routing's selection rounds, moe_route.cu,
+// where the chain is on the decode critical path).
+__device__ __forceinline__ void warp_argmax_redux(float best, int& best_index) {
+    const unsigned key = order_key(best);
+    const unsigned top = __reduce_max_sync(0xffffffffu, key);
+    best_index = __reduce_min_sync(0xffffffffu, key == top ? best_index : INT_MAX);
 }
 
 }  // namespace flashseek::cuda

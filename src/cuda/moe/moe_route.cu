@@ -10,7 +10,6 @@
 // warp reductions (warp_argmax_redux: same order, same winner), the picks also go to shared memory, from which the
 // grouping reads them, the counts are zeroed before the routing, and the scan costs one barrier per pass.
 #include <algorithm>
-#include <climits>
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/pdl.cuh"
@@ -24,21 +23,6 @@ namespace {
 constexpr int kMaxRouteE = 1024, kMaxTopK = 32;
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.f ? x : log1pf(expf(x)); }
-
-// An order-preserving unsigned key of a float that is not NaN, equal for +0 and -0 (they compare equal).
-__device__ __forceinline__ unsigned order_key(float f) {
-    const unsigned u = __float_as_uint(f == 0.f ? 0.f : f);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-// warp_argmax (warp_reduce.cuh) of non-NaN values in two warp reductions instead of its five dependent butterfly
-// rounds of two shuffles each: the largest key, then the smallest index among the lanes holding it. The same
-// total order (value, then smaller index), so the same winner; only best_index is updated.
-__device__ __forceinline__ void warp_argmax_redux(float best, int& best_index) {
-    const unsigned key = order_key(best);
-    const unsigned top = __reduce_max_sync(0xffffffffu, key);
-    best_index = __reduce_min_sync(0xffffffffu, key == top ? best_index : INT_MAX);
-}
 
 // Token m's routing by one warp; lane holds experts lane, lane+32, ... (kPer per lane: E <= 32 * kPer). The
 // selection rounds are a dependent chain on the decode critical path: kPer = 8 serves V4's 256 experts with a
