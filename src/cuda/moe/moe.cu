@@ -498,13 +498,8 @@ bool preferred(const ExpertCall&, const KernelPolicy&) { return true; }
 void up(const ExpertCall& c, const KernelPolicy&, float swiglu_limit, PreparedActivation& h, cudaStream_t stream) {
     const ExpertTable& t = c.t;
     ExpertArgs a{};
-    a.w_a = t.w1;
-    a.s_a = t.w1_scale;
-    a.w_b = t.w3;
-    a.s_b = t.w3_scale;
+    set_projection(a, t, true);
     a.scale_kind = int(t.scale_kind);
-    a.N = t.inter;
-    a.K = t.hidden;
     a.x = c.x.values;
     a.xs = c.x.scales;
     a.x_ld = c.x.k_pad;
@@ -526,11 +521,8 @@ void up(const ExpertCall& c, const KernelPolicy&, float swiglu_limit, PreparedAc
 void down(const ExpertCall& c, const KernelPolicy&, float* y, cudaStream_t stream) {
     const ExpertTable& t = c.t;
     ExpertArgs a{};
-    a.w_a = t.w2;
-    a.s_a = t.w2_scale;
+    set_projection(a, t, false);
     a.scale_kind = int(t.scale_kind);
-    a.N = t.hidden;
-    a.K = t.inter;
     a.x = c.x.values;
     a.xs = c.x.scales;
     a.x_ld = c.x.k_pad;

@@ -354,12 +354,7 @@ void up(const ExpertCall& c, const KernelPolicy&, float swiglu_limit, PreparedAc
     const ExpertTable& t = c.t;
     const MoeGrouping& grouping = *c.grouping;
     Args a = base_args(c.x, grouping);
-    a.w_a = t.w1;
-    a.s_a = t.w1_scale;
-    a.w_b = t.w3;
-    a.s_b = t.w3_scale;
-    a.N = t.inter;
-    a.K = t.hidden;
+    set_projection(a, t, true);
     a.slot_token = grouping.slot_token;
     a.limit = swiglu_limit;
     a.h = h.values;
@@ -372,10 +367,7 @@ void down(const ExpertCall& c, const KernelPolicy&, float* y, cudaStream_t strea
     const ExpertTable& t = c.t;
     const MoeGrouping& grouping = *c.grouping;
     Args a = base_args(c.x, grouping);
-    a.w_a = t.w2;
-    a.s_a = t.w2_scale;
-    a.N = t.hidden;
-    a.K = t.inter;
+    set_projection(a, t, false);
     a.slot_token = nullptr;
     a.y = y;
     launch<false>(a, grouping, c.M, c.top_k, stream);

@@ -53,6 +53,20 @@ FS_DECLARE_EXPERT_VARIANT(gemv_experts)     // moe_gemv.cu: f16 mma.sync GEMV, 1
 FS_DECLARE_EXPERT_VARIANT(grouped_experts)  // moe_grouped_variant.cpp: grouped FP4 GEMMs (moe_gemm.cuh), raw input
 FS_DECLARE_EXPERT_VARIANT(tile_experts)     // moe.cu: f16 mma.sync tiles, any M
 
+// The weights and sizes of one projection in a variant's kernel arguments (any struct with these fields): up w1
+// (w_a) and w3 (w_b), N = inter rows of length K = hidden; down w2 (w_a), N = hidden rows of length K = inter.
+template <class Args>
+void set_projection(Args& a, const ExpertTable& t, bool up) {
+    a.w_a = up ? t.w1 : t.w2;
+    a.s_a = up ? t.w1_scale : t.w2_scale;
+    if (up) {
+        a.w_b = t.w3;
+        a.s_b = t.w3_scale;
+    }
+    a.N = decltype(a.N)(up ? t.inter : t.hidden);
+    a.K = decltype(a.K)(up ? t.hidden : t.inter);
+}
+
 // In priority order.
 std::span<const ExpertVariant> expert_variants();
 // The first forced variant that supports the call, else the first that supports it, is preferred and is not

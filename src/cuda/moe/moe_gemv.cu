@@ -292,12 +292,7 @@ void up(const ExpertCall& c, const KernelPolicy& policy, float swiglu_limit, Pre
         cudaStream_t stream) {
     const ExpertTable& t = c.t;
     Args a = base_args(c.x, t, c.grouping, c.M);
-    a.w_a = t.w1;
-    a.s_a = t.w1_scale;
-    a.w_b = t.w3;
-    a.s_b = t.w3_scale;
-    a.N = t.inter;
-    a.K = t.hidden;
+    set_projection(a, t, true);
     a.limit = swiglu_limit;
     a.round_glu = c.h_numerics == ActNumerics::FP8_BLOCK128;
     a.h = h.values;
@@ -317,10 +312,7 @@ void quantize_h(PreparedActivation& h, const ExpertTable& t, const MoeGrouping* 
 void down(const ExpertCall& c, const KernelPolicy& policy, float* y, cudaStream_t stream) {
     const ExpertTable& t = c.t;
     Args a = base_args(c.x, t, c.grouping, c.M);
-    a.w_a = t.w2;
-    a.s_a = t.w2_scale;
-    a.N = t.hidden;
-    a.K = t.inter;
+    set_projection(a, t, false);
     a.y = y;
     launch(false, a, t.kind, c.grouping, c.M, c.top_k, policy, stream);
 }

@@ -193,12 +193,7 @@ bool preferred(const ExpertCall& c, const KernelPolicy& policy) {
 void up(const ExpertCall& c, const KernelPolicy&, float swiglu_limit, PreparedActivation& h, cudaStream_t stream) {
     const ExpertTable& t = c.t;
     Args a{};
-    a.w_a = t.w1;
-    a.s_a = t.w1_scale;
-    a.w_b = t.w3;
-    a.s_b = t.w3_scale;
-    a.N = t.inter;
-    a.K = t.hidden;
+    set_projection(a, t, true);
     a.limit = swiglu_limit;
     a.round_glu = c.h_numerics == ActNumerics::FP8_BLOCK128;
     a.h = h.values;
@@ -210,10 +205,7 @@ void up(const ExpertCall& c, const KernelPolicy&, float swiglu_limit, PreparedAc
 void down(const ExpertCall& c, const KernelPolicy&, float* y, cudaStream_t stream) {
     const ExpertTable& t = c.t;
     Args a{};
-    a.w_a = t.w2;
-    a.s_a = t.w2_scale;
-    a.N = t.hidden;
-    a.K = t.inter;
+    set_projection(a, t, false);
     a.y = y;
     launch<false>(c, a, stream);
 }

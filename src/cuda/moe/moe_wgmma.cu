@@ -529,12 +529,7 @@ void up(const ExpertCall& c, const KernelPolicy& policy, float swiglu_limit, Pre
     const int max_experts = int(std::min<int64_t>(g.E, c.M * c.top_k));
     pack(c.x, g, max_experts, g.slot_token, stream);
     Args a{};
-    a.w_a = t.w1;
-    a.s_a = t.w1_scale;
-    a.w_b = t.w3;
-    a.s_b = t.w3_scale;
-    a.N = int(t.inter);
-    a.K = int(t.hidden);
+    set_projection(a, t, true);
     a.limit = swiglu_limit;
     a.h = h.values;
     a.h_ld = h.k_pad;
@@ -548,10 +543,7 @@ void down(const ExpertCall& c, const KernelPolicy& policy, float* y, cudaStream_
     const int max_experts = int(std::min<int64_t>(g.E, c.M * c.top_k));
     pack(c.x, g, max_experts, nullptr, stream);
     Args a{};
-    a.w_a = t.w2;
-    a.s_a = t.w2_scale;
-    a.N = int(t.hidden);
-    a.K = int(t.inter);
+    set_projection(a, t, false);
     a.y = y;
     launch<false>(a, g, c.M, c.top_k, policy, stream);
 }
