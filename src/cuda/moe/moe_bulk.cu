@@ -38,6 +38,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/smem.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
+#include "cuda/gemm/swiglu_element.cuh"
 #include "cuda/moe/moe_gemv.cuh"
 
 namespace flashseek::cuda::bulk_experts {
@@ -286,11 +287,8 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_expert_kernel(co
                     const int64_t slot = offset + c;
                     const int64_t row = row0 + g + ((r & 2) ? 8 : 0);
                     if constexpr (UP) {
-                        const float g0 = round_bf16(acc[0][j][r]), u0 = round_bf16(acc[1][j][r]);
-                        const float gate = fminf(g0, a.limit);
-                        const float up = fminf(fmaxf(u0, -a.limit), a.limit);
-                        const float silu = gate / (1.f + expf(-gate));
-                        a.h[slot * a.h_ld + row] = f32_to_bf16_bits(silu * up * a.slot_weight[slot]);
+                        a.h[slot * a.h_ld + row] =
+                            swiglu_bf16(acc[0][j][r], acc[1][j][r], a.slot_weight[slot], a.limit);
                     } else {
                         a.y[slot * a.N + row] = acc[0][j][r];
                         a.y[slot * a.N + row + 16] = acc[1][j][r];

@@ -27,6 +27,7 @@
 #include "cuda/common/smem.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
 #include "cuda/gemm/prepare_block.cuh"
+#include "cuda/gemm/swiglu_element.cuh"
 
 namespace flashseek::cuda::gemv_experts {
 namespace {
@@ -156,12 +157,7 @@ __global__ void __launch_bounds__(KW * 32, min_blocks<WK, UP, NG, KW>()) expert_
             const int64_t out_row = a.active ? int64_t(offset + c) : int64_t(c);
             if constexpr (UP) {
                 const float wgt = a.active ? a.slot_weight[offset + c] : 1.f;
-                const float g0 = a.round_glu ? round_bf16(s[0]) : s[0];
-                const float u0 = a.round_glu ? round_bf16(s[NM - 1]) : s[NM - 1];
-                const float gate = fminf(g0, a.limit);
-                const float up = fminf(fmaxf(u0, -a.limit), a.limit);
-                const float silu = gate / (1.f + expf(-gate));
-                a.h[out_row * a.h_ld + row0 + r] = f32_to_bf16_bits(silu * up * wgt);
+                a.h[out_row * a.h_ld + row0 + r] = swiglu_bf16(s[0], s[NM - 1], wgt, a.limit, a.round_glu);
             } else {
                 a.y[out_row * a.N + row0 + r] = s[0];
             }

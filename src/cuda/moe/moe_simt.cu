@@ -31,6 +31,7 @@
 #include "cuda/common/smem.cuh"
 #include "cuda/common/warp_reduce.cuh"
 #include "cuda/gemm/gemv_core.cuh"
+#include "cuda/gemm/swiglu_element.cuh"
 #include "cuda/moe/moe_gemv.cuh"
 
 namespace flashseek::cuda::simt_experts {
@@ -109,37 +110,33 @@ __global__ void __launch_bounds__(kWarps * 32, UP ? 3 : 4) expert_kernel(const A
     }
     const int t_stride = (a.chunk_cols / CPL) * LS;
     for (int64_t slot = first_slot; slot < first_slot + n_slots; ++slot) {
-    const int64_t x_row = !a.active ? 0 : (UP ? int64_t(a.slot_token[slot]) : slot);
-    const float weight = UP && a.active ? a.slot_weight[slot] : 1.f;
-    float acc[R][1];
+        const int64_t x_row = !a.active ? 0 : (UP ? int64_t(a.slot_token[slot]) : slot);
+        const float weight = UP && a.active ? a.slot_weight[slot] : 1.f;
+        float acc[R][1];
 #pragma unroll
-    for (int i = 0; i < R; ++i) acc[i][0] = 0.f;
-    auto row_of = [&](int) -> int64_t { return x_row; };
-    for (int64_t k0 = 0; k0 < a.K; k0 += a.chunk_cols) {
-        const int len = int(min(int64_t(a.chunk_cols), a.K - k0));
-        __syncthreads();
-        stage_x<WK, 1>(xsm, t_stride, a.x, a.x_ld, a.xs, a.xs_ld, k0, len, row_of);
-        __syncthreads();
-        if (warp_active) accumulate<WK, R, 1>(acc, wrow, sidx, scale, a.scale_kind, xsm, t_stride, k0, len, lane);
-    }
-#pragma unroll
-    for (int i = 0; i < R; ++i) acc[i][0] = warp_sum(acc[i][0]);
-    if (lane != 0 || !warp_active) continue;
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-        const int64_t row = row0 + r;
-        if (row >= a.N) break;
-        if constexpr (UP) {
-            const float g0 = a.round_glu ? round_bf16(acc[r][0]) : acc[r][0];
-            const float u0 = a.round_glu ? round_bf16(acc[kRowsPerWarp + r][0]) : acc[kRowsPerWarp + r][0];
-            const float gate = fminf(g0, a.limit);
-            const float up = fminf(fmaxf(u0, -a.limit), a.limit);
-            const float silu = gate / (1.f + expf(-gate));
-            a.h[slot * a.h_ld + row] = f32_to_bf16_bits(silu * up * weight);
-        } else {
-            a.y[slot * a.N + row] = acc[r][0];
+        for (int i = 0; i < R; ++i) acc[i][0] = 0.f;
+        auto row_of = [&](int) -> int64_t { return x_row; };
+        for (int64_t k0 = 0; k0 < a.K; k0 += a.chunk_cols) {
+            const int len = int(min(int64_t(a.chunk_cols), a.K - k0));
+            __syncthreads();
+            stage_x<WK, 1>(xsm, t_stride, a.x, a.x_ld, a.xs, a.xs_ld, k0, len, row_of);
+            __syncthreads();
+            if (warp_active) accumulate<WK, R, 1>(acc, wrow, sidx, scale, a.scale_kind, xsm, t_stride, k0, len, lane);
         }
-    }
+#pragma unroll
+        for (int i = 0; i < R; ++i) acc[i][0] = warp_sum(acc[i][0]);
+        if (lane != 0 || !warp_active) continue;
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) {
+            const int64_t row = row0 + r;
+            if (row >= a.N) break;
+            if constexpr (UP) {
+                a.h[slot * a.h_ld + row] =
+                    swiglu_bf16(acc[r][0], acc[kRowsPerWarp + r][0], weight, a.limit, a.round_glu);
+            } else {
+                a.y[slot * a.N + row] = acc[r][0];
+            }
+        }
     }
 }
 

@@ -46,6 +46,7 @@
 #include "cuda/common/smem.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
+#include "cuda/gemm/swiglu_element.cuh"
 #include "cuda/gemm/mma_core.cuh"
 #include "cuda/moe/moe_gemv.cuh"
 
@@ -422,11 +423,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
                 const int64_t slot = offset + c;
                 const int row = row0 + ((j & 2) ? 8 : 0);
                 if constexpr (UP) {
-                    const float g0 = round_bf16(acc[0][j]), u0 = round_bf16(acc[1][j]);
-                    const float gate = fminf(g0, a.limit);
-                    const float up = fminf(fmaxf(u0, -a.limit), a.limit);
-                    const float silu = gate / (1.f + expf(-gate));
-                    a.h[slot * a.h_ld + row] = f32_to_bf16_bits(silu * up * a.slot_weight[slot]);
+                    a.h[slot * a.h_ld + row] = swiglu_bf16(acc[0][j], acc[1][j], a.slot_weight[slot], a.limit);
                 } else {
                     a.y[slot * a.N + row] = acc[0][j];
                     a.y[slot * a.N + row + 64] = acc[1][j];
