@@ -165,15 +165,17 @@ SampleResult sample_logits(const float* raw_logits, int64_t vocab, const SampleP
         FS_CHECK(!std::isnan(raw_logits[i]), "sample: logit {} is NaN", i);
 
     // log-softmax of the raw logits at temperature 1 (reported logprobs)
-    const double log_z = log_normalizer(raw_logits, vocab, row_max(raw_logits, vocab));
+    const float raw_max = row_max(raw_logits, vocab);
+    const double log_z = log_normalizer(raw_logits, vocab, raw_max);
 
     std::vector<float> adjusted;
     const float* logits = raw_logits;
+    float mx = raw_max;  // of the row the filters see: another pass only when it was adjusted
     if (p.adjusts_logits()) {
         adjusted = adjusted_logits(raw_logits, vocab, p);
         logits = adjusted.data();
+        mx = row_max(logits, vocab);
     }
-    const float mx = row_max(logits, vocab);
     FS_CHECK(mx > -std::numeric_limits<float>::infinity(),
              "sample: the allowed-token mask and banned tokens exclude every token");
 

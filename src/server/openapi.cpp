@@ -49,8 +49,10 @@ ojson integer(std::optional<int64_t> min, std::optional<int64_t> max, const std:
     if (!description.empty()) s["description"] = description;
     return s;
 }
-ojson number(const std::string& description = {}) {
+ojson number(std::optional<double> min = {}, std::optional<double> max = {}, const std::string& description = {}) {
     ojson s = {{"type", "number"}};
+    if (min) s["minimum"] = *min;
+    if (max) s["maximum"] = *max;
     if (!description.empty()) s["description"] = description;
     return s;
 }
@@ -72,11 +74,6 @@ ojson object(ojson properties, std::vector<std::string> required = {}, bool clos
     return s;
 }
 ojson any_of(std::vector<ojson> options) { return ojson{{"anyOf", options}}; }
-ojson ranged(double min, double max, const std::string& description) {
-    ojson s = {{"type", "number"}, {"minimum", min}, {"maximum", max}};
-    if (!description.empty()) s["description"] = description;
-    return s;
-}
 
 // The request parsers treat a field sent as null like a field left out (OpenAI clients send nulls), so every
 // optional property of a request schema, at any depth, also admits null.
@@ -122,16 +119,16 @@ struct Schemas {
             p["max_completion_tokens"] = integer(1, f.max_model_len - 1, "the smaller of this and max_tokens counts");
             p["n"] = integer(1, L.max_n, "n > 1 needs temperature > 0");
         }
-        p["presence_penalty"] = ranged(-2, 2, "subtracted once from the logit of every token in the output");
-        p["frequency_penalty"] = ranged(-2, 2, "subtracted per occurrence in the output");
+        p["presence_penalty"] = number(-2, 2, "subtracted once from the logit of every token in the output");
+        p["frequency_penalty"] = number(-2, 2, "subtracted per occurrence in the output");
         p["repetition_penalty"] = ojson{{"type", "number"}, {"exclusiveMinimum", 0}, {"maximum", 100},
                                         {"description", "divides positive, multiplies negative logits of tokens in "
                                                         "the prompt or output; 1 = off"}};
-        p["min_p"] = ranged(0, 1, "drop tokens less likely than min_p x the most likely one");
+        p["min_p"] = number(0, 1, "drop tokens less likely than min_p x the most likely one");
         p["logit_bias"] = ojson{{"type", "object"},
                                 {"propertyNames", {{"pattern", "^[0-9]{1,10}$"}}},
                                 {"maxProperties", L.max_logit_bias},
-                                {"additionalProperties", ranged(-100, 100, "")},
+                                {"additionalProperties", number(-100, 100)},
                                 {"description", fmt::format("token id (0 to {}) -> bias added to its logit",
                                                             vocab() - 1)}};
         p["min_tokens"] = integer(0, std::nullopt, "stop ids and stop strings wait for this many tokens");

@@ -141,12 +141,12 @@ void reject_unsupported(const json& body) {
 
 // Penalties, min_p, logit_bias, min_tokens (OpenAI / vLLM ranges).
 void parse_sampling_adjustments(const json& body, const ProtocolLimits& limits, ParsedRequest& r) {
-    for (const char* pen : {"presence_penalty", "frequency_penalty"}) {
+    for (const auto& [pen, value] : {std::pair{"presence_penalty", &r.presence_penalty},
+                                     std::pair{"frequency_penalty", &r.frequency_penalty}}) {
         const double v = get_number(body, pen, 0.0);
         if (v < -2.0 || v > 2.0) bad_param(pen, "'{}' must be in [-2, 2], got {}", pen, v);
+        *value = float(v);
     }
-    r.presence_penalty = float(get_number(body, "presence_penalty", 0.0));
-    r.frequency_penalty = float(get_number(body, "frequency_penalty", 0.0));
     const double rep = get_number(body, "repetition_penalty", 1.0);
     if (rep <= 0.0 || rep > 100.0)
         bad_param("repetition_penalty", "'repetition_penalty' must be in (0, 100], got {}", rep);
@@ -287,11 +287,11 @@ void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest&
     }
 
     // Completions with echo may ask for no new token at all (scoring a prompt, as lm-evaluation-harness does).
-    const bool echo = r.endpoint == Endpoint::Completion && get_bool(body, "echo", false);
+    r.echo = r.endpoint == Endpoint::Completion && get_bool(body, "echo", false);
     for (const char* name : {"max_tokens", "max_completion_tokens"}) {
         if (auto m = get_int(body, name)) {
-            if (*m < (echo ? 0 : 1))
-                bad_param(name, "'{}' must be at least {}, got {}", name, echo ? "0 (with echo)" : "1", *m);
+            if (*m < (r.echo ? 0 : 1))
+                bad_param(name, "'{}' must be at least {}, got {}", name, r.echo ? "0 (with echo)" : "1", *m);
             r.max_tokens = r.max_tokens ? std::min(*r.max_tokens, *m) : *m;
         }
     }
@@ -400,7 +400,6 @@ ParsedRequest parse_completion_request(const json& body, const ProtocolLimits& l
     r.endpoint = Endpoint::Completion;
     parse_common(body, limits, r);
     r.skip_special_tokens = get_bool(body, "skip_special_tokens", true);
-    r.echo = get_bool(body, "echo", false);
     if (mentions_output_constraint(body))
         parse_output_constraint(raw_body.empty() ? nlohmann::ordered_json(body) : nlohmann::ordered_json::parse(raw_body),
                                 limits, r);

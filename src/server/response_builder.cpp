@@ -22,6 +22,24 @@ size_t code_points(std::string_view bytes) {
 std::string tool_call_id(const std::string& req_id, size_t choice, size_t k) {
     return fmt::format("call_{}_{}_{}", req_id.substr(req_id.find('-') + 1), choice, k);
 }
+// Completions logprobs: OpenAI's four parallel arrays, one entry per token of the returned text.
+ojson empty_completion_logprobs() {
+    return ojson{{"tokens", ojson::array()}, {"token_logprobs", ojson::array()}, {"top_logprobs", ojson::array()},
+                 {"text_offset", ojson::array()}};
+}
+void push_completion_logprob(ojson& lp, ojson token, ojson logprob, ojson top, size_t text_offset) {
+    lp["tokens"].push_back(std::move(token));
+    lp["token_logprobs"].push_back(std::move(logprob));
+    lp["top_logprobs"].push_back(std::move(top));
+    lp["text_offset"].push_back(text_offset);
+}
+// Appends the entries of `more` (the same shape) after those of lp.
+void append_completion_logprobs(ojson& lp, const ojson& more) {
+    for (auto it = more.begin(); it != more.end(); ++it) {
+        ojson& entries = lp[it.key()];
+        entries.insert(entries.end(), it->begin(), it->end());
+    }
+}
 }  // namespace
 
 ResponseBuilder::ResponseBuilder(const ParsedRequest& req, const tokenizer::Tokenizer& tok, std::string id,
@@ -30,6 +48,8 @@ ResponseBuilder::ResponseBuilder(const ParsedRequest& req, const tokenizer::Toke
     choices_.resize(req.prompt_count() * size_t(req.n));
     if (req.endpoint == Endpoint::Chat)
         for (auto& c : choices_) c.parser = std::make_unique<chat::StreamingParser>(req.chat.thinking);
+    else
+        for (auto& c : choices_) c.cmpl_logprobs = empty_completion_logprobs();
     if (req.echo) {
         // Text prompts come back as sent; token-id prompts as their decoded text.
         for (size_t p = 0; p < prompts_.size(); ++p) {
@@ -67,21 +87,22 @@ void ResponseBuilder::append_echo_logprobs(size_t choice, ojson& lp) const {
     size_t offset = 0;
     for (size_t i = 0; i < ids.size(); ++i) {
         const std::string& bytes = tok_.token_bytes(ids[i]);
-        lp["tokens"].push_back(tokenizer::utf8_lossy(bytes));
-        lp["text_offset"].push_back(offset);
-        offset += code_points(bytes);
         if (i == 0 || i - 1 >= c.prompt_scores.size()) {
-            lp["token_logprobs"].push_back(nullptr);
-            lp["top_logprobs"].push_back(nullptr);
-            continue;
+            push_completion_logprob(lp, tokenizer::utf8_lossy(bytes), nullptr, nullptr, offset);
+        } else {
+            const ScoredToken& s = c.prompt_scores[i - 1];
+            push_completion_logprob(lp, tokenizer::utf8_lossy(bytes), s.logprob, completion_top_logprobs(s.top),
+                                    offset);
         }
-        const ScoredToken& s = c.prompt_scores[i - 1];
-        lp["token_logprobs"].push_back(s.logprob);
-        ojson top = ojson::object();
-        for (size_t k = 0; k < s.top.size() && int(k) < req_.top_logprobs; ++k)
-            top[tokenizer::utf8_lossy(tok_.token_bytes(s.top[k].first))] = s.top[k].second;
-        lp["top_logprobs"].push_back(std::move(top));
+        offset += code_points(bytes);
     }
+}
+
+ojson ResponseBuilder::completion_top_logprobs(const std::vector<std::pair<int32_t, float>>& top) const {
+    ojson out = ojson::object();
+    for (size_t k = 0; k < top.size() && int(k) < req_.top_logprobs; ++k)
+        out[tokenizer::utf8_lossy(tok_.token_bytes(top[k].first))] = top[k].second;
+    return out;
 }
 
 std::string ResponseBuilder::sse(const ojson& j) const {
@@ -129,8 +150,7 @@ ojson ResponseBuilder::apply(const runtime::OutputEvent& ev, bool streaming) {
     if (send_prompt) c.prompt_sent = true;
     const bool echo_now = send_prompt && req_.echo;
     if (echo_now && req_.logprobs) {
-        lp = ojson{{"tokens", ojson::array()}, {"token_logprobs", ojson::array()}, {"top_logprobs", ojson::array()},
-                   {"text_offset", ojson::array()}};
+        lp = empty_completion_logprobs();
         append_echo_logprobs(size_t(ev.choice), lp);
     }
     if (req_.logprobs && !ev.tokens.empty()) {
@@ -143,34 +163,16 @@ ojson ResponseBuilder::apply(const runtime::OutputEvent& ev, bool streaming) {
             }
             lp = ojson{{"content", content}};
         } else {
-            ojson toks = ojson::array(), lps = ojson::array(), tops = ojson::array(), offs = ojson::array();
+            if (lp.is_null()) lp = empty_completion_logprobs();  // else the tokens follow the echoed prompt's entries
             // text_offset counts code points of the returned text, which starts with the echoed prompt.
             const size_t offset_base =
                 req_.echo ? prompt_text_chars_.at(size_t(ev.choice) / size_t(req_.n)) : 0;
             for (const auto& t : ev.tokens) {
                 const std::string s = tokenizer::utf8_lossy(tok_.token_bytes(t.id));
-                ojson top = ojson::object();
-                for (size_t i = 0; i < t.top.size() && int(i) < req_.top_logprobs; ++i)
-                    top[tokenizer::utf8_lossy(tok_.token_bytes(t.top[i].first))] = t.top[i].second;
-                toks.push_back(s);
-                lps.push_back(t.logprob);
-                tops.push_back(top);
-                offs.push_back(offset_base + c.text_chars);
-                c.cmpl_tokens.push_back(s);
-                c.cmpl_token_logprobs.push_back(t.logprob);
-                c.cmpl_top.push_back(top);
-                c.cmpl_offsets.push_back(offset_base + c.text_chars);
+                const ojson top = completion_top_logprobs(t.top);
+                push_completion_logprob(lp, s, t.logprob, top, offset_base + c.text_chars);
+                push_completion_logprob(c.cmpl_logprobs, s, t.logprob, top, offset_base + c.text_chars);
                 c.text_chars += code_points(tok_.token_bytes(t.id));
-            }
-            if (lp.is_null()) {
-                lp = ojson{{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
-            } else {  // after the echoed prompt's entries
-                for (size_t i = 0; i < toks.size(); ++i) {
-                    lp["tokens"].push_back(toks[i]);
-                    lp["token_logprobs"].push_back(lps[i]);
-                    lp["top_logprobs"].push_back(tops[i]);
-                    lp["text_offset"].push_back(offs[i]);
-                }
             }
         }
     }
@@ -358,15 +360,9 @@ ojson ResponseBuilder::final_json() const {
         } else {
             ch["text"] = req_.echo ? echo_text(i) + c.text : c.text;
             if (req_.logprobs) {
-                ojson lp = {{"tokens", ojson::array()}, {"token_logprobs", ojson::array()},
-                            {"top_logprobs", ojson::array()}, {"text_offset", ojson::array()}};
+                ojson lp = empty_completion_logprobs();
                 if (req_.echo) append_echo_logprobs(i, lp);
-                for (size_t k = 0; k < c.cmpl_tokens.size(); ++k) {
-                    lp["tokens"].push_back(c.cmpl_tokens[k]);
-                    lp["token_logprobs"].push_back(c.cmpl_token_logprobs[k]);
-                    lp["top_logprobs"].push_back(c.cmpl_top[k]);
-                    lp["text_offset"].push_back(c.cmpl_offsets[k]);
-                }
+                append_completion_logprobs(lp, c.cmpl_logprobs);
                 ch["logprobs"] = lp;
             } else {
                 ch["logprobs"] = nullptr;

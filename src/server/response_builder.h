@@ -44,10 +44,7 @@ private:
         std::string text;  // completions: all text; chat: content collected (non-streaming)
         std::string reasoning;
         nlohmann::ordered_json logprobs = nlohmann::ordered_json::array();  // chat: content entries
-        nlohmann::ordered_json cmpl_tokens = nlohmann::ordered_json::array();
-        nlohmann::ordered_json cmpl_token_logprobs = nlohmann::ordered_json::array();
-        nlohmann::ordered_json cmpl_top = nlohmann::ordered_json::array();
-        nlohmann::ordered_json cmpl_offsets = nlohmann::ordered_json::array();
+        nlohmann::ordered_json cmpl_logprobs;  // completions: the generated tokens' logprobs (tokens, text_offset, ...)
         size_t text_chars = 0;  // completions: code points of the tokens so far (the next text_offset)
         std::vector<ScoredToken> prompt_scores;  // positions 1, 2, ... of its prompt
         bool prompt_sent = false;                // streaming: echo / prompt_logprobs already emitted
@@ -69,6 +66,8 @@ private:
     const std::string& echo_text(size_t choice) const { return prompt_texts_.at(choice / size_t(req_.n)); }
     nlohmann::ordered_json vllm_prompt_logprobs(size_t choice) const;
     void append_echo_logprobs(size_t choice, nlohmann::ordered_json& lp) const;
+    // A completions top_logprobs entry: token text -> logprob for the request's top_logprobs most likely tokens.
+    nlohmann::ordered_json completion_top_logprobs(const std::vector<std::pair<int32_t, float>>& top) const;
 
     const ParsedRequest& req_;
     const tokenizer::Tokenizer& tok_;

@@ -22,6 +22,15 @@ std::vector<float> random_logits(int64_t n, uint64_t seed) {
     for (auto& x : v) x = d(g);
     return v;
 }
+// How often each token is drawn in n draws (draw_index 0..n-1).
+std::vector<double> draw_frequencies(const std::vector<float>& l, SampleParams p, int n) {
+    std::vector<double> f(l.size(), 0.0);
+    for (int d = 0; d < n; ++d) {
+        p.draw_index = uint64_t(d);
+        f[size_t(sample_logits(l.data(), int64_t(l.size()), p).token)] += 1.0 / n;
+    }
+    return f;
+}
 }  // namespace
 
 TEST(Sampling, GreedyAndLogprobs) {
@@ -63,14 +72,7 @@ TEST(Sampling, SameSeedAndDrawGiveSameToken) {
 TEST(Sampling, DistributionsMatchFilters) {
     // 5 logits with known probabilities; 20000 draws per setting.
     std::vector<float> l = {std::log(0.4f), std::log(0.3f), std::log(0.15f), std::log(0.1f), std::log(0.05f)};
-    auto freq = [&](SampleParams p) {
-        std::vector<double> f(5, 0.0);
-        for (uint64_t d = 0; d < 20000; ++d) {
-            p.draw_index = d;
-            f[size_t(sample_logits(l.data(), 5, p).token)] += 1.0 / 20000;
-        }
-        return f;
-    };
+    auto freq = [&](const SampleParams& p) { return draw_frequencies(l, p, 20000); };
     SampleParams p;
     p.temperature = 1.f;
     p.seed = std::random_device{}();
@@ -129,14 +131,6 @@ std::vector<double> expected_distribution(const std::vector<float>& l, double t,
         if (l[i] >= threshold && std::isfinite(l[i])) z += (d[i] = std::exp((double(l[i]) - mx) / t));
     for (auto& v : d) v /= z;
     return d;
-}
-std::vector<double> draw_frequencies(const std::vector<float>& l, SampleParams p, int n) {
-    std::vector<double> f(l.size(), 0.0);
-    for (int d = 0; d < n; ++d) {
-        p.draw_index = uint64_t(d);
-        f[size_t(sample_logits(l.data(), int64_t(l.size()), p).token)] += 1.0 / n;
-    }
-    return f;
 }
 double total_variation(const std::vector<double>& a, const std::vector<double>& b) {
     double tv = 0;

@@ -34,17 +34,24 @@ GenerationParams params(int64_t max_new, float temperature = 0.f, uint64_t seed 
     return g;
 }
 
-// Runs the scheduler until idle, collecting tokens and finish reasons; checks the audit after every step.
+// What the steps reported per request: tokens, finish reasons, prompt scores and errors.
 struct Outcome {
     std::map<uint64_t, std::vector<int32_t>> tokens;
     std::map<uint64_t, FinishReason> finish;
+    std::map<uint64_t, std::vector<ScoredToken>> prompt_scores;
+    std::map<uint64_t, std::string> error;  // the last non-empty one
+    void record(const RequestEvent& ev) {
+        if (ev.has_token) tokens[ev.id].push_back(ev.sample.token);
+        if (ev.finish != FinishReason::None) finish[ev.id] = ev.finish;
+        auto& scores = prompt_scores[ev.id];
+        scores.insert(scores.end(), ev.prompt_logprobs.begin(), ev.prompt_logprobs.end());
+        if (!ev.error.empty()) error[ev.id] = ev.error;
+    }
 };
+// Runs the scheduler until idle, recording its events; checks the audit after every step.
 void drain(Scheduler& s, Outcome& out, int max_steps = 100000) {
     for (int i = 0; i < max_steps && !s.idle(); ++i) {
-        for (const auto& ev : s.step()) {
-            if (ev.has_token) out.tokens[ev.id].push_back(ev.sample.token);
-            if (ev.finish != FinishReason::None) out.finish[ev.id] = ev.finish;
-        }
+        for (const auto& ev : s.step()) out.record(ev);
         const SchedulerAudit a = s.audit();
         ASSERT_TRUE(a.ok) << a.detail;
     }
@@ -417,7 +424,6 @@ TEST(Scheduler, PromptScoresEveryPositionOnceAcrossChunksAndPreemption) {
     opt.prefill_chunk = 16;
     Scheduler s(b, opt);
     std::map<uint64_t, std::pair<std::vector<int32_t>, GenerationParams>> submitted;
-    std::map<uint64_t, std::vector<ScoredToken>> scores;
     for (int i = 0; i < 12; ++i) {
         auto p = random_prompt(rng, 20 + int(rng() % 20));
         auto g = params(60 + int64_t(rng() % 20), (i % 2) ? 0.9f : 0.f, rng());
@@ -426,19 +432,16 @@ TEST(Scheduler, PromptScoresEveryPositionOnceAcrossChunksAndPreemption) {
     }
     Outcome o;
     for (int i = 0; i < 100000 && !s.idle(); ++i)
-        for (auto& ev : s.step()) {
-            for (auto& sc : ev.prompt_logprobs) scores[ev.id].push_back(sc);
-            if (ev.has_token) o.tokens[ev.id].push_back(ev.sample.token);
-            if (ev.finish != FinishReason::None) o.finish[ev.id] = ev.finish;
-        }
+        for (const auto& ev : s.step()) o.record(ev);
     ASSERT_TRUE(s.idle());
     EXPECT_GT(s.counters().preemptions, 0u);
     for (const auto& [id, pg] : submitted) {
         const auto& prompt = pg.first;
-        ASSERT_EQ(scores[id].size(), prompt.size() - 1) << "request " << id;
+        const auto& scores = o.prompt_scores[id];
+        ASSERT_EQ(scores.size(), prompt.size() - 1) << "request " << id;
         for (size_t pos = 1; pos < prompt.size(); ++pos) {
-            EXPECT_EQ(scores[id][pos - 1].token, prompt[pos]) << "request " << id << " position " << pos;
-            EXPECT_EQ(scores[id][pos - 1].logprob, FakeBackend::score_of(int64_t(pos), prompt[pos]));
+            EXPECT_EQ(scores[pos - 1].token, prompt[pos]) << "request " << id << " position " << pos;
+            EXPECT_EQ(scores[pos - 1].logprob, FakeBackend::score_of(int64_t(pos), prompt[pos]));
         }
         GenerationParams unscored = pg.second;
         unscored.prompt_logprobs = -1;
@@ -457,15 +460,14 @@ TEST(Scheduler, MaxTokensZeroOnlyScoresThePrompt) {
     GenerationParams g = params(0);
     g.prompt_logprobs = 1;
     const uint64_t id = s.submit(prompt, g);
-    std::vector<ScoredToken> scored;
     Outcome o;
     for (int i = 0; i < 100 && !s.idle(); ++i)
-        for (auto& ev : s.step()) {
-            for (auto& sc : ev.prompt_logprobs) scored.push_back(sc);
+        for (const auto& ev : s.step()) {
             EXPECT_FALSE(ev.has_token);
-            if (ev.finish != FinishReason::None) o.finish[ev.id] = ev.finish;
+            o.record(ev);
         }
     EXPECT_EQ(o.finish[id], FinishReason::Length);
+    const auto& scored = o.prompt_scores[id];
     ASSERT_EQ(scored.size(), prompt.size() - 1);
     EXPECT_EQ(scored.back().token, prompt.back());
     // Without scoring, max_tokens 0 is refused.
@@ -565,15 +567,11 @@ TEST(Scheduler, ConstraintThatRejectsATokenEndsOnlyItsRequest) {
     g.forced_tokens = {3, 4};  // the debug hook forces a token the constraint rejects
     const uint64_t bad = s.submit(random_prompt(rng, 8), g);
     const uint64_t good = s.submit(random_prompt(rng, 8), params(20));
-    std::string error;
     Outcome o;
     for (int i = 0; i < 1000 && !s.idle(); ++i)
-        for (auto& ev : s.step()) {
-            if (ev.has_token) o.tokens[ev.id].push_back(ev.sample.token);
-            if (ev.finish != FinishReason::None) o.finish[ev.id] = ev.finish;
-            if (ev.id == bad && !ev.error.empty()) error = ev.error;
-        }
+        for (const auto& ev : s.step()) o.record(ev);
     EXPECT_EQ(o.finish[bad], FinishReason::Error);
+    const std::string& error = o.error[bad];
     EXPECT_NE(error.find("token 4 is not allowed"), std::string::npos) << error;
     EXPECT_EQ(o.finish[good], FinishReason::Length);
     EXPECT_EQ(o.tokens[good].size(), 20u);
