@@ -11,22 +11,11 @@
 #include <vector>
 
 #include "backend/step_roofline.h"
-#include "util/error.h"
+#include "error_message.h"
 
 using namespace flashseek;
 
 namespace {
-
-// The error message of f(), or "" when it does not throw flashseek::Error.
-template <class F>
-std::string error_of(F&& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
 
 std::vector<std::string> lines_of(const std::string& text) {
     std::vector<std::string> out;
@@ -77,11 +66,11 @@ TEST(StepRoofline, BubbleLineOfAHandComputedStep) {
 
 TEST(StepRoofline, BubbleRefusesBadArguments) {
     const double nan = std::numeric_limits<double>::quiet_NaN();
-    EXPECT_NE(error_of([] { step_bubble(0.0, 1e9, 4e12, 20); }).find("step time"), std::string::npos);
-    EXPECT_NE(error_of([&] { step_bubble(nan, 1e9, 4e12, 20); }).find("step time"), std::string::npos);
-    EXPECT_NE(error_of([] { step_bubble(4.5, -1.0, 4e12, 20); }).find("bytes/step"), std::string::npos);
-    EXPECT_NE(error_of([] { step_bubble(4.5, 1e9, 0.0, 20); }).find("copy bandwidth"), std::string::npos);
-    EXPECT_NE(error_of([] { step_bubble(4.5, 1e9, 4e12, 0); }).find("layers"), std::string::npos);
+    EXPECT_NE(test::message_of([] { step_bubble(0.0, 1e9, 4e12, 20); }).find("step time"), std::string::npos);
+    EXPECT_NE(test::message_of([&] { step_bubble(nan, 1e9, 4e12, 20); }).find("step time"), std::string::npos);
+    EXPECT_NE(test::message_of([] { step_bubble(4.5, -1.0, 4e12, 20); }).find("bytes/step"), std::string::npos);
+    EXPECT_NE(test::message_of([] { step_bubble(4.5, 1e9, 0.0, 20); }).find("copy bandwidth"), std::string::npos);
+    EXPECT_NE(test::message_of([] { step_bubble(4.5, 1e9, 4e12, 0); }).find("layers"), std::string::npos);
 }
 
 TEST(StepRoofline, OpBandwidthMatchesItsDefinitionOnRandomOps) {
@@ -113,11 +102,11 @@ TEST(StepRoofline, OpBandwidthRefusesBadArguments) {
     o.op = "moe.routed w2";
     o.bytes = 4e7;
     o.total_us = 0;
-    EXPECT_NE(error_of([&] { op_bandwidth(o, 4e12); }).find("moe.routed w2"), std::string::npos);
+    EXPECT_NE(test::message_of([&] { op_bandwidth(o, 4e12); }).find("moe.routed w2"), std::string::npos);
     o.total_us = 20;
-    EXPECT_NE(error_of([&] { op_bandwidth(o, 0.0); }).find("copy bandwidth"), std::string::npos);
+    EXPECT_NE(test::message_of([&] { op_bandwidth(o, 0.0); }).find("copy bandwidth"), std::string::npos);
     o.bytes = -1;
-    EXPECT_NE(error_of([&] { op_bandwidth(o, 4e12); }).find("moe.routed w2"), std::string::npos);
+    EXPECT_NE(test::message_of([&] { op_bandwidth(o, 4e12); }).find("moe.routed w2"), std::string::npos);
 }
 
 TEST(StepRoofline, OpTableShowsBytesBandwidthAndDashes) {
@@ -159,7 +148,8 @@ TEST(StepRoofline, PerOpSumBesideTheStep) {
                         "(+54.8%)"),
               std::string::npos)
         << line;
-    EXPECT_NE(error_of([] { format_per_op_sum_vs_step(100.0, 0.0, "graph"); }).find("step time"), std::string::npos);
-    EXPECT_NE(error_of([] { format_per_op_sum_vs_step(-1.0, 4.5, "graph"); }).find("per-op times"),
+    EXPECT_NE(test::message_of([] { format_per_op_sum_vs_step(100.0, 0.0, "graph"); }).find("step time"),
+              std::string::npos);
+    EXPECT_NE(test::message_of([] { format_per_op_sum_vs_step(-1.0, 4.5, "graph"); }).find("per-op times"),
               std::string::npos);
 }

@@ -7,11 +7,11 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "error_message.h"
 #include "loader/safetensors.h"
 #include "util/error.h"
 
@@ -75,16 +75,6 @@ void expect_error(F&& f, std::initializer_list<std::string> parts) {
         const std::string msg = e.what();
         for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
     }
-}
-
-// The message of the flashseek::Error f throws; empty when it throws none.
-inline std::string message_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
 }
 
 inline uint64_t fresh_seed() { return (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}(); }

@@ -216,9 +216,9 @@ int run_bench(int argc, char** argv) {
 
             const double tpot = percentile(step_ms, 0.5), p99 = percentile(step_ms, 0.99);
             const double bytes = prof.bytes_weights + prof.bytes_state;
-            const double roofline_ms = bytes / bw * 1e3;
             const std::string step_kind = no_graphs ? "eager" : "graph";
             const StepBubble bubble = step_bubble(tpot, bytes, bw, layers);
+            const double roofline_ms = bubble.transfer_ms;  // the step's bytes at the copy bandwidth
             nlohmann::json r;
             r["context"] = ctx;
             r["concurrency"] = B;

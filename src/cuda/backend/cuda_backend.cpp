@@ -86,12 +86,15 @@ std::unique_ptr<StatePool> make_state_pool(const ModelConfig& cfg, const Backend
     return std::make_unique<StatePool>(g, std::max(1, opt.max_sequences), max_ctx, pool_bytes);
 }
 
-// The largest decode bucket: a power of two >= max sequences (every shard's pool holds max(1, max_sequences)).
-int max_bucket(const BackendOptions& opt) {
+// The decode bucket of `rows` single-token rows: the smallest power of two >= rows (graphs are kept per bucket).
+int decode_bucket(int rows) {
     int bucket = 1;
-    while (bucket < std::max(1, opt.max_sequences)) bucket *= 2;
+    while (bucket < rows) bucket *= 2;
     return bucket;
 }
+
+// The largest decode bucket: that of max sequences (every shard's pool holds max(1, max_sequences)).
+int max_bucket(const BackendOptions& opt) { return decode_bucket(std::max(1, opt.max_sequences)); }
 
 // One shard's own parts; the shards of a backend share its streams, policy and profiler.
 struct Shard {
@@ -380,11 +383,7 @@ void CudaBackend::run_steps(std::span<const SequenceStep> steps, Output out, std
         const bool all_single = !prefill;
         int n_seqs = int(parts.size());
         int n_rows = rows;
-        if (all_single) {
-            int bucket = 1;
-            while (bucket < rows) bucket *= 2;
-            n_rows = n_seqs = std::min(bucket, max_rows_);
-        }
+        if (all_single) n_rows = n_seqs = std::min(decode_bucket(rows), max_rows_);
         PassShape shape;
         shape.n_rows = n_rows;
         shape.n_seqs = n_seqs;

@@ -12,7 +12,9 @@
 namespace flashseek::cuda {
 
 namespace {
-void grow(DeviceBuffer& b, size_t bytes, const char* what) {
+// Device or pinned staging buffer: reallocated only when it is too small for this step.
+template <typename Buffer>
+void grow(Buffer& b, size_t bytes, const char* what) {
     if (b.bytes() < bytes) b.allocate(bytes, what);
 }
 }  // namespace
@@ -65,7 +67,7 @@ template <typename T, typename Fill>
 void SampleAdjustStaging::upload(PinnedBuffer& host, DeviceBuffer& dev, size_t n, const char* what, Fill fill,
                                  cudaStream_t stream) {
     if (n == 0) return;
-    if (host.bytes() < n * sizeof(T)) host.allocate(n * sizeof(T), what);
+    grow(host, n * sizeof(T), what);
     fill(host.as<T>());
     grow(dev, n * sizeof(T), what);
     CUDA_CHECK(cudaMemcpyAsync(dev.get(), host.as<void>(), n * sizeof(T), cudaMemcpyHostToDevice, stream));

@@ -9,9 +9,9 @@ double view_bytes(const TensorView& t) { return double(t.nbytes); }  // 0 for an
 
 double hc_bytes(const HyperConnection& hc) { return view_bytes(hc.fn) + view_bytes(hc.base) + view_bytes(hc.scale); }
 
-}  // namespace
-
 double linear_bytes(const Linear& l) { return view_bytes(l.weight) + view_bytes(l.scale); }
+
+}  // namespace
 
 double LayerWeightBytes::dense(bool indexer_scores) const {
     double d = mhc_pre[0] + mhc_pre[1] + wq_a + wq_b + wkv + wo_a + wo_b + q_norm + kv_norm + attn_sink +

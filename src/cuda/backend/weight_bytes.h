@@ -36,7 +36,6 @@ struct HeadWeightBytes {
     double embed_row = 0;  // embedding, per token
 };
 
-double linear_bytes(const Linear& l);
 // `layer` as bound for one shard: its routed experts are the shard's (the first one sizes them all).
 LayerWeightBytes layer_weight_bytes(const LayerWeights& layer);
 HeadWeightBytes head_weight_bytes(const ModelWeights& w);
