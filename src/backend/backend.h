@@ -145,4 +145,11 @@ ScoredToken score_token(const float* logits, int64_t vocab, int32_t target, int 
 // Waits until every entry's allowed_tokens is filled (see SampleParams::allowed_tokens_ready).
 void wait_for_allowed_tokens(std::span<const SampleParams> params);
 
+// wait_for_allowed_tokens when the scope ends, also by an exception: a mask still being filled must be finished
+// before the caller may release it (forward_sample implementations).
+struct WaitForAllowedTokensOnExit {
+    std::span<const SampleParams> params;
+    ~WaitForAllowedTokensOnExit() { wait_for_allowed_tokens(params); }
+};
+
 }  // namespace flashseek

@@ -258,10 +258,7 @@ void Backend::forward_sample(std::span<const SequenceStep> steps, std::span<cons
                              std::vector<SampleResult>& out) {
     FS_CHECK(steps.size() == params.size(), "forward_sample: {} steps but {} sample parameter sets", steps.size(),
              params.size());
-    struct WaitOnExit {
-        std::span<const SampleParams> params;
-        ~WaitOnExit() { wait_for_allowed_tokens(params); }
-    } wait_on_exit{params};
+    const WaitForAllowedTokensOnExit wait_on_exit{params};
     std::vector<float> logits;
     forward(steps, logits);
     wait_for_allowed_tokens(params);

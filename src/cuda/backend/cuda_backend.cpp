@@ -488,10 +488,7 @@ void CudaBackend::forward_sample(std::span<const SequenceStep> steps, std::span<
     if (std::any_of(params.begin(), params.end(),
                     [](const SampleParams& p) { return p.n_logprobs > 0 || !p.score_targets.empty(); }))
         return Backend::forward_sample(steps, params, out);
-    struct WaitOnExit {  // a mask still being filled must be finished before the caller may release it
-        std::span<const SampleParams> params;
-        ~WaitOnExit() { wait_for_allowed_tokens(params); }
-    } wait_on_exit{params};
+    const WaitForAllowedTokensOnExit wait_on_exit{params};
     for (size_t i = 0; i < params.size(); ++i) {
         const SampleParams& p = params[i];
         FS_CHECK(std::isfinite(p.temperature) && p.temperature >= 0.f,
