@@ -68,6 +68,23 @@ std::vector<int32_t> reference(const std::vector<int32_t>& prompt, const Generat
     return o.tokens[id];
 }
 
+// The oversubscribed workload of the preemption tests, on a pool of 60 blocks of 8 tokens: 12 requests that each
+// grow to ~100 tokens (14 blocks), about 10x the pool; `adjust` may change each request's parameters (drawing from
+// rng after them). Returns id -> (prompt, parameters).
+template <class Adjust>
+std::map<uint64_t, std::pair<std::vector<int32_t>, GenerationParams>> submit_oversubscribing(Scheduler& s,
+                                                                                               std::mt19937_64& rng,
+                                                                                               Adjust adjust) {
+    std::map<uint64_t, std::pair<std::vector<int32_t>, GenerationParams>> submitted;
+    for (int i = 0; i < 12; ++i) {
+        auto p = random_prompt(rng, 20 + int(rng() % 20));
+        auto g = params(60 + int64_t(rng() % 20), (i % 2) ? 0.9f : 0.f, rng());
+        adjust(g);
+        submitted[s.submit(p, g)] = {p, g};
+    }
+    return submitted;
+}
+
 void expect_empty_pool(const Scheduler& s, const FakeBackend& b) {
     const SchedulerAudit a = s.audit();
     EXPECT_TRUE(a.ok) << a.detail;
@@ -194,18 +211,12 @@ TEST(Scheduler, PreemptionByRecomputeReproducesOutputs) {
     const uint64_t seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937_64 rng(seed);
-    // Pool of 60 blocks of 8 tokens; 12 requests that each grow to ~100 tokens (14 blocks): about 10x oversubscribed.
-    FakeBackend b(60, 8, 32);
+    FakeBackend b(60, 8, 32);  // submit_oversubscribing's pool
     SchedulerOptions opt;
     opt.max_batch_tokens = 64;
     opt.prefill_chunk = 16;
     Scheduler s(b, opt);
-    std::map<uint64_t, std::pair<std::vector<int32_t>, GenerationParams>> submitted;
-    for (int i = 0; i < 12; ++i) {
-        auto p = random_prompt(rng, 20 + int(rng() % 20));
-        auto g = params(60 + int64_t(rng() % 20), (i % 2) ? 0.9f : 0.f, rng());
-        submitted[s.submit(p, g)] = {p, g};
-    }
+    const auto submitted = submit_oversubscribing(s, rng, [](GenerationParams&) {});
     Outcome o;
     drain(s, o);
     EXPECT_GT(s.counters().preemptions, 0u);
@@ -418,18 +429,13 @@ TEST(Scheduler, PromptScoresEveryPositionOnceAcrossChunksAndPreemption) {
     const uint64_t seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937_64 rng(seed);
-    FakeBackend b(60, 8, 32);  // about 10x oversubscribed, as in PreemptionByRecomputeReproducesOutputs
+    FakeBackend b(60, 8, 32);  // submit_oversubscribing's pool, as in PreemptionByRecomputeReproducesOutputs
     SchedulerOptions opt;
     opt.max_batch_tokens = 64;
     opt.prefill_chunk = 16;
     Scheduler s(b, opt);
-    std::map<uint64_t, std::pair<std::vector<int32_t>, GenerationParams>> submitted;
-    for (int i = 0; i < 12; ++i) {
-        auto p = random_prompt(rng, 20 + int(rng() % 20));
-        auto g = params(60 + int64_t(rng() % 20), (i % 2) ? 0.9f : 0.f, rng());
-        g.prompt_logprobs = int(rng() % 3);
-        submitted[s.submit(p, g)] = {p, g};
-    }
+    const auto submitted =
+        submit_oversubscribing(s, rng, [&](GenerationParams& g) { g.prompt_logprobs = int(rng() % 3); });
     Outcome o;
     for (int i = 0; i < 100000 && !s.idle(); ++i)
         for (const auto& ev : s.step()) o.record(ev);
