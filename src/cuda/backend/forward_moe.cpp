@@ -7,7 +7,6 @@
 
 #include "cuda/backend/forward.h"
 #include "cuda/gemm/act_quant.cuh"
-#include "cuda/moe/moe_gemm.cuh"
 #include "util/error.h"
 
 namespace flashseek::cuda {
@@ -78,13 +77,17 @@ void ForwardPass::enqueue_moe(int l, const PassShape& s, bool combine) {
 }
 
 bool ForwardPass::routed_experts_take_raw(const ShardLayer& L, int rows) const {
-    // Where the expert catalogue takes grouped_experts (forced in prefill passes, else from its preference floor)
-    // and its GEMMs serve these experts: release numerics, the workspace attached, FP4 experts on the 128 grid.
-    const bool chosen = pol_->is_forced("grouped_experts") ||
-                        (!pol_->is_disabled("grouped_experts") && rows >= pol_->grouped_experts_min_tokens);
-    if (!chosen || num_.act != ActNumerics::FP8_BLOCK128 || buf_.grouping.gemm_x.codes == nullptr) return false;
-    return L.routed.hidden == buf_.grouping.gemm_x.k && L.routed.inter == buf_.grouping.gemm_h.k &&
-           moe_gemm_eligible(L.routed, buf_.grouping, rows, cfg_.num_experts_per_tok);
+    // Where the expert catalogue takes grouped_experts for these rows (forced in prefill passes, else from its
+    // preference floor past gemv_experts' routed range) and its GEMMs serve these experts (release numerics, the
+    // workspace attached, FP4 experts on the 128 grid): the catalogue itself answers, offered both inputs.
+    const int64_t D = cfg_.hidden_size;
+    const PreparedActivation raw_x = raw_activation(buf_.sub_in.get(), rows, D, D, L.w1[0].kind, num_.act);
+    PreparedActivation prepared_x;
+    describe_prepared(prepared_x, L.w1[0].kind, num_.act, rows, D);
+    prepared_x.values = buf_.prep_x_expert.values.as<uint16_t>();
+    prepared_x.scales = buf_.prep_x_expert.scales.as<float>();
+    return moe_expert_up_takes_raw(raw_x, prepared_x, L.routed, &buf_.grouping, rows, cfg_.num_experts_per_tok,
+                                   num_.act, *pol_);
 }
 
 // The shared expert on `lane` into shared_out. routed_x: the routed experts' input, shared when it is prepared in

@@ -79,8 +79,11 @@ KernelPolicy KernelPolicy::from_env() {
     p.branches = env_switch_on("FLASHSEEK_BRANCHES");
     p.fused_post = env_switch_on("FLASHSEEK_FUSED_POST");
     p.gemv_max_tokens = env_int("FLASHSEEK_GEMV_MAX_TOKENS", p.gemv_max_tokens, 0, 16);
+    p.routed_gemv_max_tokens =
+        env_int("FLASHSEEK_ROUTED_GEMV_MAX_TOKENS", p.routed_gemv_max_tokens, 0, int64_t(1) << 31);
     p.wgmma_gemv_min_tokens = env_int("FLASHSEEK_WGMMA_GEMV_MIN_TOKENS", p.wgmma_gemv_min_tokens, 1, 16);
     p.moe_wgmma_min_tokens = env_int("FLASHSEEK_MOE_WGMMA_MIN_TOKENS", p.moe_wgmma_min_tokens, 1, 16);
+    p.moe_wgmma_max_tokens = env_int("FLASHSEEK_MOE_WGMMA_MAX_TOKENS", p.moe_wgmma_max_tokens, 0, int64_t(1) << 31);
     p.moe_wgmma_balance = int(env_int("FLASHSEEK_MOE_WGMMA_BALANCE", p.moe_wgmma_balance, 0, 2));
     p.gemv_kw = warps_knob("FLASHSEEK_GEMV_KW");
     p.moe_up_kw = warps_knob("FLASHSEEK_MOE_UP_KW");

@@ -29,8 +29,15 @@ struct KernelPolicy {
     bool fused_post = true;  // mhc_post (and the MoE combine) inside the next sub-block's mhc_pre (backend)
 
     int64_t gemv_max_tokens = 16;        // the small-M GEMV variants serve 1..this tokens (at most 16)
+    // gemv_experts serves the routed experts of decode passes up to this many tokens (its per-expert token groups
+    // read each active expert's weights once per step whatever the batch; 0: never for routed experts). Above it
+    // grouped_experts takes them from its floor, tile_experts below the floor. On the H200 wgmma_experts comes
+    // first; without it (other GPUs) gemv_experts measured faster than grouped_experts at 32-128 sequences and
+    // slower at 256 (docs/perf-log, 2026-12-02).
+    int64_t routed_gemv_max_tokens = 128;
     int64_t wgmma_gemv_min_tokens = 2;   // preference floor of wgmma_gemv (tokens)
     int64_t moe_wgmma_min_tokens = 8;    // preference floor of wgmma_experts (tokens)
+    int64_t moe_wgmma_max_tokens = 256;  // ... and its ceiling (its tiles hold kActTileMaxPairs pairs)
     int moe_wgmma_balance = 0;           // wgmma_experts stage assignment: 0 round robin, 1 balanced up, 2 both
     int gemv_kw = 0;                     // warps per 16-row tile of mma_gemv: 0 (rule), 1 or 4
     int moe_up_kw = 0, moe_down_kw = 0;  // the same for gemv_experts per projection

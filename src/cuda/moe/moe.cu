@@ -409,18 +409,20 @@ GenericMoeArgs generic_args(const ExpertTable& t, const MoeGrouping* g, int64_t 
 }  // namespace
 
 namespace {
-// Layout of the memory moe_act_tile_bytes sizes: tiles, tile scales, split partials, split counters.
+// Layout of the memory moe_act_tile_bytes sizes: tiles, tile scales, the tile list, split partials, split counters.
 struct ActTileLayout {
-    size_t tiles, scales, partials, counters, total;
+    size_t tiles, scales, list, partials, counters, total;
+    int64_t count;
     int slots;
 };
 ActTileLayout act_tile_layout(int E, int64_t max_pairs, int64_t max_k) {
-    const int64_t experts = std::min<int64_t>(E, max_pairs);
     ActTileLayout l{};
+    l.count = moe_act_tiles_needed(E, std::min(max_pairs, kActTileMaxPairs));
     l.slots = wgmma_experts::max_ctas() + 1;
     l.tiles = 0;
-    l.scales = size_t(experts) * size_t(max_k / 32) * wgmma::kStepBytes;
-    l.partials = l.scales + size_t(experts) * size_t(max_k / 128) * 16 * 4;
+    l.scales = size_t(l.count) * size_t(max_k / 32) * wgmma::kStepBytes;
+    l.list = l.scales + size_t(l.count) * size_t(max_k / 128) * 16 * 4;
+    l.partials = l.list + (size_t(2 * l.count + 1) * 4 + 15) / 16 * 16;
     l.counters = l.partials + size_t(l.slots) * wgmma_experts::kSplitFloatsPerSlot * 4;
     l.total = l.counters + size_t(l.slots) * 4;
     return l;
@@ -437,7 +439,10 @@ void moe_attach_act_tiles(MoeGrouping& g, void* memory, int64_t max_k) {
     g.act_tiles = base + l.tiles;
     g.act_tile_scales = reinterpret_cast<float*>(base + l.scales);
     g.act_tile_k = max_k;
-    g.act_tile_experts = int(std::min<int64_t>(g.E, g.max_pairs));
+    g.act_tile_count = int(l.count);
+    g.tile_expert = reinterpret_cast<int32_t*>(base + l.list);
+    g.tile_col = g.tile_expert + l.count;
+    g.n_tiles = g.tile_col + l.count;
     g.split_partials = reinterpret_cast<float*>(base + l.partials);
     g.split_counters = reinterpret_cast<uint32_t*>(base + l.counters);
     g.split_slots = l.slots;
@@ -550,10 +555,10 @@ constexpr ActFormat kMmaF16 = ActFormat::MMA_F16, kFp8Rows = ActFormat::FP8_ROWS
 // Priority order: the first preferred variant that supports a projection runs it (docs/perf.md, kernel choice).
 const std::array<ExpertVariant, 7> kExpertVariants = {
     FS_EXPERT_ROW(generic_experts, "sm_80+", kMmaF16),   // the only one for shapes off the 128 grid
-    FS_EXPERT_ROW(wgmma_experts, "sm_90a", kMmaF16),     // routed FP4, 8-16 tokens
+    FS_EXPERT_ROW(wgmma_experts, "sm_90a", kMmaF16),     // routed FP4, 8-256 tokens
     FS_EXPERT_ROW(bulk_experts, "sm_90+", kMmaF16),      // routed FP4, 8-16 tokens
     FS_EXPERT_ROW(simt_experts, "sm_80+", kMmaF16),      // one token
-    FS_EXPERT_ROW(gemv_experts, "sm_80+", kMmaF16),      // 1-16 tokens
+    FS_EXPERT_ROW(gemv_experts, "sm_80+", kMmaF16),      // 1-16 tokens; routed up to routed_gemv_max_tokens
     FS_EXPERT_ROW(grouped_experts, "sm_80+", kFp8Rows),  // routed FP4, raw input, from grouped_experts_min_tokens
     FS_EXPERT_ROW(tile_experts, "sm_80+", kMmaF16),      // any M
 };
@@ -584,6 +589,24 @@ std::string_view moe_expert_up(const PreparedActivation& x, const ExpertTable& t
     const ExpertVariant& v = choose_experts(c, policy);
     v.up(c, policy, swiglu_limit, h, stream);
     return v.name;
+}
+
+bool moe_expert_up_takes_raw(const PreparedActivation& raw_x, const PreparedActivation& prepared_x,
+                             const ExpertTable& t, const MoeGrouping* grouping, int64_t M, int top_k,
+                             ActNumerics h_numerics, const KernelPolicy& policy) {
+    const ExpertCall raw{true, raw_x, t, grouping, M, top_k, h_numerics};
+    const ExpertCall prepared{true, prepared_x, t, grouping, M, top_k, h_numerics};
+    // choose_experts' order (forced variants, then the preferred ones) over both inputs: the first variant that
+    // takes either decides, the prepared input where it takes both.
+    for (const bool forced_round : {true, false})
+        for (const ExpertVariant& v : kExpertVariants) {
+            const bool eligible = forced_round ? policy.is_forced(v.name) : !policy.is_disabled(v.name);
+            auto takes = [&](const ExpertCall& c) { return v.supports(c) && (forced_round || v.preferred(c, policy)); };
+            if (!eligible) continue;
+            if (takes(prepared)) return false;
+            if (takes(raw)) return true;
+        }
+    return false;
 }
 
 std::string_view moe_expert_down(const PreparedActivation& h, const ExpertTable& t, const MoeGrouping* grouping,

@@ -46,11 +46,16 @@ struct MoeGrouping {
     float* slot_weight = nullptr;     // [max_pairs] routing weight of grouped slot
     int32_t* pair_slot = nullptr;     // [max_pairs] slot of pair (t * top_k + j); -1 when the expert id was invalid
     // Optional (moe_attach_act_tiles): packed activation tiles of the sm_90 wgmma expert kernels (moe_wgmma.cu),
-    // one per active expert position; without them those kernels are not used.
+    // one per 16-token tile of an active expert (an expert with c tokens has ceil(c / 16) of them); without them
+    // those kernels are not used. moe_group lists the tiles when they are attached: tile u holds the expert's slots
+    // tile_col[u] .. + 15 of expert tile_expert[u], in ascending expert order; *n_tiles of them.
     uint8_t* act_tiles = nullptr;
     float* act_tile_scales = nullptr;
-    int64_t act_tile_k = 0;    // largest K (hidden or inter) the tiles hold
-    int act_tile_experts = 0;  // min(E, max_pairs)
+    int64_t act_tile_k = 0;  // largest K (hidden or inter) the tiles hold
+    int act_tile_count = 0;  // tiles the memory holds: moe_act_tiles_needed(E, min(max_pairs, kActTileMaxPairs))
+    int32_t* tile_expert = nullptr;  // [act_tile_count]
+    int32_t* tile_col = nullptr;     // [act_tile_count]
+    int32_t* n_tiles = nullptr;      // [1]
     // ... and the split-item scratch of those kernels (an item cut between two CTAs: both halves' sums, and a
     // counter per CTA boundary, zeroed by moe_attach_act_tiles and left zero by the kernels)
     float* split_partials = nullptr;
@@ -67,6 +72,14 @@ MoeGrouping moe_grouping_view(void* memory, int E, int64_t max_pairs);
 // 128: max(hidden, inter)) plus the split-item scratch, and attaching it (caller-owned, 16-byte aligned; attaching
 // zeroes the counters, so poison the memory before, not after).
 size_t moe_act_tile_bytes(int E, int64_t max_pairs, int64_t max_k);
+// The tiles are sized for passes of up to this many (token, expert) pairs (256 tokens x top-16; V4-Flash's top-6
+// reaches 682 tokens); larger passes take other expert variants.
+inline constexpr int64_t kActTileMaxPairs = 4096;
+// 16-token tiles the worst grouping of `pairs` pairs over E experts needs: sum over experts of ceil(c_e / 16) with
+// sum c_e = pairs is at most min(E, pairs) + ceil(pairs / 16) (each active expert's last tile may be partial).
+inline int64_t moe_act_tiles_needed(int E, int64_t pairs) {
+    return (E < pairs ? int64_t(E) : pairs) + (pairs + 15) / 16;
+}
 void moe_attach_act_tiles(MoeGrouping& g, void* memory, int64_t max_k);
 void moe_group(const int32_t* expert_idx, const float* expert_weight, int64_t M, int top_k, const MoeGrouping& g,
                cudaStream_t stream);
@@ -99,6 +112,13 @@ struct ExpertTable {
 std::string_view moe_expert_up(const PreparedActivation& x, const ExpertTable& table, const MoeGrouping* grouping,
                                int64_t M, int top_k, float swiglu_limit, ActNumerics h_numerics,
                                PreparedActivation& h, cudaStream_t stream, const KernelPolicy& policy = KernelPolicy{});
+// Whether the catalogue, offered this up-projection's input both as raw bf16 rows (raw_x: raw_activation) and
+// prepared (prepared_x: described, not yet filled), chooses a variant that takes only the raw rows (grouped_experts
+// gathers and quantizes them itself): the caller then skips preparing x. A variant that takes both (gemv_experts)
+// gets the prepared input, measured faster.
+bool moe_expert_up_takes_raw(const PreparedActivation& raw_x, const PreparedActivation& prepared_x,
+                             const ExpertTable& table, const MoeGrouping* grouping, int64_t M, int top_k,
+                             ActNumerics h_numerics, const KernelPolicy& policy = KernelPolicy{});
 // A dense expert run as two linears (w1 -> g, w3 -> u, bf16 [M, inter] with row stride ld): h = the prepared
 // activation (layout, numerics) of round_bf16(silu(min(g, limit)) * clamp(u, +-limit)), as moe_expert_up writes it.
 // h: values/scales sized for (M, inter); its other fields are filled in.

@@ -46,10 +46,11 @@ struct ExpertVariant {
     }
 
 FS_DECLARE_EXPERT_VARIANT(generic_experts)  // moe.cu: element-wise, shapes off the 128 grid (tiny configs)
-FS_DECLARE_EXPERT_VARIANT(wgmma_experts)    // moe_wgmma.cu: sm_90a, routed FP4, release numerics, 1-16 tokens
+FS_DECLARE_EXPERT_VARIANT(wgmma_experts)    // moe_wgmma.cu: sm_90a, routed FP4, release numerics, 8-256 tokens
 FS_DECLARE_EXPERT_VARIANT(bulk_experts)     // moe_bulk.cu: sm_90+, routed FP4, release numerics, 1-16 tokens
 FS_DECLARE_EXPERT_VARIANT(simt_experts)     // moe_simt.cu: SIMT GEMV (gemm/gemv_core.cuh), one token
-FS_DECLARE_EXPERT_VARIANT(gemv_experts)     // moe_gemv.cu: f16 mma.sync GEMV, 1-16 tokens, raw inputs too
+FS_DECLARE_EXPERT_VARIANT(gemv_experts)     // moe_gemv.cu: f16 mma.sync GEMV, 1-16 tokens (routed: any),
+                                            // raw inputs too
 FS_DECLARE_EXPERT_VARIANT(grouped_experts)  // moe_grouped_variant.cpp: grouped FP4 GEMMs (moe_gemm.cuh), raw input
 FS_DECLARE_EXPERT_VARIANT(tile_experts)     // moe.cu: f16 mma.sync tiles, any M
 

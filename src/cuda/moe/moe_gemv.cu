@@ -1,5 +1,5 @@
-// Decode GEMV kernels for the routed experts (and the shared expert in dense mode) at M <= 16 tokens, on the
-// tensor-core GEMV core of gemm/gemv_mma.cuh. Why: the mma.sync expert kernels of moe.cu give the up-projection
+// Decode GEMV kernels for the routed experts of decode passes (KernelPolicy::routed_gemv_max_tokens, 256 tokens by
+// default) and the shared expert in dense mode at M <= 16 tokens, on the tensor-core GEMV core of gemm/gemv_mma.cuh. Why: the mma.sync expert kernels of moe.cu give the up-projection
 // only inter/128 x experts CTAs and compute 8-token tiles for experts that hold 1-3 tokens; the former SIMT GEMV
 // was issue-bound (one fp32 FMA per weight and token) and needed a second kernel to quantize h. Here:
 //   - up: CTA = 4 warps (KernelPolicy::gemv_kw = 1: one) on the same 16 rows of w1 and w3 of
@@ -13,7 +13,10 @@
 //     one warp per tile streaming all of K when the grid has enough tiles (routed experts), else four.
 // x may also be raw bf16 rows (raw_activation), prepared by each warp while staging (bit-identical).
 // Tokens of an expert are processed in passes of group_tokens x NG (2/4 for FP4, 8/16 for FP8); token groups
-// beyond the expert's count are skipped at run time. Grids are sized for the worst case (min(E, M*top_k) experts)
+// beyond the expert's count are skipped at run time. A CTA's later passes re-read its 16-row slice (64 KB for the
+// FP4 up-projection) right after the first, from L2: at 32-256 decode sequences (1.4-6 tokens per active expert)
+// each active expert's weights come from HBM about once per step, where the grouped GEMM's 128-token tiles would
+// expand every FP4 weight for a handful of tokens. Grids are sized for the worst case (min(E, M*top_k) experts)
 // so a step can be captured in a CUDA graph; CTAs of inactive expert slots exit at once.
 #include "cuda/moe/moe_gemv.cuh"
 #include "cuda/moe/moe_catalogue.h"
@@ -276,13 +279,18 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 bool supports(const ExpertCall& c) {
     const ExpertTable& t = c.t;
-    if (c.M < 1 || c.M > kGemvMaxTokens || t.hidden % 128 != 0 || t.inter % 128 != 0) return false;
+    // Routed experts at any M (each expert's token group in passes, its weights re-read from L2 after the first);
+    // the dense expert (every token one group) up to the GEMVs' 16 tokens.
+    if (c.M < 1 || (c.grouping == nullptr && c.M > kGemvMaxTokens)) return false;
+    if (t.hidden % 128 != 0 || t.inter % 128 != 0) return false;
     if (t.kind != WeightKind::FP4_BLOCK32 && t.kind != WeightKind::FP8_BLOCK128) return false;
     if (!aligned16(c.x.values)) return false;
     return c.x.raw ? c.x.raw_ld % 8 == 0 : true;
 }
 
-bool preferred(const ExpertCall& c, const KernelPolicy& policy) { return c.M <= policy.gemv_max_tokens; }
+bool preferred(const ExpertCall& c, const KernelPolicy& policy) {
+    return c.M <= (c.grouping ? policy.routed_gemv_max_tokens : policy.gemv_max_tokens);
+}
 
 void up(const ExpertCall& c, const KernelPolicy& policy, float swiglu_limit, PreparedActivation& h,
         cudaStream_t stream) {

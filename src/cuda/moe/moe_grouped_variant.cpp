@@ -5,9 +5,9 @@
 //         output h = an FP8_ROWS activation over the workspace's h_q (the up epilogue writes h's act_quant);
 //   down: input = that h (the same workspace, checked), y fp32 per slot as every down variant.
 // Needs the grouping's GEMM workspace (moe_attach_gemm_workspace), routed FP4 experts with E8M0 scales, hidden and
-// inter multiples of 128, release numerics for input and h. Preferred from KernelPolicy::grouped_experts_min_tokens
-// tokens (default 32; the decode variants keep 1-16, tile_experts between): not measured yet against tile_experts
-// between 17 and a few hundred tokens (test_cuda_linear --perf, the "experts" table's 32-256 token rows decide it).
+// inter multiples of 128, release numerics for input and h. Forced in prefill passes; in decode passes preferred
+// from KernelPolicy::grouped_experts_min_tokens tokens (default 32), which matters only past gemv_experts' routed
+// range (routed_gemv_max_tokens, 256), as gemv_experts comes first in the catalogue.
 #include "cuda/common/check.cuh"
 #include "cuda/moe/moe_catalogue.h"
 #include "cuda/moe/moe_gemm.cuh"

@@ -149,9 +149,10 @@ __global__ void route_kernel(const float* __restrict__ logits, int64_t M, int E,
 }
 
 // ---- grouping: one CTA ----------------------------------------------------------------------------------------
-// Counts per expert (shared atomics), then offsets and the ascending active list by a block-wide exclusive scan over
-// the experts (one expert per thread and pass; was a serial loop in thread 0: ~256 dependent global stores per MoE
-// layer on the decode critical path), then slots in pair order per expert (atomic cursor: slot order inside an
+// Counts per expert (shared atomics), then offsets, the ascending active list and (act tiles attached) the list of
+// 16-token tiles by a block-wide exclusive scan over the experts (one expert per thread and pass; was a serial loop
+// in thread 0: ~256 dependent global stores per MoE layer on the decode critical path), then slots in pair order
+// per expert (atomic cursor: slot order inside an
 // expert does not affect any result).
 // Latency: the scan's cross-warp step was a serial loop over the lower warps' sums (up to 31 dependent shared
 // loads per thread), then a barrier, thread 0's serial carry loop and another barrier per pass. Now each lane
@@ -167,47 +168,61 @@ __device__ void group_block(const int32_t* idx, const float* wts, int64_t n_pair
                             int32_t* sh) {
     int32_t* count = sh;           // [E]
     int32_t* cursor = sh + g.E;    // [E]
-    __shared__ int32_t warp_sums[2][2][32];  // [pass parity][count, active][warp]
+    __shared__ int32_t warp_sums[2][3][32];  // [pass parity][count, active, 16-token tiles][warp]
     for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
         const int e = idx[p] - g.expert_begin;  // -1 (no expert) stays outside any range
         if (idx[p] >= 0 && e >= 0 && e < g.E) atomicAdd(&count[e], 1);
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
-    int carry_c = 0, carry_a = 0;  // offsets and active entries before this pass (the same in every thread)
-    for (int base = 0, pass = 0; base < g.E; base += blockDim.x, pass ^= 1) {  // exclusive scans of count, count > 0
+    // Offsets, active entries and 16-token tiles before this pass (the same in every thread).
+    int carry_c = 0, carry_a = 0, carry_t = 0;
+    for (int base = 0, pass = 0; base < g.E; base += blockDim.x, pass ^= 1) {  // exclusive scans
         const int e = base + threadIdx.x;
-        const int c = e < g.E ? count[e] : 0, a = c > 0 ? 1 : 0;
-        int ic = c, ia = a;  // inclusive within the warp
+        const int c = e < g.E ? count[e] : 0, a = c > 0 ? 1 : 0, tl = (c + 15) / 16;
+        int ic = c, ia = a, it = tl;  // inclusive within the warp
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
             const int vc = __shfl_up_sync(0xffffffffu, ic, o), va = __shfl_up_sync(0xffffffffu, ia, o);
+            const int vt = __shfl_up_sync(0xffffffffu, it, o);
             if (lane >= o) {
                 ic += vc;
                 ia += va;
+                it += vt;
             }
         }
         if (lane == 31) {
             warp_sums[pass][0][warp] = ic;
             warp_sums[pass][1][warp] = ia;
+            warp_sums[pass][2][warp] = it;
         }
         __syncthreads();  // (a pass's buffer is rewritten two passes later, after this barrier of the next pass)
         const int wc = lane < n_warps ? warp_sums[pass][0][lane] : 0, wa = lane < n_warps ? warp_sums[pass][1][lane] : 0;
+        const int wt = lane < n_warps ? warp_sums[pass][2][lane] : 0;
         const int pc = carry_c + __reduce_add_sync(0xffffffffu, lane < warp ? wc : 0);
         const int pa = carry_a + __reduce_add_sync(0xffffffffu, lane < warp ? wa : 0);
+        const int pt = carry_t + __reduce_add_sync(0xffffffffu, lane < warp ? wt : 0);
         carry_c += __reduce_add_sync(0xffffffffu, wc);
         carry_a += __reduce_add_sync(0xffffffffu, wa);
+        carry_t += __reduce_add_sync(0xffffffffu, wt);
         if (e < g.E) {
             const int off = pc + ic - c;
             g.expert_offset[e] = off;
             g.expert_count[e] = c;
             cursor[e] = off;
             if (a) g.active[pa + ia - 1] = e;
+            if (g.tile_expert) {  // the wgmma experts' tile list (entries past its capacity are never read)
+                for (int j = 0, u = pt + it - tl; j < tl && u < g.act_tile_count; ++j, ++u) {
+                    g.tile_expert[u] = e;
+                    g.tile_col[u] = 16 * j;
+                }
+            }
         }
     }
     if (threadIdx.x == 0) {
         g.expert_offset[g.E] = carry_c;
         *g.n_active = carry_a;
+        if (g.n_tiles) *g.n_tiles = carry_t;
     }
     __syncthreads();  // every expert's cursor set
     for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {

@@ -1,15 +1,18 @@
-// Routed FP4 experts at decode (8-16 tokens, release numerics) on sm_90a with warpgroup tensor cores (wgmma).
+// Routed FP4 experts at decode (8-256 tokens, release numerics) on sm_90a with warpgroup tensor cores (wgmma).
 // Why: the bulk-copy kernel of moe_bulk.cu streams weights at 88% of the copy bandwidth but its arithmetic caps it
 // at ~55%: Hopper has no native FP8 mma.sync, ptxas lowers it to f16 HMMA plus an e4m3 -> f16 unpack of every
 // operand register, and it re-converted each weight fragment once per 8-token tile. wgmma e4m3 is native: one
 // instruction per 64 rows x 16 tokens x 32 k, the activation read from shared memory, no unpacks.
 // Design:
-//   - Activations are packed first (pack_tiles_kernel) into per-expert B tiles in the wgmma K-major layout
+//   - Activations are packed first (pack_tiles_kernel) into B tiles of 16 tokens in the wgmma K-major layout
 //     (common/wgmma.cuh: 512 bytes per 32-k step, 16 token columns, e4m3 codes) plus their per-128 scales, so one
-//     bulk copy per stage brings them next to the weights. Columns past the expert's token count are zero.
-//   - Persistent CTAs of one warpgroup (128 threads, three per SM). Item = (active expert, 64 rows of w1 and the
-//     same 64 rows of w3) for the up-projection, (active expert, 128 rows of w2) for the down-projection: two
-//     64-row "parts" either way. A stage = 128 weight rows x 128 bytes (256 FP4 weights per row) + the B tile of
+//     bulk copy per stage brings them next to the weights. Columns past the expert's token count are zero. An
+//     expert with c tokens has ceil(c / 16) tiles (the grouping lists them: MoeGrouping::tile_expert), so any
+//     token count fits; at 8-16 decode sequences every active expert has one.
+//   - Persistent CTAs of one warpgroup (128 threads, three per SM). Item = (tile, 64 rows of w1 and the
+//     same 64 rows of w3) for the up-projection, (tile, 128 rows of w2) for the down-projection: two
+//     64-row "parts" either way. An expert's second tile streams the same weights again; round robin hands the
+//     two tiles' items to CTAs that run at about the same time, so the repeat mostly comes from L2. A stage = 128 weight rows x 128 bytes (256 FP4 weights per row) + the B tile of
 //     those 256 k (4 KB) + 2 x 16 activation scales; the weight rows move by per-lane 16-byte cp.async (8 lanes per
 //     row, 4 rows per warp instruction), thread 0 bulk-copies the B tile and scales, all completing on the stage's
 //     mbarrier (count 1 + threads). Three stages per CTA, refilled across items. One cp.async.bulk per weight row
@@ -73,14 +76,15 @@ struct Args {
     const void* const* w_b;  // up: w3; down: null (part 1 = the next 64 rows of w2)
     const void* const* s_b;
     int N, K;                // rows per expert, weights per row
-    const uint8_t* tiles;    // packed activations per active position: [K / 32][512]
+    const uint8_t* tiles;    // packed activations per 16-token tile: [K / 32][512]
     const float* tile_scales;  // [K / 128][16]
-    const int32_t* active;
-    const int32_t* n_active;
+    const int32_t* tile_expert;  // the grouping's tile list (MoeGrouping::tile_expert, tile_col, n_tiles)
+    const int32_t* tile_col;
+    const int32_t* n_tiles;
     const int32_t* count;
     const int32_t* offset;
     const float* slot_weight;
-    int max_experts;
+    int max_tiles;           // the grid was sized for this many tiles
     float* split_partials;
     uint32_t* split_counters;
     float limit;
@@ -95,11 +99,12 @@ struct PackArgs {
     int64_t ld, sld;
     int K;
     const int32_t* slot_token;  // up: activation row of a slot; down: null (row = slot)
-    const int32_t* active;
-    const int32_t* n_active;
+    const int32_t* tile_expert;
+    const int32_t* tile_col;
+    const int32_t* n_tiles;
     const int32_t* count;
     const int32_t* offset;
-    int max_experts;
+    int max_tiles;
     uint8_t* tiles;
     float* tile_scales;
 };
@@ -108,7 +113,7 @@ struct PackArgs {
 // a0/a1 (k = 4t + j for p = 8t + 2j), odd ones to a2/a3 (k = 16 + 4t + j).
 __host__ __device__ constexpr int logical_k(int p) { return (p & 1) * 16 + 4 * (p >> 3) + ((p & 7) >> 1); }
 
-// One warp per (active position, tile column c, 128-k block): the column's activation values -> e4m3 bytes at their
+// One warp per (16-token tile u, tile column c, 128-k block): the column's activation values -> e4m3 bytes at their
 // logical positions, the block's scale copied; columns past the expert's count become zeros (scale 0).
 __global__ void pack_tiles_kernel(const PackArgs a) {
     pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
@@ -117,10 +122,10 @@ __global__ void pack_tiles_kernel(const PackArgs a) {
     const int blocks = a.K / 128;
     const int64_t w = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     const int blk = int(w % blocks), c = int((w / blocks) % 16), pos = int(w / (16 * blocks));
-    if (pos >= min(*a.n_active, a.max_experts)) return;
-    const int e = a.active[pos];
-    const bool valid = c < a.count[e];
-    const int64_t slot = a.offset[e] + c;
+    if (pos >= min(*a.n_tiles, a.max_tiles)) return;
+    const int e = a.tile_expert[pos], col = a.tile_col[pos] + c;
+    const bool valid = col < a.count[e];
+    const int64_t slot = a.offset[e] + col;
     const int64_t row = !valid ? 0 : a.slot_token ? a.slot_token[slot] : slot;
     uint8_t* tile = a.tiles + int64_t(pos) * (a.K / 32) * wgmma::kStepBytes;
     const int nat = 4 * lane;  // natural positions nat..nat+3 of this 128-block
@@ -246,7 +251,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
 
     constexpr int kItemRows = UP ? 64 : 128;
     const int tiles = a.N / kItemRows;
-    const int n_items = min(*a.n_active, a.max_experts) * tiles;
+    const int n_items = min(*a.n_tiles, a.max_tiles) * tiles;
     const int chunks = a.K / 256;
     // BAL: this CTA's contiguous range [q0, q0 + total) of the global stage sequence (item-major); CTAs past `used`
     // idle (each used range holds >= chunks stages, so an item meets at most two CTAs). Round robin: items
@@ -279,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     const uint8_t* f_tile = nullptr;
     const float* f_ts = nullptr;
     auto f_lookup = [&]() {
-        const int pos = f_item / tiles, e = a.active[pos];
+        const int pos = f_item / tiles, e = a.tile_expert[pos];
         const int row0 = (f_item % tiles) * kItemRows;
         const int crow = row0 + (UP ? 32 * (warp & 1) : 32 * warp) + lane / 8;
         f_w = static_cast<const uint8_t*>(UP && warp >= 2 ? a.w_b[e] : a.w_a[e]) + int64_t(crow) * row_bytes +
@@ -323,7 +328,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     int s_item = first_item, s_chunk = first_chunk - 1;
     const uint8_t* s_row[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
     auto s_lookup = [&]() {
-        const int e = a.active[s_item / tiles];
+        const int e = a.tile_expert[s_item / tiles];
         const int row0 = (s_item % tiles) * kItemRows + 16 * warp + g;
 #pragma unroll
         for (int p = 0; p < 2; ++p) {
@@ -356,9 +361,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
         if (++chunk >= chunks) chunk = 0;
         if (chunk == 0 || q == 0) {
             item += step;
-            const int e = a.active[item / tiles];
-            count = a.count[e];
-            offset = a.offset[e];
+            const int u = item / tiles, e = a.tile_expert[u], col0 = a.tile_col[u];
+            count = min(16, a.count[e] - col0);
+            offset = a.offset[e] + col0;
             e_row0 = (item % tiles) * kItemRows + 16 * warp + g;
 #pragma unroll
             for (int p = 0; p < 2; ++p)
@@ -438,7 +443,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
-void pack(const PreparedActivation& x, const MoeGrouping& g, int max_experts, const int32_t* slot_token,
+void pack(const PreparedActivation& x, const MoeGrouping& g, int max_tiles, const int32_t* slot_token,
           cudaStream_t stream) {
     PackArgs p{};
     p.values = x.values;
@@ -447,14 +452,15 @@ void pack(const PreparedActivation& x, const MoeGrouping& g, int max_experts, co
     p.sld = x.k_pad / 128;
     p.K = int(x.k);
     p.slot_token = slot_token;
-    p.active = g.active;
-    p.n_active = g.n_active;
+    p.tile_expert = g.tile_expert;
+    p.tile_col = g.tile_col;
+    p.n_tiles = g.n_tiles;
     p.count = g.expert_count;
     p.offset = g.expert_offset;
-    p.max_experts = max_experts;
+    p.max_tiles = max_tiles;
     p.tiles = g.act_tiles;
     p.tile_scales = g.act_tile_scales;
-    const int64_t warps = int64_t(max_experts) * 16 * (x.k / 128);
+    const int64_t warps = int64_t(max_tiles) * 16 * (x.k / 128);
     launch_pdl("moe_wgmma pack_tiles_kernel", pack_tiles_kernel, dim3(unsigned((warps + 7) / 8)), dim3(256), 0, stream,
                p);
 }
@@ -468,17 +474,18 @@ bool balanced(bool up, const KernelPolicy& policy) {
 
 template <bool UP>
 void launch(Args a, const MoeGrouping& g, int64_t M, int top_k, const KernelPolicy& policy, cudaStream_t stream) {
-    a.max_experts = int(std::min<int64_t>(g.E, M * top_k));
+    a.max_tiles = int(moe_act_tiles_needed(g.E, M * top_k));
     a.tiles = g.act_tiles;
     a.tile_scales = g.act_tile_scales;
-    a.active = g.active;
-    a.n_active = g.n_active;
+    a.tile_expert = g.tile_expert;
+    a.tile_col = g.tile_col;
+    a.n_tiles = g.n_tiles;
     a.count = g.expert_count;
     a.offset = g.expert_offset;
     a.slot_weight = g.slot_weight;
     a.split_partials = g.split_partials;
     a.split_counters = g.split_counters;
-    const int64_t items = int64_t(a.N / (UP ? 64 : 128)) * a.max_experts;
+    const int64_t items = int64_t(a.N / (UP ? 64 : 128)) * a.max_tiles;
     const int64_t ctas = std::min<int64_t>(max_ctas(), items);
     FS_REQUIRE(ctas + 1 <= g.split_slots, "moe_wgmma: the grouping's split scratch holds ", g.split_slots,
                " CTA boundaries, ", ctas + 1, " needed");
@@ -498,33 +505,32 @@ bool prepared_release(const PreparedActivation& x) {
 int max_ctas() { return current_arch().sm_count * kCtasPerSm; }
 
 // Routed (grouping with act tiles attached) FP4 experts with E8M0 scales 16-byte aligned, hidden and inter multiples
-// of 256 within the tiles' K, 1-16 tokens, a prepared release-numerics input (e4m3 codes) and (up) h written in
-// release numerics, on a compute capability 9.0 device with the sm_90a build.
+// of 256 within the tiles' K, as many tokens as the tiles hold in the worst grouping, a prepared release-numerics
+// input (e4m3 codes) and (up) h written in release numerics, on a compute capability 9.0 device with the sm_90a
+// build.
 bool supports(const ExpertCall& c) {
     const ExpertTable& t = c.t;
     const MoeGrouping* g = c.grouping;
     if (!wgmma_usable() || g == nullptr || (c.up && c.h_numerics != ActNumerics::FP8_BLOCK128)) return false;
-    // Tiles for min(E, max_pairs) experts cover every step the grouping can hold (M * top_k <= max_pairs).
     return t.kind == WeightKind::FP4_BLOCK32 && t.scale_kind == ScaleKind::E8M0 && t.scales_aligned16 &&
-           c.M >= 1 && c.M <= kGemvMaxTokens && t.hidden % 256 == 0 && t.inter % 256 == 0 &&
+           c.M >= 1 && c.M * c.top_k <= g->max_pairs && t.hidden % 256 == 0 && t.inter % 256 == 0 &&
            t.hidden <= g->act_tile_k && t.inter <= g->act_tile_k && g->act_tiles != nullptr &&
-           g->act_tile_scales != nullptr && g->split_counters != nullptr &&
-           g->act_tile_experts >= std::min<int64_t>(g->E, g->max_pairs) && prepared_release(c.x) &&
+           g->act_tile_scales != nullptr && g->split_counters != nullptr && g->tile_expert != nullptr &&
+           moe_act_tiles_needed(g->E, c.M * c.top_k) <= g->act_tile_count && prepared_release(c.x) &&
            aligned16(c.x.values);
 }
 
-// From KernelPolicy::moe_wgmma_min_tokens (8) tokens; below, few experts: gemv_experts (measured per path in
-// docs/perf.md).
+// From KernelPolicy::moe_wgmma_min_tokens (8) tokens (below, few experts: gemv_experts) to moe_wgmma_max_tokens
+// (measured per path in docs/perf.md).
 bool preferred(const ExpertCall& c, const KernelPolicy& policy) {
-    return c.M >= policy.moe_wgmma_min_tokens && c.M <= policy.gemv_max_tokens;
+    return c.M >= policy.moe_wgmma_min_tokens && c.M <= policy.moe_wgmma_max_tokens;
 }
 
 void up(const ExpertCall& c, const KernelPolicy& policy, float swiglu_limit, PreparedActivation& h,
         cudaStream_t stream) {
     const ExpertTable& t = c.t;
     const MoeGrouping& g = *c.grouping;
-    const int max_experts = int(std::min<int64_t>(g.E, c.M * c.top_k));
-    pack(c.x, g, max_experts, g.slot_token, stream);
+    pack(c.x, g, int(moe_act_tiles_needed(g.E, c.M * c.top_k)), g.slot_token, stream);
     Args a{};
     set_projection(a, t, true);
     a.limit = swiglu_limit;
@@ -537,8 +543,7 @@ void up(const ExpertCall& c, const KernelPolicy& policy, float swiglu_limit, Pre
 void down(const ExpertCall& c, const KernelPolicy& policy, float* y, cudaStream_t stream) {
     const ExpertTable& t = c.t;
     const MoeGrouping& g = *c.grouping;
-    const int max_experts = int(std::min<int64_t>(g.E, c.M * c.top_k));
-    pack(c.x, g, max_experts, nullptr, stream);
+    pack(c.x, g, int(moe_act_tiles_needed(g.E, c.M * c.top_k)), nullptr, stream);
     Args a{};
     set_projection(a, t, false);
     a.y = y;

@@ -1,5 +1,6 @@
 // wgmma_experts, a decode variant of the expert catalogue: the routed FP4 experts on sm_90a warpgroup tensor cores
-// (release numerics, 1-16 tokens; preferred from KernelPolicy::moe_wgmma_min_tokens). See moe_wgmma.cu; its
+// (release numerics, any token count the grouping's tiles hold; preferred from KernelPolicy::moe_wgmma_min_tokens
+// to moe_wgmma_max_tokens). See moe_wgmma.cu; its
 // catalogue functions are declared in moe_catalogue.h. The activation rows are packed into the grouping's tiles
 // first; up writes natural-order bf16 h rows by slot, then quantizes them in place to w2's prepared layout
 // (gemv_experts::quantize_h). Internal to src/cuda/moe.

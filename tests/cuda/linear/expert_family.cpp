@@ -41,6 +41,9 @@ std::vector<ExpertCase> test_cases() {
         {"9-16 tokens on one expert", 16, 4, 4, 1024, 512, false, false},
         {"odd count, streaming shapes", 11, 128, 6, 512, 1024, false, false},
         {"9 tokens, wide hidden", 9, 16, 6, 2048, 512, false, false},
+        // decode past 16 tokens: ~24 tokens per expert (two 16-token tiles of the wgmma experts), ~37 (three)
+        {"48 tokens on 4 experts: several 16-token tiles", 48, 4, 2, 512, 512, false, true},
+        {"37 tokens, top-4 of 4 experts", 37, 4, 4, 512, 256, false, false},
         // former per-stage cases of the streaming variants
         {"8 tokens on 4 experts", 8, 4, 2, 1024, 2048, false, false},
         {"12 tokens, inter 256", 12, 32, 6, 768, 256, false, false},
@@ -48,7 +51,8 @@ std::vector<ExpertCase> test_cases() {
         {"3 tokens, inter 768", 3, 32, 4, 512, 768, false, true},
         // more items than CTA slots: the wgmma experts cut items between CTAs
         {"items cut between CTAs", 16, 64, 6, 1024, 2048, false, false},
-        // prefill sizes (from 32 tokens grouped_experts is preferred, KernelPolicy::grouped_experts_min_tokens):
+        // prefill sizes (grouped_experts is forced in prefill passes; the default policy gives them to gemv_experts,
+        // the routed GEMV of decode passes up to 256 tokens):
         // a one-token and an empty expert group, many small groups (partial 128-row tiles), groups of several
         // 128-row tiles (two experts share nearly all 300 tokens), and an unpinned routing just above the floor
         {"prefill: one-token and empty groups", 40, 16, 4, 256, 384, false, true, true},

@@ -120,7 +120,7 @@ TEST(MoeRoute, BiasedTopKAndHashMatchCpu) {
 TEST(MoeRoute, FusedRouteAndGroupMatchesTwoLaunches) {
     for (int hash = 0; hash < 2; ++hash)
         for (auto [M, E, K] : {std::tuple<int, int, int>{1, 256, 6}, {16, 256, 6}, {17, 256, 6}, {40, 256, 6},
-                               {7, 19, 3}}) {
+                               {7, 19, 3}, {40, 8, 6}}) {
             const uint64_t seed = fresh_seed();
             std::ostringstream d;
             d << "hash=" << hash << " M=" << M << " E=" << E << " K=" << K << " seed=" << seed;
@@ -134,13 +134,17 @@ TEST(MoeRoute, FusedRouteAndGroupMatchesTwoLaunches) {
             struct Out {
                 DeviceArray<float> w;
                 DeviceArray<int32_t> idx;
-                DeviceArray<uint8_t> mem;
+                DeviceArray<uint8_t> mem, tiles;
                 cuda::MoeGrouping g;
-                Out(int M, int E, int K) : w(size_t(M * K)), idx(size_t(M * K)), mem(cuda::moe_grouping_bytes(E, M * K)) {
+                Out(int M, int E, int K)
+                    : w(size_t(M * K)), idx(size_t(M * K)), mem(cuda::moe_grouping_bytes(E, M * K)),
+                      tiles(cuda::moe_act_tile_bytes(E, M * K, 128)) {
                     w.poison();
                     idx.poison();
                     mem.poison();
+                    tiles.poison();
                     g = cuda::moe_grouping_view(mem.ptr, E, M * K);
+                    cuda::moe_attach_act_tiles(g, tiles.ptr, 128);  // the grouping also lists the 16-token tiles
                 }
             } two(M, E, K), one(M, E, K);
             const float* bp = hash ? nullptr : db.ptr;
@@ -190,6 +194,26 @@ TEST(MoeRoute, FusedRouteAndGroupMatchesTwoLaunches) {
                 if (ps[p] >= 0) {
                     EXPECT_EQ(tok1[size_t(ps[p])], int32_t(p / size_t(K))) << "pair " << p;
                 }
+            // The 16-token tiles of the wgmma experts: ceil(count / 16) per active expert, ascending, from both paths.
+            std::vector<int32_t> want_expert, want_col;
+            const auto counts = ints(raw1, g1, g1.expert_count, size_t(E));
+            for (int e = 0; e < E; ++e)
+                for (int c = 0; c < counts[size_t(e)]; c += 16) {
+                    want_expert.push_back(e);
+                    want_col.push_back(c);
+                }
+            ASSERT_LE(int64_t(want_expert.size()), int64_t(g1.act_tile_count));
+            auto ints_at = [](const int32_t* p, size_t n) {
+                std::vector<int32_t> v(n);
+                if (n) CUDA_CHECK(cudaMemcpy(v.data(), p, n * 4, cudaMemcpyDeviceToHost));
+                return v;
+            };
+            for (const Out* o : {&one, &two}) {
+                SCOPED_TRACE(o == &one ? "fused" : "two launches");
+                ASSERT_EQ(ints_at(o->g.n_tiles, 1)[0], int32_t(want_expert.size()));
+                EXPECT_EQ(ints_at(o->g.tile_expert, want_expert.size()), want_expert);
+                EXPECT_EQ(ints_at(o->g.tile_col, want_col.size()), want_col);
+            }
         }
 }
 
@@ -797,8 +821,8 @@ TEST(ExpertFamily, DownOneHotPicksWeightColumn) {
 
 // What choose_experts() takes with the default policy (docs/perf.md, kernel choice) for a V4-Flash-like layer: the
 // GEMV at 1-7 tokens; from 8 to 16 tokens the wgmma experts where they exist, else the bulk-copy experts on sm_90+;
-// the tile experts above 16 tokens from a prepared input, the grouped GEMMs from 32 tokens of raw input; the
-// element-wise fallback off the 128 grid. The calls point at fake, aligned addresses: choosing touches no memory.
+// routed experts past 16 tokens on the wgmma experts or the GEMV, then the tile experts from a prepared input or
+// the grouped GEMMs from raw input; the element-wise fallback off the 128 grid. The calls point at fake, aligned addresses: choosing touches no memory.
 TEST(ExpertChoice, DefaultRules) {
     const bool wgmma = cuda::wgmma_usable();
     const bool sm90 = cuda::current_arch().cc >= 90;
@@ -819,7 +843,8 @@ TEST(ExpertChoice, DefaultRules) {
             g.act_tiles = static_cast<uint8_t*>(fake(2));
             g.act_tile_scales = static_cast<float*>(fake(3));
             g.act_tile_k = 4096;
-            g.act_tile_experts = int(std::min<int64_t>(g.E, g.max_pairs));
+            g.act_tile_count = int(cuda::moe_act_tiles_needed(g.E, std::min(g.max_pairs, cuda::kActTileMaxPairs)));
+            g.tile_expert = g.tile_col = g.n_tiles = static_cast<int32_t*>(fake(13));
             g.split_partials = static_cast<float*>(fake(4));
             g.split_counters = static_cast<uint32_t*>(fake(5));
             g.split_slots = 4096;
@@ -872,8 +897,23 @@ TEST(ExpertChoice, DefaultRules) {
     EXPECT_EQ(choose(7, R, def), "gemv_experts");
     EXPECT_EQ(choose(8, R, def), fast);
     EXPECT_EQ(choose(16, R, def), fast);
-    EXPECT_EQ(choose(17, R, def), "tile_experts");
-    EXPECT_EQ(choose(64, R, def), "tile_experts");
+    // Routed experts of decode passes past 16 tokens: the wgmma experts (several 16-token tiles per expert) up to
+    // moe_wgmma_max_tokens (256), else gemv_experts up to routed_gemv_max_tokens (128), each reading an active
+    // expert's weights once per step; the dense (shared) expert stops at 16.
+    const std::string wide = wgmma ? "wgmma_experts" : "gemv_experts";
+    EXPECT_EQ(choose(17, R, def), wide);
+    EXPECT_EQ(choose(64, R, def), wide);
+    EXPECT_EQ(choose(128, R, def), wide);
+    EXPECT_EQ(choose(256, R, def), wgmma ? "wgmma_experts" : "tile_experts");
+    EXPECT_EQ(choose(257, R, def), "tile_experts");
+    EXPECT_EQ(choose(17, R, def, /*routed=*/false), "tile_experts");
+    // The rules before the routed GEMVs went past 16 tokens.
+    KernelPolicy short_routed;
+    short_routed.routed_gemv_max_tokens = 16;
+    short_routed.moe_wgmma_max_tokens = 16;
+    EXPECT_EQ(choose(17, R, short_routed), "tile_experts");
+    EXPECT_EQ(choose(4, R, short_routed), "gemv_experts");
+    EXPECT_EQ(choose(16, R, short_routed), fast);
     KernelPolicy no_wgmma;
     no_wgmma.disabled = {"wgmma_experts"};
     EXPECT_EQ(choose(8, R, no_wgmma), sm90 ? "bulk_experts" : "gemv_experts");
@@ -886,6 +926,7 @@ TEST(ExpertChoice, DefaultRules) {
     EXPECT_EQ(choose(4, R, def, true, true, /*raw=*/true), "gemv_experts");
     KernelPolicy no_gemv;
     no_gemv.gemv_max_tokens = 0;
+    no_gemv.routed_gemv_max_tokens = 0;
     EXPECT_EQ(choose(1, R, no_gemv), "tile_experts");
     EXPECT_EQ(choose(1, R, KernelPolicy::only("tile_experts")), "tile_experts");
     EXPECT_EQ(choose(1, ActNumerics::EXACT, KernelPolicy::only("bulk_experts")), "gemv_experts/simt_experts");
@@ -893,10 +934,13 @@ TEST(ExpertChoice, DefaultRules) {
     odd.hidden = 160;
     odd.inter = 96;
     EXPECT_EQ(choose(5, ActNumerics::EXACT, def, true, false, false, &odd), "generic_experts");
-    EXPECT_THROW(choose(17, R, def, true, true, /*raw=*/true), Error);  // a raw input above the GEMV's 16 tokens
+    EXPECT_EQ(choose(17, R, def, true, true, /*raw=*/true), "gemv_experts");
+    EXPECT_THROW(choose(257, R, def, true, true, /*raw=*/true), Error);  // raw, past every GEMV's range
+    EXPECT_THROW(choose(17, R, def, false, true, /*raw=*/true), Error);   // raw dense, past the GEMV's 16 tokens
     // grouped_experts: raw bf16 rows of routed experts in release numerics, from grouped_experts_min_tokens (32)
-    // tokens, where the grouping carries the GEMM workspace; its h is FP8_ROWS over that workspace, which only it
-    // reads back. Below the floor (and above the GEMVs' 16 tokens) a raw input has no variant: callers prepare.
+    // tokens past gemv_experts' routed range (the `short_routed` policy ends it at 16), where the grouping carries
+    // the GEMM workspace; its h is FP8_ROWS over that workspace, which only it reads back. Below the floor (and
+    // above the GEMVs' range) a raw input has no variant: callers prepare.
     auto choose_grouped = [&](int64_t M, const KernelPolicy& policy, bool raw, bool gemm_ws,
                               ActNumerics num = ActNumerics::FP8_BLOCK128) {
         const cuda::PreparedActivation x = input(M, num, raw, t);
@@ -922,13 +966,16 @@ TEST(ExpertChoice, DefaultRules) {
         }
         return up;
     };
-    EXPECT_EQ(choose_grouped(32, def, true, true), "grouped_experts");
+    EXPECT_EQ(choose_grouped(32, def, true, true), "gemv_experts");  // decode passes: the routed GEMV first
+    EXPECT_EQ(choose_grouped(128, def, true, true), "gemv_experts");
+    EXPECT_EQ(choose_grouped(129, def, true, true), "grouped_experts");
+    EXPECT_EQ(choose_grouped(32, short_routed, true, true), "grouped_experts");
     EXPECT_EQ(choose_grouped(4096, def, true, true), "grouped_experts");
-    EXPECT_EQ(choose_grouped(31, def, true, true), "");
+    EXPECT_EQ(choose_grouped(31, short_routed, true, true), "");
     EXPECT_EQ(choose_grouped(4096, def, true, /*gemm_ws=*/false), "");
     EXPECT_EQ(choose_grouped(4096, def, /*raw=*/false, true), "tile_experts");
     EXPECT_EQ(choose_grouped(4096, def, true, true, ActNumerics::EXACT), "");
-    KernelPolicy late_grouped;
+    KernelPolicy late_grouped = short_routed;
     late_grouped.grouped_experts_min_tokens = 64;
     EXPECT_EQ(choose_grouped(32, late_grouped, true, true), "");
     EXPECT_EQ(choose_grouped(64, late_grouped, true, true), "grouped_experts");
@@ -936,6 +983,21 @@ TEST(ExpertChoice, DefaultRules) {
     no_grouped.disabled = {"grouped_experts"};
     EXPECT_EQ(choose_grouped(4096, no_grouped, true, true), "");
     EXPECT_EQ(choose_grouped(8, KernelPolicy::only("grouped_experts"), true, true), "grouped_experts");
+    // What the backend asks before preparing the routed experts' input: does the choice over both forms take the
+    // raw rows? Only where grouped_experts wins; the GEMV and the wgmma experts get the prepared input.
+    auto takes_raw = [&](int64_t M, const KernelPolicy& policy) {
+        cuda::MoeGrouping g = grouping(M, true);
+        g.gemm_x = cuda::fp8_activation_view(fake(8), fake(9), M * 6, t.hidden);
+        g.gemm_h = cuda::fp8_activation_view(fake(10), fake(11), M * 6, t.inter);
+        return cuda::moe_expert_up_takes_raw(input(M, R, true, t), input(M, R, false, t), t, &g, M, 6, R, policy);
+    };
+    EXPECT_FALSE(takes_raw(1, def));
+    EXPECT_FALSE(takes_raw(16, def));
+    EXPECT_FALSE(takes_raw(128, def));
+    EXPECT_EQ(takes_raw(256, def), !wgmma);
+    EXPECT_TRUE(takes_raw(512, def));
+    EXPECT_TRUE(takes_raw(16, def.for_pass(/*prefill=*/true)));  // prefill passes: the grouped GEMMs always
+    EXPECT_FALSE(takes_raw(512, no_grouped));
     for (const cuda::ExpertVariant& v : cuda::expert_variants()) EXPECT_NO_THROW(archs_available(v.archs)) << v.name;
 }
 
