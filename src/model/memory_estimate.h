@@ -24,10 +24,13 @@
 
 namespace flashseek {
 
-// The CUDA backend's prefill chunk (tokens of one sequence per pass) when none is configured: prefill runs at 4.1k
-// tok/s with passes of 512 tokens, 9.1k at 2,048 and 11.0k at 4,096 (20 V4-Flash layers on one H200, docs/perf.md
-// §1.2); each slot's window rings hold one chunk more than the window, so larger chunks cost state memory.
-inline constexpr int kDefaultPrefillChunkTokens = 2048;
+// The CUDA backend's prefill chunk (tokens of one sequence per pass) when none is configured. 20 V4-Flash layers on
+// one H200 (docs/perf.md §1.2): a 4,096-token prompt prefills at 13.1k tok/s in passes of 2,048 tokens, 16.7k at
+// 4,096 and 8,192; a 32,768-token one at 12.4k / 15.9k / 17.6k (the grouped expert GEMMs' 128-token tiles fill up:
+// 48 / 96 / 192 tokens per expert and pass). Each slot's window rings hold one chunk more than the window, so larger
+// chunks cost state memory: 1.65 / 3.21 / 6.32 GB of rings for 64 sequences at 20 layers. 4,096 takes most of the
+// gain for twice the rings of 2,048.
+inline constexpr int kDefaultPrefillChunkTokens = 4096;
 // Logits rows of one CUDA pass at least (every sequence of the largest decode bucket has one): a pass with more
 // all-logits rows is cut so that its head fits.
 inline constexpr int kMinHeadRows = 256;

@@ -155,7 +155,7 @@ TEST(MemoryEstimate, V4FlashStatePool) {
     StateOptions o;
     o.max_sequences = 1;
     o.max_context = 4096;
-    // The default chunk is the CUDA backend's: rings of window + 2,048 entries.
+    // The default chunk is the CUDA backend's: rings of window + kDefaultPrefillChunkTokens (4,096) entries.
     EXPECT_EQ(estimate_state(c, o).ring_entries, 128 + kDefaultPrefillChunkTokens);
     o.prefill_chunk_tokens = 128;  // the figures below are worked out for 128-token chunks
     const StateEstimate e = estimate_state(c, o);

@@ -71,7 +71,7 @@ int run_plan(int argc, char** argv) {
                    "memory of one GPU (80GB, 141GB, 96GiB, or bytes); without it nothing is checked");
     app.add_option("--max-sequences", max_sequences, "sequences the state is sized for (1)");
     app.add_option("--max-context", max_context, "tokens per sequence the state is sized for (4096)");
-    app.add_option("--prefill-chunk", prefill_chunk, "prefill tokens per sequence and pass (2048, the CUDA default; the window rings "
+    app.add_option("--prefill-chunk", prefill_chunk, "prefill tokens per sequence and pass (4096, the CUDA default; the window rings "
                    "hold one chunk more than the window)");
     app.add_option("--numerics", numerics, "release (FP8 KV, FP4 indexer keys) or exact (bf16 state)")
         ->check(CLI::IsMember({"exact", "release"}));

@@ -308,7 +308,7 @@ cuda::ActFormat input_format(int64_t M, int64_t N, int64_t K, ActNumerics num, c
 
 // The default choice (docs/perf.md, kernel choice): one token -> simt_gemv; 2-16 tokens in release numerics ->
 // wgmma_gemv on >= 4 MB where wgmma exists, else bulk_gemv on >= 16 MB on sm_90+, else mma_gemv; > 16 tokens ->
-// tile_gemm; BF16 weights -> tile_gemm; odd grouped shapes -> generic_linear; from gemm_min_tokens (64) rows the
+// tile_gemm; BF16 weights -> tile_gemm; odd grouped shapes -> generic_linear; from gemm_min_tokens (32) rows the
 // compute-bound GEMMs: FP8 weights in release numerics from an FP8_ROWS activation (fp8_gemm where wgmma exists,
 // else fp8_gemm_mma), BF16 weights bf16_gemm, and linear_input_format() names the format to prepare. A disabled
 // variant is skipped, a forced one is taken where it supports the problem, gemv_max_tokens = 0 leaves everything to
@@ -345,8 +345,8 @@ TEST(LinearChoice, DefaultRules) {
     const std::string fp8_gemm = wgmma ? "fp8_gemm" : "fp8_gemm_mma";
     const auto FP8 = WeightKind::FP8_BLOCK128;
     const auto BF16 = WeightKind::BF16;
-    EXPECT_EQ(input_format(63, 1024, 4096, R, def), kMmaF16);
-    EXPECT_EQ(input_format(64, 1024, 4096, R, def), kFp8Rows);
+    EXPECT_EQ(input_format(31, 1024, 4096, R, def), kMmaF16);
+    EXPECT_EQ(input_format(32, 1024, 4096, R, def), kFp8Rows);
     EXPECT_EQ(input_format(16, 1024, 4096, R, def), kMmaF16);
     EXPECT_EQ(input_format(4096, 1024, 4096, X, def), kMmaF16);  // exact numerics: tile_gemm
     EXPECT_EQ(input_format(4096, 8192, 4096, R, def, 8), kFp8Rows);  // wo_a in release numerics
@@ -354,10 +354,10 @@ TEST(LinearChoice, DefaultRules) {
     EXPECT_EQ(planned(64, 1024, 4096, R, def, 1, FP8, kFp8Rows), fp8_gemm);
     EXPECT_EQ(planned(4096, 4096, 8192, R, def, 1, FP8, kFp8Rows), fp8_gemm);
     EXPECT_EQ(planned(4096, 8192, 4096, R, def, 8, FP8, kFp8Rows), fp8_gemm);  // all 8 groups in one launch
-    EXPECT_EQ(planned(64, 129280, 4096, X, def, 1, BF16), "bf16_gemm");
-    EXPECT_EQ(planned(63, 129280, 4096, X, def, 1, BF16), "tile_gemm");
+    EXPECT_EQ(planned(32, 129280, 4096, X, def, 1, BF16), "bf16_gemm");
+    EXPECT_EQ(planned(31, 129280, 4096, X, def, 1, BF16), "tile_gemm");
     // below the floor an FP8_ROWS activation has no preferred variant (callers ask linear_input_format first)
-    EXPECT_THROW(planned(32, 1024, 4096, R, def, 1, FP8, kFp8Rows), Error);
+    EXPECT_THROW(planned(16, 1024, 4096, R, def, 1, FP8, kFp8Rows), Error);
     KernelPolicy late_gemm;
     late_gemm.gemm_min_tokens = 256;
     EXPECT_EQ(input_format(128, 1024, 4096, R, late_gemm), kMmaF16);
