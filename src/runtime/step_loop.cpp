@@ -282,6 +282,21 @@ void StepLoop::handle_event(const RequestEvent& ev) {
     release_reservation(1);
 }
 
+void StepLoop::gather_burst(std::unique_lock<std::mutex>& lock) {
+    using ms = std::chrono::duration<double, std::milli>;
+    const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(ms(options_.batch_wait_ms));
+    const auto quiet = std::chrono::duration_cast<Clock::duration>(ms(options_.batch_wait_ms / 10));
+    while (!stop_thread_ && !abort_requested_) {
+        const size_t seen = inbox_.size();
+        const auto now = Clock::now();
+        if (now >= until) break;
+        const bool arrived = inbox_cv_.wait_until(lock, std::min(until, now + quiet), [&] {
+            return inbox_.size() != seen || stop_thread_ || abort_requested_;
+        });
+        if (!arrived) break;  // quiet for the whole gap (or the window is over)
+    }
+}
+
 void StepLoop::loop() {
     while (true) {
         heartbeat_ns_ = now_ns();
@@ -290,6 +305,7 @@ void StepLoop::loop() {
             if (stop_thread_ && inbox_.empty() && active_.empty()) break;
             if (scheduler_->idle() && inbox_.empty() && !abort_requested_ && !stop_thread_)
                 inbox_cv_.wait_for(lock, std::chrono::milliseconds(100));
+            if (scheduler_->idle() && !inbox_.empty() && options_.batch_wait_ms > 0) gather_burst(lock);
         }
         heartbeat_ns_ = now_ns();
         try {

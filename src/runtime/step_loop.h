@@ -71,6 +71,11 @@ struct StepLoopOptions {
     SchedulerOptions scheduler;
     int max_waiting = 256;         // queued choices beyond the running batch before 429
     double watchdog_seconds = 60;  // /health turns 503 when one loop iteration takes longer
+    // An idle engine that gets work waits for the rest of a burst before its first step: until no request has
+    // arrived for a tenth of this or this many milliseconds have passed (0: steps at once). Clients whose previous
+    // requests ended in the same step send their next ones within milliseconds of each other; without the wait
+    // the first of them is prefilled alone and the rest wait for that step.
+    double batch_wait_ms = 0;
 };
 
 struct StepLoopStatus {
@@ -102,6 +107,8 @@ public:
 private:
     struct Active;
     void loop();
+    // With inbox_mu_ held (lock): waits while a burst of requests is still arriving (StepLoopOptions::batch_wait_ms).
+    void gather_burst(std::unique_lock<std::mutex>& lock);
     void admit_inbox();
     void check_cancellations();
     void handle_event(const RequestEvent& ev);

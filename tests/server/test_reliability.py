@@ -266,3 +266,38 @@ def test_long_prompt_fairness_and_huge_body(model_dir):
         srv.wait_idle_and_audit()
     finally:
         srv.stop()
+
+
+def test_burst_at_an_idle_engine_shares_its_first_step(model_dir):
+    """--batch-wait-ms: requests that reach an idle engine within the window share one prefill step (the served
+    waves of bench-serve: a lone first prefill would delay the rest by a whole step); with the window off the first
+    request steps alone. Steps are counted by flashseek:iteration_tokens_total (one observation per engine step);
+    max_tokens 1 ends every request in the step that prefills it. A bad value is refused naming the flag."""
+    body = {"model": "tiny", "max_tokens": 1, "temperature": 0}
+
+    def steps_for_burst(wait_ms):
+        srv = Server("--batch-wait-ms", str(wait_ms), model=model_dir)
+        try:
+            before = srv.metric("flashseek:iteration_tokens_total_count")
+            with cf.ThreadPoolExecutor(4) as ex:
+                futs = []
+                for k in range(4):
+                    futs.append(ex.submit(post_json, srv.url(CMPL), dict(body, prompt=f"burst member {k}")))
+                    time.sleep(0.03)  # inside the 3 s window's 300 ms quiet gap
+                for f in futs:
+                    status, j, _ = f.result(timeout=120)
+                    assert status == 200 and j["choices"][0]["finish_reason"] == "length", j
+            steps = srv.metric("flashseek:iteration_tokens_total_count") - before
+            srv.wait_idle_and_audit()
+            return steps
+        finally:
+            srv.stop()
+
+    assert steps_for_burst(3000) == 1
+    assert steps_for_burst(0) >= 2
+    import subprocess
+    from conftest import flashseek_bin
+    for value in ("-1", "20000"):
+        p = subprocess.run([flashseek_bin(), "serve", "--model", model_dir, "--port", "0", "--batch-wait-ms", value],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode != 0 and "--batch-wait-ms" in p.stderr, (value, p.returncode, p.stderr[-500:])

@@ -53,6 +53,10 @@ int run_serve(int argc, char** argv) {
     CLI::Option* batch_tokens_opt =
         app.add_option("--max-batch-tokens", loop_opt.scheduler.max_batch_tokens,
                        "tokens per step (decode + prefill; default 8192 on cuda, 512 on cpu)");
+    CLI::Option* batch_wait_opt = app.add_option(
+        "--batch-wait-ms", loop_opt.batch_wait_ms,
+        "an idle engine waits up to this long for the rest of a burst of requests before its first step, ending "
+        "after a tenth of it without a new one (default 20 on cuda, 0 on cpu; 0 = step at once)");
     app.add_option("--max-queue", loop_opt.max_waiting, "queued requests beyond the running batch before 429");
     app.add_option("--watchdog", loop_opt.watchdog_seconds, "/health reports 503 when one step takes longer (s)");
     app.add_option("--request-timeout", api.request_timeout_s, "per-request deadline in seconds (queue + generation)");
@@ -101,6 +105,8 @@ int run_serve(int argc, char** argv) {
     FS_CHECK(api.limits.max_constraint_choices >= 1, "--max-constraint-choices must be >= 1 (got {})",
              api.limits.max_constraint_choices);
     FS_CHECK(loop_opt.max_waiting >= 0, "--max-queue must be >= 0 (got {})", loop_opt.max_waiting);
+    FS_CHECK(loop_opt.batch_wait_ms >= 0 && loop_opt.batch_wait_ms <= 10000, "--batch-wait-ms must be in [0, 10000] "
+             "(got {})", loop_opt.batch_wait_ms);
 
     SignalWatcher signals;  // before any other thread exists, so all of them inherit the blocked mask
 
@@ -125,6 +131,9 @@ int run_serve(int argc, char** argv) {
     if (flags.backend == "cuda") {
         if (flags.prefill_chunk == 0) loop_opt.scheduler.prefill_chunk = kDefaultPrefillChunkTokens;
         if (batch_tokens_opt->count() == 0) loop_opt.scheduler.max_batch_tokens = 2 * kDefaultPrefillChunkTokens;
+        // A burst's requests in one prefill step (a lone 256-token prefill costs most of a 4,096-token one on the
+        // device: docs/perf.md §1.2); at most 2 ms more for a lone request.
+        if (batch_wait_opt->count() == 0) loop_opt.batch_wait_ms = 20;
     }
     bopt.state_memory_bytes = state_memory.empty() ? 0 : cli::parse_byte_size("--state-memory", state_memory);
     LoadProgress progress([&] { return signals.stop_requested(); }, isatty(STDERR_FILENO) != 0);
