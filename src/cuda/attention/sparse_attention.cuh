@@ -30,8 +30,8 @@ namespace flashseek::cuda {
 // Kernel variants (the attention catalogue, KernelPolicy names): attn_mma, tensor-core mma.sync m16n8k16 bf16 (16
 // heads per CTA, sm_80+; needs head_dim % 64 == 0 and <= 512, q 16-byte aligned), preferred for decode passes of
 // KernelPolicy::attn_mma_min_seqs (1) or more sequences (measured faster end to end: C=16 -0.33 ms per step,
-// C=1 -0.03 to -0.045 ms, docs/perf.md); attn_simt, SIMT fp32 (the first, verified path), everywhere else. Forcing attn_mma wherever it
-// fits serves A/B runs and sensitivity probes.
+// C=1 -0.03 to -0.045 ms, docs/perf.md); attn_simt, SIMT fp32 (the first, verified path), everywhere else. Forcing
+// attn_mma wherever it fits serves A/B runs and sensitivity probes.
 
 struct SparseAttentionParams {
     TokenBatch batch;

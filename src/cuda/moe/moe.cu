@@ -449,19 +449,6 @@ void moe_attach_act_tiles(MoeGrouping& g, void* memory, int64_t max_k) {
     CUDA_CHECK(cudaMemset(g.split_counters, 0, size_t(l.slots) * 4));
 }
 
-// The token->expert grouping fields shared by the up and down projections (absent grouping = one dense expert).
-static void set_grouping(ExpertArgs& a, const MoeGrouping* grouping, int64_t M) {
-    if (grouping) {
-        a.active = grouping->active;
-        a.n_active = grouping->n_active;
-        a.count = grouping->expert_count;
-        a.offset = grouping->expert_offset;
-        a.slot_token = grouping->slot_token;
-        a.slot_weight = grouping->slot_weight;
-    }
-    a.dense_m = M;
-}
-
 // ---- variants of the expert catalogue defined here: generic_experts and tile_experts ---------------------------
 
 namespace generic_experts {
@@ -509,7 +496,8 @@ void up(const ExpertCall& c, const KernelPolicy&, float swiglu_limit, PreparedAc
     a.xs = c.x.scales;
     a.x_ld = c.x.k_pad;
     a.xs_ld = c.x.k_pad / 128;
-    set_grouping(a, c.grouping, c.M);
+    set_grouping(a, c.grouping);
+    a.dense_m = c.M;
     a.gather_x = true;
     a.limit = swiglu_limit;
     a.h_numerics = int(c.h_numerics);
@@ -532,7 +520,8 @@ void down(const ExpertCall& c, const KernelPolicy&, float* y, cudaStream_t strea
     a.xs = c.x.scales;
     a.x_ld = c.x.k_pad;
     a.xs_ld = c.x.k_pad / 128;
-    set_grouping(a, c.grouping, c.M);
+    set_grouping(a, c.grouping);
+    a.dense_m = c.M;
     a.gather_x = false;
     a.y = y;
     const int nt = c.M <= 16 ? 1 : 4;
@@ -567,11 +556,24 @@ const std::array<ExpertVariant, 7> kExpertVariants = {
 
 std::span<const ExpertVariant> expert_variants() { return kExpertVariants; }
 
+namespace {
+// The catalogue's order of choice: the first forced variant that takes a call, else the first enabled one that
+// takes it and prefers it. takes(v, forced) says whether v takes it (forced: preference aside).
+template <class Takes>
+const ExpertVariant* first_taking(const KernelPolicy& policy, Takes&& takes) {
+    for (const ExpertVariant& v : kExpertVariants)
+        if (policy.is_forced(v.name) && takes(v, true)) return &v;
+    for (const ExpertVariant& v : kExpertVariants)
+        if (!policy.is_disabled(v.name) && takes(v, false)) return &v;
+    return nullptr;
+}
+}  // namespace
+
 const ExpertVariant& choose_experts(const ExpertCall& c, const KernelPolicy& policy) {
-    for (const ExpertVariant& v : kExpertVariants)
-        if (policy.is_forced(v.name) && v.supports(c)) return v;
-    for (const ExpertVariant& v : kExpertVariants)
-        if (!policy.is_disabled(v.name) && v.supports(c) && v.preferred(c, policy)) return v;
+    const ExpertVariant* v = first_taking(policy, [&](const ExpertVariant& u, bool forced) {
+        return u.supports(c) && (forced || u.preferred(c, policy));
+    });
+    if (v) return *v;
     throw_error(fs_cat(c.up ? "moe_expert_up" : "moe_expert_down", ": no enabled kernel variant supports M = ", c.M,
                        c.x.raw ? " with a raw input" : "", " (hidden ", c.t.hidden, ", inter ", c.t.inter, ")"));
 }
@@ -596,17 +598,16 @@ bool moe_expert_up_takes_raw(const PreparedActivation& raw_x, const PreparedActi
                              ActNumerics h_numerics, const KernelPolicy& policy) {
     const ExpertCall raw{true, raw_x, t, grouping, M, top_k, h_numerics};
     const ExpertCall prepared{true, prepared_x, t, grouping, M, top_k, h_numerics};
-    // choose_experts' order (forced variants, then the preferred ones) over both inputs: the first variant that
-    // takes either decides, the prepared input where it takes both.
-    for (const bool forced_round : {true, false})
-        for (const ExpertVariant& v : kExpertVariants) {
-            const bool eligible = forced_round ? policy.is_forced(v.name) : !policy.is_disabled(v.name);
-            auto takes = [&](const ExpertCall& c) { return v.supports(c) && (forced_round || v.preferred(c, policy)); };
-            if (!eligible) continue;
-            if (takes(prepared)) return false;
-            if (takes(raw)) return true;
-        }
-    return false;
+    // choose_experts' order over both inputs: the first variant that takes either decides, the prepared input where
+    // it takes both.
+    bool took_raw = false;
+    first_taking(policy, [&](const ExpertVariant& v, bool forced) {
+        auto takes = [&](const ExpertCall& c) { return v.supports(c) && (forced || v.preferred(c, policy)); };
+        if (takes(prepared)) return true;
+        took_raw = takes(raw);
+        return took_raw;
+    });
+    return took_raw;
 }
 
 std::string_view moe_expert_down(const PreparedActivation& h, const ExpertTable& t, const MoeGrouping* grouping,

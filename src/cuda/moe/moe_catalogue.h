@@ -68,6 +68,19 @@ void set_projection(Args& a, const ExpertTable& t, bool up) {
     a.K = decltype(a.K)(up ? t.hidden : t.inter);
 }
 
+// The token -> expert grouping in a variant's kernel arguments (any struct with these fields); a null grouping leaves
+// them null: dense mode, one expert for every token (the shared expert).
+template <class Args>
+void set_grouping(Args& a, const MoeGrouping* g) {
+    if (g == nullptr) return;
+    a.active = g->active;
+    a.n_active = g->n_active;
+    a.count = g->expert_count;
+    a.offset = g->expert_offset;
+    a.slot_token = g->slot_token;
+    a.slot_weight = g->slot_weight;
+}
+
 // In priority order.
 std::span<const ExpertVariant> expert_variants();
 // The first forced variant that supports the call, else the first that supports it, is preferred and is not

@@ -1,7 +1,8 @@
-// Decode GEMV kernels for the routed experts of decode passes (KernelPolicy::routed_gemv_max_tokens, 256 tokens by
-// default) and the shared expert in dense mode at M <= 16 tokens, on the tensor-core GEMV core of gemm/gemv_mma.cuh. Why: the mma.sync expert kernels of moe.cu give the up-projection
-// only inter/128 x experts CTAs and compute 8-token tiles for experts that hold 1-3 tokens; the former SIMT GEMV
-// was issue-bound (one fp32 FMA per weight and token) and needed a second kernel to quantize h. Here:
+// Decode GEMV kernels for the routed experts of decode passes (preferred up to KernelPolicy::routed_gemv_max_tokens,
+// 128 tokens by default) and the shared expert in dense mode at M <= 16 tokens, on the tensor-core GEMV core of
+// gemm/gemv_mma.cuh. Why: the mma.sync expert kernels of moe.cu give the up-projection only inter/128 x experts CTAs
+// and compute 8-token tiles for experts that hold 1-3 tokens; the former SIMT GEMV was issue-bound (one fp32 FMA per
+// weight and token) and needed a second kernel to quantize h. Here:
 //   - up: CTA = 4 warps (KernelPolicy::gemv_kw = 1: one) on the same 16 rows of w1 and w3 of
 //     one active expert, each warp a quarter of K (grid = (inter / 16, max experts): ~6 CTAs per SM at M = 1,
 //     several waves at M = 16). Every warp stages its K range of the expert's
@@ -261,14 +262,7 @@ Args base_args(const PreparedActivation& x, const ExpertTable& t, const MoeGroup
     Args a{};
     a.scale_kind = int(t.scale_kind);
     a.src = source_of(x);
-    if (g) {
-        a.active = g->active;
-        a.n_active = g->n_active;
-        a.count = g->expert_count;
-        a.offset = g->expert_offset;
-        a.slot_token = g->slot_token;
-        a.slot_weight = g->slot_weight;
-    }
+    set_grouping(a, g);
     a.dense_m = M;
     return a;
 }

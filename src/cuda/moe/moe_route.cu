@@ -152,8 +152,7 @@ __global__ void route_kernel(const float* __restrict__ logits, int64_t M, int E,
 // Counts per expert (shared atomics), then offsets, the ascending active list and (act tiles attached) the list of
 // 16-token tiles by a block-wide exclusive scan over the experts (one expert per thread and pass; was a serial loop
 // in thread 0: ~256 dependent global stores per MoE layer on the decode critical path), then slots in pair order
-// per expert (atomic cursor: slot order inside an
-// expert does not affect any result).
+// per expert (atomic cursor: slot order inside an expert does not affect any result).
 // Latency: the scan's cross-warp step was a serial loop over the lower warps' sums (up to 31 dependent shared
 // loads per thread), then a barrier, thread 0's serial carry loop and another barrier per pass. Now each lane
 // reads one warp's sum and one warp reduction (__reduce_add_sync) gives both the thread's prefix and the pass

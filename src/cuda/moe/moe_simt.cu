@@ -148,14 +148,7 @@ void launch(const ExpertCall& c, Args a, cudaStream_t stream) {
     a.xs = c.x.scales;
     a.x_ld = c.x.k_pad;
     a.xs_ld = c.x.k_pad / 128;
-    if (c.grouping) {
-        a.active = c.grouping->active;
-        a.n_active = c.grouping->n_active;
-        a.count = c.grouping->expert_count;
-        a.offset = c.grouping->expert_offset;
-        a.slot_token = c.grouping->slot_token;
-        a.slot_weight = c.grouping->slot_weight;
-    }
+    set_grouping(a, c.grouping);
     a.chunk_cols = chunk_columns(t.kind, 1, a.K);
     const size_t smem = smem_bytes(t.kind, 1, a.chunk_cols);
     const int64_t slots = c.grouping ? std::min<int64_t>(c.grouping->E, c.M * c.top_k) : 1;

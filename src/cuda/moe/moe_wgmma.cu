@@ -9,15 +9,15 @@
 //     bulk copy per stage brings them next to the weights. Columns past the expert's token count are zero. An
 //     expert with c tokens has ceil(c / 16) tiles (the grouping lists them: MoeGrouping::tile_expert), so any
 //     token count fits; at 8-16 decode sequences every active expert has one.
-//   - Persistent CTAs of one warpgroup (128 threads, three per SM). Item = (tile, 64 rows of w1 and the
-//     same 64 rows of w3) for the up-projection, (tile, 128 rows of w2) for the down-projection: two
-//     64-row "parts" either way. An expert's second tile streams the same weights again; round robin hands the
-//     two tiles' items to CTAs that run at about the same time, so the repeat mostly comes from L2. A stage = 128 weight rows x 128 bytes (256 FP4 weights per row) + the B tile of
-//     those 256 k (4 KB) + 2 x 16 activation scales; the weight rows move by per-lane 16-byte cp.async (8 lanes per
-//     row, 4 rows per warp instruction), thread 0 bulk-copies the B tile and scales, all completing on the stage's
-//     mbarrier (count 1 + threads). Three stages per CTA, refilled across items. One cp.async.bulk per weight row
-//     was issued by ptxas one lane at a time (ELECT / R2UR / UBLKCP loop, ~256 of ~650 instructions per warp and
-//     stage): the per-lane form measured C=16 15.16 -> 13.89 ms end to end (docs/perf-log).
+//   - Persistent CTAs of one warpgroup (128 threads, three per SM). Item = (tile, 64 rows of w1 and the same 64 rows of
+//     w3) for the up-projection, (tile, 128 rows of w2) for the down-projection: two 64-row "parts" either way. An
+//     expert's second tile streams the same weights again; round robin hands the two tiles' items to CTAs that run at
+//     about the same time, so the repeat mostly comes from L2. A stage = 128 weight rows x 128 bytes (256 FP4 weights
+//     per row) + the B tile of those 256 k (4 KB) + 2 x 16 activation scales; the weight rows move by per-lane 16-byte
+//     cp.async (8 lanes per row, 4 rows per warp instruction), thread 0 bulk-copies the B tile and scales, all
+//     completing on the stage's mbarrier (count 1 + threads). Three stages per CTA, refilled across items. One
+//     cp.async.bulk per weight row was issued by ptxas one lane at a time (ELECT / R2UR / UBLKCP loop, ~256 of ~650
+//     instructions per warp and stage): the per-lane form measured C=16 15.16 -> 13.89 ms end to end (docs/perf-log).
 //   - FP4 -> e4m3 by bit moves (bulk_copy.cuh fp4x8_to_e4m3, FP4 value x 2^-6): one 32-bit word per row and
 //     k-step per thread gives the even weights (a0 / a1) and the odd ones (a2 / a3), so the logical k order of a
 //     step is phys {0,2,..,30} then {1,3,..,31} within each 8-weight group; pack_tiles_kernel writes the B tile in
@@ -472,9 +472,10 @@ bool balanced(bool up, const KernelPolicy& policy) {
     return policy.moe_wgmma_balance == 2 || (policy.moe_wgmma_balance == 1 && up);
 }
 
+// max_tiles: the worst grouping's 16-token tiles for the call (tiles_for), the grid's and the pack's size.
 template <bool UP>
-void launch(Args a, const MoeGrouping& g, int64_t M, int top_k, const KernelPolicy& policy, cudaStream_t stream) {
-    a.max_tiles = int(moe_act_tiles_needed(g.E, M * top_k));
+void launch(Args a, const MoeGrouping& g, int max_tiles, const KernelPolicy& policy, cudaStream_t stream) {
+    a.max_tiles = max_tiles;
     a.tiles = g.act_tiles;
     a.tile_scales = g.act_tile_scales;
     a.tile_expert = g.tile_expert;
@@ -494,6 +495,8 @@ void launch(Args a, const MoeGrouping& g, int64_t M, int top_k, const KernelPoli
     launch_pdl(UP ? "moe_wgmma expert_kernel<up>" : "moe_wgmma expert_kernel<down>", kernel, dim3(unsigned(ctas)),
                dim3(kThreads), kSmemBytes, stream, a);
 }
+
+int tiles_for(const ExpertCall& c) { return int(moe_act_tiles_needed(c.grouping->E, c.M * c.top_k)); }
 
 bool prepared_release(const PreparedActivation& x) {
     return !x.raw && x.numerics == ActNumerics::FP8_BLOCK128 && x.layout == WeightKind::FP4_BLOCK32 &&
@@ -530,24 +533,26 @@ void up(const ExpertCall& c, const KernelPolicy& policy, float swiglu_limit, Pre
         cudaStream_t stream) {
     const ExpertTable& t = c.t;
     const MoeGrouping& g = *c.grouping;
-    pack(c.x, g, int(moe_act_tiles_needed(g.E, c.M * c.top_k)), g.slot_token, stream);
+    const int max_tiles = tiles_for(c);
+    pack(c.x, g, max_tiles, g.slot_token, stream);
     Args a{};
     set_projection(a, t, true);
     a.limit = swiglu_limit;
     a.h = h.values;
     a.h_ld = h.k_pad;
-    launch<true>(a, g, c.M, c.top_k, policy, stream);
+    launch<true>(a, g, max_tiles, policy, stream);
     gemv_experts::quantize_h(h, t, &g, ActNumerics::FP8_BLOCK128, stream);
 }
 
 void down(const ExpertCall& c, const KernelPolicy& policy, float* y, cudaStream_t stream) {
     const ExpertTable& t = c.t;
     const MoeGrouping& g = *c.grouping;
-    pack(c.x, g, int(moe_act_tiles_needed(g.E, c.M * c.top_k)), nullptr, stream);
+    const int max_tiles = tiles_for(c);
+    pack(c.x, g, max_tiles, nullptr, stream);
     Args a{};
     set_projection(a, t, false);
     a.y = y;
-    launch<false>(a, g, c.M, c.top_k, policy, stream);
+    launch<false>(a, g, max_tiles, policy, stream);
 }
 
 }  // namespace flashseek::cuda::wgmma_experts

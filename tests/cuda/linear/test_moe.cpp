@@ -822,7 +822,8 @@ TEST(ExpertFamily, DownOneHotPicksWeightColumn) {
 // What choose_experts() takes with the default policy (docs/perf.md, kernel choice) for a V4-Flash-like layer: the
 // GEMV at 1-7 tokens; from 8 to 16 tokens the wgmma experts where they exist, else the bulk-copy experts on sm_90+;
 // routed experts past 16 tokens on the wgmma experts or the GEMV, then the tile experts from a prepared input or
-// the grouped GEMMs from raw input; the element-wise fallback off the 128 grid. The calls point at fake, aligned addresses: choosing touches no memory.
+// the grouped GEMMs from raw input; the element-wise fallback off the 128 grid. The calls point at fake, aligned
+// addresses: choosing touches no memory.
 TEST(ExpertChoice, DefaultRules) {
     const bool wgmma = cuda::wgmma_usable();
     const bool sm90 = cuda::current_arch().cc >= 90;
