@@ -1,46 +1,54 @@
-// Grouped FP4 expert GEMMs on sm_90a (moe_gemm.cuh): the dense FP8 GEMM design of gemm/gemm_sm90.cu (TMA,
-// warp specialization, wgmma m64n128k32, per-128-K fp32 promotion, persistent CTAs) over the per-expert slot groups
-// of a MoeGrouping, with the FP4 weights expanded to e4m3 in shared memory. Our own kernel (not CUTLASS) for the
-// reasons given in gemm_sm90.cu, and because the weight expansion with per-32 scale folding and the SwiGLU /
-// routing-weight epilogue are specific to this checkpoint format.
+// Grouped FP4 expert GEMMs on sm_90a (moe_gemm.cuh; tiles of grouped_gemm_common.cuh), with the weights as the
+// register operand of wgmma. A tile's weight rows are the M side (two math warpgroups x 64 rows), its 128 slot rows
+// the N side (TMA, 128-byte swizzle, read by both warpgroups from shared memory). Our own kernel, not CUTLASS: the
+// FP4 conversion with per-32 scale folding into the register fragment and the SwiGLU / act_quant epilogue are
+// specific to this checkpoint format.
+// Why the weights go through registers: the earlier form expanded every FP4 weight into an e4m3 tile in shared
+// memory on one producer warpgroup and both math warpgroups read it back as a descriptor operand. Nsight Compute put
+// its 128-K stage at ~2,600 cycles against ~700 of tensor work (the math warps waited on one expanding warp per
+// scheduler; 48 KB of shared-memory traffic per stage for the expanded tile). Here every math thread converts only
+// its own fragment (rows g and g + 8 of its warp, 64 values per stage) straight from the packed bytes while its
+// warpgroup's previous wgmma runs. Measured on the H200 (docs/perf-log/2026-12-02_register-operand-experts.md): a
+// 4,096-token prefill pass's up-projection 3.61 -> 2.63 ms, down 1.76 -> 1.20 ms.
 // Design:
-//   - Tiles of grouped_gemm_common.cuh. Up-projection: a tile is one 128-column block of h, computed as two
-//     sub-tiles whose weight rows 0..63 are w1 rows i0..i0+63 and rows 64..127 the same rows of w3 (i0 = the
-//     block's first column, + 64 for the second), so gate and up of an h column meet in one thread (accumulator
-//     columns j and j + 64); the first half's h values wait in registers, then each row's 128 values (a thread
-//     quad) are quantized together: the epilogue writes the down-projection's act_quant input directly
-//     (gemm/fp8_quant.cuh, identical to quantize_fp8_activation of the bf16 h). Down-projection: 128 rows of w2.
-//   - Producer warpgroup (128 threads, 56 registers): producer thread r owns weight row r of every B tile. It keeps
-//     its row's FP4 bytes (four 16-byte cp.async per stage) and E8M0 scales (one 4-byte cp.async) kRawSlots - 1
-//     stages ahead in a thread-private ring (cp.async groups: weights live in per-expert allocations, no tensor map
-//     per expert), and for the stage at hand expands them into the stage's 128-byte-swizzled e4m3 B tile and its
-//     promotion scale, fence.proxy.async, then arrives on the stage's full barrier (count 1 + 128); thread 0 also
-//     loads the A tile (gathered act_quant codes of the tile's slots, TMA, 128-byte swizzle) and its 128 scales
-//     (TMA, a box of 132 from the 4-aligned row at or below the tile's first: see kScaleBox) with expect_tx.
-//     The expansion sits in the producer because the math warps were issue-bound with it (Nsight Compute at 64
-//     decode sequences: 0.36 issued warps per scheduler, the scale loads and the expansion's PRMT / LOP3 on the
-//     critical path of every stage, the producer warps idle on their empty barriers). That gained only ~10%: now
-//     the math warps wait on the full barrier (31% of the stall samples) for the expansion's instruction chain on
-//     one producer warp per scheduler, which is the next thing to make cheaper (docs/perf.md §1.2, perf-log).
-//   - Math warpgroups (2 x 128 threads, 224 registers), per stage: wait for the full barrier, four wgmma
-//     m64n128k32 (each warpgroup 64 slot rows), wait, fp32 promotion acc * sa[row] * sc[column], free the stage.
-//   - Expansion and scale folding: moe/fp4_expand.cuh.
-//   - Epilogue: up: h = bf16(silu(min(bf16 g, L)) * clamp(bf16 u) * weight[slot]) -> e4m3 codes and the row's
-//     block scale; down: fp32 pairs.
-//     Rows past the expert's count are not stored (the A rows there belong to the next expert or are zeros).
+//   - Producer warpgroup (128 threads, 56 registers). Warps 8-9 issue: thread i copies raw rows i and i + 64 of a
+//     stage (four 16-byte cp.async of packed FP4 and one 4-byte cp.async of the four E8M0 scales per row) into its
+//     slot as soon as the math warps free it, and arrives on the stage's landed barrier through
+//     cp.async.mbarrier.arrive; thread 0 also loads the stage's slot tile and activation scales by TMA (expect_tx on
+//     the full barrier). Warps 10-11 finish: thread i waits for the landed barrier, then per row the 128-K block's
+//     reference exponent (the largest of its four scales), the row's promotion scale and per 32-group the 8-entry
+//     e4m3 magnitude table (group_table below), and arrives on the full barrier (count 1 + 64). Issuing never waits
+//     for data: every free slot has its copies in flight. (With the finishing done by the issuing threads a few
+//     stages later, a stage could be finished only after a later one was issued, which needed the math warps to
+//     free a slot: the pipeline ran about one stage deep and the kernel was slower than the earlier form.)
+//   - Math warpgroups (2 x 128 threads, 224 registers). Up-projection: a tile is one 128-column block of h in two
+//     sub-tiles of 64 columns; warp q of warpgroup w holds h column c = 32w + 8q + g of the sub-tile as fragment
+//     row g (its w1 row) and row g + 8 (its w3 row), so gate and up of (c, slot) meet in one thread. Down: 128 w2
+//     rows, warpgroup w rows 64w... Per stage: convert the next stage's fragment (per 4 values: a 16-bit load, the
+//     table lookup and the signs, codes4 below) while this stage's four m64n128k32 wgmma run; wait, promote
+//     fin += acc * a_scale[slot] * w_scale[row] (fp32), free the stage, issue the next stage's wgmma.
+//   - Epilogue: down: fp32 rows per slot. Up: h = bf16(silu(min(bf16 g, L)) * clamp(bf16 u) * weight[slot]) into a
+//     shared staging block (128 slots x 128 columns, bf16) over both sub-tiles, then each pair of math threads
+//     quantizes one slot's 128 values (the down-projection's act_quant input) and stores them coalesced. Slots past
+//     the expert's count are not stored.
+// Numerics: moe_gemm.cuh's scale folding with one reference per (row, 128-K block) — the codes and promotion
+// products of the earlier form, the same per-slot arithmetic whatever the grouping. One reference per row (no
+// per-stage row-scale products) measured slower: the finisher's scan of each row's K / 32 scales at every sub-tile
+// cost more than the products saved.
+// compute-sanitizer: memcheck clean; racecheck reports the mbarrier-ordered hand-offs (cp.async -> landed ->
+// finisher -> full -> math, and back through empty) as hazards, as it did for the earlier form: it does not follow
+// mbarrier phases.
 #include <cuda.h>
-
-#include <algorithm>
 
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/smem.cuh"
-#include "cuda/gemm/tensor_map.h"
-#include "cuda/gemm/tma.cuh"
 #include "cuda/gemm/fp8_quant.cuh"
 #include "cuda/gemm/mma_tile.cuh"
+#include "cuda/gemm/tensor_map.h"
+#include "cuda/gemm/tma.cuh"
 #include "cuda/gemm/wgmma_ss.cuh"
 #include "cuda/moe/fp4_expand.cuh"
 #include "cuda/moe/grouped_gemm_common.cuh"
@@ -48,78 +56,145 @@
 namespace flashseek::cuda::grouped_gemm {
 namespace {
 
-constexpr int kThreads = 384;
-constexpr int kBM = kBlockM, kBN = kBlockN;
-constexpr int kStages = 4;               // A tiles, expanded B tiles, their scales: what the math warps consume
-constexpr int kRawSlots = 8;             // the producer's FP4 ring: kRawSlots - 1 stages of weights in flight
-constexpr int kATile = kBM * 128;       // e4m3 codes, 128 K per stage
-constexpr int kRawTile = kBN * 64;      // packed FP4, 128 K per stage (thread r's 64 bytes at 64 r, chunks swizzled)
-constexpr int kRawScales = kBN * 4;     // the E8M0 scales of a stage, 4 bytes per weight row
-// The A scales of a stage: one TMA box of kScaleBox floats from the 4-aligned row at or below the tile's first
-// row. A tensor copy's start in the innermost dimension must be 16-byte aligned (4 floats); an expert's first slot
-// can be any row, and a box starting there is an illegal instruction on the H200 (the first GPU run: every
-// MoeGemm test died at this load). The tile's rows are then at offset row0 % 4 inside the box.
+constexpr int kMathThreads = 256;             // two math warpgroups (warps 0-7)
+constexpr int kThreads = kMathThreads + 128;  // + the producer warpgroup (its registers go to the math warps)
+constexpr int kBM = kBlockM, kBN = kBlockN;  // slot rows, weight rows per tile
+constexpr int kStages = 6;
+
+constexpr int kATile = kBM * 128;    // slot codes, 128 K
+constexpr int kRawTile = kBN * 64;   // packed FP4, 128 K per row
+constexpr int kRawScales = kBN * 4;  // E8M0, 4 per row
+constexpr int kTables = kBN * 4 * 8;  // per row and 32-group: the magnitude table (two words)
+// The activation scales of a stage: one TMA box of kScaleBox floats from the 4-aligned row at or below the tile's
+// first row. A tensor copy's start in the innermost dimension must be 16-byte aligned (4 floats); an expert's first
+// slot can be any row, and a box starting there is an illegal instruction on the H200. The tile's slots are then at
+// offset first % 4 inside the box.
 constexpr int kScaleBox = kBM + 4;
-constexpr int kScaleBytes = kScaleBox * 4;                                    // 528: a multiple of 16
-constexpr int kScaleStride = (kScaleBytes + 127) / 128 * 128;                 // stage stride (128-byte aligned boxes)
-constexpr int kBTile = kBN * 128;                                             // expanded e4m3
-constexpr size_t kBOffset = size_t(kStages) * kATile;                        // kStages expanded B tiles
-constexpr size_t kRawOffset = kBOffset + size_t(kStages) * kBTile;
-constexpr size_t kRawScaleOffset = kRawOffset + size_t(kRawSlots) * kRawTile;
-constexpr size_t kSaOffset = kRawScaleOffset + size_t(kRawSlots) * kRawScales;
-constexpr size_t kColScaleOffset = kSaOffset + size_t(kStages) * kScaleStride;  // kStages x 128 floats
-constexpr size_t kBarrierOffset = kColScaleOffset + size_t(kStages) * kBN * 4;
-constexpr size_t kPrefixOffset = kBarrierOffset + 2 * kStages * 8;           // (E + 1) ints
-constexpr size_t kSmemBytes = kPrefixOffset + (kMaxExperts + 1) * 4 + 1024;  // + alignment slack
-static_assert(kATile % 1024 == 0 && kBOffset % 1024 == 0 && kBTile % 1024 == 0, "swizzled tiles 1024-aligned");
-static_assert(kRawOffset % 128 == 0 && kSaOffset % 128 == 0 && kScaleStride % 128 == 0, "TMA / cp.async alignment");
+constexpr int kScaleBytes = kScaleBox * 4;
+constexpr int kScaleStride = (kScaleBytes + 127) / 128 * 128;
+constexpr int kStagingPitch = 128 + 8;  // bf16 per staged slot row: + 16 bytes against bank conflicts
+constexpr size_t kRawOffset = size_t(kStages) * kATile;
+constexpr size_t kRawScaleOffset = kRawOffset + size_t(kStages) * kRawTile;
+constexpr size_t kTableOffset = kRawScaleOffset + size_t(kStages) * kRawScales;
+constexpr size_t kSaOffset = kTableOffset + size_t(kStages) * kTables;
+constexpr size_t kRowScaleOffset = kSaOffset + size_t(kStages) * kScaleStride;
+constexpr size_t kStagingOffset = kRowScaleOffset + size_t(kStages) * kBN * 4;
+constexpr size_t kBarrierOffset = kStagingOffset + size_t(kBM) * kStagingPitch * 2;
+constexpr size_t kPrefixOffset = kBarrierOffset + 3 * kStages * 8;
+constexpr size_t kSmemBytes = kPrefixOffset + (kMaxExperts + 1) * 4 + 1024;
+static_assert(kATile % 1024 == 0 && kRawOffset % 1024 == 0, "swizzled slot tiles 1024-aligned");
+static_assert(kTableOffset % 16 == 0 && kSaOffset % 128 == 0 && kStagingOffset % 16 == 0, "alignment");
 static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm_90 CTA");
 
 struct GroupedParams {
     CUtensorMap map_a, map_sa;
-    const void* const* w_a;  // up: w1, down: w2
+    const void* const* w_a;
     const void* const* s_a;
-    const void* const* w_b;  // up: w3, down: unused
+    const void* const* w_b;
     const void* const* s_b;
     const int32_t* count;
     const int32_t* offset;
     int E;
-    int K;         // weights per row (hidden for up, inter for down)
-    int n_blocks;  // tiles along the output columns: inter / 128 (up: h blocks) or hidden / 128 (down)
+    int K;
+    int n_blocks;
     const float* slot_weight;
     float limit;
-    uint8_t* h_codes;  // up: act_quant of h, [slots, ldo] codes
-    float* h_scales;   // ... and [inter / 128, h_scales_ld] scales
+    uint8_t* h_codes;
+    float* h_scales;
     int64_t h_scales_ld;
-    float* y;          // down: fp32 [slots, ldo]
+    float* y;
     int64_t ldo;
 };
 
 #if FS_WGMMA_AVAILABLE
-constexpr int kMathThreads = 256;
 
 using bulk::cp_async_16;
-using bulk::fence_proxy_async;
 using bulk::mbar_expect_tx;
 using bulk::mbar_init_count;
 using bulk::mbar_init_fence;
 using bulk::mbar_wait;
 using bulk::smem_u32;
+using mma_tile::cp_async_commit;
 
-// 4 bytes global -> shared (cp.async.ca; src and dst 4-byte aligned: a row's E8M0 scales are K / 32 bytes, a multiple
-// of 4 since K is a multiple of 128).
 __device__ __forceinline__ void cp_async_4(void* dst, const void* src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
 }
-using mma_tile::cp_async_commit;
-using mma_tile::cp_async_wait;
+// Lane 0 of the warp arrives on the mbarrier, predicated inside one instruction: a branch on the lane there made
+// ptxas serialize every wgmma of the kernel (C7518, "WG.DP in divergent path").
+__device__ __forceinline__ void mbar_arrive_lane0(uint64_t* b, int lane) {
+    asm volatile("{\n .reg .pred p;\n setp.eq.s32 p, %1, 0;\n @p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(
+                     smem_u32(b)),
+                 "r"(lane)
+                 : "memory");
+}
+// Shared-memory loads at 32-bit shared addresses (computed once per stage and slot, no 64-bit generic pointers).
+__device__ __forceinline__ uint32_t lds_u16(uint32_t a) {
+    uint16_t v;
+    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint32_t lds_u32(uint32_t a) {
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint2 lds_u64(uint32_t a) {
+    uint2 v;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ float lds_f32(uint32_t a) {
+    float v;
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint4 lds_u128(uint32_t a) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+    return v;
+}
+// Named barrier of the two math warpgroups (id 1; 0 is __syncthreads).
+__device__ __forceinline__ void math_sync() { asm volatile("bar.sync 1, 256;" ::: "memory"); }
 
-// Chunk c (16 bytes) of producer thread r's 64 raw bytes in a raw slot: chunks rotated by (r / 2) % 4 so that the
-// eight threads of a 16-byte shared-memory phase (rows r..r+7, 64 bytes apart) hit eight different bank quads.
+// Chunk c of raw row r: chunks rotated by (r / 2) % 4 (the producer's 16-byte copies and the math threads' 2-byte
+// reads, eight rows per warp instruction, both spread over the banks).
 __device__ __forceinline__ int raw_chunk_offset(int r, int c) { return 64 * r + 16 * (c ^ ((r >> 1) & 3)); }
 
-// The CTA's tile i (tiles blockIdx.x, blockIdx.x + gridDim.x, ...), the last one looked up kept: stage j of the CTA
-// is k-block j % KB of sub-tile (j / KB) % kSubTiles of its tile j / (KB * kSubTiles).
+// d (64 x 128 fp32) (+)= A (64 x 32 e4m3, registers) * B (128 slots x 32, K-major 128B-swizzled descriptor).
+__device__ __forceinline__ void mma_rs_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
+                                            uint32_t accumulate) {
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" FS_WGMMA_REGS64
+                 "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+                 : FS_WGMMA_ACC64(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+
+// The magnitude table of a 32-group stored x 2^(6 + d) (d = its exponent - the block's reference, <= 0): the d = 0
+// codes {0, 0x60, 0x68, 0x6c | 0x70, 0x74, 0x78, 0x7c} with every non-zero exponent field lowered by -d while the
+// smallest (0.5 x 2^(6 + d)) stays normal, else the exact conversions of fp4_expand::magnitude_table.
+__device__ __forceinline__ uint2 group_table(int d) {
+    if (d >= -11) {
+        const uint32_t k = uint32_t(-d);
+        return make_uint2(0x6C686000u - k * 0x08080800u, 0x7C787470u - k * 0x08080808u);
+    }
+    uint32_t lo, hi;
+    fp4_expand::magnitude_table(d, lo, hi);
+    return make_uint2(lo, hi);
+}
+
+// e4m3 codes of four e2m1 values (element j in bits 4j..4j+3 of the low 16 bits of h) through a group's table: the
+// magnitudes by one byte_perm over the table; the signs by a second byte_perm whose selectors are the raw nibbles,
+// over bytes 0x80: a nibble with its sign bit set selects in sign-replicate mode (0xff), a positive one 0x80, so
+// bit 0 of each byte is the sign, moved to bit 7.
+// (PTX prmt: __byte_perm masks its selectors to three bits, which drops the sign-replicate mode.)
+__device__ __forceinline__ uint32_t codes4(uint32_t h, uint2 t) {
+    const uint32_t mag = __byte_perm(t.x, t.y, h & 0x7777u);
+    uint32_t sgn;
+    asm("prmt.b32 %0, %1, %1, %2;" : "=r"(sgn) : "r"(0x80808080u), "r"(h));
+    return mag | ((sgn << 7) & 0x80808080u);
+}
+
 struct TileCursor {
     int cached = -1, e = 0, mb = 0, nb = 0;
     __device__ __forceinline__ void seek(int i, const int* prefix, const GroupedParams& p) {
@@ -133,17 +208,19 @@ struct TileCursor {
 template <bool UP>
 __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_constant__ GroupedParams p) {
 #if FS_WGMMA_AVAILABLE
-    constexpr int kSubTiles = UP ? 2 : 1;  // up: two 64-column halves of a 128-column block of h
+    constexpr int kSubTiles = UP ? 2 : 1;
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     unsigned char* const a_tiles = smem;
-    unsigned char* const b_tiles = smem + kBOffset;
     unsigned char* const raw_tiles = smem + kRawOffset;
     uint32_t* const raw_scales = reinterpret_cast<uint32_t*>(smem + kRawScaleOffset);
+    uint2* const tables = reinterpret_cast<uint2*>(smem + kTableOffset);
     float* const a_scales = reinterpret_cast<float*>(smem + kSaOffset);
-    float* const col_scales = reinterpret_cast<float*>(smem + kColScaleOffset);
+    float* const row_scales = reinterpret_cast<float*>(smem + kRowScaleOffset);
+    uint16_t* const staging = reinterpret_cast<uint16_t*>(smem + kStagingOffset);
     uint64_t* const full = reinterpret_cast<uint64_t*>(smem + kBarrierOffset);
     uint64_t* const empty = full + kStages;
+    uint64_t* const landed = empty + kStages;
     int* const prefix = reinterpret_cast<int*>(smem + kPrefixOffset);
 
     const int tid = threadIdx.x, lane = tid & 31;
@@ -152,193 +229,259 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
         tma::prefetch_map(&p.map_sa);
 #pragma unroll 1
         for (int s = 0; s < kStages; ++s) {
-            mbar_init_count(&full[s], 1 + 128);  // thread 0's expect_tx + every producer thread's expanded row
+            mbar_init_count(&full[s], 1 + 64);  // the issuer's expect_tx + the 64 finishers
             mbar_init_count(&empty[s], kMathThreads / 32);
+            mbar_init_count(&landed[s], 64);    // the issuers' cp.async arrivals
         }
         mbar_init_fence();
     }
-    pdl_wait();  // the counts come from the grouping kernel, A from act_quant
+    pdl_wait();
     pdl_trigger();
     if (tid < 32) block_prefix(p.count, p.E, prefix, lane);
     __syncthreads();
     const int tiles = prefix[p.E] * p.n_blocks;
     const int KB = p.K / 128;
 
-    if (tid < 128) {  // producer warpgroup: thread tid owns row tid of every B tile
-        // setmaxnreg.inc waits until the CTA's own warps have released what it asks for: 128 x (168 - 56) = 256 x
-        // (224 - 168) registers exactly (64 / 224 hung every launch on the H200: 1,024 registers short).
+    if (tid >= kMathThreads) {  // producer warpgroup
         tma::release_registers<56>();
         const int per_tile = kSubTiles * KB;
         const int my_tiles = int(blockIdx.x) < tiles ? (tiles - 1 - int(blockIdx.x)) / int(gridDim.x) + 1 : 0;
         const int n_stages = my_tiles * per_tile;
-        TileCursor load_walk, expand_walk;
-        // This thread's weight row and its scales at stage j: up: w1 (tid < 64) or w3 row nb * 128 + 64 * sub +
-        // tid % 64; down: w2 row nb * 128 + tid.
-        auto issue = [&](int j) {
-            const int i = j / per_tile, r = j - i * per_tile, sub = r / KB, kb = r - sub * KB;
-            load_walk.seek(i, prefix, p);
-            const int e = load_walk.e, nb = load_walk.nb;
-            const int wrow = UP ? nb * 128 + 64 * sub + (tid & 63) : nb * kBN + tid;
-            const bool second = UP && tid >= 64;
-            const unsigned char* w = static_cast<const unsigned char*>(second ? p.w_b[e] : p.w_a[e]) +
-                                     int64_t(wrow) * (p.K / 2) + kb * 64;
-            const unsigned char* sc = static_cast<const unsigned char*>(second ? p.s_b[e] : p.s_a[e]) +
-                                      int64_t(wrow) * (p.K / 32) + kb * 4;
-            const int slot = j % kRawSlots;
-            unsigned char* dst = raw_tiles + size_t(slot) * kRawTile;
-#pragma unroll
-            for (int c = 0; c < 4; ++c) cp_async_16(dst + raw_chunk_offset(tid, c), w + 16 * c);
-            cp_async_4(raw_scales + slot * kBN + tid, sc);
+        // Warps 8-9 issue: thread i copies raw rows i and i + 64 of every stage into its slot once the math warps
+        // freed it, and the stage's landed barrier fires when all their copies are in. Warps 10-11 finish: thread
+        // i waits for the landed barrier and makes the tables and promotion scales of the same rows. Issuing never
+        // waits for data, so every free slot has its copies in flight.
+        const int ptid = tid - kMathThreads;
+        const bool issuer = ptid < 64;
+        const int i0 = ptid & 63;
+        // Raw row i0 + 64 h of stage j's tile: weight row, which matrix (up: w1 for h = 0, w3 for h = 1).
+        auto weight_row = [&](const TileCursor& w, int sub, int h) {
+            return UP ? w.nb * 128 + 64 * sub + i0 : w.nb * kBN + i0 + 64 * h;
         };
-        for (int j = 0; j < kRawSlots - 1; ++j) {
-            if (j < n_stages) issue(j);
-            cp_async_commit();  // empty groups too: the wait below counts groups
-        }
-        int s = 0;
-        uint32_t phase = 0;
-        for (int j = 0; j < n_stages; ++j) {
-            if (j + kRawSlots - 1 < n_stages) issue(j + kRawSlots - 1);  // into the slot stage j - 1 freed
-            cp_async_commit();
-            cp_async_wait<kRawSlots - 1>();  // this thread's copies of stage j have landed
-            const int i = j / per_tile;
-            expand_walk.seek(i, prefix, p);
-            mbar_wait(&empty[s], phase ^ 1);
-            if (tid == 0) {
-                const int row0 = p.offset[expand_walk.e] + expand_walk.mb * kBM;  // first slot row of the tile
-                const int kb = (j - i * per_tile) % KB;
-                mbar_expect_tx(&full[s], kATile + kScaleBytes);
-                tma::load_2d(a_tiles + size_t(s) * kATile, &p.map_a, kb * 128, row0, &full[s]);
-                tma::load_2d(a_scales + s * (kScaleStride / 4), &p.map_sa, row0 & ~3, kb, &full[s]);
-            }
-            const int slot = j % kRawSlots;
-            const unsigned char* raw = raw_tiles + size_t(slot) * kRawTile;
-            const uint32_t scales4 = raw_scales[slot * kBN + tid];
-            const int ref = fp4_expand::reference_exponent(scales4);
-            unsigned char* btile = b_tiles + size_t(s) * kBTile;
+        if (issuer) {
+            TileCursor walk;
+            for (int j = 0; j < n_stages; ++j) {
+                const int s = j % kStages;
+                mbar_wait(&empty[s], ((j / kStages) & 1) ^ 1);
+                const int it = j / per_tile, r = j - it * per_tile, sub = r / KB, kb = r - sub * KB;
+                walk.seek(it, prefix, p);
+                const int e = walk.e;
+                unsigned char* dst = raw_tiles + size_t(s) * kRawTile;
 #pragma unroll
-            for (int g = 0; g < 4; ++g)
-                fp4_expand::expand_group(*reinterpret_cast<const uint4*>(raw + raw_chunk_offset(tid, g)), btile, tid, g,
-                                         scales4, ref);
-            col_scales[s * kBN + tid] = fp4_expand::column_scale(ref);
-            fence_proxy_async();  // the expanded tile (generic stores) is read by wgmma (async proxy)
-            tma::mbar_arrive(&full[s]);
-            if (++s == kStages) {
-                s = 0;
-                phase ^= 1;
+                for (int h = 0; h < 2; ++h) {
+                    const int row = i0 + 64 * h, wrow = weight_row(walk, sub, h);
+                    const bool second = UP && h == 1;
+                    const unsigned char* w = static_cast<const unsigned char*>(second ? p.w_b[e] : p.w_a[e]) +
+                                             int64_t(wrow) * (p.K / 2) + kb * 64;
+                    const unsigned char* sc = static_cast<const unsigned char*>(second ? p.s_b[e] : p.s_a[e]) +
+                                              int64_t(wrow) * (p.K / 32) + kb * 4;
+#pragma unroll
+                    for (int c = 0; c < 4; ++c) cp_async_16(dst + raw_chunk_offset(row, c), w + 16 * c);
+                    cp_async_4(raw_scales + s * kBN + row, sc);
+                }
+                bulk::cp_async_mbar_arrive(&landed[s]);
+                if (ptid == 0) {
+                    const int row0 = p.offset[e] + walk.mb * kBM;
+                    mbar_expect_tx(&full[s], kATile + kScaleBytes);
+                    tma::load_2d(a_tiles + size_t(s) * kATile, &p.map_a, kb * 128, row0, &full[s]);
+                    tma::load_2d(a_scales + s * (kScaleStride / 4), &p.map_sa, row0 & ~3, kb, &full[s]);
+                }
+            }
+            asm volatile("cp.async.wait_all;" ::: "memory");
+        } else {
+            for (int j = 0; j < n_stages; ++j) {
+                const int s = j % kStages;
+                mbar_wait(&landed[s], (j / kStages) & 1);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = i0 + 64 * h;
+                    const uint32_t scales4 = lds_u32(smem_u32(raw_scales + s * kBN + row));
+                    const int rf = fp4_expand::reference_exponent(scales4);
+                    uint2* t = tables + (s * kBN + row) * 4;
+#pragma unroll
+                    for (int g = 0; g < 4; ++g) t[g] = group_table(int((scales4 >> (8 * g)) & 0xffu) - rf);
+                    row_scales[s * kBN + row] = fp4_expand::column_scale(rf);
+                }
+                tma::mbar_arrive(&full[s]);
             }
         }
-        asm volatile("cp.async.wait_all;" ::: "memory");  // no thread leaves with copies in flight
         return;
     }
 
     tma::claim_registers<224>();
-    const int m_tid = tid - 128;                 // 0..255
-    const int mw = m_tid / 128;                  // math warpgroup: slot rows 64 * mw ..
+    const int m_tid = tid;
+    const int mw = m_tid / 128;
     const int warp = (m_tid / 32) & 3, g = lane >> 2, t4 = lane & 3;
-    const int r0 = 64 * mw + 16 * warp + g;      // this thread's rows r0, r0 + 8 of the tile
+    // Raw rows of this thread's fragment rows g and g + 8: up: w1 and w3 of h column 32 mw + 8 warp + g; down: w2
+    // rows 64 mw + 16 warp + g, + 8.
+    const int row_g = UP ? 32 * mw + 8 * warp + g : 64 * mw + 16 * warp + g;
+    const int row_g8 = UP ? 64 + row_g : row_g + 8;
+    const int word = 2 * t4;  // the two packed bytes of k 4 t4 .. 4 t4 + 3 in a 16-k half
     float acc[64], fin[64];
-#pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+    uint32_t frag[2][4][4];  // [buffer][32-k step][a0..a3]
     int s = 0;
     uint32_t phase = 0;
-    float h0[2][16];  // up: sub-tile 0's h values (rows r0, r0 + 8; columns 8i + 2t4 + j) until sub-tile 1 is done
+
+    // Fragment of stage slot `st` (16 values per 32-k step).
+    const uint32_t raw_base = smem_u32(raw_tiles), table_base = smem_u32(tables);
+    const uint32_t sa_base = smem_u32(a_scales), wsc_base = smem_u32(row_scales);
+    auto convert = [&](int st, uint32_t (&f)[4][4]) {
+        const uint32_t raw = raw_base + uint32_t(st) * kRawTile + word;
+        const uint32_t tg = table_base + uint32_t(st * kBN + row_g) * 32;
+        const uint32_t tg8 = table_base + uint32_t(st * kBN + row_g8) * 32;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const uint2 ta = lds_u64(tg + 8 * k), tb = lds_u64(tg8 + 8 * k);
+            const uint32_t ca = raw + raw_chunk_offset(row_g, k), cb = raw + raw_chunk_offset(row_g8, k);
+            f[k][0] = codes4(lds_u16(ca), ta);
+            f[k][1] = codes4(lds_u16(cb), tb);
+            f[k][2] = codes4(lds_u16(ca + 8), ta);
+            f[k][3] = codes4(lds_u16(cb + 8), tb);
+        }
+    };
+    auto issue_mma = [&](int st, const uint32_t (&f)[4][4]) {
+        const uint32_t b_addr = smem_u32(a_tiles + size_t(st) * kATile);
+#pragma unroll
+        for (int i = 0; i < 64; ++i) wgmma::fence_operand(acc[i]);
+        wgmma::fence();
+#pragma unroll
+        for (int k = 0; k < 4; ++k) mma_rs_n128(acc, f[k], tma::sw128_descriptor(b_addr + 32 * k), k > 0 ? 1u : 0u);
+        wgmma::commit();
+#pragma unroll
+        for (int i = 0; i < 64; ++i) wgmma::fence_operand(acc[i]);
+    };
+    // Waits for the stage's wgmma, folds acc into fin, frees the stage.
+    auto promote = [&](int st, int first, uint32_t (&f)[4][4]) {
+        wgmma::wait<0>();
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) wgmma::fence_operand(f[k][q]);  // the A registers were live until here
+#pragma unroll
+        for (int i = 0; i < 64; ++i) wgmma::fence_operand(acc[i]);
+        const uint32_t sa = sa_base + uint32_t(st * kScaleStride) + 4 * uint32_t((first & 3) + 2 * t4);
+        const float wg = lds_f32(wsc_base + 4 * uint32_t(st * kBN + row_g));
+        const float wg8 = lds_f32(wsc_base + 4 * uint32_t(st * kBN + row_g8));
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            const float s0 = lds_f32(sa + 32 * i), s1 = lds_f32(sa + 32 * i + 4);
+            fin[4 * i + 0] = fmaf(acc[4 * i + 0], s0 * wg, fin[4 * i + 0]);
+            fin[4 * i + 1] = fmaf(acc[4 * i + 1], s1 * wg, fin[4 * i + 1]);
+            fin[4 * i + 2] = fmaf(acc[4 * i + 2], s0 * wg8, fin[4 * i + 2]);
+            fin[4 * i + 3] = fmaf(acc[4 * i + 3], s1 * wg8, fin[4 * i + 3]);
+        }
+        __syncwarp();
+        mbar_arrive_lane0(&empty[st], lane);
+    };
+    // The stage's tables, slot tile and (through the finishers' wait on landed) raw bytes.
+    auto wait_stage = [&]() { mbar_wait(&full[s], phase); };
+    auto advance = [&]() {
+        if (++s == kStages) {
+            s = 0;
+            phase ^= 1;
+        }
+    };
+
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         int e, mb, nb;
         tile_of(t, prefix, p.E, p.n_blocks, e, mb, nb);
         const int count = p.count[e], first = p.offset[e] + mb * kBM;
-        const int sa_row = (first & 3) + r0;  // row r0 of the tile inside the stage's scale box
-        float wt[2] = {0.f, 0.f};  // up: the routing weights of rows r0, r0 + 8 (0 past the expert's count)
-        if constexpr (UP) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                if (mb * kBM + r0 + 8 * h < count) wt[h] = p.slot_weight[first + r0 + 8 * h];
-        }
+        const int rows = min(kBM, count - mb * kBM);  // slots of this tile
         for (int sub = 0; sub < kSubTiles; ++sub) {
 #pragma unroll
             for (int i = 0; i < 64; ++i) fin[i] = 0.f;
-            for (int kb = 0; kb < KB; ++kb) {
-                mbar_wait(&full[s], phase);
-                const float* csc = col_scales + s * kBN;
-                const float sa0 = a_scales[s * (kScaleStride / 4) + sa_row],
-                            sa1 = a_scales[s * (kScaleStride / 4) + sa_row + 8];
-                const uint32_t a_addr = smem_u32(a_tiles + size_t(s) * kATile + 64 * mw * 128);
-                const uint32_t b_addr = smem_u32(b_tiles + size_t(s) * kBTile);
-#pragma unroll
-                for (int i = 0; i < 64; ++i) wgmma::fence_operand(acc[i]);
-                wgmma::fence();
-#pragma unroll
-                for (int k = 0; k < 4; ++k)
-                    wgmma::mma_e4m3_n128(acc, tma::sw128_descriptor(a_addr + 32 * k),
-                                         tma::sw128_descriptor(b_addr + 32 * k), k > 0 ? 1u : 0u);
-                wgmma::commit();
-#pragma unroll
-                for (int i = 0; i < 64; ++i) wgmma::fence_operand(acc[i]);
-                wgmma::wait<0>();
-#pragma unroll
-                for (int i = 0; i < 16; ++i) {
-                    const float2 c = *reinterpret_cast<const float2*>(csc + 8 * i + 2 * t4);
-                    fin[4 * i + 0] = fmaf(acc[4 * i + 0], sa0 * c.x, fin[4 * i + 0]);
-                    fin[4 * i + 1] = fmaf(acc[4 * i + 1], sa0 * c.y, fin[4 * i + 1]);
-                    fin[4 * i + 2] = fmaf(acc[4 * i + 2], sa1 * c.x, fin[4 * i + 2]);
-                    fin[4 * i + 3] = fmaf(acc[4 * i + 3], sa1 * c.y, fin[4 * i + 3]);
-                }
-                // The stage's column scales were read above: only now may the producer refill it.
-                __syncwarp();
-                if (lane == 0) tma::mbar_arrive(&empty[s]);
-                if (++s == kStages) {
-                    s = 0;
-                    phase ^= 1;
+            // Two stages per iteration so that the fragment buffers stay compile-time registers: stage kb uses
+            // frag[kb % 2]; the conversion of kb + 1 overlaps the wgmma of kb.
+            wait_stage();
+            convert(s, frag[0]);
+            int prev = -1;  // slot of the stage whose wgmma is in flight
+            for (int kb = 0; kb < KB; kb += 2) {
+                // stage kb (frag[0])
+                if (prev >= 0) promote(prev, first, frag[1]);
+                issue_mma(s, frag[0]);
+                prev = s;
+                advance();
+                if (kb + 1 < KB) {
+                    wait_stage();
+                    convert(s, frag[1]);
+                    promote(prev, first, frag[0]);
+                    issue_mma(s, frag[1]);
+                    prev = s;
+                    advance();
+                    if (kb + 2 < KB) {
+                        wait_stage();
+                        convert(s, frag[0]);
+                    }
+                } else {
+                    promote(prev, first, frag[0]);
+                    prev = -1;
                 }
             }
+            if (prev >= 0) promote(prev, first, frag[1]);
+
             if constexpr (UP) {
-                // h of this sub-tile: gate in accumulator columns 8i + 2t4 + j, up in the same columns + 64.
-                float hv[2][16];
+                // h of this sub-tile's 64 columns: gate at fragment row g, up at row g + 8, slot 8i + 2 t4 + j.
+                const int col = 64 * sub + 32 * mw + 8 * warp + g;
 #pragma unroll
-                for (int h = 0; h < 2; ++h)
+                for (int i = 0; i < 16; ++i)
 #pragma unroll
-                    for (int i = 0; i < 8; ++i)
-#pragma unroll
-                        for (int j = 0; j < 2; ++j)
-                            hv[h][2 * i + j] = bf16_bits_to_f32(
-                                swiglu_bf16(fin[4 * i + 2 * h + j], fin[4 * (i + 8) + 2 * h + j], wt[h], p.limit));
-                if (sub == 0) {
-#pragma unroll
-                    for (int h = 0; h < 2; ++h)
-#pragma unroll
-                        for (int q = 0; q < 16; ++q) h0[h][q] = hv[h][q];
-                    continue;
-                }
-                // Both halves of the 128-column block: act_quant per row (the quad t4 = 0..3 holds the row's 128 values).
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
+                    for (int j = 0; j < 2; ++j) {
+                        const int n = 8 * i + 2 * t4 + j;
+                        const float wt = n < rows ? __ldg(p.slot_weight + first + n) : 0.f;
+                        staging[n * kStagingPitch + col] =
+                            swiglu_bf16(fin[4 * i + j], fin[4 * i + 2 + j], wt, p.limit);
+                    }
+                if (sub == 0) continue;
+                math_sync();
+                {
+                    // Slot n's 128 values: threads 2n (columns 0..63) and 2n + 1 (64..127).
+                    const int n = m_tid >> 1, half = m_tid & 1;
+                    const uint32_t src = smem_u32(staging) + 2 * uint32_t(n * kStagingPitch + 64 * half);
+                    float v[64];
                     float amax = 0.f;
 #pragma unroll
-                    for (int q = 0; q < 16; ++q) amax = fmaxf(amax, fmaxf(fabsf(h0[h][q]), fabsf(hv[h][q])));
-                    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-                    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-                    if (mb * kBM + r0 + 8 * h >= count) continue;
-                    const int64_t slot = first + r0 + 8 * h;
-                    const float sc = fp8_block_scale(amax), inv = 1.f / sc;
-                    uint8_t* out = p.h_codes + slot * p.ldo + nb * 128 + 2 * t4;
+                    for (int q = 0; q < 8; ++q) {
+                        const uint4 u = lds_u128(src + 16 * q);
+                        const uint32_t w4[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-                    for (int i = 0; i < 8; ++i) {
-                        *reinterpret_cast<uint16_t*>(out + 8 * i) =
-                            uint16_t(fp8_code(h0[h][2 * i], inv) | fp8_code(h0[h][2 * i + 1], inv) << 8);
-                        *reinterpret_cast<uint16_t*>(out + 64 + 8 * i) =
-                            uint16_t(fp8_code(hv[h][2 * i], inv) | fp8_code(hv[h][2 * i + 1], inv) << 8);
+                        for (int h = 0; h < 4; ++h) {
+                            v[8 * q + 2 * h] = bf16_bits_to_f32(uint16_t(w4[h] & 0xffffu));
+                            v[8 * q + 2 * h + 1] = bf16_bits_to_f32(uint16_t(w4[h] >> 16));
+                            amax = fmaxf(amax, fmaxf(fabsf(v[8 * q + 2 * h]), fabsf(v[8 * q + 2 * h + 1])));
+                        }
                     }
-                    if (t4 == 0) p.h_scales[int64_t(nb) * p.h_scales_ld + slot] = sc;
+                    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+                    if (n < rows) {
+                        const int64_t slot = first + n;
+                        const float sc = fp8_block_scale(amax), inv = 1.f / sc;
+                        uint8_t* out = p.h_codes + slot * p.ldo + nb * 128 + 64 * half;
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) {
+                            uint32_t c[4];
+#pragma unroll
+                            for (int h = 0; h < 4; ++h) {
+                                const float* x = v + 16 * q + 4 * h;
+                                c[h] = fp8_code(x[0], inv) | fp8_code(x[1], inv) << 8 | fp8_code(x[2], inv) << 16 |
+                                       fp8_code(x[3], inv) << 24;
+                            }
+                            *reinterpret_cast<uint4*>(out + 16 * q) = make_uint4(c[0], c[1], c[2], c[3]);
+                        }
+                        if (half == 0) p.h_scales[int64_t(nb) * p.h_scales_ld + slot] = sc;
+                    }
                 }
+                math_sync();  // the staging block is rewritten by the next tile
             } else {
+                const int col = nb * kBN + row_g;
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    if (mb * kBM + r0 + 8 * h >= count) continue;
-                    const int64_t slot = first + r0 + 8 * h;
-                    float* out = p.y + slot * p.ldo + nb * kBN + 2 * t4;
+                for (int i = 0; i < 16; ++i)
 #pragma unroll
-                    for (int i = 0; i < 16; ++i)
-                        *reinterpret_cast<float2*>(out + 8 * i) = make_float2(fin[4 * i + 2 * h], fin[4 * i + 2 * h + 1]);
-                }
+                    for (int j = 0; j < 2; ++j) {
+                        const int n = 8 * i + 2 * t4 + j;
+                        if (n >= rows) continue;
+                        float* out = p.y + (first + n) * p.ldo + col;
+                        out[0] = fin[4 * i + j];
+                        out[8] = fin[4 * i + 2 + j];
+                    }
             }
         }
     }
