@@ -9,7 +9,7 @@
 // scheduler; 48 KB of shared-memory traffic per stage for the expanded tile). Here every math thread converts only
 // its own fragment (rows g and g + 8 of its warp, 64 values per stage) straight from the packed bytes while its
 // warpgroup's previous wgmma runs. Measured on the H200 (docs/perf-log/2026-12-02_register-operand-experts.md): a
-// 4,096-token prefill pass's up-projection 3.61 -> 2.63 ms, down 1.76 -> 1.20 ms.
+// 4,096-token prefill pass's up-projection 3.64 -> 2.66 ms per layer, down 1.76 -> 1.21 ms (bench events).
 // Design:
 //   - Producer warpgroup (128 threads, 56 registers). Warps 8-9 issue: thread i copies raw rows i and i + 64 of a
 //     stage (four 16-byte cp.async of packed FP4 and one 4-byte cp.async of the four E8M0 scales per row) into its
