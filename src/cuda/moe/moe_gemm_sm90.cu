@@ -40,6 +40,8 @@
 // mbarrier phases.
 #include <cuda.h>
 
+#include <type_traits>
+
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
@@ -127,30 +129,16 @@ __device__ __forceinline__ void mbar_arrive_lane0(uint64_t* b, int lane) {
                  "r"(lane)
                  : "memory");
 }
-// Shared-memory loads at 32-bit shared addresses (computed once per stage and slot, no 64-bit generic pointers).
-__device__ __forceinline__ uint32_t lds_u16(uint32_t a) {
-    uint16_t v;
-    asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(a));
-    return v;
-}
-__device__ __forceinline__ uint32_t lds_u32(uint32_t a) {
-    uint32_t v;
-    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
-    return v;
-}
-__device__ __forceinline__ uint2 lds_u64(uint32_t a) {
-    uint2 v;
-    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
-    return v;
-}
-__device__ __forceinline__ float lds_f32(uint32_t a) {
-    float v;
-    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a));
-    return v;
-}
-__device__ __forceinline__ uint4 lds_u128(uint32_t a) {
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+// Shared-memory loads at 32-bit shared addresses (computed once per stage and slot): one ld.shared of T's width
+// (uint16_t, uint32_t, float, uint2, uint4).
+template <typename T>
+__device__ __forceinline__ T lds(uint32_t a) {
+    T v;
+    if constexpr (sizeof(T) == 2) asm volatile("ld.shared.u16 %0, [%1];" : "=h"(v) : "r"(a));
+    else if constexpr (std::is_same_v<T, float>) asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a));
+    else if constexpr (sizeof(T) == 4) asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(a));
+    else if constexpr (sizeof(T) == 8) asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
+    else asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
     return v;
 }
 // Named barrier of the two math warpgroups (id 1; 0 is __syncthreads).
@@ -295,7 +283,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int row = i0 + 64 * h;
-                    const uint32_t scales4 = lds_u32(smem_u32(raw_scales + s * kBN + row));
+                    const uint32_t scales4 = lds<uint32_t>(smem_u32(raw_scales + s * kBN + row));
                     const int rf = fp4_expand::reference_exponent(scales4);
                     uint2* t = tables + (s * kBN + row) * 4;
 #pragma unroll
@@ -331,12 +319,12 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
         const uint32_t tg8 = table_base + uint32_t(st * kBN + row_g8) * 32;
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            const uint2 ta = lds_u64(tg + 8 * k), tb = lds_u64(tg8 + 8 * k);
+            const uint2 ta = lds<uint2>(tg + 8 * k), tb = lds<uint2>(tg8 + 8 * k);
             const uint32_t ca = raw + raw_chunk_offset(row_g, k), cb = raw + raw_chunk_offset(row_g8, k);
-            f[k][0] = codes4(lds_u16(ca), ta);
-            f[k][1] = codes4(lds_u16(cb), tb);
-            f[k][2] = codes4(lds_u16(ca + 8), ta);
-            f[k][3] = codes4(lds_u16(cb + 8), tb);
+            f[k][0] = codes4(lds<uint16_t>(ca), ta);
+            f[k][1] = codes4(lds<uint16_t>(cb), tb);
+            f[k][2] = codes4(lds<uint16_t>(ca + 8), ta);
+            f[k][3] = codes4(lds<uint16_t>(cb + 8), tb);
         }
     };
     auto issue_mma = [&](int st, const uint32_t (&f)[4][4]) {
@@ -360,11 +348,11 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
 #pragma unroll
         for (int i = 0; i < 64; ++i) wgmma::fence_operand(acc[i]);
         const uint32_t sa = sa_base + uint32_t(st * kScaleStride) + 4 * uint32_t((first & 3) + 2 * t4);
-        const float wg = lds_f32(wsc_base + 4 * uint32_t(st * kBN + row_g));
-        const float wg8 = lds_f32(wsc_base + 4 * uint32_t(st * kBN + row_g8));
+        const float wg = lds<float>(wsc_base + 4 * uint32_t(st * kBN + row_g));
+        const float wg8 = lds<float>(wsc_base + 4 * uint32_t(st * kBN + row_g8));
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
-            const float s0 = lds_f32(sa + 32 * i), s1 = lds_f32(sa + 32 * i + 4);
+            const float s0 = lds<float>(sa + 32 * i), s1 = lds<float>(sa + 32 * i + 4);
             fin[4 * i + 0] = fmaf(acc[4 * i + 0], s0 * wg, fin[4 * i + 0]);
             fin[4 * i + 1] = fmaf(acc[4 * i + 1], s1 * wg, fin[4 * i + 1]);
             fin[4 * i + 2] = fmaf(acc[4 * i + 2], s0 * wg8, fin[4 * i + 2]);
@@ -441,7 +429,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                     float amax = 0.f;
 #pragma unroll
                     for (int q = 0; q < 8; ++q) {
-                        const uint4 u = lds_u128(src + 16 * q);
+                        const uint4 u = lds<uint4>(src + 16 * q);
                         const uint32_t w4[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
                         for (int h = 0; h < 4; ++h) {
