@@ -1,10 +1,11 @@
-// FP4 expert weights -> e4m3 tiles for the grouped expert GEMMs (moe_gemm_sm90.cu, moe_gemm_mma.cu), on every
-// architecture. One weight row of one 128-K block: 64 packed bytes (element 2i in the low nibble of byte i) and four
-// E8M0 scales, one per 32 values. e2m1 -> e4m3 is exact; the four scales are folded: the block's reference
-// exponent r is their maximum, a group with exponent s is stored as e4m3 codes of value x 2^(6 + s - r) (at most
-// 6 x 2^6 = 384 < 448; exact for s - r >= -14, further below rounded as e4m3 rounds), and 2^(r - 127 - 6) becomes
-// the row's promotion scale (column scale of the GEMM). Codes through an 8-entry magnitude table per group (4 exact
-// fp32 -> e4m3 conversions) and one byte_perm per 4 values; sign bits moved by bit operations.
+// FP4 expert weights -> e4m3 for the grouped expert GEMMs: whole swizzled tiles for moe_gemm_mma.cu; the scale folding
+// pieces (reference exponent, magnitude table, promotion scale) also for moe_gemm_sm90.cu, which converts into wgmma
+// register fragments itself. One weight row of one 128-K block: 64 packed bytes (element 2i in the low nibble of byte
+// i) and four E8M0 scales, one per 32 values. e2m1 -> e4m3 is exact; the four scales are folded: the block's reference
+// exponent r is their maximum, a group with exponent s is stored as e4m3 codes of value x 2^(6 + s - r) (at most 6 x
+// 2^6 = 384 < 448; exact for s - r >= -14, further below rounded as e4m3 rounds), and 2^(r - 127 - 6) becomes the row's
+// promotion scale (column scale of the GEMM). Codes through an 8-entry magnitude table per group (4 exact fp32 -> e4m3
+// conversions) and one byte_perm per 4 values; sign bits moved by bit operations.
 // Output rows are 128 bytes with the 16-byte chunk c of row r at chunk c ^ (r % 8): the layout of TMA's 128-byte
 // swizzle (wgmma descriptors) and of the mma.sync tiles (gemm/mma_tile.cuh) alike.
 #pragma once
