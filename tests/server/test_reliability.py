@@ -10,13 +10,14 @@ backend and are run by hand with scripts/soak.py and `flashseek bench-serve` on 
 import json
 import random
 import socket
+import subprocess
 import threading
 import time
 import concurrent.futures as cf
 
 import pytest
 
-from conftest import Server, http_request, post_json, sse_events
+from conftest import Server, flashseek_bin, http_request, post_json, sse_events
 
 CMPL = "/v1/completions"
 CHAT = "/v1/chat/completions"
@@ -295,8 +296,6 @@ def test_burst_at_an_idle_engine_shares_its_first_step(model_dir):
 
     assert steps_for_burst(3000) == 1
     assert steps_for_burst(0) >= 2
-    import subprocess
-    from conftest import flashseek_bin
     for value in ("-1", "20000"):
         p = subprocess.run([flashseek_bin(), "serve", "--model", model_dir, "--port", "0", "--batch-wait-ms", value],
                            capture_output=True, text=True, timeout=120)

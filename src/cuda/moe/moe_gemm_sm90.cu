@@ -296,10 +296,9 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
         return;
     }
 
-    tma::claim_registers<224>();
-    const int m_tid = tid;
-    const int mw = m_tid / 128;
-    const int warp = (m_tid / 32) & 3, g = lane >> 2, t4 = lane & 3;
+    tma::claim_registers<224>();  // math warps: tid 0..255
+    const int mw = tid / 128;
+    const int warp = (tid / 32) & 3, g = lane >> 2, t4 = lane & 3;
     // Raw rows of this thread's fragment rows g and g + 8: up: w1 and w3 of h column 32 mw + 8 warp + g; down: w2
     // rows 64 mw + 16 warp + g, + 8.
     const int row_g = UP ? 32 * mw + 8 * warp + g : 64 * mw + 16 * warp + g;
@@ -423,7 +422,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                 math_sync();
                 {
                     // Slot n's 128 values: threads 2n (columns 0..63) and 2n + 1 (64..127).
-                    const int n = m_tid >> 1, half = m_tid & 1;
+                    const int n = tid >> 1, half = tid & 1;
                     const uint32_t src = smem_u32(staging) + 2 * uint32_t(n * kStagingPitch + 64 * half);
                     float v[64];
                     float amax = 0.f;

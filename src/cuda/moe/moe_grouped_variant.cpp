@@ -7,7 +7,7 @@
 // Needs the grouping's GEMM workspace (moe_attach_gemm_workspace), routed FP4 experts with E8M0 scales, hidden and
 // inter multiples of 128, release numerics for input and h. Forced in prefill passes; in decode passes preferred
 // from KernelPolicy::grouped_experts_min_tokens tokens (default 32), which matters only past gemv_experts' routed
-// range (routed_gemv_max_tokens, 256), as gemv_experts comes first in the catalogue.
+// range (routed_gemv_max_tokens, 128), as gemv_experts comes first in the catalogue.
 #include "cuda/common/check.cuh"
 #include "cuda/moe/moe_catalogue.h"
 #include "cuda/moe/moe_gemm.cuh"

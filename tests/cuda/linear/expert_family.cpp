@@ -51,8 +51,8 @@ std::vector<ExpertCase> test_cases() {
         {"3 tokens, inter 768", 3, 32, 4, 512, 768, false, true},
         // more items than CTA slots: the wgmma experts cut items between CTAs
         {"items cut between CTAs", 16, 64, 6, 1024, 2048, false, false},
-        // prefill sizes (grouped_experts is forced in prefill passes; the default policy gives them to gemv_experts,
-        // the routed GEMV of decode passes up to 256 tokens):
+        // prefill sizes (grouped_experts is forced in prefill passes; the default policy gives them to the routed
+        // decode kernels, wgmma_experts up to 256 tokens and gemv_experts up to 128):
         // a one-token and an empty expert group, many small groups (partial 128-row tiles), groups of several
         // 128-row tiles (two experts share nearly all 300 tokens), and an unpinned routing just above the floor
         {"prefill: one-token and empty groups", 40, 16, 4, 256, 384, false, true, true},

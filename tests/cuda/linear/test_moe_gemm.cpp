@@ -346,12 +346,12 @@ TEST(MoeGemm, SlotRowsIndependentOfBatch) {
     }
 }
 
-// The scale folding of moe_gemm.cuh at its documented limit: every weight row's largest 32-group exponent is r and
-// only groups 14 octaves below it hold non-zero values, so the whole product runs through values rescaled by 2^-14
-// into e4m3 (exact there). One block per row (hidden = inter = 128: exponents r, r - 5, r - 9, r - 14, only the last
-// group non-zero), and two blocks per row (256: the first block's four groups at r and zero, the second's at r - 14;
-// the sm_90a kernel takes one reference per row, the mma.sync ones one per block). A wrong folding (flushed, shifted)
-// shows in h (against the CPU release expert) and in y (the down GEMM alone, from the GPU's own h).
+// The scale folding of moe_gemm.cuh at its documented limit: in every weight row (hidden = inter = 128, one block)
+// the four 32-group exponents are r, r - 5, r - 9, r - 14 and only the last group holds non-zero values, so the
+// whole product runs through values rescaled by 2^-14 into e4m3 (exact there). Rows of two blocks (256) check that
+// each block folds against its own reference: the first block's four groups at r and zero, the second's at r - 14.
+// A wrong folding (flushed, shifted, a reference from the wrong block) shows in h (against the CPU release expert)
+// and in y (the down GEMM alone, from the GPU's own h).
 TEST(MoeGemm, ScaleFoldingIsExactAt14Octaves) {
     for (cuda::GemmPath path : moe_paths())
         for (const int64_t width : {128, 256}) {
