@@ -13,7 +13,8 @@
 
 namespace flashseek::cuda {
 
-// out: w.out * w.in bf16 values (16-byte aligned). Throws Error for a null weight or output.
+// out: w.out * w.in bf16 values (16-byte aligned with w.in % 8 == 0: the 8-wide kernel; else element-wise). Throws
+// Error for a null weight or output.
 void dequantize_weight_bf16(const DeviceLinear& w, uint16_t* out, cudaStream_t stream);
 
 }  // namespace flashseek::cuda

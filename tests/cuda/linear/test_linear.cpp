@@ -23,6 +23,7 @@
 #include "cpu/ops.h"
 #include "cuda/common/arch.cuh"
 #include "cuda/gemm/linear_catalogue.h"
+#include "cuda/gemm/weight_dequant.cuh"
 #include "harness.h"
 #include "harness_mode.h"
 #include "named_error.h"
@@ -509,6 +510,38 @@ TEST(LinearArgs, BadArgumentsThrowNamedErrors) {
     KernelPolicy none;
     for (const cuda::LinearVariant& v : cuda::linear_variants()) none.disabled.emplace_back(v.name);
     expect_named_error([&] { run(p, w.device(), y.ptr, 128, none); }, "no enabled kernel variant");
+}
+
+// dequantize_weight_bf16 (the prefill's widening of wo_a for the bf16 GEMM) equals the CPU reference's
+// dequantize_linear rounded to bf16, bit for bit, for every weight format: rows of a multiple of 8 elements take the
+// 8-wide kernel, the others (and a misaligned output) the element-wise one.
+TEST(WeightDequant, WidensExactlyLikeTheReference) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    struct Case { WeightKind kind; ScaleKind scales; int64_t out, in; bool shift; };
+    for (Case c : {Case{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, 130, 264, false},
+                   Case{WeightKind::FP8_BLOCK128, ScaleKind::F32, 257, 1024, false},
+                   Case{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, 7, 36, false},
+                   Case{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, 64, 512, true},
+                   Case{WeightKind::FP4_BLOCK32, ScaleKind::E8M0, 33, 352, false},
+                   Case{WeightKind::FP4_BLOCK32, ScaleKind::E8M0, 5, 96, true},
+                   Case{WeightKind::BF16, ScaleKind::NONE, 9, 200, false},
+                   Case{WeightKind::BF16, ScaleKind::NONE, 3, 13, false}}) {
+        TestWeight w = make_weight(rng, c.kind, c.scales, c.out, c.in);
+        const size_t n = size_t(c.out * c.in), sh = c.shift ? 1 : 0;
+        DeviceArray<uint16_t> out(n + sh);
+        out.poison();
+        cuda::dequantize_weight_bf16(w.device(), out.ptr + sh, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<uint16_t> got = out.download();
+        const std::vector<float> want = w.dequantized();
+        size_t n_diff = 0, first = n;
+        for (size_t i = 0; i < n; ++i)
+            if (got[i + sh] != f32_to_bf16(want[i])) n_diff++, first = std::min(first, i);
+        EXPECT_EQ(n_diff, 0u) << "kind " << int(c.kind) << " [" << c.out << ", " << c.in << "]"
+                              << (c.shift ? " misaligned output" : "") << ": first difference at " << first;
+    }
 }
 
 }  // namespace
