@@ -192,10 +192,16 @@ const PreparedActivation& ForwardPass::prepare_as(ActFormat format, PrepBuffer& 
     if (buf.generation == prep_generation_ && buf.src == x && buf.rows == rows && buf.act.k == K &&
         buf.layout == w.kind && buf.numerics == num && buf.format == format)
         return buf.act;  // the same input already prepared for this format in this sub-block
-    if (format == ActFormat::MMA_F16 && w.kind == WeightKind::BF16 && x == buf_.sub_in.get() && !x_f32 && ld == K &&
-        K % 128 == 0 && size_t(round_up8(rows)) * size_t(K / 128) * 4 <= buf_.unit_scales.bytes()) {
-        // BF16 weights take bf16 rows as they are (the prepared form is the same bytes with scale 1): read sub_in in
-        // place instead of copying it (no launch). Its padding rows are finite (zeroed at allocation).
+    // bf16 buffers whose rows past a pass's rows hold zeros or earlier finite values (zeroed at allocation).
+    const DeviceBuffer* finite_rows = x == buf_.sub_in.get()      ? &buf_.sub_in
+                                      : x == buf_.attn_out.get() ? &buf_.attn_out
+                                                                  : nullptr;
+    if (format == ActFormat::MMA_F16 && w.kind == WeightKind::BF16 && finite_rows && !x_f32 && ld == K &&
+        K % 128 == 0 && size_t(round_up8(rows)) * size_t(K) * 2 <= finite_rows->bytes() &&
+        size_t(round_up8(rows)) * size_t(K / 128) * 4 <= buf_.unit_scales.bytes()) {
+        // BF16 weights take bf16 rows as they are (the prepared form is the same bytes with scale 1): read the
+        // input in place instead of copying it (no launch): sub_in for the BF16 linears, and in prefill passes the
+        // attention output for wo_a widened to bf16 (a 256 MB copy per layer at 4,096 rows).
         uint16_t* in_place = static_cast<uint16_t*>(const_cast<void*>(x));
         adopt_prepared(buf, x, rows, K, WeightKind::BF16, ActNumerics::EXACT, in_place, buf_.unit_scales.as<float>());
         return buf.act;

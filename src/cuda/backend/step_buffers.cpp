@@ -56,8 +56,9 @@ StepBuffers::StepBuffers(const ModelConfig& cfg, const StepBufferSizes& sizes) :
     // Zeroed once: BF16 linears read sub_in in place, including the rows up to the next multiple of 8 past a pass's
     // rows, whose outputs are discarded; those rows then hold zeros or earlier finite values, never garbage.
     CUDA_CHECK(cudaMemset(sub_in.get(), 0, sub_in.bytes()));
-    {
-        const std::vector<float> ones(size_t(T) * size_t((D + 127) / 128), 1.f);
+    {  // sub_in's width, or the attention output's where prefill widens wo_a to bf16 (both read in place)
+        const int64_t widest = cfg.quantized() ? std::max<int64_t>(D, H * hd) : D;
+        const std::vector<float> ones(size_t(T) * size_t((widest + 127) / 128), 1.f);
         unit_scales.allocate(ones.size() * 4, "unit activation scales");
         CUDA_CHECK(cudaMemcpy(unit_scales.get(), ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
     }
@@ -73,6 +74,7 @@ StepBuffers::StepBuffers(const ModelConfig& cfg, const StepBufferSizes& sizes) :
     queries.allocate(size_t(T * H * hd) * 2, "queries");
     window_kv.allocate(size_t(T * hd) * 2, "window kv");
     attn_out.allocate(size_t(T * H * hd) * 2, "attention output");
+    CUDA_CHECK(cudaMemset(attn_out.get(), 0, attn_out.bytes()));  // read in place like sub_in (rows past a pass's)
     wo_a_out.allocate(size_t(T * GO) * 2, "wo_a output");
     if (cfg.quantized()) wo_a_bf16.allocate(size_t(GO * (H * hd / cfg.o_groups)) * 2, "wo_a widened to bf16");
     comp_kv.allocate(size_t(T * 2 * hd) * 4, "compressor kv");
