@@ -1,4 +1,5 @@
-// mHC kernels, shaped for decode latency (batch 1 to 64), where the work is tiny and every dependent step costs.
+// mHC kernels, shaped for decode latency (batch 1 to 64), where the work is tiny and every dependent step costs;
+// from 256 tokens the partial sums come from the tiled kernel (mhc_partial_tiled.cu, the same bits).
 // Partial (split-K): CTA = (tile of 8 tokens, K chunk of 128 = 4 elements per lane), so at V4 shapes (K = N*D =
 // 16384) batch 1 already spreads fn over 128 CTAs and fn is read once per 8 tokens (twice at batch 16). Warp w owns
 // mix rows w, w+8, w+16 and holds the tile's x chunk in registers; its 32 sums (3 rows + the sum of squares, x 8
@@ -25,28 +26,25 @@
 #include "cuda/gemm/linear.cuh"
 #include "cuda/gemm/prepare_block.cuh"
 #include "cuda/mhc/mhc.cuh"
+#include "cuda/mhc/mhc_chunk.cuh"
+#include "cuda/mhc/mhc_partial_tiled.cuh"
 
 namespace flashseek::cuda {
 
 using namespace attn_detail;
+using namespace mhc_chunk;
 
 namespace {
 
 constexpr int kTok = 8;                // tokens per partial CTA (fn is read once per tile)
-constexpr int kMixMax = 24;            // (2 + N) * N for N <= 4
-constexpr int kPerLane = 4;            // K elements per lane
-constexpr int kChunk = 32 * kPerLane;  // K elements per partial CTA (128 CTAs per token tile at N*D = 16384)
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerWarp = kMixMax / kWarps;  // 3
 constexpr int kSums = (kRowsPerWarp + 1) * kTok;  // per-lane values the butterfly reduces
 static_assert(kSums == 32, "the transpose-reduce leaves exactly one sum per lane");
-constexpr int kMaxStreams = 4;
 constexpr int kFinThreads = 32 + 512;  // warp 0: Sinkhorn; 512 collapse threads = D/8 at hidden 4096
 constexpr int kPostThreads = 128;
 
-__host__ __device__ int n_mix_of(int n, bool head) { return head ? n : (2 + n) * n; }
-int n_splits_of(int64_t k) { return int((k + kChunk - 1) / kChunk); }
 
 __device__ __forceinline__ void bf16x8_to_float(const uint4& raw, float* f) {
     const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
@@ -79,84 +77,6 @@ __device__ __forceinline__ void butterfly_step(float* v, int lane) {
     }
 }
 
-// Chunk of the split-K partial kernel: 128 contiguous elements of the flattened streams, or (interleaved, when
-// N divides 32 and D is a multiple of 128 / N) the same 128 / N features of every stream, lanes 32 / N per stream.
-// The interleaved chunk holds every stream value a feature's post mix needs, so the previous sub-block's mhc_post
-// can run inside this kernel, in place (fusable_post()).
-bool interleaved_chunks(int N, int64_t D) { return (N == 1 || N == 2 || N == 4) && D % (kChunk / N) == 0; }
-
-struct PostIn {         // the previous sub-block's mhc_post, fused (o and y_routed null: none)
-    const bf16* o;      // [n_tokens, D]
-    const float* post;  // [n_tokens, N]
-    const float* comb;  // [n_tokens, N, N]
-    // Or o = moe_combine(y_routed, pair_slot, y_shared) computed here (its math and order; null o).
-    const float* y_routed;
-    const int32_t* pair_slot;
-    const float* y_shared;
-    int top_k;
-    int round_terms;
-};
-
-// X'_k of one feature: post_k * o + sum_j comb[j, k] X_j, the steps spelled out (free FMA contraction made the separate
-// and the fused mhc_post differ in about one element in 1e5).
-__device__ __forceinline__ float post_mix(float post_k, float o, const float (&comb_k)[kMaxStreams],
-                                          const float (&xj)[kMaxStreams], int N) {
-    float s = __fmul_rn(post_k, o);
-#pragma unroll
-    for (int j = 0; j < kMaxStreams; ++j)
-        if (j < N) s = fmaf(comb_k[j], xj[j], s);
-    return s;
-}
-
-__device__ __forceinline__ void bf16x4_to_float(const uint2& raw, float (&f)[kPerLane]) {
-    const float2 a = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw)[0]);
-    const float2 b = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(&raw)[1]);
-    f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
-}
-
-// The fused mhc_post of token t, stream `stream`, features [d, d + 4): o read (pin.o) or combined here as moe.cu's
-// combine_kernel does (routed terms in pair order, then the shared expert, bf16 result); bf16-rounded like
-// mhc_post_vec_kernel's output.
-__device__ __forceinline__ void fused_post_features(const PostIn& pin, const bf16* x, int64_t t, int N, int64_t D,
-                                                    int stream, int64_t d, float (&out)[kPerLane]) {
-    float of[kPerLane];
-    if (pin.o) {
-        bf16x4_to_float(*reinterpret_cast<const uint2*>(pin.o + t * D + d), of);
-    } else {
-        float sum[kPerLane] = {0.f, 0.f, 0.f, 0.f};
-        auto add = [&](const float* src) {
-            const float4 v = *reinterpret_cast<const float4*>(src);
-            const float vv[kPerLane] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-            for (int i = 0; i < kPerLane; ++i) sum[i] += pin.round_terms ? cuda::round_bf16(vv[i]) : vv[i];
-        };
-        for (int j = 0; j < pin.top_k; ++j) {
-            const int32_t slot = pin.pair_slot[t * pin.top_k + j];
-            if (slot >= 0) add(pin.y_routed + int64_t(slot) * D + d);
-        }
-        if (pin.y_shared) add(pin.y_shared + t * D + d);
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) of[i] = cuda::round_bf16(sum[i]);
-    }
-    float ck[kMaxStreams], xs[kMaxStreams][kPerLane];
-#pragma unroll
-    for (int j = 0; j < kMaxStreams; ++j) {
-        ck[j] = 0.f;
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) xs[j][i] = 0.f;
-        if (j < N) {
-            ck[j] = pin.comb[(t * N + j) * N + stream];
-            bf16x4_to_float(*reinterpret_cast<const uint2*>(x + (t * N + j) * D + d), xs[j]);
-        }
-    }
-    const float pk = pin.post[t * N + stream];
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-        const float xj[kMaxStreams] = {xs[0][i], xs[1][i], xs[2][i], xs[3][i]};
-        out[i] = __bfloat162float(__float2bfloat16_rn(post_mix(pk, of[i], ck, xj, N)));
-    }
-}
-
 // ws layout: [n_tokens][n_mix + 1][n_splits] (the last row holds the sums of squares).
 // With `pin.o` (or the combine inputs that give o), x is first replaced in place by
 // X'_k = post_k * o + sum_j comb[j, k] X_j (bf16), exactly as
@@ -173,12 +93,7 @@ __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(bf16* __restrict_
     const int nt = min(kTok, n_tokens - t0);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int stream = 0;
-    int64_t kb = int64_t(blockIdx.y) * kChunk + lane * kPerLane;  // this lane's first element
-    if (interleaved) {
-        const int lanes_per_stream = 32 / N;
-        stream = lane / lanes_per_stream;
-        kb = int64_t(stream) * D + int64_t(blockIdx.y) * (kChunk / N) + (lane % lanes_per_stream) * kPerLane;
-    }
+    const int64_t kb = chunk_origin(blockIdx.y, lane, N, D, interleaved, stream);  // this lane's first element
     const bool full = aligned && kb + kPerLane <= K;  // vector path (8-byte x, 16-byte fn)
     // fn first: its loads are the long pole, x rows follow while they are in flight
     float w[kRowsPerWarp][kPerLane];
@@ -516,6 +431,10 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 
 }  // namespace
 
+// The split kernel's short CTAs (8 tokens each) win or tie up to 128 tokens in the fused forms the backend runs, the
+// tiled kernel's 64-token tiles win from 256 on (test_cuda_attention --perf --perf-filter mhc; docs/perf.md §2.1a).
+int mhc_tiled_min_tokens() { return 256; }
+
 bool mhc_pre_fuses_post(int n_streams, int dim) { return dim % 4 == 0 && interleaved_chunks(n_streams, dim); }
 
 size_t mhc_pre_workspace_bytes(int max_tokens, int n_streams, int dim, bool head_mode) {
@@ -557,10 +476,28 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
                         "mhc_pre: the fused mhc_post needs 8-byte aligned x and prev_o");
     }
     // (x is rewritten in place only with the previous sub-block's mhc_post fused: prev_o or the combine inputs.)
-    launch_pdl("mhc_partial_kernel", mhc_partial_kernel, dim3(grid), dim3(kThreads), 0, stream,
-               const_cast<bf16*>(p.x), p.fn, p.n_tokens, p.n_streams, int64_t(p.dim),
-               n_mix_of(p.n_streams, p.head_mode), aligned, interleaved, pin, ws);
-    CUDA_CHECK_LAUNCH("mhc_partial_kernel");
+    const bool tiled = p.partial_kernel == MhcPartialKernel::TILED ||
+                       (p.partial_kernel == MhcPartialKernel::AUTO && p.n_tokens >= mhc_tiled_min_tokens());
+    if (tiled) {
+        MhcPartialArgs a;
+        a.x = const_cast<bf16*>(p.x);
+        a.fn = p.fn;
+        a.n_tokens = p.n_tokens;
+        a.n_streams = p.n_streams;
+        a.dim = p.dim;
+        a.n_mix = n_mix_of(p.n_streams, p.head_mode);
+        a.aligned = aligned;
+        a.interleaved = interleaved;
+        a.pin = pin;
+        a.ws = ws;
+        a.splits = splits;
+        mhc_partial_tiled(a, stream);
+    } else {
+        launch_pdl("mhc_partial_kernel", mhc_partial_kernel, dim3(grid), dim3(kThreads), 0, stream,
+                   const_cast<bf16*>(p.x), p.fn, p.n_tokens, p.n_streams, int64_t(p.dim),
+                   n_mix_of(p.n_streams, p.head_mode), aligned, interleaved, pin, ws);
+        CUDA_CHECK_LAUNCH("mhc_partial_kernel");
+    }
     const size_t smem = size_t(p.dim) * sizeof(float);
     FS_ATTN_REQUIRE(smem <= 200 * 1024, "mhc_pre: hidden_size {} exceeds the finalize kernel's shared memory", p.dim);
     allow_dynamic_smem(mhc_finalize_kernel, smem);

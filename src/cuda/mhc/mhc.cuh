@@ -5,8 +5,9 @@
 // §2.2); y = sum_j pre_j X_j rounded to bf16; then, fused, the sub-block's RMSNorm (attn_norm / ffn_norm) of y.
 // Head mode (hc_head, §2.12): n_mix = N, only pre (scale[0]), no Sinkhorn, no post/comb; the fused norm is the
 // final `norm`.
-// Two launches: a split-K partial kernel (fn read once per 4 tokens, the 16384-long reduction spread over many
-// CTAs so that batch 1 still fills the GPU) and a per-token finalize (reduce, Sinkhorn, collapse, norm).
+// Two launches: a split-K partial kernel (decode: fn read once per 8 tokens, the 16384-long reduction spread over
+// many CTAs so that batch 1 still fills the GPU; prefill: the tiled kernel, 64 tokens per CTA, same bits) and a
+// per-token finalize (reduce, Sinkhorn, collapse, norm).
 //
 // mhc_post: X'_k = post_k * o + sum_j comb[j, k] X_j (comb consumed transposed), rounded to bf16. In place allowed.
 // Between two sub-blocks it can run inside the next mhc_pre (prev_o below): one launch fewer on the critical path.
@@ -19,6 +20,10 @@
 #include <cstdint>
 
 namespace flashseek::cuda {
+
+// Which kernel computes mhc_pre's split-K partial sums. Both write the same bits (mhc_chunk.cuh), so the choice is
+// by speed alone: AUTO takes the tiled kernel from mhc_tiled_min_tokens() tokens on.
+enum class MhcPartialKernel { AUTO, SPLIT, TILED };
 
 struct MhcPreParams {
     int n_tokens = 0;
@@ -59,7 +64,11 @@ struct MhcPreParams {
     const float* prev_y_shared = nullptr;
     int prev_top_k = 0;
     bool prev_round_terms = false;
+    MhcPartialKernel partial_kernel = MhcPartialKernel::AUTO;  // tests and benchmarks pin one
 };
+
+// Pass size from which MhcPartialKernel::AUTO takes the tiled kernel.
+int mhc_tiled_min_tokens();
 
 // Whether mhc_pre can fuse the previous mhc_post (MhcPreParams::prev_o) for these shapes: hc_mult 1, 2 or 4 and
 // hidden_size a multiple of 128 / hc_mult (each split-K chunk then holds every stream of its features).

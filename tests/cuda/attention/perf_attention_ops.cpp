@@ -3,7 +3,8 @@
 // preparation, the window KV store, the compressors, the indexer's scores + top-k, sparse attention through each of
 // its variants with the default choice marked) and prefill (one prompt of 4k / 8k / 32k tokens: the prefill
 // attention and indexer kernels and their launch shapes, the decode kernels on the same prompt for reference, the
-// compressors over the whole prompt). Each op is captured in a CUDA graph (20 calls for decode, 3 for prefill),
+// compressors over the whole prompt). Suite "mhc": mhc_pre through both partial kernels from 16 to 8,192 tokens.
+// Each op is captured in a CUDA graph (20 calls for decode, 3 for prefill, 5 for the mhc suite),
 // median of replays, so launch overhead is excluded as under the backend's graphs. Bytes are what an op must read
 // and write (activations, the KV entries or keys it visits, mHC's fp32 mixing weights); FLOPs are counted where they
 // are not negligible (attention: 4 x heads x head_dim per valid candidate; indexer scores: 2 x heads x dim per scored
@@ -354,12 +355,68 @@ void prefill_perf(flashseek::test::PerfReport& report) {
     }
 }
 
+// mhc_pre through each partial kernel (MhcPartialKernel) from decode batches to prefill passes, plain and with the
+// previous mhc_post and the MoE combine fused in front (the prefill's form after the experts); the row AUTO takes
+// is marked default. Bytes: the streams read (and rewritten when fused), fn, y, and the fused inputs (top-k fp32
+// expert rows, the shared expert's row, o's post weights).
+void mhc_perf(flashseek::test::PerfReport& report) {
+    Rng rng(2468);
+    const int D = 4096, N = 4, n_mix = (2 + N) * N, top_k = 6;
+    for (int T : {16, 64, 128, 256, 512, 4096, 8192}) {
+        Dev<uint16_t> X(to_bf16_bits(rng.normals(size_t(T) * N * D))), yb(size_t(T) * D),
+            nw(to_bf16_bits(rng.normals(D)));
+        Dev<float> fn(rng.normals(size_t(n_mix) * N * D, 0.01f)), base(rng.normals(n_mix)), scl(rng.normals(3)),
+            post(rng.normals(size_t(T) * N, 0.5f)), comb(rng.normals(size_t(T) * N * N, 0.3f)),
+            yr(rng.normals(size_t(T) * top_k * D)), ys(rng.normals(size_t(T) * D));
+        std::vector<int32_t> slot_h(size_t(T) * top_k);
+        for (size_t i = 0; i < slot_h.size(); ++i) slot_h[i] = int32_t((i * 7919) % slot_h.size());
+        Dev<int32_t> slot(slot_h);
+        Dev<uint8_t> ws(mhc_pre_workspace_bytes(T, N, D, false));
+        for (bool fused : {false, true}) {
+            for (MhcPartialKernel k : {MhcPartialKernel::SPLIT, MhcPartialKernel::TILED}) {
+                MhcPreParams mp;
+                mp.n_tokens = T;
+                mp.n_streams = N;
+                mp.dim = D;
+                mp.x = bf(X);
+                mp.fn = fn.ptr;
+                mp.base = base.ptr;
+                mp.scale = scl.ptr;
+                mp.norm_weight = bf(nw);
+                mp.y = bf(yb);
+                mp.post = post.ptr;
+                mp.comb = comb.ptr;
+                mp.partial_kernel = k;
+                double bytes = double(T) * N * D * 2 + double(n_mix) * N * D * 4 + double(T) * D * 2;
+                if (fused) {
+                    mp.prev_y_routed = yr.ptr;
+                    mp.prev_pair_slot = slot.ptr;
+                    mp.prev_y_shared = ys.ptr;
+                    mp.prev_top_k = top_k;
+                    mp.prev_round_terms = true;
+                    mp.prev_post = post.ptr;
+                    mp.prev_comb = comb.ptr;
+                    bytes += double(T) * N * D * 2 + double(T) * (top_k + 1) * D * 4;
+                }
+                const bool tiled = k == MhcPartialKernel::TILED;
+                const bool is_default = tiled == (T >= mhc_tiled_min_tokens());
+                report.add(attention_row(fused ? "moe combine + mhc_post + mhc_pre + norm" : "mhc_pre + norm",
+                                         "T=" + std::to_string(T), T, tiled ? "tiled" : "split", is_default,
+                                         time_op([&](cudaStream_t s) { mhc_pre(mp, ws.ptr, ws.n, s); }, 5), bytes,
+                                         2.0 * T * n_mix * N * D));
+            }
+        }
+        CUDA_CHECK(cudaDeviceSynchronize());
+    }
+}
+
 void attention_perf(flashseek::test::PerfReport& report) {
     decode_perf(report);
     prefill_perf(report);
 }
 
 FS_PERF_SUITE("attention", attention_perf);
+FS_PERF_SUITE("mhc", mhc_perf);
 
 }  // namespace
 }  // namespace flashseek::cuda::test

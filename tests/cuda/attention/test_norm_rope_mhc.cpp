@@ -485,5 +485,111 @@ TEST(CudaMhc, FusedCombinePostEqualsSeparate) {
     }
 }
 
+// mhc_pre's two partial kernels (MhcPartialKernel: split for decode, tiled for prefill) write the same partial
+// sums bit for bit, and so the same streams, y, prepared copy, post and comb: with the previous mhc_post and the
+// MoE combine fused in front or without, head mode, 64-token tiles partial and full, chunks not interleaved
+// (N = 3), K % 4 != 0, D % 8 != 0 (last chunk partial) and misaligned streams (scalar loads).
+TEST(CudaMhc, TiledPartialEqualsSplit) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    enum Front { NONE, POST, COMBINE };
+    struct Case { int T, N, D; bool head; Front front; bool shift; };
+    const int top_k = 6;
+    for (Case c : {Case{1, 4, 4096, false, NONE, false}, Case{63, 4, 4096, false, POST, false},
+                   Case{64, 4, 4096, false, COMBINE, false}, Case{65, 4, 4096, false, NONE, false},
+                   Case{200, 4, 4096, false, COMBINE, false}, Case{130, 4, 4096, true, NONE, false},
+                   Case{70, 3, 130, false, NONE, false}, Case{67, 4, 4100, false, NONE, false},
+                   Case{129, 2, 192, false, POST, false}, Case{77, 1, 256, false, POST, false},
+                   Case{100, 4, 4096, false, NONE, true}, Case{9, 4, 96, false, COMBINE, false}}) {
+        const int T = c.T, N = c.N, D = c.D, sh = c.shift ? 1 : 0;
+        const int n_mix = c.head ? N : (2 + N) * N, slots = T * top_k;
+        std::vector<float> x0(sh, 0.f);
+        const auto xr = bf16_round(rng.normals(size_t(T) * N * D));
+        x0.insert(x0.end(), xr.begin(), xr.end());
+        std::vector<int32_t> pair_slot(static_cast<size_t>(slots));
+        for (int i = 0; i < slots; ++i) pair_slot[size_t(i)] = rng.uniform_int(0, 9) == 0 ? -1 : rng.uniform_int(0, slots - 1);
+        Dev<float> dfn(rng.normals(size_t(n_mix) * N * D, 0.02f)), dbase(rng.normals(n_mix, 0.5f)),
+            dscale(rng.normals(3, 0.5f)), dyr(rng.normals(size_t(slots) * D)), dys(rng.normals(size_t(T) * D));
+        Dev<uint16_t> dnw(to_bf16_bits(bf16_round(rng.normals(D, 0.3f)))),
+            dob(to_bf16_bits(bf16_round(rng.normals(size_t(T) * D))));
+        Dev<int32_t> dslot(pair_slot);
+        const auto post0 = rng.normals(size_t(T) * N, 0.7f), comb0 = rng.normals(size_t(T) * N * N, 0.5f);
+        const bool prepared = !c.head && D % 128 == 0 && !c.shift;
+        struct Run {
+            Dev<uint16_t> x, y;
+            Dev<float> post, comb;
+            PreparedPair prep;
+            Dev<unsigned char> ws;
+            Run(const std::vector<float>& xs, const std::vector<float>& p0, const std::vector<float>& c0, const Case& k)
+                : x(to_bf16_bits(xs)), y(size_t(k.T) * k.D + 1), post(p0), comb(c0), prep(k.T, k.D),
+                  ws(mhc_pre_workspace_bytes(k.T, k.N, k.D, k.head)) {
+                y.poison();
+                ws.poison();
+            }
+        };
+        auto run = [&](Run& r, MhcPartialKernel kernel) {
+            MhcPreParams p;
+            p.n_tokens = T;
+            p.n_streams = N;
+            p.dim = D;
+            p.head_mode = c.head;
+            p.x = bf(r.x) + sh;
+            p.fn = dfn.ptr;
+            p.base = dbase.ptr;
+            p.scale = dscale.ptr;
+            p.norm_weight = bf(dnw);
+            p.y = bf(r.y) + sh;
+            p.post = c.head ? nullptr : r.post.ptr;
+            p.comb = c.head ? nullptr : r.comb.ptr;
+            p.partial_kernel = kernel;
+            if (prepared) {
+                p.prepared_values = r.prep.fused_v.ptr;
+                p.prepared_scales = r.prep.fused_s.ptr;
+                p.prepared_layout = int(WeightKind::FP8_BLOCK128);
+                p.prepared_numerics = int(ActNumerics::FP8_BLOCK128);
+            }
+            if (c.front != NONE) {
+                p.prev_post = r.post.ptr;
+                p.prev_comb = r.comb.ptr;
+            }
+            if (c.front == POST) p.prev_o = bf(dob);
+            if (c.front == COMBINE) {
+                p.prev_y_routed = dyr.ptr;
+                p.prev_pair_slot = dslot.ptr;
+                p.prev_y_shared = dys.ptr;
+                p.prev_top_k = top_k;
+                p.prev_round_terms = T % 2 == 0;
+            }
+            mhc_pre(p, r.ws.ptr, r.ws.n, nullptr);
+            CUDA_OK(cudaDeviceSynchronize());
+        };
+        Run a(x0, post0, comb0, c), b(x0, post0, comb0, c);
+        run(a, MhcPartialKernel::SPLIT);
+        run(b, MhcPartialKernel::TILED);
+        const std::string what = "T " + std::to_string(T) + " N " + std::to_string(N) + " D " + std::to_string(D) +
+                                 (c.head ? " head" : "") + (c.front == POST ? " +post" : "") +
+                                 (c.front == COMBINE ? " +combine+post" : "") + (c.shift ? " misaligned" : "");
+        {  // the partial sums themselves: [T][n_mix + 1][splits] fp32
+            const size_t n = size_t(T) * (n_mix + 1) * ((size_t(N) * D + 127) / 128) * sizeof(float);
+            const auto wa = a.ws.download(), wb = b.ws.download();
+            size_t n_diff = 0;
+            for (size_t i = 0; i < n; ++i) n_diff += wa[i] != wb[i];
+            EXPECT_EQ(n_diff, 0u) << what << ": partial-sum bytes differ";
+        }
+        EXPECT_EQ(a.x.download(), b.x.download()) << what << ": streams";
+        EXPECT_EQ(a.y.download(), b.y.download()) << what << ": y";
+        if (!c.head) {
+            EXPECT_EQ(a.post.download(), b.post.download()) << what << ": post";
+            EXPECT_EQ(a.comb.download(), b.comb.download()) << what << ": comb";
+        }
+        if (prepared) {
+            EXPECT_EQ(a.prep.fused_v.download(), b.prep.fused_v.download()) << what << ": prepared values";
+            EXPECT_EQ(a.prep.fused_s.download(), b.prep.fused_s.download()) << what << ": prepared scales";
+        }
+    }
+}
+
 }  // namespace
 }  // namespace flashseek::cuda::test
