@@ -341,7 +341,7 @@ TEST_F(CudaBackendBatch, ParallelLayoutsMatchWholeModel) {
         SCOPED_TRACE(num == Numerics::Exact ? "exact" : "release");
         auto whole = make(dir, "cuda", num, 2);
         const int64_t V = whole->config().vocab_size;
-        const auto toks = test::random_tokens(rng, 90, V);
+        const auto toks = test::random_tokens(rng, 200, V);  // 200 rows: the argmax agreement's noise ~3 points
         const auto ref = teacher_forced(*whole, toks, 60, 23);
         std::vector<float> perturbed;
         {

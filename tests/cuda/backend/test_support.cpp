@@ -107,6 +107,7 @@ Agreement compare_rows(const std::vector<float>& ours, const std::vector<float>&
         agree += ao == ar;
     }
     a.argmax = double(agree) / double(rows);
+    a.rows = rows;
     std::sort(rels.begin(), rels.end());
     a.median_rel = rels[rels.size() / 2];
     a.p90_rel = rels[std::min(rels.size() - 1, size_t(double(rels.size()) * 0.9))];
@@ -114,13 +115,16 @@ Agreement compare_rows(const std::vector<float>& ours, const std::vector<float>&
 }
 
 std::string envelope_violation(const Agreement& ours, const Agreement& env) {
-    constexpr double kFactor = 1.5, kFloor = 2e-2, kArgmaxSlack = 0.02;
+    constexpr double kFactor = 1.5, kFloor = 2e-2, kArgmaxSlack = 0.02, kSigmas = 3.0;
+    const double p = std::clamp(env.argmax, 0.0, 1.0);
+    const double sampling = ours.rows > 0 ? kSigmas * std::sqrt(p * (1.0 - p) / double(ours.rows)) : 0.0;
+    const double argmax_slack = std::max(kArgmaxSlack, sampling);
     std::ostringstream why;
     const double med_lim = std::max(kFactor * env.median_rel, kFloor), p90_lim = std::max(kFactor * env.p90_rel, kFloor);
     if (!(ours.median_rel <= med_lim)) why << "median rel " << ours.median_rel << " > " << med_lim << "; ";
     if (!(ours.p90_rel <= p90_lim)) why << "p90 rel " << ours.p90_rel << " > " << p90_lim << "; ";
-    if (!(ours.argmax >= env.argmax - kArgmaxSlack))
-        why << "argmax " << ours.argmax << " < " << env.argmax - kArgmaxSlack << "; ";
+    if (!(ours.argmax >= env.argmax - argmax_slack))
+        why << "argmax " << ours.argmax << " < " << env.argmax - argmax_slack << "; ";
     if (!why.str().empty())
         why << "(envelope: median " << env.median_rel << ", p90 " << env.p90_rel << ", max " << env.max_rel
             << ", argmax " << env.argmax << ")";

@@ -29,14 +29,18 @@ std::unique_ptr<Backend> make_layout(const std::string& dir, Numerics num, int t
 struct Agreement {
     double max_rel = 0, mean_rel = 0, median_rel = 0, p90_rel = 0;  // per-row relative L2 error statistics
     double argmax = 0;  // fraction of rows with the same argmax
+    int64_t rows = 0;   // rows compared
 };
 Agreement compare_rows(const std::vector<float>& ours, const std::vector<float>& ref, int64_t vocab);
 
 // The noise-calibrated criterion (docs/perf.md, "sensitivity of the tiny models"; scripts/compare_logits.py
 // --envelope): `ours` against the reference may differ by no more than the reference differs from itself when its
 // norm weights are perturbed by one bf16 rounding (`envelope`): median and 90th percentile of the per-row error
-// <= max(1.5 x the envelope's, 2e-2), argmax agreement >= the envelope's - 2 points. Empty string = pass, else
-// the reason.
+// <= max(1.5 x the envelope's, 2e-2), argmax agreement >= the envelope's - max(2 points, 3 binomial standard
+// deviations of an agreement over `ours.rows` rows). Both agreements are samples: on these near-flat logits a few
+// rows' argmax flip under any valid rounding, so with 90 rows two flips (2.2 points) are noise, not a defect (the
+// ParallelLayouts test failed on 2 of 4 seeds with the same logits from the binaries before and after a change).
+// Empty string = pass, else the reason.
 std::string envelope_violation(const Agreement& ours, const Agreement& envelope);
 
 }  // namespace flashseek::test
