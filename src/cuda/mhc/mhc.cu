@@ -156,16 +156,8 @@ __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(bf16* __restrict_
 #pragma unroll
     for (int tt = 0; tt < kTok; ++tt) {
 #pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r) {
-            float acc = 0.f;
-#pragma unroll
-            for (int i = 0; i < kPerLane; ++i) acc = fmaf(w[r][i], xv[tt][i], acc);
-            v[r * kTok + tt] = acc;
-        }
-        float acc = 0.f;
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) acc = fmaf(xv[tt][i], xv[tt][i], acc);
-        v[kRowsPerWarp * kTok + tt] = acc;
+        for (int r = 0; r < kRowsPerWarp; ++r) v[r * kTok + tt] = slot_partial(w[r], xv[tt]);
+        v[kRowsPerWarp * kTok + tt] = slot_partial(xv[tt], xv[tt]);
     }
     // Transpose-reduce: at each step a lane keeps the half of its array selected by its lane bit and adds the
     // partner's copy of that half, so after 5 steps lane L holds the warp-wide sum of value L.

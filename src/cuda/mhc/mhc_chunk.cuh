@@ -130,6 +130,14 @@ __device__ __forceinline__ void fused_post_features(const PostIn& pin, const bf1
     post_mix4(pin.post[t * N + stream], ck, of, xs, N, out);
 }
 
+// A slot's partial: the fmaf chain over its 4 elements from 0 (the tree's leaf in both partial kernels).
+__device__ __forceinline__ float slot_partial(const float (&w)[kPerLane], const float (&x)[kPerLane]) {
+    float acc = 0.f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) acc = fmaf(w[i], x[i], acc);
+    return acc;
+}
+
 // Where lane slot `slot` of chunk `split` starts in the flattened streams [N * D], and (interleaved) its stream.
 __device__ __forceinline__ int64_t chunk_origin(int split, int slot, int N, int64_t D, bool interleaved, int& stream) {
     stream = 0;

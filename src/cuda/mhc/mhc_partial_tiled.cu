@@ -70,12 +70,7 @@ __device__ __forceinline__ void chunk_tree(const uint16_t* const (&xr)[kTokensPe
 #pragma unroll
         for (int t = 0; t < kTokensPerLane; ++t) {
 #pragma unroll
-            for (int r = 0; r < kRowsPerWarp; ++r) {
-                float acc = 0.f;
-#pragma unroll
-                for (int i = 0; i < kPerLane; ++i) acc = fmaf(w[r][i], xv[t][i], acc);
-                s[t][r] = acc;
-            }
+            for (int r = 0; r < kRowsPerWarp; ++r) s[t][r] = slot_partial(w[r], xv[t]);
         }
     } else {
         float hi[kTokensPerLane][kRowsPerWarp];
@@ -237,10 +232,7 @@ __global__ void __launch_bounds__(kThreads, 4) mhc_partial_tiled_kernel(MhcParti
         } else {
             bf16x4_to_float(*reinterpret_cast<const uint2*>(&xs[tt][lane * kPerLane]), xv);
         }
-        float sq = 0.f;
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) sq = fmaf(xv[i], xv[i], sq);
-        sq = warp_sum(sq);  // pairs by lane bit 4, 3, 2, 1, 0: the chunk's tree
+        const float sq = warp_sum(slot_partial(xv, xv));  // pairs by lane bit 4, 3, 2, 1, 0: the chunk's tree
         if (lane == 0) a.ws[((int64_t(t0) + tt) * n_out + a.n_mix) * a.splits + split] = sq;
     }
     __syncthreads();  // the tile is final

@@ -64,6 +64,24 @@ std::vector<uint8_t> safe_random_bytes(size_t n, Rng& rng) {  // small finite va
     return v;
 }
 
+// mhc_pre over streams X [T, N, D] with weights fn / base / scale, the norm weight nw, into yb / post / comb.
+MhcPreParams mhc_params(int T, int N, int D, Dev<uint16_t>& X, Dev<float>& fn, Dev<float>& base, Dev<float>& scl,
+                        Dev<uint16_t>& nw, Dev<uint16_t>& yb, Dev<float>& post, Dev<float>& comb) {
+    MhcPreParams mp;
+    mp.n_tokens = T;
+    mp.n_streams = N;
+    mp.dim = D;
+    mp.x = bf(X);
+    mp.fn = fn.ptr;
+    mp.base = base.ptr;
+    mp.scale = scl.ptr;
+    mp.norm_weight = bf(nw);
+    mp.y = bf(yb);
+    mp.post = post.ptr;
+    mp.comb = comb.ptr;
+    return mp;
+}
+
 void decode_perf(flashseek::test::PerfReport& report) {
     Rng rng(1234);
     const int D = 4096, N = 4, H = 64, hd = 512, R = 64, W = 128, ring_entries = 256;
@@ -90,18 +108,7 @@ void decode_perf(flashseek::test::PerfReport& report) {
             Dev<float> fn(rng.normals(size_t(24) * N * D, 0.01f)), base(rng.normals(24)), scl(rng.normals(3)),
                 post(size_t(T) * N), comb(size_t(T) * N * N);
             Dev<uint8_t> mws(mhc_pre_workspace_bytes(T, N, D, false));
-            MhcPreParams mp;
-            mp.n_tokens = T;
-            mp.n_streams = N;
-            mp.dim = D;
-            mp.x = bf(X);
-            mp.fn = fn.ptr;
-            mp.base = base.ptr;
-            mp.scale = scl.ptr;
-            mp.norm_weight = bf(nw);
-            mp.y = bf(yb);
-            mp.post = post.ptr;
-            mp.comb = comb.ptr;
+            MhcPreParams mp = mhc_params(T, N, D, X, fn, base, scl, nw, yb, post, comb);
             if (ctx == 256) {
                 const double streams = double(T) * N * D * 2;  // the N residual streams, bf16
                 const double mix = 24.0 * N * D * 4;            // fn: (2 + N) * N rows of N * D fp32
@@ -374,18 +381,7 @@ void mhc_perf(flashseek::test::PerfReport& report) {
         Dev<uint8_t> ws(mhc_pre_workspace_bytes(T, N, D, false));
         for (bool fused : {false, true}) {
             for (MhcPartialKernel k : {MhcPartialKernel::SPLIT, MhcPartialKernel::TILED}) {
-                MhcPreParams mp;
-                mp.n_tokens = T;
-                mp.n_streams = N;
-                mp.dim = D;
-                mp.x = bf(X);
-                mp.fn = fn.ptr;
-                mp.base = base.ptr;
-                mp.scale = scl.ptr;
-                mp.norm_weight = bf(nw);
-                mp.y = bf(yb);
-                mp.post = post.ptr;
-                mp.comb = comb.ptr;
+                MhcPreParams mp = mhc_params(T, N, D, X, fn, base, scl, nw, yb, post, comb);
                 mp.partial_kernel = k;
                 double bytes = double(T) * N * D * 2 + double(n_mix) * N * D * 4 + double(T) * D * 2;
                 if (fused) {
