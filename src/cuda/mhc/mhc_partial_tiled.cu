@@ -7,13 +7,16 @@
 // with the previous mhc_post and the MoE combine in front, two calls per layer: 18% of a 4,096-token prefill).
 // Looping 8 token tiles inside each split CTA did not help (fewer CTAs, same serial chain per tile).
 //
-// Design: CTA = (64 tokens, one chunk), 8 warps.
+// Design: CTA = (64 tokens, one chunk), 8 warps; chunks vary fastest in the grid, so the CTAs resident together
+// write whole workspace rows ([token][row][split]) instead of one 4-byte piece of each. 0.38 ms per call at 4,096
+// tokens, 0.60 ms with the MoE combine and mhc_post in front (H200; docs/perf.md §2.1a).
 //  1. Staging. fn's chunk (24 rows x 128, fp32) goes to shared memory before pdl_wait (weights). Then every
 //     thread issues its cp.async pieces of the tile's streams (bf16, 8 bytes per token and lane slot, zero-filled
 //     past the tokens or K) and, with the previous mhc_post fused, of the tokens' post / comb weights and MoE pair
-//     slots: all of the tile's loads are in flight at once. A first version staged token by token through
-//     registers (load, convert, butterfly, next token) and each CTA lived ~26 us, mostly waiting on one load at a
-//     time: 0.40 ms per call at 4,096 tokens, 0.60-0.77 ms with the fused post.
+//     slots: all of the tile's loads are in flight at once. Staged token by token through registers (load,
+//     convert, butterfly, next token), each CTA lived ~26 us, mostly waiting on one load at a time. A persistent
+//     form (one wave of CTAs walking their tiles, the next tile in flight) measured slower than these independent
+//     CTAs, 15 waves of them at 4,096 tokens.
 //     With the post fused, o (read, or the MoE combine of the token's expert rows) is computed once per (token,
 //     feature) into shared memory (the split kernel computes it once per stream), then warp w mixes tokens w,
 //     w + 8, ... in place, lane L the 4 elements of lane slot L, exactly as the split kernel's warp holds them,
