@@ -45,7 +45,6 @@ static_assert(kSums == 32, "the transpose-reduce leaves exactly one sum per lane
 constexpr int kFinThreads = 32 + 512;  // warp 0: Sinkhorn; 512 collapse threads = D/8 at hidden 4096
 constexpr int kPostThreads = 128;
 
-
 __device__ __forceinline__ void bf16x8_to_float(const uint4& raw, float* f) {
     const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
