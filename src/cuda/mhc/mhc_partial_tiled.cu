@@ -32,6 +32,7 @@
 #include "cuda/mhc/mhc_partial_tiled.cuh"
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/cp_async.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/smem.cuh"
 #include "cuda/common/warp_reduce.cuh"
@@ -44,7 +45,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kTokens = kMhcTiledTokens;
+constexpr int kTokens = 64;                     // tokens per CTA
 constexpr int kRowsPerWarp = kMixMax / kWarps;  // 3
 constexpr int kTokensPerLane = kTokens / 32;    // 2
 constexpr int kXStride = kChunk + 4;            // bf16 per staged token: rows start 2 banks apart
@@ -86,15 +87,6 @@ __device__ __forceinline__ void chunk_tree(const uint16_t* const (&xr)[kTokensPe
         }
     }
 }
-
-// cp.async of 4 or 8 bytes global -> shared; src_bytes < cp_bytes zero-fills the rest (0: nothing is read).
-template <int BYTES>
-__device__ __forceinline__ void cp_async_zfill(void* dst, const void* src, int src_bytes) {
-    const uint32_t d = uint32_t(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(d), "l"(src), "n"(BYTES), "r"(src_bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // Dynamic shared memory, in this order (every piece a multiple of 16 bytes):
 //   fs [kMixMax][kChunk] fp32, xs [kTokens][kXStride] bf16;
@@ -163,7 +155,7 @@ __global__ void __launch_bounds__(kThreads, 4) mhc_partial_tiled_kernel(MhcParti
             uint16_t* dst = &xs[tt][lane * kPerLane];
             if (a.aligned) {
                 const int valid = tt < nt ? slot_valid : 0;
-                cp_async_zfill<8>(dst, valid > 0 ? static_cast<const void*>(src) : a.x, valid * 2);
+                cp_async_ca_zfill<8>(dst, valid > 0 ? static_cast<const void*>(src) : a.x, valid * 2);
             } else {  // scalar fallback (K % 4 != 0 or misaligned streams)
 #pragma unroll
                 for (int i = 0; i < kPerLane; ++i)
@@ -178,12 +170,12 @@ __global__ void __launch_bounds__(kThreads, 4) mhc_partial_tiled_kernel(MhcParti
             const int64_t t = int64_t(t0) + tt;
             for (int e = lane; e < per_token; e += 32) {
                 const float* src = e < N ? a.pin.post + t * N + e : a.pin.comb + t * N * N + (e - N);
-                cp_async_zfill<4>(&mw[tt * per_token + e], real ? static_cast<const void*>(src) : a.pin.post,
+                cp_async_ca_zfill<4>(&mw[tt * per_token + e], real ? static_cast<const void*>(src) : a.pin.post,
                                   real ? 4 : 0);
             }
             if (combine) {
                 for (int e = lane; e < a.pin.top_k; e += 32)
-                    cp_async_zfill<4>(&slots[tt * a.pin.top_k + e],
+                    cp_async_ca_zfill<4>(&slots[tt * a.pin.top_k + e],
                                       real ? a.pin.pair_slot + t * a.pin.top_k + e
                                            : static_cast<const void*>(a.pin.pair_slot),
                                       real ? 4 : 0);

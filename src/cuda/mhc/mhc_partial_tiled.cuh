@@ -24,9 +24,6 @@ struct MhcPartialArgs {
     int splits = 0;
 };
 
-// Tokens per CTA of the tiled kernel.
-constexpr int kMhcTiledTokens = 64;
-
 void mhc_partial_tiled(const MhcPartialArgs& a, cudaStream_t stream);
 
 }  // namespace flashseek::cuda

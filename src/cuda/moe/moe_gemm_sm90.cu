@@ -44,11 +44,11 @@
 
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
+#include "cuda/common/cp_async.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/smem.cuh"
 #include "cuda/gemm/fp8_quant.cuh"
-#include "cuda/gemm/mma_tile.cuh"
 #include "cuda/gemm/tensor_map.h"
 #include "cuda/gemm/tma.cuh"
 #include "cuda/gemm/wgmma_ss.cuh"
@@ -89,22 +89,22 @@ static_assert(kTableOffset % 16 == 0 && kSaOffset % 128 == 0 && kStagingOffset %
 static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm_90 CTA");
 
 struct GroupedParams {
-    CUtensorMap map_a, map_sa;
-    const void* const* w_a;
+    CUtensorMap map_a, map_sa;  // the slots' act_quant codes and their scales
+    const void* const* w_a;     // per expert: up: w1, down: w2
     const void* const* s_a;
-    const void* const* w_b;
+    const void* const* w_b;  // up: w3, down: unused
     const void* const* s_b;
     const int32_t* count;
     const int32_t* offset;
     int E;
-    int K;
-    int n_blocks;
+    int K;         // weights per row (hidden for up, inter for down)
+    int n_blocks;  // tiles along the output columns: inter / 128 (up: h blocks) or hidden / 128 (down)
     const float* slot_weight;
     float limit;
-    uint8_t* h_codes;
-    float* h_scales;
+    uint8_t* h_codes;  // up: act_quant of h, [slots, ldo] codes
+    float* h_scales;   // ... and [inter / 128, h_scales_ld] scales
     int64_t h_scales_ld;
-    float* y;
+    float* y;  // down: fp32 [slots, ldo]
     int64_t ldo;
 };
 
@@ -116,11 +116,6 @@ using bulk::mbar_init_count;
 using bulk::mbar_init_fence;
 using bulk::mbar_wait;
 using bulk::smem_u32;
-using mma_tile::cp_async_commit;
-
-__device__ __forceinline__ void cp_async_4(void* dst, const void* src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
-}
 // Lane 0 of the warp arrives on the mbarrier, predicated inside one instruction: a branch on the lane there made
 // ptxas serialize every wgmma of the kernel (C7518, "WG.DP in divergent path").
 __device__ __forceinline__ void mbar_arrive_lane0(uint64_t* b, int lane) {
@@ -265,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                                               int64_t(wrow) * (p.K / 32) + kb * 4;
 #pragma unroll
                     for (int c = 0; c < 4; ++c) cp_async_16(dst + raw_chunk_offset(row, c), w + 16 * c);
-                    cp_async_4(raw_scales + s * kBN + row, sc);
+                    cp_async_ca<4>(raw_scales + s * kBN + row, sc);
                 }
                 bulk::cp_async_mbar_arrive(&landed[s]);
                 if (ptid == 0) {
@@ -275,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                     tma::load_2d(a_scales + s * (kScaleStride / 4), &p.map_sa, row0 & ~3, kb, &full[s]);
                 }
             }
-            asm volatile("cp.async.wait_all;" ::: "memory");
+            cp_async_wait_all();  // no thread leaves with copies in flight
         } else {
             for (int j = 0; j < n_stages; ++j) {
                 const int s = j % kStages;
