@@ -37,6 +37,9 @@ constexpr int kMaxStages = 3;
 constexpr int kMaxDim = 512;
 constexpr int kMaxNt = kMaxDim / 16;  // PV n-tiles of one warp (half of head_dim, 8 dims each)
 constexpr int kMaxTopkWidth = 8192;
+// The shape of the instantiation with compile-time sizes (prefill_attention_kernel): V4's head_dim with the launch
+// plan_shape gives its 64 heads on sm_90 / sm_100 (227 KB of shared memory per block).
+constexpr int kV4HeadDim = 512, kV4Stages = 2, kV4Groups = 4;
 constexpr int kGatherWarps = 8;
 constexpr int kGatherThreads = kGatherWarps * 32;
 
@@ -140,17 +143,26 @@ __device__ __forceinline__ int64_t candidate_row(const SparseAttentionParams& p,
     return g.comp_row0 + int64_t(c.seq) * g.max_entries + w;
 }
 
+// kD, kStages, kGroups: the shape as compile-time constants (0: taken at run time from p, the argument and
+// blockDim). One instantiation is fixed to V4's shape (head_dim 512, 2 stages, 4 row groups): with the sizes known
+// its loops unroll and its index math folds (Nsight Compute on the runtime form, run 54 of the mHC tiled log:
+// ~1,540 instructions per warp and 32-candidate tile for 128 HMMA, 700 of them integer and branch work). Both forms
+// run the same floating-point operations in the same order, so they give the same bits.
+template <int kD, int kStages, int kGroups>
 __global__ void __launch_bounds__(kMaxThreads, 1)
-    prefill_attention_kernel(SparseAttentionParams p, GatherLayout g, int stages) {
+    prefill_attention_kernel(SparseAttentionParams p, GatherLayout g, int stages_arg) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    const int D = p.head_dim, DP = D + kMmaPad, H = p.n_heads;
-    const int groups = blockDim.x / kGroupThreads;
+    const int D = kD > 0 ? kD : p.head_dim, DP = D + kMmaPad, H = p.n_heads;
+    const int stages = kStages > 0 ? kStages : stages_arg;
+    const int groups = kGroups > 0 ? kGroups : int(blockDim.x) / kGroupThreads;
+    const int n_threads = groups * kGroupThreads;
     const int topk_width = p.topk ? p.topk_width : 0;
     PrefillSmem sm;
     prefill_smem_layout(D, groups, stages, topk_width, sm, smem_raw);
-    const int t = blockIdx.x, h_cta = blockIdx.y * groups * kGroupHeads;
+    // Last rows first: a prompt's later rows have the longer candidate lists, and the short ones fill the tail.
+    const int t = int(gridDim.x) - 1 - int(blockIdx.x), h_cta = blockIdx.y * groups * kGroupHeads;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int grp = warp >> 1, half = warp & 1;
 
@@ -165,10 +177,10 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     c.n_cand = c.n_win + (p.ratio > 0 ? (c.has_topk ? topk_width : c.n_vis) : 0);
     const int n_tiles = (c.n_cand + kTile - 1) / kTile;
 
-    for (int i = tid; i < topk_width; i += blockDim.x) sm.topk[i] = p.topk[int64_t(t) * p.topk_stride + i];
+    for (int i = tid; i < topk_width; i += n_threads) sm.topk[i] = p.topk[int64_t(t) * p.topk_stride + i];
     // q rows of the CTA's heads (zero past n_heads), part of the first commit group
     const int chunks = D / 8;
-    for (int i = tid; i < groups * kGroupHeads * chunks; i += blockDim.x) {
+    for (int i = tid; i < groups * kGroupHeads * chunks; i += n_threads) {
         const int r = i / chunks, d = (i % chunks) * 8, h = h_cta + r;
         const bf16* src = h < H ? p.q + int64_t(t) * p.q_stride + int64_t(h) * D + d : p.q;
         cp_async16(smem_u32(sm.q + r * DP + d), src, h < H ? 16 : 0);
@@ -177,12 +189,13 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 
     // Tile loader: blockDim = 32 rows x (2 * groups) threads per row; each thread resolves its row once per tile and
     // copies every (2 * groups)-th 16-byte chunk of it (a warp covers 16 / groups rows, whole 128-byte lines).
-    const int row_threads = blockDim.x / kTile, load_row = tid / row_threads, load_chunk0 = tid % row_threads;
+    const int row_threads = n_threads / kTile, load_row = tid / row_threads, load_chunk0 = tid % row_threads;
     auto load_tile = [&](int tile, int stage) {
         const int64_t row = candidate_row(p, g, c, sm.topk, tile * kTile + load_row);
         const bf16* src = row >= 0 ? g.rows + row * D : g.rows;
         const uint32_t dst = smem_u32(sm.kv + (size_t(stage) * kTile + load_row) * DP);
         const int bytes = row >= 0 ? 16 : 0;
+#pragma unroll
         for (int k = load_chunk0; k < chunks; k += row_threads)
             cp_async16(dst + k * 16, src + (row >= 0 ? k * 8 : 0), bytes);
         if (load_chunk0 == 0) sm.valid[stage * kTile + load_row] = row >= 0;
@@ -211,6 +224,14 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
         const int stage = tile % stages;
         const bf16* kv = sm.kv + size_t(stage) * kTile * DP;
         const int* valid = sm.valid + stage * kTile;
+        const uint32_t valid_mask = __ballot_sync(0xffffffffu, valid[lane] != 0);  // bit e: candidate e is valid
+        // A tile without a valid candidate leaves m, l and the accumulators as they are (its max is -inf: factors
+        // 1, probabilities 0 against zero-filled rows), so it is skipped; top-k lists shorter than topk_width end in
+        // such tiles. The decision is the same in every warp (one shared valid row).
+        if (valid_mask == 0) {
+            __syncthreads();  // as at the end of a computed tile: the stage and valid row are rewritten next
+            continue;
+        }
 
         // QK: the k16 chain of this warp's head_dim half, 4 n-tiles of 8 candidates
         float sc[4][4];
@@ -219,6 +240,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
         {
             const uint32_t b_base = smem_u32(kv + ((lane / 16) * 8 + lane % 8) * DP + ((lane / 8) % 2) * 8);
             const uint32_t b_hi = uint32_t(16 * DP * 2);  // n-tiles 2, 3
+#pragma unroll
             for (int k0 = k_begin; k0 < k_begin + D / 2; k0 += 16) {
                 uint32_t a0, a1, a2, a3, b0, b1, b2, b3, b4, b5, b6, b7;
                 ldsm_x4(a_base + k0 * 2, a0, a1, a2, a3);
@@ -233,7 +255,6 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
         // exchange the halves; s = half0 + half1, scaled, masked
 #pragma unroll
         for (int i = 0; i < 16; ++i) xch_mine[i * 32 + lane] = sc[i / 4][i % 4];
-        const uint32_t valid_mask = __ballot_sync(0xffffffffu, valid[lane] != 0);  // bit e: candidate e is valid
         group_barrier(grp);
         float s[4][4];
 #pragma unroll
@@ -326,10 +347,10 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
         }
     }
     const int rope_first_pair = D / 2 - p.rope.n_pairs;
-    for (int i = tid; i < p.rope.n_pairs; i += blockDim.x) rope_cos_sin(c.pos, p.rope.inv_freq[i], cos_s[i], sin_s[i]);
+    for (int i = tid; i < p.rope.n_pairs; i += n_threads) rope_cos_sin(c.pos, p.rope.inv_freq[i], cos_s[i], sin_s[i]);
     __syncthreads();
     const int rows_here = min(groups * kGroupHeads, H - h_cta);
-    for (int i = tid; i < rows_here * chunks; i += blockDim.x) {
+    for (int i = tid; i < rows_here * chunks; i += n_threads) {
         const int row = i / chunks, d = (i % chunks) * 8;
         uint4 v = *reinterpret_cast<const uint4*>(staged + row * DP + d);
         __nv_bfloat162* pairs = reinterpret_cast<__nv_bfloat162*>(&v);
@@ -447,7 +468,11 @@ void sparse_attention_prefill(const SparseAttentionParams& p, int max_entries, v
                     "sparse_attention_prefill: workspace of {} bytes is smaller than the {} needed", workspace_bytes,
                     need);
     const PrefillShape shape = plan_shape(p, tuning);
-    allow_dynamic_smem(prefill_attention_kernel, shape.smem);
+    const bool v4_shape = tuning.allow_fixed_shape && D == kV4HeadDim && shape.stages == kV4Stages &&
+                          shape.groups == kV4Groups;
+    auto* const kernel = v4_shape ? prefill_attention_kernel<kV4HeadDim, kV4Stages, kV4Groups>
+                                  : prefill_attention_kernel<0, 0, 0>;
+    allow_dynamic_smem(kernel, shape.smem);
 
     GatherLayout g;
     g.rows = static_cast<const bf16*>(workspace);
@@ -459,7 +484,7 @@ void sparse_attention_prefill(const SparseAttentionParams& p, int max_entries, v
                dim3(kGatherThreads), 0, stream, p, g, static_cast<bf16*>(workspace));
     CUDA_CHECK_LAUNCH("prefill_gather_kernel");
     const int head_blocks = ((p.n_heads + kGroupHeads - 1) / kGroupHeads + shape.groups - 1) / shape.groups;
-    launch_pdl("prefill_attention_kernel", prefill_attention_kernel, dim3(p.batch.n_tokens, head_blocks),
+    launch_pdl("prefill_attention_kernel", kernel, dim3(p.batch.n_tokens, head_blocks),
                dim3(shape.groups * kGroupThreads), shape.smem, stream, p, g, shape.stages);
     CUDA_CHECK_LAUNCH("prefill_attention_kernel");
 }

@@ -36,6 +36,9 @@ namespace flashseek::cuda {
 struct PrefillAttentionTuning {
     int head_groups = 0;  // row groups of 16 heads per CTA, 1..4
     int stages = 0;       // cp.async pipeline depth, 1..3
+    // false: the kernel instantiation whose sizes are all read at run time even where the one compiled for V4's
+    // shape (head_dim 512, 4 head groups, 2 stages) applies; the two give the same bits.
+    bool allow_fixed_shape = true;
 };
 
 // Workspace of sparse_attention_prefill for a step of at most max_tokens rows in at most max_seqs sequences

@@ -288,7 +288,8 @@ void prefill_perf(flashseek::test::PerfReport& report) {
             // launch-shape A/B (same results): heads per CTA, cp.async pipeline depth
             for (auto [label, tn] : {std::pair{"32 heads per CTA", PrefillAttentionTuning{2, 0}},
                                      std::pair{"16 heads per CTA", PrefillAttentionTuning{1, 0}},
-                                     std::pair{"3 stages", PrefillAttentionTuning{0, 3}}}) {
+                                     std::pair{"3 stages", PrefillAttentionTuning{0, 3}},
+                                     std::pair{"runtime-sized kernel", PrefillAttentionTuning{0, 0, false}}}) {
                 row(name, time_op([&](cudaStream_t s) { sparse_attention_prefill(p, entries, ws.ptr, ws.n, s, tn); }, 3),
                     bytes, flops, std::string("prefill, ") + label, false);
             }
@@ -406,12 +407,8 @@ void mhc_perf(flashseek::test::PerfReport& report) {
     }
 }
 
-void attention_perf(flashseek::test::PerfReport& report) {
-    decode_perf(report);
-    prefill_perf(report);
-}
-
-FS_PERF_SUITE("attention", attention_perf);
+FS_PERF_SUITE("attention", decode_perf);
+FS_PERF_SUITE("prefill attention", prefill_perf);
 FS_PERF_SUITE("mhc", mhc_perf);
 
 }  // namespace

@@ -213,6 +213,7 @@ struct PrefillCase {
     std::vector<SeqRows> seqs;  // slots 0..n-1 in order
     int cpu_rows;               // rows compared with the CPU (spread over the step; 0 = all)
     double tol;                 // rel_l2 bound against the CPU
+    bool indexer_lists = false;  // top-k rows as the indexer writes them (ascending, -1 at the end) instead of holes
 };
 
 TEST(CudaPrefillAttention, MatchesCpuAndDecodeKernel) {
@@ -226,6 +227,8 @@ TEST(CudaPrefillAttention, MatchesCpuAndDecodeKernel) {
     const PrefillCase cases[] = {
         {"CSA V4 shape, top-k lists with holes", 64, 512, 64, 128, 4, true, 96, KvFormat::FP8, {{0, 0, 300}}, 40, 5e-3},
         {"HCA V4 shape, 2000-token prompt", 64, 512, 64, 128, 128, false, 0, KvFormat::FP8, {{0, 0, 2000}}, 48, 5e-3},
+        {"CSA V4 shape, indexer lists: whole tiles empty", 64, 512, 64, 128, 4, true, 512, KvFormat::FP8,
+         {{0, 0, 700}}, 24, 5e-3, true},
         {"CSA continuation + 1-token chunk, 512-wide list", 64, 512, 64, 128, 4, true, 512, KvFormat::FP8,
          {{0, 4000, 37}, {1, 9, 1}}, 12, 5e-3},
         {"window longer than the prompt, all visible", 5, 64, 32, 4096, 4, false, 0, KvFormat::BF16, {{0, 0, 37}}, 0,
@@ -250,7 +253,7 @@ TEST(CudaPrefillAttention, MatchesCpuAndDecodeKernel) {
             max_chunk = std::max(max_chunk, s.n);
         }
         AttnScene scene(c.H, c.D, c.R, c.window, c.ratio, c.use_topk, c.topk_width, c.fmt, spans, max_chunk,
-                        /*realistic_topk=*/false, rng);
+                        /*realistic_topk=*/c.indexer_lists, rng);
         AttnStep step(scene, c.seqs);
         const auto got_bits = step.prefill();
         const auto got = from_bf16_bits(got_bits);
@@ -271,10 +274,14 @@ TEST(CudaPrefillAttention, MatchesCpuAndDecodeKernel) {
         EXPECT_CLOSE(got_rows, want, c.tol, c.name << " (" << rows.size() << " of " << step.T << " rows)");
 
         // every launch shape gives the same bits
+        // (V4's shape runs the instantiation with compile-time sizes by default; {4, 2, false} is the same launch
+        // on the runtime-sized one)
         for (PrefillAttentionTuning tn : {PrefillAttentionTuning{1, 1}, PrefillAttentionTuning{1, 3},
-                                          PrefillAttentionTuning{4, 2}, PrefillAttentionTuning{2, 1}}) {
+                                          PrefillAttentionTuning{4, 2}, PrefillAttentionTuning{2, 1},
+                                          PrefillAttentionTuning{4, 2, false}}) {
             EXPECT_EQ(count_differences(step.prefill(tn), got_bits), 0u)
-                << c.name << ": head groups " << tn.head_groups << " stages " << tn.stages;
+                << c.name << ": head groups " << tn.head_groups << " stages " << tn.stages
+                << (tn.allow_fixed_shape ? "" : ", runtime-sized kernel");
         }
         // bit-identical to the tensor-core decode kernel with one split, where that kernel applies
         if (c.D % 64 == 0 && c.D <= 512) {
