@@ -120,19 +120,25 @@ struct TileStep {
     float alpha, beta;            // e^(m_prev - m_new), e^(m_tile - m_new) (0 when dropped)
     float acc_before, acc_after;  // accumulator factors around the tile's PV product
 };
+// The exponentials are evaluated whatever the case and then selected (a value not taken may be inf or NaN): as
+// conditional expressions the compiler put each expf behind a divergent branch of its own.
 __device__ __forceinline__ TileStep tile_step(float m_prev, float m_tile) {
     TileStep t;
     t.m_tile = m_tile;
     t.m_new = fmaxf(m_prev, m_tile);
     t.use = m_tile != -INFINITY && m_prev - m_tile <= 64.f;
-    t.beta = t.use ? expf(m_tile - t.m_new) : 0.f;
-    t.alpha = t.m_new == -INFINITY ? 1.f : expf(m_prev - t.m_new);
-    t.acc_before = t.use ? expf(m_prev - m_tile) : t.alpha;
+    const float e_tile = expf(m_tile - t.m_new), e_prev = expf(m_prev - t.m_new), e_before = expf(m_prev - m_tile);
+    t.beta = t.use ? e_tile : 0.f;
+    t.alpha = t.m_new == -INFINITY ? 1.f : e_prev;
+    t.acc_before = t.use ? e_before : t.alpha;
     t.acc_after = t.use ? t.beta : 1.f;
     return t;
 }
 // Unrounded probability of score s (-inf for masked candidates gives 0).
-__device__ __forceinline__ float tile_prob(const TileStep& t, float s) { return t.use ? expf(s - t.m_tile) : 0.f; }
+__device__ __forceinline__ float tile_prob(const TileStep& t, float s) {
+    const float e = expf(s - t.m_tile);
+    return t.use ? e : 0.f;
+}
 // Running denominator after the tile, given the sum of its unrounded probabilities.
 __device__ __forceinline__ float tile_denominator(const TileStep& t, float l_prev, float tile_sum) {
     return __fmaf_rn(l_prev, t.alpha, __fmul_rn(tile_sum, t.beta));

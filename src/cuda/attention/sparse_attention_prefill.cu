@@ -37,9 +37,10 @@ constexpr int kMaxStages = 3;
 constexpr int kMaxDim = 512;
 constexpr int kMaxNt = kMaxDim / 16;  // PV n-tiles of one warp (half of head_dim, 8 dims each)
 constexpr int kMaxTopkWidth = 8192;
-// The shape of the instantiation with compile-time sizes (prefill_attention_kernel): V4's head_dim with the launch
-// plan_shape gives its 64 heads on sm_90 / sm_100 (227 KB of shared memory per block).
-constexpr int kV4HeadDim = 512, kV4Stages = 2, kV4Groups = 4;
+// The shape of the instantiation with compile-time sizes (prefill_attention_kernel): V4's head_dim, its 64 heads in
+// one CTA and three stage buffers (one tile ahead, one for the deferred PV products), 184 KB of shared memory with a
+// 512-wide top-k row: sm_90 / sm_100 (227 KB per block); smaller parts take the runtime-sized kernel.
+constexpr int kV4HeadDim = 512, kV4Stages = 3, kV4Groups = 4;
 constexpr int kGatherWarps = 8;
 constexpr int kGatherThreads = kGatherWarps * 32;
 
@@ -144,11 +145,12 @@ __device__ __forceinline__ int64_t candidate_row(const SparseAttentionParams& p,
 }
 
 // kD, kStages, kGroups: the shape as compile-time constants (0: taken at run time from p, the argument and
-// blockDim). One instantiation is fixed to V4's shape (head_dim 512, 2 stages, 4 row groups): with the sizes known
-// its loops unroll and its index math folds (Nsight Compute on the runtime form, run 54 of the mHC tiled log:
-// ~1,540 instructions per warp and 32-candidate tile for 128 HMMA, 700 of them integer and branch work). Both forms
-// run the same floating-point operations in the same order, so they give the same bits.
-template <int kD, int kStages, int kGroups>
+// blockDim). One instantiation is fixed to V4's shape (head_dim 512, 4 row groups, 3 stage buffers, kDefer): with
+// the sizes known its loops unroll and its index math folds (Nsight Compute on the runtime form, run 54 of the mHC
+// tiled log: ~1,540 instructions per warp and 32-candidate tile for 128 HMMA, 700 of them integer and branch work),
+// and half its row groups run their PV products one tile late (kDefer, at the tile loop). Every form runs the same
+// floating-point operations in the same order per row group, so they give the same bits.
+template <int kD, int kStages, int kGroups, bool kDefer>
 __global__ void __launch_bounds__(kMaxThreads, 1)
     prefill_attention_kernel(SparseAttentionParams p, GatherLayout g, int stages_arg) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
@@ -190,17 +192,28 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     // Tile loader: blockDim = 32 rows x (2 * groups) threads per row; each thread resolves its row once per tile and
     // copies every (2 * groups)-th 16-byte chunk of it (a warp covers 16 / groups rows, whole 128-byte lines).
     const int row_threads = n_threads / kTile, load_row = tid / row_threads, load_chunk0 = tid % row_threads;
+    // This thread's first 16-byte chunk in stage 0; a stage is kTile * DP bf16 further. A masked row copies nothing
+    // (src-size 0 zero-fills) from an address inside the workspace's first row, so the source needs no select per
+    // chunk and the copies take immediate offsets.
+    const uint32_t load_dst0 = smem_u32(sm.kv + load_row * DP) + uint32_t(load_chunk0) * 16;
+    const uint32_t stage_bytes = uint32_t(kTile * DP) * 2;
     auto load_tile = [&](int tile, int stage) {
         const int64_t row = candidate_row(p, g, c, sm.topk, tile * kTile + load_row);
-        const bf16* src = row >= 0 ? g.rows + row * D : g.rows;
-        const uint32_t dst = smem_u32(sm.kv + (size_t(stage) * kTile + load_row) * DP);
+        const bf16* src = g.rows + (row >= 0 ? row * D : 0) + load_chunk0 * 8;
+        const uint32_t dst = load_dst0 + uint32_t(stage) * stage_bytes;
         const int bytes = row >= 0 ? 16 : 0;
+        const int full = chunks / row_threads;  // chunks every loader thread copies (the rest: the first ones)
 #pragma unroll
-        for (int k = load_chunk0; k < chunks; k += row_threads)
-            cp_async16(dst + k * 16, src + (row >= 0 ? k * 8 : 0), bytes);
+        for (int k = 0; k < full; ++k) cp_async16(dst + k * row_threads * 16, src + k * row_threads * 8, bytes);
+        if (full * row_threads + load_chunk0 < chunks)
+            cp_async16(dst + full * row_threads * 16, src + full * row_threads * 8, bytes);
         if (load_chunk0 == 0) sm.valid[stage * kTile + load_row] = row >= 0;
     };
-    for (int s = 0; s < stages - 1; ++s) {
+    // Tiles are loaded `lookahead` ahead of the compute. With kDefer the upper half of the row groups runs each
+    // tile's PV one barrier interval late (below), so the stage of tile t - 1 is still read while tile t computes:
+    // one more buffer than the lookahead needs.
+    const int lookahead = kDefer ? stages - 2 : stages - 1;
+    for (int s = 0; s < lookahead; ++s) {
         if (s < n_tiles) load_tile(s, s);
         cp_async_commit();
     }
@@ -212,27 +225,12 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     const int nt_count = D / 16;  // PV n-tiles of this warp's half
     const int k_begin = half * (D / 2);
     const uint32_t a_base = smem_u32(sm.q + (grp * kGroupHeads + lane % 16) * DP + (lane / 16) * 8);
-    float* xch_mine = sm.xch + (grp * 2 + half) * 16 * 32;
-    const float* xch_other = sm.xch + (grp * 2 + (half ^ 1)) * 16 * 32;
+    float4* xch_mine = reinterpret_cast<float4*>(sm.xch) + (grp * 2 + half) * 4 * 32;
+    const float4* xch_other = reinterpret_cast<const float4*>(sm.xch) + (grp * 2 + (half ^ 1)) * 4 * 32;
 
-    for (int tile = 0; tile < n_tiles; ++tile) {
-        const int ahead = tile + stages - 1;
-        if (ahead < n_tiles) load_tile(ahead, ahead % stages);
-        cp_async_commit();
-        cp_async_wait(stages - 1);
-        __syncthreads();  // this tile's rows (and, on the first tile, q) from every thread are in shared memory
-        const int stage = tile % stages;
-        const bf16* kv = sm.kv + size_t(stage) * kTile * DP;
-        const int* valid = sm.valid + stage * kTile;
-        const uint32_t valid_mask = __ballot_sync(0xffffffffu, valid[lane] != 0);  // bit e: candidate e is valid
-        // A tile without a valid candidate leaves m, l and the accumulators as they are (its max is -inf: factors
-        // 1, probabilities 0 against zero-filled rows), so it is skipped; top-k lists shorter than topk_width end in
-        // such tiles. The decision is the same in every warp (one shared valid row).
-        if (valid_mask == 0) {
-            __syncthreads();  // as at the end of a computed tile: the stage and valid row are rewritten next
-            continue;
-        }
-
+    // QK of one tile, the exchange of the halves and the online softmax: m_run and l_run advance, st and pa are
+    // what the tile's PV product needs.
+    auto scores_and_softmax = [&](const bf16* kv, uint32_t valid_mask, TileStep (&st)[2], uint32_t (&pa)[2][4]) {
         // QK: the k16 chain of this warp's head_dim half, 4 n-tiles of 8 candidates
         float sc[4][4];
 #pragma unroll
@@ -252,21 +250,24 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                 mma_16816(sc[3], a0, a1, a2, a3, b6, b7);
             }
         }
-        // exchange the halves; s = half0 + half1, scaled, masked
+        // exchange the halves (one 16-byte word per n-tile and lane); s = half0 + half1, scaled, masked
 #pragma unroll
-        for (int i = 0; i < 16; ++i) xch_mine[i * 32 + lane] = sc[i / 4][i % 4];
+        for (int nt = 0; nt < 4; ++nt) xch_mine[nt * 32 + lane] = make_float4(sc[nt][0], sc[nt][1], sc[nt][2], sc[nt][3]);
         group_barrier(grp);
         float s[4][4];
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
-            const float sum = sc[i / 4][i % 4] + xch_other[i * 32 + lane];  // half0 + half1 (commutative)
-            const int col = (i / 4) * 8 + 2 * (lane % 4) + (i % 2);
-            s[i / 4][i % 4] = (valid_mask >> col) & 1u ? sum * p.softmax_scale : -INFINITY;
+        for (int nt = 0; nt < 4; ++nt) {
+            const float4 o = xch_other[nt * 32 + lane];
+            const float other[4] = {o.x, o.y, o.z, o.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float sum = sc[nt][e] + other[e];  // half0 + half1 (commutative)
+                const int col = nt * 8 + 2 * (lane % 4) + (e % 2);
+                s[nt][e] = (valid_mask >> col) & 1u ? sum * p.softmax_scale : -INFINITY;
+            }
         }
 
         // online softmax per row (r = 0: head lane/4 of the group, elements 0, 1; r = 1: lane/4 + 8, elements 2, 3)
-        TileStep st[2];
-        uint32_t pa[2][4];  // P as the PV A fragments, [k-step][register]
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             float mx = -INFINITY;
@@ -302,11 +303,15 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                 pa[ks][2 + r] = *reinterpret_cast<const uint32_t*>(&hi);  // a2 / a3: candidates + 8
             }
         }
+    };
 
-        // PV over this warp's head_dim half. The accumulator factors are skipped where they cannot change a bit:
-        // before the first tile the accumulators are +0 (the factor is 0), and a factor of exactly 1 is an identity.
-        if (tile > 0 && __any_sync(0xffffffffu, st[0].acc_before != 1.f || st[1].acc_before != 1.f))
-            scale_rows(acc, st[0].acc_before, st[1].acc_before);
+    // PV of one tile over this warp's head_dim half. The accumulator factors are skipped where they cannot change
+    // a bit: before the first tile the accumulators are +0 (the factor is 0), and a factor of exactly 1 is an
+    // identity.
+    auto pv_product = [&](const bf16* kv, bool first_tile, float before0, float before1, float after0, float after1,
+                          const uint32_t (&pa)[2][4]) {
+        if (!first_tile && __any_sync(0xffffffffu, before0 != 1.f || before1 != 1.f))
+            scale_rows(acc, before0, before1);
         const int n_base = half * (D / 2);
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks) {
@@ -321,10 +326,62 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                 mma_16816(acc[j + 1], pa[ks][0], pa[ks][1], pa[ks][2], pa[ks][3], b2, b3);
             }
         }
-        if (__any_sync(0xffffffffu, st[0].acc_after != 1.f || st[1].acc_after != 1.f))
-            scale_rows(acc, st[0].acc_after, st[1].acc_after);
+        if (__any_sync(0xffffffffu, after0 != 1.f || after1 != 1.f)) scale_rows(acc, after0, after1);
+    };
+
+    // kDefer: row groups groups/2.. compute tile t's PV in the next barrier interval, while groups 0.. run QK and
+    // softmax. Warp w runs on scheduler w % 4, so each scheduler holds one warp of either half and one of them has
+    // HMMA work while the other waits on softmax latency. Only the timing moves: every row group runs the same
+    // operations in the same order.
+    const bool defer = kDefer && grp >= groups / 2;
+    bool pending = false;  // a deferred PV product is waiting (its tile's stage is still intact)
+    int pending_tile = 0;
+    float pending_f[4] = {1.f, 1.f, 1.f, 1.f};  // before0, before1, after0, after1
+    uint32_t pending_pa[2][4] = {};
+    auto run_pending = [&]() {
+        if (!pending) return;
+        pv_product(sm.kv + size_t(pending_tile % stages) * kTile * DP, pending_tile == 0, pending_f[0], pending_f[1],
+                   pending_f[2], pending_f[3], pending_pa);
+        pending = false;
+    };
+
+    for (int tile = 0; tile < n_tiles; ++tile) {
+        const int ahead = tile + lookahead;
+        if (ahead < n_tiles) load_tile(ahead, ahead % stages);
+        cp_async_commit();
+        cp_async_wait(lookahead);
+        __syncthreads();  // this tile's rows (and, on the first tile, q) from every thread are in shared memory
+        if (defer) run_pending();
+        const int stage = tile % stages;
+        const bf16* kv = sm.kv + size_t(stage) * kTile * DP;
+        const uint32_t valid_mask = __ballot_sync(0xffffffffu, sm.valid[stage * kTile + lane] != 0);  // bit e: candidate e
+        // A tile without a valid candidate leaves m, l and the accumulators as they are (its max is -inf: factors
+        // 1, probabilities 0 against zero-filled rows), so it is skipped; top-k lists shorter than topk_width end in
+        // such tiles. The decision is the same in every warp (one shared valid row).
+        if (valid_mask == 0) {
+            __syncthreads();  // as at the end of a computed tile: the stage and valid row are rewritten next
+            continue;
+        }
+        TileStep st[2];
+        uint32_t pa[2][4];  // P as the PV A fragments, [k-step][register]
+        scores_and_softmax(kv, valid_mask, st, pa);
+        if (defer) {
+            pending = true;
+            pending_tile = tile;
+            pending_f[0] = st[0].acc_before;
+            pending_f[1] = st[1].acc_before;
+            pending_f[2] = st[0].acc_after;
+            pending_f[3] = st[1].acc_after;
+#pragma unroll
+            for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) pending_pa[ks][i] = pa[ks][i];
+        } else {
+            pv_product(kv, tile == 0, st[0].acc_before, st[1].acc_before, st[0].acc_after, st[1].acc_after, pa);
+        }
         __syncthreads();  // every warp is done with this stage and the exchange buffer before they are rewritten
     }
+    if (defer) run_pending();  // its stage is not rewritten: no load is left
     cp_async_wait(0);  // no copy may still target shared memory when the CTA exits (only empty groups remain)
 
     // Epilogue: normalized rows rounded to bf16 into shared memory (the q tile is free now), then coalesced 16-byte
@@ -386,6 +443,7 @@ namespace {
 struct PrefillShape {
     int groups = 1, stages = 1;
     size_t smem = 0;
+    bool v4 = false;  // the instantiation with V4's sizes (groups kV4Groups, stages kV4Stages)
 };
 PrefillShape plan_shape(const SparseAttentionParams& p, const PrefillAttentionTuning& tuning) {
     const int topk_width = p.topk ? p.topk_width : 0;
@@ -395,6 +453,14 @@ PrefillShape plan_shape(const SparseAttentionParams& p, const PrefillAttentionTu
         return prefill_smem_layout(p.head_dim, gr, st, topk_width, unused, nullptr);
     };
     PrefillShape s;
+    if (tuning.allow_fixed_shape && !tuning.head_groups && !tuning.stages && p.head_dim == kV4HeadDim &&
+        p.n_heads > (kV4Groups - 1) * kGroupHeads && smem_of(kV4Groups, kV4Stages) <= max_smem) {
+        s.groups = kV4Groups;
+        s.stages = kV4Stages;
+        s.smem = smem_of(s.groups, s.stages);
+        s.v4 = true;
+        return s;
+    }
     s.groups =
         tuning.head_groups ? tuning.head_groups : std::min(kMaxGroups, (p.n_heads + kGroupHeads - 1) / kGroupHeads);
     s.stages = tuning.stages ? tuning.stages : 2;
@@ -468,10 +534,8 @@ void sparse_attention_prefill(const SparseAttentionParams& p, int max_entries, v
                     "sparse_attention_prefill: workspace of {} bytes is smaller than the {} needed", workspace_bytes,
                     need);
     const PrefillShape shape = plan_shape(p, tuning);
-    const bool v4_shape = tuning.allow_fixed_shape && D == kV4HeadDim && shape.stages == kV4Stages &&
-                          shape.groups == kV4Groups;
-    auto* const kernel = v4_shape ? prefill_attention_kernel<kV4HeadDim, kV4Stages, kV4Groups>
-                                  : prefill_attention_kernel<0, 0, 0>;
+    auto* const kernel = shape.v4 ? prefill_attention_kernel<kV4HeadDim, kV4Stages, kV4Groups, true>
+                                  : prefill_attention_kernel<0, 0, 0, false>;
     allow_dynamic_smem(kernel, shape.smem);
 
     GatherLayout g;

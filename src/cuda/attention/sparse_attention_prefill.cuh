@@ -36,8 +36,9 @@ namespace flashseek::cuda {
 struct PrefillAttentionTuning {
     int head_groups = 0;  // row groups of 16 heads per CTA, 1..4
     int stages = 0;       // cp.async pipeline depth, 1..3
-    // false: the kernel instantiation whose sizes are all read at run time even where the one compiled for V4's
-    // shape (head_dim 512, 4 head groups, 2 stages) applies; the two give the same bits.
+    // With head_groups and stages 0, V4's shape (head_dim 512, 49+ heads) runs an instantiation with compile-time
+    // sizes (4 head groups, 3 stage buffers, half the groups' PV products one tile late) where the device's shared
+    // memory holds it. false: the runtime-sized kernel instead. Both give the same bits.
     bool allow_fixed_shape = true;
 };
 
