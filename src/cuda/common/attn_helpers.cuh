@@ -123,6 +123,17 @@ __device__ __forceinline__ void rope_cos_sin(int64_t pos, float inv_freq, float&
     c = float(cd);
     s = float(sd);
 }
+// The (cos, sin) of a token's n_pairs rope pairs at pos for a whole CTA: rope_cos_sin per pair, the pairs spread over
+// the CTA's threads, then a barrier. Every thread of the CTA calls it; kernels whose CTA rows share a token use it
+// so that each angle is evaluated once rather than once per row.
+__device__ __forceinline__ void cta_rope_table(int64_t pos, const float* inv_freq, int n_pairs, float2* cos_sin) {
+    for (int i = int(threadIdx.x); i < n_pairs; i += int(blockDim.x)) {
+        float c, s;
+        rope_cos_sin(pos, inv_freq[i], c, s);
+        cos_sin[i] = make_float2(c, s);
+    }
+    __syncthreads();
+}
 // Rotates the pair (x0, x1) by +angle (or -angle when inverse).
 __device__ __forceinline__ void rope_rotate(float& x0, float& x1, float c, float s, bool inverse) {
     if (inverse) s = -s;

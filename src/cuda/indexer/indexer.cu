@@ -21,12 +21,25 @@ namespace {
 
 template <int E>  // elements per lane: head_dim / 32
 __global__ void prepare_q_kernel(bf16* q, int64_t stride, int n_tokens, int n_heads, const int32_t* positions,
-                                 RopeTable rope, bool quant_sim) {
+                                 RopeTable rope, bool quant_sim, bool rope_per_cta) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     constexpr int D = 32 * E;
     const int row = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
+    // rope_per_cta (the host's choice: the CTA's rows are heads of one token): the token's angles once per CTA,
+    // before any early return (a barrier follows).
+    __shared__ float2 cos_sin_s[kMaxRopePairs];
+    if (rope_per_cta)
+        cta_rope_table(positions[(blockIdx.x * (blockDim.x / 32)) / n_heads], rope.inv_freq, rope.n_pairs, cos_sin_s);
+    auto cos_sin_of = [&](int64_t pos, int pair, float& c, float& s) {
+        if (rope_per_cta) {
+            c = cos_sin_s[pair].x;
+            s = cos_sin_s[pair].y;
+        } else {
+            rope_cos_sin(pos, rope.inv_freq[pair], c, s);
+        }
+    };
     if (row >= n_tokens * n_heads) return;
     const int t = row / n_heads, h = row % n_heads;
     bf16* v = q + t * stride + int64_t(h) * D;
@@ -40,7 +53,7 @@ __global__ void prepare_q_kernel(bf16* q, int64_t stride, int n_tokens, int n_he
         const int d = lane * E + i;
         if (E >= 2 && d >= rope_first) {
             float c, s;
-            rope_cos_sin(pos, rope.inv_freq[(d - rope_first) / 2], c, s);
+            cos_sin_of(pos, (d - rope_first) / 2, c, s);
             rope_rotate(x[i], x[i + 1], c, s, false);
             x[i] = round_bf16(x[i]);
             x[i + 1] = round_bf16(x[i + 1]);
@@ -51,7 +64,7 @@ __global__ void prepare_q_kernel(bf16* q, int64_t stride, int n_tokens, int n_he
         const int d = lane;
         if (d >= rope_first) {
             float c, s;
-            rope_cos_sin(pos, rope.inv_freq[(d - rope_first) / 2], c, s);
+            cos_sin_of(pos, (d - rope_first) / 2, c, s);
             float x0 = (lane & 1) ? other : x[0], x1 = (lane & 1) ? x[0] : other;
             rope_rotate(x0, x1, c, s, false);
             x[0] = round_bf16((lane & 1) ? x1 : x0);
@@ -294,8 +307,11 @@ void indexer_prepare_q(bf16* q, int64_t stride, int n_tokens, int n_heads, int h
                    : head_dim == 256 ? prepare_q_kernel<8>
                                      : nullptr;
     if (!kernel) fail_rt("indexer: index_head_dim must be 32, 64, 128 or 256, got {}", head_dim);
+    // The rope angles once per CTA where a CTA's rows are heads of one token (64 index heads: eight CTAs per token)
+    // rather than in every row's rope lanes.
+    const bool rope_per_cta = rope.n_pairs > 0 && n_heads % warps == 0;
     launch_pdl("prepare_q_kernel", kernel, dim3(blocks), dim3(warps * 32), 0, stream, q, stride, n_tokens, n_heads,
-               positions, rope, quant_sim);
+               positions, rope, quant_sim, rope_per_cta);
     CUDA_CHECK_LAUNCH("prepare_q_kernel");
 }
 

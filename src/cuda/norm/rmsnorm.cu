@@ -45,9 +45,11 @@ struct PrepOut {
 // 1 / rms r, times the weight pair (weight_pair(), read only when with_weight), and for a rope pair
 // (k >= rope_first_pair) rounded to bf16 (the reference stores the normed vector in bf16 before rotating it) and
 // rotated to pos.
+// cos_sin: the CTA's table of the token's rope pairs (CtaRope), or nullptr to evaluate the pair's own.
 template <typename WeightPair>
 __device__ __forceinline__ float2 norm_rope_pair(float2 v, float r, bool with_weight, WeightPair weight_pair, int k,
-                                                 int rope_first_pair, const RopeTable& rope, int64_t pos) {
+                                                 int rope_first_pair, const RopeTable& rope, int64_t pos,
+                                                 const float2* cos_sin = nullptr) {
     v.x *= r;
     v.y *= r;
     if (with_weight) {
@@ -59,7 +61,12 @@ __device__ __forceinline__ float2 norm_rope_pair(float2 v, float r, bool with_we
         v.x = attn_detail::round_bf16(v.x);
         v.y = attn_detail::round_bf16(v.y);
         float c, s;
-        rope_cos_sin(pos, rope.inv_freq[k - rope_first_pair], c, s);
+        if (cos_sin) {
+            c = cos_sin[k - rope_first_pair].x;
+            s = cos_sin[k - rope_first_pair].y;
+        } else {
+            rope_cos_sin(pos, rope.inv_freq[k - rope_first_pair], c, s);
+        }
         rope_rotate(v.x, v.y, c, s, false);
     }
     return v;
@@ -110,7 +117,8 @@ __device__ __forceinline__ void sync_row_slices(int slices) {
 template <int V>
 __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride,
                                         const bf16* weight, int rows, int heads_per_token, int dim, float eps,
-                                        const int32_t* positions, RopeTable rope, PrepOut po, int slices) {
+                                        const int32_t* positions, RopeTable rope, PrepOut po, int slices,
+                                        bool rope_per_cta) {
     const int gw = blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
     const int row = gw / slices, slice = gw % slices;
     const int lane = threadIdx.x & 31;
@@ -124,6 +132,15 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
     }
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
+    // One token's rope angles for the whole CTA when its rows share the token (the host's rope_per_cta; before any
+    // early return: a barrier follows).
+    __shared__ float2 cos_sin_s[kMaxRopePairs];
+    const float2* cos_sin = nullptr;
+    if (rope_per_cta) {
+        cos_sin = cos_sin_s;
+        cta_rope_table(positions[(blockIdx.x * kWarpsPerBlock / slices) / heads_per_token], rope.inv_freq, rope.n_pairs,
+                       cos_sin_s);
+    }
     if (row >= rows) {
         if (!po.values || row >= po.m_pad) return;
         const float none[8] = {};  // a padding row of the prepared copy: zeros, as prepare_activation writes them
@@ -171,7 +188,8 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
         for (int j = 0; j < 4; ++j) {
             const int k = 4 * c + j;  // pair index
             const float2 f = norm_rope_pair(__bfloat1622float2(h[j]), r, weight != nullptr,
-                                            [&] { return __bfloat1622float2(w[j]); }, k, rope_first_pair, rope, pos);
+                                            [&] { return __bfloat1622float2(w[j]); }, k, rope_first_pair, rope, pos,
+                                            cos_sin);
             h[j] = __floats2bfloat162_rn(f.x, f.y);
         }
         dst[c] = raw[v];
@@ -218,10 +236,14 @@ void launch(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride, co
                   : V == 4 ? rmsnorm_rope_vec_kernel<4>
                            : rmsnorm_rope_vec_kernel<8>;
         const int slices = rows <= kSlicedRows ? V : 1;
+        // Rows of one CTA share a token when the token's heads fill whole CTAs (the per-head norm: 64 heads): the
+        // token's rope angles are then evaluated once per CTA instead of by the rope lanes of every row (a double
+        // sincos each, in a warp of which only the rope lanes work).
+        const bool rope_per_cta = rope.n_pairs > 0 && !po.values && heads % (kWarpsPerBlock / slices) == 0;
         const int64_t warps = int64_t(po.values ? po.m_pad : rows) * slices;
         const int blocks = int((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
         launch_pdl("rmsnorm_rope_vec_kernel", k, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, stream, in, in_stride,
-                   out, out_stride, weight, rows, heads, dim, eps, positions, rope, po, slices);
+                   out, out_stride, weight, rows, heads, dim, eps, positions, rope, po, slices, rope_per_cta);
         CUDA_CHECK_LAUNCH("rmsnorm_rope_vec_kernel");
     } else {
         const int blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;

@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 
 #include "cpu/ops.h"
 #include "cuda/attention/kv_store.cuh"
@@ -508,8 +509,10 @@ TEST(CudaIndexer, PrepareQMatchesCpu) {
     const uint64_t seed = test_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     Rng rng(seed);
-    for (auto [D, R] : {std::pair{128, 64}, std::pair{64, 32}, std::pair{256, 64}, std::pair{32, 16}}) {
-        const int T = rng.uniform_int(1, 6), H = rng.uniform_int(1, 17);
+    for (auto [D, R, H_fixed] : {std::tuple{128, 64, 0}, std::tuple{64, 32, 0}, std::tuple{256, 64, 0},
+                                 std::tuple{32, 16, 0}, std::tuple{128, 64, 64}, std::tuple{32, 16, 16}}) {
+        // H_fixed: heads filling whole CTAs (the rope angles once per CTA), else random
+        const int T = rng.uniform_int(1, 6), H = H_fixed ? H_fixed : rng.uniform_int(1, 17);
         const int64_t stride = int64_t(H) * D + 32;
         auto q = bf16_round(rng.normals(size_t(T) * stride, 1.f));
         std::vector<int32_t> pos(T);
@@ -518,7 +521,25 @@ TEST(CudaIndexer, PrepareQMatchesCpu) {
         Dev<uint16_t> dq(to_bf16_bits(q));
         Dev<int32_t> dpos(pos);
         indexer_prepare_q(bf(dq), stride, T, H, D, dpos.ptr, rope, nullptr);
-        auto got_all = from_bf16_bits(dq.download());
+        const std::vector<uint16_t> got_bits = dq.download();
+        auto got_all = from_bf16_bits(got_bits);
+        {
+            // Each token's heads again, one call per head as a one-head "token" (positions repeated): the rope
+            // angles per row instead of per CTA give the same bits.
+            std::vector<int32_t> pos_rows(size_t(T) * H);
+            for (int t = 0; t < T; ++t)
+                for (int h = 0; h < H; ++h) pos_rows[size_t(t) * H + h] = pos[size_t(t)];
+            std::vector<float> rows_only;  // the heads of every token, contiguous (row stride D)
+            for (int t = 0; t < T; ++t) rows_only.insert(rows_only.end(), q.begin() + t * stride, q.begin() + t * stride + H * D);
+            Dev<uint16_t> dr(to_bf16_bits(rows_only));
+            Dev<int32_t> dpos_rows(pos_rows);
+            indexer_prepare_q(bf(dr), D, T * H, 1, D, dpos_rows.ptr, rope, nullptr);
+            const std::vector<uint16_t> per_row = dr.download();
+            size_t differ = 0;
+            for (int t = 0; t < T; ++t)
+                for (int i = 0; i < H * D; ++i) differ += per_row[size_t(t) * H * D + i] != got_bits[size_t(t) * stride + i];
+            EXPECT_EQ(differ, 0u) << "indexer q D " << D << " H " << H << ": per-row rope angles differ";
+        }
         const auto inv = inv_of(rope);
         std::vector<float> got, want;
         for (int t = 0; t < T; ++t)

@@ -133,7 +133,18 @@ TEST(CudaNorm, HeadNormRopeMatchesCpu) {
         Dev<uint16_t> dx(to_bf16_bits(x));
         Dev<int32_t> dpos(pos);
         head_rmsnorm_rope(bf(dx), int64_t(s.heads) * s.dim, T, s.heads, s.dim, nullptr, 1e-6f, dpos.ptr, rope, nullptr);
-        auto got = from_bf16_bits(dx.download());
+        const std::vector<uint16_t> got_bits = dx.download();
+        auto got = from_bf16_bits(got_bits);
+        {
+            // The same rows as one head per "token" (positions repeated per head): CTAs then span tokens, and each
+            // row evaluates its own rope angles instead of the CTA's table. The bits must not differ.
+            std::vector<int32_t> pos_rows(size_t(T) * s.heads);
+            for (size_t i = 0; i < pos_rows.size(); ++i) pos_rows[i] = pos[i / size_t(s.heads)];
+            Dev<uint16_t> dx1(to_bf16_bits(x));
+            Dev<int32_t> dpos1(pos_rows);
+            head_rmsnorm_rope(bf(dx1), s.dim, T * s.heads, 1, s.dim, nullptr, 1e-6f, dpos1.ptr, rope, nullptr);
+            EXPECT_TRUE(dx1.download() == got_bits) << "per-row rope angles differ, heads " << s.heads << " T " << T;
+        }
         std::vector<float> want(x.size());
         for (int t = 0; t < T; ++t)
             for (int h = 0; h < s.heads; ++h) {
