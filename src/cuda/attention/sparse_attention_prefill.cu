@@ -6,7 +6,8 @@
 //   [.., + n_seqs * max_entries)                   compressed entries of sequence s: entry w at s*max_entries + w
 //
 // Attention CTA (one query, G row groups of 16 heads, 2 warps per group), per candidate tile:
-//  1. cp.async of the tile's 32 rows (zero-filled when masked) S-1 tiles ahead of the compute;
+//  1. cp.async of the tile's 32 rows (zero-filled when masked) S-1 tiles ahead of the compute (the V4
+//     instantiation: one tile ahead, its third buffer holds the tile whose PV product groups 2-3 run late);
 //  2. QK: warp (group, half) runs the k16 mma chain of its head_dim half for all 4 n-tiles (16 heads x 32
 //     candidates); the two halves are exchanged through shared memory (named barrier per group) and summed
 //     half0 + half1, each warp then holding the group's full 16 x 32 scores;
@@ -224,7 +225,10 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     for (int j = 0; j < kMaxNt; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     const int nt_count = D / 16;  // PV n-tiles of this warp's half
     const int k_begin = half * (D / 2);
-    const uint32_t a_base = smem_u32(sm.q + (grp * kGroupHeads + lane % 16) * DP + (lane / 16) * 8);
+    // This warp's head_dim half is folded into the bases once, so that the k steps below add compile-time offsets
+    // (which ptxas folds into the ldmatrix addresses) rather than OR-ing k_begin in at every step.
+    const uint32_t a_base = smem_u32(sm.q + (grp * kGroupHeads + lane % 16) * DP + (lane / 16) * 8 + k_begin);
+    const uint32_t b_lane = uint32_t(((lane / 16) * 8 + lane % 8) * DP + ((lane / 8) % 2) * 8 + k_begin) * 2;
     float4* xch_mine = reinterpret_cast<float4*>(sm.xch) + (grp * 2 + half) * 4 * 32;
     const float4* xch_other = reinterpret_cast<const float4*>(sm.xch) + (grp * 2 + (half ^ 1)) * 4 * 32;
 
@@ -236,14 +240,14 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
         {
-            const uint32_t b_base = smem_u32(kv + ((lane / 16) * 8 + lane % 8) * DP + ((lane / 8) % 2) * 8);
+            const uint32_t b_base = smem_u32(kv) + b_lane;
             const uint32_t b_hi = uint32_t(16 * DP * 2);  // n-tiles 2, 3
 #pragma unroll
-            for (int k0 = k_begin; k0 < k_begin + D / 2; k0 += 16) {
+            for (int k = 0; k < D / 2; k += 16) {
                 uint32_t a0, a1, a2, a3, b0, b1, b2, b3, b4, b5, b6, b7;
-                ldsm_x4(a_base + k0 * 2, a0, a1, a2, a3);
-                ldsm_x4(b_base + k0 * 2, b0, b1, b2, b3);
-                ldsm_x4(b_base + b_hi + k0 * 2, b4, b5, b6, b7);
+                ldsm_x4(a_base + k * 2, a0, a1, a2, a3);
+                ldsm_x4(b_base + k * 2, b0, b1, b2, b3);
+                ldsm_x4(b_base + b_hi + k * 2, b4, b5, b6, b7);
                 mma_16816(sc[0], a0, a1, a2, a3, b0, b1);
                 mma_16816(sc[1], a0, a1, a2, a3, b2, b3);
                 mma_16816(sc[2], a0, a1, a2, a3, b4, b5);

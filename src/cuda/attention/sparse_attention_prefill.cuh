@@ -11,7 +11,12 @@
 //     from the gathered rows into shared memory with cp.async (2-3 stage pipeline), QK^T and PV run on mma.sync
 //     m16n8k16 bf16 (sm_80+), the online softmax keeps P in registers, the output is normalized with the sink and
 //     de-rotated as in the decode kernel. Queries of one tile with different top-k lists are no problem: each CTA
-//     owns one query and reads its rows by index.
+//     owns one query and reads its rows by index. A tile without a valid candidate (the -1 tail of a top-k list
+//     shorter than topk_width) is skipped: it would leave every running value as it is. The grid takes the last
+//     rows first (the longest candidate lists), so the short ones fill the tail.
+//     V4's shape (head_dim 512, 64 heads) runs an instantiation with these sizes at compile time and three stage
+//     buffers, in which row groups 2 and 3 run each tile's PV product one barrier interval late (their warps share
+//     the schedulers with groups 0 and 1); other shapes run the runtime-sized instantiation.
 //
 // Bit-identity (batch invariance): a query's output depends only on its own inputs (q row, window, compressed
 // entries, top-k row): not on which other rows the pass holds, how the prompt was chunked, the CTA's head-group
@@ -19,7 +24,8 @@
 // kernel runs one split: the same candidate order and 32-candidate tiles, the same mma chains per score (two
 // head_dim halves of k16 steps from zero, summed half0 + half1) and per output element (acc * before, two k16 PV
 // steps, * after), the same tile max / sum trees (the sum reproduces the warp butterfly 16-8-4-2-1) and the same
-// epilogue (attn_tile.cuh holds the shared code). It is not bit-identical to the decode kernel's split-KV path
+// epilogue (attn_tile.cuh holds the shared code). The skipped tiles, the row order, the launch shape and the
+// instantiation change only the timing. It is not bit-identical to the decode kernel's split-KV path
 // (the combine renormalizes partial sums: rare one-ulp differences) nor to the SIMT kernel (fp32 dot products in
 // another order); both agree with it to bf16 rounding.
 #pragma once
