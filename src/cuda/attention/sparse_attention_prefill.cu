@@ -39,7 +39,7 @@ constexpr int kMaxDim = 512;
 constexpr int kMaxNt = kMaxDim / 16;  // PV n-tiles of one warp (half of head_dim, 8 dims each)
 constexpr int kMaxTopkWidth = 8192;
 // The shape of the instantiation with compile-time sizes (prefill_attention_kernel): V4's head_dim, its 64 heads in
-// one CTA and three stage buffers (one tile ahead, one for the deferred PV products), 184 KB of shared memory with a
+// one CTA and three stage buffers (one tile ahead, one for the deferred PV products), 181 KiB of shared memory with a
 // 512-wide top-k row: sm_90 / sm_100 (227 KB per block); smaller parts take the runtime-sized kernel.
 constexpr int kV4HeadDim = 512, kV4Stages = 3, kV4Groups = 4;
 constexpr int kGatherWarps = 8;
