@@ -45,7 +45,7 @@ struct PrepOut {
 // 1 / rms r, times the weight pair (weight_pair(), read only when with_weight), and for a rope pair
 // (k >= rope_first_pair) rounded to bf16 (the reference stores the normed vector in bf16 before rotating it) and
 // rotated to pos.
-// cos_sin: the CTA's table of the token's rope pairs (CtaRope), or nullptr to evaluate the pair's own.
+// cos_sin: the CTA's table of the token's rope pairs (cta_rope_table), or nullptr to evaluate the pair's own.
 template <typename WeightPair>
 __device__ __forceinline__ float2 norm_rope_pair(float2 v, float r, bool with_weight, WeightPair weight_pair, int k,
                                                  int rope_first_pair, const RopeTable& rope, int64_t pos,
