@@ -312,10 +312,9 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     // PV of one tile over this warp's head_dim half. The accumulator factors are skipped where they cannot change
     // a bit: before the first tile the accumulators are +0 (the factor is 0), and a factor of exactly 1 is an
     // identity.
-    auto pv_product = [&](const bf16* kv, bool first_tile, float before0, float before1, float after0, float after1,
-                          const uint32_t (&pa)[2][4]) {
-        if (!first_tile && __any_sync(0xffffffffu, before0 != 1.f || before1 != 1.f))
-            scale_rows(acc, before0, before1);
+    auto pv_product = [&](const bf16* kv, bool first_tile, const TileStep (&st)[2], const uint32_t (&pa)[2][4]) {
+        if (!first_tile && __any_sync(0xffffffffu, st[0].acc_before != 1.f || st[1].acc_before != 1.f))
+            scale_rows(acc, st[0].acc_before, st[1].acc_before);
         const int n_base = half * (D / 2);
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks) {
@@ -330,7 +329,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                 mma_16816(acc[j + 1], pa[ks][0], pa[ks][1], pa[ks][2], pa[ks][3], b2, b3);
             }
         }
-        if (__any_sync(0xffffffffu, after0 != 1.f || after1 != 1.f)) scale_rows(acc, after0, after1);
+        if (__any_sync(0xffffffffu, st[0].acc_after != 1.f || st[1].acc_after != 1.f))
+            scale_rows(acc, st[0].acc_after, st[1].acc_after);
     };
 
     // kDefer: row groups groups/2.. compute tile t's PV in the next barrier interval, while groups 0.. run QK and
@@ -340,12 +340,11 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     const bool defer = kDefer && grp >= groups / 2;
     bool pending = false;  // a deferred PV product is waiting (its tile's stage is still intact)
     int pending_tile = 0;
-    float pending_f[4] = {1.f, 1.f, 1.f, 1.f};  // before0, before1, after0, after1
+    TileStep pending_st[2] = {};
     uint32_t pending_pa[2][4] = {};
     auto run_pending = [&]() {
         if (!pending) return;
-        pv_product(sm.kv + size_t(pending_tile % stages) * kTile * DP, pending_tile == 0, pending_f[0], pending_f[1],
-                   pending_f[2], pending_f[3], pending_pa);
+        pv_product(sm.kv + size_t(pending_tile % stages) * kTile * DP, pending_tile == 0, pending_st, pending_pa);
         pending = false;
     };
 
@@ -372,16 +371,14 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
         if (defer) {
             pending = true;
             pending_tile = tile;
-            pending_f[0] = st[0].acc_before;
-            pending_f[1] = st[1].acc_before;
-            pending_f[2] = st[0].acc_after;
-            pending_f[3] = st[1].acc_after;
+#pragma unroll
+            for (int r = 0; r < 2; ++r) pending_st[r] = st[r];
 #pragma unroll
             for (int ks = 0; ks < 2; ++ks)
 #pragma unroll
                 for (int i = 0; i < 4; ++i) pending_pa[ks][i] = pa[ks][i];
         } else {
-            pv_product(kv, tile == 0, st[0].acc_before, st[1].acc_before, st[0].acc_after, st[1].acc_after, pa);
+            pv_product(kv, tile == 0, st, pa);
         }
         __syncthreads();  // every warp is done with this stage and the exchange buffer before they are rewritten
     }
