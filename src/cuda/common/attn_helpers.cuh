@@ -134,6 +134,17 @@ __device__ __forceinline__ void cta_rope_table(int64_t pos, const float* inv_fre
     }
     __syncthreads();
 }
+// (cos, sin) of rope pair `pair` at pos: read from the CTA's table when there is one (cta_rope_table), else
+// evaluated (rope_cos_sin). Both give the same bits.
+__device__ __forceinline__ void rope_pair_cos_sin(const float2* table, int64_t pos, const float* inv_freq, int pair,
+                                                  float& c, float& s) {
+    if (table) {
+        c = table[pair].x;
+        s = table[pair].y;
+    } else {
+        rope_cos_sin(pos, inv_freq[pair], c, s);
+    }
+}
 // Rotates the pair (x0, x1) by +angle (or -angle when inverse).
 __device__ __forceinline__ void rope_rotate(float& x0, float& x1, float c, float s, bool inverse) {
     if (inverse) s = -s;

@@ -32,14 +32,7 @@ __global__ void prepare_q_kernel(bf16* q, int64_t stride, int n_tokens, int n_he
     __shared__ float2 cos_sin_s[kMaxRopePairs];
     if (rope_per_cta)
         cta_rope_table(positions[(blockIdx.x * (blockDim.x / 32)) / n_heads], rope.inv_freq, rope.n_pairs, cos_sin_s);
-    auto cos_sin_of = [&](int64_t pos, int pair, float& c, float& s) {
-        if (rope_per_cta) {
-            c = cos_sin_s[pair].x;
-            s = cos_sin_s[pair].y;
-        } else {
-            rope_cos_sin(pos, rope.inv_freq[pair], c, s);
-        }
-    };
+    const float2* const cos_sin = rope_per_cta ? cos_sin_s : nullptr;
     if (row >= n_tokens * n_heads) return;
     const int t = row / n_heads, h = row % n_heads;
     bf16* v = q + t * stride + int64_t(h) * D;
@@ -53,7 +46,7 @@ __global__ void prepare_q_kernel(bf16* q, int64_t stride, int n_tokens, int n_he
         const int d = lane * E + i;
         if (E >= 2 && d >= rope_first) {
             float c, s;
-            cos_sin_of(pos, (d - rope_first) / 2, c, s);
+            rope_pair_cos_sin(cos_sin, pos, rope.inv_freq, (d - rope_first) / 2, c, s);
             rope_rotate(x[i], x[i + 1], c, s, false);
             x[i] = round_bf16(x[i]);
             x[i + 1] = round_bf16(x[i + 1]);
@@ -64,7 +57,7 @@ __global__ void prepare_q_kernel(bf16* q, int64_t stride, int n_tokens, int n_he
         const int d = lane;
         if (d >= rope_first) {
             float c, s;
-            cos_sin_of(pos, (d - rope_first) / 2, c, s);
+            rope_pair_cos_sin(cos_sin, pos, rope.inv_freq, (d - rope_first) / 2, c, s);
             float x0 = (lane & 1) ? other : x[0], x1 = (lane & 1) ? x[0] : other;
             rope_rotate(x0, x1, c, s, false);
             x[0] = round_bf16((lane & 1) ? x1 : x0);

@@ -61,12 +61,7 @@ __device__ __forceinline__ float2 norm_rope_pair(float2 v, float r, bool with_we
         v.x = attn_detail::round_bf16(v.x);
         v.y = attn_detail::round_bf16(v.y);
         float c, s;
-        if (cos_sin) {
-            c = cos_sin[k - rope_first_pair].x;
-            s = cos_sin[k - rope_first_pair].y;
-        } else {
-            rope_cos_sin(pos, rope.inv_freq[k - rope_first_pair], c, s);
-        }
+        rope_pair_cos_sin(cos_sin, pos, rope.inv_freq, k - rope_first_pair, c, s);
         rope_rotate(v.x, v.y, c, s, false);
     }
     return v;
