@@ -1,12 +1,13 @@
 // cpp-httplib behind HttpServer (see http.h). The library reads a body into memory before calling a handler and
 // has no chunked-body limit, so POST routes use its content-reader form and enforce the limit while reading; a
-// too-large Content-Length is refused in the pre-routing hook, before any of the body is read, and the connection
-// is closed so the unread body is never parsed as a request. The connection probe finds the handler's socket by
-// its address pair (the library does not expose it) and peeks at it.
+// too-large Content-Length is refused in the pre-routing hook, before any of the body is read. Every answer given
+// without reading the whole body (refused before routing, a body read that failed, any error the library answers
+// itself, such as an unknown method) ends the connection (http_connection.h), so unread bytes are never parsed as
+// a request. The connection probe finds the handler's socket by its address pair (the library does not expose
+// it) and peeks at it.
 #include "server/http.h"
 
 #include <httplib.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -17,6 +18,7 @@
 #include <mutex>
 
 #include "server/api_error.h"
+#include "server/http_connection.h"
 #include "util/error.h"
 
 namespace flashseek::server {
@@ -68,18 +70,6 @@ int find_connection_fd(int local_port, const std::string& peer_addr, int peer_po
     return found;
 }
 
-bool socket_open(int fd) {
-    pollfd p{fd, POLLIN | POLLRDHUP, 0};
-    if (poll(&p, 1, 0) < 0) return false;
-    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return false;
-    if (p.revents & POLLIN) {
-        char c;
-        const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (n == 0) return false;
-    }
-    return true;
-}
-
 HttpRequest convert(const httplib::Request& req) {
     HttpRequest r;
     r.method = req.method;
@@ -93,7 +83,7 @@ HttpRequest convert(const httplib::Request& req) {
     auto fd = std::make_shared<int>(-2);
     r.connection_alive = [fd, local_port, addr, port]() {
         if (*fd == -2) *fd = find_connection_fd(local_port, addr, port);
-        return *fd >= 0 && socket_open(*fd);
+        return *fd >= 0 && peer_connected(*fd);
     };
     return r;
 }
@@ -138,7 +128,7 @@ void apply(const HttpResponse& in, httplib::Response& out) {
 
 struct HttpServer::Impl {
     HttpOptions options;
-    httplib::Server svr;
+    ConnectionServer svr;
     std::function<bool(const HttpRequest&, HttpResponse&)> gate;
     int port = -1;
 };
@@ -160,7 +150,7 @@ HttpServer::HttpServer(HttpOptions options) : impl_(std::make_unique<Impl>()) {
         for (const auto& [k, v] : req.headers) header_bytes += k.size() + v.size() + 4;
         if (req.headers.size() > impl->options.max_headers || header_bytes > impl->options.max_header_bytes) {
             res.status = 431;
-            res.set_header("Connection", "close");
+            close_after_response(res);
             res.set_content(error_body(431, fmt::format("request headers too large: {} headers, {} bytes (limits {}, {})",
                                                         req.headers.size(), header_bytes, impl->options.max_headers,
                                                         impl->options.max_header_bytes),
@@ -174,7 +164,7 @@ HttpServer::HttpServer(HttpOptions options) : impl_(std::make_unique<Impl>()) {
             const unsigned long long n = std::strtoull(len.c_str(), &end, 10);
             if (end == len.c_str() || *end || n > impl->options.max_body_bytes) {
                 res.status = (end == len.c_str() || *end) ? 400 : 413;
-                res.set_header("Connection", "close");
+                close_after_response(res);
                 res.set_content(res.status == 413
                                     ? error_body(413, fmt::format("request body of {} bytes exceeds the limit of {} bytes",
                                                                   len, impl->options.max_body_bytes),
@@ -189,6 +179,7 @@ HttpServer::HttpServer(HttpOptions options) : impl_(std::make_unique<Impl>()) {
             HttpResponse out;
             if (!impl->gate(r, out)) {
                 apply(out, res);
+                close_after_response(res);  // answered before the body was read
                 return httplib::Server::HandlerResponse::Handled;
             }
         }
@@ -196,9 +187,18 @@ HttpServer::HttpServer(HttpOptions options) : impl_(std::make_unique<Impl>()) {
     });
     svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return;
+        // An error the library answered itself: the request may not have been parsed, its body not read.
+        close_after_response(res);
         std::string msg = res.status == 404   ? fmt::format("no route for {} {}", req.method, req.path)
                           : res.status == 413 ? std::string("request body exceeds the size limit")
                           : res.status == 405 ? fmt::format("method {} not allowed on {}", req.method, req.path)
+                          : res.status == 414 ? fmt::format("request line longer than {} bytes", CPPHTTPLIB_REQUEST_URI_MAX_LENGTH)
+                          : res.status == 400 && req.path.empty()
+                              ? std::string("malformed HTTP request: expected a request line '<method> <path> HTTP/1.1' "
+                                            "(this API serves GET and POST) and 'Name: value' header lines")
+                          : res.status == 400 && req.method != "GET" && req.method != "POST"
+                              ? fmt::format("method {} is not served (this API serves GET and POST)", req.method)
+                          : res.status == 400 ? std::string("malformed HTTP request: its framing or body could not be read")
                                               : fmt::format("HTTP error {}", res.status);
         res.set_content(error_body(res.status, msg, res.status == 413 ? "body" : ""), "application/json");
     });
@@ -242,7 +242,7 @@ void HttpServer::post(const std::string& path, HttpHandler handler) {
         });
         if (too_big || !read_ok) {
             res.status = too_big ? 413 : 400;
-            res.set_header("Connection", "close");
+            close_after_response(res);
             res.set_content(too_big ? error_body(413, fmt::format("request body exceeds the limit of {} bytes", limit),
                                                  "body", "invalid_request_error", "request_too_large")
                                     : error_body(400, "could not read the request body", "body"),

@@ -277,6 +277,66 @@ def test_http_size_limits(model_dir):
         assert srv.stop() == 0
 
 
+def exchange_until_closed(port, data, timeout=20.0):
+    """Sends `data` on one connection and returns everything the server writes until it closes the connection
+    (None if it is still open after `timeout`)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(data)
+    out = b""
+    try:
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return out
+            out += chunk
+    except socket.timeout:
+        return None
+    finally:
+        s.close()
+
+
+def test_an_answer_given_without_reading_the_body_ends_the_connection(model_dir):
+    """A request answered before its body was read (an unknown method, a refused API key) must not leave the body
+    to be parsed as the next request: that desynchronises the connection (a later request gets the answer to
+    garbage, e.g. a 414) and lets a body smuggle a request. The server answers once, says Connection: close, and
+    closes; a request hidden in the body is never answered."""
+    key = "sk-Test-0123456789"
+    srv = Server("--api-key", key, model=model_dir)
+    try:
+        smuggled = b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Api-Key: " + key.encode() + b"\r\n\r\n"
+        for filler in (0, 3000, 4000, 9000, 20000):  # reads are buffered: bodies short and long of a buffer
+            body = b'{"prompt": "' + b"p" * filler + b'"}' + smuggled
+            for method, auth in (("QUERY", key), ("TRACE", key), ("BREW", key), ("POST", "wrong")):
+                head = (b"%s /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                        b"Authorization: Bearer %s\r\nContent-Length: %d\r\n\r\n" % (method.encode(), auth.encode(), len(body)))
+                out = exchange_until_closed(srv.port, head + body)
+                assert out is not None, (method, filler, "the connection stayed open")
+                assert out.count(b"HTTP/1.1 ") == 1, (method, filler, out[:600])
+                assert out.startswith(b"HTTP/1.1 401" if auth == "wrong" else b"HTTP/1.1 400"), (method, out[:200])
+                assert b"Connection: close" in out and b'"object":"list"' not in out, (method, filler, out[:600])
+                err = json.loads(out[out.index(b"\r\n\r\n") + 4:])["error"]
+                assert err["message"] and err["message"] != "HTTP error 400", err
+        # The server keeps serving on new connections.
+        assert http_request("GET", srv.url("/v1/models"), None, {"X-Api-Key": key})[0] == 200
+    finally:
+        assert srv.stop() == 0
+
+
+def test_pipelined_requests_are_all_answered_in_order(server):
+    """Requests sent back to back on one connection, before any answer, are all answered, in order (input read
+    with one request is kept for the next)."""
+    body = json.dumps(cmpl(max_tokens=1)).encode()
+    reqs = (b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s"
+            b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % (len(body), body))
+    out = exchange_until_closed(server.port, reqs, timeout=120)
+    assert out is not None
+    assert out.count(b"HTTP/1.1 ") == 3 and out.count(b"HTTP/1.1 200 OK\r\n") == 3, out[:1500]
+    i_health, i_cmpl, i_models = out.index(b'{"status":"ok"}'), out.index(b'"text_completion"'), out.index(b'"object":"list"')
+    assert i_health < i_cmpl < i_models
+
+
 def test_api_key_and_default_bind(model_dir):
     key = "sk-Test-0123456789"
     srv = Server("--api-key", key, model=model_dir)

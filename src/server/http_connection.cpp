@@ -1,0 +1,193 @@
+// The connection loop behind ConnectionServer (see http_connection.h): one buffered stream per connection, the
+// keep-alive wait between requests, and the lingering close of a connection whose last request may have left
+// input unread.
+#include "server/http_connection.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string>
+
+namespace flashseek::server {
+
+namespace {
+
+// Set by close_after_response() while the worker thread handles a request; read by the loop after the response.
+thread_local bool t_close_after_response = false;
+
+using Clock = std::chrono::steady_clock;
+
+int millis_until(Clock::time_point deadline) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    return int(std::clamp<long long>(left, 0, 1 << 30));
+}
+
+// poll() for `events` up to timeout_ms, retried when interrupted by a signal; true when ready.
+bool wait_for(int fd, short events, int timeout_ms) {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+        pollfd p{fd, events, 0};
+        const int r = poll(&p, 1, millis_until(deadline));
+        if (r > 0) return true;
+        if (r == 0 || errno != EINTR) return false;
+    }
+}
+
+void address_of(int fd, bool peer, std::string& ip, int& port) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    ip.clear();
+    port = -1;
+    const int rc = peer ? getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len)
+                        : getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    if (rc != 0) return;
+    char buf[INET6_ADDRSTRLEN] = {0};
+    if (addr.ss_family == AF_INET) {
+        const auto* a = reinterpret_cast<const sockaddr_in*>(&addr);
+        inet_ntop(AF_INET, &a->sin_addr, buf, sizeof(buf));
+        port = ntohs(a->sin_port);
+    } else if (addr.ss_family == AF_INET6) {
+        const auto* a = reinterpret_cast<const sockaddr_in6*>(&addr);
+        inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof(buf));
+        port = ntohs(a->sin6_port);
+    }
+    ip = buf;
+}
+
+// The connection's byte stream for the library's request parser and response writer. Input is read in blocks
+// and kept across requests, so a pipelined request that arrived with the previous one is served next.
+class ConnectionStream final : public httplib::Stream {
+public:
+    ConnectionStream(socket_t sock, int read_timeout_ms, int write_timeout_ms)
+        : sock_(sock), read_timeout_ms_(read_timeout_ms), write_timeout_ms_(write_timeout_ms) {}
+
+    bool has_buffered_input() const { return begin_ < end_; }
+
+    bool is_readable() const override { return has_buffered_input() || wait_for(sock_, POLLIN, read_timeout_ms_); }
+    bool is_writable() const override { return wait_for(sock_, POLLOUT, write_timeout_ms_) && peer_connected(sock_); }
+
+    ssize_t read(char* ptr, size_t size) override {
+        if (has_buffered_input()) return take(ptr, size);
+        if (!wait_for(sock_, POLLIN, read_timeout_ms_)) return -1;
+        if (size >= sizeof(buf_)) return receive(ptr, size);  // large reads (bodies) skip the copy
+        const ssize_t n = receive(buf_, sizeof(buf_));
+        if (n <= 0) return n;
+        begin_ = 0;
+        end_ = size_t(n);
+        return take(ptr, size);
+    }
+
+    ssize_t write(const char* ptr, size_t size) override {
+        if (!wait_for(sock_, POLLOUT, write_timeout_ms_)) return -1;
+        for (;;) {
+            const ssize_t n = send(sock_, ptr, size, MSG_NOSIGNAL);
+            if (n >= 0 || errno != EINTR) return n;
+        }
+    }
+
+    void get_remote_ip_and_port(std::string& ip, int& port) const override { address_of(sock_, true, ip, port); }
+    void get_local_ip_and_port(std::string& ip, int& port) const override { address_of(sock_, false, ip, port); }
+    socket_t socket() const override { return sock_; }
+
+private:
+    ssize_t take(char* ptr, size_t size) {
+        const size_t n = std::min(size, end_ - begin_);
+        std::memcpy(ptr, buf_ + begin_, n);
+        begin_ += n;
+        return ssize_t(n);
+    }
+    ssize_t receive(char* ptr, size_t size) {
+        for (;;) {
+            const ssize_t n = recv(sock_, ptr, size, 0);
+            if (n >= 0 || errno != EINTR) return n;
+        }
+    }
+
+    socket_t sock_;
+    int read_timeout_ms_;
+    int write_timeout_ms_;
+    char buf_[16384];
+    size_t begin_ = 0, end_ = 0;
+};
+
+// Stops writing (the peer sees the end of the answer), discards what the peer still sends until it stops
+// (250 ms quiet), `max_bytes` were discarded or 2 s passed, then closes. Closing with unread input would send a
+// reset that can destroy the answer before the peer reads it.
+void linger_and_close(socket_t sock, size_t max_bytes) {
+    shutdown(sock, SHUT_WR);
+    const auto deadline = Clock::now() + std::chrono::seconds(2);
+    char buf[16384];
+    for (size_t discarded = 0; discarded < max_bytes;) {
+        const int left = millis_until(deadline);
+        if (left == 0 || !wait_for(sock, POLLIN, std::min(left, 250))) break;
+        const ssize_t n = recv(sock, buf, sizeof(buf), 0);
+        if (n <= 0 && !(n < 0 && errno == EINTR)) break;
+        if (n > 0) discarded += size_t(n);
+    }
+    close(sock);
+}
+
+}  // namespace
+
+void close_after_response(httplib::Response& res) {
+    t_close_after_response = true;
+    if (!res.has_header("Connection")) res.set_header("Connection", "close");
+}
+
+bool peer_connected(int fd) {
+    pollfd p{fd, POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, 0) < 0) return false;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return false;
+    if (p.revents & POLLIN) {
+        char c;
+        const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0) return false;
+    }
+    return true;
+}
+
+bool ConnectionServer::process_and_close_socket(socket_t sock) {
+    auto millis = [](time_t sec, time_t usec) { return int(std::min<long long>(sec * 1000LL + usec / 1000, 1 << 30)); };
+    ConnectionStream stream(sock, millis(read_timeout_sec_, read_timeout_usec_),
+                            millis(write_timeout_sec_, write_timeout_usec_));
+    // Waits for the next request: true when input is there, false after the keep-alive timeout or on shutdown
+    // (checked every 100 ms, so stopping the server never waits for idle connections).
+    auto next_request_arrives = [&] {
+        if (stream.has_buffered_input()) return true;
+        const auto deadline = Clock::now() + std::chrono::seconds(keep_alive_timeout_sec_);
+        while (svr_sock_ != INVALID_SOCKET) {
+            const int left = millis_until(deadline);
+            if (left == 0) return false;
+            pollfd p{sock, POLLIN, 0};
+            const int r = poll(&p, 1, std::min(left, 100));
+            if (r > 0) return true;
+            if (r < 0 && errno != EINTR) return false;
+        }
+        return false;
+    };
+    bool ok = false, linger = false;
+    for (size_t left = keep_alive_max_count_; left > 0 && next_request_arrives(); --left) {
+        t_close_after_response = false;
+        bool peer_asked_to_close = false;
+        ok = process_request(stream, left == 1, peer_asked_to_close, nullptr);
+        linger = t_close_after_response;
+        t_close_after_response = false;
+        if (!ok || peer_asked_to_close || linger) break;
+    }
+    if (linger && ok) {
+        linger_and_close(sock, linger_max_bytes);
+    } else {
+        shutdown(sock, SHUT_RDWR);
+        close(sock);
+    }
+    return ok;
+}
+
+}  // namespace flashseek::server
