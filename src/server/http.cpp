@@ -127,17 +127,15 @@ void apply(const HttpResponse& in, httplib::Response& out) {
 }  // namespace
 
 struct HttpServer::Impl {
+    explicit Impl(const HttpOptions& o) : options(o), svr(size_t(std::max(4, o.threads))) {}
     HttpOptions options;
     ConnectionServer svr;
     std::function<bool(const HttpRequest&, HttpResponse&)> gate;
     int port = -1;
 };
 
-HttpServer::HttpServer(HttpOptions options) : impl_(std::make_unique<Impl>()) {
-    impl_->options = options;
+HttpServer::HttpServer(HttpOptions options) : impl_(std::make_unique<Impl>(options)) {
     auto& svr = impl_->svr;
-    const int threads = std::max(4, options.threads);
-    svr.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
     svr.set_read_timeout(options.read_timeout_s, 0);
     svr.set_write_timeout(options.write_timeout_s, 0);
     svr.set_keep_alive_timeout(options.keep_alive_timeout_s);
@@ -267,6 +265,8 @@ int HttpServer::bind() {
                  "--host/--port: cannot bind {}:{} (in use, or not a local address?)", o.host, o.port);
         impl_->port = o.port;
     }
+    // Room for a burst of connects: the library's backlog of 5 drops them (the kernel caps this at somaxconn).
+    FS_CHECK(impl_->svr.widen_backlog(4096), "--host/--port: cannot listen on {}:{}", o.host, impl_->port);
     return impl_->port;
 }
 

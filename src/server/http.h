@@ -52,7 +52,7 @@ using HttpHandler = std::function<void(const HttpRequest&, HttpResponse&)>;
 struct HttpOptions {
     std::string host = "127.0.0.1";
     int port = 8000;        // 0 = any free port (see HttpServer::port())
-    int threads = 64;       // worker threads = concurrent connections served (each stream holds one)
+    int threads = 64;       // worker threads = connections served at once (an open connection holds one)
     size_t max_body_bytes = 8u << 20;
     size_t max_headers = 100;          // more headers, or more header bytes, gives 431
     size_t max_header_bytes = 16u << 10;

@@ -13,7 +13,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
+#include <utility>
 
 namespace flashseek::server {
 
@@ -134,6 +136,28 @@ void linger_and_close(socket_t sock, size_t max_bytes) {
     close(sock);
 }
 
+// The library's thread pool, counting the connections queued for a worker and the workers serving one.
+class CountingPool final : public httplib::TaskQueue {
+public:
+    CountingPool(size_t workers, std::atomic<int>& waiting, std::atomic<int>& busy)
+        : pool_(workers), waiting_(waiting), busy_(busy) {}
+    void enqueue(std::function<void()> fn) override {
+        ++waiting_;
+        pool_.enqueue([this, fn = std::move(fn)] {
+            ++busy_;
+            --waiting_;
+            fn();
+            --busy_;
+        });
+    }
+    void shutdown() override { pool_.shutdown(); }
+
+private:
+    httplib::ThreadPool pool_;
+    std::atomic<int>& waiting_;
+    std::atomic<int>& busy_;
+};
+
 }  // namespace
 
 void close_after_response(httplib::Response& res) {
@@ -153,22 +177,39 @@ bool peer_connected(int fd) {
     return true;
 }
 
+ConnectionServer::ConnectionServer(size_t workers) : workers_(int(workers)) {
+    new_task_queue = [this, workers] { return new CountingPool(workers, waiting_connections_, busy_workers_); };
+}
+
+bool ConnectionServer::widen_backlog(int backlog) {
+    const socket_t s = svr_sock_;
+    return s != INVALID_SOCKET && ::listen(s, backlog) == 0;
+}
+
 bool ConnectionServer::process_and_close_socket(socket_t sock) {
     auto millis = [](time_t sec, time_t usec) { return int(std::min<long long>(sec * 1000LL + usec / 1000, 1 << 30)); };
     ConnectionStream stream(sock, millis(read_timeout_sec_, read_timeout_usec_),
                             millis(write_timeout_sec_, write_timeout_usec_));
-    // Waits for the next request: true when input is there, false after the keep-alive timeout or on shutdown
-    // (checked every 100 ms, so stopping the server never waits for idle connections).
+    // Waits for the next request: true when input is there; false after the keep-alive timeout, on shutdown
+    // (checked every 25 ms, so stopping the server never waits for idle connections), or when other connections
+    // wait for a worker and this one has been idle for its grace (http_connection.h).
+    bool served_one = false;
     auto next_request_arrives = [&] {
         if (stream.has_buffered_input()) return true;
-        const auto deadline = Clock::now() + std::chrono::seconds(keep_alive_timeout_sec_);
+        const auto start = Clock::now();
+        const auto deadline = start + std::chrono::seconds(keep_alive_timeout_sec_);
+        const auto yield_after = start + std::chrono::milliseconds(served_one ? 25 : 1000);
         while (svr_sock_ != INVALID_SOCKET) {
             const int left = millis_until(deadline);
             if (left == 0) return false;
             pollfd p{sock, POLLIN, 0};
-            const int r = poll(&p, 1, std::min(left, 100));
+            const int r = poll(&p, 1, std::min(left, 25));
             if (r > 0) return true;
             if (r < 0 && errno != EINTR) return false;
+            // Starved: every worker serves a connection and accepted ones wait (a connection merely being
+            // handed to a free worker does not count).
+            const bool starved = waiting_connections_ > 0 && busy_workers_ >= workers_;
+            if (starved && Clock::now() >= yield_after) return false;
         }
         return false;
     };
@@ -177,6 +218,7 @@ bool ConnectionServer::process_and_close_socket(socket_t sock) {
         t_close_after_response = false;
         bool peer_asked_to_close = false;
         ok = process_request(stream, left == 1, peer_asked_to_close, nullptr);
+        served_one = true;
         linger = t_close_after_response;
         t_close_after_response = false;
         if (!ok || peer_asked_to_close || linger) break;

@@ -10,9 +10,15 @@
 // ends it: the server sends its answer, stops writing, discards what the client is still sending for a bounded
 // time (closing a socket with unread input would reset the connection and could destroy the answer in flight),
 // then closes.
+// Each connection holds a worker thread while it is open, idle keep-alive time included. So that idle connections
+// cannot starve new ones (a client pool larger than the workers, or connections opened and left silent), a
+// connection that is idle while every worker is taken and accepted connections wait gives its worker up: after
+// 25 ms between requests, or 1 s before its first request. The library listens with a backlog of 5, which drops
+// the connects of a burst of clients; widen_backlog() raises it.
 #pragma once
 #include <httplib.h>
 
+#include <atomic>
 #include <cstddef>
 
 namespace flashseek::server {
@@ -26,11 +32,22 @@ bool peer_connected(int fd);
 
 class ConnectionServer final : public httplib::Server {
 public:
+    // Serves connections on `workers` threads (call before listening).
+    explicit ConnectionServer(size_t workers);
+
+    // Raises the listening socket's backlog (call after binding); false if that failed.
+    bool widen_backlog(int backlog);
+
     // How much unread input a closing connection discards at most before it is closed anyway.
     size_t linger_max_bytes = 16u << 20;
 
 private:
     bool process_and_close_socket(socket_t sock) override;
+
+    const int workers_;
+    // Accepted connections not yet taken up by a worker; workers serving a connection.
+    std::atomic<int> waiting_connections_{0};
+    std::atomic<int> busy_workers_{0};
 };
 
 }  // namespace flashseek::server

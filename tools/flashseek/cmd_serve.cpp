@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -75,7 +76,10 @@ int run_serve(int argc, char** argv) {
     app.add_option("--max-logit-bias", api.limits.max_logit_bias,
                    "most entries of a logit_bias map (400 beyond; default 1024)");
     app.add_option("--shutdown-timeout", shutdown_timeout, "seconds in-flight requests may finish after SIGTERM");
-    app.add_option("--http-threads", api.http.threads, "HTTP worker threads (each open stream holds one)");
+    CLI::Option* http_threads_opt = app.add_option(
+        "--http-threads", api.http.threads,
+        "HTTP worker threads, one per open connection (default: enough for every request the engine runs or queues, "
+        "--max-num-seqs + --max-queue + 16, at least 64)");
     app.add_option("--max-body-bytes", api.http.max_body_bytes, "request body limit (413 above it)");
     app.add_option("--keep-alive-max-requests", api.http.keep_alive_max_requests,
                    "requests one connection may carry before the server closes it");
@@ -88,6 +92,10 @@ int run_serve(int argc, char** argv) {
     if (api.api_key.empty())
         if (const char* k = std::getenv("FLASHSEEK_API_KEY")) api.api_key = k;
     FS_CHECK(api.http.threads >= 4, "--http-threads must be >= 4 (got {})", api.http.threads);
+    // Every admitted request holds its connection's worker until it ends (a queued one while it waits), so fewer
+    // workers than the engine admits leaves admitted clients waiting for a worker instead of getting a 429.
+    if (http_threads_opt->count() == 0)
+        api.http.threads = std::max(64, max_sequences + std::max(0, loop_opt.max_waiting) + 16);
     FS_CHECK(api.http.keep_alive_max_requests >= 1, "--keep-alive-max-requests must be >= 1 (got {})",
              api.http.keep_alive_max_requests);
     FS_CHECK(api.http.keep_alive_timeout_s >= 1, "--keep-alive-timeout must be >= 1 s (got {})",
