@@ -222,7 +222,9 @@ def test_context_overflow_and_boundary(server):
     server.wait_idle_and_audit()
 
 
-def raw_http(port, data, read_timeout=5.0):
+def raw_http(port, data, read_timeout=5.0, until_closed=False):
+    """Sends `data` on one connection and returns what the server writes: up to the end of its first JSON answer,
+    or with until_closed everything until it closes the connection (None if it is still open after read_timeout)."""
     s = socket.create_connection(("127.0.0.1", port), timeout=read_timeout)
     s.sendall(data)
     out = b""
@@ -230,14 +232,14 @@ def raw_http(port, data, read_timeout=5.0):
         while True:
             chunk = s.recv(65536)
             if not chunk:
-                break
+                return out
             out += chunk
-            if b"\r\n\r\n" in out and b"}" in out:
-                break
+            if not until_closed and b"\r\n\r\n" in out and b"}" in out:
+                return out
     except socket.timeout:
-        pass
-    s.close()
-    return out
+        return None if until_closed else out
+    finally:
+        s.close()
 
 
 def test_http_size_limits(model_dir):
@@ -280,24 +282,6 @@ def test_http_size_limits(model_dir):
         assert srv.stop() == 0
 
 
-def exchange_until_closed(port, data, timeout=20.0):
-    """Sends `data` on one connection and returns everything the server writes until it closes the connection
-    (None if it is still open after `timeout`)."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    s.sendall(data)
-    out = b""
-    try:
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                return out
-            out += chunk
-    except socket.timeout:
-        return None
-    finally:
-        s.close()
-
-
 def test_an_answer_given_without_reading_the_body_ends_the_connection(model_dir):
     """A request answered before its body was read (an unknown method, a refused API key) must not leave the body
     to be parsed as the next request: that desynchronises the connection (a later request gets the answer to
@@ -312,7 +296,7 @@ def test_an_answer_given_without_reading_the_body_ends_the_connection(model_dir)
             for method, auth in (("QUERY", key), ("TRACE", key), ("BREW", key), ("POST", "wrong")):
                 head = (b"%s /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                         b"Authorization: Bearer %s\r\nContent-Length: %d\r\n\r\n" % (method.encode(), auth.encode(), len(body)))
-                out = exchange_until_closed(srv.port, head + body)
+                out = raw_http(srv.port, head + body, read_timeout=20, until_closed=True)
                 assert out is not None, (method, filler, "the connection stayed open")
                 assert out.count(b"HTTP/1.1 ") == 1, (method, filler, out[:600])
                 assert out.startswith(b"HTTP/1.1 401" if auth == "wrong" else b"HTTP/1.1 400"), (method, out[:200])
@@ -333,7 +317,7 @@ def test_pipelined_requests_are_all_answered_in_order(server):
             b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n%s"
             b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % (len(body), body))
-    out = exchange_until_closed(server.port, reqs, timeout=120)
+    out = raw_http(server.port, reqs, read_timeout=120, until_closed=True)
     assert out is not None
     assert out.count(b"HTTP/1.1 ") == 3 and out.count(b"HTTP/1.1 200 OK\r\n") == 3, out[:1500]
     i_health, i_cmpl, i_models = out.index(b'{"status":"ok"}'), out.index(b'"text_completion"'), out.index(b'"object":"list"')
