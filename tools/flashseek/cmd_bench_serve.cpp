@@ -125,8 +125,38 @@ private:
     std::string buf_;
 };
 
+// Random chat text: `words` words of three random letters.
+std::string random_words(std::mt19937_64& rng, int64_t words) {
+    std::string text;
+    for (int64_t k = 0; k < words; ++k) {
+        if (k) text += ' ';
+        for (int c = 0; c < 3; ++c) text += char('a' + rng() % 26);
+    }
+    return text;
+}
+
+// Tokens per random word as the server's /tokenize counts them (random letter triples take about two tokens each
+// with DeepSeek's tokenizer), so that chat prompts have --random-input-len tokens of content like completions
+// prompts; 0 when the server has no /tokenize (then one word per token, with a warning).
+double tokens_per_random_word(server::HttpClient& cli, const server::HttpClient::Headers& headers,
+                              const std::string& model, uint64_t seed) {
+    constexpr int64_t kSampleWords = 2000;
+    std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
+    const json body = {{"model", model}, {"prompt", random_words(rng, kSampleWords)}};
+    const auto r = cli.post("/tokenize", body.dump(), headers);
+    const json j = r.status == 200 ? json::parse(r.body, nullptr, false) : json();
+    if (!j.is_object() || !j.contains("count") || !j["count"].is_number() || j["count"].get<double>() <= 0) {
+        std::fprintf(stderr, "bench-serve: /tokenize unavailable (%s); chat prompts get one random word per requested "
+                             "token, so they are longer than --random-input-len tokens\n",
+                     r.status ? std::to_string(r.status).c_str() : r.error.c_str());
+        return 0;
+    }
+    return j["count"].get<double>() / double(kSampleWords);
+}
+
 std::vector<Prompt> make_prompts(const std::string& dataset, const std::string& path, int n, int64_t in_len,
-                                 int64_t out_len, double range_ratio, int64_t vocab, uint64_t seed, bool chat) {
+                                 int64_t out_len, double range_ratio, int64_t vocab, uint64_t seed, bool chat,
+                                 double tokens_per_word) {
     std::mt19937_64 rng(seed);
     std::vector<Prompt> out;
     auto vary = [&](int64_t len) {
@@ -141,13 +171,12 @@ std::vector<Prompt> make_prompts(const std::string& dataset, const std::string& 
             p.input_len = vary(in_len);
             p.output_len = vary(out_len);
             if (chat) {
-                // Chat prompts are text: random short words (the token count is reported by the server's usage).
-                std::string text;
-                for (int64_t k = 0; k < p.input_len; ++k) {
-                    if (k) text += ' ';
-                    for (int c = 0; c < 3; ++c) text += char('a' + rng() % 26);
-                }
-                p.prompt = text;
+                // Chat prompts are text: random short words, as many as make input_len tokens (the chat template
+                // adds its own; the server's usage reports the total).
+                const int64_t words =
+                    tokens_per_word > 0 ? std::max<int64_t>(1, std::llround(double(p.input_len) / tokens_per_word))
+                                        : p.input_len;
+                p.prompt = random_words(rng, words);
             } else {
                 json ids = json::array();
                 // Ids from the plain BPE range (avoid the control tokens at the top of the vocabulary).
@@ -248,8 +277,9 @@ int run_bench_serve(int argc, char** argv) {
     FS_CHECK(!mj.is_discarded() && mj.contains("data") && !mj["data"].empty(), "/v1/models: unexpected reply");
     if (model.empty()) model = mj["data"][0].value("id", "");
     const bool chat = endpoint == "/v1/chat/completions";
-    const std::vector<Prompt> prompts =
-        make_prompts(dataset, dataset_path, num_prompts, input_len, output_len, range_ratio, 129280, seed, chat);
+    const double tokens_per_word = chat && dataset == "random" ? tokens_per_random_word(probe, headers, model, seed) : 0;
+    const std::vector<Prompt> prompts = make_prompts(dataset, dataset_path, num_prompts, input_len, output_len,
+                                                     range_ratio, 129280, seed, chat, tokens_per_word);
 
     // Arrival offsets: gamma(shape=burstiness, scale=1/(rate*burstiness)); all zero when the rate is infinite.
     std::vector<double> offsets(prompts.size(), 0.0);
