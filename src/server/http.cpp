@@ -3,15 +3,10 @@
 // too-large Content-Length is refused in the pre-routing hook, before any of the body is read. Every answer given
 // without reading the whole body (refused before routing, a body read that failed, any error the library answers
 // itself, such as an unknown method) ends the connection (http_connection.h), so unread bytes are never parsed as
-// a request. The connection probe finds the handler's socket by its address pair (the library does not expose
-// it) and peeks at it.
+// a request. The connection probe peeks at the socket of the connection the handler's worker serves.
 #include "server/http.h"
 
 #include <httplib.h>
-#include <sys/socket.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <dirent.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -33,43 +28,6 @@ std::string HttpRequest::header(std::string_view name) const {
 
 namespace {
 
-// The fd of the accepted socket whose local port and peer match; -1 if none (already closed).
-int find_connection_fd(int local_port, const std::string& peer_addr, int peer_port) {
-    DIR* dir = opendir("/proc/self/fd");
-    if (!dir) return -1;
-    int found = -1;
-    while (dirent* e = readdir(dir)) {
-        char* end = nullptr;
-        const long fd = std::strtol(e->d_name, &end, 10);
-        if (end == e->d_name || *end) continue;
-        sockaddr_storage local{}, peer{};
-        socklen_t ll = sizeof(local), pl = sizeof(peer);
-        if (getsockname(int(fd), reinterpret_cast<sockaddr*>(&local), &ll) != 0) continue;
-        if (getpeername(int(fd), reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
-        char buf[INET6_ADDRSTRLEN] = {0};
-        int lport = -1, pport = -1;
-        if (peer.ss_family == AF_INET) {
-            auto* p = reinterpret_cast<sockaddr_in*>(&peer);
-            inet_ntop(AF_INET, &p->sin_addr, buf, sizeof(buf));
-            pport = ntohs(p->sin_port);
-            lport = ntohs(reinterpret_cast<sockaddr_in*>(&local)->sin_port);
-        } else if (peer.ss_family == AF_INET6) {
-            auto* p = reinterpret_cast<sockaddr_in6*>(&peer);
-            inet_ntop(AF_INET6, &p->sin6_addr, buf, sizeof(buf));
-            pport = ntohs(p->sin6_port);
-            lport = ntohs(reinterpret_cast<sockaddr_in6*>(&local)->sin6_port);
-        } else {
-            continue;
-        }
-        if (lport == local_port && pport == peer_port && peer_addr == buf) {
-            found = int(fd);
-            break;
-        }
-    }
-    closedir(dir);
-    return found;
-}
-
 HttpRequest convert(const httplib::Request& req) {
     HttpRequest r;
     r.method = req.method;
@@ -77,14 +35,9 @@ HttpRequest convert(const httplib::Request& req) {
     r.remote_addr = req.remote_addr;
     r.remote_port = req.remote_port;
     for (const auto& [k, v] : req.headers) r.headers.emplace_back(k, v);
-    const int local_port = req.local_port;
-    const std::string addr = req.remote_addr;
-    const int port = req.remote_port;
-    auto fd = std::make_shared<int>(-2);
-    r.connection_alive = [fd, local_port, addr, port]() {
-        if (*fd == -2) *fd = find_connection_fd(local_port, addr, port);
-        return *fd >= 0 && peer_connected(*fd);
-    };
+    // The handler runs on the worker serving this request's connection, so its socket is at hand.
+    const int fd = current_connection_fd();
+    r.connection_alive = [fd]() { return fd >= 0 && peer_connected(fd); };
     return r;
 }
 

@@ -23,6 +23,11 @@ namespace {
 
 // Set by close_after_response() while the worker thread handles a request; read by the loop after the response.
 thread_local bool t_close_after_response = false;
+// The socket the worker thread serves (current_connection_fd()).
+thread_local int t_connection_fd = -1;
+
+// How much unread input a closing connection discards at most before it is closed anyway.
+constexpr size_t kLingerMaxBytes = 16u << 20;
 
 using Clock = std::chrono::steady_clock;
 
@@ -120,13 +125,13 @@ private:
 };
 
 // Stops writing (the peer sees the end of the answer), discards what the peer still sends until it stops
-// (250 ms quiet), `max_bytes` were discarded or 2 s passed, then closes. Closing with unread input would send a
+// (250 ms quiet), kLingerMaxBytes were discarded or 2 s passed, then closes. Closing with unread input would send a
 // reset that can destroy the answer before the peer reads it.
-void linger_and_close(socket_t sock, size_t max_bytes) {
+void linger_and_close(socket_t sock) {
     shutdown(sock, SHUT_WR);
     const auto deadline = Clock::now() + std::chrono::seconds(2);
     char buf[16384];
-    for (size_t discarded = 0; discarded < max_bytes;) {
+    for (size_t discarded = 0; discarded < kLingerMaxBytes;) {
         const int left = millis_until(deadline);
         if (left == 0 || !wait_for(sock, POLLIN, std::min(left, 250))) break;
         const ssize_t n = recv(sock, buf, sizeof(buf), 0);
@@ -186,7 +191,10 @@ bool ConnectionServer::widen_backlog(int backlog) {
     return s != INVALID_SOCKET && ::listen(s, backlog) == 0;
 }
 
+int current_connection_fd() { return t_connection_fd; }
+
 bool ConnectionServer::process_and_close_socket(socket_t sock) {
+    t_connection_fd = sock;
     auto millis = [](time_t sec, time_t usec) { return int(std::min<long long>(sec * 1000LL + usec / 1000, 1 << 30)); };
     ConnectionStream stream(sock, millis(read_timeout_sec_, read_timeout_usec_),
                             millis(write_timeout_sec_, write_timeout_usec_));
@@ -223,8 +231,9 @@ bool ConnectionServer::process_and_close_socket(socket_t sock) {
         t_close_after_response = false;
         if (!ok || peer_asked_to_close || linger) break;
     }
+    t_connection_fd = -1;
     if (linger && ok) {
-        linger_and_close(sock, linger_max_bytes);
+        linger_and_close(sock);
     } else {
         shutdown(sock, SHUT_RDWR);
         close(sock);

@@ -30,6 +30,9 @@ void close_after_response(httplib::Response& res);
 // True while the peer of a connected socket has not closed or reset it (checked without consuming input).
 bool peer_connected(int fd);
 
+// The socket of the connection the calling worker thread serves; -1 outside a connection.
+int current_connection_fd();
+
 class ConnectionServer final : public httplib::Server {
 public:
     // Serves connections on `workers` threads (call before listening).
@@ -37,9 +40,6 @@ public:
 
     // Raises the listening socket's backlog (call after binding); false if that failed.
     bool widen_backlog(int backlog);
-
-    // How much unread input a closing connection discards at most before it is closed anyway.
-    size_t linger_max_bytes = 16u << 20;
 
 private:
     bool process_and_close_socket(socket_t sock) override;
