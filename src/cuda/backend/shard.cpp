@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "cuda/moe/moe_gemm.cuh"
 #include "util/error.h"
 
 namespace flashseek::cuda {
@@ -211,6 +212,26 @@ void ShardWeights::bind_expert_tables(const ModelConfig& cfg) {
         d.routed = table(base, E, d.w1[0]);
         if (spec_.has_shared()) d.shared = table(base + 6 * E, 1, d.shared_w1);
     }
+    // The grouped expert GEMMs' row references (ExpertTable::row_ref) of FP4 routed experts, from the scales just
+    // bound (checkpoint or dummy weights alike).
+    auto fp4 = [](const ExpertTable& t) {
+        return t.kind == WeightKind::FP4_BLOCK32 && t.scale_kind == ScaleKind::E8M0 && t.hidden % 32 == 0 &&
+               t.inter % 32 == 0;
+    };
+    size_t total = 0;
+    for (int l = 0; l < L; ++l)
+        if (fp4(layers_[size_t(l)].routed)) total += moe_row_references_bytes(layers_[size_t(l)].routed, E);
+    if (total == 0) return;
+    expert_refs_.allocate(total, "expert row references");
+    uint8_t* out = expert_refs_.as<uint8_t>();
+    for (int l = 0; l < L; ++l) {
+        ExpertTable& t = layers_[size_t(l)].routed;
+        if (!fp4(t)) continue;
+        moe_row_references(t, E, out, nullptr);
+        t.row_ref = out;
+        out += moe_row_references_bytes(t, E);
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 }  // namespace flashseek::cuda

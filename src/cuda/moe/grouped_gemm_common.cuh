@@ -28,6 +28,9 @@ struct Problem {
     const void* const* s_a = nullptr;    // their E8M0 scales [rows, K / 32]
     const void* const* w_b = nullptr;    // up: w3
     const void* const* s_b = nullptr;
+    const uint8_t* ref_a = nullptr;      // row references (ExpertTable::row_ref) of w_a's / w_b's rows: expert e's
+    const uint8_t* ref_b = nullptr;      // row r at ref + e * ref_stride + r
+    int64_t ref_stride = 0;
     const int32_t* count = nullptr;      // grouping: slots per expert, first slot per expert
     const int32_t* offset = nullptr;
     int E = 0;

@@ -103,6 +103,10 @@ struct ExpertTable {
     const void* const* w2 = nullptr;
     const void* const* w2_scale = nullptr;
     bool scales_aligned16 = false;  // every scale pointer 16-byte aligned: enables the bulk-copy path (moe_bulk.cu)
+    // FP4 with E8M0 scales: per expert e, 2 inter + hidden bytes at row_ref + e (2 inter + hidden): the largest
+    // scale exponent of each row of w1, then w3, then w2 (moe_row_references, moe_gemm.cuh). The grouped GEMMs
+    // need it; the other variants do not read it.
+    const uint8_t* row_ref = nullptr;
 };
 
 // x: [M, hidden] prepared for table.kind. grouping == nullptr: dense mode (expert 0, slot = token, weight 1).

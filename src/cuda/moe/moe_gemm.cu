@@ -35,7 +35,50 @@ grouped_gemm::Problem problem(const ExpertTable& t, const MoeGrouping& g) {
     return p;
 }
 
+// One thread per weight row: the largest of its K / 32 E8M0 bytes (read 16 at a time where the row allows).
+// blockIdx.y = expert; rows [0, inter) of w1, [inter, 2 inter) of w3, [2 inter, 2 inter + hidden) of w2.
+__global__ void row_reference_kernel(const void* const* s1, const void* const* s3, const void* const* s2, int inter,
+                                     int hidden, uint8_t* out) {
+    const int e = int(blockIdx.y), per = 2 * inter + hidden;
+    const int r = int(blockIdx.x) * int(blockDim.x) + int(threadIdx.x);
+    if (r >= per) return;
+    const bool up = r < 2 * inter;
+    const int row = up ? r % inter : r - 2 * inter, groups = (up ? hidden : inter) / 32;
+    const uint8_t* scales = static_cast<const uint8_t*>(up ? (r < inter ? s1[e] : s3[e]) : s2[e]) +
+                            int64_t(row) * groups;
+    uint32_t m = 0;
+    if ((reinterpret_cast<uintptr_t>(scales) & 15) == 0 && groups % 16 == 0) {
+        for (int g = 0; g < groups; g += 16) {
+            const uint4 v = __ldg(reinterpret_cast<const uint4*>(scales + g));
+            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) m = __vmaxu4(m, w[i]);
+        }
+        m = max(max(m & 0xffu, (m >> 8) & 0xffu), max((m >> 16) & 0xffu, m >> 24));
+    } else {
+        for (int g = 0; g < groups; ++g) m = max(m, uint32_t(__ldg(scales + g)));
+    }
+    out[int64_t(e) * per + r] = uint8_t(m);
+}
+
 }  // namespace
+
+size_t moe_row_references_bytes(const ExpertTable& t, int E) { return size_t(E) * size_t(2 * t.inter + t.hidden); }
+
+void moe_row_references(const ExpertTable& t, int E, uint8_t* out, cudaStream_t stream) {
+    FS_REQUIRE(t.kind == WeightKind::FP4_BLOCK32 && t.scale_kind == ScaleKind::E8M0,
+               "moe_row_references: the experts are not FP4 with E8M0 scales");
+    FS_REQUIRE(E > 0 && E <= 65535 && t.hidden > 0 && t.inter > 0 && t.hidden % 32 == 0 && t.inter % 32 == 0 &&
+                   2 * t.inter + t.hidden < (int64_t(1) << 30),
+               "moe_row_references: ", E, " experts, hidden ", t.hidden, ", inter ", t.inter,
+               " (multiples of 32, at most 65,535 experts)");
+    FS_REQUIRE(out != nullptr && t.w1_scale != nullptr && t.w3_scale != nullptr && t.w2_scale != nullptr,
+               "moe_row_references: null output or scale table");
+    const int per = int(2 * t.inter + t.hidden), threads = 256;
+    row_reference_kernel<<<dim3(unsigned((per + threads - 1) / threads), unsigned(E)), threads, 0, stream>>>(
+        t.w1_scale, t.w3_scale, t.w2_scale, int(t.inter), int(t.hidden), out);
+    CUDA_CHECK(cudaGetLastError());
+}
 
 size_t moe_gemm_workspace_bytes(int64_t slots, int64_t hidden, int64_t inter) {
     return align16(fp8_activation_codes_bytes(slots, hidden)) + align16(fp8_activation_scales_bytes(slots, hidden)) +
@@ -79,7 +122,7 @@ bool moe_gemm_supported(GemmPath path) {
 
 bool moe_gemm_eligible(const ExpertTable& t, const MoeGrouping& g, int64_t M, int top_k, GemmPath path) {
     return moe_gemm_supported(resolve(path)) && t.kind == WeightKind::FP4_BLOCK32 && t.scale_kind == ScaleKind::E8M0 &&
-           t.hidden % 128 == 0 && t.inter % 128 == 0 && t.hidden > 0 && t.inter > 0 && g.E > 0 &&
+           t.row_ref != nullptr && reinterpret_cast<uintptr_t>(t.row_ref) % 4 == 0 && t.hidden % 128 == 0 && t.inter % 128 == 0 && t.hidden > 0 && t.inter > 0 && g.E > 0 &&
            g.E <= grouped_gemm::kMaxExperts && M > 0 && top_k > 0 && M * top_k <= g.max_pairs &&
            M * top_k < (int64_t(1) << 31);
 }
@@ -88,7 +131,8 @@ void moe_gemm_up(const uint16_t* x, int64_t ld_x, int64_t M, int top_k, const Ex
                  float swiglu_limit, const MoeGemmWorkspace& ws, cudaStream_t stream, GemmPath path) {
     path = resolve(path);
     FS_REQUIRE(moe_gemm_eligible(t, g, M, top_k, path), "moe_gemm_up: not eligible (path ", int(path),
-               " on compute capability ", current_arch().cc, "; FP4 + E8M0 experts with hidden ", t.hidden,
+               " on compute capability ", current_arch().cc, "; FP4 + E8M0 experts with row references (",
+               t.row_ref != nullptr ? "present" : "missing: moe_row_references", "), hidden ", t.hidden,
                " and inter ", t.inter, " multiples of 128, E = ", g.E, " <= ", grouped_gemm::kMaxExperts, ", ", M,
                " x ", top_k, " slots within the grouping's ", g.max_pairs, ")");
     const int64_t slots = M * top_k;
@@ -105,6 +149,9 @@ void moe_gemm_up(const uint16_t* x, int64_t ld_x, int64_t M, int top_k, const Ex
     p.s_a = t.w1_scale;
     p.w_b = t.w3;
     p.s_b = t.w3_scale;
+    p.ref_a = t.row_ref;
+    p.ref_b = t.row_ref + t.inter;
+    p.ref_stride = 2 * t.inter + t.hidden;
     p.K = int(t.hidden);
     p.n_blocks = int(t.inter / 128);
     p.limit = swiglu_limit;
@@ -128,6 +175,8 @@ void moe_gemm_down(int64_t M, int top_k, const ExpertTable& t, const MoeGrouping
     p.a = hq;
     p.w_a = t.w2;
     p.s_a = t.w2_scale;
+    p.ref_a = t.row_ref + 2 * t.inter;
+    p.ref_stride = 2 * t.inter + t.hidden;
     p.K = int(t.inter);
     p.n_blocks = int(t.hidden / grouped_gemm::kBlockN);
     p.y = y;

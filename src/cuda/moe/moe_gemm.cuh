@@ -6,10 +6,13 @@
 //                  same epilogue h's act_quant, the down-projection's input (h itself is never stored).
 //   moe_gemm_down: y[s] = h[s] . w2^T (fp32 rows per slot, as moe_expert_down; moe_combine adds them up).
 // Weights stay in the checkpoint format (FP4 e2m1 packed two per byte, E8M0 scale per 32 K). e2m1 -> e4m3 is exact;
-// per (weight row, 128-K block) the four 32-scales are folded: the block's reference scale is the largest, each
-// group's values are rescaled by 2^(its scale - reference) into e4m3 (exact while the group lies within 2^14 of
-// the reference; further below, values round as e4m3 does), and the reference scale becomes a per-column promotion
-// scale of the FP8 GEMM. Empty experts cost nothing, an expert's partial last 128-row tile is masked.
+// the 32-scales are folded against a reference exponent: each group's values are rescaled by 2^(its scale -
+// reference) into e4m3 (exact while the group lies within 2^14 of the reference; further below, values round as
+// e4m3 does), and the reference scale becomes a per-column scale of the FP8 GEMM. The sm_90a kernel takes one
+// reference per weight row (its largest scale over the whole K, ExpertTable::row_ref), so the per-column scale
+// applies once in the epilogue instead of at every 128-K promotion; the mma.sync kernels one per (row, 128-K
+// block). Both give the same bits wherever every group lies within 2^14 of the reference (power-of-two scalings
+// commute with fp32 rounding). Empty experts cost nothing, an expert's partial last 128-row tile is masked.
 // Paths (GemmPath of dense_gemm.cuh): WGMMA (sm_90a: TMA + wgmma, warp-specialized, moe_gemm_sm90.cu), MMA_NATIVE
 // (mma.sync e4m3, compute capability >= 8.9) and MMA_F16 (e4m3 widened exactly to f16, >= 8.0) (moe_gemm_mma.cu);
 // AUTO takes the first the device runs. Every slot row is computed in the same order whatever the grouping.
@@ -43,10 +46,16 @@ MoeGemmWorkspace moe_gemm_workspace_view(void* memory, int64_t slots, int64_t hi
 void moe_attach_gemm_workspace(MoeGrouping& g, void* memory, int64_t hidden, int64_t inter);
 MoeGemmWorkspace moe_gemm_workspace_of(const MoeGrouping& g);
 
+// The row references of ExpertTable::row_ref for E experts of `t` (FP4 + E8M0; hidden and inter multiples of
+// 32): out[e (2 inter + hidden) + r] = the largest E8M0 byte of row r of w1 (r < inter), w3 (inter + r) or w2
+// (2 inter + r). Computed once when the weights are bound; out holds moe_row_references_bytes(t, E) bytes.
+size_t moe_row_references_bytes(const ExpertTable& t, int E);
+void moe_row_references(const ExpertTable& t, int E, uint8_t* out, cudaStream_t stream);
+
 // `path` (AUTO: any) can run here.
 bool moe_gemm_supported(GemmPath path = GemmPath::AUTO);
-// ... and serves these experts: FP4_BLOCK32 with E8M0 scales, hidden and inter multiples of 128, E <= 1024,
-// M * top_k slots within the grouping's capacity.
+// ... and serves these experts: FP4_BLOCK32 with E8M0 scales and their row references, hidden and inter multiples
+// of 128, E <= 1024, M * top_k slots within the grouping's capacity.
 bool moe_gemm_eligible(const ExpertTable& table, const MoeGrouping& grouping, int64_t M, int top_k,
                        GemmPath path = GemmPath::AUTO);
 

@@ -12,29 +12,33 @@
 // 4,096-token prefill pass's up-projection 3.64 -> 2.66 ms per layer, down 1.76 -> 1.21 ms (bench events).
 // Design:
 //   - Producer warpgroup (128 threads, 56 registers). Warps 8-9 issue: thread i copies raw rows i and i + 64 of a
-//     stage (four 16-byte cp.async of packed FP4 and one 4-byte cp.async of the four E8M0 scales per row) into its
-//     slot as soon as the math warps free it, and arrives on the stage's landed barrier through
-//     cp.async.mbarrier.arrive; thread 0 also loads the stage's slot tile and activation scales by TMA (expect_tx on
-//     the full barrier). Warps 10-11 finish: thread i waits for the landed barrier, then per row the 128-K block's
-//     reference exponent (the largest of its four scales), the row's promotion scale and per 32-group the 8-entry
-//     e4m3 magnitude table (group_table below), and arrives on the full barrier (count 1 + 64). Issuing never waits
-//     for data: every free slot has its copies in flight. (With the finishing done by the issuing threads a few
-//     stages later, a stage could be finished only after a later one was issued, which needed the math warps to
-//     free a slot: the pipeline ran about one stage deep and the kernel was slower than the earlier form.)
+//     stage (four 16-byte cp.async of packed FP4, one 4-byte cp.async of the four E8M0 scales and one of the 4-byte
+//     word holding the row's reference exponent per row) and the activation scales of slots 2i and 2i + 1 (two
+//     4-byte cp.async into the math threads' order, sa_index below) into its slot as soon as the math warps free
+//     it, and arrives on the stage's landed barrier through cp.async.mbarrier.arrive; thread 0 also loads the
+//     stage's slot tile by TMA (expect_tx on the full barrier). Warps 10-11 finish: thread i waits for the landed
+//     barrier, then per row and 32-group the 8-entry e4m3 magnitude table against the row's reference (group_table
+//     below) and the row's column scale, and arrives on the full barrier (count 1 + 64). Issuing never waits for
+//     data: every free slot has its copies in flight. (With the finishing done by the issuing threads a few stages
+//     later, a stage could be finished only after a later one was issued, which needed the math warps to free a
+//     slot: the pipeline ran about one stage deep and the kernel was slower than the earlier form.)
 //   - Math warpgroups (2 x 128 threads, 224 registers). Up-projection: a tile is one 128-column block of h in two
 //     sub-tiles of 64 columns; warp q of warpgroup w holds h column c = 32w + 8q + g of the sub-tile as fragment
 //     row g (its w1 row) and row g + 8 (its w3 row), so gate and up of (c, slot) meet in one thread. Down: 128 w2
 //     rows, warpgroup w rows 64w... Per stage: convert the next stage's fragment (per 4 values: a 16-bit load, the
 //     table lookup and the signs, codes4 below) while this stage's four m64n128k32 wgmma run; wait, promote
-//     fin += acc * a_scale[slot] * w_scale[row] (fp32), free the stage, issue the next stage's wgmma.
+//     fin += acc * a_scale[slot] (fp32; the slot's 32 scales in eight 16-byte loads), free the stage, issue the
+//     next stage's wgmma. The row's column scale multiplies fin once, in the epilogue.
 //   - Epilogue: down: fp32 rows per slot. Up: h = bf16(silu(min(bf16 g, L)) * clamp(bf16 u) * weight[slot]) into a
 //     shared staging block (128 slots x 128 columns, bf16) over both sub-tiles, then each pair of math threads
 //     quantizes one slot's 128 values (the down-projection's act_quant input) and stores them coalesced. Slots past
 //     the expert's count are not stored.
-// Numerics: moe_gemm.cuh's scale folding with one reference per (row, 128-K block) — the codes and promotion
-// products of the earlier form, the same per-slot arithmetic whatever the grouping. One reference per row (no
-// per-stage row-scale products) measured slower: the finisher's scan of each row's K / 32 scales at every sub-tile
-// cost more than the products saved.
+// Numerics: moe_gemm.cuh's scale folding with one reference per row over the whole K (ExpertTable::row_ref, made
+// when the weights are bound), the same per-slot arithmetic whatever the grouping. Against one reference per (row,
+// 128-K block), which needs a row-scale product per accumulator and stage (64 FMUL per math thread and stage), the
+// bits are the same wherever every group lies within 2^14 of its row's largest scale: acc and every partial sum
+// scale by the same power of two, and fp32 rounding commutes with that. (Scanning each row's K / 32 scales in the
+// kernel at every sub-tile instead of reading a precomputed byte measured slower than the products it saved.)
 // compute-sanitizer: memcheck clean; racecheck reports the mbarrier-ordered hand-offs (cp.async -> landed ->
 // finisher -> full -> math, and back through empty) as hazards, as it did for the earlier form: it does not follow
 // mbarrier phases.
@@ -67,33 +71,38 @@ constexpr int kATile = kBM * 128;    // slot codes, 128 K
 constexpr int kRawTile = kBN * 64;   // packed FP4, 128 K per row
 constexpr int kRawScales = kBN * 4;  // E8M0, 4 per row
 constexpr int kTables = kBN * 4 * 8;  // per row and 32-group: the magnitude table (two words)
-// The activation scales of a stage: one TMA box of kScaleBox floats from the 4-aligned row at or below the tile's
-// first row. A tensor copy's start in the innermost dimension must be 16-byte aligned (4 floats); an expert's first
-// slot can be any row, and a box starting there is an illegal instruction on the H200. The tile's slots are then at
-// offset first % 4 inside the box.
-constexpr int kScaleBox = kBM + 4;
-constexpr int kScaleBytes = kScaleBox * 4;
-constexpr int kScaleStride = (kScaleBytes + 127) / 128 * 128;
+// The activation scales of a stage in the order the math threads read them: thread t4 of each quad needs slots
+// 8i + 2 t4 + j (i < 16, j < 2), stored contiguously at t4 * kSaPitch + 2i + j, so eight 16-byte loads fetch them;
+// the pitch of 36 floats puts the four quads' rows on different banks.
+constexpr int kSaPitch = 36;
+constexpr int kSaStage = 4 * kSaPitch * 4;  // bytes per stage
 constexpr int kStagingPitch = 128 + 8;  // bf16 per staged slot row: + 16 bytes against bank conflicts
 constexpr size_t kRawOffset = size_t(kStages) * kATile;
 constexpr size_t kRawScaleOffset = kRawOffset + size_t(kStages) * kRawTile;
 constexpr size_t kTableOffset = kRawScaleOffset + size_t(kStages) * kRawScales;
 constexpr size_t kSaOffset = kTableOffset + size_t(kStages) * kTables;
-constexpr size_t kRowScaleOffset = kSaOffset + size_t(kStages) * kScaleStride;
+constexpr size_t kRefOffset = kSaOffset + size_t(kStages) * kSaStage;  // per stage and row: the word with its ref
+constexpr size_t kRowScaleOffset = kRefOffset + size_t(kStages) * kBN * 4;
 constexpr size_t kStagingOffset = kRowScaleOffset + size_t(kStages) * kBN * 4;
 constexpr size_t kBarrierOffset = kStagingOffset + size_t(kBM) * kStagingPitch * 2;
 constexpr size_t kPrefixOffset = kBarrierOffset + 3 * kStages * 8;
 constexpr size_t kSmemBytes = kPrefixOffset + (kMaxExperts + 1) * 4 + 1024;
 static_assert(kATile % 1024 == 0 && kRawOffset % 1024 == 0, "swizzled slot tiles 1024-aligned");
-static_assert(kTableOffset % 16 == 0 && kSaOffset % 128 == 0 && kStagingOffset % 16 == 0, "alignment");
+static_assert(kTableOffset % 16 == 0 && kSaOffset % 16 == 0 && kStagingOffset % 16 == 0, "alignment");
 static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm_90 CTA");
 
 struct GroupedParams {
-    CUtensorMap map_a, map_sa;  // the slots' act_quant codes and their scales
-    const void* const* w_a;     // per expert: up: w1, down: w2
+    CUtensorMap map_a;        // the slots' act_quant codes
+    const float* a_scales;    // ... and their scales, [K / 128, a_scales_ld]
+    int64_t a_scales_ld;
+    int slots;                // rows of the act_quant (every expert's slots)
+    const void* const* w_a;   // per expert: up: w1, down: w2
     const void* const* s_a;
     const void* const* w_b;  // up: w3, down: unused
     const void* const* s_b;
+    const uint8_t* ref_a;  // row references of w_a's / w_b's rows (expert e at e * ref_stride)
+    const uint8_t* ref_b;
+    int64_t ref_stride;
     const int32_t* count;
     const int32_t* offset;
     int E;
@@ -178,12 +187,16 @@ __device__ __forceinline__ uint32_t codes4(uint32_t h, uint2 t) {
     return mag | ((sgn << 7) & 0x80808080u);
 }
 
+// Where slot n of a stage's activation scales is stored (floats from the stage's start).
+__device__ __forceinline__ int sa_index(int n) { return ((n >> 1) & 3) * kSaPitch + 2 * (n >> 3) + (n & 1); }
+
 struct TileCursor {
-    int cached = -1, e = 0, mb = 0, nb = 0;
+    int cached = -1, e = 0, mb = 0, nb = 0, first = 0;
     __device__ __forceinline__ void seek(int i, const int* prefix, const GroupedParams& p) {
         if (i == cached) return;
         cached = i;
         tile_of(int(blockIdx.x) + i * int(gridDim.x), prefix, p.E, p.n_blocks, e, mb, nb);
+        first = p.offset[e] + mb * kBM;
     }
 };
 #endif
@@ -199,6 +212,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
     uint32_t* const raw_scales = reinterpret_cast<uint32_t*>(smem + kRawScaleOffset);
     uint2* const tables = reinterpret_cast<uint2*>(smem + kTableOffset);
     float* const a_scales = reinterpret_cast<float*>(smem + kSaOffset);
+    uint32_t* const ref_words = reinterpret_cast<uint32_t*>(smem + kRefOffset);
     float* const row_scales = reinterpret_cast<float*>(smem + kRowScaleOffset);
     uint16_t* const staging = reinterpret_cast<uint16_t*>(smem + kStagingOffset);
     uint64_t* const full = reinterpret_cast<uint64_t*>(smem + kBarrierOffset);
@@ -209,7 +223,6 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
     const int tid = threadIdx.x, lane = tid & 31;
     if (tid == 0) {
         tma::prefetch_map(&p.map_a);
-        tma::prefetch_map(&p.map_sa);
 #pragma unroll 1
         for (int s = 0; s < kStages; ++s) {
             mbar_init_count(&full[s], 1 + 64);  // the issuer's expect_tx + the 64 finishers
@@ -250,6 +263,13 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                 walk.seek(it, prefix, p);
                 const int e = walk.e;
                 unsigned char* dst = raw_tiles + size_t(s) * kRawTile;
+                // The activation scales of slots 2 i0 and 2 i0 + 1 (zero past the last slot of the act_quant).
+#pragma unroll
+                for (int q = 0; q < 2; ++q) {
+                    const int n = 2 * i0 + q, slot = walk.first + n;
+                    const float* src = p.a_scales + int64_t(kb) * p.a_scales_ld + min(slot, p.slots - 1);
+                    cp_async_ca_zfill<4>(a_scales + s * (kSaStage / 4) + sa_index(n), src, slot < p.slots ? 4 : 0);
+                }
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int row = i0 + 64 * h, wrow = weight_row(walk, sub, h);
@@ -258,16 +278,18 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                                              int64_t(wrow) * (p.K / 2) + kb * 64;
                     const unsigned char* sc = static_cast<const unsigned char*>(second ? p.s_b[e] : p.s_a[e]) +
                                               int64_t(wrow) * (p.K / 32) + kb * 4;
+                    // The row's reference byte sits at byte wrow % 4 = i0 % 4 of its aligned word (ref_stride and
+                    // the row blocks are multiples of 4).
+                    const uint8_t* ref = (second ? p.ref_b : p.ref_a) + int64_t(e) * p.ref_stride + wrow;
 #pragma unroll
                     for (int c = 0; c < 4; ++c) cp_async_16(dst + raw_chunk_offset(row, c), w + 16 * c);
                     cp_async_ca<4>(raw_scales + s * kBN + row, sc);
+                    cp_async_ca<4>(ref_words + s * kBN + row, ref - (i0 & 3));
                 }
                 bulk::cp_async_mbar_arrive(&landed[s]);
                 if (ptid == 0) {
-                    const int row0 = p.offset[e] + walk.mb * kBM;
-                    mbar_expect_tx(&full[s], kATile + kScaleBytes);
-                    tma::load_2d(a_tiles + size_t(s) * kATile, &p.map_a, kb * 128, row0, &full[s]);
-                    tma::load_2d(a_scales + s * (kScaleStride / 4), &p.map_sa, row0 & ~3, kb, &full[s]);
+                    mbar_expect_tx(&full[s], kATile);
+                    tma::load_2d(a_tiles + size_t(s) * kATile, &p.map_a, kb * 128, walk.first, &full[s]);
                 }
             }
             cp_async_wait_all();  // no thread leaves with copies in flight
@@ -279,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                 for (int h = 0; h < 2; ++h) {
                     const int row = i0 + 64 * h;
                     const uint32_t scales4 = lds<uint32_t>(smem_u32(raw_scales + s * kBN + row));
-                    const int rf = fp4_expand::reference_exponent(scales4);
+                    const int rf = int((lds<uint32_t>(smem_u32(ref_words + s * kBN + row)) >> (8 * (i0 & 3))) & 0xffu);
                     uint2* t = tables + (s * kBN + row) * 4;
 #pragma unroll
                     for (int g = 0; g < 4; ++g) t[g] = group_table(int((scales4 >> (8 * g)) & 0xffu) - rf);
@@ -306,7 +328,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
 
     // Fragment of stage slot `st` (16 values per 32-k step).
     const uint32_t raw_base = smem_u32(raw_tiles), table_base = smem_u32(tables);
-    const uint32_t sa_base = smem_u32(a_scales), wsc_base = smem_u32(row_scales);
+    const uint32_t sa_base = smem_u32(a_scales) + 4 * uint32_t(t4 * kSaPitch), wsc_base = smem_u32(row_scales);
     auto convert = [&](int st, uint32_t (&f)[4][4]) {
         const uint32_t raw = raw_base + uint32_t(st) * kRawTile + word;
         const uint32_t tg = table_base + uint32_t(st * kBN + row_g) * 32;
@@ -333,7 +355,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
         for (int i = 0; i < 64; ++i) wgmma::fence_operand(acc[i]);
     };
     // Waits for the stage's wgmma, folds acc into fin, frees the stage.
-    auto promote = [&](int st, int first, uint32_t (&f)[4][4]) {
+    auto promote = [&](int st, uint32_t (&f)[4][4]) {
         wgmma::wait<0>();
 #pragma unroll
         for (int k = 0; k < 4; ++k)
@@ -341,16 +363,20 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
             for (int q = 0; q < 4; ++q) wgmma::fence_operand(f[k][q]);  // the A registers were live until here
 #pragma unroll
         for (int i = 0; i < 64; ++i) wgmma::fence_operand(acc[i]);
-        const uint32_t sa = sa_base + uint32_t(st * kScaleStride) + 4 * uint32_t((first & 3) + 2 * t4);
-        const float wg = lds<float>(wsc_base + 4 * uint32_t(st * kBN + row_g));
-        const float wg8 = lds<float>(wsc_base + 4 * uint32_t(st * kBN + row_g8));
+        const uint32_t sa = sa_base + uint32_t(st * kSaStage);
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
-            const float s0 = lds<float>(sa + 32 * i), s1 = lds<float>(sa + 32 * i + 4);
-            fin[4 * i + 0] = fmaf(acc[4 * i + 0], s0 * wg, fin[4 * i + 0]);
-            fin[4 * i + 1] = fmaf(acc[4 * i + 1], s1 * wg, fin[4 * i + 1]);
-            fin[4 * i + 2] = fmaf(acc[4 * i + 2], s0 * wg8, fin[4 * i + 2]);
-            fin[4 * i + 3] = fmaf(acc[4 * i + 3], s1 * wg8, fin[4 * i + 3]);
+        for (int q = 0; q < 8; ++q) {
+            const uint4 v = lds<uint4>(sa + 16 * q);  // slots 16q + 2 t4 + {0, 1} and 16q + 8 + 2 t4 + {0, 1}
+            const float sc[4] = {__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z),
+                                 __uint_as_float(v.w)};
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int i = 2 * q + h;
+                fin[4 * i + 0] = fmaf(acc[4 * i + 0], sc[2 * h], fin[4 * i + 0]);
+                fin[4 * i + 1] = fmaf(acc[4 * i + 1], sc[2 * h + 1], fin[4 * i + 1]);
+                fin[4 * i + 2] = fmaf(acc[4 * i + 2], sc[2 * h], fin[4 * i + 2]);
+                fin[4 * i + 3] = fmaf(acc[4 * i + 3], sc[2 * h + 1], fin[4 * i + 3]);
+            }
         }
         __syncwarp();
         mbar_arrive_lane0(&empty[st], lane);
@@ -375,18 +401,21 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
             // Two stages per iteration so that the fragment buffers stay compile-time registers: stage kb uses
             // frag[kb % 2]; the conversion of kb + 1 overlaps the wgmma of kb.
             wait_stage();
+            // The rows' column scales: the same in every stage of the sub-tile; read before its first is freed.
+            const float wg = lds<float>(wsc_base + 4 * uint32_t(s * kBN + row_g));
+            const float wg8 = lds<float>(wsc_base + 4 * uint32_t(s * kBN + row_g8));
             convert(s, frag[0]);
             int prev = -1;  // slot of the stage whose wgmma is in flight
             for (int kb = 0; kb < KB; kb += 2) {
                 // stage kb (frag[0])
-                if (prev >= 0) promote(prev, first, frag[1]);
+                if (prev >= 0) promote(prev, frag[1]);
                 issue_mma(s, frag[0]);
                 prev = s;
                 advance();
                 if (kb + 1 < KB) {
                     wait_stage();
                     convert(s, frag[1]);
-                    promote(prev, first, frag[0]);
+                    promote(prev, frag[0]);
                     issue_mma(s, frag[1]);
                     prev = s;
                     advance();
@@ -395,11 +424,11 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                         convert(s, frag[0]);
                     }
                 } else {
-                    promote(prev, first, frag[0]);
+                    promote(prev, frag[0]);
                     prev = -1;
                 }
             }
-            if (prev >= 0) promote(prev, first, frag[1]);
+            if (prev >= 0) promote(prev, frag[1]);
 
             if constexpr (UP) {
                 // h of this sub-tile's 64 columns: gate at fragment row g, up at row g + 8, slot 8i + 2 t4 + j.
@@ -411,7 +440,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                         const int n = 8 * i + 2 * t4 + j;
                         const float wt = n < rows ? __ldg(p.slot_weight + first + n) : 0.f;
                         staging[n * kStagingPitch + col] =
-                            swiglu_bf16(fin[4 * i + j], fin[4 * i + 2 + j], wt, p.limit);
+                            swiglu_bf16(fin[4 * i + j] * wg, fin[4 * i + 2 + j] * wg8, wt, p.limit);
                     }
                 if (sub == 0) continue;
                 math_sync();
@@ -461,8 +490,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                         const int n = 8 * i + 2 * t4 + j;
                         if (n >= rows) continue;
                         float* out = p.y + (first + n) * p.ldo + col;
-                        out[0] = fin[4 * i + j];
-                        out[8] = fin[4 * i + 2 + j];
+                        out[0] = fin[4 * i + j] * wg;
+                        out[8] = fin[4 * i + 2 + j] * wg8;
                     }
             }
         }
@@ -478,13 +507,16 @@ void launch_sm90(const Problem& q, cudaStream_t stream) {
     GroupedParams p{};
     p.map_a = tma::make_2d(q.a.codes, tma::Element::U8, uint64_t(q.a.m), uint64_t(q.a.k), uint64_t(q.a.codes_ld), kBM,
                            128, tma::Swizzle::B128, "grouped expert GEMM activation");
-    p.map_sa = tma::make_2d(q.a.scales, tma::Element::F32, uint64_t((q.a.k + 127) / 128), uint64_t(q.a.m),
-                            uint64_t(q.a.scales_ld) * 4, 1, kScaleBox, tma::Swizzle::NONE,
-                            "grouped expert GEMM activation scales");
+    p.a_scales = q.a.scales;
+    p.a_scales_ld = q.a.scales_ld;
+    p.slots = int(q.a.m);
     p.w_a = q.w_a;
     p.s_a = q.s_a;
     p.w_b = q.w_b;
     p.s_b = q.s_b;
+    p.ref_a = q.ref_a;
+    p.ref_b = q.ref_b;
+    p.ref_stride = q.ref_stride;
     p.count = q.count;
     p.offset = q.offset;
     p.E = q.E;

@@ -33,7 +33,16 @@ struct Experts {
     std::vector<TestWeight> w1, w3, w2;
     std::vector<std::vector<float>> f1, f3, f2;  // dequantized
     std::unique_ptr<DeviceArray<const void*>> d_ptrs[6];  // w1, w1 scales, w3, w3 scales, w2, w2 scales
+    std::unique_ptr<DeviceArray<uint8_t>> refs;            // the table's row references
     cuda::ExpertTable table;
+    // (Re)computes the row references from the scales on the device (after a test rewrote them).
+    void update_references() {
+        const int E = int(w1.size());
+        if (!refs) refs = std::make_unique<DeviceArray<uint8_t>>(cuda::moe_row_references_bytes(table, E));
+        cuda::moe_row_references(table, E, refs->ptr, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        table.row_ref = refs->ptr;
+    }
 };
 
 std::unique_ptr<Experts> make_experts(std::mt19937_64& rng, int E, int64_t hidden, int64_t inter) {
@@ -66,6 +75,7 @@ std::unique_ptr<Experts> make_experts(std::mt19937_64& rng, int E, int64_t hidde
     t.w3_scale = x->d_ptrs[3]->ptr;
     t.w2 = x->d_ptrs[4]->ptr;
     t.w2_scale = x->d_ptrs[5]->ptr;
+    x->update_references();
     return x;
 }
 
@@ -348,8 +358,9 @@ TEST(MoeGemm, SlotRowsIndependentOfBatch) {
 
 // The scale folding of moe_gemm.cuh at its documented limit: in every weight row (hidden = inter = 128, one block)
 // the four 32-group exponents are r, r - 5, r - 9, r - 14 and only the last group holds non-zero values, so the
-// whole product runs through values rescaled by 2^-14 into e4m3 (exact there). Rows of two blocks (256) check that
-// each block folds against its own reference: the first block's four groups at r and zero, the second's at r - 14.
+// whole product runs through values rescaled by 2^-14 into e4m3 (exact there). Rows of two blocks (256): the first
+// block's four groups at r and zero, the second's at r - 14, which the mma.sync kernels fold against the block's
+// own reference (r - 14) and the sm_90a kernel against the row's (r, ExpertTable::row_ref): exact either way.
 // A wrong folding (flushed, shifted, a reference from the wrong block) shows in h (against the CPU release expert)
 // and in y (the down GEMM alone, from the GPU's own h).
 TEST(MoeGemm, ScaleFoldingIsExactAt14Octaves) {
@@ -379,6 +390,7 @@ TEST(MoeGemm, ScaleFoldingIsExactAt14Octaves) {
                 w->w_dev->upload(w->w_bytes);
                 w->s_dev->upload(w->s_bytes);
             }
+            ex->update_references();
             ex->f1[0] = ex->w1[0].dequantized();
             ex->f3[0] = ex->w3[0].dequantized();
             ex->f2[0] = ex->w2[0].dequantized();
@@ -440,6 +452,42 @@ TEST(MoeGemm, ScaleFoldingIsExactAt14Octaves) {
             EXPECT_LE(rel_l2(h_got, h_want), 3e-2);
             EXPECT_LE(rel_l2(y_got, y_want), down_threshold(path));
         }
+}
+
+// moe_row_references against the host maxima: random E8M0 bytes over the whole range, the vector path (rows of
+// 16k scales at 16-byte aligned addresses: w1 and w3 with hidden 512) and the byte path (w2 rows of 3 scales:
+// inter 96), several experts; the output poisoned first.
+TEST(MoeGemm, RowReferencesAreTheRowMaxima) {
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed=" + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    const int E = 3;
+    const int64_t H = 512, I = 96;
+    auto ex = make_experts(rng, E, H, I);
+    std::uniform_int_distribution<int> byte(0, 254);
+    for (int e = 0; e < E; ++e)
+        for (TestWeight* w : {&ex->w1[size_t(e)], &ex->w3[size_t(e)], &ex->w2[size_t(e)]}) {
+            for (uint8_t& b : w->s_bytes) b = uint8_t(byte(rng));
+            w->s_dev->upload(w->s_bytes);
+        }
+    ex->refs->poison();
+    ex->update_references();
+    const auto got = ex->refs->download();
+    const size_t per = size_t(2 * I + H);
+    ASSERT_EQ(got.size(), size_t(E) * per);
+    for (int e = 0; e < E; ++e) {
+        const TestWeight* ws[3] = {&ex->w1[size_t(e)], &ex->w3[size_t(e)], &ex->w2[size_t(e)]};
+        size_t r0 = 0;
+        for (const TestWeight* w : ws) {
+            const size_t groups = size_t(w->in / 32);
+            for (size_t r = 0; r < size_t(w->out); ++r) {
+                uint8_t want = 0;
+                for (size_t gi = 0; gi < groups; ++gi) want = std::max(want, w->s_bytes[r * groups + gi]);
+                ASSERT_EQ(int(got[size_t(e) * per + r0 + r]), int(want)) << "expert " << e << ", row " << r0 + r;
+            }
+            r0 += size_t(w->out);
+        }
+    }
 }
 
 }  // namespace
