@@ -212,26 +212,24 @@ void ShardWeights::bind_expert_tables(const ModelConfig& cfg) {
         d.routed = table(base, E, d.w1[0]);
         if (spec_.has_shared()) d.shared = table(base + 6 * E, 1, d.shared_w1);
     }
-    // The grouped expert GEMMs' row references (ExpertTable::row_ref) of FP4 routed experts, from the scales just
-    // bound (checkpoint or dummy weights alike).
-    auto fp4 = [](const ExpertTable& t) {
-        return t.kind == WeightKind::FP4_BLOCK32 && t.scale_kind == ScaleKind::E8M0 && t.hidden % 32 == 0 &&
-               t.inter % 32 == 0;
+    // What the grouped expert GEMMs need beside the tables (row references and weight maps, moe_gemm.cuh) for FP4
+    // routed experts on the 128 grid, from the weights just bound (checkpoint or dummy weights alike).
+    auto grouped = [](const ExpertTable& t) {
+        return t.kind == WeightKind::FP4_BLOCK32 && t.scale_kind == ScaleKind::E8M0 && t.hidden % 128 == 0 &&
+               t.inter % 128 == 0;
     };
     size_t total = 0;
     for (int l = 0; l < L; ++l)
-        if (fp4(layers_[size_t(l)].routed)) total += moe_row_references_bytes(layers_[size_t(l)].routed, E);
+        if (grouped(layers_[size_t(l)].routed)) total += moe_grouped_extras_bytes(layers_[size_t(l)].routed, E);
     if (total == 0) return;
-    expert_refs_.allocate(total, "expert row references");
-    uint8_t* out = expert_refs_.as<uint8_t>();
+    expert_extras_.allocate(total, "grouped expert GEMM row references and weight maps");
+    unsigned char* out = expert_extras_.as<unsigned char>();
     for (int l = 0; l < L; ++l) {
         ExpertTable& t = layers_[size_t(l)].routed;
-        if (!fp4(t)) continue;
-        moe_row_references(t, E, out, nullptr);
-        t.row_ref = out;
-        out += moe_row_references_bytes(t, E);
+        if (!grouped(t)) continue;
+        moe_attach_grouped_extras(t, E, out);
+        out += moe_grouped_extras_bytes(t, E);
     }
-    CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 }  // namespace flashseek::cuda

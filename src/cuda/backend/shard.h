@@ -109,7 +109,7 @@ private:
     DeviceLinear head_;
     const float *hc_head_fn_ = nullptr, *hc_head_base_ = nullptr, *hc_head_scale_ = nullptr;
     DeviceBuffer expert_ptrs_;  // all layers' ExpertTable pointer arrays
-    DeviceBuffer expert_refs_;  // all layers' ExpertTable::row_ref (FP4 routed experts)
+    DeviceBuffer expert_extras_;  // all layers' ExpertTable::row_ref and w_maps (FP4 routed experts)
     HeadWeightBytes head_bytes_;
 };
 

@@ -40,6 +40,8 @@ std::string check_2d(const Map2d& m) {
     if (box_row_bytes % 16 != 0) return fs_cat("box row of ", box_row_bytes, " bytes: must be a multiple of 16");
     if (m.swizzle == Swizzle::B128 && box_row_bytes > 128)
         return fs_cat("box row of ", box_row_bytes, " bytes: at most 128 with the 128-byte swizzle");
+    if (m.swizzle == Swizzle::B64 && box_row_bytes > 64)
+        return fs_cat("box row of ", box_row_bytes, " bytes: at most 64 with the 64-byte swizzle");
     return {};
 }
 
@@ -49,7 +51,9 @@ CUtensorMap make_2d(const void* base, Element element, uint64_t rows, uint64_t c
     const auto describe = [&] {
         return fs_cat(rows, " x ", cols, " elements of ", element_bytes(element), " bytes, row stride ",
                       row_stride_bytes, " bytes, box ", box_rows, " x ", box_cols,
-                      swizzle == Swizzle::B128 ? ", 128-byte swizzle" : ", no swizzle");
+                      swizzle == Swizzle::B128 ? ", 128-byte swizzle"
+                      : swizzle == Swizzle::B64 ? ", 64-byte swizzle"
+                                                : ", no swizzle");
     };
     const std::string bad = check_2d(m);
     FS_REQUIRE(bad.empty(), what, ": invalid tensor map (", bad, "; ", describe(), ")");
@@ -63,7 +67,9 @@ CUtensorMap make_2d(const void* base, Element element, uint64_t rows, uint64_t c
     CUtensorMap map{};
     const CUresult r = encode_fn()(&map, type, 2, const_cast<void*>(base), dims, strides, box, elem_strides,
                                    CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                   swizzle == Swizzle::B128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+                                   swizzle == Swizzle::B128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                                   : swizzle == Swizzle::B64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                             : CU_TENSOR_MAP_SWIZZLE_NONE,
                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     FS_REQUIRE(r == CUDA_SUCCESS, what, ": cuTensorMapEncodeTiled failed (CUresult ", int(r), ") for ", describe());
     return map;

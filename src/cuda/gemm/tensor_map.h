@@ -12,12 +12,12 @@
 namespace flashseek::cuda::tma {
 
 enum class Element : uint8_t { U8, BF16, F32 };
-enum class Swizzle : uint8_t { NONE, B128 };
+enum class Swizzle : uint8_t { NONE, B64, B128 };
 
 // The parameters of one 2-D map, checked on the host before encoding (check_2d) with the rules of
 // cuTensorMapEncodeTiled and of the copy engine: base 16-byte aligned; 1 <= rows, cols <= 2^32; row stride a
 // multiple of 16 bytes, at least one row, below 2^40; box sides 1..256; a box row (box_cols x element) a multiple of
-// 16 bytes, and at most 128 bytes with the 128-byte swizzle. The driver accepts some maps the copy engine then
+// 16 bytes, and at most 64 / 128 bytes with the 64- / 128-byte swizzle. The driver accepts some maps the copy engine then
 // refuses at run time with an illegal instruction, so every rule is checked here and named in the error.
 // A rule no map can check (the kernels' part, tma.cuh): the box's start column times the element size must be a
 // multiple of 16 bytes.

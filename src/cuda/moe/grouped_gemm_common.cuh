@@ -31,6 +31,8 @@ struct Problem {
     const uint8_t* ref_a = nullptr;      // row references (ExpertTable::row_ref) of w_a's / w_b's rows: expert e's
     const uint8_t* ref_b = nullptr;      // row r at ref + e * ref_stride + r
     int64_t ref_stride = 0;
+    const unsigned char* maps_a = nullptr;  // TMA maps of w_a's / w_b's packed weights: expert e's at + 384 e
+    const unsigned char* maps_b = nullptr;
     const int32_t* count = nullptr;      // grouping: slots per expert, first slot per expert
     const int32_t* offset = nullptr;
     int E = 0;

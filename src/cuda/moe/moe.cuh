@@ -107,6 +107,9 @@ struct ExpertTable {
     // scale exponent of each row of w1, then w3, then w2 (moe_row_references, moe_gemm.cuh). The grouped GEMMs
     // need it; the other variants do not read it.
     const uint8_t* row_ref = nullptr;
+    // FP4 with E8M0 scales: per expert e, three TMA tensor maps (CUtensorMap, 128 bytes each) of its packed w1,
+    // w3 and w2 at w_maps + 384 e (moe_weight_maps, moe_gemm.cuh), for the sm_90a grouped GEMM's weight tiles.
+    const void* w_maps = nullptr;
 };
 
 // x: [M, hidden] prepared for table.kind. grouping == nullptr: dense mode (expert 0, slot = token, weight 1).

@@ -3,8 +3,11 @@
 // down-projection).
 #include "cuda/moe/moe_gemm.cuh"
 
+#include <vector>
+
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
+#include "cuda/gemm/tensor_map.h"
 #include "cuda/moe/grouped_gemm_common.cuh"
 
 namespace flashseek::cuda {
@@ -80,6 +83,50 @@ void moe_row_references(const ExpertTable& t, int E, uint8_t* out, cudaStream_t 
     CUDA_CHECK(cudaGetLastError());
 }
 
+size_t moe_weight_maps_bytes(int E) { return size_t(E) * 3 * sizeof(CUtensorMap); }
+
+void moe_weight_maps(const ExpertTable& t, int E, void* out) {
+    FS_REQUIRE(t.kind == WeightKind::FP4_BLOCK32 && t.scale_kind == ScaleKind::E8M0,
+               "moe_weight_maps: the experts are not FP4 with E8M0 scales");
+    FS_REQUIRE(E > 0 && t.hidden > 0 && t.inter > 0 && t.hidden % 128 == 0 && t.inter % 128 == 0,
+               "moe_weight_maps: ", E, " experts, hidden ", t.hidden, ", inter ", t.inter, " (multiples of 128)");
+    FS_REQUIRE(out != nullptr && reinterpret_cast<uintptr_t>(out) % 64 == 0 && t.w1 != nullptr && t.w3 != nullptr &&
+                   t.w2 != nullptr,
+               "moe_weight_maps: null or unaligned output, or a null weight table");
+    std::vector<const void*> ptrs[3];
+    const void* const* tables[3] = {t.w1, t.w3, t.w2};
+    for (int m = 0; m < 3; ++m) {
+        ptrs[m].resize(size_t(E));
+        CUDA_CHECK(cudaMemcpy(ptrs[m].data(), tables[m], size_t(E) * sizeof(void*), cudaMemcpyDeviceToHost));
+    }
+    std::vector<CUtensorMap> maps(size_t(E) * 3);
+    static const char* const names[3] = {"expert w1", "expert w3", "expert w2"};
+    for (int e = 0; e < E; ++e)
+        for (int m = 0; m < 3; ++m) {
+            const int64_t rows = m == 2 ? t.hidden : t.inter, k = m == 2 ? t.inter : t.hidden;
+            maps[size_t(e) * 3 + size_t(m)] =
+                tma::make_2d(ptrs[m][size_t(e)], tma::Element::U8, uint64_t(rows), uint64_t(k / 2), uint64_t(k / 2),
+                             64, 64, tma::Swizzle::B64, names[m]);
+        }
+    CUDA_CHECK(cudaMemcpy(out, maps.data(), maps.size() * sizeof(CUtensorMap), cudaMemcpyHostToDevice));
+}
+
+size_t moe_grouped_extras_bytes(const ExpertTable& t, int E) {
+    return moe_weight_maps_bytes(E) + (moe_row_references_bytes(t, E) + 63) / 64 * 64;
+}
+
+void moe_attach_grouped_extras(ExpertTable& t, int E, void* storage) {
+    FS_REQUIRE(storage != nullptr && reinterpret_cast<uintptr_t>(storage) % 64 == 0,
+               "moe_attach_grouped_extras: storage null or not 64-byte aligned");
+    unsigned char* p = static_cast<unsigned char*>(storage);
+    moe_weight_maps(t, E, p);
+    uint8_t* refs = p + moe_weight_maps_bytes(E);
+    moe_row_references(t, E, refs, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    t.w_maps = p;
+    t.row_ref = refs;
+}
+
 size_t moe_gemm_workspace_bytes(int64_t slots, int64_t hidden, int64_t inter) {
     return align16(fp8_activation_codes_bytes(slots, hidden)) + align16(fp8_activation_scales_bytes(slots, hidden)) +
            align16(fp8_activation_codes_bytes(slots, inter)) + align16(fp8_activation_scales_bytes(slots, inter));
@@ -122,7 +169,8 @@ bool moe_gemm_supported(GemmPath path) {
 
 bool moe_gemm_eligible(const ExpertTable& t, const MoeGrouping& g, int64_t M, int top_k, GemmPath path) {
     return moe_gemm_supported(resolve(path)) && t.kind == WeightKind::FP4_BLOCK32 && t.scale_kind == ScaleKind::E8M0 &&
-           t.row_ref != nullptr && reinterpret_cast<uintptr_t>(t.row_ref) % 4 == 0 && t.hidden % 128 == 0 && t.inter % 128 == 0 && t.hidden > 0 && t.inter > 0 && g.E > 0 &&
+           t.row_ref != nullptr && reinterpret_cast<uintptr_t>(t.row_ref) % 4 == 0 && t.w_maps != nullptr &&
+           reinterpret_cast<uintptr_t>(t.w_maps) % 64 == 0 && t.hidden % 128 == 0 && t.inter % 128 == 0 && t.hidden > 0 && t.inter > 0 && g.E > 0 &&
            g.E <= grouped_gemm::kMaxExperts && M > 0 && top_k > 0 && M * top_k <= g.max_pairs &&
            M * top_k < (int64_t(1) << 31);
 }
@@ -131,8 +179,9 @@ void moe_gemm_up(const uint16_t* x, int64_t ld_x, int64_t M, int top_k, const Ex
                  float swiglu_limit, const MoeGemmWorkspace& ws, cudaStream_t stream, GemmPath path) {
     path = resolve(path);
     FS_REQUIRE(moe_gemm_eligible(t, g, M, top_k, path), "moe_gemm_up: not eligible (path ", int(path),
-               " on compute capability ", current_arch().cc, "; FP4 + E8M0 experts with row references (",
-               t.row_ref != nullptr ? "present" : "missing: moe_row_references", "), hidden ", t.hidden,
+               " on compute capability ", current_arch().cc, "; FP4 + E8M0 experts with row references and weight maps (",
+               t.row_ref != nullptr && t.w_maps != nullptr ? "present" : "missing: moe_attach_grouped_extras",
+               "), hidden ", t.hidden,
                " and inter ", t.inter, " multiples of 128, E = ", g.E, " <= ", grouped_gemm::kMaxExperts, ", ", M,
                " x ", top_k, " slots within the grouping's ", g.max_pairs, ")");
     const int64_t slots = M * top_k;
@@ -151,6 +200,8 @@ void moe_gemm_up(const uint16_t* x, int64_t ld_x, int64_t M, int top_k, const Ex
     p.s_b = t.w3_scale;
     p.ref_a = t.row_ref;
     p.ref_b = t.row_ref + t.inter;
+    p.maps_a = static_cast<const unsigned char*>(t.w_maps);  // w1 (+ 128: w3)
+    p.maps_b = static_cast<const unsigned char*>(t.w_maps) + 128;
     p.ref_stride = 2 * t.inter + t.hidden;
     p.K = int(t.hidden);
     p.n_blocks = int(t.inter / 128);
@@ -176,6 +227,8 @@ void moe_gemm_down(int64_t M, int top_k, const ExpertTable& t, const MoeGrouping
     p.w_a = t.w2;
     p.s_a = t.w2_scale;
     p.ref_a = t.row_ref + 2 * t.inter;
+    p.maps_a = static_cast<const unsigned char*>(t.w_maps) + 256;  // w2
+    p.maps_b = p.maps_a;
     p.ref_stride = 2 * t.inter + t.hidden;
     p.K = int(t.inter);
     p.n_blocks = int(t.hidden / grouped_gemm::kBlockN);

@@ -52,10 +52,22 @@ MoeGemmWorkspace moe_gemm_workspace_of(const MoeGrouping& g);
 size_t moe_row_references_bytes(const ExpertTable& t, int E);
 void moe_row_references(const ExpertTable& t, int E, uint8_t* out, cudaStream_t stream);
 
+// The weight maps of ExpertTable::w_maps for E experts of `t` (FP4 + E8M0): per expert the TMA tensor maps of w1,
+// w3 and w2 as [rows, K / 2] bytes read in boxes of 64 rows x 64 bytes (one 128-K block) with the 64-byte swizzle.
+// Reads the table's device pointer arrays, encodes on the host and writes moe_weight_maps_bytes(E) bytes to `out`
+// (device memory, 64-byte aligned); synchronous. Throws Error naming the matrix if a map cannot be made.
+size_t moe_weight_maps_bytes(int E);
+void moe_weight_maps(const ExpertTable& t, int E, void* out);
+
+// Everything the grouped GEMMs need beside the table: the row references and the weight maps, placed in
+// `storage` (moe_grouped_extras_bytes(t, E) bytes of device memory, 64-byte aligned) and attached to `t`.
+size_t moe_grouped_extras_bytes(const ExpertTable& t, int E);
+void moe_attach_grouped_extras(ExpertTable& t, int E, void* storage);
+
 // `path` (AUTO: any) can run here.
 bool moe_gemm_supported(GemmPath path = GemmPath::AUTO);
-// ... and serves these experts: FP4_BLOCK32 with E8M0 scales and their row references, hidden and inter multiples
-// of 128, E <= 1024, M * top_k slots within the grouping's capacity.
+// ... and serves these experts: FP4_BLOCK32 with E8M0 scales, their row references and weight maps (the sm_90a
+// kernel reads them), hidden and inter multiples of 128, E <= 1024, M * top_k slots within the grouping's capacity.
 bool moe_gemm_eligible(const ExpertTable& table, const MoeGrouping& grouping, int64_t M, int top_k,
                        GemmPath path = GemmPath::AUTO);
 

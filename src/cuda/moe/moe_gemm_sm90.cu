@@ -11,17 +11,24 @@
 // warpgroup's previous wgmma runs. Measured on the H200 (docs/perf-log/2026-12-02_register-operand-experts.md): a
 // 4,096-token prefill pass's up-projection 3.64 -> 2.66 ms per layer, down 1.76 -> 1.21 ms (bench events).
 // Design:
-//   - Producer warpgroup (128 threads, 56 registers). Warps 8-9 issue: thread i copies raw rows i and i + 64 of a
-//     stage (four 16-byte cp.async of packed FP4, one 4-byte cp.async of the four E8M0 scales and one of the 4-byte
-//     word holding the row's reference exponent per row) and the activation scales of slots 2i and 2i + 1 (two
-//     4-byte cp.async into the math threads' order, sa_index below) into its slot as soon as the math warps free
-//     it, and arrives on the stage's landed barrier through cp.async.mbarrier.arrive; thread 0 also loads the
-//     stage's slot tile by TMA (expect_tx on the full barrier). Warps 10-11 finish: thread i waits for the landed
-//     barrier, then per row and 32-group the 8-entry e4m3 magnitude table against the row's reference (group_table
-//     below) and the row's column scale, and arrives on the full barrier (count 1 + 64). Issuing never waits for
-//     data: every free slot has its copies in flight. (With the finishing done by the issuing threads a few stages
-//     later, a stage could be finished only after a later one was issued, which needed the math warps to free a
-//     slot: the pipeline ran about one stage deep and the kernel was slower than the earlier form.)
+//   - Producer warpgroup (128 threads, 56 registers). Warps 8-9 issue, as soon as the math warps free a stage slot:
+//     thread 0 loads the packed FP4 weight tile by TMA (two boxes of 64 rows x one 128-K block, 64 bytes, with the
+//     64-byte swizzle, from the expert's maps in ExpertTable::w_maps; expect_tx on the stage's landed barrier) and
+//     the stage's slot tile (expect_tx on the full barrier); thread i copies the four E8M0 scales of raw rows i and
+//     i + 64 (4-byte cp.async each; at a sub-tile's first stage also the words holding the rows' reference
+//     exponents) and the activation scales of slots 2i and 2i + 1 (two 4-byte cp.async into the math threads'
+//     order, sa_index below), then arrives on landed through cp.async.mbarrier.arrive (count 64 + 1). Rows, tile
+//     and pointers are set once per sub-tile. Warps 10-11 finish: thread i waits for the landed barrier, then per
+//     row and 32-group the 8-entry e4m3 magnitude table against the row's reference (group_table below) and the
+//     row's column scale, and arrives on the full barrier (count 1 + 64). Issuing never waits for data: every free
+//     slot has its copies in flight. (With the finishing done by the issuing threads a few stages later, a stage
+//     could be finished only after a later one was issued, which needed the math warps to free a slot: the pipeline
+//     ran about one stage deep and the kernel was slower than the earlier form.)
+//     Why the weights come by TMA: copied by the issuing threads (one 16-byte cp.async per row and 32 K), the
+//     weight tiles cost 40% of the kernel's time (a variant without those copies ran 1.66x faster, run 84 of
+//     docs/perf-log/2026-12-02_row-reference-experts.md), while the math warps waited on the full barrier at 81% of
+//     their stages and the issuers almost never waited for a free slot (Nsight Compute, run 81); prefetching the
+//     rows into L2 ahead made it slower, so the cost was the copies' path through the load/store unit, not DRAM.
 //   - Math warpgroups (2 x 128 threads, 224 registers). Up-projection: a tile is one 128-column block of h in two
 //     sub-tiles of 64 columns; warp q of warpgroup w holds h column c = 32w + 8q + g of the sub-tile as fragment
 //     row g (its w1 row) and row g + 8 (its w3 row), so gate and up of (c, slot) meet in one thread. Down: 128 w2
@@ -39,7 +46,7 @@
 // bits are the same wherever every group lies within 2^14 of its row's largest scale: acc and every partial sum
 // scale by the same power of two, and fp32 rounding commutes with that. (Scanning each row's K / 32 scales in the
 // kernel at every sub-tile instead of reading a precomputed byte measured slower than the products it saved.)
-// compute-sanitizer: memcheck clean; racecheck reports the mbarrier-ordered hand-offs (cp.async -> landed ->
+// compute-sanitizer: memcheck clean; racecheck reports the mbarrier-ordered hand-offs (TMA / cp.async -> landed ->
 // finisher -> full -> math, and back through empty) as hazards, as it did for the earlier form: it does not follow
 // mbarrier phases.
 #include <cuda.h>
@@ -96,13 +103,13 @@ struct GroupedParams {
     const float* a_scales;    // ... and their scales, [K / 128, a_scales_ld]
     int64_t a_scales_ld;
     int slots;                // rows of the act_quant (every expert's slots)
-    const void* const* w_a;   // per expert: up: w1, down: w2
-    const void* const* s_a;
-    const void* const* w_b;  // up: w3, down: unused
-    const void* const* s_b;
+    const void* const* s_a;   // per expert: the E8M0 scales of up: w1, down: w2
+    const void* const* s_b;   // up: w3, down: unused
     const uint8_t* ref_a;  // row references of w_a's / w_b's rows (expert e at e * ref_stride)
     const uint8_t* ref_b;
     int64_t ref_stride;
+    const unsigned char* maps_a;  // TMA maps of w_a's / w_b's packed weights (expert e at + 384 e)
+    const unsigned char* maps_b;
     const int32_t* count;
     const int32_t* offset;
     int E;
@@ -144,11 +151,8 @@ __device__ __forceinline__ T lds(uint32_t a) {
     else asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
     return v;
 }
-// cp.async to 32-bit shared addresses (computed once per thread; + the stage's offset): 16 bytes bypassing L1,
-// 4 bytes through L1, 4 bytes with the first src_bytes read and the rest zero-filled.
-__device__ __forceinline__ void cp_async_16_s(uint32_t dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
+// cp.async to 32-bit shared addresses (computed once per thread; + the stage's offset): 4 bytes through L1, 4 bytes
+// with the first src_bytes read and the rest zero-filled.
 __device__ __forceinline__ void cp_async_4_s(uint32_t dst, const void* src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
 }
@@ -228,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
         for (int s = 0; s < kStages; ++s) {
             mbar_init_count(&full[s], 1 + 64);  // the issuer's expect_tx + the 64 finishers
             mbar_init_count(&empty[s], kMathThreads / 32);
-            mbar_init_count(&landed[s], 64);    // the issuers' cp.async arrivals
+            mbar_init_count(&landed[s], 64 + 1);  // the issuers' cp.async arrivals + the weights' expect_tx
         }
         mbar_init_fence();
     }
@@ -262,7 +266,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
         };
         if (issuer) {
             // This thread's shared-memory destinations (fixed per thread; + the stage's offset).
-            const uint32_t raw_dst = smem_u32(raw_tiles), sc_dst = smem_u32(raw_scales + i0);
+            const uint32_t sc_dst = smem_u32(raw_scales + i0);
             const uint32_t ref_dst = smem_u32(ref_words + i0), sa_dst = smem_u32(a_scales + sa_index(2 * i0));
             for (int it = 0; it < my_tiles; ++it) {
                 int e, mb, nb;
@@ -272,25 +276,29 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                 const int slot = first + 2 * i0;
                 const float* as = p.a_scales + min(slot, p.slots - 1);
                 const int as0_bytes = slot < p.slots ? 4 : 0, as1_bytes = slot + 1 < p.slots ? 4 : 0;
-                const unsigned char* wa = static_cast<const unsigned char*>(p.w_a[e]);
-                const unsigned char* wb = UP ? static_cast<const unsigned char*>(p.w_b[e]) : wa;
                 const unsigned char* sca = static_cast<const unsigned char*>(p.s_a[e]);
+                const void* map0 = p.maps_a + 384 * int64_t(e);
+                const void* map1 = p.maps_b + 384 * int64_t(e);
+                if (ptid == 0) {
+                    tma::prefetch_map(map0);
+                    if (UP) tma::prefetch_map(map1);
+                }
                 const unsigned char* scb = UP ? static_cast<const unsigned char*>(p.s_b[e]) : sca;
                 for (int sub = 0; sub < kSubTiles; ++sub) {
                     // Weight rows of raw rows i0 and i0 + 64 (up: w1 and w3 of one h column; down: two w2 rows).
                     const int wrow0 = UP ? nb * 128 + 64 * sub + i0 : nb * kBN + i0;
                     const int wrow1 = UP ? wrow0 : wrow0 + 64;
-                    const unsigned char* w0 = wa + int64_t(wrow0) * (p.K / 2);
-                    const unsigned char* w1 = wb + int64_t(wrow1) * (p.K / 2);
                     const unsigned char* c0 = sca + int64_t(wrow0) * (p.K / 32);
                     const unsigned char* c1 = scb + int64_t(wrow1) * (p.K / 32);
+                    // The weight tile's two 64-row halves by TMA (raw_chunk_offset is the 64-byte swizzle).
+                    const int tma_row0 = UP ? nb * 128 + 64 * sub : nb * kBN, tma_row1 = UP ? tma_row0 : tma_row0 + 64;
                     for (int kb = 0; kb < KB; ++kb) {
                         mbar_wait(&empty[s], phase ^ 1);
-                        const uint32_t raw = raw_dst + uint32_t(s * kRawTile);
-#pragma unroll
-                        for (int c = 0; c < 4; ++c) {
-                            cp_async_16_s(raw + raw_chunk_offset(i0, c), w0 + kb * 64 + 16 * c);
-                            cp_async_16_s(raw + raw_chunk_offset(i0 + 64, c), w1 + kb * 64 + 16 * c);
+                        if (ptid == 0) {
+                            unsigned char* raw = raw_tiles + size_t(s) * kRawTile;
+                            mbar_expect_tx(&landed[s], kRawTile);
+                            tma::load_2d(raw, map0, kb * 64, tma_row0, &landed[s]);
+                            tma::load_2d(raw + kRawTile / 2, map1, kb * 64, tma_row1, &landed[s]);
                         }
                         cp_async_4_s(sc_dst + uint32_t(s * kBN * 4), c0 + kb * 4);
                         cp_async_4_s(sc_dst + uint32_t((s * kBN + 64) * 4), c1 + kb * 4);
@@ -538,10 +546,10 @@ void launch_sm90(const Problem& q, cudaStream_t stream) {
     p.a_scales = q.a.scales;
     p.a_scales_ld = q.a.scales_ld;
     p.slots = int(q.a.m);
-    p.w_a = q.w_a;
     p.s_a = q.s_a;
-    p.w_b = q.w_b;
     p.s_b = q.s_b;
+    p.maps_a = q.maps_a;
+    p.maps_b = q.maps_b;
     p.ref_a = q.ref_a;
     p.ref_b = q.ref_b;
     p.ref_stride = q.ref_stride;

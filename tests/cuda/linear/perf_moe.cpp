@@ -66,11 +66,9 @@ struct ExpertWeights {
         table.w2 = dev[4];
         table.w2_scale = dev[5];
         table.scales_aligned16 = true;  // every scale tensor is its own allocation
-        if (kind == cuda::WeightKind::FP4_BLOCK32 && D % 32 == 0 && I % 32 == 0) {
-            tables.push_back(std::make_unique<DeviceBuffer>(cuda::moe_row_references_bytes(table, E)));
-            cuda::moe_row_references(table, E, static_cast<uint8_t*>(tables.back()->ptr), nullptr);
-            CUDA_CHECK(cudaDeviceSynchronize());
-            table.row_ref = static_cast<const uint8_t*>(tables.back()->ptr);
+        if (kind == cuda::WeightKind::FP4_BLOCK32 && D % 128 == 0 && I % 128 == 0) {
+            tables.push_back(std::make_unique<DeviceBuffer>(cuda::moe_grouped_extras_bytes(table, E)));
+            cuda::moe_attach_grouped_extras(table, E, tables.back()->ptr);
         }
         for (int m = 0; m < 3; ++m) expert_bytes += mats[size_t(m)].bytes;
     }

@@ -289,7 +289,7 @@ struct DeviceRouting {
 struct ExpertSet {
     std::vector<TestWeight> w1, w3, w2;
     std::unique_ptr<DeviceArray<const void*>> ptrs[6];
-    std::unique_ptr<DeviceArray<uint8_t>> refs;  // FP4: the table's row references
+    std::unique_ptr<DeviceArray<uint8_t>> extras;  // FP4 on the 128 grid: the grouped GEMMs' references and maps
     cuda::ExpertTable table;
 };
 
@@ -319,11 +319,9 @@ ExpertSet make_experts(std::mt19937_64& rng, int E, WeightKind kind, int64_t D, 
     s.table.w2 = s.ptrs[4]->ptr;
     s.table.w2_scale = s.ptrs[5]->ptr;
     s.table.scales_aligned16 = true;  // every scale is its own cudaMalloc
-    if (kind == WeightKind::FP4_BLOCK32 && D % 32 == 0 && I % 32 == 0) {
-        s.refs = std::make_unique<DeviceArray<uint8_t>>(cuda::moe_row_references_bytes(s.table, E));
-        cuda::moe_row_references(s.table, E, s.refs->ptr, nullptr);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        s.table.row_ref = s.refs->ptr;
+    if (kind == WeightKind::FP4_BLOCK32 && D % 128 == 0 && I % 128 == 0) {
+        s.extras = std::make_unique<DeviceArray<uint8_t>>(cuda::moe_grouped_extras_bytes(s.table, E));
+        cuda::moe_attach_grouped_extras(s.table, E, s.extras->ptr);
     }
     return s;
 }
@@ -844,6 +842,7 @@ TEST(ExpertChoice, DefaultRules) {
     t.w1 = t.w1_scale = t.w3 = t.w3_scale = t.w2 = t.w2_scale = table_ptr;
     t.scales_aligned16 = true;
     t.row_ref = static_cast<const uint8_t*>(fake(14));
+    t.w_maps = fake(15);
     auto grouping = [&](int64_t M, bool tiles) {
         cuda::MoeGrouping g;
         g.E = 256;

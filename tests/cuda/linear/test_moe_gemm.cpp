@@ -34,14 +34,20 @@ struct Experts {
     std::vector<std::vector<float>> f1, f3, f2;  // dequantized
     std::unique_ptr<DeviceArray<const void*>> d_ptrs[6];  // w1, w1 scales, w3, w3 scales, w2, w2 scales
     std::unique_ptr<DeviceArray<uint8_t>> refs;            // the table's row references
+    std::unique_ptr<DeviceArray<uint8_t>> maps;            // and weight maps
     cuda::ExpertTable table;
-    // (Re)computes the row references from the scales on the device (after a test rewrote them).
+    // (Re)computes the row references from the scales on the device (after a test rewrote them), and the maps.
     void update_references() {
         const int E = int(w1.size());
         if (!refs) refs = std::make_unique<DeviceArray<uint8_t>>(cuda::moe_row_references_bytes(table, E));
         cuda::moe_row_references(table, E, refs->ptr, nullptr);
         CUDA_CHECK(cudaDeviceSynchronize());
         table.row_ref = refs->ptr;
+        if (table.hidden % 128 == 0 && table.inter % 128 == 0) {
+            if (!maps) maps = std::make_unique<DeviceArray<uint8_t>>(cuda::moe_weight_maps_bytes(E));
+            cuda::moe_weight_maps(table, E, maps->ptr);
+            table.w_maps = maps->ptr;
+        }
     }
 };
 
