@@ -246,13 +246,12 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
     if (tid >= kMathThreads) {  // producer warpgroup
         tma::release_registers<56>();
         const int my_tiles = int(blockIdx.x) < tiles ? (tiles - 1 - int(blockIdx.x)) / int(gridDim.x) + 1 : 0;
-        // Warps 8-9 issue: thread i copies raw rows i and i + 64 of every stage into its slot once the math warps
-        // freed it, and the stage's landed barrier fires when all their copies are in. Warps 10-11 finish: thread
-        // i waits for the landed barrier and makes the tables and promotion scales of the same rows. Issuing never
-        // waits for data, so every free slot has its copies in flight. The issuers' per-stage work is the copies
-        // and pointer increments only: tile, rows and source pointers are set once per sub-tile (with them found
-        // per stage, the issuing warps were the pipeline's slowest link: ~210 instructions per stage, the math
-        // warps waiting on the full barrier at 81% of their stages, Nsight Compute run 81).
+        // Warps 8-9 issue every stage's loads into its slot once the math warps freed it (the weight tile and the
+        // slot tile by TMA from thread 0; scales by cp.async from every thread, rows i0 and i0 + 64), and the
+        // stage's landed barrier fires when the weight bytes and all their copies are in. Warps 10-11 finish:
+        // thread i waits for the landed barrier and makes the tables and column scales of the same rows. Issuing
+        // never waits for data, so every free slot has its loads in flight. Tile, rows and source pointers are set
+        // once per sub-tile; a stage costs the issuers only its copies.
         const int ptid = tid - kMathThreads;
         const bool issuer = ptid < 64;
         const int i0 = ptid & 63;
