@@ -1,5 +1,5 @@
-// ShardWeights (shard.h): binds a device tensor store as one shard's layers, builds the expert pointer tables and
-// keeps the bytes each op reads (weight_bytes.h).
+// ShardWeights (shard.h): binds a device tensor store as one shard's layers, builds the expert pointer tables (with
+// the grouped expert GEMMs' row references and weight maps) and keeps the bytes each op reads (weight_bytes.h).
 #include "cuda/backend/shard.h"
 
 #include <string>
