@@ -1046,6 +1046,22 @@ TEST(ExpertArgs, BadArgumentsThrowNamedErrors) {
     expect_named_error([&] { cuda::moe_expert_down(wide, routed.table, &g, M, K, y.ptr, nullptr); }, "does not match");
     expect_named_error([&] { cuda::moe_combine(y.ptr, g, nullptr, M, K, D, out.ptr, cuda::OutKind::F32, D - 1, nullptr); },
                  "stride");
+    // the grouped GEMMs' row references and weight maps: other formats, unaligned storage, a table without them
+    DeviceArray<uint8_t> extras(cuda::moe_grouped_extras_bytes(routed.table, E) + 64);
+    cuda::ExpertTable fp8 = routed.table;
+    fp8.kind = WeightKind::FP8_BLOCK128;
+    expect_named_error([&] { cuda::moe_row_references(fp8, E, extras.ptr, nullptr); }, "not FP4 with E8M0");
+    expect_named_error([&] { cuda::moe_weight_maps(routed.table, E, extras.ptr + 1); }, "unaligned output");
+    cuda::ExpertTable narrow = routed.table;
+    narrow.hidden = 96;
+    expect_named_error([&] { cuda::moe_weight_maps(narrow, E, extras.ptr); }, "multiples of 128");
+    cuda::ExpertTable bare = routed.table;
+    expect_named_error([&] { cuda::moe_attach_grouped_extras(bare, E, extras.ptr + 16); }, "not 64-byte aligned");
+    bare.row_ref = nullptr;
+    bare.w_maps = nullptr;
+    expect_named_error(
+        [&] { cuda::moe_gemm_up(x.ptr, D, M, K, bare, g, 10.f, cuda::moe_gemm_workspace_of(g), nullptr); },
+        "missing: moe_attach_grouped_extras");
 }
 
 // moe_swiglu_prepare (the shared expert's SwiGLU when w1 / w3 run as linears) against the CPU: h =
