@@ -1,7 +1,7 @@
 """flashseek bench-serve against a CPU server: the prompts it sends have the lengths asked for, on both endpoints.
 Completions prompts are token ids (exactly --random-input-len); chat prompts are random words, as many as the
-server's /tokenize says make --random-input-len tokens, so the chat template adds only its own few tokens (before,
-one random word per token gave chat prompts about twice the length, and chat looked slower than it is)."""
+server's /tokenize says make --random-input-len tokens, so the chat template adds only its own few tokens (one
+random word per token would give chat prompts about twice the length asked for)."""
 import json
 import subprocess
 
