@@ -31,6 +31,7 @@ struct QuantArgs {
     Fp8Activation out;
     int blocks;       // ceil(k / 128)
     bool vector_x;    // x (and u) 16-byte aligned and ld_x % 8 == 0: one 16-byte load per lane and row
+    bool interleaved;  // Fp8CodeOrder::GROUP_INTERLEAVED
 };
 
 // Eight bf16 values from `row` at column c (those at or past k read as 0).
@@ -101,7 +102,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quantize_kernel(const Qua
             hi |= fp8_code(v[i][4 + j], inv) << (8 * j);
         }
         // padding columns hold 0 codes
-        *reinterpret_cast<uint2*>(a.out.codes + r * a.out.codes_ld + int64_t(b) * 128 + 8 * hl) = make_uint2(lo, hi);
+        uint8_t* block = a.out.codes + r * a.out.codes_ld + int64_t(b) * 128;
+        if (a.interleaved) {  // columns 8 hl .. + 3 and + 4 .. + 7: group hl / 4, k-step hl % 4, halves 0 and 1
+            const int at = 32 * (hl & 3) + 4 * (hl >> 2);
+            *reinterpret_cast<uint32_t*>(block + at) = lo;
+            *reinterpret_cast<uint32_t*>(block + at + 16) = hi;
+        } else {
+            *reinterpret_cast<uint2*>(block + 8 * hl) = make_uint2(lo, hi);
+        }
         if (hl == 0) a.out.scales[int64_t(b) * a.out.scales_ld + r] = sc;
     }
 }
@@ -145,6 +153,7 @@ void quantize_fp8_activation(const uint16_t* x, int64_t x_rows, int64_t ld_x, co
     a.out = out;
     a.blocks = int((out.k + 127) / 128);
     a.vector_x = aligned16(x) && ld_x % 8 == 0;
+    a.interleaved = out.order == Fp8CodeOrder::GROUP_INTERLEAVED;
     launch_pdl("quantize_fp8_activation", quantize_kernel<false>, dim3(grid_of(out)), dim3(kWarpsPerBlock * 32), 0,
                stream, a);
 }
@@ -164,6 +173,7 @@ void quantize_fp8_swiglu(const uint16_t* g, const uint16_t* u, int64_t ld, float
     a.out = out;
     a.blocks = int((out.k + 127) / 128);
     a.vector_x = aligned16(g) && aligned16(u) && ld % 8 == 0;
+    a.interleaved = out.order == Fp8CodeOrder::GROUP_INTERLEAVED;
     launch_pdl("quantize_fp8_swiglu", quantize_kernel<true>, dim3(grid_of(out)), dim3(kWarpsPerBlock * 32), 0, stream,
                a);
 }

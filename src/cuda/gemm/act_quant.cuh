@@ -14,12 +14,24 @@
 
 namespace flashseek::cuda {
 
+// Where a column's code sits inside its 128-column block. NATURAL: at the column. GROUP_INTERLEAVED (the sm_90a
+// grouped expert GEMM's B operand, moe/moe_gemm_sm90.cu): the 32-byte k-step s of a block holds columns
+// 32 t + 8 s + 4 h + j (group t, half h, j < 4) at 32 s + 16 h + 4 t + j, so that one 16-byte load of a packed FP4
+// weight row (one 32-group) gives a thread its register fragment of all four k-steps.
+enum class Fp8CodeOrder { NATURAL, GROUP_INTERLEAVED };
+__host__ __device__ inline int64_t fp8_code_position(int64_t column, Fp8CodeOrder order) {
+    if (order == Fp8CodeOrder::NATURAL) return column;
+    const int64_t c = column & 127;
+    return (column - c) + 32 * ((c >> 3) & 3) + 16 * ((c >> 2) & 1) + 4 * (c >> 5) + (c & 3);
+}
+
 struct Fp8Activation {
     uint8_t* codes = nullptr;  // [m, codes_ld] e4m3 codes
     int64_t codes_ld = 0;      // bytes per row: a multiple of 128, >= k
     float* scales = nullptr;   // [ceil(k / 128), scales_ld]: scale of (row r, block b) at scales[b * scales_ld + r]
     int64_t scales_ld = 0;     // a multiple of 4, >= m
     int64_t m = 0, k = 0;
+    Fp8CodeOrder order = Fp8CodeOrder::NATURAL;  // of the codes inside each 128-column block
 };
 
 inline int64_t fp8_codes_ld(int64_t k) { return (k + 127) / 128 * 128; }
@@ -31,7 +43,7 @@ inline size_t fp8_activation_scales_bytes(int64_t m, int64_t k) {
 // An activation of m x k over caller memory of the sizes above (codes 16-byte aligned, scales 16-byte aligned).
 inline Fp8Activation fp8_activation_view(void* codes, void* scales, int64_t m, int64_t k) {
     return Fp8Activation{static_cast<uint8_t*>(codes), fp8_codes_ld(k), static_cast<float*>(scales), fp8_scales_ld(m),
-                         m, k};
+                         m, k, Fp8CodeOrder::NATURAL};
 }
 
 // Columns [col0, col0 + k) of an activation (col0 a multiple of 128: whole scale blocks), e.g. one group of the
@@ -46,7 +58,8 @@ inline Fp8Activation fp8_activation_columns(const Fp8Activation& a, int64_t col0
 
 // out row r = act_quant(x row (row_map ? row_map[r] : r)); x: bf16 [x_rows, out.k] with row stride ld_x elements.
 // A row_map entry outside [0, x_rows) gives a zero row (codes 0, the scale of an all-zero block). Every code of
-// rows 0..out.m-1 (padding columns included) and every scale of those rows is written. Graph-capturable, PDL launch.
+// rows 0..out.m-1 (padding columns included) and every scale of those rows is written, codes in out.order.
+// Graph-capturable, PDL launch.
 void quantize_fp8_activation(const uint16_t* x, int64_t x_rows, int64_t ld_x, const int32_t* row_map,
                              const Fp8Activation& out, cudaStream_t stream);
 

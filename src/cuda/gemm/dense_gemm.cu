@@ -71,6 +71,7 @@ std::string check_fp8(const Fp8GemmArgs& x, GemmPath path) {
     if (x.a.codes_ld % 16 != 0 || x.a.codes_ld < x.a.k)
         return fs_cat("activation codes_ld = ", x.a.codes_ld, " must be a multiple of 16 and >= k = ", x.a.k);
     if (x.a.scales == nullptr || !aligned16(x.a.scales)) return "activation scales must be non-null and 16-byte aligned";
+    if (x.a.order != Fp8CodeOrder::NATURAL) return "activation codes must be in natural column order";
     if (x.a.scales_ld % 4 != 0 || x.a.scales_ld < x.a.m)
         return fs_cat("activation scales_ld = ", x.a.scales_ld, " must be a multiple of 4 and >= m = ", x.a.m);
     if (x.w_scales == nullptr) return "the weight scales are null";

@@ -166,14 +166,22 @@ cuda::Bf16GemmArgs bf16_args(const uint16_t* a, int64_t m, int64_t lda, const Te
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// act_quant: codes and scales bit for bit against the CPU, with a row map (one entry out of range: zero row).
+// act_quant: codes and scales bit for bit against the CPU, with a row map (one entry out of range: zero row), in
+// both code orders (GROUP_INTERLEAVED: each column's code at fp8_code_position, padding included).
 
 TEST(DenseGemm, ActQuantMatchesCpuBitForBit) {
-    for (auto [m, k, mapped] : {std::tuple<int64_t, int64_t, bool>{1, 16, false}, {7, 400, false}, {300, 4096, false},
-                                {64, 1040, true}, {5, 128, true}}) {
+    for (auto [m, k, mapped, order] :
+         {std::tuple<int64_t, int64_t, bool, cuda::Fp8CodeOrder>{1, 16, false, cuda::Fp8CodeOrder::NATURAL},
+          {7, 400, false, cuda::Fp8CodeOrder::NATURAL},
+          {300, 4096, false, cuda::Fp8CodeOrder::NATURAL},
+          {64, 1040, true, cuda::Fp8CodeOrder::NATURAL},
+          {5, 128, true, cuda::Fp8CodeOrder::NATURAL},
+          {3, 16, false, cuda::Fp8CodeOrder::GROUP_INTERLEAVED},
+          {9, 400, true, cuda::Fp8CodeOrder::GROUP_INTERLEAVED},
+          {130, 2048, false, cuda::Fp8CodeOrder::GROUP_INTERLEAVED}}) {
         const uint64_t seed = fresh_seed();
         std::ostringstream desc;
-        desc << "m=" << m << " k=" << k << " mapped=" << mapped << " seed=" << seed;
+        desc << "m=" << m << " k=" << k << " mapped=" << mapped << " order=" << int(order) << " seed=" << seed;
         SCOPED_TRACE(desc.str());
         std::mt19937_64 rng(seed);
         const int64_t x_rows = m + 3;
@@ -190,7 +198,8 @@ TEST(DenseGemm, ActQuantMatchesCpuBitForBit) {
         DeviceArray<float> scales(cuda::fp8_activation_scales_bytes(m, k) / 4);
         codes.poison();
         scales.poison();
-        const auto act = cuda::fp8_activation_view(codes.ptr, scales.ptr, m, k);
+        auto act = cuda::fp8_activation_view(codes.ptr, scales.ptr, m, k);
+        act.order = order;
         cuda::quantize_fp8_activation(xd.ptr, x_rows, ld, mapped ? md.ptr : nullptr, act, nullptr);
         CUDA_CHECK(cudaDeviceSynchronize());
         const auto hc = codes.download();
@@ -208,7 +217,7 @@ TEST(DenseGemm, ActQuantMatchesCpuBitForBit) {
                     ADD_FAILURE() << "scale row " << r << " block " << b << ": " << gs << " vs " << s[size_t(b)];
             }
             for (int64_t c = 0; c < act.codes_ld; ++c) {
-                const uint8_t code = hc[size_t(r * act.codes_ld + c)];
+                const uint8_t code = hc[size_t(r * act.codes_ld + cuda::fp8_code_position(c, order))];
                 if (c >= k) {
                     if (code != 0 && bad++ < 5)
                         ADD_FAILURE() << "padding code row " << r << " col " << c << " = " << int(code);
