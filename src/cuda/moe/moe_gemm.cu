@@ -157,6 +157,10 @@ void moe_attach_gemm_workspace(MoeGrouping& g, void* memory, int64_t hidden, int
 
 MoeGemmWorkspace moe_gemm_workspace_of(const MoeGrouping& g) { return MoeGemmWorkspace{g.gemm_x, g.gemm_h}; }
 
+Fp8CodeOrder moe_gemm_code_order(GemmPath path) {
+    return resolve(path) == GemmPath::WGMMA ? Fp8CodeOrder::GROUP_INTERLEAVED : Fp8CodeOrder::NATURAL;
+}
+
 bool moe_gemm_supported(GemmPath path) {
     switch (path) {
         case GemmPath::AUTO: return has_bf16_mma(current_arch().cc);
@@ -190,6 +194,7 @@ void moe_gemm_up(const uint16_t* x, int64_t ld_x, int64_t M, int top_k, const Ex
     FS_REQUIRE(x != nullptr && ld_x >= t.hidden, "moe_gemm_up: null input or ld_x ", ld_x, " < hidden ", t.hidden);
     Fp8Activation xa = ws.x;
     xa.m = slots;
+    xa.order = moe_gemm_code_order(path);
     quantize_fp8_activation(x, M, ld_x, g.slot_token, xa, stream);
     grouped_gemm::Problem p = problem(t, g);
     p.up = true;
@@ -208,6 +213,7 @@ void moe_gemm_up(const uint16_t* x, int64_t ld_x, int64_t M, int top_k, const Ex
     p.limit = swiglu_limit;
     p.h_q = ws.h_q;
     p.h_q.m = slots;
+    p.h_q.order = moe_gemm_code_order(path);  // as the kernel writes it
     p.ldo = p.h_q.codes_ld;
     launch(p, path, stream);
 }
@@ -221,6 +227,7 @@ void moe_gemm_down(int64_t M, int top_k, const ExpertTable& t, const MoeGrouping
                "moe_gemm_down: workspace missing or output null / not 8-byte aligned");
     Fp8Activation hq = ws.h_q;
     hq.m = slots;
+    hq.order = moe_gemm_code_order(path);  // as moe_gemm_up wrote it on this path
     grouped_gemm::Problem p = problem(t, g);
     p.up = false;
     p.a = hq;

@@ -5,6 +5,8 @@
 //                  * weight[s]) (the reference's bf16 expert outputs, SwiGLU clamp and routing weight), and in the
 //                  same epilogue h's act_quant, the down-projection's input (h itself is never stored).
 //   moe_gemm_down: y[s] = h[s] . w2^T (fp32 rows per slot, as moe_expert_down; moe_combine adds them up).
+// The workspace's codes are in the path's order (moe_gemm_code_order; the views in MoeGemmWorkspace say NATURAL,
+// the storage's order is the path's): the sm_90a kernel reads and writes them GROUP_INTERLEAVED.
 // Weights stay in the checkpoint format (FP4 e2m1 packed two per byte, E8M0 scale per 32 K). e2m1 -> e4m3 is exact;
 // the 32-scales are folded against a reference exponent: each group's values are rescaled by 2^(its scale -
 // reference) into e4m3 (exact while the group lies within 2^14 of the reference; further below, values round as
@@ -66,6 +68,9 @@ void moe_attach_grouped_extras(ExpertTable& t, int E, void* storage);
 
 // `path` (AUTO: any) can run here.
 bool moe_gemm_supported(GemmPath path = GemmPath::AUTO);
+// The order of the codes in the workspace's act_quant rows (x and h_q) on `path` (AUTO: the one taken here):
+// GROUP_INTERLEAVED for the sm_90a kernel (act_quant.cuh), NATURAL for the mma.sync ones.
+Fp8CodeOrder moe_gemm_code_order(GemmPath path = GemmPath::AUTO);
 // ... and serves these experts: FP4_BLOCK32 with E8M0 scales, their row references and weight maps (the sm_90a
 // kernel reads them), hidden and inter multiples of 128, E <= 1024, M * top_k slots within the grouping's capacity.
 bool moe_gemm_eligible(const ExpertTable& table, const MoeGrouping& grouping, int64_t M, int top_k,

@@ -265,6 +265,8 @@ void launch_mode(const Problem& p, MmaMode mode, cudaStream_t stream) {
 }  // namespace
 
 void launch_mma(const Problem& p, MmaMode mode, cudaStream_t stream) {
+    FS_REQUIRE(p.a.order == Fp8CodeOrder::NATURAL && (!p.up || p.h_q.order == Fp8CodeOrder::NATURAL),
+               "grouped expert GEMM (mma.sync): the slot codes and h must be in natural order");
     if (p.up) launch_mode<true>(p, mode, stream);
     else launch_mode<false>(p, mode, stream);
 }

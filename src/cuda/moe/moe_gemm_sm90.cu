@@ -14,13 +14,16 @@
 //   - Producer warpgroup (128 threads, 56 registers). Warps 8-9 issue, as soon as the math warps free a stage slot:
 //     thread 0 loads the packed FP4 weight tile by TMA (two boxes of 64 rows x one 128-K block, 64 bytes, with the
 //     64-byte swizzle, from the expert's maps in ExpertTable::w_maps; expect_tx on the stage's landed barrier) and
-//     the stage's slot tile (expect_tx on the full barrier); thread i copies the four E8M0 scales of raw rows i and
-//     i + 64 (4-byte cp.async each; at a sub-tile's first stage also the words holding the rows' reference
-//     exponents) and the activation scales of slots 2i and 2i + 1 (two 4-byte cp.async into the math threads'
-//     order, sa_index below), then arrives on landed through cp.async.mbarrier.arrive (count 64 + 1). Rows, tile
-//     and pointers are set once per sub-tile. Warps 10-11 finish: thread i waits for the landed barrier, then per
-//     row and 32-group the 8-entry e4m3 magnitude table against the row's reference (group_table below) and the
-//     row's column scale, and arrives on the full barrier (count 1 + 64). Issuing never waits for data: every free
+//     the stage's slot tile (expect_tx on the full barrier); thread i copies the E8M0 scales of raw rows i and i + 64
+//     (16 bytes, four stages' worth, at every fourth stage where the expert's scale rows allow it, else 4 bytes per
+//     stage: every row is its own 128-byte line, so a warp's copy costs 32 L1 wavefronts whatever its width, and the
+//     4-byte form spent ~130 of the ~900 shared-memory wavefronts of a stage, Nsight Compute run 88; at a sub-tile's
+//     first stage also the words holding the rows' reference exponents) and the activation scales of slots 2i and
+//     2i + 1 (two 4-byte cp.async into the math threads' order, sa_index below), then arrives on landed through
+//     cp.async.mbarrier.arrive (count 64 + 1). Rows, tile and pointers are set once per sub-tile. Warps 10-11
+//     finish: thread i waits for the landed barrier, then per row and 32-group the 8-entry e4m3 magnitude table
+//     against the row's reference (group_table below) and, at a sub-tile's first stage, the row's column scale,
+//     and arrives on the full barrier (count 1 + 64). Issuing never waits for data: every free
 //     slot has its copies in flight. (With the finishing done by the issuing threads a few stages later, a stage
 //     could be finished only after a later one was issued, which needed the math warps to free a slot: the pipeline
 //     ran about one stage deep and the kernel was slower than the earlier form.)
@@ -32,20 +35,24 @@
 //   - Math warpgroups (2 x 128 threads, 224 registers). Up-projection: a tile is one 128-column block of h in two
 //     sub-tiles of 64 columns; warp q of warpgroup w holds h column c = 32w + 8q + g of the sub-tile as fragment
 //     row g (its w1 row) and row g + 8 (its w3 row), so gate and up of (c, slot) meet in one thread. Down: 128 w2
-//     rows, warpgroup w rows 64w... Per stage: convert the next stage's fragment (per 4 values: a 16-bit load, the
+//     rows, warpgroup w rows 64w... Per stage: convert the next stage's fragment (per row one 16-byte load of its
+//     32-group t4 and that group's table, the slot tile's codes being GROUP_INTERLEAVED to match; per 4 values the
 //     table lookup and the signs, codes4 below) while this stage's four m64n128k32 wgmma run; wait, promote
 //     fin += acc * a_scale[slot] (fp32; the slot's 32 scales in eight 16-byte loads), free the stage, issue the
 //     next stage's wgmma. The row's column scale multiplies fin once, in the epilogue.
 //   - Epilogue: down: fp32 rows per slot. Up: h = bf16(silu(min(bf16 g, L)) * clamp(bf16 u) * weight[slot]) into a
 //     shared staging block (128 slots x 128 columns, bf16) over both sub-tiles, then each pair of math threads
-//     quantizes one slot's 128 values (the down-projection's act_quant input) and stores them coalesced. Slots past
-//     the expert's count are not stored.
+//     quantizes one slot's 128 values (the down-projection's act_quant input, GROUP_INTERLEAVED) and stores them.
+//     Slots past the expert's count are not stored.
 // Numerics: moe_gemm.cuh's scale folding with one reference per row over the whole K (ExpertTable::row_ref, made
 // when the weights are bound), the same per-slot arithmetic whatever the grouping. Against one reference per (row,
 // 128-K block), which needs a row-scale product per accumulator and stage (64 FMUL per math thread and stage), the
 // bits are the same wherever every group lies within 2^14 of its row's largest scale: acc and every partial sum
 // scale by the same power of two, and fp32 rounding commutes with that. (Scanning each row's K / 32 scales in the
 // kernel at every sub-tile instead of reading a precomputed byte measured slower than the products it saved.)
+// Each k-step sums 8 products of each of the block's four 32-groups (the interleaved order) where the mma.sync
+// kernels' steps take one group each: the same 128 products per promotion, summed in another order inside the
+// tensor core, so the two paths' bits differ (as they did before: mma.sync and wgmma accumulate differently).
 // compute-sanitizer: memcheck clean; racecheck reports the mbarrier-ordered hand-offs (TMA / cp.async -> landed ->
 // finisher -> full -> math, and back through empty) as hazards, as it did for the earlier form: it does not follow
 // mbarrier phases.
@@ -76,8 +83,10 @@ constexpr int kStages = 6;
 
 constexpr int kATile = kBM * 128;    // slot codes, 128 K
 constexpr int kRawTile = kBN * 64;   // packed FP4, 128 K per row
-constexpr int kRawScales = kBN * 4;  // E8M0, 4 per row
-constexpr int kTables = kBN * 4 * 8;  // per 32-group and row (group-major): the magnitude table (two words)
+// E8M0 scales, 16 bytes per row: the four groups of this stage and, where the rows allow 16-byte copies, of the
+// next three stages too (copied at every fourth stage; the finisher keeps them in registers).
+constexpr int kScaleBlock = kBN * 16;
+constexpr int kTables = kBN * 4 * 8;  // per row and 32-group (row-major): the magnitude table (two words)
 // The activation scales of a stage in the order the math threads read them: thread t4 of each quad needs slots
 // 8i + 2 t4 + j (i < 16, j < 2), stored contiguously at t4 * kSaPitch + 2i + j, so eight 16-byte loads fetch them;
 // the pitch of 36 floats puts the four quads' rows on different banks.
@@ -85,11 +94,11 @@ constexpr int kSaPitch = 36;
 constexpr int kSaStage = 4 * kSaPitch * 4;  // bytes per stage
 constexpr int kStagingPitch = 128 + 8;  // bf16 per staged slot row: + 16 bytes against bank conflicts
 constexpr size_t kRawOffset = size_t(kStages) * kATile;
-constexpr size_t kRawScaleOffset = kRawOffset + size_t(kStages) * kRawTile;
-constexpr size_t kTableOffset = kRawScaleOffset + size_t(kStages) * kRawScales;
+constexpr size_t kScaleOffset = kRawOffset + size_t(kStages) * kRawTile;
+constexpr size_t kTableOffset = kScaleOffset + size_t(kStages) * kScaleBlock;
 constexpr size_t kSaOffset = kTableOffset + size_t(kStages) * kTables;
-constexpr size_t kRefOffset = kSaOffset + size_t(kStages) * kSaStage;  // per stage and row: the word with its ref
-constexpr size_t kRowScaleOffset = kRefOffset + size_t(kStages) * kBN * 4;
+constexpr size_t kRefOffset = kSaOffset + size_t(kStages) * kSaStage;  // per stage: one reference byte per row
+constexpr size_t kRowScaleOffset = kRefOffset + size_t(kStages) * kBN;
 constexpr size_t kStagingOffset = kRowScaleOffset + size_t(kStages) * kBN * 4;
 constexpr size_t kBarrierOffset = kStagingOffset + size_t(kBM) * kStagingPitch * 2;
 constexpr size_t kPrefixOffset = kBarrierOffset + 3 * kStages * 8;
@@ -159,11 +168,18 @@ __device__ __forceinline__ void cp_async_4_s(uint32_t dst, const void* src) {
 __device__ __forceinline__ void cp_async_4z_s(uint32_t dst, const void* src, int src_bytes) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
+__device__ __forceinline__ void cp_async_16_s(uint32_t dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+// Whether an expert's scale rows (K / 32 bytes each) allow one 16-byte copy per row and four stages.
+__device__ __forceinline__ bool wide_scales(int K, const void* a, const void* b) {
+    return K % 512 == 0 && ((reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b)) & 15) == 0;
+}
 // Named barrier of the two math warpgroups (id 1; 0 is __syncthreads).
 __device__ __forceinline__ void math_sync() { asm volatile("bar.sync 1, 256;" ::: "memory"); }
 
-// Chunk c of raw row r: chunks rotated by (r / 2) % 4 (the producer's 16-byte copies and the math threads' 2-byte
-// reads, eight rows per warp instruction, both spread over the banks).
+// Chunk c of raw row r: chunks rotated by (r / 2) % 4 (the TMA's 64-byte swizzle; a quarter warp's 16-byte reads of
+// two rows then cover all banks).
 __device__ __forceinline__ int raw_chunk_offset(int r, int c) { return 64 * r + 16 * (c ^ ((r >> 1) & 3)); }
 
 // d (64 x 128 fp32) (+)= A (64 x 32 e4m3, registers) * B (128 slots x 32, K-major 128B-swizzled descriptor).
@@ -214,10 +230,10 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
     unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     unsigned char* const a_tiles = smem;
     unsigned char* const raw_tiles = smem + kRawOffset;
-    uint32_t* const raw_scales = reinterpret_cast<uint32_t*>(smem + kRawScaleOffset);
+    unsigned char* const scale_blocks = smem + kScaleOffset;
     uint2* const tables = reinterpret_cast<uint2*>(smem + kTableOffset);
     float* const a_scales = reinterpret_cast<float*>(smem + kSaOffset);
-    uint32_t* const ref_words = reinterpret_cast<uint32_t*>(smem + kRefOffset);
+    uint8_t* const ref_bytes = smem + kRefOffset;
     float* const row_scales = reinterpret_cast<float*>(smem + kRowScaleOffset);
     uint16_t* const staging = reinterpret_cast<uint16_t*>(smem + kStagingOffset);
     uint64_t* const full = reinterpret_cast<uint64_t*>(smem + kBarrierOffset);
@@ -265,8 +281,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
         };
         if (issuer) {
             // This thread's shared-memory destinations (fixed per thread; + the stage's offset).
-            const uint32_t sc_dst = smem_u32(raw_scales + i0);
-            const uint32_t ref_dst = smem_u32(ref_words + i0), sa_dst = smem_u32(a_scales + sa_index(2 * i0));
+            const uint32_t sc_dst = smem_u32(scale_blocks + 16 * i0);
+            const uint32_t ref_dst = smem_u32(ref_bytes + i0), sa_dst = smem_u32(a_scales + sa_index(2 * i0));
             for (int it = 0; it < my_tiles; ++it) {
                 int e, mb, nb;
                 tile_of(int(blockIdx.x) + it * int(gridDim.x), prefix, p.E, p.n_blocks, e, mb, nb);
@@ -283,6 +299,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                     if (UP) tma::prefetch_map(map1);
                 }
                 const unsigned char* scb = UP ? static_cast<const unsigned char*>(p.s_b[e]) : sca;
+                const bool wide = wide_scales(p.K, sca, scb);
                 for (int sub = 0; sub < kSubTiles; ++sub) {
                     // Weight rows of raw rows i0 and i0 + 64 (up: w1 and w3 of one h column; down: two w2 rows).
                     const int wrow0 = UP ? nb * 128 + 64 * sub + i0 : nb * kBN + i0;
@@ -299,19 +316,28 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                             tma::load_2d(raw, map0, kb * 64, tma_row0, &landed[s]);
                             tma::load_2d(raw + kRawTile / 2, map1, kb * 64, tma_row1, &landed[s]);
                         }
-                        cp_async_4_s(sc_dst + uint32_t(s * kBN * 4), c0 + kb * 4);
-                        cp_async_4_s(sc_dst + uint32_t((s * kBN + 64) * 4), c1 + kb * 4);
+                        // The rows' E8M0 scales: 16 bytes (this stage and the next three) at every fourth stage,
+                        // else 4 bytes per stage. Each row is its own 128-byte line, so a warp's copy costs 32
+                        // L1 wavefronts whatever its width: one wide copy per four stages is a quarter of them.
+                        const uint32_t sc = sc_dst + uint32_t(s * kScaleBlock);
+                        if (!wide) {
+                            cp_async_4_s(sc, c0 + kb * 4);
+                            cp_async_4_s(sc + 64 * 16, c1 + kb * 4);
+                        } else if ((kb & 3) == 0) {
+                            cp_async_16_s(sc, c0 + kb * 4);
+                            cp_async_16_s(sc + 64 * 16, c1 + kb * 4);
+                        }
                         const uint32_t sa = sa_dst + uint32_t(s * kSaStage);
                         const float* a_src = as + int64_t(kb) * p.a_scales_ld;
                         cp_async_4z_s(sa, a_src, as0_bytes);
                         cp_async_4z_s(sa + 4, a_src + (as1_bytes >> 2), as1_bytes);
-                        if (kb == 0) {
-                            // The rows' references, once per sub-tile (the finisher keeps them): byte wrow % 4 =
-                            // i0 % 4 of the aligned word (ref_stride and the row blocks are multiples of 4).
-                            const uint8_t* r0 = p.ref_a + int64_t(e) * p.ref_stride + wrow0 - (i0 & 3);
-                            const uint8_t* r1 = (UP ? p.ref_b : p.ref_a) + int64_t(e) * p.ref_stride + wrow1 - (i0 & 3);
-                            cp_async_4_s(ref_dst + uint32_t(s * kBN * 4), r0);
-                            cp_async_4_s(ref_dst + uint32_t((s * kBN + 64) * 4), r1);
+                        if (kb == 0 && (i0 & 3) == 0) {
+                            // The references of rows i0 .. i0 + 3 (and + 64), once per sub-tile (the finisher keeps
+                            // them): aligned words (ref_stride and the row blocks are multiples of 4).
+                            const uint8_t* r0 = p.ref_a + int64_t(e) * p.ref_stride + wrow0;
+                            const uint8_t* r1 = (UP ? p.ref_b : p.ref_a) + int64_t(e) * p.ref_stride + wrow1;
+                            cp_async_4_s(ref_dst + uint32_t(s * kBN), r0);
+                            cp_async_4_s(ref_dst + uint32_t(s * kBN + 64), r1);
                         }
                         bulk::cp_async_mbar_arrive(&landed[s]);
                         if (ptid == 0) {
@@ -324,25 +350,45 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
             }
             cp_async_wait_all();  // no thread leaves with copies in flight
         } else {
-            const int n_stages = my_tiles * kSubTiles * KB;
-            int kb = 0, rf[2] = {0, 0};  // the rows' references, read at each sub-tile's first stage
-            for (int j = 0; j < n_stages; ++j) {
-                mbar_wait(&landed[s], phase);
+            // The same walk as the issuers (an expert's scale rows decide the copy width).
+            const uint32_t sc_src = smem_u32(scale_blocks + 16 * i0), ref_src = smem_u32(ref_bytes + (i0 & ~3));
+            for (int it = 0; it < my_tiles; ++it) {
+                int e, mb, nb;
+                tile_of(int(blockIdx.x) + it * int(gridDim.x), prefix, p.E, p.n_blocks, e, mb, nb);
+                const bool wide = wide_scales(p.K, p.s_a[e], UP ? p.s_b[e] : p.s_a[e]);
+                for (int sub = 0; sub < kSubTiles; ++sub) {
+                    uint4 blk[2] = {};  // the rows' scale words, this stage's first
+                    int rf[2] = {0, 0};   // the rows' references
+                    for (int kb = 0; kb < KB; ++kb) {
+                        mbar_wait(&landed[s], phase);
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int row = i0 + 64 * h;
-                    const uint32_t scales4 = lds<uint32_t>(smem_u32(raw_scales + s * kBN + row));
-                    if (kb == 0)
-                        rf[h] = int((lds<uint32_t>(smem_u32(ref_words + s * kBN + row)) >> (8 * (i0 & 3))) & 0xffu);
-                    // Group-major tables: a warp's stores of one group are 256 contiguous bytes.
+                        for (int h = 0; h < 2; ++h) {
+                            const int row = i0 + 64 * h;
+                            if (!wide || (kb & 3) == 0) {
+                                blk[h] = lds<uint4>(sc_src + uint32_t(s * kScaleBlock + 64 * 16 * h));
+                            } else {
+                                blk[h] = make_uint4(blk[h].y, blk[h].z, blk[h].w, 0u);
+                            }
+                            const uint32_t scales4 = blk[h].x;
+                            if (kb == 0) {
+                                rf[h] = int((lds<uint32_t>(ref_src + uint32_t(s * kBN + 64 * h)) >> (8 * (i0 & 3))) &
+                                            0xffu);
+                                // The column scale, read by the math warps at the sub-tile's first stage only.
+                                row_scales[s * kBN + row] = fp4_expand::column_scale(rf[h]);
+                            }
+                            // Row-major tables: a math thread reads its row's group t4, a half warp 128
+                            // contiguous bytes.
+                            uint2 tg[4];
 #pragma unroll
-                    for (int g = 0; g < 4; ++g)
-                        tables[(s * 4 + g) * kBN + row] = group_table(int((scales4 >> (8 * g)) & 0xffu) - rf[h]);
-                    row_scales[s * kBN + row] = fp4_expand::column_scale(rf[h]);
+                            for (int g = 0; g < 4; ++g) tg[g] = group_table(int((scales4 >> (8 * g)) & 0xffu) - rf[h]);
+                            uint4* dst = reinterpret_cast<uint4*>(tables + (s * kBN + row) * 4);
+                            dst[0] = make_uint4(tg[0].x, tg[0].y, tg[1].x, tg[1].y);
+                            dst[1] = make_uint4(tg[2].x, tg[2].y, tg[3].x, tg[3].y);
+                        }
+                        tma::mbar_arrive(&full[s]);
+                        advance();
+                    }
                 }
-                tma::mbar_arrive(&full[s]);
-                advance();
-                if (++kb == KB) kb = 0;
             }
         }
         return;
@@ -355,27 +401,30 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
     // rows 64 mw + 16 warp + g, + 8.
     const int row_g = UP ? 32 * mw + 8 * warp + g : 64 * mw + 16 * warp + g;
     const int row_g8 = UP ? 64 + row_g : row_g + 8;
-    const int word = 2 * t4;  // the two packed bytes of k 4 t4 .. 4 t4 + 3 in a 16-k half
     float acc[64], fin[64];
     uint32_t frag[2][4][4];  // [buffer][32-k step][a0..a3]
     int s = 0;
     uint32_t phase = 0;
 
-    // Fragment of stage slot `st` (16 values per 32-k step).
+    // Fragment of stage slot `st` (16 values per 32-k step). The slot tile's codes are GROUP_INTERLEAVED
+    // (gemm/act_quant.cuh): k-step j's a0 / a1 are k 32 t4 + 8 j .. + 3 of rows g / g + 8 and a2 / a3 the next four,
+    // so one 16-byte load (32-group t4 of the row) and one table serve all four k-steps of a row. (In natural order
+    // the thread needed two bytes per row and k-step, and each k-step's table: 24 shared loads per stage instead of
+    // 4, ~190 of the ~900 shared-memory wavefronts of a stage, Nsight Compute run 88.)
     const uint32_t raw_base = smem_u32(raw_tiles), table_base = smem_u32(tables);
     const uint32_t sa_base = smem_u32(a_scales) + 4 * uint32_t(t4 * kSaPitch), wsc_base = smem_u32(row_scales);
+    const uint32_t raw_g = raw_base + raw_chunk_offset(row_g, t4), raw_g8 = raw_base + raw_chunk_offset(row_g8, t4);
+    const uint32_t tab_g = table_base + uint32_t(row_g * 4 + t4) * 8, tab_g8 = table_base + uint32_t(row_g8 * 4 + t4) * 8;
     auto convert = [&](int st, uint32_t (&f)[4][4]) {
-        const uint32_t raw = raw_base + uint32_t(st) * kRawTile + word;
-        const uint32_t tg = table_base + uint32_t(st * 4 * kBN + row_g) * 8;
-        const uint32_t tg8 = table_base + uint32_t(st * 4 * kBN + row_g8) * 8;
+        const uint4 ra = lds<uint4>(raw_g + uint32_t(st) * kRawTile), rb = lds<uint4>(raw_g8 + uint32_t(st) * kRawTile);
+        const uint2 ta = lds<uint2>(tab_g + uint32_t(st) * kTables), tb = lds<uint2>(tab_g8 + uint32_t(st) * kTables);
+        const uint32_t wa[4] = {ra.x, ra.y, ra.z, ra.w}, wb[4] = {rb.x, rb.y, rb.z, rb.w};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            const uint2 ta = lds<uint2>(tg + 8 * kBN * k), tb = lds<uint2>(tg8 + 8 * kBN * k);
-            const uint32_t ca = raw + raw_chunk_offset(row_g, k), cb = raw + raw_chunk_offset(row_g8, k);
-            f[k][0] = codes4(lds<uint16_t>(ca), ta);
-            f[k][1] = codes4(lds<uint16_t>(cb), tb);
-            f[k][2] = codes4(lds<uint16_t>(ca + 8), ta);
-            f[k][3] = codes4(lds<uint16_t>(cb + 8), tb);
+            f[k][0] = codes4(wa[k], ta);
+            f[k][1] = codes4(wb[k], tb);
+            f[k][2] = codes4(wa[k] >> 16, ta);
+            f[k][3] = codes4(wb[k] >> 16, tb);
         }
     };
     auto issue_mma = [&](int st, const uint32_t (&f)[4][4]) {
@@ -500,18 +549,20 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                     if (n < rows) {
                         const int64_t slot = first + n;
                         const float sc = fp8_block_scale(amax), inv = 1.f / sc;
-                        uint8_t* out = p.h_codes + slot * p.ldo + nb * 128 + 64 * half;
+                        // GROUP_INTERLEAVED (the down-projection's slot tile): columns 64 half + 32 u + 8 j + 4 w
+                        // + (0..3) of groups 2 half + u at 32 j + 16 w + 4 (2 half + u): the two groups' words of
+                        // one (j, w) are adjacent.
+                        uint8_t* out = p.h_codes + slot * p.ldo + nb * 128 + 8 * half;
+                        auto code4 = [&](const float* x) {
+                            return fp8_code(x[0], inv) | fp8_code(x[1], inv) << 8 | fp8_code(x[2], inv) << 16 |
+                                   fp8_code(x[3], inv) << 24;
+                        };
 #pragma unroll
-                        for (int q = 0; q < 4; ++q) {
-                            uint32_t c[4];
+                        for (int j = 0; j < 4; ++j)
 #pragma unroll
-                            for (int h = 0; h < 4; ++h) {
-                                const float* x = v + 16 * q + 4 * h;
-                                c[h] = fp8_code(x[0], inv) | fp8_code(x[1], inv) << 8 | fp8_code(x[2], inv) << 16 |
-                                       fp8_code(x[3], inv) << 24;
-                            }
-                            *reinterpret_cast<uint4*>(out + 16 * q) = make_uint4(c[0], c[1], c[2], c[3]);
-                        }
+                            for (int w = 0; w < 2; ++w)
+                                *reinterpret_cast<uint2*>(out + 32 * j + 16 * w) =
+                                    make_uint2(code4(v + 8 * j + 4 * w), code4(v + 32 + 8 * j + 4 * w));
                         if (half == 0) p.h_scales[int64_t(nb) * p.h_scales_ld + slot] = sc;
                     }
                 }
@@ -539,6 +590,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
 }  // namespace
 
 void launch_sm90(const Problem& q, cudaStream_t stream) {
+    FS_REQUIRE(q.a.order == Fp8CodeOrder::GROUP_INTERLEAVED && (!q.up || q.h_q.order == Fp8CodeOrder::GROUP_INTERLEAVED),
+               "grouped expert GEMM (sm_90a): the slot codes and h must be GROUP_INTERLEAVED");
     GroupedParams p{};
     p.map_a = tma::make_2d(q.a.codes, tma::Element::U8, uint64_t(q.a.m), uint64_t(q.a.k), uint64_t(q.a.codes_ld), kBM,
                            128, tma::Swizzle::B128, "grouped expert GEMM activation");

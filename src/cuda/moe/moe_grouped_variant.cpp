@@ -35,7 +35,8 @@ bool supports(const ExpertCall& c) {
                c.h_numerics == ActNumerics::FP8_BLOCK128;
     const Fp8Activation& h = c.x.fp8;
     return c.x.format == ActFormat::FP8_ROWS && h.codes == c.grouping->gemm_h.codes &&
-           h.scales == c.grouping->gemm_h.scales && h.k == c.t.inter && h.m >= c.M * c.top_k;
+           h.scales == c.grouping->gemm_h.scales && h.k == c.t.inter && h.m >= c.M * c.top_k &&
+           h.order == moe_gemm_code_order();
 }
 
 bool preferred(const ExpertCall& c, const KernelPolicy& policy) { return c.M >= policy.grouped_experts_min_tokens; }
@@ -48,6 +49,7 @@ void up(const ExpertCall& c, const KernelPolicy&, float swiglu_limit, PreparedAc
     h.format = ActFormat::FP8_ROWS;
     h.fp8 = ws.h_q;
     h.fp8.m = slots;
+    h.fp8.order = moe_gemm_code_order();
     h.values = reinterpret_cast<uint16_t*>(ws.h_q.codes);  // the storage h describes (not the caller's)
     h.scales = ws.h_q.scales;
 }

@@ -401,7 +401,7 @@ struct HostH {
 };
 
 // h as an up-projection described it: MMA_F16 (f16 values permuted for the layout, scales per row) or FP8_ROWS
-// (e4m3 codes in rows, scales transposed).
+// (e4m3 codes in rows in the activation's code order, scales transposed).
 HostH download_h(const cuda::PreparedActivation& h, int64_t cols) {
     HostH o;
     o.rows = h.m;
@@ -416,7 +416,8 @@ HostH download_h(const cuda::PreparedActivation& h, int64_t cols) {
         CUDA_CHECK(cudaMemcpy(scales.data(), h.fp8.scales, scales.size() * 4, cudaMemcpyDeviceToHost));
         for (int64_t r = 0; r < o.rows; ++r) {
             for (int64_t c = 0; c < cols; ++c)
-                o.q[size_t(r * cols + c)] = e4m3_to_f32(codes[size_t(r * h.fp8.codes_ld + c)]);
+                o.q[size_t(r * cols + c)] =
+                    e4m3_to_f32(codes[size_t(r * h.fp8.codes_ld + cuda::fp8_code_position(c, h.fp8.order))]);
             for (int64_t b = 0; b < o.blocks; ++b)
                 o.scale[size_t(r * o.blocks + b)] = scales[size_t(b * h.fp8.scales_ld + r)];
         }
@@ -451,7 +452,7 @@ void upload_rows_h(const HostH& src, const cuda::PreparedActivation& dst) {
             const float q = src.q[size_t(r * src.cols + c)];
             const uint8_t code = f32_to_e4m3(q);
             ASSERT_EQ(e4m3_to_f32(code), q) << "h[" << r << ", " << c << "] is no e4m3 value";
-            codes[size_t(r * dst.fp8.codes_ld + c)] = code;
+            codes[size_t(r * dst.fp8.codes_ld + cuda::fp8_code_position(c, dst.fp8.order))] = code;
         }
         for (int64_t b = 0; b < src.blocks; ++b)
             scales[size_t(b * dst.fp8.scales_ld + r)] = src.scale[size_t(r * src.blocks + b)];
@@ -963,9 +964,16 @@ TEST(ExpertChoice, DefaultRules) {
             cuda::describe_prepared(h, t.kind, num, M * 6, t.inter);
             h.format = cuda::ActFormat::FP8_ROWS;
             h.fp8 = g.gemm_h;
+            h.fp8.order = cuda::moe_gemm_code_order();  // the order its up-projection writes on this device
             h.values = reinterpret_cast<uint16_t*>(g.gemm_h.codes);
             h.scales = g.gemm_h.scales;
             EXPECT_EQ(chosen_expert_variant(cuda::ExpertCall{false, h, t, &g, M, 6, num}, policy), "grouped_experts")
+                << "M=" << M;
+            cuda::PreparedActivation reordered = h;  // the same storage in the other code order: not its input
+            reordered.fp8.order = h.fp8.order == cuda::Fp8CodeOrder::NATURAL ? cuda::Fp8CodeOrder::GROUP_INTERLEAVED
+                                                                             : cuda::Fp8CodeOrder::NATURAL;
+            EXPECT_NE(chosen_expert_variant(cuda::ExpertCall{false, reordered, t, &g, M, 6, num}, policy),
+                      "grouped_experts")
                 << "M=" << M;
             cuda::PreparedActivation elsewhere = h;  // an FP8_ROWS h outside the workspace: no variant reads it
             elsewhere.fp8.codes = static_cast<uint8_t*>(fake(12));
