@@ -26,9 +26,14 @@
 //   - Persistent CTAs (one per SM, 200 KB of shared memory each): tile i of the grouped order
 //     (dense_gemm_problem.cuh tile_coords) on CTA i mod grid; the producer runs ahead into the next tile while
 //     the math warpgroups store the previous one.
-//   - Epilogue: registers straight to global memory (bf16 or fp32, two adjacent columns per store), rows >= m and
-//     columns >= n skipped; TMA fills out-of-bounds A / B / scale elements with zeros, so partial tiles in M, N
-//     and K need no other care.
+//   - Epilogue, bf16 output with 16-byte rows (ldd and n multiples of 8, d 16-byte aligned): each math warp writes
+//     its 16 rows x 64 columns at a time into its own shared block with stmatrix (the accumulator fragment is the
+//     matrix layout stmatrix takes), reads them back as 16-byte row pieces and stores four full 128-byte row
+//     segments per warp instruction. Straight from registers (two adjacent columns per 4-byte store, a warp's
+//     store touching 8 rows x 16 bytes) the epilogue took 45% of the math warps' time at K = 1,024 (wq_b) and 17%
+//     at larger K (clock64 split of a 4,096-token prefill, docs/perf-log/2026-12-02_interleaved-experts.md). Other
+//     outputs (fp32, unaligned) still store from registers. Rows >= m and columns >= n are skipped; TMA fills
+//     out-of-bounds A / B / scale elements with zeros, so partial tiles in M, N and K need no other care.
 // Builds for every architecture; the bodies exist only in the sm_90a build (FS_WGMMA_AVAILABLE), elsewhere the
 // kernels compile to a trap and dense_gemm.cu never launches them.
 #include <cuda.h>
@@ -50,6 +55,11 @@ namespace {
 
 constexpr int kThreads = 384;  // producer warpgroup + two math warpgroups
 
+// The epilogue's per-warp staging block: 16 rows x 64 bf16, rows padded to 144 bytes (an 8 x 8 stmatrix's rows
+// then fall on distinct bank quads).
+constexpr int kEpiloguePitch = 144;
+constexpr int kEpilogueWarpBytes = 16 * kEpiloguePitch;
+
 template <bool FP8, int BM>
 struct Sm90Config {
     static constexpr int kATile = BM * kStageKBytes;
@@ -57,7 +67,8 @@ struct Sm90Config {
     static constexpr int kScaleBytes = FP8 ? BM * 4 : 0;
     static constexpr int kStages = BM == 256 ? 4 : BM == 128 ? 6 : 8;
     static constexpr size_t kBarrierOffset = size_t(kStages) * (kATile + kBTile + kScaleBytes);
-    static constexpr size_t kSmemBytes = kBarrierOffset + 2 * kStages * 8 + 1024;  // + alignment slack
+    static constexpr size_t kEpilogueOffset = kBarrierOffset + 2 * kStages * 8;
+    static constexpr size_t kSmemBytes = kEpilogueOffset + size_t(8) * kEpilogueWarpBytes + 1024;  // + alignment
     static_assert(kATile % 1024 == 0 && kBTile % 1024 == 0, "swizzle atoms need 1024-byte aligned tiles");
     static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm_90 CTA");
 };
@@ -71,6 +82,7 @@ struct Sm90Params {
     int m, n, k, k_blocks, m_blocks, n_blocks, tiles;  // n, k, k_blocks per group
     int groups;
     int w_scales_f32, d_f32, d_vector;
+    int d_rows16;  // bf16 output, ldd and n multiples of 8, d 16-byte aligned: the staged epilogue
 };
 
 #if FS_WGMMA_AVAILABLE
@@ -107,6 +119,17 @@ __device__ __forceinline__ float weight_scale(const Sm90Params& p, int row, int 
 __device__ __forceinline__ void store_output(const Sm90Params& p, int row, int g, int col, float x, float y) {
     if (row < p.m && col < p.n)
         store_pair(p.d, p.d_f32, p.d_vector, int64_t(row) * p.ldd + int64_t(g) * p.n + col, x, y);
+}
+
+// Four 8 x 8 b16 matrices from the registers of a warp (matrix j: row address from lanes 8j .. 8j + 7, thread
+// (g, t) holding its row g, elements 2t and 2t + 1 in register j).
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r0), "r"(r1),
+                 "r"(r2), "r"(r3)
+                 : "memory");
+}
+__device__ __forceinline__ uint32_t bf16_pair(float x, float y) {
+    return uint32_t(f32_to_bf16_bits(x)) | uint32_t(f32_to_bf16_bits(y)) << 16;
 }
 
 // Group, M block and N block of tile `tile`.
@@ -147,6 +170,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
     float* const a_scales = reinterpret_cast<float*>(smem + size_t(C::kStages) * (C::kATile + C::kBTile));
     uint64_t* const full = reinterpret_cast<uint64_t*>(smem + C::kBarrierOffset);
     uint64_t* const empty = full + C::kStages;
+    unsigned char* const epilogue = smem + C::kEpilogueOffset;
 
     const int wg = threadIdx.x / 128;
     if (threadIdx.x == 0) {
@@ -279,14 +303,49 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
                 for (int i = 0; i < B::kAcc; ++i) wgmma::fence_operand(fin[v][i]);
             if (prev_s >= 0 && lane == 0) tma::mbar_arrive(&empty[prev_s]);
         }
-        const int col = nb * kBlockN + col_off + 2 * t;
+        if (p.d_rows16) {
+            // Per wave and 64-column half: four stmatrix.x4 (column blocks 2j and 2j + 1, rows 0-7 and 8-15), then
+            // lane L stores row pieces L, L + 32, L + 64, L + 96 (row piece / 8, 8 columns each).
+            const uint32_t buf = smem_u32(epilogue) + uint32_t((threadIdx.x / 32 - 4) * kEpilogueWarpBytes);
+            const int q = lane >> 3;
+            const uint32_t st_addr = buf + uint32_t(((lane & 7) + 8 * (q & 1)) * kEpiloguePitch + 16 * (q >> 1));
+            uint16_t* const d = static_cast<uint16_t*>(p.d) + int64_t(g) * p.n;
 #pragma unroll
-        for (int v = 0; v < B::kWaves; ++v) {
-            const int row = mb * BM + B::row_offset(v, mw) + rw;
+            for (int v = 0; v < B::kWaves; ++v) {
+                const int row0 = mb * BM + B::row_offset(v, mw) + 16 * warp;
 #pragma unroll
-            for (int i = 0; i < B::kAcc / 4; ++i) {
-                store_output(p, row, g, col + 8 * i, fin[v][4 * i + 0], fin[v][4 * i + 1]);
-                store_output(p, row + 8, g, col + 8 * i, fin[v][4 * i + 2], fin[v][4 * i + 3]);
+                for (int h = 0; h < B::kWarpgroupN / 64; ++h) {
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        const float* f = &fin[v][4 * (8 * h + 2 * j)];
+                        stmatrix_x4(st_addr + 32 * j, bf16_pair(f[0], f[1]), bf16_pair(f[2], f[3]),
+                                    bf16_pair(f[4], f[5]), bf16_pair(f[6], f[7]));
+                    }
+                    __syncwarp();
+                    const int col0 = nb * kBlockN + col_off + 64 * h;
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) {
+                        const int piece = lane + 32 * k, r = piece >> 3, c = col0 + 8 * (piece & 7);
+                        uint4 val;
+                        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                                     : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)
+                                     : "r"(buf + uint32_t(r * kEpiloguePitch + 16 * (piece & 7))));
+                        if (row0 + r < p.m && c < p.n)
+                            *reinterpret_cast<uint4*>(d + int64_t(row0 + r) * p.ldd + c) = val;
+                    }
+                    __syncwarp();  // read back before the next half overwrites the block
+                }
+            }
+        } else {
+            const int col = nb * kBlockN + col_off + 2 * t;
+#pragma unroll
+            for (int v = 0; v < B::kWaves; ++v) {
+                const int row = mb * BM + B::row_offset(v, mw) + rw;
+#pragma unroll
+                for (int i = 0; i < B::kAcc / 4; ++i) {
+                    store_output(p, row, g, col + 8 * i, fin[v][4 * i + 0], fin[v][4 * i + 1]);
+                    store_output(p, row + 8, g, col + 8 * i, fin[v][4 * i + 2], fin[v][4 * i + 3]);
+                }
             }
         }
     }
@@ -320,6 +379,7 @@ void launch_config(const Problem& q, int ctas, cudaStream_t stream) {
     p.ldd = q.ldd;
     p.d_f32 = q.d_f32;
     p.d_vector = q.d_vector;
+    p.d_rows16 = !q.d_f32 && q.ldd % 8 == 0 && q.n % 8 == 0 && reinterpret_cast<uintptr_t>(q.d) % 16 == 0;
     p.m = int(q.m);
     p.n = int(q.n);
     p.m_blocks = int((q.m + BM - 1) / BM);
