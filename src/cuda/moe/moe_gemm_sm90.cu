@@ -37,7 +37,7 @@
 //     row g (its w1 row) and row g + 8 (its w3 row), so gate and up of (c, slot) meet in one thread. Down: 128 w2
 //     rows, warpgroup w rows 64w... Per stage: convert the next stage's fragment (per row one 16-byte load of its
 //     32-group t4 and that group's table, the slot tile's codes being GROUP_INTERLEAVED to match; per 4 values the
-//     table lookup and the signs, codes4 below) while this stage's four m64n128k32 wgmma run; wait, promote
+//     table lookup and the signs, codes8 below) while this stage's four m64n128k32 wgmma run; wait, promote
 //     fin += acc * a_scale[slot] (fp32; the slot's 32 scales in eight 16-byte loads), free the stage, issue the
 //     next stage's wgmma. The row's column scale multiplies fin once, in the epilogue.
 //   - Epilogue: down: fp32 rows per slot. Up: h = bf16(silu(min(bf16 g, L)) * clamp(bf16 u) * weight[slot]) into a
@@ -205,16 +205,24 @@ __device__ __forceinline__ uint2 group_table(int d) {
     return make_uint2(lo, hi);
 }
 
-// e4m3 codes of four e2m1 values (element j in bits 4j..4j+3 of the low 16 bits of h) through a group's table: the
-// magnitudes by one byte_perm over the table; the signs by a second byte_perm whose selectors are the raw nibbles,
-// over bytes 0x80: a nibble with its sign bit set selects in sign-replicate mode (0xff), a positive one 0x80, so
-// bit 0 of each byte is the sign, moved to bit 7.
-// (PTX prmt: __byte_perm masks its selectors to three bits, which drops the sign-replicate mode.)
-__device__ __forceinline__ uint32_t codes4(uint32_t h, uint2 t) {
-    const uint32_t mag = __byte_perm(t.x, t.y, h & 0x7777u);
-    uint32_t sgn;
-    asm("prmt.b32 %0, %1, %1, %2;" : "=r"(sgn) : "r"(0x80808080u), "r"(h));
-    return mag | ((sgn << 7) & 0x80808080u);
+// e4m3 codes of the eight e2m1 values of w (element j in bits 4j..4j+3) through their group's table: lo gets
+// elements 0-3, hi 4-7, one byte each. Magnitudes: one byte_perm over the table per four, selectors the masked
+// nibbles. Signs: element j's sign bit (4j + 3) must land on bit 7 of its byte; byte_perm picks, per output byte,
+// the source byte of w << 4 (elements 0, 2, 4, 6: bit 4j + 3 moves to the top of byte j / 2) or of w (elements 1, 3,
+// 5, 7: already the top of byte (j - 1) / 2), and one LOP3 merges sign and magnitude. 9 instructions per 8 values
+// (a sign-replicate byte_perm per four values, its shift and the high half's own shift took 11).
+// (PTX prmt: its selectors' bit 3 is clear in every use here; __byte_perm would mask them again.)
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+__device__ __forceinline__ void codes8(uint32_t w, uint2 t, uint32_t& lo, uint32_t& hi) {
+    const uint32_t m = w & 0x77777777u, w4 = w << 4;
+    const uint32_t mag_lo = prmt(t.x, t.y, m), mag_hi = prmt(t.x, t.y, m >> 16);
+    const uint32_t sgn_lo = prmt(w4, w, 0x5140u), sgn_hi = prmt(w4, w, 0x7362u);
+    lo = mag_lo | (sgn_lo & 0x80808080u);
+    hi = mag_hi | (sgn_hi & 0x80808080u);
 }
 
 // Where slot n of a stage's activation scales is stored (floats from the stage's start).
@@ -421,10 +429,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
         const uint32_t wa[4] = {ra.x, ra.y, ra.z, ra.w}, wb[4] = {rb.x, rb.y, rb.z, rb.w};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            f[k][0] = codes4(wa[k], ta);
-            f[k][1] = codes4(wb[k], tb);
-            f[k][2] = codes4(wa[k] >> 16, ta);
-            f[k][3] = codes4(wb[k] >> 16, tb);
+            codes8(wa[k], ta, f[k][0], f[k][2]);
+            codes8(wb[k], tb, f[k][1], f[k][3]);
         }
     };
     auto issue_mma = [&](int st, const uint32_t (&f)[4][4]) {
