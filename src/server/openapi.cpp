@@ -365,10 +365,11 @@ struct Schemas {
     }
 
     ojson completion() const {
+        // With echo the prompt's first token has no logprob: null in token_logprobs and top_logprobs (as OpenAI).
         const ojson logprobs = object({{"tokens", array_of(str())},
-                                       {"token_logprobs", array_of(number())},
-                                       {"top_logprobs", array_of(ojson{{"type", "object"},
-                                                                       {"additionalProperties", number()}})},
+                                       {"token_logprobs", array_of(nullable(number()))},
+                                       {"top_logprobs", array_of(nullable(ojson{{"type", "object"},
+                                                                                {"additionalProperties", number()}}))},
                                        {"text_offset", array_of(integer(0, {}, "in characters (code points)"))}},
                                       {"tokens", "token_logprobs", "top_logprobs", "text_offset"});
         const ojson choice = object({{"index", integer(0, {})},

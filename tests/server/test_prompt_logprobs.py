@@ -2,11 +2,13 @@
 completion's, first token null, also with max_tokens 0 and streamed) and vLLM's `prompt_logprobs` on both endpoints,
 all computed in the prefill's own forward. Values must equal the log-softmax of `flashseek logits` on the same
 tokens (<= 1e-4), whatever the prefill chunking and the batch."""
+import json
 import random
 
+import jsonschema
 import pytest
 
-from conftest import Server, post_json, sse_events
+from conftest import Server, http_request, post_json, sse_events
 from logits_reference import prompt_token_logprobs
 
 CMPL = "/v1/completions"
@@ -25,6 +27,16 @@ def random_ids(rng, n):
     return [rng.randrange(100, 120000) for _ in range(n)]
 
 
+def validate_against_openapi(server, body, schema_name):
+    """The response body against the server's own /openapi.json schema (its $refs resolved in the document)."""
+    s, text, _ = http_request("GET", server.url("/openapi.json"))
+    assert s == 200
+    doc = json.loads(text)
+    schema = dict(doc["components"]["schemas"][schema_name])
+    schema["components"] = doc["components"]
+    jsonschema.Draft202012Validator(schema).validate(body)
+
+
 def test_echo_with_max_tokens_zero_scores_the_prompt(chunked, model_dir):
     rng = random.Random()
     ids = random_ids(rng, rng.randrange(12, 30))
@@ -36,6 +48,7 @@ def test_echo_with_max_tokens_zero_scores_the_prompt(chunked, model_dir):
     want = prompt_token_logprobs(model_dir, ids)
     assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == len(ids)
     assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    validate_against_openapi(chunked, j, "Completion")  # the document admits the first token's nulls
     for p in range(1, len(ids)):
         assert abs(lp["token_logprobs"][p] - want[p]) <= 1e-4, (p, lp["token_logprobs"][p], want[p])
         top = lp["top_logprobs"][p]
