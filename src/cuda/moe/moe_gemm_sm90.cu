@@ -418,7 +418,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
     // (gemm/act_quant.cuh): k-step j's a0 / a1 are k 32 t4 + 8 j .. + 3 of rows g / g + 8 and a2 / a3 the next four,
     // so one 16-byte load (32-group t4 of the row) and one table serve all four k-steps of a row. (In natural order
     // the thread needed two bytes per row and k-step, and each k-step's table: 24 shared loads per stage instead of
-    // 4, ~190 of the ~900 shared-memory wavefronts of a stage, Nsight Compute run 88.)
+    // 4, ~190 of the ~900 shared-memory wavefronts of a stage: Nsight Compute, run 88 of
+    // docs/perf-log/2026-12-02_row-reference-experts.md; runs 91-97 of docs/perf-log/2026-12-02_interleaved-experts.md.)
     const uint32_t raw_base = smem_u32(raw_tiles), table_base = smem_u32(tables);
     const uint32_t sa_base = smem_u32(a_scales) + 4 * uint32_t(t4 * kSaPitch), wsc_base = smem_u32(row_scales);
     const uint32_t raw_g = raw_base + raw_chunk_offset(row_g, t4), raw_g8 = raw_base + raw_chunk_offset(row_g8, t4);
