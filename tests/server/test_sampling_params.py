@@ -32,6 +32,10 @@ def greedy_prompt_and_first_id(server):
     for _ in range(20):
         prompt = [rng.randrange(1000, 100000) for _ in range(4)]
         first = complete(server, prompt=prompt, max_tokens=1)["logprobs"]["tokens"][0]
+        if "\ufffd" in first:
+            # A partial UTF-8 token is reported lossily: U+FFFD tokenizes to U+FFFD's own token, not to it, and
+            # the partial token greedy takes once that one is banned reads the same U+FFFD.
+            continue
         s, j, _ = post_json(server.url("/tokenize"), {"model": "tiny", "prompt": first})
         if s == 200 and j["count"] == 1 and token_text(server, j["tokens"][0]) == first:
             return prompt, j["tokens"][0], first
