@@ -103,10 +103,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quantize_kernel(const Qua
         }
         // padding columns hold 0 codes
         uint8_t* block = a.out.codes + r * a.out.codes_ld + int64_t(b) * 128;
-        if (a.interleaved) {  // columns 8 hl .. + 3 and + 4 .. + 7: group hl / 4, k-step hl % 4, halves 0 and 1
-            const int at = 32 * (hl & 3) + 4 * (hl >> 2);
-            *reinterpret_cast<uint32_t*>(block + at) = lo;
-            *reinterpret_cast<uint32_t*>(block + at + 16) = hi;
+        if (a.interleaved) {  // columns 8 hl .. + 3 and + 4 .. + 7 are 4-byte runs at their own positions
+            constexpr Fp8CodeOrder kOrder = Fp8CodeOrder::GROUP_INTERLEAVED;
+            *reinterpret_cast<uint32_t*>(block + fp8_code_position(8 * hl, kOrder)) = lo;
+            *reinterpret_cast<uint32_t*>(block + fp8_code_position(8 * hl + 4, kOrder)) = hi;
         } else {
             *reinterpret_cast<uint2*>(block + 8 * hl) = make_uint2(lo, hi);
         }

@@ -50,6 +50,11 @@ __host__ __device__ inline void tile_coords(int tile, int m_blocks, int n_blocks
     nb = in_group / rows;
 }
 
+// Two bf16 (round to nearest even) in one word, x in the low half (the lower column).
+__device__ __forceinline__ uint32_t bf16_pair(float x, float y) {
+    return uint32_t(f32_to_bf16_bits(x)) | uint32_t(f32_to_bf16_bits(y)) << 16;
+}
+
 // Stores outputs (row, col) and (row, col + 1) of d, element offset `o` of the first (both kernels' epilogues):
 // fp32 or bf16 (round to nearest even), as one 8- / 4-byte store when `vector` (ldd even, d aligned).
 __device__ __forceinline__ void store_pair(void* d, bool f32, bool vector, int64_t o, float x, float y) {
@@ -63,12 +68,11 @@ __device__ __forceinline__ void store_pair(void* d, bool f32, bool vector, int64
         }
     } else {
         uint16_t* p = static_cast<uint16_t*>(d) + o;
-        const uint16_t bx = f32_to_bf16_bits(x), by = f32_to_bf16_bits(y);
         if (vector) {
-            *reinterpret_cast<uint32_t*>(p) = uint32_t(bx) | uint32_t(by) << 16;
+            *reinterpret_cast<uint32_t*>(p) = bf16_pair(x, y);
         } else {
-            p[0] = bx;
-            p[1] = by;
+            p[0] = f32_to_bf16_bits(x);
+            p[1] = f32_to_bf16_bits(y);
         }
     }
 }

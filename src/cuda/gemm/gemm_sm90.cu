@@ -128,9 +128,6 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
                  "r"(r2), "r"(r3)
                  : "memory");
 }
-__device__ __forceinline__ uint32_t bf16_pair(float x, float y) {
-    return uint32_t(f32_to_bf16_bits(x)) | uint32_t(f32_to_bf16_bits(y)) << 16;
-}
 
 // Group, M block and N block of tile `tile`.
 __device__ __forceinline__ void tile_of(const Sm90Params& p, int tile, int& g, int& mb, int& nb) {

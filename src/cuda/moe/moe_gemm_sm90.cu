@@ -556,10 +556,9 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                     if (n < rows) {
                         const int64_t slot = first + n;
                         const float sc = fp8_block_scale(amax), inv = 1.f / sc;
-                        // GROUP_INTERLEAVED (the down-projection's slot tile): columns 64 half + 32 u + 8 j + 4 w
-                        // + (0..3) of groups 2 half + u at 32 j + 16 w + 4 (2 half + u): the two groups' words of
-                        // one (j, w) are adjacent.
-                        uint8_t* out = p.h_codes + slot * p.ldo + nb * 128 + 8 * half;
+                        // GROUP_INTERLEAVED (the down-projection's slot tile): the 4-column runs at 64 half + 8 j + 4 w
+                        // and 32 columns on (the next group) sit in adjacent words, one 8-byte store.
+                        uint8_t* out = p.h_codes + slot * p.ldo + nb * 128;
                         auto code4 = [&](const float* x) {
                             return fp8_code(x[0], inv) | fp8_code(x[1], inv) << 8 | fp8_code(x[2], inv) << 16 |
                                    fp8_code(x[3], inv) << 24;
@@ -568,7 +567,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                         for (int j = 0; j < 4; ++j)
 #pragma unroll
                             for (int w = 0; w < 2; ++w)
-                                *reinterpret_cast<uint2*>(out + 32 * j + 16 * w) =
+                                *reinterpret_cast<uint2*>(
+                                    out + fp8_code_position(64 * half + 8 * j + 4 * w, Fp8CodeOrder::GROUP_INTERLEAVED)) =
                                     make_uint2(code4(v + 8 * j + 4 * w), code4(v + 32 + 8 * j + 4 * w));
                         if (half == 0) p.h_scales[int64_t(nb) * p.h_scales_ld + slot] = sc;
                     }
