@@ -4,7 +4,7 @@
 // 16384) batch 1 already spreads fn over 128 CTAs and fn is read once per 8 tokens (twice at batch 16). Warp w owns
 // mix rows w, w+8, w+16 and holds the tile's x chunk in registers; its 32 sums (3 rows + the sum of squares, x 8
 // tokens) are reduced by one transpose-reduce butterfly (31 shuffles instead of 160), after which lane L owns sum L.
-// Partials are stored [token][row][split] so that the finalize reads them coalesced.
+// Partials are stored [token][split][row] (mhc_chunk.cuh), a token's block contiguous for the finalize.
 // Finalize: one CTA of 17 warps per token. The 16 collapse warps prefetch their 8-wide chunk of every stream (and
 // of the norm weight) with 16-byte loads before anything else, so the x latency overlaps the partial reduction;
 // then warp 0 runs post + the Sinkhorn (one lane per matrix element, compile-time N) while the others collapse the
@@ -21,6 +21,7 @@
 #include <algorithm>
 
 #include "cuda/common/attn_helpers.cuh"
+#include "cuda/common/cp_async.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/smem.cuh"
 #include "cuda/gemm/linear.cuh"
@@ -76,7 +77,7 @@ __device__ __forceinline__ void butterfly_step(float* v, int lane) {
     }
 }
 
-// ws layout: [n_tokens][n_mix + 1][n_splits] (the last row holds the sums of squares).
+// ws layout: [n_tokens][n_splits][n_mix + 1] (ws_index; row n_mix holds the sums of squares).
 // With `pin.o` (or the combine inputs that give o), x is first replaced in place by
 // X'_k = post_k * o + sum_j comb[j, k] X_j (bf16), exactly as
 // mhc_post_vec_kernel computes it: warp w mixes token w of the chunk into shared memory and, after the barrier (all
@@ -169,7 +170,7 @@ __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(bf16* __restrict_
     if (tt >= nt) return;
     const int row = r < kRowsPerWarp ? warp + kWarps * r : n_mix;
     if (r < kRowsPerWarp ? row >= n_mix : warp != 0) return;
-    ws[(int64_t(t0 + tt) * (n_mix + 1) + row) * gridDim.y + blockIdx.y] = v[0];
+    ws[ws_index(t0 + tt, blockIdx.y, row, gridDim.y, n_mix + 1)] = v[0];
 }
 
 __device__ float sigmoid_acc(float v) { return 1.f / (1.f + expf(-v)); }
@@ -206,7 +207,8 @@ __device__ float sinkhorn_lane(float c, int lane, int iters, float eps) {
 // vec: D % 8 == 0 and x, y, norm_weight 16-byte aligned (host-checked).
 __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams p, const float* __restrict__ ws,
                                                                    int n_splits, bool vec) {
-    extern __shared__ float ybuf[];  // [D]; each collapse thread reads back only what it wrote
+    extern __shared__ __align__(16) float ybuf[];  // [D]; each collapse thread reads back only what it wrote; then the token's
+                                     // partials [n_splits][n_out] (mhc_chunk::ws_index), staged
     __shared__ float red[kMixMax + 1];
     __shared__ float scratch[32];
     const int t = blockIdx.x;
@@ -234,23 +236,34 @@ __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams 
         for (int j = 0; j < kMaxStreams; ++j)
             if (j < N) xr[j] = __ldg(reinterpret_cast<const uint4*>(xt + int64_t(j) * D) + ct);
     }
-    // Split-K sums, one warp per row, coalesced; a warp's two rows (n_out <= 2 * 17) are read in one pass so both
-    // rows' loads are in flight together (each row's lanes still add in the same order).
+    // The token's partials (one contiguous block) into shared memory with 16-byte copies where the block allows,
+    // then the split-K sums, one warp per row; a warp's two rows (n_out <= 2 * 17) in one pass (each row's lanes
+    // still add in the same order). Read straight from global memory, a row's values lie n_out floats apart.
     static_assert(kMixMax + 1 <= 2 * (kFinThreads / 32), "two split-K rows per finalize warp at most");
+    float* part = ybuf + (D + 3) / 4 * 4;
+    {
+        const int n_vals = n_splits * n_out;
+        const float* blk = ws + int64_t(t) * n_vals;
+        if (n_vals % 4 == 0 && reinterpret_cast<uintptr_t>(ws) % 16 == 0) {
+            for (int i = int(threadIdx.x) * 4; i < n_vals; i += int(blockDim.x) * 4) cp_async_cg16_zfill(part + i, blk + i, 16);
+        } else {
+            for (int i = int(threadIdx.x); i < n_vals; i += int(blockDim.x)) cp_async_ca<4>(part + i, blk + i);
+        }
+        cp_async_wait_all();
+    }
+    __syncthreads();
     {
         const int o0 = warp, o1 = warp + n_warps;
-        const float* src0 = ws + (int64_t(t) * n_out + o0) * n_splits;
-        const float* src1 = ws + (int64_t(t) * n_out + o1) * n_splits;
         float s0 = 0.f, s1 = 0.f;
         if (o1 < n_out) {
 #pragma unroll 4
             for (int i = lane; i < n_splits; i += 32) {
-                s0 += src0[i];
-                s1 += src1[i];
+                s0 += part[i * n_out + o0];
+                s1 += part[i * n_out + o1];
             }
         } else if (o0 < n_out) {
 #pragma unroll 4
-            for (int i = lane; i < n_splits; i += 32) s0 += src0[i];
+            for (int i = lane; i < n_splits; i += 32) s0 += part[i * n_out + o0];
         }
         s0 = warp_sum(s0);
         s1 = warp_sum(s1);
@@ -482,6 +495,7 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
         a.pin = pin;
         a.ws = ws;
         a.splits = splits;
+        a.stage16 = aligned16(pin.post) && aligned16(pin.comb) && aligned16(pin.pair_slot);
         mhc_partial_tiled(a, stream);
     } else {
         launch_pdl("mhc_partial_kernel", mhc_partial_kernel, dim3(grid), dim3(kThreads), 0, stream,
@@ -489,8 +503,10 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
                    n_mix_of(p.n_streams, p.head_mode), aligned, interleaved, pin, ws);
         CUDA_CHECK_LAUNCH("mhc_partial_kernel");
     }
-    const size_t smem = size_t(p.dim) * sizeof(float);
-    FS_ATTN_REQUIRE(smem <= 200 * 1024, "mhc_pre: hidden_size {} exceeds the finalize kernel's shared memory", p.dim);
+    const size_t smem = (size_t(p.dim + 3) / 4 * 4 + size_t(splits) * (n_mix_of(p.n_streams, p.head_mode) + 1)) *
+                        sizeof(float);
+    FS_ATTN_REQUIRE(smem <= 200 * 1024, "mhc_pre: hc_mult {} x hidden_size {} exceeds the finalize kernel's shared memory",
+                    p.n_streams, p.dim);
     allow_dynamic_smem(mhc_finalize_kernel, smem);
     const bool vec = p.dim % 8 == 0 && aligned16(p.x) && aligned16(p.y) && (!p.norm_weight || aligned16(p.norm_weight));
     MhcPreParams q = p;

@@ -8,13 +8,13 @@
 // Looping 8 token tiles inside each split CTA did not help (fewer CTAs, same serial chain per tile).
 //
 // Design: CTA = (64 tokens, one chunk), 8 warps; chunks vary fastest in the grid, so the CTAs resident together
-// write whole workspace rows ([token][row][split]) instead of one 4-byte piece of each. 0.38 ms per call at 4,096
-// tokens, 0.60 ms with the MoE combine and mhc_post in front (H200; docs/perf.md §2.1a).
+// complete whole token blocks of the workspace ([token][split][row], ws_index) in L2. V4's stream count (4) has its
+// own instantiation, every per-stream loop unrolled. Times: docs/perf.md §2.1a.
 //  1. Staging. fn's chunk (24 rows x 128, fp32) goes to shared memory before pdl_wait (weights). Then every
 //     thread issues its cp.async pieces of the tile's streams (bf16, 8 bytes per token and lane slot, zero-filled
 //     past the tokens or K) and, with the previous mhc_post fused, of the tokens' post / comb weights and MoE pair
-//     slots: all of the tile's loads are in flight at once. Staged token by token through registers (load,
-//     convert, butterfly, next token), each CTA lived ~26 us, mostly waiting on one load at a time. A persistent
+//     slots (contiguous rows of the tile's tokens, copied as 16-byte blocks): all of the tile's loads are in flight
+//     at once. Staged token by token through registers (load, convert, butterfly, next token), each CTA lived ~26 us, mostly waiting on one load at a time. A persistent
 //     form (one wave of CTAs walking their tiles, the next tile in flight) measured slower than these independent
 //     CTAs, 15 waves of them at 4,096 tokens.
 //     With the post fused, o (read, or the MoE combine of the token's expert rows) is computed once per (token,
@@ -28,6 +28,10 @@
 //     slot bit 4, then 3, ..., then 0), depth first so that five partials per sum are live. No shuffles: every
 //     operand is a shared-memory load (bf16 rows padded to 132 elements so that a half warp's 8-byte loads hit
 //     distinct banks; fn rows are warp-uniform broadcasts).
+//  3. Store. The partials go through shared memory (fn's area, free after the sums) as [token][row], and each
+//     token's n_mix + 1 values of the chunk are stored as one contiguous segment. Stored straight from the sum
+//     registers, every partial was its own 4-byte sector write: 13.1 M L2 write requests per call at 4,096 tokens,
+//     two thirds of the kernel's L2 traffic (Nsight Compute, run 102).
 // The partials land in the split kernel's workspace layout, so mhc_finalize is shared.
 #include "cuda/mhc/mhc_partial_tiled.cuh"
 
@@ -89,30 +93,58 @@ __device__ __forceinline__ void chunk_tree(const uint16_t* const (&xr)[kTokensPe
 }
 
 // Dynamic shared memory, in this order (every piece a multiple of 16 bytes):
-//   fs [kMixMax][kChunk] fp32, xs [kTokens][kXStride] bf16;
-//   fused mhc_post: os [kTokens][kChunk / N] fp32 (o), mw [kTokens][N + N * N] fp32 (post, then comb);
+//   fs [kMixMax][kChunk] fp32 (after the sums: the tile's partials [kTokens][n_mix + 1], transposed for the store),
+//   xs [kTokens][kXStride] bf16, sq [kTokens] fp32 (sums of squares);
+//   fused mhc_post: os [kTokens][kChunk / N] fp32 (o), post [kTokens][N], comb [kTokens][N * N] fp32;
 //   fused combine: slots [kTokens][top_k] int32.
 struct TiledSmem {
-    size_t xs, os, mw, slots, total;
+    size_t xs, sq, os, post, comb, slots, total;
     __host__ __device__ TiledSmem(bool fused, int N, int top_k) {
         xs = size_t(kMixMax) * kChunk * 4;
-        os = xs + size_t(kTokens) * kXStride * 2;
-        mw = os + (fused ? size_t(kTokens) * (kChunk / N) * 4 : 0);
-        slots = mw + (fused ? (size_t(kTokens) * (N + N * N) * 4 + 15) / 16 * 16 : 0);
+        sq = xs + size_t(kTokens) * kXStride * 2;
+        os = sq + size_t(kTokens) * 4;
+        post = os + (fused ? size_t(kTokens) * (kChunk / N) * 4 : 0);
+        comb = post + (fused ? size_t(kTokens) * N * 4 : 0);
+        slots = comb + (fused ? size_t(kTokens) * N * N * 4 : 0);
         total = slots + size_t(kTokens) * top_k * 4;
     }
 };
+static_assert(kTokens * (kMixMax + 1) <= kMixMax * kChunk, "the transposed partials fit in fn's staging area");
 
+// `total` bytes of a per-token array (contiguous rows of the tile's tokens) into shared memory: the first `valid`
+// bytes from src, the rest zeros. 16-byte pieces when src is 16-byte aligned (`vec`), else 4-byte ones; `valid` and
+// `total` are multiples of 4 (of 16 with vec: kTokens rows of 4-byte elements).
+__device__ __forceinline__ void stage_rows(void* dst, const void* src, int valid, int total, bool vec) {
+    char* d = static_cast<char*>(dst);
+    const char* s = static_cast<const char*>(src);
+    if (vec) {
+        for (int i = int(threadIdx.x) * 16; i < total; i += kThreads * 16) {
+            const int v = min(max(valid - i, 0), 16);
+            cp_async_cg16_zfill(d + i, v > 0 ? s + i : s, v);
+        }
+    } else {
+        for (int i = int(threadIdx.x) * 4; i < total; i += kThreads * 4) {
+            const int v = valid > i ? 4 : 0;
+            cp_async_ca_zfill<4>(d + i, v > 0 ? s + i : s, v);
+        }
+    }
+}
+
+// NS: the stream count at compile time (V4's 4: every per-stream loop and index unrolled), 0 = a.n_streams.
+template <int NS>
 __global__ void __launch_bounds__(kThreads, 4) mhc_partial_tiled_kernel(MhcPartialArgs a) {
     extern __shared__ __align__(16) unsigned char smem[];
-    const int N = a.n_streams;
+    const int N = NS > 0 ? NS : a.n_streams;
     const bool fused = a.pin.o || a.pin.y_routed;  // host-checked: interleaved, aligned
     const bool combine = a.pin.y_routed != nullptr;
-    const TiledSmem lay(fused, N, combine ? a.pin.top_k : 0);
+    const int top_k = combine ? a.pin.top_k : 0;
+    const TiledSmem lay(fused, N, top_k);
     float(*fs)[kChunk] = reinterpret_cast<float(*)[kChunk]>(smem);
     uint16_t(*xs)[kXStride] = reinterpret_cast<uint16_t(*)[kXStride]>(smem + lay.xs);
+    float* sq = reinterpret_cast<float*>(smem + lay.sq);
     float* os = reinterpret_cast<float*>(smem + lay.os);
-    float* mw = reinterpret_cast<float*>(smem + lay.mw);
+    float* post_s = reinterpret_cast<float*>(smem + lay.post);
+    float* comb_s = reinterpret_cast<float*>(smem + lay.comb);
     int32_t* slots = reinterpret_cast<int32_t*>(smem + lay.slots);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int split = blockIdx.x;
@@ -122,7 +154,7 @@ __global__ void __launch_bounds__(kThreads, 4) mhc_partial_tiled_kernel(MhcParti
     const int n_out = a.n_mix + 1;
 
     // Index math once per thread: every loop below keeps a thread on its lane's slot (strides are multiples of 32),
-    // and divisions by the runtime N stay out of the loops (in them, ~100 integer instructions per item made the
+    // and divisions by the stream count stay out of the loops (in them, ~100 integer instructions per item made the
     // staging 69% of a plain call's stall samples).
     int stream = 0;
     const int64_t kb = chunk_origin(split, lane, N, D, a.interleaved, stream);  // this lane's slot
@@ -163,24 +195,11 @@ __global__ void __launch_bounds__(kThreads, 4) mhc_partial_tiled_kernel(MhcParti
             }
         }
     }
-    if (fused) {
-        const int per_token = N + N * N;
-        for (int tt = warp; tt < kTokens; tt += kWarps) {
-            const bool real = tt < nt;
-            const int64_t t = int64_t(t0) + tt;
-            for (int e = lane; e < per_token; e += 32) {
-                const float* src = e < N ? a.pin.post + t * N + e : a.pin.comb + t * N * N + (e - N);
-                cp_async_ca_zfill<4>(&mw[tt * per_token + e], real ? static_cast<const void*>(src) : a.pin.post,
-                                  real ? 4 : 0);
-            }
-            if (combine) {
-                for (int e = lane; e < a.pin.top_k; e += 32)
-                    cp_async_ca_zfill<4>(&slots[tt * a.pin.top_k + e],
-                                      real ? a.pin.pair_slot + t * a.pin.top_k + e
-                                           : static_cast<const void*>(a.pin.pair_slot),
-                                      real ? 4 : 0);
-            }
-        }
+    if (fused) {  // post, comb and pair slots: contiguous rows of the tile's tokens, copied as blocks
+        stage_rows(post_s, a.pin.post + int64_t(t0) * N, nt * N * 4, kTokens * N * 4, a.stage16);
+        stage_rows(comb_s, a.pin.comb + int64_t(t0) * N * N, nt * N * N * 4, kTokens * N * N * 4, a.stage16);
+        if (combine)
+            stage_rows(slots, a.pin.pair_slot + int64_t(t0) * top_k, nt * top_k * 4, kTokens * top_k * 4, a.stage16);
     }
     cp_async_wait_all();
     __syncthreads();
@@ -195,75 +214,93 @@ __global__ void __launch_bounds__(kThreads, 4) mhc_partial_tiled_kernel(MhcParti
 #pragma unroll 2
         for (int tt = warp * N + lane / slots_per_stream; tt < nt; tt += kWarps * N) {
             float of[kPerLane];
-            post_o_features<8>(a.pin, slots + tt * a.pin.top_k, t0 + tt, D, d0, of);
+            post_o_features<8>(a.pin, slots + tt * top_k, t0 + tt, D, d0, of);
             *reinterpret_cast<float4*>(&os[tt * features + q * kPerLane]) = *reinterpret_cast<const float4*>(of);
         }
         __syncthreads();
     }
     // Per token (warp w: tokens w + 8 j; lane = slot): the fused post's mix in place, and the sum of squares.
-    for (int tt = warp; tt < nt; tt += kWarps) {
-        float xv[kPerLane];
-        if (fused) {
-            float of[kPerLane], ck[kMaxStreams], xj[kMaxStreams][kPerLane];
-            *reinterpret_cast<float4*>(of) = *reinterpret_cast<const float4*>(&os[tt * features + q * kPerLane]);
-            const float* w = mw + tt * (N + N * N);
+    {
+        bf16* xg = a.x + (int64_t(t0) + warp) * K + kb;
+        const int64_t xstep = int64_t(kWarps) * K;
+        for (int tt = warp; tt < nt; tt += kWarps, xg += xstep) {
+            float xv[kPerLane];
+            if (fused) {
+                float of[kPerLane], ck[kMaxStreams], xj[kMaxStreams][kPerLane];
+                *reinterpret_cast<float4*>(of) = *reinterpret_cast<const float4*>(&os[tt * features + q * kPerLane]);
 #pragma unroll
-            for (int j = 0; j < kMaxStreams; ++j) {
-                ck[j] = j < N ? w[N + j * N + stream] : 0.f;
+                for (int j = 0; j < kMaxStreams; ++j) {
+                    ck[j] = j < N ? comb_s[(tt * N + j) * N + stream] : 0.f;
 #pragma unroll
-                for (int i = 0; i < kPerLane; ++i) xj[j][i] = 0.f;
-                if (j < N)
-                    bf16x4_to_float(*reinterpret_cast<const uint2*>(&xs[tt][(j * slots_per_stream + q) * kPerLane]),
-                                    xj[j]);
+                    for (int i = 0; i < kPerLane; ++i) xj[j][i] = 0.f;
+                    if (j < N)
+                        bf16x4_to_float(
+                            *reinterpret_cast<const uint2*>(&xs[tt][(j * slots_per_stream + q) * kPerLane]), xj[j]);
+                }
+                post_mix4(post_s[tt * N + stream], ck, of, xj, N, xv);
+                uint2 raw;
+                __nv_bfloat162* h2 = reinterpret_cast<__nv_bfloat162*>(&raw);
+                h2[0] = __floats2bfloat162_rn(xv[0], xv[1]);
+                h2[1] = __floats2bfloat162_rn(xv[2], xv[3]);
+                __syncwarp();  // every lane has read the token's old streams
+                *reinterpret_cast<uint2*>(&xs[tt][lane * kPerLane]) = raw;
+                *reinterpret_cast<uint2*>(xg) = raw;  // in place (old values all read)
+            } else {
+                bf16x4_to_float(*reinterpret_cast<const uint2*>(&xs[tt][lane * kPerLane]), xv);
             }
-            post_mix4(w[stream], ck, of, xj, N, xv);
-            uint2 raw;
-            __nv_bfloat162* h2 = reinterpret_cast<__nv_bfloat162*>(&raw);
-            h2[0] = __floats2bfloat162_rn(xv[0], xv[1]);
-            h2[1] = __floats2bfloat162_rn(xv[2], xv[3]);
-            __syncwarp();  // every lane has read the token's old streams
-            *reinterpret_cast<uint2*>(&xs[tt][lane * kPerLane]) = raw;
-            *reinterpret_cast<uint2*>(a.x + (int64_t(t0) + tt) * K + kb) = raw;  // in place (old values all read)
-        } else {
-            bf16x4_to_float(*reinterpret_cast<const uint2*>(&xs[tt][lane * kPerLane]), xv);
+            const float s2 = warp_sum(slot_partial(xv, xv));  // pairs by lane bit 4, 3, 2, 1, 0: the chunk's tree
+            if (lane == 0) sq[tt] = s2;
         }
-        const float sq = warp_sum(slot_partial(xv, xv));  // pairs by lane bit 4, 3, 2, 1, 0: the chunk's tree
-        if (lane == 0) a.ws[((int64_t(t0) + tt) * n_out + a.n_mix) * a.splits + split] = sq;
     }
     __syncthreads();  // the tile is final
 
-    // Mixing sums: warp g rows g + 8 r, lane tokens lane + 32 t.
-    if (warp >= a.n_mix) return;  // head mode: rows 0..N-1 only
-    const uint16_t* const xr[kTokensPerLane] = {xs[lane], xs[lane + 32]};
-    const float* const fr[kRowsPerWarp] = {fs[warp], fs[warp + kWarps], fs[warp + 2 * kWarps]};
+    // Mixing sums: warp g rows g + 8 r, lane tokens lane + 32 t (head mode: warps past n_mix have no row).
     float s[kTokensPerLane][kRowsPerWarp];
-    chunk_tree<5, 0>(xr, fr, s);
+    if (warp < a.n_mix) {
+        const uint16_t* const xr[kTokensPerLane] = {xs[lane], xs[lane + 32]};
+        const float* const fr[kRowsPerWarp] = {fs[warp], fs[warp + kWarps], fs[warp + 2 * kWarps]};
+        chunk_tree<5, 0>(xr, fr, s);
+    }
+    __syncthreads();  // fn's area is free: the partials are transposed through it, [token][row]
+    float* tp = &fs[0][0];
+    if (warp < a.n_mix) {
 #pragma unroll
-    for (int t = 0; t < kTokensPerLane; ++t) {
-        const int tt = lane + 32 * t;
-        if (tt >= nt) continue;
+        for (int t = 0; t < kTokensPerLane; ++t) {
 #pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r) {
-            const int o = warp + kWarps * r;
-            if (o < a.n_mix) a.ws[((int64_t(t0) + tt) * n_out + o) * a.splits + split] = s[t][r];
+            for (int r = 0; r < kRowsPerWarp; ++r) {
+                const int o = warp + kWarps * r;
+                if (o < a.n_mix) tp[(lane + 32 * t) * n_out + o] = s[t][r];  // odd n_out (V4: 25): no bank conflict
+            }
         }
+    }
+    if (int(threadIdx.x) < nt) tp[threadIdx.x * n_out + a.n_mix] = sq[threadIdx.x];
+    __syncthreads();
+    // One token's n_out partials of this chunk are contiguous in the workspace (ws_index): warp w stores tokens
+    // w + 8 j, one segment each, instead of one scattered 4-byte store per partial.
+    for (int tt = warp; tt < nt; tt += kWarps) {
+        float* dst = a.ws + ws_index(int64_t(t0) + tt, split, 0, a.splits, n_out);
+        for (int o = lane; o < n_out; o += 32) dst[o] = tp[tt * n_out + o];
     }
 }
 
 }  // namespace
 
 void mhc_partial_tiled(const MhcPartialArgs& a, cudaStream_t stream) {
-    // Chunks vary fastest: the CTAs resident together cover whole workspace rows ([token][row][split]: every
-    // chunk's value of a few token tiles), so a row's 512 bytes are complete in L2 before they are evicted, instead
-    // of one 4-byte piece per CTA at a time.
+    // Chunks vary fastest: the CTAs resident together cover whole token blocks of the workspace ([token][split][row]:
+    // every chunk's segment of a few token tiles), so a block is complete in L2 before it is evicted.
     FS_REQUIRE((a.n_tokens + kTokens - 1) / kTokens <= 65535, "mhc_partial_tiled: ", a.n_tokens, " tokens");
     const dim3 grid(a.splits, (a.n_tokens + kTokens - 1) / kTokens);
     const bool fused = a.pin.o || a.pin.y_routed;
     const int top_k = a.pin.y_routed ? a.pin.top_k : 0;
     const size_t smem = TiledSmem(fused, a.n_streams, top_k).total;
     FS_REQUIRE(smem <= 200 * 1024, "mhc_partial_tiled: top_k ", top_k, " needs ", smem, " bytes of shared memory");
-    allow_dynamic_smem(mhc_partial_tiled_kernel, smem);
-    launch_pdl("mhc_partial_tiled_kernel", mhc_partial_tiled_kernel, grid, dim3(kThreads), smem, stream, a);
+    if (a.n_streams == 4) {
+        allow_dynamic_smem(mhc_partial_tiled_kernel<4>, smem);
+        launch_pdl("mhc_partial_tiled_kernel", mhc_partial_tiled_kernel<4>, grid, dim3(kThreads), smem, stream, a);
+    } else {
+        allow_dynamic_smem(mhc_partial_tiled_kernel<0>, smem);
+        launch_pdl("mhc_partial_tiled_kernel", mhc_partial_tiled_kernel<0>, grid, dim3(kThreads), smem, stream, a);
+    }
     CUDA_CHECK_LAUNCH("mhc_partial_tiled_kernel");
 }
 

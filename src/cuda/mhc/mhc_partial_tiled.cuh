@@ -9,7 +9,8 @@
 
 namespace flashseek::cuda {
 
-// The split-K partial sums of one mhc_pre call: ws [n_tokens][n_mix + 1][splits] (the last row: sums of squares).
+// The split-K partial sums of one mhc_pre call: ws [n_tokens][splits][n_mix + 1] (mhc_chunk::ws_index; row n_mix:
+// the sums of squares).
 struct MhcPartialArgs {
     __nv_bfloat16* x = nullptr;  // [n_tokens, N, D]; rewritten in place when pin carries the previous mhc_post
     const float* fn = nullptr;   // [n_mix, N * D]
@@ -20,6 +21,7 @@ struct MhcPartialArgs {
     bool aligned = false;      // K % 4 == 0, x 8-byte and fn 16-byte aligned: vector loads
     bool interleaved = false;  // mhc_chunk::interleaved_chunks
     mhc_chunk::PostIn pin{};
+    bool stage16 = false;      // pin's post, comb and pair slots 16-byte aligned: copied in 16-byte pieces
     float* ws = nullptr;
     int splits = 0;
 };

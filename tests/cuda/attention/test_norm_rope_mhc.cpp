@@ -582,7 +582,7 @@ TEST(CudaMhc, TiledPartialEqualsSplit) {
         const std::string what = "T " + std::to_string(T) + " N " + std::to_string(N) + " D " + std::to_string(D) +
                                  (c.head ? " head" : "") + (c.front == POST ? " +post" : "") +
                                  (c.front == COMBINE ? " +combine+post" : "") + (c.shift ? " misaligned" : "");
-        {  // the partial sums themselves: [T][n_mix + 1][splits] fp32
+        {  // the partial sums themselves: [T][splits][n_mix + 1] fp32
             const size_t n = size_t(T) * (n_mix + 1) * ((size_t(N) * D + 127) / 128) * sizeof(float);
             const auto wa = a.ws.download(), wb = b.ws.download();
             size_t n_diff = 0;
