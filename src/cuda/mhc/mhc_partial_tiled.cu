@@ -120,7 +120,12 @@ __device__ __forceinline__ void stage_rows(void* dst, const void* src, int valid
     if (vec) {
         for (int i = int(threadIdx.x) * 16; i < total; i += kThreads * 16) {
             const int v = min(max(valid - i, 0), 16);
-            cp_async_cg16_zfill(d + i, v > 0 ? s + i : s, v);
+            if (v == 16 || v == 0) {
+                cp_async_cg16_zfill(d + i, v > 0 ? s + i : s, v);
+            } else {  // the last valid piece: 4-byte copies, so that no read reaches past the array
+#pragma unroll
+                for (int w = 0; w < 16; w += 4) cp_async_ca_zfill<4>(d + i + w, w < v ? s + i + w : s, w < v ? 4 : 0);
+            }
         }
     } else {
         for (int i = int(threadIdx.x) * 4; i < total; i += kThreads * 4) {
