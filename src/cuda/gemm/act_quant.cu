@@ -50,15 +50,14 @@ __device__ __forceinline__ void load8(const uint16_t* row, int64_t c, int64_t k,
     for (int i = 0; i < 8; ++i) v[i] = c + i < k ? bf16_bits_to_f32(row[c + i]) : 0.f;
 }
 
-// This lane's 8 values of unit `unit` (row unit / blocks, block unit % blocks); zeros for a unit past the end or a
-// row_map entry outside the input.
+// This lane's 8 values of the unit (row r, 128-column block b); zeros for a unit past the end or a row_map entry
+// outside the input.
 template <bool SWIGLU>
-__device__ __forceinline__ void load_unit(const QuantArgs& a, int64_t unit, int hl, float (&v)[8]) {
+__device__ __forceinline__ void load_unit(const QuantArgs& a, bool valid, int64_t r, int b, int hl, float (&v)[8]) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[i] = 0.f;
-    if (unit >= a.out.m * a.blocks) return;
-    const int64_t r = unit / a.blocks;
-    const int64_t c = (unit % a.blocks) * 128 + 8 * hl;
+    if (!valid) return;
+    const int64_t c = int64_t(b) * 128 + 8 * hl;
     if (SWIGLU) {
         float g[8], u[8];
         load8(a.x + r * a.ld_x, c, a.out.k, a.vector_x, g);
@@ -72,17 +71,32 @@ __device__ __forceinline__ void load_unit(const QuantArgs& a, int64_t unit, int 
     if (src >= 0 && src < a.x_rows) load8(a.x + src * a.ld_x, c, a.out.k, a.vector_x, v);
 }
 
+// Unit indices are 32-bit (host-checked) and a warp's units are consecutive: one division per warp locates them
+// (the 64-bit division per unit, twice, was half of the kernel's instructions).
 template <bool SWIGLU>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32) quantize_kernel(const QuantArgs a) {
     pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
     pdl_trigger();
     const int lane = threadIdx.x & 31, half = lane >> 4, hl = lane & 15;
-    const int64_t first = (int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32) * kUnitsPerWarp;
-    const int64_t units = a.out.m * a.blocks;
+    const uint32_t first = (blockIdx.x * uint32_t(kWarpsPerBlock) + threadIdx.x / 32) * uint32_t(kUnitsPerWarp);
+    const uint32_t units = uint32_t(a.out.m) * uint32_t(a.blocks), blocks = uint32_t(a.blocks);
     if (first >= units) return;  // whole warps only: the reductions below need every lane
+    const uint32_t r0 = first / blocks, b0 = first - r0 * blocks;
+    uint32_t row[kRounds], blk[kRounds];
+#pragma unroll
+    for (int i = 0; i < kRounds; ++i) {  // unit first + 2 i + half
+        uint32_t r = r0, b = b0 + uint32_t(2 * i + half);
+        while (b >= blocks) {
+            b -= blocks;
+            ++r;
+        }
+        row[i] = r;
+        blk[i] = b;
+    }
     float v[kRounds][8];
 #pragma unroll
-    for (int i = 0; i < kRounds; ++i) load_unit<SWIGLU>(a, first + 2 * i + half, hl, v[i]);
+    for (int i = 0; i < kRounds; ++i)
+        load_unit<SWIGLU>(a, first + uint32_t(2 * i + half) < units, row[i], int(blk[i]), hl, v[i]);
 #pragma unroll
     for (int i = 0; i < kRounds; ++i) {
         float amax = 0.f;
@@ -90,17 +104,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quantize_kernel(const Qua
         for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[i][j]));
 #pragma unroll
         for (int o = 1; o < 16; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));  // the half-warp
-        const int64_t unit = first + 2 * i + half;
-        if (unit >= units) continue;
-        const int64_t r = unit / a.blocks;
-        const int b = int(unit % a.blocks);
+        if (first + uint32_t(2 * i + half) >= units) continue;
+        const int64_t r = row[i];
+        const int b = int(blk[i]);
         const float sc = fp8_block_scale(amax), inv = 1.f / sc;
-        uint32_t lo = 0, hi = 0;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            lo |= fp8_code(v[i][j], inv) << (8 * j);
-            hi |= fp8_code(v[i][4 + j], inv) << (8 * j);
-        }
+        const uint32_t lo = fp8_code4(v[i], inv), hi = fp8_code4(v[i] + 4, inv);
         // padding columns hold 0 codes
         uint8_t* block = a.out.codes + r * a.out.codes_ld + int64_t(b) * 128;
         if (a.interleaved) {  // columns 8 hl .. + 3 and + 4 .. + 7 are 4-byte runs at their own positions
@@ -131,8 +139,8 @@ void check_output(const Fp8Activation& out, const char* what) {
     FS_REQUIRE(out.scales_ld % 4 == 0 && out.scales_ld >= out.m, what, ": scales_ld ", out.scales_ld,
                " must be a multiple of 4 and >= m = ", out.m);
     FS_REQUIRE(reinterpret_cast<uintptr_t>(out.codes) % 16 == 0, what, ": codes must be 16-byte aligned");
-    FS_REQUIRE(out.m * ((out.k + 127) / 128) < (int64_t(1) << 31) * kWarpsPerBlock * kUnitsPerWarp, what, ": ", out.m,
-               " x ", out.k, " is more than one launch covers");
+    FS_REQUIRE(out.m * ((out.k + 127) / 128) < (int64_t(1) << 31) - kWarpsPerBlock * kUnitsPerWarp, what, ": ", out.m,
+               " x ", out.k, " has more 128-column blocks than 32-bit unit indices cover");
 }
 
 }  // namespace

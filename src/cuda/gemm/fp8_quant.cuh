@@ -19,5 +19,13 @@ __device__ __forceinline__ float fp8_block_scale(float amax) {
 __device__ __forceinline__ uint32_t fp8_code(float v, float inv_scale) {
     return uint32_t(__nv_cvt_float_to_fp8(fminf(fmaxf(v * inv_scale, -448.f), 448.f), __NV_SATFINITE, __NV_E4M3));
 }
+// Four consecutive values' codes in one word (x[0] in the low byte): fp8_code's values, two per conversion
+// (cvt.rn.satfinite.e4m3x2 on sm_89+; the same rounding as the single form).
+__device__ __forceinline__ uint32_t fp8_code4(const float* x, float inv_scale) {
+    auto clamped = [&](float v) { return fminf(fmaxf(v * inv_scale, -448.f), 448.f); };
+    const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(clamped(x[0]), clamped(x[1])), __NV_SATFINITE, __NV_E4M3);
+    const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(clamped(x[2]), clamped(x[3])), __NV_SATFINITE, __NV_E4M3);
+    return lo | hi << 16;
+}
 
 }  // namespace flashseek::cuda

@@ -559,10 +559,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                         // GROUP_INTERLEAVED (the down-projection's slot tile): the 4-column runs at 64 half + 8 j + 4 w
                         // and 32 columns on (the next group) sit in adjacent words, one 8-byte store.
                         uint8_t* out = p.h_codes + slot * p.ldo + nb * 128;
-                        auto code4 = [&](const float* x) {
-                            return fp8_code(x[0], inv) | fp8_code(x[1], inv) << 8 | fp8_code(x[2], inv) << 16 |
-                                   fp8_code(x[3], inv) << 24;
-                        };
+                        auto code4 = [&](const float* x) { return fp8_code4(x, inv); };
 #pragma unroll
                         for (int j = 0; j < 4; ++j)
 #pragma unroll
