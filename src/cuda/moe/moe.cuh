@@ -45,6 +45,7 @@ struct MoeGrouping {
     int32_t* slot_token = nullptr;    // [max_pairs] token of grouped slot
     float* slot_weight = nullptr;     // [max_pairs] routing weight of grouped slot
     int32_t* pair_slot = nullptr;     // [max_pairs] slot of pair (t * top_k + j); -1 when the expert id was invalid
+    int32_t* block_counts = nullptr;  // [moe_group_blocks(max_pairs)][E] scratch of the multi-CTA grouping
     // Optional (moe_attach_act_tiles): packed activation tiles of the sm_90 wgmma expert kernels (moe_wgmma.cu),
     // one per 16-token tile of an active expert (an expert with c tokens has ceil(c / 16) of them); without them
     // those kernels are not used. moe_group lists the tiles when they are attached: tile u holds the expert's slots
@@ -67,6 +68,9 @@ struct MoeGrouping {
     Fp8Activation gemm_x, gemm_h;
 };
 size_t moe_grouping_bytes(int E, int64_t max_pairs);
+// CTAs of the multi-CTA grouping (passes of more than kGroupOneCtaPairs pairs) for n_pairs pairs.
+inline constexpr int64_t kGroupPairsPerCta = 1024, kGroupOneCtaPairs = 4096;
+inline int64_t moe_group_blocks(int64_t n_pairs) { return (n_pairs + kGroupPairsPerCta - 1) / kGroupPairsPerCta; }
 MoeGrouping moe_grouping_view(void* memory, int E, int64_t max_pairs);
 // Device memory for the packed activation tiles of a grouping (E, max_pairs) and K up to max_k (a multiple of
 // 128: max(hidden, inter)) plus the split-item scratch, and attaching it (caller-owned, 16-byte aligned; attaching

@@ -217,6 +217,95 @@ TEST(MoeRoute, FusedRouteAndGroupMatchesTwoLaunches) {
         }
 }
 
+// Passes of more than kGroupOneCtaPairs pairs are grouped by many CTAs (count, offsets, place); without the
+// scratch (block_counts) the same call takes the one-CTA path. Both give the same counts, offsets, active list and
+// 16-token tile list, and per expert the same (token, weight) slots; every pair's slot holds its token, and pairs
+// with no expert or one outside the shard's range (expert_begin) get -1. Odd sizes: a partial last CTA.
+TEST(MoeGroup, ManyCtaGroupingMatchesOneCta) {
+    for (auto [M, E, K, begin, total] : {std::tuple<int, int, int, int, int>{4096, 256, 6, 0, 256}, {700, 256, 6, 0, 256},
+                                         {1537, 19, 3, 0, 19}, {2000, 64, 6, 64, 256}, {683, 256, 6, 0, 256}}) {
+        const uint64_t seed = fresh_seed();
+        std::ostringstream d;
+        d << "M=" << M << " E=" << E << " K=" << K << " begin=" << begin << " seed=" << seed;
+        SCOPED_TRACE(d.str());
+        std::mt19937_64 rng(seed);
+        const size_t P = size_t(M) * K;
+        ASSERT_GT(int64_t(P), cuda::kGroupOneCtaPairs);
+        std::vector<int32_t> idx(P);
+        std::vector<float> w(P);
+        for (size_t p = 0; p < P; ++p) {
+            idx[p] = rng() % 23 == 0 ? -1 : int32_t(rng() % uint64_t(total));  // skewed: low experts a bit hotter
+            if (rng() % 5 == 0) idx[p] = int32_t(rng() % uint64_t(std::min(total, 8)));
+            w[p] = float(rng() % 1000) / 997.f;
+        }
+        DeviceArray<int32_t> didx(idx);
+        DeviceArray<float> dw(w);
+        struct Out {
+            DeviceArray<uint8_t> mem, tiles;
+            cuda::MoeGrouping g;
+            Out(int E, int begin, size_t P) : mem(cuda::moe_grouping_bytes(E, int64_t(P))),
+                                              tiles(cuda::moe_act_tile_bytes(E, int64_t(P), 128)) {
+                mem.poison();
+                tiles.poison();
+                g = cuda::moe_grouping_view(mem.ptr, E, int64_t(P));
+                g.expert_begin = begin;
+                cuda::moe_attach_act_tiles(g, tiles.ptr, 128);
+            }
+        } many(E, begin, P), one(E, begin, P);
+        one.g.block_counts = nullptr;  // the one-CTA path
+        cuda::moe_group(didx.ptr, dw.ptr, M, K, many.g, nullptr);
+        cuda::moe_group(didx.ptr, dw.ptr, M, K, one.g, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        auto ints_at = [](const void* ptr, size_t n) {
+            std::vector<int32_t> v(n);
+            if (n) CUDA_CHECK(cudaMemcpy(v.data(), ptr, n * 4, cudaMemcpyDeviceToHost));
+            return v;
+        };
+        const auto n_many = ints_at(many.g.n_active, 1), n_one = ints_at(one.g.n_active, 1);
+        ASSERT_EQ(n_many, n_one);
+        const auto counts = ints_at(many.g.expert_count, size_t(E));
+        EXPECT_EQ(counts, ints_at(one.g.expert_count, size_t(E)));
+        const auto off = ints_at(many.g.expert_offset, size_t(E + 1));
+        EXPECT_EQ(off, ints_at(one.g.expert_offset, size_t(E + 1)));
+        EXPECT_EQ(ints_at(many.g.active, size_t(n_many[0])), ints_at(one.g.active, size_t(n_one[0])));
+        const auto nt = ints_at(many.g.n_tiles, 1);
+        ASSERT_EQ(nt, ints_at(one.g.n_tiles, 1));
+        const size_t listed = size_t(std::min(nt[0], many.g.act_tile_count));  // the list stops at its capacity
+        EXPECT_EQ(ints_at(many.g.tile_expert, listed), ints_at(one.g.tile_expert, listed));
+        EXPECT_EQ(ints_at(many.g.tile_col, listed), ints_at(one.g.tile_col, listed));
+        int64_t in_range = 0;
+        for (size_t p = 0; p < P; ++p) in_range += idx[p] >= begin && idx[p] < begin + E;
+        ASSERT_EQ(int64_t(off[size_t(E)]), in_range);
+        const size_t S = size_t(in_range);
+        const auto tok_m = ints_at(many.g.slot_token, S), tok_o = ints_at(one.g.slot_token, S);
+        const auto sw_m = ints_at(many.g.slot_weight, S), sw_o = ints_at(one.g.slot_weight, S);
+        for (int e = 0; e < E; ++e) {
+            std::vector<std::pair<int32_t, int32_t>> a, b;
+            for (int s = off[size_t(e)]; s < off[size_t(e) + 1]; ++s) {
+                a.emplace_back(tok_m[size_t(s)], sw_m[size_t(s)]);
+                b.emplace_back(tok_o[size_t(s)], sw_o[size_t(s)]);
+            }
+            std::sort(a.begin(), a.end());
+            std::sort(b.begin(), b.end());
+            EXPECT_EQ(a, b) << "expert " << e;
+        }
+        const auto ps = ints_at(many.g.pair_slot, P);
+        for (size_t p = 0; p < P; ++p) {
+            const bool mine = idx[p] >= begin && idx[p] < begin + E;
+            if (!mine) {
+                EXPECT_EQ(ps[p], -1) << "pair " << p;
+                continue;
+            }
+            ASSERT_GE(ps[p], off[size_t(idx[p] - begin)]) << "pair " << p;
+            ASSERT_LT(ps[p], off[size_t(idx[p] - begin) + 1]) << "pair " << p;
+            EXPECT_EQ(tok_m[size_t(ps[p])], int32_t(p / size_t(K))) << "pair " << p;
+            float wv;
+            std::memcpy(&wv, &sw_m[size_t(ps[p])], 4);
+            EXPECT_EQ(wv, w[p]) << "pair " << p;
+        }
+    }
+}
+
 // Ties in the biased scores (logits and bias drawn from a few values, and scores of exactly zero where softplus
 // underflows) are broken by the smaller expert index, as the CPU reference sorts: the selection's warp argmax keeps
 // that order in the routing alone (moe_route) and in the one-launch routing + grouping of decode (1 and 16 tokens).
