@@ -204,7 +204,9 @@ __device__ float sinkhorn_lane(float c, int lane, int iters, float eps) {
     return c;
 }
 
-// vec: D % 8 == 0 and x, y, norm_weight 16-byte aligned (host-checked).
+// vec: D % 8 == 0 and x, y, norm_weight 16-byte aligned (host-checked). NS: the stream count at compile time (V4's
+// 4), 0 = p.n_streams.
+template <int NS>
 __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams p, const float* __restrict__ ws,
                                                                    int n_splits, bool vec) {
     extern __shared__ __align__(16) float ybuf[];  // [D]; each collapse thread reads back only what it wrote; then the token's
@@ -212,7 +214,7 @@ __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams 
     __shared__ float red[kMixMax + 1];
     __shared__ float scratch[32];
     const int t = blockIdx.x;
-    const int N = p.n_streams, D = p.dim;
+    const int N = NS > 0 ? NS : p.n_streams, D = p.dim;
     const int64_t K = int64_t(N) * D;
     const int n_mix = n_mix_of(N, p.head_mode), n_out = n_mix + 1;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
@@ -223,9 +225,7 @@ __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams 
     // base and scale, in flight during the wait.
     uint4 wr = make_uint4(0, 0, 0, 0);
     if (p.norm_weight && ct >= 0 && ct < n8) wr = __ldg(reinterpret_cast<const uint4*>(p.norm_weight) + ct);
-    float base_pre[kMaxStreams];
-#pragma unroll
-    for (int j = 0; j < kMaxStreams; ++j) base_pre[j] = j < N ? __ldg(p.base + j) : 0.f;
+    const float base_pre = lane < N ? __ldg(p.base + lane) : 0.f;  // lane j: stream j's (pre below)
     const float scale_pre = __ldg(p.scale);
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
@@ -288,11 +288,15 @@ __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams 
         }
         return;  // the Sinkhorn is off the collapse warps' path: they never wait for it
     }
-    // The collapse warps: pre (each thread its own copy: no barrier to share it), y = sum_j pre_j X_j, the norm.
+    // The collapse warps: pre (lane j of every warp computes pre_j, a shuffle hands it to the warp: no barrier to
+    // share it, and a quarter of the sigmoids and divisions of every thread computing all N), y = sum_j pre_j X_j,
+    // the norm.
     float pr[kMaxStreams];
+    {
+        const float mine = lane < N ? sigmoid_acc(red[lane] * rho * scale_pre + base_pre) + p.hc_eps : 0.f;
 #pragma unroll
-    for (int j = 0; j < kMaxStreams; ++j)
-        pr[j] = j < N ? sigmoid_acc(red[j] * rho * scale_pre + base_pre[j]) + p.hc_eps : 0.f;
+        for (int j = 0; j < kMaxStreams; ++j) pr[j] = j < N ? __shfl_sync(0xffffffffu, mine, j) : 0.f;
+    }
     float ss = 0.f;
     for (int c = ct; c < n8; c += n_ct) {
         if (c != ct) {
@@ -507,7 +511,8 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
                         sizeof(float);
     FS_ATTN_REQUIRE(smem <= 200 * 1024, "mhc_pre: hc_mult {} x hidden_size {} exceeds the finalize kernel's shared memory",
                     p.n_streams, p.dim);
-    allow_dynamic_smem(mhc_finalize_kernel, smem);
+    auto* finalize = p.n_streams == 4 ? mhc_finalize_kernel<4> : mhc_finalize_kernel<0>;
+    allow_dynamic_smem(finalize, smem);
     const bool vec = p.dim % 8 == 0 && aligned16(p.x) && aligned16(p.y) && (!p.norm_weight || aligned16(p.norm_weight));
     MhcPreParams q = p;
     if (p.prepared_values) {
@@ -517,7 +522,7 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
         // The fused write needs whole 128-blocks on the vector path; otherwise one preparation launch after it.
         if (!(vec && p.dim % 128 == 0 && aligned16(p.prepared_values))) q.prepared_values = nullptr;
     }
-    launch_pdl("mhc_finalize_kernel", mhc_finalize_kernel, dim3(p.n_tokens), dim3(kFinThreads), smem, stream, q, ws,
+    launch_pdl("mhc_finalize_kernel", finalize, dim3(p.n_tokens), dim3(kFinThreads), smem, stream, q, ws,
                splits, vec);
     CUDA_CHECK_LAUNCH("mhc_finalize_kernel");
     if (p.prepared_values && !q.prepared_values) {
