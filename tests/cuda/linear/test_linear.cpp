@@ -514,7 +514,8 @@ TEST(LinearArgs, BadArgumentsThrowNamedErrors) {
 
 // dequantize_weight_bf16 (the prefill's widening of wo_a for the bf16 GEMM) equals the CPU reference's
 // dequantize_linear rounded to bf16, bit for bit, for every weight format: rows of a multiple of 8 elements take the
-// 8-wide kernel, the others (and a misaligned output) the element-wise one.
+// 8-wide kernel, the others (and a misaligned output) the element-wise one. [1031, 4224] has more 8-element groups
+// than one pass of the grid covers: the grid-stride loop steps (row, column) across row ends.
 TEST(WeightDequant, WidensExactlyLikeTheReference) {
     const uint64_t seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
@@ -523,6 +524,7 @@ TEST(WeightDequant, WidensExactlyLikeTheReference) {
     for (Case c : {Case{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, 130, 264, false},
                    Case{WeightKind::FP8_BLOCK128, ScaleKind::F32, 257, 1024, false},
                    Case{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, 7, 36, false},
+                   Case{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, 1031, 4224, false},
                    Case{WeightKind::FP8_BLOCK128, ScaleKind::E8M0, 64, 512, true},
                    Case{WeightKind::FP4_BLOCK32, ScaleKind::E8M0, 33, 352, false},
                    Case{WeightKind::FP4_BLOCK32, ScaleKind::E8M0, 5, 96, true},
