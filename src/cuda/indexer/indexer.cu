@@ -1,6 +1,7 @@
 // Indexer kernels.
 //  * prepare_q: one warp per head vector, head_dim/32 consecutive elements per lane; the Hadamard butterflies run
-//    in registers (in-lane stages) and through xor shuffles (cross-lane stages), in the CPU op's exact order.
+//    in registers (in-lane stages) and through xor shuffles (cross-lane stages), in the CPU op's exact order. A CTA
+//    takes a whole token's heads where they divide evenly (its rope angles evaluated once).
 //  * scores: CTA per (query, tile of 64 entries); q (all heads) and the key tile live in shared memory as bf16;
 //    thread (entry, head group) accumulates sum_h w_h ReLU(q_h . k) over its heads, reduced across groups.
 //  * top-k (also the second half of indexer_select_prefill, per chunk of rows): CTA per query; 4-pass 8-bit radix
@@ -19,26 +20,55 @@ using namespace attn_detail;
 
 namespace {
 
-template <int E>  // elements per lane: head_dim / 32
-__global__ void prepare_q_kernel(bf16* q, int64_t stride, int n_tokens, int n_heads, const int32_t* positions,
-                                 RopeTable rope, bool quant_sim, bool rope_per_cta) {
-    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
-    pdl_trigger();
-    constexpr int D = 32 * E;
-    const int row = blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5);
-    const int lane = threadIdx.x & 31;
-    // rope_per_cta (the host's choice: the CTA's rows are heads of one token): the token's angles once per CTA,
-    // before any early return (a barrier follows).
-    __shared__ float2 cos_sin_s[kMaxRopePairs];
-    if (rope_per_cta)
-        cta_rope_table(positions[(blockIdx.x * (blockDim.x / 32)) / n_heads], rope.inv_freq, rope.n_pairs, cos_sin_s);
-    const float2* const cos_sin = rope_per_cta ? cos_sin_s : nullptr;
-    if (row >= n_tokens * n_heads) return;
-    const int t = row / n_heads, h = row % n_heads;
-    bf16* v = q + t * stride + int64_t(h) * D;
-    float x[E];
+// This lane's E consecutive bf16 of a row (one 2E-byte load where `vec`), and their store.
+template <int E>
+__device__ __forceinline__ void load_lane(const bf16* p, bool vec, float (&x)[E]) {
+    if constexpr (E == 4 || E == 8) {
+        if (vec) {
+            uint32_t w[E / 2];
+            if constexpr (E == 4) *reinterpret_cast<uint2*>(w) = *reinterpret_cast<const uint2*>(p);
+            else *reinterpret_cast<uint4*>(w) = *reinterpret_cast<const uint4*>(p);
 #pragma unroll
-    for (int i = 0; i < E; ++i) x[i] = __bfloat162float(v[lane * E + i]);
+            for (int i = 0; i < E / 2; ++i) {
+                x[2 * i] = __uint_as_float(w[i] << 16);
+                x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+            }
+            return;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < E; ++i) x[i] = __bfloat162float(p[i]);
+}
+template <int E>
+__device__ __forceinline__ void store_lane(bf16* p, bool vec, const float (&x)[E]) {
+    if constexpr (E == 4 || E == 8) {
+        if (vec) {
+            uint32_t w[E / 2];
+#pragma unroll
+            for (int i = 0; i < E / 2; ++i) {
+                const __nv_bfloat162 h = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
+                w[i] = *reinterpret_cast<const uint32_t*>(&h);
+            }
+            if constexpr (E == 4) *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(w);
+            else *reinterpret_cast<uint4*>(p) = *reinterpret_cast<const uint4*>(w);
+            return;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < E; ++i) p[i] = __float2bfloat16_rn(x[i]);
+}
+
+// One head vector (row = token * n_heads + head) by one warp: RoPE, Hadamard, the FP4 simulation.
+template <int E>  // elements per lane: head_dim / 32
+__device__ __forceinline__ void prepare_q_row(bf16* q, int64_t stride, int row, int n_heads, const int32_t* positions,
+                                              const RopeTable& rope, const float2* cos_sin, bool quant_sim,
+                                              bool vec) {
+    constexpr int D = 32 * E;
+    const int lane = threadIdx.x & 31;
+    const int t = row / n_heads, h = row % n_heads;
+    bf16* v = q + t * stride + int64_t(h) * D + lane * E;
+    float x[E];
+    load_lane<E>(v, vec, x);
     const int rope_first = D - 2 * rope.n_pairs;
     const int64_t pos = positions[t];
 #pragma unroll
@@ -64,19 +94,18 @@ __global__ void prepare_q_kernel(bf16* q, int64_t stride, int n_tokens, int n_he
         }
     }
     if (!quant_sim) {  // reference configuration: the roped bf16 query, no Hadamard / FP4 (CPU exact numerics)
-#pragma unroll
-        for (int i = 0; i < E; ++i) v[lane * E + i] = __float2bfloat16_rn(x[i]);
+        store_lane<E>(v, vec, x);
         return;
     }
     // Hadamard: stage h pairs element j with j + h (j's bit h clear): low = a + b, high = a - b.
 #pragma unroll
-    for (int h = 1; h < E; h *= 2) {
+    for (int hs = 1; hs < E; hs *= 2) {
 #pragma unroll
         for (int i = 0; i < E; ++i) {
-            if ((i & h) == 0) {
-                const float a = x[i], b = x[i + h];
+            if ((i & hs) == 0) {
+                const float a = x[i], b = x[i + hs];
                 x[i] = a + b;
-                x[i + h] = a - b;
+                x[i + hs] = a - b;
             }
         }
     }
@@ -99,9 +128,31 @@ __global__ void prepare_q_kernel(bf16* q, int64_t stride, int n_tokens, int n_he
     constexpr int kLanesPerBlock = 32 / E;  // FP4 block of 32 elements
 #pragma unroll
     for (int o = 1; o < kLanesPerBlock; o *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float s = pow2_ceil(fmaxf(amax, 6.f * 1.17549435e-38f) / 6.f);
+    // s is a power of two in [2^-126, 2^126]: x * (1 / s) is x / s exactly
+    const float s = pow2_ceil(fmaxf(amax, 6.f * 1.17549435e-38f) / 6.f), inv_s = 1.f / s;
 #pragma unroll
-    for (int i = 0; i < E; ++i) v[lane * E + i] = __float2bfloat16_rn(from_e2m1(to_e2m1(x[i] / s)) * s);
+    for (int i = 0; i < E; ++i) x[i] = from_e2m1(to_e2m1(x[i] * inv_s)) * s;
+    store_lane<E>(v, vec, x);
+}
+
+// CTA of 8 warps over 8 * rows_per_warp consecutive rows, warp w taking rows w, w + 8, ... of them. rope_per_cta
+// (the host's choice: the CTA's rows are heads of one token): the token's angles once per CTA. With 64 index heads
+// a CTA holds one token (8 rows per warp): the angles (a double sincos per pair) once per token, not per 8 rows.
+template <int E>
+__global__ void prepare_q_kernel(bf16* q, int64_t stride, int n_tokens, int n_heads, const int32_t* positions,
+                                 RopeTable rope, bool quant_sim, bool rope_per_cta, int rows_per_warp, bool vec) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
+    const int warps = blockDim.x / 32, warp = threadIdx.x >> 5;
+    const int first = blockIdx.x * warps * rows_per_warp, rows = n_tokens * n_heads;
+    __shared__ float2 cos_sin_s[kMaxRopePairs];
+    if (rope_per_cta) cta_rope_table(positions[first / n_heads], rope.inv_freq, rope.n_pairs, cos_sin_s);
+    const float2* const cos_sin = rope_per_cta ? cos_sin_s : nullptr;
+    for (int i = 0; i < rows_per_warp; ++i) {
+        const int row = first + i * warps + warp;
+        if (row >= rows) return;
+        prepare_q_row<E>(q, stride, row, n_heads, positions, rope, cos_sin, quant_sim, vec);
+    }
 }
 
 constexpr int kScoreTile = 64;
@@ -293,18 +344,27 @@ void indexer_prepare_q(bf16* q, int64_t stride, int n_tokens, int n_heads, int h
                     head_dim);
     if (n_tokens <= 0 || n_heads <= 0) return;
     const int rows = n_tokens * n_heads, warps = 8;
-    const int blocks = (rows + warps - 1) / warps;
     auto* kernel = head_dim == 32    ? prepare_q_kernel<1>
                    : head_dim == 64  ? prepare_q_kernel<2>
                    : head_dim == 128 ? prepare_q_kernel<4>
                    : head_dim == 256 ? prepare_q_kernel<8>
                                      : nullptr;
     if (!kernel) fail_rt("indexer: index_head_dim must be 32, 64, 128 or 256, got {}", head_dim);
-    // The rope angles once per CTA where a CTA's rows are heads of one token (64 index heads: eight CTAs per token)
-    // rather than in every row's rope lanes.
+    // The rope angles once per CTA where a CTA's rows are heads of one token: with 64 index heads a CTA takes a
+    // whole token (8 rows per warp), else 8 heads of one (eight CTAs per token).
     const bool rope_per_cta = rope.n_pairs > 0 && n_heads % warps == 0;
+    int rows_per_warp = 1;
+    if (rope_per_cta)
+        for (int r = 8; r > 1; r /= 2)
+            if (n_heads % (warps * r) == 0) {
+                rows_per_warp = r;
+                break;
+            }
+    const int per_lane = head_dim / 32;
+    const bool vec = reinterpret_cast<uintptr_t>(q) % (2 * per_lane) == 0 && stride % per_lane == 0;
+    const int blocks = (rows + warps * rows_per_warp - 1) / (warps * rows_per_warp);
     launch_pdl("prepare_q_kernel", kernel, dim3(blocks), dim3(warps * 32), 0, stream, q, stride, n_tokens, n_heads,
-               positions, rope, quant_sim, rope_per_cta);
+               positions, rope, quant_sim, rope_per_cta, rows_per_warp, vec);
     CUDA_CHECK_LAUNCH("prepare_q_kernel");
 }
 
