@@ -209,8 +209,9 @@ __device__ float sinkhorn_lane(float c, int lane, int iters, float eps) {
 template <int NS>
 __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams p, const float* __restrict__ ws,
                                                                    int n_splits, bool vec) {
-    extern __shared__ __align__(16) float ybuf[];  // [D]; each collapse thread reads back only what it wrote; then the token's
-                                     // partials [n_splits][n_out] (mhc_chunk::ws_index), staged
+    // ybuf [D]: each collapse thread reads back only what it wrote; after it, the token's partials [n_splits][n_out]
+    // (mhc_chunk::ws_index), staged.
+    extern __shared__ __align__(16) float ybuf[];
     __shared__ float red[kMixMax + 1];
     __shared__ float scratch[32];
     const int t = blockIdx.x;
@@ -245,7 +246,8 @@ __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams 
         const int n_vals = n_splits * n_out;
         const float* blk = ws + int64_t(t) * n_vals;
         if (n_vals % 4 == 0 && reinterpret_cast<uintptr_t>(ws) % 16 == 0) {
-            for (int i = int(threadIdx.x) * 4; i < n_vals; i += int(blockDim.x) * 4) cp_async_cg16_zfill(part + i, blk + i, 16);
+            for (int i = int(threadIdx.x) * 4; i < n_vals; i += int(blockDim.x) * 4)
+                cp_async_cg16_zfill(part + i, blk + i, 16);
         } else {
             for (int i = int(threadIdx.x); i < n_vals; i += int(blockDim.x)) cp_async_ca<4>(part + i, blk + i);
         }
@@ -509,8 +511,9 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
     }
     const size_t smem = (size_t(p.dim + 3) / 4 * 4 + size_t(splits) * (n_mix_of(p.n_streams, p.head_mode) + 1)) *
                         sizeof(float);
-    FS_ATTN_REQUIRE(smem <= 200 * 1024, "mhc_pre: hc_mult {} x hidden_size {} exceeds the finalize kernel's shared memory",
-                    p.n_streams, p.dim);
+    FS_ATTN_REQUIRE(smem <= 200 * 1024,
+                    "mhc_pre: hc_mult {} x hidden_size {} exceeds the finalize kernel's shared memory", p.n_streams,
+                    p.dim);
     auto* finalize = p.n_streams == 4 ? mhc_finalize_kernel<4> : mhc_finalize_kernel<0>;
     allow_dynamic_smem(finalize, smem);
     const bool vec = p.dim % 8 == 0 && aligned16(p.x) && aligned16(p.y) && (!p.norm_weight || aligned16(p.norm_weight));

@@ -14,9 +14,9 @@
 //     thread issues its cp.async pieces of the tile's streams (bf16, 8 bytes per token and lane slot, zero-filled
 //     past the tokens or K) and, with the previous mhc_post fused, of the tokens' post / comb weights and MoE pair
 //     slots (contiguous rows of the tile's tokens, copied as 16-byte blocks): all of the tile's loads are in flight
-//     at once. Staged token by token through registers (load, convert, butterfly, next token), each CTA lived ~26 us, mostly waiting on one load at a time. A persistent
-//     form (one wave of CTAs walking their tiles, the next tile in flight) measured slower than these independent
-//     CTAs, 15 waves of them at 4,096 tokens.
+//     at once. Staged token by token through registers (load, convert, butterfly, next token), each CTA lived
+//     ~26 us, mostly waiting on one load at a time. A persistent form (one wave of CTAs walking their tiles, the next
+//     tile in flight) measured slower than these independent CTAs, 15 waves of them at 4,096 tokens.
 //     With the post fused, o (read, or the MoE combine of the token's expert rows) is computed once per (token,
 //     feature) into shared memory (the split kernel computes it once per stream), then warp w mixes tokens w,
 //     w + 8, ... in place, lane L the 4 elements of lane slot L, exactly as the split kernel's warp holds them,
@@ -299,13 +299,9 @@ void mhc_partial_tiled(const MhcPartialArgs& a, cudaStream_t stream) {
     const int top_k = a.pin.y_routed ? a.pin.top_k : 0;
     const size_t smem = TiledSmem(fused, a.n_streams, top_k).total;
     FS_REQUIRE(smem <= 200 * 1024, "mhc_partial_tiled: top_k ", top_k, " needs ", smem, " bytes of shared memory");
-    if (a.n_streams == 4) {
-        allow_dynamic_smem(mhc_partial_tiled_kernel<4>, smem);
-        launch_pdl("mhc_partial_tiled_kernel", mhc_partial_tiled_kernel<4>, grid, dim3(kThreads), smem, stream, a);
-    } else {
-        allow_dynamic_smem(mhc_partial_tiled_kernel<0>, smem);
-        launch_pdl("mhc_partial_tiled_kernel", mhc_partial_tiled_kernel<0>, grid, dim3(kThreads), smem, stream, a);
-    }
+    auto* kernel = a.n_streams == 4 ? mhc_partial_tiled_kernel<4> : mhc_partial_tiled_kernel<0>;
+    allow_dynamic_smem(kernel, smem);
+    launch_pdl("mhc_partial_tiled_kernel", kernel, grid, dim3(kThreads), smem, stream, a);
     CUDA_CHECK_LAUNCH("mhc_partial_tiled_kernel");
 }
 

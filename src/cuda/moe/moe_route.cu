@@ -169,6 +169,15 @@ __device__ __forceinline__ int local_expert(const int32_t* idx, int64_t p, const
     return idx[p] >= 0 && e >= 0 && e < g.E ? e : -1;
 }
 
+// Counts pairs [p0, p1) per local expert into `count` (shared memory, zeroed).
+__device__ __forceinline__ void group_count(const int32_t* idx, int64_t p0, int64_t p1, const MoeGrouping& g,
+                                            int32_t* count) {
+    for (int64_t p = p0 + threadIdx.x; p < p1; p += blockDim.x) {
+        const int e = local_expert(idx, p, g);
+        if (e >= 0) atomicAdd(&count[e], 1);
+    }
+}
+
 // From the per-expert counts (shared memory, complete): expert_count, expert_offset, the active list, n_active and
 // the wgmma tile list in global memory, and cursor[e] = expert_offset[e] (shared). Ends with a barrier.
 __device__ void group_scan(const MoeGrouping& g, const int32_t* count, int32_t* cursor) {
@@ -247,10 +256,7 @@ __device__ void group_block(const int32_t* idx, const float* wts, int64_t n_pair
                             int32_t* sh) {
     int32_t* count = sh;           // [E]
     int32_t* cursor = sh + g.E;    // [E]
-    for (int64_t p = threadIdx.x; p < n_pairs; p += blockDim.x) {
-        const int e = local_expert(idx, p, g);
-        if (e >= 0) atomicAdd(&count[e], 1);
-    }
+    group_count(idx, 0, n_pairs, g, count);
     __syncthreads();
     group_scan(g, count, cursor);
     group_scatter(idx, wts, 0, n_pairs, top_k, g, cursor);
@@ -280,10 +286,7 @@ __global__ void __launch_bounds__(kGroupThreads) group_count_kernel(const int32_
     group_zero_counts(g.E, count);
     __syncthreads();
     const int64_t p0 = int64_t(blockIdx.x) * kGroupPairsPerCta, p1 = min(n_pairs, p0 + kGroupPairsPerCta);
-    for (int64_t p = p0 + threadIdx.x; p < p1; p += blockDim.x) {
-        const int e = local_expert(idx, p, g);
-        if (e >= 0) atomicAdd(&count[e], 1);
-    }
+    group_count(idx, p0, p1, g, count);
     __syncthreads();
     int32_t* out = g.block_counts + int64_t(blockIdx.x) * g.E;
     for (int e = threadIdx.x; e < g.E; e += blockDim.x) out[e] = count[e];
@@ -404,8 +407,8 @@ void moe_group(const int32_t* expert_idx, const float* expert_weight, int64_t M,
         const unsigned blocks = unsigned(moe_group_blocks(n_pairs));
         launch_pdl("group_count_kernel", group_count_kernel, dim3(blocks), dim3(kGroupThreads), size_t(g.E) * 4, stream,
                    expert_idx, n_pairs, g);
-        launch_pdl("group_offsets_kernel", group_offsets_kernel, dim3(1), dim3(1024), size_t(g.E) * 8, stream, int(blocks),
-                   g);
+        launch_pdl("group_offsets_kernel", group_offsets_kernel, dim3(1), dim3(1024), size_t(g.E) * 8, stream,
+                   int(blocks), g);
         launch_pdl("group_place_kernel", group_place_kernel, dim3(blocks), dim3(kGroupThreads), size_t(g.E) * 4, stream,
                    expert_idx, expert_weight, n_pairs, top_k, g);
         return;

@@ -113,6 +113,30 @@ TEST(MoeRoute, BiasedTopKAndHashMatchCpu) {
         }
 }
 
+// n int32 from device memory.
+std::vector<int32_t> download_ints(const void* ptr, size_t n) {
+    std::vector<int32_t> v(n);
+    if (n) CUDA_CHECK(cudaMemcpy(v.data(), ptr, n * 4, cudaMemcpyDeviceToHost));
+    return v;
+}
+
+// Two groupings with the same offsets (`off`) hold, per expert, the same (token, weight bits) slots; their order
+// inside an expert comes from atomics and is not compared.
+void expect_same_slots_per_expert(int E, const std::vector<int32_t>& off, const std::vector<int32_t>& tok1,
+                                  const std::vector<int32_t>& w1, const std::vector<int32_t>& tok2,
+                                  const std::vector<int32_t>& w2) {
+    for (int e = 0; e < E; ++e) {
+        std::vector<std::pair<int32_t, int32_t>> a, b;
+        for (int s = off[size_t(e)]; s < off[size_t(e) + 1]; ++s) {
+            a.emplace_back(tok1[size_t(s)], w1[size_t(s)]);
+            b.emplace_back(tok2[size_t(s)], w2[size_t(s)]);
+        }
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        EXPECT_EQ(a, b) << "expert " << e;
+    }
+}
+
 // The one-launch routing + grouping of decode (moe_route_and_group, up to 16 tokens; more fall back to the two
 // launches) gives what moe_route then moe_group give: the same picks and weights bit for bit, the same counts,
 // offsets and active list, and per expert the same (token, weight) slots (their order inside an expert comes from
@@ -179,16 +203,7 @@ TEST(MoeRoute, FusedRouteAndGroupMatchesTwoLaunches) {
             const auto tok1 = ints(raw1, g1, g1.slot_token, P), tok2 = ints(raw2, g2, g2.slot_token, P);
             const auto sw1 = ints(raw1, g1, reinterpret_cast<const int32_t*>(g1.slot_weight), P);
             const auto sw2 = ints(raw2, g2, reinterpret_cast<const int32_t*>(g2.slot_weight), P);
-            for (int e = 0; e < E; ++e) {
-                std::vector<std::pair<int32_t, int32_t>> a, b;
-                for (int s = off1[size_t(e)]; s < off1[size_t(e) + 1]; ++s) {
-                    a.emplace_back(tok1[size_t(s)], sw1[size_t(s)]);
-                    b.emplace_back(tok2[size_t(s)], sw2[size_t(s)]);
-                }
-                std::sort(a.begin(), a.end());
-                std::sort(b.begin(), b.end());
-                EXPECT_EQ(a, b) << "expert " << e;
-            }
+            expect_same_slots_per_expert(E, off1, tok1, sw1, tok2, sw2);
             const auto ps = ints(raw1, g1, g1.pair_slot, P);
             for (size_t p = 0; p < P; ++p)
                 if (ps[p] >= 0) {
@@ -203,16 +218,11 @@ TEST(MoeRoute, FusedRouteAndGroupMatchesTwoLaunches) {
                     want_col.push_back(c);
                 }
             ASSERT_LE(int64_t(want_expert.size()), int64_t(g1.act_tile_count));
-            auto ints_at = [](const int32_t* p, size_t n) {
-                std::vector<int32_t> v(n);
-                if (n) CUDA_CHECK(cudaMemcpy(v.data(), p, n * 4, cudaMemcpyDeviceToHost));
-                return v;
-            };
             for (const Out* o : {&one, &two}) {
                 SCOPED_TRACE(o == &one ? "fused" : "two launches");
-                ASSERT_EQ(ints_at(o->g.n_tiles, 1)[0], int32_t(want_expert.size()));
-                EXPECT_EQ(ints_at(o->g.tile_expert, want_expert.size()), want_expert);
-                EXPECT_EQ(ints_at(o->g.tile_col, want_col.size()), want_col);
+                ASSERT_EQ(download_ints(o->g.n_tiles, 1)[0], int32_t(want_expert.size()));
+                EXPECT_EQ(download_ints(o->g.tile_expert, want_expert.size()), want_expert);
+                EXPECT_EQ(download_ints(o->g.tile_col, want_col.size()), want_col);
             }
         }
 }
@@ -222,8 +232,10 @@ TEST(MoeRoute, FusedRouteAndGroupMatchesTwoLaunches) {
 // 16-token tile list, and per expert the same (token, weight) slots; every pair's slot holds its token, and pairs
 // with no expert or one outside the shard's range (expert_begin) get -1. Odd sizes: a partial last CTA.
 TEST(MoeGroup, ManyCtaGroupingMatchesOneCta) {
-    for (auto [M, E, K, begin, total] : {std::tuple<int, int, int, int, int>{4096, 256, 6, 0, 256}, {700, 256, 6, 0, 256},
-                                         {1537, 19, 3, 0, 19}, {2000, 64, 6, 64, 256}, {683, 256, 6, 0, 256}}) {
+    using Case = std::tuple<int, int, int, int, int>;  // M, E, K, expert_begin, experts routed to
+    for (auto [M, E, K, begin, total] :
+         {Case{4096, 256, 6, 0, 256}, {700, 256, 6, 0, 256}, {1537, 19, 3, 0, 19}, {2000, 64, 6, 64, 256},
+          {683, 256, 6, 0, 256}}) {
         const uint64_t seed = fresh_seed();
         std::ostringstream d;
         d << "M=" << M << " E=" << E << " K=" << K << " begin=" << begin << " seed=" << seed;
@@ -256,40 +268,26 @@ TEST(MoeGroup, ManyCtaGroupingMatchesOneCta) {
         cuda::moe_group(didx.ptr, dw.ptr, M, K, many.g, nullptr);
         cuda::moe_group(didx.ptr, dw.ptr, M, K, one.g, nullptr);
         CUDA_CHECK(cudaDeviceSynchronize());
-        auto ints_at = [](const void* ptr, size_t n) {
-            std::vector<int32_t> v(n);
-            if (n) CUDA_CHECK(cudaMemcpy(v.data(), ptr, n * 4, cudaMemcpyDeviceToHost));
-            return v;
-        };
-        const auto n_many = ints_at(many.g.n_active, 1), n_one = ints_at(one.g.n_active, 1);
+        const auto n_many = download_ints(many.g.n_active, 1), n_one = download_ints(one.g.n_active, 1);
         ASSERT_EQ(n_many, n_one);
-        const auto counts = ints_at(many.g.expert_count, size_t(E));
-        EXPECT_EQ(counts, ints_at(one.g.expert_count, size_t(E)));
-        const auto off = ints_at(many.g.expert_offset, size_t(E + 1));
-        EXPECT_EQ(off, ints_at(one.g.expert_offset, size_t(E + 1)));
-        EXPECT_EQ(ints_at(many.g.active, size_t(n_many[0])), ints_at(one.g.active, size_t(n_one[0])));
-        const auto nt = ints_at(many.g.n_tiles, 1);
-        ASSERT_EQ(nt, ints_at(one.g.n_tiles, 1));
+        const auto counts = download_ints(many.g.expert_count, size_t(E));
+        EXPECT_EQ(counts, download_ints(one.g.expert_count, size_t(E)));
+        const auto off = download_ints(many.g.expert_offset, size_t(E + 1));
+        EXPECT_EQ(off, download_ints(one.g.expert_offset, size_t(E + 1)));
+        EXPECT_EQ(download_ints(many.g.active, size_t(n_many[0])), download_ints(one.g.active, size_t(n_one[0])));
+        const auto nt = download_ints(many.g.n_tiles, 1);
+        ASSERT_EQ(nt, download_ints(one.g.n_tiles, 1));
         const size_t listed = size_t(std::min(nt[0], many.g.act_tile_count));  // the list stops at its capacity
-        EXPECT_EQ(ints_at(many.g.tile_expert, listed), ints_at(one.g.tile_expert, listed));
-        EXPECT_EQ(ints_at(many.g.tile_col, listed), ints_at(one.g.tile_col, listed));
+        EXPECT_EQ(download_ints(many.g.tile_expert, listed), download_ints(one.g.tile_expert, listed));
+        EXPECT_EQ(download_ints(many.g.tile_col, listed), download_ints(one.g.tile_col, listed));
         int64_t in_range = 0;
         for (size_t p = 0; p < P; ++p) in_range += idx[p] >= begin && idx[p] < begin + E;
         ASSERT_EQ(int64_t(off[size_t(E)]), in_range);
         const size_t S = size_t(in_range);
-        const auto tok_m = ints_at(many.g.slot_token, S), tok_o = ints_at(one.g.slot_token, S);
-        const auto sw_m = ints_at(many.g.slot_weight, S), sw_o = ints_at(one.g.slot_weight, S);
-        for (int e = 0; e < E; ++e) {
-            std::vector<std::pair<int32_t, int32_t>> a, b;
-            for (int s = off[size_t(e)]; s < off[size_t(e) + 1]; ++s) {
-                a.emplace_back(tok_m[size_t(s)], sw_m[size_t(s)]);
-                b.emplace_back(tok_o[size_t(s)], sw_o[size_t(s)]);
-            }
-            std::sort(a.begin(), a.end());
-            std::sort(b.begin(), b.end());
-            EXPECT_EQ(a, b) << "expert " << e;
-        }
-        const auto ps = ints_at(many.g.pair_slot, P);
+        const auto tok_m = download_ints(many.g.slot_token, S), tok_o = download_ints(one.g.slot_token, S);
+        const auto sw_m = download_ints(many.g.slot_weight, S), sw_o = download_ints(one.g.slot_weight, S);
+        expect_same_slots_per_expert(E, off, tok_m, sw_m, tok_o, sw_o);
+        const auto ps = download_ints(many.g.pair_slot, P);
         for (size_t p = 0; p < P; ++p) {
             const bool mine = idx[p] >= begin && idx[p] < begin + E;
             if (!mine) {
