@@ -44,14 +44,16 @@ void ForwardPass::begin(const PassShape& s) {
     pol_ = s.prefill ? &prefill_policy_ : &decode_policy_;
     streams_.reset_branches();
     post_pending_ = -1;
+    residual_ = buf_.residual.as<bf16>();
+    residual_rows_ = s.n_rows;
     OpProfiler::Scope sc(prof_, "embedding");
     prof_.bytes(double(s.n_rows) * shard_.head_bytes().embed_row);
     embed_streams(shard_.embed(), cfg_.vocab_size, buf_.meta.d(StepMeta::kTokens), s.n_rows, cfg_.hc_mult,
-                  cfg_.hidden_size, buf_.residual.as<bf16>(), streams_.main());
+                  cfg_.hidden_size, residual_, streams_.main());
 }
 
-void ForwardPass::sub_block(const PassShape& s, int l, int sub) {
-    pol_ = s.prefill ? &prefill_policy_ : &decode_policy_;
+void ForwardPass::sub_block(const PassShape& pass, int l, int sub) {
+    pol_ = pass.prefill ? &prefill_policy_ : &decode_policy_;
     const int N = cfg_.hc_mult;
     const int64_t D = cfg_.hidden_size;
     const cudaStream_t stream = streams_.main();
@@ -61,12 +63,22 @@ void ForwardPass::sub_block(const PassShape& s, int l, int sub) {
     // sharded MoE sub-block combines its own terms (its partial sum is reduced before the next pre), so the next pre
     // then mixes the reduced output like an attention sub-block's.
     const bool fuse_post = pol_->fused_post && mhc_pre_fuses_post(N, int(D));
+    PassShape s = pass;
+    const bool head_rows = last_ffn_on_head_rows(pass, l, sub);
+    if (head_rows) {
+        if (pass.n_head_rows == 0) {  // a prefill chunk that needs no logits: nothing reads this sub-block's output
+            post_pending_ = -1;
+            return;
+        }
+        gather_head_rows(pass);
+        s.n_rows = pass.n_head_rows;
+    }
     if (post_pending_ >= 0 && !fuse_post) run_pending_post(s);
     MhcPreParams p;
     p.n_tokens = s.n_rows;
     p.n_streams = N;
     p.dim = int(D);
-    p.x = buf_.residual.as<bf16>();
+    p.x = residual_;
     p.fn = sub == 0 ? L.hc_attn_fn : L.hc_ffn_fn;
     p.base = sub == 0 ? L.hc_attn_base : L.hc_ffn_base;
     p.scale = sub == 0 ? L.hc_attn_scale : L.hc_ffn_scale;
@@ -86,10 +98,10 @@ void ForwardPass::sub_block(const PassShape& s, int l, int sub) {
             p.prev_top_k = cfg_.num_experts_per_tok;
             p.prev_round_terms = num_.act == ActNumerics::FP8_BLOCK128;
         } else {
-            p.prev_o = buf_.sub_out.as<bf16>();
+            p.prev_o = head_rows ? buf_.head_o.as<bf16>() : buf_.sub_out.as<bf16>();
         }
-        p.prev_post = buf_.mhc_post.as<float>();
-        p.prev_comb = buf_.mhc_comb.as<float>();
+        p.prev_post = head_rows ? buf_.head_post.as<float>() : buf_.mhc_post.as<float>();
+        p.prev_comb = head_rows ? buf_.head_comb.as<float>() : buf_.mhc_comb.as<float>();
         post_pending_ = -1;
     }
     // The norm also writes sub_in prepared for the sub-block's first FP8 / FP4 linear (one launch fewer).
@@ -120,11 +132,41 @@ void ForwardPass::sub_block(const PassShape& s, int l, int sub) {
     post_pending_ = sub;  // run by the next pre, before it (fusion off) or by end()
 }
 
-void ForwardPass::run_pending_post(const PassShape& s) {
+void ForwardPass::run_pending_post(const PassShape&) {
     OpProfiler::Scope sc(prof_, "mhc_post");
-    mhc_post(s.n_rows, cfg_.hc_mult, int(cfg_.hidden_size), buf_.residual.as<bf16>(), buf_.sub_out.as<bf16>(),
-             buf_.mhc_post.as<float>(), buf_.mhc_comb.as<float>(), buf_.residual.as<bf16>(), streams_.main());
+    mhc_post(residual_rows_, cfg_.hc_mult, int(cfg_.hidden_size), residual_, buf_.sub_out.as<bf16>(),
+             buf_.mhc_post.as<float>(), buf_.mhc_comb.as<float>(), residual_, streams_.main());
     post_pending_ = -1;
+}
+
+bool ForwardPass::last_ffn_on_head_rows(const PassShape& s, int l, int sub) const {
+    return sub == 1 && l + 1 == cfg_.num_hidden_layers && !sharded_ && s.n_head_rows < s.n_rows &&
+           !shard_.layer(l).tid2eid && !pol_->is_disabled("head_rows_last_ffn");
+}
+
+void ForwardPass::gather_head_rows(const PassShape& s) {
+    FS_CHECK(post_pending_ == 0 && residual_ == buf_.residual.as<bf16>(),
+             "CUDA backend: the head rows are gathered once, after the last attention sub-block");
+    const int N = cfg_.hc_mult, R = s.n_head_rows;
+    const int64_t D = cfg_.hidden_size;
+    const cudaStream_t stream = streams_.main();
+    const int32_t* rows = buf_.meta.d(StepMeta::kHeadRows);
+    {
+        OpProfiler::Scope sc(prof_, "head gather");
+        gather_rows(buf_.residual.as<bf16>(), rows, R, N * D, buf_.head_streams.as<bf16>(), stream);
+        gather_rows(buf_.sub_out.as<bf16>(), rows, R, D, buf_.head_o.as<bf16>(), stream);
+        // fp32 rows moved as bf16 pairs (a copy of their bits)
+        gather_rows(buf_.mhc_post.as<bf16>(), rows, R, 2 * N, buf_.head_post.as<bf16>(), stream);
+        gather_rows(buf_.mhc_comb.as<bf16>(), rows, R, 2 * N * N, buf_.head_comb.as<bf16>(), stream);
+    }
+    residual_ = buf_.head_streams.as<bf16>();
+    residual_rows_ = R;
+    if (!(pol_->fused_post && mhc_pre_fuses_post(N, int(D)))) {
+        OpProfiler::Scope sc(prof_, "mhc_post");
+        mhc_post(R, N, int(D), residual_, buf_.head_o.as<bf16>(), buf_.head_post.as<float>(),
+                 buf_.head_comb.as<float>(), residual_, stream);
+        post_pending_ = -1;
+    }
 }
 
 void ForwardPass::end(const PassShape& s) {
@@ -137,10 +179,10 @@ void ForwardPass::enqueue_head(const PassShape& s) {
     const int N = cfg_.hc_mult;
     const int64_t D = cfg_.hidden_size;
     const cudaStream_t stream = streams_.main();
-    {
+    if (residual_ != buf_.head_streams.as<bf16>()) {  // not gathered before the last MoE sub-block
         OpProfiler::Scope sc(prof_, "head gather");
-        gather_rows(buf_.residual.as<bf16>(), buf_.meta.d(StepMeta::kHeadRows), s.n_head_rows, N * D,
-                    buf_.head_streams.as<bf16>(), stream);
+        gather_rows(residual_, buf_.meta.d(StepMeta::kHeadRows), s.n_head_rows, N * D, buf_.head_streams.as<bf16>(),
+                    stream);
     }
     MhcPreParams p;
     p.n_tokens = s.n_head_rows;

@@ -70,6 +70,15 @@ private:
     void enqueue_shared_expert(int l, int rows, const PreparedActivation& routed_x, const Lane& lane);
     void enqueue_head(const PassShape& s);
     void run_pending_post(const PassShape& s);  // mhc_post of the sub-block before, on its own
+    // The last MoE sub-block's output feeds only the head: it runs on the head rows alone (the rows that need logits:
+    // a prompt's last token, every decode token) where the pass has fewer of them (not on a shard, whose partial
+    // sums the caller reduces over all rows; not in a hash-routed layer, which routes by the rows' token ids).
+    // Disabling "head_rows_last_ffn" in the kernel policy runs it on every row (A/B). The rows' kernels are those of
+    // the whole pass (PassShape::prefill), so their results are the same bits.
+    bool last_ffn_on_head_rows(const PassShape& s, int l, int sub) const;
+    // Gathers the residual streams (into head_streams, the residual from then on) and the pending attention
+    // mhc_post's inputs (head_o, head_post, head_comb) to the head rows; runs that post there when it is not fused.
+    void gather_head_rows(const PassShape& s);
 
     // Prepares x [rows, K] for weight w into buf (EXACT for BF16 weights, else the pass's numerics), in the format
     // the linear catalogue's choice for this pass takes (input_format). force_exact: no activation quantization
@@ -117,6 +126,8 @@ private:
     float* logits_;
     int64_t logits_ld_;
     int post_pending_ = -1;         // the sub-block (0 attention, 1 MoE) whose mhc_post the next mhc_pre runs, or -1
+    bf16* residual_ = nullptr;      // the residual streams of the pass: buf_.residual, or head_streams once gathered
+    int residual_rows_ = 0;         // the rows they hold
     uint64_t prep_generation_ = 1;  // bumped whenever a sub-block starts (its inputs are rewritten)
     bool profiling_ = false;
     int distinct_experts_ = 0;      // summed over layers in a profiled pass

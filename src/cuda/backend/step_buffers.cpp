@@ -68,6 +68,12 @@ StepBuffers::StepBuffers(const ModelConfig& cfg, const StepBufferSizes& sizes) :
                                    mhc_pre_workspace_bytes(int(T), int(N), int(D), true));
     mhc_workspace.allocate(mhc_workspace_bytes, "mHC workspace");
     sub_out.allocate(size_t(T * D) * 2, "sub-block output");
+    {
+        const int64_t HR = std::max(1, sizes.max_head_rows);
+        head_o.allocate(size_t(HR * D) * 2, "head rows' attention output");
+        head_post.allocate(size_t(HR * N) * 4, "head rows' mHC post");
+        head_comb.allocate(size_t(HR * N * N) * 4, "head rows' mHC comb");
+    }
     if (sizes.sharded) sub_out_partial.allocate(size_t(T * D) * 4, "sub-block output of the shard");
 
     q_latent.allocate(size_t(T * QL) * 2, "q latent");

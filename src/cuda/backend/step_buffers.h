@@ -69,6 +69,9 @@ struct StepBuffers {
     size_t mhc_workspace_bytes = 0;
     DeviceBuffer sub_out;       // [rows, hidden]: a sub-block's output before mhc_post
     DeviceBuffer sub_out_partial;  // fp32 [rows, hidden]: a shard's part of it, before the all-reduce
+    // The last attention sub-block's output and mHC mixing gathered to the head rows, where the last MoE sub-block
+    // runs on those rows only (forward.cpp): [head rows, hidden] bf16, fp32 [.., hc_mult], [.., hc_mult, hc_mult]
+    DeviceBuffer head_o, head_post, head_comb;
     // attention
     DeviceBuffer q_latent;      // [rows, q_lora_rank]
     DeviceBuffer queries;       // [rows, heads, head_dim]

@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "backend/registry.h"
 #include "model/config.h"
+#include "scoped_env.h"
 #include "test_support.h"
 
 namespace flashseek {
@@ -102,6 +103,28 @@ TEST_F(CudaPrefillInvariance, BatchMatesDoNotChangeLogits) {
     EXPECT_TRUE(bit_identical(run({2300}, &other_), alone));
     const std::vector<int32_t> short_mate(other_.begin(), other_.begin() + 77);
     EXPECT_TRUE(bit_identical(run({1000, 1300}, &short_mate), alone));
+}
+
+// The last MoE sub-block runs on the rows that need logits only (head_rows_last_ffn; the non-final chunks of the
+// backend's own chunking need none): logits after a prefill in one piece, in pieces with a batch-mate, and the decode
+// steps after them, bit-identical with it switched off.
+TEST_F(CudaPrefillInvariance, HeadRowLastFfnMatchesAllRows) {
+    SCOPED_TRACE("seed=" + std::to_string(seed_));
+    const std::vector<int32_t> short_mate(other_.begin(), other_.begin() + 77);
+    const std::vector<float> whole = run({2300}), pieces = run({1000, 1300}, &short_mate);
+    for (float v : whole) ASSERT_TRUE(std::isfinite(v));
+    std::vector<float> whole_off, pieces_off;
+    {
+        be_.reset();  // one full-size backend on the device at a time
+        test_support::ScopedEnv off("FLASHSEEK_DISABLE", "head_rows_last_ffn");
+        const std::vector<int32_t> prompt = prompt_;
+        SetUp();  // a new backend (it reads the policy at construction), then the same prompt as before
+        prompt_ = prompt;
+        whole_off = run({2300});
+        pieces_off = run({1000, 1300}, &short_mate);
+    }
+    EXPECT_TRUE(bit_identical(whole, whole_off)) << "one piece";
+    EXPECT_TRUE(bit_identical(pieces, pieces_off)) << "pieces 1000/1300 with a 77-token batch-mate";
 }
 
 // The same properties with the model split over virtual ranks on the one GPU (heads, output groups, each expert's

@@ -27,6 +27,7 @@
 #include "harness.h"
 #include "harness_mode.h"
 #include "named_error.h"
+#include "scoped_env.h"
 #include "linear_family.h"
 #include "variant_coverage.h"
 #include "weights.h"
@@ -400,23 +401,7 @@ TEST(LinearChoice, DefaultRules) {
     EXPECT_THROW(cuda::linear_variant("no_such_variant"), Error);
 }
 
-// Sets environment variables for one scope and restores them.
-class ScopedEnv {
-public:
-    ScopedEnv(const char* name, const char* value) : name_(name) {
-        if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-        setenv(name, value, 1);
-    }
-    ~ScopedEnv() {
-        if (had_) setenv(name_, old_.c_str(), 1);
-        else unsetenv(name_);
-    }
-
-private:
-    const char* name_;
-    std::string old_;
-    bool had_ = false;
-};
+using test_support::ScopedEnv;
 
 // The variable is refused with an error naming it (and the offending value where given).
 void expect_env_error(const char* name, const char* value, const char* fragment) {
