@@ -428,6 +428,13 @@ void CudaBackend::run_steps(std::span<const SequenceStep> steps, Output out, std
         }
         shape.n_head_rows = head_rows;
         shape.max_seq_tokens = max_seq_tokens;
+        for (int j = 0; j < head_rows; ++j) {  // the head rows as one-token sequences (ForwardPass::head_batch)
+            const int r = meta.h(StepMeta::kHeadRows)[j];
+            meta.h(StepMeta::kHeadSlot)[j] = meta.h(StepMeta::kSeqSlot)[meta.h(StepMeta::kTokenSeq)[r]];
+            meta.h(StepMeta::kHeadPos)[j] = meta.h(StepMeta::kTokenPos)[r];
+            meta.h(StepMeta::kHeadIndex)[j] = j;
+            meta.h(StepMeta::kHeadOnes)[j] = 1;
+        }
 
         for (auto& sh : shards_) {
             if (&sh->buf.meta != &meta) sh->buf.meta.copy_host_from(meta);

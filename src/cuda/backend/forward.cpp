@@ -64,8 +64,8 @@ void ForwardPass::sub_block(const PassShape& pass, int l, int sub) {
     // then mixes the reduced output like an attention sub-block's.
     const bool fuse_post = pol_->fused_post && mhc_pre_fuses_post(N, int(D));
     PassShape s = pass;
-    const bool head_rows = last_ffn_on_head_rows(pass, l, sub);
-    if (head_rows) {
+    const bool head_rows = last_layer_on_head_rows(pass, l);
+    if (head_rows && sub == 1) {
         if (pass.n_head_rows == 0) {  // a prefill chunk that needs no logits: nothing reads this sub-block's output
             post_pending_ = -1;
             return;
@@ -98,10 +98,11 @@ void ForwardPass::sub_block(const PassShape& pass, int l, int sub) {
             p.prev_top_k = cfg_.num_experts_per_tok;
             p.prev_round_terms = num_.act == ActNumerics::FP8_BLOCK128;
         } else {
-            p.prev_o = head_rows ? buf_.head_o.as<bf16>() : buf_.sub_out.as<bf16>();
+            p.prev_o = buf_.sub_out.as<bf16>();  // on the head rows already where the attention ran on them
         }
-        p.prev_post = head_rows ? buf_.head_post.as<float>() : buf_.mhc_post.as<float>();
-        p.prev_comb = head_rows ? buf_.head_comb.as<float>() : buf_.mhc_comb.as<float>();
+        const bool gathered = head_rows && sub == 1;
+        p.prev_post = gathered ? buf_.head_post.as<float>() : buf_.mhc_post.as<float>();
+        p.prev_comb = gathered ? buf_.head_comb.as<float>() : buf_.mhc_comb.as<float>();
         post_pending_ = -1;
     }
     // The norm also writes sub_in prepared for the sub-block's first FP8 / FP4 linear (one launch fewer).
@@ -126,10 +127,11 @@ void ForwardPass::sub_block(const PassShape& pass, int l, int sub) {
     // partial output is reduced first).
     const bool defer_combine = fuse_post && !last && !sharded_;
     if (sub == 0)
-        enqueue_attention(l, s);
+        enqueue_attention(l, s, head_rows);
     else
         enqueue_moe(l, s, /*combine=*/!defer_combine);
     post_pending_ = sub;  // run by the next pre, before it (fusion off) or by end()
+    if (head_rows && sub == 0 && s.n_head_rows == 0) post_pending_ = -1;  // no output: nothing to post
 }
 
 void ForwardPass::run_pending_post(const PassShape&) {
@@ -139,9 +141,20 @@ void ForwardPass::run_pending_post(const PassShape&) {
     post_pending_ = -1;
 }
 
-bool ForwardPass::last_ffn_on_head_rows(const PassShape& s, int l, int sub) const {
-    return sub == 1 && l + 1 == cfg_.num_hidden_layers && !sharded_ && s.n_head_rows < s.n_rows &&
-           !shard_.layer(l).tid2eid && !pol_->is_disabled("head_rows_last_ffn");
+bool ForwardPass::last_layer_on_head_rows(const PassShape& s, int l) const {
+    return l + 1 == cfg_.num_hidden_layers && !sharded_ && s.n_head_rows < s.n_rows && !shard_.layer(l).tid2eid &&
+           !pol_->is_disabled("head_rows_last_layer");
+}
+
+TokenBatch ForwardPass::head_batch(const PassShape& s) const {
+    TokenBatch b;
+    b.n_seqs = b.n_tokens = s.n_head_rows;
+    b.max_seq_tokens = 1;
+    b.seq_slot = buf_.meta.d(StepMeta::kHeadSlot);
+    b.seq_first_row = b.token_seq = buf_.meta.d(StepMeta::kHeadIndex);
+    b.seq_n_tokens = buf_.meta.d(StepMeta::kHeadOnes);
+    b.seq_start_pos = b.token_pos = buf_.meta.d(StepMeta::kHeadPos);
+    return b;
 }
 
 void ForwardPass::gather_head_rows(const PassShape& s) {
@@ -154,8 +167,7 @@ void ForwardPass::gather_head_rows(const PassShape& s) {
     {
         OpProfiler::Scope sc(prof_, "head gather");
         gather_rows(buf_.residual.as<bf16>(), rows, R, N * D, buf_.head_streams.as<bf16>(), stream);
-        gather_rows(buf_.sub_out.as<bf16>(), rows, R, D, buf_.head_o.as<bf16>(), stream);
-        // fp32 rows moved as bf16 pairs (a copy of their bits)
+        // fp32 rows moved as bf16 pairs (a copy of their bits); the attention output is on the head rows already
         gather_rows(buf_.mhc_post.as<bf16>(), rows, R, 2 * N, buf_.head_post.as<bf16>(), stream);
         gather_rows(buf_.mhc_comb.as<bf16>(), rows, R, 2 * N * N, buf_.head_comb.as<bf16>(), stream);
     }
@@ -163,7 +175,7 @@ void ForwardPass::gather_head_rows(const PassShape& s) {
     residual_rows_ = R;
     if (!(pol_->fused_post && mhc_pre_fuses_post(N, int(D)))) {
         OpProfiler::Scope sc(prof_, "mhc_post");
-        mhc_post(R, N, int(D), residual_, buf_.head_o.as<bf16>(), buf_.head_post.as<float>(),
+        mhc_post(R, N, int(D), residual_, buf_.sub_out.as<bf16>(), buf_.head_post.as<float>(),
                  buf_.head_comb.as<float>(), residual_, stream);
         post_pending_ = -1;
     }

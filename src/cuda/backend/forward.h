@@ -62,22 +62,28 @@ public:
     void account_bytes(const PassShape& shape, StepProfile& profile);
 
 private:
-    void enqueue_attention(int l, const PassShape& s);
-    void enqueue_sparse_attention(int l, const PassShape& s);
+    // head_queries: the query path (and the sub-block's output) on the head rows only (last_layer_on_head_rows).
+    void enqueue_attention(int l, const PassShape& s, bool head_queries);
+    void enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch);
     // combine = false: the sub-block output is left as its terms (routed_out, grouping, shared_out) for the next
     // mhc_pre, which fuses this sub-block's mhc_post and computes the combine itself (MhcPreParams::prev_y_routed).
     void enqueue_moe(int l, const PassShape& s, bool combine);
     void enqueue_shared_expert(int l, int rows, const PreparedActivation& routed_x, const Lane& lane);
     void enqueue_head(const PassShape& s);
     void run_pending_post(const PassShape& s);  // mhc_post of the sub-block before, on its own
-    // The last MoE sub-block's output feeds only the head: it runs on the head rows alone (the rows that need logits:
-    // a prompt's last token, every decode token) where the pass has fewer of them (not on a shard, whose partial
-    // sums the caller reduces over all rows; not in a hash-routed layer, which routes by the rows' token ids).
-    // Disabling "head_rows_last_ffn" in the kernel policy runs it on every row (A/B). The rows' kernels are those of
-    // the whole pass (PassShape::prefill), so their results are the same bits.
-    bool last_ffn_on_head_rows(const PassShape& s, int l, int sub) const;
-    // Gathers the residual streams (into head_streams, the residual from then on) and the pending attention
-    // mhc_post's inputs (head_o, head_post, head_comb) to the head rows; runs that post there when it is not fused.
+    // The last layer's output feeds only the head, so where a pass has fewer rows that need logits (a prompt's last
+    // token, every decode token: the head rows) than rows, the last layer computes for those rows only what they
+    // need: its attention sub-block writes the window KV and compressed entries of every row but runs the query
+    // path (q projections, indexer scoring, attention, output projections) on the head rows, and its MoE sub-block
+    // runs on them alone. Not on a shard (the caller reduces its partial sums over all rows) nor in a hash-routed
+    // last layer (it routes by the rows' token ids). Disabling "head_rows_last_layer" in the kernel policy runs it
+    // on every row (A/B). The head rows take the kernels of the whole pass (PassShape::prefill; to the prefill
+    // attention a head row is a one-token chunk), so their results are the same bits.
+    bool last_layer_on_head_rows(const PassShape& s, int l) const;
+    // The head rows as one-token sequences at their positions (StepMeta's kHead* fields).
+    TokenBatch head_batch(const PassShape& s) const;
+    // Gathers the residual streams (into head_streams, the residual from then on) and the attention mhc_post's
+    // mixing (head_post, head_comb) to the head rows; runs that post there when it is not fused.
     void gather_head_rows(const PassShape& s);
 
     // Prepares x [rows, K] for weight w into buf (EXACT for BF16 weights, else the pass's numerics), in the format

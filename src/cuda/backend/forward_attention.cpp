@@ -4,6 +4,9 @@
 // attention with sink over window + compressed entries -> inverse RoPE -> grouped wo_a -> wo_b. The window KV and
 // the compressors run as side branches beside the query path (StreamSet::fork / join); each kernel computes
 // what it did in sequence, so the results are the same bit for bit.
+// In the last layer of a pass with fewer rows that need logits than rows (ForwardPass::last_layer_on_head_rows) the
+// query path runs on those head rows only, gathered, as one-token sequences at their positions; the window KV and
+// the compressors still take every row.
 // The indexer's scoring is skipped when no sequence of the pass has more than index_topk entries
 // (indexer_select then selects every visible entry); its compressor always runs. In the exact (reference)
 // configuration the FP8 KV and Hadamard + FP4 indexer simulations are off (ForwardNumerics), as in the CPU exact
@@ -15,6 +18,7 @@
 #include "cuda/attention/sparse_attention.cuh"
 #include "cuda/attention/sparse_attention_prefill.cuh"
 #include "cuda/backend/forward.h"
+#include "cuda/backend/glue.cuh"
 #include "cuda/compressor/compressor.cuh"
 #include "cuda/gemm/weight_dequant.cuh"
 #include "cuda/indexer/indexer.cuh"
@@ -24,25 +28,35 @@
 
 namespace flashseek::cuda {
 
-void ForwardPass::enqueue_attention(int l, const PassShape& s) {
+void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries) {
     const ShardLayer& L = shard_.layer(l);
     const int T = s.n_rows;
     const int64_t D = cfg_.hidden_size, QL = cfg_.q_lora_rank;
     const int H = shard_.spec().heads(), hd = cfg_.head_dim, rd = cfg_.qk_rope_head_dim;
     const float eps = float(cfg_.rms_norm_eps);
     const TokenBatch batch = token_batch(s);
-    const int32_t* pos = batch.token_pos;
     const cudaStream_t stream = streams_.main();
+    // The query path's rows: every row, or (head_queries) the head rows only, gathered from sub_in into head_in, as
+    // one-token "sequences" at their positions (head_batch): the window KV and the compressors still run on every
+    // row, so the attention sees the same entries as in a pass of all rows.
+    const int Tq = head_queries ? s.n_head_rows : T;
+    const TokenBatch qbatch = head_queries ? head_batch(s) : batch;
+    const int32_t* pos = qbatch.token_pos;
+    const void* q_in = head_queries ? buf_.head_in.get() : buf_.sub_in.get();
+    if (head_queries && Tq > 0) {
+        OpProfiler::Scope sc(prof_, "head gather");
+        gather_rows(buf_.sub_in.as<bf16>(), buf_.meta.d(StepMeta::kHeadRows), Tq, D, buf_.head_in.as<bf16>(), stream);
+    }
 
     // The window KV and the compressors do not depend on the queries: side branches (their own streams), joined
     // before the indexer and the attention. They are latency-bound small kernels and overlap the query path's.
-    const PreparedActivation& ax = prepare(buf_.prep_x, buf_.sub_in.get(), false, T, D, D, L.wq_a);
+    const PreparedActivation* ax = Tq > 0 ? &prepare(buf_.prep_x, q_in, false, Tq, D, D, L.wq_a) : nullptr;
     {
-        // Window KV into the ring (wkv shares wq_a's prepared input when both have the same format).
+        // Window KV into the ring (wkv shares wq_a's prepared input when both have the same format and rows).
         const Lane kv = streams_.fork(streams_.window_kv);
-        const bool share = L.wkv.kind == L.wq_a.kind && input_format(T, L.wkv) == ax.format;
+        const bool share = ax && !head_queries && L.wkv.kind == L.wq_a.kind && input_format(T, L.wkv) == ax->format;
         const PreparedActivation& akv =
-            share ? ax : prepare(buf_.prep_kv, buf_.sub_in.get(), false, T, D, D, L.wkv, false, &kv);
+            share ? *ax : prepare(buf_.prep_kv, buf_.sub_in.get(), false, T, D, D, L.wkv, false, &kv);
         {
             OpProfiler::Scope sc(prof_, "attn.wkv gemm");
             prof_.bytes(L.bytes.wkv);
@@ -95,19 +109,25 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
         run_compressor(L.index_compressor, true, buf_.index_comp_kv, buf_.index_comp_gate, ic);
     }
     if (L.ratio > 0) run_compressor(L.compressor, false, buf_.comp_kv, buf_.comp_gate, streams_.fork(streams_.aux));
+    if (Tq == 0) {  // no row needs the queries (a chunk without logits, head_queries): the state is written
+        streams_.join(streams_.window_kv);
+        streams_.join(streams_.index_compressor);
+        streams_.join(streams_.aux);
+        return;
+    }
 
     // Query latent and queries (main stream).
     {
         OpProfiler::Scope sc(prof_, "attn.wq_a gemm");
         prof_.bytes(L.bytes.wq_a);
-        lin(ax, L.wq_a, buf_.q_latent.get(), OutKind::BF16, QL);
+        lin(*ax, L.wq_a, buf_.q_latent.get(), OutKind::BF16, QL);
     }
     {
         // The norm also writes its output prepared for wq_b (FP8 / FP4 weights): no preparation launch.
         OpProfiler::Scope sc(prof_, "attn.q_norm");
         prof_.bytes(L.bytes.q_norm);
         const bool fuse = (L.wq_b.kind == WeightKind::FP8_BLOCK128 || L.wq_b.kind == WeightKind::FP4_BLOCK32) &&
-                          input_format(T, L.wq_b) == ActFormat::MMA_F16;
+                          input_format(Tq, L.wq_b) == ActFormat::MMA_F16;
         PreparedActivation* out = nullptr;
         if (fuse) {
             PrepBuffer& pq = buf_.prep_q_latent;
@@ -117,10 +137,10 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
             pq.act.numerics = num_.act;
             out = &pq.act;
         }
-        rmsnorm(buf_.q_latent.as<bf16>(), QL, buf_.q_latent.as<bf16>(), QL, L.q_norm, T, int(QL), eps, stream, out);
-        if (fuse) adopt_prepared(buf_.prep_q_latent, buf_.q_latent.get(), T, QL, L.wq_b.kind, num_.act);
+        rmsnorm(buf_.q_latent.as<bf16>(), QL, buf_.q_latent.as<bf16>(), QL, L.q_norm, Tq, int(QL), eps, stream, out);
+        if (fuse) adopt_prepared(buf_.prep_q_latent, buf_.q_latent.get(), Tq, QL, L.wq_b.kind, num_.act);
     }
-    const PreparedActivation& aq = prepare(buf_.prep_q_latent, buf_.q_latent.get(), false, T, QL, QL, L.wq_b);
+    const PreparedActivation& aq = prepare(buf_.prep_q_latent, buf_.q_latent.get(), false, Tq, QL, QL, L.wq_b);
     {
         OpProfiler::Scope sc(prof_, "attn.wq_b gemm");
         prof_.bytes(L.bytes.wq_b);
@@ -128,7 +148,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
     }
     {
         OpProfiler::Scope sc(prof_, "attn.q head norm + rope");
-        head_rmsnorm_rope(buf_.queries.as<bf16>(), int64_t(H) * hd, T, H, hd, nullptr, eps, pos, L.rope, stream);
+        head_rmsnorm_rope(buf_.queries.as<bf16>(), int64_t(H) * hd, Tq, H, hd, nullptr, eps, pos, L.rope, stream);
     }
     streams_.join(streams_.window_kv);
     streams_.join(streams_.index_compressor);
@@ -138,7 +158,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
     if (L.ratio == 4 && s.need_indexer) {
         const int nI = cfg_.index_n_heads, dI = cfg_.index_head_dim;
         const PreparedActivation& aiq =
-            prepare(buf_.prep_q_latent, buf_.q_latent.get(), false, T, QL, QL, L.index_wq_b);
+            prepare(buf_.prep_q_latent, buf_.q_latent.get(), false, Tq, QL, QL, L.index_wq_b);
         {
             OpProfiler::Scope sc(prof_, "indexer.wq_b gemm");
             prof_.bytes(L.bytes.index_wq_b);
@@ -146,17 +166,17 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
         }
         {
             OpProfiler::Scope sc(prof_, "indexer.q prepare");
-            indexer_prepare_q(buf_.index_q.as<bf16>(), int64_t(nI) * dI, T, nI, dI, pos, L.rope, stream, num_.quant_sim);
+            indexer_prepare_q(buf_.index_q.as<bf16>(), int64_t(nI) * dI, Tq, nI, dI, pos, L.rope, stream, num_.quant_sim);
         }
         const PreparedActivation& aw =
-            prepare(buf_.prep_x_bf16, buf_.sub_in.get(), false, T, D, D, L.index_weights_proj);
+            prepare(buf_.prep_x_bf16, q_in, false, Tq, D, D, L.index_weights_proj);
         {
             OpProfiler::Scope sc(prof_, "indexer.weights_proj gemm");
             prof_.bytes(L.bytes.index_weights_proj);
             lin(aw, L.index_weights_proj, buf_.index_weights.get(), OutKind::BF16, nI);
         }
         IndexerSelectParams ip;
-        ip.batch = batch;
+        ip.batch = qbatch;
         ip.n_heads = nI;
         ip.head_dim = dI;
         ip.ratio = 4;
@@ -183,7 +203,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
     }
 
     // Sparse attention over window + compressed entries, then the output projection.
-    enqueue_sparse_attention(l, s);
+    enqueue_sparse_attention(l, s, qbatch);
     const int G = shard_.spec().groups();
     const int64_t GO = int64_t(G) * cfg_.o_lora_rank;
     // The reference runs wo_a as a bf16 einsum over the dequantized weights: prefill passes do the same on the bf16
@@ -197,7 +217,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
         dequantize_weight_bf16(L.wo_a, buf_.wo_a_bf16.as<uint16_t>(), stream);
         wo_a = DeviceLinear{WeightKind::BF16, ScaleKind::NONE, L.wo_a.out, L.wo_a.in, buf_.wo_a_bf16.get(), nullptr};
     }
-    const PreparedActivation& ao = prepare(buf_.prep_attn_out, buf_.attn_out.get(), false, T, int64_t(H) * hd,
+    const PreparedActivation& ao = prepare(buf_.prep_attn_out, buf_.attn_out.get(), false, Tq, int64_t(H) * hd,
                                            int64_t(H) * hd, wo_a, /*force_exact=*/true, nullptr, G);
     {
         OpProfiler::Scope sc(prof_, "attn.wo_a grouped gemm");
@@ -206,7 +226,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
         prof_.variant(grouped_linear(ao, wo_a, G, buf_.wo_a_out.get(), OutKind::BF16, GO, main.ws, main.stream,
                                      *pol_));
     }
-    const PreparedActivation& az = prepare(buf_.prep_wo_a_out, buf_.wo_a_out.get(), false, T, GO, GO, L.wo_b);
+    const PreparedActivation& az = prepare(buf_.prep_wo_a_out, buf_.wo_a_out.get(), false, Tq, GO, GO, L.wo_b);
     OpProfiler::Scope sc(prof_, "attn.wo_b gemm");
     prof_.bytes(L.bytes.wo_b);
     if (sharded_)  // this shard's heads' share of the output, summed over the shards in fp32 by the caller
@@ -217,11 +237,11 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s) {
 
 // Window + compressed candidates; the indexer's selection in CSA layers when some sequence needed scoring, else
 // every visible entry (no more than index_topk of them). The inverse RoPE of the output is fused in the kernel.
-void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s) {
+void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch) {
     const ShardLayer& L = shard_.layer(l);
     const int H = shard_.spec().heads(), hd = cfg_.head_dim;
     SparseAttentionParams p;
-    p.batch = token_batch(s);
+    p.batch = qbatch;
     p.n_heads = H;
     p.head_dim = hd;
     p.rope_dim = cfg_.qk_rope_head_dim;
@@ -256,7 +276,8 @@ void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s) {
     const int max_entries = L.ratio > 0 ? std::max(1, s.max_context / L.ratio) : 0;
     const bool prefill = s.prefill || pol_->is_forced("attn_prefill");
     if (prefill && !pol_->is_disabled("attn_prefill") && sparse_attention_prefill_supports(p, max_entries) &&
-        sparse_attention_prefill_workspace_bytes(s.n_rows, s.n_seqs, cfg_.sliding_window, max_entries, hd) <=
+        sparse_attention_prefill_workspace_bytes(qbatch.n_tokens, qbatch.n_seqs, cfg_.sliding_window, max_entries,
+                                                 hd) <=
             buf_.attn_workspace_bytes) {
         prof_.variant("attn_prefill");
         sparse_attention_prefill(p, max_entries, buf_.attn_workspace.get(), buf_.attn_workspace_bytes, streams_.main());

@@ -70,7 +70,7 @@ StepBuffers::StepBuffers(const ModelConfig& cfg, const StepBufferSizes& sizes) :
     sub_out.allocate(size_t(T * D) * 2, "sub-block output");
     {
         const int64_t HR = std::max(1, sizes.max_head_rows);
-        head_o.allocate(size_t(HR * D) * 2, "head rows' attention output");
+        head_in.allocate(size_t(HR * D) * 2, "head rows' attention input");
         head_post.allocate(size_t(HR * N) * 4, "head rows' mHC post");
         head_comb.allocate(size_t(HR * N * N) * 4, "head rows' mHC comb");
     }

@@ -16,7 +16,12 @@ namespace flashseek::cuda {
 // Step metadata, laid out as one int32 array so that one copy uploads it (host side pinned).
 class StepMeta {
 public:
-    enum Field { kTokens, kSeqSlot, kSeqFirstRow, kSeqNTokens, kSeqStartPos, kTokenSeq, kTokenPos, kHeadRows, kCount };
+    // kHeadRows: the rows that need logits; kHeadSlot / kHeadPos: their sequence's state slot and position,
+    // kHeadIndex: 0, 1, ..., kHeadOnes: 1 (the head rows as one-token sequences, ForwardPass::head_batch).
+    enum Field {
+        kTokens, kSeqSlot, kSeqFirstRow, kSeqNTokens, kSeqStartPos, kTokenSeq, kTokenPos,
+        kHeadRows, kHeadSlot, kHeadPos, kHeadIndex, kHeadOnes, kCount
+    };
     explicit StepMeta(int capacity);
     int32_t* h(Field f) const { return host_.as<int32_t>() + size_t(f) * size_t(capacity_); }
     const int32_t* d(Field f) const { return dev_.as<int32_t>() + size_t(f) * size_t(capacity_); }
@@ -69,9 +74,9 @@ struct StepBuffers {
     size_t mhc_workspace_bytes = 0;
     DeviceBuffer sub_out;       // [rows, hidden]: a sub-block's output before mhc_post
     DeviceBuffer sub_out_partial;  // fp32 [rows, hidden]: a shard's part of it, before the all-reduce
-    // The last attention sub-block's output and mHC mixing gathered to the head rows, where the last MoE sub-block
-    // runs on those rows only (forward.cpp): [head rows, hidden] bf16, fp32 [.., hc_mult], [.., hc_mult, hc_mult]
-    DeviceBuffer head_o, head_post, head_comb;
+    // Where the last layer runs on the head rows only (forward.h): its attention input gathered to them ([head rows,
+    // hidden] bf16) and the attention sub-block's mHC mixing (fp32 [.., hc_mult], [.., hc_mult, hc_mult])
+    DeviceBuffer head_in, head_post, head_comb;
     // attention
     DeviceBuffer q_latent;      // [rows, q_lora_rank]
     DeviceBuffer queries;       // [rows, heads, head_dim]

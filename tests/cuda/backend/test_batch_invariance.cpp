@@ -27,6 +27,7 @@ class CudaPrefillInvariance : public ::testing::Test {
 protected:
     // The parallel layout (tp, ep) of the backend under test: the whole model on one rank here.
     virtual std::pair<int, int> layout() const { return {1, 1}; }
+    virtual int layers() const { return 4; }  // ratios 0, 0, 4, 128 in V4-Flash's list; the first 3 hash-routed
 
     void SetUp() override {
         if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
@@ -35,7 +36,7 @@ protected:
         o.backend = "cuda";
         o.numerics = Numerics::Release;
         o.dummy_weights = true;
-        o.layers = 4;  // ratios 0, 0, 4, 128 in V4-Flash's list
+        o.layers = layers();
         o.max_sequences = 4;
         o.max_context = 4096;
         o.prefill_chunk = 1024;  // the backend's own chunking cuts the 2,300-token prompt in three passes
@@ -105,18 +106,24 @@ TEST_F(CudaPrefillInvariance, BatchMatesDoNotChangeLogits) {
     EXPECT_TRUE(bit_identical(run({1000, 1300}, &short_mate), alone));
 }
 
-// The last MoE sub-block runs on the rows that need logits only (head_rows_last_ffn; the non-final chunks of the
-// backend's own chunking need none): logits after a prefill in one piece, in pieces with a batch-mate, and the decode
-// steps after them, bit-identical with it switched off.
-TEST_F(CudaPrefillInvariance, HeadRowLastFfnMatchesAllRows) {
-    SCOPED_TRACE("seed=" + std::to_string(seed_));
+// The last layer computes its query path and MoE sub-block on the rows that need logits only (head_rows_last_layer;
+// the non-final chunks of the backend's own chunking need none): logits after a prefill in one piece, in pieces
+// with a batch-mate, and the decode steps after them, bit-identical with it switched off. Last layers of ratio 128
+// (4 layers) and of ratio 4 with the indexer scoring (5 layers; the prompt has more than 4 x index_topk tokens).
+class CudaHeadRowsLastLayer : public CudaPrefillInvariance, public ::testing::WithParamInterface<int> {
+protected:
+    int layers() const override { return GetParam(); }
+};
+
+TEST_P(CudaHeadRowsLastLayer, MatchesAllRows) {
+    SCOPED_TRACE("seed=" + std::to_string(seed_) + " layers=" + std::to_string(GetParam()));
     const std::vector<int32_t> short_mate(other_.begin(), other_.begin() + 77);
     const std::vector<float> whole = run({2300}), pieces = run({1000, 1300}, &short_mate);
     for (float v : whole) ASSERT_TRUE(std::isfinite(v));
     std::vector<float> whole_off, pieces_off;
     {
         be_.reset();  // one full-size backend on the device at a time
-        test_support::ScopedEnv off("FLASHSEEK_DISABLE", "head_rows_last_ffn");
+        test_support::ScopedEnv off("FLASHSEEK_DISABLE", "head_rows_last_layer");
         const std::vector<int32_t> prompt = prompt_;
         SetUp();  // a new backend (it reads the policy at construction), then the same prompt as before
         prompt_ = prompt;
@@ -126,6 +133,11 @@ TEST_F(CudaPrefillInvariance, HeadRowLastFfnMatchesAllRows) {
     EXPECT_TRUE(bit_identical(whole, whole_off)) << "one piece";
     EXPECT_TRUE(bit_identical(pieces, pieces_off)) << "pieces 1000/1300 with a 77-token batch-mate";
 }
+
+INSTANTIATE_TEST_SUITE_P(LastLayerRatios, CudaHeadRowsLastLayer, ::testing::Values(4, 5),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                             return "layers" + std::to_string(info.param);
+                         });
 
 // The same properties with the model split over virtual ranks on the one GPU (heads, output groups, each expert's
 // intermediate dim or the experts divided; the partial sums reduced in rank order): a sharded prompt token runs the
