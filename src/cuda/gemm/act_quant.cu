@@ -2,7 +2,7 @@
 // lane (one 16-byte load), the block's amax by a half-warp reduction, the scale and e4m3 rounding of
 // gemm/fp8_quant.cuh. A warp quantizes 4 such blocks (2 adjacent ones per round, both rounds' loads issued first).
 // The values come from bf16 rows (optionally gathered) or from a SwiGLU of two bf16 rows
-// (gemm/swiglu_element.cuh).
+// (gemm/swiglu_element.cuh). gather_fp8_rows copies quantized rows by a row map (a warp per row).
 // Why: the first version (a warp per block, one 8-byte load per lane) ran at ~1.2-1.4 TB/s on the H200 whatever
 // the width (M = 8192: wq_a's 4096 columns 80.7 us, wo_b's 8192 168 us, wo_a's 8 x 4096 549 us: the wo_a input
 // is simply 4x wo_b's bytes), ~3x below the copy bandwidth: too few bytes in flight per SM. Four times as many
@@ -122,6 +122,26 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quantize_kernel(const Qua
     }
 }
 
+// A warp per output row: the codes row (whole 128-byte blocks, padding included) as 16-byte copies, the row's
+// scales by its first lanes.
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    gather_rows_kernel(const Fp8Activation src, const int32_t* row_map, const Fp8Activation out) {
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
+    pdl_trigger();
+    const int lane = threadIdx.x & 31;
+    const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+    if (r >= out.m) return;
+    const int64_t s = row_map[r];
+    const bool valid = s >= 0 && s < src.m;
+    const int64_t chunks = out.codes_ld / 16, blocks = (out.k + 127) / 128;
+    uint4* dst = reinterpret_cast<uint4*>(out.codes + r * out.codes_ld);
+    const uint4* from = valid ? reinterpret_cast<const uint4*>(src.codes + s * src.codes_ld) : nullptr;
+    for (int64_t c = lane; c < chunks; c += 32) dst[c] = valid ? from[c] : make_uint4(0u, 0u, 0u, 0u);
+    const float zero_scale = fp8_block_scale(0.f);
+    for (int64_t b = lane; b < blocks; b += 32)
+        out.scales[b * out.scales_ld + r] = valid ? src.scales[b * src.scales_ld + s] : zero_scale;
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 unsigned grid_of(const Fp8Activation& out) {
@@ -164,6 +184,21 @@ void quantize_fp8_activation(const uint16_t* x, int64_t x_rows, int64_t ld_x, co
     a.interleaved = out.order == Fp8CodeOrder::GROUP_INTERLEAVED;
     launch_pdl("quantize_fp8_activation", quantize_kernel<false>, dim3(grid_of(out)), dim3(kWarpsPerBlock * 32), 0,
                stream, a);
+}
+
+void gather_fp8_rows(const Fp8Activation& src, const int32_t* row_map, const Fp8Activation& out, cudaStream_t stream) {
+    check_output(out, "gather_fp8_rows");
+    if (out.m == 0) return;
+    FS_REQUIRE(row_map != nullptr, "gather_fp8_rows: null row map");
+    FS_REQUIRE(src.m >= 0 && src.k == out.k && src.order == out.order && src.codes_ld == out.codes_ld,
+               "gather_fp8_rows: source k ", src.k, " / order ", int(src.order), " / codes_ld ", src.codes_ld,
+               " differ from the output's ", out.k, " / ", int(out.order), " / ", out.codes_ld);
+    FS_REQUIRE(src.m == 0 || (src.codes != nullptr && src.scales != nullptr &&
+                              reinterpret_cast<uintptr_t>(src.codes) % 16 == 0 && src.scales_ld >= src.m),
+               "gather_fp8_rows: the source needs 16-byte aligned codes, scales and scales_ld >= m");
+    const unsigned blocks = unsigned((out.m + kWarpsPerBlock - 1) / kWarpsPerBlock);
+    launch_pdl("gather_fp8_rows", gather_rows_kernel, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, stream, src,
+               row_map, out);
 }
 
 void quantize_fp8_swiglu(const uint16_t* g, const uint16_t* u, int64_t ld, float limit, const Fp8Activation& out,

@@ -63,6 +63,13 @@ inline Fp8Activation fp8_activation_columns(const Fp8Activation& a, int64_t col0
 void quantize_fp8_activation(const uint16_t* x, int64_t x_rows, int64_t ld_x, const int32_t* row_map,
                              const Fp8Activation& out, cudaStream_t stream);
 
+// out row r = src row row_map[r] (codes and scales copied), or for an entry outside [0, src.m) the row
+// quantize_fp8_activation writes for it (codes 0, the scale of an all-zero block): with src = act_quant(x), the same
+// bits as quantize_fp8_activation(x, .., row_map, out), at the cost of a copy. For a gathered input whose rows repeat
+// (the routed experts' slots: top_k per token), x quantized once per row and then gathered. src and out: the same k
+// and code order. Graph-capturable, PDL launch.
+void gather_fp8_rows(const Fp8Activation& src, const int32_t* row_map, const Fp8Activation& out, cudaStream_t stream);
+
 // The down-projection input of a dense (shared) expert whose w1 and w3 ran as two GEMMs with bf16 outputs g, u
 // ([m, inter], row stride ld elements): out = act_quant(bf16(silu(min(g, limit)) * clamp(u, +-limit))), the
 // elements of gemm/swiglu_element.cuh (as moe_swiglu_prepare of moe.cuh, in this layout). out.k = inter.

@@ -167,7 +167,8 @@ cuda::Bf16GemmArgs bf16_args(const uint16_t* a, int64_t m, int64_t lda, const Te
 
 // ---------------------------------------------------------------------------------------------------------------
 // act_quant: codes and scales bit for bit against the CPU, with a row map (one entry out of range: zero row), in
-// both code orders (GROUP_INTERLEAVED: each column's code at fp8_code_position, padding included).
+// both code orders (GROUP_INTERLEAVED: each column's code at fp8_code_position, padding included); with a map, also
+// gather_fp8_rows of the unmapped quantization against the mapped one.
 
 TEST(DenseGemm, ActQuantMatchesCpuBitForBit) {
     for (auto [m, k, mapped, order] :
@@ -204,6 +205,26 @@ TEST(DenseGemm, ActQuantMatchesCpuBitForBit) {
         CUDA_CHECK(cudaDeviceSynchronize());
         const auto hc = codes.download();
         const auto hs = scales.download();
+        if (mapped) {  // every x row quantized, then gathered by the map: the same bits, padding included
+            DeviceArray<uint8_t> all_codes(cuda::fp8_activation_codes_bytes(x_rows, k));
+            DeviceArray<float> all_scales(cuda::fp8_activation_scales_bytes(x_rows, k) / 4);
+            auto all = cuda::fp8_activation_view(all_codes.ptr, all_scales.ptr, x_rows, k);
+            all.order = order;
+            cuda::quantize_fp8_activation(xd.ptr, x_rows, ld, nullptr, all, nullptr);
+            codes.poison();
+            scales.poison();
+            cuda::gather_fp8_rows(all, md.ptr, act, nullptr);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            EXPECT_TRUE(codes.download() == hc) << "gathered codes differ from the mapped quantization";
+            const auto gs = scales.download();
+            size_t differ = 0;
+            for (int64_t b = 0; b < (k + 127) / 128; ++b)
+                for (int64_t r = 0; r < m; ++r) {
+                    const size_t i = size_t(b * act.scales_ld + r);
+                    differ += gs[i] != hs[i];
+                }
+            EXPECT_EQ(differ, 0u) << "gathered scales differ from the mapped quantization";
+        }
         const int64_t blocks = (k + 127) / 128;
         int64_t bad = 0;
         std::vector<float> q(static_cast<size_t>(k)), s(static_cast<size_t>(blocks)), zero(static_cast<size_t>(k), 0.f);
