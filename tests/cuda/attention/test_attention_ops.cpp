@@ -510,8 +510,9 @@ TEST(CudaIndexer, PrepareQMatchesCpu) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     Rng rng(seed);
     for (auto [D, R, H_fixed] : {std::tuple{128, 64, 0}, std::tuple{64, 32, 0}, std::tuple{256, 64, 0},
-                                 std::tuple{32, 16, 0}, std::tuple{128, 64, 64}, std::tuple{32, 16, 16}}) {
-        // H_fixed: heads filling whole CTAs (the rope angles once per CTA), else random
+                                 std::tuple{32, 16, 0}, std::tuple{128, 64, 64}, std::tuple{32, 16, 16},
+                                 std::tuple{128, 64, 32}}) {
+        // H_fixed: heads filling whole CTAs (the rope angles once per CTA; 8, 2 and 4 rows per warp), else random
         const int T = rng.uniform_int(1, 6), H = H_fixed ? H_fixed : rng.uniform_int(1, 17);
         const int64_t stride = int64_t(H) * D + 32;
         auto q = bf16_round(rng.normals(size_t(T) * stride, 1.f));

@@ -120,9 +120,12 @@ TEST(CudaNorm, HeadNormRopeMatchesCpu) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     Rng rng(seed);
     struct Shape { int heads, dim, rope; };
-    struct Case { Shape s; int T; };  // T 0: random in 1..7. 64 heads: 1 and 4 tokens sliced, 16 one warp per row
+    // T 0: random in 1..7. 64 heads: 1 and 4 tokens sliced, 16 one warp per row; a prefill's many rows (300 tokens
+    // of 64 heads) and other head counts and widths past 256 rows, each against the per-row form below
+    struct Case { Shape s; int T; };
     for (Case c : {Case{{64, 512, 64}, 1}, Case{{64, 512, 64}, 4}, Case{{64, 512, 64}, 16}, Case{{3, 512, 64}, 0},
-                   Case{{5, 128, 64}, 0}, Case{{2, 96, 32}, 0}}) {
+                   Case{{5, 128, 64}, 0}, Case{{2, 96, 32}, 0}, Case{{64, 512, 64}, 300}, Case{{32, 512, 64}, 21},
+                   Case{{64, 128, 64}, 40}}) {
         const Shape s = c.s;
         const int T = c.T > 0 ? c.T : rng.uniform_int(1, 7);
         const RopeTable rope = yarn_table(s.rope);
