@@ -1,9 +1,11 @@
 // `flashseek bench`: the offline engine benchmark, the instrument for performance work on the CUDA backend.
 // It first measures the device's two ceilings: the device-to-device copy bandwidth (decode's memory roofline) and
 // the dense FP8 tensor-core rate (prefill's). Then:
-//  * prefill: for each --prefill length, one sequence of that many random tokens, timed (tok/s, and the fraction
-//    of the tensor-core rate its FLOPs per token reach: src/model/flop_count.h), then a second one profiled with
-//    events around every op (the per-op table of a prefill);
+//  * prefill: for each --prefill length, sequences of that many random tokens: one untimed (with --warmup > 0: the
+//    first pass of a shape pays one-time costs, such as loading its kernels' modules), then --prefill-runs timed
+//    ones (the median: tok/s, and the fraction of the tensor-core rate its FLOPs per token reach:
+//    src/model/flop_count.h; the untimed run's time is reported beside it), then one profiled with events around
+//    every op (the per-op table of a prefill);
 //  * decode: for each context length and concurrency, prefill `concurrency` sequences of `context` tokens (tok/s
 //    and FLOP fraction of a batched prefill), then `output-len` greedy decode steps of all of them (decode tok/s,
 //    TPOT median and p99), then one profiled decode step (per-op table with each op's weight bytes and their
@@ -19,6 +21,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <string>
 
 #include "backend_flags.h"
 #include "command.h"
@@ -91,7 +94,7 @@ int run_bench(int argc, char** argv) {
     std::string model, concurrency_s = "1,16,64,128,256", context_s = "256", prefill_s = "4096", json_path;
     cli::BackendFlags flags;
     flags.backend = "cuda";
-    int output_len = 32, warmup = 3;
+    int output_len = 32, warmup = 3, prefill_runs = 3;
     bool no_graphs = false;
     uint64_t seed = 0;
     app.add_option("--model", model,
@@ -102,6 +105,7 @@ int run_bench(int argc, char** argv) {
     app.add_option("--context", context_s, "comma-separated context lengths of the decode runs (prompt tokens per sequence)");
     app.add_option("--prefill", prefill_s,
                    "comma-separated prompt lengths of the single-sequence prefill runs ('none' to skip them)");
+    app.add_option("--prefill-runs", prefill_runs, "timed prefills per --prefill length (their median is reported)");
     app.add_option("--output-len", output_len, "decode steps timed per configuration");
     app.add_option("--warmup", warmup, "untimed decode steps before timing (graph capture happens here)");
     app.add_option("--json", json_path, "write the results as JSON to this file");
@@ -110,6 +114,7 @@ int run_bench(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
     FS_CHECK(output_len >= 2, "--output-len must be >= 2, got {}", output_len);
     FS_CHECK(warmup >= 0, "--warmup must be >= 0, got {}", warmup);
+    FS_CHECK(prefill_runs >= 1, "--prefill-runs must be >= 1, got {}", prefill_runs);
     const std::vector<int> concs = parse_int_list(concurrency_s, "--concurrency");
     const std::vector<int> ctxs = parse_int_list(context_s, "--context");
     const std::vector<int> prefills = prefill_s == "none" ? std::vector<int>{} : parse_int_list(prefill_s, "--prefill");
@@ -159,20 +164,29 @@ int run_bench(int argc, char** argv) {
     nlohmann::json prefill_results = nlohmann::json::array();
     for (int n : prefills) {
         const std::vector<int32_t> prompt = random_tokens(rng, cfg, n);
-        const int id = be->create_sequence();
-        std::vector<SequenceStep> steps{{id, prompt.data(), n, false}};
-        std::vector<int32_t> next;
-        const auto t0 = std::chrono::steady_clock::now();
-        ext->decode_greedy(steps, next);
-        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        be->free_sequence(id);
+        auto timed_prefill = [&] {
+            const int id = be->create_sequence();
+            std::vector<SequenceStep> steps{{id, prompt.data(), n, false}};
+            std::vector<int32_t> next;
+            const auto t0 = std::chrono::steady_clock::now();
+            ext->decode_greedy(steps, next);
+            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            be->free_sequence(id);
+            return s;
+        };
+        const double untimed = warmup > 0 ? timed_prefill() : 0.0;
+        std::vector<double> runs;
+        for (int i = 0; i < prefill_runs; ++i) runs.push_back(timed_prefill());
+        const double secs = percentile(runs, 0.5);
         const int id2 = be->create_sequence();
-        steps = {{id2, prompt.data(), n, false}};
+        std::vector<SequenceStep> steps{{id2, prompt.data(), n, false}};
         const StepProfile prof = ext->profile_step(steps);
         be->free_sequence(id2);
         nlohmann::json r;
         r["tokens"] = n;
         r["prefill_s"] = secs;
+        r["prefill_runs_s"] = runs;
+        if (warmup > 0) r["prefill_first_s"] = untimed;
         r["prefill_tok_s"] = n / secs;
         const double pct = flop_fields(r, n, n / secs);
         r["profiled_gpu_us"] = prof.gpu_us;
@@ -184,6 +198,11 @@ int run_bench(int argc, char** argv) {
                     secs, n / secs, double(r["prefill_flops_per_token"]) / 1e9,
                     double(r["prefill_flops_linear"]) / 1e9, double(r["prefill_flops_attention"]) / 1e9,
                     double(r["prefill_tflop_s"]), pct);
+        std::string run_list;
+        for (double x : runs) run_list += (run_list.empty() ? "" : " / ") + std::to_string(x).substr(0, 5);
+        std::printf("  median of %d timed runs (%s s)", prefill_runs, run_list.c_str());
+        if (warmup > 0) std::printf("; the untimed first run %.3f s", untimed);
+        std::printf("\n");
         print_ops(prof, bw, "the profiled prefill");
     }
 
