@@ -2,7 +2,8 @@
 // lane (one 16-byte load), the block's amax by a half-warp reduction, the scale and e4m3 rounding of
 // gemm/fp8_quant.cuh. A warp quantizes 4 such blocks (2 adjacent ones per round, both rounds' loads issued first).
 // The values come from bf16 rows (optionally gathered) or from a SwiGLU of two bf16 rows
-// (gemm/swiglu_element.cuh). gather_fp8_rows copies quantized rows by a row map (a warp per row).
+// (gemm/swiglu_element.cuh), and are stored at their row (optionally mapped: a gather) or at several rows (scatter:
+// quantize_fp8_scatter).
 // Why: the first version (a warp per block, one 8-byte load per lane) ran at ~1.2-1.4 TB/s on the H200 whatever
 // the width (M = 8192: wq_a's 4096 columns 80.7 us, wo_b's 8192 168 us, wo_a's 8 x 4096 549 us: the wo_a input
 // is simply 4x wo_b's bytes), ~3x below the copy bandwidth: too few bytes in flight per SM. Four times as many
@@ -29,6 +30,9 @@ struct QuantArgs {
     int64_t x_rows, ld_x;
     const int32_t* row_map;
     Fp8Activation out;
+    int64_t unit_rows;          // rows quantized: out.m, or (scatter) x_rows
+    const int32_t* row_slots;   // scatter: [x_rows, slots_per_row] output rows of each input row (< 0: none)
+    int slots_per_row;
     int blocks;       // ceil(k / 128)
     bool vector_x;    // x (and u) 16-byte aligned and ld_x % 8 == 0: one 16-byte load per lane and row
     bool interleaved;  // Fp8CodeOrder::GROUP_INTERLEAVED
@@ -79,7 +83,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quantize_kernel(const Qua
     pdl_trigger();
     const int lane = threadIdx.x & 31, half = lane >> 4, hl = lane & 15;
     const uint32_t first = (blockIdx.x * uint32_t(kWarpsPerBlock) + threadIdx.x / 32) * uint32_t(kUnitsPerWarp);
-    const uint32_t units = uint32_t(a.out.m) * uint32_t(a.blocks), blocks = uint32_t(a.blocks);
+    const uint32_t units = uint32_t(a.unit_rows) * uint32_t(a.blocks), blocks = uint32_t(a.blocks);
     if (first >= units) return;  // whole warps only: the reductions below need every lane
     const uint32_t r0 = first / blocks, b0 = first - r0 * blocks;
     uint32_t row[kRounds], blk[kRounds];
@@ -109,44 +113,50 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quantize_kernel(const Qua
         const int b = int(blk[i]);
         const float sc = fp8_block_scale(amax), inv = 1.f / sc;
         const uint32_t lo = fp8_code4(v[i], inv), hi = fp8_code4(v[i] + 4, inv);
-        // padding columns hold 0 codes
-        uint8_t* block = a.out.codes + r * a.out.codes_ld + int64_t(b) * 128;
-        if (a.interleaved) {  // columns 8 hl .. + 3 and + 4 .. + 7 are 4-byte runs at their own positions
-            constexpr Fp8CodeOrder kOrder = Fp8CodeOrder::GROUP_INTERLEAVED;
-            *reinterpret_cast<uint32_t*>(block + fp8_code_position(8 * hl, kOrder)) = lo;
-            *reinterpret_cast<uint32_t*>(block + fp8_code_position(8 * hl + 4, kOrder)) = hi;
-        } else {
-            *reinterpret_cast<uint2*>(block + 8 * hl) = make_uint2(lo, hi);
+        auto store = [&](int64_t out_row) {
+            // padding columns hold 0 codes
+            uint8_t* block = a.out.codes + out_row * a.out.codes_ld + int64_t(b) * 128;
+            if (a.interleaved) {  // columns 8 hl .. + 3 and + 4 .. + 7 are 4-byte runs at their own positions
+                constexpr Fp8CodeOrder kOrder = Fp8CodeOrder::GROUP_INTERLEAVED;
+                *reinterpret_cast<uint32_t*>(block + fp8_code_position(8 * hl, kOrder)) = lo;
+                *reinterpret_cast<uint32_t*>(block + fp8_code_position(8 * hl + 4, kOrder)) = hi;
+            } else {
+                *reinterpret_cast<uint2*>(block + 8 * hl) = make_uint2(lo, hi);
+            }
+            if (hl == 0) a.out.scales[int64_t(b) * a.out.scales_ld + out_row] = sc;
+        };
+        if (!a.row_slots) {
+            store(r);
+            continue;
         }
-        if (hl == 0) a.out.scales[int64_t(b) * a.out.scales_ld + r] = sc;
+        for (int j = 0; j < a.slots_per_row; ++j) {  // scatter: the row's codes once, stored at each of its slots
+            const int32_t slot = a.row_slots[r * a.slots_per_row + j];
+            if (slot >= 0 && slot < a.out.m) store(slot);
+        }
     }
-}
-
-// A warp per output row: the codes row (whole 128-byte blocks, padding included) as 16-byte copies, the row's
-// scales by its first lanes.
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    gather_rows_kernel(const Fp8Activation src, const int32_t* row_map, const Fp8Activation out) {
-    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
-    pdl_trigger();
-    const int lane = threadIdx.x & 31;
-    const int64_t r = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-    if (r >= out.m) return;
-    const int64_t s = row_map[r];
-    const bool valid = s >= 0 && s < src.m;
-    const int64_t chunks = out.codes_ld / 16, blocks = (out.k + 127) / 128;
-    uint4* dst = reinterpret_cast<uint4*>(out.codes + r * out.codes_ld);
-    const uint4* from = valid ? reinterpret_cast<const uint4*>(src.codes + s * src.codes_ld) : nullptr;
-    for (int64_t c = lane; c < chunks; c += 32) dst[c] = valid ? from[c] : make_uint4(0u, 0u, 0u, 0u);
-    const float zero_scale = fp8_block_scale(0.f);
-    for (int64_t b = lane; b < blocks; b += 32)
-        out.scales[b * out.scales_ld + r] = valid ? src.scales[b * src.scales_ld + s] : zero_scale;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-unsigned grid_of(const Fp8Activation& out) {
-    const int64_t warps = (out.m * ((out.k + 127) / 128) + kUnitsPerWarp - 1) / kUnitsPerWarp;
-    return unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
+// The fields every entry sets; unit_rows: the rows quantized (out.m, or the input rows of a scatter).
+QuantArgs quant_args(const uint16_t* x, int64_t x_rows, int64_t ld_x, const Fp8Activation& out, int64_t unit_rows) {
+    QuantArgs a{};
+    a.x = x;
+    a.x_rows = x_rows;
+    a.ld_x = ld_x;
+    a.out = out;
+    a.unit_rows = unit_rows;
+    a.blocks = int((out.k + 127) / 128);
+    a.vector_x = aligned16(x) && ld_x % 8 == 0;
+    a.interleaved = out.order == Fp8CodeOrder::GROUP_INTERLEAVED;
+    return a;
+}
+
+template <bool SWIGLU>
+void launch_quantize(const char* name, const QuantArgs& a, cudaStream_t stream) {
+    const int64_t warps = (a.unit_rows * a.blocks + kUnitsPerWarp - 1) / kUnitsPerWarp;
+    launch_pdl(name, quantize_kernel<SWIGLU>, dim3(unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock)),
+               dim3(kWarpsPerBlock * 32), 0, stream, a);
 }
 
 // The output's shape and layout (both entries).
@@ -173,32 +183,24 @@ void quantize_fp8_activation(const uint16_t* x, int64_t x_rows, int64_t ld_x, co
     FS_REQUIRE(ld_x >= out.k, "quantize_fp8_activation: ld_x ", ld_x, " < k ", out.k);
     FS_REQUIRE(row_map != nullptr || x_rows >= out.m, "quantize_fp8_activation: x has ", x_rows, " rows, ", out.m,
                " needed");
-    QuantArgs a{};
-    a.x = x;
-    a.x_rows = x_rows;
-    a.ld_x = ld_x;
+    QuantArgs a = quant_args(x, x_rows, ld_x, out, out.m);
     a.row_map = row_map;
-    a.out = out;
-    a.blocks = int((out.k + 127) / 128);
-    a.vector_x = aligned16(x) && ld_x % 8 == 0;
-    a.interleaved = out.order == Fp8CodeOrder::GROUP_INTERLEAVED;
-    launch_pdl("quantize_fp8_activation", quantize_kernel<false>, dim3(grid_of(out)), dim3(kWarpsPerBlock * 32), 0,
-               stream, a);
+    launch_quantize<false>("quantize_fp8_activation", a, stream);
 }
 
-void gather_fp8_rows(const Fp8Activation& src, const int32_t* row_map, const Fp8Activation& out, cudaStream_t stream) {
-    check_output(out, "gather_fp8_rows");
-    if (out.m == 0) return;
-    FS_REQUIRE(row_map != nullptr, "gather_fp8_rows: null row map");
-    FS_REQUIRE(src.m >= 0 && src.k == out.k && src.order == out.order && src.codes_ld == out.codes_ld,
-               "gather_fp8_rows: source k ", src.k, " / order ", int(src.order), " / codes_ld ", src.codes_ld,
-               " differ from the output's ", out.k, " / ", int(out.order), " / ", out.codes_ld);
-    FS_REQUIRE(src.m == 0 || (src.codes != nullptr && src.scales != nullptr &&
-                              reinterpret_cast<uintptr_t>(src.codes) % 16 == 0 && src.scales_ld >= src.m),
-               "gather_fp8_rows: the source needs 16-byte aligned codes, scales and scales_ld >= m");
-    const unsigned blocks = unsigned((out.m + kWarpsPerBlock - 1) / kWarpsPerBlock);
-    launch_pdl("gather_fp8_rows", gather_rows_kernel, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, stream, src,
-               row_map, out);
+void quantize_fp8_scatter(const uint16_t* x, int64_t x_rows, int64_t ld_x, const int32_t* row_slots, int slots_per_row,
+                          const Fp8Activation& out, cudaStream_t stream) {
+    check_output(out, "quantize_fp8_scatter");
+    if (out.m == 0 || x_rows == 0) return;
+    FS_REQUIRE(x != nullptr && row_slots != nullptr && x_rows > 0 && slots_per_row >= 1,
+               "quantize_fp8_scatter: null input or slot map, or ", x_rows, " rows x ", slots_per_row, " slots");
+    FS_REQUIRE(ld_x >= out.k, "quantize_fp8_scatter: ld_x ", ld_x, " < k ", out.k);
+    FS_REQUIRE(x_rows * ((out.k + 127) / 128) < (int64_t(1) << 31) - kWarpsPerBlock * kUnitsPerWarp,
+               "quantize_fp8_scatter: ", x_rows, " rows have more 128-column blocks than 32-bit unit indices cover");
+    QuantArgs a = quant_args(x, x_rows, ld_x, out, x_rows);
+    a.row_slots = row_slots;
+    a.slots_per_row = slots_per_row;
+    launch_quantize<false>("quantize_fp8_scatter", a, stream);
 }
 
 void quantize_fp8_swiglu(const uint16_t* g, const uint16_t* u, int64_t ld, float limit, const Fp8Activation& out,
@@ -207,18 +209,11 @@ void quantize_fp8_swiglu(const uint16_t* g, const uint16_t* u, int64_t ld, float
     if (out.m == 0) return;
     FS_REQUIRE(g != nullptr && u != nullptr && ld >= out.k, "quantize_fp8_swiglu: null g / u or ld ", ld, " < inter ",
                out.k);
-    QuantArgs a{};
-    a.x = g;
+    QuantArgs a = quant_args(g, out.m, ld, out, out.m);
     a.u = u;
     a.limit = limit;
-    a.x_rows = out.m;
-    a.ld_x = ld;
-    a.out = out;
-    a.blocks = int((out.k + 127) / 128);
-    a.vector_x = aligned16(g) && aligned16(u) && ld % 8 == 0;
-    a.interleaved = out.order == Fp8CodeOrder::GROUP_INTERLEAVED;
-    launch_pdl("quantize_fp8_swiglu", quantize_kernel<true>, dim3(grid_of(out)), dim3(kWarpsPerBlock * 32), 0, stream,
-               a);
+    a.vector_x = a.vector_x && aligned16(u);
+    launch_quantize<true>("quantize_fp8_swiglu", a, stream);
 }
 
 }  // namespace flashseek::cuda

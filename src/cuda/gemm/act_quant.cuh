@@ -63,12 +63,13 @@ inline Fp8Activation fp8_activation_columns(const Fp8Activation& a, int64_t col0
 void quantize_fp8_activation(const uint16_t* x, int64_t x_rows, int64_t ld_x, const int32_t* row_map,
                              const Fp8Activation& out, cudaStream_t stream);
 
-// out row r = src row row_map[r] (codes and scales copied), or for an entry outside [0, src.m) the row
-// quantize_fp8_activation writes for it (codes 0, the scale of an all-zero block): with src = act_quant(x), the same
-// bits as quantize_fp8_activation(x, .., row_map, out), at the cost of a copy. For a gathered input whose rows repeat
-// (the routed experts' slots: top_k per token), x quantized once per row and then gathered. src and out: the same k
-// and code order. Graph-capturable, PDL launch.
-void gather_fp8_rows(const Fp8Activation& src, const int32_t* row_map, const Fp8Activation& out, cudaStream_t stream);
+// act_quant of each row r of x (bf16 [x_rows, out.k], row stride ld_x) stored at every output row
+// row_slots[r * slots_per_row + j] (entries < 0 or >= out.m skipped): the inverse of quantize_fp8_activation's row
+// map, so that every output row written holds the bits quantize_fp8_activation(x, .., row_map, out) gives it where
+// row_map[slot] = r; rows no entry names are not written. For the routed experts' slots (top_k per token): each token
+// row quantized once instead of top_k times. Graph-capturable, PDL launch.
+void quantize_fp8_scatter(const uint16_t* x, int64_t x_rows, int64_t ld_x, const int32_t* row_slots, int slots_per_row,
+                          const Fp8Activation& out, cudaStream_t stream);
 
 // The down-projection input of a dense (shared) expert whose w1 and w3 ran as two GEMMs with bf16 outputs g, u
 // ([m, inter], row stride ld elements): out = act_quant(bf16(silu(min(g, limit)) * clamp(u, +-limit))), the

@@ -195,20 +195,11 @@ void moe_gemm_up(const uint16_t* x, int64_t ld_x, int64_t M, int top_k, const Ex
     Fp8Activation xa = ws.x;
     xa.m = slots;
     xa.order = moe_gemm_code_order(path);
-    // The slots repeat the tokens top_k times: the M token rows are quantized once, into the memory of h_q (not yet
-    // written: the up-projection's epilogue fills it), then gathered to the slots. act_quant is per row, so the
-    // codes and scales are those of quantizing the gathered rows (which was instruction-bound: 144 us for the
-    // 24,576 slots of a 4,096-token pass). Where h_q's memory is too small for M rows, the slots are quantized.
-    Fp8Activation xt = fp8_activation_view(ws.h_q.codes, ws.h_q.scales, M, t.hidden);
-    xt.order = xa.order;
-    const bool fits = fp8_activation_codes_bytes(M, t.hidden) <= fp8_activation_codes_bytes(ws.h_q.m, ws.h_q.k) &&
-                      fp8_activation_scales_bytes(M, t.hidden) <= fp8_activation_scales_bytes(ws.h_q.m, ws.h_q.k);
-    if (fits && M < slots) {
-        quantize_fp8_activation(x, M, ld_x, nullptr, xt, stream);
-        gather_fp8_rows(xt, g.slot_token, xa, stream);
-    } else {
-        quantize_fp8_activation(x, M, ld_x, g.slot_token, xa, stream);
-    }
+    // The slots repeat the tokens top_k times: each token row is quantized once and stored at its slots
+    // (pair_slot), the same bits as quantizing the gathered slot rows (act_quant is per row), which was
+    // instruction-bound (144 us for the 24,576 slots of a 4,096-token pass). Slots no pair names (invalid expert
+    // ids) lie past every expert's range and are not read.
+    quantize_fp8_scatter(x, M, ld_x, g.pair_slot, top_k, xa, stream);
     grouped_gemm::Problem p = problem(t, g);
     p.up = true;
     p.a = xa;

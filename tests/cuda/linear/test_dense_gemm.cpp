@@ -10,6 +10,7 @@
 // columns between n and the row stride must still hold the poison afterwards.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -168,7 +169,7 @@ cuda::Bf16GemmArgs bf16_args(const uint16_t* a, int64_t m, int64_t lda, const Te
 // ---------------------------------------------------------------------------------------------------------------
 // act_quant: codes and scales bit for bit against the CPU, with a row map (one entry out of range: zero row), in
 // both code orders (GROUP_INTERLEAVED: each column's code at fp8_code_position, padding included); with a map, also
-// gather_fp8_rows of the unmapped quantization against the mapped one.
+// quantize_fp8_scatter (each x row once, stored at the rows that map to it) against the mapped quantization.
 
 TEST(DenseGemm, ActQuantMatchesCpuBitForBit) {
     for (auto [m, k, mapped, order] :
@@ -205,25 +206,33 @@ TEST(DenseGemm, ActQuantMatchesCpuBitForBit) {
         CUDA_CHECK(cudaDeviceSynchronize());
         const auto hc = codes.download();
         const auto hs = scales.download();
-        if (mapped) {  // every x row quantized, then gathered by the map: the same bits, padding included
-            DeviceArray<uint8_t> all_codes(cuda::fp8_activation_codes_bytes(x_rows, k));
-            DeviceArray<float> all_scales(cuda::fp8_activation_scales_bytes(x_rows, k) / 4);
-            auto all = cuda::fp8_activation_view(all_codes.ptr, all_scales.ptr, x_rows, k);
-            all.order = order;
-            cuda::quantize_fp8_activation(xd.ptr, x_rows, ld, nullptr, all, nullptr);
+        if (mapped) {  // each x row quantized once and stored at the rows mapped to it: the same bits
+            std::vector<int> uses(static_cast<size_t>(x_rows), 0);
+            for (int64_t r = 0; r < m; ++r)
+                if (map[size_t(r)] < x_rows) ++uses[size_t(map[size_t(r)])];
+            const int per_row = std::max(1, *std::max_element(uses.begin(), uses.end()));
+            std::vector<int32_t> row_slots(size_t(x_rows) * per_row, -1);
+            std::fill(uses.begin(), uses.end(), 0);
+            for (int64_t r = 0; r < m; ++r) {
+                const int32_t src = map[size_t(r)];
+                if (src < x_rows) row_slots[size_t(src) * per_row + uses[size_t(src)]++] = int32_t(r);
+            }
+            DeviceArray<int32_t> slots_d(row_slots);
             codes.poison();
             scales.poison();
-            cuda::gather_fp8_rows(all, md.ptr, act, nullptr);
+            cuda::quantize_fp8_scatter(xd.ptr, x_rows, ld, slots_d.ptr, per_row, act, nullptr);
             CUDA_CHECK(cudaDeviceSynchronize());
-            EXPECT_TRUE(codes.download() == hc) << "gathered codes differ from the mapped quantization";
-            const auto gs = scales.download();
+            const auto sc = codes.download();
+            const auto ss = scales.download();
             size_t differ = 0;
-            for (int64_t b = 0; b < (k + 127) / 128; ++b)
-                for (int64_t r = 0; r < m; ++r) {
-                    const size_t i = size_t(b * act.scales_ld + r);
-                    differ += gs[i] != hs[i];
-                }
-            EXPECT_EQ(differ, 0u) << "gathered scales differ from the mapped quantization";
+            for (int64_t r = 0; r < m; ++r) {
+                if (map[size_t(r)] >= x_rows) continue;  // no x row: not written
+                for (int64_t c = 0; c < act.codes_ld; ++c)
+                    differ += sc[size_t(r * act.codes_ld + c)] != hc[size_t(r * act.codes_ld + c)];
+                for (int64_t b = 0; b < (k + 127) / 128; ++b)
+                    differ += ss[size_t(b * act.scales_ld + r)] != hs[size_t(b * act.scales_ld + r)];
+            }
+            EXPECT_EQ(differ, 0u) << "quantize_fp8_scatter differs from the mapped quantization";
         }
         const int64_t blocks = (k + 127) / 128;
         int64_t bad = 0;
