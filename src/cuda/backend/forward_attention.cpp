@@ -166,7 +166,8 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         }
         {
             OpProfiler::Scope sc(prof_, "indexer.q prepare");
-            indexer_prepare_q(buf_.index_q.as<bf16>(), int64_t(nI) * dI, Tq, nI, dI, pos, L.rope, stream, num_.quant_sim);
+            indexer_prepare_q(buf_.index_q.as<bf16>(), int64_t(nI) * dI, Tq, nI, dI, pos, L.rope, stream,
+                              num_.quant_sim);
         }
         const PreparedActivation& aw =
             prepare(buf_.prep_x_bf16, q_in, false, Tq, D, D, L.index_weights_proj);
