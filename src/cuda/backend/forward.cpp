@@ -94,7 +94,10 @@ void ForwardPass::sub_block(const PassShape& pass, int l, int sub) {
         if (post_pending_ == 1 && !sharded_) {  // the MoE sub-block's combine runs here too
             p.prev_y_routed = buf_.routed_out.as<float>();
             p.prev_pair_slot = buf_.grouping.pair_slot;
-            p.prev_y_shared = buf_.shared_out.as<float>();
+            if (shared_out_bf16_)
+                p.prev_y_shared_bf16 = buf_.shared_out.as<bf16>();
+            else
+                p.prev_y_shared = buf_.shared_out.as<float>();
             p.prev_top_k = cfg_.num_experts_per_tok;
             p.prev_round_terms = num_.act == ActNumerics::FP8_BLOCK128;
         } else {

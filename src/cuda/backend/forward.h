@@ -68,7 +68,7 @@ private:
     // combine = false: the sub-block output is left as its terms (routed_out, grouping, shared_out) for the next
     // mhc_pre, which fuses this sub-block's mhc_post and computes the combine itself (MhcPreParams::prev_y_routed).
     void enqueue_moe(int l, const PassShape& s, bool combine);
-    void enqueue_shared_expert(int l, int rows, const PreparedActivation& routed_x, const Lane& lane);
+    bool enqueue_shared_expert(int l, int rows, const PreparedActivation& routed_x, const Lane& lane);
     void enqueue_head(const PassShape& s);
     void run_pending_post(const PassShape& s);  // mhc_post of the sub-block before, on its own
     // The last layer's output feeds only the head, so where a pass has fewer rows that need logits (a prompt's last
@@ -132,6 +132,7 @@ private:
     float* logits_;
     int64_t logits_ld_;
     int post_pending_ = -1;         // the sub-block (0 attention, 1 MoE) whose mhc_post the next mhc_pre runs, or -1
+    bool shared_out_bf16_ = false;  // the last MoE sub-block's shared_out holds bf16 (enqueue_shared_expert)
     bf16* residual_ = nullptr;      // the residual streams of the pass: buf_.residual, or head_streams once gathered
     int residual_rows_ = 0;         // the rows they hold
     uint64_t prep_generation_ = 1;  // bumped whenever a sub-block starts (its inputs are rewritten)

@@ -29,9 +29,10 @@ void ForwardPass::enqueue_moe(int l, const PassShape& s, bool combine) {
     // The shared expert does not depend on the routing: a side branch beside the router and the routed experts,
     // joined before the combine. A shard may hold no part of it.
     const bool shared = shard_.spec().has_shared();
+    shared_out_bf16_ = false;
     if (shared) {
         const Lane lane = streams_.fork(streams_.aux);
-        enqueue_shared_expert(l, T, ax, lane);
+        shared_out_bf16_ = enqueue_shared_expert(l, T, ax, lane);
     }
     {
         const PreparedActivation& ag = prepare(buf_.prep_x_bf16, buf_.sub_in.get(), false, T, D, D, L.gate);
@@ -69,10 +70,11 @@ void ForwardPass::enqueue_moe(int l, const PassShape& s, bool combine) {
     if (combine) {
         OpProfiler::Scope sc(prof_, "moe.combine");
         // A shard's combine is its partial sum (its experts, its part of the shared expert), reduced by the caller.
-        moe_combine(buf_.routed_out.as<float>(), buf_.grouping, shared ? buf_.shared_out.as<float>() : nullptr, T, K,
-                    D, sharded_ ? buf_.sub_out_partial.get() : buf_.sub_out.get(),
-                    sharded_ ? OutKind::F32 : OutKind::BF16, D, stream,
-                    /*round_terms=*/num_.act == ActNumerics::FP8_BLOCK128);
+        moe_combine(buf_.routed_out.as<float>(), buf_.grouping,
+                    shared && !shared_out_bf16_ ? buf_.shared_out.as<float>() : nullptr, T, K, D,
+                    sharded_ ? buf_.sub_out_partial.get() : buf_.sub_out.get(), sharded_ ? OutKind::F32 : OutKind::BF16,
+                    D, stream, /*round_terms=*/num_.act == ActNumerics::FP8_BLOCK128,
+                    shared_out_bf16_ ? buf_.shared_out.as<uint16_t>() : nullptr);
     }
 }
 
@@ -91,8 +93,12 @@ bool ForwardPass::routed_experts_take_raw(const ShardLayer& L, int rows) const {
 }
 
 // The shared expert on `lane` into shared_out. routed_x: the routed experts' input, shared when it is prepared in
-// the format the shared expert's first linear takes (prepared on the main stream before the fork).
-void ForwardPass::enqueue_shared_expert(int l, int rows, const PreparedActivation& routed_x, const Lane& lane) {
+// the format the shared expert's first linear takes (prepared on the main stream before the fork). Returns whether
+// shared_out holds bf16 (else fp32): in prefill passes of a whole model with release numerics, where the combine
+// rounds the shared term to bf16 anyway, its w2 GEMM writes bf16 (half the bytes, and the dense GEMM's staged
+// epilogue instead of fp32 stores from registers), the same values. Disabling "shared_bf16_out" in the kernel policy
+// keeps fp32 (A/B).
+bool ForwardPass::enqueue_shared_expert(int l, int rows, const PreparedActivation& routed_x, const Lane& lane) {
     const ShardLayer& L = shard_.layer(l);
     const int T = rows;
     const int64_t D = cfg_.hidden_size, I = L.shared_w1.out;  // this shard's intermediate columns
@@ -138,8 +144,10 @@ void ForwardPass::enqueue_shared_expert(int l, int rows, const PreparedActivatio
         }
         OpProfiler::Scope sc(prof_, "moe.shared w2");
         prof_.bytes(L.bytes.shared_down);
-        lin(buf_.moe_h_shared.act, L.shared_w2, buf_.shared_out.get(), OutKind::F32, D, &lane);
-        return;
+        const bool bf16_out = pol_ == &prefill_policy_ && !sharded_ && !pol_->is_disabled("shared_bf16_out");
+        lin(buf_.moe_h_shared.act, L.shared_w2, buf_.shared_out.get(), bf16_out ? OutKind::BF16 : OutKind::F32, D,
+            &lane);
+        return bf16_out;
     }
     // The fused expert kernels take the MMA_F16 format.
     const PreparedActivation& axe =
@@ -156,6 +164,7 @@ void ForwardPass::enqueue_shared_expert(int l, int rows, const PreparedActivatio
     prof_.bytes(L.bytes.shared_down);
     prof_.variant(moe_expert_down(buf_.moe_h_shared.act, L.shared, nullptr, T, 1, buf_.shared_out.as<float>(),
                                   lane.stream, *pol_));
+    return false;
 }
 
 }  // namespace flashseek::cuda

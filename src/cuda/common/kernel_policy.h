@@ -9,7 +9,8 @@
 //   experts: generic_experts, wgmma_experts, bulk_experts, simt_experts, gemv_experts, grouped_experts, tile_experts
 //   attention: attn_prefill, attn_mma, attn_simt; indexer: indexer_prefill, indexer_simt
 //   composition: shared_as_linears (the shared expert as w1/w3/w2 linears instead of the fused expert kernels),
-//           head_rows_last_layer (the last layer's query path and MoE sub-block on the rows that need logits only)
+//           head_rows_last_layer (the last layer's query path and MoE sub-block on the rows that need logits only),
+//           shared_bf16_out (prefill: the shared expert's w2 writes its output rounded to bf16, as the combine reads it)
 // Environment (all optional): FLASHSEEK_DISABLE=name,name (never choose these), FLASHSEEK_FORCE=name,name (take
 // these wherever they support the problem, ignoring the measured preference floors), FLASHSEEK_PDL=0,
 // FLASHSEEK_BRANCHES=0, FLASHSEEK_FUSED_POST=0, and the integer knobs below (FLASHSEEK_<KNOB> in capitals).

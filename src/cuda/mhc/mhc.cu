@@ -470,13 +470,18 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
     const dim3 grid((p.n_tokens + kTok - 1) / kTok, splits);
     const bool aligned = K % kPerLane == 0 && reinterpret_cast<uintptr_t>(p.x) % 8 == 0 && aligned16(p.fn);
     const bool interleaved = interleaved_chunks(p.n_streams, p.dim);
-    PostIn pin{p.prev_o, p.prev_post, p.prev_comb, p.prev_y_routed, p.prev_pair_slot, p.prev_y_shared,
-               p.prev_top_k, p.prev_round_terms ? 1 : 0};
+    PostIn pin{p.prev_o,        p.prev_post,          p.prev_comb,
+               p.prev_y_routed, p.prev_pair_slot,     p.prev_y_shared,
+               p.prev_top_k,    p.prev_round_terms ? 1 : 0, p.prev_y_shared_bf16};
     FS_ATTN_REQUIRE(!(p.prev_o && p.prev_y_routed), "mhc_pre: give prev_o or the combine inputs, not both");
+    FS_ATTN_REQUIRE(!p.prev_y_shared_bf16 || (!p.prev_y_shared && p.prev_round_terms),
+                    "mhc_pre: prev_y_shared_bf16 replaces prev_y_shared and needs prev_round_terms");
     if (pin.y_routed)
         FS_ATTN_REQUIRE(pin.pair_slot && p.prev_top_k >= 1 && reinterpret_cast<uintptr_t>(pin.y_routed) % 16 == 0 &&
-                            reinterpret_cast<uintptr_t>(pin.y_shared) % 16 == 0,
-                        "mhc_pre: the fused combine needs pair slots, top_k >= 1 and 16-byte aligned expert outputs");
+                            reinterpret_cast<uintptr_t>(pin.y_shared) % 16 == 0 &&
+                            reinterpret_cast<uintptr_t>(pin.y_shared_bf16) % 8 == 0,
+                        "mhc_pre: the fused combine needs pair slots, top_k >= 1 and 16-byte aligned expert outputs "
+                        "(8-byte for a bf16 shared output)");
     if (pin.o || pin.y_routed) {
         FS_ATTN_REQUIRE(mhc_pre_fuses_post(p.n_streams, p.dim) && !p.head_mode,
                         "mhc_pre: the fused mhc_post needs hc_mult 1, 2 or 4 and hidden_size a multiple of 128 / "

@@ -62,6 +62,8 @@ struct MhcPreParams {
     const float* prev_y_routed = nullptr;
     const int32_t* prev_pair_slot = nullptr;
     const float* prev_y_shared = nullptr;
+    // Instead of prev_y_shared (prev_round_terms only): the shared expert's output as bf16, the term already rounded.
+    const __nv_bfloat16* prev_y_shared_bf16 = nullptr;
     int prev_top_k = 0;
     bool prev_round_terms = false;
     MhcPartialKernel partial_kernel = MhcPartialKernel::AUTO;  // tests and benchmarks pin one

@@ -61,6 +61,8 @@ struct PostIn {         // the previous sub-block's mhc_post, fused (o and y_rou
     const float* y_shared;
     int top_k;
     int round_terms;
+    // Instead of y_shared: the shared expert's output already rounded to bf16 (round_terms only; the same term).
+    const bf16* y_shared_bf16;
 };
 
 // X'_k of one feature: post_k * o + sum_j comb[j, k] X_j, the steps spelled out (free FMA contraction made the separate
@@ -117,7 +119,13 @@ __device__ __forceinline__ void post_o_features(const PostIn& pin, const int32_t
         for (int j = 0; j < kMaxTopK; ++j)
             if (slot[j] >= 0) add(row[j]);
     }
-    if (pin.y_shared) add(*reinterpret_cast<const float4*>(pin.y_shared + t * D + d));
+    if (pin.y_shared) {
+        add(*reinterpret_cast<const float4*>(pin.y_shared + t * D + d));
+    } else if (pin.y_shared_bf16) {  // bf16 values: add()'s rounding leaves them as they are
+        float f[kPerLane];
+        bf16x4_to_float(*reinterpret_cast<const uint2*>(pin.y_shared_bf16 + t * D + d), f);
+        add(make_float4(f[0], f[1], f[2], f[3]));
+    }
     round_bf16_pair(sum[0], sum[1]);
     round_bf16_pair(sum[2], sum[3]);
 #pragma unroll

@@ -240,8 +240,8 @@ ExpertKernel pick_expert(WeightKind k, int nt) {
 
 // ---- combine ------------------------------------------------------------------------------------------------
 __global__ void combine_kernel(const float* __restrict__ y, const int32_t* __restrict__ pair_slot,
-                               const float* __restrict__ shared, int64_t M, int top_k, int64_t D, void* out, int out_f32,
-                               int64_t ld_out, int round_terms) {
+                               const float* __restrict__ shared, const uint16_t* __restrict__ shared_bf16, int64_t M,
+                               int top_k, int64_t D, void* out, int out_f32, int64_t ld_out, int round_terms) {
     pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
     pdl_trigger();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -253,6 +253,7 @@ __global__ void combine_kernel(const float* __restrict__ y, const int32_t* __res
         if (slot >= 0) sum += round_terms ? round_bf16(y[int64_t(slot) * D + d]) : y[int64_t(slot) * D + d];
     }
     if (shared) sum += round_terms ? round_bf16(shared[m * D + d]) : shared[m * D + d];
+    if (shared_bf16) sum += bf16_bits_to_f32(shared_bf16[m * D + d]);  // a term rounded already
     if (out_f32)
         static_cast<float*>(out)[m * ld_out + d] = sum;
     else
@@ -623,11 +624,15 @@ std::string_view moe_expert_down(const PreparedActivation& h, const ExpertTable&
 }
 
 void moe_combine(const float* y_routed, const MoeGrouping& g, const float* y_shared, int64_t M, int top_k,
-                 int64_t hidden, void* out, OutKind out_kind, int64_t ld_out, cudaStream_t stream, bool round_terms) {
+                 int64_t hidden, void* out, OutKind out_kind, int64_t ld_out, cudaStream_t stream, bool round_terms,
+                 const uint16_t* y_shared_bf16) {
     FS_REQUIRE(ld_out >= hidden, "moe_combine: output stride ", ld_out, " < hidden ", hidden);
+    FS_REQUIRE(!y_shared_bf16 || (!y_shared && round_terms),
+               "moe_combine: y_shared_bf16 replaces y_shared and needs round_terms");
     const int64_t n = M * hidden;
     launch_pdl("combine_kernel", combine_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, stream, y_routed,
-               g.pair_slot, y_shared, M, top_k, hidden, out, out_kind == OutKind::F32, ld_out, int(round_terms));
+               g.pair_slot, y_shared, y_shared_bf16, M, top_k, hidden, out, out_kind == OutKind::F32, ld_out,
+               int(round_terms));
 }
 
 }  // namespace flashseek::cuda

@@ -141,8 +141,9 @@ std::string_view moe_expert_down(const PreparedActivation& h, const ExpertTable&
                                  const KernelPolicy& policy = KernelPolicy{});
 // out[t, :] = sum_j y_routed[pair_slot[t*top_k + j], :] + y_shared[t, :] (y_shared may be null). round_terms
 // (release numerics): every term is rounded to bf16 first, as the reference's expert GEMMs output bf16.
+// y_shared_bf16 (round_terms only, instead of y_shared): the shared term as bf16 [M, hidden], rounded already.
 void moe_combine(const float* y_routed, const MoeGrouping& g, const float* y_shared, int64_t M, int top_k,
                  int64_t hidden, void* out, OutKind out_kind, int64_t ld_out, cudaStream_t stream,
-                 bool round_terms = false);
+                 bool round_terms = false, const uint16_t* y_shared_bf16 = nullptr);
 
 }  // namespace flashseek::cuda

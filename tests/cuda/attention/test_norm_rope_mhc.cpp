@@ -443,7 +443,10 @@ TEST(CudaMhc, FusedCombinePostEqualsSeparate) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     Rng rng(seed);
     const int N = 4, D = 4096, n_mix = (2 + N) * N, top_k = 6;
-    for (auto [T, round_terms] : {std::tuple{1, true}, std::tuple{16, true}, std::tuple{11, false}}) {
+    // shared_bf16: the shared expert's output given as bf16 (rounded already), against the fp32 one rounded
+    for (auto [T, round_terms, shared_bf16] : {std::tuple{1, true, false}, std::tuple{16, true, false},
+                                               std::tuple{11, false, false}, std::tuple{16, true, true},
+                                               std::tuple{3, true, true}}) {
         const int slots = T * top_k;
         const auto x = bf16_round(rng.normals(size_t(T) * N * D));
         std::vector<int32_t> pair_slot(static_cast<size_t>(slots));
@@ -451,6 +454,7 @@ TEST(CudaMhc, FusedCombinePostEqualsSeparate) {
         Dev<float> dyr(rng.normals(size_t(slots) * D)), dys(rng.normals(size_t(T) * D)),
             dfn(rng.normals(size_t(n_mix) * N * D, 0.02f)), dbase(rng.normals(n_mix, 0.5f)), dscale(rng.normals(3, 0.5f));
         Dev<int32_t> dslot(pair_slot);
+        Dev<uint16_t> dys_bf16(to_bf16_bits(dys.download()));  // to_bf16_bits rounds to nearest even
         Dev<uint16_t> dnw(to_bf16_bits(bf16_round(rng.normals(D, 0.3f))));
         const auto post0 = rng.normals(size_t(T) * N, 0.7f), comb0 = rng.normals(size_t(T) * N * N, 0.5f);
         struct Run {
@@ -482,7 +486,10 @@ TEST(CudaMhc, FusedCombinePostEqualsSeparate) {
             if (r == &b) {
                 p.prev_y_routed = dyr.ptr;
                 p.prev_pair_slot = dslot.ptr;
-                p.prev_y_shared = dys.ptr;
+                if (shared_bf16)
+                    p.prev_y_shared_bf16 = bf(dys_bf16);
+                else
+                    p.prev_y_shared = dys.ptr;
                 p.prev_top_k = top_k;
                 p.prev_round_terms = round_terms;
                 p.prev_post = r->post.ptr;
@@ -491,7 +498,8 @@ TEST(CudaMhc, FusedCombinePostEqualsSeparate) {
             mhc_pre(p, ws.ptr, ws.n, nullptr);
             CUDA_OK(cudaDeviceSynchronize());
         }
-        const std::string what = "T " + std::to_string(T) + (round_terms ? " rounded terms" : "");
+        const std::string what =
+            "T " + std::to_string(T) + (round_terms ? " rounded terms" : "") + (shared_bf16 ? ", bf16 shared" : "");
         EXPECT_EQ(a.x.download(), b.x.download()) << what << ": streams";
         EXPECT_EQ(a.y.download(), b.y.download()) << what << ": y";
         EXPECT_EQ(a.post.download(), b.post.download()) << what << ": post";

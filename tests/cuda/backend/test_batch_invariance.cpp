@@ -77,6 +77,26 @@ protected:
         return out;
     }
 
+    // Logits of a prefill in one piece and in pieces with a batch-mate (and the decode steps after them) with this
+    // backend, then bit for bit the same with the policy variants `names` disabled (a new backend, same prompts).
+    void expect_same_with_disabled(const char* names) {
+        const std::vector<int32_t> short_mate(other_.begin(), other_.begin() + 77);
+        const std::vector<float> whole = run({2300}), pieces = run({1000, 1300}, &short_mate);
+        for (float v : whole) ASSERT_TRUE(std::isfinite(v));
+        std::vector<float> whole_off, pieces_off;
+        {
+            be_.reset();  // one full-size backend on the device at a time
+            test_support::ScopedEnv off("FLASHSEEK_DISABLE", names);
+            const std::vector<int32_t> prompt = prompt_;
+            SetUp();  // a new backend (it reads the policy at construction), then the same prompt as before
+            prompt_ = prompt;
+            whole_off = run({2300});
+            pieces_off = run({1000, 1300}, &short_mate);
+        }
+        EXPECT_TRUE(bit_identical(whole, whole_off)) << names << " off: one piece";
+        EXPECT_TRUE(bit_identical(pieces, pieces_off)) << names << " off: pieces 1000/1300 with a 77-token batch-mate";
+    }
+
     static bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
         return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
     }
@@ -117,21 +137,14 @@ protected:
 
 TEST_P(CudaHeadRowsLastLayer, MatchesAllRows) {
     SCOPED_TRACE("seed=" + std::to_string(seed_) + " layers=" + std::to_string(GetParam()));
-    const std::vector<int32_t> short_mate(other_.begin(), other_.begin() + 77);
-    const std::vector<float> whole = run({2300}), pieces = run({1000, 1300}, &short_mate);
-    for (float v : whole) ASSERT_TRUE(std::isfinite(v));
-    std::vector<float> whole_off, pieces_off;
-    {
-        be_.reset();  // one full-size backend on the device at a time
-        test_support::ScopedEnv off("FLASHSEEK_DISABLE", "head_rows_last_layer");
-        const std::vector<int32_t> prompt = prompt_;
-        SetUp();  // a new backend (it reads the policy at construction), then the same prompt as before
-        prompt_ = prompt;
-        whole_off = run({2300});
-        pieces_off = run({1000, 1300}, &short_mate);
-    }
-    EXPECT_TRUE(bit_identical(whole, whole_off)) << "one piece";
-    EXPECT_TRUE(bit_identical(pieces, pieces_off)) << "pieces 1000/1300 with a 77-token batch-mate";
+    expect_same_with_disabled("head_rows_last_layer");
+}
+
+// The shared expert's w2 writing bf16 in prefill passes (shared_bf16_out) gives the logits of its fp32 output,
+// which the MoE combine rounds to the same bf16 term.
+TEST_F(CudaPrefillInvariance, SharedExpertBf16OutputMatchesF32) {
+    SCOPED_TRACE("seed=" + std::to_string(seed_));
+    expect_same_with_disabled("shared_bf16_out");
 }
 
 INSTANTIATE_TEST_SUITE_P(LastLayerRatios, CudaHeadRowsLastLayer, ::testing::Values(4, 5),

@@ -516,6 +516,31 @@ TEST(DenseGemm, Fp8RowsIndependentOfBatchAndTiles) {
     }
 }
 
+// A bf16 output is the fp32 output rounded to nearest even, element for element (the backend has the shared expert's
+// w2 write bf16 where the MoE combine would round its fp32 output: the same term). Every path and tile height, the
+// staged epilogue (ldd a multiple of 8) and the scalar stores (odd ldd).
+TEST(DenseGemm, Fp8Bf16OutputIsRoundedF32Output) {
+    for (GemmPath path : supported_paths(true)) {
+        const uint64_t seed = fresh_seed();
+        SCOPED_TRACE(std::string(path_name(path)) + " seed=" + std::to_string(seed));
+        std::mt19937_64 rng(seed);
+        const int64_t m = 300, n = 1280, k = 528;
+        TestWeight w = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, n, k);
+        DeviceFp8Act a(random_activation(rng, m, k), m, k);
+        for (int block_m : block_ms(path))
+            for (int64_t extra : {int64_t(0), int64_t(3)}) {
+                DeviceOut f(OutKind::F32, m, n, n + extra), b(OutKind::BF16, m, n, n + extra);
+                cuda::gemm_fp8(fp8_args(a, w, f), path, nullptr, block_m);
+                cuda::gemm_fp8(fp8_args(a, w, b), path, nullptr, block_m);
+                CUDA_CHECK(cudaDeviceSynchronize());
+                const auto yf = f.read(), yb = b.read();
+                size_t differ = 0;
+                for (size_t i = 0; i < yf.size(); ++i) differ += round_bf16(yf[i]) != yb[i];
+                EXPECT_EQ(differ, 0u) << "block_m " << block_m << " ldd n + " << extra;
+            }
+    }
+}
+
 // The same for the BF16 GEMM: rows 0..6 of m = 4096 (every wgmma tile height) equal m = 7 and m = 1 bit for bit.
 TEST(DenseGemm, Bf16RowsIndependentOfBatchAndTiles) {
     for (GemmPath path : supported_paths(false)) {
