@@ -198,10 +198,10 @@ int run_bench(int argc, char** argv) {
                     secs, n / secs, double(r["prefill_flops_per_token"]) / 1e9,
                     double(r["prefill_flops_linear"]) / 1e9, double(r["prefill_flops_attention"]) / 1e9,
                     double(r["prefill_tflop_s"]), pct);
-        std::string run_list;
-        for (double x : runs) run_list += (run_list.empty() ? "" : " / ") + std::to_string(x).substr(0, 5);
-        std::printf("  median of %d timed runs (%s s)", prefill_runs, run_list.c_str());
-        if (warmup > 0) std::printf("; the untimed first run %.3f s", untimed);
+        std::printf("  median of %d timed runs (", prefill_runs);
+        for (size_t i = 0; i < runs.size(); ++i) std::printf("%s%.4f", i ? " / " : "", runs[i]);
+        std::printf(" s)");
+        if (warmup > 0) std::printf("; the untimed first run %.4f s", untimed);
         std::printf("\n");
         print_ops(prof, bw, "the profiled prefill");
     }

@@ -154,12 +154,14 @@ QuantArgs quant_args(const uint16_t* x, int64_t x_rows, int64_t ld_x, const Fp8A
 
 template <bool SWIGLU>
 void launch_quantize(const char* name, const QuantArgs& a, cudaStream_t stream) {
+    FS_REQUIRE(a.unit_rows * a.blocks < (int64_t(1) << 31) - kWarpsPerBlock * kUnitsPerWarp, name, ": ", a.unit_rows,
+               " rows x ", a.out.k, " columns have more 128-column blocks than 32-bit unit indices cover");
     const int64_t warps = (a.unit_rows * a.blocks + kUnitsPerWarp - 1) / kUnitsPerWarp;
     launch_pdl(name, quantize_kernel<SWIGLU>, dim3(unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock)),
                dim3(kWarpsPerBlock * 32), 0, stream, a);
 }
 
-// The output's shape and layout (both entries).
+// The output's shape and layout (every entry).
 void check_output(const Fp8Activation& out, const char* what) {
     FS_REQUIRE(out.m >= 0 && out.k > 0, what, ": bad shape m=", out.m, " k=", out.k);
     if (out.m == 0) return;
@@ -169,8 +171,6 @@ void check_output(const Fp8Activation& out, const char* what) {
     FS_REQUIRE(out.scales_ld % 4 == 0 && out.scales_ld >= out.m, what, ": scales_ld ", out.scales_ld,
                " must be a multiple of 4 and >= m = ", out.m);
     FS_REQUIRE(reinterpret_cast<uintptr_t>(out.codes) % 16 == 0, what, ": codes must be 16-byte aligned");
-    FS_REQUIRE(out.m * ((out.k + 127) / 128) < (int64_t(1) << 31) - kWarpsPerBlock * kUnitsPerWarp, what, ": ", out.m,
-               " x ", out.k, " has more 128-column blocks than 32-bit unit indices cover");
 }
 
 }  // namespace
@@ -195,8 +195,6 @@ void quantize_fp8_scatter(const uint16_t* x, int64_t x_rows, int64_t ld_x, const
     FS_REQUIRE(x != nullptr && row_slots != nullptr && x_rows > 0 && slots_per_row >= 1,
                "quantize_fp8_scatter: null input or slot map, or ", x_rows, " rows x ", slots_per_row, " slots");
     FS_REQUIRE(ld_x >= out.k, "quantize_fp8_scatter: ld_x ", ld_x, " < k ", out.k);
-    FS_REQUIRE(x_rows * ((out.k + 127) / 128) < (int64_t(1) << 31) - kWarpsPerBlock * kUnitsPerWarp,
-               "quantize_fp8_scatter: ", x_rows, " rows have more 128-column blocks than 32-bit unit indices cover");
     QuantArgs a = quant_args(x, x_rows, ld_x, out, x_rows);
     a.row_slots = row_slots;
     a.slots_per_row = slots_per_row;
