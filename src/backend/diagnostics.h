@@ -46,6 +46,10 @@ public:
     // The dense FP8 tensor-core rate in FLOP/s measured on the device (0 when it cannot be measured): the
     // ceiling of prefill.
     virtual double measure_gemm_rate() = 0;
+    // Host seconds the last forward call (decode_greedy, forward, ...) spent enqueuing its passes: building and
+    // uploading step metadata, choosing and launching every kernel (a captured graph: its launch), summed over the
+    // call's passes. Against the call's wall time it says whether the host or the device bounds an eager pass.
+    virtual double last_host_enqueue_seconds() const = 0;
     virtual void set_use_graphs(bool on) = 0;
     // Independent parts of a sub-block on side streams (default on); off runs every op on one stream.
     virtual void set_use_branches(bool on) = 0;

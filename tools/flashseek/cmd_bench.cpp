@@ -4,8 +4,9 @@
 //  * prefill: for each --prefill length, sequences of that many random tokens: one untimed (with --warmup > 0: the
 //    first pass of a shape pays one-time costs, such as loading its kernels' modules), then --prefill-runs timed
 //    ones (the median: tok/s, and the fraction of the tensor-core rate its FLOPs per token reach:
-//    src/model/flop_count.h; the untimed run's time is reported beside it), then one profiled with events around
-//    every op (the per-op table of a prefill);
+//    src/model/flop_count.h; the untimed run's time is reported beside it, and the host's share: the time it spent
+//    enqueuing the pass, BackendDiagnostics::last_host_enqueue_seconds), then one profiled with events around every
+//    op (the per-op table of a prefill);
 //  * decode: for each context length and concurrency, prefill `concurrency` sequences of `context` tokens (tok/s
 //    and FLOP fraction of a batched prefill), then `output-len` greedy decode steps of all of them (decode tok/s,
 //    TPOT median and p99), then one profiled decode step (per-op table with each op's weight bytes and their
@@ -175,9 +176,12 @@ int run_bench(int argc, char** argv) {
             return s;
         };
         const double untimed = warmup > 0 ? timed_prefill() : 0.0;
-        std::vector<double> runs;
-        for (int i = 0; i < prefill_runs; ++i) runs.push_back(timed_prefill());
-        const double secs = percentile(runs, 0.5);
+        std::vector<double> runs, enqueue;
+        for (int i = 0; i < prefill_runs; ++i) {
+            runs.push_back(timed_prefill());
+            enqueue.push_back(ext->last_host_enqueue_seconds());
+        }
+        const double secs = percentile(runs, 0.5), enqueue_s = percentile(enqueue, 0.5);
         const int id2 = be->create_sequence();
         std::vector<SequenceStep> steps{{id2, prompt.data(), n, false}};
         const StepProfile prof = ext->profile_step(steps);
@@ -186,6 +190,7 @@ int run_bench(int argc, char** argv) {
         r["tokens"] = n;
         r["prefill_s"] = secs;
         r["prefill_runs_s"] = runs;
+        r["prefill_host_enqueue_s"] = enqueue_s;
         if (warmup > 0) r["prefill_first_s"] = untimed;
         r["prefill_tok_s"] = n / secs;
         const double pct = flop_fields(r, n, n / secs);
@@ -202,7 +207,8 @@ int run_bench(int argc, char** argv) {
         for (size_t i = 0; i < runs.size(); ++i) std::printf("%s%.4f", i ? " / " : "", runs[i]);
         std::printf(" s)");
         if (warmup > 0) std::printf("; the untimed first run %.4f s", untimed);
-        std::printf("\n");
+        std::printf("\n  host enqueue (median of the timed runs): %.4f s = %.0f%% of the prefill\n", enqueue_s,
+                    100.0 * enqueue_s / secs);
         print_ops(prof, bw, "the profiled prefill");
     }
 

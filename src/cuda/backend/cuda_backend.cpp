@@ -12,6 +12,7 @@
 #include "cuda/backend/cuda_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -181,6 +182,7 @@ public:
     }
     double measure_copy_bandwidth(size_t bytes, int reps) override { return cuda::measure_copy_bandwidth(bytes, reps); }
     double measure_gemm_rate() override { return cuda::measure_fp8_gemm_rate(); }
+    double last_host_enqueue_seconds() const override { return last_enqueue_s_; }
     void set_use_graphs(bool on) override { graphs_.set_enabled(on); }
     void set_use_branches(bool on) override {
         streams_.set_branches(on);
@@ -226,6 +228,7 @@ private:
     std::vector<CommGroup> expert_groups_;  // per expert group: its tp ranks
     bool profiling_ = false;
     StepProfile last_profile_;
+    double last_enqueue_s_ = 0;  // BackendDiagnostics::last_host_enqueue_seconds
 };
 
 void CudaBackend::enqueue_pass(const PassShape& shape) {
@@ -322,6 +325,7 @@ void CudaBackend::run_steps(std::span<const SequenceStep> steps, Output out, std
                             std::vector<int32_t>* tokens, std::span<const SampleParams> sample_params,
                             std::vector<float>* logprobs) {
     validate(steps);
+    last_enqueue_s_ = 0;
     // Reserve every block the step needs first: OutOfStateMemory leaves all state unchanged.
     std::vector<std::pair<int, int64_t>> req;
     for (const auto& s : steps) req.emplace_back(s.seq_id, pool().length(s.seq_id) + s.n_tokens);
@@ -436,12 +440,14 @@ void CudaBackend::run_steps(std::span<const SequenceStep> steps, Output out, std
             meta.h(StepMeta::kHeadOnes)[j] = 1;
         }
 
+        const auto enqueue_start = std::chrono::steady_clock::now();
         for (auto& sh : shards_) {
             if (&sh->buf.meta != &meta) sh->buf.meta.copy_host_from(meta);
             sh->buf.meta.upload(stream);
             sh->pool->upload_tables(stream);
         }
         graphs_.run(shape, all_single && !profiling_, stream, [&] { enqueue_pass(shape); });
+        last_enqueue_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - enqueue_start).count();
         if (profiling_) {
             last_profile_.bytes_per_rank.resize(shards_.size(), 0.0);
             for (size_t r = 0; r < shards_.size(); ++r) {

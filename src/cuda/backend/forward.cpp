@@ -92,7 +92,10 @@ void ForwardPass::sub_block(const PassShape& pass, int l, int sub) {
     p.comb = buf_.mhc_comb.as<float>();
     if (post_pending_ >= 0) {
         if (post_pending_ == 1 && !sharded_) {  // the MoE sub-block's combine runs here too
-            p.prev_y_routed = buf_.routed_out.as<float>();
+            if (routed_out_bf16_)
+                p.prev_y_routed_bf16 = buf_.routed_out.as<bf16>();
+            else
+                p.prev_y_routed = buf_.routed_out.as<float>();
             p.prev_pair_slot = buf_.grouping.pair_slot;
             if (shared_out_bf16_)
                 p.prev_y_shared_bf16 = buf_.shared_out.as<bf16>();
@@ -108,23 +111,28 @@ void ForwardPass::sub_block(const PassShape& pass, int l, int sub) {
         p.prev_comb = gathered ? buf_.head_comb.as<float>() : buf_.mhc_comb.as<float>();
         post_pending_ = -1;
     }
-    // The norm also writes sub_in prepared for the sub-block's first FP8 / FP4 linear (one launch fewer).
-    WeightKind kind = WeightKind::BF16;
-    PrepBuffer* fused = fused_prep_target(L, sub, s.n_rows, kind);
-    if (fused) {
-        p.prepared_values = fused->values.as<uint16_t>();
-        p.prepared_scales = fused->scales.as<float>();
-        p.prepared_layout = int(kind);
+    // The norm also writes sub_in prepared for the sub-block's first FP8 / FP4 linear (one launch fewer, and in
+    // the FP8_ROWS form one read of sub_in fewer).
+    const FusedPrep fused = fused_prep_target(L, sub, s.n_rows, head_rows);
+    if (fused.buf && fused.format == ActFormat::FP8_ROWS) {
+        p.prepared_fp8 = fp8_activation_view(fused.buf->values.get(), fused.buf->scales.get(), s.n_rows, D);
+    } else if (fused.buf) {
+        p.prepared_values = fused.buf->values.as<uint16_t>();
+        p.prepared_scales = fused.buf->scales.as<float>();
+        p.prepared_layout = int(fused.kind);
         p.prepared_numerics = int(num_.act);
     }
     {
-        OpProfiler::Scope sc(prof_, p.prev_y_routed ? "moe.combine + mhc_post + mhc_pre + norm"
+        OpProfiler::Scope sc(prof_, p.prev_y_routed || p.prev_y_routed_bf16 ? "moe.combine + mhc_post + mhc_pre + norm"
                                                     : (p.prev_o ? "mhc_post + mhc_pre + norm" : "mhc_pre + norm"));
         prof_.bytes(L.bytes.mhc_pre[sub]);
         mhc_pre(p, buf_.mhc_workspace.get(), buf_.mhc_workspace_bytes, stream);
     }
     ++prep_generation_;  // sub_in was rewritten: earlier prepared activations are stale
-    if (fused) adopt_prepared(*fused, buf_.sub_in.get(), s.n_rows, D, kind, num_.act);
+    if (fused.buf && fused.format == ActFormat::FP8_ROWS)
+        adopt_prepared_fp8_rows(*fused.buf, buf_.sub_in.get(), s.n_rows, D, fused.kind);
+    else if (fused.buf)
+        adopt_prepared(*fused.buf, buf_.sub_in.get(), s.n_rows, D, fused.kind, num_.act);
     const bool last = l + 1 == cfg_.num_hidden_layers && sub == 1;
     // The combine is left to the next pre only there (not after the last sub-block, not on a shard: a shard's
     // partial output is reduced first).
@@ -285,14 +293,45 @@ const PreparedActivation& ForwardPass::prepare_as(ActFormat format, PrepBuffer& 
     return buf.act;
 }
 
-PrepBuffer* ForwardPass::fused_prep_target(const ShardLayer& L, int sub, int rows, WeightKind& kind) {
-    const DeviceLinear& w = sub == 0 ? L.wq_a : L.w1[0];
-    if (w.kind != WeightKind::FP8_BLOCK128 && w.kind != WeightKind::FP4_BLOCK32) return nullptr;
-    // The norm writes the MMA_F16 form only; the FP8 GEMMs and the grouped experts prepare their own.
-    if (sub == 0 && input_format(rows, w) != ActFormat::MMA_F16) return nullptr;
-    if (sub == 1 && routed_experts_take_raw(L, rows)) return nullptr;
-    kind = w.kind;
-    return sub == 0 ? &buf_.prep_x : &buf_.prep_x_expert;
+ForwardPass::FusedPrep ForwardPass::fused_prep_target(const ShardLayer& L, int sub, int rows, bool head_rows) {
+    const DeviceLinear* w = nullptr;
+    PrepBuffer* buf = nullptr;
+    if (sub == 0) {
+        // With the query path on the head rows, wq_a reads their gathered copy: wkv is the first reader of sub_in.
+        w = head_rows ? &L.wkv : &L.wq_a;
+        buf = head_rows ? &buf_.prep_kv : &buf_.prep_x;
+    } else if (!routed_experts_take_raw(L, rows)) {
+        w = &L.w1[0];
+        buf = &buf_.prep_x_expert;
+    } else if (shard_.spec().has_shared()) {  // the grouped experts quantize sub_in themselves; the shared expert not
+        w = &L.shared_w1;
+        buf = &buf_.prep_x;
+    } else {
+        return {};
+    }
+    if (w->kind != WeightKind::FP8_BLOCK128 && w->kind != WeightKind::FP4_BLOCK32) return {};
+    // The routed experts take MMA_F16 whatever the linear catalogue says for w1's shape (enqueue_moe).
+    const ActFormat format = w == &L.w1[0] ? ActFormat::MMA_F16 : input_format(rows, *w);
+    if (format == ActFormat::FP8_ROWS && (w->kind != WeightKind::FP8_BLOCK128 || num_.act != ActNumerics::FP8_BLOCK128 ||
+                                          pol_->is_disabled("norm_fp8_rows")))
+        return {};
+    if (format != ActFormat::MMA_F16 && format != ActFormat::FP8_ROWS) return {};
+    return {buf, w->kind, format};
+}
+
+void ForwardPass::adopt_prepared_fp8_rows(PrepBuffer& buf, const void* src, int rows, int64_t K, WeightKind kind) {
+    // As prepare_activation_rows describes its output.
+    describe_prepared(buf.act, WeightKind::FP8_BLOCK128, ActNumerics::FP8_BLOCK128, rows, K);
+    buf.act.format = ActFormat::FP8_ROWS;
+    buf.act.values = buf.values.as<uint16_t>();
+    buf.act.scales = buf.scales.as<float>();
+    buf.act.fp8 = fp8_activation_view(buf.act.values, buf.act.scales, rows, K);
+    buf.format = ActFormat::FP8_ROWS;
+    buf.generation = prep_generation_;
+    buf.src = src;
+    buf.rows = rows;
+    buf.layout = kind;
+    buf.numerics = ActNumerics::FP8_BLOCK128;
 }
 
 void ForwardPass::adopt_prepared(PrepBuffer& buf, const void* src, int rows, int64_t K, WeightKind kind,

@@ -103,13 +103,23 @@ private:
     // y = x W^T on `lane` (null: the main stream); names the variant in the profile.
     void lin(const PreparedActivation& x, const DeviceLinear& w, void* y, OutKind kind, int64_t ld,
              const Lane* lane = nullptr);
-    // The prepared buffer a sub-block's fused producer (mhc_pre's norm) can also write sub_in into: its FP8 / FP4
-    // first linear (sub 0: wq_a, sub 1: the routed experts); BF16 weights read sub_in itself (see prepare).
-    PrepBuffer* fused_prep_target(const ShardLayer& L, int sub, int rows, WeightKind& kind);
+    // The prepared buffer a sub-block's fused producer (mhc_pre's norm) can also write sub_in into, for the first
+    // FP8 / FP4 linear that reads sub_in (sub 0: wq_a, or wkv where the query path reads the gathered head rows;
+    // sub 1: the routed experts, or the shared expert's w1 where the routed experts take sub_in raw), in the
+    // format that linear takes (MMA_F16, or FP8_ROWS for the compute-bound FP8 GEMMs); BF16 weights read sub_in
+    // itself (see prepare). Null: none.
+    struct FusedPrep {
+        PrepBuffer* buf = nullptr;
+        WeightKind kind = WeightKind::BF16;
+        ActFormat format = ActFormat::MMA_F16;
+    };
+    FusedPrep fused_prep_target(const ShardLayer& L, int sub, int rows, bool head_rows);
     // Records that src [rows, K] is prepared for kind with `numerics` in this sub-block (by a producer kernel, or in
     // place for BF16): in buf's own storage, or at values / scales when given.
     void adopt_prepared(PrepBuffer& buf, const void* src, int rows, int64_t K, WeightKind kind, ActNumerics numerics,
                         uint16_t* values = nullptr, float* scales = nullptr);
+    // The same for the FP8_ROWS form (act_quant, release numerics) in buf's own storage.
+    void adopt_prepared_fp8_rows(PrepBuffer& buf, const void* src, int rows, int64_t K, WeightKind kind);
 
     TokenBatch token_batch(const PassShape& s) const;
     RingView ring_view(int l) const;
@@ -133,6 +143,7 @@ private:
     int64_t logits_ld_;
     int post_pending_ = -1;         // the sub-block (0 attention, 1 MoE) whose mhc_post the next mhc_pre runs, or -1
     bool shared_out_bf16_ = false;  // the last MoE sub-block's shared_out holds bf16 (enqueue_shared_expert)
+    bool routed_out_bf16_ = false;  // ... and its routed_out (the grouped experts' down-projection wrote bf16)
     bf16* residual_ = nullptr;      // the residual streams of the pass: buf_.residual, or head_streams once gathered
     int residual_rows_ = 0;         // the rows they hold
     uint64_t prep_generation_ = 1;  // bumped whenever a sub-block starts (its inputs are rewritten)

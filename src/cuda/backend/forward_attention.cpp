@@ -123,22 +123,31 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         lin(*ax, L.wq_a, buf_.q_latent.get(), OutKind::BF16, QL);
     }
     {
-        // The norm also writes its output prepared for wq_b (FP8 / FP4 weights): no preparation launch.
+        // The norm also writes its output prepared for wq_b (FP8 / FP4 weights; in prefill passes the FP8 GEMM's
+        // act_quant rows): no preparation launch.
         OpProfiler::Scope sc(prof_, "attn.q_norm");
         prof_.bytes(L.bytes.q_norm);
-        const bool fuse = (L.wq_b.kind == WeightKind::FP8_BLOCK128 || L.wq_b.kind == WeightKind::FP4_BLOCK32) &&
-                          input_format(Tq, L.wq_b) == ActFormat::MMA_F16;
+        const ActFormat fmt = input_format(Tq, L.wq_b);
+        const bool fuse_f16 = (L.wq_b.kind == WeightKind::FP8_BLOCK128 || L.wq_b.kind == WeightKind::FP4_BLOCK32) &&
+                              fmt == ActFormat::MMA_F16;
+        const bool fuse_rows = L.wq_b.kind == WeightKind::FP8_BLOCK128 && fmt == ActFormat::FP8_ROWS &&
+                               num_.act == ActNumerics::FP8_BLOCK128 && !pol_->is_disabled("norm_fp8_rows");
         PreparedActivation* out = nullptr;
-        if (fuse) {
+        if (fuse_f16 || fuse_rows) {
             PrepBuffer& pq = buf_.prep_q_latent;
             pq.act.values = pq.values.as<uint16_t>();
             pq.act.scales = pq.scales.as<float>();
             pq.act.layout = L.wq_b.kind;
             pq.act.numerics = num_.act;
+            pq.act.format = fmt;
+            pq.act.raw = false;
             out = &pq.act;
         }
         rmsnorm(buf_.q_latent.as<bf16>(), QL, buf_.q_latent.as<bf16>(), QL, L.q_norm, Tq, int(QL), eps, stream, out);
-        if (fuse) adopt_prepared(buf_.prep_q_latent, buf_.q_latent.get(), Tq, QL, L.wq_b.kind, num_.act);
+        if (fuse_rows)
+            adopt_prepared_fp8_rows(buf_.prep_q_latent, buf_.q_latent.get(), Tq, QL, L.wq_b.kind);
+        else if (fuse_f16)
+            adopt_prepared(buf_.prep_q_latent, buf_.q_latent.get(), Tq, QL, L.wq_b.kind, num_.act);
     }
     const PreparedActivation& aq = prepare(buf_.prep_q_latent, buf_.q_latent.get(), false, Tq, QL, QL, L.wq_b);
     {
@@ -224,8 +233,21 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         OpProfiler::Scope sc(prof_, "attn.wo_a grouped gemm");
         if (wo_a.weight == L.wo_a.weight) prof_.bytes(L.bytes.wo_a);
         const Lane main = streams_.main_lane();
-        prof_.variant(grouped_linear(ao, wo_a, G, buf_.wo_a_out.get(), OutKind::BF16, GO, main.ws, main.stream,
-                                     *pol_));
+        // wo_a's output only feeds wo_b: where wo_b takes act_quant rows, the GEMM writes them instead of its bf16
+        // output (the same bits as preparing that output; wo_a_out itself is then not written, and the prepared
+        // buffer records it as its source, so wo_b's prepare below finds it done). Disabling "wo_a_fp8_rows" keeps
+        // the bf16 output and the separate preparation (A/B).
+        std::string_view ran;
+        if (num_.act == ActNumerics::FP8_BLOCK128 && L.wo_b.kind == WeightKind::FP8_BLOCK128 &&
+            input_format(Tq, L.wo_b) == ActFormat::FP8_ROWS && !pol_->is_disabled("wo_a_fp8_rows")) {
+            PrepBuffer& pb = buf_.prep_wo_a_out;
+            const Fp8Activation rows = fp8_activation_view(pb.values.get(), pb.scales.get(), Tq, GO);
+            ran = grouped_linear_to_fp8_rows(ao, wo_a, G, rows, main.ws, main.stream, *pol_);
+            if (!ran.empty()) adopt_prepared_fp8_rows(pb, buf_.wo_a_out.get(), Tq, GO, L.wo_b.kind);
+        }
+        if (ran.empty())
+            ran = grouped_linear(ao, wo_a, G, buf_.wo_a_out.get(), OutKind::BF16, GO, main.ws, main.stream, *pol_);
+        prof_.variant(ran);
     }
     const PreparedActivation& az = prepare(buf_.prep_wo_a_out, buf_.wo_a_out.get(), false, Tq, GO, GO, L.wo_b);
     OpProfiler::Scope sc(prof_, "attn.wo_b gemm");

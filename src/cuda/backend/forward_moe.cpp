@@ -63,18 +63,23 @@ void ForwardPass::enqueue_moe(int l, const PassShape& s, bool combine) {
     {
         OpProfiler::Scope sc(prof_, "moe.routed w2");
         prof_.bytes(double(n_active) * L.bytes.expert_down);
+        // In release numerics the combine rounds every routed term to bf16: a variant that can write them so
+        // (grouped_experts) does, half the bytes written and read. Disabling "routed_bf16_out" keeps fp32 (A/B).
+        const bool offer_bf16 = num_.act == ActNumerics::FP8_BLOCK128 && !pol_->is_disabled("routed_bf16_out");
         prof_.variant(moe_expert_down(buf_.moe_h.act, L.routed, &buf_.grouping, T, K, buf_.routed_out.as<float>(), stream,
-                                      *pol_));
+                                      *pol_, offer_bf16 ? buf_.routed_out.as<uint16_t>() : nullptr,
+                                      &routed_out_bf16_));
     }
     streams_.join(streams_.aux);
     if (combine) {
         OpProfiler::Scope sc(prof_, "moe.combine");
         // A shard's combine is its partial sum (its experts, its part of the shared expert), reduced by the caller.
-        moe_combine(buf_.routed_out.as<float>(), buf_.grouping,
+        moe_combine(routed_out_bf16_ ? nullptr : buf_.routed_out.as<float>(), buf_.grouping,
                     shared && !shared_out_bf16_ ? buf_.shared_out.as<float>() : nullptr, T, K, D,
                     sharded_ ? buf_.sub_out_partial.get() : buf_.sub_out.get(), sharded_ ? OutKind::F32 : OutKind::BF16,
                     D, stream, /*round_terms=*/num_.act == ActNumerics::FP8_BLOCK128,
-                    shared_out_bf16_ ? buf_.shared_out.as<uint16_t>() : nullptr);
+                    shared_out_bf16_ ? buf_.shared_out.as<uint16_t>() : nullptr,
+                    routed_out_bf16_ ? buf_.routed_out.as<uint16_t>() : nullptr);
     }
 }
 

@@ -10,7 +10,10 @@
 //   attention: attn_prefill, attn_mma, attn_simt; indexer: indexer_prefill, indexer_simt
 //   composition: shared_as_linears (the shared expert as w1/w3/w2 linears instead of the fused expert kernels),
 //           head_rows_last_layer (the last layer's query path and MoE sub-block on the rows that need logits only),
-//           shared_bf16_out (prefill: the shared expert's w2 writes its output rounded to bf16, as the combine reads it)
+//           shared_bf16_out (prefill: the shared expert's w2 writes its output rounded to bf16, as the combine reads it),
+//           routed_bf16_out (release numerics: grouped_experts' down-projection writes bf16, as the combine reads it),
+//           norm_fp8_rows (mhc_pre's norm also writes the FP8_ROWS act_quant of its output for the first FP8 GEMM),
+//           wo_a_fp8_rows (prefill: the bf16 wo_a GEMM writes wo_b's act_quant rows instead of its output)
 // Environment (all optional): FLASHSEEK_DISABLE=name,name (never choose these), FLASHSEEK_FORCE=name,name (take
 // these wherever they support the problem, ignoring the measured preference floors), FLASHSEEK_PDL=0,
 // FLASHSEEK_BRANCHES=0, FLASHSEEK_FUSED_POST=0, and the integer knobs below (FLASHSEEK_<KNOB> in capitals).

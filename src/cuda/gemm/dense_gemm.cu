@@ -85,8 +85,20 @@ std::string check_fp8(const Fp8GemmArgs& x, GemmPath path) {
 }
 
 std::string check_bf16(const Bf16GemmArgs& x, GemmPath path) {
-    std::string e = check_common(x.m, x.n, x.k, x.w, x.d, x.ldd);
+    const bool rows = x.d_rows.codes != nullptr;
+    std::string e = rows ? check_common(x.m, x.n, x.k, x.w, x.d_rows.codes, x.n) : check_common(x.m, x.n, x.k, x.w, x.d, x.ldd);
     if (!e.empty()) return e;
+    if (rows) {
+        if (x.d != nullptr) return "give d or d_rows, not both";
+        if (path != GemmPath::WGMMA) return "act_quant rows as the output (d_rows) need the wgmma path";
+        const Fp8Activation& r = x.d_rows;
+        if (x.n % 128 != 0 || x.rows_col0 < 0 || x.rows_col0 % 128 != 0)
+            return fs_cat("d_rows: n = ", x.n, " and rows_col0 = ", x.rows_col0, " must be multiples of 128");
+        if (r.m < x.m || r.k < x.rows_col0 + x.n || r.order != Fp8CodeOrder::NATURAL || r.scales == nullptr ||
+            !aligned16(r.codes) || r.codes_ld % 16 != 0 || r.codes_ld < r.k || r.scales_ld < x.m)
+            return fs_cat("d_rows is not an act_quant activation of at least ", x.m, " x ", x.rows_col0 + x.n,
+                          " in natural order with 16-byte aligned codes");
+    }
     if (x.a == nullptr || !aligned16(x.a)) return "the activation pointer must be non-null and 16-byte aligned";
     if (x.lda % 8 != 0 || x.lda < x.k) return fs_cat("lda = ", x.lda, " must be a multiple of 8 and >= k = ", x.k);
     return check_path(path, false);
@@ -116,7 +128,8 @@ int cheapest_tile_height(const Tiles& tiles, int sms) {
     return best;
 }
 
-GemmPlan plan(GemmPath path, int64_t m, int64_t n, bool fp8, int block_m) {
+// rows_out: act_quant rows as the output (tiles of 128 or 256 rows only).
+GemmPlan plan(GemmPath path, int64_t m, int64_t n, bool fp8, int block_m, bool rows_out = false) {
     GemmPlan p;
     p.path = resolve(path, fp8);
     const int64_t n_tiles = (n + dense_gemm::kBlockN - 1) / dense_gemm::kBlockN;
@@ -125,7 +138,9 @@ GemmPlan plan(GemmPath path, int64_t m, int64_t n, bool fp8, int block_m) {
     if (p.path == GemmPath::WGMMA) {
         FS_REQUIRE(block_m == 0 || block_m == 64 || block_m == 128 || block_m == 256, "dense GEMM: block_m ", block_m,
                    " must be 0 (automatic), 64, 128 or 256");
+        FS_REQUIRE(!rows_out || block_m != 64, "dense GEMM: act_quant rows as the output need tiles of 128 or 256 rows");
         p.block_m = block_m != 0 ? block_m : cheapest_tile_height(tiles, sms);
+        if (rows_out && p.block_m == 64) p.block_m = 128;
         p.tiles = tiles(p.block_m);
         p.ctas = int(std::min<int64_t>(p.tiles, sms));  // persistent: one CTA per SM at most
     } else {
@@ -180,7 +195,7 @@ GemmPlan plan_fp8_gemm(const Fp8GemmArgs& args, GemmPath path, int block_m) {
     return plan(path, args.a.m, args.n, true, block_m);
 }
 GemmPlan plan_bf16_gemm(const Bf16GemmArgs& args, GemmPath path, int block_m) {
-    return plan(path, args.m, args.n, false, block_m);
+    return plan(path, args.m, args.n, false, block_m, args.d_rows.codes != nullptr);
 }
 
 void gemm_fp8(const Fp8GemmArgs& x, GemmPath path, cudaStream_t stream, int block_m) {
@@ -216,7 +231,14 @@ void gemm_bf16(const Bf16GemmArgs& x, GemmPath path, cudaStream_t stream, int bl
     q.m = x.m;
     q.n = x.n;
     q.k = x.k;
-    set_output(q, x.d, x.d_kind, x.ldd);
+    if (x.d_rows.codes) {
+        q.q_codes = x.d_rows.codes + x.rows_col0;
+        q.q_codes_ld = x.d_rows.codes_ld;
+        q.q_scales = x.d_rows.scales + (x.rows_col0 / 128) * x.d_rows.scales_ld;
+        q.q_scales_ld = x.d_rows.scales_ld;
+    } else {
+        set_output(q, x.d, x.d_kind, x.ldd);
+    }
     run(q, p, stream);
 }
 

@@ -50,6 +50,13 @@ struct Bf16GemmArgs {
     void* d = nullptr;
     OutKind d_kind = OutKind::F32;
     int64_t ldd = 0;
+    // Instead of d (null then): the act_quant of the bf16 output (FP8_ROWS, natural order) into columns
+    // [rows_col0, rows_col0 + n) of d_rows: bit for bit what prepare_activation_rows gives of the bf16 D, without
+    // writing D (a linear whose output only feeds an FP8 GEMM: wo_a into wo_b). The wgmma path only, tiles of 128
+    // or 256 rows (a math warpgroup's 128 columns are one scale block); n and rows_col0 multiples of 128,
+    // d_rows.m >= m, d_rows.k >= rows_col0 + n.
+    Fp8Activation d_rows;
+    int64_t rows_col0 = 0;
 };
 
 // Whether `path` (AUTO: any) can run on the current device with this build.

@@ -35,6 +35,12 @@ struct Problem {
     bool d_f32 = false;
     int64_t ldd = 0;                 // elements
     bool d_vector = false;           // two adjacent outputs stored together (ldd even, d aligned)
+    // Or (sm90 kernel, block_m 128 / 256): the act_quant rows of the bf16-rounded output instead of d: codes [m,
+    // q_codes_ld] and scales [.., q_scales_ld] whose column 0 / block 0 is the output's column 0 (group g's at g * n).
+    uint8_t* q_codes = nullptr;
+    int64_t q_codes_ld = 0;
+    float* q_scales = nullptr;
+    int64_t q_scales_ld = 0;
     int block_m = 128;               // 256, 128 or 64 (sm90 kernel); the mma.sync kernel always takes 128
 };
 

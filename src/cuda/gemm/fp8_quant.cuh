@@ -28,4 +28,22 @@ __device__ __forceinline__ uint32_t fp8_code4(const float* x, float inv_scale) {
     return lo | hi << 16;
 }
 
+// Features 8c..8c+7 of row `row` of an FP8_ROWS activation (act_quant.cuh, NATURAL order, k % 128 == 0), for
+// producers holding 8 consecutive features per thread, a half warp per 128-block (lane j of the half holds columns
+// 8j..8j+7 of its block; both halves of the warp call it): the block's amax over the half warp, its scale (written
+// by lane 0 of the half) and the 8 codes as one 8-byte store. The bits quantize_fp8_activation gives.
+__device__ __forceinline__ void store_fp8_rows_features_x8(uint8_t* codes, int64_t codes_ld, float* scales,
+                                                           int64_t scales_ld, int64_t row, int c, const float (&v)[8],
+                                                           int lane) {
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    const unsigned half = 0xffffu << (lane & 16);
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(half, amax, o));
+    const float sc = fp8_block_scale(amax), inv = 1.f / sc;
+    *reinterpret_cast<uint2*>(codes + row * codes_ld + 8 * int64_t(c)) = make_uint2(fp8_code4(v, inv), fp8_code4(v + 4, inv));
+    if ((lane & 15) == 0) scales[(8 * int64_t(c) / 128) * scales_ld + row] = sc;
+}
+
 }  // namespace flashseek::cuda

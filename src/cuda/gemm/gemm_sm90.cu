@@ -46,6 +46,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/smem.cuh"
 #include "cuda/gemm/dense_gemm_problem.cuh"
+#include "cuda/gemm/fp8_quant.cuh"
 #include "cuda/gemm/tensor_map.h"
 #include "cuda/gemm/tma.cuh"
 #include "cuda/gemm/wgmma_ss.cuh"
@@ -83,6 +84,10 @@ struct Sm90Params {
     int groups;
     int w_scales_f32, d_f32, d_vector;
     int d_rows16;  // bf16 output, ldd and n multiples of 8, d 16-byte aligned: the staged epilogue
+    uint8_t* q_codes;  // or the act_quant rows of the bf16 output (dense_gemm_problem.cuh; block_m 128 / 256)
+    int64_t q_codes_ld;
+    float* q_scales;
+    int64_t q_scales_ld;
 };
 
 #if FS_WGMMA_AVAILABLE
@@ -300,7 +305,56 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
                 for (int i = 0; i < B::kAcc; ++i) wgmma::fence_operand(fin[v][i]);
             if (prev_s >= 0 && lane == 0) tma::mbar_arrive(&empty[prev_s]);
         }
-        if (p.d_rows16) {
+        if (p.q_codes) {
+            if constexpr (B::kWarpgroupN == 128) {  // host-checked: block_m 128 / 256
+                // act_quant rows of the bf16 output: a thread holds 32 of the 128 columns (one scale block) of rows
+                // rw and rw + 8; the block amax over the quad, then the codes through the warp's staging block (16
+                // rows x 128 bytes) and back as 16-byte row pieces, 8 per row; the quad's first thread stores the
+                // row's scale. The values are the bf16 outputs (as prepare_activation_rows reads them).
+                const uint32_t buf = smem_u32(epilogue) + uint32_t((threadIdx.x / 32 - 4) * kEpilogueWarpBytes);
+                const int64_t blk = (int64_t(g) * p.n + int64_t(nb) * kBlockN) / 128;  // g: the tile's group
+                const int lr = lane >> 2;  // the thread's row inside the warp's 16 (rw - 16 warp)
+#pragma unroll
+                for (int v = 0; v < B::kWaves; ++v) {
+                    const int row0 = mb * BM + B::row_offset(v, mw) + 16 * warp;
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {  // rows g and g + 8 of the warp's 16
+                        float amax = 0.f;
+#pragma unroll
+                        for (int i = 0; i < B::kAcc / 4; ++i) {
+                            fin[v][4 * i + 2 * h] = round_bf16(fin[v][4 * i + 2 * h]);
+                            fin[v][4 * i + 2 * h + 1] = round_bf16(fin[v][4 * i + 2 * h + 1]);
+                            amax = fmaxf(amax, fmaxf(fabsf(fin[v][4 * i + 2 * h]), fabsf(fin[v][4 * i + 2 * h + 1])));
+                        }
+                        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+                        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+                        const float sc = fp8_block_scale(amax), inv = 1.f / sc;
+                        const uint32_t row_addr = buf + uint32_t((lr + 8 * h) * kEpiloguePitch + 2 * t);
+#pragma unroll
+                        for (int i = 0; i < B::kAcc / 4; ++i) {
+                            const uint32_t c0 = fp8_code(fin[v][4 * i + 2 * h], inv);
+                            const uint32_t c1 = fp8_code(fin[v][4 * i + 2 * h + 1], inv);
+                            asm volatile("st.shared.u16 [%0], %1;" ::"r"(row_addr + 8 * i), "h"(uint16_t(c0 | c1 << 8)));
+                        }
+                        const int row = row0 + lr + 8 * h;
+                        if (t == 0 && row < p.m) p.q_scales[blk * p.q_scales_ld + row] = sc;
+                    }
+                    __syncwarp();
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) {
+                        const int piece = lane + 32 * k, r = piece >> 3, c = 16 * (piece & 7);
+                        uint4 val;
+                        asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                                     : "=r"(val.x), "=r"(val.y), "=r"(val.z), "=r"(val.w)
+                                     : "r"(buf + uint32_t(r * kEpiloguePitch + c)));
+                        if (row0 + r < p.m)
+                            *reinterpret_cast<uint4*>(p.q_codes + int64_t(row0 + r) * p.q_codes_ld + blk * 128 + c) =
+                                val;
+                    }
+                    __syncwarp();  // read back before the next wave overwrites the block
+                }
+            }
+        } else if (p.d_rows16) {
             // Per wave and 64-column half: four stmatrix.x4 (column blocks 2j and 2j + 1, rows 0-7 and 8-15), then
             // lane L stores row pieces L, L + 32, L + 64, L + 96 (row piece / 8, 8 columns each).
             const uint32_t buf = smem_u32(epilogue) + uint32_t((threadIdx.x / 32 - 4) * kEpilogueWarpBytes);
@@ -377,6 +431,12 @@ void launch_config(const Problem& q, int ctas, cudaStream_t stream) {
     p.d_f32 = q.d_f32;
     p.d_vector = q.d_vector;
     p.d_rows16 = !q.d_f32 && q.ldd % 8 == 0 && q.n % 8 == 0 && reinterpret_cast<uintptr_t>(q.d) % 16 == 0;
+    FS_REQUIRE(!q.q_codes || (BM != 64 && q.n % 128 == 0 && q.q_codes_ld % 16 == 0),
+               "dense GEMM (sm_90a): act_quant rows as the output need 128- or 256-row tiles and whole scale blocks");
+    p.q_codes = q.q_codes;
+    p.q_codes_ld = q.q_codes_ld;
+    p.q_scales = q.q_scales;
+    p.q_scales_ld = q.q_scales_ld;
     p.m = int(q.m);
     p.n = int(q.n);
     p.m_blocks = int((q.m + BM - 1) / BM);

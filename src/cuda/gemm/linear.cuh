@@ -130,6 +130,14 @@ std::string_view grouped_linear(const PreparedActivation& x, const DeviceLinear&
                                 OutKind y_kind, int64_t ld_y, const GemmWorkspace* ws, cudaStream_t stream,
                                 const KernelPolicy& policy = KernelPolicy{});
 
+// grouped_linear whose output only feeds an FP8 GEMM: writes y's act_quant rows (FP8_ROWS, natural order; y.m >=
+// x.m, y.k = w.out), the bits prepare_activation_rows gives of the bf16 output, instead of the output, where the
+// chosen variant can (bf16_gemm on the wgmma path). Returns the variant's name, or an empty name having run nothing
+// (the caller then runs grouped_linear and prepares its output).
+std::string_view grouped_linear_to_fp8_rows(const PreparedActivation& x, const DeviceLinear& w, int groups,
+                                            const Fp8Activation& y, const GemmWorkspace* ws, cudaStream_t stream,
+                                            const KernelPolicy& policy = KernelPolicy{});
+
 // Convenience for tests and one-off calls: prepares into caller scratch (values/scales sized as above) and runs
 // linear(). Returns the prepared activation it used.
 PreparedActivation prepare_and_linear(const void* x, bool x_is_f32, int64_t M, int64_t ld_x, const DeviceLinear& w,

@@ -193,6 +193,16 @@ std::string_view grouped_linear(const PreparedActivation& x, const DeviceLinear&
     return run_linear(LinearCall{x, w, groups, ws}, LinearOut{y, y_kind, ld_y}, stream, policy);
 }
 
+std::string_view grouped_linear_to_fp8_rows(const PreparedActivation& x, const DeviceLinear& w, int groups,
+                                            const Fp8Activation& y, const GemmWorkspace* ws, cudaStream_t stream,
+                                            const KernelPolicy& policy) {
+    const LinearCall c{x, w, groups, ws};
+    const LinearVariant& v = choose_linear(c, policy);
+    if (v.name != "bf16_gemm" || !bf16_gemm::supports_fp8_rows_out(c, y)) return {};
+    bf16_gemm::run_fp8_rows_out(c, y, stream);
+    return v.name;
+}
+
 LinearPlan plan_linear(const PreparedActivation& x, const DeviceLinear& w, int groups, const GemmWorkspace* ws,
                        const KernelPolicy& policy) {
     const LinearCall c{x, w, groups, ws};

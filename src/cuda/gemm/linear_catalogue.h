@@ -71,6 +71,11 @@ FS_DECLARE_LINEAR_VARIANT(mma_gemv)        // gemv.cu: f16 mma.sync, 1-16 tokens
 FS_DECLARE_LINEAR_VARIANT(fp8_gemm)        // linear_gemm.cu: sm_90a wgmma FP8 GEMM, FP8_ROWS, release numerics
 FS_DECLARE_LINEAR_VARIANT(fp8_gemm_mma)    // linear_gemm.cu: the same GEMM on mma.sync (sm_80+: e4m3 on sm_89+)
 FS_DECLARE_LINEAR_VARIANT(bf16_gemm)       // linear_gemm.cu: BF16 weights, wgmma (sm_90a) or mma.sync
+namespace bf16_gemm {
+// The act_quant rows of the bf16 output instead of the output (grouped_linear_to_fp8_rows): on the wgmma path.
+bool supports_fp8_rows_out(const LinearCall& call, const Fp8Activation& y);
+void run_fp8_rows_out(const LinearCall& call, const Fp8Activation& y, cudaStream_t stream);
+}  // namespace bf16_gemm
 FS_DECLARE_LINEAR_VARIANT(tile_gemm)       // linear.cu: f16 mma.sync tiles of 64 rows x 8-32 tokens, any M
 
 // In priority order.

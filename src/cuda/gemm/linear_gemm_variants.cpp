@@ -138,6 +138,28 @@ LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
 void run(const LinearCall& c, const LinearPlan&, const KernelPolicy&, const LinearOut& out, cudaStream_t stream) {
     for (int g = 0; g < c.groups; ++g) cuda::gemm_bf16(bf16_group_args(c, g, out.y, out.kind, out.ld), GemmPath::AUTO, stream);
 }
+
+namespace {
+// Group g with the act_quant rows of the bf16 output as its destination (columns g * R ..).
+Bf16GemmArgs rows_group_args(const LinearCall& c, int g, const Fp8Activation& y) {
+    Bf16GemmArgs a = bf16_group_args(c, g, output_placeholder, OutKind::BF16, c.w.out);
+    a.d = nullptr;
+    a.d_rows = y;
+    a.rows_col0 = int64_t(g) * (c.w.out / c.groups);
+    return a;
+}
+}  // namespace
+
+bool supports_fp8_rows_out(const LinearCall& c, const Fp8Activation& y) {
+    if (!supports(c) || y.m < c.x.m || y.k != c.w.out) return false;
+    for (int g = 0; g < c.groups; ++g)
+        if (!bf16_gemm_eligible(rows_group_args(c, g, y), GemmPath::WGMMA)) return false;
+    return true;
+}
+
+void run_fp8_rows_out(const LinearCall& c, const Fp8Activation& y, cudaStream_t stream) {
+    for (int g = 0; g < c.groups; ++g) cuda::gemm_bf16(rows_group_args(c, g, y), GemmPath::WGMMA, stream);
+}
 }  // namespace bf16_gemm
 
 }  // namespace flashseek::cuda

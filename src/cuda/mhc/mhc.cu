@@ -24,6 +24,7 @@
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/smem.cuh"
+#include "cuda/gemm/fp8_quant.cuh"
 #include "cuda/gemm/linear.cuh"
 #include "cuda/gemm/prepare_block.cuh"
 #include "cuda/mhc/mhc.cuh"
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(bf16* __restrict_
         }
     }
     float xv[kTok][kPerLane];
-    if (pin.o || pin.y_routed) {  // fused mhc_post (host-checked: interleaved, aligned): warp w mixes token w
+    if (pin.o || combines_moe(pin)) {  // fused mhc_post (host-checked: interleaved, aligned): warp w mixes token w
         static_assert(kWarps == kTok, "one warp per token of the tile");
         __shared__ __align__(16) float mixed[kTok][kChunk];
         const int64_t d = kb - int64_t(stream) * D;
@@ -361,6 +362,12 @@ __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams 
             store_prepared_features_x8(p.prepared_values, p.prepared_scales, D, int64_t(t), c, p.prepared_layout,
                                        p.prepared_numerics, yb, lane);
         }
+        if (p.prepared_fp8.codes) {  // the same conditions (host-checked)
+            float yb[8];
+            bf16x8_to_float(packed, yb);  // the bf16 values quantize_fp8_activation would read back
+            store_fp8_rows_features_x8(p.prepared_fp8.codes, p.prepared_fp8.codes_ld, p.prepared_fp8.scales,
+                                       p.prepared_fp8.scales_ld, int64_t(t), c, yb, lane);
+        }
     }
     if (p.prepared_values && t == p.n_tokens - 1) {  // the padding rows up to the next multiple of 8: zeros
         const float none[8] = {};
@@ -472,17 +479,21 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
     const bool interleaved = interleaved_chunks(p.n_streams, p.dim);
     PostIn pin{p.prev_o,        p.prev_post,          p.prev_comb,
                p.prev_y_routed, p.prev_pair_slot,     p.prev_y_shared,
-               p.prev_top_k,    p.prev_round_terms ? 1 : 0, p.prev_y_shared_bf16};
-    FS_ATTN_REQUIRE(!(p.prev_o && p.prev_y_routed), "mhc_pre: give prev_o or the combine inputs, not both");
+               p.prev_top_k,    p.prev_round_terms ? 1 : 0, p.prev_y_shared_bf16,
+               p.prev_y_routed_bf16};
+    FS_ATTN_REQUIRE(!(p.prev_o && combines_moe(pin)), "mhc_pre: give prev_o or the combine inputs, not both");
     FS_ATTN_REQUIRE(!p.prev_y_shared_bf16 || (!p.prev_y_shared && p.prev_round_terms),
                     "mhc_pre: prev_y_shared_bf16 replaces prev_y_shared and needs prev_round_terms");
-    if (pin.y_routed)
+    FS_ATTN_REQUIRE(!p.prev_y_routed_bf16 || (!p.prev_y_routed && p.prev_round_terms),
+                    "mhc_pre: prev_y_routed_bf16 replaces prev_y_routed and needs prev_round_terms");
+    if (combines_moe(pin))
         FS_ATTN_REQUIRE(pin.pair_slot && p.prev_top_k >= 1 && reinterpret_cast<uintptr_t>(pin.y_routed) % 16 == 0 &&
+                            reinterpret_cast<uintptr_t>(pin.y_routed_bf16) % 8 == 0 &&
                             reinterpret_cast<uintptr_t>(pin.y_shared) % 16 == 0 &&
                             reinterpret_cast<uintptr_t>(pin.y_shared_bf16) % 8 == 0,
                         "mhc_pre: the fused combine needs pair slots, top_k >= 1 and 16-byte aligned expert outputs "
-                        "(8-byte for a bf16 shared output)");
-    if (pin.o || pin.y_routed) {
+                        "(8-byte for bf16 outputs)");
+    if (pin.o || combines_moe(pin)) {
         FS_ATTN_REQUIRE(mhc_pre_fuses_post(p.n_streams, p.dim) && !p.head_mode,
                         "mhc_pre: the fused mhc_post needs hc_mult 1, 2 or 4 and hidden_size a multiple of 128 / "
                         "hc_mult (got {}, {}), outside head mode", p.n_streams, p.dim);
@@ -530,6 +541,16 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
         // The fused write needs whole 128-blocks on the vector path; otherwise one preparation launch after it.
         if (!(vec && p.dim % 128 == 0 && aligned16(p.prepared_values))) q.prepared_values = nullptr;
     }
+    const Fp8Activation& f8 = p.prepared_fp8;
+    if (f8.codes) {
+        FS_ATTN_REQUIRE(!p.prepared_values, "mhc_pre: prepared_values and prepared_fp8 both given");
+        FS_ATTN_REQUIRE(f8.scales && f8.m == p.n_tokens && f8.k == p.dim && f8.codes_ld >= fp8_codes_ld(p.dim) &&
+                            f8.codes_ld % 128 == 0 && f8.scales_ld >= fp8_scales_ld(p.n_tokens) &&
+                            f8.order == Fp8CodeOrder::NATURAL,
+                        "mhc_pre: prepared_fp8 is not an FP8_ROWS activation of [{}, {}] in natural order",
+                        p.n_tokens, p.dim);
+        if (!(vec && p.dim % 128 == 0 && aligned16(f8.codes))) q.prepared_fp8.codes = nullptr;
+    }
     launch_pdl("mhc_finalize_kernel", finalize, dim3(p.n_tokens), dim3(kFinThreads), smem, stream, q, ws,
                splits, vec);
     CUDA_CHECK_LAUNCH("mhc_finalize_kernel");
@@ -540,6 +561,8 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
         prepare_activation(p.y, false, p.n_tokens, p.dim, p.dim, WeightKind(p.prepared_layout),
                            ActNumerics(p.prepared_numerics), out, stream);
     }
+    if (f8.codes && !q.prepared_fp8.codes)
+        quantize_fp8_activation(reinterpret_cast<const uint16_t*>(p.y), p.n_tokens, p.dim, nullptr, f8, stream);
 }
 
 void mhc_post(int n_tokens, int n_streams, int dim, const bf16* x, const bf16* o, const float* post, const float* comb,

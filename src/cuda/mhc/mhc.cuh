@@ -19,6 +19,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/gemm/act_quant.cuh"
+
 namespace flashseek::cuda {
 
 // Which kernel computes mhc_pre's split-K partial sums. Both write the same bits (mhc_chunk.cuh), so the choice is
@@ -50,6 +52,10 @@ struct MhcPreParams {
     float* prepared_scales = nullptr;
     int prepared_layout = 0;
     int prepared_numerics = 0;
+    // Or (not both): y's act_quant in the FP8_ROWS form the compute-bound FP8 GEMMs of prefill passes take
+    // (gemm/act_quant.cuh, NATURAL order; m = n_tokens, k = dim): bit for bit what quantize_fp8_activation(y) gives,
+    // which saves that launch and its read of y. codes null: none.
+    Fp8Activation prepared_fp8;
     // Optional (mhc_pre_fuses_post): the previous sub-block's mhc_post fused in front. x is then first replaced
     // in place by mhc_post(x, prev_o, prev_post, prev_comb), bit for bit what the separate launch writes; prev_post /
     // prev_comb may be the buffers post / comb (they are read before this call overwrites them).
@@ -64,6 +70,9 @@ struct MhcPreParams {
     const float* prev_y_shared = nullptr;
     // Instead of prev_y_shared (prev_round_terms only): the shared expert's output as bf16, the term already rounded.
     const __nv_bfloat16* prev_y_shared_bf16 = nullptr;
+    // Instead of prev_y_routed (prev_round_terms only): the routed outputs as bf16 [slots, D], the terms already
+    // rounded (the grouped expert GEMM writes them so: moe_expert_down's y_bf16).
+    const __nv_bfloat16* prev_y_routed_bf16 = nullptr;
     int prev_top_k = 0;
     bool prev_round_terms = false;
     MhcPartialKernel partial_kernel = MhcPartialKernel::AUTO;  // tests and benchmarks pin one

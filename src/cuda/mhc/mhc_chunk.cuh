@@ -55,7 +55,8 @@ struct PostIn {         // the previous sub-block's mhc_post, fused (o and y_rou
     const bf16* o;      // [n_tokens, D]
     const float* post;  // [n_tokens, N]
     const float* comb;  // [n_tokens, N, N]
-    // Or o = moe_combine(y_routed, pair_slot, y_shared) computed here (its math and order; null o).
+    // Or o = moe_combine(y_routed, pair_slot, y_shared) computed here (its math and order; null o and y_routed
+    // with y_routed_bf16 below).
     const float* y_routed;
     const int32_t* pair_slot;
     const float* y_shared;
@@ -63,7 +64,12 @@ struct PostIn {         // the previous sub-block's mhc_post, fused (o and y_rou
     int round_terms;
     // Instead of y_shared: the shared expert's output already rounded to bf16 (round_terms only; the same term).
     const bf16* y_shared_bf16;
+    // Instead of y_routed: the routed outputs already rounded to bf16 (round_terms only; the same terms).
+    const bf16* y_routed_bf16;
 };
+
+// Whether the fused mhc_post combines the MoE terms itself (else it reads o).
+__host__ __device__ inline bool combines_moe(const PostIn& pin) { return pin.y_routed || pin.y_routed_bf16; }
 
 // X'_k of one feature: post_k * o + sum_j comb[j, k] X_j, the steps spelled out (free FMA contraction made the separate
 // and the fused mhc_post differ in about one element in 1e5).
@@ -105,19 +111,42 @@ __device__ __forceinline__ void post_o_features(const PostIn& pin, const int32_t
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) sum[i] += vv[i];
     };
-    for (int j0 = 0; j0 < pin.top_k; j0 += kMaxTopK) {
-        const int n = min(kMaxTopK, pin.top_k - j0);
-        int32_t slot[kMaxTopK];
-        float4 row[kMaxTopK];
+    // Each form requests all its rows before it uses any (a conversion between two loads would wait for the first).
+    if (pin.y_routed_bf16) {  // bf16 rows, half the bytes: add()'s rounding leaves them as they are
+        for (int j0 = 0; j0 < pin.top_k; j0 += kMaxTopK) {
+            const int n = min(kMaxTopK, pin.top_k - j0);
+            int32_t slot[kMaxTopK];
+            uint2 raw[kMaxTopK];
 #pragma unroll
-        for (int j = 0; j < kMaxTopK; ++j) {
-            slot[j] = j < n ? slots[j0 + j] : -1;
-            row[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (slot[j] >= 0) row[j] = *reinterpret_cast<const float4*>(pin.y_routed + int64_t(slot[j]) * D + d);
+            for (int j = 0; j < kMaxTopK; ++j) {
+                slot[j] = j < n ? slots[j0 + j] : -1;
+                raw[j] = make_uint2(0u, 0u);
+                if (slot[j] >= 0)
+                    raw[j] = *reinterpret_cast<const uint2*>(pin.y_routed_bf16 + int64_t(slot[j]) * D + d);
+            }
+#pragma unroll
+            for (int j = 0; j < kMaxTopK; ++j) {
+                if (slot[j] < 0) continue;
+                float f[kPerLane];
+                bf16x4_to_float(raw[j], f);
+                add(make_float4(f[0], f[1], f[2], f[3]));
+            }
         }
+    } else {
+        for (int j0 = 0; j0 < pin.top_k; j0 += kMaxTopK) {
+            const int n = min(kMaxTopK, pin.top_k - j0);
+            int32_t slot[kMaxTopK];
+            float4 row[kMaxTopK];
 #pragma unroll
-        for (int j = 0; j < kMaxTopK; ++j)
-            if (slot[j] >= 0) add(row[j]);
+            for (int j = 0; j < kMaxTopK; ++j) {
+                slot[j] = j < n ? slots[j0 + j] : -1;
+                row[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (slot[j] >= 0) row[j] = *reinterpret_cast<const float4*>(pin.y_routed + int64_t(slot[j]) * D + d);
+            }
+#pragma unroll
+            for (int j = 0; j < kMaxTopK; ++j)
+                if (slot[j] >= 0) add(row[j]);
+        }
     }
     if (pin.y_shared) {
         add(*reinterpret_cast<const float4*>(pin.y_shared + t * D + d));

@@ -140,8 +140,8 @@ template <int NS>
 __global__ void __launch_bounds__(kThreads, 4) mhc_partial_tiled_kernel(MhcPartialArgs a) {
     extern __shared__ __align__(16) unsigned char smem[];
     const int N = NS > 0 ? NS : a.n_streams;
-    const bool fused = a.pin.o || a.pin.y_routed;  // host-checked: interleaved, aligned
-    const bool combine = a.pin.y_routed != nullptr;
+    const bool combine = combines_moe(a.pin);
+    const bool fused = a.pin.o || combine;  // host-checked: interleaved, aligned
     const int top_k = combine ? a.pin.top_k : 0;
     const TiledSmem lay(fused, N, top_k);
     float(*fs)[kChunk] = reinterpret_cast<float(*)[kChunk]>(smem);
@@ -295,8 +295,8 @@ void mhc_partial_tiled(const MhcPartialArgs& a, cudaStream_t stream) {
     // every chunk's segment of a few token tiles), so a block is complete in L2 before it is evicted.
     FS_REQUIRE((a.n_tokens + kTokens - 1) / kTokens <= 65535, "mhc_partial_tiled: ", a.n_tokens, " tokens");
     const dim3 grid(a.splits, (a.n_tokens + kTokens - 1) / kTokens);
-    const bool fused = a.pin.o || a.pin.y_routed;
-    const int top_k = a.pin.y_routed ? a.pin.top_k : 0;
+    const bool fused = a.pin.o || combines_moe(a.pin);
+    const int top_k = combines_moe(a.pin) ? a.pin.top_k : 0;
     const size_t smem = TiledSmem(fused, a.n_streams, top_k).total;
     FS_REQUIRE(smem <= 200 * 1024, "mhc_partial_tiled: top_k ", top_k, " needs ", smem, " bytes of shared memory");
     auto* kernel = a.n_streams == 4 ? mhc_partial_tiled_kernel<4> : mhc_partial_tiled_kernel<0>;

@@ -41,8 +41,9 @@ struct Problem {
     const float* slot_weight = nullptr;
     float limit = 0.f;
     Fp8Activation h_q;   // up: act_quant of h ([slots, inter]), written by the epilogue
-    float* y = nullptr;  // down: fp32 [slots, ldo]
-    int64_t ldo = 0;     // up: h_q.codes_ld; down: hidden
+    float* y = nullptr;         // down: fp32 [slots, ldo]
+    uint16_t* y_bf16 = nullptr; // ... or, instead, those values rounded to bf16
+    int64_t ldo = 0;            // up: h_q.codes_ld; down: hidden
 };
 
 void launch_sm90(const Problem& p, cudaStream_t stream);

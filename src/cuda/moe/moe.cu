@@ -239,18 +239,26 @@ ExpertKernel pick_expert(WeightKind k, int nt) {
 }
 
 // ---- combine ------------------------------------------------------------------------------------------------
-__global__ void combine_kernel(const float* __restrict__ y, const int32_t* __restrict__ pair_slot,
-                               const float* __restrict__ shared, const uint16_t* __restrict__ shared_bf16, int64_t M,
-                               int top_k, int64_t D, void* out, int out_f32, int64_t ld_out, int round_terms) {
+__global__ void combine_kernel(const float* __restrict__ y, const uint16_t* __restrict__ y_bf16,
+                               const int32_t* __restrict__ pair_slot, const float* __restrict__ shared,
+                               const uint16_t* __restrict__ shared_bf16, int64_t M, int top_k, int64_t D, void* out,
+                               int out_f32, int64_t ld_out, int round_terms) {
     pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
     pdl_trigger();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= M * D) return;
     const int64_t m = i / D, d = i % D;
     float sum = 0.f;
-    for (int j = 0; j < top_k; ++j) {
-        const int32_t slot = pair_slot[m * top_k + j];
-        if (slot >= 0) sum += round_terms ? round_bf16(y[int64_t(slot) * D + d]) : y[int64_t(slot) * D + d];
+    if (y_bf16) {  // terms rounded already
+        for (int j = 0; j < top_k; ++j) {
+            const int32_t slot = pair_slot[m * top_k + j];
+            if (slot >= 0) sum += bf16_bits_to_f32(y_bf16[int64_t(slot) * D + d]);
+        }
+    } else {
+        for (int j = 0; j < top_k; ++j) {
+            const int32_t slot = pair_slot[m * top_k + j];
+            if (slot >= 0) sum += round_terms ? round_bf16(y[int64_t(slot) * D + d]) : y[int64_t(slot) * D + d];
+        }
     }
     if (shared) sum += round_terms ? round_bf16(shared[m * D + d]) : shared[m * D + d];
     if (shared_bf16) sum += bf16_bits_to_f32(shared_bf16[m * D + d]);  // a term rounded already
@@ -539,8 +547,14 @@ template <bool (*Supports)(const ExpertCall&), ActFormat F>
 bool supports_in(const ExpertCall& c) {
     return c.x.format == (c.up ? ActFormat::MMA_F16 : F) && Supports(c);
 }
-#define FS_EXPERT_ROW(ns, archs, format) \
-    ExpertVariant { #ns, archs, format, &supports_in<&ns::supports, format>, &ns::preferred, &ns::up, &ns::down }
+#define FS_EXPERT_ROW(ns, archs, format)                                                                         \
+    ExpertVariant {                                                                                              \
+        #ns, archs, format, &supports_in<&ns::supports, format>, &ns::preferred, &ns::up, &ns::down, nullptr \
+    }
+#define FS_EXPERT_ROW_BF16_OUT(ns, archs, format)                                                                \
+    ExpertVariant {                                                                                              \
+        #ns, archs, format, &supports_in<&ns::supports, format>, &ns::preferred, &ns::up, &ns::down, &ns::down_bf16 \
+    }
 constexpr ActFormat kMmaF16 = ActFormat::MMA_F16, kFp8Rows = ActFormat::FP8_ROWS;
 // Priority order: the first preferred variant that supports a projection runs it (docs/perf.md, kernel choice).
 const std::array<ExpertVariant, 7> kExpertVariants = {
@@ -549,10 +563,12 @@ const std::array<ExpertVariant, 7> kExpertVariants = {
     FS_EXPERT_ROW(bulk_experts, "sm_90+", kMmaF16),      // routed FP4, 8-16 tokens
     FS_EXPERT_ROW(simt_experts, "sm_80+", kMmaF16),      // one token
     FS_EXPERT_ROW(gemv_experts, "sm_80+", kMmaF16),      // 1-16 tokens; routed up to routed_gemv_max_tokens
-    FS_EXPERT_ROW(grouped_experts, "sm_80+", kFp8Rows),  // routed FP4, raw input, from grouped_experts_min_tokens
+    FS_EXPERT_ROW_BF16_OUT(grouped_experts, "sm_80+", kFp8Rows),  // routed FP4, raw input, from
+                                                                  // grouped_experts_min_tokens
     FS_EXPERT_ROW(tile_experts, "sm_80+", kMmaF16),      // any M
 };
 #undef FS_EXPERT_ROW
+#undef FS_EXPERT_ROW_BF16_OUT
 }  // namespace
 
 std::span<const ExpertVariant> expert_variants() { return kExpertVariants; }
@@ -612,27 +628,36 @@ bool moe_expert_up_takes_raw(const PreparedActivation& raw_x, const PreparedActi
 }
 
 std::string_view moe_expert_down(const PreparedActivation& h, const ExpertTable& t, const MoeGrouping* grouping,
-                                 int64_t M, int top_k, float* y, cudaStream_t stream, const KernelPolicy& policy) {
+                                 int64_t M, int top_k, float* y, cudaStream_t stream, const KernelPolicy& policy,
+                                 uint16_t* y_bf16, bool* wrote_bf16) {
     check_table(t, "moe_expert_down");
     const int64_t rows = grouping ? M * top_k : M;
     FS_REQUIRE(h.layout == t.kind && h.k == t.inter && h.m >= rows, "moe_expert_down: intermediate (", h.m, " x ",
                h.k, ") does not match the experts (inter ", t.inter, ")");
     const ExpertCall c{false, h, t, grouping, M, top_k, h.numerics};
     const ExpertVariant& v = choose_experts(c, policy);
-    v.down(c, policy, y, stream);
+    const bool bf16 = y_bf16 != nullptr && v.down_bf16 != nullptr;
+    if (wrote_bf16) *wrote_bf16 = bf16;
+    if (bf16)
+        v.down_bf16(c, policy, y_bf16, stream);
+    else
+        v.down(c, policy, y, stream);
     return v.name;
 }
 
 void moe_combine(const float* y_routed, const MoeGrouping& g, const float* y_shared, int64_t M, int top_k,
                  int64_t hidden, void* out, OutKind out_kind, int64_t ld_out, cudaStream_t stream, bool round_terms,
-                 const uint16_t* y_shared_bf16) {
+                 const uint16_t* y_shared_bf16, const uint16_t* y_routed_bf16) {
     FS_REQUIRE(ld_out >= hidden, "moe_combine: output stride ", ld_out, " < hidden ", hidden);
     FS_REQUIRE(!y_shared_bf16 || (!y_shared && round_terms),
                "moe_combine: y_shared_bf16 replaces y_shared and needs round_terms");
+    FS_REQUIRE(!y_routed_bf16 || (!y_routed && round_terms),
+               "moe_combine: y_routed_bf16 replaces y_routed and needs round_terms");
+    FS_REQUIRE(y_routed || y_routed_bf16, "moe_combine: no routed outputs (y_routed or y_routed_bf16)");
     const int64_t n = M * hidden;
     launch_pdl("combine_kernel", combine_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, stream, y_routed,
-               g.pair_slot, y_shared, y_shared_bf16, M, top_k, hidden, out, out_kind == OutKind::F32, ld_out,
-               int(round_terms));
+               y_routed_bf16, g.pair_slot, y_shared, y_shared_bf16, M, top_k, hidden, out, out_kind == OutKind::F32,
+               ld_out, int(round_terms));
 }
 
 }  // namespace flashseek::cuda

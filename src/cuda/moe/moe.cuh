@@ -136,14 +136,22 @@ bool moe_expert_up_takes_raw(const PreparedActivation& raw_x, const PreparedActi
 void moe_swiglu_prepare(const uint16_t* g, const uint16_t* u, int64_t ld, int64_t M, int64_t inter, float limit,
                         WeightKind layout, ActNumerics numerics, PreparedActivation& h, cudaStream_t stream);
 // y: [rows, hidden] fp32, row = grouped slot (routed) or token (dense). Returns the variant's name.
+// y_bf16 (optional, [rows, hidden]): where the chosen variant can write its output rounded to bf16 (the bits
+// round_bf16 gives of what it writes to y; today grouped_experts), it writes y_bf16 instead of y and sets
+// *wrote_bf16; else it writes y and clears it. For consumers that round every term to bf16 anyway (moe_combine's
+// round_terms): half the bytes.
 std::string_view moe_expert_down(const PreparedActivation& h, const ExpertTable& table, const MoeGrouping* grouping,
                                  int64_t M, int top_k, float* y, cudaStream_t stream,
-                                 const KernelPolicy& policy = KernelPolicy{});
+                                 const KernelPolicy& policy = KernelPolicy{}, uint16_t* y_bf16 = nullptr,
+                                 bool* wrote_bf16 = nullptr);
 // out[t, :] = sum_j y_routed[pair_slot[t*top_k + j], :] + y_shared[t, :] (y_shared may be null). round_terms
 // (release numerics): every term is rounded to bf16 first, as the reference's expert GEMMs output bf16.
-// y_shared_bf16 (round_terms only, instead of y_shared): the shared term as bf16 [M, hidden], rounded already.
+// y_shared_bf16 (round_terms only, instead of y_shared): the shared term as bf16 [M, hidden], rounded already;
+// y_routed_bf16 (round_terms only, instead of y_routed, which is then null): the routed terms as bf16 [slots,
+// hidden], rounded already (moe_expert_down's y_bf16).
 void moe_combine(const float* y_routed, const MoeGrouping& g, const float* y_shared, int64_t M, int top_k,
                  int64_t hidden, void* out, OutKind out_kind, int64_t ld_out, cudaStream_t stream,
-                 bool round_terms = false, const uint16_t* y_shared_bf16 = nullptr);
+                 bool round_terms = false, const uint16_t* y_shared_bf16 = nullptr,
+                 const uint16_t* y_routed_bf16 = nullptr);
 
 }  // namespace flashseek::cuda

@@ -34,6 +34,8 @@ struct ExpertVariant {
     // h: storage with its fields already described (moe_expert_up); y: [rows, hidden] fp32.
     void (*up)(const ExpertCall&, const KernelPolicy&, float swiglu_limit, PreparedActivation& h, cudaStream_t);
     void (*down)(const ExpertCall&, const KernelPolicy&, float* y, cudaStream_t);
+    // The same output rounded to bf16 (null: the variant writes fp32 only): moe_expert_down's y_bf16.
+    void (*down_bf16)(const ExpertCall&, const KernelPolicy&, uint16_t* y, cudaStream_t);
 };
 
 #define FS_DECLARE_EXPERT_VARIANT(ns)                                                                             \
@@ -52,6 +54,9 @@ FS_DECLARE_EXPERT_VARIANT(simt_experts)     // moe_simt.cu: SIMT GEMV (gemm/gemv
 FS_DECLARE_EXPERT_VARIANT(gemv_experts)     // moe_gemv.cu: f16 mma.sync GEMV, 1-16 tokens (routed: any),
                                             // raw inputs too
 FS_DECLARE_EXPERT_VARIANT(grouped_experts)  // moe_grouped_variant.cpp: grouped FP4 GEMMs (moe_gemm.cuh), raw input
+namespace grouped_experts {
+void down_bf16(const ExpertCall& call, const KernelPolicy& policy, uint16_t* y, cudaStream_t stream);
+}
 FS_DECLARE_EXPERT_VARIANT(tile_experts)     // moe.cu: f16 mma.sync tiles, any M
 
 // The weights and sizes of one projection in a variant's kernel arguments (any struct with these fields): up w1

@@ -222,13 +222,17 @@ void moe_gemm_up(const uint16_t* x, int64_t ld_x, int64_t M, int top_k, const Ex
     launch(p, path, stream);
 }
 
-void moe_gemm_down(int64_t M, int top_k, const ExpertTable& t, const MoeGrouping& g, const MoeGemmWorkspace& ws,
-                   float* y, cudaStream_t stream, GemmPath path) {
+namespace {
+// y (fp32) or y_bf16: exactly one is given.
+void down(int64_t M, int top_k, const ExpertTable& t, const MoeGrouping& g, const MoeGemmWorkspace& ws, float* y,
+          uint16_t* y_bf16, cudaStream_t stream, GemmPath path) {
     path = resolve(path);
     FS_REQUIRE(moe_gemm_eligible(t, g, M, top_k, path), "moe_gemm_down: not eligible (see moe_gemm_up)");
     const int64_t slots = M * top_k;
-    FS_REQUIRE(ws.h_q.m >= slots && ws.h_q.k == t.inter && y != nullptr && reinterpret_cast<uintptr_t>(y) % 8 == 0,
-               "moe_gemm_down: workspace missing or output null / not 8-byte aligned");
+    const void* out = y ? static_cast<const void*>(y) : y_bf16;
+    FS_REQUIRE(ws.h_q.m >= slots && ws.h_q.k == t.inter && out != nullptr &&
+                   reinterpret_cast<uintptr_t>(out) % (y ? 8 : 16) == 0,
+               "moe_gemm_down: workspace missing or output not aligned (fp32: 8 bytes, bf16: 16)");
     Fp8Activation hq = ws.h_q;
     hq.m = slots;
     hq.order = moe_gemm_code_order(path);  // as moe_gemm_up wrote it on this path
@@ -244,8 +248,22 @@ void moe_gemm_down(int64_t M, int top_k, const ExpertTable& t, const MoeGrouping
     p.K = int(t.inter);
     p.n_blocks = int(t.hidden / grouped_gemm::kBlockN);
     p.y = y;
+    p.y_bf16 = y_bf16;
     p.ldo = t.hidden;
     launch(p, path, stream);
+}
+}  // namespace
+
+void moe_gemm_down(int64_t M, int top_k, const ExpertTable& t, const MoeGrouping& g, const MoeGemmWorkspace& ws,
+                   float* y, cudaStream_t stream, GemmPath path) {
+    FS_REQUIRE(y != nullptr, "moe_gemm_down: output null");
+    down(M, top_k, t, g, ws, y, nullptr, stream, path);
+}
+
+void moe_gemm_down_bf16(int64_t M, int top_k, const ExpertTable& t, const MoeGrouping& g, const MoeGemmWorkspace& ws,
+                        uint16_t* y, cudaStream_t stream, GemmPath path) {
+    FS_REQUIRE(y != nullptr, "moe_gemm_down_bf16: output null");
+    down(M, top_k, t, g, ws, nullptr, y, stream, path);
 }
 
 }  // namespace flashseek::cuda

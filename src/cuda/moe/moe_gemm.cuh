@@ -4,7 +4,8 @@
 //                  g = A . w1^T, u = A . w3^T over its slots, h[s] = bf16(silu(min(bf16 g, L)) * clamp(bf16 u, +-L)
 //                  * weight[s]) (the reference's bf16 expert outputs, SwiGLU clamp and routing weight), and in the
 //                  same epilogue h's act_quant, the down-projection's input (h itself is never stored).
-//   moe_gemm_down: y[s] = h[s] . w2^T (fp32 rows per slot, as moe_expert_down; moe_combine adds them up).
+//   moe_gemm_down: y[s] = h[s] . w2^T (fp32 rows per slot, as moe_expert_down; moe_combine adds them up), or those
+//                  rows rounded to bf16 (moe_gemm_down_bf16).
 // The workspace's codes are in the path's order (moe_gemm_code_order; the views in MoeGemmWorkspace say NATURAL,
 // the storage's order is the path's): the sm_90a kernel reads and writes them GROUP_INTERLEAVED.
 // Weights stay in the checkpoint format (FP4 e2m1 packed two per byte, E8M0 scale per 32 K). e2m1 -> e4m3 is exact;
@@ -83,5 +84,9 @@ void moe_gemm_up(const uint16_t* x, int64_t ld_x, int64_t M, int top_k, const Ex
 // y: fp32 [M * top_k, hidden] (row = slot, as moe_expert_down). Reads ws.h_q from moe_gemm_up.
 void moe_gemm_down(int64_t M, int top_k, const ExpertTable& table, const MoeGrouping& grouping,
                    const MoeGemmWorkspace& ws, float* y, cudaStream_t stream, GemmPath path = GemmPath::AUTO);
+// The same with y rounded to bf16 (round to nearest even of every fp32 value moe_gemm_down writes): the form the
+// combine reads in release numerics, half the bytes.
+void moe_gemm_down_bf16(int64_t M, int top_k, const ExpertTable& table, const MoeGrouping& grouping,
+                        const MoeGemmWorkspace& ws, uint16_t* y, cudaStream_t stream, GemmPath path = GemmPath::AUTO);
 
 }  // namespace flashseek::cuda

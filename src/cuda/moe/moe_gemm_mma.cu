@@ -244,8 +244,12 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_mma_kernel(const Problem 
 #pragma unroll
                         for (int ni = 0; ni < 4; ++ni) {
                             const int col = nb * kBlockN + wn * 32 + ni * 8 + 2 * t4;
-                            *reinterpret_cast<float2*>(p.y + slot * p.ldo + col) =
-                                make_float2(fin[mi][ni][2 * hh], fin[mi][ni][2 * hh + 1]);
+                            const float y0 = fin[mi][ni][2 * hh], y1 = fin[mi][ni][2 * hh + 1];
+                            if (p.y_bf16)
+                                *reinterpret_cast<uint32_t*>(p.y_bf16 + slot * p.ldo + col) =
+                                    uint32_t(f32_to_bf16_bits(y0)) | uint32_t(f32_to_bf16_bits(y1)) << 16;
+                            else
+                                *reinterpret_cast<float2*>(p.y + slot * p.ldo + col) = make_float2(y0, y1);
                         }
                     }
             }

@@ -40,7 +40,7 @@
 //     table lookup and the signs, codes8 below) while this stage's four m64n128k32 wgmma run; wait, promote
 //     fin += acc * a_scale[slot] (fp32; the slot's 32 scales in eight 16-byte loads), free the stage, issue the
 //     next stage's wgmma. The row's column scale multiplies fin once, in the epilogue.
-//   - Epilogue: down: fp32 rows per slot. Up: h = bf16(silu(min(bf16 g, L)) * clamp(bf16 u) * weight[slot]) into a
+//   - Epilogue: down: fp32 rows per slot, or bf16 rows (y_bf16) through the staging block with 16-byte stores. Up: h = bf16(silu(min(bf16 g, L)) * clamp(bf16 u) * weight[slot]) into a
 //     shared staging block (128 slots x 128 columns, bf16) over both sub-tiles, then each pair of math threads
 //     quantizes one slot's 128 values (the down-projection's act_quant input, GROUP_INTERLEAVED) and stores them.
 //     Slots past the expert's count are not stored.
@@ -129,7 +129,8 @@ struct GroupedParams {
     uint8_t* h_codes;  // up: act_quant of h, [slots, ldo] codes
     float* h_scales;   // ... and [inter / 128, h_scales_ld] scales
     int64_t h_scales_ld;
-    float* y;  // down: fp32 [slots, ldo]
+    float* y;            // down: fp32 [slots, ldo]
+    uint16_t* y_bf16;    // ... or those values rounded to bf16 (staged, coalesced stores)
     int64_t ldo;
 };
 
@@ -571,6 +572,26 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                     }
                 }
                 math_sync();  // the staging block is rewritten by the next tile
+            } else if (p.y_bf16) {
+                // bf16 rows through the staging block (slot n, column row_g / row_g8; the four rows a store
+                // instruction writes are 8 banks apart), then each slot's 256 bytes as 16 coalesced 16-byte stores.
+#pragma unroll
+                for (int i = 0; i < 16; ++i)
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {
+                        const int n = 8 * i + 2 * t4 + j;
+                        staging[n * kStagingPitch + row_g] = f32_to_bf16_bits(fin[4 * i + j] * wg);
+                        staging[n * kStagingPitch + row_g8] = f32_to_bf16_bits(fin[4 * i + 2 + j] * wg8);
+                    }
+                math_sync();
+#pragma unroll
+                for (int k = 0; k < kBM * 16 / kMathThreads; ++k) {
+                    const int chunk = tid + k * kMathThreads, n = chunk >> 4, c = chunk & 15;
+                    if (n < rows)
+                        *reinterpret_cast<uint4*>(p.y_bf16 + (first + n) * p.ldo + nb * kBN + 8 * c) =
+                            lds<uint4>(smem_u32(staging) + 2 * uint32_t(n * kStagingPitch + 8 * c));
+                }
+                math_sync();  // the staging block is rewritten by the next tile
             } else {
                 const int col = nb * kBN + row_g;
 #pragma unroll
@@ -620,6 +641,7 @@ void launch_sm90(const Problem& q, cudaStream_t stream) {
     p.h_scales = q.h_q.scales;
     p.h_scales_ld = q.h_q.scales_ld;
     p.y = q.y;
+    p.y_bf16 = q.y_bf16;
     p.ldo = q.ldo;
     auto kernel = q.up ? grouped_fp4_kernel<true> : grouped_fp4_kernel<false>;
     allow_dynamic_smem(kernel, kSmemBytes);

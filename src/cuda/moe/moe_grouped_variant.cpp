@@ -3,7 +3,8 @@
 //   up:   input = raw bf16 rows (PreparedActivation::raw, row stride raw_ld): the GEMM gathers and quantizes them
 //         itself (act_quant per slot into the grouping's workspace), so the caller skips the preparation launch;
 //         output h = an FP8_ROWS activation over the workspace's h_q (the up epilogue writes h's act_quant);
-//   down: input = that h (the same workspace, checked), y fp32 per slot as every down variant.
+//   down: input = that h (the same workspace, checked), y fp32 per slot as every down variant, or rounded to bf16
+//         (down_bf16: the staged epilogue's coalesced stores, half the bytes).
 // Needs the grouping's GEMM workspace (moe_attach_gemm_workspace), routed FP4 experts with E8M0 scales, hidden and
 // inter multiples of 128, release numerics for input and h. Forced in prefill passes; in decode passes preferred
 // from KernelPolicy::grouped_experts_min_tokens tokens (default 32), which matters only past gemv_experts' routed
@@ -56,6 +57,10 @@ void up(const ExpertCall& c, const KernelPolicy&, float swiglu_limit, PreparedAc
 
 void down(const ExpertCall& c, const KernelPolicy&, float* y, cudaStream_t stream) {
     moe_gemm_down(c.M, c.top_k, c.t, *c.grouping, moe_gemm_workspace_of(*c.grouping), y, stream);
+}
+
+void down_bf16(const ExpertCall& c, const KernelPolicy&, uint16_t* y, cudaStream_t stream) {
+    moe_gemm_down_bf16(c.M, c.top_k, c.t, *c.grouping, moe_gemm_workspace_of(*c.grouping), y, stream);
 }
 
 }  // namespace grouped_experts

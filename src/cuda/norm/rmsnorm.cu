@@ -18,6 +18,7 @@
 
 #include "cuda/common/attn_helpers.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/gemm/fp8_quant.cuh"
 #include "cuda/gemm/prepare_block.cuh"
 #include "cuda/norm/rmsnorm.cuh"
 
@@ -39,6 +40,10 @@ struct PrepOut {
     float* scales = nullptr;
     int layout = 0, numerics = 0;
     int m_pad = 0;  // rows up to m_pad are written; those past `rows` as zeros
+    // The FP8_ROWS form instead (act_quant.cuh, natural order): values hold the codes, rows codes_ld bytes apart,
+    // scales [dim / 128, scales_ld]; no padding rows (m_pad = rows).
+    bool fp8_rows = false;
+    int64_t codes_ld = 0, scales_ld = 0;
 };
 
 // The tail of RMSNorm (+ RoPE) for pair k of a row (dims 2k, 2k+1), in the reference's order: times the row's
@@ -200,7 +205,11 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
                 y[2 * j] = f.x;
                 y[2 * j + 1] = f.y;
             }
-            store_prepared_features_x8(po.values, po.scales, dim, row, c, po.layout, po.numerics, y, lane);
+            if (po.fp8_rows)
+                store_fp8_rows_features_x8(reinterpret_cast<uint8_t*>(po.values), po.codes_ld, po.scales,
+                                           po.scales_ld, row, c, y, lane);
+            else
+                store_prepared_features_x8(po.values, po.scales, dim, row, c, po.layout, po.numerics, y, lane);
         }
     }
 }
@@ -220,12 +229,21 @@ void launch(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride, co
         FS_ATTN_REQUIRE(heads == 1 && prepared->values && prepared->scales &&
                             (prepared->layout == WeightKind::FP8_BLOCK128 || prepared->layout == WeightKind::FP4_BLOCK32),
                         "rmsnorm: a prepared copy needs one row per token, storage and an FP8 / FP4 layout");
+        FS_ATTN_REQUIRE(prepared->format != ActFormat::FP8_ROWS || (prepared->layout == WeightKind::FP8_BLOCK128 &&
+                                                                     prepared->numerics == ActNumerics::FP8_BLOCK128),
+                        "rmsnorm: an FP8_ROWS copy is act_quant for FP8 weights (release numerics)");
         if (vec && dim % 128 == 0 && a16(prepared->values)) {
             po.values = prepared->values;
             po.scales = prepared->scales;
             po.layout = int(prepared->layout);
             po.numerics = int(prepared->numerics);
             po.m_pad = (rows + 7) / 8 * 8;
+            if (prepared->format == ActFormat::FP8_ROWS) {
+                po.fp8_rows = true;
+                po.codes_ld = fp8_codes_ld(dim);
+                po.scales_ld = fp8_scales_ld(rows);
+                po.m_pad = rows;
+            }
         }
     }
     if (vec) {
@@ -250,10 +268,20 @@ void launch(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride, co
                    in_stride, out, out_stride, weight, rows, heads, dim, eps, positions, rope);
         CUDA_CHECK_LAUNCH("rmsnorm_rope_kernel");
     }
-    if (prepared && !po.values)  // off the fused path: one preparation launch
+    if (prepared && prepared->format == ActFormat::FP8_ROWS) {
+        if (po.values) {  // as prepare_activation_rows describes its output
+            describe_prepared(*prepared, WeightKind::FP8_BLOCK128, ActNumerics::FP8_BLOCK128, rows, dim);
+            prepared->format = ActFormat::FP8_ROWS;
+            prepared->fp8 = fp8_activation_view(prepared->values, prepared->scales, rows, dim);
+        } else {  // off the fused path: one preparation launch
+            prepare_activation_rows(reinterpret_cast<const uint16_t*>(out), rows, dim, out_stride,
+                                    ActNumerics::FP8_BLOCK128, *prepared, stream);
+        }
+    } else if (prepared && !po.values) {  // off the fused path: one preparation launch
         prepare_activation(out, false, rows, dim, out_stride, prepared->layout, prepared->numerics, *prepared, stream);
-    else if (prepared)
+    } else if (prepared) {
         describe_prepared(*prepared, prepared->layout, prepared->numerics, rows, dim);
+    }
 }
 
 }  // namespace

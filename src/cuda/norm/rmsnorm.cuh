@@ -17,7 +17,8 @@ namespace flashseek::cuda {
 // weight never is). dim must be even.
 // prepared (optional): also writes the output as a prepared activation for an FP8 / FP4 linear (caller sets values,
 // scales, layout and numerics; the shape fields are filled in), bit for bit what prepare_activation(out) gives, in the
-// same kernel where dim % 128 == 0 on the vector path, else with one preparation launch after it.
+// same kernel where dim % 128 == 0 on the vector path, else with one preparation launch after it. With format
+// FP8_ROWS (FP8 layout, release numerics) the act_quant form of prepare_activation_rows instead, the same way.
 void rmsnorm(const __nv_bfloat16* in, int64_t in_stride, __nv_bfloat16* out, int64_t out_stride,
              const __nv_bfloat16* weight, int rows, int dim, float eps, cudaStream_t stream,
              PreparedActivation* prepared = nullptr);

@@ -114,6 +114,48 @@ TEST(CudaNorm, RmsnormPreparedOutputEqualsPrepareActivation) {
     }
 }
 
+// The FP8_ROWS form of rmsnorm's prepared copy (the compute-bound FP8 GEMMs' input in prefill passes: q_norm's
+// output for wq_b) equals quantize_fp8_activation of the output bit for bit (codes with padding columns, every
+// row's scales), sliced and one-warp rows; dims off the fused path take the fallback launch.
+TEST(CudaNorm, RmsnormFp8RowsOutputEqualsActQuant) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    for (auto [T, D] : {std::pair{1, 1024}, std::pair{16, 1536}, std::pair{3, 200}, std::pair{300, 1024},
+                        std::pair{513, 1024}}) {
+        auto x = rng.normals(size_t(T) * D);
+        for (size_t i = 0; i < x.size(); ++i) x[i] *= float(1 << (i / 128 % 6));
+        auto w = bf16_round(rng.normals(D, 0.3f));
+        Dev<uint16_t> dx(to_bf16_bits(bf16_round(x))), dw(to_bf16_bits(w));
+        Dev<uint8_t> got_c(fp8_activation_codes_bytes(T, D)), want_c(fp8_activation_codes_bytes(T, D));
+        Dev<float> got_s(fp8_activation_scales_bytes(T, D) / 4), want_s(fp8_activation_scales_bytes(T, D) / 4);
+        for (auto* d : {&got_c, &want_c}) d->poison();
+        for (auto* d : {&got_s, &want_s}) d->poison();
+        PreparedActivation got;
+        got.values = reinterpret_cast<uint16_t*>(got_c.ptr);
+        got.scales = got_s.ptr;
+        got.layout = WeightKind::FP8_BLOCK128;
+        got.numerics = ActNumerics::FP8_BLOCK128;
+        got.format = ActFormat::FP8_ROWS;
+        rmsnorm(bf(dx), D, bf(dx), D, bf(dw), T, D, 1e-6f, nullptr, &got);  // in place, as q_norm runs
+        const Fp8Activation want = fp8_activation_view(want_c.ptr, want_s.ptr, T, D);
+        quantize_fp8_activation(dx.ptr, T, D, nullptr, want, nullptr);
+        CUDA_OK(cudaDeviceSynchronize());
+        const std::string what = "T " + std::to_string(T) + " D " + std::to_string(D);
+        EXPECT_EQ(got.format, ActFormat::FP8_ROWS) << what;
+        EXPECT_EQ(got.fp8.codes, got_c.ptr) << what;
+        EXPECT_EQ(got.fp8.m, T) << what;
+        EXPECT_EQ(got.fp8.k, D) << what;
+        EXPECT_EQ(got_c.download(), want_c.download()) << what << ": codes";
+        const auto gs = got_s.download(), wsc = want_s.download();
+        for (int64_t b = 0; b < (D + 127) / 128; ++b)
+            for (int t = 0; t < T; ++t)
+                ASSERT_EQ(std::memcmp(&gs[size_t(b * want.scales_ld + t)], &wsc[size_t(b * want.scales_ld + t)], 4), 0)
+                    << what << ": scale of row " << t << ", block " << b;
+    }
+}
+
 TEST(CudaNorm, HeadNormRopeMatchesCpu) {
     REQUIRE_GPU();
     const uint64_t seed = test_seed();
@@ -318,6 +360,87 @@ TEST(CudaMhc, PreparedOutputEqualsPrepareActivation) {
     }
 }
 
+// The FP8_ROWS copy of y that mhc_pre's norm writes for the compute-bound FP8 GEMMs (MhcPreParams::prepared_fp8)
+// equals quantize_fp8_activation of the y it wrote, bit for bit (codes with their padding columns, every row's
+// scales), for decode-sized and prefill-sized passes (the tiled partial kernel from 256 tokens); shapes off the
+// fused path (D % 128 != 0, misaligned) take the fallback launch with the same result.
+TEST(CudaMhc, Fp8RowsOutputEqualsActQuant) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    for (auto [T, D, shift] : {std::tuple{1, 4096, false}, std::tuple{5, 4096, false}, std::tuple{300, 4096, false},
+                               std::tuple{9, 640, false}, std::tuple{3, 200, false}, std::tuple{2, 4096, true}}) {
+        const int N = 4, n_mix = (2 + N) * N, sh = shift ? 1 : 0;
+        std::vector<float> x_dev(sh, 0.f);
+        const auto x = bf16_round(rng.normals(size_t(T) * N * D));
+        x_dev.insert(x_dev.end(), x.begin(), x.end());
+        auto nw = rng.normals(D, 0.3f);  // blocks of very different magnitudes
+        for (int i = 0; i < D; ++i) nw[size_t(i)] *= float(1 << (i / 128 % 8));
+        nw = bf16_round(nw);
+        Dev<uint16_t> dx(to_bf16_bits(x_dev)), dnw(to_bf16_bits(nw)), dy(size_t(T) * D + sh);
+        Dev<float> dfn(rng.normals(size_t(n_mix) * N * D, 0.02f)), dbase(rng.normals(n_mix, 0.5f)),
+            dscale(rng.normals(3, 0.5f)), dpost(size_t(T) * N), dcomb(size_t(T) * N * N);
+        Dev<unsigned char> ws(mhc_pre_workspace_bytes(T, N, D, false));
+        Dev<uint8_t> fused_c(fp8_activation_codes_bytes(T, D)), want_c(fp8_activation_codes_bytes(T, D));
+        Dev<float> fused_s(fp8_activation_scales_bytes(T, D) / 4), want_s(fp8_activation_scales_bytes(T, D) / 4);
+        for (auto* d : {&fused_c, &want_c}) d->poison();
+        for (auto* d : {&fused_s, &want_s}) d->poison();
+        MhcPreParams p;
+        p.n_tokens = T;
+        p.n_streams = N;
+        p.dim = D;
+        p.x = bf(dx) + sh;
+        p.fn = dfn.ptr;
+        p.base = dbase.ptr;
+        p.scale = dscale.ptr;
+        p.norm_weight = bf(dnw);
+        p.y = bf(dy) + sh;
+        p.post = dpost.ptr;
+        p.comb = dcomb.ptr;
+        p.prepared_fp8 = fp8_activation_view(fused_c.ptr, fused_s.ptr, T, D);
+        mhc_pre(p, ws.ptr, ws.n, nullptr);
+        const Fp8Activation want = fp8_activation_view(want_c.ptr, want_s.ptr, T, D);
+        quantize_fp8_activation(reinterpret_cast<const uint16_t*>(p.y), T, D, nullptr, want, nullptr);
+        CUDA_OK(cudaDeviceSynchronize());
+        const std::string what = "T " + std::to_string(T) + " D " + std::to_string(D) + (shift ? " misaligned" : "");
+        EXPECT_EQ(fused_c.download(), want_c.download()) << what << ": codes";
+        const auto gs = fused_s.download(), wsc = want_s.download();
+        for (int64_t b = 0; b < (D + 127) / 128; ++b)
+            for (int t = 0; t < T; ++t)
+                ASSERT_EQ(std::memcmp(&gs[size_t(b * want.scales_ld + t)], &wsc[size_t(b * want.scales_ld + t)], 4), 0)
+                    << what << ": scale of row " << t << ", block " << b;
+    }
+    // Both prepared forms at once are refused by name.
+    Dev<uint16_t> v(8 * 4096), x(4 * 4096), y(4096);
+    Dev<float> sc(8 * 32), fn(24 * 4 * 4096), base(24), scale(3), post(4), comb(16);
+    Dev<uint8_t> c8(fp8_activation_codes_bytes(1, 4096));
+    Dev<unsigned char> ws(mhc_pre_workspace_bytes(1, 4, 4096, false));
+    MhcPreParams p;
+    p.n_tokens = 1;
+    p.dim = 4096;
+    p.x = bf(x);
+    p.y = bf(y);
+    p.fn = fn.ptr;
+    p.base = base.ptr;
+    p.scale = scale.ptr;
+    p.post = post.ptr;
+    p.comb = comb.ptr;
+    p.prepared_values = v.ptr;
+    p.prepared_scales = sc.ptr;
+    p.prepared_layout = int(WeightKind::FP8_BLOCK128);
+    p.prepared_numerics = int(ActNumerics::FP8_BLOCK128);
+    p.prepared_fp8 = fp8_activation_view(c8.ptr, sc.ptr, 1, 4096);
+    std::string error;
+    try {
+        mhc_pre(p, ws.ptr, ws.n, nullptr);
+    } catch (const std::exception& e) {
+        error = e.what();
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    EXPECT_NE(error.find("prepared_fp8"), std::string::npos) << "error: '" << error << "'";
+}
+
 TEST(CudaMhc, PostMatchesCpu) {
     REQUIRE_GPU();
     const uint64_t seed = test_seed();
@@ -443,10 +566,12 @@ TEST(CudaMhc, FusedCombinePostEqualsSeparate) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     Rng rng(seed);
     const int N = 4, D = 4096, n_mix = (2 + N) * N, top_k = 6;
-    // shared_bf16: the shared expert's output given as bf16 (rounded already), against the fp32 one rounded
-    for (auto [T, round_terms, shared_bf16] : {std::tuple{1, true, false}, std::tuple{16, true, false},
-                                               std::tuple{11, false, false}, std::tuple{16, true, true},
-                                               std::tuple{3, true, true}}) {
+    // shared_bf16 / routed_bf16: the shared expert's / routed experts' outputs given as bf16 (rounded already),
+    // against the fp32 ones rounded; 300 tokens take the tiled partial kernel (prefill), the others the split one.
+    for (auto [T, round_terms, shared_bf16, routed_bf16] :
+         {std::tuple{1, true, false, false}, std::tuple{16, true, false, false}, std::tuple{11, false, false, false},
+          std::tuple{16, true, true, false}, std::tuple{3, true, true, false}, std::tuple{16, true, true, true},
+          std::tuple{5, true, false, true}, std::tuple{300, true, true, true}, std::tuple{300, true, false, false}}) {
         const int slots = T * top_k;
         const auto x = bf16_round(rng.normals(size_t(T) * N * D));
         std::vector<int32_t> pair_slot(static_cast<size_t>(slots));
@@ -455,6 +580,7 @@ TEST(CudaMhc, FusedCombinePostEqualsSeparate) {
             dfn(rng.normals(size_t(n_mix) * N * D, 0.02f)), dbase(rng.normals(n_mix, 0.5f)), dscale(rng.normals(3, 0.5f));
         Dev<int32_t> dslot(pair_slot);
         Dev<uint16_t> dys_bf16(to_bf16_bits(dys.download()));  // to_bf16_bits rounds to nearest even
+        Dev<uint16_t> dyr_bf16(to_bf16_bits(dyr.download()));
         Dev<uint16_t> dnw(to_bf16_bits(bf16_round(rng.normals(D, 0.3f))));
         const auto post0 = rng.normals(size_t(T) * N, 0.7f), comb0 = rng.normals(size_t(T) * N * N, 0.5f);
         struct Run {
@@ -468,6 +594,14 @@ TEST(CudaMhc, FusedCombinePostEqualsSeparate) {
         MoeGrouping g;
         g.pair_slot = dslot.ptr;
         moe_combine(dyr.ptr, g, dys.ptr, T, top_k, D, a.o.ptr, OutKind::BF16, D, nullptr, round_terms);
+        if (shared_bf16 || routed_bf16) {  // the separate combine with the bf16 terms: the same o
+            Dev<uint16_t> o16(size_t(T) * D);
+            o16.poison();
+            moe_combine(routed_bf16 ? nullptr : dyr.ptr, g, shared_bf16 ? nullptr : dys.ptr, T, top_k, D, o16.ptr,
+                        OutKind::BF16, D, nullptr, round_terms, shared_bf16 ? dys_bf16.ptr : nullptr,
+                        routed_bf16 ? dyr_bf16.ptr : nullptr);
+            EXPECT_EQ(o16.download(), a.o.download()) << "T " << T << ": moe_combine with bf16 terms";
+        }
         mhc_post(T, N, D, bf(a.x), bf(a.o), a.post.ptr, a.comb.ptr, bf(a.x), nullptr);
         for (Run* r : {&a, &b}) {
             Dev<unsigned char> ws(mhc_pre_workspace_bytes(T, N, D, false));
@@ -484,7 +618,10 @@ TEST(CudaMhc, FusedCombinePostEqualsSeparate) {
             p.post = r->post.ptr;
             p.comb = r->comb.ptr;
             if (r == &b) {
-                p.prev_y_routed = dyr.ptr;
+                if (routed_bf16)
+                    p.prev_y_routed_bf16 = bf(dyr_bf16);
+                else
+                    p.prev_y_routed = dyr.ptr;
                 p.prev_pair_slot = dslot.ptr;
                 if (shared_bf16)
                     p.prev_y_shared_bf16 = bf(dys_bf16);
@@ -499,7 +636,8 @@ TEST(CudaMhc, FusedCombinePostEqualsSeparate) {
             CUDA_OK(cudaDeviceSynchronize());
         }
         const std::string what =
-            "T " + std::to_string(T) + (round_terms ? " rounded terms" : "") + (shared_bf16 ? ", bf16 shared" : "");
+            "T " + std::to_string(T) + (round_terms ? " rounded terms" : "") + (shared_bf16 ? ", bf16 shared" : "") +
+            (routed_bf16 ? ", bf16 routed" : "");
         EXPECT_EQ(a.x.download(), b.x.download()) << what << ": streams";
         EXPECT_EQ(a.y.download(), b.y.download()) << what << ": y";
         EXPECT_EQ(a.post.download(), b.post.download()) << what << ": post";

@@ -147,6 +147,27 @@ TEST_F(CudaPrefillInvariance, SharedExpertBf16OutputMatchesF32) {
     expect_same_with_disabled("shared_bf16_out");
 }
 
+// The routed experts' grouped down-projection writing bf16 (routed_bf16_out) gives the logits of its fp32 output,
+// which the MoE combine (separate or fused into the next mhc_pre) rounds to the same bf16 terms.
+TEST_F(CudaPrefillInvariance, RoutedBf16OutputMatchesF32) {
+    SCOPED_TRACE("seed=" + std::to_string(seed_));
+    expect_same_with_disabled("routed_bf16_out");
+}
+
+// mhc_pre's norm writing the FP8_ROWS act_quant of sub_in for the first FP8 GEMM that reads it (wq_a, or wkv in a
+// last layer on the head rows; the shared expert's w1) gives the logits of the separate preparation.
+TEST_F(CudaPrefillInvariance, NormFp8RowsMatchesSeparatePreparation) {
+    SCOPED_TRACE("seed=" + std::to_string(seed_));
+    expect_same_with_disabled("norm_fp8_rows");
+}
+
+// The widened wo_a GEMM writing wo_b's act_quant rows instead of its bf16 output (wo_a_fp8_rows) gives the logits
+// of the separate preparation.
+TEST_F(CudaPrefillInvariance, WoAFp8RowsMatchesSeparatePreparation) {
+    SCOPED_TRACE("seed=" + std::to_string(seed_));
+    expect_same_with_disabled("wo_a_fp8_rows");
+}
+
 INSTANTIATE_TEST_SUITE_P(LastLayerRatios, CudaHeadRowsLastLayer, ::testing::Values(4, 5),
                          [](const ::testing::TestParamInfo<int>& info) {
                              return "layers" + std::to_string(info.param);

@@ -541,6 +541,66 @@ TEST(DenseGemm, Fp8Bf16OutputIsRoundedF32Output) {
     }
 }
 
+// The BF16 GEMM writing the act_quant rows of its bf16 output (Bf16GemmArgs::d_rows: wo_a into wo_b's input)
+// gives bit for bit the codes and scales quantize_fp8_activation makes of the bf16 output: partial row tiles
+// (m = 1, 77, 300), both tile heights it takes (64 is refused by name), a column offset inside a wider
+// activation (rows_col0), codes outside the written columns untouched. wgmma path only (other paths refuse it).
+TEST(DenseGemm, Bf16Fp8RowsOutputIsActQuantOfBf16Output) {
+    if (!cuda::gemm_path_supported(GemmPath::WGMMA, false)) GTEST_SKIP() << "no wgmma path here";
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed=" + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    const int64_t n = 384, k = 528, width = 1024, col0 = 256;
+    TestWeight w = make_weight(rng, WeightKind::BF16, ScaleKind::NONE, n, k);
+    for (int64_t m : {int64_t(1), int64_t(77), int64_t(300)}) {
+        const std::vector<float> x = random_activation(rng, m, k);
+        const DeviceArray<uint16_t> xd = upload_bf16(x, m, k, k);
+        DeviceOut d(OutKind::BF16, m, n, n);
+        cuda::gemm_bf16(bf16_args(xd.ptr, m, k, w, d), GemmPath::WGMMA, nullptr);
+        // The reference: the bf16 output quantized into the same columns of a poisoned activation.
+        DeviceArray<uint8_t> want_c(cuda::fp8_activation_codes_bytes(m, width));
+        DeviceArray<float> want_s(cuda::fp8_activation_scales_bytes(m, width) / 4);
+        want_c.poison();
+        want_s.poison();
+        const cuda::Fp8Activation want = cuda::fp8_activation_view(want_c.ptr, want_s.ptr, m, width);
+        cuda::quantize_fp8_activation(reinterpret_cast<const uint16_t*>(d.mem.ptr), m, n, nullptr,
+                                      cuda::fp8_activation_columns(want, col0, n), nullptr);
+        for (int block_m : {0, 128, 256}) {
+            DeviceArray<uint8_t> got_c(cuda::fp8_activation_codes_bytes(m, width));
+            DeviceArray<float> got_s(cuda::fp8_activation_scales_bytes(m, width) / 4);
+            got_c.poison();
+            got_s.poison();
+            cuda::Bf16GemmArgs args = bf16_args(xd.ptr, m, k, w, d);
+            args.d = nullptr;
+            args.d_rows = cuda::fp8_activation_view(got_c.ptr, got_s.ptr, m, width);
+            args.rows_col0 = col0;
+            ASSERT_TRUE(cuda::bf16_gemm_eligible(args, GemmPath::WGMMA));
+            EXPECT_FALSE(cuda::bf16_gemm_eligible(args, GemmPath::MMA_NATIVE));
+            EXPECT_NE(cuda::plan_bf16_gemm(args, GemmPath::WGMMA, block_m).block_m, 64);
+            cuda::gemm_bf16(args, GemmPath::WGMMA, nullptr, block_m);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            const auto gc = got_c.download(), wc = want_c.download();
+            const auto gs = got_s.download(), ws = want_s.download();
+            size_t differ = 0;
+            for (size_t i = 0; i < gc.size(); ++i) differ += gc[i] != wc[i];  // incl. the untouched columns
+            EXPECT_EQ(differ, 0u) << "m " << m << " block_m " << block_m << ": codes";
+            for (int64_t b = col0 / 128; b < (col0 + n) / 128; ++b)
+                for (int64_t r = 0; r < m; ++r)
+                    ASSERT_EQ(std::memcmp(&gs[size_t(b * want.scales_ld + r)], &ws[size_t(b * want.scales_ld + r)], 4), 0)
+                        << "m " << m << " block_m " << block_m << ": scale of row " << r << ", block " << b;
+            if (block_m == 128) {
+                std::string error;
+                try {
+                    cuda::gemm_bf16(args, GemmPath::WGMMA, nullptr, 64);
+                } catch (const std::exception& e) {
+                    error = e.what();
+                }
+                EXPECT_NE(error.find("act_quant rows"), std::string::npos) << "error: '" << error << "'";
+            }
+        }
+    }
+}
+
 // The same for the BF16 GEMM: rows 0..6 of m = 4096 (every wgmma tile height) equal m = 7 and m = 1 bit for bit.
 TEST(DenseGemm, Bf16RowsIndependentOfBatchAndTiles) {
     for (GemmPath path : supported_paths(false)) {

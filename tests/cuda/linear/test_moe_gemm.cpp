@@ -7,7 +7,8 @@
 // moe_group on routings that give one expert a single token, leave others empty and fill the rest unevenly (partial
 // 128-row tiles, several tiles per expert), or start groups at every row residue (the TMA scale boxes); slot rows
 // independent of the batch; the scale folding at its limit. Random data with fresh seeds; the workspace and y are
-// poisoned before the run and every used slot row must be written.
+// poisoned before the run and every used slot row must be written. The bf16 output (moe_gemm_down_bf16) is the fp32
+// output rounded, bit for bit, in every case of check_against_cpu.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -168,6 +169,10 @@ std::vector<int32_t> check_against_cpu(cuda::GemmPath path, const Case& c, const
     y.poison();
     cuda::moe_gemm_up(d_x.ptr, H, c.M, c.top_k, ex->table, g, limit, ws, nullptr, path);
     cuda::moe_gemm_down(c.M, c.top_k, ex->table, g, ws, y.ptr, nullptr, path);
+    // The bf16 output (the combine's form in release numerics): every fp32 value rounded, bit for bit.
+    DeviceArray<uint16_t> y16(size_t(slots * H));
+    y16.poison();
+    cuda::moe_gemm_down_bf16(c.M, c.top_k, ex->table, g, ws, y16.ptr, nullptr, path);
     CUDA_CHECK(cudaDeviceSynchronize());
 
     // The grouping as the GPU made it: slot -> (token, weight, expert).
@@ -179,6 +184,8 @@ std::vector<int32_t> check_against_cpu(cuda::GemmPath path, const Case& c, const
     const float* slot_weight = hg_view.slot_weight;
     const auto hq_gpu = dequantized_h(ws.h_q, slots, path);
     const auto y_gpu = y.download();
+    const auto y16_gpu = y16.download();
+    int64_t bf16_mismatches = 0;
 
     // h_q against the CPU's act_quant of its h; y from the GPU's own h_q (the down GEMM alone) and from the
     // CPU's (up + down).
@@ -209,8 +216,10 @@ std::vector<int32_t> check_against_cpu(cuda::GemmPath path, const Case& c, const
             for (int64_t o = 0; o < H; ++o) {
                 y_own.push_back(float(yd[size_t(o)]));
                 y_got.push_back(y_gpu[size_t(s * H + o)]);
+                bf16_mismatches += y16_gpu[size_t(s * H + o)] != f32_to_bf16(y_gpu[size_t(s * H + o)]);
             }
         }
+    EXPECT_EQ(bf16_mismatches, 0) << "moe_gemm_down_bf16 differs from moe_gemm_down's output rounded to bf16";
     // h_q: the FP8 tensor-core sums (~5e-5) can flip a bf16 rounding of g or u and then an e4m3 rounding:
     // 1e-2, as the wgmma decode experts' h; y from the GPU's own h_q: the down GEMM alone (down_threshold); y end
     // to end: 1e-2.
