@@ -32,7 +32,9 @@
 //     segments per warp instruction. Straight from registers (two adjacent columns per 4-byte store, a warp's
 //     store touching 8 rows x 16 bytes) the epilogue took 45% of the math warps' time at K = 1,024 (wq_b) and 17%
 //     at larger K (clock64 split of a 4,096-token prefill, docs/perf-log/2026-12-02_interleaved-experts.md). Other
-//     outputs (fp32, unaligned) still store from registers. Rows >= m and columns >= n are skipped; TMA fills
+//     outputs (fp32, unaligned) still store from registers. Or the act_quant rows of the bf16 output (q_codes:
+//     wo_a into wo_b's input): with 128 columns per math warpgroup a thread's 32 values of a row lie in one scale
+//     block, so the block amax is a quad reduction; the codes go through the same staging block. Rows >= m and columns >= n are skipped; TMA fills
 //     out-of-bounds A / B / scale elements with zeros, so partial tiles in M, N and K need no other care.
 // Builds for every architecture; the bodies exist only in the sm_90a build (FS_WGMMA_AVAILABLE), elsewhere the
 // kernels compile to a trap and dense_gemm.cu never launches them.
