@@ -35,13 +35,7 @@ __device__ __forceinline__ uint32_t fp8_code4(const float* x, float inv_scale) {
 __device__ __forceinline__ void store_fp8_rows_features_x8(uint8_t* codes, int64_t codes_ld, float* scales,
                                                            int64_t scales_ld, int64_t row, int c, const float (&v)[8],
                                                            int lane) {
-    float amax = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-    const unsigned half = 0xffffu << (lane & 16);
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(half, amax, o));
-    const float sc = fp8_block_scale(amax), inv = 1.f / sc;
+    const float sc = fp8_block_scale(half_warp_amax8(v, lane)), inv = 1.f / sc;
     *reinterpret_cast<uint2*>(codes + row * codes_ld + 8 * int64_t(c)) = make_uint2(fp8_code4(v, inv), fp8_code4(v + 4, inv));
     if ((lane & 15) == 0) scales[(8 * int64_t(c) / 128) * scales_ld + row] = sc;
 }

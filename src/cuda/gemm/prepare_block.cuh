@@ -47,6 +47,17 @@ __device__ __forceinline__ void store_prepared_block(const float (&v)[4], int la
     if (lane == 0) *scale = sc;
 }
 
+// The absolute maximum of a 128-block held by a half warp, 8 values per lane (both halves of the warp call it).
+__device__ __forceinline__ float half_warp_amax8(const float (&v)[8], int lane) {
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    const unsigned half = 0xffffu << (lane & 16);
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(half, amax, o));
+    return amax;
+}
+
 // The same for a block held by a half warp, 8 values per lane: lane j of the half (lane % 16) holds columns 8j..8j+7
 // and writes them with one 16-byte store (the FP8 / FP4 permutations stay inside each group of 8). Both lanes of
 // the half must call it; `block` is 16-byte aligned. For producers that hold 8 consecutive features per thread
@@ -54,13 +65,7 @@ __device__ __forceinline__ void store_prepared_block(const float (&v)[4], int la
 template <WeightKind L>
 __device__ __forceinline__ void store_prepared_block_x8(const float (&v)[8], int lane, int numerics, uint16_t* block,
                                                         float* scale) {
-    float amax = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-    const unsigned half = 0xffffu << (lane & 16);
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(half, amax, o));
-    const float sc = prepared_block_scale(amax, numerics), inv = 1.f / sc;
+    const float sc = prepared_block_scale(half_warp_amax8(v, lane), numerics), inv = 1.f / sc;
     const int j = lane & 15;
     uint16_t q[8];
 #pragma unroll

@@ -312,6 +312,49 @@ TEST(CudaMhc, PreMatchesCpu) {
     }
 }
 
+// mhc_pre's inputs for the tests of its norm's prepared outputs: T tokens of 4 streams of D features, shifted by one
+// element when `shift` (misaligned rows: the fallback paths), norm weights whose 128-blocks differ by up to 2^7 (block
+// scales across the range). params() is the call without a prepared output.
+struct MhcNormInputs {
+    static constexpr int N = 4, n_mix = (2 + N) * N;
+    int T, D, sh;
+    Dev<uint16_t> dx, dnw, dy;
+    Dev<float> dfn, dbase, dscale, dpost, dcomb;
+    Dev<unsigned char> ws;
+    static std::vector<float> streams(Rng& rng, int T, int D, int sh) {
+        std::vector<float> v(sh, 0.f);
+        const auto x = bf16_round(rng.normals(size_t(T) * N * D));
+        v.insert(v.end(), x.begin(), x.end());
+        return v;
+    }
+    static std::vector<float> wide_weights(Rng& rng, int D) {
+        auto nw = rng.normals(D, 0.3f);
+        for (int i = 0; i < D; ++i) nw[size_t(i)] *= float(1 << (i / 128 % 8));
+        return bf16_round(nw);
+    }
+    MhcNormInputs(Rng& rng, int T_, int D_, bool shift)
+        : T(T_), D(D_), sh(shift ? 1 : 0), dx(to_bf16_bits(streams(rng, T_, D_, sh))),
+          dnw(to_bf16_bits(wide_weights(rng, D_))), dy(size_t(T_) * D_ + sh),
+          dfn(rng.normals(size_t(n_mix) * N * D_, 0.02f)), dbase(rng.normals(n_mix, 0.5f)),
+          dscale(rng.normals(3, 0.5f)), dpost(size_t(T_) * N), dcomb(size_t(T_) * N * N),
+          ws(mhc_pre_workspace_bytes(T_, N, D_, false)) {}
+    MhcPreParams params() {
+        MhcPreParams p;
+        p.n_tokens = T;
+        p.n_streams = N;
+        p.dim = D;
+        p.x = bf(dx) + sh;
+        p.fn = dfn.ptr;
+        p.base = dbase.ptr;
+        p.scale = dscale.ptr;
+        p.norm_weight = bf(dnw);
+        p.y = bf(dy) + sh;
+        p.post = dpost.ptr;
+        p.comb = dcomb.ptr;
+        return p;
+    }
+};
+
 // The prepared copy of y that mhc_pre's norm writes for the next linear (MhcPreParams::prepared_values) equals
 // prepare_activation of the y it wrote, bit for bit (values, scales, zero padding rows), for the FP8 and FP4 layouts
 // in both numerics; shapes off the fused path (D % 128 != 0, misaligned) take the fallback launch with the same result.
@@ -324,36 +367,14 @@ TEST(CudaMhc, PreparedOutputEqualsPrepareActivation) {
                                std::tuple{9, 640, false}, std::tuple{3, 200, false}, std::tuple{2, 4096, true}}) {
         for (WeightKind kind : {WeightKind::FP8_BLOCK128, WeightKind::FP4_BLOCK32}) {
             for (ActNumerics num : {ActNumerics::FP8_BLOCK128, ActNumerics::EXACT}) {
-                const int N = 4, n_mix = (2 + N) * N, sh = shift ? 1 : 0;
-                std::vector<float> x_dev(sh, 0.f);
-                const auto x = bf16_round(rng.normals(size_t(T) * N * D));
-                x_dev.insert(x_dev.end(), x.begin(), x.end());
-                // wide norm weights: blocks with very different magnitudes (scales across the whole range)
-                auto nw = rng.normals(D, 0.3f);
-                for (int i = 0; i < D; ++i) nw[size_t(i)] *= float(1 << (i / 128 % 8));
-                nw = bf16_round(nw);
-                Dev<uint16_t> dx(to_bf16_bits(x_dev)), dnw(to_bf16_bits(nw)), dy(size_t(T) * D + sh);
-                Dev<float> dfn(rng.normals(size_t(n_mix) * N * D, 0.02f)), dbase(rng.normals(n_mix, 0.5f)),
-                    dscale(rng.normals(3, 0.5f)), dpost(size_t(T) * N), dcomb(size_t(T) * N * N);
-                Dev<unsigned char> ws(mhc_pre_workspace_bytes(T, N, D, false));
+                MhcNormInputs in(rng, T, D, shift);
                 PreparedPair pair(T, D);
-                MhcPreParams p;
-                p.n_tokens = T;
-                p.n_streams = N;
-                p.dim = D;
-                p.x = bf(dx) + sh;
-                p.fn = dfn.ptr;
-                p.base = dbase.ptr;
-                p.scale = dscale.ptr;
-                p.norm_weight = bf(dnw);
-                p.y = bf(dy) + sh;
-                p.post = dpost.ptr;
-                p.comb = dcomb.ptr;
+                MhcPreParams p = in.params();
                 p.prepared_values = pair.fused_v.ptr;
                 p.prepared_scales = pair.fused_s.ptr;
                 p.prepared_layout = int(kind);
                 p.prepared_numerics = int(num);
-                mhc_pre(p, ws.ptr, ws.n, nullptr);
+                mhc_pre(p, in.ws.ptr, in.ws.n, nullptr);
                 pair.expect_equal(p.y, kind, num, PreparedPair::describe(T, D, kind, num) + (shift ? " misaligned" : ""));
             }
         }
@@ -371,35 +392,14 @@ TEST(CudaMhc, Fp8RowsOutputEqualsActQuant) {
     Rng rng(seed);
     for (auto [T, D, shift] : {std::tuple{1, 4096, false}, std::tuple{5, 4096, false}, std::tuple{300, 4096, false},
                                std::tuple{9, 640, false}, std::tuple{3, 200, false}, std::tuple{2, 4096, true}}) {
-        const int N = 4, n_mix = (2 + N) * N, sh = shift ? 1 : 0;
-        std::vector<float> x_dev(sh, 0.f);
-        const auto x = bf16_round(rng.normals(size_t(T) * N * D));
-        x_dev.insert(x_dev.end(), x.begin(), x.end());
-        auto nw = rng.normals(D, 0.3f);  // blocks of very different magnitudes
-        for (int i = 0; i < D; ++i) nw[size_t(i)] *= float(1 << (i / 128 % 8));
-        nw = bf16_round(nw);
-        Dev<uint16_t> dx(to_bf16_bits(x_dev)), dnw(to_bf16_bits(nw)), dy(size_t(T) * D + sh);
-        Dev<float> dfn(rng.normals(size_t(n_mix) * N * D, 0.02f)), dbase(rng.normals(n_mix, 0.5f)),
-            dscale(rng.normals(3, 0.5f)), dpost(size_t(T) * N), dcomb(size_t(T) * N * N);
-        Dev<unsigned char> ws(mhc_pre_workspace_bytes(T, N, D, false));
+        MhcNormInputs in(rng, T, D, shift);
         Dev<uint8_t> fused_c(fp8_activation_codes_bytes(T, D)), want_c(fp8_activation_codes_bytes(T, D));
         Dev<float> fused_s(fp8_activation_scales_bytes(T, D) / 4), want_s(fp8_activation_scales_bytes(T, D) / 4);
         for (auto* d : {&fused_c, &want_c}) d->poison();
         for (auto* d : {&fused_s, &want_s}) d->poison();
-        MhcPreParams p;
-        p.n_tokens = T;
-        p.n_streams = N;
-        p.dim = D;
-        p.x = bf(dx) + sh;
-        p.fn = dfn.ptr;
-        p.base = dbase.ptr;
-        p.scale = dscale.ptr;
-        p.norm_weight = bf(dnw);
-        p.y = bf(dy) + sh;
-        p.post = dpost.ptr;
-        p.comb = dcomb.ptr;
+        MhcPreParams p = in.params();
         p.prepared_fp8 = fp8_activation_view(fused_c.ptr, fused_s.ptr, T, D);
-        mhc_pre(p, ws.ptr, ws.n, nullptr);
+        mhc_pre(p, in.ws.ptr, in.ws.n, nullptr);
         const Fp8Activation want = fp8_activation_view(want_c.ptr, want_s.ptr, T, D);
         quantize_fp8_activation(reinterpret_cast<const uint16_t*>(p.y), T, D, nullptr, want, nullptr);
         CUDA_OK(cudaDeviceSynchronize());
@@ -412,20 +412,11 @@ TEST(CudaMhc, Fp8RowsOutputEqualsActQuant) {
                     << what << ": scale of row " << t << ", block " << b;
     }
     // Both prepared forms at once are refused by name.
-    Dev<uint16_t> v(8 * 4096), x(4 * 4096), y(4096);
-    Dev<float> sc(8 * 32), fn(24 * 4 * 4096), base(24), scale(3), post(4), comb(16);
+    MhcNormInputs in(rng, 1, 4096, false);
+    Dev<uint16_t> v(8 * 4096);
+    Dev<float> sc(8 * 32);
     Dev<uint8_t> c8(fp8_activation_codes_bytes(1, 4096));
-    Dev<unsigned char> ws(mhc_pre_workspace_bytes(1, 4, 4096, false));
-    MhcPreParams p;
-    p.n_tokens = 1;
-    p.dim = 4096;
-    p.x = bf(x);
-    p.y = bf(y);
-    p.fn = fn.ptr;
-    p.base = base.ptr;
-    p.scale = scale.ptr;
-    p.post = post.ptr;
-    p.comb = comb.ptr;
+    MhcPreParams p = in.params();
     p.prepared_values = v.ptr;
     p.prepared_scales = sc.ptr;
     p.prepared_layout = int(WeightKind::FP8_BLOCK128);
@@ -433,7 +424,7 @@ TEST(CudaMhc, Fp8RowsOutputEqualsActQuant) {
     p.prepared_fp8 = fp8_activation_view(c8.ptr, sc.ptr, 1, 4096);
     std::string error;
     try {
-        mhc_pre(p, ws.ptr, ws.n, nullptr);
+        mhc_pre(p, in.ws.ptr, in.ws.n, nullptr);
     } catch (const std::exception& e) {
         error = e.what();
     }

@@ -140,33 +140,23 @@ TEST_P(CudaHeadRowsLastLayer, MatchesAllRows) {
     expect_same_with_disabled("head_rows_last_layer");
 }
 
-// The shared expert's w2 writing bf16 in prefill passes (shared_bf16_out) gives the logits of its fp32 output,
-// which the MoE combine rounds to the same bf16 term.
-TEST_F(CudaPrefillInvariance, SharedExpertBf16OutputMatchesF32) {
-    SCOPED_TRACE("seed=" + std::to_string(seed_));
-    expect_same_with_disabled("shared_bf16_out");
+// Each output a producer writes in the form its consumer reads, in place of a separate step, gives the logits of that
+// step (switched off by name): the shared expert's w2 and the routed experts' grouped down-projection writing bf16
+// where the MoE combine (separate or fused into the next mhc_pre) rounds their terms to bf16 (shared_bf16_out,
+// routed_bf16_out); mhc_pre's norm and q_norm writing the act_quant rows of the first FP8 GEMM that reads their
+// output (norm_fp8_rows: wq_a, or wkv in a last layer on the head rows, the shared expert's w1, wq_b); the widened
+// wo_a GEMM writing wo_b's act_quant rows instead of its bf16 output (wo_a_fp8_rows).
+class CudaProducerFormsMatchSeparateSteps : public CudaPrefillInvariance,
+                                            public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CudaProducerFormsMatchSeparateSteps, SameLogits) {
+    SCOPED_TRACE("seed=" + std::to_string(seed_) + " switch=" + GetParam());
+    expect_same_with_disabled(GetParam());
 }
 
-// The routed experts' grouped down-projection writing bf16 (routed_bf16_out) gives the logits of its fp32 output,
-// which the MoE combine (separate or fused into the next mhc_pre) rounds to the same bf16 terms.
-TEST_F(CudaPrefillInvariance, RoutedBf16OutputMatchesF32) {
-    SCOPED_TRACE("seed=" + std::to_string(seed_));
-    expect_same_with_disabled("routed_bf16_out");
-}
-
-// mhc_pre's norm writing the FP8_ROWS act_quant of sub_in for the first FP8 GEMM that reads it (wq_a, or wkv in a
-// last layer on the head rows; the shared expert's w1) gives the logits of the separate preparation.
-TEST_F(CudaPrefillInvariance, NormFp8RowsMatchesSeparatePreparation) {
-    SCOPED_TRACE("seed=" + std::to_string(seed_));
-    expect_same_with_disabled("norm_fp8_rows");
-}
-
-// The widened wo_a GEMM writing wo_b's act_quant rows instead of its bf16 output (wo_a_fp8_rows) gives the logits
-// of the separate preparation.
-TEST_F(CudaPrefillInvariance, WoAFp8RowsMatchesSeparatePreparation) {
-    SCOPED_TRACE("seed=" + std::to_string(seed_));
-    expect_same_with_disabled("wo_a_fp8_rows");
-}
+INSTANTIATE_TEST_SUITE_P(Switches, CudaProducerFormsMatchSeparateSteps,
+                         ::testing::Values("shared_bf16_out", "routed_bf16_out", "norm_fp8_rows", "wo_a_fp8_rows"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(LastLayerRatios, CudaHeadRowsLastLayer, ::testing::Values(4, 5),
                          [](const ::testing::TestParamInfo<int>& info) {
