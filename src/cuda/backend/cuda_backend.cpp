@@ -436,8 +436,6 @@ void CudaBackend::run_steps(std::span<const SequenceStep> steps, Output out, std
             const int r = meta.h(StepMeta::kHeadRows)[j];
             meta.h(StepMeta::kHeadSlot)[j] = meta.h(StepMeta::kSeqSlot)[meta.h(StepMeta::kTokenSeq)[r]];
             meta.h(StepMeta::kHeadPos)[j] = meta.h(StepMeta::kTokenPos)[r];
-            meta.h(StepMeta::kHeadIndex)[j] = j;
-            meta.h(StepMeta::kHeadOnes)[j] = 1;
         }
 
         const auto enqueue_start = std::chrono::steady_clock::now();

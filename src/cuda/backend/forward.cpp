@@ -129,10 +129,7 @@ void ForwardPass::sub_block(const PassShape& pass, int l, int sub) {
         mhc_pre(p, buf_.mhc_workspace.get(), buf_.mhc_workspace_bytes, stream);
     }
     ++prep_generation_;  // sub_in was rewritten: earlier prepared activations are stale
-    if (fused.buf && fused.format == ActFormat::FP8_ROWS)
-        adopt_prepared_fp8_rows(*fused.buf, buf_.sub_in.get(), s.n_rows, D, fused.kind);
-    else if (fused.buf)
-        adopt_prepared(*fused.buf, buf_.sub_in.get(), s.n_rows, D, fused.kind, num_.act);
+    if (fused.buf) adopt_produced(*fused.buf, buf_.sub_in.get(), s.n_rows, D, fused.kind, fused.format);
     const bool last = l + 1 == cfg_.num_hidden_layers && sub == 1;
     // The combine is left to the next pre only there (not after the last sub-block, not on a shard: a shard's
     // partial output is reduced first).
@@ -309,23 +306,30 @@ ForwardPass::FusedPrep ForwardPass::fused_prep_target(const ShardLayer& L, int s
     } else {
         return {};
     }
-    if (w->kind != WeightKind::FP8_BLOCK128 && w->kind != WeightKind::FP4_BLOCK32) return {};
     // The routed experts take MMA_F16 whatever the linear catalogue says for w1's shape (enqueue_moe).
     const ActFormat format = w == &L.w1[0] ? ActFormat::MMA_F16 : input_format(rows, *w);
-    if (format == ActFormat::FP8_ROWS && (w->kind != WeightKind::FP8_BLOCK128 || num_.act != ActNumerics::FP8_BLOCK128 ||
-                                          pol_->is_disabled("norm_fp8_rows")))
-        return {};
-    if (format != ActFormat::MMA_F16 && format != ActFormat::FP8_ROWS) return {};
+    if (!producer_prepares(*w, format)) return {};
     return {buf, w->kind, format};
 }
 
+bool ForwardPass::producer_prepares(const DeviceLinear& w, ActFormat format) const {
+    if (w.kind != WeightKind::FP8_BLOCK128 && w.kind != WeightKind::FP4_BLOCK32) return false;
+    // The linear catalogue asks for FP8_ROWS only for FP8 weights in release numerics (act_quant).
+    return format == ActFormat::MMA_F16 || !pol_->is_disabled("norm_fp8_rows");
+}
+
+void ForwardPass::adopt_produced(PrepBuffer& buf, const void* src, int rows, int64_t K, WeightKind kind,
+                                 ActFormat format) {
+    if (format == ActFormat::FP8_ROWS)
+        adopt_prepared_fp8_rows(buf, src, rows, K, kind);
+    else
+        adopt_prepared(buf, src, rows, K, kind, num_.act);
+}
+
 void ForwardPass::adopt_prepared_fp8_rows(PrepBuffer& buf, const void* src, int rows, int64_t K, WeightKind kind) {
-    // As prepare_activation_rows describes its output.
-    describe_prepared(buf.act, WeightKind::FP8_BLOCK128, ActNumerics::FP8_BLOCK128, rows, K);
-    buf.act.format = ActFormat::FP8_ROWS;
     buf.act.values = buf.values.as<uint16_t>();
     buf.act.scales = buf.scales.as<float>();
-    buf.act.fp8 = fp8_activation_view(buf.act.values, buf.act.scales, rows, K);
+    describe_fp8_rows(buf.act, rows, K);
     buf.format = ActFormat::FP8_ROWS;
     buf.generation = prep_generation_;
     buf.src = src;

@@ -120,6 +120,11 @@ private:
                         uint16_t* values = nullptr, float* scales = nullptr);
     // The same for the FP8_ROWS form (act_quant, release numerics) in buf's own storage.
     void adopt_prepared_fp8_rows(PrepBuffer& buf, const void* src, int rows, int64_t K, WeightKind kind);
+    // Whether a producer of w's input (mhc_pre's norm, q_norm) writes it prepared in `format` (the format w takes)
+    // beside its output: for FP8 / FP4 weights; FP8_ROWS unless "norm_fp8_rows" is disabled (A/B).
+    bool producer_prepares(const DeviceLinear& w, ActFormat format) const;
+    // adopt_prepared / adopt_prepared_fp8_rows, by format, for what such a producer wrote into buf.
+    void adopt_produced(PrepBuffer& buf, const void* src, int rows, int64_t K, WeightKind kind, ActFormat format);
 
     TokenBatch token_batch(const PassShape& s) const;
     RingView ring_view(int l) const;

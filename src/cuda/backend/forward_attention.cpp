@@ -128,12 +128,9 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         OpProfiler::Scope sc(prof_, "attn.q_norm");
         prof_.bytes(L.bytes.q_norm);
         const ActFormat fmt = input_format(Tq, L.wq_b);
-        const bool fuse_f16 = (L.wq_b.kind == WeightKind::FP8_BLOCK128 || L.wq_b.kind == WeightKind::FP4_BLOCK32) &&
-                              fmt == ActFormat::MMA_F16;
-        const bool fuse_rows = L.wq_b.kind == WeightKind::FP8_BLOCK128 && fmt == ActFormat::FP8_ROWS &&
-                               num_.act == ActNumerics::FP8_BLOCK128 && !pol_->is_disabled("norm_fp8_rows");
+        const bool fuse = producer_prepares(L.wq_b, fmt);
         PreparedActivation* out = nullptr;
-        if (fuse_f16 || fuse_rows) {
+        if (fuse) {
             PrepBuffer& pq = buf_.prep_q_latent;
             pq.act.values = pq.values.as<uint16_t>();
             pq.act.scales = pq.scales.as<float>();
@@ -144,10 +141,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
             out = &pq.act;
         }
         rmsnorm(buf_.q_latent.as<bf16>(), QL, buf_.q_latent.as<bf16>(), QL, L.q_norm, Tq, int(QL), eps, stream, out);
-        if (fuse_rows)
-            adopt_prepared_fp8_rows(buf_.prep_q_latent, buf_.q_latent.get(), Tq, QL, L.wq_b.kind);
-        else if (fuse_f16)
-            adopt_prepared(buf_.prep_q_latent, buf_.q_latent.get(), Tq, QL, L.wq_b.kind, num_.act);
+        if (fuse) adopt_produced(buf_.prep_q_latent, buf_.q_latent.get(), Tq, QL, L.wq_b.kind, fmt);
     }
     const PreparedActivation& aq = prepare(buf_.prep_q_latent, buf_.q_latent.get(), false, Tq, QL, QL, L.wq_b);
     {
@@ -237,9 +231,9 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         // output (the same bits as preparing that output; wo_a_out itself is then not written, and the prepared
         // buffer records it as its source, so wo_b's prepare below finds it done). Disabling "wo_a_fp8_rows" keeps
         // the bf16 output and the separate preparation (A/B).
+        // (The linear catalogue asks for FP8_ROWS only for FP8 weights in release numerics.)
         std::string_view ran;
-        if (num_.act == ActNumerics::FP8_BLOCK128 && L.wo_b.kind == WeightKind::FP8_BLOCK128 &&
-            input_format(Tq, L.wo_b) == ActFormat::FP8_ROWS && !pol_->is_disabled("wo_a_fp8_rows")) {
+        if (input_format(Tq, L.wo_b) == ActFormat::FP8_ROWS && !pol_->is_disabled("wo_a_fp8_rows")) {
             PrepBuffer& pb = buf_.prep_wo_a_out;
             const Fp8Activation rows = fp8_activation_view(pb.values.get(), pb.scales.get(), Tq, GO);
             ran = grouped_linear_to_fp8_rows(ao, wo_a, G, rows, main.ws, main.stream, *pol_);

@@ -26,7 +26,13 @@ int64_t pow2_at_least(int64_t v) {
 StepMeta::StepMeta(int capacity)
     : capacity_(capacity),
       host_(size_t(kCount) * size_t(capacity) * sizeof(int32_t), "step metadata"),
-      dev_(size_t(kCount) * size_t(capacity) * sizeof(int32_t), "step metadata") {}
+      dev_(size_t(kCount) * size_t(capacity) * sizeof(int32_t), "step metadata") {
+    // The fields that are the same in every step (uploaded with the rest).
+    for (int i = 0; i < capacity; ++i) {
+        h(kHeadIndex)[i] = i;
+        h(kHeadOnes)[i] = 1;
+    }
+}
 
 void StepMeta::upload(cudaStream_t s) const {
     CUDA_CHECK(cudaMemcpyAsync(dev_.get(), host_.as<void>(), dev_.bytes(), cudaMemcpyHostToDevice, s));

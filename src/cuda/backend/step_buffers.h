@@ -17,7 +17,8 @@ namespace flashseek::cuda {
 class StepMeta {
 public:
     // kHeadRows: the rows that need logits; kHeadSlot / kHeadPos: their sequence's state slot and position,
-    // kHeadIndex: 0, 1, ..., kHeadOnes: 1 (the head rows as one-token sequences, ForwardPass::head_batch).
+    // kHeadIndex: 0, 1, ..., kHeadOnes: 1 (the head rows as one-token sequences, ForwardPass::head_batch; these two
+    // are filled once, at construction).
     enum Field {
         kTokens, kSeqSlot, kSeqFirstRow, kSeqNTokens, kSeqStartPos, kTokenSeq, kTokenPos,
         kHeadRows, kHeadSlot, kHeadPos, kHeadIndex, kHeadOnes, kCount

@@ -433,8 +433,9 @@ void launch_config(const Problem& q, int ctas, cudaStream_t stream) {
     p.d_f32 = q.d_f32;
     p.d_vector = q.d_vector;
     p.d_rows16 = !q.d_f32 && q.ldd % 8 == 0 && q.n % 8 == 0 && reinterpret_cast<uintptr_t>(q.d) % 16 == 0;
-    FS_REQUIRE(!q.q_codes || (BM != 64 && q.n % 128 == 0 && q.q_codes_ld % 16 == 0),
-               "dense GEMM (sm_90a): act_quant rows as the output need 128- or 256-row tiles and whole scale blocks");
+    // (dense_gemm.cu checked the rows' layout and planned 128- or 256-row tiles for them; with 64-row tiles the
+    // epilogue would store nothing.)
+    FS_REQUIRE(!q.q_codes || BM != 64, "dense GEMM (sm_90a): act_quant rows as the output need 128- or 256-row tiles");
     p.q_codes = q.q_codes;
     p.q_codes_ld = q.q_codes_ld;
     p.q_scales = q.q_scales;

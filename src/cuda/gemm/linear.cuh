@@ -82,6 +82,13 @@ inline void describe_prepared(PreparedActivation& x, WeightKind layout, ActNumer
     x.m_pad = (m + 7) / 8 * 8;
     x.k_pad = (k + 127) / 128 * 128;
 }
+// Fills x's description as the FP8_ROWS act_quant of an [m, k] activation (FP8 layout, release numerics) over its
+// own values / scales storage: what prepare_activation_rows writes, and a producer kernel that writes the same.
+inline void describe_fp8_rows(PreparedActivation& x, int64_t m, int64_t k) {
+    describe_prepared(x, WeightKind::FP8_BLOCK128, ActNumerics::FP8_BLOCK128, m, k);
+    x.format = ActFormat::FP8_ROWS;
+    x.fp8 = fp8_activation_view(x.values, x.scales, m, k);
+}
 size_t prepared_values_bytes(int64_t m, int64_t k);
 size_t prepared_scales_bytes(int64_t m, int64_t k);
 

@@ -85,11 +85,13 @@ bool supports_shape_of(int64_t M, const DeviceLinear& w, int groups, ActNumerics
     return Supports(LinearCall{x, sw, groups, nullptr});
 }
 
-#define FS_LINEAR_ROW(ns, archs, format)                                                                        \
+// rows_out: the variant's act_quant-rows output (supports, run), or nullptr, nullptr.
+#define FS_LINEAR_ROW_WITH(ns, archs, format, rows_supports, rows_run)                                           \
     LinearVariant {                                                                                              \
         #ns, archs, format, &supports_in<&ns::supports, format>, &supports_shape_of<&ns::supports, format>,     \
-            &ns::preferred, &ns::plan, &ns::run                                                                  \
+            &ns::preferred, &ns::plan, &ns::run, rows_supports, rows_run                                         \
     }
+#define FS_LINEAR_ROW(ns, archs, format) FS_LINEAR_ROW_WITH(ns, archs, format, nullptr, nullptr)
 constexpr ActFormat kMmaF16 = ActFormat::MMA_F16, kFp8Rows = ActFormat::FP8_ROWS;
 // Priority order: the first preferred variant that supports a problem runs it (docs/perf.md, kernel choice).
 const std::array<LinearVariant, 9> kVariants = {
@@ -100,10 +102,12 @@ const std::array<LinearVariant, 9> kVariants = {
     FS_LINEAR_ROW(mma_gemv, "sm_80+", kMmaF16),        // 1-16 tokens
     FS_LINEAR_ROW(fp8_gemm, "sm_90a", kFp8Rows),       // FP8, release numerics, from gemm_min_tokens rows
     FS_LINEAR_ROW(fp8_gemm_mma, "sm_80+", kFp8Rows),   // the same where wgmma is not
-    FS_LINEAR_ROW(bf16_gemm, "sm_80+", kMmaF16),       // BF16, from gemm_min_tokens rows
+    FS_LINEAR_ROW_WITH(bf16_gemm, "sm_80+", kMmaF16,  // BF16, from gemm_min_tokens rows
+                       &bf16_gemm::supports_fp8_rows_out, &bf16_gemm::run_fp8_rows_out),
     FS_LINEAR_ROW(tile_gemm, "sm_80+", kMmaF16),       // any M
 };
 #undef FS_LINEAR_ROW
+#undef FS_LINEAR_ROW_WITH
 
 const char* kind_name(WeightKind k) {
     switch (k) {
@@ -196,10 +200,11 @@ std::string_view grouped_linear(const PreparedActivation& x, const DeviceLinear&
 std::string_view grouped_linear_to_fp8_rows(const PreparedActivation& x, const DeviceLinear& w, int groups,
                                             const Fp8Activation& y, const GemmWorkspace* ws, cudaStream_t stream,
                                             const KernelPolicy& policy) {
+    check_linear_args(x, w, groups);
     const LinearCall c{x, w, groups, ws};
     const LinearVariant& v = choose_linear(c, policy);
-    if (v.name != "bf16_gemm" || !bf16_gemm::supports_fp8_rows_out(c, y)) return {};
-    bf16_gemm::run_fp8_rows_out(c, y, stream);
+    if (!v.supports_fp8_rows_out || !v.supports_fp8_rows_out(c, y)) return {};
+    v.run_fp8_rows_out(c, y, stream);
     return v.name;
 }
 

@@ -50,6 +50,10 @@ struct LinearVariant {
     bool (*preferred)(const LinearCall&, const KernelPolicy&);
     LinearPlan (*plan)(const LinearCall&, const KernelPolicy&);
     void (*run)(const LinearCall&, const LinearPlan&, const KernelPolicy&, const LinearOut&, cudaStream_t);
+    // Optional (null: the variant writes only y): the act_quant rows of the bf16 output instead of the output
+    // (grouped_linear_to_fp8_rows), where supports_fp8_rows_out says it can for this call and y.
+    bool (*supports_fp8_rows_out)(const LinearCall&, const Fp8Activation& y);
+    void (*run_fp8_rows_out)(const LinearCall&, const Fp8Activation& y, cudaStream_t);
 };
 
 // Each variant's implementation is a namespace with these four functions (its .cu file); the catalogue rows point at
@@ -72,7 +76,7 @@ FS_DECLARE_LINEAR_VARIANT(fp8_gemm)        // linear_gemm.cu: sm_90a wgmma FP8 G
 FS_DECLARE_LINEAR_VARIANT(fp8_gemm_mma)    // linear_gemm.cu: the same GEMM on mma.sync (sm_80+: e4m3 on sm_89+)
 FS_DECLARE_LINEAR_VARIANT(bf16_gemm)       // linear_gemm.cu: BF16 weights, wgmma (sm_90a) or mma.sync
 namespace bf16_gemm {
-// The act_quant rows of the bf16 output instead of the output (grouped_linear_to_fp8_rows): on the wgmma path.
+// LinearVariant::supports_fp8_rows_out / run_fp8_rows_out: on the wgmma path.
 bool supports_fp8_rows_out(const LinearCall& call, const Fp8Activation& y);
 void run_fp8_rows_out(const LinearCall& call, const Fp8Activation& y, cudaStream_t stream);
 }  // namespace bf16_gemm

@@ -92,9 +92,7 @@ void prepare_activation_rows(const uint16_t* x, int64_t M, int64_t K, int64_t ld
                "] with row stride ", ld_x);
     FS_REQUIRE(out.values && out.scales && aligned16(out.values) && aligned16(out.scales),
                "prepare_activation_rows: output storage null or not 16-byte aligned");
-    describe_prepared(out, WeightKind::FP8_BLOCK128, numerics, M, K);
-    out.format = ActFormat::FP8_ROWS;
-    out.fp8 = fp8_activation_view(out.values, out.scales, M, K);
+    describe_fp8_rows(out, M, K);
     quantize_fp8_activation(x, M, ld_x, nullptr, out.fp8, stream);
 }
 

@@ -547,14 +547,12 @@ template <bool (*Supports)(const ExpertCall&), ActFormat F>
 bool supports_in(const ExpertCall& c) {
     return c.x.format == (c.up ? ActFormat::MMA_F16 : F) && Supports(c);
 }
-#define FS_EXPERT_ROW(ns, archs, format)                                                                         \
+// down_bf16: the variant's bf16 down-projection output, or nullptr.
+#define FS_EXPERT_ROW_WITH(ns, archs, format, down_bf16)                                                         \
     ExpertVariant {                                                                                              \
-        #ns, archs, format, &supports_in<&ns::supports, format>, &ns::preferred, &ns::up, &ns::down, nullptr \
+        #ns, archs, format, &supports_in<&ns::supports, format>, &ns::preferred, &ns::up, &ns::down, down_bf16   \
     }
-#define FS_EXPERT_ROW_BF16_OUT(ns, archs, format)                                                                \
-    ExpertVariant {                                                                                              \
-        #ns, archs, format, &supports_in<&ns::supports, format>, &ns::preferred, &ns::up, &ns::down, &ns::down_bf16 \
-    }
+#define FS_EXPERT_ROW(ns, archs, format) FS_EXPERT_ROW_WITH(ns, archs, format, nullptr)
 constexpr ActFormat kMmaF16 = ActFormat::MMA_F16, kFp8Rows = ActFormat::FP8_ROWS;
 // Priority order: the first preferred variant that supports a projection runs it (docs/perf.md, kernel choice).
 const std::array<ExpertVariant, 7> kExpertVariants = {
@@ -563,12 +561,12 @@ const std::array<ExpertVariant, 7> kExpertVariants = {
     FS_EXPERT_ROW(bulk_experts, "sm_90+", kMmaF16),      // routed FP4, 8-16 tokens
     FS_EXPERT_ROW(simt_experts, "sm_80+", kMmaF16),      // one token
     FS_EXPERT_ROW(gemv_experts, "sm_80+", kMmaF16),      // 1-16 tokens; routed up to routed_gemv_max_tokens
-    FS_EXPERT_ROW_BF16_OUT(grouped_experts, "sm_80+", kFp8Rows),  // routed FP4, raw input, from
-                                                                  // grouped_experts_min_tokens
+    FS_EXPERT_ROW_WITH(grouped_experts, "sm_80+", kFp8Rows,  // routed FP4, raw input, from
+                       &grouped_experts::down_bf16),         // grouped_experts_min_tokens
     FS_EXPERT_ROW(tile_experts, "sm_80+", kMmaF16),      // any M
 };
 #undef FS_EXPERT_ROW
-#undef FS_EXPERT_ROW_BF16_OUT
+#undef FS_EXPERT_ROW_WITH
 }  // namespace
 
 std::span<const ExpertVariant> expert_variants() { return kExpertVariants; }

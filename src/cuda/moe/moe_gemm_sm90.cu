@@ -40,9 +40,10 @@
 //     table lookup and the signs, codes8 below) while this stage's four m64n128k32 wgmma run; wait, promote
 //     fin += acc * a_scale[slot] (fp32; the slot's 32 scales in eight 16-byte loads), free the stage, issue the
 //     next stage's wgmma. The row's column scale multiplies fin once, in the epilogue.
-//   - Epilogue: down: fp32 rows per slot, or bf16 rows (y_bf16) through the staging block with 16-byte stores. Up: h = bf16(silu(min(bf16 g, L)) * clamp(bf16 u) * weight[slot]) into a
-//     shared staging block (128 slots x 128 columns, bf16) over both sub-tiles, then each pair of math threads
-//     quantizes one slot's 128 values (the down-projection's act_quant input, GROUP_INTERLEAVED) and stores them.
+//   - Epilogue: down: fp32 rows per slot, or bf16 rows (y_bf16) through the staging block with 16-byte stores.
+//     Up: h = bf16(silu(min(bf16 g, L)) * clamp(bf16 u) * weight[slot]) into a shared staging block (128 slots x
+//     128 columns, bf16) over both sub-tiles, then each pair of math threads quantizes one slot's 128 values (the
+//     down-projection's act_quant input, GROUP_INTERLEAVED) and stores them.
 //     Slots past the expert's count are not stored.
 // Numerics: moe_gemm.cuh's scale folding with one reference per row over the whole K (ExpertTable::row_ref, made
 // when the weights are bound), the same per-slot arithmetic whatever the grouping. Against one reference per (row,

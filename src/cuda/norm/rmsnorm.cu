@@ -269,10 +269,8 @@ void launch(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride, co
         CUDA_CHECK_LAUNCH("rmsnorm_rope_kernel");
     }
     if (prepared && prepared->format == ActFormat::FP8_ROWS) {
-        if (po.values) {  // as prepare_activation_rows describes its output
-            describe_prepared(*prepared, WeightKind::FP8_BLOCK128, ActNumerics::FP8_BLOCK128, rows, dim);
-            prepared->format = ActFormat::FP8_ROWS;
-            prepared->fp8 = fp8_activation_view(prepared->values, prepared->scales, rows, dim);
+        if (po.values) {
+            describe_fp8_rows(*prepared, rows, dim);
         } else {  // off the fused path: one preparation launch
             prepare_activation_rows(reinterpret_cast<const uint16_t*>(out), rows, dim, out_stride,
                                     ActNumerics::FP8_BLOCK128, *prepared, stream);
