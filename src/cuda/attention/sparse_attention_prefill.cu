@@ -7,7 +7,8 @@
 //
 // Attention CTA (one query, G row groups of 16 heads, 2 warps per group), per candidate tile:
 //  1. cp.async of the tile's 32 rows (zero-filled when masked) S-1 tiles ahead of the compute (the V4
-//     instantiation: one tile ahead, its third buffer holds the tile whose PV product groups 2-3 run late);
+//     instantiation: one tile ahead, its third buffer holds the tile whose PV product groups 2-3 run late), through
+//     a ring of stage buffers with a `full` and an `empty` mbarrier each: no CTA barrier per tile;
 //  2. QK: warp (group, half) runs the k16 mma chain of its head_dim half for all 4 n-tiles (16 heads x 32
 //     candidates); the two halves are exchanged through shared memory (named barrier per group) and summed
 //     half0 + half1, each warp then holding the group's full 16 x 32 scores;
@@ -106,22 +107,51 @@ __device__ __forceinline__ void group_barrier(int group) {
 }
 static_assert(kMaxGroups == 4 && kGroupThreads == 64, "group_barrier's ids and thread count");
 
+// mbarriers of the stage ring (the sm_80 forms; sm_90 waits with try_wait, which suspends the warp).
+__device__ __forceinline__ void ring_init(uint64_t* b, uint32_t count) {
+    asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void ring_arrive(uint64_t* b) {
+    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(smem_u32(b)) : "memory");
+}
+// Arrives once every cp.async this thread issued so far has landed.
+__device__ __forceinline__ void ring_arrive_copies(uint64_t* b) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void ring_wait(uint64_t* b, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile(
+        "{\n .reg .pred p;\n WAIT_%=: mbarrier.try_wait.parity.shared.b64 p, [%0], %1;\n @!p bra WAIT_%=;\n}\n" ::"r"(
+            smem_u32(b)),
+        "r"(parity)
+        : "memory");
+#else
+    asm volatile(
+        "{\n .reg .pred p;\n WAIT_%=: mbarrier.test_wait.parity.shared.b64 p, [%0], %1;\n @!p bra WAIT_%=;\n}\n" ::"r"(
+            smem_u32(b)),
+        "r"(parity)
+        : "memory");
+#endif
+}
+
 // Shared memory of the attention kernel; the same function sizes it on the host (raw = nullptr).
 struct PrefillSmem {
     bf16* q;     // [G*16][D + pad]
     bf16* kv;    // [stages][kTile][D + pad]
-    float* xch;  // [G][2 halves][16 values][32 lanes] QK partial scores
-    int* valid;  // [stages][kTile]
-    int* topk;   // [topk_width] the query's top-k row
+    float* xch;       // [2 tile parities][G][2 halves][16 values][32 lanes] QK partial scores
+    int* topk;        // [topk_width] the query's top-k row
+    uint64_t* full;   // [stages] mbarriers: the stage's rows landed (every thread's copies)
+    uint64_t* empty;  // [stages] mbarriers: every warp is done with the stage
 };
 __host__ __device__ inline size_t prefill_smem_layout(int D, int groups, int stages, int topk_width, PrefillSmem& s,
                                                       unsigned char* raw) {
     SmemCarver c{raw};
     s.q = c.take<bf16>(size_t(groups) * kGroupHeads * (D + kMmaPad));
     s.kv = c.take<bf16>(size_t(stages) * kTile * (D + kMmaPad));
-    s.xch = c.take<float>(size_t(groups) * 2 * 16 * 32);
-    s.valid = c.take<int>(size_t(stages) * kTile);
+    s.xch = c.take<float>(size_t(2) * groups * 2 * 16 * 32);
     s.topk = c.take<int>(size_t(topk_width));
+    s.full = c.take<uint64_t>(size_t(stages));
+    s.empty = c.take<uint64_t>(size_t(stages));
     return c.size;
 }
 
@@ -188,7 +218,11 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
         const bf16* src = h < H ? p.q + int64_t(t) * p.q_stride + int64_t(h) * D + d : p.q;
         cp_async16(smem_u32(sm.q + r * DP + d), src, h < H ? 16 : 0);
     }
-    __syncthreads();  // the top-k row is read by every loader below
+    if (tid < stages) {
+        ring_init(sm.full + tid, uint32_t(n_threads));        // one arrival per thread and phase (its copies landed)
+        ring_init(sm.empty + tid, uint32_t(n_threads / 32));  // one per warp
+    }
+    __syncthreads();  // the top-k row is read by every loader below; the ring's barriers are initialized
 
     // Tile loader: blockDim = 32 rows x (2 * groups) threads per row; each thread resolves its row once per tile and
     // copies every (2 * groups)-th 16-byte chunk of it (a warp covers 16 / groups rows, whole 128-byte lines).
@@ -208,16 +242,27 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
         for (int k = 0; k < full; ++k) cp_async16(dst + k * row_threads * 16, src + k * row_threads * 8, bytes);
         if (full * row_threads + load_chunk0 < chunks)
             cp_async16(dst + full * row_threads * 16, src + full * row_threads * 8, bytes);
-        if (load_chunk0 == 0) sm.valid[stage * kTile + load_row] = row >= 0;
     };
-    // Tiles are loaded `lookahead` ahead of the compute. With kDefer the upper half of the row groups runs each
-    // tile's PV one barrier interval late (below), so the stage of tile t - 1 is still read while tile t computes:
-    // one more buffer than the lookahead needs.
-    const int lookahead = kDefer ? stages - 2 : stages - 1;
-    for (int s = 0; s < lookahead; ++s) {
-        if (s < n_tiles) load_tile(s, s);
-        cp_async_commit();
-    }
+    // The stage ring: tile a goes to stage a % stages once every warp has released tile a - stages there (empty),
+    // and is read once every thread's copies of it have landed (full; its first phase also covers q). Warps are
+    // coupled only through the ring and their row group's exchange, not by CTA barriers around each tile (two per
+    // tile before: every row group then ran QK, softmax and PV in step with the others), so a row group can run a
+    // tile's QK / softmax while another runs its PV product, about one tile apart at most.
+    // Tiles are requested `lookahead` ahead of the compute. With kDefer the upper half of the row groups runs each
+    // tile's PV one tile late (below), so the stage of tile t - 1 is still read while tile t computes: one more
+    // buffer than the lookahead needs.
+    const int lookahead = max(kDefer ? stages - 2 : stages - 1, 0);
+    auto issue_tile = [&](int a) {
+        const int st = a % stages;
+        if (a >= stages) ring_wait(sm.empty + st, uint32_t((a / stages - 1) & 1));
+        load_tile(a, st);
+        ring_arrive_copies(sm.full + st);
+    };
+    auto release_stage = [&](int tile) {
+        __syncwarp();  // every lane has read the stage
+        if (lane == 0) ring_arrive(sm.empty + tile % stages);
+    };
+    for (int a = 0; a < lookahead && a < n_tiles; ++a) issue_tile(a);
 
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};  // rows lane/4 and lane/4 + 8 of the group
     float acc[kMaxNt][4];
@@ -229,12 +274,18 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     // (which ptxas folds into the ldmatrix addresses) rather than OR-ing k_begin in at every step.
     const uint32_t a_base = smem_u32(sm.q + (grp * kGroupHeads + lane % 16) * DP + (lane / 16) * 8 + k_begin);
     const uint32_t b_lane = uint32_t(((lane / 16) * 8 + lane % 8) * DP + ((lane / 8) % 2) * 8 + k_begin) * 2;
-    float4* xch_mine = reinterpret_cast<float4*>(sm.xch) + (grp * 2 + half) * 4 * 32;
-    const float4* xch_other = reinterpret_cast<const float4*>(sm.xch) + (grp * 2 + (half ^ 1)) * 4 * 32;
+    // The exchange buffer has a part per tile parity: a warp writes tile t + 1's half while its partner may still
+    // read tile t's (it cannot get further: the group barrier of tile t + 1 waits for the partner).
+    float4* const xch_mine0 = reinterpret_cast<float4*>(sm.xch) + (grp * 2 + half) * 4 * 32;
+    const float4* const xch_other0 = reinterpret_cast<const float4*>(sm.xch) + (grp * 2 + (half ^ 1)) * 4 * 32;
+    const int xch_parity_step = groups * 2 * 4 * 32;  // float4s from the even tiles' part to the odd ones'
 
     // QK of one tile, the exchange of the halves and the online softmax: m_run and l_run advance, st and pa are
     // what the tile's PV product needs.
-    auto scores_and_softmax = [&](const bf16* kv, uint32_t valid_mask, TileStep (&st)[2], uint32_t (&pa)[2][4]) {
+    auto scores_and_softmax = [&](const bf16* kv, int parity, uint32_t valid_mask, TileStep (&st)[2],
+                                  uint32_t (&pa)[2][4]) {
+        float4* const xch_mine = xch_mine0 + parity * xch_parity_step;
+        const float4* const xch_other = xch_other0 + parity * xch_parity_step;
         // QK: the k16 chain of this warp's head_dim half, 4 n-tiles of 8 candidates
         float sc[4][4];
 #pragma unroll
@@ -333,7 +384,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
             scale_rows(acc, st[0].acc_after, st[1].acc_after);
     };
 
-    // kDefer: row groups groups/2.. compute tile t's PV in the next barrier interval, while groups 0.. run QK and
+    // kDefer: row groups groups/2.. compute tile t's PV during tile t + 1, while groups 0.. run QK and
     // softmax. Warp w runs on scheduler w % 4, so each scheduler holds one warp of either half and one of them has
     // HMMA work while the other waits on softmax latency. Only the timing moves: every row group runs the same
     // operations in the same order.
@@ -345,29 +396,29 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     auto run_pending = [&]() {
         if (!pending) return;
         pv_product(sm.kv + size_t(pending_tile % stages) * kTile * DP, pending_tile == 0, pending_st, pending_pa);
+        release_stage(pending_tile);
         pending = false;
     };
 
     for (int tile = 0; tile < n_tiles; ++tile) {
-        const int ahead = tile + lookahead;
-        if (ahead < n_tiles) load_tile(ahead, ahead % stages);
-        cp_async_commit();
-        cp_async_wait(lookahead);
-        __syncthreads();  // this tile's rows (and, on the first tile, q) from every thread are in shared memory
-        if (defer) run_pending();
+        if (tile + lookahead < n_tiles) issue_tile(tile + lookahead);
         const int stage = tile % stages;
+        ring_wait(sm.full + stage, uint32_t((tile / stages) & 1));  // this tile's rows (and, at tile 0, q)
+        if (defer) run_pending();
         const bf16* kv = sm.kv + size_t(stage) * kTile * DP;
-        const uint32_t valid_mask = __ballot_sync(0xffffffffu, sm.valid[stage * kTile + lane] != 0);  // bit e: candidate e
+        // bit e: candidate e of the tile is valid (the loaders' rule, evaluated by each warp)
+        const uint32_t valid_mask =
+            __ballot_sync(0xffffffffu, candidate_row(p, g, c, sm.topk, tile * kTile + lane) >= 0);
         // A tile without a valid candidate leaves m, l and the accumulators as they are (its max is -inf: factors
         // 1, probabilities 0 against zero-filled rows), so it is skipped; top-k lists shorter than topk_width end in
-        // such tiles. The decision is the same in every warp (one shared valid row).
+        // such tiles. The decision is the same in every warp.
         if (valid_mask == 0) {
-            __syncthreads();  // as at the end of a computed tile: the stage and valid row are rewritten next
+            release_stage(tile);
             continue;
         }
         TileStep st[2];
         uint32_t pa[2][4];  // P as the PV A fragments, [k-step][register]
-        scores_and_softmax(kv, valid_mask, st, pa);
+        scores_and_softmax(kv, tile & 1, valid_mask, st, pa);
         if (defer) {
             pending = true;
             pending_tile = tile;
@@ -379,15 +430,16 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                 for (int i = 0; i < 4; ++i) pending_pa[ks][i] = pa[ks][i];
         } else {
             pv_product(kv, tile == 0, st, pa);
+            release_stage(tile);
         }
-        __syncthreads();  // every warp is done with this stage and the exchange buffer before they are rewritten
     }
-    if (defer) run_pending();  // its stage is not rewritten: no load is left
-    cp_async_wait(0);  // no copy may still target shared memory when the CTA exits (only empty groups remain)
+    if (defer) run_pending();
+    cp_async_commit();
+    cp_async_wait(0);  // no copy may still target shared memory when the CTA exits (every tile's was waited for)
+    __syncthreads();   // no warp still reads q or the exchange buffer (both rewritten below)
 
     // Epilogue: normalized rows rounded to bf16 into shared memory (the q tile is free now), then coalesced 16-byte
-    // stores with the rope pairs de-rotated; cos / sin once per pair (a function of pos and the pair only). The
-    // tile loop ended with a barrier (n_tiles >= 1), so no warp still reads q or the exchange buffer.
+    // stores with the rope pairs de-rotated; cos / sin once per pair (a function of pos and the pair only).
     bf16* staged = sm.q;
     float* cos_s = sm.xch;  // [n_pairs], the exchange buffer is free too
     float* sin_s = sm.xch + kMaxRopePairs;

@@ -8,14 +8,15 @@
 //     and its compressed entries 0 .. min(max_entries, (start+n)/ratio)-1 from the paged cache.
 //  2. attention: CTA = (one query row, up to 64 heads = 4 row groups of 16); each row group is two warps, one per
 //     half of head_dim. The query's candidate tiles (32 candidates, the decode kernel's rounding groups) are copied
-//     from the gathered rows into shared memory with cp.async (2-3 stage pipeline), QK^T and PV run on mma.sync
+//     from the gathered rows into shared memory with cp.async (a ring of 1-3 stage buffers on mbarriers: warps
+//     meet only their row group's partner and the ring, no CTA barrier per tile), QK^T and PV run on mma.sync
 //     m16n8k16 bf16 (sm_80+), the online softmax keeps P in registers, the output is normalized with the sink and
 //     de-rotated as in the decode kernel. Queries of one tile with different top-k lists are no problem: each CTA
 //     owns one query and reads its rows by index. A tile without a valid candidate (the -1 tail of a top-k list
 //     shorter than topk_width) is skipped: it would leave every running value as it is. The grid takes the last
 //     rows first (the longest candidate lists), so the short ones fill the tail.
 //     V4's shape (head_dim 512, 64 heads) runs an instantiation with these sizes at compile time and three stage
-//     buffers, in which row groups 2 and 3 run each tile's PV product one barrier interval late (their warps share
+//     buffers, in which row groups 2 and 3 run each tile's PV product one tile late (their warps share
 //     the schedulers with groups 0 and 1); other shapes run the runtime-sized instantiation.
 //
 // Bit-identity (batch invariance): a query's output depends only on its own inputs (q row, window, compressed
