@@ -22,6 +22,7 @@
 #include "cuda/attention/attn_tile.cuh"
 #include "cuda/attention/sparse_attention_prefill.cuh"
 #include "cuda/common/arch.cuh"
+#include "cuda/common/mbarrier.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/smem.cuh"
 
@@ -106,33 +107,6 @@ __device__ __forceinline__ void group_barrier(int group) {
     }
 }
 static_assert(kMaxGroups == 4 && kGroupThreads == 64, "group_barrier's ids and thread count");
-
-// mbarriers of the stage ring (the sm_80 forms; sm_90 waits with try_wait, which suspends the warp).
-__device__ __forceinline__ void ring_init(uint64_t* b, uint32_t count) {
-    asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(smem_u32(b)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void ring_arrive(uint64_t* b) {
-    asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(smem_u32(b)) : "memory");
-}
-// Arrives once every cp.async this thread issued so far has landed.
-__device__ __forceinline__ void ring_arrive_copies(uint64_t* b) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(smem_u32(b)) : "memory");
-}
-__device__ __forceinline__ void ring_wait(uint64_t* b, uint32_t parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile(
-        "{\n .reg .pred p;\n WAIT_%=: mbarrier.try_wait.parity.shared.b64 p, [%0], %1;\n @!p bra WAIT_%=;\n}\n" ::"r"(
-            smem_u32(b)),
-        "r"(parity)
-        : "memory");
-#else
-    asm volatile(
-        "{\n .reg .pred p;\n WAIT_%=: mbarrier.test_wait.parity.shared.b64 p, [%0], %1;\n @!p bra WAIT_%=;\n}\n" ::"r"(
-            smem_u32(b)),
-        "r"(parity)
-        : "memory");
-#endif
-}
 
 // Shared memory of the attention kernel; the same function sizes it on the host (raw = nullptr).
 struct PrefillSmem {
@@ -219,8 +193,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
         cp_async16(smem_u32(sm.q + r * DP + d), src, h < H ? 16 : 0);
     }
     if (tid < stages) {
-        ring_init(sm.full + tid, uint32_t(n_threads));        // one arrival per thread and phase (its copies landed)
-        ring_init(sm.empty + tid, uint32_t(n_threads / 32));  // one per warp
+        mbar::mbar_init_count(sm.full + tid, uint32_t(n_threads));        // per phase: every thread's copies landed
+        mbar::mbar_init_count(sm.empty + tid, uint32_t(n_threads / 32));  // per phase: every warp released it
     }
     __syncthreads();  // the top-k row is read by every loader below; the ring's barriers are initialized
 
@@ -251,16 +225,16 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     // Tiles are requested `lookahead` ahead of the compute. With kDefer the upper half of the row groups runs each
     // tile's PV one tile late (below), so the stage of tile t - 1 is still read while tile t computes: one more
     // buffer than the lookahead needs.
-    const int lookahead = max(kDefer ? stages - 2 : stages - 1, 0);
+    const int lookahead = kDefer ? stages - 2 : stages - 1;
     auto issue_tile = [&](int a) {
         const int st = a % stages;
-        if (a >= stages) ring_wait(sm.empty + st, uint32_t((a / stages - 1) & 1));
+        if (a >= stages) mbar::mbar_wait(sm.empty + st, uint32_t((a / stages - 1) & 1));
         load_tile(a, st);
-        ring_arrive_copies(sm.full + st);
+        mbar::cp_async_mbar_arrive(sm.full + st);
     };
     auto release_stage = [&](int tile) {
         __syncwarp();  // every lane has read the stage
-        if (lane == 0) ring_arrive(sm.empty + tile % stages);
+        if (lane == 0) mbar::mbar_arrive(sm.empty + tile % stages);
     };
     for (int a = 0; a < lookahead && a < n_tiles; ++a) issue_tile(a);
 
@@ -403,7 +377,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     for (int tile = 0; tile < n_tiles; ++tile) {
         if (tile + lookahead < n_tiles) issue_tile(tile + lookahead);
         const int stage = tile % stages;
-        ring_wait(sm.full + stage, uint32_t((tile / stages) & 1));  // this tile's rows (and, at tile 0, q)
+        mbar::mbar_wait(sm.full + stage, uint32_t((tile / stages) & 1));  // this tile's rows (and, at tile 0, q)
         if (defer) run_pending();
         const bf16* kv = sm.kv + size_t(stage) * kTile * DP;
         // bit e: candidate e of the tile is valid (the loaders' rule, evaluated by each warp)
@@ -434,9 +408,9 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
         }
     }
     if (defer) run_pending();
-    cp_async_commit();
-    cp_async_wait(0);  // no copy may still target shared memory when the CTA exits (every tile's was waited for)
-    __syncthreads();   // no warp still reads q or the exchange buffer (both rewritten below)
+    // Every copy has landed (each tile's full phase was waited for). No warp may still read q or the exchange
+    // buffer, both rewritten below.
+    __syncthreads();
 
     // Epilogue: normalized rows rounded to bf16 into shared memory (the q tile is free now), then coalesced 16-byte
     // stores with the rope pairs de-rotated; cos / sin once per pair (a function of pos and the pair only).

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/mbarrier.cuh"
+
 namespace flashseek::cuda::bulk {
 
 // Dynamic shared memory of the per-warp rings: [warps][stages][stage_bytes] slots, then [warps][stages] mbarriers.
@@ -21,20 +23,12 @@ constexpr size_t ring_smem_bytes(int warps, int stages, int stage_bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
-// An mbarrier whose phase needs `count` arrivals (plus its expected transaction bytes).
-__device__ __forceinline__ void mbar_init_count(uint64_t* b, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count));
-}
+using mbar::mbar_init_count;  // the ring primitives (common/mbarrier.cuh)
+using mbar::mbar_wait;
+using mbar::cp_async_mbar_arrive;
 __device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
 __device__ __forceinline__ void mbar_expect_tx(uint64_t* b, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* b, uint32_t parity) {
-    asm volatile(
-        "{\n .reg .pred p;\n WAIT_%=: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra WAIT_%=;\n}\n" ::"r"(
-            smem_u32(b)),
-        "r"(parity)
-        : "memory");
 }
 // Orders this thread's earlier generic-proxy shared-memory accesses before later bulk copies into the same memory
 // (a stage is refilled only after every lane of the warp read it: __syncwarp first).
@@ -52,11 +46,6 @@ __device__ __forceinline__ void copy_g2s(void* dst, const void* src, uint32_t by
 // uniform operands, so ptxas loops over the lanes: ~8 instructions per copy). dst, src 16-byte aligned.
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
-}
-// Arrives on the mbarrier once every earlier cp.async of this thread has landed (.noinc: the barrier's arrival
-// count includes this arrival, see mbar_init_count).
-__device__ __forceinline__ void cp_async_mbar_arrive(uint64_t* b) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_u32(b)) : "memory");
 }
 
 // 8 FP4 nibbles (element 2i in the low nibble of byte i) -> even elements' e4m3 codes (lo) and odd ones' (hi), each

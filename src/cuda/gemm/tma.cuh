@@ -45,10 +45,7 @@ __device__ __forceinline__ void load_2d(void* dst, const void* map, int32_t c0, 
         : "memory");
 }
 
-// A plain arrival (count 1) on an mbarrier: a consumer warp frees a stage.
-__device__ __forceinline__ void mbar_arrive(uint64_t* b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
-}
+using mbar::mbar_arrive;  // a consumer warp frees a stage (common/mbarrier.cuh)
 
 // Register reallocation of a whole warpgroup (every thread of it executes the same call): the producer gives
 // registers back, the math warpgroups take them.
