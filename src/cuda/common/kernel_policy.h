@@ -14,6 +14,8 @@
 //           routed_bf16_out (release numerics: grouped_experts' down-projection writes bf16, as the combine reads it),
 //           norm_fp8_rows (mhc_pre's norm also writes the FP8_ROWS act_quant of its output for the first FP8 GEMM),
 //           wo_a_fp8_rows (prefill: the bf16 wo_a GEMM writes wo_b's act_quant rows instead of its output)
+//   epilogue: gemm_tma_store (the wgmma GEMMs' bf16 output tiles written by TMA from shared memory, overlapping
+//           the next tile; disabled: stored by the math warps, the same bits)
 // Environment (all optional): FLASHSEEK_DISABLE=name,name (never choose these), FLASHSEEK_FORCE=name,name (take
 // these wherever they support the problem, ignoring the measured preference floors), FLASHSEEK_PDL=0,
 // FLASHSEEK_BRANCHES=0, FLASHSEEK_FUSED_POST=0, and the integer knobs below (FLASHSEEK_<KNOB> in capitals).

@@ -215,6 +215,7 @@ void gemm_fp8(const Fp8GemmArgs& x, GemmPath path, cudaStream_t stream, int bloc
     q.n = x.n / x.groups;
     q.k = x.a.k / x.groups;
     q.groups = x.groups;
+    q.tma_store = x.tma_store;
     set_output(q, x.d, x.d_kind, x.ldd);
     run(q, p, stream);
 }
@@ -231,6 +232,7 @@ void gemm_bf16(const Bf16GemmArgs& x, GemmPath path, cudaStream_t stream, int bl
     q.m = x.m;
     q.n = x.n;
     q.k = x.k;
+    q.tma_store = x.tma_store;
     if (x.d_rows.codes) {
         q.q_codes = x.d_rows.codes + x.rows_col0;
         q.q_codes_ld = x.d_rows.codes_ld;

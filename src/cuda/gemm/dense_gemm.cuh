@@ -39,6 +39,10 @@ struct Fp8GemmArgs {
     // groups > 1 (attention wo_a): G independent products in one launch, group g = D columns [g n/G, (g+1) n/G)
     // = A columns [g k/G, (g+1) k/G) . (W rows [g n/G, (g+1) n/G))^T; k/G and n/G multiples of 128.
     int groups = 1;
+    // WGMMA path, bf16 output with 16-byte rows (ldd, n multiples of 8, d 16-byte aligned): each output tile is
+    // written by TMA from shared memory while the next tile's main loop runs; false: stored by the math warps
+    // (same bits; the policy name gemm_tma_store switches it off for A/B runs).
+    bool tma_store = true;
 };
 
 struct Bf16GemmArgs {
@@ -57,6 +61,7 @@ struct Bf16GemmArgs {
     // d_rows.m >= m, d_rows.k >= rows_col0 + n.
     Fp8Activation d_rows;
     int64_t rows_col0 = 0;
+    bool tma_store = true;  // as Fp8GemmArgs::tma_store (not with d_rows)
 };
 
 // Whether `path` (AUTO: any) can run on the current device with this build.

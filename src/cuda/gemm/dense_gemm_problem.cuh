@@ -42,6 +42,9 @@ struct Problem {
     float* q_scales = nullptr;
     int64_t q_scales_ld = 0;
     int block_m = 128;               // 256, 128 or 64 (sm90 kernel); the mma.sync kernel always takes 128
+    // sm90 kernel, bf16 output with 16-byte rows: the output tile staged whole in shared memory and written by TMA
+    // while the next tile's main loop runs (gemm_sm90.cu), else stored by the math warps
+    bool tma_store = true;
 };
 
 inline int64_t k_blocks(const Problem& p) { return (p.k * (p.fp8 ? 1 : 2) + kStageKBytes - 1) / kStageKBytes; }

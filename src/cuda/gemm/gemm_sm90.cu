@@ -63,21 +63,30 @@ constexpr int kThreads = 384;  // producer warpgroup + two math warpgroups
 constexpr int kEpiloguePitch = 144;
 constexpr int kEpilogueWarpBytes = 16 * kEpiloguePitch;
 
-template <bool FP8, int BM>
+// Shared memory, in this order: the stages' A tiles, their B tiles, the epilogue's staging (TILE_STORE: the whole
+// BM x 128 bf16 output tile, two 64-column halves of BM rows x 128 bytes with the 128-byte swizzle, 1024-byte
+// aligned; else the per-warp blocks), the stages' A scales, the full / empty barriers. The output tile costs stages:
+// 3 instead of 4 at BM = 256, 5 instead of 6 at BM = 128 (FP8).
+template <bool FP8, int BM, bool TILE_STORE>
 struct Sm90Config {
     static constexpr int kATile = BM * kStageKBytes;
     static constexpr int kBTile = kBlockN * kStageKBytes;
     static constexpr int kScaleBytes = FP8 ? BM * 4 : 0;
-    static constexpr int kStages = BM == 256 ? 4 : BM == 128 ? 6 : 8;
-    static constexpr size_t kBarrierOffset = size_t(kStages) * (kATile + kBTile + kScaleBytes);
-    static constexpr size_t kEpilogueOffset = kBarrierOffset + 2 * kStages * 8;
-    static constexpr size_t kSmemBytes = kEpilogueOffset + size_t(8) * kEpilogueWarpBytes + 1024;  // + alignment
+    static constexpr int kStages = !TILE_STORE ? (BM == 256 ? 4 : BM == 128 ? 6 : 8)
+                                               : (BM == 256 ? 3 : BM == 128 ? (FP8 ? 5 : 6) : 8);
+    static constexpr size_t kEpilogueOffset = size_t(kStages) * (kATile + kBTile);
+    static constexpr size_t kEpilogueBytes = TILE_STORE ? size_t(BM) * 2 * kBlockN : size_t(8) * kEpilogueWarpBytes;
+    static constexpr size_t kScaleOffset = kEpilogueOffset + kEpilogueBytes;
+    static constexpr size_t kBarrierOffset = kScaleOffset + size_t(kStages) * kScaleBytes;
+    static constexpr size_t kSmemBytes = kBarrierOffset + 2 * kStages * 8 + 1024;  // + alignment
     static_assert(kATile % 1024 == 0 && kBTile % 1024 == 0, "swizzle atoms need 1024-byte aligned tiles");
+    static_assert(kEpilogueBytes % 128 == 0, "TMA boxes of the scales need 128-byte aligned destinations");
     static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm_90 CTA");
 };
 
 struct Sm90Params {
     CUtensorMap map_a, map_b, map_sa;
+    CUtensorMap map_d;  // TILE_STORE: the bf16 output [m, groups * n] in boxes of 16 rows x 64 columns
     const void* w_scales;
     int64_t w_scales_ld;  // ceil(k / 128)
     void* d;
@@ -98,9 +107,9 @@ constexpr int kProducerRegisters = 40;
 constexpr int kMathRegisters = 232;
 
 // Per-configuration constants of the kernel body.
-template <bool FP8, int BM>
+template <bool FP8, int BM, bool TILE_STORE>
 struct Sm90Body {
-    using C = Sm90Config<FP8, BM>;
+    using C = Sm90Config<FP8, BM, TILE_STORE>;
     static constexpr int kWarpgroupN = BM == 64 ? 64 : 128;  // columns per math warpgroup
     static constexpr int kAcc = kWarpgroupN / 2;              // fp32 results per thread and wave
     static constexpr int kWaves = BM == 256 ? 2 : 1;          // 64-row slices per math warpgroup
@@ -108,7 +117,45 @@ struct Sm90Body {
     static constexpr int row_offset(int v, int mw) { return BM == 64 ? 0 : 128 * v + 64 * mw; }
     static constexpr int col_offset(int mw) { return BM == 64 ? 64 * mw : 0; }
     static constexpr uint32_t kStageTx = C::kATile + C::kBTile + C::kScaleBytes;
+    // TILE_STORE: a math warp's pieces of the output tile, 16 rows x 64 columns each, piece i = (wave i / halves(),
+    // 64-column half i % halves() of the warpgroup's columns).
+    static constexpr int halves() { return kWarpgroupN / 64; }
+    static constexpr int pieces() { return kWaves * halves(); }
+    static constexpr int piece_half(int i, int mw) { return col_offset(mw) / 64 + i % halves(); }
+    static constexpr int piece_row(int i, int mw, int warp) { return row_offset(i / halves(), mw) + 16 * warp; }
+    // Offset of a piece in the staged output tile (two 64-column halves of BM rows x 128 bytes).
+    static constexpr size_t piece_offset(int half, int row) { return size_t(half) * BM * 128 + size_t(row) * 128; }
 };
+
+// TILE_STORE: the TMA stores of the previous tile's pieces that wait in shared memory (lane 0 of each math warp).
+// They are issued one at a time across the next tile's stages, not in one burst: all CTAs finish their tiles
+// together, and a whole tile's stores queued at once ahead of the next stages' loads held those loads up.
+struct PendingPieces {
+    int col0 = 0, row0 = 0;  // the tile's first output column (group included) and row
+    int next = 1 << 30;      // the next piece to store; >= pieces(): none pending
+};
+
+template <typename B>
+__device__ __forceinline__ void store_piece(const Sm90Params& p, const unsigned char* epilogue, PendingPieces& pp,
+                                            int mw, int warp) {
+    const int half = B::piece_half(pp.next, mw), row = B::piece_row(pp.next, mw, warp);
+    tma::store_2d(&p.map_d, epilogue + B::piece_offset(half, row), pp.col0 + 64 * half, pp.row0 + row);
+    tma::commit_group();
+    ++pp.next;
+}
+
+// The pieces due by stage kb of k_blocks (piece i at the first stage kb >= i * k_blocks / pieces()).
+template <typename B>
+__device__ __forceinline__ void store_due_pieces(const Sm90Params& p, const unsigned char* epilogue,
+                                                 PendingPieces& pp, int kb, int mw, int warp) {
+    while (pp.next < B::pieces() && pp.next * p.k_blocks <= kb * B::pieces()) store_piece<B>(p, epilogue, pp, mw, warp);
+}
+
+template <typename B>
+__device__ __forceinline__ void store_all_pieces(const Sm90Params& p, const unsigned char* epilogue, PendingPieces& pp,
+                                                 int mw, int warp) {
+    while (pp.next < B::pieces()) store_piece<B>(p, epilogue, pp, mw, warp);
+}
 
 using bulk::mbar_expect_tx;
 using bulk::mbar_init_count;
@@ -161,17 +208,17 @@ __device__ __forceinline__ void mma_stage(float (&d)[N / 2], uint32_t a_addr, ui
 }
 #endif
 
-template <bool FP8, int BM>
+template <bool FP8, int BM, bool TILE_STORE>
 __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_constant__ Sm90Params p) {
 #if FS_WGMMA_AVAILABLE
-    using C = Sm90Config<FP8, BM>;
-    using B = Sm90Body<FP8, BM>;
+    using C = Sm90Config<FP8, BM, TILE_STORE>;
+    using B = Sm90Body<FP8, BM, TILE_STORE>;
     extern __shared__ unsigned char smem_raw[];
     // The swizzle is a function of the absolute shared address: tiles start on 1024-byte boundaries.
     unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     unsigned char* const a_tiles = smem;
     unsigned char* const b_tiles = smem + size_t(C::kStages) * C::kATile;
-    float* const a_scales = reinterpret_cast<float*>(smem + size_t(C::kStages) * (C::kATile + C::kBTile));
+    float* const a_scales = reinterpret_cast<float*>(smem + C::kScaleOffset);
     uint64_t* const full = reinterpret_cast<uint64_t*>(smem + C::kBarrierOffset);
     uint64_t* const empty = full + C::kStages;
     unsigned char* const epilogue = smem + C::kEpilogueOffset;
@@ -181,6 +228,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
         tma::prefetch_map(&p.map_a);
         tma::prefetch_map(&p.map_b);
         if constexpr (FP8) tma::prefetch_map(&p.map_sa);
+        if constexpr (TILE_STORE) tma::prefetch_map(&p.map_d);
 #pragma unroll 1
         for (int s = 0; s < C::kStages; ++s) {
             mbar_init_count(&full[s], 1);                // the producer's arrive.expect_tx
@@ -226,6 +274,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
     float acc[B::kAcc], fin[B::kWaves][B::kAcc];
 #pragma unroll
     for (int i = 0; i < B::kAcc; ++i) acc[i] = 0.f;  // (a wgmma with accumulate = 0 ignores it; defined anyway)
+    PendingPieces pending;  // TILE_STORE, lane 0
     int s = 0;
     uint32_t phase = 0;
     for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
@@ -262,6 +311,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
                     wgmma::fence();
                     mma_stage<true, B::kWarpgroupN>(acc, a_stage + B::row_offset(v, mw) * kStageKBytes, b_addr, false);
                     wgmma::commit();
+                    if constexpr (TILE_STORE) {
+                        if (v == 0 && lane == 0) store_due_pieces<B>(p, epilogue, pending, kb, mw, warp);
+                    }
 #pragma unroll
                     for (int i = 0; i < B::kAcc; ++i) wgmma::fence_operand(acc[i]);
                     wgmma::wait<0>();
@@ -286,6 +338,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
                     mma_stage<false, B::kWarpgroupN>(fin[v], a_stage + B::row_offset(v, mw) * kStageKBytes, b_addr,
                                                      kb > 0);
                 wgmma::commit();
+                if constexpr (TILE_STORE) {
+                    if (lane == 0) store_due_pieces<B>(p, epilogue, pending, kb, mw, warp);
+                }
 #pragma unroll
                 for (int v = 0; v < B::kWaves; ++v)
 #pragma unroll
@@ -356,6 +411,36 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
                     __syncwarp();  // read back before the next wave overwrites the block
                 }
             }
+        } else if constexpr (TILE_STORE) {
+            // The warp's pieces (16 rows x 64 columns per wave and half) into the staged output tile with stmatrix
+            // at the 128-byte swizzle's positions (chunk c of row r at c ^ (r % 8), which also keeps an 8 x 8
+            // matrix's rows on distinct bank quads), fenced for the async proxy; lane 0 stores them by TMA during
+            // the next tile's stages (PendingPieces). The previous tile's stores must have read them first.
+            if (lane == 0) {
+                store_all_pieces<B>(p, epilogue, pending, mw, warp);  // those its stages did not reach (k_blocks < 4)
+                tma::wait_group_read<0>();
+            }
+            __syncwarp();
+            const int q = lane >> 3, r = (lane & 7) + 8 * (q & 1);
+#pragma unroll
+            for (int i = 0; i < B::pieces(); ++i) {
+                const int v = i / B::halves(), h = i % B::halves();
+                const uint32_t row_addr =
+                    smem_u32(epilogue + B::piece_offset(B::piece_half(i, mw), B::piece_row(i, mw, warp))) +
+                    uint32_t(r * 128);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const float* f = &fin[v][4 * (8 * h + 2 * j)];
+                    const uint32_t chunk = uint32_t(((q >> 1) + 2 * j) ^ (lane & 7));
+                    stmatrix_x4(row_addr + 16 * chunk, bf16_pair(f[0], f[1]), bf16_pair(f[2], f[3]),
+                                bf16_pair(f[4], f[5]), bf16_pair(f[6], f[7]));
+                }
+            }
+            bulk::fence_proxy_async();  // this thread's shared writes, before the async proxy reads them
+            __syncwarp();
+            pending.col0 = g * p.n + nb * kBlockN;
+            pending.row0 = mb * BM;
+            pending.next = 0;
         } else if (p.d_rows16) {
             // Per wave and 64-column half: four stmatrix.x4 (column blocks 2j and 2j + 1, rows 0-7 and 8-15), then
             // lane L stores row pieces L, L + 32, L + 64, L + 96 (row piece / 8, 8 columns each).
@@ -402,15 +487,26 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
             }
         }
     }
+    if constexpr (TILE_STORE) {
+        if (lane == 0) {
+            store_all_pieces<B>(p, epilogue, pending, mw, warp);  // the last tile's
+            tma::wait_group<0>();  // the CTA's shared memory lives until its stores are done
+        }
+    }
     (void)acc;
 #else
     __trap();
 #endif
 }
 
-template <bool FP8, int BM>
+// bf16 output whose rows are 16-byte pieces: ldd and n multiples of 8, d 16-byte aligned (the staged epilogues).
+bool rows16_output(const Problem& q) {
+    return !q.d_f32 && q.ldd % 8 == 0 && q.n % 8 == 0 && reinterpret_cast<uintptr_t>(q.d) % 16 == 0;
+}
+
+template <bool FP8, int BM, bool TILE_STORE>
 void launch_config(const Problem& q, int ctas, cudaStream_t stream) {
-    using C = Sm90Config<FP8, BM>;
+    using C = Sm90Config<FP8, BM, TILE_STORE>;
     Sm90Params p{};
     const uint64_t k_elems = uint64_t(q.k), groups = uint64_t(q.groups);
     const auto elem = FP8 ? tma::Element::U8 : tma::Element::BF16;
@@ -432,7 +528,10 @@ void launch_config(const Problem& q, int ctas, cudaStream_t stream) {
     p.ldd = q.ldd;
     p.d_f32 = q.d_f32;
     p.d_vector = q.d_vector;
-    p.d_rows16 = !q.d_f32 && q.ldd % 8 == 0 && q.n % 8 == 0 && reinterpret_cast<uintptr_t>(q.d) % 16 == 0;
+    p.d_rows16 = rows16_output(q);
+    if constexpr (TILE_STORE)
+        p.map_d = tma::make_2d(q.d, tma::Element::BF16, uint64_t(q.m), groups * uint64_t(q.n), uint64_t(q.ldd) * 2,
+                               16, 64, tma::Swizzle::B128, "dense GEMM output");
     // (dense_gemm.cu checked the rows' layout and planned 128- or 256-row tiles for them; with 64-row tiles the
     // epilogue would store nothing.)
     FS_REQUIRE(!q.q_codes || BM != 64, "dense GEMM (sm_90a): act_quant rows as the output need 128- or 256-row tiles");
@@ -445,24 +544,30 @@ void launch_config(const Problem& q, int ctas, cudaStream_t stream) {
     p.m_blocks = int((q.m + BM - 1) / BM);
     p.n_blocks = int((q.n + kBlockN - 1) / kBlockN);
     p.tiles = q.groups * p.m_blocks * p.n_blocks;
-    auto kernel = sm90_gemm_kernel<FP8, BM>;
+    auto kernel = sm90_gemm_kernel<FP8, BM, TILE_STORE>;
     allow_dynamic_smem(kernel, C::kSmemBytes);
     launch_pdl(FP8 ? "sm90_gemm_kernel<fp8>" : "sm90_gemm_kernel<bf16>", kernel,
                dim3(unsigned(std::min(ctas, p.tiles))), dim3(kThreads), C::kSmemBytes, stream, p);
 }
 
+template <bool FP8>
+void launch_precision(const Problem& q, int ctas, cudaStream_t stream) {
+    if (q.tma_store && !q.q_codes && rows16_output(q)) {
+        if (q.block_m == 64) launch_config<FP8, 64, true>(q, ctas, stream);
+        else if (q.block_m == 256) launch_config<FP8, 256, true>(q, ctas, stream);
+        else launch_config<FP8, 128, true>(q, ctas, stream);
+    } else {
+        if (q.block_m == 64) launch_config<FP8, 64, false>(q, ctas, stream);
+        else if (q.block_m == 256) launch_config<FP8, 256, false>(q, ctas, stream);
+        else launch_config<FP8, 128, false>(q, ctas, stream);
+    }
+}
+
 }  // namespace
 
 void launch_sm90(const Problem& q, int ctas, cudaStream_t stream) {
-    if (q.fp8) {
-        if (q.block_m == 64) launch_config<true, 64>(q, ctas, stream);
-        else if (q.block_m == 256) launch_config<true, 256>(q, ctas, stream);
-        else launch_config<true, 128>(q, ctas, stream);
-    } else {
-        if (q.block_m == 64) launch_config<false, 64>(q, ctas, stream);
-        else if (q.block_m == 256) launch_config<false, 256>(q, ctas, stream);
-        else launch_config<false, 128>(q, ctas, stream);
-    }
+    if (q.fp8) launch_precision<true>(q, ctas, stream);
+    else launch_precision<false>(q, ctas, stream);
 }
 
 }  // namespace flashseek::cuda::dense_gemm

@@ -103,8 +103,11 @@ LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
     return gemm_plan("fp8_gemm", plan_fp8_gemm(fp8_args(c, output_placeholder, OutKind::F32, c.w.out),
                                                GemmPath::WGMMA));
 }
-void run(const LinearCall& c, const LinearPlan&, const KernelPolicy&, const LinearOut& out, cudaStream_t stream) {
-    cuda::gemm_fp8(fp8_args(c, out.y, out.kind, out.ld), GemmPath::WGMMA, stream);
+void run(const LinearCall& c, const LinearPlan&, const KernelPolicy& policy, const LinearOut& out,
+         cudaStream_t stream) {
+    Fp8GemmArgs a = fp8_args(c, out.y, out.kind, out.ld);
+    a.tma_store = !policy.is_disabled("gemm_tma_store");
+    cuda::gemm_fp8(a, GemmPath::WGMMA, stream);
 }
 }  // namespace fp8_gemm
 
@@ -133,8 +136,13 @@ LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
     return gemm_plan("bf16_gemm", plan_bf16_gemm(bf16_group_args(c, 0, output_placeholder, OutKind::F32, c.w.out)));
 }
 // A grouped linear (wo_a widened to bf16 in prefill passes) runs as one GEMM per group over its column slices.
-void run(const LinearCall& c, const LinearPlan&, const KernelPolicy&, const LinearOut& out, cudaStream_t stream) {
-    for (int g = 0; g < c.groups; ++g) cuda::gemm_bf16(bf16_group_args(c, g, out.y, out.kind, out.ld), GemmPath::AUTO, stream);
+void run(const LinearCall& c, const LinearPlan&, const KernelPolicy& policy, const LinearOut& out,
+         cudaStream_t stream) {
+    for (int g = 0; g < c.groups; ++g) {
+        Bf16GemmArgs a = bf16_group_args(c, g, out.y, out.kind, out.ld);
+        a.tma_store = !policy.is_disabled("gemm_tma_store");
+        cuda::gemm_bf16(a, GemmPath::AUTO, stream);
+    }
 }
 
 namespace {

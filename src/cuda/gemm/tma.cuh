@@ -1,7 +1,7 @@
-// Device side of the sm_90a compute-bound GEMMs (gemm_sm90.cu, moe/moe_gemm_sm90.cu): TMA tile loads from tensor
-// maps (gemm/tensor_map.h builds them on the host), the mbarrier arrive the consumers use to free a stage, register
-// reallocation between the producer and the math warpgroups, and the shared-memory matrix descriptor of a
-// K-major tile written by TMA with the 128-byte swizzle.
+// Device side of the sm_90a compute-bound GEMMs (gemm_sm90.cu, moe/moe_gemm_sm90.cu): TMA tile loads and stores
+// with tensor maps (gemm/tensor_map.h builds them on the host), the mbarrier arrive the consumers use to free a
+// stage, register reallocation between the producer and the math warpgroups, and the shared-memory matrix
+// descriptor of a K-major tile written by TMA with the 128-byte swizzle.
 // Callers guard their bodies with FS_WGMMA_AVAILABLE (common/wgmma.cuh): setmaxnreg exists only in the
 // arch-specific sm_90a build.
 //
@@ -43,6 +43,29 @@ __device__ __forceinline__ void load_2d(void* dst, const void* map, int32_t c0, 
             smem_u32(dst)),
         "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
         : "memory");
+}
+
+// One 2-D box of `map` at coordinates (c0 = innermost, c1) from shared memory at src (1024-byte aligned with the
+// 128-byte swizzle: the box is laid out as load_2d would have written it), into the bulk async-group of the issuing
+// thread. Elements outside the matrix are not written. The source must have been made visible to the async proxy
+// (fence_proxy_async by every thread that wrote it) and stay unchanged until wait_group_read covers the group.
+__device__ __forceinline__ void store_2d(const void* map, const void* src, int32_t c0, int32_t c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(smem_u32(src)), "r"(c0), "r"(c1)
+                 : "memory");
+}
+// Closes the issuing thread's bulk async-group of the stores issued since the last commit.
+__device__ __forceinline__ void commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Waits until at most N of the thread's committed groups still read their shared sources (the buffers may be
+// rewritten), or, for wait_group, until at most N are incomplete (their writes done: before the CTA exits).
+template <int N>
+__device__ __forceinline__ void wait_group_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+template <int N>
+__device__ __forceinline__ void wait_group() {
+    asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
 }
 
 using mbar::mbar_arrive;  // a consumer warp frees a stage (common/mbarrier.cuh)

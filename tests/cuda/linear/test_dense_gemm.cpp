@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <sstream>
 
 #include "cpu/ops.h"
@@ -538,6 +539,64 @@ TEST(DenseGemm, Fp8Bf16OutputIsRoundedF32Output) {
                 for (size_t i = 0; i < yf.size(); ++i) differ += round_bf16(yf[i]) != yb[i];
                 EXPECT_EQ(differ, 0u) << "block_m " << block_m << " ldd n + " << extra;
             }
+    }
+}
+
+// The wgmma GEMMs' bf16 output tiles written by TMA from shared memory (tma_store, the default) equal the math
+// warps' own stores bit for bit, FP8 and BF16, every tile height: partial row tiles (m = 1, 77, 300, 4,097), a
+// partial 128-column tile (n % 128 = 16), a row stride wider than n, FP8 groups (each group's columns from its own
+// product) and several tiles per CTA (m = 4,097: the output tile reused). The output has 16 poisoned rows past m and
+// columns past n: TMA must leave them untouched (its boxes are clipped at the map's m rows and n columns).
+TEST(DenseGemm, TmaStoredTilesEqualWarpStores) {
+    if (!cuda::gemm_path_supported(GemmPath::WGMMA, true)) GTEST_SKIP() << "no wgmma path here";
+    struct C { bool fp8; int64_t m, n, k; int groups; int64_t ldd_extra; };
+    const C cases[] = {{true, 300, 1040, 528, 1, 8},  {true, 1, 256, 1024, 1, 0},  {true, 4097, 1040, 256, 1, 0},
+                       {true, 77, 512, 512, 2, 16},   {false, 300, 1040, 528, 1, 8}, {false, 4097, 272, 256, 1, 0},
+                       {false, 1, 144, 208, 1, 8}};
+    for (const C& c : cases) {
+        const uint64_t seed = fresh_seed();
+        std::ostringstream desc;
+        desc << (c.fp8 ? "fp8" : "bf16") << " m=" << c.m << " n=" << c.n << " k=" << c.k << " groups=" << c.groups
+             << " ldd=n+" << c.ldd_extra << " seed=" << seed;
+        SCOPED_TRACE(desc.str());
+        std::mt19937_64 rng(seed);
+        const int64_t ldd = c.n + c.ldd_extra;
+        const std::vector<float> x = random_activation(rng, c.m, c.k);
+        TestWeight w = make_weight(rng, c.fp8 ? WeightKind::FP8_BLOCK128 : WeightKind::BF16,
+                                   c.fp8 ? ScaleKind::E8M0 : ScaleKind::NONE, c.n, c.k / c.groups);
+        std::unique_ptr<DeviceFp8Act> a8;
+        if (c.fp8) a8 = std::make_unique<DeviceFp8Act>(x, c.m, c.k);
+        const DeviceArray<uint16_t> a16 = c.fp8 ? DeviceArray<uint16_t>(1) : upload_bf16(x, c.m, c.k, c.k);
+        for (int block_m : block_ms(GemmPath::WGMMA)) {
+            std::vector<float> outs[2];
+            for (int tma : {0, 1}) {
+                DeviceOut d(OutKind::BF16, c.m + 16, c.n, ldd);  // rows m .. m + 15: poison that must stay
+                if (c.fp8) {
+                    cuda::Fp8GemmArgs args = fp8_args(*a8, w, d);
+                    args.groups = c.groups;
+                    args.tma_store = tma != 0;
+                    cuda::gemm_fp8(args, GemmPath::WGMMA, nullptr, block_m);
+                } else {
+                    cuda::Bf16GemmArgs args = bf16_args(a16.ptr, c.m, c.k, w, d);
+                    args.tma_store = tma != 0;
+                    cuda::gemm_bf16(args, GemmPath::WGMMA, nullptr, block_m);
+                }
+                CUDA_CHECK(cudaDeviceSynchronize());
+                bool untouched = false;
+                outs[tma] = d.read(&untouched);
+                EXPECT_TRUE(untouched) << "block_m " << block_m << (tma ? " TMA stores" : " warp stores")
+                                       << ": wrote past n";
+                size_t written_past_m = 0, unwritten = 0;
+                for (int64_t i = 0; i < (c.m + 16) * c.n; ++i) {
+                    if (i >= c.m * c.n) written_past_m += !std::isnan(outs[tma][size_t(i)]);
+                    else unwritten += std::isnan(outs[tma][size_t(i)]);
+                }
+                EXPECT_EQ(written_past_m, 0u) << "block_m " << block_m << (tma ? " TMA stores" : " warp stores");
+                EXPECT_EQ(unwritten, 0u) << "block_m " << block_m << (tma ? " TMA stores" : " warp stores");
+            }
+            EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * 4), 0)
+                << "block_m " << block_m << ": TMA-stored tiles differ from the warps' stores";
+        }
     }
 }
 
