@@ -22,6 +22,20 @@ __device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) {  // round to nea
     return uint16_t(u >> 16);
 }
 __device__ __forceinline__ float round_bf16(float f) { return bf16_bits_to_f32(f32_to_bf16_bits(f)); }
+// The same roundings by the conversion instructions (cvt.rn.bf16.f32 / cvt.rn.bf16x2.f32): the same bits as
+// f32_to_bf16_bits / round_bf16 for every non-NaN input (a NaN comes back as the canonical NaN, not with its
+// payload), one instruction per value or pair where the bit-twiddled form takes five to six. For epilogues that
+// convert every output.
+__device__ __forceinline__ uint16_t f32_to_bf16_bits_rn(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+__device__ __forceinline__ uint32_t bf16x2_bits_rn(float lo, float hi) {  // lo in the low half
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ void round_bf16_pair(float& a, float& b) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    a = __low2float(h);
+    b = __high2float(h);
+}
 
 // E8M0: 2^(b-127); 255 = NaN.
 __device__ __forceinline__ float e8m0_to_f32(uint8_t b) {

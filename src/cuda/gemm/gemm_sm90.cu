@@ -26,7 +26,13 @@
 //   - Persistent CTAs (one per SM, 200 KB of shared memory each): tile i of the grouped order
 //     (dense_gemm_problem.cuh tile_coords) on CTA i mod grid; the producer runs ahead into the next tile while
 //     the math warpgroups store the previous one.
-//   - Epilogue, bf16 output with 16-byte rows (ldd and n multiples of 8, d 16-byte aligned): each math warp writes
+//   - Epilogue, bf16 output with 16-byte rows (ldd and n multiples of 8, d 16-byte aligned), TILE_STORE (the
+//     default, Problem::tma_store): the whole output tile is staged in shared memory (each math warp's 16-row pieces
+//     written with stmatrix at the 128-byte swizzle's positions) and lane 0 of each warp stores its pieces by TMA,
+//     one per stage of the next tile (PendingPieces), so no math warp waits for a store; the staging costs a
+//     pipeline stage. The values are converted with cvt.rn.bf16x2 (bf16_pair): in integer arithmetic the conversion
+//     was ~1,000 instructions per thread and tile, a fifth of wq_b's time (stall sampling, run 136 of
+//     docs/perf-log/2026-12-03_tma-store-epilogue.md). Without TILE_STORE each math warp writes
 //     its 16 rows x 64 columns at a time into its own shared block with stmatrix (the accumulator fragment is the
 //     matrix layout stmatrix takes), reads them back as 16-byte row pieces and stores four full 128-byte row
 //     segments per warp instruction. Straight from registers (two adjacent columns per 4-byte store, a warp's
@@ -379,8 +385,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
                         float amax = 0.f;
 #pragma unroll
                         for (int i = 0; i < B::kAcc / 4; ++i) {
-                            fin[v][4 * i + 2 * h] = round_bf16(fin[v][4 * i + 2 * h]);
-                            fin[v][4 * i + 2 * h + 1] = round_bf16(fin[v][4 * i + 2 * h + 1]);
+                            round_bf16_pair(fin[v][4 * i + 2 * h], fin[v][4 * i + 2 * h + 1]);
                             amax = fmaxf(amax, fmaxf(fabsf(fin[v][4 * i + 2 * h]), fabsf(fin[v][4 * i + 2 * h + 1])));
                         }
                         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));

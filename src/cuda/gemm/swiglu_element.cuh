@@ -14,9 +14,10 @@ namespace flashseek::cuda {
 // round_sums = false: the sums enter unrounded (exact numerics, where the reference's expert GEMMs stay fp32).
 __device__ __forceinline__ uint16_t swiglu_bf16(float gate_sum, float up_sum, float weight, float limit,
                                                 bool round_sums = true) {
-    const float gate = fminf(round_sums ? round_bf16(gate_sum) : gate_sum, limit);
-    const float up = fminf(fmaxf(round_sums ? round_bf16(up_sum) : up_sum, -limit), limit);
-    return f32_to_bf16_bits(gate / (1.f + expf(-gate)) * up * weight);
+    if (round_sums) round_bf16_pair(gate_sum, up_sum);  // cvt.rn.bf16x2: round_bf16's bits (numeric.cuh)
+    const float gate = fminf(gate_sum, limit);
+    const float up = fminf(fmaxf(up_sum, -limit), limit);
+    return f32_to_bf16_bits_rn(gate / (1.f + expf(-gate)) * up * weight);
 }
 
 }  // namespace flashseek::cuda

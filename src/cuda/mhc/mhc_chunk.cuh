@@ -37,14 +37,6 @@ __host__ __device__ inline int64_t ws_index(int64_t t, int split, int row, int s
     return (t * splits + split) * n_out + row;
 }
 
-// round_bf16 (common/numeric.cuh) of two values with one conversion (cvt.rn.bf16x2.f32): the same bits for every
-// non-NaN input, ~8x fewer instructions than the bit-twiddled form where every term of a sum is rounded.
-__device__ __forceinline__ void round_bf16_pair(float& a, float& b) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    a = __low2float(h);
-    b = __high2float(h);
-}
-
 // Chunk of the split-K partial kernel: 128 contiguous elements of the flattened streams, or (interleaved, when
 // N divides 32 and D is a multiple of 128 / N) the same 128 / N features of every stream, lanes 32 / N per stream.
 // The interleaved chunk holds every stream value a feature's post mix needs, so the previous sub-block's mhc_post

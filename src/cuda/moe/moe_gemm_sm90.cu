@@ -581,8 +581,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
 #pragma unroll
                     for (int j = 0; j < 2; ++j) {
                         const int n = 8 * i + 2 * t4 + j;
-                        staging[n * kStagingPitch + row_g] = f32_to_bf16_bits(fin[4 * i + j] * wg);
-                        staging[n * kStagingPitch + row_g8] = f32_to_bf16_bits(fin[4 * i + 2 + j] * wg8);
+                        staging[n * kStagingPitch + row_g] = f32_to_bf16_bits_rn(fin[4 * i + j] * wg);
+                        staging[n * kStagingPitch + row_g8] = f32_to_bf16_bits_rn(fin[4 * i + 2 + j] * wg8);
                     }
                 math_sync();
 #pragma unroll
