@@ -133,9 +133,10 @@ struct Sm90Body {
     static constexpr size_t piece_offset(int half, int row) { return size_t(half) * BM * 128 + size_t(row) * 128; }
 };
 
-// TILE_STORE: the TMA stores of the previous tile's pieces that wait in shared memory (lane 0 of each math warp).
-// They are issued one at a time across the next tile's stages, not in one burst: all CTAs finish their tiles
-// together, and a whole tile's stores queued at once ahead of the next stages' loads held those loads up.
+// TILE_STORE: the TMA stores of the previous tile's pieces that wait in shared memory (lane 0 of each math warp),
+// issued one at a time across the next tile's stages so that a CTA's writes stay even over the tile. Issued in one
+// burst after the epilogue instead they measured the same (runs 130-131 of
+// docs/perf-log/2026-12-03_tma-store-epilogue.md): the stores do not hold the next stages' loads up.
 struct PendingPieces {
     int col0 = 0, row0 = 0;  // the tile's first output column (group included) and row
     int next = 1 << 30;      // the next piece to store; >= pieces(): none pending
@@ -422,7 +423,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
             // matrix's rows on distinct bank quads), fenced for the async proxy; lane 0 stores them by TMA during
             // the next tile's stages (PendingPieces). The previous tile's stores must have read them first.
             if (lane == 0) {
-                store_all_pieces<B>(p, epilogue, pending, mw, warp);  // those its stages did not reach (k_blocks < 4)
+                store_all_pieces<B>(p, epilogue, pending, mw, warp);  // any its stages did not reach (k_blocks < pieces)
                 tma::wait_group_read<0>();
             }
             __syncwarp();

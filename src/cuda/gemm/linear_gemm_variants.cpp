@@ -138,9 +138,10 @@ LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
 // A grouped linear (wo_a widened to bf16 in prefill passes) runs as one GEMM per group over its column slices.
 void run(const LinearCall& c, const LinearPlan&, const KernelPolicy& policy, const LinearOut& out,
          cudaStream_t stream) {
+    const bool tma_store = !policy.is_disabled("gemm_tma_store");
     for (int g = 0; g < c.groups; ++g) {
         Bf16GemmArgs a = bf16_group_args(c, g, out.y, out.kind, out.ld);
-        a.tma_store = !policy.is_disabled("gemm_tma_store");
+        a.tma_store = tma_store;
         cuda::gemm_bf16(a, GemmPath::AUTO, stream);
     }
 }
