@@ -4,9 +4,9 @@
 //     in which numeric.cuh's register widening emits weights (e4m3 words -> (b0,b2),(b1,b3); e2m1 words ->
 //     (n0,n4),(n1,n5),...), so no permutation is needed. Each lane-chunk (16 FP8 / 32 FP4 columns) gets 4 floats
 //     of padding: the float4 reads of 8 consecutive lanes then hit distinct banks.
-//   - accumulate: R weight rows x T tokens over one staged chunk. A lane reads 16 contiguous bytes of each row
-//     per iteration (coalesced across the warp, ld.global.nc.L1::no_allocate, 2 iterations = 2R loads in
-//     flight), widens to f16 x 2^-8 (FP8) or x 2^-14 (FP4), converts to fp32 and dots against the staged
+//   - load_weights + accumulate: R weight rows x T tokens over one staged chunk. A lane reads 16 contiguous bytes
+//     of each row per iteration (coalesced across the warp, ld.global.nc.L1::no_allocate, 2 iterations = 2R loads
+//     in flight; the first iteration may be loaded by the caller ahead of the activation), widens to f16 x 2^-8 (FP8) or x 2^-14 (FP4), converts to fp32 and dots against the staged
 //     activations (exact products, fp32 sums); the weight scale (times 2^8 / 2^14) is applied once per
 //     16-column piece, which lies inside one 128-block (FP8) or one 32-group (FP4).
 // Numerics therefore equal the mma path's (exact products, fp32 sums, per-block scaling) up to summation order.
@@ -101,66 +101,96 @@ __device__ __forceinline__ void stage_x(float* xsm, int t_stride, const uint16_t
     }
 }
 
-// One warp: acc[r][t] += sum over staged columns [0, len) of W[row r, kw0 + c] * xsm[t][c]. wrow[r] points at
-// the row's first byte, sidx[r] at the row's scale-row start (FP8: its 128-row block's, FP4: its own).
-template <WeightKind WK, int R, int T>
-__device__ __forceinline__ void accumulate(float (&acc)[R][T], const uint8_t* const (&wrow)[R],
-                                           const int64_t (&sidx)[R], const void* scale, int scale_kind,
-                                           const float* xsm, int t_stride, int64_t kw0, int len, int lane) {
-    constexpr int CPL = cols_per_lane<WK>(), LS = lane_stride<WK>(), WARP_COLS = 32 * CPL;
-    constexpr int TG = T < 4 ? T : 4;  // tokens whose activations sit in registers at once
+// One lane's share of one accumulate iteration: the 16-byte pieces of R weight rows at kUnroll column positions
+// and their block scales (times the widening's 2^8 / 2^14). Loaded apart from the arithmetic so that a kernel can
+// issue the first iteration before anything else waits: before it stages the activation (one memory round trip
+// fewer per CTA) and, for model weights that no kernel of the stream writes, before pdl_wait (pdl.cuh), when the
+// loads overlap the tail of the kernel before.
+template <WeightKind WK, int R>
+struct WeightRegs {
+    uint4 raw[kUnroll][R];
+    float sc[kUnroll][R];
+};
+
+// Loads the iteration at staged column kk of a chunk that starts at absolute column kw0 and holds len columns.
+// wrow[r] points at the row's first byte, sidx[r] at the row's scale-row start (FP8: its 128-row block's, FP4: its
+// own). Positions past len are left unloaded (the arithmetic skips them too).
+template <WeightKind WK, int R>
+__device__ __forceinline__ void load_weights(WeightRegs<WK, R>& w, const uint8_t* const (&wrow)[R],
+                                             const int64_t (&sidx)[R], const void* scale, int scale_kind,
+                                             int64_t kw0, int kk, int len, int lane) {
+    constexpr int CPL = cols_per_lane<WK>(), WARP_COLS = 32 * CPL;
     constexpr float kWiden = WK == WeightKind::FP8_BLOCK128 ? 256.f : 16384.f;
-    for (int kk = 0; kk < len; kk += kUnroll * WARP_COLS) {
-        uint4 raw[kUnroll][R];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-            const int col = kk + u * WARP_COLS + lane * CPL;
-            if (col < len) {
-                const int64_t byte = WK == WeightKind::FP4_BLOCK32 ? (kw0 + col) / 2 : (kw0 + col);
-#pragma unroll
-                for (int r = 0; r < R; ++r) raw[u][r] = mma::ld_stream(wrow[r] + byte);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-            const int col = kk + u * WARP_COLS + lane * CPL;
-            if (col >= len) continue;
+    for (int u = 0; u < kUnroll; ++u) {
+        const int col = kk + u * WARP_COLS + lane * CPL;
+        if (col < len) {
             const int64_t kabs = kw0 + col;
-            float sc[R];
+            const int64_t byte = WK == WeightKind::FP4_BLOCK32 ? kabs / 2 : kabs;
+#pragma unroll
+            for (int r = 0; r < R; ++r) w.raw[u][r] = mma::ld_stream(wrow[r] + byte);
 #pragma unroll
             for (int r = 0; r < R; ++r)
-                sc[r] = mma::load_scale(scale, scale_kind,
-                                        sidx[r] + (WK == WeightKind::FP8_BLOCK128 ? kabs / 128 : kabs / 32)) *
-                        kWiden;
-            const float* xlane = xsm + (col / CPL) * LS;
+                w.sc[u][r] = mma::load_scale(scale, scale_kind,
+                                             sidx[r] + (WK == WeightKind::FP8_BLOCK128 ? kabs / 128 : kabs / 32)) *
+                             kWiden;
+        }
+    }
+}
+
+// One warp, one iteration: acc[r][t] += W[row r, kw0 + kk + c] * xsm[t][kk + c] over the lane's columns of the
+// iteration at staged column kk (w holds them: load_weights or a copy through shared memory).
+template <WeightKind WK, int R, int T>
+__device__ __forceinline__ void compute_weights(float (&acc)[R][T], const WeightRegs<WK, R>& w, const float* xsm,
+                                                int t_stride, int kk, int len, int lane) {
+    constexpr int CPL = cols_per_lane<WK>(), LS = lane_stride<WK>(), WARP_COLS = 32 * CPL;
+    constexpr int TG = T < 4 ? T : 4;  // tokens whose activations sit in registers at once
 #pragma unroll
-            for (int sub = 0; sub < CPL / 16; ++sub) {
+    for (int u = 0; u < kUnroll; ++u) {
+        const int col = kk + u * WARP_COLS + lane * CPL;
+        if (col >= len) continue;
+        const float* xlane = xsm + (col / CPL) * LS;
 #pragma unroll
-                for (int tg = 0; tg < T; tg += TG) {
-                    float xv[TG][16];
+        for (int sub = 0; sub < CPL / 16; ++sub) {
 #pragma unroll
-                    for (int tt = 0; tt < TG; ++tt) {
-                        const float4* src = reinterpret_cast<const float4*>(xlane + (tg + tt) * t_stride + 16 * sub);
+            for (int tg = 0; tg < T; tg += TG) {
+                float xv[TG][16];
 #pragma unroll
-                        for (int q = 0; q < 4; ++q) {
-                            const float4 f = src[q];
-                            xv[tt][4 * q + 0] = f.x;
-                            xv[tt][4 * q + 1] = f.y;
-                            xv[tt][4 * q + 2] = f.z;
-                            xv[tt][4 * q + 3] = f.w;
-                        }
+                for (int tt = 0; tt < TG; ++tt) {
+                    const float4* src = reinterpret_cast<const float4*>(xlane + (tg + tt) * t_stride + 16 * sub);
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        const float4 f = src[q];
+                        xv[tt][4 * q + 0] = f.x;
+                        xv[tt][4 * q + 1] = f.y;
+                        xv[tt][4 * q + 2] = f.z;
+                        xv[tt][4 * q + 3] = f.w;
                     }
+                }
 #pragma unroll
-                    for (int r = 0; r < R; ++r) {
-                        const uint32_t all[4] = {raw[u][r].x, raw[u][r].y, raw[u][r].z, raw[u][r].w};
-                        const uint32_t* words = all + (WK == WeightKind::FP8_BLOCK128 ? 0 : 2 * sub);
+                for (int r = 0; r < R; ++r) {
+                    const uint32_t all[4] = {w.raw[u][r].x, w.raw[u][r].y, w.raw[u][r].z, w.raw[u][r].w};
+                    const uint32_t* words = all + (WK == WeightKind::FP8_BLOCK128 ? 0 : 2 * sub);
 #pragma unroll
-                        for (int tt = 0; tt < TG; ++tt)
-                            acc[r][tg + tt] = fmaf(dot16<WK>(words, xv[tt]), sc[r], acc[r][tg + tt]);
-                    }
+                    for (int tt = 0; tt < TG; ++tt)
+                        acc[r][tg + tt] = fmaf(dot16<WK>(words, xv[tt]), w.sc[u][r], acc[r][tg + tt]);
                 }
             }
         }
+    }
+}
+
+// One warp: acc[r][t] += sum over staged columns [0, len) of W[row r, kw0 + c] * xsm[t][c]. When `preloaded`, w
+// already holds the iteration at kk = 0 (load_weights with the same kw0 and len).
+template <WeightKind WK, int R, int T>
+__device__ __forceinline__ void accumulate(float (&acc)[R][T], WeightRegs<WK, R>& w, bool preloaded,
+                                           const uint8_t* const (&wrow)[R], const int64_t (&sidx)[R],
+                                           const void* scale, int scale_kind, const float* xsm, int t_stride,
+                                           int64_t kw0, int len, int lane) {
+    constexpr int ITER_COLS = kUnroll * 32 * cols_per_lane<WK>();
+    for (int kk = 0; kk < len; kk += ITER_COLS) {
+        if (!preloaded || kk > 0) load_weights<WK, R>(w, wrow, sidx, scale, scale_kind, kw0, kk, len, lane);
+        compute_weights<WK, R, T>(acc, w, xsm, t_stride, kk, len, lane);
     }
 }
 

@@ -2,8 +2,11 @@
 // Why it is kept next to the tensor-core GEMV (gemv.cu): at one token it streams faster per byte on the H200
 // (33.6 MB FP8 matrices: 17.6-19.6 us vs 23-25 us, docs/perf.md), while the tensor-core kernels win from 2 tokens on.
 // Design (device core in gemv_core.cuh):
-//   - CTA = 4 warps x 4 rows = 16 rows; grid = (row blocks, K splits). Each CTA stages its activation slice in
-//     shared memory (fp32, scaled) chunk by chunk, then every warp streams its 4 rows with 16-byte loads.
+//   - CTA = 4 warps x 4 rows = 16 rows; grid = (row blocks, K splits). Each warp issues the loads of its first
+//     iteration (4 rows x 2 x 16 bytes per lane, with their scales) before pdl_wait, since weights are constant
+//     during a pass; then the CTA stages its activation slice in shared memory (fp32, scaled) chunk by chunk and
+//     every warp streams its 4 rows with 16-byte loads. At K = 1,024 (wq_b) the first iteration is the whole row,
+//     so a CTA's weight bytes are in flight before it reads anything an earlier kernel wrote.
 //   - Lane partials are reduced with warp shuffles. K is split over CTAs until the grid has ~4 CTAs per SM
 //     (wq_a / wkv have 1024 / 512 rows); partials go to the GEMM workspace and the last CTA of a row block sums
 //     them in split order (deterministic, one launch), as in linear.cu.
@@ -50,8 +53,6 @@ struct Args {
 
 template <WeightKind WK, int T>
 __global__ void __launch_bounds__(kWarps * 32, T <= 2 ? 4 : (T <= 4 ? 3 : 2)) gemv_kernel(const Args a) {
-    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
-    pdl_trigger();
     constexpr int CPL = cols_per_lane<WK>();
     constexpr int LS = lane_stride<WK>();
     extern __shared__ __align__(16) float xsm[];
@@ -73,6 +74,14 @@ __global__ void __launch_bounds__(kWarps * 32, T <= 2 ? 4 : (T <= 4 ? 3 : 2)) ge
         wrow[r] = a.w + row * a.w_row_bytes;
         sidx[r] = WK == WeightKind::FP8_BLOCK128 ? (row / 128) * a.scale_ld : row * a.scale_ld;
     }
+    // The weights are model weights, which no kernel of the stream writes: the first iteration's loads are issued
+    // before pdl_wait (common/pdl.cuh), so they overlap the previous kernel's tail and this CTA's activation staging.
+    WeightRegs<WK, kRowsPerWarp> w;
+    if (warp_active && k_begin < k_end)
+        load_weights<WK, kRowsPerWarp>(w, wrow, sidx, a.scale, a.scale_kind, k_begin, 0,
+                                       int(min(int64_t(a.chunk_cols), k_end - k_begin)), lane);
+    pdl_wait();  // PDL: before the first read of the activation and before any write (common/pdl.cuh contract)
+    pdl_trigger();
     float acc[kRowsPerWarp][T];
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r)
@@ -86,7 +95,8 @@ __global__ void __launch_bounds__(kWarps * 32, T <= 2 ? 4 : (T <= 4 ? 3 : 2)) ge
         stage_x<WK, T>(xsm, t_stride, a.x, a.x_ld, a.xs, a.xs_ld, cta_col0 + k0, len, row_of);
         __syncthreads();
         if (warp_active)
-            accumulate<WK, kRowsPerWarp, T>(acc, wrow, sidx, a.scale, a.scale_kind, xsm, t_stride, k0, len, lane);
+            accumulate<WK, kRowsPerWarp, T>(acc, w, k0 == k_begin, wrow, sidx, a.scale, a.scale_kind, xsm, t_stride,
+                                            k0, len, lane);
     }
 
 #pragma unroll

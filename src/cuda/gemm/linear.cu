@@ -85,8 +85,14 @@ struct GemmArgs {
 template <WeightKind WK, int NT, bool ALIGNED>
 // NT = 1 (decode) is capped at 170 registers so that 3 CTAs (12 warps) stay resident per SM.
 __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 3 : 2) gemm_kernel(const GemmArgs a) {
-    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
-    pdl_trigger();
+    // FP8 / FP4 weights are checkpoint weights, which no kernel of the stream writes: the first batch of them is
+    // requested before pdl_wait (common/pdl.cuh), overlapping the previous kernel's tail. BF16 weights may be a
+    // copy a kernel of the same pass just widened (wo_a in prefill passes): those wait first.
+    constexpr bool kWeightsBeforeWait = WK != WeightKind::BF16;
+    if constexpr (!kWeightsBeforeWait) {
+        pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
+        pdl_trigger();
+    }
     constexpr int U = mma::batch_steps<WK, 1>();
     constexpr int CH = mma::chunk_steps<NT>();
     constexpr int XLD = CH * 128 + 8;  // +16 B per row: conflict-free fragment reads
@@ -129,6 +135,10 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 3 : 2) gemm_kernel(cons
 
     mma::Batch<WK, 1, U> bA, bB;
     if (warp_active) mma::load_batch<WK, 1, U, ALIGNED>(bA, m, s_begin, s_end, pp, t);
+    if constexpr (kWeightsBeforeWait) {
+        pdl_wait();  // before the first read of the activation and before any write
+        pdl_trigger();
+    }
     int chunk_s0 = s_begin;
     for (int s0 = s_begin; s0 < s_end; s0 += 2 * U) {
         if ((s0 - s_begin) % CH == 0) {

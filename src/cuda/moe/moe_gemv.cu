@@ -101,8 +101,11 @@ __global__ void __launch_bounds__(KW * 32, min_blocks<WK, UP, NG, KW>()) expert_
     extern __shared__ __align__(16) unsigned char smem[];
     int e = 0, count = int(a.dense_m), offset = 0;
     if (a.active) {
-        if (int(blockIdx.y) >= *a.n_active) return;
-        e = a.active[blockIdx.y];
+        // Both loads in flight together (active[] has E >= gridDim.y entries; a slot past n_active reads a stale
+        // entry and leaves): one round trip fewer before the weights stream.
+        const int n_active = *a.n_active, expert = a.active[blockIdx.y];
+        if (int(blockIdx.y) >= n_active) return;
+        e = expert;
         count = a.count[e];
         offset = a.offset[e];
     }

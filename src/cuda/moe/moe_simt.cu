@@ -17,6 +17,9 @@
 //     gemv_experts::quantize_h then turns h into w2's prepared layout.
 //   - down: grid = (hidden / 16, expert slots); CTA = 4 warps x 4 rows of w2 on the slot's h row; fp32 out by slot.
 //   - Slots past the pass's active experts exit at once (grids are sized for top_k slots: CUDA-graph capturable).
+//   - Round trips before the weights stream: the active count and the slot's expert are read together, then the
+//     expert's pointers; each warp then issues its first weight loads before it reads the slot's token and stages
+//     the activation (those two round trips overlap the weights').
 //   - w3's scales are addressed relative to w1's (accumulate takes one scale base): the difference of the two
 //     per-expert pointers, in scale elements.
 // Numerics: exact products of the widened weights and activations, fp32 sums per 16-column piece, per-block
@@ -84,10 +87,11 @@ __global__ void __launch_bounds__(kWarps * 32, UP ? 3 : 4) expert_kernel(const A
     int e = 0, n_slots = 1;
     int64_t first_slot = 0;
     if (a.active) {
-        if (int(blockIdx.y) >= *a.n_active) return;
-        e = a.active[blockIdx.y];
-        first_slot = a.offset[e];
-        n_slots = a.count[e];  // one token: one slot (a routing that picked an expert twice streams it twice)
+        // Both loads in flight together (active[] has E >= gridDim.y entries; a slot past n_active reads a stale
+        // entry and leaves).
+        const int n_active = *a.n_active, expert = a.active[blockIdx.y];
+        if (int(blockIdx.y) >= n_active) return;
+        e = expert;
     }
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     const int64_t row0 = int64_t(blockIdx.x) * rows_per_cta<UP>() + kRowsPerWarp * warp;
@@ -108,6 +112,15 @@ __global__ void __launch_bounds__(kWarps * 32, UP ? 3 : 4) expert_kernel(const A
                                     : 0;
         sidx[i] = base + (WK == WeightKind::FP8_BLOCK128 ? (row / 128) * scale_ld : row * scale_ld);
     }
+    // The expert's first weights are requested as soon as the expert is known, before the slot's token and its
+    // activation (two more round trips) are read.
+    WeightRegs<WK, R> w;
+    if (warp_active)
+        load_weights<WK, R>(w, wrow, sidx, scale, a.scale_kind, 0, 0, int(min(int64_t(a.chunk_cols), a.K)), lane);
+    if (a.active) {
+        first_slot = a.offset[e];
+        n_slots = a.count[e];  // one token: one slot (a routing that picked an expert twice streams it twice)
+    }
     const int t_stride = (a.chunk_cols / CPL) * LS;
     for (int64_t slot = first_slot; slot < first_slot + n_slots; ++slot) {
         const int64_t x_row = !a.active ? 0 : (UP ? int64_t(a.slot_token[slot]) : slot);
@@ -121,7 +134,9 @@ __global__ void __launch_bounds__(kWarps * 32, UP ? 3 : 4) expert_kernel(const A
             __syncthreads();
             stage_x<WK, 1>(xsm, t_stride, a.x, a.x_ld, a.xs, a.xs_ld, k0, len, row_of);
             __syncthreads();
-            if (warp_active) accumulate<WK, R, 1>(acc, wrow, sidx, scale, a.scale_kind, xsm, t_stride, k0, len, lane);
+            if (warp_active)
+                accumulate<WK, R, 1>(acc, w, slot == first_slot && k0 == 0, wrow, sidx, scale, a.scale_kind, xsm,
+                                     t_stride, k0, len, lane);
         }
 #pragma unroll
         for (int i = 0; i < R; ++i) acc[i][0] = warp_sum(acc[i][0]);
