@@ -6,9 +6,10 @@
 //     of padding: the float4 reads of 8 consecutive lanes then hit distinct banks.
 //   - load_weights + accumulate: R weight rows x T tokens over one staged chunk. A lane reads 16 contiguous bytes
 //     of each row per iteration (coalesced across the warp, ld.global.nc.L1::no_allocate, 2 iterations = 2R loads
-//     in flight; the first iteration may be loaded by the caller ahead of the activation), widens to f16 x 2^-8 (FP8) or x 2^-14 (FP4), converts to fp32 and dots against the staged
-//     activations (exact products, fp32 sums); the weight scale (times 2^8 / 2^14) is applied once per
-//     16-column piece, which lies inside one 128-block (FP8) or one 32-group (FP4).
+//     in flight; the caller may load the first iteration ahead of the activation), widens to f16 x 2^-8 (FP8) or
+//     x 2^-14 (FP4), converts to fp32 and dots against the staged activations (exact products, fp32 sums); the
+//     weight scale (times 2^8 / 2^14) is applied once per 16-column piece, which lies inside one 128-block (FP8)
+//     or one 32-group (FP4).
 // Numerics therefore equal the mma path's (exact products, fp32 sums, per-block scaling) up to summation order.
 #pragma once
 #include <cuda_fp16.h>
@@ -139,7 +140,7 @@ __device__ __forceinline__ void load_weights(WeightRegs<WK, R>& w, const uint8_t
 }
 
 // One warp, one iteration: acc[r][t] += W[row r, kw0 + kk + c] * xsm[t][kk + c] over the lane's columns of the
-// iteration at staged column kk (w holds them: load_weights or a copy through shared memory).
+// iteration at staged column kk (w holds them: load_weights).
 template <WeightKind WK, int R, int T>
 __device__ __forceinline__ void compute_weights(float (&acc)[R][T], const WeightRegs<WK, R>& w, const float* xsm,
                                                 int t_stride, int kk, int len, int lane) {
