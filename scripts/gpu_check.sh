@@ -3,7 +3,7 @@
 #
 # On the build machine (has the dev packages; builds for sm_90a with nvcc as on the device):
 #   bundle [--extra NAME=PATH]...  build flashseek, test_cuda_linear, test_cuda_attention, test_cuda_backend,
-#                                  test_cuda_comm and the wgmma probes (BUILD folder, default build-gpucheck; JOBS,
+#                                  test_cuda_comm and the probes (BUILD folder, default build-gpucheck; JOBS,
 #                                  default 2), stage them
 #                                  with the shared libraries the device lacks (fmt, gtest, pcre2, httplib, cudart)
 #                                  in .gpucheck/bin and pack that into .gpucheck/bundle.tar.xz, the one file to carry
@@ -33,7 +33,7 @@
 #                            and tiny-b, exact), then the full model per environment variant: localizes a mismatch
 #   compare OLD_BIN NEW_BIN  logits of two flashseek binaries on every committed golden, CPU exact / CPU release /
 #                            CUDA exact (reference) / CUDA release (production); a table; exit 1 on any difference
-#   probes                   the wgmma operand-convention probes (scripts/probes)
+#   probes                   the wgmma operand-convention probes and the weight-stream probe (scripts/probes)
 #   ncu BINARY REGEX [ARGS]  Nsight Compute on the kernels matching REGEX in a bundled binary (SKIP, COUNT)
 #   all                      harness, sanitize, e2e, perf, bench, probes in a row (tens of minutes: where a run has a
 #                            time limit, run the subcommands separately)
@@ -115,7 +115,7 @@ cmd_bundle() {
     stage_binary "${e#*=}" "${e%%=*}"
   done
   if command -v nvcc > /dev/null; then
-    for p in wgmma_probe wgmma_f16_probe; do
+    for p in wgmma_probe wgmma_f16_probe weight_stream_probe; do
       nvcc -O3 -std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Isrc \
         -o "$STAGE/bin/$p" "scripts/probes/$p.cu" \
         || die "probe $p failed to build"
@@ -792,10 +792,11 @@ PY
 cmd_probes() {
   header probes
   local p
-  for p in wgmma_probe wgmma_f16_probe; do
+  for p in wgmma_probe wgmma_f16_probe weight_stream_probe; do
     [ -x "$BIN/$p" ] || { fail "$p: not in the bundle (bundle builds it where nvcc exists)"; continue; }
     timeout 120 "$BIN/$p" > "$LOG/$p.log" 2>&1 || fail "$p: exit $? (logs/$p.log)"
-    tail -3 "$LOG/$p.log" | tee -a "$SUMMARY"
+    # The stream probe's table (one line per variant) is its result; the wgmma probes end with their verdicts.
+    if [ $p = weight_stream_probe ]; then cat "$LOG/$p.log"; else tail -3 "$LOG/$p.log"; fi | tee -a "$SUMMARY"
   done
 }
 

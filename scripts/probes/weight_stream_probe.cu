@@ -1,0 +1,273 @@
+// Standalone H200 probe for the persistent decode step's weight stream (docs/decode-step-design.md, stage 1): how
+// fast a one-token FP8 GEMV of wq_b's shape (32,768 x 1,024 e4m3, fp32 scales per 128 x 128 block, 33.6 MB) runs
+//   - regs:  one 16-row tile per 4-warp CTA, 16-byte register loads issued before the activation is staged
+//            (simt_gemv's form, the per-kernel step's GEMV);
+//   - ring:  one CTA per SM for the whole matrix; a loader lane streams the CTA's 16-row tiles (16 KB contiguous
+//            each, tiles blockIdx.x, blockIdx.x + grid, ...) by cp.async.bulk into a ring of shared-memory stages
+//            (mbarriers full / empty) while compute warps do the SIMT dot products from shared memory;
+//   - copy:  the same ring with the compute warps only releasing the stages (the stream's own ceiling).
+// Ring depths 4 / 8 / 12 stages and 4 / 8 compute warps. Each variant's output is checked against a CPU reference
+// (double sums of the exact products: relative L2 error); times are the median of 30 launches rotating over 8
+// copies of the weights (269 MB, more than L2), against cudaMemcpy device to device in the same process (counted
+// as read + write, as `flashseek bench` counts it).
+// Build: nvcc -O3 -std=c++20 --expt-relaxed-constexpr -arch=sm_90a -Isrc -o weight_stream_probe \
+//        scripts/probes/weight_stream_probe.cu
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "cuda/common/bulk_copy.cuh"
+#include "probe_check.h"
+
+namespace {
+
+constexpr int kN = 32768, kK = 1024, kTileRows = 16, kTileBytes = kTileRows * kK, kCopies = 8;
+constexpr int kScaleCols = kK / 128;
+
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+// 16 e4m3 weights (one 16-byte piece) dotted with 16 activations.
+__device__ __forceinline__ float dot16(uint4 v, const float* xv) {
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+    float p = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(
+                __nv_fp8x2_storage_t((words[i] >> (16 * h)) & 0xffffu), __NV_E4M3);
+            const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&r));
+            p = fmaf(f.x, xv[4 * i + 2 * h], p);
+            p = fmaf(f.y, xv[4 * i + 2 * h + 1], p);
+        }
+    }
+    return p;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// ---- regs: 16 rows per CTA, 4 rows per warp, a lane's columns lane * 16 + u * 512 ------------------------------
+__global__ void __launch_bounds__(128, 4) regs_kernel(const uint8_t* w, const float* sc, const float* x, float* y) {
+    __shared__ __align__(16) float xs[kK];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int row0 = blockIdx.x * kTileRows + 4 * warp;
+    uint4 v[2][4];
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) v[u][r] = ld_stream(w + size_t(row0 + r) * kK + u * 512 + lane * 16);
+    for (int i = threadIdx.x; i < kK; i += blockDim.x) xs[i] = x[i];
+    __syncthreads();
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+        const int col = u * 512 + lane * 16;
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+            acc[r] = fmaf(dot16(v[u][r], xs + col), sc[((row0 + r) / 128) * kScaleCols + col / 128], acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        const float s = warp_sum(acc[r]);
+        if (lane == 0) y[row0 + r] = s;
+    }
+}
+
+// ---- ring: one CTA per SM, warp 0 lane 0 loads, CW compute warps of 16 / CW rows each ---------------------------
+template <bool COMPUTE, int CW>
+__global__ void __launch_bounds__(32 * (CW + 1), 1)
+    ring_kernel(const uint8_t* w, const float* sc, const float* x, float* y, int stages) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    using namespace flashseek::cuda::bulk;
+    constexpr int RPW = kTileRows / CW;
+    extern __shared__ __align__(128) uint8_t smem[];
+    uint8_t* ring = smem;
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(stages) * kTileBytes);
+    uint64_t* empty = full + stages;
+    float* xs = reinterpret_cast<float*>(empty + stages);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < stages; ++s) {
+            mbar_init_count(&full[s], 1);
+            mbar_init_count(&empty[s], CW);
+        }
+        mbar_init_fence();
+    }
+    for (int i = threadIdx.x; i < kK; i += blockDim.x) xs[i] = x[i];
+    __syncthreads();
+    const int n_tiles = kN / kTileRows;
+    if (warp == 0) {
+        if (lane == 0) {
+            int i = 0;
+            for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i) {
+                const int s = i % stages, round = i / stages;
+                if (round > 0) mbar_wait(&empty[s], uint32_t((round - 1) & 1));
+                mbar_expect_tx(&full[s], kTileBytes);
+                copy_g2s(ring + size_t(s) * kTileBytes, w + size_t(t) * kTileBytes, kTileBytes, &full[s]);
+            }
+        }
+        return;
+    }
+    const int cw = warp - 1;
+    float xv[2][16];
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int j = 0; j < 16; ++j) xv[u][j] = xs[u * 512 + lane * 16 + j];
+    int i = 0;
+    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i) {
+        const int s = i % stages, round = i / stages;
+        mbar_wait(&full[s], uint32_t(round & 1));
+        if constexpr (COMPUTE) {
+            const uint8_t* tile = ring + size_t(s) * kTileBytes;
+#pragma unroll
+            for (int rr = 0; rr < RPW; ++rr) {
+                const int lr = cw * RPW + rr, row = t * kTileRows + lr;
+                float acc = 0.f;
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+                    const int col = u * 512 + lane * 16;
+                    const uint4 v = *reinterpret_cast<const uint4*>(tile + lr * kK + col);
+                    acc = fmaf(dot16(v, xv[u]), sc[(row / 128) * kScaleCols + col / 128], acc);
+                }
+                acc = warp_sum(acc);
+                if (lane == 0) y[row] = acc;
+            }
+        }
+        __syncwarp();
+        if (lane == 0) {
+            fence_proxy_async();  // this warp's reads of the stage before the next bulk copy overwrites it
+            flashseek::cuda::mbar::mbar_arrive(&empty[s]);
+        }
+    }
+#endif
+}
+
+float e4m3_to_float(uint8_t b) {
+    const int sign = b >> 7, e = (b >> 3) & 15, m = b & 7;
+    const float v = e == 0 ? std::ldexp(float(m), -9) : std::ldexp(1.f + float(m) / 8.f, e - 7);
+    return sign ? -v : v;
+}
+
+}  // namespace
+
+int main() {
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    std::mt19937_64 rng(12345);
+    std::vector<uint8_t> hw(size_t(kN) * kK);
+    for (auto& b : hw) {
+        b = uint8_t(rng());
+        if ((b & 0x7f) == 0x7f) b ^= 1;  // no NaN codes
+    }
+    std::vector<float> hs(size_t(kN / 128) * kScaleCols), hx(kK);
+    std::uniform_real_distribution<float> d(-1.f, 1.f);
+    for (auto& s : hs) s = std::ldexp(1.f, int(rng() % 8) - 10);
+    for (auto& v : hx) v = d(rng);
+    std::vector<double> ref(kN, 0.0);
+    for (int n = 0; n < kN; ++n)
+        for (int k = 0; k < kK; ++k)
+            ref[n] += double(e4m3_to_float(hw[size_t(n) * kK + k])) * hs[(n / 128) * kScaleCols + k / 128] * hx[k];
+
+    const size_t wbytes = size_t(kN) * kK;
+    uint8_t* w = nullptr;
+    float *sc = nullptr, *x = nullptr, *y = nullptr;
+    CK(cudaMalloc(&w, wbytes * kCopies));
+    CK(cudaMalloc(&sc, hs.size() * 4));
+    CK(cudaMalloc(&x, kK * 4));
+    CK(cudaMalloc(&y, kN * 4));
+    for (int c = 0; c < kCopies; ++c) CK(cudaMemcpy(w + c * wbytes, hw.data(), wbytes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(sc, hs.data(), hs.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(x, hx.data(), kK * 4, cudaMemcpyHostToDevice));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+
+    auto median_us = [&](auto launch) {
+        std::vector<float> t;
+        for (int it = 0; it < 33; ++it) {
+            CK(cudaEventRecord(e0));
+            launch(w + size_t(it % kCopies) * wbytes);
+            CK(cudaEventRecord(e1));
+            CK(cudaEventSynchronize(e1));
+            float ms = 0.f;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            if (it >= 3) t.push_back(ms * 1000.f);
+        }
+        std::sort(t.begin(), t.end());
+        return double(t[t.size() / 2]);
+    };
+    // The copy rate in this process: 1 GiB device to device, read + write.
+    void *ca = nullptr, *cb = nullptr;
+    const size_t cbytes = size_t(1) << 30;
+    CK(cudaMalloc(&ca, cbytes));
+    CK(cudaMalloc(&cb, cbytes));
+    CK(cudaMemset(ca, 1, cbytes));
+    const double copy_us =
+        median_us([&](const uint8_t*) { CK(cudaMemcpyAsync(cb, ca, cbytes, cudaMemcpyDeviceToDevice)); });
+    const double copy_gbs = 2.0 * double(cbytes) / (copy_us * 1e3);
+    printf("copy rate: %.1f GB/s (cudaMemcpy, 1 GiB, read + write); %d SMs; weights %.1f MB\n", copy_gbs, sms,
+           wbytes / 1e6);
+    CK(cudaFree(ca));
+    CK(cudaFree(cb));
+
+    int failed = 0;
+    auto report = [&](const char* name, double us, bool check) {
+        double err = 0.0;
+        if (check) {
+            std::vector<float> hy(kN);
+            CK(cudaMemcpy(hy.data(), y, kN * 4, cudaMemcpyDeviceToHost));
+            double num = 0.0, den = 0.0;
+            for (int n = 0; n < kN; ++n) {
+                num += (hy[n] - ref[n]) * (hy[n] - ref[n]);
+                den += ref[n] * ref[n];
+            }
+            err = std::sqrt(num / den);
+            failed += !(err < 1e-5);
+        }
+        const double gbs = double(wbytes) / (us * 1e3);
+        printf("%-28s %8.2f us %8.1f GB/s %5.1f%% of copy  %s\n", name, us, gbs, 100.0 * gbs / copy_gbs,
+               check ? (err < 1e-5 ? "check ok" : "CHECK FAILED") : "");
+        if (check) printf("%-28s relative L2 error %.2e\n", "", err);
+    };
+
+    CK(cudaMemset(y, 0xff, kN * 4));
+    report("regs (simt_gemv form)",
+           median_us([&](const uint8_t* wc) { regs_kernel<<<kN / kTileRows, 128>>>(wc, sc, x, y); }), true);
+    for (int stages : {4, 8, 12}) {
+        const size_t smem = size_t(stages) * kTileBytes + size_t(stages) * 16 + kK * 4;
+        auto run = [&](auto kernel, int cw, bool compute) {
+            CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+            CK(cudaMemset(y, 0xff, kN * 4));
+            const double us = median_us([&](const uint8_t* wc) {
+                kernel<<<sms, 32 * (cw + 1), smem>>>(wc, sc, x, y, stages);
+            });
+            CK(cudaGetLastError());
+            char name[64];
+            snprintf(name, sizeof name, "%s %2d stages, %d warps", compute ? "ring" : "copy", stages, cw);
+            report(name, us, compute);
+        };
+        run(ring_kernel<false, 8>, 8, false);
+        run(ring_kernel<true, 4>, 4, true);
+        run(ring_kernel<true, 8>, 8, true);
+    }
+    printf("%s\n", failed ? "weight_stream_probe: CHECK FAILED" : "weight_stream_probe: every check ok");
+    return failed ? 1 : 0;
+}
