@@ -24,6 +24,8 @@
 #include <vector>
 
 #include "cuda/common/bulk_copy.cuh"
+#include "cuda/common/warp_reduce.cuh"
+#include "cuda/gemm/mma_core.cuh"
 #include "probe_check.h"
 
 namespace {
@@ -31,13 +33,8 @@ namespace {
 constexpr int kN = 32768, kK = 1024, kTileRows = 16, kTileBytes = kTileRows * kK, kCopies = 8;
 constexpr int kScaleCols = kK / 128;
 
-__device__ __forceinline__ uint4 ld_stream(const void* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
+using flashseek::cuda::warp_sum;
+using flashseek::cuda::mma::ld_stream;
 
 // 16 e4m3 weights (one 16-byte piece) dotted with 16 activations.
 __device__ __forceinline__ float dot16(uint4 v, const float* xv) {
@@ -55,12 +52,6 @@ __device__ __forceinline__ float dot16(uint4 v, const float* xv) {
         }
     }
     return p;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
 }
 
 // ---- regs: 16 rows per CTA, 4 rows per warp, a lane's columns lane * 16 + u * 512 ------------------------------
