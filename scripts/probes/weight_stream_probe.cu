@@ -5,7 +5,10 @@
 //   - ring:  one CTA per SM for the whole matrix; a loader lane streams the CTA's 16-row tiles (16 KB contiguous
 //            each, tiles blockIdx.x, blockIdx.x + grid, ...) by cp.async.bulk into a ring of shared-memory stages
 //            (mbarriers full / empty) while compute warps do the SIMT dot products from shared memory;
-//   - copy:  the same ring with the compute warps only releasing the stages (the stream's own ceiling).
+//   - copy:  the same ring with the compute warps only releasing the stages (the stream's own ceiling);
+//   - chain: two dependent 8.4 MB GEMVs (B's input is A's output: a grid-wide counter between them) as two
+//            launches of the register form against one persistent ring kernel whose loader streams B's tiles while
+//            A finishes and the grid waits (stage 1's mechanism).
 // Ring depths 4 / 8 / 12 stages and 4 / 8 compute warps. Each variant's output is checked against a CPU reference
 // (double sums of the exact products: relative L2 error); times are the median of 30 launches rotating over 8
 // copies of the weights (269 MB, more than L2), against cudaMemcpy device to device in the same process (counted
@@ -151,6 +154,101 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
 #endif
 }
 
+// ---- chain: two dependent GEMVs in one persistent kernel (stage 1's mechanism) ----------------------------------
+// A = rows [0, kChainRows) of the matrix on x, B = rows [kChainRows, 2 kChainRows) on A's first kK outputs; B starts
+// only when every compute warp of the grid has finished its A tiles (a counter, release / acquire), but the loader
+// streams B's tiles right behind A's whatever the dependency: the ring holds B's first tiles while A's tail and
+// the wait run.
+constexpr int kChainRows = 8192, kChainTiles = kChainRows / kTileRows;
+
+template <int CW>
+__global__ void __launch_bounds__(32 * (CW + 1), 1)
+    chain_kernel(const uint8_t* w, const float* sc, const float* x, float* ya, float* yb, unsigned* done,
+                 int stages) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    using namespace flashseek::cuda::bulk;
+    constexpr int RPW = kTileRows / CW;
+    extern __shared__ __align__(128) uint8_t smem[];
+    uint8_t* ring = smem;
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(stages) * kTileBytes);
+    uint64_t* empty = full + stages;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < stages; ++s) {
+            mbar_init_count(&full[s], 1);
+            mbar_init_count(&empty[s], CW);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    // The CTA's tiles: A's blockIdx.x, blockIdx.x + grid, ..., then B's the same way (B's tile t is matrix tile
+    // kChainTiles + t). The host keeps the grid below kChainTiles: every CTA has A tiles, so every compute warp
+    // reaches the counter.
+    const int per_op = (kChainTiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x);
+    auto tile_of = [&](int i) {
+        return (i < per_op ? 0 : kChainTiles) + int(blockIdx.x) + (i % per_op) * int(gridDim.x);
+    };
+    if (warp == 0) {
+        if (lane == 0)
+            for (int i = 0; i < 2 * per_op; ++i) {
+                const int s = i % stages, round = i / stages;
+                if (round > 0) mbar_wait(&empty[s], uint32_t((round - 1) & 1));
+                mbar_expect_tx(&full[s], kTileBytes);
+                copy_g2s(ring + size_t(s) * kTileBytes, w + size_t(tile_of(i)) * kTileBytes, kTileBytes, &full[s]);
+            }
+        return;
+    }
+    const int cw = warp - 1;
+    float xv[2][16];
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int j = 0; j < 16; ++j) xv[u][j] = x[u * 512 + lane * 16 + j];
+    for (int i = 0; i < 2 * per_op; ++i) {
+        if (i == per_op) {
+            // A is done here: publish, then wait for every compute warp of the grid and read B's input.
+            __syncwarp();
+            if (lane == 0) {
+                __threadfence();
+                atomicAdd(done, 1u);
+                const unsigned target = gridDim.x * CW;
+                unsigned seen = 0;
+                do {
+                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(done) : "memory");
+                } while (seen < target);
+            }
+            __syncwarp();
+#pragma unroll
+            for (int u = 0; u < 2; ++u)
+#pragma unroll
+                for (int j = 0; j < 16; ++j) xv[u][j] = __ldcg(ya + u * 512 + lane * 16 + j);
+        }
+        const int s = i % stages, round = i / stages, t = tile_of(i);
+        mbar_wait(&full[s], uint32_t(round & 1));
+        const uint8_t* tile = ring + size_t(s) * kTileBytes;
+        float* y = i < per_op ? ya : yb - kChainRows;
+#pragma unroll
+        for (int rr = 0; rr < RPW; ++rr) {
+            const int lr = cw * RPW + rr, row = t * kTileRows + lr;
+            float acc = 0.f;
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const int col = u * 512 + lane * 16;
+                const uint4 v = *reinterpret_cast<const uint4*>(tile + lr * kK + col);
+                acc = fmaf(dot16(v, xv[u]), sc[(row / 128) * kScaleCols + col / 128], acc);
+            }
+            acc = warp_sum(acc);
+            if (lane == 0) y[row] = acc;
+        }
+        __syncwarp();
+        if (lane == 0) {
+            fence_proxy_async();
+            flashseek::cuda::mbar::mbar_arrive(&empty[s]);
+        }
+    }
+#endif
+}
+
 float e4m3_to_float(uint8_t b) {
     const int sign = b >> 7, e = (b >> 3) & 15, m = b & 7;
     const float v = e == 0 ? std::ldexp(float(m), -9) : std::ldexp(1.f + float(m) / 8.f, e - 7);
@@ -258,6 +356,59 @@ int main() {
         run(ring_kernel<false, 8>, 8, false);
         run(ring_kernel<true, 4>, 4, true);
         run(ring_kernel<true, 8>, 8, true);
+    }
+    // Two dependent GEMVs (8.4 MB each): back-to-back launches of the register form against one persistent kernel.
+    {
+        std::vector<double> ref_b(kChainRows, 0.0);
+        for (int n = 0; n < kChainRows; ++n)
+            for (int k = 0; k < kK; ++k)
+                ref_b[n] += double(e4m3_to_float(hw[size_t(kChainRows + n) * kK + k])) *
+                            hs[((kChainRows + n) / 128) * kScaleCols + k / 128] * ref[k];
+        float* yb = nullptr;
+        unsigned* done = nullptr;
+        CK(cudaMalloc(&yb, kChainRows * 4));
+        CK(cudaMalloc(&done, 64 * sizeof(unsigned)));
+        auto check_chain = [&](const char* name, double us) {
+            std::vector<float> ha(kChainRows), hb(kChainRows);
+            CK(cudaMemcpy(ha.data(), y, kChainRows * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(hb.data(), yb, kChainRows * 4, cudaMemcpyDeviceToHost));
+            double na = 0.0, da = 0.0, nb = 0.0, db = 0.0;
+            for (int n = 0; n < kChainRows; ++n) {
+                na += (ha[n] - ref[n]) * (ha[n] - ref[n]);
+                da += ref[n] * ref[n];
+                nb += (hb[n] - ref_b[n]) * (hb[n] - ref_b[n]);
+                db += ref_b[n] * ref_b[n];
+            }
+            const double err = std::max(std::sqrt(na / da), std::sqrt(nb / db));
+            failed += !(err < 1e-5);
+            const double gbs = 2.0 * double(kChainRows) * kK / (us * 1e3);
+            printf("%-28s %8.2f us %8.1f GB/s %5.1f%% of copy  %s (relative L2 error %.2e)\n", name, us, gbs,
+                   100.0 * gbs / copy_gbs, err < 1e-5 ? "check ok" : "CHECK FAILED", err);
+        };
+        CK(cudaMemset(y, 0xff, kN * 4));
+        CK(cudaMemset(yb, 0xff, kChainRows * 4));
+        check_chain("chain: two regs launches", median_us([&](const uint8_t* wc) {
+                        regs_kernel<<<kChainTiles, 128>>>(wc, sc, x, y);
+                        regs_kernel<<<kChainTiles, 128>>>(wc + size_t(kChainRows) * kK,
+                                                          sc + (kChainRows / 128) * kScaleCols, y, yb);
+                    }));
+        for (int stages : {8, 12}) {
+            const size_t smem = size_t(stages) * kTileBytes + size_t(stages) * 16;
+            CK(cudaFuncSetAttribute(chain_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+            CK(cudaMemset(y, 0xff, kN * 4));
+            CK(cudaMemset(yb, 0xff, kChainRows * 4));
+            int it = 0;
+            CK(cudaMemset(done, 0, 64 * sizeof(unsigned)));
+            const double us = median_us([&](const uint8_t* wc) {
+                chain_kernel<8><<<std::min(sms, kChainTiles), 32 * 9, smem>>>(wc, sc, x, y, yb, done + it++, stages);
+            });
+            CK(cudaGetLastError());
+            char name[64];
+            snprintf(name, sizeof name, "chain: persistent, %2d stages", stages);
+            check_chain(name, us);
+        }
+        CK(cudaFree(yb));
+        CK(cudaFree(done));
     }
     printf("%s\n", failed ? "weight_stream_probe: CHECK FAILED" : "weight_stream_probe: every check ok");
     return failed ? 1 : 0;
