@@ -84,72 +84,105 @@ __global__ void __launch_bounds__(128, 4) regs_kernel(const uint8_t* w, const fl
     }
 }
 
+// ---- the ring: stages x 16 KB in dynamic shared memory, then full[stages] (one expect_tx arrival per fill) and
+// empty[stages] (one arrival per compute warp); fill i goes to stage i % stages --------------------------------------
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+struct Ring {
+    uint8_t* buf;
+    uint64_t* full;
+    uint64_t* empty;
+    int stages;
+};
+
+// Thread 0 initializes the barriers; the caller syncs the CTA before first use.
+__device__ __forceinline__ Ring make_ring(uint8_t* smem, int stages, int consumers) {
+    using namespace flashseek::cuda::bulk;
+    Ring r{smem, reinterpret_cast<uint64_t*>(smem + size_t(stages) * kTileBytes), nullptr, stages};
+    r.empty = r.full + stages;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < stages; ++s) {
+            mbar_init_count(&r.full[s], 1);
+            mbar_init_count(&r.empty[s], uint32_t(consumers));
+        }
+        mbar_init_fence();
+    }
+    return r;
+}
+// The loader lane: waits until fill i's stage was released by every compute warp (its previous round), then
+// copies the 16 KB tile at src into it.
+__device__ __forceinline__ void ring_fill(const Ring& r, int i, const uint8_t* src) {
+    using namespace flashseek::cuda::bulk;
+    const int s = i % r.stages, round = i / r.stages;
+    if (round > 0) mbar_wait(&r.empty[s], uint32_t((round - 1) & 1));
+    mbar_expect_tx(&r.full[s], kTileBytes);
+    copy_g2s(r.buf + size_t(s) * kTileBytes, src, kTileBytes, &r.full[s]);
+}
+// A compute warp: waits for fill i, returns its tile.
+__device__ __forceinline__ const uint8_t* ring_acquire(const Ring& r, int i) {
+    const int s = i % r.stages;
+    flashseek::cuda::bulk::mbar_wait(&r.full[s], uint32_t((i / r.stages) & 1));
+    return r.buf + size_t(s) * kTileBytes;
+}
+// A compute warp: done reading fill i's stage.
+__device__ __forceinline__ void ring_release(const Ring& r, int i, int lane) {
+    __syncwarp();
+    if (lane == 0) {
+        flashseek::cuda::bulk::fence_proxy_async();  // the warp's reads before the next bulk copy overwrites them
+        flashseek::cuda::mbar::mbar_arrive(&r.empty[i % r.stages]);
+    }
+}
+#endif
+
+// One compute warp's RPW rows (cw * RPW ...) of matrix tile t, held in shared memory at `tile`; y[row] for each.
+template <int RPW>
+__device__ __forceinline__ void tile_rows(const uint8_t* tile, int t, int cw, int lane, const float (&xv)[2][16],
+                                          const float* sc, float* y) {
+#pragma unroll
+    for (int rr = 0; rr < RPW; ++rr) {
+        const int lr = cw * RPW + rr, row = t * kTileRows + lr;
+        float acc = 0.f;
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int col = u * 512 + lane * 16;
+            const uint4 v = *reinterpret_cast<const uint4*>(tile + lr * kK + col);
+            acc = fmaf(dot16(v, xv[u]), sc[(row / 128) * kScaleCols + col / 128], acc);
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) y[row] = acc;
+    }
+}
+
+// A lane's 32 activations (columns lane * 16 + u * 512), through L2.
+__device__ __forceinline__ void lane_activations(float (&xv)[2][16], const float* x, int lane) {
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int j = 0; j < 16; ++j) xv[u][j] = __ldcg(x + u * 512 + lane * 16 + j);
+}
+
 // ---- ring: one CTA per SM, warp 0 lane 0 loads, CW compute warps of 16 / CW rows each ---------------------------
 template <bool COMPUTE, int CW>
 __global__ void __launch_bounds__(32 * (CW + 1), 1)
     ring_kernel(const uint8_t* w, const float* sc, const float* x, float* y, int stages) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    using namespace flashseek::cuda::bulk;
-    constexpr int RPW = kTileRows / CW;
     extern __shared__ __align__(128) uint8_t smem[];
-    uint8_t* ring = smem;
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(stages) * kTileBytes);
-    uint64_t* empty = full + stages;
-    float* xs = reinterpret_cast<float*>(empty + stages);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < stages; ++s) {
-            mbar_init_count(&full[s], 1);
-            mbar_init_count(&empty[s], CW);
-        }
-        mbar_init_fence();
-    }
-    for (int i = threadIdx.x; i < kK; i += blockDim.x) xs[i] = x[i];
+    const Ring ring = make_ring(smem, stages, CW);
     __syncthreads();
-    const int n_tiles = kN / kTileRows;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, n_tiles = kN / kTileRows;
     if (warp == 0) {
         if (lane == 0) {
             int i = 0;
-            for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i) {
-                const int s = i % stages, round = i / stages;
-                if (round > 0) mbar_wait(&empty[s], uint32_t((round - 1) & 1));
-                mbar_expect_tx(&full[s], kTileBytes);
-                copy_g2s(ring + size_t(s) * kTileBytes, w + size_t(t) * kTileBytes, kTileBytes, &full[s]);
-            }
+            for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i) ring_fill(ring, i, w + size_t(t) * kTileBytes);
         }
         return;
     }
-    const int cw = warp - 1;
     float xv[2][16];
-#pragma unroll
-    for (int u = 0; u < 2; ++u)
-#pragma unroll
-        for (int j = 0; j < 16; ++j) xv[u][j] = xs[u * 512 + lane * 16 + j];
+    lane_activations(xv, x, lane);
     int i = 0;
     for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i) {
-        const int s = i % stages, round = i / stages;
-        mbar_wait(&full[s], uint32_t(round & 1));
-        if constexpr (COMPUTE) {
-            const uint8_t* tile = ring + size_t(s) * kTileBytes;
-#pragma unroll
-            for (int rr = 0; rr < RPW; ++rr) {
-                const int lr = cw * RPW + rr, row = t * kTileRows + lr;
-                float acc = 0.f;
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const int col = u * 512 + lane * 16;
-                    const uint4 v = *reinterpret_cast<const uint4*>(tile + lr * kK + col);
-                    acc = fmaf(dot16(v, xv[u]), sc[(row / 128) * kScaleCols + col / 128], acc);
-                }
-                acc = warp_sum(acc);
-                if (lane == 0) y[row] = acc;
-            }
-        }
-        __syncwarp();
-        if (lane == 0) {
-            fence_proxy_async();  // this warp's reads of the stage before the next bulk copy overwrites it
-            flashseek::cuda::mbar::mbar_arrive(&empty[s]);
-        }
+        const uint8_t* tile = ring_acquire(ring, i);
+        if constexpr (COMPUTE) tile_rows<kTileRows / CW>(tile, t, warp - 1, lane, xv, sc, y);
+        ring_release(ring, i, lane);
     }
 #endif
 }
@@ -166,21 +199,10 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
     chain_kernel(const uint8_t* w, const float* sc, const float* x, float* ya, float* yb, unsigned* done,
                  int stages) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    using namespace flashseek::cuda::bulk;
-    constexpr int RPW = kTileRows / CW;
     extern __shared__ __align__(128) uint8_t smem[];
-    uint8_t* ring = smem;
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(stages) * kTileBytes);
-    uint64_t* empty = full + stages;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < stages; ++s) {
-            mbar_init_count(&full[s], 1);
-            mbar_init_count(&empty[s], CW);
-        }
-        mbar_init_fence();
-    }
+    const Ring ring = make_ring(smem, stages, CW);
     __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     // The CTA's tiles: A's blockIdx.x, blockIdx.x + grid, ..., then B's the same way (B's tile t is matrix tile
     // kChainTiles + t). The host keeps the grid below kChainTiles: every CTA has A tiles, so every compute warp
     // reaches the counter.
@@ -190,20 +212,11 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
     };
     if (warp == 0) {
         if (lane == 0)
-            for (int i = 0; i < 2 * per_op; ++i) {
-                const int s = i % stages, round = i / stages;
-                if (round > 0) mbar_wait(&empty[s], uint32_t((round - 1) & 1));
-                mbar_expect_tx(&full[s], kTileBytes);
-                copy_g2s(ring + size_t(s) * kTileBytes, w + size_t(tile_of(i)) * kTileBytes, kTileBytes, &full[s]);
-            }
+            for (int i = 0; i < 2 * per_op; ++i) ring_fill(ring, i, w + size_t(tile_of(i)) * kTileBytes);
         return;
     }
-    const int cw = warp - 1;
     float xv[2][16];
-#pragma unroll
-    for (int u = 0; u < 2; ++u)
-#pragma unroll
-        for (int j = 0; j < 16; ++j) xv[u][j] = x[u * 512 + lane * 16 + j];
+    lane_activations(xv, x, lane);
     for (int i = 0; i < 2 * per_op; ++i) {
         if (i == per_op) {
             // A is done here: publish, then wait for every compute warp of the grid and read B's input.
@@ -218,33 +231,11 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
                 } while (seen < target);
             }
             __syncwarp();
-#pragma unroll
-            for (int u = 0; u < 2; ++u)
-#pragma unroll
-                for (int j = 0; j < 16; ++j) xv[u][j] = __ldcg(ya + u * 512 + lane * 16 + j);
+            lane_activations(xv, ya, lane);
         }
-        const int s = i % stages, round = i / stages, t = tile_of(i);
-        mbar_wait(&full[s], uint32_t(round & 1));
-        const uint8_t* tile = ring + size_t(s) * kTileBytes;
-        float* y = i < per_op ? ya : yb - kChainRows;
-#pragma unroll
-        for (int rr = 0; rr < RPW; ++rr) {
-            const int lr = cw * RPW + rr, row = t * kTileRows + lr;
-            float acc = 0.f;
-#pragma unroll
-            for (int u = 0; u < 2; ++u) {
-                const int col = u * 512 + lane * 16;
-                const uint4 v = *reinterpret_cast<const uint4*>(tile + lr * kK + col);
-                acc = fmaf(dot16(v, xv[u]), sc[(row / 128) * kScaleCols + col / 128], acc);
-            }
-            acc = warp_sum(acc);
-            if (lane == 0) y[row] = acc;
-        }
-        __syncwarp();
-        if (lane == 0) {
-            fence_proxy_async();
-            flashseek::cuda::mbar::mbar_arrive(&empty[s]);
-        }
+        const uint8_t* tile = ring_acquire(ring, i);
+        tile_rows<kTileRows / CW>(tile, tile_of(i), warp - 1, lane, xv, sc, i < per_op ? ya : yb - kChainRows);
+        ring_release(ring, i, lane);
     }
 #endif
 }
@@ -341,7 +332,7 @@ int main() {
     report("regs (simt_gemv form)",
            median_us([&](const uint8_t* wc) { regs_kernel<<<kN / kTileRows, 128>>>(wc, sc, x, y); }), true);
     for (int stages : {4, 8, 12}) {
-        const size_t smem = size_t(stages) * kTileBytes + size_t(stages) * 16 + kK * 4;
+        const size_t smem = size_t(stages) * kTileBytes + size_t(stages) * 16;
         auto run = [&](auto kernel, int cw, bool compute) {
             CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
             CK(cudaMemset(y, 0xff, kN * 4));
