@@ -8,7 +8,10 @@
 //   - copy:  the same ring with the compute warps only releasing the stages (the stream's own ceiling);
 //   - chain: two dependent 8.4 MB GEMVs (B's input is A's output: a grid-wide counter between them) as two
 //            launches of the register form against one persistent ring kernel whose loader streams B's tiles while
-//            A finishes and the grid waits (stage 1's mechanism).
+//            A finishes and the grid waits (stage 1's mechanism);
+//   - fp4:   the routed experts' up-projection bytes (24,576 x 4,096 e2m1 with E8M0 group scales, 53 MB) through
+//            the ring with SIMT widening (numeric.cuh's e2m1x8_to_f16x2x4_scaled), where the per-kernel step reaches
+//            28% of the copy rate.
 // Ring depths 4 / 8 / 12 stages and 4 / 8 compute warps. Each variant's output is checked against a CPU reference
 // (double sums of the exact products: relative L2 error); times are the median of 30 launches rotating over 8
 // copies of the weights (269 MB, more than L2), against cudaMemcpy device to device in the same process (counted
@@ -27,6 +30,7 @@
 #include <vector>
 
 #include "cuda/common/bulk_copy.cuh"
+#include "cuda/common/numeric.cuh"
 #include "cuda/common/warp_reduce.cuh"
 #include "cuda/gemm/mma_core.cuh"
 #include "probe_check.h"
@@ -117,6 +121,11 @@ __device__ __forceinline__ void ring_fill(const Ring& r, int i, const uint8_t* s
     mbar_expect_tx(&r.full[s], kTileBytes);
     copy_g2s(r.buf + size_t(s) * kTileBytes, src, kTileBytes, &r.full[s]);
 }
+// The loader lane over the CTA's tiles blockIdx.x, blockIdx.x + grid, ... of n_tiles contiguous 16 KB tiles at w.
+__device__ __forceinline__ void ring_load_strided(const Ring& r, const uint8_t* w, int n_tiles) {
+    int i = 0;
+    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i) ring_fill(r, i, w + size_t(t) * kTileBytes);
+}
 // A compute warp: waits for fill i, returns its tile.
 __device__ __forceinline__ const uint8_t* ring_acquire(const Ring& r, int i) {
     const int s = i % r.stages;
@@ -170,10 +179,7 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, n_tiles = kN / kTileRows;
     if (warp == 0) {
-        if (lane == 0) {
-            int i = 0;
-            for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i) ring_fill(ring, i, w + size_t(t) * kTileBytes);
-        }
+        if (lane == 0) ring_load_strided(ring, w, n_tiles);
         return;
     }
     float xv[2][16];
@@ -238,6 +244,77 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
         ring_release(ring, i, lane);
     }
 #endif
+}
+
+// ---- fp4: the routed experts' up-projection bytes (6 experts x w1, w3: 24,576 rows x 4,096 e2m1, E8M0 scales per
+// 32 columns, 50 MB + 3 MB) through the same ring, one row of a 16 KB tile (8 rows x 2 KB) per compute warp -------
+constexpr int kF4Rows = 24576, kF4K = 4096, kF4RowBytes = kF4K / 2, kF4TileRows = kTileBytes / kF4RowBytes;
+constexpr int kF4Groups = kF4K / 32, kF4Stride = 36;  // staged activations: 32 columns + 4 floats of padding
+
+template <int CW>
+__global__ void __launch_bounds__(32 * (CW + 1), 1)
+    ring_fp4_kernel(const uint8_t* w, const uint8_t* sc, const float* x, float* y, int stages) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    static_assert(CW == kF4TileRows, "one row of a tile per compute warp");
+    extern __shared__ __align__(128) uint8_t smem[];
+    const Ring ring = make_ring(smem, stages, CW);
+    // The activations, group g at xs + g * kF4Stride in the widening's order: position 2j of a nibble word's
+    // outputs is column j, 2j + 1 is column j + 4 (numeric.cuh: e2m1x8_to_f16x2x4_scaled).
+    float* xs = reinterpret_cast<float*>(smem + size_t(stages) * kTileBytes + size_t(stages) * 16);
+    for (int c = threadIdx.x; c < kF4K; c += blockDim.x) {
+        const int g = c / 32, in = c % 32, word = in / 8, j = in % 8;
+        xs[g * kF4Stride + word * 8 + (j < 4 ? 2 * j : 2 * (j - 4) + 1)] = x[c];
+    }
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, n_tiles = kF4Rows / kF4TileRows;
+    if (warp == 0) {
+        if (lane == 0) ring_load_strided(ring, w, n_tiles);
+        return;
+    }
+    int i = 0;
+    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i) {
+        const uint8_t* tile = ring_acquire(ring, i);
+        const int row = t * kF4TileRows + (warp - 1);
+        const uint8_t* wrow = tile + (warp - 1) * kF4RowBytes;
+        float acc = 0.f;
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+            const int g = p * 32 + lane;  // the lane's 16-byte piece = 32 columns = one scale group
+            const uint4 v = *reinterpret_cast<const uint4*>(wrow + g * 16);
+            const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+            const float* xg = xs + g * kF4Stride;
+            float part = 0.f;
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                uint32_t h[4];
+                flashseek::cuda::e2m1x8_to_f16x2x4_scaled(words[q], h);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[j]));
+                    part = fmaf(f.x, xg[q * 8 + 2 * j], part);
+                    part = fmaf(f.y, xg[q * 8 + 2 * j + 1], part);
+                }
+            }
+            const float scale = __uint_as_float(uint32_t(sc[size_t(row) * kF4Groups + g]) << 23) * 16384.f;
+            acc = fmaf(part, scale, acc);
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) y[row] = acc;
+        ring_release(ring, i, lane);
+    }
+#endif
+}
+
+// ||y - ref|| / ||ref|| over n outputs of a device array.
+double device_rel_l2(const float* y_dev, const double* ref, int n) {
+    std::vector<float> hy(n);
+    CK(cudaMemcpy(hy.data(), y_dev, size_t(n) * 4, cudaMemcpyDeviceToHost));
+    double num = 0.0, den = 0.0;
+    for (int i = 0; i < n; ++i) {
+        num += (hy[i] - ref[i]) * (hy[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return std::sqrt(num / den);
 }
 
 float e4m3_to_float(uint8_t b) {
@@ -312,14 +389,7 @@ int main() {
     auto report = [&](const char* name, double us, bool check) {
         double err = 0.0;
         if (check) {
-            std::vector<float> hy(kN);
-            CK(cudaMemcpy(hy.data(), y, kN * 4, cudaMemcpyDeviceToHost));
-            double num = 0.0, den = 0.0;
-            for (int n = 0; n < kN; ++n) {
-                num += (hy[n] - ref[n]) * (hy[n] - ref[n]);
-                den += ref[n] * ref[n];
-            }
-            err = std::sqrt(num / den);
+            err = device_rel_l2(y, ref.data(), kN);
             failed += !(err < 1e-5);
         }
         const double gbs = double(wbytes) / (us * 1e3);
@@ -360,17 +430,8 @@ int main() {
         CK(cudaMalloc(&yb, kChainRows * 4));
         CK(cudaMalloc(&done, 64 * sizeof(unsigned)));
         auto check_chain = [&](const char* name, double us) {
-            std::vector<float> ha(kChainRows), hb(kChainRows);
-            CK(cudaMemcpy(ha.data(), y, kChainRows * 4, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(hb.data(), yb, kChainRows * 4, cudaMemcpyDeviceToHost));
-            double na = 0.0, da = 0.0, nb = 0.0, db = 0.0;
-            for (int n = 0; n < kChainRows; ++n) {
-                na += (ha[n] - ref[n]) * (ha[n] - ref[n]);
-                da += ref[n] * ref[n];
-                nb += (hb[n] - ref_b[n]) * (hb[n] - ref_b[n]);
-                db += ref_b[n] * ref_b[n];
-            }
-            const double err = std::max(std::sqrt(na / da), std::sqrt(nb / db));
+            const double err =
+                std::max(device_rel_l2(y, ref.data(), kChainRows), device_rel_l2(yb, ref_b.data(), kChainRows));
             failed += !(err < 1e-5);
             const double gbs = 2.0 * double(kChainRows) * kK / (us * 1e3);
             printf("%-28s %8.2f us %8.1f GB/s %5.1f%% of copy  %s (relative L2 error %.2e)\n", name, us, gbs,
@@ -400,6 +461,57 @@ int main() {
         }
         CK(cudaFree(yb));
         CK(cudaFree(done));
+    }
+    // FP4 (the routed experts' up-projection bytes) through the ring.
+    {
+        const size_t f4bytes = size_t(kF4Rows) * kF4RowBytes;
+        std::vector<uint8_t> h4(f4bytes), hs4(size_t(kF4Rows) * kF4Groups);
+        for (auto& b : h4) b = uint8_t(rng());
+        for (auto& b : hs4) b = uint8_t(127 - 6 + rng() % 4);  // 2^-6 .. 2^-3
+        std::vector<float> hx4(kF4K);
+        for (auto& v : hx4) v = d(rng);
+        static const float kE2m1[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+        std::vector<double> ref4(kF4Rows, 0.0);
+        for (int n = 0; n < kF4Rows; ++n)
+            for (int g = 0; g < kF4Groups; ++g) {
+                double part = 0.0;
+                for (int k = 32 * g; k < 32 * g + 32; ++k) {
+                    const uint8_t nib = (h4[size_t(n) * kF4RowBytes + k / 2] >> (4 * (k & 1))) & 15;
+                    part += (nib & 8 ? -1.0 : 1.0) * kE2m1[nib & 7] * hx4[k];
+                }
+                ref4[n] += part * std::ldexp(1.0, int(hs4[size_t(n) * kF4Groups + g]) - 127);
+            }
+        uint8_t *w4 = nullptr, *s4 = nullptr;
+        float *x4 = nullptr, *y4 = nullptr;
+        const int copies4 = 5;  // 267 MB with the scales: more than L2
+        CK(cudaMalloc(&w4, f4bytes * copies4));
+        CK(cudaMalloc(&s4, hs4.size()));
+        CK(cudaMalloc(&x4, kF4K * 4));
+        CK(cudaMalloc(&y4, kF4Rows * 4));
+        for (int c = 0; c < copies4; ++c) CK(cudaMemcpy(w4 + c * f4bytes, h4.data(), f4bytes, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(s4, hs4.data(), hs4.size(), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(x4, hx4.data(), kF4K * 4, cudaMemcpyHostToDevice));
+        for (int stages : {8, 12}) {
+            const size_t smem = size_t(stages) * kTileBytes + size_t(stages) * 16 + size_t(kF4Groups) * kF4Stride * 4;
+            CK(cudaFuncSetAttribute(ring_fp4_kernel<kF4TileRows>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(smem)));
+            CK(cudaMemset(y4, 0xff, kF4Rows * 4));
+            int it = 0;
+            const double us = median_us([&](const uint8_t*) {
+                ring_fp4_kernel<kF4TileRows><<<sms, 32 * (kF4TileRows + 1), smem>>>(w4 + (it++ % copies4) * f4bytes,
+                                                                                   s4, x4, y4, stages);
+            });
+            CK(cudaGetLastError());
+            const double err = device_rel_l2(y4, ref4.data(), kF4Rows);
+            failed += !(err < 1e-5);
+            const double gbs = double(f4bytes + hs4.size()) / (us * 1e3);
+            printf("fp4 ring %2d stages, %d warps %8.2f us %8.1f GB/s %5.1f%% of copy  %s (relative L2 error %.2e)\n",
+                   stages, kF4TileRows, us, gbs, 100.0 * gbs / copy_gbs, err < 1e-5 ? "check ok" : "CHECK FAILED", err);
+        }
+        CK(cudaFree(w4));
+        CK(cudaFree(s4));
+        CK(cudaFree(x4));
+        CK(cudaFree(y4));
     }
     printf("%s\n", failed ? "weight_stream_probe: CHECK FAILED" : "weight_stream_probe: every check ok");
     return failed ? 1 : 0;
