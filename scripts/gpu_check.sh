@@ -73,6 +73,7 @@ ROOT=$PWD
 export FLASHSEEK_SOURCE_DIR=$ROOT PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
 STAGE=$ROOT/.gpucheck
 TARGETS=(flashseek test_cuda_linear test_cuda_attention test_cuda_backend test_cuda_comm)
+PROBES=(wgmma_probe wgmma_f16_probe weight_stream_probe)  # scripts/probes/NAME.cu, built by bundle, run by probes
 GPU_TESTS=(test_cuda_linear test_cuda_attention test_cuda_backend test_cuda_comm)
 PERTURB_SEED=${PERTURB_SEED:-1}
 
@@ -115,7 +116,7 @@ cmd_bundle() {
     stage_binary "${e#*=}" "${e%%=*}"
   done
   if command -v nvcc > /dev/null; then
-    for p in wgmma_probe wgmma_f16_probe weight_stream_probe; do
+    for p in "${PROBES[@]}"; do
       nvcc -O3 -std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Isrc \
         -o "$STAGE/bin/$p" "scripts/probes/$p.cu" \
         || die "probe $p failed to build"
@@ -792,7 +793,7 @@ PY
 cmd_probes() {
   header probes
   local p
-  for p in wgmma_probe wgmma_f16_probe weight_stream_probe; do
+  for p in "${PROBES[@]}"; do
     [ -x "$BIN/$p" ] || { fail "$p: not in the bundle (bundle builds it where nvcc exists)"; continue; }
     timeout 120 "$BIN/$p" > "$LOG/$p.log" 2>&1 || fail "$p: exit $? (logs/$p.log)"
     # The stream probe's table (one line per variant) is its result; the wgmma probes end with their verdicts.

@@ -423,7 +423,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
             // matrix's rows on distinct bank quads), fenced for the async proxy; lane 0 stores them by TMA during
             // the next tile's stages (PendingPieces). The previous tile's stores must have read them first.
             if (lane == 0) {
-                store_all_pieces<B>(p, epilogue, pending, mw, warp);  // any its stages did not reach (k_blocks < pieces)
+                // Any pieces the tile's stages did not reach (k_blocks < pieces), then their reads complete.
+                store_all_pieces<B>(p, epilogue, pending, mw, warp);
                 tma::wait_group_read<0>();
             }
             __syncwarp();
@@ -556,17 +557,17 @@ void launch_config(const Problem& q, int ctas, cudaStream_t stream) {
                dim3(unsigned(std::min(ctas, p.tiles))), dim3(kThreads), C::kSmemBytes, stream, p);
 }
 
+template <bool FP8, bool TILE_STORE>
+void launch_tile_height(const Problem& q, int ctas, cudaStream_t stream) {
+    if (q.block_m == 64) launch_config<FP8, 64, TILE_STORE>(q, ctas, stream);
+    else if (q.block_m == 256) launch_config<FP8, 256, TILE_STORE>(q, ctas, stream);
+    else launch_config<FP8, 128, TILE_STORE>(q, ctas, stream);
+}
+
 template <bool FP8>
 void launch_precision(const Problem& q, int ctas, cudaStream_t stream) {
-    if (q.tma_store && !q.q_codes && rows16_output(q)) {
-        if (q.block_m == 64) launch_config<FP8, 64, true>(q, ctas, stream);
-        else if (q.block_m == 256) launch_config<FP8, 256, true>(q, ctas, stream);
-        else launch_config<FP8, 128, true>(q, ctas, stream);
-    } else {
-        if (q.block_m == 64) launch_config<FP8, 64, false>(q, ctas, stream);
-        else if (q.block_m == 256) launch_config<FP8, 256, false>(q, ctas, stream);
-        else launch_config<FP8, 128, false>(q, ctas, stream);
-    }
+    if (q.tma_store && !q.q_codes && rows16_output(q)) launch_tile_height<FP8, true>(q, ctas, stream);
+    else launch_tile_height<FP8, false>(q, ctas, stream);
 }
 
 }  // namespace
