@@ -1,21 +1,28 @@
-// Standalone H200 probe for the persistent decode step's weight stream (docs/decode-step-design.md, stage 1): how
-// fast a one-token FP8 GEMV of wq_b's shape (32,768 x 1,024 e4m3, fp32 scales per 128 x 128 block, 33.6 MB) runs
-//   - regs:  one 16-row tile per 4-warp CTA, 16-byte register loads issued before the activation is staged
-//            (simt_gemv's form, the per-kernel step's GEMV);
-//   - ring:  one CTA per SM for the whole matrix; a loader lane streams the CTA's 16-row tiles (16 KB contiguous
-//            each, tiles blockIdx.x, blockIdx.x + grid, ...) by cp.async.bulk into a ring of shared-memory stages
-//            (mbarriers full / empty) while compute warps do the SIMT dot products from shared memory;
-//   - copy:  the same ring with the compute warps only releasing the stages (the stream's own ceiling);
-//   - chain: two dependent 8.4 MB GEMVs (B's input is A's output: a grid-wide counter between them) as two
-//            launches of the register form against one persistent ring kernel whose loader streams B's tiles while
-//            A finishes and the grid waits (stage 1's mechanism);
-//   - fp4:   the routed experts' up-projection bytes (24,576 x 4,096 e2m1 with E8M0 group scales, 53 MB) through
-//            the ring with SIMT widening (numeric.cuh's e2m1x8_to_f16x2x4_scaled), where the per-kernel step reaches
-//            28% of the copy rate.
-// Ring depths 4 / 8 / 12 stages and 4 / 8 compute warps. Each variant's output is checked against a CPU reference
-// (double sums of the exact products: relative L2 error); times are the median of 30 launches rotating over 8
-// copies of the weights (269 MB, more than L2), against cudaMemcpy device to device in the same process (counted
-// as read + write, as `flashseek bench` counts it).
+// Standalone H200 probe for the persistent decode step's weight stream (docs/decode-step-design.md, stage 0; results
+// and the reasons behind each form in docs/perf-log/2026-12-03_weight-stream-probe.md). A one-token FP8 GEMV of
+// wq_b's shape (32,768 x 1,024 e4m3, fp32 scales per 128 x 128 block, 33.6 MB) as
+//   - regs:   one 16-row tile per 4-warp CTA, 16-byte register loads issued before the activation is staged
+//             (simt_gemv's form, the per-kernel step's GEMV);
+//   - copy:   one CTA per SM, a loader lane streaming the CTA's 16 KB tiles (tiles blockIdx.x, blockIdx.x + grid,
+//             ...) by cp.async.bulk into a ring of shared-memory stages (mbarriers full / empty), compute warps only
+//             releasing them: the stream's own ceiling;
+//   - ring:   the same with every compute warp taking 16 / CW rows of every tile (row split);
+//   - tiles:  the same with fill i consumed whole by compute warp i % CW (warp per tile, the form stage 1 uses);
+//   - wide:   the same 33.6 MB as 8,192 x 4,096 (wo_a's rows) and 4,096 x 8,192 (wo_b's), warp per tile;
+//   - chain:  two dependent 16.8 MB GEMVs (B's input is A's output: a grid-wide counter between them) as two
+//             launches of the register form against one persistent ring kernel (row split, or warp per tile) whose
+//             loader streams B's tiles while A finishes and the grid waits;
+//   - fp4:    the routed experts' up-projection bytes (24,576 x 4,096 e2m1 with E8M0 group scales, 53 MB) through
+//             the ring with SIMT widening (numeric.cuh's e2m1x8_to_f16x2x4_scaled): row per warp, column slices
+//             (with the scales read ahead or carried in the ring) and warp per tile (scales in the ring).
+// Compute warps stage the activations once per CTA with coalesced loads (per-lane loads of shared data from global
+// memory put the whole grid on a few L2 lines). Each variant's output is checked against a CPU reference (double
+// sums of the exact products: relative L2 error <= 1e-5, else CHECK FAILED and exit status 1). Times: medians over
+// 20 event pairs around 8 back-to-back launches (each on the next of 8 copies of the weights, 269 MB, more than
+// L2), and around single launches; against cudaMemcpy device to device in the same process (read + write, as
+// `flashseek bench` counts it). One traced launch per 8-stage FP8 variant reports, from %globaltimer and clock64,
+// the in-kernel span, the first tile's arrival, the per-tile compute / release / wait times and the loader's
+// progress.
 // Build: nvcc -O3 -std=c++20 --expt-relaxed-constexpr -arch=sm_90a -Isrc -o weight_stream_probe \
 //        scripts/probes/weight_stream_probe.cu
 #include <cuda_fp16.h>
@@ -23,6 +30,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -96,12 +104,13 @@ struct Ring {
     uint64_t* full;
     uint64_t* empty;
     int stages;
+    int stride;  // bytes per stage: a 16 KB tile, plus its scales where they travel with it
 };
 
 // Thread 0 initializes the barriers; the caller syncs the CTA before first use.
-__device__ __forceinline__ Ring make_ring(uint8_t* smem, int stages, int consumers) {
+__device__ __forceinline__ Ring make_ring(uint8_t* smem, int stages, int consumers, int stride = kTileBytes) {
     using namespace flashseek::cuda::bulk;
-    Ring r{smem, reinterpret_cast<uint64_t*>(smem + size_t(stages) * kTileBytes), nullptr, stages};
+    Ring r{smem, reinterpret_cast<uint64_t*>(smem + size_t(stages) * stride), nullptr, stages, stride};
     r.empty = r.full + stages;
     if (threadIdx.x == 0) {
         for (int s = 0; s < stages; ++s) {
@@ -119,7 +128,17 @@ __device__ __forceinline__ void ring_fill(const Ring& r, int i, const uint8_t* s
     const int s = i % r.stages, round = i / r.stages;
     if (round > 0) mbar_wait(&r.empty[s], uint32_t((round - 1) & 1));
     mbar_expect_tx(&r.full[s], kTileBytes);
-    copy_g2s(r.buf + size_t(s) * kTileBytes, src, kTileBytes, &r.full[s]);
+    copy_g2s(r.buf + size_t(s) * r.stride, src, kTileBytes, &r.full[s]);
+}
+// The same with a second piece (the tile's scales, `bytes2` from src2) copied behind the tile in the stage.
+__device__ __forceinline__ void ring_fill2(const Ring& r, int i, const uint8_t* src, const uint8_t* src2,
+                                           uint32_t bytes2) {
+    using namespace flashseek::cuda::bulk;
+    const int s = i % r.stages, round = i / r.stages;
+    if (round > 0) mbar_wait(&r.empty[s], uint32_t((round - 1) & 1));
+    mbar_expect_tx(&r.full[s], kTileBytes + bytes2);
+    copy_g2s(r.buf + size_t(s) * r.stride, src, kTileBytes, &r.full[s]);
+    copy_g2s(r.buf + size_t(s) * r.stride + kTileBytes, src2, bytes2, &r.full[s]);
 }
 // The loader lane over the CTA's tiles blockIdx.x, blockIdx.x + grid, ... of n_tiles contiguous 16 KB tiles at w.
 __device__ __forceinline__ void ring_load_strided(const Ring& r, const uint8_t* w, int n_tiles) {
@@ -130,7 +149,7 @@ __device__ __forceinline__ void ring_load_strided(const Ring& r, const uint8_t* 
 __device__ __forceinline__ const uint8_t* ring_acquire(const Ring& r, int i) {
     const int s = i % r.stages;
     flashseek::cuda::bulk::mbar_wait(&r.full[s], uint32_t((i / r.stages) & 1));
-    return r.buf + size_t(s) * kTileBytes;
+    return r.buf + size_t(s) * r.stride;
 }
 // A compute warp: done reading fill i's stage.
 __device__ __forceinline__ void ring_release(const Ring& r, int i, int lane) {
@@ -143,9 +162,10 @@ __device__ __forceinline__ void ring_release(const Ring& r, int i, int lane) {
 #endif
 
 // One compute warp's RPW rows (cw * RPW ...) of matrix tile t, held in shared memory at `tile`; y[row] for each.
+// A tile's 16 rows lie in one 128-row scale block: the lane's two scales (columns u * 512 + lane * 16) are s[u].
 template <int RPW>
 __device__ __forceinline__ void tile_rows(const uint8_t* tile, int t, int cw, int lane, const float (&xv)[2][16],
-                                          const float* sc, float* y) {
+                                          const float (&s)[2], float* y) {
 #pragma unroll
     for (int rr = 0; rr < RPW; ++rr) {
         const int lr = cw * RPW + rr, row = t * kTileRows + lr;
@@ -154,56 +174,223 @@ __device__ __forceinline__ void tile_rows(const uint8_t* tile, int t, int cw, in
         for (int u = 0; u < 2; ++u) {
             const int col = u * 512 + lane * 16;
             const uint4 v = *reinterpret_cast<const uint4*>(tile + lr * kK + col);
-            acc = fmaf(dot16(v, xv[u]), sc[(row / 128) * kScaleCols + col / 128], acc);
+            acc = fmaf(dot16(v, xv[u]), s[u], acc);
         }
         acc = warp_sum(acc);
         if (lane == 0) y[row] = acc;
     }
 }
+// The lane's two scales of tile t (read before the tile's wait: they do not depend on it).
+__device__ __forceinline__ void tile_scales(float (&s)[2], const float* sc, int t, int lane) {
+#pragma unroll
+    for (int u = 0; u < 2; ++u) s[u] = __ldg(sc + (t * kTileRows / 128) * kScaleCols + (u * 512 + lane * 16) / 128);
+}
 
-// A lane's 32 activations (columns lane * 16 + u * 512), through L2.
-__device__ __forceinline__ void lane_activations(float (&xv)[2][16], const float* x, int lane) {
+// The compute warps (threads 32 .. 32 * (CW + 1) - 1) stage kK activations into shared memory xs with coalesced
+// loads (through L2: x may have been written by another CTA of the same kernel), meet (named barrier 1), and each
+// lane takes its 32 (columns lane * 16 + u * 512) into registers. Reading them straight from global memory, 16
+// floats 64 bytes apart per lane, put every warp of the grid on the same 32 lines: the first tile waited 6 us
+// (4 compute warps) to 17 us (8).
+template <int CW>
+__device__ __forceinline__ void stage_activations(float (&xv)[2][16], float* xs, const float* x, int lane) {
+    for (int c = int(threadIdx.x) - 32; c < kK; c += 32 * CW) xs[c] = __ldcg(x + c);
+    asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
 #pragma unroll
     for (int u = 0; u < 2; ++u)
 #pragma unroll
-        for (int j = 0; j < 16; ++j) xv[u][j] = __ldcg(x + u * 512 + lane * 16 + j);
+        for (int j = 0; j < 16; j += 4) {
+            const float4 f = *reinterpret_cast<const float4*>(xs + u * 512 + lane * 16 + j);
+            xv[u][j] = f.x;
+            xv[u][j + 1] = f.y;
+            xv[u][j + 2] = f.z;
+            xv[u][j + 3] = f.w;
+        }
 }
 
 // ---- ring: one CTA per SM, warp 0 lane 0 loads, CW compute warps of 16 / CW rows each ---------------------------
+// The trace of one launch (trace != nullptr): per CTA kTraceSlots values written by warp 1 lane 0 (the first compute
+// warp) and the loader lane: [0] clock64 and [1] globaltimer after the ring's init, [2] globaltimer and [3] clock64
+// at the end; per tile i < kTraceTiles, clock64 at [4 + 3i] the tile's arrival (acquire returned), [5 + 3i] its
+// dot products done, [6 + 3i] its release done; [4 + 3 kTraceTiles + i] clock64 when the loader issued fill i.
+constexpr int kTraceTiles = 32, kTraceSlots = 4 + 4 * kTraceTiles;
+__device__ __forceinline__ long long global_ns() {
+    long long t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
+}
+
 template <bool COMPUTE, int CW>
 __global__ void __launch_bounds__(32 * (CW + 1), 1)
-    ring_kernel(const uint8_t* w, const float* sc, const float* x, float* y, int stages) {
+    ring_kernel(const uint8_t* w, const float* sc, const float* x, float* y, int stages, long long* trace) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) uint8_t smem[];
     const Ring ring = make_ring(smem, stages, CW);
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, n_tiles = kN / kTileRows;
+    long long* tr = trace ? trace + size_t(blockIdx.x) * kTraceSlots : nullptr;
+    const bool tracer = tr && warp == 1 && lane == 0;
+    if (tracer) {
+        tr[0] = clock64();
+        tr[1] = global_ns();
+    }
+    if (warp == 0) {
+        if (lane == 0) {
+            int i = 0;
+            for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i) {
+                ring_fill(ring, i, w + size_t(t) * kTileBytes);
+                if (tr && i < kTraceTiles) tr[4 + 3 * kTraceTiles + i] = clock64();
+            }
+        }
+        return;
+    }
+    float xv[2][16];
+    if constexpr (COMPUTE) stage_activations<CW>(xv, reinterpret_cast<float*>(ring.empty + stages), x, lane);
+    float s[2];
+    tile_scales(s, sc, blockIdx.x, lane);
+    int i = 0;
+    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i) {
+        const float s_now[2] = {s[0], s[1]};
+        if (t + int(gridDim.x) < n_tiles) tile_scales(s, sc, t + gridDim.x, lane);
+        const uint8_t* tile = ring_acquire(ring, i);
+        if (tracer && i < kTraceTiles) tr[4 + 3 * i] = clock64();
+        if constexpr (COMPUTE) tile_rows<kTileRows / CW>(tile, t, warp - 1, lane, xv, s_now, y);
+        if (tracer && i < kTraceTiles) tr[5 + 3 * i] = clock64();
+        ring_release(ring, i, lane);
+        if (tracer && i < kTraceTiles) tr[6 + 3 * i] = clock64();
+    }
+    if (tracer) {
+        tr[2] = global_ns();
+        tr[3] = clock64();
+    }
+#endif
+}
+
+// ---- ring by tiles: the same ring, fill i consumed whole by compute warp i % CW (16 rows, RG at a time), released
+// by that warp alone (empty count 1): CW tiles in progress at once. In the row split every warp works on the same
+// tile, so a tile's latency (a dependent FMA chain and a reduction per row: 0.34-0.40 us) sets the CTA's cadence,
+// slower than the stream's ~0.53 us per tile. A warp waits for its next fill only after consuming its previous
+// one, so stages must be a multiple of CW: otherwise a stage can be two phases behind its waiter and the parity
+// wait passes on the older phase --------------------------------------------------------------------------------
+template <int CW, int RG>
+__global__ void __launch_bounds__(32 * (CW + 1), 1)
+    ring_tiles_kernel(const uint8_t* w, const float* sc, const float* x, float* y, int stages, long long* trace) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(128) uint8_t smem[];
+    const Ring ring = make_ring(smem, stages, 1);
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, n_tiles = kN / kTileRows;
+    long long* tr = trace ? trace + size_t(blockIdx.x) * kTraceSlots : nullptr;
+    if (tr && warp == 1 && lane == 0) {
+        tr[0] = clock64();
+        tr[1] = global_ns();
+    }
+    if (warp == 0) {
+        if (lane == 0) {
+            int i = 0;
+            for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i) {
+                ring_fill(ring, i, w + size_t(t) * kTileBytes);
+                if (tr && i < kTraceTiles) tr[4 + 3 * kTraceTiles + i] = clock64();
+            }
+        }
+        return;
+    }
+    float xv[2][16];
+    stage_activations<CW>(xv, reinterpret_cast<float*>(ring.empty + stages), x, lane);
+    const int cw = warp - 1;
+    int i = cw;
+    float s[2];
+    tile_scales(s, sc, blockIdx.x + i * gridDim.x, lane);
+    for (int t = blockIdx.x + i * gridDim.x; t < n_tiles; t += CW * gridDim.x, i += CW) {
+        const float s_now[2] = {s[0], s[1]};
+        if (t + CW * int(gridDim.x) < n_tiles) tile_scales(s, sc, t + CW * gridDim.x, lane);
+        const uint8_t* tile = ring_acquire(ring, i);
+        if (tr && lane == 0 && i < kTraceTiles) tr[4 + 3 * i] = clock64();
+#pragma unroll 1
+        for (int r0 = 0; r0 < kTileRows; r0 += RG) tile_rows<RG>(tile, t, r0 / RG, lane, xv, s_now, y);
+        if (tr && lane == 0 && i < kTraceTiles) tr[5 + 3 * i] = clock64();
+        ring_release(ring, i, lane);
+        if (tr && lane == 0 && i < kTraceTiles) tr[6 + 3 * i] = clock64();
+    }
+    asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+    if (tr && warp == 1 && lane == 0) {
+        tr[2] = global_ns();
+        tr[3] = clock64();
+    }
+#endif
+}
+
+// ---- wide rows: the same 33.6 MB as N x K e4m3 with K = 4,096 (wo_a's rows) or 8,192 (wo_b's), by tiles ---------
+// A 16 KB tile is 16,384 / K rows; compute warp i % CW consumes fill i whole, walking the row in chunks of 512
+// columns (a lane's 16 in each). A lane cannot hold its K / 32 activations in registers: they are staged once per
+// CTA in shared memory in lane-chunk order with 4 floats of padding per 16 (gemv_core.cuh's layout, conflict-free
+// float4 reads) and read once per chunk for all the tile's rows; the (N / 128) x (K / 128) fp32 block scales
+// (8 KB) are staged too.
+template <int K, int CW>
+__global__ void __launch_bounds__(32 * (CW + 1), 1)
+    ring_wide_kernel(const uint8_t* w, const float* sc, const float* x, float* y, int stages) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr int N = kN * kK / K, TR = kTileBytes / K, SC = K / 128, n_tiles = N / TR;
+    extern __shared__ __align__(128) uint8_t smem[];
+    const Ring ring = make_ring(smem, stages, 1);
+    float* xs = reinterpret_cast<float*>(ring.empty + stages);  // K / 16 lane-chunks of 20 floats
+    float* ss = xs + K / 16 * 20;                                // (N / 128) x SC scales
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     if (warp == 0) {
         if (lane == 0) ring_load_strided(ring, w, n_tiles);
         return;
     }
-    float xv[2][16];
-    lane_activations(xv, x, lane);
-    int i = 0;
-    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i) {
+    for (int c = int(threadIdx.x) - 32; c < K; c += 32 * CW) xs[(c / 16) * 20 + c % 16] = __ldcg(x + c);
+    for (int c = int(threadIdx.x) - 32; c < N / 128 * SC; c += 32 * CW) ss[c] = __ldg(sc + c);
+    asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+    const int cw = warp - 1;
+    int i = cw;
+    for (int t = blockIdx.x + i * gridDim.x; t < n_tiles; t += CW * gridDim.x, i += CW) {
         const uint8_t* tile = ring_acquire(ring, i);
-        if constexpr (COMPUTE) tile_rows<kTileRows / CW>(tile, t, warp - 1, lane, xv, sc, y);
+        const float* srow = ss + (t * TR / 128) * SC;  // the tile's rows share one 128-row scale block
+        float acc[TR];
+#pragma unroll
+        for (int r = 0; r < TR; ++r) acc[r] = 0.f;
+#pragma unroll 2
+        for (int c = 0; c < K / 512; ++c) {
+            float xv[16];
+#pragma unroll
+            for (int j = 0; j < 16; j += 4) {
+                const float4 f = *reinterpret_cast<const float4*>(xs + (c * 32 + lane) * 20 + j);
+                xv[j] = f.x;
+                xv[j + 1] = f.y;
+                xv[j + 2] = f.z;
+                xv[j + 3] = f.w;
+            }
+            const float s = srow[(c * 512 + lane * 16) / 128];
+#pragma unroll
+            for (int r = 0; r < TR; ++r) {
+                const uint4 v = *reinterpret_cast<const uint4*>(tile + r * K + c * 512 + lane * 16);
+                acc[r] = fmaf(dot16(v, xv), s, acc[r]);
+            }
+        }
         ring_release(ring, i, lane);
+#pragma unroll
+        for (int r = 0; r < TR; ++r) {
+            const float v = warp_sum(acc[r]);
+            if (lane == 0) y[t * TR + r] = v;
+        }
     }
 #endif
 }
 
 // ---- chain: two dependent GEMVs in one persistent kernel (stage 1's mechanism) ----------------------------------
 // A = rows [0, kChainRows) of the matrix on x, B = rows [kChainRows, 2 kChainRows) on A's first kK outputs; B starts
-// only when every compute warp of the grid has finished its A tiles (a counter, release / acquire), but the loader
+// only when every CTA has finished its A tiles (one arrival and one poller per CTA on a counter, release / acquire:
+// one per compute warp, 1,056 on one address, took 66 us), but the loader
 // streams B's tiles right behind A's whatever the dependency: the ring holds B's first tiles while A's tail and
 // the wait run.
-constexpr int kChainRows = 8192, kChainTiles = kChainRows / kTileRows;
+constexpr int kChainRows = 16384, kChainTiles = kChainRows / kTileRows;
 
 template <int CW>
 __global__ void __launch_bounds__(32 * (CW + 1), 1)
     chain_kernel(const uint8_t* w, const float* sc, const float* x, float* ya, float* yb, unsigned* done,
-                 int stages) {
+                 int stages, long long* trace) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) uint8_t smem[];
     const Ring ring = make_ring(smem, stages, CW);
@@ -221,26 +408,95 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
             for (int i = 0; i < 2 * per_op; ++i) ring_fill(ring, i, w + size_t(tile_of(i)) * kTileBytes);
         return;
     }
+    // trace: per CTA globaltimer at the start, when A's last tile is done, when the grid barrier passed, at the end.
+    long long* tr = trace && warp == 1 && lane == 0 ? trace + size_t(blockIdx.x) * 4 : nullptr;
+    if (tr) tr[0] = global_ns();
+    float* xs = reinterpret_cast<float*>(ring.empty + stages);
     float xv[2][16];
-    lane_activations(xv, x, lane);
+    stage_activations<CW>(xv, xs, x, lane);
+    float s[2];
+    tile_scales(s, sc, tile_of(0), lane);
     for (int i = 0; i < 2 * per_op; ++i) {
         if (i == per_op) {
-            // A is done here: publish, then wait for every compute warp of the grid and read B's input.
-            __syncwarp();
-            if (lane == 0) {
-                __threadfence();
-                atomicAdd(done, 1u);
-                const unsigned target = gridDim.x * CW;
+            // A is done here: the CTA's compute warps meet (named barrier 1), one thread publishes the CTA's A
+            // outputs (release) and waits for every CTA's arrival (acquire, one poller per CTA), the compute warps
+            // meet again and stage B's input.
+            asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+            if (warp == 1 && lane == 0) {
+                if (tr) tr[1] = global_ns();
+                asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(done) : "memory");
                 unsigned seen = 0;
-                do {
+                for (;;) {
                     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(done) : "memory");
-                } while (seen < target);
+                    if (seen >= gridDim.x) break;
+                    __nanosleep(20);
+                }
+                if (tr) tr[2] = global_ns();
             }
-            __syncwarp();
-            lane_activations(xv, ya, lane);
+            asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+            stage_activations<CW>(xv, xs, ya, lane);
         }
+        const float s_now[2] = {s[0], s[1]};
+        if (i + 1 < 2 * per_op) tile_scales(s, sc, tile_of(i + 1), lane);
         const uint8_t* tile = ring_acquire(ring, i);
-        tile_rows<kTileRows / CW>(tile, tile_of(i), warp - 1, lane, xv, sc, i < per_op ? ya : yb - kChainRows);
+        tile_rows<kTileRows / CW>(tile, tile_of(i), warp - 1, lane, xv, s_now, i < per_op ? ya : yb - kChainRows);
+        ring_release(ring, i, lane);
+    }
+    if (trace) {  // every compute thread the same barrier instruction (bar.sync is .aligned)
+        asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+        if (tr) tr[3] = global_ns();
+    }
+#endif
+}
+
+// The chain with the tiles mapping: fill i consumed whole by compute warp i % CW, RG rows at a time. A warp joins
+// the grid barrier once, before its first B tile (or when it has no A tile left and no B tile at all).
+template <int CW, int RG>
+__global__ void __launch_bounds__(32 * (CW + 1), 1)
+    chain_tiles_kernel(const uint8_t* w, const float* sc, const float* x, float* ya, float* yb, unsigned* done,
+                       int stages) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(128) uint8_t smem[];
+    const Ring ring = make_ring(smem, stages, 1);
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int per_op = (kChainTiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x);
+    auto tile_of = [&](int i) {
+        return (i < per_op ? 0 : kChainTiles) + int(blockIdx.x) + (i % per_op) * int(gridDim.x);
+    };
+    if (warp == 0) {
+        if (lane == 0)
+            for (int i = 0; i < 2 * per_op; ++i) ring_fill(ring, i, w + size_t(tile_of(i)) * kTileBytes);
+        return;
+    }
+    float* xs = reinterpret_cast<float*>(ring.empty + stages);
+    float xv[2][16];
+    stage_activations<CW>(xv, xs, x, lane);
+    const int cw = warp - 1;
+    bool crossed = false;
+    for (int i = cw;; i += CW) {
+        if (!crossed && i >= per_op) {
+            crossed = true;
+            asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+            if (cw == 0 && lane == 0) {
+                asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(done) : "memory");
+                unsigned seen = 0;
+                for (;;) {
+                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(done) : "memory");
+                    if (seen >= gridDim.x) break;
+                    __nanosleep(20);
+                }
+            }
+            asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+            stage_activations<CW>(xv, xs, ya, lane);
+        }
+        if (i >= 2 * per_op) break;
+        float s[2];
+        tile_scales(s, sc, tile_of(i), lane);
+        const uint8_t* tile = ring_acquire(ring, i);
+        float* out = i < per_op ? ya : yb - kChainRows;
+#pragma unroll 1
+        for (int r0 = 0; r0 < kTileRows; r0 += RG) tile_rows<RG>(tile, tile_of(i), r0 / RG, lane, xv, s, out);
         ring_release(ring, i, lane);
     }
 #endif
@@ -305,6 +561,178 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
 #endif
 }
 
+// ---- fp4 by columns: the same tiles, each compute warp a 256-byte column slice (512 columns) of all 8 rows, a lane
+// 16 columns (8 bytes) of each row. The lane's 16 activations stay in registers for the whole matrix and its 8 E8M0
+// scales per tile are read before the tile's wait; the per-row partial sums of the 8 warps meet in shared memory
+// (one named barrier per tile, partials double-buffered by tile parity). The row form above reads one activation
+// from shared memory per weight (128 KB per 16 KB tile).
+// SCALES_IN_RING: the tile's 8 x 128 scale bytes (contiguous, rows are) travel with it as a second bulk copy into
+// the stage, instead of per-lane loads one tile ahead (the scales are 3 MB streamed from HBM like the weights: a
+// load issued one tile ahead is one DRAM round trip, about the time of a tile).
+constexpr int kF4ColWarps = 8, kF4ColsPerLane = 16, kF4TileScaleBytes = kF4TileRows * kF4Groups;
+template <bool SCALES_IN_RING>
+__global__ void __launch_bounds__(32 * (kF4ColWarps + 1), 1)
+    ring_fp4_cols_kernel(const uint8_t* w, const uint8_t* sc, const float* x, float* y, int stages) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr int CW = kF4ColWarps, R = kF4TileRows;
+    extern __shared__ __align__(128) uint8_t smem[];
+    const Ring ring = make_ring(smem, stages, CW, kTileBytes + (SCALES_IN_RING ? kF4TileScaleBytes : 0));
+    float* xs = reinterpret_cast<float*>(ring.empty + stages);  // kF4K activations
+    float* red = xs + kF4K;                                      // [2][CW][R] per-warp row partials
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, n_tiles = kF4Rows / kF4TileRows;
+    if (warp == 0) {
+        if (lane == 0) {
+            if constexpr (SCALES_IN_RING) {
+                int i = 0;
+                for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i)
+                    ring_fill2(ring, i, w + size_t(t) * kTileBytes, sc + size_t(t) * kF4TileScaleBytes,
+                               kF4TileScaleBytes);
+            } else {
+                ring_load_strided(ring, w, n_tiles);
+            }
+        }
+        return;
+    }
+    const int cw = warp - 1, base = cw * 512 + lane * kF4ColsPerLane, g = base / 32;
+    for (int c = int(threadIdx.x) - 32; c < kF4K; c += 32 * CW) xs[c] = __ldcg(x + c);
+    asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+    float xr[kF4ColsPerLane];  // the widening's order: word q, pair j = (column base + 8q + j, base + 8q + j + 4)
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            xr[q * 8 + 2 * j] = xs[base + 8 * q + j];
+            xr[q * 8 + 2 * j + 1] = xs[base + 8 * q + j + 4];
+        }
+    uint8_t sn[R];
+    if constexpr (!SCALES_IN_RING)
+#pragma unroll
+        for (int r = 0; r < R; ++r) sn[r] = __ldg(sc + size_t(int(blockIdx.x) * R + r) * kF4Groups + g);
+    int i = 0;
+    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i) {
+        uint8_t s_now[R];
+        if constexpr (!SCALES_IN_RING) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) s_now[r] = sn[r];
+            if (t + int(gridDim.x) < n_tiles)
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+                    sn[r] = __ldg(sc + size_t((t + int(gridDim.x)) * R + r) * kF4Groups + g);
+        }
+        const uint8_t* tile = ring_acquire(ring, i);
+        if constexpr (SCALES_IN_RING)
+#pragma unroll
+            for (int r = 0; r < R; ++r) s_now[r] = tile[kTileBytes + r * kF4Groups + g];
+        float acc[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const uint2 v = *reinterpret_cast<const uint2*>(tile + r * kF4RowBytes + cw * 256 + lane * 8);
+            const uint32_t words[2] = {v.x, v.y};
+            float part = 0.f;
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+                uint32_t h[4];
+                flashseek::cuda::e2m1x8_to_f16x2x4_scaled(words[q], h);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[j]));
+                    part = fmaf(f.x, xr[q * 8 + 2 * j], part);
+                    part = fmaf(f.y, xr[q * 8 + 2 * j + 1], part);
+                }
+            }
+            acc[r] = part * (__uint_as_float(uint32_t(s_now[r]) << 23) * 16384.f);
+        }
+        ring_release(ring, i, lane);
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] = warp_sum(acc[r]);
+        float* red_t = red + (i & 1) * CW * R;
+        if (lane < R) {
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                if (lane == r) red_t[cw * R + r] = acc[r];
+        }
+        asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+        if (cw == 0 && lane < R) {
+            float sum = 0.f;
+#pragma unroll
+            for (int k = 0; k < CW; ++k) sum += red_t[k * R + lane];
+            y[t * R + lane] = sum;
+        }
+    }
+#endif
+}
+
+// ---- fp4 by tiles: fill i consumed whole by compute warp i % 8 (no barrier between warps per tile), its scales in
+// the ring; the lane walks the 8 column chunks of 512, taking its 16 activations of a chunk from shared memory once
+// for the 8 rows -------------------------------------------------------------------------------------------------
+__global__ void __launch_bounds__(32 * (kF4ColWarps + 1), 1)
+    ring_fp4_tiles_kernel(const uint8_t* w, const uint8_t* sc, const float* x, float* y, int stages) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr int CW = kF4ColWarps, R = kF4TileRows;
+    extern __shared__ __align__(128) uint8_t smem[];
+    const Ring ring = make_ring(smem, stages, 1, kTileBytes + kF4TileScaleBytes);
+    float* xs = reinterpret_cast<float*>(ring.empty + stages);  // kF4K activations
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, n_tiles = kF4Rows / kF4TileRows;
+    if (warp == 0) {
+        if (lane == 0) {
+            int i = 0;
+            for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i)
+                ring_fill2(ring, i, w + size_t(t) * kTileBytes, sc + size_t(t) * kF4TileScaleBytes, kF4TileScaleBytes);
+        }
+        return;
+    }
+    for (int c = int(threadIdx.x) - 32; c < kF4K; c += 32 * CW) xs[c] = __ldcg(x + c);
+    asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+    const int cw = warp - 1;
+    int i = cw;
+    for (int t = blockIdx.x + i * gridDim.x; t < n_tiles; t += CW * gridDim.x, i += CW) {
+        const uint8_t* tile = ring_acquire(ring, i);
+        float acc[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] = 0.f;
+#pragma unroll 1
+        for (int c = 0; c < kF4K / 512; ++c) {
+            const int base = c * 512 + lane * kF4ColsPerLane, g = base / 32;
+            float xr[kF4ColsPerLane];
+#pragma unroll
+            for (int q = 0; q < 2; ++q)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    xr[q * 8 + 2 * j] = xs[base + 8 * q + j];
+                    xr[q * 8 + 2 * j + 1] = xs[base + 8 * q + j + 4];
+                }
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const uint2 v = *reinterpret_cast<const uint2*>(tile + r * kF4RowBytes + c * 256 + lane * 8);
+                const uint32_t words[2] = {v.x, v.y};
+                float part = 0.f;
+#pragma unroll
+                for (int q = 0; q < 2; ++q) {
+                    uint32_t h[4];
+                    flashseek::cuda::e2m1x8_to_f16x2x4_scaled(words[q], h);
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[j]));
+                        part = fmaf(f.x, xr[q * 8 + 2 * j], part);
+                        part = fmaf(f.y, xr[q * 8 + 2 * j + 1], part);
+                    }
+                }
+                const uint8_t e = tile[kTileBytes + r * kF4Groups + g];
+                acc[r] = fmaf(part, __uint_as_float(uint32_t(e) << 23) * 16384.f, acc[r]);
+            }
+        }
+        ring_release(ring, i, lane);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const float v = warp_sum(acc[r]);
+            if (lane == 0) y[t * R + r] = v;
+        }
+    }
+#endif
+}
+
 // ||y - ref|| / ||ref|| over n outputs of a device array.
 double device_rel_l2(const float* y_dev, const double* ref, int n) {
     std::vector<float> hy(n);
@@ -326,6 +754,7 @@ float e4m3_to_float(uint8_t b) {
 }  // namespace
 
 int main() {
+    setvbuf(stdout, nullptr, _IOLBF, 0);  // line by line: a hang still shows how far the probe got
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     std::mt19937_64 rng(12345);
@@ -357,20 +786,26 @@ int main() {
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
 
-    auto median_us = [&](auto launch) {
+    // Per-launch time: the median over 20 event pairs around `batch` launches back to back (each on the next copy of
+    // the weights), divided by batch. batch 1 includes the event pair's own overhead (a single launch as the step's
+    // first kernel sees it); kBatch is a stream of kernels, the per-kernel step's situation.
+    constexpr int kBatch = 8;
+    auto time_us = [&](auto launch, int batch) {
         std::vector<float> t;
-        for (int it = 0; it < 33; ++it) {
+        for (int it = 0; it < 23; ++it) {
             CK(cudaEventRecord(e0));
-            launch(w + size_t(it % kCopies) * wbytes);
+            for (int j = 0; j < batch; ++j) launch(w + size_t((it * batch + j) % kCopies) * wbytes);
             CK(cudaEventRecord(e1));
             CK(cudaEventSynchronize(e1));
             float ms = 0.f;
             CK(cudaEventElapsedTime(&ms, e0, e1));
-            if (it >= 3) t.push_back(ms * 1000.f);
+            if (it >= 3) t.push_back(ms * 1000.f / float(batch));
         }
         std::sort(t.begin(), t.end());
         return double(t[t.size() / 2]);
     };
+    auto median_us = [&](auto launch) { return time_us(launch, kBatch); };
+    auto single_us = [&](auto launch) { return time_us(launch, 1); };
     // The copy rate in this process: 1 GiB device to device, read + write.
     void *ca = nullptr, *cb = nullptr;
     const size_t cbytes = size_t(1) << 30;
@@ -378,7 +813,7 @@ int main() {
     CK(cudaMalloc(&cb, cbytes));
     CK(cudaMemset(ca, 1, cbytes));
     const double copy_us =
-        median_us([&](const uint8_t*) { CK(cudaMemcpyAsync(cb, ca, cbytes, cudaMemcpyDeviceToDevice)); });
+        single_us([&](const uint8_t*) { CK(cudaMemcpyAsync(cb, ca, cbytes, cudaMemcpyDeviceToDevice)); });
     const double copy_gbs = 2.0 * double(cbytes) / (copy_us * 1e3);
     printf("copy rate: %.1f GB/s (cudaMemcpy, 1 GiB, read + write); %d SMs; weights %.1f MB\n", copy_gbs, sms,
            wbytes / 1e6);
@@ -386,39 +821,128 @@ int main() {
     CK(cudaFree(cb));
 
     int failed = 0;
-    auto report = [&](const char* name, double us, bool check) {
+    auto report = [&](const char* name, double us, double single, bool check) {
         double err = 0.0;
         if (check) {
             err = device_rel_l2(y, ref.data(), kN);
             failed += !(err < 1e-5);
         }
         const double gbs = double(wbytes) / (us * 1e3);
-        printf("%-28s %8.2f us %8.1f GB/s %5.1f%% of copy  %s\n", name, us, gbs, 100.0 * gbs / copy_gbs,
+        printf("%-28s %8.2f us %8.1f GB/s %5.1f%% of copy (single launch %6.2f us, %5.1f%%)  %s\n", name, us, gbs,
+               100.0 * gbs / copy_gbs, single, 100.0 * double(wbytes) / (single * 1e3) / copy_gbs,
                check ? (err < 1e-5 ? "check ok" : "CHECK FAILED") : "");
         if (check) printf("%-28s relative L2 error %.2e\n", "", err);
     };
+    // One traced launch: where a ring kernel's time goes inside the kernel (ring_kernel's trace layout).
+    long long* dtrace = nullptr;
+    CK(cudaMalloc(&dtrace, size_t(sms) * kTraceSlots * sizeof(long long)));
+    auto summarize_trace = [&](const char* name) {
+        std::vector<long long> tr(size_t(sms) * kTraceSlots);
+        CK(cudaMemcpy(tr.data(), dtrace, tr.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+        const int n_tiles = kN / kTileRows;
+        long long t_min = LLONG_MAX, t_max = 0, s_max = 0;
+        std::vector<double> first, compute, release, wait, loader_last, waits_sum;
+        const double cyc_per_ns = double(tr[3] - tr[0]) / double(tr[2] - tr[1]);
+        for (int b = 0; b < sms; ++b) {
+            const long long* c = tr.data() + size_t(b) * kTraceSlots;
+            t_min = std::min(t_min, c[1]);
+            s_max = std::max(s_max, c[1]);
+            t_max = std::max(t_max, c[2]);
+            const int tiles = std::min(kTraceTiles, (n_tiles - b + sms - 1) / sms);
+            first.push_back(double(c[4] - c[0]));
+            double ws = 0.0;
+            for (int i = 0; i < tiles; ++i) {
+                compute.push_back(double(c[5 + 3 * i] - c[4 + 3 * i]));
+                release.push_back(double(c[6 + 3 * i] - c[5 + 3 * i]));
+                if (i > 0) {
+                    wait.push_back(double(c[4 + 3 * i] - c[6 + 3 * (i - 1)]));
+                    ws += wait.back();
+                }
+            }
+            waits_sum.push_back(ws);
+            loader_last.push_back(double(c[4 + 3 * kTraceTiles + tiles - 1] - c[0]));
+        }
+        auto med = [](std::vector<double> v) {
+            std::sort(v.begin(), v.end());
+            return v[v.size() / 2];
+        };
+        auto us = [&](double cycles) { return cycles / cyc_per_ns / 1e3; };
+        printf("  trace %s: in-kernel span %.2f us (CTA starts spread %.2f us), clock %.2f GHz; medians: first tile "
+               "%.2f us after start, per tile dot products %.3f us, release %.3f us, wait for the next tile %.3f us "
+               "(sum %.2f us per CTA), loader's last fill issued %.2f us after start\n",
+               name, double(t_max - t_min) / 1e3, double(s_max - t_min) / 1e3, cyc_per_ns, us(med(first)),
+               us(med(compute)), us(med(release)), us(med(wait)), us(med(waits_sum)), us(med(loader_last)));
+        const long long* c = tr.data();
+        printf("  trace %s: CTA 0 tile arrivals (us after start):", name);
+        for (int i = 0; i < std::min(kTraceTiles, (n_tiles + sms - 1) / sms); ++i) printf(" %.2f", us(double(c[4 + 3 * i] - c[0])));
+        printf("\n");
+    };
 
     CK(cudaMemset(y, 0xff, kN * 4));
-    report("regs (simt_gemv form)",
-           median_us([&](const uint8_t* wc) { regs_kernel<<<kN / kTileRows, 128>>>(wc, sc, x, y); }), true);
+    {
+        auto regs = [&](const uint8_t* wc) { regs_kernel<<<kN / kTileRows, 128>>>(wc, sc, x, y); };
+        report("regs (simt_gemv form)", median_us(regs), single_us(regs), true);
+    }
     for (int stages : {4, 8, 12}) {
-        const size_t smem = size_t(stages) * kTileBytes + size_t(stages) * 16;
-        auto run = [&](auto kernel, int cw, bool compute) {
+        const size_t smem = size_t(stages) * kTileBytes + size_t(stages) * 16 + kK * 4;
+        auto run = [&](auto kernel, int cw, bool compute, const char* form) {
             CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
             CK(cudaMemset(y, 0xff, kN * 4));
-            const double us = median_us([&](const uint8_t* wc) {
-                kernel<<<sms, 32 * (cw + 1), smem>>>(wc, sc, x, y, stages);
-            });
+            auto launch = [&](const uint8_t* wc) { kernel<<<sms, 32 * (cw + 1), smem>>>(wc, sc, x, y, stages, nullptr); };
+            const double us = median_us(launch), single = single_us(launch);
             CK(cudaGetLastError());
             char name[64];
-            snprintf(name, sizeof name, "%s %2d stages, %d warps", compute ? "ring" : "copy", stages, cw);
-            report(name, us, compute);
+            snprintf(name, sizeof name, "%s %2d stages, %d warps", form, stages, cw);
+            report(name, us, single, compute);
+            if (stages == 8) {
+                kernel<<<sms, 32 * (cw + 1), smem>>>(w, sc, x, y, stages, dtrace);
+                CK(cudaDeviceSynchronize());
+                summarize_trace(name);
+            }
         };
-        run(ring_kernel<false, 8>, 8, false);
-        run(ring_kernel<true, 4>, 4, true);
-        run(ring_kernel<true, 8>, 8, true);
+        run(ring_kernel<false, 8>, 8, false, "copy");
+        run(ring_kernel<true, 4>, 4, true, "ring");
+        run(ring_kernel<true, 8>, 8, true, "ring");
+        // A warp waits for its next fill only after consuming its previous one: with stages a multiple of CW a
+        // stage is never two phases behind its waiter (a parity wait would pass on the older phase).
+        if (stages % 4 == 0) run(ring_tiles_kernel<4, 4>, 4, true, "tiles/4");
+        if (stages % 8 == 0) run(ring_tiles_kernel<8, 4>, 8, true, "tiles/4");
+        if (stages % 8 == 0) run(ring_tiles_kernel<8, 8>, 8, true, "tiles/8");
+        if (stages % 12 == 0) run(ring_tiles_kernel<12, 4>, 12, true, "tiles/4");
     }
-    // Two dependent GEMVs (8.4 MB each): back-to-back launches of the register form against one persistent kernel.
+    // The same bytes as wo_a-wide (8,192 x 4,096) and wo_b-shaped (4,096 x 8,192) rows through the tiles ring.
+    auto wide = [&](auto kernel, int K, int cw) {
+        const int N = kN * kK / K;
+        std::vector<float> hxw(K);
+        for (auto& v : hxw) v = d(rng);
+        std::vector<double> refw(N, 0.0);
+        const int SC = K / 128;
+        for (int n = 0; n < N; ++n)
+            for (int k = 0; k < K; ++k)
+                refw[n] += double(e4m3_to_float(hw[size_t(n) * K + k])) * hs[(n / 128) * SC + k / 128] * hxw[k];
+        float* xw = nullptr;
+        CK(cudaMalloc(&xw, K * 4));
+        CK(cudaMemcpy(xw, hxw.data(), K * 4, cudaMemcpyHostToDevice));
+        const int stages = 8;
+        const size_t smem = size_t(stages) * kTileBytes + size_t(stages) * 16 + size_t(K / 16 * 20) * 4 +
+                            size_t(N / 128 * SC) * 4;
+        CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        CK(cudaMemset(y, 0xff, kN * 4));
+        auto launch = [&](const uint8_t* wc) { kernel<<<sms, 32 * (cw + 1), smem>>>(wc, sc, xw, y, stages); };
+        const double us = median_us(launch), single = single_us(launch);
+        CK(cudaGetLastError());
+        const double err = device_rel_l2(y, refw.data(), N);
+        failed += !(err < 1e-5);
+        const double gbs = double(wbytes) / (us * 1e3);
+        printf("wide %5d x %4d tiles, 8 st %d w %8.2f us %8.1f GB/s %5.1f%% of copy (single launch %6.2f us)  %s "
+               "(relative L2 error %.2e)\n",
+               N, K, cw, us, gbs, 100.0 * gbs / copy_gbs, single, err < 1e-5 ? "check ok" : "CHECK FAILED", err);
+        CK(cudaFree(xw));
+    };
+    wide(ring_wide_kernel<4096, 8>, 4096, 8);
+    wide(ring_wide_kernel<8192, 8>, 8192, 8);
+
+    // Two dependent GEMVs (16.8 MB each): back-to-back launches of the register form against one persistent kernel.
     {
         std::vector<double> ref_b(kChainRows, 0.0);
         for (int n = 0; n < kChainRows; ++n)
@@ -428,7 +952,7 @@ int main() {
         float* yb = nullptr;
         unsigned* done = nullptr;
         CK(cudaMalloc(&yb, kChainRows * 4));
-        CK(cudaMalloc(&done, 64 * sizeof(unsigned)));
+        CK(cudaMalloc(&done, 1024 * sizeof(unsigned)));
         auto check_chain = [&](const char* name, double us) {
             const double err =
                 std::max(device_rel_l2(y, ref.data(), kChainRows), device_rel_l2(yb, ref_b.data(), kChainRows));
@@ -445,19 +969,51 @@ int main() {
                                                           sc + (kChainRows / 128) * kScaleCols, y, yb);
                     }));
         for (int stages : {8, 12}) {
-            const size_t smem = size_t(stages) * kTileBytes + size_t(stages) * 16;
+            const size_t smem = size_t(stages) * kTileBytes + size_t(stages) * 16 + kK * 4;
             CK(cudaFuncSetAttribute(chain_kernel<8>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
             CK(cudaMemset(y, 0xff, kN * 4));
             CK(cudaMemset(yb, 0xff, kChainRows * 4));
             int it = 0;
-            CK(cudaMemset(done, 0, 64 * sizeof(unsigned)));
+            CK(cudaMemset(done, 0, 1024 * sizeof(unsigned)));
             const double us = median_us([&](const uint8_t* wc) {
-                chain_kernel<8><<<std::min(sms, kChainTiles), 32 * 9, smem>>>(wc, sc, x, y, yb, done + it++, stages);
+                chain_kernel<8><<<std::min(sms, kChainTiles), 32 * 9, smem>>>(wc, sc, x, y, yb, done + it++, stages,
+                                                                            nullptr);
             });
             CK(cudaGetLastError());
             char name[64];
             snprintf(name, sizeof name, "chain: persistent, %2d stages", stages);
             check_chain(name, us);
+            const int grid = std::min(sms, kChainTiles);
+            chain_kernel<8><<<grid, 32 * 9, smem>>>(w, sc, x, y, yb, done + it++, stages, dtrace);
+            CK(cudaDeviceSynchronize());
+            std::vector<long long> ct(size_t(grid) * 4);
+            CK(cudaMemcpy(ct.data(), dtrace, ct.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+            long long t0 = LLONG_MAX, a_last = 0, pass_first = LLONG_MAX, pass_last = 0, end = 0;
+            for (int b = 0; b < grid; ++b) {
+                t0 = std::min(t0, ct[4 * b]);
+                a_last = std::max(a_last, ct[4 * b + 1]);
+                pass_first = std::min(pass_first, ct[4 * b + 2]);
+                pass_last = std::max(pass_last, ct[4 * b + 2]);
+                end = std::max(end, ct[4 * b + 3]);
+            }
+            printf("  trace %s: last CTA done with A %.2f us after the first start, barrier passed %.2f .. %.2f us, "
+                   "last CTA done with B %.2f us\n",
+                   name, (a_last - t0) / 1e3, (pass_first - t0) / 1e3, (pass_last - t0) / 1e3, (end - t0) / 1e3);
+        }
+        {
+            const int stages = 8;
+            const size_t smem = size_t(stages) * kTileBytes + size_t(stages) * 16 + kK * 4;
+            CK(cudaFuncSetAttribute(chain_tiles_kernel<8, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+            CK(cudaMemset(y, 0xff, kN * 4));
+            CK(cudaMemset(yb, 0xff, kChainRows * 4));
+            CK(cudaMemset(done, 0, 1024 * sizeof(unsigned)));
+            int it = 0;
+            const double us = median_us([&](const uint8_t* wc) {
+                chain_tiles_kernel<8, 8><<<std::min(sms, kChainTiles), 32 * 9, smem>>>(wc, sc, x, y, yb, done + it++,
+                                                                                     stages);
+            });
+            CK(cudaGetLastError());
+            check_chain("chain: persistent tiles, 8", us);
         }
         CK(cudaFree(yb));
         CK(cudaFree(done));
@@ -507,6 +1063,28 @@ int main() {
             const double gbs = double(f4bytes + hs4.size()) / (us * 1e3);
             printf("fp4 ring %2d stages, %d warps %8.2f us %8.1f GB/s %5.1f%% of copy  %s (relative L2 error %.2e)\n",
                    stages, kF4TileRows, us, gbs, 100.0 * gbs / copy_gbs, err < 1e-5 ? "check ok" : "CHECK FAILED", err);
+        }
+        auto cols = [&](auto kernel, int stages, int stride, const char* form) {
+            const size_t smem = size_t(stages) * stride + size_t(stages) * 16 + size_t(kF4K) * 4 +
+                                size_t(2) * kF4ColWarps * kF4TileRows * 4;
+            CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+            CK(cudaMemset(y4, 0xff, kF4Rows * 4));
+            int it = 0;
+            const double us = median_us([&](const uint8_t*) {
+                kernel<<<sms, 32 * (kF4ColWarps + 1), smem>>>(w4 + (it++ % copies4) * f4bytes, s4, x4, y4, stages);
+            });
+            CK(cudaGetLastError());
+            const double err = device_rel_l2(y4, ref4.data(), kF4Rows);
+            failed += !(err < 1e-5);
+            const double gbs = double(f4bytes + hs4.size()) / (us * 1e3);
+            printf("fp4 %s %2d stages, %d warps %8.2f us %8.1f GB/s %5.1f%% of copy  %s (relative L2 error %.2e)\n",
+                   form, stages, kF4ColWarps, us, gbs, 100.0 * gbs / copy_gbs,
+                   err < 1e-5 ? "check ok" : "CHECK FAILED", err);
+        };
+        for (int stages : {8, 12}) {
+            cols(ring_fp4_cols_kernel<false>, stages, kTileBytes, "cols");
+            cols(ring_fp4_cols_kernel<true>, stages, kTileBytes + kF4TileScaleBytes, "cols+scales");
+            if (stages % kF4ColWarps == 0) cols(ring_fp4_tiles_kernel, stages, kTileBytes + kF4TileScaleBytes, "tiles+scales");
         }
         CK(cudaFree(w4));
         CK(cudaFree(s4));
