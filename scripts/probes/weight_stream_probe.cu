@@ -8,7 +8,9 @@
 //             releasing them: the stream's own ceiling;
 //   - ring:   the same with every compute warp taking 16 / CW rows of every tile (row split);
 //   - tiles:  the same with fill i consumed whole by compute warp i % CW (warp per tile, the form stage 1 uses);
-//   - wide:   the same 33.6 MB as 8,192 x 4,096 (wo_a's rows) and 4,096 x 8,192 (wo_b's), warp per tile;
+//   - wide:   the same 33.6 MB as 8,192 x 4,096 (wo_a's rows) and 4,096 x 8,192 (wo_b's), warp per tile
+//             ("tiles": 16 KB of whole rows) or warp per column chunk ("chunks": 16 rows x 1,024 columns, partial
+//             sums reduced in shared memory), and the chunks form's loader alone ("copy");
 //   - chain:  two dependent 16.8 MB GEMVs (B's input is A's output: a grid-wide counter between them) as two
 //             launches of the register form against one persistent ring kernel (row split, or warp per tile) whose
 //             loader streams B's tiles while A finishes and the grid waits;
@@ -327,7 +329,8 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
 // (8 KB) are staged too.
 template <int K, int CW>
 __global__ void __launch_bounds__(32 * (CW + 1), 1)
-    ring_wide_kernel(const uint8_t* w, const float* sc, const float* x, float* y, int stages) {
+    ring_wide_kernel(const uint8_t* w, const float* sc, const float* x, float* y, int stages,
+                                  long long* trace) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr int N = kN * kK / K, TR = kTileBytes / K, SC = K / 128, n_tiles = N / TR;
     extern __shared__ __align__(128) uint8_t smem[];
@@ -340,13 +343,17 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
         if (lane == 0) ring_load_strided(ring, w, n_tiles);
         return;
     }
+    long long* tr = trace && warp == 1 && lane == 0 ? trace + size_t(blockIdx.x) * 4 : nullptr;
+    if (tr) tr[0] = global_ns();
     for (int c = int(threadIdx.x) - 32; c < K; c += 32 * CW) xs[(c / 16) * 20 + c % 16] = __ldcg(x + c);
     for (int c = int(threadIdx.x) - 32; c < N / 128 * SC; c += 32 * CW) ss[c] = __ldg(sc + c);
     asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+    if (tr) tr[1] = global_ns();
     const int cw = warp - 1;
     int i = cw;
     for (int t = blockIdx.x + i * gridDim.x; t < n_tiles; t += CW * gridDim.x, i += CW) {
         const uint8_t* tile = ring_acquire(ring, i);
+        if (tr && i == cw) tr[2] = global_ns();
         const float* srow = ss + (t * TR / 128) * SC;  // the tile's rows share one 128-row scale block
         float acc[TR];
 #pragma unroll
@@ -376,15 +383,134 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
             if (lane == 0) y[t * TR + r] = v;
         }
     }
+    if (trace) {
+        asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+        if (tr) tr[3] = global_ns();
+    }
+#endif
+}
+
+// ---- wide rows by column chunks: a tile is 16 rows x 1,024 columns (16 bulk copies of 1 KB), the CTA's fills are
+// its row blocks' NC = K / 1,024 chunks in order, so fill i's chunk is i % NC and compute warp i % 8 always sees
+// the same chunk: its 32 activations stay in registers and a tile has 16 rows of independent work, as at
+// K = 1,024. A row block's NC partial sums meet in shared memory; the warp that completes a row block (a counter
+// per slot) sums them in chunk order (deterministic whatever the arrival order) and stores the rows.
+template <int K, bool COMPUTE = true>
+__global__ void __launch_bounds__(32 * 9, 1)
+    ring_kchunk_kernel(const uint8_t* w, const float* sc, const float* x, float* y, int stages,
+                                  long long* trace) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr int CW = 8, N = kN * kK / K, NC = K / 1024, SC = K / 128, n_rb = N / kTileRows, kSlots = 4;
+    static_assert(CW % NC == 0, "a warp's chunk is fixed");
+    extern __shared__ __align__(128) uint8_t smem[];
+    const Ring ring = make_ring(smem, stages, 1);
+    float* xs = reinterpret_cast<float*>(ring.empty + stages);  // K activations
+    float* red = xs + K;                                         // [kSlots][NC][16] partial sums
+    int* cnt = reinterpret_cast<int*>(red + kSlots * NC * kTileRows);
+    if (threadIdx.x < kSlots) cnt[threadIdx.x] = 0;
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int rb_begin = int(int64_t(n_rb) * blockIdx.x / gridDim.x);
+    const int rb_end = int(int64_t(n_rb) * (blockIdx.x + 1) / gridDim.x);
+    const int n_fills = (rb_end - rb_begin) * NC;
+    if (warp == 0) {
+        if (lane == 0)
+            for (int i = 0; i < n_fills; ++i) {
+                const int slot = i % ring.stages, round = i / ring.stages;
+                using namespace flashseek::cuda::bulk;
+                if (round > 0) mbar_wait(&ring.empty[slot], uint32_t((round - 1) & 1));
+                mbar_expect_tx(&ring.full[slot], kTileBytes);
+                const int rb = rb_begin + i / NC, c = i % NC;
+                for (int r = 0; r < kTileRows; ++r)
+                    copy_g2s(ring.buf + size_t(slot) * kTileBytes + r * 1024,
+                             w + size_t(rb * kTileRows + r) * K + c * 1024, 1024, &ring.full[slot]);
+            }
+        return;
+    }
+    // trace: per CTA globaltimer at the start, after staging, when the first tile arrived, at the end.
+    long long* tr = trace && warp == 1 && lane == 0 ? trace + size_t(blockIdx.x) * 4 : nullptr;
+    if (tr) tr[0] = global_ns();
+    for (int c = int(threadIdx.x) - 32; c < K; c += 32 * CW) xs[c] = __ldcg(x + c);
+    asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+    if (tr) tr[1] = global_ns();
+    const int cw = warp - 1, chunk = cw % NC;
+    float xv[2][16];
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int j = 0; j < 16; j += 4) {
+            const float4 f = *reinterpret_cast<const float4*>(xs + chunk * 1024 + u * 512 + lane * 16 + j);
+            xv[u][j] = f.x;
+            xv[u][j + 1] = f.y;
+            xv[u][j + 2] = f.z;
+            xv[u][j + 3] = f.w;
+        }
+    auto scales = [&](float (&sv)[2], int rb) {
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+            sv[u] = __ldg(sc + (rb * kTileRows / 128) * SC + (chunk * 1024 + u * 512 + lane * 16) / 128);
+    };
+    float sv[2];
+    if (cw < n_fills) scales(sv, rb_begin + cw / NC);
+    for (int i = cw; i < n_fills; i += CW) {
+        const int rb = rb_begin + i / NC;
+        const float s_now[2] = {sv[0], sv[1]};
+        if (i + CW < n_fills) scales(sv, rb_begin + (i + CW) / NC);
+        const uint8_t* tile = ring_acquire(ring, i);
+        if (tr && i == cw) tr[2] = global_ns();
+        if constexpr (COMPUTE) {
+            float part[kTileRows];
+#pragma unroll
+            for (int r = 0; r < kTileRows; ++r) {
+                float acc = 0.f;
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+                    const uint4 v = *reinterpret_cast<const uint4*>(tile + r * 1024 + u * 512 + lane * 16);
+                    acc = fmaf(dot16(v, xv[u]), s_now[u], acc);
+                }
+                part[r] = acc;
+            }
+            ring_release(ring, i, lane);
+#pragma unroll
+            for (int r = 0; r < kTileRows; ++r) part[r] = warp_sum(part[r]);
+            float* red_rb = red + ((i / NC) % kSlots) * NC * kTileRows;
+#pragma unroll
+            for (int r = 0; r < kTileRows; ++r)
+                if (lane == r) red_rb[chunk * kTileRows + r] = part[r];
+            __syncwarp();
+            int done = 0;
+            if (lane == 0) {
+                __threadfence_block();
+                done = atomicAdd(&cnt[(i / NC) % kSlots], 1) == NC - 1;
+            }
+            done = __shfl_sync(0xffffffffu, done, 0);
+            if (done) {
+                __threadfence_block();
+                if (lane < kTileRows) {
+                    float sum = 0.f;
+#pragma unroll
+                    for (int c = 0; c < NC; ++c) sum += red_rb[c * kTileRows + lane];
+                    y[rb * kTileRows + lane] = sum;
+                }
+                __syncwarp();
+                if (lane == 0) cnt[(i / NC) % kSlots] = 0;
+            }
+        } else {  // the loader's own ceiling with 1 KB pieces
+            ring_release(ring, i, lane);
+        }
+    }
+    if (trace) {
+        asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+        if (tr) tr[3] = global_ns();
+    }
 #endif
 }
 
 // ---- chain: two dependent GEMVs in one persistent kernel (stage 1's mechanism) ----------------------------------
 // A = rows [0, kChainRows) of the matrix on x, B = rows [kChainRows, 2 kChainRows) on A's first kK outputs; B starts
 // only when every CTA has finished its A tiles (one arrival and one poller per CTA on a counter, release / acquire:
-// one per compute warp, 1,056 on one address, took 66 us), but the loader
-// streams B's tiles right behind A's whatever the dependency: the ring holds B's first tiles while A's tail and
-// the wait run.
+// one per compute warp, 1,056 on one address, took 66 us), but the loader streams B's tiles right behind A's
+// whatever the dependency: the ring holds B's first tiles while A's tail and the wait run.
 constexpr int kChainRows = 16384, kChainTiles = kChainRows / kTileRows;
 
 template <int CW>
@@ -874,7 +1000,8 @@ int main() {
                us(med(compute)), us(med(release)), us(med(wait)), us(med(waits_sum)), us(med(loader_last)));
         const long long* c = tr.data();
         printf("  trace %s: CTA 0 tile arrivals (us after start):", name);
-        for (int i = 0; i < std::min(kTraceTiles, (n_tiles + sms - 1) / sms); ++i) printf(" %.2f", us(double(c[4 + 3 * i] - c[0])));
+        for (int i = 0; i < std::min(kTraceTiles, (n_tiles + sms - 1) / sms); ++i)
+            printf(" %.2f", us(double(c[4 + 3 * i] - c[0])));
         printf("\n");
     };
 
@@ -888,7 +1015,9 @@ int main() {
         auto run = [&](auto kernel, int cw, bool compute, const char* form) {
             CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
             CK(cudaMemset(y, 0xff, kN * 4));
-            auto launch = [&](const uint8_t* wc) { kernel<<<sms, 32 * (cw + 1), smem>>>(wc, sc, x, y, stages, nullptr); };
+            auto launch = [&](const uint8_t* wc) {
+                kernel<<<sms, 32 * (cw + 1), smem>>>(wc, sc, x, y, stages, nullptr);
+            };
             const double us = median_us(launch), single = single_us(launch);
             CK(cudaGetLastError());
             char name[64];
@@ -924,23 +1053,52 @@ int main() {
         CK(cudaMalloc(&xw, K * 4));
         CK(cudaMemcpy(xw, hxw.data(), K * 4, cudaMemcpyHostToDevice));
         const int stages = 8;
-        const size_t smem = size_t(stages) * kTileBytes + size_t(stages) * 16 + size_t(K / 16 * 20) * 4 +
-                            size_t(N / 128 * SC) * 4;
+        // cw 0: ring_kchunk_kernel (8 compute warps, K + partials + counters after the ring); -1: its copy only.
+        const bool kchunk = cw <= 0, check = cw != -1;
+        const size_t smem = kchunk ? size_t(stages) * kTileBytes + size_t(stages) * 16 + size_t(K) * 4 +
+                                         size_t(4) * (K / 1024) * kTileRows * 4 + 64
+                                   : size_t(stages) * kTileBytes + size_t(stages) * 16 + size_t(K / 16 * 20) * 4 +
+                                         size_t(N / 128 * SC) * 4;
+        if (kchunk) cw = 8;
         CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
         CK(cudaMemset(y, 0xff, kN * 4));
-        auto launch = [&](const uint8_t* wc) { kernel<<<sms, 32 * (cw + 1), smem>>>(wc, sc, xw, y, stages); };
+        auto launch = [&](const uint8_t* wc) {
+            kernel<<<sms, 32 * (cw + 1), smem>>>(wc, sc, xw, y, stages, nullptr);
+        };
         const double us = median_us(launch), single = single_us(launch);
         CK(cudaGetLastError());
-        const double err = device_rel_l2(y, refw.data(), N);
+        const double err = check ? device_rel_l2(y, refw.data(), N) : 0.0;
+        kernel<<<sms, 32 * (cw + 1), smem>>>(w, sc, xw, y, stages, dtrace);
+        CK(cudaDeviceSynchronize());
+        std::vector<long long> tw(size_t(sms) * 4);
+        CK(cudaMemcpy(tw.data(), dtrace, tw.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+        std::vector<double> staged, first;
+        long long t0 = LLONG_MAX, t1 = 0;
+        for (int b = 0; b < sms; ++b) {
+            t0 = std::min(t0, tw[4 * b]);
+            t1 = std::max(t1, tw[4 * b + 3]);
+            staged.push_back(double(tw[4 * b + 1] - tw[4 * b]) / 1e3);
+            first.push_back(double(tw[4 * b + 2] - tw[4 * b]) / 1e3);
+        }
+        std::sort(staged.begin(), staged.end());
+        std::sort(first.begin(), first.end());
+        printf("  trace: in-kernel span %.2f us; medians: activations staged %.2f us, first tile %.2f us after "
+               "start (max %.2f / %.2f)\n",
+               double(t1 - t0) / 1e3, staged[staged.size() / 2], first[first.size() / 2], staged.back(),
+               first.back());
         failed += !(err < 1e-5);
         const double gbs = double(wbytes) / (us * 1e3);
-        printf("wide %5d x %4d tiles, 8 st %d w %8.2f us %8.1f GB/s %5.1f%% of copy (single launch %6.2f us)  %s "
+        printf("wide %5d x %4d %s, 8 st %d w %8.2f us %8.1f GB/s %5.1f%% of copy (single launch %6.2f us)  %s "
                "(relative L2 error %.2e)\n",
-               N, K, cw, us, gbs, 100.0 * gbs / copy_gbs, single, err < 1e-5 ? "check ok" : "CHECK FAILED", err);
+               N, K, !check ? "copy  " : kchunk ? "chunks" : "tiles ", cw, us, gbs, 100.0 * gbs / copy_gbs, single,
+               !check ? "not checked" : err < 1e-5 ? "check ok" : "CHECK FAILED", err);
         CK(cudaFree(xw));
     };
     wide(ring_wide_kernel<4096, 8>, 4096, 8);
     wide(ring_wide_kernel<8192, 8>, 8192, 8);
+    wide(ring_kchunk_kernel<4096>, 4096, 0);
+    wide(ring_kchunk_kernel<8192>, 8192, 0);
+    wide(ring_kchunk_kernel<8192, false>, 8192, -1);  // its loader alone: the ceiling of 1 KB pieces
 
     // Two dependent GEMVs (16.8 MB each): back-to-back launches of the register form against one persistent kernel.
     {
@@ -1084,7 +1242,8 @@ int main() {
         for (int stages : {8, 12}) {
             cols(ring_fp4_cols_kernel<false>, stages, kTileBytes, "cols");
             cols(ring_fp4_cols_kernel<true>, stages, kTileBytes + kF4TileScaleBytes, "cols+scales");
-            if (stages % kF4ColWarps == 0) cols(ring_fp4_tiles_kernel, stages, kTileBytes + kF4TileScaleBytes, "tiles+scales");
+            if (stages % kF4ColWarps == 0)
+                cols(ring_fp4_tiles_kernel, stages, kTileBytes + kF4TileScaleBytes, "tiles+scales");
         }
         CK(cudaFree(w4));
         CK(cudaFree(s4));
