@@ -9,8 +9,9 @@
 //   - ring:   the same with every compute warp taking 16 / CW rows of every tile (row split);
 //   - tiles:  the same with fill i consumed whole by compute warp i % CW (warp per tile, the form stage 1 uses);
 //   - wide:   the same 33.6 MB as 8,192 x 4,096 (wo_a's rows) and 4,096 x 8,192 (wo_b's), warp per tile
-//             ("tiles": 16 KB of whole rows) or warp per column chunk ("chunks": 16 rows x 1,024 columns, partial
-//             sums reduced in shared memory), and the chunks form's loader alone ("copy");
+//             ("tiles": 16 KB of whole rows, scales staged or carried in the ring) or warp per column chunk
+//             ("chunks": 16 rows x 1,024 columns, partial sums reduced in shared memory, row blocks contiguous per
+//             CTA or interleaved over the grid), and the chunks form's loader alone ("copy 1KB");
 //   - chain:  two dependent 16.8 MB GEMVs (B's input is A's output: a grid-wide counter between them) as two
 //             launches of the register form against one persistent ring kernel (row split, or warp per tile) whose
 //             loader streams B's tiles while A finishes and the grid waits;
@@ -327,26 +328,39 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
 // CTA in shared memory in lane-chunk order with 4 floats of padding per 16 (gemv_core.cuh's layout, conflict-free
 // float4 reads) and read once per chunk for all the tile's rows; the (N / 128) x (K / 128) fp32 block scales
 // (8 KB) are staged too.
-template <int K, int CW>
+// SCALES_IN_RING: instead of staging all (N / 128) x SC scales before the first tile, each fill carries its tile's
+// scale row (SC floats, one 128-row block) behind the tile as a second bulk copy.
+constexpr int kWideScaleBytes = 256;  // a stage's room for one scale row (K / 128 floats, K <= 8,192)
+template <int K, int CW, bool SCALES_IN_RING = false>
 __global__ void __launch_bounds__(32 * (CW + 1), 1)
-    ring_wide_kernel(const uint8_t* w, const float* sc, const float* x, float* y, int stages,
-                                  long long* trace) {
+    ring_wide_kernel(const uint8_t* w, const float* sc, const float* x, float* y, int stages, long long* trace) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr int N = kN * kK / K, TR = kTileBytes / K, SC = K / 128, n_tiles = N / TR;
+    static_assert(SC * 4 <= kWideScaleBytes, "a scale row fits its stage");
     extern __shared__ __align__(128) uint8_t smem[];
-    const Ring ring = make_ring(smem, stages, 1);
+    const Ring ring = make_ring(smem, stages, 1, kTileBytes + (SCALES_IN_RING ? kWideScaleBytes : 0));
     float* xs = reinterpret_cast<float*>(ring.empty + stages);  // K / 16 lane-chunks of 20 floats
-    float* ss = xs + K / 16 * 20;                                // (N / 128) x SC scales
+    float* ss = xs + K / 16 * 20;                                // (N / 128) x SC scales (staged form)
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     if (warp == 0) {
-        if (lane == 0) ring_load_strided(ring, w, n_tiles);
+        if (lane == 0) {
+            if constexpr (SCALES_IN_RING) {
+                int i = 0;
+                for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i)
+                    ring_fill2(ring, i, w + size_t(t) * kTileBytes,
+                               reinterpret_cast<const uint8_t*>(sc + (t * TR / 128) * SC), SC * 4);
+            } else {
+                ring_load_strided(ring, w, n_tiles);
+            }
+        }
         return;
     }
     long long* tr = trace && warp == 1 && lane == 0 ? trace + size_t(blockIdx.x) * 4 : nullptr;
     if (tr) tr[0] = global_ns();
     for (int c = int(threadIdx.x) - 32; c < K; c += 32 * CW) xs[(c / 16) * 20 + c % 16] = __ldcg(x + c);
-    for (int c = int(threadIdx.x) - 32; c < N / 128 * SC; c += 32 * CW) ss[c] = __ldg(sc + c);
+    if constexpr (!SCALES_IN_RING)
+        for (int c = int(threadIdx.x) - 32; c < N / 128 * SC; c += 32 * CW) ss[c] = __ldg(sc + c);
     asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
     if (tr) tr[1] = global_ns();
     const int cw = warp - 1;
@@ -354,7 +368,9 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
     for (int t = blockIdx.x + i * gridDim.x; t < n_tiles; t += CW * gridDim.x, i += CW) {
         const uint8_t* tile = ring_acquire(ring, i);
         if (tr && i == cw) tr[2] = global_ns();
-        const float* srow = ss + (t * TR / 128) * SC;  // the tile's rows share one 128-row scale block
+        // The tile's rows share one 128-row scale block.
+        const float* srow =
+            SCALES_IN_RING ? reinterpret_cast<const float*>(tile + kTileBytes) : ss + (t * TR / 128) * SC;
         float acc[TR];
 #pragma unroll
         for (int r = 0; r < TR; ++r) acc[r] = 0.f;
@@ -395,10 +411,11 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
 // the same chunk: its 32 activations stay in registers and a tile has 16 rows of independent work, as at
 // K = 1,024. A row block's NC partial sums meet in shared memory; the warp that completes a row block (a counter
 // per slot) sums them in chunk order (deterministic whatever the arrival order) and stores the rows.
-template <int K, bool COMPUTE = true>
+// INTERLEAVED: the CTA's row blocks are b, b + grid, ... (as the 16 KB tiles are assigned) instead of a contiguous
+// range; COMPUTE false: the compute warps only release the stages (the loader's own ceiling with 1 KB pieces).
+template <int K, bool COMPUTE = true, bool INTERLEAVED = false>
 __global__ void __launch_bounds__(32 * 9, 1)
-    ring_kchunk_kernel(const uint8_t* w, const float* sc, const float* x, float* y, int stages,
-                                  long long* trace) {
+    ring_kchunk_kernel(const uint8_t* w, const float* sc, const float* x, float* y, int stages, long long* trace) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr int CW = 8, N = kN * kK / K, NC = K / 1024, SC = K / 128, n_rb = N / kTileRows, kSlots = 4;
     static_assert(CW % NC == 0, "a warp's chunk is fixed");
@@ -412,7 +429,10 @@ __global__ void __launch_bounds__(32 * 9, 1)
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     const int rb_begin = int(int64_t(n_rb) * blockIdx.x / gridDim.x);
     const int rb_end = int(int64_t(n_rb) * (blockIdx.x + 1) / gridDim.x);
-    const int n_fills = (rb_end - rb_begin) * NC;
+    const int n_rb_cta =
+        INTERLEAVED ? (n_rb - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x) : rb_end - rb_begin;
+    const int n_fills = n_rb_cta * NC;
+    auto rb_of = [&](int j) { return INTERLEAVED ? int(blockIdx.x) + j * int(gridDim.x) : rb_begin + j; };
     if (warp == 0) {
         if (lane == 0)
             for (int i = 0; i < n_fills; ++i) {
@@ -420,7 +440,7 @@ __global__ void __launch_bounds__(32 * 9, 1)
                 using namespace flashseek::cuda::bulk;
                 if (round > 0) mbar_wait(&ring.empty[slot], uint32_t((round - 1) & 1));
                 mbar_expect_tx(&ring.full[slot], kTileBytes);
-                const int rb = rb_begin + i / NC, c = i % NC;
+                const int rb = rb_of(i / NC), c = i % NC;
                 for (int r = 0; r < kTileRows; ++r)
                     copy_g2s(ring.buf + size_t(slot) * kTileBytes + r * 1024,
                              w + size_t(rb * kTileRows + r) * K + c * 1024, 1024, &ring.full[slot]);
@@ -451,11 +471,11 @@ __global__ void __launch_bounds__(32 * 9, 1)
             sv[u] = __ldg(sc + (rb * kTileRows / 128) * SC + (chunk * 1024 + u * 512 + lane * 16) / 128);
     };
     float sv[2];
-    if (cw < n_fills) scales(sv, rb_begin + cw / NC);
+    if (cw < n_fills) scales(sv, rb_of(cw / NC));
     for (int i = cw; i < n_fills; i += CW) {
-        const int rb = rb_begin + i / NC;
+        const int rb = rb_of(i / NC);
         const float s_now[2] = {sv[0], sv[1]};
-        if (i + CW < n_fills) scales(sv, rb_begin + (i + CW) / NC);
+        if (i + CW < n_fills) scales(sv, rb_of((i + CW) / NC));
         const uint8_t* tile = ring_acquire(ring, i);
         if (tr && i == cw) tr[2] = global_ns();
         if constexpr (COMPUTE) {
@@ -1040,7 +1060,8 @@ int main() {
         if (stages % 12 == 0) run(ring_tiles_kernel<12, 4>, 12, true, "tiles/4");
     }
     // The same bytes as wo_a-wide (8,192 x 4,096) and wo_b-shaped (4,096 x 8,192) rows through the tiles ring.
-    auto wide = [&](auto kernel, int K, int cw) {
+    enum class Wide { Tiles, TilesScalesInRing, Chunks, ChunksInterleaved, ChunksCopy };
+    auto wide = [&](auto kernel, int K, Wide form) {
         const int N = kN * kK / K;
         std::vector<float> hxw(K);
         for (auto& v : hxw) v = d(rng);
@@ -1052,14 +1073,17 @@ int main() {
         float* xw = nullptr;
         CK(cudaMalloc(&xw, K * 4));
         CK(cudaMemcpy(xw, hxw.data(), K * 4, cudaMemcpyHostToDevice));
-        const int stages = 8;
-        // cw 0: ring_kchunk_kernel (8 compute warps, K + partials + counters after the ring); -1: its copy only.
-        const bool kchunk = cw <= 0, check = cw != -1;
-        const size_t smem = kchunk ? size_t(stages) * kTileBytes + size_t(stages) * 16 + size_t(K) * 4 +
-                                         size_t(4) * (K / 1024) * kTileRows * 4 + 64
-                                   : size_t(stages) * kTileBytes + size_t(stages) * 16 + size_t(K / 16 * 20) * 4 +
-                                         size_t(N / 128 * SC) * 4;
-        if (kchunk) cw = 8;
+        const int stages = 8, cw = 8;
+        const bool chunks = form == Wide::Chunks || form == Wide::ChunksInterleaved || form == Wide::ChunksCopy;
+        const bool check = form != Wide::ChunksCopy;
+        // ring_kchunk_kernel: K activations, partials and counters after the ring; ring_wide_kernel: the padded
+        // activations and (staged form) the scales, or stages widened by a scale row.
+        const size_t smem =
+            chunks ? size_t(stages) * kTileBytes + size_t(stages) * 16 + size_t(K) * 4 +
+                         size_t(4) * (K / 1024) * kTileRows * 4 + 64
+                   : size_t(stages) * (kTileBytes + (form == Wide::TilesScalesInRing ? kWideScaleBytes : 0)) +
+                         size_t(stages) * 16 + size_t(K / 16 * 20) * 4 + size_t(N / 128 * SC) * 4;
+        static const char* const kNames[] = {"tiles", "tiles+scales", "chunks", "chunks/il", "copy 1KB"};
         CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
         CK(cudaMemset(y, 0xff, kN * 4));
         auto launch = [&](const uint8_t* wc) {
@@ -1088,17 +1112,20 @@ int main() {
                first.back());
         failed += !(err < 1e-5);
         const double gbs = double(wbytes) / (us * 1e3);
-        printf("wide %5d x %4d %s, 8 st %d w %8.2f us %8.1f GB/s %5.1f%% of copy (single launch %6.2f us)  %s "
+        printf("wide %5d x %4d %-12s 8 st %d w %8.2f us %8.1f GB/s %5.1f%% of copy (single launch %6.2f us)  %s "
                "(relative L2 error %.2e)\n",
-               N, K, !check ? "copy  " : kchunk ? "chunks" : "tiles ", cw, us, gbs, 100.0 * gbs / copy_gbs, single,
+               N, K, kNames[int(form)], cw, us, gbs, 100.0 * gbs / copy_gbs, single,
                !check ? "not checked" : err < 1e-5 ? "check ok" : "CHECK FAILED", err);
         CK(cudaFree(xw));
     };
-    wide(ring_wide_kernel<4096, 8>, 4096, 8);
-    wide(ring_wide_kernel<8192, 8>, 8192, 8);
-    wide(ring_kchunk_kernel<4096>, 4096, 0);
-    wide(ring_kchunk_kernel<8192>, 8192, 0);
-    wide(ring_kchunk_kernel<8192, false>, 8192, -1);  // its loader alone: the ceiling of 1 KB pieces
+    wide(ring_wide_kernel<4096, 8>, 4096, Wide::Tiles);
+    wide(ring_wide_kernel<8192, 8>, 8192, Wide::Tiles);
+    wide(ring_wide_kernel<4096, 8, true>, 4096, Wide::TilesScalesInRing);
+    wide(ring_wide_kernel<8192, 8, true>, 8192, Wide::TilesScalesInRing);
+    wide(ring_kchunk_kernel<4096>, 4096, Wide::Chunks);
+    wide(ring_kchunk_kernel<8192>, 8192, Wide::Chunks);
+    wide(ring_kchunk_kernel<8192, true, true>, 8192, Wide::ChunksInterleaved);
+    wide(ring_kchunk_kernel<8192, false>, 8192, Wide::ChunksCopy);
 
     // Two dependent GEMVs (16.8 MB each): back-to-back launches of the register form against one persistent kernel.
     {
