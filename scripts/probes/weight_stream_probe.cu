@@ -50,6 +50,7 @@ namespace {
 
 constexpr int kN = 32768, kK = 1024, kTileRows = 16, kTileBytes = kTileRows * kK, kCopies = 8;
 constexpr int kScaleCols = kK / 128;
+constexpr int kTraceTiles = 32;  // tiles per CTA a traced launch records
 
 using flashseek::cuda::warp_sum;
 using flashseek::cuda::mma::ld_stream;
@@ -144,9 +145,14 @@ __device__ __forceinline__ void ring_fill2(const Ring& r, int i, const uint8_t* 
     copy_g2s(r.buf + size_t(s) * r.stride + kTileBytes, src2, bytes2, &r.full[s]);
 }
 // The loader lane over the CTA's tiles blockIdx.x, blockIdx.x + grid, ... of n_tiles contiguous 16 KB tiles at w.
-__device__ __forceinline__ void ring_load_strided(const Ring& r, const uint8_t* w, int n_tiles) {
+// `issued`: where to write clock64 as each of the first kTraceTiles fills is issued (a traced launch), or null.
+__device__ __forceinline__ void ring_load_strided(const Ring& r, const uint8_t* w, int n_tiles,
+                                                  long long* issued = nullptr) {
     int i = 0;
-    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i) ring_fill(r, i, w + size_t(t) * kTileBytes);
+    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i) {
+        ring_fill(r, i, w + size_t(t) * kTileBytes);
+        if (issued && i < kTraceTiles) issued[i] = clock64();
+    }
 }
 // A compute warp: waits for fill i, returns its tile.
 __device__ __forceinline__ const uint8_t* ring_acquire(const Ring& r, int i) {
@@ -215,11 +221,15 @@ __device__ __forceinline__ void stage_activations(float (&xv)[2][16], float* xs,
 // warp) and the loader lane: [0] clock64 and [1] globaltimer after the ring's init, [2] globaltimer and [3] clock64
 // at the end; per tile i < kTraceTiles, clock64 at [4 + 3i] the tile's arrival (acquire returned), [5 + 3i] its
 // dot products done, [6 + 3i] its release done; [4 + 3 kTraceTiles + i] clock64 when the loader issued fill i.
-constexpr int kTraceTiles = 32, kTraceSlots = 4 + 4 * kTraceTiles;
+constexpr int kTraceSlots = 4 + 4 * kTraceTiles;
 __device__ __forceinline__ long long global_ns() {
     long long t;
     asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
     return t;
+}
+__device__ __forceinline__ void trace_start(long long* tr) {
+    tr[0] = clock64();
+    tr[1] = global_ns();
 }
 
 template <bool COMPUTE, int CW>
@@ -232,18 +242,9 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, n_tiles = kN / kTileRows;
     long long* tr = trace ? trace + size_t(blockIdx.x) * kTraceSlots : nullptr;
     const bool tracer = tr && warp == 1 && lane == 0;
-    if (tracer) {
-        tr[0] = clock64();
-        tr[1] = global_ns();
-    }
+    if (tracer) trace_start(tr);
     if (warp == 0) {
-        if (lane == 0) {
-            int i = 0;
-            for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i) {
-                ring_fill(ring, i, w + size_t(t) * kTileBytes);
-                if (tr && i < kTraceTiles) tr[4 + 3 * kTraceTiles + i] = clock64();
-            }
-        }
+        if (lane == 0) ring_load_strided(ring, w, n_tiles, tr ? tr + 4 + 3 * kTraceTiles : nullptr);
         return;
     }
     float xv[2][16];
@@ -283,18 +284,9 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, n_tiles = kN / kTileRows;
     long long* tr = trace ? trace + size_t(blockIdx.x) * kTraceSlots : nullptr;
-    if (tr && warp == 1 && lane == 0) {
-        tr[0] = clock64();
-        tr[1] = global_ns();
-    }
+    if (tr && warp == 1 && lane == 0) trace_start(tr);
     if (warp == 0) {
-        if (lane == 0) {
-            int i = 0;
-            for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i) {
-                ring_fill(ring, i, w + size_t(t) * kTileBytes);
-                if (tr && i < kTraceTiles) tr[4 + 3 * kTraceTiles + i] = clock64();
-            }
-        }
+        if (lane == 0) ring_load_strided(ring, w, n_tiles, tr ? tr + 4 + 3 * kTraceTiles : nullptr);
         return;
     }
     float xv[2][16];
@@ -533,6 +525,31 @@ __global__ void __launch_bounds__(32 * 9, 1)
 // whatever the dependency: the ring holds B's first tiles while A's tail and the wait run.
 constexpr int kChainRows = 16384, kChainTiles = kChainRows / kTileRows;
 
+// The CTA's chain fills: A's tiles blockIdx.x, blockIdx.x + grid, ..., then B's the same way (B's tile t is matrix
+// tile kChainTiles + t), per_op of each. The host keeps the grid below kChainTiles: every CTA has A tiles.
+__device__ __forceinline__ int chain_per_op() {
+    return (kChainTiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x);
+}
+__device__ __forceinline__ int chain_tile_of(int i, int per_op) {
+    return (i < per_op ? 0 : kChainTiles) + int(blockIdx.x) + (i % per_op) * int(gridDim.x);
+}
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void chain_load(const Ring& r, const uint8_t* w, int per_op) {
+    for (int i = 0; i < 2 * per_op; ++i) ring_fill(r, i, w + size_t(chain_tile_of(i, per_op)) * kTileBytes);
+}
+#endif
+// One thread of the CTA (after the CTA's compute warps met): publishes the CTA's A outputs (release) and waits for
+// every CTA's arrival (acquire, polling with a short sleep).
+__device__ __forceinline__ void grid_arrive_and_wait(unsigned* done) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(done) : "memory");
+    unsigned seen = 0;
+    for (;;) {
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(done) : "memory");
+        if (seen >= gridDim.x) break;
+        __nanosleep(20);
+    }
+}
+
 template <int CW>
 __global__ void __launch_bounds__(32 * (CW + 1), 1)
     chain_kernel(const uint8_t* w, const float* sc, const float* x, float* ya, float* yb, unsigned* done,
@@ -542,16 +559,10 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
     const Ring ring = make_ring(smem, stages, CW);
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    // The CTA's tiles: A's blockIdx.x, blockIdx.x + grid, ..., then B's the same way (B's tile t is matrix tile
-    // kChainTiles + t). The host keeps the grid below kChainTiles: every CTA has A tiles, so every compute warp
-    // reaches the counter.
-    const int per_op = (kChainTiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x);
-    auto tile_of = [&](int i) {
-        return (i < per_op ? 0 : kChainTiles) + int(blockIdx.x) + (i % per_op) * int(gridDim.x);
-    };
+    const int per_op = chain_per_op();
+    auto tile_of = [&](int i) { return chain_tile_of(i, per_op); };
     if (warp == 0) {
-        if (lane == 0)
-            for (int i = 0; i < 2 * per_op; ++i) ring_fill(ring, i, w + size_t(tile_of(i)) * kTileBytes);
+        if (lane == 0) chain_load(ring, w, per_op);
         return;
     }
     // trace: per CTA globaltimer at the start, when A's last tile is done, when the grid barrier passed, at the end.
@@ -570,13 +581,7 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
             asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
             if (warp == 1 && lane == 0) {
                 if (tr) tr[1] = global_ns();
-                asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(done) : "memory");
-                unsigned seen = 0;
-                for (;;) {
-                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(done) : "memory");
-                    if (seen >= gridDim.x) break;
-                    __nanosleep(20);
-                }
+                grid_arrive_and_wait(done);
                 if (tr) tr[2] = global_ns();
             }
             asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
@@ -606,13 +611,10 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
     const Ring ring = make_ring(smem, stages, 1);
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    const int per_op = (kChainTiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x);
-    auto tile_of = [&](int i) {
-        return (i < per_op ? 0 : kChainTiles) + int(blockIdx.x) + (i % per_op) * int(gridDim.x);
-    };
+    const int per_op = chain_per_op();
+    auto tile_of = [&](int i) { return chain_tile_of(i, per_op); };
     if (warp == 0) {
-        if (lane == 0)
-            for (int i = 0; i < 2 * per_op; ++i) ring_fill(ring, i, w + size_t(tile_of(i)) * kTileBytes);
+        if (lane == 0) chain_load(ring, w, per_op);
         return;
     }
     float* xs = reinterpret_cast<float*>(ring.empty + stages);
@@ -624,15 +626,7 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
         if (!crossed && i >= per_op) {
             crossed = true;
             asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
-            if (cw == 0 && lane == 0) {
-                asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(done) : "memory");
-                unsigned seen = 0;
-                for (;;) {
-                    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(done) : "memory");
-                    if (seen >= gridDim.x) break;
-                    __nanosleep(20);
-                }
-            }
+            if (cw == 0 && lane == 0) grid_arrive_and_wait(done);
             asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
             stage_activations<CW>(xv, xs, ya, lane);
         }
@@ -652,6 +646,29 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
 // 32 columns, 50 MB + 3 MB) through the same ring, one row of a 16 KB tile (8 rows x 2 KB) per compute warp -------
 constexpr int kF4Rows = 24576, kF4K = 4096, kF4RowBytes = kF4K / 2, kF4TileRows = kTileBytes / kF4RowBytes;
 constexpr int kF4Groups = kF4K / 32, kF4Stride = 36;  // staged activations: 32 columns + 4 floats of padding
+
+// NW words of 8 e2m1 weights (each value times 2^-14 after widening) dotted with 8 NW activations in the widening's
+// order (word q, pair j = columns 8q + j and 8q + j + 4); X: a register array or a pointer into shared memory.
+template <int NW, class X>
+__device__ __forceinline__ float fp4_dot(const uint32_t (&words)[NW], const X& xw) {
+    float part = 0.f;
+#pragma unroll
+    for (int q = 0; q < NW; ++q) {
+        uint32_t h[4];
+        flashseek::cuda::e2m1x8_to_f16x2x4_scaled(words[q], h);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[j]));
+            part = fmaf(f.x, xw[q * 8 + 2 * j], part);
+            part = fmaf(f.y, xw[q * 8 + 2 * j + 1], part);
+        }
+    }
+    return part;
+}
+__device__ __forceinline__ float fp4_dot16(uint2 v, const float (&xr)[16]) {
+    const uint32_t words[2] = {v.x, v.y};
+    return fp4_dot(words, xr);
+}
 
 template <int CW>
 __global__ void __launch_bounds__(32 * (CW + 1), 1)
@@ -685,18 +702,7 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
             const uint4 v = *reinterpret_cast<const uint4*>(wrow + g * 16);
             const uint32_t words[4] = {v.x, v.y, v.z, v.w};
             const float* xg = xs + g * kF4Stride;
-            float part = 0.f;
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                uint32_t h[4];
-                flashseek::cuda::e2m1x8_to_f16x2x4_scaled(words[q], h);
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[j]));
-                    part = fmaf(f.x, xg[q * 8 + 2 * j], part);
-                    part = fmaf(f.y, xg[q * 8 + 2 * j + 1], part);
-                }
-            }
+            const float part = fp4_dot(words, xg);
             const float scale = __uint_as_float(uint32_t(sc[size_t(row) * kF4Groups + g]) << 23) * 16384.f;
             acc = fmaf(part, scale, acc);
         }
@@ -707,6 +713,17 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
 #endif
 }
 
+// A lane's 16 FP4 columns base .. base + 15 of the staged activations xs, in the widening's order: word q, pair j =
+// (column base + 8q + j, base + 8q + j + 4).
+__device__ __forceinline__ void fp4_lane_activations(float (&xr)[16], const float* xs, int base) {
+#pragma unroll
+    for (int q = 0; q < 2; ++q)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            xr[q * 8 + 2 * j] = xs[base + 8 * q + j];
+            xr[q * 8 + 2 * j + 1] = xs[base + 8 * q + j + 4];
+        }
+}
 // ---- fp4 by columns: the same tiles, each compute warp a 256-byte column slice (512 columns) of all 8 rows, a lane
 // 16 columns (8 bytes) of each row. The lane's 16 activations stay in registers for the whole matrix and its 8 E8M0
 // scales per tile are read before the tile's wait; the per-row partial sums of the 8 warps meet in shared memory
@@ -743,14 +760,8 @@ __global__ void __launch_bounds__(32 * (kF4ColWarps + 1), 1)
     const int cw = warp - 1, base = cw * 512 + lane * kF4ColsPerLane, g = base / 32;
     for (int c = int(threadIdx.x) - 32; c < kF4K; c += 32 * CW) xs[c] = __ldcg(x + c);
     asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
-    float xr[kF4ColsPerLane];  // the widening's order: word q, pair j = (column base + 8q + j, base + 8q + j + 4)
-#pragma unroll
-    for (int q = 0; q < 2; ++q)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            xr[q * 8 + 2 * j] = xs[base + 8 * q + j];
-            xr[q * 8 + 2 * j + 1] = xs[base + 8 * q + j + 4];
-        }
+    float xr[kF4ColsPerLane];
+    fp4_lane_activations(xr, xs, base);
     uint8_t sn[R];
     if constexpr (!SCALES_IN_RING)
 #pragma unroll
@@ -773,20 +784,8 @@ __global__ void __launch_bounds__(32 * (kF4ColWarps + 1), 1)
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            const uint2 v = *reinterpret_cast<const uint2*>(tile + r * kF4RowBytes + cw * 256 + lane * 8);
-            const uint32_t words[2] = {v.x, v.y};
-            float part = 0.f;
-#pragma unroll
-            for (int q = 0; q < 2; ++q) {
-                uint32_t h[4];
-                flashseek::cuda::e2m1x8_to_f16x2x4_scaled(words[q], h);
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[j]));
-                    part = fmaf(f.x, xr[q * 8 + 2 * j], part);
-                    part = fmaf(f.y, xr[q * 8 + 2 * j + 1], part);
-                }
-            }
+            const float part =
+                fp4_dot16(*reinterpret_cast<const uint2*>(tile + r * kF4RowBytes + cw * 256 + lane * 8), xr);
             acc[r] = part * (__uint_as_float(uint32_t(s_now[r]) << 23) * 16384.f);
         }
         ring_release(ring, i, lane);
@@ -842,29 +841,11 @@ __global__ void __launch_bounds__(32 * (kF4ColWarps + 1), 1)
         for (int c = 0; c < kF4K / 512; ++c) {
             const int base = c * 512 + lane * kF4ColsPerLane, g = base / 32;
             float xr[kF4ColsPerLane];
-#pragma unroll
-            for (int q = 0; q < 2; ++q)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    xr[q * 8 + 2 * j] = xs[base + 8 * q + j];
-                    xr[q * 8 + 2 * j + 1] = xs[base + 8 * q + j + 4];
-                }
+            fp4_lane_activations(xr, xs, base);
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                const uint2 v = *reinterpret_cast<const uint2*>(tile + r * kF4RowBytes + c * 256 + lane * 8);
-                const uint32_t words[2] = {v.x, v.y};
-                float part = 0.f;
-#pragma unroll
-                for (int q = 0; q < 2; ++q) {
-                    uint32_t h[4];
-                    flashseek::cuda::e2m1x8_to_f16x2x4_scaled(words[q], h);
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[j]));
-                        part = fmaf(f.x, xr[q * 8 + 2 * j], part);
-                        part = fmaf(f.y, xr[q * 8 + 2 * j + 1], part);
-                    }
-                }
+                const float part =
+                    fp4_dot16(*reinterpret_cast<const uint2*>(tile + r * kF4RowBytes + c * 256 + lane * 8), xr);
                 const uint8_t e = tile[kTileBytes + r * kF4Groups + g];
                 acc[r] = fmaf(part, __uint_as_float(uint32_t(e) << 23) * 16384.f, acc[r]);
             }
