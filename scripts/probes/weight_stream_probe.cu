@@ -125,24 +125,29 @@ __device__ __forceinline__ Ring make_ring(uint8_t* smem, int stages, int consume
     }
     return r;
 }
-// The loader lane: waits until fill i's stage was released by every compute warp (its previous round), then
-// copies the 16 KB tile at src into it.
-__device__ __forceinline__ void ring_fill(const Ring& r, int i, const uint8_t* src) {
+// The loader lane: waits until fill i's stage was released by every compute warp (its previous round), announces
+// the `bytes` its copies will bring and returns the stage and its full barrier; the caller issues the copies.
+__device__ __forceinline__ uint8_t* ring_claim(const Ring& r, int i, uint32_t bytes, uint64_t*& full) {
     using namespace flashseek::cuda::bulk;
     const int s = i % r.stages, round = i / r.stages;
     if (round > 0) mbar_wait(&r.empty[s], uint32_t((round - 1) & 1));
-    mbar_expect_tx(&r.full[s], kTileBytes);
-    copy_g2s(r.buf + size_t(s) * r.stride, src, kTileBytes, &r.full[s]);
+    full = &r.full[s];
+    mbar_expect_tx(full, bytes);
+    return r.buf + size_t(s) * r.stride;
 }
-// The same with a second piece (the tile's scales, `bytes2` from src2) copied behind the tile in the stage.
-__device__ __forceinline__ void ring_fill2(const Ring& r, int i, const uint8_t* src, const uint8_t* src2,
-                                           uint32_t bytes2) {
-    using namespace flashseek::cuda::bulk;
-    const int s = i % r.stages, round = i / r.stages;
-    if (round > 0) mbar_wait(&r.empty[s], uint32_t((round - 1) & 1));
-    mbar_expect_tx(&r.full[s], kTileBytes + bytes2);
-    copy_g2s(r.buf + size_t(s) * r.stride, src, kTileBytes, &r.full[s]);
-    copy_g2s(r.buf + size_t(s) * r.stride + kTileBytes, src2, bytes2, &r.full[s]);
+// Fill i: the 16 KB tile at src.
+__device__ __forceinline__ void ring_fill(const Ring& r, int i, const uint8_t* src) {
+    uint64_t* full;
+    flashseek::cuda::bulk::copy_g2s(ring_claim(r, i, kTileBytes, full), src, kTileBytes, full);
+}
+// Fill i: the 16 KB tile at src and a second piece behind it (the tile's scales, bytes2 from src2).
+__device__ __forceinline__ void ring_fill(const Ring& r, int i, const uint8_t* src, const uint8_t* src2,
+                                          uint32_t bytes2) {
+    using flashseek::cuda::bulk::copy_g2s;
+    uint64_t* full;
+    uint8_t* stage = ring_claim(r, i, kTileBytes + bytes2, full);
+    copy_g2s(stage, src, kTileBytes, full);
+    copy_g2s(stage + kTileBytes, src2, bytes2, full);
 }
 // The loader lane over the CTA's tiles blockIdx.x, blockIdx.x + grid, ... of n_tiles contiguous 16 KB tiles at w.
 // `issued`: where to write clock64 as each of the first kTraceTiles fills is issued (a traced launch), or null.
@@ -153,6 +158,14 @@ __device__ __forceinline__ void ring_load_strided(const Ring& r, const uint8_t* 
         ring_fill(r, i, w + size_t(t) * kTileBytes);
         if (issued && i < kTraceTiles) issued[i] = clock64();
     }
+}
+// The same with each tile's scales behind it: scales_of(t) -> their address, bytes2 of them.
+template <class ScalesOf>
+__device__ __forceinline__ void ring_load_strided_scaled(const Ring& r, const uint8_t* w, int n_tiles,
+                                                         ScalesOf scales_of, uint32_t bytes2) {
+    int i = 0;
+    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i)
+        ring_fill(r, i, w + size_t(t) * kTileBytes, scales_of(t), bytes2);
 }
 // A compute warp: waits for fill i, returns its tile.
 __device__ __forceinline__ const uint8_t* ring_acquire(const Ring& r, int i) {
@@ -195,6 +208,25 @@ __device__ __forceinline__ void tile_scales(float (&s)[2], const float* sc, int 
     for (int u = 0; u < 2; ++u) s[u] = __ldg(sc + (t * kTileRows / 128) * kScaleCols + (u * 512 + lane * 16) / 128);
 }
 
+// 16 consecutive floats at p (16-byte aligned) into registers, four float4 reads.
+__device__ __forceinline__ void load16(float (&v)[16], const float* p) {
+#pragma unroll
+    for (int j = 0; j < 16; j += 4) {
+        const float4 f = *reinterpret_cast<const float4*>(p + j);
+        v[j] = f.x;
+        v[j + 1] = f.y;
+        v[j + 2] = f.z;
+        v[j + 3] = f.w;
+    }
+}
+// The compute warps (threads 32 .. 32 * (CW + 1) - 1) copy n floats of x into shared memory xs with coalesced loads
+// (through L2: x may have been written by another CTA of the same kernel) and meet (named barrier 1).
+template <int CW>
+__device__ __forceinline__ void stage_plain(float* xs, const float* x, int n) {
+    for (int c = int(threadIdx.x) - 32; c < n; c += 32 * CW) xs[c] = __ldcg(x + c);
+    asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+}
+
 // The compute warps (threads 32 .. 32 * (CW + 1) - 1) stage kK activations into shared memory xs with coalesced
 // loads (through L2: x may have been written by another CTA of the same kernel), meet (named barrier 1), and each
 // lane takes its 32 (columns lane * 16 + u * 512) into registers. Reading them straight from global memory, 16
@@ -202,18 +234,9 @@ __device__ __forceinline__ void tile_scales(float (&s)[2], const float* sc, int 
 // (4 compute warps) to 17 us (8).
 template <int CW>
 __device__ __forceinline__ void stage_activations(float (&xv)[2][16], float* xs, const float* x, int lane) {
-    for (int c = int(threadIdx.x) - 32; c < kK; c += 32 * CW) xs[c] = __ldcg(x + c);
-    asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+    stage_plain<CW>(xs, x, kK);
 #pragma unroll
-    for (int u = 0; u < 2; ++u)
-#pragma unroll
-        for (int j = 0; j < 16; j += 4) {
-            const float4 f = *reinterpret_cast<const float4*>(xs + u * 512 + lane * 16 + j);
-            xv[u][j] = f.x;
-            xv[u][j + 1] = f.y;
-            xv[u][j + 2] = f.z;
-            xv[u][j + 3] = f.w;
-        }
+    for (int u = 0; u < 2; ++u) load16(xv[u], xs + u * 512 + lane * 16);
 }
 
 // ---- ring: one CTA per SM, warp 0 lane 0 loads, CW compute warps of 16 / CW rows each ---------------------------
@@ -230,6 +253,10 @@ __device__ __forceinline__ long long global_ns() {
 __device__ __forceinline__ void trace_start(long long* tr) {
     tr[0] = clock64();
     tr[1] = global_ns();
+}
+__device__ __forceinline__ void trace_end(long long* tr) {
+    tr[2] = global_ns();
+    tr[3] = clock64();
 }
 
 template <bool COMPUTE, int CW>
@@ -262,10 +289,7 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
         ring_release(ring, i, lane);
         if (tracer && i < kTraceTiles) tr[6 + 3 * i] = clock64();
     }
-    if (tracer) {
-        tr[2] = global_ns();
-        tr[3] = clock64();
-    }
+    if (tracer) trace_end(tr);
 #endif
 }
 
@@ -307,10 +331,7 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
         if (tr && lane == 0 && i < kTraceTiles) tr[6 + 3 * i] = clock64();
     }
     asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
-    if (tr && warp == 1 && lane == 0) {
-        tr[2] = global_ns();
-        tr[3] = clock64();
-    }
+    if (tr && warp == 1 && lane == 0) trace_end(tr);
 #endif
 }
 
@@ -338,10 +359,9 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
     if (warp == 0) {
         if (lane == 0) {
             if constexpr (SCALES_IN_RING) {
-                int i = 0;
-                for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i)
-                    ring_fill2(ring, i, w + size_t(t) * kTileBytes,
-                               reinterpret_cast<const uint8_t*>(sc + (t * TR / 128) * SC), SC * 4);
+                ring_load_strided_scaled(
+                    ring, w, n_tiles,
+                    [&](int t) { return reinterpret_cast<const uint8_t*>(sc + (t * TR / 128) * SC); }, SC * 4);
             } else {
                 ring_load_strided(ring, w, n_tiles);
             }
@@ -369,14 +389,7 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
 #pragma unroll 2
         for (int c = 0; c < K / 512; ++c) {
             float xv[16];
-#pragma unroll
-            for (int j = 0; j < 16; j += 4) {
-                const float4 f = *reinterpret_cast<const float4*>(xs + (c * 32 + lane) * 20 + j);
-                xv[j] = f.x;
-                xv[j + 1] = f.y;
-                xv[j + 2] = f.z;
-                xv[j + 3] = f.w;
-            }
+            load16(xv, xs + (c * 32 + lane) * 20);
             const float s = srow[(c * 512 + lane * 16) / 128];
 #pragma unroll
             for (int r = 0; r < TR; ++r) {
@@ -428,35 +441,24 @@ __global__ void __launch_bounds__(32 * 9, 1)
     if (warp == 0) {
         if (lane == 0)
             for (int i = 0; i < n_fills; ++i) {
-                const int slot = i % ring.stages, round = i / ring.stages;
-                using namespace flashseek::cuda::bulk;
-                if (round > 0) mbar_wait(&ring.empty[slot], uint32_t((round - 1) & 1));
-                mbar_expect_tx(&ring.full[slot], kTileBytes);
+                uint64_t* full;
+                uint8_t* stage = ring_claim(ring, i, kTileBytes, full);
                 const int rb = rb_of(i / NC), c = i % NC;
                 for (int r = 0; r < kTileRows; ++r)
-                    copy_g2s(ring.buf + size_t(slot) * kTileBytes + r * 1024,
-                             w + size_t(rb * kTileRows + r) * K + c * 1024, 1024, &ring.full[slot]);
+                    flashseek::cuda::bulk::copy_g2s(stage + r * 1024, w + size_t(rb * kTileRows + r) * K + c * 1024,
+                                                    1024, full);
             }
         return;
     }
     // trace: per CTA globaltimer at the start, after staging, when the first tile arrived, at the end.
     long long* tr = trace && warp == 1 && lane == 0 ? trace + size_t(blockIdx.x) * 4 : nullptr;
     if (tr) tr[0] = global_ns();
-    for (int c = int(threadIdx.x) - 32; c < K; c += 32 * CW) xs[c] = __ldcg(x + c);
-    asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+    stage_plain<CW>(xs, x, K);
     if (tr) tr[1] = global_ns();
     const int cw = warp - 1, chunk = cw % NC;
     float xv[2][16];
 #pragma unroll
-    for (int u = 0; u < 2; ++u)
-#pragma unroll
-        for (int j = 0; j < 16; j += 4) {
-            const float4 f = *reinterpret_cast<const float4*>(xs + chunk * 1024 + u * 512 + lane * 16 + j);
-            xv[u][j] = f.x;
-            xv[u][j + 1] = f.y;
-            xv[u][j + 2] = f.z;
-            xv[u][j + 3] = f.w;
-        }
+    for (int u = 0; u < 2; ++u) load16(xv[u], xs + chunk * 1024 + u * 512 + lane * 16);
     auto scales = [&](float (&sv)[2], int rb) {
 #pragma unroll
         for (int u = 0; u < 2; ++u)
@@ -647,6 +649,8 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
 constexpr int kF4Rows = 24576, kF4K = 4096, kF4RowBytes = kF4K / 2, kF4TileRows = kTileBytes / kF4RowBytes;
 constexpr int kF4Groups = kF4K / 32, kF4Stride = 36;  // staged activations: 32 columns + 4 floats of padding
 
+// An E8M0 group scale times 2^14 (undoing the widening's 2^-14).
+__device__ __forceinline__ float e8m0_widened(uint8_t e) { return __uint_as_float(uint32_t(e) << 23) * 16384.f; }
 // NW words of 8 e2m1 weights (each value times 2^-14 after widening) dotted with 8 NW activations in the widening's
 // order (word q, pair j = columns 8q + j and 8q + j + 4); X: a register array or a pointer into shared memory.
 template <int NW, class X>
@@ -703,7 +707,7 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
             const uint32_t words[4] = {v.x, v.y, v.z, v.w};
             const float* xg = xs + g * kF4Stride;
             const float part = fp4_dot(words, xg);
-            const float scale = __uint_as_float(uint32_t(sc[size_t(row) * kF4Groups + g]) << 23) * 16384.f;
+            const float scale = e8m0_widened(sc[size_t(row) * kF4Groups + g]);
             acc = fmaf(part, scale, acc);
         }
         acc = warp_sum(acc);
@@ -747,10 +751,8 @@ __global__ void __launch_bounds__(32 * (kF4ColWarps + 1), 1)
     if (warp == 0) {
         if (lane == 0) {
             if constexpr (SCALES_IN_RING) {
-                int i = 0;
-                for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i)
-                    ring_fill2(ring, i, w + size_t(t) * kTileBytes, sc + size_t(t) * kF4TileScaleBytes,
-                               kF4TileScaleBytes);
+                ring_load_strided_scaled(
+                    ring, w, n_tiles, [&](int t) { return sc + size_t(t) * kF4TileScaleBytes; }, kF4TileScaleBytes);
             } else {
                 ring_load_strided(ring, w, n_tiles);
             }
@@ -758,8 +760,7 @@ __global__ void __launch_bounds__(32 * (kF4ColWarps + 1), 1)
         return;
     }
     const int cw = warp - 1, base = cw * 512 + lane * kF4ColsPerLane, g = base / 32;
-    for (int c = int(threadIdx.x) - 32; c < kF4K; c += 32 * CW) xs[c] = __ldcg(x + c);
-    asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+    stage_plain<CW>(xs, x, kF4K);
     float xr[kF4ColsPerLane];
     fp4_lane_activations(xr, xs, base);
     uint8_t sn[R];
@@ -786,7 +787,7 @@ __global__ void __launch_bounds__(32 * (kF4ColWarps + 1), 1)
         for (int r = 0; r < R; ++r) {
             const float part =
                 fp4_dot16(*reinterpret_cast<const uint2*>(tile + r * kF4RowBytes + cw * 256 + lane * 8), xr);
-            acc[r] = part * (__uint_as_float(uint32_t(s_now[r]) << 23) * 16384.f);
+            acc[r] = part * e8m0_widened(s_now[r]);
         }
         ring_release(ring, i, lane);
 #pragma unroll
@@ -821,15 +822,12 @@ __global__ void __launch_bounds__(32 * (kF4ColWarps + 1), 1)
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, n_tiles = kF4Rows / kF4TileRows;
     if (warp == 0) {
-        if (lane == 0) {
-            int i = 0;
-            for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++i)
-                ring_fill2(ring, i, w + size_t(t) * kTileBytes, sc + size_t(t) * kF4TileScaleBytes, kF4TileScaleBytes);
-        }
+        if (lane == 0)
+            ring_load_strided_scaled(
+                ring, w, n_tiles, [&](int t) { return sc + size_t(t) * kF4TileScaleBytes; }, kF4TileScaleBytes);
         return;
     }
-    for (int c = int(threadIdx.x) - 32; c < kF4K; c += 32 * CW) xs[c] = __ldcg(x + c);
-    asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+    stage_plain<CW>(xs, x, kF4K);
     const int cw = warp - 1;
     int i = cw;
     for (int t = blockIdx.x + i * gridDim.x; t < n_tiles; t += CW * gridDim.x, i += CW) {
@@ -846,8 +844,7 @@ __global__ void __launch_bounds__(32 * (kF4ColWarps + 1), 1)
             for (int r = 0; r < R; ++r) {
                 const float part =
                     fp4_dot16(*reinterpret_cast<const uint2*>(tile + r * kF4RowBytes + c * 256 + lane * 8), xr);
-                const uint8_t e = tile[kTileBytes + r * kF4Groups + g];
-                acc[r] = fmaf(part, __uint_as_float(uint32_t(e) << 23) * 16384.f, acc[r]);
+                acc[r] = fmaf(part, e8m0_widened(tile[kTileBytes + r * kF4Groups + g]), acc[r]);
             }
         }
         ring_release(ring, i, lane);
