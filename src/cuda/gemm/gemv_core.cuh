@@ -76,30 +76,53 @@ __device__ __forceinline__ float dot16(const uint32_t* words, const float* xv) {
     return p;
 }
 
-// Whole CTA: stage rows row_of(t) (t < T; < 0 = zeros) of the prepared activation x, columns [col0, col0 + len)
-// (len a multiple of 8), into xsm with t_stride floats per token. Caller syncs before and after.
+// Threads tid = 0 .. nthreads - 1 of a CTA: stage rows row_of(t) (t < T; < 0 = zeros) of the prepared activation x,
+// columns [col0, col0 + len) (len a multiple of 8), into xsm with t_stride floats per token. Caller syncs those
+// threads before and after. kBatch: 16-byte pieces per thread whose loads are issued before any is stored (one
+// memory round trip per kBatch pieces instead of per piece, where a CTA stages many columns at once).
+template <WeightKind WK, int T, int kBatch, class RowOf>
+__device__ __forceinline__ void stage_x_threads(float* xsm, int t_stride, const uint16_t* __restrict__ x, int64_t x_ld,
+                                                const float* __restrict__ xs, int64_t xs_ld, int64_t col0, int len,
+                                                RowOf row_of, int tid, int nthreads) {
+    constexpr int CPL = cols_per_lane<WK>(), LS = lane_stride<WK>();
+    const int per_row = len / 8, total = T * per_row;
+    for (int i0 = tid; i0 < total; i0 += nthreads * kBatch) {
+        uint4 v[kBatch];
+        float s[kBatch];
+        int64_t xr[kBatch];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+            const int i = i0 + j * nthreads;
+            xr[j] = i < total ? row_of(i / per_row) : -1;
+            if (xr[j] < 0) continue;
+            const int64_t col = col0 + (i % per_row) * 8;
+            v[j] = __ldg(reinterpret_cast<const uint4*>(x + xr[j] * x_ld + col));
+            s[j] = __ldg(xs + xr[j] * xs_ld + col / 128);
+        }
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+            const int i = i0 + j * nthreads;
+            if (i >= total) continue;
+            const int t = i / per_row, c = (i % per_row) * 8;
+            float4* dst = reinterpret_cast<float4*>(xsm + t * t_stride + (c / CPL) * LS + (c % CPL));
+            if (xr[j] < 0) {
+                dst[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+                dst[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+                continue;
+            }
+            const float2 f0 = h2f(v[j].x), f1 = h2f(v[j].y), f2 = h2f(v[j].z), f3 = h2f(v[j].w);
+            dst[0] = make_float4(f0.x * s[j], f0.y * s[j], f1.x * s[j], f1.y * s[j]);
+            dst[1] = make_float4(f2.x * s[j], f2.y * s[j], f3.x * s[j], f3.y * s[j]);
+        }
+    }
+}
+// The whole CTA stages (stage_x_threads over every thread, one piece at a time). Caller syncs before and after.
 template <WeightKind WK, int T, class RowOf>
 __device__ __forceinline__ void stage_x(float* xsm, int t_stride, const uint16_t* __restrict__ x, int64_t x_ld,
                                         const float* __restrict__ xs, int64_t xs_ld, int64_t col0, int len,
                                         RowOf row_of) {
-    constexpr int CPL = cols_per_lane<WK>(), LS = lane_stride<WK>();
-    const int per_row = len / 8;
-    for (int i = threadIdx.x; i < T * per_row; i += blockDim.x) {
-        const int t = i / per_row, c = (i % per_row) * 8;
-        float4* dst = reinterpret_cast<float4*>(xsm + t * t_stride + (c / CPL) * LS + (c % CPL));
-        const int64_t xr = row_of(t);
-        if (xr < 0) {
-            dst[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-            dst[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-            continue;
-        }
-        const int64_t col = col0 + c;
-        const uint4 v = __ldg(reinterpret_cast<const uint4*>(x + xr * x_ld + col));
-        const float s = __ldg(xs + xr * xs_ld + col / 128);
-        const float2 f0 = h2f(v.x), f1 = h2f(v.y), f2 = h2f(v.z), f3 = h2f(v.w);
-        dst[0] = make_float4(f0.x * s, f0.y * s, f1.x * s, f1.y * s);
-        dst[1] = make_float4(f2.x * s, f2.y * s, f3.x * s, f3.y * s);
-    }
+    stage_x_threads<WK, T, 1>(xsm, t_stride, x, x_ld, xs, xs_ld, col0, len, row_of, int(threadIdx.x),
+                              int(blockDim.x));
 }
 
 // One lane's share of one accumulate iteration: the 16-byte pieces of R weight rows at kUnroll column positions
