@@ -17,7 +17,8 @@
 #   sanitize [SECONDS]       compute-sanitizer memcheck and racecheck on the harness's --quick lists, the backend
 #                            test and a short end-to-end run (in parallel, SECONDS per run, default 420)
 #   e2e [--diagnose]         flashseek logits, CUDA against the goldens / the CPU reference, both criteria (below);
-#                            --diagnose adds the per-layer localization on tiny-a / tiny-b
+#                            --diagnose adds the per-layer localization on tiny-a / tiny-b; then fused paths forced
+#                            (gemv_chain) against the default path, bit for bit (chain-shapes)
 #   envelopes                (any machine, CPU only) the reference's own envelopes for every end-to-end case
 #   bench                    flashseek bench envelope: decode at 1/16/64/128/256 sequences at context 256, 1/16 at
 #                            8192, prefill of one sequence of 512/4096/16384 tokens (PREFILL_LENGTHS), and TP2 /
@@ -426,7 +427,30 @@ cmd_e2e() {
     fi
   done < <(e2e_cases "$work")
   verdict_table "$e2e"
+  [ $cpu_only = 1 ] || fused_identity "$work"
   rm -rf "$work"
+}
+
+# Fused paths that must give the unfused path's bits end to end: logits of chain-shapes (a config whose wo_a / wo_b
+# reach gemv_chain: 2 groups of 1,024 rows over 2,048 columns; 12 decode steps) with the fused variant forced and
+# with the default policy, byte for byte, in both numerics.
+fused_identity() {  # work dir
+  make_tiny chain-shapes "$1" || { fail "gen-checkpoint chain-shapes"; return; }
+  local model=$1/chain-shapes tok=$1/chain-shapes.tok num
+  awk '{NF=16; print}' "$tok" > "$1/chain16.tok"
+  for num in exact release; do
+    timeout 120 env LD_LIBRARY_PATH="$LDP" "$FS" logits --model "$model" --tokens "$1/chain16.tok" --prefill 4 \
+      --backend cuda --numerics $num --output "$1/unfused_$num.bin" > "$LOG/fused_unfused_$num.log" 2>&1 \
+      || { fail "chain-shapes: logits $num (logs/fused_unfused_$num.log)"; continue; }
+    timeout 120 env LD_LIBRARY_PATH="$LDP" FLASHSEEK_FORCE=gemv_chain "$FS" logits --model "$model" \
+      --tokens "$1/chain16.tok" --prefill 4 --backend cuda --numerics $num --output "$1/chain_$num.bin" \
+      > "$LOG/fused_chain_$num.log" 2>&1 || { fail "chain-shapes: logits $num, gemv_chain forced"; continue; }
+    if cmp -s "$1/unfused_$num.bin" "$1/chain_$num.bin"; then
+      note "chain-shapes $num: gemv_chain forced gives the default path's logits bit for bit"
+    else
+      fail "chain-shapes $num: logits with gemv_chain forced differ from the default path's"
+    fi
+  done
 }
 
 # -------------------------------------------------------------------------------------------------------- diagnose

@@ -65,6 +65,9 @@ private:
     // head_queries: the query path (and the sub-block's output) on the head rows only (last_layer_on_head_rows).
     void enqueue_attention(int l, const PassShape& s, bool head_queries);
     void enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch);
+    // wo_a -> wo_b as one persistent kernel at one token (gemm/gemv_chain.cuh); false where it does not apply.
+    bool run_out_proj_chain(const ShardLayer& L, const PreparedActivation& ao, const DeviceLinear& wo_a, int G,
+                            int Tq, bool prefill);
     // combine = false: the sub-block output is left as its terms (routed_out, grouping, shared_out) for the next
     // mhc_pre, which fuses this sub-block's mhc_post and computes the combine itself (MhcPreParams::prev_y_routed).
     void enqueue_moe(int l, const PassShape& s, bool combine);

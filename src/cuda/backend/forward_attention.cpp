@@ -20,6 +20,7 @@
 #include "cuda/backend/forward.h"
 #include "cuda/backend/glue.cuh"
 #include "cuda/compressor/compressor.cuh"
+#include "cuda/gemm/gemv_chain.cuh"
 #include "cuda/gemm/weight_dequant.cuh"
 #include "cuda/indexer/indexer.cuh"
 #include "cuda/indexer/indexer_prefill.cuh"
@@ -223,6 +224,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
     }
     const PreparedActivation& ao = prepare(buf_.prep_attn_out, buf_.attn_out.get(), false, Tq, int64_t(H) * hd,
                                            int64_t(H) * hd, wo_a, /*force_exact=*/true, nullptr, G);
+    if (run_out_proj_chain(L, ao, wo_a, G, Tq, s.prefill)) return;
     {
         OpProfiler::Scope sc(prof_, "attn.wo_a grouped gemm");
         if (wo_a.weight == L.wo_a.weight) prof_.bytes(L.bytes.wo_a);
@@ -250,6 +252,55 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         lin(az, L.wo_b, buf_.sub_out_partial.get(), OutKind::F32, D);
     else
         lin(az, L.wo_b, buf_.sub_out.get(), OutKind::BF16, D);
+}
+
+// One token: wo_a, the preparation of its output for wo_b and wo_b as one persistent kernel (gemm/gemv_chain.cuh)
+// where both linears would run simt_gemv: the same bits as the two launches (the chain keeps their K splits), with
+// the weight stream running across the boundary. Taken only where the policy forces "gemv_chain": on the H200 it is
+// 1.15x faster than the two launches on its own but slower inside the step (docs/perf-log/2026-12-04_gemv-chain.md).
+// Returns false (nothing run) elsewhere.
+bool ForwardPass::run_out_proj_chain(const ShardLayer& L, const PreparedActivation& ao, const DeviceLinear& wo_a,
+                                     int G, int Tq, bool prefill) {
+    if (Tq != 1 || prefill || !pol_->is_forced("gemv_chain") || pol_->is_disabled("gemv_chain") ||
+        wo_a.weight != L.wo_a.weight)
+        return false;
+    const Lane main = streams_.main_lane();
+    if (!main.ws) return false;
+    const int64_t GO = int64_t(G) * cfg_.o_lora_rank;
+    if (input_format(Tq, L.wo_b) != ActFormat::MMA_F16) return false;
+    PrepBuffer& pb = buf_.prep_wo_a_out;
+    const ActNumerics nb = input_numerics(L.wo_b, false);
+    PreparedActivation az;  // what prepare() would make of wo_a's output: the plan of wo_b is read from it
+    describe_prepared(az, L.wo_b.kind, nb, Tq, GO);
+    az.values = pb.values.as<uint16_t>();
+    az.scales = pb.scales.as<float>();
+    const LinearPlan plan_a = plan_linear(ao, wo_a, G, main.ws, *pol_);
+    const LinearPlan plan_b = plan_linear(az, L.wo_b, 1, main.ws, *pol_);
+    if (plan_a.variant != "simt_gemv" || plan_b.variant != "simt_gemv") return false;
+    GemvChain c;
+    c.x = &ao;
+    c.a = wo_a;
+    c.groups = G;
+    c.splits_a = plan_a.k_splits;
+    c.b = L.wo_b;
+    c.splits_b = plan_b.k_splits;
+    c.numerics_b = nb;
+    c.mid = buf_.wo_a_out.as<uint16_t>();
+    c.mid_values = az.values;
+    c.mid_scales = az.scales;
+    c.y = sharded_ ? buf_.sub_out_partial.get() : buf_.sub_out.get();  // as the wo_b launch below writes
+    c.y_kind = sharded_ ? OutKind::F32 : OutKind::BF16;
+    c.counters = main.ws->counters;
+    c.n_counters = main.ws->n_counters;
+    if (!gemv_chain_supports(c)) return false;
+    {
+        OpProfiler::Scope sc(prof_, "attn.wo_a + wo_b chain");
+        prof_.bytes(L.bytes.wo_a + L.bytes.wo_b);
+        gemv_chain(c, main.stream);
+        prof_.variant("gemv_chain");
+    }
+    adopt_prepared(pb, buf_.wo_a_out.get(), Tq, GO, L.wo_b.kind, nb);  // written by the chain, as prepare() would
+    return true;
 }
 
 // Window + compressed candidates; the indexer's selection in CSA layers when some sequence needed scoring, else

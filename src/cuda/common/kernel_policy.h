@@ -13,7 +13,10 @@
 //           shared_bf16_out (prefill: the shared expert's w2 writes its output rounded to bf16, as the combine reads it),
 //           routed_bf16_out (release numerics: grouped_experts' down-projection writes bf16, as the combine reads it),
 //           norm_fp8_rows (mhc_pre's norm also writes the FP8_ROWS act_quant of its output for the first FP8 GEMM),
-//           wo_a_fp8_rows (prefill: the bf16 wo_a GEMM writes wo_b's act_quant rows instead of its output)
+//           wo_a_fp8_rows (prefill: the bf16 wo_a GEMM writes wo_b's act_quant rows instead of its output),
+//           gemv_chain (one token: wo_a, the preparation of its output and wo_b as one persistent kernel,
+//           gemm/gemv_chain.cuh, where both would run simt_gemv, the same bits; only where forced: slower inside
+//           the step on the H200, docs/perf-log/2026-12-04_gemv-chain.md)
 //   epilogue: gemm_tma_store (the wgmma GEMMs' bf16 output tiles written by TMA from shared memory, overlapping
 //           the next tile; disabled: stored by the math warps, the same bits)
 // Environment (all optional): FLASHSEEK_DISABLE=name,name (never choose these), FLASHSEEK_FORCE=name,name (take
