@@ -2,9 +2,10 @@
 // persistent chain (cuda/gemm/gemv_chain.cuh) against what it replaces — grouped simt_gemv for wo_a, the
 // preparation of its output, simt_gemv for wo_b — each timed as CUDA-graph replays rotating over weight copies
 // larger than L2 (the backend's graphs launch the same way, with PDL), both at the default split-K workspace's
-// splits. Bytes: both weights with their scales. A second row block gives the chain's phases from its globaltimer
-// trace (medians over CTAs of one traced launch, microseconds after the earliest CTA start), where the stream or
-// the handover waits.
+// splits. Bytes: both weights with their scales. Printed beside the table: the same with a small kernel after each
+// call (the step's situation: the cost of the kernel boundaries) and the chain's phases from its globaltimer trace
+// (medians over CTAs of one traced launch, microseconds after the earliest CTA start), where the stream or the
+// handover waits.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -90,6 +91,35 @@ void perf_gemv_chain(PerfReport& report) {
             cuda::gemv_chain(c, s);
         },
         std::max(copies, 20));
+
+    // The chain between small kernels, as in the step: each call followed by one activation preparation (a
+    // kernel with little shared memory), against the two timed apart. A cost of the boundaries themselves (an SM
+    // reconfiguring its shared-memory carveout between a 176 KB kernel and its neighbours) shows as the difference.
+    const auto prepare_x = [&](cudaStream_t s) {
+        cuda::prepare_activation(x.ptr, false, 1, x_n, x_n, WeightKind::FP8_BLOCK128, cuda::ActNumerics::EXACT, ax, s);
+    };
+    const double prep_us = time_graph_per_call([&](cudaStream_t s, int) { prepare_x(s); }, std::max(copies, 20));
+    const double chain_prep_us = time_graph_per_call(
+        [&](cudaStream_t s, int i) {
+            c.a = wa[size_t(i % copies)].device();
+            c.b = wb[size_t(i % copies)].device();
+            cuda::gemv_chain(c, s);
+            prepare_x(s);
+        },
+        std::max(copies, 20));
+    const double two_prep_us = time_graph_per_call(
+        [&](cudaStream_t s, int i) {
+            cuda::grouped_linear(ax, wa[size_t(i % copies)].device(), kGroups, mid.ptr, cuda::OutKind::BF16, mid_n,
+                                 &ws, s, simt);
+            cuda::prepare_activation(mid16, false, 1, mid_n, mid_n, WeightKind::FP8_BLOCK128,
+                                     cuda::ActNumerics::FP8_BLOCK128, az, s);
+            cuda::linear(az, wb[size_t(i % copies)].device(), y.ptr, cuda::OutKind::BF16, kHidden, &ws, s, simt);
+            prepare_x(s);
+        },
+        std::max(copies, 20));
+    std::printf("perf: gemv_chain between small kernels: chain + prepare %.2f us (chain %.2f + prepare %.2f apart); "
+                "two launches + prepare + prepare %.2f us (%.2f + %.2f apart)\n",
+                chain_prep_us, chain_us, prep_us, two_prep_us, two_us, prep_us);
 
     const std::string shape = "8x(4096->1024) + 8192->4096 FP8";
     const std::string splits = "splits " + std::to_string(plan_a.k_splits) + "/" + std::to_string(plan_b.k_splits);
