@@ -41,24 +41,38 @@ __device__ __forceinline__ void pdl_trigger() {
 inline bool pdl_enabled() { return KernelPolicy::process().pdl && current_arch().cc >= 90; }
 
 // kernel<<<grid, block, smem, stream>>>(args...) with the programmatic-stream-serialization attribute when
-// pdl_enabled(). The kernel must follow the contract above. Launch errors are checked here.
+// pdl_enabled(), and (cooperative) the cooperative attribute: the launch fails unless every CTA of the grid can be
+// resident at once, which a kernel whose CTAs wait for each other needs (under MPS or beside other work the device
+// may offer fewer SMs than it has). The kernel must follow the contract above. Launch errors are checked here.
 template <typename... Params, typename... Args>
-void launch_pdl(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                Args&&... args) {
+void launch_attrs(const char* name, bool cooperative, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
+                  cudaStream_t stream, Args&&... args) {
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
+    unsigned n = 0;
     if (pdl_enabled()) {
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n].val.programmaticStreamSerializationAllowed = 1;
+        ++n;
     }
+    if (cooperative) {
+        attr[n].id = cudaLaunchAttributeCooperative;
+        attr[n].val.cooperative = 1;
+        ++n;
+    }
+    cfg.attrs = n ? attr : nullptr;
+    cfg.numAttrs = n;
     const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
     if (err != cudaSuccess) throw_cuda_error(err, name, __FILE__, __LINE__);
+}
+template <typename... Params, typename... Args>
+void launch_pdl(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                Args&&... args) {
+    launch_attrs(name, false, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace flashseek::cuda

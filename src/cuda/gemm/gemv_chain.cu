@@ -20,7 +20,8 @@
 //     completed a block prepare it in global memory: a fence and an atomic per tile on the warps' critical path and
 //     a second wait; 41.5 us per layer against 46 for the two launches, slower than them inside graphs.)
 //   - Co-residency: at most one CTA per SM (the launch bounds and the shared memory, checked against the opt-in
-//     limit, allow one), so every CTA whose A tiles are awaited runs. PDL: the loader streams weights before
+//     limit, allow one) and a cooperative launch, which fails rather than leave a CTA waiting for one that
+//     cannot be resident. PDL: the loader streams weights before
 //     griddepcontrol.wait (weights are constant); the compute warps wait before reading x; the dependents are
 //     released only after the handover, when every CTA is resident.
 // Measured (H200, docs/perf-log/2026-12-04_gemv-chain.md): V4's wo_a + wo_b in 34.7 us against 39.8 us for the two
@@ -461,7 +462,9 @@ void gemv_chain(const GemvChain& c, cudaStream_t stream) {
     const int grid = chain_grid(c);
     const size_t smem = chain_smem(c, grid);
     allow_dynamic_smem(k, smem);
-    launch_pdl("gemv_chain_kernel", k, dim3(unsigned(grid)), dim3(kThreads), smem, stream, a);
+    // Cooperative: the CTAs wait for each other at the handover, so a device offering fewer SMs than it has (MPS,
+    // other work resident) must fail the launch instead of hanging.
+    launch_attrs("gemv_chain_kernel", true, k, dim3(unsigned(grid)), dim3(kThreads), smem, stream, a);
 }
 
 }  // namespace flashseek::cuda
