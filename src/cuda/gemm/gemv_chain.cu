@@ -24,9 +24,9 @@
 //     cannot be resident. PDL: the loader streams weights before
 //     griddepcontrol.wait (weights are constant); the compute warps wait before reading x; the dependents are
 //     released only after the handover, when every CTA is resident.
-// Measured (H200, docs/perf-log/2026-12-04_gemv-chain.md): V4's wo_a + wo_b in 34.7 us against 39.8 us for the two
-// simt_gemv launches and the preparation (graph replays, 1.15x), but the one-sequence step is 0.14 ms slower with
-// it, so the backend runs it only where forced. The SIMT arithmetic runs at about the copy rate with 8 compute warps
+// Measured (H200, docs/perf-log/2026-12-04_gemv-chain.md): V4's wo_a + wo_b in 35.5 us against 39.8 us for the two
+// simt_gemv launches and the preparation (graph replays, 1.12x; 34.7 us before the launch became cooperative), but
+// the one-sequence step is 0.14-0.16 ms slower with it, so the backend runs it only where forced. The SIMT arithmetic runs at about the copy rate with 8 compute warps
 // per SM, so the handover's stalls (stragglers of the static tile ranges, the barrier, B's staging: 5-6 us with
 // every ring full) add to the total instead of hiding.
 // sm_90+ (bulk copies, mbarrier transaction counts); elsewhere the kernel is empty and the host refuses.
