@@ -61,15 +61,15 @@ void perf_gemv_chain(PerfReport& report) {
     const cuda::LinearPlan plan_b = cuda::plan_linear(az, wb[0].device(), 1, &ws, simt);
     const auto* mid16 = static_cast<const uint16_t*>(mid.ptr);
 
-    const double two_us = time_graph_per_call(
-        [&](cudaStream_t s, int i) {
-            cuda::grouped_linear(ax, wa[size_t(i % copies)].device(), kGroups, mid.ptr, cuda::OutKind::BF16, mid_n,
-                                 &ws, s, simt);
-            cuda::prepare_activation(mid16, false, 1, mid_n, mid_n, WeightKind::FP8_BLOCK128,
-                                     cuda::ActNumerics::FP8_BLOCK128, az, s);
-            cuda::linear(az, wb[size_t(i % copies)].device(), y.ptr, cuda::OutKind::BF16, kHidden, &ws, s, simt);
-        },
-        std::max(copies, 20));
+    // The per-kernel path (the three launches) and the chain, on weight copy i % copies.
+    const auto run_three = [&](cudaStream_t s, int i) {
+        cuda::grouped_linear(ax, wa[size_t(i % copies)].device(), kGroups, mid.ptr, cuda::OutKind::BF16, mid_n,
+                         &ws, s, simt);
+        cuda::prepare_activation(mid16, false, 1, mid_n, mid_n, WeightKind::FP8_BLOCK128,
+                         cuda::ActNumerics::FP8_BLOCK128, az, s);
+        cuda::linear(az, wb[size_t(i % copies)].device(), y.ptr, cuda::OutKind::BF16, kHidden, &ws, s, simt);
+    };
+    const double two_us = time_graph_per_call(run_three, std::max(copies, 20));
     DeviceBuffer counters(64);
     CUDA_CHECK(cudaMemset(counters.ptr, 0, 64));
     cuda::GemvChain c;
@@ -84,13 +84,12 @@ void perf_gemv_chain(PerfReport& report) {
     c.y = y.ptr;
     c.counters = static_cast<uint32_t*>(counters.ptr);
     c.n_counters = 16;
-    const double chain_us = time_graph_per_call(
-        [&](cudaStream_t s, int i) {
-            c.a = wa[size_t(i % copies)].device();
-            c.b = wb[size_t(i % copies)].device();
-            cuda::gemv_chain(c, s);
-        },
-        std::max(copies, 20));
+    const auto run_chain = [&](cudaStream_t s, int i) {
+        c.a = wa[size_t(i % copies)].device();
+        c.b = wb[size_t(i % copies)].device();
+        cuda::gemv_chain(c, s);
+    };
+    const double chain_us = time_graph_per_call(run_chain, std::max(copies, 20));
 
     // The chain between small kernels, as in the step: each call followed by one activation preparation (a
     // kernel with little shared memory), against the two timed apart. A cost of the boundaries themselves (an SM
@@ -101,19 +100,13 @@ void perf_gemv_chain(PerfReport& report) {
     const double prep_us = time_graph_per_call([&](cudaStream_t s, int) { prepare_x(s); }, std::max(copies, 20));
     const double chain_prep_us = time_graph_per_call(
         [&](cudaStream_t s, int i) {
-            c.a = wa[size_t(i % copies)].device();
-            c.b = wb[size_t(i % copies)].device();
-            cuda::gemv_chain(c, s);
+            run_chain(s, i);
             prepare_x(s);
         },
         std::max(copies, 20));
     const double two_prep_us = time_graph_per_call(
         [&](cudaStream_t s, int i) {
-            cuda::grouped_linear(ax, wa[size_t(i % copies)].device(), kGroups, mid.ptr, cuda::OutKind::BF16, mid_n,
-                                 &ws, s, simt);
-            cuda::prepare_activation(mid16, false, 1, mid_n, mid_n, WeightKind::FP8_BLOCK128,
-                                     cuda::ActNumerics::FP8_BLOCK128, az, s);
-            cuda::linear(az, wb[size_t(i % copies)].device(), y.ptr, cuda::OutKind::BF16, kHidden, &ws, s, simt);
+            run_three(s, i);
             prepare_x(s);
         },
         std::max(copies, 20));
