@@ -1,5 +1,6 @@
 // Warpgroup tensor-core pieces (sm_90a only: wgmma exists on Hopper alone and needs the arch-specific build), used
-// by the FP4 expert kernel of moe/moe_wgmma.cu. Callers guard their bodies with FS_WGMMA_AVAILABLE.
+// by the FP4 expert kernel of moe/moe_wgmma.cu and the decode GEMVs gemm/wgmma_gemv.cu (e4m3) and
+// gemm/wgmma_f16_gemv.cu (f16). Callers guard their bodies with FS_WGMMA_AVAILABLE.
 // Why wgmma: Hopper has no native FP8 mma.sync; ptxas lowers mma.sync e4m3 to f16 HMMA plus e4m3 -> f16 unpacks
 // of every operand register (cuobjdump, docs/perf.md), which made the FP4 expert kernel arithmetic-bound.
 //
@@ -80,7 +81,9 @@ __device__ __forceinline__ void mma_n8(float (&d)[4], const uint32_t (&a)[4], ui
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }
 // d = A * B (C = 0): m64n16k16, f16 x f16 -> fp32, A from registers (the mma.sync m16n8k16 fragment layout), B from
-// shared memory; TRANS_B = imm-trans-b (0: B K-major, to be confirmed by scripts/probes/wgmma_f16_probe.cu).
+// shared memory; TRANS_B = imm-trans-b (0: B K-major with the LBO / SBO above and 2-byte elements: byte (k, n) at
+// (n / 8) * SBO + (k / 8) * LBO + (n % 8) * 16 + (k % 8) * 2, 512 bytes per k16 step of 16 columns; verified on the
+// H200 by scripts/probes/wgmma_f16_probe.cu).
 template <int TRANS_B>
 __device__ __forceinline__ void mma_f16_n16(float (&d)[8], const uint32_t (&a)[4], uint64_t desc_b) {
     asm volatile(
@@ -89,6 +92,41 @@ __device__ __forceinline__ void mma_f16_n16(float (&d)[8], const uint32_t (&a)[4
         "%13;\n}\n"
         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(TRANS_B));
+}
+// d = A * B + (accumulate ? d : 0): m64nNk16 (N = 16, 32, 64), f16 x f16 -> fp32, A from registers, B K-major from
+// shared memory (the layout above; the 8-column blocks SBO apart).
+template <int N>
+__device__ __forceinline__ void mma_f16(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, int accumulate);
+template <>
+__device__ __forceinline__ void mma_f16<16>(float (&d)[8], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7}, {%8,%9,%10,%11}, %12, p, 1, 1, "
+        "0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+template <>
+__device__ __forceinline__ void mma_f16<32>(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
+        "{%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+}
+template <>
+__device__ __forceinline__ void mma_f16<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int accumulate) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
 #endif
 

@@ -258,7 +258,9 @@ TEST_F(LinearFamily, EveryCaseThroughEveryVariant) {
     VariantCoverage coverage("linear");
     coverage.declare_all(cuda::linear_variants());
     // Properties the former per-kernel suites checked, kept as requirements of the case list.
-    for (const char* v : {"simt_gemv", "mma_gemv", "tile_gemm", "bulk_gemv", "wgmma_gemv"}) coverage.require(v, "split-k");
+    for (const char* v : {"simt_gemv", "mma_gemv", "tile_gemm", "bulk_gemv", "wgmma_gemv", "wgmma_f16_gemv"})
+        coverage.require(v, "split-k");
+    coverage.require("wgmma_f16_gemv", "grouped");
     coverage.require("mma_gemv", "raw");
     coverage.require("tile_gemm", "guarded");
     // The compute-bound GEMMs where the default choice takes them (from KernelPolicy::gemm_min_tokens rows), with
@@ -309,8 +311,8 @@ cuda::ActFormat input_format(int64_t M, int64_t N, int64_t K, ActNumerics num, c
 }
 
 // The default choice (docs/perf.md, kernel choice): one token -> simt_gemv; 2-16 tokens in release numerics ->
-// wgmma_gemv on >= 4 MB where wgmma exists, else bulk_gemv on >= 16 MB on sm_90+, else mma_gemv; > 16 tokens ->
-// tile_gemm; BF16 weights -> tile_gemm; odd grouped shapes -> generic_linear; from gemm_min_tokens (32) rows the
+// wgmma_gemv on >= 4 MB where wgmma exists, else bulk_gemv on >= 16 MB on sm_90+, else mma_gemv; exact numerics
+// (wo_a) 2-256 tokens -> wgmma_f16_gemv where wgmma exists; > 16 tokens otherwise -> tile_gemm; BF16 weights -> tile_gemm; odd grouped shapes -> generic_linear; from gemm_min_tokens (32) rows the
 // compute-bound GEMMs: FP8 weights in release numerics from an FP8_ROWS activation (fp8_gemm where wgmma exists,
 // else fp8_gemm_mma), BF16 weights bf16_gemm, and linear_input_format() names the format to prepare. A disabled
 // variant is skipped, a forced one is taken where it supports the problem, gemv_max_tokens = 0 leaves everything to
@@ -337,8 +339,11 @@ TEST(LinearChoice, DefaultRules) {
     late_wgmma.wgmma_gemv_min_tokens = 4;
     EXPECT_EQ(planned(2, 32768, 1024, R, late_wgmma), sm90 ? "bulk_gemv" : "mma_gemv");
     EXPECT_EQ(planned(4, 32768, 1024, R, late_wgmma), wgmma ? "wgmma_gemv" : sm90 ? "bulk_gemv" : "mma_gemv");
-    // exact numerics: the streaming GEMVs need FP8 activations
-    EXPECT_EQ(planned(8, 32768, 1024, X, def), "mma_gemv");
+    // exact numerics: the e4m3 streaming GEMVs need FP8 activations; wgmma_f16_gemv takes f16 ones from 2 to 256
+    // tokens where wgmma exists
+    EXPECT_EQ(planned(8, 32768, 1024, X, def), wgmma ? "wgmma_f16_gemv" : "mma_gemv");
+    EXPECT_EQ(planned(256, 32768, 1024, X, def), wgmma ? "wgmma_f16_gemv" : "tile_gemm");
+    EXPECT_EQ(planned(257, 32768, 1024, X, def), "tile_gemm");
     EXPECT_EQ(planned(4, 2048, 4096, R, def, 1, WeightKind::FP4_BLOCK32), "mma_gemv");
     // more than 16 tokens from an MMA_F16 activation: tile_gemm at any M
     EXPECT_EQ(planned(17, 32768, 1024, R, def), "tile_gemm");
@@ -379,8 +384,14 @@ TEST(LinearChoice, DefaultRules) {
     EXPECT_EQ(planned(1, 129280, 4096, X, def, 1, WeightKind::BF16), "tile_gemm");
     // grouped (wo_a, bf16 activation): the GEMVs by token count; odd grouped shapes the element-wise fallback
     EXPECT_EQ(planned(1, 8192, 4096, X, def, 8), "simt_gemv");
-    EXPECT_EQ(planned(8, 8192, 4096, X, def, 8), "mma_gemv");
-    EXPECT_EQ(planned(32, 8192, 4096, X, def, 8), "tile_gemm");
+    EXPECT_EQ(planned(2, 8192, 4096, X, def, 8), wgmma ? "wgmma_f16_gemv" : "mma_gemv");
+    EXPECT_EQ(planned(8, 8192, 4096, X, def, 8), wgmma ? "wgmma_f16_gemv" : "mma_gemv");
+    EXPECT_EQ(planned(32, 8192, 4096, X, def, 8), wgmma ? "wgmma_f16_gemv" : "tile_gemm");
+    EXPECT_EQ(planned(256, 8192, 4096, X, def, 8), wgmma ? "wgmma_f16_gemv" : "tile_gemm");
+    KernelPolicy no_f16_wgmma;
+    no_f16_wgmma.disabled = {"wgmma_f16_gemv"};
+    EXPECT_EQ(planned(16, 8192, 4096, X, no_f16_wgmma, 8), "mma_gemv");
+    EXPECT_EQ(planned(64, 8192, 4096, X, no_f16_wgmma, 8), "tile_gemm");
     EXPECT_EQ(planned(2, 4 * 24, 192, X, def, 4), "generic_linear");
     EXPECT_EQ(planned(3, 2 * 32, 256, X, def, 2), "generic_linear");
     // gemv_max_tokens = 0: no GEMV at all
@@ -391,7 +402,8 @@ TEST(LinearChoice, DefaultRules) {
     // forcing: taken where it supports the problem, ignored where it does not
     EXPECT_EQ(planned(1, 32768, 1024, R, KernelPolicy::only("tile_gemm")), "tile_gemm");
     EXPECT_EQ(planned(1, 32768, 1024, R, KernelPolicy::only("mma_gemv")), "mma_gemv");
-    EXPECT_EQ(planned(4, 32768, 1024, X, KernelPolicy::only("wgmma_gemv")), "mma_gemv");
+    EXPECT_EQ(planned(4, 32768, 1024, X, KernelPolicy::only("wgmma_gemv")), wgmma ? "wgmma_f16_gemv" : "mma_gemv");
+    EXPECT_EQ(planned(8, 32768, 1024, R, KernelPolicy::only("wgmma_f16_gemv")), wgmma ? "wgmma_f16_gemv" : "mma_gemv");
     EXPECT_EQ(planned(17, 32768, 1024, R, KernelPolicy::only("simt_gemv")), "tile_gemm");
     // every catalogue row names a known variant and declares architectures of a known form
     for (const cuda::LinearVariant& v : cuda::linear_variants()) {
