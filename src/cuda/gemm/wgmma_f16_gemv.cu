@@ -19,9 +19,13 @@
 //     columns as c0 c2 c1 c3, so logical k pair (2t, 2t + 1) of step j is columns (16j + 2t, 16j + 2t + 2) for even
 //     t and (16j + 2t - 1, 16j + 2t + 1) for odd t; lane (g, t) therefore widens the 4-byte weight word at columns
 //     16j + 4 * (t / 2) (pair (2t, 2t+1)) and 16j + 8 + 4 * (t / 2) (pair (2t + 8, 2t + 9)) of rows g and g + 8 and
-//     keeps the bytes (0, 2) for even t, (1, 3) for odd t: e4m3 -> f16 x 2^-8 by bit moves (exact, subnormals too).
+//     keeps the bytes (0, 2) for even t, (1, 3) for odd t: one byte_perm and the hardware's exact e4m3x2 -> f16x2
+//     conversion per pair.
 //   - Per 128-block: eight m64nNk16 wgmmas accumulate in the tensor core, then per column one fp32 FMA with
-//     (weight scale x 2^8 x the token's block scale); the second block's widening overlaps the first's wgmmas.
+//     (weight scale x the token's block scale); the second block's widening overlaps the first's wgmmas.
+//   - Few instructions per stage (the kernel issues on ~36% of cycles with two warps per scheduler, Nsight Compute):
+//     each thread's source pointers are worked out once per item, a stage adds its column offset; the wgmma
+//     descriptors of a block are one base plus constants.
 //   - Split-K over items (~2 items per CTA slot) with fp32 partials in the GEMM workspace; the last CTA of a
 //     (row tile, token tile) sums them in split order: deterministic.
 // Numerics: exact products (f16 x f16), the tensor core's fp32 sums per 128 columns, power-of-two (or fp32) scales,
@@ -81,34 +85,99 @@ __device__ __forceinline__ Item item_of(int item, int tiles, int ntiles) {
     return it;
 }
 
-// Lane (g, t)'s f16 pair of one 4-byte weight word: bytes (0, 2) for even t, (1, 3) for odd t, each value x 2^-8.
-__device__ __forceinline__ uint32_t widen_pair(uint32_t w, int odd) {
-    const uint32_t v = odd ? w : (w << 8);
-    return ((v & 0x7f007f00u) >> 1) | (v & 0x80008000u);
+// The copy side of one thread: the CTA's (item, stage) sequence, walked S - 1 stages ahead of the consumer, with
+// the thread's source pointers worked out once per item (a stage only adds its column offset: no division per
+// stage). Thread (warp, lane) copies weight rows 8i + 2 * warp + lane / 16 (16 bytes at (lane % 16) * 16) and
+// activation pieces (token warp + 4i, piece lane); threads below 2N one activation scale (block tid / N, token
+// tid % N).
+template <int N>
+struct Cursor {
+    int item, stage, end;
+    int valid;           // tokens of the item's tile that exist (the rest are zero-filled)
+    const uint8_t* w;    // the thread's first weight piece at stage 0
+    const uint16_t* x;   // its first activation piece at stage 0
+    const float* xs;     // its activation scale at stage 0
+
+    __device__ __forceinline__ void start(const Args& a, int tiles, int ntiles, int tid) {
+        const Item it = item_of(item, tiles, ntiles);
+        const int total = int(a.K / kStageCols);
+        stage = min(total, it.split * a.stages_per_split);
+        end = min(total, stage + a.stages_per_split);
+        const int warp = tid / 32, lane = tid & 31;
+        w = a.w + int64_t(it.tile * kRows + 2 * warp + lane / 16) * a.K + (lane % 16) * 16;
+        const int64_t col0 = int64_t(it.tile * kRows / a.rows_per_group) * a.x_group_cols;
+        const int tok0 = it.ntile * N;
+        valid = min(N, a.M - tok0);
+        x = a.x + int64_t(tok0 + warp) * a.x_ld + col0 + 8 * lane;
+        xs = a.xs + int64_t(tok0 + tid % N) * a.xs_ld + col0 / 128 + (tid / N) % 2;
+    }
+    // Moves to the next item with a stage left; false when the CTA has none.
+    __device__ __forceinline__ bool advance(const Args& a, int n_items, int tiles, int ntiles, int tid) {
+        while (item < n_items && stage >= end) {
+            item += int(gridDim.x);
+            if (item < n_items) start(a, tiles, ntiles, tid);
+        }
+        return item < n_items;
+    }
+    __device__ __forceinline__ void copy_weights(unsigned char* slot, const Args& a, int tid) const {
+        const int warp = tid / 32, lane = tid & 31;
+        unsigned char* dst = slot + (2 * warp + lane / 16) * kRowStride + (lane % 16) * 16;
+        const uint8_t* src = w + int64_t(stage) * kStageCols;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) cp_async_16(dst + 8 * i * kRowStride, src + int64_t(8 * i) * a.K);
+    }
+    // Token n's 16-byte piece c (prepared positions 8c .. 8c + 7 of the stage's 256 columns) is k-half c % 2 of
+    // k16 step c / 2 of the B tile; then the scales [block][token].
+    __device__ __forceinline__ void copy_activation(unsigned char* slot, const Args& a, int tid) const {
+        const int warp = tid / 32, lane = tid & 31;
+        unsigned char* tile_b = slot + kWeightBytes;
+        const int64_t off = int64_t(stage) * kStageCols;
+#pragma unroll
+        for (int i = 0; i < N / 4; ++i) {
+            const int n = warp + 4 * i;
+            const bool ok = n < valid;
+            const uint16_t* src = ok ? x + int64_t(4 * i) * a.x_ld + off : a.x;
+            cp_async_cg16_zfill(tile_b + (lane / 2) * 32 * N + (n / 8) * wgmma::kSbo + (lane % 2) * wgmma::kLbo +
+                                    (n % 8) * 16,
+                                src, ok ? 16 : 0);
+        }
+        if (tid < 2 * N) {
+            const bool ok = tid % N < valid;
+            cp_async_ca_zfill<4>(reinterpret_cast<float*>(tile_b + act_bytes<N>()) + tid, ok ? xs + 2 * stage : a.xs,
+                                 ok ? 4 : 0);
+        }
+    }
+};
+
+// Lane (g, t)'s f16 pair of one 4-byte weight word: bytes (0, 2) for even t, (1, 3) for odd t (sel = 0x20 / 0x31),
+// converted exactly by the hardware's e4m3x2 -> f16x2.
+__device__ __forceinline__ uint32_t widen_pair(uint32_t w, uint32_t sel) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(__byte_perm(w, 0u, sel)), __NV_E4M3);
+    return uint32_t(h.x) | uint32_t(h.y) << 16;
 }
 
-// One 128-column block: A from the stage's weights (rows 16w + g, + 8), eight accumulating wgmmas into d.
+// One 128-column block: A from the stage's weights (rows 16w + g, + 8), eight accumulating wgmmas into d; desc: the
+// descriptor of the block's first k16 step (the next ones 32N bytes apart: 2N in the address field).
 template <int N>
 __device__ __forceinline__ void issue_block(float (&d)[N / 2], uint32_t (&a)[8][4], const unsigned char* sw,
-                                            uint32_t tile_addr, int b, int warp, int g, int t) {
+                                            uint64_t desc, int b, int warp, int g, int t) {
     const unsigned char* r_lo = sw + (16 * warp + g) * kRowStride + 128 * b + 4 * (t >> 1);
     const unsigned char* r_hi = r_lo + 8 * kRowStride;
-    const int odd = t & 1;
+    const uint32_t sel = (t & 1) ? 0x31u : 0x20u;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-        a[j][0] = widen_pair(*reinterpret_cast<const uint32_t*>(r_lo + 16 * j), odd);
-        a[j][1] = widen_pair(*reinterpret_cast<const uint32_t*>(r_hi + 16 * j), odd);
-        a[j][2] = widen_pair(*reinterpret_cast<const uint32_t*>(r_lo + 16 * j + 8), odd);
-        a[j][3] = widen_pair(*reinterpret_cast<const uint32_t*>(r_hi + 16 * j + 8), odd);
+        a[j][0] = widen_pair(*reinterpret_cast<const uint32_t*>(r_lo + 16 * j), sel);
+        a[j][1] = widen_pair(*reinterpret_cast<const uint32_t*>(r_hi + 16 * j), sel);
+        a[j][2] = widen_pair(*reinterpret_cast<const uint32_t*>(r_lo + 16 * j + 8), sel);
+        a[j][3] = widen_pair(*reinterpret_cast<const uint32_t*>(r_hi + 16 * j + 8), sel);
     }
     wgmma::fence();
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
-        wgmma::mma_f16<N>(d, a[j], wgmma::b_descriptor(tile_addr + uint32_t((8 * b + j) * 32 * N)), j > 0);
+    for (int j = 0; j < 8; ++j) wgmma::mma_f16<N>(d, a[j], desc + uint64_t(j * 2 * N), j > 0);
     wgmma::commit();
 }
 
-// acc += d x (weight scale x 2^8 x the column's activation scale), once block b's wgmmas are done.
+// acc += d x (weight scale x the column's activation scale), once block b's wgmmas are done.
 template <int N>
 __device__ __forceinline__ void finish_block(float (&d)[N / 2], uint32_t (&a)[8][4], float (&acc)[N / 2], float ws,
                                              const float* xs, int b, int t) {
@@ -143,86 +212,36 @@ __global__ void __launch_bounds__(kThreads, (ctas_per_sm<N, S>())) wgmma_f16_gem
     const int ntiles = (a.M + N - 1) / N;
     const int n_items = tiles * ntiles * a.splits;
     const int total_stages = int(a.K / kStageCols);
-    auto range = [&](int split, int& s0, int& s1) {
-        s0 = min(total_stages, split * a.stages_per_split);
-        s1 = min(total_stages, s0 + a.stages_per_split);
-    };
 
-    // Fill cursor: the (item, stage) sequence of this CTA, walked S - 1 stages ahead of the consumer.
-    int f_item = int(blockIdx.x), f_stage = 0, f_end = 0, q_fill = 0;
-    if (f_item < n_items) range(item_of(f_item, tiles, ntiles).split, f_stage, f_end);
-    auto advance = [&]() -> bool {
-        while (f_item < n_items && f_stage >= f_end) {
-            f_item += int(gridDim.x);
-            if (f_item < n_items) range(item_of(f_item, tiles, ntiles).split, f_stage, f_end);
-        }
-        return f_item < n_items;
-    };
-    // Weights of (f_item, f_stage) into slot st: warp w copies rows 8i + 2w + lane / 16, 16 bytes per lane.
-    auto fill_weights = [&](int st) {
-        const Item it = item_of(f_item, tiles, ntiles);
-        const uint8_t* src = a.w + int64_t(it.tile * kRows + 2 * warp + lane / 16) * a.K + int64_t(f_stage) * kStageCols +
-                             (lane % 16) * 16;
-        unsigned char* dst = smem + size_t(st) * SB + (2 * warp + lane / 16) * kRowStride + (lane % 16) * 16;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) cp_async_16(dst + 8 * i * kRowStride, src + int64_t(8 * i) * a.K);
-    };
-    // Activation of (f_item, f_stage) into slot st: token n's 16-byte piece c (prepared positions 8c .. 8c + 7 of
-    // the stage's 256 columns) is k-half c % 2 of step c / 2; tokens past M are zero-filled. Then the scales.
-    auto fill_act = [&](int st) {
-        const Item it = item_of(f_item, tiles, ntiles);
-        const int64_t col0 = int64_t(it.tile * kRows / a.rows_per_group) * a.x_group_cols + int64_t(f_stage) * kStageCols;
-        unsigned char* tile_b = smem + size_t(st) * SB + kWeightBytes;
-        float* xs = reinterpret_cast<float*>(tile_b + act_bytes<N>());
-#pragma unroll
-        for (int i = 0; i < N / 4; ++i) {  // 32 pieces per token, N tokens, 128 threads
-            const int p = tid + kThreads * i, n = p / 32, c = p % 32;
-            const int tok = it.ntile * N + n;
-            const bool valid = tok < a.M;
-            const uint16_t* src = a.x + (valid ? int64_t(tok) * a.x_ld + col0 + 8 * c : 0);
-            unsigned char* dst = tile_b + (c / 2) * 32 * N + (n / 8) * wgmma::kSbo + (c % 2) * wgmma::kLbo + (n % 8) * 16;
-            cp_async_cg16_zfill(dst, src, valid ? 16 : 0);
-        }
-        for (int p = tid; p < 2 * N; p += kThreads) {
-            const int b = p / N, n = p % N, tok = it.ntile * N + n;
-            const bool valid = tok < a.M;
-            const float* src = a.xs + (valid ? int64_t(tok) * a.xs_ld + col0 / 128 + b : 0);
-            cp_async_ca_zfill<4>(xs + b * N + n, src, valid ? 4 : 0);
-        }
-    };
-
-    // Prologue: the weights of the first S - 1 stages before the wait, their activations after it.
-    // Every slot of the prologue counts as a fill (q_fill = S - 1 after it), with a stage or empty.
-    int pro_item[S - 1], pro_stage[S - 1], n_pro = 0;
-    for (int i = 0; i < S - 1 && advance(); ++i) {
-        fill_weights(i);
-        pro_item[i] = f_item;
-        pro_stage[i] = f_stage;
-        ++f_stage;
-        ++n_pro;
+    Cursor<N> cur;
+    cur.item = int(blockIdx.x);
+    cur.stage = cur.end = 0;
+    if (cur.item < n_items) cur.start(a, tiles, ntiles, tid);
+    // Prologue: the weights of the first S - 1 stages before the wait (checkpoint weights), their activations after
+    // it, walking the same sequence again; every prologue slot counts as a fill (with a stage or empty).
+    const Cursor<N> first = cur;
+    for (int i = 0; i < S - 1 && cur.advance(a, n_items, tiles, ntiles, tid); ++i) {
+        cur.copy_weights(smem + size_t(i) * SB, a, tid);
+        ++cur.stage;
     }
-    q_fill = S - 1;
+    const Cursor<N> after = cur;
     pdl_wait();
-    {
-        const int keep_item = f_item, keep_stage = f_stage, keep_end = f_end;
-        for (int i = 0; i < S - 1; ++i) {
-            if (i < n_pro) {
-                f_item = pro_item[i];
-                f_stage = pro_stage[i];
-                fill_act(i);
-            }
-            cp_async_mbar_arrive(&bars[i]);  // a slot without a stage completes empty (never waited on)
+    cur = first;
+    for (int i = 0; i < S - 1; ++i) {
+        if (cur.advance(a, n_items, tiles, ntiles, tid)) {
+            cur.copy_activation(smem + size_t(i) * SB, a, tid);
+            ++cur.stage;
         }
-        f_item = keep_item;
-        f_stage = keep_stage;
-        f_end = keep_end;
+        cp_async_mbar_arrive(&bars[i]);
     }
+    cur = after;
+    int q_fill = S - 1;
     auto fill = [&]() {
         const int st = q_fill % S;
-        if (advance()) {
-            fill_weights(st);
-            fill_act(st);
-            ++f_stage;
+        if (cur.advance(a, n_items, tiles, ntiles, tid)) {
+            cur.copy_weights(smem + size_t(st) * SB, a, tid);
+            cur.copy_activation(smem + size_t(st) * SB, a, tid);
+            ++cur.stage;
         }
         cp_async_mbar_arrive(&bars[st]);
         ++q_fill;
@@ -231,8 +250,8 @@ __global__ void __launch_bounds__(kThreads, (ctas_per_sm<N, S>())) wgmma_f16_gem
     int q = 0;
     for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
         const Item it = item_of(item, tiles, ntiles);
-        int s0, s1;
-        range(it.split, s0, s1);
+        const int s0 = min(total_stages, it.split * a.stages_per_split);
+        const int s1 = min(total_stages, s0 + a.stages_per_split);
         const int row0 = it.tile * kRows;
         const int64_t s_row = int64_t(row0 / 128) * a.scale_ld;
         float acc[N / 2];
@@ -245,17 +264,17 @@ __global__ void __launch_bounds__(kThreads, (ctas_per_sm<N, S>())) wgmma_f16_gem
             const float* xs = reinterpret_cast<const float*>(tile_b + act_bytes<N>());
             __syncthreads();  // every thread is done with the slot refilled below (stage q - 1: its wgmmas waited)
             fill();
-            const float ws0 = stream_gemv::weight_scale(a, s_row + 2 * s) * 256.f;
-            const float ws1 = stream_gemv::weight_scale(a, s_row + 2 * s + 1) * 256.f;
+            const float ws0 = stream_gemv::weight_scale(a, s_row + 2 * s);
+            const float ws1 = stream_gemv::weight_scale(a, s_row + 2 * s + 1);
             mbar_wait(&bars[st], uint32_t((q / S) & 1));
             fence_proxy_async();  // the cp.async writes of B before the wgmmas' (async proxy) reads
-            const uint32_t tile_addr = smem_u32(tile_b);
+            const uint64_t desc = wgmma::b_descriptor(smem_u32(tile_b));
             float d0[N / 2], d1[N / 2];  // overwritten by each block's first wgmma (accumulate off)
 #pragma unroll
             for (int j = 0; j < N / 2; ++j) d0[j] = d1[j] = 0.f;
             uint32_t a0[8][4], a1[8][4];
-            issue_block<N>(d0, a0, stage, tile_addr, 0, warp, g, t);
-            issue_block<N>(d1, a1, stage, tile_addr, 1, warp, g, t);  // widened while block 0's wgmmas run
+            issue_block<N>(d0, a0, stage, desc, 0, warp, g, t);
+            issue_block<N>(d1, a1, stage, desc + uint64_t(16 * N), 1, warp, g, t);  // widened while block 0 runs
             wgmma::wait<1>();
             finish_block<N>(d0, a0, acc, ws0, xs, 0, t);
             wgmma::wait<0>();
