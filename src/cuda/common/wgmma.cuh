@@ -128,6 +128,22 @@ __device__ __forceinline__ void mma_f16<64>(float (&d)[32], const uint32_t (&a)[
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
 }
+
+// After the wait of a block's wgmmas: pins its D and A registers (fence_operand), then acc[j] += d[j] x (ws x
+// scales[column of j]) for the D layout's columns (j >> 2) * 8 + 2t + (j & 1): the per-block promotion of the
+// block-scaled GEMVs.
+template <int ND, int STEPS>
+__device__ __forceinline__ void promote(float (&d)[ND], uint32_t (&a)[STEPS][4], float (&acc)[ND], float ws,
+                                        const float* scales, int t) {
+#pragma unroll
+    for (int j = 0; j < ND; ++j) fence_operand(d[j]);
+#pragma unroll
+    for (int s = 0; s < STEPS; ++s)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) fence_operand(a[s][j]);
+#pragma unroll
+    for (int j = 0; j < ND; ++j) acc[j] = fmaf(d[j], ws * scales[(j >> 2) * 8 + 2 * t + (j & 1)], acc[j]);
+}
 #endif
 
 }  // namespace flashseek::cuda::wgmma

@@ -84,6 +84,36 @@ __device__ __forceinline__ void store(const Args& a, int64_t row, int tok, float
         reinterpret_cast<uint16_t*>(a.y)[tok * a.ld_y + row] = f32_to_bf16_bits(v);
 }
 
+// The epilogue of a 64-row warpgroup tile held in the wgmma D layout (warp w: rows 16w + g and 16w + g + 8, value j at
+// column (j >> 2) * 8 + 2t + (j & 1)): column c is token tok0 + c; written to the output when K is not split, else
+// to the split's partials.
+template <int ND>
+__device__ __forceinline__ void store_d_tile(const Args& a, const float (&acc)[ND], int64_t row0, int tok0, int split,
+                                             int warp, int g, int t) {
+#pragma unroll
+    for (int j = 0; j < ND; ++j) {
+        const int tok = tok0 + (j >> 2) * 8 + 2 * t + (j & 1);
+        const int64_t row = row0 + 16 * warp + g + ((j & 2) ? 8 : 0);
+        if (tok >= a.M) continue;
+        if (a.splits == 1)
+            store(a, row, tok, acc[j]);
+        else
+            a.partials[(int64_t(split) * a.M + tok) * a.N + row] = acc[j];
+    }
+}
+
+// Split-K: whether this CTA is the last of the a.splits that wrote their partials of work unit `counter` (then it
+// sums them and resets the counter). Every thread of the CTA calls it; `flag` is a __shared__ word.
+__device__ __forceinline__ bool last_split(const Args& a, int counter, uint32_t& flag, int tid) {
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) flag = atomicAdd(&a.counters[counter], 1u) == uint32_t(a.splits - 1);
+    __syncthreads();
+    if (!flag) return false;
+    __threadfence();
+    return true;
+}
+
 // Sums the split-K partials of rows [row0, row0 + kRows) x tokens in split order and stores them; called by the
 // kThreads threads (index `tid`) of the unit that arrived last at the row tile's counter. Splits outer so that the
 // elements of a split (and four splits) are loaded together: split inner waits one L2 round trip per load.

@@ -177,22 +177,6 @@ __device__ __forceinline__ void issue_block(float (&d)[N / 2], uint32_t (&a)[8][
     wgmma::commit();
 }
 
-// acc += d x (weight scale x the column's activation scale), once block b's wgmmas are done.
-template <int N>
-__device__ __forceinline__ void finish_block(float (&d)[N / 2], uint32_t (&a)[8][4], float (&acc)[N / 2], float ws,
-                                             const float* xs, int b, int t) {
-#pragma unroll
-    for (int j = 0; j < N / 2; ++j) wgmma::fence_operand(d[j]);
-#pragma unroll
-    for (int s = 0; s < 8; ++s)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) wgmma::fence_operand(a[s][j]);
-#pragma unroll
-    for (int j = 0; j < N / 2; ++j) {
-        const int col = (j >> 2) * 8 + 2 * t + (j & 1);
-        acc[j] = fmaf(d[j], ws * xs[b * N + col], acc[j]);
-    }
-}
 #endif
 
 template <int N, int S>
@@ -276,30 +260,14 @@ __global__ void __launch_bounds__(kThreads, (ctas_per_sm<N, S>())) wgmma_f16_gem
             issue_block<N>(d0, a0, stage, desc, 0, warp, g, t);
             issue_block<N>(d1, a1, stage, desc + uint64_t(16 * N), 1, warp, g, t);  // widened while block 0 runs
             wgmma::wait<1>();
-            finish_block<N>(d0, a0, acc, ws0, xs, 0, t);
+            wgmma::promote(d0, a0, acc, ws0, xs, t);
             wgmma::wait<0>();
-            finish_block<N>(d1, a1, acc, ws1, xs, 1, t);
+            wgmma::promote(d1, a1, acc, ws1, xs + N, t);
         }
-        // Epilogue: rows 16w + g (+ 8), token columns (j >> 2) * 8 + 2t + (j & 1) of the token tile.
-#pragma unroll
-        for (int j = 0; j < N / 2; ++j) {
-            const int tok = it.ntile * N + (j >> 2) * 8 + 2 * t + (j & 1);
-            const int64_t row = row0 + 16 * warp + g + ((j & 2) ? 8 : 0);
-            if (tok >= a.M) continue;
-            if (a.splits == 1)
-                stream_gemv::store(a, row, tok, acc[j]);
-            else
-                a.partials[(int64_t(it.split) * a.M + tok) * a.N + row] = acc[j];
-        }
-        if (a.splits == 1) continue;
+        stream_gemv::store_d_tile(a, acc, row0, it.ntile * N, it.split, warp, g, t);
         // Split-K: the last CTA of this (row tile, token tile) sums the partials in split order.
         const int counter = it.tile * ntiles + it.ntile;
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) last_flag = atomicAdd(&a.counters[counter], 1u) == uint32_t(a.splits - 1);
-        __syncthreads();
-        if (!last_flag) continue;
-        __threadfence();
+        if (a.splits == 1 || !stream_gemv::last_split(a, counter, last_flag, tid)) continue;
         const int tok0 = it.ntile * N, ntok = min(N, a.M - tok0);
         for (int e = tid; e < kRows * ntok; e += kThreads) {
             const int64_t row = row0 + e % kRows;

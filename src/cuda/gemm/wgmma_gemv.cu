@@ -124,21 +124,6 @@ __device__ __forceinline__ void issue_block(float (&d)[N / 2], uint32_t (&a)[4][
     wgmma::commit();
 }
 
-template <int N>
-__device__ __forceinline__ void finish_block(float (&d)[N / 2], uint32_t (&a)[4][4], float (&acc)[8], float ws,
-                                             const float* ss, int b, int t) {
-#pragma unroll
-    for (int j = 0; j < N / 2; ++j) wgmma::fence_operand(d[j]);
-#pragma unroll
-    for (int s = 0; s < 4; ++s)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) wgmma::fence_operand(a[s][j]);
-#pragma unroll
-    for (int j = 0; j < N / 2; ++j) {
-        const int col = (j >> 2) * 8 + 2 * t + (j & 1);
-        acc[j] = fmaf(d[j], ws * ss[b * 16 + col], acc[j]);
-    }
-}
 #endif
 
 template <int N>
@@ -212,7 +197,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_gemv_kernel(const 
         const int tile = item % tiles, split = item / tiles;
         const int row0 = tile * kRows;
         const int64_t s_row = int64_t(row0 / 128) * a.scale_ld;
-        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        float acc[N / 2];
+#pragma unroll
+        for (int j = 0; j < N / 2; ++j) acc[j] = 0.f;
         for (int s = s0; s < s1; ++s, ++q) {
             const int st = q % kStages;
             unsigned char* stage = smem + size_t(st) * kStageBytes;
@@ -234,29 +221,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_gemv_kernel(const 
             issue_block<N>(d0, a0, stage, tile_addr, 0, warp, g, t);
             issue_block<N>(d1, a1, stage, tile_addr, 1, warp, g, t);
             wgmma::wait<1>();
-            finish_block<N>(d0, a0, acc, ws0, ss, 0, t);
+            wgmma::promote(d0, a0, acc, ws0, ss, t);
             wgmma::wait<0>();
-            finish_block<N>(d1, a1, acc, ws1, ss, 1, t);
+            wgmma::promote(d1, a1, acc, ws1, ss + 16, t);
         }
-        // Epilogue: rows 16w + g (+ 8), token columns (j >> 2) * 8 + 2t + (j & 1).
-#pragma unroll
-        for (int j = 0; j < N / 2; ++j) {
-            const int tok = (j >> 2) * 8 + 2 * t + (j & 1);
-            const int64_t row = row0 + 16 * warp + g + ((j & 2) ? 8 : 0);
-            if (tok >= a.M) continue;
-            if (a.splits == 1)
-                stream_gemv::store(a, row, tok, acc[j]);
-            else
-                a.partials[(int64_t(split) * a.M + tok) * a.N + row] = acc[j];
-        }
-        if (a.splits == 1) continue;
+        stream_gemv::store_d_tile(a, acc, row0, 0, split, warp, g, t);
         // Split-K: the last CTA of this row tile sums the partials in split order.
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) last_flag = atomicAdd(&a.counters[tile], 1u) == uint32_t(a.splits - 1);
-        __syncthreads();
-        if (!last_flag) continue;
-        __threadfence();
+        if (a.splits == 1 || !stream_gemv::last_split(a, tile, last_flag, tid)) continue;
         stream_gemv::sum_partials<kRows, kThreads>(a, row0, tid);
         if (tid == 0) a.counters[tile] = 0;
     }
