@@ -1,6 +1,7 @@
-// Pieces shared by the two bulk-copy decode GEMVs for FP8 weights (bulk_gemv.cu: mma.sync; wgmma_gemv.cu: wgmma):
-// the argument block, the split-K plan, the weight-scale read, the output store and the deterministic sum of the
-// split-K partials. Internal to src/cuda/gemm.
+// Pieces shared by the streaming decode GEMVs for FP8 weights (bulk_gemv.cu: mma.sync; wgmma_gemv.cu: wgmma e4m3;
+// wgmma_f16_gemv.cu: wgmma f16): the argument block, the split-K plan, the weight-scale read, the output store, the
+// wgmma D-tile epilogue, the split-K election and the deterministic sum of the split-K partials. Internal to
+// src/cuda/gemm.
 #pragma once
 #include <cuda_runtime.h>
 

@@ -58,7 +58,7 @@ template <int N>
 constexpr int act_bytes() { return 16 * 32 * N; }
 template <int N>
 constexpr int stage_bytes() { return kWeightBytes + act_bytes<N>() + 2 * N * 4; }
-// Shared memory of S stages and the CTAs per SM it leaves room for (one warpgroup each, at most two: 161 / 205
+// Shared memory of S stages and the CTAs per SM it leaves room for (one warpgroup each, at most two: 167 / 168
 // registers per thread at 16 / 32 tokens).
 template <int N, int S>
 constexpr size_t smem_bytes() { return size_t(S) * stage_bytes<N>() + size_t(S) * 8; }
@@ -298,7 +298,7 @@ Config config() {
 }
 // 16-token tiles up to 16 tokens, 32-token tiles above (measured on the H200 for wo_a, in-step events, us per call at
 // 64 / 128 / 256 tokens: 32-token tiles 78 / 131 / 193, 64-token tiles with one CTA per SM 92-94 / 142-143 / 192-194;
-// a fourth stage changed nothing at 2-16 tokens and lost at 32: docs/perf-log/2026-12-04_wo-a-f16-wgmma.md).
+// a fourth stage changed nothing at 2-16 tokens and lost at 32: run 172 of docs/perf-log/2026-12-04_wo-a-f16-wgmma.md).
 Config config_for(int64_t M) { return M <= 16 ? config<16, 3>() : config<32, 3>(); }
 int cta_slots(const Config& k) { return int(current_arch().sm_count) * k.ctas_per_sm; }
 
