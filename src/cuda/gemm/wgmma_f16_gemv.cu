@@ -173,7 +173,7 @@ __device__ __forceinline__ void issue_block(float (&d)[N / 2], uint32_t (&a)[8][
     }
     wgmma::fence();
 #pragma unroll
-    for (int j = 0; j < 8; ++j) wgmma::mma_f16<N>(d, a[j], desc + uint64_t(j * 2 * N), j > 0);
+    for (int j = 0; j < 8; ++j) wgmma::mma_f16<N>(d, a[j], wgmma::advance(desc, uint32_t(j * 32 * N)), j > 0);
     wgmma::commit();
 }
 
@@ -258,7 +258,8 @@ __global__ void __launch_bounds__(kThreads, (ctas_per_sm<N, S>())) wgmma_f16_gem
             for (int j = 0; j < N / 2; ++j) d0[j] = d1[j] = 0.f;
             uint32_t a0[8][4], a1[8][4];
             issue_block<N>(d0, a0, stage, desc, 0, warp, g, t);
-            issue_block<N>(d1, a1, stage, desc + uint64_t(16 * N), 1, warp, g, t);  // widened while block 0 runs
+            // widened while block 0 runs
+            issue_block<N>(d1, a1, stage, wgmma::advance(desc, uint32_t(256 * N)), 1, warp, g, t);
             wgmma::wait<1>();
             wgmma::promote(d0, a0, acc, ws0, xs, t);
             wgmma::wait<0>();

@@ -96,7 +96,7 @@ __device__ __forceinline__ void store_act(const ActPart& p, unsigned char* tile,
 // One 128-column block: A from the stage (rows 16w + g, + 8), four accumulating wgmmas.
 template <int N>
 __device__ __forceinline__ void issue_block(float (&d)[N / 2], uint32_t (&a)[4][4], const unsigned char* sw,
-                                            uint32_t tile_addr, int b, int warp, int g, int t) {
+                                            uint64_t tile_desc, int b, int warp, int g, int t) {
     const unsigned char* r_lo = sw + (16 * warp + g) * kStride + 128 * b + 32 * t;
     const unsigned char* r_hi = r_lo + 8 * kStride;
     const uint4 l0 = *reinterpret_cast<const uint4*>(r_lo), l1 = *reinterpret_cast<const uint4*>(r_lo + 16);
@@ -108,7 +108,7 @@ __device__ __forceinline__ void issue_block(float (&d)[N / 2], uint32_t (&a)[4][
     wgmma::fence();
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-        const uint64_t desc = wgmma::b_descriptor(tile_addr + uint32_t(4 * b + s) * wgmma::kStepBytes);
+        const uint64_t desc = wgmma::advance(tile_desc, uint32_t(4 * b + s) * wgmma::kStepBytes);
         if constexpr (N == 16) {
             if (s == 0)
                 wgmma::mma_n16(d, a[s], desc);
@@ -215,11 +215,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_gemv_kernel(const 
             const float ws1 = stream_gemv::weight_scale(a, s_row + 2 * s + 1);
             __syncthreads();  // B tile and scales of this stage written
             mbar_wait(&bars[st], uint32_t((q / kStages) & 1));
-            const uint32_t tile_addr = smem_u32(tile_b);
+            const uint64_t tile_desc = wgmma::b_descriptor(smem_u32(tile_b));  // once per stage
             float d0[N / 2], d1[N / 2];
             uint32_t a0[4][4], a1[4][4];
-            issue_block<N>(d0, a0, stage, tile_addr, 0, warp, g, t);
-            issue_block<N>(d1, a1, stage, tile_addr, 1, warp, g, t);
+            issue_block<N>(d0, a0, stage, tile_desc, 0, warp, g, t);
+            issue_block<N>(d1, a1, stage, tile_desc, 1, warp, g, t);
             wgmma::wait<1>();
             wgmma::promote(d0, a0, acc, ws0, ss, t);
             wgmma::wait<0>();

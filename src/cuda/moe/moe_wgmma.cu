@@ -113,34 +113,77 @@ struct PackArgs {
 // a0/a1 (k = 4t + j for p = 8t + 2j), odd ones to a2/a3 (k = 16 + 4t + j).
 __host__ __device__ constexpr int logical_k(int p) { return (p & 1) * 16 + 4 * (p >> 3) + ((p & 7) >> 1); }
 
-// One warp per (16-token tile u, tile column c, 128-k block): the column's activation values -> e4m3 bytes at their
-// logical positions, the block's scale copied; columns past the expert's count become zeros (scale 0).
-__global__ void pack_tiles_kernel(const PackArgs a) {
+// Grid (tile, range of 32 k-steps): CTAs past the grouping's tile count return at once; 16 threads per column, each
+// two 32-k steps of it (both steps' loads in flight together): the step's 32 prepared values (64 contiguous bytes)
+// -> 32 e4m3 codes -> the column's two 16-byte runs of the step (logical k 0..15 and 16..31, common/wgmma.cuh
+// b_offset). Columns past the expert's count become zeros (scale 0). Why this shape: a warp per (tile, column, 128-k
+// block) launched 16 x K / 128 warps per tile of the worst grouping (6,528 CTAs for the up-projection at 16
+// sequences: 13-19 us per call, mostly CTAs with nothing to do); one CTA per tile with eight dependent steps per
+// thread still took 8.5-11.5 us (docs/perf-log/2026-12-04_expert-pack-and-descriptors.md).
+constexpr int kPackThreads = 256;
+constexpr int kPackStepsPerThread = 2;
+constexpr int kPackStepsPerCta = 16 * kPackStepsPerThread;  // 16 threads per column
+constexpr uint32_t kPackEvenSelector = 0x5140, kPackOddSelector = 0x7362;  // __byte_perm selectors below
+// The selectors put natural p of each 32-k step at logical_k(p): p = 8t + q is stored at 8t + 2(q & 3) + (q >> 2)
+// (prepared_pos), i.e. byte 2(q & 3) + (q >> 2) of the group's two converted words.
+constexpr bool pack_order_matches_logical_k() {
+    for (int p = 0; p < 32; ++p) {
+        const int t = p / 8, q = p % 8, half = q & 1, j = q >> 1;
+        const uint32_t sel = half ? kPackOddSelector : kPackEvenSelector;
+        if (int((sel >> (4 * j)) & 0xf) != 2 * (q & 3) + (q >> 2)) return false;
+        if (16 * half + 4 * t + j != logical_k(p)) return false;
+    }
+    return true;
+}
+static_assert(pack_order_matches_logical_k(), "pack_tiles_kernel's byte order is the B tile's k order");
+__global__ void __launch_bounds__(kPackThreads) pack_tiles_kernel(const PackArgs a) {
+#if FS_WGMMA_AVAILABLE
     pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
     pdl_trigger();
-    const int lane = threadIdx.x & 31;
-    const int blocks = a.K / 128;
-    const int64_t w = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-    const int blk = int(w % blocks), c = int((w / blocks) % 16), pos = int(w / (16 * blocks));
+    const int pos = int(blockIdx.x);
     if (pos >= min(*a.n_tiles, a.max_tiles)) return;
+    const int c = int(threadIdx.x) / 16, steps = a.K / 32;
     const int e = a.tile_expert[pos], col = a.tile_col[pos] + c;
     const bool valid = col < a.count[e];
     const int64_t slot = a.offset[e] + col;
     const int64_t row = !valid ? 0 : a.slot_token ? a.slot_token[slot] : slot;
-    uint8_t* tile = a.tiles + int64_t(pos) * (a.K / 32) * wgmma::kStepBytes;
-    const int nat = 4 * lane;  // natural positions nat..nat+3 of this 128-block
-    uint8_t b[4] = {0, 0, 0, 0};
-    if (valid) {
-        const uint16_t* xr = a.values + row * a.ld + blk * 128;
+    const uint16_t* xr = a.values + row * a.ld;
+    int s_of[kPackStepsPerThread];
+    uint4 v[kPackStepsPerThread][4];  // stored positions 8t .. 8t + 7 (f16) of the step's 8-value groups t
 #pragma unroll
-        for (int i = 0; i < 4; ++i)  // exact: the values are e4m3 codes
-            b[i] = f32_to_e4m3(__half2float(__ushort_as_half(xr[mma::prepared_pos(WeightKind::FP4_BLOCK32, nat + i)])));
+    for (int i = 0; i < kPackStepsPerThread; ++i) {
+        s_of[i] = int(blockIdx.y) * kPackStepsPerCta + 16 * i + int(threadIdx.x) % 16;
+#pragma unroll
+        for (int t = 0; t < 4; ++t)
+            v[i][t] = valid && s_of[i] < steps ? reinterpret_cast<const uint4*>(xr + s_of[i] * 32)[t]
+                                              : make_uint4(0, 0, 0, 0);
     }
-    const int step = blk * 4 + nat / 32, p = nat % 32;  // p % 4 == 0: p, p + 2 even; p + 1, p + 3 odd
-    uint8_t* st = tile + int64_t(step) * wgmma::kStepBytes;
-    *reinterpret_cast<uint16_t*>(st + wgmma::b_offset(logical_k(p), c)) = uint16_t(b[0] | b[2] << 8);
-    *reinterpret_cast<uint16_t*>(st + wgmma::b_offset(logical_k(p + 1), c)) = uint16_t(b[1] | b[3] << 8);
-    if (lane == 0) a.tile_scales[(int64_t(pos) * blocks + blk) * 16 + c] = valid ? a.scales[row * a.sld + blk] : 0.f;
+    uint8_t* tile = a.tiles + int64_t(pos) * steps * wgmma::kStepBytes + wgmma::b_offset(0, c);
+    float* tile_scales = a.tile_scales + int64_t(pos) * (a.K / 128) * 16 + c;
+#pragma unroll
+    for (int i = 0; i < kPackStepsPerThread; ++i) {
+        const int st = s_of[i];
+        if (st >= steps) continue;
+        // Stored order of an 8-value group of the prepared FP4 layout (mma_core.cuh prepared_pos): naturals
+        // 0 4 1 5 2 6 3 7. Even naturals 2j of group t go to logical 4t + j, odd ones to 16 + 4t + j.
+        uint4 lo, hi;  // logical k 0..15 / 16..31 of the step
+        uint32_t* l = &lo.x;
+        uint32_t* h = &hi.x;
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const uint32_t w01 = bulk::f16x2_to_e4m3x2(v[i][t].x) | bulk::f16x2_to_e4m3x2(v[i][t].y) << 16;
+            const uint32_t w23 = bulk::f16x2_to_e4m3x2(v[i][t].z) | bulk::f16x2_to_e4m3x2(v[i][t].w) << 16;
+            l[t] = __byte_perm(w01, w23, kPackEvenSelector);  // naturals 0 2 4 6 (w01: 0 4 1 5, w23: 2 6 3 7)
+            h[t] = __byte_perm(w01, w23, kPackOddSelector);   // naturals 1 3 5 7
+        }
+        uint8_t* dst = tile + int64_t(st) * wgmma::kStepBytes;
+        *reinterpret_cast<uint4*>(dst) = lo;  // zeros for a column past the count (f16 zeros convert to 0x00)
+        *reinterpret_cast<uint4*>(dst + wgmma::b_offset(16, 0)) = hi;
+        if (st % 4 == 0) tile_scales[(st / 4) * 16] = valid ? a.scales[row * a.sld + st / 4] : 0.f;
+    }
+#else
+    __trap();  // launched only beside wgmma_expert_kernel
+#endif
 }
 
 #if FS_WGMMA_AVAILABLE
@@ -160,7 +203,7 @@ struct Block {
 
 // Converts the part's rows (16w + g, + 8) of steps 4b..4b+3 from the stage and issues their four wgmmas.
 template <int N>
-__device__ __forceinline__ void issue_block(Block<N>& k, const unsigned char* sw, uint32_t tile_addr, int part, int b,
+__device__ __forceinline__ void issue_block(Block<N>& k, const unsigned char* sw, uint64_t tile_desc, int part, int b,
                                             int warp, int g, int t) {
     const unsigned char* r_lo = sw + (64 * part + 16 * warp + g) * kStride + 4 * t;
     const unsigned char* r_hi = r_lo + 8 * kStride;
@@ -173,7 +216,7 @@ __device__ __forceinline__ void issue_block(Block<N>& k, const unsigned char* sw
     wgmma::fence();
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-        const uint64_t desc = wgmma::b_descriptor(tile_addr + uint32_t(4 * b + q) * wgmma::kStepBytes);
+        const uint64_t desc = wgmma::advance(tile_desc, uint32_t(4 * b + q) * wgmma::kStepBytes);
         if constexpr (N == 16)
             wgmma::mma_n16(k.d[q], k.a[q], desc);
         else
@@ -219,15 +262,16 @@ __device__ __forceinline__ void finish_block(Block<N>& k, float (&acc)[8], uint2
 template <int N>
 __device__ __forceinline__ void run_stage(float (&acc)[2][8], const unsigned char* stage, uint32_t tile_addr,
                                           const float* ss, const uint2 (&ws)[2][2], int warp, int g, int t) {
+    const uint64_t desc = wgmma::b_descriptor(tile_addr);  // once per stage: the 16 wgmmas add constants
     Block<N> blk[2];
-    issue_block<N>(blk[0], stage, tile_addr, 0, 0, warp, g, t);
-    issue_block<N>(blk[1], stage, tile_addr, 0, 1, warp, g, t);
+    issue_block<N>(blk[0], stage, desc, 0, 0, warp, g, t);
+    issue_block<N>(blk[1], stage, desc, 0, 1, warp, g, t);
     wgmma::wait<1>();
     finish_block<N>(blk[0], acc[0], ws[0][0], ws[0][1], ss, 0, t);
-    issue_block<N>(blk[0], stage, tile_addr, 1, 0, warp, g, t);
+    issue_block<N>(blk[0], stage, desc, 1, 0, warp, g, t);
     wgmma::wait<1>();
     finish_block<N>(blk[1], acc[0], ws[0][0], ws[0][1], ss, 1, t);
-    issue_block<N>(blk[1], stage, tile_addr, 1, 1, warp, g, t);
+    issue_block<N>(blk[1], stage, desc, 1, 1, warp, g, t);
     wgmma::wait<1>();
     finish_block<N>(blk[0], acc[1], ws[1][0], ws[1][1], ss, 0, t);
     wgmma::wait<0>();
@@ -310,7 +354,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
             copy_g2s(stage + kWeightBytes, f_tile + int64_t(f_chunk) * kTileBytes, kTileBytes, &bars[st]);
             copy_g2s(stage + kWeightBytes + kTileBytes, f_ts + 2 * f_chunk * 16, kScaleFloats * 4, &bars[st]);
         }
-        unsigned char* dst = stage + (32 * warp + lane / 8) * kStride + (lane % 8) * 16;
+        // Row 32 warp + lane / 8, 16-byte piece lane % 8, from a fresh read of the thread index: ptxas otherwise
+        // keeps this offset in a register it spills in the up-projection (a local load every stage).
+        uint32_t tid_now;
+        asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid_now));
+        unsigned char* dst = stage + ((tid_now / 32) * 32 + (tid_now % 32) / 8) * kStride + (tid_now % 8) * 16;
         const uint8_t* src = f_w + f_chunk * kRowBytes;
         const uint32_t four_rows = 4 * uint32_t(row_bytes);  // < 2^32: K / 2 bytes per row
 #pragma unroll
@@ -460,9 +508,9 @@ void pack(const PreparedActivation& x, const MoeGrouping& g, int max_tiles, cons
     p.max_tiles = max_tiles;
     p.tiles = g.act_tiles;
     p.tile_scales = g.act_tile_scales;
-    const int64_t warps = int64_t(max_tiles) * 16 * (x.k / 128);
-    launch_pdl("moe_wgmma pack_tiles_kernel", pack_tiles_kernel, dim3(unsigned((warps + 7) / 8)), dim3(256), 0, stream,
-               p);
+    const unsigned step_ranges = unsigned((x.k / 32 + kPackStepsPerCta - 1) / kPackStepsPerCta);
+    launch_pdl("moe_wgmma pack_tiles_kernel", pack_tiles_kernel, dim3(unsigned(max_tiles), step_ranges),
+               dim3(kPackThreads), 0, stream, p);
 }
 
 // Which projections take the balanced stage ranges: 0 none (default, measured fastest), 1 the up-projection, 2 both
