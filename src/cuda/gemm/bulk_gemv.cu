@@ -114,9 +114,9 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_gemv_kernel(cons
     const int gw = blockIdx.x * kWarps + warp, nw = gridDim.x * kWarps;
     // item -> (tile = item % tiles, split = item / tiles): neighbouring warps share a K range (activation in L1).
     auto stage_range = [&](int item, int& s_begin, int& s_end) {
-        const int split = item / tiles;
-        s_begin = min(total_stages, split * a.stages_per_split);
-        s_end = min(total_stages, s_begin + a.stages_per_split);
+        const stream_gemv::StageRange r = stream_gemv::split_stages(a, total_stages, item / tiles);
+        s_begin = r.begin;
+        s_end = r.end;
     };
     // Fill cursor: lane l copies 16 bytes of rows 2i + l / 16 (i = 0..7), 16 lanes per 256-byte row piece.
     int f_item = gw, f_stage = 0, f_end = 0, q_fill = 0;

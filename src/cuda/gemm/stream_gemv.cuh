@@ -1,7 +1,7 @@
 // Pieces shared by the streaming decode GEMVs for FP8 weights (bulk_gemv.cu: mma.sync; wgmma_gemv.cu: wgmma e4m3;
-// wgmma_f16_gemv.cu: wgmma f16): the argument block, the split-K plan, the weight-scale read, the output store, the
-// wgmma D-tile epilogue, the split-K election and the deterministic sum of the split-K partials. Internal to
-// src/cuda/gemm.
+// wgmma_f16_gemv.cu: wgmma f16): the argument block, the split-K plan and a split's stage range, the weight-scale
+// read, the output store, the wgmma D-tile epilogue, the split-K election and the deterministic sum of the split-K
+// partials. Internal to src/cuda/gemm.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -71,6 +71,16 @@ inline Args make_args(const PreparedActivation& x, const DeviceLinear& w, int gr
     a.partials = ws ? ws->partials : nullptr;
     a.counters = ws ? ws->counters : nullptr;
     return a;
+}
+
+// The stages [begin, end) of a K of `total` stages that split `split` sums (the copy side and the consumer of a
+// kernel walk the same range).
+struct StageRange {
+    int begin, end;
+};
+__device__ __forceinline__ StageRange split_stages(const Args& a, int total, int split) {
+    const int begin = min(total, split * a.stages_per_split);
+    return StageRange{begin, min(total, begin + a.stages_per_split)};
 }
 
 __device__ __forceinline__ float weight_scale(const Args& a, int64_t idx) {

@@ -100,9 +100,9 @@ struct Cursor {
 
     __device__ __forceinline__ void start(const Args& a, int tiles, int ntiles, int tid) {
         const Item it = item_of(item, tiles, ntiles);
-        const int total = int(a.K / kStageCols);
-        stage = min(total, it.split * a.stages_per_split);
-        end = min(total, stage + a.stages_per_split);
+        const stream_gemv::StageRange r = stream_gemv::split_stages(a, int(a.K / kStageCols), it.split);
+        stage = r.begin;
+        end = r.end;
         const int warp = tid / 32, lane = tid & 31;
         w = a.w + int64_t(it.tile * kRows + 2 * warp + lane / 16) * a.K + (lane % 16) * 16;
         const int64_t col0 = int64_t(it.tile * kRows / a.rows_per_group) * a.x_group_cols;
@@ -195,7 +195,6 @@ __global__ void __launch_bounds__(kThreads, (ctas_per_sm<N, S>())) wgmma_f16_gem
     const int tiles = int(a.N / kRows);
     const int ntiles = (a.M + N - 1) / N;
     const int n_items = tiles * ntiles * a.splits;
-    const int total_stages = int(a.K / kStageCols);
 
     Cursor<N> cur;
     cur.item = int(blockIdx.x);
@@ -234,14 +233,13 @@ __global__ void __launch_bounds__(kThreads, (ctas_per_sm<N, S>())) wgmma_f16_gem
     int q = 0;
     for (int item = int(blockIdx.x); item < n_items; item += int(gridDim.x)) {
         const Item it = item_of(item, tiles, ntiles);
-        const int s0 = min(total_stages, it.split * a.stages_per_split);
-        const int s1 = min(total_stages, s0 + a.stages_per_split);
+        const stream_gemv::StageRange r = stream_gemv::split_stages(a, int(a.K / kStageCols), it.split);
         const int row0 = it.tile * kRows;
         const int64_t s_row = int64_t(row0 / 128) * a.scale_ld;
         float acc[N / 2];
 #pragma unroll
         for (int j = 0; j < N / 2; ++j) acc[j] = 0.f;
-        for (int s = s0; s < s1; ++s, ++q) {
+        for (int s = r.begin; s < r.end; ++s, ++q) {
             const int st = q % S;
             const unsigned char* stage = smem + size_t(st) * SB;
             const unsigned char* tile_b = stage + kWeightBytes;

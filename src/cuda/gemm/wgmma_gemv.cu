@@ -143,8 +143,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_gemv_kernel(const 
     const int total_stages = int(a.K / kRowBytes);
     // Items in this CTA's order and their stage ranges: item -> (tile = item % tiles, split = item / tiles).
     auto range = [&](int item, int& s0, int& s1) {
-        s0 = min(total_stages, (item / tiles) * a.stages_per_split);
-        s1 = min(total_stages, s0 + a.stages_per_split);
+        const stream_gemv::StageRange r = stream_gemv::split_stages(a, total_stages, item / tiles);
+        s0 = r.begin;
+        s1 = r.end;
     };
     // Producer cursor (weights only; warp w copies rows 8i + 2w + lane / 16, 16 bytes per lane).
     int f_item = int(blockIdx.x), f_stage = 0, f_end = 0, q_fill = 0;
