@@ -46,7 +46,10 @@ struct KernelPolicy {
     // slower at 256 (docs/perf-log, 2026-12-02).
     int64_t routed_gemv_max_tokens = 128;
     int64_t wgmma_gemv_min_tokens = 2;   // preference floor of wgmma_gemv (tokens)
-    int64_t moe_wgmma_min_tokens = 8;    // preference floor of wgmma_experts (tokens)
+    // Preference floor of wgmma_experts (tokens). From 2: with the pack over (tile, 32 k-steps) it beat
+    // gemv_experts at 2 / 4-token passes (TPOT -17% / -28%); at one token the persistent kernel loses in the step
+    // (+2.5%: the side branches cannot run beside it) (docs/perf-log/2026-12-04_expert-pack-and-descriptors.md).
+    int64_t moe_wgmma_min_tokens = 2;
     int64_t moe_wgmma_max_tokens = 256;  // ... and its ceiling (its tiles hold kActTileMaxPairs pairs)
     int moe_wgmma_balance = 0;           // wgmma_experts stage assignment: 0 round robin, 1 balanced up, 2 both
     int gemv_kw = 0;                     // warps per 16-row tile of mma_gemv: 0 (rule), 1 or 4

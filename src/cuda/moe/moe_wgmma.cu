@@ -571,8 +571,8 @@ bool supports(const ExpertCall& c) {
            aligned16(c.x.values);
 }
 
-// From KernelPolicy::moe_wgmma_min_tokens (8) tokens (below, few experts: gemv_experts) to moe_wgmma_max_tokens
-// (measured per path in docs/perf.md).
+// From KernelPolicy::moe_wgmma_min_tokens (2) tokens (one token: gemv_experts / simt_experts) to
+// moe_wgmma_max_tokens (measured per path in docs/perf.md).
 bool preferred(const ExpertCall& c, const KernelPolicy& policy) {
     return c.M >= policy.moe_wgmma_min_tokens && c.M <= policy.moe_wgmma_max_tokens;
 }

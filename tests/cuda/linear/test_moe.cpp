@@ -989,8 +989,12 @@ TEST(ExpertChoice, DefaultRules) {
     EXPECT_EQ(choose(1, R, def, /*routed=*/false), "gemv_experts/simt_experts");
     EXPECT_EQ(choose(1, R, def, false, true, false, &fp8), "simt_experts");  // the shared expert of V4-Flash
     EXPECT_EQ(choose(1, R, def, true, true, /*raw=*/true), "gemv_experts");
-    EXPECT_EQ(choose(4, R, def), "gemv_experts");
-    EXPECT_EQ(choose(7, R, def), "gemv_experts");
+    // 2-7 tokens: the wgmma experts where they exist (from moe_wgmma_min_tokens, 2), else gemv_experts (bulk_experts
+    // starts at 8).
+    const std::string few = wgmma ? "wgmma_experts" : "gemv_experts";
+    EXPECT_EQ(choose(2, R, def), few);
+    EXPECT_EQ(choose(4, R, def), few);
+    EXPECT_EQ(choose(7, R, def), few);
     EXPECT_EQ(choose(8, R, def), fast);
     EXPECT_EQ(choose(16, R, def), fast);
     // Routed experts of decode passes past 16 tokens: the wgmma experts (several 16-token tiles per expert) up to
@@ -1008,15 +1012,17 @@ TEST(ExpertChoice, DefaultRules) {
     short_routed.routed_gemv_max_tokens = 16;
     short_routed.moe_wgmma_max_tokens = 16;
     EXPECT_EQ(choose(17, R, short_routed), "tile_experts");
-    EXPECT_EQ(choose(4, R, short_routed), "gemv_experts");
+    EXPECT_EQ(choose(4, R, short_routed), few);
     EXPECT_EQ(choose(16, R, short_routed), fast);
     KernelPolicy no_wgmma;
     no_wgmma.disabled = {"wgmma_experts"};
     EXPECT_EQ(choose(8, R, no_wgmma), sm90 ? "bulk_experts" : "gemv_experts");
     EXPECT_EQ(choose(8, R, def, true, /*tiles=*/false), sm90 ? "bulk_experts" : "gemv_experts");
-    KernelPolicy early_wgmma;
-    early_wgmma.moe_wgmma_min_tokens = 2;
-    EXPECT_EQ(choose(2, R, early_wgmma), wgmma ? "wgmma_experts" : "gemv_experts");
+    KernelPolicy late_wgmma;  // the floor before 2026-12-04
+    late_wgmma.moe_wgmma_min_tokens = 8;
+    EXPECT_EQ(choose(2, R, late_wgmma), "gemv_experts");
+    EXPECT_EQ(choose(7, R, late_wgmma), "gemv_experts");
+    EXPECT_EQ(choose(8, R, late_wgmma), fast);
     EXPECT_EQ(choose(8, ActNumerics::EXACT, def), "gemv_experts");  // the streaming experts need release numerics
     EXPECT_EQ(choose(8, R, def, /*routed=*/false), "gemv_experts");  // the shared expert (dense)
     EXPECT_EQ(choose(4, R, def, true, true, /*raw=*/true), "gemv_experts");
