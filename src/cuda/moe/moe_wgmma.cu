@@ -50,7 +50,6 @@
 #include "cuda/common/wgmma.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
 #include "cuda/gemm/swiglu_element.cuh"
-#include "cuda/gemm/mma_core.cuh"
 #include "cuda/moe/moe_gemv.cuh"
 
 namespace flashseek::cuda::wgmma_experts {
