@@ -557,7 +557,7 @@ constexpr ActFormat kMmaF16 = ActFormat::MMA_F16, kFp8Rows = ActFormat::FP8_ROWS
 // Priority order: the first preferred variant that supports a projection runs it (docs/perf.md, kernel choice).
 const std::array<ExpertVariant, 7> kExpertVariants = {
     FS_EXPERT_ROW(generic_experts, "sm_80+", kMmaF16),   // the only one for shapes off the 128 grid
-    FS_EXPERT_ROW(wgmma_experts, "sm_90a", kMmaF16),     // routed FP4, 8-256 tokens
+    FS_EXPERT_ROW(wgmma_experts, "sm_90a", kMmaF16),     // routed FP4, 2-256 tokens
     FS_EXPERT_ROW(bulk_experts, "sm_90+", kMmaF16),      // routed FP4, 8-16 tokens
     FS_EXPERT_ROW(simt_experts, "sm_80+", kMmaF16),      // one token
     FS_EXPERT_ROW(gemv_experts, "sm_80+", kMmaF16),      // 1-16 tokens; routed up to routed_gemv_max_tokens

@@ -1,4 +1,4 @@
-// Routed FP4 experts at decode (8-256 tokens, release numerics) on sm_90a with warpgroup tensor cores (wgmma).
+// Routed FP4 experts at decode (2-256 tokens, release numerics) on sm_90a with warpgroup tensor cores (wgmma).
 // Why: the bulk-copy kernel of moe_bulk.cu streams weights at 88% of the copy bandwidth but its arithmetic caps it
 // at ~55%: Hopper has no native FP8 mma.sync, ptxas lowers it to f16 HMMA plus an e4m3 -> f16 unpack of every
 // operand register, and it re-converted each weight fragment once per 8-token tile. wgmma e4m3 is native: one
@@ -8,7 +8,7 @@
 //     (common/wgmma.cuh: 512 bytes per 32-k step, 16 token columns, e4m3 codes) plus their per-128 scales, so one
 //     bulk copy per stage brings them next to the weights. Columns past the expert's token count are zero. An
 //     expert with c tokens has ceil(c / 16) tiles (the grouping lists them: MoeGrouping::tile_expert), so any
-//     token count fits; at 8-16 decode sequences every active expert has one.
+//     token count fits; at 2-16 decode sequences every active expert has one.
 //   - Persistent CTAs of one warpgroup (128 threads, three per SM). Item = (tile, 64 rows of w1 and the same 64 rows of
 //     w3) for the up-projection, (tile, 128 rows of w2) for the down-projection: two 64-row "parts" either way. An
 //     expert's second tile streams the same weights again; round robin hands the two tiles' items to CTAs that run at
