@@ -55,9 +55,14 @@ Message read_message(const json& m, std::size_t index) {
     FS_CHECK(known, "{}.role: unknown role '{}' (system, user, assistant, tool, developer, latest_reminder)", where,
              msg.role);
     msg.content = read_content(m, where, msg.role == "tool" ? "\n\n" : "\n");
-    if (msg.role == "assistant") {
-        msg.reasoning_content = optional_string(m, "reasoning_content", where);
-        if (!msg.reasoning_content) msg.reasoning_content = optional_string(m, "reasoning", where);
+    // The fields the API schema types for every message are checked whatever the role, and kept only where the role
+    // reads them: a wrong type is an error even where the value would be ignored.
+    {
+        std::optional<std::string> reasoning = optional_string(m, "reasoning_content", where);
+        if (!reasoning) reasoning = optional_string(m, "reasoning", where);
+        const bool wo_eos = optional_bool(m, "wo_eos", false, where) || optional_bool(m, "prefix", false, where);
+        std::optional<std::string> tool_call_id = optional_string(m, "tool_call_id", where);
+        std::vector<ToolCall> tool_calls;
         if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
             const auto& calls = m["tool_calls"];
             FS_CHECK(calls.is_array(), "{}.tool_calls: expected an array", where);
@@ -75,13 +80,15 @@ Message read_message(const json& m, std::size_t index) {
                 if (f["arguments"].is_string()) call.arguments = f["arguments"].get<std::string>();
                 else if (f["arguments"].is_object()) call.arguments = f["arguments"].dump();
                 else fail("{}.function.arguments: expected a JSON string or object", cw);
-                msg.tool_calls.push_back(std::move(call));
+                tool_calls.push_back(std::move(call));
             }
         }
-        msg.wo_eos = optional_bool(m, "wo_eos", false, where) || optional_bool(m, "prefix", false, where);
-    }
-    if (msg.role == "tool") {
-        if (auto id = optional_string(m, "tool_call_id", where)) msg.tool_call_id = *id;
+        if (msg.role == "assistant") {
+            msg.reasoning_content = std::move(reasoning);
+            msg.tool_calls = std::move(tool_calls);
+            msg.wo_eos = wo_eos;
+        }
+        if (msg.role == "tool" && tool_call_id) msg.tool_call_id = *tool_call_id;
     }
     if (msg.role == "system" || msg.role == "developer") {
         if (m.contains("tools") && !m["tools"].is_null()) {

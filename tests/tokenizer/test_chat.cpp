@@ -151,6 +151,16 @@ TEST(ChatEncoding, RequestErrorsNameTheField) {
                  "messages[0].tool_calls[0].function.arguments");
     expect_error(R"({"messages": [{"role": "developer", "content": ""}]})", "messages[0].content");
     expect_error(R"({"messages": [{"role": "user", "content": "x", "task": "dance"}]})", "messages[0].task");
+    // The message fields the API schema types are checked for every role, also where the role ignores the value
+    // (schemathesis found a user message with a numeric reasoning_content accepted).
+    expect_error(R"({"messages": [{"role": "user", "content": "x", "reasoning_content": 5}]})",
+                 "messages[0].reasoning_content");
+    expect_error(R"({"messages": [{"role": "system", "content": "x", "tool_calls": 5}]})", "messages[0].tool_calls");
+    expect_error(R"({"messages": [{"role": "user", "content": "x", "tool_calls": [{"function": {}}]}]})",
+                 "messages[0].tool_calls[0].function.name");
+    expect_error(R"({"messages": [{"role": "user", "content": "x", "tool_call_id": [1]}]})", "messages[0].tool_call_id");
+    expect_error(R"({"messages": [{"role": "tool", "content": "x", "wo_eos": "yes"}]})", "messages[0].wo_eos");
+    expect_error(R"({"messages": [{"role": "user", "content": "x", "prefix": 1}]})", "messages[0].prefix");
     expect_error(R"({"messages": [], "reasoning_effort": "extreme"})", "reasoning_effort");
     expect_error(R"({"messages": [], "thinking": "yes"})", "thinking");
     expect_error(R"({"messages": [], "tools": [{"type": "function"}]})", "tools[0].function");
