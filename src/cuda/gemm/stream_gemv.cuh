@@ -1,7 +1,7 @@
-// Pieces shared by the streaming decode GEMVs for FP8 weights (bulk_gemv.cu: mma.sync; wgmma_gemv.cu: wgmma e4m3;
-// wgmma_f16_gemv.cu: wgmma f16): the argument block, the split-K plan and a split's stage range, the weight-scale
-// read, the output store, the wgmma D-tile epilogue, the split-K election and the deterministic sum of the split-K
-// partials. Internal to src/cuda/gemm.
+// Pieces shared by the streaming decode GEMVs (FP8 weights: bulk_gemv.cu, mma.sync; wgmma_gemv.cu, wgmma e4m3;
+// wgmma_f16_gemv.cu, wgmma f16; BF16 weights: bf16_gemv.cu, mma.sync bf16): the argument block, the split-K plan and
+// a split's stage range, the weight-scale read, the output store, the wgmma D-tile epilogue, the split-K election and
+// the deterministic sum of the split-K partials. Internal to src/cuda/gemm.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -19,7 +19,7 @@ struct Args {
     int scale_f32;           // 1: fp32 scales, 0: E8M0 bytes
     int64_t N, K;            // rows (all groups), columns per row
     int64_t scale_ld;        // ceil(K / 128)
-    const uint16_t* x;       // prepared FP8-layout activation (e4m3 codes as f16)
+    const uint16_t* x;       // prepared activation (FP8 layout: e4m3 codes as f16; BF16 layout: bf16 rows)
     const float* xs;
     int64_t x_ld, xs_ld;
     int M;

@@ -82,6 +82,14 @@ std::vector<LinearCase> test_cases() {
         add("small-M FP8, F32 scales, bf16 out", FP8, F32S, RELEASE, {s.M, s.N, s.K, false}, OutKind::BF16);
         add("small-M FP4, F32 scales", FP4, F32S, EXACT, {s.M, s.N, s.K, false});
     }
+    // BF16 weights at decode token counts on bf16_gemv's shapes (rows % 64, K % 32): K off the 128 grid with a short
+    // last group of chunks, one and two 8-token groups, split-K, the indexer weights_proj and router shapes.
+    const std::vector<Shape> small_m_bf16 = {
+        {3, 192, 416}, {11, 256, 4096, true}, {1, 64, 4096}, {16, 128, 2080}, {9, 1024, 4096},
+    };
+    for (const Shape& s : small_m_bf16) add("small-M BF16", BF16W, NOSCALE, EXACT, s);
+    add("small-M BF16, bf16 out", BF16W, NOSCALE, EXACT, {5, 320, 1024}, OutKind::BF16);
+    add("fp32 input, small-M BF16", BF16W, NOSCALE, EXACT, {2, 192, 256}, OutKind::F32, true);
     // Raw-activation shapes not above (the raw path must be bit-identical to the prepared one).
     for (ActNumerics num : {EXACT, RELEASE}) {
         add("raw: FP8 F32 scales, fp32 out", FP8, F32S, num, {3, 203, 1152});

@@ -13,6 +13,7 @@
 // and the named errors for bad arguments.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -258,7 +259,8 @@ TEST_F(LinearFamily, EveryCaseThroughEveryVariant) {
     VariantCoverage coverage("linear");
     coverage.declare_all(cuda::linear_variants());
     // Properties the former per-kernel suites checked, kept as requirements of the case list.
-    for (const char* v : {"simt_gemv", "mma_gemv", "tile_gemm", "bulk_gemv", "wgmma_gemv", "wgmma_f16_gemv"})
+    for (const char* v :
+         {"simt_gemv", "mma_gemv", "bf16_gemv", "tile_gemm", "bulk_gemv", "wgmma_gemv", "wgmma_f16_gemv"})
         coverage.require(v, "split-k");
     coverage.require("wgmma_f16_gemv", "grouped");
     coverage.require("mma_gemv", "raw");
@@ -312,11 +314,12 @@ cuda::ActFormat input_format(int64_t M, int64_t N, int64_t K, ActNumerics num, c
 
 // The default choice (docs/perf.md, kernel choice): one token -> simt_gemv; 2-16 tokens in release numerics ->
 // wgmma_gemv on >= 4 MB where wgmma exists, else bulk_gemv on >= 16 MB on sm_90+, else mma_gemv; exact numerics
-// (wo_a) 2-256 tokens -> wgmma_f16_gemv where wgmma exists; > 16 tokens otherwise -> tile_gemm; BF16 weights -> tile_gemm; odd grouped shapes -> generic_linear; from gemm_min_tokens (32) rows the
-// compute-bound GEMMs: FP8 weights in release numerics from an FP8_ROWS activation (fp8_gemm where wgmma exists,
-// else fp8_gemm_mma), BF16 weights bf16_gemm, and linear_input_format() names the format to prepare. A disabled
-// variant is skipped, a forced one is taken where it supports the problem, gemv_max_tokens = 0 leaves everything to
-// tile_gemm.
+// (wo_a) 2-256 tokens -> wgmma_f16_gemv where wgmma exists; > 16 tokens otherwise -> tile_gemm; BF16 weights 1-16
+// tokens -> bf16_gemv (rows % 16, K % 32), else tile_gemm; odd grouped shapes -> generic_linear; from
+// gemm_min_tokens (32) rows the compute-bound GEMMs: FP8 weights in release numerics from an FP8_ROWS activation
+// (fp8_gemm where wgmma exists, else fp8_gemm_mma), BF16 weights bf16_gemm, and linear_input_format() names the
+// format to prepare. A disabled variant is skipped, a forced one is taken where it supports the problem,
+// gemv_max_tokens = 0 leaves everything to tile_gemm.
 TEST(LinearChoice, DefaultRules) {
     const bool wgmma = cuda::wgmma_usable();
     const bool sm90 = cuda::current_arch().cc >= 90;
@@ -380,8 +383,15 @@ TEST(LinearChoice, DefaultRules) {
     EXPECT_EQ(planned(8, 129280, 4096, X, KernelPolicy::only("bf16_gemm"), 1, BF16), "bf16_gemm");
     // the GEMMs' format is refused by the MMA_F16 variants even when forced: FP8_ROWS needs release numerics
     EXPECT_EQ(input_format(4096, 1024, 4096, X, KernelPolicy::only("fp8_gemm_mma")), kMmaF16);
-    // BF16 weights: the tile GEMM at any M
-    EXPECT_EQ(planned(1, 129280, 4096, X, def, 1, WeightKind::BF16), "tile_gemm");
+    // BF16 weights: bf16_gemv from 1 to 16 tokens on its shapes (rows % 16, K % 32), else the tile GEMM below the
+    // compute-bound GEMM's floor
+    EXPECT_EQ(planned(1, 129280, 4096, X, def, 1, BF16), "bf16_gemv");  // head
+    EXPECT_EQ(planned(16, 256, 4096, X, def, 1, BF16), "bf16_gemv");    // router
+    EXPECT_EQ(planned(1, 1024, 4096, X, def, 1, BF16), "bf16_gemv");    // compressor wkv
+    EXPECT_EQ(planned(8, 64, 4096, X, def, 1, BF16), "bf16_gemv");      // indexer weights_proj
+    EXPECT_EQ(planned(17, 1024, 4096, X, def, 1, BF16), "tile_gemm");
+    EXPECT_EQ(planned(4, 200, 384, X, def, 1, BF16), "tile_gemm");      // rows not a multiple of 16
+    EXPECT_EQ(planned(4, 256, 400, X, def, 1, BF16), "tile_gemm");      // K not a multiple of 32
     // grouped (wo_a, bf16 activation): the GEMVs by token count; odd grouped shapes the element-wise fallback
     EXPECT_EQ(planned(1, 8192, 4096, X, def, 8), "simt_gemv");
     EXPECT_EQ(planned(2, 8192, 4096, X, def, 8), wgmma ? "wgmma_f16_gemv" : "mma_gemv");
@@ -399,16 +409,20 @@ TEST(LinearChoice, DefaultRules) {
     no_gemv.gemv_max_tokens = 0;
     EXPECT_EQ(planned(1, 32768, 1024, R, no_gemv), "tile_gemm");
     EXPECT_EQ(planned(8, 32768, 1024, R, no_gemv), "tile_gemm");
+    EXPECT_EQ(planned(4, 256, 4096, X, no_gemv, 1, BF16), "tile_gemm");
     // forcing: taken where it supports the problem, ignored where it does not
     EXPECT_EQ(planned(1, 32768, 1024, R, KernelPolicy::only("tile_gemm")), "tile_gemm");
     EXPECT_EQ(planned(1, 32768, 1024, R, KernelPolicy::only("mma_gemv")), "mma_gemv");
     EXPECT_EQ(planned(4, 32768, 1024, X, KernelPolicy::only("wgmma_gemv")), wgmma ? "wgmma_f16_gemv" : "mma_gemv");
     EXPECT_EQ(planned(8, 32768, 1024, R, KernelPolicy::only("wgmma_f16_gemv")), wgmma ? "wgmma_f16_gemv" : "mma_gemv");
     EXPECT_EQ(planned(17, 32768, 1024, R, KernelPolicy::only("simt_gemv")), "tile_gemm");
-    // every catalogue row names a known variant and declares architectures of a known form
+    // every catalogue row names a known variant (one FLASHSEEK_FORCE / FLASHSEEK_DISABLE accept) and declares
+    // architectures of a known form
+    const auto& known = cuda::known_variants();
     for (const cuda::LinearVariant& v : cuda::linear_variants()) {
         EXPECT_NO_THROW(archs_available(v.archs)) << v.name;
         EXPECT_NO_THROW(cuda::linear_variant(v.name));
+        EXPECT_NE(std::find(known.begin(), known.end(), v.name), known.end()) << v.name << " not in known_variants()";
     }
     EXPECT_THROW(cuda::linear_variant("no_such_variant"), Error);
 }
