@@ -8,8 +8,9 @@
 //                 passes, grouped: one GEMM per group): wgmma on sm_90a, else mma.sync bf16; its input is the MMA_F16
 //                 format of BF16 weights, natural bf16 rows with unit scales (row stride k_pad elements, a multiple
 //                 of 128: the GEMM's lda needs a multiple of 8).
-// Preference: from KernelPolicy::gemm_min_tokens rows (default 64). At 1-16 rows the GEMVs come first in the
-// catalogue and stay preferred; between, tile_gemm. Why a floor at all: the GEMMs tile 64-256 rows x 128 weight
+// Preference: from KernelPolicy::gemm_min_tokens rows (default 32); fp8_gemm also at 2-16 rows on wide projections
+// over a short K (wq_b; it comes before the GEMVs in the catalogue), the GEMVs elsewhere at 1-16 rows; between,
+// tile_gemm. Why a floor at all: the GEMMs tile 64-256 rows x 128 weight
 // rows and never split K (batch invariance), so at a few dozen rows the small projections (wq_a, wkv: N <= 1024,
 // 8 column tiles) occupy a few SMs while tile_gemm splits K over the whole GPU. The floor is not measured yet:
 // the op harness's perf tables "linear" (16-256 rows) and "linear prefill" (test_cuda_linear --perf) compare the
@@ -97,8 +98,19 @@ void prepare_activation_rows(const uint16_t* x, int64_t M, int64_t K, int64_t ld
 }
 
 namespace fp8_gemm {
+// Below the floor (decode passes of 2-16 rows): projections of many output columns over a short K stream faster
+// through the GEMM's TMA pipeline than through any GEMV, since its 64-256 column tiles cover the GPU without split-K
+// (H200, linear perf table: wq_b, 32,768 x 1,024, 12.8-13.0 us against 19.1-22.9; the indexer's wq_b, 8,192 x 1,024,
+// 5.9 against 9.7-11.9; the step at 2 / 8 / 16 sequences 2-3% shorter). Long-K or narrow projections do not (wo_b,
+// 32 column tiles of K = 8,192: 26 us against 19-24; wq_a, wkv: ~14 us of fixed cost against 4-10). One row keeps
+// the SIMT GEMV: with the GEMM there the one-sequence step was 0.12 ms longer although wq_b itself was 4.8 us faster
+// per layer (docs/perf-log/2026-12-04_bf16-gemv.md, run 195).
+constexpr int64_t kWideMinCols = 8192, kWideMaxK = 1024;
 bool supports(const LinearCall& c) { return fp8_call_fits(c, GemmPath::WGMMA); }
-bool preferred(const LinearCall& c, const KernelPolicy& policy) { return c.x.m >= policy.gemm_min_tokens; }
+bool preferred(const LinearCall& c, const KernelPolicy& policy) {
+    const bool wide_short = c.w.out / c.groups >= kWideMinCols && c.w.in <= kWideMaxK;
+    return c.x.m >= policy.gemm_min_tokens || (wide_short && c.x.m >= 2);
+}
 LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
     return gemm_plan("fp8_gemm", plan_fp8_gemm(fp8_args(c, output_placeholder, OutKind::F32, c.w.out),
                                                GemmPath::WGMMA));

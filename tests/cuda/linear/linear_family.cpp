@@ -82,6 +82,11 @@ std::vector<LinearCase> test_cases() {
         add("small-M FP8, F32 scales, bf16 out", FP8, F32S, RELEASE, {s.M, s.N, s.K, false}, OutKind::BF16);
         add("small-M FP4, F32 scales", FP4, F32S, EXACT, {s.M, s.N, s.K, false});
     }
+    // FP8 projections of many rows over a short K at decode token counts, which fp8_gemm takes below its floor where
+    // wgmma exists (wq_b-like): one and several tokens, K of one and several 128-blocks.
+    for (const Shape& s : std::vector<Shape>{{1, 8192, 1024, true}, {5, 8192, 512}, {16, 16384, 1024}})
+        add("wide short-K FP8", FP8, E8M0, RELEASE, s);
+    add("wide short-K FP8, F32 scales, bf16 out", FP8, F32S, RELEASE, {3, 8192, 256}, OutKind::BF16);
     // BF16 weights at decode token counts on bf16_gemv's shapes (rows % 64, K % 32): K off the 128 grid with a short
     // last group of chunks, one and two 8-token groups, split-K, the indexer weights_proj and router shapes.
     const std::vector<Shape> small_m_bf16 = {

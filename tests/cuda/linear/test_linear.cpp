@@ -317,9 +317,10 @@ cuda::ActFormat input_format(int64_t M, int64_t N, int64_t K, ActNumerics num, c
 // (wo_a) 2-256 tokens -> wgmma_f16_gemv where wgmma exists; > 16 tokens otherwise -> tile_gemm; BF16 weights 1-16
 // tokens -> bf16_gemv (rows % 16, K % 32), else tile_gemm; odd grouped shapes -> generic_linear; from
 // gemm_min_tokens (32) rows the compute-bound GEMMs: FP8 weights in release numerics from an FP8_ROWS activation
-// (fp8_gemm where wgmma exists, else fp8_gemm_mma), BF16 weights bf16_gemm, and linear_input_format() names the
-// format to prepare. A disabled variant is skipped, a forced one is taken where it supports the problem,
-// gemv_max_tokens = 0 leaves everything to tile_gemm.
+// (fp8_gemm where wgmma exists, else fp8_gemm_mma; fp8_gemm from 2 rows on >= 8,192 rows of K <= 1,024: wq_b),
+// BF16 weights bf16_gemm, and linear_input_format() names the format to prepare. A disabled variant is skipped, a
+// forced one is taken where it supports the problem, gemv_max_tokens = 0 leaves everything but fp8_gemm's wide
+// short-K rule to tile_gemm.
 TEST(LinearChoice, DefaultRules) {
     const bool wgmma = cuda::wgmma_usable();
     const bool sm90 = cuda::current_arch().cc >= 90;
@@ -358,6 +359,19 @@ TEST(LinearChoice, DefaultRules) {
     EXPECT_EQ(input_format(31, 1024, 4096, R, def), kMmaF16);
     EXPECT_EQ(input_format(32, 1024, 4096, R, def), kFp8Rows);
     EXPECT_EQ(input_format(16, 1024, 4096, R, def), kMmaF16);
+    // below the floor, fp8_gemm on wide projections over a short K (wq_b, the indexer's wq_b) from 2 rows where wgmma
+    // exists; one row keeps the SIMT GEMV
+    EXPECT_EQ(input_format(1, 32768, 1024, R, def), kMmaF16);
+    for (int64_t m : {2, 8, 16}) {
+        EXPECT_EQ(input_format(m, 32768, 1024, R, def), wgmma ? kFp8Rows : kMmaF16) << m << " rows of wq_b";
+        EXPECT_EQ(input_format(m, 8192, 1024, R, def), wgmma ? kFp8Rows : kMmaF16) << m << " rows of indexer wq_b";
+        EXPECT_EQ(input_format(m, 4096, 8192, R, def), kMmaF16) << m << " rows of wo_b (long K)";
+        EXPECT_EQ(input_format(m, 4096, 1024, R, def), kMmaF16) << m << " rows of a narrow projection";
+        EXPECT_EQ(input_format(m, 32768, 1024, X, def), kMmaF16) << "exact numerics";
+    }
+    if (wgmma) {
+        EXPECT_EQ(planned(2, 32768, 1024, R, def, 1, FP8, kFp8Rows), "fp8_gemm");
+    }
     EXPECT_EQ(input_format(4096, 1024, 4096, X, def), kMmaF16);  // exact numerics: tile_gemm
     EXPECT_EQ(input_format(4096, 8192, 4096, R, def, 8), kFp8Rows);  // wo_a in release numerics
     EXPECT_EQ(input_format(4096, 129280, 4096, X, def, 1, BF16), kMmaF16);
