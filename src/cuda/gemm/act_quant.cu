@@ -10,6 +10,7 @@
 // now (two 16-byte loads per thread).
 #include "cuda/gemm/act_quant.cuh"
 
+#include "cuda/common/alignment.h"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
@@ -135,8 +136,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32) quantize_kernel(const Qua
         }
     }
 }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The fields every entry sets; unit_rows: the rows quantized (out.m, or the input rows of a scatter).
 QuantArgs quant_args(const uint16_t* x, int64_t x_rows, int64_t ld_x, const Fp8Activation& out, int64_t unit_rows) {

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 
+#include "cuda/common/alignment.h"
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/pdl.cuh"
@@ -116,8 +117,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) bf16_gemv_kernel(const A
     stream_gemv::sum_partials<kRows, kThreads>(a, row0, threadIdx.x);
     if (threadIdx.x == 0) a.counters[tile] = 0;
 }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 int64_t cta_slots() { return int64_t(current_arch().sm_count) * kCtasPerSm; }
 

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 
+#include "cuda/common/alignment.h"
 #include "cuda/common/arch.cuh"
 #include "cuda/common/bulk_copy.cuh"
 #include "cuda/common/check.cuh"
@@ -201,8 +202,6 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_gemv_kernel(cons
     __trap();
 #endif
 }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 int warps_total() { return int(current_arch().sm_count) * kCtasPerSm * kWarps; }
 

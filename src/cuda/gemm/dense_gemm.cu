@@ -28,14 +28,13 @@
 #include <algorithm>
 #include <string>
 
+#include "cuda/common/alignment.h"
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/gemm/dense_gemm_problem.cuh"
 
 namespace flashseek::cuda {
 namespace {
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 GemmPath resolve(GemmPath path, bool fp8) {
     if (path != GemmPath::AUTO) return path;

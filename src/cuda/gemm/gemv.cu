@@ -14,6 +14,7 @@
 
 #include <algorithm>
 
+#include "cuda/common/alignment.h"
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
@@ -153,8 +154,6 @@ Kernel pick_kw(WeightKind kind, int ng) {
     return ng <= 1 ? gemv_kernel<WeightKind::FP8_BLOCK128, 1, KW> : gemv_kernel<WeightKind::FP8_BLOCK128, 2, KW>;
 }
 Kernel pick(WeightKind kind, int ng, int kw) { return kw == 1 ? pick_kw<1>(kind, ng) : pick_kw<4>(kind, ng); }
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 int64_t row_blocks(const DeviceLinear& w) { return (w.out + kRowsPerCta - 1) / kRowsPerCta; }
 
 }  // namespace

@@ -34,6 +34,7 @@
 
 #include <algorithm>
 
+#include "cuda/common/alignment.h"
 #include "cuda/common/arch.cuh"
 #include "cuda/common/bulk_copy.cuh"
 #include "cuda/common/check.cuh"
@@ -354,8 +355,6 @@ ChainKernel pick_kernel(int rows_a, int rows_b) {
     if (a4) return b4 ? gemv_chain_kernel<4, 4> : gemv_chain_kernel<4, 2>;
     return b4 ? gemv_chain_kernel<2, 4> : gemv_chain_kernel<2, 2>;
 }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 int64_t scale_row_bytes(const DeviceLinear& w) { return (w.in / 128) * (w.scale_kind == ScaleKind::F32 ? 4 : 1); }
 

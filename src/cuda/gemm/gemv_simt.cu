@@ -17,6 +17,7 @@
 
 #include <algorithm>
 
+#include "cuda/common/alignment.h"
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
@@ -151,8 +152,6 @@ Kernel pick_tokens(int T) {
     if (T <= 4) return gemv_kernel<WK, 4>;
     return gemv_kernel<WK, 8>;
 }
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
-
 int64_t row_blocks(const DeviceLinear& w) { return (w.out + kRowsPerCta - 1) / kRowsPerCta; }
 
 }  // namespace

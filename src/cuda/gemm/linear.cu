@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "cuda/common/alignment.h"
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
@@ -235,8 +236,6 @@ GemmKernel pick_kernel(WeightKind wk, int nt, bool aligned) {
         default: return pick_aligned<WeightKind::BF16>(nt, aligned);
     }
 }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
 

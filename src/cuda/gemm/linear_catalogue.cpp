@@ -96,7 +96,7 @@ constexpr ActFormat kMmaF16 = ActFormat::MMA_F16, kFp8Rows = ActFormat::FP8_ROWS
 // Priority order: the first preferred variant that supports a problem runs it (docs/perf.md, kernel choice).
 const std::array<LinearVariant, 11> kVariants = {
     FS_LINEAR_ROW(generic_linear, "sm_80+", kMmaF16),  // the only one for odd grouped shapes
-    FS_LINEAR_ROW(fp8_gemm, "sm_90a", kFp8Rows),       // FP8, release numerics, from gemm_min_tokens rows; wq_b 2+
+    FS_LINEAR_ROW(fp8_gemm, "sm_90a", kFp8Rows),       // FP8, release numerics, from gemm_min_tokens rows (wq_b: 2)
     FS_LINEAR_ROW(wgmma_gemv, "sm_90a", kMmaF16),      // 2-16 tokens, >= 4 MB FP8, release numerics
     FS_LINEAR_ROW(wgmma_f16_gemv, "sm_90a", kMmaF16),  // 2-256 tokens, FP8 weights, exact numerics (wo_a)
     FS_LINEAR_ROW(bulk_gemv, "sm_90+", kMmaF16),       // 2-16 tokens, >= 16 MB FP8, release numerics

@@ -10,14 +10,15 @@
 //                 of 128: the GEMM's lda needs a multiple of 8).
 // Preference: from KernelPolicy::gemm_min_tokens rows (default 32); fp8_gemm also at 2-16 rows on wide projections
 // over a short K (wq_b; it comes before the GEMVs in the catalogue), the GEMVs elsewhere at 1-16 rows; between,
-// tile_gemm. Why a floor at all: the GEMMs tile 64-256 rows x 128 weight
-// rows and never split K (batch invariance), so at a few dozen rows the small projections (wq_a, wkv: N <= 1024,
-// 8 column tiles) occupy a few SMs while tile_gemm splits K over the whole GPU. The floor is not measured yet:
+// tile_gemm. Why a floor at all: the GEMMs tile 64-256 rows x 128 weight rows and never split K (batch invariance),
+// so at a few dozen rows the small projections (wq_a, wkv: N <= 1024, 8 column tiles) occupy a few SMs while
+// tile_gemm splits K over the whole GPU. The floor is not measured yet:
 // the op harness's perf tables "linear" (16-256 rows) and "linear prefill" (test_cuda_linear --perf) compare the
 // variants on the V4-Flash shapes.
 // Exact numerics keep tile_gemm for FP8 weights (the GEMMs quantize activations as act_quant does).
 #include <string>
 
+#include "cuda/common/alignment.h"
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/gemm/dense_gemm.cuh"
@@ -27,8 +28,6 @@ namespace flashseek::cuda {
 namespace {
 
 alignas(16) unsigned char output_placeholder[16];  // supports() asks eligibility before the output is known
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // The FP8 GEMM's arguments for a call; LinearCall's groups are the GEMM's groups (x = [M, G * Kg], W = [G * R, Kg]).
 Fp8GemmArgs fp8_args(const LinearCall& c, void* d, OutKind kind, int64_t ldd) {

@@ -34,6 +34,7 @@
 
 #include <algorithm>
 
+#include "cuda/common/alignment.h"
 #include "cuda/common/arch.cuh"
 #include "cuda/common/bulk_copy.cuh"
 #include "cuda/common/check.cuh"
@@ -282,8 +283,6 @@ __global__ void __launch_bounds__(kThreads, (ctas_per_sm<N, S>())) wgmma_f16_gem
     __trap();
 #endif
 }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // The kernel for a token count: its token tile, stages, CTAs per SM and shared memory.
 struct Config {

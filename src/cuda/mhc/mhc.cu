@@ -20,6 +20,7 @@
 // Post: one thread per (token, 8 features): N + 1 16-byte loads, N 16-byte stores, in place allowed.
 #include <algorithm>
 
+#include "cuda/common/alignment.h"
 #include "cuda/common/attn_helpers.cuh"
 #include "cuda/common/cp_async.cuh"
 #include "cuda/common/pdl.cuh"
@@ -443,8 +444,6 @@ __global__ void mhc_post_kernel(int n_tokens, int N, int D, const bf16* x, const
         for (int k = 0; k < N; ++k) x_out[t * N * D + int64_t(k) * D + d] = __float2bfloat16_rn(outv[k]);
     }
 }
-
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 }  // namespace
 

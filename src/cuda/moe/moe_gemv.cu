@@ -24,6 +24,7 @@
 
 #include <algorithm>
 
+#include "cuda/common/alignment.h"
 #include "cuda/common/arch.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
@@ -269,8 +270,6 @@ Args base_args(const PreparedActivation& x, const ExpertTable& t, const MoeGroup
     a.dense_m = M;
     return a;
 }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
 

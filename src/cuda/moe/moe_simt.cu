@@ -28,6 +28,7 @@
 
 #include <algorithm>
 
+#include "cuda/common/alignment.h"
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
@@ -174,8 +175,6 @@ void launch(const ExpertCall& c, Args a, cudaStream_t stream) {
     launch_pdl(UP ? "simt_experts expert_kernel<up>" : "simt_experts expert_kernel<down>", k, grid,
                dim3(kWarps * 32), smem, stream, a);
 }
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace
 
