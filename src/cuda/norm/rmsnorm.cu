@@ -16,6 +16,7 @@
 // pdl_wait. Many rows keep one warp per row (the redundant loads would cost bandwidth there).
 #include <algorithm>
 
+#include "cuda/common/alignment.h"
 #include "cuda/common/attn_helpers.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/gemm/fp8_quant.cuh"
@@ -221,9 +222,8 @@ void launch(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride, co
     FS_ATTN_REQUIRE(2 * rope.n_pairs <= dim, "rmsnorm: rope_dim {} exceeds dim {}", 2 * rope.n_pairs, dim);
     FS_ATTN_REQUIRE(rope.n_pairs == 0 || positions != nullptr, "rmsnorm: RoPE needs positions");
     if (rows <= 0) return;
-    const auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    const bool vec = dim % 8 == 0 && dim <= 2048 && a16(in) && a16(out) && (!weight || a16(weight)) &&
-                     (in_stride * 2) % 16 == 0 && (out_stride * 2) % 16 == 0;
+    const bool vec = dim % 8 == 0 && dim <= 2048 && aligned16(in) && aligned16(out) &&
+                     (!weight || aligned16(weight)) && (in_stride * 2) % 16 == 0 && (out_stride * 2) % 16 == 0;
     PrepOut po;
     if (prepared) {
         FS_ATTN_REQUIRE(heads == 1 && prepared->values && prepared->scales &&
@@ -232,7 +232,7 @@ void launch(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride, co
         FS_ATTN_REQUIRE(prepared->format != ActFormat::FP8_ROWS || (prepared->layout == WeightKind::FP8_BLOCK128 &&
                                                                      prepared->numerics == ActNumerics::FP8_BLOCK128),
                         "rmsnorm: an FP8_ROWS copy is act_quant for FP8 weights (release numerics)");
-        if (vec && dim % 128 == 0 && a16(prepared->values)) {
+        if (vec && dim % 128 == 0 && aligned16(prepared->values)) {
             po.values = prepared->values;
             po.scales = prepared->scales;
             po.layout = int(prepared->layout);
