@@ -120,7 +120,7 @@ bool ForwardPass::enqueue_shared_expert(int l, int rows, const PreparedActivatio
     const bool shared_linear_on = !pol_->is_disabled("shared_as_linears");
     auto linear_path = [&](const DeviceLinear& w) {
         const std::string_view v = plan_linear(axs, w, 1, lane.ws, *pol_).variant;
-        return v == "wgmma_gemv" || v == "fp8_gemm" || v == "fp8_gemm_mma";
+        return v == "wgmma_gemv" || v == "fp8_gemm" || v == "fp8_gemm_splitk" || v == "fp8_gemm_mma";
     };
     // Release numerics only: there the w1 / w3 outputs are rounded to bf16 before SwiGLU (the reference's expert
     // GEMMs output bf16), which the bf16 linear outputs reproduce; exact numerics keep them in fp32.

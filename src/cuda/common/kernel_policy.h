@@ -5,7 +5,7 @@
 //
 // Variant names are unique across op families (docs/perf.md, "kernel choice", lists them):
 //   linear: generic_linear, wgmma_gemv, wgmma_f16_gemv, bulk_gemv, simt_gemv, mma_gemv, bf16_gemv, fp8_gemm,
-//           fp8_gemm_mma, bf16_gemm, tile_gemm
+//           fp8_gemm_splitk, fp8_gemm_mma, bf16_gemm, tile_gemm
 //   experts: generic_experts, wgmma_experts, bulk_experts, simt_experts, gemv_experts, grouped_experts, tile_experts
 //   attention: attn_prefill, attn_mma, attn_simt; indexer: indexer_prefill, indexer_simt
 //   composition: shared_as_linears (the shared expert as w1/w3/w2 linears instead of the fused expert kernels),

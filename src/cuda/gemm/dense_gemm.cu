@@ -18,7 +18,9 @@
 //   head 4096 -> 129280 (bf16) 256         256          256          256
 //   router 4096 -> 256 (bf16)  64          64           64           64 -> 128
 // Below ~132 tiles (M = 256 on the small projections) the GPU is not full; only split-K would fill it, and it is
-// left out on purpose (batch invariance); those problems take a few microseconds either way.
+// left out of these plans on purpose (batch invariance: prefill passes take this GEMM at any row count). Decode
+// calls ask for it explicitly (Fp8GemmArgs::k_splits, fp8_gemm_k_splits: tiles x splits within one wave), as the
+// linear catalogue's fp8_gemm_splitk variant does at 2-16 rows.
 // Measured and not addressed here (gemm_perf.log, M = 4096 / 8192): wq_b and the indexer's wq_b (K = 1024: 8
 // k-blocks per tile) run at 40-45% of the ceiling, wo_b at 77-78%: with short K the epilogue (registers straight to
 // global memory, not overlapped with the next tile's main loop) weighs a quarter of a tile; a shared-memory staged
@@ -63,6 +65,14 @@ std::string check_path(GemmPath path, bool fp8) {
     return {};
 }
 
+// Whether K's kb blocks of 128 fall into `splits` ranges of ceil(kb / splits) blocks (the kernel's split_blocks)
+// with none empty.
+bool nonempty_splits(int64_t kb, int64_t splits) {
+    if (splits < 1 || splits > kb) return false;
+    const int64_t per = (kb + splits - 1) / splits;
+    return (kb + per - 1) / per == splits;
+}
+
 std::string check_fp8(const Fp8GemmArgs& x, GemmPath path) {
     std::string e = check_common(x.a.m, x.n, x.a.k, x.w, x.d, x.ldd);
     if (!e.empty()) return e;
@@ -80,6 +90,17 @@ std::string check_fp8(const Fp8GemmArgs& x, GemmPath path) {
     if (x.groups > 1 && (x.a.k % (128 * x.groups) != 0 || x.n % (128 * x.groups) != 0))
         return fs_cat("with groups = ", x.groups, ", k = ", x.a.k, " and n = ", x.n,
                       " must be multiples of 128 x groups (whole scale blocks per group)");
+    if (x.k_splits != 1) {
+        const int64_t kb = (x.a.k / x.groups + 127) / 128, tiles = (x.n / x.groups + 127) / 128 * x.groups;
+        if (!nonempty_splits(kb, x.k_splits))
+            return fs_cat("k_splits = ", x.k_splits, " must split the ", kb, " blocks of 128 along k into non-empty ranges");
+        if (path != GemmPath::WGMMA) return "split-K (k_splits > 1) needs the wgmma path";
+        if (x.a.m > 64) return fs_cat("split-K takes at most 64 rows (one tile), not m = ", x.a.m);
+        if (!x.ws || !x.ws->partials || !x.ws->counters) return "split-K needs a workspace with partials and counters";
+        if (x.ws->partial_bytes < size_t(x.k_splits) * size_t(x.a.m) * size_t(x.n) * 4 || x.ws->n_counters < tiles)
+            return fs_cat("the workspace (", x.ws->partial_bytes, " bytes, ", x.ws->n_counters, " counters) is too small for ",
+                          x.k_splits, " splits of ", x.a.m, " x ", x.n, " partials and ", tiles, " tiles");
+    }
     return check_path(path, true);
 }
 
@@ -128,7 +149,7 @@ int cheapest_tile_height(const Tiles& tiles, int sms) {
 }
 
 // rows_out: act_quant rows as the output (tiles of 128 or 256 rows only).
-GemmPlan plan(GemmPath path, int64_t m, int64_t n, bool fp8, int block_m, bool rows_out = false) {
+GemmPlan plan(GemmPath path, int64_t m, int64_t n, bool fp8, int block_m, bool rows_out = false, int k_splits = 1) {
     GemmPlan p;
     p.path = resolve(path, fp8);
     const int64_t n_tiles = (n + dense_gemm::kBlockN - 1) / dense_gemm::kBlockN;
@@ -140,7 +161,9 @@ GemmPlan plan(GemmPath path, int64_t m, int64_t n, bool fp8, int block_m, bool r
         FS_REQUIRE(!rows_out || block_m != 64, "dense GEMM: act_quant rows as the output need tiles of 128 or 256 rows");
         p.block_m = block_m != 0 ? block_m : cheapest_tile_height(tiles, sms);
         if (rows_out && p.block_m == 64) p.block_m = 128;
-        p.tiles = tiles(p.block_m);
+        if (k_splits > 1) p.block_m = 64;  // m <= 64 (checked): one tile of rows
+        p.k_splits = k_splits;
+        p.tiles = tiles(p.block_m) * k_splits;
         p.ctas = int(std::min<int64_t>(p.tiles, sms));  // persistent: one CTA per SM at most
     } else {
         FS_REQUIRE(block_m == 0 || block_m == 128, "dense GEMM: the mma.sync path takes 128-row tiles, not ", block_m);
@@ -191,7 +214,14 @@ bool bf16_gemm_eligible(const Bf16GemmArgs& args, GemmPath path) {
     return check_bf16(args, resolve(path, false)).empty();
 }
 GemmPlan plan_fp8_gemm(const Fp8GemmArgs& args, GemmPath path, int block_m) {
-    return plan(path, args.a.m, args.n, true, block_m);
+    return plan(path, args.a.m, args.n, true, block_m, false, args.k_splits);
+}
+int fp8_gemm_k_splits(int64_t n, int64_t k, int groups) {
+    if (groups < 1 || n <= 0 || k <= 0) return 1;
+    const int64_t tiles = (n / groups + 127) / 128 * groups, kb = (k / groups + 127) / 128;
+    int64_t splits = std::min<int64_t>(current_arch().sm_count / tiles, kb);
+    while (splits > 1 && !nonempty_splits(kb, splits)) --splits;
+    return int(std::max<int64_t>(splits, 1));
 }
 GemmPlan plan_bf16_gemm(const Bf16GemmArgs& args, GemmPath path, int block_m) {
     return plan(path, args.m, args.n, false, block_m, args.d_rows.codes != nullptr);
@@ -215,6 +245,11 @@ void gemm_fp8(const Fp8GemmArgs& x, GemmPath path, cudaStream_t stream, int bloc
     q.k = x.a.k / x.groups;
     q.groups = x.groups;
     q.tma_store = x.tma_store;
+    q.k_splits = x.k_splits;
+    if (x.k_splits > 1) {
+        q.partials = x.ws->partials;
+        q.counters = x.ws->counters;
+    }
     set_output(q, x.d, x.d_kind, x.ldd);
     run(q, p, stream);
 }

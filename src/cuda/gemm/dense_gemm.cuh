@@ -12,7 +12,9 @@
 //               bf16 (BF16, >= 8.0) (gemm_mma.cu);
 //   MMA_F16     FP8 widened exactly to f16, mma.sync f16 (>= 8.0: sm_80, and for tests on sm_90).
 // Every output element is computed in the same order whatever m and the tile configuration: a row's result does not
-// depend on the other rows (batch invariance). There is no split-K (it would tie the order to the problem size).
+// depend on the other rows (batch invariance). Split-K (FP8, wgmma path, m <= 64: decode) is a separate request
+// (Fp8GemmArgs::k_splits, planned by fp8_gemm_k_splits from the shape alone): its sums differ from the unsplit
+// GEMM's, so prefill never asks for it; its split count does not depend on m.
 // Host entries take raw device pointers and a stream, allocate nothing, hold no mutable state and can be captured
 // in a CUDA graph (tensor maps are encoded on the host per call and passed by value). Bad arguments throw Error.
 #pragma once
@@ -43,6 +45,12 @@ struct Fp8GemmArgs {
     // written by TMA from shared memory while the next tile's main loop runs; false: stored by the math warps
     // (same bits; the policy name gemm_tma_store switches it off for A/B runs).
     bool tma_store = true;
+    // Split-K (WGMMA path, m <= 64): K in k_splits ranges of whole 128-blocks (none empty: fp8_gemm_k_splits plans
+    // them), one CTA per (output tile, range), fp32 partials in ws (k_splits x m x n floats, one counter per output
+    // tile of 128 columns), summed in range order by each tile's last CTA: deterministic, each row independent of
+    // the others. The output is then stored by the math warps (tma_store does not apply).
+    int k_splits = 1;
+    const GemmWorkspace* ws = nullptr;
 };
 
 struct Bf16GemmArgs {
@@ -73,6 +81,7 @@ bool gemm_path_supported(GemmPath path, bool fp8);
 struct GemmPlan {
     GemmPath path = GemmPath::AUTO;
     int block_m = 128, block_n = 128;
+    int k_splits = 1;
     int ctas = 0;
     int64_t tiles = 0;
 };
@@ -83,6 +92,11 @@ struct GemmPlan {
 bool fp8_gemm_eligible(const Fp8GemmArgs& args, GemmPath path = GemmPath::AUTO);
 bool bf16_gemm_eligible(const Bf16GemmArgs& args, GemmPath path = GemmPath::AUTO);
 GemmPlan plan_fp8_gemm(const Fp8GemmArgs& args, GemmPath path = GemmPath::AUTO, int block_m = 0);
+// The K splits of a decode-sized FP8 GEMM (WGMMA path) on n output columns over k (both over all groups), from the
+// shape and the SM count alone (not m): as many as keep (output tiles x splits) within one wave of the SMs, whole
+// 128-blocks each and none empty; 1 where splitting would not occupy more SMs. The partials then take
+// k_splits x m x n x 4 <= 64 x 128 x SMs x 4 bytes (4.3 MB on 132 SMs).
+int fp8_gemm_k_splits(int64_t n, int64_t k, int groups);
 GemmPlan plan_bf16_gemm(const Bf16GemmArgs& args, GemmPath path = GemmPath::AUTO, int block_m = 0);
 
 // Throws Error (naming the argument) when not eligible. m == 0 launches nothing.

@@ -45,6 +45,12 @@ struct Problem {
     // sm90 kernel, bf16 output with 16-byte rows: the output tile staged whole in shared memory and written by TMA
     // while the next tile's main loop runs (gemm_sm90.cu), else stored by the math warps
     bool tma_store = true;
+    // Split-K (sm90 kernel, decode): K in k_splits ranges of whole 128-blocks, one tile each; fp32 partials
+    // [k_splits][m][groups * n] and one counter per output tile (zero between calls), the sum in split order by the
+    // tile's last CTA. The epilogue then stores from the math warps (no TILE_STORE, no q_codes).
+    int k_splits = 1;
+    float* partials = nullptr;
+    uint32_t* counters = nullptr;
 };
 
 inline int64_t k_blocks(const Problem& p) { return (p.k * (p.fp8 ? 1 : 2) + kStageKBytes - 1) / kStageKBytes; }

@@ -25,7 +25,16 @@
 //     K order. BF16: the wgmmas accumulate the whole K in the tensor core (fp32), one stage kept in flight.
 //   - Persistent CTAs (one per SM, 200 KB of shared memory each): tile i of the grouped order
 //     (dense_gemm_problem.cuh tile_coords) on CTA i mod grid; the producer runs ahead into the next tile while
-//     the math warpgroups store the previous one.
+//     the math warpgroups store the previous one. The first tile's weight stages are requested before the PDL
+//     wait (weights are never written by an earlier kernel), its activation and scales after it.
+//   - FP8 weight scales (one per 128 x 128 block) are held 32 stages per warp, lane i the scale of stage i, the
+//     next 32 loaded behind them, and broadcast with a shuffle: one L2 round trip per tile. Loaded one stage ahead,
+//     every stage of a decode-sized tile (a few microseconds of streaming) waited for its scale.
+//   - Split-K (decode, Problem::k_splits, 64-row tiles): tile = (output tile, K range of whole 128-blocks); each
+//     range's fp32 results go to the workspace's partials and the output tile's last CTA to arrive (an atomic
+//     counter) sums them in range order and stores the output: deterministic, and a row's sum does not depend on
+//     the other rows. The linear catalogue's fp8_gemm_splitk uses it where 128-column tiles fill at most half the
+//     SMs (wo_b at 2-16 rows).
 //   - Epilogue, bf16 output with 16-byte rows (ldd and n multiples of 8, d 16-byte aligned), TILE_STORE (the
 //     default, Problem::tma_store): the whole output tile is staged in shared memory (each math warp's 16-row pieces
 //     written with stmatrix at the 128-byte swizzle's positions) and lane 0 of each warp stores its pieces by TMA,
@@ -105,6 +114,11 @@ struct Sm90Params {
     int64_t q_codes_ld;
     float* q_scales;
     int64_t q_scales_ld;
+    // Split-K (decode): tiles = base_tiles x k_splits, split = tile / base_tiles sums its range of 128-K blocks into
+    // fp32 partials [k_splits][m][groups * n]; the base tile's last CTA (counters) sums them in split order.
+    int k_splits, base_tiles;
+    float* partials;
+    uint32_t* counters;
 };
 
 #if FS_WGMMA_AVAILABLE
@@ -116,6 +130,10 @@ constexpr int kMathRegisters = 232;
 template <bool FP8, int BM, bool TILE_STORE>
 struct Sm90Body {
     using C = Sm90Config<FP8, BM, TILE_STORE>;
+    static constexpr int kBM = BM;
+    // Split-K runs with 64-row tiles and the math warps' stores only (host-planned); other configurations compile
+    // without its epilogue (with it, the 256-row FP8 kernel spilled 500 bytes and prefill lost 16%, run 201).
+    static constexpr bool kSplitK = BM == 64 && !TILE_STORE;
     static constexpr int kWarpgroupN = BM == 64 ? 64 : 128;  // columns per math warpgroup
     static constexpr int kAcc = kWarpgroupN / 2;              // fp32 results per thread and wave
     static constexpr int kWaves = BM == 256 ? 2 : 1;          // 64-row slices per math warpgroup
@@ -190,11 +208,95 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
                  : "memory");
 }
 
-// Group, M block and N block of tile `tile`.
-__device__ __forceinline__ void tile_of(const Sm90Params& p, int tile, int& g, int& mb, int& nb) {
+// Group, M block, N block and K split of tile `tile`.
+__device__ __forceinline__ void tile_of(const Sm90Params& p, int tile, int& g, int& mb, int& nb, int& split) {
+    split = tile / p.base_tiles;
+    tile -= split * p.base_tiles;
     const int per_group = p.m_blocks * p.n_blocks;
     g = tile / per_group;
     tile_coords(tile - g * per_group, p.m_blocks, p.n_blocks, mb, nb);
+}
+
+// The 128-K blocks [kb0, kb1) that split `split` sums (all of K without split-K; the host plans no empty split).
+__device__ __forceinline__ void split_blocks(const Sm90Params& p, int split, int& kb0, int& kb1) {
+    const int per = (p.k_blocks + p.k_splits - 1) / p.k_splits;
+    kb0 = min(p.k_blocks, split * per);
+    kb1 = min(p.k_blocks, kb0 + per);
+}
+
+__device__ __forceinline__ void math_sync() { asm volatile("bar.sync 1, 256;" ::: "memory"); }
+
+// Split-K epilogue (64-row tiles stored by the math warps: B::kSplitK, host-checked). The split's fp32 results go
+// to its partials; the last of the base tile's k_splits CTAs to arrive (one atomic per CTA, after every math
+// thread's stores are fenced) sums all partials in split order, so the sum does not depend on which CTA came last,
+// and stores the output. `flag` is a __shared__ word.
+template <typename B>
+__device__ __forceinline__ void split_k_epilogue(const Sm90Params& p, const float (&fin)[B::kWaves][B::kAcc],
+                                                 int base_tile, int g, int mb, int nb, int split, int mw, int rw,
+                                                 int t, uint32_t& flag) {
+    const int64_t ldp = int64_t(p.groups) * p.n;
+    const int col = nb * kBlockN + B::col_offset(mw) + 2 * t;  // inside group g; value pair i at col + 8 i
+    // Value pair (v, h, i) of this thread: row mb BM + row_offset(v) + rw + 8 h, columns col + 8 i, + 1.
+    auto row_of = [&](int v, int h) { return mb * B::kBM + B::row_offset(v, mw) + rw + 8 * h; };
+    auto partial = [&](int sp, int row, int c) {
+        return p.partials + (int64_t(sp) * p.m + row) * ldp + int64_t(g) * p.n + c;
+    };
+#pragma unroll
+    for (int v = 0; v < B::kWaves; ++v)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = row_of(v, h);
+            if (row >= p.m) continue;
+#pragma unroll
+            for (int i = 0; i < B::kAcc / 4; ++i)
+                if (col + 8 * i < p.n)
+                    *reinterpret_cast<float2*>(partial(split, row, col + 8 * i)) =
+                        make_float2(fin[v][4 * i + 2 * h], fin[v][4 * i + 2 * h + 1]);
+        }
+    __threadfence();
+    math_sync();
+    if (threadIdx.x == 128) flag = atomicAdd(&p.counters[base_tile], 1u) == uint32_t(p.k_splits - 1);
+    math_sync();
+    if (!flag) return;
+    __threadfence();
+    // Every split's partial from memory (this CTA's own as well: the values it stored), at addresses clamped into
+    // the partials so that the loads carry no branch and four splits' loads are in flight together (behind
+    // branches, each load waited for its add: ~1 us per split and row pair, run 198). Split-K tiles are 64 rows
+    // (one wave); warps whose rows all lie past m skip.
+    float sum[B::kWaves][B::kAcc];
+#pragma unroll
+    for (int v = 0; v < B::kWaves; ++v)
+#pragma unroll
+        for (int i = 0; i < B::kAcc; ++i) sum[v][i] = 0.f;
+    if constexpr (B::kSplitK) {
+        if (mb * B::kBM + B::row_offset(0, mw) + rw - rw % 16 < p.m) {
+#pragma unroll 4
+            for (int sp = 0; sp < p.k_splits; ++sp) {
+                float2 x[2][B::kAcc / 4];
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+#pragma unroll
+                    for (int i = 0; i < B::kAcc / 4; ++i)
+                        x[h][i] = __ldcg(reinterpret_cast<const float2*>(
+                            partial(sp, min(row_of(0, h), p.m - 1), min(col + 8 * i, p.n - 2))));
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+#pragma unroll
+                    for (int i = 0; i < B::kAcc / 4; ++i) {
+                        sum[0][4 * i + 2 * h] += x[h][i].x;
+                        sum[0][4 * i + 2 * h + 1] += x[h][i].y;
+                    }
+            }
+        }
+    }
+#pragma unroll
+    for (int v = 0; v < B::kWaves; ++v)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int i = 0; i < B::kAcc / 4; ++i)
+                store_output(p, row_of(v, h), g, col + 8 * i, sum[v][4 * i + 2 * h], sum[v][4 * i + 2 * h + 1]);
+    if (threadIdx.x == 128) p.counters[base_tile] = 0;  // every split has arrived: ready for the next call
 }
 
 template <bool FP8, int N>
@@ -221,6 +323,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
     using C = Sm90Config<FP8, BM, TILE_STORE>;
     using B = Sm90Body<FP8, BM, TILE_STORE>;
     extern __shared__ unsigned char smem_raw[];
+    __shared__ uint32_t split_flag;  // split-K: whether this CTA sums the tile's partials
     // The swizzle is a function of the absolute shared address: tiles start on 1024-byte boundaries.
     unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     unsigned char* const a_tiles = smem;
@@ -244,25 +347,47 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
         mbar_init_fence();
     }
     __syncthreads();
-    pdl_wait();  // PDL: before the first read of A (written by an earlier kernel) and the first store of D
-    pdl_trigger();
 
     if (wg == 0) {
         tma::release_registers<kProducerRegisters>();
         if (threadIdx.x == 0) {
+            auto load_b = [&](int s, int g, int nb, int kb) {
+                const int k0 = kb * (FP8 ? kStageKBytes : kStageKBytes / 2);  // in elements, inside the group
+                tma::load_2d(b_tiles + size_t(s) * C::kBTile, &p.map_b, k0, g * p.n + nb * kBlockN, &full[s]);
+            };
+            // The first tile's first stages of weights are requested before the PDL wait (no earlier kernel writes
+            // weights): their DRAM latency overlaps the previous kernel's tail and the launch. Each stage's full
+            // barrier expects its whole transfer already; its A tile and scales follow after the wait.
+            int prefetched = 0;
+            if (int(blockIdx.x) < p.tiles) {
+                int g, mb, nb, split, kb0, kb1;
+                tile_of(p, blockIdx.x, g, mb, nb, split);
+                split_blocks(p, split, kb0, kb1);
+                for (int kb = kb0; kb < kb1 && prefetched < C::kStages; ++kb, ++prefetched) {
+                    mbar_expect_tx(&full[prefetched], B::kStageTx);
+                    load_b(prefetched, g, nb, kb);
+                }
+            }
+            pdl_wait();  // PDL: before the first read of A (written by an earlier kernel)
+            pdl_trigger();
             int s = 0;
             uint32_t phase = 0;
             for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-                int g, mb, nb;
-                tile_of(p, tile, g, mb, nb);
-                for (int kb = 0; kb < p.k_blocks; ++kb) {
+                int g, mb, nb, split, kb0, kb1;
+                tile_of(p, tile, g, mb, nb, split);
+                split_blocks(p, split, kb0, kb1);
+                for (int kb = kb0; kb < kb1; ++kb) {
                     mbar_wait(&empty[s], phase ^ 1);  // a fresh barrier counts as released once
-                    mbar_expect_tx(&full[s], B::kStageTx);
-                    const int k0 = kb * (FP8 ? kStageKBytes : kStageKBytes / 2);  // in elements, inside the group
+                    if (prefetched > 0) {
+                        --prefetched;  // stages 0, 1, .. of the first tile, in this order
+                    } else {
+                        mbar_expect_tx(&full[s], B::kStageTx);
+                        load_b(s, g, nb, kb);
+                    }
+                    const int k0 = kb * (FP8 ? kStageKBytes : kStageKBytes / 2);
                     tma::load_2d(a_tiles + size_t(s) * C::kATile, &p.map_a, g * p.k + k0, mb * BM, &full[s]);
                     if constexpr (FP8)
                         tma::load_2d(a_scales + s * BM, &p.map_sa, mb * BM, g * p.k_blocks + kb, &full[s]);
-                    tma::load_2d(b_tiles + size_t(s) * C::kBTile, &p.map_b, k0, g * p.n + nb * kBlockN, &full[s]);
                     if (++s == C::kStages) {
                         s = 0;
                         phase ^= 1;
@@ -274,6 +399,8 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
     }
 
     tma::claim_registers<kMathRegisters>();
+    pdl_wait();  // PDL: before the first store of D (an earlier kernel may still read it)
+    pdl_trigger();
     const int mw = wg - 1;  // math warpgroup 0 / 1
     const int warp = (threadIdx.x / 32) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int col_off = B::col_offset(mw);
@@ -285,20 +412,32 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
     int s = 0;
     uint32_t phase = 0;
     for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x) {
-        int g, mb, nb;
-        tile_of(p, tile, g, mb, nb);
+        int g, mb, nb, split, kb0, kb1;
+        tile_of(p, tile, g, mb, nb, split);
+        split_blocks(p, split, kb0, kb1);
         const int sw_row = g * p.n / kBlockN + nb;  // the tile's weight-scale row (n % 128 == 0 with groups)
 #pragma unroll
         for (int v = 0; v < B::kWaves; ++v)
 #pragma unroll
             for (int i = 0; i < B::kAcc; ++i) fin[v][i] = 0.f;
-        float sw_next = FP8 ? weight_scale(p, sw_row, 0) : 0.f;
+        float sw_lane = 0.f, sw_lane_next = 0.f;  // FP8: the scales of stages kb0 + lane and kb0 + 32 + lane
+        if constexpr (FP8) {
+            if (kb0 + lane < kb1) sw_lane = weight_scale(p, sw_row, kb0 + lane);
+            if (kb0 + 32 + lane < kb1) sw_lane_next = weight_scale(p, sw_row, kb0 + 32 + lane);
+        }
         int prev_s = -1;  // BF16: the stage whose wgmmas may still run
-        for (int kb = 0; kb < p.k_blocks; ++kb) {
+        for (int kb = kb0; kb < kb1; ++kb) {
             float sw = 0.f;
             if constexpr (FP8) {
-                sw = sw_next;
-                if (kb + 1 < p.k_blocks) sw_next = weight_scale(p, sw_row, kb + 1);  // latency hidden by this stage
+                // The tile's weight scales 32 stages at a time, lane i holding stage i's, the next 32 in flight
+                // behind them: one L2 round trip per tile, taken with the first stage's wait. Loaded one stage ahead
+                // instead, each stage of a decode-sized tile waited for its scale (~0.8 us per stage, run 199).
+                const int j = (kb - kb0) & 31;
+                if (j == 0 && kb > kb0) {
+                    sw_lane = sw_lane_next;
+                    sw_lane_next = kb + 32 + lane < kb1 ? weight_scale(p, sw_row, kb + 32 + lane) : 0.f;
+                }
+                sw = __shfl_sync(0xffffffffu, sw_lane, j);
             }
             mbar_wait(&full[s], phase);
             const uint32_t a_stage = smem_u32(a_tiles + size_t(s) * C::kATile);
@@ -343,7 +482,7 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
 #pragma unroll
                 for (int v = 0; v < B::kWaves; ++v)
                     mma_stage<false, B::kWarpgroupN>(fin[v], a_stage + B::row_offset(v, mw) * kStageKBytes, b_addr,
-                                                     kb > 0);
+                                                     kb > kb0);
                 wgmma::commit();
                 if constexpr (TILE_STORE) {
                     if (lane == 0) store_due_pieces<B>(p, epilogue, pending, kb, mw, warp);
@@ -369,7 +508,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
                 for (int i = 0; i < B::kAcc; ++i) wgmma::fence_operand(fin[v][i]);
             if (prev_s >= 0 && lane == 0) tma::mbar_arrive(&empty[prev_s]);
         }
-        if (p.q_codes) {
+        if (B::kSplitK && p.k_splits > 1) {
+            split_k_epilogue<B>(p, fin, tile - split * p.base_tiles, g, mb, nb, split, mw, rw, t, split_flag);
+        } else if (p.q_codes) {
             if constexpr (B::kWarpgroupN == 128) {  // host-checked: block_m 128 / 256
                 // act_quant rows of the bf16 output: a thread holds 32 of the 128 columns (one scale block) of rows
                 // rw and rw + 8; the block amax over the quad, then the codes through the warp's staging block (16
@@ -550,7 +691,13 @@ void launch_config(const Problem& q, int ctas, cudaStream_t stream) {
     p.n = int(q.n);
     p.m_blocks = int((q.m + BM - 1) / BM);
     p.n_blocks = int((q.n + kBlockN - 1) / kBlockN);
-    p.tiles = q.groups * p.m_blocks * p.n_blocks;
+    p.base_tiles = q.groups * p.m_blocks * p.n_blocks;
+    p.k_splits = q.k_splits;
+    p.tiles = p.base_tiles * q.k_splits;
+    p.partials = q.partials;
+    p.counters = q.counters;
+    FS_REQUIRE(q.k_splits == 1 || (BM == 64 && !TILE_STORE && !q.q_codes && q.partials && q.counters),
+               "dense GEMM (sm_90a): split-K takes 64-row tiles stored by the math warps, with a workspace");
     auto kernel = sm90_gemm_kernel<FP8, BM, TILE_STORE>;
     allow_dynamic_smem(kernel, C::kSmemBytes);
     launch_pdl(FP8 ? "sm90_gemm_kernel<fp8>" : "sm90_gemm_kernel<bf16>", kernel,
@@ -566,7 +713,7 @@ void launch_tile_height(const Problem& q, int ctas, cudaStream_t stream) {
 
 template <bool FP8>
 void launch_precision(const Problem& q, int ctas, cudaStream_t stream) {
-    if (q.tma_store && !q.q_codes && rows16_output(q)) launch_tile_height<FP8, true>(q, ctas, stream);
+    if (q.tma_store && !q.q_codes && q.k_splits == 1 && rows16_output(q)) launch_tile_height<FP8, true>(q, ctas, stream);
     else launch_tile_height<FP8, false>(q, ctas, stream);
 }
 

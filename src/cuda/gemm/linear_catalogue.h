@@ -75,6 +75,7 @@ FS_DECLARE_LINEAR_VARIANT(simt_gemv)       // gemv_simt.cu: one token
 FS_DECLARE_LINEAR_VARIANT(mma_gemv)        // gemv.cu: f16 mma.sync, 1-16 tokens, raw activations too
 FS_DECLARE_LINEAR_VARIANT(bf16_gemv)       // bf16_gemv.cu: BF16 weights, bf16 mma.sync, 1-16 tokens
 FS_DECLARE_LINEAR_VARIANT(fp8_gemm)        // linear_gemm.cu: sm_90a wgmma FP8 GEMM, FP8_ROWS, release numerics
+FS_DECLARE_LINEAR_VARIANT(fp8_gemm_splitk) // linear_gemm.cu: the same with K split, 2-16 rows (decode)
 FS_DECLARE_LINEAR_VARIANT(fp8_gemm_mma)    // linear_gemm.cu: the same GEMM on mma.sync (sm_80+: e4m3 on sm_89+)
 FS_DECLARE_LINEAR_VARIANT(bf16_gemm)       // linear_gemm.cu: BF16 weights, wgmma (sm_90a) or mma.sync
 namespace bf16_gemm {

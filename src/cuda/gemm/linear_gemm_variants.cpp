@@ -98,13 +98,14 @@ void prepare_activation_rows(const uint16_t* x, int64_t M, int64_t K, int64_t ld
 
 namespace fp8_gemm {
 // Below the floor (decode passes of 2-16 rows): projections of many output columns over a short K stream faster
-// through the GEMM's TMA pipeline than through any GEMV, since its 64-256 column tiles cover the GPU without split-K
-// (H200, linear perf table: wq_b, 32,768 x 1,024, 12.8-13.0 us against 19.1-22.9; the indexer's wq_b, 8,192 x 1,024,
-// 5.9 against 9.7-11.9; the step at 2 / 8 / 16 sequences 2-3% shorter). Long-K or narrow projections do not (wo_b,
-// 32 column tiles of K = 8,192: 26 us against 19-24; wq_a, wkv: ~14 us of fixed cost against 4-10). One row keeps
-// the SIMT GEMV: with the GEMM there the one-sequence step was 0.12 ms longer although wq_b itself was 4.8 us faster
-// per layer (docs/perf-log/2026-12-04_bf16-gemv.md, run 195).
-constexpr int64_t kWideMinCols = 8192, kWideMaxK = 1024;
+// through the GEMM's TMA pipeline than through any GEMV (H200, linear perf table: wq_b, 32,768 x 1,024, 11.6-11.9 us
+// against 19.1-22.9; the indexer's wq_b, 8,192 x 1,024, 4.6 against 9.7-11.9; the shared expert's w2, 4,096 x
+// 2,048, 7.0 against 9.2-11.3, run 201 of docs/perf-log/2026-12-04_split-k-fp8-gemm.md; the step at 2 / 8 / 16
+// sequences 2-3% shorter with wq_b's, run 196 of the BF16 GEMV log). Long-K or narrow projections do not (wo_b, 32
+// column tiles of K = 8,192, 20.4 us against 19-23, takes fp8_gemm_splitk; wq_a, wkv: ~11 us of fixed cost against
+// 8-10). One row keeps the SIMT GEMV: with the GEMM there the one-sequence step was 0.12 ms longer although wq_b
+// itself was 4.8 us faster per layer (docs/perf-log/2026-12-04_bf16-gemv.md, run 195).
+constexpr int64_t kWideMinCols = 4096, kWideMaxK = 2048;
 bool supports(const LinearCall& c) { return fp8_call_fits(c, GemmPath::WGMMA); }
 bool preferred(const LinearCall& c, const KernelPolicy& policy) {
     const bool wide_short = c.w.out / c.groups >= kWideMinCols && c.w.in <= kWideMaxK;
@@ -121,6 +122,48 @@ void run(const LinearCall& c, const LinearPlan&, const KernelPolicy& policy, con
     cuda::gemm_fp8(a, GemmPath::WGMMA, stream);
 }
 }  // namespace fp8_gemm
+
+namespace fp8_gemm_splitk {
+// Decode passes (2-16 rows) of large FP8 projections whose output tiles fill at most half the SMs (wo_b: 32 tiles
+// of 128 columns over K = 8,192): the same GEMM with K split so that tiles x splits fill one wave of the SMs
+// (fp8_gemm_k_splits), each CTA streaming its range through the TMA pipeline and the tile's last CTA summing the
+// partials. H200, linear perf table (run 201 of docs/perf-log/2026-12-04_split-k-fp8-gemm.md): wo_b 14.7-15.9 us
+// at 2-16 rows against 19.2-23.5 on wgmma_gemv. Not on the small ones (wq_a 4.2 MB, wkv 2.1 MB, shared w2 8.4 MB:
+// 9-20 us against 4-11): the fixed cost of a GEMM call and of the partials' sum outweighs their streaming time, so
+// the preference starts at kMinBytes. Not a compute-bound variant: prefill passes keep fp8_gemm, whose sums it
+// does not reproduce. Without a workspace (shape-only questions, tests) it runs unsplit. One row keeps the SIMT
+// GEMV: wo_b split 14.7 us against 19.8, yet the one-sequence step was 0.11 ms longer with it (run 202), the
+// whole-GPU kernel effect of docs/perf.md section 2.3.
+constexpr int64_t kMinBytes = int64_t(16) << 20;
+bool supports(const LinearCall& c) { return c.x.m <= 64 && fp8_call_fits(c, GemmPath::WGMMA); }
+bool preferred(const LinearCall& c, const KernelPolicy& policy) {
+    return c.x.m >= 2 && c.x.m <= policy.gemv_max_tokens && c.w.out * c.w.in >= kMinBytes &&
+           fp8_gemm_k_splits(c.w.out, c.w.in * c.groups, c.groups) > 1;
+}
+// The planned splits where the workspace holds them for 64 rows (its size, not the row count, decides), else 1.
+int splits_for(const LinearCall& c) {
+    if (!c.ws || !c.ws->partials || !c.ws->counters) return 1;
+    const int splits = fp8_gemm_k_splits(c.w.out, c.w.in * c.groups, c.groups);
+    const bool fits = c.ws->partial_bytes >= size_t(splits) * 64 * size_t(c.w.out) * 4 &&
+                      c.ws->n_counters >= (c.w.out / c.groups + 127) / 128 * c.groups;
+    return fits ? splits : 1;
+}
+Fp8GemmArgs split_args(const LinearCall& c, void* d, OutKind kind, int64_t ldd) {
+    Fp8GemmArgs a = fp8_args(c, d, kind, ldd);
+    a.k_splits = splits_for(c);
+    a.ws = c.ws;
+    return a;
+}
+LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
+    LinearPlan p = gemm_plan("fp8_gemm_splitk", plan_fp8_gemm(split_args(c, output_placeholder, OutKind::F32, c.w.out),
+                                                              GemmPath::WGMMA));
+    p.k_splits = splits_for(c);
+    return p;
+}
+void run(const LinearCall& c, const LinearPlan&, const KernelPolicy&, const LinearOut& out, cudaStream_t stream) {
+    cuda::gemm_fp8(split_args(c, out.y, out.kind, out.ld), GemmPath::WGMMA, stream);
+}
+}  // namespace fp8_gemm_splitk
 
 namespace fp8_gemm_mma {
 bool supports(const LinearCall& c) { return fp8_call_fits(c, mma_fp8_path()); }

@@ -84,7 +84,7 @@ std::vector<LinearCase> test_cases() {
     }
     // FP8 projections of many rows over a short K at decode token counts, which fp8_gemm takes below its floor where
     // wgmma exists (wq_b-like): one and several tokens, K of one and several 128-blocks.
-    for (const Shape& s : std::vector<Shape>{{1, 8192, 1024, true}, {5, 8192, 512}, {16, 16384, 1024}})
+    for (const Shape& s : std::vector<Shape>{{1, 8192, 1024, true}, {5, 8192, 512}, {16, 16384, 1024}, {7, 4096, 2048}})
         add("wide short-K FP8", FP8, E8M0, RELEASE, s);
     add("wide short-K FP8, F32 scales, bf16 out", FP8, F32S, RELEASE, {3, 8192, 256}, OutKind::BF16);
     // BF16 weights at decode token counts on bf16_gemv's shapes (rows % 64, K % 32): K off the 128 grid with a short
@@ -262,9 +262,10 @@ double linear_threshold(const LinearCase& c, std::string_view variant) {
     // wgmma_f16_gemv: f16 products summed by the tensor core per 128 columns (like the e4m3 kernel's, not exact
     // fp32 additions), then in fp32.
     if (variant == "wgmma_f16_gemv") t = std::max(t, 1e-4);
-    // fp8_gemm: the same for the wgmma FP8 GEMM, whose 128-K block sums are the tensor core's (1.03-1.42e-4
-    // measured on the H200 over test_dense_gemm's FP8 cases): the same bound.
-    if (variant == "fp8_gemm") t = std::max(t, 3e-4);
+    // fp8_gemm (and its split-K form): the same for the wgmma FP8 GEMM, whose 128-K block sums are the tensor core's
+    // (1.03-1.42e-4 measured on the H200 over test_dense_gemm's FP8 cases, 3.25e-4 on one seed of the 2 x 32 x 256
+    // streaming case, whose 64 outputs average little: run 200 of docs/perf-log/2026-12-04_split-k-fp8-gemm.md).
+    if (variant == "fp8_gemm" || variant == "fp8_gemm_splitk") t = std::max(t, 5e-4);
     // fp8_gemm_mma: native e4m3 mma.sync (sm_89, sm_120) also sums its products in the tensor core (test_dense_gemm's
     // bound for that path: 1e-4); sm_90 lowers it to f16 and sm_80 widens to f16, exact products there (1e-8 measured).
     if (variant == "fp8_gemm_mma") t = std::max(t, 1e-4);

@@ -763,6 +763,18 @@ TEST(DenseGemm, RejectsBadArguments) {
     b = a;
     b.groups = 2;  // k = 64 and n = 32 are not whole scale blocks per group
     expect_error(b, "groups = 2");
+    // split-K: whole, non-empty 128-blocks of K per split, and a workspace (on a device without wgmma: the path)
+    b = a;
+    b.k_splits = 2;  // k = 64: one block
+    expect_error(b, "k_splits = 2");
+    b = a;
+    b.k_splits = 0;
+    expect_error(b, "k_splits = 0");
+    b = a;
+    b.a = cuda::fp8_activation_view(buf.ptr, buf.ptr + 8192, 4, 256);
+    EXPECT_TRUE(cuda::fp8_gemm_eligible(b));
+    b.k_splits = 2;  // two blocks, no workspace
+    expect_error(b, "split-K");
 }
 
 // Host-side validation of the TMA maps (tensor_map.h): the maps the GEMMs encode at their extreme shapes pass (the

@@ -273,10 +273,49 @@ TEST_F(LinearFamily, EveryCaseThroughEveryVariant) {
     }
     coverage.require("fp8_gemm", "grouped");
     coverage.require("fp8_gemm_mma", "grouped");
+    coverage.require("fp8_gemm_splitk", "split-k");
+    coverage.require("fp8_gemm_splitk", "partial-block");
     const auto cases = linear_cases();
     std::printf("[ cases    ] %zu linear cases (%s)\n", cases.size(), quick_mode() ? "quick" : "test");
     for (const LinearCase& c : cases) check_case(c, ws_, coverage);
     coverage.expect_complete();
+}
+
+// A decode row's output does not depend on its batch-mates: through the FP8 GEMM and its split-K form (whose split
+// count is planned from the shape, not the row count), the first rows of a 16-row call are bit-identical to the same
+// rows called alone in a 3-row call, on wo_b's shape (four splits of K = 8,192) and wq_a's (sixteen of 4,096).
+TEST_F(LinearFamily, DecodeRowsDoNotDependOnTheBatch) {
+    if (!cuda::wgmma_usable()) GTEST_SKIP() << "fp8_gemm and fp8_gemm_splitk need wgmma (sm_90a)";
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed) + " (FS_TEST_SEED to reproduce)");
+    std::mt19937_64 rng(seed);
+    for (const auto& [N, K] : {std::pair<int64_t, int64_t>{4096, 8192}, {1024, 4096}}) {
+        const LinearCase big{"decode rows", WeightKind::FP8_BLOCK128, ScaleKind::E8M0, ActNumerics::FP8_BLOCK128,
+                             16, N, K, 1, OutKind::BF16};
+        LinearProblem p(big, rng);
+        const cuda::DeviceLinear w = p.w.device();
+        constexpr int64_t kFew = 3;
+        cuda::PreparedActivation few;
+        PreparedStorage storage(kFew, K, few);
+        cuda::prepare_activation_rows(p.x_bf16->ptr, kFew, K, K + 5, big.numerics, few, nullptr);  // LinearProblem's ld_x
+        LinearCase small = big;
+        small.M = kFew;
+        for (const char* name : {"fp8_gemm_splitk", "fp8_gemm"}) {
+            SCOPED_TRACE(std::string(name) + ", " + std::to_string(N) + " x " + std::to_string(K));
+            const KernelPolicy only = KernelPolicy::only(name);
+            const LinearRun all = run_once(big, p.rows, w, &ws_, only), alone = run_once(small, few, w, &ws_, only);
+            ASSERT_EQ(all.variant, name);
+            ASSERT_EQ(alone.variant, name);
+            if (std::string(name) == "fp8_gemm_splitk") {
+                EXPECT_GT(cuda::plan_linear(p.rows, w, 1, &ws_, only).k_splits, 1);
+                EXPECT_EQ(cuda::plan_linear(p.rows, w, 1, &ws_, only).k_splits,
+                          cuda::plan_linear(few, w, 1, &ws_, only).k_splits);
+            }
+            EXPECT_LE(rel_l2(all.y, p.ref), linear_threshold(big, name));
+            const std::vector<float> head(all.y.begin(), all.y.begin() + kFew * N);
+            EXPECT_TRUE(bit_identical(head, alone.y)) << "rows 0-2 differ between a 16-row and a 3-row call";
+        }
+    }
 }
 
 // An [N, K] weight (K per group) at fake, aligned addresses.
@@ -317,8 +356,11 @@ cuda::ActFormat input_format(int64_t M, int64_t N, int64_t K, ActNumerics num, c
 // (wo_a) 2-256 tokens -> wgmma_f16_gemv where wgmma exists; > 16 tokens otherwise -> tile_gemm; BF16 weights 1-16
 // tokens -> bf16_gemv (rows % 16, K % 32), else tile_gemm; odd grouped shapes -> generic_linear; from
 // gemm_min_tokens (32) rows the compute-bound GEMMs: FP8 weights in release numerics from an FP8_ROWS activation
-// (fp8_gemm where wgmma exists, else fp8_gemm_mma; fp8_gemm from 2 rows on >= 8,192 rows of K <= 1,024: wq_b),
-// BF16 weights bf16_gemm, and linear_input_format() names the format to prepare. A disabled variant is skipped, a
+// (fp8_gemm where wgmma exists, else fp8_gemm_mma; fp8_gemm from 2 rows on >= 4,096 rows of K <= 2,048: wq_b, the
+// indexer's wq_b, the shared expert's w2),
+// BF16 weights bf16_gemm, and linear_input_format() names the format to prepare. Where wgmma exists, FP8 weights
+// of >= 16 MB at 2-16 rows in release numerics whose 128-column tiles fill at most half the SMs take
+// fp8_gemm_splitk (wo_b). A disabled variant is skipped, a
 // forced one is taken where it supports the problem, gemv_max_tokens = 0 leaves everything but fp8_gemm's wide
 // short-K rule to tile_gemm.
 TEST(LinearChoice, DefaultRules) {
@@ -365,12 +407,25 @@ TEST(LinearChoice, DefaultRules) {
     for (int64_t m : {2, 8, 16}) {
         EXPECT_EQ(input_format(m, 32768, 1024, R, def), wgmma ? kFp8Rows : kMmaF16) << m << " rows of wq_b";
         EXPECT_EQ(input_format(m, 8192, 1024, R, def), wgmma ? kFp8Rows : kMmaF16) << m << " rows of indexer wq_b";
-        EXPECT_EQ(input_format(m, 4096, 8192, R, def), kMmaF16) << m << " rows of wo_b (long K)";
-        EXPECT_EQ(input_format(m, 4096, 1024, R, def), kMmaF16) << m << " rows of a narrow projection";
+        EXPECT_EQ(input_format(m, 4096, 2048, R, def), wgmma ? kFp8Rows : kMmaF16) << m << " rows of shared w2";
+        EXPECT_EQ(input_format(m, 2048, 4096, R, def), kMmaF16) << m << " rows of shared w1 (8 MB, long K)";
+        EXPECT_EQ(input_format(m, 4096, 8192, R, def), wgmma ? kFp8Rows : kMmaF16) << m << " rows of wo_b (split K)";
+        EXPECT_EQ(input_format(m, 4096, 4096, R, def), wgmma ? kFp8Rows : kMmaF16) << m << " rows of 16 MB (split K)";
+        EXPECT_EQ(input_format(m, 1024, 4096, R, def), kMmaF16) << m << " rows of wq_a (4 MB: a GEMV)";
+        EXPECT_EQ(input_format(m, 16384, 4096, R, def), kMmaF16) << m << " rows: 128 tiles, nothing to split";
         EXPECT_EQ(input_format(m, 32768, 1024, X, def), kMmaF16) << "exact numerics";
     }
+    EXPECT_EQ(input_format(1, 4096, 8192, R, def), kMmaF16);  // one row: the SIMT GEMV
     if (wgmma) {
         EXPECT_EQ(planned(2, 32768, 1024, R, def, 1, FP8, kFp8Rows), "fp8_gemm");
+        EXPECT_EQ(planned(8, 4096, 2048, R, def, 1, FP8, kFp8Rows), "fp8_gemm");  // shared w2
+        EXPECT_EQ(planned(2, 4096, 8192, R, def, 1, FP8, kFp8Rows), "fp8_gemm_splitk");
+        EXPECT_EQ(planned(16, 4096, 4096, R, def, 1, FP8, kFp8Rows), "fp8_gemm_splitk");
+        KernelPolicy no_split;
+        no_split.disabled = {"fp8_gemm_splitk"};
+        EXPECT_EQ(input_format(16, 4096, 8192, R, no_split), kMmaF16);
+        // prefill passes force the compute-bound GEMMs: fp8_gemm, not its split-K form, at any row count
+        EXPECT_EQ(planned(8, 4096, 8192, R, def.for_pass(true), 1, FP8, kFp8Rows), "fp8_gemm");
     }
     EXPECT_EQ(input_format(4096, 1024, 4096, X, def), kMmaF16);  // exact numerics: tile_gemm
     EXPECT_EQ(input_format(4096, 8192, 4096, R, def, 8), kFp8Rows);  // wo_a in release numerics
@@ -380,8 +435,11 @@ TEST(LinearChoice, DefaultRules) {
     EXPECT_EQ(planned(4096, 8192, 4096, R, def, 8, FP8, kFp8Rows), fp8_gemm);  // all 8 groups in one launch
     EXPECT_EQ(planned(32, 129280, 4096, X, def, 1, BF16), "bf16_gemm");
     EXPECT_EQ(planned(31, 129280, 4096, X, def, 1, BF16), "tile_gemm");
-    // below the floor an FP8_ROWS activation has no preferred variant (callers ask linear_input_format first)
+    // below the floor an FP8_ROWS activation has no preferred variant where neither the wide short-K rule nor split-K
+    // applies (callers ask linear_input_format first)
+    EXPECT_THROW(planned(16, 16384, 4096, R, def, 1, FP8, kFp8Rows), Error);
     EXPECT_THROW(planned(16, 1024, 4096, R, def, 1, FP8, kFp8Rows), Error);
+    EXPECT_THROW(planned(1, 4096, 8192, R, def, 1, FP8, kFp8Rows), Error);
     KernelPolicy late_gemm;
     late_gemm.gemm_min_tokens = 256;
     EXPECT_EQ(input_format(128, 1024, 4096, R, late_gemm), kMmaF16);
