@@ -21,6 +21,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/smem.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
+#include "cuda/gemm/split_sum.cuh"
 
 namespace flashseek::cuda::mma_gemv {
 namespace {
@@ -134,9 +135,7 @@ __global__ void __launch_bounds__(KW * 32, KW == 1 ? 12 : 3) gemv_kernel(const A
     for (int64_t i = threadIdx.x; i < kRowsPerCta * a.M; i += blockDim.x) {
         const int64_t row = row0 + (i % kRowsPerCta), tok = i / kRowsPerCta;
         if (row >= a.N) continue;
-        float sum = 0.f;
-        for (int sp = 0; sp < a.k_splits; ++sp) sum += __ldcg(&a.partials[(int64_t(sp) * a.M + tok) * a.N + row]);
-        store(row, tok, sum);
+        store(row, tok, sum_splits(&a.partials[tok * a.N + row], int64_t(a.M) * a.N, a.k_splits));
     }
     if (threadIdx.x == 0) a.counters[blockIdx.x] = 0;
 }

@@ -24,6 +24,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/gemm/gemv.cuh"
 #include "cuda/gemm/gemv_core.cuh"
+#include "cuda/gemm/split_sum.cuh"
 
 namespace flashseek::cuda::simt_gemv {
 namespace {
@@ -137,9 +138,7 @@ __global__ void __launch_bounds__(kWarps * 32, T <= 2 ? 4 : (T <= 4 ? 3 : 2)) ge
     for (int i = threadIdx.x; i < kRowsPerCta * T; i += blockDim.x) {
         const int64_t row = cta_row0 + (i % kRowsPerCta), tok = i / kRowsPerCta;
         if (row >= a.N || tok >= a.M) continue;
-        float sum = 0.f;
-        for (int sp = 0; sp < a.k_splits; ++sp) sum += __ldcg(&a.partials[(int64_t(sp) * a.M + tok) * a.N + row]);
-        store(row, tok, sum);
+        store(row, tok, sum_splits(&a.partials[tok * a.N + row], int64_t(a.M) * a.N, a.k_splits));
     }
     if (threadIdx.x == 0) a.counters[blockIdx.x] = 0;
 }

@@ -14,6 +14,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/gemm/linear_catalogue.h"
 #include "cuda/gemm/prepare_block.cuh"
+#include "cuda/gemm/split_sum.cuh"
 #include "cuda/gemm/tile_pipe.cuh"
 
 namespace flashseek::cuda {
@@ -210,9 +211,7 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 3 : 2) gemm_kernel(cons
     for (int i = threadIdx.x; i < kRowsPerCta * NT * 8; i += blockDim.x) {
         const int64_t row = rbase + (i % kRowsPerCta), tok = n0 + i / kRowsPerCta;
         if (row >= a.N || tok >= a.M) continue;
-        float sum = 0.f;
-        for (int sp = 0; sp < a.k_splits; ++sp) sum += __ldcg(&a.partials[(int64_t(sp) * a.m_pad + tok) * a.N + row]);
-        store(row, tok, sum);
+        store(row, tok, sum_splits(&a.partials[tok * a.N + row], int64_t(a.m_pad) * a.N, a.k_splits));
     }
     if (threadIdx.x == 0) a.counters[counter] = 0;
 }

@@ -125,12 +125,15 @@ __device__ __forceinline__ bool last_split(const Args& a, int counter, uint32_t&
     return true;
 }
 
-// Sums the split-K partials of rows [row0, row0 + kRows) x tokens in split order and stores them; called by the
-// kThreads threads (index `tid`) of the unit that arrived last at the row tile's counter. Splits outer so that the
-// elements of a split (and four splits) are loaded together: split inner waits one L2 round trip per load.
-template <int kRows, int kThreads>
-__device__ __forceinline__ void sum_partials(const Args& a, int64_t row0, int tid) {
-    constexpr int kPer = kRows * 16 / kThreads;  // elements tid + kThreads * i: kRows rows x <= 16 tokens
+// Sums the split-K partials of rows [row0, row0 + kRows) x tokens [tok0, tok0 + kTokens) in split order and stores
+// them; called by the kThreads threads (index `tid`) of the unit that arrived last at the tile's counter. Splits
+// outer so that the elements of a split (and four splits) are loaded together, each load at a token clamped into
+// [0, M) so that none sits behind a branch: a load behind a branch waited for the add before it (the split-K FP8
+// GEMM's first sum cost ~0.1 us per value that way, docs/perf-log/2026-12-04_split-k-fp8-gemm.md).
+template <int kRows, int kThreads, int kTokens = 16>
+__device__ __forceinline__ void sum_partials(const Args& a, int64_t row0, int tid, int tok0 = 0) {
+    constexpr int kPer = kRows * kTokens / kThreads;  // elements tid + kThreads * i
+    static_assert(kPer * kThreads == kRows * kTokens, "whole elements per thread");
     float sum[kPer];
 #pragma unroll
     for (int i = 0; i < kPer; ++i) sum[i] = 0.f;
@@ -139,15 +142,14 @@ __device__ __forceinline__ void sum_partials(const Args& a, int64_t row0, int ti
         const float* part = a.partials + int64_t(sp) * a.M * a.N + row0;
 #pragma unroll
         for (int i = 0; i < kPer; ++i) {
-            const int e = tid + kThreads * i, tok = e / kRows;
-            if (tok < a.M) sum[i] += __ldcg(part + int64_t(tok) * a.N + e % kRows);
+            const int e = tid + kThreads * i, tok = min(tok0 + e / kRows, a.M - 1);
+            sum[i] += __ldcg(part + int64_t(tok) * a.N + e % kRows);
         }
     }
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
-        const int e = tid + kThreads * i, tok = e / kRows;
+        const int e = tid + kThreads * i, tok = tok0 + e / kRows;
         if (tok < a.M) store(a, row0 + e % kRows, tok, sum[i]);
     }
 }
-
 }  // namespace flashseek::cuda::stream_gemv

@@ -268,14 +268,7 @@ __global__ void __launch_bounds__(kThreads, (ctas_per_sm<N, S>())) wgmma_f16_gem
         // Split-K: the last CTA of this (row tile, token tile) sums the partials in split order.
         const int counter = it.tile * ntiles + it.ntile;
         if (a.splits == 1 || !stream_gemv::last_split(a, counter, last_flag, tid)) continue;
-        const int tok0 = it.ntile * N, ntok = min(N, a.M - tok0);
-        for (int e = tid; e < kRows * ntok; e += kThreads) {
-            const int64_t row = row0 + e % kRows;
-            const int tok = tok0 + e / kRows;
-            float sum = 0.f;
-            for (int sp = 0; sp < a.splits; ++sp) sum += __ldcg(a.partials + (int64_t(sp) * a.M + tok) * a.N + row);
-            stream_gemv::store(a, row, tok, sum);
-        }
+        stream_gemv::sum_partials<kRows, kThreads, N>(a, row0, tid, it.ntile * N);
         if (tid == 0) a.counters[counter] = 0;
     }
     cp_async_wait_all();  // no copy of a stage nobody consumed may land after the CTA exits

@@ -1,0 +1,29 @@
+// The split-K sum of one output element, shared by the GEMVs and the tile GEMM whose last CTA of a tile adds the
+// partials of every K split (gemv_simt.cu, gemv.cu, linear.cu). Internal to src/cuda/gemm.
+// Why a helper: written as `for (sp) sum += __ldcg(...)`, each load waited for the add before it (one L2 round trip
+// per split); the same sums with four loads in flight took the split-K FP8 GEMM's and the streaming GEMVs' sums down
+// by ~0.1 us per value (docs/perf-log/2026-12-04_split-k-fp8-gemm.md). The additions keep split order, so the
+// result is bit for bit the plain loop's.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace flashseek::cuda {
+
+// p[0] + p[stride] + ... + p[(k - 1) stride], added in that order; the loads of four splits issued together (the
+// last group's at clamped addresses, its extra values not added).
+__device__ __forceinline__ float sum_splits(const float* p, int64_t stride, int k) {
+    float sum = 0.f;
+    for (int sp = 0; sp < k; sp += 4) {
+        float v[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = __ldcg(p + int64_t(min(sp + j, k - 1)) * stride);
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            if (sp + j < k) sum += v[j];
+    }
+    return sum;
+}
+
+}  // namespace flashseek::cuda
