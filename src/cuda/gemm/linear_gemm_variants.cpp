@@ -56,7 +56,7 @@ LinearPlan gemm_plan(const char* name, const GemmPlan& g) {
     LinearPlan p;
     p.variant = name;
     p.tokens_per_pass = g.block_m;
-    p.k_splits = 1;
+    p.k_splits = g.k_splits;
     return p;
 }
 
@@ -148,20 +148,20 @@ int splits_for(const LinearCall& c) {
                       c.ws->n_counters >= (c.w.out / c.groups + 127) / 128 * c.groups;
     return fits ? splits : 1;
 }
-Fp8GemmArgs split_args(const LinearCall& c, void* d, OutKind kind, int64_t ldd) {
+Fp8GemmArgs split_args(const LinearCall& c, void* d, OutKind kind, int64_t ldd, int splits) {
     Fp8GemmArgs a = fp8_args(c, d, kind, ldd);
-    a.k_splits = splits_for(c);
+    a.k_splits = splits;
     a.ws = c.ws;
     return a;
 }
 LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
-    LinearPlan p = gemm_plan("fp8_gemm_splitk", plan_fp8_gemm(split_args(c, output_placeholder, OutKind::F32, c.w.out),
-                                                              GemmPath::WGMMA));
-    p.k_splits = splits_for(c);
-    return p;
+    return gemm_plan("fp8_gemm_splitk", plan_fp8_gemm(split_args(c, output_placeholder, OutKind::F32, c.w.out,
+                                                                 splits_for(c)),
+                                                      GemmPath::WGMMA));
 }
-void run(const LinearCall& c, const LinearPlan&, const KernelPolicy&, const LinearOut& out, cudaStream_t stream) {
-    cuda::gemm_fp8(split_args(c, out.y, out.kind, out.ld), GemmPath::WGMMA, stream);
+// The planned splits run (linear() plans, then runs that plan).
+void run(const LinearCall& c, const LinearPlan& plan, const KernelPolicy&, const LinearOut& out, cudaStream_t stream) {
+    cuda::gemm_fp8(split_args(c, out.y, out.kind, out.ld, plan.k_splits), GemmPath::WGMMA, stream);
 }
 }  // namespace fp8_gemm_splitk
 

@@ -307,9 +307,9 @@ TEST_F(LinearFamily, DecodeRowsDoNotDependOnTheBatch) {
             ASSERT_EQ(all.variant, name);
             ASSERT_EQ(alone.variant, name);
             if (std::string(name) == "fp8_gemm_splitk") {
-                EXPECT_GT(cuda::plan_linear(p.rows, w, 1, &ws_, only).k_splits, 1);
-                EXPECT_EQ(cuda::plan_linear(p.rows, w, 1, &ws_, only).k_splits,
-                          cuda::plan_linear(few, w, 1, &ws_, only).k_splits);
+                const int splits = cuda::plan_linear(p.rows, w, 1, &ws_, only).k_splits;
+                EXPECT_GT(splits, 1);
+                EXPECT_EQ(splits, cuda::plan_linear(few, w, 1, &ws_, only).k_splits);
             }
             EXPECT_LE(rel_l2(all.y, p.ref), linear_threshold(big, name));
             const std::vector<float> head(all.y.begin(), all.y.begin() + kFew * N);
@@ -357,12 +357,10 @@ cuda::ActFormat input_format(int64_t M, int64_t N, int64_t K, ActNumerics num, c
 // tokens -> bf16_gemv (rows % 16, K % 32), else tile_gemm; odd grouped shapes -> generic_linear; from
 // gemm_min_tokens (32) rows the compute-bound GEMMs: FP8 weights in release numerics from an FP8_ROWS activation
 // (fp8_gemm where wgmma exists, else fp8_gemm_mma; fp8_gemm from 2 rows on >= 4,096 rows of K <= 2,048: wq_b, the
-// indexer's wq_b, the shared expert's w2),
-// BF16 weights bf16_gemm, and linear_input_format() names the format to prepare. Where wgmma exists, FP8 weights
-// of >= 16 MB at 2-16 rows in release numerics whose 128-column tiles fill at most half the SMs take
-// fp8_gemm_splitk (wo_b). A disabled variant is skipped, a
-// forced one is taken where it supports the problem, gemv_max_tokens = 0 leaves everything but fp8_gemm's wide
-// short-K rule to tile_gemm.
+// indexer's wq_b, the shared expert's w2), BF16 weights bf16_gemm, and linear_input_format() names the format to
+// prepare. Where wgmma exists, FP8 weights of >= 16 MB at 2-16 rows in release numerics whose 128-column tiles fill
+// at most half the SMs take fp8_gemm_splitk (wo_b). A disabled variant is skipped, a forced one is taken where it
+// supports the problem, gemv_max_tokens = 0 leaves everything but fp8_gemm's wide short-K rule to tile_gemm.
 TEST(LinearChoice, DefaultRules) {
     const bool wgmma = cuda::wgmma_usable();
     const bool sm90 = cuda::current_arch().cc >= 90;
