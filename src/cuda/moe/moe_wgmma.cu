@@ -13,9 +13,10 @@
 //     w3) for the up-projection, (tile, 128 rows of w2) for the down-projection: two 64-row "parts" either way. An
 //     expert's second tile streams the same weights again; round robin hands the two tiles' items to CTAs that run at
 //     about the same time, so the repeat mostly comes from L2. A stage = 128 weight rows x 128 bytes (256 FP4 weights
-//     per row) + the B tile of those 256 k (4 KB) + 2 x 16 activation scales; the weight rows move by per-lane 16-byte
-//     cp.async (8 lanes per row, 4 rows per warp instruction), thread 0 bulk-copies the B tile and scales, all
-//     completing on the stage's mbarrier (count 1 + threads). Three stages per CTA, refilled across items. One
+//     per row) + the B tile of those 256 k (4 KB) + 2 x 16 activation scales + the rows' 8 E8M0 weight scales each
+//     (1 KB); the weight rows move by per-lane 16-byte cp.async (8 lanes per row, 4 rows per warp instruction) and
+//     each thread copies one row's scales (8-byte cp.async), thread 0 bulk-copies the B tile and activation scales,
+//     all completing on the stage's mbarrier (count 1 + threads). Three stages per CTA, refilled across items. One
 //     cp.async.bulk per weight row was issued by ptxas one lane at a time (ELECT / R2UR / UBLKCP loop, ~256 of ~650
 //     instructions per warp and stage): the per-lane form measured C=16 15.16 -> 13.89 ms end to end (docs/perf-log).
 //   - FP4 -> e4m3 by bit moves (bulk_copy.cuh fp4x8_to_e4m3, FP4 value x 2^-6): one 32-bit word per row and
@@ -45,6 +46,7 @@
 #include "cuda/common/arch.cuh"
 #include "cuda/common/bulk_copy.cuh"
 #include "cuda/common/check.cuh"
+#include "cuda/common/cp_async.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/smem.cuh"
@@ -66,7 +68,8 @@ constexpr int kSteps = kRowBytes / 16;                  // 32-k steps per stage
 constexpr int kTileBytes = kSteps * wgmma::kStepBytes;  // B tile bytes per stage
 constexpr int kScaleFloats = 2 * 16;                    // 2 blocks of 128 k x 16 columns
 constexpr int kWeightBytes = kRows * kStride;
-constexpr int kStageBytes = kWeightBytes + kTileBytes + kScaleFloats * 4;
+constexpr int kWeightScaleBytes = kRows * kSteps;       // the stage's E8M0 weight scales: 8 per row
+constexpr int kStageBytes = kWeightBytes + kTileBytes + kScaleFloats * 4 + kWeightScaleBytes;
 constexpr uint32_t kStageBulkTx = kTileBytes + kScaleFloats * 4;  // thread 0's bulk copies per stage
 constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kStages * 8;
 static_assert(kWeightBytes % 128 == 0 && kStageBytes % 128 == 0, "tile and stage alignment");
@@ -327,16 +330,18 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     const uint8_t* f_w = nullptr;
     const uint8_t* f_tile = nullptr;
     const float* f_ts = nullptr;
+    const uint8_t* f_scale = nullptr;  // this thread's scale row (stage row tid)
     auto f_lookup = [&]() {
         const int pos = f_item / tiles, e = a.tile_expert[pos];
         const int row0 = (f_item % tiles) * kItemRows;
         const int crow = row0 + (UP ? 32 * (warp & 1) : 32 * warp) + lane / 8;
         f_w = static_cast<const uint8_t*>(UP && warp >= 2 ? a.w_b[e] : a.w_a[e]) + int64_t(crow) * row_bytes +
               (lane % 8) * 16;
-        // Scale row `tid` of the stage (part tid / 64): the consumer reads it 8 bytes per stage, one stage ahead;
-        // under full load a DRAM round trip is longer than a stage, so the whole scale row goes to L2 now.
+        // Scale row `tid` of the stage (part tid / 64): each stage copies 8 bytes of it; the whole row goes to L2
+        // now, so the stages after the first read L2.
         const int64_t row = UP ? row0 + (tid & 63) : row0 + tid;
         prefetch_l2(static_cast<const uint8_t*>(UP && tid >= 64 ? a.s_b[e] : a.s_a[e]) + row * s_ld, uint32_t(s_ld));
+        f_scale = static_cast<const uint8_t*>(UP && tid >= 64 ? a.s_b[e] : a.s_a[e]) + row * s_ld;
         f_tile = a.tiles + pos * tile_stride;
         f_ts = a.tile_scales + int64_t(pos) * (a.K / 128) * 16;
     };
@@ -367,39 +372,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
             src += four_rows;
             asm volatile("" : "+l"(src));  // one running pointer: eight precomputed ones spilled (168 registers)
         }
+        // Stage row tid's 8 weight scales ride with the stage: read one stage ahead by the consumer, they waited an
+        // L2 round trip whenever a stage ran shorter than it.
+        cp_async_ca<8>(stage + kWeightBytes + kTileBytes + kScaleFloats * 4 + tid_now * 8, f_scale + f_chunk * 8);
         cp_async_mbar_arrive(&bars[st]);
     };
     for (int q = 0; q < kStages - 1 && q < total; ++q) fill(q);
-
-    // Weight-scale cursor, one stage ahead of the consumer: this thread's rows (part p: rows 16w + g and + 8),
-    // 8 E8M0 bytes each per stage.
-    int s_item = first_item, s_chunk = first_chunk - 1;
-    const uint8_t* s_row[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
-    auto s_lookup = [&]() {
-        const int e = a.tile_expert[s_item / tiles];
-        const int row0 = (s_item % tiles) * kItemRows + 16 * warp + g;
-#pragma unroll
-        for (int p = 0; p < 2; ++p) {
-            const uint8_t* base = static_cast<const uint8_t*>(UP && p ? a.s_b[e] : a.s_a[e]);
-            const int r = row0 + (UP ? 0 : 64 * p);
-            s_row[p][0] = base + int64_t(r) * s_ld;
-            s_row[p][1] = base + int64_t(r + 8) * s_ld;
-        }
-    };
-    if (total > 0) s_lookup();
-    auto load_scales = [&](uint2 (&ws)[2][2]) {
-        if (++s_chunk >= chunks) {
-            s_chunk = 0;
-            s_item += step;
-            s_lookup();
-        }
-#pragma unroll
-        for (int p = 0; p < 2; ++p)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) ws[p][h] = __ldg(reinterpret_cast<const uint2*>(s_row[p][h] + s_chunk * 8));
-    };
-    uint2 ws_next[2][2];
-    if (total > 0) load_scales(ws_next);
 
     float acc[2][8];
     __shared__ int split_last;
@@ -423,15 +401,18 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
             fence_proxy_async();
             fill(q + kStages - 1);
         }
-        uint2 ws[2][2];
-#pragma unroll
-        for (int p = 0; p < 2; ++p) ws[p][0] = ws_next[p][0], ws[p][1] = ws_next[p][1];
-        if (q + 1 < total) load_scales(ws_next);  // one stage ahead: its latency hides behind this stage
         const int st = q % kStages;
         const unsigned char* stage = smem + size_t(st) * kStageBytes;
         const uint32_t tile_addr = smem_u32(stage + kWeightBytes);
         const float* ss = reinterpret_cast<const float*>(stage + kWeightBytes + kTileBytes);
         mbar_wait(&bars[st], uint32_t((q / kStages) & 1));
+        // This thread's rows of part p: stage rows 64p + 16 warp + g (+ 8), 8 scale bytes each.
+        const unsigned char* sws = stage + kWeightBytes + kTileBytes + kScaleFloats * 4 + (16 * warp + g) * 8;
+        uint2 ws[2][2];
+#pragma unroll
+        for (int p = 0; p < 2; ++p)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) ws[p][h] = *reinterpret_cast<const uint2*>(sws + (64 * p + 8 * h) * 8);
         if (count <= 8)  // most experts at decode: half the tensor work, results and scale arithmetic
             run_stage<8>(acc, stage, tile_addr, ss, ws, warp, g, t);
         else
