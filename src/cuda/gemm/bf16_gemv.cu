@@ -105,10 +105,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) bf16_gemv_kernel(const A
         float v = red[0][tok][row];
 #pragma unroll
         for (int w = 1; w < kWarps; ++w) v += red[w][tok][row];
-        if (a.splits == 1)
-            stream_gemv::store(a, row0 + row, tok, v);
-        else
-            a.partials[(int64_t(split) * a.M + tok) * a.N + row0 + row] = v;
+        stream_gemv::store_or_partial(a, row0 + row, tok, split, v);
     }
     if (a.splits == 1) return;
     // Split-K: the last CTA of this row tile sums the partials in split order.

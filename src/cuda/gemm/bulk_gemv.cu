@@ -181,10 +181,7 @@ __global__ void __launch_bounds__(kWarps * 32, kCtasPerSm) bulk_gemv_kernel(cons
                 const int tok = 8 * j + 2 * t + (r & 1);
                 const int64_t row = row0 + g + ((r & 2) ? 8 : 0);
                 if (tok >= a.M) continue;
-                if (a.splits == 1)
-                    stream_gemv::store(a, row, tok, acc[j][r]);
-                else
-                    a.partials[(int64_t(split) * a.M + tok) * a.N + row] = acc[j][r];
+                stream_gemv::store_or_partial(a, row, tok, split, acc[j][r]);
             }
         if (a.splits == 1) continue;
         // Split-K: the last warp of this tile sums the partials in split order.

@@ -64,6 +64,7 @@
 #include "cuda/common/smem.cuh"
 #include "cuda/gemm/dense_gemm_problem.cuh"
 #include "cuda/gemm/fp8_quant.cuh"
+#include "cuda/gemm/split_sum.cuh"
 #include "cuda/gemm/tensor_map.h"
 #include "cuda/gemm/tma.cuh"
 #include "cuda/gemm/wgmma_ss.cuh"
@@ -253,12 +254,8 @@ __device__ __forceinline__ void split_k_epilogue(const Sm90Params& p, const floa
                     *reinterpret_cast<float2*>(partial(split, row, col + 8 * i)) =
                         make_float2(fin[v][4 * i + 2 * h], fin[v][4 * i + 2 * h + 1]);
         }
-    __threadfence();
-    math_sync();
-    if (threadIdx.x == 128) flag = atomicAdd(&p.counters[base_tile], 1u) == uint32_t(p.k_splits - 1);
-    math_sync();
-    if (!flag) return;
-    __threadfence();
+    // The math warpgroups elect (the producer warp does not take part: their named barrier).
+    if (!split_arrives_last(&p.counters[base_tile], p.k_splits, flag, threadIdx.x == 128, [] { math_sync(); })) return;
     // Every split's partial from memory (this CTA's own as well: the values it stored), at addresses clamped into
     // the partials so that the loads carry no branch and four splits' loads are in flight together (behind
     // branches, each load waited for its add: ~1 us per split and row pair, run 198). Split-K tiles are 64 rows

@@ -125,13 +125,8 @@ __global__ void __launch_bounds__(KW * 32, KW == 1 ? 12 : 3) gemv_kernel(const A
     }
     if (a.k_splits == 1) return;
     // Split-K: the last CTA of the row tile sums the partials in split order.
-    __threadfence();
-    __syncthreads();
-    __shared__ int is_last;
-    if (threadIdx.x == 0) is_last = atomicAdd(&a.counters[blockIdx.x], 1u) == uint32_t(a.k_splits - 1);
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
+    __shared__ uint32_t is_last;
+    if (!split_arrives_last(&a.counters[blockIdx.x], a.k_splits, is_last, threadIdx.x == 0)) return;
     for (int64_t i = threadIdx.x; i < kRowsPerCta * a.M; i += blockDim.x) {
         const int64_t row = row0 + (i % kRowsPerCta), tok = i / kRowsPerCta;
         if (row >= a.N) continue;

@@ -128,13 +128,8 @@ __global__ void __launch_bounds__(kWarps * 32, T <= 2 ? 4 : (T <= 4 ? 3 : 2)) ge
 #pragma unroll
             for (int t = 0; t < T; ++t)
                 if (row0 + r < a.N && t < a.M) a.partials[(int64_t(split) * a.M + t) * a.N + row0 + r] = acc[r][t];
-    __threadfence();
-    __syncthreads();
-    __shared__ int is_last;
-    if (threadIdx.x == 0) is_last = atomicAdd(&a.counters[blockIdx.x], 1u) == uint32_t(a.k_splits - 1);
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
+    __shared__ uint32_t is_last;
+    if (!split_arrives_last(&a.counters[blockIdx.x], a.k_splits, is_last, threadIdx.x == 0)) return;
     for (int i = threadIdx.x; i < kRowsPerCta * T; i += blockDim.x) {
         const int64_t row = cta_row0 + (i % kRowsPerCta), tok = i / kRowsPerCta;
         if (row >= a.N || tok >= a.M) continue;

@@ -199,14 +199,9 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 3 : 2) gemm_kernel(cons
         put(row0 + g + 8, tc, acc[0][j][2]);
         put(row0 + g + 8, tc + 1, acc[0][j][3]);
     }
-    __threadfence();
-    __syncthreads();
-    __shared__ int is_last;
+    __shared__ uint32_t is_last;
     const int counter = blockIdx.z * gridDim.x + blockIdx.x;
-    if (threadIdx.x == 0) is_last = atomicAdd(&a.counters[counter], 1u) == uint32_t(a.k_splits - 1);
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
+    if (!split_arrives_last(&a.counters[counter], a.k_splits, is_last, threadIdx.x == 0)) return;
     const int64_t rbase = int64_t(blockIdx.x) * kRowsPerCta;
     for (int i = threadIdx.x; i < kRowsPerCta * NT * 8; i += blockDim.x) {
         const int64_t row = rbase + (i % kRowsPerCta), tok = n0 + i / kRowsPerCta;

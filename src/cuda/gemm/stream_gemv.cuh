@@ -10,6 +10,7 @@
 
 #include "cuda/common/numeric.cuh"
 #include "cuda/gemm/linear.cuh"
+#include "cuda/gemm/split_sum.cuh"
 
 namespace flashseek::cuda::stream_gemv {
 
@@ -95,6 +96,14 @@ __device__ __forceinline__ void store(const Args& a, int64_t row, int tok, float
         reinterpret_cast<uint16_t*>(a.y)[tok * a.ld_y + row] = f32_to_bf16_bits(v);
 }
 
+// Output element (row, tok) of K split `split`: the output itself when K is not split, else the split's partial.
+__device__ __forceinline__ void store_or_partial(const Args& a, int64_t row, int tok, int split, float v) {
+    if (a.splits == 1)
+        store(a, row, tok, v);
+    else
+        a.partials[(int64_t(split) * a.M + tok) * a.N + row] = v;
+}
+
 // The epilogue of a 64-row warpgroup tile held in the wgmma D layout (warp w: rows 16w + g and 16w + g + 8, value j at
 // column (j >> 2) * 8 + 2t + (j & 1)): column c is token tok0 + c; written to the output when K is not split, else
 // to the split's partials.
@@ -106,23 +115,14 @@ __device__ __forceinline__ void store_d_tile(const Args& a, const float (&acc)[N
         const int tok = tok0 + (j >> 2) * 8 + 2 * t + (j & 1);
         const int64_t row = row0 + 16 * warp + g + ((j & 2) ? 8 : 0);
         if (tok >= a.M) continue;
-        if (a.splits == 1)
-            store(a, row, tok, acc[j]);
-        else
-            a.partials[(int64_t(split) * a.M + tok) * a.N + row] = acc[j];
+        store_or_partial(a, row, tok, split, acc[j]);
     }
 }
 
 // Split-K: whether this CTA is the last of the a.splits that wrote their partials of work unit `counter` (then it
 // sums them and resets the counter). Every thread of the CTA calls it; `flag` is a __shared__ word.
 __device__ __forceinline__ bool last_split(const Args& a, int counter, uint32_t& flag, int tid) {
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) flag = atomicAdd(&a.counters[counter], 1u) == uint32_t(a.splits - 1);
-    __syncthreads();
-    if (!flag) return false;
-    __threadfence();
-    return true;
+    return split_arrives_last(&a.counters[counter], a.splits, flag, tid == 0);
 }
 
 // Sums the split-K partials of rows [row0, row0 + kRows) x tokens [tok0, tok0 + kTokens) in split order and stores
