@@ -52,6 +52,10 @@ struct KernelPolicy {
     int64_t moe_wgmma_min_tokens = 2;
     int64_t moe_wgmma_max_tokens = 256;  // ... and its ceiling (its tiles hold kActTileMaxPairs pairs)
     int moe_wgmma_balance = 0;           // wgmma_experts stage assignment: 0 round robin, 1 balanced up, 2 both
+    // wgmma_experts' kernel: 1 the warp-specialized one (a copy warpgroup, three math warpgroups per SM), 0 the
+    // round-robin one (every warp copies and computes; moe_wgmma_balance applies to it). The same bits; 1 measured
+    // 1.7-2.8% faster steps at 8-128 sequences (docs/perf-log/2026-12-04_expert-stage-scales.md, run 211).
+    int moe_wgmma_specialized = 1;
     int gemv_kw = 0;                     // warps per 16-row tile of mma_gemv: 0 (rule), 1 or 4
     int moe_up_kw = 0, moe_down_kw = 0;  // the same for gemv_experts per projection
     int attn_mma_min_seqs = 1;           // attn_mma is preferred for decode passes of at least this many sequences

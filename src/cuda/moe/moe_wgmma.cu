@@ -23,7 +23,12 @@
 //     k-step per thread gives the even weights (a0 / a1) and the odd ones (a2 / a3), so the logical k order of a
 //     step is phys {0,2,..,30} then {1,3,..,31} within each 8-weight group; pack_tiles_kernel writes the B tile in
 //     that order.
-//   - Work assignment, a template parameter chosen on the host (FLASHSEEK_MOE_WGMMA_BALANCE):
+//   - Two kernels (KernelPolicy::moe_wgmma_specialized), the same items per slot and the same bits: the
+//     warp-specialized one (default; wgmma_expert_ws_kernel: one CTA per SM, a copy warpgroup feeding one ring per
+//     math warpgroup, three math warpgroups that only compute; 1.7-2.8% faster steps at 8-128 sequences) and the
+//     round-robin one (wgmma_expert_kernel: three one-warpgroup CTAs per SM, every warp copies and computes), below.
+//   - Work assignment of the round-robin kernel, a template parameter chosen on the host
+//     (FLASHSEEK_MOE_WGMMA_BALANCE):
 //       round robin (default): whole items, item i on CTA i mod grid;
 //       balanced: the items' stages (item-major) cut into one contiguous range per CTA, so every CTA streams the
 //       same number of stages (+-1). An item cut between two CTAs is summed by both; each stores its sums in the
@@ -53,6 +58,7 @@
 #include "cuda/common/wgmma.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
 #include "cuda/gemm/swiglu_element.cuh"
+#include "cuda/gemm/tma.cuh"
 #include "cuda/moe/moe_gemv.cuh"
 
 namespace flashseek::cuda::wgmma_experts {
@@ -282,6 +288,27 @@ __device__ __forceinline__ void run_stage(float (&acc)[2][8], const unsigned cha
 }
 #endif
 
+// An item's results: this thread's rows row0 (= item row + 16 warp + g) and row0 + 8 of both parts for its token
+// columns below `count` (columns 8-15 hold nothing when the N = 8 stage ran: count <= 8); up: SwiGLU(w1, w3) times
+// the slot's routing weight as bf16 h, down: the two 64-row parts of y.
+template <bool UP>
+__device__ __forceinline__ void store_item(const Args& a, const float (&acc)[2][8], int row0, int count, int offset,
+                                           int t) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int c = (j >> 2) * 8 + 2 * t + (j & 1);
+        if (c >= count) continue;
+        const int64_t slot = offset + c;
+        const int row = row0 + ((j & 2) ? 8 : 0);
+        if constexpr (UP) {
+            a.h[slot * a.h_ld + row] = swiglu_bf16(acc[0][j], acc[1][j], a.slot_weight[slot], a.limit);
+        } else {
+            a.y[slot * a.N + row] = acc[0][j];
+            a.y[slot * a.N + row + 64] = acc[1][j];
+        }
+    }
+}
+
 // BAL: balanced contiguous stage ranges (header); else whole items round robin (item i on CTA i mod grid, no split
 // items).
 template <bool UP, bool BAL>
@@ -449,21 +476,142 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
 #pragma unroll
                     for (int j = 0; j < 8; ++j) acc[p][j] = __ldcg(lo + p * 8 + j) + __ldcg(hi + p * 8 + j);
             }
-            const int row0 = e_row0;
+            store_item<UP>(a, acc, e_row0, count, offset, t);
+        }
+    }
+#else
+    __trap();
+#endif
+}
+
+// The warp-specialized form (KernelPolicy::moe_wgmma_specialized): one CTA per SM, warpgroup 0 copies, warpgroups
+// 1..kMathGroups compute. Math warpgroup m is the round-robin kernel's CTA slot blockIdx.x * kMathGroups + m - 1:
+// the same items in the same order with the same arithmetic, so the same bits. Each has its own ring of kStages
+// stages (the stage layout above), filled by warp m - 1 of the copy warpgroup (32 weight pieces and 4 scale rows per
+// lane, lane 0 the B tile and its scales) and freed through the ring's `empty` mbarrier (one arrival per math warp)
+// instead of a CTA barrier. Why: in the round-robin kernel every warp both copies and computes (~110 of ~575
+// instructions per stage are the copies and the loop) and the kernel is latency-bound at three warps per scheduler
+// with the register file full (docs/perf-log/2026-12-04_expert-stage-scales.md); here the math warps issue only
+// conversions, wgmma and scale arithmetic, and the copy warpgroup gives its registers to them (setmaxnreg).
+constexpr int kMathGroups = 3;
+constexpr int kWsThreads = 128 * (1 + kMathGroups);
+constexpr int kCopyRegs = 56, kMathRegs = 152;  // 128 x 40 + 384 x 152 <= 65,536
+constexpr size_t kWsRingBytes = size_t(kStages) * kStageBytes;
+constexpr size_t kWsSmemBytes = size_t(kMathGroups) * kWsRingBytes + size_t(kMathGroups) * kStages * 2 * 8;
+
+template <bool UP>
+__global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Args a) {
+#if FS_WGMMA_AVAILABLE
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int tid = threadIdx.x, group = tid / 128;
+    pdl_trigger();
+    uint64_t* const full = reinterpret_cast<uint64_t*>(smem + size_t(kMathGroups) * kWsRingBytes);
+    uint64_t* const empty = full + kMathGroups * kStages;
+    if (tid < kMathGroups * kStages) {
+        mbar_init_count(&full[tid], 1 + 32);  // lane 0's expect_tx + one cp.async arrival per lane of the copy warp
+        mbar_init_count(&empty[tid], 4);      // one arrival per math warp
+    }
+    mbar_init_fence();
+    __syncthreads();
+    pdl_wait();
+
+    constexpr int kItemRows = UP ? 64 : 128;
+    const int tiles = a.N / kItemRows;
+    const int n_items = min(*a.n_tiles, a.max_tiles) * tiles;
+    const int chunks = a.K / 256;
+    const int slots = int(gridDim.x) * kMathGroups;
+    const int64_t row_bytes = a.K / 2;
+    const int s_ld = a.K / 32;
+
+    if (group == 0) {
+        tma::release_registers<kCopyRegs>();
+        const int ring = tid / 32, lane = tid & 31;
+        if (ring >= kMathGroups) return;
+        unsigned char* const base = smem + size_t(ring) * kWsRingBytes;
+        uint64_t* const f = full + ring * kStages;
+        uint64_t* const em = empty + ring * kStages;
+        const int64_t tile_stride = int64_t(a.K / 32) * wgmma::kStepBytes;
+        // Lane pieces: weight rows 64p + 4i + lane / 8 (i = 0..15), bytes (lane % 8) * 16 of the row's 128; scale
+        // rows lane + 32j (j = 0..3, part j / 2).
+        const uint32_t dst_w = uint32_t((lane / 8) * kStride + (lane % 8) * 16);
+        int q = 0;
+        for (int item = int(blockIdx.x) * kMathGroups + ring; item < n_items; item += slots) {
+            const int pos = item / tiles, e = a.tile_expert[pos];
+            const int row0 = (item % tiles) * kItemRows;
+            const uint8_t* w[2];
+            const uint8_t* sc[2];
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const int c = (j >> 2) * 8 + 2 * t + (j & 1);
-                if (c >= count) continue;  // (columns 8-15 hold nothing when the N = 8 stage ran: count <= 8)
-                const int64_t slot = offset + c;
-                const int row = row0 + ((j & 2) ? 8 : 0);
-                if constexpr (UP) {
-                    a.h[slot * a.h_ld + row] = swiglu_bf16(acc[0][j], acc[1][j], a.slot_weight[slot], a.limit);
-                } else {
-                    a.y[slot * a.N + row] = acc[0][j];
-                    a.y[slot * a.N + row + 64] = acc[1][j];
+            for (int p = 0; p < 2; ++p) {
+                const int r = row0 + (UP ? 0 : 64 * p);
+                w[p] = static_cast<const uint8_t*>(UP && p ? a.w_b[e] : a.w_a[e]) + (r + lane / 8) * row_bytes +
+                       (lane % 8) * 16;
+                sc[p] = static_cast<const uint8_t*>(UP && p ? a.s_b[e] : a.s_a[e]) + int64_t(r + lane) * s_ld;
+            }
+            const uint8_t* const b_tile = a.tiles + pos * tile_stride;
+            const float* const b_scales = a.tile_scales + int64_t(pos) * (a.K / 128) * 16;
+            for (int chunk = 0; chunk < chunks; ++chunk, ++q) {
+                const int st = q % kStages;
+                if (q >= kStages) mbar_wait(&em[st], uint32_t((q / kStages - 1) & 1));
+                fence_proxy_async();
+                unsigned char* const stage = base + size_t(st) * kStageBytes;
+                if (lane == 0) {
+                    mbar_expect_tx(&f[st], kStageBulkTx);
+                    copy_g2s(stage + kWeightBytes, b_tile + int64_t(chunk) * kTileBytes, kTileBytes, &f[st]);
+                    copy_g2s(stage + kWeightBytes + kTileBytes, b_scales + 2 * chunk * 16, kScaleFloats * 4, &f[st]);
                 }
+#pragma unroll
+                for (int p = 0; p < 2; ++p) {
+                    const uint8_t* src = w[p] + chunk * kRowBytes;
+#pragma unroll
+                    for (int i = 0; i < 16; ++i)
+                        cp_async_16(stage + (64 * p + 4 * i) * kStride + dst_w, src + int64_t(4 * i) * row_bytes);
+                }
+                unsigned char* const sdst = stage + kWeightBytes + kTileBytes + kScaleFloats * 4 + lane * 8;
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+                    cp_async_ca<8>(sdst + 32 * j * 8, sc[j / 2] + int64_t(32 * (j % 2)) * s_ld + chunk * 8);
+                cp_async_mbar_arrive(&f[st]);
             }
         }
+        cp_async_wait_all();  // no copy may land after the warp is gone
+        return;
+    }
+
+    tma::claim_registers<kMathRegs>();
+    const int ring = group - 1, mt = tid - 128 * group, warp = mt / 32, lane = mt & 31, g = lane >> 2, t = lane & 3;
+    unsigned char* const base = smem + size_t(ring) * kWsRingBytes;
+    uint64_t* const f = full + ring * kStages;
+    uint64_t* const em = empty + ring * kStages;
+    int q = 0;
+    for (int item = int(blockIdx.x) * kMathGroups + ring; item < n_items; item += slots) {
+        const int u = item / tiles, e = a.tile_expert[u], col0 = a.tile_col[u];
+        const int count = min(16, a.count[e] - col0), offset = a.offset[e] + col0;
+        const int e_row0 = (item % tiles) * kItemRows + 16 * warp + g;
+        float acc[2][8];
+#pragma unroll
+        for (int p = 0; p < 2; ++p)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[p][j] = 0.f;
+        for (int chunk = 0; chunk < chunks; ++chunk, ++q) {
+            const int st = q % kStages;
+            const unsigned char* stage = base + size_t(st) * kStageBytes;
+            mbar_wait(&f[st], uint32_t((q / kStages) & 1));
+            const unsigned char* sws = stage + kWeightBytes + kTileBytes + kScaleFloats * 4 + (16 * warp + g) * 8;
+            uint2 ws[2][2];
+#pragma unroll
+            for (int p = 0; p < 2; ++p)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) ws[p][h] = *reinterpret_cast<const uint2*>(sws + (64 * p + 8 * h) * 8);
+            const uint32_t tile_addr = smem_u32(stage + kWeightBytes);
+            const float* ss = reinterpret_cast<const float*>(stage + kWeightBytes + kTileBytes);
+            if (count <= 8)
+                run_stage<8>(acc, stage, tile_addr, ss, ws, warp, g, t);
+            else
+                run_stage<16>(acc, stage, tile_addr, ss, ws, warp, g, t);
+            __syncwarp();  // every lane's shared reads of the stage are done (its wgmmas waited in run_stage)
+            if (lane == 0) mbar::mbar_arrive(&em[st]);
+        }
+        store_item<UP>(a, acc, e_row0, count, offset, t);
     }
 #else
     __trap();
@@ -514,6 +662,14 @@ void launch(Args a, const MoeGrouping& g, int max_tiles, const KernelPolicy& pol
     a.split_partials = g.split_partials;
     a.split_counters = g.split_counters;
     const int64_t items = int64_t(a.N / (UP ? 64 : 128)) * a.max_tiles;
+    if (policy.moe_wgmma_specialized) {
+        const int64_t ws_ctas = std::min<int64_t>(current_arch().sm_count, (items + kMathGroups - 1) / kMathGroups);
+        auto kernel = wgmma_expert_ws_kernel<UP>;
+        allow_dynamic_smem(kernel, kWsSmemBytes);
+        launch_pdl(UP ? "moe_wgmma expert_ws_kernel<up>" : "moe_wgmma expert_ws_kernel<down>", kernel,
+                   dim3(unsigned(ws_ctas)), dim3(kWsThreads), kWsSmemBytes, stream, a);
+        return;
+    }
     const int64_t ctas = std::min<int64_t>(max_ctas(), items);
     FS_REQUIRE(ctas + 1 <= g.split_slots, "moe_wgmma: the grouping's split scratch holds ", g.split_slots,
                " CTA boundaries, ", ctas + 1, " needed");

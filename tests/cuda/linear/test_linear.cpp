@@ -527,6 +527,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
     expect_env_error("FLASHSEEK_GEMV_MAX_TOKENS", "17", "");
     expect_env_error("FLASHSEEK_GEMV_KW", "3", "");
     expect_env_error("FLASHSEEK_MOE_WGMMA_BALANCE", "x", "");
+    expect_env_error("FLASHSEEK_MOE_WGMMA_SPECIALIZED", "2", "");
 }
 
 TEST(LinearArgs, BadArgumentsThrowNamedErrors) {
