@@ -495,7 +495,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
 // conversions, wgmma and scale arithmetic, and the copy warpgroup gives its registers to them (setmaxnreg).
 constexpr int kMathGroups = 3;
 constexpr int kWsThreads = 128 * (1 + kMathGroups);
-constexpr int kCopyRegs = 56, kMathRegs = 152;  // 128 x 40 + 384 x 152 <= 65,536
+constexpr int kCopyRegs = 56, kMathRegs = 152;  // 128 x 56 + 384 x 152 = 65,536 (the copy warps spill below 56)
 constexpr size_t kWsRingBytes = size_t(kStages) * kStageBytes;
 constexpr size_t kWsSmemBytes = size_t(kMathGroups) * kWsRingBytes + size_t(kMathGroups) * kStages * 2 * 8;
 
