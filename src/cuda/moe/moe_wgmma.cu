@@ -493,6 +493,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
 // instructions per stage are the copies and the loop) and the kernel is latency-bound at three warps per scheduler
 // with the register file full (docs/perf-log/2026-12-04_expert-stage-scales.md); here the math warps issue only
 // conversions, wgmma and scale arithmetic, and the copy warpgroup gives its registers to them (setmaxnreg).
+// compute-sanitizer: memcheck clean; racecheck reports each refill of a stage after its math warps released it
+// (their reads -> `empty` arrival -> the copy warp's wait -> its copies) as hazards: it does not follow mbarrier
+// phases (grouped_gemm's note says the same); the round-robin kernel, whose refills follow a CTA barrier, reports
+// none, and the expert family test checks the two kernels bit for bit.
 constexpr int kMathGroups = 3;
 constexpr int kWsThreads = 128 * (1 + kMathGroups);
 constexpr int kCopyRegs = 56, kMathRegs = 152;  // 128 x 56 + 384 x 152 = 65,536 (the copy warps spill below 56)
