@@ -286,6 +286,25 @@ __device__ __forceinline__ void run_stage(float (&acc)[2][8], const unsigned cha
     wgmma::wait<0>();
     finish_block<N>(blk[1], acc[1], ws[1][0], ws[1][1], ss, 1, t);
 }
+
+// One landed stage into an item's sums: this thread's rows' weight scales (stage rows 64p + 16 warp + g and + 8, 8
+// E8M0 bytes each), then the stage's four blocks with N = 8 token columns where the item has at most 8 tokens (most
+// experts at decode: half the tensor work, results and scale arithmetic), else 16.
+__device__ __forceinline__ void consume_stage(float (&acc)[2][8], const unsigned char* stage, int count, int warp,
+                                              int g, int t) {
+    const unsigned char* sws = stage + kWeightBytes + kTileBytes + kScaleFloats * 4 + (16 * warp + g) * 8;
+    uint2 ws[2][2];
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) ws[p][h] = *reinterpret_cast<const uint2*>(sws + (64 * p + 8 * h) * 8);
+    const uint32_t tile_addr = smem_u32(stage + kWeightBytes);
+    const float* ss = reinterpret_cast<const float*>(stage + kWeightBytes + kTileBytes);
+    if (count <= 8)
+        run_stage<8>(acc, stage, tile_addr, ss, ws, warp, g, t);
+    else
+        run_stage<16>(acc, stage, tile_addr, ss, ws, warp, g, t);
+}
 #endif
 
 // An item's results: this thread's rows row0 (= item row + 16 warp + g) and row0 + 8 of both parts for its token
@@ -309,6 +328,16 @@ __device__ __forceinline__ void store_item(const Args& a, const float (&acc)[2][
     }
 }
 
+// The items of a call: kItemRows weight rows (up: 64 of w1 and the same 64 of w3; down: 128 of w2) times one 16-token
+// tile, each `chunks` stages of 256 k. The tile count is the grouping's: built after pdl_wait.
+template <bool UP>
+struct ItemSpace {
+    static constexpr int kItemRows = UP ? 64 : 128;
+    int tiles, n_items, chunks;
+    __device__ __forceinline__ explicit ItemSpace(const Args& a)
+        : tiles(a.N / kItemRows), n_items(min(*a.n_tiles, a.max_tiles) * tiles), chunks(a.K / 256) {}
+};
+
 // BAL: balanced contiguous stage ranges (header); else whole items round robin (item i on CTA i mod grid, no split
 // items).
 template <bool UP, bool BAL>
@@ -323,25 +352,24 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     __syncthreads();
     pdl_wait();
 
-    constexpr int kItemRows = UP ? 64 : 128;
-    const int tiles = a.N / kItemRows;
-    const int n_items = min(*a.n_tiles, a.max_tiles) * tiles;
-    const int chunks = a.K / 256;
+    const ItemSpace<UP> items(a);
     // BAL: this CTA's contiguous range [q0, q0 + total) of the global stage sequence (item-major); CTAs past `used`
     // idle (each used range holds >= chunks stages, so an item meets at most two CTAs). Round robin: items
     // blockIdx.x, + gridDim.x, ... whole. Either way the CTA's items advance by `step` from first_item, whose
     // stages start at first_chunk.
     int total, first_item, first_chunk, step;
     if constexpr (BAL) {
-        const int64_t all_stages = int64_t(n_items) * chunks;
-        const int used = int(min(int64_t(gridDim.x), all_stages / chunks));
+        const int64_t all_stages = int64_t(items.n_items) * items.chunks;
+        const int used = int(min(int64_t(gridDim.x), all_stages / items.chunks));
         const int64_t q0 = int(blockIdx.x) < used ? all_stages * blockIdx.x / used : 0;
         total = int(blockIdx.x) < used ? int(all_stages * (blockIdx.x + 1) / used - q0) : 0;
-        first_item = int(q0 / chunks);
-        first_chunk = int(q0 % chunks);
+        first_item = int(q0 / items.chunks);
+        first_chunk = int(q0 % items.chunks);
         step = 1;
     } else {
-        total = int(blockIdx.x) < n_items ? ((n_items - 1 - int(blockIdx.x)) / int(gridDim.x) + 1) * chunks : 0;
+        total = int(blockIdx.x) < items.n_items
+                    ? ((items.n_items - 1 - int(blockIdx.x)) / int(gridDim.x) + 1) * items.chunks
+                    : 0;
         first_item = int(blockIdx.x);
         first_chunk = 0;
         step = int(gridDim.x);
@@ -359,8 +387,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     const float* f_ts = nullptr;
     const uint8_t* f_scale = nullptr;  // this thread's scale row (stage row tid)
     auto f_lookup = [&]() {
-        const int pos = f_item / tiles, e = a.tile_expert[pos];
-        const int row0 = (f_item % tiles) * kItemRows;
+        const int pos = f_item / items.tiles, e = a.tile_expert[pos];
+        const int row0 = (f_item % items.tiles) * items.kItemRows;
         const int crow = row0 + (UP ? 32 * (warp & 1) : 32 * warp) + lane / 8;
         f_w = static_cast<const uint8_t*>(UP && warp >= 2 ? a.w_b[e] : a.w_a[e]) + int64_t(crow) * row_bytes +
               (lane % 8) * 16;
@@ -374,7 +402,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     };
     if (total > 0) f_lookup();
     auto fill = [&](int q) {
-        if (++f_chunk >= chunks) {
+        if (++f_chunk >= items.chunks) {
             f_chunk = 0;
             f_item += step;
             f_lookup();
@@ -411,13 +439,13 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     int item = first_item - step, count = 0, offset = 0, e_row0 = 0;
     int chunk = first_chunk - 1;  // advanced per stage without a division (this kernel is issue-bound)
     for (int q = 0; q < total; ++q) {
-        if (++chunk >= chunks) chunk = 0;
+        if (++chunk >= items.chunks) chunk = 0;
         if (chunk == 0 || q == 0) {
             item += step;
-            const int u = item / tiles, e = a.tile_expert[u], col0 = a.tile_col[u];
+            const int u = item / items.tiles, e = a.tile_expert[u], col0 = a.tile_col[u];
             count = min(16, a.count[e] - col0);
             offset = a.offset[e] + col0;
-            e_row0 = (item % tiles) * kItemRows + 16 * warp + g;
+            e_row0 = (item % items.tiles) * items.kItemRows + 16 * warp + g;
 #pragma unroll
             for (int p = 0; p < 2; ++p)
 #pragma unroll
@@ -430,24 +458,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
         }
         const int st = q % kStages;
         const unsigned char* stage = smem + size_t(st) * kStageBytes;
-        const uint32_t tile_addr = smem_u32(stage + kWeightBytes);
-        const float* ss = reinterpret_cast<const float*>(stage + kWeightBytes + kTileBytes);
         mbar_wait(&bars[st], uint32_t((q / kStages) & 1));
-        // This thread's rows of part p: stage rows 64p + 16 warp + g (+ 8), 8 scale bytes each.
-        const unsigned char* sws = stage + kWeightBytes + kTileBytes + kScaleFloats * 4 + (16 * warp + g) * 8;
-        uint2 ws[2][2];
-#pragma unroll
-        for (int p = 0; p < 2; ++p)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) ws[p][h] = *reinterpret_cast<const uint2*>(sws + (64 * p + 8 * h) * 8);
-        if (count <= 8)  // most experts at decode: half the tensor work, results and scale arithmetic
-            run_stage<8>(acc, stage, tile_addr, ss, ws, warp, g, t);
-        else
-            run_stage<16>(acc, stage, tile_addr, ss, ws, warp, g, t);
+        consume_stage(acc, stage, count, warp, g, t);
 
-        const bool piece_end = q == total - 1 && chunk != chunks - 1;  // the item goes on in the next CTA
+        const bool piece_end = q == total - 1 && chunk != items.chunks - 1;  // the item goes on in the next CTA
         const bool piece_start = q - chunk < 0;                         // ... began in the previous one
-        if (chunk == chunks - 1 || piece_end) {
+        if (chunk == items.chunks - 1 || piece_end) {
             if (piece_end || piece_start) {
                 // Split item: both pieces' sums meet in the scratch slot of their boundary (the higher CTA's index);
                 // the second to arrive adds them, lower CTA's piece first, and runs the epilogue.
@@ -519,10 +535,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
     __syncthreads();
     pdl_wait();
 
-    constexpr int kItemRows = UP ? 64 : 128;
-    const int tiles = a.N / kItemRows;
-    const int n_items = min(*a.n_tiles, a.max_tiles) * tiles;
-    const int chunks = a.K / 256;
+    const ItemSpace<UP> items(a);
     const int slots = int(gridDim.x) * kMathGroups;
     const int64_t row_bytes = a.K / 2;
     const int s_ld = a.K / 32;
@@ -539,9 +552,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
         // rows lane + 32j (j = 0..3, part j / 2).
         const uint32_t dst_w = uint32_t((lane / 8) * kStride + (lane % 8) * 16);
         int q = 0;
-        for (int item = int(blockIdx.x) * kMathGroups + ring; item < n_items; item += slots) {
-            const int pos = item / tiles, e = a.tile_expert[pos];
-            const int row0 = (item % tiles) * kItemRows;
+        for (int item = int(blockIdx.x) * kMathGroups + ring; item < items.n_items; item += slots) {
+            const int pos = item / items.tiles, e = a.tile_expert[pos];
+            const int row0 = (item % items.tiles) * items.kItemRows;
             const uint8_t* w[2];
             const uint8_t* sc[2];
 #pragma unroll
@@ -553,7 +566,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
             }
             const uint8_t* const b_tile = a.tiles + pos * tile_stride;
             const float* const b_scales = a.tile_scales + int64_t(pos) * (a.K / 128) * 16;
-            for (int chunk = 0; chunk < chunks; ++chunk, ++q) {
+            for (int chunk = 0; chunk < items.chunks; ++chunk, ++q) {
                 const int st = q % kStages;
                 if (q >= kStages) mbar_wait(&em[st], uint32_t((q / kStages - 1) & 1));
                 fence_proxy_async();
@@ -587,31 +600,20 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
     uint64_t* const f = full + ring * kStages;
     uint64_t* const em = empty + ring * kStages;
     int q = 0;
-    for (int item = int(blockIdx.x) * kMathGroups + ring; item < n_items; item += slots) {
-        const int u = item / tiles, e = a.tile_expert[u], col0 = a.tile_col[u];
+    for (int item = int(blockIdx.x) * kMathGroups + ring; item < items.n_items; item += slots) {
+        const int u = item / items.tiles, e = a.tile_expert[u], col0 = a.tile_col[u];
         const int count = min(16, a.count[e] - col0), offset = a.offset[e] + col0;
-        const int e_row0 = (item % tiles) * kItemRows + 16 * warp + g;
+        const int e_row0 = (item % items.tiles) * items.kItemRows + 16 * warp + g;
         float acc[2][8];
 #pragma unroll
         for (int p = 0; p < 2; ++p)
 #pragma unroll
             for (int j = 0; j < 8; ++j) acc[p][j] = 0.f;
-        for (int chunk = 0; chunk < chunks; ++chunk, ++q) {
+        for (int chunk = 0; chunk < items.chunks; ++chunk, ++q) {
             const int st = q % kStages;
             const unsigned char* stage = base + size_t(st) * kStageBytes;
             mbar_wait(&f[st], uint32_t((q / kStages) & 1));
-            const unsigned char* sws = stage + kWeightBytes + kTileBytes + kScaleFloats * 4 + (16 * warp + g) * 8;
-            uint2 ws[2][2];
-#pragma unroll
-            for (int p = 0; p < 2; ++p)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) ws[p][h] = *reinterpret_cast<const uint2*>(sws + (64 * p + 8 * h) * 8);
-            const uint32_t tile_addr = smem_u32(stage + kWeightBytes);
-            const float* ss = reinterpret_cast<const float*>(stage + kWeightBytes + kTileBytes);
-            if (count <= 8)
-                run_stage<8>(acc, stage, tile_addr, ss, ws, warp, g, t);
-            else
-                run_stage<16>(acc, stage, tile_addr, ss, ws, warp, g, t);
+            consume_stage(acc, stage, count, warp, g, t);
             __syncwarp();  // every lane's shared reads of the stage are done (its wgmmas waited in run_stage)
             if (lane == 0) mbar::mbar_arrive(&em[st]);
         }
