@@ -427,8 +427,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
             src += four_rows;
             asm volatile("" : "+l"(src));  // one running pointer: eight precomputed ones spilled (168 registers)
         }
-        // Stage row tid's 8 weight scales ride with the stage: read one stage ahead by the consumer, they waited an
-        // L2 round trip whenever a stage ran shorter than it.
+        // Stage row tid's 8 weight scales ride with the stage (tracked by its mbarrier like the weights): the
+        // consumer reads them from shared memory instead of waiting on a global load a stage is shorter than.
         cp_async_ca<8>(stage + kWeightBytes + kTileBytes + kScaleFloats * 4 + tid_now * 8, f_scale + f_chunk * 8);
         cp_async_mbar_arrive(&bars[st]);
     };
