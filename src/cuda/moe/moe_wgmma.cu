@@ -75,7 +75,10 @@ constexpr int kTileBytes = kSteps * wgmma::kStepBytes;  // B tile bytes per stag
 constexpr int kScaleFloats = 2 * 16;                    // 2 blocks of 128 k x 16 columns
 constexpr int kWeightBytes = kRows * kStride;
 constexpr int kWeightScaleBytes = kRows * kSteps;       // the stage's E8M0 weight scales: 8 per row
-constexpr int kStageBytes = kWeightBytes + kTileBytes + kScaleFloats * 4 + kWeightScaleBytes;
+// Stage layout: weight rows, then the B tile, its activation scales and the weight rows' scales.
+constexpr int kTileOffset = kWeightBytes, kActScaleOffset = kTileOffset + kTileBytes;
+constexpr int kWeightScaleOffset = kActScaleOffset + kScaleFloats * 4;
+constexpr int kStageBytes = kWeightScaleOffset + kWeightScaleBytes;
 constexpr uint32_t kStageBulkTx = kTileBytes + kScaleFloats * 4;  // thread 0's bulk copies per stage
 constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kStages * 8;
 static_assert(kWeightBytes % 128 == 0 && kStageBytes % 128 == 0, "tile and stage alignment");
@@ -287,19 +290,28 @@ __device__ __forceinline__ void run_stage(float (&acc)[2][8], const unsigned cha
     finish_block<N>(blk[1], acc[1], ws[1][0], ws[1][1], ss, 1, t);
 }
 
+// One thread's part of filling a stage: arms its barrier for the bulk bytes and copies stage `chunk`'s B tile and
+// activation scales.
+__device__ __forceinline__ void copy_stage_activation(unsigned char* stage, uint64_t* bar, const uint8_t* tiles,
+                                                      const float* scales, int chunk) {
+    mbar_expect_tx(bar, kStageBulkTx);
+    copy_g2s(stage + kTileOffset, tiles + int64_t(chunk) * kTileBytes, kTileBytes, bar);
+    copy_g2s(stage + kActScaleOffset, scales + 2 * chunk * 16, kScaleFloats * 4, bar);
+}
+
 // One landed stage into an item's sums: this thread's rows' weight scales (stage rows 64p + 16 warp + g and + 8, 8
 // E8M0 bytes each), then the stage's four blocks with N = 8 token columns where the item has at most 8 tokens (most
 // experts at decode: half the tensor work, results and scale arithmetic), else 16.
 __device__ __forceinline__ void consume_stage(float (&acc)[2][8], const unsigned char* stage, int count, int warp,
                                               int g, int t) {
-    const unsigned char* sws = stage + kWeightBytes + kTileBytes + kScaleFloats * 4 + (16 * warp + g) * 8;
+    const unsigned char* sws = stage + kWeightScaleOffset + (16 * warp + g) * 8;
     uint2 ws[2][2];
 #pragma unroll
     for (int p = 0; p < 2; ++p)
 #pragma unroll
         for (int h = 0; h < 2; ++h) ws[p][h] = *reinterpret_cast<const uint2*>(sws + (64 * p + 8 * h) * 8);
-    const uint32_t tile_addr = smem_u32(stage + kWeightBytes);
-    const float* ss = reinterpret_cast<const float*>(stage + kWeightBytes + kTileBytes);
+    const uint32_t tile_addr = smem_u32(stage + kTileOffset);
+    const float* ss = reinterpret_cast<const float*>(stage + kActScaleOffset);
     if (count <= 8)
         run_stage<8>(acc, stage, tile_addr, ss, ws, warp, g, t);
     else
@@ -395,8 +407,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
         // Scale row `tid` of the stage (part tid / 64): each stage copies 8 bytes of it; the whole row goes to L2
         // now, so the stages after the first read L2.
         const int64_t row = UP ? row0 + (tid & 63) : row0 + tid;
-        prefetch_l2(static_cast<const uint8_t*>(UP && tid >= 64 ? a.s_b[e] : a.s_a[e]) + row * s_ld, uint32_t(s_ld));
         f_scale = static_cast<const uint8_t*>(UP && tid >= 64 ? a.s_b[e] : a.s_a[e]) + row * s_ld;
+        prefetch_l2(f_scale, uint32_t(s_ld));
         f_tile = a.tiles + pos * tile_stride;
         f_ts = a.tile_scales + int64_t(pos) * (a.K / 128) * 16;
     };
@@ -409,11 +421,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
         }
         const int st = q % kStages;
         unsigned char* stage = smem + size_t(st) * kStageBytes;
-        if (tid == 0) {
-            mbar_expect_tx(&bars[st], kStageBulkTx);
-            copy_g2s(stage + kWeightBytes, f_tile + int64_t(f_chunk) * kTileBytes, kTileBytes, &bars[st]);
-            copy_g2s(stage + kWeightBytes + kTileBytes, f_ts + 2 * f_chunk * 16, kScaleFloats * 4, &bars[st]);
-        }
+        if (tid == 0) copy_stage_activation(stage, &bars[st], f_tile, f_ts, f_chunk);
         // Row 32 warp + lane / 8, 16-byte piece lane % 8, from a fresh read of the thread index: ptxas otherwise
         // keeps this offset in a register it spills in the up-projection (a local load every stage).
         uint32_t tid_now;
@@ -429,7 +437,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
         }
         // Stage row tid's 8 weight scales ride with the stage (tracked by its mbarrier like the weights): the
         // consumer reads them from shared memory instead of waiting on a global load a stage is shorter than.
-        cp_async_ca<8>(stage + kWeightBytes + kTileBytes + kScaleFloats * 4 + tid_now * 8, f_scale + f_chunk * 8);
+        cp_async_ca<8>(stage + kWeightScaleOffset + tid_now * 8, f_scale + f_chunk * 8);
         cp_async_mbar_arrive(&bars[st]);
     };
     for (int q = 0; q < kStages - 1 && q < total; ++q) fill(q);
@@ -571,11 +579,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
                 if (q >= kStages) mbar_wait(&em[st], uint32_t((q / kStages - 1) & 1));
                 fence_proxy_async();
                 unsigned char* const stage = base + size_t(st) * kStageBytes;
-                if (lane == 0) {
-                    mbar_expect_tx(&f[st], kStageBulkTx);
-                    copy_g2s(stage + kWeightBytes, b_tile + int64_t(chunk) * kTileBytes, kTileBytes, &f[st]);
-                    copy_g2s(stage + kWeightBytes + kTileBytes, b_scales + 2 * chunk * 16, kScaleFloats * 4, &f[st]);
-                }
+                if (lane == 0) copy_stage_activation(stage, &f[st], b_tile, b_scales, chunk);
 #pragma unroll
                 for (int p = 0; p < 2; ++p) {
                     const uint8_t* src = w[p] + chunk * kRowBytes;
@@ -583,7 +587,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
                     for (int i = 0; i < 16; ++i)
                         cp_async_16(stage + (64 * p + 4 * i) * kStride + dst_w, src + int64_t(4 * i) * row_bytes);
                 }
-                unsigned char* const sdst = stage + kWeightBytes + kTileBytes + kScaleFloats * 4 + lane * 8;
+                unsigned char* const sdst = stage + kWeightScaleOffset + lane * 8;
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
                     cp_async_ca<8>(sdst + 32 * j * 8, sc[j / 2] + int64_t(32 * (j % 2)) * s_ld + chunk * 8);
