@@ -194,6 +194,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         ip.keys = index_entries(l);
         ip.max_entries = s.max_entries;
         ip.selected = buf_.index_selected.as<int32_t>();
+        ip.form = pol_->indexer_select_form;
         OpProfiler::Scope sc2(prof_, "indexer.score + top-k");
         // Prefill passes score on tensor cores (indexer_prefill); decode passes keep the SIMT scorer. The two sum
         // in different orders: a near-tie at the k-th score can select differently between them.

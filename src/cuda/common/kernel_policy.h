@@ -56,6 +56,10 @@ struct KernelPolicy {
     // round-robin one (every warp copies and computes; moe_wgmma_balance applies to it). The same bits; 1 measured
     // 1.7-2.8% faster steps at 8-128 sequences (docs/perf-log/2026-12-04_expert-stage-scales.md, run 211).
     int moe_wgmma_specialized = 1;
+    // The indexer's decode scorer and top-k (indexer/indexer.cuh IndexerSelectParams::form): 0 the first form, 1
+    // with their staging and radix passes shortened; the same scores and selections bit for bit. 0 stays the
+    // default until form 1 has run on the device (docs/perf-log/2026-12-04_indexer-staging-and-named-refills.md).
+    int indexer_select_form = 0;
     int gemv_kw = 0;                     // warps per 16-row tile of mma_gemv: 0 (rule), 1 or 4
     int moe_up_kw = 0, moe_down_kw = 0;  // the same for gemv_experts per projection
     int attn_mma_min_seqs = 1;           // attn_mma is preferred for decode passes of at least this many sequences

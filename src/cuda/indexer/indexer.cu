@@ -1,14 +1,22 @@
 // Indexer kernels.
 //  * prepare_q: one warp per head vector, head_dim/32 consecutive elements per lane; the Hadamard butterflies run
 //    in registers (in-lane stages) and through xor shuffles (cross-lane stages), in the CPU op's exact order. A CTA
-//    takes a whole token's heads where they divide evenly (its rope angles evaluated once).
-//  * scores: CTA per (query, tile of 64 entries); q (all heads) and the key tile live in shared memory as bf16;
-//    thread (entry, head group) accumulates sum_h w_h ReLU(q_h . k) over its heads, reduced across groups.
+//    takes 8 or more heads of one token where they divide evenly (its rope angles evaluated once), as many as keep
+//    the grid over all SMs.
+//  * scores: CTA per (query, tile of 64 entries); q (all heads, fp32, dim-major) and the key tile (bf16) live in
+//    shared memory; thread (entry, head group) accumulates sum_h w_h ReLU(q_h . k) over its heads, reduced across
+//    groups. Two forms of the staging (IndexerSelectParams::form), the same values staged.
 //  * top-k (also the second half of indexer_select_prefill, per chunk of rows): CTA per query; 4-pass 8-bit radix
 //    select of the k-th largest order-preserving key, then two block scans place the selected indices in ascending
-//    order (ties to the lower index), matching cpu::topk_indices.
+//    order (ties to the lower index), matching cpu::topk_indices. Form 1 keeps a row's keys in shared memory and
+//    finds each pass's bin with one warp instead of one thread.
+//  Why two forms: at decode both kernels are latency-bound (at an 8k context, one query: 56 us per layer for the
+//  two, events, run 212 of docs/perf-log/2026-12-04_expert-stage-scales.md); form 1 removes their serial
+//  round trips (docs/perf-log/2026-12-04_indexer-staging-and-named-refills.md) and becomes the only one once the
+//  device has run it.
 #include <algorithm>
 
+#include "cuda/common/arch.cuh"
 #include "cuda/common/attn_helpers.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/smem.cuh"
@@ -169,6 +177,74 @@ __device__ __forceinline__ int visible_entries(int64_t pos, int ratio, int max_e
 // for one dim as float4 broadcasts from the dim-major q tile.
 __host__ __device__ inline int padded_heads(int h) { return (h + 15) / 16 * 16; }
 
+// Form 1's q staging: a thread takes 8 consecutive dims of one head (one 16-byte load where aligned) and the lanes
+// of a warp consecutive heads, so its dim-major stores hit consecutive banks. Form 0 (below) gives a warp 32
+// consecutive dims of one head: every store of the warp lands in one bank (32 ways, ~8 K shared-memory wavefronts
+// for 64 heads x 128 dims before the first product).
+__device__ __forceinline__ void stage_q_by_head(const bf16* qt, int H, int Hp, int D, float* qs) {
+    const bool vec = (reinterpret_cast<uintptr_t>(qt) & 15) == 0;  // D is a multiple of 32: every piece aligned
+    for (int i = threadIdx.x; i < Hp * (D / 8); i += blockDim.x) {
+        const int h = i % Hp, d0 = (i / Hp) * 8;
+        float x[8];
+        if (h >= H) {
+#pragma unroll
+            for (int k = 0; k < 8; ++k) x[k] = 0.f;
+        } else {
+            load_lane<8>(qt + int64_t(h) * D + d0, vec, x);
+        }
+#pragma unroll
+        for (int k = 0; k < 8; ++k) qs[(d0 + k) * Hp + h] = x[k];
+    }
+}
+
+// Form 1's key staging: a thread takes one 32-dim block of one entry (the FP4 format's scale block): one block-table
+// lookup, then every load of the block issued together (4-byte words where the pool's layout allows it). Form 0
+// gives a thread one dim pair per iteration, a table lookup and a dependent byte load each: sixteen round trips to
+// L2 per thread in a row. The values are the same: FP4 code x E8M0 scale (or the bf16 itself) rounded to bf16.
+__device__ __forceinline__ void stage_keys_by_block(const PagedEntries& keys, IndexFormat fmt, int slot, int j0,
+                                                    int n_vis, int D, int kd, bf16* ks) {
+    const bool words = ((reinterpret_cast<uintptr_t>(keys.base) | uintptr_t(keys.block_bytes) |
+                         uintptr_t(keys.offset) | uintptr_t(keys.entry_bytes)) & 3) == 0;
+    const int blocks = D / 32;
+    for (int i = threadIdx.x; i < kScoreTile * blocks; i += blockDim.x) {
+        const int e = i / blocks, c = i % blocks;
+        __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(ks + e * kd) + 16 * c;  // dim pairs 16c .. 16c + 15
+        if (j0 + e >= n_vis) {
+#pragma unroll
+            for (int k = 0; k < 16; ++k) dst[k] = __floats2bfloat162_rn(0.f, 0.f);
+            continue;
+        }
+        const uint8_t* src = paged_entry(keys, slot, j0 + e);
+        if (fmt == IndexFormat::BF16) {  // 64 bytes: the block's 32 bf16 as they are stored
+            const uint8_t* b = src + 64 * c;
+            uint32_t w[16];
+#pragma unroll
+            for (int k = 0; k < 16; ++k)
+                w[k] = words ? reinterpret_cast<const uint32_t*>(b)[k]
+                             : uint32_t(b[4 * k]) | uint32_t(b[4 * k + 1]) << 8 | uint32_t(b[4 * k + 2]) << 16 |
+                                   uint32_t(b[4 * k + 3]) << 24;
+#pragma unroll
+            for (int k = 0; k < 16; ++k) reinterpret_cast<uint32_t*>(dst)[k] = w[k];
+        } else {  // 16 code bytes (two dims each) and the block's scale byte
+            const uint8_t* b = src + 16 * c;
+            uint32_t w[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+                w[k] = words ? reinterpret_cast<const uint32_t*>(b)[k]
+                             : uint32_t(b[4 * k]) | uint32_t(b[4 * k + 1]) << 8 | uint32_t(b[4 * k + 2]) << 16 |
+                                   uint32_t(b[4 * k + 3]) << 24;
+            const float s = e8m0_value(src[D / 2 + c]);
+#pragma unroll
+            for (int k = 0; k < 16; ++k) {
+                const uint8_t code = uint8_t(w[k / 4] >> (8 * (k % 4)));
+                dst[k] = __floats2bfloat162_rn(from_e2m1(code & 0xf) * s, from_e2m1(code >> 4) * s);
+            }
+        }
+    }
+}
+
+// FORM: IndexerSelectParams::form (1: the staging above; 0: the first form). The products and sums are the same.
+template <int FORM>
 __global__ void __launch_bounds__(kScoreThreads) scores_kernel(IndexerSelectParams p, float* __restrict__ scores) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
@@ -184,28 +260,35 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(IndexerSelectPara
     float* part = ws + Hp;                                  // [kHeadGroups][kScoreTile]
     bf16* ks = reinterpret_cast<bf16*>(part + kHeadGroups * kScoreTile);  // [kScoreTile][kd]
     const bf16* qt = p.q + t * p.q_stride;
-    for (int i = threadIdx.x; i < Hp * D; i += blockDim.x) {
-        const int h = i / D, d = i % D;
-        qs[d * Hp + h] = h < H ? __bfloat162float(qt[i]) : 0.f;
+    const int slot = p.batch.seq_slot[p.batch.token_seq[t]];
+    const IndexFormat fmt = IndexFormat(p.keys.format);
+    if constexpr (FORM == 1) {
+        stage_keys_by_block(p.keys, fmt, slot, j0, n_vis, D, kd, ks);  // its loads first: they wait on L2 longest
+        stage_q_by_head(qt, H, Hp, D, qs);
+    } else {
+        for (int i = threadIdx.x; i < Hp * D; i += blockDim.x) {
+            const int h = i / D, d = i % D;
+            qs[d * Hp + h] = h < H ? __bfloat162float(qt[i]) : 0.f;
+        }
     }
     for (int h = threadIdx.x; h < Hp; h += blockDim.x)
         ws[h] = h < H ? __bfloat162float(p.weights[t * p.weights_stride + h]) * p.weights_scale : 0.f;
-    const int slot = p.batch.seq_slot[p.batch.token_seq[t]];
-    const IndexFormat fmt = IndexFormat(p.keys.format);
-    for (int i = threadIdx.x; i < kScoreTile * (D / 2); i += blockDim.x) {
-        const int e = i / (D / 2), d = 2 * (i % (D / 2));
-        float2 val = make_float2(0.f, 0.f);
-        if (j0 + e < n_vis) {
-            const uint8_t* src = paged_entry(p.keys, slot, j0 + e);
-            if (fmt == IndexFormat::BF16) {
-                val = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(src)[d / 2]);
-            } else {
-                const uint8_t b = src[d / 2];
-                const float s = e8m0_value(src[D / 2 + d / 32]);
-                val = make_float2(from_e2m1(b & 0xf) * s, from_e2m1(b >> 4) * s);
+    if constexpr (FORM == 0) {
+        for (int i = threadIdx.x; i < kScoreTile * (D / 2); i += blockDim.x) {
+            const int e = i / (D / 2), d = 2 * (i % (D / 2));
+            float2 val = make_float2(0.f, 0.f);
+            if (j0 + e < n_vis) {
+                const uint8_t* src = paged_entry(p.keys, slot, j0 + e);
+                if (fmt == IndexFormat::BF16) {
+                    val = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(src)[d / 2]);
+                } else {
+                    const uint8_t b = src[d / 2];
+                    const float s = e8m0_value(src[D / 2 + d / 32]);
+                    val = make_float2(from_e2m1(b & 0xf) * s, from_e2m1(b >> 4) * s);
+                }
             }
+            reinterpret_cast<__nv_bfloat162*>(ks + e * kd)[d / 2] = __floats2bfloat162_rn(val.x, val.y);
         }
-        reinterpret_cast<__nv_bfloat162*>(ks + e * kd)[d / 2] = __floats2bfloat162_rn(val.x, val.y);
     }
     __syncthreads();
     const int e = threadIdx.x % kScoreTile, g = threadIdx.x / kScoreTile;
@@ -268,7 +351,43 @@ __device__ int block_exclusive_scan(int v, int* warp_sums, int* total) {
     return (warp > 0 ? warp_sums[warp - 1] : 0) + x - v;
 }
 
-// Rows t = row_begin + blockIdx.x; the scores of row t start at scores + (t - row_begin) * row_stride.
+// The radix select's bin of one pass: the largest b whose bins b .. 255 hold at least `need` keys (0 if none), and
+// in *above the keys of bins b + 1 .. 255 -- what a walk from bin 255 down finds. One warp: lane L sums bins
+// 8L .. 8L + 7, a suffix scan over the lanes and a ballot name the lane holding the bin, which walks its eight.
+// Every lane gets the result. Form 0 walks the 256 bins on one thread (a dependent shared-memory load per bin).
+__device__ __forceinline__ int radix_bin_from_top(const int* hist, int need, int lane, int* above) {
+    int v[8], own = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        v[j] = hist[8 * lane + j];
+        own += v[j];
+    }
+    int suffix = own;  // keys of the bins of lanes lane .. 31
+#pragma unroll
+    for (int o = 1; o < 32; o *= 2) {
+        const int y = __shfl_down_sync(0xffffffffu, suffix, o);
+        if (lane + o < 32) suffix += y;
+    }
+    const uint32_t reach = __ballot_sync(0xffffffffu, suffix >= need);  // lanes 0 .. owner (suffix never grows)
+    const int owner = reach ? 31 - __clz(int(reach)) : 0;
+    int bin = 8 * lane + 7, run = suffix - own;
+#pragma unroll
+    for (int j = 7; j > 0; --j) {
+        if (run + v[j] >= need) break;
+        run += v[j];
+        --bin;
+    }
+    *above = __shfl_sync(0xffffffffu, run, owner);
+    return __shfl_sync(0xffffffffu, bin, owner);
+}
+
+// A row of at most this many scores is read from global memory once (form 1): its order keys stay in shared memory
+// for the four passes and the final selection (form 0 reads the row six times).
+constexpr int kTopkCachedKeys = 8192;
+
+// Rows t = row_begin + blockIdx.x; the scores of row t start at scores + (t - row_begin) * row_stride. FORM: as for
+// scores_kernel (1: the cached keys and radix_bin_from_top; 0: the first form); the same selection.
+template <int FORM>
 __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerSelectParams p, const float* __restrict__ scores,
                                                             int row_begin, int64_t row_stride) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
@@ -277,6 +396,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerSelectParams 
     __shared__ int warp_sums[32];
     __shared__ uint32_t sh_prefix;
     __shared__ int sh_remaining;
+    __shared__ uint32_t cached[FORM == 1 ? kTopkCachedKeys : 1];
     const int t = row_begin + int(blockIdx.x);
     const int n = visible_entries(p.batch.token_pos[t], p.ratio, p.max_entries);
     int32_t* out = p.selected + int64_t(t) * p.topk;
@@ -285,17 +405,30 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerSelectParams 
         return;
     }
     const float* row = scores + int64_t(t - row_begin) * row_stride;
+    const bool use_cache = FORM == 1 && n <= kTopkCachedKeys;
+    if (use_cache)  // visible to every thread after the first pass's barrier
+        for (int i = threadIdx.x; i < n; i += blockDim.x) cached[i] = order_key(row[i]);
+    auto key = [&](int i) { return use_cache ? cached[i] : order_key(row[i]); };
     uint32_t prefix = 0, mask = 0;
     int remaining = p.topk;
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
         __syncthreads();
         for (int i = threadIdx.x; i < n; i += blockDim.x) {
-            const uint32_t k = order_key(row[i]);
+            const uint32_t k = key(i);
             if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255], 1);
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
+        if constexpr (FORM == 1) {
+            if (threadIdx.x < 32) {
+                int above;
+                const int b = radix_bin_from_top(hist, remaining, int(threadIdx.x), &above);
+                if (threadIdx.x == 0) {
+                    sh_prefix = prefix | (uint32_t(b) << shift);
+                    sh_remaining = remaining - above;
+                }
+            }
+        } else if (threadIdx.x == 0) {
             int above = 0, b = 255;
             for (; b > 0; --b) {
                 if (above + hist[b] >= remaining) break;
@@ -314,7 +447,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerSelectParams 
     const int i0 = threadIdx.x * chunk, i1 = min(n, i0 + chunk);
     int ties = 0, greater = 0;
     for (int i = i0; i < i1; ++i) {
-        const uint32_t k = order_key(row[i]);
+        const uint32_t k = key(i);
         ties += k == prefix;
         greater += k > prefix;
     }
@@ -325,7 +458,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerSelectParams 
     int out_pos = block_exclusive_scan(mine, warp_sums, &total);
     int taken_ties = 0;
     for (int i = i0; i < i1; ++i) {
-        const uint32_t k = order_key(row[i]);
+        const uint32_t k = key(i);
         bool take = k > prefix;
         if (k == prefix && taken_ties < take_ties) {
             take = true;
@@ -351,12 +484,16 @@ void indexer_prepare_q(bf16* q, int64_t stride, int n_tokens, int n_heads, int h
                                      : nullptr;
     if (!kernel) fail_rt("indexer: index_head_dim must be 32, 64, 128 or 256, got {}", head_dim);
     // The rope angles once per CTA where a CTA's rows are heads of one token: with 64 index heads a CTA takes a
-    // whole token (8 rows per warp), else 8 heads of one (eight CTAs per token).
+    // whole token (8 rows per warp) where the grid still covers the SMs, else fewer heads (down to 8 of one token, a
+    // row per warp). A warp's rows run one after another, each a round trip to memory: at decode (1-16 tokens) eight
+    // rows per warp put a token's 64 heads on 8 warps of one SM (17 us per call at one token, run 212); a row per
+    // warp spreads them over 8 CTAs. The angles and every row's arithmetic are the same either way (the op test
+    // compares per-row angles bit for bit).
     const bool rope_per_cta = rope.n_pairs > 0 && n_heads % warps == 0;
     int rows_per_warp = 1;
     if (rope_per_cta)
         for (int r = 8; r > 1; r /= 2)
-            if (n_heads % (warps * r) == 0) {
+            if (n_heads % (warps * r) == 0 && int64_t(rows) / (warps * r) >= current_arch().sm_count) {
                 rows_per_warp = r;
                 break;
             }
@@ -373,6 +510,7 @@ size_t indexer_select_workspace_bytes(int n_tokens, int max_entries) {
 }
 
 bool indexer_check_select(const IndexerSelectParams& p) {
+    FS_ATTN_REQUIRE(p.form == 0 || p.form == 1, "indexer: form must be 0 or 1, got {}", p.form);
     FS_ATTN_REQUIRE(p.topk > 0, "indexer: index_topk must be positive, got {}", p.topk);
     FS_ATTN_REQUIRE(p.ratio >= 1, "indexer: ratio must be >= 1, got {}", p.ratio);
     FS_ATTN_REQUIRE(p.selected != nullptr, "indexer: the selected output is required");
@@ -393,9 +531,10 @@ void indexer_select(const IndexerSelectParams& p, void* workspace, size_t worksp
         const int Hp = padded_heads(p.n_heads);
         const size_t smem = size_t(Hp) * p.head_dim * 4 + size_t(Hp) * 4 + size_t(kHeadGroups) * kScoreTile * 4 +
                             size_t(kScoreTile) * (p.head_dim + 2) * 2;
-        allow_dynamic_smem(scores_kernel, smem);
+        auto* kernel = p.form == 1 ? scores_kernel<1> : scores_kernel<0>;
+        allow_dynamic_smem(kernel, smem);
         const dim3 grid(n_tokens, (p.max_entries + kScoreTile - 1) / kScoreTile);
-        launch_pdl("scores_kernel", scores_kernel, dim3(grid), dim3(kScoreThreads), smem, stream, p,
+        launch_pdl("scores_kernel", kernel, dim3(grid), dim3(kScoreThreads), smem, stream, p,
                    static_cast<float*>(workspace));
         CUDA_CHECK_LAUNCH("scores_kernel");
     }
@@ -410,7 +549,7 @@ void indexer_topk_rows(const IndexerSelectParams& p, const float* scores, int ro
                     "indexer: rows [{}, {}) outside the step's {} rows", row_begin, row_begin + n_rows,
                     p.batch.n_tokens);
     if (n_rows <= 0) return;
-    launch_pdl("topk_kernel", topk_kernel, dim3(n_rows), dim3(kTopkThreads), 0, stream, p, scores, row_begin,
+    launch_pdl("topk_kernel", p.form == 1 ? topk_kernel<1> : topk_kernel<0>, dim3(n_rows), dim3(kTopkThreads), 0, stream, p, scores, row_begin,
                row_stride);
     CUDA_CHECK_LAUNCH("topk_kernel");
 }

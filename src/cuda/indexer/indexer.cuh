@@ -33,6 +33,10 @@ struct IndexerSelectParams {
     PagedEntries keys;                   // the indexer compressor's entries (IndexFormat)
     int max_entries = 0;                 // must be >= (pos+1)/ratio for every token of the step (workspace rows, grid)
     int32_t* selected = nullptr;         // [n_tokens, topk] output
+    // The decode scorer's and the top-k's form (KernelPolicy::indexer_select_form): 0 the first one, 1 with the
+    // staging and the radix passes shortened (indexer.cu: stage_q_by_head, stage_keys_by_block,
+    // radix_bin_from_top, the cached row). The same scores and selections bit for bit.
+    int form = 0;
 };
 
 // Per query token at position p with n = (p+1)/ratio visible entries: when n <= topk, selected = 0..n-1 (no

@@ -6,6 +6,7 @@
 // the kernel runs.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <set>
@@ -509,11 +510,14 @@ TEST(CudaIndexer, PrepareQMatchesCpu) {
     const uint64_t seed = test_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     Rng rng(seed);
-    for (auto [D, R, H_fixed] : {std::tuple{128, 64, 0}, std::tuple{64, 32, 0}, std::tuple{256, 64, 0},
-                                 std::tuple{32, 16, 0}, std::tuple{128, 64, 64}, std::tuple{32, 16, 16},
-                                 std::tuple{128, 64, 32}}) {
-        // H_fixed: heads filling whole CTAs (the rope angles once per CTA; 8, 2 and 4 rows per warp), else random
-        const int T = rng.uniform_int(1, 6), H = H_fixed ? H_fixed : rng.uniform_int(1, 17);
+    for (auto [D, R, H_fixed, T_fixed] :
+         {std::tuple{128, 64, 0, 0}, std::tuple{64, 32, 0, 0}, std::tuple{256, 64, 0, 0}, std::tuple{32, 16, 0, 0},
+          std::tuple{128, 64, 64, 0}, std::tuple{32, 16, 16, 0}, std::tuple{128, 64, 32, 0},
+          std::tuple{128, 64, 64, 300}, std::tuple{32, 16, 16, 1200}, std::tuple{128, 64, 32, 600}}) {
+        // H_fixed: heads filling whole CTAs (the rope angles once per CTA), else random. 1-6 tokens take a row per
+        // warp (the grid would not cover the SMs with more); T_fixed tokens fill the SMs of any current GPU with 8,
+        // 2 and 4 rows per warp.
+        const int T = T_fixed ? T_fixed : rng.uniform_int(1, 6), H = H_fixed ? H_fixed : rng.uniform_int(1, 17);
         const int64_t stride = int64_t(H) * D + 32;
         auto q = bf16_round(rng.normals(size_t(T) * stride, 1.f));
         std::vector<int32_t> pos(T);
@@ -606,6 +610,80 @@ TEST(CudaIndexer, SelectMatchesCpuTopk) {
             cpu::indexer_scores(q.data() + size_t(t) * H * D, H, D, w.data(), kk.data(), n, scores.data());
             expect_topk_row(std::vector<int32_t>(sel.begin() + size_t(t) * topk, sel.begin() + size_t(t + 1) * topk),
                             scores, topk, "row " + std::to_string(t));
+        }
+    }
+}
+
+// The two forms of the decode scorer and the top-k (IndexerSelectParams::form, indexer.cu) give the same scores and
+// selections bit for bit: V4-Flash's shape (64 heads x 128 dims, top 512) and odd ones (20 heads padded to 32, 64
+// dims), rows with more entries than form 1 caches for its radix passes, pools whose entries are not 4-byte aligned
+// (form 1's byte path), a prefill chunk. Each selection is also exactly cpu::topk_indices of the scores the GPU
+// computed (the test above allows near-ties, as it scores on the CPU).
+TEST(CudaIndexer, SelectFormsAgree) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    struct Case {
+        int H, D, topk;
+        IndexFormat fmt;
+        int64_t offset;  // of the layer's entries in a pool block (PagedPool: 64)
+    };
+    for (const Case c : {Case{64, 128, 512, IndexFormat::FP4, 64}, Case{64, 128, 512, IndexFormat::BF16, 64},
+                         Case{20, 64, 100, IndexFormat::FP4, 65}, Case{16, 128, 37, IndexFormat::BF16, 66}}) {
+        SCOPED_TRACE("H " + std::to_string(c.H) + " D " + std::to_string(c.D) + " topk " + std::to_string(c.topk) +
+                     " offset " + std::to_string(c.offset));
+        const int ratio = 4, n_slots = 4;
+        BatchHost bh;
+        bh.add(0, 8300 + int(rng.uniform_int(0, 40)), 1);  // ~2,080 entries: V4 decode at an 8k context
+        bh.add(1, 36900, 1);                               // 9,225 entries: more than form 1 caches
+        bh.add(2, 300, 1);                                 // 75 entries
+        bh.add(3, 2500, 5);                                // a prefill chunk, causal limits per row
+        BatchDev bd(bh);
+        const int T = bd.batch.n_tokens;
+        const int max_entries = (36900 + 1) / ratio;
+        const int eb = int(index_entry_bytes(c.fmt, c.D));
+        PagedPool pool(n_slots, max_entries + 4, 16, eb, rng);
+        pool.offset = c.offset;  // the block has 64 bytes of slack past the entries
+        for (size_t s = 0; s < bh.slot.size(); ++s) {
+            const int n_e = (bh.start[s] + bh.n_tok[s]) / ratio;
+            for (int e = 0; e < n_e; ++e) {
+                auto v = bf16_round(rng.normals(c.D));
+                encode_index_key(v, c.fmt, pool.entry(bh.slot[s], e));
+            }
+        }
+        const auto q = bf16_round(rng.normals(size_t(T) * c.H * c.D));
+        const auto w = bf16_round(rng.normals(size_t(T) * c.H));
+        Dev<uint16_t> dq(to_bf16_bits(q)), dw(to_bf16_bits(w));
+        Dev<uint8_t> dpool(pool.bytes);
+        Dev<int32_t> dtables(pool.tables), dsel(size_t(T) * c.topk);
+        IndexerSelectParams p = indexer_params(bd.batch, c.H, c.D, ratio, c.topk, dq.ptr, dw.ptr,
+                                               pool.view(dpool.ptr, dtables.ptr, int32_t(c.fmt)), max_entries,
+                                               dsel.ptr);
+        const size_t ws_bytes = indexer_select_workspace_bytes(T, max_entries);
+        Dev<float> ws(ws_bytes / sizeof(float));
+        std::vector<float> scores[2];
+        std::vector<int32_t> sel[2];
+        for (int form : {0, 1}) {
+            p.form = form;
+            ws.poison();
+            dsel.poison();
+            indexer_select(p, ws.ptr, ws_bytes, nullptr);
+            CUDA_OK(cudaDeviceSynchronize());
+            scores[form] = ws.download();
+            sel[form] = dsel.download();
+        }
+        EXPECT_EQ(sel[0], sel[1]) << "selections differ between the forms";
+        for (int t = 0; t < T; ++t) {
+            const int n = (bh.token_pos[t] + 1) / ratio;
+            if (n <= c.topk) continue;  // not scored: every entry selected
+            const float* s0 = scores[0].data() + size_t(t) * max_entries;
+            const float* s1 = scores[1].data() + size_t(t) * max_entries;
+            EXPECT_EQ(std::memcmp(s0, s1, size_t(n) * sizeof(float)), 0) << "row " << t << ": scores differ";
+            std::vector<int32_t> want;
+            cpu::topk_indices(s1, n, c.topk, want);
+            const std::vector<int32_t> got(sel[1].begin() + size_t(t) * c.topk, sel[1].begin() + size_t(t + 1) * c.topk);
+            EXPECT_EQ(got, want) << "row " << t << ": not the top-k of the GPU's own scores";
         }
     }
 }
