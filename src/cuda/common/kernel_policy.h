@@ -55,6 +55,9 @@ struct KernelPolicy {
     // wgmma_experts' kernel: 1 the warp-specialized one (a copy warpgroup, three math warpgroups per SM), 0 the
     // round-robin one (every warp copies and computes; moe_wgmma_balance applies to it). The same bits; 1 measured
     // 1.7-2.8% faster steps at 8-128 sequences (docs/perf-log/2026-12-04_expert-stage-scales.md, run 211).
+    // 2: the warp-specialized kernel whose copy warps wait for a ring stage's release on a named barrier (the math
+    // warps bar.arrive) instead of an mbarrier, a form compute-sanitizer's racecheck follows; the same bits. Not yet
+    // measured on the device (docs/perf-log/2026-12-04_indexer-staging-and-named-refills.md): 1 stays the default.
     int moe_wgmma_specialized = 1;
     // The indexer's decode scorer and top-k (indexer/indexer.cuh IndexerSelectParams::form): 0 the first form, 1
     // with their staging and radix passes shortened; the same scores and selections bit for bit. 0 stays the

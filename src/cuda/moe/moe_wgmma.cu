@@ -521,13 +521,30 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
 // (their reads -> `empty` arrival -> the copy warp's wait -> its copies) as hazards: it does not follow mbarrier
 // phases (grouped_gemm's note says the same); the round-robin kernel, whose refills follow a CTA barrier, reports
 // none, and the expert family test checks the two kernels bit for bit.
+// NAMED (KernelPolicy::moe_wgmma_specialized = 2): the release goes through a named barrier per ring stage instead
+// (release_barrier: the math warpgroup's 128 threads bar.arrive, the copy warp bar.sync, 160 in all), the ordering
+// racecheck follows as it does the round-robin kernel's CTA barrier. Each consumption is one barrier generation:
+// the copy warp syncs once per stage it consumed-and-refills and once for each of the last kStages consumptions
+// after its last fill, so every generation completes before the CTA exits. A stage's next arrival needs the stage
+// refilled, i.e. the copy warp past the previous generation: generations never overlap.
 constexpr int kMathGroups = 3;
 constexpr int kWsThreads = 128 * (1 + kMathGroups);
 constexpr int kCopyRegs = 56, kMathRegs = 152;  // 128 x 56 + 384 x 152 = 65,536 (the copy warps spill below 56)
 constexpr size_t kWsRingBytes = size_t(kStages) * kStageBytes;
 constexpr size_t kWsSmemBytes = size_t(kMathGroups) * kWsRingBytes + size_t(kMathGroups) * kStages * 2 * 8;
 
-template <bool UP>
+// Named barrier of ring `ring`'s stage `st`: 1 + ring * kStages + st (barrier 0 is __syncthreads'), 160 threads.
+constexpr int kReleaseThreads = 128 + 32;
+static_assert(1 + kMathGroups * kStages <= 16, "named barriers per CTA");
+__device__ __forceinline__ uint32_t release_barrier(int ring, int st) { return uint32_t(1 + ring * kStages + st); }
+__device__ __forceinline__ void release_arrive(uint32_t id) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "n"(kReleaseThreads) : "memory");
+}
+__device__ __forceinline__ void release_wait(uint32_t id) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kReleaseThreads) : "memory");
+}
+
+template <bool UP, bool NAMED>
 __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Args a) {
 #if FS_WGMMA_AVAILABLE
     extern __shared__ __align__(128) unsigned char smem[];
@@ -576,7 +593,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
             const float* const b_scales = a.tile_scales + int64_t(pos) * (a.K / 128) * 16;
             for (int chunk = 0; chunk < items.chunks; ++chunk, ++q) {
                 const int st = q % kStages;
-                if (q >= kStages) mbar_wait(&em[st], uint32_t((q / kStages - 1) & 1));
+                if (q >= kStages) {
+                    if constexpr (NAMED)
+                        release_wait(release_barrier(ring, st));
+                    else
+                        mbar_wait(&em[st], uint32_t((q / kStages - 1) & 1));
+                }
                 fence_proxy_async();
                 unsigned char* const stage = base + size_t(st) * kStageBytes;
                 if (lane == 0) copy_stage_activation(stage, &f[st], b_tile, b_scales, chunk);
@@ -594,6 +616,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
                 cp_async_mbar_arrive(&f[st]);
             }
         }
+        if constexpr (NAMED)  // the releases no refill waited for: every barrier generation completes
+            for (int r = max(0, q - kStages); r < q; ++r) release_wait(release_barrier(ring, r % kStages));
         cp_async_wait_all();  // no copy may land after the warp is gone
         return;
     }
@@ -618,8 +642,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
             const unsigned char* stage = base + size_t(st) * kStageBytes;
             mbar_wait(&f[st], uint32_t((q / kStages) & 1));
             consume_stage(acc, stage, count, warp, g, t);
-            __syncwarp();  // every lane's shared reads of the stage are done (its wgmmas waited in run_stage)
-            if (lane == 0) mbar::mbar_arrive(&em[st]);
+            // Every lane's shared reads of the stage are done (its wgmmas waited in run_stage): release it.
+            if constexpr (NAMED) {
+                release_arrive(release_barrier(ring, st));
+            } else {
+                __syncwarp();
+                if (lane == 0) mbar::mbar_arrive(&em[st]);
+            }
         }
         store_item<UP>(a, acc, e_row0, count, offset, t);
     }
@@ -674,7 +703,8 @@ void launch(Args a, const MoeGrouping& g, int max_tiles, const KernelPolicy& pol
     const int64_t items = int64_t(a.N / (UP ? 64 : 128)) * a.max_tiles;
     if (policy.moe_wgmma_specialized) {
         const int64_t ws_ctas = std::min<int64_t>(current_arch().sm_count, (items + kMathGroups - 1) / kMathGroups);
-        auto kernel = wgmma_expert_ws_kernel<UP>;
+        auto kernel = policy.moe_wgmma_specialized == 2 ? wgmma_expert_ws_kernel<UP, true>
+                                                        : wgmma_expert_ws_kernel<UP, false>;
         allow_dynamic_smem(kernel, kWsSmemBytes);
         launch_pdl(UP ? "moe_wgmma expert_ws_kernel<up>" : "moe_wgmma expert_ws_kernel<down>", kernel,
                    dim3(unsigned(ws_ctas)), dim3(kWsThreads), kWsSmemBytes, stream, a);

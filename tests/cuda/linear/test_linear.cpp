@@ -513,6 +513,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
         ScopedEnv disable("FLASHSEEK_DISABLE", "wgmma_gemv");
         ScopedEnv max_tokens("FLASHSEEK_GEMV_MAX_TOKENS", "8");
         ScopedEnv pdl("FLASHSEEK_PDL", "0");
+        ScopedEnv specialized("FLASHSEEK_MOE_WGMMA_SPECIALIZED", "2");
         ScopedEnv indexer_form("FLASHSEEK_INDEXER_SELECT_FORM", "1");
         const KernelPolicy p = KernelPolicy::from_env();
         EXPECT_TRUE(p.is_forced("tile_gemm"));
@@ -522,6 +523,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
         EXPECT_EQ(p.gemv_max_tokens, 8);
         EXPECT_FALSE(p.pdl);
         EXPECT_TRUE(p.branches);
+        EXPECT_EQ(p.moe_wgmma_specialized, 2);
         EXPECT_EQ(p.indexer_select_form, 1);
     }
     expect_env_error("FLASHSEEK_DISABLE", "wgmma_gemv,no_such_kernel", "no_such_kernel");
@@ -529,7 +531,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
     expect_env_error("FLASHSEEK_GEMV_MAX_TOKENS", "17", "");
     expect_env_error("FLASHSEEK_GEMV_KW", "3", "");
     expect_env_error("FLASHSEEK_MOE_WGMMA_BALANCE", "x", "");
-    expect_env_error("FLASHSEEK_MOE_WGMMA_SPECIALIZED", "2", "");
+    expect_env_error("FLASHSEEK_MOE_WGMMA_SPECIALIZED", "3", "");
     expect_env_error("FLASHSEEK_INDEXER_SELECT_FORM", "2", "");
 }
 

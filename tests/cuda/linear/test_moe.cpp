@@ -830,13 +830,16 @@ void check_case(const ExpertCase& c, VariantCoverage& coverage) {
         if (c.pinned_groups && supported[1]) coverage.ran(v.name, "pinned-groups");
         EXPECT_LE(rel_l2(a.out, L.ref), layer_threshold(a));
         EXPECT_TRUE(bit_identical(run_layer(L, only, routed_raw, shared_raw).out, a.out)) << "rerun differs";
-        // wgmma_experts' two kernels (warp-specialized, the default, and round robin) compute each item the same
-        // way (the same products, sums and order): the same bits.
+        // wgmma_experts' kernels (warp-specialized with mbarrier releases, the default; the same with named-barrier
+        // releases; round robin) compute each item the same way (the same products, sums and order): the same bits.
         if (v.name == "wgmma_experts" && supported[0]) {
-            KernelPolicy other = only;
-            other.moe_wgmma_specialized = only.moe_wgmma_specialized ? 0 : 1;
-            EXPECT_TRUE(bit_identical(run_layer(L, other, routed_raw, shared_raw).out, a.out))
-                << "wgmma_experts' warp-specialized and round-robin kernels differ";
+            for (int kernel : {0, 1, 2}) {
+                if (kernel == only.moe_wgmma_specialized) continue;
+                KernelPolicy other = only;
+                other.moe_wgmma_specialized = kernel;
+                EXPECT_TRUE(bit_identical(run_layer(L, other, routed_raw, shared_raw).out, a.out))
+                    << "wgmma_experts' kernel " << kernel << " differs from kernel " << only.moe_wgmma_specialized;
+            }
         }
         // Raw bf16 inputs where the variant takes the prepared ones too (prepared inside the kernels while staging)
         // must give the same bits.
