@@ -17,8 +17,9 @@
 #   sanitize [SECONDS]       compute-sanitizer memcheck and racecheck on the harness's --quick lists, the backend
 #                            test and a short end-to-end run (in parallel, SECONDS per run, default 420)
 #   e2e [--diagnose]         flashseek logits, CUDA against the goldens / the CPU reference, both criteria (below);
-#                            --diagnose adds the per-layer localization on tiny-a / tiny-b; then fused paths forced
-#                            (gemv_chain) against the default path, bit for bit (chain-shapes). Goldens a backend
+#                            --diagnose adds the per-layer localization on tiny-a / tiny-b; then paths that must
+#                            keep the default path's bits (gemv_chain on chain-shapes; indexer_branch and the
+#                            indexer's form 1 on tiny-a) against it, bit for bit. Goldens a backend
 #                            or numerics refuses by design (EXPECTED_REFUSALS) must end in the named error; the
 #                            comparisons that need those outputs are skipped, noted
 #   envelopes                (any machine, CPU only) the reference's own envelopes for every end-to-end case
@@ -469,24 +470,34 @@ cmd_e2e() {
   rm -rf "$work"
 }
 
-# Fused paths that must give the unfused path's bits end to end: logits of chain-shapes (a config whose wo_a / wo_b
-# reach gemv_chain: 2 groups of 1,024 rows over 2,048 columns; 12 decode steps) with the fused variant forced and
-# with the default policy, byte for byte, in both numerics.
+# Paths that must give the default path's bits end to end, byte for byte, in both numerics: chain-shapes (a config
+# whose wo_a / wo_b reach gemv_chain: 2 groups of 1,024 rows over 2,048 columns; 12 decode steps) with gemv_chain
+# forced; tiny-a (index_topk 8: its ratio-4 layer scores from 36 tokens; 56 decode steps) with the indexer's query
+# path on its side branch (indexer_branch forced) and with the indexer's latency form (FLASHSEEK_INDEXER_SELECT_FORM=1).
 fused_identity() {  # work dir
   make_tiny chain-shapes "$1" || { fail "gen-checkpoint chain-shapes"; return; }
-  local model=$1/chain-shapes tok=$1/chain-shapes.tok num
-  awk '{NF=16; print}' "$tok" > "$1/chain16.tok"
+  make_tiny tiny-a "$1" || { fail "gen-checkpoint tiny-a"; return; }
+  awk '{NF=16; print}' "$1/chain-shapes.tok" > "$1/chain16.tok"
+  awk '{NF=60; print}' "$1/tiny-a.tok" > "$1/tiny60.tok"
+  same_logits chain-shapes "$1" chain16.tok "gemv_chain forced" FLASHSEEK_FORCE=gemv_chain
+  same_logits tiny-a "$1" tiny60.tok "indexer_branch forced" FLASHSEEK_FORCE=indexer_branch
+  same_logits tiny-a "$1" tiny60.tok "the indexer's form 1" FLASHSEEK_INDEXER_SELECT_FORM=1
+}
+
+same_logits() {  # model dir tokens what VAR=value: the model's logits with and without VAR=value, byte for byte
+  local name=$1 dir=$2 tok=$2/$3 what=$4 setting=$5 num tag
+  tag=$(echo "$name-$setting" | tr -c 'A-Za-z0-9_\n-' _)
   for num in exact release; do
-    timeout 120 env LD_LIBRARY_PATH="$LDP" "$FS" logits --model "$model" --tokens "$1/chain16.tok" --prefill 4 \
-      --backend cuda --numerics $num --output "$1/unfused_$num.bin" > "$LOG/fused_unfused_$num.log" 2>&1 \
-      || { fail "chain-shapes: logits $num (logs/fused_unfused_$num.log)"; continue; }
-    timeout 120 env LD_LIBRARY_PATH="$LDP" FLASHSEEK_FORCE=gemv_chain "$FS" logits --model "$model" \
-      --tokens "$1/chain16.tok" --prefill 4 --backend cuda --numerics $num --output "$1/chain_$num.bin" \
-      > "$LOG/fused_chain_$num.log" 2>&1 || { fail "chain-shapes: logits $num, gemv_chain forced"; continue; }
-    if cmp -s "$1/unfused_$num.bin" "$1/chain_$num.bin"; then
-      note "chain-shapes $num: gemv_chain forced gives the default path's logits bit for bit"
+    timeout 120 env LD_LIBRARY_PATH="$LDP" "$FS" logits --model "$dir/$name" --tokens "$tok" --prefill 4 \
+      --backend cuda --numerics $num --output "$dir/${tag}_default_$num.bin" > "$LOG/same_${tag}_default_$num.log" 2>&1 \
+      || { fail "$name: logits $num (logs/same_${tag}_default_$num.log)"; continue; }
+    timeout 120 env LD_LIBRARY_PATH="$LDP" "$setting" "$FS" logits --model "$dir/$name" --tokens "$tok" --prefill 4 \
+      --backend cuda --numerics $num --output "$dir/${tag}_set_$num.bin" > "$LOG/same_${tag}_set_$num.log" 2>&1 \
+      || { fail "$name: logits $num, $what (logs/same_${tag}_set_$num.log)"; continue; }
+    if cmp -s "$dir/${tag}_default_$num.bin" "$dir/${tag}_set_$num.bin"; then
+      note "$name $num: $what gives the default path's logits bit for bit"
     else
-      fail "chain-shapes $num: logits with gemv_chain forced differ from the default path's"
+      fail "$name $num: logits with $what differ from the default path's"
     fi
   done
 }

@@ -145,6 +145,34 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         if (fuse) adopt_produced(buf_.prep_q_latent, buf_.q_latent.get(), Tq, QL, L.wq_b.kind, fmt);
     }
     const PreparedActivation& aq = prepare(buf_.prep_q_latent, buf_.q_latent.get(), false, Tq, QL, QL, L.wq_b);
+
+    // The indexer's query path (its wq_b and q preparation) reads only the normed q latent. On the main path it runs
+    // after the query's wq_b and head norm; where the policy forces "indexer_branch" it runs on a side branch beside
+    // them (the scoring needs the indexer compressor's entries and stays after the joins). On the branch the main
+    // path's prepared q latent is shared where it has the indexer wq_b's format (reads only), else the branch
+    // prepares its own copy: the main path's wq_b reads prep_q_latent meanwhile.
+    const int nI = cfg_.index_n_heads, dI = cfg_.index_head_dim;
+    const bool index_scoring = L.ratio == 4 && s.need_indexer;
+    auto enqueue_indexer_query = [&](const Lane& lane, bool branch) {
+        const PrepBuffer& main_q = buf_.prep_q_latent;  // prepared for wq_b just above
+        const bool reuse = main_q.format == input_format(Tq, L.index_wq_b) && main_q.layout == L.index_wq_b.kind &&
+                           main_q.numerics == input_numerics(L.index_wq_b);
+        const PreparedActivation& aiq =
+            branch && reuse ? aq
+                            : prepare(branch ? buf_.prep_index_q : buf_.prep_q_latent, buf_.q_latent.get(), false, Tq,
+                                      QL, QL, L.index_wq_b, false, &lane);
+        {
+            OpProfiler::Scope sc(prof_, "indexer.wq_b gemm");
+            prof_.bytes(L.bytes.index_wq_b);
+            lin(aiq, L.index_wq_b, buf_.index_q.get(), OutKind::BF16, int64_t(nI) * dI, &lane);
+        }
+        OpProfiler::Scope sc(prof_, "indexer.q prepare");
+        indexer_prepare_q(buf_.index_q.as<bf16>(), int64_t(nI) * dI, Tq, nI, dI, pos, L.rope, lane.stream,
+                          num_.quant_sim);
+    };
+    const bool index_branch =
+        index_scoring && pol_->is_forced("indexer_branch") && !pol_->is_disabled("indexer_branch");
+    if (index_branch) enqueue_indexer_query(streams_.fork(streams_.index_query), true);
     {
         OpProfiler::Scope sc(prof_, "attn.wq_b gemm");
         prof_.bytes(L.bytes.wq_b);
@@ -157,22 +185,11 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
     streams_.join(streams_.window_kv);
     streams_.join(streams_.index_compressor);
     streams_.join(streams_.aux);
+    streams_.join(streams_.index_query);
 
     // Indexer top-k over the index compressor's entries (ratio 4, when some sequence needs scoring).
-    if (L.ratio == 4 && s.need_indexer) {
-        const int nI = cfg_.index_n_heads, dI = cfg_.index_head_dim;
-        const PreparedActivation& aiq =
-            prepare(buf_.prep_q_latent, buf_.q_latent.get(), false, Tq, QL, QL, L.index_wq_b);
-        {
-            OpProfiler::Scope sc(prof_, "indexer.wq_b gemm");
-            prof_.bytes(L.bytes.index_wq_b);
-            lin(aiq, L.index_wq_b, buf_.index_q.get(), OutKind::BF16, int64_t(nI) * dI);
-        }
-        {
-            OpProfiler::Scope sc(prof_, "indexer.q prepare");
-            indexer_prepare_q(buf_.index_q.as<bf16>(), int64_t(nI) * dI, Tq, nI, dI, pos, L.rope, stream,
-                              num_.quant_sim);
-        }
+    if (index_scoring) {
+        if (!index_branch) enqueue_indexer_query(streams_.main_lane(), false);
         const PreparedActivation& aw =
             prepare(buf_.prep_x_bf16, q_in, false, Tq, D, D, L.index_weights_proj);
         {

@@ -47,6 +47,8 @@ void StreamSet::join(SideStream& s) {
     CUDA_CHECK(cudaStreamWaitEvent(main_, s.done_, 0));
 }
 
-void StreamSet::reset_branches() { window_kv.open_ = index_compressor.open_ = aux.open_ = false; }
+void StreamSet::reset_branches() {
+    window_kv.open_ = index_compressor.open_ = aux.open_ = index_query.open_ = false;
+}
 
 }  // namespace flashseek::cuda

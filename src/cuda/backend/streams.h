@@ -1,6 +1,6 @@
-// The streams of one CUDA backend instance: the main stream every pass is enqueued on, and three side streams for
+// The streams of one CUDA backend instance: the main stream every pass is enqueued on, and four side streams for
 // the independent branches of a sub-block (the window KV; the indexer's compressor; the attention compressor or the
-// shared expert). A branch is forked from the main stream by an event and joined back by another, so a captured
+// shared expert; the indexer's query path where the policy forces "indexer_branch"). A branch is forked from the main stream by an event and joined back by another, so a captured
 // graph holds it as parallel nodes and its latency-bound kernels overlap the main path's. Each stream has its own
 // split-K workspace: linears running at the same time on two streams must not share partial sums and counters.
 #pragma once
@@ -53,6 +53,7 @@ public:
     void set_single_stream(bool on) { single_stream_ = on; }  // profiling: every op on the main stream
 
     SideStream window_kv, index_compressor, aux;  // aux: the attention compressor, then the shared expert
+    SideStream index_query;                       // the indexer's wq_b and q preparation (forward_attention.cpp)
 
 private:
     cudaStream_t main_ = nullptr;

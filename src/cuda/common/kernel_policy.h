@@ -16,7 +16,10 @@
 //           wo_a_fp8_rows (prefill: the bf16 wo_a GEMM writes wo_b's act_quant rows instead of its output),
 //           gemv_chain (one token: wo_a, the preparation of its output and wo_b as one persistent kernel,
 //           gemm/gemv_chain.cuh, where both would run simt_gemv, the same bits; only where forced: slower inside
-//           the step on the H200, docs/perf-log/2026-12-04_gemv-chain.md)
+//           the step on the H200, docs/perf-log/2026-12-04_gemv-chain.md),
+//           indexer_branch (the indexer's wq_b and q preparation on a side branch beside wq_b and the head norm
+//           instead of on the main path after them, the same kernels; only where forced until measured,
+//           docs/perf-log/2026-12-04_indexer-staging-and-named-refills.md)
 //   epilogue: gemm_tma_store (the wgmma GEMMs' bf16 output tiles written by TMA from shared memory, overlapping
 //           the next tile; disabled: stored by the math warps, the same bits)
 // Environment (all optional): FLASHSEEK_DISABLE=name,name (never choose these), FLASHSEEK_FORCE=name,name (take
