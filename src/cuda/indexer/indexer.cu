@@ -382,7 +382,8 @@ __device__ __forceinline__ int radix_bin_from_top(const int* hist, int need, int
 }
 
 // A row of at most this many scores is read from global memory once (form 1): its order keys stay in shared memory
-// for the four passes and the final selection (form 0 reads the row six times).
+// for the four passes and the final selection (form 0 reads the row six times). Form 1 also counts a warp's keys
+// per distinct bin (__match_any_sync) with one atomic each.
 constexpr int kTopkCachedKeys = 8192;
 
 // Rows t = row_begin + blockIdx.x; the scores of row t start at scores + (t - row_begin) * row_stride. FORM: as for
@@ -414,9 +415,24 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerSelectParams 
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
         __syncthreads();
-        for (int i = threadIdx.x; i < n; i += blockDim.x) {
-            const uint32_t k = key(i);
-            if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255], 1);
+        if constexpr (FORM == 1) {
+            // One atomic per distinct bin of a warp (its lanes' count): the first pass puts most scores in a few
+            // bins (their exponents), where per-lane atomics serialize on one address.
+            for (int base = 0; base < n; base += blockDim.x) {
+                const int i = base + int(threadIdx.x);
+                int bin = -1;
+                if (i < n) {
+                    const uint32_t k = key(i);
+                    if ((k & mask) == prefix) bin = int((k >> shift) & 255);
+                }
+                const uint32_t peers = __match_any_sync(0xffffffffu, bin);
+                if (bin >= 0 && int(threadIdx.x & 31) == __ffs(int(peers)) - 1) atomicAdd(&hist[bin], __popc(peers));
+            }
+        } else {
+            for (int i = threadIdx.x; i < n; i += blockDim.x) {
+                const uint32_t k = key(i);
+                if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255], 1);
+            }
         }
         __syncthreads();
         if constexpr (FORM == 1) {
