@@ -197,6 +197,16 @@ __device__ __forceinline__ void stage_q_by_head(const bf16* qt, int H, int Hp, i
     }
 }
 
+// N consecutive 32-bit words from b: word loads where `aligned`, else each assembled from four byte loads.
+template <int N>
+__device__ __forceinline__ void load_words(const uint8_t* b, bool aligned, uint32_t (&w)[N]) {
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+        w[k] = aligned ? reinterpret_cast<const uint32_t*>(b)[k]
+                       : uint32_t(b[4 * k]) | uint32_t(b[4 * k + 1]) << 8 | uint32_t(b[4 * k + 2]) << 16 |
+                             uint32_t(b[4 * k + 3]) << 24;
+}
+
 // Form 1's key staging: a thread takes one 32-dim block of one entry (the FP4 format's scale block): one block-table
 // lookup, then every load of the block issued together (4-byte words where the pool's layout allows it). Form 0
 // gives a thread one dim pair per iteration, a table lookup and a dependent byte load each: sixteen round trips to
@@ -216,23 +226,13 @@ __device__ __forceinline__ void stage_keys_by_block(const PagedEntries& keys, In
         }
         const uint8_t* src = paged_entry(keys, slot, j0 + e);
         if (fmt == IndexFormat::BF16) {  // 64 bytes: the block's 32 bf16 as they are stored
-            const uint8_t* b = src + 64 * c;
             uint32_t w[16];
-#pragma unroll
-            for (int k = 0; k < 16; ++k)
-                w[k] = words ? reinterpret_cast<const uint32_t*>(b)[k]
-                             : uint32_t(b[4 * k]) | uint32_t(b[4 * k + 1]) << 8 | uint32_t(b[4 * k + 2]) << 16 |
-                                   uint32_t(b[4 * k + 3]) << 24;
+            load_words(src + 64 * c, words, w);
 #pragma unroll
             for (int k = 0; k < 16; ++k) reinterpret_cast<uint32_t*>(dst)[k] = w[k];
         } else {  // 16 code bytes (two dims each) and the block's scale byte
-            const uint8_t* b = src + 16 * c;
             uint32_t w[4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k)
-                w[k] = words ? reinterpret_cast<const uint32_t*>(b)[k]
-                             : uint32_t(b[4 * k]) | uint32_t(b[4 * k + 1]) << 8 | uint32_t(b[4 * k + 2]) << 16 |
-                                   uint32_t(b[4 * k + 3]) << 24;
+            load_words(src + 16 * c, words, w);
             const float s = e8m0_value(src[D / 2 + c]);
 #pragma unroll
             for (int k = 0; k < 16; ++k) {
