@@ -62,6 +62,10 @@ struct KernelPolicy {
     // warps bar.arrive) instead of an mbarrier, a form compute-sanitizer's racecheck follows; the same bits. Not yet
     // measured on the device (docs/perf-log/2026-12-04_indexer-staging-and-named-refills.md): 1 stays the default.
     int moe_wgmma_specialized = 1;
+    // 1: the warp-specialized kernels keep a stage's last tensor-core block in flight into the item's next stage
+    // (moe_wgmma.cu consume_item_carried: the wgmmas drained once per item, not once per stage); the same bits. Not
+    // yet measured (docs/perf-log/2026-12-04_indexer-staging-and-named-refills.md): 0 stays the default.
+    int moe_wgmma_carry = 0;
     // The indexer's decode scorer and top-k (indexer/indexer.cuh IndexerSelectParams::form): 0 the first form, 1
     // with their staging and radix passes shortened; the same scores and selections bit for bit. 0 stays the
     // default until form 1 has run on the device (docs/perf-log/2026-12-04_indexer-staging-and-named-refills.md).

@@ -39,7 +39,8 @@
 //     docs/perf-log): the split combines and the balanced kernel's extra registers cost more than the idle tail.
 //   - Per 128-k block and part: four wgmma m64n16k32 (one per FP4 scale group, each its own fp32 result), then
 //     per row the weight scales (x 2^6) and per column the activation scale, in fp32. Blocks are pipelined one
-//     deep (convert and issue block i + 1 before waiting for block i).
+//     deep (convert and issue block i + 1 before waiting for block i); within a stage by default, across an item's
+//     stages in the warp-specialized kernel's carried form (KernelPolicy::moe_wgmma_carry, consume_item_carried).
 // Numerics: those of moe_bulk / moe_gemv (exact e4m3 x e4m3 products, fp32 sums per 32, bf16 rounding of the
 // w1 / w3 outputs before SwiGLU) up to summation order.
 #include "cuda/moe/moe_wgmma.cuh"
@@ -270,24 +271,86 @@ __device__ __forceinline__ void finish_block(Block<N>& k, float (&acc)[8], uint2
     }
 }
 
+// What a landed stage gives its consumer besides the weights: the B tile's descriptor, the activation scales and this
+// thread's rows' weight scales (stage rows 64p + 16 warp + g and + 8, 8 E8M0 bytes each).
+struct StageView {
+    uint64_t desc;     // once per stage: the 16 wgmmas add constants
+    const float* ss;
+    uint2 ws[2][2];    // [part][row g / g + 8]
+};
+__device__ __forceinline__ StageView view_stage(const unsigned char* stage, int warp, int g) {
+    StageView v;
+    const unsigned char* sws = stage + kWeightScaleOffset + (16 * warp + g) * 8;
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) v.ws[p][h] = *reinterpret_cast<const uint2*>(sws + (64 * p + 8 * h) * 8);
+    v.desc = wgmma::b_descriptor(smem_u32(stage + kTileOffset));
+    v.ss = reinterpret_cast<const float*>(stage + kActScaleOffset);
+    return v;
+}
+
 // One stage: four blocks (part, 128-k block), one in flight while the next is converted and issued.
 template <int N>
-__device__ __forceinline__ void run_stage(float (&acc)[2][8], const unsigned char* stage, uint32_t tile_addr,
-                                          const float* ss, const uint2 (&ws)[2][2], int warp, int g, int t) {
-    const uint64_t desc = wgmma::b_descriptor(tile_addr);  // once per stage: the 16 wgmmas add constants
+__device__ __forceinline__ void run_stage(float (&acc)[2][8], const unsigned char* stage, const StageView& v,
+                                          int warp, int g, int t) {
     Block<N> blk[2];
-    issue_block<N>(blk[0], stage, desc, 0, 0, warp, g, t);
-    issue_block<N>(blk[1], stage, desc, 0, 1, warp, g, t);
+    issue_block<N>(blk[0], stage, v.desc, 0, 0, warp, g, t);
+    issue_block<N>(blk[1], stage, v.desc, 0, 1, warp, g, t);
     wgmma::wait<1>();
-    finish_block<N>(blk[0], acc[0], ws[0][0], ws[0][1], ss, 0, t);
-    issue_block<N>(blk[0], stage, desc, 1, 0, warp, g, t);
+    finish_block<N>(blk[0], acc[0], v.ws[0][0], v.ws[0][1], v.ss, 0, t);
+    issue_block<N>(blk[0], stage, v.desc, 1, 0, warp, g, t);
     wgmma::wait<1>();
-    finish_block<N>(blk[1], acc[0], ws[0][0], ws[0][1], ss, 1, t);
-    issue_block<N>(blk[1], stage, desc, 1, 1, warp, g, t);
+    finish_block<N>(blk[1], acc[0], v.ws[0][0], v.ws[0][1], v.ss, 1, t);
+    issue_block<N>(blk[1], stage, v.desc, 1, 1, warp, g, t);
     wgmma::wait<1>();
-    finish_block<N>(blk[0], acc[1], ws[1][0], ws[1][1], ss, 0, t);
+    finish_block<N>(blk[0], acc[1], v.ws[1][0], v.ws[1][1], v.ss, 0, t);
     wgmma::wait<0>();
-    finish_block<N>(blk[1], acc[1], ws[1][0], ws[1][1], ss, 1, t);
+    finish_block<N>(blk[1], acc[1], v.ws[1][0], v.ws[1][1], v.ss, 1, t);
+}
+
+// An item's stages with each stage's last block (part 1, k-block 1) carried into the next stage: the next stage's
+// first block is issued before it is waited for, so the tensor cores are drained once per item instead of once per
+// stage (run_stage waits for all four of its blocks). The same blocks finished into the same sums in the same order
+// (acc[1] takes a stage's k-block 1 before the next stage's k-block 0), so the same bits. A stage is released after
+// its carried block is finished (that reads its activation scales). wait_stage(c) waits for the item's stage c and
+// returns it; release(c) frees it.
+// A stage's blocks after its first was issued (blk[0]): leaves its last (part 1, k-block 1) in flight in blk[1].
+template <int N>
+__device__ __forceinline__ void stage_after_first(float (&acc)[2][8], Block<N> (&blk)[2], const unsigned char* stage,
+                                                  const StageView& v, int warp, int g, int t) {
+    issue_block<N>(blk[1], stage, v.desc, 0, 1, warp, g, t);
+    wgmma::wait<1>();
+    finish_block<N>(blk[0], acc[0], v.ws[0][0], v.ws[0][1], v.ss, 0, t);
+    issue_block<N>(blk[0], stage, v.desc, 1, 0, warp, g, t);
+    wgmma::wait<1>();
+    finish_block<N>(blk[1], acc[0], v.ws[0][0], v.ws[0][1], v.ss, 1, t);
+    issue_block<N>(blk[1], stage, v.desc, 1, 1, warp, g, t);
+    wgmma::wait<1>();
+    finish_block<N>(blk[0], acc[1], v.ws[1][0], v.ws[1][1], v.ss, 0, t);
+}
+
+template <int N, typename WaitStage, typename Release>
+__device__ __forceinline__ void consume_item_carried(float (&acc)[2][8], int chunks, int warp, int g, int t,
+                                                     WaitStage&& wait_stage, Release&& release) {
+    Block<N> blk[2];
+    const unsigned char* stage = wait_stage(0);
+    StageView prev = view_stage(stage, warp, g);
+    issue_block<N>(blk[0], stage, prev.desc, 0, 0, warp, g, t);
+    stage_after_first<N>(acc, blk, stage, prev, warp, g, t);
+    for (int c = 1; c < chunks; ++c) {
+        stage = wait_stage(c);
+        const StageView v = view_stage(stage, warp, g);
+        issue_block<N>(blk[0], stage, v.desc, 0, 0, warp, g, t);
+        wgmma::wait<1>();  // the previous stage's carried block
+        finish_block<N>(blk[1], acc[1], prev.ws[1][0], prev.ws[1][1], prev.ss, 1, t);
+        release(c - 1);
+        stage_after_first<N>(acc, blk, stage, v, warp, g, t);
+        prev = v;
+    }
+    wgmma::wait<0>();
+    finish_block<N>(blk[1], acc[1], prev.ws[1][0], prev.ws[1][1], prev.ss, 1, t);
+    release(chunks - 1);
 }
 
 // One thread's part of filling a stage: arms its barrier for the bulk bytes and copies stage `chunk`'s B tile and
@@ -299,23 +362,15 @@ __device__ __forceinline__ void copy_stage_activation(unsigned char* stage, uint
     copy_g2s(stage + kActScaleOffset, scales + 2 * chunk * 16, kScaleFloats * 4, bar);
 }
 
-// One landed stage into an item's sums: this thread's rows' weight scales (stage rows 64p + 16 warp + g and + 8, 8
-// E8M0 bytes each), then the stage's four blocks with N = 8 token columns where the item has at most 8 tokens (most
-// experts at decode: half the tensor work, results and scale arithmetic), else 16.
+// One landed stage into an item's sums: the stage's four blocks with N = 8 token columns where the item has at most 8
+// tokens (most experts at decode: half the tensor work, results and scale arithmetic), else 16.
 __device__ __forceinline__ void consume_stage(float (&acc)[2][8], const unsigned char* stage, int count, int warp,
                                               int g, int t) {
-    const unsigned char* sws = stage + kWeightScaleOffset + (16 * warp + g) * 8;
-    uint2 ws[2][2];
-#pragma unroll
-    for (int p = 0; p < 2; ++p)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) ws[p][h] = *reinterpret_cast<const uint2*>(sws + (64 * p + 8 * h) * 8);
-    const uint32_t tile_addr = smem_u32(stage + kTileOffset);
-    const float* ss = reinterpret_cast<const float*>(stage + kActScaleOffset);
+    const StageView v = view_stage(stage, warp, g);
     if (count <= 8)
-        run_stage<8>(acc, stage, tile_addr, ss, ws, warp, g, t);
+        run_stage<8>(acc, stage, v, warp, g, t);
     else
-        run_stage<16>(acc, stage, tile_addr, ss, ws, warp, g, t);
+        run_stage<16>(acc, stage, v, warp, g, t);
 }
 #endif
 
@@ -544,7 +599,7 @@ __device__ __forceinline__ void release_wait(uint32_t id) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kReleaseThreads) : "memory");
 }
 
-template <bool UP, bool NAMED>
+template <bool UP, bool NAMED, bool CARRY>
 __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Args a) {
 #if FS_WGMMA_AVAILABLE
     extern __shared__ __align__(128) unsigned char smem[];
@@ -637,17 +692,35 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
         for (int p = 0; p < 2; ++p)
 #pragma unroll
             for (int j = 0; j < 8; ++j) acc[p][j] = 0.f;
-        for (int chunk = 0; chunk < items.chunks; ++chunk, ++q) {
-            const int st = q % kStages;
-            const unsigned char* stage = base + size_t(st) * kStageBytes;
-            mbar_wait(&f[st], uint32_t((q / kStages) & 1));
-            consume_stage(acc, stage, count, warp, g, t);
-            // Every lane's shared reads of the stage are done (its wgmmas waited in run_stage): release it.
+        // Every lane's shared reads of ring stage st are done (its wgmmas waited): release it.
+        auto release = [&](int st) {
             if constexpr (NAMED) {
                 release_arrive(release_barrier(ring, st));
             } else {
                 __syncwarp();
                 if (lane == 0) mbar::mbar_arrive(&em[st]);
+            }
+        };
+        if constexpr (CARRY) {
+            const int q0 = q;
+            auto wait_stage = [&](int c) {
+                const int qc = q0 + c, st = qc % kStages;
+                mbar_wait(&f[st], uint32_t((qc / kStages) & 1));
+                return static_cast<const unsigned char*>(base + size_t(st) * kStageBytes);
+            };
+            auto release_chunk = [&](int c) { release((q0 + c) % kStages); };
+            if (count <= 8)
+                consume_item_carried<8>(acc, items.chunks, warp, g, t, wait_stage, release_chunk);
+            else
+                consume_item_carried<16>(acc, items.chunks, warp, g, t, wait_stage, release_chunk);
+            q += items.chunks;
+        } else {
+            for (int chunk = 0; chunk < items.chunks; ++chunk, ++q) {
+                const int st = q % kStages;
+                const unsigned char* stage = base + size_t(st) * kStageBytes;
+                mbar_wait(&f[st], uint32_t((q / kStages) & 1));
+                consume_stage(acc, stage, count, warp, g, t);
+                release(st);
             }
         }
         store_item<UP>(a, acc, e_row0, count, offset, t);
@@ -703,8 +776,9 @@ void launch(Args a, const MoeGrouping& g, int max_tiles, const KernelPolicy& pol
     const int64_t items = int64_t(a.N / (UP ? 64 : 128)) * a.max_tiles;
     if (policy.moe_wgmma_specialized) {
         const int64_t ws_ctas = std::min<int64_t>(current_arch().sm_count, (items + kMathGroups - 1) / kMathGroups);
-        auto kernel = policy.moe_wgmma_specialized == 2 ? wgmma_expert_ws_kernel<UP, true>
-                                                        : wgmma_expert_ws_kernel<UP, false>;
+        const bool named = policy.moe_wgmma_specialized == 2, carry = policy.moe_wgmma_carry != 0;
+        auto kernel = named ? (carry ? wgmma_expert_ws_kernel<UP, true, true> : wgmma_expert_ws_kernel<UP, true, false>)
+                            : (carry ? wgmma_expert_ws_kernel<UP, false, true> : wgmma_expert_ws_kernel<UP, false, false>);
         allow_dynamic_smem(kernel, kWsSmemBytes);
         launch_pdl(UP ? "moe_wgmma expert_ws_kernel<up>" : "moe_wgmma expert_ws_kernel<down>", kernel,
                    dim3(unsigned(ws_ctas)), dim3(kWsThreads), kWsSmemBytes, stream, a);

@@ -515,6 +515,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
         ScopedEnv pdl("FLASHSEEK_PDL", "0");
         ScopedEnv specialized("FLASHSEEK_MOE_WGMMA_SPECIALIZED", "2");
         ScopedEnv indexer_form("FLASHSEEK_INDEXER_SELECT_FORM", "1");
+        ScopedEnv carry("FLASHSEEK_MOE_WGMMA_CARRY", "1");
         const KernelPolicy p = KernelPolicy::from_env();
         EXPECT_TRUE(p.is_forced("tile_gemm"));
         EXPECT_TRUE(p.is_forced("attn_mma"));
@@ -526,6 +527,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
         EXPECT_TRUE(p.branches);
         EXPECT_EQ(p.moe_wgmma_specialized, 2);
         EXPECT_EQ(p.indexer_select_form, 1);
+        EXPECT_EQ(p.moe_wgmma_carry, 1);
     }
     expect_env_error("FLASHSEEK_DISABLE", "wgmma_gemv,no_such_kernel", "no_such_kernel");
     expect_env_error("FLASHSEEK_FORCE", "tile", "tile");
@@ -534,6 +536,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
     expect_env_error("FLASHSEEK_MOE_WGMMA_BALANCE", "x", "");
     expect_env_error("FLASHSEEK_MOE_WGMMA_SPECIALIZED", "3", "");
     expect_env_error("FLASHSEEK_INDEXER_SELECT_FORM", "2", "");
+    expect_env_error("FLASHSEEK_MOE_WGMMA_CARRY", "2", "");
 }
 
 TEST(LinearArgs, BadArgumentsThrowNamedErrors) {
