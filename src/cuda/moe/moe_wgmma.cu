@@ -290,32 +290,8 @@ __device__ __forceinline__ StageView view_stage(const unsigned char* stage, int 
     return v;
 }
 
-// One stage: four blocks (part, 128-k block), one in flight while the next is converted and issued.
-template <int N>
-__device__ __forceinline__ void run_stage(float (&acc)[2][8], const unsigned char* stage, const StageView& v,
-                                          int warp, int g, int t) {
-    Block<N> blk[2];
-    issue_block<N>(blk[0], stage, v.desc, 0, 0, warp, g, t);
-    issue_block<N>(blk[1], stage, v.desc, 0, 1, warp, g, t);
-    wgmma::wait<1>();
-    finish_block<N>(blk[0], acc[0], v.ws[0][0], v.ws[0][1], v.ss, 0, t);
-    issue_block<N>(blk[0], stage, v.desc, 1, 0, warp, g, t);
-    wgmma::wait<1>();
-    finish_block<N>(blk[1], acc[0], v.ws[0][0], v.ws[0][1], v.ss, 1, t);
-    issue_block<N>(blk[1], stage, v.desc, 1, 1, warp, g, t);
-    wgmma::wait<1>();
-    finish_block<N>(blk[0], acc[1], v.ws[1][0], v.ws[1][1], v.ss, 0, t);
-    wgmma::wait<0>();
-    finish_block<N>(blk[1], acc[1], v.ws[1][0], v.ws[1][1], v.ss, 1, t);
-}
-
-// An item's stages with each stage's last block (part 1, k-block 1) carried into the next stage: the next stage's
-// first block is issued before it is waited for, so the tensor cores are drained once per item instead of once per
-// stage (run_stage waits for all four of its blocks). The same blocks finished into the same sums in the same order
-// (acc[1] takes a stage's k-block 1 before the next stage's k-block 0), so the same bits. A stage is released after
-// its carried block is finished (that reads its activation scales). wait_stage(c) waits for the item's stage c and
-// returns it; release(c) frees it.
-// A stage's blocks after its first was issued (blk[0]): leaves its last (part 1, k-block 1) in flight in blk[1].
+// A stage's four blocks (part, 128-k block) after its first (part 0, k-block 0) was issued into blk[0], one in flight
+// while the next is converted and issued; leaves the last (part 1, k-block 1) in flight in blk[1].
 template <int N>
 __device__ __forceinline__ void stage_after_first(float (&acc)[2][8], Block<N> (&blk)[2], const unsigned char* stage,
                                                   const StageView& v, int warp, int g, int t) {
@@ -330,6 +306,23 @@ __device__ __forceinline__ void stage_after_first(float (&acc)[2][8], Block<N> (
     finish_block<N>(blk[0], acc[1], v.ws[1][0], v.ws[1][1], v.ss, 0, t);
 }
 
+// One stage, its last block waited for here.
+template <int N>
+__device__ __forceinline__ void run_stage(float (&acc)[2][8], const unsigned char* stage, const StageView& v,
+                                          int warp, int g, int t) {
+    Block<N> blk[2];
+    issue_block<N>(blk[0], stage, v.desc, 0, 0, warp, g, t);
+    stage_after_first<N>(acc, blk, stage, v, warp, g, t);
+    wgmma::wait<0>();
+    finish_block<N>(blk[1], acc[1], v.ws[1][0], v.ws[1][1], v.ss, 1, t);
+}
+
+// An item's stages with each stage's last block (part 1, k-block 1) carried into the next stage: the next stage's
+// first block is issued before it is waited for, so the tensor cores are drained once per item instead of once per
+// stage (run_stage waits for all four of its blocks). The same blocks finished into the same sums in the same order
+// (acc[1] takes a stage's k-block 1 before the next stage's k-block 0), so the same bits. A stage is released after
+// its carried block is finished (that reads its activation scales). wait_stage(c) waits for the item's stage c and
+// returns it; release(c) frees it.
 template <int N, typename WaitStage, typename Release>
 __device__ __forceinline__ void consume_item_carried(float (&acc)[2][8], int chunks, int warp, int g, int t,
                                                      WaitStage&& wait_stage, Release&& release) {
