@@ -73,6 +73,13 @@ std::string format_op_table(const StepProfile& p, double copy_bandwidth, const s
         else
             out += fmt::format(" {:>9} {:>9} {:>10}\n", "-", "-", "-");
     }
+    if (p.ops.size() > max_rows) {  // say what the cut leaves out, so that no op silently disappears
+        double rest_us = 0;
+        for (size_t i = max_rows; i < p.ops.size(); ++i) rest_us += p.ops[i].total_us;
+        out += fmt::format("  ... {} more op{} not shown: {:.1f} us ({:.1f}%)\n", p.ops.size() - max_rows,
+                           p.ops.size() - max_rows == 1 ? "" : "s", rest_us,
+                           100.0 * rest_us / std::max(p.gpu_us, 1e-9));
+    }
     return out;
 }
 

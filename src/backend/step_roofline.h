@@ -33,7 +33,8 @@ StepBubble step_bubble(double step_ms, double bytes_per_step, double copy_bandwi
 // step)"; step_kind says how the step ran ("graph" or "eager").
 std::string format_bubble(const StepBubble& b, const std::string& step_kind);
 // The per-op table of `p` (its first max_rows ops) with the columns op, variant, calls, total us, share, MB, GB/s
-// and % of copy BW; `what` names the step in its title line.
+// and % of copy BW; `what` names the step in its title line. Where ops are cut, a last line counts them and their
+// time.
 std::string format_op_table(const StepProfile& p, double copy_bandwidth, const std::string& what, size_t max_rows);
 // The eager profiled step's per-op sum beside the measured step: the difference is the events', the eager
 // launches' and the serialized side branches' cost, which the per-op times include and the step does not.

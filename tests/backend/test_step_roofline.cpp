@@ -138,8 +138,14 @@ TEST(StepRoofline, OpTableShowsBytesBandwidthAndDashes) {
     EXPECT_EQ(tail(lines[2]), (std::vector<std::string>{"59.7%", "80.00", "2000.0", "50.0%"})) << lines[2];
     EXPECT_EQ(tail(lines[3]), (std::vector<std::string>{"31.3%", "33.60", "1600.0", "40.0%"})) << lines[3];
     EXPECT_EQ(tail(lines[4]), (std::vector<std::string>{"9.0%", "-", "-", "-"})) << lines[4];
-    // max_rows cuts the table after the title and the header.
-    EXPECT_EQ(lines_of(format_op_table(p, 4e12, "x", 1)).size(), 3u);
+    // max_rows cuts the table after the title, the header and that many rows; a last line counts what it left out.
+    const std::vector<std::string> cut = lines_of(format_op_table(p, 4e12, "x", 1));
+    ASSERT_EQ(cut.size(), 4u);
+    EXPECT_NE(cut[3].find("2 more ops not shown: 27.0 us (40.3%)"), std::string::npos) << cut[3];
+    const std::vector<std::string> cut2 = lines_of(format_op_table(p, 4e12, "x", 2));
+    ASSERT_EQ(cut2.size(), 5u);
+    EXPECT_NE(cut2[4].find("1 more op not shown: 6.0 us (9.0%)"), std::string::npos) << cut2[4];
+    EXPECT_EQ(lines_of(format_op_table(p, 4e12, "x", 3)).size(), 5u);  // nothing cut: no count line
 }
 
 TEST(StepRoofline, PerOpSumBesideTheStep) {

@@ -80,7 +80,8 @@ nlohmann::json ops_json(const StepProfile& prof, double copy_bandwidth) {
 }
 
 void print_ops(const StepProfile& prof, double copy_bandwidth, const char* what) {
-    std::fputs(format_op_table(prof, copy_bandwidth, what, 25).c_str(), stdout);
+    // A step has ~25-35 op rows (more with the indexer at long contexts); the JSON lists every one.
+    std::fputs(format_op_table(prof, copy_bandwidth, what, 40).c_str(), stdout);
 }
 
 std::vector<int32_t> random_tokens(std::mt19937_64& rng, const ModelConfig& cfg, int n) {
