@@ -1,8 +1,9 @@
 // The streams of one CUDA backend instance: the main stream every pass is enqueued on, and four side streams for
 // the independent branches of a sub-block (the window KV; the indexer's compressor; the attention compressor or the
-// shared expert; the indexer's query path where the policy forces "indexer_branch"). A branch is forked from the main stream by an event and joined back by another, so a captured
-// graph holds it as parallel nodes and its latency-bound kernels overlap the main path's. Each stream has its own
-// split-K workspace: linears running at the same time on two streams must not share partial sums and counters.
+// shared expert; the indexer's query path where the policy forces "indexer_branch"). A branch is forked from the
+// main stream by an event and joined back by another, so a captured graph holds it as parallel nodes and its
+// latency-bound kernels overlap the main path's. Each stream has its own split-K workspace: linears running at the
+// same time on two streams must not share partial sums and counters.
 #pragma once
 #include <cuda_runtime.h>
 

@@ -602,7 +602,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
     uint64_t* const empty = full + kMathGroups * kStages;
     if (tid < kMathGroups * kStages) {
         mbar_init_count(&full[tid], 1 + 32);  // lane 0's expect_tx + one cp.async arrival per lane of the copy warp
-        mbar_init_count(&empty[tid], 4);      // one arrival per math warp
+        if (!NAMED) mbar_init_count(&empty[tid], 4);  // one arrival per math warp (NAMED: named barriers instead)
     }
     mbar_init_fence();
     __syncthreads();
@@ -685,8 +685,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
         for (int p = 0; p < 2; ++p)
 #pragma unroll
             for (int j = 0; j < 8; ++j) acc[p][j] = 0.f;
-        // Every lane's shared reads of ring stage st are done (its wgmmas waited): release it.
-        auto release = [&](int st) {
+        // The item's stage c is this ring's stage (q + c) % kStages, landed when its mbarrier reaches that use's phase;
+        // released when every lane's shared reads of it are done (its wgmmas waited).
+        auto wait_stage = [&](int c) {
+            const int qc = q + c, st = qc % kStages;
+            mbar_wait(&f[st], uint32_t((qc / kStages) & 1));
+            return static_cast<const unsigned char*>(base + size_t(st) * kStageBytes);
+        };
+        auto release = [&](int c) {
+            const int st = (q + c) % kStages;
             if constexpr (NAMED) {
                 release_arrive(release_barrier(ring, st));
             } else {
@@ -695,27 +702,17 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
             }
         };
         if constexpr (CARRY) {
-            const int q0 = q;
-            auto wait_stage = [&](int c) {
-                const int qc = q0 + c, st = qc % kStages;
-                mbar_wait(&f[st], uint32_t((qc / kStages) & 1));
-                return static_cast<const unsigned char*>(base + size_t(st) * kStageBytes);
-            };
-            auto release_chunk = [&](int c) { release((q0 + c) % kStages); };
             if (count <= 8)
-                consume_item_carried<8>(acc, items.chunks, warp, g, t, wait_stage, release_chunk);
+                consume_item_carried<8>(acc, items.chunks, warp, g, t, wait_stage, release);
             else
-                consume_item_carried<16>(acc, items.chunks, warp, g, t, wait_stage, release_chunk);
-            q += items.chunks;
+                consume_item_carried<16>(acc, items.chunks, warp, g, t, wait_stage, release);
         } else {
-            for (int chunk = 0; chunk < items.chunks; ++chunk, ++q) {
-                const int st = q % kStages;
-                const unsigned char* stage = base + size_t(st) * kStageBytes;
-                mbar_wait(&f[st], uint32_t((q / kStages) & 1));
-                consume_stage(acc, stage, count, warp, g, t);
-                release(st);
+            for (int c = 0; c < items.chunks; ++c) {
+                consume_stage(acc, wait_stage(c), count, warp, g, t);
+                release(c);
             }
         }
+        q += items.chunks;
         store_item<UP>(a, acc, e_row0, count, offset, t);
     }
 #else
