@@ -155,12 +155,12 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
     const bool index_scoring = L.ratio == 4 && s.need_indexer;
     auto enqueue_indexer_query = [&](const Lane& lane, bool branch) {
         const PrepBuffer& main_q = buf_.prep_q_latent;  // prepared for wq_b just above
-        const bool reuse = main_q.format == input_format(Tq, L.index_wq_b) && main_q.layout == L.index_wq_b.kind &&
-                           main_q.numerics == input_numerics(L.index_wq_b);
+        const bool reuse = branch && main_q.format == input_format(Tq, L.index_wq_b) &&
+                           main_q.layout == L.index_wq_b.kind && main_q.numerics == input_numerics(L.index_wq_b);
         const PreparedActivation& aiq =
-            branch && reuse ? aq
-                            : prepare(branch ? buf_.prep_index_q : buf_.prep_q_latent, buf_.q_latent.get(), false, Tq,
-                                      QL, QL, L.index_wq_b, false, &lane);
+            reuse ? aq
+                  : prepare(branch ? buf_.prep_index_q : buf_.prep_q_latent, buf_.q_latent.get(), false, Tq, QL, QL,
+                            L.index_wq_b, false, &lane);
         {
             OpProfiler::Scope sc(prof_, "indexer.wq_b gemm");
             prof_.bytes(L.bytes.index_wq_b);
