@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -195,6 +196,11 @@ int current_connection_fd() { return t_connection_fd; }
 
 bool ConnectionServer::process_and_close_socket(socket_t sock) {
     t_connection_fd = sock;
+    // Every write goes out at once. With Nagle's algorithm a response's second small write (a stream's first chunk
+    // after its headers, each token's chunk after the previous one) waits until the client acknowledges the first,
+    // and clients delay that acknowledgement by up to 40 ms: a streamed token could arrive 40 ms late.
+    const int one = 1;
+    setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     auto millis = [](time_t sec, time_t usec) { return int(std::min<long long>(sec * 1000LL + usec / 1000, 1 << 30)); };
     ConnectionStream stream(sock, millis(read_timeout_sec_, read_timeout_usec_),
                             millis(write_timeout_sec_, write_timeout_usec_));
