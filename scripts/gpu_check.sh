@@ -24,7 +24,7 @@
 #                            comparisons that need those outputs are skipped, noted
 #   envelopes                (any machine, CPU only) the reference's own envelopes for every end-to-end case
 #   bench                    flashseek bench envelope: decode at 1/16/64/128/256 sequences at context 256, 1/16 at
-#                            8192, prefill of one sequence of 512/4096/16384 tokens (PREFILL_LENGTHS), and TP2 /
+#                            8192, prefill of one sequence of 256/1024/4096/16384 tokens (PREFILL_LENGTHS), and TP2 /
 #                            EP2 as virtual ranks (LAYERS, default 20, full-size layers; PREFILL_CHUNK)
 #   layouts [LAYOUTS]        virtual ranks on this one GPU (issue 16): TP2, TP4, EP2, EP4, TP2xEP2 (or LAYOUTS)
 #                            against CUDA TP1 on every golden and tiny-sharding, exact and release numerics, envelope
@@ -588,7 +588,7 @@ cmd_bench() {
   run_bench decode256 "${chunk[@]}" --context 256 --concurrency 1,16,64,128,256 --output-len 32 --prefill none
   run_bench decode8k "${chunk[@]}" --context 8192 --concurrency "${LONG_CONCURRENCY:-1,16}" --output-len 32 \
     --prefill none
-  run_bench prefill "${chunk[@]}" --prefill "${PREFILL_LENGTHS:-512,4096,16384}" --context 256 --concurrency 1 \
+  run_bench prefill "${chunk[@]}" --prefill "${PREFILL_LENGTHS:-256,1024,4096,16384}" --context 256 --concurrency 1 \
     --output-len 8
   # Parallel layouts as virtual ranks on this one device: what each rank moves per step.
   run_bench tp2 "${chunk[@]}" --tp 2 --context 256 --concurrency 1,16,64 --output-len 16 --prefill none
