@@ -1,7 +1,8 @@
 """flashseek bench-serve against a CPU server: the prompts it sends have the lengths asked for, on both endpoints.
 Completions prompts are token ids (exactly --random-input-len); chat prompts are random words, as many as the
 server's /tokenize says make --random-input-len tokens, so the chat template adds only its own few tokens (one
-random word per token would give chat prompts about twice the length asked for)."""
+random word per token would give chat prompts about twice the length asked for). Its report carries the server's own
+mean TTFT beside the client's."""
 import json
 import subprocess
 
@@ -19,6 +20,10 @@ def bench(srv, endpoint, tmp_path, input_len=48, n=4):
     r = json.loads(out.read_text())
     assert r["completed"] == n and all(not e for e in r["errors"]), r["errors"]
     assert r["output_lens"] == [4] * n
+    # The server's own TTFT (its /metrics histogram over the run) lies inside the client's interval for every request:
+    # it starts after the request was sent and ends before the first token reaches the client.
+    server_ttft = r["server_mean_ttft_ms"]
+    assert isinstance(server_ttft, float) and 0 < server_ttft <= r["mean_ttft_ms"] + 1e-6, (server_ttft, r["mean_ttft_ms"])
     return r["input_lens"]
 
 

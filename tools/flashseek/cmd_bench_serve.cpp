@@ -4,6 +4,7 @@
 // median, std, p90, p99), request and token throughput and failures; --save-result writes JSON with vLLM's keys.
 // Definitions follow vLLM's calculate_metrics: TTFT = send to first non-empty delta; TPOT = (E2E - TTFT) /
 // (output tokens - 1); ITL = gaps between successive content chunks; output tokens come from the usage chunk.
+// Where the server publishes a TTFT histogram (/metrics), its own mean over the run is shown beside the client's.
 #include <CLI/CLI.hpp>
 #include <fmt/chrono.h>
 #include <nlohmann/json.hpp>
@@ -16,7 +17,10 @@
 #include <fstream>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <random>
+#include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "command.h"
@@ -152,6 +156,42 @@ double tokens_per_random_word(server::HttpClient& cli, const server::HttpClient:
         return 0;
     }
     return j["count"].get<double>() / double(kSampleWords);
+}
+
+// The server's own time to first token: the sum and count of its `time_to_first_token_seconds` histogram
+// (Prometheus text at /metrics, any prefix: `flashseek:`, vLLM's `vllm:`; summed over label sets). Read before and
+// after the run, its mean beside the client's says what the transport and the client add; none when the server
+// publishes no such histogram.
+struct ServerTtft {
+    double sum = 0, count = 0;
+};
+std::optional<ServerTtft> read_server_ttft(server::HttpClient& cli, const server::HttpClient::Headers& headers) {
+    const auto r = cli.get("/metrics", headers);
+    if (r.status != 200) return std::nullopt;
+    ServerTtft t;
+    bool found_sum = false, found_count = false;
+    std::istringstream lines(r.body);
+    for (std::string line; std::getline(lines, line);) {
+        if (line.empty() || line[0] == '#') continue;
+        const size_t name_end = line.find_first_of("{ ");
+        const size_t value_at = line.rfind(' ');
+        if (name_end == std::string::npos || value_at == std::string::npos) continue;
+        const std::string_view name(line.data(), name_end);
+        auto named = [&](std::string_view suffix) {
+            return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix &&
+                   (name.size() == suffix.size() || name[name.size() - suffix.size() - 1] == ':');
+        };
+        const bool is_sum = named("time_to_first_token_seconds_sum");
+        const bool is_count = named("time_to_first_token_seconds_count");
+        if (!is_sum && !is_count) continue;
+        char* end = nullptr;
+        const double v = std::strtod(line.c_str() + value_at + 1, &end);
+        if (end == line.c_str() + value_at + 1 || !std::isfinite(v)) continue;
+        (is_sum ? t.sum : t.count) += v;
+        (is_sum ? found_sum : found_count) = true;
+    }
+    if (!found_sum || !found_count) return std::nullopt;
+    return t;
 }
 
 std::vector<Prompt> make_prompts(const std::string& dataset, const std::string& path, int n, int64_t in_len,
@@ -301,6 +341,7 @@ int run_bench_serve(int argc, char** argv) {
                  endpoint.c_str(), std::isfinite(request_rate) ? fmt::format("{}", request_rate).c_str() : "inf",
                  max_concurrency > 0 ? std::to_string(max_concurrency).c_str() : "unlimited",
                  (unsigned long long)seed);
+    const std::optional<ServerTtft> server_ttft_before = read_server_ttft(probe, headers);
     const auto bench_start = SteadyClock::now();
     std::mutex progress_mu;
     auto worker = [&] {
@@ -343,6 +384,12 @@ int run_bench_serve(int argc, char** argv) {
     for (int w = 0; w < workers; ++w) threads.emplace_back(worker);
     for (auto& t : threads) t.join();
     const double duration = std::chrono::duration<double>(SteadyClock::now() - bench_start).count();
+    const std::optional<ServerTtft> server_ttft_after = read_server_ttft(probe, headers);
+    // Mean over the requests the server finished meanwhile (other clients of the same server would count too).
+    std::optional<double> server_mean_ttft_ms;
+    if (server_ttft_before && server_ttft_after && server_ttft_after->count > server_ttft_before->count)
+        server_mean_ttft_ms = 1e3 * (server_ttft_after->sum - server_ttft_before->sum) /
+                              (server_ttft_after->count - server_ttft_before->count);
 
     int completed = 0, failed = 0;
     int64_t total_in = 0, total_out = 0;
@@ -399,6 +446,7 @@ int run_bench_serve(int argc, char** argv) {
     put("tpot", tpot);
     put("itl", itl);
     put("e2el", e2el);
+    r["server_mean_ttft_ms"] = server_mean_ttft_ms ? json(*server_mean_ttft_ms) : json(nullptr);
     r["input_lens"] = input_lens;
     r["output_lens"] = output_lens;
     r["ttfts"] = ttft_list;
@@ -422,6 +470,7 @@ int run_bench_serve(int argc, char** argv) {
         std::printf("%-40s %10.2f\n", fmt::format("P99 {} (ms):", name).c_str(), s.p99);
     };
     block("Time to First Token", "TTFT", ttft);
+    if (server_mean_ttft_ms) std::printf("%-40s %10.2f\n", "Mean TTFT, server side (ms):", *server_mean_ttft_ms);
     block("Time per Output Token (excl. 1st token)", "TPOT", tpot);
     block("Inter-token Latency", "ITL", itl);
     block("End-to-end Latency", "E2EL", e2el);
