@@ -36,3 +36,14 @@ def test_prompt_lengths_match_the_request_on_both_endpoints(model_dir, tmp_path)
         assert all(44 <= n <= 48 + 12 for n in chat), chat
     finally:
         srv.stop()
+
+
+
+def test_bad_flags_are_refused_naming_the_flag():
+    """Refused before any request is sent (no server is needed): each message names the flag and the value."""
+    for flag, value in (("--num-prompts", "0"), ("--random-input-len", "0"), ("--random-output-len", "-2"),
+                        ("--burstiness", "0"), ("--burstiness", "nan"), ("--max-concurrency", "-1"),
+                        ("--port", "70000"), ("--request-rate", "0")):
+        p = subprocess.run([flashseek_bin(), "bench-serve", flag, value], capture_output=True, text=True, timeout=60)
+        assert p.returncode != 0 and flag in p.stderr and value in p.stderr, (flag, value, p.returncode,
+                                                                              p.stderr[-500:])

@@ -492,3 +492,17 @@ def test_keep_alive_limits_are_configurable(model_dir):
         p = subprocess.run([flashseek_bin(), "serve", "--model", model_dir, "--port", "0", flag, value],
                            capture_output=True, text=True, timeout=120)
         assert p.returncode != 0 and flag in p.stderr, (flag, p.returncode, p.stderr[-500:])
+
+
+def test_out_of_range_listen_flags_are_refused_naming_the_flag(model_dir):
+    """A port past 65535 would be truncated to 16 bits by the socket layer and bind another port while the log says
+    the one asked for; it, a negative port and an empty batch are refused before anything is bound."""
+    import subprocess
+    from conftest import flashseek_bin
+    for flag, value in (("--port", "70000"), ("--port", "-1"), ("--max-num-seqs", "0")):
+        args = [flashseek_bin(), "serve", "--model", model_dir, flag, value]
+        if flag != "--port":
+            args += ["--port", "0"]
+        p = subprocess.run(args, capture_output=True, text=True, timeout=120)
+        assert p.returncode != 0 and flag in p.stderr and value in p.stderr, (flag, value, p.returncode, p.stderr[-500:])
+        assert "listening" not in p.stderr, p.stderr[-500:]

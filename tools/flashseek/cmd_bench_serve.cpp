@@ -277,14 +277,13 @@ int run_bench_serve(int argc, char** argv) {
     app.add_option("--api-key", api_key, "sent as Authorization: Bearer");
     app.add_option("--dataset-name", dataset, "random or file")->check(CLI::IsMember({"random", "file"}));
     app.add_option("--dataset-path", dataset_path, "file: one prompt per line, or JSON lines {\"prompt\", \"output_len\"}");
-    app.add_option("--num-prompts", num_prompts, "requests to send")->check(CLI::PositiveNumber);
-    app.add_option("--random-input-len", input_len, "random dataset: prompt tokens")->check(CLI::PositiveNumber);
-    app.add_option("--random-output-len", output_len, "output tokens (max_tokens)")->check(CLI::PositiveNumber);
+    app.add_option("--num-prompts", num_prompts, "requests to send");
+    app.add_option("--random-input-len", input_len, "random dataset: prompt tokens");
+    app.add_option("--random-output-len", output_len, "output tokens (max_tokens)");
     app.add_option("--random-range-ratio", range_ratio, "lengths vary uniformly by +- this fraction")
         ->check(CLI::Range(0.0, 1.0));
     app.add_option("--request-rate", request_rate, "requests per second (inf = all at once)");
-    app.add_option("--burstiness", burstiness, "gamma shape of inter-arrival times (1 = Poisson)")
-        ->check(CLI::PositiveNumber);
+    app.add_option("--burstiness", burstiness, "gamma shape of inter-arrival times (1 = Poisson)");
     app.add_option("--max-concurrency", max_concurrency, "most requests in flight (0 = unlimited)");
     app.add_option("--seed", seed, "prompt and arrival seed (default: random)");
     app.add_flag("!--no-ignore-eos", ignore_eos, "let requests stop at EOS (default: ignore_eos)");
@@ -305,6 +304,13 @@ int run_bench_serve(int argc, char** argv) {
         response_format = {{"type", "json_schema"}, {"json_schema", {{"name", "bench"}, {"schema", schema}}}};
     }
     FS_CHECK(request_rate > 0, "--request-rate must be > 0 (got {})", request_rate);
+    // Checked here rather than by CLI11's PositiveNumber, whose message reads "Value 0 not in range 0 to 1.8e308".
+    FS_CHECK(num_prompts >= 1, "--num-prompts must be >= 1 (got {})", num_prompts);
+    FS_CHECK(input_len >= 1, "--random-input-len must be >= 1 (got {})", input_len);
+    FS_CHECK(output_len >= 1, "--random-output-len must be >= 1 (got {})", output_len);
+    FS_CHECK(std::isfinite(burstiness) && burstiness > 0, "--burstiness must be a number > 0 (got {})", burstiness);
+    FS_CHECK(max_concurrency >= 0, "--max-concurrency must be >= 0 (0 = unlimited; got {})", max_concurrency);
+    FS_CHECK(port >= 1 && port <= 65535, "--port must be in [1, 65535] (got {})", port);
     FS_CHECK(dataset != "file" || !dataset_path.empty(), "--dataset-path is required with --dataset-name file");
     server::HttpClient::Headers headers;
     if (!api_key.empty()) headers.emplace_back("Authorization", "Bearer " + api_key);

@@ -92,6 +92,10 @@ int run_serve(int argc, char** argv) {
     if (api.api_key.empty())
         if (const char* k = std::getenv("FLASHSEEK_API_KEY")) api.api_key = k;
     FS_CHECK(api.http.threads >= 4, "--http-threads must be >= 4 (got {})", api.http.threads);
+    // Checked here, not left to the socket: a port past 65535 would be truncated to 16 bits and bind another one.
+    FS_CHECK(api.http.port >= 0 && api.http.port <= 65535, "--port must be in [0, 65535] (0 = any free port; got {})",
+             api.http.port);
+    FS_CHECK(max_sequences >= 1, "--max-num-seqs must be >= 1 (got {})", max_sequences);
     // Every admitted request holds its connection's worker until it ends (a queued one while it waits), so fewer
     // workers than the engine admits leaves admitted clients waiting for a worker instead of getting a 429.
     if (http_threads_opt->count() == 0)
