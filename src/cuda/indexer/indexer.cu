@@ -541,6 +541,12 @@ void indexer_select(const IndexerSelectParams& p, void* workspace, size_t worksp
                         p.head_dim);
         FS_ATTN_REQUIRE(p.keys.entry_bytes == index_entry_bytes(IndexFormat(p.keys.format), p.head_dim),
                         "indexer: key entry_bytes {} does not match the key format", p.keys.entry_bytes);
+        // Form 0's scorer reads bf16 keys two at a time (4-byte loads); form 1 reads any layout.
+        const uintptr_t layout = reinterpret_cast<uintptr_t>(p.keys.base) | uintptr_t(p.keys.block_bytes) |
+                                 uintptr_t(p.keys.offset) | uintptr_t(p.keys.entry_bytes);
+        FS_ATTN_REQUIRE(p.form == 1 || IndexFormat(p.keys.format) != IndexFormat::BF16 || layout % 4 == 0,
+                        "indexer: bf16 keys at offset {}, {} bytes per entry and {} per block are not 4-byte aligned, "
+                        "which the scorer's form 0 needs", p.keys.offset, p.keys.entry_bytes, p.keys.block_bytes);
         const size_t need = indexer_select_workspace_bytes(n_tokens, p.max_entries);
         FS_ATTN_REQUIRE(workspace && workspace_bytes >= need,
                         "indexer: workspace of {} bytes is smaller than the {} needed", workspace_bytes, need);

@@ -617,7 +617,7 @@ TEST(CudaIndexer, SelectMatchesCpuTopk) {
 // The two forms of the decode scorer and the top-k (IndexerSelectParams::form, indexer.cu) give the same scores and
 // selections bit for bit: V4-Flash's shape (64 heads x 128 dims, top 512) and odd ones (20 heads padded to 32, 64
 // dims), rows with more entries than form 1 caches for its radix passes, pools whose entries are not 4-byte aligned
-// (form 1's byte path), a prefill chunk. Each selection is also exactly cpu::topk_indices of the scores the GPU
+// (form 1's byte path; form 0 refuses such bf16 pools and scores an aligned copy), a prefill chunk. Each selection is also exactly cpu::topk_indices of the scores the GPU
 // computed (the test above allows near-ties, as it scores on the CPU).
 TEST(CudaIndexer, SelectFormsAgree) {
     REQUIRE_GPU();
@@ -660,12 +660,27 @@ TEST(CudaIndexer, SelectFormsAgree) {
         IndexerSelectParams p = indexer_params(bd.batch, c.H, c.D, ratio, c.topk, dq.ptr, dw.ptr,
                                                pool.view(dpool.ptr, dtables.ptr, int32_t(c.fmt)), max_entries,
                                                dsel.ptr);
+        // Form 0 reads bf16 keys two at a time (4-byte loads): pools whose entries are not 4-byte aligned, which
+        // only form 1 reads (the state pool aligns every layer's entries to 256 bytes), go to form 0 as a copy with
+        // the same entries at offset 64.
+        PagedPool aligned = pool;
+        const bool form0_needs_copy = c.fmt == IndexFormat::BF16 && (c.offset % 4 != 0 || eb % 4 != 0);
+        if (form0_needs_copy) {
+            aligned.offset = 64;
+            const int64_t entry_region = int64_t(pool.entries_per_block) * eb;
+            for (int64_t b = 0; b < int64_t(pool.tables.size()); ++b)
+                std::memmove(aligned.bytes.data() + b * pool.block_bytes + aligned.offset,
+                             pool.bytes.data() + b * pool.block_bytes + pool.offset, size_t(entry_region));
+        }
+        Dev<uint8_t> dpool0(aligned.bytes);
+        const PagedEntries view1 = p.keys, view0 = aligned.view(dpool0.ptr, dtables.ptr, int32_t(c.fmt));
         const size_t ws_bytes = indexer_select_workspace_bytes(T, max_entries);
         Dev<float> ws(ws_bytes / sizeof(float));
         std::vector<float> scores[2];
         std::vector<int32_t> sel[2];
         for (int form : {0, 1}) {
             p.form = form;
+            p.keys = form == 0 ? view0 : view1;
             ws.poison();
             dsel.poison();
             indexer_select(p, ws.ptr, ws_bytes, nullptr);
