@@ -323,14 +323,19 @@ __device__ __forceinline__ void run_stage(float (&acc)[2][8], const unsigned cha
 // (acc[1] takes a stage's k-block 1 before the next stage's k-block 0), so the same bits. A stage is released after
 // its carried block is finished (that reads its activation scales). wait_stage(c) waits for the item's stage c and
 // returns it; release(c) frees it.
-template <int N, typename WaitStage, typename Release>
-__device__ __forceinline__ void consume_item_carried(float (&acc)[2][8], int chunks, int warp, int g, int t,
+// The stage count is a template argument and the loop fully unrolled: ptxas keeps a wgmma in flight only across
+// straight-line code. Over a loop with a run-time trip count (or behind a run-time branch) it serialized every wgmma
+// of the kernel (warning C7514: non-wgmma instructions reading accumulator registers inside the pipeline stage).
+template <int N, int CHUNKS, typename WaitStage, typename Release>
+__device__ __forceinline__ void consume_item_carried(float (&acc)[2][8], int warp, int g, int t,
                                                      WaitStage&& wait_stage, Release&& release) {
+    constexpr int chunks = CHUNKS;
     Block<N> blk[2];
     const unsigned char* stage = wait_stage(0);
     StageView prev = view_stage(stage, warp, g);
     issue_block<N>(blk[0], stage, prev.desc, 0, 0, warp, g, t);
     stage_after_first<N>(acc, blk, stage, prev, warp, g, t);
+#pragma unroll
     for (int c = 1; c < chunks; ++c) {
         stage = wait_stage(c);
         const StageView v = view_stage(stage, warp, g);
@@ -701,11 +706,18 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
                 if (lane == 0) mbar::mbar_arrive(&em[st]);
             }
         };
-        if constexpr (CARRY) {
+        // The carried form exists for V4-Flash's stage counts (K = 4,096 and 2,048: 16 and 8 stages of 256 k; its
+        // stage count is a template argument, consume_item_carried); other K take the per-stage loop.
+        if (CARRY && items.chunks == 16) {
             if (count <= 8)
-                consume_item_carried<8>(acc, items.chunks, warp, g, t, wait_stage, release);
+                consume_item_carried<8, 16>(acc, warp, g, t, wait_stage, release);
             else
-                consume_item_carried<16>(acc, items.chunks, warp, g, t, wait_stage, release);
+                consume_item_carried<16, 16>(acc, warp, g, t, wait_stage, release);
+        } else if (CARRY && items.chunks == 8) {
+            if (count <= 8)
+                consume_item_carried<8, 8>(acc, warp, g, t, wait_stage, release);
+            else
+                consume_item_carried<16, 8>(acc, warp, g, t, wait_stage, release);
         } else {
             for (int c = 0; c < items.chunks; ++c) {
                 consume_stage(acc, wait_stage(c), count, warp, g, t);
