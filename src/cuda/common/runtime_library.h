@@ -1,0 +1,40 @@
+// Shared libraries flashseek loads at run time (dlopen) instead of linking: NCCL for the multi-GPU communicator,
+// CUPTI for the bench's kernel timeline. A build and its tests need neither; the search below finds them in the CUDA
+// toolkit, the system folders or a PyPI wheel when a run asks for them.
+//
+// Where it looks, in order: the file the override variable names (only there, when set); the dynamic loader's own
+// search (LD_LIBRARY_PATH, the loader cache); the spec's first folders; the CUDA toolkit ($CUDA_HOME, $CUDA_PATH,
+// /usr/local/cuda, /usr/local/cuda-*: lib64 / lib / targets/*/lib); the system library folders; and the wheel's
+// folder (e.g. nvidia/nccl/lib) in the site-packages of $VIRTUAL_ENV, $CONDA_PREFIX, $PYTHONPATH, ~/.local,
+// /usr/local, /usr and /opt/conda.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace flashseek::cuda {
+
+struct RuntimeLibrarySpec {
+    std::string file;                        // e.g. "libnccl.so.2"
+    std::string override_variable;           // e.g. "FLASHSEEK_NCCL_LIBRARY"
+    std::string wheel_folder;                // under site-packages, e.g. "nvidia/nccl/lib"
+    std::vector<std::string> first_folders;  // searched before the toolkit's (glob patterns allowed)
+};
+
+struct RuntimeLibrary {
+    void* handle = nullptr;  // dlopen's, RTLD_NOW | RTLD_LOCAL; null when not found
+    std::string path;        // the file loaded
+    bool forced = false;     // the override variable was set (then nothing else was tried)
+    // Where it looked and why each place failed, one line each (for the caller's error message).
+    std::vector<std::string> looked;
+};
+
+// Loads the library (never throws). The handle stays open for the life of the process.
+RuntimeLibrary load_runtime_library(const RuntimeLibrarySpec& spec);
+
+// The existing files the search would try after the loader's own search, in order.
+std::vector<std::string> runtime_library_candidates(const RuntimeLibrarySpec& spec);
+
+// The folder of the running executable (/proc/self/exe), "" where it cannot be read.
+std::string executable_folder();
+
+}  // namespace flashseek::cuda
