@@ -5,8 +5,8 @@
 #   bundle [--extra NAME=PATH]...  build flashseek, test_cuda_linear, test_cuda_attention, test_cuda_backend,
 #                                  test_cuda_comm and the probes (BUILD folder, default build-gpucheck; JOBS,
 #                                  default 2), stage them
-#                                  with the shared libraries the device lacks (fmt, gtest, pcre2, httplib, cudart)
-#                                  in .gpucheck/bin and pack that into .gpucheck/bundle.tar.xz, the one file to carry
+#                                  with the shared libraries the device lacks (fmt, gtest, pcre2, httplib, cudart;
+#                                  CUPTI for bench --timeline) in .gpucheck/bin and pack that into .gpucheck/bundle.tar.xz, the one file to carry
 #                                  to the device. --extra adds another binary and its libraries, e.g. the flashseek
 #                                  of an older commit for `compare`.
 # On the device (runs the bundle, unpacked from .gpucheck/bundle.tar.xz on first use; FLASHSEEK_BUILD=DIR runs the
@@ -119,6 +119,11 @@ cmd_bundle() {
     [ -x "${e#*=}" ] || die "--extra ${e}: not an executable"
     stage_binary "${e#*=}" "${e%%=*}"
   done
+  # CUPTI for the kernel timeline (flashseek bench --timeline), loaded at run time from beside the binaries.
+  local cupti
+  cupti=$(ls /usr/local/cuda/lib64/libcupti.so.[0-9]* /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.[0-9]* \
+    2> /dev/null | head -1)
+  [ -z "$cupti" ] || cp -L "$cupti" "$STAGE/bin/"
   if command -v nvcc > /dev/null; then
     for p in "${PROBES[@]}"; do
       nvcc -O3 -std=c++20 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Isrc \

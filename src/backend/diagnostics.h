@@ -1,7 +1,7 @@
 // What tools (flashseek bench, tests) may ask of a device backend beyond the Backend interface: a profiled step
-// with per-op times and bytes, greedy decode without a logits copy, the device's measured ceilings and A/B
-// switches. Plain C++ (no device headers), so the CLI needs no CUDA includes. Backend::diagnostics() returns
-// null for backends without them (the CPU reference).
+// with per-op times and bytes, greedy decode without a logits copy, the device's measured ceilings, the kernel
+// timeline and A/B switches. Plain C++ (no device headers), so the CLI needs no CUDA includes.
+// Backend::diagnostics() returns null for backends without them (the CPU reference).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/kernel_timeline.h"
 
 namespace flashseek {
 
@@ -50,6 +51,13 @@ public:
     // uploading step metadata, choosing and launching every kernel (a captured graph: its launch), summed over the
     // call's passes. Against the call's wall time it says whether the host or the device bounds an eager pass.
     virtual double last_host_enqueue_seconds() const = 0;
+    // The kernel timeline on the device's own clock (CUPTI where it is found; backend/kernel_timeline.h). Enable it
+    // before the graphs to be traced are captured; "" on success, else why it cannot trace.
+    virtual std::string enable_kernel_trace() = 0;
+    // Before each traced step and once after the last (waits for the device first).
+    virtual void mark_kernel_trace() = 0;
+    // The kernels that started between the first and the last mark since the previous take, and the marks.
+    virtual KernelTrace take_kernel_trace() = 0;
     virtual void set_use_graphs(bool on) = 0;
     // Independent parts of a sub-block on side streams (default on); off runs every op on one stream.
     virtual void set_use_branches(bool on) = 0;

@@ -11,7 +11,10 @@
 //    and FLOP fraction of a batched prefill), then `output-len` greedy decode steps of all of them (decode tok/s,
 //    TPOT median and p99), then one profiled decode step (per-op table with each op's weight bytes and their
 //    bandwidth, bytes moved in all and per rank of a parallel layout, roofline fraction, the bubble: the step time
-//    beyond its bytes at the copy bandwidth, per step and per layer; the eager per-op sum against the step).
+//    beyond its bytes at the copy bandwidth, per step and per layer; the eager per-op sum against the step);
+//  * with --timeline N: N more graph steps traced on the device (CUPTI): the step's wall time split into the time
+//    before the first kernel, the kernels' span (some kernel running / none running) and after the last, the largest
+//    gaps and every kernel's time per step (backend/kernel_timeline.h).
 // Prints a summary and saves everything as JSON.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -28,6 +31,7 @@
 #include "command.h"
 #include "backend/backend.h"
 #include "backend/diagnostics.h"
+#include "backend/kernel_timeline.h"
 #include "backend/registry.h"
 #include "backend/step_roofline.h"
 #include "model/flop_count.h"
@@ -79,6 +83,23 @@ nlohmann::json ops_json(const StepProfile& prof, double copy_bandwidth) {
     return ops;
 }
 
+nlohmann::json timeline_json(const TimelineSummary& t) {
+    const TimelineStep& m = t.median;
+    nlohmann::json j = {{"steps", t.steps},         {"wall_us", m.wall_us},     {"lead_us", m.lead_us},
+                        {"span_us", m.span_us},     {"busy_us", m.busy_us},     {"idle_us", m.idle_us},
+                        {"tail_us", m.tail_us},     {"kernel_us", m.kernel_us}, {"kernels", m.kernels},
+                        {"gaps", m.gaps}};
+    j["largest_gaps"] = nlohmann::json::array();
+    for (const TimelineGap& g : t.largest) j["largest_gaps"].push_back({{"us", g.us}, {"before", g.before}, {"after", g.after}});
+    j["per_kernel"] = nlohmann::json::array();
+    for (const TimelineKernel& k : t.kernels)
+        j["per_kernel"].push_back({{"kernel", k.name},
+                                   {"calls_per_step", k.calls_per_step},
+                                   {"us_per_step", k.us_per_step},
+                                   {"us_per_call", k.us_per_call}});
+    return j;
+}
+
 void print_ops(const StepProfile& prof, double copy_bandwidth, const char* what) {
     // A step has ~25-35 op rows (more with the indexer at long contexts); the JSON lists every one.
     std::fputs(format_op_table(prof, copy_bandwidth, what, 40).c_str(), stdout);
@@ -96,7 +117,7 @@ int run_bench(int argc, char** argv) {
     std::string model, concurrency_s = "1,16,64,128,256", context_s = "256", prefill_s = "4096", json_path;
     cli::BackendFlags flags;
     flags.backend = "cuda";
-    int output_len = 32, warmup = 3, prefill_runs = 3;
+    int output_len = 32, warmup = 3, prefill_runs = 3, timeline_steps = 0;
     bool no_graphs = false;
     uint64_t seed = 0;
     app.add_option("--model", model,
@@ -112,11 +133,15 @@ int run_bench(int argc, char** argv) {
     app.add_option("--warmup", warmup, "untimed decode steps before timing (graph capture happens here)");
     app.add_option("--json", json_path, "write the results as JSON to this file");
     app.add_flag("--no-graphs", no_graphs, "run decode steps without CUDA graphs");
+    app.add_option("--timeline", timeline_steps,
+                   "after each decode configuration, trace this many more steps with CUPTI: every kernel's time on the "
+                   "device, the gaps with none running, per kernel (0 = off)");
     app.add_option("--seed", seed, "seed of the random prompts (0 = from the clock)");
     CLI11_PARSE(app, argc, argv);
     FS_CHECK(output_len >= 2, "--output-len must be >= 2, got {}", output_len);
     FS_CHECK(warmup >= 0, "--warmup must be >= 0, got {}", warmup);
     FS_CHECK(prefill_runs >= 1, "--prefill-runs must be >= 1, got {}", prefill_runs);
+    FS_CHECK(timeline_steps >= 0 && timeline_steps <= 1000, "--timeline must be in [0, 1000], got {}", timeline_steps);
     const std::vector<int> concs = parse_int_list(concurrency_s, "--concurrency");
     const std::vector<int> ctxs = parse_int_list(context_s, "--context");
     const std::vector<int> prefills = prefill_s == "none" ? std::vector<int>{} : parse_int_list(prefill_s, "--prefill");
@@ -126,7 +151,7 @@ int run_bench(int argc, char** argv) {
     const bool dummy = opt.dummy_weights;
     const std::string numerics = opt.numerics == Numerics::Release ? "release" : "exact";
     opt.max_sequences = *std::max_element(concs.begin(), concs.end());
-    int longest = *std::max_element(ctxs.begin(), ctxs.end()) + warmup + output_len + 2;
+    int longest = *std::max_element(ctxs.begin(), ctxs.end()) + warmup + output_len + timeline_steps + 2;
     for (int n : prefills) longest = std::max(longest, n);
     opt.max_context = longest;
     const auto t_load = std::chrono::steady_clock::now();
@@ -143,6 +168,12 @@ int run_bench(int argc, char** argv) {
     if (gemm_rate > 0) std::printf("FP8 GEMM rate: %.0f TFLOP/s (cuBLASLt, 8192^3)\n", gemm_rate / 1e12);
     else std::printf("FP8 GEMM rate: not measurable on this device (prefill rows carry no FLOP fraction)\n");
     ext->set_use_graphs(!no_graphs);
+    if (timeline_steps > 0) {
+        // Before any decode step, so before the graphs are captured (some CUDA versions report no kernels of graphs
+        // captured before tracing began).
+        const std::string why = ext->enable_kernel_trace();
+        FS_CHECK(why.empty(), "--timeline: cannot trace kernels: {}", why);
+    }
     const ModelConfig& cfg = be->config();
     std::printf("model: %s, %d layers, %s weights (%.2f GB on %s, loaded in %.1f s), numerics %s, graphs %s, "
                 "layout tp %d x ep %d, seed %llu\n",
@@ -238,6 +269,20 @@ int run_bench(int argc, char** argv) {
             }
             for (int i = 0; i < B; ++i) steps[size_t(i)] = {ids[size_t(i)], &next[size_t(i)], 1, false};
             const StepProfile prof = ext->profile_step(steps);
+            // The timeline: more graph steps with each kernel's start and end recorded on the device (the token
+            // values repeat the profiled step's; the sequences grow by one position per step as in the timed ones).
+            TimelineSummary timeline;
+            if (timeline_steps > 0) {
+                for (int s = 0; s < timeline_steps; ++s) {
+                    for (int i = 0; i < B; ++i) steps[size_t(i)] = {ids[size_t(i)], &next[size_t(i)], 1, false};
+                    std::vector<int32_t> out;
+                    ext->mark_kernel_trace();
+                    ext->decode_greedy(steps, out);
+                    next = out;
+                }
+                ext->mark_kernel_trace();
+                timeline = summarize_timeline(ext->take_kernel_trace());
+            }
             for (int id : ids) be->free_sequence(id);
 
             const double tpot = percentile(step_ms, 0.5), p99 = percentile(step_ms, 0.99);
@@ -269,6 +314,7 @@ int run_bench(int argc, char** argv) {
             r["bubble_step_fraction"] = bubble.step_fraction;
             r["profiled_gpu_us"] = prof.gpu_us;
             r["ops"] = ops_json(prof, bw);
+            if (timeline_steps > 0) r["timeline"] = timeline_json(timeline);
             results.push_back(r);
 
             std::printf("\n== context %d, concurrency %d ==\n", ctx, B);
@@ -288,6 +334,7 @@ int run_bench(int argc, char** argv) {
             std::printf("%s\n%s\n", format_bubble(bubble, step_kind).c_str(),
                         format_per_op_sum_vs_step(prof.gpu_us, tpot, step_kind).c_str());
             print_ops(prof, bw, "one profiled decode step");
+            if (timeline_steps > 0) std::printf("%s", format_timeline(timeline).c_str());
         }
     }
     if (!json_path.empty()) {

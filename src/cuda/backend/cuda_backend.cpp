@@ -23,6 +23,7 @@
 #include "cuda/backend/forward.h"
 #include "cuda/backend/glue.cuh"
 #include "cuda/backend/graph_runner.h"
+#include "cuda/backend/kernel_trace.h"
 #include "cuda/backend/op_profiler.h"
 #include "cuda/backend/sample_adjust.h"
 #include "cuda/backend/shard.h"
@@ -183,6 +184,12 @@ public:
     double measure_copy_bandwidth(size_t bytes, int reps) override { return cuda::measure_copy_bandwidth(bytes, reps); }
     double measure_gemm_rate() override { return cuda::measure_fp8_gemm_rate(); }
     double last_host_enqueue_seconds() const override { return last_enqueue_s_; }
+    std::string enable_kernel_trace() override { return KernelTracer::instance().enable(); }
+    void mark_kernel_trace() override {
+        CUDA_CHECK(cudaDeviceSynchronize());
+        KernelTracer::instance().mark();
+    }
+    KernelTrace take_kernel_trace() override { return KernelTracer::instance().take(); }
     void set_use_graphs(bool on) override { graphs_.set_enabled(on); }
     void set_use_branches(bool on) override {
         streams_.set_branches(on);

@@ -1,0 +1,193 @@
+// Summary of a kernel trace (kernel_timeline.h): per-step union of the kernels' intervals, the gaps between them,
+// per-kernel totals, and the lines `flashseek bench` prints.
+#include "backend/kernel_timeline.h"
+
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace flashseek {
+namespace {
+
+double median_of(std::vector<double> v) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Removes every "X::" qualifier at template depth 0 of `s` up to the name (namespaces, anonymous ones included).
+std::string strip_qualifiers(const std::string& s) {
+    size_t cut = 0;
+    int depth = 0;
+    for (size_t i = 0; i + 1 < s.size(); ++i) {
+        const char c = s[i];
+        if (c == '<' || c == '(') ++depth;
+        if (c == '>' || c == ')') --depth;
+        if (depth == 0 && c == ':' && s[i + 1] == ':') cut = i + 2;
+    }
+    return s.substr(cut);
+}
+
+struct StepAnalysis {
+    TimelineStep step;
+    std::vector<TimelineGap> gaps;
+};
+
+StepAnalysis analyze_step(std::vector<const KernelSpan*> spans, uint64_t begin, uint64_t end) {
+    StepAnalysis a;
+    TimelineStep& st = a.step;
+    st.wall_us = double(end - begin) / 1e3;
+    if (spans.empty()) return a;
+    std::sort(spans.begin(), spans.end(), [](const KernelSpan* x, const KernelSpan* y) {
+        return x->start_ns != y->start_ns ? x->start_ns < y->start_ns : x->end_ns < y->end_ns;
+    });
+    st.kernels = int(spans.size());
+    uint64_t first = spans.front()->start_ns, last = 0, covered_until = spans.front()->start_ns, busy = 0;
+    const KernelSpan* last_ender = spans.front();
+    for (const KernelSpan* k : spans) {
+        const uint64_t s = k->start_ns, e = std::max(k->end_ns, k->start_ns);
+        st.kernel_us += double(e - s) / 1e3;
+        if (s > covered_until) {
+            a.gaps.push_back({double(s - covered_until) / 1e3, short_kernel_name(last_ender->name),
+                              short_kernel_name(k->name)});
+            covered_until = s;
+        }
+        if (e > covered_until) {
+            busy += e - covered_until;
+            covered_until = e;
+            last_ender = k;
+        }
+        last = std::max(last, e);
+    }
+    st.lead_us = double(first - std::min(first, begin)) / 1e3;
+    st.span_us = double(last - first) / 1e3;
+    st.busy_us = double(busy) / 1e3;
+    st.idle_us = st.span_us - st.busy_us;
+    st.tail_us = end > last ? double(end - last) / 1e3 : 0.0;
+    st.gaps = int(a.gaps.size());
+    std::stable_sort(a.gaps.begin(), a.gaps.end(), [](const TimelineGap& x, const TimelineGap& y) { return x.us > y.us; });
+    return a;
+}
+
+}  // namespace
+
+std::string short_kernel_name(const std::string& name) {
+    // Only function symbols: the demangler also reads plain words as type codes ("b" is bool).
+    int status = -1;
+    std::unique_ptr<char, void (*)(void*)> dem(
+        name.rfind("_Z", 0) == 0 ? abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status) : nullptr, std::free);
+    std::string s = status == 0 && dem ? std::string(dem.get()) : name;
+    // The parameter list: the first '(' outside template arguments ("(anonymous namespace)" is inside a qualifier).
+    constexpr std::string_view kAnonymous = "(anonymous namespace)";
+    int depth = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '<') ++depth;
+        if (s[i] == '>') --depth;
+        if (s[i] == '(' && depth == 0 && s.compare(i, kAnonymous.size(), kAnonymous) != 0) {
+            s.resize(i);
+            break;
+        }
+    }
+    if (s.rfind("void ", 0) == 0) s = s.substr(5);
+    return strip_qualifiers(s);
+}
+
+TimelineSummary summarize_timeline(const KernelTrace& trace, int largest_gaps) {
+    TimelineSummary out;
+    const size_t n_steps = trace.marks.size() > 1 ? trace.marks.size() - 1 : 0;
+    out.steps = int(n_steps);
+    if (n_steps == 0) return out;
+    std::vector<std::vector<const KernelSpan*>> per_step(n_steps);
+    for (const KernelSpan& k : trace.spans) {
+        const auto it = std::upper_bound(trace.marks.begin(), trace.marks.end(), k.start_ns);
+        if (it == trace.marks.begin() || it == trace.marks.end()) continue;  // before the first mark or after the last
+        per_step[size_t(it - trace.marks.begin()) - 1].push_back(&k);
+    }
+    std::vector<StepAnalysis> steps;
+    std::map<std::string, std::pair<double, double>> by_name;  // calls, us
+    for (size_t i = 0; i < n_steps; ++i) {
+        steps.push_back(analyze_step(per_step[i], trace.marks[i], trace.marks[i + 1]));
+        for (const KernelSpan* k : per_step[i]) {
+            auto& [calls, us] = by_name[short_kernel_name(k->name)];
+            calls += 1;
+            us += double(std::max(k->end_ns, k->start_ns) - k->start_ns) / 1e3;
+        }
+    }
+    auto field = [&](double TimelineStep::*f) {
+        std::vector<double> v;
+        for (const StepAnalysis& a : steps) v.push_back(a.step.*f);
+        return median_of(v);
+    };
+    TimelineStep& m = out.median;
+    m.wall_us = field(&TimelineStep::wall_us);
+    m.lead_us = field(&TimelineStep::lead_us);
+    m.span_us = field(&TimelineStep::span_us);
+    m.busy_us = field(&TimelineStep::busy_us);
+    m.idle_us = field(&TimelineStep::idle_us);
+    m.tail_us = field(&TimelineStep::tail_us);
+    m.kernel_us = field(&TimelineStep::kernel_us);
+    std::vector<double> counts, gaps;
+    for (const StepAnalysis& a : steps) {
+        counts.push_back(a.step.kernels);
+        gaps.push_back(a.step.gaps);
+    }
+    m.kernels = int(median_of(counts) + 0.5);
+    m.gaps = int(median_of(gaps) + 0.5);
+    // The gaps of the step whose wall time is the (lower) median.
+    std::vector<size_t> order(n_steps);
+    for (size_t i = 0; i < n_steps; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t x, size_t y) { return steps[x].step.wall_us < steps[y].step.wall_us; });
+    const StepAnalysis& mid = steps[order[(n_steps - 1) / 2]];
+    out.largest.assign(mid.gaps.begin(), mid.gaps.begin() + std::min<size_t>(mid.gaps.size(), size_t(largest_gaps)));
+    for (const auto& [name, cu] : by_name)
+        out.kernels.push_back({name, cu.first / double(n_steps), cu.second / double(n_steps), cu.second / cu.first});
+    std::stable_sort(out.kernels.begin(), out.kernels.end(),
+                     [](const TimelineKernel& x, const TimelineKernel& y) { return x.us_per_step > y.us_per_step; });
+    return out;
+}
+
+std::string format_timeline(const TimelineSummary& s, int max_rows) {
+    if (s.steps == 0) return "kernel timeline: no traced step\n";
+    const TimelineStep& m = s.median;
+    std::string out = fmt::format(
+        "kernel timeline ({} steps, device clock; medians per field): wall {:.3f} ms = before the first kernel {:.3f} "
+        "+ first kernel start to last kernel end {:.3f} + after the last kernel {:.3f}\n",
+        s.steps, m.wall_us / 1e3, m.lead_us / 1e3, m.span_us / 1e3, m.tail_us / 1e3);
+    out += fmt::format(
+        "  in that span: a kernel running {:.3f} ms, none running {:.3f} ms ({:.1f}%) in {} gaps; {} kernels, "
+        "{:.3f} ms of kernel time ({:.2f} running at once on average)\n",
+        m.busy_us / 1e3, m.idle_us / 1e3, m.span_us > 0 ? 100.0 * m.idle_us / m.span_us : 0.0, m.gaps, m.kernels,
+        m.kernel_us / 1e3, m.busy_us > 0 ? m.kernel_us / m.busy_us : 0.0);
+    if (!s.largest.empty()) {
+        out += "  largest gaps with no kernel running (the median step):\n";
+        for (const TimelineGap& g : s.largest)
+            out += fmt::format("    {:8.1f} us after {} before {}\n", g.us, g.before, g.after);
+    }
+    out += fmt::format("  {:<72} {:>10} {:>10} {:>9}\n", "kernel (durations on the device)", "calls/step", "us/step",
+                       "us/call");
+    double rest_us = 0;
+    int rest = 0;
+    for (size_t i = 0; i < s.kernels.size(); ++i) {
+        const TimelineKernel& k = s.kernels[i];
+        if (int(i) >= max_rows) {
+            rest_us += k.us_per_step;
+            ++rest;
+            continue;
+        }
+        const std::string name = k.name.size() > 72 ? k.name.substr(0, 69) + "..." : k.name;
+        out += fmt::format("  {:<72} {:>10.1f} {:>10.1f} {:>9.2f}\n", name, k.calls_per_step, k.us_per_step,
+                           k.us_per_call);
+    }
+    if (rest > 0) out += fmt::format("  ... {} more kernels: {:.1f} us/step\n", rest, rest_us);
+    return out;
+}
+
+}  // namespace flashseek

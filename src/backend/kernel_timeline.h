@@ -1,0 +1,72 @@
+// The kernel timeline of decode steps as the device ran them: every kernel's start and end on the GPU's clock
+// (collected by the CUDA backend through CUPTI, BackendDiagnostics::take_kernel_trace), cut into steps by host marks
+// on the same clock. Unlike the per-op table (events around each op of an eager step), it sees the CUDA graph the
+// server replays: kernels overlapping on the side streams, and the time no kernel runs at all — the gaps that
+// launches, dependencies and the host leave in a step, which no per-kernel tuning removes. Plain C++ (no device
+// headers): the summary is tested on synthetic traces.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace flashseek {
+
+struct KernelSpan {
+    std::string name;  // as the device reports it (mangled for C++ kernels)
+    uint32_t stream = 0;
+    uint64_t start_ns = 0, end_ns = 0;
+};
+
+struct KernelTrace {
+    std::vector<KernelSpan> spans;
+    // Host marks on the spans' clock: before each traced step, and once after the last (steps = marks - 1).
+    std::vector<uint64_t> marks;
+};
+
+// A stretch of a step in which no kernel runs, and the kernels on either side of it.
+struct TimelineGap {
+    double us = 0;
+    std::string before, after;  // short kernel names
+};
+
+// Per kernel name (short form), over the traced steps.
+struct TimelineKernel {
+    std::string name;
+    double calls_per_step = 0;
+    double us_per_step = 0;  // summed durations (kernels on other streams may run meanwhile)
+    double us_per_call = 0;
+};
+
+struct TimelineStep {
+    double wall_us = 0;    // mark to mark: what the host saw
+    double lead_us = 0;    // mark to the first kernel's start (host enqueue, graph launch)
+    double span_us = 0;    // first kernel's start to last kernel's end
+    double busy_us = 0;    // time in the span with at least one kernel running
+    double idle_us = 0;    // span - busy: no kernel running
+    double tail_us = 0;    // last kernel's end to the next mark (result copy, host)
+    double kernel_us = 0;  // summed kernel durations (busy x the mean number running at once)
+    int kernels = 0;
+    int gaps = 0;          // stretches with no kernel running
+};
+
+struct TimelineSummary {
+    int steps = 0;
+    TimelineStep median;                // per field, the median over the steps
+    std::vector<TimelineGap> largest;   // the median-wall step's largest gaps, largest first
+    std::vector<TimelineKernel> kernels;  // by us_per_step, largest first
+};
+
+// Steps with no kernel are kept (wall only). Spans outside the marks are ignored. `largest_gaps`: how many gaps to
+// list.
+TimelineSummary summarize_timeline(const KernelTrace& trace, int largest_gaps = 8);
+
+// "wgmma_expert_ws_kernel<true, false, false>" from "_ZN9flashseek4cuda13wgmma_experts...": demangled, without the
+// return type, the parameter list and the namespaces (anonymous ones included); the name itself where it does not
+// demangle.
+std::string short_kernel_name(const std::string& name);
+
+// The summary's lines for `flashseek bench`: the step's decomposition, the largest gaps, the `max_rows` kernels with
+// the most time per step (and a count of the rest).
+std::string format_timeline(const TimelineSummary& s, int max_rows = 30);
+
+}  // namespace flashseek

@@ -1,0 +1,140 @@
+// The kernel timeline's summary (backend/kernel_timeline.h) on synthetic traces with known answers: kernels cut
+// into steps by the host marks, overlapping kernels on two streams counted once in the busy time, the gaps where
+// nothing runs and the kernels around them, medians over steps, per-kernel totals; and the short kernel names of
+// real mangled kernels.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "backend/kernel_timeline.h"
+
+namespace flashseek {
+namespace {
+
+// One step's kernels at offsets (us) from its mark at `base` ns.
+void add(KernelTrace& t, uint64_t base, const char* name, uint32_t stream, double start_us, double end_us) {
+    t.spans.push_back({name, stream, base + uint64_t(start_us * 1e3), base + uint64_t(end_us * 1e3)});
+}
+
+TEST(KernelTimeline, OneStepWithOverlapAndGaps) {
+    KernelTrace t;
+    const uint64_t m0 = 1'000'000;
+    t.marks = {m0, m0 + 100'000};  // a 100 us step
+    // main stream: a [10, 30), c [50, 60); side stream: b [20, 40) overlaps a; d [70, 75) after a gap of 10.
+    add(t, m0, "a", 1, 10, 30);
+    add(t, m0, "b", 2, 20, 40);
+    add(t, m0, "c", 1, 50, 60);
+    add(t, m0, "d", 1, 70, 75);
+    // Outside the marks: ignored.
+    add(t, m0, "before", 1, -5, -1);
+    add(t, m0, "after", 1, 101, 102);
+    const TimelineSummary s = summarize_timeline(t);
+    ASSERT_EQ(s.steps, 1);
+    const TimelineStep& m = s.median;
+    EXPECT_DOUBLE_EQ(m.wall_us, 100);
+    EXPECT_DOUBLE_EQ(m.lead_us, 10);
+    EXPECT_DOUBLE_EQ(m.span_us, 65);                // 10 .. 75
+    EXPECT_DOUBLE_EQ(m.busy_us, 30 + 10 + 5);       // [10, 40) + [50, 60) + [70, 75)
+    EXPECT_DOUBLE_EQ(m.idle_us, 20);                // [40, 50) + [60, 70)
+    EXPECT_DOUBLE_EQ(m.tail_us, 25);
+    EXPECT_DOUBLE_EQ(m.kernel_us, 20 + 20 + 10 + 5);
+    EXPECT_EQ(m.kernels, 4);
+    EXPECT_EQ(m.gaps, 2);
+    ASSERT_EQ(s.largest.size(), 2u);
+    // Both gaps are 10 us: in time order, each named by the kernel that ended last before it and the next to start.
+    EXPECT_DOUBLE_EQ(s.largest[0].us, 10);
+    EXPECT_EQ(s.largest[0].before, "b");
+    EXPECT_EQ(s.largest[0].after, "c");
+    EXPECT_EQ(s.largest[1].before, "c");
+    EXPECT_EQ(s.largest[1].after, "d");
+    ASSERT_EQ(s.kernels.size(), 4u);
+    EXPECT_EQ(s.kernels[0].name, "a");  // 20 us, first of the two 20 us kernels by name
+    EXPECT_EQ(s.kernels[1].name, "b");
+    EXPECT_DOUBLE_EQ(s.kernels[3].us_per_step, 5);
+}
+
+TEST(KernelTimeline, MediansPerFieldAndPerKernelTotalsOverSteps) {
+    // Three steps of the same two kernels with walls 100, 300, 200 us: the medians are the middle values of each
+    // field; per kernel, calls and time per step are means over the steps.
+    KernelTrace t;
+    const double walls[3] = {100, 300, 200};
+    uint64_t mark = 5'000'000;
+    for (double w : walls) {
+        t.marks.push_back(mark);
+        add(t, mark, "gemv", 0, 2, 2 + w / 4);
+        add(t, mark, "gemv", 0, w / 2, w / 2 + w / 4);
+        mark += uint64_t(w * 1e3);
+    }
+    t.marks.push_back(mark);
+    const TimelineSummary s = summarize_timeline(t, 1);
+    ASSERT_EQ(s.steps, 3);
+    EXPECT_DOUBLE_EQ(s.median.wall_us, 200);
+    EXPECT_DOUBLE_EQ(s.median.busy_us, 100);    // 2 x 200 / 4
+    EXPECT_DOUBLE_EQ(s.median.idle_us, 50 - 2);  // 200 / 2 - (2 + 50)
+    ASSERT_EQ(s.largest.size(), 1u);             // of the 200 us step
+    EXPECT_DOUBLE_EQ(s.largest[0].us, 48);
+    ASSERT_EQ(s.kernels.size(), 1u);
+    EXPECT_DOUBLE_EQ(s.kernels[0].calls_per_step, 2);
+    EXPECT_DOUBLE_EQ(s.kernels[0].us_per_step, 100);  // (50 + 150 + 100) / 3
+    EXPECT_DOUBLE_EQ(s.kernels[0].us_per_call, 50);    // 300 us over 6 calls
+}
+
+TEST(KernelTimeline, BusyTimeIsTheUnionOfRandomIntervals) {
+    // Random overlapping kernels against a 1 ns occupancy grid: busy + idle = span, busy = occupied cells.
+    std::mt19937_64 rng(std::random_device{}());
+    for (int round = 0; round < 20; ++round) {
+        KernelTrace t;
+        const uint64_t base = 1'000, len = 2'000;
+        t.marks = {base, base + len + 10};
+        std::vector<char> occupied(len, 0);
+        const int n = 1 + int(rng() % 30);
+        for (int i = 0; i < n; ++i) {
+            const uint64_t s = rng() % len, e = std::min<uint64_t>(len, s + rng() % 300);
+            const char* names[4] = {"k0", "k1", "k2", "k3"};
+            t.spans.push_back({names[i % 4], uint32_t(i % 3), base + s, base + e});
+            for (uint64_t x = s; x < e; ++x) occupied[x] = 1;
+        }
+        uint64_t first = len, last = 0;
+        for (const KernelSpan& k : t.spans) {
+            first = std::min(first, k.start_ns - base);
+            last = std::max(last, k.end_ns - base);
+        }
+        double busy = 0;
+        for (char c : occupied) busy += c;
+        const TimelineSummary s = summarize_timeline(t);
+        EXPECT_NEAR(s.median.busy_us * 1e3, busy, 1e-6) << "round " << round;
+        EXPECT_NEAR(s.median.span_us * 1e3, double(last - first), 1e-6) << "round " << round;
+        EXPECT_NEAR(s.median.busy_us + s.median.idle_us, s.median.span_us, 1e-9) << "round " << round;
+        EXPECT_EQ(s.median.kernels, n);
+    }
+}
+
+TEST(KernelTimeline, EmptyTracesAndStepsWithoutKernels) {
+    EXPECT_EQ(summarize_timeline(KernelTrace{}).steps, 0);
+    EXPECT_NE(format_timeline(summarize_timeline(KernelTrace{})).find("no traced step"), std::string::npos);
+    KernelTrace t;
+    t.marks = {0, 4'000, 9'000};
+    add(t, 4'000, "only", 0, 1, 2);
+    const TimelineSummary s = summarize_timeline(t);
+    EXPECT_EQ(s.steps, 2);
+    EXPECT_DOUBLE_EQ(s.median.wall_us, 4.5);
+    EXPECT_EQ(s.kernels.size(), 1u);
+    EXPECT_DOUBLE_EQ(s.kernels[0].calls_per_step, 0.5);
+}
+
+TEST(KernelTimeline, ShortNamesOfMangledKernels) {
+    // Names as the device reports them (from ptxas's listing of the sm_90a build).
+    EXPECT_EQ(short_kernel_name("_ZN9flashseek4cuda13wgmma_experts45_GLOBAL__N__6b6f4081_12_moe_wgmma_cu_493726c822"
+                                "wgmma_expert_ws_kernelILb1ELb0ELb1EEEvNS2_4ArgsE"),
+              "wgmma_expert_ws_kernel<true, false, true>");
+    EXPECT_EQ(short_kernel_name("_ZN9flashseek4cuda13wgmma_experts45_GLOBAL__N__6b6f4081_12_moe_wgmma_cu_493726c817"
+                                "pack_tiles_kernelENS2_8PackArgsE"),
+              "pack_tiles_kernel");
+    EXPECT_EQ(short_kernel_name("_Z6kernelPfi"), "kernel");
+    EXPECT_EQ(short_kernel_name("plain_c_kernel"), "plain_c_kernel");
+    const std::string table = format_timeline(summarize_timeline(KernelTrace{{{"a", 0, 10, 20}}, {0, 100}}), 0);
+    EXPECT_NE(table.find("... 1 more kernels"), std::string::npos) << table;
+}
+
+}  // namespace
+}  // namespace flashseek
