@@ -15,6 +15,7 @@ struct KernelSpan {
     std::string name;  // as the device reports it (mangled for C++ kernels)
     uint32_t stream = 0;
     uint64_t start_ns = 0, end_ns = 0;
+    uint32_t graph = 0;  // the CUDA graph that launched it; 0 for a launch outside any graph
 };
 
 struct KernelTrace {

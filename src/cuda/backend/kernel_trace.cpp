@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <memory>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -20,6 +22,7 @@ struct KernelTracer::Api {
     std::string path;
     CUptiResult (*register_callbacks)(CUpti_BuffersCallbackRequestFunc, CUpti_BuffersCallbackCompleteFunc) = nullptr;
     CUptiResult (*enable)(CUpti_ActivityKind) = nullptr;
+    CUptiResult (*disable)(CUpti_ActivityKind) = nullptr;
     CUptiResult (*flush_all)(uint32_t) = nullptr;
     CUptiResult (*next_record)(uint8_t*, size_t, CUpti_Activity**) = nullptr;
     CUptiResult (*timestamp)(uint64_t*) = nullptr;
@@ -54,8 +57,8 @@ struct KernelTracerCallbacks {
 };
 
 KernelTracer& KernelTracer::instance() {
-    static KernelTracer tracer;
-    return tracer;
+    static KernelTracer* const tracer = new KernelTracer;  // leaked on purpose (kernel_trace.h)
+    return *tracer;
 }
 
 std::string KernelTracer::enable() {
@@ -65,7 +68,8 @@ std::string KernelTracer::enable() {
     // The record layouts compiled in here are this CUDA major's.
     spec.file = fmt::format("libcupti.so.{}", CUDART_VERSION / 1000);
     spec.override_variable = "FLASHSEEK_CUPTI_LIBRARY";
-    spec.wheel_folder = "nvidia/cuda_cupti/lib";
+    // The nvidia-cuda-cupti wheel: CUDA 13's puts it in nvidia/cu13/lib, earlier ones in nvidia/cuda_cupti/lib.
+    spec.wheel_folder = CUDART_VERSION >= 13000 ? "nvidia/cu13/lib" : "nvidia/cuda_cupti/lib";
     const std::string here = executable_folder();
     if (!here.empty()) spec.first_folders.push_back(here);  // a device bundle carries it beside the binaries
     spec.first_folders.push_back("/usr/local/cuda/extras/CUPTI/lib64");
@@ -82,17 +86,23 @@ std::string KernelTracer::enable() {
         return fn != nullptr;
     };
     if (!resolve("cuptiActivityRegisterCallbacks", api->register_callbacks) ||
-        !resolve("cuptiActivityEnable", api->enable) || !resolve("cuptiActivityFlushAll", api->flush_all) ||
+        !resolve("cuptiActivityEnable", api->enable) || !resolve("cuptiActivityDisable", api->disable) ||
+        !resolve("cuptiActivityFlushAll", api->flush_all) ||
         !resolve("cuptiActivityGetNextRecord", api->next_record) || !resolve("cuptiGetTimestamp", api->timestamp) ||
         !resolve("cuptiGetResultString", api->result_string))
         return fmt::format("CUPTI: {} lacks an activity API entry point", lib.path);
     CUptiResult r = api->register_callbacks(KernelTracerCallbacks::requested, KernelTracerCallbacks::completed);
     if (r != CUPTI_SUCCESS) return fmt::format("CUPTI: registering the buffer callbacks: {}", cupti_error(api->result_string, r));
-    for (CUpti_ActivityKind kind :
-         {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_MEMCPY}) {
-        r = api->enable(kind);
-        if (r != CUPTI_SUCCESS)
-            return fmt::format("CUPTI: enabling activity kind {}: {}", int(kind), cupti_error(api->result_string, r));
+    const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMSET,
+                                        CUPTI_ACTIVITY_KIND_MEMCPY};
+    for (size_t i = 0; i < std::size(kinds); ++i) {
+        r = api->enable(kinds[i]);
+        if (r != CUPTI_SUCCESS) {
+            // Nothing would collect what the kinds already enabled record: stop them.
+            for (size_t j = 0; j < i; ++j) api->disable(kinds[j]);
+            return fmt::format("CUPTI: enabling activity kind {}: {}", int(kinds[i]),
+                               cupti_error(api->result_string, r));
+        }
     }
     api_ = api.release();  // CUPTI keeps calling back for the life of the process
     return "";
@@ -104,25 +114,30 @@ bool KernelTracer::enabled() const {
 }
 
 void KernelTracer::record_buffer(unsigned char* buffer, size_t valid_bytes) {
-    std::lock_guard lock(mu_);
-    if (!api_ || !buffer) return;
+    const Api* api = nullptr;
+    {
+        std::lock_guard lock(mu_);
+        // No trace open: what ran meanwhile started before any later mark, so no trace will want it.
+        if (!api_ || !buffer || trace_.marks.empty()) return;
+        api = api_;  // set once, never changed
+    }
+    std::vector<KernelSpan> spans;
     CUpti_Activity* rec = nullptr;
-    while (api_->next_record(buffer, valid_bytes, &rec) == CUPTI_SUCCESS) {
-        KernelSpan span;
+    while (api->next_record(buffer, valid_bytes, &rec) == CUPTI_SUCCESS) {
         if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || rec->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
             const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-            span = {k->name ? k->name : "(unnamed kernel)", k->streamId, k->start, k->end};
+            spans.push_back({k->name ? k->name : "(unnamed kernel)", k->streamId, k->start, k->end, k->graphId});
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
             const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
-            span = {"memset", m->streamId, m->start, m->end};
+            if (m->graphId != 0) spans.push_back({"memset", m->streamId, m->start, m->end, m->graphId});
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
             const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
-            span = {"memcpy", m->streamId, m->start, m->end};
-        } else {
-            continue;
+            if (m->graphId != 0) spans.push_back({"memcpy", m->streamId, m->start, m->end, m->graphId});
         }
-        trace_.spans.push_back(std::move(span));
     }
+    std::lock_guard lock(mu_);
+    trace_.spans.insert(trace_.spans.end(), std::make_move_iterator(spans.begin()),
+                        std::make_move_iterator(spans.end()));
 }
 
 void KernelTracer::flush() {
@@ -136,17 +151,20 @@ void KernelTracer::flush() {
 }
 
 void KernelTracer::mark() {
+    const Api* api = nullptr;
     bool first = false;
     {
         std::lock_guard lock(mu_);
         if (!api_) return;
+        api = api_;
         first = trace_.marks.empty();
     }
-    if (first) flush();  // what ran before the trace
+    if (first) flush();  // what ran before the trace (dropped: no trace is open yet)
+    uint64_t t = 0;
+    if (api->timestamp(&t) != CUPTI_SUCCESS) return;
     std::lock_guard lock(mu_);
     if (first) trace_.spans.clear();
-    uint64_t t = 0;
-    if (api_->timestamp(&t) == CUPTI_SUCCESS) trace_.marks.push_back(t);
+    trace_.marks.push_back(t);
 }
 
 KernelTrace KernelTracer::take() {

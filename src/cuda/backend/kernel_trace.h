@@ -1,7 +1,8 @@
 // The device's kernel timeline through CUPTI's activity API (BackendDiagnostics' kernel trace, summarized by
 // backend/kernel_timeline.h): every kernel's start and end on the GPU clock, the kernels of replayed CUDA graphs and
-// of the side streams included (concurrent-kernel records, which do not serialize kernels), plus the graph's memset
-// and memcpy nodes. CUPTI is loaded at run time (cuda/common/runtime_library.h: FLASHSEEK_CUPTI_LIBRARY, then
+// of the side streams included (concurrent-kernel records, which do not serialize kernels), plus the memset and
+// memcpy nodes of graphs (not the step's own host copies: its metadata upload and its result's copy stay outside the
+// kernels' span). CUPTI is loaded at run time (cuda/common/runtime_library.h: FLASHSEEK_CUPTI_LIBRARY, then
 // libcupti.so.<CUDA major> beside the executable, in the loader's search, the toolkit (extras/CUPTI too) and the
 // nvidia-cuda-cupti wheel), so flashseek builds and runs without it. CUPTI's activity buffers are per process: one
 // tracer per process.
@@ -15,6 +16,7 @@ namespace flashseek::cuda {
 
 class KernelTracer {
 public:
+    // Never destroyed: CUPTI may deliver a buffer from its own thread while the process exits.
     static KernelTracer& instance();
     // Loads CUPTI and starts recording; "" on success (also when already recording), else why not. Enable it before
     // the graphs to be traced are captured: with some CUDA versions, graphs captured earlier report no kernels.
@@ -30,7 +32,7 @@ private:
     friend struct KernelTracerCallbacks;  // CUPTI's buffer callbacks (kernel_trace.cpp)
     KernelTracer() = default;
     struct Api;
-    void record_buffer(unsigned char* buffer, size_t valid_bytes);
+    void record_buffer(unsigned char* buffer, size_t valid_bytes);  // CUPTI's thread or the flushing one
     void flush();
 
     mutable std::mutex mu_;
