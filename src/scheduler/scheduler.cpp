@@ -5,7 +5,8 @@
 //  4. state memory is reserved oldest-first; when it runs short the latest-admitted request is preempted
 //     (recompute: its blocks are freed at once and it returns to the front of the queue);
 //  5. waiting requests are admitted FIFO while their whole pending prefill fits in the free blocks (no skipping,
-//     so a large request at the head cannot starve).
+//     so a large request at the head cannot starve); with prefill_hold_ms, not while others decode and no prompt
+//     piece runs, until the oldest has waited that long or the waiting prompts fill the step or the batch.
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
@@ -30,6 +31,8 @@ Scheduler::Scheduler(Backend& backend, SchedulerOptions options) : backend_(back
     FS_CHECK(options_.max_batch_tokens >= 1, "scheduler: max_batch_tokens must be >= 1 (got {})",
              options_.max_batch_tokens);
     FS_CHECK(options_.prefill_chunk >= 1, "scheduler: prefill_chunk must be >= 1 (got {})", options_.prefill_chunk);
+    FS_CHECK(options_.prefill_hold_ms >= 0 && options_.prefill_hold_ms <= 10000,
+             "scheduler: prefill_hold_ms must be in [0, 10000] (got {})", options_.prefill_hold_ms);
     max_running_ = backend_.max_sequences();
     if (options_.max_running > 0) max_running_ = std::min(max_running_, options_.max_running);
     FS_CHECK(max_running_ >= 1, "scheduler: the backend allows no sequences (max_sequences = {})",
@@ -170,6 +173,30 @@ std::shared_future<void> Scheduler::start_masks(const std::vector<Planned>& plan
     return ready;
 }
 
+bool Scheduler::holds_admission(const std::vector<Planned>& plan, int budget, Clock::time_point now) const {
+    if (options_.prefill_hold_ms <= 0 || waiting_.empty()) return false;
+    bool decoding = false;
+    for (const Planned& p : plan) {
+        const bool prompt_piece = p.req->computed < p.req->prompt_len || p.n_tokens > 1;
+        if (prompt_piece) return false;  // a prefill pass runs anyway: arrivals join it
+        decoding = true;
+    }
+    if (!decoding) return false;  // nothing to stall
+    // The oldest waiting request (preempted ones return to the front with their first arrival: never held long).
+    Clock::time_point oldest = waiting_.front()->arrival;
+    int64_t waiting_tokens = 0;
+    for (const Request* w : waiting_) {
+        oldest = std::min(oldest, w->arrival);
+        waiting_tokens += w->pending();
+    }
+    const auto hold = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double, std::milli>(options_.prefill_hold_ms));
+    if (now - oldest >= hold) return false;
+    if (waiting_tokens >= budget) return false;                                   // the step's budget is full
+    if (int(running_.size() + waiting_.size()) >= max_running_) return false;  // so is the batch
+    return true;
+}
+
 std::vector<RequestEvent> Scheduler::step(Clock::time_point now) {
     std::vector<RequestEvent> events;
     expire_deadlines(now, events);
@@ -212,9 +239,11 @@ std::vector<RequestEvent> Scheduler::step(Clock::time_point now) {
         }
     }
 
-    // Admission: FIFO while the whole pending prefill of the head fits in what the plan leaves free.
+    // Admission: FIFO while the whole pending prefill of the head fits in what the plan leaves free; held back
+    // while others decode and no prompt piece runs in this step, to coalesce arrivals (prefill_hold_ms).
+    const bool hold = holds_admission(plan, budget, now);
     int64_t free_after = free_blocks() - plan_need();
-    while (budget > 0 && !waiting_.empty() && int(running_.size()) < max_running_) {
+    while (!hold && budget > 0 && !waiting_.empty() && int(running_.size()) < max_running_) {
         Request* r = waiting_.front();
         const int64_t full = backend_.blocks_for(int64_t(r->tokens.size()));
         if (full > free_after) {

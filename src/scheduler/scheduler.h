@@ -22,6 +22,12 @@ struct SchedulerOptions {
     int prefill_chunk = 256;     // the largest prefill piece of one request in one step
     int max_running = 0;         // 0 = backend.max_sequences()
     int64_t max_context = 0;     // tokens per sequence; 0 = the model's max_position_embeddings
+    // Prefill coalescing (0 = off): while requests are decoding and no prompt piece runs in the step, a new request
+    // waits until the oldest waiting one has waited this long, or until the waiting prompts fill the step's token
+    // budget or the batch. Where prompt pieces run as a pass of their own with a cost fixed per pass (the CUDA
+    // backend), requests arriving one by one then share one prefill pass instead of each stalling every decoding
+    // request once; the price is up to this much more time to first token for requests arriving while others decode.
+    double prefill_hold_ms = 0;
 };
 
 // Exact state-memory audit: what the scheduler believes each running sequence holds versus the pool's numbers.
@@ -84,6 +90,9 @@ private:
     void finish_request(Request& r, FinishReason reason, std::vector<RequestEvent>& events, std::string error = {});
     void expire_deadlines(Clock::time_point now, std::vector<RequestEvent>& events);
     int64_t blocks_to_grow(const Request& r, int n_tokens) const;
+    // Whether admission waits in this step (SchedulerOptions::prefill_hold_ms), given the decode and prompt entries
+    // already planned and the token budget they leave.
+    bool holds_admission(const std::vector<Planned>& plan, int budget, Clock::time_point now) const;
     // Queues the allowed-token masks of the plan entries in `constrained` on mask_worker_ and points their
     // sample_params_ at them; returns the future the backend waits on (invalid when nothing is constrained).
     std::shared_future<void> start_masks(const std::vector<Planned>& plan, const std::vector<size_t>& constrained);

@@ -207,6 +207,76 @@ TEST(Scheduler, ChunkedPrefillKeepsDecodesFlowing) {
     expect_empty_pool(s, b);
 }
 
+// Prefill coalescing (SchedulerOptions::prefill_hold_ms): while others decode and no prompt piece runs, arrivals
+// wait for the oldest to have waited the hold, then share one step's prompt pieces; they join at once a step that
+// runs a prompt piece anyway, when their prompts fill the step's budget, and when nothing decodes. The hold changes
+// when requests run, not what they generate.
+TEST(Scheduler, PrefillHoldCoalescesArrivalsWhileOthersDecode) {
+    using std::chrono::milliseconds;
+    FakeBackend b(100000, 16, 8);
+    SchedulerOptions opt;
+    opt.max_batch_tokens = 300;
+    opt.prefill_chunk = 256;
+    opt.prefill_hold_ms = 50;
+    Scheduler s(b, opt);
+    std::mt19937_64 rng(fresh_seed());
+    const Clock::time_point t0 = Clock::now();
+    Outcome o;
+    // Runs a step at t0 + ms; returns its entries as (n_tokens, prefill), from the fake's log.
+    auto step_at = [&](int ms) {
+        const size_t before = b.step_log.size();
+        for (const auto& ev : s.step(t0 + milliseconds(ms))) o.record(ev);
+        std::vector<std::pair<int, bool>> entries;
+        for (size_t i = before; i < b.step_log.size(); ++i)
+            entries.push_back({b.step_log[i].n_tokens, b.step_log[i].prefill});
+        return entries;
+    };
+    using Entries = std::vector<std::pair<int, bool>>;
+
+    // Nothing decodes: a request is admitted at once.
+    s.submit(random_prompt(rng, 8), params(400), t0);
+    EXPECT_EQ(step_at(0), (Entries{{8, true}}));
+    EXPECT_EQ(step_at(1), (Entries{{1, false}}));  // decoding from now on
+
+    // Arrivals while it decodes wait until the oldest has waited 50 ms, then share one step.
+    const auto pa = random_prompt(rng, 20), pb = random_prompt(rng, 30);
+    const uint64_t a = s.submit(pa, params(6), t0 + milliseconds(2));
+    EXPECT_EQ(step_at(3), (Entries{{1, false}}));
+    const uint64_t bb = s.submit(pb, params(6), t0 + milliseconds(20));
+    EXPECT_EQ(step_at(30), (Entries{{1, false}}));
+    EXPECT_EQ(step_at(51), (Entries{{1, false}}));  // a has waited 49 ms
+    EXPECT_EQ(s.waiting(), 2);
+    EXPECT_EQ(step_at(52), (Entries{{1, false}, {20, true}, {30, true}}));
+    EXPECT_EQ(s.waiting(), 0);
+
+    // A step that runs a prompt piece anyway takes an arrival at once: c's 280 tokens (held: fewer than the 297 the
+    // three decodes leave) take two steps, 256 (prefill_chunk) + 24; d arrives between them and joins the second.
+    s.submit(random_prompt(rng, 280), params(4), t0 + milliseconds(60));
+    EXPECT_EQ(step_at(60), (Entries{{1, false}, {1, false}, {1, false}}));
+    const Entries c_first = step_at(111);
+    ASSERT_EQ(c_first.size(), 4u);
+    EXPECT_EQ(c_first.back(), (std::pair<int, bool>{256, true}));
+    s.submit(random_prompt(rng, 10), params(4), t0 + milliseconds(112));
+    const Entries joined = step_at(113);
+    EXPECT_EQ(std::count(joined.begin(), joined.end(), std::pair<int, bool>{10, true}), 1) << "d did not join";
+
+    // Prompts that fill the step's budget are admitted at once. (drain's steps run at the real clock, before these
+    // arrivals: nothing is waiting when it runs.)
+    drain(s, o);
+    s.submit(random_prompt(rng, 8), params(50), t0 + milliseconds(200));
+    step_at(200);
+    step_at(201);  // decoding
+    s.submit(random_prompt(rng, 150), params(2), t0 + milliseconds(202));
+    EXPECT_EQ(step_at(203), (Entries{{1, false}}));  // 150 < the 299 left
+    s.submit(random_prompt(rng, 160), params(2), t0 + milliseconds(204));
+    EXPECT_EQ(step_at(205), (Entries{{1, false}, {150, true}, {149, true}}));  // 310 >= 299: admitted, budget-cut
+
+    drain(s, o);
+    EXPECT_EQ(o.tokens[a], reference(pa, params(6)));
+    EXPECT_EQ(o.tokens[bb], reference(pb, params(6)));
+    expect_empty_pool(s, b);
+}
+
 TEST(Scheduler, PreemptionByRecomputeReproducesOutputs) {
     const uint64_t seed = fresh_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));

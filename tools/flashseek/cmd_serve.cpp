@@ -58,6 +58,9 @@ int run_serve(int argc, char** argv) {
         "--batch-wait-ms", loop_opt.batch_wait_ms,
         "an idle engine waits up to this long for the rest of a burst of requests before its first step, ending "
         "after a tenth of it without a new one (default 20 on cuda, 0 on cpu; 0 = step at once)");
+    app.add_option("--prefill-hold-ms", loop_opt.scheduler.prefill_hold_ms,
+                   "while requests decode, a new request waits up to this long for others to share its prefill pass "
+                   "(ends early when the waiting prompts fill a step or the batch; 0 = off, the default)");
     app.add_option("--max-queue", loop_opt.max_waiting, "queued requests beyond the running batch before 429");
     app.add_option("--watchdog", loop_opt.watchdog_seconds, "/health reports 503 when one step takes longer (s)");
     app.add_option("--request-timeout", api.request_timeout_s, "per-request deadline in seconds (queue + generation)");
@@ -119,6 +122,8 @@ int run_serve(int argc, char** argv) {
     FS_CHECK(loop_opt.max_waiting >= 0, "--max-queue must be >= 0 (got {})", loop_opt.max_waiting);
     FS_CHECK(loop_opt.batch_wait_ms >= 0 && loop_opt.batch_wait_ms <= 10000, "--batch-wait-ms must be in [0, 10000] "
              "(got {})", loop_opt.batch_wait_ms);
+    FS_CHECK(loop_opt.scheduler.prefill_hold_ms >= 0 && loop_opt.scheduler.prefill_hold_ms <= 10000,
+             "--prefill-hold-ms must be in [0, 10000] (got {})", loop_opt.scheduler.prefill_hold_ms);
 
     SignalWatcher signals;  // before any other thread exists, so all of them inherit the blocked mask
 
