@@ -54,6 +54,8 @@ StepAnalysis analyze_step(std::vector<const KernelSpan*> spans, uint64_t begin, 
     for (const KernelSpan* k : spans) {
         const uint64_t s = k->start_ns, e = std::max(k->end_ns, k->start_ns);
         st.kernel_us += double(e - s) / 1e3;
+        last = std::max(last, e);
+        if (e == s) continue;  // an empty record (a glitch) splits no gap and ends none
         if (s > covered_until) {
             a.gaps.push_back({double(s - covered_until) / 1e3, short_kernel_name(last_ender->name),
                               short_kernel_name(k->name)});
@@ -64,7 +66,6 @@ StepAnalysis analyze_step(std::vector<const KernelSpan*> spans, uint64_t begin, 
             covered_until = e;
             last_ender = k;
         }
-        last = std::max(last, e);
     }
     st.lead_us = double(first - std::min(first, begin)) / 1e3;
     st.span_us = double(last - first) / 1e3;

@@ -25,6 +25,8 @@ TEST(KernelTimeline, OneStepWithOverlapAndGaps) {
     add(t, m0, "b", 2, 20, 40);
     add(t, m0, "c", 1, 50, 60);
     add(t, m0, "d", 1, 70, 75);
+    // An empty record inside the first gap changes nothing but the kernel count.
+    add(t, m0, "empty", 1, 45, 45);
     // Outside the marks: ignored.
     add(t, m0, "before", 1, -5, -1);
     add(t, m0, "after", 1, 101, 102);
@@ -38,7 +40,7 @@ TEST(KernelTimeline, OneStepWithOverlapAndGaps) {
     EXPECT_DOUBLE_EQ(m.idle_us, 20);                // [40, 50) + [60, 70)
     EXPECT_DOUBLE_EQ(m.tail_us, 25);
     EXPECT_DOUBLE_EQ(m.kernel_us, 20 + 20 + 10 + 5);
-    EXPECT_EQ(m.kernels, 4);
+    EXPECT_EQ(m.kernels, 5);
     EXPECT_EQ(m.gaps, 2);
     ASSERT_EQ(s.largest.size(), 2u);
     // Both gaps are 10 us: in time order, each named by the kernel that ended last before it and the next to start.
@@ -47,10 +49,11 @@ TEST(KernelTimeline, OneStepWithOverlapAndGaps) {
     EXPECT_EQ(s.largest[0].after, "c");
     EXPECT_EQ(s.largest[1].before, "c");
     EXPECT_EQ(s.largest[1].after, "d");
-    ASSERT_EQ(s.kernels.size(), 4u);
+    ASSERT_EQ(s.kernels.size(), 5u);
     EXPECT_EQ(s.kernels[0].name, "a");  // 20 us, first of the two 20 us kernels by name
     EXPECT_EQ(s.kernels[1].name, "b");
     EXPECT_DOUBLE_EQ(s.kernels[3].us_per_step, 5);
+    EXPECT_EQ(s.kernels[4].name, "empty");
 }
 
 TEST(KernelTimeline, MediansPerFieldAndPerKernelTotalsOverSteps) {

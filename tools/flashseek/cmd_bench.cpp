@@ -173,6 +173,8 @@ int run_bench(int argc, char** argv) {
         // captured before tracing began).
         const std::string why = ext->enable_kernel_trace();
         FS_CHECK(why.empty(), "--timeline: cannot trace kernels: {}", why);
+        std::printf("timeline: CUPTI records every kernel from here on, so this run's timed figures (prefill, TPOT) "
+                    "carry its per-kernel cost: take them from a run without --timeline\n");
     }
     const ModelConfig& cfg = be->config();
     std::printf("model: %s, %d layers, %s weights (%.2f GB on %s, loaded in %.1f s), numerics %s, graphs %s, "
@@ -351,6 +353,7 @@ int run_bench(int argc, char** argv) {
         doc["ep"] = opt.ep;
         doc["prefill_chunk"] = opt.prefill_chunk;
         doc["seed"] = seed;
+        doc["kernel_trace"] = timeline_steps > 0;  // the timed figures ran with CUPTI's kernel tracing on
         doc["weight_bytes_on_device"] = ext->weight_bytes_on_device();
         doc["prefill"] = prefill_results;
         doc["results"] = results;

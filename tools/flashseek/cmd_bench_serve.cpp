@@ -19,11 +19,11 @@
 #include <numeric>
 #include <optional>
 #include <random>
-#include <sstream>
 #include <string_view>
 #include <thread>
 
 #include "command.h"
+#include "runtime/prometheus_read.h"
 #include "server/http_client.h"
 #include "util/error.h"
 
@@ -158,40 +158,14 @@ double tokens_per_random_word(server::HttpClient& cli, const server::HttpClient:
     return j["count"].get<double>() / double(kSampleWords);
 }
 
-// The server's own time to first token: the sum and count of its `time_to_first_token_seconds` histogram
-// (Prometheus text at /metrics, any prefix: `flashseek:`, vLLM's `vllm:`; summed over label sets). Read before and
-// after the run, its mean beside the client's says what the transport and the client add; none when the server
-// publishes no such histogram.
-struct ServerTtft {
-    double sum = 0, count = 0;
-};
-std::optional<ServerTtft> read_server_ttft(server::HttpClient& cli, const server::HttpClient::Headers& headers) {
+// The server's own time to first token: the totals of its `time_to_first_token_seconds` histogram (/metrics, any
+// prefix: `flashseek:`, vLLM's `vllm:`). Read before and after the run, its mean beside the client's says what the
+// transport and the client add; none when the server publishes no such histogram.
+std::optional<runtime::HistogramTotals> read_server_ttft(server::HttpClient& cli,
+                                                         const server::HttpClient::Headers& headers) {
     const auto r = cli.get("/metrics", headers);
     if (r.status != 200) return std::nullopt;
-    ServerTtft t;
-    bool found_sum = false, found_count = false;
-    std::istringstream lines(r.body);
-    for (std::string line; std::getline(lines, line);) {
-        if (line.empty() || line[0] == '#') continue;
-        const size_t name_end = line.find_first_of("{ ");
-        const size_t value_at = line.rfind(' ');
-        if (name_end == std::string::npos || value_at == std::string::npos) continue;
-        const std::string_view name(line.data(), name_end);
-        auto named = [&](std::string_view suffix) {
-            return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix &&
-                   (name.size() == suffix.size() || name[name.size() - suffix.size() - 1] == ':');
-        };
-        const bool is_sum = named("time_to_first_token_seconds_sum");
-        const bool is_count = named("time_to_first_token_seconds_count");
-        if (!is_sum && !is_count) continue;
-        char* end = nullptr;
-        const double v = std::strtod(line.c_str() + value_at + 1, &end);
-        if (end == line.c_str() + value_at + 1 || !std::isfinite(v)) continue;
-        (is_sum ? t.sum : t.count) += v;
-        (is_sum ? found_sum : found_count) = true;
-    }
-    if (!found_sum || !found_count) return std::nullopt;
-    return t;
+    return runtime::histogram_totals(r.body, "time_to_first_token_seconds");
 }
 
 std::vector<Prompt> make_prompts(const std::string& dataset, const std::string& path, int n, int64_t in_len,
@@ -347,7 +321,7 @@ int run_bench_serve(int argc, char** argv) {
                  endpoint.c_str(), std::isfinite(request_rate) ? fmt::format("{}", request_rate).c_str() : "inf",
                  max_concurrency > 0 ? std::to_string(max_concurrency).c_str() : "unlimited",
                  (unsigned long long)seed);
-    const std::optional<ServerTtft> server_ttft_before = read_server_ttft(probe, headers);
+    const std::optional<runtime::HistogramTotals> server_ttft_before = read_server_ttft(probe, headers);
     const auto bench_start = SteadyClock::now();
     std::mutex progress_mu;
     auto worker = [&] {
@@ -390,7 +364,7 @@ int run_bench_serve(int argc, char** argv) {
     for (int w = 0; w < workers; ++w) threads.emplace_back(worker);
     for (auto& t : threads) t.join();
     const double duration = std::chrono::duration<double>(SteadyClock::now() - bench_start).count();
-    const std::optional<ServerTtft> server_ttft_after = read_server_ttft(probe, headers);
+    const std::optional<runtime::HistogramTotals> server_ttft_after = read_server_ttft(probe, headers);
     // Mean over the requests the server finished meanwhile (other clients of the same server would count too).
     std::optional<double> server_mean_ttft_ms;
     if (server_ttft_before && server_ttft_after && server_ttft_after->count > server_ttft_before->count)

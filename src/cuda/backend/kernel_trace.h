@@ -2,10 +2,10 @@
 // backend/kernel_timeline.h): every kernel's start and end on the GPU clock, the kernels of replayed CUDA graphs and
 // of the side streams included (concurrent-kernel records, which do not serialize kernels), plus the memset and
 // memcpy nodes of graphs (not the step's own host copies: its metadata upload and its result's copy stay outside the
-// kernels' span). CUPTI is loaded at run time (cuda/common/runtime_library.h: FLASHSEEK_CUPTI_LIBRARY, then
-// libcupti.so.<CUDA major> beside the executable, in the loader's search, the toolkit (extras/CUPTI too) and the
-// nvidia-cuda-cupti wheel), so flashseek builds and runs without it. CUPTI's activity buffers are per process: one
-// tracer per process.
+// kernels' span). CUPTI is loaded at run time (cuda/common/runtime_library.h: FLASHSEEK_CUPTI_LIBRARY, else
+// libcupti.so.<CUDA major> beside the executable — a device bundle carries it —, in
+// /usr/local/cuda/extras/CUPTI/lib64, the loader's search, the toolkit and the nvidia-cuda-cupti wheel), so flashseek
+// builds and runs without it. CUPTI's activity buffers are per process: one tracer per process.
 #pragma once
 #include <mutex>
 #include <string>

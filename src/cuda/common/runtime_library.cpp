@@ -36,7 +36,7 @@ std::vector<std::string> glob_files(const std::string& pattern) {
 
 // The folders (or glob patterns of folders) searched after the loader's own search, in order.
 std::vector<std::string> candidate_folders(const RuntimeLibrarySpec& spec) {
-    std::vector<std::string> folders = spec.first_folders;
+    std::vector<std::string> folders;
     for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
         const std::string root = env_or_empty(var);
         if (root.empty()) continue;
@@ -84,6 +84,21 @@ RuntimeLibrary load_runtime_library(const RuntimeLibrarySpec& spec) {
         }
         return lib;
     }
+    // The spec's own folders first, as literal paths (a build folder may hold glob characters).
+    for (const std::string& folder : spec.first_folders) {
+        const std::string file = folder + "/" + spec.file;
+        if (!is_file(file)) {
+            lib.looked.push_back(folder);
+            continue;
+        }
+        lib.handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+        if (lib.handle) {
+            lib.path = file;
+            return lib;
+        }
+        const char* err = dlerror();
+        lib.looked.push_back(fmt::format("{} ({} exists but does not load: {})", folder, file, err ? err : "?"));
+    }
     lib.handle = dlopen(spec.file.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (lib.handle) {
         lib.path = spec.file;
@@ -109,6 +124,8 @@ RuntimeLibrary load_runtime_library(const RuntimeLibrarySpec& spec) {
 
 std::vector<std::string> runtime_library_candidates(const RuntimeLibrarySpec& spec) {
     std::vector<std::string> files;
+    for (const std::string& folder : spec.first_folders)
+        if (is_file(folder + "/" + spec.file)) files.push_back(folder + "/" + spec.file);
     for (const std::string& folder : candidate_folders(spec))
         for (const std::string& file : glob_files(folder + "/" + spec.file))
             if (is_file(file)) files.push_back(file);

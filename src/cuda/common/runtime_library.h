@@ -2,11 +2,11 @@
 // CUPTI for the bench's kernel timeline. A build and its tests need neither; the search below finds them in the CUDA
 // toolkit, the system folders or a PyPI wheel when a run asks for them.
 //
-// Where it looks, in order: the file the override variable names (only there, when set); the dynamic loader's own
-// search (LD_LIBRARY_PATH, the loader cache); the spec's first folders; the CUDA toolkit ($CUDA_HOME, $CUDA_PATH,
-// /usr/local/cuda, /usr/local/cuda-*: lib64 / lib / targets/*/lib); the system library folders; and the wheel's
-// folder (e.g. nvidia/nccl/lib) in the site-packages of $VIRTUAL_ENV, $CONDA_PREFIX, $PYTHONPATH, ~/.local,
-// /usr/local, /usr and /opt/conda.
+// Where it looks, in order: the file the override variable names (only there, when set); the spec's first folders
+// (literal paths); the dynamic loader's own search (LD_LIBRARY_PATH, the loader cache); the CUDA toolkit
+// ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda, /usr/local/cuda-*: lib64 / lib / targets/*/lib); the system library
+// folders; and the wheel's folder (e.g. nvidia/nccl/lib) in the site-packages of $VIRTUAL_ENV, $CONDA_PREFIX,
+// $PYTHONPATH, ~/.local, /usr/local, /usr and /opt/conda.
 #pragma once
 #include <string>
 #include <vector>
@@ -17,7 +17,7 @@ struct RuntimeLibrarySpec {
     std::string file;                        // e.g. "libnccl.so.2"
     std::string override_variable;           // e.g. "FLASHSEEK_NCCL_LIBRARY"
     std::string wheel_folder;                // under site-packages, e.g. "nvidia/nccl/lib"
-    std::vector<std::string> first_folders;  // searched before the toolkit's (glob patterns allowed)
+    std::vector<std::string> first_folders;  // searched first, before the loader's search (literal paths)
 };
 
 struct RuntimeLibrary {
@@ -31,7 +31,8 @@ struct RuntimeLibrary {
 // Loads the library (never throws). The handle stays open for the life of the process.
 RuntimeLibrary load_runtime_library(const RuntimeLibrarySpec& spec);
 
-// The existing files the search would try after the loader's own search, in order.
+// The existing files the search would try in its folders (the first folders and those after the loader's own
+// search), in order.
 std::vector<std::string> runtime_library_candidates(const RuntimeLibrarySpec& spec);
 
 // The folder of the running executable (/proc/self/exe), "" where it cannot be read.
