@@ -496,13 +496,14 @@ def test_keep_alive_limits_are_configurable(model_dir):
 
 def test_out_of_range_flags_are_refused_naming_the_flag(model_dir):
     """A port past 65535 would be truncated to 16 bits by the socket layer and bind another port while the log says
-    the one asked for; it, a negative port, an empty batch and a negative or NaN prefill hold are refused before
-    anything is bound."""
+    the one asked for; it, a negative port, an empty batch, a negative or NaN prefill hold and one as long as the
+    request timeout (held requests would expire) are refused before anything is bound."""
     import subprocess
     from conftest import flashseek_bin
-    for flag, value in (("--port", "70000"), ("--port", "-1"), ("--max-num-seqs", "0"), ("--prefill-hold-ms", "-1"),
-                        ("--prefill-hold-ms", "nan")):
-        args = [flashseek_bin(), "serve", "--model", model_dir, flag, value]
+    for flag, value, more in (("--port", "70000", []), ("--port", "-1", []), ("--max-num-seqs", "0", []),
+                              ("--prefill-hold-ms", "-1", []), ("--prefill-hold-ms", "nan", []),
+                              ("--prefill-hold-ms", "2000", ["--request-timeout", "2"])):
+        args = [flashseek_bin(), "serve", "--model", model_dir, flag, value] + more
         if flag != "--port":
             args += ["--port", "0"]
         p = subprocess.run(args, capture_output=True, text=True, timeout=120)

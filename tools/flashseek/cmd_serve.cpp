@@ -124,6 +124,11 @@ int run_serve(int argc, char** argv) {
              "(got {})", loop_opt.batch_wait_ms);
     FS_CHECK(loop_opt.scheduler.prefill_hold_ms >= 0 && loop_opt.scheduler.prefill_hold_ms <= 10000,
              "--prefill-hold-ms must be in [0, 10000] (got {})", loop_opt.scheduler.prefill_hold_ms);
+    // A held request's deadline keeps running: a hold as long as the deadline would expire requests that arrive
+    // while others decode.
+    FS_CHECK(loop_opt.scheduler.prefill_hold_ms < 1000 * api.request_timeout_s,
+             "--prefill-hold-ms ({} ms) must be shorter than --request-timeout ({} s)",
+             loop_opt.scheduler.prefill_hold_ms, api.request_timeout_s);
 
     SignalWatcher signals;  // before any other thread exists, so all of them inherit the blocked mask
 
