@@ -67,9 +67,10 @@ struct KernelPolicy {
     // yet measured (docs/perf-log/2026-12-04_indexer-staging-and-named-refills.md): 0 stays the default.
     int moe_wgmma_carry = 0;
     // The indexer's decode scorer and top-k (indexer/indexer.cuh IndexerSelectParams::form): 0 the first form, 1
-    // with their staging and radix passes shortened; the same scores and selections bit for bit. 0 stays the
-    // default until form 1 has run on the device (docs/perf-log/2026-12-04_indexer-staging-and-named-refills.md).
-    int indexer_select_form = 0;
+    // with their staging and radix passes shortened; the same scores and selections bit for bit. 1 is the default:
+    // scorer + top-k 55 -> 25 us per call at one sequence, context 8,192 TPOT 4.80 -> 4.53 ms (run 215,
+    // docs/perf-log/2026-12-05_transport-stalls-and-review-fixes.md).
+    int indexer_select_form = 1;
     int gemv_kw = 0;                     // warps per 16-row tile of mma_gemv: 0 (rule), 1 or 4
     int moe_up_kw = 0, moe_down_kw = 0;  // the same for gemv_experts per projection
     int attn_mma_min_seqs = 1;           // attn_mma is preferred for decode passes of at least this many sequences

@@ -514,7 +514,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
         ScopedEnv max_tokens("FLASHSEEK_GEMV_MAX_TOKENS", "8");
         ScopedEnv pdl("FLASHSEEK_PDL", "0");
         ScopedEnv specialized("FLASHSEEK_MOE_WGMMA_SPECIALIZED", "2");
-        ScopedEnv indexer_form("FLASHSEEK_INDEXER_SELECT_FORM", "1");
+        ScopedEnv indexer_form("FLASHSEEK_INDEXER_SELECT_FORM", "0");
         ScopedEnv carry("FLASHSEEK_MOE_WGMMA_CARRY", "1");
         const KernelPolicy p = KernelPolicy::from_env();
         EXPECT_TRUE(p.is_forced("tile_gemm"));
@@ -526,7 +526,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
         EXPECT_FALSE(p.pdl);
         EXPECT_TRUE(p.branches);
         EXPECT_EQ(p.moe_wgmma_specialized, 2);
-        EXPECT_EQ(p.indexer_select_form, 1);
+        EXPECT_EQ(p.indexer_select_form, 0);
         EXPECT_EQ(p.moe_wgmma_carry, 1);
     }
     expect_env_error("FLASHSEEK_DISABLE", "wgmma_gemv,no_such_kernel", "no_such_kernel");
