@@ -173,15 +173,16 @@ std::shared_future<void> Scheduler::start_masks(const std::vector<Planned>& plan
     return ready;
 }
 
+namespace {
+// Whether n tokens of r in a step are a prompt piece (or a recomputation after preemption) rather than a decode.
+bool is_prompt_piece(const Request& r, int n) { return r.computed < r.prompt_len || n > 1; }
+}  // namespace
+
 bool Scheduler::holds_admission(const std::vector<Planned>& plan, int budget, Clock::time_point now) const {
     if (options_.prefill_hold_ms <= 0 || waiting_.empty()) return false;
-    bool decoding = false;
-    for (const Planned& p : plan) {
-        const bool prompt_piece = p.req->computed < p.req->prompt_len || p.n_tokens > 1;
-        if (prompt_piece) return false;  // a prefill pass runs anyway: arrivals join it
-        decoding = true;
-    }
-    if (!decoding) return false;  // nothing to stall
+    if (plan.empty()) return false;  // nothing to stall
+    for (const Planned& p : plan)
+        if (is_prompt_piece(*p.req, p.n_tokens)) return false;  // a prefill pass runs anyway: arrivals join it
     // The oldest waiting request (preempted ones return to the front with their first arrival: never held long).
     Clock::time_point oldest = waiting_.front()->arrival;
     int64_t waiting_tokens = 0;
@@ -277,7 +278,7 @@ std::vector<RequestEvent> Scheduler::step(Clock::time_point now) {
         Request& r = *plan[i].req;
         const int n = plan[i].n_tokens;
         if (r.first_scheduled == Clock::time_point{}) r.first_scheduled = now;
-        const bool prefill = r.computed < r.prompt_len || n > 1;  // a prompt piece or a recomputation
+        const bool prefill = is_prompt_piece(r, n);
         SequenceStep st{r.seq_id, r.tokens.data() + r.computed, n, false, prefill};
         SampleParams sp = r.params.sample;
         sp.draw_index = uint64_t(r.generated);
@@ -336,7 +337,7 @@ std::vector<RequestEvent> Scheduler::step(Clock::time_point now) {
         Request& r = *plan[i].req;
         const int n = plan[i].n_tokens;
         counters_.last_step_tokens += n;
-        if (r.computed < r.prompt_len || n > 1) counters_.prompt_tokens_computed += uint64_t(n);
+        if (is_prompt_piece(r, n)) counters_.prompt_tokens_computed += uint64_t(n);
         RequestEvent ev;
         ev.id = r.id;
         ev.prompt_len = r.prompt_len;

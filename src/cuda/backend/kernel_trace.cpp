@@ -74,11 +74,7 @@ std::string KernelTracer::enable() {
     if (!here.empty()) spec.first_folders.push_back(here);  // a device bundle carries it beside the binaries
     spec.first_folders.push_back("/usr/local/cuda/extras/CUPTI/lib64");
     const RuntimeLibrary lib = load_runtime_library(spec);
-    if (!lib.handle) {
-        std::string where;
-        for (const std::string& l : lib.looked) where += "\n  " + l;
-        return fmt::format("CUPTI ({}) was not found; looked at:{}", spec.file, where);
-    }
+    if (!lib.handle) return fmt::format("CUPTI ({}) was not found; looked at:{}", spec.file, looked_lines(lib));
     auto api = std::make_unique<Api>();
     api->path = lib.path;
     auto resolve = [&](const char* symbol, auto& fn) {

@@ -33,11 +33,9 @@ NcclApi load() {
     const RuntimeLibrary lib = load_runtime_library(spec);
     FS_CHECK(lib.handle || !lib.forced, "NCCL: cannot load {}", lib.looked.empty() ? "" : lib.looked.front());
     if (!lib.handle) {
-        std::string where;
-        for (const std::string& l : lib.looked) where += "\n  " + l;
         fail("NCCL: {} was not found. FLASHSEEK_NCCL_LIBRARY is unset; looked at:{}\nInstall NCCL (the CUDA toolkit's "
              "package, or `pip install nvidia-nccl-cu13`) or set FLASHSEEK_NCCL_LIBRARY to the file",
-             spec.file, where);
+             spec.file, looked_lines(lib));
     }
     void* const handle = lib.handle;
     const std::string& path = lib.path;
@@ -72,6 +70,5 @@ const NcclApi& nccl_api() {
     return *api;
 }
 
-std::vector<std::string> nccl_candidate_files() { return runtime_library_candidates(nccl_spec()); }
 
 }  // namespace flashseek::cuda

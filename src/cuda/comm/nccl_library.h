@@ -47,7 +47,5 @@ struct NcclApi {
 
 // Loads NCCL on first use; throws Error listing where it looked (or the missing entry point / old version).
 const NcclApi& nccl_api();
-// The files nccl_api() tries after FLASHSEEK_NCCL_LIBRARY and the loader's own search, in order (those that exist).
-std::vector<std::string> nccl_candidate_files();
 
 }  // namespace flashseek::cuda

@@ -122,14 +122,10 @@ RuntimeLibrary load_runtime_library(const RuntimeLibrarySpec& spec) {
     return lib;
 }
 
-std::vector<std::string> runtime_library_candidates(const RuntimeLibrarySpec& spec) {
-    std::vector<std::string> files;
-    for (const std::string& folder : spec.first_folders)
-        if (is_file(folder + "/" + spec.file)) files.push_back(folder + "/" + spec.file);
-    for (const std::string& folder : candidate_folders(spec))
-        for (const std::string& file : glob_files(folder + "/" + spec.file))
-            if (is_file(file)) files.push_back(file);
-    return files;
+std::string looked_lines(const RuntimeLibrary& lib) {
+    std::string where;
+    for (const std::string& l : lib.looked) where += "\n  " + l;
+    return where;
 }
 
 std::string executable_folder() {

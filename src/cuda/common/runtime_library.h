@@ -31,9 +31,8 @@ struct RuntimeLibrary {
 // Loads the library (never throws). The handle stays open for the life of the process.
 RuntimeLibrary load_runtime_library(const RuntimeLibrarySpec& spec);
 
-// The existing files the search would try in its folders (the first folders and those after the loader's own
-// search), in order.
-std::vector<std::string> runtime_library_candidates(const RuntimeLibrarySpec& spec);
+// `looked`, one indented line each, for an error message ("...; looked at:" + this).
+std::string looked_lines(const RuntimeLibrary& lib);
 
 // The folder of the running executable (/proc/self/exe), "" where it cannot be read.
 std::string executable_folder();
