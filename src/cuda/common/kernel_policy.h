@@ -59,12 +59,13 @@ struct KernelPolicy {
     // round-robin one (every warp copies and computes; moe_wgmma_balance applies to it). The same bits; 1 measured
     // 1.7-2.8% faster steps at 8-128 sequences (docs/perf-log/2026-12-04_expert-stage-scales.md, run 211).
     // 2: the warp-specialized kernel whose copy warps wait for a ring stage's release on a named barrier (the math
-    // warps bar.arrive) instead of an mbarrier, a form compute-sanitizer's racecheck follows; the same bits. Not yet
-    // measured on the device (docs/perf-log/2026-12-04_indexer-staging-and-named-refills.md): 1 stays the default.
+    // warps bar.arrive) instead of an mbarrier, a form compute-sanitizer's racecheck follows; the same bits. 0.4-0.7%
+    // faster at 16 / 64 sequences (run 215, docs/perf-log/2026-12-05_transport-stalls-and-review-fixes.md); 1 stays
+    // the default until racecheck is read per form.
     int moe_wgmma_specialized = 1;
     // 1: the warp-specialized kernels keep a stage's last tensor-core block in flight into the item's next stage
-    // (moe_wgmma.cu consume_item_carried: the wgmmas drained once per item, not once per stage); the same bits. Not
-    // yet measured (docs/perf-log/2026-12-04_indexer-staging-and-named-refills.md): 0 stays the default.
+    // (moe_wgmma.cu consume_item_carried: the wgmmas drained once per item, not once per stage); the same bits. 63%
+    // slower per step (run 215: the unrolled items spill), to be removed.
     int moe_wgmma_carry = 0;
     // The indexer's decode scorer and top-k (indexer/indexer.cuh IndexerSelectParams::form): 0 the first form, 1
     // with their staging and radix passes shortened; the same scores and selections bit for bit. 1 is the default:
