@@ -63,10 +63,9 @@ struct KernelPolicy {
     // faster at 16 / 64 sequences (run 215, docs/perf-log/2026-12-05_transport-stalls-and-review-fixes.md); 1 stays
     // the default until racecheck is read per form.
     int moe_wgmma_specialized = 1;
-    // 1: the warp-specialized kernels keep a stage's last tensor-core block in flight into the item's next stage
-    // (moe_wgmma.cu consume_item_carried: the wgmmas drained once per item, not once per stage); the same bits. 63%
-    // slower per step (run 215: the unrolled items spill), to be removed.
-    int moe_wgmma_carry = 0;
+    // The warp-specialized kernel's item order: 0 SM-major (the SMs' item counts differ by at most one), 1 the
+    // round-robin kernel's slot order (a CTA's three rings take consecutive items); the same bits.
+    int moe_wgmma_ws_order = 0;
     // The indexer's decode scorer and top-k (indexer/indexer.cuh IndexerSelectParams::form): 0 the first form, 1
     // with their staging and radix passes shortened; the same scores and selections bit for bit. 1 is the default:
     // scorer + top-k 55 -> 25 us per call at one sequence, context 8,192 TPOT 4.80 -> 4.53 ms (run 215,

@@ -39,8 +39,9 @@
 //     docs/perf-log): the split combines and the balanced kernel's extra registers cost more than the idle tail.
 //   - Per 128-k block and part: four wgmma m64n16k32 (one per FP4 scale group, each its own fp32 result), then
 //     per row the weight scales (x 2^6) and per column the activation scale, in fp32. Blocks are pipelined one
-//     deep (convert and issue block i + 1 before waiting for block i); within a stage by default, across an item's
-//     stages in the warp-specialized kernel's carried form (KernelPolicy::moe_wgmma_carry, consume_item_carried).
+//     deep (convert and issue block i + 1 before waiting for block i) within a stage. Carrying a stage's last block
+//     into the next stage (draining the tensor cores once per item) was measured 63% slower: ptxas keeps a wgmma in
+//     flight only across straight-line code, and the items unrolled whole spilled (docs/perf-log, run 215).
 // Numerics: those of moe_bulk / moe_gemv (exact e4m3 x e4m3 products, fp32 sums per 32, bf16 rounding of the
 // w1 / w3 outputs before SwiGLU) up to summation order.
 #include "cuda/moe/moe_wgmma.cuh"
@@ -98,6 +99,7 @@ struct Args {
     const int32_t* offset;
     const float* slot_weight;
     int max_tiles;           // the grid was sized for this many tiles
+    int slot_major;          // warp-specialized kernel: items in the round-robin kernel's slot order (first_item)
     float* split_partials;
     uint32_t* split_counters;
     float limit;
@@ -290,11 +292,13 @@ __device__ __forceinline__ StageView view_stage(const unsigned char* stage, int 
     return v;
 }
 
-// A stage's four blocks (part, 128-k block) after its first (part 0, k-block 0) was issued into blk[0], one in flight
-// while the next is converted and issued; leaves the last (part 1, k-block 1) in flight in blk[1].
+// One stage's four blocks (part, 128-k block), one in flight while the next is converted and issued; the last waited
+// for here.
 template <int N>
-__device__ __forceinline__ void stage_after_first(float (&acc)[2][8], Block<N> (&blk)[2], const unsigned char* stage,
-                                                  const StageView& v, int warp, int g, int t) {
+__device__ __forceinline__ void run_stage(float (&acc)[2][8], const unsigned char* stage, const StageView& v,
+                                          int warp, int g, int t) {
+    Block<N> blk[2];
+    issue_block<N>(blk[0], stage, v.desc, 0, 0, warp, g, t);
     issue_block<N>(blk[1], stage, v.desc, 0, 1, warp, g, t);
     wgmma::wait<1>();
     finish_block<N>(blk[0], acc[0], v.ws[0][0], v.ws[0][1], v.ss, 0, t);
@@ -304,51 +308,8 @@ __device__ __forceinline__ void stage_after_first(float (&acc)[2][8], Block<N> (
     issue_block<N>(blk[1], stage, v.desc, 1, 1, warp, g, t);
     wgmma::wait<1>();
     finish_block<N>(blk[0], acc[1], v.ws[1][0], v.ws[1][1], v.ss, 0, t);
-}
-
-// One stage, its last block waited for here.
-template <int N>
-__device__ __forceinline__ void run_stage(float (&acc)[2][8], const unsigned char* stage, const StageView& v,
-                                          int warp, int g, int t) {
-    Block<N> blk[2];
-    issue_block<N>(blk[0], stage, v.desc, 0, 0, warp, g, t);
-    stage_after_first<N>(acc, blk, stage, v, warp, g, t);
     wgmma::wait<0>();
     finish_block<N>(blk[1], acc[1], v.ws[1][0], v.ws[1][1], v.ss, 1, t);
-}
-
-// An item's stages with each stage's last block (part 1, k-block 1) carried into the next stage: the next stage's
-// first block is issued before it is waited for, so the tensor cores are drained once per item instead of once per
-// stage (run_stage waits for all four of its blocks). The same blocks finished into the same sums in the same order
-// (acc[1] takes a stage's k-block 1 before the next stage's k-block 0), so the same bits. A stage is released after
-// its carried block is finished (that reads its activation scales). wait_stage(c) waits for the item's stage c and
-// returns it; release(c) frees it.
-// The stage count is a template argument and the loop fully unrolled: ptxas keeps a wgmma in flight only across
-// straight-line code. Over a loop with a run-time trip count (or behind a run-time branch) it serialized every wgmma
-// of the kernel (warning C7514: non-wgmma instructions reading accumulator registers inside the pipeline stage).
-template <int N, int CHUNKS, typename WaitStage, typename Release>
-__device__ __forceinline__ void consume_item_carried(float (&acc)[2][8], int warp, int g, int t,
-                                                     WaitStage&& wait_stage, Release&& release) {
-    constexpr int chunks = CHUNKS;
-    Block<N> blk[2];
-    const unsigned char* stage = wait_stage(0);
-    StageView prev = view_stage(stage, warp, g);
-    issue_block<N>(blk[0], stage, prev.desc, 0, 0, warp, g, t);
-    stage_after_first<N>(acc, blk, stage, prev, warp, g, t);
-#pragma unroll
-    for (int c = 1; c < chunks; ++c) {
-        stage = wait_stage(c);
-        const StageView v = view_stage(stage, warp, g);
-        issue_block<N>(blk[0], stage, v.desc, 0, 0, warp, g, t);
-        wgmma::wait<1>();  // the previous stage's carried block
-        finish_block<N>(blk[1], acc[1], prev.ws[1][0], prev.ws[1][1], prev.ss, 1, t);
-        release(c - 1);
-        stage_after_first<N>(acc, blk, stage, v, warp, g, t);
-        prev = v;
-    }
-    wgmma::wait<0>();
-    finish_block<N>(blk[1], acc[1], prev.ws[1][0], prev.ws[1][1], prev.ss, 1, t);
-    release(chunks - 1);
 }
 
 // One thread's part of filling a stage: arms its barrier for the bulk bytes and copies stage `chunk`'s B tile and
@@ -562,8 +523,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
 }
 
 // The warp-specialized form (KernelPolicy::moe_wgmma_specialized): one CTA per SM, warpgroup 0 copies, warpgroups
-// 1..kMathGroups compute. Math warpgroup m is the round-robin kernel's CTA slot blockIdx.x * kMathGroups + m - 1:
-// the same items in the same order with the same arithmetic, so the same bits. Each has its own ring of kStages
+// 1..kMathGroups compute. Math warpgroup m takes items blockIdx.x + gridDim.x * (m - 1) + k * gridDim.x * kMathGroups
+// (first_item): SM-major, so the SMs' item counts differ by at most one. Slot-major (CTA b's rings taking items 3b,
+// 3b + 1, 3b + 2, as the round-robin kernel's CTAs do) gave the first SMs three items more than the last ones at
+// 2,528 items (16 sequences: 21 against 18), and the up-projection's last ~35 us ran on a third of the SMs (the
+// next kernel's span, quantize_h at 44 us per call against 10 at one sequence, run 215). Every item is computed whole
+// by one warpgroup with the round-robin kernel's arithmetic, wherever it runs: the same bits. Each has its own ring of kStages
 // stages (the stage layout above), filled by warp m - 1 of the copy warpgroup (32 weight pieces and 4 scale rows per
 // lane, lane 0 the B tile and its scales) and freed through the ring's `empty` mbarrier (one arrival per math warp)
 // instead of a CTA barrier. Why: in the round-robin kernel every warp both copies and computes (~110 of ~575
@@ -597,7 +562,13 @@ __device__ __forceinline__ void release_wait(uint32_t id) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kReleaseThreads) : "memory");
 }
 
-template <bool UP, bool NAMED, bool CARRY>
+// Ring `ring`'s first item; its next ones follow every gridDim.x * kMathGroups. slot_major: the round-robin kernel's
+// slot order (KernelPolicy::moe_wgmma_ws_order = 1, for A/B runs).
+__device__ __forceinline__ int first_item(int ring, int slot_major) {
+    return slot_major ? int(blockIdx.x) * kMathGroups + ring : int(blockIdx.x) + int(gridDim.x) * ring;
+}
+
+template <bool UP, bool NAMED>
 __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Args a) {
 #if FS_WGMMA_AVAILABLE
     extern __shared__ __align__(128) unsigned char smem[];
@@ -630,7 +601,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
         // rows lane + 32j (j = 0..3, part j / 2).
         const uint32_t dst_w = uint32_t((lane / 8) * kStride + (lane % 8) * 16);
         int q = 0;
-        for (int item = int(blockIdx.x) * kMathGroups + ring; item < items.n_items; item += slots) {
+        for (int item = first_item(ring, a.slot_major); item < items.n_items; item += slots) {
             const int pos = item / items.tiles, e = a.tile_expert[pos];
             const int row0 = (item % items.tiles) * items.kItemRows;
             const uint8_t* w[2];
@@ -681,7 +652,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
     uint64_t* const f = full + ring * kStages;
     uint64_t* const em = empty + ring * kStages;
     int q = 0;
-    for (int item = int(blockIdx.x) * kMathGroups + ring; item < items.n_items; item += slots) {
+    for (int item = first_item(ring, a.slot_major); item < items.n_items; item += slots) {
         const int u = item / items.tiles, e = a.tile_expert[u], col0 = a.tile_col[u];
         const int count = min(16, a.count[e] - col0), offset = a.offset[e] + col0;
         const int e_row0 = (item % items.tiles) * items.kItemRows + 16 * warp + g;
@@ -706,23 +677,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
                 if (lane == 0) mbar::mbar_arrive(&em[st]);
             }
         };
-        // The carried form exists for V4-Flash's stage counts (K = 4,096 and 2,048: 16 and 8 stages of 256 k; its
-        // stage count is a template argument, consume_item_carried); other K take the per-stage loop.
-        if (CARRY && items.chunks == 16) {
-            if (count <= 8)
-                consume_item_carried<8, 16>(acc, warp, g, t, wait_stage, release);
-            else
-                consume_item_carried<16, 16>(acc, warp, g, t, wait_stage, release);
-        } else if (CARRY && items.chunks == 8) {
-            if (count <= 8)
-                consume_item_carried<8, 8>(acc, warp, g, t, wait_stage, release);
-            else
-                consume_item_carried<16, 8>(acc, warp, g, t, wait_stage, release);
-        } else {
-            for (int c = 0; c < items.chunks; ++c) {
-                consume_stage(acc, wait_stage(c), count, warp, g, t);
-                release(c);
-            }
+        for (int c = 0; c < items.chunks; ++c) {
+            consume_stage(acc, wait_stage(c), count, warp, g, t);
+            release(c);
         }
         q += items.chunks;
         store_item<UP>(a, acc, e_row0, count, offset, t);
@@ -777,10 +734,12 @@ void launch(Args a, const MoeGrouping& g, int max_tiles, const KernelPolicy& pol
     a.split_counters = g.split_counters;
     const int64_t items = int64_t(a.N / (UP ? 64 : 128)) * a.max_tiles;
     if (policy.moe_wgmma_specialized) {
-        const int64_t ws_ctas = std::min<int64_t>(current_arch().sm_count, (items + kMathGroups - 1) / kMathGroups);
-        const bool named = policy.moe_wgmma_specialized == 2, carry = policy.moe_wgmma_carry != 0;
-        auto kernel = named ? (carry ? wgmma_expert_ws_kernel<UP, true, true> : wgmma_expert_ws_kernel<UP, true, false>)
-                            : (carry ? wgmma_expert_ws_kernel<UP, false, true> : wgmma_expert_ws_kernel<UP, false, false>);
+        // One CTA per item up to the SM count: a call of fewer items than rings spreads them over every SM (ring 0
+        // of each first) instead of filling the first SMs' three rings.
+        const int64_t ws_ctas = std::min<int64_t>(current_arch().sm_count, items);
+        a.slot_major = policy.moe_wgmma_ws_order;
+        auto kernel = policy.moe_wgmma_specialized == 2 ? wgmma_expert_ws_kernel<UP, true>
+                                                         : wgmma_expert_ws_kernel<UP, false>;
         allow_dynamic_smem(kernel, kWsSmemBytes);
         launch_pdl(UP ? "moe_wgmma expert_ws_kernel<up>" : "moe_wgmma expert_ws_kernel<down>", kernel,
                    dim3(unsigned(ws_ctas)), dim3(kWsThreads), kWsSmemBytes, stream, a);

@@ -51,9 +51,9 @@ std::vector<ExpertCase> test_cases() {
         {"3 tokens, inter 768", 3, 32, 4, 512, 768, false, true},
         // more items than CTA slots: the wgmma experts cut items between CTAs
         {"items cut between CTAs", 16, 64, 6, 1024, 2048, false, false},
-        // V4-Flash's widths (16 stages per up item, 8 per down item: the stage counts of the carried form) with
-        // more items than the warp-specialized kernel's 3 rings per SM (each ring takes several, its stage phases
-        // carried across items), items of <= 8 and of 9-16 tokens in the same rings
+        // V4-Flash's widths (16 stages per up item, 8 per down item) with more items than the warp-specialized
+        // kernel's 3 rings per SM (each ring takes several, its stage phases carried across items), items of <= 8
+        // and of 9-16 tokens in the same rings
         {"V4-Flash widths, several items per ring", 16, 16, 6, 4096, 2048, false, false},
         // prefill sizes (grouped_experts is forced in prefill passes; the default policy gives them to the routed
         // decode kernels, wgmma_experts up to 256 tokens and gemv_experts up to 128):

@@ -515,7 +515,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
         ScopedEnv pdl("FLASHSEEK_PDL", "0");
         ScopedEnv specialized("FLASHSEEK_MOE_WGMMA_SPECIALIZED", "2");
         ScopedEnv indexer_form("FLASHSEEK_INDEXER_SELECT_FORM", "0");
-        ScopedEnv carry("FLASHSEEK_MOE_WGMMA_CARRY", "1");
+        ScopedEnv ws_order("FLASHSEEK_MOE_WGMMA_WS_ORDER", "1");
         const KernelPolicy p = KernelPolicy::from_env();
         EXPECT_TRUE(p.is_forced("tile_gemm"));
         EXPECT_TRUE(p.is_forced("attn_mma"));
@@ -527,7 +527,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
         EXPECT_TRUE(p.branches);
         EXPECT_EQ(p.moe_wgmma_specialized, 2);
         EXPECT_EQ(p.indexer_select_form, 0);
-        EXPECT_EQ(p.moe_wgmma_carry, 1);
+        EXPECT_EQ(p.moe_wgmma_ws_order, 1);
     }
     expect_env_error("FLASHSEEK_DISABLE", "wgmma_gemv,no_such_kernel", "no_such_kernel");
     expect_env_error("FLASHSEEK_FORCE", "tile", "tile");
@@ -536,7 +536,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
     expect_env_error("FLASHSEEK_MOE_WGMMA_BALANCE", "x", "");
     expect_env_error("FLASHSEEK_MOE_WGMMA_SPECIALIZED", "3", "");
     expect_env_error("FLASHSEEK_INDEXER_SELECT_FORM", "2", "");
-    expect_env_error("FLASHSEEK_MOE_WGMMA_CARRY", "2", "");
+    expect_env_error("FLASHSEEK_MOE_WGMMA_WS_ORDER", "2", "");
 }
 
 TEST(LinearArgs, BadArgumentsThrowNamedErrors) {
