@@ -70,6 +70,11 @@ struct PreparedActivation {
     int64_t raw_ld = 0;
     ActFormat format = ActFormat::MMA_F16;
     Fp8Activation fp8;  // FP8_ROWS: the codes and scales (over `values` and `scales`); unused otherwise
+    // Set by the producer that also wrote this activation as packed 16-token tiles (wgmma_experts' up-projection
+    // writes h both ways, moe_wgmma.cu): the tile memory (MoeGrouping::act_tiles) that holds it, so its consumer
+    // (wgmma_experts' down-projection) skips its own packing. Valid while the values and those tiles are unchanged;
+    // describe_prepared clears it, and so must any code that rewrites the values.
+    const void* packed_tiles = nullptr;
 };
 // Fills x's description (not its storage) for a prepared [m, k] activation: layout, numerics and the padded sizes.
 inline void describe_prepared(PreparedActivation& x, WeightKind layout, ActNumerics numerics, int64_t m, int64_t k) {
@@ -81,6 +86,7 @@ inline void describe_prepared(PreparedActivation& x, WeightKind layout, ActNumer
     x.k = k;
     x.m_pad = (m + 7) / 8 * 8;
     x.k_pad = (k + 127) / 128 * 128;
+    x.packed_tiles = nullptr;
 }
 // Fills x's description as the FP8_ROWS act_quant of an [m, k] activation (FP8 layout, release numerics) over its
 // own values / scales storage: what prepare_activation_rows writes, and a producer kernel that writes the same.

@@ -2,7 +2,7 @@
 // natural column order (lane l holds columns 4l..4l+3), the block's power-of-two scale (release numerics:
 // act_quant to e4m3 codes; exact: the f16 form), values stored at their permuted positions for the weight layout.
 // Used by prepare_activation and by the kernels that produce a prepared activation directly (moe_gemv.cu
-// quantize_h, moe_swiglu.cu, mhc_pre's fused norm).
+// quantize_h, moe_wgmma.cu quantize_h_tiles_kernel, moe_swiglu.cu, mhc_pre's fused norm).
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -21,16 +21,17 @@ __device__ __forceinline__ float prepared_block_scale(float amax, int numerics) 
     if (numerics == int(ActNumerics::FP8_BLOCK128)) return exp2i(max(-126, min(127, ceil_log2(fmaxf(amax, 1e-4f) / 448.f))));
     return amax > 0.f ? exp2i(max(-126, min(127, ceil_log2(amax) - 14))) : 1.f;
 }
-// One value of such a block as stored: times 1 / scale (exact: the scale is a power of two, so this equals the
-// division), in release numerics act_quant to e4m3 (clamped to +-448, round to nearest even: the hardware cvt on
-// sm_89+, bit-identical to util/numeric.h f32_to_e4m3 for every finite value), as f16 bits.
+// One value of such a block in release numerics: times 1 / scale (exact: the scale is a power of two, so this equals
+// the division), act_quant to e4m3 (clamped to +-448, round to nearest even: the hardware cvt on sm_89+,
+// bit-identical to util/numeric.h f32_to_e4m3 for every finite value), the e4m3 code.
+__device__ __forceinline__ __nv_fp8_storage_t prepared_e4m3(float v, float inv_scale) {
+    return __nv_cvt_float_to_fp8(fminf(fmaxf(v * inv_scale, -448.f), 448.f), __NV_SATFINITE, __NV_E4M3);
+}
+// ... as stored: f16 bits (release numerics: of that e4m3 value, exact in f16).
 __device__ __forceinline__ uint16_t prepared_value_bits(float v, float inv_scale, int numerics) {
-    const float q = v * inv_scale;
-    if (numerics == int(ActNumerics::FP8_BLOCK128)) {
-        const __nv_fp8_storage_t e = __nv_cvt_float_to_fp8(fminf(fmaxf(q, -448.f), 448.f), __NV_SATFINITE, __NV_E4M3);
-        return __nv_cvt_fp8_to_halfraw(e, __NV_E4M3).x;  // every e4m3 value is exact in f16
-    }
-    return __half_as_ushort(__float2half_rn(q));
+    if (numerics == int(ActNumerics::FP8_BLOCK128))
+        return __nv_cvt_fp8_to_halfraw(prepared_e4m3(v, inv_scale), __NV_E4M3).x;
+    return __half_as_ushort(__float2half_rn(v * inv_scale));
 }
 
 // Every lane of the warp must call it (warp-wide amax). `block` points at the block's 128 values, `scale` at its

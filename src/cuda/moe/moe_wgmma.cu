@@ -8,17 +8,20 @@
 //     (common/wgmma.cuh: 512 bytes per 32-k step, 16 token columns, e4m3 codes) plus their per-128 scales, so one
 //     bulk copy per stage brings them next to the weights. Columns past the expert's token count are zero. An
 //     expert with c tokens has ceil(c / 16) tiles (the grouping lists them: MoeGrouping::tile_expert), so any
-//     token count fits; at 2-16 decode sequences every active expert has one.
+//     token count fits; at 2-16 decode sequences every active expert has one. The down-projection's tiles come
+//     from the up-projection's last launch (quantize_h_tiles_kernel quantizes h into the prepared activation and
+//     the tiles at once, PreparedActivation::packed_tiles marking it), unless its h came from elsewhere.
 //   - Persistent CTAs of one warpgroup (128 threads, three per SM). Item = (tile, 64 rows of w1 and the same 64 rows of
 //     w3) for the up-projection, (tile, 128 rows of w2) for the down-projection: two 64-row "parts" either way. An
 //     expert's second tile streams the same weights again; round robin hands the two tiles' items to CTAs that run at
 //     about the same time, so the repeat mostly comes from L2. A stage = 128 weight rows x 128 bytes (256 FP4 weights
 //     per row) + the B tile of those 256 k (4 KB) + 2 x 16 activation scales + the rows' 8 E8M0 weight scales each
-//     (1 KB); the weight rows move by per-lane 16-byte cp.async (8 lanes per row, 4 rows per warp instruction) and
-//     each thread copies one row's scales (8-byte cp.async), thread 0 bulk-copies the B tile and activation scales,
-//     all completing on the stage's mbarrier (count 1 + threads). Three stages per CTA, refilled across items. One
-//     cp.async.bulk per weight row was issued by ptxas one lane at a time (ELECT / R2UR / UBLKCP loop, ~256 of ~650
-//     instructions per warp and stage): the per-lane form measured C=16 15.16 -> 13.89 ms end to end (docs/perf-log).
+//     (1 KB); one thread copies the weights as four TMA boxes (64 rows x one 128-k block each, the 64-byte swizzle;
+//     the per-expert maps of ExpertTable::w_maps the grouped GEMM reads too), the B tile and the activation scales
+//     (bulk copies), and each thread one row's scales (8-byte cp.async), all completing on the stage's mbarrier
+//     (count 1 + threads). Three stages per CTA, refilled across items. Before the boxes the weight rows moved by
+//     per-lane 16-byte cp.async (1,024 per stage through the load/store unit, ~3 TB/s at 16-128 sequences); one
+//     cp.async.bulk per row before that was issued by ptxas one lane at a time (docs/perf-log).
 //   - FP4 -> e4m3 by bit moves (bulk_copy.cuh fp4x8_to_e4m3, FP4 value x 2^-6): one 32-bit word per row and
 //     k-step per thread gives the even weights (a0 / a1) and the odd ones (a2 / a3), so the logical k order of a
 //     step is phys {0,2,..,30} then {1,3,..,31} within each 8-weight group; pack_tiles_kernel writes the B tile in
@@ -59,9 +62,9 @@
 #include "cuda/common/smem.cuh"
 #include "cuda/common/wgmma.cuh"
 #include "cuda/gemm/gemv_mma.cuh"
+#include "cuda/gemm/prepare_block.cuh"
 #include "cuda/gemm/swiglu_element.cuh"
 #include "cuda/gemm/tma.cuh"
-#include "cuda/moe/moe_gemv.cuh"
 
 namespace flashseek::cuda::wgmma_experts {
 namespace {
@@ -70,20 +73,24 @@ constexpr int kThreads = 128;
 constexpr int kCtasPerSm = 3;
 constexpr int kStages = 3;
 constexpr int kRowBytes = 128;                          // FP4 bytes per weight row per stage: 8 k-steps of 32
-constexpr int kStride = kRowBytes + 16;                 // padded: the fragment reads of a warp hit 32 banks
 constexpr int kRows = 128;                              // two 64-row parts
 constexpr int kSteps = kRowBytes / 16;                  // 32-k steps per stage
 constexpr int kTileBytes = kSteps * wgmma::kStepBytes;  // B tile bytes per stage
 constexpr int kScaleFloats = 2 * 16;                    // 2 blocks of 128 k x 16 columns
-constexpr int kWeightBytes = kRows * kStride;
+// The weights of a stage: four TMA boxes (ExpertTable::w_maps: 64 rows x 64 bytes, one 128-k block, 64-byte
+// swizzle), box 2 part + k-block; box_chunk_offset below is the swizzle.
+constexpr int kBoxBytes = 64 * 64;
+constexpr int kWeightBytes = 4 * kBoxBytes;
 constexpr int kWeightScaleBytes = kRows * kSteps;       // the stage's E8M0 weight scales: 8 per row
-// Stage layout: weight rows, then the B tile, its activation scales and the weight rows' scales.
+// Stage layout: weight boxes, then the B tile, its activation scales and the weight rows' scales; stages 1024-byte
+// aligned (the swizzle pattern is one of shared addresses, repeating every 512 bytes).
 constexpr int kTileOffset = kWeightBytes, kActScaleOffset = kTileOffset + kTileBytes;
 constexpr int kWeightScaleOffset = kActScaleOffset + kScaleFloats * 4;
-constexpr int kStageBytes = kWeightScaleOffset + kWeightScaleBytes;
-constexpr uint32_t kStageBulkTx = kTileBytes + kScaleFloats * 4;  // thread 0's bulk copies per stage
-constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kStages * 8;
-static_assert(kWeightBytes % 128 == 0 && kStageBytes % 128 == 0, "tile and stage alignment");
+constexpr int kStageBytes = (kWeightScaleOffset + kWeightScaleBytes + 1023) / 1024 * 1024;
+constexpr uint32_t kStageBulkTx = kWeightBytes + kTileBytes + kScaleFloats * 4;  // one thread's bulk copies per stage
+constexpr size_t kSmemAlign = 1024;  // dynamic shared memory is 16-byte aligned: the kernels round its base up
+constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kStages * 8 + kSmemAlign;
+static_assert(kBoxBytes % 512 == 0 && kStageBytes % 1024 == 0, "swizzled boxes and stages 512-byte aligned");
 struct Args {
     const void* const* w_a;  // up: w1, down: w2 (per expert)
     const void* const* s_a;
@@ -98,6 +105,7 @@ struct Args {
     const int32_t* count;
     const int32_t* offset;
     const float* slot_weight;
+    const unsigned char* maps;  // ExpertTable::w_maps: expert e's w1 / w3 / w2 TMA maps at + 384 e, + 128, + 256
     int max_tiles;           // the grid was sized for this many tiles
     int slot_major;          // warp-specialized kernel: items in the round-robin kernel's slot order (first_item)
     float* split_partials;
@@ -201,6 +209,93 @@ __global__ void __launch_bounds__(kPackThreads) pack_tiles_kernel(const PackArgs
 #endif
 }
 
+// The down-projection's input in one pass after the up-projection (replacing gemv_experts::quantize_h and the
+// down-projection's pack_tiles_kernel, one launch fewer per layer): CTA = tile, thread = (column tid % 16, 128-k
+// blocks tid / 16 + 16 i). A valid column's slot row of h (bf16, natural order) is quantized per 128-block as
+// quantize_h_kernel does (gemm/prepare_block.cuh: the block's power-of-two scale, e4m3 codes) and written both ways:
+// in place as the prepared h (FP4 layout, any down-projection variant reads it) and as the tile's B columns and
+// scale, the bytes pack_tiles_kernel makes of that prepared h. Columns past the expert's count: zero codes and scale
+// 0, h untouched. Rows of h no tile lists (past the grouped slots) are left alone, as quantize_h leaves them.
+struct HTileArgs {
+    uint16_t* h;       // [slots, h_ld] bf16 in, prepared values out
+    float* h_scales;   // [slots, h_ld / 128]
+    int64_t h_ld;
+    int K;             // inter (a multiple of 256)
+    const int32_t* tile_expert;
+    const int32_t* tile_col;
+    const int32_t* n_tiles;
+    const int32_t* count;
+    const int32_t* offset;
+    int max_tiles;
+    uint8_t* tiles;
+    float* tile_scales;
+};
+constexpr int kHTileThreads = 256;
+__global__ void __launch_bounds__(kHTileThreads) quantize_h_tiles_kernel(const HTileArgs a) {
+#if FS_WGMMA_AVAILABLE
+    pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
+    pdl_trigger();
+    const int pos = int(blockIdx.x);
+    if (pos >= min(*a.n_tiles, a.max_tiles)) return;
+    const int c = int(threadIdx.x) % 16, n_blk = a.K / 128;
+    const int e = a.tile_expert[pos], col = a.tile_col[pos] + c;
+    const bool valid = col < a.count[e];
+    const int64_t slot = a.offset[e] + col;
+    uint8_t* const tile = a.tiles + int64_t(pos) * (a.K / 32) * wgmma::kStepBytes + wgmma::b_offset(0, c);
+    float* const tile_scales = a.tile_scales + int64_t(pos) * n_blk * 16 + c;
+    for (int blk = int(threadIdx.x) / 16; blk < n_blk; blk += kHTileThreads / 16) {
+        uint16_t* const row = a.h + slot * a.h_ld + blk * 128;
+        uint4 raw[16];  // the block's 128 bf16 values, natural order (all loads in flight before any use)
+#pragma unroll
+        for (int i = 0; i < 16; ++i) raw[i] = valid ? reinterpret_cast<const uint4*>(row)[i] : make_uint4(0, 0, 0, 0);
+        auto value = [&](int i) {  // natural position i of the block
+            const uint32_t w = (&raw[i / 8].x)[(i % 8) / 2];
+            return bf16_bits_to_f32(uint16_t(i % 2 ? w >> 16 : w & 0xffffu));
+        };
+        float amax = 0.f;
+#pragma unroll
+        for (int i = 0; i < 128; ++i) amax = fmaxf(amax, fabsf(value(i)));
+        const float sc = prepared_block_scale(amax, int(ActNumerics::FP8_BLOCK128)), inv = 1.f / sc;
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {  // the block's 32-k steps
+            uint32_t w[8];  // e4m3 codes of naturals 32s + 4j .. + 3 in word j
+            uint16_t prepared[32];
+#pragma unroll
+            for (int j = 0; j < 32; ++j) {
+                const __nv_fp8_storage_t code = prepared_e4m3(value(32 * s + j), inv);
+                if (j % 4 == 0) w[j / 4] = 0;
+                w[j / 4] |= uint32_t(code) << (8 * (j % 4));
+                prepared[(j & ~7) + mma::prepared_pos(WeightKind::FP4_BLOCK32, j & 7)] =
+                    __nv_cvt_fp8_to_halfraw(code, __NV_E4M3).x;
+            }
+            uint4 lo, hi;  // logical k 0..15 (naturals 0, 2, .., 30) and 16..31 (naturals 1, 3, .., 31)
+            uint32_t* l = &lo.x;
+            uint32_t* hh = &hi.x;
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+                l[t] = valid ? __byte_perm(w[2 * t], w[2 * t + 1], 0x6420) : 0u;
+                hh[t] = valid ? __byte_perm(w[2 * t], w[2 * t + 1], 0x7531) : 0u;
+            }
+            uint8_t* const dst = tile + int64_t(blk * 4 + s) * wgmma::kStepBytes;
+            *reinterpret_cast<uint4*>(dst) = lo;
+            *reinterpret_cast<uint4*>(dst + wgmma::b_offset(16, 0)) = hi;
+            if (valid)
+#pragma unroll
+                for (int g8 = 0; g8 < 4; ++g8) {
+                    const uint16_t* q = prepared + 8 * g8;
+                    reinterpret_cast<uint4*>(row + 32 * s)[g8] =
+                        make_uint4(uint32_t(q[0]) | uint32_t(q[1]) << 16, uint32_t(q[2]) | uint32_t(q[3]) << 16,
+                                   uint32_t(q[4]) | uint32_t(q[5]) << 16, uint32_t(q[6]) | uint32_t(q[7]) << 16);
+                }
+        }
+        tile_scales[blk * 16] = valid ? sc : 0.f;
+        if (valid) a.h_scales[slot * (a.h_ld / 128) + blk] = sc;
+    }
+#else
+    __trap();  // launched only beside wgmma_expert_kernel
+#endif
+}
+
 #if FS_WGMMA_AVAILABLE
 using namespace bulk;
 
@@ -216,17 +311,21 @@ struct Block {
     float d[4][N / 2];
 };
 
+// Byte offset of 16-byte chunk c (one 32-k step) of row r (0..63) in a weight box: the TMA's 64-byte swizzle rotates
+// a row's four chunks by (r / 2) % 4, so the eight rows g = 0..7 a warp reads at once (rows 16w + g and + 8) fall on
+// eight different (row parity, chunk) pairs: 32 banks.
+__device__ __forceinline__ int box_chunk_offset(int r, int c) { return 64 * r + 16 * (c ^ ((r >> 1) & 3)); }
+
 // Converts the part's rows (16w + g, + 8) of steps 4b..4b+3 from the stage and issues their four wgmmas.
 template <int N>
 __device__ __forceinline__ void issue_block(Block<N>& k, const unsigned char* sw, uint64_t tile_desc, int part, int b,
                                             int warp, int g, int t) {
-    const unsigned char* r_lo = sw + (64 * part + 16 * warp + g) * kStride + 4 * t;
-    const unsigned char* r_hi = r_lo + 8 * kStride;
+    const unsigned char* box = sw + (2 * part + b) * kBoxBytes + 4 * t;
+    const int r = 16 * warp + g;  // row r + 8 has the same rotation
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
-        const int s = 4 * b + q;
-        fp4x8_to_e4m3(*reinterpret_cast<const uint32_t*>(r_lo + 16 * s), k.a[q][0], k.a[q][2]);
-        fp4x8_to_e4m3(*reinterpret_cast<const uint32_t*>(r_hi + 16 * s), k.a[q][1], k.a[q][3]);
+        fp4x8_to_e4m3(*reinterpret_cast<const uint32_t*>(box + box_chunk_offset(r, q)), k.a[q][0], k.a[q][2]);
+        fp4x8_to_e4m3(*reinterpret_cast<const uint32_t*>(box + box_chunk_offset(r + 8, q)), k.a[q][1], k.a[q][3]);
     }
     wgmma::fence();
 #pragma unroll
@@ -312,11 +411,34 @@ __device__ __forceinline__ void run_stage(float (&acc)[2][8], const unsigned cha
     finish_block<N>(blk[1], acc[1], v.ws[1][0], v.ws[1][1], v.ss, 1, t);
 }
 
-// One thread's part of filling a stage: arms its barrier for the bulk bytes and copies stage `chunk`'s B tile and
-// activation scales.
-__device__ __forceinline__ void copy_stage_activation(unsigned char* stage, uint64_t* bar, const uint8_t* tiles,
-                                                      const float* scales, int chunk) {
+// Where an item's weights come from: the TMA maps of its two parts and their first rows (up: w1 and w3 at the
+// item's row; down: w2 at the item's row and 64 below).
+struct ItemMaps {
+    const void* map[2];
+    int row[2];
+};
+__device__ __forceinline__ ItemMaps item_maps(const unsigned char* maps, bool up, int e, int row0) {
+    const unsigned char* m = maps + 384 * int64_t(e);
+    ItemMaps im;
+    im.map[0] = up ? m : m + 256;
+    im.map[1] = up ? m + 128 : m + 256;
+    im.row[0] = row0;
+    im.row[1] = up ? row0 : row0 + 64;
+    return im;
+}
+
+// One thread's part of filling a stage: arms its barrier for the bulk bytes and copies stage `chunk`'s weights (four
+// TMA boxes), B tile and activation scales. Why TMA: with one 16-byte cp.async per row piece (1,024 per stage,
+// through the load/store unit) the kernel streamed ~3 TB/s; the grouped expert GEMM measured the same path at 40% of
+// its time (moe_gemm_sm90.cu).
+__device__ __forceinline__ void copy_stage_bulk(unsigned char* stage, uint64_t* bar, const ItemMaps& im,
+                                                const uint8_t* tiles, const float* scales, int chunk) {
     mbar_expect_tx(bar, kStageBulkTx);
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+#pragma unroll
+        for (int b = 0; b < 2; ++b)
+            tma::load_2d(stage + (2 * p + b) * kBoxBytes, im.map[p], chunk * kRowBytes + 64 * b, im.row[p], bar);
     copy_g2s(stage + kTileOffset, tiles + int64_t(chunk) * kTileBytes, kTileBytes, bar);
     copy_g2s(stage + kActScaleOffset, scales + 2 * chunk * 16, kScaleFloats * 4, bar);
 }
@@ -369,7 +491,8 @@ struct ItemSpace {
 template <bool UP, bool BAL>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(const Args a) {
 #if FS_WGMMA_AVAILABLE
-    extern __shared__ __align__(128) unsigned char smem[];
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    unsigned char* const smem = smem_raw + ((kSmemAlign - (smem_u32(smem_raw) & (kSmemAlign - 1))) & (kSmemAlign - 1));
     const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane >> 2, t = lane & 3;
     pdl_trigger();
     uint64_t* const bars = reinterpret_cast<uint64_t*>(smem + size_t(kStages) * kStageBytes);
@@ -400,24 +523,21 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
         first_chunk = 0;
         step = int(gridDim.x);
     }
-    const int64_t row_bytes = a.K / 2;
     const int s_ld = a.K / 32;
     const int64_t tile_stride = int64_t(a.K / 32) * wgmma::kStepBytes;
 
-    // Producer cursor: warp w copies stage rows 32w + 4i + lane / 8 (i = 0..7; up: part w / 2), 16 bytes per lane;
-    // thread 0 adds the B tile and the activation scales and arms the barrier. Pointers are looked up once per item
-    // (dependent loads of the active list and the pointer tables would otherwise stall every stage).
+    // Producer cursor: thread 0 copies a stage's weight boxes, B tile and activation scales and arms the barrier;
+    // thread i copies stage row i's weight scales. Pointers are looked up once per item (dependent loads of the active
+    // list and the pointer tables would otherwise stall every stage).
     int f_item = first_item, f_chunk = first_chunk - 1;  // (first_item / first_chunk die here: registers)
-    const uint8_t* f_w = nullptr;
+    ItemMaps f_maps{};
     const uint8_t* f_tile = nullptr;
     const float* f_ts = nullptr;
     const uint8_t* f_scale = nullptr;  // this thread's scale row (stage row tid)
     auto f_lookup = [&]() {
         const int pos = f_item / items.tiles, e = a.tile_expert[pos];
         const int row0 = (f_item % items.tiles) * items.kItemRows;
-        const int crow = row0 + (UP ? 32 * (warp & 1) : 32 * warp) + lane / 8;
-        f_w = static_cast<const uint8_t*>(UP && warp >= 2 ? a.w_b[e] : a.w_a[e]) + int64_t(crow) * row_bytes +
-              (lane % 8) * 16;
+        if (tid == 0) f_maps = item_maps(a.maps, UP, e, row0);
         // Scale row `tid` of the stage (part tid / 64): each stage copies 8 bytes of it; the whole row goes to L2
         // now, so the stages after the first read L2.
         const int64_t row = UP ? row0 + (tid & 63) : row0 + tid;
@@ -435,23 +555,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
         }
         const int st = q % kStages;
         unsigned char* stage = smem + size_t(st) * kStageBytes;
-        if (tid == 0) copy_stage_activation(stage, &bars[st], f_tile, f_ts, f_chunk);
-        // Row 32 warp + lane / 8, 16-byte piece lane % 8, from a fresh read of the thread index: ptxas otherwise
-        // keeps this offset in a register it spills in the up-projection (a local load every stage).
-        uint32_t tid_now;
-        asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid_now));
-        unsigned char* dst = stage + ((tid_now / 32) * 32 + (tid_now % 32) / 8) * kStride + (tid_now % 8) * 16;
-        const uint8_t* src = f_w + f_chunk * kRowBytes;
-        const uint32_t four_rows = 4 * uint32_t(row_bytes);  // < 2^32: K / 2 bytes per row
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            cp_async_16(dst + 4 * i * kStride, src);
-            src += four_rows;
-            asm volatile("" : "+l"(src));  // one running pointer: eight precomputed ones spilled (168 registers)
-        }
+        if (tid == 0) copy_stage_bulk(stage, &bars[st], f_maps, f_tile, f_ts, f_chunk);
         // Stage row tid's 8 weight scales ride with the stage (tracked by its mbarrier like the weights): the
         // consumer reads them from shared memory instead of waiting on a global load a stage is shorter than.
-        cp_async_ca<8>(stage + kWeightScaleOffset + tid_now * 8, f_scale + f_chunk * 8);
+        cp_async_ca<8>(stage + kWeightScaleOffset + tid * 8, f_scale + f_chunk * 8);
         cp_async_mbar_arrive(&bars[st]);
     };
     for (int q = 0; q < kStages - 1 && q < total; ++q) fill(q);
@@ -528,10 +635,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
 // 3b + 1, 3b + 2, as the round-robin kernel's CTAs do) gave the first SMs three items more than the last ones at
 // 2,528 items (16 sequences: 21 against 18), and the up-projection's last ~35 us ran on a third of the SMs (the
 // next kernel's span, quantize_h at 44 us per call against 10 at one sequence, run 215). Every item is computed whole
-// by one warpgroup with the round-robin kernel's arithmetic, wherever it runs: the same bits. Each has its own ring of kStages
-// stages (the stage layout above), filled by warp m - 1 of the copy warpgroup (32 weight pieces and 4 scale rows per
-// lane, lane 0 the B tile and its scales) and freed through the ring's `empty` mbarrier (one arrival per math warp)
-// instead of a CTA barrier. Why: in the round-robin kernel every warp both copies and computes (~110 of ~575
+// by one warpgroup with the round-robin kernel's arithmetic, wherever it runs: the same bits. Each has its own ring
+// of kStages stages (the stage layout above), filled by warp m - 1 of the copy warpgroup (lane 0 the weight boxes,
+// the B tile and its scales, every lane 4 scale rows) and freed through the ring's `empty` mbarrier (one arrival per
+// math warp) instead of a CTA barrier. Why: in the round-robin kernel every warp both copies and computes (~110 of ~575
 // instructions per stage are the copies and the loop) and the kernel is latency-bound at three warps per scheduler
 // with the register file full (docs/perf-log/2026-12-04_expert-stage-scales.md); here the math warps issue only
 // conversions, wgmma and scale arithmetic, and the copy warpgroup gives its registers to them (setmaxnreg).
@@ -549,7 +656,7 @@ constexpr int kMathGroups = 3;
 constexpr int kWsThreads = 128 * (1 + kMathGroups);
 constexpr int kCopyRegs = 56, kMathRegs = 152;  // 128 x 56 + 384 x 152 = 65,536 (the copy warps spill below 56)
 constexpr size_t kWsRingBytes = size_t(kStages) * kStageBytes;
-constexpr size_t kWsSmemBytes = size_t(kMathGroups) * kWsRingBytes + size_t(kMathGroups) * kStages * 2 * 8;
+constexpr size_t kWsSmemBytes = size_t(kMathGroups) * kWsRingBytes + size_t(kMathGroups) * kStages * 2 * 8 + kSmemAlign;
 
 // Named barrier of ring `ring`'s stage `st`: 1 + ring * kStages + st (barrier 0 is __syncthreads'), 160 threads.
 constexpr int kReleaseThreads = 128 + 32;
@@ -571,7 +678,8 @@ __device__ __forceinline__ int first_item(int ring, int slot_major) {
 template <bool UP, bool NAMED>
 __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Args a) {
 #if FS_WGMMA_AVAILABLE
-    extern __shared__ __align__(128) unsigned char smem[];
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    unsigned char* const smem = smem_raw + ((kSmemAlign - (smem_u32(smem_raw) & (kSmemAlign - 1))) & (kSmemAlign - 1));
     const int tid = threadIdx.x, group = tid / 128;
     pdl_trigger();
     uint64_t* const full = reinterpret_cast<uint64_t*>(smem + size_t(kMathGroups) * kWsRingBytes);
@@ -586,7 +694,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
 
     const ItemSpace<UP> items(a);
     const int slots = int(gridDim.x) * kMathGroups;
-    const int64_t row_bytes = a.K / 2;
     const int s_ld = a.K / 32;
 
     if (group == 0) {
@@ -597,20 +704,25 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
         uint64_t* const f = full + ring * kStages;
         uint64_t* const em = empty + ring * kStages;
         const int64_t tile_stride = int64_t(a.K / 32) * wgmma::kStepBytes;
-        // Lane pieces: weight rows 64p + 4i + lane / 8 (i = 0..15), bytes (lane % 8) * 16 of the row's 128; scale
-        // rows lane + 32j (j = 0..3, part j / 2).
-        const uint32_t dst_w = uint32_t((lane / 8) * kStride + (lane % 8) * 16);
+        // Lane 0: the weight boxes (TMA), the B tile and its scales; every lane: scale rows lane + 32j (j = 0..3,
+        // part j / 2).
         int q = 0;
         for (int item = first_item(ring, a.slot_major); item < items.n_items; item += slots) {
             const int pos = item / items.tiles, e = a.tile_expert[pos];
             const int row0 = (item % items.tiles) * items.kItemRows;
-            const uint8_t* w[2];
+            const ItemMaps im = item_maps(a.maps, UP, e, row0);
+            if (lane == 0) {  // the next item's maps into the descriptor cache while this one streams
+                const int next = item + slots;
+                if (next < items.n_items) {
+                    const ItemMaps nm = item_maps(a.maps, UP, a.tile_expert[next / items.tiles], 0);
+                    tma::prefetch_map(nm.map[0]);
+                    if (UP) tma::prefetch_map(nm.map[1]);
+                }
+            }
             const uint8_t* sc[2];
 #pragma unroll
             for (int p = 0; p < 2; ++p) {
                 const int r = row0 + (UP ? 0 : 64 * p);
-                w[p] = static_cast<const uint8_t*>(UP && p ? a.w_b[e] : a.w_a[e]) + (r + lane / 8) * row_bytes +
-                       (lane % 8) * 16;
                 sc[p] = static_cast<const uint8_t*>(UP && p ? a.s_b[e] : a.s_a[e]) + int64_t(r + lane) * s_ld;
             }
             const uint8_t* const b_tile = a.tiles + pos * tile_stride;
@@ -625,14 +737,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
                 }
                 fence_proxy_async();
                 unsigned char* const stage = base + size_t(st) * kStageBytes;
-                if (lane == 0) copy_stage_activation(stage, &f[st], b_tile, b_scales, chunk);
-#pragma unroll
-                for (int p = 0; p < 2; ++p) {
-                    const uint8_t* src = w[p] + chunk * kRowBytes;
-#pragma unroll
-                    for (int i = 0; i < 16; ++i)
-                        cp_async_16(stage + (64 * p + 4 * i) * kStride + dst_w, src + int64_t(4 * i) * row_bytes);
-                }
+                if (lane == 0) copy_stage_bulk(stage, &f[st], im, b_tile, b_scales, chunk);
                 unsigned char* const sdst = stage + kWeightScaleOffset + lane * 8;
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
@@ -711,6 +816,26 @@ void pack(const PreparedActivation& x, const MoeGrouping& g, int max_tiles, cons
                dim3(kPackThreads), 0, stream, p);
 }
 
+// h prepared and packed for the down-projection (quantize_h_tiles_kernel); marks h as held by the tiles.
+void quantize_h_tiles(PreparedActivation& h, const MoeGrouping& g, int max_tiles, cudaStream_t stream) {
+    HTileArgs q{};
+    q.h = h.values;
+    q.h_scales = h.scales;
+    q.h_ld = h.k_pad;
+    q.K = int(h.k);
+    q.tile_expert = g.tile_expert;
+    q.tile_col = g.tile_col;
+    q.n_tiles = g.n_tiles;
+    q.count = g.expert_count;
+    q.offset = g.expert_offset;
+    q.max_tiles = max_tiles;
+    q.tiles = g.act_tiles;
+    q.tile_scales = g.act_tile_scales;
+    launch_pdl("moe_wgmma quantize_h_tiles_kernel", quantize_h_tiles_kernel, dim3(unsigned(max_tiles)),
+               dim3(kHTileThreads), 0, stream, q);
+    h.packed_tiles = g.act_tiles;
+}
+
 // Which projections take the balanced stage ranges: 0 none (default, measured fastest), 1 the up-projection, 2 both
 // (KernelPolicy::moe_wgmma_balance, for A/B runs; a host-side choice between two compiled kernels, no per-stage
 // cost).
@@ -774,7 +899,7 @@ bool supports(const ExpertCall& c) {
     const MoeGrouping* g = c.grouping;
     if (!wgmma_usable() || g == nullptr || (c.up && c.h_numerics != ActNumerics::FP8_BLOCK128)) return false;
     return t.kind == WeightKind::FP4_BLOCK32 && t.scale_kind == ScaleKind::E8M0 && t.scales_aligned16 &&
-           c.M >= 1 && c.M * c.top_k <= g->max_pairs && t.hidden % 256 == 0 && t.inter % 256 == 0 &&
+           t.w_maps != nullptr && reinterpret_cast<uintptr_t>(t.w_maps) % 64 == 0 && c.M >= 1 && c.M * c.top_k <= g->max_pairs && t.hidden % 256 == 0 && t.inter % 256 == 0 &&
            t.hidden <= g->act_tile_k && t.inter <= g->act_tile_k && g->act_tiles != nullptr &&
            g->act_tile_scales != nullptr && g->split_counters != nullptr && g->tile_expert != nullptr &&
            moe_act_tiles_needed(g->E, c.M * c.top_k) <= g->act_tile_count && prepared_release(c.x) &&
@@ -795,20 +920,22 @@ void up(const ExpertCall& c, const KernelPolicy& policy, float swiglu_limit, Pre
     pack(c.x, g, max_tiles, g.slot_token, stream);
     Args a{};
     set_projection(a, t, true);
+    a.maps = static_cast<const unsigned char*>(t.w_maps);
     a.limit = swiglu_limit;
     a.h = h.values;
     a.h_ld = h.k_pad;
     launch<true>(a, g, max_tiles, policy, stream);
-    gemv_experts::quantize_h(h, t, &g, ActNumerics::FP8_BLOCK128, stream);
+    quantize_h_tiles(h, g, max_tiles, stream);
 }
 
 void down(const ExpertCall& c, const KernelPolicy& policy, float* y, cudaStream_t stream) {
     const ExpertTable& t = c.t;
     const MoeGrouping& g = *c.grouping;
     const int max_tiles = tiles_for(c);
-    pack(c.x, g, max_tiles, nullptr, stream);
+    if (c.x.packed_tiles != g.act_tiles) pack(c.x, g, max_tiles, nullptr, stream);  // else quantize_h_tiles did
     Args a{};
     set_projection(a, t, false);
+    a.maps = static_cast<const unsigned char*>(t.w_maps);
     a.y = y;
     launch<false>(a, g, max_tiles, policy, stream);
 }

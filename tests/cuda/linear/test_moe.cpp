@@ -750,6 +750,7 @@ void compare_stages(MoeLayerData& L) {
             upload_rows_h(h_base, h);
             if (::testing::Test::HasFatalFailure()) return;
             h_in = h;
+            h_in.packed_tiles = nullptr;  // the values were rewritten: tiles packed from them are stale
         }
         if (!v.supports(L.routed_down(h_in))) continue;
         const double ey = rel_l2(down(v.name, h_in), y_base);
@@ -831,6 +832,24 @@ void check_case(const ExpertCase& c, VariantCoverage& coverage) {
         if (c.pinned_groups && supported[1]) coverage.ran(v.name, "pinned-groups");
         EXPECT_LE(rel_l2(a.out, L.ref), layer_threshold(a));
         EXPECT_TRUE(bit_identical(run_layer(L, only, routed_raw, shared_raw).out, a.out)) << "rerun differs";
+        // wgmma_experts' up-projection writes h both as the prepared activation and as the down-projection's packed
+        // tiles (quantize_h_tiles_kernel); its down-projection from the prepared h alone (packing it itself) must
+        // give the same bits.
+        if (v.name == "wgmma_experts" && a.variant[0] == v.name && a.variant[1] == v.name) {
+            ASSERT_NE(a.h.packed_tiles, nullptr) << "the up-projection did not mark h as packed";
+            auto down_y = [&](const cuda::PreparedActivation& h) {
+                L.y.poison();
+                EXPECT_EQ(cuda::moe_expert_down(h, L.routed.table, &L.grouping(), c.M, c.top_k, L.y.ptr, nullptr, only),
+                          v.name);
+                CUDA_CHECK(cudaDeviceSynchronize());
+                return L.y.download();
+            };
+            const std::vector<float> fused = down_y(a.h);
+            cuda::PreparedActivation unpacked = a.h;
+            unpacked.packed_tiles = nullptr;
+            EXPECT_TRUE(bit_identical(down_y(unpacked), fused)) << "the down-projection's own packing differs";
+            coverage.ran(v.name, "h tiles");
+        }
         // wgmma_experts' kernels (warp-specialized with mbarrier releases, the default; the same with named-barrier
         // releases; round robin) compute each item the same way (the same products, sums and order) wherever it runs:
         // the same bits.
