@@ -64,7 +64,8 @@ struct KernelPolicy {
     // the default until racecheck is read per form.
     int moe_wgmma_specialized = 1;
     // The warp-specialized kernel's item order: 0 SM-major (the SMs' item counts differ by at most one), 1 the
-    // round-robin kernel's slot order (a CTA's three rings take consecutive items); the same bits.
+    // round-robin kernel's slot order (a CTA's three rings take consecutive items), 2 dynamic (each ring takes the
+    // next item from a counter when it starts one: rings that start late or run slow take fewer); the same bits.
     int moe_wgmma_ws_order = 0;
     // The indexer's decode scorer and top-k (indexer/indexer.cuh IndexerSelectParams::form): 0 the first form, 1
     // with their staging and radix passes shortened; the same scores and selections bit for bit. 1 is the default:

@@ -107,7 +107,8 @@ struct Args {
     const float* slot_weight;
     const unsigned char* maps;  // ExpertTable::w_maps: expert e's w1 / w3 / w2 TMA maps at + 384 e, + 128, + 256
     int max_tiles;           // the grid was sized for this many tiles
-    int slot_major;          // warp-specialized kernel: items in the round-robin kernel's slot order (first_item)
+    int order;               // warp-specialized kernel: item order (KernelPolicy::moe_wgmma_ws_order, first_item)
+    uint32_t* item_counter;  // ... its dynamic order's next-item and finished-ring counters (left zero)
     float* split_partials;
     uint32_t* split_counters;
     float limit;
@@ -631,7 +632,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
 
 // The warp-specialized form (KernelPolicy::moe_wgmma_specialized): one CTA per SM, warpgroup 0 copies, warpgroups
 // 1..kMathGroups compute. Math warpgroup m takes items blockIdx.x + gridDim.x * (m - 1) + k * gridDim.x * kMathGroups
-// (first_item): SM-major, so the SMs' item counts differ by at most one. Slot-major (CTA b's rings taking items 3b,
+// (first_item): SM-major, so the SMs' item counts differ by at most one; or (KernelPolicy::moe_wgmma_ws_order 2)
+// each ring takes the next item from a counter of the launch when it starts one, so a ring whose CTA started late
+// (the SMs held by a side branch's kernel) or runs slow takes fewer. The copy warp publishes each stage's item in
+// shared memory with the stage (stage_items: -1 ends the ring), so the math warpgroup follows whatever order. Slot-major (CTA b's rings taking items 3b,
 // 3b + 1, 3b + 2, as the round-robin kernel's CTAs do) gave the first SMs three items more than the last ones at
 // 2,528 items (16 sequences: 21 against 18), and the up-projection's last ~35 us ran on a third of the SMs (the
 // next kernel's span, quantize_h at 44 us per call against 10 at one sequence, run 215). Every item is computed whole
@@ -656,7 +660,14 @@ constexpr int kMathGroups = 3;
 constexpr int kWsThreads = 128 * (1 + kMathGroups);
 constexpr int kCopyRegs = 56, kMathRegs = 152;  // 128 x 56 + 384 x 152 = 65,536 (the copy warps spill below 56)
 constexpr size_t kWsRingBytes = size_t(kStages) * kStageBytes;
-constexpr size_t kWsSmemBytes = size_t(kMathGroups) * kWsRingBytes + size_t(kMathGroups) * kStages * 2 * 8 + kSmemAlign;
+// What the copy warp publishes with an item's first stage: the item (-1 after a ring's last), its token count and
+// first slot (looked up while earlier stages stream, not after the stage landed).
+struct StageItem {
+    int item, count, offset, pad;
+};
+// After the rings: the full and empty mbarriers, then each stage's StageItem.
+constexpr size_t kWsSmemBytes =
+    size_t(kMathGroups) * kWsRingBytes + size_t(kMathGroups) * kStages * (2 * 8 + sizeof(StageItem)) + kSmemAlign;
 
 // Named barrier of ring `ring`'s stage `st`: 1 + ring * kStages + st (barrier 0 is __syncthreads'), 160 threads.
 constexpr int kReleaseThreads = 128 + 32;
@@ -669,10 +680,10 @@ __device__ __forceinline__ void release_wait(uint32_t id) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "n"(kReleaseThreads) : "memory");
 }
 
-// Ring `ring`'s first item; its next ones follow every gridDim.x * kMathGroups. slot_major: the round-robin kernel's
-// slot order (KernelPolicy::moe_wgmma_ws_order = 1, for A/B runs).
-__device__ __forceinline__ int first_item(int ring, int slot_major) {
-    return slot_major ? int(blockIdx.x) * kMathGroups + ring : int(blockIdx.x) + int(gridDim.x) * ring;
+// Ring `ring`'s first item in the static orders (KernelPolicy::moe_wgmma_ws_order 0: SM-major; 1: the round-robin
+// kernel's slot order); its next ones follow every gridDim.x * kMathGroups.
+__device__ __forceinline__ int first_item(int ring, int order) {
+    return order == 1 ? int(blockIdx.x) * kMathGroups + ring : int(blockIdx.x) + int(gridDim.x) * ring;
 }
 
 template <bool UP, bool NAMED>
@@ -684,6 +695,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
     pdl_trigger();
     uint64_t* const full = reinterpret_cast<uint64_t*>(smem + size_t(kMathGroups) * kWsRingBytes);
     uint64_t* const empty = full + kMathGroups * kStages;
+    StageItem* const stage_items = reinterpret_cast<StageItem*>(empty + kMathGroups * kStages);
     if (tid < kMathGroups * kStages) {
         mbar_init_count(&full[tid], 1 + 32);  // lane 0's expect_tx + one cp.async arrival per lane of the copy warp
         if (!NAMED) mbar_init_count(&empty[tid], 4);  // one arrival per math warp (NAMED: named barriers instead)
@@ -703,16 +715,34 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
         unsigned char* const base = smem + size_t(ring) * kWsRingBytes;
         uint64_t* const f = full + ring * kStages;
         uint64_t* const em = empty + ring * kStages;
+        StageItem* const stage_item = stage_items + ring * kStages;
         const int64_t tile_stride = int64_t(a.K / 32) * wgmma::kStepBytes;
         // Lane 0: the weight boxes (TMA), the B tile and its scales; every lane: scale rows lane + 32j (j = 0..3,
-        // part j / 2).
+        // part j / 2). The ring's items: the static orders' sequence, or (order 2) the next one from the launch's
+        // counter, each fetched one item ahead (its maps prefetched meanwhile).
+        int k = 0;
+        auto fetch = [&]() {
+            if (a.order == 2) {
+                int v = 0;
+                if (lane == 0) v = int(atomicAdd(a.item_counter, 1u));
+                return __shfl_sync(0xffffffffu, v, 0);
+            }
+            return first_item(ring, a.order) + (k++) * slots;
+        };
+        auto wait_free = [&](int q) {  // stage q % kStages free again: its previous use released
+            if (q < kStages) return;
+            if constexpr (NAMED)
+                release_wait(release_barrier(ring, q % kStages));
+            else
+                mbar_wait(&em[q % kStages], uint32_t((q / kStages - 1) & 1));
+        };
         int q = 0;
-        for (int item = first_item(ring, a.slot_major); item < items.n_items; item += slots) {
+        for (int item = fetch(), next = 0; item < items.n_items; item = next) {
+            next = fetch();
             const int pos = item / items.tiles, e = a.tile_expert[pos];
             const int row0 = (item % items.tiles) * items.kItemRows;
             const ItemMaps im = item_maps(a.maps, UP, e, row0);
             if (lane == 0) {  // the next item's maps into the descriptor cache while this one streams
-                const int next = item + slots;
                 if (next < items.n_items) {
                     const ItemMaps nm = item_maps(a.maps, UP, a.tile_expert[next / items.tiles], 0);
                     tma::prefetch_map(nm.map[0]);
@@ -729,20 +759,34 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
             const float* const b_scales = a.tile_scales + int64_t(pos) * (a.K / 128) * 16;
             for (int chunk = 0; chunk < items.chunks; ++chunk, ++q) {
                 const int st = q % kStages;
-                if (q >= kStages) {
-                    if constexpr (NAMED)
-                        release_wait(release_barrier(ring, st));
-                    else
-                        mbar_wait(&em[st], uint32_t((q / kStages - 1) & 1));
-                }
+                wait_free(q);
                 fence_proxy_async();
                 unsigned char* const stage = base + size_t(st) * kStageBytes;
+                if (lane == 0 && chunk == 0) {  // released by the expect_tx arrival below
+                    const int col0 = a.tile_col[pos];
+                    stage_item[st] = StageItem{item, min(16, a.count[e] - col0), a.offset[e] + col0, 0};
+                }
                 if (lane == 0) copy_stage_bulk(stage, &f[st], im, b_tile, b_scales, chunk);
                 unsigned char* const sdst = stage + kWeightScaleOffset + lane * 8;
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
                     cp_async_ca<8>(sdst + 32 * j * 8, sc[j / 2] + int64_t(32 * (j % 2)) * s_ld + chunk * 8);
                 cp_async_mbar_arrive(&f[st]);
+            }
+        }
+        {  // the end: a stage with item -1 (its 1 + 32 arrivals without copies), released like any
+            wait_free(q);
+            if (lane == 0) stage_item[q % kStages] = StageItem{-1, 0, 0, 0};
+            __syncwarp();
+            mbar::mbar_arrive(&f[q % kStages]);
+            if (lane == 0) mbar::mbar_arrive(&f[q % kStages]);
+            ++q;
+        }
+        if (a.order == 2 && lane == 0) {  // the last ring to finish leaves the counters zero for the next launch
+            __threadfence();
+            if (atomicAdd(a.item_counter + 1, 1u) == uint32_t(slots) - 1) {
+                a.item_counter[0] = 0;
+                a.item_counter[1] = 0;
             }
         }
         if constexpr (NAMED)  // the releases no refill waited for: every barrier generation completes
@@ -756,10 +800,25 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
     unsigned char* const base = smem + size_t(ring) * kWsRingBytes;
     uint64_t* const f = full + ring * kStages;
     uint64_t* const em = empty + ring * kStages;
-    int q = 0;
-    for (int item = first_item(ring, a.slot_major); item < items.n_items; item += slots) {
-        const int u = item / items.tiles, e = a.tile_expert[u], col0 = a.tile_col[u];
-        const int count = min(16, a.count[e] - col0), offset = a.offset[e] + col0;
+    const StageItem* const stage_item = stage_items + ring * kStages;
+    auto release_stage = [&](int st) {  // every lane's shared reads of stage st are done (its wgmmas waited)
+        if constexpr (NAMED) {
+            release_arrive(release_barrier(ring, st));
+        } else {
+            __syncwarp();
+            if (lane == 0) mbar::mbar_arrive(&em[st]);
+        }
+    };
+    for (int q = 0;;) {
+        // The item of the stage the copy warp filled next (-1: none left); its first stage is waited for again
+        // below (a completed phase returns at once).
+        mbar_wait(&f[q % kStages], uint32_t((q / kStages) & 1));
+        const StageItem si = stage_item[q % kStages];
+        if (si.item < 0) {
+            release_stage(q % kStages);
+            break;
+        }
+        const int item = si.item, count = si.count, offset = si.offset;
         const int e_row0 = (item % items.tiles) * items.kItemRows + 16 * warp + g;
         float acc[2][8];
 #pragma unroll
@@ -773,18 +832,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
             mbar_wait(&f[st], uint32_t((qc / kStages) & 1));
             return static_cast<const unsigned char*>(base + size_t(st) * kStageBytes);
         };
-        auto release = [&](int c) {
-            const int st = (q + c) % kStages;
-            if constexpr (NAMED) {
-                release_arrive(release_barrier(ring, st));
-            } else {
-                __syncwarp();
-                if (lane == 0) mbar::mbar_arrive(&em[st]);
-            }
-        };
         for (int c = 0; c < items.chunks; ++c) {
             consume_stage(acc, wait_stage(c), count, warp, g, t);
-            release(c);
+            release_stage((q + c) % kStages);
         }
         q += items.chunks;
         store_item<UP>(a, acc, e_row0, count, offset, t);
@@ -862,7 +912,8 @@ void launch(Args a, const MoeGrouping& g, int max_tiles, const KernelPolicy& pol
         // One CTA per item up to the SM count: a call of fewer items than rings spreads them over every SM (ring 0
         // of each first) instead of filling the first SMs' three rings.
         const int64_t ws_ctas = std::min<int64_t>(current_arch().sm_count, items);
-        a.slot_major = policy.moe_wgmma_ws_order;
+        a.order = policy.moe_wgmma_ws_order;
+        a.item_counter = g.split_counters;  // (the round-robin kernel's split counters: both leave them zero)
         auto kernel = policy.moe_wgmma_specialized == 2 ? wgmma_expert_ws_kernel<UP, true>
                                                          : wgmma_expert_ws_kernel<UP, false>;
         allow_dynamic_smem(kernel, kWsSmemBytes);

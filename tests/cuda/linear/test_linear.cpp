@@ -536,7 +536,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
     expect_env_error("FLASHSEEK_MOE_WGMMA_BALANCE", "x", "");
     expect_env_error("FLASHSEEK_MOE_WGMMA_SPECIALIZED", "3", "");
     expect_env_error("FLASHSEEK_INDEXER_SELECT_FORM", "2", "");
-    expect_env_error("FLASHSEEK_MOE_WGMMA_WS_ORDER", "2", "");
+    expect_env_error("FLASHSEEK_MOE_WGMMA_WS_ORDER", "3", "");
 }
 
 TEST(LinearArgs, BadArgumentsThrowNamedErrors) {

@@ -854,7 +854,8 @@ void check_case(const ExpertCase& c, VariantCoverage& coverage) {
         // releases; round robin) compute each item the same way (the same products, sums and order) wherever it runs:
         // the same bits.
         if (v.name == "wgmma_experts" && supported[0]) {
-            for (auto [kernel, order] : {std::pair{0, 0}, std::pair{1, 0}, std::pair{2, 0}, std::pair{1, 1}}) {
+            for (auto [kernel, order] : {std::pair{0, 0}, std::pair{1, 0}, std::pair{2, 0}, std::pair{1, 1},
+                                         std::pair{1, 2}, std::pair{2, 2}}) {
                 if (kernel == only.moe_wgmma_specialized && order == only.moe_wgmma_ws_order) continue;
                 KernelPolicy other = only;
                 other.moe_wgmma_specialized = kernel;
