@@ -88,7 +88,9 @@ KernelPolicy KernelPolicy::from_env() {
     p.moe_wgmma_max_tokens = env_int("FLASHSEEK_MOE_WGMMA_MAX_TOKENS", p.moe_wgmma_max_tokens, 0, int64_t(1) << 31);
     p.moe_wgmma_balance = int(env_int("FLASHSEEK_MOE_WGMMA_BALANCE", p.moe_wgmma_balance, 0, 2));
     p.moe_wgmma_specialized = int(env_int("FLASHSEEK_MOE_WGMMA_SPECIALIZED", p.moe_wgmma_specialized, 0, 2));
-    p.moe_wgmma_ws_order = int(env_int("FLASHSEEK_MOE_WGMMA_WS_ORDER", p.moe_wgmma_ws_order, 0, 2));
+    p.moe_wgmma_ws_order = int(env_int("FLASHSEEK_MOE_WGMMA_WS_ORDER", p.moe_wgmma_ws_order, -1, 2));
+    p.moe_wgmma_dynamic_min_tokens =
+        env_int("FLASHSEEK_MOE_WGMMA_DYNAMIC_MIN_TOKENS", p.moe_wgmma_dynamic_min_tokens, 1, 1 << 20);
     p.indexer_select_form = int(env_int("FLASHSEEK_INDEXER_SELECT_FORM", p.indexer_select_form, 0, 1));
     p.gemv_kw = warps_knob("FLASHSEEK_GEMV_KW");
     p.moe_up_kw = warps_knob("FLASHSEEK_MOE_UP_KW");

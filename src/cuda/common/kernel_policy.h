@@ -49,10 +49,10 @@ struct KernelPolicy {
     // slower at 256 (docs/perf-log, 2026-12-02).
     int64_t routed_gemv_max_tokens = 128;
     int64_t wgmma_gemv_min_tokens = 2;   // preference floor of wgmma_gemv (tokens)
-    // Preference floor of wgmma_experts (tokens). From 2: with the pack over (tile, 32 k-steps) it beat
-    // gemv_experts at 2 / 4-token passes (TPOT -17% / -28%); at one token the persistent kernel loses in the step
-    // (+2.5%: the side branches cannot run beside it) (docs/perf-log/2026-12-04_expert-pack-and-descriptors.md).
-    int64_t moe_wgmma_min_tokens = 2;
+    // Preference floor of wgmma_experts (tokens). From 1 since its stages arrive as TMA boxes: one sequence 4.14 ->
+    // 4.06 ms against gemv_experts / simt_experts (run 216, docs/perf-log/2026-12-05_expert-weight-boxes.md; with
+    // per-lane copies it had lost there by 2.5%, the side branches not running beside it).
+    int64_t moe_wgmma_min_tokens = 1;
     int64_t moe_wgmma_max_tokens = 256;  // ... and its ceiling (its tiles hold kActTileMaxPairs pairs)
     int moe_wgmma_balance = 0;           // wgmma_experts stage assignment: 0 round robin, 1 balanced up, 2 both
     // wgmma_experts' kernel: 1 the warp-specialized one (a copy warpgroup, three math warpgroups per SM), 0 the
@@ -60,13 +60,17 @@ struct KernelPolicy {
     // 1.7-2.8% faster steps at 8-128 sequences (docs/perf-log/2026-12-04_expert-stage-scales.md, run 211).
     // 2: the warp-specialized kernel whose copy warps wait for a ring stage's release on a named barrier (the math
     // warps bar.arrive) instead of an mbarrier, a form compute-sanitizer's racecheck follows; the same bits. 0.4-0.7%
-    // faster at 16 / 64 sequences (run 215, docs/perf-log/2026-12-05_transport-stalls-and-review-fixes.md); 1 stays
-    // the default until racecheck is read per form.
-    int moe_wgmma_specialized = 1;
+    // faster at 16 / 64 sequences (run 215, docs/perf-log/2026-12-05_transport-stalls-and-review-fixes.md), 0.5-1.4%
+    // at 8-256 with the TMA stages and racecheck-clean where the mbarrier form reports its releases (run 216): the
+    // default.
+    int moe_wgmma_specialized = 2;
     // The warp-specialized kernel's item order: 0 SM-major (the SMs' item counts differ by at most one), 1 the
     // round-robin kernel's slot order (a CTA's three rings take consecutive items), 2 dynamic (each ring takes the
     // next item from a counter when it starts one: rings that start late or run slow take fewer); the same bits.
-    int moe_wgmma_ws_order = 0;
+    // -1 (default): 2 from moe_wgmma_dynamic_min_tokens, else 0. Run 216: dynamic 1.4% faster at 64 / 128
+    // sequences, equal at 16, 8% slower at 2 (early rings take the few items twice while late CTAs get none).
+    int moe_wgmma_ws_order = -1;
+    int64_t moe_wgmma_dynamic_min_tokens = 32;
     // The indexer's decode scorer and top-k (indexer/indexer.cuh IndexerSelectParams::form): 0 the first form, 1
     // with their staging and radix passes shortened; the same scores and selections bit for bit. 1 is the default:
     // scorer + top-k 55 -> 25 us per call at one sequence, context 8,192 TPOT 4.80 -> 4.53 ms (run 215,

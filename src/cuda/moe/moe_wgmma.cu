@@ -27,8 +27,9 @@
 //     step is phys {0,2,..,30} then {1,3,..,31} within each 8-weight group; pack_tiles_kernel writes the B tile in
 //     that order.
 //   - Two kernels (KernelPolicy::moe_wgmma_specialized), the same items per slot and the same bits: the
-//     warp-specialized one (default; wgmma_expert_ws_kernel: one CTA per SM, a copy warpgroup feeding one ring per
-//     math warpgroup, three math warpgroups that only compute; 1.7-2.8% faster steps at 8-128 sequences) and the
+//     warp-specialized one (default, its stage releases through named barriers; wgmma_expert_ws_kernel: one CTA per
+//     SM, a copy warpgroup feeding one ring per math warpgroup, three math warpgroups that only compute; 1.7-2.8%
+//     faster steps at 8-128 sequences) and the
 //     round-robin one (wgmma_expert_kernel: three one-warpgroup CTAs per SM, every warp copies and computes), below.
 //   - Work assignment of the round-robin kernel, a template parameter chosen on the host
 //     (FLASHSEEK_MOE_WGMMA_BALANCE):
@@ -635,12 +636,12 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
 // (first_item): SM-major, so the SMs' item counts differ by at most one; or (KernelPolicy::moe_wgmma_ws_order 2)
 // each ring takes the next item from a counter of the launch when it starts one, so a ring whose CTA started late
 // (the SMs held by a side branch's kernel) or runs slow takes fewer. The copy warp publishes each stage's item in
-// shared memory with the stage (stage_items: -1 ends the ring), so the math warpgroup follows whatever order. Slot-major (CTA b's rings taking items 3b,
-// 3b + 1, 3b + 2, as the round-robin kernel's CTAs do) gave the first SMs three items more than the last ones at
-// 2,528 items (16 sequences: 21 against 18), and the up-projection's last ~35 us ran on a third of the SMs (the
-// next kernel's span, quantize_h at 44 us per call against 10 at one sequence, run 215). Every item is computed whole
-// by one warpgroup with the round-robin kernel's arithmetic, wherever it runs: the same bits. Each has its own ring
-// of kStages stages (the stage layout above), filled by warp m - 1 of the copy warpgroup (lane 0 the weight boxes,
+// shared memory with the stage (stage_items: -1 ends the ring), so the math warpgroup follows whatever order.
+// Slot-major (CTA b's rings taking items 3b, 3b + 1, 3b + 2, as the round-robin kernel's CTAs do) gave the first
+// SMs three items more than the last ones at 2,528 items (16 sequences: 21 against 18), and the up-projection's last
+// ~35 us ran on a third of the SMs (the next kernel's span, quantize_h at 44 us per call against 10 at one sequence,
+// run 215). Every item is computed whole by one warpgroup with the round-robin kernel's arithmetic, wherever it
+// runs: the same bits. Each has its own ring of kStages stages (the stage layout above), filled by warp m - 1 of the copy warpgroup (lane 0 the weight boxes,
 // the B tile and its scales, every lane 4 scale rows) and freed through the ring's `empty` mbarrier (one arrival per
 // math warp) instead of a CTA barrier. Why: in the round-robin kernel every warp both copies and computes (~110 of ~575
 // instructions per stage are the copies and the loop) and the kernel is latency-bound at three warps per scheduler
@@ -650,24 +651,27 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
 // (their reads -> `empty` arrival -> the copy warp's wait -> its copies) as hazards: it does not follow mbarrier
 // phases (grouped_gemm's note says the same); the round-robin kernel, whose refills follow a CTA barrier, reports
 // none, and the expert family test checks the two kernels bit for bit.
-// NAMED (KernelPolicy::moe_wgmma_specialized = 2): the release goes through a named barrier per ring stage instead
-// (release_barrier: the math warpgroup's 128 threads bar.arrive, the copy warp bar.sync, 160 in all), the ordering
-// racecheck follows as it does the round-robin kernel's CTA barrier. Each consumption is one barrier generation:
+// NAMED (KernelPolicy::moe_wgmma_specialized = 2, the default): the release goes through a named barrier per ring
+// stage instead (release_barrier: the math warpgroup's 128 threads bar.arrive, the copy warp bar.sync, 160 in all),
+// the ordering racecheck follows as it does the round-robin kernel's CTA barrier (run 216: no hazard in the
+// expert family test with the racecheck restricted to this form; the mbarrier form reports its releases). 0.5-1.4%
+// faster steps at 8-256 sequences. Each consumption is one barrier generation:
 // the copy warp syncs once per stage it consumed-and-refills and once for each of the last kStages consumptions
 // after its last fill, so every generation completes before the CTA exits. A stage's next arrival needs the stage
 // refilled, i.e. the copy warp past the previous generation: generations never overlap.
 constexpr int kMathGroups = 3;
 constexpr int kWsThreads = 128 * (1 + kMathGroups);
-constexpr int kCopyRegs = 56, kMathRegs = 152;  // 128 x 56 + 384 x 152 = 65,536 (the copy warps spill below 56)
+constexpr int kCopyRegs = 56, kMathRegs = 152;  // 128 x 56 + 384 x 152 = 65,536 (the math warps spill at 144)
 constexpr size_t kWsRingBytes = size_t(kStages) * kStageBytes;
 // What the copy warp publishes with an item's first stage: the item (-1 after a ring's last), its token count and
-// first slot (looked up while earlier stages stream, not after the stage landed).
+// first slot (looked up by the copy warp before the stage was free, not by the math warps after it landed).
 struct StageItem {
     int item, count, offset, pad;
 };
 // After the rings: the full and empty mbarriers, then each stage's StageItem.
 constexpr size_t kWsSmemBytes =
     size_t(kMathGroups) * kWsRingBytes + size_t(kMathGroups) * kStages * (2 * 8 + sizeof(StageItem)) + kSmemAlign;
+static_assert(kWsSmemBytes <= 227 * 1024, "the warp-specialized kernel's shared memory fits an SM");
 
 // Named barrier of ring `ring`'s stage `st`: 1 + ring * kStages + st (barrier 0 is __syncthreads'), 160 threads.
 constexpr int kReleaseThreads = 128 + 32;
@@ -738,17 +742,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
         };
         int q = 0;
         for (int item = fetch(), next = 0; item < items.n_items; item = next) {
-            next = fetch();
+            // The item's lookups before its first stage is free (they overlap the wait), the next item's fetch and
+            // map prefetch after that stage's copies are issued.
             const int pos = item / items.tiles, e = a.tile_expert[pos];
             const int row0 = (item % items.tiles) * items.kItemRows;
             const ItemMaps im = item_maps(a.maps, UP, e, row0);
-            if (lane == 0) {  // the next item's maps into the descriptor cache while this one streams
-                if (next < items.n_items) {
-                    const ItemMaps nm = item_maps(a.maps, UP, a.tile_expert[next / items.tiles], 0);
-                    tma::prefetch_map(nm.map[0]);
-                    if (UP) tma::prefetch_map(nm.map[1]);
-                }
-            }
+            const int col0 = a.tile_col[pos];
+            const StageItem published{item, min(16, a.count[e] - col0), a.offset[e] + col0, 0};
             const uint8_t* sc[2];
 #pragma unroll
             for (int p = 0; p < 2; ++p) {
@@ -762,22 +762,26 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
                 wait_free(q);
                 fence_proxy_async();
                 unsigned char* const stage = base + size_t(st) * kStageBytes;
-                if (lane == 0 && chunk == 0) {  // released by the expect_tx arrival below
-                    const int col0 = a.tile_col[pos];
-                    stage_item[st] = StageItem{item, min(16, a.count[e] - col0), a.offset[e] + col0, 0};
-                }
+                if (lane == 0 && chunk == 0) stage_item[st] = published;  // released by the expect_tx arrival below
                 if (lane == 0) copy_stage_bulk(stage, &f[st], im, b_tile, b_scales, chunk);
                 unsigned char* const sdst = stage + kWeightScaleOffset + lane * 8;
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
                     cp_async_ca<8>(sdst + 32 * j * 8, sc[j / 2] + int64_t(32 * (j % 2)) * s_ld + chunk * 8);
                 cp_async_mbar_arrive(&f[st]);
+                if (chunk == 0) {
+                    next = fetch();
+                    if (lane == 0 && next < items.n_items) {  // its maps into the descriptor cache meanwhile
+                        const ItemMaps nm = item_maps(a.maps, UP, a.tile_expert[next / items.tiles], 0);
+                        tma::prefetch_map(nm.map[0]);
+                        if (UP) tma::prefetch_map(nm.map[1]);
+                    }
+                }
             }
         }
         {  // the end: a stage with item -1 (its 1 + 32 arrivals without copies), released like any
             wait_free(q);
             if (lane == 0) stage_item[q % kStages] = StageItem{-1, 0, 0, 0};
-            __syncwarp();
             mbar::mbar_arrive(&f[q % kStages]);
             if (lane == 0) mbar::mbar_arrive(&f[q % kStages]);
             ++q;
@@ -785,6 +789,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
         if (a.order == 2 && lane == 0) {  // the last ring to finish leaves the counters zero for the next launch
             __threadfence();
             if (atomicAdd(a.item_counter + 1, 1u) == uint32_t(slots) - 1) {
+                __threadfence();
                 a.item_counter[0] = 0;
                 a.item_counter[1] = 0;
             }
@@ -895,7 +900,8 @@ bool balanced(bool up, const KernelPolicy& policy) {
 
 // max_tiles: the worst grouping's 16-token tiles for the call (tiles_for), the grid's and the pack's size.
 template <bool UP>
-void launch(Args a, const MoeGrouping& g, int max_tiles, const KernelPolicy& policy, cudaStream_t stream) {
+void launch(Args a, const MoeGrouping& g, int max_tiles, int64_t tokens, const KernelPolicy& policy,
+            cudaStream_t stream) {
     a.max_tiles = max_tiles;
     a.tiles = g.act_tiles;
     a.tile_scales = g.act_tile_scales;
@@ -912,7 +918,11 @@ void launch(Args a, const MoeGrouping& g, int max_tiles, const KernelPolicy& pol
         // One CTA per item up to the SM count: a call of fewer items than rings spreads them over every SM (ring 0
         // of each first) instead of filling the first SMs' three rings.
         const int64_t ws_ctas = std::min<int64_t>(current_arch().sm_count, items);
-        a.order = policy.moe_wgmma_ws_order;
+        a.order = policy.moe_wgmma_ws_order >= 0 ? policy.moe_wgmma_ws_order
+                  : tokens >= policy.moe_wgmma_dynamic_min_tokens ? 2
+                                                                  : 0;
+        FS_REQUIRE(g.split_slots >= 2, "moe_wgmma: the grouping's split scratch holds ", g.split_slots,
+                   " counters, the dynamic item order needs 2");
         a.item_counter = g.split_counters;  // (the round-robin kernel's split counters: both leave them zero)
         auto kernel = policy.moe_wgmma_specialized == 2 ? wgmma_expert_ws_kernel<UP, true>
                                                          : wgmma_expert_ws_kernel<UP, false>;
@@ -950,7 +960,8 @@ bool supports(const ExpertCall& c) {
     const MoeGrouping* g = c.grouping;
     if (!wgmma_usable() || g == nullptr || (c.up && c.h_numerics != ActNumerics::FP8_BLOCK128)) return false;
     return t.kind == WeightKind::FP4_BLOCK32 && t.scale_kind == ScaleKind::E8M0 && t.scales_aligned16 &&
-           t.w_maps != nullptr && reinterpret_cast<uintptr_t>(t.w_maps) % 64 == 0 && c.M >= 1 && c.M * c.top_k <= g->max_pairs && t.hidden % 256 == 0 && t.inter % 256 == 0 &&
+           t.w_maps != nullptr && reinterpret_cast<uintptr_t>(t.w_maps) % 64 == 0 && c.M >= 1 &&
+           c.M * c.top_k <= g->max_pairs && t.hidden % 256 == 0 && t.inter % 256 == 0 &&
            t.hidden <= g->act_tile_k && t.inter <= g->act_tile_k && g->act_tiles != nullptr &&
            g->act_tile_scales != nullptr && g->split_counters != nullptr && g->tile_expert != nullptr &&
            moe_act_tiles_needed(g->E, c.M * c.top_k) <= g->act_tile_count && prepared_release(c.x) &&
@@ -975,7 +986,7 @@ void up(const ExpertCall& c, const KernelPolicy& policy, float swiglu_limit, Pre
     a.limit = swiglu_limit;
     a.h = h.values;
     a.h_ld = h.k_pad;
-    launch<true>(a, g, max_tiles, policy, stream);
+    launch<true>(a, g, max_tiles, c.M, policy, stream);
     quantize_h_tiles(h, g, max_tiles, stream);
 }
 
@@ -988,7 +999,7 @@ void down(const ExpertCall& c, const KernelPolicy& policy, float* y, cudaStream_
     set_projection(a, t, false);
     a.maps = static_cast<const unsigned char*>(t.w_maps);
     a.y = y;
-    launch<false>(a, g, max_tiles, policy, stream);
+    launch<false>(a, g, max_tiles, c.M, policy, stream);
 }
 
 }  // namespace flashseek::cuda::wgmma_experts

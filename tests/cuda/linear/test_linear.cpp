@@ -513,7 +513,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
         ScopedEnv disable("FLASHSEEK_DISABLE", "wgmma_gemv");
         ScopedEnv max_tokens("FLASHSEEK_GEMV_MAX_TOKENS", "8");
         ScopedEnv pdl("FLASHSEEK_PDL", "0");
-        ScopedEnv specialized("FLASHSEEK_MOE_WGMMA_SPECIALIZED", "2");
+        ScopedEnv specialized("FLASHSEEK_MOE_WGMMA_SPECIALIZED", "1");
         ScopedEnv indexer_form("FLASHSEEK_INDEXER_SELECT_FORM", "0");
         ScopedEnv ws_order("FLASHSEEK_MOE_WGMMA_WS_ORDER", "1");
         const KernelPolicy p = KernelPolicy::from_env();
@@ -525,7 +525,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
         EXPECT_EQ(p.gemv_max_tokens, 8);
         EXPECT_FALSE(p.pdl);
         EXPECT_TRUE(p.branches);
-        EXPECT_EQ(p.moe_wgmma_specialized, 2);
+        EXPECT_EQ(p.moe_wgmma_specialized, 1);
         EXPECT_EQ(p.indexer_select_form, 0);
         EXPECT_EQ(p.moe_wgmma_ws_order, 1);
     }

@@ -1014,17 +1014,20 @@ TEST(ExpertChoice, DefaultRules) {
     const auto R = ActNumerics::FP8_BLOCK128;
     const KernelPolicy def;
     const std::string fast = wgmma ? "wgmma_experts" : sm90 ? "bulk_experts" : "gemv_experts";
-    // One token: simt_experts for FP8 experts and FP4 down-projections, gemv_experts for FP4 up-projections
-    // (measured: docs/perf.md, kernel choice); raw inputs only gemv_experts.
+    // One token: the wgmma experts where they exist (from moe_wgmma_min_tokens, 1), else simt_experts for FP8 experts
+    // and FP4 down-projections, gemv_experts for FP4 up-projections (measured: docs/perf.md, kernel choice); raw inputs
+    // only gemv_experts.
     cuda::ExpertTable fp8 = t;
     fp8.kind = WeightKind::FP8_BLOCK128;
     fp8.scale_kind = cuda::ScaleKind::F32;
-    EXPECT_EQ(choose(1, R, def), "gemv_experts/simt_experts");
+    EXPECT_EQ(choose(1, R, def), wgmma ? "wgmma_experts" : "gemv_experts/simt_experts");
+    KernelPolicy two_tokens;  // the floor before the TMA stages
+    two_tokens.moe_wgmma_min_tokens = 2;
+    EXPECT_EQ(choose(1, R, two_tokens), "gemv_experts/simt_experts");
     EXPECT_EQ(choose(1, R, def, /*routed=*/false), "gemv_experts/simt_experts");
     EXPECT_EQ(choose(1, R, def, false, true, false, &fp8), "simt_experts");  // the shared expert of V4-Flash
     EXPECT_EQ(choose(1, R, def, true, true, /*raw=*/true), "gemv_experts");
-    // 2-7 tokens: the wgmma experts where they exist (from moe_wgmma_min_tokens, 2), else gemv_experts (bulk_experts
-    // starts at 8).
+    // 2-7 tokens: the wgmma experts where they exist, else gemv_experts (bulk_experts starts at 8).
     const std::string few = wgmma ? "wgmma_experts" : "gemv_experts";
     EXPECT_EQ(choose(2, R, def), few);
     EXPECT_EQ(choose(4, R, def), few);
@@ -1052,7 +1055,7 @@ TEST(ExpertChoice, DefaultRules) {
     no_wgmma.disabled = {"wgmma_experts"};
     EXPECT_EQ(choose(8, R, no_wgmma), sm90 ? "bulk_experts" : "gemv_experts");
     EXPECT_EQ(choose(8, R, def, true, /*tiles=*/false), sm90 ? "bulk_experts" : "gemv_experts");
-    KernelPolicy late_wgmma;  // the floor before 2026-12-04
+    KernelPolicy late_wgmma;  // a floor of 8 tokens
     late_wgmma.moe_wgmma_min_tokens = 8;
     EXPECT_EQ(choose(2, R, late_wgmma), "gemv_experts");
     EXPECT_EQ(choose(7, R, late_wgmma), "gemv_experts");
@@ -1063,7 +1066,7 @@ TEST(ExpertChoice, DefaultRules) {
     KernelPolicy no_gemv;
     no_gemv.gemv_max_tokens = 0;
     no_gemv.routed_gemv_max_tokens = 0;
-    EXPECT_EQ(choose(1, R, no_gemv), "tile_experts");
+    EXPECT_EQ(choose(1, R, no_gemv), wgmma ? "wgmma_experts" : "tile_experts");
     EXPECT_EQ(choose(1, R, KernelPolicy::only("tile_experts")), "tile_experts");
     EXPECT_EQ(choose(1, ActNumerics::EXACT, KernelPolicy::only("bulk_experts")), "gemv_experts/simt_experts");
     cuda::ExpertTable odd = t;
