@@ -118,20 +118,30 @@ struct Args {
     float* y;     // down: fp32 [slots, N]
 };
 
+// The grouping's 16-token tiles a kernel writes (pack_tiles_kernel, quantize_h_tiles_kernel): the tile list, the
+// experts' counts and first slots, the tile memory and its scales.
+struct TileList {
+    const int32_t* tile_expert;
+    const int32_t* tile_col;
+    const int32_t* n_tiles;
+    const int32_t* count;
+    const int32_t* offset;
+    int max_tiles;  // the grid was sized for this many tiles
+    uint8_t* tiles;
+    float* tile_scales;
+};
+TileList tile_list(const MoeGrouping& g, int max_tiles) {
+    return TileList{g.tile_expert, g.tile_col,   g.n_tiles,        g.expert_count,
+                    g.expert_offset, max_tiles, g.act_tiles, g.act_tile_scales};
+}
+
 struct PackArgs {
     const uint16_t* values;  // prepared FP4-layout activation (e4m3 codes as f16), row stride ld
     const float* scales;     // per-128 scales, row stride sld
     int64_t ld, sld;
     int K;
     const int32_t* slot_token;  // up: activation row of a slot; down: null (row = slot)
-    const int32_t* tile_expert;
-    const int32_t* tile_col;
-    const int32_t* n_tiles;
-    const int32_t* count;
-    const int32_t* offset;
-    int max_tiles;
-    uint8_t* tiles;
-    float* tile_scales;
+    TileList t;
 };
 
 // Logical position (in the B tile's k order) of natural position p (0..31) of a 32-weight step: even p belong to
@@ -166,11 +176,11 @@ __global__ void __launch_bounds__(kPackThreads) pack_tiles_kernel(const PackArgs
     pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
     pdl_trigger();
     const int pos = int(blockIdx.x);
-    if (pos >= min(*a.n_tiles, a.max_tiles)) return;
+    if (pos >= min(*a.t.n_tiles, a.t.max_tiles)) return;
     const int c = int(threadIdx.x) / 16, steps = a.K / 32;
-    const int e = a.tile_expert[pos], col = a.tile_col[pos] + c;
-    const bool valid = col < a.count[e];
-    const int64_t slot = a.offset[e] + col;
+    const int e = a.t.tile_expert[pos], col = a.t.tile_col[pos] + c;
+    const bool valid = col < a.t.count[e];
+    const int64_t slot = a.t.offset[e] + col;
     const int64_t row = !valid ? 0 : a.slot_token ? a.slot_token[slot] : slot;
     const uint16_t* xr = a.values + row * a.ld;
     int s_of[kPackStepsPerThread];
@@ -183,8 +193,8 @@ __global__ void __launch_bounds__(kPackThreads) pack_tiles_kernel(const PackArgs
             v[i][t] = valid && s_of[i] < steps ? reinterpret_cast<const uint4*>(xr + s_of[i] * 32)[t]
                                               : make_uint4(0, 0, 0, 0);
     }
-    uint8_t* tile = a.tiles + int64_t(pos) * steps * wgmma::kStepBytes + wgmma::b_offset(0, c);
-    float* tile_scales = a.tile_scales + int64_t(pos) * (a.K / 128) * 16 + c;
+    uint8_t* tile = a.t.tiles + int64_t(pos) * steps * wgmma::kStepBytes + wgmma::b_offset(0, c);
+    float* tile_scales = a.t.tile_scales + int64_t(pos) * (a.K / 128) * 16 + c;
 #pragma unroll
     for (int i = 0; i < kPackStepsPerThread; ++i) {
         const int st = s_of[i];
@@ -223,14 +233,7 @@ struct HTileArgs {
     float* h_scales;   // [slots, h_ld / 128]
     int64_t h_ld;
     int K;             // inter (a multiple of 256)
-    const int32_t* tile_expert;
-    const int32_t* tile_col;
-    const int32_t* n_tiles;
-    const int32_t* count;
-    const int32_t* offset;
-    int max_tiles;
-    uint8_t* tiles;
-    float* tile_scales;
+    TileList t;
 };
 constexpr int kHTileThreads = 256;
 __global__ void __launch_bounds__(kHTileThreads) quantize_h_tiles_kernel(const HTileArgs a) {
@@ -238,13 +241,13 @@ __global__ void __launch_bounds__(kHTileThreads) quantize_h_tiles_kernel(const H
     pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
     pdl_trigger();
     const int pos = int(blockIdx.x);
-    if (pos >= min(*a.n_tiles, a.max_tiles)) return;
+    if (pos >= min(*a.t.n_tiles, a.t.max_tiles)) return;
     const int c = int(threadIdx.x) % 16, n_blk = a.K / 128;
-    const int e = a.tile_expert[pos], col = a.tile_col[pos] + c;
-    const bool valid = col < a.count[e];
-    const int64_t slot = a.offset[e] + col;
-    uint8_t* const tile = a.tiles + int64_t(pos) * (a.K / 32) * wgmma::kStepBytes + wgmma::b_offset(0, c);
-    float* const tile_scales = a.tile_scales + int64_t(pos) * n_blk * 16 + c;
+    const int e = a.t.tile_expert[pos], col = a.t.tile_col[pos] + c;
+    const bool valid = col < a.t.count[e];
+    const int64_t slot = a.t.offset[e] + col;
+    uint8_t* const tile = a.t.tiles + int64_t(pos) * (a.K / 32) * wgmma::kStepBytes + wgmma::b_offset(0, c);
+    float* const tile_scales = a.t.tile_scales + int64_t(pos) * n_blk * 16 + c;
     for (int blk = int(threadIdx.x) / 16; blk < n_blk; blk += kHTileThreads / 16) {
         uint16_t* const row = a.h + slot * a.h_ld + blk * 128;
         uint4 raw[16];  // the block's 128 bf16 values, natural order (all loads in flight before any use)
@@ -858,14 +861,7 @@ void pack(const PreparedActivation& x, const MoeGrouping& g, int max_tiles, cons
     p.sld = x.k_pad / 128;
     p.K = int(x.k);
     p.slot_token = slot_token;
-    p.tile_expert = g.tile_expert;
-    p.tile_col = g.tile_col;
-    p.n_tiles = g.n_tiles;
-    p.count = g.expert_count;
-    p.offset = g.expert_offset;
-    p.max_tiles = max_tiles;
-    p.tiles = g.act_tiles;
-    p.tile_scales = g.act_tile_scales;
+    p.t = tile_list(g, max_tiles);
     const unsigned step_ranges = unsigned((x.k / 32 + kPackStepsPerCta - 1) / kPackStepsPerCta);
     launch_pdl("moe_wgmma pack_tiles_kernel", pack_tiles_kernel, dim3(unsigned(max_tiles), step_ranges),
                dim3(kPackThreads), 0, stream, p);
@@ -878,14 +874,7 @@ void quantize_h_tiles(PreparedActivation& h, const MoeGrouping& g, int max_tiles
     q.h_scales = h.scales;
     q.h_ld = h.k_pad;
     q.K = int(h.k);
-    q.tile_expert = g.tile_expert;
-    q.tile_col = g.tile_col;
-    q.n_tiles = g.n_tiles;
-    q.count = g.expert_count;
-    q.offset = g.expert_offset;
-    q.max_tiles = max_tiles;
-    q.tiles = g.act_tiles;
-    q.tile_scales = g.act_tile_scales;
+    q.t = tile_list(g, max_tiles);
     launch_pdl("moe_wgmma quantize_h_tiles_kernel", quantize_h_tiles_kernel, dim3(unsigned(max_tiles)),
                dim3(kHTileThreads), 0, stream, q);
     h.packed_tiles = g.act_tiles;
