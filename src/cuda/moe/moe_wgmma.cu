@@ -635,18 +635,19 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
 }
 
 // The warp-specialized form (KernelPolicy::moe_wgmma_specialized): one CTA per SM, warpgroup 0 copies, warpgroups
-// 1..kMathGroups compute. Math warpgroup m takes items blockIdx.x + gridDim.x * (m - 1) + k * gridDim.x * kMathGroups
-// (first_item): SM-major, so the SMs' item counts differ by at most one; or (KernelPolicy::moe_wgmma_ws_order 2)
-// each ring takes the next item from a counter of the launch when it starts one, so a ring whose CTA started late
-// (the SMs held by a side branch's kernel) or runs slow takes fewer. The copy warp publishes each stage's item in
-// shared memory with the stage (stage_items: -1 ends the ring), so the math warpgroup follows whatever order.
-// Slot-major (CTA b's rings taking items 3b, 3b + 1, 3b + 2, as the round-robin kernel's CTAs do) gave the first
-// SMs three items more than the last ones at 2,528 items (16 sequences: 21 against 18), and the up-projection's last
-// ~35 us ran on a third of the SMs (the next kernel's span, quantize_h at 44 us per call against 10 at one sequence,
-// run 215). Every item is computed whole by one warpgroup with the round-robin kernel's arithmetic, wherever it
-// runs: the same bits. Each has its own ring of kStages stages (the stage layout above), filled by warp m - 1 of the copy warpgroup (lane 0 the weight boxes,
-// the B tile and its scales, every lane 4 scale rows) and freed through the ring's `empty` mbarrier (one arrival per
-// math warp) instead of a CTA barrier. Why: in the round-robin kernel every warp both copies and computes (~110 of ~575
+// 1..kMathGroups compute. Item orders (KernelPolicy::moe_wgmma_ws_order; by default dynamic from 32 tokens, SM-major
+// below): SM-major, math warpgroup m taking items blockIdx.x + gridDim.x * (m - 1) + k * gridDim.x * kMathGroups
+// (first_item), so the SMs' item counts differ by at most one; or dynamic, each ring taking the next item from a
+// counter of the launch when it starts one, so a ring whose CTA started late (its SM held by a side branch's kernel)
+// or runs slow takes fewer (1.4% faster steps at 64-128 sequences, 8% slower at 2, where the rings that start first
+// take the few items twice). The copy warp publishes each stage's item in shared memory with the stage
+// (stage_items: -1 ends the ring), so the math warpgroup follows whatever order. Slot-major (CTA b's rings taking
+// items 3b, 3b + 1, 3b + 2, as the round-robin kernel's CTAs do) gave the first SMs three items more than the last
+// ones at 2,528 items (16 sequences: 21 against 18). Every item is computed whole by one warpgroup with the
+// round-robin kernel's arithmetic, wherever it runs: the same bits. Each math warpgroup has its own ring of kStages
+// stages (the stage layout above), filled by warp m - 1 of the copy warpgroup (lane 0 the weight boxes, the B tile
+// and its scales, every lane 4 scale rows) and freed through the ring's `empty` mbarrier (one arrival per math warp)
+// instead of a CTA barrier. Why: in the round-robin kernel every warp both copies and computes (~110 of ~575
 // instructions per stage are the copies and the loop) and the kernel is latency-bound at three warps per scheduler
 // with the register file full (docs/perf-log/2026-12-04_expert-stage-scales.md); here the math warps issue only
 // conversions, wgmma and scale arithmetic, and the copy warpgroup gives its registers to them (setmaxnreg).
