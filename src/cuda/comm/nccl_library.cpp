@@ -70,5 +70,4 @@ const NcclApi& nccl_api() {
     return *api;
 }
 
-
 }  // namespace flashseek::cuda

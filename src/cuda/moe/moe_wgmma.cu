@@ -109,8 +109,9 @@ struct Args {
     const unsigned char* maps;  // ExpertTable::w_maps: expert e's w1 / w3 / w2 TMA maps at + 384 e, + 128, + 256
     int max_tiles;           // the grid was sized for this many tiles
     int order;               // warp-specialized kernel: item order (KernelPolicy::moe_wgmma_ws_order, first_item)
-    uint32_t* item_counter;  // ... its dynamic order's next-item and finished-ring counters (left zero)
     float* split_partials;
+    // The round-robin kernel's split counters; the warp-specialized kernel's dynamic order uses the first two as its
+    // next-item and finished-ring counters. Both kernels leave them zero.
     uint32_t* split_counters;
     float limit;
     uint16_t* h;  // up: bf16 [slots, h_ld]
@@ -119,7 +120,7 @@ struct Args {
 };
 
 // The grouping's 16-token tiles a kernel writes (pack_tiles_kernel, quantize_h_tiles_kernel): the tile list, the
-// experts' counts and first slots, the tile memory and its scales.
+// experts' counts and first slots, the tile memory and its scales (tile_column below reads it).
 struct TileList {
     const int32_t* tile_expert;
     const int32_t* tile_col;
@@ -134,6 +135,19 @@ TileList tile_list(const MoeGrouping& g, int max_tiles) {
     return TileList{g.tile_expert, g.tile_col,   g.n_tiles,        g.expert_count,
                     g.expert_offset, max_tiles, g.act_tiles, g.act_tile_scales};
 }
+
+#if FS_WGMMA_AVAILABLE
+// Column c (0..15) of tile pos: whether a slot of its expert fills it (else its codes are zeros and its scale 0) and
+// that slot.
+struct TileColumn {
+    bool valid;
+    int64_t slot;
+};
+__device__ __forceinline__ TileColumn tile_column(const TileList& t, int pos, int c) {
+    const int e = t.tile_expert[pos], col = t.tile_col[pos] + c;
+    return TileColumn{col < t.count[e], int64_t(t.offset[e]) + col};
+}
+#endif
 
 struct PackArgs {
     const uint16_t* values;  // prepared FP4-layout activation (e4m3 codes as f16), row stride ld
@@ -178,9 +192,7 @@ __global__ void __launch_bounds__(kPackThreads) pack_tiles_kernel(const PackArgs
     const int pos = int(blockIdx.x);
     if (pos >= min(*a.t.n_tiles, a.t.max_tiles)) return;
     const int c = int(threadIdx.x) / 16, steps = a.K / 32;
-    const int e = a.t.tile_expert[pos], col = a.t.tile_col[pos] + c;
-    const bool valid = col < a.t.count[e];
-    const int64_t slot = a.t.offset[e] + col;
+    const auto [valid, slot] = tile_column(a.t, pos, c);
     const int64_t row = !valid ? 0 : a.slot_token ? a.slot_token[slot] : slot;
     const uint16_t* xr = a.values + row * a.ld;
     int s_of[kPackStepsPerThread];
@@ -243,9 +255,7 @@ __global__ void __launch_bounds__(kHTileThreads) quantize_h_tiles_kernel(const H
     const int pos = int(blockIdx.x);
     if (pos >= min(*a.t.n_tiles, a.t.max_tiles)) return;
     const int c = int(threadIdx.x) % 16, n_blk = a.K / 128;
-    const int e = a.t.tile_expert[pos], col = a.t.tile_col[pos] + c;
-    const bool valid = col < a.t.count[e];
-    const int64_t slot = a.t.offset[e] + col;
+    const auto [valid, slot] = tile_column(a.t, pos, c);
     uint8_t* const tile = a.t.tiles + int64_t(pos) * (a.K / 32) * wgmma::kStepBytes + wgmma::b_offset(0, c);
     float* const tile_scales = a.t.tile_scales + int64_t(pos) * n_blk * 16 + c;
     for (int blk = int(threadIdx.x) / 16; blk < n_blk; blk += kHTileThreads / 16) {
@@ -732,7 +742,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
         auto fetch = [&]() {
             if (a.order == 2) {
                 int v = 0;
-                if (lane == 0) v = int(atomicAdd(a.item_counter, 1u));
+                if (lane == 0) v = int(atomicAdd(a.split_counters, 1u));
                 return __shfl_sync(0xffffffffu, v, 0);
             }
             return first_item(ring, a.order) + (k++) * slots;
@@ -792,10 +802,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
         }
         if (a.order == 2 && lane == 0) {  // the last ring to finish leaves the counters zero for the next launch
             __threadfence();
-            if (atomicAdd(a.item_counter + 1, 1u) == uint32_t(slots) - 1) {
+            if (atomicAdd(a.split_counters + 1, 1u) == uint32_t(slots) - 1) {
                 __threadfence();
-                a.item_counter[0] = 0;
-                a.item_counter[1] = 0;
+                a.split_counters[0] = 0;
+                a.split_counters[1] = 0;
             }
         }
         if constexpr (NAMED)  // the releases no refill waited for: every barrier generation completes
@@ -913,7 +923,6 @@ void launch(Args a, const MoeGrouping& g, int max_tiles, int64_t tokens, const K
                                                                   : 0;
         FS_REQUIRE(g.split_slots >= 2, "moe_wgmma: the grouping's split scratch holds ", g.split_slots,
                    " counters, the dynamic item order needs 2");
-        a.item_counter = g.split_counters;  // (the round-robin kernel's split counters: both leave them zero)
         auto kernel = policy.moe_wgmma_specialized == 2 ? wgmma_expert_ws_kernel<UP, true>
                                                          : wgmma_expert_ws_kernel<UP, false>;
         allow_dynamic_smem(kernel, kWsSmemBytes);
