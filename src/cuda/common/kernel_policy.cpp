@@ -99,6 +99,11 @@ KernelPolicy KernelPolicy::from_env() {
     p.gemm_min_tokens = env_int("FLASHSEEK_GEMM_MIN_TOKENS", p.gemm_min_tokens, 1, int64_t(1) << 31);
     p.grouped_experts_min_tokens =
         env_int("FLASHSEEK_GROUPED_EXPERTS_MIN_TOKENS", p.grouped_experts_min_tokens, 1, int64_t(1) << 31);
+    p.grouped_slot_rows = int(env_int("FLASHSEEK_GROUPED_SLOT_ROWS", p.grouped_slot_rows, 0, 128));
+    FS_CHECK(p.grouped_slot_rows == 0 || p.grouped_slot_rows == 32 || p.grouped_slot_rows == 64 ||
+                 p.grouped_slot_rows == 128,
+             "environment variable FLASHSEEK_GROUPED_SLOT_ROWS must be 0 (by the pass), 32, 64 or 128, got {}",
+             p.grouped_slot_rows);
     return p;
 }
 

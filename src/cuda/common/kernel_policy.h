@@ -86,6 +86,13 @@ struct KernelPolicy {
     // experts) 54.9 ms; decode buckets are powers of two, so every bucket past the GEMVs' 16 takes them.
     int64_t gemm_min_tokens = 32;
     int64_t grouped_experts_min_tokens = 32;
+    // grouped_experts' slot rows per tile on sm_90a (moe/moe_gemm.cuh): 128, 64 or 32 always, or 0 by the pass
+    // (moe_gemm_slot_rows: 32 where a pass gives the experts at most 16 slots on average, i.e. prompts up to ~680
+    // tokens on V4-Flash, 64 up to 64 slots, else 128). Every width computes a slot's row with the same
+    // arithmetic; the bits are the same if the tensor core's per-element sum does not depend on the wgmma's N, which
+    // the expert GEMM tests check on the device. 128 until that and the speed of the narrow tiles are measured
+    // (predicted: a 256-token prefill's routed experts ~2x faster).
+    int grouped_slot_rows = 128;
 
     bool is_disabled(std::string_view variant) const;
     bool is_forced(std::string_view variant) const;

@@ -6,6 +6,7 @@
 // d[4i + 0/1] at row g (= lane / 4), columns 8i + 2t + 0/1 (t = lane % 4); d[4i + 2/3] at row g + 8.
 // accumulate = 0 computes D = A * B (the previous contents are ignored), otherwise D += A * B.
 // One register list per width (FS_WGMMA_ACC* / FS_WGMMA_REGS*): the four instructions differ in shape and type only.
+// (The grouped expert kernel's register-operand forms, moe/moe_gemm_sm90.cu, use the lists too, n32 included.)
 #pragma once
 #include <cstdint>
 
@@ -18,11 +19,13 @@ namespace flashseek::cuda::wgmma {
 #define FS_WGMMA_ACC8(d, o)                                                                             \
     "+f"(d[o + 0]), "+f"(d[o + 1]), "+f"(d[o + 2]), "+f"(d[o + 3]), "+f"(d[o + 4]), "+f"(d[o + 5]), \
         "+f"(d[o + 6]), "+f"(d[o + 7])
-#define FS_WGMMA_ACC32(d) FS_WGMMA_ACC8(d, 0), FS_WGMMA_ACC8(d, 8), FS_WGMMA_ACC8(d, 16), FS_WGMMA_ACC8(d, 24)
+#define FS_WGMMA_ACC16(d) FS_WGMMA_ACC8(d, 0), FS_WGMMA_ACC8(d, 8)
+#define FS_WGMMA_ACC32(d) FS_WGMMA_ACC16(d), FS_WGMMA_ACC8(d, 16), FS_WGMMA_ACC8(d, 24)
 #define FS_WGMMA_ACC64(d) FS_WGMMA_ACC32(d), FS_WGMMA_ACC8(d, 32), FS_WGMMA_ACC8(d, 40), FS_WGMMA_ACC8(d, 48), \
                           FS_WGMMA_ACC8(d, 56)
+#define FS_WGMMA_REGS16 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
 #define FS_WGMMA_REGS32                                                                \
-    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "         \
+    FS_WGMMA_REGS16 ", "                                                               \
     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define FS_WGMMA_REGS64                                                                \
     FS_WGMMA_REGS32 ", "                                                               \

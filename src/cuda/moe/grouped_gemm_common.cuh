@@ -1,10 +1,11 @@
 // Shared pieces of the grouped expert GEMMs (moe_gemm.cuh): the host-side problem handed to a kernel backend
 // (moe_gemm_sm90.cu: wgmma + TMA; moe_gemm_mma.cu: mma.sync) and the device-side tile list derived from the
 // per-expert counts (the up-projection's SwiGLU element: gemm/swiglu_element.cuh).
-// Tiles: (expert e, 128 slot rows of e, 128 weight rows); tile t is expert-major with the 128-row block fastest
-// inside an expert (the CTAs in flight share the expert's weight tiles in L2). Every CTA derives the list from the
-// device counts (prefix over experts of their 128-row blocks in shared memory), so launches are sized by the SM
-// count alone and stay graph-capturable.
+// Tiles: (expert e, a block of slot rows of e, 128 weight rows); tile t is expert-major with the slot block fastest
+// inside an expert (the CTAs in flight share the expert's weight tiles in L2). Slot blocks are 128 rows, or on the
+// sm_90a kernel 32 / 64 (Problem::slot_rows) where a pass gives each expert few slots. Every CTA derives the list
+// from the device counts (prefix over experts of their slot blocks in shared memory), so launches are sized by the
+// SM count alone and stay graph-capturable.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -17,7 +18,7 @@
 
 namespace flashseek::cuda::grouped_gemm {
 
-constexpr int kBlockM = 128;       // slot rows per tile
+constexpr int kBlockM = 128;       // slot rows per tile (the mma.sync kernels; the sm_90a kernel: Problem::slot_rows)
 constexpr int kBlockN = 128;       // weight rows per tile (up: 64 of w1 and the same 64 of w3)
 constexpr int kMaxExperts = 1024;  // the prefix lives in shared memory
 
@@ -44,17 +45,20 @@ struct Problem {
     float* y = nullptr;         // down: fp32 [slots, ldo]
     uint16_t* y_bf16 = nullptr; // ... or, instead, those values rounded to bf16
     int64_t ldo = 0;            // up: h_q.codes_ld; down: hidden
+    // Slot rows per tile of the sm_90a kernel: 32, 64 or 128 (moe_gemm_slot_rows), the same per-slot arithmetic;
+    // the mma.sync kernels take kBlockM always.
+    int slot_rows = kBlockM;
 };
 
 void launch_sm90(const Problem& p, cudaStream_t stream);
 void launch_mma(const Problem& p, dense_gemm::MmaMode mode, cudaStream_t stream);
 
-// prefix[e] = 128-row blocks of the experts before e, prefix[E] = all of them. Called by one whole warp (each lane
-// sums a contiguous chunk of experts, then a warp scan); the caller synchronizes the CTA afterwards.
-__device__ __forceinline__ void block_prefix(const int32_t* count, int E, int* prefix, int lane) {
+// prefix[e] = `rows`-row slot blocks of the experts before e, prefix[E] = all of them. Called by one whole warp (each
+// lane sums a contiguous chunk of experts, then a warp scan); the caller synchronizes the CTA afterwards.
+__device__ __forceinline__ void block_prefix(const int32_t* count, int E, int rows, int* prefix, int lane) {
     const int per = (E + 31) / 32, e0 = lane * per, e1 = min(E, e0 + per);
     int sum = 0;
-    for (int e = e0; e < e1; ++e) sum += (count[e] + kBlockM - 1) / kBlockM;
+    for (int e = e0; e < e1; ++e) sum += (count[e] + rows - 1) / rows;
     int incl = sum;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
@@ -64,12 +68,12 @@ __device__ __forceinline__ void block_prefix(const int32_t* count, int E, int* p
     int run = incl - sum;
     for (int e = e0; e < e1; ++e) {
         prefix[e] = run;
-        run += (count[e] + kBlockM - 1) / kBlockM;
+        run += (count[e] + rows - 1) / rows;
     }
     if (lane == 31) prefix[E] = incl;
 }
 
-// Expert, 128-row block and weight-row block of tile t. The search takes the last expert whose first tile is <= t:
+// Expert, slot block and weight-row block of tile t. The search takes the last expert whose first tile is <= t:
 // an empty expert shares its prefix with the next one, so the last such expert is never empty.
 __device__ __forceinline__ void tile_of(int t, const int* prefix, int E, int n_blocks, int& e, int& mb, int& nb) {
     int lo = 0, hi = E - 1;

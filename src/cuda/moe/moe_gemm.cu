@@ -29,12 +29,21 @@ void launch(const grouped_gemm::Problem& p, GemmPath path, cudaStream_t stream) 
                                  stream);
 }
 
-grouped_gemm::Problem problem(const ExpertTable& t, const MoeGrouping& g) {
+// The tile width of a pass: `slot_rows` as asked (0: moe_gemm_slot_rows), checked.
+int resolve_slot_rows(int slot_rows, int64_t slots, int E, const char* what) {
+    FS_REQUIRE(slot_rows == 0 || slot_rows == 32 || slot_rows == 64 || slot_rows == 128, what,
+               ": slot_rows must be 0 (by the pass), 32, 64 or 128, got ", slot_rows);
+    return slot_rows != 0 ? slot_rows : moe_gemm_slot_rows(slots, E);
+}
+
+grouped_gemm::Problem problem(const ExpertTable& t, const MoeGrouping& g, int64_t slots, int slot_rows,
+                              const char* what) {
     grouped_gemm::Problem p;
     p.count = g.expert_count;
     p.offset = g.expert_offset;
     p.E = g.E;
     p.slot_weight = g.slot_weight;
+    p.slot_rows = resolve_slot_rows(slot_rows, slots, g.E, what);
     return p;
 }
 
@@ -171,6 +180,17 @@ bool moe_gemm_supported(GemmPath path) {
     return false;
 }
 
+int moe_gemm_slot_rows(int64_t slots, int E) {
+    // Average slots per expert (the experts of a V4 layer share a pass's picks about evenly; skewed routings give
+    // the hot experts more tiles). Up to 16 a 32-row tile holds nearly every expert's slots in one tile; up to 64
+    // a 64-row tile holds most, and two 64-row tiles of an overflowing expert still cost less than one 128-row
+    // tile's tensor work is predicted to (docs/perf.md, short prompts).
+    const int64_t avg = E > 0 ? (slots + E - 1) / E : slots;
+    if (avg <= 16) return 32;
+    if (avg <= 64) return 64;
+    return grouped_gemm::kBlockM;
+}
+
 bool moe_gemm_eligible(const ExpertTable& t, const MoeGrouping& g, int64_t M, int top_k, GemmPath path) {
     return moe_gemm_supported(resolve(path)) && t.kind == WeightKind::FP4_BLOCK32 && t.scale_kind == ScaleKind::E8M0 &&
            t.row_ref != nullptr && reinterpret_cast<uintptr_t>(t.row_ref) % 4 == 0 && t.w_maps != nullptr &&
@@ -180,7 +200,7 @@ bool moe_gemm_eligible(const ExpertTable& t, const MoeGrouping& g, int64_t M, in
 }
 
 void moe_gemm_up(const uint16_t* x, int64_t ld_x, int64_t M, int top_k, const ExpertTable& t, const MoeGrouping& g,
-                 float swiglu_limit, const MoeGemmWorkspace& ws, cudaStream_t stream, GemmPath path) {
+                 float swiglu_limit, const MoeGemmWorkspace& ws, cudaStream_t stream, GemmPath path, int slot_rows) {
     path = resolve(path);
     FS_REQUIRE(moe_gemm_eligible(t, g, M, top_k, path), "moe_gemm_up: not eligible (path ", int(path),
                " on compute capability ", current_arch().cc, "; FP4 + E8M0 experts with row references and weight maps (",
@@ -195,12 +215,12 @@ void moe_gemm_up(const uint16_t* x, int64_t ld_x, int64_t M, int top_k, const Ex
     Fp8Activation xa = ws.x;
     xa.m = slots;
     xa.order = moe_gemm_code_order(path);
+    grouped_gemm::Problem p = problem(t, g, slots, slot_rows, "moe_gemm_up");  // checks slot_rows before any launch
     // The slots repeat the tokens top_k times: each token row is quantized once and stored at its slots
     // (pair_slot), the same bits as quantizing the gathered slot rows (act_quant is per row), which was
     // instruction-bound (144 us for the 24,576 slots of a 4,096-token pass). Slots no pair names (invalid expert
     // ids) lie past every expert's range and are not read.
     quantize_fp8_scatter(x, M, ld_x, g.pair_slot, top_k, xa, stream);
-    grouped_gemm::Problem p = problem(t, g);
     p.up = true;
     p.a = xa;
     p.w_a = t.w1;
@@ -225,7 +245,7 @@ void moe_gemm_up(const uint16_t* x, int64_t ld_x, int64_t M, int top_k, const Ex
 namespace {
 // y (fp32) or y_bf16: exactly one is given.
 void down(int64_t M, int top_k, const ExpertTable& t, const MoeGrouping& g, const MoeGemmWorkspace& ws, float* y,
-          uint16_t* y_bf16, cudaStream_t stream, GemmPath path) {
+          uint16_t* y_bf16, cudaStream_t stream, GemmPath path, int slot_rows) {
     path = resolve(path);
     FS_REQUIRE(moe_gemm_eligible(t, g, M, top_k, path), "moe_gemm_down: not eligible (see moe_gemm_up)");
     const int64_t slots = M * top_k;
@@ -236,7 +256,7 @@ void down(int64_t M, int top_k, const ExpertTable& t, const MoeGrouping& g, cons
     Fp8Activation hq = ws.h_q;
     hq.m = slots;
     hq.order = moe_gemm_code_order(path);  // as moe_gemm_up wrote it on this path
-    grouped_gemm::Problem p = problem(t, g);
+    grouped_gemm::Problem p = problem(t, g, slots, slot_rows, "moe_gemm_down");
     p.up = false;
     p.a = hq;
     p.w_a = t.w2;
@@ -255,15 +275,15 @@ void down(int64_t M, int top_k, const ExpertTable& t, const MoeGrouping& g, cons
 }  // namespace
 
 void moe_gemm_down(int64_t M, int top_k, const ExpertTable& t, const MoeGrouping& g, const MoeGemmWorkspace& ws,
-                   float* y, cudaStream_t stream, GemmPath path) {
+                   float* y, cudaStream_t stream, GemmPath path, int slot_rows) {
     FS_REQUIRE(y != nullptr, "moe_gemm_down: output null");
-    down(M, top_k, t, g, ws, y, nullptr, stream, path);
+    down(M, top_k, t, g, ws, y, nullptr, stream, path, slot_rows);
 }
 
 void moe_gemm_down_bf16(int64_t M, int top_k, const ExpertTable& t, const MoeGrouping& g, const MoeGemmWorkspace& ws,
-                        uint16_t* y, cudaStream_t stream, GemmPath path) {
+                        uint16_t* y, cudaStream_t stream, GemmPath path, int slot_rows) {
     FS_REQUIRE(y != nullptr, "moe_gemm_down_bf16: output null");
-    down(M, top_k, t, g, ws, nullptr, y, stream, path);
+    down(M, top_k, t, g, ws, nullptr, y, stream, path, slot_rows);
 }
 
 }  // namespace flashseek::cuda

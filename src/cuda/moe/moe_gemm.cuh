@@ -77,16 +77,25 @@ Fp8CodeOrder moe_gemm_code_order(GemmPath path = GemmPath::AUTO);
 bool moe_gemm_eligible(const ExpertTable& table, const MoeGrouping& grouping, int64_t M, int top_k,
                        GemmPath path = GemmPath::AUTO);
 
+// Slot rows per tile of the sm_90a kernel for a pass of `slots` grouped rows over E experts: 32 while the experts
+// average at most 16 slots, 64 up to 64, else 128 (a tile costs about what its width does, an expert whose slots
+// overflow a tile converts its weights again for the next: docs/perf.md, short prompts). Every width gives a slot
+// the same arithmetic. The entries below take `slot_rows` 32, 64 or 128, or 0 for this choice (the mma.sync paths
+// ignore it); anything else is an Error.
+int moe_gemm_slot_rows(int64_t slots, int E);
+
 // x: bf16 [M, hidden] with row stride ld_x elements. Fills ws.x and ws.h_q for the grouping's slots.
 void moe_gemm_up(const uint16_t* x, int64_t ld_x, int64_t M, int top_k, const ExpertTable& table,
                  const MoeGrouping& grouping, float swiglu_limit, const MoeGemmWorkspace& ws, cudaStream_t stream,
-                 GemmPath path = GemmPath::AUTO);
+                 GemmPath path = GemmPath::AUTO, int slot_rows = 0);
 // y: fp32 [M * top_k, hidden] (row = slot, as moe_expert_down). Reads ws.h_q from moe_gemm_up.
 void moe_gemm_down(int64_t M, int top_k, const ExpertTable& table, const MoeGrouping& grouping,
-                   const MoeGemmWorkspace& ws, float* y, cudaStream_t stream, GemmPath path = GemmPath::AUTO);
+                   const MoeGemmWorkspace& ws, float* y, cudaStream_t stream, GemmPath path = GemmPath::AUTO,
+                   int slot_rows = 0);
 // The same with y rounded to bf16 (round to nearest even of every fp32 value moe_gemm_down writes): the form the
 // combine reads in release numerics, half the bytes.
 void moe_gemm_down_bf16(int64_t M, int top_k, const ExpertTable& table, const MoeGrouping& grouping,
-                        const MoeGemmWorkspace& ws, uint16_t* y, cudaStream_t stream, GemmPath path = GemmPath::AUTO);
+                        const MoeGemmWorkspace& ws, uint16_t* y, cudaStream_t stream, GemmPath path = GemmPath::AUTO,
+                        int slot_rows = 0);
 
 }  // namespace flashseek::cuda

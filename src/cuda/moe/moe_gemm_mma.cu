@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_mma_kernel(const Problem 
     pdl_trigger();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp & 1, wn = warp >> 1;
     const int g = lane >> 2, t4 = lane & 3;
-    if (tid < 32) block_prefix(p.count, p.E, prefix, lane);
+    if (tid < 32) block_prefix(p.count, p.E, kBlockM, prefix, lane);
     __syncthreads();
     const int tiles = prefix[p.E] * p.n_blocks;
     const int k_blocks = p.K / 128;

@@ -1,5 +1,5 @@
 // Grouped FP4 expert GEMMs on sm_90a (moe_gemm.cuh; tiles of grouped_gemm_common.cuh), with the weights as the
-// register operand of wgmma. A tile's weight rows are the M side (two math warpgroups x 64 rows), its 128 slot rows
+// register operand of wgmma. A tile's weight rows are the M side (two math warpgroups x 64 rows), its BM slot rows
 // the N side (TMA, 128-byte swizzle, read by both warpgroups from shared memory). Our own kernel, not CUTLASS: the
 // FP4 conversion with per-32 scale folding into the register fragment and the SwiGLU / act_quant epilogue are
 // specific to this checkpoint format.
@@ -10,6 +10,14 @@
 // its own fragment (rows g and g + 8 of its warp, 64 values per stage) straight from the packed bytes while its
 // warpgroup's previous wgmma runs. Measured on the H200 (docs/perf-log/2026-12-02_register-operand-experts.md): a
 // 4,096-token prefill pass's up-projection 3.64 -> 2.66 ms per layer, down 1.76 -> 1.21 ms (bench events).
+// Why slot tiles of 32 and 64 rows beside 128 (BM = Problem::slot_rows, chosen per pass by moe_gemm_slot_rows): a short
+// prompt gives each expert few slots (256 tokens x 6 picks over 256 experts: ~6 each), and a 128-row tile pays for 128
+// whatever it holds: per 128-K stage four m64n128k32 wgmma per math warpgroup (~512 tensor-core cycles per stage and
+// SM, more than the ~470 cycles the SM's share of the copy rate needs for the stage's 8 KB of weights), 64 promotions
+// per thread and a 16 KB slot tile from L2. A 256-token prefill's routed experts ran at 33-35% of the copy rate, 39.9
+// of its 53.3 ms of per-op events (run 216 of docs/perf-log/2026-12-05_expert-weight-boxes.md). A 32-row tile does a
+// quarter of that work and reads a 4 KB slot tile; the weights and their conversion per tile are the same, so an expert
+// whose slots need several narrow tiles converts its weights once per tile.
 // Design:
 //   - Producer warpgroup (128 threads, 56 registers). Warps 8-9 issue, as soon as the math warps free a stage slot:
 //     thread 0 loads the packed FP4 weight tile by TMA (two boxes of 64 rows x one 128-K block, 64 bytes, with the
@@ -18,9 +26,9 @@
 //     (16 bytes, four stages' worth, at every fourth stage where the expert's scale rows allow it, else 4 bytes per
 //     stage: every row is its own 128-byte line, so a warp's copy costs 32 L1 wavefronts whatever its width, and the
 //     4-byte form spent ~130 of the ~900 shared-memory wavefronts of a stage, Nsight Compute run 88; at a sub-tile's
-//     first stage also the words holding the rows' reference exponents) and the activation scales of slots 2i and
-//     2i + 1 (two 4-byte cp.async into the math threads' order, sa_index below), then arrives on landed through
-//     cp.async.mbarrier.arrive (count 64 + 1). Rows, tile and pointers are set once per sub-tile. Warps 10-11
+//     first stage also the words holding the rows' reference exponents) and, for i < BM / 2, the activation scales of
+//     slots 2i and 2i + 1 (two 4-byte cp.async into the math threads' order, Smem::sa_index), then arrives on
+//     landed through cp.async.mbarrier.arrive (count 64 + 1). Rows, tile and pointers are set once per sub-tile. Warps 10-11
 //     finish: thread i waits for the landed barrier, then per row and 32-group the 8-entry e4m3 magnitude table
 //     against the row's reference (group_table below) and, at a sub-tile's first stage, the row's column scale,
 //     and arrives on the full barrier (count 1 + 64). Issuing never waits for data: every free
@@ -37,11 +45,11 @@
 //     row g (its w1 row) and row g + 8 (its w3 row), so gate and up of (c, slot) meet in one thread. Down: 128 w2
 //     rows, warpgroup w rows 64w... Per stage: convert the next stage's fragment (per row one 16-byte load of its
 //     32-group t4 and that group's table, the slot tile's codes being GROUP_INTERLEAVED to match; per 4 values the
-//     table lookup and the signs, codes8 below) while this stage's four m64n128k32 wgmma run; wait, promote
-//     fin += acc * a_scale[slot] (fp32; the slot's 32 scales in eight 16-byte loads), free the stage, issue the
+//     table lookup and the signs, codes8 below) while this stage's four m64nBMk32 wgmma run; wait, promote
+//     fin += acc * a_scale[slot] (fp32; the slots' scales in BM / 16 16-byte loads), free the stage, issue the
 //     next stage's wgmma. The row's column scale multiplies fin once, in the epilogue.
 //   - Epilogue: down: fp32 rows per slot, or bf16 rows (y_bf16) through the staging block with 16-byte stores.
-//     Up: h = bf16(silu(min(bf16 g, L)) * clamp(bf16 u) * weight[slot]) into a shared staging block (128 slots x
+//     Up: h = bf16(silu(min(bf16 g, L)) * clamp(bf16 u) * weight[slot]) into a shared staging block (BM slots x
 //     128 columns, bf16) over both sub-tiles, then each pair of math threads quantizes one slot's 128 values (the
 //     down-projection's act_quant input, GROUP_INTERLEAVED) and stores them.
 //     Slots past the expert's count are not stored.
@@ -54,11 +62,16 @@
 // Each k-step sums 8 products of each of the block's four 32-groups (the interleaved order) where the mma.sync
 // kernels' steps take one group each: the same 128 products per promotion, summed in another order inside the
 // tensor core, so the two paths' bits differ (as they did before: mma.sync and wgmma accumulate differently).
+// The slot tile's width changes none of a slot's arithmetic: the same fragments and k32 steps (one wgmma of width
+// BM instead of 128), the same promotions in the same order, the same epilogue; the widths give the same bits if
+// the tensor core's sum of an element does not depend on the instruction's N (tests/cuda/linear/test_moe_gemm.cpp
+// checks it bit for bit), which prefill batch invariance needs (the width follows the pass's size).
 // compute-sanitizer: memcheck clean; racecheck reports the mbarrier-ordered hand-offs (TMA / cp.async -> landed ->
 // finisher -> full -> math, and back through empty) as hazards, as it did for the earlier form: it does not follow
 // mbarrier phases.
 #include <cuda.h>
 
+#include <string>
 #include <type_traits>
 
 #include "cuda/common/arch.cuh"
@@ -79,34 +92,47 @@ namespace {
 
 constexpr int kMathThreads = 256;             // two math warpgroups (warps 0-7)
 constexpr int kThreads = kMathThreads + 128;  // + the producer warpgroup (its registers go to the math warps)
-constexpr int kBM = kBlockM, kBN = kBlockN;  // slot rows, weight rows per tile
-constexpr int kStages = 6;
+constexpr int kBN = kBlockN;  // weight rows per tile
 
-constexpr int kATile = kBM * 128;    // slot codes, 128 K
 constexpr int kRawTile = kBN * 64;   // packed FP4, 128 K per row
 // E8M0 scales, 16 bytes per row: the four groups of this stage and, where the rows allow 16-byte copies, of the
 // next three stages too (copied at every fourth stage; the finisher keeps them in registers).
 constexpr int kScaleBlock = kBN * 16;
 constexpr int kTables = kBN * 4 * 8;  // per row and 32-group (row-major): the magnitude table (two words)
-// The activation scales of a stage in the order the math threads read them: thread t4 of each quad needs slots
-// 8i + 2 t4 + j (i < 16, j < 2), stored contiguously at t4 * kSaPitch + 2i + j, so eight 16-byte loads fetch them;
-// the pitch of 36 floats puts the four quads' rows on different banks.
-constexpr int kSaPitch = 36;
-constexpr int kSaStage = 4 * kSaPitch * 4;  // bytes per stage
 constexpr int kStagingPitch = 128 + 8;  // bf16 per staged slot row: + 16 bytes against bank conflicts
-constexpr size_t kRawOffset = size_t(kStages) * kATile;
-constexpr size_t kScaleOffset = kRawOffset + size_t(kStages) * kRawTile;
-constexpr size_t kTableOffset = kScaleOffset + size_t(kStages) * kScaleBlock;
-constexpr size_t kSaOffset = kTableOffset + size_t(kStages) * kTables;
-constexpr size_t kRefOffset = kSaOffset + size_t(kStages) * kSaStage;  // per stage: one reference byte per row
-constexpr size_t kRowScaleOffset = kRefOffset + size_t(kStages) * kBN;
-constexpr size_t kStagingOffset = kRowScaleOffset + size_t(kStages) * kBN * 4;
-constexpr size_t kBarrierOffset = kStagingOffset + size_t(kBM) * kStagingPitch * 2;
-constexpr size_t kPrefixOffset = kBarrierOffset + 3 * kStages * 8;
-constexpr size_t kSmemBytes = kPrefixOffset + (kMaxExperts + 1) * 4 + 1024;
-static_assert(kATile % 1024 == 0 && kRawOffset % 1024 == 0, "swizzled slot tiles 1024-aligned");
-static_assert(kTableOffset % 16 == 0 && kSaOffset % 16 == 0 && kStagingOffset % 16 == 0, "alignment");
-static_assert(kSmemBytes <= 227 * 1024, "shared memory of one sm_90 CTA");
+
+// Shared memory of the kernel with BM slot rows per tile (32, 64 or 128).
+template <int BM>
+struct Smem {
+    // Stages in flight: as many as fit in 227 KB. The narrow tiles' smaller slot tiles leave room for more, and
+    // they need it: their tensor work per stage is below the SM's share of the copy rate, so only the weight bytes
+    // in flight (8 KB per stage) keep the SM at that share.
+    static constexpr int kStages = BM == 128 ? 6 : BM == 64 ? 8 : 11;
+    static constexpr int kATile = BM * 128;  // slot codes, 128 K
+    // The activation scales of a stage in the order the math threads read them: thread t4 of each quad needs slots
+    // 8i + 2 t4 + j (i < BM / 8, j < 2), stored contiguously at t4 * kSaPitch + 2i + j, so BM / 16 16-byte loads
+    // fetch them; a pitch of BM / 4 + 4 floats puts the four quads' rows on different banks.
+    static constexpr int kSaPitch = BM / 4 + 4;
+    static constexpr int kSaStage = 4 * kSaPitch * 4;  // bytes per stage
+    static constexpr size_t kRawOffset = size_t(kStages) * kATile;
+    static constexpr size_t kScaleOffset = kRawOffset + size_t(kStages) * kRawTile;
+    static constexpr size_t kTableOffset = kScaleOffset + size_t(kStages) * kScaleBlock;
+    static constexpr size_t kSaOffset = kTableOffset + size_t(kStages) * kTables;
+    static constexpr size_t kRefOffset = kSaOffset + size_t(kStages) * kSaStage;  // per stage: a reference byte per row
+    static constexpr size_t kRowScaleOffset = kRefOffset + size_t(kStages) * kBN;
+    static constexpr size_t kStagingOffset = kRowScaleOffset + size_t(kStages) * kBN * 4;
+    static constexpr size_t kBarrierOffset = kStagingOffset + size_t(BM) * kStagingPitch * 2;
+    static constexpr size_t kPrefixOffset = kBarrierOffset + 3 * kStages * 8;
+    static constexpr size_t kBytes = kPrefixOffset + (kMaxExperts + 1) * 4 + 1024;
+    static_assert(kATile % 1024 == 0 && kRawOffset % 1024 == 0, "swizzled slot tiles 1024-aligned");
+    static_assert(kTableOffset % 16 == 0 && kSaOffset % 16 == 0 && kSaStage % 16 == 0 && kStagingOffset % 16 == 0,
+                  "alignment");
+    static_assert(kBytes <= 227 * 1024, "shared memory of one sm_90 CTA");
+    // Where slot n of a stage's activation scales is stored (floats from the stage's start).
+    static __host__ __device__ constexpr int sa_index(int n) {
+        return ((n >> 1) & 3) * kSaPitch + 2 * (n >> 3) + (n & 1);
+    }
+};
 
 struct GroupedParams {
     CUtensorMap map_a;        // the slots' act_quant codes
@@ -184,14 +210,33 @@ __device__ __forceinline__ void math_sync() { asm volatile("bar.sync 1, 256;" ::
 // two rows then cover all banks).
 __device__ __forceinline__ int raw_chunk_offset(int r, int c) { return 64 * r + 16 * (c ^ ((r >> 1) & 3)); }
 
-// d (64 x 128 fp32) (+)= A (64 x 32 e4m3, registers) * B (128 slots x 32, K-major 128B-swizzled descriptor).
-__device__ __forceinline__ void mma_rs_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
-                                            uint32_t accumulate) {
-    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" FS_WGMMA_REGS64
-                 "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-                 : FS_WGMMA_ACC64(d)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+// d (64 x BM fp32) (+)= A (64 x 32 e4m3, registers) * B (BM slots x 32, K-major 128B-swizzled descriptor): one
+// m64nBMk32 wgmma. Every width computes an element from the same 32 products of the same operands; the tile widths
+// give the same bits if the tensor core's per-element sum does not depend on N (checked bit for bit on the device:
+// tests/cuda/linear/test_moe_gemm.cpp, SlotTileWidthsGiveTheSameBits).
+template <int BM>
+__device__ __forceinline__ void mma_rs(float (&d)[BM / 2], const uint32_t (&a)[4], uint64_t desc_b,
+                                       uint32_t accumulate) {
+    if constexpr (BM == 128) {
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {" FS_WGMMA_REGS64
+                     "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+                     : FS_WGMMA_ACC64(d)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+    } else if constexpr (BM == 64) {
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {" FS_WGMMA_REGS32
+                     "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+                     : FS_WGMMA_ACC32(d)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+    } else {
+        static_assert(BM == 32, "slot tiles of 32, 64 or 128 rows");
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %21, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {" FS_WGMMA_REGS16
+                     "}, {%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
+                     : FS_WGMMA_ACC16(d)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+    }
 }
 
 // The magnitude table of a 32-group stored x 2^(6 + d) (d = its exponent - the block's reference, <= 0): the d = 0
@@ -227,29 +272,29 @@ __device__ __forceinline__ void codes8(uint32_t w, uint2 t, uint32_t& lo, uint32
     hi = mag_hi | (sgn_hi & 0x80808080u);
 }
 
-// Where slot n of a stage's activation scales is stored (floats from the stage's start).
-__device__ __forceinline__ int sa_index(int n) { return ((n >> 1) & 3) * kSaPitch + 2 * (n >> 3) + (n & 1); }
 
 #endif
 
-template <bool UP>
+template <bool UP, int BM>
 __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_constant__ GroupedParams p) {
 #if FS_WGMMA_AVAILABLE
+    using L = Smem<BM>;
     constexpr int kSubTiles = UP ? 2 : 1;
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     unsigned char* const a_tiles = smem;
-    unsigned char* const raw_tiles = smem + kRawOffset;
-    unsigned char* const scale_blocks = smem + kScaleOffset;
-    uint2* const tables = reinterpret_cast<uint2*>(smem + kTableOffset);
-    float* const a_scales = reinterpret_cast<float*>(smem + kSaOffset);
-    uint8_t* const ref_bytes = smem + kRefOffset;
-    float* const row_scales = reinterpret_cast<float*>(smem + kRowScaleOffset);
-    uint16_t* const staging = reinterpret_cast<uint16_t*>(smem + kStagingOffset);
-    uint64_t* const full = reinterpret_cast<uint64_t*>(smem + kBarrierOffset);
+    unsigned char* const raw_tiles = smem + L::kRawOffset;
+    unsigned char* const scale_blocks = smem + L::kScaleOffset;
+    uint2* const tables = reinterpret_cast<uint2*>(smem + L::kTableOffset);
+    float* const a_scales = reinterpret_cast<float*>(smem + L::kSaOffset);
+    uint8_t* const ref_bytes = smem + L::kRefOffset;
+    float* const row_scales = reinterpret_cast<float*>(smem + L::kRowScaleOffset);
+    uint16_t* const staging = reinterpret_cast<uint16_t*>(smem + L::kStagingOffset);
+    uint64_t* const full = reinterpret_cast<uint64_t*>(smem + L::kBarrierOffset);
+    constexpr int kStages = L::kStages;
     uint64_t* const empty = full + kStages;
     uint64_t* const landed = empty + kStages;
-    int* const prefix = reinterpret_cast<int*>(smem + kPrefixOffset);
+    int* const prefix = reinterpret_cast<int*>(smem + L::kPrefixOffset);
 
     const int tid = threadIdx.x, lane = tid & 31;
     if (tid == 0) {
@@ -264,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
     }
     pdl_wait();
     pdl_trigger();
-    if (tid < 32) block_prefix(p.count, p.E, prefix, lane);
+    if (tid < 32) block_prefix(p.count, p.E, BM, prefix, lane);
     __syncthreads();
     const int tiles = prefix[p.E] * p.n_blocks;
     const int KB = p.K / 128;
@@ -292,11 +337,11 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
         if (issuer) {
             // This thread's shared-memory destinations (fixed per thread; + the stage's offset).
             const uint32_t sc_dst = smem_u32(scale_blocks + 16 * i0);
-            const uint32_t ref_dst = smem_u32(ref_bytes + i0), sa_dst = smem_u32(a_scales + sa_index(2 * i0));
+            const uint32_t ref_dst = smem_u32(ref_bytes + i0), sa_dst = smem_u32(a_scales + L::sa_index(2 * i0));
             for (int it = 0; it < my_tiles; ++it) {
                 int e, mb, nb;
                 tile_of(int(blockIdx.x) + it * int(gridDim.x), prefix, p.E, p.n_blocks, e, mb, nb);
-                const int first = p.offset[e] + mb * kBM;
+                const int first = p.offset[e] + mb * BM;
                 // The activation scales of slots 2 i0 and 2 i0 + 1 (zero past the last slot of the act_quant).
                 const int slot = first + 2 * i0;
                 const float* as = p.a_scales + min(slot, p.slots - 1);
@@ -337,10 +382,12 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                             cp_async_16_s(sc, c0 + kb * 4);
                             cp_async_16_s(sc + 64 * 16, c1 + kb * 4);
                         }
-                        const uint32_t sa = sa_dst + uint32_t(s * kSaStage);
-                        const float* a_src = as + int64_t(kb) * p.a_scales_ld;
-                        cp_async_4z_s(sa, a_src, as0_bytes);
-                        cp_async_4z_s(sa + 4, a_src + (as1_bytes >> 2), as1_bytes);
+                        if (2 * i0 < BM) {  // the tile's BM slots: threads 0 .. BM / 2 - 1
+                            const uint32_t sa = sa_dst + uint32_t(s * L::kSaStage);
+                            const float* a_src = as + int64_t(kb) * p.a_scales_ld;
+                            cp_async_4z_s(sa, a_src, as0_bytes);
+                            cp_async_4z_s(sa + 4, a_src + (as1_bytes >> 2), as1_bytes);
+                        }
                         if (kb == 0 && (i0 & 3) == 0) {
                             // The references of rows i0 .. i0 + 3 (and + 64), once per sub-tile (the finisher keeps
                             // them): aligned words (ref_stride and the row blocks are multiples of 4).
@@ -351,8 +398,8 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                         }
                         bulk::cp_async_mbar_arrive(&landed[s]);
                         if (ptid == 0) {
-                            mbar_expect_tx(&full[s], kATile);
-                            tma::load_2d(a_tiles + size_t(s) * kATile, &p.map_a, kb * 128, first, &full[s]);
+                            mbar_expect_tx(&full[s], L::kATile);
+                            tma::load_2d(a_tiles + size_t(s) * L::kATile, &p.map_a, kb * 128, first, &full[s]);
                         }
                         advance();
                     }
@@ -411,7 +458,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
     // rows 64 mw + 16 warp + g, + 8.
     const int row_g = UP ? 32 * mw + 8 * warp + g : 64 * mw + 16 * warp + g;
     const int row_g8 = UP ? 64 + row_g : row_g + 8;
-    float acc[64], fin[64];
+    float acc[BM / 2], fin[BM / 2];
     uint32_t frag[2][4][4];  // [buffer][32-k step][a0..a3]
     int s = 0;
     uint32_t phase = 0;
@@ -423,7 +470,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
     // 4, ~190 of the ~900 shared-memory wavefronts of a stage: Nsight Compute, run 88 of
     // docs/perf-log/2026-12-02_row-reference-experts.md; runs 91-97 of docs/perf-log/2026-12-02_interleaved-experts.md.)
     const uint32_t raw_base = smem_u32(raw_tiles), table_base = smem_u32(tables);
-    const uint32_t sa_base = smem_u32(a_scales) + 4 * uint32_t(t4 * kSaPitch), wsc_base = smem_u32(row_scales);
+    const uint32_t sa_base = smem_u32(a_scales) + 4 * uint32_t(t4 * L::kSaPitch), wsc_base = smem_u32(row_scales);
     const uint32_t raw_g = raw_base + raw_chunk_offset(row_g, t4), raw_g8 = raw_base + raw_chunk_offset(row_g8, t4);
     const uint32_t tab_g = table_base + uint32_t(row_g * 4 + t4) * 8, tab_g8 = table_base + uint32_t(row_g8 * 4 + t4) * 8;
     auto convert = [&](int st, uint32_t (&f)[4][4]) {
@@ -437,15 +484,15 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
         }
     };
     auto issue_mma = [&](int st, const uint32_t (&f)[4][4]) {
-        const uint32_t b_addr = smem_u32(a_tiles + size_t(st) * kATile);
+        const uint32_t b_addr = smem_u32(a_tiles + size_t(st) * L::kATile);
 #pragma unroll
-        for (int i = 0; i < 64; ++i) wgmma::fence_operand(acc[i]);
+        for (int i = 0; i < BM / 2; ++i) wgmma::fence_operand(acc[i]);
         wgmma::fence();
 #pragma unroll
-        for (int k = 0; k < 4; ++k) mma_rs_n128(acc, f[k], tma::sw128_descriptor(b_addr + 32 * k), k > 0 ? 1u : 0u);
+        for (int k = 0; k < 4; ++k) mma_rs<BM>(acc, f[k], tma::sw128_descriptor(b_addr + 32 * k), k > 0 ? 1u : 0u);
         wgmma::commit();
 #pragma unroll
-        for (int i = 0; i < 64; ++i) wgmma::fence_operand(acc[i]);
+        for (int i = 0; i < BM / 2; ++i) wgmma::fence_operand(acc[i]);
     };
     // Waits for the stage's wgmma, folds acc into fin, frees the stage.
     auto promote = [&](int st, uint32_t (&f)[4][4]) {
@@ -455,10 +502,10 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
 #pragma unroll
             for (int q = 0; q < 4; ++q) wgmma::fence_operand(f[k][q]);  // the A registers were live until here
 #pragma unroll
-        for (int i = 0; i < 64; ++i) wgmma::fence_operand(acc[i]);
-        const uint32_t sa = sa_base + uint32_t(st * kSaStage);
+        for (int i = 0; i < BM / 2; ++i) wgmma::fence_operand(acc[i]);
+        const uint32_t sa = sa_base + uint32_t(st * L::kSaStage);
 #pragma unroll
-        for (int q = 0; q < 8; ++q) {
+        for (int q = 0; q < BM / 16; ++q) {
             const uint4 v = lds<uint4>(sa + 16 * q);  // slots 16q + 2 t4 + {0, 1} and 16q + 8 + 2 t4 + {0, 1}
             const float sc[4] = {__uint_as_float(v.x), __uint_as_float(v.y), __uint_as_float(v.z),
                                  __uint_as_float(v.w)};
@@ -486,11 +533,11 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         int e, mb, nb;
         tile_of(t, prefix, p.E, p.n_blocks, e, mb, nb);
-        const int count = p.count[e], first = p.offset[e] + mb * kBM;
-        const int rows = min(kBM, count - mb * kBM);  // slots of this tile
+        const int count = p.count[e], first = p.offset[e] + mb * BM;
+        const int rows = min(BM, count - mb * BM);  // slots of this tile
         for (int sub = 0; sub < kSubTiles; ++sub) {
 #pragma unroll
-            for (int i = 0; i < 64; ++i) fin[i] = 0.f;
+            for (int i = 0; i < BM / 2; ++i) fin[i] = 0.f;
             // Two stages per iteration so that the fragment buffers stay compile-time registers: stage kb uses
             // frag[kb % 2]; the conversion of kb + 1 overlaps the wgmma of kb.
             wait_stage();
@@ -527,7 +574,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                 // h of this sub-tile's 64 columns: gate at fragment row g, up at row g + 8, slot 8i + 2 t4 + j.
                 const int col = 64 * sub + 32 * mw + 8 * warp + g;
 #pragma unroll
-                for (int i = 0; i < 16; ++i)
+                for (int i = 0; i < BM / 8; ++i)
 #pragma unroll
                     for (int j = 0; j < 2; ++j) {
                         const int n = 8 * i + 2 * t4 + j;
@@ -537,7 +584,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                     }
                 if (sub == 0) continue;
                 math_sync();
-                {
+                if (tid < 2 * BM) {  // whole warps: 2 BM is a multiple of 64
                     // Slot n's 128 values: threads 2n (columns 0..63) and 2n + 1 (64..127).
                     const int n = tid >> 1, half = tid & 1;
                     const uint32_t src = smem_u32(staging) + 2 * uint32_t(n * kStagingPitch + 64 * half);
@@ -577,7 +624,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                 // bf16 rows through the staging block (slot n, column row_g / row_g8; the four rows a store
                 // instruction writes are 8 banks apart), then each slot's 256 bytes as 16 coalesced 16-byte stores.
 #pragma unroll
-                for (int i = 0; i < 16; ++i)
+                for (int i = 0; i < BM / 8; ++i)
 #pragma unroll
                     for (int j = 0; j < 2; ++j) {
                         const int n = 8 * i + 2 * t4 + j;
@@ -586,7 +633,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
                     }
                 math_sync();
 #pragma unroll
-                for (int k = 0; k < kBM * 16 / kMathThreads; ++k) {
+                for (int k = 0; k < BM * 16 / kMathThreads; ++k) {
                     const int chunk = tid + k * kMathThreads, n = chunk >> 4, c = chunk & 15;
                     if (n < rows)
                         *reinterpret_cast<uint4*>(p.y_bf16 + (first + n) * p.ldo + nb * kBN + 8 * c) =
@@ -596,7 +643,7 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
             } else {
                 const int col = nb * kBN + row_g;
 #pragma unroll
-                for (int i = 0; i < 16; ++i)
+                for (int i = 0; i < BM / 8; ++i)
 #pragma unroll
                     for (int j = 0; j < 2; ++j) {
                         const int n = 8 * i + 2 * t4 + j;
@@ -613,14 +660,26 @@ __global__ void __launch_bounds__(kThreads, 1) grouped_fp4_kernel(const __grid_c
 #endif
 }
 
+template <int BM>
+void launch_width(bool up, const GroupedParams& p, cudaStream_t stream) {
+    auto kernel = up ? grouped_fp4_kernel<true, BM> : grouped_fp4_kernel<false, BM>;
+    allow_dynamic_smem(kernel, Smem<BM>::kBytes);
+    static const std::string name_up = "grouped_fp4_kernel<up, " + std::to_string(BM) + ">",
+                             name_down = "grouped_fp4_kernel<down, " + std::to_string(BM) + ">";
+    launch_pdl(up ? name_up.c_str() : name_down.c_str(), kernel,
+               dim3(unsigned(current_arch().sm_count)), dim3(kThreads), Smem<BM>::kBytes, stream, p);
+}
+
 }  // namespace
 
 void launch_sm90(const Problem& q, cudaStream_t stream) {
+    FS_REQUIRE(q.slot_rows == 32 || q.slot_rows == 64 || q.slot_rows == 128,
+               "grouped expert GEMM (sm_90a): slot rows per tile must be 32, 64 or 128, got ", q.slot_rows);
     FS_REQUIRE(q.a.order == Fp8CodeOrder::GROUP_INTERLEAVED && (!q.up || q.h_q.order == Fp8CodeOrder::GROUP_INTERLEAVED),
                "grouped expert GEMM (sm_90a): the slot codes and h must be GROUP_INTERLEAVED");
     GroupedParams p{};
-    p.map_a = tma::make_2d(q.a.codes, tma::Element::U8, uint64_t(q.a.m), uint64_t(q.a.k), uint64_t(q.a.codes_ld), kBM,
-                           128, tma::Swizzle::B128, "grouped expert GEMM activation");
+    p.map_a = tma::make_2d(q.a.codes, tma::Element::U8, uint64_t(q.a.m), uint64_t(q.a.k), uint64_t(q.a.codes_ld),
+                           uint32_t(q.slot_rows), 128, tma::Swizzle::B128, "grouped expert GEMM activation");
     p.a_scales = q.a.scales;
     p.a_scales_ld = q.a.scales_ld;
     p.slots = int(q.a.m);
@@ -644,10 +703,11 @@ void launch_sm90(const Problem& q, cudaStream_t stream) {
     p.y = q.y;
     p.y_bf16 = q.y_bf16;
     p.ldo = q.ldo;
-    auto kernel = q.up ? grouped_fp4_kernel<true> : grouped_fp4_kernel<false>;
-    allow_dynamic_smem(kernel, kSmemBytes);
-    launch_pdl(q.up ? "grouped_fp4_kernel<up>" : "grouped_fp4_kernel<down>", kernel,
-               dim3(unsigned(current_arch().sm_count)), dim3(kThreads), kSmemBytes, stream, p);
+    switch (q.slot_rows) {
+        case 32: launch_width<32>(q.up, p, stream); break;
+        case 64: launch_width<64>(q.up, p, stream); break;
+        default: launch_width<128>(q.up, p, stream); break;
+    }
 }
 
 }  // namespace flashseek::cuda::grouped_gemm

@@ -8,7 +8,8 @@
 // Needs the grouping's GEMM workspace (moe_attach_gemm_workspace), routed FP4 experts with E8M0 scales, hidden and
 // inter multiples of 128, release numerics for input and h. Forced in prefill passes; in decode passes preferred
 // from KernelPolicy::grouped_experts_min_tokens tokens (default 32), which matters only past gemv_experts' routed
-// range (routed_gemv_max_tokens, 128), as gemv_experts comes first in the catalogue.
+// range (routed_gemv_max_tokens, 128), as gemv_experts comes first in the catalogue. The sm_90a kernel's slot rows
+// per tile: KernelPolicy::grouped_slot_rows.
 #include "cuda/common/check.cuh"
 #include "cuda/moe/moe_catalogue.h"
 #include "cuda/moe/moe_gemm.cuh"
@@ -42,9 +43,11 @@ bool supports(const ExpertCall& c) {
 
 bool preferred(const ExpertCall& c, const KernelPolicy& policy) { return c.M >= policy.grouped_experts_min_tokens; }
 
-void up(const ExpertCall& c, const KernelPolicy&, float swiglu_limit, PreparedActivation& h, cudaStream_t stream) {
+void up(const ExpertCall& c, const KernelPolicy& policy, float swiglu_limit, PreparedActivation& h,
+        cudaStream_t stream) {
     const MoeGemmWorkspace ws = moe_gemm_workspace_of(*c.grouping);
-    moe_gemm_up(c.x.values, c.x.raw_ld, c.M, c.top_k, c.t, *c.grouping, swiglu_limit, ws, stream);
+    moe_gemm_up(c.x.values, c.x.raw_ld, c.M, c.top_k, c.t, *c.grouping, swiglu_limit, ws, stream, GemmPath::AUTO,
+                policy.grouped_slot_rows);
     const int64_t slots = c.M * c.top_k;
     describe_prepared(h, c.t.kind, ActNumerics::FP8_BLOCK128, slots, c.t.inter);
     h.format = ActFormat::FP8_ROWS;
@@ -55,12 +58,14 @@ void up(const ExpertCall& c, const KernelPolicy&, float swiglu_limit, PreparedAc
     h.scales = ws.h_q.scales;
 }
 
-void down(const ExpertCall& c, const KernelPolicy&, float* y, cudaStream_t stream) {
-    moe_gemm_down(c.M, c.top_k, c.t, *c.grouping, moe_gemm_workspace_of(*c.grouping), y, stream);
+void down(const ExpertCall& c, const KernelPolicy& policy, float* y, cudaStream_t stream) {
+    moe_gemm_down(c.M, c.top_k, c.t, *c.grouping, moe_gemm_workspace_of(*c.grouping), y, stream, GemmPath::AUTO,
+                  policy.grouped_slot_rows);
 }
 
-void down_bf16(const ExpertCall& c, const KernelPolicy&, uint16_t* y, cudaStream_t stream) {
-    moe_gemm_down_bf16(c.M, c.top_k, c.t, *c.grouping, moe_gemm_workspace_of(*c.grouping), y, stream);
+void down_bf16(const ExpertCall& c, const KernelPolicy& policy, uint16_t* y, cudaStream_t stream) {
+    moe_gemm_down_bf16(c.M, c.top_k, c.t, *c.grouping, moe_gemm_workspace_of(*c.grouping), y, stream,
+                       GemmPath::AUTO, policy.grouped_slot_rows);
 }
 
 }  // namespace grouped_experts

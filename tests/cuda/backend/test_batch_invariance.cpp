@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <tuple>
 #include <utility>
@@ -79,22 +80,28 @@ protected:
 
     // Logits of a prefill in one piece and in pieces with a batch-mate (and the decode steps after them) with this
     // backend, then bit for bit the same with the policy variants `names` disabled (a new backend, same prompts).
-    void expect_same_with_disabled(const char* names) {
+    void expect_same_with_disabled(const char* names) { expect_same_with_env("FLASHSEEK_DISABLE", names); }
+
+    // The same with the environment variable `var` set to `value` for the second backend; `also` runs on that
+    // backend too (further checks of its own).
+    void expect_same_with_env(const char* var, const char* value, const std::function<void()>& also = {}) {
         const std::vector<int32_t> short_mate(other_.begin(), other_.begin() + 77);
         const std::vector<float> whole = run({2300}), pieces = run({1000, 1300}, &short_mate);
         for (float v : whole) ASSERT_TRUE(std::isfinite(v));
         std::vector<float> whole_off, pieces_off;
         {
             be_.reset();  // one full-size backend on the device at a time
-            test_support::ScopedEnv off("FLASHSEEK_DISABLE", names);
+            test_support::ScopedEnv off(var, value);
             const std::vector<int32_t> prompt = prompt_;
             SetUp();  // a new backend (it reads the policy at construction), then the same prompt as before
             prompt_ = prompt;
             whole_off = run({2300});
             pieces_off = run({1000, 1300}, &short_mate);
+            if (also) also();
         }
-        EXPECT_TRUE(bit_identical(whole, whole_off)) << names << " off: one piece";
-        EXPECT_TRUE(bit_identical(pieces, pieces_off)) << names << " off: pieces 1000/1300 with a 77-token batch-mate";
+        EXPECT_TRUE(bit_identical(whole, whole_off)) << var << "=" << value << ": one piece";
+        EXPECT_TRUE(bit_identical(pieces, pieces_off))
+            << var << "=" << value << ": pieces 1000/1300 with a 77-token batch-mate";
     }
 
     static bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
@@ -124,6 +131,20 @@ TEST_F(CudaPrefillInvariance, BatchMatesDoNotChangeLogits) {
     EXPECT_TRUE(bit_identical(run({2300}, &other_), alone));
     const std::vector<int32_t> short_mate(other_.begin(), other_.begin() + 77);
     EXPECT_TRUE(bit_identical(run({1000, 1300}, &short_mate), alone));
+}
+
+// The grouped experts' slot tile width chosen by each pass (FLASHSEEK_GROUPED_SLOT_ROWS=0: 32 slot rows where a pass
+// gives V4-Flash's 256 experts at most 16 slots each on average, 64 up to 64, else 128) gives the logits of the
+// 128-row tiles, and chunkings whose passes take different widths (the backend's 1,024-token chunks 64 and its
+// 252-token remainder 32; pieces of 700 / 1 / 1,000 / 598 / 1 tokens 64 / 32 / 64 / 32 / 32; 37 / 2,263 tokens)
+// the same logits as one another.
+TEST_F(CudaPrefillInvariance, SlotTileWidthByPassKeepsLogits) {
+    SCOPED_TRACE("seed=" + std::to_string(seed_));
+    expect_same_with_env("FLASHSEEK_GROUPED_SLOT_ROWS", "0", [&] {
+        const std::vector<float> whole = run({2300});
+        EXPECT_TRUE(bit_identical(run({700, 1, 1000, 598, 1}), whole)) << "pieces 700/1/1000/598/1";
+        EXPECT_TRUE(bit_identical(run({37, 2263}), whole)) << "pieces 37/2263";
+    });
 }
 
 // The last layer computes its query path and MoE sub-block on the rows that need logits only (head_rows_last_layer;

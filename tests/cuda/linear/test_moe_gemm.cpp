@@ -5,8 +5,9 @@
 // like the reference's expert GEMM outputs, cpu::swiglu_clamp, the routing weight, bf16 h and its act_quant, which
 // the up-projection writes), h_q and the down GEMM alone checked separately. Groups come from the GPU's own
 // moe_group on routings that give one expert a single token, leave others empty and fill the rest unevenly (partial
-// 128-row tiles, several tiles per expert), or start groups at every row residue (the TMA scale boxes); slot rows
-// independent of the batch; the scale folding at its limit. Random data with fresh seeds; the workspace and y are
+// 128-row tiles, several tiles per expert), or start groups at every row residue (the TMA scale boxes), on the
+// sm_90a kernel with each slot tile width (32, 64, 128 rows); slot rows independent of the batch and of the tile
+// width, bit for bit; the scale folding at its limit. Random data with fresh seeds; the workspace and y are
 // poisoned before the run and every used slot row must be written. The bf16 output (moe_gemm_down_bf16) is the fp32
 // output rounded, bit for bit, in every case of check_against_cpu.
 #include <gtest/gtest.h>
@@ -18,10 +19,12 @@
 #include <cstdio>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include "cpu/ops.h"
 #include "cuda/moe/moe_gemm.cuh"
 #include "harness.h"
+#include "named_error.h"
 #include "weights.h"
 
 namespace flashseek::test {
@@ -139,10 +142,15 @@ struct Routing {
     std::vector<float> wts;
 };
 
-// Runs up + down on `path` for this routing (random activations and experts from rng) and checks h_q and y against
-// the CPU release experts. Returns the per-expert slot counts the GPU grouping made.
-std::vector<int32_t> check_against_cpu(cuda::GemmPath path, const Case& c, const Routing& r, std::mt19937_64& rng,
-                                       const std::string& desc) {
+// The sm_90a kernel's slot tile widths (moe_gemm_slot_rows) on the wgmma path; the mma.sync paths have one (0).
+std::vector<int> slot_widths(cuda::GemmPath p) {
+    return p == cuda::GemmPath::WGMMA ? std::vector<int>{32, 64, 128} : std::vector<int>{0};
+}
+
+// Runs up + down on `path` with `slot_rows` per tile for this routing (random activations and experts from rng) and
+// checks h_q and y against the CPU release experts. Returns the per-expert slot counts the GPU grouping made.
+std::vector<int32_t> check_against_cpu(cuda::GemmPath path, int slot_rows, const Case& c, const Routing& r,
+                                       std::mt19937_64& rng, const std::string& desc) {
     const int64_t slots = c.M * c.top_k, H = c.hidden, I = c.inter;
     const float limit = 10.f;
     auto ex = make_experts(rng, c.E, H, I);
@@ -167,12 +175,12 @@ std::vector<int32_t> check_against_cpu(cuda::GemmPath path, const Case& c, const
     const cuda::MoeGemmWorkspace ws = cuda::moe_gemm_workspace_view(wsmem.ptr, slots, H, I);
     DeviceArray<float> y(size_t(slots * H));
     y.poison();
-    cuda::moe_gemm_up(d_x.ptr, H, c.M, c.top_k, ex->table, g, limit, ws, nullptr, path);
-    cuda::moe_gemm_down(c.M, c.top_k, ex->table, g, ws, y.ptr, nullptr, path);
+    cuda::moe_gemm_up(d_x.ptr, H, c.M, c.top_k, ex->table, g, limit, ws, nullptr, path, slot_rows);
+    cuda::moe_gemm_down(c.M, c.top_k, ex->table, g, ws, y.ptr, nullptr, path, slot_rows);
     // The bf16 output (the combine's form in release numerics): every fp32 value rounded, bit for bit.
     DeviceArray<uint16_t> y16(size_t(slots * H));
     y16.poison();
-    cuda::moe_gemm_down_bf16(c.M, c.top_k, ex->table, g, ws, y16.ptr, nullptr, path);
+    cuda::moe_gemm_down_bf16(c.M, c.top_k, ex->table, g, ws, y16.ptr, nullptr, path, slot_rows);
     CUDA_CHECK(cudaDeviceSynchronize());
 
     // The grouping as the GPU made it: slot -> (token, weight, expert).
@@ -234,12 +242,13 @@ std::vector<int32_t> check_against_cpu(cuda::GemmPath path, const Case& c, const
 
 TEST(MoeGemm, GroupedFp4MatchesCpuReleaseExperts) {
     for (cuda::GemmPath path : moe_paths())
+    for (int width : slot_widths(path))
         for (const Case& c : {Case{1, 8, 4, 256, 384}, Case{7, 16, 4, 256, 384}, Case{300, 16, 4, 512, 256},
                               Case{700, 4, 2, 256, 384}}) {
             const uint64_t seed = fresh_seed();
             std::ostringstream desc;
-            desc << path_name(path) << " M=" << c.M << " E=" << c.E << " top_k=" << c.top_k << " hidden=" << c.hidden
-                 << " inter=" << c.inter << " seed=" << seed;
+            desc << path_name(path) << " slot_rows=" << width << " M=" << c.M << " E=" << c.E << " top_k=" << c.top_k
+                 << " hidden=" << c.hidden << " inter=" << c.inter << " seed=" << seed;
             SCOPED_TRACE(desc.str());
             std::mt19937_64 rng(seed);
             const int64_t slots = c.M * c.top_k;
@@ -265,7 +274,7 @@ TEST(MoeGemm, GroupedFp4MatchesCpuReleaseExperts) {
                     r.wts[size_t(t * c.top_k + j)] = uw(rng);
                 }
             }
-            const std::vector<int32_t> counts = check_against_cpu(path, c, r, rng, desc.str());
+            const std::vector<int32_t> counts = check_against_cpu(path, width, c, r, rng, desc.str());
             EXPECT_EQ(counts[0], 1);
             EXPECT_EQ(counts[1], 0);
         }
@@ -277,11 +286,13 @@ TEST(MoeGemm, GroupedFp4MatchesCpuReleaseExperts) {
 // (top_k = 1 keeps the counts exact), so groups start at 0, 1, 3, 6, 10, ...; then the failing tests' first shape
 // (M = 1, top_k = 4: groups of one slot at offsets 0..3) with hidden and inter of the real layer's 128-multiples.
 TEST(MoeGemm, GroupsStartAtEveryRowResidue) {
-    for (cuda::GemmPath path : moe_paths()) {
+    for (cuda::GemmPath path : moe_paths())
+    for (int width : slot_widths(path)) {
+        const std::string where = std::string(path_name(path)) + " slot_rows=" + std::to_string(width);
         {
             const Case c{78, 12, 1, 256, 384};  // 1 + 2 + ... + 12 = 78 tokens
             const uint64_t seed = fresh_seed();
-            const std::string desc = std::string(path_name(path)) + " counts 1..12 seed=" + std::to_string(seed);
+            const std::string desc = where + " counts 1..12 seed=" + std::to_string(seed);
             SCOPED_TRACE(desc);
             std::mt19937_64 rng(seed);
             Routing r;
@@ -292,17 +303,17 @@ TEST(MoeGemm, GroupsStartAtEveryRowResidue) {
                     r.wts.push_back(uw(rng));
                 }
             std::shuffle(r.idx.begin(), r.idx.end(), rng);  // tokens in random order: slots gathered out of order
-            const std::vector<int32_t> counts = check_against_cpu(path, c, r, rng, desc);
+            const std::vector<int32_t> counts = check_against_cpu(path, width, c, r, rng, desc);
             for (int e = 0; e < c.E; ++e) EXPECT_EQ(counts[size_t(e)], e + 1) << "expert " << e;
         }
         {
             const Case c{1, 8, 4, 256, 384};
             const uint64_t seed = fresh_seed();
-            const std::string desc = std::string(path_name(path)) + " one token, 4 experts seed=" + std::to_string(seed);
+            const std::string desc = where + " one token, 4 experts seed=" + std::to_string(seed);
             SCOPED_TRACE(desc);
             std::mt19937_64 rng(seed);
             const Routing r{{5, 2, 7, 3}, {0.7f, 0.4f, 1.1f, 0.25f}};
-            const std::vector<int32_t> counts = check_against_cpu(path, c, r, rng, desc);
+            const std::vector<int32_t> counts = check_against_cpu(path, width, c, r, rng, desc);
             for (int e : {2, 3, 5, 7}) EXPECT_EQ(counts[size_t(e)], 1) << "expert " << e;
         }
     }
@@ -310,7 +321,8 @@ TEST(MoeGemm, GroupsStartAtEveryRowResidue) {
 
 // A slot's result does not depend on the other tokens (batch invariance): token 0 routed alone and inside a batch of
 // 300 tokens (its slots at other positions of larger expert groups, other tiles) gets bit-identical h_q rows and y
-// rows, on every path.
+// rows, on every path. The slot tile width follows the pass (slot_rows 0: on the wgmma path 32 rows alone, 128 in
+// the batch), as in the backend's prefill passes.
 TEST(MoeGemm, SlotRowsIndependentOfBatch) {
     for (cuda::GemmPath path : moe_paths()) {
         const uint64_t seed = fresh_seed();
@@ -372,6 +384,92 @@ TEST(MoeGemm, SlotRowsIndependentOfBatch) {
                 << "h_q of token 0, pick " << j;
         }
     }
+}
+
+// The sm_90a kernel's slot tile widths (32, 64, 128 slot rows) give every slot bit-identical h_q and y (fp32 and
+// bf16): the premise of choosing the width by the pass (moe_gemm_slot_rows) in prefill, whose tokens must not
+// depend on their pass's size. Expert groups of 1, 31-33, 63-65, 127-129 and 200 slots (one pick per token, the
+// tokens shuffled) put group ends on both sides of every width's tile boundary; one expert stays empty. Other
+// widths are refused.
+TEST(MoeGemm, SlotTileWidthsGiveTheSameBits) {
+    if (!cuda::moe_gemm_supported(cuda::GemmPath::WGMMA)) GTEST_SKIP() << "no sm_90a wgmma path on this device";
+    const uint64_t seed = fresh_seed();
+    SCOPED_TRACE("seed=" + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    // hidden 256 / inter 384: 2-3 K blocks per tile; hidden 2,048 / inter 1,024: 16 / 8 K blocks, more than the
+    // narrow tiles' 11 / 8 stages (the ring wraps), several tiles per CTA, 16-byte scale copies (K % 512 == 0).
+    for (const auto& [H, I] : {std::pair<int64_t, int64_t>{256, 384}, std::pair<int64_t, int64_t>{2048, 1024}}) {
+        SCOPED_TRACE("hidden=" + std::to_string(H) + " inter=" + std::to_string(I));
+        const std::vector<int> counts = {1, 31, 32, 33, 63, 64, 0, 65, 127, 128, 129, 200};
+        const int E = int(counts.size()), top_k = 1;
+        auto ex = make_experts(rng, E, H, I);
+        std::vector<int32_t> idx;
+        for (int e = 0; e < E; ++e) idx.insert(idx.end(), size_t(counts[size_t(e)]), e);
+        std::shuffle(idx.begin(), idx.end(), rng);
+        const int64_t M = int64_t(idx.size()), slots = M * top_k;
+        std::uniform_real_distribution<float> uw(0.1f, 1.5f);
+        std::vector<float> wts(idx.size());
+        for (auto& w : wts) w = uw(rng);
+        std::normal_distribution<float> d(0.f, 1.f);
+        std::vector<uint16_t> xb(static_cast<size_t>(M * H));
+        for (auto& v : xb) v = f32_to_bf16(d(rng));
+        DeviceArray<int32_t> d_idx(idx);
+        DeviceArray<float> d_wts(wts);
+        DeviceArray<uint16_t> d_x(xb);
+        DeviceArray<uint8_t> gmem(cuda::moe_grouping_bytes(E, slots));
+        cuda::MoeGrouping g = cuda::moe_grouping_view(gmem.ptr, E, slots);
+        cuda::moe_group(d_idx.ptr, d_wts.ptr, M, top_k, g, nullptr);
+        struct Out {
+            std::vector<float> y, hq;
+            std::vector<uint16_t> y16;
+        };
+        auto run = [&](int width) {
+            DeviceArray<uint8_t> wsmem(cuda::moe_gemm_workspace_bytes(slots, H, I));
+            wsmem.poison();
+            const cuda::MoeGemmWorkspace ws = cuda::moe_gemm_workspace_view(wsmem.ptr, slots, H, I);
+            DeviceArray<float> y(static_cast<size_t>(slots * H));
+            DeviceArray<uint16_t> y16(static_cast<size_t>(slots * H));
+            y.poison();
+            y16.poison();
+            const auto path = cuda::GemmPath::WGMMA;
+            cuda::moe_gemm_up(d_x.ptr, H, M, top_k, ex->table, g, 10.f, ws, nullptr, path, width);
+            cuda::moe_gemm_down(M, top_k, ex->table, g, ws, y.ptr, nullptr, path, width);
+            cuda::moe_gemm_down_bf16(M, top_k, ex->table, g, ws, y16.ptr, nullptr, path, width);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            return Out{y.download(), dequantized_h(ws.h_q, slots, path), y16.download()};
+        };
+        const Out wide = run(128);
+        for (float v : wide.y) ASSERT_TRUE(std::isfinite(v)) << "a slot row was not written (poison left)";
+        for (int width : {32, 64}) {
+            const Out narrow = run(width);
+            int64_t y_diff = 0, h_diff = 0, y16_diff = 0;
+            for (size_t i = 0; i < wide.y.size(); ++i) {
+                y_diff += std::memcmp(&wide.y[i], &narrow.y[i], 4) != 0;
+                y16_diff += wide.y16[i] != narrow.y16[i];
+            }
+            for (size_t i = 0; i < wide.hq.size(); ++i) h_diff += std::memcmp(&wide.hq[i], &narrow.hq[i], 4) != 0;
+            EXPECT_EQ(y_diff, 0) << "y values differing between slot rows " << width << " and 128";
+            EXPECT_EQ(y16_diff, 0) << "bf16 y values differing between slot rows " << width << " and 128";
+            EXPECT_EQ(h_diff, 0) << "h_q values differing between slot rows " << width << " and 128";
+        }
+        // A width the kernel does not have is refused, naming the parameter.
+        for (int width : {16, 48, 256})
+            expect_named_error([&] { (void)run(width); }, "slot_rows");
+    }
+}
+
+// The width a pass gets: 32 slot rows up to 16 slots per expert on average, 64 up to 64, else 128; V4-Flash's
+// 256 experts and 6 picks: prompts of 256 and 512 tokens take 32, 1,024 and 2,048 take 64, 4,096 take 128.
+TEST(MoeGemm, SlotRowsFollowThePass) {
+    EXPECT_EQ(cuda::moe_gemm_slot_rows(6, 256), 32);
+    EXPECT_EQ(cuda::moe_gemm_slot_rows(256 * 6, 256), 32);
+    EXPECT_EQ(cuda::moe_gemm_slot_rows(512 * 6, 256), 32);
+    EXPECT_EQ(cuda::moe_gemm_slot_rows(16 * 256, 256), 32);
+    EXPECT_EQ(cuda::moe_gemm_slot_rows(16 * 256 + 1, 256), 64);
+    EXPECT_EQ(cuda::moe_gemm_slot_rows(1024 * 6, 256), 64);
+    EXPECT_EQ(cuda::moe_gemm_slot_rows(2048 * 6, 256), 64);
+    EXPECT_EQ(cuda::moe_gemm_slot_rows(4096 * 6, 256), 128);
+    EXPECT_EQ(cuda::moe_gemm_slot_rows(300 * 4, 8), 128);
 }
 
 // The scale folding of moe_gemm.cuh at its documented limit: in every weight row (hidden = inter = 128, one block)
