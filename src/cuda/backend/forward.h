@@ -68,6 +68,11 @@ private:
     // wo_a -> wo_b as one persistent kernel at one token (gemm/gemv_chain.cuh); false where it does not apply.
     bool run_out_proj_chain(const ShardLayer& L, const PreparedActivation& ao, const DeviceLinear& wo_a, int G,
                             int Tq, bool prefill);
+    // Where the policy forces "weight_prefetch" in a decode pass: requests w's weight and scale bytes into L2 on a
+    // side branch that starts after what the main stream has so far (closing the previous such branch first), so
+    // that the matrix streams while the latency-bound ops before its GEMV run. sub_block() joins the branch. No
+    // result changes: nothing waits for the prefetch or reads anything it writes.
+    void prefetch_weights(const DeviceLinear& w, const PassShape& s);
     // combine = false: the sub-block output is left as its terms (routed_out, grouping, shared_out) for the next
     // mhc_pre, which fuses this sub-block's mhc_post and computes the combine itself (MhcPreParams::prev_y_routed).
     void enqueue_moe(int l, const PassShape& s, bool combine);

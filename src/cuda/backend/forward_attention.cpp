@@ -117,7 +117,8 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         return;
     }
 
-    // Query latent and queries (main stream).
+    // Query latent and queries (main stream). wq_b's matrix can stream into L2 meanwhile (prefetch_weights).
+    prefetch_weights(L.wq_b, s);
     {
         OpProfiler::Scope sc(prof_, "attn.wq_a gemm");
         prof_.bytes(L.bytes.wq_a);
@@ -178,6 +179,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         prof_.bytes(L.bytes.wq_b);
         lin(aq, L.wq_b, buf_.queries.get(), OutKind::BF16, int64_t(H) * hd);
     }
+    prefetch_weights(L.wo_a, s);  // during the head norm, the indexer and the attention
     {
         OpProfiler::Scope sc(prof_, "attn.q head norm + rope");
         head_rmsnorm_rope(buf_.queries.as<bf16>(), int64_t(H) * hd, Tq, H, hd, nullptr, eps, pos, L.rope, stream);

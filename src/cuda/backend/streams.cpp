@@ -48,7 +48,7 @@ void StreamSet::join(SideStream& s) {
 }
 
 void StreamSet::reset_branches() {
-    window_kv.open_ = index_compressor.open_ = aux.open_ = index_query.open_ = false;
+    window_kv.open_ = index_compressor.open_ = aux.open_ = index_query.open_ = weight_prefetch.open_ = false;
 }
 
 }  // namespace flashseek::cuda

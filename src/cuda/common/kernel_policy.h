@@ -19,7 +19,9 @@
 //           the step on the H200, docs/perf-log/2026-12-04_gemv-chain.md),
 //           indexer_branch (the indexer's wq_b and q preparation on a side branch beside wq_b and the head norm
 //           instead of on the main path after them, the same kernels; only where forced until measured,
-//           docs/perf-log/2026-12-04_indexer-staging-and-named-refills.md)
+//           docs/perf-log/2026-12-04_indexer-staging-and-named-refills.md),
+//           weight_prefetch (decode passes: wq_b's and wo_a's matrices requested into L2 on a side branch while the
+//           latency-bound ops before them run, common/l2_prefetch.cuh; only where forced until measured)
 //   epilogue: gemm_tma_store (the wgmma GEMMs' bf16 output tiles written by TMA from shared memory, overlapping
 //           the next tile; disabled: stored by the math warps, the same bits)
 // Environment (all optional): FLASHSEEK_DISABLE=name,name (never choose these), FLASHSEEK_FORCE=name,name (take

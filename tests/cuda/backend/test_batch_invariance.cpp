@@ -147,6 +147,13 @@ TEST_F(CudaPrefillInvariance, SlotTileWidthByPassKeepsLogits) {
     });
 }
 
+// The L2 prefetch of wq_b's and wo_a's matrices on a side branch of decode passes (FLASHSEEK_FORCE=weight_prefetch)
+// reads weights only: the decode steps after the prefills (and the prefills, which it skips) keep their logits.
+TEST_F(CudaPrefillInvariance, WeightPrefetchKeepsLogits) {
+    SCOPED_TRACE("seed=" + std::to_string(seed_));
+    expect_same_with_env("FLASHSEEK_FORCE", "weight_prefetch");
+}
+
 // The last layer computes its query path and MoE sub-block on the rows that need logits only (head_rows_last_layer;
 // the non-final chunks of the backend's own chunking need none): logits after a prefill in one piece, in pieces
 // with a batch-mate, and the decode steps after them, bit-identical with it switched off. Last layers of ratio 128
