@@ -121,6 +121,13 @@ std::string check_bf16(const Bf16GemmArgs& x, GemmPath path) {
     }
     if (x.a == nullptr || !aligned16(x.a)) return "the activation pointer must be non-null and 16-byte aligned";
     if (x.lda % 8 != 0 || x.lda < x.k) return fs_cat("lda = ", x.lda, " must be a multiple of 8 and >= k = ", x.k);
+    if (x.groups < 1) return fs_cat("groups = ", x.groups, " must be >= 1");
+    if (x.groups > 1) {
+        if (path != GemmPath::WGMMA) return fs_cat("groups = ", x.groups, " in one launch needs the wgmma path");
+        if (x.k % (64 * x.groups) != 0 || x.n % (128 * x.groups) != 0)
+            return fs_cat("with groups = ", x.groups, ", k = ", x.k, " must be a multiple of 64 x groups and n = ", x.n,
+                          " of 128 x groups (whole stages and tiles per group)");
+    }
     return check_path(path, false);
 }
 
@@ -264,8 +271,9 @@ void gemm_bf16(const Bf16GemmArgs& x, GemmPath path, cudaStream_t stream, int bl
     q.lda_bytes = x.lda * 2;
     q.w = x.w;
     q.m = x.m;
-    q.n = x.n;
-    q.k = x.k;
+    q.n = x.n / x.groups;
+    q.k = x.k / x.groups;
+    q.groups = x.groups;
     q.tma_store = x.tma_store;
     if (x.d_rows.codes) {
         q.q_codes = x.d_rows.codes + x.rows_col0;

@@ -30,7 +30,8 @@ struct Problem {
     const void* w_scales = nullptr;  // FP8: [ceil(n / 128), ceil(k / 128)]
     bool w_scales_f32 = false;       // fp32 or E8M0 bytes
     int64_t m = 0, n = 0, k = 0;     // per group: A columns g * k.., W rows g * n.., D columns g * n..
-    int groups = 1;                  // FP8 only: independent products over column slices (wo_a); n, k % 128 == 0
+    int groups = 1;                  // independent products over column slices (wo_a): FP8 n, k % 128 == 0; BF16 (sm90
+                                     // kernel only) n % 128 == 0, k % 64 == 0
     void* d = nullptr;
     bool d_f32 = false;
     int64_t ldd = 0;                 // elements

@@ -81,6 +81,24 @@ Bf16GemmArgs bf16_group_args(const LinearCall& c, int g, void* d, OutKind kind, 
     return a;
 }
 
+// The whole grouped bf16 call as one GEMM (Bf16GemmArgs::groups, the wgmma path): x's k_pad-strided rows of
+// groups x Kg columns against all w.out rows into output columns [0, w.out).
+Bf16GemmArgs bf16_grouped_args(const LinearCall& c, void* d, OutKind kind, int64_t ldd) {
+    Bf16GemmArgs a = bf16_group_args(c, 0, d, kind, ldd);
+    a.k = c.w.in * c.groups;
+    a.n = c.w.out;
+    a.groups = c.groups;
+    return a;
+}
+
+// Whether a grouped call runs as one launch: on the wgmma path (the mma.sync kernel takes one group), where the
+// shapes allow it. One launch per group filled few SMs at short prompts: wo_a's eight launches of 2 x 8 tiles took
+// ~193 us per call at 256 and 1,024 tokens alike (run 216 of docs/perf-log/2026-12-05_expert-weight-boxes.md).
+bool bf16_one_launch(const LinearCall& c) {
+    return c.groups > 1 && bf16_gemm_eligible(bf16_grouped_args(c, output_placeholder, OutKind::F32, c.w.out),
+                                              GemmPath::WGMMA);
+}
+
 }  // namespace
 
 void prepare_activation_rows(const uint16_t* x, int64_t M, int64_t K, int64_t ld_x, ActNumerics numerics,
@@ -187,12 +205,23 @@ bool supports(const LinearCall& c) {
 }
 bool preferred(const LinearCall& c, const KernelPolicy& policy) { return c.x.m >= policy.gemm_min_tokens; }
 LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
+    if (bf16_one_launch(c))
+        return gemm_plan("bf16_gemm", plan_bf16_gemm(bf16_grouped_args(c, output_placeholder, OutKind::F32, c.w.out),
+                                                     GemmPath::WGMMA));
     return gemm_plan("bf16_gemm", plan_bf16_gemm(bf16_group_args(c, 0, output_placeholder, OutKind::F32, c.w.out)));
 }
-// A grouped linear (wo_a widened to bf16 in prefill passes) runs as one GEMM per group over its column slices.
+// A grouped linear (wo_a widened to bf16 in prefill passes) runs as one GEMM over all groups on the wgmma path,
+// else as one GEMM per group over its column slices; the kernel computes an element in the same order either way
+// (its K walk does not depend on the tile shape).
 void run(const LinearCall& c, const LinearPlan&, const KernelPolicy& policy, const LinearOut& out,
          cudaStream_t stream) {
     const bool tma_store = !policy.is_disabled("gemm_tma_store");
+    if (bf16_one_launch(c)) {
+        Bf16GemmArgs a = bf16_grouped_args(c, out.y, out.kind, out.ld);
+        a.tma_store = tma_store;
+        cuda::gemm_bf16(a, GemmPath::WGMMA, stream);
+        return;
+    }
     for (int g = 0; g < c.groups; ++g) {
         Bf16GemmArgs a = bf16_group_args(c, g, out.y, out.kind, out.ld);
         a.tma_store = tma_store;
@@ -219,6 +248,16 @@ bool supports_fp8_rows_out(const LinearCall& c, const Fp8Activation& y) {
 }
 
 void run_fp8_rows_out(const LinearCall& c, const Fp8Activation& y, cudaStream_t stream) {
+    if (bf16_one_launch(c)) {
+        Bf16GemmArgs a = bf16_grouped_args(c, output_placeholder, OutKind::BF16, c.w.out);
+        a.d = nullptr;
+        a.d_rows = y;
+        a.rows_col0 = 0;
+        if (bf16_gemm_eligible(a, GemmPath::WGMMA)) {
+            cuda::gemm_bf16(a, GemmPath::WGMMA, stream);
+            return;
+        }
+    }
     for (int g = 0; g < c.groups; ++g) cuda::gemm_bf16(rows_group_args(c, g, y), GemmPath::WGMMA, stream);
 }
 }  // namespace bf16_gemm

@@ -15,6 +15,8 @@
 #include <cstring>
 #include <memory>
 #include <sstream>
+#include <string>
+#include <tuple>
 
 #include "cpu/ops.h"
 #include "cuda/gemm/dense_gemm.cuh"
@@ -684,6 +686,121 @@ TEST(DenseGemm, Bf16RowsIndependentOfBatchAndTiles) {
         run(7, 0);
         run(1, 0);
         expect_leading_rows_equal(outs, what, n);
+    }
+}
+
+// A grouped BF16 product (Bf16GemmArgs::groups: wo_a widened to bf16, one launch over all groups) equals one launch
+// per group over its slices bit for bit: fp32 and bf16 outputs (the bf16 one through the TMA-stored tiles), every
+// tile height of the single launch, a row stride wider than the output, and the act_quant rows output (d_rows: the
+// whole width in one launch against each group's columns at rows_col0). wgmma path only; the others refuse groups.
+TEST(DenseGemm, Bf16GroupedOneLaunchEqualsLaunchPerGroup) {
+    if (!cuda::gemm_path_supported(GemmPath::WGMMA, false)) GTEST_SKIP() << "no wgmma path here";
+    struct G { int64_t m; int groups; int64_t rows, group_in; };
+    for (const G& c : {G{1, 8, 128, 512}, G{77, 2, 256, 320}, G{300, 8, 128, 256}, G{1000, 4, 256, 128}}) {
+        const uint64_t seed = fresh_seed();
+        std::ostringstream desc;
+        desc << "m=" << c.m << " groups=" << c.groups << " R=" << c.rows << " Kg=" << c.group_in << " seed=" << seed;
+        SCOPED_TRACE(desc.str());
+        std::mt19937_64 rng(seed);
+        const int64_t n = c.groups * c.rows, k = c.groups * c.group_in, lda = k + 8;
+        TestWeight w = make_weight(rng, WeightKind::BF16, ScaleKind::NONE, n, c.group_in);
+        const std::vector<float> x = random_activation(rng, c.m, k);
+        const DeviceArray<uint16_t> xd = upload_bf16(x, c.m, k, lda);
+        const uint16_t* wd = reinterpret_cast<const uint16_t*>(w.w_dev->ptr);
+        for (OutKind kind : {OutKind::F32, OutKind::BF16}) {
+            const size_t esize = kind == OutKind::F32 ? 4 : 2;
+            const int64_t ldd = n + (kind == OutKind::F32 ? 4 : 8);
+            DeviceOut per_group(kind, c.m, n, ldd);
+            for (int g = 0; g < c.groups; ++g) {
+                cuda::Bf16GemmArgs a;
+                a.a = xd.ptr + g * c.group_in;
+                a.lda = lda;
+                a.m = c.m;
+                a.k = c.group_in;
+                a.w = wd + size_t(g) * size_t(c.rows) * size_t(c.group_in);
+                a.n = c.rows;
+                a.d = per_group.mem.ptr + size_t(g) * size_t(c.rows) * esize;
+                a.d_kind = kind;
+                a.ldd = ldd;
+                cuda::gemm_bf16(a, GemmPath::WGMMA, nullptr);
+            }
+            CUDA_CHECK(cudaDeviceSynchronize());
+            const std::vector<float> want = per_group.read();
+            for (int block_m : {0, 64, 128, 256}) {
+                DeviceOut one(kind, c.m, n, ldd);
+                cuda::Bf16GemmArgs a;
+                a.a = xd.ptr;
+                a.lda = lda;
+                a.m = c.m;
+                a.k = k;
+                a.w = wd;
+                a.n = n;
+                a.d = one.mem.ptr;
+                a.d_kind = kind;
+                a.ldd = ldd;
+                a.groups = c.groups;
+                ASSERT_TRUE(cuda::bf16_gemm_eligible(a, GemmPath::WGMMA));
+                EXPECT_FALSE(cuda::bf16_gemm_eligible(a, GemmPath::MMA_NATIVE));
+                cuda::gemm_bf16(a, GemmPath::WGMMA, nullptr, block_m);
+                CUDA_CHECK(cudaDeviceSynchronize());
+                bool untouched = false;
+                const std::vector<float> got = one.read(&untouched);
+                EXPECT_TRUE(untouched) << "wrote past n";
+                EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+                    << (kind == OutKind::F32 ? "f32" : "bf16") << " output, block_m " << block_m;
+            }
+        }
+        if (c.rows % 128 != 0) continue;
+        // act_quant rows of the bf16 output: one launch over every group's columns against a launch per group.
+        auto rows_out = [&](bool one_launch) {
+            DeviceArray<uint8_t> codes(cuda::fp8_activation_codes_bytes(c.m, n));
+            DeviceArray<float> scales(cuda::fp8_activation_scales_bytes(c.m, n) / 4);
+            codes.poison();
+            scales.poison();
+            const cuda::Fp8Activation y = cuda::fp8_activation_view(codes.ptr, scales.ptr, c.m, n);
+            for (int g = 0; g < (one_launch ? 1 : c.groups); ++g) {
+                cuda::Bf16GemmArgs a;
+                a.a = xd.ptr + (one_launch ? 0 : g * c.group_in);
+                a.lda = lda;
+                a.m = c.m;
+                a.k = one_launch ? k : c.group_in;
+                a.w = wd + (one_launch ? 0 : size_t(g) * size_t(c.rows) * size_t(c.group_in));
+                a.n = one_launch ? n : c.rows;
+                a.d_rows = y;
+                a.rows_col0 = one_launch ? 0 : g * c.rows;
+                a.groups = one_launch ? c.groups : 1;
+                cuda::gemm_bf16(a, GemmPath::WGMMA, nullptr);
+            }
+            CUDA_CHECK(cudaDeviceSynchronize());
+            std::vector<uint8_t> bytes = codes.download();
+            const std::vector<float> sc = scales.download();
+            bytes.insert(bytes.end(), reinterpret_cast<const uint8_t*>(sc.data()),
+                         reinterpret_cast<const uint8_t*>(sc.data() + sc.size()));
+            return bytes;
+        };
+        EXPECT_TRUE(rows_out(true) == rows_out(false)) << "act_quant rows output";
+    }
+    // Groups whose slices are not whole stages (k / G % 64) or tiles (n / G % 128) are refused by name.
+    DeviceArray<uint16_t> buf(size_t(1) << 20);
+    for (auto [groups, n, k] : {std::tuple<int, int64_t, int64_t>{3, 768, 288}, {2, 512, 192}, {2, 384, 256}}) {
+        cuda::Bf16GemmArgs a;
+        a.a = a.w = buf.ptr;
+        a.lda = k;
+        a.m = 4;
+        a.k = k;
+        a.n = n;
+        a.d = buf.ptr;
+        a.d_kind = OutKind::BF16;
+        a.ldd = n;
+        a.groups = groups;
+        EXPECT_FALSE(cuda::bf16_gemm_eligible(a, GemmPath::WGMMA));
+        std::string error;
+        try {
+            cuda::gemm_bf16(a, GemmPath::WGMMA, nullptr);
+        } catch (const std::exception& e) {
+            error = e.what();
+        }
+        EXPECT_NE(error.find("groups = " + std::to_string(groups)), std::string::npos) << "error: '" << error << "'";
     }
 }
 
