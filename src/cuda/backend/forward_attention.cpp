@@ -232,10 +232,11 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
     const int G = shard_.spec().groups();
     const int64_t GO = int64_t(G) * cfg_.o_lora_rank;
     // The reference runs wo_a as a bf16 einsum over the dequantized weights: prefill passes do the same on the bf16
-    // tensor-core GEMM from a copy widened once per pass (decode passes stream the FP8 weights, half the bytes).
+    // tensor-core GEMM from a copy widened once per pass, and so do decode passes of at least
+    // KernelPolicy::wo_a_widen_min_tokens rows (below, decode passes stream the FP8 weights, half the bytes).
     // The checkpoint's wo_a bytes are read by the widening where it runs, else by the grouped GEMM.
     DeviceLinear wo_a = L.wo_a;
-    if (s.prefill && wo_a.kind != WeightKind::BF16 &&
+    if ((s.prefill || Tq >= pol_->wo_a_widen_min_tokens) && wo_a.kind != WeightKind::BF16 &&
         size_t(wo_a.out) * size_t(wo_a.in) * 2 <= buf_.wo_a_bf16.bytes()) {
         OpProfiler::Scope sc(prof_, "attn.wo_a widen to bf16");
         prof_.bytes(L.bytes.wo_a);

@@ -84,7 +84,8 @@ struct StepBuffers {
     DeviceBuffer window_kv;     // [rows, head_dim]
     DeviceBuffer attn_out;      // [rows, heads, head_dim]
     DeviceBuffer wo_a_out;      // [rows, o_groups * o_lora_rank]
-    DeviceBuffer wo_a_bf16;     // [o_groups * o_lora_rank, heads * head_dim / o_groups]: wo_a widened (prefill)
+    DeviceBuffer wo_a_bf16;     // [o_groups * o_lora_rank, heads * head_dim / o_groups]: wo_a widened (prefill;
+                                // decode from KernelPolicy::wo_a_widen_min_tokens rows)
     DeviceBuffer comp_kv, comp_gate;              // fp32 [rows, 2 * head_dim]: the attention compressor's projections
     DeviceBuffer index_comp_kv, index_comp_gate;  // fp32 [rows, 2 * index_head_dim]: the indexer compressor's
     DeviceBuffer index_q;        // [rows, index_heads, index_head_dim]

@@ -99,6 +99,8 @@ KernelPolicy KernelPolicy::from_env() {
     p.gemm_min_tokens = env_int("FLASHSEEK_GEMM_MIN_TOKENS", p.gemm_min_tokens, 1, int64_t(1) << 31);
     p.grouped_experts_min_tokens =
         env_int("FLASHSEEK_GROUPED_EXPERTS_MIN_TOKENS", p.grouped_experts_min_tokens, 1, int64_t(1) << 31);
+    p.wo_a_widen_min_tokens =
+        env_int("FLASHSEEK_WO_A_WIDEN_MIN_TOKENS", p.wo_a_widen_min_tokens, 1, int64_t(1) << 30);
     p.grouped_slot_rows = int(env_int("FLASHSEEK_GROUPED_SLOT_ROWS", p.grouped_slot_rows, 0, 128));
     FS_CHECK(p.grouped_slot_rows == 0 || p.grouped_slot_rows == 32 || p.grouped_slot_rows == 64 ||
                  p.grouped_slot_rows == 128,

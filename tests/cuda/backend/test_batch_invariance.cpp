@@ -154,6 +154,35 @@ TEST_F(CudaPrefillInvariance, WeightPrefetchKeepsLogits) {
     expect_same_with_env("FLASHSEEK_FORCE", "weight_prefetch");
 }
 
+// Decode passes running wo_a as prefill does (FLASHSEEK_WO_A_WIDEN_MIN_TOKENS=1: widened to bf16 once per pass, the
+// bf16 GEMM over all groups) instead of the f16 GEMV: the prefill logits stay the same bits (prefill widens anyway),
+// the decode steps' logits move only by a sum order (the same exact products: bf16 activations are exact in f16).
+TEST_F(CudaPrefillInvariance, DecodeWoAWidenedStaysClose) {
+    SCOPED_TRACE("seed=" + std::to_string(seed_));
+    const std::vector<float> base = run({2300});
+    std::vector<float> widened;
+    {
+        be_.reset();
+        test_support::ScopedEnv widen("FLASHSEEK_WO_A_WIDEN_MIN_TOKENS", "1");
+        const std::vector<int32_t> prompt = prompt_;
+        SetUp();
+        prompt_ = prompt;
+        widened = run({2300});
+    }
+    ASSERT_EQ(base.size(), widened.size());
+    const size_t V = size_t(V_);
+    EXPECT_EQ(std::memcmp(base.data(), widened.data(), V * sizeof(float)), 0) << "the prompt's logits changed";
+    for (size_t step = 1; step * V < base.size(); ++step) {
+        double num = 0, den = 0;
+        for (size_t i = step * V; i < (step + 1) * V; ++i) {
+            ASSERT_TRUE(std::isfinite(widened[i]));
+            num += (double(widened[i]) - base[i]) * (double(widened[i]) - base[i]);
+            den += double(base[i]) * base[i];
+        }
+        EXPECT_LE(std::sqrt(num / den), 1e-2) << "decode step " << step;
+    }
+}
+
 // The last layer computes its query path and MoE sub-block on the rows that need logits only (head_rows_last_layer;
 // the non-final chunks of the backend's own chunking need none): logits after a prefill in one piece, in pieces
 // with a batch-mate, and the decode steps after them, bit-identical with it switched off. Last layers of ratio 128

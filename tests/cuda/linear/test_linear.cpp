@@ -517,6 +517,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
         ScopedEnv indexer_form("FLASHSEEK_INDEXER_SELECT_FORM", "0");
         ScopedEnv ws_order("FLASHSEEK_MOE_WGMMA_WS_ORDER", "1");
         ScopedEnv slot_rows("FLASHSEEK_GROUPED_SLOT_ROWS", "0");
+        ScopedEnv widen("FLASHSEEK_WO_A_WIDEN_MIN_TOKENS", "64");
         const KernelPolicy p = KernelPolicy::from_env();
         EXPECT_TRUE(p.is_forced("tile_gemm"));
         EXPECT_TRUE(p.is_forced("attn_mma"));
@@ -531,6 +532,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
         EXPECT_EQ(p.indexer_select_form, 0);
         EXPECT_EQ(p.moe_wgmma_ws_order, 1);
         EXPECT_EQ(p.grouped_slot_rows, 0);
+        EXPECT_EQ(p.wo_a_widen_min_tokens, 64);
     }
     EXPECT_EQ(KernelPolicy::from_env().grouped_slot_rows, 128);
     expect_env_error("FLASHSEEK_DISABLE", "wgmma_gemv,no_such_kernel", "no_such_kernel");
@@ -543,6 +545,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
     expect_env_error("FLASHSEEK_MOE_WGMMA_WS_ORDER", "3", "");
     expect_env_error("FLASHSEEK_GROUPED_SLOT_ROWS", "48", "48");
     expect_env_error("FLASHSEEK_GROUPED_SLOT_ROWS", "256", "");
+    expect_env_error("FLASHSEEK_WO_A_WIDEN_MIN_TOKENS", "0", "");
 }
 
 TEST(LinearArgs, BadArgumentsThrowNamedErrors) {
