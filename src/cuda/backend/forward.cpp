@@ -140,6 +140,7 @@ void ForwardPass::sub_block(const PassShape& pass, int l, int sub) {
     else
         enqueue_moe(l, s, /*combine=*/!defer_combine);
     streams_.join(streams_.weight_prefetch);  // a prefetch branch the sub-block opened (prefetch_weights)
+    streams_.join(streams_.wo_a_widen);       // (joined before wo_a's GEMM already where that ran)
     post_pending_ = sub;  // run by the next pre, before it (fusion off) or by end()
     if (head_rows && sub == 0 && s.n_head_rows == 0) post_pending_ = -1;  // no output: nothing to post
 }
@@ -149,16 +150,12 @@ void ForwardPass::prefetch_weights(const DeviceLinear& w, const PassShape& s) {
     streams_.join(streams_.weight_prefetch);
     const Lane lane = streams_.fork(streams_.weight_prefetch);
     if (lane.stream == streams_.main()) return;  // branches off or one stream (a profiled step): no overlap to gain
-    // The checkpoint's storage of w (linear.cuh): the codes, then the scales (FP8: one per 128 x 128 block, FP4:
-    // one per 32 weights of a row; E8M0 bytes or fp32).
+    // The codes of w as the checkpoint stores them (linear.cuh). Not the scales: a few KB (FP8) that every CTA of
+    // the GEMV reads, in L2 after the first few; their own launch would add a graph node per matrix.
     const int64_t values = w.kind == WeightKind::BF16 ? 2 * w.out * w.in
                            : w.kind == WeightKind::FP8_BLOCK128 ? w.out * w.in
                                                                  : w.out * w.in / 2;
-    const int64_t scales = w.kind == WeightKind::FP8_BLOCK128 ? ((w.out + 127) / 128) * ((w.in + 127) / 128)
-                           : w.kind == WeightKind::FP4_BLOCK32 ? w.out * (w.in / 32)
-                                                               : 0;
     prefetch_to_l2(w.weight, size_t(values), lane.stream);
-    if (w.scale) prefetch_to_l2(w.scale, size_t(scales * (w.scale_kind == ScaleKind::F32 ? 4 : 1)), lane.stream);
 }
 
 void ForwardPass::run_pending_post(const PassShape&) {

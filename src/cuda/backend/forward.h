@@ -68,7 +68,7 @@ private:
     // wo_a -> wo_b as one persistent kernel at one token (gemm/gemv_chain.cuh); false where it does not apply.
     bool run_out_proj_chain(const ShardLayer& L, const PreparedActivation& ao, const DeviceLinear& wo_a, int G,
                             int Tq, bool prefill);
-    // Where the policy forces "weight_prefetch" in a decode pass: requests w's weight and scale bytes into L2 on a
+    // Where the policy forces "weight_prefetch" in a decode pass: requests w's weight codes into L2 on a
     // side branch that starts after what the main stream has so far (closing the previous such branch first), so
     // that the matrix streams while the latency-bound ops before its GEMV run. sub_block() joins the branch. No
     // result changes: nothing waits for the prefetch or reads anything it writes.

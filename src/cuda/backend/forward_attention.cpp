@@ -117,6 +117,22 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         return;
     }
 
+    // The reference runs wo_a as a bf16 einsum over the dequantized weights: prefill passes do the same on the bf16
+    // tensor-core GEMM from a copy widened once per pass, and so do decode passes from
+    // KernelPolicy::wo_a_widen_min_tokens rows where the bf16 GEMM is preferred (gemm_min_tokens); other decode
+    // passes stream the FP8 weights, half the bytes. The widening reads only the checkpoint's wo_a: it runs on its
+    // own branch beside the query path and the attention, joined before wo_a's GEMM (a full dependency: the GEMM
+    // reads the copy only after the widening completed, whatever PDL lets it request early).
+    const bool widen_wo_a =
+        (s.prefill || Tq >= std::max(pol_->wo_a_widen_min_tokens, pol_->gemm_min_tokens)) &&
+        L.wo_a.kind != WeightKind::BF16 && size_t(L.wo_a.out) * size_t(L.wo_a.in) * 2 <= buf_.wo_a_bf16.bytes();
+    if (widen_wo_a) {
+        const Lane wl = streams_.fork(streams_.wo_a_widen);
+        OpProfiler::Scope sc(prof_, "attn.wo_a widen to bf16");
+        prof_.bytes(L.bytes.wo_a);
+        dequantize_weight_bf16(L.wo_a, buf_.wo_a_bf16.as<uint16_t>(), wl.stream);
+    }
+
     // Query latent and queries (main stream). wq_b's matrix can stream into L2 meanwhile (prefetch_weights).
     prefetch_weights(L.wq_b, s);
     {
@@ -231,17 +247,13 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
     enqueue_sparse_attention(l, s, qbatch);
     const int G = shard_.spec().groups();
     const int64_t GO = int64_t(G) * cfg_.o_lora_rank;
-    // The reference runs wo_a as a bf16 einsum over the dequantized weights: prefill passes do the same on the bf16
-    // tensor-core GEMM from a copy widened once per pass, and so do decode passes of at least
-    // KernelPolicy::wo_a_widen_min_tokens rows (below, decode passes stream the FP8 weights, half the bytes).
-    // The checkpoint's wo_a bytes are read by the widening where it runs, else by the grouped GEMM.
+    // wo_a widened above (widen_wo_a): the checkpoint's wo_a bytes were read by the widening, else the grouped GEMM
+    // reads them.
     DeviceLinear wo_a = L.wo_a;
-    if ((s.prefill || Tq >= pol_->wo_a_widen_min_tokens) && wo_a.kind != WeightKind::BF16 &&
-        size_t(wo_a.out) * size_t(wo_a.in) * 2 <= buf_.wo_a_bf16.bytes()) {
-        OpProfiler::Scope sc(prof_, "attn.wo_a widen to bf16");
-        prof_.bytes(L.bytes.wo_a);
-        dequantize_weight_bf16(L.wo_a, buf_.wo_a_bf16.as<uint16_t>(), stream);
-        wo_a = DeviceLinear{WeightKind::BF16, ScaleKind::NONE, L.wo_a.out, L.wo_a.in, buf_.wo_a_bf16.get(), nullptr};
+    if (widen_wo_a) {
+        streams_.join(streams_.wo_a_widen);
+        wo_a = DeviceLinear{WeightKind::BF16, ScaleKind::NONE, L.wo_a.out, L.wo_a.in, buf_.wo_a_bf16.get(), nullptr,
+                            /*written_in_stream=*/true};
     }
     const PreparedActivation& ao = prepare(buf_.prep_attn_out, buf_.attn_out.get(), false, Tq, int64_t(H) * hd,
                                            int64_t(H) * hd, wo_a, /*force_exact=*/true, nullptr, G);

@@ -7,11 +7,11 @@
 
 namespace flashseek::cuda {
 
-SideStream::SideStream() {
+SideStream::SideStream(bool with_workspace) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&forked_, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
-    ws_ = create_gemm_workspace();
+    if (with_workspace) ws_ = create_gemm_workspace();
 }
 
 SideStream::~SideStream() {
@@ -49,6 +49,7 @@ void StreamSet::join(SideStream& s) {
 
 void StreamSet::reset_branches() {
     window_kv.open_ = index_compressor.open_ = aux.open_ = index_query.open_ = weight_prefetch.open_ = false;
+    wo_a_widen.open_ = false;
 }
 
 }  // namespace flashseek::cuda

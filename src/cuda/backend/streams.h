@@ -1,7 +1,7 @@
-// The streams of one CUDA backend instance: the main stream every pass is enqueued on, and five side streams for
+// The streams of one CUDA backend instance: the main stream every pass is enqueued on, and six side streams for
 // the independent branches of a sub-block (the window KV; the indexer's compressor; the attention compressor or the
 // shared expert; the indexer's query path where the policy forces "indexer_branch"; the L2 prefetch of the next
-// weight GEMV's matrix where it forces "weight_prefetch"). A branch is forked from the
+// weight GEMV's matrix where it forces "weight_prefetch"; wo_a's widening to bf16 where a pass takes it). A branch is forked from the
 // main stream by an event and joined back by another, so a captured graph holds it as parallel nodes and its
 // latency-bound kernels overlap the main path's. Each stream has its own split-K workspace: linears running at the
 // same time on two streams must not share partial sums and counters.
@@ -20,7 +20,8 @@ struct Lane {
 
 class SideStream {
 public:
-    SideStream();
+    // with_workspace: a split-K workspace for the linears of the branch (32 MB; branches that run none go without).
+    explicit SideStream(bool with_workspace = true);
     ~SideStream();
     SideStream(const SideStream&) = delete;
     SideStream& operator=(const SideStream&) = delete;
@@ -56,7 +57,8 @@ public:
 
     SideStream window_kv, index_compressor, aux;  // aux: the attention compressor, then the shared expert
     SideStream index_query;                       // the indexer's wq_b and q preparation (forward_attention.cpp)
-    SideStream weight_prefetch;                   // L2 prefetch of a weight matrix (ForwardPass::prefetch_weights)
+    SideStream weight_prefetch{false};            // L2 prefetch of a weight matrix (ForwardPass::prefetch_weights)
+    SideStream wo_a_widen{false};                 // wo_a widened to bf16 beside the query path (forward_attention)
 
 private:
     cudaStream_t main_ = nullptr;

@@ -95,8 +95,9 @@ struct KernelPolicy {
     // the expert GEMM tests check on the device. 128 until that and the speed of the narrow tiles are measured
     // (predicted: a 256-token prefill's routed experts ~2x faster).
     int grouped_slot_rows = 128;
-    // Decode passes of at least this many rows run wo_a as prefill does: its FP8 weights widened to bf16 once per
-    // pass (~31 us per layer on the H200) and the bf16 GEMM over all groups in one launch, instead of
+    // Decode passes of at least this many rows (and gemm_min_tokens, from which the bf16 GEMM is preferred) run wo_a
+    // as prefill does: its FP8 weights widened to bf16 once per pass (~31 us per layer on the H200, on a branch
+    // beside the query path and the attention) and the bf16 GEMM over all groups in one launch, instead of
     // wgmma_f16_gemv, which widens every weight again for each 16- or 32-token tile (176 us per call at 256 rows,
     // 98 TFLOP/s, run 216). Predicted 256 rows ~85 us, 128 rows ~70 us against 124; the reference's numerics (bf16
     // activations), a different sum order than the f16 GEMV's (decode variants change with the row count anyway).

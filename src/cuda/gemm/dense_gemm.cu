@@ -275,6 +275,7 @@ void gemm_bf16(const Bf16GemmArgs& x, GemmPath path, cudaStream_t stream, int bl
     q.k = x.k / x.groups;
     q.groups = x.groups;
     q.tma_store = x.tma_store;
+    q.weights_in_stream = x.weights_in_stream;
     if (x.d_rows.codes) {
         q.q_codes = x.d_rows.codes + x.rows_col0;
         q.q_codes_ld = x.d_rows.codes_ld;

@@ -70,7 +70,10 @@ struct Bf16GemmArgs {
     Fp8Activation d_rows;
     int64_t rows_col0 = 0;
     bool tma_store = true;  // as Fp8GemmArgs::tma_store (not with d_rows)
-    // groups > 1 (attention wo_a widened to bf16 in prefill passes): as Fp8GemmArgs::groups, G independent products
+    // The weights were written by an earlier kernel of the stream (wo_a widened to bf16 per pass): none of them is
+    // read before the kernel's PDL wait. Checkpoint weights (false) are requested before it.
+    bool weights_in_stream = false;
+    // groups > 1 (attention wo_a widened to bf16): as Fp8GemmArgs::groups, G independent products
     // in one launch, group g = D columns [g n/G, (g+1) n/G) = A columns [g k/G, (g+1) k/G) . (W rows [g n/G,
     // (g+1) n/G))^T, w [n, k/G] with row stride k/G; k/G a multiple of 64 (whole stages), n/G of 128 (whole
     // tiles). The wgmma path only (the mma.sync kernel takes one group: one launch per group there).

@@ -52,6 +52,9 @@ struct Problem {
     int k_splits = 1;
     float* partials = nullptr;
     uint32_t* counters = nullptr;
+    // The weights were written by an earlier kernel of the stream (wo_a widened to bf16 per pass): the sm90 kernel
+    // then requests none of them before its PDL wait (checkpoint weights it requests early, common/pdl.cuh).
+    bool weights_in_stream = false;
 };
 
 inline int64_t k_blocks(const Problem& p) { return (p.k * (p.fp8 ? 1 : 2) + kStageKBytes - 1) / kStageKBytes; }

@@ -120,6 +120,7 @@ struct Sm90Params {
     int k_splits, base_tiles;
     float* partials;
     uint32_t* counters;
+    int weights_early;  // the first tile's weight stages requested before the PDL wait (checkpoint weights only)
 };
 
 #if FS_WGMMA_AVAILABLE
@@ -355,8 +356,9 @@ __global__ void __launch_bounds__(kThreads, 1) sm90_gemm_kernel(const __grid_con
             // The first tile's first stages of weights are requested before the PDL wait (no earlier kernel writes
             // weights): their DRAM latency overlaps the previous kernel's tail and the launch. Each stage's full
             // barrier expects its whole transfer already; its A tile and scales follow after the wait.
+            // Not where an earlier kernel of the stream wrote them (p.weights_early == 0: wo_a widened per pass).
             int prefetched = 0;
-            if (int(blockIdx.x) < p.tiles) {
+            if (p.weights_early && int(blockIdx.x) < p.tiles) {
                 int g, mb, nb, split, kb0, kb1;
                 tile_of(p, blockIdx.x, g, mb, nb, split);
                 split_blocks(p, split, kb0, kb1);
@@ -690,6 +692,7 @@ void launch_config(const Problem& q, int ctas, cudaStream_t stream) {
     p.n_blocks = int((q.n + kBlockN - 1) / kBlockN);
     p.base_tiles = q.groups * p.m_blocks * p.n_blocks;
     p.k_splits = q.k_splits;
+    p.weights_early = q.weights_in_stream ? 0 : 1;
     p.tiles = p.base_tiles * q.k_splits;
     p.partials = q.partials;
     p.counters = q.counters;

@@ -37,6 +37,9 @@ struct DeviceLinear {
     int64_t out = 0, in = 0;
     const void* weight = nullptr;
     const void* scale = nullptr;  // nullptr for BF16
+    // Not a checkpoint tensor but a copy an earlier kernel of the pass wrote (wo_a widened to bf16): the kernels
+    // that request checkpoint weights before their PDL wait (common/pdl.cuh) must not read this one before it.
+    bool written_in_stream = false;
 };
 
 enum class ActNumerics : uint8_t {

@@ -5,7 +5,8 @@
 //   fp8_gemm_mma  the same product on mma.sync (gemm_mma.cu): e4m3 where the device has it (sm_89+), else widened to
 //                 f16 (sm_80); where wgmma is not (or fp8_gemm is disabled);
 //   bf16_gemm     BF16 weights (compressors, router, head, indexer weights_proj; wo_a widened to bf16 in prefill
-//                 passes, grouped: one GEMM per group): wgmma on sm_90a, else mma.sync bf16; its input is the MMA_F16
+//                 passes and large decode passes, grouped: one GEMM over all groups on sm_90a, one per group on
+//                 mma.sync): wgmma on sm_90a, else mma.sync bf16; its input is the MMA_F16
 //                 format of BF16 weights, natural bf16 rows with unit scales (row stride k_pad elements, a multiple
 //                 of 128: the GEMM's lda needs a multiple of 8).
 // Preference: from KernelPolicy::gemm_min_tokens rows (default 32); fp8_gemm also at 2-16 rows on wide projections
@@ -78,6 +79,7 @@ Bf16GemmArgs bf16_group_args(const LinearCall& c, int g, void* d, OutKind kind, 
           : static_cast<void*>(static_cast<char*>(d) + size_t(g) * size_t(R) * (kind == OutKind::F32 ? 4 : 2));
     a.d_kind = kind;
     a.ldd = ldd;
+    a.weights_in_stream = c.w.written_in_stream;
     return a;
 }
 
