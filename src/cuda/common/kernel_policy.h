@@ -99,9 +99,9 @@ struct KernelPolicy {
     // as prefill does: its FP8 weights widened to bf16 once per pass (~31 us per layer on the H200, on a branch
     // beside the query path and the attention) and the bf16 GEMM over all groups in one launch, instead of
     // wgmma_f16_gemv, which widens every weight again for each 16- or 32-token tile (176 us per call at 256 rows,
-    // 98 TFLOP/s, run 216). Predicted 256 rows ~85 us, 128 rows ~70 us against 124; the reference's numerics (bf16
-    // activations), a different sum order than the f16 GEMV's (decode variants change with the row count anyway).
-    // Never (2^30) until measured.
+    // 98 TFLOP/s, run 216). Predicted on the main path: 256 rows ~55-65 us, 128 rows ~40 us against 124. The
+    // reference's numerics (bf16 activations), a different sum order than the f16 GEMV's (decode variants change
+    // with the row count anyway). Never (2^30) until measured.
     int64_t wo_a_widen_min_tokens = int64_t(1) << 30;
 
     bool is_disabled(std::string_view variant) const;
