@@ -124,7 +124,7 @@ int run_bench(int argc, char** argv) {
                    "checkpoint directory; with --dummy-weights a config.json path or a directory holding one")
         ->required();
     cli::add_backend_flags(app, flags, /*with_dummy=*/true);
-    app.add_option("--concurrency", concurrency_s, "comma-separated decode batch sizes");
+    app.add_option("--concurrency", concurrency_s, "comma-separated decode batch sizes, or none (prefill runs only)");
     app.add_option("--context", context_s, "comma-separated context lengths of the decode runs (prompt tokens per sequence)");
     app.add_option("--prefill", prefill_s,
                    "comma-separated prompt lengths of the single-sequence prefill runs ('none' to skip them)");
@@ -142,15 +142,17 @@ int run_bench(int argc, char** argv) {
     FS_CHECK(warmup >= 0, "--warmup must be >= 0, got {}", warmup);
     FS_CHECK(prefill_runs >= 1, "--prefill-runs must be >= 1, got {}", prefill_runs);
     FS_CHECK(timeline_steps >= 0 && timeline_steps <= 1000, "--timeline must be in [0, 1000], got {}", timeline_steps);
-    const std::vector<int> concs = parse_int_list(concurrency_s, "--concurrency");
+    const std::vector<int> concs =
+        concurrency_s == "none" ? std::vector<int>{} : parse_int_list(concurrency_s, "--concurrency");
     const std::vector<int> ctxs = parse_int_list(context_s, "--context");
     const std::vector<int> prefills = prefill_s == "none" ? std::vector<int>{} : parse_int_list(prefill_s, "--prefill");
+    FS_CHECK(!concs.empty() || !prefills.empty(), "bench: nothing to run (--concurrency none and --prefill none)");
     if (seed == 0) seed = uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
 
     BackendOptions opt = cli::backend_options(flags);
     const bool dummy = opt.dummy_weights;
     const std::string numerics = opt.numerics == Numerics::Release ? "release" : "exact";
-    opt.max_sequences = *std::max_element(concs.begin(), concs.end());
+    opt.max_sequences = concs.empty() ? 1 : *std::max_element(concs.begin(), concs.end());
     int longest = *std::max_element(ctxs.begin(), ctxs.end()) + warmup + output_len + timeline_steps + 2;
     for (int n : prefills) longest = std::max(longest, n);
     opt.max_context = longest;
