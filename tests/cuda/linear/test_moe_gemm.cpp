@@ -136,6 +136,21 @@ struct Case {
 // 128-K block's FP8 products in the tensor core, measured ~1.2e-4 there; the f16 path is fp32-exact per product).
 double down_threshold(cuda::GemmPath p) { return p == cuda::GemmPath::WGMMA ? 3e-4 : 1e-4; }
 
+// A routing (idx, weights of M x top_k picks) and the bf16 input rows uploaded, grouped by the GPU's own moe_group.
+struct DeviceGrouping {
+    DeviceArray<int32_t> idx;
+    DeviceArray<float> wts;
+    DeviceArray<uint16_t> x;
+    DeviceArray<uint8_t> mem;
+    cuda::MoeGrouping g;
+    DeviceGrouping(const std::vector<int32_t>& i, const std::vector<float>& w, const std::vector<uint16_t>& xb,
+                   int64_t M, int top_k, int E)
+        : idx(i), wts(w), x(xb), mem(cuda::moe_grouping_bytes(E, M * top_k)) {
+        g = cuda::moe_grouping_view(mem.ptr, E, M * top_k);
+        cuda::moe_group(idx.ptr, wts.ptr, M, top_k, g, nullptr);
+    }
+};
+
 // Routing of c.M tokens to c.top_k distinct experts each: idx and weights [M, top_k].
 struct Routing {
     std::vector<int32_t> idx;
@@ -354,21 +369,17 @@ TEST(MoeGemm, SlotRowsIndependentOfBatch) {
             std::vector<int32_t> i2(idx.begin(), idx.begin() + slots);
             std::vector<float> w2(wts.begin(), wts.begin() + slots);
             std::vector<uint16_t> x2(xb.begin(), xb.begin() + M * H);
-            DeviceArray<int32_t> d_idx(i2);
-            DeviceArray<float> d_wts(w2);
-            DeviceArray<uint16_t> d_x(x2);
-            DeviceArray<uint8_t> gmem(cuda::moe_grouping_bytes(E, slots));
-            cuda::MoeGrouping g = cuda::moe_grouping_view(gmem.ptr, E, slots);
-            cuda::moe_group(d_idx.ptr, d_wts.ptr, M, top_k, g, nullptr);
+            DeviceGrouping dg(i2, w2, x2, M, top_k, E);
+            const cuda::MoeGrouping& g = dg.g;
             DeviceArray<uint8_t> wsmem(cuda::moe_gemm_workspace_bytes(slots, H, I));
             wsmem.poison();
             const cuda::MoeGemmWorkspace ws = cuda::moe_gemm_workspace_view(wsmem.ptr, slots, H, I);
             DeviceArray<float> y(static_cast<size_t>(slots * H));
             y.poison();
-            cuda::moe_gemm_up(d_x.ptr, H, M, top_k, ex->table, g, 10.f, ws, nullptr, path);
+            cuda::moe_gemm_up(dg.x.ptr, H, M, top_k, ex->table, g, 10.f, ws, nullptr, path);
             cuda::moe_gemm_down(M, top_k, ex->table, g, ws, y.ptr, nullptr, path);
             CUDA_CHECK(cudaDeviceSynchronize());
-            auto graw = gmem.download();
+            auto graw = dg.mem.download();
             const cuda::MoeGrouping hv = cuda::moe_grouping_view(graw.data(), E, slots);
             return Run{y.download(), dequantized_h(ws.h_q, slots, path),
                        std::vector<int32_t>(hv.pair_slot, hv.pair_slot + slots)};
@@ -413,12 +424,8 @@ TEST(MoeGemm, SlotTileWidthsGiveTheSameBits) {
         std::normal_distribution<float> d(0.f, 1.f);
         std::vector<uint16_t> xb(static_cast<size_t>(M * H));
         for (auto& v : xb) v = f32_to_bf16(d(rng));
-        DeviceArray<int32_t> d_idx(idx);
-        DeviceArray<float> d_wts(wts);
-        DeviceArray<uint16_t> d_x(xb);
-        DeviceArray<uint8_t> gmem(cuda::moe_grouping_bytes(E, slots));
-        cuda::MoeGrouping g = cuda::moe_grouping_view(gmem.ptr, E, slots);
-        cuda::moe_group(d_idx.ptr, d_wts.ptr, M, top_k, g, nullptr);
+        DeviceGrouping dg(idx, wts, xb, M, top_k, E);
+        const cuda::MoeGrouping& g = dg.g;
         struct Out {
             std::vector<float> y, hq;
             std::vector<uint16_t> y16;
@@ -432,7 +439,7 @@ TEST(MoeGemm, SlotTileWidthsGiveTheSameBits) {
             y.poison();
             y16.poison();
             const auto path = cuda::GemmPath::WGMMA;
-            cuda::moe_gemm_up(d_x.ptr, H, M, top_k, ex->table, g, 10.f, ws, nullptr, path, width);
+            cuda::moe_gemm_up(dg.x.ptr, H, M, top_k, ex->table, g, 10.f, ws, nullptr, path, width);
             cuda::moe_gemm_down(M, top_k, ex->table, g, ws, y.ptr, nullptr, path, width);
             cuda::moe_gemm_down_bf16(M, top_k, ex->table, g, ws, y16.ptr, nullptr, path, width);
             CUDA_CHECK(cudaDeviceSynchronize());
