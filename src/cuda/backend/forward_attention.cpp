@@ -195,7 +195,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         prof_.bytes(L.bytes.wq_b);
         lin(aq, L.wq_b, buf_.queries.get(), OutKind::BF16, int64_t(H) * hd);
     }
-    prefetch_weights(L.wo_a, s);  // during the head norm, the indexer and the attention
+    if (!widen_wo_a) prefetch_weights(L.wo_a, s);  // during the head norm, the indexer and the attention
     {
         OpProfiler::Scope sc(prof_, "attn.q head norm + rope");
         head_rmsnorm_rope(buf_.queries.as<bf16>(), int64_t(H) * hd, Tq, H, hd, nullptr, eps, pos, L.rope, stream);
