@@ -119,6 +119,7 @@ StepBuffers::StepBuffers(const ModelConfig& cfg, const StepBufferSizes& sizes) :
     grouping_memory.allocate(moe_grouping_bytes(int(E), T * K), "expert grouping");
     grouping = moe_grouping_view(grouping_memory.get(), int(E), T * K);
     grouping.expert_begin = sizes.expert_begin;
+    grouping.experts_total = int(cfg.n_routed_experts);
     const int64_t tile_k = (std::max(D, I) + 127) / 128 * 128;
     act_tiles_memory.allocate(moe_act_tile_bytes(int(E), T * K, tile_k), "expert activation tiles");
     moe_attach_act_tiles(grouping, act_tiles_memory.get(), tile_k);

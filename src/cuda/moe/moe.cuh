@@ -37,6 +37,7 @@ void moe_route(const float* logits, int64_t M, int E, int64_t ld_logits, const f
 struct MoeGrouping {
     int E = 0;                        // experts grouped: global ids [expert_begin, expert_begin + E), local 0..E-1
     int expert_begin = 0;             // expert parallel: the first expert this shard holds; pairs outside are dropped
+    int experts_total = 0;            // all routed experts of the model (0: E, i.e. no expert parallelism)
     int64_t max_pairs = 0;            // capacity in (token, j) pairs
     int32_t* expert_count = nullptr;  // [E]
     int32_t* expert_offset = nullptr; // [E + 1]

@@ -43,7 +43,9 @@ grouped_gemm::Problem problem(const ExpertTable& t, const MoeGrouping& g, int64_
     p.offset = g.expert_offset;
     p.E = g.E;
     p.slot_weight = g.slot_weight;
-    p.slot_rows = resolve_slot_rows(slot_rows, slots, g.E, what);
+    // Slots per expert on average over the model's experts: an expert-parallel shard's experts get slots / total
+    // each, not slots / E (its grouping drops the pairs of other shards' experts).
+    p.slot_rows = resolve_slot_rows(slot_rows, slots, g.experts_total > 0 ? g.experts_total : g.E, what);
     return p;
 }
 

@@ -77,8 +77,9 @@ Fp8CodeOrder moe_gemm_code_order(GemmPath path = GemmPath::AUTO);
 bool moe_gemm_eligible(const ExpertTable& table, const MoeGrouping& grouping, int64_t M, int top_k,
                        GemmPath path = GemmPath::AUTO);
 
-// Slot rows per tile of the sm_90a kernel for a pass of `slots` grouped rows over E experts: 32 while the experts
-// average at most 16 slots, 64 up to 64, else 128 (a tile costs about what its width does, an expert whose slots
+// Slot rows per tile of the sm_90a kernel for a pass of `slots` (token, expert) pairs over the model's E routed
+// experts (MoeGrouping::experts_total where a shard holds some of them): 32 while the experts average at most 16
+// slots, 64 up to 64, else 128 (a tile costs about what its width does, an expert whose slots
 // overflow a tile converts its weights again for the next: docs/perf.md, short prompts). Every width gives a slot
 // the same arithmetic. The entries below take `slot_rows` 32, 64 or 128, or 0 for this choice (the mma.sync paths
 // ignore it); anything else is an Error.
