@@ -92,35 +92,8 @@ constexpr uint32_t kStageBulkTx = kWeightBytes + kTileBytes + kScaleFloats * 4; 
 constexpr size_t kSmemAlign = 1024;  // dynamic shared memory is 16-byte aligned: the kernels round its base up
 constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kStages * 8 + kSmemAlign;
 static_assert(kBoxBytes % 512 == 0 && kStageBytes % 1024 == 0, "swizzled boxes and stages 512-byte aligned");
-struct Args {
-    const void* const* w_a;  // up: w1, down: w2 (per expert)
-    const void* const* s_a;
-    const void* const* w_b;  // up: w3; down: null (part 1 = the next 64 rows of w2)
-    const void* const* s_b;
-    int N, K;                // rows per expert, weights per row
-    const uint8_t* tiles;    // packed activations per 16-token tile: [K / 32][512]
-    const float* tile_scales;  // [K / 128][16]
-    const int32_t* tile_expert;  // the grouping's tile list (MoeGrouping::tile_expert, tile_col, n_tiles)
-    const int32_t* tile_col;
-    const int32_t* n_tiles;
-    const int32_t* count;
-    const int32_t* offset;
-    const float* slot_weight;
-    const unsigned char* maps;  // ExpertTable::w_maps: expert e's w1 / w3 / w2 TMA maps at + 384 e, + 128, + 256
-    int max_tiles;           // the grid was sized for this many tiles
-    int order;               // warp-specialized kernel: item order (KernelPolicy::moe_wgmma_ws_order, first_item)
-    float* split_partials;
-    // The round-robin kernel's split counters; the warp-specialized kernel's dynamic order uses the first two as its
-    // next-item and finished-ring counters. Both kernels leave them zero.
-    uint32_t* split_counters;
-    float limit;
-    uint16_t* h;  // up: bf16 [slots, h_ld]
-    int64_t h_ld;
-    float* y;     // down: fp32 [slots, N]
-};
-
-// The grouping's 16-token tiles a kernel writes (pack_tiles_kernel, quantize_h_tiles_kernel): the tile list, the
-// experts' counts and first slots, the tile memory and its scales (tile_column below reads it).
+// The grouping's 16-token tiles: the tile list, the experts' counts and first slots, the tile memory and its scales.
+// pack_tiles_kernel and quantize_h_tiles_kernel write the tiles, the expert kernels read them.
 struct TileList {
     const int32_t* tile_expert;
     const int32_t* tile_col;
@@ -128,8 +101,8 @@ struct TileList {
     const int32_t* count;
     const int32_t* offset;
     int max_tiles;  // the grid was sized for this many tiles
-    uint8_t* tiles;
-    float* tile_scales;
+    uint8_t* tiles;     // per tile: [K / 32][512] packed activations (the wgmma B tile)
+    float* tile_scales; // per tile: [K / 128][16]
 };
 TileList tile_list(const MoeGrouping& g, int max_tiles) {
     return TileList{g.tile_expert, g.tile_col,   g.n_tiles,        g.expert_count,
@@ -137,6 +110,15 @@ TileList tile_list(const MoeGrouping& g, int max_tiles) {
 }
 
 #if FS_WGMMA_AVAILABLE
+// The tiles of the launch (n_tiles is the grouping's, written on the device: read after pdl_wait).
+__device__ __forceinline__ int tile_count(const TileList& t) { return min(*t.n_tiles, t.max_tiles); }
+// Tile pos's B tile and its scales, for K weights per row.
+__device__ __forceinline__ uint8_t* tile_codes(const TileList& t, int pos, int K) {
+    return t.tiles + int64_t(pos) * (K / 32) * wgmma::kStepBytes;
+}
+__device__ __forceinline__ float* tile_scale_rows(const TileList& t, int pos, int K) {
+    return t.tile_scales + int64_t(pos) * (K / 128) * 16;
+}
 // Column c (0..15) of tile pos: whether a slot of its expert fills it (else its codes are zeros and its scale 0) and
 // that slot.
 struct TileColumn {
@@ -147,7 +129,35 @@ __device__ __forceinline__ TileColumn tile_column(const TileList& t, int pos, in
     const int e = t.tile_expert[pos], col = t.tile_col[pos] + c;
     return TileColumn{col < t.count[e], int64_t(t.offset[e]) + col};
 }
+// The slots of tile pos: how many of its 16 columns its expert fills, and the first one's slot.
+struct TileSlots {
+    int count, offset;
+};
+__device__ __forceinline__ TileSlots tile_slots(const TileList& t, int pos) {
+    const int e = t.tile_expert[pos], col0 = t.tile_col[pos];
+    return TileSlots{min(16, t.count[e] - col0), t.offset[e] + col0};
+}
 #endif
+
+struct Args {
+    const void* const* w_a;  // up: w1, down: w2 (per expert)
+    const void* const* s_a;
+    const void* const* w_b;  // up: w3; down: null (part 1 = the next 64 rows of w2)
+    const void* const* s_b;
+    int N, K;                // rows per expert, weights per row
+    TileList t;              // the grouping's tiles of packed activations (the grid was sized for t.max_tiles)
+    const float* slot_weight;
+    const unsigned char* maps;  // ExpertTable::w_maps: expert e's w1 / w3 / w2 TMA maps at + 384 e, + 128, + 256
+    int order;               // warp-specialized kernel: item order (KernelPolicy::moe_wgmma_ws_order, first_item)
+    float* split_partials;
+    // The round-robin kernel's split counters; the warp-specialized kernel's dynamic order uses the first two as its
+    // next-item and finished-ring counters. Both kernels leave them zero.
+    uint32_t* split_counters;
+    float limit;
+    uint16_t* h;  // up: bf16 [slots, h_ld]
+    int64_t h_ld;
+    float* y;     // down: fp32 [slots, N]
+};
 
 struct PackArgs {
     const uint16_t* values;  // prepared FP4-layout activation (e4m3 codes as f16), row stride ld
@@ -190,7 +200,7 @@ __global__ void __launch_bounds__(kPackThreads) pack_tiles_kernel(const PackArgs
     pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
     pdl_trigger();
     const int pos = int(blockIdx.x);
-    if (pos >= min(*a.t.n_tiles, a.t.max_tiles)) return;
+    if (pos >= tile_count(a.t)) return;
     const int c = int(threadIdx.x) / 16, steps = a.K / 32;
     const auto [valid, slot] = tile_column(a.t, pos, c);
     const int64_t row = !valid ? 0 : a.slot_token ? a.slot_token[slot] : slot;
@@ -205,8 +215,8 @@ __global__ void __launch_bounds__(kPackThreads) pack_tiles_kernel(const PackArgs
             v[i][t] = valid && s_of[i] < steps ? reinterpret_cast<const uint4*>(xr + s_of[i] * 32)[t]
                                               : make_uint4(0, 0, 0, 0);
     }
-    uint8_t* tile = a.t.tiles + int64_t(pos) * steps * wgmma::kStepBytes + wgmma::b_offset(0, c);
-    float* tile_scales = a.t.tile_scales + int64_t(pos) * (a.K / 128) * 16 + c;
+    uint8_t* tile = tile_codes(a.t, pos, a.K) + wgmma::b_offset(0, c);
+    float* tile_scales = tile_scale_rows(a.t, pos, a.K) + c;
 #pragma unroll
     for (int i = 0; i < kPackStepsPerThread; ++i) {
         const int st = s_of[i];
@@ -253,11 +263,11 @@ __global__ void __launch_bounds__(kHTileThreads) quantize_h_tiles_kernel(const H
     pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
     pdl_trigger();
     const int pos = int(blockIdx.x);
-    if (pos >= min(*a.t.n_tiles, a.t.max_tiles)) return;
+    if (pos >= tile_count(a.t)) return;
     const int c = int(threadIdx.x) % 16, n_blk = a.K / 128;
     const auto [valid, slot] = tile_column(a.t, pos, c);
-    uint8_t* const tile = a.t.tiles + int64_t(pos) * (a.K / 32) * wgmma::kStepBytes + wgmma::b_offset(0, c);
-    float* const tile_scales = a.t.tile_scales + int64_t(pos) * n_blk * 16 + c;
+    uint8_t* const tile = tile_codes(a.t, pos, a.K) + wgmma::b_offset(0, c);
+    float* const tile_scales = tile_scale_rows(a.t, pos, a.K) + c;
     for (int blk = int(threadIdx.x) / 16; blk < n_blk; blk += kHTileThreads / 16) {
         uint16_t* const row = a.h + slot * a.h_ld + blk * 128;
         uint4 raw[16];  // the block's 128 bf16 values, natural order (all loads in flight before any use)
@@ -493,13 +503,15 @@ __device__ __forceinline__ void store_item(const Args& a, const float (&acc)[2][
 
 // The items of a call: kItemRows weight rows (up: 64 of w1 and the same 64 of w3; down: 128 of w2) times one 16-token
 // tile, each `chunks` stages of 256 k. The tile count is the grouping's: built after pdl_wait.
+#if FS_WGMMA_AVAILABLE
 template <bool UP>
 struct ItemSpace {
     static constexpr int kItemRows = UP ? 64 : 128;
     int tiles, n_items, chunks;
     __device__ __forceinline__ explicit ItemSpace(const Args& a)
-        : tiles(a.N / kItemRows), n_items(min(*a.n_tiles, a.max_tiles) * tiles), chunks(a.K / 256) {}
+        : tiles(a.N / kItemRows), n_items(tile_count(a.t) * tiles), chunks(a.K / 256) {}
 };
+#endif
 
 // BAL: balanced contiguous stage ranges (header); else whole items round robin (item i on CTA i mod grid, no split
 // items).
@@ -539,7 +551,6 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
         step = int(gridDim.x);
     }
     const int s_ld = a.K / 32;
-    const int64_t tile_stride = int64_t(a.K / 32) * wgmma::kStepBytes;
 
     // Producer cursor: thread 0 copies a stage's weight boxes, B tile and activation scales and arms the barrier;
     // thread i copies stage row i's weight scales. Pointers are looked up once per item (dependent loads of the active
@@ -550,7 +561,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
     const float* f_ts = nullptr;
     const uint8_t* f_scale = nullptr;  // this thread's scale row (stage row tid)
     auto f_lookup = [&]() {
-        const int pos = f_item / items.tiles, e = a.tile_expert[pos];
+        const int pos = f_item / items.tiles, e = a.t.tile_expert[pos];
         const int row0 = (f_item % items.tiles) * items.kItemRows;
         if (tid == 0) f_maps = item_maps(a.maps, UP, e, row0);
         // Scale row `tid` of the stage (part tid / 64): each stage copies 8 bytes of it; the whole row goes to L2
@@ -558,8 +569,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
         const int64_t row = UP ? row0 + (tid & 63) : row0 + tid;
         f_scale = static_cast<const uint8_t*>(UP && tid >= 64 ? a.s_b[e] : a.s_a[e]) + row * s_ld;
         prefetch_l2(f_scale, uint32_t(s_ld));
-        f_tile = a.tiles + pos * tile_stride;
-        f_ts = a.tile_scales + int64_t(pos) * (a.K / 128) * 16;
+        f_tile = tile_codes(a.t, pos, a.K);
+        f_ts = tile_scale_rows(a.t, pos, a.K);
     };
     if (total > 0) f_lookup();
     auto fill = [&](int q) {
@@ -586,9 +597,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
         if (++chunk >= items.chunks) chunk = 0;
         if (chunk == 0 || q == 0) {
             item += step;
-            const int u = item / items.tiles, e = a.tile_expert[u], col0 = a.tile_col[u];
-            count = min(16, a.count[e] - col0);
-            offset = a.offset[e] + col0;
+            const TileSlots ts = tile_slots(a.t, item / items.tiles);
+            count = ts.count;
+            offset = ts.offset;
             e_row0 = (item % items.tiles) * items.kItemRows + 16 * warp + g;
 #pragma unroll
             for (int p = 0; p < 2; ++p)
@@ -734,7 +745,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
         uint64_t* const f = full + ring * kStages;
         uint64_t* const em = empty + ring * kStages;
         StageItem* const stage_item = stage_items + ring * kStages;
-        const int64_t tile_stride = int64_t(a.K / 32) * wgmma::kStepBytes;
         // Lane 0: the weight boxes (TMA), the B tile and its scales; every lane: scale rows lane + 32j (j = 0..3,
         // part j / 2). The ring's items: the static orders' sequence, or (order 2) the next one from the launch's
         // counter, each fetched one item ahead (its maps prefetched meanwhile).
@@ -758,19 +768,19 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
         for (int item = fetch(), next = 0; item < items.n_items; item = next) {
             // The item's lookups before its first stage is free (they overlap the wait), the next item's fetch and
             // map prefetch after that stage's copies are issued.
-            const int pos = item / items.tiles, e = a.tile_expert[pos];
+            const int pos = item / items.tiles, e = a.t.tile_expert[pos];
             const int row0 = (item % items.tiles) * items.kItemRows;
             const ItemMaps im = item_maps(a.maps, UP, e, row0);
-            const int col0 = a.tile_col[pos];
-            const StageItem published{item, min(16, a.count[e] - col0), a.offset[e] + col0, 0};
+            const TileSlots ts = tile_slots(a.t, pos);
+            const StageItem published{item, ts.count, ts.offset, 0};
             const uint8_t* sc[2];
 #pragma unroll
             for (int p = 0; p < 2; ++p) {
                 const int r = row0 + (UP ? 0 : 64 * p);
                 sc[p] = static_cast<const uint8_t*>(UP && p ? a.s_b[e] : a.s_a[e]) + int64_t(r + lane) * s_ld;
             }
-            const uint8_t* const b_tile = a.tiles + pos * tile_stride;
-            const float* const b_scales = a.tile_scales + int64_t(pos) * (a.K / 128) * 16;
+            const uint8_t* const b_tile = tile_codes(a.t, pos, a.K);
+            const float* const b_scales = tile_scale_rows(a.t, pos, a.K);
             for (int chunk = 0; chunk < items.chunks; ++chunk, ++q) {
                 const int st = q % kStages;
                 wait_free(q);
@@ -786,7 +796,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
                 if (chunk == 0) {
                     next = fetch();
                     if (lane == 0 && next < items.n_items) {  // its maps into the descriptor cache meanwhile
-                        const ItemMaps nm = item_maps(a.maps, UP, a.tile_expert[next / items.tiles], 0);
+                        const ItemMaps nm = item_maps(a.maps, UP, a.t.tile_expert[next / items.tiles], 0);
                         tma::prefetch_map(nm.map[0]);
                         if (UP) tma::prefetch_map(nm.map[1]);
                     }
@@ -902,18 +912,11 @@ bool balanced(bool up, const KernelPolicy& policy) {
 template <bool UP>
 void launch(Args a, const MoeGrouping& g, int max_tiles, int64_t tokens, const KernelPolicy& policy,
             cudaStream_t stream) {
-    a.max_tiles = max_tiles;
-    a.tiles = g.act_tiles;
-    a.tile_scales = g.act_tile_scales;
-    a.tile_expert = g.tile_expert;
-    a.tile_col = g.tile_col;
-    a.n_tiles = g.n_tiles;
-    a.count = g.expert_count;
-    a.offset = g.expert_offset;
+    a.t = tile_list(g, max_tiles);
     a.slot_weight = g.slot_weight;
     a.split_partials = g.split_partials;
     a.split_counters = g.split_counters;
-    const int64_t items = int64_t(a.N / (UP ? 64 : 128)) * a.max_tiles;
+    const int64_t items = int64_t(a.N / (UP ? 64 : 128)) * max_tiles;
     if (policy.moe_wgmma_specialized) {
         // One CTA per item up to the SM count: a call of fewer items than rings spreads them over every SM (ring 0
         // of each first) instead of filling the first SMs' three rings.
