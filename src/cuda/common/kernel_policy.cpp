@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
+#include <string>
 #include <sstream>
 
 #include "util/env.h"
@@ -31,11 +33,18 @@ std::vector<std::string> split_names(const char* var) {
     return out;
 }
 
-int warps_knob(const char* var) {
-    const int v = int(env_int(var, 0, 0, 4));
-    FS_CHECK(v == 0 || v == 1 || v == 4, "environment variable {} must be 1 or 4, got {}", var, v);
+// A knob that takes one of a few values (`allowed`, ascending; `fallback` when unset); any other is refused.
+int choice_knob(const char* var, int fallback, std::initializer_list<int> allowed) {
+    const int v = int(env_int(var, fallback, *allowed.begin(), *(allowed.end() - 1)));
+    if (std::find(allowed.begin(), allowed.end(), v) == allowed.end()) {
+        std::string list;
+        for (int a : allowed) list += (list.empty() ? "" : ", ") + std::to_string(a);
+        fail("environment variable {} must be one of {}, got {}", var, list, v);
+    }
     return v;
 }
+
+int warps_knob(const char* var) { return choice_knob(var, 0, {0, 1, 4}); }
 
 }  // namespace
 
@@ -101,11 +110,7 @@ KernelPolicy KernelPolicy::from_env() {
         env_int("FLASHSEEK_GROUPED_EXPERTS_MIN_TOKENS", p.grouped_experts_min_tokens, 1, int64_t(1) << 31);
     p.wo_a_widen_min_tokens =
         env_int("FLASHSEEK_WO_A_WIDEN_MIN_TOKENS", p.wo_a_widen_min_tokens, 1, int64_t(1) << 30);
-    p.grouped_slot_rows = int(env_int("FLASHSEEK_GROUPED_SLOT_ROWS", p.grouped_slot_rows, 0, 128));
-    FS_CHECK(p.grouped_slot_rows == 0 || p.grouped_slot_rows == 32 || p.grouped_slot_rows == 64 ||
-                 p.grouped_slot_rows == 128,
-             "environment variable FLASHSEEK_GROUPED_SLOT_ROWS must be 0 (by the pass), 32, 64 or 128, got {}",
-             p.grouped_slot_rows);
+    p.grouped_slot_rows = choice_knob("FLASHSEEK_GROUPED_SLOT_ROWS", p.grouped_slot_rows, {0, 32, 64, 128});
     return p;
 }
 
