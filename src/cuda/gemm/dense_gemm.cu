@@ -65,6 +65,16 @@ std::string check_path(GemmPath path, bool fp8) {
     return {};
 }
 
+// groups independent products over column slices: every slice whole units of k (FP8: a scale block of 128; BF16: a
+// stage of 64) and of n (128: scale blocks, tiles). Empty when fine.
+std::string check_groups(int groups, int64_t k, int64_t n, int64_t k_unit, const char* why) {
+    if (groups < 1) return fs_cat("groups = ", groups, " must be >= 1");
+    if (groups > 1 && (k % (k_unit * groups) != 0 || n % (128 * groups) != 0))
+        return fs_cat("with groups = ", groups, ", k = ", k, " must be a multiple of ", k_unit, " x groups and n = ", n,
+                      " of 128 x groups (", why, ")");
+    return {};
+}
+
 // Whether K's kb blocks of 128 fall into `splits` ranges of ceil(kb / splits) blocks (the kernel's split_blocks)
 // with none empty.
 bool nonempty_splits(int64_t kb, int64_t splits) {
@@ -86,10 +96,8 @@ std::string check_fp8(const Fp8GemmArgs& x, GemmPath path) {
     if (x.w_scales == nullptr) return "the weight scales are null";
     if (x.w_scale_kind != ScaleKind::E8M0 && x.w_scale_kind != ScaleKind::F32)
         return "the weight scale kind must be E8M0 or F32";
-    if (x.groups < 1) return fs_cat("groups = ", x.groups, " must be >= 1");
-    if (x.groups > 1 && (x.a.k % (128 * x.groups) != 0 || x.n % (128 * x.groups) != 0))
-        return fs_cat("with groups = ", x.groups, ", k = ", x.a.k, " and n = ", x.n,
-                      " must be multiples of 128 x groups (whole scale blocks per group)");
+    e = check_groups(x.groups, x.a.k, x.n, 128, "whole scale blocks per group");
+    if (!e.empty()) return e;
     if (x.k_splits != 1) {
         const int64_t kb = (x.a.k / x.groups + 127) / 128, tiles = (x.n / x.groups + 127) / 128 * x.groups;
         if (!nonempty_splits(kb, x.k_splits))
@@ -121,13 +129,10 @@ std::string check_bf16(const Bf16GemmArgs& x, GemmPath path) {
     }
     if (x.a == nullptr || !aligned16(x.a)) return "the activation pointer must be non-null and 16-byte aligned";
     if (x.lda % 8 != 0 || x.lda < x.k) return fs_cat("lda = ", x.lda, " must be a multiple of 8 and >= k = ", x.k);
-    if (x.groups < 1) return fs_cat("groups = ", x.groups, " must be >= 1");
-    if (x.groups > 1) {
-        if (path != GemmPath::WGMMA) return fs_cat("groups = ", x.groups, " in one launch needs the wgmma path");
-        if (x.k % (64 * x.groups) != 0 || x.n % (128 * x.groups) != 0)
-            return fs_cat("with groups = ", x.groups, ", k = ", x.k, " must be a multiple of 64 x groups and n = ", x.n,
-                          " of 128 x groups (whole stages and tiles per group)");
-    }
+    e = check_groups(x.groups, x.k, x.n, 64, "whole stages and tiles per group");
+    if (!e.empty()) return e;
+    if (x.groups > 1 && path != GemmPath::WGMMA)
+        return fs_cat("groups = ", x.groups, " in one launch needs the wgmma path");
     return check_path(path, false);
 }
 
