@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <tuple>
 #include <utility>
@@ -24,6 +25,22 @@
 namespace flashseek {
 namespace {
 
+// A CUDA backend on `layers` full-size V4-Flash layers with dummy weights, release numerics, 4 GB of state.
+std::unique_ptr<Backend> v4_flash_backend(int layers, int max_sequences, int max_context, int prefill_chunk = 0,
+                                          std::pair<int, int> layout = {1, 1}) {
+    BackendOptions o;
+    o.backend = "cuda";
+    o.numerics = Numerics::Release;
+    o.dummy_weights = true;
+    o.layers = layers;
+    o.max_sequences = max_sequences;
+    o.max_context = max_context;
+    o.prefill_chunk = prefill_chunk;  // 0: the backend's default
+    o.state_memory_bytes = int64_t(4) << 30;
+    std::tie(o.tp, o.ep) = layout;
+    return create_backend(test::source_dir() + "/tests/data/configs/v4-flash.json", o);
+}
+
 class CudaPrefillInvariance : public ::testing::Test {
 protected:
     // The parallel layout (tp, ep) of the backend under test: the whole model on one rank here.
@@ -33,17 +50,8 @@ protected:
     void SetUp() override {
         if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
         seed_ = test::fresh_seed();
-        BackendOptions o;
-        o.backend = "cuda";
-        o.numerics = Numerics::Release;
-        o.dummy_weights = true;
-        o.layers = layers();
-        o.max_sequences = 4;
-        o.max_context = 4096;
-        o.prefill_chunk = 1024;  // the backend's own chunking cuts the 2,300-token prompt in three passes
-        o.state_memory_bytes = int64_t(4) << 30;
-        std::tie(o.tp, o.ep) = layout();
-        be_ = create_backend(test::source_dir() + "/tests/data/configs/v4-flash.json", o);
+        // Prefill chunks of 1,024: the backend's own chunking cuts the 2,300-token prompt in three passes.
+        be_ = v4_flash_backend(layers(), 4, 4096, 1024, layout());
         V_ = be_->config().vocab_size;
         std::mt19937_64 rng(seed_);
         for (auto* p : {&prompt_, &other_}) {
@@ -169,15 +177,7 @@ TEST(CudaDecodeWoAWidened, StaysCloseToTheF16Gemv) {
     for (auto& p : prompts)
         for (auto& t : p) t = int32_t(2 + rng() % 120000);
     auto run = [&] {
-        BackendOptions o;
-        o.backend = "cuda";
-        o.numerics = Numerics::Release;
-        o.dummy_weights = true;
-        o.layers = 4;
-        o.max_sequences = kSeqs;
-        o.max_context = 256;
-        o.state_memory_bytes = int64_t(4) << 30;
-        auto be = create_backend(test::source_dir() + "/tests/data/configs/v4-flash.json", o);
+        auto be = v4_flash_backend(4, kSeqs, 256);
         std::vector<int> ids;
         std::vector<SequenceStep> steps;
         for (int i = 0; i < kSeqs; ++i) {

@@ -169,12 +169,6 @@ std::vector<int32_t> check_against_cpu(cuda::GemmPath path, int slot_rows, const
     const int64_t slots = c.M * c.top_k, H = c.hidden, I = c.inter;
     const float limit = 10.f;
     auto ex = make_experts(rng, c.E, H, I);
-    DeviceArray<int32_t> d_idx(r.idx);
-    DeviceArray<float> d_wts(r.wts);
-    DeviceArray<uint8_t> gmem(cuda::moe_grouping_bytes(c.E, slots));
-    cuda::MoeGrouping g = cuda::moe_grouping_view(gmem.ptr, c.E, slots);
-    cuda::moe_group(d_idx.ptr, d_wts.ptr, c.M, c.top_k, g, nullptr);
-
     const std::vector<float> x = [&] {
         std::normal_distribution<float> d(0.f, 1.f);
         std::vector<float> v(size_t(c.M * H));
@@ -183,14 +177,15 @@ std::vector<int32_t> check_against_cpu(cuda::GemmPath path, int slot_rows, const
     }();
     std::vector<uint16_t> xb(x.size());
     for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
-    DeviceArray<uint16_t> d_x(xb);
+    DeviceGrouping dg(r.idx, r.wts, xb, c.M, c.top_k, c.E);
+    const cuda::MoeGrouping& g = dg.g;
     EXPECT_TRUE(cuda::moe_gemm_eligible(ex->table, g, c.M, c.top_k, path));
     DeviceArray<uint8_t> wsmem(cuda::moe_gemm_workspace_bytes(slots, H, I));
     wsmem.poison();
     const cuda::MoeGemmWorkspace ws = cuda::moe_gemm_workspace_view(wsmem.ptr, slots, H, I);
     DeviceArray<float> y(size_t(slots * H));
     y.poison();
-    cuda::moe_gemm_up(d_x.ptr, H, c.M, c.top_k, ex->table, g, limit, ws, nullptr, path, slot_rows);
+    cuda::moe_gemm_up(dg.x.ptr, H, c.M, c.top_k, ex->table, g, limit, ws, nullptr, path, slot_rows);
     cuda::moe_gemm_down(c.M, c.top_k, ex->table, g, ws, y.ptr, nullptr, path, slot_rows);
     // The bf16 output (the combine's form in release numerics): every fp32 value rounded, bit for bit.
     DeviceArray<uint16_t> y16(size_t(slots * H));
@@ -199,7 +194,7 @@ std::vector<int32_t> check_against_cpu(cuda::GemmPath path, int slot_rows, const
     CUDA_CHECK(cudaDeviceSynchronize());
 
     // The grouping as the GPU made it: slot -> (token, weight, expert).
-    auto graw = gmem.download();
+    auto graw = dg.mem.download();
     const cuda::MoeGrouping hg_view = cuda::moe_grouping_view(graw.data(), c.E, slots);
     const int32_t* counts = hg_view.expert_count;
     const int32_t* offsets = hg_view.expert_offset;
