@@ -37,8 +37,10 @@ struct DeviceLinear {
     int64_t out = 0, in = 0;
     const void* weight = nullptr;
     const void* scale = nullptr;  // nullptr for BF16
-    // Not a checkpoint tensor but a copy an earlier kernel of the pass wrote (wo_a widened to bf16): the kernels
-    // that request checkpoint weights before their PDL wait (common/pdl.cuh) must not read this one before it.
+    // Not a checkpoint tensor but a copy an earlier kernel of the pass wrote (wo_a widened to bf16): no kernel may
+    // read it before its PDL wait (common/pdl.cuh). The variants that take BF16 weights honour that: bf16_gemm
+    // (through Bf16GemmArgs::weights_in_stream), tile_gemm (its BF16 weights always wait), generic_linear (no PDL);
+    // bf16_gemv, which reads weights early, takes no grouped call, and only wo_a's grouped copy carries the mark.
     bool written_in_stream = false;
 };
 
