@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "backend/backend.h"
+#include "backend/diagnostics.h"
 #include "backend/registry.h"
 #include "model/config.h"
 #include "scoped_env.h"
@@ -168,8 +169,8 @@ TEST_F(CudaPrefillInvariance, WeightPrefetchKeepsLogits) {
 // decode steps of all 32 move only by the two kernels' sums (bf16 against f16-rounded activations, another sum
 // order): within 1e-2 relative error per row. One layer (window attention, hash routing): no decision depends on
 // the values, so a sum-order difference stays a rounding difference (with four layers, a flipped e4m3 code of
-// wo_b's input changed later routings and rows by 2-8% on an H100). A row may keep its bits: wo_b's act_quant of
-// the output absorbs most sum-order differences.
+// wo_b's input changed later routings and rows by 2-8% on an H100). A row may keep its bits (wo_b's act_quant of
+// the output absorbs most sum-order differences), so a profiled step's op table shows which path ran.
 TEST(CudaDecodeWoAWidened, StaysCloseToTheF16Gemv) {
     if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
     const uint64_t seed = test::fresh_seed();
@@ -200,13 +201,22 @@ TEST(CudaDecodeWoAWidened, StaysCloseToTheF16Gemv) {
             be->forward(steps, l);
             out.insert(out.end(), l.begin(), l.end());
         }
-        return std::make_pair(out, int64_t(be->config().vocab_size));
+        // One more decode step, profiled: its op table says whether the widening ran (rows may keep their bits, so
+        // the logits alone cannot show that the widened path was taken).
+        for (int i = 0; i < kSeqs; ++i) next[size_t(i)] = int32_t(5 + 1000 * i);
+        bool widened_ran = false;
+        for (const OpTime& op : be->diagnostics()->profile_step(steps).ops)
+            widened_ran = widened_ran || op.op == "attn.wo_a widen to bf16";
+        return std::make_tuple(out, int64_t(be->config().vocab_size), widened_ran);
     };
-    const auto [base, V] = run();
+    const auto [base, V, base_widened] = run();
+    EXPECT_FALSE(base_widened) << "wo_a widened in a 32-row decode pass without FLASHSEEK_WO_A_WIDEN_MIN_TOKENS";
     std::vector<float> widened;
     {
         test_support::ScopedEnv widen("FLASHSEEK_WO_A_WIDEN_MIN_TOKENS", "32");
-        widened = run().first;
+        bool ran = false;
+        std::tie(widened, std::ignore, ran) = run();
+        EXPECT_TRUE(ran) << "FLASHSEEK_WO_A_WIDEN_MIN_TOKENS=32 did not widen wo_a in a 32-row decode pass";
     }
     ASSERT_EQ(base.size(), widened.size());
     ASSERT_EQ(base.size(), size_t(3 * kSeqs) * size_t(V));
