@@ -21,7 +21,8 @@
 //           instead of on the main path after them, the same kernels; only where forced until measured,
 //           docs/perf-log/2026-12-04_indexer-staging-and-named-refills.md),
 //           weight_prefetch (decode passes: wq_b's and wo_a's matrices requested into L2 on a side branch while the
-//           latency-bound ops before them run, common/l2_prefetch.cuh; only where forced until measured)
+//           latency-bound ops before them run, common/l2_prefetch.cuh; only where forced: one sequence 3.4% slower
+//           on an H100 and the GEMVs no faster, docs/perf-log/2026-12-05_short-prompts-and-l2-prefetch.md)
 //   epilogue: gemm_tma_store (the wgmma GEMMs' bf16 output tiles written by TMA from shared memory, overlapping
 //           the next tile; disabled: stored by the math warps, the same bits)
 // Environment (all optional): FLASHSEEK_DISABLE=name,name (never choose these), FLASHSEEK_FORCE=name,name (take
@@ -90,19 +91,19 @@ struct KernelPolicy {
     int64_t grouped_experts_min_tokens = 32;
     // grouped_experts' slot rows per tile on sm_90a (moe/moe_gemm.cuh): 128, 64 or 32 always, or 0 by the pass
     // (moe_gemm_slot_rows: 32 where a pass gives the experts at most 16 slots on average, i.e. prompts up to ~680
-    // tokens on V4-Flash, 64 up to 64 slots, else 128). Every width computes a slot's row with the same
-    // arithmetic; the bits are the same if the tensor core's per-element sum does not depend on the wgmma's N, which
-    // the expert GEMM tests check on the device. 128 until that and the speed of the narrow tiles are measured
-    // (predicted: a 256-token prefill's routed experts ~2x faster).
-    int grouped_slot_rows = 128;
+    // tokens on V4-Flash, 64 up to 64 slots, else 128). Every width computes a slot's row with the same arithmetic
+    // and the same bits (the tensor core's per-element sum does not depend on the wgmma's N; MoeGemm tests). By the
+    // pass since run 218 (H100, 16 layers): prefill 256 tokens 6,615 -> 9,046 tok/s, 1,024 19,477 -> 23,778, 4,096
+    // unchanged; always 32 or always 64 are no better at either length.
+    int grouped_slot_rows = 0;
     // Decode passes of at least this many rows (and gemm_min_tokens, from which the bf16 GEMM is preferred) run wo_a
-    // as prefill does: its FP8 weights widened to bf16 once per pass (~31 us per layer on the H200, on a branch
-    // beside the query path and the attention) and the bf16 GEMM over all groups in one launch, instead of
-    // wgmma_f16_gemv, which widens every weight again for each 16- or 32-token tile (176 us per call at 256 rows,
-    // 98 TFLOP/s, run 216). Predicted on the main path: 256 rows ~55-65 us, 128 rows ~40 us against 124. The
-    // reference's numerics (bf16 activations), a different sum order than the f16 GEMV's (decode variants change
-    // with the row count anyway). Never (2^30) until measured.
-    int64_t wo_a_widen_min_tokens = int64_t(1) << 30;
+    // as prefill does: its FP8 weights widened to bf16 once per pass (~38 us per layer, on a branch beside the query
+    // path and the attention) and the bf16 GEMM over all groups in one launch, instead of wgmma_f16_gemv, which
+    // widens every weight again for each 16- or 32-token tile (176 us per call at 256 rows, 98 TFLOP/s, run 216).
+    // The reference's numerics (bf16 activations), another sum order than the f16 GEMV's (decode variants change
+    // with the row count anyway; the envelope test CudaBackendBatch.WidenedWoAInDecodeStaysInTheEnvelope). Run 218
+    // (H100, 16 layers): 64 sequences 19.53 -> 19.36 ms per step, 128 24.93 -> 23.91, 256 30.17 -> 28.00.
+    int64_t wo_a_widen_min_tokens = 64;
 
     bool is_disabled(std::string_view variant) const;
     bool is_forced(std::string_view variant) const;

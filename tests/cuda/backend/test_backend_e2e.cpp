@@ -16,6 +16,7 @@
 #include "backend/diagnostics.h"
 #include "backend/registry.h"
 #include "model/perturb.h"
+#include "scoped_env.h"
 #include "test_support.h"
 #include "util/error.h"
 
@@ -167,6 +168,72 @@ TEST_F(CudaBackendBatch, BatchingDoesNotChangeResults) {
         const auto env = compare_rows(teacher_forced(*gpu_p, toks[i], lens[i], lens[i]), alone[i], V);
         EXPECT_EQ(test::envelope_violation(a, env), "") << "sequence " << i << ": " << describe(a);
     }
+}
+
+// Decode passes of 32 rows with wo_a widened once per pass (FLASHSEEK_WO_A_WIDEN_MIN_TOKENS=32: prefill's bf16 GEMM
+// instead of wgmma_f16_gemv, so bf16 activations and another sum order) keep every sequence's decode logits inside
+// the one-rounding envelope of the same sequence decoded alone (the GPU with perturbed norms, as above). A profiled
+// step's op table shows the widened path ran.
+TEST_F(CudaBackendBatch, WidenedWoAInDecodeStaysInTheEnvelope) {
+    const uint64_t seed = test::fresh_seed();
+    SCOPED_TRACE("seed=" + std::to_string(seed));
+    const std::string dir = test::tiny_checkpoint("tiny-a", seed % 997 + 1);
+    constexpr int kSeqs = 32, kSteps = 8;
+    std::mt19937_64 rng(seed);
+    std::vector<int> lens;
+    std::vector<std::vector<int32_t>> toks;
+    std::vector<float> together, alone, perturbed;  // decode rows only, sequence after sequence
+    {
+        test_support::ScopedEnv widen("FLASHSEEK_WO_A_WIDEN_MIN_TOKENS", "32");
+        auto gpu = make(dir, "cuda", Numerics::Release, kSeqs);
+        const int64_t V = gpu->config().vocab_size;
+        for (int i = 0; i < kSeqs; ++i) {
+            lens.push_back(int(3 + rng() % 60));
+            toks.push_back(test::random_tokens(rng, lens.back() + kSteps, V));
+        }
+        std::vector<int> ids;
+        std::vector<SequenceStep> steps;
+        for (int i = 0; i < kSeqs; ++i) ids.push_back(gpu->create_sequence());
+        for (int i = 0; i < kSeqs; ++i) steps.push_back({ids[size_t(i)], toks[size_t(i)].data(), lens[size_t(i)], true});
+        std::vector<float> l;
+        gpu->forward(steps, l);
+        std::vector<std::vector<float>> rows(kSeqs);
+        for (int t = 0; t < kSteps; ++t) {
+            steps.clear();
+            for (int i = 0; i < kSeqs; ++i)
+                steps.push_back({ids[size_t(i)], toks[size_t(i)].data() + lens[size_t(i)] + t, 1, false});
+            gpu->forward(steps, l);
+            ASSERT_EQ(l.size(), size_t(kSeqs) * size_t(V));
+            for (int i = 0; i < kSeqs; ++i)
+                rows[size_t(i)].insert(rows[size_t(i)].end(), l.begin() + long(size_t(i) * size_t(V)),
+                                       l.begin() + long(size_t(i + 1) * size_t(V)));
+        }
+        for (const auto& r : rows) together.insert(together.end(), r.begin(), r.end());
+        bool widened = false;
+        for (const OpTime& op : gpu->diagnostics()->profile_step(steps).ops)
+            widened = widened || op.op == "attn.wo_a widen to bf16";
+        EXPECT_TRUE(widened) << "a 32-row decode pass did not widen wo_a with FLASHSEEK_WO_A_WIDEN_MIN_TOKENS=32";
+    }
+    auto decode_rows_alone = [&](Backend& be, std::vector<float>& out) {
+        const size_t V = size_t(be.config().vocab_size);
+        for (int i = 0; i < kSeqs; ++i) {
+            const auto all = teacher_forced(be, toks[size_t(i)], lens[size_t(i)], lens[size_t(i)]);
+            out.insert(out.end(), all.end() - long(size_t(kSteps) * V), all.end());
+        }
+    };
+    auto gpu = make(dir, "cuda", Numerics::Release, kSeqs);
+    decode_rows_alone(*gpu, alone);
+    {
+        auto guard = install_norm_perturbation(seed + 1);
+        auto gpu_p = make(dir, "cuda", Numerics::Release, kSeqs);
+        decode_rows_alone(*gpu_p, perturbed);
+    }
+    const int64_t V = gpu->config().vocab_size;
+    ASSERT_EQ(together.size(), alone.size());
+    const auto a = compare_rows(together, alone, V);
+    const auto env = compare_rows(perturbed, alone, V);
+    std::printf("[ widened wo_a ] 32-row decode vs alone: %s | envelope %s\n", describe(a).c_str(), describe(env).c_str());
+    EXPECT_EQ(test::envelope_violation(a, env), "") << describe(a);
 }
 
 // Decode through CUDA graphs equals decode without them bit for bit (same kernels, same shapes).

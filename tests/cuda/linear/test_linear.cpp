@@ -516,8 +516,8 @@ TEST(LinearChoice, PolicyFromEnvironment) {
         ScopedEnv specialized("FLASHSEEK_MOE_WGMMA_SPECIALIZED", "1");
         ScopedEnv indexer_form("FLASHSEEK_INDEXER_SELECT_FORM", "0");
         ScopedEnv ws_order("FLASHSEEK_MOE_WGMMA_WS_ORDER", "1");
-        ScopedEnv slot_rows("FLASHSEEK_GROUPED_SLOT_ROWS", "0");
-        ScopedEnv widen("FLASHSEEK_WO_A_WIDEN_MIN_TOKENS", "64");
+        ScopedEnv slot_rows("FLASHSEEK_GROUPED_SLOT_ROWS", "64");
+        ScopedEnv widen("FLASHSEEK_WO_A_WIDEN_MIN_TOKENS", "256");
         const KernelPolicy p = KernelPolicy::from_env();
         EXPECT_TRUE(p.is_forced("tile_gemm"));
         EXPECT_TRUE(p.is_forced("attn_mma"));
@@ -531,10 +531,11 @@ TEST(LinearChoice, PolicyFromEnvironment) {
         EXPECT_EQ(p.moe_wgmma_specialized, 1);
         EXPECT_EQ(p.indexer_select_form, 0);
         EXPECT_EQ(p.moe_wgmma_ws_order, 1);
-        EXPECT_EQ(p.grouped_slot_rows, 0);
-        EXPECT_EQ(p.wo_a_widen_min_tokens, 64);
+        EXPECT_EQ(p.grouped_slot_rows, 64);
+        EXPECT_EQ(p.wo_a_widen_min_tokens, 256);
     }
-    EXPECT_EQ(KernelPolicy::from_env().grouped_slot_rows, 128);
+    EXPECT_EQ(KernelPolicy::from_env().grouped_slot_rows, 0);
+    EXPECT_EQ(KernelPolicy::from_env().wo_a_widen_min_tokens, 64);
     expect_env_error("FLASHSEEK_DISABLE", "wgmma_gemv,no_such_kernel", "no_such_kernel");
     expect_env_error("FLASHSEEK_FORCE", "tile", "tile");
     expect_env_error("FLASHSEEK_GEMV_MAX_TOKENS", "17", "");
