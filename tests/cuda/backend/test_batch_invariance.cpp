@@ -168,10 +168,11 @@ TEST_F(CudaPrefillInvariance, WeightPrefetchKeepsLogits) {
 // wgmma_f16_gemv: 32 prompts prefilled in one pass keep their logits bit for bit (prefill widens anyway), and two
 // decode steps of all 32 move only by the two kernels' sums (bf16 against f16-rounded activations, another sum
 // order): within 2e-2 relative error per row, the envelope criterion's floor (the largest row on an H100 in run 218:
-// 1.1e-2; CudaBackendBatch.WidenedWoAInDecodeStaysInTheEnvelope judges the same path by the envelope). One layer (window attention, hash routing): no decision depends on
-// the values, so a sum-order difference stays a rounding difference (with four layers, a flipped e4m3 code of
-// wo_b's input changed later routings and rows by 2-8% on an H100). A row may keep its bits (wo_b's act_quant of
-// the output absorbs most sum-order differences), so a profiled step's op table shows which path ran.
+// 1.1e-2; CudaBackendBatch.WidenedWoAInDecodeStaysInTheEnvelope judges the same path by the envelope). One layer
+// (window attention, hash routing): no decision depends on the values, so a sum-order difference stays a rounding
+// difference (with four layers, a flipped e4m3 code of wo_b's input changed later routings and rows by 2-8% on an
+// H100). A row may keep its bits (wo_b's act_quant of the output absorbs most sum-order differences), so a profiled
+// step's op table shows which path ran.
 TEST(CudaDecodeWoAWidened, StaysCloseToTheF16Gemv) {
     if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
     const uint64_t seed = test::fresh_seed();
