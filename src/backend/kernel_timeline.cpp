@@ -155,25 +155,26 @@ TimelineSummary summarize_timeline(const KernelTrace& trace, int largest_gaps) {
     return out;
 }
 
-std::string format_timeline(const TimelineSummary& s, int max_rows) {
-    if (s.steps == 0) return "kernel timeline: no traced step\n";
+std::string format_timeline(const TimelineSummary& s, int max_rows, const std::string& unit) {
+    if (s.steps == 0) return fmt::format("kernel timeline: no traced {}\n", unit);
     const TimelineStep& m = s.median;
     std::string out = fmt::format(
-        "kernel timeline ({} steps, device clock; medians per field): wall {:.3f} ms = before the first kernel {:.3f} "
+        "kernel timeline ({} {}{}, device clock; medians per field): wall {:.3f} ms = before the first kernel {:.3f} "
         "+ first kernel start to last kernel end {:.3f} + after the last kernel {:.3f}\n",
-        s.steps, m.wall_us / 1e3, m.lead_us / 1e3, m.span_us / 1e3, m.tail_us / 1e3);
+        s.steps, unit, s.steps == 1 ? "" : (unit.ends_with("s") ? "es" : "s"), m.wall_us / 1e3, m.lead_us / 1e3,
+        m.span_us / 1e3, m.tail_us / 1e3);
     out += fmt::format(
         "  in that span: a kernel running {:.3f} ms, none running {:.3f} ms ({:.1f}%) in {} gaps; {} kernels, "
         "{:.3f} ms of kernel time ({:.2f} running at once on average)\n",
         m.busy_us / 1e3, m.idle_us / 1e3, m.span_us > 0 ? 100.0 * m.idle_us / m.span_us : 0.0, m.gaps, m.kernels,
         m.kernel_us / 1e3, m.busy_us > 0 ? m.kernel_us / m.busy_us : 0.0);
     if (!s.largest.empty()) {
-        out += "  largest gaps with no kernel running (the median step):\n";
+        out += fmt::format("  largest gaps with no kernel running (the median {}):\n", unit);
         for (const TimelineGap& g : s.largest)
             out += fmt::format("    {:8.1f} us after {} before {}\n", g.us, g.before, g.after);
     }
-    out += fmt::format("  {:<72} {:>10} {:>10} {:>9}\n", "kernel (durations on the device)", "calls/step", "us/step",
-                       "us/call");
+    out += fmt::format("  {:<72} {:>10} {:>10} {:>9}\n", "kernel (durations on the device)", "calls/" + unit,
+                       "us/" + unit, "us/call");
     double rest_us = 0;
     int rest = 0;
     for (size_t i = 0; i < s.kernels.size(); ++i) {
@@ -187,7 +188,7 @@ std::string format_timeline(const TimelineSummary& s, int max_rows) {
         out += fmt::format("  {:<72} {:>10.1f} {:>10.1f} {:>9.2f}\n", name, k.calls_per_step, k.us_per_step,
                            k.us_per_call);
     }
-    if (rest > 0) out += fmt::format("  ... {} more kernels: {:.1f} us/step\n", rest, rest_us);
+    if (rest > 0) out += fmt::format("  ... {} more kernels: {:.1f} us/{}\n", rest, rest_us, unit);
     return out;
 }
 

@@ -67,7 +67,8 @@ TimelineSummary summarize_timeline(const KernelTrace& trace, int largest_gaps = 
 std::string short_kernel_name(const std::string& name);
 
 // The summary's lines for `flashseek bench`: the step's decomposition, the largest gaps, the `max_rows` kernels with
-// the most time per step (and a count of the rest).
-std::string format_timeline(const TimelineSummary& s, int max_rows = 30);
+// the most time per step (and a count of the rest). `unit` names what lies between two marks in the text ("step" for
+// decode steps, "pass" for traced prefill passes).
+std::string format_timeline(const TimelineSummary& s, int max_rows = 30, const std::string& unit = "step");
 
 }  // namespace flashseek

@@ -123,6 +123,14 @@ TEST(KernelTimeline, EmptyTracesAndStepsWithoutKernels) {
     EXPECT_DOUBLE_EQ(s.median.wall_us, 4.5);
     EXPECT_EQ(s.kernels.size(), 1u);
     EXPECT_DOUBLE_EQ(s.kernels[0].calls_per_step, 0.5);
+    // The text names what lies between two marks: decode steps, or prefill passes (flashseek bench --timeline).
+    const std::string steps = format_timeline(s), passes = format_timeline(s, 30, "pass");
+    EXPECT_NE(steps.find("(2 steps,"), std::string::npos) << steps;
+    EXPECT_NE(steps.find("us/step"), std::string::npos) << steps;
+    EXPECT_NE(passes.find("(2 passes,"), std::string::npos) << passes;
+    EXPECT_NE(passes.find("calls/pass"), std::string::npos) << passes;
+    EXPECT_EQ(passes.find("step"), std::string::npos) << passes;
+    EXPECT_NE(format_timeline(summarize_timeline(KernelTrace{}), 30, "pass").find("no traced pass"), std::string::npos);
 }
 
 TEST(KernelTimeline, ShortNamesOfMangledKernels) {

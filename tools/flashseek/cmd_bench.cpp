@@ -14,7 +14,8 @@
 //    beyond its bytes at the copy bandwidth, per step and per layer; the eager per-op sum against the step);
 //  * with --timeline N: N more graph steps traced on the device (CUPTI): the step's wall time split into the time
 //    before the first kernel, the kernels' span (some kernel running / none running) and after the last, the largest
-//    gaps and every kernel's time per step (backend/kernel_timeline.h).
+//    gaps and every kernel's time per step (backend/kernel_timeline.h); and after each prefill length one more
+//    prefill pass traced the same way (the eager pass as it runs, which the per-op events cannot show).
 // Prints a summary and saves everything as JSON.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -134,8 +135,9 @@ int run_bench(int argc, char** argv) {
     app.add_option("--json", json_path, "write the results as JSON to this file");
     app.add_flag("--no-graphs", no_graphs, "run decode steps without CUDA graphs");
     app.add_option("--timeline", timeline_steps,
-                   "after each decode configuration, trace this many more steps with CUPTI: every kernel's time on the "
-                   "device, the gaps with none running, per kernel (0 = off)");
+                   "after each decode configuration, trace this many more steps with CUPTI (and one more prefill after "
+                   "each --prefill length): every kernel's time on the device, the gaps with none running, per kernel "
+                   "(0 = off)");
     app.add_option("--seed", seed, "seed of the random prompts (0 = from the clock)");
     CLI11_PARSE(app, argc, argv);
     FS_CHECK(output_len >= 2, "--output-len must be >= 2, got {}", output_len);
@@ -222,6 +224,15 @@ int run_bench(int argc, char** argv) {
         std::vector<SequenceStep> steps{{id2, prompt.data(), n, false}};
         const StepProfile prof = ext->profile_step(steps);
         be->free_sequence(id2);
+        // One more prefill traced on the device: the eager pass as it runs (the per-op events above serialize what
+        // PDL and the side branches overlap), its gaps and every kernel's time.
+        TimelineSummary timeline;
+        if (timeline_steps > 0) {
+            ext->mark_kernel_trace();
+            timed_prefill();
+            ext->mark_kernel_trace();
+            timeline = summarize_timeline(ext->take_kernel_trace());
+        }
         nlohmann::json r;
         r["tokens"] = n;
         r["prefill_s"] = secs;
@@ -232,6 +243,7 @@ int run_bench(int argc, char** argv) {
         const double pct = flop_fields(r, n, n / secs);
         r["profiled_gpu_us"] = prof.gpu_us;
         r["ops"] = ops_json(prof, bw);
+        if (timeline_steps > 0) r["timeline"] = timeline_json(timeline);
         prefill_results.push_back(r);
         std::printf("\n== prefill of one sequence, %d tokens ==\n", n);
         std::printf("prefill: %.3f s = %.0f tok/s; %.2f GFLOP/token (linears %.2f, attention %.2f) -> %.1f TFLOP/s "
@@ -246,6 +258,7 @@ int run_bench(int argc, char** argv) {
         std::printf("\n  host enqueue (median of the timed runs): %.4f s = %.0f%% of the prefill\n", enqueue_s,
                     100.0 * enqueue_s / secs);
         print_ops(prof, bw, "the profiled prefill");
+        if (timeline_steps > 0) std::printf("%s", format_timeline(timeline, 30, "pass").c_str());
     }
 
     nlohmann::json results = nlohmann::json::array();
