@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <optional>
 #include <random>
 
 #include "cuda/backend/cuda_backend.h"
@@ -186,8 +185,9 @@ TEST_F(CudaBackendBatch, WidenedWoAInDecodeStaysInTheEnvelope) {
     std::vector<std::vector<int32_t>> toks;
     // Prefill all 32 together, then kSteps decode passes of 32 rows; each sequence's decode rows.
     auto decode_together = [&](bool widen) {
-        std::optional<test_support::ScopedEnv> knob;
-        if (widen) knob.emplace("FLASHSEEK_WO_A_WIDEN_MIN_TOKENS", "32");
+        // Both floors pinned: the comparison must not depend on the caller's environment.
+        test_support::ScopedEnv gemm_floor("FLASHSEEK_GEMM_MIN_TOKENS", "32");
+        test_support::ScopedEnv knob("FLASHSEEK_WO_A_WIDEN_MIN_TOKENS", widen ? "32" : "1073741824");
         auto gpu = make(dir, "cuda", Numerics::Release, kSeqs);
         const int64_t V = gpu->config().vocab_size;
         if (lens.empty()) {
@@ -219,7 +219,7 @@ TEST_F(CudaBackendBatch, WidenedWoAInDecodeStaysInTheEnvelope) {
         for (const OpTime& op : gpu->diagnostics()->profile_step(steps).ops)
             widened = widened || op.op == "attn.wo_a widen to bf16";
         EXPECT_EQ(widened, widen) << "a 32-row decode pass " << (widened ? "widened" : "did not widen")
-                                  << " wo_a with FLASHSEEK_WO_A_WIDEN_MIN_TOKENS " << (widen ? "= 32" : "unset");
+                                  << " wo_a with FLASHSEEK_WO_A_WIDEN_MIN_TOKENS=" << (widen ? "32" : "1073741824");
         return rows;
     };
     const auto widened = decode_together(true);

@@ -211,8 +211,15 @@ TEST(CudaDecodeWoAWidened, StaysCloseToTheF16Gemv) {
             widened_ran = widened_ran || op.op == "attn.wo_a widen to bf16";
         return std::make_tuple(out, int64_t(be->config().vocab_size), widened_ran);
     };
-    const auto [base, V, base_widened] = run();
-    EXPECT_FALSE(base_widened) << "wo_a widened in a 32-row decode pass without FLASHSEEK_WO_A_WIDEN_MIN_TOKENS";
+    // Both floors pinned: the comparison must not depend on the caller's environment.
+    test_support::ScopedEnv gemm_floor("FLASHSEEK_GEMM_MIN_TOKENS", "32");
+    std::tuple<std::vector<float>, int64_t, bool> base_run;
+    {
+        test_support::ScopedEnv never("FLASHSEEK_WO_A_WIDEN_MIN_TOKENS", "1073741824");
+        base_run = run();
+    }
+    const auto& [base, V, base_widened] = base_run;
+    EXPECT_FALSE(base_widened) << "wo_a widened in a 32-row decode pass with FLASHSEEK_WO_A_WIDEN_MIN_TOKENS=2^30";
     std::vector<float> widened;
     {
         test_support::ScopedEnv widen("FLASHSEEK_WO_A_WIDEN_MIN_TOKENS", "32");
