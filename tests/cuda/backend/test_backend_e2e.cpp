@@ -215,9 +215,7 @@ TEST_F(CudaBackendBatch, WidenedWoAInDecodeStaysInTheEnvelope) {
                 rows[size_t(i)].insert(rows[size_t(i)].end(), l.begin() + long(size_t(i) * size_t(V)),
                                        l.begin() + long(size_t(i + 1) * size_t(V)));
         }
-        bool widened = false;
-        for (const OpTime& op : gpu->diagnostics()->profile_step(steps).ops)
-            widened = widened || op.op == "attn.wo_a widen to bf16";
+        const bool widened = test::profiled_step_has_op(*gpu, steps, "attn.wo_a widen to bf16");
         EXPECT_EQ(widened, widen) << "a 32-row decode pass " << (widened ? "widened" : "did not widen")
                                   << " wo_a with FLASHSEEK_WO_A_WIDEN_MIN_TOKENS=" << (widen ? "32" : "1073741824");
         return rows;

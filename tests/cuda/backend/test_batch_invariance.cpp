@@ -17,7 +17,6 @@
 #include <utility>
 
 #include "backend/backend.h"
-#include "backend/diagnostics.h"
 #include "backend/registry.h"
 #include "model/config.h"
 #include "scoped_env.h"
@@ -206,9 +205,7 @@ TEST(CudaDecodeWoAWidened, StaysCloseToTheF16Gemv) {
         // One more decode step, profiled: its op table says whether the widening ran (rows may keep their bits, so
         // the logits alone cannot show that the widened path was taken).
         for (int i = 0; i < kSeqs; ++i) next[size_t(i)] = int32_t(5 + 1000 * i);
-        bool widened_ran = false;
-        for (const OpTime& op : be->diagnostics()->profile_step(steps).ops)
-            widened_ran = widened_ran || op.op == "attn.wo_a widen to bf16";
+        const bool widened_ran = test::profiled_step_has_op(*be, steps, "attn.wo_a widen to bf16");
         return std::make_tuple(out, int64_t(be->config().vocab_size), widened_ran);
     };
     // Both floors pinned: the comparison must not depend on the caller's environment.

@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include "backend/diagnostics.h"
 #include "backend/registry.h"
 #include "backends/builtin.h"
 #include "model/checkpoint_gen.h"
@@ -52,6 +53,11 @@ std::unique_ptr<Backend> make_layout(const std::string& dir, Numerics num, int t
     o.tp = tp;
     o.ep = ep;
     return create_backend(dir, o);
+}
+
+bool profiled_step_has_op(Backend& be, std::span<const SequenceStep> steps, std::string_view op) {
+    const StepProfile p = be.diagnostics()->profile_step(steps);
+    return std::any_of(p.ops.begin(), p.ops.end(), [&](const OpTime& o) { return o.op == op; });
 }
 
 bool have_gpu() {

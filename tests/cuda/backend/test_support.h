@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/backend.h"
@@ -25,6 +27,9 @@ std::vector<int32_t> random_tokens(std::mt19937_64& rng, int n, int64_t vocab);
 // A CUDA backend of the checkpoint in `dir` for two sequences of up to 4,096 tokens; tp x ep > 1: that tensor /
 // expert parallel layout as virtual ranks on this device.
 std::unique_ptr<Backend> make_layout(const std::string& dir, Numerics num, int tp, int ep);
+// Runs `steps` once more as a profiled step (BackendDiagnostics::profile_step: the sequences advance) and says
+// whether its op table has an op named `op`: which path a pass took where the logits alone cannot show it.
+bool profiled_step_has_op(Backend& be, std::span<const SequenceStep> steps, std::string_view op);
 
 struct Agreement {
     double max_rel = 0, mean_rel = 0, median_rel = 0, p90_rel = 0;  // per-row relative L2 error statistics
