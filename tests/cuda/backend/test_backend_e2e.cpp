@@ -171,10 +171,16 @@ TEST_F(CudaBackendBatch, BatchingDoesNotChangeResults) {
 }
 
 // Decode passes of 32 rows with wo_a widened once per pass (FLASHSEEK_WO_A_WIDEN_MIN_TOKENS=32: prefill's bf16 GEMM
-// instead of the FP8 GEMV, so bf16 activations and another sum order) keep every sequence's decode logits inside the
-// one-rounding envelope of the same sequence decoded alone (the GPU with perturbed norms, as above), sequence by
-// sequence. The same 32-row batch without the knob is judged the same way, so that a failure says whether the
-// widening or 32-row batching as such left the envelope. A profiled step's op table shows which path ran.
+// instead of the FP8 GEMV, so bf16 activations and another sum order) stay inside the one-rounding envelope of the
+// same sequences decoded alone (the GPU with perturbed norms, as above). The same 32-row batch without the knob is
+// judged the same way, so that a failure says whether the widening or 32-row batching as such left the envelope. A
+// profiled step's op table shows which path ran.
+// The criterion is applied to all 32 x 8 decode rows together, the sample size it is calibrated for: tiny-a has
+// router and indexer top-k decisions, so one sequence's 8 rows hold 0-2 rows that flip under any valid rounding, and
+// judged alone they fail on noise (an H100 run failed 3 of 32 sequences identically with and without the widening,
+// every pooled figure inside the envelope). What pooling could hide, a sequence whose rows went to the wrong place
+// or are garbage (rel ~1.4 on these logits), each sequence must still show: its median and largest row error within
+// 1.5x the pooled envelope's p90 and largest (flipped rows reach the envelope's own largest error).
 TEST_F(CudaBackendBatch, WidenedWoAInDecodeStaysInTheEnvelope) {
     const uint64_t seed = test::fresh_seed();
     SCOPED_TRACE("seed=" + std::to_string(seed));
@@ -240,18 +246,11 @@ TEST_F(CudaBackendBatch, WidenedWoAInDecodeStaysInTheEnvelope) {
         auto gpu_p = make(dir, "cuda", Numerics::Release, kSeqs);
         perturbed = decode_alone(*gpu_p);
     }
+    const size_t n = size_t(kSteps) * size_t(V);
     for (int i = 0; i < kSeqs; ++i) {
-        const size_t n = size_t(kSteps) * size_t(V);
         ASSERT_EQ(widened[size_t(i)].size(), n) << "sequence " << i;
         ASSERT_EQ(gemv[size_t(i)].size(), n) << "sequence " << i;
         ASSERT_EQ(perturbed[size_t(i)].size(), n) << "sequence " << i;
-        const auto env = compare_rows(perturbed[size_t(i)], alone[size_t(i)], V);
-        const auto w = compare_rows(widened[size_t(i)], alone[size_t(i)], V);
-        const auto g = compare_rows(gemv[size_t(i)], alone[size_t(i)], V);
-        EXPECT_EQ(test::envelope_violation(w, env), "") << "sequence " << i << ", widened wo_a: " << describe(w)
-                                                        << " (the same batch without it: " << describe(g) << ")";
-        EXPECT_EQ(test::envelope_violation(g, env), "") << "sequence " << i << ", 32 rows without the widening: "
-                                                        << describe(g);
     }
     auto pooled = [&](const std::vector<std::vector<float>>& rows) {
         std::vector<float> all;
@@ -259,10 +258,20 @@ TEST_F(CudaBackendBatch, WidenedWoAInDecodeStaysInTheEnvelope) {
         return all;
     };
     const auto pa = pooled(alone);
-    std::printf("[ widened wo_a ] 32-row decode vs alone: widened %s | without %s | envelope %s\n",
-                describe(compare_rows(pooled(widened), pa, V)).c_str(),
-                describe(compare_rows(pooled(gemv), pa, V)).c_str(),
-                describe(compare_rows(pooled(perturbed), pa, V)).c_str());
+    const auto env = compare_rows(pooled(perturbed), pa, V);
+    const auto w = compare_rows(pooled(widened), pa, V), g = compare_rows(pooled(gemv), pa, V);
+    std::printf("[ widened wo_a ] 32-row decode vs alone: widened %s | without %s | envelope %s\n", describe(w).c_str(),
+                describe(g).c_str(), describe(env).c_str());
+    EXPECT_GT(env.median_rel, 0.0) << "the norm perturbation changed nothing";
+    EXPECT_EQ(test::envelope_violation(w, env), "") << "widened wo_a: " << describe(w) << " (the same batch without it: "
+                                                    << describe(g) << ")";
+    EXPECT_EQ(test::envelope_violation(g, env), "") << "32 rows without the widening: " << describe(g);
+    const double median_lim = std::max(1.5 * env.p90_rel, 2e-2), max_lim = std::max(1.5 * env.max_rel, 2e-2);
+    for (int i = 0; i < kSeqs; ++i) {
+        const auto wi = compare_rows(widened[size_t(i)], alone[size_t(i)], V);
+        EXPECT_LE(wi.median_rel, median_lim) << "sequence " << i << ", widened wo_a: " << describe(wi);
+        EXPECT_LE(wi.max_rel, max_lim) << "sequence " << i << ", widened wo_a: " << describe(wi);
+    }
 }
 
 // Decode through CUDA graphs equals decode without them bit for bit (same kernels, same shapes).
