@@ -102,10 +102,9 @@ struct KernelPolicy {
     // widens every weight again for each 16- or 32-token tile (176 us per call at 256 rows, 98 TFLOP/s, run 216).
     // The reference's numerics (bf16 activations), another sum order than the f16 GEMV's (decode variants change
     // with the row count anyway). Run 218 (H100, 16 layers): 64 sequences 19.53 -> 19.36 ms per step, 128 24.93 ->
-    // 23.91, 256 30.17 -> 28.00. Never (2^30) until its envelope test (CudaBackendBatch.
-    // WidenedWoAInDecodeStaysInTheEnvelope, 32-row widened decode against the sequences alone) has run on a device;
-    // then 64.
-    int64_t wo_a_widen_min_tokens = int64_t(1) << 30;
+    // 23.91, 256 30.17 -> 28.00; run 219 (H100): 32 rows 14.05 -> 14.39 (slower), hence 64. Numerics: inside the
+    // envelope of the sequences decoded alone (CudaBackendBatch.WidenedWoAInDecodeStaysInTheEnvelope).
+    int64_t wo_a_widen_min_tokens = 64;
 
     bool is_disabled(std::string_view variant) const;
     bool is_forced(std::string_view variant) const;

@@ -535,7 +535,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
         EXPECT_EQ(p.wo_a_widen_min_tokens, 256);
     }
     EXPECT_EQ(KernelPolicy::from_env().grouped_slot_rows, 0);
-    EXPECT_EQ(KernelPolicy::from_env().wo_a_widen_min_tokens, int64_t(1) << 30);
+    EXPECT_EQ(KernelPolicy::from_env().wo_a_widen_min_tokens, 64);
     expect_env_error("FLASHSEEK_DISABLE", "wgmma_gemv,no_such_kernel", "no_such_kernel");
     expect_env_error("FLASHSEEK_FORCE", "tile", "tile");
     expect_env_error("FLASHSEEK_GEMV_MAX_TOKENS", "17", "");
