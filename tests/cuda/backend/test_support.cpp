@@ -120,13 +120,18 @@ Agreement compare_rows(const std::vector<float>& ours, const std::vector<float>&
     return a;
 }
 
+double envelope_limit(double envelope_error) {
+    constexpr double kFactor = 1.5, kFloor = 2e-2;
+    return std::max(kFactor * envelope_error, kFloor);
+}
+
 std::string envelope_violation(const Agreement& ours, const Agreement& env) {
-    constexpr double kFactor = 1.5, kFloor = 2e-2, kArgmaxSlack = 0.02, kSigmas = 3.0;
+    constexpr double kArgmaxSlack = 0.02, kSigmas = 3.0;
     const double p = std::clamp(env.argmax, 0.0, 1.0);
     const double sampling = ours.rows > 0 ? kSigmas * std::sqrt(p * (1.0 - p) / double(ours.rows)) : 0.0;
     const double argmax_slack = std::max(kArgmaxSlack, sampling);
     std::ostringstream why;
-    const double med_lim = std::max(kFactor * env.median_rel, kFloor), p90_lim = std::max(kFactor * env.p90_rel, kFloor);
+    const double med_lim = envelope_limit(env.median_rel), p90_lim = envelope_limit(env.p90_rel);
     if (!(ours.median_rel <= med_lim)) why << "median rel " << ours.median_rel << " > " << med_lim << "; ";
     if (!(ours.p90_rel <= p90_lim)) why << "p90 rel " << ours.p90_rel << " > " << p90_lim << "; ";
     if (!(ours.argmax >= env.argmax - argmax_slack))

@@ -47,5 +47,8 @@ Agreement compare_rows(const std::vector<float>& ours, const std::vector<float>&
 // ParallelLayouts test failed on 2 of 4 seeds with the same logits from the binaries before and after a change).
 // Empty string = pass, else the reason.
 std::string envelope_violation(const Agreement& ours, const Agreement& envelope);
+// The bound that criterion puts on an error figure whose envelope counterpart is `envelope_error`:
+// max(1.5 x it, 2e-2).
+double envelope_limit(double envelope_error);
 
 }  // namespace flashseek::test
