@@ -23,6 +23,17 @@ struct OpTime {
     double bytes = 0;  // weight bytes (weights + scales) the op read over its calls; 0 for ops that stream none
 };
 
+// How the passes that may run as CUDA graphs (decode passes outside a profiled step) ran, counted since the backend
+// was made: a pass shape's first pass runs eagerly, its second is captured (slower than either), every later one
+// is a replay. A step whose time stands out (a benchmark's p99) is explained by the shapes that first appeared in
+// it.
+struct GraphCounts {
+    int64_t first_eager = 0;  // passes of a shape seen for the first time
+    int64_t captured = 0;     // passes captured into a graph (and then launched)
+    int64_t replayed = 0;     // passes launched from an existing graph
+    int64_t eager = 0;        // later passes run without a graph: graphs switched off, or a shape whose capture failed
+};
+
 struct StepProfile {
     std::vector<OpTime> ops;     // sorted by total_us, largest first
     double gpu_us = 0;           // sum of the op times
@@ -59,6 +70,7 @@ public:
     // The kernels that started between the first and the last mark since the previous take, and the marks.
     virtual KernelTrace take_kernel_trace() = 0;
     virtual void set_use_graphs(bool on) = 0;
+    virtual GraphCounts graph_counts() const = 0;
     // Independent parts of a sub-block on side streams (default on); off runs every op on one stream.
     virtual void set_use_branches(bool on) = 0;
 };

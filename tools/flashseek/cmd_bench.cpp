@@ -9,7 +9,8 @@
 //    op (the per-op table of a prefill);
 //  * decode: for each context length and concurrency, prefill `concurrency` sequences of `context` tokens (tok/s
 //    and FLOP fraction of a batched prefill), then `output-len` greedy decode steps of all of them (decode tok/s,
-//    TPOT median and p99), then one profiled decode step (per-op table with each op's weight bytes and their
+//    TPOT median and p99, and how the timed steps ran: graph replays, captures, first passes of a new shape), then
+//    one profiled decode step (per-op table with each op's weight bytes and their
 //    bandwidth, bytes moved in all and per rank of a parallel layout, roofline fraction, the bubble: the step time
 //    beyond its bytes at the copy bandwidth, per step and per layer; the eager per-op sum against the step);
 //  * with --timeline N: N more graph steps traced on the device (CUPTI): the step's wall time split into the time
@@ -275,7 +276,9 @@ int run_bench(int argc, char** argv) {
             ext->decode_greedy(steps, next);
             const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             std::vector<double> step_ms;
+            GraphCounts before;
             for (int s = 0; s < warmup + output_len; ++s) {
+                if (s == warmup) before = ext->graph_counts();
                 for (int i = 0; i < B; ++i) steps[size_t(i)] = {ids[size_t(i)], &next[size_t(i)], 1, false};
                 std::vector<int32_t> out;
                 t0 = std::chrono::steady_clock::now();
@@ -284,6 +287,11 @@ int run_bench(int argc, char** argv) {
                 if (s >= warmup) step_ms.push_back(ms);
                 next = out;
             }
+            // The timed steps' passes by how they ran: a capture or a new shape's first pass is a slow step that the
+            // median hides and the p99 shows.
+            const GraphCounts after = ext->graph_counts();
+            const GraphCounts timed{after.first_eager - before.first_eager, after.captured - before.captured,
+                                    after.replayed - before.replayed, after.eager - before.eager};
             for (int i = 0; i < B; ++i) steps[size_t(i)] = {ids[size_t(i)], &next[size_t(i)], 1, false};
             const StepProfile prof = ext->profile_step(steps);
             // The timeline: more graph steps with each kernel's start and end recorded on the device (the token
@@ -319,6 +327,10 @@ int run_bench(int argc, char** argv) {
             r["tpot_p99_ms"] = p99;
             r["decode_tok_s"] = double(B) * 1e3 / tpot;
             r["step_ms"] = step_ms;
+            r["timed_passes"] = {{"replayed", timed.replayed},
+                                 {"captured", timed.captured},
+                                 {"first_eager", timed.first_eager},
+                                 {"eager", timed.eager}};
             r["bytes_per_step"] = bytes;
             r["bytes_weights"] = prof.bytes_weights;
             r["bytes_state"] = prof.bytes_state;
@@ -338,6 +350,9 @@ int run_bench(int argc, char** argv) {
             std::printf("prefill: %lld tokens in %.3f s = %.0f tok/s (%.1f%% of the FP8 rate)\n", (long long)B * ctx,
                         prefill_s, double(B) * ctx / prefill_s, prefill_pct);
             std::printf("decode: TPOT median %.3f ms, p99 %.3f ms, %.1f tok/s\n", tpot, p99, double(B) * 1e3 / tpot);
+            std::printf("timed passes: %lld graph replays, %lld captured, %lld first of a shape, %lld eager\n",
+                        (long long)timed.replayed, (long long)timed.captured, (long long)timed.first_eager,
+                        (long long)timed.eager);
             std::printf("bytes/step %.3f GB (weights %.3f, state %.3f; %d distinct experts) -> roofline %.3f ms = "
                         "%.1f%% achieved\n",
                         bytes / 1e9, prof.bytes_weights / 1e9, prof.bytes_state / 1e9, prof.distinct_experts,

@@ -191,6 +191,7 @@ public:
     }
     KernelTrace take_kernel_trace() override { return KernelTracer::instance().take(); }
     void set_use_graphs(bool on) override { graphs_.set_enabled(on); }
+    GraphCounts graph_counts() const override { return graphs_.counts(); }
     void set_use_branches(bool on) override {
         streams_.set_branches(on);
         graphs_.clear();  // captured with the other setting
@@ -437,6 +438,13 @@ void CudaBackend::run_steps(std::span<const SequenceStep> steps, Output out, std
             }
             row += n;
         }
+        // The indexer's entry bound follows the attention's context bound (context / 4 is a power of two at least
+        // every sequence's visible entries, as long as the workspace row holds it): a sequence growing past a power
+        // of two then changes the pass shape once, not at context 2^k + 1 and again three tokens later, and each
+        // change costs a pass without a graph and a capture. The bound sizes grids and rows only (each row scores
+        // and selects its own entries), so it changes no result.
+        shape.max_entries = std::max(shape.max_entries,
+                                     int(std::min<int64_t>(shape.max_context / 4, lead().index_workspace_entries)));
         shape.n_head_rows = head_rows;
         shape.max_seq_tokens = max_seq_tokens;
         for (int j = 0; j < head_rows; ++j) {  // the head rows as one-token sequences (ForwardPass::head_batch)

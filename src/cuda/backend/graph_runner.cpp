@@ -17,13 +17,20 @@ void GraphRunner::clear() {
 }
 
 void GraphRunner::run(const PassShape& s, bool graph_ok, cudaStream_t stream, const std::function<void()>& enqueue) {
-    if (!graph_ok || !enabled_) {
+    if (!graph_ok) {
+        enqueue();
+        return;
+    }
+    if (!enabled_) {
+        ++counts_.eager;
         enqueue();
         return;
     }
     auto it = graphs_.find(s);
     if (it == graphs_.end()) {
-        if (seen_[s]++ == 0 || no_graph_.count(s)) {
+        const bool first = seen_[s]++ == 0;
+        if (first || no_graph_.count(s)) {
+            ++(first ? counts_.first_eager : counts_.eager);
             enqueue();
             return;
         }
@@ -49,10 +56,14 @@ void GraphRunner::run(const PassShape& s, bool graph_ok, cudaStream_t stream, co
             no_graph_.insert(s);
             std::fprintf(stderr, "flashseek cuda: decode pass of %d rows runs without a CUDA graph (%s)\n", s.n_rows,
                          why.c_str());
+            ++counts_.eager;
             enqueue();
             return;
         }
         it = graphs_.emplace(s, exec).first;
+        ++counts_.captured;
+    } else {
+        ++counts_.replayed;
     }
     CUDA_CHECK(cudaGraphLaunch(it->second, stream));
 }

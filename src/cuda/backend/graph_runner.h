@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "backend/diagnostics.h"
 #include "cuda/backend/pass_shape.h"
 
 namespace flashseek::cuda {
@@ -26,12 +27,15 @@ public:
     void set_enabled(bool on) { enabled_ = on; }
     // Drops every captured graph (after a change of what a pass enqueues, e.g. branches on or off).
     void clear();
+    // How the passes offered with graph_ok ran so far (passes without it are not counted).
+    const GraphCounts& counts() const { return counts_; }
 
 private:
     bool enabled_ = true;
     std::map<PassShape, cudaGraphExec_t> graphs_;
     std::map<PassShape, int> seen_;
     std::set<PassShape> no_graph_;
+    GraphCounts counts_;
 };
 
 }  // namespace flashseek::cuda

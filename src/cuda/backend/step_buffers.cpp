@@ -97,6 +97,7 @@ StepBuffers::StepBuffers(const ModelConfig& cfg, const StepBufferSizes& sizes) :
     index_weights.allocate(size_t(T * nI) * 4, "indexer head weights");
     index_selected.allocate(size_t(T) * size_t(cfg.index_topk) * 4, "indexer selection");
     const int64_t entries = pow2_at_least(std::max<int64_t>(1, sizes.max_context / 4));
+    index_workspace_entries = int(entries);
     index_workspace.allocate(std::max<size_t>({indexer_select_workspace_bytes(int(T), int(entries)),
                                                indexer_select_prefill_workspace_bytes(int(T), int(entries)), 256}),
                              "indexer workspace");

@@ -92,6 +92,7 @@ struct StepBuffers {
     DeviceBuffer index_weights;  // [rows, index_heads]
     DeviceBuffer index_selected; // int32 [rows, index_topk]
     DeviceBuffer index_workspace, attn_workspace;
+    int index_workspace_entries = 1;  // visible ratio-4 entries per row the indexer workspace holds (a power of two)
     size_t attn_workspace_bytes = 0;
     // MoE
     DeviceBuffer router_logits;  // fp32 [rows, experts]
