@@ -325,7 +325,6 @@ bool ForwardPass::run_out_proj_chain(const ShardLayer& L, const PreparedActivati
     c.y_kind = sharded_ ? OutKind::F32 : OutKind::BF16;
     c.counters = main.ws->counters;
     c.n_counters = main.ws->n_counters;
-    c.spare_sms = pol_->gemv_chain_spare_sms;
     if (!gemv_chain_supports(c)) return false;
     {
         OpProfiler::Scope sc(prof_, "attn.wo_a + wo_b chain");

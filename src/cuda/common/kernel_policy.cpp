@@ -110,7 +110,6 @@ KernelPolicy KernelPolicy::from_env() {
         env_int("FLASHSEEK_GROUPED_EXPERTS_MIN_TOKENS", p.grouped_experts_min_tokens, 1, int64_t(1) << 31);
     p.wo_a_widen_min_tokens =
         env_int("FLASHSEEK_WO_A_WIDEN_MIN_TOKENS", p.wo_a_widen_min_tokens, 1, int64_t(1) << 30);
-    p.gemv_chain_spare_sms = int(env_int("FLASHSEEK_GEMV_CHAIN_SPARE_SMS", p.gemv_chain_spare_sms, 0, 64));
     p.grouped_slot_rows = choice_knob("FLASHSEEK_GROUPED_SLOT_ROWS", p.grouped_slot_rows, {0, 32, 64, 128});
     return p;
 }

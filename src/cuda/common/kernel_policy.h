@@ -105,9 +105,6 @@ struct KernelPolicy {
     // 23.91, 256 30.17 -> 28.00; run 219 (H100): 32 rows 14.05 -> 14.39 (slower), hence 64. Numerics: inside the
     // envelope of the sequences decoded alone (CudaBackendBatch.WidenedWoAInDecodeStaysInTheEnvelope).
     int64_t wo_a_widen_min_tokens = 64;
-    // SMs `gemv_chain` (where forced) leaves free for the kernel after it (GemvChain::spare_sms): with a CTA on
-    // every SM the chain lost PDL's overlap at its exit (+1.3% per one-sequence step, run 220).
-    int gemv_chain_spare_sms = 0;
 
     bool is_disabled(std::string_view variant) const;
     bool is_forced(std::string_view variant) const;

@@ -34,10 +34,6 @@ struct GemvChain {
     OutKind y_kind = OutKind::BF16;
     uint32_t* counters = nullptr;    // >= gemv_chain_counters() zeroed words; left zeroed
     int n_counters = 0;
-    // SMs the grid leaves without a CTA (0: one CTA on every SM). A CTA holds its SM's shared memory, so with every
-    // SM taken the next kernel's CTAs cannot become resident before the chain ends and PDL's overlap at its exit is
-    // lost; spare SMs take them early. The tiles are dealt over fewer CTAs: each row's arithmetic is unchanged.
-    int spare_sms = 0;
     // Diagnostics (perf mode): null, or kGemvChainTracePoints %globaltimer stamps (ns) per CTA of the grid
     // (gemv_chain_grid()): 0 start (after the dependency wait), 1 A's input staged, 2 A's tiles done, 3 handover
     // passed, 4 B's input prepared and staged, 5 B's tiles done, 6 the loader's last copy issued; warp 0's first A
