@@ -15,7 +15,7 @@
 namespace flashseek {
 namespace {
 
-// Greedy decode of one sequence: a prompt of `prompt_len` tokens, then `steps` one-token passes; the tokens.
+// Greedy decode of one sequence: `prompt` in one pass, then `steps` one-token passes; the 1 + steps tokens chosen.
 std::vector<int32_t> greedy(Backend& be, const std::vector<int32_t>& prompt, int steps) {
     BackendDiagnostics& ext = *be.diagnostics();
     const int id = be.create_sequence();
