@@ -30,6 +30,7 @@
 #include <string>
 
 #include "backend_flags.h"
+#include "byte_size.h"
 #include "command.h"
 #include "backend/backend.h"
 #include "backend/diagnostics.h"
@@ -116,7 +117,8 @@ std::vector<int32_t> random_tokens(std::mt19937_64& rng, const ModelConfig& cfg,
 
 int run_bench(int argc, char** argv) {
     CLI::App app{"Offline decode/prefill benchmark of a device backend (dummy weights or a checkpoint)"};
-    std::string model, concurrency_s = "1,16,64,128,256", context_s = "256", prefill_s = "4096", json_path;
+    std::string model, concurrency_s = "1,16,64,128,256", context_s = "256", prefill_s = "4096", json_path,
+        state_memory;
     cli::BackendFlags flags;
     flags.backend = "cuda";
     int output_len = 32, warmup = 3, prefill_runs = 3, timeline_steps = 0;
@@ -140,6 +142,9 @@ int run_bench(int argc, char** argv) {
                    "each --prefill length): every kernel's time on the device, the gaps with none running, per kernel "
                    "(0 = off)");
     app.add_option("--seed", seed, "seed of the random prompts (0 = from the clock)");
+    app.add_option("--state-memory", state_memory,
+                   "state-memory pool size: bytes or with KiB/MiB/GiB (or KB/MB/GB: powers of 1000; default: the "
+                   "backend's); a configuration the pool cannot hold is skipped with the reason");
     CLI11_PARSE(app, argc, argv);
     FS_CHECK(output_len >= 2, "--output-len must be >= 2, got {}", output_len);
     FS_CHECK(warmup >= 0, "--warmup must be >= 0, got {}", warmup);
@@ -156,6 +161,7 @@ int run_bench(int argc, char** argv) {
     const bool dummy = opt.dummy_weights;
     const std::string numerics = opt.numerics == Numerics::Release ? "release" : "exact";
     opt.max_sequences = concs.empty() ? 1 : *std::max_element(concs.begin(), concs.end());
+    opt.state_memory_bytes = state_memory.empty() ? 0 : cli::parse_byte_size("--state-memory", state_memory);
     int longest = *std::max_element(ctxs.begin(), ctxs.end()) + warmup + output_len + timeline_steps + 2;
     for (int n : prefills) longest = std::max(longest, n);
     opt.max_context = longest;
@@ -200,10 +206,26 @@ int run_bench(int argc, char** argv) {
         return gemm_rate > 0 ? 100.0 * f.total() * tok_s / gemm_rate : 0.0;
     };
 
+    // Why `seqs` sequences of `tokens` tokens each do not fit the state pool ("" when they do). A configuration that
+    // does not fit is skipped with the reason, and the rest of the sweep still runs and is saved.
+    auto does_not_fit = [&](int seqs, int64_t tokens) -> std::string {
+        const StateMemoryStats m = be->memory();
+        const int64_t need = int64_t(seqs) * be->blocks_for(tokens), free_blocks = m.total_blocks - m.used_blocks;
+        if (need <= free_blocks) return "";
+        return fmt::format("{} x {} tokens need {} state blocks of {} tokens, the pool has {} free "
+                           "(--state-memory sets its size)",
+                           seqs, tokens, need, m.block_tokens, free_blocks);
+    };
+
     std::mt19937_64 rng(seed);
     nlohmann::json prefill_results = nlohmann::json::array();
     for (int n : prefills) {
         const std::vector<int32_t> prompt = random_tokens(rng, cfg, n);
+        if (const std::string why = does_not_fit(1, n); !why.empty()) {
+            std::printf("\n== prefill of one sequence, %d tokens ==\nskipped: %s\n", n, why.c_str());
+            prefill_results.push_back({{"tokens", n}, {"skipped", why}});
+            continue;
+        }
         auto timed_prefill = [&] {
             const int id = be->create_sequence();
             std::vector<SequenceStep> steps{{id, prompt.data(), n, false}};
@@ -265,6 +287,14 @@ int run_bench(int argc, char** argv) {
     nlohmann::json results = nlohmann::json::array();
     for (int ctx : ctxs) {
         for (int B : concs) {
+            // Every token the configuration appends: the prompt, the warm-up and timed steps, the profiled step and
+            // the traced ones.
+            if (const std::string why = does_not_fit(B, int64_t(ctx) + warmup + output_len + timeline_steps + 1);
+                !why.empty()) {
+                std::printf("\n== context %d, concurrency %d ==\nskipped: %s\n", ctx, B, why.c_str());
+                results.push_back({{"context", ctx}, {"concurrency", B}, {"skipped", why}});
+                continue;
+            }
             std::vector<int> ids;
             for (int i = 0; i < B; ++i) ids.push_back(be->create_sequence());
             std::vector<std::vector<int32_t>> prompts;
