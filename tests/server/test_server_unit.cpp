@@ -224,6 +224,24 @@ TEST(Metrics, PrometheusHistogramIsCumulative) {
     EXPECT_NE(t.find("# TYPE flashseek:e2e_request_latency_seconds histogram"), std::string::npos);
 }
 
+TEST(Metrics, GraphPassCountersOnlyForBackendsWithGraphs) {
+    Metrics m("m");
+    MetricsSnapshotInput in;
+    EXPECT_EQ(m.render(in).find("cuda_graph_passes_total"), std::string::npos) << "a backend without graphs";
+    in.has_graph_counts = true;
+    in.graph_first_passes = 3;
+    in.graph_captures = 2;
+    in.graph_replays = 41;
+    in.graph_eager_passes = 1;
+    const std::string t = m.render(in);
+    EXPECT_NE(t.find("# TYPE flashseek:cuda_graph_passes_total counter"), std::string::npos) << t;
+    for (const char* line : {"flashseek:cuda_graph_passes_total{model_name=\"m\",how=\"first\"} 3",
+                             "flashseek:cuda_graph_passes_total{model_name=\"m\",how=\"captured\"} 2",
+                             "flashseek:cuda_graph_passes_total{model_name=\"m\",how=\"replayed\"} 41",
+                             "flashseek:cuda_graph_passes_total{model_name=\"m\",how=\"eager\"} 1"})
+        EXPECT_NE(t.find(line), std::string::npos) << line << "\n" << t;
+}
+
 TEST(LoadProgress, LogLinesPerDecileAndCancellation) {
     bool cancel = false;
     LoadProgress p([&] { return cancel; }, /*tty=*/false);
