@@ -2,7 +2,7 @@
 Completions prompts are token ids (exactly --random-input-len); chat prompts are random words, as many as the
 server's /tokenize says make --random-input-len tokens, so the chat template adds only its own few tokens (one
 random word per token would give chat prompts about twice the length asked for). Its report carries the server's own
-mean TTFT beside the client's."""
+mean TTFT beside the client's, and no graph-pass counts from a server without CUDA graphs."""
 import json
 import subprocess
 
@@ -24,6 +24,8 @@ def bench(srv, endpoint, tmp_path, input_len=48, n=4):
     # it starts after the request was sent and ends before the first token reaches the client.
     server_ttft = r["server_mean_ttft_ms"]
     assert isinstance(server_ttft, float) and 0 < server_ttft <= r["mean_ttft_ms"] + 1e-6, (server_ttft, r["mean_ttft_ms"])
+    # A CPU server runs no CUDA graphs and publishes no graph-pass counters: the report says none.
+    assert r["server_graph_passes"] is None, r["server_graph_passes"]
     return r["input_lens"]
 
 

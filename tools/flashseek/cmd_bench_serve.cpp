@@ -4,7 +4,8 @@
 // median, std, p90, p99), request and token throughput and failures; --save-result writes JSON with vLLM's keys.
 // Definitions follow vLLM's calculate_metrics: TTFT = send to first non-empty delta; TPOT = (E2E - TTFT) /
 // (output tokens - 1); ITL = gaps between successive content chunks; output tokens come from the usage chunk.
-// Where the server publishes a TTFT histogram (/metrics), its own mean over the run is shown beside the client's.
+// Where the server publishes a TTFT histogram (/metrics), its own mean over the run is shown beside the client's,
+// and a CUDA flashseek server's decode passes by how they ran as graphs (first of a shape, captured, replayed).
 #include <CLI/CLI.hpp>
 #include <fmt/chrono.h>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <optional>
@@ -158,14 +160,20 @@ double tokens_per_random_word(server::HttpClient& cli, const server::HttpClient:
     return j["count"].get<double>() / double(kSampleWords);
 }
 
-// The server's own time to first token: the totals of its `time_to_first_token_seconds` histogram (/metrics, any
-// prefix: `flashseek:`, vLLM's `vllm:`). Read before and after the run, its mean beside the client's says what the
-// transport and the client add; none when the server publishes no such histogram.
-std::optional<runtime::HistogramTotals> read_server_ttft(server::HttpClient& cli,
-                                                         const server::HttpClient::Headers& headers) {
+// What the server publishes at /metrics, read before and after the run (any prefix: `flashseek:`, vLLM's `vllm:`):
+// its own time to first token (the totals of `time_to_first_token_seconds`; its mean beside the client's says what
+// the transport and the client add) and, from a CUDA flashseek server, its decode passes by how they ran as graphs
+// (`cuda_graph_passes_total` by `how`: first passes of new shapes and captures are the slow steps behind ITL
+// spikes). Each part is empty where the server publishes none.
+struct ServerMetrics {
+    std::optional<runtime::HistogramTotals> ttft;
+    std::map<std::string, double> graph_passes;
+};
+ServerMetrics read_server_metrics(server::HttpClient& cli, const server::HttpClient::Headers& headers) {
     const auto r = cli.get("/metrics", headers);
-    if (r.status != 200) return std::nullopt;
-    return runtime::histogram_totals(r.body, "time_to_first_token_seconds");
+    if (r.status != 200) return {};
+    return {runtime::histogram_totals(r.body, "time_to_first_token_seconds"),
+            runtime::totals_by_label(r.body, "cuda_graph_passes_total", "how")};
 }
 
 std::vector<Prompt> make_prompts(const std::string& dataset, const std::string& path, int n, int64_t in_len,
@@ -321,7 +329,8 @@ int run_bench_serve(int argc, char** argv) {
                  endpoint.c_str(), std::isfinite(request_rate) ? fmt::format("{}", request_rate).c_str() : "inf",
                  max_concurrency > 0 ? std::to_string(max_concurrency).c_str() : "unlimited",
                  (unsigned long long)seed);
-    const std::optional<runtime::HistogramTotals> server_ttft_before = read_server_ttft(probe, headers);
+    const ServerMetrics server_before = read_server_metrics(probe, headers);
+    const std::optional<runtime::HistogramTotals>& server_ttft_before = server_before.ttft;
     const auto bench_start = SteadyClock::now();
     std::mutex progress_mu;
     auto worker = [&] {
@@ -364,7 +373,17 @@ int run_bench_serve(int argc, char** argv) {
     for (int w = 0; w < workers; ++w) threads.emplace_back(worker);
     for (auto& t : threads) t.join();
     const double duration = std::chrono::duration<double>(SteadyClock::now() - bench_start).count();
-    const std::optional<runtime::HistogramTotals> server_ttft_after = read_server_ttft(probe, headers);
+    const ServerMetrics server_after = read_server_metrics(probe, headers);
+    const std::optional<runtime::HistogramTotals>& server_ttft_after = server_after.ttft;
+    // The server's decode passes during the run, by how they ran as CUDA graphs (other clients would count too).
+    json graph_passes = nullptr;
+    if (!server_after.graph_passes.empty()) {
+        graph_passes = json::object();
+        for (const auto& [how, n] : server_after.graph_passes) {
+            const auto b = server_before.graph_passes.find(how);
+            graph_passes[how] = int64_t(n - (b == server_before.graph_passes.end() ? 0.0 : b->second));
+        }
+    }
     // Mean over the requests the server finished meanwhile (other clients of the same server would count too).
     std::optional<double> server_mean_ttft_ms;
     if (server_ttft_before && server_ttft_after && server_ttft_after->count > server_ttft_before->count)
@@ -427,6 +446,7 @@ int run_bench_serve(int argc, char** argv) {
     put("itl", itl);
     put("e2el", e2el);
     r["server_mean_ttft_ms"] = server_mean_ttft_ms ? json(*server_mean_ttft_ms) : json(nullptr);
+    r["server_graph_passes"] = graph_passes;
     r["input_lens"] = input_lens;
     r["output_lens"] = output_lens;
     r["ttfts"] = ttft_list;
@@ -454,6 +474,12 @@ int run_bench_serve(int argc, char** argv) {
     block("Time per Output Token (excl. 1st token)", "TPOT", tpot);
     block("Inter-token Latency", "ITL", itl);
     block("End-to-end Latency", "E2EL", e2el);
+    if (graph_passes.is_object()) {
+        std::printf("%s\n", fmt::format("{:-^50}", " Server decode passes (CUDA graphs) ").c_str());
+        for (const char* how : {"first", "captured", "replayed", "eager"})
+            std::printf("%-40s %10lld\n", fmt::format("{}:", how).c_str(),
+                        (long long)graph_passes.value(how, int64_t(0)));
+    }
     std::printf("==================================================\n");
     for (const Outcome& o : outcomes)
         if (!o.success) {
