@@ -33,6 +33,10 @@ struct GraphCounts {
     int64_t replayed = 0;     // passes launched from an existing graph
     int64_t eager = 0;        // later passes run without a graph: graphs switched off, or a shape whose capture failed
 };
+// The passes counted between two readings (`later - earlier`).
+inline GraphCounts operator-(const GraphCounts& a, const GraphCounts& b) {
+    return {a.first_eager - b.first_eager, a.captured - b.captured, a.replayed - b.replayed, a.eager - b.eager};
+}
 
 struct StepProfile {
     std::vector<OpTime> ops;     // sorted by total_us, largest first

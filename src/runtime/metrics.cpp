@@ -121,13 +121,11 @@ std::string Metrics::render(const MetricsSnapshotInput& in) const {
           fmt_double(in.seconds_since_heartbeat));
     counter("num_preemptions_total", "Requests preempted (state dropped, recomputed later).", in.preemptions);
     counter("engine_steps_total", "Engine steps run.", in.engine_steps);
-    if (in.has_graph_counts) {
+    if (const std::optional<GraphCounts>& g = in.graph_passes) {
         header(o, "flashseek:cuda_graph_passes_total", "counter",
                "Decode passes by how they ran: first of a new pass shape (eager), captured, replayed, eager.");
-        const std::pair<const char*, int64_t> how[] = {{"first", in.graph_first_passes},
-                                                      {"captured", in.graph_captures},
-                                                      {"replayed", in.graph_replays},
-                                                      {"eager", in.graph_eager_passes}};
+        const std::pair<const char*, int64_t> how[] = {
+            {"first", g->first_eager}, {"captured", g->captured}, {"replayed", g->replayed}, {"eager", g->eager}};
         for (const auto& [name, n] : how)
             o += fmt::format("flashseek:cuda_graph_passes_total{{{},how=\"{}\"}} {}\n", L, name, n);
     }

@@ -4,8 +4,11 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "backend/diagnostics.h"
 
 namespace flashseek::runtime {
 
@@ -34,10 +37,9 @@ struct MetricsSnapshotInput {  // gauges read from the step loop when rendering
     double seconds_since_heartbeat = 0;
     bool healthy = true;
     // Decode passes by how they ran as CUDA graphs (BackendDiagnostics::graph_counts): a new pass shape's first
-    // pass and its capture are the slow steps behind an inter-token latency spike. Absent for backends without
+    // pass and its capture are the slow steps behind an inter-token latency spike. None for backends without
     // graphs.
-    bool has_graph_counts = false;
-    int64_t graph_first_passes = 0, graph_captures = 0, graph_replays = 0, graph_eager_passes = 0;
+    std::optional<GraphCounts> graph_passes;
 };
 
 class Metrics {

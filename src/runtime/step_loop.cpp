@@ -132,14 +132,8 @@ void StepLoop::publish_status() {
     s.metrics.state_bytes_per_block = m.bytes_per_block;
     s.metrics.preemptions = scheduler_->counters().preemptions;
     s.metrics.engine_steps = scheduler_->counters().steps;
-    if (BackendDiagnostics* d = backend_->diagnostics()) {  // this thread runs the backend: no race with its steps
-        const GraphCounts g = d->graph_counts();
-        s.metrics.has_graph_counts = true;
-        s.metrics.graph_first_passes = g.first_eager;
-        s.metrics.graph_captures = g.captured;
-        s.metrics.graph_replays = g.replayed;
-        s.metrics.graph_eager_passes = g.eager;
-    }
+    // This thread runs the backend: no race with its steps.
+    if (BackendDiagnostics* d = backend_->diagnostics()) s.metrics.graph_passes = d->graph_counts();
     s.audit = scheduler_->audit();
     std::lock_guard lock(status_mu_);
     status_ = s;

@@ -73,10 +73,7 @@ TEST(PrometheusRead, CounterTotalsByLabel) {
 TEST(PrometheusRead, ReadsOurGraphPassCounters) {
     flashseek::runtime::Metrics m("model {x}");
     flashseek::runtime::MetricsSnapshotInput in;
-    in.has_graph_counts = true;
-    in.graph_first_passes = 2;
-    in.graph_captures = 2;
-    in.graph_replays = 60;
+    in.graph_passes = flashseek::GraphCounts{2, 2, 60, 0};  // first, captured, replayed, eager
     const auto by = totals_by_label(m.render(in), "cuda_graph_passes_total", "how");
     ASSERT_EQ(by.size(), 4u);
     EXPECT_DOUBLE_EQ(by.at("first"), 2);

@@ -228,11 +228,7 @@ TEST(Metrics, GraphPassCountersOnlyForBackendsWithGraphs) {
     Metrics m("m");
     MetricsSnapshotInput in;
     EXPECT_EQ(m.render(in).find("cuda_graph_passes_total"), std::string::npos) << "a backend without graphs";
-    in.has_graph_counts = true;
-    in.graph_first_passes = 3;
-    in.graph_captures = 2;
-    in.graph_replays = 41;
-    in.graph_eager_passes = 1;
+    in.graph_passes = flashseek::GraphCounts{3, 2, 41, 1};  // first, captured, replayed, eager
     const std::string t = m.render(in);
     EXPECT_NE(t.find("# TYPE flashseek:cuda_graph_passes_total counter"), std::string::npos) << t;
     for (const char* line : {"flashseek:cuda_graph_passes_total{model_name=\"m\",how=\"first\"} 3",

@@ -162,7 +162,10 @@ int run_bench(int argc, char** argv) {
     const std::string numerics = opt.numerics == Numerics::Release ? "release" : "exact";
     opt.max_sequences = concs.empty() ? 1 : *std::max_element(concs.begin(), concs.end());
     opt.state_memory_bytes = state_memory.empty() ? 0 : cli::parse_byte_size("--state-memory", state_memory);
-    int longest = *std::max_element(ctxs.begin(), ctxs.end()) + warmup + output_len + timeline_steps + 2;
+    // Tokens a decode configuration appends to each sequence beyond its prompt: the warm-up and timed steps, the
+    // profiled step, the traced ones, and one to spare.
+    const int decode_appends = warmup + output_len + timeline_steps + 2;
+    int longest = *std::max_element(ctxs.begin(), ctxs.end()) + decode_appends;
     for (int n : prefills) longest = std::max(longest, n);
     opt.max_context = longest;
     const auto t_load = std::chrono::steady_clock::now();
@@ -287,10 +290,7 @@ int run_bench(int argc, char** argv) {
     nlohmann::json results = nlohmann::json::array();
     for (int ctx : ctxs) {
         for (int B : concs) {
-            // Every token the configuration appends: the prompt, the warm-up and timed steps, the profiled step and
-            // the traced ones.
-            if (const std::string why = does_not_fit(B, int64_t(ctx) + warmup + output_len + timeline_steps + 1);
-                !why.empty()) {
+            if (const std::string why = does_not_fit(B, int64_t(ctx) + decode_appends); !why.empty()) {
                 std::printf("\n== context %d, concurrency %d ==\nskipped: %s\n", ctx, B, why.c_str());
                 results.push_back({{"context", ctx}, {"concurrency", B}, {"skipped", why}});
                 continue;
@@ -319,9 +319,7 @@ int run_bench(int argc, char** argv) {
             }
             // The timed steps' passes by how they ran: a capture or a new shape's first pass is a slow step that the
             // median hides and the p99 shows.
-            const GraphCounts after = ext->graph_counts();
-            const GraphCounts timed{after.first_eager - before.first_eager, after.captured - before.captured,
-                                    after.replayed - before.replayed, after.eager - before.eager};
+            const GraphCounts timed = ext->graph_counts() - before;
             for (int i = 0; i < B; ++i) steps[size_t(i)] = {ids[size_t(i)], &next[size_t(i)], 1, false};
             const StepProfile prof = ext->profile_step(steps);
             // The timeline: more graph steps with each kernel's start and end recorded on the device (the token
