@@ -38,7 +38,41 @@ std::string strip_qualifiers(const std::string& s) {
 struct StepAnalysis {
     TimelineStep step;
     std::vector<TimelineGap> gaps;
+    std::map<std::string, double> charged_us;  // by short kernel name (TimelineKernel::charged_us_per_step)
 };
+
+// Sweeps the step's kernels in time order, charging each stretch in which some run to the running kernel that ends
+// first (ties: the one that started first). `spans` sorted by start.
+std::map<std::string, double> charge_by_first_end(const std::vector<const KernelSpan*>& spans) {
+    std::map<std::string, double> charged;
+    auto later_end = [](const KernelSpan* x, const KernelSpan* y) {
+        return x->end_ns != y->end_ns ? x->end_ns > y->end_ns : x->start_ns > y->start_ns;
+    };
+    std::vector<const KernelSpan*> running;  // a min-heap by end (std::push_heap with later_end)
+    uint64_t t = 0;
+    size_t i = 0;
+    while (i < spans.size() || !running.empty()) {
+        if (running.empty()) t = std::max(t, spans[i]->start_ns);
+        // Start every kernel that begins by now, then charge up to the next start or the first end.
+        while (i < spans.size() && spans[i]->start_ns <= t) {
+            if (spans[i]->end_ns > spans[i]->start_ns) {
+                running.push_back(spans[i]);
+                std::push_heap(running.begin(), running.end(), later_end);
+            }
+            ++i;
+        }
+        if (running.empty()) continue;
+        const KernelSpan* first = running.front();
+        const uint64_t until = i < spans.size() ? std::min(first->end_ns, spans[i]->start_ns) : first->end_ns;
+        if (until > t) charged[short_kernel_name(first->name)] += double(until - t) / 1e3;
+        t = std::max(t, until);
+        if (first->end_ns <= t) {
+            std::pop_heap(running.begin(), running.end(), later_end);
+            running.pop_back();
+        }
+    }
+    return charged;
+}
 
 StepAnalysis analyze_step(std::vector<const KernelSpan*> spans, uint64_t begin, uint64_t end) {
     StepAnalysis a;
@@ -74,6 +108,7 @@ StepAnalysis analyze_step(std::vector<const KernelSpan*> spans, uint64_t begin, 
     st.tail_us = end > last ? double(end - last) / 1e3 : 0.0;
     st.gaps = int(a.gaps.size());
     std::stable_sort(a.gaps.begin(), a.gaps.end(), [](const TimelineGap& x, const TimelineGap& y) { return x.us > y.us; });
+    a.charged_us = charge_by_first_end(spans);
     return a;
 }
 
@@ -112,14 +147,18 @@ TimelineSummary summarize_timeline(const KernelTrace& trace, int largest_gaps) {
         per_step[size_t(it - trace.marks.begin()) - 1].push_back(&k);
     }
     std::vector<StepAnalysis> steps;
-    std::map<std::string, std::pair<double, double>> by_name;  // calls, us
+    struct Totals {
+        double calls = 0, us = 0, charged_us = 0;
+    };
+    std::map<std::string, Totals> by_name;
     for (size_t i = 0; i < n_steps; ++i) {
         steps.push_back(analyze_step(per_step[i], trace.marks[i], trace.marks[i + 1]));
         for (const KernelSpan* k : per_step[i]) {
-            auto& [calls, us] = by_name[short_kernel_name(k->name)];
-            calls += 1;
-            us += double(std::max(k->end_ns, k->start_ns) - k->start_ns) / 1e3;
+            Totals& tot = by_name[short_kernel_name(k->name)];
+            tot.calls += 1;
+            tot.us += double(std::max(k->end_ns, k->start_ns) - k->start_ns) / 1e3;
         }
+        for (const auto& [name, us] : steps.back().charged_us) by_name[name].charged_us += us;
     }
     auto field = [&](double TimelineStep::*f) {
         std::vector<double> v;
@@ -148,10 +187,13 @@ TimelineSummary summarize_timeline(const KernelTrace& trace, int largest_gaps) {
                      [&](size_t x, size_t y) { return steps[x].step.wall_us < steps[y].step.wall_us; });
     const StepAnalysis& mid = steps[order[(n_steps - 1) / 2]];
     out.largest.assign(mid.gaps.begin(), mid.gaps.begin() + std::min<size_t>(mid.gaps.size(), size_t(largest_gaps)));
-    for (const auto& [name, cu] : by_name)
-        out.kernels.push_back({name, cu.first / double(n_steps), cu.second / double(n_steps), cu.second / cu.first});
-    std::stable_sort(out.kernels.begin(), out.kernels.end(),
-                     [](const TimelineKernel& x, const TimelineKernel& y) { return x.us_per_step > y.us_per_step; });
+    const double n = double(n_steps);
+    for (const auto& [name, tot] : by_name)
+        out.kernels.push_back({name, tot.calls / n, tot.us / n, tot.us / tot.calls, tot.charged_us / n});
+    std::stable_sort(out.kernels.begin(), out.kernels.end(), [](const TimelineKernel& x, const TimelineKernel& y) {
+        return x.charged_us_per_step != y.charged_us_per_step ? x.charged_us_per_step > y.charged_us_per_step
+                                                              : x.us_per_step > y.us_per_step;
+    });
     return out;
 }
 
@@ -173,22 +215,27 @@ std::string format_timeline(const TimelineSummary& s, int max_rows, const std::s
         for (const TimelineGap& g : s.largest)
             out += fmt::format("    {:8.1f} us after {} before {}\n", g.us, g.before, g.after);
     }
-    out += fmt::format("  {:<72} {:>10} {:>10} {:>9}\n", "kernel (durations on the device)", "calls/" + unit,
-                       "us/" + unit, "us/call");
-    double rest_us = 0;
+    out += fmt::format("  charged: the {}'s busy time, each instant charged to the running kernel that ends first (what "
+                       "each adds along a chain of dependent kernels; early-launched kernels waiting are not charged)\n",
+                       unit);
+    out += fmt::format("  {:<72} {:>10} {:>10} {:>9} {:>11}\n", "kernel (durations on the device)", "calls/" + unit,
+                       "us/" + unit, "us/call", "charged us");
+    double rest_us = 0, rest_charged = 0;
     int rest = 0;
     for (size_t i = 0; i < s.kernels.size(); ++i) {
         const TimelineKernel& k = s.kernels[i];
         if (int(i) >= max_rows) {
             rest_us += k.us_per_step;
+            rest_charged += k.charged_us_per_step;
             ++rest;
             continue;
         }
         const std::string name = k.name.size() > 72 ? k.name.substr(0, 69) + "..." : k.name;
-        out += fmt::format("  {:<72} {:>10.1f} {:>10.1f} {:>9.2f}\n", name, k.calls_per_step, k.us_per_step,
-                           k.us_per_call);
+        out += fmt::format("  {:<72} {:>10.1f} {:>10.1f} {:>9.2f} {:>11.1f}\n", name, k.calls_per_step, k.us_per_step,
+                           k.us_per_call, k.charged_us_per_step);
     }
-    if (rest > 0) out += fmt::format("  ... {} more kernels: {:.1f} us/{}\n", rest, rest_us, unit);
+    if (rest > 0)
+        out += fmt::format("  ... {} more kernels: {:.1f} us/{}, charged {:.1f}\n", rest, rest_us, unit, rest_charged);
     return out;
 }
 

@@ -36,6 +36,11 @@ struct TimelineKernel {
     double calls_per_step = 0;
     double us_per_step = 0;  // summed durations (kernels on other streams may run meanwhile)
     double us_per_call = 0;
+    // The step's busy time charged to this kernel: each instant in which kernels run goes to the running kernel that
+    // ends first. A kernel launched early (programmatic dependent launch) that waits for its predecessor is not
+    // charged while the predecessor runs, so along a chain of dependent kernels this is what each adds to the step;
+    // a side-stream kernel is charged only while it is the first to end. The kernels' charges sum to the busy time.
+    double charged_us_per_step = 0;
 };
 
 struct TimelineStep {
@@ -54,7 +59,7 @@ struct TimelineSummary {
     int steps = 0;
     TimelineStep median;                // per field, the median over the steps
     std::vector<TimelineGap> largest;   // the median-wall step's largest gaps, largest first
-    std::vector<TimelineKernel> kernels;  // by us_per_step, largest first
+    std::vector<TimelineKernel> kernels;  // by charged_us_per_step, then us_per_step, largest first
 };
 
 // Steps with no kernel are kept (wall only). Spans outside the marks are ignored. `largest_gaps`: how many gaps to

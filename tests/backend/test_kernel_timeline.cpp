@@ -4,7 +4,11 @@
 // real mangled kernels.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <random>
+#include <string>
+#include <vector>
 
 #include "backend/kernel_timeline.h"
 
@@ -50,10 +54,45 @@ TEST(KernelTimeline, OneStepWithOverlapAndGaps) {
     EXPECT_EQ(s.largest[1].before, "c");
     EXPECT_EQ(s.largest[1].after, "d");
     ASSERT_EQ(s.kernels.size(), 5u);
-    EXPECT_EQ(s.kernels[0].name, "a");  // 20 us, first of the two 20 us kernels by name
-    EXPECT_EQ(s.kernels[1].name, "b");
+    // By charged time: a ends before b, so [20, 30) is a's; b is charged only [30, 40).
+    EXPECT_EQ(s.kernels[0].name, "a");
+    EXPECT_DOUBLE_EQ(s.kernels[0].charged_us_per_step, 20);
+    EXPECT_EQ(s.kernels[1].name, "b");  // 10 us charged, first of the two by its longer duration
+    EXPECT_DOUBLE_EQ(s.kernels[1].charged_us_per_step, 10);
+    EXPECT_EQ(s.kernels[2].name, "c");
+    EXPECT_DOUBLE_EQ(s.kernels[2].charged_us_per_step, 10);
     EXPECT_DOUBLE_EQ(s.kernels[3].us_per_step, 5);
+    EXPECT_DOUBLE_EQ(s.kernels[3].charged_us_per_step, 5);
     EXPECT_EQ(s.kernels[4].name, "empty");
+    EXPECT_DOUBLE_EQ(s.kernels[4].charged_us_per_step, 0);
+}
+
+TEST(KernelTimeline, ChargedTimeFollowsAChainOfEarlyLaunchedKernels) {
+    // Programmatic dependent launch: each kernel starts while its predecessor runs and waits for it, so its duration
+    // includes the wait. Charged time is what each adds: load [0, 10), gemv [1, 25) (waits until 10), store [2, 30)
+    // (waits until 25); a side-stream kernel [5, 8) ends first while it runs.
+    KernelTrace t;
+    const uint64_t m0 = 50'000;
+    t.marks = {m0, m0 + 40'000};
+    add(t, m0, "load", 1, 0, 10);
+    add(t, m0, "gemv", 1, 1, 25);
+    add(t, m0, "store", 1, 2, 30);
+    add(t, m0, "side", 2, 5, 8);
+    const TimelineSummary s = summarize_timeline(t);
+    auto charged = [&](const char* name) {
+        for (const TimelineKernel& k : s.kernels)
+            if (k.name == name) return k.charged_us_per_step;
+        ADD_FAILURE() << name << " missing";
+        return -1.0;
+    };
+    EXPECT_DOUBLE_EQ(charged("load"), 7);  // [0, 5) and [8, 10)
+    EXPECT_DOUBLE_EQ(charged("side"), 3);
+    EXPECT_DOUBLE_EQ(charged("gemv"), 15);
+    EXPECT_DOUBLE_EQ(charged("store"), 5);
+    EXPECT_EQ(s.kernels[0].name, "gemv");
+    EXPECT_DOUBLE_EQ(s.median.busy_us, 30);
+    const std::string text = format_timeline(s);
+    EXPECT_NE(text.find("charged us"), std::string::npos) << text;
 }
 
 TEST(KernelTimeline, MediansPerFieldAndPerKernelTotalsOverSteps) {
@@ -91,11 +130,25 @@ TEST(KernelTimeline, BusyTimeIsTheUnionOfRandomIntervals) {
         t.marks = {base, base + len + 10};
         std::vector<char> occupied(len, 0);
         const int n = 1 + int(rng() % 30);
+        std::vector<uint64_t> ends;  // distinct, so that "the running kernel that ends first" is one kernel
         for (int i = 0; i < n; ++i) {
-            const uint64_t s = rng() % len, e = std::min<uint64_t>(len, s + rng() % 300);
+            uint64_t s = 0, e = 0;
+            do {
+                s = rng() % len;
+                e = std::min<uint64_t>(len, s + rng() % 300);
+            } while (std::find(ends.begin(), ends.end(), e) != ends.end());
+            ends.push_back(e);
             const char* names[4] = {"k0", "k1", "k2", "k3"};
             t.spans.push_back({names[i % 4], uint32_t(i % 3), base + s, base + e});
             for (uint64_t x = s; x < e; ++x) occupied[x] = 1;
+        }
+        // Charged time per name, cell by cell: the running kernel with the earliest end.
+        std::map<std::string, double> charged;
+        for (uint64_t x = 0; x < len; ++x) {
+            const KernelSpan* first = nullptr;
+            for (const KernelSpan& k : t.spans)
+                if (k.start_ns - base <= x && x < k.end_ns - base && (!first || k.end_ns < first->end_ns)) first = &k;
+            if (first) charged[first->name] += 1e-3;
         }
         uint64_t first = len, last = 0;
         for (const KernelSpan& k : t.spans) {
@@ -109,6 +162,12 @@ TEST(KernelTimeline, BusyTimeIsTheUnionOfRandomIntervals) {
         EXPECT_NEAR(s.median.span_us * 1e3, double(last - first), 1e-6) << "round " << round;
         EXPECT_NEAR(s.median.busy_us + s.median.idle_us, s.median.span_us, 1e-9) << "round " << round;
         EXPECT_EQ(s.median.kernels, n);
+        double charged_sum = 0;
+        for (const TimelineKernel& k : s.kernels) {
+            charged_sum += k.charged_us_per_step;
+            EXPECT_NEAR(k.charged_us_per_step, charged[k.name], 1e-9) << "round " << round << " " << k.name;
+        }
+        EXPECT_NEAR(charged_sum, s.median.busy_us, 1e-9) << "round " << round;
     }
 }
 

@@ -99,7 +99,8 @@ nlohmann::json timeline_json(const TimelineSummary& t) {
         j["per_kernel"].push_back({{"kernel", k.name},
                                    {"calls_per_step", k.calls_per_step},
                                    {"us_per_step", k.us_per_step},
-                                   {"us_per_call", k.us_per_call}});
+                                   {"us_per_call", k.us_per_call},
+                                   {"charged_us_per_step", k.charged_us_per_step}});
     return j;
 }
 
