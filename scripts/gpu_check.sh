@@ -15,7 +15,9 @@
 #   perf [FILTER]            the op harness's perf mode: every family (or those whose name contains FILTER) at
 #                            V4-Flash shapes, each variant against the copy bandwidth / cuBLASLt GEMM ceilings
 #   sanitize [SECONDS]       compute-sanitizer memcheck and racecheck on the harness's --quick lists, the backend
-#                            test and a short end-to-end run (in parallel, SECONDS per run, default 420)
+#                            test and a short end-to-end run (in parallel, SECONDS per run, default 420);
+#                            SANITIZE_ONLY=name,name runs only those runs (names as in the summary, e.g.
+#                            racecheck_backend), so that a long one gets the machine to itself
 #   e2e [--diagnose]         flashseek logits, CUDA against the goldens / the CPU reference, both criteria (below);
 #                            --diagnose adds the per-layer localization on tiny-a / tiny-b; then paths that must
 #                            keep the default path's bits (gemv_chain on chain-shapes; indexer_branch and the
@@ -280,6 +282,17 @@ cmd_sanitize() {
     "racecheck_e2e|racecheck|$FS logits --model $work/tiny-a --tokens $work/short.tok --prefill 40 --backend cuda --numerics release --output $work/r.bin"
   )
   local r name tool cmd pids=()
+  if [ -n "${SANITIZE_ONLY:-}" ]; then  # keep the named runs; an unknown name is a usage error naming the known ones
+    local only=() known=() want found
+    for r in "${runs[@]}"; do known+=("${r%%|*}"); done
+    IFS=',' read -r -a want <<< "$SANITIZE_ONLY"
+    for name in "${want[@]}"; do
+      found=0
+      for r in "${runs[@]}"; do [ "${r%%|*}" = "$name" ] && { only+=("$r"); found=1; }; done
+      [ $found = 1 ] || die "sanitize: SANITIZE_ONLY names '$name'; the runs are: ${known[*]}"
+    done
+    runs=("${only[@]}")
+  fi
   for r in "${runs[@]}"; do
     IFS='|' read -r name tool cmd <<< "$r"
     # shellcheck disable=SC2086
