@@ -185,8 +185,16 @@ TimelineSummary summarize_timeline(const KernelTrace& trace, int largest_gaps) {
     for (size_t i = 0; i < n_steps; ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(),
                      [&](size_t x, size_t y) { return steps[x].step.wall_us < steps[y].step.wall_us; });
-    const StepAnalysis& mid = steps[order[(n_steps - 1) / 2]];
+    const size_t mid_index = order[(n_steps - 1) / 2];
+    const StepAnalysis& mid = steps[mid_index];
     out.largest.assign(mid.gaps.begin(), mid.gaps.begin() + std::min<size_t>(mid.gaps.size(), size_t(largest_gaps)));
+    std::vector<const KernelSpan*> mid_spans = per_step[mid_index];
+    std::stable_sort(mid_spans.begin(), mid_spans.end(),
+                     [](const KernelSpan* x, const KernelSpan* y) { return x->start_ns < y->start_ns; });
+    const uint64_t mark = trace.marks[mid_index];
+    for (const KernelSpan* k : mid_spans)
+        out.median_step_spans.push_back(
+            {short_kernel_name(k->name), k->stream, k->start_ns - mark, std::max(k->end_ns, k->start_ns) - mark, k->graph});
     const double n = double(n_steps);
     for (const auto& [name, tot] : by_name)
         out.kernels.push_back({name, tot.calls / n, tot.us / n, tot.us / tot.calls, tot.charged_us / n});

@@ -60,6 +60,9 @@ struct TimelineSummary {
     TimelineStep median;                // per field, the median over the steps
     std::vector<TimelineGap> largest;   // the median-wall step's largest gaps, largest first
     std::vector<TimelineKernel> kernels;  // by charged_us_per_step, then us_per_step, largest first
+    // The median-wall step's kernels as recorded (short names; start and end relative to the step's mark), in start
+    // order: the raw material for analyses the summary does not make (flashseek bench writes them to its JSON).
+    std::vector<KernelSpan> median_step_spans;
 };
 
 // Steps with no kernel are kept (wall only). Spans outside the marks are ignored. `largest_gaps`: how many gaps to

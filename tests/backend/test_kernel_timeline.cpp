@@ -65,6 +65,16 @@ TEST(KernelTimeline, OneStepWithOverlapAndGaps) {
     EXPECT_DOUBLE_EQ(s.kernels[3].charged_us_per_step, 5);
     EXPECT_EQ(s.kernels[4].name, "empty");
     EXPECT_DOUBLE_EQ(s.kernels[4].charged_us_per_step, 0);
+    // The step's kernels as recorded, in start order, relative to the mark; the spans outside the marks are not.
+    ASSERT_EQ(s.median_step_spans.size(), 5u);
+    EXPECT_EQ(s.median_step_spans[0].name, "a");
+    EXPECT_EQ(s.median_step_spans[0].start_ns, 10'000u);
+    EXPECT_EQ(s.median_step_spans[0].end_ns, 30'000u);
+    EXPECT_EQ(s.median_step_spans[1].name, "b");
+    EXPECT_EQ(s.median_step_spans[1].stream, 2u);
+    EXPECT_EQ(s.median_step_spans[2].name, "empty");
+    EXPECT_EQ(s.median_step_spans[2].end_ns, 45'000u);
+    EXPECT_EQ(s.median_step_spans[4].name, "d");
 }
 
 TEST(KernelTimeline, ChargedTimeFollowsAChainOfEarlyLaunchedKernels) {
@@ -119,6 +129,10 @@ TEST(KernelTimeline, MediansPerFieldAndPerKernelTotalsOverSteps) {
     EXPECT_DOUBLE_EQ(s.kernels[0].calls_per_step, 2);
     EXPECT_DOUBLE_EQ(s.kernels[0].us_per_step, 100);  // (50 + 150 + 100) / 3
     EXPECT_DOUBLE_EQ(s.kernels[0].us_per_call, 50);    // 300 us over 6 calls
+    ASSERT_EQ(s.median_step_spans.size(), 2u);  // of the 200 us step: [2, 52) and [100, 150) us
+    EXPECT_EQ(s.median_step_spans[0].start_ns, 2'000u);
+    EXPECT_EQ(s.median_step_spans[1].start_ns, 100'000u);
+    EXPECT_EQ(s.median_step_spans[1].end_ns, 150'000u);
 }
 
 TEST(KernelTimeline, BusyTimeIsTheUnionOfRandomIntervals) {

@@ -101,6 +101,9 @@ nlohmann::json timeline_json(const TimelineSummary& t) {
                                    {"us_per_step", k.us_per_step},
                                    {"us_per_call", k.us_per_call},
                                    {"charged_us_per_step", k.charged_us_per_step}});
+    j["median_step_kernels"] = nlohmann::json::array();  // [kernel, stream, start ns, end ns] from the step's mark
+    for (const KernelSpan& k : t.median_step_spans)
+        j["median_step_kernels"].push_back({k.name, k.stream, k.start_ns, k.end_ns});
     return j;
 }
 
