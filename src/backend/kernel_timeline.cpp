@@ -35,14 +35,18 @@ std::string strip_qualifiers(const std::string& s) {
     return s.substr(cut);
 }
 
+// A span's end, never before its start (an empty or inverted record is a glitch of zero length).
+uint64_t span_end(const KernelSpan& k) { return std::max(k.end_ns, k.start_ns); }
+
 struct StepAnalysis {
     TimelineStep step;
     std::vector<TimelineGap> gaps;
-    std::map<std::string, double> charged_us;  // by short kernel name (TimelineKernel::charged_us_per_step)
+    // by kernel name as recorded (TimelineKernel::charged_us_per_step; shortened once per name when summed)
+    std::map<std::string, double> charged_us;
 };
 
 // Sweeps the step's kernels in time order, charging each stretch in which some run to the running kernel that ends
-// first (ties: the one that started first). `spans` sorted by start.
+// first (ties: the one that started first). `spans` sorted by start. Keyed by the recorded name.
 std::map<std::string, double> charge_by_first_end(const std::vector<const KernelSpan*>& spans) {
     std::map<std::string, double> charged;
     auto later_end = [](const KernelSpan* x, const KernelSpan* y) {
@@ -64,7 +68,7 @@ std::map<std::string, double> charge_by_first_end(const std::vector<const Kernel
         if (running.empty()) continue;
         const KernelSpan* first = running.front();
         const uint64_t until = i < spans.size() ? std::min(first->end_ns, spans[i]->start_ns) : first->end_ns;
-        if (until > t) charged[short_kernel_name(first->name)] += double(until - t) / 1e3;
+        if (until > t) charged[first->name] += double(until - t) / 1e3;
         t = std::max(t, until);
         if (first->end_ns <= t) {
             std::pop_heap(running.begin(), running.end(), later_end);
@@ -86,7 +90,7 @@ StepAnalysis analyze_step(std::vector<const KernelSpan*> spans, uint64_t begin, 
     uint64_t first = spans.front()->start_ns, last = 0, covered_until = spans.front()->start_ns, busy = 0;
     const KernelSpan* last_ender = spans.front();
     for (const KernelSpan* k : spans) {
-        const uint64_t s = k->start_ns, e = std::max(k->end_ns, k->start_ns);
+        const uint64_t s = k->start_ns, e = span_end(*k);
         st.kernel_us += double(e - s) / 1e3;
         last = std::max(last, e);
         if (e == s) continue;  // an empty record (a glitch) splits no gap and ends none
@@ -151,14 +155,20 @@ TimelineSummary summarize_timeline(const KernelTrace& trace, int largest_gaps) {
         double calls = 0, us = 0, charged_us = 0;
     };
     std::map<std::string, Totals> by_name;
+    std::map<std::string, std::string, std::less<>> short_names;  // recorded name -> short name, demangled once
+    auto short_name = [&](const std::string& recorded) -> const std::string& {
+        auto it = short_names.find(recorded);
+        if (it == short_names.end()) it = short_names.emplace(recorded, short_kernel_name(recorded)).first;
+        return it->second;
+    };
     for (size_t i = 0; i < n_steps; ++i) {
         steps.push_back(analyze_step(per_step[i], trace.marks[i], trace.marks[i + 1]));
         for (const KernelSpan* k : per_step[i]) {
-            Totals& tot = by_name[short_kernel_name(k->name)];
+            Totals& tot = by_name[short_name(k->name)];
             tot.calls += 1;
-            tot.us += double(std::max(k->end_ns, k->start_ns) - k->start_ns) / 1e3;
+            tot.us += double(span_end(*k) - k->start_ns) / 1e3;
         }
-        for (const auto& [name, us] : steps.back().charged_us) by_name[name].charged_us += us;
+        for (const auto& [name, us] : steps.back().charged_us) by_name[short_name(name)].charged_us += us;
     }
     auto field = [&](double TimelineStep::*f) {
         std::vector<double> v;
@@ -194,7 +204,7 @@ TimelineSummary summarize_timeline(const KernelTrace& trace, int largest_gaps) {
     const uint64_t mark = trace.marks[mid_index];
     for (const KernelSpan* k : mid_spans)
         out.median_step_spans.push_back(
-            {short_kernel_name(k->name), k->stream, k->start_ns - mark, std::max(k->end_ns, k->start_ns) - mark, k->graph});
+            {short_name(k->name), k->stream, k->start_ns - mark, span_end(*k) - mark, k->graph});
     const double n = double(n_steps);
     for (const auto& [name, tot] : by_name)
         out.kernels.push_back({name, tot.calls / n, tot.us / n, tot.us / tot.calls, tot.charged_us / n});
