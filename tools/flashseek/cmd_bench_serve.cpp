@@ -330,7 +330,6 @@ int run_bench_serve(int argc, char** argv) {
                  max_concurrency > 0 ? std::to_string(max_concurrency).c_str() : "unlimited",
                  (unsigned long long)seed);
     const ServerMetrics server_before = read_server_metrics(probe, headers);
-    const std::optional<runtime::HistogramTotals>& server_ttft_before = server_before.ttft;
     const auto bench_start = SteadyClock::now();
     std::mutex progress_mu;
     auto worker = [&] {
@@ -374,7 +373,6 @@ int run_bench_serve(int argc, char** argv) {
     for (auto& t : threads) t.join();
     const double duration = std::chrono::duration<double>(SteadyClock::now() - bench_start).count();
     const ServerMetrics server_after = read_server_metrics(probe, headers);
-    const std::optional<runtime::HistogramTotals>& server_ttft_after = server_after.ttft;
     // The server's decode passes during the run, by how they ran as CUDA graphs (other clients would count too).
     json graph_passes = nullptr;
     if (!server_after.graph_passes.empty()) {
@@ -386,9 +384,8 @@ int run_bench_serve(int argc, char** argv) {
     }
     // Mean over the requests the server finished meanwhile (other clients of the same server would count too).
     std::optional<double> server_mean_ttft_ms;
-    if (server_ttft_before && server_ttft_after && server_ttft_after->count > server_ttft_before->count)
-        server_mean_ttft_ms = 1e3 * (server_ttft_after->sum - server_ttft_before->sum) /
-                              (server_ttft_after->count - server_ttft_before->count);
+    if (const auto &b = server_before.ttft, &a = server_after.ttft; b && a && a->count > b->count)
+        server_mean_ttft_ms = 1e3 * (a->sum - b->sum) / (a->count - b->count);
 
     int completed = 0, failed = 0;
     int64_t total_in = 0, total_out = 0;
