@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cuda/common/runtime_library.h"
 #include "run_command.h"
 #include "test_support.h"
 
@@ -19,13 +20,8 @@ namespace {
 
 // The flashseek binary: beside this test's executable (the device bundle), else the build tree's.
 std::string flashseek_binary() {
-    char self[4096];
-    const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n > 0) {
-        self[n] = '\0';
-        const fs::path beside = fs::path(self).parent_path() / "flashseek";
-        if (fs::exists(beside)) return beside.string();
-    }
+    const std::string folder = cuda::executable_folder();
+    if (!folder.empty() && fs::exists(fs::path(folder) / "flashseek")) return (fs::path(folder) / "flashseek").string();
     return FLASHSEEK_BIN;
 }
 
