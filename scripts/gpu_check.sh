@@ -17,7 +17,9 @@
 #   sanitize [SECONDS]       compute-sanitizer memcheck and racecheck on the harness's --quick lists, the backend
 #                            test and a short end-to-end run (in parallel, SECONDS per run, default 420);
 #                            SANITIZE_ONLY=name,name runs only those runs (names as in the summary, e.g.
-#                            racecheck_backend), so that a long one gets the machine to itself
+#                            racecheck_backend), so that a long one gets the machine to itself;
+#                            SANITIZE_SHARDS=N splits each test-binary run into N gtest shards run side by side (a
+#                            run is clean when every shard is; the tests' CPU references then use more cores)
 #   e2e [--diagnose]         flashseek logits, CUDA against the goldens / the CPU reference, both criteria (below);
 #                            --diagnose adds the per-layer localization on tiny-a / tiny-b; then paths that must
 #                            keep the default path's bits (gemv_chain on chain-shapes; indexer_branch and the
@@ -296,16 +298,28 @@ cmd_sanitize() {
     make_tiny tiny-a "$work" || fail "gen-checkpoint tiny-a"
     awk '{NF=60; print}' "$work/tiny-a.tok" > "$work/short.tok"
   fi
+  local shards=${SANITIZE_SHARDS:-1}
+  [[ "$shards" =~ ^[1-9][0-9]*$ ]] || die "sanitize: SANITIZE_SHARDS must be a positive number, got '$shards'"
+  # Each run as one or more parts: "name" alone, or "name.i" for gtest shard i of a test binary (the e2e runs are
+  # one flashseek process and stay whole).
+  local parts=() n i
   for r in "${runs[@]}"; do
     IFS='|' read -r name tool cmd <<< "$r"
+    n=$shards; [[ "$name" == *_e2e ]] && n=1
+    if [ "$n" = 1 ]; then parts+=("$name||$tool|$cmd"); continue; fi
+    for ((i = 0; i < n; i++)); do parts+=("$name.$i|GTEST_TOTAL_SHARDS=$n GTEST_SHARD_INDEX=$i|$tool|$cmd"); done
+  done
+  local part shard_env
+  for part in "${parts[@]}"; do
+    IFS='|' read -r name shard_env tool cmd <<< "$part"
     # shellcheck disable=SC2086
-    ( timeout "$limit" env LD_LIBRARY_PATH="$LDP" compute-sanitizer --tool "$tool" --print-limit 20 \
+    ( timeout "$limit" env LD_LIBRARY_PATH="$LDP" $shard_env compute-sanitizer --tool "$tool" --print-limit 20 \
         --error-exitcode 99 $cmd > "$LOG/sanitize_$name.log" 2>&1; echo $? > "$LOG/sanitize_$name.rc" ) &
     pids+=($!)
   done
   wait "${pids[@]}"
-  for r in "${runs[@]}"; do
-    IFS='|' read -r name tool cmd <<< "$r"
+  for part in "${parts[@]}"; do
+    IFS='|' read -r name shard_env tool cmd <<< "$part"
     local rc summary
     rc=$(cat "$LOG/sanitize_$name.rc")
     summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOG/sanitize_$name.log" | tail -1)
