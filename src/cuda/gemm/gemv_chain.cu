@@ -44,6 +44,7 @@
 #include "cuda/common/warp_reduce.cuh"
 #include "cuda/gemm/gemv_core.cuh"
 #include "cuda/gemm/prepare_block.cuh"
+#include "cuda/norm/rms_row.cuh"
 
 namespace flashseek::cuda {
 namespace {
@@ -77,6 +78,9 @@ struct ChainArgs {
     uint16_t* mid;
     uint16_t* mid_values;
     float* mid_scales;
+    const uint16_t* norm_w;  // null: A's output is prepared as it is
+    float norm_eps;
+    uint16_t* mid_normed;
     int numerics_b;
     void* y;
     int y_f32;
@@ -102,6 +106,21 @@ __device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
+// Where a tile's scale row travels: the 16-byte aligned window of the scale array that holds the row of its 128-row
+// block (bulk copies move whole 16-byte units from 16-byte aligned addresses). A row of 16 bytes or more is its own
+// window; a shorter one (E8M0 scales of K <= 1,024: 8 bytes or fewer) shares its window with a neighbour's row,
+// which the check keeps inside the array and never across a window boundary.
+struct ScaleWindow {
+    int64_t start;   // byte offset of the window in the scale array
+    uint32_t bytes;  // window size (a multiple of 16)
+    int offset;      // the row's first byte within the window
+};
+__host__ __device__ __forceinline__ ScaleWindow scale_window(int64_t row0, int scale_row_bytes) {
+    const int64_t first = (row0 / 128) * scale_row_bytes, end = first + scale_row_bytes;
+    const int64_t start = first & ~int64_t(15);
+    return {start, uint32_t(((end + 15) & ~int64_t(15)) - start), int(first - start)};
+}
+
 // mma::load_scale's value from the staged scale row (shared memory): the same conversion.
 __device__ __forceinline__ float staged_scale(const unsigned char* row, int f32, int64_t idx) {
     return f32 ? reinterpret_cast<const float*>(row)[idx] : e8m0_to_f32(row[idx]);
@@ -123,15 +142,36 @@ __device__ __forceinline__ void trace_point(const ChainArgs& a, int p) {
 // itself (64 blocks of 128 at V4's 8,192: a few instructions per value) instead of a second grid-wide handover;
 // block b's prepared values and scale also go to global memory from CTA b % grid (what prepare() would leave).
 // Warp w takes blocks w, w + 8, ...; all its loads are issued first (one round trip).
+// With a norm (a.norm_w), every warp first computes the row's 1 / rms for itself, as rmsnorm's vector path does for
+// one row (its lanes' 16-byte chunks lane + 32 v, rms_row's order: the same bits), and each value becomes
+// bf16(x · r · w) before the preparation; the publishing CTA also stores the normed bf16 values (mid_normed).
 __device__ __forceinline__ void stage_prepared_mid(const ChainArgs& a, float* xst, int warp, int lane) {
     constexpr int kMaxBlocksPerWarp = 8;  // b.k <= 8,192
+    constexpr int kMaxNormChunks = 8;     // with a norm, b.k <= 2,048: 8 chunks of 8 values per lane
     constexpr WeightKind FP8 = WeightKind::FP8_BLOCK128;
     const int blocks = int(a.b.k / 128);
-    uint2 raw[kMaxBlocksPerWarp];
+    uint2 raw[kMaxBlocksPerWarp], wraw[kMaxBlocksPerWarp];
+    uint4 row[kMaxNormChunks];
+    const int n8 = int(a.b.k / 8);
+    if (a.norm_w) {  // uniform (a kernel argument)
+#pragma unroll
+        for (int v = 0; v < kMaxNormChunks; ++v)
+            if (lane + 32 * v < n8) row[v] = __ldcg(reinterpret_cast<const uint4*>(a.mid) + lane + 32 * v);
+    }
 #pragma unroll
     for (int j = 0; j < kMaxBlocksPerWarp; ++j) {
         const int b = warp + j * kComputeWarps;
-        if (b < blocks) raw[j] = __ldcg(reinterpret_cast<const uint2*>(a.mid + int64_t(b) * 128) + lane);
+        if (b >= blocks) continue;
+        raw[j] = __ldcg(reinterpret_cast<const uint2*>(a.mid + int64_t(b) * 128) + lane);
+        if (a.norm_w) wraw[j] = __ldg(reinterpret_cast<const uint2*>(a.norm_w + int64_t(b) * 128) + lane);
+    }
+    float r = 1.f;
+    if (a.norm_w) {
+        float ss = 0.f;
+#pragma unroll
+        for (int v = 0; v < kMaxNormChunks; ++v)
+            if (lane + 32 * v < n8) ss = rms_row::add_chunk_squares(row[v], ss);
+        r = rms_row::inverse_rms(ss, int(a.b.k), a.norm_eps);
     }
     float v[kMaxBlocksPerWarp][4], amax[kMaxBlocksPerWarp];
 #pragma unroll
@@ -142,6 +182,22 @@ __device__ __forceinline__ void stage_prepared_mid(const ChainArgs& a, float* xs
         v[j][1] = bf16_bits_to_f32(uint16_t(raw[j].x >> 16));
         v[j][2] = bf16_bits_to_f32(uint16_t(raw[j].y & 0xffffu));
         v[j][3] = bf16_bits_to_f32(uint16_t(raw[j].y >> 16));
+        if (a.norm_w) {
+            const float w[4] = {bf16_bits_to_f32(uint16_t(wraw[j].x & 0xffffu)),
+                                bf16_bits_to_f32(uint16_t(wraw[j].x >> 16)),
+                                bf16_bits_to_f32(uint16_t(wraw[j].y & 0xffffu)),
+                                bf16_bits_to_f32(uint16_t(wraw[j].y >> 16))};
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                v[j][i] = bf16_bits_to_f32(f32_to_bf16_bits(rms_row::normed(v[j][i], r, true, w[i])));
+            const int b = warp + j * kComputeWarps;
+            if (b % int(gridDim.x) == int(blockIdx.x)) {
+                uint2 out;
+                out.x = uint32_t(f32_to_bf16_bits(v[j][0])) | uint32_t(f32_to_bf16_bits(v[j][1])) << 16;
+                out.y = uint32_t(f32_to_bf16_bits(v[j][2])) | uint32_t(f32_to_bf16_bits(v[j][3])) << 16;
+                reinterpret_cast<uint2*>(a.mid_normed + int64_t(b) * 128)[lane] = out;
+            }
+        }
 #pragma unroll
         for (int i = 0; i < 4; ++i) amax[j] = fmaxf(amax[j], fabsf(v[j][i]));
     }
@@ -263,10 +319,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_chain_kernel(const ChainArgs
                 const ChainOp& op = in_a ? a.a : a.b;
                 const int64_t row0 = int64_t(in_a ? a_first + i : b_first + (i - n_a)) * op.rows_per_tile;
                 unsigned char* dst = smem + size_t(s) * kStageBytes;
-                bulk::mbar_expect_tx(&full[s], uint32_t(kTileBytes + op.scale_row_bytes));
+                const ScaleWindow sw = scale_window(row0, op.scale_row_bytes);
+                bulk::mbar_expect_tx(&full[s], uint32_t(kTileBytes) + sw.bytes);
                 bulk::copy_g2s(dst, op.w + row0 * op.k, kTileBytes, &full[s]);
-                bulk::copy_g2s(dst + kTileBytes, op.scale + (row0 / 128) * op.scale_row_bytes,
-                               uint32_t(op.scale_row_bytes), &full[s]);
+                bulk::copy_g2s(dst + kTileBytes, op.scale + sw.start, sw.bytes, &full[s]);
             }
             if (a.trace) a.trace[int64_t(blockIdx.x) * kTracePoints + 6] = globaltimer();
         }
@@ -295,7 +351,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_chain_kernel(const ChainArgs
         const unsigned char* tile = smem + size_t(s) * kStageBytes;
         const int64_t row0 = int64_t(a_first + i) * a.a.rows_per_tile;
         const int64_t g = a.x_group_cols ? row0 / a.rows_per_group : 0;
-        tile_rows<SA, 16 / SA>(a.a, tile, tile + kTileBytes, xst + staged_floats((g - g0) * a.a.k), lane, [&](int r, float v) {
+        const unsigned char* srow = tile + kTileBytes + scale_window(row0, a.a.scale_row_bytes).offset;
+        tile_rows<SA, 16 / SA>(a.a, tile, srow, xst + staged_floats((g - g0) * a.a.k), lane, [&](int r, float v) {
             if (lane == 0) a.mid[row0 + r] = f32_to_bf16_bits(v);
         });
         if (i == 0) trace_point(a, 8);
@@ -327,7 +384,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_chain_kernel(const ChainArgs
         if (first_b) trace_point(a, 9);
         const unsigned char* tile = smem + size_t(s) * kStageBytes;
         const int64_t row0 = int64_t(b_first + (i - n_a)) * a.b.rows_per_tile;
-        tile_rows<SB, 16 / SB>(a.b, tile, tile + kTileBytes, xst, lane, [&](int r, float v) {
+        const unsigned char* srow = tile + kTileBytes + scale_window(row0, a.b.scale_row_bytes).offset;
+        tile_rows<SB, 16 / SB>(a.b, tile, srow, xst, lane, [&](int r, float v) {
             if (lane != 0) return;
             if (a.y_f32)
                 reinterpret_cast<float*>(a.y)[row0 + r] = v;
@@ -404,7 +462,9 @@ std::string check_weight(const DeviceLinear& w, const char* name) {
         return n + ": columns must divide 16,384 and lie in 256..8,192 (whole rows per 16 KB tile, >= 2 rows)";
     if (w.out % 128 != 0) return n + ": rows must be a multiple of 128";
     const int64_t sb = scale_row_bytes(w);
-    if (sb % 16 != 0 || sb > kMaxScaleBytes) return n + ": a 128-row block's scale row must be 16..256 bytes, a multiple of 16";
+    if (sb > kMaxScaleBytes || (sb % 16 != 0 && 16 % sb != 0) || (w.out / 128) * sb % 16 != 0)
+        return n + ": a 128-row block's scale row must divide 16 bytes or be a multiple of 16 (at most 256), and the "
+                   "scale array a multiple of 16 bytes";
     if (!aligned16(w.weight) || !aligned16(w.scale)) return n + ": weight and scale must be 16-byte aligned";
     return {};
 }
@@ -429,6 +489,12 @@ std::string gemv_chain_refusal(const GemvChain& c) {
         return "splits: 1 .. columns / 128";
     if (!c.mid || !c.mid_values || !c.mid_scales || !aligned16(c.mid) || !aligned16(c.mid_values))
         return "mid: bf16 output and prepared storage needed (16-byte aligned)";
+    if (c.norm_weight) {
+        if (c.groups != 1 || c.b.in > 2048) return "norm_weight: a norm needs groups 1 and at most 2,048 rows of a";
+        if (!aligned16(c.norm_weight)) return "norm_weight: must be 16-byte aligned";
+        if (!c.mid_normed || !aligned16(c.mid_normed) || c.mid_normed == c.mid)
+            return "mid_normed: the normed output needs its own 16-byte aligned storage";
+    }
     if (!c.y) return "y: missing";
     if (!c.counters || c.n_counters < gemv_chain_counters(c)) return "counters: fewer than gemv_chain_counters()";
     const int grid = chain_grid(c);
@@ -452,6 +518,9 @@ void gemv_chain(const GemvChain& c, cudaStream_t stream) {
     a.mid = c.mid;
     a.mid_values = c.mid_values;
     a.mid_scales = c.mid_scales;
+    a.norm_w = c.norm_weight;
+    a.norm_eps = c.norm_eps;
+    a.mid_normed = c.mid_normed;
     a.numerics_b = int(c.numerics_b);
     a.y = c.y;
     a.y_f32 = c.y_kind == OutKind::F32;

@@ -1,13 +1,15 @@
 // Two dependent one-token FP8 GEMVs in one persistent kernel (sm_90+): y = B · prepare(bf16(A · x)), where A may be
-// grouped (attention wo_a: G groups of rows, group g reading columns g·Kg .. of x) and B reads A's whole output.
+// grouped (attention wo_a: G groups of rows, group g reading columns g·Kg .. of x) and B reads A's whole output; or,
+// with a norm weight, y = B · prepare(rmsnorm(bf16(A · x))) (the query path: wq_a, q_norm, wq_b).
 // Stage 1 of the persistent decode step (docs/decode-step-design.md): today's one-token path runs A and B as two
 // simt_gemv launches with an activation preparation between them, and the weight stream stops at each boundary;
 // here one loader warp per SM streams A's and then B's weight tiles through a ring of shared-memory stages without
 // waiting for A to finish, and B's compute begins as soon as every 128-block of A's output is prepared.
 //
-// Numerics: bit for bit those of simt_gemv for A (bf16 output), prepare_activation of that output for B's weight
-// layout and numerics, and simt_gemv for B, given the same K splits (the caller passes the k_splits that
-// plan_linear chose for simt_gemv on each op). Which warp or CTA computes a row does not enter a simt_gemv result;
+// Numerics: bit for bit those of simt_gemv for A (bf16 output), rmsnorm of that output where a norm is given (its
+// vector path's per-lane order, norm/rms_row.cuh), prepare_activation of the result for B's weight layout and
+// numerics, and simt_gemv for B, given the same K splits (the caller passes the k_splits that plan_linear chose for
+// simt_gemv on each op). Which warp or CTA computes a row does not enter a simt_gemv result;
 // the lane's column order, the warp reduction and the split order do, and the kernel keeps all three.
 #pragma once
 #include <cuda_runtime.h>
@@ -28,8 +30,13 @@ struct GemvChain {
     int splits_b = 1;
     ActNumerics numerics_b = ActNumerics::EXACT;  // B's input preparation
     uint16_t* mid = nullptr;         // A's output as bf16 [G * R] (written, as simt_gemv writes it)
-    uint16_t* mid_values = nullptr;  // and prepared for B: prepare_activation's row 0 (values [G * R] ...
-    float* mid_scales = nullptr;     // ... and one scale per 128 columns)
+    uint16_t* mid_values = nullptr;  // and (normed where norm_weight is given) prepared for B: prepare_activation's
+    float* mid_scales = nullptr;     // row 0 (values [G * R] and one scale per 128 columns)
+    // Optional RMSNorm of A's output before its preparation (groups 1, at most 2,048 rows): bf16 weight [R], eps;
+    // the normed row is written as bf16 to mid_normed (rmsnorm's output; not the same storage as mid).
+    const uint16_t* norm_weight = nullptr;
+    float norm_eps = 1e-6f;
+    uint16_t* mid_normed = nullptr;
     void* y = nullptr;               // B's output [N], bf16 or fp32
     OutKind y_kind = OutKind::BF16;
     uint32_t* counters = nullptr;    // >= gemv_chain_counters() zeroed words; left zeroed

@@ -21,6 +21,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/gemm/fp8_quant.cuh"
 #include "cuda/gemm/prepare_block.cuh"
+#include "cuda/norm/rms_row.cuh"
 #include "cuda/norm/rmsnorm.cuh"
 
 namespace flashseek::cuda {
@@ -56,13 +57,9 @@ template <typename WeightPair>
 __device__ __forceinline__ float2 norm_rope_pair(float2 v, float r, bool with_weight, WeightPair weight_pair, int k,
                                                  int rope_first_pair, const RopeTable& rope, int64_t pos,
                                                  const float2* cos_sin = nullptr) {
-    v.x *= r;
-    v.y *= r;
-    if (with_weight) {
-        const float2 w = weight_pair();
-        v.x *= w.x;
-        v.y *= w.y;
-    }
+    const float2 w = with_weight ? weight_pair() : make_float2(1.f, 1.f);
+    v.x = rms_row::normed(v.x, r, with_weight, w.x);
+    v.y = rms_row::normed(v.y, r, with_weight, w.y);
     if (k >= rope_first_pair) {
         v.x = attn_detail::round_bf16(v.x);
         v.y = attn_detail::round_bf16(v.y);
@@ -167,17 +164,9 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
     const int64_t pos = rope.n_pairs ? positions[token] : 0;
     float ss = 0.f;
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-        if (lane + 32 * v >= n8) continue;
-        const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw[v]);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const float2 f = __bfloat1622float2(h[j]);
-            ss += f.x * f.x + f.y * f.y;
-        }
-    }
-    ss = warp_sum(ss);
-    const float r = rsqrtf(ss / float(dim) + eps);
+    for (int v = 0; v < V; ++v)
+        if (lane + 32 * v < n8) ss = rms_row::add_chunk_squares(raw[v], ss);
+    const float r = rms_row::inverse_rms(ss, dim, eps);
     const int rope_first_pair = dim / 2 - rope.n_pairs;
     // In place (out == in, as q_norm and the head norm run), a slice's stores would race with another slice's
     // loads of the same row: the row's slices (consecutive warps of this CTA, slices dividing kWarpsPerBlock) meet

@@ -6,11 +6,14 @@
 // weights, fp32) so the comparison is not between two wrong answers. Random data with fresh seeds, outputs
 // poisoned before every launch; cases: V4-Flash's wo_a / wo_b (8 groups of 1,024 rows x 4,096, then 4,096 x
 // 8,192) with the production workspace's splits and with one split (two staged chunks per row of B), E8M0 and fp32
-// scales, release and exact numerics for B's input, bf16 and fp32 outputs, other tile heights (2 to 16 rows).
-// --quick (compute-sanitizer) keeps the two small cases. Then the refusals, each naming its field.
+// scales, release and exact numerics for B's input, bf16 and fp32 outputs, other tile heights (2 to 16 rows); and
+// the query path with its norm (V4-Flash's wq_a 1,024 x 4,096, q_norm, wq_b 32,768 x 1,024, against simt_gemv,
+// rmsnorm writing the prepared copy as the backend calls it, simt_gemv), where the normed row must match too.
+// --quick (compute-sanitizer) keeps the small cases. Then the refusals, each naming its field.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string_view>
 
@@ -18,6 +21,7 @@
 #include "cuda/common/arch.cuh"
 #include "cuda/gemm/gemv_chain.cuh"
 #include "cuda/gemm/linear_catalogue.h"
+#include "cuda/norm/rmsnorm.cuh"
 #include "harness.h"
 #include "harness_mode.h"
 #include "named_error.h"
@@ -41,6 +45,7 @@ struct ChainCase {
     ScaleKind scale;
     bool workspace_splits;  // plan with the split-K workspace (the backend's case) or without (one split)
     bool quick;             // in the --quick list (compute-sanitizer)
+    bool norm = false;      // RMSNorm of A's output before B (the query path: q_norm), groups 1
 };
 
 struct Prepared {
@@ -108,7 +113,27 @@ void check_chain(const ChainCase& c, const cuda::GemmWorkspace& ws) {
     else
         cuda::linear(xa.act, da, mid_ref.ptr, OutKind::BF16, ma, plan_ws, nullptr, simt);
     Prepared az(ma);
-    cuda::prepare_activation(mid_ref.ptr, false, 1, ma, ma, WeightKind::FP8_BLOCK128, c.numerics_b, az.act, nullptr);
+    // The norm's weight (bf16 around 1) and eps, and its output as the backend's q_norm writes it: bf16 beside the
+    // copy prepared for B in the same kernel.
+    std::uniform_real_distribution<float> wd(0.5f, 1.5f);
+    std::vector<uint16_t> nwh(static_cast<size_t>(ma));
+    for (auto& v : nwh) v = f32_to_bf16(wd(rng));
+    DeviceArray<uint16_t> norm_w(nwh);
+    const float eps = 1e-6f;
+    DeviceArray<uint16_t> normed_ref(static_cast<size_t>(ma));
+    normed_ref.poison();
+    if (c.norm) {
+        az.act.layout = WeightKind::FP8_BLOCK128;
+        az.act.numerics = c.numerics_b;
+        az.act.format = cuda::ActFormat::MMA_F16;
+        az.act.raw = false;
+        cuda::rmsnorm(reinterpret_cast<const __nv_bfloat16*>(mid_ref.ptr), ma,
+                      reinterpret_cast<__nv_bfloat16*>(normed_ref.ptr), ma,
+                      reinterpret_cast<const __nv_bfloat16*>(norm_w.ptr), 1, int(ma), eps, nullptr, &az.act);
+    } else {
+        cuda::prepare_activation(mid_ref.ptr, false, 1, ma, ma, WeightKind::FP8_BLOCK128, c.numerics_b, az.act,
+                                 nullptr);
+    }
     const cuda::LinearPlan plan_b = cuda::plan_linear(az.act, db, 1, plan_ws, simt);
     ASSERT_EQ(plan_b.variant, "simt_gemv");
     const size_t elem = c.out == OutKind::F32 ? 4 : 2;
@@ -121,6 +146,7 @@ void check_chain(const ChainCase& c, const cuda::GemmWorkspace& ws) {
         EXPECT_GT(plan_a.k_splits * plan_b.k_splits, 1) << "the workspace case should reach split-K";
     }
     const std::vector<uint16_t> mid_expect = mid_ref.download();
+    const std::vector<uint16_t> normed_expect = normed_ref.download();
     const std::vector<uint16_t> midv_expect = first(az.values, size_t(ma));
     const std::vector<float> mids_expect = first(az.scales, size_t(ma / 128));
     const std::vector<uint8_t> y_expect = y_ref.download();
@@ -131,8 +157,16 @@ void check_chain(const ChainCase& c, const cuda::GemmWorkspace& ws) {
         std::vector<float> mid(static_cast<size_t>(ma)), y(static_cast<size_t>(c.nb));
         cpu::grouped_out_proj(xf.data(), 1, c.groups, c.rows_per_group, c.ka, waf.data(), mid.data(), nullptr);
         for (auto& v : mid) v = round_bf16(v);
-        std::vector<float> midq = mid;
-        if (c.numerics_b == ActNumerics::FP8_BLOCK128) cpu::act_quant_fp8_block128(mid.data(), ma, midq.data());
+        std::vector<float> midn = mid;
+        if (c.norm) {
+            double ss = 0;
+            for (float v : mid) ss += double(v) * v;
+            const float r = float(1.0 / std::sqrt(ss / double(ma) + eps));
+            for (int64_t i = 0; i < ma; ++i) midn[size_t(i)] = round_bf16(mid[size_t(i)] * r * bf16_to_f32(nwh[size_t(i)]));
+            EXPECT_LE(rel_l2(bf16_to_f32_vec(normed_expect), midn), 1e-2) << "the norm against the CPU";
+        }
+        std::vector<float> midq = midn;
+        if (c.numerics_b == ActNumerics::FP8_BLOCK128) cpu::act_quant_fp8_block128(midn.data(), ma, midq.data());
         cpu::linear_f32(midq.data(), 1, wbf.data(), c.nb, ma, y.data(), nullptr);
         EXPECT_LE(rel_l2(bf16_to_f32_vec(mid_expect), mid), 1e-2) << "A against the CPU";
         EXPECT_LE(rel_l2(as_f32(y_expect, c.out, size_t(c.nb)), y), 2e-2) << "B against the CPU";
@@ -155,6 +189,12 @@ void check_chain(const ChainCase& c, const cuda::GemmWorkspace& ws) {
     g.mid_scales = mp.scales.ptr;
     g.y = y.ptr;
     g.y_kind = c.out;
+    DeviceArray<uint16_t> normed(static_cast<size_t>(ma));
+    if (c.norm) {
+        g.norm_weight = norm_w.ptr;
+        g.norm_eps = eps;
+        g.mid_normed = normed.ptr;
+    }
     DeviceArray<uint32_t> counters(size_t(cuda::gemv_chain_counters(g)) + 5);
     CUDA_CHECK(cudaMemset(counters.ptr, 0, counters.n * 4));
     g.counters = counters.ptr;
@@ -163,12 +203,16 @@ void check_chain(const ChainCase& c, const cuda::GemmWorkspace& ws) {
     for (int launch = 0; launch < 3; ++launch) {
         SCOPED_TRACE("launch " + std::to_string(launch));
         mid.poison();
+        normed.poison();
         mp.values.poison();
         mp.scales.poison();
         y.poison();
         cuda::gemv_chain(g, nullptr);
         CUDA_CHECK(cudaDeviceSynchronize());
         EXPECT_TRUE(same_bytes(mid.download(), mid_expect)) << "A's bf16 output";
+        if (c.norm) {
+            EXPECT_TRUE(same_bytes(normed.download(), normed_expect)) << "the normed bf16 output";
+        }
         EXPECT_TRUE(same_bytes(first(mp.values, size_t(ma)), midv_expect)) << "A's output prepared for B (values)";
         EXPECT_TRUE(same_bytes(first(mp.scales, size_t(ma / 128)), mids_expect)) << "... (scales)";
         EXPECT_TRUE(same_bytes(y.download(), y_expect)) << "B's output";
@@ -203,6 +247,14 @@ TEST_F(GemvChainTest, BitIdenticalToThePerKernelPath) {
          ScaleKind::F32, true, true},
         {"2 groups x 1,024 rows of 8,192 (2-row tiles)", 2, 1024, 8192, 640, ActNumerics::FP8_BLOCK128,
          OutKind::BF16, ScaleKind::E8M0, false, false},
+        {"V4 wq_a / q_norm / wq_b, release", 1, 1024, 4096, 32768, ActNumerics::FP8_BLOCK128, OutKind::BF16,
+         ScaleKind::E8M0, true, false, true},
+        {"V4 query path, exact, fp32 scales, one split", 1, 1024, 4096, 32768, ActNumerics::EXACT, OutKind::BF16,
+         ScaleKind::F32, false, false, true},
+        {"norm of 1,024 rows of 2,048 (8-row tiles)", 1, 1024, 2048, 384, ActNumerics::FP8_BLOCK128, OutKind::F32,
+         ScaleKind::E8M0, true, true, true},
+        {"norm of 512 rows of 1,024", 1, 512, 1024, 256, ActNumerics::EXACT, OutKind::BF16, ScaleKind::E8M0, true,
+         true, true},
     };
     for (const ChainCase& c : cases)
         if (c.quick || !quick_mode()) check_chain(c, ws_);
@@ -213,6 +265,7 @@ TEST_F(GemvChainTest, RefusalsNameTheField) {
     const TestWeight wa = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, 2048, 4096);
     const TestWeight wb = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, 512, 2048);
     const TestWeight w4 = make_weight(rng, WeightKind::FP4_BLOCK32, ScaleKind::E8M0, 512, 2048);
+    const TestWeight wide = make_weight(rng, WeightKind::FP8_BLOCK128, ScaleKind::E8M0, 2048, 8192);  // one group
     Prepared xa(2 * 4096), mp(2048);
     DeviceArray<uint16_t> x(random_bf16(rng, 2 * 4096, 1.f)), mid(2048);
     DeviceArray<float> y(512);
@@ -250,6 +303,14 @@ TEST_F(GemvChainTest, RefusalsNameTheField) {
     bad = g;
     bad.y = nullptr;
     refused(bad, "y:");
+    bad = g;
+    bad.norm_weight = x.ptr;  // any aligned bf16 storage: refused for the grouped A
+    bad.mid_normed = mp.values.ptr;
+    refused(bad, "norm_weight");
+    bad.groups = 1;
+    bad.a = wide.device();
+    bad.mid_normed = mid.ptr;
+    refused(bad, "mid_normed");
     cuda::PreparedActivation two = xa.act;
     two.m = 2;
     bad = g;
