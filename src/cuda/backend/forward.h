@@ -65,6 +65,10 @@ private:
     // head_queries: the query path (and the sub-block's output) on the head rows only (last_layer_on_head_rows).
     void enqueue_attention(int l, const PassShape& s, bool head_queries);
     void enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch);
+    // wq_a -> q_norm -> wq_b as one persistent kernel at one token (gemm/gemv_chain.cuh with its norm): the normed
+    // q latent in buf_.q_latent and prepared in buf_.prep_q_latent as q_norm leaves them, the queries in
+    // buf_.queries; false (nothing run) where it does not apply.
+    bool run_query_chain(const ShardLayer& L, const PreparedActivation& ax, int Tq, bool prefill);
     // wo_a -> wo_b as one persistent kernel at one token (gemm/gemv_chain.cuh); false where it does not apply.
     bool run_out_proj_chain(const ShardLayer& L, const PreparedActivation& ao, const DeviceLinear& wo_a, int G,
                             int Tq, bool prefill);

@@ -133,14 +133,16 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         dequantize_weight_bf16(L.wo_a, buf_.wo_a_bf16.as<uint16_t>(), wl.stream);
     }
 
-    // Query latent and queries (main stream). wq_b's matrix can stream into L2 meanwhile (prefetch_weights).
-    prefetch_weights(L.wq_b, s);
-    {
+    // Query latent and queries (main stream). wq_b's matrix can stream into L2 meanwhile (prefetch_weights). Where
+    // the policy forces "query_chain", one token runs wq_a, q_norm and wq_b as one persistent kernel instead.
+    const bool query_chained = ax && run_query_chain(L, *ax, Tq, s.prefill);
+    if (!query_chained) prefetch_weights(L.wq_b, s);
+    if (!query_chained) {
         OpProfiler::Scope sc(prof_, "attn.wq_a gemm");
         prof_.bytes(L.bytes.wq_a);
         lin(*ax, L.wq_a, buf_.q_latent.get(), OutKind::BF16, QL);
     }
-    {
+    if (!query_chained) {
         // The norm also writes its output prepared for wq_b (FP8 / FP4 weights; in prefill passes the FP8 GEMM's
         // act_quant rows): no preparation launch.
         OpProfiler::Scope sc(prof_, "attn.q_norm");
@@ -190,7 +192,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
     const bool index_branch =
         index_scoring && pol_->is_forced("indexer_branch") && !pol_->is_disabled("indexer_branch");
     if (index_branch) enqueue_indexer_query(streams_.fork(streams_.index_query), true);
-    {
+    if (!query_chained) {
         OpProfiler::Scope sc(prof_, "attn.wq_b gemm");
         prof_.bytes(L.bytes.wq_b);
         lin(aq, L.wq_b, buf_.queries.get(), OutKind::BF16, int64_t(H) * hd);
@@ -285,6 +287,52 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         lin(az, L.wo_b, buf_.sub_out_partial.get(), OutKind::F32, D);
     else
         lin(az, L.wo_b, buf_.sub_out.get(), OutKind::BF16, D);
+}
+
+// One token: wq_a, q_norm (with the preparation of its output for wq_b) and wq_b as one persistent kernel
+// (gemm/gemv_chain.cuh with its norm) where both linears would run simt_gemv: the same bits as the three launches.
+// Taken only where the policy forces "query_chain" (A/B against the launches). Returns false (nothing run) elsewhere.
+bool ForwardPass::run_query_chain(const ShardLayer& L, const PreparedActivation& ax, int Tq, bool prefill) {
+    if (Tq != 1 || prefill || !pol_->is_forced("query_chain") || pol_->is_disabled("query_chain")) return false;
+    const Lane main = streams_.main_lane();
+    if (!main.ws) return false;
+    const int64_t QL = cfg_.q_lora_rank;
+    const ActFormat fmt = input_format(Tq, L.wq_b);
+    if (fmt != ActFormat::MMA_F16 || !producer_prepares(L.wq_b, fmt)) return false;
+    PrepBuffer& pq = buf_.prep_q_latent;
+    PreparedActivation aq;  // what q_norm leaves prepared for wq_b: the plan of wq_b is read from it
+    describe_prepared(aq, L.wq_b.kind, num_.act, Tq, QL);
+    aq.values = pq.values.as<uint16_t>();
+    aq.scales = pq.scales.as<float>();
+    const LinearPlan plan_a = plan_linear(ax, L.wq_a, 1, main.ws, *pol_);
+    const LinearPlan plan_b = plan_linear(aq, L.wq_b, 1, main.ws, *pol_);
+    if (plan_a.variant != "simt_gemv" || plan_b.variant != "simt_gemv") return false;
+    GemvChain c;
+    c.x = &ax;
+    c.a = L.wq_a;
+    c.splits_a = plan_a.k_splits;
+    c.b = L.wq_b;
+    c.splits_b = plan_b.k_splits;
+    c.numerics_b = num_.act;  // as q_norm prepares its output (adopt_produced)
+    c.mid = buf_.q_latent_raw.as<uint16_t>();
+    c.mid_values = aq.values;
+    c.mid_scales = aq.scales;
+    c.norm_weight = reinterpret_cast<const uint16_t*>(L.q_norm);
+    c.norm_eps = float(cfg_.rms_norm_eps);
+    c.mid_normed = buf_.q_latent.as<uint16_t>();
+    c.y = buf_.queries.get();
+    c.y_kind = OutKind::BF16;
+    c.counters = main.ws->counters;
+    c.n_counters = main.ws->n_counters;
+    if (!gemv_chain_supports(c)) return false;
+    {
+        OpProfiler::Scope sc(prof_, "attn.wq_a + q_norm + wq_b chain");
+        prof_.bytes(L.bytes.wq_a + L.bytes.q_norm + L.bytes.wq_b);
+        gemv_chain(c, main.stream);
+        prof_.variant("gemv_chain");
+    }
+    adopt_prepared(pq, buf_.q_latent.get(), Tq, QL, L.wq_b.kind, num_.act);  // written by the chain, as q_norm would
+    return true;
 }
 
 // One token: wo_a, the preparation of its output for wo_b and wo_b as one persistent kernel (gemm/gemv_chain.cuh)

@@ -83,6 +83,7 @@ StepBuffers::StepBuffers(const ModelConfig& cfg, const StepBufferSizes& sizes) :
     if (sizes.sharded) sub_out_partial.allocate(size_t(T * D) * 4, "sub-block output of the shard");
 
     q_latent.allocate(size_t(T * QL) * 2, "q latent");
+    q_latent_raw.allocate(size_t(QL) * 2, "q latent before its norm");
     queries.allocate(size_t(T * H * hd) * 2, "queries");
     window_kv.allocate(size_t(T * hd) * 2, "window kv");
     attn_out.allocate(size_t(T * H * hd) * 2, "attention output");

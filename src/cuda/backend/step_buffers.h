@@ -80,6 +80,7 @@ struct StepBuffers {
     DeviceBuffer head_in, head_post, head_comb;
     // attention
     DeviceBuffer q_latent;      // [rows, q_lora_rank]
+    DeviceBuffer q_latent_raw;  // [q_lora_rank]: wq_a's output before q_norm where the query chain runs (one token)
     DeviceBuffer queries;       // [rows, heads, head_dim]
     DeviceBuffer window_kv;     // [rows, head_dim]
     DeviceBuffer attn_out;      // [rows, heads, head_dim]
