@@ -8,7 +8,8 @@
 // Attention CTA (one query, G row groups of 16 heads, 2 warps per group), per candidate tile:
 //  1. cp.async of the tile's 32 rows (zero-filled when masked) S-1 tiles ahead of the compute (the V4
 //     instantiation: one tile ahead, its third buffer holds the tile whose PV product groups 2-3 run late), through
-//     a ring of stage buffers with a `full` and an `empty` mbarrier each: no CTA barrier per tile;
+//     a ring of stage buffers with a `full` and an `empty` mbarrier each: no CTA barrier per tile (or, with the
+//     tuning's cta_release, one CTA barrier per tile before the refill instead of the `empty` mbarriers);
 //  2. QK: warp (group, half) runs the k16 mma chain of its head_dim half for all 4 n-tiles (16 heads x 32
 //     candidates); the two halves are exchanged through shared memory (named barrier per group) and summed
 //     half0 + half1, each warp then holding the group's full 16 x 32 scores;
@@ -157,7 +158,7 @@ __device__ __forceinline__ int64_t candidate_row(const SparseAttentionParams& p,
 // floating-point operations in the same order per row group, so they give the same bits.
 template <int kD, int kStages, int kGroups, bool kDefer>
 __global__ void __launch_bounds__(kMaxThreads, 1)
-    prefill_attention_kernel(SparseAttentionParams p, GatherLayout g, int stages_arg) {
+    prefill_attention_kernel(SparseAttentionParams p, GatherLayout g, int stages_arg, bool cta_release) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -222,17 +223,33 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     // coupled only through the ring and their row group's exchange, not by CTA barriers around each tile (two per
     // tile before: every row group then ran QK, softmax and PV in step with the others), so a row group can run a
     // tile's QK / softmax while another runs its PV product, about one tile apart at most.
+    // cta_release (a kernel argument, uniform): the refill of tile a waits at a CTA barrier instead, at the top of
+    // iteration a - lookahead, which every warp reaches only once done with tile a - stages (a non-deferred warp
+    // released it in iteration a - stages, a deferred one in a - stages + 1); the `empty` mbarriers go unused. One
+    // barrier per tile, so a row group can still run a tile's QK / softmax while another runs its PV product. Why:
+    // compute-sanitizer's racecheck does not follow mbarrier phases and reports every refill of the default form as
+    // a hazard; a CTA barrier it follows. A named barrier over all of the CTA's threads with some warps only
+    // arriving (bar.arrive) was tried first: racecheck then misplaced the CTA barriers after it and reported hazards
+    // across the epilogue's __syncthreads (run 231, docs/perf-log/2026-12-05_query-chain-and-prefill-releases.md).
+    // Same bits either way: only the timing moves.
     // Tiles are requested `lookahead` ahead of the compute. With kDefer the upper half of the row groups runs each
     // tile's PV one tile late (below), so the stage of tile t - 1 is still read while tile t computes: one more
     // buffer than the lookahead needs.
     const int lookahead = kDefer ? stages - 2 : stages - 1;
+    // Called by every thread with the same a (uniform: cta_release's barrier).
     auto issue_tile = [&](int a) {
         const int st = a % stages;
-        if (a >= stages) mbar::mbar_wait(sm.empty + st, uint32_t((a / stages - 1) & 1));
+        if (a >= stages) {
+            if (cta_release)
+                __syncthreads();  // every warp is done with tile a - stages (see above)
+            else
+                mbar::mbar_wait(sm.empty + st, uint32_t((a / stages - 1) & 1));
+        }
         load_tile(a, st);
         mbar::cp_async_mbar_arrive(sm.full + st);
     };
     auto release_stage = [&](int tile) {
+        if (cta_release) return;
         __syncwarp();  // every lane has read the stage
         if (lane == 0) mbar::mbar_arrive(sm.empty + tile % stages);
     };
@@ -576,7 +593,7 @@ void sparse_attention_prefill(const SparseAttentionParams& p, int max_entries, v
     CUDA_CHECK_LAUNCH("prefill_gather_kernel");
     const int head_blocks = ((p.n_heads + kGroupHeads - 1) / kGroupHeads + shape.groups - 1) / shape.groups;
     launch_pdl("prefill_attention_kernel", kernel, dim3(p.batch.n_tokens, head_blocks),
-               dim3(shape.groups * kGroupThreads), shape.smem, stream, p, g, shape.stages);
+               dim3(shape.groups * kGroupThreads), shape.smem, stream, p, g, shape.stages, tuning.cta_release);
     CUDA_CHECK_LAUNCH("prefill_attention_kernel");
 }
 

@@ -9,7 +9,8 @@
 //  2. attention: CTA = (one query row, up to 64 heads = 4 row groups of 16); each row group is two warps, one per
 //     half of head_dim. The query's candidate tiles (32 candidates, the decode kernel's rounding groups) are copied
 //     from the gathered rows into shared memory with cp.async (a ring of 1-3 stage buffers on mbarriers: warps
-//     meet only their row group's partner and the ring, no CTA barrier per tile), QK^T and PV run on mma.sync
+//     meet only their row group's partner and the ring, no CTA barrier per tile; PrefillAttentionTuning::cta_release
+//     releases the stages through one CTA barrier per tile instead), QK^T and PV run on mma.sync
 //     m16n8k16 bf16 (sm_80+), the online softmax keeps P in registers, the output is normalized with the sink and
 //     de-rotated as in the decode kernel. Queries of one tile with different top-k lists are no problem: each CTA
 //     owns one query and reads its rows by index. A tile without a valid candidate (the -1 tail of a top-k list
@@ -47,6 +48,10 @@ struct PrefillAttentionTuning {
     // sizes (4 head groups, 3 stage buffers, half the groups' PV products one tile late) where the device's shared
     // memory holds it. false: the runtime-sized kernel instead. Both give the same bits.
     bool allow_fixed_shape = true;
+    // Stage refills after one CTA barrier per tile instead of the per-stage `empty` mbarriers: the form
+    // compute-sanitizer's racecheck can follow (it does not follow mbarrier phases). The same bits; the backend
+    // takes it where the policy forces "attn_prefill_cta_release".
+    bool cta_release = false;
 };
 
 // Workspace of sparse_attention_prefill for a step of at most max_tokens rows in at most max_seqs sequences

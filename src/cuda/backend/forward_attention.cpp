@@ -429,7 +429,10 @@ void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s, const Toke
                                                  hd) <=
             buf_.attn_workspace_bytes) {
         prof_.variant("attn_prefill");
-        sparse_attention_prefill(p, max_entries, buf_.attn_workspace.get(), buf_.attn_workspace_bytes, streams_.main());
+        PrefillAttentionTuning tuning;  // the stage releases racecheck follows, where forced (same bits)
+        tuning.cta_release = pol_->is_forced("attn_prefill_cta_release");
+        sparse_attention_prefill(p, max_entries, buf_.attn_workspace.get(), buf_.attn_workspace_bytes, streams_.main(),
+                                 tuning);
         return;
     }
     prof_.variant(

@@ -2,7 +2,8 @@
 // 64/128/512, windows shorter and longer than the prompt, prompts of 1, 37, 300 and 2000 tokens, window-only,
 // all-visible and top-k compressed candidates with -1 and invisible ids, bf16 and FP8 caches), bit-identical to
 // the tensor-core decode kernel run with one split and to itself under every launch shape, chunking and batch
-// composition; indexer_select_prefill against cpu::indexer_scores + cpu::topk_indices, against indexer_select, and
+// composition, with either stage release (mbarriers, or CTA barriers: a test of its own, which a racecheck run can
+// select alone); indexer_select_prefill against cpu::indexer_scores + cpu::topk_indices, against indexer_select, and
 // invariant to its row chunking. Outputs are poisoned before every run; the seed is printed (FS_TEST_SEED replays).
 #include <map>
 #include <memory>
@@ -216,8 +217,10 @@ struct PrefillCase {
     bool indexer_lists = false;  // top-k rows as the indexer writes them (ascending, -1 at the end) instead of holes
 };
 
-TEST(CudaPrefillAttention, MatchesCpuAndDecodeKernel) {
-    REQUIRE_GPU();
+// Every case against the CPU reference and the decode kernel; then every launch shape against the default one, bit
+// for bit. cta_release: every launch releases its stages through CTA barriers (PrefillAttentionTuning::cta_release)
+// and none uses the default mbarrier releases, so that a racecheck run of this form alone sees no other form.
+void check_prefill_cases(bool cta_release) {
     const uint64_t seed = test_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     Rng rng(seed);
@@ -258,7 +261,9 @@ TEST(CudaPrefillAttention, MatchesCpuAndDecodeKernel) {
         AttnScene scene(c.H, c.D, c.R, c.window, c.ratio, c.use_topk, c.topk_width, c.fmt, spans, max_chunk,
                         /*realistic_topk=*/c.indexer_lists, rng);
         AttnStep step(scene, c.seqs);
-        const auto got_bits = step.prefill();
+        PrefillAttentionTuning first;
+        first.cta_release = cta_release;
+        const auto got_bits = step.prefill(first);
         const auto got = from_bf16_bits(got_bits);
 
         std::vector<int> rows;
@@ -278,13 +283,14 @@ TEST(CudaPrefillAttention, MatchesCpuAndDecodeKernel) {
 
         // every launch shape gives the same bits
         // (V4's shape runs the instantiation with compile-time sizes by default, the explicit shapes and
-        // {0, 0, false} the runtime-sized one)
+        // {0, 0, false} the runtime-sized one; 1 / 2 / 3 / 4 head groups copy with 1 / 1 / 2 / 2 of them)
         for (PrefillAttentionTuning tn : {PrefillAttentionTuning{1, 1}, PrefillAttentionTuning{1, 3},
                                           PrefillAttentionTuning{4, 2}, PrefillAttentionTuning{2, 1},
-                                          PrefillAttentionTuning{0, 0, false}}) {
+                                          PrefillAttentionTuning{3, 2}, PrefillAttentionTuning{0, 0, false}}) {
+            tn.cta_release = cta_release;
             EXPECT_EQ(count_differences(step.prefill(tn), got_bits), 0u)
                 << c.name << ": head groups " << tn.head_groups << " stages " << tn.stages
-                << (tn.allow_fixed_shape ? "" : ", runtime-sized kernel");
+                << (tn.allow_fixed_shape ? "" : ", runtime-sized kernel") << (cta_release ? ", CTA releases" : "");
         }
         // bit-identical to the tensor-core decode kernel with one split, where that kernel applies
         if (c.D % 64 == 0 && c.D <= 512) {
@@ -292,6 +298,18 @@ TEST(CudaPrefillAttention, MatchesCpuAndDecodeKernel) {
             EXPECT_EQ(count_differences(dec, got_bits), 0u) << c.name << ": prefill vs decode (mma, one split)";
         }
     }
+}
+
+TEST(CudaPrefillAttention, MatchesCpuAndDecodeKernel) {
+    REQUIRE_GPU();
+    check_prefill_cases(false);
+}
+
+// The stage releases through CTA barriers: the same checks, so the same bits as the default form (both equal the
+// decode kernel's and agree with the CPU) on every case and launch shape.
+TEST(CudaPrefillAttention, CtaReleaseMatchesCpuAndDecodeKernel) {
+    REQUIRE_GPU();
+    check_prefill_cases(true);
 }
 
 // A prompt's rows give the same bits whether it is prefilled in one step or in chunks (1-token chunks included),
