@@ -78,14 +78,12 @@ std::map<std::string, double> charge_by_first_end(const std::vector<const Kernel
     return charged;
 }
 
-StepAnalysis analyze_step(std::vector<const KernelSpan*> spans, uint64_t begin, uint64_t end) {
+// `spans` in start order (then end order).
+StepAnalysis analyze_step(const std::vector<const KernelSpan*>& spans, uint64_t begin, uint64_t end) {
     StepAnalysis a;
     TimelineStep& st = a.step;
     st.wall_us = double(end - begin) / 1e3;
     if (spans.empty()) return a;
-    std::sort(spans.begin(), spans.end(), [](const KernelSpan* x, const KernelSpan* y) {
-        return x->start_ns != y->start_ns ? x->start_ns < y->start_ns : x->end_ns < y->end_ns;
-    });
     st.kernels = int(spans.size());
     uint64_t first = spans.front()->start_ns, last = 0, covered_until = spans.front()->start_ns, busy = 0;
     const KernelSpan* last_ender = spans.front();
@@ -162,6 +160,9 @@ TimelineSummary summarize_timeline(const KernelTrace& trace, int largest_gaps) {
         return it->second;
     };
     for (size_t i = 0; i < n_steps; ++i) {
+        std::sort(per_step[i].begin(), per_step[i].end(), [](const KernelSpan* x, const KernelSpan* y) {
+            return x->start_ns != y->start_ns ? x->start_ns < y->start_ns : x->end_ns < y->end_ns;
+        });
         steps.push_back(analyze_step(per_step[i], trace.marks[i], trace.marks[i + 1]));
         for (const KernelSpan* k : per_step[i]) {
             Totals& tot = by_name[short_name(k->name)];
@@ -198,11 +199,8 @@ TimelineSummary summarize_timeline(const KernelTrace& trace, int largest_gaps) {
     const size_t mid_index = order[(n_steps - 1) / 2];
     const StepAnalysis& mid = steps[mid_index];
     out.largest.assign(mid.gaps.begin(), mid.gaps.begin() + std::min<size_t>(mid.gaps.size(), size_t(largest_gaps)));
-    std::vector<const KernelSpan*> mid_spans = per_step[mid_index];
-    std::stable_sort(mid_spans.begin(), mid_spans.end(),
-                     [](const KernelSpan* x, const KernelSpan* y) { return x->start_ns < y->start_ns; });
     const uint64_t mark = trace.marks[mid_index];
-    for (const KernelSpan* k : mid_spans)
+    for (const KernelSpan* k : per_step[mid_index])  // in start order
         out.median_step_spans.push_back(
             {short_name(k->name), k->stream, k->start_ns - mark, span_end(*k) - mark, k->graph});
     const double n = double(n_steps);

@@ -20,6 +20,8 @@
 
 namespace flashseek::cuda {
 
+struct GemvChain;  // gemm/gemv_chain.cuh
+
 // Release (production) numerics quantize activations to FP8 per 128 columns and simulate the reference's FP8 KV
 // and Hadamard + FP4 indexer keys; the exact (reference) configuration does none of it, like the CPU exact numerics
 // it is compared against.
@@ -69,6 +71,10 @@ private:
     // q latent in buf_.q_latent and prepared in buf_.prep_q_latent as q_norm leaves them, the queries in
     // buf_.queries; false (nothing run) where it does not apply.
     bool run_query_chain(const ShardLayer& L, const PreparedActivation& ax, int Tq, bool prefill);
+    // A chain's K splits, prepared-input storage and counters from the per-kernel path (false: not applicable), and
+    // its launch under profiler op name `op`.
+    bool plan_gemv_chain(GemvChain& c, const PreparedActivation& bx, const Lane& main);
+    void launch_gemv_chain(const GemvChain& c, const char* op, double bytes, const Lane& main);
     // wo_a -> wo_b as one persistent kernel at one token (gemm/gemv_chain.cuh); false where it does not apply.
     bool run_out_proj_chain(const ShardLayer& L, const PreparedActivation& ao, const DeviceLinear& wo_a, int G,
                             int Tq, bool prefill);

@@ -289,6 +289,29 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         lin(az, L.wo_b, buf_.sub_out.get(), OutKind::BF16, D);
 }
 
+// The rest of a chain's description from the per-kernel path it replaces: the K splits simt_gemv would use on each
+// op (the chain keeps them, so its bits are theirs), B's prepared input storage (bx: as B's producer would leave
+// it) and the workspace's counters. False where either linear would not run simt_gemv or the chain refuses.
+bool ForwardPass::plan_gemv_chain(GemvChain& c, const PreparedActivation& bx, const Lane& main) {
+    const LinearPlan plan_a = plan_linear(*c.x, c.a, c.groups, main.ws, *pol_);
+    const LinearPlan plan_b = plan_linear(bx, c.b, 1, main.ws, *pol_);
+    if (plan_a.variant != "simt_gemv" || plan_b.variant != "simt_gemv") return false;
+    c.splits_a = plan_a.k_splits;
+    c.splits_b = plan_b.k_splits;
+    c.mid_values = bx.values;
+    c.mid_scales = bx.scales;
+    c.counters = main.ws->counters;
+    c.n_counters = main.ws->n_counters;
+    return gemv_chain_supports(c);
+}
+
+void ForwardPass::launch_gemv_chain(const GemvChain& c, const char* op, double bytes, const Lane& main) {
+    OpProfiler::Scope sc(prof_, op);
+    prof_.bytes(bytes);
+    gemv_chain(c, main.stream);
+    prof_.variant("gemv_chain");
+}
+
 // One token: wq_a, q_norm (with the preparation of its output for wq_b) and wq_b as one persistent kernel
 // (gemm/gemv_chain.cuh with its norm) where both linears would run simt_gemv: the same bits as the three launches.
 // Taken only where the policy forces "query_chain" (A/B against the launches). Returns false (nothing run) elsewhere.
@@ -304,33 +327,19 @@ bool ForwardPass::run_query_chain(const ShardLayer& L, const PreparedActivation&
     describe_prepared(aq, L.wq_b.kind, num_.act, Tq, QL);
     aq.values = pq.values.as<uint16_t>();
     aq.scales = pq.scales.as<float>();
-    const LinearPlan plan_a = plan_linear(ax, L.wq_a, 1, main.ws, *pol_);
-    const LinearPlan plan_b = plan_linear(aq, L.wq_b, 1, main.ws, *pol_);
-    if (plan_a.variant != "simt_gemv" || plan_b.variant != "simt_gemv") return false;
     GemvChain c;
     c.x = &ax;
     c.a = L.wq_a;
-    c.splits_a = plan_a.k_splits;
     c.b = L.wq_b;
-    c.splits_b = plan_b.k_splits;
     c.numerics_b = num_.act;  // as q_norm prepares its output (adopt_produced)
     c.mid = buf_.q_latent_raw.as<uint16_t>();
-    c.mid_values = aq.values;
-    c.mid_scales = aq.scales;
     c.norm_weight = reinterpret_cast<const uint16_t*>(L.q_norm);
     c.norm_eps = float(cfg_.rms_norm_eps);
     c.mid_normed = buf_.q_latent.as<uint16_t>();
     c.y = buf_.queries.get();
     c.y_kind = OutKind::BF16;
-    c.counters = main.ws->counters;
-    c.n_counters = main.ws->n_counters;
-    if (!gemv_chain_supports(c)) return false;
-    {
-        OpProfiler::Scope sc(prof_, "attn.wq_a + q_norm + wq_b chain");
-        prof_.bytes(L.bytes.wq_a + L.bytes.q_norm + L.bytes.wq_b);
-        gemv_chain(c, main.stream);
-        prof_.variant("gemv_chain");
-    }
+    if (!plan_gemv_chain(c, aq, main)) return false;
+    launch_gemv_chain(c, "attn.wq_a + q_norm + wq_b chain", L.bytes.wq_a + L.bytes.q_norm + L.bytes.wq_b, main);
     adopt_prepared(pq, buf_.q_latent.get(), Tq, QL, L.wq_b.kind, num_.act);  // written by the chain, as q_norm would
     return true;
 }
@@ -355,31 +364,17 @@ bool ForwardPass::run_out_proj_chain(const ShardLayer& L, const PreparedActivati
     describe_prepared(az, L.wo_b.kind, nb, Tq, GO);
     az.values = pb.values.as<uint16_t>();
     az.scales = pb.scales.as<float>();
-    const LinearPlan plan_a = plan_linear(ao, wo_a, G, main.ws, *pol_);
-    const LinearPlan plan_b = plan_linear(az, L.wo_b, 1, main.ws, *pol_);
-    if (plan_a.variant != "simt_gemv" || plan_b.variant != "simt_gemv") return false;
     GemvChain c;
     c.x = &ao;
     c.a = wo_a;
     c.groups = G;
-    c.splits_a = plan_a.k_splits;
     c.b = L.wo_b;
-    c.splits_b = plan_b.k_splits;
     c.numerics_b = nb;
     c.mid = buf_.wo_a_out.as<uint16_t>();
-    c.mid_values = az.values;
-    c.mid_scales = az.scales;
     c.y = sharded_ ? buf_.sub_out_partial.get() : buf_.sub_out.get();  // as the wo_b launch below writes
     c.y_kind = sharded_ ? OutKind::F32 : OutKind::BF16;
-    c.counters = main.ws->counters;
-    c.n_counters = main.ws->n_counters;
-    if (!gemv_chain_supports(c)) return false;
-    {
-        OpProfiler::Scope sc(prof_, "attn.wo_a + wo_b chain");
-        prof_.bytes(L.bytes.wo_a + L.bytes.wo_b);
-        gemv_chain(c, main.stream);
-        prof_.variant("gemv_chain");
-    }
+    if (!plan_gemv_chain(c, az, main)) return false;
+    launch_gemv_chain(c, "attn.wo_a + wo_b chain", L.bytes.wo_a + L.bytes.wo_b, main);
     adopt_prepared(pb, buf_.wo_a_out.get(), Tq, GO, L.wo_b.kind, nb);  // written by the chain, as prepare() would
     return true;
 }

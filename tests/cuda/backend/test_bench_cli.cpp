@@ -21,8 +21,9 @@ namespace {
 // The flashseek binary: beside this test's executable (the device bundle), else the build tree's.
 std::string flashseek_binary() {
     const std::string folder = cuda::executable_folder();
-    if (!folder.empty() && fs::exists(fs::path(folder) / "flashseek")) return (fs::path(folder) / "flashseek").string();
-    return FLASHSEEK_BIN;
+    if (folder.empty()) return FLASHSEEK_BIN;
+    const fs::path beside = fs::path(folder) / "flashseek";
+    return fs::exists(beside) ? beside.string() : FLASHSEEK_BIN;
 }
 
 TEST(CudaBenchCli, ConfigurationsThatDoNotFitAreSkippedAndTheRestSaved) {
