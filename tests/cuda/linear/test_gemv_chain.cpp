@@ -251,9 +251,9 @@ TEST_F(GemvChainTest, BitIdenticalToThePerKernelPath) {
          ScaleKind::E8M0, true, false, true},
         {"V4 query path, exact, fp32 scales, one split", 1, 1024, 4096, 32768, ActNumerics::EXACT, OutKind::BF16,
          ScaleKind::F32, false, false, true},
-        {"norm of 1,024 rows of 2,048 (8-row tiles)", 1, 1024, 2048, 384, ActNumerics::FP8_BLOCK128, OutKind::F32,
+        {"norm of 1,024 rows of 2,048 (8-row tiles)", 1, 1024, 2048, 512, ActNumerics::FP8_BLOCK128, OutKind::F32,
          ScaleKind::E8M0, true, true, true},
-        {"norm of 512 rows of 1,024", 1, 512, 1024, 256, ActNumerics::EXACT, OutKind::BF16, ScaleKind::E8M0, true,
+        {"norm of 512 rows of 1,024", 1, 512, 1024, 512, ActNumerics::EXACT, OutKind::BF16, ScaleKind::E8M0, true,
          true, true},
     };
     for (const ChainCase& c : cases)
