@@ -302,6 +302,7 @@ bool ForwardPass::plan_gemv_chain(GemvChain& c, const PreparedActivation& bx, co
     c.mid_scales = bx.scales;
     c.counters = main.ws->counters;
     c.n_counters = main.ws->n_counters;
+    c.free_sms = pol_->gemv_chain_free_sms;
     return gemv_chain_supports(c);
 }
 

@@ -102,6 +102,7 @@ KernelPolicy KernelPolicy::from_env() {
         env_int("FLASHSEEK_MOE_WGMMA_DYNAMIC_MIN_TOKENS", p.moe_wgmma_dynamic_min_tokens, 1, 1 << 20);
     p.indexer_select_form = int(env_int("FLASHSEEK_INDEXER_SELECT_FORM", p.indexer_select_form, 0, 1));
     p.gemv_kw = warps_knob("FLASHSEEK_GEMV_KW");
+    p.gemv_chain_free_sms = int(env_int("FLASHSEEK_GEMV_CHAIN_FREE_SMS", p.gemv_chain_free_sms, 0, 1024));
     p.moe_up_kw = warps_knob("FLASHSEEK_MOE_UP_KW");
     p.moe_down_kw = warps_knob("FLASHSEEK_MOE_DOWN_KW");
     p.attn_mma_min_seqs = int(env_int("FLASHSEEK_ATTN_MMA_MIN_SEQS", p.attn_mma_min_seqs, 1, 1 << 20));

@@ -80,6 +80,9 @@ struct KernelPolicy {
     // docs/perf-log/2026-12-05_transport-stalls-and-review-fixes.md).
     int indexer_select_form = 1;
     int gemv_kw = 0;                     // warps per 16-row tile of mma_gemv: 0 (rule), 1 or 4
+    // SMs a forced gemv_chain / query_chain leaves to other grids (FLASHSEEK_GEMV_CHAIN_FREE_SMS, for A/B runs): the
+    // query path runs beside the step's side branches, which a chain on every SM makes wait.
+    int gemv_chain_free_sms = 0;
     int moe_up_kw = 0, moe_down_kw = 0;  // the same for gemv_experts per projection
     int attn_mma_min_seqs = 1;           // attn_mma is preferred for decode passes of at least this many sequences
     // Preference floors (rows of a decode pass; prefill passes take these variants always) of the compute-bound

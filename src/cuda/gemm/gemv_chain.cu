@@ -440,10 +440,11 @@ int64_t max_groups_spanned(const ChainOp& a, int64_t rows_per_group, int grid) {
     return std::min<int64_t>((rows + rows_per_group - 1) / rows_per_group + 1, a.n / rows_per_group);
 }
 
-// One CTA per SM (launch bounds and the shared memory allow one, and grid <= SMs keeps every CTA resident at once),
-// never more CTAs than either op has tiles.
+// One CTA per SM (launch bounds and the shared memory allow one, and grid <= SMs keeps every CTA resident at once)
+// but the free_sms left to other grids, never more CTAs than either op has tiles.
 int chain_grid(const GemvChain& c) {
-    return std::min({current_arch().sm_count, chain_op(c.a, 1).tiles, chain_op(c.b, 1).tiles});
+    const int sms = std::max(1, current_arch().sm_count - std::max(0, c.free_sms));
+    return std::min({sms, chain_op(c.a, 1).tiles, chain_op(c.b, 1).tiles});
 }
 
 size_t chain_smem(const GemvChain& c, int grid) {

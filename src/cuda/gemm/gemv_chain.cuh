@@ -41,6 +41,9 @@ struct GemvChain {
     OutKind y_kind = OutKind::BF16;
     uint32_t* counters = nullptr;    // >= gemv_chain_counters() zeroed words; left zeroed
     int n_counters = 0;
+    // SMs the grid leaves to other grids (the step's side branches run beside the query path); the same bits at any
+    // grid (the rows' arithmetic does not depend on which CTA computes them).
+    int free_sms = 0;
     // Diagnostics (perf mode): null, or kGemvChainTracePoints %globaltimer stamps (ns) per CTA of the grid
     // (gemv_chain_grid()): 0 start (after the dependency wait), 1 A's input staged, 2 A's tiles done, 3 handover
     // passed, 4 B's input prepared and staged, 5 B's tiles done, 6 the loader's last copy issued; warp 0's first A

@@ -201,7 +201,10 @@ void check_chain(const ChainCase& c, const cuda::GemmWorkspace& ws) {
     g.n_counters = int(counters.n);
     ASSERT_EQ(cuda::gemv_chain_refusal(g), "");
     for (int launch = 0; launch < 3; ++launch) {
-        SCOPED_TRACE("launch " + std::to_string(launch));
+        // The last launch leaves a third of the SMs to other grids: the rows' arithmetic, and so the bits, do not
+        // depend on the grid.
+        g.free_sms = launch == 2 ? cuda::current_arch().sm_count / 3 : 0;
+        SCOPED_TRACE("launch " + std::to_string(launch) + ", grid " + std::to_string(cuda::gemv_chain_grid(g)));
         mid.poison();
         normed.poison();
         mp.values.poison();

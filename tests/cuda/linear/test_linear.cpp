@@ -518,6 +518,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
         ScopedEnv ws_order("FLASHSEEK_MOE_WGMMA_WS_ORDER", "1");
         ScopedEnv slot_rows("FLASHSEEK_GROUPED_SLOT_ROWS", "64");
         ScopedEnv widen("FLASHSEEK_WO_A_WIDEN_MIN_TOKENS", "256");
+        ScopedEnv chain_free("FLASHSEEK_GEMV_CHAIN_FREE_SMS", "32");
         const KernelPolicy p = KernelPolicy::from_env();
         EXPECT_TRUE(p.is_forced("tile_gemm"));
         EXPECT_TRUE(p.is_forced("attn_mma"));
@@ -533,7 +534,9 @@ TEST(LinearChoice, PolicyFromEnvironment) {
         EXPECT_EQ(p.moe_wgmma_ws_order, 1);
         EXPECT_EQ(p.grouped_slot_rows, 64);
         EXPECT_EQ(p.wo_a_widen_min_tokens, 256);
+        EXPECT_EQ(p.gemv_chain_free_sms, 32);
     }
+    EXPECT_EQ(KernelPolicy::from_env().gemv_chain_free_sms, 0);
     EXPECT_EQ(KernelPolicy::from_env().grouped_slot_rows, 0);
     EXPECT_EQ(KernelPolicy::from_env().wo_a_widen_min_tokens, 64);
     expect_env_error("FLASHSEEK_DISABLE", "wgmma_gemv,no_such_kernel", "no_such_kernel");
@@ -547,6 +550,7 @@ TEST(LinearChoice, PolicyFromEnvironment) {
     expect_env_error("FLASHSEEK_GROUPED_SLOT_ROWS", "48", "48");
     expect_env_error("FLASHSEEK_GROUPED_SLOT_ROWS", "256", "");
     expect_env_error("FLASHSEEK_WO_A_WIDEN_MIN_TOKENS", "0", "");
+    expect_env_error("FLASHSEEK_GEMV_CHAIN_FREE_SMS", "-1", "");
 }
 
 TEST(LinearArgs, BadArgumentsThrowNamedErrors) {
