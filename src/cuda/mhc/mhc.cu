@@ -88,8 +88,6 @@ __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(bf16* __restrict_
                                                                int n_tokens, int N, int64_t D, int n_mix,
                                                                bool aligned, bool interleaved, PostIn pin,
                                                                float* __restrict__ ws) {
-    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
-    pdl_trigger();
     const int64_t K = int64_t(N) * D;
     const int t0 = blockIdx.x * kTok;
     const int nt = min(kTok, n_tokens - t0);
@@ -97,7 +95,7 @@ __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(bf16* __restrict_
     int stream = 0;
     const int64_t kb = chunk_origin(blockIdx.y, lane, N, D, interleaved, stream);  // this lane's first element
     const bool full = aligned && kb + kPerLane <= K;  // vector path (8-byte x, 16-byte fn)
-    // fn first: its loads are the long pole, x rows follow while they are in flight
+    // fn first, before pdl_wait: its loads are the long pole, x rows follow while they are in flight
     float w[kRowsPerWarp][kPerLane];
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -110,6 +108,9 @@ __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(bf16* __restrict_
             for (int i = 0; i < kPerLane; ++i) w[r][i] = o < n_mix && kb + i < K ? __ldg(src + i) : 0.f;
         }
     }
+    // fn is a weight (no kernel writes it): its loads above are in flight while the previous kernel finishes.
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output (x, pin, ws)
+    pdl_trigger();
     float xv[kTok][kPerLane];
     if (pin.o || combines_moe(pin)) {  // fused mhc_post (host-checked: interleaved, aligned): warp w mixes token w
         static_assert(kWarps == kTok, "one warp per token of the tile");
