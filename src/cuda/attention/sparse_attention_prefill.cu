@@ -23,6 +23,7 @@
 #include "cuda/attention/attn_tile.cuh"
 #include "cuda/attention/sparse_attention_prefill.cuh"
 #include "cuda/common/arch.cuh"
+#include "cuda/common/cp_async.cuh"
 #include "cuda/common/mbarrier.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/smem.cuh"
@@ -426,7 +427,10 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     }
     if (defer) run_pending();
     // Every copy has landed (each tile's full phase was waited for). No warp may still read q or the exchange
-    // buffer, both rewritten below.
+    // buffer, both rewritten below. The wait_all costs nothing then, but it is the completion compute-sanitizer's
+    // racecheck knows: without it, the copies stay in flight in its model (their completion is only signalled
+    // through the `full` mbarriers) and it reports them against writes of later CTAs on the same SM.
+    cp_async_wait_all();
     __syncthreads();
 
     // Epilogue: normalized rows rounded to bf16 into shared memory (the q tile is free now), then coalesced 16-byte
