@@ -270,15 +270,16 @@ cmd_sanitize() {
   # The peer tests' ranks meet at spinning barriers, which a tool that runs one kernel at a time cannot schedule.
   local comm_filter='-CommPeer*:CommNccl*:*DeathTest*'
   # name | tool | command (the harness's reduced lists; the backend test without its full-size cases; 60 tokens
-  # end to end in release numerics)
+  # end to end in release numerics). Full gtest output, so that a log shows each test's time under the tool and a
+  # run cut off by the time limit names the test it was in.
   local runs=(
-    "memcheck_linear|memcheck|$BIN/test_cuda_linear --quick --gtest_brief=1"
-    "racecheck_linear|racecheck|$BIN/test_cuda_linear --quick --gtest_brief=1"
-    "memcheck_attention|memcheck|$BIN/test_cuda_attention --quick --gtest_brief=1"
-    "racecheck_attention|racecheck|$BIN/test_cuda_attention --quick --gtest_brief=1"
-    "memcheck_backend|memcheck|$BIN/test_cuda_backend --gtest_brief=1 --gtest_filter=$backend_filter"
-    "racecheck_backend|racecheck|$BIN/test_cuda_backend --gtest_brief=1 --gtest_filter=$backend_filter"
-    "memcheck_comm|memcheck|$BIN/test_cuda_comm --gtest_brief=1 --gtest_filter=$comm_filter"
+    "memcheck_linear|memcheck|$BIN/test_cuda_linear --quick"
+    "racecheck_linear|racecheck|$BIN/test_cuda_linear --quick"
+    "memcheck_attention|memcheck|$BIN/test_cuda_attention --quick"
+    "racecheck_attention|racecheck|$BIN/test_cuda_attention --quick"
+    "memcheck_backend|memcheck|$BIN/test_cuda_backend --gtest_filter=$backend_filter"
+    "racecheck_backend|racecheck|$BIN/test_cuda_backend --gtest_filter=$backend_filter"
+    "memcheck_comm|memcheck|$BIN/test_cuda_comm --gtest_filter=$comm_filter"
     "memcheck_e2e|memcheck|$FS logits --model $work/tiny-a --tokens $work/short.tok --prefill 40 --backend cuda --numerics release --output $work/m.bin"
     "racecheck_e2e|racecheck|$FS logits --model $work/tiny-a --tokens $work/short.tok --prefill 40 --backend cuda --numerics release --output $work/r.bin"
   )
@@ -338,7 +339,10 @@ cmd_sanitize() {
     local rc summary
     rc=$(cat "$LOG/sanitize_$name.rc")
     summary=$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$LOG/sanitize_$name.log" | tail -1)
-    if [ "$rc" = 124 ]; then fail "$name: TIMEOUT after ${limit}s (unfinished: neither clean nor dirty)"
+    if [ "$rc" = 124 ]; then
+      local in_test
+      in_test=$(grep -E '^\[ RUN      \]' "$LOG/sanitize_$name.log" | tail -1 | sed 's/^\[ RUN      \] //')
+      fail "$name: TIMEOUT after ${limit}s (unfinished: neither clean nor dirty${in_test:+; in $in_test})"
     elif grep -q 'Device not supported' "$LOG/sanitize_$name.log"; then fail "$name: compute-sanitizer refused the device"
     elif [ "$rc" != 0 ]; then fail "$name: exit $rc; $summary"
     else note "$name: clean; $summary"; fi
