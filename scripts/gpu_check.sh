@@ -23,8 +23,8 @@
 #                            backend runs together take at most one shard per 25 GB of GPU memory
 #   e2e [--diagnose]         flashseek logits, CUDA against the goldens / the CPU reference, both criteria (below);
 #                            --diagnose adds the per-layer localization on tiny-a / tiny-b; then paths that must
-#                            keep the default path's bits (gemv_chain, query_chain on chain-shapes; indexer_branch
-#                            and the indexer's form 0 on tiny-a) against it, bit for bit. Goldens a backend
+#                            keep the default path's bits (gemv_chain, query_chain on chain-shapes; indexer_branch,
+#                            the indexer's form 0 and mhc_one_launch on tiny-a) against it, bit for bit. Goldens a backend
 #                            or numerics refuses by design (EXPECTED_REFUSALS) must end in the named error; the
 #                            comparisons that need those outputs are skipped, noted
 #   envelopes                (any machine, CPU only) the reference's own envelopes for every end-to-end case
@@ -528,7 +528,8 @@ cmd_e2e() {
 # whose wo_a / wo_b reach gemv_chain: 2 groups of 1,024 rows over 2,048 columns, and whose wq_a / q_norm / wq_b reach
 # the query chain: q_lora_rank 256; 12 decode steps) with gemv_chain and with query_chain forced; tiny-a (index_topk
 # 8: its ratio-4 layer scores from 36 tokens; 56 decode steps) with the indexer's query path on its side branch
-# (indexer_branch forced) and with the indexer's first form (FLASHSEEK_INDEXER_SELECT_FORM=0).
+# (indexer_branch forced), with the indexer's first form (FLASHSEEK_INDEXER_SELECT_FORM=0) and with mhc_pre as one
+# launch at one token (mhc_one_launch forced: every decode step and the head).
 fused_identity() {  # work dir
   make_tiny chain-shapes "$1" || { fail "gen-checkpoint chain-shapes"; return; }
   make_tiny tiny-a "$1" || { fail "gen-checkpoint tiny-a"; return; }
@@ -538,6 +539,7 @@ fused_identity() {  # work dir
   same_logits chain-shapes "$1" chain16.tok "query_chain forced" FLASHSEEK_FORCE=query_chain
   same_logits tiny-a "$1" tiny60.tok "indexer_branch forced" FLASHSEEK_FORCE=indexer_branch
   same_logits tiny-a "$1" tiny60.tok "the indexer's form 0" FLASHSEEK_INDEXER_SELECT_FORM=0
+  same_logits tiny-a "$1" tiny60.tok "mhc_one_launch forced" FLASHSEEK_FORCE=mhc_one_launch
 }
 
 same_logits() {  # model dir tokens what VAR=value: the model's logits with and without VAR=value, byte for byte

@@ -91,6 +91,7 @@ void ForwardPass::sub_block(const PassShape& pass, int l, int sub) {
     p.y = buf_.sub_in.as<bf16>();
     p.post = buf_.mhc_post.as<float>();
     p.comb = buf_.mhc_comb.as<float>();
+    p.one_launch_counter = mhc_one_launch_counter();
     if (post_pending_ >= 0) {
         if (post_pending_ == 1 && !sharded_) {  // the MoE sub-block's combine runs here too
             if (routed_out_bf16_)
@@ -234,6 +235,7 @@ void ForwardPass::enqueue_head(const PassShape& s) {
     p.norm_weight = shard_.final_norm();
     p.norm_eps = float(cfg_.rms_norm_eps);
     p.y = buf_.sub_in.as<bf16>();
+    p.one_launch_counter = mhc_one_launch_counter();
     {
         OpProfiler::Scope sc(prof_, "hc_head + norm");
         prof_.bytes(shard_.head_bytes().hc_head);

@@ -88,6 +88,10 @@ private:
     void enqueue_moe(int l, const PassShape& s, bool combine);
     bool enqueue_shared_expert(int l, int rows, const PreparedActivation& routed_x, const Lane& lane);
     void enqueue_head(const PassShape& s);
+    // mhc_pre's counter for its one-launch form (one token) where the policy forces mhc_one_launch, else null.
+    uint32_t* mhc_one_launch_counter() const {
+        return pol_->is_forced("mhc_one_launch") ? buf_.mhc_counter.as<uint32_t>() : nullptr;
+    }
     void run_pending_post(const PassShape& s);  // mhc_post of the sub-block before, on its own
     // The last layer's output feeds only the head, so where a pass has fewer rows that need logits (a prompt's last
     // token, every decode token: the head rows) than rows, the last layer computes for those rows only what they

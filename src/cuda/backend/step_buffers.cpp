@@ -73,6 +73,8 @@ StepBuffers::StepBuffers(const ModelConfig& cfg, const StepBufferSizes& sizes) :
     mhc_workspace_bytes = std::max(mhc_pre_workspace_bytes(int(T), int(N), int(D), false),
                                    mhc_pre_workspace_bytes(int(T), int(N), int(D), true));
     mhc_workspace.allocate(mhc_workspace_bytes, "mHC workspace");
+    mhc_counter.allocate(16, "mHC one-launch counter");  // MhcPreParams::one_launch_counter: zeroed, left zeroed
+    CUDA_CHECK(cudaMemset(mhc_counter.get(), 0, mhc_counter.bytes()));
     sub_out.allocate(size_t(T * D) * 2, "sub-block output");
     {
         const int64_t HR = std::max(1, sizes.max_head_rows);

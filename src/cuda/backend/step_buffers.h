@@ -73,6 +73,7 @@ struct StepBuffers {
     DeviceBuffer unit_scales;   // fp32 1.0 per (row, 128-block) of sub_in: the scales of its BF16 "prepared" form
     DeviceBuffer mhc_post, mhc_comb, mhc_workspace;  // fp32 [rows, hc_mult], [rows, hc_mult, hc_mult], scratch
     size_t mhc_workspace_bytes = 0;
+    DeviceBuffer mhc_counter;   // one zeroed word for mhc_pre's one-launch form (main stream only)
     DeviceBuffer sub_out;       // [rows, hidden]: a sub-block's output before mhc_post
     DeviceBuffer sub_out_partial;  // fp32 [rows, hidden]: a shard's part of it, before the all-reduce
     // Where the last layer runs on the head rows only (forward.h): its attention input gathered to them ([head rows,

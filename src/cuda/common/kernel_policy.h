@@ -17,6 +17,12 @@
 //           gemv_chain (one token: wo_a, the preparation of its output and wo_b as one persistent kernel,
 //           gemm/gemv_chain.cuh, where both would run simt_gemv, the same bits; only where forced: slower inside
 //           the step on the H200, docs/perf-log/2026-12-04_gemv-chain.md),
+//           query_chain (one token: wq_a, q_norm and wq_b as one gemv_chain, the same bits; only where forced: the
+//           one-sequence step 3.0-3.5% slower on an H100, docs/perf-log/2026-12-06_query-chain-verdict-and-sanitize.md),
+//           attn_prefill_cta_release (the prefill attention's stage refills after one CTA barrier per tile instead
+//           of its empty mbarriers, the form racecheck follows, the same bits; only where forced until measured),
+//           mhc_one_launch (one token: mhc_pre's partial sums and finalize as one launch, the last partial CTA
+//           finalizing, mhc/mhc.cuh, the same bits; only where forced until measured),
 //           indexer_branch (the indexer's wq_b and q preparation on a side branch beside wq_b and the head norm
 //           instead of on the main path after them, the same kernels; only where forced until measured,
 //           docs/perf-log/2026-12-04_indexer-staging-and-named-refills.md),

@@ -17,6 +17,8 @@
 // collapse thread computes pre itself (no second barrier), and the norm's sum runs over the collapse warps alone
 // (named barrier, block_sum's order with warp 0's +0 term kept), so the Sinkhorn overlaps the whole collapse, norm
 // and store path instead of preceding the norm. Same arithmetic, same bits.
+// One launch at one token (MhcPreParams::one_launch_counter): the partial CTAs have the finalize's thread count, and
+// the one that arrives last at a counter runs the finalize; the same device functions, so the same bits.
 // Post: one thread per (token, 8 features): N + 1 16-byte loads, N 16-byte stores, in place allowed.
 #include <algorithm>
 
@@ -28,6 +30,7 @@
 #include "cuda/gemm/fp8_quant.cuh"
 #include "cuda/gemm/linear.cuh"
 #include "cuda/gemm/prepare_block.cuh"
+#include "cuda/gemm/split_sum.cuh"
 #include "cuda/mhc/mhc.cuh"
 #include "cuda/mhc/mhc_chunk.cuh"
 #include "cuda/mhc/mhc_partial_tiled.cuh"
@@ -84,16 +87,18 @@ __device__ __forceinline__ void butterfly_step(float* v, int lane) {
 // X'_k = post_k * o + sum_j comb[j, k] X_j (bf16), exactly as
 // mhc_post_vec_kernel computes it: warp w mixes token w of the chunk into shared memory and, after the barrier (all
 // old values read), stores it; every warp then takes the mixed chunk from shared memory.
-__global__ void __launch_bounds__(kThreads) mhc_partial_kernel(bf16* __restrict__ x, const float* __restrict__ fn,
-                                                               int n_tokens, int N, int64_t D, int n_mix,
-                                                               bool aligned, bool interleaved, PostIn pin,
-                                                               float* __restrict__ ws) {
+// The partial sums of K chunk `split` (of n_splits) for token tile `tile`, by the first kThreads threads of the CTA.
+// kNamedSync: their barrier is a named one (the one-launch kernel's CTA has more threads), else __syncthreads.
+template <bool kNamedSync>
+__device__ __forceinline__ void partial_chunk(bf16* __restrict__ x, const float* __restrict__ fn, int n_tokens, int N,
+                                              int64_t D, int n_mix, bool aligned, bool interleaved, const PostIn& pin,
+                                              float* __restrict__ ws, int tile, int split, int n_splits) {
     const int64_t K = int64_t(N) * D;
-    const int t0 = blockIdx.x * kTok;
+    const int t0 = tile * kTok;
     const int nt = min(kTok, n_tokens - t0);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int stream = 0;
-    const int64_t kb = chunk_origin(blockIdx.y, lane, N, D, interleaved, stream);  // this lane's first element
+    const int64_t kb = chunk_origin(split, lane, N, D, interleaved, stream);  // this lane's first element
     const bool full = aligned && kb + kPerLane <= K;  // vector path (8-byte x, 16-byte fn)
     // fn first, before pdl_wait: its loads are the long pole, x rows follow while they are in flight
     float w[kRowsPerWarp][kPerLane];
@@ -122,7 +127,11 @@ __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(bf16* __restrict_
             fused_post_features(pin, x, t, N, D, stream, d, out);
             *reinterpret_cast<float4*>(&mixed[warp][lane * kPerLane]) = make_float4(out[0], out[1], out[2], out[3]);
         }
-        __syncthreads();  // every warp has read the old streams of this chunk and published its token
+        // every warp has read the old streams of this chunk and published its token
+        if constexpr (kNamedSync)
+            asm volatile("bar.sync 2, %0;" ::"n"(kThreads) : "memory");
+        else
+            __syncthreads();
         if (warp < nt) {
             uint2 raw;
             __nv_bfloat162* h2 = reinterpret_cast<__nv_bfloat162*>(&raw);
@@ -173,7 +182,15 @@ __global__ void __launch_bounds__(kThreads) mhc_partial_kernel(bf16* __restrict_
     if (tt >= nt) return;
     const int row = r < kRowsPerWarp ? warp + kWarps * r : n_mix;
     if (r < kRowsPerWarp ? row >= n_mix : warp != 0) return;
-    ws[ws_index(t0 + tt, blockIdx.y, row, gridDim.y, n_mix + 1)] = v[0];
+    ws[ws_index(t0 + tt, split, row, n_splits, n_mix + 1)] = v[0];
+}
+
+__global__ void __launch_bounds__(kThreads) mhc_partial_kernel(bf16* __restrict__ x, const float* __restrict__ fn,
+                                                               int n_tokens, int N, int64_t D, int n_mix,
+                                                               bool aligned, bool interleaved, PostIn pin,
+                                                               float* __restrict__ ws) {
+    partial_chunk<false>(x, fn, n_tokens, N, D, n_mix, aligned, interleaved, pin, ws, int(blockIdx.x), int(blockIdx.y),
+                         int(gridDim.y));
 }
 
 __device__ float sigmoid_acc(float v) { return 1.f / (1.f + expf(-v)); }
@@ -207,17 +224,33 @@ __device__ float sinkhorn_lane(float c, int lane, int iters, float eps) {
     return c;
 }
 
-// vec: D % 8 == 0 and x, y, norm_weight 16-byte aligned (host-checked). NS: the stream count at compile time (V4's
-// 4), 0 = p.n_streams.
-template <int NS>
-__global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams p, const float* __restrict__ ws,
-                                                                   int n_splits, bool vec) {
+// The streams' values: through the read-only path, or (kCoherent: written by other CTAs of the same kernel, which
+// the one-launch kernel's fused post does) through L2 only.
+template <bool kCoherent>
+__device__ __forceinline__ uint4 load_x8(const bf16* p) {
+    if constexpr (kCoherent)
+        return __ldcg(reinterpret_cast<const uint4*>(p));
+    else
+        return __ldg(reinterpret_cast<const uint4*>(p));
+}
+template <bool kCoherent>
+__device__ __forceinline__ float load_x1(const bf16* p) {
+    if constexpr (kCoherent)
+        return __bfloat162float(__ldcg(p));
+    else
+        return __bfloat162float(*p);
+}
+
+// Token t's finalize by a CTA of kFinThreads threads. vec: D % 8 == 0 and x, y, norm_weight 16-byte aligned
+// (host-checked). NS: the stream count at compile time (V4's 4), 0 = p.n_streams. kCoherentX: see load_x8.
+template <int NS, bool kCoherentX>
+__device__ __forceinline__ void finalize_token(const MhcPreParams& p, const float* __restrict__ ws, int n_splits,
+                                               bool vec, int t) {
     // ybuf [D]: each collapse thread reads back only what it wrote; after it, the token's partials [n_splits][n_out]
     // (mhc_chunk::ws_index), staged.
     extern __shared__ __align__(16) float ybuf[];
     __shared__ float red[kMixMax + 1];
     __shared__ float scratch[32];
-    const int t = blockIdx.x;
     const int N = NS > 0 ? NS : p.n_streams, D = p.dim;
     const int64_t K = int64_t(N) * D;
     const int n_mix = n_mix_of(N, p.head_mode), n_out = n_mix + 1;
@@ -238,7 +271,7 @@ __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams 
     if (ct >= 0 && ct < n8) {
 #pragma unroll
         for (int j = 0; j < kMaxStreams; ++j)
-            if (j < N) xr[j] = __ldg(reinterpret_cast<const uint4*>(xt + int64_t(j) * D) + ct);
+            if (j < N) xr[j] = load_x8<kCoherentX>(xt + int64_t(j) * D + 8 * ct);
     }
     // The token's partials (one contiguous block) into shared memory with 16-byte copies where the block allows,
     // then the split-K sums, one warp per row; a warp's two rows (n_out <= 2 * 17) in one pass (each row's lanes
@@ -307,7 +340,7 @@ __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams 
         if (c != ct) {
 #pragma unroll
             for (int j = 0; j < kMaxStreams; ++j)
-                if (j < N) xr[j] = __ldg(reinterpret_cast<const uint4*>(xt + int64_t(j) * D) + c);
+                if (j < N) xr[j] = load_x8<kCoherentX>(xt + int64_t(j) * D + 8 * c);
         }
         float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -327,7 +360,7 @@ __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams 
     }
     for (int d = 8 * n8 + ct; d < D; d += n_ct) {  // scalar path (D % 8 != 0 or unaligned)
         float s = 0.f;
-        for (int j = 0; j < N; ++j) s += pr[j] * __bfloat162float(xt[int64_t(j) * D + d]);
+        for (int j = 0; j < N; ++j) s += pr[j] * load_x1<kCoherentX>(xt + int64_t(j) * D + d);
         s = attn_detail::round_bf16(s);
         ybuf[d] = s;
         ss += s * s;
@@ -380,6 +413,36 @@ __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams 
     }
     for (int d = 8 * n8 + ct; d < D; d += n_ct)
         yt[d] = __float2bfloat16_rn(p.norm_weight ? __bfloat162float(p.norm_weight[d]) * (ybuf[d] * r) : ybuf[d]);
+}
+
+template <int NS>
+__global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams p, const float* __restrict__ ws,
+                                                                   int n_splits, bool vec) {
+    finalize_token<NS, false>(p, ws, n_splits, vec, int(blockIdx.x));
+}
+
+// One token's mhc_pre in one launch: grid (1, n_splits) CTAs of kFinThreads threads; the first kThreads of each
+// compute the K chunk's partial sums as mhc_partial_kernel does (the fused post included), and the CTA that
+// arrives last at `counter` (split_arrives_last: every partial is visible to it) runs the finalize as
+// mhc_finalize_kernel does, reading the streams through L2 (other CTAs rewrote them where the post is fused) and
+// resetting the counter. Why: at one token the finalize waited for the partial grid's completion and its own
+// launch's dependency wait, twice per layer on the step's critical path; the arithmetic and the bits are the two
+// kernels'. The host takes it only on the vector paths (vec, aligned) with 16-byte copies of the partials, which
+// go through L2 as well.
+// x is p.x (not __restrict__: the finalize reads the streams through p.x after the partial phase rewrote them).
+template <int NS>
+__global__ void __launch_bounds__(kFinThreads) mhc_pre_one_launch_kernel(MhcPreParams p, bf16* x,
+                                                                         int n_mix, bool aligned, bool interleaved,
+                                                                         PostIn pin, float* __restrict__ ws,
+                                                                         int n_splits, bool vec,
+                                                                         uint32_t* __restrict__ counter) {
+    if (threadIdx.x < kThreads)
+        partial_chunk<true>(x, p.fn, 1, NS > 0 ? NS : p.n_streams, int64_t(p.dim), n_mix, aligned, interleaved, pin,
+                            ws, 0, int(blockIdx.y), n_splits);
+    __shared__ uint32_t last;
+    if (!split_arrives_last(counter, n_splits, last, threadIdx.x == 0)) return;
+    if (threadIdx.x == 0) *counter = 0;  // every CTA has arrived: ready for the next launch
+    finalize_token<NS, true>(p, ws, n_splits, vec, 0);
 }
 
 // One thread per (token, 8 consecutive features). x may alias x_out: a thread reads all its x before it writes.
@@ -504,34 +567,11 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
     // (x is rewritten in place only with the previous sub-block's mhc_post fused: prev_o or the combine inputs.)
     const bool tiled = p.partial_kernel == MhcPartialKernel::TILED ||
                        (p.partial_kernel == MhcPartialKernel::AUTO && p.n_tokens >= mhc_tiled_min_tokens());
-    if (tiled) {
-        MhcPartialArgs a;
-        a.x = const_cast<bf16*>(p.x);
-        a.fn = p.fn;
-        a.n_tokens = p.n_tokens;
-        a.n_streams = p.n_streams;
-        a.dim = p.dim;
-        a.n_mix = n_mix_of(p.n_streams, p.head_mode);
-        a.aligned = aligned;
-        a.interleaved = interleaved;
-        a.pin = pin;
-        a.ws = ws;
-        a.splits = splits;
-        a.stage16 = aligned16(pin.post) && aligned16(pin.comb) && aligned16(pin.pair_slot);
-        mhc_partial_tiled(a, stream);
-    } else {
-        launch_pdl("mhc_partial_kernel", mhc_partial_kernel, dim3(grid), dim3(kThreads), 0, stream,
-                   const_cast<bf16*>(p.x), p.fn, p.n_tokens, p.n_streams, int64_t(p.dim),
-                   n_mix_of(p.n_streams, p.head_mode), aligned, interleaved, pin, ws);
-        CUDA_CHECK_LAUNCH("mhc_partial_kernel");
-    }
-    const size_t smem = (size_t(p.dim + 3) / 4 * 4 + size_t(splits) * (n_mix_of(p.n_streams, p.head_mode) + 1)) *
-                        sizeof(float);
+    const int n_mix = n_mix_of(p.n_streams, p.head_mode);
+    const size_t smem = (size_t(p.dim + 3) / 4 * 4 + size_t(splits) * (n_mix + 1)) * sizeof(float);
     FS_ATTN_REQUIRE(smem <= 200 * 1024,
                     "mhc_pre: hc_mult {} x hidden_size {} exceeds the finalize kernel's shared memory", p.n_streams,
                     p.dim);
-    auto* finalize = p.n_streams == 4 ? mhc_finalize_kernel<4> : mhc_finalize_kernel<0>;
-    allow_dynamic_smem(finalize, smem);
     const bool vec = p.dim % 8 == 0 && aligned16(p.x) && aligned16(p.y) && (!p.norm_weight || aligned16(p.norm_weight));
     MhcPreParams q = p;
     if (p.prepared_values) {
@@ -551,9 +591,44 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
                         p.n_tokens, p.dim);
         if (!(vec && p.dim % 128 == 0 && aligned16(f8.codes))) q.prepared_fp8.codes = nullptr;
     }
-    launch_pdl("mhc_finalize_kernel", finalize, dim3(p.n_tokens), dim3(kFinThreads), smem, stream, q, ws,
-               splits, vec);
-    CUDA_CHECK_LAUNCH("mhc_finalize_kernel");
+    // One launch at one token where the caller gives the counter, on the vector paths (the finalize then reads the
+    // streams and the partials through L2 only: see mhc_pre_one_launch_kernel).
+    const bool one_launch = p.one_launch_counter && p.n_tokens == 1 && !tiled && vec && aligned &&
+                            (int64_t(splits) * (n_mix + 1)) % 4 == 0 && aligned16(ws);
+    if (one_launch) {
+        auto* kernel = p.n_streams == 4 ? mhc_pre_one_launch_kernel<4> : mhc_pre_one_launch_kernel<0>;
+        allow_dynamic_smem(kernel, smem);
+        launch_pdl("mhc_pre_one_launch_kernel", kernel, dim3(1, splits), dim3(kFinThreads), smem, stream, q,
+                   const_cast<bf16*>(p.x), n_mix, aligned, interleaved, pin, ws, splits, vec, p.one_launch_counter);
+        CUDA_CHECK_LAUNCH("mhc_pre_one_launch_kernel");
+    } else {
+        if (tiled) {
+            MhcPartialArgs a;
+            a.x = const_cast<bf16*>(p.x);
+            a.fn = p.fn;
+            a.n_tokens = p.n_tokens;
+            a.n_streams = p.n_streams;
+            a.dim = p.dim;
+            a.n_mix = n_mix;
+            a.aligned = aligned;
+            a.interleaved = interleaved;
+            a.pin = pin;
+            a.ws = ws;
+            a.splits = splits;
+            a.stage16 = aligned16(pin.post) && aligned16(pin.comb) && aligned16(pin.pair_slot);
+            mhc_partial_tiled(a, stream);
+        } else {
+            launch_pdl("mhc_partial_kernel", mhc_partial_kernel, dim3(grid), dim3(kThreads), 0, stream,
+                       const_cast<bf16*>(p.x), p.fn, p.n_tokens, p.n_streams, int64_t(p.dim), n_mix, aligned,
+                       interleaved, pin, ws);
+            CUDA_CHECK_LAUNCH("mhc_partial_kernel");
+        }
+        auto* finalize = p.n_streams == 4 ? mhc_finalize_kernel<4> : mhc_finalize_kernel<0>;
+        allow_dynamic_smem(finalize, smem);
+        launch_pdl("mhc_finalize_kernel", finalize, dim3(p.n_tokens), dim3(kFinThreads), smem, stream, q, ws,
+                   splits, vec);
+        CUDA_CHECK_LAUNCH("mhc_finalize_kernel");
+    }
     if (p.prepared_values && !q.prepared_values) {
         PreparedActivation out;
         out.values = p.prepared_values;

@@ -7,7 +7,8 @@
 // final `norm`.
 // Two launches: a split-K partial kernel (decode: fn read once per 8 tokens, the 16384-long reduction spread over
 // many CTAs so that batch 1 still fills the GPU; prefill: the tiled kernel, 64 tokens per CTA, same bits) and a
-// per-token finalize (reduce, Sinkhorn, collapse, norm).
+// per-token finalize (reduce, Sinkhorn, collapse, norm); at one token optionally one launch of both
+// (MhcPreParams::one_launch_counter).
 //
 // mhc_post: X'_k = post_k * o + sum_j comb[j, k] X_j (comb consumed transposed), rounded to bf16. In place allowed.
 // Between two sub-blocks it can run inside the next mhc_pre (prev_o below): one launch fewer on the critical path.
@@ -76,6 +77,10 @@ struct MhcPreParams {
     int prev_top_k = 0;
     bool prev_round_terms = false;
     MhcPartialKernel partial_kernel = MhcPartialKernel::AUTO;  // tests and benchmarks pin one
+    // Optional: a zeroed device word (left zeroed) with which a one-token call on the vector paths runs as one
+    // launch (the partial CTA that finishes last runs the finalize): the same bits, one dependency wait fewer.
+    // Calls that share the word must run in stream order. Null: two launches.
+    uint32_t* one_launch_counter = nullptr;
 };
 
 // Pass size from which MhcPartialKernel::AUTO takes the tiled kernel.

@@ -742,5 +742,111 @@ TEST(CudaMhc, TiledPartialEqualsSplit) {
     }
 }
 
+// mhc_pre's one-launch form (MhcPreParams::one_launch_counter: at one token the partial CTA that finishes last runs
+// the finalize) against the two launches, bit for bit: streams (rewritten where the post or the combine is fused),
+// y, post, comb, the prepared copy; three launches on one counter, which each must leave zeroed. Shapes the form
+// does not take (more tokens, the scalar paths, partials whose block is not whole 16-byte copies, a misaligned x)
+// run the two launches with the counter given and must also match.
+TEST(CudaMhc, OneLaunchEqualsTwoLaunches) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    enum Front { NONE, POST, COMBINE };
+    struct Case { int T, N, D; bool head; Front front; bool shift; };
+    const int top_k = 6;
+    for (Case c : {Case{1, 4, 4096, false, NONE, false}, Case{1, 4, 4096, false, POST, false},
+                   Case{1, 4, 4096, false, COMBINE, false}, Case{1, 4, 4096, true, NONE, false},
+                   Case{1, 1, 256, false, POST, false}, Case{1, 2, 192, false, POST, false},
+                   Case{1, 3, 130, false, NONE, false}, Case{1, 4, 4100, false, NONE, false},
+                   Case{1, 4, 4096, false, NONE, true}, Case{2, 4, 4096, false, COMBINE, false}}) {
+        const int T = c.T, N = c.N, D = c.D, sh = c.shift ? 1 : 0;
+        const int n_mix = c.head ? N : (2 + N) * N, slots = T * top_k;
+        std::vector<float> x0(sh, 0.f);
+        const auto xr = bf16_round(rng.normals(size_t(T) * N * D));
+        x0.insert(x0.end(), xr.begin(), xr.end());
+        std::vector<int32_t> pair_slot(static_cast<size_t>(slots));
+        for (int i = 0; i < slots; ++i) pair_slot[size_t(i)] = rng.uniform_int(0, 9) == 0 ? -1 : rng.uniform_int(0, slots - 1);
+        Dev<float> dfn(rng.normals(size_t(n_mix) * N * D, 0.02f)), dbase(rng.normals(n_mix, 0.5f)),
+            dscale(rng.normals(3, 0.5f)), dyr(rng.normals(size_t(slots) * D)), dys(rng.normals(size_t(T) * D));
+        Dev<uint16_t> dnw(to_bf16_bits(bf16_round(rng.normals(D, 0.3f)))),
+            dob(to_bf16_bits(bf16_round(rng.normals(size_t(T) * D))));
+        Dev<int32_t> dslot(pair_slot);
+        Dev<uint32_t> counter(4);
+        CUDA_OK(cudaMemset(counter.ptr, 0, 16));
+        const auto post0 = rng.normals(size_t(T) * N, 0.7f), comb0 = rng.normals(size_t(T) * N * N, 0.5f);
+        const bool prepared = !c.head && D % 128 == 0 && !c.shift;
+        struct Run {
+            Dev<uint16_t> x, y;
+            Dev<float> post, comb;
+            PreparedPair prep;
+            Dev<unsigned char> ws;
+            Run(const std::vector<float>& xs, const std::vector<float>& p0, const std::vector<float>& c0, const Case& k)
+                : x(to_bf16_bits(xs)), y(size_t(k.T) * k.D + 1), post(p0), comb(c0), prep(k.T, k.D),
+                  ws(mhc_pre_workspace_bytes(k.T, k.N, k.D, k.head)) {
+                y.poison();
+                ws.poison();
+            }
+        };
+        auto run = [&](Run& r, uint32_t* one_launch_counter) {
+            MhcPreParams p;
+            p.n_tokens = T;
+            p.n_streams = N;
+            p.dim = D;
+            p.head_mode = c.head;
+            p.x = bf(r.x) + sh;
+            p.fn = dfn.ptr;
+            p.base = dbase.ptr;
+            p.scale = dscale.ptr;
+            p.norm_weight = bf(dnw);
+            p.y = bf(r.y) + sh;
+            p.post = c.head ? nullptr : r.post.ptr;
+            p.comb = c.head ? nullptr : r.comb.ptr;
+            p.one_launch_counter = one_launch_counter;
+            if (prepared) {
+                p.prepared_values = r.prep.fused_v.ptr;
+                p.prepared_scales = r.prep.fused_s.ptr;
+                p.prepared_layout = int(WeightKind::FP8_BLOCK128);
+                p.prepared_numerics = int(ActNumerics::FP8_BLOCK128);
+            }
+            if (c.front != NONE) {
+                p.prev_post = r.post.ptr;
+                p.prev_comb = r.comb.ptr;
+            }
+            if (c.front == POST) p.prev_o = bf(dob);
+            if (c.front == COMBINE) {
+                p.prev_y_routed = dyr.ptr;
+                p.prev_pair_slot = dslot.ptr;
+                p.prev_y_shared = dys.ptr;
+                p.prev_top_k = top_k;
+                p.prev_round_terms = true;
+            }
+            mhc_pre(p, r.ws.ptr, r.ws.n, nullptr);
+            CUDA_OK(cudaDeviceSynchronize());
+        };
+        const std::string what = "T " + std::to_string(T) + " N " + std::to_string(N) + " D " + std::to_string(D) +
+                                 (c.head ? " head" : "") + (c.front == POST ? " +post" : "") +
+                                 (c.front == COMBINE ? " +combine+post" : "") + (c.shift ? " misaligned" : "");
+        Run a(x0, post0, comb0, c);
+        run(a, nullptr);
+        for (int launch = 0; launch < 3; ++launch) {
+            SCOPED_TRACE(what + ", one-launch call " + std::to_string(launch));
+            Run b(x0, post0, comb0, c);
+            run(b, counter.ptr);
+            EXPECT_EQ(a.x.download(), b.x.download()) << "streams";
+            EXPECT_EQ(a.y.download(), b.y.download()) << "y";
+            if (!c.head) {
+                EXPECT_EQ(a.post.download(), b.post.download()) << "post";
+                EXPECT_EQ(a.comb.download(), b.comb.download()) << "comb";
+            }
+            if (prepared) {
+                EXPECT_EQ(a.prep.fused_v.download(), b.prep.fused_v.download()) << "prepared values";
+                EXPECT_EQ(a.prep.fused_s.download(), b.prep.fused_s.download()) << "prepared scales";
+            }
+            EXPECT_EQ(counter.download(), std::vector<uint32_t>(4, 0u)) << "the counter is not left zeroed";
+        }
+    }
+}
+
 }  // namespace
 }  // namespace flashseek::cuda::test
