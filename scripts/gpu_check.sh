@@ -24,8 +24,8 @@
 #   e2e [--diagnose]         flashseek logits, CUDA against the goldens / the CPU reference, both criteria (below);
 #                            --diagnose adds the per-layer localization on tiny-a / tiny-b; then paths that must
 #                            keep the default path's bits (gemv_chain, query_chain on chain-shapes; indexer_branch,
-#                            the indexer's form 0 and mhc_one_launch on tiny-a) against it, bit for bit. Goldens a backend
-#                            or numerics refuses by design (EXPECTED_REFUSALS) must end in the named error; the
+#                            the indexer's form 0 and mhc_one_launch on tiny-a) against it, bit for bit. Goldens a
+#                            backend or numerics refuses by design (EXPECTED_REFUSALS) must end in the named error; the
 #                            comparisons that need those outputs are skipped, noted
 #   envelopes                (any machine, CPU only) the reference's own envelopes for every end-to-end case
 #   bench                    flashseek bench envelope: decode at 1/16/64/128/256 sequences at context 256, 1/16 at

@@ -18,7 +18,8 @@
 //           gemm/gemv_chain.cuh, where both would run simt_gemv, the same bits; only where forced: slower inside
 //           the step on the H200, docs/perf-log/2026-12-04_gemv-chain.md),
 //           query_chain (one token: wq_a, q_norm and wq_b as one gemv_chain, the same bits; only where forced: the
-//           one-sequence step 3.0-3.5% slower on an H100, docs/perf-log/2026-12-06_query-chain-verdict-and-sanitize.md),
+//           one-sequence step 3.0-3.5% slower on an H100,
+//           docs/perf-log/2026-12-06_query-chain-verdict-and-sanitize.md),
 //           attn_prefill_cta_release (the prefill attention's stage refills after one CTA barrier per tile instead
 //           of its empty mbarriers, the form racecheck follows, the same bits; only where forced until measured),
 //           mhc_one_launch (one token: mhc_pre's partial sums and finalize as one launch, the last partial CTA
