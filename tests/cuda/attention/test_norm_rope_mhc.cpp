@@ -636,6 +636,114 @@ TEST(CudaMhc, FusedCombinePostEqualsSeparate) {
     }
 }
 
+// One mhc_pre comparison's case and inputs: the front fused into it (nothing, the previous mhc_post, or the MoE
+// combine and that post), head mode, a stream copy misaligned by one element (the scalar loads).
+enum MhcFront { NONE, POST, COMBINE };
+struct MhcFrontCase {
+    int T, N, D;
+    bool head;
+    MhcFront front;
+    bool shift;
+    std::string describe() const {
+        return "T " + std::to_string(T) + " N " + std::to_string(N) + " D " + std::to_string(D) + (head ? " head" : "") +
+               (front == POST ? " +post" : "") + (front == COMBINE ? " +combine+post" : "") +
+               (shift ? " misaligned" : "");
+    }
+};
+struct MhcFrontInputs {
+    static constexpr int kTopK = 6;
+    MhcFrontCase c;
+    int n_mix, slots;
+    bool prepared;  // the fused prepared copy of y (FP8 layout, release numerics)
+    std::vector<float> x0, post0, comb0;
+    Dev<float> fn, base, scale, y_routed, y_shared;
+    Dev<uint16_t> norm_w, o;
+    Dev<int32_t> pair_slot;
+    MhcFrontInputs(const MhcFrontCase& k, Rng& rng)
+        : c(k), n_mix(k.head ? k.N : (2 + k.N) * k.N), slots(k.T * kTopK), prepared(!k.head && k.D % 128 == 0 && !k.shift),
+          x0(k.shift ? 1 : 0, 0.f) {
+        const auto xr = bf16_round(rng.normals(size_t(k.T) * k.N * k.D));
+        x0.insert(x0.end(), xr.begin(), xr.end());
+        std::vector<int32_t> ps(static_cast<size_t>(slots));
+        for (int i = 0; i < slots; ++i) ps[size_t(i)] = rng.uniform_int(0, 9) == 0 ? -1 : rng.uniform_int(0, slots - 1);
+        pair_slot = Dev<int32_t>(ps);
+        fn = Dev<float>(rng.normals(size_t(n_mix) * k.N * k.D, 0.02f));
+        base = Dev<float>(rng.normals(n_mix, 0.5f));
+        scale = Dev<float>(rng.normals(3, 0.5f));
+        y_routed = Dev<float>(rng.normals(size_t(slots) * k.D));
+        y_shared = Dev<float>(rng.normals(size_t(k.T) * k.D));
+        norm_w = Dev<uint16_t>(to_bf16_bits(bf16_round(rng.normals(k.D, 0.3f))));
+        o = Dev<uint16_t>(to_bf16_bits(bf16_round(rng.normals(size_t(k.T) * k.D))));
+        post0 = rng.normals(size_t(k.T) * k.N, 0.7f);
+        comb0 = rng.normals(size_t(k.T) * k.N * k.N, 0.5f);
+    }
+};
+// One run's buffers (streams, which a fused front rewrites; outputs; workspace), from the same inputs each time.
+struct MhcFrontRun {
+    Dev<uint16_t> x, y;
+    Dev<float> post, comb;
+    PreparedPair prep;
+    Dev<unsigned char> ws;
+    explicit MhcFrontRun(const MhcFrontInputs& in)
+        : x(to_bf16_bits(in.x0)), y(size_t(in.c.T) * in.c.D + 1), post(in.post0), comb(in.comb0),
+          prep(in.c.T, in.c.D), ws(mhc_pre_workspace_bytes(in.c.T, in.c.N, in.c.D, in.c.head)) {
+        y.poison();
+        ws.poison();
+    }
+    void run(const MhcFrontInputs& in, MhcPartialKernel kernel, uint32_t* one_launch_counter = nullptr) {
+        const MhcFrontCase& c = in.c;
+        const int sh = c.shift ? 1 : 0;
+        MhcPreParams p;
+        p.n_tokens = c.T;
+        p.n_streams = c.N;
+        p.dim = c.D;
+        p.head_mode = c.head;
+        p.x = bf(x) + sh;
+        p.fn = in.fn.ptr;
+        p.base = in.base.ptr;
+        p.scale = in.scale.ptr;
+        p.norm_weight = reinterpret_cast<const __nv_bfloat16*>(in.norm_w.ptr);
+        p.y = bf(y) + sh;
+        p.post = c.head ? nullptr : post.ptr;
+        p.comb = c.head ? nullptr : comb.ptr;
+        p.partial_kernel = kernel;
+        p.one_launch_counter = one_launch_counter;
+        if (in.prepared) {
+            p.prepared_values = prep.fused_v.ptr;
+            p.prepared_scales = prep.fused_s.ptr;
+            p.prepared_layout = int(WeightKind::FP8_BLOCK128);
+            p.prepared_numerics = int(ActNumerics::FP8_BLOCK128);
+        }
+        if (c.front != NONE) {
+            p.prev_post = post.ptr;
+            p.prev_comb = comb.ptr;
+        }
+        if (c.front == POST) p.prev_o = reinterpret_cast<const __nv_bfloat16*>(in.o.ptr);
+        if (c.front == COMBINE) {
+            p.prev_y_routed = in.y_routed.ptr;
+            p.prev_pair_slot = in.pair_slot.ptr;
+            p.prev_y_shared = in.y_shared.ptr;
+            p.prev_top_k = MhcFrontInputs::kTopK;
+            p.prev_round_terms = c.T % 2 == 0;
+        }
+        mhc_pre(p, ws.ptr, ws.n, nullptr);
+        CUDA_OK(cudaDeviceSynchronize());
+    }
+    // Every output of b equal to this run's, bit for bit (not the workspace).
+    void expect_same_outputs(const MhcFrontInputs& in, const MhcFrontRun& b) const {
+        EXPECT_EQ(x.download(), b.x.download()) << "streams";
+        EXPECT_EQ(y.download(), b.y.download()) << "y";
+        if (!in.c.head) {
+            EXPECT_EQ(post.download(), b.post.download()) << "post";
+            EXPECT_EQ(comb.download(), b.comb.download()) << "comb";
+        }
+        if (in.prepared) {
+            EXPECT_EQ(prep.fused_v.download(), b.prep.fused_v.download()) << "prepared values";
+            EXPECT_EQ(prep.fused_s.download(), b.prep.fused_s.download()) << "prepared scales";
+        }
+    }
+};
+
 // mhc_pre's two partial kernels (MhcPartialKernel: split for decode, tiled for prefill) write the same partial
 // sums bit for bit, and so the same streams, y, prepared copy, post and comb: with the previous mhc_post and the
 // MoE combine fused in front or without, head mode, 64-token tiles partial and full, chunks not interleaved
@@ -645,100 +753,26 @@ TEST(CudaMhc, TiledPartialEqualsSplit) {
     const uint64_t seed = test_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     Rng rng(seed);
-    enum Front { NONE, POST, COMBINE };
-    struct Case { int T, N, D; bool head; Front front; bool shift; };
-    const int top_k = 6;
-    for (Case c : {Case{1, 4, 4096, false, NONE, false}, Case{63, 4, 4096, false, POST, false},
-                   Case{64, 4, 4096, false, COMBINE, false}, Case{65, 4, 4096, false, NONE, false},
-                   Case{200, 4, 4096, false, COMBINE, false}, Case{130, 4, 4096, true, NONE, false},
-                   Case{70, 3, 130, false, NONE, false}, Case{67, 4, 4100, false, NONE, false},
-                   Case{129, 2, 192, false, POST, false}, Case{77, 1, 256, false, POST, false},
-                   Case{100, 4, 4096, false, NONE, true}, Case{9, 4, 96, false, COMBINE, false}}) {
-        const int T = c.T, N = c.N, D = c.D, sh = c.shift ? 1 : 0;
-        const int n_mix = c.head ? N : (2 + N) * N, slots = T * top_k;
-        std::vector<float> x0(sh, 0.f);
-        const auto xr = bf16_round(rng.normals(size_t(T) * N * D));
-        x0.insert(x0.end(), xr.begin(), xr.end());
-        std::vector<int32_t> pair_slot(static_cast<size_t>(slots));
-        for (int i = 0; i < slots; ++i) pair_slot[size_t(i)] = rng.uniform_int(0, 9) == 0 ? -1 : rng.uniform_int(0, slots - 1);
-        Dev<float> dfn(rng.normals(size_t(n_mix) * N * D, 0.02f)), dbase(rng.normals(n_mix, 0.5f)),
-            dscale(rng.normals(3, 0.5f)), dyr(rng.normals(size_t(slots) * D)), dys(rng.normals(size_t(T) * D));
-        Dev<uint16_t> dnw(to_bf16_bits(bf16_round(rng.normals(D, 0.3f)))),
-            dob(to_bf16_bits(bf16_round(rng.normals(size_t(T) * D))));
-        Dev<int32_t> dslot(pair_slot);
-        const auto post0 = rng.normals(size_t(T) * N, 0.7f), comb0 = rng.normals(size_t(T) * N * N, 0.5f);
-        const bool prepared = !c.head && D % 128 == 0 && !c.shift;
-        struct Run {
-            Dev<uint16_t> x, y;
-            Dev<float> post, comb;
-            PreparedPair prep;
-            Dev<unsigned char> ws;
-            Run(const std::vector<float>& xs, const std::vector<float>& p0, const std::vector<float>& c0, const Case& k)
-                : x(to_bf16_bits(xs)), y(size_t(k.T) * k.D + 1), post(p0), comb(c0), prep(k.T, k.D),
-                  ws(mhc_pre_workspace_bytes(k.T, k.N, k.D, k.head)) {
-                y.poison();
-                ws.poison();
-            }
-        };
-        auto run = [&](Run& r, MhcPartialKernel kernel) {
-            MhcPreParams p;
-            p.n_tokens = T;
-            p.n_streams = N;
-            p.dim = D;
-            p.head_mode = c.head;
-            p.x = bf(r.x) + sh;
-            p.fn = dfn.ptr;
-            p.base = dbase.ptr;
-            p.scale = dscale.ptr;
-            p.norm_weight = bf(dnw);
-            p.y = bf(r.y) + sh;
-            p.post = c.head ? nullptr : r.post.ptr;
-            p.comb = c.head ? nullptr : r.comb.ptr;
-            p.partial_kernel = kernel;
-            if (prepared) {
-                p.prepared_values = r.prep.fused_v.ptr;
-                p.prepared_scales = r.prep.fused_s.ptr;
-                p.prepared_layout = int(WeightKind::FP8_BLOCK128);
-                p.prepared_numerics = int(ActNumerics::FP8_BLOCK128);
-            }
-            if (c.front != NONE) {
-                p.prev_post = r.post.ptr;
-                p.prev_comb = r.comb.ptr;
-            }
-            if (c.front == POST) p.prev_o = bf(dob);
-            if (c.front == COMBINE) {
-                p.prev_y_routed = dyr.ptr;
-                p.prev_pair_slot = dslot.ptr;
-                p.prev_y_shared = dys.ptr;
-                p.prev_top_k = top_k;
-                p.prev_round_terms = T % 2 == 0;
-            }
-            mhc_pre(p, r.ws.ptr, r.ws.n, nullptr);
-            CUDA_OK(cudaDeviceSynchronize());
-        };
-        Run a(x0, post0, comb0, c), b(x0, post0, comb0, c);
-        run(a, MhcPartialKernel::SPLIT);
-        run(b, MhcPartialKernel::TILED);
-        const std::string what = "T " + std::to_string(T) + " N " + std::to_string(N) + " D " + std::to_string(D) +
-                                 (c.head ? " head" : "") + (c.front == POST ? " +post" : "") +
-                                 (c.front == COMBINE ? " +combine+post" : "") + (c.shift ? " misaligned" : "");
+    using C = MhcFrontCase;
+    for (C c : {C{1, 4, 4096, false, NONE, false}, C{63, 4, 4096, false, POST, false},
+                C{64, 4, 4096, false, COMBINE, false}, C{65, 4, 4096, false, NONE, false},
+                C{200, 4, 4096, false, COMBINE, false}, C{130, 4, 4096, true, NONE, false},
+                C{70, 3, 130, false, NONE, false}, C{67, 4, 4100, false, NONE, false},
+                C{129, 2, 192, false, POST, false}, C{77, 1, 256, false, POST, false},
+                C{100, 4, 4096, false, NONE, true}, C{9, 4, 96, false, COMBINE, false}}) {
+        SCOPED_TRACE(c.describe());
+        const MhcFrontInputs in(c, rng);
+        MhcFrontRun a(in), b(in);
+        a.run(in, MhcPartialKernel::SPLIT);
+        b.run(in, MhcPartialKernel::TILED);
         {  // the partial sums themselves: [T][splits][n_mix + 1] fp32
-            const size_t n = size_t(T) * (n_mix + 1) * ((size_t(N) * D + 127) / 128) * sizeof(float);
+            const size_t n = size_t(c.T) * (in.n_mix + 1) * ((size_t(c.N) * c.D + 127) / 128) * sizeof(float);
             const auto wa = a.ws.download(), wb = b.ws.download();
             size_t n_diff = 0;
             for (size_t i = 0; i < n; ++i) n_diff += wa[i] != wb[i];
-            EXPECT_EQ(n_diff, 0u) << what << ": partial-sum bytes differ";
+            EXPECT_EQ(n_diff, 0u) << "partial-sum bytes differ";
         }
-        EXPECT_EQ(a.x.download(), b.x.download()) << what << ": streams";
-        EXPECT_EQ(a.y.download(), b.y.download()) << what << ": y";
-        if (!c.head) {
-            EXPECT_EQ(a.post.download(), b.post.download()) << what << ": post";
-            EXPECT_EQ(a.comb.download(), b.comb.download()) << what << ": comb";
-        }
-        if (prepared) {
-            EXPECT_EQ(a.prep.fused_v.download(), b.prep.fused_v.download()) << what << ": prepared values";
-            EXPECT_EQ(a.prep.fused_s.download(), b.prep.fused_s.download()) << what << ": prepared scales";
-        }
+        a.expect_same_outputs(in, b);
     }
 }
 
@@ -752,97 +786,23 @@ TEST(CudaMhc, OneLaunchEqualsTwoLaunches) {
     const uint64_t seed = test_seed();
     SCOPED_TRACE("seed " + std::to_string(seed));
     Rng rng(seed);
-    enum Front { NONE, POST, COMBINE };
-    struct Case { int T, N, D; bool head; Front front; bool shift; };
-    const int top_k = 6;
-    for (Case c : {Case{1, 4, 4096, false, NONE, false}, Case{1, 4, 4096, false, POST, false},
-                   Case{1, 4, 4096, false, COMBINE, false}, Case{1, 4, 4096, true, NONE, false},
-                   Case{1, 1, 256, false, POST, false}, Case{1, 2, 192, false, POST, false},
-                   Case{1, 3, 130, false, NONE, false}, Case{1, 4, 4100, false, NONE, false},
-                   Case{1, 4, 4096, false, NONE, true}, Case{2, 4, 4096, false, COMBINE, false}}) {
-        const int T = c.T, N = c.N, D = c.D, sh = c.shift ? 1 : 0;
-        const int n_mix = c.head ? N : (2 + N) * N, slots = T * top_k;
-        std::vector<float> x0(sh, 0.f);
-        const auto xr = bf16_round(rng.normals(size_t(T) * N * D));
-        x0.insert(x0.end(), xr.begin(), xr.end());
-        std::vector<int32_t> pair_slot(static_cast<size_t>(slots));
-        for (int i = 0; i < slots; ++i) pair_slot[size_t(i)] = rng.uniform_int(0, 9) == 0 ? -1 : rng.uniform_int(0, slots - 1);
-        Dev<float> dfn(rng.normals(size_t(n_mix) * N * D, 0.02f)), dbase(rng.normals(n_mix, 0.5f)),
-            dscale(rng.normals(3, 0.5f)), dyr(rng.normals(size_t(slots) * D)), dys(rng.normals(size_t(T) * D));
-        Dev<uint16_t> dnw(to_bf16_bits(bf16_round(rng.normals(D, 0.3f)))),
-            dob(to_bf16_bits(bf16_round(rng.normals(size_t(T) * D))));
-        Dev<int32_t> dslot(pair_slot);
+    using C = MhcFrontCase;
+    for (C c : {C{1, 4, 4096, false, NONE, false}, C{1, 4, 4096, false, POST, false},
+                C{1, 4, 4096, false, COMBINE, false}, C{1, 4, 4096, true, NONE, false},
+                C{1, 1, 256, false, POST, false}, C{1, 2, 192, false, POST, false}, C{1, 3, 130, false, NONE, false},
+                C{1, 4, 4100, false, NONE, false}, C{1, 4, 4096, false, NONE, true},
+                C{2, 4, 4096, false, COMBINE, false}}) {
+        SCOPED_TRACE(c.describe());
+        const MhcFrontInputs in(c, rng);
         Dev<uint32_t> counter(4);
         CUDA_OK(cudaMemset(counter.ptr, 0, 16));
-        const auto post0 = rng.normals(size_t(T) * N, 0.7f), comb0 = rng.normals(size_t(T) * N * N, 0.5f);
-        const bool prepared = !c.head && D % 128 == 0 && !c.shift;
-        struct Run {
-            Dev<uint16_t> x, y;
-            Dev<float> post, comb;
-            PreparedPair prep;
-            Dev<unsigned char> ws;
-            Run(const std::vector<float>& xs, const std::vector<float>& p0, const std::vector<float>& c0, const Case& k)
-                : x(to_bf16_bits(xs)), y(size_t(k.T) * k.D + 1), post(p0), comb(c0), prep(k.T, k.D),
-                  ws(mhc_pre_workspace_bytes(k.T, k.N, k.D, k.head)) {
-                y.poison();
-                ws.poison();
-            }
-        };
-        auto run = [&](Run& r, uint32_t* one_launch_counter) {
-            MhcPreParams p;
-            p.n_tokens = T;
-            p.n_streams = N;
-            p.dim = D;
-            p.head_mode = c.head;
-            p.x = bf(r.x) + sh;
-            p.fn = dfn.ptr;
-            p.base = dbase.ptr;
-            p.scale = dscale.ptr;
-            p.norm_weight = bf(dnw);
-            p.y = bf(r.y) + sh;
-            p.post = c.head ? nullptr : r.post.ptr;
-            p.comb = c.head ? nullptr : r.comb.ptr;
-            p.one_launch_counter = one_launch_counter;
-            if (prepared) {
-                p.prepared_values = r.prep.fused_v.ptr;
-                p.prepared_scales = r.prep.fused_s.ptr;
-                p.prepared_layout = int(WeightKind::FP8_BLOCK128);
-                p.prepared_numerics = int(ActNumerics::FP8_BLOCK128);
-            }
-            if (c.front != NONE) {
-                p.prev_post = r.post.ptr;
-                p.prev_comb = r.comb.ptr;
-            }
-            if (c.front == POST) p.prev_o = bf(dob);
-            if (c.front == COMBINE) {
-                p.prev_y_routed = dyr.ptr;
-                p.prev_pair_slot = dslot.ptr;
-                p.prev_y_shared = dys.ptr;
-                p.prev_top_k = top_k;
-                p.prev_round_terms = true;
-            }
-            mhc_pre(p, r.ws.ptr, r.ws.n, nullptr);
-            CUDA_OK(cudaDeviceSynchronize());
-        };
-        const std::string what = "T " + std::to_string(T) + " N " + std::to_string(N) + " D " + std::to_string(D) +
-                                 (c.head ? " head" : "") + (c.front == POST ? " +post" : "") +
-                                 (c.front == COMBINE ? " +combine+post" : "") + (c.shift ? " misaligned" : "");
-        Run a(x0, post0, comb0, c);
-        run(a, nullptr);
+        MhcFrontRun a(in);
+        a.run(in, MhcPartialKernel::AUTO);
         for (int launch = 0; launch < 3; ++launch) {
-            SCOPED_TRACE(what + ", one-launch call " + std::to_string(launch));
-            Run b(x0, post0, comb0, c);
-            run(b, counter.ptr);
-            EXPECT_EQ(a.x.download(), b.x.download()) << "streams";
-            EXPECT_EQ(a.y.download(), b.y.download()) << "y";
-            if (!c.head) {
-                EXPECT_EQ(a.post.download(), b.post.download()) << "post";
-                EXPECT_EQ(a.comb.download(), b.comb.download()) << "comb";
-            }
-            if (prepared) {
-                EXPECT_EQ(a.prep.fused_v.download(), b.prep.fused_v.download()) << "prepared values";
-                EXPECT_EQ(a.prep.fused_s.download(), b.prep.fused_s.download()) << "prepared scales";
-            }
+            SCOPED_TRACE("one-launch call " + std::to_string(launch));
+            MhcFrontRun b(in);
+            b.run(in, MhcPartialKernel::AUTO, counter.ptr);
+            a.expect_same_outputs(in, b);
             EXPECT_EQ(counter.download(), std::vector<uint32_t>(4, 0u)) << "the counter is not left zeroed";
         }
     }
