@@ -243,8 +243,11 @@ TEST(Sampling, MinPKeepsTokensNearTheMostLikely) {
     p.min_p = 0.05f;
     const auto expect = expected_distribution(l, 1.2, 0.05f);
     const auto f = draw_frequencies(l, p, 40000);
-    for (size_t i = 0; i < l.size(); ++i)
-        if (expect[i] == 0.0) EXPECT_EQ(f[i], 0.0) << "token " << i << " is below the min-p threshold";
+    for (size_t i = 0; i < l.size(); ++i) {
+        if (expect[i] == 0.0) {
+            EXPECT_EQ(f[i], 0.0) << "token " << i << " is below the min-p threshold";
+        }
+    }
     EXPECT_LE(total_variation(f, expect), 0.02);
     p.min_p = 1.f;  // only the most likely token
     p.draw_index = 3;
