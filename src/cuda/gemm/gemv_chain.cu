@@ -121,6 +121,14 @@ __host__ __device__ __forceinline__ ScaleWindow scale_window(int64_t row0, int s
     return {start, uint32_t(((end + 15) & ~int64_t(15)) - start), int(first - start)};
 }
 
+// Four bf16 values packed in a uint2 (the lane's 8 bytes of a 128-block), in order.
+__device__ __forceinline__ void unpack_bf16x4(const uint2& raw, float (&f)[4]) {
+    f[0] = bf16_bits_to_f32(uint16_t(raw.x & 0xffffu));
+    f[1] = bf16_bits_to_f32(uint16_t(raw.x >> 16));
+    f[2] = bf16_bits_to_f32(uint16_t(raw.y & 0xffffu));
+    f[3] = bf16_bits_to_f32(uint16_t(raw.y >> 16));
+}
+
 // mma::load_scale's value from the staged scale row (shared memory): the same conversion.
 __device__ __forceinline__ float staged_scale(const unsigned char* row, int f32, int64_t idx) {
     return f32 ? reinterpret_cast<const float*>(row)[idx] : e8m0_to_f32(row[idx]);
@@ -178,25 +186,20 @@ __device__ __forceinline__ void stage_prepared_mid(const ChainArgs& a, float* xs
     for (int j = 0; j < kMaxBlocksPerWarp; ++j) {  // the blocks' reductions interleaved (independent shuffles)
         amax[j] = 0.f;
         if (warp + j * kComputeWarps >= blocks) continue;
-        v[j][0] = bf16_bits_to_f32(uint16_t(raw[j].x & 0xffffu));
-        v[j][1] = bf16_bits_to_f32(uint16_t(raw[j].x >> 16));
-        v[j][2] = bf16_bits_to_f32(uint16_t(raw[j].y & 0xffffu));
-        v[j][3] = bf16_bits_to_f32(uint16_t(raw[j].y >> 16));
+        unpack_bf16x4(raw[j], v[j]);
         if (a.norm_w) {
-            const float w[4] = {bf16_bits_to_f32(uint16_t(wraw[j].x & 0xffffu)),
-                                bf16_bits_to_f32(uint16_t(wraw[j].x >> 16)),
-                                bf16_bits_to_f32(uint16_t(wraw[j].y & 0xffffu)),
-                                bf16_bits_to_f32(uint16_t(wraw[j].y >> 16))};
+            float w[4];
+            unpack_bf16x4(wraw[j], w);
+            uint32_t bits[4];  // the normed values as bf16, as rmsnorm stores them
 #pragma unroll
-            for (int i = 0; i < 4; ++i)
-                v[j][i] = bf16_bits_to_f32(f32_to_bf16_bits(rms_row::normed(v[j][i], r, true, w[i])));
-            const int b = warp + j * kComputeWarps;
-            if (b % int(gridDim.x) == int(blockIdx.x)) {
-                uint2 out;
-                out.x = uint32_t(f32_to_bf16_bits(v[j][0])) | uint32_t(f32_to_bf16_bits(v[j][1])) << 16;
-                out.y = uint32_t(f32_to_bf16_bits(v[j][2])) | uint32_t(f32_to_bf16_bits(v[j][3])) << 16;
-                reinterpret_cast<uint2*>(a.mid_normed + int64_t(b) * 128)[lane] = out;
+            for (int i = 0; i < 4; ++i) {
+                bits[i] = f32_to_bf16_bits(rms_row::normed(v[j][i], r, true, w[i]));
+                v[j][i] = bf16_bits_to_f32(uint16_t(bits[i]));
             }
+            const int b = warp + j * kComputeWarps;
+            if (b % int(gridDim.x) == int(blockIdx.x))
+                reinterpret_cast<uint2*>(a.mid_normed + int64_t(b) * 128)[lane] =
+                    make_uint2(bits[0] | bits[1] << 16, bits[2] | bits[3] << 16);
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i) amax[j] = fmaxf(amax[j], fabsf(v[j][i]));
