@@ -147,7 +147,7 @@ void ForwardPass::sub_block(const PassShape& pass, int l, int sub) {
 }
 
 void ForwardPass::prefetch_weights(const DeviceLinear& w, const PassShape& s) {
-    if (s.prefill || !pol_->is_forced("weight_prefetch") || pol_->is_disabled("weight_prefetch")) return;
+    if (s.prefill || !pol_->takes_forced_only("weight_prefetch")) return;
     streams_.join(streams_.weight_prefetch);
     const Lane lane = streams_.fork(streams_.weight_prefetch);
     if (lane.stream == streams_.main()) return;  // branches off or one stream (a profiled step): no overlap to gain

@@ -90,7 +90,7 @@ private:
     void enqueue_head(const PassShape& s);
     // mhc_pre's counter for its one-launch form (one token) where the policy forces mhc_one_launch, else null.
     uint32_t* mhc_one_launch_counter() const {
-        return pol_->is_forced("mhc_one_launch") ? buf_.mhc_counter.as<uint32_t>() : nullptr;
+        return pol_->takes_forced_only("mhc_one_launch") ? buf_.mhc_counter.as<uint32_t>() : nullptr;
     }
     void run_pending_post(const PassShape& s);  // mhc_post of the sub-block before, on its own
     // The last layer's output feeds only the head, so where a pass has fewer rows that need logits (a prompt's last

@@ -136,32 +136,35 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
     // Query latent and queries (main stream). wq_b's matrix can stream into L2 meanwhile (prefetch_weights). Where
     // the policy forces "query_chain", one token runs wq_a, q_norm and wq_b as one persistent kernel instead.
     const bool query_chained = ax && run_query_chain(L, *ax, Tq, s.prefill);
-    if (!query_chained) prefetch_weights(L.wq_b, s);
     if (!query_chained) {
-        OpProfiler::Scope sc(prof_, "attn.wq_a gemm");
-        prof_.bytes(L.bytes.wq_a);
-        lin(*ax, L.wq_a, buf_.q_latent.get(), OutKind::BF16, QL);
-    }
-    if (!query_chained) {
-        // The norm also writes its output prepared for wq_b (FP8 / FP4 weights; in prefill passes the FP8 GEMM's
-        // act_quant rows): no preparation launch.
-        OpProfiler::Scope sc(prof_, "attn.q_norm");
-        prof_.bytes(L.bytes.q_norm);
-        const ActFormat fmt = input_format(Tq, L.wq_b);
-        const bool fuse = producer_prepares(L.wq_b, fmt);
-        PreparedActivation* out = nullptr;
-        if (fuse) {
-            PrepBuffer& pq = buf_.prep_q_latent;
-            pq.act.values = pq.values.as<uint16_t>();
-            pq.act.scales = pq.scales.as<float>();
-            pq.act.layout = L.wq_b.kind;
-            pq.act.numerics = num_.act;
-            pq.act.format = fmt;
-            pq.act.raw = false;
-            out = &pq.act;
+        prefetch_weights(L.wq_b, s);
+        {
+            OpProfiler::Scope sc(prof_, "attn.wq_a gemm");
+            prof_.bytes(L.bytes.wq_a);
+            lin(*ax, L.wq_a, buf_.q_latent.get(), OutKind::BF16, QL);
         }
-        rmsnorm(buf_.q_latent.as<bf16>(), QL, buf_.q_latent.as<bf16>(), QL, L.q_norm, Tq, int(QL), eps, stream, out);
-        if (fuse) adopt_produced(buf_.prep_q_latent, buf_.q_latent.get(), Tq, QL, L.wq_b.kind, fmt);
+        {
+            // The norm also writes its output prepared for wq_b (FP8 / FP4 weights; in prefill passes the FP8 GEMM's
+            // act_quant rows): no preparation launch.
+            OpProfiler::Scope sc(prof_, "attn.q_norm");
+            prof_.bytes(L.bytes.q_norm);
+            const ActFormat fmt = input_format(Tq, L.wq_b);
+            const bool fuse = producer_prepares(L.wq_b, fmt);
+            PreparedActivation* out = nullptr;
+            if (fuse) {
+                PrepBuffer& pq = buf_.prep_q_latent;
+                pq.act.values = pq.values.as<uint16_t>();
+                pq.act.scales = pq.scales.as<float>();
+                pq.act.layout = L.wq_b.kind;
+                pq.act.numerics = num_.act;
+                pq.act.format = fmt;
+                pq.act.raw = false;
+                out = &pq.act;
+            }
+            rmsnorm(buf_.q_latent.as<bf16>(), QL, buf_.q_latent.as<bf16>(), QL, L.q_norm, Tq, int(QL), eps, stream,
+                    out);
+            if (fuse) adopt_produced(buf_.prep_q_latent, buf_.q_latent.get(), Tq, QL, L.wq_b.kind, fmt);
+        }
     }
     const PreparedActivation& aq = prepare(buf_.prep_q_latent, buf_.q_latent.get(), false, Tq, QL, QL, L.wq_b);
 
@@ -189,8 +192,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         indexer_prepare_q(buf_.index_q.as<bf16>(), int64_t(nI) * dI, Tq, nI, dI, pos, L.rope, lane.stream,
                           num_.quant_sim);
     };
-    const bool index_branch =
-        index_scoring && pol_->is_forced("indexer_branch") && !pol_->is_disabled("indexer_branch");
+    const bool index_branch = index_scoring && pol_->takes_forced_only("indexer_branch");
     if (index_branch) enqueue_indexer_query(streams_.fork(streams_.index_query), true);
     if (!query_chained) {
         OpProfiler::Scope sc(prof_, "attn.wq_b gemm");
@@ -317,7 +319,7 @@ void ForwardPass::launch_gemv_chain(const GemvChain& c, const char* op, double b
 // (gemm/gemv_chain.cuh with its norm) where both linears would run simt_gemv: the same bits as the three launches.
 // Taken only where the policy forces "query_chain" (A/B against the launches). Returns false (nothing run) elsewhere.
 bool ForwardPass::run_query_chain(const ShardLayer& L, const PreparedActivation& ax, int Tq, bool prefill) {
-    if (Tq != 1 || prefill || !pol_->is_forced("query_chain") || pol_->is_disabled("query_chain")) return false;
+    if (Tq != 1 || prefill || !pol_->takes_forced_only("query_chain")) return false;
     const Lane main = streams_.main_lane();
     if (!main.ws) return false;
     const int64_t QL = cfg_.q_lora_rank;
@@ -352,9 +354,7 @@ bool ForwardPass::run_query_chain(const ShardLayer& L, const PreparedActivation&
 // Returns false (nothing run) elsewhere.
 bool ForwardPass::run_out_proj_chain(const ShardLayer& L, const PreparedActivation& ao, const DeviceLinear& wo_a,
                                      int G, int Tq, bool prefill) {
-    if (Tq != 1 || prefill || !pol_->is_forced("gemv_chain") || pol_->is_disabled("gemv_chain") ||
-        wo_a.weight != L.wo_a.weight)
-        return false;
+    if (Tq != 1 || prefill || !pol_->takes_forced_only("gemv_chain") || wo_a.weight != L.wo_a.weight) return false;
     const Lane main = streams_.main_lane();
     if (!main.ws) return false;
     const int64_t GO = int64_t(G) * cfg_.o_lora_rank;
@@ -426,7 +426,7 @@ void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s, const Toke
             buf_.attn_workspace_bytes) {
         prof_.variant("attn_prefill");
         PrefillAttentionTuning tuning;  // the stage releases racecheck follows, where forced (same bits)
-        tuning.cta_release = pol_->is_forced("attn_prefill_cta_release");
+        tuning.cta_release = pol_->takes_forced_only("attn_prefill_cta_release");
         sparse_attention_prefill(p, max_entries, buf_.attn_workspace.get(), buf_.attn_workspace_bytes, streams_.main(),
                                  tuning);
         return;

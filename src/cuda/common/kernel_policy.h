@@ -118,6 +118,9 @@ struct KernelPolicy {
 
     bool is_disabled(std::string_view variant) const;
     bool is_forced(std::string_view variant) const;
+    // A composition taken only where forced (gemv_chain, query_chain, indexer_branch, weight_prefetch,
+    // attn_prefill_cta_release, mhc_one_launch): forced, and not disabled as well.
+    bool takes_forced_only(std::string_view name) const { return is_forced(name) && !is_disabled(name); }
     // The policy a test uses to exercise exactly one variant: forced, every other variant of the lists untouched.
     static KernelPolicy only(std::string_view variant);
     // The policy of one pass of the backend: in a prefill pass the compute-bound variants (kComputeBoundVariants)
