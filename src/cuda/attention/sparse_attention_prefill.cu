@@ -187,18 +187,20 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     const int n_tiles = (c.n_cand + kTile - 1) / kTile;
 
     for (int i = tid; i < topk_width; i += n_threads) sm.topk[i] = p.topk[int64_t(t) * p.topk_stride + i];
-    // q rows of the CTA's heads (zero past n_heads), part of the first commit group
+    if (tid < stages) {
+        mbar::mbar_init_count(sm.full + tid, uint32_t(n_threads));        // per phase: every thread's copies landed
+        mbar::mbar_init_count(sm.empty + tid, uint32_t(n_threads / 32));  // per phase: every warp released it
+    }
+    __syncthreads();  // the top-k row is read by every loader below; the ring's barriers are initialized
+    // q rows of the CTA's heads (zero past n_heads), covered by the first tile's `full` phase. Issued after the
+    // barrier above rather than before the initialization: racecheck paired these copies with the mbarrier
+    // initializations (7 reports, every launch shape), and a CTA barrier between them is an order it follows.
     const int chunks = D / 8;
     for (int i = tid; i < groups * kGroupHeads * chunks; i += n_threads) {
         const int r = i / chunks, d = (i % chunks) * 8, h = h_cta + r;
         const bf16* src = h < H ? p.q + int64_t(t) * p.q_stride + int64_t(h) * D + d : p.q;
         cp_async16(smem_u32(sm.q + r * DP + d), src, h < H ? 16 : 0);
     }
-    if (tid < stages) {
-        mbar::mbar_init_count(sm.full + tid, uint32_t(n_threads));        // per phase: every thread's copies landed
-        mbar::mbar_init_count(sm.empty + tid, uint32_t(n_threads / 32));  // per phase: every warp released it
-    }
-    __syncthreads();  // the top-k row is read by every loader below; the ring's barriers are initialized
 
     // Tile loader: blockDim = 32 rows x (2 * groups) threads per row; each thread resolves its row once per tile and
     // copies every (2 * groups)-th 16-byte chunk of it (a warp covers 16 / groups rows, whole 128-byte lines).
