@@ -1,11 +1,13 @@
-// The attention sub-block of one decode layer at one token as a persistent step's graph (step_schedule.h): from mHC
-// pre to wo_b, the query path and the side branches the CUDA backend runs beside it today (the window KV, the
-// compressors, on ratio-4 layers the indexer), every weight-streaming op split into 16 KB tiles, every latency-bound op
-// one tile. Stage 2 of docs/decode-step-design.md deals these tiles to the same loaders; which stream's tiles come
-// first in each CTA's list is its one free parameter (subblock_order), and the timing model (step_schedule_sim.h)
-// is how the choice and the expected sub-block time are written down before the kernel exists.
+// The one-token decode step as a persistent step's graph (step_schedule.h): one layer's attention sub-block (mHC pre
+// to wo_b: the query path and the side branches the CUDA backend runs beside it today, the window KV, the
+// compressors, on ratio-4 layers the indexer), or the whole step (both sub-blocks of every layer, then the head). Every
+// weight-streaming op is split into 16 KB tiles, every latency-bound op is one tile. The stages of
+// docs/decode-step-design.md deal these tiles to the same loaders; which stream's tiles come first in each CTA's list
+// is a free parameter (subblock_order), and the timing model (step_schedule_sim.h) is how the choice and the expected
+// time are written down before the kernel exists (docs/perf-log/2026-12-06_step-planner.md).
 // Weight bytes come from the checkpoint inventory of the config (model/weights.h), as the kernels read them
-// (weights and block scales); the costs of the tiles' arithmetic and of the latency-bound ops are SubblockCosts.
+// (weights and block scales; the indexer's query projections included, as at contexts where it scores); the costs
+// of the tiles' arithmetic and of the latency-bound ops are SubblockCosts.
 #pragma once
 #include <string>
 #include <vector>
@@ -15,8 +17,8 @@
 
 namespace flashseek {
 
-// Per-tile costs (µs). Defaults: the measurements named beside them (one H100 / H200, one token; the latency-bound
-// ops at their charged time per call in the CUPTI timeline of run 234, docs/perf-log/2026-12-06_*).
+// Per-tile costs (µs). Defaults: the measurements named beside them (one token; the latency-bound ops at their charged
+// time per call in the CUPTI timeline of run 234 on an H100, docs/perf-log/2026-12-06_query-chain-verdict-and-sanitize.md).
 struct SubblockCosts {
     double tile_bytes = 16384;           // weight bytes per tile (the stage-0 loader's 16 KB tiles)
     double us_per_kweight = 0.27;        // one warp's arithmetic per 1,024 weights of a tile (gemv_chain's SIMT form:
@@ -29,6 +31,10 @@ struct SubblockCosts {
     double indexer_q_us = 1.5;           // the indexer's q preparation
     double indexer_select_us = 6.0;      // the indexer's scores and top-k
     double attention_us = 10.6;          // the sparse attention at one token
+    double route_group_us = 11.2;        // route + group and the experts' tile packing (7.5 + 3.7)
+    double quantize_h_us = 4.5;          // the routed experts' h quantized for the down-projection
+    double combine_us = 4.3;             // the experts' outputs combined (the mHC post rides in the next mHC pre)
+    double sample_us = 31.0;             // the greedy sampling over the vocabulary (argmax_rows at one row)
 };
 
 // Sets the field `name` of `c` (the names above); an Error naming the field for an unknown one or a negative value.
@@ -38,8 +44,16 @@ std::vector<std::string> subblock_cost_names();
 // The graph of layer `layer`'s attention sub-block (ratio 0, 4 or 128 decides which branches exist).
 StepGraph attention_subblock_graph(const ModelConfig& cfg, int layer, const SubblockCosts& costs);
 
-// A dependency order of the graph's ops: the query path's ops first and each branch's after them (query_first), or
-// the branches' first. Either way every op comes after the ops it reads.
+// The whole one-token decode step of the first `layers` layers (op names labelled "L{layer} "): per layer the
+// attention sub-block, then the MoE sub-block (mHC pre, router, route + group, the routed experts, whose bytes wait
+// for the routing, the shared expert beside them, the combine), then the head (its mHC and norm, the head GEMV, the
+// sampling). One schedule for the step is the persistent design's last stage: each CTA's loader runs into the next
+// layer's weights while this layer's latency-bound ops run, as far as its ring allows.
+StepGraph decode_step_graph(const ModelConfig& cfg, int layers, const SubblockCosts& costs);
+
+// A dependency order of the graph's ops: the main path's ops first and each side branch's after them (query_first),
+// or the branches' first (the window KV, compressors and indexer inputs; in the MoE sub-block the shared expert).
+// Either way every op comes after the ops it waits for.
 std::vector<int> subblock_order(const StepGraph& g, bool query_first);
 
 }  // namespace flashseek

@@ -10,6 +10,12 @@
 
 namespace flashseek {
 
+std::vector<int> ScheduleOp::waits_for() const {
+    std::vector<int> w = after;
+    w.insert(w.end(), bytes_after.begin(), bytes_after.end());
+    return w;
+}
+
 int StepGraph::add(ScheduleOp op) {
     ops.push_back(std::move(op));
     return int(ops.size()) - 1;
@@ -23,7 +29,7 @@ std::vector<int> dependency_order(const StepGraph& g) {
     std::vector<int> pending(size_t(n), 0), order;
     std::vector<std::vector<int>> consumers(g.ops.size());
     for (int i = 0; i < n; ++i)
-        for (int d : g.ops[size_t(i)].after) {
+        for (int d : g.ops[size_t(i)].waits_for()) {
             ++pending[size_t(i)];
             consumers[size_t(d)].push_back(i);
         }
@@ -48,7 +54,7 @@ std::string graph_problem(const StepGraph& g) {
             return fmt::format("step graph: op {} has tile_bytes {} (a number >= 0)", name, op.tile_bytes);
         if (!std::isfinite(op.tile_compute_us) || op.tile_compute_us < 0)
             return fmt::format("step graph: op {} has tile_compute_us {} (a number >= 0)", name, op.tile_compute_us);
-        for (int d : op.after) {
+        for (int d : op.waits_for()) {
             if (d < 0 || d >= n) return fmt::format("step graph: op {} reads op {}, which does not exist", name, d);
             if (d == i) return fmt::format("step graph: op {} reads itself", name);
         }
@@ -78,7 +84,7 @@ StepSchedule deal_tiles(const StepGraph& g, int ctas, const std::vector<int>& op
         position[size_t(op)] = k;
     }
     for (int op = 0; op < n; ++op)
-        for (int d : g.ops[size_t(op)].after)
+        for (int d : g.ops[size_t(op)].waits_for())
             FS_CHECK(position[size_t(d)] < position[size_t(op)],
                      "deal_tiles: op_order puts '{}' before '{}', which it reads", g.ops[size_t(op)].name,
                      g.ops[size_t(d)].name);
@@ -134,7 +140,7 @@ std::string schedule_problem(const StepGraph& g, const StepSchedule& s) {
             edge(first_tile[size_t(list[k - 1].op)] + list[k - 1].tile, first_tile[size_t(list[k].op)] + list[k].tile);
     for (int op = 0; op < n_ops; ++op) {
         for (int t = 0; t < g.ops[size_t(op)].tiles; ++t) edge(first_tile[size_t(op)] + t, n_tiles + op);
-        for (int d : g.ops[size_t(op)].after)
+        for (int d : g.ops[size_t(op)].waits_for())
             for (int t = 0; t < g.ops[size_t(op)].tiles; ++t) edge(n_tiles + d, first_tile[size_t(op)] + t);
     }
     std::vector<int> waiting(size_t(n_nodes), 0);

@@ -21,6 +21,11 @@ struct ScheduleOp {
     double tile_bytes = 0;
     double tile_compute_us = 0;
     std::vector<int> after;  // indices of the ops every tile of which must complete before this op's tiles compute
+    // Ops that must complete before this op's weight bytes can even be requested: which rows to stream is known only
+    // then (the routed experts' weights wait for the routing). A CTA's loader stops at such a tile until then.
+    std::vector<int> bytes_after;
+    // after and bytes_after: every op this one waits for.
+    std::vector<int> waits_for() const;
 };
 
 struct StepGraph {
@@ -39,8 +44,8 @@ struct StepSchedule {
     std::vector<std::vector<TileRef>> cta;
 };
 
-// Why `graph` is not a step (empty when it is): an op with no tiles or a negative size, a dependency on an unknown op
-// or on itself, a dependency cycle. Names the op.
+// Why `graph` is not a step (empty when it is): an op with no tiles or a negative size, a dependency (after or
+// bytes_after) on an unknown op or on itself, a dependency cycle. Names the op.
 std::string graph_problem(const StepGraph& graph);
 
 // Deals the tiles of the ops over `ctas` CTAs, op by op in `op_order` (every op once; a dependency's tiles before its

@@ -47,11 +47,12 @@ ScheduleTiming simulate_schedule(const StepGraph& g, const StepSchedule& s, cons
         tiles_left[op] = g.ops[op].tiles;
         r.bytes += g.ops[op].tile_bytes * g.ops[op].tiles;
     }
-    auto inputs_done = [&](int op) {
-        for (int d : g.ops[size_t(op)].after)
+    auto all_done = [&](const std::vector<int>& ops) {
+        for (int d : ops)
             if (tiles_left[size_t(d)] > 0) return false;
         return true;
     };
+    auto inputs_done = [&](int op) { return all_done(g.ops[size_t(op)].after); };
     std::vector<CtaState> ctas(s.cta.size());
     for (size_t c = 0; c < ctas.size(); ++c) ctas[c].list = &s.cta[c];
     size_t tiles_total = 0, tiles_done = 0;
@@ -66,7 +67,7 @@ ScheduleTiming simulate_schedule(const StepGraph& g, const StepSchedule& s, cons
             const auto& list = *c.list;
             for (;;) {  // the loader: request while the ring has room; zero-byte tiles land as they reach the head
                 bool moved = false;
-                if (c.requested < list.size()) {
+                if (c.requested < list.size() && all_done(g.ops[size_t(list[c.requested].op)].bytes_after)) {
                     const double b = g.ops[size_t(list[c.requested].op)].tile_bytes;
                     if (b == 0 || c.ring_used == 0 || c.ring_used + b <= m.ring_bytes) {
                         if (c.landed == c.requested) c.head_left = b;

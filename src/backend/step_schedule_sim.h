@@ -3,7 +3,9 @@
 //   - HBM: one copy rate shared equally by the CTAs whose loaders are transferring, each capped at a per-CTA rate
 //     (one SM's loader cannot take the whole device's rate);
 //   - each CTA's loader requests its tiles' bytes in list order as long as its ring has room (ring_bytes; a tile
-//     larger than the ring waits for an empty ring), whatever the tiles' dependencies: weights depend on nothing;
+//     larger than the ring waits for an empty ring), whatever the tiles' compute dependencies: weights depend on
+//     nothing, except where an op's rows are chosen by an earlier op (ScheduleOp::bytes_after: the loader stops at
+//     such a tile until those ops complete);
 //   - each CTA's compute starts its tiles in list order on one of compute_lanes lanes (compute warps), once the
 //     tile's bytes have landed and every tile of the ops it reads has completed; a tile holds its ring bytes until
 //     its compute ends.

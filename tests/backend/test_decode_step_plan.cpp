@@ -9,7 +9,9 @@
 #include "backend/decode_step_plan.h"
 #include "backend_test_util.h"
 #include "backend/step_schedule_sim.h"
+#include "loader/safetensors.h"
 #include "model/config.h"
+#include "model/weights.h"
 #include "util/error.h"
 
 namespace flashseek {
@@ -77,11 +79,72 @@ TEST(DecodeStepPlan, SubblockGraphHasEachLayersOpsAndBytes) {
     EXPECT_THROW(attention_subblock_graph(cfg, 43, costs), Error);
 }
 
+// The whole step: per layer the attention and MoE sub-blocks, then the head. Its bytes are those of an independent
+// count over the inventory (every tensor of the layers but the routed experts, top_k experts' worth of those, no hash
+// table, plus the head, its mHC and the final norm); the routed experts' bytes wait for the routing, the shared
+// expert's do not; both orders give runnable schedules for the 43-layer step.
+TEST(DecodeStepPlan, WholeStepGraph) {
+    const ModelConfig cfg = v4_flash();
+    const SubblockCosts costs;
+    for (int layers : {1, 4, 43}) {
+        SCOPED_TRACE(std::to_string(layers) + " layers");
+        const StepGraph g = decode_step_graph(cfg, layers, costs);
+        EXPECT_EQ(graph_problem(g), "");
+        size_t want_ops = 3;
+        for (int l = 0; l < layers; ++l) want_ops += 10 + (cfg.ratio(l) == 4 ? 19 : cfg.ratio(l) == 128 ? 13 : 11);
+        EXPECT_EQ(g.ops.size(), want_ops);
+        double bytes = 0;
+        for (const ScheduleOp& op : g.ops) bytes += op.tile_bytes * op.tiles;
+        InventoryOptions opt;
+        opt.include_mtp = false;
+        double want = 0;
+        for (const TensorSpec& t : expected_tensors(cfg, opt)) {
+            double b = double(dtype_size(t.dtype));
+            for (int64_t d : t.shape) b *= double(d);
+            const std::string& n = t.name;
+            if (n == "head.weight" || n == "norm.weight" || n.rfind("hc_head_", 0) == 0) {
+                want += b;
+                continue;
+            }
+            if (n.rfind("layers.", 0) != 0 || std::stoi(n.substr(7)) >= layers) continue;
+            if (n.find(".gate.tid2eid") != std::string::npos) continue;
+            const size_t e = n.find(".ffn.experts.");
+            if (e != std::string::npos) {
+                if (n.compare(e, 16, ".ffn.experts.0.w") == 0) want += b * cfg.num_experts_per_tok;
+                continue;
+            }
+            want += b;
+        }
+        EXPECT_NEAR(bytes, want, 1e-9 * want);
+        const ScheduleOp* route = find_op(g, "L0 route + group");
+        int route_at = -1;
+        find_op(g, "L0 route + group", &route_at);
+        ASSERT_NE(route, nullptr);
+        for (const char* routed : {"L0 routed up", "L0 routed down"}) {
+            const ScheduleOp* op = find_op(g, routed);
+            ASSERT_NE(op, nullptr) << routed;
+            EXPECT_EQ(op->bytes_after, std::vector<int>{route_at}) << routed;
+        }
+        EXPECT_TRUE(find_op(g, "L0 shared up")->bytes_after.empty());
+        if (layers == 43) {
+            for (bool query_first : {true, false}) {
+                const StepSchedule s = deal_tiles(g, 132, subblock_order(g, query_first));
+                EXPECT_EQ(schedule_problem(g, s), "");
+                const ScheduleTiming r = simulate_schedule(g, s, StepMachine{});
+                EXPECT_GE(r.step_us, bytes / (StepMachine{}.copy_gb_s * 1e3));
+                EXPECT_DOUBLE_EQ(r.bytes, bytes);
+            }
+        }
+    }
+    EXPECT_THROW(decode_step_graph(cfg, 0, costs), Error);
+    EXPECT_THROW(decode_step_graph(cfg, 44, costs), Error);
+}
+
 TEST(DecodeStepPlan, CostsAreSetByNameAndBadOnesNamed) {
     SubblockCosts c;
     set_subblock_cost(c, "attention_us", 7.5);
     EXPECT_DOUBLE_EQ(c.attention_us, 7.5);
-    EXPECT_EQ(subblock_cost_names().size(), 10u);
+    EXPECT_EQ(subblock_cost_names().size(), 14u);
     try {
         set_subblock_cost(c, "attenton_us", 1);
         FAIL() << "an unknown cost was accepted";
@@ -103,6 +166,11 @@ TEST(DecodeStepPlan, PlanStepCommand) {
     EXPECT_NE(r.output.find("query_first: sub-block"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("branches_first: sub-block"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("0.050 us per 1,024 weights"), std::string::npos) << r.output;
+    const auto step = backend_test::run_flashseek("plan-step --model " + cfg + " --layers 3");
+    ASSERT_EQ(step.exit_code, 0) << step.output;
+    EXPECT_NE(step.output.find("the one-token decode step of 3 layers and the head"), std::string::npos) << step.output;
+    EXPECT_NE(step.output.find("query_first: step (TPOT)"), std::string::npos) << step.output;
+    EXPECT_NE(step.output.find("routed down"), std::string::npos) << step.output;
     std::ifstream in(json_path);
     const nlohmann::json j = nlohmann::json::parse(in);
     SubblockCosts costs;
@@ -126,6 +194,7 @@ TEST(DecodeStepPlan, PlanStepCommand) {
         {"--cost kv_store_us=-2", "'kv_store_us' must be a number >= 0"},
         {"--layer 43", "--layer 43"},
         {"--ctas 0", "--ctas 0"},
+        {"--layers 44", "--layers 44"},
         {"--copy-gb-s 0", "copy_gb_s must be > 0"},
     };
     for (const Case& c : bad) {

@@ -173,6 +173,32 @@ TEST(StepScheduleSim, WeightsStreamWhileTheLatencyBoundOpRuns) {
     EXPECT_NEAR(r2.step_us, 10.25 + second_tile_us + 0.25, 1e-6);
 }
 
+// Rows chosen by an earlier op (the routed experts): their bytes cannot be requested before it completes, so they
+// stream after the routing instead of during it. A bytes_after dependency counts in the cycle check too.
+TEST(StepScheduleSim, BytesAfterWaitsToRequest) {
+    StepMachine m;
+    m.copy_gb_s = 4000;
+    m.per_cta_gb_s = 100;
+    const double tile_us = 16384 / (4000 * 1e3 / 132);
+    for (bool routed : {false, true}) {
+        StepGraph g;
+        const int route = g.add(op("route", 1, 0, 10));
+        ScheduleOp experts = op("experts", 132, 16384, 0.25, {route});
+        if (routed) experts.bytes_after = {route};
+        g.add(experts);
+        const ScheduleTiming r = simulate_schedule(g, deal_tiles(g, 132, {0, 1}), m);
+        EXPECT_NEAR(r.step_us, routed ? 10 + tile_us + 0.25 : 10.25, 1e-6) << (routed ? "rows after the routing" : "rows known");
+        EXPECT_NEAR(r.op_input_wait_us[1], routed ? 0 : 132 * (10 - tile_us), 1e-6);
+    }
+    StepGraph cyc;
+    const int a = cyc.add(op("a", 1, 100, 1));
+    cyc.add(op("b", 1, 100, 1, {a}));
+    cyc.ops[0].bytes_after = {1};
+    EXPECT_NE(graph_problem(cyc).find("dependency cycle"), std::string::npos) << graph_problem(cyc);
+    cyc.ops[0].bytes_after = {5};
+    EXPECT_NE(graph_problem(cyc).find("reads op 5"), std::string::npos) << graph_problem(cyc);
+}
+
 // Compute lanes bound a CTA's tiles in flight: 16 tiles of 1 us on one CTA with 4 lanes and no bytes take 4 us.
 TEST(StepScheduleSim, ComputeLanesBoundTheTilesInFlight) {
     StepGraph g;

@@ -1,11 +1,15 @@
 // `flashseek plan-step`: the persistent decode step's planner (docs/decode-step-design.md, stage 2). Builds one
-// layer's attention sub-block at one token as op tiles (backend/decode_step_plan.h), deals them over the grid's CTAs
+// layer's attention sub-block at one token, or (--layers N) the whole one-token step of N layers and the head, as op
+// tiles (backend/decode_step_plan.h), deals them over the grid's CTAs
 // with the query path's tiles first and with the side branches' first, checks that each schedule can run (no wait
 // that never ends), and prints what the timing model (backend/step_schedule_sim.h) predicts for each: the sub-block
 // time, its bytes at the copy rate, and per op its completion and how long its loaded tiles waited for inputs.
 // Nothing runs on a GPU and no weight is read: the bytes come from config.json, the costs from the flags.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -35,15 +39,41 @@ nlohmann::ordered_json timing_json(const StepGraph& g, const ScheduleTiming& t) 
     return j;
 }
 
+// A whole step's ops by kind (the name without its layer label): count, MB, and the summed time their loaded tiles
+// waited for inputs, largest waits first.
+void print_op_kinds(const StepGraph& g, const ScheduleTiming& t) {
+    struct Kind {
+        int ops = 0;
+        double mb = 0, wait_us = 0;
+    };
+    std::map<std::string, Kind> kinds;
+    for (size_t i = 0; i < g.ops.size(); ++i) {
+        std::string name = g.ops[i].name;
+        if (name.size() > 1 && name[0] == 'L' && std::isdigit(static_cast<unsigned char>(name[1])))
+            name = name.substr(name.find(' ') + 1);
+        Kind& k = kinds[name];
+        ++k.ops;
+        k.mb += g.ops[i].tile_bytes * g.ops[i].tiles / 1e6;
+        k.wait_us += t.op_input_wait_us[i];
+    }
+    std::vector<std::pair<std::string, Kind>> sorted(kinds.begin(), kinds.end());
+    std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.wait_us > b.second.wait_us; });
+    std::printf("  %-26s %5s %10s %16s\n", "op kind", "ops", "MB", "input wait us");
+    for (const auto& [name, k] : sorted)
+        std::printf("  %-26s %5d %10.2f %16.1f\n", name.c_str(), k.ops, k.mb, k.wait_us);
+}
+
 int run_plan_step(int argc, char** argv) {
     CLI::App app{"The persistent decode step's planner: one layer's attention sub-block at one token as op tiles on the "
                  "grid, in both stream orders, with the timing model's prediction"};
     std::string model, json_path;
     std::vector<std::string> cost_args;
-    int layer = 2, ctas = 132;
+    int layer = 2, ctas = 132, layers = 0;
     StepMachine machine;
     app.add_option("--model", model, "a config.json, or a directory holding one")->required();
     app.add_option("--layer", layer, "the layer (2: V4's first ratio-4 layer, the one with the indexer)");
+    app.add_option("--layers", layers, "plan the whole one-token step of the first N layers and the head instead "
+                   "(the TPOT the persistent step would reach)");
     app.add_option("--ctas", ctas, "resident CTAs, one per SM (132: H100 / H200)");
     app.add_option("--copy-gb-s", machine.copy_gb_s, "the device's copy rate in GB/s (flashseek bench measures it)");
     app.add_option("--per-cta-gb-s", machine.per_cta_gb_s, "the most one CTA's loader takes, GB/s");
@@ -79,9 +109,16 @@ int run_plan_step(int argc, char** argv) {
     FS_CHECK(layer >= 0 && layer < cfg.num_hidden_layers, "--layer {}: must be in [0, num_hidden_layers {})", layer,
              cfg.num_hidden_layers);
 
-    const StepGraph g = attention_subblock_graph(cfg, layer, costs);
-    std::printf("model: %s, layer %d (compress ratio %d), attention sub-block at one token: %zu ops\n",
-                config_path.c_str(), layer, cfg.ratio(layer), g.ops.size());
+    FS_CHECK(layers >= 0 && layers <= cfg.num_hidden_layers, "--layers {}: must be in [1, num_hidden_layers {}]",
+             layers, cfg.num_hidden_layers);
+    const bool whole_step = layers > 0;
+    const StepGraph g = whole_step ? decode_step_graph(cfg, layers, costs) : attention_subblock_graph(cfg, layer, costs);
+    if (whole_step)
+        std::printf("model: %s, the one-token decode step of %d layers and the head: %zu ops\n", config_path.c_str(),
+                    layers, g.ops.size());
+    else
+        std::printf("model: %s, layer %d (compress ratio %d), attention sub-block at one token: %zu ops\n",
+                    config_path.c_str(), layer, cfg.ratio(layer), g.ops.size());
     std::printf("machine: %d CTAs, copy %.0f GB/s, at most %.0f GB/s per CTA, ring %.0f KB, %d compute lanes; tiles of "
                 "%.0f B at %.3f us per 1,024 weights\n",
                 ctas, machine.copy_gb_s, machine.per_cta_gb_s, machine.ring_bytes / 1024, machine.compute_lanes,
@@ -97,12 +134,17 @@ int run_plan_step(int argc, char** argv) {
         FS_CHECK(problem.empty(), "plan-step: the {} schedule cannot run: {}", what, problem);
         const ScheduleTiming t = simulate_schedule(g, s, machine);
         const double transfer_us = t.bytes / (machine.copy_gb_s * 1e3);
-        std::printf("\n%s: sub-block %.2f us; %.2f MB = %.2f us at the copy rate (%.1f%%); HBM busy %.2f us\n", what,
-                    t.step_us, t.bytes / 1e6, transfer_us, 100 * transfer_us / t.step_us, t.hbm_busy_us);
-        std::printf("  %-26s %6s %10s %10s %14s\n", "op", "tiles", "MB", "done us", "input wait us");
-        for (size_t i = 0; i < g.ops.size(); ++i)
-            std::printf("  %-26s %6d %10.3f %10.2f %14.1f\n", g.ops[i].name.c_str(), g.ops[i].tiles,
-                        g.ops[i].tile_bytes * g.ops[i].tiles / 1e6, t.op_done_us[i], t.op_input_wait_us[i]);
+        std::printf("\n%s: %s %.2f us; %.2f MB = %.2f us at the copy rate (%.1f%%); HBM busy %.2f us\n", what,
+                    whole_step ? "step (TPOT)" : "sub-block", t.step_us, t.bytes / 1e6, transfer_us,
+                    100 * transfer_us / t.step_us, t.hbm_busy_us);
+        if (whole_step) {
+            print_op_kinds(g, t);
+        } else {
+            std::printf("  %-26s %6s %10s %10s %14s\n", "op", "tiles", "MB", "done us", "input wait us");
+            for (size_t i = 0; i < g.ops.size(); ++i)
+                std::printf("  %-26s %6d %10.3f %10.2f %14.1f\n", g.ops[i].name.c_str(), g.ops[i].tiles,
+                            g.ops[i].tile_bytes * g.ops[i].tiles / 1e6, t.op_done_us[i], t.op_input_wait_us[i]);
+        }
         j[what] = timing_json(g, t);
     }
     if (!json_path.empty()) {
