@@ -8,6 +8,7 @@
 //             releasing them: the stream's own ceiling;
 //   - ring:   the same with every compute warp taking 16 / CW rows of every tile (row split);
 //   - tiles:  the same with fill i consumed whole by compute warp i % CW (warp per tile, the form stage 1 uses);
+//   - mma:    the tiles form with tensor-core arithmetic (mma.sync m16n8k16 on weights widened to f16, x in f16);
 //   - wide:   the same 33.6 MB as 8,192 x 4,096 (wo_a's rows) and 4,096 x 8,192 (wo_b's), warp per tile
 //             ("tiles": 16 KB of whole rows, scales staged or carried in the ring) or warp per column chunk
 //             ("chunks": 16 rows x 1,024 columns, partial sums reduced in shared memory, row blocks contiguous per
@@ -332,6 +333,77 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
     }
     asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
     if (tr && warp == 1 && lane == 0) trace_end(tr);
+#endif
+}
+
+// ---- mma: the tiles ring with tensor-core arithmetic (the persistent step's planner asks for <= 0.1 us per 1,024
+// weights of tile arithmetic, docs/perf-log/2026-12-06_step-planner.md; the SIMT forms above take ~0.27). Fill i is
+// consumed whole by compute warp i % CW with mma.sync m16n8k16 (f16 in, f32 accumulate): the tile's 16 rows are the
+// M side, the one token the first of the 8 N columns (the other seven zero), the e4m3 weights widened to f16 in
+// registers (one cvt per pair; e4m3 values are exact in f16). Only the sum over k matters, so each lane reads 16
+// contiguous bytes of its rows g and g + 8 per 64 columns and its fragments' k positions are permuted to match: k
+// step j of the piece takes bytes 4j, 4j + 1 as fragment columns 2 t4, 2 t4 + 1 and bytes 4j + 2, 4j + 3 as 2 t4 + 8,
+// 2 t4 + 9; the token's lanes (g = 0) read x in the same order from an f16 copy (the decode activations' MMA_F16
+// format). ~80 instructions per lane and 128 columns against ~220 for dot16's form. Scales per 128 columns: the
+// fragment restarts per scale block and its token column (c0: row g, c2: row g + 8 in lanes t4 = 0) is scaled and
+// summed in fp32.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
+    const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(v & 0xffffu), __NV_E4M3);
+    return uint32_t(r.x) | (uint32_t(r.y) << 16);
+}
+template <int CW>
+__global__ void __launch_bounds__(32 * (CW + 1), 1)
+    ring_mma_kernel(const uint8_t* w, const float* sc, const float* x, float* y, int stages, long long*) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(128) uint8_t smem[];
+    const Ring ring = make_ring(smem, stages, 1);
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, n_tiles = kN / kTileRows;
+    if (warp == 0) {
+        if (lane == 0) ring_load_strided(ring, w, n_tiles);
+        return;
+    }
+    float* xs = reinterpret_cast<float*>(ring.empty + stages);
+    __half* xh = reinterpret_cast<__half*>(xs + kK);
+    stage_plain<CW>(xs, x, kK);
+    for (int c = int(threadIdx.x) - 32; c < kK; c += 32 * CW) xh[c] = __float2half_rn(xs[c]);
+    asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+    const int cw = warp - 1, g = lane >> 2, t4 = lane & 3;
+    int i = cw;
+    for (int t = blockIdx.x + i * gridDim.x; t < n_tiles; t += CW * gridDim.x, i += CW) {
+        float s[kScaleCols];
+#pragma unroll
+        for (int kb = 0; kb < kScaleCols; ++kb) s[kb] = __ldg(sc + (t * kTileRows / 128) * kScaleCols + kb);
+        const uint8_t* tile = ring_acquire(ring, i);
+        float yg = 0.f, yg8 = 0.f;
+#pragma unroll
+        for (int kb = 0; kb < kScaleCols; ++kb) {
+            float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int col = kb * 128 + h * 64 + 16 * t4;
+                const uint4 ra = *reinterpret_cast<const uint4*>(tile + g * kK + col);
+                const uint4 rb = *reinterpret_cast<const uint4*>(tile + (g + 8) * kK + col);
+                const uint4 xa = *reinterpret_cast<const uint4*>(xh + col);
+                const uint4 xb = *reinterpret_cast<const uint4*>(xh + col + 8);
+                const uint32_t wa[4] = {ra.x, ra.y, ra.z, ra.w}, wb[4] = {rb.x, rb.y, rb.z, rb.w};
+                const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};  // x[col + 2q], x[col + 2q + 1]
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const uint32_t b0 = g == 0 ? xw[2 * j] : 0u, b1 = g == 0 ? xw[2 * j + 1] : 0u;
+                    flashseek::cuda::mma::mma_f16(c, e4m3x2_to_f16x2(wa[j]), e4m3x2_to_f16x2(wb[j]),
+                                                  e4m3x2_to_f16x2(wa[j] >> 16), e4m3x2_to_f16x2(wb[j] >> 16), b0, b1);
+                }
+            }
+            yg = fmaf(c[0], s[kb], yg);
+            yg8 = fmaf(c[2], s[kb], yg8);
+        }
+        ring_release(ring, i, lane);
+        if (t4 == 0) {
+            y[t * kTileRows + g] = yg;
+            y[t * kTileRows + g + 8] = yg8;
+        }
+    }
 #endif
 }
 
@@ -1036,6 +1108,40 @@ int main() {
         if (stages % 8 == 0) run(ring_tiles_kernel<8, 4>, 8, true, "tiles/4");
         if (stages % 8 == 0) run(ring_tiles_kernel<8, 8>, 8, true, "tiles/8");
         if (stages % 12 == 0) run(ring_tiles_kernel<12, 4>, 12, true, "tiles/4");
+    }
+    // The tiles ring with tensor-core arithmetic (ring_mma_kernel): x enters as f16, so its reference rounds x too.
+    {
+        std::vector<double> ref16(kN, 0.0);
+        for (int n = 0; n < kN; ++n)
+            for (int k = 0; k < kK; ++k)
+                ref16[n] += double(e4m3_to_float(hw[size_t(n) * kK + k])) * hs[(n / 128) * kScaleCols + k / 128] *
+                            double(__half2float(__float2half_rn(hx[k])));
+        for (int stages : {8, 12}) {
+            const size_t smem = size_t(stages) * kTileBytes + size_t(stages) * 16 + kK * 4 + kK * 2;
+            auto run = [&](auto kernel, int cw) {
+                if (stages % cw) return;  // a warp's next fill must never be two phases behind (see tiles above)
+                CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+                CK(cudaMemset(y, 0xff, kN * 4));
+                auto launch = [&](const uint8_t* wc) {
+                    kernel<<<sms, 32 * (cw + 1), smem>>>(wc, sc, x, y, stages, nullptr);
+                };
+                const double us = median_us(launch), single = single_us(launch);
+                CK(cudaGetLastError());
+                CK(cudaDeviceSynchronize());
+                const double err = device_rel_l2(y, ref16.data(), kN);
+                failed += !(err < 1e-5);
+                const double gbs = double(wbytes) / (us * 1e3);
+                // Per-tile arithmetic the planner's us_per_kweight stands for, if the kernel were arithmetic-bound:
+                // a warp's share of the tiles over its time, per 1,024 weights.
+                const double tiles_per_warp = double(kN / kTileRows) / double(sms * cw);
+                printf("mma %2d stages, %2d warps        %8.2f us %8.1f GB/s %5.1f%% of copy (single launch %6.2f us)  "
+                       "%s (rel L2 %.2e); <= %.3f us per 1,024 weights\n",
+                       stages, cw, us, gbs, 100.0 * gbs / copy_gbs, single, err < 1e-5 ? "check ok" : "CHECK FAILED",
+                       err, us / tiles_per_warp / (kTileBytes / 1024.0));
+            };
+            run(ring_mma_kernel<4>, 4);
+            run(ring_mma_kernel<8>, 8);
+        }
     }
     // The same bytes as wo_a-wide (8,192 x 4,096) and wo_b-shaped (4,096 x 8,192) rows through the tiles ring.
     enum class Wide { Tiles, TilesScalesInRing, Chunks, ChunksInterleaved, ChunksCopy };
