@@ -24,6 +24,7 @@ struct CostField {
 constexpr CostField kCostFields[] = {
     {"tile_bytes", &SubblockCosts::tile_bytes},
     {"us_per_kweight", &SubblockCosts::us_per_kweight},
+    {"us_per_kweight_fp4", &SubblockCosts::us_per_kweight_fp4},
     {"mhc_finalize_us", &SubblockCosts::mhc_finalize_us},
     {"q_norm_us", &SubblockCosts::q_norm_us},
     {"q_head_norm_rope_us", &SubblockCosts::q_head_norm_rope_us},
@@ -61,6 +62,7 @@ bool is_branch(const std::string& name) {
 // weights per byte.
 struct TensorSizes {
     std::map<std::string, std::pair<double, double>> by_name;  // bytes, weights
+    std::map<std::string, bool> fp4;
     explicit TensorSizes(const ModelConfig& cfg) {
         InventoryOptions opt;
         opt.include_mtp = false;
@@ -68,6 +70,7 @@ struct TensorSizes {
             double n = 1;
             for (int64_t d : s.shape) n *= double(d);
             by_name[s.name] = {n * double(dtype_size(s.dtype)), s.dtype == DType::I8 ? 2 * n : n};
+            fp4[s.name] = s.dtype == DType::I8;
         }
     }
     const std::pair<double, double>& get(const std::string& n) const {
@@ -78,6 +81,10 @@ struct TensorSizes {
     double bytes(const std::string& n) const { return get(n).first; }
     double weights(const std::string& n) const { return get(n).second; }
     bool has(const std::string& n) const { return by_name.count(n) != 0; }
+    bool is_fp4(const std::string& n) const {
+        get(n);
+        return fp4.at(n);
+    }
 };
 
 // Appends ops to a graph: weight-streaming ops as even tiles of at most tile_bytes (each tile's arithmetic by its
@@ -141,10 +148,11 @@ public:
         const int k = cfg_.num_experts_per_tok;
         const std::string e0 = f + "experts.0.";
         const int up = streaming("routed up", k * linear_bytes(e0 + "w1") + k * linear_bytes(e0 + "w3"),
-                                 k * (t_.weights(e0 + "w1.weight") + t_.weights(e0 + "w3.weight")), {route}, {route});
+                                 k * (t_.weights(e0 + "w1.weight") + t_.weights(e0 + "w3.weight")), {route}, {route},
+                                 expert_cost(e0 + "w1.weight"));
         const int h = latency("quantize h", 0, c_.quantize_h_us, {up});
         const int down = streaming("routed down", k * linear_bytes(e0 + "w2"), k * t_.weights(e0 + "w2.weight"), {h},
-                                   {route});
+                                   {route}, expert_cost(e0 + "w2.weight"));
         const int sh_up = streaming("shared up", linear_bytes(f + "shared_experts.w1") + linear_bytes(f + "shared_experts.w3"),
                                     t_.weights(f + "shared_experts.w1.weight") + t_.weights(f + "shared_experts.w3.weight"),
                                     {fin}, {});
@@ -168,16 +176,19 @@ private:
         for (const char* n : names) b += t_.bytes(prefix + n);
         return b;
     }
+    // The routed experts' arithmetic: FP4 (packed I8) weights take their own cost.
+    double expert_cost(const std::string& weight) const { return t_.is_fp4(weight) ? c_.us_per_kweight_fp4 : 0; }
     double linear_bytes(const std::string& tensor) const {
         return t_.bytes(tensor + ".weight") + (t_.has(tensor + ".scale") ? t_.bytes(tensor + ".scale") : 0);
     }
+    // us_per_kweight: the tiles' arithmetic per 1,024 weights (0: the FP8 / BF16 / F32 cost).
     int streaming(const std::string& name, double bytes, double weights, std::vector<int> after,
-                  std::vector<int> bytes_after) {
+                  std::vector<int> bytes_after, double us_per_kweight = 0) {
         ScheduleOp op;
         op.name = label_ + name;
         op.tiles = std::max(1, int(std::ceil(bytes / c_.tile_bytes)));
         op.tile_bytes = bytes / op.tiles;
-        op.tile_compute_us = weights / op.tiles / 1024.0 * c_.us_per_kweight;
+        op.tile_compute_us = weights / op.tiles / 1024.0 * (us_per_kweight > 0 ? us_per_kweight : c_.us_per_kweight);
         op.after = std::move(after);
         op.bytes_after = std::move(bytes_after);
         return g_.add(std::move(op));

@@ -23,6 +23,8 @@ struct SubblockCosts {
     double tile_bytes = 16384;           // weight bytes per tile (the stage-0 loader's 16 KB tiles)
     double us_per_kweight = 0.27;        // one warp's arithmetic per 1,024 weights of a tile (gemv_chain's SIMT form:
                                          // a 16 KB FP8 tile in 3.9-5.0 µs); the f16 wgmma form is ~10x less
+    double us_per_kweight_fp4 = 0.27;    // the same for the routed experts' FP4 weights (the stage-0 probe's SIMT
+                                         // widening: 45% of the copy rate, about the FP8 cost per weight)
     double mhc_finalize_us = 5.5;        // mhc_finalize (Sinkhorn, collapse, the sub-block's RMSNorm)
     double q_norm_us = 1.5;              // q_norm of the q latent (inside the query chain)
     double q_head_norm_rope_us = 2.4;    // the queries' head norm + RoPE

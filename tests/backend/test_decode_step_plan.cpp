@@ -144,7 +144,7 @@ TEST(DecodeStepPlan, CostsAreSetByNameAndBadOnesNamed) {
     SubblockCosts c;
     set_subblock_cost(c, "attention_us", 7.5);
     EXPECT_DOUBLE_EQ(c.attention_us, 7.5);
-    EXPECT_EQ(subblock_cost_names().size(), 14u);
+    EXPECT_EQ(subblock_cost_names().size(), 15u);
     try {
         set_subblock_cost(c, "attenton_us", 1);
         FAIL() << "an unknown cost was accepted";
