@@ -8,7 +8,8 @@
 //             releasing them: the stream's own ceiling;
 //   - ring:   the same with every compute warp taking 16 / CW rows of every tile (row split);
 //   - tiles:  the same with fill i consumed whole by compute warp i % CW (warp per tile, the form stage 1 uses);
-//   - mma:    the tiles form with tensor-core arithmetic (mma.sync m16n8k16 on weights widened to f16, x in f16);
+//   - mma:    the tiles form with tensor-core arithmetic (mma.sync m16n8k16 on weights widened to f16, x in f16),
+//             and mma8 (m16n8k32 on the weights' own e4m3 bytes, x quantized to e4m3 per 128 columns);
 //   - wide:   the same 33.6 MB as 8,192 x 4,096 (wo_a's rows) and 4,096 x 8,192 (wo_b's), warp per tile
 //             ("tiles": 16 KB of whole rows, scales staged or carried in the ring) or warp per column chunk
 //             ("chunks": 16 rows x 1,024 columns, partial sums reduced in shared memory, row blocks contiguous per
@@ -393,6 +394,76 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
                     const uint32_t b0 = g == 0 ? xw[2 * j] : 0u, b1 = g == 0 ? xw[2 * j + 1] : 0u;
                     flashseek::cuda::mma::mma_f16(c, e4m3x2_to_f16x2(wa[j]), e4m3x2_to_f16x2(wb[j]),
                                                   e4m3x2_to_f16x2(wa[j] >> 16), e4m3x2_to_f16x2(wb[j] >> 16), b0, b1);
+                }
+            }
+            yg = fmaf(c[0], s[kb], yg);
+            yg8 = fmaf(c[2], s[kb], yg8);
+        }
+        ring_release(ring, i, lane);
+        if (t4 == 0) {
+            y[t * kTileRows + g] = yg;
+            y[t * kTileRows + g + 8] = yg8;
+        }
+    }
+#endif
+}
+
+// ---- mma8: the same with the weights' own bytes as the MMA operand: mma.sync m16n8k32 e4m3 x e4m3 (f32
+// accumulate), x quantized to e4m3 codes with a power-of-two scale per 128 columns (the act_quant of release
+// numerics). No widening: per 128 columns a lane loads 16 bytes of each of its two rows twice and the token lanes 16
+// bytes of x, for four MMAs (k32 step j of a 64-column piece takes the piece's words 2j, 2j + 1 as fragment columns
+// 4 t4 .. 4 t4 + 3 and 16 + 4 t4 .. 16 + 4 t4 + 3; x's codes in the same order). ~26 instructions per lane and 128
+// columns.
+__device__ __forceinline__ void mma_e4m3_16832(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+template <int CW>
+__global__ void __launch_bounds__(32 * (CW + 1), 1)
+    ring_mma8_kernel(const uint8_t* w, const float* sc, const uint8_t* xq, const float* sx, float* y, int stages) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(128) uint8_t smem[];
+    const Ring ring = make_ring(smem, stages, 1);
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, n_tiles = kN / kTileRows;
+    if (warp == 0) {
+        if (lane == 0) ring_load_strided(ring, w, n_tiles);
+        return;
+    }
+    uint8_t* xs = reinterpret_cast<uint8_t*>(ring.empty + stages);  // kK codes
+    for (int c = int(threadIdx.x) - 32; c < kK / 16; c += 32 * CW)
+        reinterpret_cast<uint4*>(xs)[c] = __ldcg(reinterpret_cast<const uint4*>(xq) + c);
+    asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+    float xscale[kScaleCols];
+#pragma unroll
+    for (int kb = 0; kb < kScaleCols; ++kb) xscale[kb] = __ldg(sx + kb);
+    const int cw = warp - 1, g = lane >> 2, t4 = lane & 3;
+    int i = cw;
+    for (int t = blockIdx.x + i * gridDim.x; t < n_tiles; t += CW * gridDim.x, i += CW) {
+        float s[kScaleCols];
+#pragma unroll
+        for (int kb = 0; kb < kScaleCols; ++kb)
+            s[kb] = __ldg(sc + (t * kTileRows / 128) * kScaleCols + kb) * xscale[kb];
+        const uint8_t* tile = ring_acquire(ring, i);
+        float yg = 0.f, yg8 = 0.f;
+#pragma unroll
+        for (int kb = 0; kb < kScaleCols; ++kb) {
+            float c[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int col = kb * 128 + h * 64 + 16 * t4;
+                const uint4 ra = *reinterpret_cast<const uint4*>(tile + g * kK + col);
+                const uint4 rb = *reinterpret_cast<const uint4*>(tile + (g + 8) * kK + col);
+                const uint4 xv = *reinterpret_cast<const uint4*>(xs + col);
+                const uint32_t wa[4] = {ra.x, ra.y, ra.z, ra.w}, wb[4] = {rb.x, rb.y, rb.z, rb.w};
+                const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    const uint32_t b0 = g == 0 ? xw[2 * j] : 0u, b1 = g == 0 ? xw[2 * j + 1] : 0u;
+                    mma_e4m3_16832(c, wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], b0, b1);
                 }
             }
             yg = fmaf(c[0], s[kb], yg);
@@ -1142,6 +1213,55 @@ int main() {
             run(ring_mma_kernel<4>, 4);
             run(ring_mma_kernel<8>, 8);
         }
+        // mma8: x as e4m3 codes with a power-of-two scale per 128 columns (the smallest with |x| / scale <= 448).
+        std::vector<uint8_t> hxq(kK);
+        std::vector<float> hsx(kScaleCols), xdeq(kK);
+        for (int kb = 0; kb < kScaleCols; ++kb) {
+            float amax = 0.f;
+            for (int k = kb * 128; k < kb * 128 + 128; ++k) amax = std::max(amax, std::fabs(hx[k]));
+            hsx[kb] = std::ldexp(1.f, int(std::ceil(std::log2(std::max(amax, 1e-30f) / 448.f))));
+            for (int k = kb * 128; k < kb * 128 + 128; ++k) {
+                hxq[k] = uint8_t(__nv_cvt_float_to_fp8(hx[k] / hsx[kb], __NV_SATFINITE, __NV_E4M3));
+                xdeq[k] = e4m3_to_float(hxq[k]) * hsx[kb];
+            }
+        }
+        std::vector<double> ref8(kN, 0.0);
+        for (int n = 0; n < kN; ++n)
+            for (int k = 0; k < kK; ++k)
+                ref8[n] += double(e4m3_to_float(hw[size_t(n) * kK + k])) * hs[(n / 128) * kScaleCols + k / 128] *
+                           double(xdeq[k]);
+        uint8_t* xq = nullptr;
+        float* sx = nullptr;
+        CK(cudaMalloc(&xq, kK));
+        CK(cudaMalloc(&sx, kScaleCols * 4));
+        CK(cudaMemcpy(xq, hxq.data(), kK, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(sx, hsx.data(), kScaleCols * 4, cudaMemcpyHostToDevice));
+        for (int stages : {8, 12}) {
+            const size_t smem = size_t(stages) * kTileBytes + size_t(stages) * 16 + kK;
+            auto run = [&](auto kernel, int cw) {
+                if (stages % cw) return;
+                CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+                CK(cudaMemset(y, 0xff, kN * 4));
+                auto launch = [&](const uint8_t* wc) {
+                    kernel<<<sms, 32 * (cw + 1), smem>>>(wc, sc, xq, sx, y, stages);
+                };
+                const double us = median_us(launch), single = single_us(launch);
+                CK(cudaGetLastError());
+                CK(cudaDeviceSynchronize());
+                const double err = device_rel_l2(y, ref8.data(), kN);
+                failed += !(err < 1e-5);
+                const double gbs = double(wbytes) / (us * 1e3);
+                const double tiles_per_warp = double(kN / kTileRows) / double(sms * cw);
+                printf("mma8 %2d stages, %2d warps       %8.2f us %8.1f GB/s %5.1f%% of copy (single launch %6.2f us)  "
+                       "%s (rel L2 %.2e); <= %.3f us per 1,024 weights\n",
+                       stages, cw, us, gbs, 100.0 * gbs / copy_gbs, single, err < 1e-5 ? "check ok" : "CHECK FAILED",
+                       err, us / tiles_per_warp / (kTileBytes / 1024.0));
+            };
+            run(ring_mma8_kernel<4>, 4);
+            run(ring_mma8_kernel<8>, 8);
+        }
+        CK(cudaFree(xq));
+        CK(cudaFree(sx));
     }
     // The same bytes as wo_a-wide (8,192 x 4,096) and wo_b-shaped (4,096 x 8,192) rows through the tiles ring.
     enum class Wide { Tiles, TilesScalesInRing, Chunks, ChunksInterleaved, ChunksCopy };
