@@ -1180,42 +1180,20 @@ int main() {
         if (stages % 8 == 0) run(ring_tiles_kernel<8, 8>, 8, true, "tiles/8");
         if (stages % 12 == 0) run(ring_tiles_kernel<12, 4>, 12, true, "tiles/4");
     }
-    // The tiles ring with tensor-core arithmetic (ring_mma_kernel): x enters as f16, so its reference rounds x too.
+    // The tiles ring with tensor-core arithmetic: mma (x as f16) and mma8 (x as e4m3 codes with a power-of-two scale
+    // per 128 columns, the smallest with |x| / scale <= 448); each reference takes x as its kernel sees it.
     {
-        std::vector<double> ref16(kN, 0.0);
-        for (int n = 0; n < kN; ++n)
-            for (int k = 0; k < kK; ++k)
-                ref16[n] += double(e4m3_to_float(hw[size_t(n) * kK + k])) * hs[(n / 128) * kScaleCols + k / 128] *
-                            double(__half2float(__float2half_rn(hx[k])));
-        for (int stages : {8, 12}) {
-            const size_t smem = size_t(stages) * kTileBytes + size_t(stages) * 16 + kK * 4 + kK * 2;
-            auto run = [&](auto kernel, int cw) {
-                if (stages % cw) return;  // a warp's next fill must never be two phases behind (see tiles above)
-                CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-                CK(cudaMemset(y, 0xff, kN * 4));
-                auto launch = [&](const uint8_t* wc) {
-                    kernel<<<sms, 32 * (cw + 1), smem>>>(wc, sc, x, y, stages, nullptr);
-                };
-                const double us = median_us(launch), single = single_us(launch);
-                CK(cudaGetLastError());
-                CK(cudaDeviceSynchronize());
-                const double err = device_rel_l2(y, ref16.data(), kN);
-                failed += !(err < 1e-5);
-                const double gbs = double(wbytes) / (us * 1e3);
-                // Per-tile arithmetic the planner's us_per_kweight stands for, if the kernel were arithmetic-bound:
-                // a warp's share of the tiles over its time, per 1,024 weights.
-                const double tiles_per_warp = double(kN / kTileRows) / double(sms * cw);
-                printf("mma %2d stages, %2d warps        %8.2f us %8.1f GB/s %5.1f%% of copy (single launch %6.2f us)  "
-                       "%s (rel L2 %.2e); <= %.3f us per 1,024 weights\n",
-                       stages, cw, us, gbs, 100.0 * gbs / copy_gbs, single, err < 1e-5 ? "check ok" : "CHECK FAILED",
-                       err, us / tiles_per_warp / (kTileBytes / 1024.0));
-            };
-            run(ring_mma_kernel<4>, 4);
-            run(ring_mma_kernel<8>, 8);
-        }
-        // mma8: x as e4m3 codes with a power-of-two scale per 128 columns (the smallest with |x| / scale <= 448).
+        auto reference = [&](const std::vector<float>& xk) {
+            std::vector<double> r(kN, 0.0);
+            for (int n = 0; n < kN; ++n)
+                for (int k = 0; k < kK; ++k)
+                    r[n] += double(e4m3_to_float(hw[size_t(n) * kK + k])) * hs[(n / 128) * kScaleCols + k / 128] *
+                            double(xk[k]);
+            return r;
+        };
+        std::vector<float> x16(kK), xdeq(kK), hsx(kScaleCols);
         std::vector<uint8_t> hxq(kK);
-        std::vector<float> hsx(kScaleCols), xdeq(kK);
+        for (int k = 0; k < kK; ++k) x16[k] = __half2float(__float2half_rn(hx[k]));
         for (int kb = 0; kb < kScaleCols; ++kb) {
             float amax = 0.f;
             for (int k = kb * 128; k < kb * 128 + 128; ++k) amax = std::max(amax, std::fabs(hx[k]));
@@ -1225,41 +1203,50 @@ int main() {
                 xdeq[k] = e4m3_to_float(hxq[k]) * hsx[kb];
             }
         }
-        std::vector<double> ref8(kN, 0.0);
-        for (int n = 0; n < kN; ++n)
-            for (int k = 0; k < kK; ++k)
-                ref8[n] += double(e4m3_to_float(hw[size_t(n) * kK + k])) * hs[(n / 128) * kScaleCols + k / 128] *
-                           double(xdeq[k]);
+        const std::vector<double> ref16 = reference(x16), ref8 = reference(xdeq);
         uint8_t* xq = nullptr;
         float* sx = nullptr;
         CK(cudaMalloc(&xq, kK));
         CK(cudaMalloc(&sx, kScaleCols * 4));
         CK(cudaMemcpy(xq, hxq.data(), kK, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(sx, hsx.data(), kScaleCols * 4, cudaMemcpyHostToDevice));
-        for (int stages : {8, 12}) {
-            const size_t smem = size_t(stages) * kTileBytes + size_t(stages) * 16 + kK;
-            auto run = [&](auto kernel, int cw) {
-                if (stages % cw) return;
-                CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-                CK(cudaMemset(y, 0xff, kN * 4));
-                auto launch = [&](const uint8_t* wc) {
+        // One form at `stages` with cw compute warps: timed, checked, and the per-tile arithmetic the planner's
+        // us_per_kweight stands for if the kernel were arithmetic-bound (a warp's share of the tiles over its time).
+        auto run = [&](const char* form, auto kernel, int stages, int cw, size_t x_bytes, const std::vector<double>& r,
+                       auto launch_with) {
+            if (stages % cw) return;  // a warp's next fill must never be two phases behind (see tiles above)
+            const size_t smem = size_t(stages) * kTileBytes + size_t(stages) * 16 + x_bytes;
+            CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+            CK(cudaMemset(y, 0xff, kN * 4));
+            auto launch = [&](const uint8_t* wc) { launch_with(kernel, wc, smem); };
+            const double us = median_us(launch), single = single_us(launch);
+            CK(cudaGetLastError());
+            CK(cudaDeviceSynchronize());
+            const double err = device_rel_l2(y, r.data(), kN);
+            failed += !(err < 1e-5);
+            const double gbs = double(wbytes) / (us * 1e3);
+            const double tiles_per_warp = double(kN / kTileRows) / double(sms * cw);
+            printf("%-4s %2d stages, %2d warps       %8.2f us %8.1f GB/s %5.1f%% of copy (single launch %6.2f us)  "
+                   "%s (rel L2 %.2e); <= %.3f us per 1,024 weights\n",
+                   form, stages, cw, us, gbs, 100.0 * gbs / copy_gbs, single, err < 1e-5 ? "check ok" : "CHECK FAILED",
+                   err, us / tiles_per_warp / (kTileBytes / 1024.0));
+        };
+        for (int stages : {8, 12})
+            for (int cw : {4, 8}) {
+                auto f16 = [&](auto kernel, const uint8_t* wc, size_t smem) {
+                    kernel<<<sms, 32 * (cw + 1), smem>>>(wc, sc, x, y, stages, nullptr);
+                };
+                auto e4m3 = [&](auto kernel, const uint8_t* wc, size_t smem) {
                     kernel<<<sms, 32 * (cw + 1), smem>>>(wc, sc, xq, sx, y, stages);
                 };
-                const double us = median_us(launch), single = single_us(launch);
-                CK(cudaGetLastError());
-                CK(cudaDeviceSynchronize());
-                const double err = device_rel_l2(y, ref8.data(), kN);
-                failed += !(err < 1e-5);
-                const double gbs = double(wbytes) / (us * 1e3);
-                const double tiles_per_warp = double(kN / kTileRows) / double(sms * cw);
-                printf("mma8 %2d stages, %2d warps       %8.2f us %8.1f GB/s %5.1f%% of copy (single launch %6.2f us)  "
-                       "%s (rel L2 %.2e); <= %.3f us per 1,024 weights\n",
-                       stages, cw, us, gbs, 100.0 * gbs / copy_gbs, single, err < 1e-5 ? "check ok" : "CHECK FAILED",
-                       err, us / tiles_per_warp / (kTileBytes / 1024.0));
-            };
-            run(ring_mma8_kernel<4>, 4);
-            run(ring_mma8_kernel<8>, 8);
-        }
+                if (cw == 4) {
+                    run("mma", ring_mma_kernel<4>, stages, cw, kK * 6, ref16, f16);
+                    run("mma8", ring_mma8_kernel<4>, stages, cw, kK, ref8, e4m3);
+                } else {
+                    run("mma", ring_mma_kernel<8>, stages, cw, kK * 6, ref16, f16);
+                    run("mma8", ring_mma8_kernel<8>, stages, cw, kK, ref8, e4m3);
+                }
+            }
         CK(cudaFree(xq));
         CK(cudaFree(sx));
     }
