@@ -352,62 +352,6 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
     const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(v & 0xffffu), __NV_E4M3);
     return uint32_t(r.x) | (uint32_t(r.y) << 16);
 }
-template <int CW>
-__global__ void __launch_bounds__(32 * (CW + 1), 1)
-    ring_mma_kernel(const uint8_t* w, const float* sc, const float* x, float* y, int stages, long long*) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    extern __shared__ __align__(128) uint8_t smem[];
-    const Ring ring = make_ring(smem, stages, 1);
-    __syncthreads();
-    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, n_tiles = kN / kTileRows;
-    if (warp == 0) {
-        if (lane == 0) ring_load_strided(ring, w, n_tiles);
-        return;
-    }
-    float* xs = reinterpret_cast<float*>(ring.empty + stages);
-    __half* xh = reinterpret_cast<__half*>(xs + kK);
-    stage_plain<CW>(xs, x, kK);
-    for (int c = int(threadIdx.x) - 32; c < kK; c += 32 * CW) xh[c] = __float2half_rn(xs[c]);
-    asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
-    const int cw = warp - 1, g = lane >> 2, t4 = lane & 3;
-    int i = cw;
-    for (int t = blockIdx.x + i * gridDim.x; t < n_tiles; t += CW * gridDim.x, i += CW) {
-        float s[kScaleCols];
-#pragma unroll
-        for (int kb = 0; kb < kScaleCols; ++kb) s[kb] = __ldg(sc + (t * kTileRows / 128) * kScaleCols + kb);
-        const uint8_t* tile = ring_acquire(ring, i);
-        float yg = 0.f, yg8 = 0.f;
-#pragma unroll
-        for (int kb = 0; kb < kScaleCols; ++kb) {
-            float c[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int col = kb * 128 + h * 64 + 16 * t4;
-                const uint4 ra = *reinterpret_cast<const uint4*>(tile + g * kK + col);
-                const uint4 rb = *reinterpret_cast<const uint4*>(tile + (g + 8) * kK + col);
-                const uint4 xa = *reinterpret_cast<const uint4*>(xh + col);
-                const uint4 xb = *reinterpret_cast<const uint4*>(xh + col + 8);
-                const uint32_t wa[4] = {ra.x, ra.y, ra.z, ra.w}, wb[4] = {rb.x, rb.y, rb.z, rb.w};
-                const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};  // x[col + 2q], x[col + 2q + 1]
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const uint32_t b0 = g == 0 ? xw[2 * j] : 0u, b1 = g == 0 ? xw[2 * j + 1] : 0u;
-                    flashseek::cuda::mma::mma_f16(c, e4m3x2_to_f16x2(wa[j]), e4m3x2_to_f16x2(wb[j]),
-                                                  e4m3x2_to_f16x2(wa[j] >> 16), e4m3x2_to_f16x2(wb[j] >> 16), b0, b1);
-                }
-            }
-            yg = fmaf(c[0], s[kb], yg);
-            yg8 = fmaf(c[2], s[kb], yg8);
-        }
-        ring_release(ring, i, lane);
-        if (t4 == 0) {
-            y[t * kTileRows + g] = yg;
-            y[t * kTileRows + g + 8] = yg8;
-        }
-    }
-#endif
-}
-
 // ---- mma8: the same with the weights' own bytes as the MMA operand: mma.sync m16n8k32 e4m3 x e4m3 (f32
 // accumulate), x quantized to e4m3 codes with a power-of-two scale per 128 columns (the act_quant of release
 // numerics). No widening: per 128 columns a lane loads 16 bytes of each of its two rows twice and the token lanes 16
@@ -421,9 +365,33 @@ __device__ __forceinline__ void mma_e4m3_16832(float (&c)[4], uint32_t a0, uint3
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-template <int CW>
+// One lane's 64-column piece (16 bytes ra of row g, rb of row g + 8, at column col) into the fragment c; xs: the
+// staged activations (f16 for mma, e4m3 codes for mma8), read by the token's lanes (g = 0) in the fragments' order.
+template <bool E4M3>
+__device__ __forceinline__ void mma_piece(float (&c)[4], uint4 ra, uint4 rb, const uint8_t* xs, int col, int g) {
+    const uint32_t wa[4] = {ra.x, ra.y, ra.z, ra.w}, wb[4] = {rb.x, rb.y, rb.z, rb.w};
+    if constexpr (E4M3) {
+        const uint4 xv = *reinterpret_cast<const uint4*>(xs + col);
+        const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+            mma_e4m3_16832(c, wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], g == 0 ? xw[2 * j] : 0u,
+                           g == 0 ? xw[2 * j + 1] : 0u);
+    } else {
+        const uint4 xa = *reinterpret_cast<const uint4*>(xs + 2 * col);
+        const uint4 xb = *reinterpret_cast<const uint4*>(xs + 2 * col + 16);
+        const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};  // x[col + 2q], x[col + 2q + 1]
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            flashseek::cuda::mma::mma_f16(c, e4m3x2_to_f16x2(wa[j]), e4m3x2_to_f16x2(wb[j]),
+                                          e4m3x2_to_f16x2(wa[j] >> 16), e4m3x2_to_f16x2(wb[j] >> 16),
+                                          g == 0 ? xw[2 * j] : 0u, g == 0 ? xw[2 * j + 1] : 0u);
+    }
+}
+// Both forms: x is kK floats (mma) or kK e4m3 codes (mma8, sx its kScaleCols scales; null for mma).
+template <int CW, bool E4M3>
 __global__ void __launch_bounds__(32 * (CW + 1), 1)
-    ring_mma8_kernel(const uint8_t* w, const float* sc, const uint8_t* xq, const float* sx, float* y, int stages) {
+    ring_mma_kernel(const uint8_t* w, const float* sc, const void* x, const float* sx, float* y, int stages) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) uint8_t smem[];
     const Ring ring = make_ring(smem, stages, 1);
@@ -433,13 +401,20 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
         if (lane == 0) ring_load_strided(ring, w, n_tiles);
         return;
     }
-    uint8_t* xs = reinterpret_cast<uint8_t*>(ring.empty + stages);  // kK codes
-    for (int c = int(threadIdx.x) - 32; c < kK / 16; c += 32 * CW)
-        reinterpret_cast<uint4*>(xs)[c] = __ldcg(reinterpret_cast<const uint4*>(xq) + c);
+    uint8_t* xs = reinterpret_cast<uint8_t*>(ring.empty + stages);  // kK codes, or kK floats then kK halves
+    if constexpr (E4M3) {
+        for (int c = int(threadIdx.x) - 32; c < kK / 16; c += 32 * CW)
+            reinterpret_cast<uint4*>(xs)[c] = __ldcg(reinterpret_cast<const uint4*>(x) + c);
+    } else {
+        float* xf = reinterpret_cast<float*>(xs);
+        stage_plain<CW>(xf, static_cast<const float*>(x), kK);
+        xs += kK * 4;
+        for (int c = int(threadIdx.x) - 32; c < kK; c += 32 * CW) reinterpret_cast<__half*>(xs)[c] = __float2half_rn(xf[c]);
+    }
     asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
     float xscale[kScaleCols];
 #pragma unroll
-    for (int kb = 0; kb < kScaleCols; ++kb) xscale[kb] = __ldg(sx + kb);
+    for (int kb = 0; kb < kScaleCols; ++kb) xscale[kb] = E4M3 ? __ldg(sx + kb) : 1.f;
     const int cw = warp - 1, g = lane >> 2, t4 = lane & 3;
     int i = cw;
     for (int t = blockIdx.x + i * gridDim.x; t < n_tiles; t += CW * gridDim.x, i += CW) {
@@ -455,16 +430,8 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int col = kb * 128 + h * 64 + 16 * t4;
-                const uint4 ra = *reinterpret_cast<const uint4*>(tile + g * kK + col);
-                const uint4 rb = *reinterpret_cast<const uint4*>(tile + (g + 8) * kK + col);
-                const uint4 xv = *reinterpret_cast<const uint4*>(xs + col);
-                const uint32_t wa[4] = {ra.x, ra.y, ra.z, ra.w}, wb[4] = {rb.x, rb.y, rb.z, rb.w};
-                const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w};
-#pragma unroll
-                for (int j = 0; j < 2; ++j) {
-                    const uint32_t b0 = g == 0 ? xw[2 * j] : 0u, b1 = g == 0 ? xw[2 * j + 1] : 0u;
-                    mma_e4m3_16832(c, wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], b0, b1);
-                }
+                mma_piece<E4M3>(c, *reinterpret_cast<const uint4*>(tile + g * kK + col),
+                                *reinterpret_cast<const uint4*>(tile + (g + 8) * kK + col), xs, col, g);
             }
             yg = fmaf(c[0], s[kb], yg);
             yg8 = fmaf(c[2], s[kb], yg8);
@@ -1234,17 +1201,17 @@ int main() {
         for (int stages : {8, 12})
             for (int cw : {4, 8}) {
                 auto f16 = [&](auto kernel, const uint8_t* wc, size_t smem) {
-                    kernel<<<sms, 32 * (cw + 1), smem>>>(wc, sc, x, y, stages, nullptr);
+                    kernel<<<sms, 32 * (cw + 1), smem>>>(wc, sc, x, nullptr, y, stages);
                 };
                 auto e4m3 = [&](auto kernel, const uint8_t* wc, size_t smem) {
                     kernel<<<sms, 32 * (cw + 1), smem>>>(wc, sc, xq, sx, y, stages);
                 };
                 if (cw == 4) {
-                    run("mma", ring_mma_kernel<4>, stages, cw, kK * 6, ref16, f16);
-                    run("mma8", ring_mma8_kernel<4>, stages, cw, kK, ref8, e4m3);
+                    run("mma", ring_mma_kernel<4, false>, stages, cw, kK * 6, ref16, f16);
+                    run("mma8", ring_mma_kernel<4, true>, stages, cw, kK, ref8, e4m3);
                 } else {
-                    run("mma", ring_mma_kernel<8>, stages, cw, kK * 6, ref16, f16);
-                    run("mma8", ring_mma8_kernel<8>, stages, cw, kK, ref8, e4m3);
+                    run("mma", ring_mma_kernel<8, false>, stages, cw, kK * 6, ref16, f16);
+                    run("mma8", ring_mma_kernel<8, true>, stages, cw, kK, ref8, e4m3);
                 }
             }
         CK(cudaFree(xq));
