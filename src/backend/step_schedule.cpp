@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -68,6 +69,14 @@ std::string graph_problem(const StepGraph& g) {
                 return fmt::format("step graph: op '{}' is on or behind a dependency cycle", g.ops[size_t(i)].name);
     }
     return {};
+}
+
+StepGraph without_weight_prefetch(StepGraph g) {
+    for (ScheduleOp& op : g.ops)
+        for (int d : op.after)
+            if (std::find(op.bytes_after.begin(), op.bytes_after.end(), d) == op.bytes_after.end())
+                op.bytes_after.push_back(d);
+    return g;
 }
 
 StepSchedule deal_tiles(const StepGraph& g, int ctas, const std::vector<int>& op_order) {

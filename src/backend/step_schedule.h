@@ -48,6 +48,11 @@ struct StepSchedule {
 // bytes_after) on an unknown op or on itself, a dependency cycle. Names the op.
 std::string graph_problem(const StepGraph& graph);
 
+// `graph` with every op's weights requested only once its inputs are complete (bytes_after gains after): the step
+// as a sequence of kernels that load nothing before their predecessors end, the comparison the persistent step is
+// measured against in the model.
+StepGraph without_weight_prefetch(StepGraph graph);
+
 // Deals the tiles of the ops over `ctas` CTAs, op by op in `op_order` (every op once; a dependency's tiles before its
 // consumers'), each op's tiles round robin starting where the previous op's ended, so that every CTA's list follows
 // op_order and every CTA carries an even share of each op. An Error naming the problem for a bad graph or order.

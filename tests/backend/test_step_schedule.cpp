@@ -199,6 +199,22 @@ TEST(StepScheduleSim, BytesAfterWaitsToRequest) {
     EXPECT_NE(graph_problem(cyc).find("reads op 5"), std::string::npos) << graph_problem(cyc);
 }
 
+// Without weight prefetch the latency-bound op's consumer streams after it: 10 us + its bytes + its arithmetic.
+TEST(StepScheduleSim, WithoutPrefetchTheBytesFollowTheInputs) {
+    StepGraph g;
+    const int norm = g.add(op("norm", 1, 0, 10));
+    g.add(op("gemv", 132, 16384, 0.25, {norm}));
+    StepMachine m;
+    m.copy_gb_s = 4000;
+    m.per_cta_gb_s = 100;
+    const StepGraph pk = without_weight_prefetch(g);
+    EXPECT_EQ(pk.ops[1].bytes_after, std::vector<int>{norm});
+    EXPECT_EQ(without_weight_prefetch(pk).ops[1].bytes_after, std::vector<int>{norm});  // once
+    const double tile_us = 16384 / (4000 * 1e3 / 132);
+    EXPECT_NEAR(simulate_schedule(pk, deal_tiles(pk, 132, {0, 1}), m).step_us, 10 + tile_us + 0.25, 1e-6);
+    EXPECT_NEAR(simulate_schedule(g, deal_tiles(g, 132, {0, 1}), m).step_us, 10.25, 1e-6);
+}
+
 // Compute lanes bound a CTA's tiles in flight: 16 tiles of 1 us on one CTA with 4 lanes and no bytes take 4 us.
 TEST(StepScheduleSim, ComputeLanesBoundTheTilesInFlight) {
     StepGraph g;

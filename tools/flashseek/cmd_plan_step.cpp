@@ -80,6 +80,10 @@ int run_plan_step(int argc, char** argv) {
     app.add_option("--ring-bytes", machine.ring_bytes, "bytes a CTA's loader may have ahead of its compute");
     app.add_option("--compute-lanes", machine.compute_lanes, "tiles a CTA computes at once (compute warps)");
     app.add_option("--cost", cost_args, "NAME=VALUE: a tile cost (repeatable; the names: see below)");
+    bool no_prefetch = false;
+    app.add_flag("--no-prefetch", no_prefetch,
+                 "request each op's weights only once its inputs are complete (a sequence of kernels without early "
+                 "loads: the per-kernel step the persistent one is compared with)");
     app.add_option("--json", json_path, "also write both schedules' timings as JSON to this file");
     std::string names;
     for (const std::string& n : subblock_cost_names()) names += (names.empty() ? "" : ", ") + n;
@@ -112,7 +116,8 @@ int run_plan_step(int argc, char** argv) {
     FS_CHECK(layers >= 0 && layers <= cfg.num_hidden_layers, "--layers {}: must be in [1, num_hidden_layers {}]",
              layers, cfg.num_hidden_layers);
     const bool whole_step = layers > 0;
-    const StepGraph g = whole_step ? decode_step_graph(cfg, layers, costs) : attention_subblock_graph(cfg, layer, costs);
+    StepGraph g = whole_step ? decode_step_graph(cfg, layers, costs) : attention_subblock_graph(cfg, layer, costs);
+    if (no_prefetch) g = without_weight_prefetch(std::move(g));
     if (whole_step)
         std::printf("model: %s, the one-token decode step of %d layers and the head: %zu ops\n", config_path.c_str(),
                     layers, g.ops.size());
@@ -120,13 +125,15 @@ int run_plan_step(int argc, char** argv) {
         std::printf("model: %s, layer %d (compress ratio %d), attention sub-block at one token: %zu ops\n",
                     config_path.c_str(), layer, cfg.ratio(layer), g.ops.size());
     std::printf("machine: %d CTAs, copy %.0f GB/s, at most %.0f GB/s per CTA, ring %.0f KB, %d compute lanes; tiles of "
-                "%.0f B at %.3f us per 1,024 weights\n",
+                "%.0f B at %.3f us per 1,024 weights (FP4 %.3f)%s\n",
                 ctas, machine.copy_gb_s, machine.per_cta_gb_s, machine.ring_bytes / 1024, machine.compute_lanes,
-                costs.tile_bytes, costs.us_per_kweight);
+                costs.tile_bytes, costs.us_per_kweight, costs.us_per_kweight_fp4,
+                no_prefetch ? "; no weight prefetch across dependencies" : "");
     nlohmann::ordered_json j;
     j["model"] = config_path;
     j["layer"] = layer;
     j["ctas"] = ctas;
+    j["prefetch"] = !no_prefetch;
     for (const bool query_first : {true, false}) {
         const char* what = query_first ? "query_first" : "branches_first";
         const StepSchedule s = deal_tiles(g, ctas, subblock_order(g, query_first));
