@@ -250,44 +250,63 @@ std::vector<int32_t> check_against_cpu(cuda::GemmPath path, int slot_rows, const
     return std::vector<int32_t>(counts, counts + c.E);
 }
 
-TEST(MoeGemm, GroupedFp4MatchesCpuReleaseExperts) {
+// Routing: token 0 picks expert 0 first (the only token there: a one-token group), expert 1 stays empty, the other
+// picks are distinct experts from 2..E-1, skewed toward low ids (uneven groups).
+Routing skewed_routing(const Case& c, std::mt19937_64& rng) {
+    const int64_t slots = c.M * c.top_k;
+    Routing r{std::vector<int32_t>(static_cast<size_t>(slots)), std::vector<float>(static_cast<size_t>(slots))};
+    std::uniform_real_distribution<float> uw(0.1f, 1.5f);
+    for (int64_t t = 0; t < c.M; ++t) {
+        std::vector<int> pool;
+        for (int e = 2; e < c.E; ++e) pool.push_back(e);
+        for (int j = 0; j < c.top_k; ++j) {
+            int e;
+            if (t == 0 && j == 0) {
+                e = 0;
+            } else {
+                const double skew = std::pow(uw(rng) / 1.5, 2.0) * double(pool.size());
+                const size_t k = size_t(std::min<double>(double(pool.size() - 1), std::floor(skew)));
+                e = pool[k];
+                pool.erase(pool.begin() + long(k));
+            }
+            r.idx[size_t(t * c.top_k + j)] = e;
+            r.wts[size_t(t * c.top_k + j)] = uw(rng);
+        }
+    }
+    return r;
+}
+
+void check_skewed_cases(std::initializer_list<Case> cases) {
     for (cuda::GemmPath path : moe_paths())
     for (int width : slot_widths(path))
-        for (const Case& c : {Case{1, 8, 4, 256, 384}, Case{7, 16, 4, 256, 384}, Case{300, 16, 4, 512, 256},
-                              Case{700, 4, 2, 256, 384}}) {
+        for (const Case& c : cases) {
             const uint64_t seed = fresh_seed();
             std::ostringstream desc;
             desc << path_name(path) << " slot_rows=" << width << " M=" << c.M << " E=" << c.E << " top_k=" << c.top_k
                  << " hidden=" << c.hidden << " inter=" << c.inter << " seed=" << seed;
             SCOPED_TRACE(desc.str());
             std::mt19937_64 rng(seed);
-            const int64_t slots = c.M * c.top_k;
-
-            // Routing: token 0 picks expert 0 first (the only token there: a one-token group), expert 1 stays empty,
-            // the other picks are distinct experts from 2..E-1, skewed toward low ids (uneven groups).
-            Routing r{std::vector<int32_t>(static_cast<size_t>(slots)), std::vector<float>(static_cast<size_t>(slots))};
-            std::uniform_real_distribution<float> uw(0.1f, 1.5f);
-            for (int64_t t = 0; t < c.M; ++t) {
-                std::vector<int> pool;
-                for (int e = 2; e < c.E; ++e) pool.push_back(e);
-                for (int j = 0; j < c.top_k; ++j) {
-                    int e;
-                    if (t == 0 && j == 0) {
-                        e = 0;
-                    } else {
-                        const double skew = std::pow(uw(rng) / 1.5, 2.0) * double(pool.size());
-                        const size_t k = size_t(std::min<double>(double(pool.size() - 1), std::floor(skew)));
-                        e = pool[k];
-                        pool.erase(pool.begin() + long(k));
-                    }
-                    r.idx[size_t(t * c.top_k + j)] = e;
-                    r.wts[size_t(t * c.top_k + j)] = uw(rng);
-                }
-            }
+            const Routing r = skewed_routing(c, rng);
             const std::vector<int32_t> counts = check_against_cpu(path, width, c, r, rng, desc.str());
             EXPECT_EQ(counts[0], 1);
             EXPECT_EQ(counts[1], 0);
         }
+}
+
+TEST(MoeGemm, GroupedFp4MatchesCpuReleaseExperts) {
+    check_skewed_cases({Case{1, 8, 4, 256, 384}, Case{7, 16, 4, 256, 384}, Case{300, 16, 4, 512, 256},
+                        Case{700, 4, 2, 256, 384}});
+}
+
+// Every CTA runs several tiles and refills every stage of its pipeline, several times for the narrow slot tiles
+// (2,048 slots over six experts of ~340: up 264 tiles of 16 stages at 32 slot rows, down 528 of 4; the sm_90a
+// ring has 11 / 8 / 6 stages at 32 / 64 / 128 rows). Of the cases above only M = 300 at 128 slot rows refills a
+// stage (8 stages per up tile against the ring's 6), once; everywhere else each CTA's stages run one phase, so a
+// stage's later phases (the parity waits, the refill after the release) are checked here. They are also where
+// racecheck reports the sm_90a kernel's mbarrier hand-offs, which it does not follow across phases: run 233 (that
+// M = 300 case) and run 234 (an expert family case that refills), docs/perf-log/2026-12-06_query-chain-verdict-and-sanitize.md.
+TEST(MoeGemm, EveryStageRefilled) {
+    check_skewed_cases({Case{1024, 8, 2, 1024, 512}});
 }
 
 // Expert groups starting at every slot residue modulo 4 and 128: the sm_90a kernel loads a tile's activation scales
