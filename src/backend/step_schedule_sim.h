@@ -22,7 +22,8 @@ namespace flashseek {
 
 struct StepMachine {
     double copy_gb_s = 4200;      // the device's copy rate (flashseek bench measures it), GB/s
-    double per_cta_gb_s = 60;     // what one CTA's loader can take at most, GB/s
+    double per_cta_gb_s = 60;     // what one CTA's loader can take at most, GB/s (an assumption, not measured: at the
+                                  // full copy rate an SM's share is ~32 GB/s, so it binds only below ~70 streaming CTAs)
     double ring_bytes = 128 * 1024;  // bytes a CTA may have requested and not yet consumed
     int compute_lanes = 8;        // tiles a CTA computes at once
 };
