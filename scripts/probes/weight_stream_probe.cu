@@ -19,7 +19,8 @@
 //             loader streams B's tiles while A finishes and the grid waits;
 //   - fp4:    the routed experts' up-projection bytes (24,576 x 4,096 e2m1 with E8M0 group scales, 53 MB) through
 //             the ring with SIMT widening (numeric.cuh's e2m1x8_to_f16x2x4_scaled): row per warp, column slices
-//             (with the scales read ahead or carried in the ring) and warp per tile (scales in the ring).
+//             (with the scales read ahead or carried in the ring) and warp per tile (scales in the ring); and warp
+//             per tile on mma.sync m16n8k32 e4m3 with the grouped GEMM's scale folding ("fp4 mma").
 // Compute warps stage the activations once per CTA with coalesced loads (per-lane loads of shared data from global
 // memory put the whole grid on a few L2 lines). Each variant's output is checked against a CPU reference (double
 // sums of the exact products: relative L2 error <= 1e-5, else CHECK FAILED and exit status 1). Times: medians over
@@ -46,6 +47,7 @@
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/warp_reduce.cuh"
 #include "cuda/gemm/mma_core.cuh"
+#include "cuda/moe/fp4_expand.cuh"
 #include "probe_check.h"
 
 namespace {
@@ -967,6 +969,72 @@ __global__ void __launch_bounds__(32 * (kF4ColWarps + 1), 1)
 #endif
 }
 
+// ---- fp4 mma: fill i consumed whole by compute warp i % CW with mma.sync m16n8k32 e4m3 (the FP4 rows converted to
+// e4m3 codes through their group's magnitude table, the grouped GEMM's scale folding: fp4_expand::group_table /
+// codes8, 9 instructions per 8 weights, every group of a row stored x 2^(6 + its exponent - the row's largest)). The
+// tile's 8 rows are the N side (lane g holds row g), the token the first of the 16 M rows (x as e4m3 codes with a
+// power-of-two scale per 128 columns; the other rows zero). Lane t4 takes group 4c + t4 of its row per 128 columns
+// (16 bytes, 4 words: one k32 step each, elements 0-3 as fragment columns 4 t4 .. + 3, 4-7 as 16 + 4 t4 .. + 3),
+// so one k32 step spans the 128 columns' four groups, all under one x scale; the row's 2^(ref - 133) multiplies the
+// sum once. D's token row: c0 / c1 of lanes 0-3 are rows 2 t4 / 2 t4 + 1.
+template <int CW>
+__global__ void __launch_bounds__(32 * (CW + 1), 1)
+    ring_fp4_mma_kernel(const uint8_t* w, const uint8_t* sc, const uint8_t* ref, const uint8_t* xq, const float* sx,
+                        float* y, int stages) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    using flashseek::cuda::fp4_expand::codes8;
+    using flashseek::cuda::fp4_expand::group_table;
+    constexpr int R = kF4TileRows, kChunks = kF4K / 128;
+    extern __shared__ __align__(128) uint8_t smem[];
+    const Ring ring = make_ring(smem, stages, 1, kTileBytes + kF4TileScaleBytes);
+    __syncthreads();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, n_tiles = kF4Rows / kF4TileRows;
+    if (warp == 0) {
+        if (lane == 0)
+            ring_load_strided_scaled(
+                ring, w, n_tiles, [&](int t) { return sc + size_t(t) * kF4TileScaleBytes; }, kF4TileScaleBytes);
+        return;
+    }
+    uint8_t* xs = reinterpret_cast<uint8_t*>(ring.empty + stages);  // kF4K codes
+    for (int c = int(threadIdx.x) - 32; c < kF4K / 16; c += 32 * CW)
+        reinterpret_cast<uint4*>(xs)[c] = __ldcg(reinterpret_cast<const uint4*>(xq) + c);
+    asm volatile("bar.sync 1, %0;" ::"r"(32 * CW) : "memory");
+    const int cw = warp - 1, g = lane >> 2, t4 = lane & 3;
+    int i = cw;
+    for (int t = blockIdx.x + i * gridDim.x; t < n_tiles; t += CW * gridDim.x, i += CW) {
+        const int ref_g = __ldg(ref + t * R + g);
+        const uint8_t* tile = ring_acquire(ring, i);
+        float y0 = 0.f, y1 = 0.f;
+#pragma unroll 4
+        for (int c = 0; c < kChunks; ++c) {
+            const int grp = 4 * c + t4;
+            const uint4 wv = *reinterpret_cast<const uint4*>(tile + g * kF4RowBytes + grp * 16);
+            const uint2 table = group_table(int(tile[kTileBytes + g * kF4Groups + grp]) - ref_g);
+            const uint4 xa = *reinterpret_cast<const uint4*>(xs + grp * 32);
+            const uint4 xb = *reinterpret_cast<const uint4*>(xs + grp * 32 + 16);
+            const uint32_t ww[4] = {wv.x, wv.y, wv.z, wv.w};
+            const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+            float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                uint32_t lo, hi;
+                codes8(ww[j], table, lo, hi);
+                mma_e4m3_16832(acc, g == 0 ? xw[2 * j] : 0u, 0u, g == 0 ? xw[2 * j + 1] : 0u, 0u, lo, hi);
+            }
+            const float s = __ldg(sx + c);
+            y0 = fmaf(acc[0], s, y0);
+            y1 = fmaf(acc[1], s, y1);
+        }
+        ring_release(ring, i, lane);
+        if (g == 0) {
+            const int r0 = t * R + 2 * t4;
+            y[r0] = y0 * exp2f(float(int(__ldg(ref + r0)) - 133));
+            y[r0 + 1] = y1 * exp2f(float(int(__ldg(ref + r0 + 1)) - 133));
+        }
+    }
+#endif
+}
+
 // ||y - ref|| / ||ref|| over n outputs of a device array.
 double device_rel_l2(const float* y_dev, const double* ref, int n) {
     std::vector<float> hy(n);
@@ -1424,6 +1492,67 @@ int main() {
                    form, stages, kF4ColWarps, us, gbs, 100.0 * gbs / copy_gbs,
                    err < 1e-5 ? "check ok" : "CHECK FAILED", err);
         };
+        {
+            // fp4 mma: x as e4m3 codes per 128 columns (as mma8), the rows' reference exponents (their largest group
+            // exponent), and a reference over the dequantized x.
+            std::vector<uint8_t> hxq4(kF4K), href(kF4Rows);
+            std::vector<float> hsx4(kF4K / 128), xdeq4(kF4K);
+            for (int kb = 0; kb < kF4K / 128; ++kb) {
+                float amax = 0.f;
+                for (int k = kb * 128; k < kb * 128 + 128; ++k) amax = std::max(amax, std::fabs(hx4[k]));
+                hsx4[kb] = std::ldexp(1.f, int(std::ceil(std::log2(std::max(amax, 1e-30f) / 448.f))));
+                for (int k = kb * 128; k < kb * 128 + 128; ++k) {
+                    hxq4[k] = uint8_t(__nv_cvt_float_to_fp8(hx4[k] / hsx4[kb], __NV_SATFINITE, __NV_E4M3));
+                    xdeq4[k] = e4m3_to_float(hxq4[k]) * hsx4[kb];
+                }
+            }
+            std::vector<double> ref4q(kF4Rows, 0.0);
+            for (int n = 0; n < kF4Rows; ++n) {
+                href[n] = *std::max_element(hs4.begin() + size_t(n) * kF4Groups, hs4.begin() + size_t(n + 1) * kF4Groups);
+                for (int g = 0; g < kF4Groups; ++g) {
+                    double part = 0.0;
+                    for (int k = 32 * g; k < 32 * g + 32; ++k) {
+                        const uint8_t nib = (h4[size_t(n) * kF4RowBytes + k / 2] >> (4 * (k & 1))) & 15;
+                        part += (nib & 8 ? -1.0 : 1.0) * kE2m1[nib & 7] * xdeq4[k];
+                    }
+                    ref4q[n] += part * std::ldexp(1.0, int(hs4[size_t(n) * kF4Groups + g]) - 127);
+                }
+            }
+            uint8_t *xq4 = nullptr, *dref = nullptr;
+            float* sx4 = nullptr;
+            CK(cudaMalloc(&xq4, kF4K));
+            CK(cudaMalloc(&dref, kF4Rows));
+            CK(cudaMalloc(&sx4, hsx4.size() * 4));
+            CK(cudaMemcpy(xq4, hxq4.data(), kF4K, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(dref, href.data(), kF4Rows, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(sx4, hsx4.data(), hsx4.size() * 4, cudaMemcpyHostToDevice));
+            auto fp4_mma = [&](auto kernel, int stages, int cw) {
+                if (stages % cw) return;
+                const size_t smem = size_t(stages) * (kTileBytes + kF4TileScaleBytes) + size_t(stages) * 16 + kF4K;
+                CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+                CK(cudaMemset(y4, 0xff, kF4Rows * 4));
+                int it = 0;
+                const double us = median_us([&](const uint8_t*) {
+                    kernel<<<sms, 32 * (cw + 1), smem>>>(w4 + (it++ % copies4) * f4bytes, s4, dref, xq4, sx4, y4, stages);
+                });
+                CK(cudaGetLastError());
+                const double err = device_rel_l2(y4, ref4q.data(), kF4Rows);
+                failed += !(err < 1e-5);
+                const double gbs = double(f4bytes + hs4.size()) / (us * 1e3);
+                const double tiles_per_warp = double(kF4Rows / kF4TileRows) / double(sms * cw);
+                printf("fp4 mma %2d stages, %d warps  %8.2f us %8.1f GB/s %5.1f%% of copy  %s (relative L2 error %.2e); "
+                       "<= %.3f us per 1,024 weights\n",
+                       stages, cw, us, gbs, 100.0 * gbs / copy_gbs, err < 1e-5 ? "check ok" : "CHECK FAILED", err,
+                       us / tiles_per_warp / (2.0 * kTileBytes / 1024.0));
+            };
+            for (int stages : {8, 12}) {
+                fp4_mma(ring_fp4_mma_kernel<4>, stages, 4);
+                fp4_mma(ring_fp4_mma_kernel<8>, stages, 8);
+            }
+            CK(cudaFree(xq4));
+            CK(cudaFree(dref));
+            CK(cudaFree(sx4));
+        }
         for (int stages : {8, 12}) {
             cols(ring_fp4_cols_kernel<false>, stages, kTileBytes, "cols");
             cols(ring_fp4_cols_kernel<true>, stages, kTileBytes + kF4TileScaleBytes, "cols+scales");

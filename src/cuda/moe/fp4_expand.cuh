@@ -1,6 +1,6 @@
 // FP4 expert weights -> e4m3 for the grouped expert GEMMs: whole swizzled tiles for moe_gemm_mma.cu; the scale folding
-// pieces (reference exponent, magnitude table, promotion scale) also for moe_gemm_sm90.cu, which converts into wgmma
-// register fragments itself. One weight row of one 128-K block: 64 packed bytes (element 2i in the low nibble of byte
+// pieces (reference exponent, magnitude table, promotion scale, and group_table / codes8, eight codes from a word of
+// nibbles) also for moe_gemm_sm90.cu, which converts into wgmma register fragments itself. One weight row of one 128-K block: 64 packed bytes (element 2i in the low nibble of byte
 // i) and four E8M0 scales, one per 32 values. e2m1 -> e4m3 is exact; the four scales are folded: the block's reference
 // exponent r is their maximum, a group with exponent s is stored as e4m3 codes of value x 2^(6 + s - r) (at most 6 x
 // 2^6 = 384 < 448; exact for s - r >= -14, further below rounded as e4m3 rounds), and 2^(r - 127 - 6) becomes the row's
@@ -78,6 +78,39 @@ __device__ __forceinline__ void expand_half_row(const unsigned char* raw, unsign
         const int group = 2 * half + q;
         expand_group(*reinterpret_cast<const uint4*>(raw + 16 * group), tile, row, group, scales4, ref);
     }
+}
+
+// The magnitude table of a 32-group stored x 2^(6 + d) (d = its exponent - the block's reference, <= 0): the d = 0
+// codes {0, 0x60, 0x68, 0x6c | 0x70, 0x74, 0x78, 0x7c} with every non-zero exponent field lowered by -d while the
+// smallest (0.5 x 2^(6 + d)) stays normal, else the exact conversions of fp4_expand::magnitude_table.
+__device__ __forceinline__ uint2 group_table(int d) {
+    if (d >= -11) {
+        const uint32_t k = uint32_t(-d);
+        return make_uint2(0x6C686000u - k * 0x08080800u, 0x7C787470u - k * 0x08080808u);
+    }
+    uint32_t lo, hi;
+    fp4_expand::magnitude_table(d, lo, hi);
+    return make_uint2(lo, hi);
+}
+
+// e4m3 codes of the eight e2m1 values of w (element j in bits 4j..4j+3) through their group's table: lo gets
+// elements 0-3, hi 4-7, one byte each. Magnitudes: one byte_perm over the table per four, selectors the masked
+// nibbles. Signs: element j's sign bit (4j + 3) must land on bit 7 of its byte; byte_perm picks, per output byte,
+// the source byte of w << 4 (elements 0, 2, 4, 6: bit 4j + 3 moves to the top of byte j / 2) or of w (elements 1, 3,
+// 5, 7: already the top of byte (j - 1) / 2), and one LOP3 merges sign and magnitude. 9 instructions per 8 values
+// (a sign-replicate byte_perm per four values, its shift and the high half's own shift took 11).
+// (PTX prmt: its selectors' bit 3 is clear in every use here; __byte_perm would mask them again.)
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+__device__ __forceinline__ void codes8(uint32_t w, uint2 t, uint32_t& lo, uint32_t& hi) {
+    const uint32_t m = w & 0x77777777u, w4 = w << 4;
+    const uint32_t mag_lo = prmt(t.x, t.y, m), mag_hi = prmt(t.x, t.y, m >> 16);
+    const uint32_t sgn_lo = prmt(w4, w, 0x5140u), sgn_hi = prmt(w4, w, 0x7362u);
+    lo = mag_lo | (sgn_lo & 0x80808080u);
+    hi = mag_hi | (sgn_hi & 0x80808080u);
 }
 
 }  // namespace flashseek::cuda::fp4_expand
