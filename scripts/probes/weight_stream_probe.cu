@@ -1438,16 +1438,21 @@ int main() {
         std::vector<float> hx4(kF4K);
         for (auto& v : hx4) v = d(rng);
         static const float kE2m1[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
-        std::vector<double> ref4(kF4Rows, 0.0);
-        for (int n = 0; n < kF4Rows; ++n)
-            for (int g = 0; g < kF4Groups; ++g) {
-                double part = 0.0;
-                for (int k = 32 * g; k < 32 * g + 32; ++k) {
-                    const uint8_t nib = (h4[size_t(n) * kF4RowBytes + k / 2] >> (4 * (k & 1))) & 15;
-                    part += (nib & 8 ? -1.0 : 1.0) * kE2m1[nib & 7] * hx4[k];
+        // The rows against activations xk (double sums of the exact products).
+        auto fp4_reference = [&](const std::vector<float>& xk) {
+            std::vector<double> r(kF4Rows, 0.0);
+            for (int n = 0; n < kF4Rows; ++n)
+                for (int g = 0; g < kF4Groups; ++g) {
+                    double part = 0.0;
+                    for (int k = 32 * g; k < 32 * g + 32; ++k) {
+                        const uint8_t nib = (h4[size_t(n) * kF4RowBytes + k / 2] >> (4 * (k & 1))) & 15;
+                        part += (nib & 8 ? -1.0 : 1.0) * kE2m1[nib & 7] * xk[k];
+                    }
+                    r[n] += part * std::ldexp(1.0, int(hs4[size_t(n) * kF4Groups + g]) - 127);
                 }
-                ref4[n] += part * std::ldexp(1.0, int(hs4[size_t(n) * kF4Groups + g]) - 127);
-            }
+            return r;
+        };
+        const std::vector<double> ref4 = fp4_reference(hx4);
         uint8_t *w4 = nullptr, *s4 = nullptr;
         float *x4 = nullptr, *y4 = nullptr;
         const int copies4 = 5;  // 267 MB with the scales: more than L2
@@ -1506,18 +1511,9 @@ int main() {
                     xdeq4[k] = e4m3_to_float(hxq4[k]) * hsx4[kb];
                 }
             }
-            std::vector<double> ref4q(kF4Rows, 0.0);
-            for (int n = 0; n < kF4Rows; ++n) {
+            const std::vector<double> ref4q = fp4_reference(xdeq4);
+            for (int n = 0; n < kF4Rows; ++n)
                 href[n] = *std::max_element(hs4.begin() + size_t(n) * kF4Groups, hs4.begin() + size_t(n + 1) * kF4Groups);
-                for (int g = 0; g < kF4Groups; ++g) {
-                    double part = 0.0;
-                    for (int k = 32 * g; k < 32 * g + 32; ++k) {
-                        const uint8_t nib = (h4[size_t(n) * kF4RowBytes + k / 2] >> (4 * (k & 1))) & 15;
-                        part += (nib & 8 ? -1.0 : 1.0) * kE2m1[nib & 7] * xdeq4[k];
-                    }
-                    ref4q[n] += part * std::ldexp(1.0, int(hs4[size_t(n) * kF4Groups + g]) - 127);
-                }
-            }
             uint8_t *xq4 = nullptr, *dref = nullptr;
             float* sx4 = nullptr;
             CK(cudaMalloc(&xq4, kF4K));

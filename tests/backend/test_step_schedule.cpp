@@ -171,6 +171,12 @@ TEST(StepScheduleSim, WeightsStreamWhileTheLatencyBoundOpRuns) {
     const ScheduleTiming r2 = simulate_schedule(g2, deal_tiles(g2, 132, {0, 1}), m);
     const double second_tile_us = 16384 / (4000 * 1e3 / 132);  // all 132 loaders at once after the first computes
     EXPECT_NEAR(r2.step_us, 10.25 + second_tile_us + 0.25, 1e-6);
+    // Without weight prefetch (a sequence of kernels) the consumer's bytes follow the norm: 10 us + bytes + compute.
+    const StepGraph pk = without_weight_prefetch(g);
+    EXPECT_EQ(pk.ops[1].bytes_after, std::vector<int>{norm});
+    EXPECT_EQ(without_weight_prefetch(pk).ops[1].bytes_after, std::vector<int>{norm});  // added once
+    m.ring_bytes = 65536;
+    EXPECT_NEAR(simulate_schedule(pk, deal_tiles(pk, 132, {0, 1}), m).step_us, 10 + second_tile_us + 0.25, 1e-6);
 }
 
 // Rows chosen by an earlier op (the routed experts): their bytes cannot be requested before it completes, so they
@@ -197,22 +203,6 @@ TEST(StepScheduleSim, BytesAfterWaitsToRequest) {
     EXPECT_NE(graph_problem(cyc).find("dependency cycle"), std::string::npos) << graph_problem(cyc);
     cyc.ops[0].bytes_after = {5};
     EXPECT_NE(graph_problem(cyc).find("reads op 5"), std::string::npos) << graph_problem(cyc);
-}
-
-// Without weight prefetch the latency-bound op's consumer streams after it: 10 us + its bytes + its arithmetic.
-TEST(StepScheduleSim, WithoutPrefetchTheBytesFollowTheInputs) {
-    StepGraph g;
-    const int norm = g.add(op("norm", 1, 0, 10));
-    g.add(op("gemv", 132, 16384, 0.25, {norm}));
-    StepMachine m;
-    m.copy_gb_s = 4000;
-    m.per_cta_gb_s = 100;
-    const StepGraph pk = without_weight_prefetch(g);
-    EXPECT_EQ(pk.ops[1].bytes_after, std::vector<int>{norm});
-    EXPECT_EQ(without_weight_prefetch(pk).ops[1].bytes_after, std::vector<int>{norm});  // once
-    const double tile_us = 16384 / (4000 * 1e3 / 132);
-    EXPECT_NEAR(simulate_schedule(pk, deal_tiles(pk, 132, {0, 1}), m).step_us, 10 + tile_us + 0.25, 1e-6);
-    EXPECT_NEAR(simulate_schedule(g, deal_tiles(g, 132, {0, 1}), m).step_us, 10.25, 1e-6);
 }
 
 // Compute lanes bound a CTA's tiles in flight: 16 tiles of 1 us on one CTA with 4 lanes and no bytes take 4 us.
