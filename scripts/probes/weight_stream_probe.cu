@@ -921,6 +921,20 @@ __global__ void __launch_bounds__(32 * (kF4ColWarps + 1), 1)
 #endif
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Warp 0 of the FP4 tile kernels: lane 0 streams the CTA's tiles with their scales behind them; true for warp 0 (the
+// caller returns), false for the compute warps.
+__device__ __forceinline__ bool fp4_tiles_loader(const Ring& ring, const uint8_t* w, const uint8_t* sc, int warp,
+                                                 int lane) {
+    if (warp != 0) return false;
+    if (lane == 0)
+        ring_load_strided_scaled(
+            ring, w, kF4Rows / kF4TileRows, [&](int t) { return sc + size_t(t) * kF4TileScaleBytes; },
+            kF4TileScaleBytes);
+    return true;
+}
+#endif
+
 // ---- fp4 by tiles: fill i consumed whole by compute warp i % 8 (no barrier between warps per tile), its scales in
 // the ring; the lane walks the 8 column chunks of 512, taking its 16 activations of a chunk from shared memory once
 // for the 8 rows -------------------------------------------------------------------------------------------------
@@ -933,12 +947,7 @@ __global__ void __launch_bounds__(32 * (kF4ColWarps + 1), 1)
     float* xs = reinterpret_cast<float*>(ring.empty + stages);  // kF4K activations
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, n_tiles = kF4Rows / kF4TileRows;
-    if (warp == 0) {
-        if (lane == 0)
-            ring_load_strided_scaled(
-                ring, w, n_tiles, [&](int t) { return sc + size_t(t) * kF4TileScaleBytes; }, kF4TileScaleBytes);
-        return;
-    }
+    if (fp4_tiles_loader(ring, w, sc, warp, lane)) return;
     stage_plain<CW>(xs, x, kF4K);
     const int cw = warp - 1;
     int i = cw;
@@ -989,12 +998,7 @@ __global__ void __launch_bounds__(32 * (CW + 1), 1)
     const Ring ring = make_ring(smem, stages, 1, kTileBytes + kF4TileScaleBytes);
     __syncthreads();
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, n_tiles = kF4Rows / kF4TileRows;
-    if (warp == 0) {
-        if (lane == 0)
-            ring_load_strided_scaled(
-                ring, w, n_tiles, [&](int t) { return sc + size_t(t) * kF4TileScaleBytes; }, kF4TileScaleBytes);
-        return;
-    }
+    if (fp4_tiles_loader(ring, w, sc, warp, lane)) return;
     uint8_t* xs = reinterpret_cast<uint8_t*>(ring.empty + stages);  // kF4K codes
     for (int c = int(threadIdx.x) - 32; c < kF4K / 16; c += 32 * CW)
         reinterpret_cast<uint4*>(xs)[c] = __ldcg(reinterpret_cast<const uint4*>(xq) + c);
