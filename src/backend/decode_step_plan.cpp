@@ -2,12 +2,12 @@
 #include "backend/decode_step_plan.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <map>
-#include <string_view>
 
 #include "loader/safetensors.h"
 #include "model/weights.h"
@@ -53,38 +53,37 @@ const char* const kBranchOps[] = {"wkv",
                                   "shared down"};
 
 bool is_branch(const std::string& name) {
-    std::string_view n = name;
-    if (n.size() > 1 && n[0] == 'L' && std::isdigit(static_cast<unsigned char>(n[1]))) n.remove_prefix(n.find(' ') + 1);
-    return std::any_of(std::begin(kBranchOps), std::end(kBranchOps), [&](const char* b) { return n == b; });
+    const std::string kind = op_kind(name);
+    return std::any_of(std::begin(kBranchOps), std::end(kBranchOps), [&](const char* b) { return kind == b; });
 }
 
 // Bytes and logical weight counts of the model's tensors (every layer, no MTP), by name. Packed FP4 (I8) holds two
 // weights per byte.
 struct TensorSizes {
-    std::map<std::string, std::pair<double, double>> by_name;  // bytes, weights
-    std::map<std::string, bool> fp4;
+    struct Size {
+        double bytes = 0, weights = 0;
+        bool fp4 = false;  // packed e2m1 (I8): two weights per byte
+    };
+    std::map<std::string, Size> by_name;
     explicit TensorSizes(const ModelConfig& cfg) {
         InventoryOptions opt;
         opt.include_mtp = false;
         for (const TensorSpec& s : expected_tensors(cfg, opt)) {
             double n = 1;
             for (int64_t d : s.shape) n *= double(d);
-            by_name[s.name] = {n * double(dtype_size(s.dtype)), s.dtype == DType::I8 ? 2 * n : n};
-            fp4[s.name] = s.dtype == DType::I8;
+            const bool fp4 = s.dtype == DType::I8;
+            by_name[s.name] = {n * double(dtype_size(s.dtype)), fp4 ? 2 * n : n, fp4};
         }
     }
-    const std::pair<double, double>& get(const std::string& n) const {
+    const Size& get(const std::string& n) const {
         const auto it = by_name.find(n);
         FS_CHECK(it != by_name.end(), "decode step graph: the inventory has no tensor '{}'", n);
         return it->second;
     }
-    double bytes(const std::string& n) const { return get(n).first; }
-    double weights(const std::string& n) const { return get(n).second; }
+    double bytes(const std::string& n) const { return get(n).bytes; }
+    double weights(const std::string& n) const { return get(n).weights; }
     bool has(const std::string& n) const { return by_name.count(n) != 0; }
-    bool is_fp4(const std::string& n) const {
-        get(n);
-        return fp4.at(n);
-    }
+    bool is_fp4(const std::string& n) const { return get(n).fp4; }
 };
 
 // Appends ops to a graph: weight-streaming ops as even tiles of at most tile_bytes (each tile's arithmetic by its
@@ -215,6 +214,13 @@ private:
 
 }  // namespace
 
+std::string op_kind(const std::string& name) {
+    if (name.size() > 1 && name[0] == 'L' && std::isdigit(static_cast<unsigned char>(name[1])) &&
+        name.find(' ') != std::string::npos)
+        return name.substr(name.find(' ') + 1);
+    return name;
+}
+
 void set_subblock_cost(SubblockCosts& c, const std::string& name, double value) {
     for (const CostField& f : kCostFields)
         if (name == f.name) {
@@ -223,9 +229,7 @@ void set_subblock_cost(SubblockCosts& c, const std::string& name, double value) 
             c.*f.field = value;
             return;
         }
-    std::string known;
-    for (const CostField& f : kCostFields) known += std::string(known.empty() ? "" : ", ") + f.name;
-    fail("unknown sub-block cost '{}'; the costs are: {}", name, known);
+    fail("unknown sub-block cost '{}'; the costs are: {}", name, fmt::join(subblock_cost_names(), ", "));
 }
 
 std::vector<std::string> subblock_cost_names() {
@@ -263,30 +267,11 @@ StepGraph decode_step_graph(const ModelConfig& cfg, int layers, const SubblockCo
 }
 
 std::vector<int> subblock_order(const StepGraph& g, bool query_first) {
-    // Stable partition of the build order (already a dependency order) by stream, then repaired: an op that reads a
-    // later op of the other stream (indexer.select reads both) moves behind it. Kahn over the graph with the
-    // preferred stream first gives exactly that.
-    const int n = int(g.ops.size());
-    std::vector<int> pending(size_t(n), 0);
-    std::vector<std::vector<int>> consumers(g.ops.size());
-    for (int i = 0; i < n; ++i)
-        for (int d : g.ops[size_t(i)].waits_for()) {
-            ++pending[size_t(i)];
-            consumers[size_t(d)].push_back(i);
-        }
-    auto preferred = [&](int op) { return is_branch(g.ops[size_t(op)].name) != query_first; };
-    std::vector<int> order;
-    std::vector<bool> placed(size_t(n), false);
-    while (int(order.size()) < n) {
-        int pick = -1;
-        for (int pass = 0; pass < 2 && pick < 0; ++pass)
-            for (int i = 0; i < n && pick < 0; ++i)
-                if (!placed[size_t(i)] && pending[size_t(i)] == 0 && (pass == 1 || preferred(i))) pick = i;
-        FS_CHECK(pick >= 0, "sub-block order: the graph has a dependency cycle");
-        placed[size_t(pick)] = true;
-        order.push_back(pick);
-        for (int c : consumers[size_t(pick)]) --pending[size_t(c)];
-    }
+    // The build order is already a dependency order; preferring one stream moves its ops ahead of the other's, and an
+    // op that reads both (indexer.select) stays behind its last input.
+    std::vector<int> order =
+        dependency_order(g, [&](int op) { return is_branch(g.ops[size_t(op)].name) != query_first; });
+    FS_CHECK(order.size() == g.ops.size(), "sub-block order: the graph has a dependency cycle");
     return order;
 }
 

@@ -39,6 +39,9 @@ struct SubblockCosts {
     double sample_us = 31.0;             // the greedy sampling over the vocabulary (argmax_rows at one row)
 };
 
+// An op's kind: its name without a whole step's layer label ("L3 wq_b" -> "wq_b").
+std::string op_kind(const std::string& name);
+
 // Sets the field `name` of `c` (the names above); an Error naming the field for an unknown one or a negative value.
 void set_subblock_cost(SubblockCosts& c, const std::string& name, double value);
 std::vector<std::string> subblock_cost_names();

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 
 #include "util/error.h"
 
@@ -22,10 +23,7 @@ int StepGraph::add(ScheduleOp op) {
     return int(ops.size()) - 1;
 }
 
-namespace {
-
-// Ops in dependency order (Kahn), or fewer than all when the dependencies have a cycle.
-std::vector<int> dependency_order(const StepGraph& g) {
+std::vector<int> dependency_order(const StepGraph& g, const std::function<bool(int)>& prefer) {
     const int n = int(g.ops.size());
     std::vector<int> pending(size_t(n), 0), order;
     std::vector<std::vector<int>> consumers(g.ops.size());
@@ -34,15 +32,18 @@ std::vector<int> dependency_order(const StepGraph& g) {
             ++pending[size_t(i)];
             consumers[size_t(d)].push_back(i);
         }
-    for (int i = 0; i < n; ++i)
-        if (pending[size_t(i)] == 0) order.push_back(i);
-    for (size_t k = 0; k < order.size(); ++k)
-        for (int c : consumers[size_t(order[k])])
-            if (--pending[size_t(c)] == 0) order.push_back(c);
-    return order;
+    std::vector<bool> placed(size_t(n), false);
+    for (;;) {
+        int pick = -1;
+        for (int pass = prefer ? 0 : 1; pass < 2 && pick < 0; ++pass)
+            for (int i = 0; i < n && pick < 0; ++i)
+                if (!placed[size_t(i)] && pending[size_t(i)] == 0 && (pass == 1 || prefer(i))) pick = i;
+        if (pick < 0) return order;  // all placed, or the rest wait on a cycle
+        placed[size_t(pick)] = true;
+        order.push_back(pick);
+        for (int c : consumers[size_t(pick)]) --pending[size_t(c)];
+    }
 }
-
-}  // namespace
 
 std::string graph_problem(const StepGraph& g) {
     if (g.ops.empty()) return "step graph: no ops";

@@ -8,6 +8,7 @@
 // CTA whose earlier tile waits for an op whose missing tiles sit behind that same tile (in its own list, or through
 // a chain of other CTAs' lists) hangs the GPU. schedule_problem() refuses such a schedule before anything runs.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,11 @@ struct TileRef {
 struct StepSchedule {
     std::vector<std::vector<TileRef>> cta;
 };
+
+// The ops in an order in which every op comes after the ops it waits for (Kahn's algorithm, taking at each step the
+// lowest-index ready op that `prefer` accepts, else the lowest-index ready op); fewer than all ops when the
+// dependencies have a cycle.
+std::vector<int> dependency_order(const StepGraph& graph, const std::function<bool(int)>& prefer = nullptr);
 
 // Why `graph` is not a step (empty when it is): an op with no tiles or a negative size, a dependency (after or
 // bytes_after) on an unknown op or on itself, a dependency cycle. Names the op.
