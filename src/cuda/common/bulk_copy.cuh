@@ -63,6 +63,15 @@ __device__ __forceinline__ uint32_t f16x2_to_e4m3x2(uint32_t v) {
     return uint32_t(__nv_cvt_halfraw2_to_fp8x2(r, __NV_SATFINITE, __NV_E4M3));
 }
 
+// Eight columns [8i, 8i + 8) of a prepared FP8-layout activation (e4m3 values as f16, stored x0 x2 x1 x3 x4 x6 x5 x7:
+// the mma_gemv fragment order) -> their e4m3 bytes in column order: lo = x0..x3, hi = x4..x7.
+__device__ __forceinline__ void prepared_fp8x8_to_e4m3(const uint4& v, uint32_t& lo, uint32_t& hi) {
+    const uint32_t p = f16x2_to_e4m3x2(v.x) | (f16x2_to_e4m3x2(v.y) << 16);  // x0 x2 x1 x3
+    const uint32_t q = f16x2_to_e4m3x2(v.z) | (f16x2_to_e4m3x2(v.w) << 16);  // x4 x6 x5 x7
+    lo = __byte_perm(p, 0u, 0x3120);
+    hi = __byte_perm(q, 0u, 0x3120);
+}
+
 // d = A (16 x 32, e4m3) * B (32 x 8, e4m3), fp32, C = 0. Not volatile: the compiler may overlap independent mmas.
 __device__ __forceinline__ void mma_e4m3(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "

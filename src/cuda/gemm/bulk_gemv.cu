@@ -54,14 +54,6 @@ using stream_gemv::Args;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 using namespace bulk;
 
-// Prepared FP8-layout values of columns [8t, 8t + 8) (stored x0 x2 x1 x3 x4 x6 x5 x7) -> b0 = x0..x3, b1 = x4..x7.
-__device__ __forceinline__ void act_fragment(const uint4& v, uint32_t& b0, uint32_t& b1) {
-    const uint32_t p = f16x2_to_e4m3x2(v.x) | (f16x2_to_e4m3x2(v.y) << 16);  // x0 x2 x1 x3
-    const uint32_t q = f16x2_to_e4m3x2(v.z) | (f16x2_to_e4m3x2(v.w) << 16);  // x4 x6 x5 x7
-    b0 = __byte_perm(p, 0u, 0x3120);
-    b1 = __byte_perm(q, 0u, 0x3120);
-}
-
 // One stage (256 columns = two 128-blocks) for token tile J: acc[J] += W_stage x_stage. xr: activation row of B
 // column g; xs_lo/hi: scale rows of C columns 2t, 2t + 1; col0: first activation column of the stage.
 template <int J>
@@ -81,7 +73,7 @@ __device__ __forceinline__ void stage_tile(float (&acc)[2][4], const unsigned ch
         for (int kq = 0; kq < 4; ++kq) {
             const int kb = 4 * b + kq;
             uint32_t b0, b1;
-            act_fragment(braw[kq], b0, b1);
+            prepared_fp8x8_to_e4m3(braw[kq], b0, b1);
             const uint2 lo = *reinterpret_cast<const uint2*>(sw + g * kStride + kb * 32 + 8 * t);
             const uint2 hi = *reinterpret_cast<const uint2*>(sw + (g + 8) * kStride + kb * 32 + 8 * t);
             const uint32_t af[4] = {lo.x, hi.x, lo.y, hi.y};
