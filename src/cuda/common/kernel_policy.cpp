@@ -50,7 +50,7 @@ int warps_knob(const char* var) { return choice_knob(var, 0, {0, 1, 4}); }
 
 const std::vector<std::string_view>& known_variants() {
     static const std::vector<std::string_view> names = {
-        "generic_linear",  "wgmma_gemv",    "wgmma_f16_gemv",  "bulk_gemv",       "simt_gemv",       "mma_gemv",
+        "generic_linear",  "wgmma_gemv",    "wgmma_f16_gemv",  "bulk_gemv",       "ring_gemv",       "simt_gemv",       "mma_gemv",
         "bf16_gemv",       "fp8_gemm",      "fp8_gemm_splitk", "fp8_gemm_mma",    "bf16_gemm",       "tile_gemm",
         "generic_experts", "wgmma_experts", "bulk_experts",    "simt_experts",    "gemv_experts",    "grouped_experts",
         "tile_experts",    "attn_mma",      "attn_simt",       "attn_prefill",    "indexer_prefill",
@@ -113,6 +113,8 @@ KernelPolicy KernelPolicy::from_env() {
     p.wo_a_widen_min_tokens =
         env_int("FLASHSEEK_WO_A_WIDEN_MIN_TOKENS", p.wo_a_widen_min_tokens, 1, int64_t(1) << 30);
     p.grouped_slot_rows = choice_knob("FLASHSEEK_GROUPED_SLOT_ROWS", p.grouped_slot_rows, {0, 32, 64, 128});
+    p.ring_gemv_stages = choice_knob("FLASHSEEK_RING_GEMV_STAGES", p.ring_gemv_stages, {4, 8});
+    p.ring_gemv_max_k = env_int("FLASHSEEK_RING_GEMV_MAX_K", p.ring_gemv_max_k, 0, int64_t(1) << 30);
     return p;
 }
 

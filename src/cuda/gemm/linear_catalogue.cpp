@@ -94,13 +94,14 @@ bool supports_shape_of(int64_t M, const DeviceLinear& w, int groups, ActNumerics
 #define FS_LINEAR_ROW(ns, archs, format) FS_LINEAR_ROW_WITH(ns, archs, format, nullptr, nullptr)
 constexpr ActFormat kMmaF16 = ActFormat::MMA_F16, kFp8Rows = ActFormat::FP8_ROWS;
 // Priority order: the first preferred variant that supports a problem runs it (docs/perf.md, kernel choice).
-const std::array<LinearVariant, 12> kVariants = {
+const std::array<LinearVariant, 13> kVariants = {
     FS_LINEAR_ROW(generic_linear, "sm_80+", kMmaF16),  // the only one for odd grouped shapes
     FS_LINEAR_ROW(fp8_gemm, "sm_90a", kFp8Rows),       // FP8, release numerics, from gemm_min_tokens rows (wq_b: 2)
     FS_LINEAR_ROW(fp8_gemm_splitk, "sm_90a", kFp8Rows),  // FP8 at 2-16 rows where the tiles do not fill the SMs
     FS_LINEAR_ROW(wgmma_gemv, "sm_90a", kMmaF16),      // 2-16 tokens, >= 4 MB FP8, release numerics
     FS_LINEAR_ROW(wgmma_f16_gemv, "sm_90a", kMmaF16),  // 2-256 tokens, FP8 weights, exact numerics (wo_a)
     FS_LINEAR_ROW(bulk_gemv, "sm_90+", kMmaF16),       // 2-16 tokens, >= 16 MB FP8, release numerics
+    FS_LINEAR_ROW(ring_gemv, "sm_90+", kMmaF16),       // one token, >= 16 MB FP8, where ring_gemv_max_k asks
     FS_LINEAR_ROW(simt_gemv, "sm_80+", kMmaF16),       // one token
     FS_LINEAR_ROW(mma_gemv, "sm_80+", kMmaF16),        // 1-16 tokens
     FS_LINEAR_ROW(bf16_gemv, "sm_80+", kMmaF16),       // BF16 weights, 1-16 tokens

@@ -71,6 +71,7 @@ FS_DECLARE_LINEAR_VARIANT(generic_linear)  // linear_generic.cu: element-wise, a
 FS_DECLARE_LINEAR_VARIANT(wgmma_gemv)      // wgmma_gemv.cu: sm_90a, release numerics, 2-16 tokens
 FS_DECLARE_LINEAR_VARIANT(wgmma_f16_gemv)  // wgmma_f16_gemv.cu: sm_90a, f16 (exact) activations, 2-256 tokens
 FS_DECLARE_LINEAR_VARIANT(bulk_gemv)       // bulk_gemv.cu: sm_90+, release numerics, 2-16 tokens
+FS_DECLARE_LINEAR_VARIANT(ring_gemv)       // ring_gemv.cu: sm_90+, 1-8 tokens
 FS_DECLARE_LINEAR_VARIANT(simt_gemv)       // gemv_simt.cu: one token
 FS_DECLARE_LINEAR_VARIANT(mma_gemv)        // gemv.cu: f16 mma.sync, 1-16 tokens, raw activations too
 FS_DECLARE_LINEAR_VARIANT(bf16_gemv)       // bf16_gemv.cu: BF16 weights, bf16 mma.sync, 1-16 tokens

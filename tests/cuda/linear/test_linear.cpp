@@ -263,6 +263,7 @@ TEST_F(LinearFamily, EveryCaseThroughEveryVariant) {
          {"simt_gemv", "mma_gemv", "bf16_gemv", "tile_gemm", "bulk_gemv", "wgmma_gemv", "wgmma_f16_gemv"})
         coverage.require(v, "split-k");
     coverage.require("wgmma_f16_gemv", "grouped");
+    coverage.require("ring_gemv", "grouped");
     coverage.require("mma_gemv", "raw");
     coverage.require("tile_gemm", "guarded");
     // The compute-bound GEMMs where the default choice takes them (from KernelPolicy::gemm_min_tokens rows), with
@@ -351,7 +352,8 @@ cuda::ActFormat input_format(int64_t M, int64_t N, int64_t K, ActNumerics num, c
     return cuda::linear_input_format(M, fake_weight(N, K, kind), groups, num, policy);
 }
 
-// The default choice (docs/perf.md, kernel choice): one token -> simt_gemv; 2-16 tokens in release numerics ->
+// The default choice (docs/perf.md, kernel choice): one token -> simt_gemv (ring_gemv on >= 16 MB of FP8 on sm_90+
+// where KernelPolicy::ring_gemv_max_k asks for it); 2-16 tokens in release numerics ->
 // wgmma_gemv on >= 4 MB where wgmma exists, else bulk_gemv on >= 16 MB on sm_90+, else mma_gemv; exact numerics
 // (wo_a) 2-256 tokens -> wgmma_f16_gemv where wgmma exists; > 16 tokens otherwise -> tile_gemm; BF16 weights 1-16
 // tokens -> bf16_gemv (rows % 16, K % 32), else tile_gemm; odd grouped shapes -> generic_linear; from
@@ -370,6 +372,18 @@ TEST(LinearChoice, DefaultRules) {
     // one token
     EXPECT_EQ(planned(1, 32768, 1024, R, def), "simt_gemv");  // wq_b
     EXPECT_EQ(planned(1, 4096, 8192, R, def), "simt_gemv");   // wo_b
+    // ring_gemv where ring_gemv_max_k asks for it: one token, >= 16 MB of FP8 on sm_90+, K up to the bound
+    const std::string ring = sm90 ? "ring_gemv" : "simt_gemv";
+    KernelPolicy ring_all, ring_short_k;
+    ring_all.ring_gemv_max_k = 8192;
+    ring_short_k.ring_gemv_max_k = 1024;
+    EXPECT_EQ(planned(1, 32768, 1024, R, ring_all), ring);     // wq_b
+    EXPECT_EQ(planned(1, 4096, 8192, R, ring_all), ring);      // wo_b
+    EXPECT_EQ(planned(1, 8192, 4096, X, ring_all, 8), ring);   // wo_a: grouped, exact numerics
+    EXPECT_EQ(planned(1, 1024, 4096, R, ring_all), "simt_gemv");  // wq_a, 4 MB
+    EXPECT_EQ(planned(2, 32768, 1024, R, ring_all), wgmma ? "wgmma_gemv" : sm90 ? "bulk_gemv" : "mma_gemv");
+    EXPECT_EQ(planned(1, 32768, 1024, R, ring_short_k), ring);
+    EXPECT_EQ(planned(1, 4096, 8192, R, ring_short_k), "simt_gemv");
     EXPECT_EQ(planned(1, 2048, 4096, R, def, 1, WeightKind::FP4_BLOCK32), "simt_gemv");
     // 2-16 tokens, release numerics
     EXPECT_EQ(planned(2, 1024, 4096, R, def), wgmma ? "wgmma_gemv" : "mma_gemv");  // wq_a, 4 MB: below bulk's 16 MB

@@ -1,0 +1,300 @@
+// Decode GEMV for FP8 block-scaled weights (e4m3 + 128x128 scales) at 1-8 tokens on sm_90+: whole 16-row weight
+// tiles streamed by bulk copies into a ring per warp, products on the tensor cores (release numerics: mma.sync
+// m16n8k32 e4m3 on the weights' own bytes; exact numerics: m16n8k16 f16 on weights widened to f16).
+// Why: at one token the SIMT GEMV (gemv_simt.cu) streams wq_b / wo_b (33.6 MB each) at ~60% of the copy rate and
+// bulk_gemv (16-byte cp.async pieces of 256 columns, activation fragments read from global memory per stage) was
+// slower still. The weight-stream probe (scripts/probes/weight_stream_probe.cu, docs/perf-log/2026-12-06_ring-gemv.md)
+// measured 16 KB fills of whole rows consumed by one warp each with e4m3 mma at 74.5% on an H100, within 6% of the
+// same ring with no arithmetic at all: the tensor cores make a weight's arithmetic nearly free, the ring's
+// bytes in flight do the rest. Measured (runs 241 and 245, H100, perf table): wq_b 15.68-15.98 us per call against
+// simt_gemv's ~17.96 (71% of the copy rate), wo_a 16.46 against 17.98, the indexer's wq_b 5.63 against 8.24, wo_b
+// 22.5 against 20.6-20.8 (two warps per SM: slower); yet the one-sequence step is 1.2-2.0% slower with it however
+// deployed, because the step's side branches beside the query path run longer next to it. Preferred only where
+// KernelPolicy::ring_gemv_max_k asks.
+// Design:
+//   - One CTA per SM, four warps; each warp owns a ring of S / (active warps) stages of 16 rows x C columns
+//     (C = K for K <= 1,024, else 1,024: 16 KB). A warp's fills are its own row tiles' chunks in K order, so it waits
+//     only on its own stages (no parity ambiguity between warps) and refills a stage as soon as it has read it.
+//     A fill is one cp.async.bulk of 16 K bytes when the tile's rows are contiguous (K <= 1,024), else one per row.
+//   - Row tiles: warp w of CTA b takes tiles b + (w + 4 j) * grid (dealing them from a counter of the launch instead
+//     measured slower per call and per step, run 244). Warps without a tile leave their stages to the others (fewer
+//     active warps, deeper rings: wo_b's 256 tiles keep two warps per SM with four stages each).
+//     S = 8 (128 KB) by default, 4 (KernelPolicy::ring_gemv_stages): the ring's shared memory decides which other
+//     grids (the step's side branches, the next kernel under PDL) fit on the SM beside it.
+//   - Weights do not depend on earlier kernels: every warp issues its first fills before griddepcontrol.wait. Then
+//     one thread bulk-copies the prepared activation rows into shared memory (one round trip, where per-thread
+//     loads of wo_a's 64 KB took eight dependent ones: +4-5 us per call, run 240) while the others read its
+//     per-128 scales. Release numerics convert the rows to e4m3 bytes in column order there (rows padded by 64
+//     bytes: conflict-free 16-byte fragment reads); exact numerics read the prepared f16 rows as they are.
+//   - Fragments: only the sum over k matters inside a 128-column block, so lane (g, t) reads 16 contiguous bytes of
+//     rows g and g + 8 per 64 columns. e4m3: its two m16n8k32 steps take words 2j, 2j + 1 as fragment columns
+//     4t..4t+3 and 16+4t..16+4t+3, B column g token g's e4m3 bytes in the same order (zero for g >= M). f16: k
+//     step j takes word j, in the prepared activation's order (columns 4j, 4j+2 | 4j+1, 4j+3: mma_core.cuh's
+//     prepared_pos), so its bytes are permuted to (b0, b2, b1, b3) before widening: bytes b0, b2 as fragment
+//     columns 2t, 2t+1 and b1, b3 as 2t+8, 2t+9, B the prepared f16 words as staged.
+//   - Per 128-column block the tensor core's fp32 sum is scaled by weight scale x activation scale in one fp32 FMA
+//     per output, blocks in K order: deterministic, independent of the other tokens of the call.
+// Numerics: exact products (e4m3 x e4m3, or f16 x f16 of exact values), fp32 sums per 32 / 16 columns (tensor core)
+// and per 128 (FMA), power-of-two or fp32 scales: the other GEMVs' up to summation order. Variant ring_gemv of the
+// linear catalogue.
+#include "cuda/gemm/linear_catalogue.h"
+
+#include <algorithm>
+
+#include "cuda/common/alignment.h"
+#include "cuda/common/arch.cuh"
+#include "cuda/common/bulk_copy.cuh"
+#include "cuda/common/check.cuh"
+#include "cuda/common/pdl.cuh"
+#include "cuda/common/smem.cuh"
+#include "cuda/gemm/mma_core.cuh"
+#include "cuda/gemm/stream_gemv.cuh"
+
+namespace flashseek::cuda::ring_gemv {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kMaxRingStages = 8;  // per CTA, dealt to its active warps
+constexpr int kRows = 16;
+constexpr int kMaxChunk = 1024;  // columns (bytes) of a row per stage
+constexpr int kStageBytes = kRows * kMaxChunk;
+constexpr int kMaxTokens = 8;
+constexpr size_t kBarBytes = 128;  // kMaxRingStages ring barriers and the activation's
+constexpr int64_t kMinWeightBytes = int64_t(16) << 20;
+
+using stream_gemv::Args;
+
+// Columns per stage for rows of K columns (0: K is not streamable in whole chunks).
+constexpr int64_t chunk_of(int64_t K) {
+    return K <= kMaxChunk ? (K % 128 == 0 ? K : 0) : (K % kMaxChunk == 0 ? kMaxChunk : 0);
+}
+
+// Staged activation rows of xk columns: the prepared f16 rows as copied (16 bytes of padding: token g + 1's 32-byte
+// fragment reads fall on other banks than token g's), and in release numerics their e4m3 bytes (64 bytes of
+// padding, for the 16-byte reads).
+constexpr int64_t raw_stride(int64_t xk) { return 2 * xk + 16; }
+constexpr int64_t e4m3_stride(int64_t xk) { return xk + 64; }
+
+// Dynamic shared memory: the ring, the barriers, M raw rows, (release) M e4m3 rows, M x xk / 128 scales.
+size_t smem_bytes(int ring_stages, bool e4m3, int64_t M, int64_t xk) {
+    return size_t(ring_stages) * kStageBytes + kBarBytes + size_t(M) * size_t(raw_stride(xk)) +
+           (e4m3 ? size_t(M) * size_t(e4m3_stride(xk)) : 0) + size_t(M) * size_t(xk / 128) * 4;
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+using namespace bulk;
+
+__device__ __forceinline__ void mma_e4m3_acc(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
+    const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(v & 0xffffu), __NV_E4M3);
+    return uint32_t(r.x) | (uint32_t(r.y) << 16);
+}
+
+// One lane's 64-column piece: 16 bytes of row g (ra) and of row g + 8 (rb) against its token's staged activations
+// at xp (16 e4m3 bytes in column order, or 16 prepared f16 values) into d.
+template <bool E4M3>
+__device__ __forceinline__ void piece(float (&d)[4], const uint4& ra, const uint4& rb, const unsigned char* xp,
+                                      bool zero) {
+    if constexpr (E4M3) {
+        uint4 xv = *reinterpret_cast<const uint4*>(xp);
+        if (zero) xv = make_uint4(0u, 0u, 0u, 0u);
+        mma_e4m3_acc(d, ra.x, rb.x, ra.y, rb.y, xv.x, xv.y);
+        mma_e4m3_acc(d, ra.z, rb.z, ra.w, rb.w, xv.z, xv.w);
+    } else {
+        uint4 xa = *reinterpret_cast<const uint4*>(xp), xb = *reinterpret_cast<const uint4*>(xp + 16);
+        if (zero) xa = xb = make_uint4(0u, 0u, 0u, 0u);
+        const uint32_t wa[4] = {ra.x, ra.y, ra.z, ra.w}, wb[4] = {rb.x, rb.y, rb.z, rb.w};
+        const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const uint32_t pa = __byte_perm(wa[j], 0u, 0x3120), pb = __byte_perm(wb[j], 0u, 0x3120);
+            mma::mma_f16(d, e4m3x2_to_f16x2(pa), e4m3x2_to_f16x2(pb), e4m3x2_to_f16x2(pa >> 16),
+                         e4m3x2_to_f16x2(pb >> 16), xw[2 * j], xw[2 * j + 1]);
+        }
+    }
+}
+#endif
+
+// xk: the activation's columns (K x groups); chunk: columns per stage; ring_stages: 4 or 8. E4M3: release numerics
+// (the activation is act_quant's e4m3 codes), else exact (f16 values).
+template <bool E4M3>
+__global__ void __launch_bounds__(kWarps * 32, 1) ring_gemv_kernel(const Args a, int xk, int chunk, int ring_stages) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    pdl_trigger();  // the next PDL kernel may be scheduled (nothing before its wait depends on this one)
+    const int tiles = int(a.N / kRows), chunks = int(a.K / chunk), grid = int(gridDim.x);
+    const int active = min(kWarps, (tiles + grid - 1) / grid);
+    const int stages = max(1, ring_stages / active);
+    const size_t ring_bytes = size_t(ring_stages) * kStageBytes;
+    uint64_t* const all_bars = reinterpret_cast<uint64_t*>(smem + ring_bytes);
+    uint64_t* const bars = all_bars + warp * stages;
+    uint64_t* const x_bar = all_bars + kMaxRingStages;
+    unsigned char* const ring = smem + size_t(warp) * stages * kStageBytes;
+    const int rst = int(raw_stride(xk)), est = int(e4m3_stride(xk)), x_blocks = xk / 128;
+    unsigned char* const raw = smem + ring_bytes + kBarBytes;
+    unsigned char* const e4 = raw + size_t(a.M) * rst;
+    float* const xsc = reinterpret_cast<float*>(E4M3 ? e4 + size_t(a.M) * est : e4);
+    const bool streams = warp < active;
+    if (streams && lane < stages) mbar_init_count(&bars[lane], 1);
+    if (threadIdx.x == 0) mbar_init_count(x_bar, 1);
+    mbar_init_fence();
+    __syncthreads();
+
+    const int first = int(blockIdx.x) + warp * grid, step = kWarps * grid;
+    const uint32_t fill_bytes = uint32_t(kRows * chunk);
+    int f_tile = first, f_chunk = 0, q_fill = 0;
+    auto fill = [&]() {  // this warp's next (tile, chunk) into stage q_fill % stages
+        if (f_tile >= tiles) return;
+        const int st = q_fill % stages;
+        unsigned char* dst = ring + size_t(st) * kStageBytes;
+        const uint8_t* src = a.w + int64_t(f_tile) * kRows * a.K + int64_t(f_chunk) * chunk;
+        if (lane == 0) mbar_expect_tx(&bars[st], fill_bytes);
+        __syncwarp();
+        if (chunk == a.K) {
+            if (lane == 0) copy_g2s(dst, src, fill_bytes, &bars[st]);
+        } else if (lane < kRows) {
+            copy_g2s(dst + lane * chunk, src + int64_t(lane) * a.K, uint32_t(chunk), &bars[st]);
+        }
+        ++q_fill;
+        if (++f_chunk == chunks) {
+            f_chunk = 0;
+            f_tile += step;
+        }
+    };
+    if (streams)
+        for (int i = 0; i < stages; ++i) fill();  // weights only: before the wait on the previous kernel
+    pdl_wait();
+
+    // The activation rows by bulk copy, its scales by the threads meanwhile; e4m3 bytes in column order (release).
+    if (threadIdx.x == 0) {
+        mbar_expect_tx(x_bar, uint32_t(a.M) * uint32_t(2 * xk));
+        for (int tok = 0; tok < a.M; ++tok) copy_g2s(raw + tok * rst, a.x + int64_t(tok) * a.x_ld, uint32_t(2 * xk), x_bar);
+    }
+    for (int e = threadIdx.x; e < a.M * x_blocks; e += blockDim.x) {
+        const int tok = e / x_blocks;
+        xsc[e] = __ldg(a.xs + int64_t(tok) * a.xs_ld + (e - tok * x_blocks));
+    }
+    mbar_wait(x_bar, 0);
+    if constexpr (E4M3) {
+        const int groups8 = xk / 8;
+        for (int e = threadIdx.x; e < a.M * groups8; e += blockDim.x) {
+            const int tok = e / groups8, c8 = e - tok * groups8;
+            uint32_t lo, hi;
+            prepared_fp8x8_to_e4m3(*reinterpret_cast<const uint4*>(raw + tok * rst + 16 * c8), lo, hi);
+            *reinterpret_cast<uint2*>(e4 + tok * est + 8 * c8) = make_uint2(lo, hi);
+        }
+    }
+    __syncthreads();
+    if (!streams) return;
+
+    constexpr int kBytes = E4M3 ? 1 : 2;  // per staged value
+    const int blocks = chunk / 128;
+    const int tok_lo = 2 * t, tok_hi = 2 * t + 1;
+    const float* const sc_lo = xsc + min(tok_lo, a.M - 1) * x_blocks;
+    const float* const sc_hi = xsc + min(tok_hi, a.M - 1) * x_blocks;
+    const float keep_lo = tok_lo < a.M ? 1.f : 0.f, keep_hi = tok_hi < a.M ? 1.f : 0.f;
+    const unsigned char* const x_row = (E4M3 ? e4 + min(g, a.M - 1) * est : raw + min(g, a.M - 1) * rst) + 16 * kBytes * t;
+    const bool no_token = g >= a.M;
+    int q = 0;
+    for (int tile = first; tile < tiles; tile += step) {
+        const int64_t row0 = int64_t(tile) * kRows;
+        const int64_t x_col0 = (row0 / a.rows_per_group) * a.x_group_cols;
+        const int64_t s_row = (row0 / 128) * a.scale_ld;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int c = 0; c < chunks; ++c, ++q) {
+            const int st = q % stages;
+            float ws[kMaxChunk / 128];
+#pragma unroll
+            for (int kb = 0; kb < kMaxChunk / 128; ++kb)
+                ws[kb] = kb < blocks ? stream_gemv::weight_scale(a, s_row + (int64_t(c) * chunk) / 128 + kb) : 0.f;
+            mbar_wait(&bars[st], uint32_t((q / stages) & 1));
+            const unsigned char* sw = ring + size_t(st) * kStageBytes + 16 * t;
+            const int64_t xc = x_col0 + int64_t(c) * chunk;
+#pragma unroll
+            for (int kb = 0; kb < kMaxChunk / 128; ++kb) {
+                if (kb >= blocks) break;
+                float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int col = kb * 128 + h * 64;
+                    const uint4 ra = *reinterpret_cast<const uint4*>(sw + g * chunk + col);
+                    const uint4 rb = *reinterpret_cast<const uint4*>(sw + (g + 8) * chunk + col);
+                    piece<E4M3>(d, ra, rb, x_row + kBytes * (xc + col), no_token);
+                }
+                const int blk = int(xc / 128) + kb;
+                const float s_lo = ws[kb] * sc_lo[blk] * keep_lo, s_hi = ws[kb] * sc_hi[blk] * keep_hi;
+                acc[0] = fmaf(d[0], s_lo, acc[0]);
+                acc[1] = fmaf(d[1], s_hi, acc[1]);
+                acc[2] = fmaf(d[2], s_lo, acc[2]);
+                acc[3] = fmaf(d[3], s_hi, acc[3]);
+            }
+            __syncwarp();  // every lane has read the stage
+            fence_proxy_async();
+            fill();
+        }
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int tok = (r & 1) ? tok_hi : tok_lo;
+            if (tok < a.M) stream_gemv::store(a, row0 + g + ((r & 2) ? 8 : 0), tok, acc[r]);
+        }
+    }
+#else
+    __trap();
+#endif
+}
+
+}  // namespace
+
+bool supports(const LinearCall& c) {
+    const PreparedActivation& x = c.x;
+    const DeviceLinear& w = c.w;
+    if (current_arch().cc < 90 || w.kind != WeightKind::FP8_BLOCK128 || x.raw || x.layout != WeightKind::FP8_BLOCK128)
+        return false;
+    if (x.m < 1 || x.m > kMaxTokens || chunk_of(w.in) == 0 || w.out % kRows != 0) return false;
+    if (!aligned16(w.weight) || !aligned16(x.values) || x.k_pad % 8 != 0) return false;
+    if (w.scale_kind != ScaleKind::E8M0 && w.scale_kind != ScaleKind::F32) return false;
+    if (c.groups > 1 && (w.out % c.groups != 0 || (w.out / c.groups) % kRows != 0)) return false;
+    const bool e4m3 = x.numerics == ActNumerics::FP8_BLOCK128;
+    return smem_bytes(kMaxRingStages, e4m3, x.m, x.k) <= size_t(current_arch().max_smem_per_block_optin);
+}
+
+// One token on >= 16 MB (wq_b, wo_b in release numerics, wo_a in exact) with K up to KernelPolicy::ring_gemv_max_k,
+// which is 0 by default: faster per call than simt_gemv on wq_b and wo_a, slower steps (docs/perf.md, kernel choice).
+bool preferred(const LinearCall& c, const KernelPolicy& policy) {
+    return c.x.m == 1 && policy.gemv_max_tokens >= 1 && c.w.out * c.w.in >= kMinWeightBytes &&
+           policy.ring_gemv_max_k > 0 && c.w.in <= policy.ring_gemv_max_k;
+}
+
+LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
+    LinearPlan p;
+    p.variant = "ring_gemv";
+    p.tokens_per_pass = int(c.x.m);
+    p.k_splits = 1;
+    return p;
+}
+
+void run(const LinearCall& c, const LinearPlan&, const KernelPolicy& policy, const LinearOut& out,
+         cudaStream_t stream) {
+    const PreparedActivation& x = c.x;
+    const DeviceLinear& w = c.w;
+    const int64_t chunk = chunk_of(w.in);
+    const Args a = stream_gemv::make_args(x, w, c.groups, out.y, out.kind, out.ld, nullptr, 1, chunk);
+    const int64_t tiles = w.out / kRows;
+    const int64_t ctas = std::min<int64_t>(current_arch().sm_count, tiles);
+    const int ring_stages = policy.ring_gemv_stages == 4 ? 4 : kMaxRingStages;
+    const bool e4m3 = x.numerics == ActNumerics::FP8_BLOCK128;
+    const size_t smem = smem_bytes(ring_stages, e4m3, x.m, x.k);
+    auto kernel = e4m3 ? ring_gemv_kernel<true> : ring_gemv_kernel<false>;
+    allow_dynamic_smem(kernel, smem);
+    launch_pdl("ring_gemv_kernel", kernel, dim3(unsigned(ctas)), dim3(kWarps * 32), smem, stream, a, int(x.k),
+               int(chunk), ring_stages);
+}
+
+}  // namespace flashseek::cuda::ring_gemv
