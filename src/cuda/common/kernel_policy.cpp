@@ -50,10 +50,10 @@ int warps_knob(const char* var) { return choice_knob(var, 0, {0, 1, 4}); }
 
 const std::vector<std::string_view>& known_variants() {
     static const std::vector<std::string_view> names = {
-        "generic_linear",  "wgmma_gemv",    "wgmma_f16_gemv",  "bulk_gemv",       "ring_gemv",       "simt_gemv",       "mma_gemv",
-        "bf16_gemv",       "fp8_gemm",      "fp8_gemm_splitk", "fp8_gemm_mma",    "bf16_gemm",       "tile_gemm",
-        "generic_experts", "wgmma_experts", "bulk_experts",    "simt_experts",    "gemv_experts",    "grouped_experts",
-        "tile_experts",    "attn_mma",      "attn_simt",       "attn_prefill",    "indexer_prefill",
+        "generic_linear",  "wgmma_gemv",    "wgmma_f16_gemv",  "bulk_gemv",       "ring_gemv",       "simt_gemv",
+        "mma_gemv",        "bf16_gemv",     "fp8_gemm",        "fp8_gemm_splitk", "fp8_gemm_mma",    "bf16_gemm",
+        "tile_gemm",       "generic_experts", "wgmma_experts", "bulk_experts",    "simt_experts",    "gemv_experts",
+        "grouped_experts", "tile_experts",  "attn_mma",        "attn_simt",       "attn_prefill",    "indexer_prefill",
         "indexer_simt",    "shared_as_linears", "head_rows_last_layer", "shared_bf16_out",
         "routed_bf16_out", "norm_fp8_rows", "wo_a_fp8_rows", "gemm_tma_store",
         "gemv_chain",      "query_chain",   "indexer_branch", "weight_prefetch", "attn_prefill_cta_release",

@@ -4,8 +4,8 @@
 // a variant. Host-only header (no CUDA includes).
 //
 // Variant names are unique across op families (docs/perf.md, "kernel choice", lists them):
-//   linear: generic_linear, wgmma_gemv, wgmma_f16_gemv, bulk_gemv, ring_gemv, simt_gemv, mma_gemv, bf16_gemv, fp8_gemm,
-//           fp8_gemm_splitk, fp8_gemm_mma, bf16_gemm, tile_gemm
+//   linear: generic_linear, wgmma_gemv, wgmma_f16_gemv, bulk_gemv, ring_gemv, simt_gemv, mma_gemv, bf16_gemv,
+//           fp8_gemm, fp8_gemm_splitk, fp8_gemm_mma, bf16_gemm, tile_gemm
 //   experts: generic_experts, wgmma_experts, bulk_experts, simt_experts, gemv_experts, grouped_experts, tile_experts
 //   attention: attn_prefill, attn_mma, attn_simt; indexer: indexer_prefill, indexer_simt
 //   composition: shared_as_linears (the shared expert as w1/w3/w2 linears instead of the fused expert kernels),
@@ -118,7 +118,7 @@ struct KernelPolicy {
     // ring_gemv (one token, FP8 weights of >= 16 MB): the longest K it is preferred for (0, the default: never, it
     // runs where forced; 1,024: wq_b; 8,192: wq_b, wo_a and wo_b) and its ring's 16 KB stages per SM (8, or 4: a
     // ring of 128 KB leaves other grids less shared memory beside it). Faster per call than simt_gemv on wq_b and
-    // wo_a (perf table), but the one-sequence step is 1.7-4.0% slower with it in every form measured (run 241,
+    // wo_a (perf table), but the one-sequence step is 1.2-4.0% slower with it in every form measured (runs 241-245,
     // docs/perf-log/2026-12-06_ring-gemv.md): A/B knobs FLASHSEEK_RING_GEMV_MAX_K, FLASHSEEK_RING_GEMV_STAGES.
     int64_t ring_gemv_max_k = 0;
     int ring_gemv_stages = 8;

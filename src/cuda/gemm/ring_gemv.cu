@@ -175,7 +175,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ring_gemv_kernel(const Args a,
     // The activation rows by bulk copy, its scales by the threads meanwhile; e4m3 bytes in column order (release).
     if (threadIdx.x == 0) {
         mbar_expect_tx(x_bar, uint32_t(a.M) * uint32_t(2 * xk));
-        for (int tok = 0; tok < a.M; ++tok) copy_g2s(raw + tok * rst, a.x + int64_t(tok) * a.x_ld, uint32_t(2 * xk), x_bar);
+        for (int tok = 0; tok < a.M; ++tok)
+            copy_g2s(raw + tok * rst, a.x + int64_t(tok) * a.x_ld, uint32_t(2 * xk), x_bar);
     }
     for (int e = threadIdx.x; e < a.M * x_blocks; e += blockDim.x) {
         const int tok = e / x_blocks;
@@ -200,7 +201,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ring_gemv_kernel(const Args a,
     const float* const sc_lo = xsc + min(tok_lo, a.M - 1) * x_blocks;
     const float* const sc_hi = xsc + min(tok_hi, a.M - 1) * x_blocks;
     const float keep_lo = tok_lo < a.M ? 1.f : 0.f, keep_hi = tok_hi < a.M ? 1.f : 0.f;
-    const unsigned char* const x_row = (E4M3 ? e4 + min(g, a.M - 1) * est : raw + min(g, a.M - 1) * rst) + 16 * kBytes * t;
+    const int x_tok = min(g, a.M - 1);  // rows g >= M read token M - 1 and multiply zeros instead
+    const unsigned char* const x_row = (E4M3 ? e4 + x_tok * est : raw + x_tok * rst) + 16 * kBytes * t;
     const bool no_token = g >= a.M;
     int q = 0;
     for (int tile = first; tile < tiles; tile += step) {
