@@ -1057,6 +1057,27 @@ float e4m3_to_float(uint8_t b) {
     return sign ? -v : v;
 }
 
+// x quantized per 128 columns as act_quant does (release numerics): e4m3 codes, power-of-two scales, and the
+// dequantized values the references are computed over.
+struct BlockE4m3 {
+    std::vector<uint8_t> codes;
+    std::vector<float> scales, dequant;
+};
+BlockE4m3 quantize_blocks_e4m3(const std::vector<float>& x) {
+    const size_t n = x.size();
+    BlockE4m3 q{std::vector<uint8_t>(n), std::vector<float>(n / 128), std::vector<float>(n)};
+    for (size_t kb = 0; kb < n / 128; ++kb) {
+        float amax = 0.f;
+        for (size_t k = kb * 128; k < kb * 128 + 128; ++k) amax = std::max(amax, std::fabs(x[k]));
+        q.scales[kb] = std::ldexp(1.f, int(std::ceil(std::log2(std::max(amax, 1e-30f) / 448.f))));
+        for (size_t k = kb * 128; k < kb * 128 + 128; ++k) {
+            q.codes[k] = uint8_t(__nv_cvt_float_to_fp8(x[k] / q.scales[kb], __NV_SATFINITE, __NV_E4M3));
+            q.dequant[k] = e4m3_to_float(q.codes[k]) * q.scales[kb];
+        }
+    }
+    return q;
+}
+
 }  // namespace
 
 int main() {
@@ -1230,25 +1251,16 @@ int main() {
                             double(xk[k]);
             return r;
         };
-        std::vector<float> x16(kK), xdeq(kK), hsx(kScaleCols);
-        std::vector<uint8_t> hxq(kK);
+        std::vector<float> x16(kK);
         for (int k = 0; k < kK; ++k) x16[k] = __half2float(__float2half_rn(hx[k]));
-        for (int kb = 0; kb < kScaleCols; ++kb) {
-            float amax = 0.f;
-            for (int k = kb * 128; k < kb * 128 + 128; ++k) amax = std::max(amax, std::fabs(hx[k]));
-            hsx[kb] = std::ldexp(1.f, int(std::ceil(std::log2(std::max(amax, 1e-30f) / 448.f))));
-            for (int k = kb * 128; k < kb * 128 + 128; ++k) {
-                hxq[k] = uint8_t(__nv_cvt_float_to_fp8(hx[k] / hsx[kb], __NV_SATFINITE, __NV_E4M3));
-                xdeq[k] = e4m3_to_float(hxq[k]) * hsx[kb];
-            }
-        }
-        const std::vector<double> ref16 = reference(x16), ref8 = reference(xdeq);
+        const BlockE4m3 hq = quantize_blocks_e4m3(hx);
+        const std::vector<double> ref16 = reference(x16), ref8 = reference(hq.dequant);
         uint8_t* xq = nullptr;
         float* sx = nullptr;
         CK(cudaMalloc(&xq, kK));
         CK(cudaMalloc(&sx, kScaleCols * 4));
-        CK(cudaMemcpy(xq, hxq.data(), kK, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(sx, hsx.data(), kScaleCols * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(xq, hq.codes.data(), kK, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(sx, hq.scales.data(), kScaleCols * 4, cudaMemcpyHostToDevice));
         // One form at `stages` with cw compute warps: timed, checked, and the per-tile arithmetic the planner's
         // us_per_kweight stands for if the kernel were arithmetic-bound (a warp's share of the tiles over its time).
         auto run = [&](const char* form, auto kernel, int stages, int cw, size_t x_bytes, const std::vector<double>& r,
@@ -1504,28 +1516,19 @@ int main() {
         {
             // fp4 mma: x as e4m3 codes per 128 columns (as mma8), the rows' reference exponents (their largest group
             // exponent), and a reference over the dequantized x.
-            std::vector<uint8_t> hxq4(kF4K), href(kF4Rows);
-            std::vector<float> hsx4(kF4K / 128), xdeq4(kF4K);
-            for (int kb = 0; kb < kF4K / 128; ++kb) {
-                float amax = 0.f;
-                for (int k = kb * 128; k < kb * 128 + 128; ++k) amax = std::max(amax, std::fabs(hx4[k]));
-                hsx4[kb] = std::ldexp(1.f, int(std::ceil(std::log2(std::max(amax, 1e-30f) / 448.f))));
-                for (int k = kb * 128; k < kb * 128 + 128; ++k) {
-                    hxq4[k] = uint8_t(__nv_cvt_float_to_fp8(hx4[k] / hsx4[kb], __NV_SATFINITE, __NV_E4M3));
-                    xdeq4[k] = e4m3_to_float(hxq4[k]) * hsx4[kb];
-                }
-            }
-            const std::vector<double> ref4q = fp4_reference(xdeq4);
+            std::vector<uint8_t> href(kF4Rows);
+            const BlockE4m3 hq4 = quantize_blocks_e4m3(hx4);
+            const std::vector<double> ref4q = fp4_reference(hq4.dequant);
             for (int n = 0; n < kF4Rows; ++n)
                 href[n] = *std::max_element(hs4.begin() + size_t(n) * kF4Groups, hs4.begin() + size_t(n + 1) * kF4Groups);
             uint8_t *xq4 = nullptr, *dref = nullptr;
             float* sx4 = nullptr;
             CK(cudaMalloc(&xq4, kF4K));
             CK(cudaMalloc(&dref, kF4Rows));
-            CK(cudaMalloc(&sx4, hsx4.size() * 4));
-            CK(cudaMemcpy(xq4, hxq4.data(), kF4K, cudaMemcpyHostToDevice));
+            CK(cudaMalloc(&sx4, hq4.scales.size() * 4));
+            CK(cudaMemcpy(xq4, hq4.codes.data(), kF4K, cudaMemcpyHostToDevice));
             CK(cudaMemcpy(dref, href.data(), kF4Rows, cudaMemcpyHostToDevice));
-            CK(cudaMemcpy(sx4, hsx4.data(), hsx4.size() * 4, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(sx4, hq4.scales.data(), hq4.scales.size() * 4, cudaMemcpyHostToDevice));
             auto fp4_mma = [&](auto kernel, int stages, int cw) {
                 if (stages % cw) return;
                 const size_t smem = size_t(stages) * (kTileBytes + kF4TileScaleBytes) + size_t(stages) * 16 + kF4K;

@@ -113,7 +113,6 @@ KernelPolicy KernelPolicy::from_env() {
     p.wo_a_widen_min_tokens =
         env_int("FLASHSEEK_WO_A_WIDEN_MIN_TOKENS", p.wo_a_widen_min_tokens, 1, int64_t(1) << 30);
     p.grouped_slot_rows = choice_knob("FLASHSEEK_GROUPED_SLOT_ROWS", p.grouped_slot_rows, {0, 32, 64, 128});
-    p.ring_gemv_stages = choice_knob("FLASHSEEK_RING_GEMV_STAGES", p.ring_gemv_stages, {4, 8});
     p.ring_gemv_max_k = env_int("FLASHSEEK_RING_GEMV_MAX_K", p.ring_gemv_max_k, 0, int64_t(1) << 30);
     return p;
 }

@@ -116,12 +116,10 @@ struct KernelPolicy {
     // envelope of the sequences decoded alone (CudaBackendBatch.WidenedWoAInDecodeStaysInTheEnvelope).
     int64_t wo_a_widen_min_tokens = 64;
     // ring_gemv (one token, FP8 weights of >= 16 MB): the longest K it is preferred for (0, the default: never, it
-    // runs where forced; 1,024: wq_b; 8,192: wq_b, wo_a and wo_b) and its ring's 16 KB stages per SM (8, or 4: a
-    // ring of 128 KB leaves other grids less shared memory beside it). Faster per call than simt_gemv on wq_b and
-    // wo_a (perf table), but the one-sequence step is 1.2-4.0% slower with it in every form measured (runs 241-245,
-    // docs/perf-log/2026-12-06_ring-gemv.md): A/B knobs FLASHSEEK_RING_GEMV_MAX_K, FLASHSEEK_RING_GEMV_STAGES.
+    // runs where forced; 1,024: wq_b; 8,192: wq_b, wo_a and wo_b). Faster per call than simt_gemv on wq_b and wo_a
+    // (perf table), but the one-sequence step is 1.2-4.0% slower with it in every form measured (runs 241-245,
+    // docs/perf-log/2026-12-06_ring-gemv.md): A/B knob FLASHSEEK_RING_GEMV_MAX_K.
     int64_t ring_gemv_max_k = 0;
-    int ring_gemv_stages = 8;
 
     bool is_disabled(std::string_view variant) const;
     bool is_forced(std::string_view variant) const;

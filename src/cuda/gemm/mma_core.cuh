@@ -16,6 +16,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -41,6 +42,14 @@ __device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, u
         "{%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Two e4m3 bytes of a 4-byte weight word as an f16x2 A register: bytes (0, 2) with sel = 0x20, (1, 3) with 0x31
+// (the prepared activation's FP8 order pairs columns 4j, 4j + 2 and 4j + 1, 4j + 3), converted exactly by the
+// hardware's e4m3x2 -> f16x2 (wgmma_f16_gemv.cu, ring_gemv.cu).
+__device__ __forceinline__ uint32_t widen_pair(uint32_t w, uint32_t sel) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(__byte_perm(w, 0u, sel)), __NV_E4M3);
+    return uint32_t(h.x) | uint32_t(h.y) << 16;
 }
 
 // Streaming 16-byte load: weights are read once, keep them out of L1.

@@ -19,8 +19,7 @@
 //   - Row tiles: warp w of CTA b takes tiles b + (w + 4 j) * grid (dealing them from a counter of the launch instead
 //     measured slower per call and per step, run 244). Warps without a tile leave their stages to the others (fewer
 //     active warps, deeper rings: wo_b's 256 tiles keep two warps per SM with four stages each).
-//     S = 8 (128 KB) by default, 4 (KernelPolicy::ring_gemv_stages): the ring's shared memory decides which other
-//     grids (the step's side branches, the next kernel under PDL) fit on the SM beside it.
+//     8 stages per SM (128 KB; a 4-stage ring measured slower per step, run 241).
 //   - Weights do not depend on earlier kernels: every warp issues its first fills before griddepcontrol.wait. Then
 //     one thread bulk-copies the prepared activation rows into shared memory (one round trip, where per-thread
 //     loads of wo_a's 64 KB took eight dependent ones: +4-5 us per call, run 240) while the others read its
@@ -48,18 +47,19 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/smem.cuh"
 #include "cuda/gemm/mma_core.cuh"
+#include "cuda/gemm/mma_tile.cuh"
 #include "cuda/gemm/stream_gemv.cuh"
 
 namespace flashseek::cuda::ring_gemv {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kMaxRingStages = 8;  // per CTA, dealt to its active warps
+constexpr int kRingStages = 8;  // per CTA, dealt to its active warps
 constexpr int kRows = 16;
 constexpr int kMaxChunk = 1024;  // columns (bytes) of a row per stage
 constexpr int kStageBytes = kRows * kMaxChunk;
 constexpr int kMaxTokens = 8;
-constexpr size_t kBarBytes = 128;  // kMaxRingStages ring barriers and the activation's
+constexpr size_t kBarBytes = 128;  // kRingStages ring barriers and the activation's
 constexpr int64_t kMinWeightBytes = int64_t(16) << 20;
 
 using stream_gemv::Args;
@@ -76,25 +76,14 @@ constexpr int64_t raw_stride(int64_t xk) { return 2 * xk + 16; }
 constexpr int64_t e4m3_stride(int64_t xk) { return xk + 64; }
 
 // Dynamic shared memory: the ring, the barriers, M raw rows, (release) M e4m3 rows, M x xk / 128 scales.
-size_t smem_bytes(int ring_stages, bool e4m3, int64_t M, int64_t xk) {
-    return size_t(ring_stages) * kStageBytes + kBarBytes + size_t(M) * size_t(raw_stride(xk)) +
+constexpr size_t kRingBytes = size_t(kRingStages) * kStageBytes;
+size_t smem_bytes(bool e4m3, int64_t M, int64_t xk) {
+    return kRingBytes + kBarBytes + size_t(M) * size_t(raw_stride(xk)) +
            (e4m3 ? size_t(M) * size_t(e4m3_stride(xk)) : 0) + size_t(M) * size_t(xk / 128) * 4;
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 using namespace bulk;
-
-__device__ __forceinline__ void mma_e4m3_acc(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                             uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t v) {
-    const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(v & 0xffffu), __NV_E4M3);
-    return uint32_t(r.x) | (uint32_t(r.y) << 16);
-}
 
 // One lane's 64-column piece: 16 bytes of row g (ra) and of row g + 8 (rb) against its token's staged activations
 // at xp (16 e4m3 bytes in column order, or 16 prepared f16 values) into d.
@@ -104,41 +93,38 @@ __device__ __forceinline__ void piece(float (&d)[4], const uint4& ra, const uint
     if constexpr (E4M3) {
         uint4 xv = *reinterpret_cast<const uint4*>(xp);
         if (zero) xv = make_uint4(0u, 0u, 0u, 0u);
-        mma_e4m3_acc(d, ra.x, rb.x, ra.y, rb.y, xv.x, xv.y);
-        mma_e4m3_acc(d, ra.z, rb.z, ra.w, rb.w, xv.z, xv.w);
+        mma_tile::mma_e4m3(d, {ra.x, rb.x, ra.y, rb.y}, xv.x, xv.y);
+        mma_tile::mma_e4m3(d, {ra.z, rb.z, ra.w, rb.w}, xv.z, xv.w);
     } else {
         uint4 xa = *reinterpret_cast<const uint4*>(xp), xb = *reinterpret_cast<const uint4*>(xp + 16);
         if (zero) xa = xb = make_uint4(0u, 0u, 0u, 0u);
         const uint32_t wa[4] = {ra.x, ra.y, ra.z, ra.w}, wb[4] = {rb.x, rb.y, rb.z, rb.w};
         const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const uint32_t pa = __byte_perm(wa[j], 0u, 0x3120), pb = __byte_perm(wb[j], 0u, 0x3120);
-            mma::mma_f16(d, e4m3x2_to_f16x2(pa), e4m3x2_to_f16x2(pb), e4m3x2_to_f16x2(pa >> 16),
-                         e4m3x2_to_f16x2(pb >> 16), xw[2 * j], xw[2 * j + 1]);
-        }
+        for (int j = 0; j < 4; ++j)
+            mma::mma_f16(d, mma::widen_pair(wa[j], 0x20u), mma::widen_pair(wb[j], 0x20u), mma::widen_pair(wa[j], 0x31u),
+                         mma::widen_pair(wb[j], 0x31u), xw[2 * j], xw[2 * j + 1]);
     }
 }
 #endif
 
-// xk: the activation's columns (K x groups); chunk: columns per stage; ring_stages: 4 or 8. E4M3: release numerics
+// xk: the activation's columns (K x groups); chunk: columns per stage. E4M3: release numerics
 // (the activation is act_quant's e4m3 codes), else exact (f16 values).
 template <bool E4M3>
-__global__ void __launch_bounds__(kWarps * 32, 1) ring_gemv_kernel(const Args a, int xk, int chunk, int ring_stages) {
+__global__ void __launch_bounds__(kWarps * 32, 1) ring_gemv_kernel(const Args a, int xk, int chunk) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) unsigned char smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     pdl_trigger();  // the next PDL kernel may be scheduled (nothing before its wait depends on this one)
     const int tiles = int(a.N / kRows), chunks = int(a.K / chunk), grid = int(gridDim.x);
     const int active = min(kWarps, (tiles + grid - 1) / grid);
-    const int stages = max(1, ring_stages / active);
-    const size_t ring_bytes = size_t(ring_stages) * kStageBytes;
-    uint64_t* const all_bars = reinterpret_cast<uint64_t*>(smem + ring_bytes);
+    const int stages = kRingStages / active;
+    uint64_t* const all_bars = reinterpret_cast<uint64_t*>(smem + kRingBytes);
     uint64_t* const bars = all_bars + warp * stages;
-    uint64_t* const x_bar = all_bars + kMaxRingStages;
+    uint64_t* const x_bar = all_bars + kRingStages;
     unsigned char* const ring = smem + size_t(warp) * stages * kStageBytes;
     const int rst = int(raw_stride(xk)), est = int(e4m3_stride(xk)), x_blocks = xk / 128;
-    unsigned char* const raw = smem + ring_bytes + kBarBytes;
+    unsigned char* const raw = smem + kRingBytes + kBarBytes;
     unsigned char* const e4 = raw + size_t(a.M) * rst;
     float* const xsc = reinterpret_cast<float*>(E4M3 ? e4 + size_t(a.M) * est : e4);
     const bool streams = warp < active;
@@ -264,7 +250,7 @@ bool supports(const LinearCall& c) {
     if (w.scale_kind != ScaleKind::E8M0 && w.scale_kind != ScaleKind::F32) return false;
     if (c.groups > 1 && (w.out % c.groups != 0 || (w.out / c.groups) % kRows != 0)) return false;
     const bool e4m3 = x.numerics == ActNumerics::FP8_BLOCK128;
-    return smem_bytes(kMaxRingStages, e4m3, x.m, x.k) <= size_t(current_arch().max_smem_per_block_optin);
+    return smem_bytes(e4m3, x.m, x.k) <= size_t(current_arch().max_smem_per_block_optin);
 }
 
 // One token on >= 16 MB (wq_b, wo_b in release numerics, wo_a in exact) with K up to KernelPolicy::ring_gemv_max_k,
@@ -282,21 +268,19 @@ LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
     return p;
 }
 
-void run(const LinearCall& c, const LinearPlan&, const KernelPolicy& policy, const LinearOut& out,
-         cudaStream_t stream) {
+void run(const LinearCall& c, const LinearPlan&, const KernelPolicy&, const LinearOut& out, cudaStream_t stream) {
     const PreparedActivation& x = c.x;
     const DeviceLinear& w = c.w;
     const int64_t chunk = chunk_of(w.in);
     const Args a = stream_gemv::make_args(x, w, c.groups, out.y, out.kind, out.ld, nullptr, 1, chunk);
     const int64_t tiles = w.out / kRows;
     const int64_t ctas = std::min<int64_t>(current_arch().sm_count, tiles);
-    const int ring_stages = policy.ring_gemv_stages == 4 ? 4 : kMaxRingStages;
     const bool e4m3 = x.numerics == ActNumerics::FP8_BLOCK128;
-    const size_t smem = smem_bytes(ring_stages, e4m3, x.m, x.k);
+    const size_t smem = smem_bytes(e4m3, x.m, x.k);
     auto kernel = e4m3 ? ring_gemv_kernel<true> : ring_gemv_kernel<false>;
     allow_dynamic_smem(kernel, smem);
     launch_pdl("ring_gemv_kernel", kernel, dim3(unsigned(ctas)), dim3(kWarps * 32), smem, stream, a, int(x.k),
-               int(chunk), ring_stages);
+               int(chunk));
 }
 
 }  // namespace flashseek::cuda::ring_gemv

@@ -43,6 +43,7 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/smem.cuh"
 #include "cuda/common/wgmma.cuh"
+#include "cuda/gemm/mma_core.cuh"
 #include "cuda/gemm/stream_gemv.cuh"
 
 namespace flashseek::cuda::wgmma_f16_gemv {
@@ -150,13 +151,6 @@ struct Cursor {
     }
 };
 
-// Lane (g, t)'s f16 pair of one 4-byte weight word: bytes (0, 2) for even t, (1, 3) for odd t (sel = 0x20 / 0x31),
-// converted exactly by the hardware's e4m3x2 -> f16x2.
-__device__ __forceinline__ uint32_t widen_pair(uint32_t w, uint32_t sel) {
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(__byte_perm(w, 0u, sel)), __NV_E4M3);
-    return uint32_t(h.x) | uint32_t(h.y) << 16;
-}
-
 // One 128-column block: A from the stage's weights (rows 16w + g, + 8), eight accumulating wgmmas into d; desc: the
 // descriptor of the block's first k16 step (the next ones 32N bytes apart: 2N in the address field).
 template <int N>
@@ -164,13 +158,13 @@ __device__ __forceinline__ void issue_block(float (&d)[N / 2], uint32_t (&a)[8][
                                             uint64_t desc, int b, int warp, int g, int t) {
     const unsigned char* r_lo = sw + (16 * warp + g) * kRowStride + 128 * b + 4 * (t >> 1);
     const unsigned char* r_hi = r_lo + 8 * kRowStride;
-    const uint32_t sel = (t & 1) ? 0x31u : 0x20u;
+    const uint32_t sel = (t & 1) ? 0x31u : 0x20u;  // lane t's pair of a weight word: bytes (0, 2) or (1, 3)
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-        a[j][0] = widen_pair(*reinterpret_cast<const uint32_t*>(r_lo + 16 * j), sel);
-        a[j][1] = widen_pair(*reinterpret_cast<const uint32_t*>(r_hi + 16 * j), sel);
-        a[j][2] = widen_pair(*reinterpret_cast<const uint32_t*>(r_lo + 16 * j + 8), sel);
-        a[j][3] = widen_pair(*reinterpret_cast<const uint32_t*>(r_hi + 16 * j + 8), sel);
+        a[j][0] = mma::widen_pair(*reinterpret_cast<const uint32_t*>(r_lo + 16 * j), sel);
+        a[j][1] = mma::widen_pair(*reinterpret_cast<const uint32_t*>(r_hi + 16 * j), sel);
+        a[j][2] = mma::widen_pair(*reinterpret_cast<const uint32_t*>(r_lo + 16 * j + 8), sel);
+        a[j][3] = mma::widen_pair(*reinterpret_cast<const uint32_t*>(r_hi + 16 * j + 8), sel);
     }
     wgmma::fence();
 #pragma unroll
