@@ -55,7 +55,7 @@ const std::vector<std::string_view>& known_variants() {
         "tile_gemm",       "generic_experts", "wgmma_experts", "bulk_experts",    "simt_experts",    "gemv_experts",
         "grouped_experts", "tile_experts",  "attn_mma",        "attn_simt",       "attn_prefill",    "indexer_prefill",
         "indexer_simt",    "shared_as_linears", "head_rows_last_layer", "shared_bf16_out",
-        "routed_bf16_out", "norm_fp8_rows", "wo_a_fp8_rows", "gemm_tma_store",
+        "routed_bf16_out", "norm_fp8_rows", "wo_a_fp8_rows", "gemm_tma_store", "moe_half_items",
         "gemv_chain",      "query_chain",   "indexer_branch", "weight_prefetch", "attn_prefill_cta_release",
         "mhc_one_launch"};
     return names;

@@ -32,6 +32,9 @@
 //           on an H100 and the GEMVs no faster, docs/perf-log/2026-12-05_short-prompts-and-l2-prefetch.md)
 //   epilogue: gemm_tma_store (the wgmma GEMMs' bf16 output tiles written by TMA from shared memory, overlapping
 //           the next tile; disabled: stored by the math warps, the same bits)
+//   work split: moe_half_items (the warp-specialized wgmma_experts kernel on items of one 64-row part where a call
+//           has fewer whole items than rings; disabled: whole items, forced: half items at any size; the same bits,
+//           docs/perf-log/2026-12-06_expert-half-items.md)
 // Environment (all optional): FLASHSEEK_DISABLE=name,name (never choose these), FLASHSEEK_FORCE=name,name (take
 // these wherever they support the problem, ignoring the measured preference floors), FLASHSEEK_PDL=0,
 // FLASHSEEK_BRANCHES=0, FLASHSEEK_FUSED_POST=0, and the integer knobs below (FLASHSEEK_<KNOB> in capitals).

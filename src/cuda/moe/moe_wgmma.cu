@@ -89,6 +89,7 @@ constexpr int kTileOffset = kWeightBytes, kActScaleOffset = kTileOffset + kTileB
 constexpr int kWeightScaleOffset = kActScaleOffset + kScaleFloats * 4;
 constexpr int kStageBytes = (kWeightScaleOffset + kWeightScaleBytes + 1023) / 1024 * 1024;
 constexpr uint32_t kStageBulkTx = kWeightBytes + kTileBytes + kScaleFloats * 4;  // one thread's bulk copies per stage
+constexpr uint32_t kHalfStageBulkTx = kStageBulkTx - 2 * kBoxBytes;  // a half item's stage: one part's two boxes
 constexpr size_t kSmemAlign = 1024;  // dynamic shared memory is 16-byte aligned: the kernels round its base up
 constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kStages * 8 + kSmemAlign;
 static_assert(kBoxBytes % 512 == 0 && kStageBytes % 1024 == 0, "swizzled boxes and stages 512-byte aligned");
@@ -149,13 +150,15 @@ struct Args {
     const float* slot_weight;
     const unsigned char* maps;  // ExpertTable::w_maps: expert e's w1 / w3 / w2 TMA maps at + 384 e, + 128, + 256
     int order;               // warp-specialized kernel: item order (KernelPolicy::moe_wgmma_ws_order, first_item)
+    int half_items;          // warp-specialized kernel: items of one 64-row part each (half items, below)
     float* split_partials;
     // The round-robin kernel's split counters; the warp-specialized kernel's dynamic order uses the first two as its
     // next-item and finished-ring counters. Both kernels leave them zero.
     uint32_t* split_counters;
     float limit;
-    uint16_t* h;  // up: bf16 [slots, h_ld]
+    uint16_t* h;  // up: bf16 [slots, h_ld] (half items: w1's sums, rounded to bf16)
     int64_t h_ld;
+    uint16_t* u;  // up with half items: w3's sums rounded to bf16, [slots, h_ld] (the grouping's split scratch)
     float* y;     // down: fp32 [slots, N]
 };
 
@@ -255,15 +258,23 @@ __global__ void __launch_bounds__(kPackThreads) pack_tiles_kernel(const PackArgs
 // maximum is a 4-step shuffle of the half. Why: with a thread per (column, block) looping over the block's 128
 // values the kernel added ~7.6 us per layer to a one-sequence step (CUPTI timeline, charged time) where it moves
 // a few KB; the values and order of every code are the same (a maximum is exact in any order).
+// With half items the up-projection leaves w1's and w3's sums (bf16) in h and u instead of h: h is SwiGLU'd here
+// first, the epilogue's swiglu_bf16 on the same bf16 values (its rounding of the sums is exact on them): the same bits.
 struct HTileArgs {
-    uint16_t* h;       // [slots, h_ld] bf16 in, prepared values out
+    uint16_t* h;       // [slots, h_ld] bf16 in (half items: w1's sums), prepared values out
     float* h_scales;   // [slots, h_ld / 128]
     int64_t h_ld;
     int K;             // inter (a multiple of 256)
     TileList t;
+    const uint16_t* u;          // half items: w3's sums, [slots, h_ld]; else null
+    const float* slot_weight;   // half items: the slots' routing weights
+    float limit;
 };
 constexpr int kHTileThreads = 256;  // 16 half warps: one per column of the tile
-constexpr int kHTileBlocks = 4;     // 128-blocks per CTA (their loads in flight together)
+// 128-blocks per CTA (their loads in flight together): 4, or 1 after half items, whose SwiGLU (an expf and a division
+// per value) then spreads over four times the CTAs instead of lengthening each thread's chain.
+constexpr int kHTileBlocks = 4, kHTileBlocksSwiglu = 1;
+template <int kHTileBlocks>
 __global__ void __launch_bounds__(kHTileThreads) quantize_h_tiles_kernel(const HTileArgs a) {
 #if FS_WGMMA_AVAILABLE
     pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
@@ -281,6 +292,28 @@ __global__ void __launch_bounds__(kHTileThreads) quantize_h_tiles_kernel(const H
     for (int b = 0; b < kHTileBlocks; ++b)
         raw[b] = valid && blk0 + b < n_blk ? reinterpret_cast<const uint4*>(row + (blk0 + b) * 128)[j]
                                            : make_uint4(0, 0, 0, 0);
+    if (a.u != nullptr && valid) {  // half items: raw holds w1's sums; h = SwiGLU(w1, w3) x the slot's weight
+        const uint16_t* const urow = a.u + slot * a.h_ld;
+        uint4 ur[kHTileBlocks];
+#pragma unroll
+        for (int b = 0; b < kHTileBlocks; ++b)
+            ur[b] = blk0 + b < n_blk ? reinterpret_cast<const uint4*>(urow + (blk0 + b) * 128)[j]
+                                     : make_uint4(0, 0, 0, 0);
+        const float w = a.slot_weight[slot];
+#pragma unroll
+        for (int b = 0; b < kHTileBlocks; ++b) {
+            uint32_t* const r = &raw[b].x;
+            const uint32_t* const uu = &ur[b].x;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const uint32_t lo = swiglu_bf16(bf16_bits_to_f32(uint16_t(r[i] & 0xffffu)),
+                                                bf16_bits_to_f32(uint16_t(uu[i] & 0xffffu)), w, a.limit);
+                const uint32_t hi = swiglu_bf16(bf16_bits_to_f32(uint16_t(r[i] >> 16)),
+                                                bf16_bits_to_f32(uint16_t(uu[i] >> 16)), w, a.limit);
+                r[i] = lo | hi << 16;
+            }
+        }
+    }
 #pragma unroll
     for (int b = 0; b < kHTileBlocks; ++b) {
         const int blk = blk0 + b;
@@ -438,6 +471,28 @@ __device__ __forceinline__ void run_stage(float (&acc)[2][8], const unsigned cha
     finish_block<N>(blk[1], acc[1], v.ws[1][0], v.ws[1][1], v.ss, 1, t);
 }
 
+// A half item's stage (one part, in part 0's boxes and scale rows): its two blocks into acc, in run_stage's order for
+// that part (block 0, then block 1), so every sum sees the same operations.
+template <int N>
+__device__ __forceinline__ void run_half_stage(float (&acc)[8], const unsigned char* stage, const StageView& v,
+                                               int warp, int g, int t) {
+    Block<N> blk[2];
+    issue_block<N>(blk[0], stage, v.desc, 0, 0, warp, g, t);
+    issue_block<N>(blk[1], stage, v.desc, 0, 1, warp, g, t);
+    wgmma::wait<1>();
+    finish_block<N>(blk[0], acc, v.ws[0][0], v.ws[0][1], v.ss, 0, t);
+    wgmma::wait<0>();
+    finish_block<N>(blk[1], acc, v.ws[0][0], v.ws[0][1], v.ss, 1, t);
+}
+__device__ __forceinline__ void consume_half_stage(float (&acc)[8], const unsigned char* stage, int count, int warp,
+                                                   int g, int t) {
+    const StageView v = view_stage(stage, warp, g);
+    if (count <= 8)
+        run_half_stage<8>(acc, stage, v, warp, g, t);
+    else
+        run_half_stage<16>(acc, stage, v, warp, g, t);
+}
+
 // Where an item's weights come from: the TMA maps of its two parts and their first rows (up: w1 and w3 at the
 // item's row; down: w2 at the item's row and 64 below).
 struct ItemMaps {
@@ -458,16 +513,28 @@ __device__ __forceinline__ ItemMaps item_maps(const unsigned char* maps, bool up
 // TMA boxes), B tile and activation scales. Why TMA: with one 16-byte cp.async per row piece (1,024 per stage,
 // through the load/store unit) the kernel streamed ~3 TB/s; the grouped expert GEMM measured the same path at 40% of
 // its time (moe_gemm_sm90.cu).
-__device__ __forceinline__ void copy_stage_bulk(unsigned char* stage, uint64_t* bar, const ItemMaps& im,
-                                                const uint8_t* tiles, const float* scales, int chunk) {
-    mbar_expect_tx(bar, kStageBulkTx);
+// In two pieces for the warp-specialized kernel, whose lanes copy the weight rows' scales between them: the weight
+// boxes (with the barrier armed for the whole stage; half: a half item's, the part in im's entry 0 into part 0's
+// boxes) and the activation part.
+__device__ __forceinline__ void copy_stage_weights(unsigned char* stage, uint64_t* bar, const ItemMaps& im, int chunk,
+                                                   bool half = false) {
+    mbar_expect_tx(bar, half ? kHalfStageBulkTx : kStageBulkTx);
 #pragma unroll
     for (int p = 0; p < 2; ++p)
 #pragma unroll
         for (int b = 0; b < 2; ++b)
-            tma::load_2d(stage + (2 * p + b) * kBoxBytes, im.map[p], chunk * kRowBytes + 64 * b, im.row[p], bar);
+            if (!half || p == 0)
+                tma::load_2d(stage + (2 * p + b) * kBoxBytes, im.map[p], chunk * kRowBytes + 64 * b, im.row[p], bar);
+}
+__device__ __forceinline__ void copy_stage_activations(unsigned char* stage, uint64_t* bar, const uint8_t* tiles,
+                                                       const float* scales, int chunk) {
     copy_g2s(stage + kTileOffset, tiles + int64_t(chunk) * kTileBytes, kTileBytes, bar);
     copy_g2s(stage + kActScaleOffset, scales + 2 * chunk * 16, kScaleFloats * 4, bar);
+}
+__device__ __forceinline__ void copy_stage_bulk(unsigned char* stage, uint64_t* bar, const ItemMaps& im,
+                                                const uint8_t* tiles, const float* scales, int chunk) {
+    copy_stage_weights(stage, bar, im, chunk);
+    copy_stage_activations(stage, bar, tiles, scales, chunk);
 }
 
 // One landed stage into an item's sums: the stage's four blocks with N = 8 token columns where the item has at most 8
@@ -500,6 +567,25 @@ __device__ __forceinline__ void store_item(const Args& a, const float (&acc)[2][
             a.y[slot * a.N + row] = acc[0][j];
             a.y[slot * a.N + row + 64] = acc[1][j];
         }
+    }
+}
+
+// A half item's results (part `part` of its whole item, rows row0 and row0 + 8 of that part): up: w1's (part 0, into
+// h) or w3's (part 1, into u) sums rounded to bf16 as swiglu_bf16 rounds them, SwiGLU'd by quantize_h_tiles_kernel;
+// down: y's rows of that part.
+template <bool UP>
+__device__ __forceinline__ void store_half_item(const Args& a, const float (&acc)[8], int row0, int part, int count,
+                                                int offset, int t) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int c = (j >> 2) * 8 + 2 * t + (j & 1);
+        if (c >= count) continue;
+        const int64_t slot = offset + c;
+        const int row = row0 + ((j & 2) ? 8 : 0);
+        if constexpr (UP)
+            (part ? a.u : a.h)[slot * a.h_ld + row] = f32_to_bf16_bits_rn(acc[j]);
+        else
+            a.y[slot * a.N + row + 64 * part] = acc[j];
     }
 }
 
@@ -686,6 +772,15 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
 // the copy warp syncs once per stage it consumed-and-refills and once for each of the last kStages consumptions
 // after its last fill, so every generation completes before the CTA exits. A stage's next arrival needs the stage
 // refilled, i.e. the copy warp past the previous generation: generations never overlap.
+// Half items (Args::half_items): where a call has fewer whole items than rings (one and two tokens at V4's shapes:
+// 192 up items for 396 rings at one token), most rings idle and each busy one runs its item's 16 stages at one math
+// warpgroup's pace. A half item is one 64-row part of a whole item (item 2i + p: part p of whole item i), streamed
+// into part 0's boxes and scale rows of each stage (half the weight bytes per stage), so twice as many rings compute,
+// each half the work per stage (one sequence: the up-projection 5.7 us shorter per layer, the step -2.6%;
+// docs/perf-log/2026-12-06_expert-half-items.md). Every sum sees the same operations in the same order as in a whole item (run_half_stage is
+// run_stage's part 0 / part 1 sequence), so the bits do not change. SwiGLU needs both parts of a row: the
+// up-projection then stores w1's and w3's sums rounded to bf16 (swiglu_bf16 rounds them so first) into h and u, and
+// quantize_h_tiles_kernel applies swiglu_bf16 to them before quantizing.
 constexpr int kMathGroups = 3;
 constexpr int kWsThreads = 128 * (1 + kMathGroups);
 constexpr int kCopyRegs = 56, kMathRegs = 152;  // 128 x 56 + 384 x 152 = 65,536 (the math warps spill at 144)
@@ -738,6 +833,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
     const ItemSpace<UP> items(a);
     const int slots = int(gridDim.x) * kMathGroups;
     const int s_ld = a.K / 32;
+    const bool half = a.half_items != 0;
+    const int n_ring_items = half ? 2 * items.n_items : items.n_items;  // the items the rings take (half items above)
 
     if (group == 0) {
         tma::release_registers<kCopyRegs>();
@@ -748,8 +845,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
         uint64_t* const em = empty + ring * kStages;
         StageItem* const stage_item = stage_items + ring * kStages;
         // Lane 0: the weight boxes (TMA), the B tile and its scales; every lane: scale rows lane + 32j (j = 0..3,
-        // part j / 2). The ring's items: the static orders' sequence, or (order 2) the next one from the launch's
-        // counter, each fetched one item ahead (its maps prefetched meanwhile).
+        // part j / 2; a half item: j = 0, 1 of its part, into part 0's places). The ring's items: the static orders'
+        // sequence, or (order 2) the next one from the launch's counter, each fetched one item ahead (its maps
+        // prefetched meanwhile).
         int k = 0;
         auto fetch = [&]() {
             if (a.order == 2) {
@@ -766,39 +864,65 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
             else
                 mbar_wait(&em[q % kStages], uint32_t((q / kStages - 1) & 1));
         };
-        int q = 0;
-        for (int item = fetch(), next = 0; item < items.n_items; item = next) {
-            // The item's lookups before its first stage is free (they overlap the wait), the next item's fetch and
-            // map prefetch after that stage's copies are issued.
-            const int pos = item / items.tiles, e = a.t.tile_expert[pos];
-            const int row0 = (item % items.tiles) * items.kItemRows;
-            const ItemMaps im = item_maps(a.maps, UP, e, row0);
+        // Where an item's stages come from (looked up before its first stage is free: the lookups overlap the wait).
+        struct ItemSource {
+            ItemMaps im;           // a half item: its part's map and row in entry 0
+            StageItem published;
+            const uint8_t* sc[2];  // this lane's scale rows of the two parts (a half item: its part in entry 0)
+            const uint8_t* b_tile;
+            const float* b_scales;
+        };
+        auto source = [&](int item) {
+            ItemSource s;
+            const int whole = half ? item >> 1 : item, part = item & 1;
+            const int pos = whole / items.tiles, e = a.t.tile_expert[pos];
+            const int row0 = (whole % items.tiles) * items.kItemRows;
+            s.im = item_maps(a.maps, UP, e, row0);
             const TileSlots ts = tile_slots(a.t, pos);
-            const StageItem published{item, ts.count, ts.offset, 0};
-            const uint8_t* sc[2];
+            s.published = StageItem{item, ts.count, ts.offset, 0};
 #pragma unroll
             for (int p = 0; p < 2; ++p) {
                 const int r = row0 + (UP ? 0 : 64 * p);
-                sc[p] = static_cast<const uint8_t*>(UP && p ? a.s_b[e] : a.s_a[e]) + int64_t(r + lane) * s_ld;
+                s.sc[p] = static_cast<const uint8_t*>(UP && p ? a.s_b[e] : a.s_a[e]) + int64_t(r + lane) * s_ld;
             }
-            const uint8_t* const b_tile = tile_codes(a.t, pos, a.K);
-            const float* const b_scales = tile_scale_rows(a.t, pos, a.K);
+            if (half && part) {
+                s.im.map[0] = s.im.map[1];
+                s.im.row[0] = s.im.row[1];
+                s.sc[0] = s.sc[1];
+            }
+            s.b_tile = tile_codes(a.t, pos, a.K);
+            s.b_scales = tile_scale_rows(a.t, pos, a.K);
+            return s;
+        };
+        // The weight part of stage `st` (chunk `chunk` of the item): lane 0 publishes the item with its first stage
+        // (released by its expect_tx arrival) and requests the boxes, every lane its scale rows.
+        auto copy_weights = [&](const ItemSource& s, int st, int chunk) {
+            unsigned char* const stage = base + size_t(st) * kStageBytes;
+            if (lane == 0 && chunk == 0) stage_item[st] = s.published;
+            if (lane == 0) copy_stage_weights(stage, &f[st], s.im, chunk, half);
+            unsigned char* const sdst = stage + kWeightScaleOffset + lane * 8;
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                if (!half || j < 2)
+                    cp_async_ca<8>(sdst + 32 * j * 8, s.sc[j / 2] + int64_t(32 * (j % 2)) * s_ld + chunk * 8);
+            cp_async_mbar_arrive(&f[st]);
+        };
+        int q = 0;
+        for (int item = fetch(), next = 0; item < n_ring_items; item = next) {
+            // The next item's fetch and map prefetch after this item's first stage's copies are issued.
+            const ItemSource s = source(item);
             for (int chunk = 0; chunk < items.chunks; ++chunk, ++q) {
                 const int st = q % kStages;
                 wait_free(q);
                 fence_proxy_async();
-                unsigned char* const stage = base + size_t(st) * kStageBytes;
-                if (lane == 0 && chunk == 0) stage_item[st] = published;  // released by the expect_tx arrival below
-                if (lane == 0) copy_stage_bulk(stage, &f[st], im, b_tile, b_scales, chunk);
-                unsigned char* const sdst = stage + kWeightScaleOffset + lane * 8;
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-                    cp_async_ca<8>(sdst + 32 * j * 8, sc[j / 2] + int64_t(32 * (j % 2)) * s_ld + chunk * 8);
-                cp_async_mbar_arrive(&f[st]);
+                copy_weights(s, st, chunk);
+                if (lane == 0)
+                    copy_stage_activations(base + size_t(st) * kStageBytes, &f[st], s.b_tile, s.b_scales, chunk);
                 if (chunk == 0) {
                     next = fetch();
-                    if (lane == 0 && next < items.n_items) {  // its maps into the descriptor cache meanwhile
-                        const ItemMaps nm = item_maps(a.maps, UP, a.t.tile_expert[next / items.tiles], 0);
+                    if (lane == 0 && next < n_ring_items) {  // its maps into the descriptor cache meanwhile
+                        const int nw = half ? next >> 1 : next;
+                        const ItemMaps nm = item_maps(a.maps, UP, a.t.tile_expert[nw / items.tiles], 0);
                         tma::prefetch_map(nm.map[0]);
                         if (UP) tma::prefetch_map(nm.map[1]);
                     }
@@ -850,7 +974,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
             break;
         }
         const int item = si.item, count = si.count, offset = si.offset;
-        const int e_row0 = (item % items.tiles) * items.kItemRows + 16 * warp + g;
+        const int whole = half ? item >> 1 : item;
+        const int e_row0 = (whole % items.tiles) * items.kItemRows + 16 * warp + g;
         float acc[2][8];
 #pragma unroll
         for (int p = 0; p < 2; ++p)
@@ -863,6 +988,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
             mbar_wait(&f[st], uint32_t((qc / kStages) & 1));
             return static_cast<const unsigned char*>(base + size_t(st) * kStageBytes);
         };
+        if (half) {
+            for (int c = 0; c < items.chunks; ++c) {
+                consume_half_stage(acc[0], wait_stage(c), count, warp, g, t);
+                release_stage((q + c) % kStages);
+            }
+            q += items.chunks;
+            store_half_item<UP>(a, acc[0], e_row0, item & 1, count, offset, t);
+            continue;
+        }
         for (int c = 0; c < items.chunks; ++c) {
             consume_stage(acc, wait_stage(c), count, warp, g, t);
             release_stage((q + c) % kStages);
@@ -891,16 +1025,23 @@ void pack(const PreparedActivation& x, const MoeGrouping& g, int max_tiles, cons
 }
 
 // h prepared and packed for the down-projection (quantize_h_tiles_kernel); marks h as held by the tiles.
-void quantize_h_tiles(PreparedActivation& h, const MoeGrouping& g, int max_tiles, cudaStream_t stream) {
+// u (half items): w3's sums beside w1's in h, SwiGLU'd here with the slots' weights and the limit.
+void quantize_h_tiles(PreparedActivation& h, const MoeGrouping& g, int max_tiles, cudaStream_t stream,
+                      const uint16_t* u = nullptr, float limit = 0.f) {
     HTileArgs q{};
     q.h = h.values;
     q.h_scales = h.scales;
     q.h_ld = h.k_pad;
     q.K = int(h.k);
+    q.u = u;
+    q.slot_weight = g.slot_weight;
+    q.limit = limit;
     q.t = tile_list(g, max_tiles);
-    const unsigned block_groups = unsigned((h.k / 128 + kHTileBlocks - 1) / kHTileBlocks);
-    launch_pdl("moe_wgmma quantize_h_tiles_kernel", quantize_h_tiles_kernel, dim3(unsigned(max_tiles), block_groups),
-               dim3(kHTileThreads), 0, stream, q);
+    const int per_cta = u ? kHTileBlocksSwiglu : kHTileBlocks;
+    const unsigned block_groups = unsigned((h.k / 128 + per_cta - 1) / per_cta);
+    launch_pdl("moe_wgmma quantize_h_tiles_kernel",
+               u ? quantize_h_tiles_kernel<kHTileBlocksSwiglu> : quantize_h_tiles_kernel<kHTileBlocks>,
+               dim3(unsigned(max_tiles), block_groups), dim3(kHTileThreads), 0, stream, q);
     h.packed_tiles = g.act_tiles;
 }
 
@@ -911,9 +1052,10 @@ bool balanced(bool up, const KernelPolicy& policy) {
     return policy.moe_wgmma_balance == 2 || (policy.moe_wgmma_balance == 1 && up);
 }
 
-// max_tiles: the worst grouping's 16-token tiles for the call (tiles_for), the grid's and the pack's size.
+// max_tiles: the worst grouping's 16-token tiles for the call (tiles_for), the grid's and the pack's size. Returns
+// whether the warp-specialized kernel took half items (the up-projection then left w3's sums in a.u).
 template <bool UP>
-void launch(Args a, const MoeGrouping& g, int max_tiles, int64_t tokens, const KernelPolicy& policy,
+bool launch(Args a, const MoeGrouping& g, int max_tiles, int64_t tokens, const KernelPolicy& policy,
             cudaStream_t stream) {
     a.t = tile_list(g, max_tiles);
     a.slot_weight = g.slot_weight;
@@ -921,9 +1063,16 @@ void launch(Args a, const MoeGrouping& g, int max_tiles, int64_t tokens, const K
     a.split_counters = g.split_counters;
     const int64_t items = int64_t(a.N / (UP ? 64 : 128)) * max_tiles;
     if (policy.moe_wgmma_specialized) {
+        // Half items where the whole items (of the worst grouping) are fewer than the rings, or where the policy
+        // forces them ("moe_half_items"; disabling it keeps whole items): above the kernel. The up-projection needs
+        // a.u for them.
+        const int64_t rings = int64_t(current_arch().sm_count) * kMathGroups;
+        a.half_items = !policy.is_disabled("moe_half_items") && (!UP || a.u != nullptr) &&
+                       (policy.is_forced("moe_half_items") || items < rings);
+        const int64_t ring_items = a.half_items ? 2 * items : items;
         // One CTA per item up to the SM count: a call of fewer items than rings spreads them over every SM (ring 0
         // of each first) instead of filling the first SMs' three rings.
-        const int64_t ws_ctas = std::min<int64_t>(current_arch().sm_count, items);
+        const int64_t ws_ctas = std::min<int64_t>(current_arch().sm_count, ring_items);
         a.order = policy.moe_wgmma_ws_order >= 0 ? policy.moe_wgmma_ws_order
                   : tokens >= policy.moe_wgmma_dynamic_min_tokens ? 2
                                                                   : 0;
@@ -934,7 +1083,7 @@ void launch(Args a, const MoeGrouping& g, int max_tiles, int64_t tokens, const K
         allow_dynamic_smem(kernel, kWsSmemBytes);
         launch_pdl(UP ? "moe_wgmma expert_ws_kernel<up>" : "moe_wgmma expert_ws_kernel<down>", kernel,
                    dim3(unsigned(ws_ctas)), dim3(kWsThreads), kWsSmemBytes, stream, a);
-        return;
+        return a.half_items != 0;
     }
     const int64_t ctas = std::min<int64_t>(max_ctas(), items);
     FS_REQUIRE(ctas + 1 <= g.split_slots, "moe_wgmma: the grouping's split scratch holds ", g.split_slots,
@@ -943,6 +1092,7 @@ void launch(Args a, const MoeGrouping& g, int max_tiles, int64_t tokens, const K
     allow_dynamic_smem(kernel, kSmemBytes);
     launch_pdl(UP ? "moe_wgmma expert_kernel<up>" : "moe_wgmma expert_kernel<down>", kernel, dim3(unsigned(ctas)),
                dim3(kThreads), kSmemBytes, stream, a);
+    return false;
 }
 
 int tiles_for(const ExpertCall& c) { return int(moe_act_tiles_needed(c.grouping->E, c.M * c.top_k)); }
@@ -991,8 +1141,12 @@ void up(const ExpertCall& c, const KernelPolicy& policy, float swiglu_limit, Pre
     a.limit = swiglu_limit;
     a.h = h.values;
     a.h_ld = h.k_pad;
-    launch<true>(a, g, max_tiles, c.M, policy, stream);
-    quantize_h_tiles(h, g, max_tiles, stream);
+    // Half items park w3's sums in the grouping's split scratch (the round-robin kernel's, unused by this one), where
+    // the call's slots fit.
+    const size_t u_bytes = size_t(c.M) * size_t(c.top_k) * size_t(h.k_pad) * 2;
+    if (u_bytes <= size_t(g.split_slots) * kSplitFloatsPerSlot * 4) a.u = reinterpret_cast<uint16_t*>(g.split_partials);
+    const bool half = launch<true>(a, g, max_tiles, c.M, policy, stream);
+    quantize_h_tiles(h, g, max_tiles, stream, half ? a.u : nullptr, swiglu_limit);
 }
 
 void down(const ExpertCall& c, const KernelPolicy& policy, float* y, cudaStream_t stream) {

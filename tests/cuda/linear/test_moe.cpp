@@ -863,6 +863,18 @@ void check_case(const ExpertCase& c, VariantCoverage& coverage) {
                 EXPECT_TRUE(bit_identical(run_layer(L, other, routed_raw, shared_raw).out, a.out))
                     << "wgmma_experts' kernel " << kernel << " (item order " << order << ") differs from the default";
             }
+            // The warp-specialized kernels take half items (one 64-row part each) where a call has few items: with
+            // half items forced or disabled, the same bits, in the static and the dynamic item orders.
+            for (int order : {0, 2}) {
+                for (const char* form : {"half items", "whole items"}) {
+                    KernelPolicy other = only;
+                    other.moe_wgmma_ws_order = order;
+                    if (form[0] == 'h') other.forced.push_back("moe_half_items");
+                    if (form[0] == 'w') other.disabled.push_back("moe_half_items");
+                    EXPECT_TRUE(bit_identical(run_layer(L, other, routed_raw, shared_raw).out, a.out))
+                        << "wgmma_experts with " << form << " (item order " << order << ") differs from the default";
+                }
+            }
         }
         // Raw bf16 inputs where the variant takes the prepared ones too (prepared inside the kernels while staging)
         // must give the same bits.
