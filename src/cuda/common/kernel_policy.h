@@ -23,10 +23,11 @@
 //           attn_prefill_cta_release (the prefill attention's stage refills after one CTA barrier per tile instead
 //           of its empty mbarriers, the form racecheck follows, the same bits; only where forced until measured),
 //           mhc_one_launch (one token: mhc_pre's partial sums and finalize as one launch, the last partial CTA
-//           finalizing, mhc/mhc.cuh, the same bits; only where forced until measured),
+//           finalizing, mhc/mhc.cuh, the same bits; only where forced: the one-sequence step 1.0% slower on an
+//           H100, docs/perf-log/2026-12-06_expert-half-items.md),
 //           indexer_branch (the indexer's wq_b and q preparation on a side branch beside wq_b and the head norm
-//           instead of on the main path after them, the same kernels; only where forced until measured,
-//           docs/perf-log/2026-12-04_indexer-staging-and-named-refills.md),
+//           instead of on the main path after them, the same kernels; only where forced: no change at 1-64
+//           sequences on an H100, docs/perf-log/2026-12-06_expert-half-items.md),
 //           weight_prefetch (decode passes: wq_b's and wo_a's matrices requested into L2 on a side branch while the
 //           latency-bound ops before them run, common/l2_prefetch.cuh; only where forced: one sequence 3.4% slower
 //           on an H100 and the GEMVs no faster, docs/perf-log/2026-12-05_short-prompts-and-l2-prefetch.md)
