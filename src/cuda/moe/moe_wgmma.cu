@@ -484,13 +484,14 @@ __device__ __forceinline__ void run_half_stage(float (&acc)[8], const unsigned c
     wgmma::wait<0>();
     finish_block<N>(blk[1], acc, v.ws[0][0], v.ws[0][1], v.ss, 1, t);
 }
-__device__ __forceinline__ void consume_half_stage(float (&acc)[8], const unsigned char* stage, int count, int warp,
-                                                   int g, int t) {
-    const StageView v = view_stage(stage, warp, g);
-    if (count <= 8)
-        run_half_stage<8>(acc, stage, v, warp, g, t);
+// run_stage, or run_half_stage into acc[0] (HALF).
+template <int N, bool HALF>
+__device__ __forceinline__ void run_any_stage(float (&acc)[2][8], const unsigned char* stage, const StageView& v,
+                                              int warp, int g, int t) {
+    if constexpr (HALF)
+        run_half_stage<N>(acc[0], stage, v, warp, g, t);
     else
-        run_half_stage<16>(acc, stage, v, warp, g, t);
+        run_stage<N>(acc, stage, v, warp, g, t);
 }
 
 // Where an item's weights come from: the TMA maps of its two parts and their first rows (up: w1 and w3 at the
@@ -537,15 +538,17 @@ __device__ __forceinline__ void copy_stage_bulk(unsigned char* stage, uint64_t* 
     copy_stage_activations(stage, bar, tiles, scales, chunk);
 }
 
-// One landed stage into an item's sums: the stage's four blocks with N = 8 token columns where the item has at most 8
-// tokens (most experts at decode: half the tensor work, results and scale arithmetic), else 16.
+// One landed stage into an item's sums: the stage's four blocks (HALF: a half item's two, into acc[0]) with N = 8
+// token columns where the item has at most 8 tokens (most experts at decode: half the tensor work, results and scale
+// arithmetic), else 16.
+template <bool HALF = false>
 __device__ __forceinline__ void consume_stage(float (&acc)[2][8], const unsigned char* stage, int count, int warp,
                                               int g, int t) {
     const StageView v = view_stage(stage, warp, g);
     if (count <= 8)
-        run_stage<8>(acc, stage, v, warp, g, t);
+        run_any_stage<8, HALF>(acc, stage, v, warp, g, t);
     else
-        run_stage<16>(acc, stage, v, warp, g, t);
+        run_any_stage<16, HALF>(acc, stage, v, warp, g, t);
 }
 #endif
 
@@ -990,7 +993,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
         };
         if (half) {
             for (int c = 0; c < items.chunks; ++c) {
-                consume_half_stage(acc[0], wait_stage(c), count, warp, g, t);
+                consume_stage<true>(acc, wait_stage(c), count, warp, g, t);
                 release_stage((q + c) % kStages);
             }
             q += items.chunks;
