@@ -554,10 +554,12 @@ __device__ __forceinline__ void consume_stage(float (&acc)[2][8], const unsigned
 
 // An item's results: this thread's rows row0 (= item row + 16 warp + g) and row0 + 8 of both parts for its token
 // columns below `count` (columns 8-15 hold nothing when the N = 8 stage ran: count <= 8); up: SwiGLU(w1, w3) times
-// the slot's routing weight as bf16 h, down: the two 64-row parts of y.
+// the slot's routing weight as bf16 h, down: the two 64-row parts of y. A half item (part 0 / 1 of its whole item,
+// its sums in acc[0]): up: w1's (part 0, into h) or w3's (part 1, into u) sums rounded to bf16 as swiglu_bf16 rounds
+// them, SwiGLU'd by quantize_h_tiles_kernel; down: y's rows of that part.
 template <bool UP>
 __device__ __forceinline__ void store_item(const Args& a, const float (&acc)[2][8], int row0, int count, int offset,
-                                           int t) {
+                                           int t, int half_part = -1) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
         const int c = (j >> 2) * 8 + 2 * t + (j & 1);
@@ -565,30 +567,16 @@ __device__ __forceinline__ void store_item(const Args& a, const float (&acc)[2][
         const int64_t slot = offset + c;
         const int row = row0 + ((j & 2) ? 8 : 0);
         if constexpr (UP) {
-            a.h[slot * a.h_ld + row] = swiglu_bf16(acc[0][j], acc[1][j], a.slot_weight[slot], a.limit);
-        } else {
+            if (half_part < 0)
+                a.h[slot * a.h_ld + row] = swiglu_bf16(acc[0][j], acc[1][j], a.slot_weight[slot], a.limit);
+            else
+                (half_part ? a.u : a.h)[slot * a.h_ld + row] = f32_to_bf16_bits_rn(acc[0][j]);
+        } else if (half_part < 0) {
             a.y[slot * a.N + row] = acc[0][j];
             a.y[slot * a.N + row + 64] = acc[1][j];
+        } else {
+            a.y[slot * a.N + row + 64 * half_part] = acc[0][j];
         }
-    }
-}
-
-// A half item's results (part `part` of its whole item, rows row0 and row0 + 8 of that part): up: w1's (part 0, into
-// h) or w3's (part 1, into u) sums rounded to bf16 as swiglu_bf16 rounds them, SwiGLU'd by quantize_h_tiles_kernel;
-// down: y's rows of that part.
-template <bool UP>
-__device__ __forceinline__ void store_half_item(const Args& a, const float (&acc)[8], int row0, int part, int count,
-                                                int offset, int t) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-        const int c = (j >> 2) * 8 + 2 * t + (j & 1);
-        if (c >= count) continue;
-        const int64_t slot = offset + c;
-        const int row = row0 + ((j & 2) ? 8 : 0);
-        if constexpr (UP)
-            (part ? a.u : a.h)[slot * a.h_ld + row] = f32_to_bf16_bits_rn(acc[j]);
-        else
-            a.y[slot * a.N + row + 64 * part] = acc[j];
     }
 }
 
@@ -997,7 +985,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
                 release_stage((q + c) % kStages);
             }
             q += items.chunks;
-            store_half_item<UP>(a, acc[0], e_row0, item & 1, count, offset, t);
+            store_item<UP>(a, acc, e_row0, count, offset, t, item & 1);
             continue;
         }
         for (int c = 0; c < items.chunks; ++c) {
