@@ -514,9 +514,9 @@ __device__ __forceinline__ ItemMaps item_maps(const unsigned char* maps, bool up
 // TMA boxes), B tile and activation scales. Why TMA: with one 16-byte cp.async per row piece (1,024 per stage,
 // through the load/store unit) the kernel streamed ~3 TB/s; the grouped expert GEMM measured the same path at 40% of
 // its time (moe_gemm_sm90.cu).
-// In two pieces for the warp-specialized kernel, whose lanes copy the weight rows' scales between them: the weight
-// boxes (with the barrier armed for the whole stage; half: a half item's, the part in im's entry 0 into part 0's
-// boxes) and the activation part.
+// In two pieces for the warp-specialized kernel, which streams whole or half items: the weight boxes (with the
+// barrier armed for the whole stage; half: a half item's, the part in im's entry 0 into part 0's boxes) and the
+// activation part.
 __device__ __forceinline__ void copy_stage_weights(unsigned char* stage, uint64_t* bar, const ItemMaps& im, int chunk,
                                                    bool half = false) {
     mbar_expect_tx(bar, half ? kHalfStageBulkTx : kStageBulkTx);
@@ -768,10 +768,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) wgmma_expert_kernel(cons
 // warpgroup's pace. A half item is one 64-row part of a whole item (item 2i + p: part p of whole item i), streamed
 // into part 0's boxes and scale rows of each stage (half the weight bytes per stage), so twice as many rings compute,
 // each half the work per stage (one sequence: the up-projection 5.7 us shorter per layer, the step -2.6%;
-// docs/perf-log/2026-12-06_expert-half-items.md). Every sum sees the same operations in the same order as in a whole item (run_half_stage is
-// run_stage's part 0 / part 1 sequence), so the bits do not change. SwiGLU needs both parts of a row: the
-// up-projection then stores w1's and w3's sums rounded to bf16 (swiglu_bf16 rounds them so first) into h and u, and
-// quantize_h_tiles_kernel applies swiglu_bf16 to them before quantizing.
+// docs/perf-log/2026-12-06_expert-half-items.md). Every sum sees the same operations in the same order as in a whole
+// item (run_half_stage is run_stage's part 0 / part 1 sequence), so the bits do not change. SwiGLU needs both parts
+// of a row: the up-projection then stores w1's and w3's sums rounded to bf16 (swiglu_bf16 rounds them so first) into
+// h and u, and quantize_h_tiles_kernel applies swiglu_bf16 to them before quantizing.
 constexpr int kMathGroups = 3;
 constexpr int kWsThreads = 128 * (1 + kMathGroups);
 constexpr int kCopyRegs = 56, kMathRegs = 152;  // 128 x 56 + 384 x 152 = 65,536 (the math warps spill at 144)
