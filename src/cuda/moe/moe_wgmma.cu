@@ -89,7 +89,6 @@ constexpr int kTileOffset = kWeightBytes, kActScaleOffset = kTileOffset + kTileB
 constexpr int kWeightScaleOffset = kActScaleOffset + kScaleFloats * 4;
 constexpr int kStageBytes = (kWeightScaleOffset + kWeightScaleBytes + 1023) / 1024 * 1024;
 constexpr uint32_t kStageBulkTx = kWeightBytes + kTileBytes + kScaleFloats * 4;  // one thread's bulk copies per stage
-constexpr uint32_t kHalfStageBulkTx = kStageBulkTx - 2 * kBoxBytes;  // a half item's stage: one part's two boxes
 constexpr size_t kSmemAlign = 1024;  // dynamic shared memory is 16-byte aligned: the kernels round its base up
 constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + kStages * 8 + kSmemAlign;
 static_assert(kBoxBytes % 512 == 0 && kStageBytes % 1024 == 0, "swizzled boxes and stages 512-byte aligned");
@@ -519,6 +518,7 @@ __device__ __forceinline__ ItemMaps item_maps(const unsigned char* maps, bool up
 // activation part.
 __device__ __forceinline__ void copy_stage_weights(unsigned char* stage, uint64_t* bar, const ItemMaps& im, int chunk,
                                                    bool half = false) {
+    constexpr uint32_t kHalfStageBulkTx = kStageBulkTx - 2 * kBoxBytes;  // a half item's stage: one part's two boxes
     mbar_expect_tx(bar, half ? kHalfStageBulkTx : kStageBulkTx);
 #pragma unroll
     for (int p = 0; p < 2; ++p)
