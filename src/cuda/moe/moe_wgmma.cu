@@ -826,6 +826,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
     const int s_ld = a.K / 32;
     const bool half = a.half_items != 0;
     const int n_ring_items = half ? 2 * items.n_items : items.n_items;  // the items the rings take (half items above)
+    auto whole_of = [half](int item) { return half ? item >> 1 : item; };  // a ring item's whole item
 
     if (group == 0) {
         tma::release_registers<kCopyRegs>();
@@ -865,7 +866,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
         };
         auto source = [&](int item) {
             ItemSource s;
-            const int whole = half ? item >> 1 : item, part = item & 1;
+            const int whole = whole_of(item), part = item & 1;
             const int pos = whole / items.tiles, e = a.t.tile_expert[pos];
             const int row0 = (whole % items.tiles) * items.kItemRows;
             s.im = item_maps(a.maps, UP, e, row0);
@@ -912,8 +913,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
                 if (chunk == 0) {
                     next = fetch();
                     if (lane == 0 && next < n_ring_items) {  // its maps into the descriptor cache meanwhile
-                        const int nw = half ? next >> 1 : next;
-                        const ItemMaps nm = item_maps(a.maps, UP, a.t.tile_expert[nw / items.tiles], 0);
+                        const ItemMaps nm = item_maps(a.maps, UP, a.t.tile_expert[whole_of(next) / items.tiles], 0);
                         tma::prefetch_map(nm.map[0]);
                         if (UP) tma::prefetch_map(nm.map[1]);
                     }
@@ -965,8 +965,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
             break;
         }
         const int item = si.item, count = si.count, offset = si.offset;
-        const int whole = half ? item >> 1 : item;
-        const int e_row0 = (whole % items.tiles) * items.kItemRows + 16 * warp + g;
+        const int e_row0 = (whole_of(item) % items.tiles) * items.kItemRows + 16 * warp + g;
         float acc[2][8];
 #pragma unroll
         for (int p = 0; p < 2; ++p)
