@@ -182,11 +182,12 @@ LinearPlan plan_linear(const PreparedActivation& x, const DeviceLinear& w, int g
 // The small-M GEMV variants serve at most this many tokens (KernelPolicy::gemv_max_tokens may lower it).
 inline constexpr int64_t kGemvMaxTokens = 16;
 
-// Deferred activation preparation: where the mma_gemv variant supports the problem (and gemv_experts for the expert
-// projections), linear()/grouped_linear() accept raw_activation(x, ...) in place of a prepared activation and apply
-// prepare_activation's math (same act_quant scales and e4m3 rounding, or the exact f16 form) while staging:
-// bit-identical results, no preparation launch. Measured slower end to end on the H200 (every 16-row CTA re-quantizes
-// its whole K range: docs/perf.md), so the backend always prepares; the kernels keep the path, tested.
+// Deferred activation preparation: where the mma_gemv or simt_gemv variant supports the problem (and gemv_experts for
+// the expert projections), linear()/grouped_linear() accept raw_activation(x, ...) in place of a prepared activation
+// and apply prepare_activation's math (same act_quant scales and e4m3 rounding, or the exact f16 form) while staging:
+// bit-identical results, no preparation launch. Through mma_gemv it measured slower end to end on the H200 (every
+// 16-row CTA re-quantizes its whole K range: docs/perf.md); the backend takes it where one token's input would be
+// prepared for simt_gemv (KernelPolicy "prepare_in_gemv": wo_a and wo_b), whose CTAs stage one row's split.
 // x: bf16 [M, K], row stride ld (a multiple of 8), 16-byte aligned.
 PreparedActivation raw_activation(const void* x_bf16, int64_t M, int64_t K, int64_t ld, WeightKind layout,
                                   ActNumerics numerics);

@@ -63,21 +63,34 @@ __device__ __forceinline__ float half_warp_amax8(const float (&v)[8], int lane) 
 // and writes them with one 16-byte store (the FP8 / FP4 permutations stay inside each group of 8). Both lanes of
 // the half must call it; `block` is 16-byte aligned. For producers that hold 8 consecutive features per thread
 // (mhc_pre's fused norm).
+// The block's scale and the lane's 8 stored values (q in the stored order of its group of 8), without the stores:
+// store_prepared_block_x8's arithmetic, also for a consumer that stages them itself (simt_gemv's normed input).
 template <WeightKind L>
-__device__ __forceinline__ void store_prepared_block_x8(const float (&v)[8], int lane, int numerics, uint16_t* block,
-                                                        float* scale) {
+__device__ __forceinline__ float prepared_block_x8_bits(const float (&v)[8], int lane, int numerics, uint16_t (&q)[8]) {
     const float sc = prepared_block_scale(half_warp_amax8(v, lane), numerics), inv = 1.f / sc;
-    const int j = lane & 15;
-    uint16_t q[8];
 #pragma unroll
     for (int i = 0; i < 8; ++i)  // the permutations stay inside groups of 8: position 8j + i goes to 8j + pos(i)
         q[mma::prepared_pos(L, i)] = prepared_value_bits(v[i], inv, numerics);
+    return sc;
+}
+
+// A lane's 8 stored values as one 16-byte word (position 0 in the lowest bits).
+__device__ __forceinline__ uint4 pack_prepared_x8(const uint16_t (&q)[8]) {
     uint4 out;
     out.x = uint32_t(q[0]) | uint32_t(q[1]) << 16;
     out.y = uint32_t(q[2]) | uint32_t(q[3]) << 16;
     out.z = uint32_t(q[4]) | uint32_t(q[5]) << 16;
     out.w = uint32_t(q[6]) | uint32_t(q[7]) << 16;
-    *reinterpret_cast<uint4*>(block + 8 * j) = out;
+    return out;
+}
+
+template <WeightKind L>
+__device__ __forceinline__ void store_prepared_block_x8(const float (&v)[8], int lane, int numerics, uint16_t* block,
+                                                        float* scale) {
+    uint16_t q[8];
+    const float sc = prepared_block_x8_bits<L>(v, lane, numerics, q);
+    const int j = lane & 15;
+    *reinterpret_cast<uint4*>(block + 8 * j) = pack_prepared_x8(q);
     if (j == 0) *scale = sc;
 }
 

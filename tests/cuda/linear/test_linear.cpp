@@ -265,6 +265,7 @@ TEST_F(LinearFamily, EveryCaseThroughEveryVariant) {
     coverage.require("wgmma_f16_gemv", "grouped");
     coverage.require("ring_gemv", "grouped");
     coverage.require("mma_gemv", "raw");
+    coverage.require("simt_gemv", "raw");
     coverage.require("tile_gemm", "guarded");
     // The compute-bound GEMMs where the default choice takes them (from KernelPolicy::gemm_min_tokens rows), with
     // N or K off the 128 grid, and the FP8 ones on wo_a's grouped form.
