@@ -71,6 +71,14 @@ private:
     // q latent in buf_.q_latent and prepared in buf_.prep_q_latent as q_norm leaves them, the queries in
     // buf_.queries; false (nothing run) where it does not apply.
     bool run_query_chain(const ShardLayer& L, const PreparedActivation& ax, int Tq, bool prefill);
+    // One token: whether q_norm runs inside wq_b's staging (normed_gemv), and that launch (wq_a has written
+    // q_latent_raw): the normed latent in buf_.q_latent and prepared in buf_.prep_q_latent as q_norm leaves them.
+    bool q_norm_into_wq_b(const ShardLayer& L, int Tq, bool prefill, bool index_branch) const;
+    void run_q_norm_in_wq_b(const ShardLayer& L, int Tq);
+    // One token's bf16 input row of a linear as a raw_activation where simt_gemv would prepare and run it (raw set),
+    // else an activation with raw false: the caller prepares.
+    PreparedActivation raw_input(int Tq, const void* x, int64_t K, const DeviceLinear& w, bool force_exact, int groups,
+                                 bool prefill) const;
     // A chain's K splits, prepared-input storage and counters from the per-kernel path (false: not applicable), and
     // its launch under profiler op name `op`.
     bool plan_gemv_chain(GemvChain& c, const PreparedActivation& bx, const Lane& main);

@@ -21,6 +21,7 @@
 #include "cuda/backend/glue.cuh"
 #include "cuda/compressor/compressor.cuh"
 #include "cuda/gemm/gemv_chain.cuh"
+#include "cuda/gemm/normed_gemv.cuh"
 #include "cuda/gemm/weight_dequant.cuh"
 #include "cuda/indexer/indexer.cuh"
 #include "cuda/indexer/indexer_prefill.cuh"
@@ -70,17 +71,27 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
     }
 
     // Compressors: the bf16 projections in fp32, then pooling/emission into the paged entries.
-    // Each branch prepares its own copy of the input (the two may run at once).
+    // Each branch prepares its own copy of the input (the two may run at once). The gate projection runs on a lane
+    // of its own beside wkv's (KernelPolicy "compressor_gate_lane"), joined into the compressor's lane before the
+    // emission: launched one after the other on one lane, the second GEMV was launched after the query path's wq_b
+    // and waited for wq_b's last CTAs to be dispatched (14 us at one sequence in the ratio-4 layers, where the
+    // indexer compressor's chain then ended after the query path's head norm and delayed the attention).
+    const bool gate_lanes = !pol_->is_disabled("compressor_gate_lane");
     auto run_compressor = [&](const CompressorLinears& c, bool indexer, DeviceBuffer& a, DeviceBuffer& z,
-                              const Lane& lane) {
+                              const Lane& lane, SideStream& gate_side) {
         PrepBuffer& in = indexer ? buf_.prep_index_x : buf_.prep_x_bf16;
         const PreparedActivation& ab = prepare(in, buf_.sub_in.get(), false, T, D, D, c.wkv, false, &lane);
         const int64_t width = c.wkv.out;
         {
             OpProfiler::Scope sc(prof_, indexer ? "indexer.compressor gemm" : "attn.compressor gemm");
             prof_.bytes(indexer ? L.bytes.index_compressor_gemm : L.bytes.compressor_gemm);
+            // The gate lane forks from the main stream like the compressor's own: ab reads sub_in in place (BF16
+            // weights) or was prepared on `lane`, in which case the gate stays on `lane`.
+            const bool in_place = ab.values == buf_.sub_in.get();
+            const Lane gate = gate_lanes && in_place ? streams_.fork(gate_side) : lane;
             lin(ab, c.wkv, a.get(), OutKind::F32, width, &lane);
-            lin(ab, c.wgate, z.get(), OutKind::F32, width, &lane);
+            lin(ab, c.wgate, z.get(), OutKind::F32, width, &gate);
+            streams_.join_into(gate_side, lane);
         }
         CompressorParams p;
         p.batch = batch;
@@ -107,9 +118,12 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
     if (L.ratio == 4) {  // the indexer's compressor on a third stream: two compressors in one branch were longer
                          // than the query path
         const Lane ic = streams_.fork(streams_.index_compressor);
-        run_compressor(L.index_compressor, true, buf_.index_comp_kv, buf_.index_comp_gate, ic);
+        run_compressor(L.index_compressor, true, buf_.index_comp_kv, buf_.index_comp_gate, ic,
+                       streams_.index_compressor_gate);
     }
-    if (L.ratio > 0) run_compressor(L.compressor, false, buf_.comp_kv, buf_.comp_gate, streams_.fork(streams_.aux));
+    if (L.ratio > 0)
+        run_compressor(L.compressor, false, buf_.comp_kv, buf_.comp_gate, streams_.fork(streams_.aux),
+                       streams_.compressor_gate);
     if (Tq == 0) {  // no row needs the queries (a chunk without logits, head_queries): the state is written
         streams_.join(streams_.window_kv);
         streams_.join(streams_.index_compressor);
@@ -135,36 +149,42 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
 
     // Query latent and queries (main stream). wq_b's matrix can stream into L2 meanwhile (prefetch_weights). Where
     // the policy forces "query_chain", one token runs wq_a, q_norm and wq_b as one persistent kernel instead.
+    const int nI = cfg_.index_n_heads, dI = cfg_.index_head_dim;
+    const bool index_scoring = L.ratio == 4 && s.need_indexer;
+    const bool index_branch = index_scoring && pol_->takes_forced_only("indexer_branch");
     const bool query_chained = ax && run_query_chain(L, *ax, Tq, s.prefill);
+    // One token: q_norm inside wq_b's staging (no launch of its own); wq_a then writes the raw latent apart.
+    const bool norm_in_wq_b = !query_chained && q_norm_into_wq_b(L, Tq, s.prefill, index_branch);
     if (!query_chained) {
         prefetch_weights(L.wq_b, s);
         {
             OpProfiler::Scope sc(prof_, "attn.wq_a gemm");
             prof_.bytes(L.bytes.wq_a);
-            lin(*ax, L.wq_a, buf_.q_latent.get(), OutKind::BF16, QL);
+            lin(*ax, L.wq_a, norm_in_wq_b ? buf_.q_latent_raw.get() : buf_.q_latent.get(), OutKind::BF16, QL);
         }
-        {
-            // The norm also writes its output prepared for wq_b (FP8 / FP4 weights; in prefill passes the FP8 GEMM's
-            // act_quant rows): no preparation launch.
-            OpProfiler::Scope sc(prof_, "attn.q_norm");
-            prof_.bytes(L.bytes.q_norm);
-            const ActFormat fmt = input_format(Tq, L.wq_b);
-            const bool fuse = producer_prepares(L.wq_b, fmt);
-            PreparedActivation* out = nullptr;
-            if (fuse) {
-                PrepBuffer& pq = buf_.prep_q_latent;
-                pq.act.values = pq.values.as<uint16_t>();
-                pq.act.scales = pq.scales.as<float>();
-                pq.act.layout = L.wq_b.kind;
-                pq.act.numerics = num_.act;
-                pq.act.format = fmt;
-                pq.act.raw = false;
-                out = &pq.act;
-            }
-            rmsnorm(buf_.q_latent.as<bf16>(), QL, buf_.q_latent.as<bf16>(), QL, L.q_norm, Tq, int(QL), eps, stream,
-                    out);
-            if (fuse) adopt_produced(buf_.prep_q_latent, buf_.q_latent.get(), Tq, QL, L.wq_b.kind, fmt);
+    }
+    if (!query_chained && norm_in_wq_b) {
+        run_q_norm_in_wq_b(L, Tq);
+    } else if (!query_chained) {
+        // The norm also writes its output prepared for wq_b (FP8 / FP4 weights; in prefill passes the FP8 GEMM's
+        // act_quant rows): no preparation launch.
+        OpProfiler::Scope sc(prof_, "attn.q_norm");
+        prof_.bytes(L.bytes.q_norm);
+        const ActFormat fmt = input_format(Tq, L.wq_b);
+        const bool fuse = producer_prepares(L.wq_b, fmt);
+        PreparedActivation* out = nullptr;
+        if (fuse) {
+            PrepBuffer& pq = buf_.prep_q_latent;
+            pq.act.values = pq.values.as<uint16_t>();
+            pq.act.scales = pq.scales.as<float>();
+            pq.act.layout = L.wq_b.kind;
+            pq.act.numerics = num_.act;
+            pq.act.format = fmt;
+            pq.act.raw = false;
+            out = &pq.act;
         }
+        rmsnorm(buf_.q_latent.as<bf16>(), QL, buf_.q_latent.as<bf16>(), QL, L.q_norm, Tq, int(QL), eps, stream, out);
+        if (fuse) adopt_produced(buf_.prep_q_latent, buf_.q_latent.get(), Tq, QL, L.wq_b.kind, fmt);
     }
     const PreparedActivation& aq = prepare(buf_.prep_q_latent, buf_.q_latent.get(), false, Tq, QL, QL, L.wq_b);
 
@@ -173,8 +193,6 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
     // them (the scoring needs the indexer compressor's entries and stays after the joins). On the branch the main
     // path's prepared q latent is shared where it has the indexer wq_b's format (reads only), else the branch
     // prepares its own copy: the main path's wq_b reads prep_q_latent meanwhile.
-    const int nI = cfg_.index_n_heads, dI = cfg_.index_head_dim;
-    const bool index_scoring = L.ratio == 4 && s.need_indexer;
     auto enqueue_indexer_query = [&](const Lane& lane, bool branch) {
         const PrepBuffer& main_q = buf_.prep_q_latent;  // prepared for wq_b just above
         const bool reuse = branch && main_q.format == input_format(Tq, L.index_wq_b) &&
@@ -192,9 +210,8 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         indexer_prepare_q(buf_.index_q.as<bf16>(), int64_t(nI) * dI, Tq, nI, dI, pos, L.rope, lane.stream,
                           num_.quant_sim);
     };
-    const bool index_branch = index_scoring && pol_->takes_forced_only("indexer_branch");
     if (index_branch) enqueue_indexer_query(streams_.fork(streams_.index_query), true);
-    if (!query_chained) {
+    if (!query_chained && !norm_in_wq_b) {
         OpProfiler::Scope sc(prof_, "attn.wq_b gemm");
         prof_.bytes(L.bytes.wq_b);
         lin(aq, L.wq_b, buf_.queries.get(), OutKind::BF16, int64_t(H) * hd);
@@ -259,9 +276,14 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         wo_a = DeviceLinear{WeightKind::BF16, ScaleKind::NONE, L.wo_a.out, L.wo_a.in, buf_.wo_a_bf16.get(), nullptr,
                             /*written_in_stream=*/true};
     }
-    const PreparedActivation& ao = prepare(buf_.prep_attn_out, buf_.attn_out.get(), false, Tq, int64_t(H) * hd,
-                                           int64_t(H) * hd, wo_a, /*force_exact=*/true, nullptr, G);
-    if (run_out_proj_chain(L, ao, wo_a, G, Tq, s.prefill)) return;
+    // One token: wo_a's and wo_b's inputs prepared inside their GEMVs' staging (raw_activation), no preparation
+    // launch between the kernels, where the preparation and the GEMV would be simt_gemv's (the same bits).
+    const PreparedActivation ao_raw = raw_input(Tq, buf_.attn_out.get(), int64_t(H) * hd, wo_a, true, G, s.prefill);
+    const PreparedActivation& ao = ao_raw.raw ? ao_raw
+                                              : prepare(buf_.prep_attn_out, buf_.attn_out.get(), false, Tq,
+                                                        int64_t(H) * hd, int64_t(H) * hd, wo_a, /*force_exact=*/true,
+                                                        nullptr, G);
+    if (!ao.raw && run_out_proj_chain(L, ao, wo_a, G, Tq, s.prefill)) return;
     {
         OpProfiler::Scope sc(prof_, "attn.wo_a grouped gemm");
         if (wo_a.weight == L.wo_a.weight) prof_.bytes(L.bytes.wo_a);
@@ -282,7 +304,9 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
             ran = grouped_linear(ao, wo_a, G, buf_.wo_a_out.get(), OutKind::BF16, GO, main.ws, main.stream, *pol_);
         prof_.variant(ran);
     }
-    const PreparedActivation& az = prepare(buf_.prep_wo_a_out, buf_.wo_a_out.get(), false, Tq, GO, GO, L.wo_b);
+    const PreparedActivation az_raw = raw_input(Tq, buf_.wo_a_out.get(), GO, L.wo_b, false, 1, s.prefill);
+    const PreparedActivation& az =
+        az_raw.raw ? az_raw : prepare(buf_.prep_wo_a_out, buf_.wo_a_out.get(), false, Tq, GO, GO, L.wo_b);
     OpProfiler::Scope sc(prof_, "attn.wo_b gemm");
     prof_.bytes(L.bytes.wo_b);
     if (sharded_)  // this shard's heads' share of the output, summed over the shards in fp32 by the caller
@@ -345,6 +369,81 @@ bool ForwardPass::run_query_chain(const ShardLayer& L, const PreparedActivation&
     launch_gemv_chain(c, "attn.wq_a + q_norm + wq_b chain", L.bytes.wq_a + L.bytes.q_norm + L.bytes.wq_b, main);
     adopt_prepared(pq, buf_.q_latent.get(), Tq, QL, L.wq_b.kind, num_.act);  // written by the chain, as q_norm would
     return true;
+}
+
+// One token's bf16 row x of K columns as a raw_activation for w (prepared inside the GEMV's staging), where both the
+// raw row and the prepared one would run simt_gemv: the same bits as the preparation launch and the GEMV. The default
+// ("prepare_in_gemv"; FLASHSEEK_DISABLE=prepare_in_gemv keeps the launch). Else an activation with raw false (the
+// caller prepares). Not while a forced gemv_chain would take the prepared input.
+PreparedActivation ForwardPass::raw_input(int Tq, const void* x, int64_t K, const DeviceLinear& w, bool force_exact,
+                                          int groups, bool prefill) const {
+    PreparedActivation none;
+    if (Tq != 1 || prefill || w.kind == WeightKind::BF16 || pol_->is_disabled("prepare_in_gemv") ||
+        pol_->takes_forced_only("gemv_chain"))
+        return none;
+    const ActFormat fmt = input_format(Tq, w, force_exact, groups);
+    if (fmt != ActFormat::MMA_F16) return none;
+    const Lane main = streams_.main_lane();
+    PreparedActivation prepared;  // the prepared form's shape: the plan of w is read from it
+    describe_prepared(prepared, w.kind, input_numerics(w, force_exact), Tq, K);
+    // Storage for the shape-only question (plan_linear looks at pointers for null and alignment, never through them).
+    prepared.values = static_cast<uint16_t*>(const_cast<void*>(x));
+    prepared.scales = buf_.unit_scales.as<float>();
+    const PreparedActivation raw = raw_activation(x, Tq, K, K, w.kind, input_numerics(w, force_exact));
+    if (plan_linear(prepared, w, groups, main.ws, *pol_).variant != "simt_gemv" ||
+        plan_linear(raw, w, groups, main.ws, *pol_).variant != "simt_gemv")
+        return none;
+    return raw;
+}
+
+// One token, where wq_b would run simt_gemv on q_norm's prepared output: q_norm inside wq_b's staging
+// (gemm/normed_gemv.cuh), the same bits as the norm's launch and the GEMV's. The default; FLASHSEEK_DISABLE=
+// norm_into_gemv keeps the two launches. Not beside the forced indexer branch, which reads the normed latent while
+// wq_b runs.
+bool ForwardPass::q_norm_into_wq_b(const ShardLayer& L, int Tq, bool prefill, bool index_branch) const {
+    if (Tq != 1 || prefill || index_branch || pol_->is_disabled("norm_into_gemv")) return false;
+    const Lane main = streams_.main_lane();
+    const ActFormat fmt = input_format(Tq, L.wq_b);
+    if (fmt != ActFormat::MMA_F16 || !producer_prepares(L.wq_b, fmt)) return false;
+    const int64_t QL = cfg_.q_lora_rank;
+    PreparedActivation aq;  // what q_norm would leave prepared for wq_b: the plan of wq_b is read from it
+    describe_prepared(aq, L.wq_b.kind, num_.act, Tq, QL);
+    aq.values = buf_.prep_q_latent.values.as<uint16_t>();
+    aq.scales = buf_.prep_q_latent.scales.as<float>();
+    if (plan_linear(aq, L.wq_b, 1, main.ws, *pol_).variant != "simt_gemv") return false;
+    NormedInput in;
+    in.x = buf_.q_latent_raw.as<bf16>();
+    in.weight = L.q_norm;
+    in.normed_out = buf_.q_latent.as<bf16>();
+    in.prepared_out = &aq;
+    return *normed_gemv_unsupported(in, L.wq_b) == 0;
+}
+
+void ForwardPass::run_q_norm_in_wq_b(const ShardLayer& L, int Tq) {
+    const int64_t QL = cfg_.q_lora_rank;
+    const Lane main = streams_.main_lane();
+    PrepBuffer& pq = buf_.prep_q_latent;
+    pq.act.values = pq.values.as<uint16_t>();
+    pq.act.scales = pq.scales.as<float>();
+    pq.act.layout = L.wq_b.kind;
+    pq.act.numerics = num_.act;
+    pq.act.format = ActFormat::MMA_F16;
+    pq.act.raw = false;
+    NormedInput in;
+    in.x = buf_.q_latent_raw.as<bf16>();
+    in.weight = L.q_norm;
+    in.eps = float(cfg_.rms_norm_eps);
+    in.numerics = num_.act;
+    in.normed_out = buf_.q_latent.as<bf16>();
+    in.prepared_out = &pq.act;
+    {
+        OpProfiler::Scope sc(prof_, "attn.q_norm + wq_b gemm");
+        prof_.bytes(L.bytes.q_norm + L.bytes.wq_b);
+        normed_gemv(in, L.wq_b, buf_.queries.get(), OutKind::BF16, int64_t(shard_.spec().heads()) * cfg_.head_dim,
+                    main.ws, main.stream);
+        prof_.variant("simt_gemv (q_norm in its staging)");
+    }
+    adopt_produced(pq, buf_.q_latent.get(), Tq, QL, L.wq_b.kind, ActFormat::MMA_F16);  // written as q_norm would
 }
 
 // One token: wo_a, the preparation of its output for wo_b and wo_b as one persistent kernel (gemm/gemv_chain.cuh)

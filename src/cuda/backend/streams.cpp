@@ -47,9 +47,16 @@ void StreamSet::join(SideStream& s) {
     CUDA_CHECK(cudaStreamWaitEvent(main_, s.done_, 0));
 }
 
+void StreamSet::join_into(SideStream& s, const Lane& into) {
+    if (!s.open_) return;
+    s.open_ = false;
+    CUDA_CHECK(cudaEventRecord(s.done_, s.stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(into.stream, s.done_, 0));
+}
+
 void StreamSet::reset_branches() {
     window_kv.open_ = index_compressor.open_ = aux.open_ = index_query.open_ = weight_prefetch.open_ = false;
-    wo_a_widen.open_ = false;
+    wo_a_widen.open_ = compressor_gate.open_ = index_compressor_gate.open_ = false;
 }
 
 }  // namespace flashseek::cuda

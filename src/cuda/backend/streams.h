@@ -1,10 +1,11 @@
-// The streams of one CUDA backend instance: the main stream every pass is enqueued on, and six side streams for
+// The streams of one CUDA backend instance: the main stream every pass is enqueued on, and eight side streams for
 // the independent branches of a sub-block (the window KV; the indexer's compressor; the attention compressor or the
-// shared expert; the indexer's query path where the policy forces "indexer_branch"; the L2 prefetch of the next
-// weight GEMV's matrix where it forces "weight_prefetch"; wo_a's widening to bf16 where a pass takes it). A branch is forked from the
-// main stream by an event and joined back by another, so a captured graph holds it as parallel nodes and its
-// latency-bound kernels overlap the main path's. Each stream has its own split-K workspace: linears running at the
-// same time on two streams must not share partial sums and counters.
+// shared expert; each compressor's gate projection, beside its kv projection; the indexer's query path where the
+// policy forces "indexer_branch"; the L2 prefetch of the next weight GEMV's matrix where it forces
+// "weight_prefetch"; wo_a's widening to bf16 where a pass takes it). A branch is forked from the main stream by an
+// event and joined back by another (or into another branch, which is joined back), so a captured graph holds it as
+// parallel nodes and its latency-bound kernels overlap the main path's. Each stream has its own split-K workspace:
+// linears running at the same time on two streams must not share partial sums and counters.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -48,6 +49,8 @@ public:
     Lane fork(SideStream& side);
     // Makes the main stream wait for everything enqueued on `side` since fork (no-op when it was not forked).
     void join(SideStream& side);
+    // Makes another branch's lane wait for it instead (the main stream then waits for `side` through `into`'s join).
+    void join_into(SideStream& side, const Lane& into);
     // A pass that threw mid-branch (its capture was discarded) left branches open: forget them.
     void reset_branches();
 
@@ -56,6 +59,7 @@ public:
     void set_single_stream(bool on) { single_stream_ = on; }  // profiling: every op on the main stream
 
     SideStream window_kv, index_compressor, aux;  // aux: the attention compressor, then the shared expert
+    SideStream compressor_gate, index_compressor_gate;  // each compressor's gate GEMV beside its wkv GEMV
     SideStream index_query;                       // the indexer's wq_b and q preparation (forward_attention.cpp)
     SideStream weight_prefetch{false};            // L2 prefetch of a weight matrix (ForwardPass::prefetch_weights)
     SideStream wo_a_widen{false};                 // wo_a widened to bf16 beside the query path (forward_attention)

@@ -57,7 +57,8 @@ const std::vector<std::string_view>& known_variants() {
         "indexer_simt",    "shared_as_linears", "head_rows_last_layer", "shared_bf16_out",
         "routed_bf16_out", "norm_fp8_rows", "wo_a_fp8_rows", "gemm_tma_store", "moe_half_items",
         "gemv_chain",      "query_chain",   "indexer_branch", "weight_prefetch", "attn_prefill_cta_release",
-        "mhc_one_launch"};
+        "mhc_one_launch",  "norm_into_gemv", "compressor_gate_lane",
+        "prepare_in_gemv"};
     return names;
 }
 

@@ -30,7 +30,13 @@
 //           sequences on an H100, docs/perf-log/2026-12-06_expert-half-items.md),
 //           weight_prefetch (decode passes: wq_b's and wo_a's matrices requested into L2 on a side branch while the
 //           latency-bound ops before them run, common/l2_prefetch.cuh; only where forced: one sequence 3.4% slower
-//           on an H100 and the GEMVs no faster, docs/perf-log/2026-12-05_short-prompts-and-l2-prefetch.md)
+//           on an H100 and the GEMVs no faster, docs/perf-log/2026-12-05_short-prompts-and-l2-prefetch.md),
+//           norm_into_gemv (one token: q_norm inside wq_b's staging where wq_b runs simt_gemv, gemm/normed_gemv.cuh,
+//           the same bits; disabled: the norm's own launch),
+//           prepare_in_gemv (one token: wo_a's and wo_b's bf16 inputs prepared inside simt_gemv's staging, a
+//           raw_activation; the same bits; disabled: a preparation launch before each),
+//           compressor_gate_lane (each compressor's gate GEMV on a side stream of its own beside its wkv GEMV,
+//           the same kernels; disabled: both on the compressor's stream, one after the other)
 //   epilogue: gemm_tma_store (the wgmma GEMMs' bf16 output tiles written by TMA from shared memory, overlapping
 //           the next tile; disabled: stored by the math warps, the same bits)
 //   work split: moe_half_items (the warp-specialized wgmma_experts kernel on items of one 64-row part where a call

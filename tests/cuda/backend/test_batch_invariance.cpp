@@ -259,7 +259,10 @@ TEST_P(CudaHeadRowsLastLayer, MatchesAllRows) {
 // where the MoE combine (separate or fused into the next mhc_pre) rounds their terms to bf16 (shared_bf16_out,
 // routed_bf16_out); mhc_pre's norm and q_norm writing the act_quant rows of the first FP8 GEMM that reads their
 // output (norm_fp8_rows: wq_a, or wkv in a last layer on the head rows, the shared expert's w1, wq_b); the widened
-// wo_a GEMM writing wo_b's act_quant rows instead of its bf16 output (wo_a_fp8_rows).
+// wo_a GEMM writing wo_b's act_quant rows instead of its bf16 output (wo_a_fp8_rows); wq_b's one-token GEMV staging
+// q_norm's output itself (norm_into_gemv: the three decode steps), wo_a's and wo_b's preparing their bf16 inputs
+// while staging (prepare_in_gemv: the decode steps); and the compressors' gate GEMVs on streams of their own
+// (compressor_gate_lane: the same kernels in another graph shape).
 class CudaProducerFormsMatchSeparateSteps : public CudaPrefillInvariance,
                                             public ::testing::WithParamInterface<const char*> {};
 
@@ -269,7 +272,8 @@ TEST_P(CudaProducerFormsMatchSeparateSteps, SameLogits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Switches, CudaProducerFormsMatchSeparateSteps,
-                         ::testing::Values("shared_bf16_out", "routed_bf16_out", "norm_fp8_rows", "wo_a_fp8_rows"),
+                         ::testing::Values("shared_bf16_out", "routed_bf16_out", "norm_fp8_rows", "wo_a_fp8_rows",
+                                           "norm_into_gemv", "compressor_gate_lane", "prepare_in_gemv"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(LastLayerRatios, CudaHeadRowsLastLayer, ::testing::Values(4, 5),
