@@ -128,6 +128,7 @@ public:
                  "CUDA backend: {} shard specs for {} weight stores (1..{} shards)", specs.size(), stores.size(),
                  kMaxReduceRanks);
         streams_.set_branches(policy_.branches);
+        if (policy_.branch_priority) streams_.set_branch_priority(true);
         max_rows_ = std::max(chunk_tokens_, max_bucket(opt));
         max_head_rows_ = std::max(kMinHeadRows, max_bucket(opt));
         for (size_t r = 0; r < specs.size(); ++r)

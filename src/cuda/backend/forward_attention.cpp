@@ -397,11 +397,13 @@ PreparedActivation ForwardPass::raw_input(int Tq, const void* x, int64_t K, cons
 }
 
 // One token, where wq_b would run simt_gemv on q_norm's prepared output: q_norm inside wq_b's staging
-// (gemm/normed_gemv.cuh), the same bits as the norm's launch and the GEMV's. The default; FLASHSEEK_DISABLE=
-// norm_into_gemv keeps the two launches. Not beside the forced indexer branch, which reads the normed latent while
-// wq_b runs.
+// (gemm/normed_gemv.cuh), the same bits as the norm's launch and the GEMV's. Taken only where the policy forces
+// "norm_into_gemv": the one-sequence step is 1.6% slower with it on an H100 (run 402,
+// docs/perf-log/2026-12-06_norm-in-wq-b-and-gate-lanes.md): wq_b, launched at wq_a's trigger instead of q_norm's,
+// is dispatched before the side branches' GEMVs, whose chains then end after it. Not beside the forced indexer
+// branch, which reads the normed latent while wq_b runs.
 bool ForwardPass::q_norm_into_wq_b(const ShardLayer& L, int Tq, bool prefill, bool index_branch) const {
-    if (Tq != 1 || prefill || index_branch || pol_->is_disabled("norm_into_gemv")) return false;
+    if (Tq != 1 || prefill || index_branch || !pol_->takes_forced_only("norm_into_gemv")) return false;
     const Lane main = streams_.main_lane();
     const ActFormat fmt = input_format(Tq, L.wq_b);
     if (fmt != ActFormat::MMA_F16 || !producer_prepares(L.wq_b, fmt)) return false;

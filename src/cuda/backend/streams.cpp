@@ -21,6 +21,13 @@ SideStream::~SideStream() {
     if (stream_) cudaStreamDestroy(stream_);
 }
 
+void SideStream::recreate(int priority) {
+    FS_CHECK(!open_, "CUDA backend: a side stream was recreated while forked");
+    if (stream_) CUDA_CHECK(cudaStreamDestroy(stream_));
+    stream_ = nullptr;
+    CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority));
+}
+
 StreamSet::StreamSet() {
     CUDA_CHECK(cudaStreamCreateWithFlags(&main_, cudaStreamNonBlocking));
     main_ws_ = create_gemm_workspace();
@@ -52,6 +59,14 @@ void StreamSet::join_into(SideStream& s, const Lane& into) {
     s.open_ = false;
     CUDA_CHECK(cudaEventRecord(s.done_, s.stream_));
     CUDA_CHECK(cudaStreamWaitEvent(into.stream, s.done_, 0));
+}
+
+void StreamSet::set_branch_priority(bool greatest) {
+    int least = 0, most = 0;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &most));
+    for (SideStream* s : {&window_kv, &index_compressor, &aux, &compressor_gate, &index_compressor_gate, &index_query,
+                          &weight_prefetch, &wo_a_widen})
+        s->recreate(greatest ? most : least);
 }
 
 void StreamSet::reset_branches() {

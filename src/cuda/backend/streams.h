@@ -29,6 +29,7 @@ public:
 
 private:
     friend class StreamSet;
+    void recreate(int priority);  // a new stream at this priority (before any work is enqueued)
     cudaStream_t stream_ = nullptr;
     cudaEvent_t forked_ = nullptr, done_ = nullptr;
     GemmWorkspace ws_{};
@@ -55,6 +56,8 @@ public:
     void reset_branches();
 
     void set_branches(bool on) { branches_ = on; }
+    // The side streams at the device's greatest priority (true) or the default one, before any work is enqueued.
+    void set_branch_priority(bool greatest);
     bool branches() const { return branches_; }
     void set_single_stream(bool on) { single_stream_ = on; }  // profiling: every op on the main stream
 

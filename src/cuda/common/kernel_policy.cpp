@@ -91,6 +91,7 @@ KernelPolicy KernelPolicy::from_env() {
     p.pdl = env_switch_on("FLASHSEEK_PDL");
     p.branches = env_switch_on("FLASHSEEK_BRANCHES");
     p.fused_post = env_switch_on("FLASHSEEK_FUSED_POST");
+    p.branch_priority = env_int("FLASHSEEK_BRANCH_PRIORITY", 0, 0, 1) != 0;
     p.gemv_max_tokens = env_int("FLASHSEEK_GEMV_MAX_TOKENS", p.gemv_max_tokens, 0, 16);
     p.routed_gemv_max_tokens =
         env_int("FLASHSEEK_ROUTED_GEMV_MAX_TOKENS", p.routed_gemv_max_tokens, 0, int64_t(1) << 31);

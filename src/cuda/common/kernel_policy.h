@@ -32,7 +32,8 @@
 //           latency-bound ops before them run, common/l2_prefetch.cuh; only where forced: one sequence 3.4% slower
 //           on an H100 and the GEMVs no faster, docs/perf-log/2026-12-05_short-prompts-and-l2-prefetch.md),
 //           norm_into_gemv (one token: q_norm inside wq_b's staging where wq_b runs simt_gemv, gemm/normed_gemv.cuh,
-//           the same bits; disabled: the norm's own launch),
+//           the same bits; only where forced: the one-sequence step 1.6% slower on an H100, the side branches'
+//           GEMVs dispatched after wq_b, docs/perf-log/2026-12-06_norm-in-wq-b-and-gate-lanes.md),
 //           prepare_in_gemv (one token: wo_a's and wo_b's bf16 inputs prepared inside simt_gemv's staging, a
 //           raw_activation; the same bits; disabled: a preparation launch before each),
 //           compressor_gate_lane (each compressor's gate GEMV on a side stream of its own beside its wkv GEMV,
@@ -100,6 +101,9 @@ struct KernelPolicy {
     // SMs a forced gemv_chain / query_chain leaves to other grids (FLASHSEEK_GEMV_CHAIN_FREE_SMS, for A/B runs): the
     // query path runs beside the step's side branches, which a chain on every SM makes wait.
     int gemv_chain_free_sms = 0;
+    // The side streams at the device's greatest stream priority (FLASHSEEK_BRANCH_PRIORITY=1, for A/B runs): their
+    // pending CTAs are then dispatched before the main path's.
+    bool branch_priority = false;
     int moe_up_kw = 0, moe_down_kw = 0;  // the same for gemv_experts per projection
     int attn_mma_min_seqs = 1;           // attn_mma is preferred for decode passes of at least this many sequences
     // Preference floors (rows of a decode pass; prefill passes take these variants always) of the compute-bound
