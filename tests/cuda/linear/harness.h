@@ -63,5 +63,24 @@ double max_rel(const std::vector<float>& a, const std::vector<float>& b, double 
 inline bool bit_identical(const std::vector<float>& a, const std::vector<float>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
+// The same for any element type (outputs read back as bf16 bits, bytes, scales).
+template <typename T>
+bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+// The first n elements of an output read back as bytes, fp32 (f32) or bf16 elements, as floats.
+inline std::vector<float> output_as_f32(const std::vector<uint8_t>& bytes, bool f32, size_t n) {
+    std::vector<float> r(n);
+    for (size_t i = 0; i < n; ++i) {
+        if (f32) {
+            std::memcpy(&r[i], &bytes[4 * i], 4);
+        } else {
+            uint16_t b;
+            std::memcpy(&b, &bytes[2 * i], 2);
+            r[i] = bf16_to_f32(b);
+        }
+    }
+    return r;
+}
 
 }  // namespace flashseek::test

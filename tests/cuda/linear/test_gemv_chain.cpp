@@ -67,23 +67,6 @@ std::vector<T> first(const DeviceArray<T>& a, size_t n) {
     h.resize(n);
     return h;
 }
-template <typename T>
-bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-std::vector<float> as_f32(const std::vector<uint8_t>& bytes, OutKind kind, size_t n) {
-    std::vector<float> r(n);
-    for (size_t i = 0; i < n; ++i) {
-        if (kind == OutKind::F32) {
-            std::memcpy(&r[i], &bytes[4 * i], 4);
-        } else {
-            uint16_t b;
-            std::memcpy(&b, &bytes[2 * i], 2);
-            r[i] = bf16_to_f32(b);
-        }
-    }
-    return r;
-}
 
 void check_chain(const ChainCase& c, const cuda::GemmWorkspace& ws) {
     const uint64_t seed = fresh_seed();
@@ -169,7 +152,7 @@ void check_chain(const ChainCase& c, const cuda::GemmWorkspace& ws) {
         if (c.numerics_b == ActNumerics::FP8_BLOCK128) cpu::act_quant_fp8_block128(midn.data(), ma, midq.data());
         cpu::linear_f32(midq.data(), 1, wbf.data(), c.nb, ma, y.data(), nullptr);
         EXPECT_LE(rel_l2(bf16_to_f32_vec(mid_expect), mid), 1e-2) << "A against the CPU";
-        EXPECT_LE(rel_l2(as_f32(y_expect, c.out, size_t(c.nb)), y), 2e-2) << "B against the CPU";
+        EXPECT_LE(rel_l2(output_as_f32(y_expect, c.out == OutKind::F32, size_t(c.nb)), y), 2e-2) << "B against the CPU";
     }
 
     // The chain, several launches.

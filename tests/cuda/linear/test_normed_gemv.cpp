@@ -11,7 +11,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <string_view>
 
 #include "cpu/ops.h"
@@ -61,25 +60,6 @@ struct Prepared {
         act.raw = false;
     }
 };
-
-template <typename T>
-bool same_bytes(const std::vector<T>& a, const std::vector<T>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-std::vector<float> as_f32(const std::vector<uint8_t>& bytes, OutKind kind, size_t n) {
-    std::vector<float> r(n);
-    for (size_t i = 0; i < n; ++i) {
-        if (kind == OutKind::F32) {
-            std::memcpy(&r[i], &bytes[4 * i], 4);
-        } else {
-            uint16_t b;
-            std::memcpy(&b, &bytes[2 * i], 2);
-            r[i] = bf16_to_f32(b);
-        }
-    }
-    return r;
-}
 
 void check_normed(const NormedCase& c, const cuda::GemmWorkspace& ws) {
     const uint64_t seed = fresh_seed();
@@ -135,7 +115,7 @@ void check_normed(const NormedCase& c, const cuda::GemmWorkspace& ws) {
         if (c.numerics == ActNumerics::FP8_BLOCK128) cpu::act_quant_fp8_block128(normed.data(), c.k, q.data());
         const std::vector<float> wf = w.dequantized();
         cpu::linear_f32(q.data(), 1, wf.data(), c.n, c.k, y.data(), nullptr);
-        EXPECT_LE(rel_l2(as_f32(y_expect, c.out, size_t(c.n)), y), 2e-2) << "the GEMV against the CPU";
+        EXPECT_LE(rel_l2(output_as_f32(y_expect, c.out == OutKind::F32, size_t(c.n)), y), 2e-2) << "the GEMV against the CPU";
     }
 
     // The fused launch, twice.
