@@ -20,7 +20,8 @@
 
 namespace flashseek::cuda {
 
-struct GemvChain;  // gemm/gemv_chain.cuh
+struct GemvChain;    // gemm/gemv_chain.cuh
+struct NormedInput;  // gemm/normed_gemv.cuh
 
 // Release (production) numerics quantize activations to FP8 per 128 columns and simulate the reference's FP8 KV
 // and Hadamard + FP4 indexer keys; the exact (reference) configuration does none of it, like the CPU exact numerics
@@ -75,6 +76,9 @@ private:
     // q_latent_raw): the normed latent in buf_.q_latent and prepared in buf_.prep_q_latent as q_norm leaves them.
     bool q_norm_into_wq_b(const ShardLayer& L, int Tq, bool prefill, bool index_branch) const;
     void run_q_norm_in_wq_b(const ShardLayer& L, int Tq);
+    // prep_q_latent's storage described as q_norm's prepared copy for wq_b, and q_norm's input to normed_gemv.
+    PreparedActivation q_latent_prepared_for(const DeviceLinear& wq_b, ActFormat fmt) const;
+    NormedInput q_norm_input(const ShardLayer& L, PreparedActivation* prepared) const;
     // One token's bf16 input row of a linear as a raw_activation where simt_gemv would prepare and run it (raw set),
     // else an activation with raw false: the caller prepares.
     PreparedActivation raw_input(int Tq, const void* x, int64_t K, const DeviceLinear& w, bool force_exact, int groups,

@@ -174,14 +174,8 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         const bool fuse = producer_prepares(L.wq_b, fmt);
         PreparedActivation* out = nullptr;
         if (fuse) {
-            PrepBuffer& pq = buf_.prep_q_latent;
-            pq.act.values = pq.values.as<uint16_t>();
-            pq.act.scales = pq.scales.as<float>();
-            pq.act.layout = L.wq_b.kind;
-            pq.act.numerics = num_.act;
-            pq.act.format = fmt;
-            pq.act.raw = false;
-            out = &pq.act;
+            buf_.prep_q_latent.act = q_latent_prepared_for(L.wq_b, fmt);
+            out = &buf_.prep_q_latent.act;
         }
         rmsnorm(buf_.q_latent.as<bf16>(), QL, buf_.q_latent.as<bf16>(), QL, L.q_norm, Tq, int(QL), eps, stream, out);
         if (fuse) adopt_produced(buf_.prep_q_latent, buf_.q_latent.get(), Tq, QL, L.wq_b.kind, fmt);
@@ -377,23 +371,38 @@ bool ForwardPass::run_query_chain(const ShardLayer& L, const PreparedActivation&
 // caller prepares). Not while a forced gemv_chain would take the prepared input.
 PreparedActivation ForwardPass::raw_input(int Tq, const void* x, int64_t K, const DeviceLinear& w, bool force_exact,
                                           int groups, bool prefill) const {
-    PreparedActivation none;
     if (Tq != 1 || prefill || w.kind == WeightKind::BF16 || pol_->is_disabled("prepare_in_gemv") ||
         pol_->takes_forced_only("gemv_chain"))
-        return none;
-    const ActFormat fmt = input_format(Tq, w, force_exact, groups);
-    if (fmt != ActFormat::MMA_F16) return none;
-    const Lane main = streams_.main_lane();
-    PreparedActivation prepared;  // the prepared form's shape: the plan of w is read from it
-    describe_prepared(prepared, w.kind, input_numerics(w, force_exact), Tq, K);
-    // Storage for the shape-only question (plan_linear looks at pointers for null and alignment, never through them).
-    prepared.values = static_cast<uint16_t*>(const_cast<void*>(x));
-    prepared.scales = buf_.unit_scales.as<float>();
-    const PreparedActivation raw = raw_activation(x, Tq, K, K, w.kind, input_numerics(w, force_exact));
-    if (plan_linear(prepared, w, groups, main.ws, *pol_).variant != "simt_gemv" ||
-        plan_linear(raw, w, groups, main.ws, *pol_).variant != "simt_gemv")
-        return none;
-    return raw;
+        return {};
+    const ActNumerics num = input_numerics(w, force_exact);
+    if (linear_choice(Tq, w, groups, num, *pol_) != "simt_gemv" ||
+        linear_choice(Tq, w, groups, num, *pol_, /*raw=*/true) != "simt_gemv")
+        return {};
+    return raw_activation(x, Tq, K, K, w.kind, num);
+}
+
+// prep_q_latent's storage as the copy q_norm's producer writes for wq_b in format `fmt` (the shape fields are filled
+// in by the producer).
+PreparedActivation ForwardPass::q_latent_prepared_for(const DeviceLinear& wq_b, ActFormat fmt) const {
+    PreparedActivation p;
+    p.values = buf_.prep_q_latent.values.as<uint16_t>();
+    p.scales = buf_.prep_q_latent.scales.as<float>();
+    p.layout = wq_b.kind;
+    p.numerics = num_.act;
+    p.format = fmt;
+    return p;
+}
+
+// normed_gemv's input for q_norm before wq_b: wq_a's raw output, the norm, the normed latent and `prepared`.
+NormedInput ForwardPass::q_norm_input(const ShardLayer& L, PreparedActivation* prepared) const {
+    NormedInput in;
+    in.x = buf_.q_latent_raw.as<bf16>();
+    in.weight = L.q_norm;
+    in.eps = float(cfg_.rms_norm_eps);
+    in.numerics = num_.act;
+    in.normed_out = buf_.q_latent.as<bf16>();
+    in.prepared_out = prepared;
+    return in;
 }
 
 // One token, where wq_b would run simt_gemv on q_norm's prepared output: q_norm inside wq_b's staging
@@ -404,48 +413,25 @@ PreparedActivation ForwardPass::raw_input(int Tq, const void* x, int64_t K, cons
 // branch, which reads the normed latent while wq_b runs.
 bool ForwardPass::q_norm_into_wq_b(const ShardLayer& L, int Tq, bool prefill, bool index_branch) const {
     if (Tq != 1 || prefill || index_branch || !pol_->takes_forced_only("norm_into_gemv")) return false;
-    const Lane main = streams_.main_lane();
-    const ActFormat fmt = input_format(Tq, L.wq_b);
-    if (fmt != ActFormat::MMA_F16 || !producer_prepares(L.wq_b, fmt)) return false;
-    const int64_t QL = cfg_.q_lora_rank;
-    PreparedActivation aq;  // what q_norm would leave prepared for wq_b: the plan of wq_b is read from it
-    describe_prepared(aq, L.wq_b.kind, num_.act, Tq, QL);
-    aq.values = buf_.prep_q_latent.values.as<uint16_t>();
-    aq.scales = buf_.prep_q_latent.scales.as<float>();
-    if (plan_linear(aq, L.wq_b, 1, main.ws, *pol_).variant != "simt_gemv") return false;
-    NormedInput in;
-    in.x = buf_.q_latent_raw.as<bf16>();
-    in.weight = L.q_norm;
-    in.normed_out = buf_.q_latent.as<bf16>();
-    in.prepared_out = &aq;
-    return *normed_gemv_unsupported(in, L.wq_b) == 0;
+    if (linear_choice(Tq, L.wq_b, 1, num_.act, *pol_) != "simt_gemv" ||
+        !producer_prepares(L.wq_b, ActFormat::MMA_F16))
+        return false;
+    PreparedActivation aq = q_latent_prepared_for(L.wq_b, ActFormat::MMA_F16);
+    return *normed_gemv_unsupported(q_norm_input(L, &aq), L.wq_b) == 0;
 }
 
 void ForwardPass::run_q_norm_in_wq_b(const ShardLayer& L, int Tq) {
-    const int64_t QL = cfg_.q_lora_rank;
     const Lane main = streams_.main_lane();
     PrepBuffer& pq = buf_.prep_q_latent;
-    pq.act.values = pq.values.as<uint16_t>();
-    pq.act.scales = pq.scales.as<float>();
-    pq.act.layout = L.wq_b.kind;
-    pq.act.numerics = num_.act;
-    pq.act.format = ActFormat::MMA_F16;
-    pq.act.raw = false;
-    NormedInput in;
-    in.x = buf_.q_latent_raw.as<bf16>();
-    in.weight = L.q_norm;
-    in.eps = float(cfg_.rms_norm_eps);
-    in.numerics = num_.act;
-    in.normed_out = buf_.q_latent.as<bf16>();
-    in.prepared_out = &pq.act;
+    pq.act = q_latent_prepared_for(L.wq_b, ActFormat::MMA_F16);
     {
         OpProfiler::Scope sc(prof_, "attn.q_norm + wq_b gemm");
         prof_.bytes(L.bytes.q_norm + L.bytes.wq_b);
-        normed_gemv(in, L.wq_b, buf_.queries.get(), OutKind::BF16, int64_t(shard_.spec().heads()) * cfg_.head_dim,
-                    main.ws, main.stream);
+        normed_gemv(q_norm_input(L, &pq.act), L.wq_b, buf_.queries.get(), OutKind::BF16,
+                    int64_t(shard_.spec().heads()) * cfg_.head_dim, main.ws, main.stream);
         prof_.variant("simt_gemv (q_norm in its staging)");
     }
-    adopt_produced(pq, buf_.q_latent.get(), Tq, QL, L.wq_b.kind, ActFormat::MMA_F16);  // written as q_norm would
+    adopt_produced(pq, buf_.q_latent.get(), Tq, cfg_.q_lora_rank, L.wq_b.kind, ActFormat::MMA_F16);
 }
 
 // One token: wo_a, the preparation of its output for wo_b and wo_b as one persistent kernel (gemm/gemv_chain.cuh)

@@ -168,6 +168,9 @@ PreparedActivation prepare_and_linear(const void* x, bool x_is_f32, int64_t M, i
 // first enabled and preferred one. Decided from shapes alone (no pointers); throws Error when no variant serves.
 ActFormat linear_input_format(int64_t M, const DeviceLinear& w, int groups, ActNumerics numerics,
                               const KernelPolicy& policy = KernelPolicy{}, bool raw = false);
+// ... and the name of that variant (raw: the one a raw_activation of that shape runs).
+std::string_view linear_choice(int64_t M, const DeviceLinear& w, int groups, ActNumerics numerics,
+                               const KernelPolicy& policy = KernelPolicy{}, bool raw = false);
 
 // What linear() does for a problem (tests, benchmarks): the variant, tokens per pass and K splits.
 struct LinearPlan {

@@ -170,18 +170,34 @@ const LinearVariant& choose_linear(const LinearCall& c, const KernelPolicy& poli
                        c.x.format == ActFormat::FP8_ROWS ? "FP8_ROWS" : "MMA_F16", " activation)"));
 }
 
-ActFormat linear_input_format(int64_t M, const DeviceLinear& w, int groups, ActNumerics numerics,
-                              const KernelPolicy& policy, bool raw) {
+namespace {
+
+// choose_linear from shapes alone: the first forced variant that supports the shape, else the first enabled and
+// preferred one, each asked on an activation of its own format (raw: raw bf16 rows).
+const LinearVariant& variant_for_shape(int64_t M, const DeviceLinear& w, int groups, ActNumerics numerics,
+                                       const KernelPolicy& policy, bool raw) {
     for (const LinearVariant& v : kVariants)
-        if (policy.is_forced(v.name) && v.supports_shape(M, w, groups, numerics, raw)) return v.format;
+        if (policy.is_forced(v.name) && v.supports_shape(M, w, groups, numerics, raw)) return v;
     for (const LinearVariant& v : kVariants) {
         if (policy.is_disabled(v.name) || !v.supports_shape(M, w, groups, numerics, raw)) continue;
         const PreparedActivation x = shaped_activation(v.format, M, w.in * groups, w.kind, numerics, raw);
         const DeviceLinear sw = shaped_weight(w);
-        if (v.preferred(LinearCall{x, sw, groups, nullptr}, policy)) return v.format;
+        if (v.preferred(LinearCall{x, sw, groups, nullptr}, policy)) return v;
     }
     throw_error(fs_cat("linear_input_format: no enabled kernel variant supports M = ", M, " x [", w.out, ", ", w.in,
                        "] (", kind_name(w.kind), ", ", groups, " groups", raw ? ", raw input" : "", ")"));
+}
+
+}  // namespace
+
+ActFormat linear_input_format(int64_t M, const DeviceLinear& w, int groups, ActNumerics numerics,
+                              const KernelPolicy& policy, bool raw) {
+    return variant_for_shape(M, w, groups, numerics, policy, raw).format;
+}
+
+std::string_view linear_choice(int64_t M, const DeviceLinear& w, int groups, ActNumerics numerics,
+                               const KernelPolicy& policy, bool raw) {
+    return variant_for_shape(M, w, groups, numerics, policy, raw).name;
 }
 
 const LinearVariant& linear_variant(std::string_view name) {
