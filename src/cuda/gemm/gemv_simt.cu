@@ -60,10 +60,10 @@ struct Args {
     float* partials;
     uint32_t* counters;
     // A raw bf16 row (one token) prepared while staging instead of x: a raw_activation, or normed_gemv's input
-    // (normed_gemv.cuh), normed first where `apply`.
-    struct Norm {
+    // (normed_gemv.cuh), normed first where `norm`.
+    struct RawRow {
         const uint16_t* x;       // raw bf16 row (its group's columns from the CTA's first column, as a.x)
-        bool apply;              // RMSNorm first (normed_gemv), else the row as it is (raw_activation)
+        bool norm;               // RMSNorm first (normed_gemv), else the row as it is (raw_activation)
         const uint16_t* weight;  // bf16 [K] or null
         float eps;
         int numerics;
@@ -71,12 +71,12 @@ struct Args {
         uint16_t* prep_values;   // prepared copy [prep_m_pad, K] or null (rows past 0: zeros), its scales beside
         float* prep_scales;
         int prep_m_pad;
-    } norm;
+    } row;
 };
 
-// normed_gemv's staging. 1 / rms of the raw row, computed by the calling warp alone in rmsnorm's vector-path order
-// (rms_row.cuh: lane l sums its 16-byte chunks l + 32 v in v order, then the warp's butterfly), so every warp of
-// every CTA gets the bits rmsnorm gets. K <= 2,048: at most 8 chunks per lane.
+// The raw row's staging. 1 / rms of the row (normed_gemv), computed by the calling warp alone in rmsnorm's
+// vector-path order (rms_row.cuh: lane l sums its 16-byte chunks l + 32 v in v order, then the warp's butterfly), so
+// every warp of every CTA gets the bits rmsnorm gets. K <= 2,048: at most 8 chunks per lane.
 __device__ __forceinline__ float row_inverse_rms(const uint16_t* x, int K, float eps, int lane) {
     const int n8 = K / 8;
     uint4 raw[8];
@@ -90,17 +90,17 @@ __device__ __forceinline__ float row_inverse_rms(const uint16_t* x, int K, float
     return rms_row::inverse_rms(ss, K, eps);
 }
 
-// Columns [col0, col0 + len) of the raw row, normed where n.apply, into xsm as stage_x stages a prepared activation
+// Columns [col0, col0 + len) of the raw row, normed where n.norm, into xsm as stage_x stages a prepared activation
 // (the stored order, times the block scale). Thread tid takes the 8-column pieces tid + blockDim j, so a half warp
 // holds one 128-block (col0 and len multiples of 128, blockDim a multiple of 32): rmsnorm's values (x r w, rounded
 // to bf16; without the norm r = 1 and no weight, so x itself), then prepare_block's scale and values.
 // write_out: also the normed row and its prepared copy (row 0).
 template <WeightKind WK>
-__device__ __forceinline__ void stage_normed(float* xsm, const Args::Norm& n, int K, int64_t col0, int len, float r,
-                                             bool write_out) {
+__device__ __forceinline__ void stage_row(float* xsm, const Args::RawRow& n, int64_t col0, int len, float r,
+                                          bool write_out) {
     constexpr int CPL = cols_per_lane<WK>(), LS = lane_stride<WK>();
     const int lane = threadIdx.x & 31;
-    const bool with_weight = n.apply && n.weight != nullptr;
+    const bool with_weight = n.norm && n.weight != nullptr;
     for (int i = threadIdx.x; i < len / 8; i += blockDim.x) {
         const int64_t col = col0 + 8 * int64_t(i);
         uint4 xr = *reinterpret_cast<const uint4*>(n.x + col);
@@ -135,19 +135,17 @@ __device__ __forceinline__ void stage_normed(float* xsm, const Args::Norm& n, in
     }
 }
 
-// The prepared copy's padding rows 1 .. prep_m_pad - 1 (zeros and the scale of an all-zero block, as rmsnorm writes
-// them), by one CTA.
-__device__ __forceinline__ void zero_prepared_padding(const Args::Norm& n, int K) {
-    const int per_row = K / 8, pieces = (n.prep_m_pad - 1) * per_row;
+// The prepared copy's padding rows 1 .. prep_m_pad - 1, as rmsnorm writes them (store_prepared_zero_x8), by one
+// CTA: piece i is piece i % 16 of the padding's 128-block i / 16 (rows of K % 128 == 0 columns are contiguous blocks).
+__device__ __forceinline__ void zero_prepared_padding(const Args::RawRow& n, int K) {
+    const int pieces = (n.prep_m_pad - 1) * (K / 8);
     for (int i = threadIdx.x; i < pieces; i += blockDim.x)
-        *reinterpret_cast<uint4*>(n.prep_values + int64_t(K) + 8 * int64_t(i)) = make_uint4(0u, 0u, 0u, 0u);
-    const int blocks = (n.prep_m_pad - 1) * (K / 128);
-    for (int i = threadIdx.x; i < blocks; i += blockDim.x)
-        n.prep_scales[K / 128 + i] = prepared_block_scale(0.f, n.numerics);
+        store_prepared_zero_x8(i, n.numerics, n.prep_values + K + 128 * int64_t(i / 16),
+                               n.prep_scales + K / 128 + i / 16);
 }
 
-// ROW (T = 1): the activation staged from the raw row a.norm (stage_normed; normed_gemv or a raw_activation)
-// instead of the prepared a.x.
+// ROW (T = 1): the activation staged from the raw row a.row (stage_row; normed_gemv or a raw_activation) instead
+// of the prepared a.x.
 template <WeightKind WK, int T, bool ROW = false>
 __global__ void __launch_bounds__(kWarps * 32, T <= 2 ? 4 : (T <= 4 ? 3 : 2)) gemv_kernel(const Args a) {
     constexpr int CPL = cols_per_lane<WK>();
@@ -189,14 +187,14 @@ __global__ void __launch_bounds__(kWarps * 32, T <= 2 ? 4 : (T <= 4 ? 3 : 2)) ge
     float norm_r = 1.f;
     if constexpr (ROW) {
         static_assert(T == 1, "a raw row: one token");
-        if (a.norm.apply) norm_r = row_inverse_rms(a.norm.x, int(a.K), a.norm.eps, lane);
-        if (blockIdx.x == 0 && split == 0 && a.norm.prep_values) zero_prepared_padding(a.norm, int(a.K));
+        if (a.row.norm) norm_r = row_inverse_rms(a.row.x, int(a.K), a.row.eps, lane);
+        if (blockIdx.x == 0 && split == 0 && a.row.prep_values) zero_prepared_padding(a.row, int(a.K));
     }
     for (int64_t k0 = k_begin; k0 < k_end; k0 += a.chunk_cols) {
         const int len = int(min(int64_t(a.chunk_cols), k_end - k0));
         __syncthreads();
         if constexpr (ROW)
-            stage_normed<WK>(xsm, a.norm, int(a.K), cta_col0 + k0, len, norm_r, blockIdx.x == 0);
+            stage_row<WK>(xsm, a.row, cta_col0 + k0, len, norm_r, blockIdx.x == 0);
         else
             stage_x<WK, T>(xsm, t_stride, a.x, a.x_ld, a.xs, a.xs_ld, cta_col0 + k0, len, row_of);
         __syncthreads();
@@ -258,7 +256,7 @@ int plan_splits(const DeviceLinear& w, int64_t M, const GemmWorkspace* ws) {
     return mma_gemv::split_k(row_blocks(w), w.in / 128, M, w.out, 4, 4, ws);
 }
 
-// Everything of a launch but the activation (a.x, a.xs, ...; or a.norm).
+// Everything of a launch but the activation (a.x, a.xs, ...; or a.row).
 Args weight_args(const DeviceLinear& w, int groups, int T, int splits, const LinearOut& out, const GemmWorkspace* ws) {
     const int64_t n_steps = w.in / 128;
     Args a{};
@@ -317,8 +315,8 @@ void run(const LinearCall& c, const LinearPlan& plan, const KernelPolicy&, const
     Args a = weight_args(c.w, c.groups, T, plan.k_splits, out, c.ws);
     a.M = x.m;
     if (x.raw) {  // one raw bf16 row, prepared while staging (the same bits as prepare_activation, then this)
-        a.norm.x = x.values;
-        a.norm.numerics = int(x.numerics);
+        a.row.x = x.values;
+        a.row.numerics = int(x.numerics);
         const Kernel k = c.w.kind == WeightKind::FP8_BLOCK128 ? gemv_kernel<WeightKind::FP8_BLOCK128, 1, true>
                                                               : gemv_kernel<WeightKind::FP4_BLOCK32, 1, true>;
         launch(k, a, c.w, 1, stream);
@@ -355,7 +353,8 @@ const char* normed_gemv_unsupported(const NormedInput& in, const DeviceLinear& w
         if (!p->values || !p->scales || !aligned16(p->values) || p->layout != w.kind)
             return "prepared_out: values and scales for the weight's layout, 16-byte aligned";
         if (p->format != ActFormat::MMA_F16 || p->raw) return "prepared_out: the MMA_F16 form only";
-        if (overlaps(p->values, size_t(8) * size_t(w.in) * 2) || overlaps(p->scales, size_t(8) * size_t(w.in / 128) * 4))
+        if (overlaps(p->values, size_t(8) * size_t(w.in) * 2) ||
+            overlaps(p->scales, size_t(8) * size_t(w.in / 128) * 4))
             return "prepared_out: apart from x";
     }
     return "";
@@ -369,17 +368,17 @@ void normed_gemv(const NormedInput& in, const DeviceLinear& w, void* y, OutKind 
     using namespace simt_gemv;
     Args a = weight_args(w, 1, 1, plan_splits(w, 1, ws), LinearOut{y, y_kind, ld_y}, ws);
     a.M = 1;
-    a.norm.x = reinterpret_cast<const uint16_t*>(in.x);
-    a.norm.apply = true;
-    a.norm.weight = reinterpret_cast<const uint16_t*>(in.weight);
-    a.norm.eps = in.eps;
-    a.norm.numerics = int(in.numerics);
-    a.norm.normed = reinterpret_cast<uint16_t*>(in.normed_out);
+    a.row.x = reinterpret_cast<const uint16_t*>(in.x);
+    a.row.norm = true;
+    a.row.weight = reinterpret_cast<const uint16_t*>(in.weight);
+    a.row.eps = in.eps;
+    a.row.numerics = int(in.numerics);
+    a.row.normed = reinterpret_cast<uint16_t*>(in.normed_out);
     if (PreparedActivation* p = in.prepared_out) {
         describe_prepared(*p, w.kind, in.numerics, 1, w.in);
-        a.norm.prep_values = p->values;
-        a.norm.prep_scales = p->scales;
-        a.norm.prep_m_pad = int(p->m_pad);
+        a.row.prep_values = p->values;
+        a.row.prep_scales = p->scales;
+        a.row.prep_m_pad = int(p->m_pad);
     }
     const Kernel k = w.kind == WeightKind::FP8_BLOCK128 ? gemv_kernel<WeightKind::FP8_BLOCK128, 1, true>
                                                         : gemv_kernel<WeightKind::FP4_BLOCK32, 1, true>;
