@@ -47,12 +47,7 @@ Lane StreamSet::fork(SideStream& s) {
     return {s.stream_, &s.ws_};
 }
 
-void StreamSet::join(SideStream& s) {
-    if (!s.open_) return;
-    s.open_ = false;
-    CUDA_CHECK(cudaEventRecord(s.done_, s.stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(main_, s.done_, 0));
-}
+void StreamSet::join(SideStream& s) { join_into(s, main_lane()); }
 
 void StreamSet::join_into(SideStream& s, const Lane& into) {
     if (!s.open_) return;
@@ -61,17 +56,19 @@ void StreamSet::join_into(SideStream& s, const Lane& into) {
     CUDA_CHECK(cudaStreamWaitEvent(into.stream, s.done_, 0));
 }
 
+std::array<SideStream*, 8> StreamSet::side_streams() {
+    return {&window_kv, &index_compressor, &aux, &compressor_gate, &index_compressor_gate, &index_query,
+            &weight_prefetch, &wo_a_widen};
+}
+
 void StreamSet::set_branch_priority(bool greatest) {
     int least = 0, most = 0;
     CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &most));
-    for (SideStream* s : {&window_kv, &index_compressor, &aux, &compressor_gate, &index_compressor_gate, &index_query,
-                          &weight_prefetch, &wo_a_widen})
-        s->recreate(greatest ? most : least);
+    for (SideStream* s : side_streams()) s->recreate(greatest ? most : least);
 }
 
 void StreamSet::reset_branches() {
-    window_kv.open_ = index_compressor.open_ = aux.open_ = index_query.open_ = weight_prefetch.open_ = false;
-    wo_a_widen.open_ = compressor_gate.open_ = index_compressor_gate.open_ = false;
+    for (SideStream* s : side_streams()) s->open_ = false;
 }
 
 }  // namespace flashseek::cuda

@@ -9,6 +9,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <array>
+
 #include "cuda/gemm/linear.cuh"
 
 namespace flashseek::cuda {
@@ -68,6 +70,7 @@ public:
     SideStream wo_a_widen{false};                 // wo_a widened to bf16 beside the query path (forward_attention)
 
 private:
+    std::array<SideStream*, 8> side_streams();  // every side stream above
     cudaStream_t main_ = nullptr;
     GemmWorkspace main_ws_{};
     bool branches_ = true;
