@@ -1,7 +1,8 @@
 // The MoE sub-block of one layer on the GPU, in the CPU forward's order (src/cpu/forward_moe.cpp): router logits
 // (bf16 gate in fp32), route (sqrt-softplus + bias top-k, or the token-id hash table), grouping by expert, the
 // fused w1/w3 + SwiGLU(clamp) + routing weight per active expert, w2, the shared expert in dense mode (a side
-// branch beside the routing, StreamSet::fork / join), and the combine.
+// branch beside the routing, StreamSet::fork / join), and the combine. At one token the routed experts' input tile
+// is packed on another branch beside the routing (moe_expert_up_pack_ahead).
 #include <algorithm>
 #include <vector>
 
@@ -26,6 +27,15 @@ void ForwardPass::enqueue_moe(int l, const PassShape& s, bool combine) {
     const PreparedActivation& ax =
         raw ? raw_x : prepare_as(ActFormat::MMA_F16, buf_.prep_x_expert, buf_.sub_in.get(), false, T, D, D, w1, false,
                                  nullptr);
+    // One token: the routed up-projection's tile does not depend on the routing either (every active expert's tile is
+    // the token alone): packed on a branch of its own as soon as x is, beside the router and the routing, instead of
+    // after them on the main path; joined before the up-projection (below), which reads it through routed_x's mark.
+    PreparedActivation routed_x = ax;
+    if (moe_expert_up_packs_ahead(ax, L.routed, &buf_.grouping, T, K, num_.act, *pol_)) {
+        OpProfiler::Scope sc(prof_, "moe.routed w1+w3+swiglu");
+        const Lane lane = streams_.fork(streams_.expert_pack);
+        moe_expert_up_pack_ahead(routed_x, L.routed, &buf_.grouping, T, K, num_.act, lane.stream, *pol_);
+    }
     // The shared expert does not depend on the routing: a side branch beside the router and the routed experts,
     // joined before the combine. A shard may hold no part of it.
     const bool shared = shard_.spec().has_shared();
@@ -40,6 +50,10 @@ void ForwardPass::enqueue_moe(int l, const PassShape& s, bool combine) {
         prof_.bytes(L.bytes.router);
         lin(ag, L.gate, buf_.router_logits.get(), OutKind::F32, E);
     }
+    // Where the packing branch joins: before the up-projection (default), or where forced
+    // ("moe_pack_join_routing") before the routing; a kernel that waits for two branches starts only when both have
+    // ended (no programmatic early start), so the join sits before whichever start costs less (A/B).
+    if (pol_->is_forced("moe_pack_join_routing")) streams_.join(streams_.expert_pack);
     {
         OpProfiler::Scope sc(prof_, "moe.route + group");
         prof_.bytes(L.bytes.route);
@@ -55,10 +69,12 @@ void ForwardPass::enqueue_moe(int l, const PassShape& s, bool combine) {
         CUDA_CHECK(cudaStreamSynchronize(stream));
         distinct_experts_ += n_active;
     }
+    streams_.join(streams_.expert_pack);
     {
         OpProfiler::Scope sc(prof_, "moe.routed w1+w3+swiglu");
         prof_.bytes(double(n_active) * L.bytes.expert_up);
-        prof_.variant(moe_expert_up(ax, L.routed, &buf_.grouping, T, K, limit, num_.act, buf_.moe_h.act, stream, *pol_));
+        prof_.variant(moe_expert_up(routed_x, L.routed, &buf_.grouping, T, K, limit, num_.act, buf_.moe_h.act, stream,
+                                    *pol_));
     }
     {
         OpProfiler::Scope sc(prof_, "moe.routed w2");

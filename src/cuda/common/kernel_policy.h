@@ -38,6 +38,10 @@
 //           raw_activation; the same bits; disabled: a preparation launch before each),
 //           compressor_gate_lane (each compressor's gate GEMV on a side stream of its own beside its wkv GEMV,
 //           the same kernels; disabled: both on the compressor's stream, one after the other)
+//           moe_pack_ahead (one token: wgmma_experts' up-projection tile packed on a side stream as soon as the
+//           MoE input is, beside the router and the routing, moe/moe.cuh; the same bits; disabled: packed after the
+//           routing on the main stream), moe_pack_join_routing (forced only: that branch joined before the routing
+//           instead of before the up-projection; an A/B of where the join's lost early start costs less)
 //   epilogue: gemm_tma_store (the wgmma GEMMs' bf16 output tiles written by TMA from shared memory, overlapping
 //           the next tile; disabled: stored by the math warps, the same bits)
 //   work split: moe_half_items (the warp-specialized wgmma_experts kernel on items of one 64-row part where a call

@@ -608,6 +608,24 @@ std::string_view moe_expert_up(const PreparedActivation& x, const ExpertTable& t
     return v.name;
 }
 
+bool moe_expert_up_packs_ahead(const PreparedActivation& x, const ExpertTable& t, const MoeGrouping* grouping,
+                               int64_t M, int top_k, ActNumerics h_numerics, const KernelPolicy& policy) {
+    if (M != 1 || grouping == nullptr || policy.is_disabled("moe_pack_ahead")) return false;
+    const ExpertCall c{true, x, t, grouping, M, top_k, h_numerics};
+    const ExpertVariant* v = first_taking(policy, [&](const ExpertVariant& u, bool forced) {
+        return u.supports(c) && (forced || u.preferred(c, policy));
+    });
+    return v != nullptr && v->name == "wgmma_experts";
+}
+
+void moe_expert_up_pack_ahead(PreparedActivation& x, const ExpertTable& t, const MoeGrouping* grouping, int64_t M,
+                              int top_k, ActNumerics h_numerics, cudaStream_t stream, const KernelPolicy& policy) {
+    FS_REQUIRE(moe_expert_up_packs_ahead(x, t, grouping, M, top_k, h_numerics, policy),
+               "moe_expert_up_pack_ahead: the call (M = ", M, ") does not take a tile packed ahead");
+    wgmma_experts::pack_ahead(ExpertCall{true, x, t, grouping, M, top_k, h_numerics}, stream);
+    x.packed_tiles = grouping->act_tiles;
+}
+
 bool moe_expert_up_takes_raw(const PreparedActivation& raw_x, const PreparedActivation& prepared_x,
                              const ExpertTable& t, const MoeGrouping* grouping, int64_t M, int top_k,
                              ActNumerics h_numerics, const KernelPolicy& policy) {

@@ -131,6 +131,17 @@ std::string_view moe_expert_up(const PreparedActivation& x, const ExpertTable& t
 bool moe_expert_up_takes_raw(const PreparedActivation& raw_x, const PreparedActivation& prepared_x,
                              const ExpertTable& table, const MoeGrouping* grouping, int64_t M, int top_k,
                              ActNumerics h_numerics, const KernelPolicy& policy = KernelPolicy{});
+// One token of a routed up-projection: where the catalogue's choice for the call reads packed 16-token tiles
+// (wgmma_experts), every active expert's tile is the same (the token's column, zeros beside it), so it need not
+// wait for the routing. moe_expert_up_packs_ahead says whether that is so (and the policy leaves "moe_pack_ahead"
+// enabled); moe_expert_up_pack_ahead then packs x's tile on `stream` (after x is written, before the routing is
+// needed) and marks x (PreparedActivation::packed_tiles), and moe_expert_up given the marked x skips its own pack:
+// the pack leaves the router -> routing -> up-projection chain. The same bits.
+bool moe_expert_up_packs_ahead(const PreparedActivation& x, const ExpertTable& table, const MoeGrouping* grouping,
+                               int64_t M, int top_k, ActNumerics h_numerics, const KernelPolicy& policy = KernelPolicy{});
+void moe_expert_up_pack_ahead(PreparedActivation& x, const ExpertTable& table, const MoeGrouping* grouping, int64_t M,
+                              int top_k, ActNumerics h_numerics, cudaStream_t stream,
+                              const KernelPolicy& policy = KernelPolicy{});
 // A dense expert run as two linears (w1 -> g, w3 -> u, bf16 [M, inter] with row stride ld): h = the prepared
 // activation (layout, numerics) of round_bf16(silu(min(g, limit)) * clamp(u, +-limit)), as moe_expert_up writes it.
 // h: values/scales sized for (M, inter); its other fields are filled in.

@@ -22,6 +22,9 @@
 //     (count 1 + threads). Three stages per CTA, refilled across items. Before the boxes the weight rows moved by
 //     per-lane 16-byte cp.async (1,024 per stage through the load/store unit, ~3 TB/s at 16-128 sequences); one
 //     cp.async.bulk per row before that was issued by ptxas one lane at a time (docs/perf-log).
+//   - One token: every active expert's tile holds the token alone, so it is packed once, before the routing, on a
+//     branch beside it (pack_ahead), and every item reads that tile (TileList::one_tile): the pack leaves the
+//     router -> routing -> up-projection chain.
 //   - FP4 -> e4m3 by bit moves (bulk_copy.cuh fp4x8_to_e4m3, FP4 value x 2^-6): one 32-bit word per row and
 //     k-step per thread gives the even weights (a0 / a1) and the odd ones (a2 / a3), so the logical k order of a
 //     step is phys {0,2,..,30} then {1,3,..,31} within each 8-weight group; pack_tiles_kernel writes the B tile in
@@ -103,10 +106,12 @@ struct TileList {
     int max_tiles;  // the grid was sized for this many tiles
     uint8_t* tiles;     // per tile: [K / 32][512] packed activations (the wgmma B tile)
     float* tile_scales; // per tile: [K / 128][16]
+    // One token packed ahead of the routing (pack_ahead): every tile's B columns and scales are tile 0's.
+    bool one_tile = false;
 };
-TileList tile_list(const MoeGrouping& g, int max_tiles) {
-    return TileList{g.tile_expert, g.tile_col,   g.n_tiles,        g.expert_count,
-                    g.expert_offset, max_tiles, g.act_tiles, g.act_tile_scales};
+TileList tile_list(const MoeGrouping& g, int max_tiles, bool one_tile = false) {
+    return TileList{g.tile_expert,   g.tile_col, g.n_tiles,   g.expert_count,       g.expert_offset,
+                    max_tiles,       g.act_tiles, g.act_tile_scales, one_tile};
 }
 
 #if FS_WGMMA_AVAILABLE
@@ -114,10 +119,10 @@ TileList tile_list(const MoeGrouping& g, int max_tiles) {
 __device__ __forceinline__ int tile_count(const TileList& t) { return min(*t.n_tiles, t.max_tiles); }
 // Tile pos's B tile and its scales, for K weights per row.
 __device__ __forceinline__ uint8_t* tile_codes(const TileList& t, int pos, int K) {
-    return t.tiles + int64_t(pos) * (K / 32) * wgmma::kStepBytes;
+    return t.tiles + int64_t(t.one_tile ? 0 : pos) * (K / 32) * wgmma::kStepBytes;
 }
 __device__ __forceinline__ float* tile_scale_rows(const TileList& t, int pos, int K) {
-    return t.tile_scales + int64_t(pos) * (K / 128) * 16;
+    return t.tile_scales + int64_t(t.one_tile ? 0 : pos) * (K / 128) * 16;
 }
 // Column c (0..15) of tile pos: whether a slot of its expert fills it (else its codes are zeros and its scale 0) and
 // that slot.
@@ -168,6 +173,9 @@ struct PackArgs {
     int K;
     const int32_t* slot_token;  // up: activation row of a slot; down: null (row = slot)
     TileList t;
+    // One token, packed ahead of the routing (pack_ahead): tile 0 only, its column 0 = the token, the rest zeros;
+    // nothing of the grouping is read (it is being written meanwhile).
+    bool ahead;
 };
 
 // Logical position (in the B tile's k order) of natural position p (0..31) of a 32-weight step: even p belong to
@@ -202,9 +210,9 @@ __global__ void __launch_bounds__(kPackThreads) pack_tiles_kernel(const PackArgs
     pdl_wait();  // PDL: first statement (common/pdl.cuh contract)
     pdl_trigger();
     const int pos = int(blockIdx.x);
-    if (pos >= tile_count(a.t)) return;
+    if (!a.ahead && pos >= tile_count(a.t)) return;
     const int c = int(threadIdx.x) / 16, steps = a.K / 32;
-    const auto [valid, slot] = tile_column(a.t, pos, c);
+    const auto [valid, slot] = a.ahead ? TileColumn{c == 0, 0} : tile_column(a.t, pos, c);
     const int64_t row = !valid ? 0 : a.slot_token ? a.slot_token[slot] : slot;
     const uint16_t* xr = a.values + row * a.ld;
     int s_of[kPackStepsPerThread];
@@ -999,9 +1007,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) wgmma_expert_ws_kernel(const Ar
 #endif
 }
 
+// ahead: one token's tile, packed before the grouping exists (pack_ahead).
 void pack(const PreparedActivation& x, const MoeGrouping& g, int max_tiles, const int32_t* slot_token,
-          cudaStream_t stream) {
+          cudaStream_t stream, bool ahead = false) {
     PackArgs p{};
+    p.ahead = ahead;
     p.values = x.values;
     p.scales = x.scales;
     p.ld = x.k_pad;
@@ -1044,10 +1054,11 @@ bool balanced(bool up, const KernelPolicy& policy) {
 
 // max_tiles: the worst grouping's 16-token tiles for the call (tiles_for), the grid's and the pack's size. Returns
 // whether the warp-specialized kernel took half items (the up-projection then left w3's sums in a.u).
+// one_tile: every tile reads tile 0 (one token packed ahead).
 template <bool UP>
 bool launch(Args a, const MoeGrouping& g, int max_tiles, int64_t tokens, const KernelPolicy& policy,
-            cudaStream_t stream) {
-    a.t = tile_list(g, max_tiles);
+            cudaStream_t stream, bool one_tile = false) {
+    a.t = tile_list(g, max_tiles, one_tile);
     a.slot_weight = g.slot_weight;
     a.split_partials = g.split_partials;
     a.split_counters = g.split_counters;
@@ -1087,6 +1098,14 @@ bool launch(Args a, const MoeGrouping& g, int max_tiles, int64_t tokens, const K
 
 int tiles_for(const ExpertCall& c) { return int(moe_act_tiles_needed(c.grouping->E, c.M * c.top_k)); }
 
+// One token: every active expert has one tile whose only column is the token, so the tile does not depend on the
+// routing and is packed once, into tile 0, as soon as x is (moe_expert_up_pack_ahead: on a branch beside the router
+// and the routing instead of after them). x.packed_tiles == the grouping's tiles marks it; up() then reads tile 0
+// for every expert. The same bytes as pack() writes into each expert's tile, so the same bits.
+bool packed_ahead(const ExpertCall& c) {
+    return c.up && c.M == 1 && c.grouping != nullptr && c.x.packed_tiles == c.grouping->act_tiles;
+}
+
 bool prepared_release(const PreparedActivation& x) {
     return !x.raw && x.numerics == ActNumerics::FP8_BLOCK128 && x.layout == WeightKind::FP4_BLOCK32 &&
            x.values != nullptr && x.scales != nullptr;
@@ -1119,12 +1138,20 @@ bool preferred(const ExpertCall& c, const KernelPolicy& policy) {
     return c.M >= policy.moe_wgmma_min_tokens && c.M <= policy.moe_wgmma_max_tokens;
 }
 
+// The tile of packed_ahead (above), on `stream`, after x is written.
+void pack_ahead(const ExpertCall& c, cudaStream_t stream) {
+    FS_REQUIRE(c.up && c.M == 1 && c.grouping != nullptr && supports(c),
+               "wgmma_experts::pack_ahead: one token of a routed up-projection this variant supports, not M = ", c.M);
+    pack(c.x, *c.grouping, 1, nullptr, stream, /*ahead=*/true);
+}
+
 void up(const ExpertCall& c, const KernelPolicy& policy, float swiglu_limit, PreparedActivation& h,
         cudaStream_t stream) {
     const ExpertTable& t = c.t;
     const MoeGrouping& g = *c.grouping;
     const int max_tiles = tiles_for(c);
-    pack(c.x, g, max_tiles, g.slot_token, stream);
+    const bool ahead = packed_ahead(c);
+    if (!ahead) pack(c.x, g, max_tiles, g.slot_token, stream);
     Args a{};
     set_projection(a, t, true);
     a.maps = static_cast<const unsigned char*>(t.w_maps);
@@ -1135,7 +1162,7 @@ void up(const ExpertCall& c, const KernelPolicy& policy, float swiglu_limit, Pre
     // the call's slots fit.
     const size_t u_bytes = size_t(c.M) * size_t(c.top_k) * size_t(h.k_pad) * 2;
     if (u_bytes <= size_t(g.split_slots) * kSplitFloatsPerSlot * 4) a.u = reinterpret_cast<uint16_t*>(g.split_partials);
-    const bool half = launch<true>(a, g, max_tiles, c.M, policy, stream);
+    const bool half = launch<true>(a, g, max_tiles, c.M, policy, stream, ahead);
     quantize_h_tiles(h, g, max_tiles, stream, half ? a.u : nullptr, swiglu_limit);
 }
 

@@ -169,6 +169,14 @@ TEST_F(CudaPrefillInvariance, NormIntoGemvKeepsLogits) {
     expect_same_with_env("FLASHSEEK_FORCE", "norm_into_gemv");
 }
 
+// The routed experts' one-token tile packed ahead and joined before the routing instead of before the up-projection
+// (FLASHSEEK_FORCE=moe_pack_join_routing, forced-only): another graph shape, the same kernels; the three decode steps
+// keep their logits bit for bit.
+TEST_F(CudaPrefillInvariance, PackJoinAtRoutingKeepsLogits) {
+    SCOPED_TRACE("seed=" + std::to_string(seed_));
+    expect_same_with_env("FLASHSEEK_FORCE", "moe_pack_join_routing");
+}
+
 // The side streams at the greatest priority (FLASHSEEK_BRANCH_PRIORITY=1) change when kernels start, not what they
 // compute.
 TEST_F(CudaPrefillInvariance, BranchPriorityKeepsLogits) {
@@ -274,8 +282,9 @@ TEST_P(CudaHeadRowsLastLayer, MatchesAllRows) {
 // routed_bf16_out); mhc_pre's norm and q_norm writing the act_quant rows of the first FP8 GEMM that reads their
 // output (norm_fp8_rows: wq_a, or wkv in a last layer on the head rows, the shared expert's w1, wq_b); the widened
 // wo_a GEMM writing wo_b's act_quant rows instead of its bf16 output (wo_a_fp8_rows); wo_a's and wo_b's one-token
-// GEMVs preparing their bf16 inputs while staging (prepare_in_gemv: the three decode steps); and the compressors'
-// gate GEMVs on streams of their own (compressor_gate_lane: the same kernels in another graph shape).
+// GEMVs preparing their bf16 inputs while staging (prepare_in_gemv: the three decode steps); the compressors'
+// gate GEMVs on streams of their own (compressor_gate_lane: the same kernels in another graph shape); and the routed
+// experts' one-token tile packed beside the routing (moe_pack_ahead: the three decode steps).
 class CudaProducerFormsMatchSeparateSteps : public CudaPrefillInvariance,
                                             public ::testing::WithParamInterface<const char*> {};
 
@@ -286,7 +295,7 @@ TEST_P(CudaProducerFormsMatchSeparateSteps, SameLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Switches, CudaProducerFormsMatchSeparateSteps,
                          ::testing::Values("shared_bf16_out", "routed_bf16_out", "norm_fp8_rows", "wo_a_fp8_rows",
-                                           "compressor_gate_lane", "prepare_in_gemv"),
+                                           "compressor_gate_lane", "prepare_in_gemv", "moe_pack_ahead"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(LastLayerRatios, CudaHeadRowsLastLayer, ::testing::Values(4, 5),

@@ -669,7 +669,9 @@ struct LayerRun {
 
 // route -> group (done once) -> up -> down for the routed experts, dense up / down for the shared one, combine;
 // every output poisoned first (h too, in the caller's storage and in the grouping's GEMM workspace).
-LayerRun run_layer(MoeLayerData& L, const KernelPolicy& policy, bool raw_routed, bool raw_shared) {
+// routed_in (optional): the routed up-projection's input instead of L's (a copy of it marked as packed ahead).
+LayerRun run_layer(MoeLayerData& L, const KernelPolicy& policy, bool raw_routed, bool raw_shared,
+                   const cuda::PreparedActivation* routed_in = nullptr) {
     const ExpertCase& c = L.c;
     for (auto* a : {&L.y, &L.ys, &L.out, &L.hs, &L.hss}) a->poison();
     for (auto* a : {&L.hv, &L.hsv}) a->poison();
@@ -680,7 +682,7 @@ LayerRun run_layer(MoeLayerData& L, const KernelPolicy& policy, bool raw_routed,
     r.hsh.values = L.hsv.ptr;
     r.hsh.scales = L.hss.ptr;
     const cuda::MoeGrouping& g = L.grouping();
-    r.variant[0] = cuda::moe_expert_up(raw_routed ? L.r4 : L.p4, L.routed.table, &g, c.M, c.top_k, kSwigluLimit,
+    r.variant[0] = cuda::moe_expert_up(routed_in ? *routed_in : raw_routed ? L.r4 : L.p4, L.routed.table, &g, c.M, c.top_k, kSwigluLimit,
                                        c.numerics, r.h, nullptr, policy);
     r.variant[1] = cuda::moe_expert_down(r.h, L.routed.table, &g, c.M, c.top_k, L.y.ptr, nullptr, policy);
     r.variant[2] = cuda::moe_expert_up(raw_shared ? L.r8 : L.p8, L.shared.table, nullptr, c.M, c.top_k, kSwigluLimit,
@@ -850,6 +852,28 @@ void check_case(const ExpertCase& c, VariantCoverage& coverage) {
             EXPECT_TRUE(bit_identical(down_y(unpacked), fused)) << "the down-projection's own packing differs";
             coverage.ran(v.name, "h tiles");
         }
+        // One token: wgmma_experts' up-projection from the tile packed ahead of the routing, on another stream, into
+        // tile memory poisoned first (moe_expert_up_pack_ahead; every expert then reads that one tile), must give the
+        // same bits as from its own packing after the routing.
+        if (v.name == "wgmma_experts" && supported[0] && c.M == 1 && !routed_raw) {
+            const cuda::MoeGrouping& g = L.grouping();
+            ASSERT_TRUE(cuda::moe_expert_up_packs_ahead(L.p4, L.routed.table, &g, c.M, c.top_k, c.numerics, only));
+            KernelPolicy no_ahead = only;
+            no_ahead.disabled.push_back("moe_pack_ahead");
+            EXPECT_FALSE(cuda::moe_expert_up_packs_ahead(L.p4, L.routed.table, &g, c.M, c.top_k, c.numerics, no_ahead));
+            CUDA_CHECK(cudaMemset(g.act_tiles, 0x7f, size_t(g.act_tile_count) * size_t(g.act_tile_k / 32) * 512));
+            CUDA_CHECK(cudaMemset(g.act_tile_scales, 0xff, size_t(g.act_tile_count) * size_t(g.act_tile_k / 128) * 64));
+            cudaStream_t side = nullptr;
+            CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+            cuda::PreparedActivation ahead = L.p4;
+            cuda::moe_expert_up_pack_ahead(ahead, L.routed.table, &g, c.M, c.top_k, c.numerics, side, only);
+            CUDA_CHECK(cudaStreamSynchronize(side));
+            CUDA_CHECK(cudaStreamDestroy(side));
+            EXPECT_EQ(ahead.packed_tiles, g.act_tiles) << "the input was not marked as packed ahead";
+            EXPECT_TRUE(bit_identical(run_layer(L, only, false, shared_raw, &ahead).out, a.out))
+                << "the up-projection from the tile packed ahead differs from its own packing";
+            coverage.ran(v.name, "packed ahead");
+        }
         // wgmma_experts' kernels (warp-specialized with mbarrier releases, the default; the same with named-barrier
         // releases; round robin) compute each item the same way (the same products, sums and order) wherever it runs:
         // the same bits.
@@ -898,6 +922,8 @@ TEST(ExpertFamily, EveryCaseThroughEveryVariant) {
     coverage.require("tile_experts", "dense");
     // The grouped GEMMs with a one-token and an empty expert group (their per-expert tiles and masks).
     coverage.require("grouped_experts", "pinned-groups");
+    // One token's up-projection tile packed ahead of the routing (the V4-like one-token cases; not in --quick).
+    if (!quick_mode() && cuda::wgmma_usable()) coverage.require("wgmma_experts", "packed ahead");
     const auto cases = expert_cases();
     std::printf("[ cases    ] %zu expert cases (%s)\n", cases.size(), quick_mode() ? "quick" : "test");
     for (const ExpertCase& c : cases) check_case(c, coverage);
@@ -1190,6 +1216,12 @@ TEST(ExpertArgs, BadArgumentsThrowNamedErrors) {
     cuda::ExpertTable unscaled = routed.table;
     unscaled.scale_kind = ScaleKind::NONE;
     expect_named_error([&] { cuda::moe_expert_up(p, unscaled, &g, M, K, 10.f, ActNumerics::EXACT, h, nullptr); }, "scales");
+    // a tile packed ahead of the routing for two tokens (one token only), or without a grouping
+    EXPECT_FALSE(cuda::moe_expert_up_packs_ahead(p, routed.table, &g, M, K, ActNumerics::EXACT));
+    expect_named_error([&] { cuda::moe_expert_up_pack_ahead(p, routed.table, &g, M, K, ActNumerics::EXACT, nullptr); },
+                       "moe_expert_up_pack_ahead: the call (M = 2)");
+    expect_named_error([&] { cuda::moe_expert_up_pack_ahead(p, routed.table, nullptr, 1, K, ActNumerics::EXACT, nullptr); },
+                       "does not take a tile packed ahead");
     // an intermediate of the wrong width given to the down-projection
     cuda::PreparedActivation wide = h;
     cuda::describe_prepared(wide, WeightKind::FP4_BLOCK32, ActNumerics::EXACT, M * K, I + 128);
