@@ -331,12 +331,9 @@ size_t mma_smem_bytes(int D) {
     return mma_smem_layout(D, unused, nullptr);
 }
 
-// p.inputs_before_q: the first tile's candidates are resolved and dequantized before the wait (PDL), which then
-// guards q alone (common/pdl.cuh's exception): at one sequence that chain of dependent loads (the token's slot, the
-// entries' addresses, the entries) overlaps the head norm instead of following it.
 __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttentionParams p, int n_splits, float* ws_o,
                                                                  float* ws_ml) {
-    if (!p.inputs_before_q) pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int D = p.head_dim, H = p.n_heads, DP = D + kMmaPad;
@@ -348,13 +345,6 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
     int c_begin, c_end;
     split_range(c.n_win + c.n_comp_slots, n_splits, split, c_begin, c_end);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const bool first_tile_ready = p.inputs_before_q && c_begin < c_end;
-    if (first_tile_ready) {
-        resolve_tile(p, c, t, c_begin, c_end, sm.ptr, sm.fmt, sm.valid);
-        __syncthreads();
-        dequantize_tile<kMmaPad>(sm.ptr, sm.fmt, D, p.rope_dim, sm.kv);
-    }
-    if (p.inputs_before_q) pdl_wait();  // q (the head norm's output) and every write below
 
     // q rows (bf16, 16-byte chunks); heads past H are zero
     for (int i = threadIdx.x; i < kMmaHeads * (D / 8); i += kThreads) {
@@ -371,12 +361,10 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
     for (int j = 0; j < kMaxNt; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 
     for (int base = c_begin; base < c_end; base += kTile) {
-        if (!(first_tile_ready && base == c_begin)) {
-            __syncthreads();  // previous tile fully consumed
-            resolve_tile(p, c, t, base, c_end, sm.ptr, sm.fmt, sm.valid);
-            __syncthreads();
-            dequantize_tile<kMmaPad>(sm.ptr, sm.fmt, D, p.rope_dim, sm.kv);
-        }
+        __syncthreads();  // previous tile fully consumed
+        resolve_tile(p, c, t, base, c_end, sm.ptr, sm.fmt, sm.valid);
+        __syncthreads();
+        dequantize_tile<kMmaPad>(sm.ptr, sm.fmt, D, p.rope_dim, sm.kv);
         __syncthreads();
         {  // QK: entries 8*(warp%4).., dims of half warp/4
             const int nt = warp % 4, kh = warp / 4;

@@ -52,10 +52,6 @@ struct SparseAttentionParams {
     int64_t topk_stride = 0;
     int topk_width = 0;
     int max_candidates = 0;            // host bound on window + compressed candidates of any query in the step
-    // Every input but q (the batch's tables, the entries, topk) was complete when the kernel before this launch on
-    // the stream started: that kernel (q's producer) was launched by launch_ordered (common/pdl.cuh's exception).
-    // The tensor-core kernel then resolves and dequantizes its first candidates before waiting for q.
-    bool inputs_before_q = false;
 };
 
 // Workspace for any step of at most max_tokens query rows with at most max_candidates candidates each.

@@ -67,8 +67,7 @@ public:
 private:
     // head_queries: the query path (and the sub-block's output) on the head rows only (last_layer_on_head_rows).
     void enqueue_attention(int l, const PassShape& s, bool head_queries);
-    // inputs_before_q: SparseAttentionParams::inputs_before_q (the head norm before it was an ordered launch).
-    void enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch, bool inputs_before_q = false);
+    void enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch);
     // wq_a -> q_norm -> wq_b as one persistent kernel at one token (gemm/gemv_chain.cuh with its norm): the normed
     // q latent in buf_.q_latent and prepared in buf_.prep_q_latent as q_norm leaves them, the queries in
     // buf_.queries; false (nothing run) where it does not apply.

@@ -211,24 +211,14 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         lin(aq, L.wq_b, buf_.queries.get(), OutKind::BF16, int64_t(H) * hd);
     }
     if (!widen_wo_a) prefetch_weights(L.wo_a, s);  // during the head norm, the indexer and the attention
-    // Decode passes without the indexer's scoring (nothing the attention reads but q is computed after the head
-    // norm): the branches join before the head norm, launched as an ordinary launch (it starts once they and the
-    // query path have completed), and the attention, launched early behind it, resolves and dequantizes its first
-    // candidates while the head norm runs (SparseAttentionParams::inputs_before_q; KernelPolicy "attn_inputs_early").
-    const bool attn_inputs_early = !s.prefill && !index_scoring && !pol_->is_disabled("attn_inputs_early");
-    auto join_branches = [&] {
-        streams_.join(streams_.window_kv);
-        streams_.join(streams_.index_compressor);
-        streams_.join(streams_.aux);
-        streams_.join(streams_.index_query);
-    };
-    if (attn_inputs_early) join_branches();
     {
         OpProfiler::Scope sc(prof_, "attn.q head norm + rope");
-        head_rmsnorm_rope(buf_.queries.as<bf16>(), int64_t(H) * hd, Tq, H, hd, nullptr, eps, pos, L.rope, stream,
-                          /*ordered=*/attn_inputs_early);
+        head_rmsnorm_rope(buf_.queries.as<bf16>(), int64_t(H) * hd, Tq, H, hd, nullptr, eps, pos, L.rope, stream);
     }
-    join_branches();  // (no-op where joined above)
+    streams_.join(streams_.window_kv);
+    streams_.join(streams_.index_compressor);
+    streams_.join(streams_.aux);
+    streams_.join(streams_.index_query);
 
     // Indexer top-k over the index compressor's entries (ratio 4, when some sequence needs scoring).
     if (index_scoring) {
@@ -269,7 +259,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
     }
 
     // Sparse attention over window + compressed entries, then the output projection.
-    enqueue_sparse_attention(l, s, qbatch, attn_inputs_early);
+    enqueue_sparse_attention(l, s, qbatch);
     const int G = shard_.spec().groups();
     const int64_t GO = int64_t(G) * cfg_.o_lora_rank;
     // wo_a widened above (widen_wo_a): the checkpoint's wo_a bytes were read by the widening, else the grouped GEMM
@@ -479,8 +469,7 @@ bool ForwardPass::run_out_proj_chain(const ShardLayer& L, const PreparedActivati
 
 // Window + compressed candidates; the indexer's selection in CSA layers when some sequence needed scoring, else
 // every visible entry (no more than index_topk of them). The inverse RoPE of the output is fused in the kernel.
-void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch,
-                                           bool inputs_before_q) {
+void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch) {
     const ShardLayer& L = shard_.layer(l);
     const int H = shard_.spec().heads(), hd = cfg_.head_dim;
     SparseAttentionParams p;
@@ -512,7 +501,6 @@ void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s, const Toke
         }
     }
     p.max_candidates = cfg_.sliding_window + compressed;
-    p.inputs_before_q = inputs_before_q;
     OpProfiler::Scope sc(prof_, "attn.sparse attention + inverse rope");
     prof_.bytes(L.bytes.attn_sink);  // the weights only; the KV it reads is in the step's state bytes
     // Prefill passes (several rows of a sequence) take the gathering tensor-core kernel (attn_prefill) where its

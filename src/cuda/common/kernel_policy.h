@@ -42,10 +42,6 @@
 //           MoE input is, beside the router and the routing, moe/moe.cuh; the same bits; disabled: packed after the
 //           routing on the main stream), moe_pack_join_routing (forced only: that branch joined before the routing
 //           instead of before the up-projection; an A/B of where the join's lost early start costs less)
-//           attn_inputs_early (decode passes without the indexer's scoring: the branches joined before the q head
-//           norm, launched as an ordinary launch, and the attention resolving and dequantizing its first candidates
-//           before its wait for q, attention/sparse_attention.cuh; the same bits; disabled: the head norm launched
-//           early behind wq_b, the branches joined after it)
 //   epilogue: gemm_tma_store (the wgmma GEMMs' bf16 output tiles written by TMA from shared memory, overlapping
 //           the next tile; disabled: stored by the math warps, the same bits)
 //   work split: moe_half_items (the warp-specialized wgmma_experts kernel on items of one 64-row part where a call

@@ -11,10 +11,6 @@
 //     pdl_wait() returns once the preceding grid has completed and its writes are visible, so ordering stays
 //     transitive along the stream (each kernel completes only after its own wait returned).
 //   - pdl_trigger() (optional) lets the next kernel's CTAs start launching before this one ends.
-//   - The one exception: a kernel launched right after one launched by launch_ordered() (no PDL attribute: it
-//     starts only once everything enqueued before it on its stream, joined branches included, has completed) may
-//     read memory written before that kernel ahead of its wait, where its caller says so (today
-//     SparseAttentionParams::inputs_before_q); only that kernel's own output needs the wait.
 // On pre-Hopper devices, or with FLASHSEEK_PDL=0 in the environment, launch_pdl() is an ordinary launch and both
 // device calls compile to nothing / are no-ops.
 #pragma once
@@ -77,20 +73,6 @@ template <typename... Params, typename... Args>
 void launch_pdl(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                 Args&&... args) {
     launch_attrs(name, false, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
-}
-
-// An ordinary launch of a kernel written for launch_pdl (its pdl_wait / pdl_trigger then return at once): a full
-// dependency on everything enqueued before it on the stream (the contract's exception above).
-template <typename... Params, typename... Args>
-void launch_ordered(const char* name, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                    cudaStream_t stream, Args&&... args) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-    if (err != cudaSuccess) throw_cuda_error(err, name, __FILE__, __LINE__);
 }
 
 }  // namespace flashseek::cuda

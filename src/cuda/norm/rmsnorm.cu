@@ -15,7 +15,6 @@
 // in parallel with the real rows. The norm weight (never written by an earlier kernel) is requested before
 // pdl_wait. Many rows keep one warp per row (the redundant loads would cost bandwidth there).
 #include <algorithm>
-#include <utility>
 
 #include "cuda/common/alignment.h"
 #include "cuda/common/attn_helpers.cuh"
@@ -205,10 +204,9 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
     }
 }
 
-// ordered: launch_ordered instead of launch_pdl (head_rmsnorm_rope's `ordered`).
 void launch(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride, const bf16* weight, int rows,
             int heads, int dim, float eps, const int32_t* positions, const RopeTable& rope, cudaStream_t stream,
-            PreparedActivation* prepared = nullptr, bool ordered = false) {
+            PreparedActivation* prepared = nullptr) {
     FS_ATTN_REQUIRE(dim > 0 && dim % 2 == 0, "rmsnorm: dim must be positive and even, got {}", dim);
     FS_ATTN_REQUIRE(2 * rope.n_pairs <= dim, "rmsnorm: rope_dim {} exceeds dim {}", 2 * rope.n_pairs, dim);
     FS_ATTN_REQUIRE(rope.n_pairs == 0 || positions != nullptr, "rmsnorm: RoPE needs positions");
@@ -250,26 +248,13 @@ void launch(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride, co
         const bool rope_per_cta = rope.n_pairs > 0 && !po.values && heads % (kWarpsPerBlock / slices) == 0;
         const int64_t warps = int64_t(po.values ? po.m_pad : rows) * slices;
         const int blocks = int((warps + kWarpsPerBlock - 1) / kWarpsPerBlock);
-        const auto go = [&](auto launcher) {
-            launcher("rmsnorm_rope_vec_kernel", k, dim3(blocks), dim3(kWarpsPerBlock * 32), size_t(0), stream, in,
-                     in_stride, out, out_stride, weight, rows, heads, dim, eps, positions, rope, po, slices,
-                     rope_per_cta);
-        };
-        if (ordered)
-            go([](auto&&... a) { launch_ordered(std::forward<decltype(a)>(a)...); });
-        else
-            go([](auto&&... a) { launch_pdl(std::forward<decltype(a)>(a)...); });
+        launch_pdl("rmsnorm_rope_vec_kernel", k, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, stream, in, in_stride,
+                   out, out_stride, weight, rows, heads, dim, eps, positions, rope, po, slices, rope_per_cta);
         CUDA_CHECK_LAUNCH("rmsnorm_rope_vec_kernel");
     } else {
         const int blocks = (rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-        const auto go = [&](auto launcher) {
-            launcher("rmsnorm_rope_kernel", rmsnorm_rope_kernel, dim3(blocks), dim3(kWarpsPerBlock * 32), size_t(0),
-                     stream, in, in_stride, out, out_stride, weight, rows, heads, dim, eps, positions, rope);
-        };
-        if (ordered)
-            go([](auto&&... a) { launch_ordered(std::forward<decltype(a)>(a)...); });
-        else
-            go([](auto&&... a) { launch_pdl(std::forward<decltype(a)>(a)...); });
+        launch_pdl("rmsnorm_rope_kernel", rmsnorm_rope_kernel, dim3(blocks), dim3(kWarpsPerBlock * 32), 0, stream, in,
+                   in_stride, out, out_stride, weight, rows, heads, dim, eps, positions, rope);
         CUDA_CHECK_LAUNCH("rmsnorm_rope_kernel");
     }
     if (prepared && prepared->format == ActFormat::FP8_ROWS) {
@@ -294,9 +279,9 @@ void rmsnorm(const bf16* in, int64_t in_stride, bf16* out, int64_t out_stride, c
 }
 
 void head_rmsnorm_rope(bf16* x, int64_t token_stride, int n_tokens, int n_heads, int head_dim, const bf16* weight,
-                       float eps, const int32_t* positions, const RopeTable& rope, cudaStream_t stream, bool ordered) {
+                       float eps, const int32_t* positions, const RopeTable& rope, cudaStream_t stream) {
     launch(x, token_stride, x, token_stride, weight, n_tokens * n_heads, n_heads, head_dim, eps, positions, rope,
-           stream, nullptr, ordered);
+           stream);
 }
 
 }  // namespace flashseek::cuda

@@ -25,11 +25,9 @@ void rmsnorm(const __nv_bfloat16* in, int64_t in_stride, __nv_bfloat16* out, int
 
 // In place on x [n_tokens, n_heads, head_dim] (token rows token_stride elements apart): each head vector is
 // RMS-normalized (weight [head_dim] or nullptr), then its last 2*rope.n_pairs dims are rotated at
-// positions[token] (rope.n_pairs == 0: no rotation). ordered: an ordinary launch instead of a PDL one (it starts
-// once everything before it on the stream has completed: the exception of common/pdl.cuh's contract for the kernel
-// after it).
+// positions[token] (rope.n_pairs == 0: no rotation).
 void head_rmsnorm_rope(__nv_bfloat16* x, int64_t token_stride, int n_tokens, int n_heads, int head_dim,
                        const __nv_bfloat16* weight, float eps, const int32_t* positions, const RopeTable& rope,
-                       cudaStream_t stream, bool ordered = false);
+                       cudaStream_t stream);
 
 }  // namespace flashseek::cuda
