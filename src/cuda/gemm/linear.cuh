@@ -76,9 +76,10 @@ struct PreparedActivation {
     ActFormat format = ActFormat::MMA_F16;
     Fp8Activation fp8;  // FP8_ROWS: the codes and scales (over `values` and `scales`); unused otherwise
     // Set by the producer that also wrote this activation as packed 16-token tiles (wgmma_experts' up-projection
-    // writes h both ways, moe_wgmma.cu): the tile memory (MoeGrouping::act_tiles) that holds it, so its consumer
-    // (wgmma_experts' down-projection) skips its own packing. Valid while the values and those tiles are unchanged;
-    // describe_prepared clears it, and so must any code that rewrites the values.
+    // writes h both ways, moe_wgmma.cu; moe_expert_up_pack_ahead packs one token's x for the up-projection): the tile
+    // memory (MoeGrouping::act_tiles) that holds it, so its consumer (wgmma_experts' down- or up-projection) skips its
+    // own packing. Valid while the values and those tiles are unchanged; describe_prepared clears it, and so must any
+    // code that rewrites the values.
     const void* packed_tiles = nullptr;
 };
 // Fills x's description (not its storage) for a prepared [m, k] activation: layout, numerics and the padded sizes.
