@@ -458,72 +458,29 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
     }
 }
 
-// The splits' merge, one CTA per (token, head). Warp 0 reads every split's (m, l) at once (lanes s and s + 32), takes
-// the maximum with the sink by a warp reduction and puts each split's factor expf(m - M) in shared memory; lane 0
-// sums the denominator in split order; then each thread requests its dim pair's partial sums of kMergeBatch splits
-// before adding any, in split order. Why: walking the splits with every load waiting for the previous one's use
-// (in-order issue) made the merge end ~5 us after the attention at one sequence (20 splits: three chains of 20
-// dependent L2 round trips). The same values in the same order as that walk: the same bits.
-constexpr int kMaxSplits = 64;  // splits_for's limit
-constexpr int kMergeThreads = 256, kMergeBatch = 16;
-__global__ void __launch_bounds__(kMergeThreads) combine_kernel(SparseAttentionParams p, int n_splits,
-                                                                const float* ws_o, const float* ws_ml) {
+__global__ void combine_kernel(SparseAttentionParams p, int n_splits, const float* ws_o, const float* ws_ml) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
-    __shared__ float factor[kMaxSplits];  // expf(m_s - M); 0 for a split without candidates (m_s = -inf)
-    __shared__ float denom_sh;
     const int t = blockIdx.x, h = blockIdx.y, D = p.head_dim, H = p.n_heads;
-    const int64_t first = int64_t(t) * n_splits * H + h;  // split s's (m, l) pair and partial sums: first + s * H
-    if (threadIdx.x < 32) {
-        const int lane = threadIdx.x;
-        const float sink = p.sink[h];
-        float m[2], l[2];
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            const int s = lane + 32 * j;
-            m[j] = s < n_splits ? ws_ml[(first + int64_t(s) * H) * 2] : -INFINITY;
-            l[j] = s < n_splits ? ws_ml[(first + int64_t(s) * H) * 2 + 1] : 0.f;
-        }
-        const float M = fmaxf(sink, warp_max(fmaxf(m[0], m[1])));
-        float mine[2];
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            mine[j] = m[j] == -INFINITY ? 0.f : expf(m[j] - M);
-            if (lane + 32 * j < n_splits) factor[lane + 32 * j] = mine[j];
-        }
-        // The denominator in split order (lane 0 gathers the terms by shuffles): fmaf, as the contracted
-        // denom += l * expf(m - M) of the walk.
-        float denom = expf(sink - M);
-        for (int s = 0; s < n_splits; ++s) {
-            const int j = s / 32;
-            const float ls = __shfl_sync(0xffffffffu, j ? l[1] : l[0], s % 32);
-            const float fs = __shfl_sync(0xffffffffu, j ? mine[1] : mine[0], s % 32);
-            const float ms = __shfl_sync(0xffffffffu, j ? m[1] : m[0], s % 32);
-            if (ms != -INFINITY) denom = fmaf(ls, fs, denom);
-        }
-        if (lane == 0) denom_sh = denom;
+    const float sink = p.sink[h];
+    float M = sink;
+    for (int s = 0; s < n_splits; ++s) M = fmaxf(M, ws_ml[((int64_t(t) * n_splits + s) * H + h) * 2]);
+    float denom = expf(sink - M);
+    for (int s = 0; s < n_splits; ++s) {
+        const float m = ws_ml[((int64_t(t) * n_splits + s) * H + h) * 2];
+        if (m != -INFINITY) denom += ws_ml[((int64_t(t) * n_splits + s) * H + h) * 2 + 1] * expf(m - M);
     }
-    __syncthreads();
-    const float denom = denom_sh;
     const int64_t pos = p.batch.token_pos[t];
     for (int d2 = threadIdx.x; d2 < D / 2; d2 += blockDim.x) {
         float x0 = 0.f, x1 = 0.f;
-        for (int s0 = 0; s0 < n_splits; s0 += kMergeBatch) {
-            float2 o[kMergeBatch];
-#pragma unroll
-            for (int k = 0; k < kMergeBatch; ++k) {
-                const int s = s0 + k;
-                o[k] = s < n_splits && factor[s] != 0.f
-                           ? reinterpret_cast<const float2*>(ws_o + (first + int64_t(s) * H) * D)[d2]
-                           : make_float2(0.f, 0.f);
-            }
-#pragma unroll
-            for (int k = 0; k < kMergeBatch; ++k) {
-                const int s = s0 + k;
-                if (s >= n_splits || factor[s] == 0.f) continue;
-                x0 = fmaf(o[k].x, factor[s], x0);
-                x1 = fmaf(o[k].y, factor[s], x1);
-            }
+        for (int s = 0; s < n_splits; ++s) {
+            const int64_t idx = (int64_t(t) * n_splits + s) * H + h;
+            const float m = ws_ml[idx * 2];
+            if (m == -INFINITY) continue;
+            const float f = expf(m - M);
+            const float2 o = reinterpret_cast<const float2*>(ws_o + idx * D)[d2];
+            x0 = fmaf(o.x, f, x0);
+            x1 = fmaf(o.y, f, x1);
         }
         write_out_pair(p, t, h, d2, x0 / denom, x1 / denom, pos);
     }
@@ -544,7 +501,7 @@ int splits_for(int n_tokens, int n_heads, int max_candidates, int heads_per_cta)
     const int ctas = std::max(1, n_tokens * groups);
     const int want = (2 * sm_count() + ctas - 1) / ctas;
     const int most = std::max(1, (max_candidates + kTile - 1) / kTile);
-    return std::clamp(want, 1, std::min(most, kMaxSplits));
+    return std::clamp(want, 1, std::min(most, 64));
 }
 
 }  // namespace
@@ -607,8 +564,8 @@ std::string_view sparse_attention(const SparseAttentionParams& p, void* workspac
     }
     CUDA_CHECK_LAUNCH(mma ? "attention_mma_kernel" : "attention_kernel");
     if (splits > 1) {
-        launch_pdl("combine_kernel", combine_kernel, dim3(dim3(p.batch.n_tokens, p.n_heads)), dim3(kMergeThreads), 0,
-                   stream, p, splits, ws_o, ws_ml);
+        launch_pdl("combine_kernel", combine_kernel, dim3(dim3(p.batch.n_tokens, p.n_heads)), dim3(256), 0, stream, p,
+                   splits, ws_o, ws_ml);
         CUDA_CHECK_LAUNCH("combine_kernel");
     }
     return mma ? "attn_mma" : "attn_simt";
