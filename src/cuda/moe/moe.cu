@@ -582,13 +582,16 @@ const ExpertVariant* first_taking(const KernelPolicy& policy, Takes&& takes) {
         if (!policy.is_disabled(v.name) && takes(v, false)) return &v;
     return nullptr;
 }
+// choose_experts' variant, or null where none takes the call.
+const ExpertVariant* find_experts(const ExpertCall& c, const KernelPolicy& policy) {
+    return first_taking(policy, [&](const ExpertVariant& u, bool forced) {
+        return u.supports(c) && (forced || u.preferred(c, policy));
+    });
+}
 }  // namespace
 
 const ExpertVariant& choose_experts(const ExpertCall& c, const KernelPolicy& policy) {
-    const ExpertVariant* v = first_taking(policy, [&](const ExpertVariant& u, bool forced) {
-        return u.supports(c) && (forced || u.preferred(c, policy));
-    });
-    if (v) return *v;
+    if (const ExpertVariant* v = find_experts(c, policy)) return *v;
     throw_error(fs_cat(c.up ? "moe_expert_up" : "moe_expert_down", ": no enabled kernel variant supports M = ", c.M,
                        c.x.raw ? " with a raw input" : "", " (hidden ", c.t.hidden, ", inter ", c.t.inter, ")"));
 }
@@ -611,10 +614,7 @@ std::string_view moe_expert_up(const PreparedActivation& x, const ExpertTable& t
 bool moe_expert_up_packs_ahead(const PreparedActivation& x, const ExpertTable& t, const MoeGrouping* grouping,
                                int64_t M, int top_k, ActNumerics h_numerics, const KernelPolicy& policy) {
     if (M != 1 || grouping == nullptr || policy.is_disabled("moe_pack_ahead")) return false;
-    const ExpertCall c{true, x, t, grouping, M, top_k, h_numerics};
-    const ExpertVariant* v = first_taking(policy, [&](const ExpertVariant& u, bool forced) {
-        return u.supports(c) && (forced || u.preferred(c, policy));
-    });
+    const ExpertVariant* v = find_experts(ExpertCall{true, x, t, grouping, M, top_k, h_numerics}, policy);
     return v != nullptr && v->name == "wgmma_experts";
 }
 

@@ -58,7 +58,7 @@ namespace grouped_experts {
 void down_bf16(const ExpertCall& call, const KernelPolicy& policy, uint16_t* y, cudaStream_t stream);
 }
 namespace wgmma_experts {
-// One token's up-projection tile, packed before the routing (moe_expert_up_pack_ahead).
+// One token's up-projection tile, packed before the routing (moe_expert_up_pack_ahead, which checks the call).
 void pack_ahead(const ExpertCall& call, cudaStream_t stream);
 }
 FS_DECLARE_EXPERT_VARIANT(tile_experts)     // moe.cu: f16 mma.sync tiles, any M

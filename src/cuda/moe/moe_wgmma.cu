@@ -110,8 +110,8 @@ struct TileList {
     bool one_tile = false;
 };
 TileList tile_list(const MoeGrouping& g, int max_tiles, bool one_tile = false) {
-    return TileList{g.tile_expert,   g.tile_col, g.n_tiles,   g.expert_count,       g.expert_offset,
-                    max_tiles,       g.act_tiles, g.act_tile_scales, one_tile};
+    return TileList{g.tile_expert, g.tile_col,   g.n_tiles,         g.expert_count, g.expert_offset,
+                    max_tiles,     g.act_tiles, g.act_tile_scales, one_tile};
 }
 
 #if FS_WGMMA_AVAILABLE
@@ -1098,14 +1098,6 @@ bool launch(Args a, const MoeGrouping& g, int max_tiles, int64_t tokens, const K
 
 int tiles_for(const ExpertCall& c) { return int(moe_act_tiles_needed(c.grouping->E, c.M * c.top_k)); }
 
-// One token: every active expert has one tile whose only column is the token, so the tile does not depend on the
-// routing and is packed once, into tile 0, as soon as x is (moe_expert_up_pack_ahead: on a branch beside the router
-// and the routing instead of after them). x.packed_tiles == the grouping's tiles marks it; up() then reads tile 0
-// for every expert. The same bytes as pack() writes into each expert's tile, so the same bits.
-bool packed_ahead(const ExpertCall& c) {
-    return c.up && c.M == 1 && c.grouping != nullptr && c.x.packed_tiles == c.grouping->act_tiles;
-}
-
 bool prepared_release(const PreparedActivation& x) {
     return !x.raw && x.numerics == ActNumerics::FP8_BLOCK128 && x.layout == WeightKind::FP4_BLOCK32 &&
            x.values != nullptr && x.scales != nullptr;
@@ -1138,10 +1130,11 @@ bool preferred(const ExpertCall& c, const KernelPolicy& policy) {
     return c.M >= policy.moe_wgmma_min_tokens && c.M <= policy.moe_wgmma_max_tokens;
 }
 
-// The tile of packed_ahead (above), on `stream`, after x is written.
+// One token: every active expert has one tile whose only column is the token, so the tile does not depend on the
+// routing and is packed once, into tile 0, as soon as x is (moe_expert_up_pack_ahead, which checked the call: on a
+// branch beside the router and the routing instead of after them). x.packed_tiles == the grouping's tiles marks it;
+// up() then reads tile 0 for every expert. The same bytes as pack() writes into each expert's tile, so the same bits.
 void pack_ahead(const ExpertCall& c, cudaStream_t stream) {
-    FS_REQUIRE(c.up && c.M == 1 && c.grouping != nullptr && supports(c),
-               "wgmma_experts::pack_ahead: one token of a routed up-projection this variant supports, not M = ", c.M);
     pack(c.x, *c.grouping, 1, nullptr, stream, /*ahead=*/true);
 }
 
@@ -1150,7 +1143,7 @@ void up(const ExpertCall& c, const KernelPolicy& policy, float swiglu_limit, Pre
     const ExpertTable& t = c.t;
     const MoeGrouping& g = *c.grouping;
     const int max_tiles = tiles_for(c);
-    const bool ahead = packed_ahead(c);
+    const bool ahead = c.M == 1 && c.x.packed_tiles == g.act_tiles;  // pack_ahead's tile (above)
     if (!ahead) pack(c.x, g, max_tiles, g.slot_token, stream);
     Args a{};
     set_projection(a, t, true);
