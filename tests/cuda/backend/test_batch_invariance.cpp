@@ -155,27 +155,21 @@ TEST_F(CudaPrefillInvariance, SlotTileWidthByPassKeepsLogits) {
     });
 }
 
-// The L2 prefetch of wq_b's and wo_a's matrices on a side branch of decode passes (FLASHSEEK_FORCE=weight_prefetch)
-// reads weights only: the decode steps after the prefills (and the prefills, which it skips) keep their logits.
-TEST_F(CudaPrefillInvariance, WeightPrefetchKeepsLogits) {
-    SCOPED_TRACE("seed=" + std::to_string(seed_));
-    expect_same_with_env("FLASHSEEK_FORCE", "weight_prefetch");
+// The forms taken only where forced keep the logits of the prefills and the decode steps after them, bit for bit
+// (FLASHSEEK_FORCE=name): the L2 prefetch of wq_b's and wo_a's matrices on a side branch of decode passes reads
+// weights only (weight_prefetch; prefills skip it); wq_b's one-token GEMV stages q_norm's output itself
+// (norm_into_gemv; prefills do not take it); the routed experts' one-token tile packed ahead joins before the routing
+// instead of before the up-projection (moe_pack_join_routing: another graph shape, the same kernels).
+class CudaForcedFormsKeepLogits : public CudaPrefillInvariance, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CudaForcedFormsKeepLogits, SameLogits) {
+    SCOPED_TRACE("seed=" + std::to_string(seed_) + " forced=" + GetParam());
+    expect_same_with_env("FLASHSEEK_FORCE", GetParam());
 }
 
-// wq_b's one-token GEMV staging q_norm's output itself (FLASHSEEK_FORCE=norm_into_gemv, forced-only): the three
-// decode steps keep their logits bit for bit (prefills do not take it).
-TEST_F(CudaPrefillInvariance, NormIntoGemvKeepsLogits) {
-    SCOPED_TRACE("seed=" + std::to_string(seed_));
-    expect_same_with_env("FLASHSEEK_FORCE", "norm_into_gemv");
-}
-
-// The routed experts' one-token tile packed ahead and joined before the routing instead of before the up-projection
-// (FLASHSEEK_FORCE=moe_pack_join_routing, forced-only): another graph shape, the same kernels; the three decode steps
-// keep their logits bit for bit.
-TEST_F(CudaPrefillInvariance, PackJoinAtRoutingKeepsLogits) {
-    SCOPED_TRACE("seed=" + std::to_string(seed_));
-    expect_same_with_env("FLASHSEEK_FORCE", "moe_pack_join_routing");
-}
+INSTANTIATE_TEST_SUITE_P(Forms, CudaForcedFormsKeepLogits,
+                         ::testing::Values("weight_prefetch", "norm_into_gemv", "moe_pack_join_routing"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 // The side streams at the greatest priority (FLASHSEEK_BRANCH_PRIORITY=1) change when kernels start, not what they
 // compute.
