@@ -19,28 +19,42 @@ namespace flashseek::cuda::attn_detail {
 constexpr int kTile = 32;   // candidates per softmax tile (= cpu::kSoftmaxTile: the rounding groups of P)
 constexpr int kMmaPad = 8;  // bf16 row padding of shared tiles: 16-byte aligned rows, conflict-free ldmatrix
 
-// 8 dims [d, d+8) of a KV entry (kv_entry.cuh formats) as 4 bf16 pairs; FP8 values dequantize exactly.
-__device__ __forceinline__ void load_chunk8(const uint8_t* src, KvFormat fmt, int dim, int rope_dim, int d,
-                                            __nv_bfloat162 out[4]) {
+// 8 dims [d, d+8) of a KV entry (kv_entry.cuh formats), in two steps so that a thread can have several chunks'
+// loads in flight before it converts any: load_chunk8_raw issues the loads (none where src is null: a masked
+// candidate, whose chunk converts to zeros), convert_chunk8 turns them into 4 bf16 pairs; FP8 values dequantize
+// exactly. A branch between one chunk's loads and the next's (the format, the rope part, the mask) made the
+// compiler wait for each chunk before issuing the next (docs/perf-log/2026-12-06_attention-kv-loads.md).
+struct RawChunk8 {
+    uint2 lo, hi;        // BF16 / rope dims: the 16 bytes; FP8 no-rope dims: lo = the 8 codes
+    uint32_t scale_byte; // FP8 no-rope dims: the e8m0 scale of the 64-dim block
+    bool fp8;            // lo holds FP8 codes (else lo, hi are the bf16 pairs, zeros when masked)
+};
+__device__ __forceinline__ RawChunk8 load_chunk8_raw(const uint8_t* src, KvFormat fmt, int dim, int rope_dim, int d) {
     const int nope = dim - rope_dim;
-    if (fmt == KvFormat::BF16 || d >= nope) {
-        const uint8_t* base = fmt == KvFormat::BF16 ? src + 2 * d : src + nope + 2 * (d - nope);
-        const uint2 a = *reinterpret_cast<const uint2*>(base);  // entries are 8-byte aligned
-        const uint2 b = *reinterpret_cast<const uint2*>(base + 8);
-        out[0] = *reinterpret_cast<const __nv_bfloat162*>(&a.x);
-        out[1] = *reinterpret_cast<const __nv_bfloat162*>(&a.y);
-        out[2] = *reinterpret_cast<const __nv_bfloat162*>(&b.x);
-        out[3] = *reinterpret_cast<const __nv_bfloat162*>(&b.y);
-        return;
-    }
-    const uint2 q = *reinterpret_cast<const uint2*>(src + d);
-    const float s = e8m0_value(src[nope + 2 * rope_dim + d / 64]);
-    const uint32_t w[2] = {q.x, q.y};
+    RawChunk8 r;
+    r.fp8 = fmt != KvFormat::BF16 && d < nope;
+    const uint8_t* at = fmt == KvFormat::BF16 ? src + 2 * d : r.fp8 ? src + d : src + nope + 2 * (d - nope);
+    r.lo = r.hi = make_uint2(0, 0);
+    r.scale_byte = 0;
+    if (src) r.lo = *reinterpret_cast<const uint2*>(at);  // entries are 8-byte aligned
+    if (src && !r.fp8) r.hi = *reinterpret_cast<const uint2*>(at + 8);
+    if (src && r.fp8) r.scale_byte = src[nope + 2 * rope_dim + d / 64];
+    if (!src) r.fp8 = false;  // masked: the zeros of lo, hi as bf16
+    return r;
+}
+__device__ __forceinline__ uint4 convert_chunk8(const RawChunk8& r) {
+    if (!r.fp8) return make_uint4(r.lo.x, r.lo.y, r.hi.x, r.hi.y);
+    const float s = e8m0_value(uint8_t(r.scale_byte));
+    const uint32_t w[2] = {r.lo.x, r.lo.y};
+    uint32_t packed[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const uint32_t word = w[i / 2] >> (16 * (i % 2));
-        out[i] = __floats2bfloat162_rn(from_e4m3(uint8_t(word & 0xff)) * s, from_e4m3(uint8_t((word >> 8) & 0xff)) * s);
+        const __nv_bfloat162 v =
+            __floats2bfloat162_rn(from_e4m3(uint8_t(word & 0xff)) * s, from_e4m3(uint8_t((word >> 8) & 0xff)) * s);
+        packed[i] = *reinterpret_cast<const uint32_t*>(&v);
     }
+    return make_uint4(packed[0], packed[1], packed[2], packed[3]);
 }
 
 // Carves 16-byte aligned arrays off a kernel's dynamic shared memory in order; with raw = nullptr it only adds up

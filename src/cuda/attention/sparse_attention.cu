@@ -13,7 +13,10 @@
 //     kernel is the bit-invariant path (sparse_attention_prefill.cuh);
 //  4. PV: thread owns dim pairs (tid, tid+256) for all 8 heads, accumulating in fp32 registers.
 // Candidate lists are per query (window from the ring, compressed ids from top-k or all visible), so decode and
-// chunked prefill use the same kernel.
+// chunked prefill use the same kernel. A tile whose 32 candidates are all masked is skipped (unless
+// attn_skip_masked_tiles is disabled): its softmax step leaves m, l and the accumulators exactly as they were
+// (tile_step with m_tile = -inf: factors 1, probabilities 0), so skipping it gives the same bits. Top-k rows list
+// their valid entries first, so below topk * ratio positions a query's trailing tiles are all masked.
 #include <algorithm>
 
 #include "cuda/attention/attn_tile.cuh"
@@ -84,39 +87,53 @@ __device__ __forceinline__ void resolve_tile(const SparseAttentionParams& p, con
     }
 }
 
-// Dequantizes the resolved tile into bf16 shared rows of D + kRowPad elements (masked entries as zeros):
-// kLoadBatch independent 8-dim chunks per thread in flight. Rows that stay 16-byte aligned (the tensor-core
-// kernel's) take one 16-byte store per chunk; the SIMT kernel's rows, padded by one word, four 4-byte stores.
+// Dequantizes the resolved tile into bf16 shared rows of D + kRowPad elements (masked entries as zeros), in
+// batches of kLoadBatch 8-dim chunks per thread: every load of a batch is issued (load_chunk8_raw) before the
+// first conversion, so a tile costs one round trip to the KV cache per thread, not one per chunk. Rows that stay
+// 16-byte aligned (the tensor-core kernel's) take one 16-byte store per chunk; the SIMT kernel's rows, padded by
+// one word, four 4-byte stores.
 template <int kRowPad>
 __device__ __forceinline__ void dequantize_tile(const uint8_t* const* ptr, const int* fmt, int D, int rope_dim,
                                                 bf16* kv) {
     constexpr int kLoadBatch = 8;
-    const int chunks = D / 8;
-    for (int i0 = threadIdx.x; i0 < kTile * chunks; i0 += kLoadBatch * kThreads) {
-        __nv_bfloat162 v[kLoadBatch][4];
-#pragma unroll
-        for (int k = 0; k < kLoadBatch; ++k) {
-            const int i = i0 + k * kThreads;
-            const int e = i / chunks, d = (i % chunks) * 8;
-            const uint8_t* src = i < kTile * chunks ? ptr[e] : nullptr;
-            if (src) {
-                load_chunk8(src, KvFormat(fmt[e]), D, rope_dim, d, v[k]);
-            } else {
-                v[k][0] = v[k][1] = v[k][2] = v[k][3] = __floats2bfloat162_rn(0.f, 0.f);
-            }
+    const int chunks = D / 8, total = kTile * chunks;
+    // chunk i is (entry i / chunks, dims 8 * (i % chunks)); a thread's consecutive chunks are kThreads apart
+    const int step_e = kThreads / chunks, step_c = kThreads % chunks;
+    auto advance = [&](int& e, int& c) {
+        e += step_e;
+        c += step_c;
+        if (c >= chunks) {
+            c -= chunks;
+            ++e;
         }
+    };
+    for (int i0 = threadIdx.x; i0 < total; i0 += kLoadBatch * kThreads) {
+        const int e0 = i0 / chunks, c0 = i0 - e0 * chunks;
+        RawChunk8 raw[kLoadBatch];
+        int e = e0, c = c0;
 #pragma unroll
         for (int k = 0; k < kLoadBatch; ++k) {
-            const int i = i0 + k * kThreads;
-            if (i >= kTile * chunks) break;
-            const int e = i / chunks, d = (i % chunks) * 8;
-            if constexpr (kRowPad % 8 == 0) {
-                *reinterpret_cast<uint4*>(kv + e * (D + kRowPad) + d) = *reinterpret_cast<const uint4*>(v[k]);
-            } else {
-                __nv_bfloat162* row = reinterpret_cast<__nv_bfloat162*>(kv + e * (D + kRowPad));
+            const bool in_tile = i0 + k * kThreads < total;
+            raw[k] = load_chunk8_raw(in_tile ? ptr[e] : nullptr, in_tile ? KvFormat(fmt[e]) : KvFormat::BF16, D,
+                                     rope_dim, 8 * c);
+            advance(e, c);
+        }
+        e = e0;
+        c = c0;
 #pragma unroll
-                for (int j = 0; j < 4; ++j) row[d / 2 + j] = v[k][j];
+        for (int k = 0; k < kLoadBatch; ++k) {
+            if (i0 + k * kThreads >= total) break;
+            const uint4 out = convert_chunk8(raw[k]);
+            if constexpr (kRowPad % 8 == 0) {
+                *reinterpret_cast<uint4*>(kv + e * (D + kRowPad) + 8 * c) = out;
+            } else {
+                uint32_t* dst = reinterpret_cast<uint32_t*>(kv + e * (D + kRowPad) + 8 * c);
+                dst[0] = out.x;
+                dst[1] = out.y;
+                dst[2] = out.z;
+                dst[3] = out.w;
             }
+            advance(e, c);
         }
     }
 }
@@ -156,7 +173,7 @@ size_t smem_bytes(int D) {
 }
 
 __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionParams p, int n_splits, float* ws_o,
-                                                             float* ws_ml) {
+                                                             float* ws_ml, bool skip_masked) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -183,7 +200,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionPara
     for (int base = c_begin; base < c_end; base += kTile) {
         __syncthreads();  // previous tile fully consumed
         resolve_tile(p, c, t, base, c_end, sm.ptr, sm.fmt, sm.valid);
-        __syncthreads();
+        if (!__syncthreads_or(threadIdx.x < kTile && sm.valid[threadIdx.x]) && skip_masked) continue;  // see top
         dequantize_tile<kSimtRowPad>(sm.ptr, sm.fmt, D, p.rope_dim, sm.kv);
         __syncthreads();
         {  // QK partials: entry = lane, slice = warp
@@ -332,7 +349,7 @@ size_t mma_smem_bytes(int D) {
 }
 
 __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttentionParams p, int n_splits, float* ws_o,
-                                                                 float* ws_ml) {
+                                                                 float* ws_ml, bool skip_masked) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -363,7 +380,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
     for (int base = c_begin; base < c_end; base += kTile) {
         __syncthreads();  // previous tile fully consumed
         resolve_tile(p, c, t, base, c_end, sm.ptr, sm.fmt, sm.valid);
-        __syncthreads();
+        if (!__syncthreads_or(threadIdx.x < kTile && sm.valid[threadIdx.x]) && skip_masked) continue;  // see top
         dequantize_tile<kMmaPad>(sm.ptr, sm.fmt, D, p.rope_dim, sm.kv);
         __syncthreads();
         {  // QK: entries 8*(warp%4).., dims of half warp/4
@@ -540,6 +557,7 @@ std::string_view sparse_attention(const SparseAttentionParams& p, void* workspac
     bool mma = mma_fits && (policy.is_forced("attn_mma") ||
                             (!policy.is_forced("attn_simt") && !policy.is_disabled("attn_mma") && decode_batch));
     if (policy.is_disabled("attn_simt") && mma_fits) mma = true;
+    const bool skip_masked = !policy.is_disabled("attn_skip_masked_tiles");
     const int hpc = mma ? kMmaHeads : kHeads;
     const int splits = splits_for(p.batch.n_tokens, p.n_heads, p.max_candidates, hpc);
     float *ws_o = nullptr, *ws_ml = nullptr;
@@ -555,12 +573,12 @@ std::string_view sparse_attention(const SparseAttentionParams& p, void* workspac
         const size_t smem = mma_smem_bytes(D);
         allow_dynamic_smem(attention_mma_kernel, smem);
         launch_pdl("attention_mma_kernel", attention_mma_kernel, dim3(grid), dim3(kThreads), smem, stream, p, splits,
-                   ws_o, ws_ml);
+                   ws_o, ws_ml, skip_masked);
     } else {
         const size_t smem = smem_bytes(D);
         allow_dynamic_smem(attention_kernel, smem);
         launch_pdl("attention_kernel", attention_kernel, dim3(grid), dim3(kThreads), smem, stream, p, splits, ws_o,
-                   ws_ml);
+                   ws_ml, skip_masked);
     }
     CUDA_CHECK_LAUNCH(mma ? "attention_mma_kernel" : "attention_kernel");
     if (splits > 1) {

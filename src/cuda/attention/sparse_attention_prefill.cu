@@ -91,10 +91,20 @@ __global__ void __launch_bounds__(kGatherThreads) gather_kernel(SparseAttentionP
         dst_row = g.comp_row0 + int64_t(seq) * g.max_entries + w;
     }
     bf16* dst = rows + dst_row * p.head_dim;
-    for (int c = lane; c < p.head_dim / 8; c += 32) {
-        __nv_bfloat162 v[4];
-        load_chunk8(src, fmt, p.head_dim, p.rope_dim, c * 8, v);
-        *reinterpret_cast<uint4*>(dst + c * 8) = *reinterpret_cast<const uint4*>(v);
+    // A lane's chunks (two at head_dim 512) all requested before the first is converted (attn_tile.cuh)
+    constexpr int kLaneChunks = 4;
+    for (int c0 = lane; c0 < p.head_dim / 8; c0 += 32 * kLaneChunks) {
+        RawChunk8 raw[kLaneChunks];
+#pragma unroll
+        for (int k = 0; k < kLaneChunks; ++k) {
+            const int c = c0 + 32 * k;
+            raw[k] = load_chunk8_raw(c < p.head_dim / 8 ? src : nullptr, fmt, p.head_dim, p.rope_dim, c * 8);
+        }
+#pragma unroll
+        for (int k = 0; k < kLaneChunks; ++k) {
+            const int c = c0 + 32 * k;
+            if (c < p.head_dim / 8) *reinterpret_cast<uint4*>(dst + c * 8) = convert_chunk8(raw[k]);
+        }
     }
 }
 

@@ -95,6 +95,8 @@ struct AttnCase {
     bool use_topk;
     KvFormat fmt;
     int tokens_per_seq;  // 1 = decode
+    int topk_width = 24;
+    bool compact_topk = false;  // valid ids first, -1 after (the indexer's layout): whole tiles of masked slots
 };
 
 // How far output element i (of outputs [T, H, D], bf16 values, last R dims de-rotated) may move between the default
@@ -153,10 +155,11 @@ TEST(CudaSparseAttention, MatchesCpuReference) {
         {12, 128, 64, 16, 0, false, KvFormat::BF16, 7},   // window only, odd head count
         {5, 192, 64, 8, 4, false, KvFormat::FP8, 3},      // all visible compressed entries, FP8
         {3, 64, 32, 4, 128, false, KvFormat::BF16, 1},
+        {12, 128, 64, 16, 4, true, KvFormat::FP8, 1, 160, true},  // decode, trailing top-k tiles all masked
     };
     for (const AttnCase& c : cases) {
         if (flashseek::test::quick_mode() && c.H > 12) continue;  // sanitizer runs: the small cases cover every path
-        const int n_slots = 5, topk_width = 24;
+        const int n_slots = 5, topk_width = c.topk_width;
         const int ring_entries = c.window + c.tokens_per_seq + 3;
         BatchHost bh;
         bh.add(3, rng.uniform_int(0, 3), c.tokens_per_seq);
@@ -201,6 +204,11 @@ TEST(CudaSparseAttention, MatchesCpuReference) {
                 for (int i = 0; i < topk_width; ++i)
                     topk[size_t(t) * topk_width + i] =
                         rng.uniform_int(0, 4) == 0 || n_vis == 0 ? -1 : rng.uniform_int(0, n_vis - 1);
+                if (c.compact_topk) {  // the first min(n_vis, width / 3) slots valid, the rest -1
+                    const int n_valid = std::min(n_vis, topk_width / 3);
+                    for (int i = 0; i < topk_width; ++i)
+                        topk[size_t(t) * topk_width + i] = i < n_valid ? rng.uniform_int(0, n_vis - 1) : -1;
+                }
             }
         }
         auto q = bf16_round(rng.normals(size_t(T) * H * D));
@@ -257,6 +265,12 @@ TEST(CudaSparseAttention, MatchesCpuReference) {
             dout.poison();
             sparse_attention(p, ws.ptr, ws_bytes, nullptr, only);
             EXPECT_EQ(dout.download(), bits) << what << ": rerun differs";
+            // Skipping the all-masked tiles leaves the bits: the same run with every tile computed.
+            KernelPolicy every_tile = only;
+            every_tile.disabled.emplace_back("attn_skip_masked_tiles");
+            dout.poison();
+            sparse_attention(p, ws.ptr, ws_bytes, nullptr, every_tile);
+            EXPECT_EQ(dout.download(), bits) << what << ": all-masked tiles computed instead of skipped differ";
             // The split count (chosen from the pass size and max_candidates) must not move P's rounding; one split
             // (max_candidates 1: the kernel takes each query's candidates from the query, max_candidates only bounds
             // the split count) differs by the fp32 order alone, within split_merge_bound (derivation there).
