@@ -13,10 +13,9 @@
 //     kernel is the bit-invariant path (sparse_attention_prefill.cuh);
 //  4. PV: thread owns dim pairs (tid, tid+256) for all 8 heads, accumulating in fp32 registers.
 // Candidate lists are per query (window from the ring, compressed ids from top-k or all visible), so decode and
-// chunked prefill use the same kernel. A tile whose 32 candidates are all masked is skipped (unless
-// attn_skip_masked_tiles is disabled): its softmax step leaves m, l and the accumulators exactly as they were
-// (tile_step with m_tile = -inf: factors 1, probabilities 0), so skipping it gives the same bits. Top-k rows list
-// their valid entries first, so below topk * ratio positions a query's trailing tiles are all masked.
+// chunked prefill use the same kernel. A tile of masked candidates only (the unused top-k slots below 2,048
+// positions) is computed like any other: it loads nothing, and skipping it measured no faster (run 411,
+// docs/perf-log/2026-12-06_attention-kv-loads.md).
 #include <algorithm>
 
 #include "cuda/attention/attn_tile.cuh"
@@ -173,7 +172,7 @@ size_t smem_bytes(int D) {
 }
 
 __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionParams p, int n_splits, float* ws_o,
-                                                             float* ws_ml, bool skip_masked) {
+                                                             float* ws_ml) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -200,7 +199,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionPara
     for (int base = c_begin; base < c_end; base += kTile) {
         __syncthreads();  // previous tile fully consumed
         resolve_tile(p, c, t, base, c_end, sm.ptr, sm.fmt, sm.valid);
-        if (!__syncthreads_or(threadIdx.x < kTile && sm.valid[threadIdx.x]) && skip_masked) continue;  // see top
+        __syncthreads();
         dequantize_tile<kSimtRowPad>(sm.ptr, sm.fmt, D, p.rope_dim, sm.kv);
         __syncthreads();
         {  // QK partials: entry = lane, slice = warp
@@ -349,7 +348,7 @@ size_t mma_smem_bytes(int D) {
 }
 
 __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttentionParams p, int n_splits, float* ws_o,
-                                                                 float* ws_ml, bool skip_masked) {
+                                                                 float* ws_ml) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -380,7 +379,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
     for (int base = c_begin; base < c_end; base += kTile) {
         __syncthreads();  // previous tile fully consumed
         resolve_tile(p, c, t, base, c_end, sm.ptr, sm.fmt, sm.valid);
-        if (!__syncthreads_or(threadIdx.x < kTile && sm.valid[threadIdx.x]) && skip_masked) continue;  // see top
+        __syncthreads();
         dequantize_tile<kMmaPad>(sm.ptr, sm.fmt, D, p.rope_dim, sm.kv);
         __syncthreads();
         {  // QK: entries 8*(warp%4).., dims of half warp/4
@@ -557,7 +556,6 @@ std::string_view sparse_attention(const SparseAttentionParams& p, void* workspac
     bool mma = mma_fits && (policy.is_forced("attn_mma") ||
                             (!policy.is_forced("attn_simt") && !policy.is_disabled("attn_mma") && decode_batch));
     if (policy.is_disabled("attn_simt") && mma_fits) mma = true;
-    const bool skip_masked = !policy.is_disabled("attn_skip_masked_tiles");
     const int hpc = mma ? kMmaHeads : kHeads;
     const int splits = splits_for(p.batch.n_tokens, p.n_heads, p.max_candidates, hpc);
     float *ws_o = nullptr, *ws_ml = nullptr;
@@ -573,12 +571,12 @@ std::string_view sparse_attention(const SparseAttentionParams& p, void* workspac
         const size_t smem = mma_smem_bytes(D);
         allow_dynamic_smem(attention_mma_kernel, smem);
         launch_pdl("attention_mma_kernel", attention_mma_kernel, dim3(grid), dim3(kThreads), smem, stream, p, splits,
-                   ws_o, ws_ml, skip_masked);
+                   ws_o, ws_ml);
     } else {
         const size_t smem = smem_bytes(D);
         allow_dynamic_smem(attention_kernel, smem);
         launch_pdl("attention_kernel", attention_kernel, dim3(grid), dim3(kThreads), smem, stream, p, splits, ws_o,
-                   ws_ml, skip_masked);
+                   ws_ml);
     }
     CUDA_CHECK_LAUNCH(mma ? "attention_mma_kernel" : "attention_kernel");
     if (splits > 1) {

@@ -42,9 +42,6 @@
 //           MoE input is, beside the router and the routing, moe/moe.cuh; the same bits; disabled: packed after the
 //           routing on the main stream), moe_pack_join_routing (forced only: that branch joined before the routing
 //           instead of before the up-projection; an A/B of where the join's lost early start costs less)
-//   attention: attn_skip_masked_tiles (the decode kernels skip a 32-candidate tile whose candidates are all
-//           masked, e.g. the unused top-k slots of a context below topk * ratio; the same bits, sparse_attention.cu;
-//           disabled: such tiles are dequantized and multiplied as zeros)
 //   epilogue: gemm_tma_store (the wgmma GEMMs' bf16 output tiles written by TMA from shared memory, overlapping
 //           the next tile; disabled: stored by the math warps, the same bits)
 //   work split: moe_half_items (the warp-specialized wgmma_experts kernel on items of one 64-row part where a call
