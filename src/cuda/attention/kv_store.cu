@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kThreads) kv_store_kernel(const bf16* __restri
         const int p = threadIdx.x + kThreads * i;
         wp[i] = p < n_pairs ? __bfloat1622float2(w2[p]) : make_float2(0.f, 0.f);
     }
-    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_wait_after_prefetch();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     extern __shared__ float v[];
     __shared__ float scratch[32];

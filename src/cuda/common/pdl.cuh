@@ -30,6 +30,12 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// pdl_wait() for a kernel that requests checkpoint weights before its wait: the same wait behind a call. ptxas
+// treats griddepcontrol.wait as an instruction without operands and may schedule it ahead of the independent loads
+// written before it, predicated ones in particular (the SASS of bf16_gemv_kernel, mhc_finalize_kernel,
+// route_group_kernel and kv_store_kernel had their weight loads after the wait); a call is a scheduling boundary,
+// so the loads are issued first and stay in flight during the wait (docs/perf-log/2026-12-06_attention-kv-loads.md).
+static __device__ __noinline__ void pdl_wait_after_prefetch() { pdl_wait(); }
 __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

@@ -65,8 +65,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) bf16_gemv_kernel(const A
                 wh[u] = mma::ld_stream(w_hi + int64_t(s0 + u) * kChunkCols);
             }
     };
-    load_weights(begin);  // checkpoint weights: before pdl_wait (common/pdl.cuh)
-    pdl_wait();
+    load_weights(begin);  // checkpoint weights: before the wait (common/pdl.cuh)
+    pdl_wait_after_prefetch();
     pdl_trigger();
 
     // Token 8n + g's row; a token past M reads token 0's (its results are never stored).

@@ -258,13 +258,17 @@ __device__ __forceinline__ void finalize_token(const MhcPreParams& p, const floa
     const bf16* xt = p.x + int64_t(t) * K;
     const int ct = int(threadIdx.x) - 32, n_ct = int(blockDim.x) - 32;  // collapse thread index / count
     const int n8 = vec ? D / 8 : 0;
-    // Weights first (no earlier kernel writes them, common/pdl.cuh): the norm weight's chunk and the pre rows'
-    // base and scale, in flight during the wait.
+    // Weights first (no earlier kernel writes them, common/pdl.cuh): the norm weight's chunk, the pre rows' base and
+    // scale, and warp 0's post and comb rows (its Sinkhorn path), in flight during the wait.
     uint4 wr = make_uint4(0, 0, 0, 0);
     if (p.norm_weight && ct >= 0 && ct < n8) wr = __ldg(reinterpret_cast<const uint4*>(p.norm_weight) + ct);
     const float base_pre = lane < N ? __ldg(p.base + lane) : 0.f;  // lane j: stream j's (pre below)
     const float scale_pre = __ldg(p.scale);
-    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    const bool mix_rows = warp == 0 && !p.head_mode;
+    const float scale_post = mix_rows ? __ldg(p.scale + 1) : 0.f, scale_comb = mix_rows ? __ldg(p.scale + 2) : 0.f;
+    const float base_post = mix_rows && lane < N ? __ldg(p.base + N + lane) : 0.f;
+    const float base_comb = mix_rows && lane < N * N ? __ldg(p.base + 2 * N + lane) : 0.f;
+    pdl_wait_after_prefetch();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     // prefetch of the first chunk, in flight during the reduction and the Sinkhorn
     uint4 xr[kMaxStreams];
@@ -313,8 +317,8 @@ __device__ __forceinline__ void finalize_token(const MhcPreParams& p, const floa
     if (warp == 0) {
         if (!p.head_mode) {
             if (lane < N)
-                p.post[int64_t(t) * N + lane] = 2.f * sigmoid_acc(red[N + lane] * rho * p.scale[1] + p.base[N + lane]);
-            const float c0 = lane < N * N ? red[2 * N + lane] * rho * p.scale[2] + p.base[2 * N + lane] : 0.f;
+                p.post[int64_t(t) * N + lane] = 2.f * sigmoid_acc(red[N + lane] * rho * scale_post + base_post);
+            const float c0 = lane < N * N ? red[2 * N + lane] * rho * scale_comb + base_comb : 0.f;
             float c = 0.f;
             switch (N) {
                 case 1: c = sinkhorn_lane<1>(c0, lane, p.sinkhorn_iters, p.hc_eps); break;

@@ -43,7 +43,7 @@ __device__ void route_token(int64_t m, const float* __restrict__ logits, int E, 
         const int e = lane + 32 * i;
         bias_e[i] = i < per && e < E && bias ? __ldg(bias + e) : 0.f;
     }
-    pdl_wait();
+    pdl_wait_after_prefetch();
     pdl_trigger();
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
