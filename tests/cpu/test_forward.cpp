@@ -177,7 +177,10 @@ TEST(Forward, ReleaseNumericsStayCloseToExact) {
     const auto tokens = random_tokens(64, me->cfg.vocab_size, fresh_seed());
     const auto a = run_steps(*me, tokens, {64}, &pool), b = run_steps(*mr, tokens, {64}, &pool);
     // FP8 activations keep 3 mantissa bits (~3% per element), so on a random 4-layer model the logits move by
-    // several percent (measured: rms 5% after one layer, ~20% after four); more than that would be a bug.
+    // several percent (measured: rms 5% after one layer, ~20% after four). Over 150 fresh checkpoints the relative
+    // rms was 0.15-0.37 (median 0.24) and one seed reached 0.405; the argmax agreed on 34-56 of 64 positions
+    // (120 checkpoints). A bug (logits unrelated to the exact ones) gives ~1.4 and agreement near 0, so the bounds
+    // sit well outside the measured spread: 0.6 and 20.
     double num = 0, den = 0;
     for (size_t i = 0; i < a.size(); ++i) {
         num += double(a[i] - b[i]) * (a[i] - b[i]);
@@ -185,7 +188,7 @@ TEST(Forward, ReleaseNumericsStayCloseToExact) {
     }
     const double rms_rel = std::sqrt(num / den);
     EXPECT_GT(rms_rel, 1e-4);  // the simulations change the numbers...
-    EXPECT_LT(rms_rel, 0.4);   // ...by rounding, not more
+    EXPECT_LT(rms_rel, 0.6);   // ...by rounding, not more
     // and the argmax agrees on most positions
     const int64_t V = me->cfg.vocab_size;
     int agree = 0;
@@ -194,7 +197,7 @@ TEST(Forward, ReleaseNumericsStayCloseToExact) {
         auto bm = std::max_element(b.begin() + t * V, b.begin() + (t + 1) * V) - (b.begin() + t * V);
         agree += am == bm;
     }
-    EXPECT_GE(agree, 32);
+    EXPECT_GE(agree, 20);
 }
 
 
