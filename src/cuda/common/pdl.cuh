@@ -7,7 +7,9 @@
 //   - every CTA calls pdl_wait() before its first read of memory written by an earlier kernel and before it
 //     writes anything an earlier kernel may still read; in practice: first statement of the kernel, before any
 //     early return. Checkpoint weights, which no kernel of the stream writes, may be read before it (the
-//     one-token GEMVs and the wgmma GEMV request their first weights there, behind the previous kernel's tail).
+//     one-token GEMVs and the wgmma GEMV request their first weights there, behind the previous kernel's tail);
+//     a kernel whose weight loads there are small or predicated waits with pdl_wait_after_prefetch(), or ptxas
+//     may issue them after the wait (check the SASS: the wait is ACQBULK).
 //     pdl_wait() returns once the preceding grid has completed and its writes are visible, so ordering stays
 //     transitive along the stream (each kernel completes only after its own wait returned).
 //   - pdl_trigger() (optional) lets the next kernel's CTAs start launching before this one ends.
