@@ -201,14 +201,12 @@ TEST(CudaSparseAttention, MatchesCpuReference) {
         if (c.use_topk) {
             for (int t = 0; t < T; ++t) {
                 const int n_vis = (bh.token_pos[t] + 1) / c.ratio;
+                // compact: the first min(n_vis, width / 3) slots valid, the rest -1; else a random fifth -1
+                const int n_valid = std::min(n_vis, topk_width / 3);
                 for (int i = 0; i < topk_width; ++i)
                     topk[size_t(t) * topk_width + i] =
-                        rng.uniform_int(0, 4) == 0 || n_vis == 0 ? -1 : rng.uniform_int(0, n_vis - 1);
-                if (c.compact_topk) {  // the first min(n_vis, width / 3) slots valid, the rest -1
-                    const int n_valid = std::min(n_vis, topk_width / 3);
-                    for (int i = 0; i < topk_width; ++i)
-                        topk[size_t(t) * topk_width + i] = i < n_valid ? rng.uniform_int(0, n_vis - 1) : -1;
-                }
+                        c.compact_topk ? (i < n_valid ? rng.uniform_int(0, n_vis - 1) : -1)
+                                       : (rng.uniform_int(0, 4) == 0 || n_vis == 0 ? -1 : rng.uniform_int(0, n_vis - 1));
             }
         }
         auto q = bf16_round(rng.normals(size_t(T) * H * D));
