@@ -109,7 +109,8 @@ cmd_bundle() {
     esac
   done
   local build=${BUILD:-build-gpucheck}
-  if [ ! -f "$build/CMakeCache.txt" ]; then
+  # A configure that failed leaves a cache but no build files: configure again then, not only when the folder is new.
+  if [ ! -f "$build/CMakeCache.txt" ] || { [ ! -f "$build/Makefile" ] && [ ! -f "$build/build.ninja" ]; }; then
     cmake -S . -B "$build" -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release || die "configure failed"
   fi
   nice cmake --build "$build" -j"${JOBS:-2}" --target "${TARGETS[@]}" || die "build failed"
