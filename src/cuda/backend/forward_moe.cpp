@@ -44,17 +44,30 @@ void ForwardPass::enqueue_moe(int l, const PassShape& s, bool combine) {
         const Lane lane = streams_.fork(streams_.aux);
         shared_out_bf16_ = enqueue_shared_expert(l, T, ax, lane);
     }
-    {
-        const PreparedActivation& ag = prepare(buf_.prep_x_bf16, buf_.sub_in.get(), false, T, D, D, L.gate);
-        OpProfiler::Scope sc(prof_, "moe.router gemm");
-        prof_.bytes(L.bytes.router);
-        lin(ag, L.gate, buf_.router_logits.get(), OutKind::F32, E);
-    }
-    // Where the packing branch joins: before the up-projection (default), or where forced
-    // ("moe_pack_join_routing") before the routing; a kernel that waits for two branches starts only when both have
-    // ended (no programmatic early start), so the join sits before whichever start costs less (A/B).
-    if (pol_->is_forced("moe_pack_join_routing")) streams_.join(streams_.expert_pack);
-    {
+    const PreparedActivation& ag = prepare(buf_.prep_x_bf16, buf_.sub_in.get(), false, T, D, D, L.gate);
+    // Decode: the routing and grouping run in the router's launch (moe_router_route_and_group), unless the
+    // packing branch must join before the routing, which then has to be a launch of its own.
+    const Lane main = streams_.main_lane();
+    const bool routed = !pol_->is_forced("moe_pack_join_routing") &&
+                        moe_router_routes(ag, L.gate, K, buf_.grouping, main.ws, *pol_);
+    if (routed) {
+        OpProfiler::Scope sc(prof_, "moe.router gemm + route + group");
+        prof_.bytes(L.bytes.router + L.bytes.route);
+        prof_.variant("bf16_gemv + route");
+        moe_router_route_and_group(ag, L.gate, buf_.router_logits.as<float>(), L.gate_bias, L.tid2eid,
+                                   buf_.meta.d(StepMeta::kTokens), cfg_.vocab_size, K,
+                                   float(cfg_.routed_scaling_factor), buf_.expert_idx.as<int32_t>(),
+                                   buf_.expert_weight.as<float>(), buf_.grouping, main.ws, main.stream, *pol_);
+    } else {
+        {
+            OpProfiler::Scope sc(prof_, "moe.router gemm");
+            prof_.bytes(L.bytes.router);
+            lin(ag, L.gate, buf_.router_logits.get(), OutKind::F32, E);
+        }
+        // Where the packing branch joins: before the up-projection (default), or where forced
+        // ("moe_pack_join_routing") before the routing; a kernel that waits for two branches starts only when both
+        // have ended (no programmatic early start), so the join sits before whichever start costs less (A/B).
+        if (pol_->is_forced("moe_pack_join_routing")) streams_.join(streams_.expert_pack);
         OpProfiler::Scope sc(prof_, "moe.route + group");
         prof_.bytes(L.bytes.route);
         moe_route_and_group(buf_.router_logits.as<float>(), T, E, E, L.gate_bias, L.tid2eid,

@@ -41,7 +41,10 @@
 //           moe_pack_ahead (one token: wgmma_experts' up-projection tile packed on a side stream as soon as the
 //           MoE input is, beside the router and the routing, moe/moe.cuh; the same bits; disabled: packed after the
 //           routing on the main stream), moe_pack_join_routing (forced only: that branch joined before the routing
-//           instead of before the up-projection; an A/B of where the join's lost early start costs less)
+//           instead of before the up-projection; an A/B of where the join's lost early start costs less),
+//           route_in_router (decode passes of 1-8 tokens: the routing and grouping run in the router's bf16_gemv
+//           launch, by the CTA that completes the logits last, moe/moe.cuh moe_router_route_and_group; the same bits;
+//           disabled: route_group_kernel, a launch of its own after the router)
 //   epilogue: gemm_tma_store (the wgmma GEMMs' bf16 output tiles written by TMA from shared memory, overlapping
 //           the next tile; disabled: stored by the math warps, the same bits)
 //   work split: moe_half_items (the warp-specialized wgmma_experts kernel on items of one 64-row part where a call

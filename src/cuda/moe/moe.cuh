@@ -92,6 +92,18 @@ void moe_group(const int32_t* expert_idx, const float* expert_weight, int64_t M,
 void moe_route_and_group(const float* logits, int64_t M, int E, int64_t ld_logits, const float* bias,
                          const int64_t* tid2eid, const int32_t* token_ids, int64_t vocab, int top_k, float route_scale,
                          int32_t* expert_idx, float* expert_weight, const MoeGrouping& g, cudaStream_t stream);
+// The router's linear (logits = x gate^T, fp32 [M, E], row stride E) and moe_route_and_group on those logits in one
+// launch: the router's bf16_gemv, whose CTA that completes the logits last routes and groups (KernelPolicy switch
+// "route_in_router"; the same logits, picks, weights and grouping as linear() then moe_route_and_group).
+// moe_router_routes says where it applies: the switch not disabled, 1-8 tokens, E <= 256, the router on bf16_gemv
+// for this call and a workspace counter to spare; elsewhere the caller runs the two (moe_router_route_and_group
+// throws).
+bool moe_router_routes(const PreparedActivation& x, const DeviceLinear& gate, int top_k, const MoeGrouping& g,
+                       const GemmWorkspace* ws, const KernelPolicy& policy);
+void moe_router_route_and_group(const PreparedActivation& x, const DeviceLinear& gate, float* logits, const float* bias,
+                                const int64_t* tid2eid, const int32_t* token_ids, int64_t vocab, int top_k,
+                                float route_scale, int32_t* expert_idx, float* expert_weight, const MoeGrouping& g,
+                                const GemmWorkspace* ws, cudaStream_t stream, const KernelPolicy& policy);
 
 // Per-expert weight pointers (device arrays of E pointers each, built once when weights are loaded). Every weight
 // pointer must be 16-byte aligned (the kernels stream it with 16-byte loads); scale pointers need no alignment.

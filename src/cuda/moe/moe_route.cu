@@ -14,6 +14,8 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/warp_reduce.cuh"
+#include "cuda/gemm/bf16_gemv_kernel.cuh"
+#include "cuda/gemm/linear_catalogue.h"
 #include "cuda/moe/moe.cuh"
 
 namespace flashseek::cuda {
@@ -24,34 +26,48 @@ constexpr int kMaxRouteE = 1024, kMaxTopK = 32;
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 
-// Token m's routing by one warp; lane holds experts lane, lane+32, ... (kPer per lane: E <= 32 * kPer). The
-// selection rounds are a dependent chain on the decode critical path: kPer = 8 serves V4's 256 experts with a
-// quarter of the per-lane work of the general 32.
-// The bias (a weight: no earlier kernel writes it) is read before pdl_wait, which this function calls (common/pdl.cuh
-// contract: before the logits, an earlier kernel's output). idx_sh / w_sh (optional, shared memory): a copy of the
-// token's picks for the grouping in the same CTA, which then needs no read back from global memory.
+// The router's bias for the experts a lane holds in route_select (lane, lane + 32, ...); 0 without a bias.
 template <int kPer>
-__device__ void route_token(int64_t m, const float* __restrict__ logits, int E, int64_t ld, const float* __restrict__ bias,
-                            const int64_t* __restrict__ tid2eid, const int32_t* __restrict__ token_ids, int64_t vocab,
-                            int top_k, float route_scale, int32_t* __restrict__ idx_out, float* __restrict__ w_out,
-                            int32_t* idx_sh = nullptr, float* w_sh = nullptr) {
+__device__ __forceinline__ void load_route_bias(const float* __restrict__ bias, int E, float (&bias_e)[kPer]) {
     const int lane = threadIdx.x & 31;
-    float score[kPer], sel[kPer], bias_e[kPer];
     const int per = (E + 31) / 32;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
         const int e = lane + 32 * i;
         bias_e[i] = i < per && e < E && bias ? __ldg(bias + e) : 0.f;
     }
-    pdl_wait_after_prefetch();
-    pdl_trigger();
+}
+
+// Token m's routing by one warp; lane holds experts lane, lane+32, ... (kPer per lane: E <= 32 * kPer). The
+// selection rounds are a dependent chain on the decode critical path: kPer = 8 serves V4's 256 experts with a
+// quarter of the per-lane work of the general 32. bias_e: load_route_bias's values. The logits are read through L2
+// (ld.global.cg): the router's fused form (RouterRouteTail) reads them in the launch that wrote them.
+// idx_sh / w_sh (optional, shared memory): a copy of the token's picks for the grouping in the same CTA, which then
+// needs no read back from global memory.
+template <int kPer>
+__device__ __forceinline__ void route_select(int64_t m, const float* logits, int E, int64_t ld,
+                                             const float (&bias_e)[kPer], const int64_t* __restrict__ tid2eid,
+                                             const int32_t* __restrict__ token_ids, int64_t vocab, int top_k,
+                                             float route_scale, int32_t* __restrict__ idx_out,
+                                             float* __restrict__ w_out, int32_t* idx_sh, float* w_sh) {
+    const int lane = threadIdx.x & 31;
+    const int per = (E + 31) / 32;
+    // Every logit requested before any is used: sqrtf's slow path is a call, and a load written after one waited
+    // for it (the SASS had kPer dependent L2 round trips).
+    float logit[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+        const int e = lane + 32 * i;
+        logit[i] = i < per && e < E ? __ldcg(logits + m * ld + e) : 0.f;
+    }
+    float score[kPer], sel[kPer];
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
         const int e = lane + 32 * i;
         score[i] = 0.f;
         sel[i] = -INFINITY;
         if (i < per && e < E) {
-            score[i] = sqrtf(softplus_f(logits[m * ld + e]));
+            score[i] = sqrtf(softplus_f(logit[i]));
             sel[i] = score[i] + bias_e[i];
         }
     }
@@ -59,11 +75,14 @@ __device__ void route_token(int64_t m, const float* __restrict__ logits, int E, 
     float my_s = 0.f;
     float sum = 0.f;
     if (tid2eid) {
+        // The token's top_k table entries read at once (lane j: entry j), then handed out by shuffles in pick order.
         const int64_t tok = token_ids[m];
+        const bool tok_ok = tok >= 0 && tok < vocab;
+        const int64_t v_lane = tok_ok && lane < top_k ? tid2eid[tok * top_k + lane] : -1;
         for (int j = 0; j < top_k; ++j) {
             int e = -1;
-            if (tok >= 0 && tok < vocab) {
-                const int64_t v = tid2eid[tok * top_k + j];
+            if (tok_ok) {
+                const int64_t v = __shfl_sync(0xffffffffu, v_lane, j);
                 e = (v >= 0 && v < E) ? int(v) : -1;
             }
             float s = 0.f;
@@ -118,6 +137,22 @@ __device__ void route_token(int64_t m, const float* __restrict__ logits, int E, 
             w_sh[m * top_k + lane] = wt;
         }
     }
+}
+
+// Token m's routing by one warp in a kernel of its own: the bias (a weight: no earlier kernel writes it) is read
+// before pdl_wait, which this function calls (common/pdl.cuh contract: before the logits, an earlier kernel's
+// output).
+template <int kPer>
+__device__ void route_token(int64_t m, const float* __restrict__ logits, int E, int64_t ld, const float* __restrict__ bias,
+                            const int64_t* __restrict__ tid2eid, const int32_t* __restrict__ token_ids, int64_t vocab,
+                            int top_k, float route_scale, int32_t* __restrict__ idx_out, float* __restrict__ w_out,
+                            int32_t* idx_sh = nullptr, float* w_sh = nullptr) {
+    float bias_e[kPer];
+    load_route_bias(bias, E, bias_e);
+    pdl_wait_after_prefetch();
+    pdl_trigger();
+    route_select(m, logits, E, ld, bias_e, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out, idx_sh,
+                 w_sh);
 }
 
 // route_token with the per-lane array sized for E.
@@ -355,6 +390,53 @@ __global__ void __launch_bounds__(kRouteGroupThreads)
     group_block(idx_sh, w_sh, M * top_k, top_k, g, sh);
 }
 
+// The router's GEMV with the routing and grouping of decode as its tail (bf16_gemv_kernel.cuh): the CTA that
+// completes the logits last routes every token (warp w: tokens w, w + 4, ...) and groups the picks, as
+// route_group_kernel does from the same logits, so the same picks, weights and grouping. Why: route_group_kernel
+// waited for the router's grid to complete and its writes to be released (PDL) before reading the logits, one more
+// kernel boundary on the decode step's critical path per MoE layer. Measured (one H100, 16 layers, run 501 of
+// docs/perf-log/2026-12-06_routing-in-the-router.md): 2 / 4 / 8 sequences 1.6 / 0.7 / 0.7% faster, one sequence
+// unchanged (the tail's routing and grouping take as long after the GEMV as the separate kernel did, boundary
+// included), 16 sequences 0.5% slower (each of the four warps routes four tokens in series where
+// route_group_kernel has a warp per token): hence up to 8 tokens. E <= 256 (kPer = 8 fits bf16_gemv's registers).
+constexpr int kRouterTailMaxE = 256, kRouterTailMaxTokens = 8;
+struct RouterRouteTail {
+    static constexpr bool kActive = true;
+    const float* logits;  // the GEMV's output (fp32 [M, E], row stride ld)
+    int64_t M;
+    int E;
+    int64_t ld;
+    const float* bias;
+    const int64_t* tid2eid;
+    const int32_t* token_ids;
+    int64_t vocab;
+    int top_k;
+    float route_scale;
+    int32_t* idx_out;
+    float* w_out;
+    MoeGrouping g;
+
+    // The bias (a weight) requested into L2 while the router streams: the tail's bias and logit reads are then one
+    // L2 round trip together.
+    __device__ __forceinline__ void prefetch() const {
+        if (bias && int(threadIdx.x) * 32 < E) asm volatile("prefetch.global.L2 [%0];" ::"l"(bias + threadIdx.x * 32));
+    }
+    __device__ __forceinline__ void run() const {
+        __shared__ int32_t idx_sh[kRouterTailMaxTokens * kMaxTopK];
+        __shared__ float w_sh[kRouterTailMaxTokens * kMaxTopK];
+        __shared__ int32_t sh[2 * kRouterTailMaxE];  // the grouping's counts and cursors
+        group_zero_counts(g.E, sh);
+        for (int64_t m = threadIdx.x / 32; m < M; m += blockDim.x / 32) {
+            float bias_e[8];
+            load_route_bias(bias, E, bias_e);
+            route_select(m, logits, E, ld, bias_e, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out,
+                         idx_sh, w_sh);
+        }
+        __syncthreads();
+        group_block(idx_sh, w_sh, M * top_k, top_k, g, sh);
+    }
+};
+
 }  // namespace
 
 void moe_route(const float* logits, int64_t M, int E, int64_t ld_logits, const float* bias, const int64_t* tid2eid,
@@ -437,6 +519,47 @@ void moe_route_and_group(const float* logits, int64_t M, int E, int64_t ld_logit
                " exceed the grouping capacity ", g.max_pairs);
     launch_pdl("route_group_kernel", route_group_kernel, dim3(1), dim3(kRouteGroupThreads), size_t(g.E) * 8, stream, logits,
                M, E, ld_logits, bias, tid2eid, token_ids, vocab, top_k, route_scale, expert_idx, expert_weight, g);
+}
+
+namespace {
+
+// The plan of the router's linear where the fused form applies (plan.variant empty otherwise).
+LinearPlan router_route_plan(const PreparedActivation& x, const DeviceLinear& gate, int top_k, const MoeGrouping& g,
+                             const GemmWorkspace* ws, const KernelPolicy& policy) {
+    const int64_t E = gate.out, M = x.m;
+    if (policy.is_disabled("route_in_router") || M < 1 || M > kRouterTailMaxTokens || E > kRouterTailMaxE ||
+        top_k < 1 || top_k > kMaxTopK || top_k > E || !ws || !ws->counters || g.expert_begin < 0 ||
+        g.expert_begin + g.E > E || M * top_k > g.max_pairs)
+        return {};
+    LinearPlan plan = plan_linear(x, gate, 1, ws, policy);
+    // bf16_gemv as linear() would run it, and the tail's counter after the row tiles' split counters.
+    if (plan.variant != "bf16_gemv" || gate.out / bf16_gemv::kRows + 1 > ws->n_counters) return {};
+    return plan;
+}
+
+}  // namespace
+
+bool moe_router_routes(const PreparedActivation& x, const DeviceLinear& gate, int top_k, const MoeGrouping& g,
+                       const GemmWorkspace* ws, const KernelPolicy& policy) {
+    return !router_route_plan(x, gate, top_k, g, ws, policy).variant.empty();
+}
+
+void moe_router_route_and_group(const PreparedActivation& x, const DeviceLinear& gate, float* logits, const float* bias,
+                                const int64_t* tid2eid, const int32_t* token_ids, int64_t vocab, int top_k,
+                                float route_scale, int32_t* expert_idx, float* expert_weight, const MoeGrouping& g,
+                                const GemmWorkspace* ws, cudaStream_t stream, const KernelPolicy& policy) {
+    const LinearPlan plan = router_route_plan(x, gate, top_k, g, ws, policy);
+    FS_REQUIRE(!plan.variant.empty(), "moe_router_route_and_group: not applicable to ", x.m, " tokens, ", gate.out,
+               " experts, top_k ", top_k, " (moe_router_routes says where it is)");
+    FS_REQUIRE(!tid2eid || token_ids, "moe_router_route_and_group: hash routing needs token ids");
+    const int E = int(gate.out);
+    const stream_gemv::Args a = stream_gemv::make_args(x, gate, 1, logits, OutKind::F32, E, ws, plan.k_splits,
+                                                       bf16_gemv::kChunkCols);
+    const dim3 grid(unsigned(gate.out / bf16_gemv::kRows), unsigned(plan.k_splits));
+    const RouterRouteTail tail{logits, x.m, E, E, bias, tid2eid, token_ids, vocab, top_k, route_scale, expert_idx,
+                               expert_weight, g};
+    launch_pdl("bf16_gemv_route_kernel", bf16_gemv::bf16_gemv_kernel<1, RouterRouteTail>, grid,
+               dim3(bf16_gemv::kThreads), 0, stream, a, tail);
 }
 
 }  // namespace flashseek::cuda

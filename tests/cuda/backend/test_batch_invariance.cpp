@@ -278,7 +278,8 @@ TEST_P(CudaHeadRowsLastLayer, MatchesAllRows) {
 // wo_a GEMM writing wo_b's act_quant rows instead of its bf16 output (wo_a_fp8_rows); wo_a's and wo_b's one-token
 // GEMVs preparing their bf16 inputs while staging (prepare_in_gemv: the three decode steps); the compressors'
 // gate GEMVs on streams of their own (compressor_gate_lane: the same kernels in another graph shape); and the routed
-// experts' one-token tile packed beside the routing (moe_pack_ahead: the three decode steps).
+// experts' one-token tile packed beside the routing (moe_pack_ahead: the three decode steps); and the routing and
+// grouping in the router's launch (route_in_router: the three decode steps).
 class CudaProducerFormsMatchSeparateSteps : public CudaPrefillInvariance,
                                             public ::testing::WithParamInterface<const char*> {};
 
@@ -289,7 +290,8 @@ TEST_P(CudaProducerFormsMatchSeparateSteps, SameLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Switches, CudaProducerFormsMatchSeparateSteps,
                          ::testing::Values("shared_bf16_out", "routed_bf16_out", "norm_fp8_rows", "wo_a_fp8_rows",
-                                           "compressor_gate_lane", "prepare_in_gemv", "moe_pack_ahead"),
+                                           "compressor_gate_lane", "prepare_in_gemv", "moe_pack_ahead",
+                                           "route_in_router"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(LastLayerRatios, CudaHeadRowsLastLayer, ::testing::Values(4, 5),

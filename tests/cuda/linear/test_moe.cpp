@@ -138,10 +138,75 @@ void expect_same_slots_per_expert(int E, const std::vector<int32_t>& off, const 
     }
 }
 
+// A routing's outputs for M tokens of top_k picks over E experts: picks, weights and the grouping with its list of
+// 16-token tiles, all poisoned.
+struct RoutingOut {
+    DeviceArray<float> w;
+    DeviceArray<int32_t> idx;
+    DeviceArray<uint8_t> mem, tiles;
+    cuda::MoeGrouping g;
+    RoutingOut(int M, int E, int K)
+        : w(size_t(M * K)), idx(size_t(M * K)), mem(cuda::moe_grouping_bytes(E, M * K)),
+          tiles(cuda::moe_act_tile_bytes(E, M * K, 128)) {
+        w.poison();
+        idx.poison();
+        mem.poison();
+        tiles.poison();
+        g = cuda::moe_grouping_view(mem.ptr, E, M * K);
+        cuda::moe_attach_act_tiles(g, tiles.ptr, 128);  // the grouping also lists the 16-token tiles
+    }
+};
+
+// Two routings of the same logits agree: the same picks and weights bit for bit, the same counts, offsets and active
+// list, per expert the same (token, weight) slots (their order inside an expert comes from atomics and is not
+// compared), every pair's slot holding its token, and the 16-token tiles: ceil(count / 16) per active expert,
+// ascending, in both.
+void expect_same_routing(const RoutingOut& one, const RoutingOut& two, int M, int E, int K) {
+    EXPECT_EQ(one.idx.download(), two.idx.download());
+    const auto w1 = one.w.download(), w2 = two.w.download();
+    EXPECT_EQ(std::memcmp(w1.data(), w2.data(), w1.size() * 4), 0) << "routing weights differ";
+    const std::vector<uint8_t> raw1 = one.mem.download(), raw2 = two.mem.download();
+    const cuda::MoeGrouping &g1 = one.g, &g2 = two.g;
+    auto ints = [](const std::vector<uint8_t>& raw, const cuda::MoeGrouping& g, const int32_t* field, size_t n) {
+        const size_t off = size_t(reinterpret_cast<const uint8_t*>(field) - reinterpret_cast<const uint8_t*>(g.expert_count));
+        std::vector<int32_t> v(n);
+        std::memcpy(v.data(), raw.data() + off, n * 4);
+        return v;
+    };
+    const auto n1 = ints(raw1, g1, g1.n_active, 1), n2 = ints(raw2, g2, g2.n_active, 1);
+    ASSERT_EQ(n1, n2);
+    EXPECT_EQ(ints(raw1, g1, g1.expert_count, size_t(E)), ints(raw2, g2, g2.expert_count, size_t(E)));
+    const auto off1 = ints(raw1, g1, g1.expert_offset, size_t(E + 1));
+    EXPECT_EQ(off1, ints(raw2, g2, g2.expert_offset, size_t(E + 1)));
+    EXPECT_EQ(ints(raw1, g1, g1.active, size_t(n1[0])), ints(raw2, g2, g2.active, size_t(n2[0])));
+    const size_t P = size_t(M * K);
+    const auto tok1 = ints(raw1, g1, g1.slot_token, P), tok2 = ints(raw2, g2, g2.slot_token, P);
+    const auto sw1 = ints(raw1, g1, reinterpret_cast<const int32_t*>(g1.slot_weight), P);
+    const auto sw2 = ints(raw2, g2, reinterpret_cast<const int32_t*>(g2.slot_weight), P);
+    expect_same_slots_per_expert(E, off1, tok1, sw1, tok2, sw2);
+    const auto ps = ints(raw1, g1, g1.pair_slot, P);
+    for (size_t p = 0; p < P; ++p)
+        if (ps[p] >= 0) {
+            EXPECT_EQ(tok1[size_t(ps[p])], int32_t(p / size_t(K))) << "pair " << p;
+        }
+    std::vector<int32_t> want_expert, want_col;
+    const auto counts = ints(raw1, g1, g1.expert_count, size_t(E));
+    for (int e = 0; e < E; ++e)
+        for (int c = 0; c < counts[size_t(e)]; c += 16) {
+            want_expert.push_back(e);
+            want_col.push_back(c);
+        }
+    ASSERT_LE(int64_t(want_expert.size()), int64_t(g1.act_tile_count));
+    for (const RoutingOut* o : {&one, &two}) {
+        SCOPED_TRACE(o == &one ? "first" : "second");
+        ASSERT_EQ(download_ints(o->g.n_tiles, 1)[0], int32_t(want_expert.size()));
+        EXPECT_EQ(download_ints(o->g.tile_expert, want_expert.size()), want_expert);
+        EXPECT_EQ(download_ints(o->g.tile_col, want_col.size()), want_col);
+    }
+}
+
 // The one-launch routing + grouping of decode (moe_route_and_group, up to 16 tokens; more fall back to the two
-// launches) gives what moe_route then moe_group give: the same picks and weights bit for bit, the same counts,
-// offsets and active list, and per expert the same (token, weight) slots (their order inside an expert comes from
-// atomics in both and is not compared).
+// launches) gives what moe_route then moe_group give (expect_same_routing).
 TEST(MoeRoute, FusedRouteAndGroupMatchesTwoLaunches) {
     for (int hash = 0; hash < 2; ++hash)
         for (auto [M, E, K] : {std::tuple<int, int, int>{1, 256, 6}, {16, 256, 6}, {17, 256, 6}, {40, 256, 6},
@@ -156,22 +221,7 @@ TEST(MoeRoute, FusedRouteAndGroupMatchesTwoLaunches) {
             const auto &dl = in.d_logits, &db = in.d_bias;
             const auto& dt = in.d_tid2eid;
             const auto& dtok = in.d_tokens;
-            struct Out {
-                DeviceArray<float> w;
-                DeviceArray<int32_t> idx;
-                DeviceArray<uint8_t> mem, tiles;
-                cuda::MoeGrouping g;
-                Out(int M, int E, int K)
-                    : w(size_t(M * K)), idx(size_t(M * K)), mem(cuda::moe_grouping_bytes(E, M * K)),
-                      tiles(cuda::moe_act_tile_bytes(E, M * K, 128)) {
-                    w.poison();
-                    idx.poison();
-                    mem.poison();
-                    tiles.poison();
-                    g = cuda::moe_grouping_view(mem.ptr, E, M * K);
-                    cuda::moe_attach_act_tiles(g, tiles.ptr, 128);  // the grouping also lists the 16-token tiles
-                }
-            } two(M, E, K), one(M, E, K);
+            RoutingOut two(M, E, K), one(M, E, K);
             const float* bp = hash ? nullptr : db.ptr;
             const int64_t* tp = hash ? dt.ptr : nullptr;
             cuda::moe_route(dl.ptr, M, E, E, bp, tp, dtok.ptr, vocab, K, 1.5f, two.idx.ptr, two.w.ptr, nullptr);
@@ -179,53 +229,88 @@ TEST(MoeRoute, FusedRouteAndGroupMatchesTwoLaunches) {
             cuda::moe_route_and_group(dl.ptr, M, E, E, bp, tp, dtok.ptr, vocab, K, 1.5f, one.idx.ptr, one.w.ptr, one.g,
                                       nullptr);
             CUDA_CHECK(cudaDeviceSynchronize());
-            EXPECT_EQ(one.idx.download(), two.idx.download());
-            const auto w1 = one.w.download(), w2 = two.w.download();
-            EXPECT_EQ(std::memcmp(w1.data(), w2.data(), w1.size() * 4), 0) << "routing weights differ";
-            auto view = [&](const Out& o) {
-                std::vector<uint8_t> raw = o.mem.download();
-                return std::make_pair(raw, o.g);
-            };
-            const auto [raw1, g1] = view(one);
-            const auto [raw2, g2] = view(two);
-            auto ints = [](const std::vector<uint8_t>& raw, const cuda::MoeGrouping& g, const int32_t* field, size_t n) {
-                const size_t off = size_t(reinterpret_cast<const uint8_t*>(field) - reinterpret_cast<const uint8_t*>(g.expert_count));
-                std::vector<int32_t> v(n);
-                std::memcpy(v.data(), raw.data() + off, n * 4);
-                return v;
-            };
-            const auto n1 = ints(raw1, g1, g1.n_active, 1), n2 = ints(raw2, g2, g2.n_active, 1);
-            ASSERT_EQ(n1, n2);
-            EXPECT_EQ(ints(raw1, g1, g1.expert_count, size_t(E)), ints(raw2, g2, g2.expert_count, size_t(E)));
-            const auto off1 = ints(raw1, g1, g1.expert_offset, size_t(E + 1));
-            EXPECT_EQ(off1, ints(raw2, g2, g2.expert_offset, size_t(E + 1)));
-            EXPECT_EQ(ints(raw1, g1, g1.active, size_t(n1[0])), ints(raw2, g2, g2.active, size_t(n2[0])));
-            const size_t P = size_t(M * K);
-            const auto tok1 = ints(raw1, g1, g1.slot_token, P), tok2 = ints(raw2, g2, g2.slot_token, P);
-            const auto sw1 = ints(raw1, g1, reinterpret_cast<const int32_t*>(g1.slot_weight), P);
-            const auto sw2 = ints(raw2, g2, reinterpret_cast<const int32_t*>(g2.slot_weight), P);
-            expect_same_slots_per_expert(E, off1, tok1, sw1, tok2, sw2);
-            const auto ps = ints(raw1, g1, g1.pair_slot, P);
-            for (size_t p = 0; p < P; ++p)
-                if (ps[p] >= 0) {
-                    EXPECT_EQ(tok1[size_t(ps[p])], int32_t(p / size_t(K))) << "pair " << p;
-                }
-            // The 16-token tiles of the wgmma experts: ceil(count / 16) per active expert, ascending, from both paths.
-            std::vector<int32_t> want_expert, want_col;
-            const auto counts = ints(raw1, g1, g1.expert_count, size_t(E));
-            for (int e = 0; e < E; ++e)
-                for (int c = 0; c < counts[size_t(e)]; c += 16) {
-                    want_expert.push_back(e);
-                    want_col.push_back(c);
-                }
-            ASSERT_LE(int64_t(want_expert.size()), int64_t(g1.act_tile_count));
-            for (const Out* o : {&one, &two}) {
-                SCOPED_TRACE(o == &one ? "fused" : "two launches");
-                ASSERT_EQ(download_ints(o->g.n_tiles, 1)[0], int32_t(want_expert.size()));
-                EXPECT_EQ(download_ints(o->g.tile_expert, want_expert.size()), want_expert);
-                EXPECT_EQ(download_ints(o->g.tile_col, want_col.size()), want_col);
-            }
+            expect_same_routing(one, two, M, E, K);
         }
+}
+
+// The router's GEMV with the routing and grouping in its last CTA (moe_router_route_and_group, decode: up to 8
+// tokens, E <= 256) gives what the router's linear (bf16_gemv) then moe_route_and_group give: the logits bit for bit
+// and the same routing (expect_same_routing); a second call gives the same again (the tail's counter was left
+// zero). Odd shapes: E not a multiple of 32, K of 640 columns (the GEMV's split over 20 chunks), biased and hash
+// routing. Where it does not apply moe_router_routes says so and a call is refused with a named error before any
+// launch: 9 tokens, E > 256, the switch disabled, no workspace.
+TEST(MoeRoute, RouterWithRoutingMatchesLinearThenRouting) {
+    cuda::GemmWorkspace ws = cuda::create_gemm_workspace();  // the backend's size: the router's splits
+    for (int hash = 0; hash < 2; ++hash)
+        for (auto [M, E, K, D] : {std::tuple<int, int, int, int>{1, 256, 6, 4096}, {8, 256, 6, 4096}, {5, 48, 3, 640},
+                                  {3, 64, 8, 512}}) {
+            const uint64_t seed = fresh_seed();
+            std::ostringstream d;
+            d << "hash=" << hash << " M=" << M << " E=" << E << " K=" << K << " D=" << D << " seed=" << seed;
+            SCOPED_TRACE(d.str());
+            std::mt19937_64 rng(seed);
+            const int64_t vocab = 500;
+            const RouterInputs in = RouterInputs::make(rng, M, E, K, vocab, /*distinct_hash=*/false);
+            const TestWeight gate = make_weight(rng, WeightKind::BF16, ScaleKind::NONE, E, D);
+            const cuda::DeviceLinear gw = gate.device();
+            const DeviceArray<uint16_t> x(random_bf16(rng, size_t(M) * size_t(D), 1.f));
+            DeviceArray<uint8_t> values(cuda::prepared_values_bytes(M, D)), scales(cuda::prepared_scales_bytes(M, D));
+            DeviceArray<float> logits_two(size_t(M * E)), logits_one(size_t(M * E)), logits_again(size_t(M * E));
+            logits_two.poison();
+            logits_one.poison();
+            logits_again.poison();
+            const float* bp = hash ? nullptr : in.d_bias.ptr;
+            const int64_t* tp = hash ? in.d_tid2eid.ptr : nullptr;
+            RoutingOut two(M, E, K), one(M, E, K), again(M, E, K);
+            const KernelPolicy policy;
+            const cuda::PreparedActivation ax = cuda::prepare_and_linear(
+                x.ptr, false, M, D, gw, ActNumerics::EXACT, reinterpret_cast<uint16_t*>(values.ptr),
+                reinterpret_cast<float*>(scales.ptr), logits_two.ptr, cuda::OutKind::F32, E, &ws, nullptr, policy);
+            ASSERT_EQ(cuda::plan_linear(ax, gw, 1, &ws, policy).variant, "bf16_gemv");
+            cuda::moe_route_and_group(logits_two.ptr, M, E, E, bp, tp, in.d_tokens.ptr, vocab, K, 1.5f, two.idx.ptr,
+                                      two.w.ptr, two.g, nullptr);
+            ASSERT_TRUE(cuda::moe_router_routes(ax, gw, K, one.g, &ws, policy));
+            for (auto [logits, out] : {std::pair<float*, RoutingOut*>{logits_one.ptr, &one}, {logits_again.ptr, &again}})
+                cuda::moe_router_route_and_group(ax, gw, logits, bp, tp, in.d_tokens.ptr, vocab, K, 1.5f, out->idx.ptr,
+                                                 out->w.ptr, out->g, &ws, nullptr, policy);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            const auto l2 = logits_two.download(), l1 = logits_one.download(), l3 = logits_again.download();
+            EXPECT_EQ(std::memcmp(l1.data(), l2.data(), l1.size() * 4), 0) << "logits differ";
+            EXPECT_EQ(std::memcmp(l3.data(), l2.data(), l3.size() * 4), 0) << "logits differ in the second call";
+            expect_same_routing(one, two, M, E, K);
+            expect_same_routing(again, two, M, E, K);
+        }
+    // Refusals: moe_router_routes says no, and a call throws a named error having written nothing.
+    std::mt19937_64 rng(fresh_seed());
+    auto refused = [&](int M, int E, const KernelPolicy& policy, const cuda::GemmWorkspace* w) {
+        const int K = 6, D = 512;
+        const TestWeight gate = make_weight(rng, WeightKind::BF16, ScaleKind::NONE, E, D);
+        const cuda::DeviceLinear gw = gate.device();
+        const DeviceArray<uint16_t> x(random_bf16(rng, size_t(M) * size_t(D), 1.f));
+        cuda::PreparedActivation ax;
+        cuda::describe_prepared(ax, WeightKind::BF16, ActNumerics::EXACT, M, D);
+        ax.values = x.ptr;
+        DeviceArray<float> logits(size_t(M * E));
+        logits.poison();
+        RoutingOut out(M, E, K);
+        const bool applies = cuda::moe_router_routes(ax, gw, K, out.g, w, policy);
+        expect_named_error(
+            [&] {
+                cuda::moe_router_route_and_group(ax, gw, logits.ptr, nullptr, nullptr, nullptr, 0, K, 1.f, out.idx.ptr,
+                                                 out.w.ptr, out.g, w, nullptr, policy);
+            },
+            "moe_router_route_and_group");
+        CUDA_CHECK(cudaDeviceSynchronize());
+        for (float v : logits.download()) EXPECT_TRUE(std::isnan(v)) << "a refused call wrote the logits";
+        return !applies;
+    };
+    KernelPolicy off;
+    off.disabled.emplace_back("route_in_router");
+    EXPECT_TRUE(refused(9, 256, KernelPolicy{}, &ws)) << "9 tokens";
+    EXPECT_TRUE(refused(1, 272, KernelPolicy{}, &ws)) << "272 experts";
+    EXPECT_TRUE(refused(1, 256, off, &ws)) << "switch disabled";
+    EXPECT_TRUE(refused(1, 256, KernelPolicy{}, nullptr)) << "no workspace";
+    cuda::destroy_gemm_workspace(ws);
 }
 
 // Passes of more than kGroupOneCtaPairs pairs are grouped by many CTAs (count, offsets, place); without the
