@@ -1,14 +1,16 @@
 // Routing and grouping at decode and prefill (see moe.cuh): the sqrt-softplus biased top-k router and the
 // token-id hash router (one warp per token), the grouping of (token, expert) pairs by expert in one CTA (counts,
 // block-wide scans for offsets and the active list, slots), and both in one CTA for up to 16 tokens (decode: one
-// launch instead of two on the critical path).
+// launch instead of two on the critical path), or for up to 8 tokens inside the router's own launch
+// (moe_router_route_and_group: bf16_gemv_kernel with the routing as its tail).
 // Latency of route + group at one token (one CTA, the decode critical path). The serial chain was: the logits and the
 // bias loads -> top_k selection rounds, each a lane-local maximum and a five-round butterfly argmax -> the picks
 // stored to global memory -> barrier -> the counts zeroed -> barrier -> the picks read back from global memory ->
 // counts -> barrier -> the scan with two serial loops over the warps' sums and three barriers per pass -> the picks
 // read back again -> slots. Now the bias (a weight) is read before pdl_wait, each selection round's argmax is two
 // warp reductions (warp_argmax_redux: same order, same winner), the picks also go to shared memory, from which the
-// grouping reads them, the counts are zeroed before the routing, and the scan costs one barrier per pass.
+// grouping reads them, the counts are zeroed before the routing, the scan costs one barrier per pass, and a lane's
+// logits (and a hash layer's table entries) are requested together instead of one after each score.
 #include <algorithm>
 
 #include "cuda/common/check.cuh"
