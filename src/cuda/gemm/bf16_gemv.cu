@@ -67,11 +67,9 @@ LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
 
 void run(const LinearCall& c, const LinearPlan& plan, const KernelPolicy&, const LinearOut& out,
          cudaStream_t stream) {
-    const int splits = plan.k_splits;
-    const stream_gemv::Args a = stream_gemv::make_args(c.x, c.w, 1, out.y, out.kind, out.ld, c.ws, splits, kChunkCols);
-    const dim3 grid(unsigned(c.w.out / kRows), unsigned(splits));
     auto kernel = c.x.m > 8 ? bf16_gemv_kernel<2, NoTail> : bf16_gemv_kernel<1, NoTail>;
-    launch_pdl("bf16_gemv_kernel", kernel, grid, dim3(kThreads), 0, stream, a, NoTail{});
+    launch_pdl("bf16_gemv_kernel", kernel, launch_grid(c.w, plan.k_splits), dim3(kThreads), 0, stream,
+               launch_args(c, plan.k_splits, out), NoTail{});
 }
 
 }  // namespace flashseek::cuda::bf16_gemv

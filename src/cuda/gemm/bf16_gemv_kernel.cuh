@@ -24,6 +24,13 @@ constexpr int kChunkCols = 32;   // a lane quad's 4 x 8 columns of a row
 constexpr int kUnroll = 4;       // chunks in flight per warp: 2 rows x 4 x 16 bytes per lane
 constexpr int kCtasPerSm = 4;    // __launch_bounds__: <= 128 registers
 
+// The arguments and the grid of a call planned with `splits` K splits (the catalogue's run and the router's fused
+// form, moe/moe_route.cu, launch the same GEMV).
+inline stream_gemv::Args launch_args(const LinearCall& c, int splits, const LinearOut& out) {
+    return stream_gemv::make_args(c.x, c.w, 1, out.y, out.kind, out.ld, c.ws, splits, kChunkCols);
+}
+inline dim3 launch_grid(const DeviceLinear& w, int splits) { return dim3(unsigned(w.out / kRows), unsigned(splits)); }
+
 // No tail: the linear catalogue's variant.
 struct NoTail {
     static constexpr bool kActive = false;

@@ -555,13 +555,12 @@ void moe_router_route_and_group(const PreparedActivation& x, const DeviceLinear&
                " experts, top_k ", top_k, " (moe_router_routes says where it is)");
     FS_REQUIRE(!tid2eid || token_ids, "moe_router_route_and_group: hash routing needs token ids");
     const int E = int(gate.out);
-    const stream_gemv::Args a = stream_gemv::make_args(x, gate, 1, logits, OutKind::F32, E, ws, plan.k_splits,
-                                                       bf16_gemv::kChunkCols);
-    const dim3 grid(unsigned(gate.out / bf16_gemv::kRows), unsigned(plan.k_splits));
     const RouterRouteTail tail{logits, x.m, E, E, bias, tid2eid, token_ids, vocab, top_k, route_scale, expert_idx,
                                expert_weight, g};
-    launch_pdl("bf16_gemv_route_kernel", bf16_gemv::bf16_gemv_kernel<1, RouterRouteTail>, grid,
-               dim3(bf16_gemv::kThreads), 0, stream, a, tail);
+    launch_pdl("bf16_gemv_route_kernel", bf16_gemv::bf16_gemv_kernel<1, RouterRouteTail>,
+               bf16_gemv::launch_grid(gate, plan.k_splits), dim3(bf16_gemv::kThreads), 0, stream,
+               bf16_gemv::launch_args(LinearCall{x, gate, 1, ws}, plan.k_splits, LinearOut{logits, OutKind::F32, E}),
+               tail);
 }
 
 }  // namespace flashseek::cuda
