@@ -428,9 +428,9 @@ struct RouterRouteTail {
         __shared__ float w_sh[kRouterTailMaxTokens * kMaxTopK];
         __shared__ int32_t sh[2 * kRouterTailMaxE];  // the grouping's counts and cursors
         group_zero_counts(g.E, sh);
+        float bias_e[8];  // once per warp: a warp routes two tokens at 5-8
+        load_route_bias(bias, E, bias_e);
         for (int64_t m = threadIdx.x / 32; m < M; m += blockDim.x / 32) {
-            float bias_e[8];
-            load_route_bias(bias, E, bias_e);
             route_select(m, logits, E, ld, bias_e, tid2eid, token_ids, vocab, top_k, route_scale, idx_out, w_out,
                          idx_sh, w_sh);
         }
