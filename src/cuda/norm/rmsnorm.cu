@@ -109,6 +109,16 @@ __device__ __forceinline__ void sync_row_slices(int slices) {
     asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "r"(32 * slices) : "memory");
 }
 
+// Chunk v of a lane's registers, v known at run time only (selects, no local memory).
+template <int V>
+__device__ __forceinline__ uint4 pick_chunk(const uint4 (&a)[V], int v) {
+    uint4 x = a[0];
+#pragma unroll
+    for (int i = 1; i < V; ++i)
+        if (v == i) x = a[i];
+    return x;
+}
+
 // V = 16-byte chunks per lane (dim <= 256 * V). Warp `gw` of the grid serves row gw / slices and, of the row's
 // chunks lane + 32 v, those with v % slices == gw % slices (slices 1 or V). Rows from `rows` up to po.m_pad are the
 // prepared copy's padding rows: zeros, nothing loaded.
@@ -123,6 +133,8 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
     const int n8 = dim / 8;
     auto mine = [&](int v) { return lane + 32 * v < n8 && v % slices == slice; };
     uint4 raw[V], wraw[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) wraw[v] = make_uint4(0, 0, 0, 0);
     if (weight && row < rows) {  // a weight: no earlier kernel writes it, so it is requested before the wait
 #pragma unroll
         for (int v = 0; v < V; ++v)
@@ -154,7 +166,7 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
     if (row >= rows) {
         if (!po.values || row >= po.m_pad) return;
         const float none[8] = {};  // a padding row of the prepared copy: zeros, as prepare_activation writes them
-#pragma unroll
+#pragma unroll 1
         for (int v = 0; v < V; ++v)
             if (mine(v))
                 store_prepared_features_x8(po.values, po.scales, dim, row, lane + 32 * v, po.layout, po.numerics, none,
@@ -172,12 +184,19 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
     // loads of the same row: the row's slices (consecutive warps of this CTA, slices dividing kWarpsPerBlock) meet
     // first; each has its whole row in registers once its sum is done.
     if (slices > 1) sync_row_slices(slices);
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
+    // The chunks this warp finishes (mine(v)) in a loop that is not unrolled, over the chunk picked from the
+    // registers: one copy of the finishing code. Unrolled, its V copies (each with the rope pairs' evaluation and the
+    // prepared copy's quantization and stores) made the kernel 7,376 instructions at V = 4 for one token's q_norm,
+    // whose warps each run one copy once per layer and fetched the code cold; the kernel took 12.7 us in the step
+    // (docs/perf-log/2026-12-07_attention-fusions.md).
+#pragma unroll 1
+    for (int v = slice; v < V; v += slices) {
         const int c = lane + 32 * v;
-        if (!mine(v)) continue;
-        __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw[v]);
-        const __nv_bfloat162* w = reinterpret_cast<const __nv_bfloat162*>(&wraw[v]);
+        if (c >= n8) continue;
+        uint4 x = pick_chunk(raw, v);
+        const uint4 wx = pick_chunk(wraw, v);
+        __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&x);
+        const __nv_bfloat162* w = reinterpret_cast<const __nv_bfloat162*>(&wx);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const int k = 4 * c + j;  // pair index
@@ -186,7 +205,7 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
                                             cos_sin);
             h[j] = __floats2bfloat162_rn(f.x, f.y);
         }
-        dst[c] = raw[v];
+        dst[c] = x;
         if (po.values) {  // the bf16 values just stored, prepared for the next linear (dim % 128 == 0: whole halves)
             float y[8];
 #pragma unroll
