@@ -10,6 +10,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/select_pick.cuh"
 
 namespace flashseek::cuda {
 namespace {
@@ -29,17 +30,6 @@ __device__ __forceinline__ uint64_t global_time_ns() {
     uint64_t t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
-}
-
-// Element i of a kernel-parameter array with a run-time index, as a select chain: a dynamic index into the
-// parameter space would copy the whole array to local memory.
-template <typename T, int N>
-__device__ __forceinline__ T pick(const T (&arr)[N], int i) {
-    T v = arr[0];
-#pragma unroll
-    for (int k = 1; k < N; ++k)
-        if (k == i) v = arr[k];
-    return v;
 }
 
 // Polls `flag` until it reaches epoch e (a peer is at most one epoch ahead, so the signed difference decides across

@@ -19,6 +19,7 @@
 #include "cuda/common/alignment.h"
 #include "cuda/common/attn_helpers.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/select_pick.cuh"
 #include "cuda/gemm/fp8_quant.cuh"
 #include "cuda/gemm/prepare_block.cuh"
 #include "cuda/norm/rms_row.cuh"
@@ -109,16 +110,6 @@ __device__ __forceinline__ void sync_row_slices(int slices) {
     asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "r"(32 * slices) : "memory");
 }
 
-// Chunk v of a lane's registers, v known at run time only (selects, no local memory).
-template <int V>
-__device__ __forceinline__ uint4 pick_chunk(const uint4 (&a)[V], int v) {
-    uint4 x = a[0];
-#pragma unroll
-    for (int i = 1; i < V; ++i)
-        if (v == i) x = a[i];
-    return x;
-}
-
 // V = 16-byte chunks per lane (dim <= 256 * V). Warp `gw` of the grid serves row gw / slices and, of the row's
 // chunks lane + 32 v, those with v % slices == gw % slices (slices 1 or V). Rows from `rows` up to po.m_pad are the
 // prepared copy's padding rows: zeros, nothing loaded.
@@ -193,8 +184,8 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
     for (int v = slice; v < V; v += slices) {
         const int c = lane + 32 * v;
         if (c >= n8) continue;
-        uint4 x = pick_chunk(raw, v);
-        const uint4 wx = pick_chunk(wraw, v);
+        uint4 x = pick(raw, v);
+        const uint4 wx = pick(wraw, v);
         __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&x);
         const __nv_bfloat162* w = reinterpret_cast<const __nv_bfloat162*>(&wx);
 #pragma unroll
