@@ -450,7 +450,8 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
     }
     __syncthreads();
     const int n_base = warp * (D / 8);
-    if (n_splits == 1) {
+    // fn(head hl of the CTA, dim, its pair's two fp32 sums) for every output pair this thread holds
+    auto each_pair = [&](auto&& fn) {
 #pragma unroll
         for (int j = 0; j < kMaxNt; ++j) {
             if (j >= nt_count) break;
@@ -458,11 +459,15 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
             for (int half = 0; half < 2; ++half) {
                 const int hl = lane / 4 + 8 * half;
                 if (hl >= n_heads_here) continue;
-                const int dim = n_base + j * 8 + 2 * (lane % 4);
-                const float f = output_factor(sm.ml[hl * 2], sm.ml[hl * 2 + 1], p.sink[h0 + hl]);
-                write_out_pair(p, t, h0 + hl, dim / 2, acc[j][2 * half] * f, acc[j][2 * half + 1] * f, c.pos);
+                fn(hl, n_base + j * 8 + 2 * (lane % 4), acc[j][2 * half], acc[j][2 * half + 1]);
             }
         }
+    };
+    if (n_splits == 1) {
+        each_pair([&](int hl, int dim, float x0, float x1) {
+            const float f = output_factor(sm.ml[hl * 2], sm.ml[hl * 2 + 1], p.sink[h0 + hl]);
+            write_out_pair(p, t, h0 + hl, dim / 2, x0 * f, x1 * f, c.pos);
+        });
         return;
     }
     // A split's partial sums: their stores in a loop of their own. Interleaved with the one-split path above, a split
@@ -471,17 +476,9 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
     // docs/perf-log/2026-12-07_attention-fusions.md).
     const int64_t part = (int64_t(t) * n_splits + split) * H;
     float* rows = ws_o + (part + h0) * D;  // head hl's row at rows + hl * D
-#pragma unroll
-    for (int j = 0; j < kMaxNt; ++j) {
-        if (j >= nt_count) break;
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int hl = lane / 4 + 8 * half;
-            if (hl >= n_heads_here) continue;
-            const int dim = n_base + j * 8 + 2 * (lane % 4);
-            reinterpret_cast<float2*>(rows + hl * D)[dim / 2] = make_float2(acc[j][2 * half], acc[j][2 * half + 1]);
-        }
-    }
+    each_pair([&](int hl, int dim, float x0, float x1) {
+        reinterpret_cast<float2*>(rows + hl * D)[dim / 2] = make_float2(x0, x1);
+    });
     if (threadIdx.x < n_heads_here) {
         ws_ml[(part + h0 + threadIdx.x) * 2] = sm.ml[threadIdx.x * 2];
         ws_ml[(part + h0 + threadIdx.x) * 2 + 1] = sm.ml[threadIdx.x * 2 + 1];
