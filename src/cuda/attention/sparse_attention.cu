@@ -485,29 +485,73 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
     }
 }
 
-__global__ void combine_kernel(SparseAttentionParams p, int n_splits, const float* ws_o, const float* ws_ml) {
+// The splits' merge, one CTA per (token, head). Every split's (m, l) is read at once (one thread per split), so are
+// the output pairs of all splits (up to kCombineBatch loads in flight per thread), instead of three passes over the
+// splits in which each split's loads waited for the previous one's (~20 dependent L2 round trips at one sequence,
+// where the merge cost ~6 us per layer on the step's critical path). The arithmetic and its order are the serial
+// form's: M = max(sink, every m), denom = expf(sink - M) then + l * expf(m - M) per split in split order (each thread
+// sums it itself), each output pair fmaf(o, expf(m - M), x) in split order; splits with m = -inf are skipped (their
+// partials are never read).
+constexpr int kMaxSplits = 64;     // splits_for's clamp
+constexpr int kCombineBatch = 16;  // output loads in flight per thread
+__global__ void __launch_bounds__(kThreads) combine_kernel(SparseAttentionParams p, int n_splits, const float* ws_o,
+                                                           const float* ws_ml) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
+    __shared__ float s_l[kMaxSplits], s_f[kMaxSplits], s_max[kMaxSplits / 32];
+    __shared__ uint32_t s_live[kMaxSplits / 32];
     const int t = blockIdx.x, h = blockIdx.y, D = p.head_dim, H = p.n_heads;
+    const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
     const float sink = p.sink[h];
-    float M = sink;
-    for (int s = 0; s < n_splits; ++s) M = fmaxf(M, ws_ml[((int64_t(t) * n_splits + s) * H + h) * 2]);
-    float denom = expf(sink - M);
-    for (int s = 0; s < n_splits; ++s) {
-        const float m = ws_ml[((int64_t(t) * n_splits + s) * H + h) * 2];
-        if (m != -INFINITY) denom += ws_ml[((int64_t(t) * n_splits + s) * H + h) * 2 + 1] * expf(m - M);
+    float m = -INFINITY;
+    if (tid < kMaxSplits) {
+        if (tid < n_splits) {
+            const float2 ml = reinterpret_cast<const float2*>(ws_ml)[(int64_t(t) * n_splits + tid) * H + h];
+            m = ml.x;
+            s_l[tid] = ml.y;
+        }
+        const uint32_t live = __ballot_sync(0xffffffffu, tid < n_splits && m != -INFINITY);
+        float w = m;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) w = fmaxf(w, __shfl_xor_sync(0xffffffffu, w, o));
+        if (lane == 0) {
+            s_max[warp] = w;
+            s_live[warp] = live;
+        }
     }
+    __syncthreads();
+    float M = sink;  // fmaxf ignores NaN and -inf, so the maximum does not depend on the order it is taken in
+#pragma unroll
+    for (int w = 0; w < kMaxSplits / 32; ++w) M = fmaxf(M, s_max[w]);
+    if (tid < n_splits) s_f[tid] = m != -INFINITY ? expf(m - M) : 0.f;
+    uint64_t live = 0;
+#pragma unroll
+    for (int w = 0; w < kMaxSplits / 32; ++w) live |= uint64_t(s_live[w]) << (32 * w);
+    __syncthreads();
+    float denom = expf(sink - M);
+    for (int s = 0; s < n_splits; ++s)
+        if ((live >> s) & 1) denom = fmaf(s_l[s], s_f[s], denom);
     const int64_t pos = p.batch.token_pos[t];
-    for (int d2 = threadIdx.x; d2 < D / 2; d2 += blockDim.x) {
+    const int64_t split_stride = int64_t(H) * D / 2;  // float2 elements between one split's partial and the next's
+    const float2* o_base = reinterpret_cast<const float2*>(ws_o) + (int64_t(t) * n_splits * H + h) * D / 2;
+    for (int d2 = tid; d2 < D / 2; d2 += int(blockDim.x)) {
         float x0 = 0.f, x1 = 0.f;
-        for (int s = 0; s < n_splits; ++s) {
-            const int64_t idx = (int64_t(t) * n_splits + s) * H + h;
-            const float m = ws_ml[idx * 2];
-            if (m == -INFINITY) continue;
-            const float f = expf(m - M);
-            const float2 o = reinterpret_cast<const float2*>(ws_o + idx * D)[d2];
-            x0 = fmaf(o.x, f, x0);
-            x1 = fmaf(o.y, f, x1);
+        for (int s0 = 0; s0 < n_splits; s0 += kCombineBatch) {
+            float2 o[kCombineBatch];
+#pragma unroll
+            for (int j = 0; j < kCombineBatch; ++j) {
+                const int s = s0 + j;
+                o[j] = s < n_splits && ((live >> s) & 1) ? o_base[s * split_stride + d2] : make_float2(0.f, 0.f);
+            }
+#pragma unroll
+            for (int j = 0; j < kCombineBatch; ++j) {
+                const int s = s0 + j;
+                if (s < n_splits && ((live >> s) & 1)) {
+                    const float f = s_f[s];
+                    x0 = fmaf(o[j].x, f, x0);
+                    x1 = fmaf(o[j].y, f, x1);
+                }
+            }
         }
         write_out_pair(p, t, h, d2, x0 / denom, x1 / denom, pos);
     }
@@ -528,7 +572,7 @@ int splits_for(int n_tokens, int n_heads, int max_candidates, int heads_per_cta)
     const int ctas = std::max(1, n_tokens * groups);
     const int want = (2 * sm_count() + ctas - 1) / ctas;
     const int most = std::max(1, (max_candidates + kTile - 1) / kTile);
-    return std::clamp(want, 1, std::min(most, 64));
+    return std::clamp(want, 1, std::min(most, kMaxSplits));
 }
 
 }  // namespace
@@ -569,6 +613,7 @@ std::string_view sparse_attention(const SparseAttentionParams& p, void* workspac
     if (policy.is_disabled("attn_simt") && mma_fits) mma = true;
     const int hpc = mma ? kMmaHeads : kHeads;
     const int splits = splits_for(p.batch.n_tokens, p.n_heads, p.max_candidates, hpc);
+    FS_ATTN_REQUIRE(splits <= kMaxSplits, "sparse_attention: {} splits exceed the merge's {}", splits, kMaxSplits);
     float *ws_o = nullptr, *ws_ml = nullptr;
     if (splits > 1) {
         const size_t need = size_t(p.batch.n_tokens) * splits * p.n_heads * (size_t(D) + 2) * sizeof(float);
@@ -591,7 +636,7 @@ std::string_view sparse_attention(const SparseAttentionParams& p, void* workspac
     }
     CUDA_CHECK_LAUNCH(mma ? "attention_mma_kernel" : "attention_kernel");
     if (splits > 1) {
-        launch_pdl("combine_kernel", combine_kernel, dim3(dim3(p.batch.n_tokens, p.n_heads)), dim3(256), 0, stream, p,
+        launch_pdl("combine_kernel", combine_kernel, dim3(dim3(p.batch.n_tokens, p.n_heads)), dim3(kThreads), 0, stream, p,
                    splits, ws_o, ws_ml);
         CUDA_CHECK_LAUNCH("combine_kernel");
     }
