@@ -323,7 +323,8 @@ void CudaBackend::enqueue_sampling(int head_rows, const std::vector<HeadDest>& d
     const bool adjusted = sample_adjust_.prepare(row_params, V);
     sample_rows(adjusted ? sample_adjust_.apply(raw, V, stream) : raw, head_rows, V, V,
                 lead().sample_params.as<DeviceSampleParams>(), lead().tokens.as<int32_t>(),
-                lead().sample_logprob.as<float>(), stream, adjusted ? raw : nullptr, V);
+                lead().sample_logprob.as<float>(), stream, adjusted ? raw : nullptr, V, lead().sample_scratch.get(),
+                lead().sample_scratch.bytes());
     CUDA_CHECK(cudaMemcpyAsync(lead().tokens_host.as<void>(), lead().tokens.get(), size_t(head_rows) * 4,
                                 cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaMemcpyAsync(lead().sample_logprob_host.as<void>(), lead().sample_logprob.get(), size_t(head_rows) * 4,
@@ -479,7 +480,8 @@ void CudaBackend::run_steps(std::span<const SequenceStep> steps, Output out, std
                 CUDA_CHECK(cudaMemcpyAsync(lead().logits_host.as<void>(), lead().logits.get(),
                                             size_t(head_rows) * size_t(V) * 4, cudaMemcpyDeviceToHost, stream));
             } else if (out == Output::Argmax) {
-                argmax_rows(lead().logits.as<float>(), head_rows, V, lead().tokens.as<int32_t>(), stream);
+                argmax_rows(lead().logits.as<float>(), head_rows, V, lead().tokens.as<int32_t>(),
+                            lead().argmax_scratch.get(), lead().argmax_scratch.bytes(), stream);
                 CUDA_CHECK(cudaMemcpyAsync(lead().tokens_host.as<void>(), lead().tokens.get(), size_t(head_rows) * 4,
                                             cudaMemcpyDeviceToHost, stream));
             } else {

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace flashseek::cuda {
@@ -17,7 +18,11 @@ void embed_streams(const __nv_bfloat16* embed, int64_t vocab, const int32_t* tok
 void gather_rows(const __nv_bfloat16* src, const int32_t* rows, int n_rows, int64_t row_elems, __nv_bfloat16* dst,
                  cudaStream_t stream);
 
-// out[r] = argmax_j logits[r, j] (lowest index on ties; NaN never wins), r < n_rows.
-void argmax_rows(const float* logits, int n_rows, int64_t vocab, int32_t* out, cudaStream_t stream);
+// out[r] = argmax_j logits[r, j] (lowest index on ties; NaN and -inf never win, 0 when nothing else is in the row),
+// r < n_rows. scratch: argmax_rows_scratch_bytes(n_rows) or more, zeroed before the first call; every call leaves it
+// zeroed (so it may be captured in a graph and replayed). Calls sharing a scratch must not overlap.
+size_t argmax_rows_scratch_bytes(int max_rows);
+void argmax_rows(const float* logits, int n_rows, int64_t vocab, int32_t* out, void* scratch, size_t scratch_bytes,
+                 cudaStream_t stream);
 
 }  // namespace flashseek::cuda

@@ -7,6 +7,7 @@
 
 #include "cuda/attention/sparse_attention.cuh"
 #include "cuda/attention/sparse_attention_prefill.cuh"
+#include "cuda/backend/glue.cuh"
 #include "cuda/indexer/indexer.cuh"
 #include "cuda/indexer/indexer_prefill.cuh"
 #include "cuda/mhc/mhc.cuh"
@@ -155,7 +156,11 @@ StepBuffers::StepBuffers(const ModelConfig& cfg, const StepBufferSizes& sizes) :
     const int64_t Hr = sizes.max_head_rows;
     logits.allocate(size_t(Hr * V) * 4, "logits");
     tokens.allocate(size_t(Hr) * 4, "output tokens");
+    argmax_scratch.allocate(argmax_rows_scratch_bytes(int(Hr)), "argmax slots");
+    CUDA_CHECK(cudaMemset(argmax_scratch.get(), 0, argmax_scratch.bytes()));
     sample_params.allocate(size_t(Hr) * sizeof(DeviceSampleParams), "sampling parameters");
+    sample_scratch.allocate(sample_rows_scratch_bytes(Hr), "sampling passes");
+    CUDA_CHECK(cudaMemset(sample_scratch.get(), 0, sample_scratch.bytes()));
     sample_logprob.allocate(size_t(Hr) * 4, "sampled logprobs");
     logits_host.allocate(size_t(Hr * V) * 4, "logits");
     tokens_host.allocate(size_t(Hr) * 4, "output tokens");

@@ -8,6 +8,12 @@
 //   5. draw: kept set = keys above the final threshold plus the lowest-id ties at it; inverse CDF of the
 //      temperature weights in token-id order over contiguous per-thread chunks (block scan).
 // The adjustment kernel copies each row with its mask and per-token edits applied (one CTA per row).
+// With a scratch (sample_rows_scratch_bytes), steps 1's two passes over the row run before the sampler, spread over
+// many CTAs per row (one CTA's loads took ~25 us per pass over a 129,280-entry row, which greedy decoding pays
+// every step): the max key by atomicMax of per-CTA maxima (a maximum, so the same key in any order), and each of the
+// CTA's 1,024 thread positions' sum of exp(l - max) in its own order, which the sampler then reduces exactly as it
+// reduces its threads' own sums. The same bits either way.
+#include <algorithm>
 #include <cfloat>
 
 #include "cuda/common/check.cuh"
@@ -159,10 +165,84 @@ __device__ Select radix_select(const float* row, int64_t vocab, double target, f
     return s;
 }
 
+// The spread form of step 1 (see the top): per-row max keys, then per thread position the sum of exp(l - max).
+constexpr int kMaxThreads = 256;
+constexpr int kMaxPerThread = 8;
+constexpr int kSumThreads = 64;  // CTAs of kSumThreads positions each: kThreads / kSumThreads CTAs per row
+
+__global__ void __launch_bounds__(kMaxThreads) row_max_kernel(const float* __restrict__ logits, int64_t vocab,
+                                                              int64_t ld, int64_t slice,
+                                                              unsigned long long* __restrict__ max_keys) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
+    const int64_t r = blockIdx.y;
+    const float* row = logits + r * ld;
+    const int64_t begin = int64_t(blockIdx.x) * slice, end = begin + slice < vocab ? begin + slice : vocab;
+    unsigned long long best = 0;
+    for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += int64_t(kMaxThreads) * kMaxPerThread) {
+        float v[kMaxPerThread];
+#pragma unroll
+        for (int k = 0; k < kMaxPerThread; ++k) {
+            const int64_t i = i0 + int64_t(k) * kMaxThreads;
+            v[k] = i < end ? row[i] : 0.f;
+        }
+#pragma unroll
+        for (int k = 0; k < kMaxPerThread; ++k) {
+            const int64_t i = i0 + int64_t(k) * kMaxThreads;
+            if (i >= end) continue;
+            const unsigned long long packed = (unsigned long long)order_key(v[k]) << 32 | (0xffffffffu - uint32_t(i));
+            best = packed > best ? packed : best;
+        }
+    }
+    __shared__ unsigned long long s_best[kMaxThreads / 32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const unsigned long long other = __shfl_xor_sync(0xffffffffu, best, o);
+        best = other > best ? other : best;
+    }
+    if ((threadIdx.x & 31) == 0) s_best[threadIdx.x >> 5] = best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < kMaxThreads / 32; ++w) best = s_best[w] > best ? s_best[w] : best;
+        atomicMax(max_keys + r, best);
+    }
+}
+
+// Position p's sum (p = the sampler thread that would own it): exp(l - max) over entries p, p + kThreads, ... in
+// that order, in double, exactly the sampler's per-thread loop.
+__global__ void __launch_bounds__(kSumThreads) row_exp_sums_kernel(const float* __restrict__ logits, int64_t vocab,
+                                                                   int64_t ld,
+                                                                   const unsigned long long* __restrict__ max_keys,
+                                                                   double* __restrict__ sums) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
+    const int64_t r = blockIdx.y;
+    const float* row = logits + r * ld;
+    const int32_t argmax = int32_t(0xffffffffu - uint32_t(max_keys[r] & 0xffffffffu));
+    const float mx = row[argmax];
+    const int p = int(blockIdx.x) * kSumThreads + int(threadIdx.x);
+    double z = 0.0;
+    constexpr int kUnroll = 8;
+    for (int64_t i0 = p; i0 < vocab; i0 += int64_t(kThreads) * kUnroll) {
+        float v[kUnroll];
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) {
+            const int64_t i = i0 + int64_t(k) * kThreads;
+            v[k] = i < vocab ? row[i] : 0.f;
+        }
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k)
+            if (i0 + int64_t(k) * kThreads < vocab) z += double(__expf(v[k] - mx));
+    }
+    sums[r * kThreads + p] = z;
+}
+
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restrict__ logits, int64_t vocab, int64_t ld,
                                                           const DeviceSampleParams* __restrict__ params,
                                                           int32_t* __restrict__ out_token, float* __restrict__ out_lp,
-                                                          const float* __restrict__ raw_logits, int64_t raw_ld) {
+                                                          const float* __restrict__ raw_logits, int64_t raw_ld,
+                                                          unsigned long long* __restrict__ max_keys,
+                                                          const double* __restrict__ exp_sums) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     __shared__ float fscratch[32];
@@ -172,6 +252,13 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     __shared__ unsigned long long ullscratch[32];
     const int64_t r = blockIdx.x;
     const float* row = logits + r * ld;
+    // The spread passes' max key, read by every thread and then zeroed for the next call (before any early return).
+    __shared__ unsigned long long spread_key;
+    if (max_keys) {
+        if (threadIdx.x == 0) spread_key = max_keys[r];
+        __syncthreads();
+        if (threadIdx.x == 0) max_keys[r] = 0;
+    }
     const DeviceSampleParams p = params[r];
     const bool valid = isfinite(p.temperature) && p.temperature >= 0.f && p.top_p > 0.f && p.top_p <= 1.f &&
                        p.top_k >= 0 && p.min_p >= 0.f && p.min_p <= 1.f;
@@ -184,11 +271,15 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     }
     // 1. max with argmax (ties -> lower id): pack (key, ~id) into 64 bits.
     unsigned long long best = 0;
-    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-        const unsigned long long packed = (unsigned long long)order_key(row[i]) << 32 | (0xffffffffu - uint32_t(i));
-        best = packed > best ? packed : best;
+    if (max_keys) {
+        best = spread_key;
+    } else {
+        for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+            const unsigned long long packed = (unsigned long long)order_key(row[i]) << 32 | (0xffffffffu - uint32_t(i));
+            best = packed > best ? packed : best;
+        }
+        best = block_reduce(best, [](unsigned long long a, unsigned long long b) { return a > b ? a : b; }, ullscratch);
     }
-    best = block_reduce(best, [](unsigned long long a, unsigned long long b) { return a > b ? a : b; }, ullscratch);
     const int32_t argmax = int32_t(0xffffffffu - uint32_t(best & 0xffffffffu));
     const float mx = row[argmax];
     if (mx == -INFINITY) {  // every token excluded by the adjustments
@@ -199,7 +290,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
         return;
     }
     double z = 0.0;
-    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) z += double(__expf(row[i] - mx));
+    if (exp_sums) {
+        z = exp_sums[r * kThreads + threadIdx.x];
+    } else {
+        for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) z += double(__expf(row[i] - mx));
+    }
     z = block_reduce(z, [](double a, double b) { return a + b; }, dscratch);
     const float log_z = float(log(z)) + mx;
     int32_t token = argmax;
@@ -360,17 +455,40 @@ __global__ void __launch_bounds__(kThreads) adjust_kernel(const float* __restric
 
 }  // namespace
 
+size_t sample_rows_scratch_bytes(int64_t rows) {
+    return size_t(std::max<int64_t>(rows, 0)) * (sizeof(unsigned long long) + size_t(kThreads) * sizeof(double));
+}
+
 void sample_rows(const float* logits, int64_t rows, int64_t vocab, int64_t ld, const DeviceSampleParams* params,
                  int32_t* out_token, float* out_logprob, cudaStream_t stream, const float* raw_logits,
-                 int64_t raw_ld) {
+                 int64_t raw_ld, void* scratch, size_t scratch_bytes) {
     FS_REQUIRE(logits && params && out_token, "sample_rows: null pointer argument");
     FS_REQUIRE(vocab > 0 && vocab < (int64_t(1) << 31), "sample_rows: vocabulary size ", vocab, " out of range");
     FS_REQUIRE(rows > 0 && rows <= 2147483647, "sample_rows: rows ", rows, " out of range");
     FS_REQUIRE(ld == 0 || ld >= vocab, "sample_rows: row stride ", ld, " < vocab ", vocab);
     FS_REQUIRE(!raw_logits || raw_ld == 0 || raw_ld >= vocab, "sample_rows: raw row stride ", raw_ld, " < vocab ",
                vocab);
+    unsigned long long* max_keys = nullptr;
+    double* exp_sums = nullptr;
+    if (scratch) {
+        FS_REQUIRE(scratch_bytes >= sample_rows_scratch_bytes(rows), "sample_rows: scratch of ", scratch_bytes,
+                   " bytes is smaller than the ", sample_rows_scratch_bytes(rows), " needed for ", rows, " rows");
+        FS_REQUIRE(rows <= 65535, "sample_rows: ", rows, " rows exceed the spread passes' grid");
+        exp_sums = static_cast<double*>(scratch);
+        max_keys = reinterpret_cast<unsigned long long*>(exp_sums + rows * kThreads);
+        const int64_t per_cta = int64_t(kMaxThreads) * kMaxPerThread;
+        const int64_t ctas = std::min<int64_t>((vocab + per_cta - 1) / per_cta, 1024);
+        const int64_t slice = (vocab + ctas - 1) / ctas;
+        launch_pdl("row_max_kernel", row_max_kernel, dim3(unsigned(ctas), unsigned(rows)), dim3(kMaxThreads), 0,
+                   stream, logits, vocab, ld, slice, max_keys);
+        CUDA_CHECK_LAUNCH("row_max_kernel");
+        launch_pdl("row_exp_sums_kernel", row_exp_sums_kernel, dim3(unsigned(kThreads / kSumThreads), unsigned(rows)),
+                   dim3(kSumThreads), 0, stream, logits, vocab, ld, const_cast<const unsigned long long*>(max_keys),
+                   exp_sums);
+        CUDA_CHECK_LAUNCH("row_exp_sums_kernel");
+    }
     launch_pdl("sample_kernel", sample_kernel, dim3(unsigned(rows)), dim3(kThreads), 0, stream, logits, vocab, ld,
-               params, out_token, out_logprob, raw_logits, raw_ld);
+               params, out_token, out_logprob, raw_logits, raw_ld, max_keys, const_cast<const double*>(exp_sums));
     CUDA_CHECK_LAUNCH("sample_kernel");
 }
 

@@ -4,6 +4,8 @@
 // references on poisoned outputs, and the copy-bandwidth probe.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -209,34 +211,64 @@ TEST_F(CudaParts, GlueKernelsMatchHost) {
     SCOPED_TRACE("seed=" + std::to_string(seed));
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> nd;
-    for (int64_t vocab : {int64_t(1), int64_t(1000), int64_t(129280), int64_t(4097)}) {
-        const int rows = 5;
-        std::vector<float> h(static_cast<size_t>(rows * vocab));
-        for (auto& x : h) x = nd(rng);
-        if (vocab > 10) {  // a tie: the lower index must win
-            h[7] = 50.f;
-            h[9] = 50.f;
-            h[size_t(vocab + 3)] = NAN;  // NaN never wins
-        }
-        float* d = nullptr;
-        int32_t* out = nullptr;
-        ASSERT_EQ(cudaMalloc(&d, h.size() * 4), cudaSuccess);
-        ASSERT_EQ(cudaMalloc(&out, rows * 4), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(d, h.data(), h.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-        ASSERT_EQ(cudaMemset(out, 0xAB, rows * 4), cudaSuccess);  // poison
-        cuda::argmax_rows(d, rows, vocab, out, nullptr);
-        std::vector<int32_t> got(rows);
-        ASSERT_EQ(cudaMemcpy(got.data(), out, rows * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-        for (int r = 0; r < rows; ++r) {
-            int64_t best = 0;
-            for (int64_t j = 0; j < vocab; ++j) {
-                const float v = h[size_t(r * vocab + j)], b = h[size_t(r * vocab + best)];
-                if (!std::isnan(v) && (std::isnan(b) || v > b)) best = j;
+    // argmax_rows: vocabularies of one CTA, of slices that end mid-row, of V4's 129,280; ties inside a slice and
+    // across slices, NaN and -inf (never win), +0 against -0 (equal: the lower index), a row of NaN / -inf only
+    // (0), the maximum in the last entry. Two calls per case: the scratch must come back zeroed.
+    {
+        const int rows = 7;
+        void* scratch = nullptr;
+        const size_t scratch_bytes = cuda::argmax_rows_scratch_bytes(rows);
+        ASSERT_EQ(cudaMalloc(&scratch, scratch_bytes), cudaSuccess);
+        ASSERT_EQ(cudaMemset(scratch, 0, scratch_bytes), cudaSuccess);
+        for (int64_t vocab : {int64_t(1), int64_t(1000), int64_t(2049), int64_t(4097), int64_t(129280), int64_t(6151)}) {
+            std::vector<float> h(static_cast<size_t>(rows * vocab));
+            for (auto& x : h) x = nd(rng);
+            auto at = [&](int r, int64_t j) -> float& { return h[size_t(r * vocab + j)]; };
+            if (vocab > 10) {
+                at(0, 7) = 50.f;  // a tie inside one slice: the lower index wins
+                at(0, 9) = 50.f;
+                at(1, 3) = NAN;   // NaN never wins
+                at(1, vocab - 1) = 60.f;  // the maximum in the last entry
+                at(2, 5) = 40.f;  // a tie across slices
+                at(2, vocab - 2) = 40.f;
+                for (int64_t j = 0; j < vocab; ++j) at(3, j) = j % 3 ? -INFINITY : NAN;  // nothing can win: 0
+                for (int64_t j = 0; j < vocab; ++j) at(4, j) = -std::fabs(at(4, j)) - 1.f;
+                at(4, vocab / 2) = -0.f;  // -0 then +0: equal, the lower index wins
+                at(4, vocab / 2 + 1) = 0.f;
+                for (int64_t j = 0; j < vocab; ++j) at(5, j) = -INFINITY;  // -inf never wins, -FLT_MAX may
+                at(5, vocab - 3) = -FLT_MAX;
             }
-            EXPECT_EQ(got[size_t(r)], best) << "vocab " << vocab << " row " << r;
+            std::vector<int32_t> want(rows);
+            for (int r = 0; r < rows; ++r) {
+                int64_t best = -1;
+                for (int64_t j = 0; j < vocab; ++j) {
+                    const float v = at(r, j);
+                    if (v >= -FLT_MAX && (best < 0 || v > at(r, best))) best = j;
+                }
+                want[size_t(r)] = int32_t(best < 0 ? 0 : best);
+            }
+            float* d = nullptr;
+            int32_t* out = nullptr;
+            ASSERT_EQ(cudaMalloc(&d, h.size() * 4), cudaSuccess);
+            ASSERT_EQ(cudaMalloc(&out, rows * 4), cudaSuccess);
+            ASSERT_EQ(cudaMemcpy(d, h.data(), h.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+            for (int call = 0; call < 2; ++call) {
+                ASSERT_EQ(cudaMemset(out, 0xAB, rows * 4), cudaSuccess);  // poison
+                cuda::argmax_rows(d, rows, vocab, out, scratch, scratch_bytes, nullptr);
+                std::vector<int32_t> got(rows);
+                ASSERT_EQ(cudaMemcpy(got.data(), out, rows * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+                for (int r = 0; r < rows; ++r)
+                    EXPECT_EQ(got[size_t(r)], want[size_t(r)]) << "vocab " << vocab << " row " << r << " call " << call;
+                std::vector<uint8_t> left(scratch_bytes);
+                ASSERT_EQ(cudaMemcpy(left.data(), scratch, scratch_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+                EXPECT_EQ(std::count(left.begin(), left.end(), uint8_t(0)), ptrdiff_t(scratch_bytes))
+                    << "vocab " << vocab << ": argmax_rows left its scratch non-zero";
+            }
+            cudaFree(d);
+            cudaFree(out);
         }
-        cudaFree(d);
-        cudaFree(out);
+        EXPECT_THROW(cuda::argmax_rows(nullptr, rows, 1000, nullptr, scratch, scratch_bytes - 1, nullptr), Error);
+        cudaFree(scratch);
     }
     // embed_streams and gather_rows.
     const int64_t V = 37, D = 72;

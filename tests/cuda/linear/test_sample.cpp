@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <utility>
 #include <sstream>
@@ -91,6 +92,78 @@ TEST(Sample, GreedyMatchesHostArgmaxAndLogprob) {
             EXPECT_EQ(t[1], 3);
         }
     }
+}
+
+// The spread first passes (a scratch given: the max and the normalizer over many CTAs per row) against the sampler's
+// own one-CTA passes: the same token and the same logprob bits, greedy and sampled, for V4's vocabulary and odd
+// ones, a row shared by every draw (ld 0), a raw row beside an adjusted one, rows with invalid parameters (their
+// early return must still leave the scratch zeroed), NaN and infinities. Three calls on one scratch, which must
+// come back zeroed.
+TEST(Sample, SpreadPassesGiveTheSameBits) {
+    for (int64_t V : {int64_t(129280), int64_t(1007), int64_t(3), int64_t(5000)}) {
+        const uint64_t seed = fresh_seed();
+        SCOPED_TRACE(::testing::Message() << "V=" << V << " seed=" << seed);
+        std::mt19937_64 rng(seed);
+        std::normal_distribution<float> nd(0.f, 3.f);
+        const int rows = 9;
+        std::vector<float> logits(size_t(rows * V)), raw(size_t(rows * V));
+        for (auto& v : logits) v = nd(rng);
+        for (auto& v : raw) v = nd(rng);
+        if (V > 10) {
+            logits[size_t(V + 7)] = 40.f;  // a tie for the maximum in row 1
+            logits[size_t(V + V - 2)] = 40.f;
+            logits[size_t(2 * V + 5)] = NAN;  // row 2: a NaN
+            logits[size_t(3 * V + 1)] = INFINITY;  // row 3: +inf
+            for (int64_t i = 0; i < V; ++i) logits[size_t(4 * V + i)] = i % 2 ? -INFINITY : -1e30f;  // row 4
+        }
+        std::vector<DeviceSampleParams> params(static_cast<size_t>(rows));
+        params[5] = {0.8f, 0.9f, 0, 0.f, seed, 11};
+        params[6] = {1.2f, 1.f, 40, 0.05f, seed, 12};
+        params[7] = {-1.f, 1.f, 0, 0.f, seed, 13};  // invalid: -1 before any pass
+        params[8] = {1.f, 0.5f, 7, 0.f, seed, 14};
+        DeviceArray<float> dl(logits), draw(raw);
+        DeviceArray<DeviceSampleParams> dp(params);
+        const size_t scratch_bytes = cuda::sample_rows_scratch_bytes(rows);
+        DeviceArray<uint8_t> scratch(scratch_bytes);
+        CUDA_CHECK(cudaMemset(scratch.ptr, 0, scratch_bytes));
+        for (int mode = 0; mode < 3; ++mode) {  // rows of their own; ld 0; with raw rows
+            SCOPED_TRACE(::testing::Message() << "mode " << mode);
+            const int64_t ld = mode == 1 ? 0 : V;
+            const float* raw_ptr = mode == 2 ? draw.ptr : nullptr;
+            DeviceArray<int32_t> tok_a(static_cast<size_t>(rows)), tok_b(static_cast<size_t>(rows));
+            DeviceArray<float> lp_a(static_cast<size_t>(rows)), lp_b(static_cast<size_t>(rows));
+            tok_a.poison();
+            tok_b.poison();
+            lp_a.poison();
+            lp_b.poison();
+            cuda::sample_rows(dl.ptr, rows, V, ld, dp.ptr, tok_a.ptr, lp_a.ptr, nullptr, raw_ptr, V);
+            cuda::sample_rows(dl.ptr, rows, V, ld, dp.ptr, tok_b.ptr, lp_b.ptr, nullptr, raw_ptr, V, scratch.ptr,
+                              scratch_bytes);
+            CUDA_CHECK(cudaDeviceSynchronize());
+            EXPECT_EQ(tok_b.download(), tok_a.download());
+            const auto a = lp_a.download(), b = lp_b.download();
+            for (int r = 0; r < rows; ++r)
+                EXPECT_EQ(std::memcmp(&a[size_t(r)], &b[size_t(r)], 4), 0) << "row " << r << ": " << a[size_t(r)]
+                                                                          << " against " << b[size_t(r)];
+            const auto left = scratch.download();
+            EXPECT_EQ(std::count(left.begin(), left.end(), uint8_t(0)), ptrdiff_t(scratch_bytes))
+                << "the spread passes left their scratch non-zero";
+        }
+        if (V == 3) {
+            EXPECT_THROW(cuda::sample_rows(dl.ptr, rows, V, V, dp.ptr, nullptr, nullptr, nullptr, nullptr, 0,
+                                           scratch.ptr, scratch_bytes),
+                         Error);  // a null output
+        }
+    }
+    std::vector<float> one = {1.f, 2.f};
+    DeviceArray<float> d1(one);
+    std::vector<DeviceSampleParams> p1(2);
+    DeviceArray<DeviceSampleParams> dp1(p1);
+    DeviceArray<int32_t> t1(2);
+    DeviceArray<uint8_t> small(cuda::sample_rows_scratch_bytes(2) - 1);
+    EXPECT_THROW(cuda::sample_rows(d1.ptr, 2, 2, 0, dp1.ptr, t1.ptr, nullptr, nullptr, nullptr, 0, small.ptr,
+                                   small.n),
+                 Error);  // a scratch too small
 }
 
 TEST(Sample, DistributionMatchesHostRules) {
