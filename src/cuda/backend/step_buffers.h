@@ -113,7 +113,7 @@ struct StepBuffers {
     DeviceBuffer tokens;         // int32 [head rows]: argmax or sampled ids
     DeviceBuffer argmax_scratch; // argmax_rows' per-row slots and tickets: zeroed, left zeroed
     DeviceBuffer sample_params;  // DeviceSampleParams [head rows]
-    DeviceBuffer sample_scratch; // sample_rows' spread passes: zeroed, left zeroed
+    DeviceBuffer sample_scratch; // sample_rows' spread passes: zeroed once, kept reusable by every call
     DeviceBuffer sample_logprob; // fp32 [head rows]
     PinnedBuffer logits_host, tokens_host, sample_params_host, sample_logprob_host;
 };

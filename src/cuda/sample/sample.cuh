@@ -32,9 +32,10 @@ struct DeviceSampleParams {
 // null. raw_logits (stride raw_ld, may be null = logits): the rows the logprob is reported from, when `logits` are
 // adjusted copies. Rows with invalid parameters (temperature < 0 or not finite, top_p outside (0, 1], top_k < 0,
 // min_p outside [0, 1]) or without any finite logit produce token -1.
-// scratch (optional, sample_rows_scratch_bytes(rows) or more, zeroed before its first use and left zeroed by every
-// call): the max and the normalizer's passes over each row run spread over many CTAs first; the same results.
-// Calls sharing a scratch must not overlap.
+// scratch (optional, sample_rows_scratch_bytes(rows) or more, zeroed before its first use; every call leaves it
+// ready for the next: the per-row max keys zeroed again, the per-thread sums rewritten by each call): the max and the
+// normalizer's passes over each row run spread over many CTAs first; the same results. Calls sharing a scratch must
+// not overlap.
 size_t sample_rows_scratch_bytes(int64_t rows);
 void sample_rows(const float* logits, int64_t rows, int64_t vocab, int64_t ld, const DeviceSampleParams* params,
                  int32_t* out_token, float* out_logprob, cudaStream_t stream, const float* raw_logits = nullptr,

@@ -97,8 +97,8 @@ TEST(Sample, GreedyMatchesHostArgmaxAndLogprob) {
 // The spread first passes (a scratch given: the max and the normalizer over many CTAs per row) against the sampler's
 // own one-CTA passes: the same token and the same logprob bits, greedy and sampled, for V4's vocabulary and odd
 // ones, a row shared by every draw (ld 0), a raw row beside an adjusted one, rows with invalid parameters (their
-// early return must still leave the scratch zeroed), NaN and infinities. Three calls on one scratch, which must
-// come back zeroed.
+// early return must still zero their max keys), NaN and infinities. The three forms run in turn on one scratch with
+// different rows, so a key left over from a call would change the next call's tokens.
 TEST(Sample, SpreadPassesGiveTheSameBits) {
     for (int64_t V : {int64_t(129280), int64_t(1007), int64_t(3), int64_t(5000)}) {
         const uint64_t seed = fresh_seed();
@@ -145,9 +145,6 @@ TEST(Sample, SpreadPassesGiveTheSameBits) {
             for (int r = 0; r < rows; ++r)
                 EXPECT_EQ(std::memcmp(&a[size_t(r)], &b[size_t(r)], 4), 0) << "row " << r << ": " << a[size_t(r)]
                                                                           << " against " << b[size_t(r)];
-            const auto left = scratch.download();
-            EXPECT_EQ(std::count(left.begin(), left.end(), uint8_t(0)), ptrdiff_t(scratch_bytes))
-                << "the spread passes left their scratch non-zero";
         }
         if (V == 3) {
             EXPECT_THROW(cuda::sample_rows(dl.ptr, rows, V, V, dp.ptr, nullptr, nullptr, nullptr, nullptr, 0,
