@@ -36,7 +36,9 @@ struct SubblockCosts {
     double route_group_us = 11.2;        // route + group and the experts' tile packing (7.5 + 3.7)
     double quantize_h_us = 4.5;          // the routed experts' h quantized for the down-projection
     double combine_us = 4.3;             // the experts' outputs combined (the mHC post rides in the next mHC pre)
-    double sample_us = 31.0;             // the greedy sampling over the vocabulary (argmax_rows at one row)
+    double sample_us = 31.0;             // the greedy sampling over the vocabulary: argmax_rows at one row in one
+                                         // CTA (run 605); spread over 64 CTAs since, not yet timed alone (run 606
+                                         // measured it with the merge's change: -44 us per step together)
 };
 
 // An op's kind: its name without a whole step's layer label ("L3 wq_b" -> "wq_b").

@@ -121,7 +121,8 @@ __device__ __forceinline__ float from_e2m1(uint8_t code) {
 // layer fetched cold, or jumped across where it did not need it (the attention kernel's instruction fetches were a
 // quarter of its stall samples at one sequence, docs/perf-log/2026-12-07_attention-fusions.md). Its own arithmetic is
 // the same either way; a caller's rotation after it (a c - b s) may be contracted into a multiply-add the other way
-// round (tiny-a's exact-numerics logits moved by such roundings when this went out of line, run 605).
+// round: logits moved by such roundings when this went out of line (tiny-a in exact numerics, golden-a and
+// golden-d in both; runs 605-606, docs/perf-log/2026-12-07_vocabulary-passes-and-merge-loads.md), inside the envelope.
 static __device__ __noinline__ void rope_cos_sin(int64_t pos, float inv_freq, float& c, float& s) {
     const float angle = float(pos) * inv_freq;
     double sd, cd;
