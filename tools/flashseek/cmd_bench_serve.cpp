@@ -6,6 +6,9 @@
 // (output tokens - 1); ITL = gaps between successive content chunks; output tokens come from the usage chunk.
 // Where the server publishes a TTFT histogram (/metrics), its own mean over the run is shown beside the client's,
 // and a CUDA flashseek server's decode passes by how they ran as graphs (first of a shape, captured, replayed).
+// Requests are greedy by default (temperature 0); --temperature, --top-p and --top-k send sampled requests instead,
+// each with its own seed (the bench seed + the request's index) so that a run repeats its tokens, and measure what
+// sampling costs the server per step.
 #include <CLI/CLI.hpp>
 #include <fmt/chrono.h>
 #include <nlohmann/json.hpp>
@@ -247,7 +250,8 @@ int run_bench_serve(int argc, char** argv) {
     std::string host = "127.0.0.1", endpoint = "/v1/completions", model, api_key, dataset = "random", dataset_path,
                 save_result, schema_path;
     int port = 8000, num_prompts = 100, max_concurrency = 0;
-    double request_rate = INFINITY, burstiness = 1.0, range_ratio = 0.0;
+    double request_rate = INFINITY, burstiness = 1.0, range_ratio = 0.0, temperature = 0.0, top_p = 1.0;
+    int top_k = 0;
     int64_t input_len = 128, output_len = 128;
     uint64_t seed = 0;
     bool ignore_eos = true, no_progress = false;
@@ -271,6 +275,9 @@ int run_bench_serve(int argc, char** argv) {
     app.add_flag("!--no-ignore-eos", ignore_eos, "let requests stop at EOS (default: ignore_eos)");
     app.add_option("--save-result", save_result, "write the results JSON here");
     app.add_flag("--disable-tqdm,--no-progress", no_progress, "no progress bar");
+    app.add_option("--temperature", temperature, "sampling temperature of every request, in [0, 2] (0 = greedy)");
+    app.add_option("--top-p", top_p, "nucleus sampling of every request, in (0, 1] (1 = off)");
+    app.add_option("--top-k", top_k, "top-k sampling of every request (0 = off)");
     app.add_option("--response-format-json-schema", schema_path,
                    "constrained decoding: send every request with response_format json_schema from this file "
                    "(measures the cost of grammar masks)");
@@ -293,6 +300,10 @@ int run_bench_serve(int argc, char** argv) {
     FS_CHECK(std::isfinite(burstiness) && burstiness > 0, "--burstiness must be a number > 0 (got {})", burstiness);
     FS_CHECK(max_concurrency >= 0, "--max-concurrency must be >= 0 (0 = unlimited; got {})", max_concurrency);
     FS_CHECK(port >= 1 && port <= 65535, "--port must be in [1, 65535] (got {})", port);
+    FS_CHECK(temperature >= 0.0 && temperature <= 2.0, "--temperature must be in [0, 2] (got {})", temperature);
+    FS_CHECK(top_p > 0.0 && top_p <= 1.0, "--top-p must be in (0, 1] (got {})", top_p);
+    FS_CHECK(top_k >= 0, "--top-k must be >= 0 (0 = off; got {})", top_k);
+    const bool sampled = temperature > 0.0;
     FS_CHECK(dataset != "file" || !dataset_path.empty(), "--dataset-path is required with --dataset-name file");
     server::HttpClient::Headers headers;
     if (!api_key.empty()) headers.emplace_back("Authorization", "Bearer " + api_key);
@@ -325,10 +336,12 @@ int run_bench_serve(int argc, char** argv) {
     std::atomic<int> finished{0};
     const int workers = max_concurrency > 0 ? std::min<int>(max_concurrency, num_prompts) : num_prompts;
     const bool tty = !no_progress && isatty(STDERR_FILENO);
-    std::fprintf(stderr, "bench-serve: %d prompts, %s, request rate %s, max concurrency %s, seed %llu\n", num_prompts,
-                 endpoint.c_str(), std::isfinite(request_rate) ? fmt::format("{}", request_rate).c_str() : "inf",
-                 max_concurrency > 0 ? std::to_string(max_concurrency).c_str() : "unlimited",
-                 (unsigned long long)seed);
+    std::fprintf(stderr, "bench-serve: %d prompts, %s, request rate %s, max concurrency %s, seed %llu, %s\n",
+                 num_prompts, endpoint.c_str(),
+                 std::isfinite(request_rate) ? fmt::format("{}", request_rate).c_str() : "inf",
+                 max_concurrency > 0 ? std::to_string(max_concurrency).c_str() : "unlimited", (unsigned long long)seed,
+                 sampled ? fmt::format("sampled (temperature {}, top_p {}, top_k {})", temperature, top_p, top_k).c_str()
+                         : "greedy");
     const ServerMetrics server_before = read_server_metrics(probe, headers);
     const auto bench_start = SteadyClock::now();
     std::mutex progress_mu;
@@ -341,7 +354,10 @@ int run_bench_serve(int argc, char** argv) {
                                                             std::chrono::duration<double>(offsets[i])));
             const Prompt& p = prompts[i];
             json body = {{"model", model}, {"max_tokens", p.output_len}, {"stream", true},
-                         {"stream_options", {{"include_usage", true}}}, {"temperature", 0.0}};
+                         {"stream_options", {{"include_usage", true}}}, {"temperature", temperature}};
+            if (top_p < 1.0) body["top_p"] = top_p;
+            if (top_k > 0) body["top_k"] = top_k;
+            if (sampled) body["seed"] = int64_t((seed + i) & 0x7fffffffffffffffull);
             if (ignore_eos) body["ignore_eos"] = true;
             if (!response_format.is_null()) body["response_format"] = response_format;
             if (chat) body["messages"] = json::array({{{"role", "user"}, {"content", p.prompt}}});
@@ -422,6 +438,9 @@ int run_bench_serve(int argc, char** argv) {
     r["burstiness"] = burstiness;
     r["max_concurrency"] = max_concurrency > 0 ? json(max_concurrency) : json(nullptr);
     r["seed"] = seed;
+    r["temperature"] = temperature;
+    r["top_p"] = top_p;
+    r["top_k"] = top_k;
     r["duration"] = duration;
     r["completed"] = completed;
     r["failed"] = failed;
