@@ -7,6 +7,7 @@
 #include "cuda/backend/cuda_util.h"
 #include "cuda/backend/glue.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/row_pass.cuh"
 #include "cuda/common/warp_reduce.cuh"
 
 namespace flashseek::cuda {
@@ -74,11 +75,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float
     unsigned long long best = 0;  // below every key: no candidate
     for (int64_t j0 = begin + threadIdx.x; j0 < end; j0 += int64_t(kArgmaxThreads) * kArgmaxPerThread) {
         float v[kArgmaxPerThread];
-#pragma unroll
-        for (int k = 0; k < kArgmaxPerThread; ++k) {
-            const int64_t j = j0 + int64_t(k) * kArgmaxThreads;
-            v[k] = j < end ? x[j] : NAN;
-        }
+        load_strided(x, j0, kArgmaxThreads, end, NAN, v);
 #pragma unroll
         for (int k = 0; k < kArgmaxPerThread; ++k) {
             if (!(v[k] >= -FLT_MAX)) continue;  // NaN, -inf, past the slice
@@ -89,15 +86,8 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float
     }
     __shared__ unsigned long long s_best[kArgmaxThreads / 32];
     __shared__ bool s_last;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const unsigned long long other = __shfl_xor_sync(0xffffffffu, best, o);
-        best = other > best ? other : best;
-    }
-    if ((threadIdx.x & 31) == 0) s_best[threadIdx.x >> 5] = best;
-    __syncthreads();
+    best = cta_max_key<kArgmaxThreads>(best, s_best);
     if (threadIdx.x == 0) {
-        for (int w = 1; w < kArgmaxThreads / 32; ++w) best = s_best[w] > best ? s_best[w] : best;
         if (best) atomicMax(slots + row, best);
         __threadfence();  // the slot's update before the ticket: the last CTA reads every CTA's key
         s_last = atomicAdd(tickets + row, 1u) == gridDim.x - 1;

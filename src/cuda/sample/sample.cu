@@ -18,6 +18,7 @@
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/pdl.cuh"
+#include "cuda/common/row_pass.cuh"
 #include "cuda/sample/sample.cuh"
 
 namespace flashseek::cuda {
@@ -181,11 +182,7 @@ __global__ void __launch_bounds__(kMaxThreads) row_max_kernel(const float* __res
     unsigned long long best = 0;
     for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += int64_t(kMaxThreads) * kMaxPerThread) {
         float v[kMaxPerThread];
-#pragma unroll
-        for (int k = 0; k < kMaxPerThread; ++k) {
-            const int64_t i = i0 + int64_t(k) * kMaxThreads;
-            v[k] = i < end ? row[i] : 0.f;
-        }
+        load_strided(row, i0, kMaxThreads, end, 0.f, v);
 #pragma unroll
         for (int k = 0; k < kMaxPerThread; ++k) {
             const int64_t i = i0 + int64_t(k) * kMaxThreads;
@@ -195,17 +192,8 @@ __global__ void __launch_bounds__(kMaxThreads) row_max_kernel(const float* __res
         }
     }
     __shared__ unsigned long long s_best[kMaxThreads / 32];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const unsigned long long other = __shfl_xor_sync(0xffffffffu, best, o);
-        best = other > best ? other : best;
-    }
-    if ((threadIdx.x & 31) == 0) s_best[threadIdx.x >> 5] = best;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int w = 1; w < kMaxThreads / 32; ++w) best = s_best[w] > best ? s_best[w] : best;
-        atomicMax(max_keys + r, best);
-    }
+    best = cta_max_key<kMaxThreads>(best, s_best);
+    if (threadIdx.x == 0) atomicMax(max_keys + r, best);
 }
 
 // Position p's sum (p = the sampler thread that would own it): exp(l - max) over entries p, p + kThreads, ... in
@@ -225,11 +213,7 @@ __global__ void __launch_bounds__(kSumThreads) row_exp_sums_kernel(const float* 
     constexpr int kUnroll = 8;
     for (int64_t i0 = p; i0 < vocab; i0 += int64_t(kThreads) * kUnroll) {
         float v[kUnroll];
-#pragma unroll
-        for (int k = 0; k < kUnroll; ++k) {
-            const int64_t i = i0 + int64_t(k) * kThreads;
-            v[k] = i < vocab ? row[i] : 0.f;
-        }
+        load_strided(row, i0, kThreads, vocab, 0.f, v);
 #pragma unroll
         for (int k = 0; k < kUnroll; ++k)
             if (i0 + int64_t(k) * kThreads < vocab) z += double(__expf(v[k] - mx));
