@@ -8,7 +8,7 @@
 //   5. draw: kept set = keys above the final threshold plus the lowest-id ties at it; inverse CDF of the
 //      temperature weights in token-id order over contiguous per-thread chunks (block scan).
 // The adjustment kernel copies each row with its mask and per-token edits applied (one CTA per row).
-// With a scratch (sample_rows_scratch_bytes), steps 1's two passes over the row run before the sampler, spread over
+// With a scratch (sample_rows_scratch_bytes), step 1's two passes over the row run before the sampler, spread over
 // many CTAs per row (one CTA's loads took ~25 us per pass over a 129,280-entry row, which greedy decoding pays
 // every step): the max key by atomicMax of per-CTA maxima (a maximum, so the same key in any order), and each of the
 // CTA's 1,024 thread positions' sum of exp(l - max) in its own order, which the sampler then reduces exactly as it
