@@ -121,8 +121,10 @@ __device__ __forceinline__ float from_e2m1(uint8_t code) {
 // layer fetched cold, or jumped across where it did not need it (the attention kernel's instruction fetches were a
 // quarter of its stall samples at one sequence, docs/perf-log/2026-12-07_attention-fusions.md). Its own arithmetic is
 // the same either way; a caller's rotation after it (a c - b s) may be contracted into a multiply-add the other way
-// round: logits moved by such roundings when this went out of line (tiny-a in exact numerics, golden-a and
-// golden-d in both; runs 605-606, docs/perf-log/2026-12-07_vocabulary-passes-and-merge-loads.md), inside the envelope.
+// round: compressor_emit_kernel's second component went from fma(a, s, b c) to fma(b, c, a s) when this went out of
+// line, which moved logits inside the envelope (tiny-a in exact numerics, golden-a and golden-d in both; runs
+// 605-606, docs/perf-log/2026-12-07_vocabulary-passes-and-merge-loads.md). rope_rotate leaves the contraction to
+// the compiler.
 static __device__ __noinline__ void rope_cos_sin(int64_t pos, float inv_freq, float& c, float& s) {
     const float angle = float(pos) * inv_freq;
     double sd, cd;
@@ -152,7 +154,8 @@ __device__ __forceinline__ void rope_pair_cos_sin(const float2* table, int64_t p
         rope_cos_sin(pos, inv_freq[pair], c, s);
     }
 }
-// Rotates the pair (x0, x1) by +angle (or -angle when inverse).
+// Rotates the pair (x0, x1) by +angle (or -angle when inverse). Which product of each component the compiler fuses
+// into a multiply-add is its choice and can differ between call sites and builds (see rope_cos_sin).
 __device__ __forceinline__ void rope_rotate(float& x0, float& x1, float c, float s, bool inverse) {
     if (inverse) s = -s;
     const float a = x0, b = x1;
