@@ -72,18 +72,8 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float
     const int64_t row = blockIdx.y;
     const float* x = logits + row * vocab;
     const int64_t begin = int64_t(blockIdx.x) * slice, end = begin + slice < vocab ? begin + slice : vocab;
-    unsigned long long best = 0;  // below every key: no candidate
-    for (int64_t j0 = begin + threadIdx.x; j0 < end; j0 += int64_t(kArgmaxThreads) * kArgmaxPerThread) {
-        float v[kArgmaxPerThread];
-        load_strided(x, j0, kArgmaxThreads, end, NAN, v);
-#pragma unroll
-        for (int k = 0; k < kArgmaxPerThread; ++k) {
-            if (!(v[k] >= -FLT_MAX)) continue;  // NaN, -inf, past the slice
-            const uint32_t j = uint32_t(j0 + int64_t(k) * kArgmaxThreads);
-            const unsigned long long key = (unsigned long long)(order_key(v[k])) << 32 | (0xffffffffu - j);
-            best = key > best ? key : best;
-        }
-    }
+    unsigned long long best = thread_max_key<kArgmaxThreads, kArgmaxPerThread>(
+        x, begin, end, [](float v, uint32_t j) { return v >= -FLT_MAX ? value_index_key(order_key(v), j) : 0ull; });
     __shared__ unsigned long long s_best[kArgmaxThreads / 32];
     __shared__ bool s_last;
     best = cta_max_key<kArgmaxThreads>(best, s_best);
@@ -97,7 +87,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float
         __threadfence();
         const unsigned long long top = atomicExch(slots + row, 0ull);
         tickets[row] = 0;
-        out[row] = top ? int32_t(0xffffffffu - uint32_t(top & 0xffffffffu)) : 0;
+        out[row] = top ? int32_t(key_index(top)) : 0;
     }
 }
 
@@ -135,8 +125,8 @@ void argmax_rows(const float* logits, int n_rows, int64_t vocab, int32_t* out, v
     const int64_t slice = (vocab + ctas - 1) / ctas;
     auto* slots = static_cast<unsigned long long*>(scratch);
     auto* tickets = reinterpret_cast<unsigned*>(slots + n_rows);
-    launch_pdl("argmax_rows_kernel", argmax_rows_kernel, dim3(unsigned(ctas), unsigned(n_rows)), dim3(kArgmaxThreads), 0,
-               stream, logits, vocab, slice, out, slots, tickets);
+    launch_pdl("argmax_rows_kernel", argmax_rows_kernel, dim3(unsigned(ctas), unsigned(n_rows)),
+               dim3(kArgmaxThreads), 0, stream, logits, vocab, slice, out, slots, tickets);
     CUDA_CHECK_LAUNCH("argmax_rows");
 }
 

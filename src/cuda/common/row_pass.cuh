@@ -1,7 +1,7 @@
 // Pieces of the passes over long rows spread over many CTAs (the greedy argmax, the sampler's max and normalizer):
-// a thread's strided loads of one chunk requested together, and the CTA's largest 64-bit key. Keys pack a value's
-// order-preserving bits above an index's complement, so a maximum of keys is an argmax with the lowest index on ties
-// and the order of the reduction does not matter.
+// a thread's strided loads of one chunk requested together, and the largest 64-bit key of a thread's entries and of
+// the CTA. Keys pack a value's order-preserving bits above an index's complement, so a maximum of keys is an argmax
+// with the lowest index on ties and the order of the reduction does not matter.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -18,6 +18,31 @@ __device__ __forceinline__ void load_strided(const float* row, int64_t i0, int64
         const int64_t i = i0 + int64_t(k) * stride;
         v[k] = i < end ? row[i] : fill;
     }
+}
+
+// The key of value bits `value_key` (order-preserving) at index i, and the index a key holds.
+__device__ __forceinline__ unsigned long long value_index_key(uint32_t value_key, uint32_t i) {
+    return (unsigned long long)value_key << 32 | (0xffffffffu - i);
+}
+__device__ __forceinline__ uint32_t key_index(unsigned long long key) { return 0xffffffffu - uint32_t(key); }
+
+// The largest key_of(value, index) over this thread's entries of row[begin, end): threadIdx.x + begin, then every
+// kThreads, kPerThread loads in flight. key_of returns 0 for an entry that cannot win; 0 when none can.
+template <int kThreads, int kPerThread, typename KeyOf>
+__device__ __forceinline__ unsigned long long thread_max_key(const float* row, int64_t begin, int64_t end,
+                                                             KeyOf key_of) {
+    unsigned long long best = 0;
+    for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += int64_t(kThreads) * kPerThread) {
+        float v[kPerThread];
+        load_strided(row, i0, kThreads, end, 0.f, v);
+#pragma unroll
+        for (int k = 0; k < kPerThread; ++k) {
+            const int64_t i = i0 + int64_t(k) * kThreads;
+            const unsigned long long key = i < end ? key_of(v[k], uint32_t(i)) : 0ull;
+            best = key > best ? key : best;
+        }
+    }
+    return best;
 }
 
 // The largest key of a CTA of kThreads threads (every thread passes one; 0 = none), valid in thread 0. s_warp:

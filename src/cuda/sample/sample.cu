@@ -179,18 +179,8 @@ __global__ void __launch_bounds__(kMaxThreads) row_max_kernel(const float* __res
     const int64_t r = blockIdx.y;
     const float* row = logits + r * ld;
     const int64_t begin = int64_t(blockIdx.x) * slice, end = begin + slice < vocab ? begin + slice : vocab;
-    unsigned long long best = 0;
-    for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += int64_t(kMaxThreads) * kMaxPerThread) {
-        float v[kMaxPerThread];
-        load_strided(row, i0, kMaxThreads, end, 0.f, v);
-#pragma unroll
-        for (int k = 0; k < kMaxPerThread; ++k) {
-            const int64_t i = i0 + int64_t(k) * kMaxThreads;
-            if (i >= end) continue;
-            const unsigned long long packed = (unsigned long long)order_key(v[k]) << 32 | (0xffffffffu - uint32_t(i));
-            best = packed > best ? packed : best;
-        }
-    }
+    unsigned long long best = thread_max_key<kMaxThreads, kMaxPerThread>(
+        row, begin, end, [](float v, uint32_t i) { return value_index_key(order_key(v), i); });
     __shared__ unsigned long long s_best[kMaxThreads / 32];
     best = cta_max_key<kMaxThreads>(best, s_best);
     if (threadIdx.x == 0) atomicMax(max_keys + r, best);
@@ -206,8 +196,7 @@ __global__ void __launch_bounds__(kSumThreads) row_exp_sums_kernel(const float* 
     pdl_trigger();
     const int64_t r = blockIdx.y;
     const float* row = logits + r * ld;
-    const int32_t argmax = int32_t(0xffffffffu - uint32_t(max_keys[r] & 0xffffffffu));
-    const float mx = row[argmax];
+    const float mx = row[key_index(max_keys[r])];
     const int p = int(blockIdx.x) * kSumThreads + int(threadIdx.x);
     double z = 0.0;
     constexpr int kUnroll = 8;
@@ -259,12 +248,12 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
         best = spread_key;
     } else {
         for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-            const unsigned long long packed = (unsigned long long)order_key(row[i]) << 32 | (0xffffffffu - uint32_t(i));
+            const unsigned long long packed = value_index_key(order_key(row[i]), uint32_t(i));
             best = packed > best ? packed : best;
         }
         best = block_reduce(best, [](unsigned long long a, unsigned long long b) { return a > b ? a : b; }, ullscratch);
     }
-    const int32_t argmax = int32_t(0xffffffffu - uint32_t(best & 0xffffffffu));
+    const int32_t argmax = int32_t(key_index(best));
     const float mx = row[argmax];
     if (mx == -INFINITY) {  // every token excluded by the adjustments
         if (threadIdx.x == 0) {
