@@ -70,13 +70,10 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_rows_kernel(const float
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     const int64_t row = blockIdx.y;
-    const float* x = logits + row * vocab;
-    const int64_t begin = int64_t(blockIdx.x) * slice, end = begin + slice < vocab ? begin + slice : vocab;
-    unsigned long long best = thread_max_key<kArgmaxThreads, kArgmaxPerThread>(
-        x, begin, end, [](float v, uint32_t j) { return v >= -FLT_MAX ? value_index_key(order_key(v), j) : 0ull; });
-    __shared__ unsigned long long s_best[kArgmaxThreads / 32];
+    const unsigned long long best = slice_max_key<kArgmaxThreads, kArgmaxPerThread>(
+        logits + row * vocab, vocab, slice,
+        [](float v, uint32_t j) { return v >= -FLT_MAX ? value_index_key(order_key(v), j) : 0ull; });
     __shared__ bool s_last;
-    best = cta_max_key<kArgmaxThreads>(best, s_best);
     if (threadIdx.x == 0) {
         if (best) atomicMax(slots + row, best);
         __threadfence();  // the slot's update before the ticket: the last CTA reads every CTA's key

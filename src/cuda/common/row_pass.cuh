@@ -62,4 +62,13 @@ __device__ __forceinline__ unsigned long long cta_max_key(unsigned long long key
     return key;
 }
 
+// The largest key_of(value, index) of this CTA's slice of a row: entries [blockIdx.x * slice, + slice) clipped to
+// n, valid in thread 0 (0 when nothing can win). Contains a CTA barrier: every thread must call it.
+template <int kThreads, int kPerThread, typename KeyOf>
+__device__ __forceinline__ unsigned long long slice_max_key(const float* row, int64_t n, int64_t slice, KeyOf key_of) {
+    __shared__ unsigned long long s_warp[kThreads / 32];
+    const int64_t begin = int64_t(blockIdx.x) * slice, end = begin + slice < n ? begin + slice : n;
+    return cta_max_key<kThreads>(thread_max_key<kThreads, kPerThread>(row, begin, end, key_of), s_warp);
+}
+
 }  // namespace flashseek::cuda

@@ -177,12 +177,8 @@ __global__ void __launch_bounds__(kMaxThreads) row_max_kernel(const float* __res
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     const int64_t r = blockIdx.y;
-    const float* row = logits + r * ld;
-    const int64_t begin = int64_t(blockIdx.x) * slice, end = begin + slice < vocab ? begin + slice : vocab;
-    unsigned long long best = thread_max_key<kMaxThreads, kMaxPerThread>(
-        row, begin, end, [](float v, uint32_t i) { return value_index_key(order_key(v), i); });
-    __shared__ unsigned long long s_best[kMaxThreads / 32];
-    best = cta_max_key<kMaxThreads>(best, s_best);
+    const unsigned long long best = slice_max_key<kMaxThreads, kMaxPerThread>(
+        logits + r * ld, vocab, slice, [](float v, uint32_t i) { return value_index_key(order_key(v), i); });
     if (threadIdx.x == 0) atomicMax(max_keys + r, best);
 }
 
