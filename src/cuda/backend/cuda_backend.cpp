@@ -324,7 +324,7 @@ void CudaBackend::enqueue_sampling(int head_rows, const std::vector<HeadDest>& d
     sample_rows(adjusted ? sample_adjust_.apply(raw, V, stream) : raw, head_rows, V, V,
                 lead().sample_params.as<DeviceSampleParams>(), lead().tokens.as<int32_t>(),
                 lead().sample_logprob.as<float>(), stream, adjusted ? raw : nullptr, V, lead().sample_scratch.get(),
-                lead().sample_scratch.bytes());
+                lead().sample_scratch.bytes(), sample_passes_for(host, head_rows, V));
     CUDA_CHECK(cudaMemcpyAsync(lead().tokens_host.as<void>(), lead().tokens.get(), size_t(head_rows) * 4,
                                 cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaMemcpyAsync(lead().sample_logprob_host.as<void>(), lead().sample_logprob.get(), size_t(head_rows) * 4,

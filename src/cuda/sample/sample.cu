@@ -1,18 +1,21 @@
 // GPU sampler (see sample.cuh). One 1024-thread CTA per row:
 //   1. max / argmax and log-sum-exp at temperature 1 (block reductions, double accumulation);
-//   2. top-k threshold: radix select of the k-th largest order-preserving key (4 passes of 8 bits, counts);
-//   3. top-p threshold: the same radix walk over probability mass inside the top-k set (ties at the top-k
-//      threshold weighted by the fraction of them that top-k keeps, which is exact since tied logits have
-//      equal mass);
+//   2. top-k threshold: radix select of the k-th largest order-preserving key (three levels of 11, 11 and 10 bits,
+//      counts);
+//   3. top-p threshold: the same walk over probability mass inside the top-k set (its ties at the threshold counted
+//      as many times as top-k keeps them: tied logits have equal mass);
 //   4. min-p: a logit threshold (max + log(min_p), the host's float), raised over the top-k / top-p one;
 //   5. draw: kept set = keys above the final threshold plus the lowest-id ties at it; inverse CDF of the
-//      temperature weights in token-id order over contiguous per-thread chunks (block scan).
+//      temperature weights in token-id order.
+// Steps 2, 3 and 5 run in fixed point (sample_fixed.cuh): every mass and weight an integer, every sum exact, so the
+// threshold and the token depend on the row alone, not on any order of summation.
 // The adjustment kernel copies each row with its mask and per-token edits applied (one CTA per row).
 // With a scratch (sample_rows_scratch_bytes), step 1's two passes over the row run before the sampler, spread over
 // many CTAs per row (one CTA's loads took ~25 us per pass over a 129,280-entry row, which greedy decoding pays
 // every step): the max key by atomicMax of per-CTA maxima (a maximum, so the same key in any order), and each of the
 // CTA's 1,024 thread positions' sum of exp(l - max) in its own order, which the sampler then reduces exactly as it
-// reduces its threads' own sums. The same bits either way.
+// reduces its threads' own sums. Steps 2, 3 and 5 of the drawn rows then run spread as well (sample_spread.cu), and
+// the sampler takes their token. The same bits either way.
 #include <algorithm>
 #include <cfloat>
 
@@ -20,27 +23,15 @@
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/row_pass.cuh"
 #include "cuda/sample/sample.cuh"
+#include "cuda/sample/sample_fixed.cuh"
+#include "cuda/sample/sample_spread.cuh"
 
 namespace flashseek::cuda {
 namespace {
 
 constexpr int kThreads = 1024;
 
-__device__ __forceinline__ uint32_t order_key(float f) {
-    const uint32_t u = __float_as_uint(f);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-__device__ __forceinline__ uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-// Same as sampling.cpp counter_uniform.
-__device__ __forceinline__ double counter_uniform(uint64_t seed, uint64_t draw_index) {
-    const uint64_t h = mix64(mix64(seed + 0x9e3779b97f4a7c15ull) ^ (draw_index * 0xd1b54a32d192ed03ull + 1));
-    return double(h >> 11) * (1.0 / 9007199254740992.0);
-}
+using namespace sample_detail;
 
 // Block-wide reductions over kThreads threads (scratch: 32 slots).
 template <typename T, typename Op>
@@ -63,107 +54,96 @@ __device__ T block_reduce(T v, Op op, T* scratch) {
     return r;
 }
 
-// Exclusive block scan (double), returns this thread's exclusive prefix; *total gets the sum.
-__device__ double block_exclusive_scan(double v, double* scratch, double* total) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    double inc = v;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const double n = __shfl_up_sync(0xffffffffu, inc, o);
-        if (lane >= o) inc += n;
-    }
-    __syncthreads();
-    if (lane == 31) scratch[warp] = inc;
-    __syncthreads();
-    if (warp == 0) {
-        double w = scratch[lane];
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const double n = __shfl_up_sync(0xffffffffu, w, o);
-            if (lane >= o) w += n;
+// One select phase over the whole row by this CTA (sample_fixed.cuh): three levels, each histogramming the row in
+// windows of kWindow entries, then the walk. The spread passes' thresholds.
+struct CtaSelectShared {
+    uint32_t lo[kKeyBins], hi[kKeyBins];
+    uint64_t hist[kKeyBins];
+    uint64_t s64[kThreads / 32];
+    uint64_t above;
+};
+template <bool kMass>
+__device__ Threshold cta_select(const float* row, int64_t vocab, const DeviceSampleParams& p, float mx,
+                                bool restrict_set, uint32_t set_key, int64_t set_ties, CtaSelectShared& sh) {
+    uint32_t prefix = 0;
+    uint64_t above = 0, target = 0;
+    for (int level = 0; level < kLevels; ++level) {
+        const int nb = level_bins(level);
+        const SelectSpec spec{kMass, level, prefix, mx, restrict_set, set_key};
+        for (int b = threadIdx.x; b < kKeyBins; b += kThreads) {
+            sh.lo[b] = sh.hi[b] = 0;
+            sh.hist[b] = 0;
         }
-        scratch[lane] = w;  // inclusive over warps
+        __syncthreads();
+        for (int64_t w0 = 0; w0 < vocab; w0 += kWindow) {
+            const int64_t w1 = w0 + kWindow < vocab ? w0 + kWindow : vocab;
+            for (int64_t i = w0 + threadIdx.x; i < w1; i += kThreads) bin_entry(spec, row[i], sh.lo, sh.hi);
+            __syncthreads();
+            for (int b = threadIdx.x; b < nb; b += kThreads) {
+                sh.hist[b] += window_bin(sh.lo, sh.hi, b);
+                sh.lo[b] = sh.hi[b] = 0;
+            }
+            __syncthreads();
+        }
+        if (restrict_set && in_prefix(set_key, prefix, level) && threadIdx.x == 0)
+            sh.hist[level_bin(set_key, level)] += uint64_t(set_ties) * mass_q(key_value(set_key), mx);
+        __syncthreads();
+        if (level == 0) {
+            uint64_t mine = 0;
+            for (int b = threadIdx.x; b < kKeyBins; b += kThreads) mine += sh.hist[b];
+            target = select_target(kMass, cta_sum_u64<kThreads>(mine, sh.s64), p.top_k, p.top_p);
+        }
+        const int bin = walk_bins<kThreads>(sh.hist, nb, above, target, sh.s64, &sh.above);
+        above = sh.above;
+        prefix |= uint32_t(bin) << level_shift(level);
     }
-    __syncthreads();
-    const double base = warp > 0 ? scratch[warp - 1] : 0.0;
-    *total = scratch[31];
-    __syncthreads();
-    return base + inc - v;
+    return {prefix, select_ties(kMass, prefix, mx, target, above)};
 }
 
-struct Select {
-    uint32_t key;     // threshold key
-    int64_t n_ties;   // how many tokens with key == threshold are kept (lowest ids first)
-};
-
-// Radix walk from the top: finds the threshold key where the cumulative measure of keys >= it reaches target.
-// measure(i) = 1 (count) or the token's mass; `in_set` restricts the walk; tie_key/tie_frac weight tokens whose key
-// equals tie_key (the top-k threshold ties) by tie_frac.
-template <bool MASS>
-__device__ Select radix_select(const float* row, int64_t vocab, double target, float mx, bool restrict_set,
-                               uint32_t set_key, double tie_frac, float* hist_f, uint32_t* hist_c, double* dscratch) {
-    uint32_t prefix = 0, prefix_mask = 0;
-    double above = 0.0;  // measure of keys strictly above the current prefix range
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int b = threadIdx.x; b < 256; b += blockDim.x) {
-            hist_f[b] = 0.f;
-            hist_c[b] = 0u;
-        }
-        __syncthreads();
-        for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-            const float l = row[i];
-            const uint32_t k = order_key(l);
-            if ((k & prefix_mask) != prefix) continue;
-            if (restrict_set && k < set_key) continue;
-            const uint32_t bin = (k >> shift) & 255u;
-            if (MASS) {
-                float m = __expf(l - mx);
-                if (restrict_set && k == set_key) m *= float(tie_frac);
-                atomicAdd(&hist_f[bin], m);
-            } else {
-                atomicAdd(&hist_c[bin], 1u);
-            }
-        }
-        __syncthreads();
-        // Thread 0 walks the bins from the top.
-        if (threadIdx.x == 0) {
-            double acc = above;
-            int chosen = 0;
-            for (int b = 255; b >= 0; --b) {
-                const double m = MASS ? double(hist_f[b]) : double(hist_c[b]);
-                if (acc + m >= target) {
-                    chosen = b;
+// The draw by this CTA: thread t takes ids [t x chunk, + chunk); the first kept id whose cumulative weight exceeds
+// floor(u x total) (the spread draw's token). argmax when nothing is kept with a weight.
+__device__ int32_t cta_draw(const float* row, int64_t vocab, const DeviceSampleParams& p, float mx,
+                            const Threshold& th, uint32_t argmax, uint64_t* s64) {
+    __shared__ int32_t picked;
+    const float inv_t = 1.f / p.temperature;
+    const int64_t chunk = (vocab + kThreads - 1) / kThreads;
+    const int64_t c0 = int64_t(threadIdx.x) * chunk, c1 = c0 + chunk < vocab ? c0 + chunk : vocab;
+    uint64_t ties = 0;
+    for (int64_t i = c0; i < c1; ++i) ties += order_key(row[i]) == th.key ? 1 : 0;
+    uint64_t all_ties = 0;
+    const uint64_t rank0 = cta_exclusive_scan_u64<kThreads, false>(ties, s64, &all_ties);
+    const uint64_t keep_ties = uint64_t(th.ties);
+    auto weight = [&](int64_t i, uint64_t& rank) -> uint64_t {
+        const float l = row[i];
+        const uint32_t key = order_key(l);
+        if (key > th.key || (key == th.key && rank++ < keep_ties)) return weight_q(l, mx, inv_t);
+        return 0;
+    };
+    uint64_t local = 0;
+    {
+        uint64_t rank = rank0;
+        for (int64_t i = c0; i < c1; ++i) local += weight(i, rank);
+    }
+    uint64_t total = 0;
+    const uint64_t before = cta_exclusive_scan_u64<kThreads, false>(local, s64, &total);
+    if (threadIdx.x == 0) picked = int32_t(argmax);
+    __syncthreads();
+    if (total > 0) {
+        const uint64_t target = draw_target(counter_uniform(p.seed, p.draw_index), total);
+        if (target >= before && target < before + local) {
+            uint64_t acc = before, rank = rank0;
+            for (int64_t i = c0; i < c1; ++i) {
+                const uint64_t w = weight(i, rank);
+                acc += w;
+                if (w > 0 && acc > target) {
+                    picked = int32_t(i);
                     break;
                 }
-                acc += m;
-                chosen = b;  // if never reached (rounding), end at the lowest non-empty bin
             }
-            dscratch[0] = acc;
-            dscratch[1] = double(chosen);
         }
-        __syncthreads();
-        above = dscratch[0];
-        const uint32_t chosen = uint32_t(dscratch[1]);
-        prefix |= chosen << shift;
-        prefix_mask |= 255u << shift;
-        __syncthreads();
     }
-    // prefix is the threshold key; `above` is the measure of keys > threshold. Ties needed to reach target:
-    Select s;
-    s.key = prefix;
-    if (MASS) {
-        // every tie has the same mass
-        float l_t;
-        const uint32_t u = (prefix & 0x80000000u) ? (prefix & 0x7fffffffu) : ~prefix;
-        l_t = __uint_as_float(u);
-        const double m_t = double(__expf(l_t - mx));
-        const double need = (target - above) / m_t;
-        s.n_ties = int64_t(ceil(need - 1e-9));
-    } else {
-        s.n_ties = int64_t(target - above + 0.5);
-    }
-    if (s.n_ties < 1) s.n_ties = 1;
-    return s;
+    __syncthreads();
+    return picked;
 }
 
 // The spread form of step 1 (see the top): per-row max keys, then per thread position the sum of exp(l - max).
@@ -211,13 +191,12 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
                                                           int32_t* __restrict__ out_token, float* __restrict__ out_lp,
                                                           const float* __restrict__ raw_logits, int64_t raw_ld,
                                                           unsigned long long* __restrict__ max_keys,
-                                                          const double* __restrict__ exp_sums) {
+                                                          const double* __restrict__ exp_sums,
+                                                          const SpreadRow* __restrict__ spread_rows) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     __shared__ float fscratch[32];
     __shared__ double dscratch[32];
-    __shared__ float hist_f[256];
-    __shared__ uint32_t hist_c[256];
     __shared__ unsigned long long ullscratch[32];
     const int64_t r = blockIdx.x;
     const float* row = logits + r * ld;
@@ -229,9 +208,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
         if (threadIdx.x == 0) max_keys[r] = 0;
     }
     const DeviceSampleParams p = params[r];
-    const bool valid = isfinite(p.temperature) && p.temperature >= 0.f && p.top_p > 0.f && p.top_p <= 1.f &&
-                       p.top_k >= 0 && p.min_p >= 0.f && p.min_p <= 1.f;
-    if (!valid) {
+    if (!params_valid(p)) {
         if (threadIdx.x == 0) {
             out_token[r] = -1;
             if (out_lp) out_lp[r] = NAN;
@@ -267,113 +244,34 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     z = block_reduce(z, [](double a, double b) { return a + b; }, dscratch);
     const float log_z = float(log(z)) + mx;
     int32_t token = argmax;
-    if (p.temperature > 0.f) {
-        // 2./3. thresholds
-        bool have_threshold = false;
-        uint32_t th_key = 0;
-        int64_t th_ties = 0;
-        double zk = z;
-        if (p.top_k > 0 && p.top_k < vocab) {
-            const Select s = radix_select<false>(row, vocab, double(p.top_k), mx, false, 0, 1.0, hist_f, hist_c, dscratch);
-            have_threshold = true;
-            th_key = s.key;
-            th_ties = s.n_ties;
-            // mass of the top-k set (ties weighted by the kept fraction)
-            double m = 0.0;
-            uint32_t eq = 0;
-            for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-                const uint32_t k = order_key(row[i]);
-                if (k > th_key) m += double(__expf(row[i] - mx));
-                if (k == th_key) ++eq;
+    if (row_drawn(p, mx)) {
+        const uint32_t need =
+            kDoneDraw | (needs_top_k(p, vocab) ? kDoneTopK : 0u) | (needs_top_p(p) ? kDoneTopP : 0u);
+        if (spread_rows && (spread_rows[r].done & need) == need) {
+            token = spread_rows[r].drawn;  // the spread passes' token (the same)
+        } else {
+            __shared__ CtaSelectShared sh;
+            bool has = false;
+            uint32_t key = 0, set_key = 0;
+            int64_t ties = 0, set_ties = 0;
+            if (needs_top_k(p, vocab)) {
+                const Threshold t = cta_select<false>(row, vocab, p, mx, false, 0u, 0, sh);
+                has = true;
+                key = set_key = t.key;
+                ties = set_ties = t.ties;
             }
-            m = block_reduce(m, [](double a, double b) { return a + b; }, dscratch);
-            const double eq_total = double(block_reduce(eq, [](uint32_t a, uint32_t b) { return a + b; },
-                                                        reinterpret_cast<uint32_t*>(fscratch)));
-            const uint32_t u = (th_key & 0x80000000u) ? (th_key & 0x7fffffffu) : ~th_key;
-            const double m_t = double(__expf(__uint_as_float(u) - mx));
-            if (th_ties > int64_t(eq_total)) th_ties = int64_t(eq_total);
-            zk = m + double(th_ties) * m_t;
-        }
-        if (p.top_p < 1.f) {
-            const double frac = have_threshold ? 1.0 : 1.0;
-            double tie_frac = 1.0;
-            if (have_threshold) {
-                uint32_t eq = 0;
-                for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) eq += order_key(row[i]) == th_key ? 1u : 0u;
-                const double eq_total = double(block_reduce(eq, [](uint32_t a, uint32_t b) { return a + b; },
-                                                            reinterpret_cast<uint32_t*>(fscratch)));
-                tie_frac = eq_total > 0 ? double(th_ties) / eq_total : 1.0;
-            }
-            (void)frac;
-            const Select s = radix_select<true>(row, vocab, double(p.top_p) * zk, mx, have_threshold, th_key, tie_frac,
-                                                hist_f, hist_c, dscratch);
-            if (!have_threshold || s.key > th_key) {
-                th_key = s.key;
-                th_ties = s.n_ties;
-            } else {
-                th_ties = s.n_ties < th_ties ? s.n_ties : th_ties;  // s.key == th_key: fewer ties
-            }
-            have_threshold = true;
-        }
-        if (p.min_p > 0.f) {
-            // Keeps every token with logit >= threshold (all ties at it), where it is stricter than the above.
-            const uint32_t min_p_key = order_key(float(double(mx) + log(double(p.min_p))));
-            if (!have_threshold || min_p_key > th_key) {
-                th_key = min_p_key;
-                th_ties = int64_t(vocab);
-            }
-            have_threshold = true;
-        }
-        // 5. draw in id order over contiguous chunks.
-        const int64_t chunk = (vocab + blockDim.x - 1) / blockDim.x;
-        const int64_t c0 = int64_t(threadIdx.x) * chunk, c1 = c0 + chunk < vocab ? c0 + chunk : vocab;
-        double tie_base = 0.0, dummy = 0.0;
-        if (have_threshold) {
-            double ties = 0.0;
-            for (int64_t i = c0; i < c1; ++i) ties += order_key(row[i]) == th_key ? 1.0 : 0.0;
-            tie_base = block_exclusive_scan(ties, dscratch, &dummy);
-        }
-        const float inv_t = 1.f / p.temperature;
-        auto kept = [&](int64_t i, int64_t& tie_rank) -> bool {
-            if (!have_threshold) return true;
-            const uint32_t k = order_key(row[i]);
-            if (k > th_key) return true;
-            if (k == th_key) return tie_rank++ < th_ties;
-            return false;
-        };
-        double local = 0.0;
-        int64_t last_kept = -1;
-        {
-            int64_t rank = int64_t(tie_base);
-            for (int64_t i = c0; i < c1; ++i)
-                if (kept(i, rank)) {
-                    local += exp(double(row[i] - mx) * double(inv_t));
-                    last_kept = i;
+            if (needs_top_p(p)) {
+                const Threshold t = cta_select<true>(row, vocab, p, mx, set_ties > 0, set_key, set_ties, sh);
+                if (!has || t.key > key) {
+                    key = t.key;
+                    ties = t.ties;
+                } else {
+                    ties = t.ties < ties ? t.ties : ties;  // the top-k key itself: fewer of its ties
                 }
+                has = true;
+            }
+            token = cta_draw(row, vocab, p, mx, final_threshold(has, key, ties, p.min_p, mx, vocab), argmax, sh.s64);
         }
-        double total = 0.0;
-        const double before = block_exclusive_scan(local, dscratch, &total);
-        const unsigned long long last = block_reduce((unsigned long long)(last_kept + 1),
-                                                     [](unsigned long long a, unsigned long long b) { return a > b ? a : b; },
-                                                     ullscratch);
-        const double target = counter_uniform(p.seed, p.draw_index) * total;
-        __shared__ int32_t picked;
-        if (threadIdx.x == 0) picked = int32_t(last) - 1;
-        __syncthreads();
-        if (local > 0.0 && target >= before && target < before + local) {
-            int64_t rank = int64_t(tie_base);
-            double acc = before;
-            for (int64_t i = c0; i < c1; ++i)
-                if (kept(i, rank)) {
-                    acc += exp(double(row[i] - mx) * double(inv_t));
-                    if (acc > target) {
-                        picked = int32_t(i);
-                        break;
-                    }
-                }
-        }
-        __syncthreads();
-        token = picked;
     }
     float token_lp = row[token] - log_z;
     if (raw_logits && out_lp) {
@@ -425,12 +323,25 @@ __global__ void __launch_bounds__(kThreads) adjust_kernel(const float* __restric
 }  // namespace
 
 size_t sample_rows_scratch_bytes(int64_t rows) {
-    return size_t(std::max<int64_t>(rows, 0)) * (sizeof(unsigned long long) + size_t(kThreads) * sizeof(double));
+    const size_t n = size_t(std::max<int64_t>(rows, 0));
+    return n * (sizeof(unsigned long long) + size_t(kThreads) * sizeof(double)) + spread_scratch_bytes(rows);
+}
+
+SamplePasses sample_passes_for(const DeviceSampleParams* host_params, int64_t rows, int64_t vocab) {
+    SamplePasses s{false, false, false};
+    for (int64_t r = 0; r < rows; ++r) {
+        const DeviceSampleParams& p = host_params[r];
+        if (!(p.temperature > 0.f)) continue;  // greedy or invalid: no drawn-row pass
+        s.drawn = true;
+        s.top_k = s.top_k || (p.top_k > 0 && p.top_k < vocab);
+        s.top_p = s.top_p || p.top_p < 1.f;
+    }
+    return s;
 }
 
 void sample_rows(const float* logits, int64_t rows, int64_t vocab, int64_t ld, const DeviceSampleParams* params,
                  int32_t* out_token, float* out_logprob, cudaStream_t stream, const float* raw_logits,
-                 int64_t raw_ld, void* scratch, size_t scratch_bytes) {
+                 int64_t raw_ld, void* scratch, size_t scratch_bytes, SamplePasses passes) {
     FS_REQUIRE(logits && params && out_token, "sample_rows: null pointer argument");
     FS_REQUIRE(vocab > 0 && vocab < (int64_t(1) << 31), "sample_rows: vocabulary size ", vocab, " out of range");
     FS_REQUIRE(rows > 0 && rows <= 2147483647, "sample_rows: rows ", rows, " out of range");
@@ -439,6 +350,7 @@ void sample_rows(const float* logits, int64_t rows, int64_t vocab, int64_t ld, c
                vocab);
     unsigned long long* max_keys = nullptr;
     double* exp_sums = nullptr;
+    const SpreadRow* spread_rows = nullptr;
     if (scratch) {
         FS_REQUIRE(scratch_bytes >= sample_rows_scratch_bytes(rows), "sample_rows: scratch of ", scratch_bytes,
                    " bytes is smaller than the ", sample_rows_scratch_bytes(rows), " needed for ", rows, " rows");
@@ -455,9 +367,20 @@ void sample_rows(const float* logits, int64_t rows, int64_t vocab, int64_t ld, c
                    dim3(kSumThreads), 0, stream, logits, vocab, ld, const_cast<const unsigned long long*>(max_keys),
                    exp_sums);
         CUDA_CHECK_LAUNCH("row_exp_sums_kernel");
+        if (passes.drawn) {
+            const SpreadScratch spread = spread_scratch_at(max_keys + rows, rows);
+            launch_spread_reset(spread, rows, stream);
+            if (passes.top_k)
+                launch_spread_select(logits, rows, vocab, ld, params, max_keys, spread, /*mass=*/false, stream);
+            if (passes.top_p)
+                launch_spread_select(logits, rows, vocab, ld, params, max_keys, spread, /*mass=*/true, stream);
+            launch_spread_draw(logits, rows, vocab, ld, params, max_keys, spread, stream);
+            spread_rows = spread.rows;
+        }
     }
     launch_pdl("sample_kernel", sample_kernel, dim3(unsigned(rows)), dim3(kThreads), 0, stream, logits, vocab, ld,
-               params, out_token, out_logprob, raw_logits, raw_ld, max_keys, const_cast<const double*>(exp_sums));
+               params, out_token, out_logprob, raw_logits, raw_ld, max_keys, const_cast<const double*>(exp_sums),
+               spread_rows);
     CUDA_CHECK_LAUNCH("sample_kernel");
 }
 

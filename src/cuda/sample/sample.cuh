@@ -8,8 +8,10 @@
 // Logit adjustments (grammar mask, banned ids, logit_bias, repetition / frequency / presence penalties) run as a
 // separate kernel into a copy of the rows (adjust_logits_rows), with the host's per-token arithmetic; the sampler
 // then reports the logprob of the raw row it is given beside the adjusted one.
-// One CTA per row; thresholds come from 8-bit radix selection (4 passes) over order-preserving keys, counting
-// tokens for top-k and summing probability mass for top-p.
+// Thresholds come from a radix selection over order-preserving keys, counting tokens for top-k and summing
+// probability mass for top-p; masses, weights and their sums are fixed-point integers (sample_fixed.cuh), so a row's
+// token depends on the row and its parameters alone. The probabilities are the host's quantized to 2^-40 of the most
+// likely token's: a token below 2^-41 of it is never drawn.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -33,13 +35,21 @@ struct DeviceSampleParams {
 // adjusted copies. Rows with invalid parameters (temperature < 0 or not finite, top_p outside (0, 1], top_k < 0,
 // min_p outside [0, 1]) or without any finite logit produce token -1.
 // scratch (optional, sample_rows_scratch_bytes(rows) or more, zeroed before its first use; every call leaves it
-// ready for the next: the per-row max keys zeroed again, the per-thread sums rewritten by each call): the max and the
-// normalizer's passes over each row run spread over many CTAs first; the same results. Calls sharing a scratch must
-// not overlap.
+// ready for the next: the per-row max keys, tickets and histograms zeroed again, the rest rewritten by each call):
+// the max and the normalizer's passes over each row run spread over many CTAs first, then, for the drawn rows
+// (temperature > 0), the top-k and top-p selections and the draw; the same results. `passes` says which of the
+// drawn rows' passes to launch (sample_passes_for of the rows' parameters on the host); a row that needs a pass the
+// call did not launch is drawn by the one-CTA sampler instead. Calls sharing a scratch must not overlap.
+struct SamplePasses {
+    bool drawn = true;  // some row has a temperature
+    bool top_k = true;  // some drawn row has 0 < top_k < vocab
+    bool top_p = true;  // some drawn row has top_p < 1
+};
+SamplePasses sample_passes_for(const DeviceSampleParams* host_params, int64_t rows, int64_t vocab);
 size_t sample_rows_scratch_bytes(int64_t rows);
 void sample_rows(const float* logits, int64_t rows, int64_t vocab, int64_t ld, const DeviceSampleParams* params,
                  int32_t* out_token, float* out_logprob, cudaStream_t stream, const float* raw_logits = nullptr,
-                 int64_t raw_ld = 0, void* scratch = nullptr, size_t scratch_bytes = 0);
+                 int64_t raw_ld = 0, void* scratch = nullptr, size_t scratch_bytes = 0, SamplePasses passes = {});
 
 // One token's adjustment in a row (tokens unique within a row).
 struct DeviceLogitEdit {

@@ -94,9 +94,10 @@ TEST(Sample, GreedyMatchesHostArgmaxAndLogprob) {
     }
 }
 
-// The spread first passes (a scratch given: the max and the normalizer over many CTAs per row) against the sampler's
-// own one-CTA passes: the same token and the same logprob bits, greedy and sampled, for V4's vocabulary and odd
-// ones, a row shared by every draw (ld 0), a raw row beside an adjusted one, rows with invalid parameters (their
+// The spread passes (a scratch given: the max and the normalizer over many CTAs per row, then the drawn rows'
+// top-k / top-p selections and draw) against the sampler's own one-CTA passes: the same token and the same logprob
+// bits, greedy and sampled (temperature alone, top-k, top-p, min-p, ties at both thresholds), with every set of
+// launched passes, for V4's vocabulary and odd ones, a row shared by every draw (ld 0), a raw row beside an adjusted one, rows with invalid parameters (their
 // early return must still zero their max keys), NaN and infinities. The three forms run in turn on one scratch with
 // different rows, so a key left over from a call would change the next call's tokens.
 TEST(Sample, SpreadPassesGiveTheSameBits) {
@@ -105,10 +106,12 @@ TEST(Sample, SpreadPassesGiveTheSameBits) {
         SCOPED_TRACE(::testing::Message() << "V=" << V << " seed=" << seed);
         std::mt19937_64 rng(seed);
         std::normal_distribution<float> nd(0.f, 3.f);
-        const int rows = 9;
+        const int rows = 14;
         std::vector<float> logits(size_t(rows * V)), raw(size_t(rows * V));
         for (auto& v : logits) v = nd(rng);
         for (auto& v : raw) v = nd(rng);
+        for (int64_t i = 0; i < V; ++i)  // row 13: a few distinct values, so both thresholds fall on ties
+            logits[size_t(13 * V + i)] = i % 5 == 0 ? -INFINITY : std::round(logits[size_t(13 * V + i)] * 0.5f);
         if (V > 10) {
             logits[size_t(V + 7)] = 40.f;  // a tie for the maximum in row 1
             logits[size_t(V + V - 2)] = 40.f;
@@ -121,6 +124,11 @@ TEST(Sample, SpreadPassesGiveTheSameBits) {
         params[6] = {1.2f, 1.f, 40, 0.05f, seed, 12};
         params[7] = {-1.f, 1.f, 0, 0.f, seed, 13};  // invalid: -1 before any pass
         params[8] = {1.f, 0.5f, 7, 0.f, seed, 14};
+        params[9] = {0.7f, 1.f, 0, 0.f, seed, 15};     // temperature alone: every token kept
+        params[10] = {1.f, 0.95f, 0, 0.f, seed, 16};   // top-p alone
+        params[11] = {0.9f, 1.f, 3, 0.f, seed, 17};    // top-k alone
+        params[12] = {1.f, 0.7f, 50, 0.1f, seed, 18};  // all three
+        params[13] = {1.f, 0.8f, 30, 0.f, seed, 19};   // ties at the thresholds
         DeviceArray<float> dl(logits), draw(raw);
         DeviceArray<DeviceSampleParams> dp(params);
         const size_t scratch_bytes = cuda::sample_rows_scratch_bytes(rows);
@@ -137,14 +145,30 @@ TEST(Sample, SpreadPassesGiveTheSameBits) {
             lp_a.poison();
             lp_b.poison();
             cuda::sample_rows(dl.ptr, rows, V, ld, dp.ptr, tok_a.ptr, lp_a.ptr, nullptr, raw_ptr, V);
-            cuda::sample_rows(dl.ptr, rows, V, ld, dp.ptr, tok_b.ptr, lp_b.ptr, nullptr, raw_ptr, V, scratch.ptr,
-                              scratch_bytes);
-            CUDA_CHECK(cudaDeviceSynchronize());
-            EXPECT_EQ(tok_b.download(), tok_a.download());
-            const auto a = lp_a.download(), b = lp_b.download();
-            for (int r = 0; r < rows; ++r)
-                EXPECT_EQ(std::memcmp(&a[size_t(r)], &b[size_t(r)], 4), 0) << "row " << r << ": " << a[size_t(r)]
-                                                                          << " against " << b[size_t(r)];
+            // Every pass launched; the passes the rows need; the draw alone (rows needing top-k or top-p fall back
+            // to the one-CTA sampler); none of the drawn rows' passes.
+            const cuda::SamplePasses variants[] = {cuda::SamplePasses{},
+                                                   cuda::sample_passes_for(params.data(), rows, V),
+                                                   cuda::SamplePasses{true, false, false},
+                                                   cuda::SamplePasses{false, false, false}};
+            for (const cuda::SamplePasses& passes : variants) {
+                SCOPED_TRACE(::testing::Message() << "passes " << passes.drawn << passes.top_k << passes.top_p);
+                tok_b.poison();
+                lp_b.poison();
+                cuda::sample_rows(dl.ptr, rows, V, ld, dp.ptr, tok_b.ptr, lp_b.ptr, nullptr, raw_ptr, V, scratch.ptr,
+                                  scratch_bytes, passes);
+                CUDA_CHECK(cudaDeviceSynchronize());
+                EXPECT_EQ(tok_b.download(), tok_a.download());
+                const auto a = lp_a.download(), b = lp_b.download();
+                for (int r = 0; r < rows; ++r)
+                    EXPECT_EQ(std::memcmp(&a[size_t(r)], &b[size_t(r)], 4), 0)
+                        << "row " << r << ": " << a[size_t(r)] << " against " << b[size_t(r)];
+            }
+            const auto t = tok_a.download();
+            for (int r = 5; r < rows; ++r) {
+                if (r == 7) continue;
+                EXPECT_TRUE(t[size_t(r)] >= 0 && t[size_t(r)] < V) << "row " << r << ": " << t[size_t(r)];
+            }
         }
         if (V == 3) {
             EXPECT_THROW(cuda::sample_rows(dl.ptr, rows, V, V, dp.ptr, nullptr, nullptr, nullptr, nullptr, 0,
@@ -164,18 +188,20 @@ TEST(Sample, SpreadPassesGiveTheSameBits) {
 }
 
 TEST(Sample, DistributionMatchesHostRules) {
-    struct C { float t, top_p; int top_k; };
-    std::vector<C> configs = {C{1.f, 1.f, 0}, C{0.7f, 1.f, 10}, C{1.3f, 0.8f, 0}, C{1.f, 0.5f, 20}, C{2.f, 0.95f, 5}};
-    if (quick_mode()) configs = {C{1.3f, 0.8f, 0}, C{2.f, 0.95f, 5}};  // top-p alone and with top-k: every path
+    struct C { float t, top_p; int top_k; bool ties; };
+    std::vector<C> configs = {C{1.f, 1.f, 0, false},    C{0.7f, 1.f, 10, false}, C{1.3f, 0.8f, 0, false},
+                              C{1.f, 0.5f, 20, false},  C{2.f, 0.95f, 5, false}, C{1.f, 0.9f, 30, true},
+                              C{0.8f, 0.6f, 0, true}};
+    if (quick_mode()) configs = {C{1.3f, 0.8f, 0, false}, C{2.f, 0.95f, 5, false}, C{1.f, 0.9f, 30, true}};
     for (const C& c : configs) {
         const uint64_t seed = fresh_seed();
         SCOPED_TRACE(::testing::Message() << "T=" << c.t << " top_p=" << c.top_p << " top_k=" << c.top_k
-                                          << " seed=" << seed);
+                                          << " ties=" << c.ties << " seed=" << seed);
         std::mt19937_64 rng(seed);
         std::normal_distribution<float> nd(0.f, 1.5f);
         const int64_t V = 97;
         std::vector<float> logits(static_cast<size_t>(V));
-        for (auto& v : logits) v = nd(rng);
+        for (auto& v : logits) v = c.ties ? std::round(nd(rng)) : nd(rng);  // ties: ~9 distinct values
         const int N = 60000;
         std::vector<DeviceSampleParams> params(static_cast<size_t>(N));
         for (int i = 0; i < N; ++i) params[size_t(i)] = {c.t, c.top_p, c.top_k, 0, seed, uint64_t(i)};
@@ -201,6 +227,65 @@ TEST(Sample, DistributionMatchesHostRules) {
         cuda::sample_rows(dl.ptr, N, V, 0, dp.ptr, tok.ptr, nullptr, nullptr);
         CUDA_CHECK(cudaDeviceSynchronize());
         EXPECT_EQ(tok.download(), t);
+        // The spread passes draw the same tokens (in calls of 5,000 rows: the scratch grows with the rows).
+        const int chunk = 5000;
+        DeviceArray<uint8_t> scratch(cuda::sample_rows_scratch_bytes(chunk));
+        CUDA_CHECK(cudaMemset(scratch.ptr, 0, scratch.n));
+        tok.poison();
+        for (int r0 = 0; r0 < N; r0 += chunk)
+            cuda::sample_rows(dl.ptr, std::min(chunk, N - r0), V, 0, dp.ptr + r0, tok.ptr + r0, nullptr, nullptr,
+                              nullptr, 0, scratch.ptr, scratch.n);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        EXPECT_EQ(tok.download(), t);
+    }
+}
+
+// A drawn row's token and logprob depend on its row and parameters alone: the same bits sampled alone, among other
+// rows, and at another position of a reordered batch, through the spread passes.
+TEST(Sample, DrawnTokenIgnoresBatchMates) {
+    for (int64_t V : {int64_t(129280), int64_t(5000)}) {
+        const uint64_t seed = fresh_seed();
+        SCOPED_TRACE(::testing::Message() << "V=" << V << " seed=" << seed);
+        std::mt19937_64 rng(seed);
+        std::normal_distribution<float> nd(0.f, 2.f);
+        const int rows = 8;
+        std::vector<float> logits(size_t(rows * V));
+        for (auto& v : logits) v = nd(rng);
+        std::vector<DeviceSampleParams> params(static_cast<size_t>(rows));
+        for (int r = 0; r < rows; ++r)
+            params[size_t(r)] = {0.5f + 0.2f * float(r), r % 3 == 0 ? 1.f : 0.6f + 0.05f * float(r),
+                                 r % 2 == 0 ? 0 : 20 * r, r == 5 ? 0.05f : 0.f, seed, uint64_t(r) + 7};
+        params[2].temperature = 0.f;  // a greedy batch-mate
+        DeviceArray<uint8_t> scratch(cuda::sample_rows_scratch_bytes(rows));
+        CUDA_CHECK(cudaMemset(scratch.ptr, 0, scratch.n));
+        auto run = [&](const std::vector<float>& l, const std::vector<DeviceSampleParams>& p, int n) {
+            DeviceArray<float> dl(l);
+            DeviceArray<DeviceSampleParams> dp(p);
+            DeviceArray<int32_t> tok(static_cast<size_t>(n));
+            DeviceArray<float> lp(static_cast<size_t>(n));
+            tok.poison();
+            lp.poison();
+            cuda::sample_rows(dl.ptr, n, V, V, dp.ptr, tok.ptr, lp.ptr, nullptr, nullptr, 0, scratch.ptr, scratch.n,
+                              cuda::sample_passes_for(p.data(), n, V));
+            CUDA_CHECK(cudaDeviceSynchronize());
+            return std::make_pair(tok.download(), lp.download());
+        };
+        const auto [bt, bl] = run(logits, params, rows);
+        // Reversed order.
+        std::vector<float> rev(logits.size());
+        std::vector<DeviceSampleParams> rev_p(params.rbegin(), params.rend());
+        for (int r = 0; r < rows; ++r)
+            std::copy_n(logits.begin() + r * V, V, rev.begin() + (rows - 1 - r) * V);
+        const auto [rt, rl] = run(rev, rev_p, rows);
+        for (int r = 0; r < rows; ++r) {
+            SCOPED_TRACE(::testing::Message() << "row " << r);
+            const std::vector<float> one(logits.begin() + r * V, logits.begin() + (r + 1) * V);
+            const auto [ot, ol] = run(one, {params[size_t(r)]}, 1);
+            EXPECT_EQ(ot[0], bt[size_t(r)]);
+            EXPECT_EQ(std::memcmp(&ol[0], &bl[size_t(r)], 4), 0);
+            EXPECT_EQ(rt[size_t(rows - 1 - r)], bt[size_t(r)]);
+            EXPECT_EQ(std::memcmp(&rl[size_t(rows - 1 - r)], &bl[size_t(r)], 4), 0);
+        }
     }
 }
 
