@@ -13,12 +13,16 @@
 //    one profiled decode step (per-op table with each op's weight bytes and their
 //    bandwidth, bytes moved in all and per rank of a parallel layout, roofline fraction, the bubble: the step time
 //    beyond its bytes at the copy bandwidth, per step and per layer; the eager per-op sum against the step);
+//  * with --temperature (and --top-p, --top-k): the timed decode steps sample as served requests do (the backend's
+//    forward_sample: each sequence its own seed, one draw per step) instead of the greedy argmax, so the two TPOTs
+//    give the sampler's cost per step; the profiled step and the timeline stay greedy;
 //  * with --timeline N: N more graph steps traced on the device (CUPTI): the step's wall time split into the time
 //    before the first kernel, the kernels' span (some kernel running / none running) and after the last, the largest
 //    gaps and every kernel's time per step (backend/kernel_timeline.h); and after each prefill length one more
 //    prefill pass traced the same way (the eager pass as it runs, which the per-op events cannot show).
 // Prints a summary and saves everything as JSON.
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -125,7 +129,8 @@ int run_bench(int argc, char** argv) {
         state_memory;
     cli::BackendFlags flags;
     flags.backend = "cuda";
-    int output_len = 32, warmup = 3, prefill_runs = 3, timeline_steps = 0;
+    int output_len = 32, warmup = 3, prefill_runs = 3, timeline_steps = 0, top_k = 0;
+    double temperature = 0.0, top_p = 1.0;
     bool no_graphs = false;
     uint64_t seed = 0;
     app.add_option("--model", model,
@@ -146,6 +151,10 @@ int run_bench(int argc, char** argv) {
                    "each --prefill length): every kernel's time on the device, the gaps with none running, per kernel "
                    "(0 = off)");
     app.add_option("--seed", seed, "seed of the random prompts (0 = from the clock)");
+    app.add_option("--temperature", temperature,
+                   "decode steps sample at this temperature, in [0, 2] (0 = the greedy argmax)");
+    app.add_option("--top-p", top_p, "nucleus sampling of the sampled decode steps, in (0, 1] (1 = off)");
+    app.add_option("--top-k", top_k, "top-k of the sampled decode steps, >= 0 (0 = off)");
     app.add_option("--state-memory", state_memory,
                    "state-memory pool size: bytes or with KiB/MiB/GiB (or KB/MB/GB: powers of 1000; default: the "
                    "backend's); a configuration the pool cannot hold is skipped with the reason");
@@ -154,6 +163,12 @@ int run_bench(int argc, char** argv) {
     FS_CHECK(warmup >= 0, "--warmup must be >= 0, got {}", warmup);
     FS_CHECK(prefill_runs >= 1, "--prefill-runs must be >= 1, got {}", prefill_runs);
     FS_CHECK(timeline_steps >= 0 && timeline_steps <= 1000, "--timeline must be in [0, 1000], got {}", timeline_steps);
+    FS_CHECK(temperature >= 0.0 && temperature <= 2.0, "--temperature must be in [0, 2], got {}", temperature);
+    FS_CHECK(top_p > 0.0 && top_p <= 1.0, "--top-p must be in (0, 1], got {}", top_p);
+    FS_CHECK(top_k >= 0, "--top-k must be >= 0, got {}", top_k);
+    FS_CHECK(temperature > 0.0 || (top_p == 1.0 && top_k == 0),
+             "--top-p and --top-k need --temperature > 0 (greedy decoding ignores them)");
+    const bool sampled = temperature > 0.0;
     const std::vector<int> concs =
         concurrency_s == "none" ? std::vector<int>{} : parse_int_list(concurrency_s, "--concurrency");
     const std::vector<int> ctxs = parse_int_list(context_s, "--context");
@@ -311,12 +326,28 @@ int run_bench(int argc, char** argv) {
             const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             std::vector<double> step_ms;
             GraphCounts before;
+            std::vector<SampleParams> sample_params(static_cast<size_t>(B));
+            for (int i = 0; i < B; ++i) {
+                SampleParams& sp = sample_params[size_t(i)];
+                sp.temperature = float(temperature);
+                sp.top_p = float(top_p);
+                sp.top_k = top_k;
+                sp.seed = seed + uint64_t(i);
+            }
+            std::vector<SampleResult> sampled_out;
             for (int s = 0; s < warmup + output_len; ++s) {
                 if (s == warmup) before = ext->graph_counts();
                 for (int i = 0; i < B; ++i) steps[size_t(i)] = {ids[size_t(i)], &next[size_t(i)], 1, false};
                 std::vector<int32_t> out;
                 t0 = std::chrono::steady_clock::now();
-                ext->decode_greedy(steps, out);
+                if (sampled) {
+                    for (SampleParams& sp : sample_params) sp.draw_index = uint64_t(s);
+                    be->forward_sample(steps, sample_params, sampled_out);
+                    out.resize(size_t(B));
+                    for (int i = 0; i < B; ++i) out[size_t(i)] = sampled_out[size_t(i)].token;
+                } else {
+                    ext->decode_greedy(steps, out);
+                }
                 const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
                 if (s >= warmup) step_ms.push_back(ms);
                 next = out;
@@ -355,6 +386,7 @@ int run_bench(int argc, char** argv) {
             r["prefill_tok_s"] = double(B) * ctx / prefill_s;
             const double prefill_pct = flop_fields(r, ctx, double(B) * ctx / prefill_s);
             r["decode_steps"] = output_len;
+            r["decode_sampling"] = {{"temperature", temperature}, {"top_p", top_p}, {"top_k", top_k}};
             r["tpot_median_ms"] = tpot;
             r["tpot_p99_ms"] = p99;
             r["decode_tok_s"] = double(B) * 1e3 / tpot;
@@ -381,7 +413,12 @@ int run_bench(int argc, char** argv) {
             std::printf("\n== context %d, concurrency %d ==\n", ctx, B);
             std::printf("prefill: %lld tokens in %.3f s = %.0f tok/s (%.1f%% of the FP8 rate)\n", (long long)B * ctx,
                         prefill_s, double(B) * ctx / prefill_s, prefill_pct);
-            std::printf("decode: TPOT median %.3f ms, p99 %.3f ms, %.1f tok/s\n", tpot, p99, double(B) * 1e3 / tpot);
+            std::printf("decode%s: TPOT median %.3f ms, p99 %.3f ms, %.1f tok/s\n",
+                        sampled ? fmt::format(" (sampled: temperature {}, top_p {}, top_k {})", temperature, top_p,
+                                              top_k)
+                                      .c_str()
+                                : "",
+                        tpot, p99, double(B) * 1e3 / tpot);
             std::printf("timed passes: %lld graph replays, %lld captured, %lld first of a shape, %lld eager\n",
                         (long long)timed.replayed, (long long)timed.captured, (long long)timed.first_eager,
                         (long long)timed.eager);

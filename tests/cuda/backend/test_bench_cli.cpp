@@ -1,6 +1,7 @@
 // `flashseek bench` through the built binary on a tiny model: a configuration the state pool cannot hold (a
 // prefill length, a decode context) is skipped with the reason, in the output and in the JSON, and the rest of the
-// sweep still runs and is saved.
+// sweep still runs and is saved; sampled decode steps (--temperature, --top-p, --top-k) run and are recorded, and
+// out-of-range sampling flags are refused with an error that names the flag.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 #include "cuda/common/runtime_library.h"
 #include "run_command.h"
@@ -56,6 +58,42 @@ TEST(CudaBenchCli, ConfigurationsThatDoNotFitAreSkippedAndTheRestSaved) {
               2);
     EXPECT_EQ(doc["results"][1]["context"], 60000);
     EXPECT_TRUE(doc["results"][1].contains("skipped"));
+}
+
+TEST(CudaBenchCli, SampledDecodeStepsRunAndBadSamplingFlagsAreNamed) {
+    const std::string base = flashseek_binary() + " bench --model " + test::source_dir() +
+                              "/tests/data/configs/tiny-a.json --dummy-weights --prefill none --concurrency 1 ";
+    const std::pair<std::string, std::string> bad[] = {{"--temperature 2.5", "--temperature"},
+                                                       {"--temperature -1", "--temperature"},
+                                                       {"--temperature 1 --top-p 0", "--top-p"},
+                                                       {"--temperature 1 --top-p 1.5", "--top-p"},
+                                                       {"--temperature 1 --top-k -3", "--top-k"},
+                                                       {"--top-p 0.5", "--temperature > 0"}};
+    for (const auto& [args, name] : bad) {
+        const test_support::CommandResult r = test_support::run_command(base + args);
+        EXPECT_NE(r.exit_code, 0) << args << ": " << r.output;
+        EXPECT_NE(r.output.find(name), std::string::npos) << args << ": " << r.output;
+    }
+    if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
+    const std::string json =
+        (fs::temp_directory_path() / ("bench_sampled_" + std::to_string(::getpid()) + ".json")).string();
+    const test_support::CommandResult r = test_support::run_command(
+        base + "--context 16 --concurrency 1,3 --output-len 3 --warmup 1 --seed 5 --temperature 0.8 --top-p 0.9 "
+               "--top-k 20 --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("sampled: temperature 0.8"), std::string::npos) << r.output;
+    std::ifstream f(json);
+    ASSERT_TRUE(f.good()) << "no JSON written: " << r.output;
+    const nlohmann::json doc = nlohmann::json::parse(f);
+    fs::remove(json);
+    ASSERT_EQ(doc["results"].size(), 2u);
+    for (const nlohmann::json& res : doc["results"]) {
+        EXPECT_DOUBLE_EQ(res["decode_sampling"]["temperature"].get<double>(), 0.8);
+        EXPECT_DOUBLE_EQ(res["decode_sampling"]["top_p"].get<double>(), 0.9);
+        EXPECT_EQ(res["decode_sampling"]["top_k"].get<int>(), 20);
+        EXPECT_GT(res["tpot_median_ms"].get<double>(), 0);
+        EXPECT_EQ(res["step_ms"].size(), 3u);
+    }
 }
 
 }  // namespace
