@@ -14,8 +14,9 @@
 // many CTAs per row (one CTA's loads took ~25 us per pass over a 129,280-entry row, which greedy decoding pays
 // every step): the max key by atomicMax of per-CTA maxima (a maximum, so the same key in any order), and each of the
 // CTA's 1,024 thread positions' sum of exp(l - max) in its own order, which the sampler then reduces exactly as it
-// reduces its threads' own sums. Steps 2, 3 and 5 of the drawn rows then run spread as well (sample_spread.cu), and
-// the sampler takes their token. The same bits either way.
+// reduces its threads' own sums; the raw rows' logprob (adjusted rows) takes the same two passes over the raw rows,
+// their max skipping NaN as fmaxf did. Steps 2, 3 and 5 of the drawn rows then run spread as well
+// (sample_spread.cu), and the sampler takes their token. The same bits either way.
 #include <algorithm>
 #include <cfloat>
 
@@ -151,6 +152,9 @@ constexpr int kMaxThreads = 256;
 constexpr int kMaxPerThread = 8;
 constexpr int kSumThreads = 64;  // CTAs of kSumThreads positions each: kThreads / kSumThreads CTAs per row
 
+// kSkipNaN: NaN never wins (the raw rows' max, which the sampler took with fmaxf); else NaN is the largest key, as
+// in the sampler's own max.
+template <bool kSkipNaN>
 __global__ void __launch_bounds__(kMaxThreads) row_max_kernel(const float* __restrict__ logits, int64_t vocab,
                                                               int64_t ld, int64_t slice,
                                                               unsigned long long* __restrict__ max_keys) {
@@ -158,8 +162,15 @@ __global__ void __launch_bounds__(kMaxThreads) row_max_kernel(const float* __res
     pdl_trigger();
     const int64_t r = blockIdx.y;
     const unsigned long long best = slice_max_key<kMaxThreads, kMaxPerThread>(
-        logits + r * ld, vocab, slice, [](float v, uint32_t i) { return value_index_key(order_key(v), i); });
+        logits + r * ld, vocab, slice, [](float v, uint32_t i) {
+            return kSkipNaN && isnan(v) ? 0ull : value_index_key(order_key(v), i);
+        });
     if (threadIdx.x == 0) atomicMax(max_keys + r, best);
+}
+
+// The row's maximum from its key; -inf when nothing could win (a raw row of NaNs, as fmaxf from -inf gives).
+__device__ __forceinline__ float max_of(const float* row, unsigned long long key) {
+    return key != 0 ? row[key_index(key)] : -INFINITY;
 }
 
 // Position p's sum (p = the sampler thread that would own it): exp(l - max) over entries p, p + kThreads, ... in
@@ -172,7 +183,7 @@ __global__ void __launch_bounds__(kSumThreads) row_exp_sums_kernel(const float* 
     pdl_trigger();
     const int64_t r = blockIdx.y;
     const float* row = logits + r * ld;
-    const float mx = row[key_index(max_keys[r])];
+    const float mx = max_of(row, max_keys[r]);
     const int p = int(blockIdx.x) * kSumThreads + int(threadIdx.x);
     double z = 0.0;
     constexpr int kUnroll = 8;
@@ -192,7 +203,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
                                                           const float* __restrict__ raw_logits, int64_t raw_ld,
                                                           unsigned long long* __restrict__ max_keys,
                                                           const double* __restrict__ exp_sums,
-                                                          const SpreadRow* __restrict__ spread_rows) {
+                                                          const SpreadRow* __restrict__ spread_rows,
+                                                          unsigned long long* __restrict__ raw_keys,
+                                                          const double* __restrict__ raw_sums) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     __shared__ float fscratch[32];
@@ -201,11 +214,17 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     const int64_t r = blockIdx.x;
     const float* row = logits + r * ld;
     // The spread passes' max key, read by every thread and then zeroed for the next call (before any early return).
-    __shared__ unsigned long long spread_key;
+    __shared__ unsigned long long spread_key, raw_key;
     if (max_keys) {
-        if (threadIdx.x == 0) spread_key = max_keys[r];
+        if (threadIdx.x == 0) {
+            spread_key = max_keys[r];
+            if (raw_keys) raw_key = raw_keys[r];
+        }
         __syncthreads();
-        if (threadIdx.x == 0) max_keys[r] = 0;
+        if (threadIdx.x == 0) {
+            max_keys[r] = 0;
+            if (raw_keys) raw_keys[r] = 0;
+        }
     }
     const DeviceSampleParams p = params[r];
     if (!params_valid(p)) {
@@ -276,12 +295,19 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     float token_lp = row[token] - log_z;
     if (raw_logits && out_lp) {
         // The reported logprob is the raw row's (the model's distribution), not the adjusted one's.
+        // With the spread passes over the raw rows: their NaN-skipping max (the same value as fmaxf's: a maximum)
+        // and the same per-thread sums.
         const float* raw = raw_logits + r * raw_ld;
         float raw_mx = -INFINITY;
-        for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) raw_mx = fmaxf(raw_mx, raw[i]);
-        raw_mx = block_reduce(raw_mx, [](float a, float b) { return fmaxf(a, b); }, fscratch);
         double raw_z = 0.0;
-        for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) raw_z += double(__expf(raw[i] - raw_mx));
+        if (raw_keys) {
+            raw_mx = max_of(raw, raw_key);
+            raw_z = raw_sums[r * kThreads + threadIdx.x];
+        } else {
+            for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) raw_mx = fmaxf(raw_mx, raw[i]);
+            raw_mx = block_reduce(raw_mx, [](float a, float b) { return fmaxf(a, b); }, fscratch);
+            for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) raw_z += double(__expf(raw[i] - raw_mx));
+        }
         raw_z = block_reduce(raw_z, [](double a, double b) { return a + b; }, dscratch);
         token_lp = raw[token] - (float(log(raw_z)) + raw_mx);
     }
@@ -324,7 +350,8 @@ __global__ void __launch_bounds__(kThreads) adjust_kernel(const float* __restric
 
 size_t sample_rows_scratch_bytes(int64_t rows) {
     const size_t n = size_t(std::max<int64_t>(rows, 0));
-    return n * (sizeof(unsigned long long) + size_t(kThreads) * sizeof(double)) + spread_scratch_bytes(rows);
+    // the max keys and per-thread sums of the rows, then of the raw rows, then the drawn rows' passes
+    return 2 * n * (sizeof(unsigned long long) + size_t(kThreads) * sizeof(double)) + spread_scratch_bytes(rows);
 }
 
 SamplePasses sample_passes_for(const DeviceSampleParams* host_params, int64_t rows, int64_t vocab) {
@@ -348,8 +375,8 @@ void sample_rows(const float* logits, int64_t rows, int64_t vocab, int64_t ld, c
     FS_REQUIRE(ld == 0 || ld >= vocab, "sample_rows: row stride ", ld, " < vocab ", vocab);
     FS_REQUIRE(!raw_logits || raw_ld == 0 || raw_ld >= vocab, "sample_rows: raw row stride ", raw_ld, " < vocab ",
                vocab);
-    unsigned long long* max_keys = nullptr;
-    double* exp_sums = nullptr;
+    unsigned long long *max_keys = nullptr, *raw_keys = nullptr;
+    double *exp_sums = nullptr, *raw_sums = nullptr;
     const SpreadRow* spread_rows = nullptr;
     if (scratch) {
         FS_REQUIRE(scratch_bytes >= sample_rows_scratch_bytes(rows), "sample_rows: scratch of ", scratch_bytes,
@@ -360,15 +387,30 @@ void sample_rows(const float* logits, int64_t rows, int64_t vocab, int64_t ld, c
         const int64_t per_cta = int64_t(kMaxThreads) * kMaxPerThread;
         const int64_t ctas = std::min<int64_t>((vocab + per_cta - 1) / per_cta, 1024);
         const int64_t slice = (vocab + ctas - 1) / ctas;
-        launch_pdl("row_max_kernel", row_max_kernel, dim3(unsigned(ctas), unsigned(rows)), dim3(kMaxThreads), 0,
-                   stream, logits, vocab, ld, slice, max_keys);
-        CUDA_CHECK_LAUNCH("row_max_kernel");
-        launch_pdl("row_exp_sums_kernel", row_exp_sums_kernel, dim3(unsigned(kThreads / kSumThreads), unsigned(rows)),
-                   dim3(kSumThreads), 0, stream, logits, vocab, ld, const_cast<const unsigned long long*>(max_keys),
-                   exp_sums);
-        CUDA_CHECK_LAUNCH("row_exp_sums_kernel");
+        auto first_passes = [&](const float* rows_at, int64_t stride, bool skip_nan, unsigned long long* keys,
+                                double* sums) {
+            if (skip_nan) {
+                launch_pdl("row_max_kernel<raw>", row_max_kernel<true>, dim3(unsigned(ctas), unsigned(rows)),
+                           dim3(kMaxThreads), 0, stream, rows_at, vocab, stride, slice, keys);
+            } else {
+                launch_pdl("row_max_kernel", row_max_kernel<false>, dim3(unsigned(ctas), unsigned(rows)),
+                           dim3(kMaxThreads), 0, stream, rows_at, vocab, stride, slice, keys);
+            }
+            CUDA_CHECK_LAUNCH("row_max_kernel");
+            launch_pdl("row_exp_sums_kernel", row_exp_sums_kernel,
+                       dim3(unsigned(kThreads / kSumThreads), unsigned(rows)), dim3(kSumThreads), 0, stream, rows_at,
+                       vocab, stride, const_cast<const unsigned long long*>(keys), sums);
+            CUDA_CHECK_LAUNCH("row_exp_sums_kernel");
+        };
+        first_passes(logits, ld, false, max_keys, exp_sums);
+        if (raw_logits && out_logprob) {
+            raw_sums = reinterpret_cast<double*>(max_keys + rows);
+            raw_keys = reinterpret_cast<unsigned long long*>(raw_sums + rows * kThreads);
+            first_passes(raw_logits, raw_ld, true, raw_keys, raw_sums);
+        }
         if (passes.drawn) {
-            const SpreadScratch spread = spread_scratch_at(max_keys + rows, rows);
+            const SpreadScratch spread =
+                spread_scratch_at(reinterpret_cast<unsigned long long*>(max_keys + rows) + rows * (kThreads + 1), rows);
             launch_spread_reset(spread, rows, stream);
             if (passes.top_k)
                 launch_spread_select(logits, rows, vocab, ld, params, max_keys, spread, /*mass=*/false, stream);
@@ -380,7 +422,7 @@ void sample_rows(const float* logits, int64_t rows, int64_t vocab, int64_t ld, c
     }
     launch_pdl("sample_kernel", sample_kernel, dim3(unsigned(rows)), dim3(kThreads), 0, stream, logits, vocab, ld,
                params, out_token, out_logprob, raw_logits, raw_ld, max_keys, const_cast<const double*>(exp_sums),
-               spread_rows);
+               spread_rows, raw_keys, const_cast<const double*>(raw_sums));
     CUDA_CHECK_LAUNCH("sample_kernel");
 }
 

@@ -36,7 +36,8 @@ struct DeviceSampleParams {
 // min_p outside [0, 1]) or without any finite logit produce token -1.
 // scratch (optional, sample_rows_scratch_bytes(rows) or more, zeroed before its first use; every call leaves it
 // ready for the next: the per-row max keys, tickets and histograms zeroed again, the rest rewritten by each call):
-// the max and the normalizer's passes over each row run spread over many CTAs first, then, for the drawn rows
+// the max and the normalizer's passes over each row (and over each raw row, for the reported logprob) run spread over
+// many CTAs first, then, for the drawn rows
 // (temperature > 0), the top-k and top-p selections and the draw; the same results. `passes` says which of the
 // drawn rows' passes to launch (sample_passes_for of the rows' parameters on the host); a row that needs a pass the
 // call did not launch is drawn by the one-CTA sampler instead. Calls sharing a scratch must not overlap.

@@ -116,6 +116,7 @@ TEST(Sample, SpreadPassesGiveTheSameBits) {
             logits[size_t(V + 7)] = 40.f;  // a tie for the maximum in row 1
             logits[size_t(V + V - 2)] = 40.f;
             logits[size_t(2 * V + 5)] = NAN;  // row 2: a NaN
+            raw[size_t(6 * V + 9)] = NAN;     // a NaN in a raw row: its max skips it (fmaxf), spread or not
             logits[size_t(3 * V + 1)] = INFINITY;  // row 3: +inf
             for (int64_t i = 0; i < V; ++i) logits[size_t(4 * V + i)] = i % 2 ? -INFINITY : -1e30f;  // row 4
         }
