@@ -37,6 +37,9 @@ struct SpreadScratch {
 };
 size_t spread_scratch_bytes(int64_t rows);
 SpreadScratch spread_scratch_at(void* base, int64_t rows);
+// Where sample_rows keeps the rows' SpreadRow in a scratch of scratch_bytes (row r at index r for every call), so
+// that a test can see which passes a call completed for each row (SpreadRow::done).
+const SpreadRow* sample_spread_rows(void* scratch, size_t scratch_bytes);
 
 // CTAs per row and entries per CTA (a multiple of kWindow) for a row of `vocab` entries.
 struct SpreadGrid {

@@ -17,6 +17,7 @@
 #include "backend/backend.h"
 #include "cuda/backend/sample_adjust.h"
 #include "cuda/sample/sample.cuh"
+#include "cuda/sample/sample_spread.cuh"
 #include "harness.h"
 #include "harness_mode.h"
 
@@ -51,6 +52,27 @@ std::vector<double> host_distribution(const std::vector<float>& l, const DeviceS
     for (size_t i = 0; i < keep; ++i) total += std::exp((double(l[order[i]]) - mx) / double(p.temperature));
     for (size_t i = 0; i < keep; ++i) d[size_t(order[i])] = std::exp((double(l[order[i]]) - mx) / double(p.temperature)) / total;
     return d;
+}
+
+// Every drawn row of the last sample_rows call on `scratch` took the spread passes' token: its SpreadRow::done holds
+// each pass the row needs. The one-CTA sampler stands in, with the same bits, for a row whose passes did not complete
+// (a pass the call did not launch, or a stale scratch that cost a pass its last CTA), so only these flags show it.
+void expect_spread_passes_done(const DeviceArray<uint8_t>& scratch, const std::vector<DeviceSampleParams>& params,
+                               int64_t vocab) {
+    using cuda::sample_detail::SpreadRow;
+    std::vector<SpreadRow> st(params.size());
+    CUDA_CHECK(cudaMemcpy(st.data(), cuda::sample_detail::sample_spread_rows(scratch.ptr, scratch.n),
+                          st.size() * sizeof(SpreadRow), cudaMemcpyDeviceToHost));
+    for (size_t r = 0; r < params.size(); ++r) {
+        const DeviceSampleParams& p = params[r];
+        if (!(p.temperature > 0.f) || !(p.top_p > 0.f && p.top_p <= 1.f) || p.top_k < 0 || p.min_p < 0.f ||
+            p.min_p > 1.f)
+            continue;  // greedy or invalid: no spread token
+        uint32_t need = cuda::sample_detail::kDoneDraw;
+        if (p.top_k > 0 && p.top_k < vocab) need |= cuda::sample_detail::kDoneTopK;
+        if (p.top_p < 1.f) need |= cuda::sample_detail::kDoneTopP;
+        EXPECT_EQ(st[r].done & need, need) << "row " << r << ": the spread passes did not complete";
+    }
 }
 
 TEST(Sample, GreedyMatchesHostArgmaxAndLogprob) {
@@ -159,6 +181,7 @@ TEST(Sample, SpreadPassesGiveTheSameBits) {
                 cuda::sample_rows(dl.ptr, rows, V, ld, dp.ptr, tok_b.ptr, lp_b.ptr, nullptr, raw_ptr, V, scratch.ptr,
                                   scratch_bytes, passes);
                 CUDA_CHECK(cudaDeviceSynchronize());
+                if (passes.drawn && passes.top_k && passes.top_p) expect_spread_passes_done(scratch, params, V);
                 EXPECT_EQ(tok_b.download(), tok_a.download());
                 const auto a = lp_a.download(), b = lp_b.download();
                 for (int r = 0; r < rows; ++r)
@@ -242,7 +265,8 @@ TEST(Sample, DistributionMatchesHostRules) {
 }
 
 // A drawn row's token and logprob depend on its row and parameters alone: the same bits sampled alone, among other
-// rows, and at another position of a reordered batch, through the spread passes.
+// rows, and at another position of a reordered batch, through the spread passes, which complete for every drawn row
+// although the calls on the one scratch change their row count.
 TEST(Sample, DrawnTokenIgnoresBatchMates) {
     for (int64_t V : {int64_t(129280), int64_t(5000)}) {
         const uint64_t seed = fresh_seed();
@@ -269,6 +293,7 @@ TEST(Sample, DrawnTokenIgnoresBatchMates) {
             cuda::sample_rows(dl.ptr, n, V, V, dp.ptr, tok.ptr, lp.ptr, nullptr, nullptr, 0, scratch.ptr, scratch.n,
                               cuda::sample_passes_for(p.data(), n, V));
             CUDA_CHECK(cudaDeviceSynchronize());
+            expect_spread_passes_done(scratch, p, V);  // calls of 8 rows, then of 1, on one scratch
             return std::make_pair(tok.download(), lp.download());
         };
         const auto [bt, bl] = run(logits, params, rows);
