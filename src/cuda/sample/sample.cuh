@@ -40,7 +40,8 @@ struct DeviceSampleParams {
 // many CTAs first, then, for the drawn rows
 // (temperature > 0), the top-k and top-p selections and the draw; the same results. `passes` says which of the
 // drawn rows' passes to launch (sample_passes_for of the rows' parameters on the host); a row that needs a pass the
-// call did not launch is drawn by the one-CTA sampler instead. Calls sharing a scratch must not overlap.
+// call did not launch is drawn by the one-CTA sampler instead. The scratch is laid out for all the rows it holds, so
+// calls on one scratch may pass any row count up to that. Calls sharing a scratch must not overlap.
 struct SamplePasses {
     bool drawn = true;  // some row has a temperature
     bool top_k = true;  // some drawn row has 0 < top_k < vocab
