@@ -1,6 +1,7 @@
 // The `flashseek logits` and `flashseek generate` contracts, run through the built binary: output size and
 // content (prefill at once, in chunks, or mostly decoded give the same rows), and the clear errors with a
-// non-zero exit for P > T, P = 0, ids >= vocab, missing files and malformed token files.
+// non-zero exit for P > T, P = 0, ids >= vocab, missing files and malformed token files; `flashseek bench`'s
+// sampling flags refused out of range, naming the flag, before any device work (so without a GPU too).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -64,6 +65,25 @@ TEST(CliLogits, OutputContractAndConsistency) {
     r = run("logits --model " + tm.dir + " --tokens " + tokens + " --prefill 45 --numerics release --output " + out_rel);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_GT(max_rel_diff(read_f32_file(out_rel), full), 0.0);
+}
+
+TEST(CliBench, SamplingFlagsOutOfRangeNameTheFlag) {
+    const auto& tm = backend_test::tiny_model();
+    const std::string base = "bench --model " + tm.dir + " --prefill none --concurrency 1 ";
+    struct Case {
+        std::string args, expect;
+    };
+    const std::vector<Case> cases = {
+        {"--temperature 2.5", "--temperature"},      {"--temperature -1", "--temperature"},
+        {"--temperature 1 --top-p 0", "--top-p"},    {"--temperature 1 --top-p 1.5", "--top-p"},
+        {"--temperature 1 --top-k -3", "--top-k"},   {"--top-p 0.5", "--temperature > 0"},
+        {"--top-k 5", "--temperature > 0"},
+    };
+    for (const auto& c : cases) {
+        const auto r = run(base + c.args);
+        EXPECT_NE(r.exit_code, 0) << c.args << "\n" << r.output;
+        EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.args << "\n" << r.output;
+    }
 }
 
 TEST(CliLogits, ContractErrors) {

@@ -1,7 +1,7 @@
 // `flashseek bench` through the built binary on a tiny model: a configuration the state pool cannot hold (a
 // prefill length, a decode context) is skipped with the reason, in the output and in the JSON, and the rest of the
-// sweep still runs and is saved; sampled decode steps (--temperature, --top-p, --top-k) run and are recorded, and
-// out-of-range sampling flags are refused with an error that names the flag.
+// sweep still runs and is saved; sampled decode steps (--temperature, --top-p, --top-k) run and are recorded (the
+// flags' range errors: tests/backend/test_cli.cpp, no GPU needed).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,7 +9,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <utility>
 
 #include "cuda/common/runtime_library.h"
 #include "run_command.h"
@@ -60,20 +59,9 @@ TEST(CudaBenchCli, ConfigurationsThatDoNotFitAreSkippedAndTheRestSaved) {
     EXPECT_TRUE(doc["results"][1].contains("skipped"));
 }
 
-TEST(CudaBenchCli, SampledDecodeStepsRunAndBadSamplingFlagsAreNamed) {
+TEST(CudaBenchCli, SampledDecodeStepsRunAndAreRecorded) {
     const std::string base = flashseek_binary() + " bench --model " + test::source_dir() +
                               "/tests/data/configs/tiny-a.json --dummy-weights --prefill none --concurrency 1 ";
-    const std::pair<std::string, std::string> bad[] = {{"--temperature 2.5", "--temperature"},
-                                                       {"--temperature -1", "--temperature"},
-                                                       {"--temperature 1 --top-p 0", "--top-p"},
-                                                       {"--temperature 1 --top-p 1.5", "--top-p"},
-                                                       {"--temperature 1 --top-k -3", "--top-k"},
-                                                       {"--top-p 0.5", "--temperature > 0"}};
-    for (const auto& [args, name] : bad) {
-        const test_support::CommandResult r = test_support::run_command(base + args);
-        EXPECT_NE(r.exit_code, 0) << args << ": " << r.output;
-        EXPECT_NE(r.output.find(name), std::string::npos) << args << ": " << r.output;
-    }
     if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
     const std::string json =
         (fs::temp_directory_path() / ("bench_sampled_" + std::to_string(::getpid()) + ".json")).string();
