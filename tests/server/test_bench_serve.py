@@ -52,6 +52,13 @@ def test_sampled_requests_complete_and_are_recorded(model_dir, tmp_path):
                                                               "--top-k", "20")) == [48] * 4
         r = bench.last
         assert (r["temperature"], r["top_p"], r["top_k"]) == (0.8, 0.9, 20), r
+        assert (r["frequency_penalty"], r["presence_penalty"], r["repetition_penalty"]) == (0.0, 0.0, 1.0), r
+        # The logit adjustments, with a greedy request: accepted by the server, recorded in the result.
+        assert bench(srv, "/v1/completions", tmp_path, extra=("--frequency-penalty", "0.5", "--presence-penalty",
+                                                              "-0.25", "--repetition-penalty", "1.1")) == [48] * 4
+        r = bench.last
+        assert (r["frequency_penalty"], r["presence_penalty"], r["repetition_penalty"]) == (0.5, -0.25, 1.1), r
+        assert r["completed"] == 4 and r["failed"] == 0, r
     finally:
         srv.stop()
 
@@ -62,7 +69,9 @@ def test_bad_flags_are_refused_naming_the_flag():
     for flag, value in (("--num-prompts", "0"), ("--random-input-len", "0"), ("--random-output-len", "-2"),
                         ("--burstiness", "0"), ("--burstiness", "nan"), ("--max-concurrency", "-1"),
                         ("--port", "70000"), ("--request-rate", "0"), ("--temperature", "-0.5"),
-                        ("--temperature", "2.5"), ("--top-p", "0"), ("--top-p", "1.5"), ("--top-k", "-3")):
+                        ("--temperature", "2.5"), ("--top-p", "0"), ("--top-p", "1.5"), ("--top-k", "-3"),
+                        ("--frequency-penalty", "2.5"), ("--presence-penalty", "-3"), ("--repetition-penalty", "0"),
+                        ("--repetition-penalty", "nan")):
         p = subprocess.run([flashseek_bin(), "bench-serve", flag, value], capture_output=True, text=True, timeout=60)
         assert p.returncode != 0 and flag in p.stderr and value in p.stderr, (flag, value, p.returncode,
                                                                               p.stderr[-500:])

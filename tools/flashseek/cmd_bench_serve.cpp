@@ -8,7 +8,8 @@
 // and a CUDA flashseek server's decode passes by how they ran as graphs (first of a shape, captured, replayed).
 // Requests are greedy by default (temperature 0); --temperature, --top-p and --top-k send sampled requests instead,
 // each with its own seed (the bench seed + the request's index) so that a run repeats its tokens, and measure what
-// sampling costs the server per step.
+// sampling costs the server per step; --frequency-penalty, --presence-penalty and --repetition-penalty add the logit
+// adjustments (greedy or sampled), which cost the server an adjusted copy of each row and the raw row's logprob.
 #include <CLI/CLI.hpp>
 #include <fmt/chrono.h>
 #include <nlohmann/json.hpp>
@@ -250,7 +251,8 @@ int run_bench_serve(int argc, char** argv) {
     std::string host = "127.0.0.1", endpoint = "/v1/completions", model, api_key, dataset = "random", dataset_path,
                 save_result, schema_path;
     int port = 8000, num_prompts = 100, max_concurrency = 0;
-    double request_rate = INFINITY, burstiness = 1.0, range_ratio = 0.0, temperature = 0.0, top_p = 1.0;
+    double request_rate = INFINITY, burstiness = 1.0, range_ratio = 0.0, temperature = 0.0, top_p = 1.0,
+           frequency_penalty = 0.0, presence_penalty = 0.0, repetition_penalty = 1.0;
     int top_k = 0;
     int64_t input_len = 128, output_len = 128;
     uint64_t seed = 0;
@@ -278,6 +280,9 @@ int run_bench_serve(int argc, char** argv) {
     app.add_option("--temperature", temperature, "sampling temperature of every request, in [0, 2] (0 = greedy)");
     app.add_option("--top-p", top_p, "nucleus sampling of every request, in (0, 1] (1 = off)");
     app.add_option("--top-k", top_k, "top-k sampling of every request (0 = off)");
+    app.add_option("--frequency-penalty", frequency_penalty, "frequency_penalty of every request, in [-2, 2] (0 = off)");
+    app.add_option("--presence-penalty", presence_penalty, "presence_penalty of every request, in [-2, 2] (0 = off)");
+    app.add_option("--repetition-penalty", repetition_penalty, "repetition_penalty of every request, > 0 (1 = off)");
     app.add_option("--response-format-json-schema", schema_path,
                    "constrained decoding: send every request with response_format json_schema from this file "
                    "(measures the cost of grammar masks)");
@@ -303,6 +308,12 @@ int run_bench_serve(int argc, char** argv) {
     FS_CHECK(temperature >= 0.0 && temperature <= 2.0, "--temperature must be in [0, 2] (got {})", temperature);
     FS_CHECK(top_p > 0.0 && top_p <= 1.0, "--top-p must be in (0, 1] (got {})", top_p);
     FS_CHECK(top_k >= 0, "--top-k must be >= 0 (0 = off; got {})", top_k);
+    FS_CHECK(frequency_penalty >= -2.0 && frequency_penalty <= 2.0, "--frequency-penalty must be in [-2, 2] (got {})",
+             frequency_penalty);
+    FS_CHECK(presence_penalty >= -2.0 && presence_penalty <= 2.0, "--presence-penalty must be in [-2, 2] (got {})",
+             presence_penalty);
+    FS_CHECK(std::isfinite(repetition_penalty) && repetition_penalty > 0.0,
+             "--repetition-penalty must be a number > 0 (got {})", repetition_penalty);
     const bool sampled = temperature > 0.0;
     FS_CHECK(dataset != "file" || !dataset_path.empty(), "--dataset-path is required with --dataset-name file");
     server::HttpClient::Headers headers;
@@ -357,6 +368,9 @@ int run_bench_serve(int argc, char** argv) {
                          {"stream_options", {{"include_usage", true}}}, {"temperature", temperature}};
             if (top_p < 1.0) body["top_p"] = top_p;
             if (top_k > 0) body["top_k"] = top_k;
+            if (frequency_penalty != 0.0) body["frequency_penalty"] = frequency_penalty;
+            if (presence_penalty != 0.0) body["presence_penalty"] = presence_penalty;
+            if (repetition_penalty != 1.0) body["repetition_penalty"] = repetition_penalty;
             if (sampled) body["seed"] = int64_t((seed + i) & 0x7fffffffffffffffull);
             if (ignore_eos) body["ignore_eos"] = true;
             if (!response_format.is_null()) body["response_format"] = response_format;
@@ -441,6 +455,9 @@ int run_bench_serve(int argc, char** argv) {
     r["temperature"] = temperature;
     r["top_p"] = top_p;
     r["top_k"] = top_k;
+    r["frequency_penalty"] = frequency_penalty;
+    r["presence_penalty"] = presence_penalty;
+    r["repetition_penalty"] = repetition_penalty;
     r["duration"] = duration;
     r["completed"] = completed;
     r["failed"] = failed;
