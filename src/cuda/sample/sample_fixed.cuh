@@ -30,7 +30,6 @@ namespace flashseek::cuda::sample_detail {
 constexpr int kKeyBins = 2048;   // bins of the widest level
 constexpr int kLevels = 3;
 constexpr int kWindow = 2048;    // entries per shared-memory histogram window (see the top)
-constexpr int kFixedShift = 40;  // measure = round(value x 2^40)
 
 // Parameters the sampler accepts (others give token -1).
 __device__ __forceinline__ bool params_valid(const DeviceSampleParams& p) {
