@@ -86,65 +86,28 @@ __device__ Threshold cta_select(const float* row, int64_t vocab, const DeviceSam
             }
             __syncthreads();
         }
-        if (restrict_set && in_prefix(set_key, prefix, level) && threadIdx.x == 0)
-            sh.hist[level_bin(set_key, level)] += uint64_t(set_ties) * mass_q(key_value(set_key), mx);
-        __syncthreads();
-        if (level == 0) {
-            uint64_t mine = 0;
-            for (int b = threadIdx.x; b < kKeyBins; b += kThreads) mine += sh.hist[b];
-            target = select_target(kMass, cta_sum_u64<kThreads>(mine, sh.s64), p.top_k, p.top_p);
-        }
-        const int bin = walk_bins<kThreads>(sh.hist, nb, above, target, sh.s64, &sh.above);
-        above = sh.above;
-        prefix |= uint32_t(bin) << level_shift(level);
+        const LevelEnd e = finish_level<kThreads>(sh.hist, spec, set_ties, p, target, above, sh.s64, &sh.above);
+        prefix = e.key;
+        above = e.above;
+        target = e.target;
     }
     return {prefix, select_ties(kMass, prefix, mx, target, above)};
 }
 
-// The draw by this CTA: thread t takes ids [t x chunk, + chunk); the first kept id whose cumulative weight exceeds
-// floor(u x total) (the spread draw's token). argmax when nothing is kept with a weight.
+// The draw by this CTA over the whole row, with the spread draw's functions (sample_fixed.cuh): the kept weight, then
+// the first kept id whose cumulative weight exceeds floor(u x total). argmax when nothing is kept with a weight.
 __device__ int32_t cta_draw(const float* row, int64_t vocab, const DeviceSampleParams& p, float mx,
                             const Threshold& th, uint32_t argmax, uint64_t* s64) {
-    __shared__ int32_t picked;
+    constexpr int kPer = kWindow / kThreads;
     const float inv_t = 1.f / p.temperature;
-    const int64_t chunk = (vocab + kThreads - 1) / kThreads;
-    const int64_t c0 = int64_t(threadIdx.x) * chunk, c1 = c0 + chunk < vocab ? c0 + chunk : vocab;
-    uint64_t ties = 0;
-    for (int64_t i = c0; i < c1; ++i) ties += order_key(row[i]) == th.key ? 1 : 0;
-    uint64_t all_ties = 0;
-    const uint64_t rank0 = cta_exclusive_scan_u64<kThreads, false>(ties, s64, &all_ties);
-    const uint64_t keep_ties = uint64_t(th.ties);
-    auto weight = [&](int64_t i, uint64_t& rank) -> uint64_t {
-        const float l = row[i];
-        const uint32_t key = order_key(l);
-        if (key > th.key || (key == th.key && rank++ < keep_ties)) return weight_q(l, mx, inv_t);
-        return 0;
-    };
-    uint64_t local = 0;
-    {
-        uint64_t rank = rank0;
-        for (int64_t i = c0; i < c1; ++i) local += weight(i, rank);
-    }
-    uint64_t total = 0;
-    const uint64_t before = cta_exclusive_scan_u64<kThreads, false>(local, s64, &total);
-    if (threadIdx.x == 0) picked = int32_t(argmax);
-    __syncthreads();
-    if (total > 0) {
-        const uint64_t target = draw_target(counter_uniform(p.seed, p.draw_index), total);
-        if (target >= before && target < before + local) {
-            uint64_t acc = before, rank = rank0;
-            for (int64_t i = c0; i < c1; ++i) {
-                const uint64_t w = weight(i, rank);
-                acc += w;
-                if (w > 0 && acc > target) {
-                    picked = int32_t(i);
-                    break;
-                }
-            }
-        }
-    }
-    __syncthreads();
-    return picked;
+    uint64_t above = 0, ties = 0;
+    range_weight_and_ties<kThreads, kPer>(row, 0, vocab, th, mx, inv_t, s64, above, ties);
+    const uint64_t kept_ties = ties < uint64_t(th.ties) ? ties : uint64_t(th.ties);
+    const uint64_t total = above + kept_ties * weight_q(key_value(th.key), mx, inv_t);
+    if (total == 0) return int32_t(argmax);
+    const uint64_t target = draw_target(counter_uniform(p.seed, p.draw_index), total);
+    const int32_t picked = find_in_range<kThreads, kPer>(row, 0, vocab, th, mx, inv_t, target, 0, 0, s64);
+    return picked >= 0 ? picked : int32_t(argmax);
 }
 
 // The spread form of step 1 (see the top): per-row max keys, then per thread position the sum of exp(l - max).
@@ -271,25 +234,15 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
         } else {
             __shared__ CtaSelectShared sh;
             bool has = false;
-            uint32_t key = 0, set_key = 0;
-            int64_t ties = 0, set_ties = 0;
+            Threshold th{0u, 0};
             if (needs_top_k(p, vocab)) {
-                const Threshold t = cta_select<false>(row, vocab, p, mx, false, 0u, 0, sh);
-                has = true;
-                key = set_key = t.key;
-                ties = set_ties = t.ties;
-            }
-            if (needs_top_p(p)) {
-                const Threshold t = cta_select<true>(row, vocab, p, mx, set_ties > 0, set_key, set_ties, sh);
-                if (!has || t.key > key) {
-                    key = t.key;
-                    ties = t.ties;
-                } else {
-                    ties = t.ties < ties ? t.ties : ties;  // the top-k key itself: fewer of its ties
-                }
+                th = cta_select<false>(row, vocab, p, mx, false, 0u, 0, sh);
                 has = true;
             }
-            token = cta_draw(row, vocab, p, mx, final_threshold(has, key, ties, p.min_p, mx, vocab), argmax, sh.s64);
+            if (needs_top_p(p))  // inside the top-k set when there is one
+                raise_threshold(has, th, cta_select<true>(row, vocab, p, mx, has, th.key, th.ties, sh));
+            token = cta_draw(row, vocab, p, mx, final_threshold(has, th.key, th.ties, p.min_p, mx, vocab), argmax,
+                             sh.s64);
         }
     }
     float token_lp = row[token] - log_z;

@@ -23,6 +23,8 @@
 
 #include <cstdint>
 
+#include "cuda/common/row_pass.cuh"
+#include "cuda/common/warp_reduce.cuh"
 #include "cuda/sample/sample.cuh"
 
 namespace flashseek::cuda::sample_detail {
@@ -57,12 +59,8 @@ __device__ __forceinline__ double counter_uniform(uint64_t seed, uint64_t draw_i
     return double(h >> 11) * (1.0 / 9007199254740992.0);
 }
 
-// Order-preserving key of a float (larger value, larger key) and its inverse. -0 takes +0's key (f + 0 is +0 for
-// both): the host compares values, so the two zeros are one value, tied by id.
-__device__ __forceinline__ uint32_t order_key(float f) {
-    const uint32_t u = __float_as_uint(__fadd_rn(f, 0.f));
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
+// Keys are common/warp_reduce.cuh's order_key (larger value, larger key; -0 takes +0's key, as the host compares
+// values, so the two zeros are one value, tied by id); key_value is its inverse.
 __device__ __forceinline__ float key_value(uint32_t key) {
     return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
 }
@@ -240,12 +238,44 @@ __device__ __forceinline__ int64_t select_ties(bool mass, uint32_t key, float mx
     return int64_t(n < 1 ? 1 : n);
 }
 
+// The end of a level, once hist (shared memory, kKeyBins, zero past the level's bins) holds the level's measures of
+// every entry of the row: the top-k ties a restricted mass phase keeps added to their bin (all of one mass), the
+// phase's target fixed at level 0 (above is then 0), the walk. Returns the key fixed so far, the measure above it
+// and the target. Every thread calls it (CTA barriers).
+struct LevelEnd {
+    uint32_t key;
+    uint64_t above, target;
+};
+template <int T>
+__device__ __forceinline__ LevelEnd finish_level(uint64_t* hist, const SelectSpec& s, int64_t set_ties,
+                                                 const DeviceSampleParams& p, uint64_t target, uint64_t above,
+                                                 uint64_t* s64, uint64_t* above_s) {
+    if (s.restrict_set && in_prefix(s.set_key, s.prefix, s.level) && threadIdx.x == 0)
+        hist[level_bin(s.set_key, s.level)] += uint64_t(set_ties) * mass_q(key_value(s.set_key), s.mx);
+    __syncthreads();
+    if (s.level == 0) {
+        uint64_t mine = 0;
+        for (int b = threadIdx.x; b < kKeyBins; b += T) mine += hist[b];
+        target = select_target(s.mass, cta_sum_u64<T>(mine, s64), p.top_k, p.top_p);
+        above = 0;
+    }
+    const int bin = walk_bins<T>(hist, level_bins(s.level), above, target, s64, above_s);
+    return {s.prefix | uint32_t(bin) << level_shift(s.level), *above_s, target};
+}
+
 // The final threshold of a row: the select phases' (has, key, ties), raised by min-p's logit threshold (every tie
 // kept). No threshold keeps every entry.
 struct Threshold {
     uint32_t key;
     int64_t ties;
 };
+// The top-p threshold t raised over the phases' threshold so far (the top-k one, when `has`): a higher key wins; at
+// the top-k key itself, fewer of its ties.
+__device__ __forceinline__ void raise_threshold(bool& has, Threshold& th, const Threshold& t) {
+    if (!has || t.key > th.key) th = t;
+    else th.ties = t.ties < th.ties ? t.ties : th.ties;
+    has = true;
+}
 __device__ __forceinline__ Threshold final_threshold(bool has, uint32_t key, int64_t ties, float min_p, float mx,
                                                      int64_t vocab) {
     Threshold t{has ? key : 0u, has ? ties : vocab};
@@ -254,6 +284,81 @@ __device__ __forceinline__ Threshold final_threshold(bool has, uint32_t key, int
         if (!has || k > t.key) t = {k, vocab};
     }
     return t;
+}
+
+// The draw over row[begin, end) by a CTA of T threads, in windows of T x kPer ids (kPer contiguous per thread, the
+// loads in flight together). Every thread calls these (CTA barriers); s64: T / 32 slots.
+//
+// The weight of the entries above the threshold and the number of ties at it (every thread gets both).
+template <int T, int kPer>
+__device__ __forceinline__ void range_weight_and_ties(const float* row, int64_t begin, int64_t end,
+                                                      const Threshold& th, float mx, float inv_t, uint64_t* s64,
+                                                      uint64_t& above, uint64_t& ties) {
+    above = ties = 0;
+    for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += int64_t(T) * kPer) {
+        float v[kPer];
+        load_strided(row, i0, T, end, 0.f, v);
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) {
+            if (i0 + int64_t(k) * T >= end) continue;
+            const uint32_t key = order_key(v[k]);
+            if (key > th.key) above += weight_q(v[k], mx, inv_t);
+            ties += key == th.key ? 1 : 0;
+        }
+    }
+    above = cta_sum_u64<T>(above, s64);
+    ties = cta_sum_u64<T>(ties, s64);
+}
+// The first kept id whose cumulative weight exceeds target, counting from `base` (the kept weight before `begin`)
+// with `tie_base` ties at the threshold before `begin` (the lowest-id ties are kept); -1 when the range ends first.
+template <int T, int kPer>
+__device__ __forceinline__ int32_t find_in_range(const float* row, int64_t begin, int64_t end, const Threshold& th,
+                                                 float mx, float inv_t, uint64_t target, uint64_t base,
+                                                 uint64_t tie_base, uint64_t* s64) {
+    __shared__ int32_t picked;
+    if (threadIdx.x == 0) picked = -1;
+    __syncthreads();
+    const uint64_t keep_ties = uint64_t(th.ties);
+    for (int64_t w0 = begin; w0 < end; w0 += int64_t(T) * kPer) {
+        const int64_t i0 = w0 + int64_t(threadIdx.x) * kPer;
+        float v[kPer];
+        load_strided(row, i0, 1, end, 0.f, v);
+        uint64_t n_ties = 0;
+#pragma unroll
+        for (int k = 0; k < kPer; ++k) n_ties += i0 + k < end && order_key(v[k]) == th.key ? 1 : 0;
+        uint64_t window_ties = 0;
+        const uint64_t rank0 = tie_base + cta_exclusive_scan_u64<T, false>(n_ties, s64, &window_ties);
+        uint64_t w[kPer], local = 0;
+        {
+            uint64_t rank = rank0;
+#pragma unroll
+            for (int k = 0; k < kPer; ++k) {
+                w[k] = 0;
+                if (i0 + k >= end) continue;
+                const uint32_t key = order_key(v[k]);
+                if (key > th.key || (key == th.key && rank++ < keep_ties)) w[k] = weight_q(v[k], mx, inv_t);
+                local += w[k];
+            }
+        }
+        uint64_t window_sum = 0;
+        const uint64_t mine = base + cta_exclusive_scan_u64<T, false>(local, s64, &window_sum);
+        if (target >= mine && target < mine + local) {
+            uint64_t acc = mine;
+#pragma unroll
+            for (int k = 0; k < kPer; ++k) {
+                acc += w[k];
+                if (w[k] > 0 && acc > target) {
+                    picked = int32_t(i0 + k);
+                    break;
+                }
+            }
+        }
+        __syncthreads();
+        if (picked >= 0) break;
+        base += window_sum;
+        tie_base += window_ties;
+    }
+    return picked;
 }
 
 // The draw's target in [0, total): floor(u x total).

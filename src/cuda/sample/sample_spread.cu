@@ -89,44 +89,31 @@ __global__ void __launch_bounds__(T) spread_select_kernel(const float* __restric
     }
     if (!split_arrives_last(&st->ticket, int(gridDim.x), last, threadIdx.x == 0)) return;
     // The last CTA: the row's histogram (left zero for the next pass), the walk, the state for the next level.
-    uint64_t mine = 0;
     for (int b = threadIdx.x; b < kKeyBins; b += T) {
         hist[b] = b < nb ? __ldcg(gh + b) : 0;
         gh[b] = 0;
-        mine += hist[b];
     }
     __syncthreads();
-    const uint32_t prefix = spec.prefix;
-    uint64_t tie_mass = 0;  // the top-k ties the mass phase keeps, all of one mass, added to their bin
-    if (restrict_set && in_prefix(spec.set_key, prefix, level)) {
-        tie_mass = uint64_t(st->set_ties) * mass_q(key_value(spec.set_key), mx);
-        if (threadIdx.x == 0) hist[level_bin(spec.set_key, level)] += tie_mass;
-    }
-    __syncthreads();
-    const uint64_t target =
-        level == 0 ? select_target(kMass, cta_sum_u64<T>(mine, s64) + tie_mass, p.top_k, p.top_p) : st->target;
-    const uint64_t above_in = level == 0 ? 0 : st->above;
-    const int bin = walk_bins<T>(hist, nb, above_in, target, s64, &above_s);
-    const uint64_t above = above_s;
-    const uint32_t key = prefix | uint32_t(bin) << level_shift(level);
+    const LevelEnd e = finish_level<T>(hist, spec, st->set_ties, p, st->target, st->above, s64, &above_s);
     if (threadIdx.x == 0) {
         if (level < kLevels - 1) {
-            st->prefix = key;
-            st->above = above;
-            st->target = target;
+            st->prefix = e.key;
+            st->above = e.above;
+            st->target = e.target;
         } else {
-            const int64_t ties = select_ties(kMass, key, mx, target, above);
+            const Threshold t{e.key, select_ties(kMass, e.key, mx, e.target, e.above)};
+            bool has = st->has != 0;
+            Threshold th{st->th_key, st->th_ties};
             if (!kMass) {
-                st->set_key = key;
-                st->set_ties = ties;
-                st->th_key = key;
-                st->th_ties = ties;
-            } else if (!st->has || key > st->th_key) {
-                st->th_key = key;
-                st->th_ties = ties;
+                st->set_key = t.key;
+                st->set_ties = t.ties;
+                th = t;
+                has = true;
             } else {
-                st->th_ties = ties < st->th_ties ? ties : st->th_ties;  // the top-k key itself: fewer of its ties
+                raise_threshold(has, th, t);
             }
+            st->th_key = th.key;
+            st->th_ties = th.ties;
             st->has = 1;
             st->done |= kMass ? kDoneTopP : kDoneTopK;
             st->prefix = 0;
@@ -153,23 +140,10 @@ __global__ void __launch_bounds__(T) spread_draw_kernel(const float* __restrict_
     const float inv_t = 1.f / p.temperature;
     __shared__ uint64_t s64[T / 32];
     __shared__ uint32_t last;
-    // This slice: the weight of the keys above the threshold, and its ties.
-    {
+    {  // this slice: the weight of the keys above the threshold, and its ties
         const int64_t begin = int64_t(blockIdx.x) * slice, end = std::min(begin + slice, vocab);
         uint64_t above = 0, ties = 0;
-        for (int64_t i0 = begin + threadIdx.x; i0 < end; i0 += int64_t(T) * kPer) {
-            float v[kPer];
-            load_strided(row, i0, T, end, 0.f, v);
-#pragma unroll
-            for (int k = 0; k < kPer; ++k) {
-                if (i0 + int64_t(k) * T >= end) continue;
-                const uint32_t key = order_key(v[k]);
-                if (key > th.key) above += weight_q(v[k], mx, inv_t);
-                ties += key == th.key ? 1 : 0;
-            }
-        }
-        above = cta_sum_u64<T>(above, s64);
-        ties = cta_sum_u64<T>(ties, s64);
+        range_weight_and_ties<T, kPer>(row, begin, end, th, mx, inv_t, s64, above, ties);
         uint64_t* part = sc.parts + (r * kMaxSpreadCtas + blockIdx.x) * 2;
         if (threadIdx.x == 0) {
             part[0] = above;
@@ -208,11 +182,7 @@ __global__ void __launch_bounds__(T) spread_draw_kernel(const float* __restrict_
     const uint64_t before = cta_exclusive_scan_u64<T, false>(my_sum, s64, &total);
     __shared__ int64_t pick_slice;
     __shared__ uint64_t pick_before, pick_ties;
-    __shared__ int32_t picked;
-    if (threadIdx.x == 0) {
-        pick_slice = -1;
-        picked = -1;
-    }
+    if (threadIdx.x == 0) pick_slice = -1;
     __syncthreads();
     const uint64_t target = total > 0 ? draw_target(counter_uniform(p.seed, p.draw_index), total) : 0;
     if (total > 0 && target >= before && target < before + my_sum) {
@@ -231,50 +201,11 @@ __global__ void __launch_bounds__(T) spread_draw_kernel(const float* __restrict_
         }
     }
     __syncthreads();
-    // The chosen slice in windows of contiguous ids (kPer per thread): ranks of its ties, then its cumulative weights.
-    if (pick_slice >= 0) {
-        const int64_t begin = pick_slice * slice, end = std::min(begin + slice, vocab);
-        uint64_t base = pick_before, tie_base = pick_ties;
-        for (int64_t w0 = begin; w0 < end; w0 += kWindow) {
-            const int64_t i0 = w0 + int64_t(threadIdx.x) * kPer;
-            float v[kPer];
-            load_strided(row, i0, 1, end, 0.f, v);
-            uint64_t n_ties = 0;
-#pragma unroll
-            for (int k = 0; k < kPer; ++k) n_ties += i0 + k < end && order_key(v[k]) == th.key ? 1 : 0;
-            uint64_t window_ties = 0;
-            const uint64_t rank0 = tie_base + cta_exclusive_scan_u64<T, false>(n_ties, s64, &window_ties);
-            uint64_t w[kPer], local = 0;
-            {
-                uint64_t rank = rank0;
-#pragma unroll
-                for (int k = 0; k < kPer; ++k) {
-                    w[k] = 0;
-                    if (i0 + k >= end) continue;
-                    const uint32_t key = order_key(v[k]);
-                    if (key > th.key || (key == th.key && rank++ < keep_ties)) w[k] = weight_q(v[k], mx, inv_t);
-                    local += w[k];
-                }
-            }
-            uint64_t window_sum = 0;
-            const uint64_t mine = base + cta_exclusive_scan_u64<T, false>(local, s64, &window_sum);
-            if (target >= mine && target < mine + local) {
-                uint64_t acc = mine;
-#pragma unroll
-                for (int k = 0; k < kPer; ++k) {
-                    acc += w[k];
-                    if (w[k] > 0 && acc > target) {
-                        picked = int32_t(i0 + k);
-                        break;
-                    }
-                }
-            }
-            __syncthreads();
-            if (picked >= 0) break;
-            base += window_sum;
-            tie_base += window_ties;
-        }
-    }
+    // The chosen slice: ranks of its ties, then its cumulative weights.
+    const int32_t picked =
+        pick_slice >= 0 ? find_in_range<T, kPer>(row, pick_slice * slice, std::min((pick_slice + 1) * slice, vocab), th,
+                                                 mx, inv_t, target, pick_before, pick_ties, s64)
+                        : -1;
     if (threadIdx.x == 0) {
         st->drawn = picked >= 0 ? picked : int32_t(argmax);  // argmax only if nothing had weight (not reached)
         st->done |= kDoneDraw;
