@@ -60,14 +60,13 @@ TEST(CudaBenchCli, ConfigurationsThatDoNotFitAreSkippedAndTheRestSaved) {
 }
 
 TEST(CudaBenchCli, SampledDecodeStepsRunAndAreRecorded) {
-    const std::string base = flashseek_binary() + " bench --model " + test::source_dir() +
-                              "/tests/data/configs/tiny-a.json --dummy-weights --prefill none --concurrency 1 ";
     if (!test::have_gpu()) GTEST_SKIP() << "no CUDA device";
     const std::string json =
         (fs::temp_directory_path() / ("bench_sampled_" + std::to_string(::getpid()) + ".json")).string();
     const test_support::CommandResult r = test_support::run_command(
-        base + "--context 16 --concurrency 1,3 --output-len 3 --warmup 1 --seed 5 --temperature 0.8 --top-p 0.9 "
-               "--top-k 20 --json " + json);
+        flashseek_binary() + " bench --model " + test::source_dir() +
+        "/tests/data/configs/tiny-a.json --dummy-weights --prefill none --context 16 --concurrency 1,3 "
+        "--output-len 3 --warmup 1 --seed 5 --temperature 0.8 --top-p 0.9 --top-k 20 --json " + json);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("sampled: temperature 0.8"), std::string::npos) << r.output;
     std::ifstream f(json);
