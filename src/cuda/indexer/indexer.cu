@@ -3,9 +3,11 @@
 //    in registers (in-lane stages) and through xor shuffles (cross-lane stages), in the CPU op's exact order. A CTA
 //    takes 8 or more heads of one token where they divide evenly (its rope angles evaluated once), as many as keep
 //    the grid over all SMs.
-//  * scores: CTA per (query, tile of 64 entries); q (all heads, fp32, dim-major) and the key tile (bf16) live in
-//    shared memory; thread (entry, head group) accumulates sum_h w_h ReLU(q_h . k) over its heads, reduced across
-//    groups. Two forms of the staging (IndexerSelectParams::form), the same values staged.
+//  * scores: CTA per (query, tile of entries); q (all heads, fp32, dim-major) and the key tile (bf16) live in
+//    shared memory; score = sum over 4 head groups (in group order) of each group's chain of w_h ReLU(q_h . k) (in
+//    head order). Form 0: tiles of 64, thread (entry, head group) runs its group's products and chain. Form 1: the
+//    staging shortened, and tiles of 16-64 entries sized to fill the GPU, the products spread one (entry, 4 heads)
+//    item per thread before the chains: the same values.
 //  * top-k (also the second half of indexer_select_prefill, per chunk of rows): CTA per query; 4-pass 8-bit radix
 //    select of the k-th largest order-preserving key, then two block scans place the selected indices in ascending
 //    order (ties to the lower index), matching cpu::topk_indices. Form 1 keeps a row's keys in shared memory and
@@ -163,9 +165,13 @@ __global__ void prepare_q_kernel(bf16* q, int64_t stride, int n_tokens, int n_he
     }
 }
 
-constexpr int kScoreTile = 64;
+constexpr int kScoreTile = 64;  // form 0's entries per CTA, and form 1's largest tile
 constexpr int kScoreThreads = 256;
-constexpr int kHeadGroups = kScoreThreads / kScoreTile;
+// The score's summation groups: head group g's ReLU terms are chained in head order, then the groups' sums are added
+// in group order. A numerics constant of both forms, whatever the thread layout.
+constexpr int kHeadGroups = 4;
+static_assert(kScoreThreads == kHeadGroups * kScoreTile, "form 0 gives a thread one (entry, head group)");
+constexpr int kMinScoreTile = 16;
 
 // Entries visible to a query at pos; clamped to the workspace row (max_entries is a host-side contract, the clamp
 // only keeps a violated contract from writing out of bounds).
@@ -181,19 +187,31 @@ __host__ __device__ inline int padded_heads(int h) { return (h + 15) / 16 * 16; 
 // of a warp consecutive heads, so its dim-major stores hit consecutive banks. Form 0 (below) gives a warp 32
 // consecutive dims of one head: every store of the warp lands in one bank (32 ways, ~8 K shared-memory wavefronts
 // for 64 heads x 128 dims before the first product).
+// A thread's pieces are loaded together, then stored: V4's 64 x 128 q is four pieces per thread, one round trip to
+// L2 instead of four in a row.
 __device__ __forceinline__ void stage_q_by_head(const bf16* qt, int H, int Hp, int D, float* qs) {
     const bool vec = (reinterpret_cast<uintptr_t>(qt) & 15) == 0;  // D is a multiple of 32: every piece aligned
-    for (int i = threadIdx.x; i < Hp * (D / 8); i += blockDim.x) {
-        const int h = i % Hp, d0 = (i / Hp) * 8;
-        float x[8];
-        if (h >= H) {
+    constexpr int kBatch = 4;
+    const int n = Hp * (D / 8), stride = int(blockDim.x);
+    for (int i0 = threadIdx.x; i0 < n; i0 += kBatch * stride) {
+        float x[kBatch][8];
 #pragma unroll
-            for (int k = 0; k < 8; ++k) x[k] = 0.f;
-        } else {
-            load_lane<8>(qt + int64_t(h) * D + d0, vec, x);
+        for (int b = 0; b < kBatch; ++b) {
+            const int i = i0 + b * stride, h = i % Hp, d0 = (i / Hp) * 8;
+            if (i < n && h < H) {
+                load_lane<8>(qt + int64_t(h) * D + d0, vec, x[b]);
+            } else {
+#pragma unroll
+                for (int k = 0; k < 8; ++k) x[b][k] = 0.f;
+            }
         }
 #pragma unroll
-        for (int k = 0; k < 8; ++k) qs[(d0 + k) * Hp + h] = x[k];
+        for (int b = 0; b < kBatch; ++b) {
+            const int i = i0 + b * stride, h = i % Hp, d0 = (i / Hp) * 8;
+            if (i >= n) break;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) qs[(d0 + k) * Hp + h] = x[b][k];
+        }
     }
 }
 
@@ -212,11 +230,11 @@ __device__ __forceinline__ void load_words(const uint8_t* b, bool aligned, uint3
 // gives a thread one dim pair per iteration, a table lookup and a dependent byte load each: sixteen round trips to
 // L2 per thread in a row. The values are the same: FP4 code x E8M0 scale (or the bf16 itself) rounded to bf16.
 __device__ __forceinline__ void stage_keys_by_block(const PagedEntries& keys, IndexFormat fmt, int slot, int j0,
-                                                    int n_vis, int D, int kd, bf16* ks) {
+                                                    int n_vis, int D, int kd, int tile, bf16* ks) {
     const bool words = ((reinterpret_cast<uintptr_t>(keys.base) | uintptr_t(keys.block_bytes) |
                          uintptr_t(keys.offset) | uintptr_t(keys.entry_bytes)) & 3) == 0;
     const int blocks = D / 32;
-    for (int i = threadIdx.x; i < kScoreTile * blocks; i += blockDim.x) {
+    for (int i = threadIdx.x; i < tile * blocks; i += blockDim.x) {
         const int e = i / blocks, c = i % blocks;
         __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(ks + e * kd) + 16 * c;  // dim pairs 16c .. 16c + 15
         if (j0 + e >= n_vis) {
@@ -243,8 +261,8 @@ __device__ __forceinline__ void stage_keys_by_block(const PagedEntries& keys, In
     }
 }
 
-// FORM: IndexerSelectParams::form (1: the staging above; 0: the first form). The products and sums are the same.
-template <int FORM>
+// Form 0 (IndexerSelectParams::form): CTA per (query, tile of kScoreTile entries), thread (entry, head group) runs
+// its group's products and chain. Form 1 (scores_tile_kernel below) computes the same values.
 __global__ void __launch_bounds__(kScoreThreads) scores_kernel(IndexerSelectParams p, float* __restrict__ scores) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
@@ -262,33 +280,26 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(IndexerSelectPara
     const bf16* qt = p.q + t * p.q_stride;
     const int slot = p.batch.seq_slot[p.batch.token_seq[t]];
     const IndexFormat fmt = IndexFormat(p.keys.format);
-    if constexpr (FORM == 1) {
-        stage_keys_by_block(p.keys, fmt, slot, j0, n_vis, D, kd, ks);  // its loads first: they wait on L2 longest
-        stage_q_by_head(qt, H, Hp, D, qs);
-    } else {
-        for (int i = threadIdx.x; i < Hp * D; i += blockDim.x) {
-            const int h = i / D, d = i % D;
-            qs[d * Hp + h] = h < H ? __bfloat162float(qt[i]) : 0.f;
-        }
+    for (int i = threadIdx.x; i < Hp * D; i += blockDim.x) {
+        const int h = i / D, d = i % D;
+        qs[d * Hp + h] = h < H ? __bfloat162float(qt[i]) : 0.f;
     }
     for (int h = threadIdx.x; h < Hp; h += blockDim.x)
         ws[h] = h < H ? __bfloat162float(p.weights[t * p.weights_stride + h]) * p.weights_scale : 0.f;
-    if constexpr (FORM == 0) {
-        for (int i = threadIdx.x; i < kScoreTile * (D / 2); i += blockDim.x) {
-            const int e = i / (D / 2), d = 2 * (i % (D / 2));
-            float2 val = make_float2(0.f, 0.f);
-            if (j0 + e < n_vis) {
-                const uint8_t* src = paged_entry(p.keys, slot, j0 + e);
-                if (fmt == IndexFormat::BF16) {
-                    val = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(src)[d / 2]);
-                } else {
-                    const uint8_t b = src[d / 2];
-                    const float s = e8m0_value(src[D / 2 + d / 32]);
-                    val = make_float2(from_e2m1(b & 0xf) * s, from_e2m1(b >> 4) * s);
-                }
+    for (int i = threadIdx.x; i < kScoreTile * (D / 2); i += blockDim.x) {
+        const int e = i / (D / 2), d = 2 * (i % (D / 2));
+        float2 val = make_float2(0.f, 0.f);
+        if (j0 + e < n_vis) {
+            const uint8_t* src = paged_entry(p.keys, slot, j0 + e);
+            if (fmt == IndexFormat::BF16) {
+                val = __bfloat1622float2(reinterpret_cast<const __nv_bfloat162*>(src)[d / 2]);
+            } else {
+                const uint8_t b = src[d / 2];
+                const float s = e8m0_value(src[D / 2 + d / 32]);
+                val = make_float2(from_e2m1(b & 0xf) * s, from_e2m1(b >> 4) * s);
             }
-            reinterpret_cast<__nv_bfloat162*>(ks + e * kd)[d / 2] = __floats2bfloat162_rn(val.x, val.y);
         }
+        reinterpret_cast<__nv_bfloat162*>(ks + e * kd)[d / 2] = __floats2bfloat162_rn(val.x, val.y);
     }
     __syncthreads();
     const int e = threadIdx.x % kScoreTile, g = threadIdx.x / kScoreTile;
@@ -316,6 +327,80 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(IndexerSelectPara
         for (int gg = 0; gg < kHeadGroups; ++gg) s += part[gg * kScoreTile + threadIdx.x];
         scores[int64_t(t) * p.max_entries + j0 + threadIdx.x] = s;
     }
+}
+
+// Form 1's shared memory for a tile of `tile` entries: q [D][Hp] dim-major, the weights [Hp], the head products
+// [tile][Hp + 4] (rows padded so a warp's float4 stores spread over the banks), the keys [tile][D + 2] bf16.
+__host__ __device__ inline int score_dots_ld(int Hp) { return Hp + 4; }
+__host__ __device__ inline size_t scores_tile_smem(int Hp, int D, int tile) {
+    return size_t(D) * Hp * 4 + size_t(Hp) * 4 + size_t(tile) * score_dots_ld(Hp) * 4 + size_t(tile) * (D + 2) * 2;
+}
+
+// Form 1: CTA per (query, tile of `tile` entries: 16, 32 or 64, chosen by the host to fill the GPU), in three
+// phases. (1) Each item (entry, four heads) takes the four heads' products q_h . k over the dims in form 0's order
+// (the same fmaf chain per head) into shared memory; a tile of 16 gives one item per thread at V4's 64 heads,
+// where form 0's thread ran 16 heads' products in a row (at one token and an 8k context 33 CTAs did the whole
+// scoring; 130 do it now). (2) Thread (entry, head group) chains its group's terms w_h * ReLU(dot_h) in head order
+// from 0, as form 0's thread did. (3) The entry's four lanes add the group sums in group order from 0, as form 0's
+// final loop did. So every score is form 0's bit for bit (CudaIndexer.SelectFormsAgree compares every tile).
+__global__ void __launch_bounds__(kScoreThreads) scores_tile_kernel(IndexerSelectParams p, int tile,
+                                                                    float* __restrict__ scores) {
+    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int t = blockIdx.x;
+    const int n_vis = visible_entries(p.batch.token_pos[t], p.ratio, p.max_entries);
+    if (n_vis <= p.topk) return;  // every entry is selected: no scoring
+    const int j0 = blockIdx.y * tile;
+    if (j0 >= n_vis) return;
+    const int H = p.n_heads, Hp = padded_heads(H), D = p.head_dim, kd = D + 2;  // key rows padded by one word
+    const int dld = score_dots_ld(Hp);
+    float* qs = reinterpret_cast<float*>(smem_raw);  // [D][Hp] dim-major
+    float* ws = qs + D * Hp;                         // [Hp]
+    float* dots = ws + Hp;                           // [tile][dld]
+    bf16* ks = reinterpret_cast<bf16*>(dots + tile * dld);  // [tile][kd]
+    const int slot = p.batch.seq_slot[p.batch.token_seq[t]];
+    stage_keys_by_block(p.keys, IndexFormat(p.keys.format), slot, j0, n_vis, D, kd, tile, ks);  // longest wait first
+    stage_q_by_head(p.q + t * p.q_stride, H, Hp, D, qs);
+    for (int h = threadIdx.x; h < Hp; h += blockDim.x)
+        ws[h] = h < H ? __bfloat162float(p.weights[t * p.weights_stride + h]) * p.weights_scale : 0.f;
+    __syncthreads();
+    // (1) Items (entry e, heads 4c .. 4c + 3), entries fastest: a warp's lanes read different key rows (padded:
+    // distinct banks) and broadcast one or two q vectors.
+    const int quads = Hp / 4;
+    for (int item = threadIdx.x; item < tile * quads; item += blockDim.x) {
+        const int e = item % tile, h4 = 4 * (item / tile);
+        const __nv_bfloat162* krow = reinterpret_cast<const __nv_bfloat162*>(ks + e * kd);
+        float dot[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int d2 = 0; d2 < D / 2; ++d2) {
+            const float2 kk = __bfloat1622float2(krow[d2]);
+            const float4 q0 = *reinterpret_cast<const float4*>(qs + (2 * d2) * Hp + h4);
+            const float4 q1 = *reinterpret_cast<const float4*>(qs + (2 * d2 + 1) * Hp + h4);
+            dot[0] = fmaf(q1.x, kk.y, fmaf(q0.x, kk.x, dot[0]));
+            dot[1] = fmaf(q1.y, kk.y, fmaf(q0.y, kk.x, dot[1]));
+            dot[2] = fmaf(q1.z, kk.y, fmaf(q0.z, kk.x, dot[2]));
+            dot[3] = fmaf(q1.w, kk.y, fmaf(q0.w, kk.x, dot[3]));
+        }
+        *reinterpret_cast<float4*>(dots + e * dld + h4) = make_float4(dot[0], dot[1], dot[2], dot[3]);
+    }
+    __syncthreads();
+    // (2) + (3): thread 4e + g, the entry's four groups on four neighbouring lanes (tile * 4 <= kScoreThreads).
+    const int e = int(threadIdx.x) / kHeadGroups, g = int(threadIdx.x) % kHeadGroups;
+    if (e >= tile) return;  // whole warps: tile * kHeadGroups is a multiple of 32
+    const int hpg = Hp / kHeadGroups;  // a multiple of 4
+    float acc = 0.f;
+    for (int h4 = g * hpg; h4 < (g + 1) * hpg; h4 += 4) {
+        const float4 d = *reinterpret_cast<const float4*>(dots + e * dld + h4);
+        acc = fmaf(ws[h4], fmaxf(d.x, 0.f), acc);
+        acc = fmaf(ws[h4 + 1], fmaxf(d.y, 0.f), acc);
+        acc = fmaf(ws[h4 + 2], fmaxf(d.z, 0.f), acc);
+        acc = fmaf(ws[h4 + 3], fmaxf(d.w, 0.f), acc);
+    }
+    const int lane = int(threadIdx.x) & 31, first = lane & ~(kHeadGroups - 1);
+    float s = 0.f;
+#pragma unroll
+    for (int gg = 0; gg < kHeadGroups; ++gg) s += __shfl_sync(0xffffffffu, acc, first + gg);
+    if (g == 0 && j0 + e < n_vis) scores[int64_t(t) * p.max_entries + j0 + e] = s;
 }
 
 constexpr int kTopkThreads = 1024;
@@ -521,6 +606,13 @@ void indexer_prepare_q(bf16* q, int64_t stride, int n_tokens, int n_heads, int h
     CUDA_CHECK_LAUNCH("prepare_q_kernel");
 }
 
+int indexer_score_tile(int n_tokens, int max_entries, int sm_count) {
+    int tile = kScoreTile;
+    const int64_t want = std::max(sm_count, 1);
+    while (tile > kMinScoreTile && int64_t(n_tokens) * ((max_entries + tile - 1) / tile) < want) tile /= 2;
+    return tile;
+}
+
 size_t indexer_select_workspace_bytes(int n_tokens, int max_entries) {
     return size_t(std::max(n_tokens, 1)) * size_t(std::max(max_entries, 1)) * sizeof(float);
 }
@@ -551,14 +643,25 @@ void indexer_select(const IndexerSelectParams& p, void* workspace, size_t worksp
         FS_ATTN_REQUIRE(workspace && workspace_bytes >= need,
                         "indexer: workspace of {} bytes is smaller than the {} needed", workspace_bytes, need);
         const int Hp = padded_heads(p.n_heads);
-        const size_t smem = size_t(Hp) * p.head_dim * 4 + size_t(Hp) * 4 + size_t(kHeadGroups) * kScoreTile * 4 +
-                            size_t(kScoreTile) * (p.head_dim + 2) * 2;
-        auto* kernel = p.form == 1 ? scores_kernel<1> : scores_kernel<0>;
-        allow_dynamic_smem(kernel, smem);
-        const dim3 grid(n_tokens, (p.max_entries + kScoreTile - 1) / kScoreTile);
-        launch_pdl("scores_kernel", kernel, dim3(grid), dim3(kScoreThreads), smem, stream, p,
-                   static_cast<float*>(workspace));
-        CUDA_CHECK_LAUNCH("scores_kernel");
+        float* out = static_cast<float*>(workspace);
+        if (p.form == 1) {
+            const int tile = p.score_tile > 0 ? p.score_tile : indexer_score_tile(n_tokens, p.max_entries,
+                                                                                  current_arch().sm_count);
+            FS_ATTN_REQUIRE(tile == 16 || tile == 32 || tile == 64, "indexer: score tile must be 16, 32 or 64, got {}",
+                            tile);
+            const size_t smem = scores_tile_smem(Hp, p.head_dim, tile);
+            allow_dynamic_smem(scores_tile_kernel, smem);
+            const dim3 grid(n_tokens, (p.max_entries + tile - 1) / tile);
+            launch_pdl("scores_tile_kernel", scores_tile_kernel, grid, dim3(kScoreThreads), smem, stream, p, tile, out);
+            CUDA_CHECK_LAUNCH("scores_tile_kernel");
+        } else {
+            const size_t smem = size_t(Hp) * p.head_dim * 4 + size_t(Hp) * 4 + size_t(kHeadGroups) * kScoreTile * 4 +
+                                size_t(kScoreTile) * (p.head_dim + 2) * 2;
+            allow_dynamic_smem(scores_kernel, smem);
+            const dim3 grid(n_tokens, (p.max_entries + kScoreTile - 1) / kScoreTile);
+            launch_pdl("scores_kernel", scores_kernel, grid, dim3(kScoreThreads), smem, stream, p, out);
+            CUDA_CHECK_LAUNCH("scores_kernel");
+        }
     }
     indexer_topk_rows(p, static_cast<const float*>(workspace), 0, n_tokens, p.max_entries, stream);
 }

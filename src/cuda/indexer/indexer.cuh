@@ -34,10 +34,18 @@ struct IndexerSelectParams {
     int max_entries = 0;                 // must be >= (pos+1)/ratio for every token of the step (workspace rows, grid)
     int32_t* selected = nullptr;         // [n_tokens, topk] output
     // The decode scorer's and the top-k's form (KernelPolicy::indexer_select_form): 0 the first one, 1 with the
-    // staging and the radix passes shortened (indexer.cu: stage_q_by_head, stage_keys_by_block,
-    // radix_bin_from_top, the cached row). The same scores and selections bit for bit.
+    // staging and the radix passes shortened and the scoring spread over tiles sized to fill the GPU (indexer.cu:
+    // stage_q_by_head, stage_keys_by_block, scores_tile_kernel, radix_bin_from_top, the cached row). The same
+    // scores and selections bit for bit.
     int form = 0;
+    // Form 1's entries per scoring CTA: 16, 32 or 64; 0 = indexer_score_tile's choice. The scores are the same bits
+    // for every tile (tests pin each one).
+    int score_tile = 0;
 };
+
+// Form 1's scoring tile: the largest of 64, 32, 16 entries whose grid (tokens x tiles) still covers sm_count CTAs,
+// else 16. At one token and an 8k context (~2,080 entries) that is 16: 130 CTAs instead of 33 of 64.
+int indexer_score_tile(int n_tokens, int max_entries, int sm_count);
 
 // Per query token at position p with n = (p+1)/ratio visible entries: when n <= topk, selected = 0..n-1 (no
 // scoring: every valid entry is attended); otherwise score(j) = sum_h w_h * ReLU(q_h . K_j) over j < n (fp32) and

@@ -682,30 +682,75 @@ TEST(CudaIndexer, SelectFormsAgree) {
         const PagedEntries view1 = p.keys, view0 = aligned.view(dpool0.ptr, dtables.ptr, int32_t(c.fmt));
         const size_t ws_bytes = indexer_select_workspace_bytes(T, max_entries);
         Dev<float> ws(ws_bytes / sizeof(float));
-        std::vector<float> scores[2];
-        std::vector<int32_t> sel[2];
-        for (int form : {0, 1}) {
+        auto run = [&](int form, int tile, std::vector<float>& scores, std::vector<int32_t>& sel) {
             p.form = form;
+            p.score_tile = tile;
             p.keys = form == 0 ? view0 : view1;
             ws.poison();
             dsel.poison();
             indexer_select(p, ws.ptr, ws_bytes, nullptr);
             CUDA_OK(cudaDeviceSynchronize());
-            scores[form] = ws.download();
-            sel[form] = dsel.download();
+            scores = ws.download();
+            sel = dsel.download();
+        };
+        std::vector<float> scores0;
+        std::vector<int32_t> sel0;
+        run(0, 0, scores0, sel0);
+        // Form 1 with its tile chosen (0) and each tile pinned: 64 / 32 / 16 entries per CTA.
+        for (int tile : {0, 64, 32, 16}) {
+            SCOPED_TRACE("form 1, score tile " + std::to_string(tile));
+            std::vector<float> scores1;
+            std::vector<int32_t> sel1;
+            run(1, tile, scores1, sel1);
+            EXPECT_EQ(sel0, sel1) << "selections differ between the forms";
+            for (int t = 0; t < T; ++t) {
+                const int n = (bh.token_pos[t] + 1) / ratio;
+                if (n <= c.topk) continue;  // not scored: every entry selected
+                const float* s0 = scores0.data() + size_t(t) * max_entries;
+                const float* s1 = scores1.data() + size_t(t) * max_entries;
+                EXPECT_EQ(std::memcmp(s0, s1, size_t(n) * sizeof(float)), 0) << "row " << t << ": scores differ";
+                std::vector<int32_t> want;
+                cpu::topk_indices(s1, n, c.topk, want);
+                const std::vector<int32_t> got(sel1.begin() + size_t(t) * c.topk,
+                                               sel1.begin() + size_t(t + 1) * c.topk);
+                EXPECT_EQ(got, want) << "row " << t << ": not the top-k of the GPU's own scores";
+            }
         }
-        EXPECT_EQ(sel[0], sel[1]) << "selections differ between the forms";
-        for (int t = 0; t < T; ++t) {
-            const int n = (bh.token_pos[t] + 1) / ratio;
-            if (n <= c.topk) continue;  // not scored: every entry selected
-            const float* s0 = scores[0].data() + size_t(t) * max_entries;
-            const float* s1 = scores[1].data() + size_t(t) * max_entries;
-            EXPECT_EQ(std::memcmp(s0, s1, size_t(n) * sizeof(float)), 0) << "row " << t << ": scores differ";
-            std::vector<int32_t> want;
-            cpu::topk_indices(s1, n, c.topk, want);
-            const std::vector<int32_t> got(sel[1].begin() + size_t(t) * c.topk, sel[1].begin() + size_t(t + 1) * c.topk);
-            EXPECT_EQ(got, want) << "row " << t << ": not the top-k of the GPU's own scores";
-        }
+    }
+}
+
+// Form 1's scoring tile: the largest of 64 / 32 / 16 entries whose grid covers the SMs, else 16; and a pinned tile
+// outside those three is refused, naming it.
+TEST(CudaIndexer, ScoreTileFillsTheGpu) {
+    EXPECT_EQ(indexer_score_tile(1, 2080, 132), 16);   // one token at an 8k context: 130 CTAs
+    EXPECT_EQ(indexer_score_tile(2, 2080, 132), 16);   // 2 x 65 tiles of 32 fall short: 2 x 130 of 16
+    EXPECT_EQ(indexer_score_tile(3, 2080, 132), 32);   // 3 x 65 tiles of 32
+    EXPECT_EQ(indexer_score_tile(4, 2080, 132), 64);   // 4 x 33 tiles of 64
+    EXPECT_EQ(indexer_score_tile(1, 16384, 132), 64);  // a 64k context fills the GPU with tiles of 64
+    EXPECT_EQ(indexer_score_tile(1, 600, 132), 16);    // too few entries for any tile: the smallest
+    REQUIRE_GPU();
+    Rng rng(test_seed());
+    BatchHost bh;
+    bh.add(0, 4000, 1);
+    BatchDev bd(bh);
+    const int H = 16, D = 128, topk = 37, ratio = 4, max_entries = 1001;
+    const int eb = int(index_entry_bytes(IndexFormat::FP4, D));
+    PagedPool pool(1, max_entries + 4, 16, eb, rng);
+    Dev<uint16_t> dq(to_bf16_bits(bf16_round(rng.normals(size_t(H) * D)))), dw(to_bf16_bits(bf16_round(rng.normals(H))));
+    Dev<uint8_t> dpool(pool.bytes);
+    Dev<int32_t> dtables(pool.tables), dsel(topk);
+    IndexerSelectParams p = indexer_params(bd.batch, H, D, ratio, topk, dq.ptr, dw.ptr,
+                                           pool.view(dpool.ptr, dtables.ptr, int32_t(IndexFormat::FP4)), max_entries,
+                                           dsel.ptr);
+    p.form = 1;
+    p.score_tile = 24;
+    const size_t ws_bytes = indexer_select_workspace_bytes(1, max_entries);
+    Dev<uint8_t> ws(ws_bytes);
+    try {
+        indexer_select(p, ws.ptr, ws_bytes, nullptr);
+        ADD_FAILURE() << "a score tile of 24 was accepted";
+    } catch (const std::exception& e) {
+        EXPECT_NE(std::string(e.what()).find("score tile must be 16, 32 or 64, got 24"), std::string::npos) << e.what();
     }
 }
 
