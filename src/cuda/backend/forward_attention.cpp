@@ -131,6 +131,20 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         return;
     }
 
+    // The indexer's head weights (weights_proj) read only the query rows' input: on a lane of their own from the
+    // start of the sub-block, joined before the scoring, instead of on the main path between the head norm and the
+    // scorer (KernelPolicy "indexer_weights_lane"; disabled, the main path as before). The lane prepares into a
+    // buffer of its own: the compressors' branches prepare theirs meanwhile.
+    const bool index_scoring = L.ratio == 4 && s.need_indexer;
+    const bool index_weights_lane = index_scoring && !pol_->is_disabled("indexer_weights_lane");
+    auto enqueue_index_weights = [&](const Lane& lane, PrepBuffer& prep) {
+        const PreparedActivation& aw = prepare(prep, q_in, false, Tq, D, D, L.index_weights_proj, false, &lane);
+        OpProfiler::Scope sc(prof_, "indexer.weights_proj gemm");
+        prof_.bytes(L.bytes.index_weights_proj);
+        lin(aw, L.index_weights_proj, buf_.index_weights.get(), OutKind::BF16, cfg_.index_n_heads, &lane);
+    };
+    if (index_weights_lane) enqueue_index_weights(streams_.fork(streams_.index_weights), buf_.prep_index_weights);
+
     // The reference runs wo_a as a bf16 einsum over the dequantized weights: prefill passes do the same on the bf16
     // tensor-core GEMM from a copy widened once per pass, and so do decode passes from
     // KernelPolicy::wo_a_widen_min_tokens rows where the bf16 GEMM is preferred (gemm_min_tokens); other decode
@@ -150,7 +164,6 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
     // Query latent and queries (main stream). wq_b's matrix can stream into L2 meanwhile (prefetch_weights). Where
     // the policy forces "query_chain", one token runs wq_a, q_norm and wq_b as one persistent kernel instead.
     const int nI = cfg_.index_n_heads, dI = cfg_.index_head_dim;
-    const bool index_scoring = L.ratio == 4 && s.need_indexer;
     const bool index_branch = index_scoring && pol_->takes_forced_only("indexer_branch");
     const bool query_chained = ax && run_query_chain(L, *ax, Tq, s.prefill);
     // One token: q_norm inside wq_b's staging (no launch of its own); wq_a then writes the raw latent apart.
@@ -219,17 +232,12 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
     streams_.join(streams_.index_compressor);
     streams_.join(streams_.aux);
     streams_.join(streams_.index_query);
+    streams_.join(streams_.index_weights);
 
     // Indexer top-k over the index compressor's entries (ratio 4, when some sequence needs scoring).
     if (index_scoring) {
         if (!index_branch) enqueue_indexer_query(streams_.main_lane(), false);
-        const PreparedActivation& aw =
-            prepare(buf_.prep_x_bf16, q_in, false, Tq, D, D, L.index_weights_proj);
-        {
-            OpProfiler::Scope sc(prof_, "indexer.weights_proj gemm");
-            prof_.bytes(L.bytes.index_weights_proj);
-            lin(aw, L.index_weights_proj, buf_.index_weights.get(), OutKind::BF16, nI);
-        }
+        if (!index_weights_lane) enqueue_index_weights(streams_.main_lane(), buf_.prep_x_bf16);
         IndexerSelectParams ip;
         ip.batch = qbatch;
         ip.n_heads = nI;

@@ -145,6 +145,7 @@ StepBuffers::StepBuffers(const ModelConfig& cfg, const StepBufferSizes& sizes) :
     prep_x_bf16.allocate(T, D);
     prep_q_latent.allocate(T, QL);
     prep_index_q.allocate(T, QL);
+    prep_index_weights.allocate(T, D);
     prep_attn_out.allocate(T, H * hd);
     prep_wo_a_out.allocate(T, GO);
     prep_kv.allocate(T, D);

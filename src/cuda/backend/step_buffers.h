@@ -108,6 +108,7 @@ struct StepBuffers {
     PrepBuffer prep_x, prep_x_bf16, prep_q_latent, prep_attn_out, prep_wo_a_out, prep_kv, prep_index_x;
     PrepBuffer prep_x_expert, moe_h, moe_h_shared;
     PrepBuffer prep_index_q;  // the q latent for the indexer's wq_b on its side branch (the main path reads prep_q_latent)
+    PrepBuffer prep_index_weights;  // the query rows' input for the indexer's weights_proj on its lane (forward_attention)
     // outputs, per head row
     DeviceBuffer logits;         // fp32 [head rows, vocab]
     DeviceBuffer tokens;         // int32 [head rows]: argmax or sampled ids

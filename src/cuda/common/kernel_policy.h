@@ -44,7 +44,10 @@
 //           instead of before the up-projection; an A/B of where the join's lost early start costs less),
 //           route_in_router (decode passes of 1-8 tokens: the routing and grouping run in the router's bf16_gemv
 //           launch, by the CTA that completes the logits last, moe/moe.cuh moe_router_route_and_group; the same bits;
-//           disabled: route_group_kernel, a launch of its own after the router)
+//           disabled: route_group_kernel, a launch of its own after the router),
+//           indexer_weights_lane (scoring layers: the indexer's weights_proj GEMV on the indexer's query stream from
+//           the sub-block's start, joined before the scorer; the same kernel; disabled: on the main path after the
+//           head norm)
 //   epilogue: gemm_tma_store (the wgmma GEMMs' bf16 output tiles written by TMA from shared memory, overlapping
 //           the next tile; disabled: stored by the math warps, the same bits)
 //   work split: moe_half_items (the warp-specialized wgmma_experts kernel on items of one 64-row part where a call

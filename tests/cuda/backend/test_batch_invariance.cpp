@@ -159,7 +159,8 @@ TEST_F(CudaPrefillInvariance, SlotTileWidthByPassKeepsLogits) {
 // (FLASHSEEK_FORCE=name): the L2 prefetch of wq_b's and wo_a's matrices on a side branch of decode passes reads
 // weights only (weight_prefetch; prefills skip it); wq_b's one-token GEMV stages q_norm's output itself
 // (norm_into_gemv; prefills do not take it); the routed experts' one-token tile packed ahead joins before the routing
-// instead of before the up-projection (moe_pack_join_routing: another graph shape, the same kernels).
+// instead of before the up-projection (moe_pack_join_routing: another graph shape, the same kernels); the indexer's
+// query path on its side branch, beside weights_proj on its own (indexer_branch: another graph shape).
 class CudaForcedFormsKeepLogits : public CudaPrefillInvariance, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(CudaForcedFormsKeepLogits, SameLogits) {
@@ -168,7 +169,8 @@ TEST_P(CudaForcedFormsKeepLogits, SameLogits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Forms, CudaForcedFormsKeepLogits,
-                         ::testing::Values("weight_prefetch", "norm_into_gemv", "moe_pack_join_routing"),
+                         ::testing::Values("weight_prefetch", "norm_into_gemv", "moe_pack_join_routing",
+                                           "indexer_branch"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 // The side streams at the greatest priority (FLASHSEEK_BRANCH_PRIORITY=1) change when kernels start, not what they
@@ -278,8 +280,9 @@ TEST_P(CudaHeadRowsLastLayer, MatchesAllRows) {
 // wo_a GEMM writing wo_b's act_quant rows instead of its bf16 output (wo_a_fp8_rows); wo_a's and wo_b's one-token
 // GEMVs preparing their bf16 inputs while staging (prepare_in_gemv: the three decode steps); the compressors'
 // gate GEMVs on streams of their own (compressor_gate_lane: the same kernels in another graph shape); and the routed
-// experts' one-token tile packed beside the routing (moe_pack_ahead: the three decode steps); and the routing and
-// grouping in the router's launch (route_in_router: the three decode steps).
+// experts' one-token tile packed beside the routing (moe_pack_ahead: the three decode steps); the routing and
+// grouping in the router's launch (route_in_router: the three decode steps); and the indexer's weights_proj on a
+// lane of its own from the sub-block's start (indexer_weights_lane: the same kernel in another graph shape).
 class CudaProducerFormsMatchSeparateSteps : public CudaPrefillInvariance,
                                             public ::testing::WithParamInterface<const char*> {};
 
@@ -291,7 +294,7 @@ TEST_P(CudaProducerFormsMatchSeparateSteps, SameLogits) {
 INSTANTIATE_TEST_SUITE_P(Switches, CudaProducerFormsMatchSeparateSteps,
                          ::testing::Values("shared_bf16_out", "routed_bf16_out", "norm_fp8_rows", "wo_a_fp8_rows",
                                            "compressor_gate_lane", "prepare_in_gemv", "moe_pack_ahead",
-                                           "route_in_router"),
+                                           "route_in_router", "indexer_weights_lane"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(LastLayerRatios, CudaHeadRowsLastLayer, ::testing::Values(4, 5),
