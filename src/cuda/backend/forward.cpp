@@ -53,8 +53,15 @@ void ForwardPass::begin(const PassShape& s) {
                   cfg_.hidden_size, residual_, streams_.main());
 }
 
+// The mix lane's row cap: at one sequence it shortened the step 0.4% (context 256) and 1.0% (8,192), at 16 it was
+// neutral to -0.9%, at 64 / 256 +0.2 / +0.3% (one H100, 16 layers, run 709 of
+// docs/perf-log/2026-12-07_indexer-tiles-and-mhc-mix-lane.md): 256 extra CTAs then compete with the main path.
+constexpr int kMhcMixLaneMaxRows = 16;
+
 void ForwardPass::sub_block(const PassShape& pass, int l, int sub) {
     pol_ = pass.prefill ? &prefill_policy_ : &decode_policy_;
+    // The previous sub-block's mix branch (post, comb) before anything reads them or rewrites mhc_pre's workspace.
+    streams_.join(streams_.mhc_mix);
     const int N = cfg_.hc_mult;
     const int64_t D = cfg_.hidden_size;
     const cudaStream_t stream = streams_.main();
@@ -92,6 +99,11 @@ void ForwardPass::sub_block(const PassShape& pass, int l, int sub) {
     p.post = buf_.mhc_post.as<float>();
     p.comb = buf_.mhc_comb.as<float>();
     p.one_launch_counter = mhc_one_launch_counter();
+    // Decode passes of up to kMhcMixLaneMaxRows rows: post and comb (the Sinkhorn, the finalize's longest chain) on
+    // a branch beside the sub-block (KernelPolicy "mhc_mix_lane"; forced: at any row count), joined before the next
+    // sub-block reads them; the finalize's successor waits for the collapse and the norm only.
+    p.mix_apart = !pass.prefill && !pol_->is_disabled("mhc_mix_lane") &&
+                  (s.n_rows <= kMhcMixLaneMaxRows || pol_->is_forced("mhc_mix_lane"));
     if (post_pending_ >= 0) {
         if (post_pending_ == 1 && !sharded_) {  // the MoE sub-block's combine runs here too
             if (routed_out_bf16_)
@@ -129,6 +141,11 @@ void ForwardPass::sub_block(const PassShape& pass, int l, int sub) {
                                                     : (p.prev_o ? "mhc_post + mhc_pre + norm" : "mhc_pre + norm"));
         prof_.bytes(L.bytes.mhc_pre[sub]);
         mhc_pre(p, buf_.mhc_workspace.get(), buf_.mhc_workspace_bytes, stream);
+    }
+    if (p.mix_apart) {
+        const Lane mix = streams_.fork(streams_.mhc_mix);
+        OpProfiler::Scope sc(prof_, "mhc_pre post + comb");
+        mhc_pre_mix(p, buf_.mhc_workspace.get(), buf_.mhc_workspace_bytes, mix.stream);
     }
     ++prep_generation_;  // sub_in was rewritten: earlier prepared activations are stale
     if (fused.buf) adopt_produced(*fused.buf, buf_.sub_in.get(), s.n_rows, D, fused.kind, fused.format);
@@ -207,6 +224,7 @@ void ForwardPass::gather_head_rows(const PassShape& s) {
 }
 
 void ForwardPass::end(const PassShape& s) {
+    streams_.join(streams_.mhc_mix);  // the last sub-block's post and comb (read by its post; the head reuses the workspace)
     if (post_pending_ >= 0) run_pending_post(s);
     enqueue_head(s);
 }

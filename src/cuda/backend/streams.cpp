@@ -56,9 +56,9 @@ void StreamSet::join_into(SideStream& s, const Lane& into) {
     CUDA_CHECK(cudaStreamWaitEvent(into.stream, s.done_, 0));
 }
 
-std::array<SideStream*, 10> StreamSet::side_streams() {
+std::array<SideStream*, 11> StreamSet::side_streams() {
     return {&window_kv, &index_compressor, &aux, &compressor_gate, &index_compressor_gate, &index_query,
-            &index_weights, &weight_prefetch, &wo_a_widen, &expert_pack};
+            &index_weights, &mhc_mix, &weight_prefetch, &wo_a_widen, &expert_pack};
 }
 
 void StreamSet::set_branch_priority(bool greatest) {

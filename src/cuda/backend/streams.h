@@ -1,7 +1,7 @@
-// The streams of one CUDA backend instance: the main stream every pass is enqueued on, and ten side streams for
+// The streams of one CUDA backend instance: the main stream every pass is enqueued on, and eleven side streams for
 // the independent branches of a sub-block (the window KV; the indexer's compressor; the attention compressor or the
 // shared expert; each compressor's gate projection, beside its kv projection; the indexer's query path where the
-// policy forces "indexer_branch"; the indexer's weights_proj; the L2 prefetch of the next weight GEMV's matrix where it forces
+// policy forces "indexer_branch"; the indexer's weights_proj; mhc_pre's post and comb; the L2 prefetch of the next weight GEMV's matrix where it forces
 // "weight_prefetch"; wo_a's widening to bf16 where a pass takes it; one token's routed-expert tile, packed beside
 // the routing). A branch is forked from the main stream by an
 // event and joined back by another (or into another branch, which is joined back), so a captured graph holds it as
@@ -68,12 +68,13 @@ public:
     SideStream compressor_gate, index_compressor_gate;  // each compressor's gate GEMV beside its wkv GEMV
     SideStream index_query;                       // the indexer's wq_b and q preparation (forward_attention.cpp)
     SideStream index_weights;                     // the indexer's weights_proj (forward_attention.cpp)
+    SideStream mhc_mix{false};                    // mhc_pre's post and comb, the Sinkhorn (forward.cpp)
     SideStream weight_prefetch{false};            // L2 prefetch of a weight matrix (ForwardPass::prefetch_weights)
     SideStream wo_a_widen{false};                 // wo_a widened to bf16 beside the query path (forward_attention)
     SideStream expert_pack{false};                // one token's routed-expert tile beside the routing (forward_moe)
 
 private:
-    std::array<SideStream*, 10> side_streams();  // every side stream above
+    std::array<SideStream*, 11> side_streams();  // every side stream above
     cudaStream_t main_ = nullptr;
     GemmWorkspace main_ws_{};
     bool branches_ = true;

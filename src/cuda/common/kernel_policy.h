@@ -47,7 +47,10 @@
 //           disabled: route_group_kernel, a launch of its own after the router),
 //           indexer_weights_lane (scoring layers: the indexer's weights_proj GEMV on the indexer's query stream from
 //           the sub-block's start, joined before the scorer; the same kernel; disabled: on the main path after the
-//           head norm)
+//           head norm),
+//           mhc_mix_lane (decode passes of up to 16 rows, forced: any: mhc_pre's post and comb, the Sinkhorn, in a
+//           launch of their own on a side stream, mhc/mhc.cuh mhc_pre_mix; the same bits; disabled: in the finalize,
+//           whose successor waits for it)
 //   epilogue: gemm_tma_store (the wgmma GEMMs' bf16 output tiles written by TMA from shared memory, overlapping
 //           the next tile; disabled: stored by the math warps, the same bits)
 //   work split: moe_half_items (the warp-specialized wgmma_experts kernel on items of one 64-row part where a call

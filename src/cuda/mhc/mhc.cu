@@ -224,6 +224,42 @@ __device__ float sinkhorn_lane(float c, int lane, int iters, float eps) {
     return c;
 }
 
+// The post and comb rows' weights of a token's mix (not in head mode): lane j < N holds post row j's base, lane
+// j * N + k < N * N comb row (j, k)'s. Loaded before pdl_wait (no earlier kernel writes them).
+struct MixWeights {
+    float scale_post = 0.f, scale_comb = 0.f, base_post = 0.f, base_comb = 0.f;
+};
+__device__ __forceinline__ MixWeights load_mix_weights(const MhcPreParams& p, int N, int lane) {
+    MixWeights w;
+    w.scale_post = __ldg(p.scale + 1);
+    w.scale_comb = __ldg(p.scale + 2);
+    w.base_post = lane < N ? __ldg(p.base + N + lane) : 0.f;
+    w.base_comb = lane < N * N ? __ldg(p.base + 2 * N + lane) : 0.f;
+    return w;
+}
+
+// 1 / RMS of the flattened streams from the sum of squares (row n_mix of the split-K sums).
+__device__ __forceinline__ float streams_rho(const float* red, int n_mix, int64_t K, float rms_eps) {
+    return 1.f / sqrtf(red[n_mix] / float(K) + rms_eps);
+}
+
+// One warp writes token t's post (2 sigmoid) and comb (the Sinkhorn) from the split-K sums red[]: the finalize's
+// warp 0, or mhc_mix_kernel where the caller put them apart (MhcPreParams::mix_apart). One body for both: the same
+// bits.
+__device__ __forceinline__ void write_mix_rows(const MhcPreParams& p, const float* red, float rho, int N, int t,
+                                               int lane, const MixWeights& w) {
+    if (lane < N) p.post[int64_t(t) * N + lane] = 2.f * sigmoid_acc(red[N + lane] * rho * w.scale_post + w.base_post);
+    const float c0 = lane < N * N ? red[2 * N + lane] * rho * w.scale_comb + w.base_comb : 0.f;
+    float c = 0.f;
+    switch (N) {
+        case 1: c = sinkhorn_lane<1>(c0, lane, p.sinkhorn_iters, p.hc_eps); break;
+        case 2: c = sinkhorn_lane<2>(c0, lane, p.sinkhorn_iters, p.hc_eps); break;
+        case 3: c = sinkhorn_lane<3>(c0, lane, p.sinkhorn_iters, p.hc_eps); break;
+        default: c = sinkhorn_lane<4>(c0, lane, p.sinkhorn_iters, p.hc_eps); break;
+    }
+    if (lane < N * N) p.comb[int64_t(t) * N * N + lane] = c;
+}
+
 // The streams' values: through the read-only path, or (kCoherent: written by other CTAs of the same kernel, which
 // the one-launch kernel's fused post does) through L2 only.
 template <bool kCoherent>
@@ -264,10 +300,8 @@ __device__ __forceinline__ void finalize_token(const MhcPreParams& p, const floa
     if (p.norm_weight && ct >= 0 && ct < n8) wr = __ldg(reinterpret_cast<const uint4*>(p.norm_weight) + ct);
     const float base_pre = lane < N ? __ldg(p.base + lane) : 0.f;  // lane j: stream j's (pre below)
     const float scale_pre = __ldg(p.scale);
-    const bool mix_rows = warp == 0 && !p.head_mode;
-    const float scale_post = mix_rows ? __ldg(p.scale + 1) : 0.f, scale_comb = mix_rows ? __ldg(p.scale + 2) : 0.f;
-    const float base_post = mix_rows && lane < N ? __ldg(p.base + N + lane) : 0.f;
-    const float base_comb = mix_rows && lane < N * N ? __ldg(p.base + 2 * N + lane) : 0.f;
+    const bool mix_rows = warp == 0 && !p.head_mode && !p.mix_apart;
+    const MixWeights mw = mix_rows ? load_mix_weights(p, N, lane) : MixWeights{};
     pdl_wait_after_prefetch();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
     // prefetch of the first chunk, in flight during the reduction and the Sinkhorn
@@ -313,22 +347,10 @@ __device__ __forceinline__ void finalize_token(const MhcPreParams& p, const floa
         if (lane == 0 && o1 < n_out) red[o1] = s1;
     }
     __syncthreads();  // the one block-wide barrier: after it warp 0 (Sinkhorn) and the collapse warps part ways
-    const float rho = 1.f / sqrtf(red[n_mix] / float(K) + p.rms_eps);
+    const float rho = streams_rho(red, n_mix, K, p.rms_eps);
     if (warp == 0) {
-        if (!p.head_mode) {
-            if (lane < N)
-                p.post[int64_t(t) * N + lane] = 2.f * sigmoid_acc(red[N + lane] * rho * scale_post + base_post);
-            const float c0 = lane < N * N ? red[2 * N + lane] * rho * scale_comb + base_comb : 0.f;
-            float c = 0.f;
-            switch (N) {
-                case 1: c = sinkhorn_lane<1>(c0, lane, p.sinkhorn_iters, p.hc_eps); break;
-                case 2: c = sinkhorn_lane<2>(c0, lane, p.sinkhorn_iters, p.hc_eps); break;
-                case 3: c = sinkhorn_lane<3>(c0, lane, p.sinkhorn_iters, p.hc_eps); break;
-                default: c = sinkhorn_lane<4>(c0, lane, p.sinkhorn_iters, p.hc_eps); break;
-            }
-            if (lane < N * N) p.comb[int64_t(t) * N * N + lane] = c;
-        }
-        return;  // the Sinkhorn is off the collapse warps' path: they never wait for it
+        if (mix_rows) write_mix_rows(p, red, rho, N, t, lane, mw);
+        return;  // the Sinkhorn is off the collapse warps' path: they never wait for it (the next kernel does)
     }
     // The collapse warps: pre (lane j of every warp computes pre_j, a shuffle hands it to the warp: no barrier to
     // share it, and a quarter of the sigmoids and divisions of every thread computing all N), y = sum_j pre_j X_j,
@@ -423,6 +445,35 @@ template <int NS>
 __global__ void __launch_bounds__(kFinThreads) mhc_finalize_kernel(MhcPreParams p, const float* __restrict__ ws,
                                                                    int n_splits, bool vec) {
     finalize_token<NS, false>(p, ws, n_splits, vec, int(blockIdx.x));
+}
+
+// Token blockIdx.x's post and comb where mhc_pre left them apart (MhcPreParams::mix_apart): the split-K sums of
+// rows N .. n_mix (post, comb, the sum of squares) reduced as the finalize reduces them (lane L adds splits L,
+// L + 32, ... in order, then warp_sum), then write_mix_rows. Its own launch so that the caller can run it beside
+// the finalize's successor: the Sinkhorn's 20 dependent iterations outlasted the finalize's collapse and norm.
+constexpr int kMixThreads = 256;
+
+template <int NS>
+__global__ void __launch_bounds__(kMixThreads) mhc_mix_kernel(MhcPreParams p, const float* __restrict__ ws,
+                                                              int n_splits) {
+    __shared__ float red[kMixMax + 1];
+    const int N = NS > 0 ? NS : p.n_streams;
+    const int n_mix = n_mix_of(N, false), n_out = n_mix + 1;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = blockIdx.x;
+    const MixWeights mw = warp == 0 ? load_mix_weights(p, N, lane) : MixWeights{};
+    pdl_wait_after_prefetch();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
+    pdl_trigger();
+    const float* blk = ws + int64_t(t) * n_splits * n_out;
+    for (int o = N + warp; o < n_out; o += kMixThreads / 32) {
+        float s = 0.f;
+#pragma unroll 4
+        for (int i = lane; i < n_splits; i += 32) s += blk[i * n_out + o];
+        s = warp_sum(s);
+        if (lane == 0) red[o] = s;
+    }
+    __syncthreads();
+    if (warp != 0) return;
+    write_mix_rows(p, red, streams_rho(red, n_mix, int64_t(N) * p.dim, p.rms_eps), N, t, lane, mw);
 }
 
 // One token's mhc_pre in one launch: grid (1, n_splits) CTAs of kFinThreads threads; the first kThreads of each
@@ -532,6 +583,7 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
     FS_ATTN_REQUIRE(p.dim > 0, "mhc_pre: hidden_size must be positive, got {}", p.dim);
     FS_ATTN_REQUIRE(p.x && p.fn && p.base && p.scale && p.y, "mhc_pre: x, fn, base, scale and y are required");
     FS_ATTN_REQUIRE(p.head_mode || (p.post && p.comb), "mhc_pre: post and comb outputs are required outside head mode");
+    FS_ATTN_REQUIRE(!(p.head_mode && p.mix_apart), "mhc_pre: mix_apart has no post or comb to leave apart in head mode");
     FS_ATTN_REQUIRE(p.sinkhorn_iters >= 1, "mhc_pre: hc_sinkhorn_iters must be >= 1, got {}", p.sinkhorn_iters);
     if (p.n_tokens <= 0) return;
     const size_t need = mhc_pre_workspace_bytes(p.n_tokens, p.n_streams, p.dim, p.head_mode);
@@ -642,6 +694,25 @@ void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cud
     }
     if (f8.codes && !q.prepared_fp8.codes)
         quantize_fp8_activation(reinterpret_cast<const uint16_t*>(p.y), p.n_tokens, p.dim, nullptr, f8, stream);
+}
+
+void mhc_pre_mix(const MhcPreParams& p, const void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+    FS_ATTN_REQUIRE(p.mix_apart && !p.head_mode,
+                    "mhc_pre_mix: follows an mhc_pre call with mix_apart set, outside head mode");
+    FS_ATTN_REQUIRE(p.n_streams >= 1 && p.n_streams <= kMaxStreams && p.dim > 0 && p.post && p.comb && p.base &&
+                        p.scale && p.sinkhorn_iters >= 1,
+                    "mhc_pre_mix: the parameters of its mhc_pre call are required (hc_mult {}, hidden_size {})",
+                    p.n_streams, p.dim);
+    if (p.n_tokens <= 0) return;
+    const size_t need = mhc_pre_workspace_bytes(p.n_tokens, p.n_streams, p.dim, false);
+    FS_ATTN_REQUIRE(workspace && workspace_bytes >= need,
+                    "mhc_pre_mix: workspace of {} bytes is smaller than the {} its mhc_pre call filled", workspace_bytes,
+                    need);
+    const int splits = n_splits_of(int64_t(p.n_streams) * p.dim);
+    auto* kernel = p.n_streams == 4 ? mhc_mix_kernel<4> : mhc_mix_kernel<0>;
+    launch_pdl("mhc_mix_kernel", kernel, dim3(p.n_tokens), dim3(kMixThreads), 0, stream, p,
+               static_cast<const float*>(workspace), splits);
+    CUDA_CHECK_LAUNCH("mhc_mix_kernel");
 }
 
 void mhc_post(int n_tokens, int n_streams, int dim, const bf16* x, const bf16* o, const float* post, const float* comb,

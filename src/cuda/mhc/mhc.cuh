@@ -8,7 +8,8 @@
 // Two launches: a split-K partial kernel (decode: fn read once per 8 tokens, the 16384-long reduction spread over
 // many CTAs so that batch 1 still fills the GPU; prefill: the tiled kernel, 64 tokens per CTA, same bits) and a
 // per-token finalize (reduce, Sinkhorn, collapse, norm); at one token optionally one launch of both
-// (MhcPreParams::one_launch_counter).
+// (MhcPreParams::one_launch_counter); optionally post and comb (the Sinkhorn) in a third launch the caller may put
+// on a side stream (MhcPreParams::mix_apart, mhc_pre_mix).
 //
 // mhc_post: X'_k = post_k * o + sum_j comb[j, k] X_j (comb consumed transposed), rounded to bf16. In place allowed.
 // Between two sub-blocks it can run inside the next mhc_pre (prev_o below): one launch fewer on the critical path.
@@ -81,6 +82,10 @@ struct MhcPreParams {
     // launch (the partial CTA that finishes last runs the finalize): the same bits, one dependency wait fewer.
     // Calls that share the word must run in stream order. Null: two launches.
     uint32_t* one_launch_counter = nullptr;
+    // Optional (not in head mode): post and comb are left to mhc_pre_mix below, which the caller launches after this
+    // call, on another stream if it likes (forked after it): the Sinkhorn, the finalize's longest chain, then no
+    // longer holds the finalize, and with it the next kernel, which reads only y. Same bits.
+    bool mix_apart = false;
 };
 
 // Pass size from which MhcPartialKernel::AUTO takes the tiled kernel.
@@ -93,6 +98,10 @@ bool mhc_pre_fuses_post(int n_streams, int dim);
 // Device scratch mhc_pre needs for up to max_tokens tokens (fp32 partial sums).
 size_t mhc_pre_workspace_bytes(int max_tokens, int n_streams, int dim, bool head_mode);
 void mhc_pre(const MhcPreParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+// After mhc_pre(p) with p.mix_apart (stream-ordered after it, and before anything rewrites the workspace or reads
+// post / comb): post and comb from that call's partial sums, bit for bit what the finalize writes without
+// mix_apart. One CTA per token.
+void mhc_pre_mix(const MhcPreParams& p, const void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // x, x_out [n_tokens, N, D] bf16 (x_out may equal x); o [n_tokens, D] bf16; post [n_tokens, N];
 // comb [n_tokens, N, N].

@@ -690,7 +690,9 @@ struct MhcFrontRun {
         y.poison();
         ws.poison();
     }
-    void run(const MhcFrontInputs& in, MhcPartialKernel kernel, uint32_t* one_launch_counter = nullptr) {
+    // mix_apart: post and comb by mhc_pre_mix after the call (on `mix_stream`, after an event on the default stream).
+    void run(const MhcFrontInputs& in, MhcPartialKernel kernel, uint32_t* one_launch_counter = nullptr,
+             bool mix_apart = false, cudaStream_t mix_stream = nullptr) {
         const MhcFrontCase& c = in.c;
         const int sh = c.shift ? 1 : 0;
         MhcPreParams p;
@@ -726,7 +728,16 @@ struct MhcFrontRun {
             p.prev_top_k = MhcFrontInputs::kTopK;
             p.prev_round_terms = c.T % 2 == 0;
         }
+        p.mix_apart = mix_apart;
         mhc_pre(p, ws.ptr, ws.n, nullptr);
+        if (mix_apart) {
+            cudaEvent_t done;
+            CUDA_OK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+            CUDA_OK(cudaEventRecord(done, nullptr));
+            CUDA_OK(cudaStreamWaitEvent(mix_stream, done, 0));
+            mhc_pre_mix(p, ws.ptr, ws.n, mix_stream);
+            CUDA_OK(cudaEventDestroy(done));
+        }
         CUDA_OK(cudaDeviceSynchronize());
     }
     // Every output of b equal to this run's, bit for bit (not the workspace).
@@ -806,6 +817,60 @@ TEST(CudaMhc, OneLaunchEqualsTwoLaunches) {
             EXPECT_EQ(counter.download(), std::vector<uint32_t>(4, 0u)) << "the counter is not left zeroed";
         }
     }
+}
+
+// post and comb left apart (MhcPreParams::mix_apart) and written by mhc_pre_mix on another stream: every output bit
+// for bit what one mhc_pre call writes (the finalize's warp 0 and mhc_mix_kernel run one body, write_mix_rows, on
+// sums reduced in one order): one token (also in one launch), a few, 16, a tiled pass; the fused post and combine
+// in front (whose prev_post / prev_comb are the buffers the mix rewrites); hc_mult 1-4; the scalar paths. In head
+// mode, or without its mhc_pre's flag, mhc_pre_mix is refused by name.
+TEST(CudaMhc, MixApartEqualsFinalize) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    cudaStream_t side;
+    CUDA_OK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    using C = MhcFrontCase;
+    for (C c : {C{1, 4, 4096, false, COMBINE, false}, C{1, 4, 4096, false, POST, false},
+                C{3, 4, 4096, false, NONE, false}, C{16, 4, 4096, false, COMBINE, false},
+                C{300, 4, 4096, false, POST, false}, C{5, 3, 130, false, NONE, false},
+                C{2, 2, 192, false, POST, false}, C{1, 1, 256, false, POST, false},
+                C{4, 4, 4096, false, NONE, true}}) {
+        SCOPED_TRACE(c.describe());
+        const MhcFrontInputs in(c, rng);
+        MhcFrontRun a(in), b(in);
+        a.run(in, MhcPartialKernel::AUTO);
+        b.run(in, MhcPartialKernel::AUTO, nullptr, /*mix_apart=*/true, side);
+        a.expect_same_outputs(in, b);
+        if (c.T == 1) {  // the one-launch form with the mix apart
+            Dev<uint32_t> counter(4);
+            CUDA_OK(cudaMemset(counter.ptr, 0, 16));
+            MhcFrontRun d(in);
+            d.run(in, MhcPartialKernel::AUTO, counter.ptr, /*mix_apart=*/true, side);
+            a.expect_same_outputs(in, d);
+        }
+    }
+    CUDA_OK(cudaStreamDestroy(side));
+    MhcPreParams p;
+    p.n_tokens = 1;
+    p.n_streams = 4;
+    p.dim = 4096;
+    p.head_mode = true;
+    p.mix_apart = true;
+    EXPECT_THROW(
+        {
+            try {
+                mhc_pre_mix(p, nullptr, 0, nullptr);
+            } catch (const std::exception& e) {
+                EXPECT_NE(std::string(e.what()).find("mix_apart"), std::string::npos) << e.what();
+                throw;
+            }
+        },
+        std::exception);
+    p.head_mode = false;
+    p.mix_apart = false;
+    EXPECT_THROW(mhc_pre_mix(p, nullptr, 0, nullptr), std::exception);
 }
 
 }  // namespace

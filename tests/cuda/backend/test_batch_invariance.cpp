@@ -282,7 +282,8 @@ TEST_P(CudaHeadRowsLastLayer, MatchesAllRows) {
 // gate GEMVs on streams of their own (compressor_gate_lane: the same kernels in another graph shape); and the routed
 // experts' one-token tile packed beside the routing (moe_pack_ahead: the three decode steps); the routing and
 // grouping in the router's launch (route_in_router: the three decode steps); and the indexer's weights_proj on a
-// lane of its own from the sub-block's start (indexer_weights_lane: the same kernel in another graph shape).
+// lane of its own from the sub-block's start (indexer_weights_lane: the same kernel in another graph shape); and
+// mhc_pre's post and comb in a launch of their own on a side stream (mhc_mix_lane: the decode steps).
 class CudaProducerFormsMatchSeparateSteps : public CudaPrefillInvariance,
                                             public ::testing::WithParamInterface<const char*> {};
 
@@ -294,7 +295,7 @@ TEST_P(CudaProducerFormsMatchSeparateSteps, SameLogits) {
 INSTANTIATE_TEST_SUITE_P(Switches, CudaProducerFormsMatchSeparateSteps,
                          ::testing::Values("shared_bf16_out", "routed_bf16_out", "norm_fp8_rows", "wo_a_fp8_rows",
                                            "compressor_gate_lane", "prepare_in_gemv", "moe_pack_ahead",
-                                           "route_in_router", "indexer_weights_lane"),
+                                           "route_in_router", "indexer_weights_lane", "mhc_mix_lane"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(LastLayerRatios, CudaHeadRowsLastLayer, ::testing::Values(4, 5),
