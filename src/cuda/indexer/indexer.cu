@@ -261,6 +261,22 @@ __device__ __forceinline__ void stage_keys_by_block(const PagedEntries& keys, In
     }
 }
 
+// The products q_h . k of heads h4 .. h4 + 3 with one key row, over the dims in pairs in order (an fmaf chain per
+// head from 0): both forms' arithmetic, so both give the same bits.
+__device__ __forceinline__ void head_quad_products(const __nv_bfloat162* krow, const float* qs, int Hp, int h4, int D,
+                                                   float (&dot)[4]) {
+    dot[0] = dot[1] = dot[2] = dot[3] = 0.f;
+    for (int d2 = 0; d2 < D / 2; ++d2) {
+        const float2 kk = __bfloat1622float2(krow[d2]);
+        const float4 q0 = *reinterpret_cast<const float4*>(qs + (2 * d2) * Hp + h4);
+        const float4 q1 = *reinterpret_cast<const float4*>(qs + (2 * d2 + 1) * Hp + h4);
+        dot[0] = fmaf(q1.x, kk.y, fmaf(q0.x, kk.x, dot[0]));
+        dot[1] = fmaf(q1.y, kk.y, fmaf(q0.y, kk.x, dot[1]));
+        dot[2] = fmaf(q1.z, kk.y, fmaf(q0.z, kk.x, dot[2]));
+        dot[3] = fmaf(q1.w, kk.y, fmaf(q0.w, kk.x, dot[3]));
+    }
+}
+
 // Form 0 (IndexerSelectParams::form): CTA per (query, tile of kScoreTile entries), thread (entry, head group) runs
 // its group's products and chain. Form 1 (scores_tile_kernel below) computes the same values.
 __global__ void __launch_bounds__(kScoreThreads) scores_kernel(IndexerSelectParams p, float* __restrict__ scores) {
@@ -307,16 +323,8 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(IndexerSelectPara
     const __nv_bfloat162* krow = reinterpret_cast<const __nv_bfloat162*>(ks + e * kd);
     float acc = 0.f;
     for (int h4 = g * hpg; h4 < (g + 1) * hpg; h4 += 4) {
-        float dot[4] = {0.f, 0.f, 0.f, 0.f};
-        for (int d2 = 0; d2 < D / 2; ++d2) {
-            const float2 kk = __bfloat1622float2(krow[d2]);
-            const float4 q0 = *reinterpret_cast<const float4*>(qs + (2 * d2) * Hp + h4);
-            const float4 q1 = *reinterpret_cast<const float4*>(qs + (2 * d2 + 1) * Hp + h4);
-            dot[0] = fmaf(q1.x, kk.y, fmaf(q0.x, kk.x, dot[0]));
-            dot[1] = fmaf(q1.y, kk.y, fmaf(q0.y, kk.x, dot[1]));
-            dot[2] = fmaf(q1.z, kk.y, fmaf(q0.z, kk.x, dot[2]));
-            dot[3] = fmaf(q1.w, kk.y, fmaf(q0.w, kk.x, dot[3]));
-        }
+        float dot[4];
+        head_quad_products(krow, qs, Hp, h4, D, dot);
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc = fmaf(ws[h4 + i], fmaxf(dot[i], 0.f), acc);
     }
@@ -371,16 +379,8 @@ __global__ void __launch_bounds__(kScoreThreads) scores_tile_kernel(IndexerSelec
     for (int item = threadIdx.x; item < tile * quads; item += blockDim.x) {
         const int e = item % tile, h4 = 4 * (item / tile);
         const __nv_bfloat162* krow = reinterpret_cast<const __nv_bfloat162*>(ks + e * kd);
-        float dot[4] = {0.f, 0.f, 0.f, 0.f};
-        for (int d2 = 0; d2 < D / 2; ++d2) {
-            const float2 kk = __bfloat1622float2(krow[d2]);
-            const float4 q0 = *reinterpret_cast<const float4*>(qs + (2 * d2) * Hp + h4);
-            const float4 q1 = *reinterpret_cast<const float4*>(qs + (2 * d2 + 1) * Hp + h4);
-            dot[0] = fmaf(q1.x, kk.y, fmaf(q0.x, kk.x, dot[0]));
-            dot[1] = fmaf(q1.y, kk.y, fmaf(q0.y, kk.x, dot[1]));
-            dot[2] = fmaf(q1.z, kk.y, fmaf(q0.z, kk.x, dot[2]));
-            dot[3] = fmaf(q1.w, kk.y, fmaf(q0.w, kk.x, dot[3]));
-        }
+        float dot[4];
+        head_quad_products(krow, qs, Hp, h4, D, dot);
         *reinterpret_cast<float4*>(dots + e * dld + h4) = make_float4(dot[0], dot[1], dot[2], dot[3]);
     }
     __syncthreads();
