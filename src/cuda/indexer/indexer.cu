@@ -277,6 +277,14 @@ __device__ __forceinline__ void head_quad_products(const __nv_bfloat162* krow, c
     }
 }
 
+// The scoring CTA's first entry j0 and its query's visible entries n_vis; false where it has nothing to score (every
+// visible entry is selected anyway, or its tile lies past them).
+__device__ __forceinline__ bool score_tile_origin(const IndexerSelectParams& p, int tile, int& n_vis, int& j0) {
+    n_vis = visible_entries(p.batch.token_pos[blockIdx.x], p.ratio, p.max_entries);
+    j0 = int(blockIdx.y) * tile;
+    return n_vis > p.topk && j0 < n_vis;
+}
+
 // Form 0 (IndexerSelectParams::form): CTA per (query, tile of kScoreTile entries), thread (entry, head group) runs
 // its group's products and chain. Form 1 (scores_tile_kernel below) computes the same values.
 __global__ void __launch_bounds__(kScoreThreads) scores_kernel(IndexerSelectParams p, float* __restrict__ scores) {
@@ -284,10 +292,8 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(IndexerSelectPara
     pdl_trigger();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int t = blockIdx.x;
-    const int n_vis = visible_entries(p.batch.token_pos[t], p.ratio, p.max_entries);
-    if (n_vis <= p.topk) return;  // every entry is selected: no scoring
-    const int j0 = blockIdx.y * kScoreTile;
-    if (j0 >= n_vis) return;
+    int n_vis = 0, j0 = 0;
+    if (!score_tile_origin(p, kScoreTile, n_vis, j0)) return;
     const int H = p.n_heads, Hp = padded_heads(H), D = p.head_dim, kd = D + 2;  // key rows padded by one word
     float* qs = reinterpret_cast<float*>(smem_raw);         // [D][Hp] dim-major
     float* ws = qs + D * Hp;                                // [Hp]
@@ -357,10 +363,8 @@ __global__ void __launch_bounds__(kScoreThreads) scores_tile_kernel(IndexerSelec
     pdl_trigger();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int t = blockIdx.x;
-    const int n_vis = visible_entries(p.batch.token_pos[t], p.ratio, p.max_entries);
-    if (n_vis <= p.topk) return;  // every entry is selected: no scoring
-    const int j0 = blockIdx.y * tile;
-    if (j0 >= n_vis) return;
+    int n_vis = 0, j0 = 0;
+    if (!score_tile_origin(p, tile, n_vis, j0)) return;
     const int H = p.n_heads, Hp = padded_heads(H), D = p.head_dim, kd = D + 2;  // key rows padded by one word
     const int dld = score_dots_ld(Hp);
     float* qs = reinterpret_cast<float*>(smem_raw);  // [D][Hp] dim-major
