@@ -224,7 +224,8 @@ void ForwardPass::gather_head_rows(const PassShape& s) {
 }
 
 void ForwardPass::end(const PassShape& s) {
-    streams_.join(streams_.mhc_mix);  // the last sub-block's post and comb (read by its post; the head reuses the workspace)
+    // The last sub-block's post and comb: its post reads them, and the head's mhc_pre rewrites the workspace.
+    streams_.join(streams_.mhc_mix);
     if (post_pending_ >= 0) run_pending_post(s);
     enqueue_head(s);
 }

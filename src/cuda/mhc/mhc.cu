@@ -706,8 +706,8 @@ void mhc_pre_mix(const MhcPreParams& p, const void* workspace, size_t workspace_
     if (p.n_tokens <= 0) return;
     const size_t need = mhc_pre_workspace_bytes(p.n_tokens, p.n_streams, p.dim, false);
     FS_ATTN_REQUIRE(workspace && workspace_bytes >= need,
-                    "mhc_pre_mix: workspace of {} bytes is smaller than the {} its mhc_pre call filled", workspace_bytes,
-                    need);
+                    "mhc_pre_mix: workspace of {} bytes is smaller than the {} its mhc_pre call filled",
+                    workspace_bytes, need);
     const int splits = n_splits_of(int64_t(p.n_streams) * p.dim);
     auto* kernel = p.n_streams == 4 ? mhc_mix_kernel<4> : mhc_mix_kernel<0>;
     launch_pdl("mhc_mix_kernel", kernel, dim3(p.n_tokens), dim3(kMixThreads), 0, stream, p,

@@ -736,7 +736,8 @@ TEST(CudaIndexer, ScoreTileFillsTheGpu) {
     const int H = 16, D = 128, topk = 37, ratio = 4, max_entries = 1001;
     const int eb = int(index_entry_bytes(IndexFormat::FP4, D));
     PagedPool pool(1, max_entries + 4, 16, eb, rng);
-    Dev<uint16_t> dq(to_bf16_bits(bf16_round(rng.normals(size_t(H) * D)))), dw(to_bf16_bits(bf16_round(rng.normals(H))));
+    Dev<uint16_t> dq(to_bf16_bits(bf16_round(rng.normals(size_t(H) * D))));
+    Dev<uint16_t> dw(to_bf16_bits(bf16_round(rng.normals(H))));
     Dev<uint8_t> dpool(pool.bytes);
     Dev<int32_t> dtables(pool.tables), dsel(topk);
     IndexerSelectParams p = indexer_params(bd.batch, H, D, ratio, topk, dq.ptr, dw.ptr,
