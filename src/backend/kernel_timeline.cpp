@@ -41,14 +41,16 @@ uint64_t span_end(const KernelSpan& k) { return std::max(k.end_ns, k.start_ns); 
 struct StepAnalysis {
     TimelineStep step;
     std::vector<TimelineGap> gaps;
-    // by kernel name as recorded (TimelineKernel::charged_us_per_step; shortened once per name when summed)
-    std::map<std::string, double> charged_us;
+    // per span, in the step's start order (TimelineKernel::charged_us_per_step sums them by short name)
+    std::vector<double> charged_us;
 };
 
 // Sweeps the step's kernels in time order, charging each stretch in which some run to the running kernel that ends
-// first (ties: the one that started first). `spans` sorted by start. Keyed by the recorded name.
-std::map<std::string, double> charge_by_first_end(const std::vector<const KernelSpan*>& spans) {
-    std::map<std::string, double> charged;
+// first (ties: the one that started first). `spans` sorted by start; the charges in the same order (us).
+std::vector<double> charge_by_first_end(const std::vector<const KernelSpan*>& spans) {
+    std::vector<double> charged(spans.size(), 0.0);
+    std::map<const KernelSpan*, size_t> index;
+    for (size_t j = 0; j < spans.size(); ++j) index[spans[j]] = j;
     auto later_end = [](const KernelSpan* x, const KernelSpan* y) {
         return x->end_ns != y->end_ns ? x->end_ns > y->end_ns : x->start_ns > y->start_ns;
     };
@@ -68,7 +70,7 @@ std::map<std::string, double> charge_by_first_end(const std::vector<const Kernel
         if (running.empty()) continue;
         const KernelSpan* first = running.front();
         const uint64_t until = i < spans.size() ? std::min(first->end_ns, spans[i]->start_ns) : first->end_ns;
-        if (until > t) charged[first->name] += double(until - t) / 1e3;
+        if (until > t) charged[index[first]] += double(until - t) / 1e3;
         t = std::max(t, until);
         if (first->end_ns <= t) {
             std::pop_heap(running.begin(), running.end(), later_end);
@@ -169,7 +171,8 @@ TimelineSummary summarize_timeline(const KernelTrace& trace, int largest_gaps) {
             tot.calls += 1;
             tot.us += double(span_end(*k) - k->start_ns) / 1e3;
         }
-        for (const auto& [name, us] : steps.back().charged_us) by_name[short_name(name)].charged_us += us;
+        for (size_t j = 0; j < per_step[i].size(); ++j)
+            by_name[short_name(per_step[i][j]->name)].charged_us += steps.back().charged_us[j];
     }
     auto field = [&](double TimelineStep::*f) {
         std::vector<double> v;
@@ -203,6 +206,7 @@ TimelineSummary summarize_timeline(const KernelTrace& trace, int largest_gaps) {
     for (const KernelSpan* k : per_step[mid_index])  // in start order
         out.median_step_spans.push_back(
             {short_name(k->name), k->stream, k->start_ns - mark, span_end(*k) - mark, k->graph});
+    out.median_step_charged_us = mid.charged_us;
     const double n = double(n_steps);
     for (const auto& [name, tot] : by_name)
         out.kernels.push_back({name, tot.calls / n, tot.us / n, tot.us / tot.calls, tot.charged_us / n});
@@ -210,6 +214,93 @@ TimelineSummary summarize_timeline(const KernelTrace& trace, int largest_gaps) {
         return x.charged_us_per_step != y.charged_us_per_step ? x.charged_us_per_step > y.charged_us_per_step
                                                               : x.us_per_step > y.us_per_step;
     });
+    return out;
+}
+
+PeriodSummary summarize_periods(const TimelineSummary& s, const std::vector<std::string>& marker_prefixes, int every) {
+    PeriodSummary out;
+    const std::vector<KernelSpan>& spans = s.median_step_spans;
+    if (every < 1 || spans.empty() || s.median_step_charged_us.size() != spans.size()) return out;
+    auto is_marker = [&](const std::string& name) {
+        for (const std::string& p : marker_prefixes)
+            if (!p.empty() && name.rfind(p, 0) == 0) return true;
+        return false;
+    };
+    // The periods' first spans (indices into the start-ordered spans).
+    std::vector<size_t> starts;
+    int markers = 0;
+    for (size_t i = 0; i < spans.size(); ++i)
+        if (is_marker(spans[i].name) && markers++ % every == 0) starts.push_back(i);
+    out.periods = int(starts.size());
+    if (starts.empty()) return out;
+    struct Position {
+        double start, end, charged;
+    };
+    using Key = std::pair<std::string, int>;  // (name, occurrence)
+    std::vector<std::map<Key, Position>> periods(starts.size());
+    std::vector<double> lengths(starts.size());
+    const uint64_t step_end = std::max_element(spans.begin(), spans.end(), [](const KernelSpan& a, const KernelSpan& b) {
+                                  return a.end_ns < b.end_ns;
+                              })->end_ns;
+    for (size_t p = 0; p < starts.size(); ++p) {
+        const size_t begin = starts[p], end = p + 1 < starts.size() ? starts[p + 1] : spans.size();
+        const uint64_t origin = spans[begin].start_ns;
+        lengths[p] = double((p + 1 < starts.size() ? spans[end].start_ns : step_end) - origin) / 1e3;
+        std::map<std::string, int> seen;
+        for (size_t i = begin; i < end; ++i) {
+            const KernelSpan& k = spans[i];
+            periods[p][{k.name, seen[k.name]++}] = {double(k.start_ns) / 1e3 - double(origin) / 1e3,
+                                                    double(k.end_ns) / 1e3 - double(origin) / 1e3,
+                                                    s.median_step_charged_us[i]};
+        }
+    }
+    // The most common kind of period: the same positions (the first in step order among equally common kinds).
+    std::map<std::vector<Key>, int> kinds;
+    std::vector<std::vector<Key>> kind_of(periods.size());
+    for (size_t p = 0; p < periods.size(); ++p) {
+        for (const auto& [key, pos] : periods[p]) kind_of[p].push_back(key);
+        ++kinds[kind_of[p]];
+    }
+    size_t best = 0;
+    for (size_t p = 1; p < periods.size(); ++p)
+        if (kinds[kind_of[p]] > kinds[kind_of[best]]) best = p;
+    std::vector<double> alike_lengths;
+    std::map<Key, std::vector<Position>> by_key;
+    for (size_t p = 0; p < periods.size(); ++p) {
+        if (kind_of[p] != kind_of[best]) continue;
+        ++out.alike;
+        alike_lengths.push_back(lengths[p]);
+        for (const auto& [key, pos] : periods[p]) by_key[key].push_back(pos);
+    }
+    out.median_us = median_of(alike_lengths);
+    for (const auto& [key, list] : by_key) {
+        std::vector<double> st, en, ch;
+        for (const Position& q : list) {
+            st.push_back(q.start);
+            en.push_back(q.end);
+            ch.push_back(q.charged);
+        }
+        out.kernels.push_back({key.first, key.second, median_of(st), median_of(en), median_of(ch)});
+        out.charged_us += out.kernels.back().charged_us;
+    }
+    std::stable_sort(out.kernels.begin(), out.kernels.end(), [](const PeriodKernel& a, const PeriodKernel& b) {
+        return a.end_us != b.end_us ? a.end_us < b.end_us : a.start_us < b.start_us;
+    });
+    return out;
+}
+
+std::string format_periods(const PeriodSummary& p, const std::string& unit) {
+    if (p.alike == 0) return fmt::format("  per {}: no marker in the median step\n", unit);
+    std::string out = fmt::format(
+        "  per {} (the median step's {} {}s, {} alike; medians over those: {:.1f} us from its first kernel's start to "
+        "the next {}'s, {:.1f} us charged), kernels by end:\n",
+        unit, p.periods, unit, p.alike, p.median_us, unit, p.charged_us);
+    out += fmt::format("  {:<72} {:>9} {:>9} {:>11}\n", "kernel", "start us", "end us", "charged us");
+    for (const PeriodKernel& k : p.kernels) {
+        std::string name = k.occurrence > 0 ? fmt::format("{} #{}", k.name, k.occurrence + 1) : k.name;
+        if (name.size() > 72) name = name.substr(0, 69) + "...";
+        out += fmt::format("  {:<72} {:>9.1f} {:>9.1f} {:>11.1f}\n", name, k.start_us, k.end_us, k.charged_us);
+    }
     return out;
 }
 

@@ -63,7 +63,33 @@ struct TimelineSummary {
     // The median-wall step's kernels as recorded (short names; start and end relative to the step's mark), in start
     // order: the raw material for analyses the summary does not make (flashseek bench writes them to its JSON).
     std::vector<KernelSpan> median_step_spans;
+    std::vector<double> median_step_charged_us;  // each of those spans' charge (TimelineKernel's rule), same order
 };
+
+// One position of a period (a model layer: what repeats between markers): a kernel name and its occurrence among
+// the period's spans of that name, with medians over the periods alike.
+struct PeriodKernel {
+    std::string name;
+    int occurrence = 0;      // 0 for the period's first span of this name, 1 for the second, ...
+    double start_us = 0;     // from the period's first marker's start
+    double end_us = 0;
+    double charged_us = 0;   // what it adds along the period's chain (the step's charging rule)
+};
+
+// The median step cut into periods at every `every`-th span whose short name starts with one of the marker prefixes
+// (the first period at the first marker; spans before it are left out, and the last period runs to the step's end).
+// Periods are alike when they hold the same (name, occurrence) positions; the most common kind (the first in step
+// order among equals) is summarized, its positions by median end.
+struct PeriodSummary {
+    int periods = 0;          // in the median step
+    int alike = 0;            // of the summarized kind
+    double median_us = 0;     // its periods' length: first marker's start to the next period's (or the step's end)
+    double charged_us = 0;    // the sum of its positions' median charges
+    std::vector<PeriodKernel> kernels;
+};
+PeriodSummary summarize_periods(const TimelineSummary& s, const std::vector<std::string>& marker_prefixes, int every);
+// The period table's lines for `flashseek bench`; `unit` names a period ("layer").
+std::string format_periods(const PeriodSummary& p, const std::string& unit = "layer");
 
 // Steps with no kernel are kept (wall only). Spans outside the marks are ignored. `largest_gaps`: how many gaps to
 // list.

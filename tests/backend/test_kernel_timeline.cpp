@@ -220,5 +220,62 @@ TEST(KernelTimeline, ShortNamesOfMangledKernels) {
     EXPECT_NE(table.find("... 1 more kernels"), std::string::npos) << table;
 }
 
+// The median step cut into layers at every second marker (mHC's partial kernel opens each sub-block): an embed
+// before the first marker left out; three layers of one kind, the third with a longer GEMV; a fourth with one more
+// kernel; the head (one marker and its GEMV) as the last period. Charges by hand (each instant to the running kernel
+// that ends first): partial [0, 5) 5, finalize [5, 10) 5, side [10, 14) 4, gemv [14, 20) 6, partial #2 [20, 24) 4,
+// moe [24, 50) 26.
+TEST(KernelTimeline, PeriodsSummarizeTheCommonLayer) {
+    KernelTrace t;
+    const uint64_t m0 = 5'000'000;
+    add(t, m0, "embed", 1, 0, 2);
+    double o = 2;
+    auto layer = [&](double stretch, bool indexer) {  // stretch: the GEMV's extra length
+        add(t, m0, "mhc_partial_kernel", 1, o + 0, o + 5);
+        add(t, m0, "mhc_finalize_kernel<4>", 1, o + 3, o + 10);
+        add(t, m0, "gemv", 1, o + 8, o + 20 + stretch);
+        add(t, m0, "side", 2, o + 9, o + 14);
+        if (indexer) add(t, m0, "indexer", 3, o + 12, o + 16);
+        add(t, m0, "mhc_partial_kernel", 1, o + 20 + stretch, o + 24 + stretch);
+        add(t, m0, "moe", 1, o + 22 + stretch, o + 50 + stretch);
+        o += 50 + stretch;
+    };
+    layer(0, false);
+    layer(0, false);
+    layer(2, false);
+    layer(0, true);
+    add(t, m0, "mhc_partial_kernel", 1, o, o + 4);  // the head
+    add(t, m0, "head", 1, o + 4, o + 30);
+    t.marks = {m0, m0 + uint64_t((o + 40) * 1e3)};
+    const TimelineSummary s = summarize_timeline(t);
+    ASSERT_EQ(s.median_step_charged_us.size(), s.median_step_spans.size());
+    const PeriodSummary p = summarize_periods(s, {"mhc_partial"}, 2);
+    EXPECT_EQ(p.periods, 5);
+    EXPECT_EQ(p.alike, 3);
+    EXPECT_DOUBLE_EQ(p.median_us, 50);  // 50, 50, 52
+    EXPECT_DOUBLE_EQ(p.charged_us, 50);
+    const std::vector<std::pair<std::string, int>> order = {{"mhc_partial_kernel", 0}, {"mhc_finalize_kernel<4>", 0},
+                                                            {"side", 0},  {"gemv", 0}, {"mhc_partial_kernel", 1},
+                                                            {"moe", 0}};
+    const std::vector<double> ends = {5, 10, 14, 20, 24, 50}, charged = {5, 5, 4, 6, 4, 26};
+    ASSERT_EQ(p.kernels.size(), order.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+        SCOPED_TRACE(p.kernels[i].name);
+        EXPECT_EQ(p.kernels[i].name, order[i].first);
+        EXPECT_EQ(p.kernels[i].occurrence, order[i].second);
+        EXPECT_NEAR(p.kernels[i].end_us, ends[i], 1e-9);
+        EXPECT_NEAR(p.kernels[i].charged_us, charged[i], 1e-9);
+    }
+    const std::string text = format_periods(p);
+    EXPECT_NE(text.find("per layer (the median step's 5 layers, 3 alike"), std::string::npos) << text;
+    EXPECT_NE(text.find("mhc_partial_kernel #2"), std::string::npos) << text;
+    // Markers by prefix: another marker kind counts the same; none at all gives no periods.
+    EXPECT_EQ(summarize_periods(s, {"nothing", "mhc_p"}, 2).alike, 3);
+    const PeriodSummary none = summarize_periods(s, {"absent"}, 2);
+    EXPECT_EQ(none.periods, 0);
+    EXPECT_NE(format_periods(none).find("no marker"), std::string::npos);
+    EXPECT_EQ(summarize_periods(s, {"mhc_partial"}, 0).periods, 0);  // no period length: none
+}
+
 }  // namespace
 }  // namespace flashseek

@@ -18,8 +18,10 @@
 //    give the sampler's cost per step; the profiled step and the timeline stay greedy;
 //  * with --timeline N: N more graph steps traced on the device (CUPTI): the step's wall time split into the time
 //    before the first kernel, the kernels' span (some kernel running / none running) and after the last, the largest
-//    gaps and every kernel's time per step (backend/kernel_timeline.h); and after each prefill length one more
-//    prefill pass traced the same way (the eager pass as it runs, which the per-op events cannot show).
+//    gaps and every kernel's time per step (backend/kernel_timeline.h), then one layer's kernels by end with what
+//    each adds along the chain (the median step cut into layers at mHC's partial kernels, two per layer; medians over
+//    the most common kind of layer); and after each prefill length one more prefill pass traced the same way (the
+//    eager pass as it runs, which the per-op events cannot show).
 // Prints a summary and saves everything as JSON.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -90,6 +92,12 @@ nlohmann::json ops_json(const StepProfile& prof, double copy_bandwidth) {
     return ops;
 }
 
+// A V4 layer as the timeline sees it: two sub-blocks, each opened by mhc_pre's partial kernel (the split or tiled
+// form, or the one-launch form where forced; the head's mhc_pre opens a last period of its own).
+PeriodSummary layer_periods(const TimelineSummary& t) {
+    return summarize_periods(t, {"mhc_partial", "mhc_pre_one_launch"}, 2);
+}
+
 nlohmann::json timeline_json(const TimelineSummary& t) {
     const TimelineStep& m = t.median;
     nlohmann::json j = {{"steps", t.steps},         {"wall_us", m.wall_us},     {"lead_us", m.lead_us},
@@ -108,6 +116,19 @@ nlohmann::json timeline_json(const TimelineSummary& t) {
     j["median_step_kernels"] = nlohmann::json::array();  // [kernel, stream, start ns, end ns] from the step's mark
     for (const KernelSpan& k : t.median_step_spans)
         j["median_step_kernels"].push_back({k.name, k.stream, k.start_ns, k.end_ns});
+    const PeriodSummary layers = layer_periods(t);
+    nlohmann::json per_layer = {{"layers", layers.periods},
+                                {"alike", layers.alike},
+                                {"median_us", layers.median_us},
+                                {"charged_us", layers.charged_us},
+                                {"kernels", nlohmann::json::array()}};
+    for (const PeriodKernel& k : layers.kernels)
+        per_layer["kernels"].push_back({{"kernel", k.name},
+                                        {"occurrence", k.occurrence},
+                                        {"start_us", k.start_us},
+                                        {"end_us", k.end_us},
+                                        {"charged_us", k.charged_us}});
+    j["per_layer"] = per_layer;
     return j;
 }
 
@@ -303,7 +324,9 @@ int run_bench(int argc, char** argv) {
         std::printf("\n  host enqueue (median of the timed runs): %.4f s = %.0f%% of the prefill\n", enqueue_s,
                     100.0 * enqueue_s / secs);
         print_ops(prof, bw, "the profiled prefill");
-        if (timeline_steps > 0) std::printf("%s", format_timeline(timeline, 30, "pass").c_str());
+        if (timeline_steps > 0)
+            std::printf("%s%s", format_timeline(timeline, 30, "pass").c_str(),
+                        format_periods(layer_periods(timeline)).c_str());
     }
 
     nlohmann::json results = nlohmann::json::array();
@@ -435,7 +458,8 @@ int run_bench(int argc, char** argv) {
             std::printf("%s\n%s\n", format_bubble(bubble, step_kind).c_str(),
                         format_per_op_sum_vs_step(prof.gpu_us, tpot, step_kind).c_str());
             print_ops(prof, bw, "one profiled decode step");
-            if (timeline_steps > 0) std::printf("%s", format_timeline(timeline).c_str());
+            if (timeline_steps > 0)
+                std::printf("%s%s", format_timeline(timeline).c_str(), format_periods(layer_periods(timeline)).c_str());
         }
     }
     if (!json_path.empty()) {
