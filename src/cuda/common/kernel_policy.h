@@ -45,7 +45,7 @@
 //           route_in_router (decode passes of 1-8 tokens: the routing and grouping run in the router's bf16_gemv
 //           launch, by the CTA that completes the logits last, moe/moe.cuh moe_router_route_and_group; the same bits;
 //           disabled: route_group_kernel, a launch of its own after the router),
-//           indexer_weights_lane (scoring layers: the indexer's weights_proj GEMV on the indexer's query stream from
+//           indexer_weights_lane (scoring layers: the indexer's weights_proj GEMV on a side stream of its own from
 //           the sub-block's start, joined before the scorer; the same kernel; disabled: on the main path after the
 //           head norm),
 //           mhc_mix_lane (decode passes of up to 16 rows, forced: any: mhc_pre's post and comb, the Sinkhorn, in a
