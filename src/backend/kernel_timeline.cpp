@@ -49,12 +49,11 @@ struct StepAnalysis {
 // first (ties: the one that started first). `spans` sorted by start; the charges in the same order (us).
 std::vector<double> charge_by_first_end(const std::vector<const KernelSpan*>& spans) {
     std::vector<double> charged(spans.size(), 0.0);
-    std::map<const KernelSpan*, size_t> index;
-    for (size_t j = 0; j < spans.size(); ++j) index[spans[j]] = j;
-    auto later_end = [](const KernelSpan* x, const KernelSpan* y) {
-        return x->end_ns != y->end_ns ? x->end_ns > y->end_ns : x->start_ns > y->start_ns;
+    auto later_end = [&](size_t x, size_t y) {
+        const KernelSpan &a = *spans[x], &b = *spans[y];
+        return a.end_ns != b.end_ns ? a.end_ns > b.end_ns : a.start_ns > b.start_ns;
     };
-    std::vector<const KernelSpan*> running;  // a min-heap by end (std::push_heap with later_end)
+    std::vector<size_t> running;  // indices into spans: a min-heap by end (std::push_heap with later_end)
     uint64_t t = 0;
     size_t i = 0;
     while (i < spans.size() || !running.empty()) {
@@ -62,17 +61,18 @@ std::vector<double> charge_by_first_end(const std::vector<const KernelSpan*>& sp
         // Start every kernel that begins by now, then charge up to the next start or the first end.
         while (i < spans.size() && spans[i]->start_ns <= t) {
             if (spans[i]->end_ns > spans[i]->start_ns) {
-                running.push_back(spans[i]);
+                running.push_back(i);
                 std::push_heap(running.begin(), running.end(), later_end);
             }
             ++i;
         }
         if (running.empty()) continue;
-        const KernelSpan* first = running.front();
-        const uint64_t until = i < spans.size() ? std::min(first->end_ns, spans[i]->start_ns) : first->end_ns;
-        if (until > t) charged[index[first]] += double(until - t) / 1e3;
+        const size_t first = running.front();
+        const uint64_t first_end = spans[first]->end_ns;
+        const uint64_t until = i < spans.size() ? std::min(first_end, spans[i]->start_ns) : first_end;
+        if (until > t) charged[first] += double(until - t) / 1e3;
         t = std::max(t, until);
-        if (first->end_ns <= t) {
+        if (first_end <= t) {
             std::pop_heap(running.begin(), running.end(), later_end);
             running.pop_back();
         }
