@@ -53,11 +53,6 @@ void ForwardPass::begin(const PassShape& s) {
                   cfg_.hidden_size, residual_, streams_.main());
 }
 
-// The mix lane's row cap: at one sequence it shortened the step 0.4% (context 256) and 1.0% (8,192), at 16 it was
-// neutral to -0.9%, at 64 / 256 +0.2 / +0.3% (one H100, 16 layers, run 709 of
-// docs/perf-log/2026-12-07_indexer-tiles-and-mhc-mix-lane.md): 256 extra CTAs then compete with the main path.
-constexpr int kMhcMixLaneMaxRows = 16;
-
 void ForwardPass::sub_block(const PassShape& pass, int l, int sub) {
     pol_ = pass.prefill ? &prefill_policy_ : &decode_policy_;
     // The previous sub-block's mix branch (post, comb) before anything reads them or rewrites mhc_pre's workspace.
@@ -99,11 +94,11 @@ void ForwardPass::sub_block(const PassShape& pass, int l, int sub) {
     p.post = buf_.mhc_post.as<float>();
     p.comb = buf_.mhc_comb.as<float>();
     p.one_launch_counter = mhc_one_launch_counter();
-    // Decode passes of up to kMhcMixLaneMaxRows rows: post and comb (the Sinkhorn, the finalize's longest chain) on
-    // a branch beside the sub-block (KernelPolicy "mhc_mix_lane"; forced: at any row count), joined before the next
-    // sub-block reads them; the finalize's successor waits for the collapse and the norm only.
+    // Decode passes of up to KernelPolicy::mhc_mix_lane_max_rows rows: post and comb (the Sinkhorn, the finalize's
+    // longest chain) on a branch beside the sub-block ("mhc_mix_lane"; forced: at any row count), joined before the
+    // next sub-block reads them; the finalize's successor waits for the collapse and the norm only.
     p.mix_apart = !pass.prefill && !pol_->is_disabled("mhc_mix_lane") &&
-                  (s.n_rows <= kMhcMixLaneMaxRows || pol_->is_forced("mhc_mix_lane"));
+                  (s.n_rows <= pol_->mhc_mix_lane_max_rows || pol_->is_forced("mhc_mix_lane"));
     if (post_pending_ >= 0) {
         if (post_pending_ == 1 && !sharded_) {  // the MoE sub-block's combine runs here too
             if (routed_out_bf16_)

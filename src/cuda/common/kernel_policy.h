@@ -48,9 +48,9 @@
 //           indexer_weights_lane (scoring layers: the indexer's weights_proj GEMV on a side stream of its own from
 //           the sub-block's start, joined before the scorer; the same kernel; disabled: on the main path after the
 //           head norm),
-//           mhc_mix_lane (decode passes of up to 16 rows, forced: any: mhc_pre's post and comb, the Sinkhorn, in a
-//           launch of their own on a side stream, mhc/mhc.cuh mhc_pre_mix; the same bits; disabled: in the finalize,
-//           whose successor waits for it)
+//           mhc_mix_lane (decode passes of up to mhc_mix_lane_max_rows rows, forced: any: mhc_pre's post and comb,
+//           the Sinkhorn, in a launch of their own on a side stream, mhc/mhc.cuh mhc_pre_mix; the same bits;
+//           disabled: in the finalize, whose successor waits for it)
 //   epilogue: gemm_tma_store (the wgmma GEMMs' bf16 output tiles written by TMA from shared memory, overlapping
 //           the next tile; disabled: stored by the math warps, the same bits)
 //   work split: moe_half_items (the warp-specialized wgmma_experts kernel on items of one 64-row part where a call
@@ -142,6 +142,11 @@ struct KernelPolicy {
     // 23.91, 256 30.17 -> 28.00; run 219 (H100): 32 rows 14.05 -> 14.39 (slower), hence 64. Numerics: inside the
     // envelope of the sequences decoded alone (CudaBackendBatch.WidenedWoAInDecodeStaysInTheEnvelope).
     int64_t wo_a_widen_min_tokens = 64;
+    // Decode passes of at most this many rows put mhc_pre's post and comb on a side stream (mhc_mix_lane; forced: any
+    // row count). At one sequence the step was 0.4% (context 256) and 1.0% (8,192) shorter, at 16 neutral to -0.9%,
+    // at 64 / 256 +0.2 / +0.3%: the lane's extra CTAs then compete with the main path (one H100, 16 layers, run 709 of
+    // docs/perf-log/2026-12-07_indexer-tiles-and-mhc-mix-lane.md).
+    int64_t mhc_mix_lane_max_rows = 16;
     // ring_gemv (one token, FP8 weights of >= 16 MB): the longest K it is preferred for (0, the default: never, it
     // runs where forced; 1,024: wq_b; 8,192: wq_b, wo_a and wo_b). Faster per call than simt_gemv on wq_b and wo_a
     // (perf table), but the one-sequence step is 1.2-4.0% slower with it in every form measured (runs 241-245,
