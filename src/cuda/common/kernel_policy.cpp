@@ -119,6 +119,7 @@ KernelPolicy KernelPolicy::from_env() {
         env_int("FLASHSEEK_MHC_MIX_LANE_MAX_ROWS", p.mhc_mix_lane_max_rows, 0, int64_t(1) << 30);
     p.grouped_slot_rows = choice_knob("FLASHSEEK_GROUPED_SLOT_ROWS", p.grouped_slot_rows, {0, 32, 64, 128});
     p.ring_gemv_max_k = env_int("FLASHSEEK_RING_GEMV_MAX_K", p.ring_gemv_max_k, 0, int64_t(1) << 30);
+    p.ring_gemv_min_k = env_int("FLASHSEEK_RING_GEMV_MIN_K", p.ring_gemv_min_k, 0, int64_t(1) << 30);
     return p;
 }
 

@@ -152,6 +152,9 @@ struct KernelPolicy {
     // (perf table), but the one-sequence step is 1.2-4.0% slower with it in every form measured (runs 241-245,
     // docs/perf-log/2026-12-06_ring-gemv.md): A/B knob FLASHSEEK_RING_GEMV_MAX_K.
     int64_t ring_gemv_max_k = 0;
+    // ... and the shortest (A/B knob FLASHSEEK_RING_GEMV_MIN_K): 2,048 with the longest 4,096 asks for wo_a alone,
+    // the one of the three that runs after the attention, where no side branch shares the memory with its ring.
+    int64_t ring_gemv_min_k = 0;
 
     bool is_disabled(std::string_view variant) const;
     bool is_forced(std::string_view variant) const;

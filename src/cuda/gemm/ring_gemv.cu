@@ -253,11 +253,12 @@ bool supports(const LinearCall& c) {
     return smem_bytes(e4m3, x.m, x.k) <= size_t(current_arch().max_smem_per_block_optin);
 }
 
-// One token on >= 16 MB (wq_b, wo_b in release numerics, wo_a in exact) with K up to KernelPolicy::ring_gemv_max_k,
-// which is 0 by default: faster per call than simt_gemv on wq_b and wo_a, slower steps (docs/perf.md, kernel choice).
+// One token on >= 16 MB (wq_b, wo_b in release numerics, wo_a in exact) with K from KernelPolicy::ring_gemv_min_k up
+// to ring_gemv_max_k, which is 0 by default: faster per call than simt_gemv on wq_b and wo_a, slower steps
+// (docs/perf.md, kernel choice).
 bool preferred(const LinearCall& c, const KernelPolicy& policy) {
     return c.x.m == 1 && policy.gemv_max_tokens >= 1 && c.w.out * c.w.in >= kMinWeightBytes &&
-           policy.ring_gemv_max_k > 0 && c.w.in <= policy.ring_gemv_max_k;
+           policy.ring_gemv_max_k > 0 && c.w.in <= policy.ring_gemv_max_k && c.w.in >= policy.ring_gemv_min_k;
 }
 
 LinearPlan plan(const LinearCall& c, const KernelPolicy&) {

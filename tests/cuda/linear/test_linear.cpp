@@ -354,7 +354,7 @@ cuda::ActFormat input_format(int64_t M, int64_t N, int64_t K, ActNumerics num, c
 }
 
 // The default choice (docs/perf.md, kernel choice): one token -> simt_gemv (ring_gemv on >= 16 MB of FP8 on sm_90+
-// where KernelPolicy::ring_gemv_max_k asks for it); 2-16 tokens in release numerics ->
+// where KernelPolicy::ring_gemv_min_k / ring_gemv_max_k ask for it); 2-16 tokens in release numerics ->
 // wgmma_gemv on >= 4 MB where wgmma exists, else bulk_gemv on >= 16 MB on sm_90+, else mma_gemv; exact numerics
 // (wo_a) 2-256 tokens -> wgmma_f16_gemv where wgmma exists; > 16 tokens otherwise -> tile_gemm; BF16 weights 1-16
 // tokens -> bf16_gemv (rows % 16, K % 32), else tile_gemm; odd grouped shapes -> generic_linear; from
@@ -385,6 +385,12 @@ TEST(LinearChoice, DefaultRules) {
     EXPECT_EQ(planned(2, 32768, 1024, R, ring_all), wgmma ? "wgmma_gemv" : sm90 ? "bulk_gemv" : "mma_gemv");
     EXPECT_EQ(planned(1, 32768, 1024, R, ring_short_k), ring);
     EXPECT_EQ(planned(1, 4096, 8192, R, ring_short_k), "simt_gemv");
+    KernelPolicy ring_wo_a;  // K from 2,048 to 4,096: wo_a alone
+    ring_wo_a.ring_gemv_min_k = 2048;
+    ring_wo_a.ring_gemv_max_k = 4096;
+    EXPECT_EQ(planned(1, 8192, 4096, X, ring_wo_a, 8), ring);
+    EXPECT_EQ(planned(1, 32768, 1024, R, ring_wo_a), "simt_gemv");
+    EXPECT_EQ(planned(1, 4096, 8192, R, ring_wo_a), "simt_gemv");
     EXPECT_EQ(planned(1, 2048, 4096, R, def, 1, WeightKind::FP4_BLOCK32), "simt_gemv");
     // 2-16 tokens, release numerics
     EXPECT_EQ(planned(2, 1024, 4096, R, def), wgmma ? "wgmma_gemv" : "mma_gemv");  // wq_a, 4 MB: below bulk's 16 MB
