@@ -120,6 +120,7 @@ KernelPolicy KernelPolicy::from_env() {
     p.grouped_slot_rows = choice_knob("FLASHSEEK_GROUPED_SLOT_ROWS", p.grouped_slot_rows, {0, 32, 64, 128});
     p.ring_gemv_max_k = env_int("FLASHSEEK_RING_GEMV_MAX_K", p.ring_gemv_max_k, 0, int64_t(1) << 30);
     p.ring_gemv_min_k = env_int("FLASHSEEK_RING_GEMV_MIN_K", p.ring_gemv_min_k, 0, int64_t(1) << 30);
+    p.ring_gemv_k_parts = choice_knob("FLASHSEEK_RING_GEMV_K_PARTS", p.ring_gemv_k_parts, {1, 2, 4});
     return p;
 }
 

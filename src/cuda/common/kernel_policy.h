@@ -155,6 +155,9 @@ struct KernelPolicy {
     // ... and the shortest (A/B knob FLASHSEEK_RING_GEMV_MIN_K): 2,048 with the longest 4,096 asks for wo_a alone,
     // the one of the three that runs after the attention, where no side branch shares the memory with its ring.
     int64_t ring_gemv_min_k = 0;
+    // ring_gemv's K parts per row tile at most (1, 2 or 4; A/B knob FLASHSEEK_RING_GEMV_K_PARTS): where a shape has
+    // too few tiles to give every warp of a CTA one (wo_b), the warps left over take parts of each tile's K.
+    int ring_gemv_k_parts = 4;
 
     bool is_disabled(std::string_view variant) const;
     bool is_forced(std::string_view variant) const;

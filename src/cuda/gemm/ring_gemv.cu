@@ -16,9 +16,13 @@
 //     (C = K for K <= 1,024, else 1,024: 16 KB). A warp's fills are its own row tiles' chunks in K order, so it waits
 //     only on its own stages (no parity ambiguity between warps) and refills a stage as soon as it has read it.
 //     A fill is one cp.async.bulk of 16 K bytes when the tile's rows are contiguous (K <= 1,024), else one per row.
-//   - Row tiles: warp w of CTA b takes tiles b + (w + 4 j) * grid (dealing them from a counter of the launch instead
-//     measured slower per call and per step, run 244). Warps without a tile leave their stages to the others (fewer
-//     active warps, deeper rings: wo_b's 256 tiles keep two warps per SM with four stages each).
+//   - Row tiles: tile warp w of CTA b takes tiles b + (w + 4 j) * grid (dealing them from a counter of the launch
+//     instead measured slower per call and per step, run 244). Where there are fewer tiles than warps (wo_b's 256
+//     tiles on 132 SMs: two per CTA), each tile's chunks are split into K parts over the warps left (the plan's
+//     k_splits, at most KernelPolicy::ring_gemv_k_parts): every warp streams, and a tile's parts meet at a named
+//     barrier of their warps, the later parts' sums added to the first's in part order through shared memory.
+//     Without the parts (ring_gemv_k_parts = 1) warps without a tile leave their stages to the others (wo_b: two
+//     streaming warps per SM with four stages each, 22.5 us per call against wq_b's 15.7).
 //     8 stages per SM (128 KB; a 4-stage ring measured slower per step, run 241).
 //   - Weights do not depend on earlier kernels: every warp issues its first fills before griddepcontrol.wait. Then
 //     one thread bulk-copies the prepared activation rows into shared memory (one round trip, where per-thread
@@ -60,6 +64,8 @@ constexpr int kMaxChunk = 1024;  // columns (bytes) of a row per stage
 constexpr int kStageBytes = kRows * kMaxChunk;
 constexpr int kMaxTokens = 8;
 constexpr size_t kBarBytes = 128;  // kRingStages ring barriers and the activation's
+// A tile's partial sums of the K parts after the first: per tile warp two buffers (tile parity) of 32 lanes x 4.
+constexpr size_t kPartialBytes = size_t(kWarps) * 2 * 32 * 4 * sizeof(float);
 constexpr int64_t kMinWeightBytes = int64_t(16) << 20;
 
 using stream_gemv::Args;
@@ -75,10 +81,21 @@ constexpr int64_t chunk_of(int64_t K) {
 constexpr int64_t raw_stride(int64_t xk) { return 2 * xk + 16; }
 constexpr int64_t e4m3_stride(int64_t xk) { return xk + 64; }
 
-// Dynamic shared memory: the ring, the barriers, M raw rows, (release) M e4m3 rows, M x xk / 128 scales.
+// K parts per row tile: where few tiles leave warps of a CTA without one (wo_b's 256 tiles on 132 SMs: two tile
+// warps), each tile's chunks are split over warps, so that four warps stream per SM. At most max_parts (a power of
+// two) and a divisor of the chunks; the parts' sums are added in part order (deterministic).
+int k_parts(int64_t tiles, int64_t ctas, int64_t chunks, int max_parts) {
+    const int64_t tile_warps = std::min<int64_t>(kWarps, (tiles + ctas - 1) / ctas);
+    int p = 1;
+    while (2 * p <= max_parts && tile_warps * 2 * p <= kWarps && chunks % (2 * p) == 0) p *= 2;
+    return p;
+}
+
+// Dynamic shared memory: the ring, the barriers, the partial sums, M raw rows, (release) M e4m3 rows, M x xk / 128
+// scales.
 constexpr size_t kRingBytes = size_t(kRingStages) * kStageBytes;
 size_t smem_bytes(bool e4m3, int64_t M, int64_t xk) {
-    return kRingBytes + kBarBytes + size_t(M) * size_t(raw_stride(xk)) +
+    return kRingBytes + kBarBytes + kPartialBytes + size_t(M) * size_t(raw_stride(xk)) +
            (e4m3 ? size_t(M) * size_t(e4m3_stride(xk)) : 0) + size_t(M) * size_t(xk / 128) * 4;
 }
 
@@ -111,20 +128,24 @@ __device__ __forceinline__ void piece(float (&d)[4], const uint4& ra, const uint
 // xk: the activation's columns (K x groups); chunk: columns per stage. E4M3: release numerics
 // (the activation is act_quant's e4m3 codes), else exact (f16 values).
 template <bool E4M3>
-__global__ void __launch_bounds__(kWarps * 32, 1) ring_gemv_kernel(const Args a, int xk, int chunk) {
+__global__ void __launch_bounds__(kWarps * 32, 1) ring_gemv_kernel(const Args a, int xk, int chunk, int parts) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) unsigned char smem[];
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     pdl_trigger();  // the next PDL kernel may be scheduled (nothing before its wait depends on this one)
     const int tiles = int(a.N / kRows), chunks = int(a.K / chunk), grid = int(gridDim.x);
-    const int active = min(kWarps, (tiles + grid - 1) / grid);
+    const int tile_warps = min(kWarps, (tiles + grid - 1) / grid);
+    const int active = tile_warps * parts;
     const int stages = kRingStages / active;
+    const int tile_warp = warp / parts, part = warp - tile_warp * parts;
+    const int part_chunks = chunks / parts, chunk0 = part * part_chunks;
     uint64_t* const all_bars = reinterpret_cast<uint64_t*>(smem + kRingBytes);
     uint64_t* const bars = all_bars + warp * stages;
     uint64_t* const x_bar = all_bars + kRingStages;
     unsigned char* const ring = smem + size_t(warp) * stages * kStageBytes;
     const int rst = int(raw_stride(xk)), est = int(e4m3_stride(xk)), x_blocks = xk / 128;
-    unsigned char* const raw = smem + kRingBytes + kBarBytes;
+    float* const partials = reinterpret_cast<float*>(smem + kRingBytes + kBarBytes);
+    unsigned char* const raw = smem + kRingBytes + kBarBytes + kPartialBytes;
     unsigned char* const e4 = raw + size_t(a.M) * rst;
     float* const xsc = reinterpret_cast<float*>(E4M3 ? e4 + size_t(a.M) * est : e4);
     const bool streams = warp < active;
@@ -133,9 +154,9 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ring_gemv_kernel(const Args a,
     mbar_init_fence();
     __syncthreads();
 
-    const int first = int(blockIdx.x) + warp * grid, step = kWarps * grid;
+    const int first = int(blockIdx.x) + tile_warp * grid, step = kWarps * grid;
     const uint32_t fill_bytes = uint32_t(kRows * chunk);
-    int f_tile = first, f_chunk = 0, q_fill = 0;
+    int f_tile = first, f_chunk = chunk0, q_fill = 0;
     auto fill = [&]() {  // this warp's next (tile, chunk) into stage q_fill % stages
         if (f_tile >= tiles) return;
         const int st = q_fill % stages;
@@ -149,8 +170,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ring_gemv_kernel(const Args a,
             copy_g2s(dst + lane * chunk, src + int64_t(lane) * a.K, uint32_t(chunk), &bars[st]);
         }
         ++q_fill;
-        if (++f_chunk == chunks) {
-            f_chunk = 0;
+        if (++f_chunk == chunk0 + part_chunks) {
+            f_chunk = chunk0;
             f_tile += step;
         }
     };
@@ -190,13 +211,13 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ring_gemv_kernel(const Args a,
     const int x_tok = min(g, a.M - 1);  // rows g >= M read token M - 1 and multiply zeros instead
     const unsigned char* const x_row = (E4M3 ? e4 + x_tok * est : raw + x_tok * rst) + 16 * kBytes * t;
     const bool no_token = g >= a.M;
-    int q = 0;
-    for (int tile = first; tile < tiles; tile += step) {
+    int q = 0, parity = 0;
+    for (int tile = first; tile < tiles; tile += step, parity ^= 1) {
         const int64_t row0 = int64_t(tile) * kRows;
         const int64_t x_col0 = (row0 / a.rows_per_group) * a.x_group_cols;
         const int64_t s_row = (row0 / 128) * a.scale_ld;
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
-        for (int c = 0; c < chunks; ++c, ++q) {
+        for (int c = chunk0; c < chunk0 + part_chunks; ++c, ++q) {
             const int st = q % stages;
             float ws[kMaxChunk / 128];
 #pragma unroll
@@ -226,6 +247,22 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ring_gemv_kernel(const Args a,
             __syncwarp();  // every lane has read the stage
             fence_proxy_async();
             fill();
+        }
+        if (parts > 1) {  // the later parts' sums, added to the first part's in part order
+            float* const slots = partials + parity * kWarps * 128;
+            if (part > 0)
+                *reinterpret_cast<float4*>(slots + warp * 128 + lane * 4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+            // The tile warp's parts only; the other parity's slots are rewritten after the next tile's barrier, which
+            // the first part reaches after its reads here.
+            asm volatile("bar.sync %0, %1;" ::"r"(1 + tile_warp), "r"(32 * parts) : "memory");
+            if (part > 0) continue;
+            for (int p = 1; p < parts; ++p) {
+                const float4 v = *reinterpret_cast<const float4*>(slots + (warp + p) * 128 + lane * 4);
+                acc[0] += v.x;
+                acc[1] += v.y;
+                acc[2] += v.z;
+                acc[3] += v.w;
+            }
         }
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
@@ -261,27 +298,29 @@ bool preferred(const LinearCall& c, const KernelPolicy& policy) {
            policy.ring_gemv_max_k > 0 && c.w.in <= policy.ring_gemv_max_k && c.w.in >= policy.ring_gemv_min_k;
 }
 
-LinearPlan plan(const LinearCall& c, const KernelPolicy&) {
+int64_t cta_count(const DeviceLinear& w) { return std::min<int64_t>(current_arch().sm_count, w.out / kRows); }
+
+LinearPlan plan(const LinearCall& c, const KernelPolicy& policy) {
     LinearPlan p;
     p.variant = "ring_gemv";
     p.tokens_per_pass = int(c.x.m);
-    p.k_splits = 1;
+    const int64_t chunk = chunk_of(c.w.in);
+    p.k_splits = chunk > 0 ? k_parts(c.w.out / kRows, cta_count(c.w), c.w.in / chunk, policy.ring_gemv_k_parts) : 1;
     return p;
 }
 
-void run(const LinearCall& c, const LinearPlan&, const KernelPolicy&, const LinearOut& out, cudaStream_t stream) {
+void run(const LinearCall& c, const LinearPlan& plan, const KernelPolicy&, const LinearOut& out, cudaStream_t stream) {
     const PreparedActivation& x = c.x;
     const DeviceLinear& w = c.w;
     const int64_t chunk = chunk_of(w.in);
     const Args a = stream_gemv::make_args(x, w, c.groups, out.y, out.kind, out.ld, nullptr, 1, chunk);
-    const int64_t tiles = w.out / kRows;
-    const int64_t ctas = std::min<int64_t>(current_arch().sm_count, tiles);
+    const int64_t ctas = cta_count(w);
     const bool e4m3 = x.numerics == ActNumerics::FP8_BLOCK128;
     const size_t smem = smem_bytes(e4m3, x.m, x.k);
     auto kernel = e4m3 ? ring_gemv_kernel<true> : ring_gemv_kernel<false>;
     allow_dynamic_smem(kernel, smem);
     launch_pdl("ring_gemv_kernel", kernel, dim3(unsigned(ctas)), dim3(kWarps * 32), smem, stream, a, int(x.k),
-               int(chunk));
+               int(chunk), plan.k_splits);
 }
 
 }  // namespace flashseek::cuda::ring_gemv

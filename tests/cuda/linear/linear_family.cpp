@@ -113,7 +113,7 @@ std::vector<LinearCase> test_cases() {
     // The streaming FP8 GEMVs' shapes (bulk: rows % 16, K % 256; wgmma: rows % 64, K % 256): single stage, many
     // splits, two token tiles / 8-token column blocks, F32 and E8M0 scales, bf16 and fp32 out.
     const std::vector<Shape> streaming = {
-        {1, 1024, 4096}, {1, 4096, 8192}, {2, 32, 256},     {2, 64, 256},          {5, 512, 768},
+        {1, 1024, 4096}, {1, 4096, 8192, true}, {2, 32, 256}, {2, 64, 256},        {5, 512, 768},
         {9, 272, 2048},  {9, 320, 2048},  {16, 2048, 1024, true},
     };
     for (const Shape& s : streaming) {
