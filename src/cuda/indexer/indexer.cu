@@ -10,8 +10,9 @@
 //    item per thread before the chains: the same values.
 //  * top-k (also the second half of indexer_select_prefill, per chunk of rows): CTA per query; 4-pass 8-bit radix
 //    select of the k-th largest order-preserving key, then two block scans place the selected indices in ascending
-//    order (ties to the lower index), matching cpu::topk_indices. Form 1 keeps a row's keys in shared memory and
-//    finds each pass's bin with one warp instead of one thread.
+//    order (ties to the lower index), matching cpu::topk_indices. Form 1 keeps a row's keys in shared memory, finds
+//    each pass's bin with one warp instead of one thread, clears the next pass's histogram while filling this one's,
+//    stops once the threshold bin is taken whole, and places the indices with one scan of both counts.
 //  Why two forms: at decode both kernels are latency-bound (at an 8k context, one query: 56 us per layer for the
 //  two, events, run 212 of docs/perf-log/2026-12-04_expert-stage-scales.md); form 1 removes their serial
 //  round trips (docs/perf-log/2026-12-04_indexer-staging-and-named-refills.md) and becomes the only one once the
@@ -440,6 +441,44 @@ __device__ int block_exclusive_scan(int v, int* warp_sums, int* total) {
     return (warp > 0 ? warp_sums[warp - 1] : 0) + x - v;
 }
 
+// Two exclusive block scans in one (kTopkThreads threads): the prefixes of a and of b, their totals in *total_a and
+// *total_b; the same sums as two block_exclusive_scan calls, with one set of barriers. warp_sums: 2 x 32 ints.
+__device__ int2 block_exclusive_scan2(int a, int b, int* warp_sums, int* total_a, int* total_b) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int x = a, y = b;
+#pragma unroll
+    for (int o = 1; o < 32; o *= 2) {
+        const int xa = __shfl_up_sync(0xffffffffu, x, o), yb = __shfl_up_sync(0xffffffffu, y, o);
+        if (lane >= o) {
+            x += xa;
+            y += yb;
+        }
+    }
+    __syncthreads();
+    if (lane == 31) {
+        warp_sums[warp] = x;
+        warp_sums[32 + warp] = y;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        int wa = lane < kTopkThreads / 32 ? warp_sums[lane] : 0, wb = lane < kTopkThreads / 32 ? warp_sums[32 + lane] : 0;
+#pragma unroll
+        for (int o = 1; o < 32; o *= 2) {
+            const int xa = __shfl_up_sync(0xffffffffu, wa, o), yb = __shfl_up_sync(0xffffffffu, wb, o);
+            if (lane >= o) {
+                wa += xa;
+                wb += yb;
+            }
+        }
+        warp_sums[lane] = wa;  // inclusive
+        warp_sums[32 + lane] = wb;
+    }
+    __syncthreads();
+    *total_a = warp_sums[kTopkThreads / 32 - 1];
+    *total_b = warp_sums[32 + kTopkThreads / 32 - 1];
+    return make_int2((warp > 0 ? warp_sums[warp - 1] : 0) + x - a, (warp > 0 ? warp_sums[32 + warp - 1] : 0) + y - b);
+}
+
 // The radix select's bin of one pass: the largest b whose bins b .. 255 hold at least `need` keys (0 if none), and
 // in *above the keys of bins b + 1 .. 255 -- what a walk from bin 255 down finds. One warp: lane L sums bins
 // 8L .. 8L + 7, a suffix scan over the lanes and a ballot name the lane holding the bin, which walks its eight.
@@ -482,10 +521,11 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerSelectParams 
                                                             int row_begin, int64_t row_stride) {
     pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
     pdl_trigger();
-    __shared__ int hist[256];
-    __shared__ int warp_sums[32];
+    // Form 1 keeps two histograms: the next pass's is cleared while this one's is filled (a barrier fewer a pass).
+    __shared__ int hist[FORM == 1 ? 2 : 1][256];
+    __shared__ int warp_sums[64];
     __shared__ uint32_t sh_prefix;
-    __shared__ int sh_remaining;
+    __shared__ int sh_remaining, sh_stop;
     __shared__ uint32_t cached[FORM == 1 ? kTopkCachedKeys : 1];
     const int t = row_begin + int(blockIdx.x);
     const int n = visible_entries(p.batch.token_pos[t], p.ratio, p.max_entries);
@@ -501,10 +541,15 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerSelectParams 
     auto key = [&](int i) { return use_cache ? cached[i] : order_key(row[i]); };
     uint32_t prefix = 0, mask = 0;
     int remaining = p.topk;
-    for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+    if constexpr (FORM == 1) {
+        for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[0][i] = 0;
         __syncthreads();
+    }
+    for (int pass = 0, shift = 24; shift >= 0; ++pass, shift -= 8) {
+        int* h = hist[FORM == 1 ? (pass & 1) : 0];
         if constexpr (FORM == 1) {
+            // The next pass's histogram: its last reader (the previous pass's bin walk) finished before the barrier.
+            for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[(pass + 1) & 1][i] = 0;
             // One atomic per distinct bin of a warp (its lanes' count): the first pass puts most scores in a few
             // bins (their exponents), where per-lane atomics serialize on one address.
             for (int base = 0; base < n; base += blockDim.x) {
@@ -515,29 +560,34 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerSelectParams 
                     if ((k & mask) == prefix) bin = int((k >> shift) & 255);
                 }
                 const uint32_t peers = __match_any_sync(0xffffffffu, bin);
-                if (bin >= 0 && int(threadIdx.x & 31) == __ffs(int(peers)) - 1) atomicAdd(&hist[bin], __popc(peers));
+                if (bin >= 0 && int(threadIdx.x & 31) == __ffs(int(peers)) - 1) atomicAdd(&h[bin], __popc(peers));
             }
         } else {
+            for (int i = threadIdx.x; i < 256; i += blockDim.x) h[i] = 0;
+            __syncthreads();
             for (int i = threadIdx.x; i < n; i += blockDim.x) {
                 const uint32_t k = key(i);
-                if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255], 1);
+                if ((k & mask) == prefix) atomicAdd(&h[(k >> shift) & 255], 1);
             }
         }
         __syncthreads();
         if constexpr (FORM == 1) {
             if (threadIdx.x < 32) {
                 int above;
-                const int b = radix_bin_from_top(hist, remaining, int(threadIdx.x), &above);
+                const int b = radix_bin_from_top(h, remaining, int(threadIdx.x), &above);
                 if (threadIdx.x == 0) {
                     sh_prefix = prefix | (uint32_t(b) << shift);
                     sh_remaining = remaining - above;
+                    // Every key of the threshold's bin is taken: the selection is decided (no tie to break inside
+                    // the bin), whatever the lower bits.
+                    sh_stop = h[b] == remaining - above;
                 }
             }
         } else if (threadIdx.x == 0) {
             int above = 0, b = 255;
             for (; b > 0; --b) {
-                if (above + hist[b] >= remaining) break;
-                above += hist[b];
+                if (above + h[b] >= remaining) break;
+                above += h[b];
             }
             sh_prefix = prefix | (uint32_t(b) << shift);
             sh_remaining = remaining - above;
@@ -546,24 +596,35 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(IndexerSelectParams 
         prefix = sh_prefix;
         remaining = sh_remaining;
         mask |= 255u << shift;
+        if (FORM == 1 && sh_stop) break;
     }
-    // prefix is the k-th largest key; `remaining` elements equal to it are taken, lowest indices first.
+    // The keys whose bits under `mask` exceed prefix are taken, and `remaining` of those equal to it under the mask,
+    // lowest indices first. After all four passes mask is every bit (prefix is the k-th largest key); a form-1 row
+    // that stopped early takes its whole threshold bin (remaining = every key in it): the same set.
     const int chunk = (n + blockDim.x - 1) / blockDim.x;
     const int i0 = threadIdx.x * chunk, i1 = min(n, i0 + chunk);
     int ties = 0, greater = 0;
     for (int i = i0; i < i1; ++i) {
-        const uint32_t k = key(i);
+        const uint32_t k = key(i) & mask;
         ties += k == prefix;
         greater += k > prefix;
     }
-    int total;
-    const int tie_rank = block_exclusive_scan(ties, warp_sums, &total);
-    const int take_ties = max(0, min(ties, remaining - tie_rank));
-    const int mine = greater + take_ties;
-    int out_pos = block_exclusive_scan(mine, warp_sums, &total);
+    int total, out_pos, take_ties;
+    if constexpr (FORM == 1) {
+        // One scan for both prefixes: the ties taken before this thread are min(its tie rank, remaining).
+        int total_greater, total_ties;
+        const int2 pre = block_exclusive_scan2(greater, ties, warp_sums, &total_greater, &total_ties);
+        take_ties = max(0, min(ties, remaining - pre.y));
+        out_pos = pre.x + min(pre.y, remaining);
+        total = total_greater + min(total_ties, remaining);
+    } else {
+        const int tie_rank = block_exclusive_scan(ties, warp_sums, &total);
+        take_ties = max(0, min(ties, remaining - tie_rank));
+        out_pos = block_exclusive_scan(greater + take_ties, warp_sums, &total);
+    }
     int taken_ties = 0;
     for (int i = i0; i < i1; ++i) {
-        const uint32_t k = key(i);
+        const uint32_t k = key(i) & mask;
         bool take = k > prefix;
         if (k == prefix && taken_ties < take_ties) {
             take = true;

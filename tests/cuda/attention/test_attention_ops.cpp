@@ -623,7 +623,9 @@ TEST(CudaIndexer, SelectMatchesCpuTopk) {
 // The two forms of the decode scorer and the top-k (IndexerSelectParams::form, indexer.cu) give the same scores and
 // selections bit for bit: V4-Flash's shape (64 heads x 128 dims, top 512) and odd ones (20 heads padded to 32, 64
 // dims), rows with more entries than form 1 caches for its radix passes, pools whose entries are not 4-byte aligned
-// (form 1's byte path; form 0 refuses such bf16 pools and scores an aligned copy), a prefill chunk. Each selection is also exactly cpu::topk_indices of the scores the GPU
+// (form 1's byte path; form 0 refuses such bf16 pools and scores an aligned copy), a prefill chunk, keys repeated
+// every 97 entries (exact score ties at each row's threshold, broken by index; form 1's top-k stops once its
+// threshold bin is taken whole). Each selection is also exactly cpu::topk_indices of the scores the GPU
 // computed (the test above allows near-ties, as it scores on the CPU).
 TEST(CudaIndexer, SelectFormsAgree) {
     REQUIRE_GPU();
@@ -633,12 +635,14 @@ TEST(CudaIndexer, SelectFormsAgree) {
     struct Case {
         int H, D, topk;
         IndexFormat fmt;
-        int64_t offset;  // of the layer's entries in a pool block (PagedPool: 64)
+        int64_t offset;     // of the layer's entries in a pool block (PagedPool: 64)
+        int distinct_keys;  // > 0: entry e holds key e % distinct_keys (exact score ties at every threshold)
     };
-    for (const Case c : {Case{64, 128, 512, IndexFormat::FP4, 64}, Case{64, 128, 512, IndexFormat::BF16, 64},
-                         Case{20, 64, 100, IndexFormat::FP4, 65}, Case{16, 128, 37, IndexFormat::BF16, 66}}) {
+    for (const Case c : {Case{64, 128, 512, IndexFormat::FP4, 64, 0}, Case{64, 128, 512, IndexFormat::BF16, 64, 0},
+                         Case{20, 64, 100, IndexFormat::FP4, 65, 0}, Case{16, 128, 37, IndexFormat::BF16, 66, 0},
+                         Case{64, 128, 512, IndexFormat::FP4, 64, 97}}) {
         SCOPED_TRACE("H " + std::to_string(c.H) + " D " + std::to_string(c.D) + " topk " + std::to_string(c.topk) +
-                     " offset " + std::to_string(c.offset));
+                     " offset " + std::to_string(c.offset) + " distinct keys " + std::to_string(c.distinct_keys));
         const int ratio = 4, n_slots = 4;
         BatchHost bh;
         bh.add(0, 8300 + int(rng.uniform_int(0, 40)), 1);  // ~2,080 entries: V4 decode at an 8k context
@@ -653,8 +657,14 @@ TEST(CudaIndexer, SelectFormsAgree) {
         pool.offset = c.offset;  // the block has 64 bytes of slack past the entries
         for (size_t s = 0; s < bh.slot.size(); ++s) {
             const int n_e = (bh.start[s] + bh.n_tok[s]) / ratio;
+            std::vector<std::vector<float>> distinct;
             for (int e = 0; e < n_e; ++e) {
+                if (c.distinct_keys > 0 && e >= c.distinct_keys) {
+                    encode_index_key(distinct[size_t(e % c.distinct_keys)], c.fmt, pool.entry(bh.slot[s], e));
+                    continue;
+                }
                 auto v = bf16_round(rng.normals(c.D));
+                if (c.distinct_keys > 0) distinct.push_back(v);
                 encode_index_key(v, c.fmt, pool.entry(bh.slot[s], e));
             }
         }
