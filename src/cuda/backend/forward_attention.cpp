@@ -164,7 +164,9 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
     // Query latent and queries (main stream). wq_b's matrix can stream into L2 meanwhile (prefetch_weights). Where
     // the policy forces "query_chain", one token runs wq_a, q_norm and wq_b as one persistent kernel instead.
     const int nI = cfg_.index_n_heads, dI = cfg_.index_head_dim;
-    const bool index_branch = index_scoring && pol_->takes_forced_only("indexer_branch");
+    // Decode passes put the indexer's query path on a side branch (prefill passes where forced: not measured there).
+    const bool index_branch = index_scoring && !pol_->is_disabled("indexer_branch") &&
+                              (!s.prefill || pol_->is_forced("indexer_branch"));
     const bool query_chained = ax && run_query_chain(L, *ax, Tq, s.prefill);
     // One token: q_norm inside wq_b's staging (no launch of its own); wq_a then writes the raw latent apart.
     const bool norm_in_wq_b = !query_chained && q_norm_into_wq_b(L, Tq, s.prefill, index_branch);
@@ -196,7 +198,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
     const PreparedActivation& aq = prepare(buf_.prep_q_latent, buf_.q_latent.get(), false, Tq, QL, QL, L.wq_b);
 
     // The indexer's query path (its wq_b and q preparation) reads only the normed q latent. On the main path it runs
-    // after the query's wq_b and head norm; where the policy forces "indexer_branch" it runs on a side branch beside
+    // after the query's wq_b and head norm; with "indexer_branch" (decode passes) it runs on a side branch beside
     // them (the scoring needs the indexer compressor's entries and stays after the joins). On the branch the main
     // path's prepared q latent is shared where it has the indexer wq_b's format (reads only), else the branch
     // prepares its own copy: the main path's wq_b reads prep_q_latent meanwhile.

@@ -25,9 +25,6 @@
 //           mhc_one_launch (one token: mhc_pre's partial sums and finalize as one launch, the last partial CTA
 //           finalizing, mhc/mhc.cuh, the same bits; only where forced: the one-sequence step 1.0% slower on an
 //           H100, docs/perf-log/2026-12-06_expert-half-items.md),
-//           indexer_branch (the indexer's wq_b and q preparation on a side branch beside wq_b and the head norm
-//           instead of on the main path after them, the same kernels; only where forced: no change at 1-64
-//           sequences on an H100, docs/perf-log/2026-12-06_expert-half-items.md),
 //           weight_prefetch (decode passes: wq_b's and wo_a's matrices requested into L2 on a side branch while the
 //           latency-bound ops before them run, common/l2_prefetch.cuh; only where forced: one sequence 3.4% slower
 //           on an H100 and the GEMVs no faster, docs/perf-log/2026-12-05_short-prompts-and-l2-prefetch.md),
@@ -50,7 +47,11 @@
 //           head norm),
 //           mhc_mix_lane (decode passes of up to mhc_mix_lane_max_rows rows, forced: any: mhc_pre's post and comb,
 //           the Sinkhorn, in a launch of their own on a side stream, mhc/mhc.cuh mhc_pre_mix; the same bits;
-//           disabled: in the finalize, whose successor waits for it)
+//           disabled: in the finalize, whose successor waits for it),
+//           indexer_branch (decode passes of scoring layers, forced: prefill passes too: the indexer's wq_b and q
+//           preparation on a side branch beside the query's wq_b and the head norm, the same kernels; disabled: on
+//           the main path after them; at context 8,192 one sequence 1.4% and 16 / 64 sequences 0.3% faster on an
+//           H100, docs/perf-log/2026-12-07_ring-wo-pair-and-indexer-branch.md)
 //   epilogue: gemm_tma_store (the wgmma GEMMs' bf16 output tiles written by TMA from shared memory, overlapping
 //           the next tile; disabled: stored by the math warps, the same bits)
 //   work split: moe_half_items (the warp-specialized wgmma_experts kernel on items of one 64-row part where a call
@@ -147,21 +148,23 @@ struct KernelPolicy {
     // at 64 / 256 +0.2 / +0.3%: the lane's extra CTAs then compete with the main path (one H100, 16 layers, run 709 of
     // docs/perf-log/2026-12-07_indexer-tiles-and-mhc-mix-lane.md).
     int64_t mhc_mix_lane_max_rows = 16;
-    // ring_gemv (one token, FP8 weights of >= 16 MB): the longest K it is preferred for (0, the default: never, it
-    // runs where forced; 1,024: wq_b; 8,192: wq_b, wo_a and wo_b). Faster per call than simt_gemv on wq_b and wo_a
-    // (perf table), but the one-sequence step is 1.2-4.0% slower with it in every form measured (runs 241-245,
-    // docs/perf-log/2026-12-06_ring-gemv.md): A/B knob FLASHSEEK_RING_GEMV_MAX_K.
-    int64_t ring_gemv_max_k = 0;
-    // ... and the shortest (A/B knob FLASHSEEK_RING_GEMV_MIN_K): 2,048 with the longest 4,096 asks for wo_a alone,
-    // the one of the three that runs after the attention, where no side branch shares the memory with its ring.
-    int64_t ring_gemv_min_k = 0;
+    // ring_gemv (one token, FP8 weights of >= 16 MB, Hopper): the K range it is preferred for, from ring_gemv_min_k
+    // to ring_gemv_max_k (A/B knobs FLASHSEEK_RING_GEMV_MIN_K / _MAX_K; a longest K of 0: never). The default, 2,048
+    // to 8,192, takes wo_a and wo_b, which run after the attention, and leaves wq_b (K 1,024) to simt_gemv: beside
+    // the query path's side branches every ring form made the one-sequence step 1.2-4.0% slower (runs 241-245,
+    // docs/perf-log/2026-12-06_ring-gemv.md). With wo_b's tiles in K parts (ring_gemv_k_parts) the step at one
+    // sequence was 0.1-1.5% shorter in each of six alternating rounds (median -0.7%); wo_a alone +1.8%, wo_b alone
+    // -0.6%, wo_b without K parts +3.8%, all three +1.2% (one H100, 16 layers, runs 802-803 of
+    // docs/perf-log/2026-12-07_ring-wo-pair-and-indexer-branch.md).
+    int64_t ring_gemv_max_k = 8192;
+    int64_t ring_gemv_min_k = 2048;
     // ring_gemv's K parts per row tile at most (1, 2 or 4; A/B knob FLASHSEEK_RING_GEMV_K_PARTS): where a shape has
     // too few tiles to give every warp of a CTA one (wo_b), the warps left over take parts of each tile's K.
     int ring_gemv_k_parts = 4;
 
     bool is_disabled(std::string_view variant) const;
     bool is_forced(std::string_view variant) const;
-    // A composition taken only where forced (gemv_chain, query_chain, indexer_branch, weight_prefetch,
+    // A composition taken only where forced (gemv_chain, query_chain, weight_prefetch,
     // attn_prefill_cta_release, mhc_one_launch): forced, and not disabled as well.
     bool takes_forced_only(std::string_view name) const { return is_forced(name) && !is_disabled(name); }
     // The policy a test uses to exercise exactly one variant: forced, every other variant of the lists untouched.

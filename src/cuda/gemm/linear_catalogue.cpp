@@ -101,7 +101,7 @@ const std::array<LinearVariant, 13> kVariants = {
     FS_LINEAR_ROW(wgmma_gemv, "sm_90a", kMmaF16),      // 2-16 tokens, >= 4 MB FP8, release numerics
     FS_LINEAR_ROW(wgmma_f16_gemv, "sm_90a", kMmaF16),  // 2-256 tokens, FP8 weights, exact numerics (wo_a)
     FS_LINEAR_ROW(bulk_gemv, "sm_90+", kMmaF16),       // 2-16 tokens, >= 16 MB FP8, release numerics
-    FS_LINEAR_ROW(ring_gemv, "sm_90+", kMmaF16),       // one token, >= 16 MB FP8, where ring_gemv_max_k asks
+    FS_LINEAR_ROW(ring_gemv, "sm_90+", kMmaF16),       // one token, >= 16 MB FP8 in ring_gemv_min_k..max_k (wo_a, wo_b)
     FS_LINEAR_ROW(simt_gemv, "sm_80+", kMmaF16),       // one token
     FS_LINEAR_ROW(mma_gemv, "sm_80+", kMmaF16),        // 1-16 tokens
     FS_LINEAR_ROW(bf16_gemv, "sm_80+", kMmaF16),       // BF16 weights, 1-16 tokens

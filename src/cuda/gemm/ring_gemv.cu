@@ -9,8 +9,9 @@
 // bytes in flight do the rest. Measured (runs 241 and 245, H100, perf table): wq_b 15.68-15.98 us per call against
 // simt_gemv's ~17.96 (71% of the copy rate), wo_a 16.46 against 17.98, the indexer's wq_b 5.63 against 8.24, wo_b
 // 22.5 against 20.6-20.8 (two warps per SM: slower); yet the one-sequence step is 1.2-2.0% slower with it however
-// deployed, because the step's side branches beside the query path run longer next to it. Preferred only where
-// KernelPolicy::ring_gemv_max_k asks.
+// deployed on wq_b, because the step's side branches beside the query path run longer next to it. Preferred on wo_a
+// and wo_b (KernelPolicy::ring_gemv_min_k / ring_gemv_max_k), which run after the attention: with wo_b's tiles in K
+// parts the one-sequence step was 0.7% shorter (median of six rounds, runs 802-803).
 // Design:
 //   - One CTA per SM, four warps; each warp owns a ring of S / (active warps) stages of 16 rows x C columns
 //     (C = K for K <= 1,024, else 1,024: 16 KB). A warp's fills are its own row tiles' chunks in K order, so it waits
@@ -291,10 +292,11 @@ bool supports(const LinearCall& c) {
 }
 
 // One token on >= 16 MB (wq_b, wo_b in release numerics, wo_a in exact) with K from KernelPolicy::ring_gemv_min_k up
-// to ring_gemv_max_k, which is 0 by default: faster per call than simt_gemv on wq_b and wo_a, slower steps
-// (docs/perf.md, kernel choice).
+// to ring_gemv_max_k (by default wo_a and wo_b; wq_b stays with simt_gemv: docs/perf.md, kernel choice), on Hopper,
+// the only architecture where the step was measured with it (elsewhere where forced).
 bool preferred(const LinearCall& c, const KernelPolicy& policy) {
-    return c.x.m == 1 && policy.gemv_max_tokens >= 1 && c.w.out * c.w.in >= kMinWeightBytes &&
+    return c.x.m == 1 && current_arch().cc == 90 && policy.gemv_max_tokens >= 1 &&
+           c.w.out * c.w.in >= kMinWeightBytes &&
            policy.ring_gemv_max_k > 0 && c.w.in <= policy.ring_gemv_max_k && c.w.in >= policy.ring_gemv_min_k;
 }
 

@@ -160,7 +160,8 @@ TEST_F(CudaPrefillInvariance, SlotTileWidthByPassKeepsLogits) {
 // weights only (weight_prefetch; prefills skip it); wq_b's one-token GEMV stages q_norm's output itself
 // (norm_into_gemv; prefills do not take it); the routed experts' one-token tile packed ahead joins before the routing
 // instead of before the up-projection (moe_pack_join_routing: another graph shape, the same kernels); the indexer's
-// query path on its side branch, beside weights_proj on its own (indexer_branch: another graph shape).
+// query path on its side branch in prefill passes too, beside weights_proj on its own (indexer_branch: another graph
+// shape).
 class CudaForcedFormsKeepLogits : public CudaPrefillInvariance, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(CudaForcedFormsKeepLogits, SameLogits) {
@@ -283,7 +284,8 @@ TEST_P(CudaHeadRowsLastLayer, MatchesAllRows) {
 // experts' one-token tile packed beside the routing (moe_pack_ahead: the three decode steps); the routing and
 // grouping in the router's launch (route_in_router: the three decode steps); and the indexer's weights_proj on a
 // lane of its own from the sub-block's start (indexer_weights_lane: the same kernel in another graph shape); and
-// mhc_pre's post and comb in a launch of their own on a side stream (mhc_mix_lane: the decode steps).
+// mhc_pre's post and comb in a launch of their own on a side stream (mhc_mix_lane: the decode steps); and the
+// indexer's query path on a side branch (indexer_branch: the decode steps, another graph shape).
 class CudaProducerFormsMatchSeparateSteps : public CudaPrefillInvariance,
                                             public ::testing::WithParamInterface<const char*> {};
 
@@ -295,7 +297,8 @@ TEST_P(CudaProducerFormsMatchSeparateSteps, SameLogits) {
 INSTANTIATE_TEST_SUITE_P(Switches, CudaProducerFormsMatchSeparateSteps,
                          ::testing::Values("shared_bf16_out", "routed_bf16_out", "norm_fp8_rows", "wo_a_fp8_rows",
                                            "compressor_gate_lane", "prepare_in_gemv", "moe_pack_ahead",
-                                           "route_in_router", "indexer_weights_lane", "mhc_mix_lane"),
+                                           "route_in_router", "indexer_weights_lane", "mhc_mix_lane",
+                                           "indexer_branch"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(LastLayerRatios, CudaHeadRowsLastLayer, ::testing::Values(4, 5),

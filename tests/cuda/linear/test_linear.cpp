@@ -354,30 +354,36 @@ cuda::ActFormat input_format(int64_t M, int64_t N, int64_t K, ActNumerics num, c
     return cuda::linear_input_format(M, fake_weight(N, K, kind), groups, num, policy);
 }
 
-// The default choice (docs/perf.md, kernel choice): one token -> simt_gemv (ring_gemv on >= 16 MB of FP8 on sm_90+
-// where KernelPolicy::ring_gemv_min_k / ring_gemv_max_k ask for it); 2-16 tokens in release numerics ->
-// wgmma_gemv on >= 4 MB where wgmma exists, else bulk_gemv on >= 16 MB on sm_90+, else mma_gemv; exact numerics
-// (wo_a) 2-256 tokens -> wgmma_f16_gemv where wgmma exists; > 16 tokens otherwise -> tile_gemm; BF16 weights 1-16
-// tokens -> bf16_gemv (rows % 16, K % 32), else tile_gemm; odd grouped shapes -> generic_linear; from
-// gemm_min_tokens (32) rows the compute-bound GEMMs: FP8 weights in release numerics from an FP8_ROWS activation
-// (fp8_gemm where wgmma exists, else fp8_gemm_mma; fp8_gemm from 2 rows on >= 4,096 rows of K <= 2,048: wq_b, the
-// indexer's wq_b, the shared expert's w2), BF16 weights bf16_gemm, and linear_input_format() names the format to
-// prepare. Where wgmma exists, FP8 weights of >= 16 MB at 2-16 rows in release numerics whose 128-column tiles fill
-// at most half the SMs take fp8_gemm_splitk (wo_b). A disabled variant is skipped, a forced one is taken where it
-// supports the problem, gemv_max_tokens = 0 leaves everything but fp8_gemm's wide short-K rule to tile_gemm.
+// The default choice (docs/perf.md, kernel choice): one token -> simt_gemv (ring_gemv on >= 16 MB of FP8 on Hopper with
+// K in KernelPolicy::ring_gemv_min_k..ring_gemv_max_k: wo_a and wo_b by default); 2-16 tokens in release numerics ->
+// wgmma_gemv on >= 4 MB where wgmma exists, else bulk_gemv on >= 16 MB on sm_90+, else mma_gemv; exact numerics (wo_a)
+// 2-256 tokens -> wgmma_f16_gemv where wgmma exists; > 16 tokens otherwise -> tile_gemm; BF16 weights 1-16 tokens ->
+// bf16_gemv (rows % 16, K % 32), else tile_gemm; odd grouped shapes -> generic_linear; from gemm_min_tokens (32) rows
+// the compute-bound GEMMs: FP8 weights in release numerics from an FP8_ROWS activation (fp8_gemm where wgmma exists,
+// else fp8_gemm_mma; fp8_gemm from 2 rows on >= 4,096 rows of K <= 2,048: wq_b, the indexer's wq_b, the shared expert's
+// w2), BF16 weights bf16_gemm, and linear_input_format() names the format to prepare. Where wgmma exists, FP8 weights
+// of >= 16 MB at 2-16 rows in release numerics whose 128-column tiles fill at most half the SMs take fp8_gemm_splitk
+// (wo_b). A disabled variant is skipped, a forced one is taken where it supports the problem, gemv_max_tokens = 0
+// leaves everything but fp8_gemm's wide short-K rule to tile_gemm.
 TEST(LinearChoice, DefaultRules) {
     const bool wgmma = cuda::wgmma_usable();
     const bool sm90 = cuda::current_arch().cc >= 90;
     const auto R = ActNumerics::FP8_BLOCK128;
     const auto X = ActNumerics::EXACT;
     const KernelPolicy def;
-    // one token
+    // one token: ring_gemv on >= 16 MB of FP8 on Hopper with K in ring_gemv_min_k..ring_gemv_max_k (2,048-8,192)
+    const std::string ring = cuda::current_arch().cc == 90 ? "ring_gemv" : "simt_gemv";
     EXPECT_EQ(planned(1, 32768, 1024, R, def), "simt_gemv");  // wq_b
-    EXPECT_EQ(planned(1, 4096, 8192, R, def), "simt_gemv");   // wo_b
-    // ring_gemv where ring_gemv_max_k asks for it: one token, >= 16 MB of FP8 on sm_90+, K up to the bound
-    const std::string ring = sm90 ? "ring_gemv" : "simt_gemv";
+    EXPECT_EQ(planned(1, 4096, 8192, R, def), ring);          // wo_b
+    EXPECT_EQ(planned(1, 8192, 4096, X, def, 8), ring);       // wo_a: grouped, exact numerics
+    EXPECT_EQ(planned(1, 1024, 4096, R, def), "simt_gemv");   // wq_a, 4 MB
+    KernelPolicy no_ring;
+    no_ring.ring_gemv_max_k = 0;
+    EXPECT_EQ(planned(1, 4096, 8192, R, no_ring), "simt_gemv");
     KernelPolicy ring_all, ring_short_k;
+    ring_all.ring_gemv_min_k = 0;
     ring_all.ring_gemv_max_k = 8192;
+    ring_short_k.ring_gemv_min_k = 0;
     ring_short_k.ring_gemv_max_k = 1024;
     EXPECT_EQ(planned(1, 32768, 1024, R, ring_all), ring);     // wq_b
     EXPECT_EQ(planned(1, 4096, 8192, R, ring_all), ring);      // wo_b
