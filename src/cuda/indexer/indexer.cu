@@ -441,11 +441,8 @@ __device__ int block_exclusive_scan(int v, int* warp_sums, int* total) {
     return (warp > 0 ? warp_sums[warp - 1] : 0) + x - v;
 }
 
-// Two exclusive block scans in one (kTopkThreads threads): the prefixes of a and of b, their totals in *total_a and
-// *total_b; the same sums as two block_exclusive_scan calls, with one set of barriers. warp_sums: 2 x 32 ints.
-__device__ int2 block_exclusive_scan2(int a, int b, int* warp_sums, int* total_a, int* total_b) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int x = a, y = b;
+// Inclusive scans of x and of y over the warp's lanes, side by side.
+__device__ __forceinline__ void warp_inclusive_scan2(int& x, int& y, int lane) {
 #pragma unroll
     for (int o = 1; o < 32; o *= 2) {
         const int xa = __shfl_up_sync(0xffffffffu, x, o), yb = __shfl_up_sync(0xffffffffu, y, o);
@@ -454,6 +451,14 @@ __device__ int2 block_exclusive_scan2(int a, int b, int* warp_sums, int* total_a
             y += yb;
         }
     }
+}
+
+// Two exclusive block scans in one (kTopkThreads threads): the prefixes of a and of b, their totals in *total_a and
+// *total_b; the same sums as two block_exclusive_scan calls, with one set of barriers. warp_sums: 2 x 32 ints.
+__device__ int2 block_exclusive_scan2(int a, int b, int* warp_sums, int* total_a, int* total_b) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int x = a, y = b;
+    warp_inclusive_scan2(x, y, lane);
     __syncthreads();
     if (lane == 31) {
         warp_sums[warp] = x;
@@ -461,15 +466,9 @@ __device__ int2 block_exclusive_scan2(int a, int b, int* warp_sums, int* total_a
     }
     __syncthreads();
     if (warp == 0) {
-        int wa = lane < kTopkThreads / 32 ? warp_sums[lane] : 0, wb = lane < kTopkThreads / 32 ? warp_sums[32 + lane] : 0;
-#pragma unroll
-        for (int o = 1; o < 32; o *= 2) {
-            const int xa = __shfl_up_sync(0xffffffffu, wa, o), yb = __shfl_up_sync(0xffffffffu, wb, o);
-            if (lane >= o) {
-                wa += xa;
-                wb += yb;
-            }
-        }
+        constexpr int kWarpsOfBlock = kTopkThreads / 32;
+        int wa = lane < kWarpsOfBlock ? warp_sums[lane] : 0, wb = lane < kWarpsOfBlock ? warp_sums[32 + lane] : 0;
+        warp_inclusive_scan2(wa, wb, lane);
         warp_sums[lane] = wa;  // inclusive
         warp_sums[32 + lane] = wb;
     }
