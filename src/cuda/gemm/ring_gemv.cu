@@ -65,7 +65,7 @@ constexpr int kMaxChunk = 1024;  // columns (bytes) of a row per stage
 constexpr int kStageBytes = kRows * kMaxChunk;
 constexpr int kMaxTokens = 8;
 constexpr size_t kBarBytes = 128;  // kRingStages ring barriers and the activation's
-// A tile's partial sums of the K parts after the first: per tile warp two buffers (tile parity) of 32 lanes x 4.
+// The K parts' sums (all but a tile's first part): per warp two buffers (tile parity) of 32 lanes x 4 floats.
 constexpr size_t kPartialBytes = size_t(kWarps) * 2 * 32 * 4 * sizeof(float);
 constexpr int64_t kMinWeightBytes = int64_t(16) << 20;
 
