@@ -547,6 +547,9 @@ TEST(LinearChoice, PolicyFromEnvironment) {
         ScopedEnv slot_rows("FLASHSEEK_GROUPED_SLOT_ROWS", "64");
         ScopedEnv widen("FLASHSEEK_WO_A_WIDEN_MIN_TOKENS", "256");
         ScopedEnv chain_free("FLASHSEEK_GEMV_CHAIN_FREE_SMS", "32");
+        ScopedEnv ring_min("FLASHSEEK_RING_GEMV_MIN_K", "4096");
+        ScopedEnv ring_max("FLASHSEEK_RING_GEMV_MAX_K", "0");
+        ScopedEnv ring_parts("FLASHSEEK_RING_GEMV_K_PARTS", "2");
         const KernelPolicy p = KernelPolicy::from_env();
         EXPECT_TRUE(p.is_forced("tile_gemm"));
         EXPECT_TRUE(p.is_forced("attn_mma"));
@@ -563,10 +566,16 @@ TEST(LinearChoice, PolicyFromEnvironment) {
         EXPECT_EQ(p.grouped_slot_rows, 64);
         EXPECT_EQ(p.wo_a_widen_min_tokens, 256);
         EXPECT_EQ(p.gemv_chain_free_sms, 32);
+        EXPECT_EQ(p.ring_gemv_min_k, 4096);
+        EXPECT_EQ(p.ring_gemv_max_k, 0);
+        EXPECT_EQ(p.ring_gemv_k_parts, 2);
     }
     EXPECT_EQ(KernelPolicy::from_env().gemv_chain_free_sms, 0);
     EXPECT_EQ(KernelPolicy::from_env().grouped_slot_rows, 0);
     EXPECT_EQ(KernelPolicy::from_env().wo_a_widen_min_tokens, 64);
+    EXPECT_EQ(KernelPolicy::from_env().ring_gemv_min_k, 2048);
+    EXPECT_EQ(KernelPolicy::from_env().ring_gemv_max_k, 8192);
+    EXPECT_EQ(KernelPolicy::from_env().ring_gemv_k_parts, 4);
     expect_env_error("FLASHSEEK_DISABLE", "wgmma_gemv,no_such_kernel", "no_such_kernel");
     expect_env_error("FLASHSEEK_FORCE", "tile", "tile");
     expect_env_error("FLASHSEEK_GEMV_MAX_TOKENS", "17", "");
@@ -579,6 +588,8 @@ TEST(LinearChoice, PolicyFromEnvironment) {
     expect_env_error("FLASHSEEK_GROUPED_SLOT_ROWS", "256", "");
     expect_env_error("FLASHSEEK_WO_A_WIDEN_MIN_TOKENS", "0", "");
     expect_env_error("FLASHSEEK_GEMV_CHAIN_FREE_SMS", "-1", "");
+    expect_env_error("FLASHSEEK_RING_GEMV_K_PARTS", "3", "3");
+    expect_env_error("FLASHSEEK_RING_GEMV_MIN_K", "-1", "");
 }
 
 TEST(LinearArgs, BadArgumentsThrowNamedErrors) {
