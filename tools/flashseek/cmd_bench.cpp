@@ -98,7 +98,7 @@ PeriodSummary layer_periods(const TimelineSummary& t) {
     return summarize_periods(t, {"mhc_partial", "mhc_pre_one_launch"}, 2);
 }
 
-nlohmann::json timeline_json(const TimelineSummary& t) {
+nlohmann::json timeline_json(const TimelineSummary& t, const PeriodSummary& layers) {
     const TimelineStep& m = t.median;
     nlohmann::json j = {{"steps", t.steps},         {"wall_us", m.wall_us},     {"lead_us", m.lead_us},
                         {"span_us", m.span_us},     {"busy_us", m.busy_us},     {"idle_us", m.idle_us},
@@ -116,7 +116,6 @@ nlohmann::json timeline_json(const TimelineSummary& t) {
     j["median_step_kernels"] = nlohmann::json::array();  // [kernel, stream, start ns, end ns] from the step's mark
     for (const KernelSpan& k : t.median_step_spans)
         j["median_step_kernels"].push_back({k.name, k.stream, k.start_ns, k.end_ns});
-    const PeriodSummary layers = layer_periods(t);
     nlohmann::json per_layer = {{"layers", layers.periods},
                                 {"alike", layers.alike},
                                 {"median_us", layers.median_us},
@@ -293,11 +292,13 @@ int run_bench(int argc, char** argv) {
         // One more prefill traced on the device: the eager pass as it runs (the per-op events above serialize what
         // PDL and the side branches overlap), its gaps and every kernel's time.
         TimelineSummary timeline;
+        PeriodSummary timeline_layers;  // the median traced pass per layer
         if (timeline_steps > 0) {
             ext->mark_kernel_trace();
             timed_prefill();
             ext->mark_kernel_trace();
             timeline = summarize_timeline(ext->take_kernel_trace());
+            timeline_layers = layer_periods(timeline);
         }
         nlohmann::json r;
         r["tokens"] = n;
@@ -309,7 +310,7 @@ int run_bench(int argc, char** argv) {
         const double pct = flop_fields(r, n, n / secs);
         r["profiled_gpu_us"] = prof.gpu_us;
         r["ops"] = ops_json(prof, bw);
-        if (timeline_steps > 0) r["timeline"] = timeline_json(timeline);
+        if (timeline_steps > 0) r["timeline"] = timeline_json(timeline, timeline_layers);
         prefill_results.push_back(r);
         std::printf("\n== prefill of one sequence, %d tokens ==\n", n);
         std::printf("prefill: %.3f s = %.0f tok/s; %.2f GFLOP/token (linears %.2f, attention %.2f) -> %.1f TFLOP/s "
@@ -325,8 +326,7 @@ int run_bench(int argc, char** argv) {
                     100.0 * enqueue_s / secs);
         print_ops(prof, bw, "the profiled prefill");
         if (timeline_steps > 0)
-            std::printf("%s%s", format_timeline(timeline, 30, "pass").c_str(),
-                        format_periods(layer_periods(timeline)).c_str());
+            std::printf("%s%s", format_timeline(timeline, 30, "pass").c_str(), format_periods(timeline_layers).c_str());
     }
 
     nlohmann::json results = nlohmann::json::array();
@@ -383,6 +383,7 @@ int run_bench(int argc, char** argv) {
             // The timeline: more graph steps with each kernel's start and end recorded on the device (the token
             // values repeat the profiled step's; the sequences grow by one position per step as in the timed ones).
             TimelineSummary timeline;
+            PeriodSummary timeline_layers;  // the median traced step per layer
             if (timeline_steps > 0) {
                 for (int s = 0; s < timeline_steps; ++s) {
                     for (int i = 0; i < B; ++i) steps[size_t(i)] = {ids[size_t(i)], &next[size_t(i)], 1, false};
@@ -393,6 +394,7 @@ int run_bench(int argc, char** argv) {
                 }
                 ext->mark_kernel_trace();
                 timeline = summarize_timeline(ext->take_kernel_trace());
+                timeline_layers = layer_periods(timeline);
             }
             for (int id : ids) be->free_sequence(id);
 
@@ -430,7 +432,7 @@ int run_bench(int argc, char** argv) {
             r["bubble_step_fraction"] = bubble.step_fraction;
             r["profiled_gpu_us"] = prof.gpu_us;
             r["ops"] = ops_json(prof, bw);
-            if (timeline_steps > 0) r["timeline"] = timeline_json(timeline);
+            if (timeline_steps > 0) r["timeline"] = timeline_json(timeline, timeline_layers);
             results.push_back(r);
 
             std::printf("\n== context %d, concurrency %d ==\n", ctx, B);
@@ -459,7 +461,7 @@ int run_bench(int argc, char** argv) {
                         format_per_op_sum_vs_step(prof.gpu_us, tpot, step_kind).c_str());
             print_ops(prof, bw, "one profiled decode step");
             if (timeline_steps > 0)
-                std::printf("%s%s", format_timeline(timeline).c_str(), format_periods(layer_periods(timeline)).c_str());
+                std::printf("%s%s", format_timeline(timeline).c_str(), format_periods(timeline_layers).c_str());
         }
     }
     if (!json_path.empty()) {
