@@ -286,6 +286,12 @@ __device__ __forceinline__ bool score_tile_origin(const IndexerSelectParams& p, 
     return n_vis > p.topk && j0 < n_vis;
 }
 
+// Query t's per-head weights (times weights_scale) into ws[Hp], zero in the padding heads.
+__device__ __forceinline__ void stage_head_weights(const IndexerSelectParams& p, int t, int H, int Hp, float* ws) {
+    for (int h = threadIdx.x; h < Hp; h += blockDim.x)
+        ws[h] = h < H ? __bfloat162float(p.weights[t * p.weights_stride + h]) * p.weights_scale : 0.f;
+}
+
 // Form 0 (IndexerSelectParams::form): CTA per (query, tile of kScoreTile entries), thread (entry, head group) runs
 // its group's products and chain. Form 1 (scores_tile_kernel below) computes the same values.
 __global__ void __launch_bounds__(kScoreThreads) scores_kernel(IndexerSelectParams p, float* __restrict__ scores) {
@@ -307,8 +313,7 @@ __global__ void __launch_bounds__(kScoreThreads) scores_kernel(IndexerSelectPara
         const int h = i / D, d = i % D;
         qs[d * Hp + h] = h < H ? __bfloat162float(qt[i]) : 0.f;
     }
-    for (int h = threadIdx.x; h < Hp; h += blockDim.x)
-        ws[h] = h < H ? __bfloat162float(p.weights[t * p.weights_stride + h]) * p.weights_scale : 0.f;
+    stage_head_weights(p, t, H, Hp, ws);
     for (int i = threadIdx.x; i < kScoreTile * (D / 2); i += blockDim.x) {
         const int e = i / (D / 2), d = 2 * (i % (D / 2));
         float2 val = make_float2(0.f, 0.f);
@@ -375,8 +380,7 @@ __global__ void __launch_bounds__(kScoreThreads) scores_tile_kernel(IndexerSelec
     const int slot = p.batch.seq_slot[p.batch.token_seq[t]];
     stage_keys_by_block(p.keys, IndexFormat(p.keys.format), slot, j0, n_vis, D, kd, tile, ks);  // longest wait first
     stage_q_by_head(p.q + t * p.q_stride, H, Hp, D, qs);
-    for (int h = threadIdx.x; h < Hp; h += blockDim.x)
-        ws[h] = h < H ? __bfloat162float(p.weights[t * p.weights_stride + h]) * p.weights_scale : 0.f;
+    stage_head_weights(p, t, H, Hp, ws);
     __syncthreads();
     // (1) Items (entry e, heads 4c .. 4c + 3), entries fastest: a warp's lanes read different key rows (padded:
     // distinct banks) and broadcast one or two q vectors.
