@@ -531,8 +531,8 @@ cmd_e2e() {
 # Paths that must give the default path's bits end to end, byte for byte, in both numerics: chain-shapes (a config
 # whose wo_a / wo_b reach gemv_chain: 2 groups of 1,024 rows over 2,048 columns, and whose wq_a / q_norm / wq_b reach
 # the query chain: q_lora_rank 256; 12 decode steps) with gemv_chain and with query_chain forced; tiny-a (index_topk
-# 8: its ratio-4 layer scores from 36 tokens; 56 decode steps) with the indexer's query path on its side branch
-# (indexer_branch forced), with the indexer's first form (FLASHSEEK_INDEXER_SELECT_FORM=0) and with mhc_pre as one
+# 8: its ratio-4 layer scores from 36 tokens; 56 decode steps) with the indexer's query path on its side branch in
+# prefill passes too (indexer_branch forced) and on the main path in decode (indexer_branch disabled), with the indexer's first form (FLASHSEEK_INDEXER_SELECT_FORM=0) and with mhc_pre as one
 # launch at one token (mhc_one_launch forced: every decode step and the head).
 fused_identity() {  # work dir
   make_tiny chain-shapes "$1" || { fail "gen-checkpoint chain-shapes"; return; }
@@ -542,6 +542,7 @@ fused_identity() {  # work dir
   same_logits chain-shapes "$1" chain16.tok "gemv_chain forced" FLASHSEEK_FORCE=gemv_chain
   same_logits chain-shapes "$1" chain16.tok "query_chain forced" FLASHSEEK_FORCE=query_chain
   same_logits tiny-a "$1" tiny60.tok "indexer_branch forced" FLASHSEEK_FORCE=indexer_branch
+  same_logits tiny-a "$1" tiny60.tok "indexer_branch disabled" FLASHSEEK_DISABLE=indexer_branch
   same_logits tiny-a "$1" tiny60.tok "the indexer's form 0" FLASHSEEK_INDEXER_SELECT_FORM=0
   same_logits tiny-a "$1" tiny60.tok "mhc_one_launch forced" FLASHSEEK_FORCE=mhc_one_launch
 }

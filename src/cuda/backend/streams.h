@@ -1,7 +1,7 @@
 // The streams of one CUDA backend instance: the main stream every pass is enqueued on, and eleven side streams for the
 // independent branches of a sub-block (the window KV; the indexer's compressor; the attention compressor or the shared
-// expert; each compressor's gate projection, beside its kv projection; the indexer's query path where the policy forces
-// "indexer_branch"; the indexer's weights_proj; mhc_pre's post and comb; the L2 prefetch of the next weight GEMV's
+// expert; each compressor's gate projection, beside its kv projection; the indexer's query path in decode passes
+// ("indexer_branch"); the indexer's weights_proj; mhc_pre's post and comb; the L2 prefetch of the next weight GEMV's
 // matrix where it forces "weight_prefetch"; wo_a's widening to bf16 where a pass takes it; one token's routed-expert
 // tile, packed beside the routing). A branch is forked from the main stream by an event and joined back by another (or
 // into another branch, which is joined back), so a captured graph holds it as parallel nodes and its latency-bound
