@@ -97,8 +97,7 @@ void ForwardPass::sub_block(const PassShape& pass, int l, int sub) {
     // Decode passes of up to KernelPolicy::mhc_mix_lane_max_rows rows: post and comb (the Sinkhorn, the finalize's
     // longest chain) on a branch beside the sub-block ("mhc_mix_lane"; forced: at any row count), joined before the
     // next sub-block reads them; the finalize's successor waits for the collapse and the norm only.
-    p.mix_apart = !pass.prefill && !pol_->is_disabled("mhc_mix_lane") &&
-                  (s.n_rows <= pol_->mhc_mix_lane_max_rows || pol_->is_forced("mhc_mix_lane"));
+    p.mix_apart = !pass.prefill && pol_->takes("mhc_mix_lane", s.n_rows <= pol_->mhc_mix_lane_max_rows);
     if (post_pending_ >= 0) {
         if (post_pending_ == 1 && !sharded_) {  // the MoE sub-block's combine runs here too
             if (routed_out_bf16_)

@@ -165,8 +165,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
     // the policy forces "query_chain", one token runs wq_a, q_norm and wq_b as one persistent kernel instead.
     const int nI = cfg_.index_n_heads, dI = cfg_.index_head_dim;
     // Decode passes put the indexer's query path on a side branch (prefill passes where forced: not measured there).
-    const bool index_branch = index_scoring && !pol_->is_disabled("indexer_branch") &&
-                              (!s.prefill || pol_->is_forced("indexer_branch"));
+    const bool index_branch = index_scoring && pol_->takes("indexer_branch", !s.prefill);
     const bool query_chained = ax && run_query_chain(L, *ax, Tq, s.prefill);
     // One token: q_norm inside wq_b's staging (no launch of its own); wq_a then writes the raw latent apart.
     const bool norm_in_wq_b = !query_chained && q_norm_into_wq_b(L, Tq, s.prefill, index_branch);

@@ -167,6 +167,11 @@ struct KernelPolicy {
     // A composition taken only where forced (gemv_chain, query_chain, weight_prefetch,
     // attn_prefill_cta_release, mhc_one_launch): forced, and not disabled as well.
     bool takes_forced_only(std::string_view name) const { return is_forced(name) && !is_disabled(name); }
+    // A composition taken where it was measured to pay (`measured`: mhc_mix_lane's row cap, indexer_branch's decode
+    // passes), anywhere where forced, never where disabled.
+    bool takes(std::string_view name, bool measured) const {
+        return !is_disabled(name) && (measured || is_forced(name));
+    }
     // The policy a test uses to exercise exactly one variant: forced, every other variant of the lists untouched.
     static KernelPolicy only(std::string_view variant);
     // The policy of one pass of the backend: in a prefill pass the compute-bound variants (kComputeBoundVariants)
