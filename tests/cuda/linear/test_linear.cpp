@@ -490,8 +490,9 @@ TEST(LinearChoice, DefaultRules) {
     EXPECT_EQ(planned(17, 1024, 4096, X, def, 1, BF16), "tile_gemm");
     EXPECT_EQ(planned(4, 200, 384, X, def, 1, BF16), "tile_gemm");      // rows not a multiple of 16
     EXPECT_EQ(planned(4, 256, 400, X, def, 1, BF16), "tile_gemm");      // K not a multiple of 32
-    // grouped (wo_a, bf16 activation): the GEMVs by token count; odd grouped shapes the element-wise fallback
-    EXPECT_EQ(planned(1, 8192, 4096, X, def, 8), "simt_gemv");
+    // grouped (wo_a, bf16 activation): the GEMVs by token count (one token: the ring, above); odd grouped shapes the
+    // element-wise fallback
+    EXPECT_EQ(planned(1, 8192, 4096, X, no_ring, 8), "simt_gemv");
     EXPECT_EQ(planned(2, 8192, 4096, X, def, 8), wgmma ? "wgmma_f16_gemv" : "mma_gemv");
     EXPECT_EQ(planned(8, 8192, 4096, X, def, 8), wgmma ? "wgmma_f16_gemv" : "mma_gemv");
     EXPECT_EQ(planned(32, 8192, 4096, X, def, 8), wgmma ? "wgmma_f16_gemv" : "tile_gemm");
