@@ -88,8 +88,10 @@ __device__ __forceinline__ void butterfly_step(float* v, int lane) {
 // mhc_post_vec_kernel computes it: warp w mixes token w of the chunk into shared memory and, after the barrier (all
 // old values read), stores it; every warp then takes the mixed chunk from shared memory.
 // The partial sums of K chunk `split` (of n_splits) for token tile `tile`, by the first kThreads threads of the CTA.
-// kNamedSync: their barrier is a named one (the one-launch kernel's CTA has more threads), else __syncthreads.
-template <bool kNamedSync>
+// kExtraWarps: the CTA has warps beyond kWarps (the one-launch kernel's); they compute nothing, join the fused
+// post's __syncthreads (one block-wide barrier at one call site: no named barrier of part of the CTA, which
+// racecheck did not follow into the later block-wide barriers) and leave.
+template <bool kExtraWarps>
 __device__ __forceinline__ void partial_chunk(bf16* __restrict__ x, const float* __restrict__ fn, int n_tokens, int N,
                                               int64_t D, int n_mix, bool aligned, bool interleaved, const PostIn& pin,
                                               float* __restrict__ ws, int tile, int split, int n_splits) {
@@ -97,6 +99,7 @@ __device__ __forceinline__ void partial_chunk(bf16* __restrict__ x, const float*
     const int t0 = tile * kTok;
     const int nt = min(kTok, n_tokens - t0);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const bool worker = !kExtraWarps || warp < kWarps;
     int stream = 0;
     const int64_t kb = chunk_origin(split, lane, N, D, interleaved, stream);  // this lane's first element
     const bool full = aligned && kb + kPerLane <= K;  // vector path (8-byte x, 16-byte fn)
@@ -105,12 +108,13 @@ __device__ __forceinline__ void partial_chunk(bf16* __restrict__ x, const float*
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
         const int o = warp + kWarps * r;
+        const bool row = worker && o < n_mix;
         const float* src = fn + int64_t(o) * K + kb;
-        if (o < n_mix && full) {
+        if (row && full) {
             *reinterpret_cast<float4*>(w[r]) = __ldg(reinterpret_cast<const float4*>(src));
         } else {
 #pragma unroll
-            for (int i = 0; i < kPerLane; ++i) w[r][i] = o < n_mix && kb + i < K ? __ldg(src + i) : 0.f;
+            for (int i = 0; i < kPerLane; ++i) w[r][i] = row && kb + i < K ? __ldg(src + i) : 0.f;
         }
     }
     // fn is a weight (no kernel writes it): its loads above are in flight while the previous kernel finishes.
@@ -128,10 +132,8 @@ __device__ __forceinline__ void partial_chunk(bf16* __restrict__ x, const float*
             *reinterpret_cast<float4*>(&mixed[warp][lane * kPerLane]) = make_float4(out[0], out[1], out[2], out[3]);
         }
         // every warp has read the old streams of this chunk and published its token
-        if constexpr (kNamedSync)
-            asm volatile("bar.sync 2, %0;" ::"n"(kThreads) : "memory");
-        else
-            __syncthreads();
+        __syncthreads();
+        if (!worker) return;
         if (warp < nt) {
             uint2 raw;
             __nv_bfloat162* h2 = reinterpret_cast<__nv_bfloat162*>(&raw);
@@ -164,6 +166,7 @@ __device__ __forceinline__ void partial_chunk(bf16* __restrict__ x, const float*
         }
     }
     }
+    if (!worker) return;  // (without the fused post the extra warps have no barrier to join)
     float v[kSums];  // v[r * kTok + tt]; r == kRowsPerWarp: sum of squares
 #pragma unroll
     for (int tt = 0; tt < kTok; ++tt) {
@@ -476,24 +479,22 @@ __global__ void __launch_bounds__(kMixThreads) mhc_mix_kernel(MhcPreParams p, co
     write_mix_rows(p, red, streams_rho(red, n_mix, int64_t(N) * p.dim, p.rms_eps), N, t, lane, mw);
 }
 
-// One token's mhc_pre in one launch: grid (1, n_splits) CTAs of kFinThreads threads; the first kThreads of each
-// compute the K chunk's partial sums as mhc_partial_kernel does (the fused post included), and the CTA that
-// arrives last at `counter` (split_arrives_last: every partial is visible to it) runs the finalize as
+// One token's mhc_pre in one launch: grid (1, n_splits) CTAs of kFinThreads threads; the first kThreads of each compute
+// the K chunk's partial sums (the others only join its barrier) as mhc_partial_kernel does (the fused post included),
+// and the CTA that arrives last at `counter` (split_arrives_last: every partial is visible to it) runs the finalize as
 // mhc_finalize_kernel does, reading the streams through L2 (other CTAs rewrote them where the post is fused) and
-// resetting the counter. Why: at one token the finalize waited for the partial grid's completion and its own
-// launch's dependency wait, twice per layer on the step's critical path; the arithmetic and the bits are the two
-// kernels'. The host takes it only on the vector paths (vec, aligned) with 16-byte copies of the partials, which
-// go through L2 as well.
-// x is p.x (not __restrict__: the finalize reads the streams through p.x after the partial phase rewrote them).
+// resetting the counter. Why: at one token the finalize waited for the partial grid's completion and its own launch's
+// dependency wait, twice per layer on the step's critical path; the arithmetic and the bits are the two kernels'. The
+// host takes it only on the vector paths (vec, aligned) with 16-byte copies of the partials, which go through L2 as
+// well. x is p.x (not __restrict__: the finalize reads the streams through p.x after the partial phase rewrote them).
 template <int NS>
 __global__ void __launch_bounds__(kFinThreads) mhc_pre_one_launch_kernel(MhcPreParams p, bf16* x,
                                                                          int n_mix, bool aligned, bool interleaved,
                                                                          PostIn pin, float* __restrict__ ws,
                                                                          int n_splits, bool vec,
                                                                          uint32_t* __restrict__ counter) {
-    if (threadIdx.x < kThreads)
-        partial_chunk<true>(x, p.fn, 1, NS > 0 ? NS : p.n_streams, int64_t(p.dim), n_mix, aligned, interleaved, pin,
-                            ws, 0, int(blockIdx.y), n_splits);
+    partial_chunk<true>(x, p.fn, 1, NS > 0 ? NS : p.n_streams, int64_t(p.dim), n_mix, aligned, interleaved, pin, ws,
+                        0, int(blockIdx.y), n_splits);
     __shared__ uint32_t last;
     if (!split_arrives_last(counter, n_splits, last, threadIdx.x == 0)) return;
     if (threadIdx.x == 0) *counter = 0;  // every CTA has arrived: ready for the next launch
