@@ -199,12 +199,7 @@ __global__ void rmsnorm_rope_vec_kernel(const bf16* in, int64_t in_stride, bf16*
         dst[c] = x;
         if (po.values) {  // the bf16 values just stored, prepared for the next linear (dim % 128 == 0: whole halves)
             float y[8];
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const float2 f = __bfloat1622float2(h[j]);
-                y[2 * j] = f.x;
-                y[2 * j + 1] = f.y;
-            }
+            bf16x8_to_float(x, y);
             if (po.fp8_rows)
                 store_fp8_rows_features_x8(reinterpret_cast<uint8_t*>(po.values), po.codes_ld, po.scales,
                                            po.scales_ld, row, c, y, lane);
