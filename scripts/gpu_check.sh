@@ -545,16 +545,21 @@ fused_identity() {  # work dir
   same_logits tiny-a "$1" tiny60.tok "indexer_branch disabled" FLASHSEEK_DISABLE=indexer_branch
   same_logits tiny-a "$1" tiny60.tok "the indexer's form 0" FLASHSEEK_INDEXER_SELECT_FORM=0
   same_logits tiny-a "$1" tiny60.tok "mhc_one_launch forced" FLASHSEEK_FORCE=mhc_one_launch
+  # ring_gemv's raw rows (one token, prepared in every CTA: prepare_in_ring) against the preparation launch; the ring
+  # forced, since tiny-a's matrices are below its default floor
+  same_logits tiny-a "$1" tiny60.tok "prepare_in_gemv disabled (ring_gemv, prepare_in_ring forced)" \
+    FLASHSEEK_DISABLE=prepare_in_gemv FLASHSEEK_FORCE=ring_gemv,prepare_in_ring
 }
 
-same_logits() {  # model dir tokens what VAR=value: the model's logits with and without VAR=value, byte for byte
-  local name=$1 dir=$2 tok=$2/$3 what=$4 setting=$5 num tag
-  tag=$(echo "$name-$setting" | tr -c 'A-Za-z0-9_\n-' _)
+same_logits() {  # model dir tokens what VAR=value [BASE=value]: the model's logits with and without VAR=value
+  # (both runs with BASE=value where given), byte for byte
+  local name=$1 dir=$2 tok=$2/$3 what=$4 setting=$5 base=${6:-FLASHSEEK_SAME_LOGITS_BASE=} num tag
+  tag=$(echo "$name-$setting-$base" | tr -c 'A-Za-z0-9_\n-' _)
   for num in exact release; do
-    timeout 120 env LD_LIBRARY_PATH="$LDP" "$FS" logits --model "$dir/$name" --tokens "$tok" --prefill 4 \
+    timeout 120 env LD_LIBRARY_PATH="$LDP" "$base" "$FS" logits --model "$dir/$name" --tokens "$tok" --prefill 4 \
       --backend cuda --numerics $num --output "$dir/${tag}_default_$num.bin" > "$LOG/same_${tag}_default_$num.log" 2>&1 \
       || { fail "$name: logits $num (logs/same_${tag}_default_$num.log)"; continue; }
-    timeout 120 env LD_LIBRARY_PATH="$LDP" "$setting" "$FS" logits --model "$dir/$name" --tokens "$tok" --prefill 4 \
+    timeout 120 env LD_LIBRARY_PATH="$LDP" "$base" "$setting" "$FS" logits --model "$dir/$name" --tokens "$tok" --prefill 4 \
       --backend cuda --numerics $num --output "$dir/${tag}_set_$num.bin" > "$LOG/same_${tag}_set_$num.log" 2>&1 \
       || { fail "$name: logits $num, $what (logs/same_${tag}_set_$num.log)"; continue; }
     if cmp -s "$dir/${tag}_default_$num.bin" "$dir/${tag}_set_$num.bin"; then
@@ -574,7 +579,7 @@ diagnose_layers() {  # model tokens prefill numerics label
   note "-- per layer: $label, CUDA vs CPU, $num numerics"
   for n in $(seq 1 "$layers"); do
     for b in cpu cuda; do
-      timeout 120 env LD_LIBRARY_PATH="$LDP" "$FS" logits --model "$model" --tokens "$tok" --prefill "$prefill" \
+      timeout 120 env LD_LIBRARY_PATH="$LDP" "$base" "$FS" logits --model "$model" --tokens "$tok" --prefill "$prefill" \
         --backend $b --numerics "$num" --layers "$n" --output "$DIAG/$label.$b.L$n.bin" >> "$LOG/diagnose_$label.log" 2>&1 \
         || fail "$label: logits --backend $b --layers $n"
     done

@@ -280,7 +280,8 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
                             /*written_in_stream=*/true};
     }
     // One token: wo_a's and wo_b's inputs prepared inside their GEMVs' staging (raw_activation), no preparation
-    // launch between the kernels, where the preparation and the GEMV would be simt_gemv's (the same bits).
+    // launch between the kernels, where the preparation and the GEMV would be simt_gemv's (or ring_gemv's where
+    // forced: raw_input; the same bits).
     const PreparedActivation ao_raw = raw_input(Tq, buf_.attn_out.get(), int64_t(H) * hd, wo_a, true, G, s.prefill);
     const PreparedActivation& ao = ao_raw.raw ? ao_raw
                                               : prepare(buf_.prep_attn_out, buf_.attn_out.get(), false, Tq,
@@ -374,18 +375,23 @@ bool ForwardPass::run_query_chain(const ShardLayer& L, const PreparedActivation&
     return true;
 }
 
-// One token's bf16 row x of K columns as a raw_activation for w (prepared inside the GEMV's staging), where both the
-// raw row and the prepared one would run simt_gemv: the same bits as the preparation launch and the GEMV. The default
-// ("prepare_in_gemv"; FLASHSEEK_DISABLE=prepare_in_gemv keeps the launch). Else an activation with raw false (the
-// caller prepares). Not while a forced gemv_chain would take the prepared input.
+// One token's bf16 row x of K columns as a raw_activation for w (prepared inside the GEMV's staging), where the raw
+// row and the prepared one would run simt_gemv, or ring_gemv where the policy forces "prepare_in_ring" (wo_b's input;
+// wo_a's row is longer than ring_gemv prepares in every CTA): the same bits as the preparation launch and the GEMV.
+// The default for simt_gemv ("prepare_in_gemv"; FLASHSEEK_DISABLE=prepare_in_gemv keeps the launch). ring_gemv only
+// where forced: with wo_b's row prepared inside the ring the one-sequence step was 2.9% slower on an H100 (run 905,
+// docs/perf-log/2026-12-07_defaults-checked-and-ring-raw-rows.md). Else an activation with raw false (the caller
+// prepares). Not while a forced gemv_chain would take the prepared input.
 PreparedActivation ForwardPass::raw_input(int Tq, const void* x, int64_t K, const DeviceLinear& w, bool force_exact,
                                           int groups, bool prefill) const {
     if (Tq != 1 || prefill || w.kind == WeightKind::BF16 || pol_->is_disabled("prepare_in_gemv") ||
         pol_->takes_forced_only("gemv_chain"))
         return {};
     const ActNumerics num = input_numerics(w, force_exact);
-    if (linear_choice(Tq, w, groups, num, *pol_) != "simt_gemv" ||
-        linear_choice(Tq, w, groups, num, *pol_, /*raw=*/true) != "simt_gemv")
+    const std::string_view prepared_choice = linear_choice(Tq, w, groups, num, *pol_);
+    const bool in_ring = prepared_choice == "ring_gemv" && pol_->takes_forced_only("prepare_in_ring");
+    if ((prepared_choice != "simt_gemv" && !in_ring) ||
+        linear_choice(Tq, w, groups, num, *pol_, /*raw=*/true) != prepared_choice)
         return {};
     return raw_activation(x, Tq, K, K, w.kind, num);
 }

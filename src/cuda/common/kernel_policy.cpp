@@ -58,7 +58,7 @@ const std::vector<std::string_view>& known_variants() {
         "routed_bf16_out", "norm_fp8_rows", "wo_a_fp8_rows", "gemm_tma_store", "moe_half_items",
         "gemv_chain",      "query_chain",   "indexer_branch", "weight_prefetch", "attn_prefill_cta_release",
         "mhc_one_launch",  "norm_into_gemv", "compressor_gate_lane",
-        "prepare_in_gemv", "moe_pack_ahead", "moe_pack_join_routing", "route_in_router",
+        "prepare_in_gemv", "prepare_in_ring", "moe_pack_ahead", "moe_pack_join_routing", "route_in_router",
         "indexer_weights_lane", "mhc_mix_lane"};
     return names;
 }

@@ -33,6 +33,9 @@
 //           GEMVs dispatched after wq_b, docs/perf-log/2026-12-06_norm-in-wq-b-and-gate-lanes.md),
 //           prepare_in_gemv (one token: wo_a's and wo_b's bf16 inputs prepared inside simt_gemv's staging, a
 //           raw_activation; the same bits; disabled: a preparation launch before each),
+//           prepare_in_ring (one token: wo_b's bf16 input prepared inside ring_gemv, every CTA preparing the row;
+//           the same bits; only where forced: the one-sequence step 2.9% slower on an H100,
+//           docs/perf-log/2026-12-07_defaults-checked-and-ring-raw-rows.md),
 //           compressor_gate_lane (each compressor's gate GEMV on a side stream of its own beside its wkv GEMV,
 //           the same kernels; disabled: both on the compressor's stream, one after the other)
 //           moe_pack_ahead (one token: wgmma_experts' up-projection tile packed on a side stream as soon as the

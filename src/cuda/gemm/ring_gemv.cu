@@ -30,6 +30,9 @@
 //     loads of wo_a's 64 KB took eight dependent ones: +4-5 us per call, run 240) while the others read its
 //     per-128 scales. Release numerics convert the rows to e4m3 bytes in column order there (rows padded by 64
 //     bytes: conflict-free 16-byte fragment reads); exact numerics read the prepared f16 rows as they are.
+//   - One token's raw bf16 row (raw_activation, up to kRawMaxCols columns: wo_b's input) is copied the same way and
+//     prepared there by every CTA, prepare_block's math (the same bits as the preparation launch it replaces: with
+//     the ring on wo_b, the one-token step had that launch between wo_a and wo_b, ~1.2 us on the path, run 904).
 //   - Fragments: only the sum over k matters inside a 128-column block, so lane (g, t) reads 16 contiguous bytes of
 //     rows g and g + 8 per 64 columns. e4m3: its two m16n8k32 steps take words 2j, 2j + 1 as fragment columns
 //     4t..4t+3 and 16+4t..16+4t+3, B column g token g's e4m3 bytes in the same order (zero for g >= M). f16: k
@@ -53,6 +56,7 @@
 #include "cuda/common/smem.cuh"
 #include "cuda/gemm/mma_core.cuh"
 #include "cuda/gemm/mma_tile.cuh"
+#include "cuda/gemm/prepare_block.cuh"
 #include "cuda/gemm/stream_gemv.cuh"
 
 namespace flashseek::cuda::ring_gemv {
@@ -68,6 +72,10 @@ constexpr size_t kBarBytes = 128;  // kRingStages ring barriers and the activati
 // The K parts' sums (all but a tile's first part): per warp two buffers (tile parity) of 32 lanes x 4 floats.
 constexpr size_t kPartialBytes = size_t(kWarps) * 2 * 32 * 4 * sizeof(float);
 constexpr int64_t kMinWeightBytes = int64_t(16) << 20;
+// A raw bf16 row (raw_activation, one token) is prepared by every CTA for the whole row: up to 8,192 columns (wo_b's
+// input: 8 pieces of 8 columns per thread) that costs about what the conversion to e4m3 bytes already cost; wo_a's
+// 32,768 would be 32 pieces per thread, more than the preparation launch it replaces.
+constexpr int64_t kRawMaxCols = 8192;
 
 using stream_gemv::Args;
 
@@ -127,8 +135,9 @@ __device__ __forceinline__ void piece(float (&d)[4], const uint4& ra, const uint
 #endif
 
 // xk: the activation's columns (K x groups); chunk: columns per stage. E4M3: release numerics
-// (the activation is act_quant's e4m3 codes), else exact (f16 values).
-template <bool E4M3>
+// (the activation is act_quant's e4m3 codes), else exact (f16 values). kRaw: a.x is one raw bf16 row, prepared here
+// as prepare_activation would (the same values and scales, so the same bits).
+template <bool E4M3, bool kRaw>
 __global__ void __launch_bounds__(kWarps * 32, 1) ring_gemv_kernel(const Args a, int xk, int chunk, int parts) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) unsigned char smem[];
@@ -186,12 +195,38 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ring_gemv_kernel(const Args a,
         for (int tok = 0; tok < a.M; ++tok)
             copy_g2s(raw + tok * rst, a.x + int64_t(tok) * a.x_ld, uint32_t(2 * xk), x_bar);
     }
-    for (int e = threadIdx.x; e < a.M * x_blocks; e += blockDim.x) {
-        const int tok = e / x_blocks;
-        xsc[e] = __ldg(a.xs + int64_t(tok) * a.xs_ld + (e - tok * x_blocks));
-    }
+    if constexpr (!kRaw)
+        for (int e = threadIdx.x; e < a.M * x_blocks; e += blockDim.x) {
+            const int tok = e / x_blocks;
+            xsc[e] = __ldg(a.xs + int64_t(tok) * a.xs_ld + (e - tok * x_blocks));
+        }
     mbar_wait(x_bar, 0);
-    if constexpr (E4M3) {
+    if constexpr (kRaw) {
+        // The one row's 8-column pieces, a half warp per 128-block (blockDim is a multiple of 32, xk of 128, so a
+        // half warp's pieces are one block's): prepare_block's scale and values. Release numerics write the e4m3
+        // bytes in column order (what the conversion below makes of the prepared f16 copy of the same codes), exact
+        // numerics the prepared f16 values in place.
+        const int lane_in_warp = threadIdx.x & 31;
+        for (int i = threadIdx.x; i < xk / 8; i += blockDim.x) {
+            float y[8];
+            bf16x8_to_float(*reinterpret_cast<const uint4*>(raw + 16 * i), y);
+            float sc;
+            if constexpr (E4M3) {
+                sc = prepared_block_scale(half_warp_amax8(y, lane_in_warp), int(ActNumerics::FP8_BLOCK128));
+                const float inv = 1.f / sc;
+                uint32_t b[8];
+#pragma unroll
+                for (int j = 0; j < 8; ++j) b[j] = uint32_t(prepared_e4m3(y[j], inv));
+                *reinterpret_cast<uint2*>(e4 + 8 * i) = make_uint2(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24,
+                                                                   b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24);
+            } else {
+                uint16_t q[8];
+                sc = prepared_block_x8_bits<WeightKind::FP8_BLOCK128>(y, lane_in_warp, int(ActNumerics::EXACT), q);
+                *reinterpret_cast<uint4*>(raw + 16 * i) = pack_prepared_x8(q);
+            }
+            if ((lane_in_warp & 15) == 0) xsc[i / 16] = sc;
+        }
+    } else if constexpr (E4M3) {
         const int groups8 = xk / 8;
         for (int e = threadIdx.x; e < a.M * groups8; e += blockDim.x) {
             const int tok = e / groups8, c8 = e - tok * groups8;
@@ -281,8 +316,8 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ring_gemv_kernel(const Args a,
 bool supports(const LinearCall& c) {
     const PreparedActivation& x = c.x;
     const DeviceLinear& w = c.w;
-    if (current_arch().cc < 90 || w.kind != WeightKind::FP8_BLOCK128 || x.raw || x.layout != WeightKind::FP8_BLOCK128)
-        return false;
+    if (current_arch().cc < 90 || w.kind != WeightKind::FP8_BLOCK128 || x.layout != WeightKind::FP8_BLOCK128) return false;
+    if (x.raw && (x.m != 1 || x.k > kRawMaxCols)) return false;  // one raw row of at most kRawMaxCols columns
     if (x.m < 1 || x.m > kMaxTokens || chunk_of(w.in) == 0 || w.out % kRows != 0) return false;
     if (!aligned16(w.weight) || !aligned16(x.values) || x.k_pad % 8 != 0) return false;
     if (w.scale_kind != ScaleKind::E8M0 && w.scale_kind != ScaleKind::F32) return false;
@@ -319,7 +354,8 @@ void run(const LinearCall& c, const LinearPlan& plan, const KernelPolicy&, const
     const int64_t ctas = cta_count(w);
     const bool e4m3 = x.numerics == ActNumerics::FP8_BLOCK128;
     const size_t smem = smem_bytes(e4m3, x.m, x.k);
-    auto kernel = e4m3 ? ring_gemv_kernel<true> : ring_gemv_kernel<false>;
+    auto kernel = x.raw ? (e4m3 ? ring_gemv_kernel<true, true> : ring_gemv_kernel<false, true>)
+                        : (e4m3 ? ring_gemv_kernel<true, false> : ring_gemv_kernel<false, false>);
     allow_dynamic_smem(kernel, smem);
     launch_pdl("ring_gemv_kernel", kernel, dim3(unsigned(ctas)), dim3(kWarps * 32), smem, stream, a, int(x.k),
                int(chunk), plan.k_splits);

@@ -267,6 +267,7 @@ TEST_F(LinearFamily, EveryCaseThroughEveryVariant) {
     coverage.require("ring_gemv", "split-k");  // K parts over the warps that few row tiles leave free (wo_b's shape)
     coverage.require("mma_gemv", "raw");
     coverage.require("simt_gemv", "raw");
+    coverage.require("ring_gemv", "raw");  // one raw row prepared by every CTA (wo_b's input)
     coverage.require("tile_gemm", "guarded");
     // The compute-bound GEMMs where the default choice takes them (from KernelPolicy::gemm_min_tokens rows), with
     // N or K off the 128 grid, and the FP8 ones on wo_a's grouped form.
