@@ -158,17 +158,20 @@ struct KernelPolicy {
     // docs/perf-log/2026-12-06_ring-gemv.md). With wo_b's tiles in K parts (ring_gemv_k_parts) the step at one
     // sequence was 0.1-1.5% shorter in each of six alternating rounds (median -0.7%); wo_a alone +1.8%, wo_b alone
     // -0.6%, wo_b without K parts +3.8%, all three +1.2% (one H100, 16 layers, runs 802-803 of
-    // docs/perf-log/2026-12-07_ring-wo-pair-and-indexer-branch.md).
+    // docs/perf-log/2026-12-07_ring-wo-pair-and-indexer-branch.md); as the default against a longest K of 0, -1.4%
+    // and -1.3% (runs 901 and 903). wo_a alone loses because simt_gemv on wo_b behind the ring's CTAs cannot start
+    // its weight loads early (run 904, docs/perf-log/2026-12-07_defaults-checked-and-ring-raw-rows.md).
     int64_t ring_gemv_max_k = 8192;
     int64_t ring_gemv_min_k = 2048;
     // ring_gemv's K parts per row tile at most (1, 2 or 4; A/B knob FLASHSEEK_RING_GEMV_K_PARTS): where a shape has
-    // too few tiles to give every warp of a CTA one (wo_b), the warps left over take parts of each tile's K.
+    // too few tiles to give every warp of a CTA one (wo_b), the warps left over take parts of each tile's K. Two
+    // parts measured no better than four (run 903).
     int ring_gemv_k_parts = 4;
 
     bool is_disabled(std::string_view variant) const;
     bool is_forced(std::string_view variant) const;
     // A composition taken only where forced (gemv_chain, query_chain, weight_prefetch,
-    // attn_prefill_cta_release, mhc_one_launch): forced, and not disabled as well.
+    // attn_prefill_cta_release, mhc_one_launch, prepare_in_ring): forced, and not disabled as well.
     bool takes_forced_only(std::string_view name) const { return is_forced(name) && !is_disabled(name); }
     // A composition taken where it was measured to pay (`measured`: mhc_mix_lane's row cap, indexer_branch's decode
     // passes), anywhere where forced, never where disabled.
