@@ -579,7 +579,7 @@ diagnose_layers() {  # model tokens prefill numerics label
   note "-- per layer: $label, CUDA vs CPU, $num numerics"
   for n in $(seq 1 "$layers"); do
     for b in cpu cuda; do
-      timeout 120 env LD_LIBRARY_PATH="$LDP" "$base" "$FS" logits --model "$model" --tokens "$tok" --prefill "$prefill" \
+      timeout 120 env LD_LIBRARY_PATH="$LDP" "$FS" logits --model "$model" --tokens "$tok" --prefill "$prefill" \
         --backend $b --numerics "$num" --layers "$n" --output "$DIAG/$label.$b.L$n.bin" >> "$LOG/diagnose_$label.log" 2>&1 \
         || fail "$label: logits --backend $b --layers $n"
     done
