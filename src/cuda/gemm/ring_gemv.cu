@@ -31,8 +31,8 @@
 //     per-128 scales. Release numerics convert the rows to e4m3 bytes in column order there (rows padded by 64
 //     bytes: conflict-free 16-byte fragment reads); exact numerics read the prepared f16 rows as they are.
 //   - One token's raw bf16 row (raw_activation, up to kRawMaxCols columns: wo_b's input) is copied the same way and
-//     prepared there by every CTA, prepare_block's math (the same bits as the preparation launch it replaces: with
-//     the ring on wo_b, the one-token step had that launch between wo_a and wo_b, ~1.2 us on the path, run 904).
+//     prepared in place by every CTA, prepare_block's math, before the steps above (the same bits as the preparation
+//     launch it replaces; taken only where prepare_in_ring is forced: the one-sequence step was 2.9% slower, run 905).
 //   - Fragments: only the sum over k matters inside a 128-column block, so lane (g, t) reads 16 contiguous bytes of
 //     rows g and g + 8 per 64 columns. e4m3: its two m16n8k32 steps take words 2j, 2j + 1 as fragment columns
 //     4t..4t+3 and 16+4t..16+4t+3, B column g token g's e4m3 bytes in the same order (zero for g >= M). f16: k
@@ -73,8 +73,8 @@ constexpr size_t kBarBytes = 128;  // kRingStages ring barriers and the activati
 constexpr size_t kPartialBytes = size_t(kWarps) * 2 * 32 * 4 * sizeof(float);
 constexpr int64_t kMinWeightBytes = int64_t(16) << 20;
 // A raw bf16 row (raw_activation, one token) is prepared by every CTA for the whole row: up to 8,192 columns (wo_b's
-// input: 8 pieces of 8 columns per thread) that costs about what the conversion to e4m3 bytes already cost; wo_a's
-// 32,768 would be 32 pieces per thread, more than the preparation launch it replaces.
+// input: 8 pieces of 8 columns per thread, as many as the conversion to e4m3 bytes); wo_a's 32,768 would be 32 pieces
+// per thread, more than the preparation launch it replaces.
 constexpr int64_t kRawMaxCols = 8192;
 
 using stream_gemv::Args;
@@ -202,31 +202,21 @@ __global__ void __launch_bounds__(kWarps * 32, 1) ring_gemv_kernel(const Args a,
         }
     mbar_wait(x_bar, 0);
     if constexpr (kRaw) {
-        // The one row's 8-column pieces, a half warp per 128-block (blockDim is a multiple of 32, xk of 128, so a
-        // half warp's pieces are one block's): prepare_block's scale and values. Release numerics write the e4m3
-        // bytes in column order (what the conversion below makes of the prepared f16 copy of the same codes), exact
-        // numerics the prepared f16 values in place.
+        // The one row prepared in place as prepare_activation writes it (prepare_block's scale and values, a half
+        // warp per 128-block: blockDim is a multiple of 32 and xk of 128), so from here on it is the prepared row.
+        // Each thread rewrites only the 8-column pieces it read, the ones the e4m3 conversion below gives it again.
         const int lane_in_warp = threadIdx.x & 31;
+        const int numerics = int(E4M3 ? ActNumerics::FP8_BLOCK128 : ActNumerics::EXACT);
         for (int i = threadIdx.x; i < xk / 8; i += blockDim.x) {
             float y[8];
             bf16x8_to_float(*reinterpret_cast<const uint4*>(raw + 16 * i), y);
-            float sc;
-            if constexpr (E4M3) {
-                sc = prepared_block_scale(half_warp_amax8(y, lane_in_warp), int(ActNumerics::FP8_BLOCK128));
-                const float inv = 1.f / sc;
-                uint32_t b[8];
-#pragma unroll
-                for (int j = 0; j < 8; ++j) b[j] = uint32_t(prepared_e4m3(y[j], inv));
-                *reinterpret_cast<uint2*>(e4 + 8 * i) = make_uint2(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24,
-                                                                   b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24);
-            } else {
-                uint16_t q[8];
-                sc = prepared_block_x8_bits<WeightKind::FP8_BLOCK128>(y, lane_in_warp, int(ActNumerics::EXACT), q);
-                *reinterpret_cast<uint4*>(raw + 16 * i) = pack_prepared_x8(q);
-            }
+            uint16_t q[8];
+            const float sc = prepared_block_x8_bits<WeightKind::FP8_BLOCK128>(y, lane_in_warp, numerics, q);
+            *reinterpret_cast<uint4*>(raw + 16 * i) = pack_prepared_x8(q);
             if ((lane_in_warp & 15) == 0) xsc[i / 16] = sc;
         }
-    } else if constexpr (E4M3) {
+    }
+    if constexpr (E4M3) {
         const int groups8 = xk / 8;
         for (int e = threadIdx.x; e < a.M * groups8; e += blockDim.x) {
             const int tok = e / groups8, c8 = e - tok * groups8;
