@@ -147,7 +147,7 @@ __device__ __forceinline__ void partial_chunk(bf16* __restrict__ x, const float*
                                      : make_float4(0.f, 0.f, 0.f, 0.f);
             xv[tt][0] = m.x, xv[tt][1] = m.y, xv[tt][2] = m.z, xv[tt][3] = m.w;
         }
-    } else {
+    } else if (worker) {  // (the extra warps read no streams: they leave below)
 #pragma unroll
     for (int tt = 0; tt < kTok; ++tt) {
         const bool tok = tt < nt;
@@ -166,7 +166,7 @@ __device__ __forceinline__ void partial_chunk(bf16* __restrict__ x, const float*
         }
     }
     }
-    if (!worker) return;  // (without the fused post the extra warps have no barrier to join)
+    if (!worker) return;  // (without the fused post the extra warps have no barrier to join and loaded nothing)
     float v[kSums];  // v[r * kTok + tt]; r == kRowsPerWarp: sum of squares
 #pragma unroll
     for (int tt = 0; tt < kTok; ++tt) {
