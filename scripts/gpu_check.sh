@@ -553,13 +553,13 @@ fused_identity() {  # work dir
 
 same_logits() {  # model dir tokens what VAR=value [BASE=value]: the model's logits with and without VAR=value
   # (both runs with BASE=value where given), byte for byte
-  local name=$1 dir=$2 tok=$2/$3 what=$4 setting=$5 base=${6:-FLASHSEEK_SAME_LOGITS_BASE=} num tag
-  tag=$(echo "$name-$setting-$base" | tr -c 'A-Za-z0-9_\n-' _)
+  local name=$1 dir=$2 tok=$2/$3 what=$4 setting=$5 base=${6:-} num tag
+  tag=$(echo "$name-$setting${base:+-$base}" | tr -c 'A-Za-z0-9_\n-' _)
   for num in exact release; do
-    timeout 120 env LD_LIBRARY_PATH="$LDP" "$base" "$FS" logits --model "$dir/$name" --tokens "$tok" --prefill 4 \
+    timeout 120 env LD_LIBRARY_PATH="$LDP" ${base:+"$base"} "$FS" logits --model "$dir/$name" --tokens "$tok" --prefill 4 \
       --backend cuda --numerics $num --output "$dir/${tag}_default_$num.bin" > "$LOG/same_${tag}_default_$num.log" 2>&1 \
       || { fail "$name: logits $num (logs/same_${tag}_default_$num.log)"; continue; }
-    timeout 120 env LD_LIBRARY_PATH="$LDP" "$base" "$setting" "$FS" logits --model "$dir/$name" --tokens "$tok" --prefill 4 \
+    timeout 120 env LD_LIBRARY_PATH="$LDP" ${base:+"$base"} "$setting" "$FS" logits --model "$dir/$name" --tokens "$tok" --prefill 4 \
       --backend cuda --numerics $num --output "$dir/${tag}_set_$num.bin" > "$LOG/same_${tag}_set_$num.log" 2>&1 \
       || { fail "$name: logits $num, $what (logs/same_${tag}_set_$num.log)"; continue; }
     if cmp -s "$dir/${tag}_default_$num.bin" "$dir/${tag}_set_$num.bin"; then
