@@ -36,6 +36,24 @@ __device__ __forceinline__ void round_bf16_pair(float& a, float& b) {
     a = __low2float(h);
     b = __high2float(h);
 }
+// A 16-byte word of 8 bf16 values as floats in column order, and 8 floats rounded to such a word (the vector paths'
+// 8 features per thread: mHC, rmsnorm's prepared copy, ring_gemv's raw row).
+__device__ __forceinline__ void bf16x8_to_float(const uint4& word, float* f) {
+    const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&word);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 v = __bfloat1622float2(h2[i]);
+        f[2 * i] = v.x;
+        f[2 * i + 1] = v.y;
+    }
+}
+__device__ __forceinline__ uint4 float_to_bf16x8(const float* f) {
+    uint4 word;
+    __nv_bfloat162* h2 = reinterpret_cast<__nv_bfloat162*>(&word);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) h2[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    return word;
+}
 
 // E8M0: 2^(b-127); 255 = NaN.
 __device__ __forceinline__ float e8m0_to_f32(uint8_t b) {

@@ -4,7 +4,6 @@
 // Used by prepare_activation and by the kernels that produce a prepared activation directly (moe_gemv.cu
 // quantize_h, moe_wgmma.cu quantize_h_tiles_kernel, moe_swiglu.cu, mhc_pre's fused norm).
 #pragma once
-#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -47,17 +46,6 @@ __device__ __forceinline__ void store_prepared_block(const float (&v)[4], int la
 #pragma unroll
     for (int i = 0; i < 4; ++i) block[mma::prepared_pos(layout, 4 * lane + i)] = prepared_value_bits(v[i], inv, numerics);
     if (lane == 0) *scale = sc;
-}
-
-// A 16-byte word of 8 bf16 values as floats in column order: the 8 features a producer prepares per thread.
-__device__ __forceinline__ void bf16x8_to_float(const uint4& word, float (&y)[8]) {
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&word);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const float2 f = __bfloat1622float2(h[j]);
-        y[2 * j] = f.x;
-        y[2 * j + 1] = f.y;
-    }
 }
 
 // The absolute maximum of a 128-block held by a half warp, 8 values per lane (both halves of the warp call it).

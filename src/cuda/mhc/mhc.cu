@@ -51,23 +51,6 @@ static_assert(kSums == 32, "the transpose-reduce leaves exactly one sum per lane
 constexpr int kFinThreads = 32 + 512;  // warp 0: Sinkhorn; 512 collapse threads = D/8 at hidden 4096
 constexpr int kPostThreads = 128;
 
-__device__ __forceinline__ void bf16x8_to_float(const uint4& raw, float* f) {
-    const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float2 v = __bfloat1622float2(h2[i]);
-        f[2 * i] = v.x;
-        f[2 * i + 1] = v.y;
-    }
-}
-__device__ __forceinline__ uint4 float_to_bf16x8(const float* f) {
-    uint4 raw;
-    __nv_bfloat162* h2 = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) h2[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-    return raw;
-}
-
 // One step of the transpose-reduce over v[0, 2*OFF): keeps [0, OFF) (lane bit OFF clear) or [OFF, 2*OFF) (set),
 // re-indexed to [0, OFF), plus the partner lane's copy. Compile-time OFF keeps v in registers.
 template <int OFF>
