@@ -496,8 +496,7 @@ constexpr int kMaxSplits = 64;     // splits_for's clamp
 constexpr int kCombineBatch = 16;  // output loads in flight per thread
 __global__ void __launch_bounds__(kThreads) combine_kernel(SparseAttentionParams p, int n_splits, const float* ws_o,
                                                            const float* ws_ml) {
-    pdl_wait();  // PDL contract (common/pdl.cuh): before any read of earlier kernels' output
-    pdl_trigger();
+    pdl_wait_and_trigger(p.merge_launches_next_early);  // PDL contract: before any read of earlier kernels' output
     __shared__ float s_l[kMaxSplits], s_f[kMaxSplits], s_max[kMaxSplits / 32];
     __shared__ uint32_t s_live[kMaxSplits / 32];
     const int t = blockIdx.x, h = blockIdx.y, D = p.head_dim, H = p.n_heads;

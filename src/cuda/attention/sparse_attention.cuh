@@ -52,6 +52,10 @@ struct SparseAttentionParams {
     int64_t topk_stride = 0;
     int topk_width = 0;
     int max_candidates = 0;            // host bound on window + compressed candidates of any query in the step
+    // The splits' merge lets the next kernel launch at its entry instead of after its wait (common/pdl.cuh
+    // pdl_wait_and_trigger): set where the kernels after the attention are a small chain ending in a GEMV that
+    // requests its weights before its wait.
+    bool merge_launches_next_early = false;
 };
 
 // Workspace for any step of at most max_tokens query rows with at most max_candidates candidates each.

@@ -274,13 +274,14 @@ ActFormat ForwardPass::input_format(int rows, const DeviceLinear& w, bool force_
 
 const PreparedActivation& ForwardPass::prepare(PrepBuffer& buf, const void* x, bool x_f32, int rows, int64_t K,
                                                int64_t ld, const DeviceLinear& w, bool force_exact, const Lane* lane,
-                                               int groups) {
-    return prepare_as(input_format(rows, w, force_exact, groups), buf, x, x_f32, rows, K, ld, w, force_exact, lane);
+                                               int groups, bool launch_next_early) {
+    return prepare_as(input_format(rows, w, force_exact, groups), buf, x, x_f32, rows, K, ld, w, force_exact, lane,
+                      launch_next_early);
 }
 
 const PreparedActivation& ForwardPass::prepare_as(ActFormat format, PrepBuffer& buf, const void* x, bool x_f32,
                                                   int rows, int64_t K, int64_t ld, const DeviceLinear& w,
-                                                  bool force_exact, const Lane* lane) {
+                                                  bool force_exact, const Lane* lane, bool launch_next_early) {
     const ActNumerics num = input_numerics(w, force_exact);
     if (buf.generation == prep_generation_ && buf.src == x && buf.rows == rows && buf.act.k == K &&
         buf.layout == w.kind && buf.numerics == num && buf.format == format)
@@ -309,7 +310,7 @@ const PreparedActivation& ForwardPass::prepare_as(ActFormat format, PrepBuffer& 
             FS_CHECK(!x_f32, "CUDA backend: the FP8 GEMMs take bf16 inputs ([{}, {}] is fp32)", rows, K);
             prepare_activation_rows(static_cast<const uint16_t*>(x), rows, K, ld, num, buf.act, stream);
         } else {
-            prepare_activation(x, x_f32, rows, K, ld, w.kind, num, buf.act, stream);
+            prepare_activation(x, x_f32, rows, K, ld, w.kind, num, buf.act, stream, launch_next_early);
         }
     }
     buf.generation = prep_generation_;

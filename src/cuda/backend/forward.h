@@ -67,7 +67,11 @@ public:
 private:
     // head_queries: the query path (and the sub-block's output) on the head rows only (last_layer_on_head_rows).
     void enqueue_attention(int l, const PassShape& s, bool head_queries);
-    void enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch);
+    // merge_launches_next_early: SparseAttentionParams::merge_launches_next_early (wo_a_launched_early).
+    void enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch, bool merge_launches_next_early);
+    // One token, where wo_a runs ring_gemv on an input prepared by a launch of its own: whether the attention's
+    // merge and that preparation let their successors launch at their entry (forced-only "early_wo_a").
+    bool wo_a_launched_early(const ShardLayer& L, int Tq, bool prefill, int groups) const;
     // wq_a -> q_norm -> wq_b as one persistent kernel at one token (gemm/gemv_chain.cuh with its norm): the normed
     // q latent in buf_.q_latent and prepared in buf_.prep_q_latent as q_norm leaves them, the queries in
     // buf_.queries; false (nothing run) where it does not apply.
@@ -125,11 +129,11 @@ private:
     // whatever the numerics (wo_a: the reference's bf16 einsum). groups: a grouped linear's group count.
     const PreparedActivation& prepare(PrepBuffer& buf, const void* x, bool x_f32, int rows, int64_t K, int64_t ld,
                                       const DeviceLinear& w, bool force_exact = false, const Lane* lane = nullptr,
-                                      int groups = 1);
+                                      int groups = 1, bool launch_next_early = false);
     // The same in a given format (the expert kernels take MMA_F16 whatever the linear catalogue would choose).
     const PreparedActivation& prepare_as(ActFormat format, PrepBuffer& buf, const void* x, bool x_f32, int rows,
                                          int64_t K, int64_t ld, const DeviceLinear& w, bool force_exact,
-                                         const Lane* lane);
+                                         const Lane* lane, bool launch_next_early = false);
     ActNumerics input_numerics(const DeviceLinear& w, bool force_exact = false) const;
     ActFormat input_format(int rows, const DeviceLinear& w, bool force_exact = false, int groups = 1) const;
     // The routed experts take sub_in raw (grouped_experts: its own act_quant of the gathered rows) in this pass.

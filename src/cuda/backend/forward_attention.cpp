@@ -268,8 +268,9 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
     }
 
     // Sparse attention over window + compressed entries, then the output projection.
-    enqueue_sparse_attention(l, s, qbatch);
     const int G = shard_.spec().groups();
+    const bool early_wo_a = !widen_wo_a && wo_a_launched_early(L, Tq, s.prefill, G);
+    enqueue_sparse_attention(l, s, qbatch, early_wo_a);
     const int64_t GO = int64_t(G) * cfg_.o_lora_rank;
     // wo_a widened above (widen_wo_a): the checkpoint's wo_a bytes were read by the widening, else the grouped GEMM
     // reads them.
@@ -286,7 +287,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
     const PreparedActivation& ao = ao_raw.raw ? ao_raw
                                               : prepare(buf_.prep_attn_out, buf_.attn_out.get(), false, Tq,
                                                         int64_t(H) * hd, int64_t(H) * hd, wo_a, /*force_exact=*/true,
-                                                        nullptr, G);
+                                                        nullptr, G, early_wo_a);
     if (!ao.raw && run_out_proj_chain(L, ao, wo_a, G, Tq, s.prefill)) return;
     {
         OpProfiler::Scope sc(prof_, "attn.wo_a grouped gemm");
@@ -484,7 +485,21 @@ bool ForwardPass::run_out_proj_chain(const ShardLayer& L, const PreparedActivati
 
 // Window + compressed candidates; the indexer's selection in CSA layers when some sequence needed scoring, else
 // every visible entry (no more than index_topk of them). The inverse RoPE of the output is fused in the kernel.
-void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch) {
+// The ring's CTAs request their first stages (128 KB per SM, half of wo_a's matrix over the grid) before their
+// wait, but a launch reaches them only one kernel ahead: after the merge's and the preparation's waits, once the
+// attention has ended, so the stages fill while nothing else streams. Triggering at those two kernels' entry
+// launches the ring while the attention runs; its CTAs take SMs as the attention's leave. Forced only until
+// measured (docs/perf-log/2026-12-07_early-wo-a-and-the-ring-raw-row.md).
+bool ForwardPass::wo_a_launched_early(const ShardLayer& L, int Tq, bool prefill, int groups) const {
+    if (Tq != 1 || prefill || !pol_->takes_forced_only("early_wo_a") || pol_->takes_forced_only("gemv_chain"))
+        return false;
+    const int64_t K = int64_t(shard_.spec().heads()) * cfg_.head_dim;
+    return linear_choice(Tq, L.wo_a, groups, input_numerics(L.wo_a, true), *pol_) == "ring_gemv" &&
+           !raw_input(Tq, buf_.attn_out.get(), K, L.wo_a, true, groups, prefill).raw;
+}
+
+void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch,
+                                           bool merge_launches_next_early) {
     const ShardLayer& L = shard_.layer(l);
     const int H = shard_.spec().heads(), hd = cfg_.head_dim;
     SparseAttentionParams p;
@@ -516,6 +531,7 @@ void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s, const Toke
         }
     }
     p.max_candidates = cfg_.sliding_window + compressed;
+    p.merge_launches_next_early = merge_launches_next_early;
     OpProfiler::Scope sc(prof_, "attn.sparse attention + inverse rope");
     prof_.bytes(L.bytes.attn_sink);  // the weights only; the KV it reads is in the step's state bytes
     // Prefill passes (several rows of a sequence) take the gathering tensor-core kernel (attn_prefill) where its

@@ -44,6 +44,18 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// pdl_wait() with the trigger after it (trigger_first false: the next kernel is launched once this one's dependency
+// is met) or before it (true: the next kernel is launched while this one still waits). A small kernel in a chain
+// whose later kernel requests its weights before its own wait passes true, so that the launches reach that kernel
+// while the work before the chain still runs and its weight requests overlap that work (the attention's merge and
+// wo_a's preparation before one token's ring_gemv). The ordering stays transitive: each kernel still completes only
+// after its own wait returned.
+__device__ __forceinline__ void pdl_wait_and_trigger(bool trigger_first) {
+    if (trigger_first) pdl_trigger();
+    pdl_wait();
+    if (!trigger_first) pdl_trigger();
+}
+
 // Whether launches on the current device use PDL: compute capability >= 9.0 and the process's kernel policy allows
 // it (KernelPolicy::pdl; FLASHSEEK_PDL=0 turns it off for A/B runs).
 inline bool pdl_enabled() { return KernelPolicy::process().pdl && current_arch().cc >= 90; }

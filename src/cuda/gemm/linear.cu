@@ -30,9 +30,9 @@ int64_t round_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 // One warp per (token, 128-column block); lane holds columns 4*lane .. 4*lane+3.
 __global__ void prepare_kernel(const void* __restrict__ x, int x_is_f32, int64_t M, int64_t K, int64_t ld_x,
                                WeightKind layout, ActNumerics numerics, int64_t m_pad, int64_t k_pad,
-                               uint16_t* __restrict__ values, float* __restrict__ scales) {
-    pdl_wait();  // PDL: x may come from the kernel before; the previous consumer of `values` must be done
-    pdl_trigger();
+                               uint16_t* __restrict__ values, float* __restrict__ scales, int launch_next_early) {
+    // PDL: x may come from the kernel before; the previous consumer of `values` must be done
+    pdl_wait_and_trigger(launch_next_early != 0);
     const int lane = threadIdx.x & 31;
     const int64_t blk = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     const int64_t m = blockIdx.y;
@@ -320,7 +320,7 @@ size_t prepared_values_bytes(int64_t m, int64_t k) { return size_t(round_up(m, 8
 size_t prepared_scales_bytes(int64_t m, int64_t k) { return size_t(round_up(m, 8) * (round_up(k, 128) / 128)) * 4; }
 
 void prepare_activation(const void* x, bool x_is_f32, int64_t M, int64_t K, int64_t ld_x, WeightKind layout,
-                        ActNumerics numerics, PreparedActivation& out, cudaStream_t stream) {
+                        ActNumerics numerics, PreparedActivation& out, cudaStream_t stream, bool launch_next_early) {
     FS_REQUIRE(x != nullptr, "prepare_activation: input pointer is null");
     FS_REQUIRE(M > 0 && K > 0, "prepare_activation: shape [", M, ", ", K, "] must be positive");
     FS_REQUIRE(ld_x >= K, "prepare_activation: row stride ", ld_x, " < K = ", K);
@@ -333,7 +333,7 @@ void prepare_activation(const void* x, bool x_is_f32, int64_t M, int64_t K, int6
     dim3 grid(unsigned((n_blk + 3) / 4), unsigned(out.m_pad));
     // PDL (when on): lets the weight prefetch of a following bulk GEMV (issued before its wait) overlap this kernel.
     launch_pdl("prepare_kernel", prepare_kernel, grid, dim3(128), 0, stream, x, x_is_f32 ? 1 : 0, M, K, ld_x, layout,
-               numerics, out.m_pad, out.k_pad, out.values, out.scales);
+               numerics, out.m_pad, out.k_pad, out.values, out.scales, launch_next_early ? 1 : 0);
 }
 
 GemmWorkspace create_gemm_workspace(size_t partial_bytes, int n_counters) {

@@ -106,8 +106,11 @@ size_t prepared_scales_bytes(int64_t m, int64_t k);
 
 // x: [M, K] with row stride ld_x elements, bf16 (x_is_f32 = false) or fp32. `out` must have values/scales set
 // and room for (M, K); its m/k/layout fields are filled in. For layout BF16 numerics must be EXACT.
+// launch_next_early: the next kernel of the stream is launched at the preparation's entry instead of after its wait
+// (common/pdl.cuh pdl_wait_and_trigger; the same result).
 void prepare_activation(const void* x, bool x_is_f32, int64_t M, int64_t K, int64_t ld_x, WeightKind layout,
-                        ActNumerics numerics, PreparedActivation& out, cudaStream_t stream);
+                        ActNumerics numerics, PreparedActivation& out, cudaStream_t stream,
+                        bool launch_next_early = false);
 
 // x: bf16 [M, K] with row stride ld_x elements (16-byte aligned rows take vector loads) -> the FP8_ROWS format for
 // FP8 weights: act_quant per (row, 128-column block), the codes and scales of the official act_quant (bit for bit
