@@ -269,7 +269,8 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
 
     // Sparse attention over window + compressed entries, then the output projection.
     const int G = shard_.spec().groups();
-    const bool early_wo_a = !widen_wo_a && wo_a_launched_early(L, Tq, s.prefill, G);
+    const bool early_wo_a = !widen_wo_a && ring_launched_early("early_wo_a", L.wo_a, buf_.attn_out.get(),
+                                                               int64_t(H) * hd, true, Tq, s.prefill, G);
     enqueue_sparse_attention(l, s, qbatch, early_wo_a);
     const int64_t GO = int64_t(G) * cfg_.o_lora_rank;
     // wo_a widened above (widen_wo_a): the checkpoint's wo_a bytes were read by the widening, else the grouped GEMM
@@ -310,8 +311,11 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         prof_.variant(ran);
     }
     const PreparedActivation az_raw = raw_input(Tq, buf_.wo_a_out.get(), GO, L.wo_b, false, 1, s.prefill);
+    const bool early_wo_b = ring_launched_early("early_wo_b", L.wo_b, buf_.wo_a_out.get(), GO, false, Tq, s.prefill, 1);
     const PreparedActivation& az =
-        az_raw.raw ? az_raw : prepare(buf_.prep_wo_a_out, buf_.wo_a_out.get(), false, Tq, GO, GO, L.wo_b);
+        az_raw.raw ? az_raw
+                   : prepare(buf_.prep_wo_a_out, buf_.wo_a_out.get(), false, Tq, GO, GO, L.wo_b, false, nullptr, 1,
+                             early_wo_b);
     OpProfiler::Scope sc(prof_, "attn.wo_b gemm");
     prof_.bytes(L.bytes.wo_b);
     if (sharded_)  // this shard's heads' share of the output, summed over the shards in fp32 by the caller
@@ -485,17 +489,18 @@ bool ForwardPass::run_out_proj_chain(const ShardLayer& L, const PreparedActivati
 
 // Window + compressed candidates; the indexer's selection in CSA layers when some sequence needed scoring, else
 // every visible entry (no more than index_topk of them). The inverse RoPE of the output is fused in the kernel.
-// The ring's CTAs request their first stages (128 KB per SM, half of wo_a's matrix over the grid) before their
-// wait, but a launch reaches them only one kernel ahead: after the merge's and the preparation's waits, once the
-// attention has ended, so the stages fill while nothing else streams. Triggering at those two kernels' entry
-// launches the ring while the attention runs; its CTAs take SMs as the attention's leave. Forced only until
-// measured (docs/perf-log/2026-12-07_early-wo-a-and-the-ring-raw-row.md).
-bool ForwardPass::wo_a_launched_early(const ShardLayer& L, int Tq, bool prefill, int groups) const {
-    if (Tq != 1 || prefill || !pol_->takes_forced_only("early_wo_a") || pol_->takes_forced_only("gemv_chain"))
-        return false;
-    const int64_t K = int64_t(shard_.spec().heads()) * cfg_.head_dim;
-    return linear_choice(Tq, L.wo_a, groups, input_numerics(L.wo_a, true), *pol_) == "ring_gemv" &&
-           !raw_input(Tq, buf_.attn_out.get(), K, L.wo_a, true, groups, prefill).raw;
+// The ring's CTAs request their first stages (128 KB per SM: half of wo_a's matrix over the grid) before their
+// wait, but a launch reaches them only one kernel ahead. wo_a's ring is launched after the merge's and the
+// preparation's waits, once the attention has ended, so its stages fill while nothing else streams; triggering at
+// those two kernels' entry launches it while the attention runs, and its CTAs take SMs as the attention's leave.
+// wo_b's ring is launched after its preparation's wait, when wo_a has ended; triggered at the preparation's entry it
+// is launched while wo_a runs and its CTAs start filling as wo_a's leave. Forced only until measured
+// (docs/perf-log/2026-12-07_early-wo-a-and-the-ring-raw-row.md).
+bool ForwardPass::ring_launched_early(std::string_view name, const DeviceLinear& w, const void* x, int64_t K,
+                                      bool force_exact, int Tq, bool prefill, int groups) const {
+    if (Tq != 1 || prefill || !pol_->takes_forced_only(name) || pol_->takes_forced_only("gemv_chain")) return false;
+    return linear_choice(Tq, w, groups, input_numerics(w, force_exact), *pol_) == "ring_gemv" &&
+           !raw_input(Tq, x, K, w, force_exact, groups, prefill).raw;
 }
 
 void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch,

@@ -38,7 +38,8 @@
 //           docs/perf-log/2026-12-07_defaults-checked-and-ring-raw-rows.md),
 //           early_wo_a (one token, where wo_a runs ring_gemv on a prepared input: the attention's merge and that
 //           preparation let their successors launch at their entry, so that the ring's CTAs fill their first stages
-//           while the attention runs; the same kernels and bits; only where forced until measured),
+//           while the attention runs; the same kernels and bits; only where forced until measured), early_wo_b (the
+//           same for one token's wo_b ring: its preparation launches it at entry, while wo_a runs),
 //           compressor_gate_lane (each compressor's gate GEMV on a side stream of its own beside its wkv GEMV,
 //           the same kernels; disabled: both on the compressor's stream, one after the other)
 //           moe_pack_ahead (one token: wgmma_experts' up-projection tile packed on a side stream as soon as the
@@ -174,7 +175,8 @@ struct KernelPolicy {
     bool is_disabled(std::string_view variant) const;
     bool is_forced(std::string_view variant) const;
     // A composition taken only where forced (gemv_chain, query_chain, weight_prefetch,
-    // attn_prefill_cta_release, mhc_one_launch, prepare_in_ring, early_wo_a): forced, and not disabled as well.
+    // attn_prefill_cta_release, mhc_one_launch, prepare_in_ring, early_wo_a, early_wo_b):
+    // forced, and not disabled as well.
     bool takes_forced_only(std::string_view name) const { return is_forced(name) && !is_disabled(name); }
     // A composition taken where it was measured to pay (`measured`: mhc_mix_lane's row cap, indexer_branch's decode
     // passes), anywhere where forced, never where disabled.
