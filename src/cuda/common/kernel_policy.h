@@ -34,8 +34,9 @@
 //           prepare_in_gemv (one token: wo_a's and wo_b's bf16 inputs prepared inside simt_gemv's staging, a
 //           raw_activation; the same bits; disabled: a preparation launch before each),
 //           prepare_in_ring (one token: wo_b's bf16 input prepared inside ring_gemv, every CTA preparing the row;
-//           the same bits; only where forced: the one-sequence step 2.9% slower on an H100,
-//           docs/perf-log/2026-12-07_defaults-checked-and-ring-raw-rows.md),
+//           the same bits; only where forced: the one-sequence step 2.9-3.6% slower on an H100, wo_b 9 us longer
+//           with the preparation on 4 warps per SM while the ring is full,
+//           docs/perf-log/2026-12-07_early-wo-a-and-the-ring-raw-row.md),
 //           early_wo_a (one token, where wo_a runs ring_gemv on a prepared input: the attention's merge and that
 //           preparation let their successors launch at their entry, so that the ring's CTAs fill their first stages
 //           while the attention runs; the same kernels and bits; only where forced until measured), early_wo_b (the
