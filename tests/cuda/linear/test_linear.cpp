@@ -539,8 +539,8 @@ void expect_env_error(const char* name, const char* value, const char* fragment)
 // KernelPolicy::from_env: the variables reach the policy; a bad value is refused naming the variable.
 TEST(LinearChoice, PolicyFromEnvironment) {
     {
-        ScopedEnv force("FLASHSEEK_FORCE", "tile_gemm,attn_mma,indexer_branch,weight_prefetch");
-        ScopedEnv disable("FLASHSEEK_DISABLE", "wgmma_gemv");
+        ScopedEnv force("FLASHSEEK_FORCE", "tile_gemm,attn_mma,indexer_branch,weight_prefetch,early_wo_a,early_wo_b");
+        ScopedEnv disable("FLASHSEEK_DISABLE", "wgmma_gemv,early_wo_b");
         ScopedEnv max_tokens("FLASHSEEK_GEMV_MAX_TOKENS", "8");
         ScopedEnv pdl("FLASHSEEK_PDL", "0");
         ScopedEnv specialized("FLASHSEEK_MOE_WGMMA_SPECIALIZED", "1");
@@ -557,6 +557,8 @@ TEST(LinearChoice, PolicyFromEnvironment) {
         EXPECT_TRUE(p.is_forced("attn_mma"));
         EXPECT_TRUE(p.is_forced("indexer_branch"));
         EXPECT_TRUE(p.is_forced("weight_prefetch"));
+        EXPECT_TRUE(p.takes_forced_only("early_wo_a"));
+        EXPECT_FALSE(p.takes_forced_only("early_wo_b"));  // forced and disabled: disabled wins
         EXPECT_TRUE(p.is_disabled("wgmma_gemv"));
         EXPECT_FALSE(p.is_disabled("bulk_gemv"));
         EXPECT_EQ(p.gemv_max_tokens, 8);
