@@ -69,11 +69,11 @@ private:
     void enqueue_attention(int l, const PassShape& s, bool head_queries);
     // merge_launches_next_early: SparseAttentionParams::merge_launches_next_early (ring_launched_early).
     void enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch, bool merge_launches_next_early);
-    // One token, where w runs ring_gemv on x [1, K] prepared by a launch of its own: whether the kernels before the
-    // ring let their successors launch at their entry (the forced-only compositions "early_wo_a": the attention's
-    // merge and wo_a's preparation; "early_wo_b": wo_b's preparation).
-    bool ring_launched_early(std::string_view name, const DeviceLinear& w, const void* x, int64_t K, bool force_exact,
-                             int Tq, bool prefill, int groups) const;
+    // One token, where w runs ring_gemv: whether the kernels before the ring let their successors launch at their
+    // entry (the forced-only compositions "early_wo_a": the attention's merge and wo_a's preparation; "early_wo_b":
+    // wo_b's preparation).
+    bool ring_launched_early(std::string_view name, const DeviceLinear& w, bool force_exact, int Tq, bool prefill,
+                             int groups) const;
     // wq_a -> q_norm -> wq_b as one persistent kernel at one token (gemm/gemv_chain.cuh with its norm): the normed
     // q latent in buf_.q_latent and prepared in buf_.prep_q_latent as q_norm leaves them, the queries in
     // buf_.queries; false (nothing run) where it does not apply.

@@ -269,8 +269,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
 
     // Sparse attention over window + compressed entries, then the output projection.
     const int G = shard_.spec().groups();
-    const bool early_wo_a = !widen_wo_a && ring_launched_early("early_wo_a", L.wo_a, buf_.attn_out.get(),
-                                                               int64_t(H) * hd, true, Tq, s.prefill, G);
+    const bool early_wo_a = !widen_wo_a && ring_launched_early("early_wo_a", L.wo_a, true, Tq, s.prefill, G);
     enqueue_sparse_attention(l, s, qbatch, early_wo_a);
     const int64_t GO = int64_t(G) * cfg_.o_lora_rank;
     // wo_a widened above (widen_wo_a): the checkpoint's wo_a bytes were read by the widening, else the grouped GEMM
@@ -311,7 +310,7 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         prof_.variant(ran);
     }
     const PreparedActivation az_raw = raw_input(Tq, buf_.wo_a_out.get(), GO, L.wo_b, false, 1, s.prefill);
-    const bool early_wo_b = ring_launched_early("early_wo_b", L.wo_b, buf_.wo_a_out.get(), GO, false, Tq, s.prefill, 1);
+    const bool early_wo_b = ring_launched_early("early_wo_b", L.wo_b, false, Tq, s.prefill, 1);
     const PreparedActivation& az =
         az_raw.raw ? az_raw
                    : prepare(buf_.prep_wo_a_out, buf_.wo_a_out.get(), false, Tq, GO, GO, L.wo_b, false, nullptr, 1,
@@ -494,13 +493,13 @@ bool ForwardPass::run_out_proj_chain(const ShardLayer& L, const PreparedActivati
 // preparation's waits, once the attention has ended, so its stages fill while nothing else streams; triggering at
 // those two kernels' entry launches it while the attention runs, and its CTAs take SMs as the attention's leave.
 // wo_b's ring is launched after its preparation's wait, when wo_a has ended; triggered at the preparation's entry it
-// is launched while wo_a runs and its CTAs start filling as wo_a's leave. Forced only until measured
-// (docs/perf-log/2026-12-07_early-wo-a-and-the-ring-raw-row.md).
-bool ForwardPass::ring_launched_early(std::string_view name, const DeviceLinear& w, const void* x, int64_t K,
-                                      bool force_exact, int Tq, bool prefill, int groups) const {
+// is launched while wo_a runs and its CTAs start filling as wo_a's leave. Where the ring takes the raw row instead
+// (prepare_in_ring) there is no preparation launch and the merge launches the ring itself. Forced only until
+// measured (docs/perf-log/2026-12-07_early-wo-a-and-the-ring-raw-row.md).
+bool ForwardPass::ring_launched_early(std::string_view name, const DeviceLinear& w, bool force_exact, int Tq,
+                                      bool prefill, int groups) const {
     if (Tq != 1 || prefill || !pol_->takes_forced_only(name) || pol_->takes_forced_only("gemv_chain")) return false;
-    return linear_choice(Tq, w, groups, input_numerics(w, force_exact), *pol_) == "ring_gemv" &&
-           !raw_input(Tq, x, K, w, force_exact, groups, prefill).raw;
+    return linear_choice(Tq, w, groups, input_numerics(w, force_exact), *pol_) == "ring_gemv";
 }
 
 void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch,
