@@ -35,7 +35,7 @@
 //           raw_activation; the same bits; disabled: a preparation launch before each),
 //           prepare_in_ring (one token: wo_b's bf16 input prepared inside ring_gemv, every CTA preparing the row;
 //           the same bits; only where forced: the one-sequence step 2.9-3.6% slower on an H100, wo_b 9 us longer
-//           with the preparation on 4 warps per SM while the ring is full,
+//           in the graph (the preparation on 4 warps per SM ~2.6 us of it in eager events),
 //           docs/perf-log/2026-12-07_early-wo-a-and-the-ring-raw-row.md),
 //           early_wo_a (one token, where wo_a runs ring_gemv on a prepared input: the attention's merge and that
 //           preparation let their successors launch at their entry, so that the ring's CTAs fill their first stages

@@ -33,7 +33,8 @@
 //   - One token's raw bf16 row (raw_activation, up to kRawMaxCols columns: wo_b's input) is copied the same way and
 //     prepared in place by every CTA, prepare_block's math, before the steps above (the same bits as the preparation
 //     launch it replaces; taken only where prepare_in_ring is forced: the one-sequence step was 2.9-3.6% slower in
-//     runs 905-906, wo_b 9 us longer per call: 8 pieces per thread on 4 warps per SM, with the ring full meanwhile).
+//     runs 905-906, wo_b 9 us longer per call in the graph; the preparation, 8 pieces per thread on 4 warps per SM
+//     with the ring full meanwhile, accounts for ~2.6 us of it in eager events).
 //   - Fragments: only the sum over k matters inside a 128-column block, so lane (g, t) reads 16 contiguous bytes of
 //     rows g and g + 8 per 64 columns. e4m3: its two m16n8k32 steps take words 2j, 2j + 1 as fragment columns
 //     4t..4t+3 and 16+4t..16+4t+3, B column g token g's e4m3 bytes in the same order (zero for g >= M). f16: k
