@@ -161,7 +161,9 @@ TEST_F(CudaPrefillInvariance, SlotTileWidthByPassKeepsLogits) {
 // (norm_into_gemv; prefills do not take it); the routed experts' one-token tile packed ahead joins before the routing
 // instead of before the up-projection (moe_pack_join_routing: another graph shape, the same kernels); the indexer's
 // query path on its side branch in prefill passes too, beside weights_proj on its own (indexer_branch: another graph
-// shape).
+// shape); the attention's merge and the preparations before wo_a's and wo_b's one-token rings launching their
+// successors at entry (early_wo_a,early_wo_b: the same kernels, launched earlier under PDL; full-size wo_a and wo_b
+// take ring_gemv at one token on Hopper, so the three decode steps run them).
 class CudaForcedFormsKeepLogits : public CudaPrefillInvariance, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(CudaForcedFormsKeepLogits, SameLogits) {
@@ -171,8 +173,12 @@ TEST_P(CudaForcedFormsKeepLogits, SameLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Forms, CudaForcedFormsKeepLogits,
                          ::testing::Values("weight_prefetch", "norm_into_gemv", "moe_pack_join_routing",
-                                           "indexer_branch"),
-                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+                                           "indexer_branch", "early_wo_a,early_wo_b"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                             std::string name = info.param;  // a test name takes no commas
+                             for (char& c : name) c = c == ',' ? '_' : c;
+                             return name;
+                         });
 
 // The side streams at the greatest priority (FLASHSEEK_BRANCH_PRIORITY=1) change when kernels start, not what they
 // compute.
@@ -298,8 +304,12 @@ INSTANTIATE_TEST_SUITE_P(Switches, CudaProducerFormsMatchSeparateSteps,
                          ::testing::Values("shared_bf16_out", "routed_bf16_out", "norm_fp8_rows", "wo_a_fp8_rows",
                                            "compressor_gate_lane", "prepare_in_gemv", "moe_pack_ahead",
                                            "route_in_router", "indexer_weights_lane", "mhc_mix_lane",
-                                           "indexer_branch"),
-                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+                                           "indexer_branch", "early_wo_a,early_wo_b"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                             std::string name = info.param;  // a test name takes no commas
+                             for (char& c : name) c = c == ',' ? '_' : c;
+                             return name;
+                         });
 
 INSTANTIATE_TEST_SUITE_P(LastLayerRatios, CudaHeadRowsLastLayer, ::testing::Values(4, 5),
                          [](const ::testing::TestParamInfo<int>& info) {
