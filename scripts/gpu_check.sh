@@ -38,6 +38,16 @@
 #   ab "NAME=ENV ..." ...    A/B of environment variants (e.g. FLASHSEEK_DISABLE=wgmma_gemv) through flashseek bench,
 #                            variants alternating for ROUNDS rounds (2); BENCH_ARGS overrides the bench flags; a word
 #                            BIN=PATH in a variant runs that flashseek binary (before / after comparisons)
+#   timeline "NAME=ENV ..." ...  one layer's kernels per variant from CUPTI (flashseek bench --timeline
+#                            TIMELINE_STEPS, default 3; TIMELINE_ARGS, default one sequence at context 256): start, end
+#                            and charged time of each kernel, in logs/timeline_NAME.log
+#   served                   flashseek serve (the bench model, LAYERS layers, dummy weights, CUDA; SERVE_MODEL: a model
+#                            directory instead, SERVE_ARGS replaces the flags, SERVE_ENV is the server's environment) and bench-serve against it: 256 prompt
+#                            / 64 output tokens on /v1/completions at concurrency 16, 1, 64 (SERVE_CONCURRENCY),
+#                            greedy, then 16 sampled (temperature 0.8, top-p 0.95); a failed request fails the step
+#   curve                    the whole curve of one build: decode at 1/2/4/8/16/32/64/128/256 sequences (context 256)
+#                            and 1/16/64/128 (context 8192), prefill of 256/1024/4096/8192/32768 tokens, then served
+#                            (RUN_ENV: the benches' environment, e.g. FLASHSEEK_FORCE=name)
 #   diagnose [MODEL TOKENS PREFILL NUMERICS] [NAME=ENV ...]   CUDA vs CPU logits per --layers N (default: tiny-a
 #                            and tiny-b, exact), then the full model per environment variant: localizes a mismatch
 #   compare OLD_BIN NEW_BIN  logits of two flashseek binaries on every committed golden, CPU exact / CPU release /
@@ -708,6 +718,98 @@ for v in variants:
 PY
 }
 
+# One layer's kernels per variant from CUPTI (`bench --timeline`): when each starts and ends and what it adds to the
+# step (charged time), at one sequence unless TIMELINE_ARGS says otherwise; the tables stay in the logs.
+cmd_timeline() {
+  [ $# -ge 1 ] || die "timeline: usage: timeline \"NAME=ENV ...\" [...]"
+  local v name
+  for v in "$@"; do [[ "$v" == *=* ]] || die "timeline: variant '$v' is not NAME=ENV"; done
+  header "timeline $*"
+  local flags=${TIMELINE_ARGS:---context 256 --concurrency 1 --output-len 8 --prefill none}
+  for v in "$@"; do
+    name=${v%%=*}
+    # shellcheck disable=SC2086
+    timeout "${BENCH_TIMEOUT:-540}" env LD_LIBRARY_PATH="$LDP" ${v#*=} "$FS" bench --model "$BENCH_MODEL" \
+      --dummy-weights --layers "${LAYERS:-20}" --seed 1 $flags --timeline "${TIMELINE_STEPS:-3}" \
+      --json "$LOG/timeline_$name.json" > "$LOG/timeline_$name.log" 2>&1 || fail "timeline $name: exit $?"
+    note "timeline $name (${v#*=}): logs/timeline_$name.log"
+  done
+}
+
+# ---------------------------------------------------------------------------------------------------------- served
+# `flashseek serve` with the bench model and bench-serve against it. SERVE_ARGS replaces the backend flags (default:
+# CUDA, dummy weights, LAYERS layers), SERVE_ENV is the server's environment (e.g. FLASHSEEK_FORCE=...).
+SERVER=
+start_server() {  # tag port serve-flags...: starts `flashseek serve` (RUN_ENV its environment), waits for /health
+  local tag=$1 port=$2; shift 2
+  # shellcheck disable=SC2086
+  env LD_LIBRARY_PATH="$LDP" ${RUN_ENV:-} "$FS" serve --port "$port" "$@" < /dev/null > "$LOG/serve_$tag.log" 2>&1 &
+  SERVER=$!
+  for _ in $(seq 1 "${SERVE_START_TIMEOUT:-400}"); do
+    curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && return 0
+    kill -0 "$SERVER" 2> /dev/null || break
+    sleep 1
+  done
+  fail "serve $tag did not come up (logs/serve_$tag.log)"
+  stop_server
+  return 1
+}
+stop_server() { [ -z "$SERVER" ] || { kill -TERM "$SERVER" 2> /dev/null; wait "$SERVER" 2> /dev/null; SERVER=; }; }
+
+serve_model_dir() {  # dir: the bench model's config and the DeepSeek tokenizer, as serve reads a model directory
+  cp "$BENCH_MODEL" "$1/config.json"
+  cp assets/tokenizer/deepseek-v4/tokenizer.json "$1/tokenizer.json"
+}
+
+serve_client() {  # tag port concurrency prompts input-len output-len [bench-serve flags]: one run and its summary line
+  local tag=$1 port=$2 c=$3 n=$4 in=$5 out=$6; shift 6
+  timeout "${SERVE_CLIENT_TIMEOUT:-300}" env LD_LIBRARY_PATH="$LDP" "$FS" bench-serve --port "$port" \
+    --endpoint /v1/completions --num-prompts "$n" --max-concurrency "$c" --random-input-len "$in" \
+    --random-output-len "$out" --seed 1 --no-progress "$@" --save-result "$LOG/serve_$tag.json" \
+    > "$LOG/serve_$tag.log" 2>&1 || fail "bench-serve $tag: exit $? (logs/serve_$tag.log)"
+  python3 - "$LOG/serve_$tag.json" "$tag" "$*" <<'PY' 2>&1 | tee -a "$SUMMARY"
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(f"served {sys.argv[2]}: no JSON ({e})"); sys.exit(0)
+print(f"served {sys.argv[2]:<12} {d.get('completed', 0)} requests ({d.get('failed', 0)} failed){' ' + sys.argv[3] if sys.argv[3] else ''}: "
+      f"{d.get('output_throughput', 0):8.1f} output tok/s, TPOT median {d.get('median_tpot_ms', 0):.2f} ms "
+      f"(p99 {d.get('p99_tpot_ms', 0):.2f}), TTFT median {d.get('median_ttft_ms', 0):.1f} ms")
+PY
+  python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1])).get("failed", 1) == 0 else 1)' \
+    "$LOG/serve_$tag.json" 2> /dev/null || fail "bench-serve $tag: failed requests (logs/serve_$tag.log)"
+}
+
+cmd_served() {
+  [ $# = 0 ] || die "served takes no arguments (LAYERS, SERVE_CONCURRENCY, SERVE_ARGS, SERVE_ENV from the environment)"
+  header "served (${SERVE_MODEL:-the bench model}, ${SERVE_ARGS:-${LAYERS:-20} layers, dummy weights, CUDA}${SERVE_ENV:+, $SERVE_ENV}; 256 prompt / 64 output tokens, /v1/completions)"
+  local model=${SERVE_MODEL:-} port=${PORT:-8412} c n own=0
+  [ -n "$model" ] || { model=$(mktemp -d); own=1; serve_model_dir "$model"; }
+  # shellcheck disable=SC2086
+  if RUN_ENV=${SERVE_ENV:-} start_server single "$port" --model "$model" --max-num-seqs 256 \
+      ${SERVE_ARGS:---dummy-weights --backend cuda --layers ${LAYERS:-20}}; then
+    for c in ${SERVE_CONCURRENCY:-16 1 64}; do
+      n=$((c * 4 < 16 ? 16 : c * 4))
+      serve_client "c$c" "$port" "$c" "$n" 256 64
+    done
+    serve_client c16_sampled "$port" 16 64 256 64 --temperature 0.8 --top-p 0.95
+    stop_server
+  fi
+  [ $own = 0 ] || rm -rf "$model"
+}
+
+# The whole curve of one build: decode at 1-256 sequences (context 256) and 1-128 (8,192), prefill of 256-32,768
+# tokens, then served; RUN_ENV applies to the benches, SERVE_ENV to the server.
+cmd_curve() {
+  [ $# = 0 ] || die "curve takes no arguments (LAYERS, RUN_ENV, SERVE_* from the environment)"
+  header "curve (${LAYERS:-20} layers${RUN_ENV:+, $RUN_ENV})"
+  run_bench curve256 --context 256 --concurrency 1,2,4,8,16,32,64,128,256 --output-len 32 --prefill none
+  run_bench curve8k --context 8192 --concurrency 1,16,64,128 --output-len 32 --prefill none
+  run_bench curve_prefill --prefill 256,1024,4096,8192,32768 --context 256 --concurrency none
+  cmd_served
+}
+
 # -------------------------------------------------------------------------------------------------------- multi-gpu
 # Issue 17 on two or more GPUs (the usage above). One step per device call: each stays under ten minutes.
 MULTI_COMMS=${COMMS:-"own:FLASHSEEK_COMM=peer nccl:FLASHSEEK_COMM=nccl"}
@@ -828,22 +930,13 @@ mg_serve() {  # [layouts] [communicators]
   local layouts=${1:-TP2} comms=${2:-$(comm_names | head -1)} port=${PORT:-8411} layout comm c
   header "multi-gpu serve: whole V4-Flash, $layouts, $comms; bench-serve 1,024 prompt / 256 output tokens"
   local model; model=$(mktemp -d)
-  cp "$BENCH_MODEL" "$model/config.json"
-  cp assets/tokenizer/deepseek-v4/tokenizer.json "$model/tokenizer.json"
+  serve_model_dir "$model"
   for layout in $layouts; do
     for comm in $comms; do
       use_layout "$layout" "$comm" || continue
-      local tag=${layout}_$comm up=0
-      # shellcheck disable=SC2086
-      env LD_LIBRARY_PATH="$LDP" $RUN_ENV "$FS" serve --model "$model" --dummy-weights --backend cuda --port "$port" \
-        --max-num-seqs 64 "${LAYOUT_ARGS[@]}" < /dev/null > "$LOG/serve_$tag.log" 2>&1 &
-      local server=$!
-      for _ in $(seq 1 "${SERVE_START_TIMEOUT:-400}"); do
-        curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && { up=1; break; }
-        kill -0 $server 2> /dev/null || break
-        sleep 1
-      done
-      if [ $up = 0 ]; then fail "serve $tag did not come up (logs/serve_$tag.log)"; kill $server 2> /dev/null; continue; fi
+      local tag=${layout}_$comm
+      start_server "$tag" "$port" --model "$model" --dummy-weights --backend cuda --max-num-seqs 64 \
+        "${LAYOUT_ARGS[@]}" || continue
       for c in ${SERVE_CONCURRENCY:-1 16 64}; do
         local prompts=$((c * 4 < 8 ? 8 : c * 4))
         timeout 300 env LD_LIBRARY_PATH="$LDP" "$FS" bench-serve --port "$port" --num-prompts "$prompts" \
@@ -853,8 +946,7 @@ mg_serve() {  # [layouts] [communicators]
         note "-- $tag, concurrency $c, $prompts requests:"
         tail -25 "$LOG/serve_${tag}_c$c.log" | tee -a "$SUMMARY"
       done
-      kill -TERM $server 2> /dev/null
-      wait $server 2> /dev/null
+      stop_server
     done
   done
   RUN_ENV=
@@ -1004,7 +1096,7 @@ cmd_layouts() {
 case "$sub" in
   bundle) cmd_bundle "$@"; exit $? ;;
   -h|--help|help) usage 0 ;;
-  harness|perf|sanitize|e2e|envelopes|bench|ab|diagnose|compare|probes|ncu|all|multi-gpu|layouts) ;;
+  harness|perf|sanitize|e2e|envelopes|bench|ab|timeline|served|curve|diagnose|compare|probes|ncu|all|multi-gpu|layouts) ;;
   *) echo "gpu_check: unknown subcommand '$sub'" >&2; usage ;;
 esac
 mkdir -p "$OUT"
@@ -1035,6 +1127,9 @@ case "$sub" in
   envelopes) [ $# = 0 ] || die "envelopes takes no arguments"; cmd_e2e --cpu-only ;;
   bench) cmd_bench "$@" ;;
   ab) cmd_ab "$@" ;;
+  timeline) cmd_timeline "$@" ;;
+  served) cmd_served "$@" ;;
+  curve) cmd_curve "$@" ;;
   diagnose) cmd_diagnose "$@" ;;
   compare) cmd_compare "$@" ;;
   probes) [ $# = 0 ] || die "probes takes no arguments"; cmd_probes ;;
