@@ -544,7 +544,8 @@ cmd_e2e() {
 # 8: its ratio-4 layer scores from 36 tokens; 56 decode steps) with the indexer's query path on its side branch in
 # prefill passes too (indexer_branch forced) and on the main path in decode (indexer_branch disabled), with the indexer's first form (FLASHSEEK_INDEXER_SELECT_FORM=0) and with mhc_pre as one
 # launch at one token (mhc_one_launch forced: every decode step and the head); with ring_gemv forced, wo_b's row
-# prepared inside the ring (prepare_in_ring) and the rings of wo_a and wo_b launched early (early_wo_a, early_wo_b).
+# prepared inside the ring (prepare_in_ring) and the rings of wo_a and wo_b launched early (early_wo_a, early_wo_b);
+# wo_a's input prepared by the attention's merge (prepare_in_merge).
 fused_identity() {  # work dir
   make_tiny chain-shapes "$1" || { fail "gen-checkpoint chain-shapes"; return; }
   make_tiny tiny-a "$1" || { fail "gen-checkpoint tiny-a"; return; }
@@ -564,6 +565,8 @@ fused_identity() {  # work dir
   # early_wo_b) against the default triggers, the ring forced on both sides
   same_logits tiny-a "$1" tiny60.tok "early_wo_a, early_wo_b forced (ring_gemv forced)" \
     FLASHSEEK_FORCE=ring_gemv,early_wo_a,early_wo_b FLASHSEEK_FORCE=ring_gemv
+  # the attention's merge writing wo_a's input prepared (head_dim 128: one half warp per head) against the launch
+  same_logits tiny-a "$1" tiny60.tok "prepare_in_merge forced" FLASHSEEK_FORCE=prepare_in_merge
 }
 
 same_logits() {  # model dir tokens what VAR=value [BASE=value]: the model's logits with and without VAR=value

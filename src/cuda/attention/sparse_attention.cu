@@ -21,8 +21,11 @@
 #include "cuda/attention/attn_tile.cuh"
 #include "cuda/attention/kv_entry.cuh"
 #include "cuda/attention/sparse_attention.cuh"
+#include "cuda/common/numeric.cuh"
 #include "cuda/common/pdl.cuh"
 #include "cuda/common/smem.cuh"
+#include "cuda/gemm/linear.cuh"  // WeightKind, ActNumerics (the prepared output's layout and numerics)
+#include "cuda/gemm/prepare_block.cuh"
 
 namespace flashseek::cuda {
 
@@ -241,7 +244,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(SparseAttentionPara
             const float alpha = m_new == -INFINITY ? 1.f : expf(m_run - m_new);
             l_run = l_run * alpha + warp_sum(pe) * beta;
             m_run = m_new;
-            sm.prob[e * kHeads + h] = round_bf16(pe) * beta;
+            sm.prob[e * kHeads + h] = attn_detail::round_bf16(pe) * beta;
             if (lane == 0) sm.alpha[h] = alpha;
         }
         __syncthreads();
@@ -485,6 +488,28 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(SparseAttention
     }
 }
 
+// The merged output of head h of row t prepared for the next linear (SparseAttentionParams::prepared_values): the
+// bf16 values the CTA has just stored, read back as prepare_activation reads them, a half warp per 128-block (8
+// features per lane: prepare_block.cuh's x8 form, the same bits as prepare_kernel's); the last row's CTAs also
+// write their heads' columns of the padding rows up to the next multiple of 8.
+__device__ __forceinline__ void prepare_merged_head(const SparseAttentionParams& p, int t, int h) {
+    __syncthreads();  // every thread's stores of the row are visible to the CTA
+    const int D = p.head_dim, K = p.n_heads * D, lane = int(threadIdx.x) & 31;
+    const __nv_bfloat16* row = p.out + t * p.out_stride + int64_t(h) * D;
+    for (int c = int(threadIdx.x); c < D / 8; c += int(blockDim.x)) {  // D % 128 == 0: whole half warps
+        float v[8];
+        bf16x8_to_float(reinterpret_cast<const uint4*>(row)[c], v);
+        store_prepared_features_x8(p.prepared_values, p.prepared_scales, K, t, h * D / 8 + c, p.prepared_layout,
+                                   p.prepared_numerics, v, lane);
+    }
+    if (t != p.batch.n_tokens - 1) return;
+    const float none[8] = {};
+    for (int64_t pad = p.batch.n_tokens; pad < (int64_t(p.batch.n_tokens) + 7) / 8 * 8; ++pad)
+        for (int c = int(threadIdx.x); c < D / 8; c += int(blockDim.x))
+            store_prepared_features_x8(p.prepared_values, p.prepared_scales, K, pad, h * D / 8 + c,
+                                       p.prepared_layout, p.prepared_numerics, none, lane, /*zero=*/true);
+}
+
 // The splits' merge, one CTA per (token, head). Every split's (m, l) is read at once (one thread per split), so are
 // the output pairs of all splits (up to kCombineBatch loads in flight per thread), instead of three passes over the
 // splits in which each split's loads waited for the previous one's (~15 dependent L2 round trips at one sequence,
@@ -554,6 +579,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(SparseAttentionParams
         }
         write_out_pair(p, t, h, d2, x0 / denom, x1 / denom, pos);
     }
+    if (p.prepared_values) prepare_merged_head(p, t, h);
 }
 
 int sm_count() {
@@ -574,7 +600,31 @@ int splits_for(int n_tokens, int n_heads, int max_candidates, int heads_per_cta)
     return std::clamp(want, 1, std::min(most, kMaxSplits));
 }
 
+// The attention catalogue's choice for a step and its split count.
+struct AttentionLaunch {
+    bool mma = false;
+    int splits = 1;
+};
+AttentionLaunch attention_launch(const SparseAttentionParams& p, const KernelPolicy& policy) {
+    const int D = p.head_dim;
+    const bool mma_fits = D % 64 == 0 && D <= 512 && p.q_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0;
+    // attn_mma where forced and it fits, else where preferred (decode batches of attn_mma_min_seqs or more, by
+    // default every decode pass: at one sequence -0.03 to -0.045 ms per 20-layer step in two A/B rounds,
+    // docs/perf-log/2026-12-01_decode-latency.md; prefill keeps SIMT) and not disabled.
+    const bool decode_batch = p.batch.max_seq_tokens == 1 && p.batch.n_tokens >= policy.attn_mma_min_seqs;
+    AttentionLaunch a;
+    a.mma = mma_fits && (policy.is_forced("attn_mma") ||
+                         (!policy.is_forced("attn_simt") && !policy.is_disabled("attn_mma") && decode_batch));
+    if (policy.is_disabled("attn_simt") && mma_fits) a.mma = true;
+    a.splits = splits_for(p.batch.n_tokens, p.n_heads, p.max_candidates, a.mma ? kMmaHeads : kHeads);
+    return a;
+}
+
 }  // namespace
+
+bool sparse_attention_merges(const SparseAttentionParams& p, const KernelPolicy& policy) {
+    return p.batch.n_tokens > 0 && attention_launch(p, policy).splits > 1;
+}
 
 size_t sparse_attention_workspace_bytes(int max_tokens, int n_heads, int head_dim, int max_candidates) {
     size_t best = 0;
@@ -602,16 +652,20 @@ std::string_view sparse_attention(const SparseAttentionParams& p, void* workspac
     FS_ATTN_REQUIRE(p.ratio == 0 || p.comp.base, "sparse_attention: compressed entries are required when ratio > 0");
     FS_ATTN_REQUIRE(p.max_candidates >= 1, "sparse_attention: max_candidates must be positive");
     if (p.batch.n_tokens <= 0) return "none";
-    const bool mma_fits = D % 64 == 0 && D <= 512 && p.q_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0;
-    // The attention catalogue: attn_mma where forced and it fits, else where preferred (decode batches of
-    // attn_mma_min_seqs or more, by default every decode pass: at one sequence -0.03 to -0.045 ms per 20-layer step
-    // in two A/B rounds, docs/perf-log/2026-12-01_decode-latency.md; prefill keeps SIMT) and not disabled.
-    const bool decode_batch = p.batch.max_seq_tokens == 1 && p.batch.n_tokens >= policy.attn_mma_min_seqs;
-    bool mma = mma_fits && (policy.is_forced("attn_mma") ||
-                            (!policy.is_forced("attn_simt") && !policy.is_disabled("attn_mma") && decode_batch));
-    if (policy.is_disabled("attn_simt") && mma_fits) mma = true;
+    const AttentionLaunch a = attention_launch(p, policy);
+    const bool mma = a.mma;
     const int hpc = mma ? kMmaHeads : kHeads;
-    const int splits = splits_for(p.batch.n_tokens, p.n_heads, p.max_candidates, hpc);
+    const int splits = a.splits;
+    if (p.prepared_values) {
+        FS_ATTN_REQUIRE(splits > 1, "sparse_attention: the output is prepared by the merge, and this step has none "
+                        "(one split: check sparse_attention_merges)");
+        FS_ATTN_REQUIRE(p.prepared_scales && D % 128 == 0 && p.out_stride % 8 == 0 &&
+                            reinterpret_cast<uintptr_t>(p.out) % 16 == 0 &&
+                            (p.prepared_layout == int(WeightKind::FP8_BLOCK128) ||
+                             p.prepared_layout == int(WeightKind::FP4_BLOCK32)),
+                        "sparse_attention: a prepared output needs scales, head_dim % 128 == 0 (got {}), a 16-byte "
+                        "aligned output with out_stride % 8 == 0 (got {}) and an FP8 / FP4 layout", D, p.out_stride);
+    }
     float *ws_o = nullptr, *ws_ml = nullptr;
     if (splits > 1) {
         const size_t need = size_t(p.batch.n_tokens) * splits * p.n_heads * (size_t(D) + 2) * sizeof(float);

@@ -56,10 +56,22 @@ struct SparseAttentionParams {
     // pdl_wait_and_trigger): set where the kernels after the attention are a small chain ending in a GEMV that
     // requests its weights before its wait.
     bool merge_launches_next_early = false;
+    // The merge also writes its output prepared for the FP8 / FP4 linear that reads it (wo_a), as
+    // prepare_activation(out, n_tokens, n_heads * head_dim, ld out_stride) would: values [round_up8(n_tokens)]
+    // [n_heads * head_dim] at their permuted positions for prepared_layout (WeightKind), scales per 128-block, rows
+    // past n_tokens zero blocks (gemm/prepare_block.cuh). Null: not. Only where the splits are merged
+    // (sparse_attention_merges), with head_dim % 128 == 0, out 16-byte aligned and out_stride % 8 == 0.
+    uint16_t* prepared_values = nullptr;
+    float* prepared_scales = nullptr;
+    int prepared_layout = 0;    // WeightKind: FP8_BLOCK128 or FP4_BLOCK32
+    int prepared_numerics = 0;  // ActNumerics
 };
 
 // Workspace for any step of at most max_tokens query rows with at most max_candidates candidates each.
 size_t sparse_attention_workspace_bytes(int max_tokens, int n_heads, int head_dim, int max_candidates);
+// Whether sparse_attention(p, ..., policy) merges splits in a kernel of its own (the merge that can also prepare the
+// output for the next linear: SparseAttentionParams::prepared_values).
+bool sparse_attention_merges(const SparseAttentionParams& p, const KernelPolicy& policy = KernelPolicy{});
 // Returns the name of the variant that ran.
 std::string_view sparse_attention(const SparseAttentionParams& p, void* workspace, size_t workspace_bytes,
                                   cudaStream_t stream, const KernelPolicy& policy = KernelPolicy{});

@@ -67,8 +67,20 @@ public:
 private:
     // head_queries: the query path (and the sub-block's output) on the head rows only (last_layer_on_head_rows).
     void enqueue_attention(int l, const PassShape& s, bool head_queries);
-    // merge_launches_next_early: SparseAttentionParams::merge_launches_next_early (ring_launched_early).
-    void enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch, bool merge_launches_next_early);
+    // Where the attention's merge also writes its output prepared for wo_a ("prepare_in_merge"): the buffer, wo_a's
+    // layout and input numerics (buf null: nowhere).
+    struct MergePrep {
+        PrepBuffer* buf = nullptr;
+        WeightKind kind = WeightKind::BF16;
+        ActNumerics numerics = ActNumerics::EXACT;
+    };
+    // merge_launches_next_early: SparseAttentionParams::merge_launches_next_early (ring_launched_early). Returns
+    // whether the merge wrote the output prepared into merge_prep.buf (only where the step merges splits).
+    bool enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch, bool merge_launches_next_early,
+                                  const MergePrep& merge_prep);
+    // One token's wo_a input prepared by the attention's merge (the forced-only "prepare_in_merge"): where wo_a
+    // takes a prepared MMA_F16 input (no raw row, not widened), FP8 or FP4 weights, head_dim % 128 == 0.
+    MergePrep merge_prep_target(const ShardLayer& L, int Tq, bool prefill, bool widen_wo_a, int groups);
     // One token, where w runs ring_gemv: whether the kernels before the ring let their successors launch at their
     // entry (the forced-only compositions "early_wo_a": the attention's merge and wo_a's preparation; "early_wo_b":
     // wo_b's preparation).

@@ -270,7 +270,9 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
     // Sparse attention over window + compressed entries, then the output projection.
     const int G = shard_.spec().groups();
     const bool early_wo_a = !widen_wo_a && ring_launched_early("early_wo_a", L.wo_a, true, Tq, s.prefill, G);
-    enqueue_sparse_attention(l, s, qbatch, early_wo_a);
+    const MergePrep merge_prep = merge_prep_target(L, Tq, s.prefill, widen_wo_a, G);
+    if (enqueue_sparse_attention(l, s, qbatch, early_wo_a, merge_prep))  // prepare() below finds it done
+        adopt_prepared(*merge_prep.buf, buf_.attn_out.get(), Tq, int64_t(H) * hd, merge_prep.kind, merge_prep.numerics);
     const int64_t GO = int64_t(G) * cfg_.o_lora_rank;
     // wo_a widened above (widen_wo_a): the checkpoint's wo_a bytes were read by the widening, else the grouped GEMM
     // reads them.
@@ -502,8 +504,19 @@ bool ForwardPass::ring_launched_early(std::string_view name, const DeviceLinear&
     return linear_choice(Tq, w, groups, input_numerics(w, force_exact), *pol_) == "ring_gemv";
 }
 
-void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch,
-                                           bool merge_launches_next_early) {
+ForwardPass::MergePrep ForwardPass::merge_prep_target(const ShardLayer& L, int Tq, bool prefill, bool widen_wo_a,
+                                                      int groups) {
+    const int64_t K = int64_t(shard_.spec().heads()) * cfg_.head_dim;
+    if (prefill || widen_wo_a || !pol_->takes_forced_only("prepare_in_merge") || cfg_.head_dim % 128 != 0 ||
+        input_format(Tq, L.wo_a, /*force_exact=*/true, groups) != ActFormat::MMA_F16 ||
+        !producer_prepares(L.wo_a, ActFormat::MMA_F16) ||
+        raw_input(Tq, buf_.attn_out.get(), K, L.wo_a, true, groups, prefill).raw)
+        return {};
+    return {&buf_.prep_attn_out, L.wo_a.kind, input_numerics(L.wo_a, /*force_exact=*/true)};
+}
+
+bool ForwardPass::enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch,
+                                           bool merge_launches_next_early, const MergePrep& merge_prep) {
     const ShardLayer& L = shard_.layer(l);
     const int H = shard_.spec().heads(), hd = cfg_.head_dim;
     SparseAttentionParams p;
@@ -551,10 +564,18 @@ void ForwardPass::enqueue_sparse_attention(int l, const PassShape& s, const Toke
         tuning.cta_release = pol_->takes_forced_only("attn_prefill_cta_release");
         sparse_attention_prefill(p, max_entries, buf_.attn_workspace.get(), buf_.attn_workspace_bytes, streams_.main(),
                                  tuning);
-        return;
+        return false;
+    }
+    const bool prepared = merge_prep.buf && sparse_attention_merges(p, *pol_);
+    if (prepared) {
+        p.prepared_values = merge_prep.buf->values.as<uint16_t>();
+        p.prepared_scales = merge_prep.buf->scales.as<float>();
+        p.prepared_layout = int(merge_prep.kind);
+        p.prepared_numerics = int(merge_prep.numerics);
     }
     prof_.variant(
         sparse_attention(p, buf_.attn_workspace.get(), buf_.attn_workspace_bytes, streams_.main(), *pol_));
+    return prepared;
 }
 
 }  // namespace flashseek::cuda

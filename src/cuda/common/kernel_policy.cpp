@@ -59,7 +59,8 @@ const std::vector<std::string_view>& known_variants() {
         "gemv_chain",      "query_chain",   "indexer_branch", "weight_prefetch", "attn_prefill_cta_release",
         "mhc_one_launch",  "norm_into_gemv", "compressor_gate_lane",
         "prepare_in_gemv", "prepare_in_ring", "moe_pack_ahead", "moe_pack_join_routing", "route_in_router",
-        "indexer_weights_lane", "mhc_mix_lane", "early_wo_a", "early_wo_b"};
+        "indexer_weights_lane", "mhc_mix_lane", "early_wo_a", "early_wo_b",
+        "prepare_in_merge"};
     return names;
 }
 

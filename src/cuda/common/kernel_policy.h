@@ -41,6 +41,10 @@
 //           preparation let their successors launch at their entry, so that the ring's CTAs fill their first stages
 //           while the attention runs; the same kernels and bits; only where forced until measured), early_wo_b (the
 //           same for one token's wo_b ring: its preparation launches it at entry, while wo_a runs),
+//           prepare_in_merge (decode passes whose attention merges splits: the merge, attention/sparse_attention.cu
+//           combine_kernel, also writes its output prepared for wo_a where wo_a takes a prepared MMA_F16 input, so
+//           no preparation launch stands between the attention and wo_a; the same bits as that launch; only where
+//           forced until measured),
 //           compressor_gate_lane (each compressor's gate GEMV on a side stream of its own beside its wkv GEMV,
 //           the same kernels; disabled: both on the compressor's stream, one after the other)
 //           moe_pack_ahead (one token: wgmma_experts' up-projection tile packed on a side stream as soon as the
@@ -176,7 +180,7 @@ struct KernelPolicy {
     bool is_disabled(std::string_view variant) const;
     bool is_forced(std::string_view variant) const;
     // A composition taken only where forced (gemv_chain, query_chain, weight_prefetch,
-    // attn_prefill_cta_release, mhc_one_launch, prepare_in_ring, early_wo_a, early_wo_b):
+    // attn_prefill_cta_release, mhc_one_launch, prepare_in_ring, early_wo_a, early_wo_b, prepare_in_merge):
     // forced, and not disabled as well.
     bool takes_forced_only(std::string_view name) const { return is_forced(name) && !is_disabled(name); }
     // A composition taken where it was measured to pay (`measured`: mhc_mix_lane's row cap, indexer_branch's decode

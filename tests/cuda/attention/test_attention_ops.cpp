@@ -19,6 +19,7 @@
 #include "cuda/attention/sparse_attention.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/compressor/compressor.cuh"
+#include "cuda/gemm/linear.cuh"
 #include "cuda/indexer/indexer.cuh"
 #include "attention_variants.h"
 #include "attn_reference.h"
@@ -358,6 +359,81 @@ TEST(CudaSparseAttention, DefaultChoiceRules) {
         const auto& known = known_variants();
         EXPECT_NE(std::find(known.begin(), known.end(), v.name), known.end()) << v.name << " is not a policy name";
         EXPECT_NO_THROW(flashseek::test::archs_available(v.archs)) << v.name;
+    }
+}
+
+// The merge writing its output prepared for the next linear (SparseAttentionParams::prepared_values, the backend's
+// forced-only prepare_in_merge) gives prepare_activation's bits on the output it wrote, padding rows included, for
+// both weight layouts and both numerics, through both variants; the output itself is unchanged. Window-only
+// attention over a bf16 ring of random entries, the window long enough for several splits; shapes: V4-Flash's 64
+// heads of 512, the tiny models' 128 (one half warp per head), 3 and 9 rows (padding rows up to 8 and 16) and 384
+// (three 128-blocks per head). A step without a merge (one split) refuses a prepared output by name.
+TEST(CudaSparseAttention, MergePreparesItsOutputLikeTheLaunch) {
+    REQUIRE_GPU();
+    const uint64_t seed = test_seed();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    Rng rng(seed);
+    const int R = 64, window = 96, ring_entries = window + 1;
+    for (auto [H, D, n_seqs] : {std::tuple{64, 512, 1}, std::tuple{8, 128, 1}, std::tuple{16, 256, 3},
+                                std::tuple{12, 384, 9}}) {
+        if (flashseek::test::quick_mode() && H > 16) continue;  // sanitizer runs: the small cases cover every path
+        BatchHost bh;
+        for (int s = 0; s < n_seqs; ++s) bh.add(s, rng.uniform_int(window, 900), 1);
+        BatchDev bd(bh);
+        const int T = bd.batch.n_tokens;
+        const int64_t K = int64_t(H) * D;
+        const int eb = int(kv_entry_bytes(KvFormat::BF16, D, R));
+        Dev<uint16_t> ring(to_bf16_bits(rng.normals(size_t(n_seqs) * ring_entries * eb / 2)));
+        Dev<uint16_t> dq(to_bf16_bits(rng.normals(size_t(T) * K, 1.5f))), dout(size_t(T) * K);
+        Dev<float> dsink(rng.normals(H));
+        const SparseAttentionParams plain = window_params(bd.batch, H, D, R, window, dq, dout, dsink.ptr,
+                                                          reinterpret_cast<uint8_t*>(ring.ptr), ring_entries);
+        const size_t ws_bytes = sparse_attention_workspace_bytes(T, H, D, plain.max_candidates);
+        Dev<uint8_t> ws(ws_bytes);
+        Dev<uint16_t> merged_values(prepared_values_bytes(T, K) / 2), launch_values(prepared_values_bytes(T, K) / 2);
+        Dev<float> merged_scales(prepared_scales_bytes(T, K) / 4), launch_scales(prepared_scales_bytes(T, K) / 4);
+        for (const AttentionVariant& v : kAttentionVariants) {
+            const KernelPolicy only = KernelPolicy::only(v.name);
+            ASSERT_TRUE(sparse_attention_merges(plain, only)) << v.name << " H " << H << " D " << D;
+            dout.poison();
+            sparse_attention(plain, ws.ptr, ws_bytes, nullptr, only);
+            const std::vector<uint16_t> out_plain = dout.download();
+            for (WeightKind layout : {WeightKind::FP8_BLOCK128, WeightKind::FP4_BLOCK32}) {
+                for (ActNumerics num : {ActNumerics::EXACT, ActNumerics::FP8_BLOCK128}) {
+                    const std::string what = std::string(v.name) + " H " + std::to_string(H) + " D " +
+                                             std::to_string(D) + " rows " + std::to_string(T) + " layout " +
+                                             std::to_string(int(layout)) + " numerics " + std::to_string(int(num));
+                    SparseAttentionParams p = plain;
+                    p.prepared_values = merged_values.ptr;
+                    p.prepared_scales = merged_scales.ptr;
+                    p.prepared_layout = int(layout);
+                    p.prepared_numerics = int(num);
+                    dout.poison();
+                    merged_values.poison();
+                    merged_scales.poison();
+                    const std::string ran(sparse_attention(p, ws.ptr, ws_bytes, nullptr, only));
+                    CUDA_OK(cudaDeviceSynchronize());
+                    EXPECT_EQ(ran, v.name) << what;
+                    EXPECT_EQ(dout.download(), out_plain) << what << ": the output changed";
+                    PreparedActivation want;
+                    want.values = launch_values.ptr;
+                    want.scales = launch_scales.ptr;
+                    launch_values.poison();
+                    launch_scales.poison();
+                    prepare_activation(dout.ptr, false, T, K, K, layout, num, want, nullptr);
+                    CUDA_OK(cudaDeviceSynchronize());
+                    EXPECT_EQ(merged_values.download(), launch_values.download()) << what << ": prepared values";
+                    EXPECT_EQ(merged_scales.download(), launch_scales.download()) << what << ": prepared scales";
+                }
+            }
+        }
+        SparseAttentionParams one = plain;
+        one.max_candidates = 1;  // one split: no merge
+        EXPECT_FALSE(sparse_attention_merges(one, KernelPolicy{}));
+        one.prepared_values = merged_values.ptr;
+        one.prepared_scales = merged_scales.ptr;
+        one.prepared_layout = int(WeightKind::FP8_BLOCK128);
+        flashseek::test::expect_named_error([&] { sparse_attention(one, ws.ptr, ws_bytes, nullptr); }, "one split");
     }
 }
 

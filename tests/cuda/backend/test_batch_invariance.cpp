@@ -163,7 +163,8 @@ TEST_F(CudaPrefillInvariance, SlotTileWidthByPassKeepsLogits) {
 // query path on its side branch in prefill passes too, beside weights_proj on its own (indexer_branch: another graph
 // shape); the attention's merge and the preparations before wo_a's and wo_b's one-token rings launching their
 // successors at entry (early_wo_a,early_wo_b: the same kernels, launched earlier under PDL; full-size wo_a and wo_b
-// take ring_gemv at one token on Hopper, so the three decode steps run them).
+// take ring_gemv at one token on Hopper, so the three decode steps run them); the attention's merge writing its
+// output prepared for wo_a (prepare_in_merge: one preparation launch fewer per decode layer).
 class CudaForcedFormsKeepLogits : public CudaPrefillInvariance, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(CudaForcedFormsKeepLogits, SameLogits) {
@@ -173,7 +174,7 @@ TEST_P(CudaForcedFormsKeepLogits, SameLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Forms, CudaForcedFormsKeepLogits,
                          ::testing::Values("weight_prefetch", "norm_into_gemv", "moe_pack_join_routing",
-                                           "indexer_branch", "early_wo_a,early_wo_b"),
+                                           "indexer_branch", "early_wo_a,early_wo_b", "prepare_in_merge"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                              std::string name = info.param;  // a test name takes no commas
                              for (char& c : name) c = c == ',' ? '_' : c;
@@ -304,7 +305,7 @@ INSTANTIATE_TEST_SUITE_P(Switches, CudaProducerFormsMatchSeparateSteps,
                          ::testing::Values("shared_bf16_out", "routed_bf16_out", "norm_fp8_rows", "wo_a_fp8_rows",
                                            "compressor_gate_lane", "prepare_in_gemv", "moe_pack_ahead",
                                            "route_in_router", "indexer_weights_lane", "mhc_mix_lane",
-                                           "indexer_branch", "early_wo_a,early_wo_b"),
+                                           "indexer_branch", "early_wo_a,early_wo_b", "prepare_in_merge"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                              std::string name = info.param;  // a test name takes no commas
                              for (char& c : name) c = c == ',' ? '_' : c;
