@@ -565,8 +565,11 @@ fused_identity() {  # work dir
   # early_wo_b) against the default triggers, the ring forced on both sides
   same_logits tiny-a "$1" tiny60.tok "early_wo_a, early_wo_b forced (ring_gemv forced)" \
     FLASHSEEK_FORCE=ring_gemv,early_wo_a,early_wo_b FLASHSEEK_FORCE=ring_gemv
-  # the attention's merge writing wo_a's input prepared (head_dim 128: one half warp per head) against the launch
-  same_logits tiny-a "$1" tiny60.tok "prepare_in_merge forced" FLASHSEEK_FORCE=prepare_in_merge
+  # the attention's merge writing wo_a's input prepared against the preparation launch: on chain-shapes' 300 tokens,
+  # whose ratio-4 layer merges splits from ~64 positions on (tiny-a's attention never has more than one split), with
+  # wo_a taking a prepared input on both sides (its one-token simt_gemv would take the raw row)
+  same_logits chain-shapes "$1" chain-shapes.tok "prepare_in_merge forced (prepare_in_gemv disabled)" \
+    FLASHSEEK_FORCE=prepare_in_merge FLASHSEEK_DISABLE=prepare_in_gemv
 }
 
 same_logits() {  # model dir tokens what VAR=value [BASE=value]: the model's logits with and without VAR=value
