@@ -562,7 +562,8 @@ fused_identity() {  # work dir
   same_logits tiny-a "$1" tiny60.tok "prepare_in_gemv disabled (ring_gemv, prepare_in_ring forced)" \
     FLASHSEEK_DISABLE=prepare_in_gemv FLASHSEEK_FORCE=ring_gemv,prepare_in_ring
   # the merge and the preparations before wo_a's and wo_b's rings launching their successors at entry (early_wo_a,
-  # early_wo_b) against the default triggers, the ring forced on both sides
+  # early_wo_b) against the default triggers, the ring forced on both sides (tiny-a's attention has no merge: the
+  # preparations' triggers are what this compares; CudaForcedFormsKeepLogits covers the merge's on full-size layers)
   same_logits tiny-a "$1" tiny60.tok "early_wo_a, early_wo_b forced (ring_gemv forced)" \
     FLASHSEEK_FORCE=ring_gemv,early_wo_a,early_wo_b FLASHSEEK_FORCE=ring_gemv
   # the attention's merge writing wo_a's input prepared against the preparation launch: on chain-shapes' 300 tokens,
