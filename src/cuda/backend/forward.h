@@ -78,7 +78,7 @@ private:
     // whether the merge wrote the output prepared into merge_prep.buf (only where the step merges splits).
     bool enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch, bool merge_launches_next_early,
                                   const MergePrep& merge_prep);
-    // One token's wo_a input prepared by the attention's merge (the forced-only "prepare_in_merge"): where wo_a
+    // A decode pass's wo_a input prepared by the attention's merge (the forced-only "prepare_in_merge"): where wo_a
     // takes a prepared MMA_F16 input (no raw row, not widened), FP8 or FP4 weights, head_dim % 128 == 0.
     MergePrep merge_prep_target(const ShardLayer& L, int Tq, bool prefill, bool widen_wo_a, int groups);
     // One token, where w runs ring_gemv: whether the kernels before the ring let their successors launch at their
