@@ -79,8 +79,9 @@ private:
     bool enqueue_sparse_attention(int l, const PassShape& s, const TokenBatch& qbatch, bool merge_launches_next_early,
                                   const MergePrep& merge_prep);
     // A decode pass's wo_a input prepared by the attention's merge (the forced-only "prepare_in_merge"): where wo_a
-    // takes a prepared MMA_F16 input (no raw row, not widened), FP8 or FP4 weights, head_dim % 128 == 0.
-    MergePrep merge_prep_target(const ShardLayer& L, int Tq, bool prefill, bool widen_wo_a, int groups);
+    // takes a prepared MMA_F16 input (wo_a_unprepared: it is widened or takes the raw row instead), FP8 or FP4
+    // weights, head_dim % 128 == 0.
+    MergePrep merge_prep_target(const ShardLayer& L, int Tq, bool prefill, bool wo_a_unprepared, int groups);
     // One token, where w runs ring_gemv: whether the kernels before the ring let their successors launch at their
     // entry (the forced-only compositions "early_wo_a": the attention's merge and wo_a's preparation; "early_wo_b":
     // wo_b's preparation).

@@ -270,7 +270,13 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
     // Sparse attention over window + compressed entries, then the output projection.
     const int G = shard_.spec().groups();
     const bool early_wo_a = !widen_wo_a && ring_launched_early("early_wo_a", L.wo_a, true, Tq, s.prefill, G);
-    const MergePrep merge_prep = merge_prep_target(L, Tq, s.prefill, widen_wo_a, G);
+    // One token: wo_a's and wo_b's inputs prepared inside their GEMVs' staging (raw_activation), no preparation
+    // launch between the kernels, where the preparation and the GEMV would be simt_gemv's (or ring_gemv's where
+    // forced: raw_input; the same bits). Never for the widened wo_a (bf16 weights).
+    const PreparedActivation ao_raw = widen_wo_a ? PreparedActivation{}
+                                                 : raw_input(Tq, buf_.attn_out.get(), int64_t(H) * hd, L.wo_a, true, G,
+                                                             s.prefill);
+    const MergePrep merge_prep = merge_prep_target(L, Tq, s.prefill, widen_wo_a || ao_raw.raw, G);
     if (enqueue_sparse_attention(l, s, qbatch, early_wo_a, merge_prep))  // prepare() below finds it done
         adopt_prepared(*merge_prep.buf, buf_.attn_out.get(), Tq, int64_t(H) * hd, merge_prep.kind, merge_prep.numerics);
     const int64_t GO = int64_t(G) * cfg_.o_lora_rank;
@@ -282,10 +288,6 @@ void ForwardPass::enqueue_attention(int l, const PassShape& s, bool head_queries
         wo_a = DeviceLinear{WeightKind::BF16, ScaleKind::NONE, L.wo_a.out, L.wo_a.in, buf_.wo_a_bf16.get(), nullptr,
                             /*written_in_stream=*/true};
     }
-    // One token: wo_a's and wo_b's inputs prepared inside their GEMVs' staging (raw_activation), no preparation
-    // launch between the kernels, where the preparation and the GEMV would be simt_gemv's (or ring_gemv's where
-    // forced: raw_input; the same bits).
-    const PreparedActivation ao_raw = raw_input(Tq, buf_.attn_out.get(), int64_t(H) * hd, wo_a, true, G, s.prefill);
     const PreparedActivation& ao = ao_raw.raw ? ao_raw
                                               : prepare(buf_.prep_attn_out, buf_.attn_out.get(), false, Tq,
                                                         int64_t(H) * hd, int64_t(H) * hd, wo_a, /*force_exact=*/true,
@@ -504,13 +506,11 @@ bool ForwardPass::ring_launched_early(std::string_view name, const DeviceLinear&
     return linear_choice(Tq, w, groups, input_numerics(w, force_exact), *pol_) == "ring_gemv";
 }
 
-ForwardPass::MergePrep ForwardPass::merge_prep_target(const ShardLayer& L, int Tq, bool prefill, bool widen_wo_a,
-                                                      int groups) {
-    const int64_t K = int64_t(shard_.spec().heads()) * cfg_.head_dim;
-    if (prefill || widen_wo_a || !pol_->takes_forced_only("prepare_in_merge") || cfg_.head_dim % 128 != 0 ||
+ForwardPass::MergePrep ForwardPass::merge_prep_target(const ShardLayer& L, int Tq, bool prefill,
+                                                      bool wo_a_unprepared, int groups) {
+    if (prefill || wo_a_unprepared || !pol_->takes_forced_only("prepare_in_merge") || cfg_.head_dim % 128 != 0 ||
         input_format(Tq, L.wo_a, /*force_exact=*/true, groups) != ActFormat::MMA_F16 ||
-        !producer_prepares(L.wo_a, ActFormat::MMA_F16) ||
-        raw_input(Tq, buf_.attn_out.get(), K, L.wo_a, true, groups, prefill).raw)
+        !producer_prepares(L.wo_a, ActFormat::MMA_F16))
         return {};
     return {&buf_.prep_attn_out, L.wo_a.kind, input_numerics(L.wo_a, /*force_exact=*/true)};
 }
