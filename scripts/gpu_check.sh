@@ -774,18 +774,18 @@ serve_client() {  # tag port concurrency prompts input-len output-len [bench-ser
     --endpoint /v1/completions --num-prompts "$n" --max-concurrency "$c" --random-input-len "$in" \
     --random-output-len "$out" --seed 1 --no-progress "$@" --save-result "$LOG/serve_$tag.json" \
     > "$LOG/serve_$tag.log" 2>&1 || fail "bench-serve $tag: exit $? (logs/serve_$tag.log)"
-  python3 - "$LOG/serve_$tag.json" "$tag" "$*" <<'PY' 2>&1 | tee -a "$SUMMARY"
+  # the summary line; exit 1 when a request failed (pipefail carries it through tee)
+  python3 - "$LOG/serve_$tag.json" "$tag" "$*" <<'PY' 2>&1 | tee -a "$SUMMARY" || fail "bench-serve $tag: failed requests (logs/serve_$tag.log)"
 import json, sys
 try:
     d = json.load(open(sys.argv[1]))
 except Exception as e:
-    print(f"served {sys.argv[2]}: no JSON ({e})"); sys.exit(0)
+    print(f"served {sys.argv[2]}: no JSON ({e})"); sys.exit(1)
 print(f"served {sys.argv[2]:<12} {d.get('completed', 0)} requests ({d.get('failed', 0)} failed){' ' + sys.argv[3] if sys.argv[3] else ''}: "
       f"{d.get('output_throughput', 0):8.1f} output tok/s, TPOT median {d.get('median_tpot_ms', 0):.2f} ms "
       f"(p99 {d.get('p99_tpot_ms', 0):.2f}), TTFT median {d.get('median_ttft_ms', 0):.1f} ms")
+sys.exit(0 if d.get("failed", 1) == 0 else 1)
 PY
-  python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1])).get("failed", 1) == 0 else 1)' \
-    "$LOG/serve_$tag.json" 2> /dev/null || fail "bench-serve $tag: failed requests (logs/serve_$tag.log)"
 }
 
 cmd_served() {
