@@ -308,7 +308,8 @@ void ResponseBuilder::absorb(const std::vector<runtime::OutputEvent>& events) {
     for (const runtime::OutputEvent& ev : events) apply(ev, false);
 }
 
-std::optional<ApiError> generation_failure(const std::string& finish_reason, const std::string& error) {
+std::optional<ApiError> generation_failure(const std::string& finish_reason, const std::string& error,
+                                           const std::string& constraint_param) {
     if (finish_reason == "stop" || finish_reason == "length") return std::nullopt;
     if (finish_reason == "deadline")
         return ApiError(408, "the request did not finish before its deadline (--request-timeout)", "", "timeout_error",
@@ -318,13 +319,18 @@ std::optional<ApiError> generation_failure(const std::string& finish_reason, con
     // A request the scheduler refused (it validates prompt ids and sizes again) is the client's fault.
     if (error.rfind("prompt", 0) == 0 || error.rfind("max_tokens", 0) == 0 || error.rfind("debug_forced_tokens", 0) == 0)
         return ApiError(400, error, error.substr(0, error.find(':')));
+    // A grammar that accepts no output (or reaches a dead end) is the client's constraint at fault.
+    if (error.find(kConstraintDeadEnd) != std::string::npos)
+        return ApiError(400, fmt::format("'{}' cannot be used for constrained decoding: {}", constraint_param,
+                                         kConstraintDeadEnd),
+                        constraint_param);
     return ApiError(500, "generation failed: " + error, "", "server_error", "engine_error");
 }
 
 std::optional<ApiError> ResponseBuilder::failure() const {
     for (const Choice& c : choices_)
         if (c.finished)
-            if (std::optional<ApiError> f = generation_failure(c.finish_reason, c.error)) return f;
+            if (std::optional<ApiError> f = generation_failure(c.finish_reason, c.error, req_.constraint.param)) return f;
     return std::nullopt;
 }
 

@@ -229,7 +229,7 @@ ojson ResponsesBuilder::final_json() const { return snapshot(status().c_str()); 
 
 std::optional<ApiError> ResponsesBuilder::failure() const {
     if (!finished_) return std::nullopt;
-    return generation_failure(finish_reason_, error_);
+    return generation_failure(finish_reason_, error_, req_.constraint.param);
 }
 
 }  // namespace flashseek::server

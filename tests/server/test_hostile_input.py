@@ -299,6 +299,42 @@ def test_hostile_constraints_get_400_naming_the_field(server):
     server.wait_idle_and_audit()
 
 
+def test_grammar_with_no_output_fails_alone_with_a_400(server):
+    """A grammar xgrammar compiles but whose language is empty (`root ::= root "a"`), or that reaches a dead end
+    after a first token, leaves the next-token mask empty. The sampler threw for the whole batched step, so that
+    request got a 500 "generation failed" and so did every other request in the same step (found by the
+    hostile-client audit). Now only that request ends, with a 400 naming its constraint field, and a request running
+    beside it finishes with the same text as alone."""
+    solo_body = dict(ROUTES[CMPL], max_tokens=200, temperature=0, ignore_eos=True)
+    s, solo, _ = post_json(server.url(CMPL), solo_body, timeout=300)
+    assert s == 200, solo
+    result = {}
+
+    def beside():
+        result["answer"] = post_json(server.url(CMPL), solo_body, timeout=300)
+    t = threading.Thread(target=beside)
+    t.start()
+    empty, dead_end = 'root ::= root "a"', 'root ::= "a" x\nx ::= x "b"'
+    cases = [(CMPL, dict(ROUTES[CMPL], guided_grammar=empty), "guided_grammar"),
+             (CMPL, dict(ROUTES[CMPL], structured_outputs={"grammar": dead_end}), "structured_outputs"),
+             (CHAT, dict(ROUTES[CHAT], structured_outputs={"grammar": empty}), "structured_outputs"),
+             ("/v1/responses", dict(ROUTES["/v1/responses"], guided_grammar=dead_end), "guided_grammar")]
+    for _ in range(3):
+        for route, body, param in cases:
+            s, text, _ = http_request("POST", server.url(route), body, timeout=300)
+            err = check_4xx(s, text, f"{route} {param}")
+            assert s == 400 and err["param"] == param and "allows no next token" in err["message"], (route, s, err)
+    # Streamed: the stream ends with an error event naming the field, then [DONE].
+    events = sse_events(server, CMPL, dict(ROUTES[CMPL], guided_grammar=empty, stream=True))
+    assert events[-1] == "[DONE]" and events[-2]["error"]["param"] == "guided_grammar", events
+    t.join(300)
+    s, together, _ = result["answer"]
+    assert s == 200, together
+    assert together["choices"][0]["text"] == solo["choices"][0]["text"]
+    assert server.proc.poll() is None, server.logs()[-2000:]
+    server.wait_idle_and_audit()
+
+
 def slow_schema(tag, alternatives=150):
     """A small schema whose compile takes seconds: xgrammar computes a token mask for every state of every counted
     repetition (docs/serving.md, "Constrained decoding")."""
