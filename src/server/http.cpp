@@ -109,6 +109,44 @@ HttpServer::HttpServer(HttpOptions options) : impl_(std::make_unique<Impl>(optio
                             "application/json");
             return httplib::Server::HandlerResponse::Handled;
         }
+        // Body framing the library gets wrong, so the bytes after a request could be parsed as a request of their
+        // own (a desynchronised connection, or a request smuggled past a proxy that frames the body as RFC 9112
+        // §6.3 says): it takes the first of several Content-Length headers; it treats a Transfer-Encoding other
+        // than exactly "chunked" as no framing at all (reading until the peer closes); and with both headers
+        // present the proxy and the library may each pick another. These are refused before the body is read.
+        const auto refuse_framing = [&](const std::string& msg, const std::string& param) {
+            res.status = 400;
+            close_after_response(res);
+            res.set_content(error_body(400, msg, param), "application/json");
+            return httplib::Server::HandlerResponse::Handled;
+        };
+        const auto [cl_first, cl_end] = req.headers.equal_range("Content-Length");
+        for (auto it = cl_first; it != cl_end; ++it)
+            if (it->second != cl_first->second)
+                return refuse_framing("conflicting Content-Length headers", "Content-Length");
+        const size_t te_count = req.get_header_value_count("Transfer-Encoding");
+        if (te_count > 0) {
+            std::string te = req.get_header_value("Transfer-Encoding");
+            std::transform(te.begin(), te.end(), te.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+            while (!te.empty() && (te.back() == ' ' || te.back() == '\t')) te.pop_back();
+            if (te_count > 1 || te != "chunked")
+                return refuse_framing("unsupported Transfer-Encoding (only a single 'chunked' is accepted)",
+                                      "Transfer-Encoding");
+            if (cl_first != cl_end)
+                return refuse_framing("a request cannot carry both Content-Length and Transfer-Encoding",
+                                      "Transfer-Encoding");
+            // The library's chunked decoder ends the body early, without an error, when a chunk is not followed
+            // by CRLF; what follows would be parsed as the next request. A chunked request is therefore its
+            // connection's last, so no byte after its body is ever read as a request.
+            close_after_response(res);
+        }
+        // The library reads a body only for POST, PUT, PATCH and DELETE: the body of a GET (or HEAD, OPTIONS, …)
+        // would stay in the stream and be parsed as the next request. Such a request is answered as usual and
+        // ends its connection (the unread body is discarded while it closes).
+        const bool library_reads_body = req.method == "POST" || req.method == "PUT" || req.method == "PATCH" ||
+                                        req.method == "DELETE" || req.method == "PRI";
+        if (!library_reads_body && (te_count > 0 || (cl_first != cl_end && cl_first->second != "0")))
+            close_after_response(res);
         const std::string len = req.get_header_value("Content-Length");
         if (!len.empty()) {
             char* end = nullptr;

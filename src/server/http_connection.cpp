@@ -73,17 +73,24 @@ void address_of(int fd, bool peer, std::string& ip, int& port) {
 // and kept across requests, so a pipelined request that arrived with the previous one is served next.
 class ConnectionStream final : public httplib::Stream {
 public:
-    ConnectionStream(socket_t sock, int read_timeout_ms, int write_timeout_ms)
-        : sock_(sock), read_timeout_ms_(read_timeout_ms), write_timeout_ms_(write_timeout_ms) {}
+    ConnectionStream(socket_t sock, int read_timeout_ms, int write_timeout_ms, std::function<bool()> starved)
+        : sock_(sock), read_timeout_ms_(read_timeout_ms), write_timeout_ms_(write_timeout_ms),
+          starved_(std::move(starved)) {}
 
     bool has_buffered_input() const { return begin_ < end_; }
 
-    bool is_readable() const override { return has_buffered_input() || wait_for(sock_, POLLIN, read_timeout_ms_); }
+    // A request starts arriving: its head and body are read from here on (the handler itself never reads).
+    void begin_request() {
+        request_start_ = Clock::now();
+        request_bytes_ = 0;
+    }
+
+    bool is_readable() const override { return has_buffered_input() || wait_readable(); }
     bool is_writable() const override { return wait_for(sock_, POLLOUT, write_timeout_ms_) && peer_connected(sock_); }
 
     ssize_t read(char* ptr, size_t size) override {
         if (has_buffered_input()) return take(ptr, size);
-        if (!wait_for(sock_, POLLIN, read_timeout_ms_)) return -1;
+        if (!wait_readable()) return -1;
         if (size >= sizeof(buf_)) return receive(ptr, size);  // large reads (bodies) skip the copy
         const ssize_t n = receive(buf_, sizeof(buf_));
         if (n <= 0) return n;
@@ -105,22 +112,50 @@ public:
     socket_t socket() const override { return sock_; }
 
 private:
+    // Waits up to the read timeout for input. The read timeout alone does not stop a slow client (slowloris): one
+    // that sends its head or body a byte every few seconds holds its worker for as long as it likes, and a few
+    // hundred such connections took every worker (/health unanswered for minutes). So while every worker is taken
+    // and accepted connections wait, a request still arriving after kSlowGraceMs at under kMinRequestRate bytes
+    // per second gives up (the read fails: 400, connection closed); a client that sends its request at once, or
+    // at any usable rate, never meets this, and without waiting connections nothing changes.
+    bool wait_readable() const {
+        const auto deadline = Clock::now() + std::chrono::milliseconds(read_timeout_ms_);
+        for (;;) {
+            const int left = millis_until(deadline);
+            if (left == 0) return false;
+            pollfd p{sock_, POLLIN, 0};
+            const int r = poll(&p, 1, std::min(left, 25));
+            if (r > 0) return true;
+            if (r < 0 && errno != EINTR) return false;
+            const double elapsed = std::chrono::duration<double>(Clock::now() - request_start_).count();
+            if (elapsed * 1000 > kSlowGraceMs && double(request_bytes_) < elapsed * kMinRequestRate && starved_())
+                return false;
+        }
+    }
     ssize_t take(char* ptr, size_t size) {
         const size_t n = std::min(size, end_ - begin_);
         std::memcpy(ptr, buf_ + begin_, n);
         begin_ += n;
+        request_bytes_ += n;
         return ssize_t(n);
     }
     ssize_t receive(char* ptr, size_t size) {
         for (;;) {
             const ssize_t n = recv(sock_, ptr, size, 0);
+            if (n > 0 && ptr != buf_) request_bytes_ += size_t(n);  // bytes into buf_ count when taken
             if (n >= 0 || errno != EINTR) return n;
         }
     }
 
+    static constexpr int kSlowGraceMs = 1000;
+    static constexpr double kMinRequestRate = 64 * 1024;
+
     socket_t sock_;
     int read_timeout_ms_;
     int write_timeout_ms_;
+    std::function<bool()> starved_;
+    Clock::time_point request_start_ = Clock::now();
+    size_t request_bytes_ = 0;
     char buf_[16384];
     size_t begin_ = 0, end_ = 0;
 };
@@ -202,8 +237,11 @@ bool ConnectionServer::process_and_close_socket(socket_t sock) {
     const int one = 1;
     setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     auto millis = [](time_t sec, time_t usec) { return int(std::min<long long>(sec * 1000LL + usec / 1000, 1 << 30)); };
+    // Starved: every worker serves a connection and accepted ones wait (a connection merely being handed to a free
+    // worker does not count).
+    auto starved = [this] { return waiting_connections_ > 0 && busy_workers_ >= workers_; };
     ConnectionStream stream(sock, millis(read_timeout_sec_, read_timeout_usec_),
-                            millis(write_timeout_sec_, write_timeout_usec_));
+                            millis(write_timeout_sec_, write_timeout_usec_), starved);
     // Waits for the next request: true when input is there; false after the keep-alive timeout, on shutdown
     // (checked every 25 ms, so stopping the server never waits for idle connections), or when other connections
     // wait for a worker and this one has been idle for its grace (http_connection.h).
@@ -220,10 +258,7 @@ bool ConnectionServer::process_and_close_socket(socket_t sock) {
             const int r = poll(&p, 1, std::min(left, 25));
             if (r > 0) return true;
             if (r < 0 && errno != EINTR) return false;
-            // Starved: every worker serves a connection and accepted ones wait (a connection merely being
-            // handed to a free worker does not count).
-            const bool starved = waiting_connections_ > 0 && busy_workers_ >= workers_;
-            if (starved && Clock::now() >= yield_after) return false;
+            if (starved() && Clock::now() >= yield_after) return false;
         }
         return false;
     };
@@ -231,6 +266,7 @@ bool ConnectionServer::process_and_close_socket(socket_t sock) {
     for (size_t left = keep_alive_max_count_; left > 0 && next_request_arrives(); --left) {
         t_close_after_response = false;
         bool peer_asked_to_close = false;
+        stream.begin_request();
         ok = process_request(stream, left == 1, peer_asked_to_close, nullptr);
         served_one = true;
         linger = t_close_after_response;

@@ -59,6 +59,10 @@ std::string describe_value(const json& v) {
 
 json parse_json_body(std::string_view body, int max_depth) {
     if (body.empty()) bad_param("body", "the request body is empty; expected a JSON object");
+    // nlohmann's lexer takes a NUL byte for the end of the input, so `{...}\0<anything>` was accepted with what
+    // follows the NUL silently ignored. A raw NUL is never valid JSON text (inside strings it must be escaped).
+    if (const size_t nul = body.find('\0'); nul != std::string_view::npos)
+        bad_param("body", "the request body is not valid JSON: a NUL byte at offset {}", nul);
     // A parser callback sees every key; a set per open object catches duplicates at any depth (nlohmann would
     // silently keep the last one, so two validators could disagree about which value counts). It also sees every
     // array and object as it opens, so a body nested too deeply is refused before the deeper value is built
@@ -307,7 +311,9 @@ void parse_common(const json& body, const ProtocolLimits& limits, ParsedRequest&
 }
 
 // ChatRequest::from_json names the field at the start of its message ("messages[2].role: ..."); keep it as param.
-std::string param_from_message(const std::string& msg) {
+std::string param_from_message(std::string msg) {
+    // Top-level fields are named "request body.<field>" there (drop_thinking): the param is the field, not "request".
+    if (msg.rfind("request body.", 0) == 0) msg.erase(0, 13);
     const size_t end = msg.find_first_of(" :");
     if (end == std::string::npos || end == 0) return "messages";
     const std::string head = msg.substr(0, end);

@@ -98,6 +98,7 @@ BAD = [
     (CHAT, chat(response_format="json"), 400, "response_format"),
     (CHAT, chat(chat_template_kwargs=[1]), 400, "chat_template_kwargs"),
     (CHAT, chat(reasoning_effort=3), 400, "reasoning_effort"),
+    (CHAT, chat(drop_thinking=5), 400, "drop_thinking"),  # was param "request" (hostile-client audit)
     (CHAT, chat(debug_forced_tokens=[-5]), 400, "debug_forced_tokens"),
     (CHAT, chat(debug_forced_tokens="abc"), 400, "debug_forced_tokens"),
     (CMPL, cmpl(prompt=""), 400, "prompt"),
@@ -136,6 +137,9 @@ RAW = [
     (CMPL, b"{\"model\":\"tiny\",\"prompt\":\"\xc0\xaf overlong\"}", "body"),
     (CMPL, b"{\"model\":\"tiny\",\"prompt\":\"lone \\ud800 surrogate\"}", "body"),
     (CMPL, b"\xef\xbb\xbf{\"model\":\"tiny\",\"prompt\":\"bom\"}", None),
+    # nlohmann ends the input at a NUL byte: what followed it was silently ignored (hostile-client audit).
+    (CMPL, b"{\"model\":\"tiny\",\"prompt\":\"a\",\"max_tokens\":1}\x00{\"max_tokens\":0}", "body"),
+    (CMPL, b"{\"model\":\"tiny\",\"prompt\":\"a\",\"max_tokens\":1}\x00", "body"),
 ]
 
 
@@ -322,6 +326,90 @@ def test_pipelined_requests_are_all_answered_in_order(server):
     assert out.count(b"HTTP/1.1 ") == 3 and out.count(b"HTTP/1.1 200 OK\r\n") == 3, out[:1500]
     i_health, i_cmpl, i_models = out.index(b'{"status":"ok"}'), out.index(b'"text_completion"'), out.index(b'"object":"list"')
     assert i_health < i_cmpl < i_models
+
+
+def test_body_framing_cannot_smuggle_a_request(server):
+    """cpp-httplib frames bodies loosely: it never reads the body of a GET, takes the first of two Content-Length
+    headers, reads a Transfer-Encoding other than exactly "chunked" up to the peer's close, and ends a chunked body
+    early, without an error, when a chunk is not followed by CRLF. Each left bytes of the body to be parsed as the
+    next request, so a request hidden in a body was answered (found by the hostile-client audit). Now the ambiguous
+    framings are refused (400 naming the header) and a GET with a body or a chunked request ends its connection: the
+    hidden request is never answered, and the server keeps serving."""
+    smuggled = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
+    js = json.dumps(cmpl(max_tokens=1)).encode()
+    chunk = b"%x\r\n%s" % (len(js), js)
+    post = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    cases = [  # (request, expected status, expected param)
+        (b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(smuggled), smuggled), 200, None),
+        (b"GET /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n"
+         % (len(smuggled), smuggled), 200, None),
+        (post + b"Content-Length: %d\r\nContent-Length: 0\r\n\r\n%s%s" % (len(js), js, smuggled), 400, "Content-Length"),
+        (post + b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n%s\r\n0\r\n\r\n%s" % (len(js), chunk, smuggled),
+         400, "Transfer-Encoding"),
+        (post + b"Transfer-Encoding: gzip, chunked\r\n\r\n%s\r\n0\r\n\r\n%s" % (chunk, smuggled), 400, "Transfer-Encoding"),
+        (post + b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n%s\r\n0\r\n\r\n%s" % (chunk, smuggled),
+         400, "Transfer-Encoding"),
+        (post + b"Transfer-Encoding: chunked\r\n\r\n%sX\r\n%s0\r\n\r\n" % (chunk, smuggled), 200, None),  # no CRLF
+        (post + b"Transfer-Encoding: chunked\r\n\r\n%s\r\n0\r\n\r\n%s" % (chunk, smuggled), 200, None),
+    ]
+    for data, status, param in cases:
+        out = raw_http(server.port, data, read_timeout=30, until_closed=True)
+        assert out is not None, (data[:120], "the connection stayed open")
+        assert out.count(b"HTTP/1.1 ") == 1 and b'"object":"list"' not in out, (data[:120], out[:800])
+        assert out.startswith(b"HTTP/1.1 %d" % status) and b"Connection: close" in out, (data[:120], out[:400])
+        if param:
+            assert json.loads(out[out.index(b"\r\n\r\n") + 4:])["error"]["param"] == param, out[:600]
+    # Identical duplicate Content-Length headers, a GET with Content-Length: 0 and plain keep-alive still work.
+    ok = (post + b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n%s" % (len(js), len(js), js)
+          + b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+          + b"GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    out = raw_http(server.port, ok, read_timeout=60, until_closed=True)
+    assert out is not None and out.count(b"HTTP/1.1 200 OK\r\n") == 3, out[:1500]
+    server.wait_idle_and_audit()
+
+
+def test_slow_clients_cannot_take_every_worker(model_dir):
+    """Slowloris: connections that send their request head or body a byte at a time, each byte well within the read
+    timeout, held their workers indefinitely; with as many of them as workers, /health went unanswered for as long
+    as they kept trickling. While connections wait for a worker, a request arriving slower than 64 KiB/s after its
+    first second now gives its worker up (400, closed)."""
+    srv = Server("--http-threads", "4", model=model_dir)
+    socks = []
+    stop = threading.Event()
+    try:
+        heads = [b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ",  # head never finished
+                 b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 100000\r\n\r\n{\"model\": "]  # body never finished
+        for i in range(12):
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+            s.sendall(heads[i % 2])
+            socks.append(s)
+
+        def trickle():
+            while not stop.is_set():
+                for s in socks:
+                    try:
+                        s.sendall(b"a")
+                    except OSError:
+                        pass
+                stop.wait(0.5)
+        th = threading.Thread(target=trickle, daemon=True)
+        th.start()
+        time.sleep(1.0)
+        for _ in range(3):
+            t0 = time.monotonic()
+            s, text, _ = http_request("GET", srv.url("/health"), timeout=30)
+            assert s == 200, text
+            assert time.monotonic() - t0 < 8, f"/health took {time.monotonic() - t0:.1f} s behind slow clients"
+            s, j, _ = post_json(srv.url(CMPL), cmpl(max_tokens=2), timeout=30)
+            assert s == 200, j
+        stop.set()
+        th.join()
+    finally:
+        stop.set()
+        for s in socks:
+            s.close()
+        assert srv.stop() == 0
 
 
 def test_api_key_and_default_bind(model_dir):
