@@ -49,8 +49,8 @@ PreparedGeneration prepare_generation(Route route, std::string_view body_text, c
         for (const auto& p : out.prompts) {
             try {
                 out.max_new_tokens.push_back(resolve_max_tokens(pr, int64_t(p.size()), ctx.max_model_len));
-            } catch (ApiError& e) {
-                if (route == Route::Responses) e.param = responses_param(e.param);
+            } catch (const ApiError& e) {
+                if (route == Route::Responses) throw responses_error(e);
                 throw;
             }
         }

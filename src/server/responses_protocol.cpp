@@ -4,6 +4,7 @@
 // chat tools) and errors from the chat rules are reported under the Responses names.
 #include "server/responses_protocol.h"
 
+#include <cctype>
 #include <set>
 
 #include "util/error.h"
@@ -281,6 +282,37 @@ std::string responses_param(const std::string& chat_param) {
     return chat_param;
 }
 
+ApiError responses_error(const ApiError& chat_error, bool effort_translated) {
+    std::string param = chat_error.param, message = chat_error.what();
+    // The chat name as a whole word of the message (not part of a longer name such as max_tokens_foo).
+    auto rename_in_message = [&](const std::string& from, const std::string& to) {
+        const auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+        for (size_t at = message.find(from); at != std::string::npos; at = message.find(from, at)) {
+            const bool whole = (at == 0 || !word(message[at - 1])) &&
+                               (at + from.size() == message.size() || !word(message[at + from.size()]));
+            if (whole) {
+                message.replace(at, from.size(), to);
+                at += to.size();
+            } else {
+                at += from.size();
+            }
+        }
+    };
+    if (param == "max_tokens" || param == "max_completion_tokens") {
+        rename_in_message(param, "max_output_tokens");
+    } else if (param == "response_format") {
+        rename_in_message(param, "text.format");
+    } else if (param == "reasoning_effort" && effort_translated) {
+        rename_in_message(param, "reasoning.effort");
+        param = "reasoning.effort";
+    } else if (param == "messages") {
+        // Only the bare field: an indexed messages[i] counts chat messages, which input items do not match one
+        // for one (instructions add one, reasoning items none), so its index is left as the chat rules gave it.
+        rename_in_message("'messages'", "'input'");
+    }
+    return ApiError(chat_error.status, message, responses_param(param), chat_error.type, chat_error.code);
+}
+
 ResponsesFields parse_responses_request(const json& body, const ProtocolLimits& limits, std::string_view raw_body,
                                         ParsedRequest& request) {
     const ojson ob = raw_body.empty() ? ojson(body) : ojson::parse(raw_body);
@@ -310,19 +342,19 @@ ResponsesFields parse_responses_request(const json& body, const ProtocolLimits& 
     if (const ojson* text = given_member(ob, "text"))
         if (ojson rf = translate_text_format(*text); !rf.is_null()) chat["response_format"] = std::move(rf);
     if (const ojson* mot = given_member(ob, "max_output_tokens")) chat["max_tokens"] = *mot;
+    bool effort_translated = false;
     if (const ojson* r = given_member(ob, "reasoning"))
         if (const ojson* effort = given_member(*r, "effort"); effort && *effort != "none") {
             // DeepSeek-V4 thinks when asked to reason; the effort maps as on chat (reasoning_effort).
             chat["thinking"] = ojson{{"type", "enabled"}};
             chat["reasoning_effort"] = *effort;
+            effort_translated = true;
         }
 
     try {
         request = parse_chat_request_ordered(json(chat), limits, chat);
     } catch (const ApiError& e) {
-        ApiError renamed = e;
-        renamed.param = responses_param(e.param);
-        throw renamed;
+        throw responses_error(e, effort_translated);
     }
     // Named in the grammar engine's errors, which come after this translation.
     request.constraint.param = responses_param(request.constraint.param);

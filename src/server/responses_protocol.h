@@ -29,4 +29,10 @@ ResponsesFields parse_responses_request(const nlohmann::json& body, const Protoc
 // max_output_tokens, response_format -> text.format; others unchanged).
 std::string responses_param(const std::string& chat_param);
 
+// An error the chat rules raised for a translated Responses request, as the client must read it: the param by its
+// Responses name, and the field's chat name in the message replaced by that name too ('max_tokens' must be at
+// least 1 -> 'max_output_tokens' must be at least 1). reasoning_effort becomes reasoning.effort only where the
+// client sent that (`effort_translated`); a top-level reasoning_effort passed through keeps its name.
+ApiError responses_error(const ApiError& chat_error, bool effort_translated = false);
+
 }  // namespace flashseek::server

@@ -5,6 +5,7 @@ answers), tool_choice required / a named function and text.format json_schema co
 decoding, as on chat), max_output_tokens, and what is refused. A random model's text is arbitrary, so exact-output tests drive
 the output through the server's test hook `debug_forced_tokens`. None of these tests needs a GPU."""
 import json
+import re
 
 import jsonschema
 import pytest
@@ -239,6 +240,28 @@ def test_refused_fields_name_the_parameter(server):
         s, j, _ = post_json(server.url("/v1/responses"), body)
         assert 400 <= s < 500, (extra, s, j)
         assert j["error"]["param"] == param, (extra, j)
+
+
+# Errors the chat rules raise after the translation: the message names the Responses field as the param does, not
+# the chat field it was translated into (the hostile-client audit found 'max_tokens' and 'messages' in these
+# messages, and param reasoning_effort for reasoning.effort).
+RENAMED = [
+    ({"max_output_tokens": 0}, "max_output_tokens", "max_tokens"),
+    ({"max_output_tokens": 1.5}, "max_output_tokens", "max_tokens"),
+    ({"max_output_tokens": 100000}, "max_output_tokens", "max_tokens"),
+    ({"reasoning": {"effort": "ultra"}}, "reasoning.effort", "reasoning_effort"),
+    ({"input": [{"type": "reasoning", "summary": []}]}, "input", "messages"),
+]
+
+
+def test_errors_after_translation_name_the_responses_field(server):
+    for extra, param, chat_name in RENAMED:
+        body = dict({"model": "tiny", "input": "hi", "max_output_tokens": 4}, **extra)
+        s, j, _ = post_json(server.url("/v1/responses"), body)
+        assert s == 400, (extra, s, j)
+        message = j["error"]["message"]
+        assert j["error"]["param"] == param and param in message, (extra, j)
+        assert not re.search(rf"(?<![\w.]){re.escape(chat_name)}(?!\w)", message), (extra, message)
 
 
 def test_stateless(server, client):
