@@ -352,6 +352,9 @@ ParsedRequest parse_chat_request_ordered(const json& body, const ProtocolLimits&
     }
     if (const json* tools = given_member(body, "tools")) {
         if (!tools->is_array()) bad_param("tools", "'tools' must be an array");
+        // Names identify a tool in the model's calls and in a forced tool_choice: an empty one names nothing, and
+        // two tools of one name would make either ambiguous.
+        std::set<std::string> names;
         for (size_t i = 0; i < tools->size(); ++i) {
             const json& t = (*tools)[i];
             // A non-string "type" must not reach value("type", ""): that throws a type_error (a 500).
@@ -360,6 +363,10 @@ ParsedRequest parse_chat_request_ordered(const json& body, const ProtocolLimits&
                 bad_param("tools", "'tools[{}]' must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}", i);
             if (t["function"].contains("parameters") && !t["function"]["parameters"].is_object())
                 bad_param("tools", "'tools[{}].function.parameters' must be a JSON Schema object", i);
+            const std::string& name = t["function"]["name"].get_ref<const std::string&>();
+            if (name.empty()) bad_param("tools", "'tools[{}].function.name' must not be empty", i);
+            if (!names.insert(name).second)
+                bad_param("tools", "'tools[{}].function.name' repeats the name of an earlier tool", i);
         }
         r.has_tools = !tools->empty();
     }

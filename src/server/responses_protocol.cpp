@@ -305,6 +305,10 @@ ApiError responses_error(const ApiError& chat_error, bool effort_translated) {
     } else if (param == "reasoning_effort" && effort_translated) {
         rename_in_message(param, "reasoning.effort");
         param = "reasoning.effort";
+    } else if (param == "tools") {
+        // Responses tools are flat: tools[i].name, where chat has tools[i].function.name.
+        for (size_t at = message.find("].function."); at != std::string::npos; at = message.find("].function.", at))
+            message.erase(at + 1, 9);
     } else if (param == "messages") {
         // Only the bare field: an indexed messages[i] counts chat messages, which input items do not match one
         // for one (instructions add one, reasoning items none), so its index is left as the chat rules gave it.

@@ -251,6 +251,8 @@ RENAMED = [
     ({"max_output_tokens": 100000}, "max_output_tokens", "max_tokens"),
     ({"reasoning": {"effort": "ultra"}}, "reasoning.effort", "reasoning_effort"),
     ({"input": [{"type": "reasoning", "summary": []}]}, "input", "messages"),
+    ({"tools": [{"type": "function", "name": ""}]}, "tools", "function"),
+    ({"tools": [{"type": "function", "name": "f"}] * 2}, "tools", "function"),
 ]
 
 
