@@ -37,6 +37,21 @@ int millis_until(Clock::time_point deadline) {
     return int(std::clamp<long long>(left, 0, 1 << 30));
 }
 
+// Polls fd for input in 25 ms slices until `deadline`: true once input is there; false at the deadline, on a
+// poll error, or when give_up() says so between slices (shutdown, or a worker other connections wait for).
+template <typename GiveUp>
+bool wait_input_unless(int fd, Clock::time_point deadline, GiveUp give_up) {
+    for (;;) {
+        const int left = millis_until(deadline);
+        if (left == 0) return false;
+        pollfd p{fd, POLLIN, 0};
+        const int r = poll(&p, 1, std::min(left, 25));
+        if (r > 0) return true;
+        if (r < 0 && errno != EINTR) return false;
+        if (give_up()) return false;
+    }
+}
+
 // poll() for `events` up to timeout_ms, retried when interrupted by a signal; true when ready.
 bool wait_for(int fd, short events, int timeout_ms) {
     const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
@@ -119,18 +134,10 @@ private:
     // per second gives up (the read fails: 400, connection closed); a client that sends its request at once, or
     // at any usable rate, never meets this, and without waiting connections nothing changes.
     bool wait_readable() const {
-        const auto deadline = Clock::now() + std::chrono::milliseconds(read_timeout_ms_);
-        for (;;) {
-            const int left = millis_until(deadline);
-            if (left == 0) return false;
-            pollfd p{sock_, POLLIN, 0};
-            const int r = poll(&p, 1, std::min(left, 25));
-            if (r > 0) return true;
-            if (r < 0 && errno != EINTR) return false;
+        return wait_input_unless(sock_, Clock::now() + std::chrono::milliseconds(read_timeout_ms_), [this] {
             const double elapsed = std::chrono::duration<double>(Clock::now() - request_start_).count();
-            if (elapsed * 1000 > kSlowGraceMs && double(request_bytes_) < elapsed * kMinRequestRate && starved_())
-                return false;
-        }
+            return elapsed * 1000 > kSlowGraceMs && double(request_bytes_) < elapsed * kMinRequestRate && starved_();
+        });
     }
     ssize_t take(char* ptr, size_t size) {
         const size_t n = std::min(size, end_ - begin_);
@@ -251,16 +258,10 @@ bool ConnectionServer::process_and_close_socket(socket_t sock) {
         const auto start = Clock::now();
         const auto deadline = start + std::chrono::seconds(keep_alive_timeout_sec_);
         const auto yield_after = start + std::chrono::milliseconds(served_one ? 25 : 1000);
-        while (svr_sock_ != INVALID_SOCKET) {
-            const int left = millis_until(deadline);
-            if (left == 0) return false;
-            pollfd p{sock, POLLIN, 0};
-            const int r = poll(&p, 1, std::min(left, 25));
-            if (r > 0) return true;
-            if (r < 0 && errno != EINTR) return false;
-            if (starved() && Clock::now() >= yield_after) return false;
-        }
-        return false;
+        if (svr_sock_ == INVALID_SOCKET) return false;
+        return wait_input_unless(sock, deadline, [&] {
+            return svr_sock_ == INVALID_SOCKET || (starved() && Clock::now() >= yield_after);
+        });
     };
     bool ok = false, linger = false;
     for (size_t left = keep_alive_max_count_; left > 0 && next_request_arrives(); --left) {
