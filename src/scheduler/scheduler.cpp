@@ -10,6 +10,7 @@
 #include "scheduler/scheduler.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "util/error.h"
 
@@ -159,6 +160,10 @@ std::shared_future<void> Scheduler::start_masks(const std::vector<Planned>& plan
         for (size_t k = 0; k < jobs.size(); ++k) {
             try {
                 jobs[k].first->fill_allowed(jobs[k].second, vocab);
+                // An empty mask would make the sampler fail the whole step, every batch-mate with it.
+                const uint32_t* words = jobs[k].second;
+                if (std::all_of(words, words + token_mask_words(vocab), [](uint32_t w) { return w == 0; }))
+                    throw std::runtime_error(kConstraintDeadEnd);
             } catch (const std::exception& e) {
                 // This request ends with the error after the step; sample it unconstrained meanwhile.
                 mask_errors_[k] = e.what();

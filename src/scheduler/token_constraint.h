@@ -8,6 +8,12 @@
 
 namespace flashseek {
 
+// The error a constrained request ends with when its constraint allows no next token: a grammar whose language is
+// empty (`root ::= root "a"`) or that reached a dead end. The scheduler checks every mask it fills, so such a request
+// ends alone instead of the sampler failing the whole step; the server answers it as the client's constraint at fault.
+inline constexpr const char* kConstraintDeadEnd =
+    "the constraint allows no next token (its grammar matches no complete output from here)";
+
 class TokenConstraint {
 public:
     virtual ~TokenConstraint() = default;

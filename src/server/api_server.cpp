@@ -19,27 +19,6 @@ using json = nlohmann::json;
 
 namespace {
 
-// xgrammar compiles grammars whose language is empty or that run into a dead end (`root ::= root "a"`, or `x` in
-// `root ::= "a" x` with `x ::= x "b"`): the next-token mask then allows no token. The sampler samples a step's
-// rows together and threw for the whole step, so every request in that step failed with a 500, not only the one
-// that sent the grammar. An empty mask is made this request's own error instead: the scheduler ends it alone
-// (sampling its row unconstrained meanwhile), and generation_failure() answers 400 naming the constraint field.
-class DeadEndGuard final : public TokenConstraint {
-public:
-    explicit DeadEndGuard(std::shared_ptr<TokenConstraint> inner) : inner_(std::move(inner)) {}
-    void fill_allowed(uint32_t* words, int64_t vocab) override {
-        inner_->fill_allowed(words, vocab);
-        if (std::all_of(words, words + token_mask_words(vocab), [](uint32_t w) { return w == 0; }))
-            throw std::runtime_error(kConstraintDeadEnd);
-    }
-    bool accept(int32_t token) override { return inner_->accept(token); }
-    bool complete() const override { return inner_->complete(); }
-    std::string error() const override { return inner_->error(); }
-
-private:
-    std::shared_ptr<TokenConstraint> inner_;
-};
-
 std::string random_hex(size_t n) {
     thread_local std::mt19937_64 rng{(uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()};
     static const char* digits = "0123456789abcdef";
@@ -370,7 +349,7 @@ void ApiServer::submit(const PreparedGeneration& prepared,
             for (const auto& [token, bias] : pr.logit_bias) er.params.logit_bias.push_back(LogitBias{token, bias});
             er.params.min_new_tokens = std::min(pr.min_tokens, max_new);
             er.params.prompt_logprobs = prompt_logprobs;
-            if (grammar) er.params.constraint = std::make_shared<DeadEndGuard>(constraint_compiler().start(grammar));
+            if (grammar) er.params.constraint = constraint_compiler().start(grammar);
             er.params.max_new_tokens = max_new;
             if (!pr.ignore_eos) er.params.stop_token_ids.push_back(eos);
             er.params.stop_token_ids.insert(er.params.stop_token_ids.end(), pr.stop_token_ids.begin(),

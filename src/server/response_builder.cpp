@@ -2,6 +2,8 @@
 // so the concatenated SSE deltas and the non-streamed message are built from identical pieces.
 #include "server/response_builder.h"
 
+#include "scheduler/token_constraint.h"
+
 namespace flashseek::server {
 
 using ojson = nlohmann::ordered_json;

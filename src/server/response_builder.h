@@ -15,10 +15,6 @@
 
 namespace flashseek::server {
 
-// The error a constrained choice ends with when its grammar allows no next token (api_server.cpp, DeadEndGuard).
-inline constexpr const char* kConstraintDeadEnd =
-    "the constraint allows no next token (its grammar matches no complete output from here)";
-
 // The error a request gets when one of its choices ended abnormally (finish_reason deadline, shutdown, cancelled,
 // error): 408, 503, 400 for a prompt the scheduler refused or a constraint with a dead end (naming
 // constraint_param), else 500. nullopt for stop and length.
