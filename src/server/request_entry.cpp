@@ -65,10 +65,9 @@ json answer_tokenize(std::string_view body_text, const EntryContext& ctx) {
         const json body = parse_json_body(body_text);
         std::vector<int32_t> ids;
         // One of the two, never both: with both, which one was counted would be the server's silent choice.
-        const auto given = [&](const char* key) { return body.contains(key) && !body[key].is_null(); };
-        if (given("messages") && given("prompt"))
+        if (given_member(body, "messages") && given_member(body, "prompt"))
             bad_param("prompt", "'/tokenize' takes 'prompt' or 'messages', not both");
-        if (given("messages")) {
+        if (given_member(body, "messages")) {
             const ParsedRequest pr = parse_chat_request(body, ctx.limits, body_text);
             ids = tokenize_prompts(Route::ChatCompletions, pr, ctx.tok).at(0);
         } else {
