@@ -96,29 +96,29 @@ HttpServer::HttpServer(HttpOptions options) : impl_(std::make_unique<Impl>(optio
     svr.set_payload_max_length(options.max_body_bytes);
     Impl* impl = impl_.get();
     svr.set_pre_routing_handler([impl](const httplib::Request& req, httplib::Response& res) {
+        // A request refused here is answered before its body is read, so its connection ends with the answer.
+        const auto refuse = [&](int status, std::string error) {
+            res.status = status;
+            close_after_response(res);
+            res.set_content(std::move(error), "application/json");
+            return httplib::Server::HandlerResponse::Handled;
+        };
         // The library caps each header line (8 KiB, else 400) but not their number or total size.
         size_t header_bytes = 0;
         for (const auto& [k, v] : req.headers) header_bytes += k.size() + v.size() + 4;
-        if (req.headers.size() > impl->options.max_headers || header_bytes > impl->options.max_header_bytes) {
-            res.status = 431;
-            close_after_response(res);
-            res.set_content(error_body(431, fmt::format("request headers too large: {} headers, {} bytes (limits {}, {})",
-                                                        req.headers.size(), header_bytes, impl->options.max_headers,
-                                                        impl->options.max_header_bytes),
-                                       "headers", "invalid_request_error", "request_header_fields_too_large"),
-                            "application/json");
-            return httplib::Server::HandlerResponse::Handled;
-        }
+        if (req.headers.size() > impl->options.max_headers || header_bytes > impl->options.max_header_bytes)
+            return refuse(431, error_body(431,
+                                          fmt::format("request headers too large: {} headers, {} bytes (limits {}, {})",
+                                                      req.headers.size(), header_bytes, impl->options.max_headers,
+                                                      impl->options.max_header_bytes),
+                                          "headers", "invalid_request_error", "request_header_fields_too_large"));
         // Body framing the library gets wrong, so the bytes after a request could be parsed as a request of their
         // own (a desynchronised connection, or a request smuggled past a proxy that frames the body as RFC 9112
         // §6.3 says): it takes the first of several Content-Length headers; it treats a Transfer-Encoding other
         // than exactly "chunked" as no framing at all (reading until the peer closes); and with both headers
         // present the proxy and the library may each pick another. These are refused before the body is read.
         const auto refuse_framing = [&](const std::string& msg, const std::string& param) {
-            res.status = 400;
-            close_after_response(res);
-            res.set_content(error_body(400, msg, param), "application/json");
-            return httplib::Server::HandlerResponse::Handled;
+            return refuse(400, error_body(400, msg, param));
         };
         const auto [cl_first, cl_end] = req.headers.equal_range("Content-Length");
         for (auto it = cl_first; it != cl_end; ++it)
@@ -151,17 +151,12 @@ HttpServer::HttpServer(HttpOptions options) : impl_(std::make_unique<Impl>(optio
         if (!len.empty()) {
             char* end = nullptr;
             const unsigned long long n = std::strtoull(len.c_str(), &end, 10);
-            if (end == len.c_str() || *end || n > impl->options.max_body_bytes) {
-                res.status = (end == len.c_str() || *end) ? 400 : 413;
-                close_after_response(res);
-                res.set_content(res.status == 413
-                                    ? error_body(413, fmt::format("request body of {} bytes exceeds the limit of {} bytes",
-                                                                  len, impl->options.max_body_bytes),
-                                                 "body", "invalid_request_error", "request_too_large")
-                                    : error_body(400, "invalid Content-Length header", "Content-Length"),
-                                "application/json");
-                return httplib::Server::HandlerResponse::Handled;
-            }
+            if (end == len.c_str() || *end)
+                return refuse(400, error_body(400, "invalid Content-Length header", "Content-Length"));
+            if (n > impl->options.max_body_bytes)
+                return refuse(413, error_body(413, fmt::format("request body of {} bytes exceeds the limit of {} bytes",
+                                                               len, impl->options.max_body_bytes),
+                                              "body", "invalid_request_error", "request_too_large"));
         }
         if (impl->gate) {
             HttpRequest r = convert(req);
